@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""One entry for a fresh machine: create the venv, install the pinned set, then run a job.
+
+    python3 dev.py lab     # set up, then a lab install of examples/seed-3m1w.yaml
+    python3 dev.py test    # set up, then the CI suite (what .ci/run calls)
+
+Only the standard library is used here, since nothing else exists before the venv does.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+PY = VENV / "bin" / "python"
+STAMP = VENV / ".bke-installed"
+
+
+def _digest() -> str:
+    h = hashlib.sha256()
+    for name in ("requirements.txt", "pyproject.toml"):
+        h.update((ROOT / name).read_bytes())
+    return h.hexdigest()
+
+
+def ensure_venv() -> None:
+    """Create .venv and install requirements + the project, unless already done for these pins."""
+    if sys.version_info[:2] != (3, 11):
+        sys.exit(f"ERROR BKE needs Python 3.11, this is {sys.version.split()[0]}")
+    if not PY.exists():
+        subprocess.check_call([sys.executable, "-m", "venv", str(VENV)])
+    digest = _digest()
+    if STAMP.exists() and STAMP.read_text() == digest:
+        return
+    pip = [str(PY), "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.check_call([*pip, "install", "-r", str(ROOT / "requirements.txt")])
+    subprocess.check_call([*pip, "install", "--no-deps", "-e", str(ROOT)])
+    STAMP.write_text(digest)
+
+
+def main(argv: list[str]) -> int:
+    job = argv[0] if argv else "help"
+    rest = argv[1:]
+    if job not in {"lab", "test", "setup", "bench"}:
+        print(__doc__)
+        return 2
+    ensure_venv()
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    if job == "setup":
+        return 0
+    if job == "test":
+        # The CI tier: unit, contract, integration and end-to-end; `-m slow` variants are separate.
+        cmd = [str(PY), "-m", "pytest", "-q", "-m", "not slow", *rest]
+    elif job == "bench":
+        cmd = [str(PY), str(ROOT / "bench" / "all.py"), *rest]
+    else:
+        spec = rest[0] if rest else str(ROOT / "examples" / "seed-3m1w.yaml")
+        workdir = rest[1] if len(rest) > 1 else str(ROOT / ".lab")
+        cmd = [str(VENV / "bin" / "bke"), "lab", "install", spec, "--workdir", workdir]
+    return subprocess.call(cmd, env=env, cwd=ROOT)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

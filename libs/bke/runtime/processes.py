@@ -1,0 +1,219 @@
+"""Start, probe and stop local server processes by PID.
+
+Servers for tests and the lab are plain child processes. They run in their own session, so a Ctrl-C
+in the terminal that started them reaches only the parent, and a lab runtime can outlive the CLI
+call that started it. Because they may outlive us, everything here works from a PID (which is
+written to disk), never from a process name: ``pkill nats-server`` would also hit the NATS that
+other people run on this machine.
+
+Readiness is always a probe polled under a deadline (:func:`poll_until`); a fixed sleep is either
+too short on a busy CI box or wastes time everywhere else.
+
+Errors::
+
+    RuntimeError
+     └─ ProcessExitedError   the server died while we waited for it (log tail in the message)
+    TimeoutError
+     └─ ReadinessTimeout     still not ready at the deadline (last probe failure in the message)
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+__all__ = [
+    "ManagedProcess",
+    "ProcessExitedError",
+    "ReadinessTimeout",
+    "free_port",
+    "pid_alive",
+    "pid_cmdline",
+    "poll_until",
+    "stop_pid",
+    "wait_tcp",
+]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+POLL_INTERVAL = 0.02
+# Popen objects of the children we started, so their exit status can be reaped: a dead child that is
+# never waited for stays a zombie, and os.kill(pid, 0) would still report it alive.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+class ProcessExitedError(RuntimeError):
+    """A server exited before it became ready; retrying the same command would fail the same way."""
+
+
+class ReadinessTimeout(TimeoutError):
+    """A probe kept failing until the deadline."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Ask the kernel for a free TCP port. Racy by nature (it is free now), so callers retry on bind failure."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True if ``port`` can be bound now; used to decide whether a remembered port can be reused."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def poll_until(probe: Callable[[], T | None], *, timeout: float, what: str,
+               interval: float = POLL_INTERVAL) -> T:
+    """Call ``probe`` until it returns a non-None value, or raise :class:`ReadinessTimeout`.
+
+    Any exception from the probe counts as "not ready yet" and is kept for the error message,
+    except :class:`ProcessExitedError`, which means waiting longer cannot help.
+    """
+    deadline = time.monotonic() + timeout
+    last: str = "no attempt finished"
+    while True:
+        try:
+            result = probe()
+        except ProcessExitedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure is a reason to poll again
+            last = f"{type(exc).__name__}: {exc}"
+        else:
+            if result is not None:
+                return result
+            last = "probe returned no result"
+        if time.monotonic() >= deadline:
+            raise ReadinessTimeout(f"{what} not ready after {timeout:.1f}s; last failure: {last}")
+        time.sleep(interval)  # poll interval under a deadline, not synchronisation
+
+
+def wait_tcp(host: str, port: int, timeout: float = 10.0) -> None:
+    """Wait until a TCP connect to ``host:port`` succeeds."""
+
+    def probe() -> bool:
+        with socket.create_connection((host, port), timeout=min(1.0, timeout)):
+            return True
+
+    poll_until(probe, timeout=timeout, what=f"tcp://{host}:{port}")
+
+
+def _proc_state(pid: int) -> str | None:
+    """The one-letter state from /proc/<pid>/stat, or None if there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` is a running process (zombies count as dead; our own children get reaped)."""
+    if pid <= 0:
+        return False
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        if child.poll() is None:
+            return True
+        del _CHILDREN[pid]
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return _proc_state(pid) not in {None, "Z", "X"}
+
+
+def pid_cmdline(pid: int) -> list[str] | None:
+    """The argv of a live process, used to check that a PID from a state file is still ours."""
+    if not pid_alive(pid):
+        return None
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def stop_pid(pid: int, timeout: float = 10.0) -> bool:
+    """SIGTERM ``pid``, SIGKILL it if it outlives ``timeout``; return False if it was already gone."""
+    if not pid_alive(pid):
+        _CHILDREN.pop(pid, None)
+        return False
+    for sig, grace in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            poll_until(lambda: True if not pid_alive(pid) else None, timeout=grace,
+                       what=f"exit of pid {pid} after {sig.name}")
+            break
+        except ReadinessTimeout:
+            log.warning("pid %d ignored %s for %.1fs", pid, sig.name, grace)
+    _CHILDREN.pop(pid, None)
+    log.info("stopped pid %d", pid)
+    return True
+
+
+@dataclass(frozen=True)
+class ManagedProcess:
+    """A server we started: enough to find its log and stop it by PID, even from another process."""
+
+    name: str
+    pid: int
+    log_path: Path
+    argv: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def start(cls, name: str, argv: Sequence[str | os.PathLike[str]], log_path: Path,
+              env: Mapping[str, str] | None = None, cwd: Path | None = None) -> ManagedProcess:
+        """Spawn ``argv`` in its own session with stdout+stderr appended to ``log_path``."""
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        args = tuple(os.fspath(a) for a in argv)
+        with open(log_path, "ab") as out:  # the child keeps its own copy of the descriptor
+            proc = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
+            )
+        _CHILDREN[proc.pid] = proc
+        log.info("started %s pid=%d log=%s", name, proc.pid, log_path)
+        return cls(name=name, pid=proc.pid, log_path=log_path, argv=args)
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return pid_alive(self.pid)
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop by PID; see :func:`stop_pid`."""
+        return stop_pid(self.pid, timeout)
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the log, for error messages."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def ensure_running(self) -> None:
+        """Raise :class:`ProcessExitedError` if the process died; call it inside readiness probes."""
+        if not self.alive():
+            raise ProcessExitedError(
+                f"{self.name} (pid {self.pid}) exited during startup; log {self.log_path}:\n"
+                f"{self.log_tail()}"
+            )

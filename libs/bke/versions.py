@@ -1,0 +1,113 @@
+"""Supported versions, as data shared by the planner and the renderer.
+
+One row per minor release; any patch of a listed minor is accepted. The renderer's
+template sets and flag gates key off these minors, so a version that is not in this
+table can never reach a template.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "CONTAINERD_MINORS",
+    "ETCD_MINORS",
+    "KUBERNETES",
+    "KubernetesRow",
+    "Version",
+    "VersionError",
+    "parse_version",
+    "supported_summary",
+    "check_pairing",
+]
+
+_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+]([0-9A-Za-z.-]+))?$")
+
+
+class VersionError(ValueError):
+    """A version string that is malformed or not in the supported table."""
+
+
+@dataclass(frozen=True, order=True)
+class Version:
+    major: int
+    minor: int
+    patch: int
+    suffix: str = ""
+
+    @property
+    def minor_key(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    def __str__(self) -> str:  # canonical form, without the leading "v"
+        return f"{self.major}.{self.minor}.{self.patch}" + (f"-{self.suffix}" if self.suffix else "")
+
+    def at_least(self, other: str) -> bool:
+        o = parse_version(other)
+        return (self.major, self.minor, self.patch) >= (o.major, o.minor, o.patch)
+
+
+def parse_version(text: str) -> Version:
+    m = _VERSION_RE.match(text.strip()) if isinstance(text, str) else None
+    if not m:
+        raise VersionError(f"malformed version {text!r}: expected MAJOR.MINOR.PATCH, e.g. v1.33.2")
+    return Version(int(m[1]), int(m[2]), int(m[3]), m[4] or "")
+
+
+@dataclass(frozen=True)
+class KubernetesRow:
+    minor: str
+    etcd: str  # the etcd release kubeadm of this minor ships (upstream pairing)
+    coredns: str
+    pause: str
+
+
+# Upstream pairings from kubeadm's constants (cmd/kubeadm/app/constants) for each minor.
+KUBERNETES: dict[str, KubernetesRow] = {
+    r.minor: r
+    for r in (
+        KubernetesRow("1.31", etcd="3.5.15", coredns="1.11.3", pause="3.10"),
+        KubernetesRow("1.32", etcd="3.5.16", coredns="1.11.3", pause="3.10"),
+        KubernetesRow("1.33", etcd="3.5.21", coredns="1.12.0", pause="3.10"),
+        KubernetesRow("1.34", etcd="3.6.4", coredns="1.12.1", pause="3.10.1"),
+        KubernetesRow("1.35", etcd="3.6.5", coredns="1.13.1", pause="3.10.1"),
+        KubernetesRow("1.36", etcd="3.6.6", coredns="1.13.1", pause="3.10.1"),
+        KubernetesRow("1.37", etcd="3.6.6", coredns="1.13.1", pause="3.10.1"),
+    )
+}
+ETCD_MINORS: tuple[str, ...] = ("3.5", "3.6")
+CONTAINERD_MINORS: tuple[str, ...] = ("1.7", "2.0", "2.1", "2.2")
+
+_TABLES = {"kubernetes": tuple(KUBERNETES), "etcd": ETCD_MINORS, "containerd": CONTAINERD_MINORS}
+
+
+def supported_summary(component: str) -> str:
+    return ", ".join(_TABLES[component])
+
+
+def check_supported(component: str, text: str) -> Version:
+    """Parse and check one version against the table; the error lists what is supported."""
+    v = parse_version(text)
+    if v.minor_key not in _TABLES[component]:
+        raise VersionError(
+            f"unsupported {component} version {text!r}: supported minors are "
+            f"{supported_summary(component)} (any patch release)"
+        )
+    return v
+
+
+def check_pairing(kubernetes: Version, etcd: Version) -> str | None:
+    """A warning (not an error) when etcd is not the release upstream pairs with this Kubernetes."""
+    row = KUBERNETES.get(kubernetes.minor_key)
+    if row is None:
+        return None
+    want = parse_version(row.etcd)
+    if etcd.minor_key != want.minor_key or etcd.patch < want.patch:
+        return (
+            f"etcd {etcd} is not the release Kubernetes {kubernetes.minor_key} is tested with "
+            f"(upstream pairs it with etcd {row.etcd}); installing anyway"
+        )
+    return None
+
+
+__all__.append("check_supported")
