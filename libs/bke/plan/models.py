@@ -5,7 +5,7 @@ normalised spec so that a consumer needs nothing but the plan.
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from ..spec.models import ClusterSpec
@@ -67,9 +67,10 @@ class NodePlan(_Model):
 class EtcdMember(_Model):
     hostname: str
     ip: str
-    client_url: str
-    peer_url: str
-    metrics_url: str
+    # The plan's JSON contract spells these with "URL" (clientURL), like Kubernetes fields.
+    client_url: str = Field(alias="clientURL")
+    peer_url: str = Field(alias="peerURL")
+    metrics_url: str = Field(alias="metricsURL")
 
 
 class EtcdClusterPlan(_Model):

@@ -35,8 +35,11 @@ __all__ = [
     "ReadinessTimeout",
     "free_port",
     "pid_alive",
-    "pid_cmdline",
+    "pid_cwd",
+    "port_is_free",
     "poll_until",
+    "retry_start",
+    "reuse_if_answering",
     "stop_pid",
     "wait_tcp",
 ]
@@ -59,15 +62,20 @@ class ReadinessTimeout(TimeoutError):
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """Ask the kernel for a free TCP port. Racy by nature (it is free now), so callers retry on bind failure."""
+    """Ask the kernel for a free TCP port; racy by nature (free now), so callers retry on bind failure."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
 def port_is_free(host: str, port: int) -> bool:
-    """True if ``port`` can be bound now; used to decide whether a remembered port can be reused."""
+    """True if ``port`` can be bound now; used to decide whether a remembered port can be reused.
+
+    SO_REUSEADDR as the servers themselves set it, so leftover TIME_WAIT connections of a killed
+    server do not make its port look taken.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -138,15 +146,18 @@ def pid_alive(pid: int) -> bool:
     return _proc_state(pid) not in {None, "Z", "X"}
 
 
-def pid_cmdline(pid: int) -> list[str] | None:
-    """The argv of a live process, used to check that a PID from a state file is still ours."""
+def pid_cwd(pid: int) -> Path | None:
+    """The working directory of a live process, or None if it is gone or not readable by us.
+
+    Used to check that a PID read from a state file is still the server we started (we start each
+    one in its own data directory), rather than trusting a number that may have been reused.
+    """
     if not pid_alive(pid):
         return None
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return Path(os.readlink(f"/proc/{pid}/cwd")).resolve()
     except OSError:
         return None
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
 def stop_pid(pid: int, timeout: float = 10.0) -> bool:
@@ -168,6 +179,38 @@ def stop_pid(pid: int, timeout: float = 10.0) -> bool:
     _CHILDREN.pop(pid, None)
     log.info("stopped pid %d", pid)
     return True
+
+
+def reuse_if_answering(pid: int, cwd: Path, probe: Callable[[], object | None],
+                       timeout: float = 5.0) -> bool:
+    """True if ``pid`` still runs in ``cwd`` (so it is ours, not a reused PID) and ``probe`` succeeds.
+
+    A process that is ours but does not answer in time is stopped, so it can be started afresh.
+    """
+    if pid_cwd(pid) != cwd.resolve():
+        return False
+    try:
+        poll_until(probe, timeout=timeout, what=f"existing server pid {pid}")
+        return True
+    except ReadinessTimeout as exc:
+        log.warning("restarting a server that does not answer: %s", exc)
+        stop_pid(pid)
+        return False
+
+
+def retry_start(name: str, start: Callable[[bool], T], attempts: int = 3) -> T:
+    """Call ``start(fresh_ports)``, retrying on fresh ports if the server exits during startup.
+
+    The usual cause is a port taken between choosing it and binding it (see :func:`free_port`).
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return start(attempt > 1)
+        except ProcessExitedError:
+            if attempt == attempts:
+                raise
+            log.warning("%s failed to start (attempt %d), retrying on new ports", name, attempt)
+    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,26 @@
+"""CLI-wide conventions: exit codes and error lines. Only the CLI prints."""
+from __future__ import annotations
+
+import sys
+from typing import Iterable, NoReturn
+
+__all__ = ["EXIT_OK", "EXIT_FAILURE", "EXIT_INVALID", "die", "error_lines"]
+
+EXIT_OK = 0
+EXIT_FAILURE = 1  # operational failure (a server down, an install that failed)
+EXIT_INVALID = 2  # invalid input or a refused request
+
+
+def error_lines(lines: Iterable[str]) -> None:
+    for line in lines:
+        print(f"ERROR {line}", file=sys.stderr)
+
+
+def warn_lines(lines: Iterable[str]) -> None:
+    for line in lines:
+        print(f"WARNING {line}", file=sys.stderr)
+
+
+def die(message: str, code: int = EXIT_FAILURE) -> NoReturn:
+    error_lines([message])
+    raise SystemExit(code)

@@ -1,0 +1,69 @@
+"""How a service settles one JetStream delivery, by the error it got (see bke.errors).
+
+Nothing is lost and nothing blocks the queue: success acks; a TemporaryError nacks with
+its delay; a PermanentError has already been answered by the handler (a *.rejected event)
+and acks; anything else nacks with exponential backoff, and after the consumer's maximum
+deliveries the raw message goes to `bke.v1.deadletter.<service>` and is acked.
+"""
+from __future__ import annotations
+
+import base64
+import logging
+from typing import Awaitable, Callable
+
+from faststream.nats import NatsBroker, NatsMessage
+
+from ..contracts import DEADLETTER, DeadLettered
+from ..errors import PermanentError, TemporaryError
+
+__all__ = ["settle", "backoff_delay"]
+
+log = logging.getLogger(__name__)
+
+
+def backoff_delay(delivery: int, base: float = 0.5, cap: float = 30.0) -> float:
+    return min(cap, base * 2 ** max(0, delivery - 1))
+
+
+def _delivery_count(msg: NatsMessage) -> int:
+    meta = getattr(msg.raw_message, "metadata", None)
+    return int(getattr(meta, "num_delivered", 1) or 1)
+
+
+async def settle(
+    msg: NatsMessage,
+    work: Callable[[bytes], Awaitable[None]],
+    *,
+    broker: NatsBroker,
+    service: str,
+    max_deliver: int,
+) -> None:
+    n = _delivery_count(msg)
+    subject = msg.raw_message.subject
+    try:
+        await work(msg.body)
+    except TemporaryError as exc:
+        log.warning("retry later: %s", exc, extra={"subject": subject, "delivery": n})
+        await msg.nack(delay=exc.delay)
+        return
+    except PermanentError as exc:
+        log.info("refused: %s", exc, extra={"subject": subject})
+        await msg.ack()
+        return
+    except Exception as exc:  # noqa: BLE001 - the point is to never lose or wedge a message
+        if n >= max_deliver:
+            log.error("giving up after %d deliveries: %r", n, exc, extra={"subject": subject})
+            event = DeadLettered(
+                subject=subject,
+                service=service,
+                deliveries=n,
+                reason=f"{type(exc).__name__}: {exc}"[:2000],
+                payload_b64=base64.b64encode(msg.body).decode(),
+            )
+            await broker.publish(event.to_bytes(), f"{DEADLETTER}.{service}", stream="BKE_DEADLETTER")
+            await msg.ack()
+        else:
+            log.exception("delivery %d failed; will retry", n, extra={"subject": subject})
+            await msg.nack(delay=backoff_delay(n))
+        return
+    await msg.ack()

@@ -1,0 +1,81 @@
+"""The one service shape: broker + lifespan + a JetStream work subscriber, built by a factory.
+
+Every service calls `make_service(...)` and registers its handlers with `work_subscriber`;
+the details of acks, redelivery and dead-lettering live in `delivery.settle`.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+import nats
+from faststream import AckPolicy, FastStream
+from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage, PullSub
+
+from ..settings import ServiceSettings
+from .delivery import settle
+from .streams import ensure_streams
+
+__all__ = ["Service", "make_service"]
+
+
+@dataclass
+class Service:
+    name: str
+    settings: ServiceSettings
+    broker: NatsBroker
+    app: FastStream
+    on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    def work_subscriber(
+        self,
+        subject: str,
+        stream: str,
+        durable: str,
+        work: Callable[[bytes], Awaitable[None]],
+        *,
+        batch_size: int = 16,
+    ) -> None:
+        """A durable pull consumer with explicit acks; `work` gets the raw body."""
+        max_deliver = self.settings.max_deliver
+        broker = self.broker
+
+        async def handler(msg: NatsMessage) -> None:
+            await settle(msg, work, broker=broker, service=self.name, max_deliver=max_deliver)
+
+        handler.__name__ = f"on_{durable.replace('-', '_')}"
+        broker.subscriber(
+            subject,
+            stream=JStream(name=stream, declare=False),
+            durable=durable,
+            pull_sub=PullSub(batch_size=batch_size, timeout=1.0),
+            ack_policy=AckPolicy.MANUAL,
+            config=ConsumerConfig(max_deliver=max_deliver + 1, ack_wait=self.settings.ack_wait_seconds),
+        )(handler)
+
+    async def publish(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> None:
+        await self.broker.publish(payload, subject, headers=headers or None, stream=None)
+
+
+def make_service(name: str, settings: ServiceSettings) -> Service:
+    logging.getLogger().setLevel(settings.log_level)
+    # FastStream's own per-message lines go to DEBUG: our handlers log what matters.
+    broker = NatsBroker(settings.nats_url, log_level=logging.DEBUG, graceful_timeout=10.0)
+    app = FastStream(broker)
+    svc = Service(name=name, settings=settings, broker=broker, app=app)
+
+    @app.on_startup
+    async def _streams() -> None:
+        nc = await nats.connect(settings.nats_url)
+        try:
+            await ensure_streams(nc.jetstream())
+        finally:
+            await nc.close()
+
+    @app.after_shutdown
+    async def _close() -> None:
+        for fn in svc.on_stop:
+            await fn()
+
+    return svc

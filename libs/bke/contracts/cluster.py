@@ -1,0 +1,43 @@
+"""Cluster requests and the planner's answers (the external contract of issue 2)."""
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from .base import ErrorItem, Message
+
+__all__ = ["ClusterRequested", "ClusterRejected", "PlanCreated"]
+
+
+class ClusterRequested(Message):
+    """Command: plan (and install) this cluster. `specRef` = `<bucket>/<key>` in the
+    JetStream object store, for specs larger than one message."""
+
+    request_id: str = Field(min_length=1, max_length=128)
+    spec: str | None = None
+    spec_ref: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ClusterRequested":
+        if (self.spec is None) == (self.spec_ref is None):
+            raise ValueError("exactly one of 'spec' and 'specRef' must be given")
+        if self.spec_ref is not None and self.spec_ref.count("/") < 1:
+            raise ValueError("specRef must be '<bucket>/<key>'")
+        return self
+
+
+class ClusterRejected(Message):
+    request_id: str | None
+    cluster: str | None
+    errors: list[ErrorItem]
+
+
+class PlanCreated(Message):
+    """Event: the plan is stored under `planKey` (Redis); it is too large to travel here."""
+
+    request_id: str
+    cluster: str
+    plan_key: str
+    plan_digest: str
+    nodes: int
+    etcd_clusters: list[str]
+    warnings: list[str] = []

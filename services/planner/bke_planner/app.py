@@ -1,0 +1,39 @@
+"""Planner wiring: the broker, Redis, and the one subscriber. No logic here."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from redis.asyncio import Redis
+
+from bke.bus import get_blob
+from bke.bus.service import Service, make_service
+from bke.contracts import CLUSTER_REQUESTED
+from bke.state import RedisPlanStore
+
+from .handlers import PlannerDeps, handle_cluster_requested
+from .settings import PlannerSettings
+
+__all__ = ["create_service"]
+
+
+def create_service(settings: PlannerSettings | None = None) -> Service:
+    settings = settings or PlannerSettings()
+    svc = make_service("planner", settings)
+    redis = Redis.from_url(settings.redis_url)
+    svc.on_stop.append(redis.aclose)
+
+    async def fetch_blob(ref: str) -> bytes:
+        return await get_blob(svc.broker.config.connection_state.stream, ref)
+
+    deps = PlannerDeps(
+        store=RedisPlanStore(redis),
+        publish=svc.publish,
+        fetch_blob=fetch_blob,
+        now=lambda: datetime.now(timezone.utc),
+    )
+
+    async def work(body: bytes) -> None:
+        await handle_cluster_requested(body, deps)
+
+    svc.work_subscriber(CLUSTER_REQUESTED, "BKE_COMMANDS", settings.durable, work, batch_size=settings.batch_size)
+    return svc

@@ -1,0 +1,15 @@
+"""Planner settings: the shared connection variables plus `BKE_PLANNER_*`."""
+from __future__ import annotations
+
+from pydantic_settings import SettingsConfigDict
+
+from bke.settings import ServiceSettings
+
+__all__ = ["PlannerSettings"]
+
+
+class PlannerSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="BKE_PLANNER_", extra="ignore", frozen=True)
+
+    durable: str = "planner"
+    batch_size: int = 16

@@ -1,0 +1,72 @@
+"""Shared fixtures: one real NATS + Redis per test session, started from the venv binaries.
+
+Server fixtures are session-scoped and synchronous on purpose: a session-scoped *async* fixture
+is bound to one event loop and breaks function-scoped async tests (pytest-asyncio 1.x). Clients
+are function-scoped async fixtures, created and closed on each test's own loop.
+
+``TEST_NATS_URL`` / ``TEST_REDIS_URL`` point the suite at servers you run yourself; then nothing
+is started for that server. Never point them at a shared server: ``redis_client`` runs FLUSHDB.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+
+import nats
+import pytest
+import redis.asyncio as aioredis
+from nats.aio.client import Client as NatsClient
+
+from bke.runtime import EmbeddedRuntime
+
+
+@pytest.fixture(scope="session")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRuntime]:
+    """A started EmbeddedRuntime in a temp dir; ``runtime.info`` has the URLs. Stopped by PID."""
+    rt = EmbeddedRuntime(tmp_path_factory.mktemp("runtime"))
+    rt.ensure_started()
+    try:
+        yield rt
+    finally:
+        rt.stop()
+
+
+@pytest.fixture(scope="session")
+def nats_url(request: pytest.FixtureRequest) -> str:
+    """TEST_NATS_URL, else the session runtime's NATS (started only when needed)."""
+    if url := os.environ.get("TEST_NATS_URL"):
+        return url
+    rt: EmbeddedRuntime = request.getfixturevalue("runtime")
+    assert rt.info is not None
+    return rt.info.nats_url
+
+
+@pytest.fixture(scope="session")
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """TEST_REDIS_URL, else the session runtime's Redis (started only when needed)."""
+    if url := os.environ.get("TEST_REDIS_URL"):
+        return url
+    rt: EmbeddedRuntime = request.getfixturevalue("runtime")
+    assert rt.info is not None
+    return rt.info.redis_url
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    """redis.asyncio client (str responses) on an emptied database."""
+    client = aioredis.from_url(redis_url, decode_responses=True)
+    await client.flushdb()
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+async def nats_client(nats_url: str) -> AsyncIterator[NatsClient]:
+    """A connected nats-py client, closed after the test."""
+    nc = await nats.connect(nats_url, connect_timeout=5)
+    try:
+        yield nc
+    finally:
+        await nc.close()
