@@ -54,6 +54,16 @@ class Service:
             config=ConsumerConfig(max_deliver=max_deliver + 1, ack_wait=self.settings.ack_wait_seconds),
         )(handler)
 
+    async def start(self) -> None:
+        """Declare the streams, then start consuming (what `app.run()` does, for tests)."""
+        await _ensure_streams_at(self.settings.nats_url)
+        await self.broker.start()
+
+    async def stop(self) -> None:
+        await self.broker.stop()
+        for fn in self.on_stop:
+            await fn()
+
     async def publish(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> None:
         await self.broker.publish(payload, subject, headers=headers or None, stream=None)
 
@@ -67,11 +77,7 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
 
     @app.on_startup
     async def _streams() -> None:
-        nc = await nats.connect(settings.nats_url)
-        try:
-            await ensure_streams(nc.jetstream())
-        finally:
-            await nc.close()
+        await _ensure_streams_at(settings.nats_url)
 
     @app.after_shutdown
     async def _close() -> None:
@@ -79,3 +85,12 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
             await fn()
 
     return svc
+
+
+async def _ensure_streams_at(url: str) -> None:
+    # A short-lived connection of its own: the broker subscribes only once streams exist.
+    nc = await nats.connect(url)
+    try:
+        await ensure_streams(nc.jetstream())
+    finally:
+        await nc.close()
