@@ -27,6 +27,7 @@ class Service:
     broker: NatsBroker
     app: FastStream
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    after_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     def work_subscriber(
         self,
@@ -54,10 +55,17 @@ class Service:
             config=ConsumerConfig(max_deliver=max_deliver + 1, ack_wait=self.settings.ack_wait_seconds),
         )(handler)
 
+    @property
+    def nc(self):
+        """The broker's nats-py connection (for object store and core subscriptions)."""
+        return self.broker.connection
+
     async def start(self) -> None:
         """Declare the streams, then start consuming (what `app.run()` does, for tests)."""
         await _ensure_streams_at(self.settings.nats_url)
         await self.broker.start()
+        for fn in self.after_start:
+            await fn()
 
     async def stop(self) -> None:
         await self.broker.stop()
@@ -78,6 +86,11 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
     @app.on_startup
     async def _streams() -> None:
         await _ensure_streams_at(settings.nats_url)
+
+    @app.after_startup
+    async def _after_start() -> None:
+        for fn in svc.after_start:
+            await fn()
 
     @app.after_shutdown
     async def _close() -> None:

@@ -23,7 +23,7 @@ def create_service(settings: PlannerSettings | None = None) -> Service:
     svc.on_stop.append(redis.aclose)
 
     async def fetch_blob(ref: str) -> bytes:
-        return await get_blob(svc.broker.config.connection_state.stream, ref)
+        return await get_blob(svc.nc.jetstream(), ref)
 
     deps = PlannerDeps(
         store=RedisPlanStore(redis),

@@ -1,0 +1,66 @@
+"""Install progress: phase and node transitions, the final outcome, and retry requests.
+
+Published by the dispatcher on `bke.v1.install.<cluster>.<kind>`; `bke apply` / `bke lab
+install` follow them for the live progress display.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from .base import Message
+
+__all__ = [
+    "PHASE_STATUSES",
+    "InstallFinished",
+    "NodeStepChanged",
+    "PhaseChanged",
+    "RetryRequested",
+    "install_subject",
+    "RETRY_REQUESTED",
+]
+
+PHASE_STATUSES = ("Pending", "Running", "Succeeded", "Failed", "Skipped")
+PhaseStatus = Literal["Pending", "Running", "Succeeded", "Failed", "Skipped"]
+RETRY_REQUESTED = "bke.v1.cluster.retry-requested"
+
+
+def install_subject(cluster: str, kind: str) -> str:
+    return f"bke.v1.install.{cluster}.{kind}"
+
+
+class PhaseChanged(Message):
+    request_id: str
+    cluster: str
+    phase: str
+    status: PhaseStatus
+    at: str
+    message: str = ""
+    done: int = 0  # nodes finished in this phase
+    total: int = 0
+
+
+class NodeStepChanged(Message):
+    request_id: str
+    cluster: str
+    node: str
+    phase: str
+    status: Literal["Running", "Succeeded", "Failed"]
+    at: str
+    step: str | None = None  # the failing step's id
+    stderr: str = ""
+
+
+class InstallFinished(Message):
+    request_id: str
+    cluster: str
+    status: Literal["Succeeded", "Failed"]
+    at: str
+    phase: str | None = None  # the failing phase
+    node: str | None = None  # one failing node (all are in the phase message)
+    message: str = ""
+
+
+class RetryRequested(Message):
+    request_id: str
+    cluster: str
+    nodes: list[str] = []  # empty: every failed node of the failed phase

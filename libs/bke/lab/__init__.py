@@ -1,0 +1,1 @@
+"""Lab-only helpers shared by the lab command, the lab agent backend and the dispatcher."""

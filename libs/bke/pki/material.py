@@ -1,0 +1,84 @@
+"""Issued material and what the ensure step reads back from a certificate.
+
+Why separate: stores, the ensure core and the expiry report all handle :class:`Material`
+(PEM bytes) and need the same few facts from a certificate (:class:`CertInfo`), parsed once.
+``Material.__repr__`` never shows key bytes, so a stray log or assertion message cannot leak one.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from .keys import key_algorithm_of
+
+__all__ = ["CertInfo", "Material", "cert_info"]
+
+
+@dataclass(frozen=True, slots=True)
+class Material:
+    """One instance's PEMs: the certificate (public key PEM for ``sa``) and the private key."""
+
+    cert: bytes
+    key: bytes | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        return f"Material(cert={len(self.cert)} bytes, key={'<redacted>' if self.key else None})"
+
+
+_EKU_NAMES = {ExtendedKeyUsageOID.SERVER_AUTH: "server", ExtendedKeyUsageOID.CLIENT_AUTH: "client"}
+
+
+@dataclass(frozen=True, slots=True)
+class CertInfo:
+    cn: str
+    o: tuple[str, ...]
+    dns: frozenset[str]
+    ips: frozenset[str]
+    not_before: datetime
+    not_after: datetime
+    serial: int
+    usages: frozenset[str]  # "server", "client"
+    is_ca: bool
+    ski: bytes | None
+    aki: bytes | None
+    issuer_cn: str
+    key_algorithm: str
+
+
+def _ext(cert: x509.Certificate, cls: type) -> object | None:
+    try:
+        return cert.extensions.get_extension_for_class(cls).value
+    except x509.ExtensionNotFound:
+        return None
+
+
+def cert_info(pem: bytes) -> CertInfo:
+    """Parse a certificate PEM (raises ValueError if it is not one)."""
+    cert = x509.load_pem_x509_certificate(pem)
+    subject = cert.subject
+    cn = [a.value for a in subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    issuer_cn = [a.value for a in cert.issuer.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    san = _ext(cert, x509.SubjectAlternativeName)
+    eku = _ext(cert, x509.ExtendedKeyUsage)
+    bc = _ext(cert, x509.BasicConstraints)
+    ski = _ext(cert, x509.SubjectKeyIdentifier)
+    aki = _ext(cert, x509.AuthorityKeyIdentifier)
+    return CertInfo(
+        cn=str(cn[0]) if cn else "",
+        o=tuple(str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)),
+        dns=frozenset(san.get_values_for_type(x509.DNSName)) if san else frozenset(),  # type: ignore[attr-defined]
+        ips=frozenset(str(ipaddress.ip_address(ip)) for ip in san.get_values_for_type(x509.IPAddress)) if san else frozenset(),  # type: ignore[attr-defined]
+        not_before=cert.not_valid_before_utc,
+        not_after=cert.not_valid_after_utc,
+        serial=cert.serial_number,
+        usages=frozenset(_EKU_NAMES.get(u, u.dotted_string) for u in eku) if eku else frozenset(),  # type: ignore[union-attr]
+        is_ca=bool(bc and bc.ca),  # type: ignore[union-attr]
+        ski=ski.digest if ski else None,  # type: ignore[union-attr]
+        aki=aki.key_identifier if aki else None,  # type: ignore[union-attr]
+        issuer_cn=str(issuer_cn[0]) if issuer_cn else "",
+        key_algorithm=key_algorithm_of(cert.public_key()),
+    )

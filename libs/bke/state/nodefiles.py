@@ -1,0 +1,72 @@
+"""Per-node file sets in Redis: what the certs service and the renderer hand to the dispatcher.
+
+A set is stored per (cluster, source, node) so that the dispatcher reads one node's files
+without loading a 5,000-node cluster. Secret files are never stored in clear: certs stores
+them sealed to the node's agent (`sealed_b64`), so Redis only ever holds ciphertext.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import Field
+from redis.asyncio import Redis
+
+from ..contracts.base import Message
+from .keys import cluster_key
+
+__all__ = ["NodeFile", "RedisNodeFiles", "file_from_bytes"]
+
+Source = Literal["render", "certs"]
+
+
+class NodeFile(Message):
+    path: str
+    mode: int = Field(0o644, ge=0, le=0o7777)
+    sha256: str
+    content_b64: str | None = None
+    sealed_b64: str | None = None  # sealed to the receiving agent; never the clear bytes
+
+
+def file_from_bytes(path: str, data: bytes, mode: int = 0o644) -> NodeFile:
+    return NodeFile(path=path, mode=mode, sha256=hashlib.sha256(data).hexdigest(), content_b64=base64.b64encode(data).decode())
+
+
+class RedisNodeFiles:
+    def __init__(self, redis: Redis):
+        self.redis = redis
+
+    @staticmethod
+    def _key(cluster: str, source: Source) -> str:
+        return cluster_key(cluster, "files", source)
+
+    async def put_many(self, cluster: str, source: Source, files: dict[str, list[NodeFile]], digest: str | None = None) -> None:
+        """One hash field per node, written in one round trip; `digest` marks a complete set."""
+        mapping = {node: json.dumps([f.model_dump(by_alias=True, mode="json") for f in fs]) for node, fs in files.items()}
+        async with self.redis.pipeline(transaction=True) as pipe:
+            if mapping:
+                pipe.hset(self._key(cluster, source), mapping=mapping)
+            if digest is not None:
+                pipe.set(self._key(cluster, source) + ":digest", digest)
+            await pipe.execute()
+
+    async def get(self, cluster: str, source: Source, node: str) -> list[NodeFile] | None:
+        raw = await self.redis.hget(self._key(cluster, source), node)
+        if raw is None:
+            return None
+        return [NodeFile.model_validate(d) for d in json.loads(raw)]
+
+    async def get_many(self, cluster: str, source: Source, nodes: list[str]) -> dict[str, list[NodeFile] | None]:
+        if not nodes:
+            return {}
+        raws = await self.redis.hmget(self._key(cluster, source), nodes)
+        return {n: None if r is None else [NodeFile.model_validate(d) for d in json.loads(r)] for n, r in zip(nodes, raws)}
+
+    async def count(self, cluster: str, source: Source) -> int:
+        return int(await self.redis.hlen(self._key(cluster, source)))
+
+    async def digest(self, cluster: str, source: Source) -> str | None:
+        raw = await self.redis.get(self._key(cluster, source) + ":digest")
+        return raw.decode() if isinstance(raw, bytes) else raw

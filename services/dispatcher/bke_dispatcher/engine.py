@@ -1,0 +1,234 @@
+"""The install reconcile loop: phases top to bottom, each step returning done, wait or failed.
+
+State lives in Redis (`state.DispatcherState`), so any replica, or this one restarted,
+continues where the last stopped: a command is published before it is recorded as sent,
+and its id is deterministic, so a crash between the two only re-publishes the same id
+(JetStream drops the duplicate; an agent replays a command it completed).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Awaitable, Callable, Protocol
+
+from bke.contracts.agent import AgentCommand, agent_subject
+from bke.contracts.install import InstallFinished, NodeStepChanged, PhaseChanged, install_subject
+from bke.plan import Plan
+from bke.state import RedisPlanStore
+from bke.state.nodefiles import RedisNodeFiles
+
+from .phases import PHASES, NodeInputs, Phase
+from .state import DispatcherState
+
+__all__ = ["Engine", "Outcome", "command_id", "parse_command_id"]
+
+log = logging.getLogger("bke.dispatcher")
+Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
+SEND_CHUNK = 250  # commands built and published per round trip
+
+
+def command_id(cluster: str, slug: str, node: str, gen: int) -> str:
+    return f"{cluster}/{slug}/{node}/{gen}"
+
+
+def parse_command_id(cid: str) -> tuple[str, str, str, int]:
+    cluster, slug, node, gen = cid.split("/")
+    return cluster, slug, node, int(gen)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # "done" | "wait" | "failed"
+    delay: float = 0.0
+    reason: str = ""
+    node: str | None = None
+
+
+DONE = Outcome("done")
+
+
+class Checksums(Protocol):
+    async def for_plan(self, plan: Plan) -> dict[str, str]: ...
+
+
+class LocalWork(Protocol):
+    async def run(self, name: str, plan: Plan) -> Outcome: ...
+
+
+class Engine:
+    def __init__(
+        self,
+        state: DispatcherState,
+        plans: RedisPlanStore,
+        files: RedisNodeFiles,
+        publish: Publish,
+        checksums: Checksums,
+        local: LocalWork,
+        now: Callable[[], datetime],
+        owner: str,
+        lease_ms: int = 15000,
+    ):
+        self.state, self.plans, self.files, self.publish = state, plans, files, publish
+        self.checksums, self.local, self.now, self.owner, self.lease_ms = checksums, local, now, owner, lease_ms
+
+    def _ts(self) -> str:
+        return self.now().isoformat()
+
+    async def reconcile(self, cluster: str) -> Outcome:
+        inst = await self.state.install(cluster)
+        if not inst or inst.get("status") in ("Succeeded", "Failed"):
+            return Outcome("done") if inst.get("status") != "Failed" else Outcome("failed", reason=inst.get("message", ""))
+        plan = await self.plans.load(cluster)
+        rid = inst["requestId"]
+        for phase in PHASES:
+            ps = await self.state.phase(cluster, phase.slug)
+            status = ps.get("status", "Pending")
+            # 1. finished phases are skipped over: nothing runs twice
+            if status in ("Succeeded", "Skipped"):
+                continue
+            # 2. a failed phase stops the install until `bke retry`
+            if status == "Failed":
+                return Outcome("failed", reason=ps.get("message", ""))
+            # 3. a phase that does not apply to this plan is recorded as Skipped
+            if not phase.run_if(plan):
+                await self._phase(rid, cluster, phase.slug, "Skipped", finishedAt=self._ts())
+                continue
+            # 4. claim the phase: a second replica (or a restarted one) never runs it twice
+            if not await self.state.claim(cluster, phase.slug, self.owner, self.lease_ms):
+                return Outcome("wait", delay=1.0, reason="another dispatcher holds the phase lease")
+            try:
+                if status == "Pending":
+                    await self.state.set_install(cluster, phase=phase.slug)
+                    await self._phase(rid, cluster, phase.slug, "Running", startedAt=self._ts())
+                outcome = await self._step(rid, cluster, plan, phase, ps)
+            finally:
+                await self.state.release(cluster, phase.slug, self.owner)
+            # 5. the step's answer decides: next phase, come back later, or stop
+            if outcome.status == "wait":
+                return outcome
+            if outcome.status == "failed":
+                await self._phase(rid, cluster, phase.slug, "Failed", finishedAt=self._ts(), message=outcome.reason)
+                await self.state.set_install(cluster, status="Failed", message=outcome.reason, finishedAt=self._ts())
+                await self._finished(rid, cluster, "Failed", phase.slug, outcome.node, outcome.reason)
+                return outcome
+            await self._phase(rid, cluster, phase.slug, "Succeeded", finishedAt=self._ts(), message="")
+        await self.state.set_install(cluster, status="Succeeded", finishedAt=self._ts(), phase="", message="")
+        await self._finished(rid, cluster, "Succeeded", None, None, "")
+        return DONE
+
+    async def _step(self, rid: str, cluster: str, plan: Plan, phase: Phase, ps: dict[str, str]) -> Outcome:
+        if phase.local:
+            return await self.local.run(phase.local, plan)
+        targets = phase.targets(plan)
+        if "agents" in phase.needs:
+            have = await self.state.agent_count(cluster)
+            if have < len(targets):
+                return Outcome("wait", delay=1.0, reason=f"{have}/{len(targets)} agents registered")
+            return DONE
+        if not targets:
+            return DONE
+        waiting = await self._inputs_missing(cluster, plan, phase)
+        if waiting:
+            return Outcome("wait", delay=0.5, reason=waiting)
+        total = len(targets)
+        ok, failed, cursor = int(ps.get("ok", 0)), int(ps.get("failed", 0)), int(ps.get("cursor", 0))
+        if ps.get("retry"):
+            await self._resend_retries(rid, cluster, plan, phase)
+        limit = phase.concurrency or total
+        inflight = cursor - ok - failed  # retried nodes left `failed`, so they count as in flight
+        if cursor < total and inflight < limit:
+            batch = targets[cursor : cursor + (limit - max(inflight, 0))]
+            await self._send(rid, cluster, plan, phase, batch, {}, cursor)
+            ps = await self.state.phase(cluster, phase.slug)
+            ok, failed = int(ps.get("ok", 0)), int(ps.get("failed", 0))
+        if ok >= total:
+            return DONE
+        if ok + failed >= total:
+            return await self._failure(cluster, phase)
+        return Outcome("wait", delay=5.0, reason=f"{ok}/{total} nodes done")
+
+    async def _inputs_missing(self, cluster: str, plan: Plan, phase: Phase) -> str:
+        n = len(plan.nodes)
+        if "render" in phase.needs and await self.files.count(cluster, "render") < n:
+            return "waiting for rendered files"
+        if "certs" in phase.needs and await self.files.count(cluster, "certs") < n:
+            return "waiting for certificates sealed to every agent"
+        return ""
+
+    async def _send(self, rid, cluster, plan, phase, batch, gens: dict[str, int], start: int | None) -> None:
+        """Build, publish and record commands for `batch`; `start` is the phase cursor at
+        batch[0] (None for retries, which do not move the cursor)."""
+        sums = await self.checksums.for_plan(plan) if "checksums" in phase.needs else {}
+        for i in range(0, len(batch), SEND_CHUNK):
+            chunk = batch[i : i + SEND_CHUNK]
+            names = [n.hostname for n in chunk]
+            render = await self.files.get_many(cluster, "render", names)
+            certs = await self.files.get_many(cluster, "certs", names) if "certs" in phase.needs else {}
+            sent, pubs = {}, []
+            for node in chunk:
+                h = node.hostname
+                gen = gens.get(h, 0)
+                inp = NodeInputs(render=render.get(h) or [], certs=certs.get(h) or [], checksums=sums)
+                cmd = AgentCommand(
+                    command_id=command_id(cluster, phase.slug, h, gen),
+                    cluster=cluster,
+                    node=h,
+                    phase=phase.slug,
+                    issued_at=self._ts(),
+                    steps=phase.build(plan, node, inp) if phase.build else [],
+                )
+                sent[h] = {"id": cmd.command_id, "gen": gen, "status": "Sent", "step": "", "stderr": "", "at": cmd.issued_at}
+                pubs.append(self.publish(cmd.to_bytes(), agent_subject(cluster, h, "command"), {"Nats-Msg-Id": cmd.command_id}))
+            # publish first, then record: a crash in between only re-publishes the same ids
+            await asyncio.gather(*pubs)
+            cursor = None if start is None else start + i + len(chunk)
+            await self.state.mark_sent(cluster, phase.slug, sent, cursor, self._ts())
+            await asyncio.gather(*(self._node_event(rid, cluster, h, phase.slug, "Running", None, "") for h in sent))
+
+    async def _resend_retries(self, rid: str, cluster: str, plan: Plan, phase: Phase) -> None:
+        cmds = await self.state.all_commands(cluster, phase.slug)
+        retry = {h: c["gen"] for h, c in cmds.items() if c["status"] == "Retry"}
+        nodes = [n for n in phase.targets(plan) if n.hostname in retry]
+        await self._send(rid, cluster, plan, phase, nodes, retry, None)
+        await self.state.set_phase(cluster, phase.slug, retry="")
+
+    async def _failure(self, cluster: str, phase: Phase) -> Outcome:
+        cmds = await self.state.all_commands(cluster, phase.slug)
+        failed = sorted((h, c) for h, c in cmds.items() if c["status"] == "Failed")
+        first_node, first = failed[0]
+        names = ", ".join(h for h, _ in failed[:10]) + (f" and {len(failed) - 10} more" if len(failed) > 10 else "")
+        reason = f"{len(failed)} node(s) failed: {names}; {first_node} step {first['step']}: {first['stderr'][:500]}"
+        return Outcome("failed", reason=reason, node=first_node)
+
+    # events -------------------------------------------------------------------
+    async def _phase(self, rid: str, cluster: str, slug: str, status: str, **fields: str) -> None:
+        await self.state.set_phase(cluster, slug, status=status, **fields)
+        ps = await self.state.phase(cluster, slug)
+        ev = PhaseChanged(
+            request_id=rid,
+            cluster=cluster,
+            phase=slug,
+            status=status,
+            at=self._ts(),
+            message=fields.get("message", ""),
+            done=int(ps.get("ok", 0)),
+            total=int(ps.get("total", 0) or 0),
+        )
+        log.info("phase %s %s", slug, status, extra={"cluster": cluster, "phase": slug, "request_id": rid})
+        await self.publish(ev.to_bytes(), install_subject(cluster, "phase"), {})
+
+    async def _node_event(self, rid, cluster, node, slug, status, step, stderr) -> None:
+        ev = NodeStepChanged(request_id=rid, cluster=cluster, node=node, phase=slug, status=status, at=self._ts(), step=step, stderr=stderr)
+        await self.publish(ev.to_bytes(), install_subject(cluster, "node"), {})
+
+    async def _finished(self, rid, cluster, status, phase, node, message) -> None:
+        ev = InstallFinished(request_id=rid, cluster=cluster, status=status, at=self._ts(), phase=phase, node=node, message=message)
+        log.info("install %s", status, extra={"cluster": cluster, "request_id": rid, "phase": phase})
+        await self.publish(ev.to_bytes(), install_subject(cluster, "finished"), {"Nats-Msg-Id": f"finished:{cluster}:{rid}:{status}"})
+
+    async def set_total(self, cluster: str, plan: Plan) -> None:
+        for phase in PHASES:
+            await self.state.set_phase(cluster, phase.slug, total=len(phase.targets(plan)))

@@ -1,0 +1,81 @@
+"""Cluster health after the install: health commands through the agents, on a period.
+
+Each round sends one command per etcd/control-plane node (id `<cluster>/health@<round>/<node>/0`)
+and keeps the latest answer per node in `bke:<cluster>:health`. Kube-system pod status via
+the kubernetes client is added where an apiserver is reachable (not in the lab).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from datetime import datetime
+from typing import Awaitable, Callable
+
+from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
+from bke.state import RedisPlanStore
+from bke.state.keys import cluster_key
+
+from .phases import phase_by_slug
+from .state import DispatcherState
+
+__all__ = ["HealthMonitor"]
+
+log = logging.getLogger("bke.dispatcher.health")
+
+
+class HealthMonitor:
+    def __init__(
+        self,
+        state: DispatcherState,
+        plans: RedisPlanStore,
+        publish: Callable[[bytes, str, dict[str, str]], Awaitable[None]],
+        now: Callable[[], datetime],
+        interval_s: float,
+    ):
+        self.state, self.plans, self.publish, self.now, self.interval_s = state, plans, publish, now, interval_s
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if self.interval_s > 0 and self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="health")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)  # the period itself, not a synchronisation
+            try:
+                await self.round()
+            except Exception:  # noqa: BLE001 - a failed round must not stop the monitor
+                log.exception("health round failed")
+
+    async def round(self) -> int:
+        sent = 0
+        for cluster in await self.state.installs():
+            if (await self.state.install(cluster)).get("status") != "Succeeded":
+                continue
+            plan = await self.plans.load(cluster)
+            rnd = int(await self.state.r.hincrby(cluster_key(cluster, "health-meta"), "round", 1))
+            phase = phase_by_slug("health")
+            for node in phase.targets(plan):
+                steps = phase.build(plan, node, None) if phase.build else []  # type: ignore[arg-type]
+                cmd = AgentCommand(
+                    command_id=f"{cluster}/health@{rnd}/{node.hostname}/0",
+                    cluster=cluster,
+                    node=node.hostname,
+                    phase="health",
+                    issued_at=self.now().isoformat(),
+                    steps=steps,
+                )
+                await self.publish(cmd.to_bytes(), agent_subject(cluster, node.hostname, "command"), {"Nats-Msg-Id": cmd.command_id})
+                sent += 1
+        return sent
+
+    async def record(self, res: CommandResult) -> None:
+        failing = [s.id for s in res.steps if s.status == "Failed"]
+        doc = {"status": "Healthy" if res.status == "Succeeded" else "Unhealthy", "failing": failing, "at": res.finished_at}
+        await self.state.r.hset(cluster_key(res.cluster, "health"), res.node, json.dumps(doc))

@@ -1,0 +1,130 @@
+"""The install pipeline as a data table. The CLI, the docs and `bke status` read it too.
+
+Each phase names its target nodes, the inputs it needs before it can start, and how to
+build one node's steps. Phases run in order; a phase whose `run_if` is false is Skipped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from bke.contracts.agent import Step, SystemdUnit
+from bke.plan import NodePlan, Plan
+from bke.state.nodefiles import NodeFile
+
+from .steps import health_steps, node_env_steps, write_steps
+
+__all__ = ["PHASES", "Phase", "NodeInputs", "init_node", "phase_by_slug"]
+
+CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+ETCD = ("etcd-data", "etcd-events", "etcd-pods")
+HEALTH_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class NodeInputs:
+    """What a step builder may read for one node: nothing else, so builders stay pure."""
+
+    render: list[NodeFile]
+    certs: list[NodeFile]
+    checksums: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Phase:
+    slug: str
+    summary: str
+    targets: Callable[[Plan], list[NodePlan]]
+    build: Callable[[Plan, NodePlan, NodeInputs], list[Step]] | None = None
+    needs: tuple[str, ...] = ()  # "agents", "render", "certs", "checksums"
+    run_if: Callable[[Plan], bool] = field(default=lambda plan: True)
+    concurrency: int | None = None  # commands in flight at once; None = every target
+    local: str | None = None  # work the dispatcher does itself ("addons")
+
+
+def init_node(plan: Plan) -> NodePlan:
+    """The endpoint's own node if it runs kube-apiserver, else the first apiserver node."""
+    host = plan.control_plane_endpoint.rsplit(":", 1)[0].strip("[]")
+    apiservers = plan.nodes_running("kube-apiserver")
+    return next((n for n in apiservers if n.ip == host), apiservers[0])
+
+
+def _all(plan: Plan) -> list[NodePlan]:
+    return list(plan.nodes)
+
+
+def _running(*components: str) -> Callable[[Plan], list[NodePlan]]:
+    return lambda plan: [n for n in plan.nodes if any(c in n.components for c in components)]
+
+
+def _joiners(plan: Plan) -> list[NodePlan]:
+    first = init_node(plan).hostname
+    return [n for n in _running(*CONTROL_PLANE)(plan) if n.hostname != first]
+
+
+def _workers(plan: Plan) -> list[NodePlan]:
+    return [n for n in plan.nodes if n.registers and not any(c in n.components for c in CONTROL_PLANE)]
+
+
+def _control_plane(plan: Plan, node: NodePlan, inp: NodeInputs) -> list[Step]:
+    return [*write_steps(inp.render, "control-plane"), *health_steps(plan, node, CONTROL_PLANE, HEALTH_TIMEOUT_S)]
+
+
+PHASES: tuple[Phase, ...] = (
+    Phase("agents", "every node's agent is up and has announced its keys", _all, needs=("agents",)),
+    Phase(
+        "node-env",
+        "preflight checks; containerd, kubelet, kubectl fetched and verified; kubelet running",
+        _all,
+        lambda plan, node, inp: node_env_steps(plan, node, inp.render, inp.checksums),
+        needs=("render", "checksums"),
+    ),
+    Phase(
+        "certs",
+        "each node receives exactly its own certificates and keys, sealed to its agent",
+        _all,
+        lambda plan, node, inp: write_steps(inp.certs, "certs", "cert"),
+        needs=("certs",),
+    ),
+    Phase(
+        "load-balancer",
+        "haproxy + keepalived static pods for the VIP endpoint",
+        _running("haproxy", "keepalived"),
+        lambda plan, node, inp: write_steps(inp.render, "load-balancer"),
+        run_if=lambda plan: plan.load_balancer,
+    ),
+    Phase(
+        "etcd",
+        "every etcd cluster's members started and waited healthy (before any apiserver)",
+        _running(*ETCD),
+        lambda plan, node, inp: [*write_steps(inp.render, "etcd"), *health_steps(plan, node, ETCD, HEALTH_TIMEOUT_S)],
+    ),
+    Phase(
+        "control-plane-init",
+        "the first control-plane node's components, waited healthy",
+        lambda plan: [init_node(plan)],
+        _control_plane,
+    ),
+    Phase("control-plane-join", "the other control-plane nodes", _joiners, _control_plane),
+    Phase(
+        "workers",
+        "worker kubelets restarted with their credentials, in bounded batches",
+        _workers,
+        lambda plan, node, inp: [SystemdUnit(id="systemd:kubelet", unit="kubelet.service", action="restart")],
+        concurrency=500,
+    ),
+    Phase("addons", "kube-proxy, CoreDNS, then user addons, applied in order", lambda plan: [], local="addons"),
+    Phase(
+        "health",
+        "etcd members and control-plane endpoints answer",
+        lambda plan: [n for n in plan.nodes if any(c in n.components for c in (*ETCD, *CONTROL_PLANE))],
+        lambda plan, node, inp: health_steps(plan, node, (*ETCD, *CONTROL_PLANE), 60.0),
+    ),
+)
+
+
+def phase_by_slug(slug: str) -> Phase:
+    for p in PHASES:
+        if p.slug == slug:
+            return p
+    raise KeyError(slug)

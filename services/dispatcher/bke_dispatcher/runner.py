@@ -1,0 +1,68 @@
+"""One reconcile loop per cluster, woken by events (`kick`) or by its own wait delay.
+
+Kicks coalesce: a thousand results arriving together cause one reconcile, not a thousand.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from bke.errors import TemporaryError
+
+from .engine import Engine
+from .state import DispatcherState
+
+__all__ = ["Runner"]
+
+log = logging.getLogger("bke.dispatcher")
+
+
+class Runner:
+    def __init__(self, engine: Engine, state: DispatcherState):
+        self.engine, self.state = engine, state
+        self._events: dict[str, asyncio.Event] = {}
+        self._tasks: dict[str, asyncio.Task] = {}
+
+    def kick(self, cluster: str) -> None:
+        task = self._tasks.get(cluster)
+        if task is None or task.done():
+            self._events[cluster] = asyncio.Event()
+            self._tasks[cluster] = asyncio.create_task(self._loop(cluster), name=f"reconcile:{cluster}")
+        else:
+            self._events[cluster].set()
+
+    async def resume_all(self) -> list[str]:
+        """After a (re)start: pick up every install that was running."""
+        resumed = []
+        for cluster in await self.state.installs():
+            if (await self.state.install(cluster)).get("status") == "Running":
+                self.kick(cluster)
+                resumed.append(cluster)
+        return resumed
+
+    async def _loop(self, cluster: str) -> None:
+        event = self._events[cluster]
+        while True:
+            event.clear()
+            try:
+                outcome = await self.engine.reconcile(cluster)
+                if outcome.status in ("done", "failed"):
+                    return
+                delay = outcome.delay
+            except TemporaryError as exc:
+                delay = exc.delay
+                log.info("reconcile waits: %s", exc, extra={"cluster": cluster})
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - keep the loop alive; state in Redis is intact
+                log.exception("reconcile failed; retrying", extra={"cluster": cluster})
+                delay = 2.0
+            try:
+                await asyncio.wait_for(event.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+
+    async def stop(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)

@@ -1,0 +1,26 @@
+"""Dispatcher settings: the shared connection variables plus `BKE_DISPATCHER_*`."""
+from __future__ import annotations
+
+import os
+import socket
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from bke.settings import ServiceSettings
+
+__all__ = ["DispatcherSettings"]
+
+
+class DispatcherSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="BKE_DISPATCHER_", extra="ignore", frozen=True)
+
+    # Identifies this replica in phase leases; unique per process.
+    owner: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    lease_ms: int = 15000
+    health_interval_s: float = 60.0
+    # lab: binaries are simulated and addons validated + recorded (no apiserver);
+    # real: checksums from the httpRepo's `.sha256` files, addons applied with server-side apply.
+    mode: Literal["lab", "real"] = "real"
+    batch_size: int = 64

@@ -1,0 +1,152 @@
+"""The dispatcher's state in Redis: install, phases, per-node commands, leases, agents.
+
+    bke:<c>:install              hash  requestId status startedAt finishedAt phase message
+    bke:<c>:phase:<slug>         hash  status startedAt finishedAt message total cursor ok failed gen
+    bke:<c>:cmd:<slug>           hash  <node> -> JSON {id, gen, status, step, stderr, at}
+    bke:<c>:node                 hash  <node> -> JSON {phase, status, step}
+    bke:<c>:lease:<slug>         string owner (PX ttl)   claimed before a phase step runs
+    bke:<c>:agents               hash  <node> -> AgentRegistered JSON
+    bke:installs                 set   clusters with an install record
+
+Transitions that must count once (a result that arrives twice) are Lua scripts.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from redis.asyncio import Redis
+
+from bke.state.keys import cluster_key
+
+__all__ = ["DispatcherState"]
+
+_FINISH_CMD = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return 0 end
+local c = cjson.decode(cur)
+if c['id'] ~= ARGV[2] or c['status'] ~= 'Sent' then return 0 end
+c['status'] = ARGV[3]; c['step'] = ARGV[4]; c['stderr'] = ARGV[5]; c['at'] = ARGV[6]
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(c))
+if ARGV[3] == 'Succeeded' then redis.call('HINCRBY', KEYS[2], 'ok', 1)
+else redis.call('HINCRBY', KEYS[2], 'failed', 1) end
+return 1
+"""
+_CLAIM = """
+local cur = redis.call('GET', KEYS[1])
+if (not cur) or cur == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]); return 1
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+class DispatcherState:
+    def __init__(self, redis: Redis):
+        self.r = redis
+
+    # install -----------------------------------------------------------------
+    async def start_install(self, cluster: str, request_id: str, now: str) -> bool:
+        """Create the install record once; False if it already exists (resume)."""
+        key = cluster_key(cluster, "install")
+        created = await self.r.hsetnx(key, "requestId", request_id)
+        if created:
+            await self.r.hset(key, mapping={"status": "Running", "startedAt": now, "phase": "", "message": ""})
+            await self.r.sadd("bke:installs", cluster)
+        return bool(created)
+
+    async def install(self, cluster: str) -> dict[str, str]:
+        return {_s(k): _s(v) for k, v in (await self.r.hgetall(cluster_key(cluster, "install"))).items()}
+
+    async def set_install(self, cluster: str, **fields: str) -> None:
+        await self.r.hset(cluster_key(cluster, "install"), mapping=fields)
+
+    async def installs(self) -> list[str]:
+        return sorted(_s(c) for c in await self.r.smembers("bke:installs"))
+
+    # phases ------------------------------------------------------------------
+    async def phase(self, cluster: str, slug: str) -> dict[str, str]:
+        return {_s(k): _s(v) for k, v in (await self.r.hgetall(cluster_key(cluster, "phase", slug))).items()}
+
+    async def set_phase(self, cluster: str, slug: str, **fields: Any) -> None:
+        await self.r.hset(cluster_key(cluster, "phase", slug), mapping={k: str(v) for k, v in fields.items()})
+
+    async def retry_nodes(self, cluster: str, slug: str, cmds: dict[str, dict]) -> None:
+        """Put failed nodes back in flight with a new generation (a new command id), and the
+        phase and install back to Running, in one transaction."""
+        async with self.r.pipeline(transaction=True) as pipe:
+            if cmds:
+                pipe.hset(cluster_key(cluster, "cmd", slug), mapping={n: json.dumps(c) for n, c in cmds.items()})
+                pipe.hincrby(cluster_key(cluster, "phase", slug), "failed", -len(cmds))
+            pipe.hset(cluster_key(cluster, "phase", slug), mapping={"status": "Running", "retry": "1", "message": "", "finishedAt": ""})
+            pipe.hset(cluster_key(cluster, "install"), mapping={"status": "Running", "message": "", "finishedAt": ""})
+            await pipe.execute()
+
+    # commands ----------------------------------------------------------------
+    async def commands(self, cluster: str, slug: str, nodes: list[str]) -> dict[str, dict | None]:
+        if not nodes:
+            return {}
+        raws = await self.r.hmget(cluster_key(cluster, "cmd", slug), nodes)
+        return {n: None if r is None else json.loads(r) for n, r in zip(nodes, raws)}
+
+    async def all_commands(self, cluster: str, slug: str) -> dict[str, dict]:
+        raw = await self.r.hgetall(cluster_key(cluster, "cmd", slug))
+        return {_s(k): json.loads(v) for k, v in raw.items()}
+
+    async def mark_sent(self, cluster: str, slug: str, sent: dict[str, dict], cursor: int | None, now: str) -> None:
+        """Record a batch of published commands and advance the phase cursor, in one round trip."""
+        async with self.r.pipeline(transaction=True) as pipe:
+            pipe.hset(cluster_key(cluster, "cmd", slug), mapping={n: json.dumps(c) for n, c in sent.items()})
+            pipe.hset(
+                cluster_key(cluster, "node"),
+                mapping={n: json.dumps({"phase": slug, "status": "Running", "step": None}) for n in sent},
+            )
+            if cursor is not None:
+                pipe.hset(cluster_key(cluster, "phase", slug), "cursor", cursor)
+            await pipe.execute()
+
+    async def finish_command(
+        self, cluster: str, slug: str, node: str, command_id: str, status: str, step: str, stderr: str, now: str
+    ) -> bool:
+        """Count a result once; False for a stale or duplicate result."""
+        keys = [cluster_key(cluster, "cmd", slug), cluster_key(cluster, "phase", slug)]
+        done = await self.r.eval(_FINISH_CMD, 2, *keys, node, command_id, status, step, stderr, now)
+        if done:
+            await self.r.hset(
+                cluster_key(cluster, "node"), node, json.dumps({"phase": slug, "status": status, "step": step or None})
+            )
+        return bool(done)
+
+    async def nodes(self, cluster: str) -> dict[str, dict]:
+        raw = await self.r.hgetall(cluster_key(cluster, "node"))
+        return {_s(k): json.loads(v) for k, v in raw.items()}
+
+    # leases ------------------------------------------------------------------
+    async def claim(self, cluster: str, slug: str, owner: str, ttl_ms: int) -> bool:
+        return bool(await self.r.eval(_CLAIM, 1, cluster_key(cluster, "lease", slug), owner, ttl_ms))
+
+    async def release(self, cluster: str, slug: str, owner: str) -> None:
+        await self.r.eval(_RELEASE, 1, cluster_key(cluster, "lease", slug), owner)
+
+    # agents ------------------------------------------------------------------
+    async def register_agent(self, cluster: str, node: str, doc: str) -> None:
+        await self.r.hset(cluster_key(cluster, "agents"), node, doc)
+
+    async def agents(self, cluster: str, nodes: list[str] | None = None) -> dict[str, dict]:
+        key = cluster_key(cluster, "agents")
+        if nodes is None:
+            raw = await self.r.hgetall(key)
+            return {_s(k): json.loads(v) for k, v in raw.items()}
+        vals = await self.r.hmget(key, nodes)
+        return {n: json.loads(v) for n, v in zip(nodes, vals) if v is not None}
+
+    async def agent_count(self, cluster: str) -> int:
+        return int(await self.r.hlen(cluster_key(cluster, "agents")))
