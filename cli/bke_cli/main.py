@@ -10,11 +10,11 @@ import sys
 
 import typer
 
-from . import plan_cmd
+from . import lab_cmd, plan_cmd, status_cmd
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="BKE: install and upgrade large Kubernetes clusters.")
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 
 @app.callback()
@@ -23,13 +23,15 @@ def _root() -> None:
 
 
 app.command("plan")(plan_cmd.plan)
+for _module in (status_cmd, lab_cmd):
+    _module.register(app)
 
 
-def _register_optional() -> None:
-    """Command groups owned by other modules; each registers itself on `app`."""
+def _register_others() -> None:
+    # Command groups written alongside (certs, render, versions, agent); each has register(app).
     import importlib
 
-    for name in ("certs_cmd", "render_cmd", "versions_cmd", "lab_cmd", "status_cmd", "agent_cmd"):
+    for name in ("certs_cmd", "render_cmd", "versions_cmd", "agent_cmd"):
         try:
             mod = importlib.import_module(f"bke_cli.{name}")
         except ModuleNotFoundError as exc:
@@ -39,7 +41,7 @@ def _register_optional() -> None:
         mod.register(app)
 
 
-_register_optional()
+_register_others()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         code = exc.code
         if isinstance(code, int):
-            # click reports usage errors with 2 already; keep ours as they are.
             return code
         return 0 if code is None else 1
     return 0

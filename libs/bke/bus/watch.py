@@ -60,3 +60,12 @@ class EventWatch:
                 found = first()
         assert found is not None
         return found
+
+    async def wait_more(self, count: int, timeout: float) -> bool:
+        """Wait until more than `count` events were seen; False at the timeout."""
+        async with self._cond:
+            try:
+                await asyncio.wait_for(self._cond.wait_for(lambda: len(self.seen) > count), timeout)
+            except TimeoutError:
+                return False
+        return True

@@ -28,7 +28,7 @@ from .instances import FileRef, Instance, desired_instances, node_file_refs
 from .issue import IssueOptions, Validity, issue
 from .manifest import Manifest, build_manifest
 from .material import CertInfo, Material, cert_info
-from .report import CertsReport, NodeFileRef, Reissued
+from .report import CertsReport, Reissued
 
 __all__ = ["EnsureResult", "Verdict", "decide", "ensure_pki", "renew_before", "validity_of"]
 
@@ -139,13 +139,17 @@ def ensure_pki(plan: Plan, existing: Mapping[str, Material], now: datetime,
     todo_ids = {v.instance for v in verdicts if v.action != "reuse"}
     todo = [i for i in desired if i.id in todo_ids]
     cas = {i.id: existing[i.id] for i in desired if i.spec.kind == "ca" and i.id not in todo_ids}
-    issued = issue(todo, cas, validity, options)  # 3. the CPU-heavy part
+
+    def bookkeeping() -> tuple[dict[str, list[FileRef]], Manifest]:
+        files = node_file_refs(plan)
+        return files, build_manifest(plan, desired, files)
+
+    issued, book = issue(todo, cas, validity, options, meanwhile=bookkeeping)  # 3. CPU-heavy part
+    files, manifest = book  # type: ignore[misc]
     materials = {i.id: issued.get(i.id) or existing[i.id] for i in desired}  # 4. assemble
-    wanted = set(materials)
-    removed = tuple(sorted(i for i in existing if i not in wanted))
-    files = node_file_refs(plan)
-    manifest = build_manifest(plan, desired, files)
+    removed = tuple(sorted(i for i in existing if i not in materials))
     changed = frozenset(issued)
+    gone = [h for h in (previous.files if previous else {}) if h not in files]
     report = CertsReport.model_construct(
         cluster=plan.cluster,
         issued=[v.instance for v in verdicts if v.action == "issue"],
@@ -153,10 +157,8 @@ def ensure_pki(plan: Plan, existing: Mapping[str, Material], now: datetime,
                   for v in verdicts if v.action == "reissue"],
         reused=[v.instance for v in verdicts if v.action == "reuse"],
         removed=list(removed),
-        changed_nodes=_changed_nodes(files, changed, previous) + [h for h in (previous.files if previous else {})
-                                                                   if h not in files],
-        nodes={h: [NodeFileRef.model_construct(path=f.path, mode=f.mode, instance=f.instance, secret=f.secret)
-                   for f in refs] for h, refs in files.items()},
+        changed_nodes=_changed_nodes(files, changed, previous) + gone,
+        nodes=files,
         warnings=warnings,
     )
     return EnsureResult(materials, changed, removed, manifest, report)

@@ -11,15 +11,17 @@ process tree; they are never logged.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import multiprocessing
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from ipaddress import ip_address
+from typing import TypeVar
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -34,7 +36,8 @@ __all__ = ["BACKDATE", "IssueOptions", "Validity", "issue"]
 
 # Leaves and CAs start slightly in the past so that a node whose clock lags a little accepts them.
 BACKDATE = timedelta(minutes=5)
-_POOL_MIN_SECONDS = 0.25  # below this estimated CPU time a pool costs more than it saves
+_POOL_MIN_SECONDS = 0.25
+T = TypeVar("T")  # below this estimated CPU time a pool costs more than it saves
 
 
 @dataclass(frozen=True)
@@ -63,53 +66,64 @@ def _item(inst: Instance) -> _Item:
 
 
 def issue(instances: Sequence[Instance], cas: Mapping[str, Material], validity: Validity,
-          options: IssueOptions | None = None) -> dict[str, Material]:
+          options: IssueOptions | None = None,
+          meanwhile: Callable[[], T] | None = None) -> tuple[dict[str, Material], T | None]:
     """Issue every instance given (CA rows first), signing leaves with ``cas`` or new CAs.
 
-    Returns id -> Material. ``cas`` maps CA instance ids to existing CA material (with key).
+    ``cas`` maps CA instance ids to existing CA material (with key). ``meanwhile`` runs in this
+    process while the pool works on the leaves (the ensure step builds its manifest there), so
+    that bookkeeping overlaps with key generation instead of adding to it.
+    Returns (id -> Material, meanwhile's result).
     """
     options = options or IssueOptions()
-    first = [i for i in instances if i.spec.kind in ("ca", "keypair")]
+    first = [_item(i) for i in instances if i.spec.kind in ("ca", "keypair")]
     leaves = [i for i in instances if i.spec.kind not in ("ca", "keypair")]
     estimate = len(instances) * KEYGEN_SECONDS.get(validity.algorithm, 0.05)
-    use_pool = options.executor is not None or (options.procs > 1 and estimate >= _POOL_MIN_SECONDS)
-    if not use_pool:
-        return _issue_in(None, first, leaves, cas, validity, 1)
+    if options.executor is None and (options.procs <= 1 or estimate < _POOL_MIN_SECONDS):
+        return _issue_in(None, first, leaves, cas, validity, 1, meanwhile)
     if options.executor is not None:
-        return _issue_in(options.executor, first, leaves, cas, validity, options.procs)
+        return _issue_in(options.executor, first, leaves, cas, validity, options.procs, meanwhile)
     method = options.start_method or ("fork" if threading.active_count() == 1 else "forkserver")
     with ProcessPoolExecutor(options.procs, mp_context=multiprocessing.get_context(method)) as pool:
-        return _issue_in(pool, first, leaves, cas, validity, options.procs)
+        return _issue_in(pool, first, leaves, cas, validity, options.procs, meanwhile)
 
 
-def _issue_in(pool: Executor | None, first: list[Instance], leaves: list[Instance],
-              cas: Mapping[str, Material], validity: Validity, procs: int) -> dict[str, Material]:
-    out: dict[str, Material] = {}
-    out.update(_run(pool, [_item(i) for i in first], {}, validity, procs))
-    if leaves:
-        signers = {**{k: v for k, v in cas.items()}, **out}
-        needed = {i.spec.ca for i in leaves}
-        missing = sorted(n for n in needed if n not in signers or signers[n].key is None)  # type: ignore[operator]
-        if missing:
-            raise KeyError(f"no CA material for {', '.join(missing)}")  # caller bug: decide() prevents it
-        ca_payload = {n: (signers[n].cert, signers[n].key) for n in needed if n}  # type: ignore[index]
-        out.update(_run(pool, [_item(i) for i in leaves], ca_payload, validity, procs))
-    return out
-
-
-def _run(pool: Executor | None, items: list[_Item], ca_payload: dict, validity: Validity,
-         procs: int) -> dict[str, Material]:
-    if not items:
-        return {}
+def _issue_in(pool: Executor | None, first: list[_Item], leaves: list[Instance], cas: Mapping[str, Material],
+              validity: Validity, procs: int, meanwhile: Callable[[], T] | None) -> tuple[dict[str, Material], T | None]:
     header = (validity.algorithm, validity.now, validity.ca_days, validity.leaf_days)
+    # CAs first: leaves need them. A handful of keys: in the pool only when keys are slow (RSA).
+    ca_pool = pool if validity.algorithm.startswith("RSA") and len(first) > 1 else None
+    out = _collect(_submit(ca_pool, header, {}, first, procs))
+    pending: list = []
+    if leaves:
+        signers = {**cas, **out}
+        needed = {i.spec.ca for i in leaves}
+        missing = sorted(str(n) for n in needed if n not in signers or signers[n].key is None)  # type: ignore[index]
+        if missing:
+            raise KeyError(f"no CA material for {', '.join(missing)}")  # a caller bug: decide() prevents it
+        payload = {n: (signers[n].cert, signers[n].key) for n in needed}  # type: ignore[index]
+        pending = _submit(pool, header, payload, [_item(i) for i in leaves], procs)
+    extra = meanwhile() if meanwhile is not None else None
+    out.update(_collect(pending))
+    return out, extra
+
+
+def _submit(pool: Executor | None, header: tuple, payload: dict, items: list[_Item], procs: int) -> list:
+    """Start the work: futures from the pool, or the finished result when there is no pool."""
+    if not items:
+        return []
     if pool is None:
-        return {i: Material(c, k) for i, c, k in _issue_job((header, ca_payload, items))}
-    per_worker = 4 if validity.algorithm.startswith("RSA") else 1  # RSA keygen time varies: balance
+        return [_issue_job((header, payload, items))]
+    per_worker = 4 if header[0].startswith("RSA") else 1  # RSA keygen time varies a lot: balance
     n_chunks = max(1, min(len(items), procs * per_worker))
     size = -(-len(items) // n_chunks)
-    jobs = [(header, ca_payload, items[k:k + size]) for k in range(0, len(items), size)]
+    return [pool.submit(_issue_job, (header, payload, items[k:k + size])) for k in range(0, len(items), size)]
+
+
+def _collect(pending: list) -> dict[str, Material]:
     out: dict[str, Material] = {}
-    for result in pool.map(_issue_job, jobs):
+    for part in pending:
+        result = part if isinstance(part, list) else part.result()
         out.update((i, Material(c, k)) for i, c, k in result)
     return out
 
@@ -187,7 +201,22 @@ def _san(dns: tuple[str, ...], ips: tuple[str, ...]) -> x509.Extension:
 
 
 def _issue_job(job: tuple) -> list[tuple[str, bytes, bytes]]:
-    """Issue one chunk. Top-level so that a process pool can pickle it by reference."""
+    """Issue one chunk. Top-level so that a process pool can pickle it by reference.
+
+    The cyclic GC is paused: the loop allocates many short-lived objects and no cycles, and a
+    collection would walk the whole (forked) heap of the parent - a 5,000-node plan - touching
+    copy-on-write pages for nothing.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _issue_items(job)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _issue_items(job: tuple) -> list[tuple[str, bytes, bytes]]:
     (algorithm, now, ca_days, leaf_days), ca_payload, items = job
     not_before = now - BACKDATE
     signers = {ca_id: _signer(*pems) for ca_id, pems in ca_payload.items()}

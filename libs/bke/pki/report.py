@@ -10,7 +10,9 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-__all__ = ["CertsReport", "NodeFileRef", "Reissued", "RenewedCert"]
+from .instances import FileRef
+
+__all__ = ["CertsReport", "FileRef", "Reissued", "RenewedCert"]
 
 
 class _Model(BaseModel):
@@ -20,13 +22,6 @@ class _Model(BaseModel):
 class Reissued(_Model):
     instance: str
     reason: str
-
-
-class NodeFileRef(_Model):
-    path: str
-    mode: int
-    instance: str
-    secret: bool
 
 
 class CertsReport(_Model):
@@ -42,7 +37,7 @@ class CertsReport(_Model):
     reused: list[str]
     removed: list[str]
     changed_nodes: list[str]
-    nodes: dict[str, list[NodeFileRef]]
+    nodes: dict[str, list[FileRef]]  # part "key"/"kubeconfig" = secret: deliver sealed
     warnings: list[str] = []
 
     @property

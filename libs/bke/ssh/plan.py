@@ -21,15 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .files import AgentFiles
+from .layout import AGENT_BIN, AGENT_PREFIX, CONFIG_DIR, ENV_PATH, STAGING_DIR, UNIT_NAME, UNIT_PATH
 
 __all__ = [
-    "AGENT_PREFIX",
-    "AGENT_BIN",
-    "CONFIG_DIR",
-    "ENV_PATH",
-    "STAGING_DIR",
-    "UNIT_NAME",
-    "UNIT_PATH",
     "BootstrapParams",
     "Inline",
     "LocalFile",
@@ -40,13 +34,6 @@ __all__ = [
     "SUDO",
 ]
 
-AGENT_PREFIX = "/opt/bke-agent"  # the agent's venv
-AGENT_BIN = f"{AGENT_PREFIX}/bin/bke-agent"
-CONFIG_DIR = "/etc/bke-agent"
-ENV_PATH = f"{CONFIG_DIR}/env"
-UNIT_NAME = "bke-agent.service"
-UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
-STAGING_DIR = ".bke-bootstrap"  # relative: the SSH user's home, never a shared /tmp path
 SUDO = ("sudo", "-n", "--")  # -n: fail instead of prompting; there is no terminal to prompt on
 
 _WHEEL_NAME = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
@@ -69,7 +56,7 @@ class Inline:
 
 @dataclass(frozen=True)
 class Upload:
-    """One file put in the staging directory before the step's command runs."""
+    """One file put in the staging directory (0700) after its step's command ran."""
 
     name: str  # file name inside STAGING_DIR
     mode: int
@@ -82,7 +69,7 @@ class Upload:
 
 @dataclass(frozen=True)
 class Step:
-    """One row of the bootstrap table: upload ``uploads``, then run ``argv``."""
+    """One row of the bootstrap table: run ``argv``, then put ``uploads`` in the staging directory."""
 
     name: str
     summary: str

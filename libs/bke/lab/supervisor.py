@@ -1,0 +1,138 @@
+"""The lab on one machine: the embedded NATS + Redis, each service as its own OS process, one
+agent process per node with root `<workdir>/hosts/<hostname>/`. Everything is tracked by PID
+in `<workdir>/processes.json`, so `bke lab down` stops exactly what the lab started.
+
+Layout of a lab workdir:
+    runtime/            NATS JetStream store, Redis AOF, runtime.json (bke.runtime.embedded)
+    secret.key          the operator key that encrypts CA keys at rest (created 0600)
+    logs/<name>.log     one log per process
+    hosts/<hostname>/   each node's root (what would be / on a real node)
+    processes.json      {"services": {name: pid}, "agents": {hostname: pid}}
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..plan import Plan
+from ..runtime import EmbeddedRuntime, RuntimeInfo
+from ..runtime.processes import ManagedProcess, pid_alive, stop_pid
+
+__all__ = ["LabSupervisor", "SERVICES", "lab_env"]
+
+SERVICES = ("planner", "certs", "renderer", "dispatcher")
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+def lab_env(info: RuntimeInfo, workdir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        BKE_NATS_URL=info.nats_url,
+        BKE_REDIS_URL=info.redis_url,
+        BKE_SECRET_KEY_FILE=str(workdir / "secret.key"),
+        BKE_DISPATCHER_MODE="lab",
+        BKE_DISPATCHER_HEALTH_INTERVAL_S=env.get("BKE_DISPATCHER_HEALTH_INTERVAL_S", "30"),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+@dataclass
+class LabSupervisor:
+    workdir: Path
+
+    def __post_init__(self) -> None:
+        self.workdir = self.workdir.resolve()
+        self.runtime = EmbeddedRuntime(self.workdir / "runtime")
+
+    # bookkeeping ----------------------------------------------------------------
+    @property
+    def _pids_file(self) -> Path:
+        return self.workdir / "processes.json"
+
+    def pids(self) -> dict[str, dict[str, int]]:
+        if self._pids_file.exists():
+            return json.loads(self._pids_file.read_text())
+        return {"services": {}, "agents": {}}
+
+    def _save(self, pids: dict[str, dict[str, int]]) -> None:
+        tmp = self._pids_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(pids, indent=2, sort_keys=True))
+        tmp.replace(self._pids_file)
+
+    # start ----------------------------------------------------------------------
+    def ensure_secret_key(self) -> Path:
+        path = self.workdir / "secret.key"
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_bytes(32))
+        return path
+
+    def ensure_runtime(self) -> RuntimeInfo:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.ensure_secret_key()
+        return self.runtime.ensure_started()
+
+    def ensure_services(self, info: RuntimeInfo, only: tuple[str, ...] = SERVICES) -> dict[str, int]:
+        """Start each service that is not running; a running one is left alone (idempotent)."""
+        pids = self.pids()
+        env = lab_env(info, self.workdir)
+        for name in only:
+            pid = pids["services"].get(name)
+            if pid and pid_alive(pid):
+                continue
+            proc = ManagedProcess.start(name, [_bin(f"bke-{name}")], self.workdir / "logs" / f"{name}.log", env=env)
+            pids["services"][name] = proc.pid
+        self._save(pids)
+        return pids["services"]
+
+    def ensure_agents(self, info: RuntimeInfo, plan: Plan, only: list[str] | None = None) -> dict[str, int]:
+        pids = self.pids()
+        base = lab_env(info, self.workdir)
+        for node in plan.nodes:
+            h = node.hostname
+            if only is not None and h not in only:
+                continue
+            pid = pids["agents"].get(h)
+            if pid and pid_alive(pid):
+                continue
+            root = self.workdir / "hosts" / h
+            root.mkdir(parents=True, exist_ok=True)
+            env = dict(base, BKE_AGENT_CLUSTER=plan.cluster, BKE_AGENT_NODE=h, BKE_AGENT_BACKEND="lab",
+                       BKE_AGENT_ROOT=str(root), BKE_AGENT_IP=node.ip)
+            proc = ManagedProcess.start(f"agent-{h}", [_bin("bke-agent"), "run"], self.workdir / "logs" / f"agent-{h}.log", env=env)
+            pids["agents"][h] = proc.pid
+        self._save(pids)
+        return pids["agents"]
+
+    # stop -----------------------------------------------------------------------
+    def stop_service(self, name: str, timeout: float = 10.0) -> bool:
+        pids = self.pids()
+        pid = pids["services"].pop(name, None)
+        self._save(pids)
+        return bool(pid) and stop_pid(pid, timeout)
+
+    def stop_agent(self, hostname: str, timeout: float = 15.0) -> bool:
+        pids = self.pids()
+        pid = pids["agents"].pop(hostname, None)
+        self._save(pids)
+        return bool(pid) and stop_pid(pid, timeout)
+
+    def down(self) -> list[int]:
+        """Stop agents first (they stop their pods), then services, then NATS and Redis."""
+        stopped = []
+        pids = self.pids()
+        for pid in list(pids["agents"].values()) + list(pids["services"].values()):
+            if stop_pid(pid, 15.0):
+                stopped.append(pid)
+        self._save({"services": {}, "agents": {}})
+        stopped += EmbeddedRuntime.stop_workdir(self.workdir / "runtime")
+        return stopped

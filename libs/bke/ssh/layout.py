@@ -1,0 +1,21 @@
+"""Where the agent lives on a node. One place, read by the step table, the unit and the docs."""
+from __future__ import annotations
+
+__all__ = [
+    "AGENT_BIN",
+    "AGENT_PREFIX",
+    "CONFIG_DIR",
+    "ENV_PATH",
+    "STAGING_DIR",
+    "UNIT_NAME",
+    "UNIT_PATH",
+]
+
+AGENT_PREFIX = "/opt/bke-agent"  # the agent's virtualenv
+AGENT_BIN = f"{AGENT_PREFIX}/bin/bke-agent"
+CONFIG_DIR = "/etc/bke-agent"
+ENV_PATH = f"{CONFIG_DIR}/env"
+UNIT_NAME = "bke-agent.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
+# Relative, so it is under the SSH user's home: never a predictable path in a shared /tmp.
+STAGING_DIR = ".bke-bootstrap"
