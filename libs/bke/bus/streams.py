@@ -3,6 +3,10 @@
 Commands sit on a work-queue stream (a message is gone once one consumer acks it).
 Events sit on a limits stream, because several services read the same event (a plan is
 read by certs, renderer and dispatcher), each through its own durable consumer.
+
+`max_consumers`: nats-server 2.15 caps every stream at 1000 consumers unless the stream sets a
+limit itself (and -1 no longer means "unlimited"). BKE_AGENT holds one durable consumer per node
+agent, so it declares its own limit; the others keep the server default.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ class StreamDef:
     retention: RetentionPolicy
     max_age_s: float
     summary: str
+    max_consumers: int | None = None  # None: the server's default (1000 on nats-server 2.15)
 
     def config(self) -> StreamConfig:
         return StreamConfig(
@@ -38,14 +43,17 @@ class StreamDef:
             max_age=self.max_age_s,
             discard=DiscardPolicy.OLD,
             duplicate_window=120.0,
+            max_consumers=self.max_consumers,
         )
 
 
 DAY = 86400.0
+AGENT_MAX_CONSUMERS = 100_000  # one durable per node agent, plus the dispatcher's
 STREAMS: tuple[StreamDef, ...] = (
     StreamDef("BKE_COMMANDS", s.COMMAND_SUBJECTS, RetentionPolicy.WORK_QUEUE, 7 * DAY, "commands to the services"),
     StreamDef("BKE_EVENTS", s.EVENT_SUBJECTS, RetentionPolicy.LIMITS, 7 * DAY, "events, read by several services"),
-    StreamDef("BKE_AGENT", s.AGENT_SUBJECTS, RetentionPolicy.LIMITS, 7 * DAY, "node agent commands, results, heartbeats"),
+    StreamDef("BKE_AGENT", s.AGENT_SUBJECTS, RetentionPolicy.LIMITS, 7 * DAY, "node agent commands, results, registrations",
+              max_consumers=AGENT_MAX_CONSUMERS),
     StreamDef("BKE_DEADLETTER", (s.DEADLETTER + ".>",), RetentionPolicy.LIMITS, 30 * DAY, "messages given up on"),
 )
 
@@ -60,6 +68,9 @@ async def ensure_streams(js: JetStreamContext, streams: tuple[StreamDef, ...] = 
             await js.add_stream(cfg)
             log.info("stream created", extra={"stream": d.name})
             continue
-        if sorted(info.config.subjects or []) != sorted(cfg.subjects or []):
+        drift = sorted(info.config.subjects or []) != sorted(cfg.subjects or [])
+        if d.max_consumers is not None and info.config.max_consumers != d.max_consumers:
+            drift = True
+        if drift:
             await js.update_stream(cfg)
             log.info("stream updated", extra={"stream": d.name})

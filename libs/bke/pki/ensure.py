@@ -68,7 +68,7 @@ def _leaf_reason(inst: Instance, info: CertInfo, ca: CertInfo | None, now: datet
         return "expired" if left.total_seconds() <= 0 else f"expires in {left.days}d"
     if info.cn != inst.cn or info.o != inst.o:
         return "subject changed"
-    if info.dns != frozenset(inst.dns) or info.ips != frozenset(inst.ips):
+    if set(info.dns) != set(inst.dns) or set(info.ips) != set(inst.ips):
         return "SANs changed"
     wanted = {"server": {"server"}, "client": {"client"}, "server+client": {"server", "client"}}[inst.spec.usage]
     if info.usages != wanted:

@@ -7,10 +7,10 @@
          │                        never papered over by a new CA, which would break the cluster
          ├─ UnknownCertificate    `renew NAME` with a name that is not in the table / store
          ├─ CaRenewalRefused      `renew` of a CA: CA rotation is a separate, manual procedure
-         ├─ PkiNotReady           node files asked for before the PKI was ensured
          └─ StoreError            a store's content is unusable (other cluster, bad manifest, ...)
     TemporaryError
-     └─ StoreConflict             someone else saved meanwhile: retry, the next run reuses it
+     ├─ StoreConflict             someone else saved meanwhile: retry, the next run reuses it
+     └─ PkiNotReady               node files asked for before the PKI was ensured for that node
 
 No message ever contains key material: they name certificates and files only.
 """
@@ -50,7 +50,7 @@ class CaRenewalRefused(PkiError):
     pass
 
 
-class PkiNotReady(PkiError):
+class PkiNotReady(TemporaryError):
     pass
 
 

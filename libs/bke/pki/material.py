@@ -36,8 +36,8 @@ _EKU_NAMES = {ExtendedKeyUsageOID.SERVER_AUTH: "server", ExtendedKeyUsageOID.CLI
 class CertInfo:
     cn: str
     o: tuple[str, ...]
-    dns: frozenset[str]
-    ips: frozenset[str]
+    dns: tuple[str, ...]  # SAN order kept: renewal copies them as they are
+    ips: tuple[str, ...]
     not_before: datetime
     not_after: datetime
     serial: int
@@ -70,8 +70,8 @@ def cert_info(pem: bytes) -> CertInfo:
     return CertInfo(
         cn=str(cn[0]) if cn else "",
         o=tuple(str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)),
-        dns=frozenset(san.get_values_for_type(x509.DNSName)) if san else frozenset(),  # type: ignore[attr-defined]
-        ips=frozenset(str(ipaddress.ip_address(ip)) for ip in san.get_values_for_type(x509.IPAddress)) if san else frozenset(),  # type: ignore[attr-defined]
+        dns=tuple(san.get_values_for_type(x509.DNSName)) if san else (),  # type: ignore[attr-defined]
+        ips=tuple(str(ipaddress.ip_address(ip)) for ip in san.get_values_for_type(x509.IPAddress)) if san else (),  # type: ignore[attr-defined]
         not_before=cert.not_valid_before_utc,
         not_after=cert.not_valid_after_utc,
         serial=cert.serial_number,

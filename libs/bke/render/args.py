@@ -28,7 +28,6 @@ __all__ = [
     "check_extra_args",
     "format_flags",
     "merge_args",
-    "user_layers",
 ]
 
 # Plan component -> (spec attribute, camelCase field) of its extraArgs.
@@ -101,19 +100,6 @@ DENYLIST: tuple[DenyRule, ...] = (
 
 def _family(component: str) -> str:
     return "etcd" if component.startswith("etcd") else component
-
-
-def user_layers(spec: ClusterSpec, component: str, hostname: str) -> tuple[dict[str, str], dict[str, str]]:
-    """(cluster extraArgs, node extraArgs) of one component on one node."""
-    attr, _ = COMPONENT_FIELDS[component]
-    cluster_args = dict(getattr(spec.config, attr).extra_args)
-    node_args: dict[str, str] = {}
-    for n in spec.nodes:
-        if n.spec.hostname == hostname:
-            comp = getattr(n.spec, attr)
-            node_args = dict(comp.extra_args) if comp is not None else {}
-            break
-    return cluster_args, node_args
 
 
 def _split_gates(value: str) -> dict[str, str]:

@@ -4,7 +4,8 @@
     ├── PermanentError             retrying the same way cannot help
     │   ├── HostKeyRefused         unknown, mismatched or revoked host key: nothing was sent
     │   ├── SshAuthRefused         the server refused our public key (no password is ever tried)
-    │   └── StepFailed             a remote command exited non-zero (names the step, exit, stderr)
+    │   ├── StepFailed             a remote command exited non-zero (names the step, exit, stderr)
+    │   └── UploadFailed           SFTP refused a file (no SFTP subsystem, permission denied)
     └── TemporaryError
         └── SshUnreachable         connection refused, timed out or lost: try again later
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from ..errors import PermanentError, TemporaryError
 
-__all__ = ["HostKeyRefused", "SshAuthRefused", "SshUnreachable", "StepFailed"]
+__all__ = ["HostKeyRefused", "SshAuthRefused", "SshUnreachable", "StepFailed", "UploadFailed"]
 
 
 class HostKeyRefused(PermanentError):
@@ -36,6 +37,10 @@ class StepFailed(PermanentError):
         self.step = step
         self.exit_status = exit_status
         self.stderr = stderr
+
+
+class UploadFailed(PermanentError):
+    pass
 
 
 class SshUnreachable(TemporaryError):

@@ -32,7 +32,7 @@ __all__ = [
 AGENT_RUN_ARGS: tuple[str, ...] = ("run",)  # `bke-agent run`: the daemon
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # RFC 3986 characters minus ' and $ (systemd may read either specially); no whitespace, no
-# backslash, no control characters. Percent-encode anything else.
+# backslash, no control characters.
 _URL = re.compile(r"^(nats|tls|ws|wss)://[A-Za-z0-9\-._~:/?#\[\]@!&()*+,;=%]+$")
 _UNIT_KEYS = {
     "Unit": {"Description", "Wants", "After"},
@@ -53,7 +53,7 @@ def validate_nats_url(url: str) -> str:
     if not _URL.match(url):
         raise ValueError(
             "the NATS URL must look like nats://host:port (schemes nats, tls, ws, wss) and contain no "
-            "spaces, quotes or backslashes"
+            "spaces, quotes, dollar signs or backslashes"
         )
     return url
 

@@ -22,13 +22,22 @@ from __future__ import annotations
 
 import shlex
 
-from .plan import BootstrapParams, Inline, LocalFile, Step, Upload, bootstrap_steps, remote_command
+from .plan import (
+    BootstrapParams,
+    Inline,
+    LocalFile,
+    Step,
+    Upload,
+    bootstrap_steps,
+    remote_command,
+)
 
-__all__ = ["installer_line", "installer_files"]
+__all__ = ["installer_files", "installer_line"]
 
 
 def installer_line(params: BootstrapParams) -> str:
-    """One line for a root shell on the node; ``params.username`` is ignored (no sudo)."""
+    """One line for a root shell on the node; ``params.username`` is ignored (no sudo). ValueError if a
+    value (e.g. the interpreter path) holds a line break."""
     as_root = BootstrapParams(
         cluster=params.cluster, node=params.node, nats_url=params.nats_url, wheel=params.wheel,
         requirements=params.requirements, username="root", python=params.python,
@@ -37,7 +46,8 @@ def installer_line(params: BootstrapParams) -> str:
     for step in bootstrap_steps(as_root):
         parts.extend(_step_commands(step))
     line = "(" + " && ".join(parts) + ")"
-    assert "\n" not in line  # shlex.quote keeps newlines inside quotes; printf gets lines one by one
+    if "\n" in line or "\r" in line:  # generated files are split into lines; only a free-text option can do this
+        raise ValueError("a value for the installer contains a line break; it would not be one line")
     return line
 
 

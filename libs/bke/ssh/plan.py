@@ -17,13 +17,22 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .files import AgentFiles
-from .layout import AGENT_BIN, AGENT_PREFIX, CONFIG_DIR, ENV_PATH, STAGING_DIR, UNIT_NAME, UNIT_PATH
+from .layout import (
+    AGENT_BIN,
+    AGENT_PREFIX,
+    CONFIG_DIR,
+    ENV_PATH,
+    STAGING_DIR,
+    UNIT_NAME,
+    UNIT_PATH,
+)
 
 __all__ = [
+    "SUDO",
     "BootstrapParams",
     "Inline",
     "LocalFile",
@@ -31,7 +40,6 @@ __all__ = [
     "Upload",
     "bootstrap_steps",
     "remote_command",
-    "SUDO",
 ]
 
 SUDO = ("sudo", "-n", "--")  # -n: fail instead of prompting; there is no terminal to prompt on
@@ -64,7 +72,7 @@ class Upload:
 
     @property
     def remote_path(self) -> str:
-        return f"{STAGING_DIR}/{self.name}"
+        return _staged(self.name)
 
 
 @dataclass(frozen=True)
@@ -114,7 +122,7 @@ def bootstrap_steps(params: BootstrapParams) -> tuple[Step, ...]:
     # Exit with a message (sys.exit(str) prints it and returns 1) so the failure names the version.
     check_py = (
         "import sys; v = sys.version_info[:2]; "
-        "sys.exit(0 if v == (3, 11) else 'bke-agent needs Python 3.11, this node has %d.%d' % v)"
+        'sys.exit(0 if v == (3, 11) else "bke-agent needs Python 3.11, this node has %d.%d" % v)'
     )
     env_for_init = (
         "env",
@@ -122,14 +130,15 @@ def bootstrap_steps(params: BootstrapParams) -> tuple[Step, ...]:
         f"BKE_AGENT_CLUSTER={params.cluster}",
         f"BKE_AGENT_NODE={params.node}",
     )
+    staged_files = (
+        Upload(wheel, 0o600, LocalFile(params.wheel)),
+        Upload("requirements.txt", 0o600, LocalFile(params.requirements)),
+        Upload(UNIT_NAME, 0o600, Inline(files.unit)),
+        Upload("env", 0o600, Inline(files.env, secret=True)),
+    )
     table = (
-        Step("stage", "create the private staging directory and upload the files", (
-            "mkdir", "-m", "0700", "-p", "--", STAGING_DIR), privileged=False, uploads=(
-            Upload(wheel, 0o600, LocalFile(params.wheel)),
-            Upload("requirements.txt", 0o600, LocalFile(params.requirements)),
-            Upload(UNIT_NAME, 0o600, Inline(files.unit)),
-            Upload("env", 0o600, Inline(files.env, secret=True)),
-        )),
+        Step("stage", "create the private staging directory and upload the files",
+             ("mkdir", "-m", "0700", "-p", "--", STAGING_DIR), privileged=False, uploads=staged_files),
         Step("check-python", "the node has Python 3.11", (params.python, "-c", check_py), privileged=False),
         Step("venv", f"create the agent's virtualenv in {AGENT_PREFIX}", (params.python, "-m", "venv", AGENT_PREFIX)),
         Step("install-requirements", "install the pinned requirements",
@@ -155,11 +164,7 @@ def bootstrap_steps(params: BootstrapParams) -> tuple[Step, ...]:
 
 
 def _with_sudo(step: Step) -> Step:
-    if not step.privileged:
-        return step
-    return Step(step.name, step.summary, (*SUDO, *step.argv), step.privileged, step.timeout_s, step.uploads,
-                step.reports_public_key)
-
+    return replace(step, argv=(*SUDO, *step.argv)) if step.privileged else step
 
 
 def _staged(name: str) -> str:

@@ -1,0 +1,189 @@
+"""`bke agent bootstrap SPEC --nats URL ...`: put bke-agent on the spec's nodes over SSH.
+
+Thin over :mod:`bke.ssh`: this module reads options, picks nodes from the spec, prints. The step
+table, host-key policy, SSH session and installer all live in the library. Exit codes: 0 every
+node ok, 1 any node failed, 2 bad input (nothing was contacted).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from dataclasses import asdict
+from enum import Enum
+from pathlib import Path
+
+import typer
+from bke.plan import Plan
+from bke.ssh import (
+    BootstrapParams,
+    NodeOutcome,
+    SshOptions,
+    SshTarget,
+    WheelBuildError,
+    bootstrap_nodes,
+    bootstrap_steps,
+    build_wheel,
+    describe_steps,
+    expected_wheel_name,
+    installer_files,
+    installer_line,
+    load_identity,
+    open_session,
+    policy_from_options,
+    policy_problems,
+    project_root,
+    validate_nats_url,
+)
+from rich.console import Console
+from rich.table import Table
+
+from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, die, error_lines
+from .spec_input import plan_or_exit
+
+__all__ = ["agent_app", "bootstrap", "register"]
+
+agent_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Node agents: put bke-agent on nodes.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(agent_app, name="agent")
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+@agent_app.command("bootstrap")
+def bootstrap(
+    spec: Path = typer.Argument(..., help="the cluster spec; each node's ip, port and username are used"),
+    nats: str = typer.Option(..., "--nats", help="NATS URL the agents connect to (written to /etc/bke-agent/env, 0600)"),
+    identity: Path | None = typer.Option(None, "--identity", help="private key file (default: ssh-agent, ~/.ssh/id_*)"),
+    known_hosts: Path | None = typer.Option(None, "--known-hosts", help="OpenSSH known_hosts file to verify host keys"),
+    fingerprints: list[str] = typer.Option(
+        [], "--host-key-fingerprint", help="SHA256:... for every node, or NODE=SHA256:...; repeatable"),
+    nodes: str | None = typer.Option(None, "--nodes", help="comma-separated hostnames (default: all)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print every command and upload; connect to nothing"),
+    print_installer: bool = typer.Option(False, "--print-installer", help="print a one-line installer per node"),
+    concurrency: int = typer.Option(20, "--concurrency", min=1, max=1000, help="nodes bootstrapped at once"),
+    wheel: Path | None = typer.Option(None, "--wheel", help="BKE wheel to install (default: built now from this checkout)"),
+    requirements: Path | None = typer.Option(None, "--requirements", help="pinned requirements (default: the checkout's)"),
+    remote_python: str = typer.Option("python3", "--remote-python", help="Python 3.11 interpreter on the nodes"),
+    output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="result as table or json"),
+) -> None:
+    """Install and start bke-agent on the spec's nodes (SSH, public key, verified host key)."""
+    if dry_run and print_installer:
+        die("--dry-run and --print-installer exclude each other", EXIT_INVALID)
+    plan = plan_or_exit(spec)
+    try:
+        validate_nats_url(nats)
+    except ValueError as exc:
+        die(f"--nats: {exc}", EXIT_INVALID)
+    targets = _select(plan, nodes)
+    reqs = _requirements(requirements)
+    if wheel is not None and not wheel.is_file():
+        die(f"{wheel}: no such file", EXIT_INVALID)
+    # Without --wheel, the wheel is built only for a real run; its name is known in advance.
+    wheel_name = wheel or Path("<built at run time>") / expected_wheel_name()
+    params = {t.node: _params(plan, t, nats, wheel_name, reqs, remote_python) for t in targets}
+    if print_installer:
+        for t in targets:
+            files = " and ".join(installer_files(params[t.node]))
+            try:
+                line = installer_line(params[t.node])
+            except ValueError as exc:
+                die(f"node {t.node}: {exc}", EXIT_INVALID)
+            print(f"# node {t.node} (cluster {plan.cluster}): as root, in a directory holding {files}, run:")
+            print(line)
+        raise SystemExit(EXIT_OK)
+    if dry_run:
+        for t in targets:
+            print(f"# node {t.node}: {t.username}@{t.host}:{t.port}")
+            print("\n".join(describe_steps(bootstrap_steps(params[t.node]))))
+        raise SystemExit(EXIT_OK)
+    options = _ssh_options(identity)
+    try:
+        policy = policy_from_options(known_hosts, fingerprints)
+    except ValueError as exc:
+        die(str(exc), EXIT_INVALID)
+    if problems := policy_problems(policy, [t.node for t in targets]):
+        error_lines(problems)
+        raise SystemExit(EXIT_INVALID)
+    by_node = {t.node: t for t in targets}
+    with tempfile.TemporaryDirectory(prefix="bke-wheel-") as tmp:
+        if wheel is None:
+            params = _with_built_wheel(params, Path(tmp))
+        outcomes = asyncio.run(bootstrap_nodes(
+            [(t.node, f"{t.host}:{t.port}") for t in targets],
+            lambda node: bootstrap_steps(params[node]),
+            lambda node: open_session(by_node[node], policy, options),
+            concurrency,
+            cluster=plan.cluster,
+        ))
+    _report(outcomes, output)
+    raise SystemExit(EXIT_OK if all(o.ok for o in outcomes) else EXIT_FAILURE)
+
+
+def _select(plan: Plan, names: str | None) -> list[SshTarget]:
+    specs = {n.spec.hostname: n.spec for n in plan.spec.nodes}
+    wanted = list(specs) if names is None else [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in specs]
+    if unknown or not wanted:
+        die(f"--nodes: not in the spec: {', '.join(unknown) or '(none given)'}", EXIT_INVALID)
+    return [SshTarget(n, specs[n].ip, specs[n].port, specs[n].username) for n in dict.fromkeys(wanted)]
+
+
+def _requirements(path: Path | None) -> Path:
+    if path is None:
+        root = project_root()
+        if root is None:
+            die("not running from a source checkout: pass --requirements FILE and --wheel FILE", EXIT_INVALID)
+        path = root / "requirements.txt"
+    if not path.is_file():
+        die(f"{path}: no such file", EXIT_INVALID)
+    return path
+
+
+def _params(plan: Plan, t: SshTarget, nats: str, wheel: Path, reqs: Path, python: str) -> BootstrapParams:
+    params = BootstrapParams(cluster=plan.cluster, node=t.node, nats_url=nats, wheel=wheel,
+                             requirements=reqs, username=t.username, python=python)
+    try:
+        bootstrap_steps(params)  # validates names, the NATS URL and the wheel name
+    except ValueError as exc:
+        die(f"node {t.node}: {exc}", EXIT_INVALID)
+    return params
+
+
+def _ssh_options(identity: Path | None) -> SshOptions:
+    if identity is None:
+        return SshOptions()
+    try:
+        return SshOptions(identity=load_identity(identity))
+    except ValueError as exc:
+        die(str(exc), EXIT_INVALID)
+
+
+def _with_built_wheel(params: dict[str, BootstrapParams], work: Path) -> dict[str, BootstrapParams]:
+    root = project_root()
+    if root is None:
+        die("not running from a source checkout: pass --wheel FILE", EXIT_INVALID)
+    try:
+        built = build_wheel(root, work)
+    except WheelBuildError as exc:
+        die(str(exc), EXIT_FAILURE)
+    return {n: BootstrapParams(p.cluster, p.node, p.nats_url, built, p.requirements, p.username, p.python)
+            for n, p in params.items()}
+
+
+def _report(outcomes: list[NodeOutcome], output: OutputFormat) -> None:
+    error_lines(f"node {o.node} ({o.address}): {o.status}: {o.message}" for o in outcomes if not o.ok)
+    if output is OutputFormat.json:
+        print(json.dumps([asdict(o) for o in outcomes], indent=2))
+        return
+    table = Table("node", "address", "status", "step", "agent public key / reason")
+    for o in outcomes:
+        table.add_row(o.node, o.address, o.status, o.step or "", o.public_key if o.ok else o.message)
+    Console().print(table)
+    ok = sum(o.ok for o in outcomes)
+    print(f"{ok}/{len(outcomes)} nodes ok")

@@ -1,0 +1,197 @@
+"""`bke certs ...`: issue offline into a directory, list node files, check expiration, renew.
+
+    bke certs issue SPEC --out DIR
+    bke certs files SPEC
+    bke certs check-expiration (--dir DIR | --cluster NAME [--redis URL])
+    bke certs renew (all|NAME) (--dir DIR | --cluster NAME [--redis URL])
+
+The work is bke.pki.operations (the same code the certs service runs); this module only reads
+options, picks the store, injects "now", and prints. Exit codes: 0 ok, 2 invalid input or refused
+(unknown certificate, CA renewal, bad key file, foreign directory), 1 operational failure.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Optional, TypeVar
+
+import typer
+
+from bke.errors import TemporaryError
+from bke.pki import DirStore, IssueOptions, PkiError, PkiNotReady, PkiStore, node_file_refs
+from bke.pki.expiry import ExpiryRow
+from bke.pki.operations import check_expiration, ensure_cluster_pki, renew_certs
+from bke.secrets import SECRET_KEY_ENV, SecretBox, SecretKeyError, box_from_env, create_key_file, load_secret_box
+
+from .output import EXIT_FAILURE, EXIT_INVALID, die, warn_lines
+from .spec_input import plan_or_exit
+
+__all__ = ["register"]
+
+T = TypeVar("T")
+certs = typer.Typer(no_args_is_help=True, help="Certificates: issue, list node files, check expiration, renew.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(certs, name="certs")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _run(make: Callable[[], Awaitable[T]]) -> T:
+    """Run one async operation; map our typed errors to exit codes and ERROR lines."""
+    try:
+        return asyncio.run(make())  # type: ignore[arg-type]
+    except (PkiError, SecretKeyError, PkiNotReady) as exc:
+        die(str(exc), EXIT_INVALID)
+    except TemporaryError as exc:
+        die(f"{exc} (temporary: run the command again)", EXIT_FAILURE)
+    except (OSError, ConnectionError) as exc:
+        die(f"{type(exc).__name__}: {exc}", EXIT_FAILURE)
+
+
+def _dir_box(out: Path, create: bool) -> SecretBox:
+    """BKE_SECRET_KEY_FILE if set, else DIR/.bke/secret.key (created by `issue` if absent)."""
+    try:
+        if os.environ.get(SECRET_KEY_ENV, "").strip():
+            return box_from_env()
+        path = out / ".bke" / "secret.key"
+        if path.exists() or not create:
+            return load_secret_box(path)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        box = create_key_file(path)
+    except SecretKeyError as exc:
+        die(f"{exc} (set {SECRET_KEY_ENV} to the key file that encrypted {out}/.bke)", EXIT_INVALID)
+    warn_lines([f"{SECRET_KEY_ENV} is not set: created the at-rest key {path} (0600). Anyone who can read "
+                f"{out} can now decrypt the CA keys in {out}/.bke: move the key elsewhere and set "
+                f"{SECRET_KEY_ENV} to it."])
+    return box
+
+
+@certs.command("issue")
+def issue_cmd(
+    spec: Path = typer.Argument(..., help="multi-document YAML: one BKECluster + BKENodes"),
+    out: Path = typer.Option(..., "--out", help="folder for DIR/<hostname>/<node paths> and DIR/.bke"),
+    procs: int = typer.Option(os.cpu_count() or 1, "--procs", min=1, help="processes for key generation"),
+) -> None:
+    """Issue (or complete, reusing what is valid) the cluster's PKI into node trees under --out."""
+    plan = plan_or_exit(spec)
+    store = DirStore(out)
+    try:
+        store.check_target()
+    except PkiError as exc:
+        die(str(exc), EXIT_INVALID)
+    box = _dir_box(out, create=True)
+    options = IssueOptions(procs=procs, start_method="fork")
+    report = _run(lambda: ensure_cluster_pki(plan, store, _now(), box, options))
+    print(f"cluster {report.cluster}: {len(report.issued)} issued, {len(report.reissued)} reissued, "
+          f"{len(report.reused)} reused, {len(report.removed)} removed; files for {len(report.nodes)} nodes in {out}")
+    for r in report.reissued:
+        print(f"reissued {r.instance}: {r.reason}")
+    warn_lines(report.warnings)
+
+
+@certs.command("files")
+def files_cmd(spec: Path = typer.Argument(..., help="multi-document YAML: one BKECluster + BKENodes")) -> None:
+    """Print every node's files (path, mode, certificate) as the certificate table places them."""
+    plan = plan_or_exit(spec)
+    for host, refs in node_file_refs(plan).items():
+        for ref in refs:
+            print(f"{host}\t{ref.mode:04o}\t{ref.path}\t{ref.instance}")
+
+
+def _store_for(directory: Optional[Path], cluster: Optional[str], redis_url: Optional[str],
+               use: Callable[[PkiStore, str], Awaitable[T]]) -> T:
+    """Run ``use(store, cluster)`` against --dir or --cluster (exactly one)."""
+    if (directory is None) == (cluster is None):
+        die("give exactly one of --dir DIR and --cluster NAME", EXIT_INVALID)
+    if directory is not None:
+        store = DirStore(directory)
+        manifest = store.manifest() if directory.exists() else None
+        if manifest is None:
+            die(f"{directory}: no BKE PKI here (.bke/manifest.json missing)", EXIT_INVALID)
+        name = manifest.cluster
+        return _run(lambda: use(store, name))
+    if not redis_url:
+        die("--cluster needs --redis URL (or BKE_REDIS_URL)", EXIT_INVALID)
+    from redis.asyncio import from_url  # only this path needs Redis
+
+    from bke_certs.store_redis import RedisPkiStore  # the certs service's adapter
+
+    async def with_redis() -> T:
+        client = from_url(redis_url)
+        try:
+            return await use(RedisPkiStore(client), cluster)  # type: ignore[arg-type]
+        finally:
+            await client.aclose()
+
+    return _run(with_redis)
+
+
+def _residual(delta: timedelta) -> str:
+    if delta.total_seconds() <= 0:
+        return "expired"
+    return f"{delta.days // 365}y" if delta.days >= 365 else f"{delta.days}d" if delta.days else "<1d"
+
+
+def _nodes(nodes: tuple[str, ...]) -> str:
+    return ",".join(nodes[:3]) + (f" +{len(nodes) - 3}" if len(nodes) > 3 else "") if nodes else "-"
+
+
+def _print_rows(title: str, rows: list[ExpiryRow], with_ca: bool) -> None:
+    head = [title, "EXPIRES", "RESIDUAL TIME"] + (["CERTIFICATE AUTHORITY"] if with_ca else []) + ["NODES"]
+    table = [head] + [[r.instance, r.not_after.strftime("%b %d, %Y %H:%M UTC"), _residual(r.residual)]
+                      + ([r.ca or "-"] if with_ca else []) + [_nodes(r.nodes)] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    for row in table:
+        print("   ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+
+
+@certs.command("check-expiration")
+def check_expiration_cmd(
+    directory: Optional[Path] = typer.Option(None, "--dir", help="a folder written by `bke certs issue`"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="a cluster in the certs service's Redis"),
+    redis_url: Optional[str] = typer.Option(None, "--redis", envvar="BKE_REDIS_URL", help="Redis URL"),
+) -> None:
+    """Per certificate: expiry, residual time, CA and nodes (no secret key needed)."""
+    now = _now()
+    rows = _store_for(directory, cluster, redis_url, lambda store, name: check_expiration(name, store, now))
+    _print_rows("CERTIFICATE", [r for r in rows if not r.is_ca], True)
+    print()
+    _print_rows("CERTIFICATE AUTHORITY", [r for r in rows if r.is_ca], False)
+
+
+@certs.command("renew")
+def renew_cmd(
+    target: str = typer.Argument(..., help="`all`, a certificate name (apiserver) or instance (apiserver@m1)"),
+    directory: Optional[Path] = typer.Option(None, "--dir", help="a folder written by `bke certs issue`"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="a cluster in the certs service's Redis"),
+    redis_url: Optional[str] = typer.Option(None, "--redis", envvar="BKE_REDIS_URL", help="Redis URL"),
+) -> None:
+    """Renew leaf certificates (new key, same subject and SANs); CAs are never renewed here."""
+    now = _now()
+
+    async def renew(store: PkiStore, name: str):  # type: ignore[no-untyped-def]
+        box = _dir_box(directory, create=False) if directory is not None else _env_box()
+        return await renew_certs(name, store, now, box, names=[target],
+                                 options=IssueOptions(start_method="fork"))
+
+    renewed = _store_for(directory, cluster, redis_url, renew)
+    nodes: dict[str, None] = {}
+    for r in renewed:
+        print(f"renewed {r.instance}: expires {r.not_after:%b %d, %Y %H:%M UTC}")
+        nodes.update(dict.fromkeys(r.nodes))
+    if nodes:
+        print(f"deliver the new files to: {', '.join(nodes)} (and restart the components using them)")
+
+
+def _env_box() -> SecretBox:
+    try:
+        return box_from_env()
+    except SecretKeyError as exc:
+        die(str(exc), EXIT_INVALID)

@@ -1,0 +1,105 @@
+"""What every builder needs to know about the cluster, computed once per render.
+
+RenderInputs are the only values that are not in the plan: things generated once per cluster and
+persisted by the caller (the CLI under DIR/.bke/, the service in Redis), so rendering stays pure.
+"""
+from __future__ import annotations
+
+import functools
+import ipaddress
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..plan import NodePlan, Plan
+from .args import COMPONENT_FIELDS, merge_args
+from .errors import MissingInputError
+from .gates import VersionSet
+from .presets import ClusterFacts, Tier, preset_args, tier_for
+
+__all__ = ["Ctx", "RenderInputs", "VRRP_PASSWORD_RE", "generate_vrrp_password", "loopback_of", "url_host"]
+
+# keepalived's PASS authentication uses at most 8 characters; alphanumerics keep the config
+# free of quoting and comment characters.
+VRRP_PASSWORD_RE = re.compile(r"^[A-Za-z0-9]{8}$")
+_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789"
+
+
+def generate_vrrp_password(choice: Callable[[str], str] = secrets.choice) -> str:
+    """A new per-cluster VRRP password (8 characters). Call once per cluster and persist it."""
+    return "".join(choice(_ALPHABET) for _ in range(8))
+
+
+@dataclass(frozen=True)
+class RenderInputs:
+    vrrp_password: str | None = None  # required when the plan has a load balancer
+
+
+def url_host(ip: str) -> str:
+    return f"[{ip}]" if ipaddress.ip_address(ip).version == 6 else ip
+
+
+def loopback_of(ip: str) -> str:
+    """The loopback address of the node's address family (listeners kubeadm binds locally)."""
+    return "::1" if ipaddress.ip_address(ip).version == 6 else "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Ctx:
+    plan: Plan
+    versions: VersionSet
+    facts: ClusterFacts
+    inputs: RenderInputs
+
+    @classmethod
+    def build(cls, plan: Plan, versions: VersionSet, inputs: RenderInputs) -> Ctx:
+        if plan.load_balancer and (inputs.vrrp_password is None or not VRRP_PASSWORD_RE.match(inputs.vrrp_password)):
+            raise MissingInputError(
+                f"cluster {plan.cluster}: the endpoint is a VIP, so a VRRP password (8 letters/digits, "
+                "generated once per cluster with generate_vrrp_password) must be passed in RenderInputs"
+            )
+        facts = ClusterFacts(
+            nodes=sum(1 for n in plan.nodes if n.registers),
+            apiservers=len(plan.nodes_running("kube-apiserver")),
+        )
+        return cls(plan, versions, facts, inputs)
+
+    @property
+    def tier(self) -> Tier:
+        return tier_for(self.facts.nodes)
+
+    @property
+    def config(self):  # the spec's cluster config (kept loose to avoid re-typing the spec here)
+        return self.plan.spec.config
+
+    def image(self, name: str, tag: str) -> str:
+        return f"{self.config.image_repo.rstrip('/')}/{name}:{tag}"
+
+    @functools.cached_property
+    def _node_specs(self) -> dict[str, object]:
+        return {n.spec.hostname: n.spec for n in self.plan.spec.nodes}
+
+    @functools.cached_property
+    def _running(self) -> dict[str, list[NodePlan]]:
+        out: dict[str, list[NodePlan]] = {}
+        for n in self.plan.nodes:
+            for c in n.components:
+                out.setdefault(c, []).append(n)
+        return out
+
+    def running(self, component: str) -> list[NodePlan]:
+        """Nodes that run `component`, in plan order (computed once: O(N) per render, not per node)."""
+        return self._running.get(component, [])
+
+    @functools.cached_property
+    def _presets(self) -> dict[str, dict[str, str]]:
+        return {c: preset_args(c, self.facts, self.versions) for c in COMPONENT_FIELDS}
+
+    def flags(self, component: str, node: NodePlan, defaults: dict[str, str]) -> dict[str, str]:
+        """defaults < presets < cluster extraArgs < node extraArgs, per flag."""
+        attr, _ = COMPONENT_FIELDS[component]
+        cluster_args = getattr(self.config, attr).extra_args
+        node_comp = getattr(self._node_specs[node.hostname], attr)
+        node_args = node_comp.extra_args if node_comp is not None else {}
+        return merge_args(defaults, self._presets[component], cluster_args, node_args)

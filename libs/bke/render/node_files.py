@@ -1,0 +1,172 @@
+"""Files every node gets: kubelet configuration and systemd unit, containerd config.toml and the
+registry hosts.toml files; and the control-plane load balancer (haproxy + keepalived) on masters
+when the endpoint is a VIP.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from ..paths import KUBELET_CONF, KUBELET_CONFIG, MANIFESTS_DIR
+from ..plan import NodePlan
+from ..versions import KUBERNETES
+from .args import format_flags
+from .context import Ctx, url_host
+from .errors import RenderRejected
+from .layout import (CONTAINERD_CERTS_D, CONTAINERD_SOCKET, HAPROXY_CFG, IMAGES, KEEPALIVED_CHECK,
+                     KEEPALIVED_CONF, KUBELET_BIN, PKI, PORTS)
+from .params import (Backend, CheckScript, ContainerdConfig, HaproxyCfg, HaproxyPod, HostEntry, HostsToml,
+                     KeepalivedConf, KeepalivedPod, KubeletConfig, KubeletUnit, Taint)
+
+__all__ = [
+    "check_script",
+    "containerd_config",
+    "haproxy_cfg",
+    "haproxy_pod",
+    "keepalived_conf",
+    "keepalived_pod",
+    "kubelet_config",
+    "kubelet_unit",
+    "registry_hosts",
+    "registry_errors",
+]
+
+Emit = list[tuple[str, object]]
+_REGISTRY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:\d{1,5})?$")
+_SYSTEMD_SPECIAL = re.compile(r'[\s"\'\\$%;]')
+
+
+def _dns_ip(service_subnet: str) -> str:
+    """kubeadm's choice: the 10th address of the service range."""
+    return str(ipaddress.ip_network(service_subnet, strict=False)[10])
+
+
+def kubelet_config(ctx: Ctx, node: NodePlan) -> Emit:
+    net = ctx.config.networking
+    params = KubeletConfig(
+        registered=node.registers,
+        cgroup_driver=ctx.config.container_runtime.cgroup_driver,
+        cluster_dns=[_dns_ip(net.service_subnet)] if node.registers else [],
+        cluster_domain=net.dns_domain,
+        ca_file=PKI["ca.crt"],
+        static_pod_path=MANIFESTS_DIR,
+        runtime_endpoint=f"unix://{CONTAINERD_SOCKET}",
+        healthz_port=PORTS["kubelet-healthz"],
+        max_pods=110,  # the upstream per-node limit (website: considerations for large clusters)
+        taints=[Taint(key=t.key, value=t.value, effect=t.effect) for t in node.taints],
+    )
+    return [(KUBELET_CONFIG, params)]
+
+
+def _systemd_arg(flag: str) -> str:
+    """Quote a flag for ExecStart only when systemd would split or expand it."""
+    if not _SYSTEMD_SPECIAL.search(flag):
+        return flag
+    return '"' + flag.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$") + '"'
+
+
+def kubelet_unit(ctx: Ctx, node: NodePlan) -> Emit:
+    defaults = {"config": KUBELET_CONFIG, "hostname-override": node.hostname, "node-ip": node.ip}
+    if node.registers:
+        defaults["kubeconfig"] = KUBELET_CONF
+    flags = ctx.flags("kubelet", node, defaults)
+    params = KubeletUnit(binary=KUBELET_BIN, flags=[_systemd_arg(f) for f in format_flags(flags)],
+                         standalone=not node.registers)
+    return [("/etc/systemd/system/kubelet.service", params)]
+
+
+def containerd_config(ctx: Ctx, node: NodePlan) -> Emit:
+    rt = ctx.config.container_runtime
+    pause = KUBERNETES[ctx.versions.kubernetes.minor_key].pause
+    params = ContainerdConfig(
+        root="/var/lib/containerd",
+        state="/run/containerd",
+        socket=CONTAINERD_SOCKET,
+        sandbox_image=rt.sandbox_image or ctx.image("pause", pause),
+        systemd_cgroup=rt.cgroup_driver == "systemd",
+        certs_dir=CONTAINERD_CERTS_D,
+    )
+    return [("/etc/containerd/config.toml", params)]
+
+
+def registry_errors(ctx: Ctx) -> list[tuple[str, str]]:
+    rt = ctx.config.container_runtime
+    base = "cluster.spec.clusterConfig.cluster.containerRuntime"
+    errs = []
+    for reg in sorted(rt.registry_mirrors):
+        if not _REGISTRY.match(reg):
+            errs.append((f"{base}.registryMirrors.{reg}", "not a registry host[:port]"))
+        for i, url in enumerate(rt.registry_mirrors[reg]):
+            if not re.match(r"^https?://[^\s\"]+$", url):
+                errs.append((f"{base}.registryMirrors.{reg}[{i}]", f"{url!r} is not an http(s) URL"))
+    for i, reg in enumerate(rt.insecure_registries):
+        if not _REGISTRY.match(reg):
+            errs.append((f"{base}.insecureRegistries[{i}]", f"{reg!r} is not a registry host[:port]"))
+    return errs
+
+
+def registry_hosts(ctx: Ctx, node: NodePlan) -> Emit:
+    """One hosts.toml per registry that has mirrors or is insecure (same on every node)."""
+    rt = ctx.config.container_runtime
+    insecure = set(rt.insecure_registries)
+    out: Emit = []
+    for reg in sorted(set(rt.registry_mirrors) | insecure):
+        server = "https://registry-1.docker.io" if reg == "docker.io" else f"https://{reg}"
+        hosts = [HostEntry(url=u.rstrip("/"), capabilities=["pull", "resolve"], skip_verify=False)
+                 for u in rt.registry_mirrors.get(reg, [])]
+        if reg in insecure:
+            hosts += [HostEntry(url=f"https://{reg}", capabilities=["pull", "resolve", "push"], skip_verify=True),
+                      HostEntry(url=f"http://{reg}", capabilities=["pull", "resolve", "push"], skip_verify=False)]
+        out.append((f"{CONTAINERD_CERTS_D}/{reg}/hosts.toml", HostsToml(server=server, hosts=hosts)))
+    return out
+
+
+# --- control-plane load balancer (VIP endpoints only) ----------------------------------------
+def _endpoint(ctx: Ctx) -> tuple[str, int]:
+    host, _, port = ctx.plan.control_plane_endpoint.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def haproxy_cfg(ctx: Ctx, node: NodePlan) -> Emit:
+    _, port = _endpoint(ctx)
+    backends = [Backend(name=n.hostname, address=url_host(n.ip), port=PORTS["kube-apiserver"])
+                for n in ctx.running("kube-apiserver")]
+    return [(HAPROXY_CFG, HaproxyCfg(frontend_port=port, health_port=PORTS["haproxy-healthz"], backends=backends))]
+
+
+def haproxy_pod(ctx: Ctx, node: NodePlan) -> Emit:
+    _, port = _endpoint(ctx)
+    return [(f"{MANIFESTS_DIR}/haproxy.yaml", HaproxyPod(image=IMAGES["haproxy"], config_path=HAPROXY_CFG,
+                                                         frontend_port=port, health_port=PORTS["haproxy-healthz"]))]
+
+
+def keepalived_conf(ctx: Ctx, node: NodePlan) -> Emit:
+    vip, _ = _endpoint(ctx)
+    peers = [n.hostname for n in ctx.running("keepalived")]
+    i, n = peers.index(node.hostname), len(peers)
+    if n > 150:
+        raise RenderRejected([("nodes", f"{n} masters run keepalived; VRRP priorities support at most 150")], ctx.plan.cluster)
+    lb = ctx.config.load_balancer
+    params = KeepalivedConf(
+        interface=lb.interface,
+        router_id=lb.virtual_router_id,
+        state="MASTER" if i == 0 else "BACKUP",
+        # Distinct priorities, first master highest; a failing check subtracts more than the
+        # whole spread, so any healthy node outranks it.
+        priority=100 + (n - i),
+        weight=n + 1,
+        password=ctx.inputs.vrrp_password or "",
+        vip=vip,
+        check_path=KEEPALIVED_CHECK,
+    )
+    return [(KEEPALIVED_CONF, params)]
+
+
+def keepalived_pod(ctx: Ctx, node: NodePlan) -> Emit:
+    return [(f"{MANIFESTS_DIR}/keepalived.yaml", KeepalivedPod(image=IMAGES["keepalived"], config_path=KEEPALIVED_CONF,
+                                                               check_path=KEEPALIVED_CHECK))]
+
+
+def check_script(ctx: Ctx, node: NodePlan) -> Emit:
+    _, port = _endpoint(ctx)
+    return [(KEEPALIVED_CHECK, CheckScript(port=port))]

@@ -1,0 +1,55 @@
+"""What the certs service's handlers call: ensure on `plan created`, renew on the bus, bundles.
+
+Thin on purpose: the operations live in bke.pki.operations (shared with the CLI); this module adds
+the service's structured logs (cluster and operation on every line, counts only - never key
+material) and fixes the signatures the handlers and the dispatcher use.
+
+Errors the handlers map (see bke.errors): PkiError / SecretKeyError -> rejected (permanent);
+StoreConflict / PkiNotReady -> retry later (temporary); anything else -> redelivery with backoff.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from bke.pki import CertsReport, IssueOptions, NodeFile, PkiStore, RenewedCert
+from bke.pki.operations import ensure_cluster_pki, node_bundle as _node_bundle, renew_certs
+from bke.plan import Plan
+from bke.secrets import SecretBox
+
+__all__ = ["ensure_cluster_certs", "node_bundle", "renew_expiring"]
+
+log = logging.getLogger(__name__)
+
+
+async def ensure_cluster_certs(plan: Plan, store: PkiStore, now: datetime, box: SecretBox, *,
+                               options: IssueOptions | None = None) -> CertsReport:
+    """Idempotent ensure of the cluster's PKI (CA keys stored encrypted); a report of references."""
+    extra = {"cluster": plan.cluster, "operation": "ensure_certs"}
+    report = await ensure_cluster_pki(plan, store, now, box, options)
+    log.info("PKI ensured: %d issued, %d reissued, %d reused, %d removed, %d nodes to deliver",
+             len(report.issued), len(report.reissued), len(report.reused), len(report.removed),
+             len(report.changed_nodes), extra=extra)
+    for r in report.reissued:
+        log.info("reissued %s: %s", r.instance, r.reason, extra=extra)
+    for w in report.warnings:
+        log.warning(w, extra=extra)
+    return report
+
+
+async def renew_expiring(cluster: str, store: PkiStore, now: datetime, threshold: timedelta, box: SecretBox, *,
+                         options: IssueOptions | None = None) -> list[RenewedCert]:
+    """Renew every leaf that expires within ``threshold`` of ``now``; one RenewedCert each (the
+    handler publishes one event per item so the dispatcher redistributes it)."""
+    renewed = await renew_certs(cluster, store, now, box, threshold=threshold, options=options)
+    log.info("renewed %d certificates expiring within %s", len(renewed), threshold,
+             extra={"cluster": cluster, "operation": "renew_certs"})
+    return renewed
+
+
+async def node_bundle(plan: Plan, store: PkiStore, hostname: str, box: SecretBox) -> list[NodeFile]:
+    """One node's complete file set with contents; secret files must be sealed to its agent."""
+    files = await _node_bundle(plan, store, hostname, box)
+    log.debug("bundle of %d files", len(files), extra={"cluster": plan.cluster, "node": hostname,
+                                                       "operation": "node_bundle"})
+    return files

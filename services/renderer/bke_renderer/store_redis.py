@@ -1,0 +1,119 @@
+"""Rendered file sets in Redis, in the format the dispatcher reads (bke.state.nodefiles).
+
+Keys (names from bke.state.keys.cluster_key)::
+
+    bke:<cluster>:files:render          hash  hostname -> JSON list of NodeFile (the dispatcher's contract)
+    bke:<cluster>:files:render:digest   the RenderedCluster digest: marks a complete set
+    bke:<cluster>:addon-manifests       hash  addon name -> multi-document YAML (the dispatcher's addons phase)
+    bke:<cluster>:render:meta           JSON: versions, tier, template sets, warnings, secret paths
+    bke:<cluster>:render:vrrp-password  the cluster's VRRP password, created once (SET NX)
+
+A save replaces the whole set in one MULTI/EXEC (nodes that left the plan disappear with it), and
+writes the digest in the same transaction, so a reader never sees a half-written set.
+
+Secret files: the only secret the renderer emits is keepalived.conf's VRRP PASS password, which
+keepalived sends in clear text in every VRRP advertisement on the LAN and which is kept here
+anyway to be reused; its files are therefore stored like the others (content_b64), and their
+paths are listed in the meta so a load restores the `secret` flag.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from typing import Any
+
+from redis.asyncio import Redis
+
+from bke.render import NodeFiles, RenderedCluster, RenderedFile
+from bke.state.keys import cluster_key
+from bke.state.nodefiles import NodeFile
+
+__all__ = ["RedisRenderStore", "render_keys"]
+
+
+def render_keys(cluster: str) -> dict[str, str]:
+    files = cluster_key(cluster, "files", "render")
+    return {
+        "files": files,
+        "digest": files + ":digest",
+        "addons": cluster_key(cluster, "addon-manifests"),
+        "meta": cluster_key(cluster, "render", "meta"),
+        "vrrp": cluster_key(cluster, "render", "vrrp-password"),
+    }
+
+
+def _text(value: Any) -> str | None:
+    return value.decode() if isinstance(value, (bytes, bytearray)) else value
+
+
+def _node_json(node: NodeFiles) -> str:
+    files = [NodeFile(path=f.path, mode=f.mode, sha256=f.sha256, content_b64=base64.b64encode(f.content).decode())
+             for f in node.files]
+    return json.dumps([f.model_dump(by_alias=True, mode="json") for f in files])
+
+
+class RedisRenderStore:
+    """The client is injected (created and closed by the caller); works with or without decode_responses."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    async def digest(self, cluster: str) -> str | None:
+        return _text(await self.redis.get(render_keys(cluster)["digest"]))
+
+    async def save(self, rendered: RenderedCluster) -> None:
+        k = render_keys(rendered.cluster)
+        meta = rendered.meta_json()
+        meta["secretPaths"] = {n.hostname: [f.path for f in n.files if f.secret] for n in rendered.nodes
+                               if any(f.secret for f in n.files)}
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(k["files"], k["addons"])
+            pipe.hset(k["files"], mapping={n.hostname: _node_json(n) for n in rendered.nodes})
+            if rendered.addons:
+                pipe.hset(k["addons"], mapping={f.path.removesuffix(".yaml"): f.content.decode() for f in rendered.addons})
+            pipe.set(k["meta"], json.dumps(meta, sort_keys=True))
+            pipe.set(k["digest"], rendered.digest)
+            await pipe.execute()
+
+    async def load(self, cluster: str) -> RenderedCluster | None:
+        k = render_keys(cluster)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.get(k["meta"]).hgetall(k["files"]).hgetall(k["addons"])
+            raw_meta, raw_files, raw_addons = await pipe.execute()
+        if raw_meta is None:
+            return None
+        meta = json.loads(_text(raw_meta) or "{}")
+        files = {_text(h): _text(v) for h, v in raw_files.items()}
+        addons = {_text(n): _text(v) for n, v in raw_addons.items()}
+        nodes = tuple(self._node(h, files[h], meta) for h in meta["nodes"] if h in files)
+        rendered = RenderedCluster(
+            cluster=meta["cluster"], kubernetes_version=meta["kubernetesVersion"], etcd_version=meta["etcdVersion"],
+            containerd_version=meta["containerdVersion"], tier=meta["tier"], template_sets=tuple(meta["templateSets"]),
+            nodes=nodes, addons=tuple(RenderedFile(f"{n}.yaml", 0o644, (addons[n] or "").encode()) for n in sorted(addons)),
+            warnings=tuple(meta["warnings"]),
+        )
+        return rendered
+
+    async def load_node(self, cluster: str, hostname: str) -> NodeFiles | None:
+        k = render_keys(cluster)
+        raw_meta, raw = await self.redis.get(k["meta"]), await self.redis.hget(k["files"], hostname)
+        if raw_meta is None or raw is None:
+            return None
+        return self._node(hostname, _text(raw) or "[]", json.loads(_text(raw_meta) or "{}"))
+
+    @staticmethod
+    def _node(hostname: str, raw: str, meta: dict[str, Any]) -> NodeFiles:
+        secret = set(meta.get("secretPaths", {}).get(hostname, []))
+        files = [NodeFile.model_validate(d) for d in json.loads(raw)]
+        return NodeFiles(hostname, tuple(RenderedFile(f.path, f.mode, base64.b64decode(f.content_b64 or ""), f.path in secret)
+                                         for f in files))
+
+    async def vrrp_password(self, cluster: str, new: Callable[[], str]) -> str:
+        """The cluster's VRRP password: created once (SET NX), the same for every later call,
+        also when two renderers race."""
+        key = render_keys(cluster)["vrrp"]
+        await self.redis.set(key, new(), nx=True)
+        value = _text(await self.redis.get(key))
+        assert value is not None
+        return value

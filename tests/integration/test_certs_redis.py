@@ -1,0 +1,158 @@
+"""The certs service core against the real Redis of the session fixture.
+
+At-rest encryption (no PEM private key in any raw stored byte), idempotence (a second ensure
+leaves every stored byte and the version alone), SAN refresh, node bundles, renewal of what
+expires, the conflict guard, and `bke certs --cluster` on the same store.
+"""
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+import yaml
+from bke_certs.service_core import ensure_cluster_certs, node_bundle, renew_expiring
+from bke_certs.store_redis import RedisPkiStore, pki_keys
+
+from bke.pki import IssueOptions, Snapshot, StoreConflict, cert_info
+from bke.pki.instances import node_file_refs
+from bke.plan import Plan, plan_spec_text
+from bke.secrets import SecretBox, create_key_file
+from bke_cli.main import main
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SPLIT = ROOT / "examples" / "split-etcd.yaml"
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+SERIAL = IssueOptions(procs=1)
+
+
+def _plan(edit=None) -> Plan:  # type: ignore[no-untyped-def]
+    docs = list(yaml.safe_load_all(SPLIT.read_text()))
+    if edit:
+        edit(docs)
+    outcome = plan_spec_text(yaml.safe_dump_all(docs, sort_keys=False))
+    assert outcome.plan is not None, outcome.errors
+    return outcome.plan
+
+
+@pytest.fixture
+async def raw(redis_client: aioredis.Redis, redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    """A bytes client (no decoding) on the database redis_client just emptied."""
+    client = aioredis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def _dump(client: aioredis.Redis) -> dict[bytes, object]:
+    out: dict[bytes, object] = {}
+    for key in sorted(await client.keys("*")):
+        kind = await client.type(key)
+        out[key] = await (client.hgetall(key) if kind == b"hash" else client.get(key))
+    return out
+
+
+async def test_ensure_stores_keys_encrypted_and_is_idempotent(raw: aioredis.Redis) -> None:
+    box = SecretBox(os.urandom(32))
+    store = RedisPkiStore(raw)
+    report = await ensure_cluster_certs(_plan(), store, NOW, box, options=SERIAL)
+    assert len(report.issued) == 69
+    dump = await _dump(raw)
+    keys = pki_keys("big")
+    assert set(dump) == {k.encode() for k in keys.values()}
+    for key, value in dump.items():  # raw bytes as stored: no PEM key, not even base64-wrapped
+        blob = b"".join(k + v for k, v in value.items()) if isinstance(value, dict) else value
+        assert b"PRIVATE KEY" not in blob and b"LS0tLS1CRUdJTiBQUklWQVRF" not in blob, key
+    certs, enc = dump[keys["certs"].encode()], dump[keys["keys"].encode()]
+    assert set(certs) == set(enc) and len(certs) == 69  # every instance has a key, encrypted
+    assert all(v.startswith(b"-----BEGIN ") for v in certs.values())
+    assert box.decrypt(base64.b64decode(enc[b"etcd-ca"]), b"big/etcd-ca").startswith(b"-----BEGIN PRIVATE KEY")
+
+    again = await ensure_cluster_certs(_plan(), store, NOW + timedelta(days=1), box, options=SERIAL)
+    assert again.issued == [] and again.reissued == [] and len(again.reused) == 69 and not again.changed
+    assert await _dump(raw) == dump  # same bytes, same version
+
+
+async def test_san_refresh_and_bundles(redis_client: aioredis.Redis) -> None:
+    box = SecretBox(os.urandom(32))
+    store = RedisPkiStore(redis_client)  # a decode_responses=True client works as well
+    await ensure_cluster_certs(_plan(), store, NOW, box, options=SERIAL)
+
+    def more_sans(docs):  # type: ignore[no-untyped-def]
+        docs[0]["spec"]["clusterConfig"]["cluster"]["apiServer"]["certSANs"].append("10.9.9.9")
+
+    plan = _plan(more_sans)
+    report = await ensure_cluster_certs(plan, store, NOW, box, options=SERIAL)
+    assert sorted((r.instance, r.reason) for r in report.reissued) == [
+        (f"apiserver@m{i}", "SANs changed") for i in (1, 2, 3)]
+    assert sorted(report.changed_nodes) == ["m1", "m2", "m3"]
+    files = await node_bundle(plan, store, "m2", box)
+    assert [f.path for f in files] == [r.path for r in node_file_refs(plan)["m2"]]
+    by_path = {f.path: f for f in files}
+    assert "10.9.9.9" in cert_info(by_path["/etc/kubernetes/pki/apiserver.crt"].content).ips
+    assert by_path["/etc/kubernetes/pki/apiserver.key"].secret
+    assert by_path["/etc/kubernetes/admin.conf"].content.startswith(b"apiVersion: v1\n")
+    worker = await node_bundle(plan, store, "worker4", box)
+    assert [f.path for f in worker] == ["/etc/kubernetes/kubelet.conf", "/etc/kubernetes/pki/ca.crt"]
+
+
+async def test_renew_expiring_renews_leaves_once(raw: aioredis.Redis) -> None:
+    box = SecretBox(os.urandom(32))
+    store = RedisPkiStore(raw)
+    await ensure_cluster_certs(_plan(), store, NOW, box, options=SERIAL)
+    before = await _dump(raw)
+    assert await renew_expiring("big", store, NOW + timedelta(days=100), timedelta(days=30), box, options=SERIAL) == []
+    assert await _dump(raw) == before
+
+    later = NOW + timedelta(days=340)
+    renewed = await renew_expiring("big", store, later, timedelta(days=30), box, options=SERIAL)
+    assert len(renewed) == 69 - 7 and not any(r.name.endswith("-ca") or r.name == "sa" for r in renewed)
+    kubelet = next(r for r in renewed if r.instance == "kubelet.conf@worker2")
+    assert kubelet.nodes == ["worker2"] and kubelet.not_after == later + timedelta(days=365)
+    snap = await store.load("big", box)
+    assert snap.materials["ca"].cert == (await RedisPkiStore(raw).load("big", None)).materials["ca"].cert
+    assert cert_info(snap.materials["apiserver@m3"].cert).not_after == later + timedelta(days=365)
+    assert await renew_expiring("big", store, later, timedelta(days=30), box, options=SERIAL) == []
+
+
+async def test_concurrent_save_is_a_conflict(raw: aioredis.Redis) -> None:
+    box = SecretBox(os.urandom(32))
+    store = RedisPkiStore(raw)
+    await ensure_cluster_certs(_plan(), store, NOW, box, options=SERIAL)
+    stale = await store.load("big", box)
+    await renew_expiring("big", store, NOW + timedelta(days=360), timedelta(days=30), box, options=SERIAL)
+    with pytest.raises(StoreConflict):
+        await store.save(Snapshot(stale.manifest, stale.materials), ["apiserver@m1"], box, stale.version)
+
+
+async def test_cli_against_the_cluster_store(raw: aioredis.Redis, redis_url: str, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    keyfile = tmp_path / "at-rest.key"
+    box = create_key_file(keyfile)
+    await ensure_cluster_certs(_plan(), RedisPkiStore(raw), NOW, box, options=SERIAL)
+    monkeypatch.delenv("BKE_SECRET_KEY_FILE", raising=False)
+    # check-expiration needs no secret key; the CLI runs its own event loop, so use a thread
+    import asyncio
+
+    code = await asyncio.to_thread(main, ["certs", "check-expiration", "--cluster", "big", "--redis", redis_url])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert any(line.startswith("kubelet.conf@worker1 ") for line in out.splitlines())
+    code = await asyncio.to_thread(main, ["certs", "renew", "front-proxy-client", "--cluster", "big", "--redis", redis_url])
+    assert code == 2 and "BKE_SECRET_KEY_FILE is not set" in capsys.readouterr()[1]
+    monkeypatch.setenv("BKE_SECRET_KEY_FILE", str(keyfile))
+    old = (await RedisPkiStore(raw).load("big", None)).materials["front-proxy-client@m1"].cert
+    code = await asyncio.to_thread(main, ["certs", "renew", "front-proxy-client", "--cluster", "big", "--redis", redis_url])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.count("renewed front-proxy-client@") == 3
+    assert (await RedisPkiStore(raw).load("big", None)).materials["front-proxy-client@m1"].cert != old
+    code = await asyncio.to_thread(main, ["certs", "check-expiration", "--cluster", "nosuch", "--redis", redis_url])
+    assert code == 2 and "no PKI stored for cluster 'nosuch'" in capsys.readouterr()[1]

@@ -1,0 +1,61 @@
+"""`bke agent bootstrap` without a network: dry run, installer lines, and every bad input exits 2."""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+from bke_cli.main import main
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "seed-3m1w.yaml"
+NATS = "nats://agent:s3cret@10.0.0.9:4222"
+FP = "SHA256:" + "A" * 43
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["agent", "bootstrap", str(EXAMPLE), "--nats", NATS, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_dry_run_prints_every_command_for_the_selected_nodes(capsys):
+    code, out, err = run(capsys, "--dry-run", "--nodes", "master2,node1")
+    assert code == 0, err
+    assert "# node master2: root@127.0.10.2:22" in out and "# node node1: root@127.0.10.4:22" in out
+    assert "master1" not in out
+    assert out.count("[init] env BKE_AGENT_BACKEND=host BKE_AGENT_CLUSTER=seed BKE_AGENT_NODE=") == 2
+    assert "s3cret" not in out and "ERROR" not in err
+
+
+def test_print_installer_one_comment_and_one_line_per_node(capsys):
+    code, out, _ = run(capsys, "--print-installer", "--nodes", "node1")
+    assert code == 0
+    comment, line = out.splitlines()
+    assert comment.startswith("# node node1 (cluster seed): as root") and "requirements.txt" in comment
+    assert line.startswith("(umask 077 && ") and "BKE_AGENT_NODE=node1" in line and "master1" not in line
+    assert shlex.split(line)  # balanced quoting
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--dry-run", "--nodes", "master1,ghost"], "--nodes: not in the spec: ghost"),
+    (["--dry-run", "--print-installer"], "exclude each other"),
+    ([], "refusing to connect without verifying host keys"),
+    (["--host-key-fingerprint", "SHA256:AAAA"], "not a SHA-256 digest"),
+    (["--host-key-fingerprint", FP, "--known-hosts", "/nonexistent"], "not both"),
+    (["--known-hosts", "/nonexistent/known_hosts"], "/nonexistent/known_hosts"),
+    (["--host-key-fingerprint", f"master1={FP}"], "no --host-key-fingerprint for node master2"),
+    (["--dry-run", "--wheel", "/nonexistent/bke-0.1.0-py3-none-any.whl"], "no such file"),
+    (["--identity", "/nonexistent/id_ed25519", "--host-key-fingerprint", FP], "not a readable private key"),
+])
+def test_bad_input_exits_2_with_an_error_line_and_contacts_nothing(capsys, args, message):
+    code, _, err = run(capsys, *args)
+    assert code == 2
+    errors = [line for line in err.splitlines() if line.startswith("ERROR ")]
+    assert any(message in line for line in errors), err
+    assert "s3cret" not in err
+
+
+def test_bad_nats_url_exits_2_without_echoing_it(capsys):
+    code = main(["agent", "bootstrap", str(EXAMPLE), "--nats", "nats://a b@h", "--dry-run"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "ERROR --nats:" in err and "a b@h" not in err
