@@ -11,6 +11,8 @@ For a generated spec of N nodes (3 masters running etcd, the rest workers) and e
 * ``floor``: the same number of bare key generations + certificate signatures (CN-only
   certificate, no extensions, nothing serialised) with ``cryptography``, in P forked processes,
   wall time including the pool start. Nothing can issue that many certificates faster.
+* ``+pem`` (context only): the floor plus writing each key and certificate as PEM, which any
+  usable output needs; the gap between ``+pem`` and ``bke`` is what BKE itself adds.
 
 Runs alternate (bke, floor, bke, floor, ...) so that load from elsewhere hits both; the table
 shows the best and the median of each and ratio = best bke / best floor. Target: <= 1.3.
@@ -32,38 +34,42 @@ for sub in ("libs", "services/certs"):
     sys.path.insert(0, str(ROOT / sub))
 
 from cryptography import x509  # noqa: E402
+from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.x509.oid import NameOID  # noqa: E402
 
 from bke.pki import IssueOptions, desired_instances, ensure_pki  # noqa: E402
-from bke.pki.keys import generate_key, signature_hash  # noqa: E402
+from bke.pki.keys import generate_key, private_key_pem, signature_hash  # noqa: E402
 from bke.plan import plan_spec_text  # noqa: E402
 from bke.spec.synth import synth_spec_text  # noqa: E402
 
 
-def _floor_chunk(args: tuple[str, int]) -> int:
-    """n bare keygen + sign operations: the physical floor's unit of work."""
-    algorithm, n = args
+def _floor_chunk(args: tuple[str, int] | tuple[str, int, bool]) -> int:
+    """n bare keygen + sign operations: the physical floor's unit of work (+ PEM if asked)."""
+    algorithm, n, pem = (*args, False)[:3]  # type: ignore[misc]
     ca_key = generate_key(algorithm)
     issuer = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "floor-ca")])
     now = datetime.now(timezone.utc)
     end, digest = now + timedelta(days=365), signature_hash(ca_key)
     for i in range(n):
         key = generate_key(algorithm)
-        x509.CertificateBuilder(
+        cert = x509.CertificateBuilder(
             issuer_name=issuer, subject_name=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"n{i}")]),
             public_key=key.public_key(), serial_number=x509.random_serial_number(),
             not_valid_before=now, not_valid_after=end).sign(ca_key, digest)
+        if pem:
+            private_key_pem(key)
+            cert.public_bytes(serialization.Encoding.PEM)
     return n
 
 
-def floor_seconds(algorithm: str, ops: int, procs: int) -> float:
+def floor_seconds(algorithm: str, ops: int, procs: int, pem: bool = False) -> float:
     start = time.perf_counter()
     if procs == 1:
-        _floor_chunk((algorithm, ops))
+        _floor_chunk((algorithm, ops, pem))
     else:
         sizes = [ops // procs + (1 if i < ops % procs else 0) for i in range(procs)]
         with ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context("fork")) as pool:
-            list(pool.map(_floor_chunk, [(algorithm, s) for s in sizes]))
+            list(pool.map(_floor_chunk, [(algorithm, s, pem) for s in sizes]))
     return time.perf_counter() - start
 
 
@@ -81,21 +87,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--algorithms", default="RSA-2048,ECDSA-P256")
     ap.add_argument("--procs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--repeat", type=int, default=3, help="alternating runs of each (best is reported)")
+    ap.add_argument("--no-pem", dest="pem", action="store_false", help="skip the +pem context column")
     args = ap.parse_args(argv)
     print(f"nodes={args.nodes} procs={args.procs} cpus={os.cpu_count()} repeat={args.repeat}")
-    print(f"{'algorithm':<11} {'certs':>6} {'bke best':>9} {'bke med':>8} {'floor best':>10} {'floor med':>9} {'ratio':>6}")
+    print(f"{'algorithm':<11} {'certs':>6} {'bke best':>9} {'bke med':>8} {'floor best':>10} {'floor med':>9} "
+          f"{'ratio':>6} {'+pem best':>9}")
     for algorithm in args.algorithms.split(","):
         outcome = plan_spec_text(synth_spec_text(args.nodes, key_algorithm=algorithm))
         if outcome.plan is None:
             print(f"spec error: {outcome.errors}", file=sys.stderr)
             return 2
         ops = len(desired_instances(outcome.plan))
-        ours, floor = [], []
+        ours, floor, pem = [], [], []
         for _ in range(args.repeat):
             ours.append(bke_seconds(outcome.plan, args.procs))
             floor.append(floor_seconds(algorithm, ops, args.procs))
+            if args.pem:
+                pem.append(floor_seconds(algorithm, ops, args.procs, pem=True))
         print(f"{algorithm:<11} {ops:>6} {min(ours):>8.2f}s {statistics.median(ours):>7.2f}s "
-              f"{min(floor):>9.2f}s {statistics.median(floor):>8.2f}s {min(ours) / min(floor):>6.2f}", flush=True)
+              f"{min(floor):>9.2f}s {statistics.median(floor):>8.2f}s {min(ours) / min(floor):>6.2f} "
+              f"{(f'{min(pem):.2f}s' if pem else '-'):>9}", flush=True)
     return 0
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,8 @@ from bke.secrets.sealing import (
     private_key_to_pem,
     public_key_to_raw,
 )
+
+from .fsutil import fsync_dir
 
 __all__ = ["AgentIdentity", "KEY_FILE", "PUBLIC_KEY_PREFIX"]
 
@@ -62,7 +65,7 @@ class AgentIdentity:
             return cls.load(state_dir), False
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         key = generate_agent_key()
-        tmp = state_dir / f".{KEY_FILE}.{os.getpid()}.tmp"
+        tmp = state_dir / f".{KEY_FILE}.{secrets.token_hex(8)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -75,7 +78,7 @@ class AgentIdentity:
                 return cls.load(state_dir), False
         finally:
             tmp.unlink(missing_ok=True)
-        _fsync_dir(state_dir)
+        fsync_dir(state_dir)
         return cls.from_key(key), True
 
     @classmethod
@@ -94,11 +97,3 @@ class AgentIdentity:
     def public_line(self) -> str:
         """What `bke-agent init` prints: `bke-agent-x25519 <base64 of the raw 32-byte key>`."""
         return f"{PUBLIC_KEY_PREFIX} {self.public_key_b64}"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

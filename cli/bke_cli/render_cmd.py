@@ -24,6 +24,8 @@ from bke.render import (InvalidOutputError, RenderError, RenderInputs, RenderRej
                         diff_rendered,
                         generate_vrrp_password, render_cluster)
 
+from bke.render.context import VRRP_PASSWORD_RE
+
 from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines, warn_lines
 from .spec_input import plan_or_exit
 
@@ -54,7 +56,10 @@ def _password(state: Path, plan: Plan, create: bool) -> str | None:
         return None
     path = state / "vrrp-password"
     if path.exists():
-        return path.read_text().strip()
+        value = path.read_text().strip()
+        if not VRRP_PASSWORD_RE.match(value):
+            die(f"{path}: not a VRRP password (8 letters or digits); delete it to generate a new one", EXIT_INVALID)
+        return value
     if not create:
         return _DIFF_PASSWORD
     state.mkdir(mode=0o700, parents=True, exist_ok=True)

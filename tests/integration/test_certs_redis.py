@@ -59,10 +59,16 @@ async def _dump(client: aioredis.Redis) -> dict[bytes, object]:
     return out
 
 
-async def test_ensure_stores_keys_encrypted_and_is_idempotent(raw: aioredis.Redis) -> None:
+async def test_ensure_stores_keys_encrypted_and_is_idempotent(raw: aioredis.Redis,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
     box = SecretBox(os.urandom(32))
     store = RedisPkiStore(raw)
+    caplog.set_level("DEBUG")
     report = await ensure_cluster_certs(_plan(), store, NOW, box, options=SERIAL)
+    logged = [r for r in caplog.records if r.name.startswith("bke")]
+    assert any(getattr(r, "cluster", None) == "big" and getattr(r, "operation", None) == "ensure_certs"
+               for r in logged)
+    assert not any("PRIVATE KEY" in r.getMessage() or "BEGIN" in r.getMessage() for r in logged)
     assert len(report.issued) == 69
     dump = await _dump(raw)
     keys = pki_keys("big")

@@ -150,3 +150,15 @@ def test_process_pool_path_gives_the_same_result_shape() -> None:
     assert set(pooled.materials) == set(split_issued().materials)
     again = ensure_pki(split_plan(), pooled.materials, NOW, SERIAL, pooled.manifest)
     assert again.changed == frozenset()
+
+
+def test_report_round_trips_and_carries_no_key_bytes() -> None:
+    from bke.pki import CertsReport
+
+    report = split_issued().report
+    text = report.model_dump_json(by_alias=True)
+    assert "PRIVATE KEY" not in text and "BEGIN" not in text and "LS0tLS1CRUdJTi" not in text
+    assert CertsReport.model_validate_json(text) == report
+    assert [(f.path, f.part) for f in report.nodes["worker1"]] == [
+        ("/etc/kubernetes/kubelet.conf", "kubeconfig"), ("/etc/kubernetes/pki/ca.crt", "cert")]
+    assert "changedNodes" in text  # camelCase on the wire, like the contracts

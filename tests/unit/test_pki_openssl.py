@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from .test_pki_support import NOW, openssl, split_issued, split_plan
 
 from bke.pki import Instance, cert_info, desired_instances
-from bke.pki.issue import BACKDATE
+from bke.pki.issuance import BACKDATE
 from bke.pki.kubeconfig import embedded_material
 
 PURPOSES = {"server": ["sslserver"], "client": ["sslclient"], "server+client": ["sslserver", "sslclient"]}

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 
 from .base import Message
 from .cluster import ClusterRejected, ClusterRequested, PlanCreated
+from .certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, RENEW_REQUESTED, CertRenewed, CertsFailed, CertsIssued, RenewRequested
+from .install import RETRY_REQUESTED, InstallFinished, NodeStepChanged, PhaseChanged, RetryRequested
+from .render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
 from .agent import AgentCommand, AgentHeartbeat, AgentRegistered, CommandResult
 from .deadletter import DeadLettered
 
@@ -31,15 +34,15 @@ DEADLETTER = "bke.v1.deadletter"
 
 # Stream membership. Subjects of one stream may not overlap another's, so events are
 # listed one by one (the fixed external `bke.v1.cluster.*` pair sits in two streams).
-COMMAND_SUBJECTS: tuple[str, ...] = (CLUSTER_REQUESTED, "bke.v1.certs.renew-requested", "bke.v1.cluster.retry-requested")
+COMMAND_SUBJECTS: tuple[str, ...] = (CLUSTER_REQUESTED, RENEW_REQUESTED, RETRY_REQUESTED)
 EVENT_SUBJECTS: tuple[str, ...] = (
     CLUSTER_REJECTED,
     PLAN_CREATED,
-    "bke.v1.certs.issued",
-    "bke.v1.certs.renewed",
-    "bke.v1.certs.failed",
-    "bke.v1.manifests.rendered",
-    "bke.v1.manifests.failed",
+    CERTS_ISSUED,
+    CERTS_RENEWED,
+    CERTS_FAILED,
+    MANIFESTS_RENDERED,
+    RENDER_FAILED,
     "bke.v1.install.>",
 )
 AGENT_SUBJECTS: tuple[str, ...] = ("bke.v1.agent.>",)
@@ -59,6 +62,16 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(CLUSTER_REQUESTED, ClusterRequested, "command", "Plan and install a cluster from a BKECluster + BKENode spec.", ("cli",), ("planner",)),
     Channel(CLUSTER_REJECTED, ClusterRejected, "event", "A request was refused; every error names its field.", ("planner",), ("cli",)),
     Channel(PLAN_CREATED, PlanCreated, "event", "A placement plan is stored; read by certs, renderer and dispatcher.", ("planner",), ("certs", "renderer", "dispatcher")),
+    Channel(CERTS_ISSUED, CertsIssued, "event", "The cluster PKI is ensured for a plan (references, never keys).", ("certs",), ("dispatcher",)),
+    Channel(CERTS_FAILED, CertsFailed, "event", "The PKI could not be ensured for a plan.", ("certs",), ("cli",)),
+    Channel(RENEW_REQUESTED, RenewRequested, "command", "Renew every certificate expiring within N days.", ("cli",), ("certs",)),
+    Channel(CERTS_RENEWED, CertRenewed, "event", "One certificate was renewed; redistribute it to its nodes.", ("certs",), ("dispatcher",)),
+    Channel(MANIFESTS_RENDERED, ManifestsRendered, "event", "Every node's files are rendered, validated and stored.", ("renderer",), ("dispatcher",)),
+    Channel(RENDER_FAILED, RenderFailed, "event", "Rendering a plan failed (unsupported version, refused flag, invalid output).", ("renderer",), ("cli",)),
+    Channel("bke.v1.install.{cluster}.phase", PhaseChanged, "event", "An install phase changed status.", ("dispatcher",), ("cli",)),
+    Channel("bke.v1.install.{cluster}.node", NodeStepChanged, "event", "A node's command in a phase changed status.", ("dispatcher",), ("cli",)),
+    Channel("bke.v1.install.{cluster}.finished", InstallFinished, "event", "The install succeeded or failed (phase, node, reason).", ("dispatcher",), ("cli",)),
+    Channel(RETRY_REQUESTED, RetryRequested, "command", "Retry the failed phase of an install (some or all failed nodes).", ("cli",), ("dispatcher",)),
     Channel("bke.v1.agent.{cluster}.{node}.command", AgentCommand, "command", "Steps for one node's agent; secret files sealed to that agent.", ("dispatcher",), ("agent",)),
     Channel("bke.v1.agent.{cluster}.{node}.result", CommandResult, "event", "The agent ran (or replayed) a command.", ("agent",), ("dispatcher",)),
     Channel("bke.v1.agent.{cluster}.{node}.registered", AgentRegistered, "event", "An agent started and announces its public keys.", ("agent",), ("dispatcher", "certs")),

@@ -26,7 +26,7 @@ from .errors import (
 )
 from .expiry import ExpiryRow, expiration_rows, select_renewals
 from .instances import FileRef, Instance, desired_instances, node_file_refs
-from .issue import IssueOptions, Validity, issue
+from .issuance import IssueOptions, Validity, issue
 from .keys import generate_key, key_algorithm_of
 from .manifest import Manifest
 from .material import CertInfo, Material, cert_info

@@ -19,13 +19,13 @@ the plan (the original never refreshed SANs).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from ..plan import Plan
 from .errors import CaIntegrityError
 from .instances import FileRef, Instance, desired_instances, node_file_refs
-from .issue import IssueOptions, Validity, issue
+from .issuance import IssueOptions, Validity, issue, paused_gc, worker_pool
 from .manifest import Manifest, build_manifest
 from .material import CertInfo, Material, cert_info
 from .report import CertsReport, Reissued
@@ -133,6 +133,16 @@ def _changed_nodes(files: Mapping[str, Sequence[FileRef]], changed: frozenset[st
 def ensure_pki(plan: Plan, existing: Mapping[str, Material], now: datetime,
                options: IssueOptions | None = None, previous: Manifest | None = None) -> EnsureResult:
     """Decide and issue for ``plan``; ``previous`` (the stored manifest) refines changed_nodes."""
+    options = options or IssueOptions()
+    # A new cluster issues at least one certificate per node: start the worker pool right away so
+    # that forking overlaps the bookkeeping. Otherwise (re-runs) issue() decides after decide().
+    estimate = 0 if existing else len(plan.nodes) + 10
+    with paused_gc(), worker_pool(options, estimate, plan.spec.config.certificates.key_algorithm) as pool:
+        return _ensure(plan, existing, now, replace(options, executor=pool) if pool else options, previous)
+
+
+def _ensure(plan: Plan, existing: Mapping[str, Material], now: datetime, options: IssueOptions | None,
+            previous: Manifest | None) -> EnsureResult:
     validity = validity_of(plan, now)
     desired = desired_instances(plan)  # 1. what the plan needs
     verdicts, warnings = decide(desired, existing, now, validity)  # 2. reuse / issue / reissue

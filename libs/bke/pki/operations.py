@@ -17,7 +17,7 @@ from .ensure import ensure_pki
 from .errors import PkiNotReady, UnknownCertificate
 from .expiry import ExpiryRow, expiration_rows, renewal_instances, select_renewals
 from .instances import desired_instances, node_file_refs
-from .issue import IssueOptions, Validity, issue
+from .issuance import IssueOptions, Validity, issue
 from .manifest import build_manifest
 from .material import cert_info
 from .report import CertsReport, RenewedCert

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..plan import NodePlan, Plan
+from ..spec.models import BKENodeSpec, Cluster
 from .args import COMPONENT_FIELDS, merge_args
 from .errors import MissingInputError
 from .gates import VersionSet
@@ -70,14 +71,14 @@ class Ctx:
         return tier_for(self.facts.nodes)
 
     @property
-    def config(self):  # the spec's cluster config (kept loose to avoid re-typing the spec here)
+    def config(self) -> Cluster:
         return self.plan.spec.config
 
     def image(self, name: str, tag: str) -> str:
         return f"{self.config.image_repo.rstrip('/')}/{name}:{tag}"
 
     @functools.cached_property
-    def _node_specs(self) -> dict[str, object]:
+    def _node_specs(self) -> dict[str, BKENodeSpec]:
         return {n.spec.hostname: n.spec for n in self.plan.spec.nodes}
 
     @functools.cached_property

@@ -22,7 +22,7 @@ from typing import Any
 import kubernetes_validate
 from kubernetes_validate import utils as kv_utils
 
-__all__ = ["UnsupportedSchema", "schema_version_for", "strict_error", "strict_valid"]
+__all__ = ["UnsupportedSchema", "precompile", "schema_version_for", "strict_error", "strict_valid"]
 
 Check = Callable[[Any], bool]
 _IGNORED = {"description", "format", "$schema", "$id", "x-kubernetes-group-version-kind", "x-kubernetes-list-type",
@@ -150,12 +150,38 @@ def _validator(schema_version: str, kind: str, api_version: str) -> Check | None
         schema = kv_utils.schema_contents(f"kubernetes-json-schema/v{schema_version}-local-strict/{name}.json", schema_version)
     except FileNotFoundError:
         return None
-    return _Compiler(_defs(schema_version)).compile(schema)
+    try:
+        return _Compiler(_defs(schema_version)).compile(schema)
+    except UnsupportedSchema:  # a schema of a shape we do not compile: ask kubernetes-validate each time
+        return lambda obj: _slow_valid(obj, schema_version)
+
+
+def _slow_valid(obj: dict[str, Any], schema_version: str) -> bool:
+    try:
+        kubernetes_validate.validate(obj, schema_version, strict=True)
+    except (kubernetes_validate.ValidationError, kubernetes_validate.SchemaNotFoundError):
+        return False
+    return True
+
+
+def precompile(k8s_minor: str, kinds: list[tuple[str, str]]) -> None:
+    """Compile the checks of these (kind, apiVersion) pairs now rather than on first use."""
+    for kind, api_version in kinds:
+        _validator(schema_version_for(k8s_minor), kind, api_version)
+
+
+def _identity(obj: Any) -> tuple[str, str] | None:
+    if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str) or not isinstance(obj.get("apiVersion"), str):
+        return None
+    return obj["kind"], obj["apiVersion"]
 
 
 def strict_valid(obj: dict[str, Any], k8s_minor: str) -> bool:
     """Fast path: True if the object passes the strict schema of its kind for this version."""
-    check = _validator(schema_version_for(k8s_minor), obj.get("kind", ""), obj.get("apiVersion", ""))
+    ident = _identity(obj)
+    if ident is None:
+        return False
+    check = _validator(schema_version_for(k8s_minor), *ident)
     return check is not None and check(obj)
 
 
@@ -163,6 +189,8 @@ def strict_error(obj: dict[str, Any], k8s_minor: str) -> str | None:
     """None if valid; else kubernetes-validate's own message (`path: reason`)."""
     if strict_valid(obj, k8s_minor):
         return None
+    if _identity(obj) is None:
+        return "not an object with string kind and apiVersion"
     try:
         kubernetes_validate.validate(obj, k8s_minor, strict=True)
     except kubernetes_validate.ValidationError as exc:

@@ -13,8 +13,8 @@ from ..versions import KUBERNETES
 from .args import format_flags
 from .context import Ctx, url_host
 from .errors import RenderRejected
-from .layout import (CONTAINERD_CERTS_D, CONTAINERD_SOCKET, HAPROXY_CFG, IMAGES, KEEPALIVED_CHECK,
-                     KEEPALIVED_CONF, KUBELET_BIN, PKI, PORTS)
+from .layout import (CONTAINERD_CERTS_D, CONTAINERD_CONFIG, CONTAINERD_SOCKET, HAPROXY_CFG, IMAGES, KEEPALIVED_CHECK,
+                     KEEPALIVED_CONF, KUBELET_BIN, KUBELET_UNIT, PKI, PORTS)
 from .params import (Backend, CheckScript, ContainerdConfig, HaproxyCfg, HaproxyPod, HostEntry, HostsToml,
                      KeepalivedConf, KeepalivedPod, KubeletConfig, KubeletUnit, Taint)
 
@@ -72,7 +72,7 @@ def kubelet_unit(ctx: Ctx, node: NodePlan) -> Emit:
     flags = ctx.flags("kubelet", node, defaults)
     params = KubeletUnit(binary=KUBELET_BIN, flags=[_systemd_arg(f) for f in format_flags(flags)],
                          standalone=not node.registers)
-    return [("/etc/systemd/system/kubelet.service", params)]
+    return [(KUBELET_UNIT, params)]
 
 
 def containerd_config(ctx: Ctx, node: NodePlan) -> Emit:
@@ -86,7 +86,7 @@ def containerd_config(ctx: Ctx, node: NodePlan) -> Emit:
         systemd_cgroup=rt.cgroup_driver == "systemd",
         certs_dir=CONTAINERD_CERTS_D,
     )
-    return [("/etc/containerd/config.toml", params)]
+    return [(CONTAINERD_CONFIG, params)]
 
 
 def registry_errors(ctx: Ctx) -> list[tuple[str, str]]:

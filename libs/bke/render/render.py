@@ -19,13 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..plan import NodePlan, Plan
+from ..versions import CONTAINERD_MINORS, ETCD_MINORS, KUBERNETES, parse_version
 from .addons import render_addons
 from .args import COMPONENT_FIELDS, check_extra_args
 from .checks import port_conflicts
 from .components import apiserver_pod, controller_manager_pod, etcd_pod, scheduler_pod
 from .context import Ctx, RenderInputs
 from .errors import DeniedFlagError, Finding, InvalidOutputError, RenderRejected
-from .gates import resolve_versions
+from .gates import VersionSet, resolve_versions
+from .k8s_schema import precompile
 from .layout import PORTS
 from .node_files import (check_script, containerd_config, haproxy_cfg, haproxy_pod, keepalived_conf, keepalived_pod,
                          kubelet_config, kubelet_unit, registry_errors, registry_hosts)
@@ -33,7 +35,12 @@ from .result import NodeFiles, RenderedCluster, RenderedFile
 from .templates import TemplateSet, template_set
 from .validate import VALIDATORS, Expect
 
-__all__ = ["FILES", "FileRule", "render_cluster"]
+__all__ = ["FILES", "FileRule", "RENDERED_KINDS", "render_cluster", "warm_up"]
+
+# Every Kubernetes kind the templates produce (the addon objects and the static pods).
+RENDERED_KINDS = [("Pod", "v1"), ("ServiceAccount", "v1"), ("ConfigMap", "v1"), ("Service", "v1"),
+                  ("ClusterRole", "rbac.authorization.k8s.io/v1"), ("ClusterRoleBinding", "rbac.authorization.k8s.io/v1"),
+                  ("DaemonSet", "apps/v1"), ("Deployment", "apps/v1")]
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,7 @@ def _render_node(ctx: Ctx, ts: TemplateSet, node: NodePlan, expect: Expect, find
 def _expect(plan: Plan, ctx: Ctx) -> Expect:
     allowed = set(plan.spec.config.allow_unsafe_flags)
     overridden = bool({"etcd-servers-overrides", "kube-apiserver/etcd-servers-overrides"} & allowed)
-    host, _, port = plan.control_plane_endpoint.rpartition(":")
+    port = plan.control_plane_endpoint.rpartition(":")[2]
     return Expect(
         k8s_minor=ctx.versions.kubernetes.minor_key,
         etcd_overrides=None if overridden else plan.apiserver.etcd_servers_overrides,
@@ -143,3 +150,17 @@ def render_cluster(plan: Plan, inputs: RenderInputs) -> RenderedCluster:
         addons=addons,
         warnings=tuple(list(plan.warnings) + warnings),
     )
+
+
+def warm_up() -> int:
+    """Load every template set and compile the schema checks of every rendered kind for every
+    supported minor. The service calls it at start, so that no plan pays for it; returns the
+    number of template sets loaded."""
+    sets = set()
+    for k8s in KUBERNETES:
+        precompile(k8s, RENDERED_KINDS)
+        for etcd in ETCD_MINORS:
+            for containerd in CONTAINERD_MINORS:
+                vs = VersionSet(parse_version(f"{k8s}.0"), parse_version(f"{etcd}.0"), parse_version(f"{containerd}.0"))
+                sets.add(template_set(vs).folders)
+    return len(sets)

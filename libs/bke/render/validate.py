@@ -7,6 +7,7 @@ our typed models (file_models, conf_parsers); pods also through checks.py. Valid
 """
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -119,7 +120,7 @@ def _haproxy(text: str, expect: Expect) -> Result:
     problems = []
     if ("*", expect.endpoint_port) not in cfg.bind_ports():
         problems.append(f"no frontend binds the endpoint port {expect.endpoint_port}")
-    backends = sorted(s.host for s in cfg.servers("apiserver")) if "apiserver" in cfg.named("backend") else []
+    backends = sorted(str(ipaddress.ip_address(s.host)) for s in cfg.servers("apiserver")) if "apiserver" in cfg.named("backend") else []
     if backends != sorted(expect.apiserver_ips):
         problems.append(f"backend servers {backends} are not the kube-apiserver nodes {sorted(expect.apiserver_ips)}")
     return problems, {}

@@ -16,7 +16,8 @@ import hashlib
 import multiprocessing
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,24 +26,31 @@ from typing import TypeVar
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from .errors import CaIntegrityError
 from .instances import Instance
 from .keys import KEYGEN_SECONDS, generate_key, load_private_key, private_key_pem, signature_hash
 from .material import Material
 
-__all__ = ["BACKDATE", "IssueOptions", "Validity", "issue"]
+__all__ = ["BACKDATE", "IssueOptions", "Validity", "issue", "paused_gc", "worker_pool"]
 
 # Leaves and CAs start slightly in the past so that a node whose clock lags a little accepts them.
 BACKDATE = timedelta(minutes=5)
-_POOL_MIN_SECONDS = 0.25
-T = TypeVar("T")  # below this estimated CPU time a pool costs more than it saves
+_POOL_MIN_SECONDS = 0.25  # below this estimated CPU time a pool costs more than it saves
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class IssueOptions:
-    """How to spend CPU. ``executor`` lets a long-lived service reuse one process pool."""
+    """How to spend CPU.
+
+    ``executor`` lets a long-lived service reuse one process pool. Without it a pool is made per
+    call when the work pays for it: forked if this process has a single thread (the CLI), else
+    from a fork server, because forking a threaded process (an asyncio service calling us from
+    a worker thread) can copy locks held by other threads. Like any non-fork start method, the
+    fork server needs the program's main module to be import-safe (``if __name__ == "__main__"``).
+    """
 
     procs: int = os.cpu_count() or 1
     start_method: str | None = None  # None: "fork" if single-threaded, else "forkserver"
@@ -65,6 +73,29 @@ def _item(inst: Instance) -> _Item:
     return (inst.spec.kind, inst.id, inst.cn, inst.o, inst.dns, inst.ips, inst.spec.usage, inst.spec.ca)
 
 
+@contextmanager
+def worker_pool(options: IssueOptions, items: int, algorithm: str) -> Iterator[Executor | None]:
+    """The executor to issue ``items`` certificates with: the caller's, a new process pool if the
+    estimated CPU time pays for one, or None (issue in this process).
+
+    A new pool forks its workers at once, so callers enter this *before* building their
+    instance lists: the fork overlaps that work and copies a smaller heap.
+    """
+    if options.executor is not None:
+        yield options.executor
+        return
+    if options.procs <= 1 or items * KEYGEN_SECONDS.get(algorithm, 0.05) < _POOL_MIN_SECONDS:
+        yield None
+        return
+    method = options.start_method or ("fork" if threading.active_count() == 1 else "forkserver")
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload([__name__])  # workers start with cryptography already imported
+    with ProcessPoolExecutor(options.procs, mp_context=ctx) as pool:
+        pool.submit(int)  # starts every worker now (all at once for "fork")
+        yield pool
+
+
 def issue(instances: Sequence[Instance], cas: Mapping[str, Material], validity: Validity,
           options: IssueOptions | None = None,
           meanwhile: Callable[[], T] | None = None) -> tuple[dict[str, Material], T | None]:
@@ -78,13 +109,7 @@ def issue(instances: Sequence[Instance], cas: Mapping[str, Material], validity: 
     options = options or IssueOptions()
     first = [_item(i) for i in instances if i.spec.kind in ("ca", "keypair")]
     leaves = [i for i in instances if i.spec.kind not in ("ca", "keypair")]
-    estimate = len(instances) * KEYGEN_SECONDS.get(validity.algorithm, 0.05)
-    if options.executor is None and (options.procs <= 1 or estimate < _POOL_MIN_SECONDS):
-        return _issue_in(None, first, leaves, cas, validity, 1, meanwhile)
-    if options.executor is not None:
-        return _issue_in(options.executor, first, leaves, cas, validity, options.procs, meanwhile)
-    method = options.start_method or ("fork" if threading.active_count() == 1 else "forkserver")
-    with ProcessPoolExecutor(options.procs, mp_context=multiprocessing.get_context(method)) as pool:
+    with worker_pool(options, len(instances), validity.algorithm) as pool:
         return _issue_in(pool, first, leaves, cas, validity, options.procs, meanwhile)
 
 
@@ -100,7 +125,7 @@ def _issue_in(pool: Executor | None, first: list[_Item], leaves: list[Instance],
         needed = {i.spec.ca for i in leaves}
         missing = sorted(str(n) for n in needed if n not in signers or signers[n].key is None)  # type: ignore[index]
         if missing:
-            raise KeyError(f"no CA material for {', '.join(missing)}")  # a caller bug: decide() prevents it
+            raise CaIntegrityError(f"cannot sign: no CA certificate and key for {', '.join(missing)}")
         payload = {n: (signers[n].cert, signers[n].key) for n in needed}  # type: ignore[index]
         pending = _submit(pool, header, payload, [_item(i) for i in leaves], procs)
     extra = meanwhile() if meanwhile is not None else None
@@ -114,8 +139,9 @@ def _submit(pool: Executor | None, header: tuple, payload: dict, items: list[_It
         return []
     if pool is None:
         return [_issue_job((header, payload, items))]
-    per_worker = 4 if header[0].startswith("RSA") else 1  # RSA keygen time varies a lot: balance
-    n_chunks = max(1, min(len(items), procs * per_worker))
+    # Several chunks per worker: the first arrives sooner (less to pickle), and RSA keygen times
+    # vary a lot, so small chunks balance the load.
+    n_chunks = max(1, min(len(items), procs * 4))
     size = -(-len(items) // n_chunks)
     return [pool.submit(_issue_job, (header, payload, items[k:k + size])) for k in range(0, len(items), size)]
 
@@ -126,6 +152,23 @@ def _collect(pending: list) -> dict[str, Material]:
         result = part if isinstance(part, list) else part.result()
         out.update((i, Material(c, k)) for i, c, k in result)
     return out
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic GC around allocation-heavy code that builds no reference cycles.
+
+    Why: issuing for 5,000 nodes allocates millions of short-lived objects; every generation-0
+    overflow would trigger collections that walk the whole heap (a 5,000-node plan), which costs
+    more than the signatures themselves - and, in a forked worker, copies shared pages.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 # ---- worker side (also used in-process) ----------------------------------------------------------
@@ -155,10 +198,15 @@ _EKU = {
 _EXT_CACHE: dict[tuple[str, bool], list[x509.Extension]] = {}
 
 
+_MAX_SIGNERS = 32  # a long-lived service sees many clusters: keep few parsed CA keys around
+
+
 def _signer(cert_pem: bytes, key_pem: bytes) -> _Signer:
-    digest = hashlib.sha256(cert_pem).digest()
+    digest = hashlib.sha256(cert_pem + key_pem).digest()
     signer = _SIGNERS.get(digest)
     if signer is None:
+        if len(_SIGNERS) >= _MAX_SIGNERS:
+            _SIGNERS.clear()
         signer = _SIGNERS[digest] = _Signer(cert_pem, key_pem)
     return signer
 
@@ -203,23 +251,17 @@ def _san(dns: tuple[str, ...], ips: tuple[str, ...]) -> x509.Extension:
 def _issue_job(job: tuple) -> list[tuple[str, bytes, bytes]]:
     """Issue one chunk. Top-level so that a process pool can pickle it by reference.
 
-    The cyclic GC is paused: the loop allocates many short-lived objects and no cycles, and a
-    collection would walk the whole (forked) heap of the parent - a 5,000-node plan - touching
-    copy-on-write pages for nothing.
+    The cyclic GC is paused (see :func:`paused_gc`).
     """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         return _issue_items(job)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _issue_items(job: tuple) -> list[tuple[str, bytes, bytes]]:
     (algorithm, now, ca_days, leaf_days), ca_payload, items = job
     not_before = now - BACKDATE
     signers = {ca_id: _signer(*pems) for ca_id, pems in ca_payload.items()}
+    rsa_key = algorithm.startswith("RSA")  # keyEncipherment only for RSA keys
     leaf_end = now + timedelta(days=leaf_days)
     ends = {ca_id: min(leaf_end, s.not_after) for ca_id, s in signers.items()}
     out = []
@@ -231,7 +273,6 @@ def _issue_items(job: tuple) -> list[tuple[str, bytes, bytes]]:
                                                 serialization.PublicFormat.SubjectPublicKeyInfo)
             out.append((iid, pub, key_pem))
             continue
-        rsa_key = isinstance(key, rsa.RSAPrivateKey)
         public = key.public_key()
         if kind == "ca":
             name = _name(cn, o)

@@ -1,0 +1,31 @@
+"""Backends: how a step happens on a node (`host`, `lab`, and the benchmark's `NullBackend`)."""
+from __future__ import annotations
+
+from ..settings import AgentSettings
+from .base import Backend, Content, StepDispatch, StepOutcome
+from .host import HostBackend
+from .lab import LabBackend
+from .null import NullBackend
+from .paths import HOST_WRITE_DIRS, PathPolicy
+
+__all__ = [
+    "HOST_WRITE_DIRS",
+    "Backend",
+    "Content",
+    "HostBackend",
+    "LabBackend",
+    "NullBackend",
+    "PathPolicy",
+    "StepDispatch",
+    "StepOutcome",
+    "make_backend",
+]
+
+
+def make_backend(settings: AgentSettings) -> Backend:
+    """The backend `settings.backend` names, rooted where the settings say."""
+    if settings.backend == "lab":
+        return LabBackend(settings.root, settings.ip, state_dir=settings.state_path,
+                          kubelet_poll_s=settings.kubelet_poll_s,
+                          log_ids={"cluster": settings.cluster, "node": settings.node})
+    return HostBackend(settings.root)

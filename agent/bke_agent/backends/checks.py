@@ -1,0 +1,118 @@
+"""Preflight checks of a node (`CheckHost`), one function per check name, like kubeadm's.
+
+Why a table: the check names are the contract's vocabulary; the host and the lab run the
+same table, except where the lab cannot check the real thing (its nodes share one kernel,
+one clock and one swap), which it says in the check's output instead of pretending.
+A failed check fails the step (retryable: swap can be turned off, a port freed).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bke.contracts.agent import CheckHost
+
+from ..errors import StepError
+from .base import StepOutcome
+
+__all__ = ["MIN_FREE_BYTES", "NodeFacts", "run_checks"]
+
+MIN_FREE_BYTES = 2 * 1024**3
+KERNEL_MODULES = ("overlay", "br_netfilter")
+EARLIEST_SANE_TIME = 1_704_067_200  # 2024-01-01: a clock before this breaks every certificate
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """Where a check looks: the node's root, its address, and whether it is a lab node."""
+
+    root: Path
+    ip: str  # ports are probed on this address ("0.0.0.0" on a host)
+    lab: bool
+
+
+def _os(f: NodeFacts, step: CheckHost) -> str:
+    release = f.root / "etc/os-release"
+    if f.lab:
+        return "lab node (shares the machine's OS)"
+    if not release.is_file():
+        raise ValueError(f"{release} not found")
+    fields = dict(line.split("=", 1) for line in release.read_text().splitlines() if "=" in line)
+    return fields.get("PRETTY_NAME", fields.get("ID", "unknown")).strip('"')
+
+
+def _swap_off(f: NodeFacts, step: CheckHost) -> str:
+    if f.lab:
+        return "lab node (swap is the machine's, not checked)"
+    lines = Path("/proc/swaps").read_text().splitlines()[1:]
+    if lines:
+        raise ValueError(f"swap is on ({len(lines)} device(s)); the kubelet needs it off")
+    return "no swap"
+
+
+def _ports_free(f: NodeFacts, step: CheckHost) -> str:
+    busy = []
+    for port in step.ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((f.ip, port))
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                busy.append(port)
+    if busy:
+        raise ValueError(f"port(s) in use on {f.ip}: {', '.join(map(str, busy))}")
+    return f"{len(step.ports)} port(s) free on {f.ip}"
+
+
+def _disk(f: NodeFacts, step: CheckHost) -> str:
+    free = shutil.disk_usage(f.root).free
+    if free < MIN_FREE_BYTES:
+        raise ValueError(f"{free // 1024**2} MiB free under {f.root}, need {MIN_FREE_BYTES // 1024**2} MiB")
+    return f"{free // 1024**3} GiB free"
+
+
+def _time(f: NodeFacts, step: CheckHost) -> str:
+    now = time.time()
+    if now < EARLIEST_SANE_TIME:
+        raise ValueError(f"the clock says {time.strftime('%Y-%m-%d', time.gmtime(now))}: certificates would not be valid yet")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+
+
+def _kernel_modules(f: NodeFacts, step: CheckHost) -> str:
+    if f.lab:
+        return "lab node (shares the machine's kernel)"
+    missing = [m for m in KERNEL_MODULES if not os.path.isdir(f"/sys/module/{m}")]
+    if missing:
+        raise ValueError(f"kernel module(s) not loaded: {', '.join(missing)}")
+    return ", ".join(KERNEL_MODULES)
+
+
+CHECKS: dict[str, Callable[[NodeFacts, CheckHost], str]] = {
+    "os": _os,
+    "swap-off": _swap_off,
+    "ports-free": _ports_free,
+    "disk": _disk,
+    "time": _time,
+    "kernel-modules": _kernel_modules,
+}
+
+
+def run_checks(facts: NodeFacts, step: CheckHost) -> StepOutcome:
+    """Run every named check; report all of them, fail if any failed."""
+    ok, failed = [], []
+    for name in step.checks:
+        try:
+            ok.append(f"ok {name}: {CHECKS[name](facts, step)}")
+        except (OSError, ValueError) as exc:
+            failed.append(f"FAILED {name}: {exc}")
+    if failed:
+        raise StepError("; ".join(failed), stdout="\n".join(ok) + "\n", stderr="\n".join(failed) + "\n")
+    return StepOutcome(stdout="\n".join(ok) + "\n")

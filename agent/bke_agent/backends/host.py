@@ -1,0 +1,143 @@
+"""The `host` backend: steps on the real machine.
+
+Why these limits: files are written only under `HOST_WRITE_DIRS` (see `paths`), with the
+step's mode and owner; programs run from argv lists, never through a shell; units are driven
+by `systemctl` found on PATH; binaries are downloaded over http(s) and kept only if their
+sha256 matches. `root` is "/" in production; tests point it at a temporary directory (the
+allow-list is then applied relative to it) and put a fake `systemctl` on PATH.
+"""
+from __future__ import annotations
+
+import grp
+import hashlib
+import os
+import pwd
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
+
+import httpx
+
+from bke.contracts.agent import CheckHost, FetchFile, RemoveFile, RunProgram, SystemdUnit, WaitHealth, WriteFile
+
+from ..errors import PathRefused, PermanentStepError, StepError
+from ..fsutil import fsync_dir
+from .base import Content, StepDispatch, StepOutcome
+from .checks import NodeFacts, run_checks
+from .files import ensure_file, file_matches, remove_path
+from .health import tls_context, wait_http
+from .paths import HOST_WRITE_DIRS, PathPolicy
+from .proc import judge, run_argv
+
+__all__ = ["HostBackend", "UNIT_NAME", "read_path", "systemctl_args"]
+
+UNIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9@._:\\-]*$")  # no leading '-': never an option
+
+
+def systemctl_args(step: SystemdUnit) -> list[str]:
+    """The systemctl arguments of a step (a unit name is validated, never an option)."""
+    if step.action == "daemon-reload":
+        return ["daemon-reload"]
+    if not UNIT_NAME.match(step.unit):
+        raise PermanentStepError(f"{step.unit!r} is not a systemd unit name")
+    if step.action == "enable-now":
+        return ["enable", "--now", step.unit]
+    return [step.action, step.unit]
+
+
+def read_path(root: Path, node_path: str) -> Path:
+    """A node path to read (TLS files of a health check): under `root`, no `..`."""
+    p = PurePosixPath(node_path)
+    if not p.is_absolute() or ".." in p.parts:
+        raise PathRefused(f"{node_path!r}: not an absolute path without '..'")
+    return root / p.relative_to("/")
+
+
+def _owner(user: str, group: str) -> tuple[int | None, int | None]:
+    """uid/gid of the step's owner; only a root agent can give files away, so others keep theirs."""
+    if os.geteuid() != 0:
+        return None, None
+    try:
+        uid = pwd.getpwnam(user).pw_uid
+    except KeyError:
+        raise PermanentStepError(f"unknown user {user!r} on this node") from None
+    try:
+        gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise PermanentStepError(f"unknown group {group!r} on this node") from None
+    return uid, gid
+
+
+class HostBackend(StepDispatch):
+    kind = "host"
+
+    def __init__(self, root: Path = Path("/"), allowed: Sequence[str] = HOST_WRITE_DIRS, *,
+                 systemctl: str = "systemctl", env: Mapping[str, str] | None = None,
+                 http_transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.root = Path(root)
+        self.policy = PathPolicy(self.root, allowed)
+        self.systemctl = systemctl
+        self.env = dict(os.environ if env is None else env)
+        self.http_transport = http_transport
+
+    async def write_file(self, step: WriteFile, content: Content) -> StepOutcome:
+        local = self.policy.local(step.path)
+        uid, gid = _owner(step.owner, step.group)
+        return ensure_file(local, content, step.sha256, step.mode, uid=uid, gid=gid, node_path=step.path)
+
+    async def remove_file(self, step: RemoveFile) -> StepOutcome:
+        return remove_path(self.policy.local(step.path), step.path)
+
+    async def run_program(self, step: RunProgram) -> StepOutcome:
+        run = await run_argv(step.argv, env={**self.env, **step.env})
+        return judge(step, run)
+
+    async def systemd(self, step: SystemdUnit) -> StepOutcome:
+        argv = [self.systemctl, *systemctl_args(step)]
+        run = await run_argv(argv, env=self.env)
+        if run.exit_code != 0:
+            raise StepError(f"{' '.join(argv)} exited with {run.exit_code}", exit_code=run.exit_code,
+                            stdout=run.stdout, stderr=run.stderr + f"\n{' '.join(argv)} exited with {run.exit_code}\n".encode())
+        return StepOutcome(exit_code=0, stdout=run.stdout, stderr=run.stderr)
+
+    async def wait_health(self, step: WaitHealth) -> StepOutcome:
+        verify = False
+        if step.tls is not None:
+            verify = tls_context(*(read_path(self.root, p) for p in (step.tls.ca, step.tls.cert, step.tls.key)))
+        return await wait_http(step.url, expect_status=step.expect_status, expect_body=step.expect_body,
+                               timeout_s=step.timeout_s, verify=verify)
+
+    async def fetch_file(self, step: FetchFile) -> StepOutcome:
+        local = self.policy.local(step.path)
+        if file_matches(local, step.sha256, step.mode):
+            return StepOutcome("Skipped", stdout=f"{step.path} already has sha256 {step.sha256}\n")
+        local.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        tmp = local.with_name(f".{local.name}.bke-fetch.tmp")
+        h = hashlib.sha256()
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                async with httpx.AsyncClient(transport=self.http_transport, trust_env=False,
+                                             follow_redirects=True, timeout=30.0) as client:
+                    async with client.stream("GET", step.url) as resp:
+                        if resp.status_code != 200:
+                            raise StepError(f"GET {step.url}: HTTP {resp.status_code}")
+                        async for chunk in resp.aiter_bytes():
+                            h.update(chunk)
+                            f.write(chunk)
+                if h.hexdigest() != step.sha256.lower():
+                    raise StepError(f"{step.url}: sha256 {h.hexdigest()} does not match the expected {step.sha256}")
+                os.fchmod(f.fileno(), step.mode)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, local)
+        except httpx.HTTPError as exc:
+            raise StepError(f"GET {step.url}: {type(exc).__name__}: {exc}") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        fsync_dir(local.parent)
+        return StepOutcome(stdout=f"fetched {step.url} -> {step.path} (sha256 ok)\n")
+
+    async def check_host(self, step: CheckHost) -> StepOutcome:
+        return run_checks(NodeFacts(self.root, "0.0.0.0", lab=False), step)
+

@@ -1,0 +1,193 @@
+"""The `lab` backend: a node that is a directory (`root`) with its own 127.x address (`ip`).
+
+Why each step behaves as it does here:
+* files: written anywhere under the root, never out of it (`..`, symlinks) and never into the
+  agent's own state or the lab's control files; owners are not applied (the lab is one user);
+* `FetchFile`: the lab has no httpRepo. The agent writes `bke.lab.binaries.lab_binary_bytes(url)`
+  (a tiny `#!/bin/sh ... exit 0` script naming the URL) and checks it against the step's
+  sha256; the dispatcher's lab mode computes the same bytes' sha256 from the same URL, so a
+  wrong URL or checksum still fails the step;
+* `SystemdUnit`: unit state is a file per unit. Starting a unit whose file is in the tree
+  checks that its ExecStart binary is there too (a real node would fail to start it);
+  `kubelet.service` must have its unit file, and starting it starts the kubelet stand-in,
+  stopping it stops the stand-in and its pods. Other units without a file are recorded with a
+  warning in stdout;
+* `RunProgram`: a program present in the node tree (absolute path mapped into the root, or a
+  bare name found in the tree's bin directories) really runs, with cwd = root; anything else
+  (sysctl, modprobe, ...) is simulated and appended to `programs.jsonl`;
+* `WaitHealth`: a loopback URL is the node's own address, TLS files are read from the tree;
+* `CheckHost`: see `checks` (ports are probed on the node's address).
+A control file `fail-step/<id>` makes a step fail on purpose (see `LabLayout`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit, urlunsplit
+
+from bke.contracts.agent import CheckHost, FetchFile, RemoveFile, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile
+from bke.lab.binaries import lab_binary_bytes
+
+from ..errors import PermanentStepError, StepError
+from ..fsutil import write_atomic
+from ..kubelet import KubeletStandIn
+from ..lablayout import LAB_DIR, LabLayout
+from .base import Content, StepDispatch, StepOutcome
+from .checks import NodeFacts, run_checks
+from .files import ensure_file, remove_path
+from .health import tls_context, wait_http
+from .host import read_path, systemctl_args
+from .paths import PathPolicy
+from .proc import judge, run_argv
+
+__all__ = ["LabBackend"]
+
+UNIT_DIRS = ("etc/systemd/system", "usr/lib/systemd/system", "lib/systemd/system")
+BIN_DIRS = ("usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin", "sbin", "bin")
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+KUBELET = "kubelet.service"
+
+
+def _unit(name: str) -> str:
+    return name if "." in name else f"{name}.service"
+
+
+class LabBackend(StepDispatch):
+    kind = "lab"
+
+    def __init__(self, root: Path, ip: str, *, state_dir: Path | None = None, kubelet_poll_s: float = 0.2,
+                 log_ids: Mapping[str, str] | None = None) -> None:
+        self.root = Path(os.path.realpath(root))
+        self.ip = ip
+        self.layout = LabLayout(self.root)
+        denied = ["/" + LAB_DIR]
+        if state_dir is not None and Path(os.path.realpath(state_dir)).is_relative_to(self.root):
+            denied.append("/" + str(Path(os.path.realpath(state_dir)).relative_to(self.root)))
+        self.policy = PathPolicy(self.root, ("/",), denied)
+        self.kubelet = KubeletStandIn(self.root, ip, poll_s=kubelet_poll_s, log_ids=log_ids)
+
+    async def start(self) -> None:
+        """Bring the node back as it was: a kubelet that was active runs again (pods resume)."""
+        self.layout.ensure()
+        if self.layout.unit_state(KUBELET).get("active"):
+            await self.kubelet.start()
+
+    async def stop(self) -> None:
+        await self.kubelet.stop()
+
+    async def execute(self, step: Step, content: Content) -> StepOutcome:
+        self.layout.ensure()  # a few mkdirs: the lab's own directories exist for every step
+        control = self.layout.fail_step_file(step.id)
+        if control.exists():
+            reason = control.read_text(errors="replace").strip() or f"failed on purpose ({control} exists)"
+            raise StepError(reason, exit_code=1)
+        return await super().execute(step, content)
+
+    async def write_file(self, step: WriteFile, content: Content) -> StepOutcome:
+        return ensure_file(self.policy.local(step.path), content, step.sha256, step.mode, node_path=step.path)
+
+    async def remove_file(self, step: RemoveFile) -> StepOutcome:
+        return remove_path(self.policy.local(step.path), step.path)
+
+    def _in_tree(self, program: str) -> Path | None:
+        """The program's executable inside the node tree (never a symlink out of it), or None."""
+        p = PurePosixPath(program)
+        if p.is_absolute():
+            candidates = [read_path(self.root, program)]
+        elif len(p.parts) == 1:
+            candidates = [self.root / d / program for d in BIN_DIRS]
+        else:
+            return None
+        for c in candidates:
+            if c.is_file() and os.access(c, os.X_OK) and Path(os.path.realpath(c)).is_relative_to(self.root):
+                return c
+        return None
+
+    async def run_program(self, step: RunProgram) -> StepOutcome:
+        local = self._in_tree(step.argv[0])
+        if local is None:
+            line = json.dumps({"stepId": step.id, "argv": step.argv}) + "\n"
+            with open(self.layout.programs_log, "a") as f:
+                f.write(line)
+            return StepOutcome(exit_code=0, stdout=f"lab: simulated {shlex.join(step.argv)} (not in the node tree)\n")
+        env = {**os.environ, **step.env, "BKE_LAB_ROOT": str(self.root), "BKE_LAB_IP": self.ip}
+        run = await run_argv([str(local), *step.argv[1:]], env=env, cwd=self.root)
+        return judge(step, run)
+
+    def _unit_file(self, unit: str) -> Path | None:
+        return next((p for d in UNIT_DIRS if (p := self.root / d / unit).is_file()), None)
+
+    def _check_exec_start(self, unit: str, unit_file: Path) -> None:
+        for line in unit_file.read_text().replace("\\\n", " ").splitlines():
+            if line.strip().startswith("ExecStart="):
+                binary = shlex.split(line.split("=", 1)[1])[0].lstrip("-@+!:")
+                local = read_path(self.root, binary) if binary.startswith("/") else None
+                if local is None or not (local.is_file() and os.access(local, os.X_OK)):
+                    raise StepError(f"{unit}: ExecStart program {binary} is not an executable file on the node")
+                return
+
+    async def systemd(self, step: SystemdUnit) -> StepOutcome:
+        systemctl_args(step)  # the same validation as on a host
+        if step.action == "daemon-reload":
+            return StepOutcome(stdout="lab: daemon-reload\n")
+        unit = _unit(step.unit)
+        state = self.layout.unit_state(unit)
+        note = ""
+        if step.action in ("start", "restart", "enable-now"):
+            unit_file = self._unit_file(unit)
+            if unit_file is None and unit == KUBELET:
+                raise StepError(f"Unit {unit} not found (no unit file under /etc/systemd/system)", exit_code=5)
+            if unit_file is None:
+                note = f"lab: warning: no unit file for {unit}; a real node would fail here\n"
+            else:
+                self._check_exec_start(unit, unit_file)
+        if step.action in ("enable", "enable-now"):
+            state["enabled"] = True
+        if step.action == "disable":
+            state["enabled"] = False
+        if step.action in ("start", "restart", "enable-now"):
+            state["active"] = True
+        if step.action == "stop":
+            state["active"] = False
+        if unit == KUBELET:
+            if step.action == "restart":
+                await self.kubelet.stop()
+            if state["active"]:
+                await self.kubelet.start()
+            else:
+                await self.kubelet.stop()
+        state["unit"] = unit
+        write_atomic(self.layout.unit_file(unit), json.dumps(state).encode(), 0o644, fsync=False)
+        return StepOutcome(exit_code=0, stdout=f"{note}lab: {step.action} {unit}: active={state['active']} enabled={state['enabled']}\n")
+
+    async def wait_health(self, step: WaitHealth) -> StepOutcome:
+        u = urlsplit(step.url)
+        host = u.hostname or ""
+        url = step.url
+        if host in LOOPBACK:
+            netloc = f"{self.ip}:{u.port}" if u.port else self.ip
+            url = urlunsplit((u.scheme, netloc, u.path, u.query, u.fragment))
+        verify = False
+        if step.tls is not None:
+            verify = tls_context(*(read_path(self.root, p) for p in (step.tls.ca, step.tls.cert, step.tls.key)))
+        sni = host if (step.tls is not None and host and host != "localhost") else None
+        return await wait_http(url, expect_status=step.expect_status, expect_body=step.expect_body,
+                               timeout_s=step.timeout_s, verify=verify, sni_hostname=sni, shown_url=step.url)
+
+    async def fetch_file(self, step: FetchFile) -> StepOutcome:
+        local = self.policy.local(step.path)
+        data = lab_binary_bytes(step.url)
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != step.sha256.lower():
+            raise PermanentStepError(
+                f"{step.url}: sha256 {step.sha256} does not match the lab placeholder's {actual} "
+                "(the lab writes bke.lab.binaries.lab_binary_bytes(url) instead of downloading)")
+        out = ensure_file(local, lambda: data, actual, step.mode, node_path=step.path)
+        return StepOutcome(out.status, stdout=f"lab: placeholder for {step.url} at {step.path} ({out.status})\n")
+
+    async def check_host(self, step: CheckHost) -> StepOutcome:
+        return run_checks(NodeFacts(self.root, self.ip, lab=True), step)

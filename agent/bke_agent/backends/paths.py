@@ -1,0 +1,93 @@
+"""Where a node path may be written, and where it lands on the local file system.
+
+Why one policy for both backends: the host backend writes under "/" but only inside an
+allow-list of directories; the lab backend writes anywhere in the node's tree but never out
+of it. Both are "a root plus allowed prefixes", so both get the same checks:
+
+1. the path is absolute and has no `..` component (refused outright, not normalised away);
+2. it falls under an allowed prefix (a prefix may end in `*`: `/var/lib/etcd*` covers
+   `/var/lib/etcd-events`) and under no denied one (the agent's own state);
+3. after following symlinks, its parent directory is still inside the real directory of
+   that allowed prefix under the root, so a symlink cannot carry a write out of it.
+   The last component itself is never followed: writes replace it, removals unlink it.
+
+This is a guard against mistakes (a wrong path in a rendered file, a buggy dispatcher), not a
+sandbox against a hostile one: `RunProgram` runs programs. Signed commands come later.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+
+from ..errors import PathRefused
+
+__all__ = ["HOST_WRITE_DIRS", "PathPolicy"]
+
+# What the host backend may write: kubeadm's and containerd's directories, the binaries,
+# units, etcd data dirs of every etcd cluster, the load balancer's configs, CNI.
+HOST_WRITE_DIRS: tuple[str, ...] = (
+    "/etc/kubernetes",
+    "/var/lib/kubelet",
+    "/etc/containerd",
+    "/usr/local/bin",
+    "/etc/systemd/system",
+    "/var/lib/etcd*",
+    "/etc/haproxy",
+    "/etc/keepalived",
+    "/etc/cni/net.d",
+    "/opt/cni/bin",
+    "/etc/sysctl.d",
+    "/etc/modules-load.d",
+)
+
+
+def _within(child: str, parent: str) -> bool:
+    return child == parent or child.startswith(parent.rstrip("/") + "/")
+
+
+class PathPolicy:
+    def __init__(self, root: Path, allowed: Sequence[str] = ("/",), denied: Sequence[str] = ()) -> None:
+        self.root = Path(os.path.realpath(root))
+        self.allowed = tuple(PurePosixPath(a) for a in allowed)
+        self.denied = tuple(PurePosixPath(d) for d in denied)
+
+    def _anchor(self, path: PurePosixPath) -> PurePosixPath | None:
+        """The concrete allowed directory `path` lies in (the prefix with its `*` filled in)."""
+        for prefix in self.allowed:
+            n = len(prefix.parts)
+            if len(path.parts) >= n and all(fnmatch.fnmatchcase(p, q) for p, q in zip(path.parts, prefix.parts)):
+                return PurePosixPath(*path.parts[:n])
+        return None
+
+    def local(self, node_path: str) -> Path:
+        """The local file for `node_path`, or PathRefused saying why not."""
+        if "\x00" in node_path or not node_path.startswith("/"):
+            raise PathRefused(f"{node_path!r}: not an absolute path")
+        logical = PurePosixPath(node_path)
+        if ".." in logical.parts:
+            raise PathRefused(f"{node_path}: '..' is not allowed in a path")
+        if logical == PurePosixPath("/"):
+            raise PathRefused("/: not a file path")
+        anchor = self._anchor(logical)
+        if anchor is None:
+            allowed = ", ".join(str(a) for a in self.allowed)
+            raise PathRefused(f"{node_path}: outside the directories this agent may write ({allowed})")
+        for d in self.denied:
+            if _within(str(logical), str(d)):
+                raise PathRefused(f"{node_path}: inside {d}, which belongs to the agent itself")
+        target = self.root / logical.relative_to("/")
+        anchor_real = os.path.realpath(self.root / anchor.relative_to("/"))
+        parent_real = os.path.realpath(target.parent)
+        if not _within(anchor_real, str(self.root)) or not _within(parent_real, anchor_real):
+            raise PathRefused(f"{node_path}: a symlink leads out of {anchor}")
+        resolved = Path(parent_real) / target.name
+        for d in self.denied:
+            if _within(str(resolved), os.path.realpath(self.root / d.relative_to("/"))):
+                raise PathRefused(f"{node_path}: a symlink leads into {d}, which belongs to the agent itself")
+        return resolved
+
+    def node_path(self, local: Path) -> str:
+        """The inverse of `local` for a path inside the root (for messages)."""
+        return "/" + str(Path(local).relative_to(self.root))

@@ -1,0 +1,152 @@
+"""Run one command's steps in order: per-step timeout, retries with backoff, truncated output,
+stop at the first failed step.
+
+Why here and not in the backends: these rules are the contract with the dispatcher and must
+not differ between a real host and the lab. A backend only makes a step happen.
+
+Result shape: `steps` lists the steps that were attempted, in order; when a step fails, it is
+the last entry and the steps after it are not listed (they did not run). A WriteFile whose
+file already has the bytes and mode is `Skipped` (and counts as success).
+
+Secrets: sealed content is opened only inside the step that writes it, and no log line or
+error message ever carries file content (an unexpected error of a WriteFile step is reported
+by type and errno text only).
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+
+from bke.contracts.agent import OUTPUT_LIMIT, AgentCommand, CommandResult, Step, StepResult, WaitHealth, WriteFile
+
+from .backends.base import Backend, StepOutcome
+from .errors import PermanentStepError, StepError
+from .identity import AgentIdentity
+
+__all__ = ["Executor", "clip", "utc_now"]
+
+log = logging.getLogger("bke.agent.executor")
+BACKOFF_CAP_S = 300.0
+HEALTH_GRACE_S = 5.0  # WaitHealth reports its own last probe failure before the hard timeout
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def clip(data: bytes | str, limit: int = OUTPUT_LIMIT) -> str:
+    """The tail of `data` as text of at most `limit` UTF-8 bytes, marked when cut.
+
+    The tail, because the end of a program's output is where it says why it failed.
+    """
+    raw = data.encode() if isinstance(data, str) else data
+    if len(raw) <= limit:
+        text = raw.decode(errors="replace")
+        if len(text.encode()) <= limit:
+            return text
+    marker = f"[truncated {len(raw)} bytes to the last part]\n"
+    keep = raw[-(limit - len(marker)):]
+    while keep and (keep[0] & 0xC0) == 0x80:  # do not start in the middle of a character
+        keep = keep[1:]
+    text = keep.decode(errors="replace")
+    while len((marker + text).encode()) > limit:  # replacement characters can grow the text
+        text = text[1:]
+    return marker + text
+
+
+def _content_opener(step: WriteFile, identity: AgentIdentity) -> Callable[[], bytes]:
+    def content() -> bytes:
+        if (step.content_b64 is None) == (step.sealed_b64 is None):
+            raise PermanentStepError("a WriteFile needs exactly one of contentB64 and sealedB64")
+        try:
+            if step.sealed_b64 is not None:
+                data = identity.open_sealed(base64.b64decode(step.sealed_b64, validate=True))
+            else:
+                data = base64.b64decode(step.content_b64 or "", validate=True)
+        except binascii.Error:
+            raise PermanentStepError("file content is not valid base64") from None
+        except PermanentStepError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - sealing errors name key ids only
+            raise PermanentStepError(f"cannot open sealed content: {type(exc).__name__}: {exc}") from None
+        if hashlib.sha256(data).hexdigest() != step.sha256.lower():
+            raise PermanentStepError(f"content of {step.path} does not match its sha256")
+        return data
+
+    return content
+
+
+def _unexpected(step: Step, exc: BaseException) -> str:
+    """How an unexpected error is shown; a WriteFile's never includes the exception text."""
+    if isinstance(step, WriteFile):
+        if isinstance(exc, OSError):
+            return f"{type(exc).__name__}: {exc.strerror or 'error'} ({step.path})"
+        return f"{type(exc).__name__} while writing {step.path}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Executor:
+    """Runs commands for one agent. `now`, `sleep` and `clock` are injected for tests."""
+
+    def __init__(self, backend: Backend, identity: AgentIdentity, *,
+                 now: Callable[[], datetime] = utc_now,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.backend, self.identity = backend, identity
+        self.now, self.sleep, self.clock = now, sleep, clock
+
+    async def run(self, command: AgentCommand) -> CommandResult:
+        started = self.now().isoformat()
+        results: list[StepResult] = []
+        for step in command.steps:
+            res = await self.run_step(step, command)
+            results.append(res)
+            if res.status == "Failed":
+                break
+        failed = any(r.status == "Failed" for r in results)
+        return CommandResult(
+            command_id=command.command_id, cluster=command.cluster, node=command.node,
+            agent_id=self.identity.agent_id, status="Failed" if failed else "Succeeded",
+            steps=results, started_at=started, finished_at=self.now().isoformat(),
+        )
+
+    async def run_step(self, step: Step, command: AgentCommand) -> StepResult:
+        ids = {"cluster": command.cluster, "node": command.node, "command_id": command.command_id, "step": step.id}
+        content = _content_opener(step, self.identity) if isinstance(step, WriteFile) else _no_content
+        limit = step.timeout_s + (HEALTH_GRACE_S if isinstance(step, WaitHealth) else 0.0)
+        attempts = step.retries + 1
+        t0 = self.clock()
+        error: StepError | None = None
+        for attempt in range(1, attempts + 1):
+            try:
+                out: StepOutcome = await asyncio.wait_for(self.backend.execute(step, content), limit)
+            except StepError as exc:
+                error = exc
+            except TimeoutError:
+                error = StepError(f"step {step.id} timed out after {step.timeout_s:g}s")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure of a step is reported, not raised
+                error = StepError(_unexpected(step, exc))
+            else:
+                return StepResult(id=step.id, status=out.status, exit_code=out.exit_code, stdout=clip(out.stdout),
+                                  stderr=clip(out.stderr), attempts=attempt, duration_s=round(self.clock() - t0, 3))
+            permanent = isinstance(error, PermanentStepError)
+            log.warning("step attempt %d/%d failed%s", attempt, attempts, " (permanent)" if permanent else "",
+                        extra={**ids, "exit_code": error.exit_code})
+            if permanent or attempt == attempts:
+                break
+            await self.sleep(min(BACKOFF_CAP_S, step.backoff_s * 2 ** (attempt - 1)))
+        assert error is not None
+        return StepResult(id=step.id, status="Failed", exit_code=error.exit_code, stdout=clip(error.stdout),
+                          stderr=clip(error.stderr), attempts=attempt, duration_s=round(self.clock() - t0, 3))
+
+
+def _no_content() -> bytes:
+    raise PermanentStepError("this step has no file content")

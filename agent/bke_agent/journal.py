@@ -1,0 +1,157 @@
+"""What the agent has done, on disk: the stored result of every completed command, and a log
+of real executions.
+
+Why: JetStream delivers at least once. A command is acked only after its result is stored
+here and published, so a crash anywhere before the ack means a redelivery; the agent then
+finds the stored result and answers it again (`replayed=True`) without running anything.
+
+    <state>/results/<sha256(command id)>.json   the CommandResult, written atomically
+                                                (temp file + fsync + rename + fsync of the dir)
+    <state>/executions.jsonl                    one line per real execution that completed:
+                                                {"commandId", "phase", "cluster", "node",
+                                                 "status", "startedAt", "finishedAt", "agentId"}
+
+The executions log is what tests and the lab count to prove that no completed command ran
+twice: a command id appears in it at most once. It is appended after the result is stored,
+so a crash between the two loses one line rather than ever showing a replay as a run.
+Results older than `keep_days` (longer than the stream keeps commands) are pruned.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+from bke.contracts.agent import CommandResult
+
+from .fsutil import write_atomic
+
+__all__ = [
+    "DiskJournal",
+    "ExecutionRecord",
+    "Journal",
+    "MemoryJournal",
+    "execution_counts",
+    "read_executions",
+]
+
+RESULTS_DIR = "results"
+EXECUTIONS_FILE = "executions.jsonl"
+PRUNE_EVERY = 500  # puts between two prunes
+
+
+@dataclass(frozen=True)
+class ExecutionRecord:
+    commandId: str  # noqa: N815 - the JSON field names of the log, camelCase like the bus
+    phase: str
+    cluster: str
+    node: str
+    status: str
+    startedAt: str  # noqa: N815
+    finishedAt: str  # noqa: N815
+    agentId: str  # noqa: N815
+
+    @classmethod
+    def of(cls, result: CommandResult, phase: str) -> ExecutionRecord:
+        return cls(result.command_id, phase, result.cluster, result.node, result.status,
+                   result.started_at, result.finished_at, result.agent_id)
+
+
+class Journal(Protocol):
+    """Where completed results and the executions log are kept."""
+
+    def get(self, command_id: str) -> CommandResult | None: ...
+
+    def put(self, result: CommandResult) -> None: ...
+
+    def record_execution(self, record: ExecutionRecord) -> None: ...
+
+
+class MemoryJournal:
+    """A journal that lives as long as the process: for benchmark fleets and unit tests."""
+
+    def __init__(self) -> None:
+        self.results: dict[str, CommandResult] = {}
+        self.executions: list[ExecutionRecord] = []
+
+    def get(self, command_id: str) -> CommandResult | None:
+        return self.results.get(command_id)
+
+    def put(self, result: CommandResult) -> None:
+        self.results[result.command_id] = result
+
+    def record_execution(self, record: ExecutionRecord) -> None:
+        self.executions.append(record)
+
+
+class DiskJournal:
+    """The real agent's journal under its state directory (see the module docstring)."""
+
+    def __init__(self, state_dir: Path, *, fsync: bool = True, keep_days: float = 8.0) -> None:
+        self.state_dir = state_dir
+        self.results_dir = state_dir / RESULTS_DIR
+        self.results_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.fsync = fsync
+        self.keep_s = keep_days * 86400.0
+        self._puts = 0
+        self.prune()
+
+    def _path(self, command_id: str) -> Path:
+        return self.results_dir / f"{hashlib.sha256(command_id.encode()).hexdigest()}.json"
+
+    def get(self, command_id: str) -> CommandResult | None:
+        try:
+            data = self._path(command_id).read_bytes()
+        except FileNotFoundError:
+            return None
+        result = CommandResult.model_validate_json(data)
+        return result if result.command_id == command_id else None
+
+    def put(self, result: CommandResult) -> None:
+        data = result.model_copy(update={"replayed": False}).to_bytes()
+        write_atomic(self._path(result.command_id), data, 0o600, fsync=self.fsync)
+        self._puts += 1
+        if self._puts % PRUNE_EVERY == 0:
+            self.prune()
+
+    def record_execution(self, record: ExecutionRecord) -> None:
+        line = json.dumps(asdict(record), separators=(",", ":")) + "\n"
+        fd = os.open(self.state_dir / EXECUTIONS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, line.encode())  # one write of one line with O_APPEND: never interleaved
+            if self.fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def prune(self, now: float | None = None) -> int:
+        """Remove results older than `keep_days`; return how many were removed."""
+        cutoff = (time.time() if now is None else now) - self.keep_s
+        removed = 0
+        for entry in os.scandir(self.results_dir):
+            try:
+                if entry.stat().st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    removed += 1
+            except FileNotFoundError:
+                continue
+        return removed
+
+
+def read_executions(state_dir: Path) -> list[ExecutionRecord]:
+    """Every line of `<state>/executions.jsonl` (none if the agent never ran a command)."""
+    try:
+        text = (state_dir / EXECUTIONS_FILE).read_text()
+    except FileNotFoundError:
+        return []
+    return [ExecutionRecord(**json.loads(line)) for line in text.splitlines() if line.strip()]
+
+
+def execution_counts(state_dir: Path) -> Counter[str]:
+    """How often each command id really ran; every count must be 1."""
+    return Counter(r.commandId for r in read_executions(state_dir))

@@ -1,0 +1,180 @@
+"""What the kubelet stand-in needs to know about one static pod, read from its manifest.
+
+Why through `bke.nodemap`: it is the one place that turns a rendered pod into something
+runnable on a shared machine (host paths into the node tree through the pod's hostPath
+volumes, loopback listeners onto the node's own address), so the stand-in sees exactly what
+the renderer's own tests see. On top of it the stand-in checks what a real node would trip
+over before the process even starts:
+
+* every file a flag names must be reachable: inside a volume the pod mounts (a path outside
+  every mount does not exist inside the container) and present in the node tree;
+* a private key (`*.key`, or a kubeconfig holding `client-key-data`) must not be readable by
+  group or others;
+* hostPath volumes behave as the kubelet makes them: `DirectoryOrCreate` / `FileOrCreate` are
+  created, `Directory` / `File` must exist.
+"""
+from __future__ import annotations
+
+import hashlib
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from bke.nodemap import LocalPod, NotRunnable, localize_pod
+from bke.runtime.binaries import MissingBinaryError, etcd_bin
+
+__all__ = ["PodError", "PodPlan", "Probe", "check_files", "ensure_volumes", "local_binary", "plan_pod"]
+
+FILE_SUFFIXES = {".crt", ".key", ".pem", ".pub", ".conf", ".kubeconfig", ".yaml", ".yml", ".json", ".csv", ".toml"}
+FILE_FLAG_ENDINGS = ("file", "-key", "-cert", "kubeconfig")
+# Binaries the stand-in can run for real when their pod appears; anything else is simulated.
+RUNNABLE: dict[str, Callable[[], Path]] = {"etcd": etcd_bin}
+
+
+class PodError(ValueError):
+    """The manifest cannot be understood (bad YAML, not a Pod, no container)."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    scheme: str  # "http" | "https"
+    host: str
+    port: int
+    url: str
+
+
+@dataclass(frozen=True)
+class FileRef:
+    flag: str
+    value: str  # as rendered (a node path)
+    local: Path | None  # None: no volume of the pod mounts it
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    name: str
+    manifest_file: str
+    sha256: str
+    image: str
+    local: LocalPod
+    files: tuple[FileRef, ...]
+    probes: tuple[Probe, ...]  # one per endpoint to serve (scheme, host, port)
+    health_urls: tuple[str, ...]  # every probe URL (startup-or-liveness, readiness)
+    tls_pair: tuple[Path, Path] | None  # the pod's own serving cert/key (for simulated HTTPS)
+
+
+def local_binary(binary: str) -> Path | None:
+    """The local executable for a pod's command, or None if the stand-in must simulate it."""
+    locate = RUNNABLE.get(PurePosixPath(binary).name)
+    if locate is None:
+        return None
+    try:
+        return locate()
+    except MissingBinaryError:
+        return None
+
+
+def _is_file_ref(flag: str, piece: str) -> bool:
+    if "://" in piece or "#" in piece or not piece.startswith("/"):
+        return False
+    return PurePosixPath(piece).suffix in FILE_SUFFIXES or flag.lower().endswith(FILE_FLAG_ENDINGS)
+
+
+def _file_refs(rendered: list[str], mapped: tuple[str, ...], root: Path) -> tuple[FileRef, ...]:
+    refs = []
+    for raw, local in zip(rendered, mapped):
+        if not (raw.startswith("--") and "=" in raw):
+            continue
+        flag, _, value = raw.partition("=")
+        _, _, lvalue = local.partition("=")
+        pieces, lpieces = value.split(","), lvalue.split(",")
+        if len(pieces) != len(lpieces):  # nodemap merged duplicate URLs: a URL list, no files
+            continue
+        for piece, lpiece in zip(pieces, lpieces):
+            if _is_file_ref(flag, piece):
+                lp = Path(lpiece)
+                refs.append(FileRef(flag, piece, lp if lp.is_relative_to(root) else None))
+    return tuple(refs)
+
+
+def _probes(local: LocalPod) -> tuple[Probe, ...]:
+    out: dict[tuple[str, str, int], Probe] = {}
+    for url in (local.health_url, local.ready_url):
+        if url:
+            u = urlsplit(url)
+            key = (u.scheme, u.hostname or "", u.port or (443 if u.scheme == "https" else 80))
+            out.setdefault(key, Probe(*key, url))
+    return tuple(out.values())
+
+
+def plan_pod(data: bytes, manifest_file: str, root: Path, ip: str) -> PodPlan:
+    try:
+        doc: Any = yaml.safe_load(data)
+        if not isinstance(doc, dict) or doc.get("kind") != "Pod":
+            raise PodError("not a Pod manifest")
+        container = doc["spec"]["containers"][0]
+        local = localize_pod(doc, root, ip)
+    except (yaml.YAMLError, KeyError, IndexError, TypeError, StopIteration, NotRunnable) as exc:
+        raise PodError(f"{manifest_file}: {type(exc).__name__}: {exc}") from None
+    rendered = list(container.get("command") or [])[1:] + list(container.get("args") or [])
+    files = _file_refs(rendered, local.argv, root)
+    flags = dict(a.partition("=")[::2] for a in local.argv if a.startswith("--"))
+    cert, key = flags.get("--tls-cert-file"), flags.get("--tls-private-key-file")
+    return PodPlan(
+        name=local.name, manifest_file=manifest_file, sha256=hashlib.sha256(data).hexdigest(),
+        image=str(container.get("image", "")), local=local, files=files, probes=_probes(local),
+        health_urls=tuple(u for u in (local.health_url, local.ready_url) if u),
+        tls_pair=(Path(cert), Path(key)) if cert and key else None,
+    )
+
+
+def _holds_private_key(path: Path) -> bool:
+    if path.suffix == ".key":
+        return True
+    if path.suffix in {".conf", ".kubeconfig"}:
+        try:
+            return b"client-key-data" in path.read_bytes()
+        except OSError:
+            return False
+    return False
+
+
+def check_files(plan: PodPlan) -> list[str]:
+    """Every problem a real node would hit with the files this pod's flags name."""
+    problems = []
+    for ref in plan.files:
+        if ref.local is None:
+            problems.append(f"{ref.flag} names {ref.value}, which no volume of the pod mounts")
+            continue
+        try:
+            st = ref.local.stat()
+        except FileNotFoundError:
+            problems.append(f"{ref.flag}: {ref.value} does not exist on the node")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            problems.append(f"{ref.flag}: {ref.value} is not a regular file")
+        elif _holds_private_key(ref.local) and stat.S_IMODE(st.st_mode) & 0o077:
+            problems.append(f"{ref.flag}: {ref.value} holds a private key but has mode "
+                            f"{stat.S_IMODE(st.st_mode):04o} (must not be readable by group or others)")
+    return problems
+
+
+def ensure_volumes(plan: PodPlan) -> list[str]:
+    """Create the hostPath volumes the kubelet would create; report the ones that must exist."""
+    problems = []
+    for v in plan.local.volumes:
+        if v.type == "DirectoryOrCreate":
+            v.local_path.mkdir(parents=True, exist_ok=True, mode=0o755)
+        elif v.type == "FileOrCreate":
+            v.local_path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            v.local_path.touch(mode=0o644, exist_ok=True)
+        elif v.type == "Directory" and not v.local_path.is_dir():
+            problems.append(f"volume {v.name}: directory {v.host_path} does not exist on the node")
+        elif v.type == "File" and not v.local_path.is_file():
+            problems.append(f"volume {v.name}: file {v.host_path} does not exist on the node")
+    return problems

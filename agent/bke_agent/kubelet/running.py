@@ -1,0 +1,121 @@
+"""A started static pod: a real process (etcd) or a simulation serving the pod's health.
+
+Why two kinds: the lab's etcd clusters must be real (their health, membership and client
+certificates are what the install is judged on), while the Kubernetes components have no
+binary here; a simulated component still proves that its files are in place and lets a test
+turn its health red with a control file.
+"""
+from __future__ import annotations
+
+import asyncio
+import ssl
+from pathlib import Path
+
+import httpx
+
+from bke.runtime.processes import ManagedProcess, stop_pid
+
+from ..lablayout import LabLayout
+from .httpd import HealthServer, self_signed_pair, server_context
+from .pods import PodPlan
+
+__all__ = ["PodStartError", "RealPod", "SimulatedPod"]
+
+STOP_TIMEOUT_S = 10.0
+
+
+class PodStartError(RuntimeError):
+    """The pod could not start (port taken, TLS pair unusable, process died at once)."""
+
+
+class SimulatedPod:
+    mode = "simulated"
+    pid: int | None = None
+
+    def __init__(self, plan: PodPlan, layout: LabLayout, ip: str) -> None:
+        self.plan, self.layout, self.ip = plan, layout, ip
+        self.servers: list[HealthServer] = []
+
+    def healthy(self) -> bool:
+        return not self.layout.unhealthy_file(self.plan.name).exists()
+
+    def answer(self, path: str) -> tuple[int, str]:
+        etcd_style = path.startswith("/health")
+        if self.healthy():
+            return 200, '{"health":"true","reason":""}' if etcd_style else "ok"
+        reason = f"bke-lab: {self.layout.unhealthy_file(self.plan.name)} exists"
+        return 500, f'{{"health":"false","reason":"{reason}"}}' if etcd_style else f"unhealthy: {reason}"
+
+    def _tls(self) -> ssl.SSLContext:
+        if self.plan.tls_pair is not None:
+            cert, key = self.plan.tls_pair
+            try:
+                return server_context(cert, key)
+            except (OSError, ssl.SSLError) as exc:
+                raise PodStartError(f"serving certificate {cert.name} / {key.name} unusable: {exc}") from None
+        return server_context(*self_signed_pair(self.layout.tls, self.ip))
+
+    async def start(self) -> None:
+        try:
+            for probe in self.plan.probes:
+                tls = self._tls() if probe.scheme == "https" else None
+                server = HealthServer(probe.host, probe.port, self.answer, tls)
+                await server.start()
+                self.servers.append(server)
+        except OSError as exc:
+            await self.stop()
+            raise PodStartError(f"cannot listen on {probe.host}:{probe.port}: {exc.strerror or exc}") from None
+
+    async def stop(self) -> None:
+        for server in self.servers:
+            await server.close()
+        self.servers.clear()
+
+    def alive(self) -> bool:
+        return True
+
+    async def ready(self) -> bool:
+        return self.healthy()
+
+
+class RealPod:
+    mode = "real"
+
+    def __init__(self, plan: PodPlan, layout: LabLayout, binary: Path) -> None:
+        self.plan, self.layout, self.binary = plan, layout, binary
+        self.proc: ManagedProcess | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    async def start(self) -> None:
+        run_dir = self.layout.run_dir(self.plan.name)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.layout.pod_log(self.plan.name)
+        try:
+            self.proc = ManagedProcess.start(self.plan.name, [self.binary, *self.plan.local.argv], log_path, cwd=run_dir)
+        except OSError as exc:
+            raise PodStartError(f"cannot start {self.binary}: {exc}") from None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.alive()
+
+    def exit_reason(self) -> str:
+        tail = self.proc.log_tail(5) if self.proc else ""
+        return f"process exited; last log lines: {tail[-1000:]}"
+
+    async def ready(self) -> bool:
+        url = self.plan.local.ready_url or self.plan.local.health_url
+        if url is None:
+            return self.alive()
+        try:
+            async with httpx.AsyncClient(verify=False, trust_env=False, timeout=2.0) as client:
+                return (await client.get(url)).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def stop(self) -> None:
+        if self.proc is not None:
+            await asyncio.to_thread(stop_pid, self.proc.pid, STOP_TIMEOUT_S)
+            self.proc = None

@@ -1,0 +1,95 @@
+"""Where a lab node keeps what a real node's systemd and kubelet would keep, and the control
+files tests use to break things on purpose. Everything is under the node's root:
+
+    <root>/etc/kubernetes/manifests/          static pods, watched by the kubelet stand-in
+    <root>/var/lib/bke-lab/pods/<pod>.json    pod status: phase, mode (real|simulated), reason,
+                                              pid, ready, health URLs, restarts
+    <root>/var/lib/bke-lab/systemd/<unit>.json  simulated unit state: enabled, active
+    <root>/var/lib/bke-lab/unhealthy/<pod>    control: while it exists, the simulated pod's
+                                              health endpoints answer 500
+    <root>/var/lib/bke-lab/fail-step/<id>     control: while it exists, the step with this id
+                                              fails with the file's text as stderr (use
+                                              `fail_step_file`: ids hold ':' and '/')
+    <root>/var/lib/bke-lab/programs.jsonl     RunProgram steps simulated (program not in the tree)
+    <root>/var/lib/bke-lab/run/<pod>/         working directory of a real pod process (its PID's
+                                              cwd proves the process is ours before we stop it)
+    <root>/var/log/pods/<pod>.log             output of a real pod process
+
+Why files: the lab command, tests and an operator can read and flip them with nothing but a
+shell, while the agent is running.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+__all__ = ["LAB_DIR", "LabLayout"]
+
+LAB_DIR = "var/lib/bke-lab"
+
+
+@dataclass(frozen=True)
+class LabLayout:
+    root: Path
+
+    @property
+    def lab(self) -> Path:
+        return self.root / LAB_DIR
+
+    @property
+    def manifests(self) -> Path:
+        return self.root / "etc/kubernetes/manifests"
+
+    @property
+    def pods(self) -> Path:
+        return self.lab / "pods"
+
+    @property
+    def systemd(self) -> Path:
+        return self.lab / "systemd"
+
+    @property
+    def tls(self) -> Path:
+        return self.lab / "tls"
+
+    @property
+    def programs_log(self) -> Path:
+        return self.lab / "programs.jsonl"
+
+    def pod_status_file(self, pod: str) -> Path:
+        return self.pods / f"{pod}.json"
+
+    def unhealthy_file(self, pod: str) -> Path:
+        return self.lab / "unhealthy" / pod
+
+    def fail_step_file(self, step_id: str) -> Path:
+        return self.lab / "fail-step" / quote(step_id, safe="-_.@")
+
+    def unit_file(self, unit: str) -> Path:
+        return self.systemd / f"{unit}.json"
+
+    def run_dir(self, pod: str) -> Path:
+        return self.lab / "run" / pod
+
+    def pod_log(self, pod: str) -> Path:
+        return self.root / "var/log/pods" / f"{pod}.log"
+
+    def ensure(self) -> None:
+        for d in (self.pods, self.systemd, self.tls, self.lab / "unhealthy", self.lab / "fail-step", self.lab / "run"):
+            d.mkdir(parents=True, exist_ok=True)
+
+    def pod_status(self, pod: str) -> dict[str, Any] | None:
+        """The pod's status, or None if the stand-in never wrote one."""
+        try:
+            return json.loads(self.pod_status_file(pod).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def unit_state(self, unit: str) -> dict[str, Any]:
+        try:
+            return json.loads(self.unit_file(unit).read_text())
+        except (FileNotFoundError, ValueError):
+            return {"unit": unit, "enabled": False, "active": False}

@@ -1,0 +1,133 @@
+"""`bke-agent`: the node agent.
+
+    bke-agent init    create the agent's key pair if missing; print "bke-agent-x25519 <base64>"
+    bke-agent run     consume this node's commands until SIGTERM (the default)
+
+Configuration is the environment (see `settings`): BKE_AGENT_CLUSTER, BKE_AGENT_NODE,
+BKE_AGENT_BACKEND (host|lab), BKE_AGENT_ROOT, BKE_AGENT_IP, BKE_AGENT_STATE_DIR, BKE_NATS_URL,
+BKE_AGENT_HEARTBEAT_S, ... Logs are JSON lines on stderr; stdout carries only `init`'s output.
+
+Exit codes: 0 stopped by a signal; 2 bad configuration; 3 another agent holds this state
+directory or consumes this node's commands (systemd restarts the unit after RestartSec).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import IO
+
+import nats
+from nats.aio.client import Client as NatsClient
+from pydantic import ValidationError
+
+from bke.bus.streams import ensure_streams
+from bke.logs import setup_logging
+
+from .backends import make_backend
+from .identity import AgentIdentity
+from .journal import DiskJournal
+from .loop import AgentConflict, AgentLoop
+from .settings import AgentSettings
+
+__all__ = ["main"]
+
+log = logging.getLogger("bke.agent")
+CONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
+
+
+def _lock(state_dir: Path) -> IO[bytes]:
+    """One agent per state directory: a second one would run the same commands concurrently."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    f = open(state_dir / "agent.lock", "wb")  # noqa: SIM115 - held for the life of the process
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise AgentConflict(f"another bke-agent holds {state_dir}/agent.lock") from None
+    return f
+
+
+async def _connect(url: str, stop: asyncio.Event) -> NatsClient | None:
+    """Connect, retrying with back-off until connected or asked to stop (NATS may start later)."""
+    attempt = 0
+    while not stop.is_set():
+        try:
+            return await nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=1.0, connect_timeout=5)
+        except Exception as exc:  # noqa: BLE001 - any connect failure is retried
+            delay = CONNECT_BACKOFF_S[min(attempt, len(CONNECT_BACKOFF_S) - 1)]
+            log.warning("cannot connect to NATS (%s); retrying in %.1fs", type(exc).__name__, delay)
+            attempt += 1
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+            except TimeoutError:
+                pass
+    return None
+
+
+async def run(settings: AgentSettings) -> int:
+    ids = {"cluster": settings.cluster, "node": settings.node}
+    if not settings.nats_url:
+        log.error("BKE_NATS_URL is not set", extra=ids)
+        return 2
+    state = settings.state_path
+    lock = _lock(state)
+    try:
+        identity, created = AgentIdentity.load_or_create(state)
+        if created:
+            log.info("agent key created", extra={**ids, "agent_id": identity.agent_id})
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        nc = await _connect(settings.nats_url, stop)
+        if nc is None:
+            return 0
+        try:
+            js = nc.jetstream()
+            await ensure_streams(js)
+            agent = AgentLoop(nc, js, settings, make_backend(settings),
+                              DiskJournal(state, keep_days=settings.journal_keep_days), identity)
+            await agent.start()
+            await stop.wait()
+            log.info("stopping on signal", extra=ids)
+            await agent.stop()
+        finally:
+            await nc.close()
+        return 0
+    finally:
+        lock.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bke-agent", description="BKE node agent")
+    parser.add_argument("command", nargs="?", default="run", choices=("run", "init"))
+    args = parser.parse_args(argv)
+    setup_logging("agent")
+    for noisy in ("httpx", "httpcore"):  # one INFO line per health poll otherwise
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        settings = AgentSettings()
+    except ValidationError as exc:
+        for err in exc.errors(include_url=False):
+            where = f"BKE_AGENT_{'_'.join(str(p) for p in err['loc']).upper()}: " if err["loc"] else ""
+            log.error("bad configuration: %s%s", where, err["msg"].removeprefix("Value error, "))
+        return 2
+    if args.command == "init":
+        identity, _ = AgentIdentity.load_or_create(settings.state_path)
+        print(identity.public_line)  # the one line `bke agent bootstrap` reads back
+        return 0
+    try:
+        return asyncio.run(run(settings))
+    except AgentConflict as exc:
+        log.error("%s", exc, extra={"cluster": settings.cluster, "node": settings.node})
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""Certs wiring: broker, Redis, the operator key, three subscribers. No logic here."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from redis.asyncio import Redis
+
+from bke.bus.service import Service, make_service
+from bke.contracts import PLAN_CREATED
+from bke.contracts.certs import RENEW_REQUESTED
+from bke.secrets import box_from_env
+
+from .handlers import CertsHandlers
+from .settings import CertsSettings
+
+__all__ = ["create_service"]
+
+
+def create_service(settings: CertsSettings | None = None) -> Service:
+    settings = settings or CertsSettings()
+    svc = make_service("certs", settings)
+    redis = Redis.from_url(settings.redis_url)
+    svc.on_stop.append(redis.aclose)
+    box = box_from_env()  # read once: a missing key file fails at start, not at the first message
+    h = CertsHandlers(redis=redis, box_factory=lambda: box, publish=svc.publish, now=lambda: datetime.now(timezone.utc))
+    svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "certs-plans", h.on_plan, batch_size=4)
+    svc.work_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "certs-agents", h.on_registered, batch_size=64)
+    svc.work_subscriber(RENEW_REQUESTED, "BKE_COMMANDS", "certs-renew", h.on_renew, batch_size=4)
+    return svc

@@ -1,0 +1,131 @@
+"""The certs service's handlers: thin, over `service_core` (bke.pki underneath).
+
+    plan created        -> ensure the cluster PKI, publish `certs issued` (references only)
+    agent registered    -> seal that node's bundle to the agent, store it for the dispatcher
+    renew requested     -> renew what expires within the threshold, one `cert renewed` each,
+                           and re-seal the affected nodes' bundles
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Awaitable, Callable
+
+from pydantic import ValidationError
+from redis.asyncio import Redis
+
+from bke.contracts import PlanCreated
+from bke.contracts.agent import AgentRegistered
+from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CertRenewed, CertsFailed, CertsIssued, RenewRequested
+from bke.errors import PermanentError, TemporaryError
+from bke.pki.errors import PkiError
+from bke.secrets import SecretBox
+from bke.state import RedisPlanStore
+from bke.state.keys import cluster_key
+from bke.state.nodefiles import RedisNodeFiles
+
+from .sealing import seal_bundle
+from .service_core import ensure_cluster_certs, node_bundle, renew_expiring
+from .store_redis import RedisPkiStore
+
+__all__ = ["CertsHandlers"]
+
+log = logging.getLogger("bke.certs")
+Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
+
+
+@dataclass
+class CertsHandlers:
+    redis: Redis
+    box_factory: Callable[[], SecretBox]
+    publish: Publish
+    now: Callable[[], datetime]
+
+    def __post_init__(self) -> None:
+        self.plans = RedisPlanStore(self.redis)
+        self.store = RedisPkiStore(self.redis)
+        self.files = RedisNodeFiles(self.redis)
+
+    def _agents_key(self, cluster: str) -> str:
+        return cluster_key(cluster, "certs", "agents")
+
+    async def on_plan(self, body: bytes) -> None:
+        try:
+            ev = PlanCreated.model_validate_json(body)
+        except ValidationError as exc:
+            raise PermanentError(f"malformed plan event: {exc}") from exc
+        plan = await self.plans.load(ev.cluster)
+        try:
+            report = await ensure_cluster_certs(plan, self.store, self.now(), self.box_factory())
+        except PkiError as exc:
+            if isinstance(exc, TemporaryError):
+                raise
+            failed = CertsFailed(request_id=ev.request_id, cluster=ev.cluster, reason=str(exc))
+            await self.publish(failed.to_bytes(), CERTS_FAILED, {})
+            raise PermanentError(str(exc)) from exc
+        # nodes whose agents registered before the PKI existed, or whose files changed
+        await self.reseal(ev.cluster, report.changed_nodes or None)
+        out = CertsIssued(
+            request_id=ev.request_id,
+            cluster=ev.cluster,
+            issued=report.issued,
+            reissued=[r.instance for r in report.reissued],
+            reused=len(report.reused),
+            changed_nodes=len(report.changed_nodes),
+            warnings=report.warnings,
+        )
+        await self.publish(out.to_bytes(), CERTS_ISSUED, {"Nats-Msg-Id": f"certs:{ev.request_id}"})
+
+    async def on_registered(self, body: bytes) -> None:
+        try:
+            reg = AgentRegistered.model_validate_json(body)
+        except ValidationError as exc:
+            raise PermanentError(f"malformed registration: {exc}") from exc
+        await self.redis.hset(self._agents_key(reg.cluster), reg.node, reg.model_dump_json(by_alias=True))
+        await self._seal_node(reg)
+
+    async def _seal_node(self, reg: AgentRegistered) -> None:
+        plan = await self.plans.load(reg.cluster)
+        try:
+            plan.node(reg.node)
+        except KeyError as exc:
+            raise PermanentError(f"agent for unknown node {reg.node!r} of cluster {reg.cluster!r}") from exc
+        files = await node_bundle(plan, self.store, reg.node, self.box_factory())
+        if not files:
+            raise TemporaryError(f"PKI of {reg.cluster} not issued yet", delay=1.0)
+        try:
+            sealed = seal_bundle(files, reg)
+        except ValueError as exc:
+            raise PermanentError(str(exc)) from exc
+        await self.files.put_many(reg.cluster, "certs", {reg.node: sealed})
+        log.info("bundle sealed", extra={"cluster": reg.cluster, "node": reg.node, "files": len(sealed), "agent_id": reg.agent_id})
+
+    async def reseal(self, cluster: str, nodes: list[str] | None) -> int:
+        raw = await self.redis.hgetall(self._agents_key(cluster))
+        count = 0
+        for node, doc in raw.items():
+            node = node.decode() if isinstance(node, bytes) else node
+            if nodes is None or node in nodes:
+                await self._seal_node(AgentRegistered.model_validate_json(doc))
+                count += 1
+        return count
+
+    async def on_renew(self, body: bytes) -> None:
+        try:
+            req = RenewRequested.model_validate_json(body)
+        except ValidationError as exc:
+            raise PermanentError(f"malformed renew request: {exc}") from exc
+        renewed = await renew_expiring(req.cluster, self.store, self.now(), timedelta(days=req.within_days), self.box_factory())
+        nodes = sorted({n for r in renewed for n in r.nodes})
+        if nodes:
+            await self.reseal(req.cluster, nodes)
+        for r in renewed:
+            ev = CertRenewed(
+                request_id=req.request_id, cluster=req.cluster, name=r.name, instance=r.instance,
+                nodes=r.nodes, serial=r.serial, not_after=r.not_after.isoformat(),
+            )
+            await self.publish(ev.to_bytes(), CERTS_RENEWED, {"Nats-Msg-Id": f"renewed:{req.request_id}:{r.instance}"})
+        log.info("renewed %d", len(renewed), extra={"cluster": req.cluster, "request_id": req.request_id})
+
+

@@ -1,0 +1,32 @@
+"""Hand-off of one node's files to the dispatcher: secret files sealed to that node's agent.
+
+Only the certs service ever holds key material in clear (in memory); what it stores for the
+dispatcher (`bke:<cluster>:files:certs`) is public certificates plus ciphertext that only the
+receiving agent's X25519 key opens.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+
+from bke.contracts.agent import AgentRegistered
+from bke.pki import NodeFile as PkiFile
+from bke.secrets.sealing import agent_key_id, public_key_from_raw, seal
+from bke.state.nodefiles import NodeFile
+
+__all__ = ["seal_bundle"]
+
+
+def seal_bundle(files: list[PkiFile], agent: AgentRegistered) -> list[NodeFile]:
+    public = public_key_from_raw(base64.b64decode(agent.seal_public_key_b64))
+    if agent_key_id(public) != agent.agent_id:
+        # the id is what the agent reports on every result: refuse a key it does not own
+        raise ValueError(f"agent {agent.node}: announced id does not match its key")
+    out = []
+    for f in files:
+        digest = hashlib.sha256(f.content).hexdigest()
+        if f.secret:
+            out.append(NodeFile(path=f.path, mode=f.mode, sha256=digest, sealed_b64=base64.b64encode(seal(public, f.content)).decode()))
+        else:
+            out.append(NodeFile(path=f.path, mode=f.mode, sha256=digest, content_b64=base64.b64encode(f.content).decode()))
+    return out

@@ -1,0 +1,45 @@
+"""The renderer's public surface and its generated documentation."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import bke.nodemap
+import bke.render
+from bke.render.docs import replace_tables
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "renderer.md"
+
+
+def test_public_surface() -> None:
+    assert sorted(bke.render.__all__) == sorted([
+        "DENYLIST", "FILES", "GATES", "PRESETS", "TEMPLATE_RANGES", "TIERS", "ClusterFacts", "DeniedFlagError",
+        "DenyRule", "Finding", "Gate", "InvalidOutputError", "MissingInputError", "NodeDiff", "NodeFiles", "Preset",
+        "RenderError", "RenderInputs", "RenderRejected", "RenderedCluster", "RenderedFile", "TemplateRange", "Tier",
+        "UnsupportedVersionError", "VersionSet", "diff_rendered", "format_flags", "gate_open", "generate_vrrp_password",
+        "merge_args", "preset_args", "render_cluster", "resolve_versions", "tier_for", "warm_up"])
+    assert all(hasattr(bke.render, n) for n in bke.render.__all__)
+    assert sorted(bke.nodemap.__all__) == ["LocalPod", "LocalVolume", "NotRunnable", "localize_pod"]
+
+
+def test_errors_say_what_the_bus_should_do() -> None:
+    from bke.errors import PermanentError, RejectedInput
+
+    assert issubclass(bke.render.DeniedFlagError, RejectedInput)
+    assert issubclass(bke.render.UnsupportedVersionError, RejectedInput)
+    assert issubclass(bke.render.InvalidOutputError, PermanentError)
+
+
+def test_docs_tables_match_the_data() -> None:
+    text = DOC.read_text()
+    if os.environ.get("BKE_UPDATE_GOLDEN") == "1":
+        DOC.write_text(replace_tables(text))
+        text = DOC.read_text()
+    assert replace_tables(text) == text, "docs/renderer.md tables drifted (BKE_UPDATE_GOLDEN=1 to regenerate)"
+    for preset in bke.render.PRESETS:
+        assert preset.source.replace("|", "\\|") in text
+
+
+def test_warm_up_loads_every_template_set_once() -> None:
+    # kubernetes 1 range x etcd 2 ranges x containerd 2 ranges
+    assert bke.render.warm_up() == 4

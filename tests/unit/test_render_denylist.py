@@ -1,0 +1,86 @@
+"""The denylist refuses flags that break security or placement, with field paths; the documented
+escape hatch (allowUnsafeFlags) lets them through with a warning."""
+from __future__ import annotations
+
+import pytest
+
+from bke.render import DENYLIST, DeniedFlagError
+
+from .test_render_support import flags, plan_of, pod, render, spec_text
+
+NODES = [("m1", "10.4.0.1", ["master", "etcd"]), ("w1", "10.4.0.2", ["node"])]
+C = "cluster.spec.clusterConfig.cluster"
+
+
+def _denied(**kw) -> list[tuple[str, str]]:
+    with pytest.raises(DeniedFlagError) as exc:
+        render(plan_of(spec_text(NODES, endpoint=None, **kw)))
+    return exc.value.errors
+
+
+@pytest.mark.parametrize(("component", "flag", "value"), [
+    ("apiServer", "etcd-servers", "https://1.2.3.4:2379"),
+    ("apiServer", "etcd-servers-overrides", "/events#https://1.2.3.4:2379"),
+    ("apiServer", "tls-cert-file", "/tmp/x.crt"),
+    ("apiServer", "anonymous-auth", "true"),
+    ("apiServer", "authorization-mode", "Node,AlwaysAllow"),
+    ("controllerManager", "cluster-signing-key-file", "/tmp/ca.key"),
+    ("scheduler", "kubeconfig", "/tmp/k.conf"),
+    ("etcd", "listen-client-urls", "http://0.0.0.0:2379"),
+    ("etcd", "client-cert-auth", "false"),
+    ("kubelet", "authorization-mode", "AlwaysAllow"),
+])
+def test_refused_with_its_field_path(component: str, flag: str, value: str) -> None:
+    errors = _denied(cluster={component: {"extraArgs": {flag: value}}})
+    assert len(errors) == 1
+    path, message = errors[0]
+    assert path == f"{C}.{component}.extraArgs.{flag}" and "allowUnsafeFlags" in message
+
+
+def test_value_rules_refuse_only_the_bad_values() -> None:
+    rendered = render(plan_of(spec_text(NODES, endpoint=None, cluster={"apiServer": {"extraArgs": {
+        "anonymous-auth": "false", "authorization-mode": "Node,RBAC,Webhook"}}})))
+    assert flags(pod(rendered, "m1", "kube-apiserver.yaml"))["authorization-mode"] == "Node,RBAC,Webhook"
+
+
+def test_node_level_flags_are_checked_too_and_all_errors_come_at_once() -> None:
+    errors = _denied(cluster={"etcd": {"extraArgs": {"data-dir": "/x"}}},
+                     node_extra={"m1": {"apiServer": {"extraArgs": {"secure-port": "7443"}}}})
+    assert sorted(p for p, _ in errors) == [f"{C}.etcd.extraArgs.data-dir", "nodes[0].spec.apiServer.extraArgs.secure-port"]
+
+
+def test_escape_hatch_lets_a_flag_through_with_a_warning() -> None:
+    rendered = render(plan_of(spec_text(NODES, endpoint=None, cluster={
+        "apiServer": {"extraArgs": {"anonymous-auth": "true"}},
+        "allowUnsafeFlags": ["kube-apiserver/anonymous-auth", "never-used"]})))
+    assert flags(pod(rendered, "m1", "kube-apiserver.yaml"))["anonymous-auth"] == "true"
+    assert any("anonymous-auth" in w and "allowed by allowUnsafeFlags" in w for w in rendered.warnings)
+    assert any("'never-used' allowed nothing" in w for w in rendered.warnings)
+
+
+def test_escape_hatch_is_per_component_when_qualified() -> None:
+    errors = _denied(cluster={"kubelet": {"extraArgs": {"anonymous-auth": "true"}},
+                              "allowUnsafeFlags": ["kube-apiserver/anonymous-auth"]})
+    assert errors[0][0] == f"{C}.kubelet.extraArgs.anonymous-auth"
+
+
+def test_overrides_allowed_knowingly_are_still_syntax_checked() -> None:
+    from bke.render import InvalidOutputError
+
+    text = spec_text(NODES, endpoint=None, cluster={"apiServer": {"extraArgs": {
+        "etcd-servers-overrides": "/registry/events#https://10.4.0.1:2379"}}, "allowUnsafeFlags": ["etcd-servers-overrides"]})
+    with pytest.raises(InvalidOutputError, match="/registry/events"):
+        render(plan_of(text))
+    good = spec_text(NODES, endpoint=None, cluster={"apiServer": {"extraArgs": {
+        "etcd-servers-overrides": "/events#https://10.4.0.1:2379"}}, "allowUnsafeFlags": ["etcd-servers-overrides"]})
+    assert flags(pod(render(plan_of(good)), "m1", "kube-apiserver.yaml"))["etcd-servers-overrides"] == "/events#https://10.4.0.1:2379"
+
+
+def test_flags_of_etcd_clusters_the_plan_does_not_have_are_inert() -> None:
+    rendered = render(plan_of(spec_text(NODES, endpoint=None, cluster={"etcdPods": {"extraArgs": {"data-dir": "/x"}}})))
+    assert rendered.file_count > 0
+
+
+def test_denylist_rows_are_unique() -> None:
+    keys = [(r.component, r.flag) for r in DENYLIST]
+    assert len(keys) == len(set(keys))
