@@ -17,7 +17,7 @@ def test_public_surface() -> None:
         "DenyRule", "Finding", "Gate", "InvalidOutputError", "MissingInputError", "NodeDiff", "NodeFiles", "Preset",
         "RenderError", "RenderInputs", "RenderRejected", "RenderedCluster", "RenderedFile", "TemplateRange", "Tier",
         "UnsupportedVersionError", "VersionSet", "diff_rendered", "format_flags", "gate_open", "generate_vrrp_password",
-        "merge_args", "preset_args", "render_cluster", "resolve_versions", "tier_for", "warm_up"])
+        "merge_args", "preset_args", "render_cluster", "resolve_versions", "tier_for", "preload_templates"])
     assert all(hasattr(bke.render, n) for n in bke.render.__all__)
     assert sorted(bke.nodemap.__all__) == ["LocalPod", "LocalVolume", "NotRunnable", "localize_pod"]
 
@@ -40,6 +40,6 @@ def test_docs_tables_match_the_data() -> None:
         assert preset.source.replace("|", "\\|") in text
 
 
-def test_warm_up_loads_every_template_set_once() -> None:
+def test_preload_templates_loads_every_template_set_once() -> None:
     # kubernetes 1 range x etcd 2 ranges x containerd 2 ranges
-    assert bke.render.warm_up() == 4
+    assert bke.render.preload_templates() == 4

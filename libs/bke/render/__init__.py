@@ -12,7 +12,7 @@ from .errors import (DeniedFlagError, Finding, InvalidOutputError, MissingInputE
                      UnsupportedVersionError)
 from .gates import GATES, Gate, VersionSet, gate_open, resolve_versions
 from .presets import PRESETS, TIERS, ClusterFacts, Preset, Tier, preset_args, tier_for
-from .render import FILES, render_cluster, warm_up
+from .render import FILES, render_cluster, preload_templates
 from .result import NodeDiff, NodeFiles, RenderedCluster, RenderedFile, diff_rendered
 from .templates import TEMPLATE_RANGES, TemplateRange
 
@@ -51,5 +51,5 @@ __all__ = [
     "render_cluster",
     "resolve_versions",
     "tier_for",
-    "warm_up",
+    "preload_templates",
 ]

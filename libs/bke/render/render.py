@@ -35,7 +35,7 @@ from .result import NodeFiles, RenderedCluster, RenderedFile
 from .templates import TemplateSet, template_set
 from .validate import VALIDATORS, Expect
 
-__all__ = ["FILES", "FileRule", "RENDERED_KINDS", "render_cluster", "warm_up"]
+__all__ = ["FILES", "FileRule", "RENDERED_KINDS", "render_cluster", "preload_templates"]
 
 # Every Kubernetes kind the templates produce (the addon objects and the static pods).
 RENDERED_KINDS = [("Pod", "v1"), ("ServiceAccount", "v1"), ("ConfigMap", "v1"), ("Service", "v1"),
@@ -152,7 +152,7 @@ def render_cluster(plan: Plan, inputs: RenderInputs) -> RenderedCluster:
     )
 
 
-def warm_up() -> int:
+def preload_templates() -> int:
     """Load every template set and compile the schema checks of every rendered kind for every
     supported minor. The service calls it at start, so that no plan pays for it; returns the
     number of template sets loaded."""
