@@ -125,7 +125,8 @@ class Executor:
         error: StepError | None = None
         for attempt in range(1, attempts + 1):
             try:
-                out: StepOutcome = await asyncio.wait_for(self.backend.execute(step, content), limit)
+                async with asyncio.timeout(limit):  # no extra task per step (unlike wait_for)
+                    out: StepOutcome = await self.backend.execute(step, content)
             except StepError as exc:
                 error = exc
             except TimeoutError:

@@ -191,12 +191,18 @@ class AgentLoop:
 
     async def _execute(self, msg: Msg, cmd: AgentCommand) -> CommandResult:
         self.running_command = cmd.command_id
-        keep = asyncio.create_task(self._keep_alive(msg))
+        # In-progress acks only for commands that outlive a third of ack_wait: a timer is
+        # cheap, a task per command is not (thousands of agents share this event loop).
+        keep: list[asyncio.Task[None]] = []
+        timer = asyncio.get_running_loop().call_later(
+            self.settings.ack_wait_s / 3, lambda: keep.append(asyncio.create_task(self._keep_alive(msg))))
         try:
             result = await self.executor.run(cmd)
         finally:
-            keep.cancel()
-            await asyncio.gather(keep, return_exceptions=True)
+            timer.cancel()
+            for task in keep:
+                task.cancel()
+            await asyncio.gather(*keep, return_exceptions=True)
         self.journal.put(result)
         self.journal.record_execution(ExecutionRecord.of(result, cmd.phase))
         self.executed += 1
@@ -205,6 +211,6 @@ class AgentLoop:
     async def _keep_alive(self, msg: Msg) -> None:
         """In-progress acks while a long command runs, so the server does not redeliver it."""
         while True:
-            await asyncio.sleep(self.settings.ack_wait_s / 3)  # the period itself
             with contextlib.suppress(Exception):
                 await msg.in_progress()
+            await asyncio.sleep(self.settings.ack_wait_s / 3)  # the period itself

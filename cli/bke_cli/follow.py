@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.table import Table
 
 from bke.bus import EventWatch, put_blob
-from bke.bus.streams import OBJECT_BUCKET
+from bke.bus.streams import OBJECT_BUCKET, ensure_streams
 from bke.contracts import CLUSTER_REJECTED, CLUSTER_REQUESTED, PLAN_CREATED, ClusterRequested
 from bke.state.install_view import install_status
 
@@ -38,6 +38,7 @@ def status_table(doc: dict, elapsed: float | None = None) -> Table:
 
 async def _request(nc, spec: bytes, rid: str) -> None:
     js = nc.jetstream()
+    await ensure_streams(js)  # the services may still be starting; declaring is idempotent
     if len(spec) <= INLINE_LIMIT:
         req = ClusterRequested(request_id=rid, spec=spec.decode())
     else:

@@ -53,7 +53,7 @@ def test_steps_for_a_master():
     inp = NodeInputs(render=files, certs=[], checksums={"containerd": "a", "kubelet": "b", "kubectl": "c"})
     env = phase_by_slug("node-env").build(SEED, node, inp)
     assert isinstance(env[0], CheckHost) and 2379 in env[0].ports and 6443 in env[0].ports
-    assert [s.path for s in env if isinstance(s, FetchFile)] == ["/usr/local/bin/containerd", "/usr/local/bin/kubelet", "/usr/local/bin/kubectl"]
+    assert [s.path for s in env if isinstance(s, FetchFile)] == ["/usr/local/bin/containerd", "/usr/bin/kubelet", "/usr/bin/kubectl"]
     assert [s.path for s in env if isinstance(s, WriteFile)] == ["/etc/containerd/config.toml"]
     assert isinstance(env[-1], SystemdUnit) and env[-1].unit == "kubelet.service"  # kubelet before any static pod
     etcd = phase_by_slug("etcd").build(SEED, node, inp)

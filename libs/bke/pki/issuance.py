@@ -37,7 +37,7 @@ __all__ = ["BACKDATE", "IssueOptions", "Validity", "issue", "paused_gc", "worker
 
 # Leaves and CAs start slightly in the past so that a node whose clock lags a little accepts them.
 BACKDATE = timedelta(minutes=5)
-_POOL_MIN_SECONDS = 0.25  # below this estimated CPU time a pool costs more than it saves
+_POOL_MIN_SECONDS = 0.05  # below this estimated CPU time a pool costs more than it saves
 T = TypeVar("T")
 
 

@@ -9,7 +9,9 @@ from ..paths import PKI_DIR
 
 __all__ = [
     "CONTAINERD_CERTS_D",
+    "CONTAINERD_BIN",
     "CONTAINERD_CONFIG",
+    "CONTAINERD_UNIT",
     "CONTAINERD_SOCKET",
     "HAPROXY_CFG",
     "IMAGES",
@@ -22,6 +24,8 @@ __all__ = [
 ]
 
 KUBELET_UNIT = "/etc/systemd/system/kubelet.service"
+CONTAINERD_UNIT = "/etc/systemd/system/containerd.service"
+CONTAINERD_BIN = "/usr/local/bin/containerd"  # where the upstream release tarball puts it
 KUBELET_BIN = "/usr/bin/kubelet"
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 CONTAINERD_CERTS_D = "/etc/containerd/certs.d"

@@ -13,9 +13,9 @@ from ..versions import KUBERNETES
 from .args import format_flags
 from .context import Ctx, url_host
 from .errors import RenderRejected
-from .layout import (CONTAINERD_CERTS_D, CONTAINERD_CONFIG, CONTAINERD_SOCKET, HAPROXY_CFG, IMAGES, KEEPALIVED_CHECK,
+from .layout import (CONTAINERD_BIN, CONTAINERD_CERTS_D, CONTAINERD_CONFIG, CONTAINERD_UNIT, CONTAINERD_SOCKET, HAPROXY_CFG, IMAGES, KEEPALIVED_CHECK,
                      KEEPALIVED_CONF, KUBELET_BIN, KUBELET_UNIT, PKI, PORTS)
-from .params import (Backend, CheckScript, ContainerdConfig, HaproxyCfg, HaproxyPod, HostEntry, HostsToml,
+from .params import (Backend, CheckScript, ContainerdConfig, ContainerdUnit, HaproxyCfg, HaproxyPod, HostEntry, HostsToml,
                      KeepalivedConf, KeepalivedPod, KubeletConfig, KubeletUnit, Taint)
 
 __all__ = [
@@ -73,6 +73,11 @@ def kubelet_unit(ctx: Ctx, node: NodePlan) -> Emit:
     params = KubeletUnit(binary=KUBELET_BIN, flags=[_systemd_arg(f) for f in format_flags(flags)],
                          standalone=not node.registers)
     return [(KUBELET_UNIT, params)]
+
+
+def containerd_unit(ctx: Ctx, node: NodePlan) -> Emit:
+    """The upstream containerd.service, pointing at the release tarball's binary location."""
+    return [(CONTAINERD_UNIT, ContainerdUnit(binary=CONTAINERD_BIN, config=CONTAINERD_CONFIG))]
 
 
 def containerd_config(ctx: Ctx, node: NodePlan) -> Emit:

@@ -9,6 +9,7 @@ __all__ = [
     "Backend",
     "CheckScript",
     "ContainerdConfig",
+    "ContainerdUnit",
     "ControllerManagerPod",
     "CoreDNSAddon",
     "EtcdPod",
@@ -131,6 +132,11 @@ class KubeletUnit(Params):
     binary: str
     flags: list[str]
     standalone: bool
+
+
+class ContainerdUnit(Params):
+    binary: str
+    config: str
 
 
 class ContainerdConfig(Params):

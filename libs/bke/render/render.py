@@ -29,7 +29,7 @@ from .errors import DeniedFlagError, Finding, InvalidOutputError, RenderRejected
 from .gates import VersionSet, resolve_versions
 from .k8s_schema import precompile
 from .layout import PORTS
-from .node_files import (check_script, containerd_config, haproxy_cfg, haproxy_pod, keepalived_conf, keepalived_pod,
+from .node_files import (check_script, containerd_config, containerd_unit, haproxy_cfg, haproxy_pod, keepalived_conf, keepalived_pod,
                          kubelet_config, kubelet_unit, registry_errors, registry_hosts)
 from .result import NodeFiles, RenderedCluster, RenderedFile
 from .templates import TemplateSet, template_set
@@ -60,6 +60,7 @@ def _etcd(name: str) -> Callable[[Ctx, NodePlan], list[tuple[str, object]]]:
 # Every file a node can get, in the order they are listed in the output.
 FILES: tuple[FileRule, ...] = (
     FileRule("containerd", "containerd/config.toml.j2", "containerd", 0o644, containerd_config),
+    FileRule("containerd", "common/containerd.service.j2", "systemd-unit", 0o644, containerd_unit),
     FileRule("containerd", "common/hosts.toml.j2", "hosts-toml", 0o644, registry_hosts),
     FileRule("kubelet", "k8s/kubelet-config.yaml.j2", "kubelet-config", 0o644, kubelet_config),
     FileRule("kubelet", "k8s/kubelet.service.j2", "systemd-unit", 0o644, kubelet_unit),

@@ -31,7 +31,9 @@ FILE_PHASES: tuple[tuple[str, str], ...] = (
     ("/etc/kubernetes/manifests/kube-*.yaml", "control-plane"),
 )
 
-BINARIES = ("containerd", "kubelet", "kubectl")
+# Where each binary goes: containerd as its release tarball lays it out, kubelet and kubectl
+# as the distro packages do (the rendered units point there).
+BINARIES = {"containerd": "/usr/local/bin/containerd", "kubelet": "/usr/bin/kubelet", "kubectl": "/usr/bin/kubectl"}
 
 
 def file_phase(path: str) -> str:
@@ -68,7 +70,7 @@ def binaries(plan: Plan, sums: dict[str, str]) -> list[Step]:
         FetchFile(
             id=f"fetch:{name}",
             url=f"{repo}/{name}/{versions[name]}/linux/amd64/{name}",
-            path=f"/usr/local/bin/{name}",
+            path=BINARIES[name],
             sha256=sums[name],
             timeout_s=600,
             retries=3,
