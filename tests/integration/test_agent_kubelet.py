@@ -213,3 +213,23 @@ async def test_leftover_etcd_of_a_killed_agent_is_stopped(node: tuple[Path, str,
     finally:
         await second.stop()
     assert not pid_alive(new["pid"]) and os.path.isdir(root / "var/lib/etcd/member")
+
+
+async def test_entrypoint_pod_is_simulated_with_its_volumes(node: tuple[Path, str, list[int]],
+                                                            kubelet: KubeletStandIn) -> None:
+    """haproxy/keepalived run their image's entrypoint: no command to check or run, but their
+    hostPath volumes are made as the kubelet makes them and their probe is served."""
+    root, ip, (port, *_) = node
+    layout = LabLayout(root)
+    write_manifest(root, "haproxy.yaml", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "haproxy", "namespace": "kube-system"},
+        "spec": {"hostNetwork": True, "containers": [{
+            "name": "haproxy", "image": "docker.io/library/haproxy:2.8.5-alpine",
+            "livenessProbe": {"httpGet": {"host": "127.0.0.1", "path": "/healthz", "port": port, "scheme": "HTTP"}},
+            "volumeMounts": [{"mountPath": "/usr/local/etc/haproxy/haproxy.cfg", "name": "conf", "readOnly": True}]}],
+            "volumes": [{"name": "conf", "hostPath": {"path": "/etc/haproxy/haproxy.cfg", "type": "FileOrCreate"}}]},
+    })
+    st = await poll(status_is(layout, "haproxy", phase="Running", ready=True), 10, "haproxy running")
+    assert st["mode"] == "simulated" and (root / "etc/haproxy/haproxy.cfg").is_file()
+    resp = await get(f"http://{ip}:{port}/healthz")
+    assert resp is not None and resp.status_code == 200

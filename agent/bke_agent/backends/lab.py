@@ -9,9 +9,9 @@ Why each step behaves as it does here:
   wrong URL or checksum still fails the step;
 * `SystemdUnit`: unit state is a file per unit. Starting a unit whose file is in the tree
   checks that its ExecStart binary is there too (a real node would fail to start it);
-  `kubelet.service` must have its unit file, and starting it starts the kubelet stand-in,
-  stopping it stops the stand-in and its pods. Other units without a file are recorded with a
-  warning in stdout;
+  `kubelet.service` must have its unit file, and starting it starts the kubelet stand-in;
+  restarting it keeps the running pods (as containerd does on a real node); stopping it stops
+  the stand-in and its pods. Other units without a file are recorded with a warning in stdout;
 * `RunProgram`: a program present in the node tree (absolute path mapped into the root, or a
   bare name found in the tree's bin directories) really runs, with cwd = root; anything else
   (sysctl, modprobe, ...) is simulated and appended to `programs.jsonl`;
@@ -154,8 +154,8 @@ class LabBackend(StepDispatch):
         if step.action == "stop":
             state["active"] = False
         if unit == KUBELET:
-            if step.action == "restart":
-                await self.kubelet.stop()
+            # A kubelet restart leaves running pods alone (containerd keeps them on a real node),
+            # so the stand-in just keeps running; a stop stops the node's pods too (lab choice).
             if state["active"]:
                 await self.kubelet.start()
             else:

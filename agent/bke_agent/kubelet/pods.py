@@ -15,6 +15,7 @@ over before the process even starts:
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import stat
 from collections.abc import Callable
@@ -118,6 +119,13 @@ def plan_pod(data: bytes, manifest_file: str, root: Path, ip: str) -> PodPlan:
         if not isinstance(doc, dict) or doc.get("kind") != "Pod":
             raise PodError("not a Pod manifest")
         container = doc["spec"]["containers"][0]
+        if not container.get("command"):
+            # The image's entrypoint runs it (haproxy, keepalived): nothing to run here, but its
+            # volumes and probes still matter, so name the entrypoint after the image.
+            doc = copy.deepcopy(doc)
+            container = doc["spec"]["containers"][0]
+            image = str(container.get("image", "entrypoint"))
+            container["command"] = [image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]]
         local = localize_pod(doc, root, ip)
     except (yaml.YAMLError, KeyError, IndexError, TypeError, StopIteration, NotRunnable) as exc:
         raise PodError(f"{manifest_file}: {type(exc).__name__}: {exc}") from None

@@ -1,0 +1,82 @@
+"""End-to-end scaffolding: a lab (real NATS, Redis, etcd; every service and agent a process)
+in a temp dir, driven the way `bke lab install` drives it."""
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from redis.asyncio import Redis
+from rich.console import Console
+
+from bke.lab.supervisor import LabSupervisor
+from bke.plan import Plan, plan_spec_text
+from bke.state.install_view import install_status
+from bke_agent.journal import read_executions
+from bke_agent.settings import LAB_STATE_SUBDIR
+from bke_cli.follow import submit_and_follow
+
+__all__ = ["Lab"]
+
+
+class Lab:
+    def __init__(self, workdir: Path, spec_path: Path):
+        self.workdir = workdir
+        self.spec_path = spec_path
+        self.spec = spec_path.read_bytes()
+        self.plan: Plan = plan_spec_text(self.spec).plan  # type: ignore[assignment]
+        self.sup = LabSupervisor(workdir)
+        self.info = self.sup.ensure_runtime()
+        self.out = io.StringIO()
+
+    def start(self, agents: bool = True) -> "Lab":
+        self.sup.ensure_services(self.info)
+        if agents:
+            self.sup.ensure_agents(self.info, self.plan)
+        return self
+
+    async def install(self, timeout: float = 240.0, submit: bool = True) -> int:
+        console = Console(file=self.out, width=200, force_terminal=False)
+        return await submit_and_follow(
+            self.info.nats_url, self.info.redis_url, self.spec, self.plan.cluster, timeout, console, submit=submit
+        )
+
+    async def status(self) -> dict[str, Any] | None:
+        r = Redis.from_url(self.info.redis_url)
+        try:
+            return await install_status(r, self.plan.cluster)
+        finally:
+            await r.aclose()
+
+    async def wait_status(self, predicate: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            doc = await self.status()
+            if doc and predicate(doc):
+                return doc
+            await asyncio.sleep(0.05)  # polling Redis under a deadline
+        raise AssertionError(f"timed out waiting for {what}; last status: {doc}")
+
+    def phase(self, doc: dict[str, Any], name: str) -> dict[str, Any]:
+        return next(p for p in doc["phases"] if p["name"] == name)
+
+    def host(self, hostname: str) -> Path:
+        return self.workdir / "hosts" / hostname
+
+    def executions(self) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        for node in self.plan.nodes:
+            for rec in read_executions(self.host(node.hostname) / LAB_STATE_SUBDIR):
+                counts[rec.commandId] += 1
+        return counts
+
+    def manifest(self, hostname: str, name: str) -> dict[str, Any]:
+        return yaml.safe_load((self.host(hostname) / "etc/kubernetes/manifests" / name).read_text())
+
+    def down(self) -> None:
+        self.sup.down()
+

@@ -1,0 +1,128 @@
+"""End to end: real NATS, Redis and etcd; planner, certs, renderer, dispatcher and one agent per
+node, each its own OS process. Every scenario ends with the install complete and no completed
+command run twice (counted from the agents' own execution logs)."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+
+import pytest
+
+from bke.runtime.etcd import etcd_put_get, wait_etcd_healthy
+from bke.runtime.processes import pid_alive, poll_until
+from bke.plan import parse_overrides
+
+pytestmark = pytest.mark.e2e
+SEED = "examples/seed-3m1w.yaml"
+SPLIT = "examples/split-etcd.yaml"
+
+
+def assert_ran_once(lab):
+    counts = lab.executions()
+    assert counts, "agents recorded no executions"
+    twice = {cid: n for cid, n in counts.items() if n > 1}
+    assert not twice, f"completed commands ran more than once: {twice}"
+    return counts
+
+
+def flag(manifest, name):
+    cmd = manifest["spec"]["containers"][0]["command"]
+    return next(a.split("=", 1)[1] for a in cmd if a.startswith(f"--{name}="))
+
+
+async def test_split_etcd_install_files_and_real_etcd(lab_factory):
+    lab = lab_factory(SPLIT)
+    assert await lab.install() == 0, lab.out.getvalue()
+    doc = await lab.status()
+    assert doc["status"] == "Succeeded"
+    assert {p["name"]: p["status"] for p in doc["phases"]} == {p["name"]: "Succeeded" for p in doc["phases"]}
+    assert all(n["status"] == "Succeeded" for n in doc["nodes"])
+    assert set(doc["addons"]) == {"kube-proxy", "coredns"}
+
+    # least privilege on disk: what each node's role needs, nothing else
+    pki = "etc/kubernetes/pki"
+    worker, etcd_only, apiserver, cm = lab.host("worker1"), lab.host("events1"), lab.host("m1"), lab.host("m4")
+    assert (worker / "etc/kubernetes/kubelet.conf").exists() and (worker / pki / "ca.crt").exists()
+    assert not (worker / pki / "ca.key").exists() and not (worker / "etc/kubernetes/admin.conf").exists()
+    assert sorted(p.name for p in (worker / pki).iterdir()) == ["ca.crt"]
+    assert not (etcd_only / "etc/kubernetes/admin.conf").exists() and not (etcd_only / pki / "ca.key").exists()
+    assert (etcd_only / pki / "etcd-events/peer.key").stat().st_mode & 0o777 == 0o600
+    assert not (etcd_only / pki / "etcd").exists()  # a member of etcd-events only
+    assert (cm / pki / "ca.key").exists() and not (apiserver / pki / "ca.key").exists()
+    for host in ("m1", "m4", "etcd1", "worker1"):
+        assert not any("etcd-ca.key" in p.name or p.name == "front-proxy-ca.key" for p in lab.host(host).rglob("*.key"))
+
+    # the etcd clusters are real, healthy, and reachable with the apiserver's client
+    # certificate at exactly the URLs of the rendered apiserver manifest
+    api = lab.manifest("m1", "kube-apiserver.yaml")
+    data_urls = flag(api, "etcd-servers").split(",")
+    overrides = parse_overrides(flag(api, "etcd-servers-overrides"))
+    assert len(data_urls) == 3 and set(overrides) == {"/events", "coordination.k8s.io/leases", "/pods"}
+    ca, cert, key = (str(apiserver / pki / f) for f in ("etcd/ca.crt", "apiserver-etcd-client.crt", "apiserver-etcd-client.key"))
+    for url in data_urls + overrides["/events"] + overrides["/pods"]:
+        await asyncio.to_thread(wait_etcd_healthy, url, ca, cert, key, 30)
+        assert await asyncio.to_thread(etcd_put_get, url, ca, cert, key, f"/e2e/{url}", "ok") == "ok"
+    assert_ran_once(lab)
+
+
+async def test_seed_install_with_dispatcher_killed_in_the_etcd_phase(lab_factory):
+    lab = lab_factory(SEED)
+    install = asyncio.create_task(lab.install())
+    await lab.wait_status(lambda d: lab.phase(d, "etcd")["status"] == "Running", 120, "the etcd phase")
+    pid = lab.sup.pids()["services"]["dispatcher"]
+    os.kill(pid, signal.SIGKILL)
+    poll_until(lambda: True if not pid_alive(pid) else None, timeout=10, what="the dispatcher to die")
+    lab.sup.ensure_services(lab.info, only=("dispatcher",))  # a new process, same Redis state
+    assert lab.sup.pids()["services"]["dispatcher"] != pid
+    assert await install == 0, lab.out.getvalue()
+    doc = await lab.status()
+    assert [p["status"] for p in doc["phases"]].count("Succeeded") == 9  # load-balancer Skipped
+    assert lab.phase(doc, "load-balancer")["status"] == "Skipped"
+    counts = assert_ran_once(lab)
+    assert sum(1 for c in counts if "/etcd/" in c) == 3
+
+
+async def test_agent_stopped_for_a_while_then_restarted(lab_factory):
+    lab = lab_factory(SEED)
+    install = asyncio.create_task(lab.install())
+    await lab.wait_status(lambda d: lab.phase(d, "agents")["status"] == "Succeeded", 120, "agents registered")
+    assert lab.sup.stop_agent("node1")
+    # the others finish node-env; node1's command waits in its durable consumer
+    doc = await lab.wait_status(lambda d: lab.phase(d, "node-env")["done"] == 3, 120, "3/4 nodes through node-env")
+    assert lab.phase(doc, "node-env")["status"] == "Running" and not install.done()
+    lab.sup.ensure_agents(lab.info, lab.plan, only=["node1"])
+    assert await install == 0, lab.out.getvalue()
+    assert_ran_once(lab)
+
+
+async def test_failed_step_reported_then_fixed_and_retried(lab_factory):
+    lab = lab_factory(SEED, agents=False)
+    node1 = lab.plan.node("node1")
+    blocker = socket.socket()
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    blocker.bind((node1.ip, 10250))  # the kubelet's port, taken: preflight must fail on node1 only
+    blocker.listen()
+    try:
+        lab.sup.ensure_agents(lab.info, lab.plan)
+        assert await lab.install() == 1
+        doc = await lab.status()
+        failed = lab.phase(doc, "node-env")
+        assert doc["status"] == "Failed" and failed["status"] == "Failed"
+        assert "node1" in failed["message"] and "10250" in failed["message"] and "master1" not in failed["message"]
+        assert [n["status"] for n in doc["nodes"] if n["hostname"] == "node1"] == ["Failed"]
+    finally:
+        blocker.close()
+    before = lab.executions()
+    from bke_cli.status_cmd import retry  # the CLI path, as an operator would run it
+
+    with pytest.raises(BaseException) as exc:  # typer.Exit carries the follow's exit code
+        await asyncio.to_thread(retry, "seed", None, lab.workdir, None, None, True, 240.0)
+    assert getattr(exc.value, "exit_code", None) == 0, lab.out.getvalue()
+    doc = await lab.status()
+    assert doc["status"] == "Succeeded"
+    after = assert_ran_once(lab)
+    # succeeded work was not redone: every node-env command of the first attempt ran once
+    assert all(after[c] == 1 for c in before)
+    assert "seed/node-env/node1/1" in after and "seed/node-env/master1/1" not in after
