@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
+
+from pydantic import ValidationError
 
 from bke.contracts.agent import CommandResult
 
@@ -43,6 +46,7 @@ __all__ = [
 RESULTS_DIR = "results"
 EXECUTIONS_FILE = "executions.jsonl"
 PRUNE_EVERY = 500  # puts between two prunes
+log = logging.getLogger("bke.agent.journal")
 
 
 @dataclass(frozen=True)
@@ -105,11 +109,19 @@ class DiskJournal:
         return self.results_dir / f"{hashlib.sha256(command_id.encode()).hexdigest()}.json"
 
     def get(self, command_id: str) -> CommandResult | None:
+        path = self._path(command_id)
         try:
-            data = self._path(command_id).read_bytes()
+            result = CommandResult.model_validate_json(path.read_bytes())
         except FileNotFoundError:
             return None
-        result = CommandResult.model_validate_json(data)
+        except ValidationError:
+            # Writes are atomic, so only a damaged disk gets here. Moving the file aside and
+            # running the command again (its steps are idempotent) beats blocking the node's
+            # queue forever on a result that cannot be read.
+            os.replace(path, path.with_suffix(".corrupt"))
+            log.error("stored result unreadable; moved aside, the command will run again",
+                      extra={"command_id": command_id, "file": str(path)})
+            return None
         return result if result.command_id == command_id else None
 
     def put(self, result: CommandResult) -> None:

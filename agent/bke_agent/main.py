@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import fcntl
 import logging
-import os
 import signal
 import sys
 from pathlib import Path

@@ -91,3 +91,11 @@ def test_identity_refuses_an_open_key_file(tmp_path: Path) -> None:
     (tmp_path / KEY_FILE).chmod(0o644)
     with pytest.raises(PermissionError, match="0600"):
         AgentIdentity.load(tmp_path)
+
+
+def test_unreadable_result_is_moved_aside(tmp_path: Path) -> None:
+    j = DiskJournal(tmp_path)
+    j.put(_result("c"))
+    j._path("c").write_bytes(b"{not json")
+    assert j.get("c") is None  # run again rather than block the node's queue
+    assert j._path("c").with_suffix(".corrupt").exists() and not j._path("c").exists()

@@ -82,7 +82,8 @@ def _disk(f: NodeFacts, step: CheckHost) -> str:
 def _time(f: NodeFacts, step: CheckHost) -> str:
     now = time.time()
     if now < EARLIEST_SANE_TIME:
-        raise ValueError(f"the clock says {time.strftime('%Y-%m-%d', time.gmtime(now))}: certificates would not be valid yet")
+        day = time.strftime("%Y-%m-%d", time.gmtime(now))
+        raise ValueError(f"the clock says {day}: certificates would not be valid yet")
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
 
 

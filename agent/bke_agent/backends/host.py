@@ -96,8 +96,8 @@ class HostBackend(StepDispatch):
         argv = [self.systemctl, *systemctl_args(step)]
         run = await run_argv(argv, env=self.env)
         if run.exit_code != 0:
-            raise StepError(f"{' '.join(argv)} exited with {run.exit_code}", exit_code=run.exit_code,
-                            stdout=run.stdout, stderr=run.stderr + f"\n{' '.join(argv)} exited with {run.exit_code}\n".encode())
+            why = f"{' '.join(argv)} exited with {run.exit_code}"
+            raise StepError(why, exit_code=run.exit_code, stdout=run.stdout, stderr=run.stderr + f"\n{why}\n".encode())
         return StepOutcome(exit_code=0, stdout=run.stdout, stderr=run.stderr)
 
     async def wait_health(self, step: WaitHealth) -> StepOutcome:

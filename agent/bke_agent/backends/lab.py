@@ -162,7 +162,8 @@ class LabBackend(StepDispatch):
                 await self.kubelet.stop()
         state["unit"] = unit
         write_atomic(self.layout.unit_file(unit), json.dumps(state).encode(), 0o644, fsync=False)
-        return StepOutcome(exit_code=0, stdout=f"{note}lab: {step.action} {unit}: active={state['active']} enabled={state['enabled']}\n")
+        summary = f"lab: {step.action} {unit}: active={state['active']} enabled={state['enabled']}\n"
+        return StepOutcome(exit_code=0, stdout=note + summary)
 
     async def wait_health(self, step: WaitHealth) -> StepOutcome:
         u = urlsplit(step.url)

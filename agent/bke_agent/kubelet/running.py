@@ -94,7 +94,8 @@ class RealPod:
         run_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.layout.pod_log(self.plan.name)
         try:
-            self.proc = ManagedProcess.start(self.plan.name, [self.binary, *self.plan.local.argv], log_path, cwd=run_dir)
+            argv = [self.binary, *self.plan.local.argv]
+            self.proc = ManagedProcess.start(self.plan.name, argv, log_path, cwd=run_dir)
         except OSError as exc:
             raise PodStartError(f"cannot start {self.binary}: {exc}") from None
 

@@ -157,7 +157,8 @@ class KubeletStandIn:
             self._fail(pod, "; ".join(problems), RETRY_FAILED_S)
             return
         binary = local_binary(plan.local.binary)
-        runner: SimulatedPod | RealPod = RealPod(plan, self.layout, binary) if binary else SimulatedPod(plan, self.layout, self.ip)
+        runner: SimulatedPod | RealPod = (RealPod(plan, self.layout, binary) if binary
+                                          else SimulatedPod(plan, self.layout, self.ip))
         try:
             await runner.start()
         except PodStartError as exc:
@@ -183,7 +184,8 @@ class KubeletStandIn:
             pod.restarts += 1
             pod.running = None
             delay = min(BACKOFF_CAP_S, 0.5 * 2 ** pod.restarts)
-            pod.phase, pod.reason, pod.next_try, pod.ready = "CrashLoopBackOff", runner.exit_reason(), now + delay, False
+            pod.phase, pod.reason, pod.ready = "CrashLoopBackOff", runner.exit_reason(), False
+            pod.next_try = now + delay
             log.warning("pod process exited; restarting in %.1fs", delay, extra={**self.ids, "pod": pod.name})
             self._write(pod)
             return

@@ -25,6 +25,13 @@ from ..runtime.processes import ManagedProcess, pid_alive, stop_pid
 __all__ = ["LabSupervisor", "SERVICES", "lab_env"]
 
 SERVICES = ("planner", "certs", "renderer", "dispatcher")
+# One durable consumer per service that proves it is up.
+SERVICE_CONSUMERS = (
+    ("BKE_COMMANDS", "planner"),
+    ("BKE_EVENTS", "certs-plans"),
+    ("BKE_EVENTS", "renderer-plans"),
+    ("BKE_EVENTS", "dispatcher-plans"),
+)
 
 
 def _bin(name: str) -> str:
@@ -112,6 +119,22 @@ class LabSupervisor:
             pids["agents"][h] = proc.pid
         self._save(pids)
         return pids["agents"]
+
+    async def wait_services_ready(self, js, timeout: float = 60.0) -> None:
+        """Ready = every service's durable consumer exists (created once its broker started)."""
+        import asyncio
+        import time
+
+        deadline = time.monotonic() + timeout
+        for stream, durable in SERVICE_CONSUMERS:
+            while True:
+                try:
+                    await js.consumer_info(stream, durable)
+                    break
+                except Exception:  # noqa: BLE001 - not created yet
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"service consumer {durable} not ready after {timeout:.0f}s (see {self.workdir}/logs)")
+                    await asyncio.sleep(0.05)  # polling under a deadline
 
     # stop -----------------------------------------------------------------------
     def stop_service(self, name: str, timeout: float = 10.0) -> bool:

@@ -21,10 +21,10 @@ from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CertR
 from bke.errors import PermanentError, TemporaryError
 from bke.pki.errors import PkiError
 from bke.secrets import SecretBox
-from bke.state import RedisPlanStore
 from bke.state.keys import cluster_key
 from bke.state.nodefiles import RedisNodeFiles
 
+from .cache import CachedPkiStore, CachedPlans
 from .sealing import seal_bundle
 from .service_core import ensure_cluster_certs, node_bundle, renew_expiring
 from .store_redis import RedisPkiStore
@@ -43,8 +43,9 @@ class CertsHandlers:
     now: Callable[[], datetime]
 
     def __post_init__(self) -> None:
-        self.plans = RedisPlanStore(self.redis)
+        self.plans = CachedPlans(self.redis)
         self.store = RedisPkiStore(self.redis)
+        self.bundles = CachedPkiStore(self.redis, self.store)
         self.files = RedisNodeFiles(self.redis)
 
     def _agents_key(self, cluster: str) -> str:
@@ -91,7 +92,7 @@ class CertsHandlers:
             plan.node(reg.node)
         except KeyError as exc:
             raise PermanentError(f"agent for unknown node {reg.node!r} of cluster {reg.cluster!r}") from exc
-        files = await node_bundle(plan, self.store, reg.node, self.box_factory())
+        files = await node_bundle(plan, self.bundles, reg.node, self.box_factory())
         if not files:
             raise TemporaryError(f"PKI of {reg.cluster} not issued yet", delay=1.0)
         try:

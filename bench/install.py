@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Install orchestration time at scale, next to the floor of the same command deliveries.
+A script, not a test.
+
+    .venv/bin/python bench/install.py --nodes 100 1000 5000
+
+For each N: a real NATS + Redis (embedded), the planner, certs, renderer and dispatcher each
+as its own OS process (as in the lab), and a fleet of N lightweight agents in this process:
+real `AgentLoop`s (one durable consumer each, results, acks, journals in memory) whose steps
+cost nothing (NullBackend). The spec: 3 masters + N-3 workers, ECDSA-P256 keys.
+
+* ``install``: agent consumer set-up + from the cluster request to `install finished`
+  (planning, the PKI, rendering, sealing per agent, every phase's commands and results).
+* ``floor``: the same number of command deliveries done the minimal way in the same run:
+  N durable consumers with the agents' own config, JetStream publish of each command, the
+  consumer acks and publishes a result, one durable pull consumer collects every result.
+* ratio = install / floor. Targets at 5,000 nodes: install < 60 s, ratio <= 3.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nats
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from bke.bus import EventWatch, ensure_streams, put_blob
+from bke.bus.streams import OBJECT_BUCKET
+from bke.contracts import CLUSTER_REQUESTED, ClusterRequested
+from bke.contracts.agent import agent_subject
+from bke.lab.supervisor import LabSupervisor
+from bke.spec.synth import synth_spec_text
+from bke_agent.fleet import Fleet
+from bke_agent.loop import consumer_config
+from bke_agent.settings import AgentSettings
+
+STREAM = "BKE_AGENT"
+
+
+async def run_install(nodes: int, workdir: Path) -> dict:
+    os.environ["BKE_DISPATCHER_HEALTH_INTERVAL_S"] = "0"
+    sup = LabSupervisor(workdir)
+    info = sup.ensure_runtime()
+    sup.ensure_services(info)
+    cluster = f"bench{nodes}"
+    spec = synth_spec_text(nodes, name=cluster, key_algorithm="ECDSA-P256").encode()
+    hostnames = [f"n{i}" for i in range(nodes)]
+    nc = await nats.connect(info.nats_url, max_reconnect_attempts=-1)
+    js = nc.jetstream(timeout=30)
+    await ensure_streams(js)
+    await sup.wait_services_ready(js)
+    try:
+        base = AgentSettings(cluster=cluster, node="n0", backend="host", nats_url=info.nats_url, heartbeat_s=0)
+        fleet = Fleet.null(nc, js, base, hostnames)
+        async with EventWatch(nc, [f"bke.v1.install.{cluster}.finished"]) as watch:
+            t0 = time.perf_counter()
+            setup = await fleet.start()
+            t1 = time.perf_counter()
+            ref = await put_blob(js, OBJECT_BUCKET, f"specs/{cluster}.yaml", spec)
+            await js.publish(CLUSTER_REQUESTED, ClusterRequested(request_id=cluster, spec_ref=ref).to_bytes())
+            done = await watch.wait_for(lambda e: True, timeout=1800)
+            t2 = time.perf_counter()
+        await fleet.stop(grace=1.0)
+        phases = await _phase_times(info.redis_url, cluster)
+        return {
+            "phases": phases,
+            "status": done.data["status"],
+            "setup": setup,
+            "after_request": t2 - t1,
+            "total": t2 - t0,
+            "commands": fleet.executed,
+            "replayed": fleet.replayed,
+        }
+    finally:
+        await nc.close()
+        sup.down()
+
+
+async def _phase_times(redis_url: str, cluster: str) -> str:
+    from datetime import datetime
+
+    from redis.asyncio import Redis
+
+    from bke.state.install_view import install_status
+
+    r = Redis.from_url(redis_url)
+    try:
+        doc = await install_status(r, cluster)
+    finally:
+        await r.aclose()
+    out = []
+    for p in doc["phases"] if doc else []:
+        if p["startedAt"] and p["finishedAt"]:
+            d = datetime.fromisoformat(p["finishedAt"]) - datetime.fromisoformat(p["startedAt"])
+            out.append(f"{p['name']} {d.total_seconds():.1f}")
+    return ", ".join(out)
+
+
+async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
+    """The same deliveries, minimal: no services, no state, no steps."""
+    sup = LabSupervisor(workdir)
+    info = sup.ensure_runtime()
+    cluster = f"floor{nodes}"
+    hostnames = [f"n{i}" for i in range(nodes)]
+    per_node = [commands // nodes + (1 if i < commands % nodes else 0) for i in range(nodes)]
+    nc = await nats.connect(info.nats_url)
+    js = nc.jetstream(timeout=30)
+    await ensure_streams(js)
+    got = 0
+    finished = asyncio.Event()
+    try:
+        t0 = time.perf_counter()
+        sem = asyncio.Semaphore(64)
+
+        async def agent(h: str) -> None:
+            cfg = consumer_config(cluster, h, 30.0)
+            async with sem:
+                await js.add_consumer(STREAM, cfg)
+
+                async def cb(msg) -> None:
+                    await js.publish(agent_subject(cluster, h, "result"), msg.data)
+                    await msg.ack()
+
+                await js.subscribe_bind(STREAM, cfg, cfg.durable_name, cb=cb, manual_ack=True)
+
+        await asyncio.gather(*(agent(h) for h in hostnames))
+        collector = await js.pull_subscribe(
+            f"bke.v1.agent.{cluster}.*.result", durable="floor-results", stream=STREAM,
+            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL),
+        )
+        t1 = time.perf_counter()
+
+        async def collect() -> None:
+            nonlocal got
+            while got < commands:
+                try:
+                    msgs = await collector.fetch(256, timeout=1.0)
+                except nats.errors.TimeoutError:
+                    continue
+                for m in msgs:
+                    await m.ack()
+                got += len(msgs)
+            finished.set()
+
+        task = asyncio.create_task(collect())
+        payload = b'{"steps": []}' + b" " * 600  # about the size of a small command
+        pubs = []
+        for h, k in zip(hostnames, per_node):
+            for j in range(k):
+                pubs.append(js.publish(agent_subject(cluster, h, "command"), payload, headers={"Nats-Msg-Id": f"{h}/{j}"}))
+                if len(pubs) >= 256:
+                    await asyncio.gather(*pubs)
+                    pubs = []
+        await asyncio.gather(*pubs)
+        await finished.wait()
+        t2 = time.perf_counter()
+        await task
+        return {"setup": t1 - t0, "deliveries": t2 - t1, "total": t2 - t0}
+    finally:
+        await nc.close()
+        sup.down()
+
+
+async def main(sizes: list[int]) -> int:
+    rows = []
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix=f"bke-bench-{n}-") as d:
+            inst = await run_install(n, Path(d) / "install")
+            floor = await run_floor(n, inst["commands"], Path(d) / "floor")
+        rows.append((n, inst, floor))
+        print(
+            f"N={n:>5}  install {inst['total']:7.1f} s ({inst['status']}; agent set-up {inst['setup']:5.1f} s, "
+            f"request->finished {inst['after_request']:6.1f} s; {inst['commands']} commands, {inst['replayed']} replayed)  "
+            f"floor {floor['total']:6.1f} s (set-up {floor['setup']:5.1f} s)  ratio {inst['total'] / floor['total']:4.1f}x",
+            flush=True,
+        )
+        print(f"         phases (s): {inst['phases']}", flush=True)
+    return 0 if all(r[1]["status"] == "Succeeded" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
+    sys.exit(asyncio.run(main(ap.parse_args().nodes)))
