@@ -8,7 +8,8 @@ BKE_AGENT_BACKEND (host|lab), BKE_AGENT_ROOT, BKE_AGENT_IP, BKE_AGENT_STATE_DIR,
 BKE_AGENT_HEARTBEAT_S, ... Logs are JSON lines on stderr; stdout carries only `init`'s output.
 
 Exit codes: 0 stopped by a signal; 2 bad configuration; 3 another agent holds this state
-directory or consumes this node's commands (systemd restarts the unit after RestartSec).
+directory (systemd restarts the unit after RestartSec). While another connection still consumes
+this node's commands (a crashed node's stale connection), `run` waits and retries.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ __all__ = ["main"]
 
 log = logging.getLogger("bke.agent")
 CONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
+CONFLICT_RETRY_S = 5.0
 
 
 def _lock(state_dir: Path) -> IO[bytes]:
@@ -69,6 +71,26 @@ async def _connect(url: str, stop: asyncio.Event) -> NatsClient | None:
     return None
 
 
+async def _start_when_free(agent: AgentLoop, stop: asyncio.Event) -> bool:
+    """Start; while another connection still holds this node's consumer, wait and retry.
+
+    After a node crashed, the server keeps its old connection (and so the consumer's binding)
+    until its pings time out; the restarted agent waits that out instead of failing.
+    """
+    while not stop.is_set():
+        try:
+            await agent.start()
+            return True
+        except AgentConflict as exc:
+            log.warning("%s; retrying in %.0fs", exc, CONFLICT_RETRY_S,
+                        extra={"cluster": agent.cluster, "node": agent.node})
+            try:
+                await asyncio.wait_for(stop.wait(), CONFLICT_RETRY_S)
+            except TimeoutError:
+                pass
+    return False
+
+
 async def run(settings: AgentSettings) -> int:
     ids = {"cluster": settings.cluster, "node": settings.node}
     if not settings.nats_url:
@@ -92,7 +114,8 @@ async def run(settings: AgentSettings) -> int:
             await ensure_streams(js)
             agent = AgentLoop(nc, js, settings, make_backend(settings),
                               DiskJournal(state, keep_days=settings.journal_keep_days), identity)
-            await agent.start()
+            if not await _start_when_free(agent, stop):
+                return 0
             await stop.wait()
             log.info("stopping on signal", extra=ids)
             await agent.stop()

@@ -115,3 +115,22 @@ def test_host_policy_allow_list_relative_to_root(tmp_path: Path) -> None:
     with pytest.raises(PathRefused, match="symlink"):
         policy.local("/etc/containerd/certs.d/sshd_config")
     os.unlink(tmp_path / "etc/kubernetes")
+
+
+def test_host_allow_list_covers_every_rendered_location(tmp_path: Path) -> None:
+    """Everything the renderer and certs put on a node lands inside the host allow-list."""
+    from bke import paths
+    from bke.render import layout
+
+    policy = PathPolicy(tmp_path, HOST_WRITE_DIRS)
+    files = [layout.KUBELET_UNIT, layout.CONTAINERD_UNIT, layout.CONTAINERD_BIN, layout.KUBELET_BIN,
+             "/usr/bin/kubectl", layout.CONTAINERD_CONFIG, f"{layout.CONTAINERD_CERTS_D}/registry.example/hosts.toml",
+             layout.HAPROXY_CFG, layout.KEEPALIVED_CONF, layout.KEEPALIVED_CHECK, *layout.PKI.values(),
+             paths.ADMIN_CONF, paths.SUPER_ADMIN_CONF, paths.CONTROLLER_MANAGER_CONF, paths.SCHEDULER_CONF,
+             paths.KUBELET_CONF, paths.KUBELET_CONFIG, f"{paths.MANIFESTS_DIR}/etcd.yaml",
+             *(f"{d}/server.key" for d in paths.ETCD_CERT_DIRS.values()),
+             "/var/lib/etcd/member/snap/db", "/var/lib/etcd-events/member/snap/db"]
+    for f in files:
+        assert policy.local(f).is_relative_to(tmp_path.resolve()), f
+    with pytest.raises(PathRefused):
+        policy.local("/usr/bin/sudo")

@@ -25,13 +25,15 @@ from ..errors import PathRefused
 
 __all__ = ["HOST_WRITE_DIRS", "PathPolicy"]
 
-# What the host backend may write: kubeadm's and containerd's directories, the binaries,
+# What the host backend may write: kubeadm's and containerd's directories, the binaries
+# (kubelet/kubectl where distribution packages put them, containerd where its tarball does),
 # units, etcd data dirs of every etcd cluster, the load balancer's configs, CNI.
 HOST_WRITE_DIRS: tuple[str, ...] = (
     "/etc/kubernetes",
     "/var/lib/kubelet",
     "/etc/containerd",
     "/usr/local/bin",
+    "/usr/bin/kube*",
     "/etc/systemd/system",
     "/var/lib/etcd*",
     "/etc/haproxy",
@@ -78,6 +80,8 @@ class PathPolicy:
             if _within(str(logical), str(d)):
                 raise PathRefused(f"{node_path}: inside {d}, which belongs to the agent itself")
         target = self.root / logical.relative_to("/")
+        if anchor == logical:  # the pattern names the file itself (`/usr/bin/kube*`)
+            anchor = anchor.parent
         anchor_real = os.path.realpath(self.root / anchor.relative_to("/"))
         parent_real = os.path.realpath(target.parent)
         if not _within(anchor_real, str(self.root)) or not _within(parent_real, anchor_real):

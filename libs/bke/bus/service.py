@@ -37,8 +37,11 @@ class Service:
         work: Callable[[bytes], Awaitable[None]],
         *,
         batch_size: int = 16,
+        max_workers: int = 1,
     ) -> None:
-        """A durable pull consumer with explicit acks; `work` gets the raw body."""
+        """A durable pull consumer with explicit acks; `work` gets the raw body. With
+        `max_workers` > 1 messages are handled concurrently (handlers must be idempotent and
+        order-independent, as every handler here is)."""
         max_deliver = self.settings.max_deliver
         broker = self.broker
 
@@ -52,7 +55,10 @@ class Service:
             durable=durable,
             pull_sub=PullSub(batch_size=batch_size, timeout=1.0),
             ack_policy=AckPolicy.MANUAL,
-            config=ConsumerConfig(max_deliver=max_deliver + 1, ack_wait=self.settings.ack_wait_seconds),
+            max_workers=max_workers,
+            # Unlimited on the server: a TemporaryError may wait as long as it must; `settle`
+            # dead-letters unexpected failures itself after `max_deliver` deliveries.
+            config=ConsumerConfig(max_deliver=-1, ack_wait=self.settings.ack_wait_seconds),
         )(handler)
 
     @property

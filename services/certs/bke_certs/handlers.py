@@ -21,13 +21,13 @@ from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CertR
 from bke.errors import PermanentError, TemporaryError
 from bke.pki.errors import PkiError
 from bke.secrets import SecretBox
-from bke.state.keys import cluster_key
+from bke.state.keys import cluster_key, plan_key
 from bke.state.nodefiles import RedisNodeFiles
 
 from .cache import CachedPkiStore, CachedPlans
 from .sealing import seal_bundle
 from .service_core import ensure_cluster_certs, node_bundle, renew_expiring
-from .store_redis import RedisPkiStore
+from .store_redis import RedisPkiStore, pki_keys
 
 __all__ = ["CertsHandlers"]
 
@@ -59,14 +59,14 @@ class CertsHandlers:
         plan = await self.plans.load(ev.cluster)
         try:
             report = await ensure_cluster_certs(plan, self.store, self.now(), self.box_factory())
+        except TemporaryError:
+            raise
         except PkiError as exc:
-            if isinstance(exc, TemporaryError):
-                raise
             failed = CertsFailed(request_id=ev.request_id, cluster=ev.cluster, reason=str(exc))
             await self.publish(failed.to_bytes(), CERTS_FAILED, {})
             raise PermanentError(str(exc)) from exc
-        # nodes whose agents registered before the PKI existed, or whose files changed
-        await self.reseal(ev.cluster, report.changed_nodes or None)
+        # agents that registered before the PKI existed, and nodes whose files changed
+        await self.reseal(ev.cluster, report.changed_nodes)
         out = CertsIssued(
             request_id=ev.request_id,
             cluster=ev.cluster,
@@ -79,12 +79,17 @@ class CertsHandlers:
         await self.publish(out.to_bytes(), CERTS_ISSUED, {"Nats-Msg-Id": f"certs:{ev.request_id}"})
 
     async def on_registered(self, body: bytes) -> None:
+        """Remember the agent's key; seal now if the cluster's PKI exists, else `on_plan` will.
+
+        (Agents may start long before the cluster is requested: their registrations must not
+        wait in redelivery for a plan that may never come.)"""
         try:
             reg = AgentRegistered.model_validate_json(body)
         except ValidationError as exc:
             raise PermanentError(f"malformed registration: {exc}") from exc
         await self.redis.hset(self._agents_key(reg.cluster), reg.node, reg.model_dump_json(by_alias=True))
-        await self._seal_node(reg)
+        if await self.redis.exists(pki_keys(reg.cluster)["manifest"]) and await self.redis.exists(plan_key(reg.cluster)):
+            await self._seal_node(reg)
 
     async def _seal_node(self, reg: AgentRegistered) -> None:
         plan = await self.plans.load(reg.cluster)
@@ -93,21 +98,21 @@ class CertsHandlers:
         except KeyError as exc:
             raise PermanentError(f"agent for unknown node {reg.node!r} of cluster {reg.cluster!r}") from exc
         files = await node_bundle(plan, self.bundles, reg.node, self.box_factory())
-        if not files:
-            raise TemporaryError(f"PKI of {reg.cluster} not issued yet", delay=1.0)
         try:
             sealed = seal_bundle(files, reg)
         except ValueError as exc:
             raise PermanentError(str(exc)) from exc
         await self.files.put_many(reg.cluster, "certs", {reg.node: sealed})
-        log.info("bundle sealed", extra={"cluster": reg.cluster, "node": reg.node, "files": len(sealed), "agent_id": reg.agent_id})
+        log.debug("bundle sealed", extra={"cluster": reg.cluster, "node": reg.node, "files": len(sealed), "agent_id": reg.agent_id})
 
-    async def reseal(self, cluster: str, nodes: list[str] | None) -> int:
+    async def reseal(self, cluster: str, changed: list[str] | None) -> int:
+        """Seal for every registered agent whose node changed (None: all) or has no bundle yet."""
         raw = await self.redis.hgetall(self._agents_key(cluster))
+        agents = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
+        have = await self.files.get_many(cluster, "certs", list(agents))
         count = 0
-        for node, doc in raw.items():
-            node = node.decode() if isinstance(node, bytes) else node
-            if nodes is None or node in nodes:
+        for node, doc in agents.items():
+            if changed is None or node in changed or have.get(node) is None:
                 await self._seal_node(AgentRegistered.model_validate_json(doc))
                 count += 1
         return count

@@ -35,6 +35,15 @@ class Inputs:
         on_health: Callable[[CommandResult], Awaitable[None]],
     ):
         self.state, self.publish, self.kick, self.now, self.on_health = state, publish, kick, now, on_health
+        self._request_ids: dict[str, str] = {}  # cluster -> request id, read once (it never changes)
+
+    async def _request_id(self, cluster: str) -> str:
+        rid = self._request_ids.get(cluster)
+        if rid is None:
+            rid = (await self.state.install(cluster)).get("requestId", "")
+            if rid:
+                self._request_ids[cluster] = rid
+        return rid
 
     async def result(self, body: bytes) -> None:
         try:
@@ -51,9 +60,8 @@ class Inputs:
         now = self.now().isoformat()
         counted = await self.state.finish_command(cluster, slug, node, res.command_id, res.status, step, stderr, now)
         if counted:
-            inst = await self.state.install(cluster)
             ev = NodeStepChanged(
-                request_id=inst.get("requestId", ""), cluster=cluster, node=node, phase=slug,
+                request_id=await self._request_id(cluster), cluster=cluster, node=node, phase=slug,
                 status=res.status, at=now, step=step or None, stderr=stderr,
             )
             await self.publish(ev.to_bytes(), install_subject(cluster, "node"), {})
