@@ -121,7 +121,7 @@ def _store_for(directory: Optional[Path], cluster: Optional[str], redis_url: Opt
         die("--cluster needs --redis URL (or BKE_REDIS_URL)", EXIT_INVALID)
     from redis.asyncio import from_url  # only this path needs Redis
 
-    from bke_certs.store_redis import RedisPkiStore  # the certs service's adapter
+    from bke.pki.store_redis import RedisPkiStore  # the certs service's adapter
 
     async def with_redis() -> T:
         client = from_url(redis_url)

@@ -16,7 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 from bke_certs.service_core import ensure_cluster_certs, node_bundle, renew_expiring
-from bke_certs.store_redis import RedisPkiStore, pki_keys
+from bke.pki.store_redis import RedisPkiStore, pki_keys
 
 from bke.pki import IssueOptions, Snapshot, StoreConflict, cert_info
 from bke.pki.instances import node_file_refs

@@ -17,7 +17,7 @@ from bke.secrets import SecretBox
 from bke.state import RedisPlanStore
 from bke.state.keys import plan_meta_key
 
-from .store_redis import pki_keys
+from bke.pki.store_redis import pki_keys
 
 __all__ = ["CachedPkiStore", "CachedPlans"]
 

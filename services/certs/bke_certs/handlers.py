@@ -27,7 +27,7 @@ from bke.state.nodefiles import RedisNodeFiles
 from .cache import CachedPkiStore, CachedPlans
 from .sealing import seal_bundle
 from .service_core import ensure_cluster_certs, node_bundle, renew_expiring
-from .store_redis import RedisPkiStore, pki_keys
+from bke.pki.store_redis import RedisPkiStore, pki_keys
 
 __all__ = ["CertsHandlers"]
 

@@ -1,0 +1,63 @@
+"""Addons on a real cluster: server-side apply with the `kubernetes` client, as `bke`.
+
+Credentials: the cluster's admin.conf, taken from the PKI store (keys encrypted at rest) with
+the operator's key (`BKE_SECRET_KEY_FILE`), in memory only. Not exercised here: no apiserver
+can run on the development machines (the lab validates and records instead).
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import yaml
+from redis.asyncio import Redis
+
+from bke.errors import TemporaryError
+from bke.paths import ADMIN_CONF
+from bke.pki.operations import node_bundle
+from bke.pki.store_redis import RedisPkiStore
+from bke.plan import Plan
+from bke.secrets import box_from_env
+
+from .phases import init_node
+
+__all__ = ["KubernetesApplier", "FIELD_MANAGER"]
+
+FIELD_MANAGER = "bke"
+
+
+class KubernetesApplier:
+    def __init__(self, redis: Redis):
+        self.store = RedisPkiStore(redis)
+        self.box = box_from_env()
+
+    async def _admin_kubeconfig(self, plan: Plan) -> dict[str, Any]:
+        files = await node_bundle(plan, self.store, init_node(plan).hostname, self.box)
+        conf = next((f for f in files if f.path == ADMIN_CONF), None)
+        if conf is None:
+            raise TemporaryError(f"no admin.conf for cluster {plan.cluster} yet", delay=5.0)
+        return yaml.safe_load(conf.content)
+
+    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]]) -> str:
+        kubeconfig = await self._admin_kubeconfig(plan)
+        await asyncio.to_thread(_apply_all, kubeconfig, objects)
+        return "Applied"
+
+
+def _apply_all(kubeconfig: dict[str, Any], objects: list[dict[str, Any]]) -> None:
+    from kubernetes import config, dynamic
+    from kubernetes.client import exceptions
+
+    api = config.new_client_from_config_dict(kubeconfig)
+    try:
+        client = dynamic.DynamicClient(api)
+        for obj in objects:
+            resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+            try:
+                client.server_side_apply(resource, body=obj, field_manager=FIELD_MANAGER, force_conflicts=True)
+            except exceptions.ApiException as exc:
+                if exc.status and exc.status >= 500:
+                    raise TemporaryError(f"{obj['kind']}/{obj['metadata'].get('name')}: {exc.reason}", delay=5.0) from exc
+                raise ValueError(f"{obj['kind']}/{obj['metadata'].get('name')}: {exc.status} {exc.reason}") from exc
+    finally:
+        api.close()
