@@ -78,6 +78,11 @@ class Service:
         for fn in self.on_stop:
             await fn()
 
+    async def notify(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> None:
+        """Fire-and-forget publish for high-volume progress events: the stream still stores
+        them, but the caller does not wait for each PubAck (Redis holds the truth)."""
+        await self.nc.publish(subject, payload, headers=headers or None)
+
     async def publish(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> None:
         await self.broker.publish(payload, subject, headers=headers or None, stream=None)
 

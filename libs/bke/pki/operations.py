@@ -23,7 +23,8 @@ from .material import cert_info
 from .report import CertsReport, RenewedCert
 from .store import PkiStore, Snapshot
 
-__all__ = ["check_expiration", "ensure_cluster_pki", "node_bundle", "renew_certs"]
+__all__ = ["check_expiration", "ensure_cluster_pki", "node_bundle",
+    "node_bundles", "renew_certs"]
 
 
 async def ensure_cluster_pki(plan: Plan, store: PkiStore, now: datetime, box: SecretBox,
@@ -74,13 +75,20 @@ async def renew_certs(cluster: str, store: PkiStore, now: datetime, box: SecretB
 
 async def node_bundle(plan: Plan, store: PkiStore, hostname: str, box: SecretBox) -> list[NodeFile]:
     """One node's complete file set with contents (for the dispatcher, which seals it)."""
-    files = node_file_refs(plan, [hostname])
-    if hostname not in files:
-        raise UnknownCertificate(f"node {hostname!r} is not in the plan of cluster {plan.cluster}")
-    refs = files[hostname]
-    entries = build_manifest(plan, desired_instances(plan, [hostname]), files).entries
-    ids = {r.instance for r in refs} | {e.ca for r in refs if (e := entries.get(r.instance)) and e.ca}
+    return (await node_bundles(plan, store, [hostname], box))[hostname]
+
+
+async def node_bundles(plan: Plan, store: PkiStore, hostnames: list[str], box: SecretBox) -> dict[str, list[NodeFile]]:
+    """Several nodes' file sets from one pass over the plan and one load of the PKI: sealing
+    for thousands of agents must not re-read the whole plan once per node."""
+    files = node_file_refs(plan, hostnames)
+    missing = [h for h in hostnames if h not in files]
+    if missing:
+        raise UnknownCertificate(f"node {missing[0]!r} is not in the plan of cluster {plan.cluster}")
+    entries = build_manifest(plan, desired_instances(plan, hostnames), files).entries
+    ids = {r.instance for h in hostnames for r in files[h]}
+    ids |= {e.ca for i in list(ids) if (e := entries.get(i)) and e.ca}
     snap = await store.load(plan.cluster, box, ids)
     if snap is None:
         raise PkiNotReady(f"no PKI stored for cluster {plan.cluster!r}")
-    return render_files(refs, snap.materials, entries, plan.cluster)
+    return {h: render_files(files[h], snap.materials, entries, plan.cluster) for h in hostnames}

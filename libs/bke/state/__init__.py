@@ -1,5 +1,5 @@
 """Redis adapters shared by the services."""
 from .keys import cluster_key, clusters_index, plan_key, plan_meta_key, request_key
-from .plans import PlanRecord, RedisPlanStore, plan_digest
+from .plans import PlanCache, PlanRecord, RedisPlanStore, plan_digest
 
-__all__ = ["PlanRecord", "RedisPlanStore", "cluster_key", "clusters_index", "plan_digest", "plan_key", "plan_meta_key", "request_key"]
+__all__ = ["PlanCache", "PlanRecord", "RedisPlanStore", "cluster_key", "clusters_index", "plan_digest", "plan_key", "plan_meta_key", "request_key"]

@@ -9,7 +9,7 @@ from ..errors import TemporaryError
 from ..plan import Plan
 from .keys import clusters_index, plan_key, plan_meta_key, request_key
 
-__all__ = ["PlanRecord", "RedisPlanStore", "plan_digest"]
+__all__ = ["PlanCache", "PlanRecord", "RedisPlanStore", "plan_digest"]
 
 
 def plan_digest(plan_json: str) -> str:
@@ -60,3 +60,22 @@ class RedisPlanStore:
             # The event can arrive before a replica's write is visible: retry, do not fail.
             raise TemporaryError(f"plan of cluster {cluster!r} not stored yet", delay=1.0)
         return Plan.model_validate_json(raw)
+
+
+class PlanCache:
+    """A parsed plan per cluster, re-read only when its stored digest changes: a 5,000-node
+    plan is megabytes of JSON, and the dispatcher and certs read it on every event."""
+
+    def __init__(self, redis: Redis):
+        self.redis, self.store = redis, RedisPlanStore(redis)
+        self._plans: dict[str, tuple[object, Plan]] = {}
+
+    async def load(self, cluster: str) -> Plan:
+        digest = await self.redis.hget(plan_meta_key(cluster), "digest")
+        cached = self._plans.get(cluster)
+        if cached is not None and digest is not None and cached[0] == digest:
+            return cached[1]
+        plan = await self.store.load(cluster)
+        if digest is not None:
+            self._plans[cluster] = (digest, plan)
+        return plan

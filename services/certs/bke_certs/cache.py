@@ -1,7 +1,7 @@
-"""Read caches for sealing bundles: thousands of agents register within seconds, and loading
-the whole plan and PKI once per registration would make sealing quadratic in the node count.
+"""A read cache of the PKI for sealing bundles: thousands of agents register within seconds, and loading
+the whole PKI once per registration would make sealing quadratic in the node count.
 
-Both caches are checked against a cheap version read on every use, so a new plan or a PKI
+The cache is checked against a cheap version read on every use, so a new plan or a PKI
 changed by another replica is picked up at once; private keys stay decrypted in this
 process's memory only, as they are during issuance.
 """
@@ -12,30 +12,11 @@ from collections.abc import Collection
 from redis.asyncio import Redis
 
 from bke.pki.store import PkiStore, Snapshot
-from bke.plan import Plan
 from bke.secrets import SecretBox
-from bke.state import RedisPlanStore
-from bke.state.keys import plan_meta_key
 
 from bke.pki.store_redis import pki_keys
 
-__all__ = ["CachedPkiStore", "CachedPlans"]
-
-
-class CachedPlans:
-    def __init__(self, redis: Redis):
-        self.redis, self.store = redis, RedisPlanStore(redis)
-        self._plans: dict[str, tuple[str, Plan]] = {}
-
-    async def load(self, cluster: str) -> Plan:
-        digest = await self.redis.hget(plan_meta_key(cluster), "digest")
-        cached = self._plans.get(cluster)
-        if cached and digest is not None and cached[0] == digest:
-            return cached[1]
-        plan = await self.store.load(cluster)
-        if digest is not None:
-            self._plans[cluster] = (digest, plan)
-        return plan
+__all__ = ["CachedPkiStore"]
 
 
 class CachedPkiStore:

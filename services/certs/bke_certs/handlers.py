@@ -21,17 +21,21 @@ from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CertR
 from bke.errors import PermanentError, TemporaryError
 from bke.pki.errors import PkiError
 from bke.secrets import SecretBox
+from bke.state import PlanCache
 from bke.state.keys import cluster_key, plan_key
 from bke.state.nodefiles import RedisNodeFiles
 
-from .cache import CachedPkiStore, CachedPlans
+from .cache import CachedPkiStore
 from .sealing import seal_bundle
-from .service_core import ensure_cluster_certs, node_bundle, renew_expiring
+from bke.pki.operations import node_bundles
+
+from .service_core import ensure_cluster_certs, renew_expiring
 from bke.pki.store_redis import RedisPkiStore, pki_keys
 
 __all__ = ["CertsHandlers"]
 
 log = logging.getLogger("bke.certs")
+RESEAL_CHUNK = 500
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 
 
@@ -43,7 +47,7 @@ class CertsHandlers:
     now: Callable[[], datetime]
 
     def __post_init__(self) -> None:
-        self.plans = CachedPlans(self.redis)
+        self.plans = PlanCache(self.redis)
         self.store = RedisPkiStore(self.redis)
         self.bundles = CachedPkiStore(self.redis, self.store)
         self.files = RedisNodeFiles(self.redis)
@@ -92,30 +96,36 @@ class CertsHandlers:
             await self._seal_node(reg)
 
     async def _seal_node(self, reg: AgentRegistered) -> None:
-        plan = await self.plans.load(reg.cluster)
+        await self._seal_nodes(reg.cluster, [reg])
+
+    async def _seal_nodes(self, cluster: str, regs: list[AgentRegistered]) -> None:
+        plan = await self.plans.load(cluster)
+        known = {n.hostname for n in plan.nodes}
+        unknown = [r.node for r in regs if r.node not in known]
+        if unknown:
+            raise PermanentError(f"agent for unknown node {unknown[0]!r} of cluster {cluster!r}")
+        bundles = await node_bundles(plan, self.bundles, [r.node for r in regs], self.box_factory())
         try:
-            plan.node(reg.node)
-        except KeyError as exc:
-            raise PermanentError(f"agent for unknown node {reg.node!r} of cluster {reg.cluster!r}") from exc
-        files = await node_bundle(plan, self.bundles, reg.node, self.box_factory())
-        try:
-            sealed = seal_bundle(files, reg)
+            sealed = {r.node: seal_bundle(bundles[r.node], r) for r in regs}
         except ValueError as exc:
             raise PermanentError(str(exc)) from exc
-        await self.files.put_many(reg.cluster, "certs", {reg.node: sealed})
-        log.debug("bundle sealed", extra={"cluster": reg.cluster, "node": reg.node, "files": len(sealed), "agent_id": reg.agent_id})
+        await self.files.put_many(cluster, "certs", sealed)
+        log.debug("bundles sealed", extra={"cluster": cluster, "nodes": len(sealed)})
 
     async def reseal(self, cluster: str, changed: list[str] | None) -> int:
-        """Seal for every registered agent whose node changed (None: all) or has no bundle yet."""
+        """Seal for every registered agent whose node changed (None: all) or has no bundle yet,
+        in chunks (one pass over the plan per chunk, one Redis write per chunk)."""
         raw = await self.redis.hgetall(self._agents_key(cluster))
         agents = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
         have = await self.files.get_many(cluster, "certs", list(agents))
-        count = 0
-        for node, doc in agents.items():
-            if changed is None or node in changed or have.get(node) is None:
-                await self._seal_node(AgentRegistered.model_validate_json(doc))
-                count += 1
-        return count
+        todo = [
+            AgentRegistered.model_validate_json(doc)
+            for node, doc in agents.items()
+            if changed is None or node in changed or have.get(node) is None
+        ]
+        for i in range(0, len(todo), RESEAL_CHUNK):
+            await self._seal_nodes(cluster, todo[i : i + RESEAL_CHUNK])
+        return len(todo)
 
     async def on_renew(self, body: bytes) -> None:
         try:

@@ -10,7 +10,7 @@ from bke.bus.service import Service, make_service
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.install import RETRY_REQUESTED
 from bke.errors import PermanentError
-from bke.state import RedisPlanStore
+from bke.state import PlanCache
 from bke.state.keys import cluster_key
 from bke.state.nodefiles import RedisNodeFiles
 
@@ -35,7 +35,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     svc = make_service("dispatcher", settings)
     redis = Redis.from_url(settings.redis_url)
     state = DispatcherState(redis)
-    plans = RedisPlanStore(redis)
+    plans = PlanCache(redis)
     files = RedisNodeFiles(redis)
     lab = settings.mode == "lab"
     if not lab:
@@ -48,11 +48,11 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         state, plans, files, svc.publish,
         LabChecksums() if lab else HttpRepoChecksums(),
         AddonsWork(redis, applier, _now),
-        _now, settings.owner, settings.lease_ms,
+        _now, settings.owner, settings.lease_ms, notify=svc.notify,
     )
     runner = Runner(engine, state)
     health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s)
-    inputs = Inputs(state, svc.publish, runner.kick, _now, health.record)
+    inputs = Inputs(state, svc.publish, runner.kick, _now, health.record, notify=svc.notify)
 
     async def on_plan(body: bytes) -> None:
         try:

@@ -17,7 +17,7 @@ from typing import Awaitable, Callable, Protocol
 from bke.contracts.agent import AgentCommand, agent_subject
 from bke.contracts.install import InstallFinished, NodeStepChanged, PhaseChanged, install_subject
 from bke.plan import Plan
-from bke.state import RedisPlanStore
+from bke.state import PlanCache
 from bke.state.nodefiles import RedisNodeFiles
 
 from .phases import PHASES, NodeInputs, Phase
@@ -62,7 +62,7 @@ class Engine:
     def __init__(
         self,
         state: DispatcherState,
-        plans: RedisPlanStore,
+        plans: PlanCache,
         files: RedisNodeFiles,
         publish: Publish,
         checksums: Checksums,
@@ -70,7 +70,9 @@ class Engine:
         now: Callable[[], datetime],
         owner: str,
         lease_ms: int = 15000,
+        notify: Publish | None = None,
     ):
+        self.notify = notify or publish  # per-node progress events: many, and advisory
         self.state, self.plans, self.files, self.publish = state, plans, files, publish
         self.checksums, self.local, self.now, self.owner, self.lease_ms = checksums, local, now, owner, lease_ms
 
@@ -222,7 +224,7 @@ class Engine:
 
     async def _node_event(self, rid, cluster, node, slug, status, step, stderr) -> None:
         ev = NodeStepChanged(request_id=rid, cluster=cluster, node=node, phase=slug, status=status, at=self._ts(), step=step, stderr=stderr)
-        await self.publish(ev.to_bytes(), install_subject(cluster, "node"), {})
+        await self.notify(ev.to_bytes(), install_subject(cluster, "node"), {})
 
     async def _finished(self, rid, cluster, status, phase, node, message) -> None:
         ev = InstallFinished(request_id=rid, cluster=cluster, status=status, at=self._ts(), phase=phase, node=node, message=message)

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Awaitable, Callable
 
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
-from bke.state import RedisPlanStore
+from bke.state import PlanCache
 from bke.state.keys import cluster_key
 
 from .phases import phase_by_slug
@@ -28,7 +28,7 @@ class HealthMonitor:
     def __init__(
         self,
         state: DispatcherState,
-        plans: RedisPlanStore,
+        plans: PlanCache,
         publish: Callable[[bytes, str, dict[str, str]], Awaitable[None]],
         now: Callable[[], datetime],
         interval_s: float,

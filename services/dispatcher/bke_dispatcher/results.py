@@ -33,7 +33,9 @@ class Inputs:
         kick: Callable[[str], None],
         now: Callable[[], datetime],
         on_health: Callable[[CommandResult], Awaitable[None]],
+        notify: Callable[[bytes, str, dict[str, str]], Awaitable[None]] | None = None,
     ):
+        self.notify = notify or publish
         self.state, self.publish, self.kick, self.now, self.on_health = state, publish, kick, now, on_health
         self._request_ids: dict[str, str] = {}  # cluster -> request id, read once (it never changes)
 
@@ -64,7 +66,7 @@ class Inputs:
                 request_id=await self._request_id(cluster), cluster=cluster, node=node, phase=slug,
                 status=res.status, at=now, step=step or None, stderr=stderr,
             )
-            await self.publish(ev.to_bytes(), install_subject(cluster, "node"), {})
+            await self.notify(ev.to_bytes(), install_subject(cluster, "node"), {})
             if res.status == "Failed":
                 log.warning("node step failed", extra={"cluster": cluster, "node": node, "phase": slug, "step": step})
         self.kick(cluster)
