@@ -4,6 +4,9 @@ stop at the first failed step.
 Why here and not in the backends: these rules are the contract with the dispatcher and must
 not differ between a real host and the lab. A backend only makes a step happen.
 
+`timeout_s` bounds each attempt; a step is tried `retries + 1` times, `backoff_s * 2^(n-1)`
+apart (capped at 300 s), unless its error is permanent.
+
 Result shape: `steps` lists the steps that were attempted, in order; when a step fails, it is
 the last entry and the steps after it are not listed (they did not run). A WriteFile whose
 file already has the bytes and mode is `Skipped` (and counts as success).

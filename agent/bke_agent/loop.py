@@ -3,7 +3,7 @@ handling of each command (run or replay, store, publish, then ack).
 
 Why a push consumer with `max_ack_pending=1`: measured on this 2-core box with 5,000 agents
 on one connection (see docs/agent.md), durable consumer set-up costs the same for push
-and pull (one API call each, ~3 s for 5,000 at 64 in flight), but an idle push consumer costs
+and pull (one API call each, 3-5 s for 5,000 at 64 in flight), but an idle push consumer costs
 nothing while 5,000 pull loops keep re-issuing expiring fetches, and a fan-out of one command
 per agent arrives ~1.5x faster. `max_ack_pending=1` makes the server hand one command at a
 time, in order, so commands of a node never overlap. The consumer's deliver subject is fixed

@@ -156,3 +156,10 @@ def test_limits():
 def test_all_errors_at_once():
     docs = docs_with_roles(M, M, M, ["node", "etcd-evnt"], ["node", "apiserver"], kubernetesVersion="v1.29.0")
     assert len(errors_of(docs)) >= 3
+
+
+@pytest.mark.parametrize("name", ["a.b", "Upper", "-x", "x" * 64])
+def test_cluster_name_is_a_dns_label(name):
+    docs = docs_with_roles(M)
+    docs[0]["metadata"]["name"] = name
+    assert "DNS-1123 label" in errors_of(docs)["cluster.metadata.name"]

@@ -123,8 +123,9 @@ class LabBackend(StepDispatch):
 
     def _check_exec_start(self, unit: str, unit_file: Path) -> None:
         for line in unit_file.read_text().replace("\\\n", " ").splitlines():
-            if line.strip().startswith("ExecStart="):
-                binary = shlex.split(line.split("=", 1)[1])[0].lstrip("-@+!:")
+            value = line.strip().removeprefix("ExecStart=") if line.strip().startswith("ExecStart=") else ""
+            if value.strip():  # an empty ExecStart= only resets the list
+                binary = shlex.split(value)[0].lstrip("-@+!:")
                 local = read_path(self.root, binary) if binary.startswith("/") else None
                 if local is None or not (local.is_file() and os.access(local, os.X_OK)):
                     raise StepError(f"{unit}: ExecStart program {binary} is not an executable file on the node")

@@ -20,6 +20,7 @@ __all__ = ["ValidationReport", "validate_spec", "APISERVER_PORT"]
 APISERVER_PORT = 6443
 _FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*(\.[A-Za-z0-9-]+)*$")
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _C = "cluster.spec.clusterConfig.cluster"
 
@@ -46,8 +47,9 @@ def _check_cluster(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
     errs: list[FieldError] = []
     c = spec.config
     name = spec.cluster.metadata.name
-    if not _DNS1123.match(name) or len(name) > 63:
-        errs.append(FieldError(path="cluster.metadata.name", message=f"{name!r} is not a valid DNS-1123 label"))
+    # a label (no dots): the name is one token of every bus subject and Redis key of the cluster
+    if not _LABEL.match(name) or len(name) > 63:
+        errs.append(FieldError(path="cluster.metadata.name", message=f"{name!r} is not a valid DNS-1123 label (lowercase letters, digits, '-')"))
     ep = spec.cluster.spec.control_plane_endpoint
     if not 1 <= ep.port <= 65535:
         errs.append(FieldError(path="cluster.spec.controlPlaneEndpoint.port", message=f"port {ep.port} is out of range 1-65535"))
