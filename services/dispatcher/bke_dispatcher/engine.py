@@ -72,9 +72,20 @@ class Engine:
         lease_ms: int = 15000,
         notify: Publish | None = None,
     ):
-        self.notify = notify or publish  # per-node progress events: many, and advisory
         self.state, self.plans, self.files, self.publish = state, plans, files, publish
         self.checksums, self.local, self.now, self.owner, self.lease_ms = checksums, local, now, owner, lease_ms
+        self.notify = notify or publish  # per-node progress events: many, and advisory
+        self._targets: dict[tuple[int, str], list] = {}  # (id of the cached plan, phase) -> nodes
+
+    def targets(self, plan: Plan, phase: Phase) -> list:
+        """Memoised per plan object: the plan cache hands out the same object until it changes."""
+        key = (id(plan), phase.slug)
+        found = self._targets.get(key)
+        if found is None:
+            if len(self._targets) > 256:
+                self._targets.clear()
+            found = self._targets[key] = phase.targets(plan)
+        return found
 
     def _ts(self) -> str:
         return self.now().isoformat()
@@ -124,7 +135,7 @@ class Engine:
     async def _step(self, rid: str, cluster: str, plan: Plan, phase: Phase, ps: dict[str, str]) -> Outcome:
         if phase.local:
             return await self.local.run(phase.local, plan)
-        targets = phase.targets(plan)
+        targets = self.targets(plan, phase)
         if "agents" in phase.needs:
             have = await self.state.agent_count(cluster)
             if have < len(targets):
@@ -193,7 +204,7 @@ class Engine:
     async def _resend_retries(self, rid: str, cluster: str, plan: Plan, phase: Phase) -> None:
         cmds = await self.state.all_commands(cluster, phase.slug)
         retry = {h: c["gen"] for h, c in cmds.items() if c["status"] == "Retry"}
-        nodes = [n for n in phase.targets(plan) if n.hostname in retry]
+        nodes = [n for n in self.targets(plan, phase) if n.hostname in retry]
         await self._send(rid, cluster, plan, phase, nodes, retry, None)
         await self.state.set_phase(cluster, phase.slug, retry="")
 

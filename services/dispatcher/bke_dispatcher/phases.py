@@ -105,7 +105,7 @@ PHASES: tuple[Phase, ...] = (
         "workers",
         _workers,
         lambda plan, node, inp: [SystemdUnit(id="systemd:kubelet", unit="kubelet.service", action="restart")],
-        concurrency=500,
+        concurrency=1000,
     ),
     Phase("addons", lambda plan: [], local="addons"),
     Phase(

@@ -18,8 +18,11 @@ log = logging.getLogger("bke.dispatcher")
 
 
 class Runner:
-    def __init__(self, engine: Engine, state: DispatcherState):
+    def __init__(self, engine: Engine, state: DispatcherState, debounce_s: float = 0.2):
         self.engine, self.state = engine, state
+        # After a wake-up, let more results land before reconciling again: at 5,000 nodes a
+        # reconcile per result would cost more than the results themselves.
+        self.debounce_s = debounce_s
         self._events: dict[str, asyncio.Event] = {}
         self._tasks: dict[str, asyncio.Task] = {}
 
@@ -59,6 +62,7 @@ class Runner:
                 delay = 2.0
             try:
                 await asyncio.wait_for(event.wait(), timeout=delay)
+                await asyncio.sleep(self.debounce_s)  # coalescing window, not synchronisation
             except TimeoutError:
                 pass
 

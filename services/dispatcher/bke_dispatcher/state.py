@@ -30,6 +30,7 @@ c['status'] = ARGV[3]; c['step'] = ARGV[4]; c['stderr'] = ARGV[5]; c['at'] = ARG
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(c))
 if ARGV[3] == 'Succeeded' then redis.call('HINCRBY', KEYS[2], 'ok', 1)
 else redis.call('HINCRBY', KEYS[2], 'failed', 1) end
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[7])
 return 1
 """
 _CLAIM = """
@@ -117,12 +118,9 @@ class DispatcherState:
         self, cluster: str, slug: str, node: str, command_id: str, status: str, step: str, stderr: str, now: str
     ) -> bool:
         """Count a result once; False for a stale or duplicate result."""
-        keys = [cluster_key(cluster, "cmd", slug), cluster_key(cluster, "phase", slug)]
-        done = await self.r.eval(_FINISH_CMD, 2, *keys, node, command_id, status, step, stderr, now)
-        if done:
-            await self.r.hset(
-                cluster_key(cluster, "node"), node, json.dumps({"phase": slug, "status": status, "step": step or None})
-            )
+        keys = [cluster_key(cluster, "cmd", slug), cluster_key(cluster, "phase", slug), cluster_key(cluster, "node")]
+        node_doc = json.dumps({"phase": slug, "status": status, "step": step or None})
+        done = await self.r.eval(_FINISH_CMD, 3, *keys, node, command_id, status, step, stderr, now, node_doc)
         return bool(done)
 
     async def nodes(self, cluster: str) -> dict[str, dict]:

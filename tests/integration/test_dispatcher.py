@@ -1,0 +1,77 @@
+"""The dispatcher alone on real NATS + Redis: two replicas, a fleet of null agents, leases."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+from redis.asyncio import Redis
+
+from bke.bus import EventWatch
+from bke.bus.streams import ensure_streams
+from bke.contracts import PLAN_CREATED, PlanCreated
+from bke.plan import plan_spec_text
+from bke.state import RedisPlanStore, plan_digest
+from bke.state.nodefiles import RedisNodeFiles, file_from_bytes
+from bke_agent.fleet import Fleet
+from bke_agent.settings import AgentSettings
+from bke_dispatcher.addons import rendered_addons_key
+from bke_dispatcher.app import create_service
+from bke_dispatcher.settings import DispatcherSettings
+from bke_dispatcher.state import DispatcherState
+
+pytestmark = pytest.mark.integration
+
+
+async def test_phase_lease_is_exclusive_until_released(redis_url, redis_client):
+    r = Redis.from_url(redis_url)
+    try:
+        a, b = DispatcherState(r), DispatcherState(r)
+        assert await a.claim("c", "etcd", "replica-a", 10_000)
+        assert not await b.claim("c", "etcd", "replica-b", 10_000)
+        assert await a.claim("c", "etcd", "replica-a", 10_000)  # the holder renews
+        await b.release("c", "etcd", "replica-b")  # not the holder: no effect
+        assert not await b.claim("c", "etcd", "replica-b", 10_000)
+        await a.release("c", "etcd", "replica-a")
+        assert await b.claim("c", "etcd", "replica-b", 10_000)
+    finally:
+        await r.aclose()
+
+
+async def test_two_replicas_install_once(nats_url, redis_url, redis_client, nats_client):
+    plan = plan_spec_text(open("examples/seed-3m1w.yaml").read().replace("name: seed", "name: twice")).plan
+    r = Redis.from_url(redis_url)
+    js = nats_client.jetstream()
+    await ensure_streams(js)
+    replicas = []
+    fleet = None
+    try:
+        pj = plan.to_json()
+        assert await RedisPlanStore(r).save(plan, pj, plan_digest(pj), "req-1", datetime.now(timezone.utc).isoformat())
+        files = RedisNodeFiles(r)
+        tree = {n.hostname: [file_from_bytes("/etc/kubernetes/manifests/etcd.yaml", b"kind: Pod\n", 0o600)] for n in plan.nodes}
+        await files.put_many("twice", "render", tree)
+        await files.put_many("twice", "certs", {h: [file_from_bytes("/etc/kubernetes/pki/ca.crt", b"x")] for h in tree})
+        cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {}, namespace: kube-system}}\ndata: {{}}\n"
+        await r.hset(rendered_addons_key("twice"), mapping={"kube-proxy": cm.format("kube-proxy"), "coredns": cm.format("coredns")})
+        for owner in ("replica-a", "replica-b"):
+            svc = create_service(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner=owner, mode="lab", health_interval_s=0))
+            await svc.start()
+            replicas.append(svc)
+        base = AgentSettings(cluster="twice", node="master1", backend="host", nats_url=nats_url, heartbeat_s=0)
+        fleet = Fleet.null(nats_client, js, base, [n.hostname for n in plan.nodes])
+        async with EventWatch(nats_client, ["bke.v1.install.twice.finished"]) as watch:
+            await fleet.start()
+            ev = PlanCreated(request_id="req-1", cluster="twice", plan_key="k", plan_digest="d", nodes=4, etcd_clusters=["etcd-data"])
+            await js.publish(PLAN_CREATED, ev.to_bytes())
+            done = await watch.wait_for(lambda e: True, timeout=60)
+        assert done.data["status"] == "Succeeded"
+        # node-env x4, certs x4, etcd x3, init x1, join x2, workers x1, health x3: each ran once
+        assert fleet.executed == 18 and fleet.replayed == 0
+        recorded = await r.hgetall("bke:twice:addons")
+        assert sorted(recorded) == [b"coredns", b"kube-proxy"]
+    finally:
+        if fleet is not None:
+            await fleet.stop(grace=1.0)
+        for svc in replicas:
+            await svc.stop()
+        await r.aclose()
