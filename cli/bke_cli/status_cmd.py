@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from enum import Enum
 from pathlib import Path
@@ -19,7 +20,7 @@ from bke.state.install_view import install_status
 
 from .connect import resolve_urls
 from .follow import status_table, submit_and_follow
-from .output import EXIT_FAILURE, EXIT_INVALID, die
+from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines
 from .spec_input import plan_or_exit, read_spec_text
 
 __all__ = ["register"]
@@ -94,6 +95,13 @@ def retry(
             await nc.jetstream().publish(RETRY_REQUESTED, req.to_bytes())
         finally:
             await nc.close()
+        # the dispatcher takes the retry when it flips the install back to Running
+        deadline = time.monotonic() + 60
+        while (await _status(rurl, name) or {}).get("status") == "Failed":
+            if time.monotonic() > deadline:
+                error_lines([f"the retry of {name} was not picked up within 60 s; is the dispatcher running?"])
+                return EXIT_FAILURE
+            await asyncio.sleep(0.1)  # polling Redis under a deadline
         if not follow:
             return 0
         return await submit_and_follow(nurl, rurl, b"", name, timeout, Console(), submit=False)

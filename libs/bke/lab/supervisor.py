@@ -11,8 +11,10 @@ Layout of a lab workdir:
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import secrets
 import sys
 from dataclasses import dataclass
@@ -153,9 +155,14 @@ class LabSupervisor:
         """Stop agents first (they stop their pods), then services, then NATS and Redis."""
         stopped = []
         pids = self.pids()
-        for pid in list(pids["agents"].values()) + list(pids["services"].values()):
-            if stop_pid(pid, 15.0):
-                stopped.append(pid)
+        everyone = [p for p in list(pids["agents"].values()) + list(pids["services"].values()) if pid_alive(p)]
+        for pid in everyone:  # signal all first, so that they stop in parallel
+            if pid_alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        for pid in everyone:
+            stop_pid(pid, 15.0)
+            stopped.append(pid)
         self._save({"services": {}, "agents": {}})
         stopped += EmbeddedRuntime.stop_workdir(self.workdir / "runtime")
         return stopped

@@ -24,6 +24,6 @@ def create_service(settings: CertsSettings | None = None) -> Service:
     box = box_from_env()  # read once: a missing key file fails at start, not at the first message
     h = CertsHandlers(redis=redis, box_factory=lambda: box, publish=svc.publish, now=lambda: datetime.now(timezone.utc))
     svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "certs-plans", h.on_plan, batch_size=4)
-    svc.work_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "certs-agents", h.on_registered, batch_size=64, max_workers=8)
+    svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "certs-agents", h.on_registered, workers=8)
     svc.work_subscriber(RENEW_REQUESTED, "BKE_COMMANDS", "certs-renew", h.on_renew, batch_size=4)
     return svc

@@ -74,7 +74,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     b = settings.batch_size
     svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "dispatcher-plans", on_plan, batch_size=b)
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", inputs.result)
-    svc.work_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "dispatcher-agents", inputs.registered, batch_size=256, max_workers=16)
+    svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "dispatcher-agents", inputs.registered)
     svc.work_subscriber(RETRY_REQUESTED, "BKE_COMMANDS", "dispatcher-retry", inputs.retry, batch_size=b)
 
     heartbeat_sub = []
