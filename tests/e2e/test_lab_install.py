@@ -12,6 +12,7 @@ import pytest
 
 from bke.runtime.etcd import etcd_put_get, wait_etcd_healthy
 from bke.runtime.processes import pid_alive, poll_until
+from bke_agent.lablayout import LabLayout
 from bke.plan import parse_overrides
 
 pytestmark = pytest.mark.e2e
@@ -126,3 +127,45 @@ async def test_failed_step_reported_then_fixed_and_retried(lab_factory):
     # succeeded work was not redone: every node-env command of the first attempt ran once
     assert all(after[c] == 1 for c in before)
     assert "seed/node-env/node1/1" in after and "seed/node-env/master1/1" not in after
+
+
+async def test_health_is_kept_current_after_the_install(lab_factory, monkeypatch):
+    monkeypatch.setenv("BKE_DISPATCHER_HEALTH_INTERVAL_S", "1")
+    lab = lab_factory(SEED)
+    assert await lab.install() == 0, lab.out.getvalue()
+    masters = {"master1", "master2", "master3"}
+
+    def healthy(doc, wanted):
+        return set(doc["health"]) == masters and all(doc["health"][h]["status"] == wanted.get(h, "Healthy") for h in masters)
+
+    await lab.wait_status(lambda d: healthy(d, {}), 60, "every control-plane node healthy")
+    flag_file = LabLayout(lab.host("master2")).unhealthy_file("kube-apiserver")
+    flag_file.parent.mkdir(parents=True, exist_ok=True)
+    flag_file.write_text("made unhealthy by the test\n")
+    doc = await lab.wait_status(lambda d: healthy(d, {"master2": "Unhealthy"}), 60, "master2 reported unhealthy")
+    assert doc["health"]["master2"]["failing"] == ["health:kube-apiserver"]
+    flag_file.unlink()
+    await lab.wait_status(lambda d: healthy(d, {}), 60, "master2 healthy again")
+
+
+async def test_whole_lab_killed_mid_install_then_started_again(lab_factory):
+    lab = lab_factory(SEED)
+    install = asyncio.create_task(lab.install())
+    await lab.wait_status(lambda d: lab.phase(d, "etcd")["status"] == "Running", 120, "the etcd phase")
+    install.cancel()
+    pids = lab.sup.pids()
+    runtime = lab.sup.runtime.info
+    everyone = [*pids["agents"].values(), *pids["services"].values(), runtime.nats_pid, runtime.redis_pid]
+    for pid in everyone:  # the machine "loses" every process at once
+        os.kill(pid, signal.SIGKILL)
+    for pid in everyone:
+        poll_until(lambda p=pid: True if not pid_alive(p) else None, timeout=10, what=f"pid {pid} to die")
+    # kubelet stand-ins died with their agents; their etcd children are found by the next agent
+    again = type(lab)(lab.workdir, lab.spec_path).start()  # same workdir: same JetStream store, Redis AOF, journals
+    try:
+        assert await again.install() == 0, again.out.getvalue()
+        doc = await again.status()
+        assert doc["status"] == "Succeeded"
+        assert_ran_once(again)
+    finally:
+        again.down()

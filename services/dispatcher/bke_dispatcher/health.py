@@ -16,12 +16,14 @@ from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
 from bke.state import PlanCache
 from bke.state.keys import cluster_key
 
-from .phases import phase_by_slug
+from .phases import CONTROL_PLANE, ETCD, phase_by_slug
+from .steps import health_steps
 from .state import DispatcherState
 
 __all__ = ["HealthMonitor"]
 
 log = logging.getLogger("bke.dispatcher.health")
+HEALTH_COMPONENTS = (*ETCD, *CONTROL_PLANE)
 
 
 class HealthMonitor:
@@ -60,9 +62,9 @@ class HealthMonitor:
                 continue
             plan = await self.plans.load(cluster)
             rnd = int(await self.state.r.hincrby(cluster_key(cluster, "health-meta"), "round", 1))
-            phase = phase_by_slug("health")
-            for node in phase.targets(plan):
-                steps = phase.build(plan, node, None) if phase.build else []  # type: ignore[arg-type]
+            for node in phase_by_slug("health").targets(plan):
+                # short waits: a round reports what answers now, it does not wait for recovery
+                steps = health_steps(plan, node, HEALTH_COMPONENTS, min(10.0, max(2.0, self.interval_s / 2)))
                 cmd = AgentCommand(
                     command_id=f"{cluster}/health@{rnd}/{node.hostname}/0",
                     cluster=cluster,
