@@ -141,3 +141,30 @@ async def _ensure_streams_at(url: str) -> None:
         await ensure_streams(nc.jetstream())
     finally:
         await nc.close()
+
+
+def run_main(name: str, create: Callable[[], Service]) -> int:
+    """The body of every `bke-<service>` entry point: structured logs, settings checked
+    before anything connects (a missing BKE_NATS_URL is a clear error and exit 2), run
+    until SIGTERM."""
+    import asyncio
+    import sys
+
+    from pydantic import ValidationError
+
+    from ..errors import PermanentError
+    from ..logs import setup_logging
+
+    setup_logging(name)
+    try:
+        svc = create()
+    except ValidationError as exc:
+        for err in exc.errors(include_url=False):
+            field = ".".join(str(p) for p in err["loc"]) or "settings"
+            sys.stderr.write(f"ERROR bke-{name}: {field}: {err['msg']} (see the README, 'Running each service alone')\n")
+        return 2
+    except PermanentError as exc:  # e.g. BKE_SECRET_KEY_FILE missing or unreadable
+        sys.stderr.write(f"ERROR bke-{name}: {exc}\n")
+        return 2
+    asyncio.run(svc.app.run())
+    return 0

@@ -1,10 +1,9 @@
 """`bke-renderer`: run the renderer service until SIGTERM."""
 from __future__ import annotations
 
-import asyncio
 import sys
 
-from bke.logs import setup_logging
+from bke.bus.service import run_main
 
 from .app import create_service
 
@@ -12,10 +11,7 @@ __all__ = ["main"]
 
 
 def main() -> int:
-    setup_logging("renderer")
-    svc = create_service()
-    asyncio.run(svc.app.run())
-    return 0
+    return run_main("renderer", create_service)
 
 
 if __name__ == "__main__":
