@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from . import lab_cmd, plan_cmd, status_cmd
+from . import agent_cmd, certs_cmd, lab_cmd, plan_cmd, render_cmd, status_cmd, versions_cmd
 
 __all__ = ["app", "main"]
 
@@ -23,25 +23,8 @@ def _root() -> None:
 
 
 app.command("plan")(plan_cmd.plan)
-for _module in (status_cmd, lab_cmd):
+for _module in (versions_cmd, certs_cmd, render_cmd, status_cmd, lab_cmd, agent_cmd):
     _module.register(app)
-
-
-def _register_others() -> None:
-    # Command groups written alongside (certs, render, versions, agent); each has register(app).
-    import importlib
-
-    for name in ("certs_cmd", "render_cmd", "versions_cmd", "agent_cmd"):
-        try:
-            mod = importlib.import_module(f"bke_cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"bke_cli.{name}":
-                raise
-            continue
-        mod.register(app)
-
-
-_register_others()
 
 
 def main(argv: list[str] | None = None) -> int:

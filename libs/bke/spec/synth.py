@@ -11,7 +11,7 @@ __all__ = ["synth_docs", "synth_spec_text", "lab_ip"]
 
 
 def lab_ip(i: int, base: int = 100) -> str:
-    """The i-th node's address in 127.<base+..>.x.y: unique for up to ~16 million nodes."""
+    """The i-th node's address: 127.<base + i // 65024>.x.y, unique for (256 - base) * 65,024 nodes."""
     return f"127.{base + i // 65024}.{(i % 65024) // 254}.{(i % 254) + 1}"
 
 
