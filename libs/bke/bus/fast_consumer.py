@@ -43,6 +43,7 @@ class FastConsumer:
         self.service, self.broker, self.max_deliver, self.ack_wait = service, broker, max_deliver, ack_wait
         self.batch, self.workers = batch, workers
         self._task: asyncio.Task | None = None
+        self._sub: Any = None
         self._stopping = False
 
     async def start(self, nc: Any) -> None:
@@ -52,6 +53,7 @@ class FastConsumer:
             max_deliver=-1, ack_wait=self.ack_wait, filter_subject=self.subject,
         )
         sub = await js.pull_subscribe(self.subject, durable=self.durable, stream=self.stream, config=cfg)
+        self._sub = sub
         self._task = asyncio.create_task(self._loop(sub), name=f"consume:{self.durable}")
 
     async def _loop(self, sub: Any) -> None:
@@ -65,8 +67,8 @@ class FastConsumer:
         while not self._stopping:
             try:
                 msgs = await sub.fetch(self.batch, timeout=1.0)
-            except nats.errors.TimeoutError:
-                continue
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                continue  # nothing to fetch within the second
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - a broken fetch must not end consumption
@@ -83,3 +85,7 @@ class FastConsumer:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._sub is not None:
+            # otherwise the connection's drain waits forever on this subscription's queue
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()

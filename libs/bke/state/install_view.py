@@ -47,6 +47,9 @@ async def install_status(redis: Redis, cluster: str) -> dict[str, Any] | None:
         nodes.append({"hostname": h, "status": status, "step": st.get("phase") if status != "Failed" else f"{st.get('phase')}: {st.get('step')}"})
     health = {_s(k): json.loads(v) for k, v in (await redis.hgetall(cluster_key(cluster, "health"))).items()}
     addons = {_s(k): json.loads(v) for k, v in (await redis.hgetall(cluster_key(cluster, "addons"))).items()}
+    pods_raw = await redis.get(cluster_key(cluster, "health-pods"))
+    if pods_raw:
+        health = {**health, "kube-system": json.loads(pods_raw)}
     return {
         "cluster": cluster,
         "status": inst.get("status"),

@@ -51,7 +51,8 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         _now, settings.owner, settings.lease_ms, notify=svc.notify,
     )
     runner = Runner(engine, state)
-    health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s)
+    health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s,
+                           pods=None if lab else applier.pod_status)
     inputs = Inputs(state, svc.publish, runner.kick, _now, health.record, notify=svc.notify)
 
     async def on_plan(body: bytes) -> None:

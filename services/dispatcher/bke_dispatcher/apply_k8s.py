@@ -21,7 +21,7 @@ from bke.secrets import box_from_env
 
 from .phases import init_node
 
-__all__ = ["KubernetesApplier", "FIELD_MANAGER"]
+__all__ = ["KubernetesApplier", "FIELD_MANAGER", "kube_system_pods"]
 
 FIELD_MANAGER = "bke"
 
@@ -37,6 +37,10 @@ class KubernetesApplier:
         if conf is None:
             raise TemporaryError(f"no admin.conf for cluster {plan.cluster} yet", delay=5.0)
         return yaml.safe_load(conf.content)
+
+    async def pod_status(self, plan: Plan) -> dict[str, Any]:
+        """kube-system pods by phase, for the periodic health (where an apiserver answers)."""
+        return await asyncio.to_thread(kube_system_pods, await self._admin_kubeconfig(plan))
 
     async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]]) -> str:
         kubeconfig = await self._admin_kubeconfig(plan)
@@ -61,3 +65,21 @@ def _apply_all(kubeconfig: dict[str, Any], objects: list[dict[str, Any]]) -> Non
                 raise ValueError(f"{obj['kind']}/{obj['metadata'].get('name')}: {exc.status} {exc.reason}") from exc
     finally:
         api.close()
+
+
+def kube_system_pods(kubeconfig: dict[str, Any]) -> dict[str, Any]:
+    from kubernetes import client, config
+
+    api = config.new_client_from_config_dict(kubeconfig)
+    try:
+        pods = client.CoreV1Api(api).list_namespaced_pod("kube-system", _request_timeout=10).items
+    finally:
+        api.close()
+    phases: dict[str, int] = {}
+    not_ready = []
+    for pod in pods:
+        phase = pod.status.phase or "Unknown"
+        phases[phase] = phases.get(phase, 0) + 1
+        if phase != "Running" and phase != "Succeeded":
+            not_ready.append(pod.metadata.name)
+    return {"pods": len(pods), "phases": phases, "notRunning": sorted(not_ready)[:50]}

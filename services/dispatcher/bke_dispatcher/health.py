@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Awaitable, Callable
 
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
+from bke.plan import Plan
 from bke.state import PlanCache
 from bke.state.keys import cluster_key
 
@@ -34,8 +35,10 @@ class HealthMonitor:
         publish: Callable[[bytes, str, dict[str, str]], Awaitable[None]],
         now: Callable[[], datetime],
         interval_s: float,
+        pods: Callable[[Plan], Awaitable[dict]] | None = None,
     ):
         self.state, self.plans, self.publish, self.now, self.interval_s = state, plans, publish, now, interval_s
+        self.pods = pods  # kube-system pod status via the kubernetes client (real clusters only)
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -61,6 +64,8 @@ class HealthMonitor:
             if (await self.state.install(cluster)).get("status") != "Succeeded":
                 continue
             plan = await self.plans.load(cluster)
+            if self.pods is not None:
+                await self._record_pods(cluster, plan)
             rnd = int(await self.state.r.hincrby(cluster_key(cluster, "health-meta"), "round", 1))
             for node in phase_by_slug("health").targets(plan):
                 # short waits: a round reports what answers now, it does not wait for recovery
@@ -76,6 +81,14 @@ class HealthMonitor:
                 await self.publish(cmd.to_bytes(), agent_subject(cluster, node.hostname, "command"), {"Nats-Msg-Id": cmd.command_id})
                 sent += 1
         return sent
+
+    async def _record_pods(self, cluster: str, plan: Plan) -> None:
+        try:
+            doc = await self.pods(plan)  # type: ignore[misc]
+        except Exception as exc:  # noqa: BLE001 - an unreachable apiserver is a health fact, not a crash
+            doc = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        doc["at"] = self.now().isoformat()
+        await self.state.r.set(cluster_key(cluster, "health-pods"), json.dumps(doc))
 
     async def record(self, res: CommandResult) -> None:
         failing = [s.id for s in res.steps if s.status == "Failed"]
