@@ -121,6 +121,8 @@ class Engine:
                 await self.state.release(cluster, phase.slug, self.owner)
             # 5. the step's answer decides: next phase, come back later, or stop
             if outcome.status == "wait":
+                # `bke status` shows why a phase is not moving (e.g. "3/4 agents registered")
+                await self.state.set_phase(cluster, phase.slug, message=outcome.reason)
                 return outcome
             if outcome.status == "failed":
                 await self._phase(rid, cluster, phase.slug, "Failed", finishedAt=self._ts(), message=outcome.reason)
@@ -138,6 +140,7 @@ class Engine:
         targets = self.targets(plan, phase)
         if "agents" in phase.needs:
             have = await self.state.agent_count(cluster)
+            await self.state.set_phase(cluster, phase.slug, ok=min(have, len(targets)))
             if have < len(targets):
                 return Outcome("wait", delay=1.0, reason=f"{have}/{len(targets)} agents registered")
             return DONE
