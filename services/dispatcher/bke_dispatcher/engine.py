@@ -164,7 +164,7 @@ class Engine:
             return DONE
         if ok + failed >= total:
             return await self._failure(cluster, phase)
-        return Outcome("wait", delay=5.0, reason=f"{ok}/{total} nodes done")
+        return Outcome("wait", delay=5.0, reason="")  # progress is in the done/total counts
 
     async def _inputs_missing(self, cluster: str, plan: Plan, phase: Phase) -> str:
         n = len(plan.nodes)
