@@ -130,7 +130,7 @@ def render(
     print(f"cluster {rendered.cluster}: {rendered.file_count} files for {len(rendered.nodes)} nodes in {out} "
           f"(tier {rendered.tier}; templates {', '.join(rendered.template_sets)}; digest {rendered.digest[:12]})"
           + (f"; removed {removed} stale files" if removed else ""))
-    warn_lines(rendered.warnings)
+    warn_lines(w for w in rendered.warnings if w not in plan.warnings)  # plan_or_exit printed the plan's own
 
 
 def _diff(old_spec: Path, new_spec: Path, out: Optional[Path], patch: bool) -> None:

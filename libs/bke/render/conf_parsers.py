@@ -8,9 +8,10 @@ must be added here on purpose, which is the point.
 """
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass, field
+
+from ..netaddr import is_ip
 
 __all__ = [
     "HaproxyConfig",
@@ -106,7 +107,7 @@ def _check_haproxy(cfg: HaproxyConfig) -> None:
         if not fe.values("bind"):
             raise ValueError(f"frontend {name}: no bind line")
     for host, port in cfg.bind_ports():
-        if host not in ("*", "") and not _is_ip(host.strip("[]")):
+        if host not in ("*", "") and not is_ip(host.strip("[]")):
             raise ValueError(f"bind address {host!r} is not an IP")
         if not 1 <= port <= 65535:
             raise ValueError(f"bind port {port} out of range")
@@ -116,16 +117,8 @@ def _check_haproxy(cfg: HaproxyConfig) -> None:
             if s.name in seen:
                 raise ValueError(f"backend {name}: server {s.name!r} listed twice")
             seen.add(s.name)
-            if not _is_ip(s.host) or not 1 <= s.port <= 65535:
+            if not is_ip(s.host) or not 1 <= s.port <= 65535:
                 raise ValueError(f"backend {name}: bad server address {s.host}:{s.port}")
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 # --- keepalived ----------------------------------------------------------------------------
@@ -197,7 +190,7 @@ def _check_instance(name: str, inst: dict[str, object], scripts: dict[str, objec
     if not 1 <= len(_one(auth, "auth_pass", where)) <= 8:
         raise ValueError(f"{where}: auth_pass must be 1-8 characters (keepalived truncates longer ones)")
     vips = inst.get("virtual_ipaddress")
-    if not isinstance(vips, dict) or not vips or not all(_is_ip(k.split("/")[0]) for k in vips):
+    if not isinstance(vips, dict) or not vips or not all(is_ip(k.split("/")[0]) for k in vips):
         raise ValueError(f"{where}: virtual_ipaddress must list IP addresses")
     tracked = inst.get("track_script", {})
     for s in tracked if isinstance(tracked, dict) else ():

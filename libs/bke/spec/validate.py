@@ -11,6 +11,7 @@ from collections import defaultdict
 from pydantic import BaseModel
 
 from .. import versions
+from ..netaddr import is_ip
 from .errors import FieldError
 from .models import ROLES, ClusterSpec
 from .roles import CONTROL_PLANE_ROLES, ETCD_ROLES, is_master
@@ -53,7 +54,7 @@ def _check_cluster(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
     ep = spec.cluster.spec.control_plane_endpoint
     if not 1 <= ep.port <= 65535:
         errs.append(FieldError(path="cluster.spec.controlPlaneEndpoint.port", message=f"port {ep.port} is out of range 1-65535"))
-    if not _is_ip(ep.host) and not _DNS1123.match(ep.host):
+    if not is_ip(ep.host) and not _DNS1123.match(ep.host):
         errs.append(FieldError(path="cluster.spec.controlPlaneEndpoint.host", message=f"{ep.host!r} is neither an IP address nor a DNS name"))
     parsed = {}
     for field, comp in (("kubernetesVersion", "kubernetes"), ("etcdVersion", "etcd"), ("containerdVersion", "containerd")):
@@ -83,7 +84,7 @@ def _check_cluster(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
     if not _DNS1123.match(c.networking.dns_domain):
         errs.append(FieldError(path=f"{_C}.networking.dnsDomain", message=f"{c.networking.dns_domain!r} is not a valid DNS domain"))
     for i, san in enumerate(c.api_server.cert_sans):
-        if not _is_ip(san) and not _DNS1123.match(san.removeprefix("*.")):
+        if not is_ip(san) and not _DNS1123.match(san.removeprefix("*.")):
             errs.append(FieldError(path=f"{_C}.apiServer.certSANs[{i}]", message=f"{san!r} is neither an IP address nor a DNS name"))
     for field, value in (("imageRepo", c.image_repo), ("httpRepo", c.http_repo)):
         if not value or _CONTROL.search(value) or " " in value:
@@ -92,14 +93,6 @@ def _check_cluster(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
         if not _DNS1123.match(addon.name):
             errs.append(FieldError(path=f"cluster.spec.clusterConfig.addons[{i}].name", message=f"{addon.name!r} is not a valid addon name"))
     return errs
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _check_nodes(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
@@ -115,7 +108,7 @@ def _check_nodes(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
         if s.hostname in seen_host:
             errs.append(FieldError(path=f"{p}.hostname", message=f"duplicate hostname {s.hostname!r} (also nodes[{seen_host[s.hostname]}])"))
         seen_host.setdefault(s.hostname, i)
-        if not _is_ip(s.ip):
+        if not is_ip(s.ip):
             errs.append(FieldError(path=f"{p}.ip", message=f"malformed IP address {s.ip!r}"))
         elif s.ip in seen_ip:
             errs.append(FieldError(path=f"{p}.ip", message=f"duplicate IP {s.ip} (also nodes[{seen_ip[s.ip]}])"))
