@@ -15,9 +15,7 @@ __all__ = ["put_blob", "get_blob"]
 async def _bucket(js: JetStreamContext, name: str):
     try:
         return await js.object_store(name)
-    except (NotFoundError, Exception) as exc:  # nats-py raises BucketNotFoundError (a NotFoundError)
-        if not isinstance(exc, NotFoundError) and "not found" not in str(exc).lower():
-            raise
+    except NotFoundError:  # BucketNotFoundError: the first put creates the bucket
         return await js.create_object_store(name)  # bucket positional: nats-py gotcha
 
 

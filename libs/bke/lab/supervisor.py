@@ -11,10 +11,12 @@ Layout of a lab workdir:
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import signal
+import time
 import secrets
 import sys
 from dataclasses import dataclass
@@ -124,9 +126,6 @@ class LabSupervisor:
 
     async def wait_services_ready(self, js, timeout: float = 60.0) -> None:
         """Ready = every service's durable consumer exists (created once its broker started)."""
-        import asyncio
-        import time
-
         deadline = time.monotonic() + timeout
         for stream, durable in SERVICE_CONSUMERS:
             while True:
