@@ -75,3 +75,20 @@ async def test_two_replicas_install_once(nats_url, redis_url, redis_client, nats
         for svc in replicas:
             await svc.stop()
         await r.aclose()
+
+
+async def test_a_result_before_its_send_record_is_kept_for_later(redis_url, redis_client):
+    r = Redis.from_url(redis_url)
+    try:
+        st = DispatcherState(r)
+        cid = "c/etcd/n1/0"
+        # the agent answered before the dispatcher recorded the command: not dropped (-1: retry later)
+        assert await st.finish_command("c", "etcd", "n1", cid, 0, "Succeeded", "", "", "t") == -1
+        await st.mark_sent("c", "etcd", {"n1": {"id": cid, "gen": 0, "status": "Sent", "step": "", "stderr": "", "at": "t"}}, 1, "t")
+        assert await st.finish_command("c", "etcd", "n1", cid, 0, "Succeeded", "", "", "t") == 1
+        assert await st.finish_command("c", "etcd", "n1", cid, 0, "Succeeded", "", "", "t") == 0  # duplicate
+        assert (await st.phase("c", "etcd"))["ok"] == "1"
+        # a retry's result (gen 1) before the retry is recorded waits; an old generation is stale
+        assert await st.finish_command("c", "etcd", "n1", "c/etcd/n1/1", 1, "Succeeded", "", "", "t") == -1
+    finally:
+        await r.aclose()

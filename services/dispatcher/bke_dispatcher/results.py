@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from bke.contracts.agent import AgentRegistered, CommandResult
 from bke.contracts.install import NodeStepChanged, RetryRequested, install_subject
-from bke.errors import PermanentError
+from bke.errors import PermanentError, TemporaryError
 
 from .engine import parse_command_id
 from .phases import PHASES
@@ -50,7 +50,7 @@ class Inputs:
     async def result(self, body: bytes) -> None:
         try:
             res = CommandResult.model_validate_json(body)
-            cluster, slug, node, _gen = parse_command_id(res.command_id)
+            cluster, slug, node, gen = parse_command_id(res.command_id)
         except (ValidationError, ValueError) as exc:
             raise PermanentError(f"malformed command result: {exc}") from exc
         if slug.startswith("health@"):
@@ -60,7 +60,10 @@ class Inputs:
         step = failed_step.id if failed_step else ""
         stderr = (failed_step.stderr or failed_step.stdout)[-STDERR_KEEP:] if failed_step else ""
         now = self.now().isoformat()
-        counted = await self.state.finish_command(cluster, slug, node, res.command_id, res.status, step, stderr, now)
+        counted = await self.state.finish_command(cluster, slug, node, res.command_id, gen, res.status, step, stderr, now)
+        if counted < 0:
+            # never drop it: the dispatcher that resumes records the command, then this counts
+            raise TemporaryError(f"result of {res.command_id} before its command was recorded", delay=1.0)
         if counted:
             ev = NodeStepChanged(
                 request_id=await self._request_id(cluster), cluster=cluster, node=node, phase=slug,

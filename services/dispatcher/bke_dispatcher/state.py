@@ -23,9 +23,13 @@ __all__ = ["DispatcherState"]
 
 _FINISH_CMD = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if not cur then return 0 end
+if not cur then return -1 end
 local c = cjson.decode(cur)
-if c['id'] ~= ARGV[2] or c['status'] ~= 'Sent' then return 0 end
+if c['id'] ~= ARGV[2] then
+  if tonumber(c['gen']) < tonumber(ARGV[8]) then return -1 end
+  return 0
+end
+if c['status'] ~= 'Sent' then return 0 end
 c['status'] = ARGV[3]; c['step'] = ARGV[4]; c['stderr'] = ARGV[5]; c['at'] = ARGV[6]
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(c))
 if ARGV[3] == 'Succeeded' then redis.call('HINCRBY', KEYS[2], 'ok', 1)
@@ -115,13 +119,13 @@ class DispatcherState:
             await pipe.execute()
 
     async def finish_command(
-        self, cluster: str, slug: str, node: str, command_id: str, status: str, step: str, stderr: str, now: str
-    ) -> bool:
-        """Count a result once; False for a stale or duplicate result."""
+        self, cluster: str, slug: str, node: str, command_id: str, gen: int, status: str, step: str, stderr: str, now: str
+    ) -> int:
+        """Count a result once: 1 counted, 0 a stale or duplicate result, -1 the command is not
+        recorded as sent yet (a dispatcher died between publishing and recording it)."""
         keys = [cluster_key(cluster, "cmd", slug), cluster_key(cluster, "phase", slug), cluster_key(cluster, "node")]
         node_doc = json.dumps({"phase": slug, "status": status, "step": step or None})
-        done = await self.r.eval(_FINISH_CMD, 3, *keys, node, command_id, status, step, stderr, now, node_doc)
-        return bool(done)
+        return int(await self.r.eval(_FINISH_CMD, 3, *keys, node, command_id, status, step, stderr, now, node_doc, gen))
 
     async def nodes(self, cluster: str) -> dict[str, dict]:
         raw = await self.r.hgetall(cluster_key(cluster, "node"))
