@@ -2,8 +2,9 @@
 
 Why it looks like this: for a 5,000-node cluster the cost is key generation (RSA-2048: ~40 ms per
 key) plus one signature per certificate, so the engine (a) runs big batches in a process pool,
-(b) keeps per-certificate work to the unavoidable (one builder call with precomputed extensions,
-one key and one certificate serialisation), and (c) parses each CA once per worker process.
+(b) keeps per-certificate work to the unavoidable: leaves are assembled as DER around bytes
+encoded once per CA and usage (:mod:`bke.pki.der`), then one signature and one key serialisation,
+and (c) parses each CA once per worker process.
 
 Work travels to workers as compact tuples; CA PEMs ride along with each chunk (a few KB) and are
 parsed once per process (``_SIGNERS``). Private keys cross only the parent/worker pipes of this
@@ -26,11 +27,12 @@ from typing import TypeVar
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID, NameOID
 
+from . import der
 from .errors import CaIntegrityError
 from .instances import Instance
-from .keys import KEYGEN_SECONDS, generate_key, load_private_key, private_key_pem, signature_hash
+from .keys import KEYGEN_SECONDS, PrivateKey, generate_key, load_private_key, private_key_pem, signature_hash
 from .material import Material
 
 __all__ = ["BACKDATE", "IssueOptions", "Validity", "issue", "paused_gc", "worker_pool"]
@@ -174,28 +176,32 @@ def paused_gc() -> Iterator[None]:
 # ---- worker side (also used in-process) ----------------------------------------------------------
 
 class _Signer:
-    """A parsed CA, built once per process: name, key, AKI extension, hash, expiry."""
+    """A parsed CA, built once per process: certificate, key, AKI extension DER, hash, expiry."""
 
-    __slots__ = ("name", "key", "aki", "hash", "not_after")
+    __slots__ = ("cert", "key", "aki", "hash", "not_after")
 
     def __init__(self, cert_pem: bytes, key_pem: bytes) -> None:
-        cert = x509.load_pem_x509_certificate(cert_pem)
-        self.name = cert.subject
+        self.cert = x509.load_pem_x509_certificate(cert_pem)
         self.key = load_private_key(key_pem)
-        ski = cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-        self.aki = _raw(x509.AuthorityKeyIdentifier(ski.digest, None, None), False)
+        ski = self.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+        self.aki = der.extension(ExtensionOID.AUTHORITY_KEY_IDENTIFIER.dotted_string, False,
+                                 x509.AuthorityKeyIdentifier(ski.digest, None, None).public_bytes())
         self.hash = signature_hash(self.key)
-        self.not_after = cert.not_valid_after_utc
+        self.not_after = self.cert.not_valid_after_utc
+
+    def leaves(self, not_before: datetime, not_after: datetime, rsa_key: bool) -> der.LeafSigner:
+        """A leaf signer for this CA; extensions per usage: keyUsage, extKeyUsage, AKI."""
+        exts = {usage: _key_usage_der(rsa_key) + der.extension(eku.oid.dotted_string, False, eku.public_bytes())
+                + self.aki for usage, eku in _EKU.items()}
+        return der.LeafSigner(self.cert, self.key, self.hash, not_before, min(not_after, self.not_after), exts)
 
 
 _SIGNERS: dict[bytes, _Signer] = {}
-_NAME_ATTRS: dict[tuple[object, str], x509.NameAttribute] = {}
 _EKU = {
     "server": x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
     "client": x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]),
     "server+client": x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
 }
-_EXT_CACHE: dict[tuple[str, bool], list[x509.Extension]] = {}
 
 
 _MAX_SIGNERS = 32  # a long-lived service sees many clusters: keep few parsed CA keys around
@@ -211,16 +217,10 @@ def _signer(cert_pem: bytes, key_pem: bytes) -> _Signer:
     return signer
 
 
-def _attr(oid: object, value: str) -> x509.NameAttribute:
-    attr = _NAME_ATTRS.get((oid, value))
-    if attr is None:
-        attr = _NAME_ATTRS[(oid, value)] = x509.NameAttribute(oid, value)  # type: ignore[arg-type]
-    return attr
-
-
 def _name(cn: str, o: Iterable[str]) -> x509.Name:
-    # Go's pkix order (what kubeadm emits): O before CN.
-    return x509.Name([*(_attr(NameOID.ORGANIZATION_NAME, v) for v in o), x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    # Go's pkix order (what kubeadm emits): O before CN. Same bytes as der.name().
+    return x509.Name([*(x509.NameAttribute(NameOID.ORGANIZATION_NAME, v) for v in o),
+                      x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
 def _key_usage(ca: bool, rsa_key: bool) -> x509.KeyUsage:
@@ -230,17 +230,9 @@ def _key_usage(ca: bool, rsa_key: bool) -> x509.KeyUsage:
                          encipher_only=False, decipher_only=False)
 
 
-def _raw(value: x509.ExtensionType, critical: bool) -> x509.Extension:
-    """The extension pre-encoded once: the builder then copies bytes instead of re-encoding the
-    same KeyUsage/EKU/AKI for each of 5,000 certificates. The DER is cryptography's own."""
-    return x509.Extension(value.oid, critical, x509.UnrecognizedExtension(value.oid, value.public_bytes()))
-
-
-def _leaf_exts(usage: str, rsa_key: bool) -> list[x509.Extension]:
-    exts = _EXT_CACHE.get((usage, rsa_key))
-    if exts is None:
-        exts = _EXT_CACHE[(usage, rsa_key)] = [_raw(_key_usage(False, rsa_key), True), _raw(_EKU[usage], False)]
-    return exts
+def _key_usage_der(rsa_key: bool) -> bytes:
+    ku = _key_usage(False, rsa_key)
+    return der.extension(ku.oid.dotted_string, True, ku.public_bytes())
 
 
 def _san(dns: tuple[str, ...], ips: tuple[str, ...]) -> x509.Extension:
@@ -260,10 +252,10 @@ def _issue_job(job: tuple) -> list[tuple[str, bytes, bytes]]:
 def _issue_items(job: tuple) -> list[tuple[str, bytes, bytes]]:
     (algorithm, now, ca_days, leaf_days), ca_payload, items = job
     not_before = now - BACKDATE
-    signers = {ca_id: _signer(*pems) for ca_id, pems in ca_payload.items()}
     rsa_key = algorithm.startswith("RSA")  # keyEncipherment only for RSA keys
     leaf_end = now + timedelta(days=leaf_days)
-    ends = {ca_id: min(leaf_end, s.not_after) for ca_id, s in signers.items()}
+    signers = {ca_id: _signer(*pems).leaves(not_before, leaf_end, rsa_key) for ca_id, pems in ca_payload.items()}
+    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     out = []
     for kind, iid, cn, o, dns, ips, usage, ca_id in items:
         key = generate_key(algorithm)
@@ -272,30 +264,26 @@ def _issue_items(job: tuple) -> list[tuple[str, bytes, bytes]]:
             pub = key.public_key().public_bytes(serialization.Encoding.PEM,
                                                 serialization.PublicFormat.SubjectPublicKeyInfo)
             out.append((iid, pub, key_pem))
-            continue
-        public = key.public_key()
-        if kind == "ca":
-            name = _name(cn, o)
-            ku = _key_usage(True, rsa_key)
-            bc = x509.BasicConstraints(ca=True, path_length=None)
-            ski = x509.SubjectKeyIdentifier.from_public_key(public)
-            exts = [x509.Extension(ku.oid, True, ku), x509.Extension(bc.oid, True, bc),
-                    x509.Extension(ski.oid, False, ski)]
-            if dns or ips:
-                exts.append(_san(dns, ips))
-            builder = x509.CertificateBuilder(
-                issuer_name=name, subject_name=name, public_key=public, serial_number=x509.random_serial_number(),
-                not_valid_before=not_before, not_valid_after=now + timedelta(days=ca_days), extensions=exts)
-            cert = builder.sign(key, signature_hash(key))
+        elif kind == "ca":
+            out.append((iid, _ca_pem(key, cn, o, dns, ips, not_before, now + timedelta(days=ca_days), rsa_key), key_pem))
         else:
-            signer = signers[ca_id]
-            exts = [*_leaf_exts(usage, rsa_key), signer.aki]
-            if dns or ips:
-                exts.append(_san(dns, ips))
-            builder = x509.CertificateBuilder(
-                issuer_name=signer.name, subject_name=_name(cn, o), public_key=public,
-                serial_number=x509.random_serial_number(), not_valid_before=not_before,
-                not_valid_after=ends[ca_id], extensions=exts)
-            cert = builder.sign(signer.key, signer.hash)
-        out.append((iid, cert.public_bytes(serialization.Encoding.PEM), key_pem))
+            cert = signers[ca_id].sign(x509.random_serial_number(), der.name(cn, o), key.public_key().public_bytes(*spki),
+                                       usage, der.san(dns, ips) if dns or ips else b"")
+            out.append((iid, der.pem(cert), key_pem))
     return out
+
+
+def _ca_pem(key: PrivateKey, cn: str, o: tuple[str, ...], dns: tuple[str, ...], ips: tuple[str, ...],
+            not_before: datetime, not_after: datetime, rsa_key: bool) -> bytes:
+    """A self-signed CA (a handful per cluster: the builder's cost does not matter here)."""
+    name, public = _name(cn, o), key.public_key()
+    ku = _key_usage(True, rsa_key)
+    bc = x509.BasicConstraints(ca=True, path_length=None)
+    ski = x509.SubjectKeyIdentifier.from_public_key(public)
+    exts = [x509.Extension(ku.oid, True, ku), x509.Extension(bc.oid, True, bc), x509.Extension(ski.oid, False, ski)]
+    if dns or ips:
+        exts.append(_san(dns, ips))
+    cert = x509.CertificateBuilder(
+        issuer_name=name, subject_name=name, public_key=public, serial_number=x509.random_serial_number(),
+        not_valid_before=not_before, not_valid_after=not_after, extensions=exts).sign(key, signature_hash(key))
+    return cert.public_bytes(serialization.Encoding.PEM)

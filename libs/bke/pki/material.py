@@ -7,6 +7,7 @@ Why separate: stores, the ensure core and the expiry report all handle :class:`M
 from __future__ import annotations
 
 import ipaddress
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -16,6 +17,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from .keys import key_algorithm_of
 
 __all__ = ["CertInfo", "Material", "cert_info"]
+
+# cryptography warns when it parses a CN over RFC 5280's advisory 64 characters. Ours can be
+# longer on purpose (``system:node:<hostname>``, see bke.pki.der), so that warning is noise.
+warnings.filterwarnings("ignore", message="Attribute's length must be", category=UserWarning)
 
 
 @dataclass(frozen=True, slots=True)
