@@ -144,3 +144,35 @@ def test_a_63_character_hostname_gets_its_kubelet_credentials(tmp_path) -> None:
     (tmp_path / "leaf.crt").write_bytes(kubelet.cert)
     res = openssl("verify", "-CAfile", str(tmp_path / "ca.crt"), "-purpose", "sslclient", str(tmp_path / "leaf.crt"))
     assert res.returncode == 0 and res.stdout.strip().endswith(": OK"), res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("algorithm", ["ECDSA-P256", "ECDSA-P384"])
+def test_key_file_and_public_key_read_from_pkcs8_equal_cryptographys(algorithm: str) -> None:
+    for _ in range(20):
+        key = generate_key(algorithm)
+        pkcs8 = key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption())
+        assert der.ec_spki_from_pkcs8(pkcs8) == key.public_key().public_bytes(*SPKI)
+        assert der.pem(pkcs8, "PRIVATE KEY") == private_key_pem(key)
+
+
+def test_pkcs8_without_a_public_key_or_truncated_is_refused() -> None:
+    key = generate_key("ECDSA-P256")
+    sec1 = key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.TraditionalOpenSSL,
+                             serialization.NoEncryption())
+    # RFC 5915 ECPrivateKey with parameters but no public key, wrapped as PKCS#8 by hand.
+    _, body, end = der._element(sec1, 0)
+    parts, pos = [], body
+    while pos < end:
+        tag, _, nxt = der._element(sec1, pos)
+        if tag != 0xA1:
+            parts.append(sec1[pos:nxt])
+        pos = nxt
+    no_pub = der.tlv(0x30, b"".join(parts))
+    alg = der.tlv(0x30, der.oid("1.2.840.10045.2.1") + der.oid("1.2.840.10045.3.1.7"))
+    pkcs8 = der.tlv(0x30, der.integer(0) + alg + der.tlv(0x04, no_pub))
+    with pytest.raises(ValueError, match="no public key"):
+        der.ec_spki_from_pkcs8(pkcs8)
+    good = key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    with pytest.raises(ValueError):
+        der.ec_spki_from_pkcs8(good[:60])

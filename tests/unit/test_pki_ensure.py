@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
 
@@ -12,6 +11,8 @@ from .test_pki_support import NOW, SERIAL, SPLIT, SEED, cluster_config, edited, 
 
 from bke.pki import CaIntegrityError, IssueOptions, cert_info, decide, desired_instances, ensure_pki, renew_before
 from bke.pki.ensure import validity_of
+from bke.pki.issuance import _issue_job, _make_keys_ahead
+from bke.pki.workers import WorkerPool
 
 
 def _verdicts(result):  # type: ignore[no-untyped-def]
@@ -144,10 +145,14 @@ def test_renew_window() -> None:
     assert renew_before(3) == timedelta(days=1)
 
 
-def test_process_pool_path_gives_the_same_result_shape() -> None:
-    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
-        pooled = ensure_pki(split_plan(), {}, NOW, IssueOptions(procs=2, executor=pool))
+@pytest.mark.parametrize("in_caller", [True, False])
+def test_worker_pool_path_gives_the_same_result(in_caller: bool) -> None:
+    """Through worker processes (and this one, with in_caller), as for a big cluster."""
+    ctx = multiprocessing.get_context("fork")
+    with WorkerPool(2, ctx, _issue_job, _make_keys_ahead, ("ECDSA-P256", 10)) as pool:
+        pooled = ensure_pki(split_plan(), {}, NOW, IssueOptions(procs=3, pool=pool, in_caller=in_caller))
     assert set(pooled.materials) == set(split_issued().materials)
+    assert pooled.report == split_issued().report
     again = ensure_pki(split_plan(), pooled.materials, NOW, SERIAL, pooled.manifest)
     assert again.changed == frozenset()
 

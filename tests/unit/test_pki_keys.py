@@ -56,7 +56,7 @@ def test_big_rsa_ca_and_one_leaf(algorithm: str, tmp_path: Path) -> None:
     plan = plan_of(synth_spec_text(1, masters=1, key_algorithm=algorithm))
     wanted = [i for i in desired_instances(plan) if i.id in ("etcd-ca", "etcd-n0-unused", "apiserver-etcd-client@n0")]
     assert [i.id for i in wanted] == ["etcd-ca", "apiserver-etcd-client@n0"]
-    issued, _ = issue(wanted, {}, Validity(NOW, 3650, 365, algorithm), IssueOptions(procs=1))
+    issued = issue(wanted, {}, Validity(NOW, 3650, 365, algorithm), IssueOptions(procs=1))
     for m in issued.values():
         _check_key(m.key, algorithm)
     (tmp_path / "ca.crt").write_bytes(issued["etcd-ca"].cert)

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from .errors import CaIntegrityError
 
-__all__ = ["LeafSigner", "extension", "integer", "name", "oid", "pem", "san", "time", "tlv"]
+__all__ = ["LeafSigner", "ec_spki_from_pkcs8", "extension", "integer", "name", "oid", "pem", "san", "time", "tlv"]
 
 # DER tags used below (X.690): universal types, then context-specific ones of RFC 5280.
 _INTEGER, _BIT_STRING, _OCTET_STRING, _OID, _UTF8 = 0x02, 0x03, 0x04, 0x06, 0x0C
@@ -122,6 +122,48 @@ def pem(der: bytes, label: str = "CERTIFICATE") -> bytes:
     b64 = binascii.b2a_base64(der, newline=False)
     body = b"\n".join([b64[i:i + 64] for i in range(0, len(b64), 64)])
     return b"-----BEGIN %s-----\n%s\n-----END %s-----\n" % (label.encode(), body, label.encode())
+
+
+def _element(buf: bytes, pos: int) -> tuple[int, int, int]:
+    """(tag, body start, body end) of the DER element at ``pos`` (definite lengths only)."""
+    tag, n = buf[pos], buf[pos + 1]
+    pos += 2
+    if n & 0x80:
+        width = n & 0x7F
+        if not 1 <= width <= 4 or pos + width > len(buf):
+            raise ValueError("unsupported DER length")
+        n = int.from_bytes(buf[pos:pos + width], "big")
+        pos += width
+    if pos + n > len(buf):
+        raise ValueError("truncated DER element")
+    return tag, pos, pos + n
+
+
+def ec_spki_from_pkcs8(pkcs8: bytes) -> bytes:
+    """The SubjectPublicKeyInfo of an EC key, read from its unencrypted PKCS#8 DER.
+
+    Why: the PKCS#8 form is written anyway (it is the key file), and it carries both halves of
+    the SPKI - the algorithm identifier and, in RFC 5915's ECPrivateKey, the public point - so
+    asking cryptography to serialise the public key a second time is avoidable work.
+    """
+    _, top, _ = _element(pkcs8, 0)  # PrivateKeyInfo SEQUENCE
+    _, _, after_version = _element(pkcs8, top)  # version INTEGER
+    _, _, after_alg = _element(pkcs8, after_version)  # privateKeyAlgorithm
+    algorithm = pkcs8[after_version:after_alg]
+    tag, inner, inner_end = _element(pkcs8, after_alg)  # privateKey OCTET STRING
+    if tag != _OCTET_STRING:
+        raise ValueError("not a PKCS#8 PrivateKeyInfo")
+    _, pos, end = _element(pkcs8, inner)  # ECPrivateKey SEQUENCE
+    end = min(end, inner_end)
+    while pos < end:  # version, privateKey, [0] parameters?, [1] publicKey?
+        tag, body, nxt = _element(pkcs8, pos)
+        if tag == 0xA1:  # [1] EXPLICIT BIT STRING
+            bit_tag, _, bit_end = _element(pkcs8, body)
+            if bit_tag != _BIT_STRING:
+                break
+            return tlv(_SEQUENCE, algorithm + pkcs8[body:bit_end])
+        pos = nxt
+    raise ValueError("the EC private key carries no public key")
 
 
 # AlgorithmIdentifier of the signature, by CA key type and hash (RFC 5758 / RFC 4055).

@@ -4,8 +4,9 @@ Steps (each a function below, top to bottom in :func:`ensure_pki`):
 
 1. desired instances from the plan and the table;
 2. :func:`decide` a verdict per instance - reuse, issue (missing) or reissue (why);
-3. issue what is not reused (CAs first, process pool when it pays);
-4. assemble the new material set, the manifest and the report.
+3. the manifest and the report (before issuing: see the comment there);
+4. issue what is not reused (CAs first, process pool when it pays);
+5. assemble the new material set.
 
 Idempotent by construction: a second run with the first run's output reuses everything, so it
 returns the same material objects and the store writes nothing.
@@ -133,12 +134,12 @@ def _changed_nodes(files: Mapping[str, Sequence[FileRef]], changed: frozenset[st
 def ensure_pki(plan: Plan, existing: Mapping[str, Material], now: datetime,
                options: IssueOptions | None = None, previous: Manifest | None = None) -> EnsureResult:
     """Decide and issue for ``plan``; ``previous`` (the stored manifest) refines changed_nodes."""
-    options = options or IssueOptions()
+    options = (options or IssueOptions()).resolved()
     # A new cluster issues at least one certificate per node: start the worker pool right away so
     # that forking overlaps the bookkeeping. Otherwise (re-runs) issue() decides after decide().
     estimate = 0 if existing else len(plan.nodes) + 10
     with paused_gc(), worker_pool(options, estimate, plan.spec.config.certificates.key_algorithm) as pool:
-        return _ensure(plan, existing, now, replace(options, executor=pool) if pool else options, previous)
+        return _ensure(plan, existing, now, replace(options, pool=pool) if pool else options, previous)
 
 
 def _ensure(plan: Plan, existing: Mapping[str, Material], now: datetime, options: IssueOptions | None,
@@ -150,15 +151,12 @@ def _ensure(plan: Plan, existing: Mapping[str, Material], now: datetime, options
     todo = [i for i in desired if i.id in todo_ids]
     cas = {i.id: existing[i.id] for i in desired if i.spec.kind == "ca" and i.id not in todo_ids}
 
-    def bookkeeping() -> tuple[dict[str, list[FileRef]], Manifest]:
-        files = node_file_refs(plan)
-        return files, build_manifest(plan, desired, files)
-
-    issued, book = issue(todo, cas, validity, options, meanwhile=bookkeeping)  # 3. CPU-heavy part
-    files, manifest = book  # type: ignore[misc]
-    materials = {i.id: issued.get(i.id) or existing[i.id] for i in desired}  # 4. assemble
-    removed = tuple(sorted(i for i in existing if i not in materials))
-    changed = frozenset(issued)
+    # 3. bookkeeping first: during it the new pool's workers make keys ahead (issuance.worker_pool)
+    files = node_file_refs(plan)
+    manifest = build_manifest(plan, desired, files)
+    desired_ids = {i.id for i in desired}
+    removed = tuple(sorted(i for i in existing if i not in desired_ids))
+    changed = frozenset(todo_ids)  # issue() issues all of them or raises
     gone = [h for h in (previous.files if previous else {}) if h not in files]
     report = CertsReport.model_construct(
         cluster=plan.cluster,
@@ -171,4 +169,6 @@ def _ensure(plan: Plan, existing: Mapping[str, Material], now: datetime, options
         nodes=files,
         warnings=warnings,
     )
+    issued = issue(todo, cas, validity, options)  # 4. the CPU-heavy part
+    materials = {i.id: issued.get(i.id) or existing[i.id] for i in desired}  # 5. assemble
     return EnsureResult(materials, changed, removed, manifest, report)

@@ -161,8 +161,11 @@ def desired_instances(plan: Plan, hosts: Iterable[str] | None = None) -> list[In
     """
     ctx = _Context(plan)
     wanted = None if hosts is None else set(hosts)
-    nodes = [n for n in plan.nodes if wanted is None or n.hostname in wanted]
-    traits = [(n, node_traits(n)) for n in nodes]
+    with_trait: dict[str, list[NodePlan]] = {}  # placement word -> its nodes, in plan order
+    for node in plan.nodes:
+        if wanted is None or node.hostname in wanted:
+            for trait in node_traits(node):
+                with_trait.setdefault(trait, []).append(node)
     out: list[Instance] = []
     for spec in CERTS:
         if not _row_active(spec, ctx.etcd_names):
@@ -172,9 +175,7 @@ def desired_instances(plan: Plan, hosts: Iterable[str] | None = None) -> list[In
             out.append(Instance(spec.name, spec, None, spec.cn, spec.o, dns, ips))
             continue
         templated = "{hostname}" in spec.cn
-        for node, have in traits:
-            if spec.needs not in have:
-                continue
+        for node in with_trait.get(spec.needs, ()):
             cn = spec.cn.replace("{hostname}", node.hostname) if templated else spec.cn
             dns, ips = ctx.sans(spec, node, cn)
             out.append(Instance(instance_id(spec.name, node.hostname), spec, node.hostname, cn, spec.o,

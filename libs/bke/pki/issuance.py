@@ -19,11 +19,9 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from concurrent.futures import Executor, ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from ipaddress import ip_address
-from typing import TypeVar
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -32,31 +30,43 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID, NameOID
 from . import der
 from .errors import CaIntegrityError
 from .instances import Instance
-from .keys import KEYGEN_SECONDS, PrivateKey, generate_key, load_private_key, private_key_pem, signature_hash
+from .keys import KEYGEN_SECONDS, PrivateKey, generate_key, load_private_key, signature_hash
 from .material import Material
+from .workers import WorkerPool
 
 __all__ = ["BACKDATE", "IssueOptions", "Validity", "issue", "paused_gc", "worker_pool"]
 
 # Leaves and CAs start slightly in the past so that a node whose clock lags a little accepts them.
 BACKDATE = timedelta(minutes=5)
 _POOL_MIN_SECONDS = 0.05  # below this estimated CPU time a pool costs more than it saves
-T = TypeVar("T")
+_MIN_CHUNK_SECONDS = 0.005  # a chunk is this much work at least: it costs a pickled CA payload and a future
 
 
 @dataclass(frozen=True)
 class IssueOptions:
-    """How to spend CPU.
+    """How to spend CPU: ``procs`` processes sign, this one included when ``in_caller``.
 
-    ``executor`` lets a long-lived service reuse one process pool. Without it a pool is made per
-    call when the work pays for it: forked if this process has a single thread (the CLI), else
+    ``pool``: a running :class:`WorkerPool` to use (``ensure_pki`` starts one before its
+    bookkeeping). Without it a pool is made per call when the work pays for it: forked if this
+    process has a single thread (the CLI), else
     from a fork server, because forking a threaded process (an asyncio service calling us from
     a worker thread) can copy locks held by other threads. Like any non-fork start method, the
     fork server needs the program's main module to be import-safe (``if __name__ == "__main__"``).
+
+    ``in_caller``: this process signs too, beside ``procs - 1`` workers. Default: when it runs a
+    single thread (the CLI); an asyncio service keeps its thread free and uses ``procs`` workers.
     """
 
     procs: int = os.cpu_count() or 1
     start_method: str | None = None  # None: "fork" if single-threaded, else "forkserver"
-    executor: Executor | None = None
+    pool: WorkerPool | None = None
+    in_caller: bool | None = None
+
+    def resolved(self) -> IssueOptions:
+        """Defaults decided now, before a pool's threads change the thread count."""
+        single = threading.active_count() == 1
+        return replace(self, start_method=self.start_method or ("fork" if single else "forkserver"),
+                       in_caller=single if self.in_caller is None else self.in_caller)
 
 
 @dataclass(frozen=True)
@@ -76,52 +86,55 @@ def _item(inst: Instance) -> _Item:
 
 
 @contextmanager
-def worker_pool(options: IssueOptions, items: int, algorithm: str) -> Iterator[Executor | None]:
-    """The executor to issue ``items`` certificates with: the caller's, a new process pool if the
-    estimated CPU time pays for one, or None (issue in this process).
+def worker_pool(options: IssueOptions, items: int, algorithm: str) -> Iterator[WorkerPool | None]:
+    """The pool to issue ``items`` certificates with: the caller's, a new one if the estimated
+    CPU time pays for it, or None (issue in this process).
 
-    A new pool forks its workers at once, so callers enter this *before* building their
-    instance lists: the fork overlaps that work and copies a smaller heap.
+    A new pool's workers make keys as soon as they start, until their first chunk arrives (keys
+    depend on nothing but the algorithm), so callers enter this *before* working out what to
+    issue. Each stops at its expected share: a worker with keys in hand is the faster one and
+    takes at least its share of the chunks, so every key made ahead is used. A key made ahead
+    never leaves its worker except as an issued key, and dies with the pool.
     """
-    if options.executor is not None:
-        yield options.executor
+    if options.pool is not None:
+        yield options.pool
         return
-    if options.procs <= 1 or items * KEYGEN_SECONDS.get(algorithm, 0.05) < _POOL_MIN_SECONDS:
+    options = options.resolved()
+    workers = options.procs - 1 if options.in_caller else options.procs
+    if workers < 1 or items * KEYGEN_SECONDS.get(algorithm, 0.05) < _POOL_MIN_SECONDS:
         yield None
         return
-    method = options.start_method or ("fork" if threading.active_count() == 1 else "forkserver")
-    ctx = multiprocessing.get_context(method)
-    if method == "forkserver":
+    ctx = multiprocessing.get_context(options.start_method)
+    if options.start_method == "forkserver":
         ctx.set_forkserver_preload([__name__])  # workers start with cryptography already imported
-    with ProcessPoolExecutor(options.procs, mp_context=ctx) as pool:
-        pool.submit(int)  # starts every worker now (all at once for "fork")
+    ahead = items // options.procs
+    with WorkerPool(workers, ctx, _issue_job, _make_keys_ahead, (algorithm, ahead)) as pool:
         yield pool
 
 
 def issue(instances: Sequence[Instance], cas: Mapping[str, Material], validity: Validity,
-          options: IssueOptions | None = None,
-          meanwhile: Callable[[], T] | None = None) -> tuple[dict[str, Material], T | None]:
+          options: IssueOptions | None = None) -> dict[str, Material]:
     """Issue every instance given (CA rows first), signing leaves with ``cas`` or new CAs.
 
-    ``cas`` maps CA instance ids to existing CA material (with key). ``meanwhile`` runs in this
-    process while the pool works on the leaves (the ensure step builds its manifest there), so
-    that bookkeeping overlaps with key generation instead of adding to it.
-    Returns (id -> Material, meanwhile's result).
+    ``cas`` maps CA instance ids to existing CA material (with key). Returns id -> Material.
+    Callers do their own bookkeeping *before* calling this, not while the pool works: this
+    process then only waits, so its threads that feed the pool and collect results are never
+    starved of the GIL (they were, by ~20 ms at 5,000 nodes, when bookkeeping ran meanwhile).
     """
-    options = options or IssueOptions()
+    options = (options or IssueOptions()).resolved()
     first = [_item(i) for i in instances if i.spec.kind in ("ca", "keypair")]
     leaves = [i for i in instances if i.spec.kind not in ("ca", "keypair")]
     with worker_pool(options, len(instances), validity.algorithm) as pool:
-        return _issue_in(pool, first, leaves, cas, validity, options.procs, meanwhile)
+        return _issue_in(pool, first, leaves, cas, validity, options)
 
 
-def _issue_in(pool: Executor | None, first: list[_Item], leaves: list[Instance], cas: Mapping[str, Material],
-              validity: Validity, procs: int, meanwhile: Callable[[], T] | None) -> tuple[dict[str, Material], T | None]:
+def _issue_in(pool: WorkerPool | None, first: list[_Item], leaves: list[Instance], cas: Mapping[str, Material],
+              validity: Validity, options: IssueOptions) -> dict[str, Material]:
     header = (validity.algorithm, validity.now, validity.ca_days, validity.leaf_days)
+    min_chunk = max(1, round(_MIN_CHUNK_SECONDS / KEYGEN_SECONDS.get(validity.algorithm, 0.05)))
     # CAs first: leaves need them. A handful of keys: in the pool only when keys are slow (RSA).
     ca_pool = pool if validity.algorithm.startswith("RSA") and len(first) > 1 else None
-    out = _collect(_submit(ca_pool, header, {}, first, procs))
-    pending: list = []
+    out = _run(ca_pool, (header, {}), first, options, min_chunk)
     if leaves:
         signers = {**cas, **out}
         needed = {i.spec.ca for i in leaves}
@@ -129,31 +142,51 @@ def _issue_in(pool: Executor | None, first: list[_Item], leaves: list[Instance],
         if missing:
             raise CaIntegrityError(f"cannot sign: no CA certificate and key for {', '.join(missing)}")
         payload = {n: (signers[n].cert, signers[n].key) for n in needed}  # type: ignore[index]
-        pending = _submit(pool, header, payload, [_item(i) for i in leaves], procs)
-    extra = meanwhile() if meanwhile is not None else None
-    out.update(_collect(pending))
-    return out, extra
-
-
-def _submit(pool: Executor | None, header: tuple, payload: dict, items: list[_Item], procs: int) -> list:
-    """Start the work: futures from the pool, or the finished result when there is no pool."""
-    if not items:
-        return []
-    if pool is None:
-        return [_issue_job((header, payload, items))]
-    # Several chunks per worker: the first arrives sooner (less to pickle), and RSA keygen times
-    # vary a lot, so small chunks balance the load.
-    n_chunks = max(1, min(len(items), procs * 4))
-    size = -(-len(items) // n_chunks)
-    return [pool.submit(_issue_job, (header, payload, items[k:k + size])) for k in range(0, len(items), size)]
-
-
-def _collect(pending: list) -> dict[str, Material]:
-    out: dict[str, Material] = {}
-    for part in pending:
-        result = part if isinstance(part, list) else part.result()
-        out.update((i, Material(c, k)) for i, c, k in result)
+        out.update(_run(pool, (header, payload), [_item(i) for i in leaves], options, min_chunk))
     return out
+
+
+def _run(pool: WorkerPool | None, context: tuple, items: list[_Item], options: IssueOptions,
+         min_chunk: int) -> dict[str, Material]:
+    """Issue ``items`` in this process, or in chunks on the pool, this process taking chunks
+    too when ``options.in_caller``.
+
+    Guided self-scheduling: a worker's chunk is a 1/(4*procs) share of what is left, at least
+    ``min_chunk``; big chunks first keep the per-chunk cost low, small ones last make everyone
+    finish together (RSA key generation times also vary a lot). Each worker holds at most two
+    chunks: one it works on and one waiting in its pipe, so it never waits for this process,
+    which takes chunks of ``min_chunk`` at most and tops the workers up between them.
+    """
+    if not items:
+        return {}
+    if pool is None:
+        return _materials(_issue_job((*context, items)))
+    out: dict[str, Material] = {}
+    pos, share = 0, 4 * options.procs
+
+    def take(limit: int) -> list[_Item]:
+        nonlocal pos
+        size = min(limit, max(min_chunk, (len(items) - pos) // share))
+        pos += size
+        return items[pos - size:pos]
+
+    while True:
+        for worker in range(pool.size):
+            while pool.busy[worker] < 2 and pos < len(items):
+                pool.send(worker, (*context, take(len(items))))
+        for _, result in pool.replies(block=False):
+            out.update(_materials(result))
+        if options.in_caller and pos < len(items):
+            out.update(_materials(_issue_job((*context, take(min_chunk)))))
+        elif any(pool.busy):
+            for _, result in pool.replies(block=True):
+                out.update(_materials(result))
+        else:
+            return out
+
+
+def _materials(result: list[tuple[str, bytes, bytes]]) -> dict[str, Material]:
+    return {i: Material(c, k) for i, c, k in result}
 
 
 @contextmanager
@@ -176,9 +209,10 @@ def paused_gc() -> Iterator[None]:
 # ---- worker side (also used in-process) ----------------------------------------------------------
 
 class _Signer:
-    """A parsed CA, built once per process: certificate, key, AKI extension DER, hash, expiry."""
+    """A parsed CA, built once per process: certificate, key, AKI extension DER, hash, expiry,
+    and its leaf signers per validity window (a run issues many chunks with the same one)."""
 
-    __slots__ = ("cert", "key", "aki", "hash", "not_after")
+    __slots__ = ("cert", "key", "aki", "hash", "not_after", "_leaf_signers")
 
     def __init__(self, cert_pem: bytes, key_pem: bytes) -> None:
         self.cert = x509.load_pem_x509_certificate(cert_pem)
@@ -188,15 +222,53 @@ class _Signer:
                                  x509.AuthorityKeyIdentifier(ski.digest, None, None).public_bytes())
         self.hash = signature_hash(self.key)
         self.not_after = self.cert.not_valid_after_utc
+        self._leaf_signers: dict[tuple[datetime, datetime, bool], der.LeafSigner] = {}
 
     def leaves(self, not_before: datetime, not_after: datetime, rsa_key: bool) -> der.LeafSigner:
         """A leaf signer for this CA; extensions per usage: keyUsage, extKeyUsage, AKI."""
-        exts = {usage: _key_usage_der(rsa_key) + der.extension(eku.oid.dotted_string, False, eku.public_bytes())
-                + self.aki for usage, eku in _EKU.items()}
-        return der.LeafSigner(self.cert, self.key, self.hash, not_before, min(not_after, self.not_after), exts)
+        window = (not_before, not_after, rsa_key)
+        signer = self._leaf_signers.get(window)
+        if signer is None:
+            if len(self._leaf_signers) >= _MAX_SIGNERS:
+                self._leaf_signers.clear()
+            exts = {usage: _key_usage_der(rsa_key) + der.extension(eku.oid.dotted_string, False, eku.public_bytes())
+                    + self.aki for usage, eku in _EKU.items()}
+            signer = self._leaf_signers[window] = der.LeafSigner(
+                self.cert, self.key, self.hash, not_before, min(not_after, self.not_after), exts)
+        return signer
 
 
 _SIGNERS: dict[bytes, _Signer] = {}
+# A fresh key with what every certificate needs of it: (key, PKCS#8 PEM, SubjectPublicKeyInfo DER).
+_KeyMaterial = tuple[PrivateKey, bytes, bytes]
+_AHEAD: dict[str, list[_KeyMaterial]] = {}  # algorithm -> key material made ahead (see worker_pool)
+_PKCS8 = (serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+_SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _key_material(algorithm: str) -> _KeyMaterial:
+    key = generate_key(algorithm)
+    pkcs8 = key.private_bytes(*_PKCS8)
+    pem = der.pem(pkcs8, "PRIVATE KEY")  # what private_key_pem() writes, byte for byte
+    if algorithm.startswith("RSA"):
+        return key, pem, key.public_key().public_bytes(*_SPKI)
+    return key, pem, der.ec_spki_from_pkcs8(pkcs8)
+
+
+def _make_keys_ahead(algorithm: str, cap: int, until: Callable[[], bool]) -> None:
+    """A worker's warm-up: make up to ``cap`` keys until ``until()`` (checked every ~1 ms)."""
+    keys = _AHEAD.setdefault(algorithm, [])
+    batch = max(1, int(0.001 / KEYGEN_SECONDS.get(algorithm, 0.05)))
+    with paused_gc():
+        while len(keys) < cap and not until():
+            keys.extend(_key_material(algorithm) for _ in range(min(batch, cap - len(keys))))
+
+
+def _new_key(algorithm: str) -> _KeyMaterial:
+    ahead = _AHEAD.get(algorithm)
+    return ahead.pop() if ahead else _key_material(algorithm)
+
+
 _EKU = {
     "server": x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
     "client": x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]),
@@ -255,19 +327,15 @@ def _issue_items(job: tuple) -> list[tuple[str, bytes, bytes]]:
     rsa_key = algorithm.startswith("RSA")  # keyEncipherment only for RSA keys
     leaf_end = now + timedelta(days=leaf_days)
     signers = {ca_id: _signer(*pems).leaves(not_before, leaf_end, rsa_key) for ca_id, pems in ca_payload.items()}
-    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     out = []
     for kind, iid, cn, o, dns, ips, usage, ca_id in items:
-        key = generate_key(algorithm)
-        key_pem = private_key_pem(key)
+        key, key_pem, spki = _new_key(algorithm)
         if kind == "keypair":
-            pub = key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                serialization.PublicFormat.SubjectPublicKeyInfo)
-            out.append((iid, pub, key_pem))
+            out.append((iid, der.pem(spki, "PUBLIC KEY"), key_pem))
         elif kind == "ca":
             out.append((iid, _ca_pem(key, cn, o, dns, ips, not_before, now + timedelta(days=ca_days), rsa_key), key_pem))
         else:
-            cert = signers[ca_id].sign(x509.random_serial_number(), der.name(cn, o), key.public_key().public_bytes(*spki),
+            cert = signers[ca_id].sign(x509.random_serial_number(), der.name(cn, o), spki,
                                        usage, der.san(dns, ips) if dns or ips else b"")
             out.append((iid, der.pem(cert), key_pem))
     return out

@@ -62,7 +62,7 @@ async def renew_certs(cluster: str, store: PkiStore, now: datetime, box: SecretB
     instances = renewal_instances(snap, ids)
     cas = {e.ca: snap.materials[e.ca] for i in ids if (e := m.entries[i]).ca and e.ca in snap.materials}
     validity = Validity(now=now, ca_days=m.ca_validity_days, leaf_days=m.validity_days, algorithm=m.key_algorithm)
-    issued, _ = await asyncio.to_thread(issue, instances, cas, validity, options)
+    issued = await asyncio.to_thread(issue, instances, cas, validity, options)
     await store.save(Snapshot(m, {**snap.materials, **issued}), set(issued), box, snap.version)
     out = []
     for iid in ids:
