@@ -170,19 +170,23 @@ def _run(pool: WorkerPool | None, context: tuple, items: list[_Item], options: I
         pos += size
         return items[pos - size:pos]
 
-    while True:
-        for worker in range(pool.size):
-            while pool.busy[worker] < 2 and pos < len(items):
-                pool.send(worker, (*context, take(len(items))))
-        for _, result in pool.replies(block=False):
-            out.update(_materials(result))
-        if options.in_caller and pos < len(items):
-            out.update(_materials(_issue_job((*context, take(min_chunk)))))
-        elif any(pool.busy):
-            for _, result in pool.replies(block=True):
+    try:
+        while True:
+            for worker in range(pool.size):
+                while pool.busy[worker] < 2 and pos < len(items):
+                    pool.send(worker, (*context, take(len(items))))
+            for _, result in pool.replies(block=False):
                 out.update(_materials(result))
-        else:
-            return out
+            if options.in_caller and pos < len(items):
+                out.update(_materials(_issue_job((*context, take(min_chunk)))))
+            elif any(pool.busy):
+                for _, result in pool.replies(block=True):
+                    out.update(_materials(result))
+            else:
+                return out
+    except BaseException:
+        pool.drain()  # the other chunks' replies must not be read as the next call's
+        raise
 
 
 def _materials(result: list[tuple[str, bytes, bytes]]) -> dict[str, Material]:

@@ -116,6 +116,18 @@ class WorkerPool:
                 raise value
             yield worker, value
 
+    def drain(self) -> None:
+        """Read and drop every outstanding reply (after a failure, so the pool can be reused);
+        a worker that died counts as drained."""
+        while any(self.busy):
+            for conn in wait([c for c, n in zip(self._conns, self.busy) if n]):
+                worker = self._conns.index(conn)  # type: ignore[arg-type]
+                try:
+                    conn.recv_bytes()  # type: ignore[union-attr]
+                    self.busy[worker] -= 1
+                except (EOFError, OSError):
+                    self.busy[worker] = 0
+
     def close(self) -> None:
         """Ask every idle worker to stop, then reap them. One still busy (the caller is leaving
         on an error) is killed: its result is not wanted, and it could block writing it."""
