@@ -7,7 +7,8 @@ For a generated spec of N nodes (3 masters running etcd, the rest workers) and e
 
 * ``bke``: ``bke.pki.ensure_pki(plan, {}, now, IssueOptions(procs=P))`` - everything the ensure
   step does: instances from the table, verdicts, keys, certificates (PEM), kubeconfig identities,
-  manifest and per-node file report. Store I/O is not included.
+  manifest and per-node file report. Store I/O is not included. P processes sign, as from the
+  CLI: this one and P-1 forked workers.
 * ``floor``: the same number of bare key generations + certificate signatures (CN-only
   certificate, no extensions, nothing serialised) with ``cryptography``, in P forked processes,
   wall time including the pool start. Nothing can issue that many certificates faster.
@@ -101,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-pem", dest="pem", action="store_false", help="skip the +pem context column")
     args = ap.parse_args(argv)
     print(f"nodes={args.nodes} procs={args.procs} cpus={os.cpu_count()} repeat={args.repeat}")
-    print(f"{'algorithm':<11} {'certs':>6} {'bke best':>9} {'bke med':>8} {'floor best':>10} {'floor med':>9} "
-          f"{'ratio':>6} {'+pem best':>9} {'cpu ratio':>9}")
+    print(f"{'algorithm':<11} {'certs':>6} {'bke best':>10} {'bke med':>10} {'floor best':>10} {'floor med':>10} "
+          f"{'ratio':>6} {'+pem best':>10} {'cpu ratio':>9}")
     for algorithm in args.algorithms.split(","):
         outcome = plan_spec_text(synth_spec_text(args.nodes, key_algorithm=algorithm))
         if outcome.plan is None:
@@ -117,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                 pem.append(timed(floor_run, algorithm, ops, args.procs, True))
         wall_o, wall_f = [w for w, _ in ours], [w for w, _ in floor]
         cpu_ratio = min(c for _, c in ours) / min(c for _, c in floor)
-        print(f"{algorithm:<11} {ops:>6} {min(wall_o):>8.2f}s {statistics.median(wall_o):>7.2f}s "
-              f"{min(wall_f):>9.2f}s {statistics.median(wall_f):>8.2f}s {min(wall_o) / min(wall_f):>6.2f} "
-              f"{(f'{min(w for w, _ in pem):.2f}s' if pem else '-'):>9} {cpu_ratio:>9.2f}", flush=True)
+        print(f"{algorithm:<11} {ops:>6} {min(wall_o):>9.3f}s {statistics.median(wall_o):>9.3f}s "
+              f"{min(wall_f):>9.3f}s {statistics.median(wall_f):>9.3f}s {min(wall_o) / min(wall_f):>6.2f} "
+              f"{(f'{min(w for w, _ in pem):.3f}s' if pem else '-'):>10} {cpu_ratio:>9.2f}", flush=True)
     return 0
 
 

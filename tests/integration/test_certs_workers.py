@@ -20,7 +20,8 @@ from tests.unit.test_pki_support import NOW, openssl, plan_of
 from bke.pki import CaIntegrityError, IssueOptions, cert_info, desired_instances, ensure_pki
 from bke.pki import issuance
 from bke.pki.issuance import Validity, _issue_job, _make_keys_ahead, issue
-from bke.pki.workers import WorkerLost, WorkerPool
+from bke.pki import WorkerLost
+from bke.pki.workers import WorkerPool
 from bke.spec.synth import synth_spec_text
 
 PLAN = plan_of(synth_spec_text(400))  # ~440 ECDSA instances: enough for a pool

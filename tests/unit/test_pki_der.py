@@ -19,7 +19,7 @@ from .test_pki_support import NOW, node_doc, openssl, plan_of
 
 from bke.pki import CaIntegrityError, IssueOptions, cert_info, der, ensure_pki
 from bke.pki.issuance import _ca_pem, _key_usage, _name, _signer
-from bke.pki.keys import generate_key, private_key_pem, signature_hash
+from bke.pki.keys import generate_key, private_key_pem, public_key_pem, signature_hash
 from bke.spec.synth import synth_docs
 
 ALGORITHMS = ["ECDSA-P256", "ECDSA-P384", "RSA-2048"]
@@ -154,6 +154,7 @@ def test_key_file_and_public_key_read_from_pkcs8_equal_cryptographys(algorithm: 
                                   serialization.NoEncryption())
         assert der.ec_spki_from_pkcs8(pkcs8) == key.public_key().public_bytes(*SPKI)
         assert der.pem(pkcs8, "PRIVATE KEY") == private_key_pem(key)
+        assert der.pem(der.ec_spki_from_pkcs8(pkcs8), "PUBLIC KEY") == public_key_pem(key)  # sa.pub
 
 
 def test_pkcs8_without_a_public_key_or_truncated_is_refused() -> None:

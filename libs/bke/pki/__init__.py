@@ -23,6 +23,7 @@ from .errors import (
     StoreConflict,
     StoreError,
     UnknownCertificate,
+    WorkerLost,
 )
 from .expiry import ExpiryRow, expiration_rows, select_renewals
 from .instances import FileRef, Instance, desired_instances, node_file_refs
@@ -63,6 +64,7 @@ __all__ = [
     "StoreConflict",
     "StoreError",
     "UnknownCertificate",
+    "WorkerLost",
     "Validity",
     "Verdict",
     "by_name",

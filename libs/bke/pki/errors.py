@@ -10,7 +10,8 @@
          └─ StoreError            a store's content is unusable (other cluster, bad manifest, ...)
     TemporaryError
      ├─ StoreConflict             someone else saved meanwhile: retry, the next run reuses it
-     └─ PkiNotReady               node files asked for before the PKI was ensured for that node
+     ├─ PkiNotReady               node files asked for before the PKI was ensured for that node
+     └─ WorkerLost                an issuance worker process died (killed, out of memory): retry
 
 No message ever contains key material: they name certificates and files only.
 """
@@ -27,6 +28,7 @@ __all__ = [
     "StoreConflict",
     "StoreError",
     "UnknownCertificate",
+    "WorkerLost",
 ]
 
 
@@ -59,4 +61,8 @@ class StoreError(PkiError):
 
 
 class StoreConflict(TemporaryError):
+    pass
+
+
+class WorkerLost(TemporaryError):
     pass

@@ -1,10 +1,15 @@
 """Issuance engine: keys and certificates for a list of instances, CAs first, in parallel.
 
 Why it looks like this: for a 5,000-node cluster the cost is key generation (RSA-2048: ~40 ms per
-key) plus one signature per certificate, so the engine (a) runs big batches in a process pool,
-(b) keeps per-certificate work to the unavoidable: leaves are assembled as DER around bytes
-encoded once per CA and usage (:mod:`bke.pki.der`), then one signature and one key serialisation,
-and (c) parses each CA once per worker process.
+key) plus one signature per certificate, so the engine
+
+(a) spreads big batches over ``procs`` processes (:mod:`bke.pki.workers`; from the CLI the
+    calling process is one of them) in guided chunks, so that all finish together;
+(b) has workers make key material ahead while the caller is still working out what to issue;
+(c) keeps per-certificate work to the unavoidable: leaves are assembled as DER around bytes
+    encoded once per CA and usage (:mod:`bke.pki.der`), then one signature and one key
+    serialisation, from which the public key is read as well;
+(d) parses each CA once per worker process.
 
 Work travels to workers as compact tuples; CA PEMs ride along with each chunk (a few KB) and are
 parsed once per process (``_SIGNERS``). Private keys cross only the parent/worker pipes of this

@@ -21,15 +21,11 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from ..errors import TemporaryError
+from .errors import WorkerLost
 
-__all__ = ["WorkerLost", "WorkerPool"]
+__all__ = ["WorkerPool"]
 
 _JOIN_SECONDS = 5.0
-
-
-class WorkerLost(TemporaryError):
-    """A worker process died (killed, out of memory) before answering: retry the whole call."""
 
 
 def _serve(conn: Connection, job: Callable[[Any], Any], warm_up: Callable[..., None], args: tuple) -> None:
