@@ -81,6 +81,16 @@ def test_keys_made_ahead_stop_when_work_arrives_and_are_used() -> None:
         assert len(issuance._AHEAD["ECDSA-P256"]) == 50 - len(items)  # taken from the keys ahead
         assert issued["sa"].cert.startswith(b"-----BEGIN PUBLIC KEY-----")
         assert cert_info(issued["ca"].cert).key_algorithm == "ECDSA-P256"
+        # A forked child starts with none of them: it would hand out the same keys.
+        _make_keys_ahead("ECDSA-P256", 5, until=lambda: False)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(write, str(len(issuance._AHEAD.get("ECDSA-P256", []))).encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert os.read(read, 16) == b"0"
+        os.close(read), os.close(write)
     finally:
         issuance._AHEAD.clear()
 

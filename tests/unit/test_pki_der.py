@@ -177,3 +177,8 @@ def test_pkcs8_without_a_public_key_or_truncated_is_refused() -> None:
     good = key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     with pytest.raises(ValueError):
         der.ec_spki_from_pkcs8(good[:60])
+
+
+def test_a_naive_time_is_utc_like_the_builders() -> None:
+    naive = datetime(2030, 1, 2, 3, 4, 5)
+    assert der.time(naive) == der.time(naive.replace(tzinfo=timezone.utc)) == b"\x17\x0d300102030405Z"

@@ -72,8 +72,9 @@ def integer(n: int) -> bytes:
 
 
 def time(dt: datetime) -> bytes:
-    """RFC 5280 4.1.2.5: UTCTime through 2049, GeneralizedTime after; whole seconds, UTC."""
-    dt = dt.astimezone(timezone.utc)
+    """RFC 5280 4.1.2.5: UTCTime through 2049, GeneralizedTime after; whole seconds, UTC
+    (a naive datetime is taken as UTC, as CertificateBuilder does)."""
+    dt = dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
     if 1950 <= dt.year < 2050:
         return tlv(_UTC_TIME, dt.strftime("%y%m%d%H%M%SZ").encode())
     return tlv(_GENERALIZED_TIME, dt.strftime("%Y%m%d%H%M%SZ").encode())

@@ -264,6 +264,10 @@ def _key_material(algorithm: str) -> _KeyMaterial:
     return key, pem, der.ec_spki_from_pkcs8(pkcs8)
 
 
+# A forked child must never inherit keys made ahead: two processes would hand out the same key.
+os.register_at_fork(after_in_child=_AHEAD.clear)
+
+
 def _make_keys_ahead(algorithm: str, cap: int, until: Callable[[], bool]) -> None:
     """A worker's warm-up: make up to ``cap`` keys until ``until()`` (checked every ~1 ms)."""
     keys = _AHEAD.setdefault(algorithm, [])
