@@ -136,7 +136,7 @@ def ensure_pki(plan: Plan, existing: Mapping[str, Material], now: datetime,
     """Decide and issue for ``plan``; ``previous`` (the stored manifest) refines changed_nodes."""
     options = (options or IssueOptions()).resolved()
     # A new cluster issues at least one certificate per node: start the worker pool right away so
-    # that forking overlaps the bookkeeping. Otherwise (re-runs) issue() decides after decide().
+    # that its workers make keys during the bookkeeping. Re-runs: issue() decides after decide().
     estimate = 0 if existing else len(plan.nodes) + 10
     with paused_gc(), worker_pool(options, estimate, plan.spec.config.certificates.key_algorithm) as pool:
         return _ensure(plan, existing, now, replace(options, pool=pool) if pool else options, previous)

@@ -44,7 +44,7 @@ __all__ = ["BACKDATE", "IssueOptions", "Validity", "issue", "paused_gc", "worker
 # Leaves and CAs start slightly in the past so that a node whose clock lags a little accepts them.
 BACKDATE = timedelta(minutes=5)
 _POOL_MIN_SECONDS = 0.05  # below this estimated CPU time a pool costs more than it saves
-_MIN_CHUNK_SECONDS = 0.005  # a chunk is this much work at least: it costs a pickled CA payload and a future
+_MIN_CHUNK_SECONDS = 0.005  # a chunk is this much work at least: each costs a pipe round trip
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,10 @@ class IssueOptions:
 
     ``pool``: a running :class:`WorkerPool` to use (``ensure_pki`` starts one before its
     bookkeeping). Without it a pool is made per call when the work pays for it: forked if this
-    process has a single thread (the CLI), else
-    from a fork server, because forking a threaded process (an asyncio service calling us from
-    a worker thread) can copy locks held by other threads. Like any non-fork start method, the
-    fork server needs the program's main module to be import-safe (``if __name__ == "__main__"``).
+    process has a single thread (the CLI), else from a fork server, because forking a threaded
+    process (an asyncio service calling us from a worker thread) can copy locks held by other
+    threads. Like any non-fork start method, the fork server needs the program's main module to
+    be import-safe (``if __name__ == "__main__"``).
 
     ``in_caller``: this process signs too, beside ``procs - 1`` workers. Default: when it runs a
     single thread (the CLI); an asyncio service keeps its thread free and uses ``procs`` workers.
@@ -122,9 +122,9 @@ def issue(instances: Sequence[Instance], cas: Mapping[str, Material], validity: 
     """Issue every instance given (CA rows first), signing leaves with ``cas`` or new CAs.
 
     ``cas`` maps CA instance ids to existing CA material (with key). Returns id -> Material.
-    Callers do their own bookkeeping *before* calling this, not while the pool works: this
-    process then only waits, so its threads that feed the pool and collect results are never
-    starved of the GIL (they were, by ~20 ms at 5,000 nodes, when bookkeeping ran meanwhile).
+    Callers that start the pool themselves (:func:`worker_pool`) do their bookkeeping before
+    calling this: the workers make keys meanwhile, and once issuing starts this process's time
+    goes to signing and to keeping the workers supplied, not to anything else.
     """
     options = (options or IssueOptions()).resolved()
     first = [_item(i) for i in instances if i.spec.kind in ("ca", "keypair")]
