@@ -19,7 +19,7 @@ from tests.unit.test_pki_support import NOW, openssl, plan_of
 
 from bke.pki import CaIntegrityError, IssueOptions, cert_info, desired_instances, ensure_pki
 from bke.pki import issuance
-from bke.pki.issuance import Validity, _issue_job, _make_keys_ahead, issue
+from bke.pki.issuance import Validity, _issue_job, _make_keys_ahead, issue, start_fork_server
 from bke.pki import WorkerLost
 from bke.pki.workers import WorkerPool
 from bke.spec.synth import synth_spec_text
@@ -46,6 +46,8 @@ def test_a_threaded_caller_uses_a_fork_server_pool_and_stays_out_of_the_signing(
     helper = threading.Thread(target=stop.wait)  # a second thread, as in an asyncio service
     helper.start()
     try:
+        start_fork_server()  # what the certs service does at start-up (idempotent)
+        start_fork_server()
         options = IssueOptions(procs=2).resolved()
         assert (options.start_method, options.in_caller) == ("forkserver", False)
         out["r"] = ensure_pki(PLAN, {}, NOW, IssueOptions(procs=2))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -39,7 +40,7 @@ from .keys import KEYGEN_SECONDS, PrivateKey, generate_key, load_private_key, si
 from .material import Material
 from .workers import WorkerPool
 
-__all__ = ["BACKDATE", "IssueOptions", "Validity", "issue", "paused_gc", "worker_pool"]
+__all__ = ["BACKDATE", "IssueOptions", "Validity", "issue", "paused_gc", "start_fork_server", "worker_pool"]
 
 # Leaves and CAs start slightly in the past so that a node whose clock lags a little accepts them.
 BACKDATE = timedelta(minutes=5)
@@ -115,6 +116,14 @@ def worker_pool(options: IssueOptions, items: int, algorithm: str) -> Iterator[W
     ahead = items // options.procs
     with WorkerPool(workers, ctx, _issue_job, _make_keys_ahead, (algorithm, ahead)) as pool:
         yield pool
+
+
+def start_fork_server() -> None:
+    """Start the fork server a threaded caller's pools come from, now rather than at the first
+    big issuance (it imports cryptography and the PKI code: about 2 s). For long-lived services;
+    the program's main module must be import-safe, as for any fork server."""
+    multiprocessing.get_context("forkserver").set_forkserver_preload([__name__])
+    multiprocessing.forkserver.ensure_running()
 
 
 def issue(instances: Sequence[Instance], cas: Mapping[str, Material], validity: Validity,

@@ -1,6 +1,7 @@
-"""Certs wiring: broker, Redis, the operator key, three subscribers. No logic here."""
+"""Certs wiring: broker, Redis, the operator key, three subscribers, the fork server. No logic here."""
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timezone
 
 from redis.asyncio import Redis
@@ -8,6 +9,7 @@ from redis.asyncio import Redis
 from bke.bus.service import Service, make_service
 from bke.contracts import PLAN_CREATED
 from bke.contracts.certs import RENEW_REQUESTED
+from bke.pki.issuance import start_fork_server
 from bke.secrets import box_from_env
 
 from .handlers import CertsHandlers
@@ -26,4 +28,10 @@ def create_service(settings: CertsSettings | None = None) -> Service:
     svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "certs-plans", h.on_plan, batch_size=4)
     svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "certs-agents", h.on_registered, workers=8)
     svc.work_subscriber(RENEW_REQUESTED, "BKE_COMMANDS", "certs-renew", h.on_renew, batch_size=4)
+
+    async def fork_server() -> None:
+        # In the background: the first big cluster then finds its worker processes' parent ready.
+        threading.Thread(target=start_fork_server, name="certs-fork-server", daemon=True).start()
+
+    svc.after_start.append(fork_server)
     return svc
