@@ -1,7 +1,8 @@
 """The issuance worker pool as the services and the CLI use it: real processes, real pipes.
 
-* a threaded caller (an asyncio service) gets a fork-server pool and does not sign itself;
-* a single-threaded caller (the CLI) forks, signs beside its workers, and keys made ahead are used;
+* a threaded caller (an asyncio service) gets a fork-server pool, and signs beside its workers
+  unless told not to;
+* a single-threaded caller (the CLI) forks and signs beside its workers; keys made ahead are used;
 * a job's typed error comes back as itself; a worker that dies is a WorkerLost (retry), not a hang.
 """
 from __future__ import annotations
@@ -37,7 +38,8 @@ def _check(result, tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-def test_a_threaded_caller_uses_a_fork_server_pool_and_stays_out_of_the_signing(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("in_caller", [False, True])
+def test_a_threaded_caller_uses_a_fork_server_pool(in_caller: bool, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     in_process: list[int] = []
     real = issuance._issue_items
     monkeypatch.setattr(issuance, "_issue_items", lambda job: (in_process.append(len(job[2])), real(job))[1])
@@ -48,15 +50,16 @@ def test_a_threaded_caller_uses_a_fork_server_pool_and_stays_out_of_the_signing(
     try:
         start_fork_server()  # what the certs service does at start-up (idempotent)
         start_fork_server()
-        options = IssueOptions(procs=2).resolved()
-        assert (options.start_method, options.in_caller) == ("forkserver", False)
-        out["r"] = ensure_pki(PLAN, {}, NOW, IssueOptions(procs=2))
+        assert IssueOptions(procs=2).resolved().start_method == "forkserver"
+        out["r"] = ensure_pki(PLAN, {}, NOW, IssueOptions(procs=2, in_caller=in_caller))
     finally:
         stop.set()
         helper.join()
-    # Only the few CAs ran here (a handful of keys is not worth a round trip); every leaf ran in
-    # the workers, which come from the fork server and so do not count into this list.
-    assert sum(in_process) <= 5
+    # The workers come from the fork server, so their chunks do not count into this list.
+    if in_caller:
+        assert sum(in_process) > 10  # this thread signed leaves too, not only the CAs
+    else:
+        assert sum(in_process) <= 5  # only the handful of CAs (not worth a round trip)
     _check(out["r"], tmp_path)
 
 

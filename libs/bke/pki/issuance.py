@@ -50,7 +50,7 @@ _MIN_CHUNK_SECONDS = 0.005  # a chunk is this much work at least: each costs a p
 
 @dataclass(frozen=True)
 class IssueOptions:
-    """How to spend CPU: ``procs`` processes sign, this one included when ``in_caller``.
+    """How to spend CPU: ``procs`` processes sign, this one included (``in_caller``).
 
     ``pool``: a running :class:`WorkerPool` to use (``ensure_pki`` starts one before its
     bookkeeping). Without it a pool is made per call when the work pays for it: forked if this
@@ -59,20 +59,22 @@ class IssueOptions:
     threads. Like any non-fork start method, the fork server needs the program's main module to
     be import-safe (``if __name__ == "__main__"``).
 
-    ``in_caller``: this process signs too, beside ``procs - 1`` workers. Default: when it runs a
-    single thread (the CLI); an asyncio service keeps its thread free and uses ``procs`` workers.
+    ``in_caller``: the calling thread signs too, beside ``procs - 1`` workers, as the floor of
+    ``bench/certs.py`` has ``procs`` processes signing. From an asyncio service (the call runs in
+    a worker thread) the event loop then shares the GIL with it for the duration, getting it back
+    at least every switch interval (5 ms); ``False`` keeps the caller out and uses ``procs``
+    workers (measured at 5,000 ECDSA nodes on 2 cores: about 10% slower).
     """
 
     procs: int = os.cpu_count() or 1
     start_method: str | None = None  # None: "fork" if single-threaded, else "forkserver"
     pool: WorkerPool | None = None
-    in_caller: bool | None = None
+    in_caller: bool = True
 
     def resolved(self) -> IssueOptions:
-        """Defaults decided now, before a pool's threads change the thread count."""
+        """The start method decided now, before a pool's threads change the thread count."""
         single = threading.active_count() == 1
-        return replace(self, start_method=self.start_method or ("fork" if single else "forkserver"),
-                       in_caller=single if self.in_caller is None else self.in_caller)
+        return replace(self, start_method=self.start_method or ("fork" if single else "forkserver"))
 
 
 @dataclass(frozen=True)
