@@ -1,6 +1,7 @@
 """The dispatcher alone on real NATS + Redis: two replicas, a fleet of null agents, leases."""
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 
 import pytest
@@ -92,3 +93,41 @@ async def test_a_result_before_its_send_record_is_kept_for_later(redis_url, redi
         assert await st.finish_command("c", "etcd", "n1", "c/etcd/n1/1", 1, "Succeeded", "", "", "t") == -1
     finally:
         await r.aclose()
+
+
+async def test_malformed_agent_messages_are_dead_lettered_at_once_and_the_queue_goes_on(
+        nats_url, redis_url, redis_client, nats_client):
+    """Bytes that are no message of the contract: kept raw in the dead-letter stream with the
+    reason, acked (never redelivered), and the next good message is handled."""
+    import base64
+
+    from bke.contracts import DeadLettered
+    from bke.contracts.agent import AgentRegistered, agent_subject
+
+    js = nats_client.jetstream()
+    await ensure_streams(js)
+    svc = create_service(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner="dl", mode="lab", health_interval_s=0))
+    await svc.start()
+    try:
+        async with EventWatch(nats_client, ["bke.v1.deadletter.dispatcher"]) as watch:
+            bad_result = b'{"commandId": "x", "status": "Maybe"}'
+            await js.publish(agent_subject("dl", "n1", "result"), bad_result)
+            await js.publish(agent_subject("dl", "n1", "registered"), b"\xff not json")
+            got = [await watch.wait_for(lambda e: e.data["payloadB64"] == base64.b64encode(bad_result).decode(), timeout=15),
+                   await watch.wait_for(lambda e: e.data["subject"].endswith(".registered"), timeout=15)]
+            for ev in got:
+                dl = DeadLettered.model_validate(ev.data)
+                assert dl.service == "dispatcher" and dl.deliveries == 1 and dl.reason.startswith("MalformedMessage: malformed")
+            assert base64.b64decode(got[1].data["payloadB64"]) == b"\xff not json"
+            good = AgentRegistered(cluster="dl", node="n1", agent_id="a", seal_public_key_b64="AAAA", backend="lab",
+                                   version="1", at=datetime.now(timezone.utc).isoformat())
+            await js.publish(agent_subject("dl", "n1", "registered"), good.to_bytes())
+            state = DispatcherState(Redis.from_url(redis_url))
+            deadline = asyncio.get_running_loop().time() + 15
+            while not await state.agents("dl") and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)  # polling with a deadline: the handler has no event to wait on
+            assert (await state.agents("dl"))["n1"]["agentId"] == "a"
+            await state.r.aclose()
+        assert len(watch.seen) == 2  # each malformed message once: acked, not redelivered
+    finally:
+        await svc.stop()

@@ -1,9 +1,11 @@
 """How a service settles one JetStream delivery, by the error it got (see bke.errors).
 
 Nothing is lost and nothing blocks the queue: success acks; a TemporaryError nacks with
-its delay; a PermanentError has already been answered by the handler (a *.rejected event)
-and acks; anything else nacks with exponential backoff, and after the consumer's maximum
-deliveries the raw message goes to `bke.v1.deadletter.<service>` and is acked.
+its delay; a MalformedMessage (bytes that are no message of the contract, so there is no one to
+answer) goes to `bke.v1.deadletter.<service>` at once and acks; any other PermanentError has
+already been answered by the handler (a *.rejected / *.failed event) and acks; anything else
+nacks with exponential backoff, and after the consumer's maximum deliveries the raw message goes
+to the dead-letter subject too and is acked.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Awaitable, Callable
 from faststream.nats import NatsBroker, NatsMessage
 
 from ..contracts import DEADLETTER, DeadLettered
-from ..errors import PermanentError, TemporaryError
+from ..errors import MalformedMessage, PermanentError, TemporaryError
 
 __all__ = ["settle", "backoff_delay"]
 
@@ -46,6 +48,11 @@ async def settle(
         log.warning("retry later: %s", exc, extra={"subject": subject, "delivery": n})
         await msg.nack(delay=exc.delay)
         return
+    except MalformedMessage as exc:
+        log.error("malformed message dead-lettered: %s", str(exc)[:500], extra={"subject": subject})
+        await _dead_letter(broker, service, subject, n, exc, msg.body)
+        await msg.ack()
+        return
     except PermanentError as exc:
         log.info("refused: %s", exc, extra={"subject": subject})
         await msg.ack()
@@ -53,17 +60,22 @@ async def settle(
     except Exception as exc:  # noqa: BLE001 - the point is to never lose or wedge a message
         if n >= max_deliver:
             log.error("giving up after %d deliveries: %r", n, exc, extra={"subject": subject})
-            event = DeadLettered(
-                subject=subject,
-                service=service,
-                deliveries=n,
-                reason=f"{type(exc).__name__}: {exc}"[:2000],
-                payload_b64=base64.b64encode(msg.body).decode(),
-            )
-            await broker.publish(event.to_bytes(), f"{DEADLETTER}.{service}", stream="BKE_DEADLETTER")
+            await _dead_letter(broker, service, subject, n, exc, msg.body)
             await msg.ack()
         else:
             log.exception("delivery %d failed; will retry", n, extra={"subject": subject})
             await msg.nack(delay=backoff_delay(n))
         return
     await msg.ack()
+
+
+async def _dead_letter(broker: NatsBroker, service: str, subject: str, deliveries: int, exc: BaseException,
+                       body: bytes) -> None:
+    event = DeadLettered(
+        subject=subject,
+        service=service,
+        deliveries=deliveries,
+        reason=f"{type(exc).__name__}: {exc}"[:2000],
+        payload_b64=base64.b64encode(body).decode(),
+    )
+    await broker.publish(event.to_bytes(), f"{DEADLETTER}.{service}", stream="BKE_DEADLETTER")

@@ -1,4 +1,5 @@
-"""What a service publishes when it gives up on a message, so nothing is lost silently."""
+"""What a service publishes when it gives up on a message (malformed, or failing after its
+maximum deliveries), so nothing is lost silently: the raw bytes travel along."""
 from __future__ import annotations
 
 from .base import Message

@@ -76,6 +76,6 @@ CHANNELS: tuple[Channel, ...] = (
     Channel("bke.v1.agent.{cluster}.{node}.result", CommandResult, "event", "The agent ran (or replayed) a command.", ("agent",), ("dispatcher",)),
     Channel("bke.v1.agent.{cluster}.{node}.registered", AgentRegistered, "event", "An agent started and announces its public keys.", ("agent",), ("dispatcher", "certs")),
     Channel("bke.v1.heartbeat.{cluster}.{node}", AgentHeartbeat, "event", "Agent liveness (core NATS, not stored).", ("agent",), ("dispatcher",)),
-    Channel(DEADLETTER + ".{service}", DeadLettered, "event", "A message a service gave up on after its maximum deliveries.", ("planner", "certs", "renderer", "dispatcher"), ()),
+    Channel(DEADLETTER + ".{service}", DeadLettered, "event", "A message a service gave up on: malformed (at once) or still failing after its maximum deliveries.", ("planner", "certs", "renderer", "dispatcher"), ()),
 )
 

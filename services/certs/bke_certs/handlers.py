@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from bke.contracts import PlanCreated
 from bke.contracts.agent import AgentRegistered
 from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CertRenewed, CertsFailed, CertsIssued, RenewRequested
-from bke.errors import PermanentError, TemporaryError
+from bke.errors import MalformedMessage, PermanentError, TemporaryError
 from bke.pki.errors import PkiError
 from bke.secrets import SecretBox
 from bke.state import PlanCache
@@ -59,7 +59,7 @@ class CertsHandlers:
         try:
             ev = PlanCreated.model_validate_json(body)
         except ValidationError as exc:
-            raise PermanentError(f"malformed plan event: {exc}") from exc
+            raise MalformedMessage(f"malformed plan event: {exc}") from exc
         plan = await self.plans.load(ev.cluster)
         try:
             report = await ensure_cluster_certs(plan, self.store, self.now(), self.box_factory())
@@ -90,7 +90,7 @@ class CertsHandlers:
         try:
             reg = AgentRegistered.model_validate_json(body)
         except ValidationError as exc:
-            raise PermanentError(f"malformed registration: {exc}") from exc
+            raise MalformedMessage(f"malformed registration: {exc}") from exc
         await self.redis.hset(self._agents_key(reg.cluster), reg.node, reg.model_dump_json(by_alias=True))
         if await self.redis.exists(pki_keys(reg.cluster)["manifest"]) and await self.redis.exists(plan_key(reg.cluster)):
             await self._seal_node(reg)
@@ -131,7 +131,7 @@ class CertsHandlers:
         try:
             req = RenewRequested.model_validate_json(body)
         except ValidationError as exc:
-            raise PermanentError(f"malformed renew request: {exc}") from exc
+            raise MalformedMessage(f"malformed renew request: {exc}") from exc
         renewed = await renew_expiring(req.cluster, self.store, self.now(), timedelta(days=req.within_days), self.box_factory())
         nodes = sorted({n for r in renewed for n in r.nodes})
         if nodes:

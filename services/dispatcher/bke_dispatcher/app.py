@@ -9,7 +9,7 @@ from redis.asyncio import Redis
 from bke.bus.service import Service, make_service
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.install import RETRY_REQUESTED
-from bke.errors import PermanentError
+from bke.errors import MalformedMessage
 from bke.state import PlanCache
 from bke.state.keys import cluster_key
 from bke.state.nodefiles import RedisNodeFiles
@@ -59,7 +59,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         try:
             ev = PlanCreated.model_validate_json(body)
         except ValueError as exc:
-            raise PermanentError(f"malformed plan event: {exc}") from exc
+            raise MalformedMessage(f"malformed plan event: {exc}") from exc
         plan = await plans.load(ev.cluster)
         if await state.start_install(ev.cluster, ev.request_id, _now().isoformat()):
             await engine.set_total(ev.cluster, plan)

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from bke.contracts.agent import AgentRegistered, CommandResult
 from bke.contracts.install import NodeStepChanged, RetryRequested, install_subject
-from bke.errors import PermanentError, TemporaryError
+from bke.errors import MalformedMessage, TemporaryError
 
 from .engine import parse_command_id
 from .phases import PHASES
@@ -52,7 +52,7 @@ class Inputs:
             res = CommandResult.model_validate_json(body)
             cluster, slug, node, gen = parse_command_id(res.command_id)
         except (ValidationError, ValueError) as exc:
-            raise PermanentError(f"malformed command result: {exc}") from exc
+            raise MalformedMessage(f"malformed command result: {exc}") from exc
         if slug.startswith("health@"):
             await self.on_health(res)
             return
@@ -78,7 +78,7 @@ class Inputs:
         try:
             reg = AgentRegistered.model_validate_json(body)
         except ValidationError as exc:
-            raise PermanentError(f"malformed registration: {exc}") from exc
+            raise MalformedMessage(f"malformed registration: {exc}") from exc
         await self.state.register_agent(reg.cluster, reg.node, reg.model_dump_json(by_alias=True))
         self.kick(reg.cluster)
 
@@ -86,7 +86,7 @@ class Inputs:
         try:
             req = RetryRequested.model_validate_json(body)
         except ValidationError as exc:
-            raise PermanentError(f"malformed retry request: {exc}") from exc
+            raise MalformedMessage(f"malformed retry request: {exc}") from exc
         c = req.cluster
         failed_phase = None
         for phase in PHASES:

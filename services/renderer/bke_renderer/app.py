@@ -7,7 +7,7 @@ from redis.asyncio import Redis
 from bke.bus.service import Service, make_service
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
-from bke.errors import PermanentError
+from bke.errors import MalformedMessage, PermanentError
 from bke.render import preload_templates
 from bke.render.errors import RenderError
 from bke.state import RedisPlanStore
@@ -31,7 +31,7 @@ def create_service(settings: RendererSettings | None = None) -> Service:
         try:
             ev = PlanCreated.model_validate_json(body)
         except ValidationError as exc:
-            raise PermanentError(f"malformed plan event: {exc}") from exc
+            raise MalformedMessage(f"malformed plan event: {exc}") from exc
         plan = await plans.load(ev.cluster)
         try:
             report = await ensure_rendered(plan, store)
