@@ -14,7 +14,9 @@ finds the stored result and answers it again (`replayed=True`) without running a
 The executions log is what tests and the lab count to prove that no completed command ran
 twice: a command id appears in it at most once. It is appended after the result is stored,
 so a crash between the two loses one line rather than ever showing a replay as a run.
-Results older than `keep_days` (longer than the stream keeps commands) are pruned.
+Results older than `keep_days` (longer than the stream keeps commands) are pruned. The log
+rotates once it would pass `max_log_bytes` (to `executions.jsonl.1`, replacing the older one):
+periodic health checks run commands for as long as the node lives, so it must not grow forever.
 """
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ __all__ = [
 
 RESULTS_DIR = "results"
 EXECUTIONS_FILE = "executions.jsonl"
+ROTATED_SUFFIX = ".1"
+MAX_LOG_BYTES = 16 * 1024 * 1024  # ~40,000 executions per generation; two generations on disk
 PRUNE_EVERY = 500  # puts between two prunes
 log = logging.getLogger("bke.agent.journal")
 
@@ -96,8 +100,10 @@ class MemoryJournal:
 class DiskJournal:
     """The real agent's journal under its state directory (see the module docstring)."""
 
-    def __init__(self, state_dir: Path, *, fsync: bool = True, keep_days: float = 8.0) -> None:
+    def __init__(self, state_dir: Path, *, fsync: bool = True, keep_days: float = 8.0,
+                 max_log_bytes: int = MAX_LOG_BYTES) -> None:
         self.state_dir = state_dir
+        self.max_log_bytes = max_log_bytes
         self.results_dir = state_dir / RESULTS_DIR
         self.results_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.fsync = fsync
@@ -133,7 +139,12 @@ class DiskJournal:
 
     def record_execution(self, record: ExecutionRecord) -> None:
         line = json.dumps(asdict(record), separators=(",", ":")) + "\n"
-        fd = os.open(self.state_dir / EXECUTIONS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        path = self.state_dir / EXECUTIONS_FILE
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        if os.fstat(fd).st_size + len(line) > self.max_log_bytes > 0:
+            os.close(fd)
+            os.replace(path, path.with_name(EXECUTIONS_FILE + ROTATED_SUFFIX))
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             os.write(fd, line.encode())  # one write of one line with O_APPEND: never interleaved
             if self.fsync:
@@ -156,12 +167,16 @@ class DiskJournal:
 
 
 def read_executions(state_dir: Path) -> list[ExecutionRecord]:
-    """Every line of `<state>/executions.jsonl` (none if the agent never ran a command)."""
-    try:
-        text = (state_dir / EXECUTIONS_FILE).read_text()
-    except FileNotFoundError:
-        return []
-    return [ExecutionRecord(**json.loads(line)) for line in text.splitlines() if line.strip()]
+    """Every line of the executions log, the rotated generation first (none if the agent never
+    ran a command)."""
+    out = []
+    for name in (EXECUTIONS_FILE + ROTATED_SUFFIX, EXECUTIONS_FILE):
+        try:
+            text = (state_dir / name).read_text()
+        except FileNotFoundError:
+            continue
+        out += [ExecutionRecord(**json.loads(line)) for line in text.splitlines() if line.strip()]
+    return out
 
 
 def execution_counts(state_dir: Path) -> Counter[str]:

@@ -99,3 +99,17 @@ def test_unreadable_result_is_moved_aside(tmp_path: Path) -> None:
     j._path("c").write_bytes(b"{not json")
     assert j.get("c") is None  # run again rather than block the node's queue
     assert j._path("c").with_suffix(".corrupt").exists() and not j._path("c").exists()
+
+
+def test_executions_log_rotates_and_stays_bounded(tmp_path: Path) -> None:
+    j = DiskJournal(tmp_path, fsync=False, max_log_bytes=2000)
+    for i in range(100):
+        j.record_execution(ExecutionRecord(f"c/etcd/n{i}/1", "etcd", "c", f"n{i}", "Succeeded", "t0", "t1", "agent"))
+    current, rotated = tmp_path / "executions.jsonl", tmp_path / "executions.jsonl.1"
+    assert rotated.exists() and current.stat().st_size <= 2000 and rotated.stat().st_size <= 2000
+    seen = read_executions(tmp_path)
+    # the two newest generations, oldest first, each line whole; the rest is gone
+    assert 0 < len(seen) < 100 and seen[-1].commandId == "c/etcd/n99/1"
+    numbers = [int(r.node[1:]) for r in seen]
+    assert numbers == list(range(numbers[0], 100))
+    assert set(execution_counts(tmp_path).values()) == {1}
