@@ -68,7 +68,7 @@ def bootstrap(
     print_installer: bool = typer.Option(False, "--print-installer", help="print a one-line installer per node"),
     concurrency: int = typer.Option(20, "--concurrency", min=1, max=1000, help="nodes bootstrapped at once"),
     wheel: Path | None = typer.Option(None, "--wheel", help="BKE wheel to install (default: built now from this checkout)"),
-    requirements: Path | None = typer.Option(None, "--requirements", help="pinned requirements (default: the checkout's)"),
+    requirements: Path | None = typer.Option(None, "--requirements", help="pinned requirements (default: the checkout's requirements-agent.txt)"),
     remote_python: str = typer.Option("python3", "--remote-python", help="Python 3.11 interpreter on the nodes"),
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="result as table or json"),
 ) -> None:
@@ -139,7 +139,7 @@ def _requirements(path: Path | None) -> Path:
         root = project_root()
         if root is None:
             die("not running from a source checkout: pass --requirements FILE and --wheel FILE", EXIT_INVALID)
-        path = root / "requirements.txt"
+        path = root / "requirements-agent.txt"  # the agent's own set, not the services' and tests'
     if not path.is_file():
         die(f"{path}: no such file", EXIT_INVALID)
     return path

@@ -31,7 +31,7 @@ def test_print_installer_one_comment_and_one_line_per_node(capsys):
     code, out, _ = run(capsys, "--print-installer", "--nodes", "node1")
     assert code == 0
     comment, line = out.splitlines()
-    assert comment.startswith("# node node1 (cluster seed): as root") and "requirements.txt" in comment
+    assert comment.startswith("# node node1 (cluster seed): as root") and "requirements-agent.txt" in comment  # the agent's own set
     assert line.startswith("(umask 077 && ") and "BKE_AGENT_NODE=node1" in line and "master1" not in line
     assert shlex.split(line)  # balanced quoting
 
