@@ -4,6 +4,7 @@ command run twice (counted from the agents' own execution logs)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -66,6 +67,16 @@ async def test_split_etcd_install_files_and_real_etcd(lab_factory):
         await asyncio.to_thread(wait_etcd_healthy, url, ca, cert, key, 30)
         assert await asyncio.to_thread(etcd_put_get, url, ca, cert, key, f"/e2e/{url}", "ok") == "ok"
     assert_ran_once(lab)
+
+    # every line the services and agents wrote is one JSON object, FastStream's own included
+    logs = sorted((lab.workdir / "logs").glob("*.log"))
+    assert {p.stem for p in logs} >= {"planner", "certs", "renderer", "dispatcher", "agent-m1"}
+    for path in logs:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        assert lines, path
+        for line in lines:
+            assert json.loads(line)["service"], f"{path.name}: not a JSON log line: {line[:120]!r}"
+    assert any("FastStream app started" in line for line in (lab.workdir / "logs" / "certs.log").read_text().splitlines())
 
 
 async def test_seed_install_with_dispatcher_killed_in_the_etcd_phase(lab_factory):

@@ -107,9 +107,12 @@ class Service:
 
 def make_service(name: str, settings: ServiceSettings) -> Service:
     logging.getLogger().setLevel(settings.log_level)
-    # FastStream's own per-message lines go to DEBUG: our handlers log what matters.
-    broker = NatsBroker(settings.nats_url, log_level=logging.DEBUG, graceful_timeout=10.0)
-    app = FastStream(broker)
+    # FastStream's own lines go through loggers of ours, so that they reach the root handler and
+    # come out as JSON like every other line (its default loggers write coloured text to stdout).
+    # Its per-message lines go to DEBUG: our handlers log what matters.
+    broker = NatsBroker(settings.nats_url, logger=logging.getLogger(f"bke.{name}.faststream.broker"),
+                        log_level=logging.DEBUG, graceful_timeout=10.0)
+    app = FastStream(broker, logger=logging.getLogger(f"bke.{name}.faststream"))
     svc = Service(name=name, settings=settings, broker=broker, app=app)
 
     @app.on_startup
