@@ -43,7 +43,12 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     CERTS_FAILED,
     MANIFESTS_RENDERED,
     RENDER_FAILED,
-    "bke.v1.install.>",
+    # Phase changes and the end of an install are kept. Per-node step changes (15,000 at 5,000
+    # nodes) are not: they are live progress for whoever listens (the CLI, a dashboard), the
+    # dispatcher's Redis state holds every node's status, and storing them doubled the writes
+    # JetStream makes during an install.
+    "bke.v1.install.*.phase",
+    "bke.v1.install.*.finished",
 )
 AGENT_SUBJECTS: tuple[str, ...] = ("bke.v1.agent.>",)
 
@@ -69,7 +74,7 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(MANIFESTS_RENDERED, ManifestsRendered, "event", "Every node's files are rendered, validated and stored.", ("renderer",), ("dispatcher",)),
     Channel(RENDER_FAILED, RenderFailed, "event", "Rendering a plan failed (unsupported version, refused flag, invalid output).", ("renderer",), ("cli",)),
     Channel("bke.v1.install.{cluster}.phase", PhaseChanged, "event", "An install phase changed status.", ("dispatcher",), ("cli",)),
-    Channel("bke.v1.install.{cluster}.node", NodeStepChanged, "event", "A node's command in a phase changed status.", ("dispatcher",), ("cli",)),
+    Channel("bke.v1.install.{cluster}.node", NodeStepChanged, "event", "A node's command in a phase changed status (live only: not kept in a stream; Redis holds every node's status).", ("dispatcher",), ("cli",)),
     Channel("bke.v1.install.{cluster}.finished", InstallFinished, "event", "The install succeeded or failed (phase, node, reason).", ("dispatcher",), ("cli",)),
     Channel(RETRY_REQUESTED, RetryRequested, "command", "Retry the failed phase of an install (some or all failed nodes).", ("cli",), ("dispatcher",)),
     Channel("bke.v1.agent.{cluster}.{node}.command", AgentCommand, "command", "Steps for one node's agent; secret files sealed to that agent.", ("dispatcher",), ("agent",)),
