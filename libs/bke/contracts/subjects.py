@@ -43,7 +43,7 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     CERTS_FAILED,
     MANIFESTS_RENDERED,
     RENDER_FAILED,
-    # Phase changes and the end of an install are kept. Per-node step changes (15,000 at 5,000
+    # Phase changes and the end of an install are kept. Per-node step changes (~30,000 at 5,000
     # nodes) are not: they are live progress for whoever listens (the CLI, a dashboard), the
     # dispatcher's Redis state holds every node's status, and storing them doubled the writes
     # JetStream makes during an install.
