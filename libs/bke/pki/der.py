@@ -12,8 +12,9 @@ identical to CertificateBuilder's (and, RSA signatures being deterministic, the 
 certificate and its PEM), across every key algorithm; openssl verifies the results elsewhere.
 
 Deliberately not like CertificateBuilder in one way: no 64-character cap on the CN. RFC 5280's
-upper bound is advisory in practice (Go's x509, hence kubeadm, ignores it, as does every TLS
-stack), and ``system:node:<hostname>`` exceeds 64 for DNS-valid hostnames of 53+ characters.
+upper bound is not enforced in practice (Go's x509, hence kubeadm, writes longer CNs, and
+OpenSSL verifies them; a test checks that), and ``system:node:<hostname>`` exceeds 64 characters
+for DNS-valid hostnames of 53 or more.
 Only a small DER subset is written here: what X.509 leaves need (RFC 5280 section 4.1).
 """
 from __future__ import annotations
