@@ -18,10 +18,8 @@ import pytest
 
 from tests.unit.test_pki_support import NOW, openssl, plan_of
 
-from bke.pki import CaIntegrityError, IssueOptions, cert_info, desired_instances, ensure_pki
-from bke.pki import issuance
+from bke.pki import CaIntegrityError, IssueOptions, WorkerLost, cert_info, desired_instances, ensure_pki, issuance
 from bke.pki.issuance import Validity, _issue_job, _make_keys_ahead, issue, start_fork_server
-from bke.pki import WorkerLost
 from bke.pki.workers import WorkerPool
 from bke.spec.synth import synth_spec_text
 
