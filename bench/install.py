@@ -171,7 +171,11 @@ async def main(sizes: list[int]) -> int:
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"bke-bench-{n}-") as d:
             inst = await run_install(n, Path(d) / "install")
+            # The install leaves many dirty pages (JetStream's file store, thousands of consumers):
+            # written back while the floor runs, they slowed it 2-5x and flattered the ratio.
+            os.sync()
             floor = await run_floor(n, inst["commands"], Path(d) / "floor")
+        os.sync()  # likewise for the next size: each starts on a settled disk
         rows.append((n, inst, floor))
         print(
             f"N={n:>5}  install {inst['total']:7.1f} s ({inst['status']}; agent set-up {inst['setup']:5.1f} s, "
