@@ -106,17 +106,21 @@ def name(cn: str, o: Iterable[str] = ()) -> bytes:
 
 def extension(ext_oid: str, critical: bool, value_der: bytes) -> bytes:
     """Extension ::= SEQUENCE { extnID, critical BOOLEAN DEFAULT FALSE, extnValue OCTET STRING }."""
-    return tlv(_SEQUENCE, oid(ext_oid) + (_CRITICAL if critical else b"") + tlv(_OCTET_STRING, value_der))
+    return _extension(oid(ext_oid), critical, value_der)
 
 
-_SAN_OID = oid("2.5.29.17")  # subjectAltName, non-critical
+def _extension(oid_der: bytes, critical: bool, value_der: bytes) -> bytes:
+    return tlv(_SEQUENCE, oid_der + (_CRITICAL if critical else b"") + tlv(_OCTET_STRING, value_der))
+
+
+_SAN_OID = oid("2.5.29.17")  # subjectAltName: encoded once, SANs are per certificate
 
 
 def san(dns: Sequence[str], ips: Sequence[str]) -> bytes:
     """The subjectAltName extension: DNS names (A-labels, ASCII only) then IP addresses."""
     names = b"".join([*(tlv(_SAN_DNS, d.encode("ascii")) for d in dns),
                       *(tlv(_SAN_IP, ip_address(i).packed) for i in ips)])
-    return tlv(_SEQUENCE, _SAN_OID + tlv(_OCTET_STRING, tlv(_SEQUENCE, names)))
+    return _extension(_SAN_OID, False, tlv(_SEQUENCE, names))
 
 
 def pem(der: bytes, label: str = "CERTIFICATE") -> bytes:

@@ -134,7 +134,7 @@ def _changed_nodes(files: Mapping[str, Sequence[FileRef]], changed: frozenset[st
 def ensure_pki(plan: Plan, existing: Mapping[str, Material], now: datetime,
                options: IssueOptions | None = None, previous: Manifest | None = None) -> EnsureResult:
     """Decide and issue for ``plan``; ``previous`` (the stored manifest) refines changed_nodes."""
-    options = (options or IssueOptions()).resolved()
+    options = options or IssueOptions()
     # A new cluster issues at least one certificate per node: start the worker pool right away so
     # that its workers make keys during the bookkeeping. Re-runs: issue() decides after decide().
     estimate = 0 if existing else len(plan.nodes) + 10

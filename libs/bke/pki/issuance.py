@@ -63,7 +63,7 @@ class IssueOptions:
     ``bench/certs.py`` has ``procs`` processes signing. From an asyncio service (the call runs in
     a worker thread) the event loop then shares the GIL with it for the duration, getting it back
     at least every switch interval (5 ms); ``False`` keeps the caller out and uses ``procs``
-    workers (measured at 5,000 ECDSA nodes on 2 cores: about 10% slower).
+    workers (measured at 5,000 ECDSA nodes on 2 cores: 0.15 s instead of 0.13 s).
     """
 
     procs: int = os.cpu_count() or 1
@@ -72,7 +72,7 @@ class IssueOptions:
     in_caller: bool = True
 
     def resolved(self) -> IssueOptions:
-        """The start method decided now, before a pool's threads change the thread count."""
+        """With the start method decided: "fork" if this process runs a single thread."""
         single = threading.active_count() == 1
         return replace(self, start_method=self.start_method or ("fork" if single else "forkserver"))
 
@@ -137,7 +137,7 @@ def issue(instances: Sequence[Instance], cas: Mapping[str, Material], validity: 
     calling this: the workers make keys meanwhile, and once issuing starts this process's time
     goes to signing and to keeping the workers supplied, not to anything else.
     """
-    options = (options or IssueOptions()).resolved()
+    options = options or IssueOptions()
     first = [_item(i) for i in instances if i.spec.kind in ("ca", "keypair")]
     leaves = [i for i in instances if i.spec.kind not in ("ca", "keypair")]
     with worker_pool(options, len(instances), validity.algorithm) as pool:
