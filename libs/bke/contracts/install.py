@@ -17,6 +17,7 @@ __all__ = [
     "PhaseChanged",
     "RetryRequested",
     "install_subject",
+    "FailureKind",
     "RETRY_REQUESTED",
 ]
 
@@ -65,6 +66,9 @@ class NodeStepChanged(Message):
     stderr: str = ""
 
 
+FailureKind = Literal["invalid", "operational"]
+
+
 class InstallFinished(Message):
     request_id: str
     cluster: str
@@ -73,6 +77,11 @@ class InstallFinished(Message):
     phase: str | None = None  # the failing phase
     node: str | None = None  # one failing node (all are in the phase message)
     message: str = ""
+    # "invalid": the input was refused (fix the spec; CLIs exit 2); "operational": retry after a fix
+    kind: FailureKind | None = None
+    # False while no command has reached any node: the planner may then take a corrected spec
+    # under the same name
+    nodes_changed: bool = False
 
 
 class RetryRequested(Message):
