@@ -10,6 +10,8 @@ from redis.asyncio import Redis
 from bke.bus import EventWatch
 from bke.bus.streams import ensure_streams
 from bke.contracts import PLAN_CREATED, PlanCreated
+from bke.contracts.certs import CERTS_ISSUED, CERTS_SEALED, CertsIssued, CertsSealed
+from bke.contracts.render import MANIFESTS_RENDERED, ManifestsRendered
 from bke.plan import plan_spec_text
 from bke.state import RedisPlanStore, plan_digest
 from bke.state.nodefiles import RedisNodeFiles, file_from_bytes
@@ -62,8 +64,16 @@ async def test_two_replicas_install_once(nats_url, redis_url, redis_client, nats
         fleet = Fleet.null(nats_client, js, base, [n.hostname for n in plan.nodes])
         async with EventWatch(nats_client, ["bke.v1.install.twice.finished"]) as watch:
             await fleet.start()
-            ev = PlanCreated(request_id="req-1", cluster="twice", plan_key="k", plan_digest="d", nodes=4, etcd_clusters=["etcd-data"])
+            digest = plan_digest(pj)
+            ev = PlanCreated(request_id="req-1", cluster="twice", plan_key="k", plan_digest=digest, nodes=4, etcd_clusters=["etcd-data"])
             await js.publish(PLAN_CREATED, ev.to_bytes())
+            # what the renderer and certs services say once their files are stored
+            await js.publish(MANIFESTS_RENDERED, ManifestsRendered(
+                request_id="req-1", cluster="twice", digest="r", nodes=4, files=4, tier="small", template_sets=[],
+                plan_digest=digest).to_bytes())
+            await js.publish(CERTS_ISSUED, CertsIssued(request_id="req-1", cluster="twice", issued=[], reissued=[], reused=0,
+                                                       changed_nodes=4, plan_digest=digest).to_bytes())
+            await js.publish(CERTS_SEALED, CertsSealed(cluster="twice", nodes=sorted(tree)).to_bytes())
             done = await watch.wait_for(lambda e: True, timeout=60)
         assert done.data["status"] == "Succeeded"
         # node-env x4, certs x4, etcd x3, init x1, join x2, workers x1, health x3: each ran once
@@ -131,3 +141,51 @@ async def test_malformed_agent_messages_are_dead_lettered_at_once_and_the_queue_
         assert len(watch.seen) == 2  # each malformed message once: acked, not redelivered
     finally:
         await svc.stop()
+
+
+async def test_a_refused_render_fails_the_install_at_once_and_a_retry_asks_the_renderer_again(
+        nats_url, redis_url, redis_client, nats_client):
+    """No agent, no renderer: the dispatcher alone, told by events. The failure comes before the
+    install record (the renderer can be faster than the dispatcher): it still fails the install."""
+    from bke.contracts.install import RETRY_REQUESTED, RetryRequested
+    from bke.contracts.render import RENDER_FAILED, RENDER_REQUESTED, RenderFailed
+
+    plan = plan_spec_text(open("examples/seed-3m1w.yaml").read().replace("name: seed", "name: refused")).plan
+    r = Redis.from_url(redis_url)
+    js = nats_client.jetstream()
+    await ensure_streams(js)
+    pj = plan.to_json()
+    digest = plan_digest(pj)
+    assert await RedisPlanStore(r).save(plan, pj, digest, "req-9", datetime.now(timezone.utc).isoformat())
+    svc = create_service(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner="x", mode="lab", health_interval_s=0))
+    await svc.start()
+    try:
+        async with EventWatch(nats_client, ["bke.v1.install.refused.finished", RENDER_REQUESTED]) as watch:
+            refused = RenderFailed(request_id="req-9", cluster="refused", kind="invalid", plan_digest=digest,
+                                   errors=["cluster.spec.etcd.extraArgs.client-cert-auth: refused"])
+            await js.publish(RENDER_FAILED, refused.to_bytes())
+            done = await watch.wait_for(lambda e: e.subject.endswith(".finished"), timeout=15)
+            assert done.data["status"] == "Failed" and done.data["kind"] == "invalid"
+            assert done.data["nodesChanged"] is False  # nothing reached a node: the spec may be replaced
+            assert done.data["message"] == "renderer: cluster.spec.etcd.extraArgs.client-cert-auth: refused"
+            st = DispatcherState(r)
+            assert (await st.install("refused"))["status"] == "Failed"
+            assert (await st.phase("refused", "agents"))["status"] == "Failed"  # the phase it was in
+
+            await js.publish(RETRY_REQUESTED, RetryRequested(request_id="retry-1", cluster="refused").to_bytes())
+            asked = await watch.wait_for(lambda e: e.subject == RENDER_REQUESTED, timeout=15)
+            assert asked.data == {"requestId": "retry-1", "cluster": "refused"}
+            assert (await st.install("refused"))["status"] == "Running"
+            assert (await st.inputs("refused"))["render"]["status"] == "Requested"
+            # the renderer's new answer is what counts now
+            await js.publish(MANIFESTS_RENDERED, ManifestsRendered(
+                request_id="retry-1", cluster="refused", digest="r", nodes=4, files=4, tier="small", template_sets=[],
+                plan_digest=digest).to_bytes())
+            deadline = asyncio.get_running_loop().time() + 15
+            while (await st.inputs("refused"))["render"]["status"] != "Ready":
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.05)  # polling Redis under a deadline
+            assert (await st.install("refused"))["status"] == "Running"  # now waiting for its agents
+    finally:
+        await svc.stop()
+        await r.aclose()

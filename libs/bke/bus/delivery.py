@@ -5,7 +5,8 @@ its delay; a MalformedMessage (bytes that are no message of the contract, so the
 answer) goes to `bke.v1.deadletter.<service>` at once and acks; any other PermanentError has
 already been answered by the handler (a *.rejected / *.failed event) and acks; anything else
 nacks with exponential backoff, and after the consumer's maximum deliveries the raw message goes
-to the dead-letter subject too and is acked.
+to the dead-letter subject too, the service's `give_up` hook answers for the operation it belonged
+to (a `*.failed` event, so that nothing waits for it), and it is acked.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ async def settle(
     broker: NatsBroker,
     service: str,
     max_deliver: int,
+    give_up: Callable[[bytes, str], Awaitable[None]] | None = None,
 ) -> None:
     n = _delivery_count(msg)
     subject = msg.raw_message.subject
@@ -61,12 +63,25 @@ async def settle(
         if n >= max_deliver:
             log.error("giving up after %d deliveries: %r", n, exc, extra={"subject": subject})
             await _dead_letter(broker, service, subject, n, exc, msg.body)
+            if give_up is not None:
+                await _tell_giving_up(give_up, msg.body, exc, subject)
             await msg.ack()
         else:
             log.exception("delivery %d failed; will retry", n, extra={"subject": subject})
             await msg.nack(delay=backoff_delay(n))
         return
     await msg.ack()
+
+
+async def _tell_giving_up(give_up: Callable[[bytes, str], Awaitable[None]], body: bytes, exc: BaseException,
+                          subject: str) -> None:
+    """The service's own answer for the operation the message belonged to (its `*.failed` event),
+    so that the operation fails with a reason instead of waiting. Best effort: the message is
+    already kept in the dead-letter stream."""
+    try:
+        await give_up(body, f"{type(exc).__name__}: {exc}"[:500])
+    except Exception:  # noqa: BLE001 - the dead letter is the record; never wedge the queue
+        log.exception("could not report giving up", extra={"subject": subject})
 
 
 async def _dead_letter(broker: NatsBroker, service: str, subject: str, deliveries: int, exc: BaseException,

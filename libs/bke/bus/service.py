@@ -39,15 +39,17 @@ class Service:
         *,
         batch_size: int = 16,
         max_workers: int = 1,
+        give_up: Callable[[bytes, str], Awaitable[None]] | None = None,
     ) -> None:
         """A durable pull consumer with explicit acks; `work` gets the raw body. With
         `max_workers` > 1 messages are handled concurrently (handlers must be idempotent and
-        order-independent, as every handler here is)."""
+        order-independent, as every handler here is). `give_up(body, reason)` answers for a
+        message that failed on every delivery (see delivery.settle)."""
         max_deliver = self.settings.max_deliver
         broker = self.broker
 
         async def handler(msg: NatsMessage) -> None:
-            await settle(msg, work, broker=broker, service=self.name, max_deliver=max_deliver)
+            await settle(msg, work, broker=broker, service=self.name, max_deliver=max_deliver, give_up=give_up)
 
         handler.__name__ = f"on_{durable.replace('-', '_')}"
         broker.subscriber(

@@ -3,14 +3,29 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .base import Message
+from .base import FailureKind, Message
 
-__all__ = ["CertRenewed", "CertsFailed", "CertsIssued", "RenewRequested", "CERTS_ISSUED", "CERTS_RENEWED", "CERTS_FAILED", "RENEW_REQUESTED"]
+__all__ = [
+    "CertRenewed",
+    "CertsFailed",
+    "CertsIssued",
+    "CertsSealed",
+    "IssueRequested",
+    "RenewRequested",
+    "CERTS_ISSUED",
+    "CERTS_RENEWED",
+    "CERTS_FAILED",
+    "CERTS_SEALED",
+    "ISSUE_REQUESTED",
+    "RENEW_REQUESTED",
+]
 
 CERTS_ISSUED = "bke.v1.certs.issued"
 CERTS_RENEWED = "bke.v1.certs.renewed"
 CERTS_FAILED = "bke.v1.certs.failed"
 RENEW_REQUESTED = "bke.v1.certs.renew-requested"
+CERTS_SEALED = "bke.v1.certs.sealed"
+ISSUE_REQUESTED = "bke.v1.certs.issue-requested"
 
 
 class CertsIssued(Message):
@@ -24,12 +39,32 @@ class CertsIssued(Message):
     reused: int
     changed_nodes: int
     warnings: list[str] = []
+    plan_digest: str = ""  # the plan this PKI was ensured for: a stale event is ignored
 
 
 class CertsFailed(Message):
     request_id: str
     cluster: str
     reason: str
+    kind: FailureKind = "operational"
+    node: str | None = None  # set when one node's bundle could not be sealed (e.g. its agent key)
+    plan_digest: str = ""
+
+
+class CertsSealed(Message):
+    """Event: these nodes' bundles are sealed to their agents and stored (names only). The
+    dispatcher counts sealed nodes from these events, never from the certs service's storage."""
+
+    cluster: str
+    nodes: list[str]
+
+
+class IssueRequested(Message):
+    """Command: ensure the cluster's PKI and seal every registered agent's bundle again (sent by
+    the dispatcher on `bke retry` after a certificates failure). Answered like a plan."""
+
+    request_id: str
+    cluster: str
 
 
 class RenewRequested(Message):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from .base import Message
+from .base import FailureKind, Message
 
 __all__ = [
     "INSTALL_PHASES",
@@ -66,9 +66,6 @@ class NodeStepChanged(Message):
     stderr: str = ""
 
 
-FailureKind = Literal["invalid", "operational"]
-
-
 class InstallFinished(Message):
     request_id: str
     cluster: str
@@ -77,7 +74,6 @@ class InstallFinished(Message):
     phase: str | None = None  # the failing phase
     node: str | None = None  # one failing node (all are in the phase message)
     message: str = ""
-    # "invalid": the input was refused (fix the spec; CLIs exit 2); "operational": retry after a fix
     kind: FailureKind | None = None
     # False while no command has reached any node: the planner may then take a corrected spec
     # under the same name

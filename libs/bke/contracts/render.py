@@ -1,12 +1,13 @@
 """Rendered node files: stored per node in Redis (`bke:<cluster>:files:render`)."""
 from __future__ import annotations
 
-from .base import Message
+from .base import FailureKind, Message
 
-__all__ = ["ManifestsRendered", "RenderFailed", "MANIFESTS_RENDERED", "RENDER_FAILED"]
+__all__ = ["ManifestsRendered", "RenderFailed", "RenderRequested", "MANIFESTS_RENDERED", "RENDER_FAILED", "RENDER_REQUESTED"]
 
 MANIFESTS_RENDERED = "bke.v1.manifests.rendered"
 RENDER_FAILED = "bke.v1.manifests.failed"
+RENDER_REQUESTED = "bke.v1.manifests.render-requested"
 
 
 class ManifestsRendered(Message):
@@ -18,9 +19,20 @@ class ManifestsRendered(Message):
     tier: str
     template_sets: list[str]
     warnings: list[str] = []
+    plan_digest: str = ""  # the plan these files were rendered from: a stale event is ignored
 
 
 class RenderFailed(Message):
     request_id: str
     cluster: str
     errors: list[str]
+    kind: FailureKind = "operational"
+    plan_digest: str = ""
+
+
+class RenderRequested(Message):
+    """Command: render the cluster's stored plan again (sent by the dispatcher on `bke retry`
+    after a rendering failure). Answered like a plan: `manifests.rendered` or `manifests.failed`."""
+
+    request_id: str
+    cluster: str

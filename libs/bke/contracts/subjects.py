@@ -9,9 +9,22 @@ from dataclasses import dataclass
 
 from .base import Message
 from .cluster import ClusterRejected, ClusterRequested, PlanCreated
-from .certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, RENEW_REQUESTED, CertRenewed, CertsFailed, CertsIssued, RenewRequested
+from .certs import (
+    CERTS_FAILED,
+    CERTS_ISSUED,
+    CERTS_RENEWED,
+    CERTS_SEALED,
+    ISSUE_REQUESTED,
+    RENEW_REQUESTED,
+    CertRenewed,
+    CertsFailed,
+    CertsIssued,
+    CertsSealed,
+    IssueRequested,
+    RenewRequested,
+)
 from .install import RETRY_REQUESTED, InstallFinished, NodeStepChanged, PhaseChanged, RetryRequested
-from .render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
+from .render import MANIFESTS_RENDERED, RENDER_FAILED, RENDER_REQUESTED, ManifestsRendered, RenderFailed, RenderRequested
 from .agent import AgentCommand, AgentHeartbeat, AgentRegistered, CommandResult
 from .deadletter import DeadLettered
 
@@ -34,13 +47,14 @@ DEADLETTER = "bke.v1.deadletter"
 
 # Stream membership. Subjects of one stream may not overlap another's, so events are
 # listed one by one (the fixed external `bke.v1.cluster.*` pair sits in two streams).
-COMMAND_SUBJECTS: tuple[str, ...] = (CLUSTER_REQUESTED, RENEW_REQUESTED, RETRY_REQUESTED)
+COMMAND_SUBJECTS: tuple[str, ...] = (CLUSTER_REQUESTED, RENEW_REQUESTED, RETRY_REQUESTED, RENDER_REQUESTED, ISSUE_REQUESTED)
 EVENT_SUBJECTS: tuple[str, ...] = (
     CLUSTER_REJECTED,
     PLAN_CREATED,
     CERTS_ISSUED,
     CERTS_RENEWED,
     CERTS_FAILED,
+    CERTS_SEALED,
     MANIFESTS_RENDERED,
     RENDER_FAILED,
     # Phase changes and the end of an install are kept. Per-node step changes (~30,000 at 5,000
@@ -61,6 +75,9 @@ class Channel:
     summary: str
     senders: tuple[str, ...]
     receivers: tuple[str, ...]
+    # Why a route has no sender or no receiver among BKE's components (an operator's tool, say);
+    # empty for every internal route. tests/contract/test_channel_routes.py holds the code to it.
+    external: str = ""
 
 
 CHANNELS: tuple[Channel, ...] = (
@@ -68,11 +85,14 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(CLUSTER_REJECTED, ClusterRejected, "event", "A request was refused; every error names its field.", ("planner",), ("cli",)),
     Channel(PLAN_CREATED, PlanCreated, "event", "A placement plan is stored; read by certs, renderer and dispatcher.", ("planner",), ("certs", "renderer", "dispatcher")),
     Channel(CERTS_ISSUED, CertsIssued, "event", "The cluster PKI is ensured for a plan (references, never keys).", ("certs",), ("dispatcher",)),
-    Channel(CERTS_FAILED, CertsFailed, "event", "The PKI could not be ensured for a plan.", ("certs",), ("cli",)),
+    Channel(CERTS_FAILED, CertsFailed, "event", "The PKI could not be ensured, or one node's bundle could not be sealed; the install fails with this reason.", ("certs",), ("dispatcher",)),
+    Channel(CERTS_SEALED, CertsSealed, "event", "These nodes' bundles are sealed to their agents and stored.", ("certs",), ("dispatcher",)),
+    Channel(ISSUE_REQUESTED, IssueRequested, "command", "Ensure the PKI and seal every agent's bundle again (a retry after a certificates failure).", ("dispatcher",), ("certs",)),
     Channel(RENEW_REQUESTED, RenewRequested, "command", "Renew every certificate expiring within N days.", ("cli",), ("certs",)),
     Channel(CERTS_RENEWED, CertRenewed, "event", "One certificate was renewed; redistribute it to its nodes.", ("certs",), ("dispatcher",)),
     Channel(MANIFESTS_RENDERED, ManifestsRendered, "event", "Every node's files are rendered, validated and stored.", ("renderer",), ("dispatcher",)),
-    Channel(RENDER_FAILED, RenderFailed, "event", "Rendering a plan failed (unsupported version, refused flag, invalid output).", ("renderer",), ("cli",)),
+    Channel(RENDER_FAILED, RenderFailed, "event", "Rendering a plan failed (unsupported version, refused flag, invalid output); the install fails with this reason.", ("renderer",), ("dispatcher",)),
+    Channel(RENDER_REQUESTED, RenderRequested, "command", "Render the stored plan again (a retry after a rendering failure).", ("dispatcher",), ("renderer",)),
     Channel("bke.v1.install.{cluster}.phase", PhaseChanged, "event", "An install phase changed status.", ("dispatcher",), ("cli",)),
     Channel("bke.v1.install.{cluster}.node", NodeStepChanged, "event", "A node's command in a phase changed status (live only: not kept in a stream; Redis holds every node's status).", ("dispatcher",), ("cli",)),
     Channel("bke.v1.install.{cluster}.finished", InstallFinished, "event", "The install succeeded or failed (phase, node, reason).", ("dispatcher",), ("cli",)),
@@ -81,6 +101,7 @@ CHANNELS: tuple[Channel, ...] = (
     Channel("bke.v1.agent.{cluster}.{node}.result", CommandResult, "event", "The agent ran (or replayed) a command.", ("agent",), ("dispatcher",)),
     Channel("bke.v1.agent.{cluster}.{node}.registered", AgentRegistered, "event", "An agent started and announces its public keys.", ("agent",), ("dispatcher", "certs")),
     Channel("bke.v1.heartbeat.{cluster}.{node}", AgentHeartbeat, "event", "Agent liveness (core NATS, not stored).", ("agent",), ("dispatcher",)),
-    Channel(DEADLETTER + ".{service}", DeadLettered, "event", "A message a service gave up on: malformed (at once) or still failing after its maximum deliveries.", ("planner", "certs", "renderer", "dispatcher"), ()),
+    Channel(DEADLETTER + ".{service}", DeadLettered, "event", "A message a service gave up on: malformed (at once) or still failing after its maximum deliveries.", ("planner", "certs", "renderer", "dispatcher"), (),
+            external="read by operators (`nats stream view BKE_DEADLETTER`); no service consumes what another gave up on"),
 )
 

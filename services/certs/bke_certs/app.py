@@ -1,4 +1,4 @@
-"""Certs wiring: broker, Redis, the operator key, three subscribers, the fork server. No logic here."""
+"""Certs wiring: broker, Redis, the operator key, four subscribers, the fork server. No logic here."""
 from __future__ import annotations
 
 import threading
@@ -8,7 +8,7 @@ from redis.asyncio import Redis
 
 from bke.bus.service import Service, make_service
 from bke.contracts import PLAN_CREATED
-from bke.contracts.certs import RENEW_REQUESTED
+from bke.contracts.certs import ISSUE_REQUESTED, RENEW_REQUESTED
 from bke.pki.issuance import start_fork_server
 from bke.secrets import box_from_env
 
@@ -25,7 +25,9 @@ def create_service(settings: CertsSettings | None = None) -> Service:
     svc.on_stop.append(redis.aclose)
     box = box_from_env()  # read once: a missing key file fails at start, not at the first message
     h = CertsHandlers(redis=redis, box_factory=lambda: box, publish=svc.publish, now=lambda: datetime.now(timezone.utc))
-    svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "certs-plans", h.on_plan, batch_size=4)
+    svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "certs-plans", h.on_plan, batch_size=4, give_up=h.gave_up)
+    svc.work_subscriber(ISSUE_REQUESTED, "BKE_COMMANDS", "certs-issue", h.on_issue_requested, batch_size=4,
+                        give_up=h.gave_up)
     svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "certs-agents", h.on_registered, workers=8)
     svc.work_subscriber(RENEW_REQUESTED, "BKE_COMMANDS", "certs-renew", h.on_renew, batch_size=4)
 

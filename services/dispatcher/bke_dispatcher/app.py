@@ -7,9 +7,10 @@ from datetime import datetime, timezone
 from redis.asyncio import Redis
 
 from bke.bus.service import Service, make_service
-from bke.contracts import PLAN_CREATED, PlanCreated
+from bke.contracts import PLAN_CREATED
+from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_SEALED
+from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED
 from bke.contracts.install import RETRY_REQUESTED
-from bke.errors import MalformedMessage
 from bke.state import PlanCache
 from bke.state.keys import cluster_key
 from bke.state.nodefiles import RedisNodeFiles
@@ -20,6 +21,7 @@ from .engine import Engine
 from .health import HealthMonitor
 from .results import Inputs
 from .runner import Runner
+from .service_events import ServiceEvents
 from .settings import DispatcherSettings
 from .state import DispatcherState
 
@@ -55,15 +57,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
                            pods=None if lab else applier.pod_status)
     inputs = Inputs(state, svc.publish, runner.kick, _now, health.record, notify=svc.notify)
 
-    async def on_plan(body: bytes) -> None:
-        try:
-            ev = PlanCreated.model_validate_json(body)
-        except ValueError as exc:
-            raise MalformedMessage(f"malformed plan event: {exc}") from exc
-        plan = await plans.load(ev.cluster)
-        if await state.start_install(ev.cluster, ev.request_id, _now().isoformat()):
-            await engine.set_total(ev.cluster, plan)
-        runner.kick(ev.cluster)
+    services = ServiceEvents(state, plans, engine, runner.kick, _now)
 
     async def on_heartbeat(msg) -> None:
         try:
@@ -73,7 +67,13 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
             return  # a heartbeat is advisory; a malformed one is dropped
 
     b = settings.batch_size
-    svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "dispatcher-plans", on_plan, batch_size=b)
+    svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "dispatcher-plans", services.plan_created, batch_size=b)
+    svc.work_subscriber(MANIFESTS_RENDERED, "BKE_EVENTS", "dispatcher-rendered", services.rendered, batch_size=b)
+    svc.work_subscriber(RENDER_FAILED, "BKE_EVENTS", "dispatcher-render-failed", services.render_failed, batch_size=b)
+    svc.work_subscriber(CERTS_ISSUED, "BKE_EVENTS", "dispatcher-certs-issued", services.certs_issued, batch_size=b)
+    svc.work_subscriber(CERTS_FAILED, "BKE_EVENTS", "dispatcher-certs-failed", services.certs_failed, batch_size=b)
+    # one per sealed batch or registration: thousands per big install, so the lean consumer
+    svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", services.certs_sealed)
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", inputs.result)
     svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "dispatcher-agents", inputs.registered)
     svc.work_subscriber(RETRY_REQUESTED, "BKE_COMMANDS", "dispatcher-retry", inputs.retry, batch_size=b)

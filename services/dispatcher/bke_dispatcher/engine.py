@@ -20,6 +20,7 @@ from bke.plan import Plan
 from bke.state import PlanCache
 from bke.state.nodefiles import RedisNodeFiles
 
+from . import readiness
 from .phases import PHASES, NodeInputs, Phase
 from .state import DispatcherState
 
@@ -45,6 +46,7 @@ class Outcome:
     delay: float = 0.0
     reason: str = ""
     node: str | None = None
+    kind: str = "operational"  # of a failure: "invalid" (the input was refused) | "operational"
 
 
 DONE = Outcome("done")
@@ -96,6 +98,13 @@ class Engine:
             return Outcome("done") if inst.get("status") != "Failed" else Outcome("failed", reason=inst.get("message", ""))
         plan = await self.plans.load(cluster)
         rid = inst["requestId"]
+        inputs = await self._input_records(cluster)
+        # 0. a service that failed for this plan fails the install now, whatever phase it is in
+        failed_input = readiness.failed_input(inputs, inst.get("planDigest", ""))
+        if failed_input is not None:
+            name, rec = failed_input
+            return await self._fail(rid, cluster, inst, Outcome("failed", reason=readiness.failure_reason(name, rec),
+                                                                node=rec.node, kind=rec.kind))
         for phase in PHASES:
             ps = await self.state.phase(cluster, phase.slug)
             status = ps.get("status", "Pending")
@@ -116,7 +125,7 @@ class Engine:
                 if status == "Pending":
                     await self.state.set_install(cluster, phase=phase.slug)
                     await self._phase(rid, cluster, phase.slug, "Running", startedAt=self._ts())
-                outcome = await self._step(rid, cluster, plan, phase, ps)
+                outcome = await self._step(rid, cluster, plan, phase, ps, inst, inputs)
             finally:
                 await self.state.release(cluster, phase.slug, self.owner)
             # 5. the step's answer decides: next phase, come back later, or stop
@@ -125,16 +134,31 @@ class Engine:
                 await self.state.set_phase(cluster, phase.slug, message=outcome.reason)
                 return outcome
             if outcome.status == "failed":
-                await self._phase(rid, cluster, phase.slug, "Failed", finishedAt=self._ts(), message=outcome.reason)
-                await self.state.set_install(cluster, status="Failed", message=outcome.reason, finishedAt=self._ts())
-                await self._finished(rid, cluster, "Failed", phase.slug, outcome.node, outcome.reason)
-                return outcome
+                return await self._fail(rid, cluster, inst, outcome, phase.slug)
             await self._phase(rid, cluster, phase.slug, "Succeeded", finishedAt=self._ts(), message="")
-        await self.state.set_install(cluster, status="Succeeded", finishedAt=self._ts(), phase="", message="")
-        await self._finished(rid, cluster, "Succeeded", None, None, "")
+        await self.state.set_install(cluster, status="Succeeded", finishedAt=self._ts(), phase="", message="", kind="")
+        await self._finished(rid, cluster, "Succeeded", None, None, "", None, True)
         return DONE
 
-    async def _step(self, rid: str, cluster: str, plan: Plan, phase: Phase, ps: dict[str, str]) -> Outcome:
+    async def _fail(self, rid: str, cluster: str, inst: dict[str, str], outcome: Outcome, slug: str | None = None) -> Outcome:
+        """Fail the given phase (by default the first unfinished one) and the install, and say so."""
+        if slug is None:
+            for phase in PHASES:
+                if (await self.state.phase(cluster, phase.slug)).get("status", "Pending") not in ("Succeeded", "Skipped"):
+                    slug = phase.slug
+                    break
+        if slug is not None:
+            await self._phase(rid, cluster, slug, "Failed", finishedAt=self._ts(), message=outcome.reason)
+        await self.state.set_install(cluster, status="Failed", message=outcome.reason, finishedAt=self._ts(), kind=outcome.kind)
+        changed = (await self.state.install(cluster)).get("nodesChanged") == "1"
+        await self._finished(rid, cluster, "Failed", slug, outcome.node, outcome.reason, outcome.kind, changed)
+        return outcome
+
+    async def _input_records(self, cluster: str) -> dict[str, readiness.InputRecord]:
+        return {k: readiness.InputRecord.from_doc(v) for k, v in (await self.state.inputs(cluster)).items()}
+
+    async def _step(self, rid: str, cluster: str, plan: Plan, phase: Phase, ps: dict[str, str],
+                    inst: dict[str, str], inputs: dict[str, readiness.InputRecord]) -> Outcome:
         if phase.local:
             return await self.local.run(phase.local, plan)
         targets = self.targets(plan, phase)
@@ -146,7 +170,8 @@ class Engine:
             return DONE
         if not targets:
             return DONE
-        waiting = await self._inputs_missing(cluster, plan, phase)
+        sealed = await self.state.sealed_count(cluster, [n.hostname for n in plan.nodes]) if "certs" in phase.needs else 0
+        waiting = readiness.missing_input(phase.needs, inputs, inst.get("planDigest", ""), sealed, len(plan.nodes))
         if waiting:
             return Outcome("wait", delay=0.5, reason=waiting)
         total = len(targets)
@@ -165,14 +190,6 @@ class Engine:
         if ok + failed >= total:
             return await self._failure(cluster, phase)
         return Outcome("wait", delay=5.0, reason="")  # progress is in the done/total counts
-
-    async def _inputs_missing(self, cluster: str, plan: Plan, phase: Phase) -> str:
-        n = len(plan.nodes)
-        if "render" in phase.needs and await self.files.count(cluster, "render") < n:
-            return "waiting for rendered files"
-        if "certs" in phase.needs and await self.files.count(cluster, "certs") < n:
-            return "waiting for certificates sealed to every agent"
-        return ""
 
     async def _send(self, rid, cluster, plan, phase, batch, gens: dict[str, int], start: int | None) -> None:
         """Build, publish and record commands for `batch`; `start` is the phase cursor at
@@ -240,10 +257,12 @@ class Engine:
         ev = NodeStepChanged(request_id=rid, cluster=cluster, node=node, phase=slug, status=status, at=self._ts(), step=step, stderr=stderr)
         await self.notify(ev.to_bytes(), install_subject(cluster, "node"), {})
 
-    async def _finished(self, rid, cluster, status, phase, node, message) -> None:
-        ev = InstallFinished(request_id=rid, cluster=cluster, status=status, at=self._ts(), phase=phase, node=node, message=message)
+    async def _finished(self, rid, cluster, status, phase, node, message, kind, nodes_changed: bool) -> None:
+        ev = InstallFinished(request_id=rid, cluster=cluster, status=status, at=self._ts(), phase=phase, node=node,
+                             message=message, kind=kind, nodes_changed=nodes_changed)
         log.info("install %s", status, extra={"cluster": cluster, "request_id": rid, "phase": phase})
-        await self.publish(ev.to_bytes(), install_subject(cluster, "finished"), {"Nats-Msg-Id": f"finished:{cluster}:{rid}:{status}"})
+        # `at` in the id: a retried install may end the same way twice within the duplicate window
+        await self.publish(ev.to_bytes(), install_subject(cluster, "finished"), {"Nats-Msg-Id": f"finished:{cluster}:{rid}:{status}:{ev.at}"})
 
     async def set_total(self, cluster: str, plan: Plan) -> None:
         for phase in PHASES:

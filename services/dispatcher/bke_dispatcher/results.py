@@ -1,4 +1,5 @@
-"""Inputs from the agents: command results, registrations, retry requests.
+"""Inputs from the agents: command results, registrations, retry requests (which ask the
+renderer or certs service again when the failure was theirs).
 
 Each handler only records what happened and wakes the cluster's reconcile loop; the loop
 decides what to do next. All of them are safe under redelivery.
@@ -13,10 +14,13 @@ from pydantic import ValidationError
 
 from bke.contracts.agent import AgentRegistered, CommandResult
 from bke.contracts.install import NodeStepChanged, RetryRequested, install_subject
+from bke.contracts.certs import ISSUE_REQUESTED, IssueRequested
+from bke.contracts.render import RENDER_REQUESTED, RenderRequested
 from bke.errors import MalformedMessage, TemporaryError
 
 from .engine import parse_command_id
 from .phases import PHASES
+from .readiness import InputStatus
 from .state import DispatcherState
 
 __all__ = ["Inputs"]
@@ -100,6 +104,24 @@ class Inputs:
         chosen = {h: cmd for h, cmd in cmds.items() if cmd["status"] == "Failed" and (not req.nodes or h in req.nodes)}
         for cmd in chosen.values():
             cmd.update(status="Retry", gen=cmd["gen"] + 1)
+        # A service's failure is asked of that service again: its record first (so that its new
+        # answer is never overwritten), then the install back to Running, then the command.
+        asked = []
+        for name, doc in (await self.state.inputs(c)).items():
+            if doc.get("status") == InputStatus.FAILED.value:
+                await self.state.set_input(c, name, {**doc, "status": InputStatus.REQUESTED.value, "reason": ""})
+                asked.append(name)
         await self.state.retry_nodes(c, failed_phase, chosen)
-        log.info("retry", extra={"cluster": c, "phase": failed_phase, "nodes": sorted(chosen)})
+        for name in asked:
+            cmd_bytes, subject = _ask_again(name, req)
+            await self.publish(cmd_bytes, subject, {"Nats-Msg-Id": f"retry:{req.request_id}:{name}"})
+        log.info("retry", extra={"cluster": c, "phase": failed_phase, "nodes": sorted(chosen), "asked": asked})
         self.kick(c)
+
+
+def _ask_again(name: str, req: RetryRequested) -> tuple[bytes, str]:
+    """The command that asks the service behind an input to do its work again ("certs" and
+    "seal" both ask the certs service to ensure the PKI and seal what is not sealed)."""
+    if name == "render":
+        return RenderRequested(request_id=req.request_id, cluster=req.cluster).to_bytes(), RENDER_REQUESTED
+    return IssueRequested(request_id=req.request_id, cluster=req.cluster).to_bytes(), ISSUE_REQUESTED

@@ -1,6 +1,10 @@
 """The dispatcher's state in Redis: install, phases, per-node commands, leases, agents.
 
-    bke:<c>:install              hash  requestId status startedAt finishedAt phase message
+    bke:<c>:install              hash  requestId planDigest status startedAt finishedAt phase message
+                                       kind nodesChanged
+    bke:<c>:inputs               hash  render|certs -> JSON {status, digest, reason, kind, node}: what
+                                       the renderer and certs services said (their events)
+    bke:<c>:sealed               set   nodes whose bundles certs said are sealed (`certs.sealed`)
     bke:<c>:phase:<slug>         hash  status startedAt finishedAt message total cursor ok failed gen
     bke:<c>:cmd:<slug>           hash  <node> -> JSON {id, gen, status, step, stderr, at}
     bke:<c>:node                 hash  <node> -> JSON {phase, status, step}
@@ -59,14 +63,46 @@ class DispatcherState:
         self.r = redis
 
     # install -----------------------------------------------------------------
-    async def start_install(self, cluster: str, request_id: str, now: str) -> bool:
+    async def start_install(self, cluster: str, request_id: str, now: str, plan_digest: str = "") -> bool:
         """Create the install record once; False if it already exists (resume)."""
         key = cluster_key(cluster, "install")
         created = await self.r.hsetnx(key, "requestId", request_id)
         if created:
-            await self.r.hset(key, mapping={"status": "Running", "startedAt": now, "phase": "", "message": ""})
+            await self.r.hset(key, mapping={"status": "Running", "startedAt": now, "phase": "", "message": "",
+                                            "planDigest": plan_digest, "kind": "", "nodesChanged": "0"})
             await self.r.sadd("bke:installs", cluster)
         return bool(created)
+
+    async def reset_install(self, cluster: str, slugs: list[str], plan_digest: str) -> None:
+        """Forget an install that failed before any node changed, so that a replaced plan starts
+        from the beginning. What the services said about the new plan (it may have come first)
+        stays, and so does the sealed set: bundles that did not change stay sealed."""
+        stale = [k for k, v in (await self.inputs(cluster)).items() if v.get("digest") != plan_digest]
+        keys = [cluster_key(cluster, "install"), cluster_key(cluster, "node")]
+        keys += [cluster_key(cluster, "phase", s) for s in slugs] + [cluster_key(cluster, "cmd", s) for s in slugs]
+        async with self.r.pipeline(transaction=True) as pipe:
+            pipe.delete(*keys)
+            if stale:
+                pipe.hdel(cluster_key(cluster, "inputs"), *stale)
+            await pipe.execute()
+
+    # inputs from the other services ---------------------------------------------
+    async def inputs(self, cluster: str) -> dict[str, dict]:
+        raw = await self.r.hgetall(cluster_key(cluster, "inputs"))
+        return {_s(k): json.loads(v) for k, v in raw.items()}
+
+    async def set_input(self, cluster: str, name: str, doc: dict) -> None:
+        await self.r.hset(cluster_key(cluster, "inputs"), name, json.dumps(doc))
+
+    async def add_sealed(self, cluster: str, nodes: list[str]) -> None:
+        if nodes:
+            await self.r.sadd(cluster_key(cluster, "sealed"), *nodes)
+
+    async def sealed_count(self, cluster: str, nodes: list[str]) -> int:
+        """How many of these nodes have a sealed bundle (only the plan's nodes count)."""
+        if not nodes:
+            return 0
+        return sum(await self.r.smismember(cluster_key(cluster, "sealed"), nodes))
 
     async def install(self, cluster: str) -> dict[str, str]:
         return {_s(k): _s(v) for k, v in (await self.r.hgetall(cluster_key(cluster, "install"))).items()}
@@ -116,6 +152,8 @@ class DispatcherState:
             )
             if cursor is not None:
                 pipe.hset(cluster_key(cluster, "phase", slug), "cursor", cursor)
+            # from now on the nodes have changed: a corrected spec must go through apply, not replace
+            pipe.hset(cluster_key(cluster, "install"), "nodesChanged", "1")
             await pipe.execute()
 
     async def finish_command(

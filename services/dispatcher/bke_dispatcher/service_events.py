@@ -1,0 +1,106 @@
+"""What the planner, renderer and certs services say about a cluster, recorded for the engine.
+
+    plan created        -> start the install (or, for a replaced plan of an install that failed
+                           before any node changed, start it again from the beginning)
+    manifests rendered  -> render input Ready          manifests failed -> render input Failed
+    certs issued        -> certs input Ready           certs failed     -> certs input Failed
+    certs sealed        -> these nodes' bundles exist
+
+Each handler records and wakes the cluster's reconcile loop; the engine decides (a failed input
+fails the install at once, with the service's reason). A failure can arrive before this
+dispatcher has seen the plan: the install record is then created from the failure event.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Callable
+
+from pydantic import ValidationError
+
+from bke.contracts import PlanCreated
+from bke.contracts.base import Message
+from bke.contracts.certs import CertsFailed, CertsIssued, CertsSealed
+from bke.contracts.render import ManifestsRendered, RenderFailed
+from bke.errors import MalformedMessage
+from bke.state import PlanCache
+
+from .engine import Engine
+from .phases import PHASES
+from .readiness import InputRecord, InputStatus, is_current
+from .state import DispatcherState
+
+__all__ = ["ServiceEvents"]
+
+log = logging.getLogger("bke.dispatcher")
+
+
+def _parse(model: type[Message], body: bytes):
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise MalformedMessage(f"malformed {model.__name__}: {exc}") from exc
+
+
+class ServiceEvents:
+    def __init__(self, state: DispatcherState, plans: PlanCache, engine: Engine, kick: Callable[[str], None],
+                 now: Callable[[], datetime]):
+        self.state, self.plans, self.engine, self.kick, self.now = state, plans, engine, kick, now
+
+    async def plan_created(self, body: bytes) -> None:
+        ev: PlanCreated = _parse(PlanCreated, body)
+        inst = await self.state.install(ev.cluster)
+        if inst and inst.get("planDigest") and inst["planDigest"] != ev.plan_digest:
+            if inst.get("status") == "Failed" and inst.get("nodesChanged") != "1":
+                # the planner replaced a spec that was refused before any node changed
+                log.info("plan replaced: install starts again", extra={"cluster": ev.cluster, "request_id": ev.request_id})
+                await self.state.reset_install(ev.cluster, [p.slug for p in PHASES], ev.plan_digest)
+            else:
+                log.warning("plan event for another plan ignored", extra={"cluster": ev.cluster, "request_id": ev.request_id})
+                return
+        await self._ensure_install(ev.cluster, ev.request_id, ev.plan_digest)
+        self.kick(ev.cluster)
+
+    async def rendered(self, body: bytes) -> None:
+        ev: ManifestsRendered = _parse(ManifestsRendered, body)
+        await self._record(ev.cluster, "render", InputRecord(InputStatus.READY, digest=ev.plan_digest), ev.request_id)
+
+    async def render_failed(self, body: bytes) -> None:
+        ev: RenderFailed = _parse(RenderFailed, body)
+        reason = "; ".join(ev.errors)[:2000]
+        rec = InputRecord(InputStatus.FAILED, digest=ev.plan_digest, reason=reason, kind=ev.kind)
+        await self._record(ev.cluster, "render", rec, ev.request_id)
+
+    async def certs_issued(self, body: bytes) -> None:
+        ev: CertsIssued = _parse(CertsIssued, body)
+        await self._record(ev.cluster, "certs", InputRecord(InputStatus.READY, digest=ev.plan_digest), ev.request_id)
+
+    async def certs_failed(self, body: bytes) -> None:
+        ev: CertsFailed = _parse(CertsFailed, body)
+        rec = InputRecord(InputStatus.FAILED, digest=ev.plan_digest, reason=ev.reason[:2000], kind=ev.kind, node=ev.node)
+        await self._record(ev.cluster, "seal" if ev.node else "certs", rec, ev.request_id)
+
+    async def certs_sealed(self, body: bytes) -> None:
+        ev: CertsSealed = _parse(CertsSealed, body)
+        await self.state.add_sealed(ev.cluster, ev.nodes)
+        self.kick(ev.cluster)
+
+    async def _record(self, cluster: str, name: str, rec: InputRecord, request_id: str) -> None:
+        inst = await self.state.install(cluster)
+        if inst and not is_current(rec.digest, inst.get("planDigest", "")):
+            # About another plan: kept (it may be the replacement's, arriving before its plan
+            # event), but never over a record about the install's own plan.
+            prev = (await self.state.inputs(cluster)).get(name)
+            if prev is not None and prev.get("digest") == inst.get("planDigest"):
+                log.info("stale %s event ignored", name, extra={"cluster": cluster, "request_id": request_id})
+                return
+        if rec.status is InputStatus.FAILED:
+            log.warning("%s failed: %s", name, rec.reason[:300], extra={"cluster": cluster, "request_id": request_id})
+            if not inst:
+                await self._ensure_install(cluster, request_id, rec.digest)
+        await self.state.set_input(cluster, name, rec.to_doc())
+        self.kick(cluster)
+
+    async def _ensure_install(self, cluster: str, request_id: str, digest: str) -> None:
+        if await self.state.start_install(cluster, request_id, self.now().isoformat(), digest):
+            await self.engine.set_total(cluster, await self.plans.load(cluster))

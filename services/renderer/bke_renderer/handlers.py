@@ -1,0 +1,79 @@
+"""The renderer's handlers: thin, over `service_core.ensure_rendered`.
+
+    plan created        -> render and store every node's files: `manifests rendered`, or
+                           `manifests failed` with the reason and its kind
+    render requested    -> the same for the stored plan (a retry after a failure)
+    (given up on)       -> a plan message that failed on every delivery (the store cannot be
+                           written, say) is answered with `manifests failed`, kind operational,
+                           so that the install fails with a reason instead of waiting
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from pydantic import ValidationError
+
+from bke.contracts import PlanCreated
+from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed, RenderRequested
+from bke.errors import MalformedMessage, PermanentError, RejectedInput
+from bke.render.errors import RenderError
+from bke.state import RedisPlanStore
+
+from .service_core import RenderStore, ensure_rendered
+
+__all__ = ["RendererHandlers"]
+
+Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
+
+
+@dataclass
+class RendererHandlers:
+    plans: RedisPlanStore
+    store: RenderStore
+    publish: Publish
+
+    async def on_plan(self, body: bytes) -> None:
+        try:
+            ev = PlanCreated.model_validate_json(body)
+        except ValidationError as exc:
+            raise MalformedMessage(f"malformed plan event: {exc}") from exc
+        await self.ensure(ev.cluster, ev.request_id, ev.plan_digest)
+
+    async def on_render_requested(self, body: bytes) -> None:
+        try:
+            req = RenderRequested.model_validate_json(body)
+        except ValidationError as exc:
+            raise MalformedMessage(f"malformed render request: {exc}") from exc
+        meta = await self.plans.meta(req.cluster)
+        if meta is None:
+            raise PermanentError(f"render requested for cluster {req.cluster!r}, which has no plan")
+        await self.ensure(req.cluster, req.request_id, meta.digest)
+
+    async def ensure(self, cluster: str, request_id: str, digest: str) -> None:
+        plan = await self.plans.load(cluster)
+        try:
+            report = await ensure_rendered(plan, self.store)
+        except RenderError as exc:
+            errors = [f"{p}: {m}" for p, m in exc.errors] if isinstance(exc, RejectedInput) else [str(exc)]
+            kind = "invalid" if isinstance(exc, RejectedInput) else "operational"
+            failed = RenderFailed(request_id=request_id, cluster=cluster, errors=errors, kind=kind, plan_digest=digest)
+            await self.publish(failed.to_bytes(), RENDER_FAILED, {})
+            raise PermanentError(str(exc)) from exc
+        out = ManifestsRendered(
+            request_id=request_id, cluster=cluster, digest=report.digest, nodes=report.nodes, files=report.files,
+            tier=report.tier, template_sets=report.template_sets, warnings=report.warnings, plan_digest=digest,
+        )
+        await self.publish(out.to_bytes(), MANIFESTS_RENDERED, {"Nats-Msg-Id": f"rendered:{request_id}:{report.digest}"})
+
+    async def gave_up(self, body: bytes, reason: str) -> None:
+        """Every delivery of a plan (or render request) failed unexpectedly: say so for its cluster."""
+        try:
+            ev: PlanCreated | RenderRequested = PlanCreated.model_validate_json(body)
+            digest = ev.plan_digest
+        except ValidationError:
+            ev = RenderRequested.model_validate_json(body)
+            digest = ""
+        failed = RenderFailed(request_id=ev.request_id, cluster=ev.cluster, kind="operational", plan_digest=digest,
+                              errors=[f"the renderer gave up: {reason}"])
+        await self.publish(failed.to_bytes(), RENDER_FAILED, {})

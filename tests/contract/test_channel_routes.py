@@ -1,0 +1,89 @@
+"""Every route in the channel table has a sender and a receiver in the code (issue 9: events
+carry the flow; a failure event nobody consumes leaves an operation waiting forever).
+
+A sender must build the channel's message model; a receiver must name the channel's subject
+(its constant, or the subject with its `{...}` parts as wildcards or an f-string). Routes whose
+other end lies outside BKE say why in `Channel.external`.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from bke.contracts import CHANNELS, Channel
+from bke.contracts import agent, certs, cluster, deadletter, install, render, subjects
+
+ROOT = Path(__file__).resolve().parents[2]
+# A service's code includes the shared service shape (dead-lettering lives there).
+SOURCES = {
+    "planner": ["services/planner", "libs/bke/bus"],
+    "certs": ["services/certs", "libs/bke/bus"],
+    "renderer": ["services/renderer", "libs/bke/bus"],
+    "dispatcher": ["services/dispatcher", "libs/bke/bus"],
+    "cli": ["cli"],
+    "agent": ["agent"],
+}
+
+
+@lru_cache(maxsize=None)
+def _source(component: str) -> str:
+    return "\n".join(p.read_text() for d in SOURCES[component] for p in sorted((ROOT / d).rglob("*.py")))
+
+
+def _constants(subject: str) -> list[str]:
+    """Names of the module-level constants whose value is this subject."""
+    names = []
+    for mod in (subjects, certs, render, install, cluster, agent, deadletter):
+        names += [k for k, v in vars(mod).items() if k.isupper() and v == subject]
+    return sorted(set(names))
+
+
+def _subject_patterns(subject: str) -> list[str]:
+    """The subject as code names it: literally, with `*`/`>` wildcards, or as an f-string."""
+    head = subject.split("{", 1)[0]
+    wild = re.sub(r"\{[^}]+\}", "*", subject)
+    pats = [re.escape(subject), re.escape(wild)]
+    if "{" in subject:
+        pats.append(re.escape(head) + r"(>|\{)")  # "bke.v1.install.>" or f"bke.v1.install.{cluster}..."
+        last = subject.rsplit(".", 1)[1]
+        if "{" not in last:  # a subject helper: agent_subject(cluster, node, "command")
+            pats.append(r"_subject\([^)]*\"" + re.escape(last) + r"\"\)")
+    return pats
+
+
+def _receives(component: str, ch: Channel) -> bool:
+    src = _source(component)
+    if any(re.search(rf"\b{c}\b", src) for c in _constants(ch.subject)):
+        return True
+    return any(re.search(p, src) for p in _subject_patterns(ch.subject)) or (
+        "{" in ch.subject and re.search(rf"\b{ch.model.__name__}\b", src) is not None
+        and re.search(re.escape(ch.subject.split("{", 1)[0]), src) is not None
+    )
+
+
+def _sends(component: str, ch: Channel) -> bool:
+    return re.search(rf"\b{ch.model.__name__}\(", _source(component)) is not None
+
+
+@pytest.mark.parametrize("ch", CHANNELS, ids=[c.subject for c in CHANNELS])
+def test_every_route_has_a_sender_and_a_receiver_in_the_code(ch: Channel) -> None:
+    if not ch.senders or not ch.receivers:
+        assert ch.external, f"{ch.subject}: no {'sender' if not ch.senders else 'receiver'} and no reason why"
+    for who in ch.senders:
+        assert who in SOURCES, f"{ch.subject}: unknown sender {who!r}"
+        assert _sends(who, ch), f"{ch.subject}: the table says {who} sends it, but {who} never builds {ch.model.__name__}"
+    for who in ch.receivers:
+        assert who in SOURCES, f"{ch.subject}: unknown receiver {who!r}"
+        assert _receives(who, ch), f"{ch.subject}: the table says {who} receives it, but {who} never names it"
+
+
+def test_the_checker_itself_can_fail() -> None:
+    """A route nobody receives must be caught (the fault this test exists for)."""
+    from bke.contracts.render import RenderFailed
+
+    orphan = Channel("bke.v1.nobody.listens", RenderFailed, "event", "x", ("renderer",), ("planner",))
+    assert not _receives("planner", orphan)
+    assert not _sends("planner", Channel("bke.v1.x", RenderFailed, "event", "x", ("planner",), ()))
