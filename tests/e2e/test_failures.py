@@ -13,6 +13,7 @@ import nats
 import pytest
 from redis.asyncio import Redis
 
+from bke.bus.streams import ensure_streams
 from bke.contracts.agent import AgentRegistered, agent_subject
 
 from .test_lab_install import SEED, assert_ran_once
@@ -28,10 +29,16 @@ async def _forge_unusable_key(lab, node: str) -> None:
                              version="test", at=datetime.now(timezone.utc).isoformat())
     nc = await nats.connect(lab.info.nats_url)
     r = Redis.from_url(lab.info.redis_url)
+    key = f"bke:{lab.plan.cluster}:certs:agents"
     try:
+        deadline = time.monotonic() + 60
+        while await r.hlen(key) < len(lab.plan.nodes):  # the real registrations first: none may follow ours
+            assert time.monotonic() < deadline, "the agents never registered"
+            await asyncio.sleep(0.05)  # polling Redis under a deadline
+        await ensure_streams(nc.jetstream())
         await nc.jetstream().publish(agent_subject(lab.plan.cluster, node, "registered"), forged.to_bytes())
         deadline = time.monotonic() + 30
-        while b"not-this-key" not in (await r.hget(f"bke:{lab.plan.cluster}:certs:agents", node) or b""):
+        while b"not-this-key" not in (await r.hget(key, node) or b""):
             assert time.monotonic() < deadline, "the certs service never took the forged registration"
             await asyncio.sleep(0.05)  # polling Redis under a deadline
     finally:
@@ -58,6 +65,14 @@ async def test_unsealable_node_fails_the_install_at_once_then_retry_after_the_fi
     # the fix: node1's own agent announces itself again (a restart re-registers its real key)
     assert lab.sup.stop_agent("node1")
     lab.sup.ensure_agents(lab.info, lab.plan, only=["node1"])
+    r = Redis.from_url(lab.info.redis_url)
+    try:
+        deadline = time.monotonic() + 60
+        while b"not-this-key" in (await r.hget(f"bke:{lab.plan.cluster}:certs:agents", "node1") or b""):
+            assert time.monotonic() < deadline, "node1's agent never announced itself again"
+            await asyncio.sleep(0.05)  # polling Redis under a deadline
+    finally:
+        await r.aclose()
     from bke_cli.status_cmd import retry  # the CLI path, as an operator would run it
 
     with pytest.raises(BaseException) as exc:  # typer.Exit carries the follow's exit code
