@@ -189,3 +189,50 @@ async def test_a_refused_render_fails_the_install_at_once_and_a_retry_asks_the_r
     finally:
         await svc.stop()
         await r.aclose()
+
+
+async def test_a_replaced_plan_restarts_an_install_that_failed_before_any_node_changed(
+        nats_url, redis_url, redis_client, nats_client):
+    from bke.contracts.render import RENDER_FAILED, RenderFailed
+
+    text = open("examples/seed-3m1w.yaml").read().replace("name: seed", "name: again")
+    first, second = plan_spec_text(text).plan, plan_spec_text(text.replace("v1.33.2", "v1.33.3")).plan
+    r = Redis.from_url(redis_url)
+    js = nats_client.jetstream()
+    await ensure_streams(js)
+    d1, d2 = plan_digest(first.to_json()), plan_digest(second.to_json())
+    assert d1 != d2
+    await RedisPlanStore(r).save(first, first.to_json(), d1, "req-1", datetime.now(timezone.utc).isoformat())
+    svc = create_service(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner="x", mode="lab", health_interval_s=0))
+    await svc.start()
+    st = DispatcherState(r)
+    try:
+        async with EventWatch(nats_client, ["bke.v1.install.again.>"]) as watch:
+            await js.publish(PLAN_CREATED, PlanCreated(request_id="req-1", cluster="again", plan_key="k", plan_digest=d1,
+                                                       nodes=4, etcd_clusters=["etcd-data"]).to_bytes())
+            await js.publish(RENDER_FAILED, RenderFailed(request_id="req-1", cluster="again", kind="invalid", plan_digest=d1,
+                                                         errors=["x: refused"]).to_bytes())
+            await watch.wait_for(lambda e: e.subject.endswith(".finished"), timeout=15)
+            # the planner replaced the plan (it may: nothing reached a node); its event restarts the install
+            await r.set("bke:again:plan", second.to_json())
+            await r.hset("bke:again:plan-meta", "digest", d2)
+            await js.publish(PLAN_CREATED, PlanCreated(request_id="req-2", cluster="again", plan_key="k", plan_digest=d2,
+                                                       nodes=4, etcd_clusters=["etcd-data"]).to_bytes())
+            await watch.wait_for(lambda e: e.subject.endswith(".phase") and e.data["requestId"] == "req-2", timeout=15)
+        inst = await st.install("again")
+        assert inst["requestId"] == "req-2" and inst["planDigest"] == d2 and inst["status"] == "Running"
+        assert "render" not in await st.inputs("again")  # the first plan's refusal is forgotten
+        # a stale failure about the first plan is ignored
+        await js.publish(RENDER_FAILED, RenderFailed(request_id="req-1", cluster="again", kind="invalid", plan_digest=d1,
+                                                     errors=["x: refused"]).to_bytes())
+        await js.publish(MANIFESTS_RENDERED, ManifestsRendered(
+            request_id="req-2", cluster="again", digest="r", nodes=4, files=4, tier="small", template_sets=[],
+            plan_digest=d2).to_bytes())
+        deadline = asyncio.get_running_loop().time() + 15
+        while (await st.inputs("again")).get("render", {}).get("status") != "Ready":
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.05)  # polling Redis under a deadline
+        assert (await st.install("again"))["status"] == "Running"
+    finally:
+        await svc.stop()
+        await r.aclose()
