@@ -8,7 +8,6 @@ and its id is deterministic, so a crash between the two only re-publishes the sa
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,7 +19,7 @@ from bke.plan import Plan
 from bke.state import PlanCache
 from bke.state.nodefiles import RedisNodeFiles
 
-from . import readiness
+from . import decide, readiness
 from .phases import PHASES, NodeInputs, Phase
 from .state import DispatcherState
 
@@ -106,14 +105,13 @@ class Engine:
             return await self._fail(rid, cluster, inst, Outcome("failed", reason=readiness.failure_reason(name, rec),
                                                                 node=rec.node, kind=rec.kind))
         for phase in PHASES:
-            ps = await self.state.phase(cluster, phase.slug)
-            status = ps.get("status", "Pending")
+            rec = decide.PhaseRecord.from_hash(await self.state.phase(cluster, phase.slug))
             # 1. finished phases are skipped over: nothing runs twice
-            if status in ("Succeeded", "Skipped"):
+            if rec.status.finished:
                 continue
             # 2. a failed phase stops the install until `bke retry`
-            if status == "Failed":
-                return Outcome("failed", reason=ps.get("message", ""))
+            if rec.status is decide.PhaseStatus.FAILED:
+                return Outcome("failed", reason=rec.message)
             # 3. a phase that does not apply to this plan is recorded as Skipped
             if not phase.run_if(plan):
                 await self._phase(rid, cluster, phase.slug, "Skipped", finishedAt=self._ts())
@@ -122,10 +120,10 @@ class Engine:
             if not await self.state.claim(cluster, phase.slug, self.owner, self.lease_ms):
                 return Outcome("wait", delay=1.0, reason="another dispatcher holds the phase lease")
             try:
-                if status == "Pending":
+                if rec.status is decide.PhaseStatus.PENDING:
                     await self.state.set_install(cluster, phase=phase.slug)
                     await self._phase(rid, cluster, phase.slug, "Running", startedAt=self._ts())
-                outcome = await self._step(rid, cluster, plan, phase, ps, inst, inputs)
+                outcome = await self._step(rid, cluster, plan, phase, inst, inputs)
             finally:
                 await self.state.release(cluster, phase.slug, self.owner)
             # 5. the step's answer decides: next phase, come back later, or stop
@@ -144,7 +142,7 @@ class Engine:
         """Fail the given phase (by default the first unfinished one) and the install, and say so."""
         if slug is None:
             for phase in PHASES:
-                if (await self.state.phase(cluster, phase.slug)).get("status", "Pending") not in ("Succeeded", "Skipped"):
+                if not decide.PhaseRecord.from_hash(await self.state.phase(cluster, phase.slug)).status.finished:
                     slug = phase.slug
                     break
         if slug is not None:
@@ -157,39 +155,33 @@ class Engine:
     async def _input_records(self, cluster: str) -> dict[str, readiness.InputRecord]:
         return {k: readiness.InputRecord.from_doc(v) for k, v in (await self.state.inputs(cluster)).items()}
 
-    async def _step(self, rid: str, cluster: str, plan: Plan, phase: Phase, ps: dict[str, str],
-                    inst: dict[str, str], inputs: dict[str, readiness.InputRecord]) -> Outcome:
-        if phase.local:
-            return await self.local.run(phase.local, plan)
+    async def _step(self, rid: str, cluster: str, plan: Plan, phase: Phase, inst: dict[str, str],
+                    inputs: dict[str, readiness.InputRecord]) -> Outcome:
+        """Carry out the pure decision (`decide.decide_step`) until it says wait, done or failed."""
         targets = self.targets(plan, phase)
-        if "agents" in phase.needs:
-            have = await self.state.agent_count(cluster)
-            await self.state.set_phase(cluster, phase.slug, ok=min(have, len(targets)))
-            if have < len(targets):
-                return Outcome("wait", delay=1.0, reason=f"{have}/{len(targets)} agents registered")
-            return DONE
-        if not targets:
-            return DONE
-        sealed = await self.state.sealed_count(cluster, [n.hostname for n in plan.nodes]) if "certs" in phase.needs else 0
-        waiting = readiness.missing_input(phase.needs, inputs, inst.get("planDigest", ""), sealed, len(plan.nodes))
-        if waiting:
-            return Outcome("wait", delay=0.5, reason=waiting)
-        total = len(targets)
-        ok, failed, cursor = int(ps.get("ok", 0)), int(ps.get("failed", 0)), int(ps.get("cursor", 0))
-        if ps.get("retry"):
-            await self._resend_retries(rid, cluster, plan, phase)
-        limit = phase.concurrency or total
-        inflight = cursor - ok - failed  # retried nodes left `failed`, so they count as in flight
-        if cursor < total and inflight < limit:
-            batch = targets[cursor : cursor + (limit - max(inflight, 0))]
-            await self._send(rid, cluster, plan, phase, batch, {}, cursor)
-            ps = await self.state.phase(cluster, phase.slug)
-            ok, failed = int(ps.get("ok", 0)), int(ps.get("failed", 0))
-        if ok >= total:
-            return DONE
-        if ok + failed >= total:
-            return await self._failure(cluster, phase)
-        return Outcome("wait", delay=5.0, reason="")  # progress is in the done/total counts
+        seen = decide.Observed(
+            agents=await self.state.agent_count(cluster) if "agents" in phase.needs else 0,
+            inputs=inputs,
+            sealed=await self.state.sealed_count(cluster, [n.hostname for n in plan.nodes]) if "certs" in phase.needs else 0,
+            nodes=len(plan.nodes),
+            plan_digest=inst.get("planDigest", ""),
+        )
+        while True:
+            rec = decide.PhaseRecord.from_hash(await self.state.phase(cluster, phase.slug))
+            d = decide.decide_step(phase.needs, phase.local, phase.concurrency, len(targets), rec, seen)
+            if isinstance(d, decide.Send):
+                await self._send(rid, cluster, plan, phase, targets[d.start : d.start + d.count], {}, d.start)
+            elif isinstance(d, decide.Resend):
+                await self._resend_retries(rid, cluster, plan, phase)
+            elif isinstance(d, decide.RunLocal):
+                return await self.local.run(d.name, plan)
+            elif isinstance(d, (decide.Wait, decide.Succeed)):
+                if d.progress is not None:
+                    await self.state.set_phase(cluster, phase.slug, ok=d.progress)
+                return Outcome("wait", delay=d.delay, reason=d.reason) if isinstance(d, decide.Wait) else DONE
+            else:
+                reason, node = decide.failed_nodes_reason(await self.state.all_commands(cluster, phase.slug))
+                return Outcome("failed", reason=reason, node=node)
 
     async def _send(self, rid, cluster, plan, phase, batch, gens: dict[str, int], start: int | None) -> None:
         """Build, publish and record commands for `batch`; `start` is the phase cursor at
@@ -227,14 +219,6 @@ class Engine:
         nodes = [n for n in self.targets(plan, phase) if n.hostname in retry]
         await self._send(rid, cluster, plan, phase, nodes, retry, None)
         await self.state.set_phase(cluster, phase.slug, retry="")
-
-    async def _failure(self, cluster: str, phase: Phase) -> Outcome:
-        cmds = await self.state.all_commands(cluster, phase.slug)
-        failed = sorted((h, c) for h, c in cmds.items() if c["status"] == "Failed")
-        first_node, first = failed[0]
-        names = ", ".join(h for h, _ in failed[:10]) + (f" and {len(failed) - 10} more" if len(failed) > 10 else "")
-        reason = f"{len(failed)} node(s) failed: {names}; {first_node} step {first['step']}: {first['stderr'][:500]}"
-        return Outcome("failed", reason=reason, node=first_node)
 
     # events -------------------------------------------------------------------
     async def _phase(self, rid: str, cluster: str, slug: str, status: str, **fields: str) -> None:

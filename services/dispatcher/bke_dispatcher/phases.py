@@ -1,7 +1,7 @@
 """The install pipeline as a data table. The CLI, the docs and `bke status` read it too.
 
-Each phase names its target nodes, the inputs it needs before it can start, and how to
-build one node's steps. Phases run in order; a phase whose `run_if` is false is Skipped.
+Each phase names its summary (what `bke status` shows), its target nodes, the inputs it needs
+before it can start, and how to build one node's steps; nothing else repeats any of it. Phases run in order; a phase whose `run_if` is false is Skipped.
 """
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from bke.contracts.agent import Step, SystemdUnit
-from bke.contracts.install import INSTALL_PHASES
 from bke.plan import NodePlan, Plan
 from bke.state.nodefiles import NodeFile
 
@@ -34,6 +33,7 @@ class NodeInputs:
 @dataclass(frozen=True)
 class Phase:
     slug: str
+    summary: str  # shown by `bke status` and the docs
     targets: Callable[[Plan], list[NodePlan]]
     build: Callable[[Plan, NodePlan, NodeInputs], list[Step]] | None = None
     needs: tuple[str, ...] = ()  # "agents", "render", "certs", "checksums"
@@ -71,52 +71,56 @@ def _control_plane(plan: Plan, node: NodePlan, inp: NodeInputs) -> list[Step]:
 
 
 PHASES: tuple[Phase, ...] = (
-    Phase("agents", _all, needs=("agents",)),
+    Phase("agents", "every node's agent is up and has announced its keys", _all, needs=("agents",)),
     Phase(
         "node-env",
+        "preflight checks; containerd, kubelet, kubectl fetched and verified; kubelet running",
         _all,
         lambda plan, node, inp: node_env_steps(plan, node, inp.render, inp.checksums),
         needs=("render", "checksums"),
     ),
     Phase(
         "certs",
+        "each node receives exactly its own certificates and keys, sealed to its agent",
         _all,
         lambda plan, node, inp: write_steps(inp.certs, "certs", "cert"),
         needs=("certs",),
     ),
     Phase(
         "load-balancer",
+        "haproxy + keepalived static pods for a VIP endpoint",
         _running("haproxy", "keepalived"),
         lambda plan, node, inp: write_steps(inp.render, "load-balancer"),
         run_if=lambda plan: plan.load_balancer,
     ),
     Phase(
         "etcd",
+        "every etcd cluster's members started and waited healthy, before any apiserver",
         _running(*ETCD),
         lambda plan, node, inp: [*write_steps(inp.render, "etcd"), *health_steps(plan, node, ETCD, HEALTH_TIMEOUT_S)],
     ),
     Phase(
         "control-plane-init",
+        "the first control-plane node's components, waited healthy",
         lambda plan: [init_node(plan)],
         _control_plane,
     ),
-    Phase("control-plane-join", _joiners, _control_plane),
+    Phase("control-plane-join", "the other control-plane nodes", _joiners, _control_plane),
     Phase(
         "workers",
+        "worker kubelets restarted with their credentials, in bounded batches",
         _workers,
         lambda plan, node, inp: [SystemdUnit(id="systemd:kubelet", unit="kubelet.service", action="restart")],
         concurrency=1000,
     ),
-    Phase("addons", lambda plan: [], local="addons"),
+    Phase("addons", "kube-proxy, CoreDNS, then user addons, applied in order", lambda plan: [], local="addons"),
     Phase(
         "health",
+        "etcd members and control-plane endpoints answer",
         lambda plan: [n for n in plan.nodes if any(c in n.components for c in (*ETCD, *CONTROL_PLANE))],
         lambda plan, node, inp: health_steps(plan, node, (*ETCD, *CONTROL_PLANE), 60.0),
     ),
 )
-
-
-SUMMARY = dict(INSTALL_PHASES)  # a unit test checks PHASES covers exactly INSTALL_PHASES
 
 
 def phase_by_slug(slug: str) -> Phase:
