@@ -7,9 +7,10 @@ from datetime import datetime, timezone
 from redis.asyncio import Redis
 
 from bke.bus.service import Service, make_service
-from bke.contracts import PLAN_CREATED
-from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_SEALED
-from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED
+from bke.bus.handler import typed
+from bke.contracts import PLAN_CREATED, PlanCreated
+from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_SEALED, CertsFailed, CertsIssued, CertsSealed
+from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
 from bke.contracts.install import RETRY_REQUESTED
 from bke.state import PlanCache
 from bke.state.keys import cluster_key
@@ -67,13 +68,20 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
             return  # a heartbeat is advisory; a malformed one is dropped
 
     b = settings.batch_size
-    svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "dispatcher-plans", services.plan_created, batch_size=b)
-    svc.work_subscriber(MANIFESTS_RENDERED, "BKE_EVENTS", "dispatcher-rendered", services.rendered, batch_size=b)
-    svc.work_subscriber(RENDER_FAILED, "BKE_EVENTS", "dispatcher-render-failed", services.render_failed, batch_size=b)
-    svc.work_subscriber(CERTS_ISSUED, "BKE_EVENTS", "dispatcher-certs-issued", services.certs_issued, batch_size=b)
-    svc.work_subscriber(CERTS_FAILED, "BKE_EVENTS", "dispatcher-certs-failed", services.certs_failed, batch_size=b)
+    def t(model, handler):
+        return typed(model, handler, svc.publish, svc.notify)
+
+    svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "dispatcher-plans", t(PlanCreated, services.plan_created), batch_size=b)
+    svc.work_subscriber(MANIFESTS_RENDERED, "BKE_EVENTS", "dispatcher-rendered", t(ManifestsRendered, services.rendered),
+                        batch_size=b)
+    svc.work_subscriber(RENDER_FAILED, "BKE_EVENTS", "dispatcher-render-failed", t(RenderFailed, services.render_failed),
+                        batch_size=b)
+    svc.work_subscriber(CERTS_ISSUED, "BKE_EVENTS", "dispatcher-certs-issued", t(CertsIssued, services.certs_issued),
+                        batch_size=b)
+    svc.work_subscriber(CERTS_FAILED, "BKE_EVENTS", "dispatcher-certs-failed", t(CertsFailed, services.certs_failed),
+                        batch_size=b)
     # one per sealed batch or registration: thousands per big install, so the lean consumer
-    svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", services.certs_sealed)
+    svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", t(CertsSealed, services.certs_sealed))
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", inputs.result)
     svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "dispatcher-agents", inputs.registered)
     svc.work_subscriber(RETRY_REQUESTED, "BKE_COMMANDS", "dispatcher-retry", inputs.retry, batch_size=b)

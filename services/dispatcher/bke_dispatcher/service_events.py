@@ -6,7 +6,7 @@
     certs issued        -> certs input Ready           certs failed     -> certs input Failed
     certs sealed        -> these nodes' bundles exist
 
-Each handler records and wakes the cluster's reconcile loop; the engine decides (a failed input
+Each handler takes its typed event (bke.bus.handler), publishes nothing, records and wakes the cluster's reconcile loop; the engine decides (a failed input
 fails the install at once, with the service's reason). A failure can arrive before this
 dispatcher has seen the plan: the install record is then created from the failure event.
 """
@@ -16,13 +16,9 @@ import logging
 from datetime import datetime
 from typing import Callable
 
-from pydantic import ValidationError
-
 from bke.contracts import PlanCreated
-from bke.contracts.base import Message
 from bke.contracts.certs import CertsFailed, CertsIssued, CertsSealed
 from bke.contracts.render import ManifestsRendered, RenderFailed
-from bke.errors import MalformedMessage
 from bke.state import PlanCache
 
 from .engine import Engine
@@ -35,20 +31,12 @@ __all__ = ["ServiceEvents"]
 log = logging.getLogger("bke.dispatcher")
 
 
-def _parse(model: type[Message], body: bytes):
-    try:
-        return model.model_validate_json(body)
-    except ValidationError as exc:
-        raise MalformedMessage(f"malformed {model.__name__}: {exc}") from exc
-
-
 class ServiceEvents:
     def __init__(self, state: DispatcherState, plans: PlanCache, engine: Engine, kick: Callable[[str], None],
                  now: Callable[[], datetime]):
         self.state, self.plans, self.engine, self.kick, self.now = state, plans, engine, kick, now
 
-    async def plan_created(self, body: bytes) -> None:
-        ev: PlanCreated = _parse(PlanCreated, body)
+    async def plan_created(self, ev: PlanCreated) -> None:
         inst = await self.state.install(ev.cluster)
         if inst and inst.get("planDigest") and inst["planDigest"] != ev.plan_digest:
             if inst.get("status") == "Failed" and inst.get("nodesChanged") != "1":
@@ -61,27 +49,22 @@ class ServiceEvents:
         await self._ensure_install(ev.cluster, ev.request_id, ev.plan_digest)
         self.kick(ev.cluster)
 
-    async def rendered(self, body: bytes) -> None:
-        ev: ManifestsRendered = _parse(ManifestsRendered, body)
+    async def rendered(self, ev: ManifestsRendered) -> None:
         await self._record(ev.cluster, "render", InputRecord(InputStatus.READY, digest=ev.plan_digest), ev.request_id)
 
-    async def render_failed(self, body: bytes) -> None:
-        ev: RenderFailed = _parse(RenderFailed, body)
+    async def render_failed(self, ev: RenderFailed) -> None:
         reason = "; ".join(ev.errors)[:2000]
         rec = InputRecord(InputStatus.FAILED, digest=ev.plan_digest, reason=reason, kind=ev.kind)
         await self._record(ev.cluster, "render", rec, ev.request_id)
 
-    async def certs_issued(self, body: bytes) -> None:
-        ev: CertsIssued = _parse(CertsIssued, body)
+    async def certs_issued(self, ev: CertsIssued) -> None:
         await self._record(ev.cluster, "certs", InputRecord(InputStatus.READY, digest=ev.plan_digest), ev.request_id)
 
-    async def certs_failed(self, body: bytes) -> None:
-        ev: CertsFailed = _parse(CertsFailed, body)
+    async def certs_failed(self, ev: CertsFailed) -> None:
         rec = InputRecord(InputStatus.FAILED, digest=ev.plan_digest, reason=ev.reason[:2000], kind=ev.kind, node=ev.node)
         await self._record(ev.cluster, "seal" if ev.node else "certs", rec, ev.request_id)
 
-    async def certs_sealed(self, body: bytes) -> None:
-        ev: CertsSealed = _parse(CertsSealed, body)
+    async def certs_sealed(self, ev: CertsSealed) -> None:
         await self.state.add_sealed(ev.cluster, ev.nodes)
         self.kick(ev.cluster)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from bke.bus.service import Service, make_service
-from bke.contracts import PLAN_CREATED
-from bke.contracts.render import RENDER_REQUESTED
+from bke.bus.handler import typed
+from bke.contracts import PLAN_CREATED, PlanCreated
+from bke.contracts.render import RENDER_REQUESTED, RenderRequested
 from bke.render import preload_templates
 from bke.state import RedisPlanStore
 
@@ -23,7 +24,8 @@ def create_service(settings: RendererSettings | None = None) -> Service:
     svc.on_stop.append(redis.aclose)
     preload_templates()  # every per-version template set, once, at start
     h = RendererHandlers(plans=RedisPlanStore(redis), store=RedisRenderStore(redis), publish=svc.publish)
-    svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "renderer-plans", h.on_plan, batch_size=4, give_up=h.gave_up)
-    svc.work_subscriber(RENDER_REQUESTED, "BKE_COMMANDS", "renderer-render", h.on_render_requested, batch_size=4,
-                        give_up=h.gave_up)
+    svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "renderer-plans", typed(PlanCreated, h.on_plan, svc.publish),
+                        batch_size=4, give_up=h.gave_up)
+    svc.work_subscriber(RENDER_REQUESTED, "BKE_COMMANDS", "renderer-render",
+                        typed(RenderRequested, h.on_render_requested, svc.publish), batch_size=4, give_up=h.gave_up)
     return svc

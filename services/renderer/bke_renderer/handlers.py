@@ -1,4 +1,5 @@
-"""The renderer's handlers: thin, over `service_core.ensure_rendered`.
+"""The renderer's handlers: typed messages in, messages to publish out (bke.bus.handler), thin
+over `service_core.ensure_rendered`.
 
     plan created        -> render and store every node's files: `manifests rendered`, or
                            `manifests failed` with the reason and its kind
@@ -9,6 +10,7 @@
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
@@ -16,7 +18,8 @@ from pydantic import ValidationError
 
 from bke.contracts import PlanCreated
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed, RenderRequested
-from bke.errors import MalformedMessage, PermanentError, RejectedInput
+from bke.bus.handler import Out
+from bke.errors import RejectedInput
 from bke.render.errors import RenderError
 from bke.state import RedisPlanStore
 
@@ -24,6 +27,7 @@ from .service_core import RenderStore, ensure_rendered
 
 __all__ = ["RendererHandlers"]
 
+log = logging.getLogger("bke.renderer")
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 
 
@@ -33,38 +37,32 @@ class RendererHandlers:
     store: RenderStore
     publish: Publish
 
-    async def on_plan(self, body: bytes) -> None:
-        try:
-            ev = PlanCreated.model_validate_json(body)
-        except ValidationError as exc:
-            raise MalformedMessage(f"malformed plan event: {exc}") from exc
-        await self.ensure(ev.cluster, ev.request_id, ev.plan_digest)
+    async def on_plan(self, ev: PlanCreated) -> list[Out]:
+        return await self.ensure(ev.cluster, ev.request_id, ev.plan_digest)
 
-    async def on_render_requested(self, body: bytes) -> None:
-        try:
-            req = RenderRequested.model_validate_json(body)
-        except ValidationError as exc:
-            raise MalformedMessage(f"malformed render request: {exc}") from exc
+    async def on_render_requested(self, req: RenderRequested) -> list[Out]:
         meta = await self.plans.meta(req.cluster)
         if meta is None:
-            raise PermanentError(f"render requested for cluster {req.cluster!r}, which has no plan")
-        await self.ensure(req.cluster, req.request_id, meta.digest)
+            failed = RenderFailed(request_id=req.request_id, cluster=req.cluster, kind="invalid",
+                                  errors=[f"cluster {req.cluster!r} has no plan"])
+            return [Out(failed, RENDER_FAILED)]
+        return await self.ensure(req.cluster, req.request_id, meta.digest)
 
-    async def ensure(self, cluster: str, request_id: str, digest: str) -> None:
+    async def ensure(self, cluster: str, request_id: str, digest: str) -> list[Out]:
         plan = await self.plans.load(cluster)
         try:
             report = await ensure_rendered(plan, self.store)
         except RenderError as exc:
+            log.info("render refused: %s", exc, extra={"cluster": cluster, "request_id": request_id})
             errors = [f"{p}: {m}" for p, m in exc.errors] if isinstance(exc, RejectedInput) else [str(exc)]
             kind = "invalid" if isinstance(exc, RejectedInput) else "operational"
-            failed = RenderFailed(request_id=request_id, cluster=cluster, errors=errors, kind=kind, plan_digest=digest)
-            await self.publish(failed.to_bytes(), RENDER_FAILED, {})
-            raise PermanentError(str(exc)) from exc
+            return [Out(RenderFailed(request_id=request_id, cluster=cluster, errors=errors, kind=kind, plan_digest=digest),
+                        RENDER_FAILED)]
         out = ManifestsRendered(
             request_id=request_id, cluster=cluster, digest=report.digest, nodes=report.nodes, files=report.files,
             tier=report.tier, template_sets=report.template_sets, warnings=report.warnings, plan_digest=digest,
         )
-        await self.publish(out.to_bytes(), MANIFESTS_RENDERED, {"Nats-Msg-Id": f"rendered:{request_id}:{report.digest}"})
+        return [Out(out, MANIFESTS_RENDERED, f"rendered:{request_id}:{report.digest}")]
 
     async def gave_up(self, body: bytes, reason: str) -> None:
         """Every delivery of a plan (or render request) failed unexpectedly: say so for its cluster."""

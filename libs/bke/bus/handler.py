@@ -1,0 +1,54 @@
+"""The one handler shape: a function of a typed message that returns what to publish.
+
+    async def on_plan(ev: PlanCreated) -> list[Out]: ...
+
+The wiring (`Service.work_subscriber` / `fast_subscriber` with `model=`) turns bytes into the
+message, sends bytes that are no message of the contract to the dead-letter stream with the
+reason (`MalformedMessage`, see delivery.settle), calls the handler and publishes what it
+returned, in order. Handlers never see bytes or a broker, so they are tested as plain functions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Sequence, TypeVar
+
+from pydantic import ValidationError
+
+from ..contracts.base import Message
+from ..errors import MalformedMessage
+
+__all__ = ["Out", "Publish", "parse", "typed"]
+
+M = TypeVar("M", bound=Message)
+Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Out:
+    """One message a handler wants published."""
+
+    message: Message
+    subject: str
+    msg_id: str | None = None  # JetStream de-duplication: a redelivered input publishes the same id
+    live: bool = False  # progress for whoever listens: core NATS, no PubAck awaited
+
+
+def parse(model: type[M], body: bytes) -> M:
+    """The message, or MalformedMessage naming the contract and what is wrong with it."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise MalformedMessage(f"malformed {model.__name__}: {exc}") from exc
+
+
+def typed(model: type[M], handler: Callable[[M], Awaitable[Sequence[Out] | None]], publish: Publish,
+          notify: Publish | None = None) -> Callable[[bytes], Awaitable[None]]:
+    """Bytes in, the handler's messages out: what a subscriber runs for each delivery."""
+
+    async def work(body: bytes) -> None:
+        for out in await handler(parse(model, body)) or ():
+            send = notify if out.live and notify is not None else publish
+            await send(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
+
+    work.__name__ = getattr(handler, "__name__", "work")
+    return work

@@ -1,0 +1,102 @@
+"""The renderer's handlers as plain functions: a typed message in, the messages to publish out.
+No broker; the stores are small in-memory stand-ins of their protocols."""
+from __future__ import annotations
+
+import json
+
+from bke.bus.handler import Out, parse, typed
+from bke.contracts import PlanCreated
+from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed, RenderRequested
+from bke.errors import MalformedMessage
+from bke.plan import Plan, plan_spec_text
+from bke.state import plan_digest
+from bke_renderer.handlers import RendererHandlers
+
+SPEC = open("examples/seed-3m1w.yaml").read()
+
+
+class Plans:
+    def __init__(self, plan):
+        self.plan, self.digest = plan, plan_digest(plan.to_json()) if plan else None
+
+    async def load(self, cluster):
+        return self.plan
+
+    async def meta(self, cluster):
+        return type("Meta", (), {"digest": self.digest})() if self.plan else None
+
+
+class Store:
+    def __init__(self):
+        self.saved, self.password = [], None
+
+    async def digest(self, cluster):
+        return self.saved[-1].digest if self.saved else None
+
+    async def save(self, rendered):
+        self.saved.append(rendered)
+
+    async def load_node(self, cluster, hostname):
+        return None
+
+    async def vrrp_password(self, cluster, new):
+        self.password = self.password or new()
+        return self.password
+
+
+def _handlers(spec: str = SPEC):
+    plan = plan_spec_text(spec).plan
+    return RendererHandlers(plans=Plans(plan), store=Store(), publish=None), plan  # type: ignore[arg-type]
+
+
+async def test_a_plan_is_rendered_and_announced_once_per_digest():
+    h, plan = _handlers()
+    ev = PlanCreated(request_id="r1", cluster="seed", plan_key="k", plan_digest="pd", nodes=4, etcd_clusters=["etcd-data"])
+    (out,) = await h.on_plan(ev)
+    assert out.subject == MANIFESTS_RENDERED and isinstance(out.message, ManifestsRendered)
+    assert out.message.plan_digest == "pd" and out.message.nodes == 4
+    assert out.msg_id == f"rendered:r1:{out.message.digest}"
+    (again,) = await h.on_plan(ev)  # a redelivery: same id, nothing stored twice
+    assert again.msg_id == out.msg_id and len(h.store.saved) == 1
+
+
+def _plan_with_etcd_args(args: dict) -> Plan:
+    """A plan whose spec carries these etcd extraArgs, built around the planner's own checks (the
+    renderer is the second line of defence)."""
+    doc = json.loads(plan_spec_text(SPEC).plan.to_json())
+    doc["spec"]["cluster"]["spec"]["clusterConfig"]["cluster"]["etcd"]["extraArgs"] = args
+    return Plan.model_validate(doc)
+
+
+async def test_a_refused_flag_is_a_failed_event_of_kind_invalid_with_its_field():
+    h = RendererHandlers(plans=Plans(_plan_with_etcd_args({"client-cert-auth": "false"})), store=Store(), publish=None)  # type: ignore[arg-type]
+    (out,) = await h.on_plan(PlanCreated(request_id="r2", cluster="seed", plan_key="k", plan_digest="pd", nodes=4,
+                                         etcd_clusters=["etcd-data"]))
+    assert out.subject == RENDER_FAILED and isinstance(out.message, RenderFailed)
+    assert out.message.kind == "invalid" and any("client-cert-auth" in e for e in out.message.errors)
+
+
+async def test_a_render_request_for_an_unknown_cluster_is_refused_not_raised():
+    h = RendererHandlers(plans=Plans(None), store=Store(), publish=None)  # type: ignore[arg-type]
+    (out,) = await h.on_render_requested(RenderRequested(request_id="r3", cluster="ghost"))
+    assert out.subject == RENDER_FAILED and "ghost" in out.message.errors[0]
+
+
+async def test_typed_wiring_parses_publishes_in_order_and_refuses_bytes_that_are_no_message():
+    sent = []
+
+    async def publish(payload, subject, headers):
+        sent.append((subject, headers))
+
+    async def handler(req: RenderRequested) -> list[Out]:
+        return [Out(req, "a", "id-1"), Out(req, "b")]
+
+    work = typed(RenderRequested, handler, publish)
+    await work(RenderRequested(request_id="x", cluster="c").to_bytes())
+    assert sent == [("a", {"Nats-Msg-Id": "id-1"}), ("b", {})]
+    try:
+        parse(RenderRequested, b'{"requestId": 1}')
+    except MalformedMessage as exc:
+        assert "malformed RenderRequested" in str(exc) and "cluster" in str(exc)
+    else:
+        raise AssertionError("bytes that are no message must be MalformedMessage")
