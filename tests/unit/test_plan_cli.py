@@ -28,3 +28,10 @@ def test_plan_accepts_the_corrected_spec(tmp_path: Path, capsys) -> None:
     spec.write_text(REFUSED.read_text().replace('client-cert-auth: "false"', 'client-cert-auth: "1"'))
     assert bke(["plan", str(spec)]) == 0
     assert "master1" in capsys.readouterr().out
+
+
+def test_lab_install_refuses_before_starting_anything(tmp_path: Path, capsys) -> None:
+    workdir = tmp_path / "lab"
+    assert bke(["lab", "install", str(REFUSED), "--workdir", str(workdir)]) == 2
+    assert f"ERROR {PATH}: " in capsys.readouterr().err
+    assert not workdir.exists()  # no NATS, Redis, service or agent was started
