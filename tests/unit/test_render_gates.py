@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from bke.render import GATES, DeniedFlagError, UnsupportedVersionError, gate_open
+from bke.plan import plan_spec_text
 from bke.render.gates import VersionSet
 from bke.versions import parse_version
 
-from .test_render_support import flags, plan_of, pod, render, spec_text
+from .test_render_support import flags, plan_of, plan_unchecked, pod, render, spec_text
 
 NODES = [("m1", "10.2.0.1", ["master", "etcd"]), ("w1", "10.2.0.2", ["node"])]
 
@@ -76,16 +77,21 @@ def test_user_flag_outside_its_gate_is_refused_with_what_to_use_instead() -> Non
     text = spec_text(NODES, endpoint=None, etcd="v3.6.5", kubernetes="v1.35.0",
                      cluster={"etcd": {"extraArgs": {"experimental-initial-corrupt-check": "true"}}})
     with pytest.raises(DeniedFlagError) as exc:
-        render(plan_of(text))
+        render(plan_unchecked(text))
     path, message = exc.value.errors[0]
     assert path == "cluster.spec.clusterConfig.cluster.etcd.extraArgs.experimental-initial-corrupt-check"
     assert "3.6.5" in message and "InitialCorruptCheck" in message
+    # the planner refuses it first, with the same path and message
+    planned = plan_spec_text(text, "test")
+    assert not planned.ok and [(e.path, e.message) for e in planned.errors] == [(path, message)]
 
 
 def test_user_feature_gate_outside_its_gate_is_refused() -> None:
     text = spec_text(NODES, endpoint=None, cluster={"apiServer": {"extraArgs": {"feature-gates": "ListFromCacheSnapshot=true"}}})
     with pytest.raises(DeniedFlagError, match="ListFromCacheSnapshot"):
-        render(plan_of(text))
+        render(plan_unchecked(text))
+    planned = plan_spec_text(text, "test")
+    assert [e.path for e in planned.errors] == ["cluster.spec.clusterConfig.cluster.apiServer.extraArgs.feature-gates"]
 
 
 def test_unsupported_version_lists_the_table() -> None:

@@ -10,11 +10,13 @@ from typing import Any
 
 import yaml
 
-from bke.plan import Plan, plan_spec_text
+from bke.plan import Plan, build_plan, plan_spec_text
 from bke.render import RenderedCluster, RenderInputs, render_cluster
+from bke.spec import load_spec
 from bke.versions import KUBERNETES
 
-__all__ = ["GOLDEN_NODES", "PASSWORD", "flags", "golden_spec", "plan_of", "pod", "render", "spec_text", "versions_for"]
+__all__ = ["GOLDEN_NODES", "PASSWORD", "flags", "golden_spec", "plan_of", "plan_unchecked", "pod", "render", "spec_text",
+           "versions_for"]
 
 PASSWORD = "g0ldenPw"
 GOLDEN_NODES: list[tuple[str, str, list[str]]] = [
@@ -52,6 +54,14 @@ def plan_of(text: str) -> Plan:
     out = plan_spec_text(text, "test")
     assert out.plan is not None, [str(e) for e in out.errors]
     return out.plan
+
+
+def plan_unchecked(text: str) -> Plan:
+    """A plan built without semantic validation: what the renderer's own checks (its second line
+    of defence behind `validate_spec`) must still refuse."""
+    loaded = load_spec(text, "test")
+    assert loaded.spec is not None, [str(e) for e in loaded.errors]
+    return build_plan(loaded.spec)
 
 
 def render(plan: Plan, password: str | None = PASSWORD) -> RenderedCluster:

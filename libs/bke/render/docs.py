@@ -41,7 +41,7 @@ def gates_table() -> str:
 
 def denylist_table() -> str:
     lines = [_row("component", "flag", "refused values", "why"), _row(*["---"] * 4)]
-    lines += [_row(r.component, f"`--{r.flag}`", ", ".join(r.bad_values) or "any", r.reason) for r in DENYLIST]
+    lines += [_row(r.component, f"`--{r.flag}`", r.refused_text, r.reason) for r in DENYLIST]
     return "\n".join(lines)
 
 

@@ -3,7 +3,8 @@
 Steps, top to bottom (each fails with a typed error, see errors.py):
  1. versions: every version in the supported table, else UnsupportedVersionError;
  2. inputs: the VRRP password when the endpoint is a VIP, else MissingInputError;
- 3. user flags: denylist and version gates of every extraArgs flag, else DeniedFlagError;
+ 3. user flags: denylist and version gates of every extraArgs flag, else DeniedFlagError (spec
+    validation refused these already; this is the second line of defence);
  4. per node, every row of FILES whose component the node runs: build typed parameters, render
     the template, parse the output back and validate it;
  5. per node, cross-file checks (ports unique, kubelet and containerd agree on the cgroup driver);
@@ -149,7 +150,8 @@ def render_cluster(plan: Plan, inputs: RenderInputs) -> RenderedCluster:
         template_sets=ts.folders,
         nodes=nodes,
         addons=addons,
-        warnings=tuple(list(plan.warnings) + warnings),
+        # validation already reported the allowUnsafeFlags warnings into the plan: once each
+        warnings=tuple(dict.fromkeys(list(plan.warnings) + warnings)),
     )
 
 

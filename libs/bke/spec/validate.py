@@ -11,8 +11,10 @@ from collections import defaultdict
 from pydantic import BaseModel
 
 from .. import versions
+from ..flagrules import VersionSet
 from ..netaddr import is_ip
 from .errors import FieldError
+from .extra_args import check_extra_args, placed_flag_components
 from .models import ROLES, ClusterSpec
 from .roles import CONTROL_PLANE_ROLES, ETCD_ROLES, is_master
 
@@ -38,13 +40,19 @@ class ValidationReport(BaseModel):
 def validate_spec(spec: ClusterSpec) -> ValidationReport:
     errors: list[FieldError] = []
     warnings: list[str] = []
-    errors += _check_cluster(spec, warnings)
+    parsed: dict[str, versions.Version] = {}
+    errors += _check_cluster(spec, warnings, parsed)
     errors += _check_nodes(spec, warnings)
     errors += _check_extra_args(spec)
+    # The denylist and version gates, judged here so that nothing refusable reaches the renderer.
+    vs = VersionSet(parsed["kubernetes"], parsed["etcd"], parsed["containerd"]) if len(parsed) == 3 else None
+    flag_errors, flag_warnings = check_extra_args(spec, vs, placed_flag_components(spec))
+    errors += [FieldError(path=p, message=m) for p, m in flag_errors]
+    warnings += flag_warnings
     return ValidationReport(errors=errors, warnings=warnings)
 
 
-def _check_cluster(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
+def _check_cluster(spec: ClusterSpec, warnings: list[str], parsed: dict[str, versions.Version]) -> list[FieldError]:
     errs: list[FieldError] = []
     c = spec.config
     name = spec.cluster.metadata.name
@@ -56,7 +64,6 @@ def _check_cluster(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
         errs.append(FieldError(path="cluster.spec.controlPlaneEndpoint.port", message=f"port {ep.port} is out of range 1-65535"))
     if not is_ip(ep.host) and not _DNS1123.match(ep.host):
         errs.append(FieldError(path="cluster.spec.controlPlaneEndpoint.host", message=f"{ep.host!r} is neither an IP address nor a DNS name"))
-    parsed = {}
     for field, comp in (("kubernetesVersion", "kubernetes"), ("etcdVersion", "etcd"), ("containerdVersion", "containerd")):
         text = getattr(c, {"kubernetesVersion": "kubernetes_version", "etcdVersion": "etcd_version", "containerdVersion": "containerd_version"}[field])
         try:

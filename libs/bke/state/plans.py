@@ -7,7 +7,7 @@ from redis.asyncio import Redis
 
 from ..errors import TemporaryError
 from ..plan import Plan
-from .keys import clusters_index, plan_key, plan_meta_key, request_key
+from .keys import clusters_index, plan_key, plan_meta_key, plan_replaceable_key, request_key
 
 __all__ = ["PlanCache", "PlanRecord", "RedisPlanStore", "plan_digest"]
 
@@ -26,6 +26,26 @@ redis.call('SADD', KEYS[4], ARGV[5])
 return 1
 """
 
+# Compare-and-swap on the stored digest, and only while the planner's mark names that same
+# digest: two replicas replacing at once cannot both win, and the mark is spent by the swap.
+_REPLACE = """
+if redis.call('HGET', KEYS[2], 'digest') ~= ARGV[6] then return 0 end
+if redis.call('GET', KEYS[4]) ~= ARGV[6] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[2], 'digest', ARGV[2], 'requestId', ARGV[3], 'createdAt', ARGV[4], 'replaced', ARGV[6])
+redis.call('SET', KEYS[3], ARGV[5])
+redis.call('DEL', KEYS[4])
+return 1
+"""
+
+# The mark names the digest stored when the install failed, so a later plan is never covered by it.
+_MARK = """
+local digest = redis.call('HGET', KEYS[1], 'digest')
+if not digest then return 0 end
+redis.call('SET', KEYS[2], digest)
+return 1
+"""
+
 
 class PlanRecord:
     def __init__(self, digest: str, request_id: str, created_at: str):
@@ -33,7 +53,8 @@ class PlanRecord:
 
 
 class RedisPlanStore:
-    """Plans in Redis: `bke:<cluster>:plan` (JSON) and `bke:<cluster>:plan-meta` (hash)."""
+    """Plans in Redis: `bke:<cluster>:plan` (JSON), `bke:<cluster>:plan-meta` (hash) and the
+    planner's `bke:<cluster>:plan-replaceable` mark (a digest)."""
 
     def __init__(self, redis: Redis):
         self.redis = redis
@@ -50,6 +71,27 @@ class RedisPlanStore:
         keys = [plan_key(plan.cluster), plan_meta_key(plan.cluster), request_key(request_id), clusters_index()]
         res = await self.redis.eval(_SAVE_ONCE, len(keys), *keys, plan_json, digest, request_id, now_iso, plan.cluster)
         return bool(res)
+
+    async def replace(self, plan: Plan, plan_json: str, digest: str, old_digest: str, request_id: str, now_iso: str) -> bool:
+        """Replace the stored plan, atomically, if it still has `old_digest` and is marked
+        replaceable for that digest: True if replaced now (the mark is then cleared)."""
+        c = plan.cluster
+        keys = [plan_key(c), plan_meta_key(c), request_key(request_id), plan_replaceable_key(c)]
+        res = await self.redis.eval(_REPLACE, len(keys), *keys, plan_json, digest, request_id, now_iso, c, old_digest)
+        return bool(res)
+
+    async def replaceable(self, cluster: str) -> str | None:
+        """The digest marked replaceable for `cluster`, if any."""
+        raw = await self.redis.get(plan_replaceable_key(cluster))
+        return raw.decode() if isinstance(raw, bytes) else raw
+
+    async def mark_replaceable(self, cluster: str) -> bool:
+        """Mark the stored plan replaceable; False if the cluster has no plan."""
+        keys = [plan_meta_key(cluster), plan_replaceable_key(cluster)]
+        return bool(await self.redis.eval(_MARK, len(keys), *keys))
+
+    async def clear_replaceable(self, cluster: str) -> None:
+        await self.redis.delete(plan_replaceable_key(cluster))
 
     async def remember_request(self, request_id: str, cluster: str) -> None:
         await self.redis.set(request_key(request_id), cluster)

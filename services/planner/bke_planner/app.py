@@ -1,4 +1,5 @@
-"""Planner wiring: the broker, Redis, and the one subscriber. No logic here."""
+"""Planner wiring: the broker, Redis, and two subscribers (cluster requests; install outcomes,
+which decide whether a refused spec may be replaced). No logic here."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -8,9 +9,10 @@ from redis.asyncio import Redis
 from bke.bus import get_blob
 from bke.bus.service import Service, make_service
 from bke.contracts import CLUSTER_REQUESTED
+from bke.contracts.install import install_subject
 from bke.state import RedisPlanStore
 
-from .handlers import PlannerDeps, handle_cluster_requested
+from .handlers import PlannerDeps, handle_cluster_requested, handle_install_finished
 from .settings import PlannerSettings
 
 __all__ = ["create_service"]
@@ -35,5 +37,10 @@ def create_service(settings: PlannerSettings | None = None) -> Service:
     async def work(body: bytes) -> None:
         await handle_cluster_requested(body, deps)
 
+    async def on_finished(body: bytes) -> None:
+        await handle_install_finished(body, deps)
+
     svc.work_subscriber(CLUSTER_REQUESTED, "BKE_COMMANDS", settings.durable, work, batch_size=settings.batch_size)
+    svc.work_subscriber(install_subject("*", "finished"), "BKE_EVENTS", settings.installs_durable, on_finished,
+                        batch_size=settings.batch_size)
     return svc

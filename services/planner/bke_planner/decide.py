@@ -1,21 +1,25 @@
-"""The planner's decision for one request: pure, no I/O.
+"""The planner's decisions: pure, no I/O.
 
-Given the request bytes, the spec text and what is stored for the cluster, return the
-event to publish and, for a new cluster, the plan to store.
+Given the request bytes, the spec text and what is stored for the cluster (its digest, and
+whether the planner marked it replaceable), return the event to publish and, for a new or a
+replaced plan, the plan to store. Given an install's outcome, say whether its plan may be
+replaced by a corrected spec.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
 from pydantic import ValidationError
 
 from bke.contracts import ClusterRejected, ClusterRequested, ErrorItem, PlanCreated
+from bke.contracts.install import InstallFinished
 from bke.plan import Plan, plan_spec_text
 from bke.spec.loader import loc_to_path
 from bke.state import plan_digest, plan_key
 
-__all__ = ["Decision", "parse_request", "decide_plan", "against_stored"]
+__all__ = ["Decision", "parse_request", "decide_plan", "against_stored", "replaceable_after"]
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,7 @@ class Decision:
     plan: Plan | None = None
     plan_json: str | None = None
     digest: str | None = None
+    replaces: str | None = None  # the stored digest this plan replaces (compare-and-swap on it)
 
 
 def _request_id_of(body: bytes) -> str | None:
@@ -68,11 +73,14 @@ def decide_plan(request_id: str, spec_text: bytes | str) -> Decision:
     return Decision(event, plan, plan_json, digest)
 
 
-def against_stored(decision: Decision, stored_digest: str | None) -> Decision:
-    """Same plan again is fine (idempotent); a different plan for an existing cluster is refused."""
+def against_stored(decision: Decision, stored_digest: str | None, replaceable: bool = False) -> Decision:
+    """Same plan again is fine (idempotent). A different plan for an existing cluster replaces
+    it while `replaceable` (its install failed before any node changed), else it is refused."""
     plan = decision.plan
     if plan is None or stored_digest is None or stored_digest == decision.digest:
         return decision
+    if replaceable:
+        return dataclasses.replace(decision, replaces=stored_digest)
     return Decision(
         ClusterRejected(
             request_id=decision.event.request_id,
@@ -80,9 +88,15 @@ def against_stored(decision: Decision, stored_digest: str | None) -> Decision:
             errors=[
                 ErrorItem(
                     path="cluster.metadata.name",
-                    message=f"cluster {plan.cluster!r} already exists with a different spec; "
+                    message=f"cluster {plan.cluster!r} already exists with a different spec (plan {stored_digest[:12]}); "
                     "changing a running cluster is not supported yet",
                 )
             ],
         )
     )
+
+
+def replaceable_after(event: InstallFinished) -> bool:
+    """A plan may be replaced only while its install failed before any command reached a node;
+    a success, or any change on a node, makes the stored plan the cluster's truth."""
+    return event.status == "Failed" and not event.nodes_changed

@@ -1,4 +1,10 @@
-"""The planner's one handler: a cluster request in, `plan created` or `cluster rejected` out."""
+"""The planner's handlers: a cluster request in, `plan created` or `cluster rejected` out; an
+install's outcome in, the plan's replaceable mark set or cleared.
+
+Replicas agree through Redis alone: the plan is written with a compare (once for a new cluster,
+compare-and-swap on the old digest for a replacement); a replica that loses the write re-reads
+what the winner stored and decides again against it.
+"""
 from __future__ import annotations
 
 import logging
@@ -6,13 +12,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Awaitable, Callable
 
+from pydantic import ValidationError
+
 from bke.contracts import CLUSTER_REJECTED, PLAN_CREATED, ClusterRejected, ClusterRequested, ErrorItem
-from bke.errors import PermanentError
+from bke.contracts.install import InstallFinished
+from bke.errors import MalformedMessage, PermanentError, TemporaryError
 from bke.state import RedisPlanStore
 
-from .decide import against_stored, decide_plan, parse_request
+from .decide import Decision, against_stored, decide_plan, parse_request, replaceable_after
 
-__all__ = ["PlannerDeps", "handle_cluster_requested"]
+__all__ = ["PlannerDeps", "ensure_plan_stored", "handle_cluster_requested", "handle_install_finished"]
 
 log = logging.getLogger("bke.planner")
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
@@ -42,23 +51,62 @@ async def handle_cluster_requested(body: bytes, deps: PlannerDeps) -> None:
             return
     decision = decide_plan(req.request_id, spec_text)
     if decision.plan is not None:
-        # The stored digest decides between "new", "same again" (idempotent) and "changed".
-        meta = await deps.store.meta(decision.plan.cluster)
-        decision = against_stored(decision, meta.digest if meta else None)
+        decision = await ensure_plan_stored(decision, req.request_id, deps)
     if isinstance(decision.event, ClusterRejected):
         await _reject(decision.event, deps)
         return
-    plan, plan_json, digest = decision.plan, decision.plan_json, decision.digest
-    assert plan is not None and plan_json is not None and digest is not None
-    stored = await deps.store.save(plan, plan_json, digest, req.request_id, deps.now().isoformat())
-    if not stored:
-        await deps.store.remember_request(req.request_id, plan.cluster)
+    plan, digest = decision.plan, decision.digest
+    assert plan is not None and digest is not None
     log.info(
         "plan created",
-        extra={"cluster": plan.cluster, "request_id": req.request_id, "nodes": len(plan.nodes), "new": stored},
+        extra={"cluster": plan.cluster, "request_id": req.request_id, "nodes": len(plan.nodes), "replaced": decision.replaces},
     )
     # The message id lets JetStream drop the duplicate of a redelivered request.
     await deps.publish(decision.event.to_bytes(), PLAN_CREATED, {"Nats-Msg-Id": f"plan:{req.request_id}:{digest}"})
+
+
+# Each lost write means another replica stored a plan in between; after a few, retry later.
+_MAX_LOST_WRITES = 4
+
+
+async def ensure_plan_stored(decision: Decision, request_id: str, deps: PlannerDeps) -> Decision:
+    """Decide against what is stored and make it so: store a new plan once, replace a
+    replaceable one by compare-and-swap, or leave the same plan. A lost write re-reads."""
+    plan, plan_json, digest = decision.plan, decision.plan_json, decision.digest
+    assert plan is not None and plan_json is not None and digest is not None
+    for _ in range(_MAX_LOST_WRITES):
+        meta = await deps.store.meta(plan.cluster)
+        stored = meta.digest if meta else None
+        mark = await deps.store.replaceable(plan.cluster) if stored is not None else None
+        decided = against_stored(decision, stored, replaceable=stored is not None and mark == stored)
+        if isinstance(decided.event, ClusterRejected):
+            return decided
+        now = deps.now().isoformat()
+        if stored is None:  # a new cluster: the first replica to store wins
+            won = await deps.store.save(plan, plan_json, digest, request_id, now)
+        elif decided.replaces is not None:  # a corrected spec: compare-and-swap on the old digest
+            won = await deps.store.replace(plan, plan_json, digest, decided.replaces, request_id, now)
+        else:  # the same plan again
+            await deps.store.remember_request(request_id, plan.cluster)
+            return decided
+        if won:
+            return decided
+    raise TemporaryError(f"plan of cluster {plan.cluster!r} kept changing while storing it", delay=1.0)
+
+
+async def handle_install_finished(body: bytes, deps: PlannerDeps) -> None:
+    """Mark the plan replaceable after a failure that changed no node; any other outcome clears it."""
+    try:
+        event = InstallFinished.model_validate_json(body)
+    except ValidationError as exc:
+        raise MalformedMessage(f"malformed install outcome: {exc}") from exc
+    if replaceable_after(event):
+        marked = await deps.store.mark_replaceable(event.cluster)
+    else:
+        await deps.store.clear_replaceable(event.cluster)
+        marked = False
+    log.info("install outcome", extra={"cluster": event.cluster, "request_id": event.request_id, "status": event.status,
+                                        "nodes_changed": event.nodes_changed, "replaceable": marked})
 
 
 async def _reject(event: ClusterRejected, deps: PlannerDeps) -> None:

@@ -12,4 +12,5 @@ class PlannerSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="BKE_PLANNER_", extra="ignore", frozen=True)
 
     durable: str = "planner"
+    installs_durable: str = "planner-installs"  # on BKE_EVENTS: bke.v1.install.*.finished
     batch_size: int = 16

@@ -1,0 +1,9 @@
+"""Rules about component flags, as data: the denylist and the version gates.
+
+Depends only on `bke.versions`, so that spec validation (`bke.spec`), the planner and the
+renderer all read the same rows without importing each other.
+"""
+from .denylist import DENYLIST, DenyRule, go_bool
+from .gates import GATES, Gate, VersionSet, family_of, gate_for, gate_open
+
+__all__ = ["DENYLIST", "GATES", "DenyRule", "Gate", "VersionSet", "family_of", "gate_for", "gate_open", "go_bool"]
