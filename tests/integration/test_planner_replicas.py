@@ -225,7 +225,9 @@ async def test_replacing_replicas_cannot_both_win(redis_client):
     store = RedisPlanStore(redis_client)
     assert await store.save(plans[0], jsons[0], digests[0], "r0", "t0")
     assert not await store.replace(plans[1], jsons[1], digests[1], digests[0], "r1", "t1")  # not marked
-    assert await store.mark_replaceable(name)
+    assert not await store.mark_replaceable(name, digests[1])  # an outcome about another plan marks nothing
+    assert await store.replaceable(name) is None
+    assert await store.mark_replaceable(name, digests[0])
     results = await asyncio.gather(*(store.replace(plans[i], jsons[i], digests[i], digests[0], f"r{i}", "t") for i in (1, 2)))
     assert sorted(results) == [False, True]
     winner = digests[1 + results.index(True)]

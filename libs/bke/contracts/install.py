@@ -78,6 +78,7 @@ class InstallFinished(Message):
     # False while no command has reached any node: the planner may then take a corrected spec
     # under the same name
     nodes_changed: bool = False
+    plan_digest: str = ""  # the plan this install was of: a late event never marks a newer plan
 
 
 class RetryRequested(Message):

@@ -42,6 +42,7 @@ return 1
 _MARK = """
 local digest = redis.call('HGET', KEYS[1], 'digest')
 if not digest then return 0 end
+if ARGV[1] ~= '' and ARGV[1] ~= digest then return 0 end
 redis.call('SET', KEYS[2], digest)
 return 1
 """
@@ -85,10 +86,11 @@ class RedisPlanStore:
         raw = await self.redis.get(plan_replaceable_key(cluster))
         return raw.decode() if isinstance(raw, bytes) else raw
 
-    async def mark_replaceable(self, cluster: str) -> bool:
-        """Mark the stored plan replaceable; False if the cluster has no plan."""
+    async def mark_replaceable(self, cluster: str, digest: str = "") -> bool:
+        """Mark the stored plan replaceable; False if the cluster has no plan, or its plan is not
+        the one with this digest (an outcome about an older plan)."""
         keys = [plan_meta_key(cluster), plan_replaceable_key(cluster)]
-        return bool(await self.redis.eval(_MARK, len(keys), *keys))
+        return bool(await self.redis.eval(_MARK, len(keys), *keys, digest))
 
     async def clear_replaceable(self, cluster: str) -> None:
         await self.redis.delete(plan_replaceable_key(cluster))

@@ -135,7 +135,7 @@ class Engine:
                 return await self._fail(rid, cluster, inst, outcome, phase.slug)
             await self._phase(rid, cluster, phase.slug, "Succeeded", finishedAt=self._ts(), message="")
         await self.state.set_install(cluster, status="Succeeded", finishedAt=self._ts(), phase="", message="", kind="")
-        await self._finished(rid, cluster, "Succeeded", None, None, "", None, True)
+        await self._finished(rid, cluster, "Succeeded", None, None, "", None, True, inst.get("planDigest", ""))
         return DONE
 
     async def _fail(self, rid: str, cluster: str, inst: dict[str, str], outcome: Outcome, slug: str | None = None) -> Outcome:
@@ -149,7 +149,8 @@ class Engine:
             await self._phase(rid, cluster, slug, "Failed", finishedAt=self._ts(), message=outcome.reason)
         await self.state.set_install(cluster, status="Failed", message=outcome.reason, finishedAt=self._ts(), kind=outcome.kind)
         changed = (await self.state.install(cluster)).get("nodesChanged") == "1"
-        await self._finished(rid, cluster, "Failed", slug, outcome.node, outcome.reason, outcome.kind, changed)
+        await self._finished(rid, cluster, "Failed", slug, outcome.node, outcome.reason, outcome.kind, changed,
+                             inst.get("planDigest", ""))
         return outcome
 
     async def _input_records(self, cluster: str) -> dict[str, readiness.InputRecord]:
@@ -241,9 +242,9 @@ class Engine:
         ev = NodeStepChanged(request_id=rid, cluster=cluster, node=node, phase=slug, status=status, at=self._ts(), step=step, stderr=stderr)
         await self.notify(ev.to_bytes(), install_subject(cluster, "node"), {})
 
-    async def _finished(self, rid, cluster, status, phase, node, message, kind, nodes_changed: bool) -> None:
+    async def _finished(self, rid, cluster, status, phase, node, message, kind, nodes_changed: bool, digest: str) -> None:
         ev = InstallFinished(request_id=rid, cluster=cluster, status=status, at=self._ts(), phase=phase, node=node,
-                             message=message, kind=kind, nodes_changed=nodes_changed)
+                             message=message, kind=kind, nodes_changed=nodes_changed, plan_digest=digest)
         log.info("install %s", status, extra={"cluster": cluster, "request_id": rid, "phase": phase})
         # `at` in the id: a retried install may end the same way twice within the duplicate window
         await self.publish(ev.to_bytes(), install_subject(cluster, "finished"), {"Nats-Msg-Id": f"finished:{cluster}:{rid}:{status}:{ev.at}"})

@@ -101,7 +101,7 @@ async def handle_install_finished(body: bytes, deps: PlannerDeps) -> None:
     except ValidationError as exc:
         raise MalformedMessage(f"malformed install outcome: {exc}") from exc
     if replaceable_after(event):
-        marked = await deps.store.mark_replaceable(event.cluster)
+        marked = await deps.store.mark_replaceable(event.cluster, event.plan_digest)
     else:
         await deps.store.clear_replaceable(event.cluster)
         marked = False
