@@ -8,13 +8,15 @@ import json
 import time
 import uuid
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
 from bke.bus import EventWatch
-from bke.contracts import CLUSTER_REJECTED, CLUSTER_REQUESTED, PLAN_CREATED
+from bke.bus.handler import typed
+from bke.contracts import CLUSTER_REJECTED, CLUSTER_REQUESTED, PLAN_CREATED, ClusterRequested
 from bke.contracts.install import InstallFinished, install_subject
 from bke.plan import Plan, plan_spec_text
 from bke.state import RedisPlanStore, plan_digest, plan_meta_key, plan_replaceable_key
@@ -125,10 +127,11 @@ async def test_two_replicas_two_specs_one_new_cluster_forced_interleaving(nats_c
             name = unique("race")
             barrier = asyncio.Barrier(2)
             stores = [BarrierStore(redis, barrier), BarrierStore(redis, barrier)]
-            deps = [PlannerDeps(store=s, publish=publish, fetch_blob=no_blob, now=lambda: datetime.now(timezone.utc)) for s in stores]
+            deps = [PlannerDeps(store=s, fetch_blob=no_blob, now=lambda: datetime.now(timezone.utc)) for s in stores]
+            works = [typed(ClusterRequested, partial(handle_cluster_requested, deps=d), publish) for d in deps]
             rids = [str(uuid.uuid4()), str(uuid.uuid4())]
             bodies = [json.dumps({"requestId": rids[i], "spec": seed(name, changed=i)}).encode() for i in range(2)]
-            await asyncio.gather(*(handle_cluster_requested(bodies[i], deps[i]) for i in range(2)))
+            await asyncio.gather(*(works[i](bodies[i]) for i in range(2)))
             events = [await watch.wait_for(by_request(r), timeout=15) for r in rids]
             assert sorted(e.subject for e in events) == sorted([PLAN_CREATED, CLUSTER_REJECTED]), round_
             assert all(s.reads == 2 for s in [stores[i] for i, e in enumerate(events) if e.subject == CLUSTER_REJECTED])

@@ -42,11 +42,22 @@ def parse(model: type[M], body: bytes) -> M:
 
 
 def typed(model: type[M], handler: Callable[[M], Awaitable[Sequence[Out] | None]], publish: Publish,
-          notify: Publish | None = None) -> Callable[[bytes], Awaitable[None]]:
-    """Bytes in, the handler's messages out: what a subscriber runs for each delivery."""
+          notify: Publish | None = None, refuse: Callable[[bytes], Sequence[Out]] | None = None,
+          ) -> Callable[[bytes], Awaitable[None]]:
+    """Bytes in, the handler's messages out: what a subscriber runs for each delivery. `refuse`
+    answers bytes that are no message (a user's request is told which field is wrong) instead of
+    dead-lettering them."""
 
     async def work(body: bytes) -> None:
-        for out in await handler(parse(model, body)) or ():
+        try:
+            msg = parse(model, body)
+        except MalformedMessage:
+            if refuse is None:
+                raise
+            outs: Sequence[Out] | None = refuse(body)
+        else:
+            outs = await handler(msg)
+        for out in outs or ():
             send = notify if out.live and notify is not None else publish
             await send(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
 

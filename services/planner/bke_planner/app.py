@@ -3,16 +3,18 @@ which decide whether a refused spec may be replaced). No logic here."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from functools import partial
 
 from redis.asyncio import Redis
 
 from bke.bus import get_blob
+from bke.bus.handler import typed
 from bke.bus.service import Service, make_service
-from bke.contracts import CLUSTER_REQUESTED
-from bke.contracts.install import install_subject
+from bke.contracts import CLUSTER_REQUESTED, ClusterRequested
+from bke.contracts.install import InstallFinished, install_subject
 from bke.state import RedisPlanStore
 
-from .handlers import PlannerDeps, handle_cluster_requested, handle_install_finished
+from .handlers import PlannerDeps, handle_cluster_requested, handle_install_finished, refuse_request
 from .settings import PlannerSettings
 
 __all__ = ["create_service"]
@@ -27,20 +29,10 @@ def create_service(settings: PlannerSettings | None = None) -> Service:
     async def fetch_blob(ref: str) -> bytes:
         return await get_blob(svc.nc.jetstream(), ref)
 
-    deps = PlannerDeps(
-        store=RedisPlanStore(redis),
-        publish=svc.publish,
-        fetch_blob=fetch_blob,
-        now=lambda: datetime.now(timezone.utc),
-    )
-
-    async def work(body: bytes) -> None:
-        await handle_cluster_requested(body, deps)
-
-    async def on_finished(body: bytes) -> None:
-        await handle_install_finished(body, deps)
-
-    svc.work_subscriber(CLUSTER_REQUESTED, "BKE_COMMANDS", settings.durable, work, batch_size=settings.batch_size)
-    svc.work_subscriber(install_subject("*", "finished"), "BKE_EVENTS", settings.installs_durable, on_finished,
+    deps = PlannerDeps(store=RedisPlanStore(redis), fetch_blob=fetch_blob, now=lambda: datetime.now(timezone.utc))
+    requested = typed(ClusterRequested, partial(handle_cluster_requested, deps=deps), svc.publish, refuse=refuse_request)
+    finished = typed(InstallFinished, partial(handle_install_finished, deps=deps), svc.publish)
+    svc.work_subscriber(CLUSTER_REQUESTED, "BKE_COMMANDS", settings.durable, requested, batch_size=settings.batch_size)
+    svc.work_subscriber(install_subject("*", "finished"), "BKE_EVENTS", settings.installs_durable, finished,
                         batch_size=settings.batch_size)
     return svc

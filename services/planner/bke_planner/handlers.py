@@ -12,49 +12,47 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Awaitable, Callable
 
-from pydantic import ValidationError
-
 from bke.contracts import CLUSTER_REJECTED, PLAN_CREATED, ClusterRejected, ClusterRequested, ErrorItem
 from bke.contracts.install import InstallFinished
-from bke.errors import MalformedMessage, PermanentError, TemporaryError
+from bke.bus.handler import Out
+from bke.errors import PermanentError, TemporaryError
 from bke.state import RedisPlanStore
 
 from .decide import Decision, against_stored, decide_plan, parse_request, replaceable_after
 
-__all__ = ["PlannerDeps", "ensure_plan_stored", "handle_cluster_requested", "handle_install_finished"]
+__all__ = ["PlannerDeps", "ensure_plan_stored", "handle_cluster_requested", "handle_install_finished", "refuse_request"]
 
 log = logging.getLogger("bke.planner")
-Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 
 
 @dataclass
 class PlannerDeps:
     store: RedisPlanStore
-    publish: Publish  # (payload, subject, headers)
     fetch_blob: Callable[[str], Awaitable[bytes]]
     now: Callable[[], datetime]
 
 
-async def handle_cluster_requested(body: bytes, deps: PlannerDeps) -> None:
+def refuse_request(body: bytes) -> list[Out]:
+    """A request that is no valid `ClusterRequested` is answered, not dead-lettered: it comes from
+    a user, who must learn which field is wrong."""
     req = parse_request(body)
-    if isinstance(req, ClusterRejected):
-        await _reject(req, deps)
-        return
-    assert isinstance(req, ClusterRequested)
+    return [_rejected(req)] if isinstance(req, ClusterRejected) else []
+
+
+async def handle_cluster_requested(req: ClusterRequested, deps: PlannerDeps) -> list[Out]:
     if req.spec is not None:
         spec_text: bytes | str = req.spec
     else:
         try:
             spec_text = await deps.fetch_blob(req.spec_ref or "")
         except PermanentError as exc:
-            await _reject(ClusterRejected(request_id=req.request_id, cluster=None, errors=[ErrorItem(path="specRef", message=str(exc))]), deps)
-            return
+            return [_rejected(ClusterRejected(request_id=req.request_id, cluster=None,
+                                              errors=[ErrorItem(path="specRef", message=str(exc))]))]
     decision = decide_plan(req.request_id, spec_text)
     if decision.plan is not None:
         decision = await ensure_plan_stored(decision, req.request_id, deps)
     if isinstance(decision.event, ClusterRejected):
-        await _reject(decision.event, deps)
-        return
+        return [_rejected(decision.event)]
     plan, digest = decision.plan, decision.digest
     assert plan is not None and digest is not None
     log.info(
@@ -62,7 +60,7 @@ async def handle_cluster_requested(body: bytes, deps: PlannerDeps) -> None:
         extra={"cluster": plan.cluster, "request_id": req.request_id, "nodes": len(plan.nodes), "replaced": decision.replaces},
     )
     # The message id lets JetStream drop the duplicate of a redelivered request.
-    await deps.publish(decision.event.to_bytes(), PLAN_CREATED, {"Nats-Msg-Id": f"plan:{req.request_id}:{digest}"})
+    return [Out(decision.event, PLAN_CREATED, f"plan:{req.request_id}:{digest}")]
 
 
 # Each lost write means another replica stored a plan in between; after a few, retry later.
@@ -94,12 +92,8 @@ async def ensure_plan_stored(decision: Decision, request_id: str, deps: PlannerD
     raise TemporaryError(f"plan of cluster {plan.cluster!r} kept changing while storing it", delay=1.0)
 
 
-async def handle_install_finished(body: bytes, deps: PlannerDeps) -> None:
+async def handle_install_finished(event: InstallFinished, deps: PlannerDeps) -> None:
     """Mark the plan replaceable after a failure that changed no node; any other outcome clears it."""
-    try:
-        event = InstallFinished.model_validate_json(body)
-    except ValidationError as exc:
-        raise MalformedMessage(f"malformed install outcome: {exc}") from exc
     if replaceable_after(event):
         marked = await deps.store.mark_replaceable(event.cluster, event.plan_digest)
     else:
@@ -109,7 +103,6 @@ async def handle_install_finished(body: bytes, deps: PlannerDeps) -> None:
                                         "nodes_changed": event.nodes_changed, "replaceable": marked})
 
 
-async def _reject(event: ClusterRejected, deps: PlannerDeps) -> None:
+def _rejected(event: ClusterRejected) -> Out:
     log.info("cluster rejected", extra={"cluster": event.cluster, "request_id": event.request_id, "errors": len(event.errors)})
-    msg_id = f"rejected:{event.request_id}" if event.request_id else None
-    await deps.publish(event.to_bytes(), CLUSTER_REJECTED, {"Nats-Msg-Id": msg_id} if msg_id else {})
+    return Out(event, CLUSTER_REJECTED, f"rejected:{event.request_id}" if event.request_id else None)
