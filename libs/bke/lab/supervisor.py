@@ -132,9 +132,9 @@ class LabSupervisor:
                 try:
                     await js.consumer_info(stream, durable)
                     break
-                except Exception:  # noqa: BLE001 - not created yet
+                except Exception as exc:  # noqa: BLE001 - not created yet
                     if time.monotonic() > deadline:
-                        raise TimeoutError(f"service consumer {durable} not ready after {timeout:.0f}s (see {self.workdir}/logs)")
+                        raise TimeoutError(f"service consumer {durable} not ready after {timeout:.0f}s (see {self.workdir}/logs)") from exc
                     await asyncio.sleep(0.05)  # polling under a deadline
 
     # stop -----------------------------------------------------------------------

@@ -68,5 +68,6 @@ def replace_tables(text: str) -> str:
         pattern = re.compile(rf"(<!-- BEGIN {name} -->\n)(?:.*?\n)?(<!-- END {name} -->)", re.S)
         if not pattern.search(text):
             raise ValueError(f"docs/renderer.md has no {name} table markers")
-        text = pattern.sub(lambda m: m.group(1) + make() + "\n" + m.group(2), text)
+        table = make()
+        text = pattern.sub(lambda m, table=table: m.group(1) + table + "\n" + m.group(2), text)
     return text

@@ -8,7 +8,6 @@ and its id is deterministic, so a crash between the two only re-publishes the sa
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
