@@ -20,7 +20,7 @@ from nats.js import JetStreamContext
 
 from bke.bus.watch import EventWatch, Seen
 from bke.contracts.agent import AgentCommand, FetchFile, Step, SystemdUnit, WaitHealth, WriteFile, agent_subject
-from bke.lab.binaries import lab_binary_sha256
+from bke.binary_placeholder import lab_binary_sha256
 from bke.runtime import ManagedProcess, pid_alive, poll_until
 from bke.secrets.sealing import public_key_from_raw, seal
 from bke_agent import LabLayout, execution_counts
