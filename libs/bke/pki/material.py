@@ -80,7 +80,8 @@ def cert_info(pem: bytes) -> CertInfo:
         cn=str(cn[0]) if cn else "",
         o=tuple(str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)),
         dns=tuple(san.get_values_for_type(x509.DNSName)) if san else (),
-        # typed as address or network; ip_address() keeps raising ValueError for a network
+        # ignore: cryptography types a SAN IP as an address or a network; ip_address() takes the
+        # address and raises ValueError for a network (a malformed certificate), as documented
         ips=tuple(str(ipaddress.ip_address(ip)) for ip in san.get_values_for_type(x509.IPAddress)) if san else (),  # type: ignore[arg-type]
         not_before=cert.not_valid_before_utc,
         not_after=cert.not_valid_after_utc,
