@@ -2,7 +2,8 @@
 """One entry for a fresh machine: create the venv, install the pinned set, then run a job.
 
     python3 dev.py lab     # set up, then a lab install of examples/seed-3m1w.yaml
-    python3 dev.py test    # set up, then the CI suite (what .ci/run calls)
+    python3 dev.py test    # set up, then the lints, then the CI suite (what .ci/run calls)
+    python3 dev.py lint    # set up, then the lints only
 
 Only the standard library is used here, since nothing else exists before the venv does.
 """
@@ -18,6 +19,14 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PY = VENV / "bin" / "python"
 STAMP = VENV / ".bke-installed"
+# What `ruff` checks: every Python tree of the project (rules in pyproject.toml).
+LINT_PATHS = ("libs", "services", "agent", "cli", "tests", "bench", "dev.py")
+# The lints, cheapest first; each must pass before pytest runs (configs in pyproject.toml).
+LINTS = (
+    ("import contracts", ["lint-imports", "--no-logo", "--cache-dir", str(VENV / ".import_linter_cache")]),
+    ("ruff", ["ruff", "check", "--quiet", *LINT_PATHS]),
+    ("mypy libs/", ["mypy"]),
+)
 
 
 def _digest() -> str:
@@ -42,10 +51,23 @@ def ensure_venv() -> None:
     STAMP.write_text(digest)
 
 
+def run_lints(env: dict[str, str]) -> int:
+    """Run every lint (all of them, so one run shows every finding); non-zero if any failed."""
+    failed = []
+    for name, cmd in LINTS:
+        print(f"lint: {name}", flush=True)
+        if subprocess.call([str(VENV / "bin" / cmd[0]), *cmd[1:]], env=env, cwd=ROOT) != 0:
+            failed.append(name)
+    if failed:
+        print(f"ERROR lint failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
     job = argv[0] if argv else "help"
     rest = argv[1:]
-    if job not in {"lab", "test", "setup", "bench"}:
+    if job not in {"lab", "test", "lint", "setup", "bench"}:
         print(__doc__)
         return 2
     ensure_venv()
@@ -53,7 +75,10 @@ def main(argv: list[str]) -> int:
     env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     if job == "setup":
         return 0
-    if job == "test":
+    if job in {"test", "lint"}:
+        lint_status = run_lints(env)
+        if job == "lint" or lint_status != 0:
+            return lint_status
         # The CI tier: unit, contract, integration and end-to-end; `-m slow` variants are separate.
         cmd = [str(PY), "-m", "pytest", "-q", "-m", "not slow", *rest]
     elif job == "bench":

@@ -5,7 +5,6 @@ starts late, or reconnects, still shows the truth.
 """
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 

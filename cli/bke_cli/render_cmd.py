@@ -43,10 +43,10 @@ def _render_or_exit(plan: Plan, password: str | None) -> RenderedCluster:
         return render_cluster(plan, RenderInputs(vrrp_password=password))
     except RenderRejected as exc:
         error_lines(f"{path}: {msg}" for path, msg in exc.errors)
-        raise SystemExit(EXIT_INVALID)
+        raise SystemExit(EXIT_INVALID) from None
     except InvalidOutputError as exc:
         error_lines(str(f) for f in exc.findings)
-        raise SystemExit(EXIT_INVALID)
+        raise SystemExit(EXIT_INVALID) from None
     except RenderError as exc:
         die(str(exc), EXIT_INVALID)
 

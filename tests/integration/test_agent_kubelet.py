@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from bke.contracts.agent import AgentCommand, FetchFile, RemoveFile, Step, SystemdUnit, WaitHealth, WriteFile
-from bke.lab.binaries import lab_binary_sha256
+from bke.binary_placeholder import lab_binary_sha256
 from bke.runtime import etcd_put_get, pid_alive
 from bke_agent import AgentIdentity, Executor, KubeletStandIn, LabBackend, LabLayout
 

@@ -18,8 +18,6 @@ from bke_agent import (AgentConflict, AgentIdentity, AgentLoop, AgentSettings, D
                        NullBackend, StepOutcome, execution_counts)
 from bke_agent.backends.base import Content
 
-from .agent_helpers import cluster, js  # noqa: F401 - fixtures
-
 pytestmark = pytest.mark.integration
 TIMEOUT = 15.0
 

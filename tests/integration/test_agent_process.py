@@ -20,12 +20,12 @@ from nats.js import JetStreamContext
 
 from bke.bus.watch import EventWatch, Seen
 from bke.contracts.agent import AgentCommand, FetchFile, Step, SystemdUnit, WaitHealth, WriteFile, agent_subject
-from bke.lab.binaries import lab_binary_sha256
+from bke.binary_placeholder import lab_binary_sha256
 from bke.runtime import ManagedProcess, pid_alive, poll_until
 from bke.secrets.sealing import public_key_from_raw, seal
 from bke_agent import LabLayout, execution_counts
 
-from .agent_helpers import PKI, cluster, etcd_manifest, free_node_ip, issue_pki, js, stop_leftover_pods  # noqa: F401
+from .agent_helpers import PKI, etcd_manifest, free_node_ip, issue_pki, stop_leftover_pods
 
 pytestmark = pytest.mark.integration
 TIMEOUT = 30.0

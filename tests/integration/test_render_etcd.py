@@ -127,7 +127,8 @@ def test_every_etcd_member_runs_from_its_rendered_manifest(node_trees: tuple[Pat
     # no /livez, which is why the 3.5 template gates it
     for name, local in locals_.items():
         assert local.health_url is not None and "/health" in local.health_url and local.ready_url is None
-        assert poll_until(lambda: httpx.get(local.health_url, trust_env=False, timeout=2).status_code == 200 or None,
+        # the default binds this iteration's URL (poll_until calls it before the loop moves on anyway)
+        assert poll_until(lambda url=local.health_url: httpx.get(url, trust_env=False, timeout=2).status_code == 200 or None,
                           timeout=30, what=f"{name} {local.health_url}")
     livez = locals_["d1/etcd.yaml"].health_url.split("/health")[0] + "/livez"
     assert httpx.get(livez, trust_env=False, timeout=2).status_code == 404

@@ -3,7 +3,7 @@
 Why each step behaves as it does here:
 * files: written anywhere under the root, never out of it (`..`, symlinks) and never into the
   agent's own state or the lab's control files; owners are not applied (the lab is one user);
-* `FetchFile`: the lab has no httpRepo. The agent writes `bke.lab.binaries.lab_binary_bytes(url)`
+* `FetchFile`: the lab has no httpRepo. The agent writes `bke.binary_placeholder.lab_binary_bytes(url)`
   (a tiny `#!/bin/sh ... exit 0` script naming the URL) and checks it against the step's
   sha256; the dispatcher's lab mode computes the same bytes' sha256 from the same URL, so a
   wrong URL or checksum still fails the step;
@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
 from bke.contracts.agent import CheckHost, FetchFile, RemoveFile, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile
-from bke.lab.binaries import lab_binary_bytes
+from bke.binary_placeholder import lab_binary_bytes
 
 from ..errors import PermanentStepError, StepError
 from ..fsutil import write_atomic
@@ -187,7 +187,7 @@ class LabBackend(StepDispatch):
         if actual != step.sha256.lower():
             raise PermanentStepError(
                 f"{step.url}: sha256 {step.sha256} does not match the lab placeholder's {actual} "
-                "(the lab writes bke.lab.binaries.lab_binary_bytes(url) instead of downloading)")
+                "(the lab writes bke.binary_placeholder.lab_binary_bytes(url) instead of downloading)")
         out = ensure_file(local, lambda: data, actual, step.mode, node_path=step.path)
         return StepOutcome(out.status, stdout=f"lab: placeholder for {step.url} at {step.path} ({out.status})\n")
 

@@ -5,6 +5,7 @@ A 5,000-node spec is several MiB; NATS refuses messages over max_payload (1 MiB)
 from __future__ import annotations
 
 from nats.js import JetStreamContext
+from nats.js.object_store import ObjectStore
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
 from ..errors import PermanentError
@@ -12,7 +13,7 @@ from ..errors import PermanentError
 __all__ = ["put_blob", "get_blob"]
 
 
-async def _bucket(js: JetStreamContext, name: str):
+async def _bucket(js: JetStreamContext, name: str) -> ObjectStore:
     try:
         return await js.object_store(name)
     except NotFoundError:  # BucketNotFoundError: the first put creates the bucket

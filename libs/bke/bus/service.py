@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 import nats
+from nats.aio.client import Client as NatsClient
 from faststream import AckPolicy, FastStream
 from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage, PullSub
 
@@ -65,7 +66,7 @@ class Service:
         )(handler)
 
     @property
-    def nc(self):
+    def nc(self) -> NatsClient:
         """The broker's nats-py connection (for object store and core subscriptions)."""
         return self.broker.connection
 

@@ -1,1 +1,3 @@
-"""Lab-only helpers shared by the lab command, the lab agent backend and the dispatcher."""
+"""Lab-only code: the supervisor behind `bke lab install`/`down`. No service imports it (an
+import-linter contract checks that); the binary placeholder the lab agent writes is in
+`bke.binary_placeholder`."""

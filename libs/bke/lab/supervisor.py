@@ -22,6 +22,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from nats.js import JetStreamContext
+
 from ..plan import Plan
 from ..runtime import EmbeddedRuntime, RuntimeInfo
 from ..runtime.processes import ManagedProcess, pid_alive, stop_pid
@@ -124,7 +126,7 @@ class LabSupervisor:
         self._save(pids)
         return pids["agents"]
 
-    async def wait_services_ready(self, js, timeout: float = 60.0) -> None:
+    async def wait_services_ready(self, js: JetStreamContext, timeout: float = 60.0) -> None:
         """Ready = every service's durable consumer exists (created once its broker started)."""
         deadline = time.monotonic() + timeout
         for stream, durable in SERVICE_CONSUMERS:
@@ -132,9 +134,9 @@ class LabSupervisor:
                 try:
                     await js.consumer_info(stream, durable)
                     break
-                except Exception:  # noqa: BLE001 - not created yet
+                except Exception as exc:  # noqa: BLE001 - not created yet
                     if time.monotonic() > deadline:
-                        raise TimeoutError(f"service consumer {durable} not ready after {timeout:.0f}s (see {self.workdir}/logs)")
+                        raise TimeoutError(f"service consumer {durable} not ready after {timeout:.0f}s (see {self.workdir}/logs)") from exc
                     await asyncio.sleep(0.05)  # polling under a deadline
 
     # stop -----------------------------------------------------------------------
@@ -142,13 +144,13 @@ class LabSupervisor:
         pids = self.pids()
         pid = pids["services"].pop(name, None)
         self._save(pids)
-        return bool(pid) and stop_pid(pid, timeout)
+        return stop_pid(pid, timeout) if pid else False
 
     def stop_agent(self, hostname: str, timeout: float = 15.0) -> bool:
         pids = self.pids()
         pid = pids["agents"].pop(hostname, None)
         self._save(pids)
-        return bool(pid) and stop_pid(pid, timeout)
+        return stop_pid(pid, timeout) if pid else False
 
     def down(self) -> list[int]:
         """Stop agents first (they stop their pods), then services, then NATS and Redis."""

@@ -213,5 +213,5 @@ class LeafSigner:
         SubjectPublicKeyInfo DER of its key, ``san_ext`` from :func:`san` or empty)."""
         exts = tlv(0xA3, tlv(_SEQUENCE, self._extensions[usage] + san_ext))  # [3] EXPLICIT
         tbs = tlv(_SEQUENCE, self._head + integer(serial) + self._middle + subject + spki + exts)
-        signature = self._key.sign(tbs, *self._sign)  # type: ignore[call-arg, arg-type]
+        signature = self._key.sign(tbs, *self._sign)
         return tlv(_SEQUENCE, tbs + self._sig_alg + tlv(_BIT_STRING, b"\x00" + signature))

@@ -154,7 +154,7 @@ def _issue_in(pool: WorkerPool | None, first: list[_Item], leaves: list[Instance
     if leaves:
         signers = {**cas, **out}
         needed = {i.spec.ca for i in leaves}
-        missing = sorted(str(n) for n in needed if n not in signers or signers[n].key is None)  # type: ignore[index]
+        missing = sorted(str(n) for n in needed if n not in signers or signers[n].key is None)
         if missing:
             raise CaIntegrityError(f"cannot sign: no CA certificate and key for {', '.join(missing)}")
         payload = {n: (signers[n].cert, signers[n].key) for n in needed}  # type: ignore[index]

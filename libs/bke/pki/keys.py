@@ -56,7 +56,7 @@ def key_algorithm_of(key: PrivateKey | PublicKey | object) -> str:
     return "other"
 
 
-def signature_hash(signer: PrivateKey) -> hashes.HashAlgorithm:
+def signature_hash(signer: PrivateKey) -> hashes.SHA256 | hashes.SHA384:
     """SHA-384 for P-384 keys (what Go's x509 picks), SHA-256 otherwise."""
     if isinstance(signer, ec.EllipticCurvePrivateKey) and signer.curve.key_size >= 384:
         return hashes.SHA384()

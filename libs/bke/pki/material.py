@@ -10,6 +10,7 @@ import ipaddress
 import warnings
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -54,7 +55,10 @@ class CertInfo:
     key_algorithm: str
 
 
-def _ext(cert: x509.Certificate, cls: type) -> object | None:
+_E = TypeVar("_E", bound=x509.ExtensionType)
+
+
+def _ext(cert: x509.Certificate, cls: type[_E]) -> _E | None:
     try:
         return cert.extensions.get_extension_for_class(cls).value
     except x509.ExtensionNotFound:
@@ -75,15 +79,17 @@ def cert_info(pem: bytes) -> CertInfo:
     return CertInfo(
         cn=str(cn[0]) if cn else "",
         o=tuple(str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)),
-        dns=tuple(san.get_values_for_type(x509.DNSName)) if san else (),  # type: ignore[attr-defined]
-        ips=tuple(str(ipaddress.ip_address(ip)) for ip in san.get_values_for_type(x509.IPAddress)) if san else (),  # type: ignore[attr-defined]
+        dns=tuple(san.get_values_for_type(x509.DNSName)) if san else (),
+        # ignore: cryptography types a SAN IP as an address or a network; ip_address() takes the
+        # address and raises ValueError for a network (a malformed certificate), as documented
+        ips=tuple(str(ipaddress.ip_address(ip)) for ip in san.get_values_for_type(x509.IPAddress)) if san else (),  # type: ignore[arg-type]
         not_before=cert.not_valid_before_utc,
         not_after=cert.not_valid_after_utc,
         serial=cert.serial_number,
-        usages=frozenset(_EKU_NAMES.get(u, u.dotted_string) for u in eku) if eku else frozenset(),  # type: ignore[union-attr]
-        is_ca=bool(bc and bc.ca),  # type: ignore[union-attr]
-        ski=ski.digest if ski else None,  # type: ignore[union-attr]
-        aki=aki.key_identifier if aki else None,  # type: ignore[union-attr]
+        usages=frozenset(_EKU_NAMES.get(u, u.dotted_string) for u in eku) if eku else frozenset(),
+        is_ca=bool(bc and bc.ca),
+        ski=ski.digest if ski else None,
+        aki=aki.key_identifier if aki else None,
         issuer_cn=str(issuer_cn[0]) if issuer_cn else "",
         key_algorithm=key_algorithm_of(cert.public_key()),
     )

@@ -21,6 +21,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
+from redis.typing import EncodableT, FieldT
 
 from bke.pki import Manifest, Material, Snapshot, StoreConflict, StoreError
 from bke.pki.store import key_aad
@@ -44,6 +45,11 @@ def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, (bytes, bytearray)) else value
 
 
+def _field(value: bytes | str) -> str:
+    """A hash field name (never None, unlike a missing key's value)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class RedisPkiStore:
     """A PkiStore in Redis; the client is injected (created and closed by the caller)."""
 
@@ -55,7 +61,8 @@ class RedisPkiStore:
         k = pki_keys(cluster)
         wanted = None if ids is None else list(ids)
         async with self.redis.pipeline(transaction=True) as pipe:  # one consistent read
-            pipe.get(k["version"]).get(k["manifest"])
+            pipe.get(k["version"])
+            pipe.get(k["manifest"])
             if wanted is None:
                 pipe.hgetall(k["certs"])
                 if box is not None:
@@ -107,15 +114,16 @@ class RedisPkiStore:
             if _text(await pipe.get(k["version"])) != expected_version:
                 raise StoreConflict(f"PKI of {cluster} changed since it was loaded; retry", delay=0.5)
             old_raw = _bytes(await pipe.get(k["manifest"]))
-            stored = {_text(i) for i in await pipe.hkeys(k["certs"])}
+            stored = {_field(i) for i in await pipe.hkeys(k["certs"])}
             removed = sorted(stored - set(snapshot.materials))
             if not changed and not removed and old_raw == raw:
                 return  # nothing to write: a repeated ensure leaves every byte (and the version) alone
             pipe.multi()
             pipe.set(k["manifest"], raw)
             if changed:
-                pipe.hset(k["certs"], mapping={i: snapshot.materials[i].cert for i in changed})
-                enc = {i: base64.b64encode(box.encrypt(m.key, key_aad(cluster, i)))
+                certs: dict[FieldT, EncodableT] = {i: snapshot.materials[i].cert for i in changed}
+                pipe.hset(k["certs"], mapping=certs)
+                enc: dict[FieldT, EncodableT] = {i: base64.b64encode(box.encrypt(m.key, key_aad(cluster, i)))
                        for i in changed if (m := snapshot.materials[i]).key is not None}
                 if enc:
                     pipe.hset(k["keys"], mapping=enc)

@@ -26,7 +26,7 @@ of one cluster can never join another.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict
 
 from ..paths import (
     ADMIN_CONF,
@@ -94,9 +94,17 @@ def _etcd_peer_ca(cluster: str) -> CertSpec:
     )
 
 
+class _MemberFields(TypedDict):
+    """The fields every etcd member row shares (typed, so `**member` is checked like keywords)."""
+
+    per: Literal["cluster", "node"]
+    needs: str
+    etcd: str
+
+
 def _etcd_member_rows(cluster: str) -> tuple[CertSpec, ...]:
     d = ETCD_CERT_DIRS[cluster]
-    member = dict(per="node", needs=cluster, etcd=cluster)
+    member: _MemberFields = {"per": "node", "needs": cluster, "etcd": cluster}
     return (
         CertSpec(f"{cluster}-server", "leaf", f"{cluster} member serving clients (also a client of itself: etcd's gateway)",
                  cn="{hostname}", ca="etcd-ca", sans="etcd-member", usage="server+client",

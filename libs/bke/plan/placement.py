@@ -21,7 +21,7 @@ __all__ = ["ETCD_LAYOUT", "EtcdLayout", "build_plan", "format_overrides", "parse
 class EtcdLayout:
     """Ports, folders and routed resources of one etcd cluster (a row of ETCD_LAYOUT)."""
 
-    def __init__(self, name, client, peer, metrics, suffix, resources):
+    def __init__(self, name: str, client: int, peer: int, metrics: int, suffix: str, resources: list[str]) -> None:
         self.name, self.client, self.peer, self.metrics = name, client, peer, metrics
         self.suffix, self.resources = suffix, resources
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from ..spec.models import Addon
 from ..versions import KUBERNETES
 from .context import Ctx
 from .errors import Finding
@@ -23,7 +24,7 @@ __all__ = ["ADDONS", "render_addons"]
 ADDONS = ("kube-proxy", "coredns")
 
 
-def _listed(ctx: Ctx, name: str):
+def _listed(ctx: Ctx, name: str) -> Addon | None:
     return next((a for a in ctx.plan.spec.cluster.spec.cluster_config.addons if a.name == name), None)
 
 

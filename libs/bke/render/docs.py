@@ -5,6 +5,7 @@ test regenerates them and fails if the document drifted (BKE_UPDATE_GOLDEN=1 rew
 """
 from __future__ import annotations
 
+import functools
 import re
 
 from .args import DENYLIST
@@ -68,5 +69,9 @@ def replace_tables(text: str) -> str:
         pattern = re.compile(rf"(<!-- BEGIN {name} -->\n)(?:.*?\n)?(<!-- END {name} -->)", re.S)
         if not pattern.search(text):
             raise ValueError(f"docs/renderer.md has no {name} table markers")
-        text = pattern.sub(lambda m: m.group(1) + make() + "\n" + m.group(2), text)
+        text = pattern.sub(functools.partial(_fill, make()), text)
     return text
+
+
+def _fill(table: str, markers: re.Match[str]) -> str:
+    return markers.group(1) + table + "\n" + markers.group(2)

@@ -49,6 +49,9 @@ def _fast(text: str) -> list[Any]:
     docs: list[Any] = []
     stack: list[Any] = []
     pending: list[Any] = []  # per open mapping: the key waiting for its value, or _KEY
+    # Any: events are told apart by exact type (`type(e) is`, cheaper than isinstance on this
+    # hot path), which type checkers do not narrow on
+    e: Any
     for e in yaml.parse(text, Loader=_Loader):
         t = type(e)
         if t is ev.ScalarEvent:

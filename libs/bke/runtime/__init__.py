@@ -16,30 +16,47 @@ Error tree (what a caller should do):
 """
 from __future__ import annotations
 
-from .binaries import MissingBinaryError, etcd_bin, etcdctl_bin, nats_server_bin, redis_server_bin
-from .embedded import EmbeddedRuntime, RuntimeInfo
-from .etcd import (
-    EtcdRequestError,
-    EtcdUnhealthyError,
-    etcd_put_get,
-    mtls_context,
-    start_etcd,
-    wait_etcd_healthy,
-)
-from .processes import (
-    ManagedProcess,
-    ProcessExitedError,
-    ReadinessTimeout,
-    free_port,
-    pid_alive,
-    pid_cwd,
-    poll_until,
-    port_is_free,
-    retry_start,
-    reuse_if_answering,
-    stop_pid,
-    wait_tcp,
-)
+from typing import TYPE_CHECKING
+
+from ..lazy_exports import load_export
+
+if TYPE_CHECKING:
+    from .binaries import MissingBinaryError, etcd_bin, etcdctl_bin, nats_server_bin, redis_server_bin
+    from .embedded import EmbeddedRuntime, RuntimeInfo
+    from .etcd import (
+        EtcdRequestError,
+        EtcdUnhealthyError,
+        etcd_put_get,
+        mtls_context,
+        start_etcd,
+        wait_etcd_healthy,
+    )
+    from .processes import (
+        ManagedProcess,
+        ProcessExitedError,
+        ReadinessTimeout,
+        free_port,
+        pid_alive,
+        pid_cwd,
+        poll_until,
+        port_is_free,
+        retry_start,
+        reuse_if_answering,
+        stop_pid,
+        wait_tcp,
+    )
+
+# Lazy (see `bke.lazy_exports`): the node agent imports `bke.runtime.processes` and must not load
+# redis, which `bke.runtime.embedded` needs.
+_EXPORTS = {
+    **dict.fromkeys(("MissingBinaryError", "etcd_bin", "etcdctl_bin", "nats_server_bin", "redis_server_bin"), "binaries"),
+    **dict.fromkeys(("EmbeddedRuntime", "RuntimeInfo"), "embedded"),
+    **dict.fromkeys(("EtcdRequestError", "EtcdUnhealthyError", "etcd_put_get", "mtls_context", "start_etcd",
+                     "wait_etcd_healthy"), "etcd"),
+    **dict.fromkeys(("ManagedProcess", "ProcessExitedError", "ReadinessTimeout", "free_port", "pid_alive", "pid_cwd",
+                     "poll_until", "port_is_free", "retry_start", "reuse_if_answering", "stop_pid", "wait_tcp"),
+                    "processes"),
+}
 
 __all__ = [
     "EmbeddedRuntime",
@@ -68,3 +85,7 @@ __all__ = [
     "wait_etcd_healthy",
     "wait_tcp",
 ]
+
+
+def __getattr__(name: str) -> object:
+    return load_export(__name__, _EXPORTS, name)

@@ -30,6 +30,7 @@ import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NoReturn
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -91,7 +92,7 @@ class SecretBox:
     def __repr__(self) -> str:
         return f"SecretBox(key_id={self.key_id})"
 
-    def __reduce__(self) -> object:
+    def __reduce__(self) -> NoReturn:
         raise TypeError("SecretBox is not picklable: the key must not leave this process")
 
     def encrypt(self, plaintext: bytes, aad: bytes = b"") -> bytes:

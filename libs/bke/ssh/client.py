@@ -214,7 +214,7 @@ async def open_session(target: SshTarget, policy: HostKeyPolicy, options: SshOpt
             password=None, password_auth=False, kbdint_auth=False, gss_host=None, host_based_auth=False,
             preferred_auth="publickey", disable_trivial_auth=True, config=None,
             connect_timeout=options.connect_timeout_s, login_timeout=options.login_timeout_s,
-            keepalive_interval=30, **keys,  # type: ignore[arg-type]
+            keepalive_interval=30, **keys,
         )
     except asyncssh.HostKeyNotVerifiable as exc:
         d = client.decision

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field
 from redis.asyncio import Redis
+from redis.typing import EncodableT, FieldT
 
 from ..contracts.base import Message
 from .keys import cluster_key
@@ -44,7 +45,7 @@ class RedisNodeFiles:
 
     async def put_many(self, cluster: str, source: Source, files: dict[str, list[NodeFile]], digest: str | None = None) -> None:
         """One hash field per node, written in one round trip; `digest` marks a complete set."""
-        mapping = {node: json.dumps([f.model_dump(by_alias=True, mode="json") for f in fs]) for node, fs in files.items()}
+        mapping: dict[FieldT, EncodableT] = {node: json.dumps([f.model_dump(by_alias=True, mode="json") for f in fs]) for node, fs in files.items()}
         async with self.redis.pipeline(transaction=True) as pipe:
             if mapping:
                 pipe.hset(self._key(cluster, source), mapping=mapping)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from bke.errors import TemporaryError
-from bke.lab.binaries import lab_binary_sha256
+from bke.binary_placeholder import lab_binary_sha256
 from bke.plan import Plan
 
 from .steps import BINARIES

@@ -2,6 +2,8 @@
 
 Both sides compute the placeholder from the URL, so the checksum check in the agent's
 FetchFile step is still exercised end to end (a wrong URL or checksum fails the step).
+It lives outside `bke.lab` because the dispatcher (a service, which must not import lab
+code) computes the expected checksum when it runs in lab mode.
 """
 from __future__ import annotations
 

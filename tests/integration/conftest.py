@@ -1,0 +1,5 @@
+"""Fixtures shared by the agent's integration tests (`js`, `cluster`), declared once here so that
+test modules take them as parameters without importing names they then shadow."""
+from .agent_helpers import cluster, js
+
+__all__ = ["cluster", "js"]
