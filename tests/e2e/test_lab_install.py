@@ -130,7 +130,7 @@ async def test_failed_step_reported_then_fixed_and_retried(lab_factory):
     from bke_cli.status_cmd import retry  # the CLI path, as an operator would run it
 
     with pytest.raises(BaseException) as exc:  # typer.Exit carries the follow's exit code
-        await asyncio.to_thread(retry, "seed", None, lab.workdir, None, None, True, 240.0)
+        await asyncio.to_thread(retry, "seed", None, lab.workdir, None, True, 240.0)
     assert getattr(exc.value, "exit_code", None) == 0, lab.out.getvalue()
     doc = await lab.status()
     assert doc["status"] == "Succeeded"

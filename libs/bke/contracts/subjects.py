@@ -14,6 +14,7 @@ from .install import RETRY_REQUESTED, InstallFinished, NodeStepChanged, PhaseCha
 from .render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
 from .agent import AgentCommand, AgentHeartbeat, AgentRegistered, CommandResult
 from .deadletter import DeadLettered
+from .status import STATUS_GET, ClusterStatus, StatusError, StatusRequested
 
 __all__ = [
     "AGENT_SUBJECTS",
@@ -57,10 +58,11 @@ AGENT_SUBJECTS: tuple[str, ...] = ("bke.v1.agent.>",)
 class Channel:
     subject: str
     model: type[Message]
-    kind: str  # "command" | "event"
+    kind: str  # "command" | "event" | "request" (core NATS request/reply, not stored)
     summary: str
     senders: tuple[str, ...]
     receivers: tuple[str, ...]
+    replies: tuple[type[Message], ...] = ()  # a request's possible replies
 
 
 CHANNELS: tuple[Channel, ...] = (
@@ -81,6 +83,7 @@ CHANNELS: tuple[Channel, ...] = (
     Channel("bke.v1.agent.{cluster}.{node}.result", CommandResult, "event", "The agent ran (or replayed) a command.", ("agent",), ("dispatcher",)),
     Channel("bke.v1.agent.{cluster}.{node}.registered", AgentRegistered, "event", "An agent started and announces its public keys.", ("agent",), ("dispatcher", "certs")),
     Channel("bke.v1.heartbeat.{cluster}.{node}", AgentHeartbeat, "event", "Agent liveness (core NATS, not stored).", ("agent",), ("dispatcher",)),
+    Channel(STATUS_GET, StatusRequested, "request", "The status of a cluster's install, served by the dispatcher (queue group dispatcher-status; core NATS, not stored).", ("cli",), ("dispatcher",), (ClusterStatus, StatusError)),
     Channel(DEADLETTER + ".{service}", DeadLettered, "event", "A message a service gave up on: malformed (at once) or still failing after its maximum deliveries.", ("planner", "certs", "renderer", "dispatcher"), ()),
 )
 
