@@ -66,7 +66,7 @@ async def run_install(nodes: int, workdir: Path) -> dict:
             done = await watch.wait_for(lambda e: True, timeout=1800)
             t2 = time.perf_counter()
         await fleet.stop(grace=1.0)
-        phases = await _phase_times(info.redis_url, cluster)
+        phases = await _phase_times(nc, cluster)
         return {
             "phases": phases,
             "status": done.data["status"],
@@ -81,23 +81,17 @@ async def run_install(nodes: int, workdir: Path) -> dict:
         sup.down()
 
 
-async def _phase_times(redis_url: str, cluster: str) -> str:
+async def _phase_times(nc, cluster: str) -> str:
     from datetime import datetime
 
-    from redis.asyncio import Redis
+    from bke_cli.status_client import get_status
 
-    from bke.state.install_view import install_status
-
-    r = Redis.from_url(redis_url)
-    try:
-        doc = await install_status(r, cluster)
-    finally:
-        await r.aclose()
+    doc = await get_status(nc, cluster, "none")
     out = []
-    for p in doc["phases"] if doc else []:
-        if p["startedAt"] and p["finishedAt"]:
-            d = datetime.fromisoformat(p["finishedAt"]) - datetime.fromisoformat(p["startedAt"])
-            out.append(f"{p['name']} {d.total_seconds():.1f}")
+    for p in doc.phases if doc else []:
+        if p.started_at and p.finished_at:
+            d = datetime.fromisoformat(p.finished_at) - datetime.fromisoformat(p.started_at)
+            out.append(f"{p.name} {d.total_seconds():.1f}")
     return ", ".join(out)
 
 

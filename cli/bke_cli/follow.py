@@ -1,7 +1,8 @@
-"""Submit a cluster request and follow the install: shared by `bke apply` and `bke lab install`.
+"""Submit a cluster request and follow the install: shared by `bke apply`, `bke retry` and
+`bke lab install`.
 
-Events wake the display; Redis (the install read model) is what it shows, so a follower that
-starts late, or reconnects, still shows the truth.
+Phase events wake the display; the dispatcher's status reply (`bke.v1.status.get`) is what it
+shows, so a follower that starts late, or reconnects, still shows the truth.
 """
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import time
 import uuid
 
 import nats
-from redis.asyncio import Redis
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -17,22 +17,44 @@ from rich.table import Table
 from bke.bus import EventWatch, put_blob
 from bke.bus.streams import OBJECT_BUCKET, ensure_streams
 from bke.contracts import CLUSTER_REJECTED, CLUSTER_REQUESTED, PLAN_CREATED, ClusterRequested
-from bke.state.install_view import install_status
+from bke.contracts.install import install_subject
+from bke.contracts.status import ClusterStatus
 
 from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines
+from .status_client import StatusUnavailable, get_status
 
-__all__ = ["submit_and_follow", "status_table"]
+__all__ = ["failure_lines", "failure_code", "submit_and_follow", "status_table"]
 
 INLINE_LIMIT = 900 * 1024  # below NATS' 1 MiB max_payload, with room for the envelope
 
 
-def status_table(doc: dict, elapsed: float | None = None) -> Table:
-    title = f"{doc['cluster']}: {doc['status']}" + (f"  ({elapsed:.0f}s)" if elapsed is not None else "")
+def status_table(doc: ClusterStatus, elapsed: float | None = None) -> Table:
+    title = f"{doc.cluster}: {doc.status}" + (f"  ({elapsed:.0f}s)" if elapsed is not None else "")
     t = Table("phase", "status", "nodes", "message", title=title)
-    for p in doc["phases"]:
-        nodes = f"{p['done']}/{p['total']}" if p["total"] else ""
-        t.add_row(p["name"], p["status"], nodes, (p["message"] or "")[:100])
+    for p in doc.phases:
+        t.add_row(p.name, p.status, f"{p.done}/{p.total}" if p.total else "", (p.message or "")[:100])
     return t
+
+
+def failure_lines(doc: ClusterStatus) -> list[str]:
+    """Why an install failed: the phase, the failed nodes, the reason."""
+    phase = next((p for p in doc.phases if p.status == "Failed"), None)
+    where = f" in phase {phase.name}" if phase else ""
+    lines = [f"install of {doc.cluster} failed{where}: {doc.message or (phase.message if phase else '')}"]
+    shown = [n.hostname for n in doc.nodes if n.status == "Failed"][:10]
+    if shown:
+        rest = doc.node_counts.failed - len(shown)
+        lines.append(f"failed node(s): {', '.join(shown)}" + (f" and {rest} more" if rest > 0 else ""))
+    if doc.kind == "invalid":
+        lines.append("the input was refused: fix the spec")
+    else:
+        lines.append(f"after fixing the cause, `bke retry {doc.cluster}` resumes the failed phase")
+    return lines
+
+
+def failure_code(doc: ClusterStatus) -> int:
+    """2 when the input was refused, 1 for an operational failure (see output.py)."""
+    return EXIT_INVALID if doc.kind == "invalid" else EXIT_FAILURE
 
 
 async def _request(nc, spec: bytes, rid: str) -> None:
@@ -46,31 +68,29 @@ async def _request(nc, spec: bytes, rid: str) -> None:
     await js.publish(CLUSTER_REQUESTED, req.to_bytes(), headers={"Nats-Msg-Id": f"request:{rid}"})
 
 
-async def submit_and_follow(
-    nats_url: str, redis_url: str, spec: bytes, cluster: str, timeout: float, console: Console, submit: bool = True
-) -> int:
+async def submit_and_follow(nats_url: str, spec: bytes, cluster: str, timeout: float, console: Console, submit: bool = True) -> int:
     rid = str(uuid.uuid4())
     nc = await nats.connect(nats_url)
-    redis = Redis.from_url(redis_url)
     start = time.monotonic()
+    # phase changes and the end wake the display; per-node events are too many to poll on
+    subjects = [CLUSTER_REJECTED, PLAN_CREATED, install_subject(cluster, "phase"), install_subject(cluster, "finished")]
     try:
-        async with EventWatch(nc, [CLUSTER_REJECTED, PLAN_CREATED, f"bke.v1.install.{cluster}.>"]) as watch:
+        async with EventWatch(nc, subjects) as watch:
             if submit:
                 await _request(nc, spec, rid)
                 first = await watch.wait_for(lambda e: e.data.get("requestId") == rid, timeout=120)
                 if first.subject == CLUSTER_REJECTED:
                     error_lines(f"{e['path']}: {e['message']}" for e in first.data["errors"])
                     return EXIT_INVALID
-            return await _follow(watch, redis, cluster, start, timeout, console)
+            return await _follow(watch, nc, cluster, start, timeout, console)
     except TimeoutError:
         error_lines([f"no answer from the services within the deadline (cluster {cluster})"])
         return EXIT_FAILURE
     finally:
-        await redis.aclose()
         await nc.close()
 
 
-async def _follow(watch: EventWatch, redis: Redis, cluster: str, start: float, timeout: float, console: Console) -> int:
+async def _follow(watch: EventWatch, nc, cluster: str, start: float, timeout: float, console: Console) -> int:
     deadline = start + timeout
     seen = 0
     last_lines: dict[str, str] = {}
@@ -79,28 +99,33 @@ async def _follow(watch: EventWatch, redis: Redis, cluster: str, start: float, t
         live.start()
     try:
         while True:
-            doc = await install_status(redis, cluster)
+            try:
+                doc = await get_status(nc, cluster, nodes="none")
+            except StatusUnavailable:
+                doc = None  # a dispatcher restarting, or not up yet: keep following to the deadline
             if doc:
                 if live:
                     live.update(status_table(doc, time.monotonic() - start), refresh=True)
                 else:
-                    for p in doc["phases"]:
-                        line = f"{p['status']} {p['done']}/{p['total']}"
-                        if p["status"] != "Pending" and last_lines.get(p["name"]) != line:
-                            last_lines[p["name"]] = line
-                            console.print(f"[{time.monotonic() - start:6.1f}s] {p['name']}: {line} {p['message'][:120]}")
-                if doc["status"] == "Succeeded":
+                    for p in doc.phases:
+                        line = f"{p.status} {p.done}/{p.total}"
+                        if p.status != "Pending" and last_lines.get(p.name) != line:
+                            last_lines[p.name] = line
+                            console.print(f"[{time.monotonic() - start:6.1f}s] {p.name}: {line} {p.message[:120]}")
+                if doc.status == "Succeeded":
                     console.print(f"cluster {cluster} installed in {time.monotonic() - start:.1f}s")
                     return EXIT_OK
-                if doc["status"] == "Failed":
-                    failed = next((p for p in doc["phases"] if p["status"] == "Failed"), None)
-                    where = f"phase {failed['name']}: {failed['message']}" if failed else doc["message"]
-                    error_lines([f"install of {cluster} failed: {where}"])
-                    return EXIT_FAILURE
+                if doc.status == "Failed":
+                    try:  # the first page of failed nodes, to name them
+                        doc = await get_status(nc, cluster, nodes="failed", every_page=False) or doc
+                    except StatusUnavailable:
+                        pass  # the reason and the phase are in `doc` already
+                    error_lines(failure_lines(doc))
+                    return failure_code(doc)
             if time.monotonic() > deadline:
                 error_lines([f"install of {cluster} not finished after {timeout:.0f}s; `bke status {cluster}` shows where it is"])
                 return EXIT_FAILURE
-            # wake on the next event, or re-read once a second
+            # wake on the next phase event, or re-read once a second (done counts move between events)
             await watch.wait_more(seen, timeout=1.0)
             seen = len(watch.seen)
     finally:

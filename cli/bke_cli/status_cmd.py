@@ -1,8 +1,10 @@
-"""`bke status`, `bke retry`, `bke apply`: talk to a running deployment."""
+"""`bke status`, `bke retry`, `bke apply`: talk to a running deployment, over NATS only.
+
+They read a cluster's status from the dispatcher (`bke.v1.status.get`), never from Redis.
+"""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from enum import Enum
@@ -11,23 +13,24 @@ from typing import Optional
 
 import nats
 import typer
-from redis.asyncio import Redis
+from nats.errors import NoServersError
 from rich.console import Console
 from rich.table import Table
 
 from bke.contracts.install import RETRY_REQUESTED, RetryRequested
-from bke.state.install_view import install_status
+from bke.contracts.status import ClusterStatus, NodeSelection
 
-from .connect import resolve_urls
+from .connect import resolve_nats
 from .follow import status_table, submit_and_follow
 from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines
 from .spec_input import plan_or_exit, read_spec_text
+from .status_client import StatusUnavailable, get_status
 
 __all__ = ["register"]
 
 WORKDIR = typer.Option(None, "--workdir", help="a lab's work directory")
 NATS = typer.Option(None, "--nats", help="NATS URL (or BKE_NATS_URL)")
-REDIS = typer.Option(None, "--redis", help="Redis URL (or BKE_REDIS_URL)")
+RETRY_PICKUP_S = 60.0
 
 
 class Fmt(str, Enum):
@@ -35,35 +38,62 @@ class Fmt(str, Enum):
     json = "json"
 
 
-async def _status(redis_url: str, cluster: str) -> dict | None:
-    r = Redis.from_url(redis_url)
+class Nodes(str, Enum):
+    none = "none"
+    failed = "failed"
+    all = "all"
+
+
+async def _ask(nats_url: str, cluster: str, nodes: NodeSelection = "failed") -> ClusterStatus | None:
+    nc = await nats.connect(nats_url)
     try:
-        return await install_status(r, cluster)
+        return await get_status(nc, cluster, nodes)
     finally:
-        await r.aclose()
+        await nc.close()
+
+
+def _status_or_exit(nats_url: str, cluster: str, nodes: NodeSelection = "failed") -> ClusterStatus | None:
+    try:
+        return asyncio.run(_ask(nats_url, cluster, nodes))
+    except StatusUnavailable as exc:
+        die(str(exc), EXIT_FAILURE)
+    except (OSError, NoServersError) as exc:  # NATS itself unreachable
+        die(f"cannot reach NATS at {nats_url}: {exc}", EXIT_FAILURE)
 
 
 def status(
     name: str = typer.Argument(..., help="cluster name"),
     output: Fmt = typer.Option(Fmt.table, "-o", "--output"),
+    nodes: Nodes = typer.Option(Nodes.failed, "--nodes", help="which nodes to list: none, failed (failed and running), all"),
     workdir: Optional[Path] = WORKDIR,
     nats_url: Optional[str] = NATS,
-    redis_url: Optional[str] = REDIS,
 ) -> None:
-    """Show the install's phases and nodes, from Redis."""
-    _, rurl = resolve_urls(workdir, nats_url, redis_url)
-    doc = asyncio.run(_status(rurl, name))
+    """Show the install's phases and nodes, as the dispatcher reports them."""
+    doc = _status_or_exit(resolve_nats(workdir, nats_url), name, nodes.value)  # type: ignore[arg-type]
     if doc is None:
-        die(f"cluster {name!r}: no install found", EXIT_INVALID)
+        die(f"cluster {name!r}: not found (no install)", EXIT_INVALID)
     if output is Fmt.json:
-        print(json.dumps({k: doc[k] for k in ("cluster", "status", "phases", "nodes", "addons", "health", "message")}, indent=2))
+        print(doc.model_dump_json(by_alias=True, indent=2))
         return
     console = Console()
     console.print(status_table(doc))
-    nodes = Table("node", "status", "step")
-    for n in doc["nodes"]:
-        nodes.add_row(n["hostname"], n["status"], n["step"] or "")
-    console.print(nodes)
+    c = doc.node_counts
+    console.print(f"nodes: {c.total} ({c.succeeded} succeeded, {c.running} running, {c.failed} failed, {c.pending} pending)")
+    if doc.nodes:
+        table = Table("node", "status", "phase", "step")
+        for n in doc.nodes:
+            table.add_row(n.hostname, n.status, n.phase or "", n.step or "")
+        console.print(table)
+    if doc.rotation is not None:
+        r = doc.rotation
+        console.print(f"certificate rotation {r.request_id}: {r.status} {r.done}/{r.total} {r.message}")
+
+
+def _picked_up(before: ClusterStatus, now: ClusterStatus | None) -> bool:
+    """The dispatcher took the retry: the install left Failed, or failed again (a new finish)."""
+    if now is None:
+        return False
+    return now.status != "Failed" or [p.finished_at for p in now.phases] != [p.finished_at for p in before.phases]
 
 
 def retry(
@@ -71,40 +101,42 @@ def retry(
     nodes: Optional[str] = typer.Option(None, "--nodes", help="comma-separated hostnames (default: every failed node)"),
     workdir: Optional[Path] = WORKDIR,
     nats_url: Optional[str] = NATS,
-    redis_url: Optional[str] = REDIS,
     follow: bool = typer.Option(True, help="follow the install afterwards"),
     timeout: float = typer.Option(1800.0, help="seconds to follow"),
 ) -> None:
     """Retry the failed phase of an install, without redoing succeeded work."""
-    nurl, rurl = resolve_urls(workdir, nats_url, redis_url)
-    doc = asyncio.run(_status(rurl, name))
-    if doc is None:
-        die(f"cluster {name!r}: no install found", EXIT_INVALID)
-    failed = [n["hostname"] for n in doc["nodes"] if n["status"] == "Failed"]
+    nurl = resolve_nats(workdir, nats_url)
     wanted = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else []
-    unknown = [n for n in wanted if n not in {x["hostname"] for x in doc["nodes"]}]
+    doc = _status_or_exit(nurl, name, "all" if wanted else "failed")
+    if doc is None:
+        die(f"cluster {name!r}: not found (no install)", EXIT_INVALID)
+    unknown = [n for n in wanted if n not in {x.hostname for x in doc.nodes}]
     if unknown:
         die(f"--nodes: unknown node(s) {', '.join(unknown)} in cluster {name}", EXIT_INVALID)
-    if doc["status"] != "Failed":
-        die(f"cluster {name!r} is {doc['status']}: nothing to retry", EXIT_INVALID)
+    if doc.status != "Failed":
+        die(f"cluster {name!r} is {doc.status}: nothing to retry", EXIT_INVALID)
+    failed = [n.hostname for n in doc.nodes if n.status == "Failed"]
 
     async def send() -> int:
         nc = await nats.connect(nurl)
         try:
             req = RetryRequested(request_id=str(uuid.uuid4()), cluster=name, nodes=wanted)
             await nc.jetstream().publish(RETRY_REQUESTED, req.to_bytes())
+            # the dispatcher takes the retry when it flips the install back to Running
+            deadline = time.monotonic() + RETRY_PICKUP_S
+            while not _picked_up(doc, await get_status(nc, name, "none")):
+                if time.monotonic() > deadline:
+                    error_lines([f"the retry of {name} was not picked up within {RETRY_PICKUP_S:.0f} s; is the dispatcher running?"])
+                    return EXIT_FAILURE
+                await asyncio.sleep(0.1)  # polling the status under a deadline: the flip sends no event
+        except StatusUnavailable as exc:
+            error_lines([str(exc)])
+            return EXIT_FAILURE
         finally:
             await nc.close()
-        # the dispatcher takes the retry when it flips the install back to Running
-        deadline = time.monotonic() + 60
-        while (await _status(rurl, name) or {}).get("status") == "Failed":
-            if time.monotonic() > deadline:
-                error_lines([f"the retry of {name} was not picked up within 60 s; is the dispatcher running?"])
-                return EXIT_FAILURE
-            await asyncio.sleep(0.1)  # polling Redis under a deadline
         if not follow:
             return 0
-        return await submit_and_follow(nurl, rurl, b"", name, timeout, Console(), submit=False)
+        return await submit_and_follow(nurl, b"", name, timeout, Console(), submit=False)
 
     Console(stderr=True).print(f"retrying {', '.join(wanted or failed) or 'the failed phase'} of {name}")
     raise typer.Exit(asyncio.run(send()))
@@ -114,16 +146,15 @@ def apply(
     spec: Path = typer.Argument(...),
     workdir: Optional[Path] = WORKDIR,
     nats_url: Optional[str] = NATS,
-    redis_url: Optional[str] = REDIS,
     timeout: float = typer.Option(3600.0, help="seconds to follow the install"),
 ) -> None:
     """Publish a request for a new cluster to a running deployment and follow it."""
     plan = plan_or_exit(spec)
-    nurl, rurl = resolve_urls(workdir, nats_url, redis_url)
-    doc = asyncio.run(_status(rurl, plan.cluster))
-    if doc is not None and doc["status"] == "Succeeded":
+    nurl = resolve_nats(workdir, nats_url)
+    doc = _status_or_exit(nurl, plan.cluster, "none")
+    if doc is not None and doc.status == "Succeeded":
         die(f"cluster {plan.cluster!r} already exists: changing a running cluster is not supported yet", EXIT_INVALID)
-    code = asyncio.run(submit_and_follow(nurl, rurl, read_spec_text(spec), plan.cluster, timeout, Console()))
+    code = asyncio.run(submit_and_follow(nurl, read_spec_text(spec), plan.cluster, timeout, Console()))
     raise typer.Exit(code)
 
 

@@ -1,6 +1,7 @@
 """Contract tests: the committed AsyncAPI matches the code; messages round-trip; strictness."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,21 @@ def test_agent_command_steps_discriminated_and_subjects():
     assert token_node(node_token("a.b-c")) == "a.b-c"
     with pytest.raises(ValidationError):
         AgentCommand.model_validate({**cmd.model_dump(by_alias=True), "steps": [{"type": "shell", "id": "x"}]})
+
+
+def test_status_schema_document_is_current_and_the_reply_is_versioned():
+    from bke.contracts.status import ClusterStatus, StatusError, StatusRequested, parse_status_reply
+    from bke.contracts.status_schema import render_status_schema
+
+    committed = Path("docs/status.schema.json").read_text()
+    assert committed == render_status_schema(), "regenerate: python -m bke.contracts.status_schema > docs/status.schema.json"
+    schema = json.loads(committed)
+    assert schema["properties"]["apiVersion"]["const"] == "bke.v1/ClusterStatus" and schema["additionalProperties"] is False
+    missing = parse_status_reply(StatusError(reason="NotFound", cluster="x", message="no install").to_bytes())
+    assert isinstance(missing, StatusError) and missing.reason == "NotFound"
+    with pytest.raises(ValidationError):  # an unknown version is refused, not guessed at
+        parse_status_reply(b'{"apiVersion": "bke.v2/ClusterStatus", "cluster": "x"}')
+    with pytest.raises(ValidationError):
+        StatusRequested.model_validate({"cluster": "x", "limit": 100_000})
+    with pytest.raises(ValidationError):
+        ClusterStatus.model_validate({"apiVersion": "bke.v1/ClusterStatus", "cluster": "x", "surprise": 1})

@@ -9,16 +9,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
+import nats
 import yaml
-from redis.asyncio import Redis
 from rich.console import Console
 
 from bke.lab.supervisor import LabSupervisor
 from bke.plan import Plan, plan_spec_text
-from bke.state.install_view import install_status
 from bke_agent.journal import read_executions
 from bke_agent.settings import LAB_STATE_SUBDIR
 from bke_cli.follow import submit_and_follow
+from bke_cli.status_client import StatusUnavailable, get_status
 
 __all__ = ["Lab"]
 
@@ -42,15 +42,20 @@ class Lab:
     async def install(self, timeout: float = 240.0, submit: bool = True) -> int:
         console = Console(file=self.out, width=200, force_terminal=False)
         return await submit_and_follow(
-            self.info.nats_url, self.info.redis_url, self.spec, self.plan.cluster, timeout, console, submit=submit
+            self.info.nats_url, self.spec, self.plan.cluster, timeout, console, submit=submit
         )
 
     async def status(self) -> dict[str, Any] | None:
-        r = Redis.from_url(self.info.redis_url)
+        """The dispatcher's status reply (every node), as the wire document; None while the
+        dispatcher does not answer (e.g. restarting) or has no install yet."""
+        nc = await nats.connect(self.info.nats_url)
         try:
-            return await install_status(r, self.plan.cluster)
+            doc = await get_status(nc, self.plan.cluster, "all")
+        except StatusUnavailable:
+            return None
         finally:
-            await r.aclose()
+            await nc.close()
+        return None if doc is None else doc.model_dump(by_alias=True, mode="json")
 
     async def wait_status(self, predicate: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -58,7 +63,7 @@ class Lab:
             doc = await self.status()
             if doc and predicate(doc):
                 return doc
-            await asyncio.sleep(0.05)  # polling Redis under a deadline
+            await asyncio.sleep(0.05)  # polling the status under a deadline
         raise AssertionError(f"timed out waiting for {what}; last status: {doc}")
 
     def phase(self, doc: dict[str, Any], name: str) -> dict[str, Any]:

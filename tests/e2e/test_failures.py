@@ -58,6 +58,7 @@ async def test_unsealable_node_fails_the_install_at_once_then_retry_after_the_fi
     doc = await lab.status()
     assert doc["status"] == "Failed"
     assert "node1" in doc["message"] and "sealing key" in doc["message"] and doc["message"].startswith("certs: ")
+    assert doc["kind"] == "operational"
     failed = [p for p in doc["phases"] if p["status"] == "Failed"]
     assert len(failed) == 1 and "node1" in failed[0]["message"]
     assert "sealing key" in out
@@ -76,7 +77,7 @@ async def test_unsealable_node_fails_the_install_at_once_then_retry_after_the_fi
     from bke_cli.status_cmd import retry  # the CLI path, as an operator would run it
 
     with pytest.raises(BaseException) as exc:  # typer.Exit carries the follow's exit code
-        await asyncio.to_thread(retry, lab.plan.cluster, None, lab.workdir, None, None, True, 240.0)
+        await asyncio.to_thread(retry, lab.plan.cluster, None, lab.workdir, None, True, 240.0)
     assert getattr(exc.value, "exit_code", None) == 0, lab.out.getvalue()
     doc = await lab.status()
     assert doc["status"] == "Succeeded", doc

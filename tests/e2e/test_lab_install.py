@@ -8,7 +8,10 @@ import json
 import os
 import signal
 import socket
+import sys
+from pathlib import Path
 
+import jsonschema
 import pytest
 
 from bke.runtime.etcd import etcd_put_get, wait_etcd_healthy
@@ -42,6 +45,16 @@ async def test_split_etcd_install_files_and_real_etcd(lab_factory):
     assert {p["name"]: p["status"] for p in doc["phases"]} == {p["name"]: "Succeeded" for p in doc["phases"]}
     assert all(n["status"] == "Succeeded" for n in doc["nodes"])
     assert set(doc["addons"]) == {"kube-proxy", "coredns"}
+    # what an operator sees: `bke status NAME --nats URL -o json`, NATS only, as the schema says
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BKE_")}
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "bke"), "status", lab.plan.cluster, "--nats", lab.info.nats_url, "-o", "json",
+        "--nodes", "all", env=env, stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0
+    cli_doc = json.loads(out)
+    jsonschema.Draft202012Validator(json.loads(Path("docs/status.schema.json").read_text())).validate(cli_doc)
+    assert cli_doc["status"] == "Succeeded" and cli_doc["nodeCounts"]["succeeded"] == len(lab.plan.nodes) == len(cli_doc["nodes"])
 
     # least privilege on disk: what each node's role needs, nothing else
     pki = "etc/kubernetes/pki"
@@ -130,7 +143,7 @@ async def test_failed_step_reported_then_fixed_and_retried(lab_factory):
     from bke_cli.status_cmd import retry  # the CLI path, as an operator would run it
 
     with pytest.raises(BaseException) as exc:  # typer.Exit carries the follow's exit code
-        await asyncio.to_thread(retry, "seed", None, lab.workdir, None, None, True, 240.0)
+        await asyncio.to_thread(retry, "seed", None, lab.workdir, None, True, 240.0)
     assert getattr(exc.value, "exit_code", None) == 0, lab.out.getvalue()
     doc = await lab.status()
     assert doc["status"] == "Succeeded"

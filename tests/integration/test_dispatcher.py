@@ -14,10 +14,10 @@ from bke.contracts.certs import CERTS_ISSUED, CERTS_SEALED, CertsIssued, CertsSe
 from bke.contracts.render import MANIFESTS_RENDERED, ManifestsRendered
 from bke.plan import plan_spec_text
 from bke.state import RedisPlanStore, plan_digest
+from bke.state.keys import addon_manifests_key, addons_key
 from bke.state.nodefiles import RedisNodeFiles, file_from_bytes
 from bke_agent.fleet import Fleet
 from bke_agent.settings import AgentSettings
-from bke_dispatcher.addons import rendered_addons_key
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 from bke_dispatcher.state import DispatcherState
@@ -55,7 +55,7 @@ async def test_two_replicas_install_once(nats_url, redis_url, redis_client, nats
         await files.put_many("twice", "render", tree)
         await files.put_many("twice", "certs", {h: [file_from_bytes("/etc/kubernetes/pki/ca.crt", b"x")] for h in tree})
         cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {}, namespace: kube-system}}\ndata: {{}}\n"
-        await r.hset(rendered_addons_key("twice"), mapping={"kube-proxy": cm.format("kube-proxy"), "coredns": cm.format("coredns")})
+        await r.hset(addon_manifests_key("twice"), mapping={"kube-proxy": cm.format("kube-proxy"), "coredns": cm.format("coredns")})
         for owner in ("replica-a", "replica-b"):
             svc = create_service(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner=owner, mode="lab", health_interval_s=0))
             await svc.start()
@@ -78,7 +78,7 @@ async def test_two_replicas_install_once(nats_url, redis_url, redis_client, nats
         assert done.data["status"] == "Succeeded"
         # node-env x4, certs x4, etcd x3, init x1, join x2, workers x1, health x3: each ran once
         assert fleet.executed == 18 and fleet.replayed == 0
-        recorded = await r.hgetall("bke:twice:addons")
+        recorded = await r.hgetall(addons_key("twice"))
         assert sorted(recorded) == [b"coredns", b"kube-proxy"]
     finally:
         if fleet is not None:

@@ -43,8 +43,8 @@ async def test_jetstream_publish_returns_puback(nats_client: NatsClient) -> None
 
 
 async def test_redis_set_get(redis_client: aioredis.Redis) -> None:
-    await redis_client.set("bke:smoke", "ok")
-    assert await redis_client.get("bke:smoke") == "ok"
+    await redis_client.set("test:smoke", "ok")
+    assert await redis_client.get("test:smoke") == "ok"
 
 
 async def _write_state(info: RuntimeInfo, value: str) -> None:
@@ -57,7 +57,7 @@ async def _write_state(info: RuntimeInfo, value: str) -> None:
         await nc.close()
     client = aioredis.from_url(info.redis_url, decode_responses=True)
     try:
-        await client.set("bke:persist", value)
+        await client.set("test:persist", value)
     finally:
         await client.aclose()
 
@@ -70,7 +70,7 @@ async def _read_state(info: RuntimeInfo) -> tuple[bytes, object]:
         await nc.close()
     client = aioredis.from_url(info.redis_url, decode_responses=True)
     try:
-        return msg.data or b"", await client.get("bke:persist")
+        return msg.data or b"", await client.get("test:persist")
     finally:
         await client.aclose()
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from .base import Message
 from .subjects import CHANNELS
 
 __all__ = ["build_asyncapi", "render_asyncapi"]
@@ -25,13 +26,18 @@ def build_asyncapi(version: str = "1.0.0") -> dict[str, Any]:
     operations: dict[str, Any] = {}
     messages: dict[str, Any] = {}
     schemas: dict[str, Any] = {}
-    for ch in CHANNELS:
-        name = ch.model.__name__
-        schema = ch.model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+
+    def add_message(model: type[Message]) -> str:
+        name = model.__name__
+        schema = model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
         for sub_name, sub in schema.pop("$defs", {}).items():
             schemas[sub_name] = sub
         schemas[name] = schema
         messages[name] = {"name": name, "contentType": "application/json", "payload": {"$ref": f"#/components/schemas/{name}"}}
+        return name
+
+    for ch in CHANNELS:
+        name = add_message(ch.model)
         cid = _channel_id(ch.subject)
         params = re.findall(r"\{(\w+)\}", ch.subject)
         channels[cid] = {
@@ -40,10 +46,20 @@ def build_asyncapi(version: str = "1.0.0") -> dict[str, Any]:
             "messages": {name: {"$ref": f"#/components/messages/{name}"}},
             **({"parameters": {p: {"description": p} for p in params}} if params else {}),
         }
+        reply: dict[str, Any] = {}
+        if ch.replies:
+            # the reply goes to the requester's inbox: a channel with no fixed address
+            names = [add_message(m) for m in ch.replies]
+            channels[f"{cid}_reply"] = {
+                "address": None,
+                "description": f"The reply to {ch.subject}.",
+                "messages": {n: {"$ref": f"#/components/messages/{n}"} for n in names},
+            }
+            reply = {"reply": {"channel": {"$ref": f"#/channels/{cid}_reply"}}}
         for svc in ch.senders:
-            operations[f"{svc}_sends_{cid}"] = {"action": "send", "channel": {"$ref": f"#/channels/{cid}"}}
+            operations[f"{svc}_sends_{cid}"] = {"action": "send", "channel": {"$ref": f"#/channels/{cid}"}, **reply}
         for svc in ch.receivers:
-            operations[f"{svc}_receives_{cid}"] = {"action": "receive", "channel": {"$ref": f"#/channels/{cid}"}}
+            operations[f"{svc}_receives_{cid}"] = {"action": "receive", "channel": {"$ref": f"#/channels/{cid}"}, **reply}
     return {
         "asyncapi": "3.0.0",
         "info": {"title": "BKE bus", "version": version, "description": "Subjects and messages between BKE services and node agents."},

@@ -10,7 +10,6 @@ from typing import Literal
 from .base import FailureKind, Message
 
 __all__ = [
-    "INSTALL_PHASES",
     "PHASE_STATUSES",
     "InstallFinished",
     "NodeStepChanged",
@@ -22,20 +21,6 @@ __all__ = [
 ]
 
 PHASE_STATUSES = ("Pending", "Running", "Succeeded", "Failed", "Skipped")
-# The install phases in order (slug, summary). The dispatcher gives each its behaviour and
-# checks it covers exactly these; `bke status`, the lab display and the docs read this.
-INSTALL_PHASES: tuple[tuple[str, str], ...] = (
-    ("agents", "every node's agent is up and has announced its keys"),
-    ("node-env", "preflight checks; containerd, kubelet, kubectl fetched and verified; kubelet running"),
-    ("certs", "each node receives exactly its own certificates and keys, sealed to its agent"),
-    ("load-balancer", "haproxy + keepalived static pods for a VIP endpoint"),
-    ("etcd", "every etcd cluster's members started and waited healthy, before any apiserver"),
-    ("control-plane-init", "the first control-plane node's components, waited healthy"),
-    ("control-plane-join", "the other control-plane nodes"),
-    ("workers", "worker kubelets restarted with their credentials, in bounded batches"),
-    ("addons", "kube-proxy, CoreDNS, then user addons, applied in order"),
-    ("health", "etcd members and control-plane endpoints answer"),
-)
 PhaseStatus = Literal["Pending", "Running", "Succeeded", "Failed", "Skipped"]
 RETRY_REQUESTED = "bke.v1.cluster.retry-requested"
 

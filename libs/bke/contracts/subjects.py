@@ -27,6 +27,7 @@ from .install import RETRY_REQUESTED, InstallFinished, NodeStepChanged, PhaseCha
 from .render import MANIFESTS_RENDERED, RENDER_FAILED, RENDER_REQUESTED, ManifestsRendered, RenderFailed, RenderRequested
 from .agent import AgentCommand, AgentHeartbeat, AgentRegistered, CommandResult
 from .deadletter import DeadLettered
+from .status import STATUS_GET, ClusterStatus, StatusError, StatusRequested
 
 __all__ = [
     "AGENT_SUBJECTS",
@@ -71,10 +72,11 @@ AGENT_SUBJECTS: tuple[str, ...] = ("bke.v1.agent.>",)
 class Channel:
     subject: str
     model: type[Message]
-    kind: str  # "command" | "event"
+    kind: str  # "command" | "event" | "request" (core NATS request/reply, not stored)
     summary: str
     senders: tuple[str, ...]
     receivers: tuple[str, ...]
+    replies: tuple[type[Message], ...] = ()  # a request's possible replies
     # Why a route has no sender or no receiver among BKE's components (an operator's tool, say);
     # empty for every internal route. tests/contract/test_channel_routes.py holds the code to it.
     external: str = ""
@@ -101,6 +103,7 @@ CHANNELS: tuple[Channel, ...] = (
     Channel("bke.v1.agent.{cluster}.{node}.result", CommandResult, "event", "The agent ran (or replayed) a command.", ("agent",), ("dispatcher",)),
     Channel("bke.v1.agent.{cluster}.{node}.registered", AgentRegistered, "event", "An agent started and announces its public keys.", ("agent",), ("dispatcher", "certs")),
     Channel("bke.v1.heartbeat.{cluster}.{node}", AgentHeartbeat, "event", "Agent liveness (core NATS, not stored).", ("agent",), ("dispatcher",)),
+    Channel(STATUS_GET, StatusRequested, "request", "The status of a cluster's install, served by the dispatcher (queue group dispatcher-status; core NATS, not stored).", ("cli",), ("dispatcher",), (ClusterStatus, StatusError)),
     Channel(DEADLETTER + ".{service}", DeadLettered, "event", "A message a service gave up on: malformed (at once) or still failing after its maximum deliveries.", ("planner", "certs", "renderer", "dispatcher"), (),
             external="read by operators (`nats stream view BKE_DEADLETTER`); no service consumes what another gave up on"),
 )

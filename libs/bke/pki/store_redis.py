@@ -26,13 +26,13 @@ from redis.typing import EncodableT, FieldT
 from bke.pki import Manifest, Material, Snapshot, StoreConflict, StoreError
 from bke.pki.store import key_aad
 from bke.secrets import DecryptError, SecretBox
-from bke.state.keys import cluster_key
+from bke.state.keys import pki_key
 
 __all__ = ["RedisPkiStore", "pki_keys"]
 
 
 def pki_keys(cluster: str) -> dict[str, str]:
-    return {part: cluster_key(cluster, "pki", part) for part in ("manifest", "certs", "keys", "version")}
+    return {part: pki_key(cluster, part) for part in ("manifest", "certs", "keys", "version")}
 
 
 def _bytes(value: Any) -> bytes | None:

@@ -1,21 +1,71 @@
-"""Redis key names, in one place so that every service agrees on them."""
+"""Every Redis key name BKE uses, in one place, so that every service agrees on them.
+
+One function per key family; the module that owns a family (writes it) is named beside it.
+Nothing outside this module spells a key: a rename here is a rename everywhere.
+
+    bke:clusters                         set     clusters with a plan            (planner)
+    bke:request:<id>                     string  request id -> cluster           (planner)
+    bke:<c>:plan / plan-meta             string / hash                           (planner)
+    bke:<c>:plan-replaceable             string  digest of a replaceable plan    (planner)
+    bke:<c>:pki:<part>                   manifest, certs, keys, version          (certs)
+    bke:<c>:certs:agents                 hash    agents' sealing keys as seen by certs
+    bke:<c>:files:<source>[:digest]      hash    per-node file sets (render, certs)
+    bke:<c>:addon-manifests              hash    addon name -> rendered YAML     (renderer)
+    bke:<c>:render:meta / vrrp-password  string                                  (renderer)
+    bke:installs                         set     clusters with an install record (dispatcher)
+    bke:<c>:install                      hash    the install record              (dispatcher)
+    bke:<c>:inputs                       hash    render/certs/seal -> what the services said (dispatcher)
+    bke:<c>:sealed                       set     nodes whose bundles are sealed  (dispatcher)
+    bke:<c>:phase:<slug> / cmd:<slug>    hash    a phase, its per-node commands  (dispatcher)
+    bke:<c>:node                         hash    node -> {phase, status, step}   (dispatcher)
+    bke:<c>:lease:<slug>                 string  the phase lease                 (dispatcher)
+    bke:<c>:agents / heartbeat           hash    registrations, last heartbeat   (dispatcher)
+    bke:<c>:addons                       hash    addon name -> apply record      (dispatcher)
+    bke:<c>:health / health-meta / health-pods                                   (dispatcher)
+"""
 from __future__ import annotations
 
-__all__ = ["cluster_key", "plan_key", "plan_meta_key", "plan_replaceable_key", "request_key", "clusters_index"]
+__all__ = [
+    "addon_manifests_key",
+    "addons_key",
+    "agents_key",
+    "certs_agents_key",
+    "cluster_key",
+    "clusters_index",
+    "command_key",
+    "health_key",
+    "health_meta_key",
+    "health_pods_key",
+    "inputs_key",
+    "heartbeat_key",
+    "install_key",
+    "installs_index",
+    "lease_key",
+    "node_files_digest_key",
+    "node_files_key",
+    "node_status_key",
+    "phase_key",
+    "pki_key",
+    "plan_key",
+    "plan_meta_key",
+    "plan_replaceable_key",
+    "render_meta_key",
+    "request_key",
+    "sealed_key",
+    "vrrp_password_key",
+]
 
 PREFIX = "bke"
 
 
 def cluster_key(cluster: str, *parts: str) -> str:
+    """The building block of the per-cluster names below; call those, not this."""
     return ":".join((PREFIX, cluster, *parts))
 
 
-def plan_key(cluster: str) -> str:
-    return cluster_key(cluster, "plan")
-
-
-def plan_meta_key(cluster: str) -> str:
-    return cluster_key(cluster, "plan-meta")
+# planner -------------------------------------------------------------------------------------
+def clusters_index() -> str:
+    return f"{PREFIX}:clusters"
 
 
 def plan_replaceable_key(cluster: str) -> str:
@@ -28,5 +78,104 @@ def request_key(request_id: str) -> str:
     return f"{PREFIX}:request:{request_id}"
 
 
-def clusters_index() -> str:
-    return f"{PREFIX}:clusters"
+def plan_key(cluster: str) -> str:
+    return cluster_key(cluster, "plan")
+
+
+def plan_meta_key(cluster: str) -> str:
+    return cluster_key(cluster, "plan-meta")
+
+
+# certs ---------------------------------------------------------------------------------------
+def pki_key(cluster: str, part: str) -> str:
+    """`part`: manifest, certs, keys (encrypted at rest) or version."""
+    return cluster_key(cluster, "pki", part)
+
+
+def certs_agents_key(cluster: str) -> str:
+    return cluster_key(cluster, "certs", "agents")
+
+
+# per-node file sets (certs and renderer write, the dispatcher reads) ---------------------------
+def node_files_key(cluster: str, source: str) -> str:
+    """`source`: "render" or "certs"."""
+    return cluster_key(cluster, "files", source)
+
+
+def node_files_digest_key(cluster: str, source: str) -> str:
+    """Set once a source's file set is complete."""
+    return node_files_key(cluster, source) + ":digest"
+
+
+# renderer ------------------------------------------------------------------------------------
+def addon_manifests_key(cluster: str) -> str:
+    """Hash addon name -> multi-document YAML: the renderer writes, the addons phase reads."""
+    return cluster_key(cluster, "addon-manifests")
+
+
+def render_meta_key(cluster: str) -> str:
+    return cluster_key(cluster, "render", "meta")
+
+
+def vrrp_password_key(cluster: str) -> str:
+    return cluster_key(cluster, "render", "vrrp-password")
+
+
+# dispatcher ----------------------------------------------------------------------------------
+def installs_index() -> str:
+    return f"{PREFIX}:installs"
+
+
+def install_key(cluster: str) -> str:
+    return cluster_key(cluster, "install")
+
+
+def phase_key(cluster: str, slug: str) -> str:
+    return cluster_key(cluster, "phase", slug)
+
+
+def command_key(cluster: str, slug: str) -> str:
+    return cluster_key(cluster, "cmd", slug)
+
+
+def inputs_key(cluster: str) -> str:
+    """What the renderer and certs services said (their events), per input."""
+    return cluster_key(cluster, "inputs")
+
+
+def sealed_key(cluster: str) -> str:
+    """Nodes whose bundles the certs service said are sealed (`certs.sealed`)."""
+    return cluster_key(cluster, "sealed")
+
+
+def node_status_key(cluster: str) -> str:
+    return cluster_key(cluster, "node")
+
+
+def lease_key(cluster: str, slug: str) -> str:
+    return cluster_key(cluster, "lease", slug)
+
+
+def agents_key(cluster: str) -> str:
+    return cluster_key(cluster, "agents")
+
+
+def heartbeat_key(cluster: str) -> str:
+    return cluster_key(cluster, "heartbeat")
+
+
+def addons_key(cluster: str) -> str:
+    """Hash addon name -> the record of its apply (the dispatcher's addons phase)."""
+    return cluster_key(cluster, "addons")
+
+
+def health_key(cluster: str) -> str:
+    return cluster_key(cluster, "health")
+
+
+def health_meta_key(cluster: str) -> str:
+    return cluster_key(cluster, "health-meta")
+
+
+def health_pods_key(cluster: str) -> str:
+    return cluster_key(cluster, "health-pods")

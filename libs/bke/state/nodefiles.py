@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from redis.typing import EncodableT, FieldT
 
 from ..contracts.base import Message
-from .keys import cluster_key
+from .keys import node_files_digest_key, node_files_key
 
 __all__ = ["NodeFile", "RedisNodeFiles", "file_from_bytes"]
 
@@ -41,7 +41,7 @@ class RedisNodeFiles:
 
     @staticmethod
     def _key(cluster: str, source: Source) -> str:
-        return cluster_key(cluster, "files", source)
+        return node_files_key(cluster, source)
 
     async def put_many(self, cluster: str, source: Source, files: dict[str, list[NodeFile]], digest: str | None = None) -> None:
         """One hash field per node, written in one round trip; `digest` marks a complete set."""
@@ -50,7 +50,7 @@ class RedisNodeFiles:
             if mapping:
                 pipe.hset(self._key(cluster, source), mapping=mapping)
             if digest is not None:
-                pipe.set(self._key(cluster, source) + ":digest", digest)
+                pipe.set(node_files_digest_key(cluster, source), digest)
             await pipe.execute()
 
     async def get(self, cluster: str, source: Source, node: str) -> list[NodeFile] | None:
@@ -69,5 +69,5 @@ class RedisNodeFiles:
         return int(await self.redis.hlen(self._key(cluster, source)))
 
     async def digest(self, cluster: str, source: Source) -> str | None:
-        raw = await self.redis.get(self._key(cluster, source) + ":digest")
+        raw = await self.redis.get(node_files_digest_key(cluster, source))
         return raw.decode() if isinstance(raw, bytes) else raw

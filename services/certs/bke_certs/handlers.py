@@ -36,7 +36,7 @@ from bke.errors import MalformedMessage, PermanentError, RejectedInput, Temporar
 from bke.pki.errors import PkiError
 from bke.secrets import SecretBox
 from bke.state import PlanCache
-from bke.state.keys import cluster_key, plan_key
+from bke.state.keys import certs_agents_key, plan_key
 from bke.state.nodefiles import RedisNodeFiles
 
 from .cache import CachedPkiStore
@@ -67,7 +67,7 @@ class CertsHandlers:
         self.files = RedisNodeFiles(self.redis)
 
     def _agents_key(self, cluster: str) -> str:
-        return cluster_key(cluster, "certs", "agents")
+        return certs_agents_key(cluster)
 
     async def on_plan(self, body: bytes) -> None:
         try:

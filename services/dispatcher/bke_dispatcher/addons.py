@@ -17,19 +17,14 @@ import yaml
 from redis.asyncio import Redis
 
 from bke.plan import Plan
-from bke.state.keys import cluster_key
+from bke.state.keys import addon_manifests_key, addons_key
 
 from .engine import DONE, Outcome
 
-__all__ = ["AddonsWork", "LabApplier", "load_addon_objects", "rendered_addons_key"]
+__all__ = ["AddonsWork", "LabApplier", "load_addon_objects"]
 
 log = logging.getLogger("bke.dispatcher.addons")
 BUILT_IN = ("kube-proxy", "coredns")
-
-
-def rendered_addons_key(cluster: str) -> str:
-    """Hash addon name -> multi-document YAML, written by the renderer."""
-    return cluster_key(cluster, "addon-manifests")
 
 
 def load_addon_objects(folder: Path) -> list[dict[str, Any]]:
@@ -69,9 +64,9 @@ class AddonsWork:
         self.redis, self.applier, self.now = redis, applier, now
 
     async def run(self, name: str, plan: Plan) -> Outcome:
-        key = cluster_key(plan.cluster, "addons")
+        key = addons_key(plan.cluster)
         done = {k.decode() if isinstance(k, bytes) else k for k in await self.redis.hkeys(key)}
-        rendered = await self.redis.hgetall(rendered_addons_key(plan.cluster))
+        rendered = await self.redis.hgetall(addon_manifests_key(plan.cluster))
         rendered = {(k.decode() if isinstance(k, bytes) else k): v for k, v in rendered.items()}
         for addon in plan.spec.cluster.spec.cluster_config.addons:
             if addon.name in done:

@@ -12,8 +12,9 @@ from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_SEALED, CertsFailed, CertsIssued, CertsSealed
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
 from bke.contracts.install import RETRY_REQUESTED
+from bke.contracts.status import STATUS_GET, STATUS_QUEUE
 from bke.state import PlanCache
-from bke.state.keys import cluster_key
+from bke.state.keys import heartbeat_key
 from bke.state.nodefiles import RedisNodeFiles
 
 from .addons import AddonsWork, LabApplier
@@ -25,6 +26,7 @@ from .runner import Runner
 from .service_events import ServiceEvents
 from .settings import DispatcherSettings
 from .state import DispatcherState
+from .status import StatusReader, StatusResponder
 
 __all__ = ["create_service"]
 
@@ -57,13 +59,15 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s,
                            pods=None if lab else applier.pod_status)
     inputs = Inputs(state, svc.publish, runner.kick, _now, health.record, notify=svc.notify)
+    # HOOK (certificate rotation): pass `rotation=<async (cluster) -> dict | None>` here
+    status = StatusResponder(StatusReader(redis, plans))
 
     services = ServiceEvents(state, plans, engine, runner.kick, _now)
 
     async def on_heartbeat(msg) -> None:
         try:
             hb = json.loads(msg.data)
-            await redis.hset(cluster_key(hb["cluster"], "heartbeat"), hb["node"], hb["at"])
+            await redis.hset(heartbeat_key(hb["cluster"]), hb["node"], hb["at"])
         except (ValueError, KeyError, TypeError):
             return  # a heartbeat is advisory; a malformed one is dropped
 
@@ -86,11 +90,17 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "dispatcher-agents", inputs.registered)
     svc.work_subscriber(RETRY_REQUESTED, "BKE_COMMANDS", "dispatcher-retry", inputs.retry, batch_size=b)
 
-    heartbeat_sub = []
+    async def on_status(msg) -> None:
+        if msg.reply:  # a publish without a reply inbox asks nothing
+            await msg.respond(await status.answer(msg.data))
+
+    core_subs = []
 
     async def _started() -> None:
         nc = svc.nc
-        heartbeat_sub.append(await nc.subscribe("bke.v1.heartbeat.>", cb=on_heartbeat))
+        core_subs.append(await nc.subscribe("bke.v1.heartbeat.>", cb=on_heartbeat))
+        # core request/reply; the queue group shares requests between replicas
+        core_subs.append(await nc.subscribe(STATUS_GET, queue=STATUS_QUEUE, cb=on_status))
         await runner.resume_all()
         health.start()
 

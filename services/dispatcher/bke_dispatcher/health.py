@@ -15,7 +15,7 @@ from typing import Awaitable, Callable
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
 from bke.plan import Plan
 from bke.state import PlanCache
-from bke.state.keys import cluster_key
+from bke.state.keys import health_key, health_meta_key, health_pods_key
 
 from .phases import CONTROL_PLANE, ETCD, phase_by_slug
 from .steps import health_steps
@@ -66,7 +66,7 @@ class HealthMonitor:
             plan = await self.plans.load(cluster)
             if self.pods is not None:
                 await self._record_pods(cluster, plan)
-            rnd = int(await self.state.r.hincrby(cluster_key(cluster, "health-meta"), "round", 1))
+            rnd = int(await self.state.r.hincrby(health_meta_key(cluster), "round", 1))
             for node in phase_by_slug("health").targets(plan):
                 # short waits: a round reports what answers now, it does not wait for recovery
                 steps = health_steps(plan, node, HEALTH_COMPONENTS, min(10.0, max(2.0, self.interval_s / 2)))
@@ -88,9 +88,9 @@ class HealthMonitor:
         except Exception as exc:  # noqa: BLE001 - an unreachable apiserver is a health fact, not a crash
             doc = {"error": f"{type(exc).__name__}: {exc}"[:500]}
         doc["at"] = self.now().isoformat()
-        await self.state.r.set(cluster_key(cluster, "health-pods"), json.dumps(doc))
+        await self.state.r.set(health_pods_key(cluster), json.dumps(doc))
 
     async def record(self, res: CommandResult) -> None:
         failing = [s.id for s in res.steps if s.status == "Failed"]
         doc = {"status": "Healthy" if res.status == "Succeeded" else "Unhealthy", "failing": failing, "at": res.finished_at}
-        await self.state.r.hset(cluster_key(res.cluster, "health"), res.node, json.dumps(doc))
+        await self.state.r.hset(health_key(res.cluster), res.node, json.dumps(doc))

@@ -21,7 +21,17 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bke.state.keys import cluster_key
+from bke.state.keys import (
+    agents_key,
+    command_key,
+    inputs_key,
+    install_key,
+    installs_index,
+    lease_key,
+    node_status_key,
+    phase_key,
+    sealed_key,
+)
 
 __all__ = ["DispatcherState"]
 
@@ -65,12 +75,12 @@ class DispatcherState:
     # install -----------------------------------------------------------------
     async def start_install(self, cluster: str, request_id: str, now: str, plan_digest: str = "") -> bool:
         """Create the install record once; False if it already exists (resume)."""
-        key = cluster_key(cluster, "install")
+        key = install_key(cluster)
         created = await self.r.hsetnx(key, "requestId", request_id)
         if created:
             await self.r.hset(key, mapping={"status": "Running", "startedAt": now, "phase": "", "message": "",
                                             "planDigest": plan_digest, "kind": "", "nodesChanged": "0"})
-            await self.r.sadd("bke:installs", cluster)
+            await self.r.sadd(installs_index(), cluster)
         return bool(created)
 
     async def reset_install(self, cluster: str, slugs: list[str], plan_digest: str) -> None:
@@ -78,82 +88,82 @@ class DispatcherState:
         from the beginning. What the services said about the new plan (it may have come first)
         stays, and so does the sealed set: bundles that did not change stay sealed."""
         stale = [k for k, v in (await self.inputs(cluster)).items() if v.get("digest") != plan_digest]
-        keys = [cluster_key(cluster, "install"), cluster_key(cluster, "node")]
-        keys += [cluster_key(cluster, "phase", s) for s in slugs] + [cluster_key(cluster, "cmd", s) for s in slugs]
+        keys = [install_key(cluster), node_status_key(cluster)]
+        keys += [phase_key(cluster, s) for s in slugs] + [command_key(cluster, s) for s in slugs]
         async with self.r.pipeline(transaction=True) as pipe:
             pipe.delete(*keys)
             if stale:
-                pipe.hdel(cluster_key(cluster, "inputs"), *stale)
+                pipe.hdel(inputs_key(cluster), *stale)
             await pipe.execute()
 
     # inputs from the other services ---------------------------------------------
     async def inputs(self, cluster: str) -> dict[str, dict]:
-        raw = await self.r.hgetall(cluster_key(cluster, "inputs"))
+        raw = await self.r.hgetall(inputs_key(cluster))
         return {_s(k): json.loads(v) for k, v in raw.items()}
 
     async def set_input(self, cluster: str, name: str, doc: dict) -> None:
-        await self.r.hset(cluster_key(cluster, "inputs"), name, json.dumps(doc))
+        await self.r.hset(inputs_key(cluster), name, json.dumps(doc))
 
     async def add_sealed(self, cluster: str, nodes: list[str]) -> None:
         if nodes:
-            await self.r.sadd(cluster_key(cluster, "sealed"), *nodes)
+            await self.r.sadd(sealed_key(cluster), *nodes)
 
     async def sealed_count(self, cluster: str, nodes: list[str]) -> int:
         """How many of these nodes have a sealed bundle (only the plan's nodes count)."""
         if not nodes:
             return 0
-        return sum(await self.r.smismember(cluster_key(cluster, "sealed"), nodes))
+        return sum(await self.r.smismember(sealed_key(cluster), nodes))
 
     async def install(self, cluster: str) -> dict[str, str]:
-        return {_s(k): _s(v) for k, v in (await self.r.hgetall(cluster_key(cluster, "install"))).items()}
+        return {_s(k): _s(v) for k, v in (await self.r.hgetall(install_key(cluster))).items()}
 
     async def set_install(self, cluster: str, **fields: str) -> None:
-        await self.r.hset(cluster_key(cluster, "install"), mapping=fields)
+        await self.r.hset(install_key(cluster), mapping=fields)
 
     async def installs(self) -> list[str]:
-        return sorted(_s(c) for c in await self.r.smembers("bke:installs"))
+        return sorted(_s(c) for c in await self.r.smembers(installs_index()))
 
     # phases ------------------------------------------------------------------
     async def phase(self, cluster: str, slug: str) -> dict[str, str]:
-        return {_s(k): _s(v) for k, v in (await self.r.hgetall(cluster_key(cluster, "phase", slug))).items()}
+        return {_s(k): _s(v) for k, v in (await self.r.hgetall(phase_key(cluster, slug))).items()}
 
     async def set_phase(self, cluster: str, slug: str, **fields: Any) -> None:
-        await self.r.hset(cluster_key(cluster, "phase", slug), mapping={k: str(v) for k, v in fields.items()})
+        await self.r.hset(phase_key(cluster, slug), mapping={k: str(v) for k, v in fields.items()})
 
     async def retry_nodes(self, cluster: str, slug: str, cmds: dict[str, dict]) -> None:
         """Put failed nodes back in flight with a new generation (a new command id), and the
         phase and install back to Running, in one transaction."""
         async with self.r.pipeline(transaction=True) as pipe:
             if cmds:
-                pipe.hset(cluster_key(cluster, "cmd", slug), mapping={n: json.dumps(c) for n, c in cmds.items()})
-                pipe.hincrby(cluster_key(cluster, "phase", slug), "failed", -len(cmds))
-            pipe.hset(cluster_key(cluster, "phase", slug), mapping={"status": "Running", "retry": "1", "message": "", "finishedAt": ""})
-            pipe.hset(cluster_key(cluster, "install"), mapping={"status": "Running", "message": "", "finishedAt": ""})
+                pipe.hset(command_key(cluster, slug), mapping={n: json.dumps(c) for n, c in cmds.items()})
+                pipe.hincrby(phase_key(cluster, slug), "failed", -len(cmds))
+            pipe.hset(phase_key(cluster, slug), mapping={"status": "Running", "retry": "1", "message": "", "finishedAt": ""})
+            pipe.hset(install_key(cluster), mapping={"status": "Running", "message": "", "finishedAt": ""})
             await pipe.execute()
 
     # commands ----------------------------------------------------------------
     async def commands(self, cluster: str, slug: str, nodes: list[str]) -> dict[str, dict | None]:
         if not nodes:
             return {}
-        raws = await self.r.hmget(cluster_key(cluster, "cmd", slug), nodes)
+        raws = await self.r.hmget(command_key(cluster, slug), nodes)
         return {n: None if r is None else json.loads(r) for n, r in zip(nodes, raws)}
 
     async def all_commands(self, cluster: str, slug: str) -> dict[str, dict]:
-        raw = await self.r.hgetall(cluster_key(cluster, "cmd", slug))
+        raw = await self.r.hgetall(command_key(cluster, slug))
         return {_s(k): json.loads(v) for k, v in raw.items()}
 
     async def mark_sent(self, cluster: str, slug: str, sent: dict[str, dict], cursor: int | None, now: str) -> None:
         """Record a batch of published commands and advance the phase cursor, in one round trip."""
         async with self.r.pipeline(transaction=True) as pipe:
-            pipe.hset(cluster_key(cluster, "cmd", slug), mapping={n: json.dumps(c) for n, c in sent.items()})
+            pipe.hset(command_key(cluster, slug), mapping={n: json.dumps(c) for n, c in sent.items()})
             pipe.hset(
-                cluster_key(cluster, "node"),
+                node_status_key(cluster),
                 mapping={n: json.dumps({"phase": slug, "status": "Running", "step": None}) for n in sent},
             )
             if cursor is not None:
-                pipe.hset(cluster_key(cluster, "phase", slug), "cursor", cursor)
+                pipe.hset(phase_key(cluster, slug), "cursor", cursor)
             # from now on the nodes have changed: a corrected spec must go through apply, not replace
-            pipe.hset(cluster_key(cluster, "install"), "nodesChanged", "1")
+            pipe.hset(install_key(cluster), "nodesChanged", "1")
             await pipe.execute()
 
     async def finish_command(
@@ -161,27 +171,27 @@ class DispatcherState:
     ) -> int:
         """Count a result once: 1 counted, 0 a stale or duplicate result, -1 the command is not
         recorded as sent yet (a dispatcher died between publishing and recording it)."""
-        keys = [cluster_key(cluster, "cmd", slug), cluster_key(cluster, "phase", slug), cluster_key(cluster, "node")]
+        keys = [command_key(cluster, slug), phase_key(cluster, slug), node_status_key(cluster)]
         node_doc = json.dumps({"phase": slug, "status": status, "step": step or None})
         return int(await self.r.eval(_FINISH_CMD, 3, *keys, node, command_id, status, step, stderr, now, node_doc, gen))
 
     async def nodes(self, cluster: str) -> dict[str, dict]:
-        raw = await self.r.hgetall(cluster_key(cluster, "node"))
+        raw = await self.r.hgetall(node_status_key(cluster))
         return {_s(k): json.loads(v) for k, v in raw.items()}
 
     # leases ------------------------------------------------------------------
     async def claim(self, cluster: str, slug: str, owner: str, ttl_ms: int) -> bool:
-        return bool(await self.r.eval(_CLAIM, 1, cluster_key(cluster, "lease", slug), owner, ttl_ms))
+        return bool(await self.r.eval(_CLAIM, 1, lease_key(cluster, slug), owner, ttl_ms))
 
     async def release(self, cluster: str, slug: str, owner: str) -> None:
-        await self.r.eval(_RELEASE, 1, cluster_key(cluster, "lease", slug), owner)
+        await self.r.eval(_RELEASE, 1, lease_key(cluster, slug), owner)
 
     # agents ------------------------------------------------------------------
     async def register_agent(self, cluster: str, node: str, doc: str) -> None:
-        await self.r.hset(cluster_key(cluster, "agents"), node, doc)
+        await self.r.hset(agents_key(cluster), node, doc)
 
     async def agents(self, cluster: str, nodes: list[str] | None = None) -> dict[str, dict]:
-        key = cluster_key(cluster, "agents")
+        key = agents_key(cluster)
         if nodes is None:
             raw = await self.r.hgetall(key)
             return {_s(k): json.loads(v) for k, v in raw.items()}
@@ -189,4 +199,4 @@ class DispatcherState:
         return {n: json.loads(v) for n, v in zip(nodes, vals) if v is not None}
 
     async def agent_count(self, cluster: str) -> int:
-        return int(await self.r.hlen(cluster_key(cluster, "agents")))
+        return int(await self.r.hlen(agents_key(cluster)))

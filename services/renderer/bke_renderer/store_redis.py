@@ -1,6 +1,6 @@
 """Rendered file sets in Redis, in the format the dispatcher reads (bke.state.nodefiles).
 
-Keys (names from bke.state.keys.cluster_key)::
+Keys (names from bke.state.keys)::
 
     bke:<cluster>:files:render          hash  hostname -> JSON list of NodeFile (the dispatcher's contract)
     bke:<cluster>:files:render:digest   the RenderedCluster digest: marks a complete set
@@ -26,20 +26,19 @@ from typing import Any
 from redis.asyncio import Redis
 
 from bke.render import NodeFiles, RenderedCluster, RenderedFile
-from bke.state.keys import cluster_key
+from bke.state.keys import addon_manifests_key, node_files_digest_key, node_files_key, render_meta_key, vrrp_password_key
 from bke.state.nodefiles import NodeFile
 
 __all__ = ["RedisRenderStore", "render_keys"]
 
 
 def render_keys(cluster: str) -> dict[str, str]:
-    files = cluster_key(cluster, "files", "render")
     return {
-        "files": files,
-        "digest": files + ":digest",
-        "addons": cluster_key(cluster, "addon-manifests"),
-        "meta": cluster_key(cluster, "render", "meta"),
-        "vrrp": cluster_key(cluster, "render", "vrrp-password"),
+        "files": node_files_key(cluster, "render"),
+        "digest": node_files_digest_key(cluster, "render"),
+        "addons": addon_manifests_key(cluster),
+        "meta": render_meta_key(cluster),
+        "vrrp": vrrp_password_key(cluster),
     }
 
 

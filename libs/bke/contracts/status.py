@@ -1,0 +1,143 @@
+"""The status of a cluster's install, read over the bus: `bke status`, `bke retry`, `bke apply`
+and the live display ask the dispatcher (core NATS request/reply on `STATUS_GET`), never Redis.
+
+The reply is versioned by `apiVersion`: a `ClusterStatus`, or a `StatusError` (the cluster is
+not found, the request is invalid, or the dispatcher could not read its state). Its JSON schema
+is committed as `docs/status.schema.json` (`python -m bke.contracts.status_schema`); a test
+fails when the two differ.
+
+Size: a reply must stay under NATS' 1 MiB payload at any cluster size, so the node list is
+chosen (`nodes`: none, failed, all) and paged (`offset`, `limit`); counts by status always
+cover every node.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal, Union
+
+from pydantic import Field, TypeAdapter
+
+from .base import ErrorItem, Message
+from .install import FailureKind, PhaseStatus
+
+__all__ = [
+    "CLUSTER_STATUS_VERSION",
+    "ClusterStatus",
+    "NodeCounts",
+    "NodeSelection",
+    "RotationNode",
+    "RotationStatus",
+    "STATUS_ERROR_VERSION",
+    "STATUS_GET",
+    "STATUS_QUEUE",
+    "StatusError",
+    "StatusNode",
+    "StatusPhase",
+    "StatusReply",
+    "StatusRequested",
+    "parse_status_reply",
+]
+
+STATUS_GET = "bke.v1.status.get"
+STATUS_QUEUE = "dispatcher-status"  # dispatcher replicas share the requests
+CLUSTER_STATUS_VERSION: Final = "bke.v1/ClusterStatus"
+STATUS_ERROR_VERSION: Final = "bke.v1/StatusError"
+MAX_PAGE = 5000
+
+InstallStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
+NodeStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
+# "failed" (the default) lists the nodes worth looking at: failed and running ones
+NodeSelection = Literal["none", "failed", "all"]
+
+
+class StatusRequested(Message):
+    """Request: the status of one cluster. Nodes in plan order, paged by `offset`/`limit`."""
+
+    cluster: str = Field(min_length=1, max_length=253)
+    nodes: NodeSelection = "failed"
+    offset: int = Field(0, ge=0)
+    limit: int = Field(1000, ge=1, le=MAX_PAGE)
+
+
+class StatusPhase(Message):
+    name: str
+    summary: str
+    status: PhaseStatus
+    started_at: str | None = None
+    finished_at: str | None = None
+    message: str = ""  # why it failed, or why it waits
+    done: int = 0
+    total: int = 0
+
+
+class StatusNode(Message):
+    hostname: str
+    status: NodeStatus
+    phase: str | None = None  # the phase of its latest command
+    step: str | None = None  # the failing step's id
+
+
+class NodeCounts(Message):
+    """Every node of the plan, by status, whatever the node selection."""
+
+    total: int = 0
+    pending: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+
+class RotationNode(Message):
+    hostname: str
+    status: NodeStatus
+
+
+class RotationStatus(Message):
+    """The latest certificate rotation of the cluster."""
+
+    request_id: str
+    status: Literal["Running", "Succeeded", "Failed"]
+    certificates: list[str]
+    done: int
+    total: int
+    started_at: str | None = None
+    finished_at: str | None = None
+    message: str = ""
+    nodes: list[RotationNode] = []
+
+
+class ClusterStatus(Message):
+    api_version: Literal["bke.v1/ClusterStatus"] = CLUSTER_STATUS_VERSION
+    cluster: str
+    status: InstallStatus
+    request_id: str
+    started_at: str | None = None
+    finished_at: str | None = None
+    message: str = ""  # the failure reason
+    # "invalid": the input was refused (CLIs exit 2); "operational": retry after a fix; None unless Failed
+    kind: FailureKind | None = None
+    nodes_changed: bool = False  # whether any command reached a node
+    phases: list[StatusPhase]
+    node_counts: NodeCounts
+    node_selection: NodeSelection
+    nodes: list[StatusNode]
+    nodes_matched: int  # nodes of the selection, over every page
+    next_offset: int | None = None  # the next page's offset; None on the last page
+    addons: dict[str, dict[str, Any]] = {}  # addon name -> its apply record
+    health: dict[str, dict[str, Any]] = {}  # node (or "kube-system") -> its latest health answer
+    rotation: RotationStatus | None = None  # None when there never was one
+
+
+class StatusError(Message):
+    api_version: Literal["bke.v1/StatusError"] = STATUS_ERROR_VERSION
+    reason: Literal["NotFound", "Invalid", "Unavailable"]
+    cluster: str | None = None
+    message: str
+    errors: list[ErrorItem] = []  # for "Invalid": each names its field
+
+
+StatusReply = Annotated[Union[ClusterStatus, StatusError], Field(discriminator="api_version")]
+_REPLY = TypeAdapter(StatusReply)
+
+
+def parse_status_reply(data: bytes) -> ClusterStatus | StatusError:
+    return _REPLY.validate_json(data)

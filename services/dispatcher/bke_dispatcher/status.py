@@ -1,0 +1,185 @@
+"""The status read model, served on `bke.v1.status.get`: clients ask the dispatcher, which
+reads its own state, so that no client knows the Redis layout (`state.py` documents it).
+
+    StatusResponder.answer(bytes) -> bytes     thin: parse, read, encode; never raises
+      └── StatusReader.read(request)           the adapter: one Redis round trip + the plan
+            └── build_status(...)              the pure core: records in, a ClusterStatus out
+                  └── fit_reply(...)           pages the node list down to the payload budget
+
+Errors become replies, never exceptions: an unknown cluster is `StatusError(NotFound)`, a
+malformed request `StatusError(Invalid)` naming each field, a failed read
+`StatusError(Unavailable)` (logged).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Awaitable, Callable
+
+from pydantic import ValidationError
+from redis.asyncio import Redis
+
+from bke.contracts.base import ErrorItem
+from bke.contracts.status import ClusterStatus, NodeCounts, RotationStatus, StatusError, StatusNode, StatusPhase, StatusRequested
+from bke.errors import TemporaryError
+from bke.state import PlanCache
+from bke.state.keys import addons_key, health_key, health_pods_key, install_key, node_status_key, phase_key
+
+from .phases import PHASES
+
+__all__ = ["MAX_REPLY_BYTES", "RotationView", "StatusReader", "StatusResponder", "build_status", "fit_reply", "no_rotation"]
+
+log = logging.getLogger("bke.dispatcher.status")
+# NATS refuses payloads over max_payload (1 MiB by default); keep room for headers
+MAX_REPLY_BYTES = 900 * 1024
+RotationView = Callable[[str], Awaitable[dict | None]]
+# the phase table is the one source of each phase's name and summary
+PHASE_SUMMARIES: tuple[tuple[str, str], ...] = tuple((p.slug, p.summary) for p in PHASES)
+_SELECTED = {"none": (), "failed": ("Failed", "Running"), "all": ("Pending", "Running", "Succeeded", "Failed")}
+
+
+async def no_rotation(cluster: str) -> dict | None:
+    """The default rotation view: no certificate rotation was ever run."""
+    return None
+
+
+def _opt(value: str | None) -> str | None:
+    return value or None  # Redis stores "not yet" as ""
+
+
+def build_status(
+    req: StatusRequested,
+    install: dict[str, str],
+    phases: dict[str, dict[str, str]],
+    order: list[str],
+    node_states: dict[str, dict],
+    addons: dict[str, dict],
+    health: dict[str, dict],
+    rotation: dict | None,
+) -> ClusterStatus:
+    """The reply for `req` from the dispatcher's records (decoded); `order` is the plan's node
+    order (every node, including those no command reached yet)."""
+    status = install.get("status") or "Pending"
+    kind = install.get("kind") or None
+    rows = []
+    counts = {"Pending": 0, "Running": 0, "Succeeded": 0, "Failed": 0}
+    wanted = _SELECTED[req.nodes]
+    for hostname in order:
+        st = node_states.get(hostname, {})
+        node_status = st.get("status") or "Pending"
+        counts[node_status] = counts.get(node_status, 0) + 1
+        if node_status in wanted:
+            rows.append((hostname, node_status, st))
+    page = rows[req.offset : req.offset + req.limit]
+    end = req.offset + len(page)
+    return ClusterStatus(
+        cluster=req.cluster,
+        status=status,
+        request_id=install.get("requestId", ""),
+        started_at=_opt(install.get("startedAt")),
+        finished_at=_opt(install.get("finishedAt")),
+        message=install.get("message", ""),
+        kind=kind if status == "Failed" else None,
+        nodes_changed=install.get("nodesChanged") == "1",
+        phases=[
+            StatusPhase(
+                name=slug,
+                summary=summary,
+                status=phases.get(slug, {}).get("status") or "Pending",
+                started_at=_opt(phases.get(slug, {}).get("startedAt")),
+                finished_at=_opt(phases.get(slug, {}).get("finishedAt")),
+                message=phases.get(slug, {}).get("message", ""),
+                done=int(phases.get(slug, {}).get("ok") or 0),
+                total=int(phases.get(slug, {}).get("total") or 0),
+            )
+            for slug, summary in PHASE_SUMMARIES
+        ],
+        node_counts=NodeCounts(
+            total=len(order), pending=counts["Pending"], running=counts["Running"],
+            succeeded=counts["Succeeded"], failed=counts["Failed"],
+        ),
+        node_selection=req.nodes,
+        nodes=[StatusNode(hostname=h, status=s, phase=st.get("phase"), step=st.get("step") or None) for h, s, st in page],
+        nodes_matched=len(rows),
+        next_offset=end if end < len(rows) else None,
+        addons=addons,
+        health=health,
+        rotation=RotationStatus.model_validate(rotation) if rotation else None,
+    )
+
+
+def fit_reply(reply: ClusterStatus, max_bytes: int = MAX_REPLY_BYTES) -> bytes:
+    """Encode `reply`, halving its page of nodes until it fits: a client follows `nextOffset`."""
+    data = reply.to_bytes()
+    while len(data) > max_bytes and reply.nodes:
+        keep = len(reply.nodes) // 2
+        offset = (reply.next_offset if reply.next_offset is not None else reply.nodes_matched) - len(reply.nodes)
+        reply = reply.model_copy(update={"nodes": reply.nodes[:keep], "next_offset": offset + keep})
+        data = reply.to_bytes()
+    return data
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _hash(raw: dict) -> dict[str, str]:
+    return {_text(k): _text(v) for k, v in raw.items()}
+
+
+def _json_hash(raw: dict) -> dict[str, dict]:
+    return {_text(k): json.loads(v) for k, v in raw.items()}
+
+
+class StatusReader:
+    """Reads a cluster's records in one Redis round trip; the plan comes from the plan cache
+    (re-read only when its digest changes), so a poll of a 10,000-node cluster stays cheap."""
+
+    def __init__(self, redis: Redis, plans: PlanCache, rotation: RotationView = no_rotation):
+        # rotation: `async (cluster) -> dict | None` with the keys of `RotationStatus`; the
+        # certificate-rotation work provides it (HOOK: wired in app.py, default: none ever ran)
+        self.redis, self.plans, self.rotation = redis, plans, rotation
+
+    async def read(self, req: StatusRequested) -> ClusterStatus | StatusError:
+        c = req.cluster
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(install_key(c))
+            for slug, _ in PHASE_SUMMARIES:
+                pipe.hgetall(phase_key(c, slug))
+            pipe.hgetall(node_status_key(c)).hgetall(addons_key(c)).hgetall(health_key(c)).get(health_pods_key(c))
+            got = await pipe.execute()
+        install = _hash(got[0])
+        if not install:
+            return StatusError(reason="NotFound", cluster=c, message=f"cluster {c!r}: no install found")
+        n = len(PHASE_SUMMARIES)
+        phases = {slug: _hash(raw) for (slug, _), raw in zip(PHASE_SUMMARIES, got[1 : 1 + n])}
+        node_states = _json_hash(got[1 + n])
+        addons, health, pods = _json_hash(got[2 + n]), _json_hash(got[3 + n]), got[4 + n]
+        if pods:
+            health["kube-system"] = json.loads(pods)
+        try:
+            order = [node.hostname for node in (await self.plans.load(c)).nodes]
+        except TemporaryError:
+            order = sorted(node_states)  # the install record came before the plan is visible
+        return build_status(req, install, phases, order, node_states, addons, health, await self.rotation(c))
+
+
+class StatusResponder:
+    """The handler of `bke.v1.status.get`: bytes in, bytes out, and it never raises, so that a
+    bad request or a Redis outage is an answer to the client, not a crashed subscription."""
+
+    def __init__(self, reader: StatusReader):
+        self.reader = reader
+
+    async def answer(self, data: bytes) -> bytes:
+        try:
+            req = StatusRequested.model_validate_json(data)
+        except ValidationError as exc:
+            errors = [ErrorItem(path=".".join(str(p) for p in e["loc"]) or "(request)", message=e["msg"]) for e in exc.errors(include_url=False)]
+            return StatusError(reason="Invalid", message="invalid status request", errors=errors).to_bytes()
+        try:
+            reply = await self.reader.read(req)
+        except Exception as exc:  # noqa: BLE001 - an outage is reported to the client, not raised
+            log.exception("status read failed", extra={"cluster": req.cluster})
+            return StatusError(reason="Unavailable", cluster=req.cluster, message=f"{type(exc).__name__}: {exc}"[:500]).to_bytes()
+        return fit_reply(reply) if isinstance(reply, ClusterStatus) else reply.to_bytes()

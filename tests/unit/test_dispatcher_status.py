@@ -1,0 +1,122 @@
+"""The status read model (pure): records in, a ClusterStatus out; node selection, paging,
+the payload budget at 10,000 nodes; the responder's error replies; the CLI's failure report."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bke_dispatcher.phases import PHASES as PHASE_TABLE
+from bke.contracts.status import ClusterStatus, StatusError, StatusRequested, parse_status_reply
+from bke_cli.follow import failure_code, failure_lines
+from bke_dispatcher.status import MAX_REPLY_BYTES, StatusResponder, build_status, fit_reply
+
+INSTALL = {"requestId": "r1", "status": "Running", "startedAt": "2026-12-01T00:00:00+00:00", "finishedAt": "", "phase": "etcd", "message": ""}
+ORDER = ["m1", "m2", "m3", "w1", "w2"]
+NODES = {
+    "m1": {"phase": "etcd", "status": "Succeeded", "step": None},
+    "m2": {"phase": "etcd", "status": "Running", "step": None},
+    "m3": {"phase": "etcd", "status": "Failed", "step": "wait:etcd-data"},
+    "w1": {"phase": "certs", "status": "Succeeded", "step": None},
+}
+PHASES = {"agents": {"status": "Succeeded", "startedAt": "a", "finishedAt": "b", "ok": "5", "total": "5"},
+          "etcd": {"status": "Running", "startedAt": "c", "finishedAt": "", "ok": "1", "failed": "1", "total": "3"}}
+
+
+def status(install=INSTALL, order=ORDER, records=NODES, rotation=None, **req) -> ClusterStatus:
+    return build_status(StatusRequested(cluster="c", **req), install, PHASES, order, records, {}, {}, rotation)
+
+
+def test_phases_in_table_order_with_counts_and_empty_times_as_null():
+    doc = status()
+    assert [p.name for p in doc.phases] == [p.slug for p in PHASE_TABLE]
+    etcd = doc.phases[4]
+    assert (etcd.status, etcd.done, etcd.total, etcd.started_at, etcd.finished_at) == ("Running", 1, 3, "c", None)
+    assert doc.phases[1].status == "Pending" and doc.phases[1].summary.startswith("preflight")
+    assert doc.finished_at is None and doc.kind is None and doc.nodes_changed is False and doc.rotation is None
+
+
+def test_node_selection_and_counts_cover_every_node():
+    default = status()
+    assert [(n.hostname, n.status, n.phase, n.step) for n in default.nodes] == [
+        ("m2", "Running", "etcd", None), ("m3", "Failed", "etcd", "wait:etcd-data")]
+    assert default.node_selection == "failed" and default.nodes_matched == 2 and default.next_offset is None
+    c = default.node_counts
+    assert (c.total, c.pending, c.running, c.succeeded, c.failed) == (5, 1, 1, 2, 1)  # w2: no command yet
+    assert status(nodes="none").nodes == [] and status(nodes="none").node_counts == c
+    assert [n.hostname for n in status(nodes="all").nodes] == ORDER  # plan order, Pending included
+
+
+def test_pages_follow_next_offset_to_the_end():
+    first = status(nodes="all", limit=2)
+    assert [n.hostname for n in first.nodes] == ["m1", "m2"] and first.next_offset == 2 and first.nodes_matched == 5
+    last = status(nodes="all", offset=4, limit=2)
+    assert [n.hostname for n in last.nodes] == ["w2"] and last.next_offset is None
+
+
+def test_failure_kind_and_nodes_changed_from_the_install_record():
+    failed = {**INSTALL, "status": "Failed", "message": "bad", "kind": "invalid", "nodesChanged": "0"}
+    assert status(install=failed).kind == "invalid" and status(install=failed).nodes_changed is False
+    assert status(install={**failed, "kind": "", "nodesChanged": "1"}).kind is None
+    assert status(install={**failed, "kind": "operational", "nodesChanged": "1"}).nodes_changed is True
+    # a kind left over from an earlier failure is not reported once the install runs again
+    assert status(install={**INSTALL, "kind": "operational"}).kind is None
+
+
+def test_rotation_block_from_the_hook():
+    rot = {"requestId": "rot-1", "status": "Running", "certificates": ["apiserver"], "done": 1, "total": 3,
+           "startedAt": "t", "finishedAt": None, "message": "", "nodes": [{"hostname": "m1", "status": "Succeeded"}]}
+    doc = status(rotation=rot)
+    assert doc.rotation is not None and doc.rotation.nodes[0].hostname == "m1" and doc.rotation.total == 3
+    assert json.loads(doc.to_bytes())["rotation"]["requestId"] == "rot-1"
+
+
+def test_10000_nodes_fit_one_nats_payload_page_by_page():
+    order = [f"worker-{i:05d}.rack-{i % 40:02d}.dc1.example.internal" for i in range(10_000)]
+    records = {h: {"phase": "node-env", "status": "Failed", "step": "check:port-10250"} for h in order}
+    sizes = {}
+    for limit in (1000, 5000):
+        reply = status(order=order, records=records, nodes="all", limit=limit)
+        sizes[limit] = len(reply.to_bytes())
+    # measured: 122 KB for the default page of 1,000 nodes, 602 KB for the largest page (5,000)
+    print(f"status reply, 10,000 nodes: {sizes[1000]} bytes (page of 1,000), {sizes[5000]} bytes (page of 5,000)")
+    assert sizes[5000] < MAX_REPLY_BYTES
+    none = status(order=order, records=records, nodes="none")
+    assert len(none.to_bytes()) < 4096 and none.node_counts.failed == 10_000
+
+
+def test_fit_reply_halves_the_page_until_it_fits_and_points_to_the_rest():
+    order = [f"n{i:05d}-" + "x" * 200 for i in range(5000)]
+    nodes = {h: {"phase": "node-env", "status": "Failed", "step": "s" * 100} for h in order}
+    reply = build_status(StatusRequested(cluster="c", nodes="all", offset=0, limit=5000), INSTALL, PHASES, order, nodes, {}, {}, None)
+    assert len(reply.to_bytes()) > MAX_REPLY_BYTES  # too big as built: ~1.7 MB
+    data = fit_reply(reply)
+    fitted = parse_status_reply(data)
+    assert len(data) <= MAX_REPLY_BYTES and isinstance(fitted, ClusterStatus)
+    assert fitted.next_offset == len(fitted.nodes) and fitted.nodes[-1].hostname == order[len(fitted.nodes) - 1]
+
+
+class _Broken:
+    async def read(self, req):
+        raise ConnectionError("redis down")
+
+
+async def test_responder_answers_bad_requests_and_outages_with_error_replies():
+    responder = StatusResponder(_Broken())  # type: ignore[arg-type]
+    bad = parse_status_reply(await responder.answer(b'{"cluster": "c", "nodes": "some"}'))
+    assert isinstance(bad, StatusError) and bad.reason == "Invalid" and [e.path for e in bad.errors] == ["nodes"]
+    garbage = parse_status_reply(await responder.answer(b"\xff"))
+    assert isinstance(garbage, StatusError) and garbage.reason == "Invalid" and garbage.errors
+    down = parse_status_reply(await responder.answer(StatusRequested(cluster="c").to_bytes()))
+    assert isinstance(down, StatusError) and down.reason == "Unavailable" and "redis down" in down.message
+
+
+@pytest.mark.parametrize("kind, code", [("invalid", 2), ("operational", 1), ("", 1)])
+def test_the_follower_names_phase_nodes_and_reason_and_exits_by_kind(kind, code):
+    failed = {**INSTALL, "status": "Failed", "message": "1 node(s) failed: m3; m3 step wait:etcd-data: timeout", "kind": kind}
+    phases = {**PHASES, "etcd": {**PHASES["etcd"], "status": "Failed"}}
+    doc = build_status(StatusRequested(cluster="c"), failed, phases, ORDER, NODES, {}, {}, None)
+    lines = failure_lines(doc)
+    assert lines[0] == "install of c failed in phase etcd: 1 node(s) failed: m3; m3 step wait:etcd-data: timeout"
+    assert lines[1] == "failed node(s): m3"
+    assert failure_code(doc) == code
