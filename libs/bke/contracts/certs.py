@@ -1,16 +1,31 @@
-"""Certificates: issued for a plan, sealed per agent, renewed on request."""
+"""Certificates: issued for a plan, sealed per agent, renewed on request (or on their own)."""
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, model_validator
 
 from .base import Message
 
-__all__ = ["CertRenewed", "CertsFailed", "CertsIssued", "RenewRequested", "CERTS_ISSUED", "CERTS_RENEWED", "CERTS_FAILED", "RENEW_REQUESTED"]
+__all__ = [
+    "CERTS_FAILED",
+    "CERTS_ISSUED",
+    "CERTS_RENEWED",
+    "RENEW_REQUESTED",
+    "CertsFailed",
+    "CertsIssued",
+    "CertsRenewed",
+    "RenewOrigin",
+    "RenewRequested",
+    "RenewedCertificate",
+]
 
 CERTS_ISSUED = "bke.v1.certs.issued"
 CERTS_RENEWED = "bke.v1.certs.renewed"
 CERTS_FAILED = "bke.v1.certs.failed"
 RENEW_REQUESTED = "bke.v1.certs.renew-requested"
+
+RenewOrigin = Literal["cli", "auto"]
 
 
 class CertsIssued(Message):
@@ -27,22 +42,47 @@ class CertsIssued(Message):
 
 
 class CertsFailed(Message):
+    """The PKI could not be ensured for a plan, or a renewal was refused or failed
+    (`request_id` is then the renewal's)."""
+
     request_id: str
     cluster: str
     reason: str
 
 
 class RenewRequested(Message):
-    request_id: str
+    """Renew leaf certificates: by name (`names`: row names such as `apiserver`, instance ids
+    such as `apiserver@m1`, or `all`), or every leaf expiring within `within_days`. Exactly
+    one of the two. CAs are never renewed this way."""
+
+    request_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")
     cluster: str
-    within_days: float = Field(30.0, gt=0, le=3650)
+    names: list[str] = []
+    within_days: float | None = Field(None, gt=0, le=3650)
+    origin: RenewOrigin = "cli"
+
+    @model_validator(mode="after")
+    def _one_selection(self) -> "RenewRequested":
+        if bool(self.names) == (self.within_days is not None):
+            raise ValueError("names / withinDays: give exactly one (certificate names, or a number of days)")
+        return self
 
 
-class CertRenewed(Message):
-    request_id: str
-    cluster: str
-    name: str
-    instance: str
-    nodes: list[str]
-    serial: str
+class RenewedCertificate(Message):
+    name: str  # the certificate table's row, e.g. "apiserver"
+    instance: str  # e.g. "apiserver@m1"
+    nodes: list[str]  # every node that holds this certificate's files
+    serial: str  # hex
     not_after: str
+
+
+class CertsRenewed(Message):
+    """One event per renewal request, listing every renewed certificate with its nodes (so
+    the dispatcher starts one rotation). The affected nodes' sealed bundles are already
+    re-sealed when this is published. An empty list: nothing matched (nothing to deliver)."""
+
+    request_id: str
+    cluster: str
+    origin: RenewOrigin = "cli"
+    certificates: list[RenewedCertificate]
+    at: str

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from .base import Message
 from .cluster import ClusterRejected, ClusterRequested, PlanCreated
-from .certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, RENEW_REQUESTED, CertRenewed, CertsFailed, CertsIssued, RenewRequested
+from .certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, RENEW_REQUESTED, CertsFailed, CertsIssued, CertsRenewed, RenewRequested
+from .rotation import RotationChanged
 from .install import RETRY_REQUESTED, InstallFinished, NodeStepChanged, PhaseChanged, RetryRequested
 from .render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
 from .agent import AgentCommand, AgentHeartbeat, AgentRegistered, CommandResult
@@ -49,6 +50,8 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     # JetStream makes during an install.
     "bke.v1.install.*.phase",
     "bke.v1.install.*.finished",
+    # Rotation transitions are few (one per node) and the certs service must not miss the end.
+    "bke.v1.rotation.*.changed",
 )
 AGENT_SUBJECTS: tuple[str, ...] = ("bke.v1.agent.>",)
 
@@ -68,14 +71,15 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(CLUSTER_REJECTED, ClusterRejected, "event", "A request was refused; every error names its field.", ("planner",), ("cli",)),
     Channel(PLAN_CREATED, PlanCreated, "event", "A placement plan is stored; read by certs, renderer and dispatcher.", ("planner",), ("certs", "renderer", "dispatcher")),
     Channel(CERTS_ISSUED, CertsIssued, "event", "The cluster PKI is ensured for a plan (references, never keys).", ("certs",), ("dispatcher",)),
-    Channel(CERTS_FAILED, CertsFailed, "event", "The PKI could not be ensured for a plan.", ("certs",), ("cli",)),
-    Channel(RENEW_REQUESTED, RenewRequested, "command", "Renew every certificate expiring within N days.", ("cli",), ("certs",)),
-    Channel(CERTS_RENEWED, CertRenewed, "event", "One certificate was renewed; redistribute it to its nodes.", ("certs",), ("dispatcher",)),
+    Channel(CERTS_FAILED, CertsFailed, "event", "The PKI could not be ensured for a plan, or a renewal was refused or failed.", ("certs",), ("cli",)),
+    Channel(RENEW_REQUESTED, RenewRequested, "command", "Renew leaf certificates: by name, all, or those expiring within N days (the certs service's automatic renewal sends it too).", ("cli", "certs"), ("certs",)),
+    Channel(CERTS_RENEWED, CertsRenewed, "event", "A renewal request's certificates were renewed and re-sealed: one event listing each with its nodes; the dispatcher rotates them onto the nodes.", ("certs",), ("dispatcher", "cli")),
+    Channel("bke.v1.rotation.{cluster}.changed", RotationChanged, "event", "A certificate rotation started, moved one node on, or finished (the whole view each time).", ("dispatcher",), ("cli", "certs")),
     Channel(MANIFESTS_RENDERED, ManifestsRendered, "event", "Every node's files are rendered, validated and stored.", ("renderer",), ("dispatcher",)),
     Channel(RENDER_FAILED, RenderFailed, "event", "Rendering a plan failed (unsupported version, refused flag, invalid output).", ("renderer",), ("cli",)),
     Channel("bke.v1.install.{cluster}.phase", PhaseChanged, "event", "An install phase changed status.", ("dispatcher",), ("cli",)),
     Channel("bke.v1.install.{cluster}.node", NodeStepChanged, "event", "A node's command in a phase changed status (live only: not kept in a stream; Redis holds every node's status).", ("dispatcher",), ("cli",)),
-    Channel("bke.v1.install.{cluster}.finished", InstallFinished, "event", "The install succeeded or failed (phase, node, reason).", ("dispatcher",), ("cli",)),
+    Channel("bke.v1.install.{cluster}.finished", InstallFinished, "event", "The install succeeded or failed (phase, node, reason).", ("dispatcher",), ("cli", "certs")),
     Channel(RETRY_REQUESTED, RetryRequested, "command", "Retry the failed phase of an install (some or all failed nodes).", ("cli",), ("dispatcher",)),
     Channel("bke.v1.agent.{cluster}.{node}.command", AgentCommand, "command", "Steps for one node's agent; secret files sealed to that agent.", ("dispatcher",), ("agent",)),
     Channel("bke.v1.agent.{cluster}.{node}.result", CommandResult, "event", "The agent ran (or replayed) a command.", ("agent",), ("dispatcher",)),

@@ -1,4 +1,5 @@
-"""Certs wiring: broker, Redis, the operator key, three subscribers, the fork server. No logic here."""
+"""Certs wiring: broker, Redis, the operator key, the subscribers, automatic renewal, the fork
+server. No logic here."""
 from __future__ import annotations
 
 import threading
@@ -9,9 +10,12 @@ from redis.asyncio import Redis
 from bke.bus.service import Service, make_service
 from bke.contracts import PLAN_CREATED
 from bke.contracts.certs import RENEW_REQUESTED
+from bke.contracts.install import install_subject
+from bke.contracts.rotation import rotation_subject
 from bke.pki.issuance import start_fork_server
 from bke.secrets import box_from_env
 
+from .autorenew import AutoRenewer
 from .handlers import CertsHandlers
 from .settings import CertsSettings
 
@@ -28,10 +32,18 @@ def create_service(settings: CertsSettings | None = None) -> Service:
     svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "certs-plans", h.on_plan, batch_size=4)
     svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "certs-agents", h.on_registered, workers=8)
     svc.work_subscriber(RENEW_REQUESTED, "BKE_COMMANDS", "certs-renew", h.on_renew, batch_size=4)
+    svc.work_subscriber(install_subject("*", "finished"), "BKE_EVENTS", "certs-installs", h.on_install_finished)
+    svc.work_subscriber(rotation_subject("*"), "BKE_EVENTS", "certs-rotations", h.on_rotation_changed)
+    auto = AutoRenewer(redis, h.store, h.ops, svc.publish, h.now, settings.renew_interval_s, settings.renew_within_days)
 
     async def fork_server() -> None:
         # In the background: the first big cluster then finds its worker processes' parent ready.
         threading.Thread(target=start_fork_server, name="certs-fork-server", daemon=True).start()
 
+    async def auto_start() -> None:
+        auto.start()
+
     svc.after_start.append(fork_server)
+    svc.after_start.append(auto_start)
+    svc.before_stop.append(auto.stop)
     return svc

@@ -2,8 +2,11 @@
 
     plan created        -> ensure the cluster PKI, publish `certs issued` (references only)
     agent registered    -> seal that node's bundle to the agent, store it for the dispatcher
-    renew requested     -> renew what expires within the threshold, one `cert renewed` each,
-                           and re-seal the affected nodes' bundles
+    renew requested     -> unless the cluster is busy: renew the named (or expiring) leaves,
+                           re-seal the affected nodes' bundles, one `certs renewed` listing them
+                           all (refused or failed: `certs failed` with the reason)
+    install finished    -> remember the install's outcome (automatic renewal waits for it)
+    rotation changed    -> remember the rotation's status; a finished one ends the operation
 """
 from __future__ import annotations
 
@@ -17,19 +20,25 @@ from redis.asyncio import Redis
 
 from bke.contracts import PlanCreated
 from bke.contracts.agent import AgentRegistered
-from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CertRenewed, CertsFailed, CertsIssued, RenewRequested
+from bke.contracts.certs import (
+    CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CertsFailed, CertsIssued, CertsRenewed, RenewedCertificate, RenewRequested,
+)
+from bke.contracts.install import InstallFinished
+from bke.contracts.rotation import RotationChanged
 from bke.errors import MalformedMessage, PermanentError, TemporaryError
-from bke.pki.errors import PkiError
+from bke.pki.errors import PkiError, PkiNotReady
 from bke.secrets import SecretBox
 from bke.state import PlanCache
 from bke.state.keys import cluster_key, plan_key
 from bke.state.nodefiles import RedisNodeFiles
 
 from .cache import CachedPkiStore
+from .operations import OpsStore
+from .renewal import renew_refusal
 from .sealing import seal_bundle
 from bke.pki.operations import node_bundles
 
-from .service_core import ensure_cluster_certs, renew_expiring
+from .service_core import ensure_cluster_certs, renew_requested
 from bke.pki.store_redis import RedisPkiStore, pki_keys
 
 __all__ = ["CertsHandlers"]
@@ -51,6 +60,7 @@ class CertsHandlers:
         self.store = RedisPkiStore(self.redis)
         self.bundles = CachedPkiStore(self.redis, self.store)
         self.files = RedisNodeFiles(self.redis)
+        self.ops = OpsStore(self.redis)
 
     def _agents_key(self, cluster: str) -> str:
         return cluster_key(cluster, "certs", "agents")
@@ -69,6 +79,7 @@ class CertsHandlers:
             failed = CertsFailed(request_id=ev.request_id, cluster=ev.cluster, reason=str(exc))
             await self.publish(failed.to_bytes(), CERTS_FAILED, {})
             raise PermanentError(str(exc)) from exc
+        await self.ops.set_install(ev.cluster, "Running")  # a plan starts (or resumes) an install
         # agents that registered before the PKI existed, and nodes whose files changed
         await self.reseal(ev.cluster, report.changed_nodes)
         out = CertsIssued(
@@ -132,16 +143,57 @@ class CertsHandlers:
             req = RenewRequested.model_validate_json(body)
         except ValidationError as exc:
             raise MalformedMessage(f"malformed renew request: {exc}") from exc
-        renewed = await renew_expiring(req.cluster, self.store, self.now(), timedelta(days=req.within_days), self.box_factory())
+        c, rid = req.cluster, req.request_id
+        ids = {"cluster": c, "request_id": rid, "origin": req.origin}
+        done = await self.ops.renewal(c, rid)
+        if done is not None:  # a redelivery: answer what this request already did
+            await self.publish(done, CERTS_RENEWED, {"Nats-Msg-Id": f"renewed:{c}:{rid}"})
+            return
+        why = renew_refusal(c, req, await self.ops.view(c))
+        if why:
+            await self._renew_failed(req, why)
+            return
+        threshold = timedelta(days=req.within_days) if req.within_days is not None else None
+        try:
+            renewed = await renew_requested(c, self.store, self.now(), self.box_factory(), names=req.names,
+                                            threshold=threshold, request_id=rid)
+        except (PkiError, PkiNotReady) as exc:  # an unknown name, a CA, no PKI for this cluster
+            await self._renew_failed(req, str(exc))
+            return
+        # (a crash from here to the saved answer renews again on redelivery: new serials, same
+        # names; the store stays consistent and only the last renewal is delivered)
         nodes = sorted({n for r in renewed for n in r.nodes})
         if nodes:
-            await self.reseal(req.cluster, nodes)
-        for r in renewed:
-            ev = CertRenewed(
-                request_id=req.request_id, cluster=req.cluster, name=r.name, instance=r.instance,
-                nodes=r.nodes, serial=r.serial, not_after=r.not_after.isoformat(),
-            )
-            await self.publish(ev.to_bytes(), CERTS_RENEWED, {"Nats-Msg-Id": f"renewed:{req.request_id}:{r.instance}"})
-        log.info("renewed %d", len(renewed), extra={"cluster": req.cluster, "request_id": req.request_id})
+            await self.reseal(c, nodes)
+        ev = CertsRenewed(
+            request_id=rid, cluster=c, origin=req.origin, at=self.now().isoformat(),
+            certificates=[RenewedCertificate(name=r.name, instance=r.instance, nodes=r.nodes, serial=r.serial,
+                                             not_after=r.not_after.isoformat()) for r in renewed],
+        )
+        if renewed:
+            await self.ops.set_pending(c, rid)  # the cluster is busy until its rotation finishes
+        await self.ops.save_renewal(c, rid, ev.to_bytes())
+        await self.publish(ev.to_bytes(), CERTS_RENEWED, {"Nats-Msg-Id": f"renewed:{c}:{rid}"})
+        log.info("renewed %d certificate(s) on %d node(s); handed to the dispatcher", len(renewed), len(nodes), extra=ids)
 
+    async def _renew_failed(self, req: RenewRequested, why: str) -> None:
+        log.warning("renewal refused: %s", why, extra={"cluster": req.cluster, "request_id": req.request_id})
+        ev = CertsFailed(request_id=req.request_id, cluster=req.cluster, reason=why)
+        await self.publish(ev.to_bytes(), CERTS_FAILED, {"Nats-Msg-Id": f"renew-failed:{req.cluster}:{req.request_id}"})
 
+    async def on_install_finished(self, body: bytes) -> None:
+        try:
+            ev = InstallFinished.model_validate_json(body)
+        except ValidationError as exc:
+            raise MalformedMessage(f"malformed install finished event: {exc}") from exc
+        await self.ops.set_install(ev.cluster, ev.status)
+
+    async def on_rotation_changed(self, body: bytes) -> None:
+        try:
+            ev = RotationChanged.model_validate_json(body)
+        except ValidationError as exc:
+            raise MalformedMessage(f"malformed rotation changed event: {exc}") from exc
+        await self.ops.set_rotation(ev.cluster, ev.rotation.request_id, ev.rotation.status)
+        if ev.rotation.status != "Running":
+            log.info("rotation %s: %s", ev.rotation.status, ev.rotation.message or "every node done",
+                     extra={"cluster": ev.cluster, "request_id": ev.rotation.request_id})

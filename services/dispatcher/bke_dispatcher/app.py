@@ -8,6 +8,7 @@ from redis.asyncio import Redis
 
 from bke.bus.service import Service, make_service
 from bke.contracts import PLAN_CREATED, PlanCreated
+from bke.contracts.certs import CERTS_RENEWED
 from bke.contracts.install import RETRY_REQUESTED
 from bke.errors import MalformedMessage
 from bke.state import PlanCache
@@ -19,6 +20,7 @@ from .checksums import HttpRepoChecksums, LabChecksums
 from .engine import Engine
 from .health import HealthMonitor
 from .results import Inputs
+from .rotations import Rotations, RotationStore
 from .runner import Runner
 from .settings import DispatcherSettings
 from .state import DispatcherState
@@ -53,7 +55,10 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     runner = Runner(engine, state)
     health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s,
                            pods=None if lab else applier.pod_status)
-    inputs = Inputs(state, svc.publish, runner.kick, _now, health.record, notify=svc.notify)
+    rotations = Rotations(RotationStore(redis), state, plans, files, svc.publish, _now, settings.owner, settings.lease_ms)
+    rotation_runner = Runner(rotations, state)  # type: ignore[arg-type]  # same reconcile shape
+    rotations.kick = rotation_runner.kick
+    inputs = Inputs(state, svc.publish, runner.kick, _now, health.record, notify=svc.notify, on_rotation=rotations.on_result)
 
     async def on_plan(body: bytes) -> None:
         try:
@@ -77,6 +82,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", inputs.result)
     svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "dispatcher-agents", inputs.registered)
     svc.work_subscriber(RETRY_REQUESTED, "BKE_COMMANDS", "dispatcher-retry", inputs.retry, batch_size=b)
+    svc.work_subscriber(CERTS_RENEWED, "BKE_EVENTS", "dispatcher-rotations", rotations.on_renewed, batch_size=b)
 
     heartbeat_sub = []
 
@@ -84,10 +90,12 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         nc = svc.nc
         heartbeat_sub.append(await nc.subscribe("bke.v1.heartbeat.>", cb=on_heartbeat))
         await runner.resume_all()
+        await rotations.resume_all()
         health.start()
 
     async def _stopping() -> None:
         await runner.stop()
+        await rotation_runner.stop()
         await health.stop()
         await redis.aclose()
 

@@ -17,6 +17,7 @@ from bke.errors import MalformedMessage, TemporaryError
 
 from .engine import parse_command_id
 from .phases import PHASES
+from .rotation import is_rotation_command
 from .state import DispatcherState
 
 __all__ = ["Inputs"]
@@ -34,8 +35,10 @@ class Inputs:
         now: Callable[[], datetime],
         on_health: Callable[[CommandResult], Awaitable[None]],
         notify: Callable[[bytes, str, dict[str, str]], Awaitable[None]] | None = None,
+        on_rotation: Callable[[CommandResult], Awaitable[None]] | None = None,
     ):
         self.notify = notify or publish
+        self.on_rotation = on_rotation  # certificate rotations' results (see rotations.py)
         self.state, self.publish, self.kick, self.now, self.on_health = state, publish, kick, now, on_health
         self._request_ids: dict[str, str] = {}  # cluster -> request id, read once (it never changes)
 
@@ -55,6 +58,9 @@ class Inputs:
             raise MalformedMessage(f"malformed command result: {exc}") from exc
         if slug.startswith("health@"):
             await self.on_health(res)
+            return
+        if is_rotation_command(slug) and self.on_rotation is not None:
+            await self.on_rotation(res)
             return
         failed_step = next((s for s in res.steps if s.status == "Failed"), None)
         step = failed_step.id if failed_step else ""
