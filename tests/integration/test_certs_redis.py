@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 import yaml
-from bke_certs.service_core import ensure_cluster_certs, node_bundle, renew_expiring
+from bke_certs.service_core import ensure_cluster_certs, node_bundle, renew_requested
 from bke.pki.store_redis import RedisPkiStore, pki_keys
 
 from bke.pki import IssueOptions, Snapshot, StoreConflict, cert_info
@@ -114,18 +114,18 @@ async def test_renew_expiring_renews_leaves_once(raw: aioredis.Redis) -> None:
     store = RedisPkiStore(raw)
     await ensure_cluster_certs(_plan(), store, NOW, box, options=SERIAL)
     before = await _dump(raw)
-    assert await renew_expiring("big", store, NOW + timedelta(days=100), timedelta(days=30), box, options=SERIAL) == []
+    assert await renew_requested("big", store, NOW + timedelta(days=100), box, names=None, threshold=timedelta(days=30), request_id="r", options=SERIAL) == []
     assert await _dump(raw) == before
 
     later = NOW + timedelta(days=340)
-    renewed = await renew_expiring("big", store, later, timedelta(days=30), box, options=SERIAL)
+    renewed = await renew_requested("big", store, later, box, names=None, threshold=timedelta(days=30), request_id="r", options=SERIAL)
     assert len(renewed) == 69 - 7 and not any(r.name.endswith("-ca") or r.name == "sa" for r in renewed)
     kubelet = next(r for r in renewed if r.instance == "kubelet.conf@worker2")
     assert kubelet.nodes == ["worker2"] and kubelet.not_after == later + timedelta(days=365)
     snap = await store.load("big", box)
     assert snap.materials["ca"].cert == (await RedisPkiStore(raw).load("big", None)).materials["ca"].cert
     assert cert_info(snap.materials["apiserver@m3"].cert).not_after == later + timedelta(days=365)
-    assert await renew_expiring("big", store, later, timedelta(days=30), box, options=SERIAL) == []
+    assert await renew_requested("big", store, later, box, names=None, threshold=timedelta(days=30), request_id="r", options=SERIAL) == []
 
 
 async def test_concurrent_save_is_a_conflict(raw: aioredis.Redis) -> None:
@@ -133,7 +133,7 @@ async def test_concurrent_save_is_a_conflict(raw: aioredis.Redis) -> None:
     store = RedisPkiStore(raw)
     await ensure_cluster_certs(_plan(), store, NOW, box, options=SERIAL)
     stale = await store.load("big", box)
-    await renew_expiring("big", store, NOW + timedelta(days=360), timedelta(days=30), box, options=SERIAL)
+    await renew_requested("big", store, NOW + timedelta(days=360), box, names=None, threshold=timedelta(days=30), request_id="r", options=SERIAL)
     with pytest.raises(StoreConflict):
         await store.save(Snapshot(stale.manifest, stale.materials), ["apiserver@m1"], box, stale.version)
 
