@@ -122,3 +122,50 @@ def test_cli_renew_refuses_bad_selection(tmp_path: Path):
     assert neither.returncode == 2 and "exactly one of NAME" in neither.stderr
     nowhere = _bke("certs", "renew", "all", "--cluster", "c", "--workdir", str(tmp_path))
     assert nowhere.returncode == 2 and "no running lab" in nowhere.stderr
+
+
+async def test_restart_rows_and_a_failed_node_stop_the_rotation(lab_factory, tmp_path):
+    """scheduler.conf needs its static pod restarted: a node whose restart fails stops the
+    rotation as Failed with the reason, later nodes untouched; after the fix a new renewal
+    delivers to every node. kubelet.conf goes to every node (etcd members first), with the
+    kubelet restarted."""
+    from bke_agent.lablayout import LabLayout
+
+    lab = lab_factory(_seed_copy(tmp_path))
+    assert await lab.install() == 0, lab.out.getvalue()
+    c, wd = lab.plan.cluster, str(lab.workdir)
+    before = _tree(lab)
+    started = {h: LabLayout(lab.host(h)).pod_status("kube-scheduler")["startedAt"] for h in ("master1", "master2", "master3")}
+    blocker = LabLayout(lab.host("master2")).fail_step_file("restart:kube-scheduler")
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("kube-scheduler would not stop (made to fail by the test)\n")
+
+    failed = await asyncio.to_thread(_bke, "certs", "renew", "scheduler.conf", "--cluster", c, "--workdir", wd, "--timeout", "240")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "node master2 step restart:kube-scheduler: kube-scheduler would not stop" in failed.stderr
+    mid = _tree(lab)
+    conf = "etc/kubernetes/scheduler.conf"
+    assert mid["master1"][conf] != before["master1"][conf] and mid["master3"][conf] == before["master3"][conf]
+    assert LabLayout(lab.host("master1")).pod_status("kube-scheduler")["startedAt"] != started["master1"]
+    assert LabLayout(lab.host("master3")).pod_status("kube-scheduler")["startedAt"] == started["master3"]
+    redis = Redis.from_url(lab.info.redis_url)
+    try:
+        view = await RotationStore(redis).rotation_view(c)
+        assert view["status"] == "Failed" and "master2" in view["message"]
+        assert [(n["hostname"], n["status"]) for n in view["nodes"]] == [
+            ("master1", "Succeeded"), ("master2", "Failed"), ("master3", "Pending")]
+
+        blocker.unlink()
+        again = await asyncio.to_thread(_bke, "certs", "renew", "scheduler.conf,kubelet.conf", "--cluster", c,
+                                        "--workdir", wd, "--timeout", "240")
+        assert again.returncode == 0, again.stdout + again.stderr
+        view = await RotationStore(redis).rotation_view(c)
+    finally:
+        await redis.aclose()
+    assert view["status"] == "Succeeded" and [n["hostname"] for n in view["nodes"]] == ["master1", "master2", "master3", "node1"]
+    after = _tree(lab)
+    for h in ("master1", "master2", "master3"):
+        assert sorted(p for p in after[h] if after[h][p] != before[h][p]) == ["etc/kubernetes/kubelet.conf", conf]
+        assert LabLayout(lab.host(h)).pod_status("kube-scheduler")["startedAt"] != started[h]
+    assert sorted(p for p in after["node1"] if after["node1"][p] != before["node1"][p]) == ["etc/kubernetes/kubelet.conf"]
+    assert_ran_once(lab)
