@@ -136,7 +136,14 @@ class Rotations:
             self.kick(ev.cluster)  # a redelivery: that rotation exists already
             return
         plan = await self.plans.load(ev.cluster)
-        rot = new_rotation(ev, plan, self._ts())
+        try:
+            rot = new_rotation(ev, plan, self._ts())
+        except ValueError as exc:  # nodes the plan does not have: nothing can be delivered
+            log.warning("rotation refused: %s", exc, extra=ids)
+            view = RotationView(request_id=ev.request_id, status="Failed", certificates=[c.instance for c in ev.certificates],
+                                done=0, total=0, started_at=self._ts(), finished_at=self._ts(), message=str(exc), nodes=[])
+            await self._changed(ev.cluster, view)
+            return
         install = (await self.state.install(ev.cluster)).get("status")
         why = await self.store.start(rot, lambda cur: refusal(ev.cluster, install, cur))
         if why:
