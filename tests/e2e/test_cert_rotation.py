@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import socket
 import ssl
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from redis.asyncio import Redis
 
 from bke.pki.material import cert_info
-from bke.runtime.etcd import wait_etcd_healthy
+from bke.runtime.etcd import mtls_context
 from bke_dispatcher.rotations import RotationStore
 
 from .test_lab_install import SEED, assert_ran_once, flag
@@ -32,6 +34,21 @@ def _tree(lab) -> dict[str, dict[str, str]]:
         out[node.hostname] = {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
                               for p in files if p.is_file()}
     return out
+
+
+def _etcd_healthy_once(url: str, ctx: ssl.SSLContext) -> None:
+    """One probe, one new TLS handshake: no retry that could hide a moment of unhealthiness."""
+    with httpx.Client(verify=ctx, trust_env=False, timeout=2.0) as client:
+        resp = client.get(f"{url}/health")
+        if resp.status_code != 200 or resp.json().get("health") != "true":
+            raise AssertionError(f"HTTP {resp.status_code} {resp.text[:200]}")
+
+
+def _served_serial(url: str, ctx: ssl.SSLContext) -> int:
+    """The serial of the certificate a TLS listener presents now (client certificate sent)."""
+    host, port = url.removeprefix("https://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as raw, ctx.wrap_socket(raw, server_hostname=host) as tls:
+        return cert_info(ssl.DER_cert_to_PEM_cert(tls.getpeercert(binary_form=True)).encode()).serial
 
 
 def _bke(*args: str) -> subprocess.CompletedProcess[str]:
@@ -58,28 +75,33 @@ async def test_renew_apiserver_rotates_onto_apiserver_nodes_only(lab_factory, tm
     # every etcd member is probed over mTLS, over and over, for as long as the rotation runs
     m1 = lab.host(apiservers[0])
     urls = flag(lab.manifest(apiservers[0], "kube-apiserver.yaml"), "etcd-servers").split(",")
-    tls = [str(m1 / PKI / f) for f in ("etcd/ca.crt", "apiserver-etcd-client.crt", "apiserver-etcd-client.key")]
-    stop, probes, sick = asyncio.Event(), [0], []
+    ctx = mtls_context(*(m1 / PKI / f for f in ("etcd/ca.crt", "apiserver-etcd-client.crt", "apiserver-etcd-client.key")))
 
-    async def probe_etcd() -> None:
-        while not stop.is_set():
-            for url in urls:
-                try:
-                    await asyncio.to_thread(wait_etcd_healthy, url, *tls, 3)
-                except Exception as exc:  # noqa: BLE001 - collected and asserted below
-                    sick.append(f"{url}: {exc}")
-            probes[0] += 1
+    async def renew_while_probing(names: str) -> subprocess.CompletedProcess[str]:
+        stop, probes, sick = asyncio.Event(), [0], []
 
-    prober = asyncio.create_task(probe_etcd())
-    try:
-        done = await asyncio.to_thread(_bke, "certs", "renew", "apiserver", "--cluster", lab.plan.cluster,
-                                       "--workdir", str(lab.workdir), "--timeout", "240")
-    finally:
-        stop.set()
-        await prober
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "rotation Succeeded: 3/3 nodes" in done.stdout, done.stdout
-    assert not sick and probes[0] >= 1, sick
+        async def probe_etcd() -> None:
+            while not stop.is_set():
+                for url in urls:
+                    try:
+                        await asyncio.to_thread(_etcd_healthy_once, url, ctx)
+                    except Exception as exc:  # noqa: BLE001 - collected and asserted below
+                        sick.append(f"{url}: {exc}")
+                probes[0] += 1
+
+        prober = asyncio.create_task(probe_etcd())
+        try:
+            done = await asyncio.to_thread(_bke, "certs", "renew", names, "--cluster", lab.plan.cluster,
+                                           "--workdir", str(lab.workdir), "--timeout", "240")
+        finally:
+            stop.set()
+            await prober
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "rotation Succeeded: 3/3 nodes" in done.stdout, done.stdout
+        assert not sick and probes[0] >= 3, (probes, sick)
+        return done
+
+    await renew_while_probing("apiserver")
 
     after = _tree(lab)
     changed = {h: sorted(p for p in after[h] if after[h][p] != before[h].get(p)) for h in after}
@@ -104,6 +126,17 @@ async def test_renew_apiserver_rotates_onto_apiserver_nodes_only(lab_factory, tm
     assert sorted(view["certificates"]) == [f"apiserver@{h}" for h in apiservers]
     assert [n["status"] for n in view["nodes"]] == ["Succeeded"] * 3 and view["finishedAt"]
     assert_ran_once(lab)
+
+    # etcd's own serving and peer certificates: rotated member by member, etcd reads them at the
+    # next handshake (no restart), and stays healthy throughout
+    served = {u: await asyncio.to_thread(_served_serial, u, ctx) for u in urls}
+    await renew_while_probing("etcd-data-server,etcd-data-peer")
+    for u in urls:
+        assert await asyncio.to_thread(_served_serial, u, ctx) != served[u], u
+    final = _tree(lab)
+    for h in apiservers:
+        assert sorted(p for p in final[h] if final[h][p] != after[h][p]) == [
+            f"{PKI}/etcd/peer.crt", f"{PKI}/etcd/peer.key", f"{PKI}/etcd/server.crt", f"{PKI}/etcd/server.key"]
 
     # check-expiration reads the renewed store: the new dates
     shown = await asyncio.to_thread(_bke, "certs", "check-expiration", "--cluster", lab.plan.cluster,
