@@ -2,12 +2,16 @@
 
     bke certs issue SPEC --out DIR
     bke certs files SPEC
-    bke certs check-expiration (--dir DIR | --cluster NAME [--redis URL])
-    bke certs renew (all|NAME) (--dir DIR | --cluster NAME [--redis URL])
+    bke certs check-expiration (--dir DIR | --cluster NAME (--workdir DIR | --redis URL))
+    bke certs renew [all|NAME[,NAME...]] [--within-days N] --dir DIR
+    bke certs renew [all|NAME[,NAME...]] [--within-days N] --cluster NAME (--workdir DIR | --nats URL)
 
-The work is bke.pki.operations (the same code the certs service runs); this module only reads
-options, picks the store, injects "now", and prints. Exit codes: 0 ok, 2 invalid input or refused
-(unknown certificate, CA renewal, bad key file, foreign directory), 1 operational failure.
+Offline (`--dir`), the work is bke.pki.operations (the same code the certs service runs); this
+module only reads options, picks the store, injects "now", and prints. With `--cluster`, renew
+goes through the certs service on the bus and follows the rotation onto the nodes
+(`rotate_follow`). Exit codes: 0 ok, 2 invalid input or refused (unknown certificate, CA
+renewal, bad key file, foreign directory), 1 operational failure (also a refused or failed
+rotation).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from pathlib import Path
 from typing import Optional, TypeVar
 
 import typer
+from rich.console import Console
 
 from bke.errors import TemporaryError
 from bke.pki import DirStore, IssueOptions, PkiError, PkiNotReady, PkiStore, node_file_refs
@@ -26,7 +31,10 @@ from bke.pki.expiry import ExpiryRow
 from bke.pki.operations import check_expiration, ensure_cluster_pki, renew_certs
 from bke.secrets import SECRET_KEY_ENV, SecretBox, SecretKeyError, box_from_env, create_key_file, load_secret_box
 
+from bke.runtime import EmbeddedRuntime
+
 from .output import EXIT_FAILURE, EXIT_INVALID, die, warn_lines
+from .rotate_follow import renew_and_follow
 from .spec_input import plan_or_exit
 
 __all__ = ["register"]
@@ -152,14 +160,24 @@ def _print_rows(title: str, rows: list[ExpiryRow], with_ca: bool) -> None:
         print("   ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
 
 
+def _lab_urls(workdir: Path) -> tuple[str, str]:
+    info = EmbeddedRuntime.read_info(workdir.resolve() / "runtime")
+    if info is None:
+        die(f"--workdir {workdir}: no running lab here (no runtime/runtime.json)", EXIT_INVALID)
+    return info.nats_url, info.redis_url
+
+
 @certs.command("check-expiration")
 def check_expiration_cmd(
     directory: Optional[Path] = typer.Option(None, "--dir", help="a folder written by `bke certs issue`"),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="a cluster in the certs service's Redis"),
     redis_url: Optional[str] = typer.Option(None, "--redis", envvar="BKE_REDIS_URL", help="Redis URL"),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="a lab's folder (its Redis)"),
 ) -> None:
     """Per certificate: expiry, residual time, CA and nodes (no secret key needed)."""
     now = _now()
+    if workdir is not None:
+        redis_url = _lab_urls(workdir)[1]
     rows = _store_for(directory, cluster, redis_url, lambda store, name: check_expiration(name, store, now))
     _print_rows("CERTIFICATE", [r for r in rows if not r.is_ca], True)
     print()
@@ -168,30 +186,41 @@ def check_expiration_cmd(
 
 @certs.command("renew")
 def renew_cmd(
-    target: str = typer.Argument(..., help="`all`, a certificate name (apiserver) or instance (apiserver@m1)"),
+    target: Optional[str] = typer.Argument(None, help="`all`, a certificate name (apiserver), an instance "
+                                           "(apiserver@m1), or several, comma-separated"),
+    within_days: Optional[float] = typer.Option(None, "--within-days", min=0.001, max=3650,
+                                                help="instead of names: every leaf expiring within N days"),
     directory: Optional[Path] = typer.Option(None, "--dir", help="a folder written by `bke certs issue`"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="a cluster in the certs service's Redis"),
-    redis_url: Optional[str] = typer.Option(None, "--redis", envvar="BKE_REDIS_URL", help="Redis URL"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="a cluster run by the BKE services"),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="with --cluster: a lab's folder (its NATS)"),
+    nats_url: Optional[str] = typer.Option(None, "--nats", envvar="BKE_NATS_URL", help="with --cluster: NATS URL"),
+    timeout: float = typer.Option(1800.0, "--timeout", help="with --cluster: seconds to follow the rotation"),
 ) -> None:
-    """Renew leaf certificates (new key, same subject and SANs); CAs are never renewed here."""
+    """Renew leaf certificates (new key and serial, same subject and SANs); CAs are never
+    renewed here. With --cluster, the certs service renews and the dispatcher delivers the new
+    files to the nodes that hold them, one node at a time, and makes each component use them."""
+    names = [n.strip() for n in (target or "").split(",") if n.strip()]
+    if bool(names) == (within_days is not None):
+        die("give exactly one of NAME (or all) and --within-days N", EXIT_INVALID)
+    if (directory is None) == (cluster is None):
+        die("give exactly one of --dir DIR and --cluster NAME", EXIT_INVALID)
+    if cluster is not None:
+        if workdir is not None:
+            nats_url = _lab_urls(workdir)[0]
+        if not nats_url:
+            die("--cluster needs --workdir DIR (a lab) or --nats URL (or BKE_NATS_URL)", EXIT_INVALID)
+        raise typer.Exit(asyncio.run(renew_and_follow(nats_url, cluster, names, within_days, timeout, Console())))
     now = _now()
+    threshold = timedelta(days=within_days) if within_days is not None else None
 
     async def renew(store: PkiStore, name: str):  # type: ignore[no-untyped-def]
-        box = _dir_box(directory, create=False) if directory is not None else _env_box()
-        return await renew_certs(name, store, now, box, names=[target],
-                                 options=IssueOptions(start_method="fork"))
+        return await renew_certs(name, store, now, _dir_box(directory, create=False), names=names or None,
+                                 threshold=threshold, options=IssueOptions(start_method="fork"))
 
-    renewed = _store_for(directory, cluster, redis_url, renew)
+    renewed = _store_for(directory, None, None, renew)
     nodes: dict[str, None] = {}
     for r in renewed:
         print(f"renewed {r.instance}: expires {r.not_after:%b %d, %Y %H:%M UTC}")
         nodes.update(dict.fromkeys(r.nodes))
     if nodes:
         print(f"deliver the new files to: {', '.join(nodes)} (and restart the components using them)")
-
-
-def _env_box() -> SecretBox:
-    try:
-        return box_from_env()
-    except SecretKeyError as exc:
-        die(str(exc), EXIT_INVALID)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bke.contracts import CHANNELS, Channel
-from bke.contracts import agent, certs, cluster, deadletter, install, render, subjects
+from bke.contracts import agent, certs, cluster, deadletter, install, render, rotation, subjects
 
 ROOT = Path(__file__).resolve().parents[2]
 # A service's code includes the shared service shape (dead-lettering lives there).
@@ -36,7 +36,7 @@ def _source(component: str) -> str:
 def _constants(subject: str) -> list[str]:
     """Names of the module-level constants whose value is this subject."""
     names = []
-    for mod in (subjects, certs, render, install, cluster, agent, deadletter):
+    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation):
         names += [k for k, v in vars(mod).items() if k.isupper() and v == subject]
     return sorted(set(names))
 
@@ -54,8 +54,25 @@ def _subject_patterns(subject: str) -> list[str]:
     return pats
 
 
+def _helpers(subject: str) -> list[str]:
+    """Contract helpers that build this subject from its placeholders, e.g. rotation_subject."""
+    names = []
+    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation):
+        for name, fn in vars(mod).items():
+            if name.endswith("_subject") and callable(fn):
+                try:
+                    built = fn(*re.findall(r"\{[^}]+\}", subject))
+                except TypeError:
+                    continue
+                if built == subject:
+                    names.append(name)
+    return names
+
+
 def _receives(component: str, ch: Channel) -> bool:
     src = _source(component)
+    if any(re.search(rf"\b{h}\(", src) for h in _helpers(ch.subject)):
+        return True
     if any(re.search(rf"\b{c}\b", src) for c in _constants(ch.subject)):
         return True
     return any(re.search(p, src) for p in _subject_patterns(ch.subject)) or (

@@ -233,3 +233,42 @@ async def test_entrypoint_pod_is_simulated_with_its_volumes(node: tuple[Path, st
     assert st["mode"] == "simulated" and (root / "etc/haproxy/haproxy.cfg").is_file()
     resp = await get(f"http://{ip}:{port}/healthz")
     assert resp is not None and resp.status_code == 200
+
+
+async def test_restart_static_pod_step_and_serving_certificate_reload(node: tuple[Path, str, list[int]],
+                                                                      kubelet: KubeletStandIn) -> None:
+    """RestartStaticPod through the lab backend restarts the pod from its manifest; a renewed
+    serving pair is served at the next handshake without any restart (the apiserver's dynamic
+    serving certificate)."""
+    import ssl
+
+    from bke.contracts.agent import RestartStaticPod
+    from bke.pki.material import cert_info
+
+    root, ip, (port, *_) = node
+    layout = LabLayout(root)
+    issue_pki(root, ip)
+    write_manifest(root, "kube-apiserver.yaml", apiserver_manifest(ip, port))
+    first = await poll(status_is(layout, "kube-apiserver", phase="Running", ready=True), 10, "the pod to run")
+
+    async def served_serial() -> int:  # in a thread: the pod serves on this test's own loop
+        pem = await asyncio.to_thread(ssl.get_server_certificate, (ip, port), timeout=5)
+        return cert_info(pem.encode()).serial
+
+    crt = root / PKI.lstrip("/") / "server.crt"
+    assert await served_serial() == cert_info(crt.read_bytes()).serial
+    issue_pki(root, ip)  # new CA, new pair, same paths: what a renewal writes
+    assert await served_serial() == cert_info(crt.read_bytes()).serial
+    assert layout.pod_status("kube-apiserver")["startedAt"] == first["startedAt"]  # not restarted
+
+    backend = LabBackend(root, ip)
+    backend.kubelet = kubelet  # the backend's own stand-in is this running one
+    executor = Executor(backend, AgentIdentity.ephemeral(), now=lambda: NOW)
+    step = RestartStaticPod(id="restart:kube-apiserver", manifest="/etc/kubernetes/manifests/kube-apiserver.yaml")
+    cmd = AgentCommand(command_id="r/1", cluster="c", node="m1", phase="rotate@r", issued_at="t", steps=[step])
+    assert (await executor.run(cmd)).status == "Succeeded"
+    again = await poll(status_is(layout, "kube-apiserver", phase="Running"), 10, "the restarted pod")
+    assert again["startedAt"] != first["startedAt"]
+    missing = step.model_copy(update={"manifest": "/etc/kubernetes/manifests/kube-scheduler.yaml"})
+    res = await executor.run(cmd.model_copy(update={"command_id": "r/2", "steps": [missing]}))
+    assert res.status == "Failed" and "runs no static pod from this manifest" in res.steps[0].stderr

@@ -2,7 +2,7 @@
 
 At-rest encryption (no PEM private key in any raw stored byte), idempotence (a second ensure
 leaves every stored byte and the version alone), SAN refresh, node bundles, renewal of what
-expires, the conflict guard, and `bke certs --cluster` on the same store.
+expires, the conflict guard, and `bke certs check-expiration --cluster` on the same store.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 import yaml
-from bke_certs.service_core import ensure_cluster_certs, node_bundle, renew_expiring
+from bke_certs.service_core import ensure_cluster_certs, node_bundle, renew_requested
 from bke.pki.store_redis import RedisPkiStore, pki_keys
 
 from bke.pki import IssueOptions, Snapshot, StoreConflict, cert_info
@@ -114,18 +114,18 @@ async def test_renew_expiring_renews_leaves_once(raw: aioredis.Redis) -> None:
     store = RedisPkiStore(raw)
     await ensure_cluster_certs(_plan(), store, NOW, box, options=SERIAL)
     before = await _dump(raw)
-    assert await renew_expiring("big", store, NOW + timedelta(days=100), timedelta(days=30), box, options=SERIAL) == []
+    assert await renew_requested("big", store, NOW + timedelta(days=100), box, names=None, threshold=timedelta(days=30), request_id="r", options=SERIAL) == []
     assert await _dump(raw) == before
 
     later = NOW + timedelta(days=340)
-    renewed = await renew_expiring("big", store, later, timedelta(days=30), box, options=SERIAL)
+    renewed = await renew_requested("big", store, later, box, names=None, threshold=timedelta(days=30), request_id="r", options=SERIAL)
     assert len(renewed) == 69 - 7 and not any(r.name.endswith("-ca") or r.name == "sa" for r in renewed)
     kubelet = next(r for r in renewed if r.instance == "kubelet.conf@worker2")
     assert kubelet.nodes == ["worker2"] and kubelet.not_after == later + timedelta(days=365)
     snap = await store.load("big", box)
     assert snap.materials["ca"].cert == (await RedisPkiStore(raw).load("big", None)).materials["ca"].cert
     assert cert_info(snap.materials["apiserver@m3"].cert).not_after == later + timedelta(days=365)
-    assert await renew_expiring("big", store, later, timedelta(days=30), box, options=SERIAL) == []
+    assert await renew_requested("big", store, later, box, names=None, threshold=timedelta(days=30), request_id="r", options=SERIAL) == []
 
 
 async def test_concurrent_save_is_a_conflict(raw: aioredis.Redis) -> None:
@@ -133,7 +133,7 @@ async def test_concurrent_save_is_a_conflict(raw: aioredis.Redis) -> None:
     store = RedisPkiStore(raw)
     await ensure_cluster_certs(_plan(), store, NOW, box, options=SERIAL)
     stale = await store.load("big", box)
-    await renew_expiring("big", store, NOW + timedelta(days=360), timedelta(days=30), box, options=SERIAL)
+    await renew_requested("big", store, NOW + timedelta(days=360), box, names=None, threshold=timedelta(days=30), request_id="r", options=SERIAL)
     with pytest.raises(StoreConflict):
         await store.save(Snapshot(stale.manifest, stale.materials), ["apiserver@m1"], box, stale.version)
 
@@ -151,14 +151,11 @@ async def test_cli_against_the_cluster_store(raw: aioredis.Redis, redis_url: str
     out, err = capsys.readouterr()
     assert code == 0, err
     assert any(line.startswith("kubelet.conf@worker1 ") for line in out.splitlines())
-    code = await asyncio.to_thread(main, ["certs", "renew", "front-proxy-client", "--cluster", "big", "--redis", redis_url])
-    assert code == 2 and "BKE_SECRET_KEY_FILE is not set" in capsys.readouterr()[1]
-    monkeypatch.setenv("BKE_SECRET_KEY_FILE", str(keyfile))
+    # renew --cluster never writes the store itself: it asks the certs service over the bus
+    monkeypatch.delenv("BKE_NATS_URL", raising=False)
     old = (await RedisPkiStore(raw).load("big", None)).materials["front-proxy-client@m1"].cert
-    code = await asyncio.to_thread(main, ["certs", "renew", "front-proxy-client", "--cluster", "big", "--redis", redis_url])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    assert out.count("renewed front-proxy-client@") == 3
-    assert (await RedisPkiStore(raw).load("big", None)).materials["front-proxy-client@m1"].cert != old
+    code = await asyncio.to_thread(main, ["certs", "renew", "front-proxy-client", "--cluster", "big"])
+    assert code == 2 and "--cluster needs --workdir DIR (a lab) or --nats URL" in capsys.readouterr()[1]
+    assert (await RedisPkiStore(raw).load("big", None)).materials["front-proxy-client@m1"].cert == old
     code = await asyncio.to_thread(main, ["certs", "check-expiration", "--cluster", "nosuch", "--redis", redis_url])
     assert code == 2 and "no PKI stored for cluster 'nosuch'" in capsys.readouterr()[1]

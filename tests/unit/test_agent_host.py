@@ -149,3 +149,46 @@ async def test_check_host(host: tuple[HostBackend, Path, Path]) -> None:
     assert "ok os: Debian GNU/Linux 12" in res.stdout and "ok time" in res.stdout
     [ok] = await _run(backend, CheckHost(id="pre2", checks=["os", "time"]))
     assert ok.status == "Succeeded", json.dumps(ok.model_dump())
+
+
+async def test_restart_static_pod_moves_the_manifest_out_until_the_pod_is_gone(host, tmp_path: Path) -> None:
+    import asyncio
+
+    from bke.contracts.agent import RestartStaticPod
+
+    backend, root, _ = host
+    manifests = root / "etc/kubernetes/manifests"
+    manifests.mkdir(parents=True)
+    manifest = manifests / "kube-scheduler.yaml"
+    manifest.write_text("pod\n")
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    gone_url = f"http://127.0.0.1:{dead.getsockname()[1]}/healthz"  # bound, not listening: refused
+    step = RestartStaticPod(id="restart:kube-scheduler", manifest="/etc/kubernetes/manifests/kube-scheduler.yaml",
+                            health_url=gone_url, timeout_s=10)
+    [ok] = await _run(backend, step)
+    assert ok.status == "Succeeded" and manifest.read_text() == "pod\n"
+    assert not any((root / "etc/kubernetes/.bke-restart").iterdir())
+    # an attempt interrupted after the first move finds the manifest in the stash and finishes
+    os.replace(manifest, root / "etc/kubernetes/.bke-restart/kube-scheduler.yaml")
+    [resumed] = await _run(backend, step)
+    assert resumed.status == "Succeeded" and manifest.read_text() == "pod\n"
+
+    # a pod that keeps answering (no kubelet): the step fails and the manifest is put back
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    try:
+        alive = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/healthz"
+        [stuck] = await _run(backend, step.model_copy(update={"health_url": alive, "timeout_s": 6.0}))
+    finally:
+        server.close()
+    assert stuck.status == "Failed" and "still answers" in stuck.stderr and manifest.read_text() == "pod\n"
+    manifest.unlink()
+    [none] = await _run(backend, step)
+    assert none.status == "Failed" and "no such static pod manifest" in none.stderr
+    dead.close()

@@ -12,7 +12,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from bke.contracts.agent import CheckHost, FetchFile, RemoveFile, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile
+from bke.contracts.agent import (
+    CheckHost, FetchFile, RemoveFile, RestartStaticPod, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile,
+)
 
 __all__ = ["Backend", "Content", "StepDispatch", "StepOutcome"]
 
@@ -59,6 +61,7 @@ class StepDispatch:
             WaitHealth: self.wait_health,
             FetchFile: self.fetch_file,
             CheckHost: self.check_host,
+            RestartStaticPod: self.restart_static_pod,
         }
         return await handlers[type(step)](step)
 
@@ -81,4 +84,7 @@ class StepDispatch:
         raise NotImplementedError
 
     async def check_host(self, step: CheckHost) -> StepOutcome:
+        raise NotImplementedError
+
+    async def restart_static_pod(self, step: RestartStaticPod) -> StepOutcome:
         raise NotImplementedError

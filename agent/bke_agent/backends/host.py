@@ -18,7 +18,9 @@ from pathlib import Path, PurePosixPath
 
 import httpx
 
-from bke.contracts.agent import CheckHost, FetchFile, RemoveFile, RunProgram, SystemdUnit, WaitHealth, WriteFile
+from bke.contracts.agent import (
+    CheckHost, FetchFile, RemoveFile, RestartStaticPod, RunProgram, SystemdUnit, WaitHealth, WriteFile,
+)
 
 from ..errors import PathRefused, PermanentStepError, StepError
 from ..fsutil import fsync_dir
@@ -28,6 +30,7 @@ from .files import ensure_file, file_matches, remove_path
 from .health import tls_context, wait_http
 from .paths import HOST_WRITE_DIRS, PathPolicy
 from .proc import judge, run_argv
+from .restart import restart_by_manifest
 
 __all__ = ["HostBackend", "UNIT_NAME", "read_path", "systemctl_args"]
 
@@ -141,3 +144,5 @@ class HostBackend(StepDispatch):
     async def check_host(self, step: CheckHost) -> StepOutcome:
         return run_checks(NodeFacts(self.root, "0.0.0.0", lab=False), step)
 
+    async def restart_static_pod(self, step: RestartStaticPod) -> StepOutcome:
+        return await restart_by_manifest(self.policy, step)

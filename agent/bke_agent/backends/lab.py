@@ -16,7 +16,10 @@ Why each step behaves as it does here:
   bare name found in the tree's bin directories) really runs, with cwd = root; anything else
   (sysctl, modprobe, ...) is simulated and appended to `programs.jsonl`;
 * `WaitHealth`: a loopback URL is the node's own address, TLS files are read from the tree;
-* `CheckHost`: see `checks` (ports are probed on the node's address).
+* `CheckHost`: see `checks` (ports are probed on the node's address);
+* `RestartStaticPod`: the kubelet stand-in stops the pod and starts it again from its manifest
+  (what taking the manifest away and back does on a real node), and fails the step if the
+  kubelet is not running or has no such pod.
 A control file `fail-step/<id>` makes a step fail on purpose (see `LabLayout`).
 """
 from __future__ import annotations
@@ -29,7 +32,9 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
-from bke.contracts.agent import CheckHost, FetchFile, RemoveFile, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile
+from bke.contracts.agent import (
+    CheckHost, FetchFile, RemoveFile, RestartStaticPod, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile,
+)
 from bke.binary_placeholder import lab_binary_bytes
 
 from ..errors import PermanentStepError, StepError
@@ -193,3 +198,11 @@ class LabBackend(StepDispatch):
 
     async def check_host(self, step: CheckHost) -> StepOutcome:
         return run_checks(NodeFacts(self.root, self.ip, lab=True), step)
+
+    async def restart_static_pod(self, step: RestartStaticPod) -> StepOutcome:
+        name = PurePosixPath(step.manifest).name
+        self.policy.local(step.manifest)  # the same path checks as a write
+        why = await self.kubelet.restart_pod(name)
+        if why:
+            raise StepError(f"{step.manifest}: {why}")
+        return StepOutcome(stdout=f"lab: restarted the static pod of {step.manifest}\n")

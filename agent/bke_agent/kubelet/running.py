@@ -28,6 +28,36 @@ class PodStartError(RuntimeError):
     """The pod could not start (port taken, TLS pair unusable, process died at once)."""
 
 
+class _ReloadingPair:
+    """A serving context that picks up a changed certificate/key pair at the next handshake,
+    as the kube-apiserver's dynamic serving certificate does: a renewed file takes effect in
+    a simulated component exactly when it would in the real one (no restart)."""
+
+    def __init__(self, cert: Path, key: Path) -> None:
+        self.cert, self.key = cert, key
+        self.stamp = self._stamp()
+        self.context = self._load()
+
+    def _stamp(self) -> tuple[int, ...]:
+        a, b = self.cert.stat(), self.key.stat()
+        return a.st_mtime_ns, a.st_size, a.st_ino, b.st_mtime_ns, b.st_size, b.st_ino
+
+    def _load(self) -> ssl.SSLContext:
+        ctx = server_context(self.cert, self.key)
+        ctx.sni_callback = self._on_hello
+        return ctx
+
+    def _on_hello(self, conn: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
+        try:
+            stamp = self._stamp()
+            if stamp != self.stamp:
+                self.context, self.stamp = self._load(), stamp
+        except (OSError, ssl.SSLError):
+            return None  # a half-written pair: keep serving the last good one, like upstream
+        conn.context = self.context
+        return None
+
+
 class SimulatedPod:
     mode = "simulated"
     pid: int | None = None
@@ -50,7 +80,7 @@ class SimulatedPod:
         if self.plan.tls_pair is not None:
             cert, key = self.plan.tls_pair
             try:
-                return server_context(cert, key)
+                return _ReloadingPair(cert, key).context
             except (OSError, ssl.SSLError) as exc:
                 raise PodStartError(f"serving certificate {cert.name} / {key.name} unusable: {exc}") from None
         return server_context(*self_signed_pair(self.layout.tls, self.ip))

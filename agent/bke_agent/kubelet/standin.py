@@ -105,6 +105,22 @@ class KubeletStandIn:
                 log.exception("kubelet stand-in sync failed", extra=self.ids)
             await asyncio.sleep(self.poll_s)  # the watch period (no inotify dependency)
 
+    async def restart_pod(self, file: str) -> str:
+        """Stop the pod of manifest `file` and start it again from the manifest as it is now;
+        "" on success, else why not (no kubelet, no such pod)."""
+        if not self.running:
+            return "the kubelet is not running"
+        pod = self.pods.get(file)
+        if pod is None:
+            return "the kubelet runs no static pod from this manifest"
+        await self._stop_pod(pod, "restarted to read its files again")
+        data = (self.layout.manifests / file).read_bytes()
+        fresh = self._new_pod(file, data, hashlib.sha256(data).hexdigest())
+        fresh.restarts = pod.restarts
+        self.pods[file] = fresh
+        await self._start_pod(fresh)
+        return ""
+
     def _manifests(self) -> dict[str, bytes]:
         out = {}
         try:

@@ -30,6 +30,7 @@ __all__ = [
     "CommandResult",
     "FetchFile",
     "RemoveFile",
+    "RestartStaticPod",
     "RunProgram",
     "Step",
     "StepResult",
@@ -104,6 +105,17 @@ class SystemdUnit(_Step):
     action: Literal["daemon-reload", "enable", "disable", "start", "stop", "restart", "enable-now"]
 
 
+class RestartStaticPod(_Step):
+    """Restart one static pod so that it reads its files again (a kubelet never restarts a
+    static pod because a file it mounts changed). `manifest` is the pod's file under the
+    kubelet's static pod directory; `health_url`, if given, is how the agent knows the old
+    pod is gone before it puts the manifest back (the kubelet notices both changes)."""
+
+    type: Literal["restart_static_pod"] = "restart_static_pod"
+    manifest: str = Field(pattern=r"^/etc/kubernetes/manifests/[A-Za-z0-9][A-Za-z0-9._-]*\.yaml$")
+    health_url: str | None = None
+
+
 class TlsFiles(Message):
     ca: str
     cert: str
@@ -139,7 +151,7 @@ class CheckHost(_Step):
 
 
 Step = Annotated[
-    Union[WriteFile, RemoveFile, RunProgram, SystemdUnit, WaitHealth, FetchFile, CheckHost],
+    Union[WriteFile, RemoveFile, RunProgram, SystemdUnit, WaitHealth, FetchFile, CheckHost, RestartStaticPod],
     Field(discriminator="type"),
 ]
 

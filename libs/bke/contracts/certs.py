@@ -1,23 +1,27 @@
-"""Certificates: issued for a plan, sealed per agent, renewed on request."""
+"""Certificates: issued for a plan, sealed per agent, renewed on request (or on their own)."""
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, model_validator
 
 from .base import FailureKind, Message
 
 __all__ = [
-    "CertRenewed",
-    "CertsFailed",
-    "CertsIssued",
-    "CertsSealed",
-    "IssueRequested",
-    "RenewRequested",
+    "CERTS_FAILED",
     "CERTS_ISSUED",
     "CERTS_RENEWED",
-    "CERTS_FAILED",
     "CERTS_SEALED",
     "ISSUE_REQUESTED",
     "RENEW_REQUESTED",
+    "CertsFailed",
+    "CertsIssued",
+    "CertsRenewed",
+    "CertsSealed",
+    "IssueRequested",
+    "RenewOrigin",
+    "RenewRequested",
+    "RenewedCertificate",
 ]
 
 CERTS_ISSUED = "bke.v1.certs.issued"
@@ -26,6 +30,8 @@ CERTS_FAILED = "bke.v1.certs.failed"
 RENEW_REQUESTED = "bke.v1.certs.renew-requested"
 CERTS_SEALED = "bke.v1.certs.sealed"
 ISSUE_REQUESTED = "bke.v1.certs.issue-requested"
+
+RenewOrigin = Literal["cli", "auto"]
 
 
 class CertsIssued(Message):
@@ -43,12 +49,17 @@ class CertsIssued(Message):
 
 
 class CertsFailed(Message):
+    """The PKI could not be ensured for a plan, or a renewal was refused or failed
+    (`request_id` is then the renewal's)."""
+
     request_id: str
     cluster: str
     reason: str
     kind: FailureKind = "operational"
     node: str | None = None  # set when one node's bundle could not be sealed (e.g. its agent key)
     plan_digest: str = ""
+    # what failed: the cluster's install (it fails with this reason) or a renewal (its follower)
+    operation: Literal["install", "renewal"] = "install"
 
 
 class CertsSealed(Message):
@@ -68,16 +79,38 @@ class IssueRequested(Message):
 
 
 class RenewRequested(Message):
-    request_id: str
+    """Renew leaf certificates: by name (`names`: row names such as `apiserver`, instance ids
+    such as `apiserver@m1`, or `all`), or every leaf expiring within `within_days`. Exactly
+    one of the two. CAs are never renewed this way."""
+
+    request_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")
     cluster: str
-    within_days: float = Field(30.0, gt=0, le=3650)
+    names: list[str] = []
+    within_days: float | None = Field(None, gt=0, le=3650)
+    origin: RenewOrigin = "cli"
+
+    @model_validator(mode="after")
+    def _one_selection(self) -> "RenewRequested":
+        if bool(self.names) == (self.within_days is not None):
+            raise ValueError("names / withinDays: give exactly one (certificate names, or a number of days)")
+        return self
 
 
-class CertRenewed(Message):
-    request_id: str
-    cluster: str
-    name: str
-    instance: str
-    nodes: list[str]
-    serial: str
+class RenewedCertificate(Message):
+    name: str  # the certificate table's row, e.g. "apiserver"
+    instance: str  # e.g. "apiserver@m1"
+    nodes: list[str]  # every node that holds this certificate's files
+    serial: str  # hex
     not_after: str
+
+
+class CertsRenewed(Message):
+    """One event per renewal request, listing every renewed certificate with its nodes (so
+    the dispatcher starts one rotation). The affected nodes' sealed bundles are already
+    re-sealed when this is published. An empty list: nothing matched (nothing to deliver)."""
+
+    request_id: str
+    cluster: str
+    origin: RenewOrigin = "cli"
+    certificates: list[RenewedCertificate]
+    at: str

@@ -16,13 +16,14 @@ from .certs import (
     CERTS_SEALED,
     ISSUE_REQUESTED,
     RENEW_REQUESTED,
-    CertRenewed,
     CertsFailed,
     CertsIssued,
+    CertsRenewed,
     CertsSealed,
     IssueRequested,
     RenewRequested,
 )
+from .rotation import RotationChanged
 from .install import RETRY_REQUESTED, InstallFinished, NodeStepChanged, PhaseChanged, RetryRequested
 from .render import MANIFESTS_RENDERED, RENDER_FAILED, RENDER_REQUESTED, ManifestsRendered, RenderFailed, RenderRequested
 from .agent import AgentCommand, AgentHeartbeat, AgentRegistered, CommandResult
@@ -64,6 +65,8 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     # JetStream makes during an install.
     "bke.v1.install.*.phase",
     "bke.v1.install.*.finished",
+    # Rotation transitions are few (one per node) and the certs service must not miss the end.
+    "bke.v1.rotation.*.changed",
 )
 AGENT_SUBJECTS: tuple[str, ...] = ("bke.v1.agent.>",)
 
@@ -87,17 +90,19 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(CLUSTER_REJECTED, ClusterRejected, "event", "A request was refused; every error names its field.", ("planner",), ("cli",)),
     Channel(PLAN_CREATED, PlanCreated, "event", "A placement plan is stored; read by certs, renderer and dispatcher.", ("planner",), ("certs", "renderer", "dispatcher")),
     Channel(CERTS_ISSUED, CertsIssued, "event", "The cluster PKI is ensured for a plan (references, never keys).", ("certs",), ("dispatcher",)),
-    Channel(CERTS_FAILED, CertsFailed, "event", "The PKI could not be ensured, or one node's bundle could not be sealed; the install fails with this reason.", ("certs",), ("dispatcher",)),
+    Channel(CERTS_FAILED, CertsFailed, "event", "The PKI could not be ensured, or one node's bundle could not be sealed (the install fails with this reason), or a renewal was refused or failed.", ("certs",), ("dispatcher", "cli")),
     Channel(CERTS_SEALED, CertsSealed, "event", "These nodes' bundles are sealed to their agents and stored.", ("certs",), ("dispatcher",)),
     Channel(ISSUE_REQUESTED, IssueRequested, "command", "Ensure the PKI and seal every agent's bundle again (a retry after a certificates failure).", ("dispatcher",), ("certs",)),
-    Channel(RENEW_REQUESTED, RenewRequested, "command", "Renew every certificate expiring within N days.", ("cli",), ("certs",)),
-    Channel(CERTS_RENEWED, CertRenewed, "event", "One certificate was renewed; redistribute it to its nodes.", ("certs",), ("dispatcher",)),
+    Channel(RENEW_REQUESTED, RenewRequested, "command", "Renew leaf certificates: by name, all, or those expiring within N days (the certs service's automatic renewal sends it too).", ("cli", "certs"), ("certs",)),
+    Channel(CERTS_RENEWED, CertsRenewed, "event", "A renewal request's certificates were renewed and re-sealed: one event listing each with its nodes; the dispatcher rotates them onto the nodes.", ("certs",), ("dispatcher", "cli")),
+    Channel("bke.v1.rotation.{cluster}.changed", RotationChanged, "event", "A certificate rotation started, moved one node on, or finished (the whole view each time).", ("dispatcher",), ("cli", "certs")),
     Channel(MANIFESTS_RENDERED, ManifestsRendered, "event", "Every node's files are rendered, validated and stored.", ("renderer",), ("dispatcher",)),
     Channel(RENDER_FAILED, RenderFailed, "event", "Rendering a plan failed (unsupported version, refused flag, invalid output); the install fails with this reason.", ("renderer",), ("dispatcher",)),
     Channel(RENDER_REQUESTED, RenderRequested, "command", "Render the stored plan again (a retry after a rendering failure).", ("dispatcher",), ("renderer",)),
     Channel("bke.v1.install.{cluster}.phase", PhaseChanged, "event", "An install phase changed status.", ("dispatcher",), ("cli",)),
-    Channel("bke.v1.install.{cluster}.node", NodeStepChanged, "event", "A node's command in a phase changed status (live only: not kept in a stream; Redis holds every node's status).", ("dispatcher",), ("cli",)),
-    Channel("bke.v1.install.{cluster}.finished", InstallFinished, "event", "The install succeeded or failed (phase, node, reason).", ("dispatcher",), ("cli", "planner")),
+    Channel("bke.v1.install.{cluster}.node", NodeStepChanged, "event", "A node's command in a phase changed status (live only: not kept in a stream; Redis holds every node's status).", ("dispatcher",), (),
+            external="live progress for whoever watches (`nats sub`, a dashboard); the CLI reads phases and status instead"),
+    Channel("bke.v1.install.{cluster}.finished", InstallFinished, "event", "The install succeeded or failed (phase, node, reason, kind, whether any node changed).", ("dispatcher",), ("cli", "planner", "certs")),
     Channel(RETRY_REQUESTED, RetryRequested, "command", "Retry the failed phase of an install (some or all failed nodes).", ("cli",), ("dispatcher",)),
     Channel("bke.v1.agent.{cluster}.{node}.command", AgentCommand, "command", "Steps for one node's agent; secret files sealed to that agent.", ("dispatcher",), ("agent",)),
     Channel("bke.v1.agent.{cluster}.{node}.result", CommandResult, "event", "The agent ran (or replayed) a command.", ("agent",), ("dispatcher",)),

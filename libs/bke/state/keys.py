@@ -14,6 +14,9 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:<c>:render:meta / vrrp-password  string                                  (renderer)
     bke:installs                         set     clusters with an install record (dispatcher)
     bke:<c>:install                      hash    the install record              (dispatcher)
+    bke:<c>:rotation[:results]           string / hash  a certificate rotation      (dispatcher)
+    bke:rotations                        set     clusters with a rotation record (dispatcher)
+    bke:<c>:certs:ops / renewal:<rid>    hash / string  operations seen, answers (certs)
     bke:<c>:inputs                       hash    render/certs/seal -> what the services said (dispatcher)
     bke:<c>:sealed                       set     nodes whose bundles are sealed  (dispatcher)
     bke:<c>:phase:<slug> / cmd:<slug>    hash    a phase, its per-node commands  (dispatcher)
@@ -26,6 +29,11 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
 from __future__ import annotations
 
 __all__ = [
+    "certs_renewal_key",
+    "certs_ops_key",
+    "rotations_index",
+    "rotation_results_key",
+    "rotation_key",
     "addon_manifests_key",
     "addons_key",
     "agents_key",
@@ -146,6 +154,31 @@ def inputs_key(cluster: str) -> str:
 def sealed_key(cluster: str) -> str:
     """Nodes whose bundles the certs service said are sealed (`certs.sealed`)."""
     return cluster_key(cluster, "sealed")
+
+
+def rotation_key(cluster: str) -> str:
+    """The cluster's current or last certificate rotation (JSON)."""
+    return cluster_key(cluster, "rotation")
+
+
+def rotation_results_key(cluster: str) -> str:
+    """Command id -> the agent's answer, for the rotation's commands."""
+    return cluster_key(cluster, "rotation", "results")
+
+
+def rotations_index() -> str:
+    """Clusters with a rotation record (resumed after a dispatcher restart)."""
+    return f"{PREFIX}:rotations"
+
+
+def certs_ops_key(cluster: str) -> str:
+    """The certs service's view of the cluster's operations (install, rotation) from events."""
+    return cluster_key(cluster, "certs", "ops")
+
+
+def certs_renewal_key(cluster: str, request_id: str) -> str:
+    """A renewal request's answer, kept for a redelivery of the same request."""
+    return cluster_key(cluster, "certs", "renewal", request_id)
 
 
 def node_status_key(cluster: str) -> str:

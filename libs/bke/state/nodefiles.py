@@ -65,6 +65,10 @@ class RedisNodeFiles:
         raws = await self.redis.hmget(self._key(cluster, source), nodes)
         return {n: None if r is None else [NodeFile.model_validate(d) for d in json.loads(r)] for n, r in zip(nodes, raws)}
 
+    async def nodes(self, cluster: str, source: Source) -> list[str]:
+        """The nodes that have a file set from this source (names only)."""
+        return sorted(k.decode() if isinstance(k, bytes) else k for k in await self.redis.hkeys(self._key(cluster, source)))
+
     async def count(self, cluster: str, source: Source) -> int:
         return int(await self.redis.hlen(self._key(cluster, source)))
 

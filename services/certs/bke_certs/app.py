@@ -1,4 +1,5 @@
-"""Certs wiring: broker, Redis, the operator key, four subscribers, the fork server. No logic here."""
+"""Certs wiring: broker, Redis, the operator key, the subscribers, automatic renewal, the fork
+server. No logic here."""
 from __future__ import annotations
 
 import threading
@@ -7,11 +8,16 @@ from datetime import datetime, timezone
 from redis.asyncio import Redis
 
 from bke.bus.service import Service, make_service
-from bke.contracts import PLAN_CREATED
-from bke.contracts.certs import ISSUE_REQUESTED, RENEW_REQUESTED
+from bke.bus.handler import typed
+from bke.contracts import PLAN_CREATED, PlanCreated
+from bke.contracts.agent import AgentRegistered
+from bke.contracts.certs import ISSUE_REQUESTED, RENEW_REQUESTED, IssueRequested, RenewRequested
+from bke.contracts.install import InstallFinished, install_subject
+from bke.contracts.rotation import RotationChanged, rotation_subject
 from bke.pki.issuance import start_fork_server
 from bke.secrets import box_from_env
 
+from .autorenew import AutoRenewer
 from .handlers import CertsHandlers
 from .settings import CertsSettings
 
@@ -25,15 +31,29 @@ def create_service(settings: CertsSettings | None = None) -> Service:
     svc.on_stop.append(redis.aclose)
     box = box_from_env()  # read once: a missing key file fails at start, not at the first message
     h = CertsHandlers(redis=redis, box_factory=lambda: box, publish=svc.publish, now=lambda: datetime.now(timezone.utc))
-    svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "certs-plans", h.on_plan, batch_size=4, give_up=h.gave_up)
-    svc.work_subscriber(ISSUE_REQUESTED, "BKE_COMMANDS", "certs-issue", h.on_issue_requested, batch_size=4,
+    def t(model, handler):
+        return typed(model, handler, svc.publish)
+
+    svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "certs-plans", t(PlanCreated, h.on_plan), batch_size=4,
                         give_up=h.gave_up)
-    svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "certs-agents", h.on_registered, workers=8)
-    svc.work_subscriber(RENEW_REQUESTED, "BKE_COMMANDS", "certs-renew", h.on_renew, batch_size=4)
+    svc.work_subscriber(ISSUE_REQUESTED, "BKE_COMMANDS", "certs-issue", t(IssueRequested, h.on_issue_requested),
+                        batch_size=4, give_up=h.gave_up)
+    svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "certs-agents", t(AgentRegistered, h.on_registered),
+                        workers=8)
+    svc.work_subscriber(RENEW_REQUESTED, "BKE_COMMANDS", "certs-renew", t(RenewRequested, h.on_renew), batch_size=4)
+    svc.work_subscriber(install_subject("*", "finished"), "BKE_EVENTS", "certs-installs",
+                        t(InstallFinished, h.on_install_finished))
+    svc.work_subscriber(rotation_subject("*"), "BKE_EVENTS", "certs-rotations", t(RotationChanged, h.on_rotation_changed))
+    auto = AutoRenewer(redis, h.store, h.ops, svc.publish, h.now, settings.renew_interval_s, settings.renew_within_days)
 
     async def fork_server() -> None:
         # In the background: the first big cluster then finds its worker processes' parent ready.
         threading.Thread(target=start_fork_server, name="certs-fork-server", daemon=True).start()
 
+    async def auto_start() -> None:
+        auto.start()
+
     svc.after_start.append(fork_server)
+    svc.after_start.append(auto_start)
+    svc.before_stop.append(auto.stop)
     return svc

@@ -1,19 +1,23 @@
-"""The certs service's handlers: thin, over `service_core` (bke.pki underneath).
+"""The certs service's handlers: typed messages in, messages to publish out (bke.bus.handler),
+thin over `service_core` (bke.pki underneath).
 
-    plan created        -> ensure the cluster PKI, publish `certs issued` (references only),
-                           seal the registered agents' bundles (`certs sealed`)
+    plan created        -> ensure the cluster PKI, seal the registered agents' bundles
+                           (`certs sealed`), then `certs issued` (references only)
     issue requested     -> the same, for a retry after a failure
     agent registered    -> seal that node's bundle to the agent, store it for the dispatcher;
                            an unusable agent key is `certs failed` naming the node
-    renew requested     -> renew what expires within the threshold, one `cert renewed` each,
-                           and re-seal the affected nodes' bundles
+    renew requested     -> unless the cluster is busy: renew the named (or expiring) leaves,
+                           re-seal the affected nodes' bundles, one `certs renewed` listing them
+                           all (refused or failed: `certs failed` with the reason)
+    install finished    -> remember the install's outcome (automatic renewal waits for it)
+    rotation changed    -> remember the rotation's status; a finished one ends the operation
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Literal
 
 from pydantic import ValidationError
 from redis.asyncio import Redis
@@ -25,31 +29,38 @@ from bke.contracts.certs import (
     CERTS_ISSUED,
     CERTS_RENEWED,
     CERTS_SEALED,
-    CertRenewed,
     CertsFailed,
     CertsIssued,
+    CertsRenewed,
     CertsSealed,
     IssueRequested,
+    RenewedCertificate,
     RenewRequested,
 )
-from bke.errors import MalformedMessage, PermanentError, RejectedInput, TemporaryError
-from bke.pki.errors import PkiError
+from bke.contracts.install import InstallFinished
+from bke.contracts.rotation import RotationChanged
+from bke.bus.handler import Out
+from bke.errors import RejectedInput, TemporaryError
+from bke.pki.errors import PkiError, PkiNotReady
 from bke.secrets import SecretBox
 from bke.state import PlanCache
 from bke.state.keys import certs_agents_key, plan_key
 from bke.state.nodefiles import RedisNodeFiles
 
 from .cache import CachedPkiStore
+from .operations import OpsStore
+from .renewal import renew_refusal
 from .sealing import seal_bundle
 from bke.pki.operations import node_bundles
 
-from .service_core import ensure_cluster_certs, renew_expiring
+from .service_core import ensure_cluster_certs, renew_requested
 from bke.pki.store_redis import RedisPkiStore, pki_keys
 
 __all__ = ["CertsHandlers"]
 
 log = logging.getLogger("bke.certs")
 RESEAL_CHUNK = 500
+ANNOUNCE_CHUNK = 5000  # node names per `certs sealed` (10,000 hostnames stay far below 1 MiB)
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 
 
@@ -65,41 +76,36 @@ class CertsHandlers:
         self.store = RedisPkiStore(self.redis)
         self.bundles = CachedPkiStore(self.redis, self.store)
         self.files = RedisNodeFiles(self.redis)
+        self.ops = OpsStore(self.redis)
 
     def _agents_key(self, cluster: str) -> str:
         return certs_agents_key(cluster)
 
-    async def on_plan(self, body: bytes) -> None:
-        try:
-            ev = PlanCreated.model_validate_json(body)
-        except ValidationError as exc:
-            raise MalformedMessage(f"malformed plan event: {exc}") from exc
-        await self.ensure(ev.cluster, ev.request_id, ev.plan_digest)
+    async def on_plan(self, ev: PlanCreated) -> list[Out]:
+        return await self.ensure(ev.cluster, ev.request_id, ev.plan_digest)
 
-    async def on_issue_requested(self, body: bytes) -> None:
+    async def on_issue_requested(self, req: IssueRequested) -> list[Out]:
         """A retry after a certificates failure: the same work as for a new plan (idempotent:
         the PKI is reused, only nodes without a bundle are sealed)."""
-        try:
-            req = IssueRequested.model_validate_json(body)
-        except ValidationError as exc:
-            raise MalformedMessage(f"malformed issue request: {exc}") from exc
         meta = await self.plans.store.meta(req.cluster)
         if meta is None:
-            raise PermanentError(f"issue requested for cluster {req.cluster!r}, which has no plan")
-        await self.ensure(req.cluster, req.request_id, meta.digest)
+            return [Out(CertsFailed(request_id=req.request_id, cluster=req.cluster, kind="invalid",
+                                    reason=f"cluster {req.cluster!r} has no plan"), CERTS_FAILED)]
+        return await self.ensure(req.cluster, req.request_id, meta.digest)
 
-    async def ensure(self, cluster: str, request_id: str, digest: str) -> None:
+    async def ensure(self, cluster: str, request_id: str, digest: str) -> list[Out]:
         plan = await self.plans.load(cluster)
         try:
             report = await ensure_cluster_certs(plan, self.store, self.now(), self.box_factory())
         except TemporaryError:
             raise
         except PkiError as exc:
+            log.warning("PKI not ensured: %s", exc, extra={"cluster": cluster, "request_id": request_id})
             kind = "invalid" if isinstance(exc, RejectedInput) else "operational"
-            failed = CertsFailed(request_id=request_id, cluster=cluster, reason=str(exc), kind=kind, plan_digest=digest)
-            await self.publish(failed.to_bytes(), CERTS_FAILED, {})
-            raise PermanentError(str(exc)) from exc
-        out = CertsIssued(
+            return [Out(CertsFailed(request_id=request_id, cluster=cluster, reason=str(exc), kind=kind,
+                                    plan_digest=digest), CERTS_FAILED)]
+        await self.ops.set_install(cluster, "Running")  # a plan starts (or resumes) an install
+        issued = CertsIssued(
             request_id=request_id,
             cluster=cluster,
             issued=report.issued,
@@ -109,11 +115,16 @@ class CertsHandlers:
             warnings=report.warnings,
             plan_digest=digest,
         )
-        # agents that registered before the PKI existed, and nodes whose files changed, first: once
-        # `certs issued` is out, every sealed bundle is of this PKI (a node whose agent key is
-        # unusable has its own `certs failed`)
-        await self.reseal(cluster, report.changed_nodes, request_id=request_id)
-        await self.publish(out.to_bytes(), CERTS_ISSUED, {"Nats-Msg-Id": f"certs:{request_id}:{digest}"})
+        # Agents that registered before the PKI existed, and nodes whose files changed, first; then
+        # every plan node that has a bundle is announced (so a redelivery after a crash announces
+        # what the first delivery sealed); then `certs issued`: every sealed bundle is of this PKI.
+        # A node whose agent key is unusable has its own `certs failed`.
+        failures = await self.reseal(cluster, report.changed_nodes, request_id=request_id)
+        known = {n.hostname for n in plan.nodes}
+        have = [n for n in await self.files.nodes(cluster, "certs") if n in known]
+        sealed = [Out(CertsSealed(cluster=cluster, nodes=have[i : i + ANNOUNCE_CHUNK]), CERTS_SEALED)
+                  for i in range(0, len(have), ANNOUNCE_CHUNK)]
+        return [*failures, *sealed, Out(issued, CERTS_ISSUED, f"certs:{request_id}:{digest}")]
 
     async def gave_up(self, body: bytes, reason: str) -> None:
         """Every delivery of a plan (or issue request) failed unexpectedly: say so for its cluster."""
@@ -127,22 +138,21 @@ class CertsHandlers:
                              reason=f"the certs service gave up: {reason}")
         await self.publish(failed.to_bytes(), CERTS_FAILED, {})
 
-    async def on_registered(self, body: bytes) -> None:
+    async def on_registered(self, reg: AgentRegistered) -> list[Out]:
         """Remember the agent's key; seal now if the cluster's PKI exists, else `ensure` will.
 
         (Agents may start long before the cluster is requested: their registrations must not
         wait in redelivery for a plan that may never come.)"""
-        try:
-            reg = AgentRegistered.model_validate_json(body)
-        except ValidationError as exc:
-            raise MalformedMessage(f"malformed registration: {exc}") from exc
         await self.redis.hset(self._agents_key(reg.cluster), reg.node, reg.model_dump_json(by_alias=True))
-        if await self.redis.exists(pki_keys(reg.cluster)["manifest"]) and await self.redis.exists(plan_key(reg.cluster)):
-            await self._seal_nodes(reg.cluster, [reg], request_id=f"registered:{reg.agent_id}")
+        if not (await self.redis.exists(pki_keys(reg.cluster)["manifest"]) and await self.redis.exists(plan_key(reg.cluster))):
+            return []
+        sealed, failures = await self._seal_nodes(reg.cluster, [reg], request_id=f"registered:{reg.agent_id}")
+        return [*failures, *([Out(CertsSealed(cluster=reg.cluster, nodes=sealed), CERTS_SEALED)] if sealed else [])]
 
-    async def _seal_nodes(self, cluster: str, regs: list[AgentRegistered], request_id: str) -> None:
-        """Seal and store these agents' bundles, then say so; a node whose agent key is unusable
-        fails alone, with a `certs.failed` naming it, and never blocks the others."""
+    async def _seal_nodes(self, cluster: str, regs: list[AgentRegistered], request_id: str,
+                          operation: Literal["install", "renewal"] = "install") -> tuple[list[str], list[Out]]:
+        """Seal and store these agents' bundles: the nodes sealed, and a `certs failed` naming
+        each node whose agent key is unusable (it fails alone, never blocking the others)."""
         plan = await self.plans.load(cluster)
         known = {n.hostname for n in plan.nodes}
         unknown = sorted(r.node for r in regs if r.node not in known)
@@ -151,7 +161,7 @@ class CertsHandlers:
             log.warning("agents of nodes not in the plan ignored", extra={"cluster": cluster, "nodes": unknown[:20]})
         regs = [r for r in regs if r.node in known]
         if not regs:
-            return
+            return [], []
         bundles = await node_bundles(plan, self.bundles, [r.node for r in regs], self.box_factory())
         sealed, refused = {}, {}
         for r in regs:
@@ -161,45 +171,74 @@ class CertsHandlers:
                 refused[r.node] = str(exc)
         if sealed:
             await self.files.put_many(cluster, "certs", sealed)
-            done = CertsSealed(cluster=cluster, nodes=sorted(sealed))
-            await self.publish(done.to_bytes(), CERTS_SEALED, {})
+        failures = []
         for node, why in sorted(refused.items()):
             log.warning("bundle not sealed", extra={"cluster": cluster, "node": node, "reason": why})
-            failed = CertsFailed(request_id=request_id, cluster=cluster, node=node, kind="operational",
-                                 reason=f"node {node}: its agent's sealing key is unusable: {why}")
-            await self.publish(failed.to_bytes(), CERTS_FAILED, {})
+            failures.append(Out(CertsFailed(request_id=request_id, cluster=cluster, node=node, kind="operational",
+                                            operation=operation,
+                                            reason=f"node {node}: its agent's sealing key is unusable: {why}"),
+                                CERTS_FAILED))
         log.debug("bundles sealed", extra={"cluster": cluster, "nodes": len(sealed)})
+        return sorted(sealed), failures
 
-    async def reseal(self, cluster: str, changed: list[str] | None, request_id: str = "") -> int:
+    async def reseal(self, cluster: str, changed: list[str] | None, request_id: str = "",
+                     operation: Literal["install", "renewal"] = "install") -> list[Out]:
         """Seal for every registered agent whose node changed (None: all) or has no bundle yet,
-        in chunks (one pass over the plan per chunk, one Redis write per chunk)."""
+        in chunks (one pass over the plan per chunk, one Redis write per chunk); the failures."""
         raw = await self.redis.hgetall(self._agents_key(cluster))
         agents = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
-        have = await self.files.get_many(cluster, "certs", list(agents))
+        have = set(await self.files.nodes(cluster, "certs"))
         todo = [
             AgentRegistered.model_validate_json(doc)
             for node, doc in agents.items()
-            if changed is None or node in changed or have.get(node) is None
+            if changed is None or node in changed or node not in have
         ]
+        failures: list[Out] = []
         for i in range(0, len(todo), RESEAL_CHUNK):
-            await self._seal_nodes(cluster, todo[i : i + RESEAL_CHUNK], request_id=request_id)
-        return len(todo)
+            _, failed = await self._seal_nodes(cluster, todo[i : i + RESEAL_CHUNK], request_id, operation)
+            failures += failed
+        return failures
 
-    async def on_renew(self, body: bytes) -> None:
+    async def on_renew(self, req: RenewRequested) -> list[Out]:
+        c, rid = req.cluster, req.request_id
+        ids = {"cluster": c, "request_id": rid, "origin": req.origin}
+        done = await self.ops.renewal(c, rid)
+        if done is not None:  # a redelivery: answer what this request already did
+            return [Out(CertsRenewed.model_validate_json(done), CERTS_RENEWED, f"renewed:{c}:{rid}")]
+        why = renew_refusal(c, req, await self.ops.view(c))
+        if why:
+            return [self._renew_failed(req, why)]
+        threshold = timedelta(days=req.within_days) if req.within_days is not None else None
         try:
-            req = RenewRequested.model_validate_json(body)
-        except ValidationError as exc:
-            raise MalformedMessage(f"malformed renew request: {exc}") from exc
-        renewed = await renew_expiring(req.cluster, self.store, self.now(), timedelta(days=req.within_days), self.box_factory())
+            renewed = await renew_requested(c, self.store, self.now(), self.box_factory(), names=req.names,
+                                            threshold=threshold, request_id=rid)
+        except (PkiError, PkiNotReady) as exc:  # an unknown name, a CA, no PKI for this cluster
+            return [self._renew_failed(req, str(exc))]
+        # (a crash from here to the saved answer renews again on redelivery: new serials, same
+        # names; the store stays consistent and only the last renewal is delivered)
         nodes = sorted({n for r in renewed for n in r.nodes})
-        if nodes:
-            await self.reseal(req.cluster, nodes)
-        for r in renewed:
-            ev = CertRenewed(
-                request_id=req.request_id, cluster=req.cluster, name=r.name, instance=r.instance,
-                nodes=r.nodes, serial=r.serial, not_after=r.not_after.isoformat(),
-            )
-            await self.publish(ev.to_bytes(), CERTS_RENEWED, {"Nats-Msg-Id": f"renewed:{req.request_id}:{r.instance}"})
-        log.info("renewed %d", len(renewed), extra={"cluster": req.cluster, "request_id": req.request_id})
+        failures = await self.reseal(c, nodes, request_id=rid, operation="renewal") if nodes else []
+        ev = CertsRenewed(
+            request_id=rid, cluster=c, origin=req.origin, at=self.now().isoformat(),
+            certificates=[RenewedCertificate(name=r.name, instance=r.instance, nodes=r.nodes, serial=r.serial,
+                                             not_after=r.not_after.isoformat()) for r in renewed],
+        )
+        if renewed:
+            await self.ops.set_pending(c, rid)  # the cluster is busy until its rotation finishes
+        await self.ops.save_renewal(c, rid, ev.to_bytes())
+        log.info("renewed %d certificate(s) on %d node(s); handed to the dispatcher", len(renewed), len(nodes), extra=ids)
+        return [*failures, Out(ev, CERTS_RENEWED, f"renewed:{c}:{rid}")]
 
+    def _renew_failed(self, req: RenewRequested, why: str) -> Out:
+        log.warning("renewal refused: %s", why, extra={"cluster": req.cluster, "request_id": req.request_id})
+        ev = CertsFailed(request_id=req.request_id, cluster=req.cluster, reason=why, operation="renewal")
+        return Out(ev, CERTS_FAILED, f"renew-failed:{req.cluster}:{req.request_id}")
 
+    async def on_install_finished(self, ev: InstallFinished) -> None:
+        await self.ops.set_install(ev.cluster, ev.status)
+
+    async def on_rotation_changed(self, ev: RotationChanged) -> None:
+        await self.ops.set_rotation(ev.cluster, ev.rotation.request_id, ev.rotation.status)
+        if ev.rotation.status != "Running":
+            log.info("rotation %s: %s", ev.rotation.status, ev.rotation.message or "every node done",
+                     extra={"cluster": ev.cluster, "request_id": ev.rotation.request_id})

@@ -17,7 +17,7 @@ from bke.pki.operations import ensure_cluster_pki, node_bundle as _node_bundle, 
 from bke.plan import Plan
 from bke.secrets import SecretBox
 
-__all__ = ["ensure_cluster_certs", "node_bundle", "renew_expiring"]
+__all__ = ["ensure_cluster_certs", "node_bundle", "renew_requested"]
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +37,15 @@ async def ensure_cluster_certs(plan: Plan, store: PkiStore, now: datetime, box: 
     return report
 
 
-async def renew_expiring(cluster: str, store: PkiStore, now: datetime, threshold: timedelta, box: SecretBox, *,
-                         options: IssueOptions | None = None) -> list[RenewedCert]:
-    """Renew every leaf that expires within ``threshold`` of ``now``; one RenewedCert each (the
-    handler publishes one event per item so the dispatcher redistributes it)."""
-    renewed = await renew_certs(cluster, store, now, box, threshold=threshold, options=options)
-    log.info("renewed %d certificates expiring within %s", len(renewed), threshold,
-             extra={"cluster": cluster, "operation": "renew_certs"})
+async def renew_requested(cluster: str, store: PkiStore, now: datetime, box: SecretBox, *,
+                          names: list[str] | None, threshold: timedelta | None, request_id: str,
+                          options: IssueOptions | None = None) -> list[RenewedCert]:
+    """Renew the named leaves (or every leaf expiring within ``threshold`` of ``now``): new key
+    and serial, same subject and SANs, same CA. One RenewedCert each; the handler publishes them
+    all in one event, so the dispatcher starts one rotation."""
+    renewed = await renew_certs(cluster, store, now, box, names=names or None, threshold=threshold, options=options)
+    log.info("renewed %d certificate(s): %s", len(renewed), ", ".join(r.instance for r in renewed[:20]),
+             extra={"cluster": cluster, "operation": "renew_certs", "request_id": request_id})
     return renewed
 
 

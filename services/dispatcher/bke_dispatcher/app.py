@@ -9,9 +9,19 @@ from redis.asyncio import Redis
 from bke.bus.service import Service, make_service
 from bke.bus.handler import typed
 from bke.contracts import PLAN_CREATED, PlanCreated
-from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_SEALED, CertsFailed, CertsIssued, CertsSealed
+from bke.contracts.certs import (
+    CERTS_FAILED,
+    CERTS_ISSUED,
+    CERTS_RENEWED,
+    CERTS_SEALED,
+    CertsFailed,
+    CertsIssued,
+    CertsRenewed,
+    CertsSealed,
+)
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
-from bke.contracts.install import RETRY_REQUESTED
+from bke.contracts.agent import AgentRegistered, CommandResult
+from bke.contracts.install import RETRY_REQUESTED, RetryRequested
 from bke.contracts.status import STATUS_GET, STATUS_QUEUE
 from bke.state import PlanCache
 from bke.state.keys import heartbeat_key
@@ -22,6 +32,7 @@ from .checksums import HttpRepoChecksums, LabChecksums
 from .engine import Engine
 from .health import HealthMonitor
 from .results import Inputs
+from .rotations import Rotations, RotationStore
 from .runner import Runner
 from .service_events import ServiceEvents
 from .settings import DispatcherSettings
@@ -58,9 +69,12 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     runner = Runner(engine, state)
     health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s,
                            pods=None if lab else applier.pod_status)
-    inputs = Inputs(state, svc.publish, runner.kick, _now, health.record, notify=svc.notify)
-    # HOOK (certificate rotation): pass `rotation=<async (cluster) -> dict | None>` here
-    status = StatusResponder(StatusReader(redis, plans))
+    rotation_store = RotationStore(redis)
+    rotations = Rotations(rotation_store, state, plans, files, svc.publish, _now, settings.owner, settings.lease_ms)
+    rotation_runner = Runner(rotations, state)  # type: ignore[arg-type]  # same reconcile shape
+    rotations.kick = rotation_runner.kick
+    inputs = Inputs(state, svc.publish, runner.kick, _now, health.record, notify=svc.notify, on_rotation=rotations.on_result)
+    status = StatusResponder(StatusReader(redis, plans, rotation=rotation_store.rotation_view))
 
     services = ServiceEvents(state, plans, engine, runner.kick, _now)
 
@@ -86,9 +100,10 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
                         batch_size=b)
     # one per sealed batch or registration: thousands per big install, so the lean consumer
     svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", t(CertsSealed, services.certs_sealed))
-    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", inputs.result)
-    svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "dispatcher-agents", inputs.registered)
-    svc.work_subscriber(RETRY_REQUESTED, "BKE_COMMANDS", "dispatcher-retry", inputs.retry, batch_size=b)
+    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", t(CommandResult, inputs.result))
+    svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "dispatcher-agents", t(AgentRegistered, inputs.registered))
+    svc.work_subscriber(RETRY_REQUESTED, "BKE_COMMANDS", "dispatcher-retry", t(RetryRequested, inputs.retry), batch_size=b)
+    svc.work_subscriber(CERTS_RENEWED, "BKE_EVENTS", "dispatcher-rotations", t(CertsRenewed, rotations.on_renewed), batch_size=b)
 
     async def on_status(msg) -> None:
         if msg.reply:  # a publish without a reply inbox asks nothing
@@ -102,10 +117,12 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         # core request/reply; the queue group shares requests between replicas
         core_subs.append(await nc.subscribe(STATUS_GET, queue=STATUS_QUEUE, cb=on_status))
         await runner.resume_all()
+        await rotations.resume_all()
         health.start()
 
     async def _stopping() -> None:
         await runner.stop()
+        await rotation_runner.stop()
         await health.stop()
         await redis.aclose()
 

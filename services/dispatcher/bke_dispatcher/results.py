@@ -1,8 +1,9 @@
 """Inputs from the agents: command results, registrations, retry requests (which ask the
 renderer or certs service again when the failure was theirs).
 
-Each handler only records what happened and wakes the cluster's reconcile loop; the loop
-decides what to do next. All of them are safe under redelivery.
+Each handler takes its typed message (bke.bus.handler), records what happened, wakes the
+cluster's reconcile loop and returns what to publish; the loop decides what to do next. All of
+them are safe under redelivery.
 """
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ import logging
 from datetime import datetime
 from typing import Awaitable, Callable
 
-from pydantic import ValidationError
-
+from bke.bus.handler import Out
 from bke.contracts.agent import AgentRegistered, CommandResult
 from bke.contracts.install import NodeStepChanged, RetryRequested, install_subject
 from bke.contracts.certs import ISSUE_REQUESTED, IssueRequested
@@ -21,6 +21,7 @@ from bke.errors import MalformedMessage, TemporaryError
 from .engine import parse_command_id
 from .phases import PHASES
 from .readiness import InputStatus
+from .rotation import is_rotation_command
 from .state import DispatcherState
 
 __all__ = ["Inputs"]
@@ -38,8 +39,10 @@ class Inputs:
         now: Callable[[], datetime],
         on_health: Callable[[CommandResult], Awaitable[None]],
         notify: Callable[[bytes, str, dict[str, str]], Awaitable[None]] | None = None,
+        on_rotation: Callable[[CommandResult], Awaitable[None]] | None = None,
     ):
         self.notify = notify or publish
+        self.on_rotation = on_rotation  # certificate rotations' results (see rotations.py)
         self.state, self.publish, self.kick, self.now, self.on_health = state, publish, kick, now, on_health
         self._request_ids: dict[str, str] = {}  # cluster -> request id, read once (it never changes)
 
@@ -51,15 +54,17 @@ class Inputs:
                 self._request_ids[cluster] = rid
         return rid
 
-    async def result(self, body: bytes) -> None:
+    async def result(self, res: CommandResult) -> list[Out]:
         try:
-            res = CommandResult.model_validate_json(body)
             cluster, slug, node, gen = parse_command_id(res.command_id)
-        except (ValidationError, ValueError) as exc:
-            raise MalformedMessage(f"malformed command result: {exc}") from exc
+        except ValueError as exc:
+            raise MalformedMessage(f"malformed command result: command id {res.command_id!r}: {exc}") from exc
         if slug.startswith("health@"):
             await self.on_health(res)
-            return
+            return []
+        if is_rotation_command(slug) and self.on_rotation is not None:
+            await self.on_rotation(res)
+            return []
         failed_step = next((s for s in res.steps if s.status == "Failed"), None)
         step = failed_step.id if failed_step else ""
         stderr = (failed_step.stderr or failed_step.stdout)[-STDERR_KEEP:] if failed_step else ""
@@ -68,29 +73,22 @@ class Inputs:
         if counted < 0:
             # never drop it: the dispatcher that resumes records the command, then this counts
             raise TemporaryError(f"result of {res.command_id} before its command was recorded", delay=1.0)
-        if counted:
-            ev = NodeStepChanged(
-                request_id=await self._request_id(cluster), cluster=cluster, node=node, phase=slug,
-                status=res.status, at=now, step=step or None, stderr=stderr,
-            )
-            await self.notify(ev.to_bytes(), install_subject(cluster, "node"), {})
-            if res.status == "Failed":
-                log.warning("node step failed", extra={"cluster": cluster, "node": node, "phase": slug, "step": step})
         self.kick(cluster)
+        if not counted:
+            return []
+        if res.status == "Failed":
+            log.warning("node step failed", extra={"cluster": cluster, "node": node, "phase": slug, "step": step})
+        ev = NodeStepChanged(
+            request_id=await self._request_id(cluster), cluster=cluster, node=node, phase=slug,
+            status=res.status, at=now, step=step or None, stderr=stderr,
+        )
+        return [Out(ev, install_subject(cluster, "node"), live=True)]
 
-    async def registered(self, body: bytes) -> None:
-        try:
-            reg = AgentRegistered.model_validate_json(body)
-        except ValidationError as exc:
-            raise MalformedMessage(f"malformed registration: {exc}") from exc
+    async def registered(self, reg: AgentRegistered) -> None:
         await self.state.register_agent(reg.cluster, reg.node, reg.model_dump_json(by_alias=True))
         self.kick(reg.cluster)
 
-    async def retry(self, body: bytes) -> None:
-        try:
-            req = RetryRequested.model_validate_json(body)
-        except ValidationError as exc:
-            raise MalformedMessage(f"malformed retry request: {exc}") from exc
+    async def retry(self, req: RetryRequested) -> list[Out]:
         c = req.cluster
         failed_phase = None
         for phase in PHASES:
@@ -99,7 +97,7 @@ class Inputs:
                 break
         if failed_phase is None:
             log.info("retry: nothing failed", extra={"cluster": c, "request_id": req.request_id})
-            return
+            return []
         cmds = await self.state.all_commands(c, failed_phase)
         chosen = {h: cmd for h, cmd in cmds.items() if cmd["status"] == "Failed" and (not req.nodes or h in req.nodes)}
         for cmd in chosen.values():
@@ -112,16 +110,15 @@ class Inputs:
                 await self.state.set_input(c, name, {**doc, "status": InputStatus.REQUESTED.value, "reason": ""})
                 asked.append(name)
         await self.state.retry_nodes(c, failed_phase, chosen)
-        for name in asked:
-            cmd_bytes, subject = _ask_again(name, req)
-            await self.publish(cmd_bytes, subject, {"Nats-Msg-Id": f"retry:{req.request_id}:{name}"})
         log.info("retry", extra={"cluster": c, "phase": failed_phase, "nodes": sorted(chosen), "asked": asked})
         self.kick(c)
+        # "certs" and "seal" both ask the certs service (to ensure the PKI, seal what is not sealed)
+        return [_ask_again(name, req) for name in dict.fromkeys("render" if n == "render" else "certs" for n in asked)]
 
 
-def _ask_again(name: str, req: RetryRequested) -> tuple[bytes, str]:
-    """The command that asks the service behind an input to do its work again ("certs" and
-    "seal" both ask the certs service to ensure the PKI and seal what is not sealed)."""
+def _ask_again(name: str, req: RetryRequested) -> Out:
+    """The command that asks the service behind an input to do its work again."""
+    msg_id = f"retry:{req.request_id}:{name}"
     if name == "render":
-        return RenderRequested(request_id=req.request_id, cluster=req.cluster).to_bytes(), RENDER_REQUESTED
-    return IssueRequested(request_id=req.request_id, cluster=req.cluster).to_bytes(), ISSUE_REQUESTED
+        return Out(RenderRequested(request_id=req.request_id, cluster=req.cluster), RENDER_REQUESTED, msg_id)
+    return Out(IssueRequested(request_id=req.request_id, cluster=req.cluster), ISSUE_REQUESTED, msg_id)

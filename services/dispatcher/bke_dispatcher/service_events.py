@@ -61,6 +61,8 @@ class ServiceEvents:
         await self._record(ev.cluster, "certs", InputRecord(InputStatus.READY, digest=ev.plan_digest), ev.request_id)
 
     async def certs_failed(self, ev: CertsFailed) -> None:
+        if ev.operation != "install":  # a refused renewal is its requester's business
+            return
         rec = InputRecord(InputStatus.FAILED, digest=ev.plan_digest, reason=ev.reason[:2000], kind=ev.kind, node=ev.node)
         await self._record(ev.cluster, "seal" if ev.node else "certs", rec, ev.request_id)
 
@@ -70,6 +72,9 @@ class ServiceEvents:
 
     async def _record(self, cluster: str, name: str, rec: InputRecord, request_id: str) -> None:
         inst = await self.state.install(cluster)
+        if inst.get("status") == "Succeeded":  # a late event never reopens a finished install
+            log.info("%s event after the install succeeded ignored", name, extra={"cluster": cluster, "request_id": request_id})
+            return
         if inst and not is_current(rec.digest, inst.get("planDigest", "")):
             # About another plan: kept (it may be the replacement's, arriving before its plan
             # event), but never over a record about the install's own plan.

@@ -137,7 +137,7 @@ class StatusReader:
 
     def __init__(self, redis: Redis, plans: PlanCache, rotation: RotationView = no_rotation):
         # rotation: `async (cluster) -> dict | None` with the keys of `RotationStatus`; the
-        # certificate-rotation work provides it (HOOK: wired in app.py, default: none ever ran)
+        # dispatcher's rotation store provides it (bke_dispatcher.rotations; default: none ever ran)
         self.redis, self.plans, self.rotation = redis, plans, rotation
 
     async def read(self, req: StatusRequested) -> ClusterStatus | StatusError:

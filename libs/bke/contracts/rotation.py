@@ -1,0 +1,54 @@
+"""Certificate rotation: renewed files delivered to the nodes that hold them, one node at a time.
+
+The dispatcher publishes `RotationChanged` on `bke.v1.rotation.<cluster>.changed` on every
+transition (started, a node done, finished); it carries the whole view, so a follower that
+joins late needs nothing else. The certs service listens too: a finished rotation ends the
+cluster's operation, and automatic renewal may run again.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from .base import Message
+
+__all__ = [
+    "ROTATION_STATUSES",
+    "RotationChanged",
+    "RotationNode",
+    "RotationStatus",
+    "RotationView",
+    "rotation_subject",
+]
+
+ROTATION_STATUSES = ("Running", "Succeeded", "Failed")
+RotationStatus = Literal["Running", "Succeeded", "Failed"]
+NodeStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
+
+
+def rotation_subject(cluster: str) -> str:
+    return f"bke.v1.rotation.{cluster}.changed"
+
+
+class RotationNode(Message):
+    hostname: str
+    status: NodeStatus
+
+
+class RotationView(Message):
+    """What `bke status` shows of a cluster's last rotation."""
+
+    request_id: str
+    status: RotationStatus
+    certificates: list[str]  # instance ids, e.g. "apiserver@m1"
+    done: int
+    total: int
+    started_at: str
+    finished_at: str = ""
+    message: str = ""
+    nodes: list[RotationNode]
+
+
+class RotationChanged(Message):
+    cluster: str
+    at: str
+    rotation: RotationView

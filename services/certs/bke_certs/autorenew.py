@@ -1,0 +1,80 @@
+"""Automatic renewal: every `renew_interval_s`, each cluster's certificates expiring within
+`renew_within_days` are renewed through the same path as `bke certs renew` (a
+`RenewRequested`, origin "auto", on the bus), unless the cluster is busy; then the tick only
+logs why and the next tick tries again. The decision is `renewal.auto_renew_decision`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from redis.asyncio import Redis
+
+from bke.contracts.certs import RENEW_REQUESTED, RenewRequested
+from bke.pki import PkiNotReady, PkiStore
+from bke.pki.operations import check_expiration
+from bke.state.keys import clusters_index
+
+from .operations import OpsStore
+from .renewal import AutoRenew, auto_renew_decision, auto_request_id
+
+__all__ = ["AutoRenewer"]
+
+log = logging.getLogger("bke.certs.autorenew")
+Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+class AutoRenewer:
+    def __init__(self, redis: Redis, store: PkiStore, ops: OpsStore, publish: Publish, now: Callable[[], datetime],
+                 interval_s: float, within_days: float):
+        self.redis, self.store, self.ops, self.publish, self.now = redis, store, ops, publish, now
+        self.interval_s, self.within = interval_s, timedelta(days=within_days)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.interval_s > 0 and self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="certs-autorenew")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)  # the period itself, not a synchronisation
+            try:
+                await self.tick()
+            except Exception:  # noqa: BLE001 - a failed tick must not stop automatic renewal
+                log.exception("automatic renewal tick failed")
+
+    async def tick(self) -> dict[str, AutoRenew]:
+        """One pass over every cluster; what was decided for each (for logs and tests)."""
+        now = self.now()
+        out: dict[str, AutoRenew] = {}
+        for cluster in sorted(_s(c) for c in await self.redis.smembers(clusters_index())):
+            try:
+                rows = await check_expiration(cluster, self.store, now)
+            except PkiNotReady:
+                continue  # planned, PKI not issued yet
+            decision = auto_renew_decision(rows, now, self.within, await self.ops.view(cluster))
+            out[cluster] = decision
+            ids = {"cluster": cluster, "operation": "auto-renew", "due": len(decision.due)}
+            if decision.action == "skip":
+                log.info("automatic renewal postponed: %s", decision.reason, extra=ids)
+            elif decision.action == "renew":
+                rid = auto_request_id(now)
+                req = RenewRequested(request_id=rid, cluster=cluster, within_days=self.within.total_seconds() / 86400,
+                                     origin="auto")
+                await self.ops.set_pending(cluster, rid)  # the next tick must not ask again
+                await self.publish(req.to_bytes(), RENEW_REQUESTED, {"Nats-Msg-Id": f"renew:{cluster}:{rid}"})
+                log.info("automatic renewal requested: %s", decision.reason, extra={**ids, "request_id": rid})
+        return out

@@ -1,0 +1,60 @@
+"""The certs service's view of each cluster's operations, in its own Redis hash, kept from
+the dispatcher's events (never read from the dispatcher's storage).
+
+    bke:<c>:certs:ops          hash  install, rotation, rotationId, pending
+    bke:<c>:certs:renewal:<id> string the CertsRenewed a request produced (answers a redelivery)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio import Redis
+
+from bke.state.keys import certs_ops_key, certs_renewal_key
+
+from .renewal import OpsView
+
+__all__ = ["OpsStore", "RENEWAL_TTL_S"]
+
+RENEWAL_TTL_S = 7 * 86400  # as long as the streams keep a request
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+class OpsStore:
+    def __init__(self, redis: Redis):
+        self.r = redis
+
+    @staticmethod
+    def _key(cluster: str) -> str:
+        return certs_ops_key(cluster)
+
+    async def view(self, cluster: str) -> OpsView:
+        raw = {_s(k): _s(v) for k, v in (await self.r.hgetall(self._key(cluster))).items()}
+        return OpsView(install=raw.get("install"), rotation=raw.get("rotation"),
+                       rotation_id=raw.get("rotationId"), pending=raw.get("pending") or None)
+
+    async def set_install(self, cluster: str, status: str) -> None:
+        await self.r.hset(self._key(cluster), "install", status)
+
+    async def set_pending(self, cluster: str, request_id: str) -> None:
+        await self.r.hset(self._key(cluster), "pending", request_id)
+
+    async def set_rotation(self, cluster: str, request_id: str, status: str) -> None:
+        """Record a rotation's status; a finished one releases the renewal waiting for it. A
+        rotation the dispatcher refused while another ran does not hide the running one."""
+        key = self._key(cluster)
+        cur = await self.view(cluster)
+        if status == "Running" or cur.rotation != "Running" or cur.rotation_id == request_id:
+            await self.r.hset(key, mapping={"rotation": status, "rotationId": request_id})
+        if status != "Running" and cur.pending == request_id:
+            await self.r.hdel(key, "pending")
+
+    async def renewal(self, cluster: str, request_id: str) -> bytes | None:
+        raw = await self.r.get(certs_renewal_key(cluster, request_id))
+        return None if raw is None else (raw.encode() if isinstance(raw, str) else raw)
+
+    async def save_renewal(self, cluster: str, request_id: str, event: bytes) -> None:
+        await self.r.set(certs_renewal_key(cluster, request_id), event, ex=RENEWAL_TTL_S)
