@@ -100,3 +100,18 @@ async def test_typed_wiring_parses_publishes_in_order_and_refuses_bytes_that_are
         assert "malformed RenderRequested" in str(exc) and "cluster" in str(exc)
     else:
         raise AssertionError("bytes that are no message must be MalformedMessage")
+
+
+async def test_giving_up_on_a_plan_or_a_render_request_is_a_failed_event_for_its_cluster():
+    sent = []
+
+    async def publish(payload, subject, headers):
+        sent.append((subject, RenderFailed.model_validate_json(payload)))
+
+    h = RendererHandlers(plans=Plans(None), store=Store(), publish=publish)  # type: ignore[arg-type]
+    plan_ev = PlanCreated(request_id="r1", cluster="c", plan_key="k", plan_digest="pd", nodes=1, etcd_clusters=[])
+    await h.gave_up(plan_ev.to_bytes(), "ConnectionError: store down")
+    await h.gave_up(RenderRequested(request_id="r2", cluster="c").to_bytes(), "OSError: disk full")
+    assert [(s, f.request_id, f.plan_digest, f.kind) for s, f in sent] == [
+        (RENDER_FAILED, "r1", "pd", "operational"), (RENDER_FAILED, "r2", "", "operational")]
+    assert sent[0][1].errors == ["the renderer gave up: ConnectionError: store down"]

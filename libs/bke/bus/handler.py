@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from ..contracts.base import Message
 from ..errors import MalformedMessage
 
-__all__ = ["Out", "Publish", "parse", "typed"]
+__all__ = ["Out", "Publish", "first_of", "parse", "typed"]
 
 M = TypeVar("M", bound=Message)
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
@@ -39,6 +39,17 @@ def parse(model: type[M], body: bytes) -> M:
         return model.model_validate_json(body)
     except ValidationError as exc:
         raise MalformedMessage(f"malformed {model.__name__}: {exc}") from exc
+
+
+def first_of(body: bytes, *models: type[Message]) -> Message:
+    """The message, read as the first of these contracts it fits (a give-up hook gets the raw
+    bytes of whichever subject it serves)."""
+    for model in models[:-1]:
+        try:
+            return model.model_validate_json(body)
+        except ValidationError:
+            continue
+    return parse(models[-1], body)
 
 
 def typed(model: type[M], handler: Callable[[M], Awaitable[Sequence[Out] | None]], publish: Publish,

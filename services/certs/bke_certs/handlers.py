@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Awaitable, Callable, Literal
 
-from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from bke.contracts import PlanCreated
@@ -39,7 +38,7 @@ from bke.contracts.certs import (
 )
 from bke.contracts.install import InstallFinished
 from bke.contracts.rotation import RotationChanged
-from bke.bus.handler import Out
+from bke.bus.handler import Out, first_of
 from bke.errors import RejectedInput, TemporaryError
 from bke.pki.errors import PkiError, PkiNotReady
 from bke.secrets import SecretBox
@@ -128,14 +127,10 @@ class CertsHandlers:
 
     async def gave_up(self, body: bytes, reason: str) -> None:
         """Every delivery of a plan (or issue request) failed unexpectedly: say so for its cluster."""
-        try:
-            ev: PlanCreated | IssueRequested = PlanCreated.model_validate_json(body)
-            digest = ev.plan_digest
-        except ValidationError:
-            ev = IssueRequested.model_validate_json(body)
-            digest = ""
-        failed = CertsFailed(request_id=ev.request_id, cluster=ev.cluster, kind="operational", plan_digest=digest,
-                             reason=f"the certs service gave up: {reason}")
+        ev = first_of(body, PlanCreated, IssueRequested)
+        assert isinstance(ev, (PlanCreated, IssueRequested))
+        failed = CertsFailed(request_id=ev.request_id, cluster=ev.cluster, kind="operational",
+                             plan_digest=getattr(ev, "plan_digest", ""), reason=f"the certs service gave up: {reason}")
         await self.publish(failed.to_bytes(), CERTS_FAILED, {})
 
     async def on_registered(self, reg: AgentRegistered) -> list[Out]:

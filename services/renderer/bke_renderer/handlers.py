@@ -14,11 +14,10 @@ import logging
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from pydantic import ValidationError
 
 from bke.contracts import PlanCreated
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed, RenderRequested
-from bke.bus.handler import Out
+from bke.bus.handler import Out, first_of
 from bke.errors import RejectedInput
 from bke.render.errors import RenderError
 from bke.state import RedisPlanStore
@@ -66,12 +65,8 @@ class RendererHandlers:
 
     async def gave_up(self, body: bytes, reason: str) -> None:
         """Every delivery of a plan (or render request) failed unexpectedly: say so for its cluster."""
-        try:
-            ev: PlanCreated | RenderRequested = PlanCreated.model_validate_json(body)
-            digest = ev.plan_digest
-        except ValidationError:
-            ev = RenderRequested.model_validate_json(body)
-            digest = ""
-        failed = RenderFailed(request_id=ev.request_id, cluster=ev.cluster, kind="operational", plan_digest=digest,
-                              errors=[f"the renderer gave up: {reason}"])
+        ev = first_of(body, PlanCreated, RenderRequested)
+        assert isinstance(ev, (PlanCreated, RenderRequested))
+        failed = RenderFailed(request_id=ev.request_id, cluster=ev.cluster, kind="operational",
+                              plan_digest=getattr(ev, "plan_digest", ""), errors=[f"the renderer gave up: {reason}"])
         await self.publish(failed.to_bytes(), RENDER_FAILED, {})
