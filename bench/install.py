@@ -31,7 +31,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from bke.bus import EventWatch, ensure_streams, put_blob
 from bke.bus.streams import OBJECT_BUCKET
-from bke.contracts import CLUSTER_REQUESTED, ClusterRequested
+from bke.contracts import INSTALL_CLUSTER, InstallCluster
 from bke.contracts.agent import agent_subject
 from bke.lab.supervisor import LabSupervisor
 from bke.spec.synth import synth_spec_text
@@ -62,7 +62,7 @@ async def run_install(nodes: int, workdir: Path) -> dict:
             setup = await fleet.start()
             t1 = time.perf_counter()
             ref = await put_blob(js, OBJECT_BUCKET, f"specs/{cluster}.yaml", spec)
-            await js.publish(CLUSTER_REQUESTED, ClusterRequested(request_id=cluster, spec_ref=ref).to_bytes())
+            await js.publish(INSTALL_CLUSTER, InstallCluster(request_id=cluster, spec_ref=ref).to_bytes())
             done = await watch.wait_for(lambda e: True, timeout=1800)
             t2 = time.perf_counter()
         await fleet.stop(grace=1.0)

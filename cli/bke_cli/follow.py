@@ -16,7 +16,7 @@ from rich.table import Table
 
 from bke.bus import EventWatch, put_blob
 from bke.bus.streams import OBJECT_BUCKET, ensure_streams
-from bke.contracts import CLUSTER_REJECTED, CLUSTER_REQUESTED, PLAN_CREATED, ClusterRequested
+from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, PLAN_CREATED, InstallCluster
 from bke.contracts.install import install_subject
 from bke.contracts.status import ClusterStatus
 
@@ -61,11 +61,11 @@ async def _request(nc, spec: bytes, rid: str) -> None:
     js = nc.jetstream()
     await ensure_streams(js)  # the services may still be starting; declaring is idempotent
     if len(spec) <= INLINE_LIMIT:
-        req = ClusterRequested(request_id=rid, spec=spec.decode())
+        req = InstallCluster(request_id=rid, spec=spec.decode())
     else:
         ref = await put_blob(js, OBJECT_BUCKET, f"specs/{rid}.yaml", spec)
-        req = ClusterRequested(request_id=rid, spec_ref=ref)
-    await js.publish(CLUSTER_REQUESTED, req.to_bytes(), headers={"Nats-Msg-Id": f"request:{rid}"})
+        req = InstallCluster(request_id=rid, spec_ref=ref)
+    await js.publish(INSTALL_CLUSTER, req.to_bytes(), headers={"Nats-Msg-Id": f"request:{rid}"})
 
 
 async def submit_and_follow(nats_url: str, spec: bytes, cluster: str, timeout: float, console: Console, submit: bool = True) -> int:

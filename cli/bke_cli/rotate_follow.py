@@ -1,7 +1,7 @@
 """`bke certs renew ... --cluster C`: ask the certs service over the bus, then follow the
 rotation the dispatcher runs until it finishes.
 
-    RenewRequested -> certs: CertsRenewed (or CertsFailed: refused, unknown name, no PKI)
+    RenewCerts -> certs: CertsRenewed (or CertsFailed: refused, unknown name, no PKI)
                    -> dispatcher: RotationChanged ... until Succeeded or Failed
 
 Only NATS is needed: every answer is an event (the whole rotation view rides on each
@@ -18,7 +18,7 @@ from rich.console import Console
 
 from bke.bus import EventWatch
 from bke.bus.streams import ensure_streams
-from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, RENEW_REQUESTED, RenewRequested
+from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, RENEW_CERTS, RenewCerts
 from bke.contracts.rotation import rotation_subject
 
 from .output import EXIT_FAILURE, EXIT_OK, error_lines
@@ -29,14 +29,14 @@ __all__ = ["renew_and_follow"]
 async def renew_and_follow(nats_url: str, cluster: str, names: list[str], within_days: float | None,
                            timeout: float, console: Console) -> int:
     rid = str(uuid.uuid4())
-    req = RenewRequested(request_id=rid, cluster=cluster, names=names, within_days=within_days)
+    req = RenewCerts(request_id=rid, cluster=cluster, names=names, within_days=within_days)
     deadline = time.monotonic() + timeout
     nc = await nats.connect(nats_url)
     try:
         async with EventWatch(nc, [CERTS_RENEWED, CERTS_FAILED, rotation_subject(cluster)]) as watch:
             js = nc.jetstream()
             await ensure_streams(js)
-            await js.publish(RENEW_REQUESTED, req.to_bytes(), headers={"Nats-Msg-Id": f"renew:{cluster}:{rid}"})
+            await js.publish(RENEW_CERTS, req.to_bytes(), headers={"Nats-Msg-Id": f"renew:{cluster}:{rid}"})
             seen, renewed, last = 0, False, ""
             while time.monotonic() < deadline:
                 for e in watch.seen[seen:]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from bke.contracts.status import STATUS_GET, ClusterStatus, NodeSelection, StatusError, StatusRequested, parse_status_reply
+from bke.contracts.status import STATUS_GET, ClusterStatus, NodeSelection, StatusError, GetStatus, parse_status_reply
 
 __all__ = ["StatusUnavailable", "get_status"]
 
@@ -25,7 +25,7 @@ async def get_status(
     `every_page` is False: then the first page only)."""
     offset, pages = 0, []
     while True:
-        req = StatusRequested(cluster=cluster, nodes=nodes, offset=offset)
+        req = GetStatus(cluster=cluster, nodes=nodes, offset=offset)
         try:
             msg = await nc.request(STATUS_GET, req.to_bytes(), timeout=timeout)
         except NoRespondersError as exc:

@@ -17,7 +17,7 @@ from nats.errors import NoServersError
 from rich.console import Console
 from rich.table import Table
 
-from bke.contracts.install import RETRY_REQUESTED, RetryRequested
+from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.status import ClusterStatus, NodeSelection
 
 from .connect import resolve_nats
@@ -120,8 +120,8 @@ def retry(
     async def send() -> int:
         nc = await nats.connect(nurl)
         try:
-            req = RetryRequested(request_id=str(uuid.uuid4()), cluster=name, nodes=wanted)
-            await nc.jetstream().publish(RETRY_REQUESTED, req.to_bytes())
+            req = RetryInstall(request_id=str(uuid.uuid4()), cluster=name, nodes=wanted)
+            await nc.jetstream().publish(RETRY_INSTALL, req.to_bytes())
             # the dispatcher takes the retry when it flips the install back to Running
             deadline = time.monotonic() + RETRY_PICKUP_S
             while not _picked_up(doc, await get_status(nc, name, "none")):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from bke.contracts import CHANNELS, ClusterRejected, ClusterRequested, ErrorItem, PlanCreated
+from bke.contracts import CHANNELS, ClusterRejected, InstallCluster, ErrorItem, PlanCreated
 from bke.contracts.agent import AgentCommand, WriteFile, agent_subject, node_token, token_node
 from bke.contracts.asyncapi import render_asyncapi
 from bke.bus.streams import STREAMS
@@ -28,9 +28,9 @@ def test_every_subject_is_versioned_and_in_exactly_one_stream_or_core():
 
 
 def test_round_trip_and_camel_case_wire_format():
-    req = ClusterRequested(request_id="r1", spec="x")
+    req = InstallCluster(request_id="r1", spec="x")
     assert req.to_bytes() == b'{"requestId":"r1","spec":"x","specRef":null}'
-    assert ClusterRequested.model_validate_json(req.to_bytes()) == req
+    assert InstallCluster.model_validate_json(req.to_bytes()) == req
     rej = ClusterRejected(request_id="r1", cluster=None, errors=[ErrorItem(path="a", message="b")])
     assert ClusterRejected.model_validate_json(rej.to_bytes()) == rej
     ev = PlanCreated(request_id="r", cluster="c", plan_key="k", plan_digest="d", nodes=1, etcd_clusters=["etcd-data"])
@@ -39,11 +39,11 @@ def test_round_trip_and_camel_case_wire_format():
 
 def test_messages_are_strict():
     with pytest.raises(ValidationError):
-        ClusterRequested.model_validate({"requestId": "r", "spec": "x", "surprise": 1})
+        InstallCluster.model_validate({"requestId": "r", "spec": "x", "surprise": 1})
     with pytest.raises(ValidationError):
-        ClusterRequested.model_validate({"requestId": "r", "spec": "x", "specRef": "b/k"})
+        InstallCluster.model_validate({"requestId": "r", "spec": "x", "specRef": "b/k"})
     with pytest.raises(ValidationError):
-        ClusterRequested.model_validate({"requestId": "r", "specRef": "nobucket"})
+        InstallCluster.model_validate({"requestId": "r", "specRef": "nobucket"})
 
 
 def test_agent_command_steps_discriminated_and_subjects():
@@ -65,7 +65,7 @@ def test_agent_command_steps_discriminated_and_subjects():
 
 
 def test_status_schema_document_is_current_and_the_reply_is_versioned():
-    from bke.contracts.status import ClusterStatus, StatusError, StatusRequested, parse_status_reply
+    from bke.contracts.status import ClusterStatus, StatusError, GetStatus, parse_status_reply
     from bke.contracts.status_schema import render_status_schema
 
     committed = Path("docs/status.schema.json").read_text()
@@ -77,6 +77,6 @@ def test_status_schema_document_is_current_and_the_reply_is_versioned():
     with pytest.raises(ValidationError):  # an unknown version is refused, not guessed at
         parse_status_reply(b'{"apiVersion": "bke.v2/ClusterStatus", "cluster": "x"}')
     with pytest.raises(ValidationError):
-        StatusRequested.model_validate({"cluster": "x", "limit": 100_000})
+        GetStatus.model_validate({"cluster": "x", "limit": 100_000})
     with pytest.raises(ValidationError):
         ClusterStatus.model_validate({"apiVersion": "bke.v1/ClusterStatus", "cluster": "x", "surprise": 1})

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import redis.asyncio as aioredis
 
-from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, RENEW_REQUESTED, CertsRenewed, RenewRequested
+from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, RENEW_CERTS, CertsRenewed, RenewCerts
 from bke.contracts.rotation import RotationChanged, RotationView
 from bke.pki import IssueOptions, cert_info
 from bke.pki.store_redis import RedisPkiStore
@@ -47,7 +47,7 @@ async def certs(redis_client: aioredis.Redis, redis_url: str):
 
 
 def _req(rid: str, **kw) -> bytes:
-    return RenewRequested(request_id=rid, cluster="big", **kw).to_bytes()
+    return RenewCerts(request_id=rid, cluster="big", **kw).to_bytes()
 
 
 async def _rotation(h: CertsHandlers, rid: str, status: str) -> None:
@@ -57,7 +57,7 @@ async def _rotation(h: CertsHandlers, rid: str, status: str) -> None:
 
 async def _renew(h: CertsHandlers, body: bytes) -> None:
     """The bytes through the service's wiring, as the bus delivers them."""
-    await typed(RenewRequested, h.on_renew, h.publish)(body)
+    await typed(RenewCerts, h.on_renew, h.publish)(body)
 
 
 async def test_one_event_per_request_replayed_on_redelivery_and_one_operation_at_a_time(certs):
@@ -104,8 +104,8 @@ async def test_automatic_renewal_renews_what_is_due_only_when_idle(certs):
     decided = await auto.tick()
     assert decided["big"].action == "renew" and len(decided["big"].due) == 69 - 7
     [(subject, body)] = sent
-    req = RenewRequested.model_validate_json(body)
-    assert subject == RENEW_REQUESTED and req.origin == "auto" and req.within_days == 30
+    req = RenewCerts.model_validate_json(body)
+    assert subject == RENEW_CERTS and req.origin == "auto" and req.within_days == 30
     assert req.request_id == "auto-20270204T120000Z"
     assert (await auto.tick())["big"].action == "skip" and len(sent) == 1  # waiting: not asked twice
 

@@ -147,8 +147,8 @@ async def test_a_refused_render_fails_the_install_at_once_and_a_retry_asks_the_r
         nats_url, redis_url, redis_client, nats_client):
     """No agent, no renderer: the dispatcher alone, told by events. The failure comes before the
     install record (the renderer can be faster than the dispatcher): it still fails the install."""
-    from bke.contracts.install import RETRY_REQUESTED, RetryRequested
-    from bke.contracts.render import RENDER_FAILED, RENDER_REQUESTED, RenderFailed
+    from bke.contracts.install import RETRY_INSTALL, RetryInstall
+    from bke.contracts.render import RENDER_FAILED, RENDER_MANIFESTS, RenderFailed
 
     plan = plan_spec_text(open("examples/seed-3m1w.yaml").read().replace("name: seed", "name: refused")).plan
     r = Redis.from_url(redis_url)
@@ -160,7 +160,7 @@ async def test_a_refused_render_fails_the_install_at_once_and_a_retry_asks_the_r
     svc = create_service(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner="x", mode="lab", health_interval_s=0))
     await svc.start()
     try:
-        async with EventWatch(nats_client, ["bke.v1.install.refused.finished", RENDER_REQUESTED]) as watch:
+        async with EventWatch(nats_client, ["bke.v1.install.refused.finished", RENDER_MANIFESTS]) as watch:
             refused = RenderFailed(request_id="req-9", cluster="refused", kind="invalid", plan_digest=digest,
                                    errors=["cluster.spec.etcd.extraArgs.client-cert-auth: refused"])
             await js.publish(RENDER_FAILED, refused.to_bytes())
@@ -172,8 +172,8 @@ async def test_a_refused_render_fails_the_install_at_once_and_a_retry_asks_the_r
             assert (await st.install("refused"))["status"] == "Failed"
             assert (await st.phase("refused", "agents"))["status"] == "Failed"  # the phase it was in
 
-            await js.publish(RETRY_REQUESTED, RetryRequested(request_id="retry-1", cluster="refused").to_bytes())
-            asked = await watch.wait_for(lambda e: e.subject == RENDER_REQUESTED, timeout=15)
+            await js.publish(RETRY_INSTALL, RetryInstall(request_id="retry-1", cluster="refused").to_bytes())
+            asked = await watch.wait_for(lambda e: e.subject == RENDER_MANIFESTS, timeout=15)
             assert asked.data == {"requestId": "retry-1", "cluster": "refused"}
             assert (await st.install("refused"))["status"] == "Running"
             assert (await st.inputs("refused"))["render"]["status"] == "Requested"
@@ -235,4 +235,19 @@ async def test_a_replaced_plan_restarts_an_install_that_failed_before_any_node_c
         assert (await st.install("again"))["status"] == "Running"
     finally:
         await svc.stop()
+        await r.aclose()
+
+
+async def test_a_record_about_another_plan_never_replaces_one_about_the_install_plan(redis_url, redis_client):
+    r = Redis.from_url(redis_url)
+    try:
+        st = DispatcherState(r)
+        ready_new = {"status": "Ready", "digest": "new", "reason": "", "kind": "operational", "node": None}
+        failed_old = {"status": "Failed", "digest": "old", "reason": "x", "kind": "invalid", "node": None}
+        assert await st.record_input("c", "render", failed_old, "new")  # nothing stored yet: kept
+        assert await st.record_input("c", "render", ready_new, "new")
+        assert not await st.record_input("c", "render", failed_old, "new")  # late, about the old plan
+        assert (await st.inputs("c"))["render"] == ready_new
+        assert await st.record_input("c", "render", {**failed_old, "digest": ""}, "new")  # digest not said: current
+    finally:
         await r.aclose()

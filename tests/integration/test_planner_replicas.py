@@ -16,12 +16,12 @@ from redis.asyncio import Redis
 
 from bke.bus import EventWatch
 from bke.bus.handler import typed
-from bke.contracts import CLUSTER_REJECTED, CLUSTER_REQUESTED, PLAN_CREATED, ClusterRequested
+from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, PLAN_CREATED, InstallCluster
 from bke.contracts.install import InstallFinished, install_subject
 from bke.plan import Plan, plan_spec_text
 from bke.state import RedisPlanStore, plan_digest, plan_meta_key, plan_replaceable_key
 from bke_planner.app import create_service
-from bke_planner.handlers import PlannerDeps, handle_cluster_requested
+from bke_planner.handlers import PlannerDeps, handle_install_cluster
 from bke_planner.settings import PlannerSettings
 
 pytestmark = pytest.mark.integration
@@ -47,7 +47,7 @@ def unique(prefix: str) -> str:
 
 
 async def request(nats_client, rid: str, spec: str) -> None:
-    await nats_client.jetstream().publish(CLUSTER_REQUESTED, json.dumps({"requestId": rid, "spec": spec}).encode())
+    await nats_client.jetstream().publish(INSTALL_CLUSTER, json.dumps({"requestId": rid, "spec": spec}).encode())
 
 
 async def finished(nats_client, cluster: str, *, status: str, nodes_changed: bool) -> None:
@@ -128,7 +128,7 @@ async def test_two_replicas_two_specs_one_new_cluster_forced_interleaving(nats_c
             barrier = asyncio.Barrier(2)
             stores = [BarrierStore(redis, barrier), BarrierStore(redis, barrier)]
             deps = [PlannerDeps(store=s, fetch_blob=no_blob, now=lambda: datetime.now(timezone.utc)) for s in stores]
-            works = [typed(ClusterRequested, partial(handle_cluster_requested, deps=d), publish) for d in deps]
+            works = [typed(InstallCluster, partial(handle_install_cluster, deps=d), publish) for d in deps]
             rids = [str(uuid.uuid4()), str(uuid.uuid4())]
             bodies = [json.dumps({"requestId": rids[i], "spec": seed(name, changed=i)}).encode() for i in range(2)]
             await asyncio.gather(*(works[i](bodies[i]) for i in range(2)))

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from bke.bus import EventWatch, put_blob
-from bke.contracts import CLUSTER_REJECTED, CLUSTER_REQUESTED, PLAN_CREATED
+from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, PLAN_CREATED
 from bke.plan import Plan
 from bke.spec.synth import synth_spec_text
 from bke_planner.app import create_service
@@ -39,7 +39,7 @@ def by_request(rid):
 
 async def request(nats_client, payload) -> None:
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    await nats_client.jetstream().publish(CLUSTER_REQUESTED, body)
+    await nats_client.jetstream().publish(INSTALL_CLUSTER, body)
 
 
 async def test_plan_created_then_rejections_then_still_serving(planner, watch, nats_client, redis_client):
@@ -115,3 +115,16 @@ async def test_large_spec_travels_by_reference(planner, watch, nats_client, redi
     await request(nats_client, {"requestId": rid2, "specRef": "bke-blobs/specs/missing.yaml"})
     rej = await watch.wait_for(by_request(rid2), timeout=15)
     assert rej.subject == CLUSTER_REJECTED and rej.data["errors"][0]["path"] == "specRef"
+
+
+async def test_the_old_name_of_the_install_command_is_still_served_with_a_warning(planner, watch, nats_client, caplog):
+    """`bke.v1.cluster.requested` was renamed `bke.v1.cluster.install` (commands are imperative);
+    a request on the old name, from older tooling or queued across an upgrade, is not lost."""
+    from bke.contracts.subjects import LEGACY_CLUSTER_REQUESTED
+
+    caplog.set_level("WARNING", logger="bke.bus.handler")
+    rid = str(uuid.uuid4())
+    await nats_client.jetstream().publish(LEGACY_CLUSTER_REQUESTED, json.dumps({"requestId": rid, "spec": SEED}).encode())
+    ev = await watch.wait_for(by_request(rid), timeout=15)
+    assert ev.subject == PLAN_CREATED and ev.data["cluster"] == "seed"
+    assert any("deprecated subject bke.v1.cluster.requested" in r.getMessage() for r in caplog.records)

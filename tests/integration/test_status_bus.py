@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from rich.console import Console
 
 from bke.bus.streams import ensure_streams
-from bke.contracts.status import STATUS_GET, ClusterStatus, StatusError, StatusRequested, parse_status_reply
+from bke.contracts.status import STATUS_GET, ClusterStatus, StatusError, GetStatus, parse_status_reply
 from bke.plan import plan_spec_text
 from bke.state import RedisPlanStore, plan_digest
 from bke_cli.follow import submit_and_follow
@@ -97,7 +97,7 @@ async def test_unknown_cluster_and_bad_requests_get_clear_answers(failed_install
     reply = parse_status_reply((await nats_client.request(STATUS_GET, b"not json", timeout=5)).data)
     assert isinstance(reply, StatusError) and reply.reason == "Invalid"
     # the responder is still there after both
-    good = await nats_client.request(STATUS_GET, StatusRequested(cluster="stat", nodes="none").to_bytes(), timeout=5)
+    good = await nats_client.request(STATUS_GET, GetStatus(cluster="stat", nodes="none").to_bytes(), timeout=5)
     assert isinstance(parse_status_reply(good.data), ClusterStatus)
 
 

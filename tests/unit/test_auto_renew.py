@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pydantic import ValidationError
 
-from bke.contracts.certs import RenewRequested
+from bke.contracts.certs import RenewCerts
 from bke.pki.expiry import ExpiryRow
 from bke_certs.renewal import OpsView, auto_renew_decision, auto_request_id, renew_refusal
 
@@ -44,7 +44,7 @@ def test_a_busy_cluster_is_skipped_until_the_next_tick(view, reason):
 
 
 def test_a_requested_renewal_waits_only_for_another_rotation():
-    req = RenewRequested(request_id="r2", cluster="c", names=["apiserver"])
+    req = RenewCerts(request_id="r2", cluster="c", names=["apiserver"])
     assert renew_refusal("c", req, IDLE) == ""
     assert renew_refusal("c", req, OpsView(install="Running")) == ""  # the dispatcher judges the install
     assert "rotation r1 of c is still running" in renew_refusal("c", req, OpsView(rotation="Running", rotation_id="r1"))
@@ -55,9 +55,9 @@ def test_a_requested_renewal_waits_only_for_another_rotation():
 
 def test_request_ids_and_the_request_contract():
     assert auto_request_id(NOW) == "auto-20270101T000000Z"
-    RenewRequested(request_id=auto_request_id(NOW), cluster="c", within_days=30, origin="auto")
+    RenewCerts(request_id=auto_request_id(NOW), cluster="c", within_days=30, origin="auto")
     for bad in ({}, {"names": ["a"], "withinDays": 3}):
         with pytest.raises(ValidationError, match="names / withinDays: give exactly one"):
-            RenewRequested.model_validate({"requestId": "r", "cluster": "c", **bad})
+            RenewCerts.model_validate({"requestId": "r", "cluster": "c", **bad})
     with pytest.raises(ValidationError, match="request_id|requestId"):
-        RenewRequested(request_id="a/b", cluster="c", names=["all"])  # a slash would break command ids
+        RenewCerts(request_id="a/b", cluster="c", names=["all"])  # a slash would break command ids

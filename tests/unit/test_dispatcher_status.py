@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bke_dispatcher.phases import PHASES as PHASE_TABLE
-from bke.contracts.status import ClusterStatus, StatusError, StatusRequested, parse_status_reply
+from bke.contracts.status import ClusterStatus, StatusError, GetStatus, parse_status_reply
 from bke_cli.follow import failure_code, failure_lines
 from bke_dispatcher.status import MAX_REPLY_BYTES, StatusResponder, build_status, fit_reply
 
@@ -24,7 +24,7 @@ PHASES = {"agents": {"status": "Succeeded", "startedAt": "a", "finishedAt": "b",
 
 
 def status(install=INSTALL, order=ORDER, records=NODES, rotation=None, **req) -> ClusterStatus:
-    return build_status(StatusRequested(cluster="c", **req), install, PHASES, order, records, {}, {}, rotation)
+    return build_status(GetStatus(cluster="c", **req), install, PHASES, order, records, {}, {}, rotation)
 
 
 def test_phases_in_table_order_with_counts_and_empty_times_as_null():
@@ -88,7 +88,7 @@ def test_10000_nodes_fit_one_nats_payload_page_by_page():
 def test_fit_reply_halves_the_page_until_it_fits_and_points_to_the_rest():
     order = [f"n{i:05d}-" + "x" * 200 for i in range(5000)]
     nodes = {h: {"phase": "node-env", "status": "Failed", "step": "s" * 100} for h in order}
-    reply = build_status(StatusRequested(cluster="c", nodes="all", offset=0, limit=5000), INSTALL, PHASES, order, nodes, {}, {}, None)
+    reply = build_status(GetStatus(cluster="c", nodes="all", offset=0, limit=5000), INSTALL, PHASES, order, nodes, {}, {}, None)
     assert len(reply.to_bytes()) > MAX_REPLY_BYTES  # too big as built: ~1.7 MB
     data = fit_reply(reply)
     fitted = parse_status_reply(data)
@@ -107,7 +107,7 @@ async def test_responder_answers_bad_requests_and_outages_with_error_replies():
     assert isinstance(bad, StatusError) and bad.reason == "Invalid" and [e.path for e in bad.errors] == ["nodes"]
     garbage = parse_status_reply(await responder.answer(b"\xff"))
     assert isinstance(garbage, StatusError) and garbage.reason == "Invalid" and garbage.errors
-    down = parse_status_reply(await responder.answer(StatusRequested(cluster="c").to_bytes()))
+    down = parse_status_reply(await responder.answer(GetStatus(cluster="c").to_bytes()))
     assert isinstance(down, StatusError) and down.reason == "Unavailable" and "redis down" in down.message
 
 
@@ -115,7 +115,7 @@ async def test_responder_answers_bad_requests_and_outages_with_error_replies():
 def test_the_follower_names_phase_nodes_and_reason_and_exits_by_kind(kind, code):
     failed = {**INSTALL, "status": "Failed", "message": "1 node(s) failed: m3; m3 step wait:etcd-data: timeout", "kind": kind}
     phases = {**PHASES, "etcd": {**PHASES["etcd"], "status": "Failed"}}
-    doc = build_status(StatusRequested(cluster="c"), failed, phases, ORDER, NODES, {}, {}, None)
+    doc = build_status(GetStatus(cluster="c"), failed, phases, ORDER, NODES, {}, {}, None)
     lines = failure_lines(doc)
     assert lines[0] == "install of c failed in phase etcd: 1 node(s) failed: m3; m3 step wait:etcd-data: timeout"
     assert lines[1] == "failed node(s): m3"

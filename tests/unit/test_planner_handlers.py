@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from bke.contracts import CLUSTER_REJECTED, ClusterRejected, ClusterRequested
-from bke_planner.handlers import PlannerDeps, handle_cluster_requested, refuse_request
+from bke.contracts import CLUSTER_REJECTED, ClusterRejected, InstallCluster
+from bke_planner.handlers import PlannerDeps, handle_install_cluster, refuse_request
 
 BAD_FLAG = open("tests/fixtures/client-cert-auth-false.yaml").read()
 
@@ -17,7 +17,7 @@ DEPS = PlannerDeps(store=None, fetch_blob=_no_blob, now=lambda: datetime.now(tim
 
 
 async def test_a_refused_flag_is_rejected_with_its_field_before_anything_is_stored():
-    (out,) = await handle_cluster_requested(ClusterRequested(request_id="r1", spec=BAD_FLAG), DEPS)
+    (out,) = await handle_install_cluster(InstallCluster(request_id="r1", spec=BAD_FLAG), DEPS)
     assert out.subject == CLUSTER_REJECTED and out.msg_id == "rejected:r1"
     assert isinstance(out.message, ClusterRejected)
     assert [e.path for e in out.message.errors] == ["cluster.spec.clusterConfig.cluster.etcd.extraArgs.client-cert-auth"]

@@ -6,7 +6,7 @@ import json
 
 from bke.bus.handler import Out, parse, typed
 from bke.contracts import PlanCreated
-from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed, RenderRequested
+from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed, RenderManifests
 from bke.errors import MalformedMessage
 from bke.plan import Plan, plan_spec_text
 from bke.state import plan_digest
@@ -78,7 +78,7 @@ async def test_a_refused_flag_is_a_failed_event_of_kind_invalid_with_its_field()
 
 async def test_a_render_request_for_an_unknown_cluster_is_refused_not_raised():
     h = RendererHandlers(plans=Plans(None), store=Store(), publish=None)  # type: ignore[arg-type]
-    (out,) = await h.on_render_requested(RenderRequested(request_id="r3", cluster="ghost"))
+    (out,) = await h.on_render_manifests(RenderManifests(request_id="r3", cluster="ghost"))
     assert out.subject == RENDER_FAILED and "ghost" in out.message.errors[0]
 
 
@@ -88,16 +88,16 @@ async def test_typed_wiring_parses_publishes_in_order_and_refuses_bytes_that_are
     async def publish(payload, subject, headers):
         sent.append((subject, headers))
 
-    async def handler(req: RenderRequested) -> list[Out]:
+    async def handler(req: RenderManifests) -> list[Out]:
         return [Out(req, "a", "id-1"), Out(req, "b")]
 
-    work = typed(RenderRequested, handler, publish)
-    await work(RenderRequested(request_id="x", cluster="c").to_bytes())
+    work = typed(RenderManifests, handler, publish)
+    await work(RenderManifests(request_id="x", cluster="c").to_bytes())
     assert sent == [("a", {"Nats-Msg-Id": "id-1"}), ("b", {})]
     try:
-        parse(RenderRequested, b'{"requestId": 1}')
+        parse(RenderManifests, b'{"requestId": 1}')
     except MalformedMessage as exc:
-        assert "malformed RenderRequested" in str(exc) and "cluster" in str(exc)
+        assert "malformed RenderManifests" in str(exc) and "cluster" in str(exc)
     else:
         raise AssertionError("bytes that are no message must be MalformedMessage")
 
@@ -111,7 +111,7 @@ async def test_giving_up_on_a_plan_or_a_render_request_is_a_failed_event_for_its
     h = RendererHandlers(plans=Plans(None), store=Store(), publish=publish)  # type: ignore[arg-type]
     plan_ev = PlanCreated(request_id="r1", cluster="c", plan_key="k", plan_digest="pd", nodes=1, etcd_clusters=[])
     await h.gave_up(plan_ev.to_bytes(), "ConnectionError: store down")
-    await h.gave_up(RenderRequested(request_id="r2", cluster="c").to_bytes(), "OSError: disk full")
+    await h.gave_up(RenderManifests(request_id="r2", cluster="c").to_bytes(), "OSError: disk full")
     assert [(s, f.request_id, f.plan_digest, f.kind) for s, f in sent] == [
         (RENDER_FAILED, "r1", "pd", "operational"), (RENDER_FAILED, "r2", "", "operational")]
     assert sent[0][1].errors == ["the renderer gave up: ConnectionError: store down"]

@@ -1,9 +1,12 @@
-"""A lean durable pull consumer for hot paths (agent results at thousands of nodes).
+"""The lean durable pull consumer every service subscribes with.
 
 FastStream's per-message pipeline (dependency injection, middlewares, a thread hop for
 sync dependencies) costs about 0.7 ms a message; on the dispatcher's result stream at 5,000
-nodes that alone was a fifth of the install. This loop fetches batches with nats-py and
-settles each message with the same `delivery.settle` rules as every other subscriber.
+nodes that alone was a fifth of the install. And FastStream 0.7.8's pull subscriber suppresses
+only nats-py's own TimeoutError: the asyncio.TimeoutError that nats-py 2.16's fetch also raises
+ends its task, and a message delivered while the supervisor restarts it waited out the full ack
+wait (seen as a 60 s stall of a dispatcher test). This loop fetches batches with nats-py, treats
+either timeout as "nothing yet", and settles each message with the `delivery.settle` rules.
 """
 from __future__ import annotations
 
@@ -38,10 +41,11 @@ class _Delivery:
 
 class FastConsumer:
     def __init__(self, subject: str, stream: str, durable: str, work: Callable[[bytes], Awaitable[None]], *,
-                 service: str, broker: Any, max_deliver: int, ack_wait: float, batch: int = 256, workers: int = 32):
+                 service: str, broker: Any, max_deliver: int, ack_wait: float, batch: int = 256, workers: int = 32,
+                 give_up: Callable[[bytes, str], Awaitable[None]] | None = None):
         self.subject, self.stream, self.durable, self.work = subject, stream, durable, work
         self.service, self.broker, self.max_deliver, self.ack_wait = service, broker, max_deliver, ack_wait
-        self.batch, self.workers = batch, workers
+        self.batch, self.workers, self.give_up = batch, workers, give_up
         self._task: asyncio.Task | None = None
         self._sub: Any = None
         self._stopping = False
@@ -62,7 +66,7 @@ class FastConsumer:
         async def one(m: Any) -> None:
             async with sem:
                 await settle(_Delivery(m), self.work, broker=self.broker, service=self.service,  # type: ignore[arg-type]
-                             max_deliver=self.max_deliver)
+                             max_deliver=self.max_deliver, give_up=self.give_up)
 
         while not self._stopping:
             try:

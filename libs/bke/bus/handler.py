@@ -9,6 +9,7 @@ returned, in order. Handlers never see bytes or a broker, so they are tested as 
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence, TypeVar
 
@@ -17,8 +18,9 @@ from pydantic import ValidationError
 from ..contracts.base import Message
 from ..errors import MalformedMessage
 
-__all__ = ["Out", "Publish", "first_of", "parse", "typed"]
+__all__ = ["Out", "Publish", "deprecated", "first_of", "parse", "typed"]
 
+log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Message)
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 
@@ -74,3 +76,14 @@ def typed(model: type[M], handler: Callable[[M], Awaitable[Sequence[Out] | None]
 
     work.__name__ = getattr(handler, "__name__", "work")
     return work
+
+
+def deprecated(old: str, new: str, work: Callable[[bytes], Awaitable[None]]) -> Callable[[bytes], Awaitable[None]]:
+    """`work` for a message that came on a subject's old name: handled the same, with a warning."""
+
+    async def on_old_subject(body: bytes) -> None:
+        log.warning("message on deprecated subject %s: publish on %s (the old name goes with bke.v2)", old, new,
+                    extra={"subject": old})
+        await work(body)
+
+    return on_old_subject

@@ -1,7 +1,9 @@
-"""The one service shape: broker + lifespan + a JetStream work subscriber, built by a factory.
+"""The one service shape: broker + lifespan + JetStream work subscribers, built by a factory.
 
-Every service calls `make_service(...)` and registers its handlers with `work_subscriber`;
-the details of acks, redelivery and dead-lettering live in `delivery.settle`.
+Every service calls `make_service(...)` and registers its handlers with `work_subscriber`
+(`bke.bus.handler.typed` turns a typed handler into one); FastStream runs the app's lifespan
+and publishes, the lean consumer of fast_consumer consumes, and the details of acks, redelivery
+and dead-lettering live in `delivery.settle`.
 """
 from __future__ import annotations
 
@@ -11,11 +13,10 @@ from typing import Awaitable, Callable
 
 import nats
 from nats.aio.client import Client as NatsClient
-from faststream import AckPolicy, FastStream
-from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage, PullSub
+from faststream import FastStream
+from faststream.nats import NatsBroker
 
 from ..settings import ServiceSettings
-from .delivery import settle
 from .streams import ensure_streams
 
 __all__ = ["Service", "make_service"]
@@ -42,28 +43,22 @@ class Service:
         max_workers: int = 1,
         give_up: Callable[[bytes, str], Awaitable[None]] | None = None,
     ) -> None:
-        """A durable pull consumer with explicit acks; `work` gets the raw body. With
-        `max_workers` > 1 messages are handled concurrently (handlers must be idempotent and
-        order-independent, as every handler here is). `give_up(body, reason)` answers for a
-        message that failed on every delivery (see delivery.settle)."""
-        max_deliver = self.settings.max_deliver
-        broker = self.broker
+        """A durable pull consumer with explicit acks; `work` gets the raw body (see
+        `bke.bus.handler.typed`). With `max_workers` > 1 messages are handled concurrently
+        (handlers must be idempotent and order-independent, as every handler here is).
+        `give_up(body, reason)` answers for a message that failed on every delivery (see
+        delivery.settle). The consumer is the lean fetch loop of fast_consumer (why: there)."""
+        from .fast_consumer import FastConsumer
 
-        async def handler(msg: NatsMessage) -> None:
-            await settle(msg, work, broker=broker, service=self.name, max_deliver=max_deliver, give_up=give_up)
+        consumer = FastConsumer(subject, stream, durable, work, service=self.name, broker=self.broker,
+                                max_deliver=self.settings.max_deliver, ack_wait=self.settings.ack_wait_seconds,
+                                batch=batch_size, workers=max_workers, give_up=give_up)
 
-        handler.__name__ = f"on_{durable.replace('-', '_')}"
-        broker.subscriber(
-            subject,
-            stream=JStream(name=stream, declare=False),
-            durable=durable,
-            pull_sub=PullSub(batch_size=batch_size, timeout=1.0),
-            ack_policy=AckPolicy.MANUAL,
-            max_workers=max_workers,
-            # Unlimited on the server: a TemporaryError may wait as long as it must; `settle`
-            # dead-letters unexpected failures itself after `max_deliver` deliveries.
-            config=ConsumerConfig(max_deliver=-1, ack_wait=self.settings.ack_wait_seconds),
-        )(handler)
+        async def _start() -> None:
+            await consumer.start(self.nc)
+
+        self.after_start.append(_start)
+        self.before_stop.append(consumer.stop)
 
     @property
     def nc(self) -> NatsClient:
@@ -71,19 +66,10 @@ class Service:
         return self.broker.connection
 
     def fast_subscriber(self, subject: str, stream: str, durable: str, work: Callable[[bytes], Awaitable[None]],
-                        *, batch_size: int = 256, workers: int = 32) -> None:
-        """Like `work_subscriber`, for hot paths: a lean nats-py fetch loop (see fast_consumer)."""
-        from .fast_consumer import FastConsumer
-
-        consumer = FastConsumer(subject, stream, durable, work, service=self.name, broker=self.broker,
-                                max_deliver=self.settings.max_deliver, ack_wait=self.settings.ack_wait_seconds,
-                                batch=batch_size, workers=workers)
-
-        async def _start() -> None:
-            await consumer.start(self.nc)
-
-        self.after_start.append(_start)
-        self.before_stop.append(consumer.stop)
+                        *, batch_size: int = 256, workers: int = 32,
+                        give_up: Callable[[bytes, str], Awaitable[None]] | None = None) -> None:
+        """`work_subscriber` sized for hot paths: big batches, many concurrent handlers."""
+        self.work_subscriber(subject, stream, durable, work, batch_size=batch_size, max_workers=workers, give_up=give_up)
 
     async def start(self) -> None:
         """Declare the streams, then start consuming (what `app.run()` does, for tests)."""

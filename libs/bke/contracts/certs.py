@@ -12,24 +12,24 @@ __all__ = [
     "CERTS_ISSUED",
     "CERTS_RENEWED",
     "CERTS_SEALED",
-    "ISSUE_REQUESTED",
-    "RENEW_REQUESTED",
+    "ISSUE_CERTS",
+    "RENEW_CERTS",
     "CertsFailed",
     "CertsIssued",
     "CertsRenewed",
     "CertsSealed",
-    "IssueRequested",
+    "IssueCerts",
     "RenewOrigin",
-    "RenewRequested",
+    "RenewCerts",
     "RenewedCertificate",
 ]
 
 CERTS_ISSUED = "bke.v1.certs.issued"
 CERTS_RENEWED = "bke.v1.certs.renewed"
 CERTS_FAILED = "bke.v1.certs.failed"
-RENEW_REQUESTED = "bke.v1.certs.renew-requested"
+RENEW_CERTS = "bke.v1.certs.renew"
 CERTS_SEALED = "bke.v1.certs.sealed"
-ISSUE_REQUESTED = "bke.v1.certs.issue-requested"
+ISSUE_CERTS = "bke.v1.certs.issue"
 
 RenewOrigin = Literal["cli", "auto"]
 
@@ -70,7 +70,7 @@ class CertsSealed(Message):
     nodes: list[str]
 
 
-class IssueRequested(Message):
+class IssueCerts(Message):
     """Command: ensure the cluster's PKI and seal every registered agent's bundle again (sent by
     the dispatcher on `bke retry` after a certificates failure). Answered like a plan."""
 
@@ -78,7 +78,7 @@ class IssueRequested(Message):
     cluster: str
 
 
-class RenewRequested(Message):
+class RenewCerts(Message):
     """Renew leaf certificates: by name (`names`: row names such as `apiserver`, instance ids
     such as `apiserver@m1`, or `all`), or every leaf expiring within `within_days`. Exactly
     one of the two. CAs are never renewed this way."""
@@ -90,7 +90,7 @@ class RenewRequested(Message):
     origin: RenewOrigin = "cli"
 
     @model_validator(mode="after")
-    def _one_selection(self) -> "RenewRequested":
+    def _one_selection(self) -> "RenewCerts":
         if bool(self.names) == (self.within_days is not None):
             raise ValueError("names / withinDays: give exactly one (certificate names, or a number of days)")
         return self

@@ -5,10 +5,10 @@ from pydantic import Field, model_validator
 
 from .base import ErrorItem, Message
 
-__all__ = ["ClusterRequested", "ClusterRejected", "PlanCreated"]
+__all__ = ["InstallCluster", "ClusterRejected", "PlanCreated"]
 
 
-class ClusterRequested(Message):
+class InstallCluster(Message):
     """Command: plan (and install) this cluster. `specRef` = `<bucket>/<key>` in the
     JetStream object store, for specs larger than one message."""
 
@@ -17,7 +17,7 @@ class ClusterRequested(Message):
     spec_ref: str | None = None
 
     @model_validator(mode="after")
-    def _one_source(self) -> "ClusterRequested":
+    def _one_source(self) -> "InstallCluster":
         if (self.spec is None) == (self.spec_ref is None):
             raise ValueError("exactly one of 'spec' and 'specRef' must be given")
         if self.spec_ref is not None and self.spec_ref.count("/") < 1:

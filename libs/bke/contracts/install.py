@@ -14,15 +14,15 @@ __all__ = [
     "InstallFinished",
     "NodeStepChanged",
     "PhaseChanged",
-    "RetryRequested",
+    "RetryInstall",
     "install_subject",
     "FailureKind",
-    "RETRY_REQUESTED",
+    "RETRY_INSTALL",
 ]
 
 PHASE_STATUSES = ("Pending", "Running", "Succeeded", "Failed", "Skipped")
 PhaseStatus = Literal["Pending", "Running", "Succeeded", "Failed", "Skipped"]
-RETRY_REQUESTED = "bke.v1.cluster.retry-requested"
+RETRY_INSTALL = "bke.v1.cluster.retry"
 
 
 def install_subject(cluster: str, kind: str) -> str:
@@ -66,7 +66,7 @@ class InstallFinished(Message):
     plan_digest: str = ""  # the plan this install was of: a late event never marks a newer plan
 
 
-class RetryRequested(Message):
+class RetryInstall(Message):
     request_id: str
     cluster: str
     nodes: list[str] = []  # empty: every failed node of the failed phase

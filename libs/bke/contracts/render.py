@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from .base import FailureKind, Message
 
-__all__ = ["ManifestsRendered", "RenderFailed", "RenderRequested", "MANIFESTS_RENDERED", "RENDER_FAILED", "RENDER_REQUESTED"]
+__all__ = ["ManifestsRendered", "RenderFailed", "RenderManifests", "MANIFESTS_RENDERED", "RENDER_FAILED", "RENDER_MANIFESTS"]
 
 MANIFESTS_RENDERED = "bke.v1.manifests.rendered"
 RENDER_FAILED = "bke.v1.manifests.failed"
-RENDER_REQUESTED = "bke.v1.manifests.render-requested"
+RENDER_MANIFESTS = "bke.v1.manifests.render"
 
 
 class ManifestsRendered(Message):
@@ -30,7 +30,7 @@ class RenderFailed(Message):
     plan_digest: str = ""
 
 
-class RenderRequested(Message):
+class RenderManifests(Message):
     """Command: render the cluster's stored plan again (sent by the dispatcher on `bke retry`
     after a rendering failure). Answered like a plan: `manifests.rendered` or `manifests.failed`."""
 

@@ -33,7 +33,7 @@ __all__ = [
     "StatusNode",
     "StatusPhase",
     "StatusReply",
-    "StatusRequested",
+    "GetStatus",
     "parse_status_reply",
 ]
 
@@ -49,7 +49,7 @@ NodeStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
 NodeSelection = Literal["none", "failed", "all"]
 
 
-class StatusRequested(Message):
+class GetStatus(Message):
     """Request: the status of one cluster. Nodes in plan order, paged by `offset`/`limit`."""
 
     cluster: str = Field(min_length=1, max_length=253)

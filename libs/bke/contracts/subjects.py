@@ -8,48 +8,60 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import Message
-from .cluster import ClusterRejected, ClusterRequested, PlanCreated
+from .cluster import ClusterRejected, InstallCluster, PlanCreated
 from .certs import (
     CERTS_FAILED,
     CERTS_ISSUED,
     CERTS_RENEWED,
     CERTS_SEALED,
-    ISSUE_REQUESTED,
-    RENEW_REQUESTED,
+    ISSUE_CERTS,
+    RENEW_CERTS,
     CertsFailed,
     CertsIssued,
     CertsRenewed,
     CertsSealed,
-    IssueRequested,
-    RenewRequested,
+    IssueCerts,
+    RenewCerts,
 )
 from .rotation import RotationChanged
-from .install import RETRY_REQUESTED, InstallFinished, NodeStepChanged, PhaseChanged, RetryRequested
-from .render import MANIFESTS_RENDERED, RENDER_FAILED, RENDER_REQUESTED, ManifestsRendered, RenderFailed, RenderRequested
+from .install import RETRY_INSTALL, InstallFinished, NodeStepChanged, PhaseChanged, RetryInstall
+from .render import MANIFESTS_RENDERED, RENDER_FAILED, RENDER_MANIFESTS, ManifestsRendered, RenderFailed, RenderManifests
 from .agent import AgentCommand, AgentHeartbeat, AgentRegistered, CommandResult
 from .deadletter import DeadLettered
-from .status import STATUS_GET, ClusterStatus, StatusError, StatusRequested
+from .status import STATUS_GET, ClusterStatus, StatusError, GetStatus
 
 __all__ = [
     "AGENT_SUBJECTS",
     "CHANNELS",
     "CLUSTER_REJECTED",
-    "CLUSTER_REQUESTED",
+    "INSTALL_CLUSTER",
     "COMMAND_SUBJECTS",
     "Channel",
     "DEADLETTER",
     "EVENT_SUBJECTS",
+    "LEGACY_CLUSTER_REQUESTED",
+    "LEGACY_COMMANDS",
+    "LEGACY_RETRY_REQUESTED",
     "PLAN_CREATED",
 ]
 
-CLUSTER_REQUESTED = "bke.v1.cluster.requested"
+INSTALL_CLUSTER = "bke.v1.cluster.install"
 CLUSTER_REJECTED = "bke.v1.cluster.rejected"
 PLAN_CREATED = "bke.v1.plan.created"
 DEADLETTER = "bke.v1.deadletter"
 
+# Commands are imperative: two subjects of earlier releases were named like events. They stay
+# accepted, each by the service that handles its new name, with a warning per message, until
+# bke.v2: older CLIs and tooling keep working, and commands queued across a rolling upgrade are
+# not lost. Nothing in BKE publishes them any more.
+LEGACY_CLUSTER_REQUESTED = "bke.v1.cluster.requested"  # now INSTALL_CLUSTER
+LEGACY_RETRY_REQUESTED = "bke.v1.cluster.retry-requested"  # now RETRY_INSTALL
+LEGACY_COMMANDS: dict[str, str] = {LEGACY_CLUSTER_REQUESTED: INSTALL_CLUSTER, LEGACY_RETRY_REQUESTED: RETRY_INSTALL}
+
 # Stream membership. Subjects of one stream may not overlap another's, so events are
-# listed one by one (the fixed external `bke.v1.cluster.*` pair sits in two streams).
-COMMAND_SUBJECTS: tuple[str, ...] = (CLUSTER_REQUESTED, RENEW_REQUESTED, RETRY_REQUESTED, RENDER_REQUESTED, ISSUE_REQUESTED)
+# listed one by one (the `bke.v1.cluster.*` commands and the rejection sit in two streams).
+COMMAND_SUBJECTS: tuple[str, ...] = (INSTALL_CLUSTER, RENEW_CERTS, RETRY_INSTALL, RENDER_MANIFESTS, ISSUE_CERTS,
+                                     *LEGACY_COMMANDS)
 EVENT_SUBJECTS: tuple[str, ...] = (
     CLUSTER_REJECTED,
     PLAN_CREATED,
@@ -86,29 +98,33 @@ class Channel:
 
 
 CHANNELS: tuple[Channel, ...] = (
-    Channel(CLUSTER_REQUESTED, ClusterRequested, "command", "Plan and install a cluster from a BKECluster + BKENode spec.", ("cli",), ("planner",)),
+    Channel(INSTALL_CLUSTER, InstallCluster, "command", "Plan and install a cluster from a BKECluster + BKENode spec.", ("cli",), ("planner",)),
     Channel(CLUSTER_REJECTED, ClusterRejected, "event", "A request was refused; every error names its field.", ("planner",), ("cli",)),
     Channel(PLAN_CREATED, PlanCreated, "event", "A placement plan is stored; read by certs, renderer and dispatcher.", ("planner",), ("certs", "renderer", "dispatcher")),
     Channel(CERTS_ISSUED, CertsIssued, "event", "The cluster PKI is ensured for a plan (references, never keys).", ("certs",), ("dispatcher",)),
     Channel(CERTS_FAILED, CertsFailed, "event", "The PKI could not be ensured, or one node's bundle could not be sealed (the install fails with this reason), or a renewal was refused or failed.", ("certs",), ("dispatcher", "cli")),
     Channel(CERTS_SEALED, CertsSealed, "event", "These nodes' bundles are sealed to their agents and stored.", ("certs",), ("dispatcher",)),
-    Channel(ISSUE_REQUESTED, IssueRequested, "command", "Ensure the PKI and seal every agent's bundle again (a retry after a certificates failure).", ("dispatcher",), ("certs",)),
-    Channel(RENEW_REQUESTED, RenewRequested, "command", "Renew leaf certificates: by name, all, or those expiring within N days (the certs service's automatic renewal sends it too).", ("cli", "certs"), ("certs",)),
+    Channel(ISSUE_CERTS, IssueCerts, "command", "Ensure the PKI and seal every agent's bundle again (a retry after a certificates failure).", ("dispatcher",), ("certs",)),
+    Channel(RENEW_CERTS, RenewCerts, "command", "Renew leaf certificates: by name, all, or those expiring within N days (the certs service's automatic renewal sends it too).", ("cli", "certs"), ("certs",)),
     Channel(CERTS_RENEWED, CertsRenewed, "event", "A renewal request's certificates were renewed and re-sealed: one event listing each with its nodes; the dispatcher rotates them onto the nodes.", ("certs",), ("dispatcher", "cli")),
     Channel("bke.v1.rotation.{cluster}.changed", RotationChanged, "event", "A certificate rotation started, moved one node on, or finished (the whole view each time).", ("dispatcher",), ("cli", "certs")),
     Channel(MANIFESTS_RENDERED, ManifestsRendered, "event", "Every node's files are rendered, validated and stored.", ("renderer",), ("dispatcher",)),
     Channel(RENDER_FAILED, RenderFailed, "event", "Rendering a plan failed (unsupported version, refused flag, invalid output); the install fails with this reason.", ("renderer",), ("dispatcher",)),
-    Channel(RENDER_REQUESTED, RenderRequested, "command", "Render the stored plan again (a retry after a rendering failure).", ("dispatcher",), ("renderer",)),
+    Channel(RENDER_MANIFESTS, RenderManifests, "command", "Render the stored plan again (a retry after a rendering failure).", ("dispatcher",), ("renderer",)),
     Channel("bke.v1.install.{cluster}.phase", PhaseChanged, "event", "An install phase changed status.", ("dispatcher",), ("cli",)),
     Channel("bke.v1.install.{cluster}.node", NodeStepChanged, "event", "A node's command in a phase changed status (live only: not kept in a stream; Redis holds every node's status).", ("dispatcher",), (),
             external="live progress for whoever watches (`nats sub`, a dashboard); the CLI reads phases and status instead"),
     Channel("bke.v1.install.{cluster}.finished", InstallFinished, "event", "The install succeeded or failed (phase, node, reason, kind, whether any node changed).", ("dispatcher",), ("cli", "planner", "certs")),
-    Channel(RETRY_REQUESTED, RetryRequested, "command", "Retry the failed phase of an install (some or all failed nodes).", ("cli",), ("dispatcher",)),
+    Channel(RETRY_INSTALL, RetryInstall, "command", "Retry the failed phase of an install (some or all failed nodes).", ("cli",), ("dispatcher",)),
     Channel("bke.v1.agent.{cluster}.{node}.command", AgentCommand, "command", "Steps for one node's agent; secret files sealed to that agent.", ("dispatcher",), ("agent",)),
     Channel("bke.v1.agent.{cluster}.{node}.result", CommandResult, "event", "The agent ran (or replayed) a command.", ("agent",), ("dispatcher",)),
     Channel("bke.v1.agent.{cluster}.{node}.registered", AgentRegistered, "event", "An agent started and announces its public keys.", ("agent",), ("dispatcher", "certs")),
     Channel("bke.v1.heartbeat.{cluster}.{node}", AgentHeartbeat, "event", "Agent liveness (core NATS, not stored).", ("agent",), ("dispatcher",)),
-    Channel(STATUS_GET, StatusRequested, "request", "The status of a cluster's install, served by the dispatcher (queue group dispatcher-status; core NATS, not stored).", ("cli",), ("dispatcher",), (ClusterStatus, StatusError)),
+    Channel(STATUS_GET, GetStatus, "request", "The status of a cluster's install, served by the dispatcher (queue group dispatcher-status; core NATS, not stored).", ("cli",), ("dispatcher",), (ClusterStatus, StatusError)),
+    Channel(LEGACY_CLUSTER_REQUESTED, InstallCluster, "command", "Deprecated name of bke.v1.cluster.install, accepted until bke.v2.", (), ("planner",),
+            external="sent only by CLIs and tooling of earlier releases"),
+    Channel(LEGACY_RETRY_REQUESTED, RetryInstall, "command", "Deprecated name of bke.v1.cluster.retry, accepted until bke.v2.", (), ("dispatcher",),
+            external="sent only by CLIs and tooling of earlier releases"),
     Channel(DEADLETTER + ".{service}", DeadLettered, "event", "A message a service gave up on: malformed (at once) or still failing after its maximum deliveries.", ("planner", "certs", "renderer", "dispatcher"), (),
             external="read by operators (`nats stream view BKE_DEADLETTER`); no service consumes what another gave up on"),
 )

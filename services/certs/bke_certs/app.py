@@ -11,7 +11,7 @@ from bke.bus.service import Service, make_service
 from bke.bus.handler import typed
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.agent import AgentRegistered
-from bke.contracts.certs import ISSUE_REQUESTED, RENEW_REQUESTED, IssueRequested, RenewRequested
+from bke.contracts.certs import ISSUE_CERTS, RENEW_CERTS, IssueCerts, RenewCerts
 from bke.contracts.install import InstallFinished, install_subject
 from bke.contracts.rotation import RotationChanged, rotation_subject
 from bke.pki.issuance import start_fork_server
@@ -36,11 +36,11 @@ def create_service(settings: CertsSettings | None = None) -> Service:
 
     svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "certs-plans", t(PlanCreated, h.on_plan), batch_size=4,
                         give_up=h.gave_up)
-    svc.work_subscriber(ISSUE_REQUESTED, "BKE_COMMANDS", "certs-issue", t(IssueRequested, h.on_issue_requested),
+    svc.work_subscriber(ISSUE_CERTS, "BKE_COMMANDS", "certs-issue", t(IssueCerts, h.on_issue_certs),
                         batch_size=4, give_up=h.gave_up)
     svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "certs-agents", t(AgentRegistered, h.on_registered),
                         workers=8)
-    svc.work_subscriber(RENEW_REQUESTED, "BKE_COMMANDS", "certs-renew", t(RenewRequested, h.on_renew), batch_size=4)
+    svc.work_subscriber(RENEW_CERTS, "BKE_COMMANDS", "certs-renew", t(RenewCerts, h.on_renew), batch_size=4)
     svc.work_subscriber(install_subject("*", "finished"), "BKE_EVENTS", "certs-installs",
                         t(InstallFinished, h.on_install_finished))
     svc.work_subscriber(rotation_subject("*"), "BKE_EVENTS", "certs-rotations", t(RotationChanged, h.on_rotation_changed))

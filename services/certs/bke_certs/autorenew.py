@@ -1,6 +1,6 @@
 """Automatic renewal: every `renew_interval_s`, each cluster's certificates expiring within
 `renew_within_days` are renewed through the same path as `bke certs renew` (a
-`RenewRequested`, origin "auto", on the bus), unless the cluster is busy; then the tick only
+`RenewCerts`, origin "auto", on the bus), unless the cluster is busy; then the tick only
 logs why and the next tick tries again. The decision is `renewal.auto_renew_decision`.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bke.contracts.certs import RENEW_REQUESTED, RenewRequested
+from bke.contracts.certs import RENEW_CERTS, RenewCerts
 from bke.pki import PkiNotReady, PkiStore
 from bke.pki.operations import check_expiration
 from bke.state.keys import clusters_index
@@ -72,9 +72,9 @@ class AutoRenewer:
                 log.info("automatic renewal postponed: %s", decision.reason, extra=ids)
             elif decision.action == "renew":
                 rid = auto_request_id(now)
-                req = RenewRequested(request_id=rid, cluster=cluster, within_days=self.within.total_seconds() / 86400,
+                req = RenewCerts(request_id=rid, cluster=cluster, within_days=self.within.total_seconds() / 86400,
                                      origin="auto")
                 await self.ops.set_pending(cluster, rid)  # the next tick must not ask again
-                await self.publish(req.to_bytes(), RENEW_REQUESTED, {"Nats-Msg-Id": f"renew:{cluster}:{rid}"})
+                await self.publish(req.to_bytes(), RENEW_CERTS, {"Nats-Msg-Id": f"renew:{cluster}:{rid}"})
                 log.info("automatic renewal requested: %s", decision.reason, extra={**ids, "request_id": rid})
         return out

@@ -3,10 +3,10 @@ thin over `service_core` (bke.pki underneath).
 
     plan created        -> ensure the cluster PKI, seal the registered agents' bundles
                            (`certs sealed`), then `certs issued` (references only)
-    issue requested     -> the same, for a retry after a failure
+    issue certs         -> the same, for a retry after a failure
     agent registered    -> seal that node's bundle to the agent, store it for the dispatcher;
                            an unusable agent key is `certs failed` naming the node
-    renew requested     -> unless the cluster is busy: renew the named (or expiring) leaves,
+    renew certs         -> unless the cluster is busy: renew the named (or expiring) leaves,
                            re-seal the affected nodes' bundles, one `certs renewed` listing them
                            all (refused or failed: `certs failed` with the reason)
     install finished    -> remember the install's outcome (automatic renewal waits for it)
@@ -32,9 +32,9 @@ from bke.contracts.certs import (
     CertsIssued,
     CertsRenewed,
     CertsSealed,
-    IssueRequested,
+    IssueCerts,
     RenewedCertificate,
-    RenewRequested,
+    RenewCerts,
 )
 from bke.contracts.install import InstallFinished
 from bke.contracts.rotation import RotationChanged
@@ -83,7 +83,7 @@ class CertsHandlers:
     async def on_plan(self, ev: PlanCreated) -> list[Out]:
         return await self.ensure(ev.cluster, ev.request_id, ev.plan_digest)
 
-    async def on_issue_requested(self, req: IssueRequested) -> list[Out]:
+    async def on_issue_certs(self, req: IssueCerts) -> list[Out]:
         """A retry after a certificates failure: the same work as for a new plan (idempotent:
         the PKI is reused, only nodes without a bundle are sealed)."""
         meta = await self.plans.store.meta(req.cluster)
@@ -127,8 +127,8 @@ class CertsHandlers:
 
     async def gave_up(self, body: bytes, reason: str) -> None:
         """Every delivery of a plan (or issue request) failed unexpectedly: say so for its cluster."""
-        ev = first_of(body, PlanCreated, IssueRequested)
-        assert isinstance(ev, (PlanCreated, IssueRequested))
+        ev = first_of(body, PlanCreated, IssueCerts)
+        assert isinstance(ev, (PlanCreated, IssueCerts))
         failed = CertsFailed(request_id=ev.request_id, cluster=ev.cluster, kind="operational",
                              plan_digest=getattr(ev, "plan_digest", ""), reason=f"the certs service gave up: {reason}")
         await self.publish(failed.to_bytes(), CERTS_FAILED, {})
@@ -194,7 +194,7 @@ class CertsHandlers:
             failures += failed
         return failures
 
-    async def on_renew(self, req: RenewRequested) -> list[Out]:
+    async def on_renew(self, req: RenewCerts) -> list[Out]:
         c, rid = req.cluster, req.request_id
         ids = {"cluster": c, "request_id": rid, "origin": req.origin}
         done = await self.ops.renewal(c, rid)
@@ -224,7 +224,7 @@ class CertsHandlers:
         log.info("renewed %d certificate(s) on %d node(s); handed to the dispatcher", len(renewed), len(nodes), extra=ids)
         return [*failures, Out(ev, CERTS_RENEWED, f"renewed:{c}:{rid}")]
 
-    def _renew_failed(self, req: RenewRequested, why: str) -> Out:
+    def _renew_failed(self, req: RenewCerts, why: str) -> Out:
         log.warning("renewal refused: %s", why, extra={"cluster": req.cluster, "request_id": req.request_id})
         ev = CertsFailed(request_id=req.request_id, cluster=req.cluster, reason=why, operation="renewal")
         return Out(ev, CERTS_FAILED, f"renew-failed:{req.cluster}:{req.request_id}")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from bke.contracts.certs import RenewRequested
+from bke.contracts.certs import RenewCerts
 from bke.pki.expiry import ExpiryRow
 
 __all__ = ["AutoRenew", "OpsView", "auto_renew_decision", "auto_request_id", "renew_refusal"]
@@ -40,7 +40,7 @@ class AutoRenew:
     due: tuple[str, ...] = ()
 
 
-def renew_refusal(cluster: str, req: RenewRequested, view: OpsView) -> str:
+def renew_refusal(cluster: str, req: RenewCerts, view: OpsView) -> str:
     if view.rotation == "Running" and view.rotation_id != req.request_id:
         return f"rotation {view.rotation_id} of {cluster} is still running; renew again when it has finished"
     if view.pending and view.pending != req.request_id:

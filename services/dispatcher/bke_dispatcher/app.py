@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from redis.asyncio import Redis
 
 from bke.bus.service import Service, make_service
-from bke.bus.handler import typed
+from bke.bus.handler import deprecated, typed
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.certs import (
     CERTS_FAILED,
@@ -21,8 +21,9 @@ from bke.contracts.certs import (
 )
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
 from bke.contracts.agent import AgentRegistered, CommandResult
-from bke.contracts.install import RETRY_REQUESTED, RetryRequested
+from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.status import STATUS_GET, STATUS_QUEUE
+from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
 from bke.state import PlanCache
 from bke.state.keys import heartbeat_key
 from bke.state.nodefiles import RedisNodeFiles
@@ -102,7 +103,10 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", t(CertsSealed, services.certs_sealed))
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", t(CommandResult, inputs.result))
     svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "dispatcher-agents", t(AgentRegistered, inputs.registered))
-    svc.work_subscriber(RETRY_REQUESTED, "BKE_COMMANDS", "dispatcher-retry", t(RetryRequested, inputs.retry), batch_size=b)
+    retry = t(RetryInstall, inputs.retry)
+    svc.work_subscriber(RETRY_INSTALL, "BKE_COMMANDS", "dispatcher-retry", retry, batch_size=b)
+    svc.work_subscriber(LEGACY_RETRY_REQUESTED, "BKE_COMMANDS", "dispatcher-retry-legacy",
+                        deprecated(LEGACY_RETRY_REQUESTED, RETRY_INSTALL, retry), batch_size=b)
     svc.work_subscriber(CERTS_RENEWED, "BKE_EVENTS", "dispatcher-rotations", t(CertsRenewed, rotations.on_renewed), batch_size=b)
 
     async def on_status(msg) -> None:

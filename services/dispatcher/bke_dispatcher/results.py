@@ -13,9 +13,9 @@ from typing import Awaitable, Callable
 
 from bke.bus.handler import Out
 from bke.contracts.agent import AgentRegistered, CommandResult
-from bke.contracts.install import NodeStepChanged, RetryRequested, install_subject
-from bke.contracts.certs import ISSUE_REQUESTED, IssueRequested
-from bke.contracts.render import RENDER_REQUESTED, RenderRequested
+from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
+from bke.contracts.certs import ISSUE_CERTS, IssueCerts
+from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
 from bke.errors import MalformedMessage, TemporaryError
 
 from .engine import parse_command_id
@@ -88,7 +88,7 @@ class Inputs:
         await self.state.register_agent(reg.cluster, reg.node, reg.model_dump_json(by_alias=True))
         self.kick(reg.cluster)
 
-    async def retry(self, req: RetryRequested) -> list[Out]:
+    async def retry(self, req: RetryInstall) -> list[Out]:
         c = req.cluster
         failed_phase = None
         for phase in PHASES:
@@ -116,9 +116,9 @@ class Inputs:
         return [_ask_again(name, req) for name in dict.fromkeys("render" if n == "render" else "certs" for n in asked)]
 
 
-def _ask_again(name: str, req: RetryRequested) -> Out:
+def _ask_again(name: str, req: RetryInstall) -> Out:
     """The command that asks the service behind an input to do its work again."""
     msg_id = f"retry:{req.request_id}:{name}"
     if name == "render":
-        return Out(RenderRequested(request_id=req.request_id, cluster=req.cluster), RENDER_REQUESTED, msg_id)
-    return Out(IssueRequested(request_id=req.request_id, cluster=req.cluster), ISSUE_REQUESTED, msg_id)
+        return Out(RenderManifests(request_id=req.request_id, cluster=req.cluster), RENDER_MANIFESTS, msg_id)
+    return Out(IssueCerts(request_id=req.request_id, cluster=req.cluster), ISSUE_CERTS, msg_id)

@@ -23,7 +23,7 @@ from bke.state import PlanCache
 
 from .engine import Engine
 from .phases import PHASES
-from .readiness import InputRecord, InputStatus, is_current
+from .readiness import InputRecord, InputStatus
 from .state import DispatcherState
 
 __all__ = ["ServiceEvents"]
@@ -75,18 +75,16 @@ class ServiceEvents:
         if inst.get("status") == "Succeeded":  # a late event never reopens a finished install
             log.info("%s event after the install succeeded ignored", name, extra={"cluster": cluster, "request_id": request_id})
             return
-        if inst and not is_current(rec.digest, inst.get("planDigest", "")):
-            # About another plan: kept (it may be the replacement's, arriving before its plan
-            # event), but never over a record about the install's own plan.
-            prev = (await self.state.inputs(cluster)).get(name)
-            if prev is not None and prev.get("digest") == inst.get("planDigest"):
-                log.info("stale %s event ignored", name, extra={"cluster": cluster, "request_id": request_id})
-                return
+        if rec.status is InputStatus.FAILED and not inst:
+            await self._ensure_install(cluster, request_id, rec.digest)
+        # About another plan, a record is kept (it may be the replacement's, arriving before its
+        # plan event), but never over one about the install's own plan: atomically, since the
+        # events of one input come through two consumers (rendered, failed) at once.
+        if not await self.state.record_input(cluster, name, rec.to_doc(), inst.get("planDigest", "")):
+            log.info("stale %s event ignored", name, extra={"cluster": cluster, "request_id": request_id})
+            return
         if rec.status is InputStatus.FAILED:
             log.warning("%s failed: %s", name, rec.reason[:300], extra={"cluster": cluster, "request_id": request_id})
-            if not inst:
-                await self._ensure_install(cluster, request_id, rec.digest)
-        await self.state.set_input(cluster, name, rec.to_doc())
         self.kick(cluster)
 
     async def _ensure_install(self, cluster: str, request_id: str, digest: str) -> None:

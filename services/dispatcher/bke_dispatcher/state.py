@@ -51,6 +51,15 @@ else redis.call('HINCRBY', KEYS[2], 'failed', 1) end
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[7])
 return 1
 """
+_RECORD_INPUT = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+local plan, said = ARGV[3], ARGV[4]
+if cur and plan ~= '' and said ~= '' and said ~= plan then
+  if cjson.decode(cur)['digest'] == plan then return 0 end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
 _CLAIM = """
 local cur = redis.call('GET', KEYS[1])
 if (not cur) or cur == ARGV[1] then
@@ -100,6 +109,12 @@ class DispatcherState:
     async def inputs(self, cluster: str) -> dict[str, dict]:
         raw = await self.r.hgetall(inputs_key(cluster))
         return {_s(k): json.loads(v) for k, v in raw.items()}
+
+    async def record_input(self, cluster: str, name: str, doc: dict, plan_digest: str) -> bool:
+        """Store what a service said, unless it is about another plan than `plan_digest` and the
+        stored record is about this one (False then). One script: two consumers write here."""
+        return bool(await self.r.eval(_RECORD_INPUT, 1, inputs_key(cluster), name, json.dumps(doc), plan_digest,
+                                      doc.get("digest", "")))
 
     async def set_input(self, cluster: str, name: str, doc: dict) -> None:
         await self.r.hset(inputs_key(cluster), name, json.dumps(doc))

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from bke.contracts.base import ErrorItem
-from bke.contracts.status import ClusterStatus, NodeCounts, RotationStatus, StatusError, StatusNode, StatusPhase, StatusRequested
+from bke.contracts.status import ClusterStatus, NodeCounts, RotationStatus, StatusError, StatusNode, StatusPhase, GetStatus
 from bke.errors import TemporaryError
 from bke.state import PlanCache
 from bke.state.keys import addons_key, health_key, health_pods_key, install_key, node_status_key, phase_key
@@ -48,7 +48,7 @@ def _opt(value: str | None) -> str | None:
 
 
 def build_status(
-    req: StatusRequested,
+    req: GetStatus,
     install: dict[str, str],
     phases: dict[str, dict[str, str]],
     order: list[str],
@@ -140,7 +140,7 @@ class StatusReader:
         # dispatcher's rotation store provides it (bke_dispatcher.rotations; default: none ever ran)
         self.redis, self.plans, self.rotation = redis, plans, rotation
 
-    async def read(self, req: StatusRequested) -> ClusterStatus | StatusError:
+    async def read(self, req: GetStatus) -> ClusterStatus | StatusError:
         c = req.cluster
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(install_key(c))
@@ -173,7 +173,7 @@ class StatusResponder:
 
     async def answer(self, data: bytes) -> bytes:
         try:
-            req = StatusRequested.model_validate_json(data)
+            req = GetStatus.model_validate_json(data)
         except ValidationError as exc:
             errors = [ErrorItem(path=".".join(str(p) for p in e["loc"]) or "(request)", message=e["msg"]) for e in exc.errors(include_url=False)]
             return StatusError(reason="Invalid", message="invalid status request", errors=errors).to_bytes()

@@ -8,13 +8,14 @@ from functools import partial
 from redis.asyncio import Redis
 
 from bke.bus import get_blob
-from bke.bus.handler import typed
+from bke.bus.handler import deprecated, typed
 from bke.bus.service import Service, make_service
-from bke.contracts import CLUSTER_REQUESTED, ClusterRequested
+from bke.contracts import INSTALL_CLUSTER, InstallCluster
+from bke.contracts.subjects import LEGACY_CLUSTER_REQUESTED
 from bke.contracts.install import InstallFinished, install_subject
 from bke.state import RedisPlanStore
 
-from .handlers import PlannerDeps, handle_cluster_requested, handle_install_finished, refuse_request
+from .handlers import PlannerDeps, handle_install_cluster, handle_install_finished, refuse_request
 from .settings import PlannerSettings
 
 __all__ = ["create_service"]
@@ -30,9 +31,11 @@ def create_service(settings: PlannerSettings | None = None) -> Service:
         return await get_blob(svc.nc.jetstream(), ref)
 
     deps = PlannerDeps(store=RedisPlanStore(redis), fetch_blob=fetch_blob, now=lambda: datetime.now(timezone.utc))
-    requested = typed(ClusterRequested, partial(handle_cluster_requested, deps=deps), svc.publish, refuse=refuse_request)
+    requested = typed(InstallCluster, partial(handle_install_cluster, deps=deps), svc.publish, refuse=refuse_request)
     finished = typed(InstallFinished, partial(handle_install_finished, deps=deps), svc.publish)
-    svc.work_subscriber(CLUSTER_REQUESTED, "BKE_COMMANDS", settings.durable, requested, batch_size=settings.batch_size)
+    svc.work_subscriber(INSTALL_CLUSTER, "BKE_COMMANDS", settings.durable, requested, batch_size=settings.batch_size)
+    svc.work_subscriber(LEGACY_CLUSTER_REQUESTED, "BKE_COMMANDS", f"{settings.durable}-legacy",
+                        deprecated(LEGACY_CLUSTER_REQUESTED, INSTALL_CLUSTER, requested), batch_size=settings.batch_size)
     svc.work_subscriber(install_subject("*", "finished"), "BKE_EVENTS", settings.installs_durable, finished,
                         batch_size=settings.batch_size)
     return svc

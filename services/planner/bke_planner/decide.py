@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from bke.contracts import ClusterRejected, ClusterRequested, ErrorItem, PlanCreated
+from bke.contracts import ClusterRejected, InstallCluster, ErrorItem, PlanCreated
 from bke.contracts.install import InstallFinished
 from bke.plan import Plan, plan_spec_text
 from bke.spec.loader import loc_to_path
@@ -40,10 +40,10 @@ def _request_id_of(body: bytes) -> str | None:
     return rid if isinstance(rid, str) and rid else None
 
 
-def parse_request(body: bytes) -> ClusterRequested | ClusterRejected:
+def parse_request(body: bytes) -> InstallCluster | ClusterRejected:
     """A request, or the rejection that says which field is wrong."""
     try:
-        return ClusterRequested.model_validate_json(body)
+        return InstallCluster.model_validate_json(body)
     except ValidationError as exc:
         errors = [
             ErrorItem(path=loc_to_path("", tuple(e["loc"])) or "message", message=e["msg"].removeprefix("Value error, "))

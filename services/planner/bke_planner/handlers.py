@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Awaitable, Callable
 
-from bke.contracts import CLUSTER_REJECTED, PLAN_CREATED, ClusterRejected, ClusterRequested, ErrorItem
+from bke.contracts import CLUSTER_REJECTED, PLAN_CREATED, ClusterRejected, InstallCluster, ErrorItem
 from bke.contracts.install import InstallFinished
 from bke.bus.handler import Out
 from bke.errors import PermanentError, TemporaryError
@@ -20,7 +20,7 @@ from bke.state import RedisPlanStore
 
 from .decide import Decision, against_stored, decide_plan, parse_request, replaceable_after
 
-__all__ = ["PlannerDeps", "ensure_plan_stored", "handle_cluster_requested", "handle_install_finished", "refuse_request"]
+__all__ = ["PlannerDeps", "ensure_plan_stored", "handle_install_cluster", "handle_install_finished", "refuse_request"]
 
 log = logging.getLogger("bke.planner")
 
@@ -33,13 +33,13 @@ class PlannerDeps:
 
 
 def refuse_request(body: bytes) -> list[Out]:
-    """A request that is no valid `ClusterRequested` is answered, not dead-lettered: it comes from
+    """A request that is no valid `InstallCluster` is answered, not dead-lettered: it comes from
     a user, who must learn which field is wrong."""
     req = parse_request(body)
     return [_rejected(req)] if isinstance(req, ClusterRejected) else []
 
 
-async def handle_cluster_requested(req: ClusterRequested, deps: PlannerDeps) -> list[Out]:
+async def handle_install_cluster(req: InstallCluster, deps: PlannerDeps) -> list[Out]:
     if req.spec is not None:
         spec_text: bytes | str = req.spec
     else:

@@ -6,7 +6,7 @@ from redis.asyncio import Redis
 from bke.bus.service import Service, make_service
 from bke.bus.handler import typed
 from bke.contracts import PLAN_CREATED, PlanCreated
-from bke.contracts.render import RENDER_REQUESTED, RenderRequested
+from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
 from bke.render import preload_templates
 from bke.state import RedisPlanStore
 
@@ -26,6 +26,6 @@ def create_service(settings: RendererSettings | None = None) -> Service:
     h = RendererHandlers(plans=RedisPlanStore(redis), store=RedisRenderStore(redis), publish=svc.publish)
     svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "renderer-plans", typed(PlanCreated, h.on_plan, svc.publish),
                         batch_size=4, give_up=h.gave_up)
-    svc.work_subscriber(RENDER_REQUESTED, "BKE_COMMANDS", "renderer-render",
-                        typed(RenderRequested, h.on_render_requested, svc.publish), batch_size=4, give_up=h.gave_up)
+    svc.work_subscriber(RENDER_MANIFESTS, "BKE_COMMANDS", "renderer-render",
+                        typed(RenderManifests, h.on_render_manifests, svc.publish), batch_size=4, give_up=h.gave_up)
     return svc

@@ -3,7 +3,7 @@ over `service_core.ensure_rendered`.
 
     plan created        -> render and store every node's files: `manifests rendered`, or
                            `manifests failed` with the reason and its kind
-    render requested    -> the same for the stored plan (a retry after a failure)
+    render manifests    -> the same for the stored plan (a retry after a failure)
     (given up on)       -> a plan message that failed on every delivery (the store cannot be
                            written, say) is answered with `manifests failed`, kind operational,
                            so that the install fails with a reason instead of waiting
@@ -16,7 +16,7 @@ from typing import Awaitable, Callable
 
 
 from bke.contracts import PlanCreated
-from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed, RenderRequested
+from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed, RenderManifests
 from bke.bus.handler import Out, first_of
 from bke.errors import RejectedInput
 from bke.render.errors import RenderError
@@ -39,7 +39,7 @@ class RendererHandlers:
     async def on_plan(self, ev: PlanCreated) -> list[Out]:
         return await self.ensure(ev.cluster, ev.request_id, ev.plan_digest)
 
-    async def on_render_requested(self, req: RenderRequested) -> list[Out]:
+    async def on_render_manifests(self, req: RenderManifests) -> list[Out]:
         meta = await self.plans.meta(req.cluster)
         if meta is None:
             failed = RenderFailed(request_id=req.request_id, cluster=req.cluster, kind="invalid",
@@ -65,8 +65,8 @@ class RendererHandlers:
 
     async def gave_up(self, body: bytes, reason: str) -> None:
         """Every delivery of a plan (or render request) failed unexpectedly: say so for its cluster."""
-        ev = first_of(body, PlanCreated, RenderRequested)
-        assert isinstance(ev, (PlanCreated, RenderRequested))
+        ev = first_of(body, PlanCreated, RenderManifests)
+        assert isinstance(ev, (PlanCreated, RenderManifests))
         failed = RenderFailed(request_id=ev.request_id, cluster=ev.cluster, kind="operational",
                               plan_digest=getattr(ev, "plan_digest", ""), errors=[f"the renderer gave up: {reason}"])
         await self.publish(failed.to_bytes(), RENDER_FAILED, {})
