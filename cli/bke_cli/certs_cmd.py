@@ -25,6 +25,8 @@ from typing import Optional, TypeVar
 import typer
 from rich.console import Console
 
+from bke.contracts.expiration import EXPIRATION_GET, GetExpiration, parse_expiration_reply
+from bke.contracts.status import StatusError
 from bke.errors import TemporaryError
 from bke.pki import DirStore, IssueOptions, PkiError, PkiNotReady, PkiStore, node_file_refs
 from bke.pki.expiry import ExpiryRow
@@ -113,32 +115,15 @@ def files_cmd(spec: Path = typer.Argument(..., help="multi-document YAML: one BK
             print(f"{host}\t{ref.mode:04o}\t{ref.path}\t{ref.instance}")
 
 
-def _store_for(directory: Optional[Path], cluster: Optional[str], redis_url: Optional[str],
-               use: Callable[[PkiStore, str], Awaitable[T]]) -> T:
-    """Run ``use(store, cluster)`` against --dir or --cluster (exactly one)."""
-    if (directory is None) == (cluster is None):
-        die("give exactly one of --dir DIR and --cluster NAME", EXIT_INVALID)
-    if directory is not None:
-        store = DirStore(directory)
-        manifest = store.manifest() if directory.exists() else None
-        if manifest is None:
-            die(f"{directory}: no BKE PKI here (.bke/manifest.json missing)", EXIT_INVALID)
-        name = manifest.cluster
-        return _run(lambda: use(store, name))
-    if not redis_url:
-        die("--cluster needs --redis URL (or BKE_REDIS_URL)", EXIT_INVALID)
-    from redis.asyncio import from_url  # only this path needs Redis
-
-    from bke.pki.store_redis import RedisPkiStore  # the certs service's adapter
-
-    async def with_redis() -> T:
-        client = from_url(redis_url)
-        try:
-            return await use(RedisPkiStore(client), cluster)  # type: ignore[arg-type]
-        finally:
-            await client.aclose()
-
-    return _run(with_redis)
+def _dir_store(directory: Path, use: Callable[[PkiStore, str], Awaitable[T]]) -> T:
+    """Run ``use(store, cluster)`` against a folder written by `bke certs issue` (the cluster
+    services' store is theirs: the CLI asks them over the bus instead)."""
+    store = DirStore(directory)
+    manifest = store.manifest() if directory.exists() else None
+    if manifest is None:
+        die(f"{directory}: no BKE PKI here (.bke/manifest.json missing)", EXIT_INVALID)
+    name = manifest.cluster
+    return _run(lambda: use(store, name))
 
 
 def _residual(delta: timedelta) -> str:
@@ -160,6 +145,32 @@ def _print_rows(title: str, rows: list[ExpiryRow], with_ca: bool) -> None:
         print("   ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
 
 
+async def expiration_over_bus(nats_url: str, cluster: str, timeout: float = 10.0) -> list[ExpiryRow]:
+    """Every page of the certs service's answer, as rows; exits 2 for an unknown cluster."""
+    import nats
+    from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+
+    nc = await nats.connect(nats_url)
+    rows: list[ExpiryRow] = []
+    try:
+        offset: int | None = 0
+        while offset is not None:
+            try:
+                msg = await nc.request(EXPIRATION_GET, GetExpiration(cluster=cluster, offset=offset).to_bytes(), timeout=timeout)
+            except (NoRespondersError, NatsTimeout):
+                die(f"no certs service answers on {EXPIRATION_GET}; is it running?", EXIT_FAILURE)
+            reply = parse_expiration_reply(msg.data)
+            if isinstance(reply, StatusError):
+                die(f"cluster {cluster!r}: {reply.message}", EXIT_INVALID if reply.reason != "Unavailable" else EXIT_FAILURE)
+            rows += [ExpiryRow(instance=r.instance, name=r.name, owner=None, is_ca=r.is_ca,
+                               not_after=datetime.fromisoformat(r.not_after), residual=timedelta(seconds=r.residual_s),
+                               ca=r.ca, nodes=tuple(r.nodes)) for r in reply.rows]
+            offset = reply.next_offset
+    finally:
+        await nc.close()
+    return rows
+
+
 def _lab_urls(workdir: Path) -> tuple[str, str]:
     info = EmbeddedRuntime.read_info(workdir.resolve() / "runtime")
     if info is None:
@@ -170,15 +181,24 @@ def _lab_urls(workdir: Path) -> tuple[str, str]:
 @certs.command("check-expiration")
 def check_expiration_cmd(
     directory: Optional[Path] = typer.Option(None, "--dir", help="a folder written by `bke certs issue`"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="a cluster in the certs service's Redis"),
-    redis_url: Optional[str] = typer.Option(None, "--redis", envvar="BKE_REDIS_URL", help="Redis URL"),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="a lab's folder (its Redis)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="a cluster run by the BKE services"),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="with --cluster: a lab's folder (its NATS)"),
+    nats_url: Optional[str] = typer.Option(None, "--nats", envvar="BKE_NATS_URL", help="with --cluster: NATS URL"),
 ) -> None:
-    """Per certificate: expiry, residual time, CA and nodes (no secret key needed)."""
-    now = _now()
-    if workdir is not None:
-        redis_url = _lab_urls(workdir)[1]
-    rows = _store_for(directory, cluster, redis_url, lambda store, name: check_expiration(name, store, now))
+    """Per certificate: expiry, residual time, CA and nodes (no secret key needed). With
+    --cluster, the certs service answers over the bus."""
+    if (directory is None) == (cluster is None):
+        die("give exactly one of --dir DIR and --cluster NAME", EXIT_INVALID)
+    if cluster is not None:
+        if workdir is not None:
+            nats_url = _lab_urls(workdir)[0]
+        if not nats_url:
+            die("--cluster needs --workdir DIR (a lab) or --nats URL (or BKE_NATS_URL)", EXIT_INVALID)
+        rows = _run(lambda: expiration_over_bus(nats_url, cluster))
+    else:
+        assert directory is not None
+        now = _now()
+        rows = _dir_store(directory, lambda store, name: check_expiration(name, store, now))
     _print_rows("CERTIFICATE", [r for r in rows if not r.is_ca], True)
     print()
     _print_rows("CERTIFICATE AUTHORITY", [r for r in rows if r.is_ca], False)
@@ -217,7 +237,8 @@ def renew_cmd(
         return await renew_certs(name, store, now, _dir_box(directory, create=False), names=names or None,
                                  threshold=threshold, options=IssueOptions(start_method="fork"))
 
-    renewed = _store_for(directory, None, None, renew)
+    assert directory is not None
+    renewed = _dir_store(directory, renew)
     nodes: dict[str, None] = {}
     for r in renewed:
         print(f"renewed {r.instance}: expires {r.not_after:%b %d, %Y %H:%M UTC}")

@@ -2,7 +2,7 @@
 
 At-rest encryption (no PEM private key in any raw stored byte), idempotence (a second ensure
 leaves every stored byte and the version alone), SAN refresh, node bundles, renewal of what
-expires, the conflict guard, and `bke certs check-expiration --cluster` on the same store.
+expires, the conflict guard, and `bke certs check-expiration --cluster` answered from the same store over the bus.
 """
 from __future__ import annotations
 
@@ -138,24 +138,47 @@ async def test_concurrent_save_is_a_conflict(raw: aioredis.Redis) -> None:
         await store.save(Snapshot(stale.manifest, stale.materials), ["apiserver@m1"], box, stale.version)
 
 
-async def test_cli_against_the_cluster_store(raw: aioredis.Redis, redis_url: str, tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_cli_asks_the_certs_service_over_the_bus(raw: aioredis.Redis, nats_client, nats_url: str, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`check-expiration --cluster` never reads the certs service's store: the service answers on
+    `bke.v1.certs.expiration.get` (its responder, on the real bus, over the real store), in pages."""
+    import asyncio
+
+    from bke.contracts.expiration import EXPIRATION_GET
+    from bke_certs.expiration import ExpirationResponder
+
     keyfile = tmp_path / "at-rest.key"
     box = create_key_file(keyfile)
     await ensure_cluster_certs(_plan(), RedisPkiStore(raw), NOW, box, options=SERIAL)
     monkeypatch.delenv("BKE_SECRET_KEY_FILE", raising=False)
-    # check-expiration needs no secret key; the CLI runs its own event loop, so use a thread
-    import asyncio
+    responder = ExpirationResponder(RedisPkiStore(raw), lambda: NOW)
+    asked: list[bytes] = []
 
-    code = await asyncio.to_thread(main, ["certs", "check-expiration", "--cluster", "big", "--redis", redis_url])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    assert any(line.startswith("kubelet.conf@worker1 ") for line in out.splitlines())
+    async def serve(msg) -> None:
+        asked.append(msg.data)
+        await msg.respond(await responder.answer(msg.data))
+
+    sub = await nats_client.subscribe(EXPIRATION_GET, cb=serve)
+    try:
+        # the CLI runs its own event loop, so use a thread
+        code = await asyncio.to_thread(main, ["certs", "check-expiration", "--cluster", "big", "--nats", nats_url])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        assert any(line.startswith("kubelet.conf@worker1 ") for line in out.splitlines())
+        rows = [line for line in out.splitlines() if "@" in line.split(" ", 1)[0]]
+        assert len(rows) == 69 - 7 and len(asked) == 1  # every leaf, one page (CAs in their own table)
+        garbage = await nats_client.request(EXPIRATION_GET, b"{}", timeout=5)
+        assert b'"reason":"Invalid"' in garbage.data and b"cluster" in garbage.data
+        paged = await nats_client.request(EXPIRATION_GET, b'{"cluster": "big", "offset": 60, "limit": 5}', timeout=5)
+        assert b'"nextOffset":65' in paged.data and b'"total":68' in paged.data  # 69 issued: sa is a key pair
+        code = await asyncio.to_thread(main, ["certs", "check-expiration", "--cluster", "nosuch", "--nats", nats_url])
+        assert code == 2 and "no PKI stored for cluster 'nosuch'" in capsys.readouterr()[1]
+    finally:
+        await sub.unsubscribe()
     # renew --cluster never writes the store itself: it asks the certs service over the bus
     monkeypatch.delenv("BKE_NATS_URL", raising=False)
     old = (await RedisPkiStore(raw).load("big", None)).materials["front-proxy-client@m1"].cert
     code = await asyncio.to_thread(main, ["certs", "renew", "front-proxy-client", "--cluster", "big"])
     assert code == 2 and "--cluster needs --workdir DIR (a lab) or --nats URL" in capsys.readouterr()[1]
     assert (await RedisPkiStore(raw).load("big", None)).materials["front-proxy-client@m1"].cert == old
-    code = await asyncio.to_thread(main, ["certs", "check-expiration", "--cluster", "nosuch", "--redis", redis_url])
-    assert code == 2 and "no PKI stored for cluster 'nosuch'" in capsys.readouterr()[1]

@@ -99,10 +99,10 @@ def test_refusals_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], arg
 
 def test_dir_and_cluster_together_or_missing_redis_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("BKE_REDIS_URL", raising=False)
+    monkeypatch.delenv("BKE_NATS_URL", raising=False)
     code, _, stderr = _bke(capsys, "certs", "check-expiration", "--dir", str(tmp_path), "--cluster", "big")
     assert code == 2 and "exactly one" in stderr
     code, _, stderr = _bke(capsys, "certs", "check-expiration", "--cluster", "big")
-    assert code == 2 and "--redis" in stderr
+    assert code == 2 and "--cluster needs --workdir DIR (a lab) or --nats URL" in stderr
     code, _, stderr = _bke(capsys, "certs", "check-expiration", "--dir", str(tmp_path / "empty"))
     assert code == 2 and "no BKE PKI here" in stderr

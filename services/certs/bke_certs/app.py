@@ -11,6 +11,7 @@ from bke.bus.service import Service, make_service
 from bke.bus.handler import typed
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.agent import AgentRegistered
+from bke.contracts.expiration import EXPIRATION_GET, EXPIRATION_QUEUE
 from bke.contracts.certs import ISSUE_CERTS, RENEW_CERTS, IssueCerts, RenewCerts
 from bke.contracts.install import InstallFinished, install_subject
 from bke.contracts.rotation import RotationChanged, rotation_subject
@@ -18,6 +19,7 @@ from bke.pki.issuance import start_fork_server
 from bke.secrets import box_from_env
 
 from .autorenew import AutoRenewer
+from .expiration import ExpirationResponder
 from .handlers import CertsHandlers
 from .settings import CertsSettings
 
@@ -53,7 +55,24 @@ def create_service(settings: CertsSettings | None = None) -> Service:
     async def auto_start() -> None:
         auto.start()
 
+    expiration = ExpirationResponder(h.store, h.now)
+    subs = []
+
+    async def on_expiration(msg) -> None:
+        if msg.reply:  # a publish without a reply inbox asks nothing
+            await msg.respond(await expiration.answer(msg.data))
+
+    async def serve_expiration() -> None:
+        # core request/reply; the queue group shares requests between replicas
+        subs.append(await svc.nc.subscribe(EXPIRATION_GET, queue=EXPIRATION_QUEUE, cb=on_expiration))
+
+    async def stop_serving() -> None:
+        for s in subs:
+            await s.unsubscribe()
+
     svc.after_start.append(fork_server)
     svc.after_start.append(auto_start)
+    svc.after_start.append(serve_expiration)
     svc.before_stop.append(auto.stop)
+    svc.before_stop.append(stop_serving)
     return svc
