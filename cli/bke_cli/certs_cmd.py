@@ -171,6 +171,14 @@ async def expiration_over_bus(nats_url: str, cluster: str, timeout: float = 10.0
     return rows
 
 
+def _services_nats(workdir: Optional[Path], nats_url: Optional[str]) -> str:
+    """The NATS of the services that run --cluster: a lab's, or the one given."""
+    url = _lab_urls(workdir)[0] if workdir is not None else nats_url
+    if not url:
+        die("--cluster needs --workdir DIR (a lab) or --nats URL (or BKE_NATS_URL)", EXIT_INVALID)
+    return url
+
+
 def _lab_urls(workdir: Path) -> tuple[str, str]:
     info = EmbeddedRuntime.read_info(workdir.resolve() / "runtime")
     if info is None:
@@ -190,11 +198,8 @@ def check_expiration_cmd(
     if (directory is None) == (cluster is None):
         die("give exactly one of --dir DIR and --cluster NAME", EXIT_INVALID)
     if cluster is not None:
-        if workdir is not None:
-            nats_url = _lab_urls(workdir)[0]
-        if not nats_url:
-            die("--cluster needs --workdir DIR (a lab) or --nats URL (or BKE_NATS_URL)", EXIT_INVALID)
-        rows = _run(lambda: expiration_over_bus(nats_url, cluster))
+        url = _services_nats(workdir, nats_url)
+        rows = _run(lambda: expiration_over_bus(url, cluster))
     else:
         assert directory is not None
         now = _now()
@@ -225,11 +230,8 @@ def renew_cmd(
     if (directory is None) == (cluster is None):
         die("give exactly one of --dir DIR and --cluster NAME", EXIT_INVALID)
     if cluster is not None:
-        if workdir is not None:
-            nats_url = _lab_urls(workdir)[0]
-        if not nats_url:
-            die("--cluster needs --workdir DIR (a lab) or --nats URL (or BKE_NATS_URL)", EXIT_INVALID)
-        raise typer.Exit(asyncio.run(renew_and_follow(nats_url, cluster, names, within_days, timeout, Console())))
+        url = _services_nats(workdir, nats_url)
+        raise typer.Exit(asyncio.run(renew_and_follow(url, cluster, names, within_days, timeout, Console())))
     now = _now()
     threshold = timedelta(days=within_days) if within_days is not None else None
 

@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 
 from bke.bus.streams import ensure_streams
 from bke.contracts.agent import AgentRegistered, agent_subject
+from bke.state.keys import certs_agents_key
 
 from .test_lab_install import SEED, assert_ran_once
 
@@ -29,7 +30,7 @@ async def _forge_unusable_key(lab, node: str) -> None:
                              version="test", at=datetime.now(timezone.utc).isoformat())
     nc = await nats.connect(lab.info.nats_url)
     r = Redis.from_url(lab.info.redis_url)
-    key = f"bke:{lab.plan.cluster}:certs:agents"
+    key = certs_agents_key(lab.plan.cluster)
     try:
         deadline = time.monotonic() + 60
         while await r.hlen(key) < len(lab.plan.nodes):  # the real registrations first: none may follow ours
@@ -69,7 +70,7 @@ async def test_unsealable_node_fails_the_install_at_once_then_retry_after_the_fi
     r = Redis.from_url(lab.info.redis_url)
     try:
         deadline = time.monotonic() + 60
-        while b"not-this-key" in (await r.hget(f"bke:{lab.plan.cluster}:certs:agents", "node1") or b""):
+        while b"not-this-key" in (await r.hget(certs_agents_key(lab.plan.cluster), "node1") or b""):
             assert time.monotonic() < deadline, "node1's agent never announced itself again"
             await asyncio.sleep(0.05)  # polling Redis under a deadline
     finally:

@@ -14,7 +14,7 @@ from bke.contracts.certs import CERTS_ISSUED, CERTS_SEALED, CertsIssued, CertsSe
 from bke.contracts.render import MANIFESTS_RENDERED, ManifestsRendered
 from bke.plan import plan_spec_text
 from bke.state import RedisPlanStore, plan_digest
-from bke.state.keys import addon_manifests_key, addons_key
+from bke.state.keys import addon_manifests_key, addons_key, plan_key, plan_meta_key
 from bke.state.nodefiles import RedisNodeFiles, file_from_bytes
 from bke_agent.fleet import Fleet
 from bke_agent.settings import AgentSettings
@@ -214,8 +214,8 @@ async def test_a_replaced_plan_restarts_an_install_that_failed_before_any_node_c
                                                          errors=["x: refused"]).to_bytes())
             await watch.wait_for(lambda e: e.subject.endswith(".finished"), timeout=15)
             # the planner replaced the plan (it may: nothing reached a node); its event restarts the install
-            await r.set("bke:again:plan", second.to_json())
-            await r.hset("bke:again:plan-meta", "digest", d2)
+            await r.set(plan_key("again"), second.to_json())
+            await r.hset(plan_meta_key("again"), "digest", d2)
             await js.publish(PLAN_CREATED, PlanCreated(request_id="req-2", cluster="again", plan_key="k", plan_digest=d2,
                                                        nodes=4, etcd_clusters=["etcd-data"]).to_bytes())
             await watch.wait_for(lambda e: e.subject.endswith(".phase") and e.data["requestId"] == "req-2", timeout=15)
