@@ -78,16 +78,24 @@ async def test_renew_apiserver_rotates_onto_apiserver_nodes_only(lab_factory, tm
     urls = flag(lab.manifest(apiservers[0], "kube-apiserver.yaml"), "etcd-servers").split(",")
     ctx = mtls_context(*(m1 / PKI / f for f in ("etcd/ca.crt", "apiserver-etcd-client.crt", "apiserver-etcd-client.key")))
 
-    async def renew_while_probing(names: str) -> subprocess.CompletedProcess[str]:
+    async def renew_while_probing(names: str, strict: bool = True) -> subprocess.CompletedProcess[str]:
+        """Renew while every member is probed, round after round. `strict`: no probe may fail.
+        Otherwise (the rotated certificates are etcd's own) every round must still find a quorum
+        healthy, and a failure may only be a TLS handshake of one member: etcd reads its pair at
+        each handshake, and one landing between the writes of the key and the certificate fails
+        (see the reload table); its clients retry another member."""
         stop, probes, sick = asyncio.Event(), [0], []
 
         async def probe_etcd() -> None:
             while not stop.is_set():
+                down = []
                 for url in urls:
                     try:
                         await asyncio.to_thread(_etcd_healthy_once, url, ctx)
                     except Exception as exc:  # noqa: BLE001 - collected and asserted below
-                        sick.append(f"{url}: {exc}")
+                        down.append(f"{url}: {exc}")
+                if down:
+                    sick.append(down)
                 probes[0] += 1
 
         prober = asyncio.create_task(probe_etcd())
@@ -99,7 +107,12 @@ async def test_renew_apiserver_rotates_onto_apiserver_nodes_only(lab_factory, tm
             await prober
         assert done.returncode == 0, done.stdout + done.stderr
         assert "rotation Succeeded: 3/3 nodes" in done.stdout, done.stdout
-        assert not sick and probes[0] >= 3, (probes, sick)
+        assert probes[0] >= 3, probes
+        if strict:
+            assert not sick, sick
+        for down in sick:
+            assert len(urls) - len(down) > len(urls) // 2, ("quorum lost", down)
+            assert all("SSL" in d or "TLS" in d for d in down), down
         return done
 
     await renew_while_probing("apiserver")
@@ -130,7 +143,7 @@ async def test_renew_apiserver_rotates_onto_apiserver_nodes_only(lab_factory, tm
     # etcd's own serving and peer certificates: rotated member by member, etcd reads them at the
     # next handshake (no restart), and stays healthy throughout
     served = {u: await asyncio.to_thread(_served_serial, u, ctx) for u in urls}
-    await renew_while_probing("etcd-data-server,etcd-data-peer")
+    await renew_while_probing("etcd-data-server,etcd-data-peer", strict=False)
     for u in urls:
         assert await asyncio.to_thread(_served_serial, u, ctx) != served[u], u
     final = _tree(lab)

@@ -62,9 +62,13 @@ RELOADS: tuple[Reload, ...] = (
            "kubernetes staging/src/k8s.io/apiserver/pkg/storage/storagebackend/factory/etcd3.go, newETCD3Client: "
            "transport.TLSInfo{CertFile, KeyFile}.ClientConfig(); " + _ETCD_LISTENER, "source"),
     Reload("*-server", "none", "etcd",
-           "etcd serving certificate: read again on every TLS handshake", _ETCD_LISTENER, "source"),
+           "etcd serving certificate: read again on every TLS handshake (a handshake that lands between "
+           "the writes of the key and the certificate fails, once; clients retry another member, and "
+           "members are rotated one at a time, so the cluster keeps its quorum: seen in the lab)",
+           _ETCD_LISTENER, "source"),
     Reload("*-peer", "none", "etcd",
-           "etcd peer certificate (server and client side of raft): read again on every TLS handshake",
+           "etcd peer certificate (server and client side of raft): read again on every TLS handshake "
+           "(the same one-handshake window as the serving pair)",
            _ETCD_LISTENER, "source"),
     Reload("*-healthcheck-client", "none", "etcd",
            "used by no running component (BKE's etcd probes use the plain-HTTP metrics /health); for etcdctl",
