@@ -6,9 +6,10 @@
     certs issued        -> certs input Ready           certs failed     -> certs input Failed
     certs sealed        -> these nodes' bundles exist
 
-Each handler takes its typed event (bke.bus.handler), publishes nothing, records and wakes the cluster's reconcile loop; the engine decides (a failed input
-fails the install at once, with the service's reason). A failure can arrive before this
-dispatcher has seen the plan: the install record is then created from the failure event.
+Each handler takes its typed event (bke.bus.handler), publishes nothing, records what it says
+and wakes the cluster's reconcile loop; the engine decides (a failed input fails the install at
+once, with the service's reason). A failure can arrive before this dispatcher has seen the plan:
+the install record is then created from the failure event, and the plan event completes it.
 """
 from __future__ import annotations
 
@@ -46,6 +47,9 @@ class ServiceEvents:
             else:
                 log.warning("plan event for another plan ignored", extra={"cluster": ev.cluster, "request_id": ev.request_id})
                 return
+        elif inst and not inst.get("planDigest"):
+            # created from a failure that named no plan: the plan event says which one it is
+            await self.state.set_install(ev.cluster, planDigest=ev.plan_digest, requestId=ev.request_id)
         await self._ensure_install(ev.cluster, ev.request_id, ev.plan_digest)
         self.kick(ev.cluster)
 
