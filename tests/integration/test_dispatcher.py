@@ -251,3 +251,53 @@ async def test_a_record_about_another_plan_never_replaces_one_about_the_install_
         assert await st.record_input("c", "render", {**failed_old, "digest": ""}, "new")  # digest not said: current
     finally:
         await r.aclose()
+
+
+async def test_a_node_said_sealed_without_a_stored_bundle_gets_no_certificates_command(
+        nats_url, redis_url, redis_client, nats_client, caplog):
+    """`certs.sealed` is believed for the count, never for the files: a node whose bundle is not
+    stored is sent nothing until it is (never an empty certificates command)."""
+    plan = plan_spec_text(open("examples/seed-3m1w.yaml").read().replace("name: seed", "name: early")).plan
+    r = Redis.from_url(redis_url)
+    js = nats_client.jetstream()
+    await ensure_streams(js)
+    caplog.set_level("INFO", logger="bke.dispatcher")
+    pj = plan.to_json()
+    digest = plan_digest(pj)
+    await RedisPlanStore(r).save(plan, pj, digest, "req-1", datetime.now(timezone.utc).isoformat())
+    files = RedisNodeFiles(r)
+    tree = {n.hostname: [file_from_bytes("/etc/kubernetes/manifests/etcd.yaml", b"kind: Pod\n", 0o600)] for n in plan.nodes}
+    await files.put_many("early", "render", tree)
+    bundle = [file_from_bytes("/etc/kubernetes/pki/ca.crt", b"x")]
+    await files.put_many("early", "certs", {h: bundle for h in tree if h != "node1"})
+    cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {}, namespace: kube-system}}\ndata: {{}}\n"
+    await r.hset(addon_manifests_key("early"), mapping={"kube-proxy": cm.format("kube-proxy"), "coredns": cm.format("coredns")})
+    svc = create_service(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner="x", mode="lab", health_interval_s=0))
+    await svc.start()
+    base = AgentSettings(cluster="early", node="master1", backend="host", nats_url=nats_url, heartbeat_s=0)
+    fleet = Fleet.null(nats_client, js, base, [n.hostname for n in plan.nodes])
+    st = DispatcherState(r)
+    try:
+        async with EventWatch(nats_client, ["bke.v1.install.early.finished"]) as watch:
+            await fleet.start()
+            await js.publish(PLAN_CREATED, PlanCreated(request_id="req-1", cluster="early", plan_key="k", plan_digest=digest,
+                                                       nodes=4, etcd_clusters=["etcd-data"]).to_bytes())
+            await js.publish(MANIFESTS_RENDERED, ManifestsRendered(
+                request_id="req-1", cluster="early", digest="r", nodes=4, files=4, tier="small", template_sets=[],
+                plan_digest=digest).to_bytes())
+            await js.publish(CERTS_ISSUED, CertsIssued(request_id="req-1", cluster="early", issued=[], reissued=[], reused=0,
+                                                       changed_nodes=4, plan_digest=digest).to_bytes())
+            await js.publish(CERTS_SEALED, CertsSealed(cluster="early", nodes=sorted(tree)).to_bytes())
+            deadline = asyncio.get_running_loop().time() + 30
+            while not any("no sealed bundle stored for node1" in rec.getMessage() for rec in caplog.records):
+                assert asyncio.get_running_loop().time() < deadline, "the missing bundle was never noticed"
+                await asyncio.sleep(0.05)  # polling the log under a deadline: the wait has no event
+            assert await st.all_commands("early", "certs") == {}  # nobody got a certificates command
+            await files.put_many("early", "certs", {"node1": bundle})
+            done = await watch.wait_for(lambda e: True, timeout=60)
+        assert done.data["status"] == "Succeeded"
+        assert set(await st.all_commands("early", "certs")) == set(tree)
+    finally:
+        await fleet.stop(grace=1.0)
+        await svc.stop()
+        await r.aclose()

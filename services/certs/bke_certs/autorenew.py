@@ -5,7 +5,6 @@ logs why and the next tick tries again. The decision is `renewal.auto_renew_deci
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -13,6 +12,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from bke.periodic import Periodic
 from bke.contracts.certs import RENEW_CERTS, RenewCerts
 from bke.pki import PkiNotReady, PkiStore
 from bke.pki.operations import check_expiration
@@ -36,25 +36,13 @@ class AutoRenewer:
                  interval_s: float, within_days: float):
         self.redis, self.store, self.ops, self.publish, self.now = redis, store, ops, publish, now
         self.interval_s, self.within = interval_s, timedelta(days=within_days)
-        self._task: asyncio.Task[None] | None = None
+        self._rounds = Periodic("certs-autorenew", interval_s, self.tick, log)
 
     def start(self) -> None:
-        if self.interval_s > 0 and self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="certs-autorenew")
+        self._rounds.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)  # the period itself, not a synchronisation
-            try:
-                await self.tick()
-            except Exception:  # noqa: BLE001 - a failed tick must not stop automatic renewal
-                log.exception("automatic renewal tick failed")
+        await self._rounds.stop()
 
     async def tick(self) -> dict[str, AutoRenew]:
         """One pass over every cluster; what was decided for each (for logs and tests)."""

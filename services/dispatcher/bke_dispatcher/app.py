@@ -74,7 +74,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     rotations = Rotations(rotation_store, state, plans, files, svc.publish, _now, settings.owner, settings.lease_ms)
     rotation_runner = Runner(rotations, state)  # type: ignore[arg-type]  # same reconcile shape
     rotations.kick = rotation_runner.kick
-    inputs = Inputs(state, svc.publish, runner.kick, _now, health.record, notify=svc.notify, on_rotation=rotations.on_result)
+    inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result)
     status = StatusResponder(StatusReader(redis, plans, rotation=rotation_store.rotation_view))
 
     services = ServiceEvents(state, plans, engine, runner.kick, _now)

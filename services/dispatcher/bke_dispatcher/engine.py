@@ -15,6 +15,7 @@ from typing import Awaitable, Callable, Protocol
 
 from bke.contracts.agent import AgentCommand, agent_subject
 from bke.contracts.install import InstallFinished, NodeStepChanged, PhaseChanged, install_subject
+from bke.errors import TemporaryError
 from bke.plan import Plan
 from bke.state import PlanCache
 from bke.state.nodefiles import RedisNodeFiles
@@ -193,6 +194,11 @@ class Engine:
             names = [n.hostname for n in chunk]
             render = await self.files.get_many(cluster, "render", names)
             certs = await self.files.get_many(cluster, "certs", names) if "certs" in phase.needs else {}
+            unsealed = [h for h in names if "certs" in phase.needs and certs.get(h) is None]
+            if unsealed:
+                # `certs.sealed` said so, but the bundle is not there (yet): never send a node an
+                # empty certificates command; the runner comes back after the delay
+                raise TemporaryError(f"no sealed bundle stored for {', '.join(unsealed[:5])}", delay=1.0)
             sent, pubs = {}, []
             for node in chunk:
                 h = node.hostname

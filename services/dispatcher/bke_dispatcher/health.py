@@ -6,12 +6,12 @@ the kubernetes client is added where an apiserver is reachable (not in the lab).
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from datetime import datetime
 from typing import Awaitable, Callable
 
+from bke.periodic import Periodic
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
 from bke.plan import Plan
 from bke.state import PlanCache
@@ -39,24 +39,13 @@ class HealthMonitor:
     ):
         self.state, self.plans, self.publish, self.now, self.interval_s = state, plans, publish, now, interval_s
         self.pods = pods  # kube-system pod status via the kubernetes client (real clusters only)
-        self._task: asyncio.Task | None = None
+        self._rounds = Periodic("health", interval_s, self.round, log)
 
     def start(self) -> None:
-        if self.interval_s > 0 and self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="health")
+        self._rounds.start()
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)  # the period itself, not a synchronisation
-            try:
-                await self.round()
-            except Exception:  # noqa: BLE001 - a failed round must not stop the monitor
-                log.exception("health round failed")
+        await self._rounds.stop()
 
     async def round(self) -> int:
         sent = 0

@@ -20,7 +20,7 @@ from bke.errors import MalformedMessage, TemporaryError
 
 from .engine import parse_command_id
 from .phases import PHASES
-from .readiness import InputStatus
+from .readiness import INPUT_SERVICE, InputStatus
 from .rotation import is_rotation_command
 from .state import DispatcherState
 
@@ -34,16 +34,13 @@ class Inputs:
     def __init__(
         self,
         state: DispatcherState,
-        publish: Callable[[bytes, str, dict[str, str]], Awaitable[None]],
         kick: Callable[[str], None],
         now: Callable[[], datetime],
         on_health: Callable[[CommandResult], Awaitable[None]],
-        notify: Callable[[bytes, str, dict[str, str]], Awaitable[None]] | None = None,
         on_rotation: Callable[[CommandResult], Awaitable[None]] | None = None,
     ):
-        self.notify = notify or publish
         self.on_rotation = on_rotation  # certificate rotations' results (see rotations.py)
-        self.state, self.publish, self.kick, self.now, self.on_health = state, publish, kick, now, on_health
+        self.state, self.kick, self.now, self.on_health = state, kick, now, on_health
         self._request_ids: dict[str, str] = {}  # cluster -> request id, read once (it never changes)
 
     async def _request_id(self, cluster: str) -> str:
@@ -112,13 +109,13 @@ class Inputs:
         await self.state.retry_nodes(c, failed_phase, chosen)
         log.info("retry", extra={"cluster": c, "phase": failed_phase, "nodes": sorted(chosen), "asked": asked})
         self.kick(c)
-        # "certs" and "seal" both ask the certs service (to ensure the PKI, seal what is not sealed)
-        return [_ask_again(name, req) for name in dict.fromkeys("render" if n == "render" else "certs" for n in asked)]
+        # one command per service ("certs" and "seal" both ask the certs service)
+        return [_ask_again(service, req) for service in dict.fromkeys(INPUT_SERVICE[n] for n in asked)]
 
 
-def _ask_again(name: str, req: RetryInstall) -> Out:
-    """The command that asks the service behind an input to do its work again."""
-    msg_id = f"retry:{req.request_id}:{name}"
-    if name == "render":
+def _ask_again(service: str, req: RetryInstall) -> Out:
+    """The command that asks a service (of readiness.INPUT_SERVICE) to do its work again."""
+    msg_id = f"retry:{req.request_id}:{service}"
+    if service == "renderer":
         return Out(RenderManifests(request_id=req.request_id, cluster=req.cluster), RENDER_MANIFESTS, msg_id)
     return Out(IssueCerts(request_id=req.request_id, cluster=req.cluster), ISSUE_CERTS, msg_id)
