@@ -40,40 +40,57 @@ async def test_phase_lease_is_exclusive_until_released(redis_url, redis_client):
         await r.aclose()
 
 
+BUNDLE = [file_from_bytes("/etc/kubernetes/pki/ca.crt", b"x")]
+
+
+async def _stored_cluster(r: Redis, name: str, sealed_but: tuple[str, ...] = ()):
+    """What the planner, renderer and certs services store for a seed cluster named `name`
+    (every node's bundle, except those in `sealed_but`); the plan and its digest."""
+    plan = plan_spec_text(open("examples/seed-3m1w.yaml").read().replace("name: seed", f"name: {name}")).plan
+    pj = plan.to_json()
+    assert await RedisPlanStore(r).save(plan, pj, plan_digest(pj), "req-1", datetime.now(timezone.utc).isoformat())
+    files = RedisNodeFiles(r)
+    tree = {n.hostname: [file_from_bytes("/etc/kubernetes/manifests/etcd.yaml", b"kind: Pod\n", 0o600)] for n in plan.nodes}
+    await files.put_many(name, "render", tree)
+    await files.put_many(name, "certs", {h: BUNDLE for h in tree if h not in sealed_but})
+    cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {}, namespace: kube-system}}\ndata: {{}}\n"
+    await r.hset(addon_manifests_key(name), mapping={"kube-proxy": cm.format("kube-proxy"), "coredns": cm.format("coredns")})
+    return plan, plan_digest(pj)
+
+
+async def _announce(js, name: str, digest: str, nodes: list[str]) -> None:
+    """The plan event, then what the renderer and certs services say once their files are stored."""
+    await js.publish(PLAN_CREATED, PlanCreated(request_id="req-1", cluster=name, plan_key="k", plan_digest=digest,
+                                               nodes=len(nodes), etcd_clusters=["etcd-data"]).to_bytes())
+    await js.publish(MANIFESTS_RENDERED, ManifestsRendered(
+        request_id="req-1", cluster=name, digest="r", nodes=len(nodes), files=len(nodes), tier="small", template_sets=[],
+        plan_digest=digest).to_bytes())
+    await js.publish(CERTS_ISSUED, CertsIssued(request_id="req-1", cluster=name, issued=[], reissued=[], reused=0,
+                                               changed_nodes=len(nodes), plan_digest=digest).to_bytes())
+    await js.publish(CERTS_SEALED, CertsSealed(cluster=name, nodes=sorted(nodes)).to_bytes())
+
+
+def _null_fleet(nats_client, js, nats_url: str, cluster: str, plan) -> Fleet:
+    base = AgentSettings(cluster=cluster, node="master1", backend="host", nats_url=nats_url, heartbeat_s=0)
+    return Fleet.null(nats_client, js, base, [n.hostname for n in plan.nodes])
+
+
 async def test_two_replicas_install_once(nats_url, redis_url, redis_client, nats_client):
-    plan = plan_spec_text(open("examples/seed-3m1w.yaml").read().replace("name: seed", "name: twice")).plan
     r = Redis.from_url(redis_url)
     js = nats_client.jetstream()
     await ensure_streams(js)
     replicas = []
     fleet = None
     try:
-        pj = plan.to_json()
-        assert await RedisPlanStore(r).save(plan, pj, plan_digest(pj), "req-1", datetime.now(timezone.utc).isoformat())
-        files = RedisNodeFiles(r)
-        tree = {n.hostname: [file_from_bytes("/etc/kubernetes/manifests/etcd.yaml", b"kind: Pod\n", 0o600)] for n in plan.nodes}
-        await files.put_many("twice", "render", tree)
-        await files.put_many("twice", "certs", {h: [file_from_bytes("/etc/kubernetes/pki/ca.crt", b"x")] for h in tree})
-        cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {}, namespace: kube-system}}\ndata: {{}}\n"
-        await r.hset(addon_manifests_key("twice"), mapping={"kube-proxy": cm.format("kube-proxy"), "coredns": cm.format("coredns")})
+        plan, digest = await _stored_cluster(r, "twice")
         for owner in ("replica-a", "replica-b"):
             svc = create_service(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner=owner, mode="lab", health_interval_s=0))
             await svc.start()
             replicas.append(svc)
-        base = AgentSettings(cluster="twice", node="master1", backend="host", nats_url=nats_url, heartbeat_s=0)
-        fleet = Fleet.null(nats_client, js, base, [n.hostname for n in plan.nodes])
+        fleet = _null_fleet(nats_client, js, nats_url, "twice", plan)
         async with EventWatch(nats_client, ["bke.v1.install.twice.finished"]) as watch:
             await fleet.start()
-            digest = plan_digest(pj)
-            ev = PlanCreated(request_id="req-1", cluster="twice", plan_key="k", plan_digest=digest, nodes=4, etcd_clusters=["etcd-data"])
-            await js.publish(PLAN_CREATED, ev.to_bytes())
-            # what the renderer and certs services say once their files are stored
-            await js.publish(MANIFESTS_RENDERED, ManifestsRendered(
-                request_id="req-1", cluster="twice", digest="r", nodes=4, files=4, tier="small", template_sets=[],
-                plan_digest=digest).to_bytes())
-            await js.publish(CERTS_ISSUED, CertsIssued(request_id="req-1", cluster="twice", issued=[], reissued=[], reused=0,
-                                                       changed_nodes=4, plan_digest=digest).to_bytes())
-            await js.publish(CERTS_SEALED, CertsSealed(cluster="twice", nodes=sorted(tree)).to_bytes())
+            await _announce(js, "twice", digest, [n.hostname for n in plan.nodes])
             done = await watch.wait_for(lambda e: True, timeout=60)
         assert done.data["status"] == "Succeeded"
         # node-env x4, certs x4, etcd x3, init x1, join x2, workers x1, health x3: each ran once
@@ -257,46 +274,29 @@ async def test_a_node_said_sealed_without_a_stored_bundle_gets_no_certificates_c
         nats_url, redis_url, redis_client, nats_client, caplog):
     """`certs.sealed` is believed for the count, never for the files: a node whose bundle is not
     stored is sent nothing until it is (never an empty certificates command)."""
-    plan = plan_spec_text(open("examples/seed-3m1w.yaml").read().replace("name: seed", "name: early")).plan
     r = Redis.from_url(redis_url)
     js = nats_client.jetstream()
     await ensure_streams(js)
     caplog.set_level("INFO", logger="bke.dispatcher")
-    pj = plan.to_json()
-    digest = plan_digest(pj)
-    await RedisPlanStore(r).save(plan, pj, digest, "req-1", datetime.now(timezone.utc).isoformat())
-    files = RedisNodeFiles(r)
-    tree = {n.hostname: [file_from_bytes("/etc/kubernetes/manifests/etcd.yaml", b"kind: Pod\n", 0o600)] for n in plan.nodes}
-    await files.put_many("early", "render", tree)
-    bundle = [file_from_bytes("/etc/kubernetes/pki/ca.crt", b"x")]
-    await files.put_many("early", "certs", {h: bundle for h in tree if h != "node1"})
-    cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {}, namespace: kube-system}}\ndata: {{}}\n"
-    await r.hset(addon_manifests_key("early"), mapping={"kube-proxy": cm.format("kube-proxy"), "coredns": cm.format("coredns")})
+    plan, digest = await _stored_cluster(r, "early", sealed_but=("node1",))
     svc = create_service(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner="x", mode="lab", health_interval_s=0))
     await svc.start()
-    base = AgentSettings(cluster="early", node="master1", backend="host", nats_url=nats_url, heartbeat_s=0)
-    fleet = Fleet.null(nats_client, js, base, [n.hostname for n in plan.nodes])
+    fleet = _null_fleet(nats_client, js, nats_url, "early", plan)
     st = DispatcherState(r)
+    nodes = [n.hostname for n in plan.nodes]
     try:
         async with EventWatch(nats_client, ["bke.v1.install.early.finished"]) as watch:
             await fleet.start()
-            await js.publish(PLAN_CREATED, PlanCreated(request_id="req-1", cluster="early", plan_key="k", plan_digest=digest,
-                                                       nodes=4, etcd_clusters=["etcd-data"]).to_bytes())
-            await js.publish(MANIFESTS_RENDERED, ManifestsRendered(
-                request_id="req-1", cluster="early", digest="r", nodes=4, files=4, tier="small", template_sets=[],
-                plan_digest=digest).to_bytes())
-            await js.publish(CERTS_ISSUED, CertsIssued(request_id="req-1", cluster="early", issued=[], reissued=[], reused=0,
-                                                       changed_nodes=4, plan_digest=digest).to_bytes())
-            await js.publish(CERTS_SEALED, CertsSealed(cluster="early", nodes=sorted(tree)).to_bytes())
+            await _announce(js, "early", digest, nodes)  # certs.sealed names node1 too
             deadline = asyncio.get_running_loop().time() + 30
             while not any("no sealed bundle stored for node1" in rec.getMessage() for rec in caplog.records):
                 assert asyncio.get_running_loop().time() < deadline, "the missing bundle was never noticed"
                 await asyncio.sleep(0.05)  # polling the log under a deadline: the wait has no event
             assert await st.all_commands("early", "certs") == {}  # nobody got a certificates command
-            await files.put_many("early", "certs", {"node1": bundle})
+            await RedisNodeFiles(r).put_many("early", "certs", {"node1": BUNDLE})
             done = await watch.wait_for(lambda e: True, timeout=60)
         assert done.data["status"] == "Succeeded"
-        assert set(await st.all_commands("early", "certs")) == set(tree)
+        assert set(await st.all_commands("early", "certs")) == set(nodes)
     finally:
         await fleet.stop(grace=1.0)
         await svc.stop()
