@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bke.bus.connect import connect_nats
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
@@ -50,7 +51,7 @@ async def run_install(nodes: int, workdir: Path) -> dict:
     cluster = f"bench{nodes}"
     spec = synth_spec_text(nodes, name=cluster, key_algorithm="ECDSA-P256").encode()
     hostnames = [f"n{i}" for i in range(nodes)]
-    nc = await nats.connect(info.nats_url, max_reconnect_attempts=-1)
+    nc = await connect_nats(info.nats_url)
     js = nc.jetstream(timeout=30)
     await ensure_streams(js)
     await sup.wait_services_ready(js)
@@ -102,7 +103,7 @@ async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
     cluster = f"floor{nodes}"
     hostnames = [f"n{i}" for i in range(nodes)]
     per_node = [commands // nodes + (1 if i < commands % nodes else 0) for i in range(nodes)]
-    nc = await nats.connect(info.nats_url)
+    nc = await connect_nats(info.nats_url)
     js = nc.jetstream(timeout=30)
     await ensure_streams(js)
     got = 0

@@ -22,10 +22,10 @@ import sys
 from pathlib import Path
 from typing import IO
 
-import nats
 from nats.aio.client import Client as NatsClient
 from pydantic import ValidationError
 
+from bke.bus.connect import BusAccess, connect_nats
 from bke.bus.streams import ensure_streams
 from bke.logs import setup_logging
 
@@ -54,12 +54,12 @@ def _lock(state_dir: Path) -> IO[bytes]:
     return f
 
 
-async def _connect(url: str, stop: asyncio.Event) -> NatsClient | None:
+async def _connect(access: BusAccess, stop: asyncio.Event) -> NatsClient | None:
     """Connect, retrying with back-off until connected or asked to stop (NATS may start later)."""
     attempt = 0
     while not stop.is_set():
         try:
-            return await nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=1.0, connect_timeout=5)
+            return await connect_nats(access, name="bke-agent")
         except Exception as exc:  # noqa: BLE001 - any connect failure is retried
             delay = CONNECT_BACKOFF_S[min(attempt, len(CONNECT_BACKOFF_S) - 1)]
             log.warning("cannot connect to NATS (%s); retrying in %.1fs", type(exc).__name__, delay)
@@ -106,7 +106,7 @@ async def run(settings: AgentSettings) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        nc = await _connect(settings.nats_url, stop)
+        nc = await _connect(settings.bus, stop)
         if nc is None:
             return 0
         try:

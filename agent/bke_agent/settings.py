@@ -17,6 +17,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bke.bus.connect import BusAccess
+
 __all__ = ["AgentSettings", "HOST_STATE_DIR", "LAB_STATE_SUBDIR"]
 
 HOST_STATE_DIR = Path("/var/lib/bke-agent")
@@ -35,6 +37,10 @@ class AgentSettings(BaseSettings):
     state_dir: Path | None = None
     ip: str = "127.0.0.1"  # the node's own address; the lab maps loopback listeners onto it
     nats_url: str | None = Field(None, validation_alias=AliasChoices("BKE_NATS_URL", "nats_url"))
+    # the agent's own NATS identity (see bke.bus.connect); unset: a server without authentication
+    nats_creds: Path | None = Field(None, validation_alias=AliasChoices("BKE_NATS_CREDS", "nats_creds"))
+    nats_inbox_prefix: str | None = Field(None, validation_alias=AliasChoices("BKE_NATS_INBOX_PREFIX", "nats_inbox_prefix"))
+    nats_tls_ca: Path | None = Field(None, validation_alias=AliasChoices("BKE_NATS_TLS_CA", "nats_tls_ca"))
     heartbeat_s: float = Field(10.0, ge=0)  # 0 disables heartbeats
     ack_wait_s: float = Field(30.0, gt=0)  # a running command is kept alive with in-progress acks
     stop_grace_s: float = Field(20.0, ge=0)  # SIGTERM waits this long for the running command
@@ -46,6 +52,11 @@ class AgentSettings(BaseSettings):
         if self.backend == "lab" and self.root.resolve() == Path("/"):
             raise ValueError("the lab backend needs BKE_AGENT_ROOT: the node's own directory, never /")
         return self
+
+    @property
+    def bus(self) -> BusAccess:
+        """How this agent reaches NATS (`run` checks that nats_url is set first)."""
+        return BusAccess(self.nats_url or "", self.nats_creds, self.nats_inbox_prefix, self.nats_tls_ca)
 
     @property
     def state_path(self) -> Path:

@@ -25,6 +25,7 @@ from typing import Optional, TypeVar
 import typer
 from rich.console import Console
 
+from bke.bus.connect import BusAccess, connect_nats
 from bke.contracts.expiration import EXPIRATION_GET, GetExpiration, parse_expiration_reply
 from bke.contracts.status import StatusError
 from bke.errors import TemporaryError
@@ -145,12 +146,11 @@ def _print_rows(title: str, rows: list[ExpiryRow], with_ca: bool) -> None:
         print("   ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
 
 
-async def expiration_over_bus(nats_url: str, cluster: str, timeout: float = 10.0) -> list[ExpiryRow]:
+async def expiration_over_bus(nats_url: BusAccess | str, cluster: str, timeout: float = 10.0) -> list[ExpiryRow]:
     """Every page of the certs service's answer, as rows; exits 2 for an unknown cluster."""
-    import nats
     from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
-    nc = await nats.connect(nats_url)
+    nc = await connect_nats(nats_url)
     rows: list[ExpiryRow] = []
     try:
         offset: int | None = 0

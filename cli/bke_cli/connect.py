@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from bke.bus.connect import BusAccess
 from bke.runtime import EmbeddedRuntime
 
 from .output import EXIT_INVALID, die
@@ -15,13 +16,19 @@ from .output import EXIT_INVALID, die
 __all__ = ["resolve_nats"]
 
 
-def resolve_nats(workdir: Path | None, nats_url: str | None) -> str:
+def resolve_nats(workdir: Path | None, nats_url: str | None) -> BusAccess:
     if workdir is not None:
         info = EmbeddedRuntime.read_info(workdir.resolve() / "runtime")
         if info is None:
             die(f"{workdir}: no running lab here (no runtime/runtime.json); start one with `bke lab install`", EXIT_INVALID)
-        return info.nats_url
+        return BusAccess(info.nats_url)
     nats_url = nats_url or os.environ.get("BKE_NATS_URL")
     if not nats_url:
         die("say where BKE runs: --workdir DIR (a lab), or --nats URL (or BKE_NATS_URL)", EXIT_INVALID)
-    return nats_url
+    return BusAccess(nats_url, _path_env("BKE_NATS_CREDS"), os.environ.get("BKE_NATS_INBOX_PREFIX") or None,
+                     _path_env("BKE_NATS_TLS_CA"))
+
+
+def _path_env(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 
-import nats
+from bke.bus.connect import BusAccess, connect_nats
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -68,9 +68,9 @@ async def _request(nc, spec: bytes, rid: str) -> None:
     await js.publish(INSTALL_CLUSTER, req.to_bytes(), headers={"Nats-Msg-Id": f"request:{rid}"})
 
 
-async def submit_and_follow(nats_url: str, spec: bytes, cluster: str, timeout: float, console: Console, submit: bool = True) -> int:
+async def submit_and_follow(nats_url: BusAccess | str, spec: bytes, cluster: str, timeout: float, console: Console, submit: bool = True) -> int:
     rid = str(uuid.uuid4())
-    nc = await nats.connect(nats_url)
+    nc = await connect_nats(nats_url)
     start = time.monotonic()
     # phase changes and the end wake the display; per-node events are too many to poll on
     subjects = [CLUSTER_REJECTED, PLAN_CREATED, install_subject(cluster, "phase"), install_subject(cluster, "finished")]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 
-import nats
+from bke.bus.connect import BusAccess, connect_nats
 from rich.console import Console
 
 from bke.bus import EventWatch
@@ -26,12 +26,12 @@ from .output import EXIT_FAILURE, EXIT_OK, error_lines
 __all__ = ["renew_and_follow"]
 
 
-async def renew_and_follow(nats_url: str, cluster: str, names: list[str], within_days: float | None,
+async def renew_and_follow(nats_url: BusAccess | str, cluster: str, names: list[str], within_days: float | None,
                            timeout: float, console: Console) -> int:
     rid = str(uuid.uuid4())
     req = RenewCerts(request_id=rid, cluster=cluster, names=names, within_days=within_days)
     deadline = time.monotonic() + timeout
-    nc = await nats.connect(nats_url)
+    nc = await connect_nats(nats_url)
     try:
         async with EventWatch(nc, [CERTS_RENEWED, CERTS_FAILED, rotation_subject(cluster)]) as watch:
             js = nc.jetstream()

@@ -11,7 +11,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Optional
 
-import nats
+from bke.bus.connect import BusAccess, connect_nats
 import typer
 from nats.errors import NoServersError
 from rich.console import Console
@@ -44,15 +44,15 @@ class Nodes(str, Enum):
     all = "all"
 
 
-async def _ask(nats_url: str, cluster: str, nodes: NodeSelection = "failed") -> ClusterStatus | None:
-    nc = await nats.connect(nats_url)
+async def _ask(nats_url: BusAccess | str, cluster: str, nodes: NodeSelection = "failed") -> ClusterStatus | None:
+    nc = await connect_nats(nats_url)
     try:
         return await get_status(nc, cluster, nodes)
     finally:
         await nc.close()
 
 
-def _status_or_exit(nats_url: str, cluster: str, nodes: NodeSelection = "failed") -> ClusterStatus | None:
+def _status_or_exit(nats_url: BusAccess | str, cluster: str, nodes: NodeSelection = "failed") -> ClusterStatus | None:
     try:
         return asyncio.run(_ask(nats_url, cluster, nodes))
     except StatusUnavailable as exc:
@@ -118,7 +118,7 @@ def retry(
     failed = [n.hostname for n in doc.nodes if n.status == "Failed"]
 
     async def send() -> int:
-        nc = await nats.connect(nurl)
+        nc = await connect_nats(nurl)
         try:
             req = RetryInstall(request_id=str(uuid.uuid4()), cluster=name, nodes=wanted)
             await nc.jetstream().publish(RETRY_INSTALL, req.to_bytes())

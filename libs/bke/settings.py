@@ -5,8 +5,14 @@ The connection settings are the same variables for every service (`BKE_NATS_URL`
 """
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from .bus.connect import BusAccess
 
 __all__ = ["ServiceSettings"]
 
@@ -18,7 +24,19 @@ class ServiceSettings(BaseSettings):
     # standard ports of the machine it happens to start on.
     nats_url: str = Field(validation_alias=AliasChoices("BKE_NATS_URL", "nats_url"))
     redis_url: str = Field(validation_alias=AliasChoices("BKE_REDIS_URL", "redis_url"))
+    # This service's NATS identity (see bke.bus.connect): a credentials file, its own inbox
+    # prefix, and the CA for a tls:// server. Unset: a server without authentication (tests).
+    nats_creds: Path | None = Field(None, validation_alias=AliasChoices("BKE_NATS_CREDS", "nats_creds"))
+    nats_inbox_prefix: str | None = Field(None, validation_alias=AliasChoices("BKE_NATS_INBOX_PREFIX", "nats_inbox_prefix"))
+    nats_tls_ca: Path | None = Field(None, validation_alias=AliasChoices("BKE_NATS_TLS_CA", "nats_tls_ca"))
     log_level: str = Field("INFO", validation_alias=AliasChoices("BKE_LOG_LEVEL", "log_level"))
     # How often one message may fail unexpectedly before it is dead-lettered.
     max_deliver: int = 5
     ack_wait_seconds: float = 60.0
+
+    @property
+    def bus(self) -> "BusAccess":
+        """How this service reaches NATS."""
+        from .bus.connect import BusAccess
+
+        return BusAccess(self.nats_url, self.nats_creds, self.nats_inbox_prefix, self.nats_tls_ca)

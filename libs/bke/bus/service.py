@@ -11,12 +11,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-import nats
 from nats.aio.client import Client as NatsClient
 from faststream import FastStream
 from faststream.nats import NatsBroker
 
 from ..settings import ServiceSettings
+from .connect import connect_nats, connect_options
 from .streams import ensure_streams
 
 __all__ = ["Service", "make_service"]
@@ -73,7 +73,7 @@ class Service:
 
     async def start(self) -> None:
         """Declare the streams, then start consuming (what `app.run()` does, for tests)."""
-        await _ensure_streams_at(self.settings.nats_url)
+        await _ensure_streams_at(self.settings)
         await self.broker.start()
         for fn in self.after_start:
             await fn()
@@ -99,14 +99,15 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
     # FastStream's own lines go through loggers of ours, so that they reach the root handler and
     # come out as JSON like every other line (its default loggers write coloured text to stdout).
     # Its per-message lines go to DEBUG: our handlers log what matters.
-    broker = NatsBroker(settings.nats_url, logger=logging.getLogger(f"bke.{name}.faststream.broker"),
+    opts = connect_options(settings.bus, name=f"bke-{name}")
+    broker = NatsBroker(opts.pop("servers"), **opts, logger=logging.getLogger(f"bke.{name}.faststream.broker"),
                         log_level=logging.DEBUG, graceful_timeout=10.0)
     app = FastStream(broker, logger=logging.getLogger(f"bke.{name}.faststream"))
     svc = Service(name=name, settings=settings, broker=broker, app=app)
 
     @app.on_startup
     async def _streams() -> None:
-        await _ensure_streams_at(settings.nats_url)
+        await _ensure_streams_at(settings)
 
     @app.after_startup
     async def _after_start() -> None:
@@ -126,9 +127,9 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
     return svc
 
 
-async def _ensure_streams_at(url: str) -> None:
+async def _ensure_streams_at(settings: ServiceSettings) -> None:
     # A short-lived connection of its own: the broker subscribes only once streams exist.
-    nc = await nats.connect(url)
+    nc = await connect_nats(settings.bus)
     try:
         await ensure_streams(nc.jetstream())
     finally:
