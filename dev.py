@@ -4,6 +4,8 @@
     python3 dev.py lab     # set up, then a lab install of examples/seed-3m1w.yaml
     python3 dev.py test    # set up, then the lints, then the CI suite (what .ci/run calls)
     python3 dev.py lint    # set up, then the lints only
+    python3 dev.py full    # set up, then the lints, then every test: the CI suite plus the `slow`
+                           # fault scenarios and the long fuzzing budget (BKE_FUZZ=long)
 
 Only the standard library is used here, since nothing else exists before the venv does.
 """
@@ -67,7 +69,7 @@ def run_lints(env: dict[str, str]) -> int:
 def main(argv: list[str]) -> int:
     job = argv[0] if argv else "help"
     rest = argv[1:]
-    if job not in {"lab", "test", "lint", "setup", "bench"}:
+    if job not in {"lab", "test", "lint", "setup", "bench", "full"}:
         print(__doc__)
         return 2
     ensure_venv()
@@ -75,12 +77,16 @@ def main(argv: list[str]) -> int:
     env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     if job == "setup":
         return 0
-    if job in {"test", "lint"}:
+    if job in {"test", "lint", "full"}:
         lint_status = run_lints(env)
         if job == "lint" or lint_status != 0:
             return lint_status
-        # The CI tier: unit, contract, integration and end-to-end; `-m slow` variants are separate.
-        cmd = [str(PY), "-m", "pytest", "-q", "-m", "not slow", *rest]
+        if job == "full":
+            env["BKE_FUZZ"] = "long"
+            cmd = [str(PY), "-m", "pytest", "-q", *rest]
+        else:
+            # The CI tier: unit, contract, integration and end-to-end; `-m slow` variants are separate.
+            cmd = [str(PY), "-m", "pytest", "-q", "-m", "not slow", *rest]
     elif job == "bench":
         cmd = [str(PY), str(ROOT / "bench" / "all.py"), *rest]
     else:
