@@ -54,7 +54,7 @@ def hostile_bodies(model: type[Message], valid: dict) -> list[Hostile]:
         Hostile("extra-field", json.dumps({**valid, "zzExtraField": 1}).encode(), "zzExtraField"),
         Hostile("oversized", json.dumps({**valid, "zzPadding": "x" * OVERSIZED}).encode(), "zzPadding"),
     ]
-    for key, value in valid.items():
+    for key in valid:
         # a value of a type no field takes: a nested object of a list
         out.append(Hostile(f"wrong-type-{key}", json.dumps({**valid, key: {"x": [[1]]}}).encode(), key))
     required = model.model_json_schema(by_alias=True).get("required", [])
