@@ -15,7 +15,8 @@ from .fuzz import from_schema
 
 __all__ = ["Hostile", "OVERSIZED", "hostile_bodies", "valid_example"]
 
-# Under NATS' default max_payload (1 MiB), so the server delivers it and the service must refuse it.
+# Under nats-server's default max_payload (1 MiB: server/const.go MAX_PAYLOAD_SIZE), so the server
+# delivers it and the service must refuse it; its dead letter would not fit untruncated.
 OVERSIZED = 900 * 1024
 
 

@@ -15,6 +15,8 @@ from bke.bus import EventWatch, ensure_streams
 from bke.bus.connect import BusAccess, connect_nats
 from bke.bus.delivery import MAX_DEADLETTER_PAYLOAD
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, InstallCluster
+from bke.contracts.agent import AgentHeartbeat
+from bke.contracts.status import StatusError
 from bke.contracts.subjects import CHANNELS, COMMAND_SUBJECTS, DEADLETTER, EVENT_SUBJECTS, LEGACY_CLUSTER_REQUESTED, Channel
 from bke.lab.supervisor import SERVICES, LabSupervisor
 from bke.runtime import RuntimeInfo
@@ -104,6 +106,17 @@ async def test_hostile_messages_are_dead_lettered_and_a_valid_install_still_goes
                        (e.data.get("subject"), e.data.get("payloadB64")) in expected]
             assert all(r.startswith("MalformedMessage: malformed ") for r in reasons), [r[:200] for r in reasons][:5]
             assert any(f"[payload truncated: first {MAX_DEADLETTER_PAYLOAD} of " in r for r in reasons)
+
+            # requests (core NATS) are answered with the fields that are wrong; heartbeats are advisory
+            for ch in CHANNELS:
+                if ch.kind == "request":
+                    for case in hostile_bodies(ch.model, valid_example(ch.model)):
+                        if case.name in KINDS or case.name.startswith("wrong-type-"):
+                            reply = StatusError.model_validate_json((await nc.request(ch.subject, case.body, timeout=10)).data)
+                            assert reply.reason == "Invalid", (ch.subject, case.name, reply)
+            for case in hostile_bodies(AgentHeartbeat, valid_example(AgentHeartbeat)):
+                await nc.publish(f"bke.v1.heartbeat.{CLUSTER}.n0", case.body)
+            await nc.flush()
 
             # every service is the process it was, and still serves: a valid install finishes
             assert {n: pid_alive(p) for n, p in pids.items()} == dict.fromkeys(SERVICES, True)

@@ -84,8 +84,10 @@ async def _tell_giving_up(give_up: Callable[[bytes, str], Awaitable[None]], body
         log.exception("could not report giving up", extra={"subject": subject})
 
 
-# The dead letter must fit in one NATS message (default max_payload 1 MiB) after base64 (x4/3):
-# a 900 KiB forged message made the publish fail with MaxPayloadError and ended the consumer.
+# The dead letter must fit in one NATS message after base64 (x4/3): nats-server's default
+# max_payload is 1 MiB (server/const.go `MAX_PAYLOAD_SIZE = (1024 * 1024)`, used when the config
+# sets no `max_payload`). A 900 KiB forged message made the publish fail with MaxPayloadError,
+# which ended the consumer. 256 KiB kept is enough to see what the message was.
 MAX_DEADLETTER_PAYLOAD = 256 * 1024
 
 

@@ -25,7 +25,9 @@ MAX_SPEC_BYTES = 8 * 1024 * 1024
 MAX_NODES = 10_000
 # The deepest legitimate path is ~8 levels (document > spec > clusterConfig > cluster >
 # containerRuntime > registryMirrors > host > list). 64 is far above it and far below the
-# depth at which a recursive YAML composer exhausts the stack.
+# depth at which a recursive YAML composer exhausts the stack. (libyaml >= 0.2.5 refuses
+# nesting past 1000 on its own, "exceeded maximum nesting depth" - its patch "Limit depth of
+# nesting by default", yaml_set_max_nest_level - but PyYAML's pure-Python loader has no limit.)
 MAX_YAML_DEPTH = 64
 # Nodes that aliases (`*anchor`) expand to, counted as if every alias were copied out: sharing
 # a block of labels or extraArgs across 10,000 nodes stays far below; a "billion laughs"
