@@ -105,3 +105,28 @@ def test_bke_plan_dev_zero_exits_2_with_the_limit():
     r = subprocess.run([str(bke), "plan", "/dev/zero"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert f"/dev/zero: spec is larger than the limit; the limit is {MAX_SPEC_BYTES}" in r.stdout + r.stderr
+
+
+def test_the_pure_python_yaml_loader_refuses_the_same_corpus():
+    """Without libyaml (PyYAML built without it) the same limits hold: its parser has no nesting
+    limit of its own and its composer recurses, so the events pass is what stops a deep document."""
+    script = (
+        "import yaml, sys\n"
+        "del yaml.CSafeLoader\n"
+        "from pathlib import Path\n"
+        "from bke.plan import plan_spec_text\n"
+        "from bke.spec import yaml_read\n"
+        "assert yaml_read._Base is yaml.SafeLoader\n"
+        "for name in sys.argv[1:]:\n"
+        "    errs = plan_spec_text(Path(name).read_bytes(), 'spec.yaml').errors\n"
+        "    print(name.rsplit('/', 1)[-1], '|', errs[0].path, '|', errs[0].message)\n"
+    )
+    cases = ["deep-flow-nesting-huge.yaml", "billion-laughs.yaml", "duplicate-key-block.yaml", "non-utf8.yaml"]
+    r = subprocess.run([sys.executable, "-c", script, *(str(CORPUS / c) for c in cases)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = {line.split(" | ")[0]: line.split(" | ", 2)[1:] for line in r.stdout.splitlines()}
+    assert "nesting deeper than 64 levels" in got["deep-flow-nesting-huge.yaml"][1]
+    assert "aliases expand to more than" in got["billion-laughs.yaml"][1]
+    assert got["duplicate-key-block.yaml"] == ["spec.yaml:12:7", "duplicate key 'etcdVersion' (first at line 11, column 7); YAML would keep only the later value"]
+    assert "not UTF-8" in got["non-utf8.yaml"][1]
