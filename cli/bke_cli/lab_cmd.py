@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from bke.lab.preflight import claim_lab
 from bke.lab.supervisor import LabSupervisor
 from bke.plan import Plan
 from bke.versions import parse_version
@@ -46,6 +47,8 @@ def install(
     """Start NATS, Redis, every service and one agent per node, then install and follow."""
     plan = plan_or_exit(spec)
     problems = lab_problems(plan)
+    # addresses, ports and hostnames must be this lab's own, checked (and claimed) before anything starts
+    problems = problems or claim_lab(workdir, plan)
     if problems:
         error_lines(problems)
         raise typer.Exit(EXIT_INVALID)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bke.plan import Plan, PlanOutcome, plan_spec_text
+from bke.spec import SpecTooLarge, read_capped
 
 from .output import EXIT_INVALID, die, error_lines, warn_lines
 
@@ -11,8 +12,14 @@ __all__ = ["read_spec_text", "plan_or_exit", "outcome_for"]
 
 
 def read_spec_text(path: Path) -> bytes:
+    """The file's bytes, refused at the size limit before it is read whole (`/dev/zero`, a FIFO)."""
     try:
-        return path.read_bytes()
+        with path.open("rb") as f:
+            return read_capped(f)  # type: ignore[arg-type]  # BufferedReader is a BinaryIO
+    except SpecTooLarge as exc:
+        die(f"{path}: {exc}", EXIT_INVALID)
+    except IsADirectoryError:
+        die(f"{path}: is a directory, not a spec file", EXIT_INVALID)
     except FileNotFoundError:
         die(f"{path}: no such file", EXIT_INVALID)
     except OSError as exc:

@@ -84,13 +84,22 @@ async def _tell_giving_up(give_up: Callable[[bytes, str], Awaitable[None]], body
         log.exception("could not report giving up", extra={"subject": subject})
 
 
+# The dead letter must fit in one NATS message after base64 (x4/3): nats-server's default
+# max_payload is 1 MiB (server/const.go `MAX_PAYLOAD_SIZE = (1024 * 1024)`, used when the config
+# sets no `max_payload`). A 900 KiB forged message made the publish fail with MaxPayloadError,
+# which ended the consumer. 256 KiB kept is enough to see what the message was.
+MAX_DEADLETTER_PAYLOAD = 256 * 1024
+
+
 async def _dead_letter(broker: NatsBroker, service: str, subject: str, deliveries: int, exc: BaseException,
                        body: bytes) -> None:
+    kept = body[:MAX_DEADLETTER_PAYLOAD]
+    cut = f" [payload truncated: first {len(kept)} of {len(body)} bytes kept]" if len(kept) < len(body) else ""
     event = DeadLettered(
         subject=subject,
         service=service,
         deliveries=deliveries,
-        reason=f"{type(exc).__name__}: {exc}"[:2000],
-        payload_b64=base64.b64encode(body).decode(),
+        reason=f"{type(exc).__name__}: {exc}"[:2000] + cut,
+        payload_b64=base64.b64encode(kept).decode(),
     )
     await broker.publish(event.to_bytes(), f"{DEADLETTER}.{service}", stream="BKE_DEADLETTER")

@@ -81,7 +81,11 @@ class FastConsumer:
                 log.exception("fetch failed", extra={"consumer": self.durable})
                 await asyncio.sleep(1.0)  # back-off before fetching again
                 continue
-            await asyncio.gather(*(one(m) for m in msgs))
+            # one delivery that cannot even be settled (its dead letter refused, say) stays unacked
+            # and comes back after ack_wait; it must never end this loop, and so the consumer
+            for m, res in zip(msgs, await asyncio.gather(*(one(m) for m in msgs), return_exceptions=True)):
+                if isinstance(res, Exception):
+                    log.error("could not settle a message: %r", res, extra={"consumer": self.durable, "subject": m.subject})
 
     async def stop(self) -> None:
         self._stopping = True

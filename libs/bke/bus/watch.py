@@ -41,7 +41,7 @@ class EventWatch:
     async def _on_msg(self, msg: Any) -> None:
         try:
             data = json.loads(msg.data)
-        except ValueError:
+        except (ValueError, RecursionError):  # json nests by recursion: `[[[...` 100,000 deep is a forger's message
             data = {"_raw": msg.data.decode(errors="replace")}
         async with self._cond:
             self.seen.append(Seen(msg.subject, data if isinstance(data, dict) else {"_value": data}))

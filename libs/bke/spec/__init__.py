@@ -1,5 +1,6 @@
 """The cluster spec: models, loading, validation."""
 from .errors import FieldError, format_errors
+from .limits import SpecTooLarge, read_capped
 from .loader import MAX_NODES, MAX_SPEC_BYTES, LoadResult, load_spec
 from .models import API_VERSION, KEY_ALGORITHMS, ROLES, BKECluster, BKENode, ClusterSpec
 from .validate import ValidationReport, validate_spec
@@ -15,8 +16,10 @@ __all__ = [
     "ClusterSpec",
     "FieldError",
     "LoadResult",
+    "SpecTooLarge",
     "ValidationReport",
     "format_errors",
     "load_spec",
+    "read_capped",
     "validate_spec",
 ]

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import FieldError
+from .limits import MAX_NODES, MAX_SPEC_BYTES, too_large_message
 from .models import API_VERSION, BKECluster, BKENode, ClusterSpec
+from .yaml_read import Document, find_line, read_documents
 
 __all__ = ["MAX_NODES", "MAX_SPEC_BYTES", "LoadResult", "load_spec", "loc_to_path"]
-
-MAX_SPEC_BYTES = 8 * 1024 * 1024
-MAX_NODES = 10_000
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class LoadResult(BaseModel):
@@ -51,34 +48,33 @@ def _pydantic_errors(prefix: str, exc: ValidationError) -> list[FieldError]:
 
 def load_spec(text: str | bytes, source: str = "<spec>") -> LoadResult:
     """Load and structurally validate a spec. Semantic checks are `validate.validate_spec`."""
-    raw = text.encode() if isinstance(text, str) else text
+    # surrogatepass: a str that is no valid Unicode becomes bytes the reader refuses by position
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     if len(raw) > MAX_SPEC_BYTES:
-        return LoadResult(
-            spec=None,
-            errors=[FieldError(path=source, message=f"spec is {len(raw)} bytes; the limit is {MAX_SPEC_BYTES} (8 MiB)")],
-        )
-    try:
-        docs = [d for d in yaml.load_all(raw, Loader=_Loader) if d is not None]
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
-        problem = exc.problem or exc.context or "invalid YAML"
-        return LoadResult(spec=None, errors=[FieldError(path=where, message=f"YAML syntax error: {problem}")])
-    except yaml.YAMLError as exc:
-        return LoadResult(spec=None, errors=[FieldError(path=source, message=f"YAML error: {exc}")])
+        return LoadResult(spec=None, errors=[FieldError(path=source, message=too_large_message(len(raw)))])
+    docs, errors = read_documents(raw, source)
+    if not docs and errors:
+        return LoadResult(spec=None, errors=errors)
+    return _load_documents(docs, errors)
 
-    errors: list[FieldError] = []
+
+def _load_documents(docs: list[Document], errors: list[FieldError]) -> LoadResult:
     cluster_docs: list[tuple[int, dict]] = []
     node_docs: list[dict] = []
-    for i, doc in enumerate(docs):
+    node_places: list[Document] = []
+    cluster_places: list[Document] = []
+    for d in docs:
+        i, doc = d.index, d.value
         if not isinstance(doc, dict):
             errors.append(FieldError(path=f"documents[{i}]", message="expected a mapping (a Kubernetes-style resource)"))
             continue
         kind = doc.get("kind")
         if kind == "BKECluster":
             cluster_docs.append((i, doc))
+            cluster_places.append(d)
         elif kind == "BKENode":
             node_docs.append(doc)
+            node_places.append(d)
         else:
             errors.append(
                 FieldError(path=f"documents[{i}].kind", message=f"unknown kind {kind!r} (expected BKECluster or BKENode)")
@@ -90,6 +86,8 @@ def load_spec(text: str | bytes, source: str = "<spec>") -> LoadResult:
         errors.append(FieldError(path="cluster", message="no BKECluster document in the spec"))
     for i, _ in cluster_docs[1:]:
         errors.append(FieldError(path=f"documents[{i}]", message="a second BKECluster document; one spec describes one cluster"))
+    errors += _duplicate_names(cluster_places, "documents", by_index=True)
+    errors += _duplicate_names(node_places, "nodes", by_index=False)
     if not node_docs:
         errors.append(FieldError(path="nodes", message="no BKENode document in the spec"))
 
@@ -123,3 +121,23 @@ def _api_version_error(prefix: str, doc: dict) -> list[FieldError]:
     if got != API_VERSION:
         return [FieldError(path=f"{prefix}.apiVersion", message=f"expected {API_VERSION!r}, got {got!r}")]
     return []
+
+
+def _duplicate_names(places: list[Document], label: str, by_index: bool) -> list[FieldError]:
+    """`nodes[3].metadata.name: duplicate of nodes[1] (line 40)`: both places, never last-wins."""
+    errs: list[FieldError] = []
+    first: dict[str, tuple[str, int | None]] = {}
+    for pos, d in enumerate(places):
+        meta = d.value.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if not isinstance(name, str):
+            continue
+        here = f"{label}[{d.index if by_index else pos}]"
+        line = find_line(d.node, "metadata", "name")
+        if name in first:
+            other, other_line = first[name]
+            at = f" (line {other_line})" if other_line else ""
+            errs.append(FieldError(path=f"{here}.metadata.name", message=f"duplicate of {other}{at}: both are named {name!r}"))
+        else:
+            first[name] = (here, line)
+    return errs

@@ -13,6 +13,7 @@ from bke.bus.service import Service, make_service
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
 from bke.contracts.subjects import LEGACY_CLUSTER_REQUESTED
 from bke.contracts.install import InstallFinished, install_subject
+from bke.spec import MAX_SPEC_BYTES
 from bke.state import RedisPlanStore
 
 from .handlers import PlannerDeps, handle_install_cluster, handle_install_finished, refuse_request
@@ -28,7 +29,8 @@ def create_service(settings: PlannerSettings | None = None) -> Service:
     svc.on_stop.append(redis.aclose)
 
     async def fetch_blob(ref: str) -> bytes:
-        return await get_blob(svc.nc.jetstream(), ref)
+        # the same limit as `bke plan`: refused from the object's size before it is read whole
+        return await get_blob(svc.nc.jetstream(), ref, limit=MAX_SPEC_BYTES)
 
     deps = PlannerDeps(store=RedisPlanStore(redis), fetch_blob=fetch_blob, now=lambda: datetime.now(timezone.utc))
     requested = typed(InstallCluster, partial(handle_install_cluster, deps=deps), svc.publish, refuse=refuse_request)

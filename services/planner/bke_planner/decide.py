@@ -19,7 +19,7 @@ from bke.plan import Plan, plan_spec_text
 from bke.spec.loader import loc_to_path
 from bke.state import plan_digest, plan_key
 
-__all__ = ["Decision", "parse_request", "decide_plan", "against_stored", "replaceable_after"]
+__all__ = ["Decision", "parse_request", "decide_plan", "against_stored", "replaceable_after", "request_id_of"]
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,12 @@ class Decision:
     replaces: str | None = None  # the stored digest this plan replaces (compare-and-swap on it)
 
 
-def _request_id_of(body: bytes) -> str | None:
+def request_id_of(body: bytes) -> str | None:
+    """The request id of bytes that are no valid request, when one can be read: the rejection
+    then reaches the CLI that waits for it."""
     try:
         value = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # json nests by recursion: `[[[...` 100,000 deep must not raise
         return None
     rid = value.get("requestId") if isinstance(value, dict) else None
     return rid if isinstance(rid, str) and rid else None
@@ -49,7 +51,7 @@ def parse_request(body: bytes) -> InstallCluster | ClusterRejected:
             ErrorItem(path=loc_to_path("", tuple(e["loc"])) or "message", message=e["msg"].removeprefix("Value error, "))
             for e in exc.errors(include_url=False)
         ]
-        return ClusterRejected(request_id=_request_id_of(body), cluster=None, errors=errors)
+        return ClusterRejected(request_id=request_id_of(body), cluster=None, errors=errors)
 
 
 def decide_plan(request_id: str, spec_text: bytes | str) -> Decision:

@@ -1,0 +1,139 @@
+"""The hostile bus corpus sent to a running service set (every service its own OS process, real
+NATS JetStream and Redis from the fixtures): each service keeps running, every malformed message
+a service consumes from a stream is dead-lettered (BKE_DEADLETTER) with its bytes, a malformed
+install request is answered with a rejection, and a valid install still finishes afterwards."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import uuid
+
+import pytest
+
+from bke.bus import EventWatch, ensure_streams
+from bke.bus.connect import BusAccess, connect_nats
+from bke.bus.delivery import MAX_DEADLETTER_PAYLOAD
+from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, InstallCluster
+from bke.contracts.agent import AgentHeartbeat
+from bke.contracts.status import StatusError
+from bke.contracts.subjects import CHANNELS, COMMAND_SUBJECTS, DEADLETTER, EVENT_SUBJECTS, LEGACY_CLUSTER_REQUESTED, Channel
+from bke.lab.supervisor import SERVICES, LabSupervisor
+from bke.runtime import RuntimeInfo
+from bke.runtime.processes import pid_alive
+from bke.spec.synth import synth_spec_text
+from bke_agent.fleet import Fleet
+from bke_agent.settings import AgentSettings
+from bke_planner.decide import request_id_of
+
+from .bus_corpus import hostile_bodies, valid_example
+
+pytestmark = pytest.mark.integration
+CLUSTER = "hostile"
+# A few of each kind: what a forger or a broken client sends most (the unit fuzzers cover the rest).
+# A user's install request is answered with a rejection naming the field, never dead-lettered.
+ANSWERED = (INSTALL_CLUSTER, LEGACY_CLUSTER_REQUESTED)
+KINDS = ("garbage", "empty-object", "deep-nesting", "extra-field", "oversized", "non-utf8-in-string")
+
+
+def stored_channels() -> list[tuple[Channel, str]]:
+    """Channels kept in a stream that a BKE service consumes, with a concrete subject."""
+    stored = set(COMMAND_SUBJECTS) | set(EVENT_SUBJECTS)
+    out = []
+    for ch in CHANNELS:
+        subject = ch.subject.format(cluster=CLUSTER, node="n0", service="x")
+        matches = subject in stored or any(s.endswith("*.phase") and subject.endswith(".phase") or
+                                           s.endswith("*.finished") and subject.endswith(".finished") or
+                                           s.endswith("*.changed") and subject.endswith(".changed") for s in stored)
+        is_agent_result = subject.startswith("bke.v1.agent.") and not subject.endswith(".command")
+        if (matches or is_agent_result) and set(ch.receivers) & set(SERVICES) and not ch.subject.startswith(DEADLETTER):
+            out.append((ch, subject))
+    return out
+
+
+@pytest.fixture
+async def services(tmp_path, nats_url, redis_url, redis_client, monkeypatch):
+    monkeypatch.setenv("BKE_DISPATCHER_HEALTH_INTERVAL_S", "0")  # null agents serve no health URLs
+    sup = LabSupervisor(tmp_path / "lab")
+    sup.workdir.mkdir(parents=True)
+    sup.ensure_secret_key()
+    info = RuntimeInfo(nats_url=nats_url, redis_url=redis_url, nats_pid=0, redis_pid=0, nats_monitor_url="")
+    pids = sup.ensure_services(info)
+    try:
+        yield sup, dict(pids)
+    finally:
+        for name in SERVICES:
+            sup.stop_service(name)
+
+
+async def test_hostile_messages_are_dead_lettered_and_a_valid_install_still_goes_through(services, nats_url):
+    sup, pids = services
+    nc = await connect_nats(BusAccess(nats_url))
+    js = nc.jetstream(timeout=30)
+    try:
+        await ensure_streams(js)
+        await sup.wait_services_ready(js)
+        sent: list[tuple[str, str, bytes]] = []
+        async with EventWatch(nc, [f"{DEADLETTER}.>", CLUSTER_REJECTED]) as watch:
+            for ch, subject in stored_channels():
+                for case in hostile_bodies(ch.model, valid_example(ch.model)):
+                    if case.name in KINDS or case.name.startswith("wrong-type-"):
+                        await js.publish(subject, case.body)
+                        sent.append((subject, case.name, case.body))
+            assert len(sent) > 100
+            # a user's request is answered with the field, not dead-lettered; everything else is kept
+            # (an oversized one is kept truncated: the dead letter itself must fit in one message)
+            expected = {(subj, base64.b64encode(body[:MAX_DEADLETTER_PAYLOAD]).decode()): name
+                        for subj, name, body in sent if subj not in ANSWERED}
+            # rejections carry the request id the planner could read; JetStream drops a repeated
+            # rejection of one id (its Nats-Msg-Id), so each id is answered once
+            asked = [request_id_of(body) for subj, _, body in sent if subj in ANSWERED]
+            assert len(asked) == 2 * len([b for b in sent if b[0] == INSTALL_CLUSTER])
+
+            def missing() -> list[str]:
+                got = {(e.data.get("subject"), e.data.get("payloadB64")) for e in watch.seen if e.subject.startswith(DEADLETTER)}
+                return sorted(f"{key[0]} {name}" for key, name in expected.items() if key not in got)
+
+            def unanswered() -> list[str | None]:
+                ids = [e.data.get("requestId") for e in watch.seen if e.subject == CLUSTER_REJECTED]
+                return [None] * (asked.count(None) - ids.count(None)) + sorted(set(asked) - set(ids) - {None})
+
+            deadline = asyncio.get_running_loop().time() + 90
+            while (missing() or unanswered()) and asyncio.get_running_loop().time() < deadline:
+                await watch.wait_more(len(watch.seen), timeout=1.0)  # wait on events, under a deadline
+            assert missing() == [] and unanswered() == [], (missing()[:60], unanswered())
+            reasons = [e.data["reason"] for e in watch.seen if e.subject.startswith(DEADLETTER) and
+                       (e.data.get("subject"), e.data.get("payloadB64")) in expected]
+            assert all(r.startswith("MalformedMessage: malformed ") for r in reasons), [r[:200] for r in reasons][:5]
+            assert any(f"[payload truncated: first {MAX_DEADLETTER_PAYLOAD} of " in r for r in reasons)
+
+            # requests (core NATS) are answered with the fields that are wrong; heartbeats are advisory
+            for ch in CHANNELS:
+                if ch.kind == "request":
+                    for case in hostile_bodies(ch.model, valid_example(ch.model)):
+                        if case.name in KINDS or case.name.startswith("wrong-type-"):
+                            reply = StatusError.model_validate_json((await nc.request(ch.subject, case.body, timeout=10)).data)
+                            assert reply.reason == "Invalid", (ch.subject, case.name, reply)
+            for case in hostile_bodies(AgentHeartbeat, valid_example(AgentHeartbeat)):
+                await nc.publish(f"bke.v1.heartbeat.{CLUSTER}.n0", case.body)
+            await nc.flush()
+
+            # every service is the process it was, and still serves: a valid install finishes
+            assert {n: pid_alive(p) for n, p in pids.items()} == dict.fromkeys(SERVICES, True)
+            assert sup.pids()["services"] == pids
+            nodes = 4
+            spec = synth_spec_text(nodes, name="after-hostile", key_algorithm="ECDSA-P256")
+            base = AgentSettings(cluster="after-hostile", node="n0", backend="host", nats_url=nats_url, heartbeat_s=0)
+            fleet = Fleet.null(nc, js, base, [f"n{i}" for i in range(nodes)])
+            await fleet.start()
+            try:
+                async with EventWatch(nc, ["bke.v1.install.after-hostile.finished"]) as done:
+                    rid = str(uuid.uuid4())
+                    await js.publish(INSTALL_CLUSTER, InstallCluster(request_id=rid, spec=spec).to_bytes())
+                    finished = await done.wait_for(lambda e: True, timeout=120)
+            finally:
+                await fleet.stop(grace=1.0)
+            assert finished.data["status"] == "Succeeded", json.dumps(finished.data)[:500]
+            assert {n: pid_alive(p) for n, p in pids.items()} == dict.fromkeys(SERVICES, True)
+    finally:
+        await nc.close()
