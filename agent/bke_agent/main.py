@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from nats.aio.client import Client as NatsClient
+from nats.js.errors import NotFoundError
 from pydantic import ValidationError
 
 from bke.bus.connect import BusAccess, connect_nats
@@ -81,7 +82,7 @@ async def _start_when_free(agent: AgentLoop, stop: asyncio.Event) -> bool:
         try:
             await agent.start()
             return True
-        except AgentConflict as exc:
+        except (AgentConflict, NotFoundError) as exc:  # NotFoundError: no BKE_AGENT stream yet
             log.warning("%s; retrying in %.0fs", exc, CONFLICT_RETRY_S,
                         extra={"cluster": agent.cluster, "node": agent.node})
             try:
@@ -111,7 +112,11 @@ async def run(settings: AgentSettings) -> int:
             return 0
         try:
             js = nc.jetstream()
-            await ensure_streams(js)
+            if settings.bus.creds is None:
+                # An open server: the agent may come up first and declare the streams. With an
+                # identity it may not (its permissions name only its own consumer): the services
+                # declare them, and `_start_when_free` waits for the stream.
+                await ensure_streams(js)
             agent = AgentLoop(nc, js, settings, make_backend(settings),
                               DiskJournal(state, keep_days=settings.journal_keep_days), identity)
             if not await _start_when_free(agent, stop):
