@@ -15,10 +15,14 @@ subject or sequence in the payload (bare `CONSUMER.CREATE.<stream>`, `CONSUMER.D
 `STREAM.MSG.GET`, bare `DIRECT.GET.<stream>`) are simply never allowed to an agent, and denied
 by name as well so that a future widening of the allow list cannot let them through.
 
-Services keep the account's whole JetStream API (they declare streams, make their durable
-consumers and the object store), minus the agents' consumers: no service may create, read,
-delete or ack on another identity's `agent__*` consumer. What a service may *publish* is its
-channels only, so only the dispatcher can command an agent.
+Services and the operator CLI get the whole JetStream API of every stream except BKE_AGENT
+(they declare streams, make their durable consumers, use the object store). On BKE_AGENT, where
+the commands are, they may only declare the stream and use the consumers listed in
+`AGENT_STREAM_CONSUMERS` (named, filter in the subject): NATS permissions match whole tokens
+(no `agent__*` prefix patterns) and a deny always beats an allow, so this is an allow list
+rather than a deny of the agents' consumers. tests/unit/test_auth_permissions.py checks the
+list against the services' `fast_subscriber(..., "BKE_AGENT", durable)` calls. What a service
+may *publish* is its channels only, so only the dispatcher can command an agent.
 
 Every identity has its own inbox prefix (`_INBOX_<name>`): replies, pulled JetStream messages
 and an agent's push deliveries come there, and nobody else may subscribe it (no `_INBOX.>`).
@@ -35,6 +39,7 @@ from ..contracts.subjects import CHANNELS, DEADLETTER
 
 __all__ = [
     "AGENT_STREAM",
+    "AGENT_STREAM_CONSUMERS",
     "JS_API",
     "ROLES",
     "SERVICE_ROLES",
@@ -68,22 +73,45 @@ class RoleRow:
     responses: bool = False  # answers core requests (nats `allow_responses`)
 
 
-_AGENT_CONSUMERS = (  # any agent's consumer: only that agent touches it
-    f"{JS_API}.CONSUMER.*.{AGENT_STREAM}.agent__*",
-    f"{JS_API}.CONSUMER.*.{AGENT_STREAM}.agent__*.>",
-    f"$JS.ACK.{AGENT_STREAM}.agent__*.>",
+# The services' own durable consumers on BKE_AGENT: (durable, filter). Kept in step with the
+# services' app.py by tests/unit/test_auth_permissions.py.
+AGENT_STREAM_CONSUMERS: dict[str, tuple[tuple[str, str], ...]] = {
+    "dispatcher": (("dispatcher-results", "bke.v1.agent.*.*.result"),
+                   ("dispatcher-agents", "bke.v1.agent.*.*.registered")),
+    "certs": (("certs-agents", "bke.v1.agent.*.*.registered"),),
+}
+_OPEN_STREAMS = ("BKE_COMMANDS", "BKE_EVENTS", "BKE_DEADLETTER", f"OBJ_{OBJECT_BUCKET}")
+_JS_STREAMS = (
+    f"{JS_API}.INFO", f"{JS_API}.STREAM.NAMES", f"{JS_API}.STREAM.LIST",
+    # `$JS.API.<verb>.<verb>.<stream>[.…]` and the three-word verbs (STREAM.MSG.GET,
+    # CONSUMER.DURABLE.CREATE, CONSUMER.MSG.NEXT) of every stream but BKE_AGENT
+    *(f"{JS_API}.*.*{'.*' * three}.{stream}{tail}" for stream in _OPEN_STREAMS for three in (0, 1)
+      for tail in ("", ".>")),
+    *(f"$JS.ACK.{stream}.>" for stream in _OPEN_STREAMS),
+    f"$O.{OBJECT_BUCKET}.>", "$JS.FC.>",
+    # ensure_streams on BKE_AGENT: declare it, never read it
+    *(f"{JS_API}.STREAM.{verb}.{AGENT_STREAM}" for verb in ("INFO", "CREATE", "UPDATE")),
 )
-_JS_ALL = (f"{JS_API}.>", "$JS.ACK.>", f"$O.{OBJECT_BUCKET}.>", "$JS.FC.>")
+
+
+def _agent_stream_consumers(role: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for durable, filt in AGENT_STREAM_CONSUMERS.get(role, ()):
+        out += [f"{JS_API}.CONSUMER.CREATE.{AGENT_STREAM}.{durable}.{filt}",
+                f"{JS_API}.CONSUMER.INFO.{AGENT_STREAM}.{durable}",
+                f"{JS_API}.CONSUMER.MSG.NEXT.{AGENT_STREAM}.{durable}",
+                f"$JS.ACK.{AGENT_STREAM}.{durable}.>"]
+    return tuple(out)
+
 _JS_READ = (f"{JS_API}.INFO", f"{JS_API}.STREAM.INFO.*", f"{JS_API}.STREAM.NAMES", f"{JS_API}.STREAM.LIST",
             f"{JS_API}.CONSUMER.INFO.*.*", f"{JS_API}.CONSUMER.NAMES.*", f"{JS_API}.CONSUMER.LIST.*")
 
 ROLES: dict[str, RoleRow] = {
-    **{name: RoleRow("service", name, f"the {name} service", js_api=_JS_ALL,
-                     extra_pub=(f"{DEADLETTER}.{name}",), deny_pub=_AGENT_CONSUMERS,
-                     responses=name in ("certs", "dispatcher"))
+    **{name: RoleRow("service", name, f"the {name} service", js_api=_JS_STREAMS + _agent_stream_consumers(name),
+                     extra_pub=(f"{DEADLETTER}.{name}",), responses=name in ("certs", "dispatcher"))
        for name in SERVICE_ROLES},
     "operator": RoleRow("cli", "cli", "the `bke` CLI of an operator (installs, retries, renewals, status)",
-                        js_api=_JS_ALL, deny_pub=_AGENT_CONSUMERS),
+                        js_api=_JS_STREAMS),
     "dashboard": RoleRow("dashboard", "cli", "read only: status and expiry requests, live events",
                          js_api=_JS_READ),
     "agent": RoleRow("agent", "agent", "one node's agent: its own commands, results, registration, heartbeats"),
