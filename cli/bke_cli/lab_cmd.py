@@ -55,7 +55,8 @@ def install(
     sup.ensure_services(info)
     sup.ensure_agents(info, plan)
     console.print(f"lab {workdir}: NATS {info.nats_url}, Redis {info.redis_url}, {len(plan.nodes)} agents; logs in {workdir}/logs")
-    code = asyncio.run(submit_and_follow(info.nats_url, read_spec_text(spec), plan.cluster, timeout, console))
+    access = sup.operator_access(info)  # the lab's operator identity (creds/operator.creds)
+    code = asyncio.run(submit_and_follow(access, read_spec_text(spec), plan.cluster, timeout, console))
     raise typer.Exit(code)
 
 

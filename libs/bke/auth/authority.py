@@ -77,7 +77,8 @@ class Authority:
     @classmethod
     def from_secret_json(cls, raw: bytes) -> Authority:
         doc = json.loads(raw)
-        return cls(*(keypair_from_seed(doc[k]) for k in ("operator", "system", "account", "signing")),
+        return cls(keypair_from_seed(doc["operator"]), keypair_from_seed(doc["system"]),
+                   keypair_from_seed(doc["account"]), keypair_from_seed(doc["signing"]),
                    revocations={str(k): int(v) for k, v in doc.get("revocations", {}).items()})
 
     # -- JWTs ----------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ caller then pushes the account JWT to the server (`bke.auth.push.push_account`).
 """
 from __future__ import annotations
 
+import builtins
 import json
 import os
 from collections.abc import Callable
@@ -65,7 +66,8 @@ class IdentityRegistry:
         blob = self.redis.get(auth_authority_key())
         if blob is None:
             return None
-        return Authority.from_secret_json(self.box.decrypt(bytes(blob), auth_authority_key().encode()))
+        raw = blob if isinstance(blob, bytes) else str(blob).encode()
+        return Authority.from_secret_json(self.box.decrypt(raw, auth_authority_key().encode()))
 
     def save_authority(self, authority: Authority) -> None:
         self.redis.set(auth_authority_key(), self.box.encrypt(authority.to_secret_json(), auth_authority_key().encode()))
@@ -88,7 +90,7 @@ class IdentityRegistry:
         raw = self.redis.hget(auth_identities_key(), name)
         return None if raw is None else IdentityRecord(**json.loads(raw))
 
-    def list(self, *, role: str | None = None, cluster: str | None = None) -> list[IdentityRecord]:
+    def list(self, *, role: str | None = None, cluster: str | None = None) -> builtins.list[IdentityRecord]:
         records = [IdentityRecord(**json.loads(v)) for v in self.redis.hvals(auth_identities_key())]
         return sorted((r for r in records if (role is None or r.role == role) and (cluster is None or r.cluster == cluster)),
                       key=lambda r: r.name)
@@ -132,6 +134,6 @@ class IdentityRegistry:
         self.redis.hset(auth_identities_key(), name, revoked.to_json())
         return revoked
 
-    def revoke_cluster(self, cluster: str) -> list[IdentityRecord]:
+    def revoke_cluster(self, cluster: str) -> builtins.list[IdentityRecord]:
         """Every live identity of a cluster's nodes (a cluster goes)."""
         return [self.revoke(r.name) for r in self.list(cluster=cluster) if r.active]
