@@ -18,7 +18,7 @@ import redis
 import typer
 
 from bke.auth.authority import write_creds
-from bke.auth.permissions import ROLES, identity_name
+from bke.auth.permissions import ROLES, SERVICE_ROLES, identity_name
 from bke.auth.push import push_account
 from bke.auth.registry import IdentityRecord, IdentityRegistry, UnknownIdentity
 from bke.lab.identities import LabIdentities
@@ -154,6 +154,26 @@ def revoke_cmd(name: Optional[str] = typer.Argument(None), cluster: Optional[str
         _push_or_say(registry, nats_url, system_creds)
     except (KeyError, UnknownIdentity):
         die(f"identity {name!r}: never issued", EXIT_INVALID)
+
+
+@ids.command("init")
+def init_cmd(out: Path = typer.Option(..., "--out", help="folder for auth.conf (included by nats.conf), sys.creds "
+                                      "and creds/<name>.creds of each service, the operator and the dashboard"),
+             redis_url: Optional[str] = REDIS) -> None:
+    """A deployment's NATS trust chain: the operator and accounts (kept, encrypted, in Redis: made
+    once), the operator-mode part of nats.conf, and one identity per service, the operator CLI and
+    the dashboard (issued anew each run, so that a run also rotates them)."""
+    registry = _registry(redis_url)
+    authority = registry.ensure_authority()
+    now = int(time.time())
+    out.mkdir(parents=True, exist_ok=True)
+    # The server runs in its container with its resolver directory at /data/jwt (deploy/nats/nats.conf).
+    (out / "auth.conf").write_text(authority.server_conf(now, Path("/data/jwt")))
+    write_creds(out / "sys.creds", authority.system_user(iat=now).creds)
+    for role in (*SERVICE_ROLES, "operator", "dashboard"):
+        write_creds(out / "creds" / f"{role}.creds", registry.issue(role).creds)
+        print(f"{role}: {out / 'creds' / f'{role}.creds'}")
+    print(f"nats-server: {out / 'auth.conf'} (include it), system user {out / 'sys.creds'}")
 
 
 def register(app: typer.Typer) -> None:

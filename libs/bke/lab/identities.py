@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,5 +111,9 @@ class LabIdentities:
         authority = self.registry.load_authority()
         assert authority is not None
         save_runtime_authority(self.auth.authority_file, self.auth.key_file, authority)
-        asyncio.run(push_account(self.info.nats_url, self.auth.system_creds, authority, iat=self.clock(),
-                                 tls_ca=Path(self.info.nats_tls_ca) if self.info.nats_tls_ca else None))
+        push = push_account(self.info.nats_url, self.auth.system_creds, authority, iat=self.clock(),
+                            tls_ca=Path(self.info.nats_tls_ca) if self.info.nats_tls_ca else None)
+        # A thread of its own: callers are synchronous (CLI, supervisor) but may sit under an
+        # event loop (the e2e tests), where asyncio.run is refused.
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, push).result()

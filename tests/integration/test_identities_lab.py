@@ -1,0 +1,108 @@
+"""The lab's identity keeper and `bke identities`: creds per process, rotation and revocation
+reach the running nats-server (no reload); the deployment's nats.conf is one the server accepts."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nats
+import pytest
+import yaml
+
+from bke.auth.permissions import SERVICE_ROLES, identity_name, inbox_prefix
+from bke.auth.jwt import decode_jwt
+from bke.bus.connect import BusAccess, connect_options
+from bke.lab.identities import creds_path
+from bke.lab.supervisor import LabSupervisor
+from bke.runtime.binaries import nats_server_bin
+from bke.secrets.at_rest import create_key_file
+
+pytestmark = pytest.mark.timeout(120)
+ROOT = Path(__file__).resolve().parents[2]
+BKE = str(Path(sys.executable).parent / "bke")
+
+
+async def _connect(url: str, creds: Path, name: str) -> nats.aio.client.Client:
+    opts = connect_options(BusAccess(url, creds, inbox_prefix(name)))
+    opts.update(allow_reconnect=False, max_reconnect_attempts=0)
+    return await nats.connect(**opts)
+
+
+async def _closed(nc: nats.aio.client.Client, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not nc.is_closed and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)  # polling under a deadline
+    return nc.is_closed
+
+
+async def test_lab_keeps_rotates_and_revokes_identities(tmp_path: Path) -> None:
+    sup = LabSupervisor(tmp_path / "lab")
+    info = sup.ensure_runtime()
+    try:
+        keeper = sup.identities(info)
+        assert keeper is not None
+        path = keeper.ensure("agent", "c1", "m1")
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert keeper.ensure("agent", "c1", "m1") == path  # idempotent: the same key
+        name = identity_name("agent", "c1", "m1")
+        first = keeper.registry.get(name)
+        nc = await _connect(info.nats_url, path, name)
+
+        keeper.rotate(name)  # the old key is revoked: its live connection is cut
+        assert await _closed(nc)
+        second = keeper.registry.get(name)
+        assert first is not None and second is not None and second.public != first.public
+        assert second.previous == first.public
+        nc2 = await _connect(info.nats_url, path, name)  # the rewritten file works
+
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        listed = subprocess.run([BKE, "identities", "list", "--workdir", str(sup.workdir), "-o", "json"],
+                                capture_output=True, text=True, env=env, check=True)
+        assert {r["name"]: r["revoked_at"] is None for r in json.loads(listed.stdout)} == {name: True}
+
+        done = subprocess.run([BKE, "identities", "revoke", name, "--workdir", str(sup.workdir)],
+                              capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        assert await _closed(nc2)
+        assert not creds_path(sup.workdir, name).exists()
+        record = keeper.registry.get(name)
+        assert record is not None and record.revoked_at is not None
+        # the revocation survives a restart of the lab's NATS (preloaded from the authority file)
+        keeper.close()
+        sup.runtime.stop()
+        sup.ensure_runtime()
+        assert sup.runtime.nats_auth is not None
+        account = decode_jwt(sup.runtime.nats_auth.authority.account_jwt(int(time.time())))
+        assert {first.public, second.public} <= set(account["nats"]["revocations"])
+    finally:
+        sup.down()
+
+
+def test_deployment_nats_conf_is_accepted_by_nats_server(tmp_path: Path, redis_url: str) -> None:
+    key = tmp_path / "secret.key"
+    create_key_file(key)
+    out = tmp_path / "nats"
+    env = {**os.environ, "BKE_SECRET_KEY_FILE": str(key)}
+    done = subprocess.run([BKE, "identities", "init", "--redis", redis_url, "--out", str(out)],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    for role in (*SERVICE_ROLES, "operator", "dashboard"):
+        assert stat.S_IMODE((out / "creds" / f"{role}.creds").stat().st_mode) == 0o600
+    conf = (ROOT / "deploy/nats/nats.conf").read_text().replace('"/data"', f'"{tmp_path}/data"')
+    (out / "nats.conf").write_text(conf)
+    (out / "auth.conf").write_text((out / "auth.conf").read_text().replace("/data/jwt", f"{tmp_path}/data/jwt"))
+    (tmp_path / "data" / "jwt").mkdir(parents=True)
+    check = subprocess.run([nats_server_bin(), "-t", "-c", str(out / "nats.conf")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr + check.stdout
+    # docker-compose: every service gets its own creds file and inbox prefix
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    for svc in SERVICE_ROLES:
+        spec = compose["services"][svc]
+        assert spec["environment"]["BKE_NATS_INBOX_PREFIX"] == inbox_prefix(svc)
+        assert compose["secrets"][f"{svc}-creds"]["file"] == f"./deploy/nats/creds/{svc}.creds"
