@@ -290,3 +290,13 @@ async def test_tls_refuses_a_plain_client_and_accepts_one_with_the_ca(tmp_path: 
             await nats.connect(**opts)
     finally:
         rt.stop()
+
+
+async def test_services_subscribe_what_their_code_subscribes(agent_a: Client, dispatcher: Client) -> None:
+    """The dispatcher's `bke.v1.heartbeat.>`: a wildcard subscription the server allows only under
+    an allow pattern as wide (a narrower one would leave it silently refused)."""
+    hb = await dispatcher.nc.subscribe("bke.v1.heartbeat.>")
+    await dispatcher.nc.flush()
+    await agent_a.nc.publish(agent_subject(CLUSTER, A, "heartbeat"), b"beat")
+    assert (await hb.next_msg(timeout=5)).data == b"beat"
+    assert not dispatcher.errors

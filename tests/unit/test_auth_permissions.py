@@ -122,3 +122,8 @@ def test_inbox_prefixes_are_one_token_and_distinct() -> None:
         identity_name("root")
     with pytest.raises(ValueError):
         identity_name("agent", "c1")
+
+
+def test_the_dispatcher_may_subscribe_every_heartbeat_as_its_code_does() -> None:
+    assert "bke.v1.heartbeat.>" in role_permissions("dispatcher").sub_allow
+    assert "bke.v1.heartbeat.>" not in role_permissions("planner").sub_allow

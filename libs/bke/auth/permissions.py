@@ -179,10 +179,14 @@ def agent_deliver_subject(prefix: str, cluster: str, node: str) -> str:
     return f"{prefix}.{agent_consumer(cluster, node)}"
 
 
-def _pattern(subject: str, component: str) -> str:
+def _pattern(subject: str, component: str, *, receive: bool = False) -> str:
     """`bke.v1.install.{cluster}.phase` -> `bke.v1.install.*.phase`; a dead-letter channel's
-    `{service}` is the component itself."""
+    `{service}` is the component itself. A receiver may subscribe trailing placeholders as `>`
+    (`bke.v1.heartbeat.>`, what the dispatcher subscribes): nats-server allows a wildcard
+    subscription only under an allow pattern at least as wide, and the channel owns that space."""
     subject = subject.replace("{service}", component)
+    if receive:
+        subject = re.sub(r"(\.\{[a-z]+\})+$", ".>", subject)
     return re.sub(r"\{[a-z]+\}", "*", subject)
 
 
@@ -197,7 +201,7 @@ def role_permissions(role: str, name: str | None = None) -> Permissions:
                if row.component in c.senders and c.kind == "request"]
     else:
         pub = [_pattern(c.subject, row.component) for c in CHANNELS if row.component in c.senders]
-    sub = [_pattern(c.subject, row.component) for c in CHANNELS
+    sub = [_pattern(c.subject, row.component, receive=True) for c in CHANNELS
            if row.component in c.receivers or (row.kind == "dashboard" and c.kind == "event")]
     return Permissions(
         pub_allow=tuple(dict.fromkeys([*pub, *row.extra_pub, *row.js_api])),
