@@ -157,7 +157,7 @@ async def test_core_subscribe(agent_a: Client, dispatcher: Client) -> None:
     own = await agent_a.nc.subscribe(agent_subject(CLUSTER, A, "command"))
     await agent_a.nc.flush()
     await dispatcher.nc.publish(agent_subject(CLUSTER, A, "command"), b"x")
-    assert (await own.next_msg(timeout=5)).data == b"x"
+    assert (await own.next_msg(timeout=10)).data == b"x"
 
 
 async def test_consumer_create_with_a_filter(agent_a: Client) -> None:
@@ -218,7 +218,7 @@ async def test_publish_only_its_own_node(agent_a: Client, dispatcher: Client, ki
     watch = await dispatcher.nc.subscribe(agent_subject(CLUSTER, A, kind))
     await dispatcher.nc.flush()
     await agent_a.nc.publish(agent_subject(CLUSTER, A, kind), b"mine")
-    assert (await watch.next_msg(timeout=5)).data == b"mine"
+    assert (await watch.next_msg(timeout=10)).data == b"mine"
 
 
 async def test_only_the_dispatcher_commands_agents(secure: EmbeddedRuntime, tmp_path: Path, agent_a: Client) -> None:
@@ -231,7 +231,7 @@ async def test_only_the_dispatcher_commands_agents(secure: EmbeddedRuntime, tmp_
         await client.nc.close()
     dispatcher = await _identity(secure, tmp_path, "dispatcher")
     await dispatcher.nc.publish(command, b"from-dispatcher")
-    assert (await watch.next_msg(timeout=5)).data == b"from-dispatcher"
+    assert (await watch.next_msg(timeout=10)).data == b"from-dispatcher"
     await dispatcher.nc.close()
 
 
@@ -298,5 +298,5 @@ async def test_services_subscribe_what_their_code_subscribes(agent_a: Client, di
     hb = await dispatcher.nc.subscribe("bke.v1.heartbeat.>")
     await dispatcher.nc.flush()
     await agent_a.nc.publish(agent_subject(CLUSTER, A, "heartbeat"), b"beat")
-    assert (await hb.next_msg(timeout=5)).data == b"beat"
+    assert (await hb.next_msg(timeout=10)).data == b"beat"
     assert not dispatcher.errors
