@@ -174,6 +174,8 @@ async def expiration_over_bus(nats_url: BusAccess | str, cluster: str, timeout: 
 def _services_nats(workdir: Optional[Path], nats_url: Optional[str]) -> BusAccess:
     """The NATS of the services that run --cluster: a lab's (its operator identity), or the one
     given (with BKE_NATS_CREDS / BKE_NATS_INBOX_PREFIX / BKE_NATS_TLS_CA)."""
+    if workdir is None and not nats_url:
+        die("--cluster needs --workdir DIR (a lab) or --nats URL (or BKE_NATS_URL)", EXIT_INVALID)
     return resolve_nats(workdir, nats_url)
 
 
