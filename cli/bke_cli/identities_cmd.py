@@ -76,14 +76,14 @@ def list_cmd(workdir: Optional[Path] = WORKDIR, redis_url: Optional[str] = REDIS
 
 
 @ids.command("provision")
-def provision_cmd(role: str = typer.Argument(..., help=f"one of {', '.join(r for r in ROLES if r != 'fleet')}"),
+def provision_cmd(role: str = typer.Argument(..., help=f"one of {', '.join(ROLES)}"),
                   cluster: Optional[str] = typer.Option(None, "--cluster", help="agent: its cluster"),
                   node: Optional[str] = typer.Option(None, "--node", help="agent: its hostname"),
                   workdir: Optional[Path] = WORKDIR, redis_url: Optional[str] = REDIS,
                   out: Optional[Path] = typer.Option(None, "--out", help="without --workdir: where to write the creds file")) -> None:
     """Issue an identity (a lab keeps a live one; elsewhere a new key each time) and write its creds file (0600)."""
-    if role not in ROLES or role == "fleet":
-        die(f"role: {role!r} is not one of {', '.join(r for r in ROLES if r != 'fleet')}", EXIT_INVALID)
+    if role not in ROLES:
+        die(f"role: {role!r} is not one of {', '.join(ROLES)}", EXIT_INVALID)
     try:
         name = identity_name(role, cluster, node)
     except ValueError as exc:

@@ -42,6 +42,7 @@ def install(
     spec: Path = typer.Argument(..., help="cluster spec whose nodes use 127.x addresses"),
     workdir: Path = typer.Option(..., "--workdir", help="where the lab keeps its state, logs and node roots"),
     timeout: float = typer.Option(1800.0, help="seconds before giving up on the install"),
+    tls: bool = typer.Option(False, "--tls", help="run the lab's NATS over TLS (its own CA)"),
 ) -> None:
     """Start NATS, Redis, every service and one agent per node, then install and follow."""
     plan = plan_or_exit(spec)
@@ -50,7 +51,7 @@ def install(
         error_lines(problems)
         raise typer.Exit(EXIT_INVALID)
     console = Console()
-    sup = LabSupervisor(workdir)
+    sup = LabSupervisor(workdir, tls=tls)
     info = sup.ensure_runtime()
     sup.ensure_services(info)
     sup.ensure_agents(info, plan)

@@ -106,3 +106,21 @@ def test_deployment_nats_conf_is_accepted_by_nats_server(tmp_path: Path, redis_u
         spec = compose["services"][svc]
         assert spec["environment"]["BKE_NATS_INBOX_PREFIX"] == inbox_prefix(svc)
         assert compose["secrets"][f"{svc}-creds"]["file"] == f"./deploy/nats/creds/{svc}.creds"
+
+
+async def test_a_tls_lab_gives_every_process_the_ca_and_a_later_cli_keeps_it(tmp_path: Path) -> None:
+    sup = LabSupervisor(tmp_path / "lab", tls=True)
+    info = sup.ensure_runtime()
+    try:
+        assert info.nats_url.startswith("tls://") and info.nats_tls_ca
+        access = sup.operator_access(info)
+        assert access.tls_ca == Path(info.nats_tls_ca)
+        opts = connect_options(access)
+        opts.update(allow_reconnect=False, max_reconnect_attempts=0)
+        nc = await nats.connect(**opts)
+        assert nc.is_connected
+        await nc.close()
+        later = LabSupervisor(tmp_path / "lab")  # a later command does not know the lab used TLS
+        assert later.runtime.ensure_started().nats_tls_ca == info.nats_tls_ca
+    finally:
+        sup.down()

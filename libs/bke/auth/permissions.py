@@ -56,7 +56,7 @@ __all__ = [
 AGENT_STREAM = "BKE_AGENT"
 JS_API = "$JS.API"
 SERVICE_ROLES = ("planner", "certs", "renderer", "dispatcher")
-Kind = Literal["service", "cli", "dashboard", "agent", "fleet"]
+Kind = Literal["service", "cli", "dashboard", "agent"]
 
 
 @dataclass(frozen=True)
@@ -115,11 +115,6 @@ ROLES: dict[str, RoleRow] = {
     "dashboard": RoleRow("dashboard", "cli", "read only: status and expiry requests, live events",
                          js_api=_JS_READ),
     "agent": RoleRow("agent", "agent", "one node's agent: its own commands, results, registration, heartbeats"),
-    # Bench only (bench/install.py): thousands of simulated agents on one connection. Never
-    # provisioned by `bke identities provision`, which refuses the role.
-    "fleet": RoleRow("fleet", "agent", "bench fleet: every agent subject of one cluster on one connection",
-                     js_api=(f"{JS_API}.INFO", f"{JS_API}.STREAM.INFO.*", f"{JS_API}.CONSUMER.CREATE.{AGENT_STREAM}.agent__*.>",
-                             f"{JS_API}.CONSUMER.INFO.{AGENT_STREAM}.agent__*", f"$JS.ACK.{AGENT_STREAM}.agent__*.>")),
 }
 
 
@@ -149,10 +144,10 @@ _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 
 def identity_name(role: str, cluster: str | None = None, node: str | None = None) -> str:
     """The stable name of an identity: `planner`, `operator`, `agent.<cluster>.<node token>`."""
-    if role in ("agent", "fleet"):
-        if not cluster or (role == "agent" and not node):
-            raise ValueError(f"role {role} needs cluster{' and node' if role == 'agent' else ''}")
-        return f"{role}.{cluster}" + (f".{node_token(node)}" if node else "")
+    if role == "agent":
+        if not cluster or not node:
+            raise ValueError("role agent needs --cluster and --node")
+        return f"agent.{cluster}.{node_token(node)}"
     if role not in ROLES:
         raise ValueError(f"role: unknown role {role!r}; known: {', '.join(sorted(ROLES))}")
     return role
@@ -193,7 +188,7 @@ def _pattern(subject: str, component: str, *, receive: bool = False) -> str:
 def role_permissions(role: str, name: str | None = None) -> Permissions:
     """Permissions of a service, the operator or a dashboard (agents: `agent_permissions`)."""
     row = ROLES.get(role)
-    if row is None or row.kind in ("agent", "fleet"):
+    if row is None or row.kind == "agent":
         raise ValueError(f"role: {role!r} is not a service, operator or dashboard role")
     prefix = inbox_prefix(name or role)
     if row.kind == "dashboard":  # read only: requests, never commands or events
@@ -238,10 +233,3 @@ def agent_permissions(cluster: str, node: str) -> Permissions:
         f"{JS_API}.DIRECT.GET.{AGENT_STREAM}",
     ]
     return Permissions(pub_allow=tuple(pub), sub_allow=(f"{prefix}.>", command), pub_deny=tuple(deny))
-
-
-def fleet_permissions(cluster: str, name: str) -> Permissions:
-    """The bench fleet: every node of `cluster` on one connection (bench/install.py only)."""
-    row = ROLES["fleet"]
-    pub = [f"bke.v1.agent.{cluster}.*.{k}" for k in ("result", "registered")] + [f"bke.v1.heartbeat.{cluster}.*"]
-    return Permissions(pub_allow=(*pub, *row.js_api), sub_allow=(f"{inbox_prefix(name)}.>",))

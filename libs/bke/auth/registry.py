@@ -24,7 +24,7 @@ import redis
 from ..secrets.at_rest import SecretBox
 from ..state.keys import auth_authority_key, auth_identities_key
 from .authority import Authority, IssuedUser, new_authority
-from .permissions import ROLES, agent_permissions, fleet_permissions, identity_name, inbox_prefix, role_permissions
+from .permissions import ROLES, agent_permissions, identity_name, inbox_prefix, role_permissions
 
 __all__ = ["IdentityRecord", "IdentityRegistry", "UnknownIdentity"]
 
@@ -104,9 +104,6 @@ class IdentityRegistry:
         if role == "agent":
             assert cluster is not None and node is not None
             perms = agent_permissions(cluster, node)
-        elif role == "fleet":
-            assert cluster is not None
-            perms = fleet_permissions(cluster, name)
         else:
             perms = role_permissions(role, name)
         now = self.clock()

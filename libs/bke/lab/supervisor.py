@@ -56,6 +56,7 @@ def lab_env(info: RuntimeInfo, workdir: Path) -> dict[str, str]:
         BKE_SECRET_KEY_FILE=str(workdir / "secret.key"),
         BKE_DISPATCHER_MODE="lab",
         BKE_DISPATCHER_HEALTH_INTERVAL_S=env.get("BKE_DISPATCHER_HEALTH_INTERVAL_S", "30"),
+        **({"BKE_NATS_TLS_CA": info.nats_tls_ca} if info.nats_tls_ca else {}),
         PYTHONUNBUFFERED="1",
     )
     return env
@@ -67,10 +68,11 @@ class LabSupervisor:
     # NATS with authentication (every process its own identity). bench/install.py turns it off:
     # its fleet runs thousands of agents on one connection, which no single agent identity allows.
     auth: bool = True
+    tls: bool = False  # NATS over TLS (a CA of the lab's own; every process verifies with it)
 
     def __post_init__(self) -> None:
         self.workdir = self.workdir.resolve()
-        self.runtime = EmbeddedRuntime(self.workdir / "runtime", auth=self.auth,
+        self.runtime = EmbeddedRuntime(self.workdir / "runtime", auth=self.auth, tls=self.tls,
                                        secret_key_file=self.workdir / "secret.key")
 
     def identities(self, info: RuntimeInfo) -> LabIdentities | None:

@@ -165,6 +165,8 @@ class EmbeddedRuntime:
             nats_url, monitor_url, nats_pid = self._ensure_nats(old)
             redis_url, redis_pid = self._ensure_redis(old)
             tls_ca = str(self.workdir / "tls" / "ca.pem") if self.tls else None
+            if old is not None and nats_pid == old.nats_pid:  # a reused server keeps its scheme
+                tls_ca = old.nats_tls_ca
             info = RuntimeInfo(nats_url, redis_url, nats_pid, redis_pid, monitor_url, tls_ca)
             if info != old:
                 tmp = self.state_path.with_suffix(".json.tmp")
