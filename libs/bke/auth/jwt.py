@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import nkeys
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
 
 __all__ = ["KeyPair", "Role", "decode_jwt", "encode_jwt", "new_keypair", "keypair_from_seed"]
 
@@ -101,9 +103,6 @@ def decode_jwt(token: str, *, verify: bool = True) -> dict[str, Any]:
 
 
 def _verify(public: str, data: bytes, sig: bytes) -> None:
-    from nacl.exceptions import BadSignatureError
-    from nacl.signing import VerifyKey
-
     raw = base64.b32decode(public + "=" * (-len(public) % 8))
     try:
         VerifyKey(raw[1:-2]).verify(data, sig)

@@ -30,7 +30,7 @@ and an agent's push deliveries come there, and nobody else may subscribe it (no 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..bus.streams import OBJECT_BUCKET
@@ -69,7 +69,6 @@ class RoleRow:
     js_api: tuple[str, ...] = ()  # JetStream API subjects it may call
     extra_pub: tuple[str, ...] = ()
     extra_sub: tuple[str, ...] = ()
-    deny_pub: tuple[str, ...] = ()
     responses: bool = False  # answers core requests (nats `allow_responses`)
 
 
@@ -125,7 +124,6 @@ class Permissions:
     pub_deny: tuple[str, ...] = ()
     sub_deny: tuple[str, ...] = ()
     responses: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def claims(self) -> dict[str, Any]:
         """The permission part of a v2 user JWT's `nats` object (nats-io/jwt `v2/types.go`
@@ -201,7 +199,6 @@ def role_permissions(role: str, name: str | None = None) -> Permissions:
     return Permissions(
         pub_allow=tuple(dict.fromkeys([*pub, *row.extra_pub, *row.js_api])),
         sub_allow=tuple(dict.fromkeys([*sub, *row.extra_sub, f"{prefix}.>"])),
-        pub_deny=row.deny_pub,
         responses=row.responses,
     )
 

@@ -6,10 +6,11 @@
                           revoked_at, previous}: public facts only; a user's seed lives only in
                           its creds file (0600), where the process that uses it reads it
 
-Issuing is not idempotent on purpose (a new key each time); `ensure_identity` is, for callers
-that keep the creds file: it issues only when the name has no live identity or the caller
-lost the file. Revoking marks the record and adds the key to the authority's revocations; the
-caller then pushes the account JWT to the server (`bke.auth.push.push_account`).
+Issuing is not idempotent on purpose (a new key each time: a user seed is never stored, so it
+cannot be handed out twice); callers that keep the creds file make it idempotent
+(bke.lab.identities.LabIdentities.ensure issues only when the file is not the live key).
+Revoking marks the record and adds the key to the authority's revocations; the caller then
+pushes the account JWT to the server (`bke.auth.push.push_account`).
 """
 from __future__ import annotations
 
