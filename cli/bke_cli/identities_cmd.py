@@ -24,7 +24,7 @@ from bke.auth.registry import IdentityRecord, IdentityRegistry, UnknownIdentity
 from bke.lab.identities import LabIdentities
 from bke.lab.supervisor import LabSupervisor
 from bke.runtime import EmbeddedRuntime
-from bke.secrets.at_rest import SecretKeyError, box_from_env
+from bke.secrets.at_rest import DecryptError, SecretKeyError, box_from_env
 
 from .output import EXIT_INVALID, die
 
@@ -53,7 +53,14 @@ def _registry(redis_url: Optional[str]) -> IdentityRegistry:
         box = box_from_env()
     except SecretKeyError as exc:
         die(f"BKE_SECRET_KEY_FILE: {exc}", EXIT_INVALID)
-    return IdentityRegistry(redis.Redis.from_url(redis_url), box, lambda: int(time.time()))
+    registry = IdentityRegistry(redis.Redis.from_url(redis_url), box, lambda: int(time.time()))
+    try:
+        registry.load_authority()  # the key must open what is stored: say so now, not mid-way
+    except DecryptError as exc:
+        die(f"BKE_SECRET_KEY_FILE: cannot open the stored NATS authority: {exc}", EXIT_INVALID)
+    except redis.RedisError as exc:
+        die(f"cannot reach Redis at --redis: {exc}")
+    return registry
 
 
 def _row(r: IdentityRecord) -> str:

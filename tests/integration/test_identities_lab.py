@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nats
 import pytest
+import redis
 import yaml
 
 from bke.auth.permissions import SERVICE_ROLES, identity_name, inbox_prefix
@@ -84,7 +85,14 @@ async def test_lab_keeps_rotates_and_revokes_identities(tmp_path: Path) -> None:
         sup.down()
 
 
+def _own_db(redis_url: str, db: int) -> str:
+    """A database of its own: the registry's authority is one per Redis database and key."""
+    return redis_url.rsplit("/", 1)[0] + f"/{db}"
+
+
 def test_deployment_nats_conf_is_accepted_by_nats_server(tmp_path: Path, redis_url: str) -> None:
+    redis_url = _own_db(redis_url, 6)
+    redis.Redis.from_url(redis_url).flushdb()
     key = tmp_path / "secret.key"
     create_key_file(key)
     out = tmp_path / "nats"
@@ -124,3 +132,33 @@ async def test_a_tls_lab_gives_every_process_the_ca_and_a_later_cli_keeps_it(tmp
         assert later.runtime.ensure_started().nats_tls_ca == info.nats_tls_ca
     finally:
         sup.down()
+
+
+def test_deployment_registry_provision_list_revoke_cluster(tmp_path: Path, redis_url: str) -> None:
+    redis_url = _own_db(redis_url, 7)
+    redis.Redis.from_url(redis_url).flushdb()
+    key = tmp_path / "secret.key"
+    create_key_file(key)
+    env = {**os.environ, "BKE_SECRET_KEY_FILE": str(key)}
+
+    def bke(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([BKE, "identities", *args, "--redis", redis_url], capture_output=True, text=True, env=env)
+
+    for node in ("w1", "w2"):
+        out = tmp_path / f"{node}.creds"
+        done = bke("provision", "agent", "--cluster", "dep", "--node", node, "--out", str(out))
+        assert done.returncode == 0, done.stderr
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600 and "BEGIN USER NKEY SEED" in out.read_text()
+    bad = bke("provision", "agent", "--cluster", "dep", "--out", str(tmp_path / "x.creds"))
+    assert bad.returncode == 2 and "--node" in bad.stderr
+    gone = bke("revoke", "--cluster", "dep")
+    assert gone.returncode == 0 and "not pushed yet" in gone.stdout
+    rows = json.loads(bke("list", "--cluster", "dep", "-o", "json").stdout)
+    assert {r["node"] for r in rows} == {"w1", "w2"} and all(r["revoked_at"] for r in rows)
+    unknown = bke("revoke", "agent.dep.nope")
+    assert unknown.returncode == 2 and "never issued" in unknown.stderr
+    create_key_file(tmp_path / "other.key")
+    env["BKE_SECRET_KEY_FILE"] = str(tmp_path / "other.key")
+    wrong = bke("list")
+    assert wrong.returncode == 2 and "cannot open the stored NATS authority" in wrong.stderr
+    assert "Traceback" not in wrong.stderr
