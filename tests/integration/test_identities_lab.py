@@ -18,7 +18,8 @@ import yaml
 
 from bke.auth.permissions import SERVICE_ROLES, identity_name, inbox_prefix
 from bke.auth.jwt import decode_jwt
-from bke.bus.connect import BusAccess, connect_options
+from bke.bus.connect import BusAccess, connect_nats, connect_options
+from bke.bus.streams import ensure_streams
 from bke.lab.identities import creds_path
 from bke.lab.supervisor import LabSupervisor
 from bke.runtime.binaries import nats_server_bin
@@ -162,3 +163,42 @@ def test_deployment_registry_provision_list_revoke_cluster(tmp_path: Path, redis
     wrong = bke("list")
     assert wrong.returncode == 2 and "cannot open the stored NATS authority" in wrong.stderr
     assert "Traceback" not in wrong.stderr
+
+
+
+async def test_an_agent_whose_identity_is_revoked_exits_to_be_restarted(tmp_path: Path) -> None:
+    """nats-py closes for good on "User Authentication Revoked" (it reconnects only after
+    outages): a silent agent would be worse than none, so it exits 1 and systemd restarts it
+    with the creds file the node then holds."""
+    sup = LabSupervisor(tmp_path / "lab")
+    info = sup.ensure_runtime()
+    proc = None
+    try:
+        keeper = sup.identities(info)
+        assert keeper is not None
+        watcher = await connect_nats(sup.operator_access(info))
+        await ensure_streams(watcher.jetstream())
+        await watcher.close()
+        dispatcher_env = keeper.env("dispatcher")
+        dispatcher = await connect_nats(BusAccess(info.nats_url, Path(dispatcher_env["BKE_NATS_CREDS"]),
+                                                  dispatcher_env["BKE_NATS_INBOX_PREFIX"]))
+        beats = await dispatcher.subscribe("bke.v1.heartbeat.>")
+        root = tmp_path / "hosts" / "m1"
+        root.mkdir(parents=True)
+        env = {**os.environ, "BKE_NATS_URL": info.nats_url, "BKE_AGENT_CLUSTER": "c1", "BKE_AGENT_NODE": "m1",
+               "BKE_AGENT_BACKEND": "lab", "BKE_AGENT_ROOT": str(root), "BKE_AGENT_IP": "127.0.0.1",
+               "BKE_AGENT_HEARTBEAT_S": "0.2", **keeper.env("agent", "c1", "m1")}
+        log = open(tmp_path / "agent.log", "wb")
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "bke-agent"), "run"], env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+        await beats.next_msg(timeout=30)  # started: consumer bound, registered, beating
+        await asyncio.to_thread(keeper.revoke, identity_name("agent", "c1", "m1"))
+        code = await asyncio.to_thread(proc.wait, 30)
+        assert code == 1
+        assert "closed this agent's connection for good" in (tmp_path / "agent.log").read_text()
+        await dispatcher.close()
+        keeper.close()
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        sup.down()
