@@ -23,10 +23,12 @@ from bke.auth.authority import Authority
 from bke.auth.permissions import agent_consumer
 from bke.auth.push import push_account
 from bke.bus.connect import BusAccess, connect_options
+from bke.bus.service import make_service
 from bke.bus.streams import ensure_streams
 from bke.contracts.agent import agent_subject
 from bke.runtime import EmbeddedRuntime
 from bke.runtime.processes import pid_alive
+from bke.settings import ServiceSettings
 from bke_agent.loop import AGENT_STREAM, consumer_config
 
 pytestmark = pytest.mark.timeout(120)
@@ -277,6 +279,15 @@ async def test_tls_refuses_a_plain_client_and_accepts_one_with_the_ca(tmp_path: 
         client = await _identity(rt, tmp_path, "operator")
         assert client.nc.is_connected
         await client.nc.close()
+        # a service (FastStream takes TLS as a security object, see bke.bus.service)
+        user = _authority(rt).user("planner", role_permissions("planner"), iat=int(time.time()))
+        settings = ServiceSettings(nats_url=info.nats_url, redis_url=info.redis_url,
+                                   nats_creds=write_creds(tmp_path / "planner.creds", user.creds),
+                                   nats_inbox_prefix=inbox_prefix("planner"), nats_tls_ca=Path(info.nats_tls_ca))
+        svc = make_service("planner", settings)
+        await svc.start()
+        assert svc.nc.is_connected
+        await svc.stop()
         user = _authority(rt).user("plain", role_permissions("operator"), iat=int(time.time()))
         creds = write_creds(tmp_path / "plain.creds", user.creds)
         plain_url = "nats://" + info.nats_url.split("://", 1)[1]
