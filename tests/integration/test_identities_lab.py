@@ -68,6 +68,8 @@ async def test_lab_keeps_rotates_and_revokes_identities(tmp_path: Path) -> None:
                                 capture_output=True, text=True, env=env, check=True)
         assert {r["name"]: r["revoked_at"] is None for r in json.loads(listed.stdout)} == {name: True}
 
+        stolen = tmp_path / "stolen.creds"  # what someone who copied the node's file would hold
+        stolen.write_bytes(creds_path(sup.workdir, name).read_bytes())
         done = subprocess.run([BKE, "identities", "revoke", name, "--workdir", str(sup.workdir)],
                               capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr
@@ -82,6 +84,10 @@ async def test_lab_keeps_rotates_and_revokes_identities(tmp_path: Path) -> None:
         assert sup.runtime.nats_auth is not None
         account = decode_jwt(sup.runtime.nats_auth.authority.account_jwt(int(time.time())))
         assert {first.public, second.public} <= set(account["nats"]["revocations"])
+        info = sup.runtime.info
+        assert info is not None
+        with pytest.raises(nats.errors.Error, match="(?i)authoriz|revoked"):
+            await _connect(info.nats_url, stolen, name)  # still refused after the restart
     finally:
         sup.down()
 
