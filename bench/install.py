@@ -45,7 +45,7 @@ STREAM = "BKE_AGENT"
 
 async def run_install(nodes: int, workdir: Path) -> dict:
     os.environ["BKE_DISPATCHER_HEALTH_INTERVAL_S"] = "0"
-    sup = LabSupervisor(workdir)
+    sup = LabSupervisor(workdir, auth=False)  # the fleet: thousands of agents on one connection (no one identity)
     info = sup.ensure_runtime()
     sup.ensure_services(info)
     cluster = f"bench{nodes}"
@@ -98,7 +98,7 @@ async def _phase_times(nc, cluster: str) -> str:
 
 async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
     """The same deliveries, minimal: no services, no state, no steps."""
-    sup = LabSupervisor(workdir)
+    sup = LabSupervisor(workdir, auth=False)  # the fleet: thousands of agents on one connection (no one identity)
     info = sup.ensure_runtime()
     cluster = f"floor{nodes}"
     hostnames = [f"n{i}" for i in range(nodes)]

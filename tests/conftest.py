@@ -23,7 +23,7 @@ from bke.runtime import EmbeddedRuntime
 @pytest.fixture(scope="session")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRuntime]:
     """A started EmbeddedRuntime in a temp dir; ``runtime.info`` has the URLs. Stopped by PID."""
-    rt = EmbeddedRuntime(tmp_path_factory.mktemp("runtime"))
+    rt = EmbeddedRuntime(tmp_path_factory.mktemp("runtime"), auth=False)  # handler tests: an open bus
     rt.ensure_started()
     try:
         yield rt

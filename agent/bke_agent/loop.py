@@ -7,8 +7,17 @@ and pull (one API call each, 3-5 s for 5,000 at 64 in flight), but an idle push 
 nothing while 5,000 pull loops keep re-issuing expiring fetches, and a fan-out of one command
 per agent arrives ~1.5x faster. `max_ack_pending=1` makes the server hand one command at a
 time, in order, so commands of a node never overlap. The consumer's deliver subject is fixed
-(`_INBOX.bke-agent.<durable>`), so a restarted agent binds to the same consumer; a second live
-agent for the same node is refused (the consumer is already bound).
+and lies under the agent's own inbox prefix (`<BKE_NATS_INBOX_PREFIX>.<durable>`, see
+`bke.auth.permissions.agent_deliver_subject`): only this node's identity may subscribe it, and a
+restarted agent binds to the same consumer; a second live agent for the same node is refused
+(the consumer is already bound). Without an inbox prefix (a server without authentication) it
+is `_INBOX.bke-agent.<durable>` as before.
+
+The JetStream API subjects this uses, as nats-py 2.16 spells them (nats/js/manager.py
+`add_consumer`: a config with a name and one filter goes to
+`$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`; nats/js/client.py `subscribe_bind` only
+subscribes the deliver subject; `Msg.ack` publishes to the `$JS.ACK.<stream>.<consumer>...`
+reply): exactly what the agent's identity allows (bke.auth.permissions.agent_permissions).
 
 Exactly-once effects over at-least-once delivery (the order matters):
     1. a stored result for the id?  -> publish it again with replayed=True, ack. Nothing runs.
@@ -32,6 +41,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from pydantic import ValidationError
 
+from bke.auth.permissions import agent_deliver_subject
 from bke.contracts.agent import AgentCommand, AgentHeartbeat, AgentRegistered, CommandResult, agent_subject, node_token
 
 from .backends.base import Backend
@@ -43,6 +53,7 @@ from .settings import AgentSettings
 __all__ = ["AGENT_STREAM", "AgentConflict", "AgentLoop", "consumer_config", "consumer_name"]
 
 log = logging.getLogger("bke.agent")
+OPEN_DELIVER_PREFIX = "_INBOX.bke-agent"  # a server without authentication
 AGENT_STREAM = "BKE_AGENT"
 VERSION = "0.1.0"
 
@@ -56,14 +67,15 @@ def consumer_name(cluster: str, node: str) -> str:
     return f"agent__{node_token(cluster)}__{node_token(node)}"
 
 
-def consumer_config(cluster: str, node: str, ack_wait_s: float) -> ConsumerConfig:
+def consumer_config(cluster: str, node: str, ack_wait_s: float, inbox_prefix: str | None = None) -> ConsumerConfig:
+    """The node's durable push consumer; commands are pushed under `inbox_prefix` (the agent's own)."""
     name = consumer_name(cluster, node)
     return ConsumerConfig(
         name=name,
         durable_name=name,
         description=f"bke-agent commands of {node} in {cluster}",
         filter_subject=agent_subject(cluster, node, "command"),
-        deliver_subject=f"_INBOX.bke-agent.{name}",
+        deliver_subject=agent_deliver_subject(inbox_prefix or OPEN_DELIVER_PREFIX, cluster, node),
         deliver_policy=DeliverPolicy.ALL,  # a consumer made after the first command still gets it
         ack_policy=AckPolicy.EXPLICIT,
         ack_wait=ack_wait_s,
@@ -95,7 +107,7 @@ class AgentLoop:
 
     async def ensure_consumer(self) -> ConsumerInfo:
         """Create or update the durable consumer (one API call); refuse if another agent is bound."""
-        cfg = consumer_config(self.cluster, self.node, self.settings.ack_wait_s)
+        cfg = consumer_config(self.cluster, self.node, self.settings.ack_wait_s, self.settings.nats_inbox_prefix)
         info = await self.js.add_consumer(AGENT_STREAM, cfg)
         if info.push_bound:
             raise AgentConflict(f"another agent is already consuming the commands of {self.node} in {self.cluster}")
@@ -105,7 +117,7 @@ class AgentLoop:
         """Consumer, backend, subscription, registration, heartbeats."""
         await self.ensure_consumer()
         await self.backend.start()
-        cfg = consumer_config(self.cluster, self.node, self.settings.ack_wait_s)
+        cfg = consumer_config(self.cluster, self.node, self.settings.ack_wait_s, self.settings.nats_inbox_prefix)
         self._sub = await self.js.subscribe_bind(AGENT_STREAM, cfg, self.durable, cb=self._on_msg, manual_ack=True)
         await self.register()
         if self.settings.heartbeat_s > 0:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from nats.aio.client import Client as NatsClient
+from nats.js.errors import NotFoundError
 from pydantic import ValidationError
 
 from bke.bus.connect import BusAccess, connect_nats
@@ -54,12 +55,24 @@ def _lock(state_dir: Path) -> IO[bytes]:
     return f
 
 
-async def _connect(access: BusAccess, stop: asyncio.Event) -> NatsClient | None:
-    """Connect, retrying with back-off until connected or asked to stop (NATS may start later)."""
+async def _connect(access: BusAccess, stop: asyncio.Event, lost: asyncio.Event | None = None) -> NatsClient | None:
+    """Connect, retrying with back-off until connected or asked to stop (NATS may start later).
+
+    `lost` is set when the server ends the connection for good. nats-py reconnects after an
+    outage but closes for good on any server `-ERR` but a permissions one (nats/aio/client.py
+    `_process_err`), which is what a revoked or rotated identity gets ("User Authentication
+    Revoked"): the agent then exits non-zero and systemd (`Restart=always`) starts it again with
+    whatever creds file the node now holds."""
     attempt = 0
+
+    async def on_closed() -> None:
+        if lost is not None and not stop.is_set():
+            lost.set()
+            stop.set()
+
     while not stop.is_set():
         try:
-            return await connect_nats(access, name="bke-agent")
+            return await connect_nats(access, name="bke-agent", closed_cb=on_closed)
         except Exception as exc:  # noqa: BLE001 - any connect failure is retried
             delay = CONNECT_BACKOFF_S[min(attempt, len(CONNECT_BACKOFF_S) - 1)]
             log.warning("cannot connect to NATS (%s); retrying in %.1fs", type(exc).__name__, delay)
@@ -81,7 +94,7 @@ async def _start_when_free(agent: AgentLoop, stop: asyncio.Event) -> bool:
         try:
             await agent.start()
             return True
-        except AgentConflict as exc:
+        except (AgentConflict, NotFoundError) as exc:  # NotFoundError: no BKE_AGENT stream yet
             log.warning("%s; retrying in %.0fs", exc, CONFLICT_RETRY_S,
                         extra={"cluster": agent.cluster, "node": agent.node})
             try:
@@ -106,17 +119,27 @@ async def run(settings: AgentSettings) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        nc = await _connect(settings.bus, stop)
+        lost = asyncio.Event()
+        nc = await _connect(settings.bus, stop, lost)
         if nc is None:
             return 0
         try:
             js = nc.jetstream()
-            await ensure_streams(js)
+            if settings.bus.creds is None:
+                # An open server: the agent may come up first and declare the streams. With an
+                # identity it may not (its permissions name only its own consumer): the services
+                # declare them, and `_start_when_free` waits for the stream.
+                await ensure_streams(js)
             agent = AgentLoop(nc, js, settings, make_backend(settings),
                               DiskJournal(state, keep_days=settings.journal_keep_days), identity)
             if not await _start_when_free(agent, stop):
-                return 0
+                return 1 if lost.is_set() else 0
             await stop.wait()
+            if lost.is_set():
+                log.error("NATS closed this agent's connection for good (its identity revoked or rotated?); "
+                          "exiting to be restarted with the node's creds file", extra=ids)
+                await agent.stop(grace=0)
+                return 1
             log.info("stopping on signal", extra=ids)
             await agent.stop()
         finally:

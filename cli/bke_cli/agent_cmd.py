@@ -7,6 +7,7 @@ node ok, 1 any node failed, 2 bad input (nothing was contacted).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import tempfile
 from dataclasses import asdict
@@ -14,6 +15,7 @@ from enum import Enum
 from pathlib import Path
 
 import typer
+from bke.auth.permissions import identity_name
 from bke.plan import Plan
 from bke.ssh import (
     BootstrapParams,
@@ -71,10 +73,17 @@ def bootstrap(
     requirements: Path | None = typer.Option(None, "--requirements", help="pinned requirements (default: the checkout's requirements-agent.txt)"),
     remote_python: str = typer.Option("python3", "--remote-python", help="Python 3.11 interpreter on the nodes"),
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="result as table or json"),
+    creds_dir: Path | None = typer.Option(
+        None, "--creds-dir", help="folder of each node's NATS identity, <dir>/agent.<cluster>.<node>.creds (made by "
+        "`bke identities provision agent --cluster C --node N --out FILE`); shipped 0600 to /etc/bke-agent/nats.creds"),
 ) -> None:
     """Install and start bke-agent on the spec's nodes (SSH, public key, verified host key)."""
     if dry_run and print_installer:
         die("--dry-run and --print-installer exclude each other", EXIT_INVALID)
+    if print_installer and creds_dir is not None:
+        # The line would carry the node's NATS seed into a terminal and a shell history.
+        die("--print-installer cannot carry --creds-dir: copy the node's creds file with the wheel and "
+            "write it to /etc/bke-agent/nats.creds (0600) yourself", EXIT_INVALID)
     plan = plan_or_exit(spec)
     try:
         validate_nats_url(nats)
@@ -86,7 +95,8 @@ def bootstrap(
         die(f"{wheel}: no such file", EXIT_INVALID)
     # Without --wheel, the wheel is built only for a real run; its name is known in advance.
     wheel_name = wheel or Path("<built at run time>") / expected_wheel_name()
-    params = {t.node: _params(plan, t, nats, wheel_name, reqs, remote_python) for t in targets}
+    params = {t.node: _params(plan, t, nats, wheel_name, reqs, remote_python, _node_creds(creds_dir, plan.cluster, t.node))
+              for t in targets}
     if print_installer:
         for t in targets:
             files = " and ".join(installer_files(params[t.node]))
@@ -145,9 +155,22 @@ def _requirements(path: Path | None) -> Path:
     return path
 
 
-def _params(plan: Plan, t: SshTarget, nats: str, wheel: Path, reqs: Path, python: str) -> BootstrapParams:
+def _node_creds(creds_dir: Path | None, cluster: str, node: str) -> str | None:
+    """The node's creds file text, or None without --creds-dir (a NATS without authentication)."""
+    if creds_dir is None:
+        return None
+    path = creds_dir / f"{identity_name('agent', cluster, node)}.creds"
+    try:
+        return path.read_text()
+    except OSError as exc:
+        die(f"--creds-dir: {path}: {exc.strerror}; make it with `bke identities provision agent --cluster {cluster} "
+            f"--node {node} --out {path}`", EXIT_INVALID)
+
+
+def _params(plan: Plan, t: SshTarget, nats: str, wheel: Path, reqs: Path, python: str,
+            creds: str | None = None) -> BootstrapParams:
     params = BootstrapParams(cluster=plan.cluster, node=t.node, nats_url=nats, wheel=wheel,
-                             requirements=reqs, username=t.username, python=python)
+                             requirements=reqs, username=t.username, python=python, nats_creds=creds)
     try:
         bootstrap_steps(params)  # validates names, the NATS URL and the wheel name
     except ValueError as exc:
@@ -172,8 +195,7 @@ def _with_built_wheel(params: dict[str, BootstrapParams], work: Path) -> dict[st
         built = build_wheel(root, work)
     except WheelBuildError as exc:
         die(str(exc), EXIT_FAILURE)
-    return {n: BootstrapParams(p.cluster, p.node, p.nats_url, built, p.requirements, p.username, p.python)
-            for n, p in params.items()}
+    return {n: dataclasses.replace(p, wheel=built) for n, p in params.items()}
 
 
 def _report(outcomes: list[NodeOutcome], output: OutputFormat) -> None:

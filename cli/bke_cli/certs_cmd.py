@@ -34,8 +34,8 @@ from bke.pki.expiry import ExpiryRow
 from bke.pki.operations import check_expiration, ensure_cluster_pki, renew_certs
 from bke.secrets import SECRET_KEY_ENV, SecretBox, SecretKeyError, box_from_env, create_key_file, load_secret_box
 
-from bke.runtime import EmbeddedRuntime
 
+from .connect import resolve_nats
 from .output import EXIT_FAILURE, EXIT_INVALID, die, warn_lines
 from .rotate_follow import renew_and_follow
 from .spec_input import plan_or_exit
@@ -171,19 +171,12 @@ async def expiration_over_bus(nats_url: BusAccess | str, cluster: str, timeout: 
     return rows
 
 
-def _services_nats(workdir: Optional[Path], nats_url: Optional[str]) -> str:
-    """The NATS of the services that run --cluster: a lab's, or the one given."""
-    url = _lab_urls(workdir)[0] if workdir is not None else nats_url
-    if not url:
+def _services_nats(workdir: Optional[Path], nats_url: Optional[str]) -> BusAccess:
+    """The NATS of the services that run --cluster: a lab's (its operator identity), or the one
+    given (with BKE_NATS_CREDS / BKE_NATS_INBOX_PREFIX / BKE_NATS_TLS_CA)."""
+    if workdir is None and not nats_url:
         die("--cluster needs --workdir DIR (a lab) or --nats URL (or BKE_NATS_URL)", EXIT_INVALID)
-    return url
-
-
-def _lab_urls(workdir: Path) -> tuple[str, str]:
-    info = EmbeddedRuntime.read_info(workdir.resolve() / "runtime")
-    if info is None:
-        die(f"--workdir {workdir}: no running lab here (no runtime/runtime.json)", EXIT_INVALID)
-    return info.nats_url, info.redis_url
+    return resolve_nats(workdir, nats_url)
 
 
 @certs.command("check-expiration")

@@ -43,6 +43,7 @@ def install(
     spec: Path = typer.Argument(..., help="cluster spec whose nodes use 127.x addresses"),
     workdir: Path = typer.Option(..., "--workdir", help="where the lab keeps its state, logs and node roots"),
     timeout: float = typer.Option(1800.0, help="seconds before giving up on the install"),
+    tls: bool = typer.Option(False, "--tls", help="run the lab's NATS over TLS (its own CA)"),
 ) -> None:
     """Start NATS, Redis, every service and one agent per node, then install and follow."""
     plan = plan_or_exit(spec)
@@ -53,12 +54,13 @@ def install(
         error_lines(problems)
         raise typer.Exit(EXIT_INVALID)
     console = Console()
-    sup = LabSupervisor(workdir)
+    sup = LabSupervisor(workdir, tls=tls)
     info = sup.ensure_runtime()
     sup.ensure_services(info)
     sup.ensure_agents(info, plan)
     console.print(f"lab {workdir}: NATS {info.nats_url}, Redis {info.redis_url}, {len(plan.nodes)} agents; logs in {workdir}/logs")
-    code = asyncio.run(submit_and_follow(info.nats_url, read_spec_text(spec), plan.cluster, timeout, console))
+    access = sup.operator_access(info)  # the lab's operator identity (creds/operator.creds)
+    code = asyncio.run(submit_and_follow(access, read_spec_text(spec), plan.cluster, timeout, console))
     raise typer.Exit(code)
 
 

@@ -9,10 +9,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-import nats
 import yaml
 from rich.console import Console
 
+from bke.auth.permissions import identity_name, inbox_prefix
+from bke.bus.connect import BusAccess, connect_nats
+from bke.lab.identities import creds_path
 from bke.lab.supervisor import LabSupervisor
 from bke.plan import Plan, plan_spec_text
 from bke_agent.journal import read_executions
@@ -31,7 +33,18 @@ class Lab:
         self.plan: Plan = plan_spec_text(self.spec).plan  # type: ignore[assignment]
         self.sup = LabSupervisor(workdir)
         self.info = self.sup.ensure_runtime()
+        self.access = self.sup.operator_access(self.info)  # NATS with authentication: the CLI's identity
         self.out = io.StringIO()
+
+    def agent_access(self, hostname: str) -> BusAccess:
+        """A node's agent identity (what an attacker who stole that node's creds file would have)."""
+        name = identity_name("agent", self.plan.cluster, hostname)
+        return BusAccess(self.info.nats_url, creds_path(self.sup.workdir, name), inbox_prefix(name))
+
+    def operator_env(self) -> dict[str, str]:
+        """BKE_NATS_CREDS / BKE_NATS_INBOX_PREFIX for a `bke ... --nats URL` subprocess."""
+        assert self.access.creds is not None and self.access.inbox_prefix
+        return {"BKE_NATS_CREDS": str(self.access.creds), "BKE_NATS_INBOX_PREFIX": self.access.inbox_prefix}
 
     def start(self, agents: bool = True) -> "Lab":
         self.sup.ensure_services(self.info)
@@ -42,13 +55,13 @@ class Lab:
     async def install(self, timeout: float = 240.0, submit: bool = True) -> int:
         console = Console(file=self.out, width=200, force_terminal=False)
         return await submit_and_follow(
-            self.info.nats_url, self.spec, self.plan.cluster, timeout, console, submit=submit
+            self.access, self.spec, self.plan.cluster, timeout, console, submit=submit
         )
 
     async def status(self) -> dict[str, Any] | None:
         """The dispatcher's status reply (every node), as the wire document; None while the
         dispatcher does not answer (e.g. restarting) or has no install yet."""
-        nc = await nats.connect(self.info.nats_url)
+        nc = await connect_nats(self.access)
         try:
             doc = await get_status(nc, self.plan.cluster, "all")
         except StatusUnavailable:

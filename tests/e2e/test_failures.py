@@ -9,11 +9,10 @@ import os
 import time
 from datetime import datetime, timezone
 
-import nats
 import pytest
 from redis.asyncio import Redis
 
-from bke.bus.streams import ensure_streams
+from bke.bus.connect import connect_nats
 from bke.contracts.agent import AgentRegistered, agent_subject
 from bke.state.keys import certs_agents_key
 
@@ -28,7 +27,7 @@ async def _forge_unusable_key(lab, node: str) -> None:
     forged = AgentRegistered(cluster=lab.plan.cluster, node=node, agent_id="not-this-key",
                              seal_public_key_b64=base64.b64encode(os.urandom(32)).decode(), backend="lab",
                              version="test", at=datetime.now(timezone.utc).isoformat())
-    nc = await nats.connect(lab.info.nats_url)
+    nc = await connect_nats(lab.agent_access(node))  # the node's own identity: only it may register the node
     r = Redis.from_url(lab.info.redis_url)
     key = certs_agents_key(lab.plan.cluster)
     try:
@@ -36,7 +35,6 @@ async def _forge_unusable_key(lab, node: str) -> None:
         while await r.hlen(key) < len(lab.plan.nodes):  # the real registrations first: none may follow ours
             assert time.monotonic() < deadline, "the agents never registered"
             await asyncio.sleep(0.05)  # polling Redis under a deadline
-        await ensure_streams(nc.jetstream())
         await nc.jetstream().publish(agent_subject(lab.plan.cluster, node, "registered"), forged.to_bytes())
         deadline = time.monotonic() + 30
         while b"not-this-key" not in (await r.hget(key, node) or b""):

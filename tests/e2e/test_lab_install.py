@@ -46,7 +46,7 @@ async def test_split_etcd_install_files_and_real_etcd(lab_factory):
     assert all(n["status"] == "Succeeded" for n in doc["nodes"])
     assert set(doc["addons"]) == {"kube-proxy", "coredns"}
     # what an operator sees: `bke status NAME --nats URL -o json`, NATS only, as the schema says
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BKE_")}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("BKE_")}, **lab.operator_env()}
     proc = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).parent / "bke"), "status", lab.plan.cluster, "--nats", lab.info.nats_url, "-o", "json",
         "--nodes", "all", env=env, stdout=asyncio.subprocess.PIPE)

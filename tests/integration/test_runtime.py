@@ -30,7 +30,7 @@ def test_runtime_json_lists_live_servers(runtime: EmbeddedRuntime) -> None:
 
 
 def test_second_ensure_started_reuses_the_same_processes(runtime: EmbeddedRuntime) -> None:
-    assert EmbeddedRuntime(runtime.workdir).ensure_started() == runtime.info
+    assert EmbeddedRuntime(runtime.workdir, auth=False).ensure_started() == runtime.info
     assert runtime.start() == runtime.info  # `start` is the alias
 
 
@@ -76,7 +76,7 @@ async def _read_state(info: RuntimeInfo) -> tuple[bytes, object]:
 
 
 async def test_clean_stop_then_start_keeps_streams_and_keys(tmp_path: Path) -> None:
-    runtime = EmbeddedRuntime(tmp_path)
+    runtime = EmbeddedRuntime(tmp_path, auth=False)
     with runtime as first:
         await _write_state(first, "v1")
     assert not pid_alive(first.nats_pid) and not pid_alive(first.redis_pid)
@@ -89,7 +89,7 @@ async def test_clean_stop_then_start_keeps_streams_and_keys(tmp_path: Path) -> N
 
 
 async def test_restart_after_crash_reuses_data_and_moves_off_taken_ports(tmp_path: Path) -> None:
-    runtime = EmbeddedRuntime(tmp_path)
+    runtime = EmbeddedRuntime(tmp_path, auth=False)
     first = runtime.ensure_started()
     await _write_state(first, "v2")
     for pid in (first.nats_pid, first.redis_pid):  # a crash: runtime.json stays behind

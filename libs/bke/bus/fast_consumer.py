@@ -52,8 +52,10 @@ class FastConsumer:
 
     async def start(self, nc: Any) -> None:
         js = nc.jetstream()
+        # `name` too: nats-py then creates it on `$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`,
+        # the form a per-consumer permission can name (bke.auth.permissions).
         cfg = ConsumerConfig(
-            durable_name=self.durable, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
+            name=self.durable, durable_name=self.durable, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
             max_deliver=-1, ack_wait=self.ack_wait, filter_subject=self.subject,
         )
         sub = await js.pull_subscribe(self.subject, durable=self.durable, stream=self.stream, config=cfg)

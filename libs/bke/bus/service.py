@@ -14,6 +14,7 @@ from typing import Awaitable, Callable
 from nats.aio.client import Client as NatsClient
 from faststream import FastStream
 from faststream.nats import NatsBroker
+from faststream.nats.security import NatsSecurity
 
 from ..settings import ServiceSettings
 from .connect import connect_nats, connect_options
@@ -100,7 +101,10 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
     # come out as JSON like every other line (its default loggers write coloured text to stdout).
     # Its per-message lines go to DEBUG: our handlers log what matters.
     opts = connect_options(settings.bus, name=f"bke-{name}")
-    broker = NatsBroker(opts.pop("servers"), **opts, logger=logging.getLogger(f"bke.{name}.faststream.broker"),
+    # FastStream takes TLS as a security object, not nats-py's `tls` keyword.
+    tls = opts.pop("tls", None)
+    broker = NatsBroker(opts.pop("servers"), **opts, security=NatsSecurity(ssl_context=tls) if tls else None,
+                        logger=logging.getLogger(f"bke.{name}.faststream.broker"),
                         log_level=logging.DEBUG, graceful_timeout=10.0)
     app = FastStream(broker, logger=logging.getLogger(f"bke.{name}.faststream"))
     svc = Service(name=name, settings=settings, broker=broker, app=app)

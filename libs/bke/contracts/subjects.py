@@ -101,7 +101,7 @@ class Channel:
 CHANNELS: tuple[Channel, ...] = (
     Channel(INSTALL_CLUSTER, InstallCluster, "command", "Plan and install a cluster from a BKECluster + BKENode spec.", ("cli",), ("planner",)),
     Channel(CLUSTER_REJECTED, ClusterRejected, "event", "A request was refused; every error names its field.", ("planner",), ("cli",)),
-    Channel(PLAN_CREATED, PlanCreated, "event", "A placement plan is stored; read by certs, renderer and dispatcher.", ("planner",), ("certs", "renderer", "dispatcher")),
+    Channel(PLAN_CREATED, PlanCreated, "event", "A placement plan is stored; read by certs, renderer and dispatcher (and by the CLI that asked for it).", ("planner",), ("certs", "renderer", "dispatcher", "cli")),
     Channel(CERTS_ISSUED, CertsIssued, "event", "The cluster PKI is ensured for a plan (references, never keys).", ("certs",), ("dispatcher",)),
     Channel(CERTS_FAILED, CertsFailed, "event", "The PKI could not be ensured, or one node's bundle could not be sealed (the install fails with this reason), or a renewal was refused or failed.", ("certs",), ("dispatcher", "cli")),
     Channel(CERTS_SEALED, CertsSealed, "event", "These nodes' bundles are sealed to their agents and stored.", ("certs",), ("dispatcher",)),

@@ -5,6 +5,8 @@ in `<workdir>/processes.json`, so `bke lab down` stops exactly what the lab star
 Layout of a lab workdir:
     runtime/            NATS JetStream store, Redis AOF, runtime.json (bke.runtime.embedded)
     secret.key          the operator key that encrypts CA keys at rest (created 0600)
+    creds/<name>.creds  each process's NATS identity (0600; bke.lab.identities); the CLI uses
+                        creds/operator.creds (`bke ... --workdir`)
     logs/<name>.log     one log per process
     hosts/<hostname>/   each node's root (what would be / on a real node)
     processes.json      {"services": {name: pid}, "agents": {hostname: pid}}
@@ -24,7 +26,9 @@ from pathlib import Path
 
 from nats.js import JetStreamContext
 
+from ..bus.connect import BusAccess
 from ..plan import Plan
+from .identities import LabIdentities
 from ..runtime import EmbeddedRuntime, RuntimeInfo
 from ..runtime.processes import ManagedProcess, pid_alive, stop_pid
 
@@ -52,6 +56,7 @@ def lab_env(info: RuntimeInfo, workdir: Path) -> dict[str, str]:
         BKE_SECRET_KEY_FILE=str(workdir / "secret.key"),
         BKE_DISPATCHER_MODE="lab",
         BKE_DISPATCHER_HEALTH_INTERVAL_S=env.get("BKE_DISPATCHER_HEALTH_INTERVAL_S", "30"),
+        **({"BKE_NATS_TLS_CA": info.nats_tls_ca} if info.nats_tls_ca else {}),
         PYTHONUNBUFFERED="1",
     )
     return env
@@ -60,10 +65,41 @@ def lab_env(info: RuntimeInfo, workdir: Path) -> dict[str, str]:
 @dataclass
 class LabSupervisor:
     workdir: Path
+    # NATS with authentication (every process its own identity). bench/install.py turns it off:
+    # its fleet runs thousands of agents on one connection, which no single agent identity allows.
+    auth: bool = True
+    tls: bool = False  # NATS over TLS (a CA of the lab's own; every process verifies with it)
 
     def __post_init__(self) -> None:
         self.workdir = self.workdir.resolve()
-        self.runtime = EmbeddedRuntime(self.workdir / "runtime")
+        self.runtime = EmbeddedRuntime(self.workdir / "runtime", auth=self.auth, tls=self.tls,
+                                       secret_key_file=self.workdir / "secret.key")
+
+    def identities(self, info: RuntimeInfo) -> LabIdentities | None:
+        """The lab's identity keeper (None: NATS runs without authentication)."""
+        if not self.auth:
+            return None
+        if self.runtime.nats_auth is None:
+            self.runtime.ensure_started()
+        return LabIdentities(self.workdir, self.runtime, info)
+
+    def _bus_env(self, info: RuntimeInfo, role: str, cluster: str | None = None, node: str | None = None) -> dict[str, str]:
+        ids = self.identities(info)
+        if ids is None:
+            return {}
+        try:
+            return ids.env(role, cluster, node)
+        finally:
+            ids.close()
+
+    def operator_access(self, info: RuntimeInfo) -> BusAccess:
+        """How the CLI reaches this lab's NATS: the operator identity."""
+        env = self._bus_env(info, "operator")
+        tls = info.nats_tls_ca
+        if not env:
+            return BusAccess(info.nats_url, tls_ca=Path(tls) if tls else None)
+        return BusAccess(info.nats_url, Path(env["BKE_NATS_CREDS"]), env["BKE_NATS_INBOX_PREFIX"],
+                         Path(tls) if tls else None)
 
     # bookkeeping ----------------------------------------------------------------
     @property
@@ -102,7 +138,8 @@ class LabSupervisor:
             pid = pids["services"].get(name)
             if pid and pid_alive(pid):
                 continue
-            proc = ManagedProcess.start(name, [_bin(f"bke-{name}")], self.workdir / "logs" / f"{name}.log", env=env)
+            proc = ManagedProcess.start(name, [_bin(f"bke-{name}")], self.workdir / "logs" / f"{name}.log",
+                                        env={**env, **self._bus_env(info, name)})
             pids["services"][name] = proc.pid
         self._save(pids)
         return pids["services"]
@@ -120,7 +157,7 @@ class LabSupervisor:
             root = self.workdir / "hosts" / h
             root.mkdir(parents=True, exist_ok=True)
             env = dict(base, BKE_AGENT_CLUSTER=plan.cluster, BKE_AGENT_NODE=h, BKE_AGENT_BACKEND="lab",
-                       BKE_AGENT_ROOT=str(root), BKE_AGENT_IP=node.ip)
+                       BKE_AGENT_ROOT=str(root), BKE_AGENT_IP=node.ip, **self._bus_env(info, "agent", plan.cluster, h))
             proc = ManagedProcess.start(f"agent-{h}", [_bin("bke-agent"), "run"], self.workdir / "logs" / f"agent-{h}.log", env=env)
             pids["agents"][h] = proc.pid
         self._save(pids)

@@ -4,6 +4,7 @@ Layout of ``workdir``::
 
     nats/            JetStream store (and the cwd of nats-server)
     nats.conf        generated on every start (JetStream capped at 256MB memory / 2GB file)
+    auth/, tls/      NATS operator-mode material and TLS certificates (bke.runtime.nats_security)
     redis/           Redis AOF (and the cwd of redis-server)
     logs/            nats-server.log, redis-server.log (appended across restarts)
     runtime.json     {"natsUrl", "redisUrl", "natsMonitorUrl", "pids": {"nats", "redis"}}
@@ -18,6 +19,9 @@ Why it is built this way:
   second of writes is lost on a crash, and nothing on a clean stop.
 * Stopping is by PID only; the same machine runs other people's NATS and Redis.
 * A file lock serialises concurrent starts and stops on one work directory.
+* NATS runs in operator mode (``auth=True``, the default): no client connects without a user JWT
+  of the BKE account (bke.auth); ``auth=False`` keeps an open server for tests of single
+  handlers. ``tls=True`` makes clients speak TLS, verified with ``info.nats_tls_ca``.
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ import httpx
 import redis
 
 from .binaries import nats_server_bin, redis_server_bin
+from .nats_security import RuntimeAuth, ensure_runtime_auth, ensure_runtime_tls
 from .processes import (
     ManagedProcess,
     free_port,
@@ -78,15 +83,19 @@ class RuntimeInfo:
     nats_pid: int
     redis_pid: int
     nats_monitor_url: str
+    nats_tls_ca: str | None = None  # the CA of a TLS nats-server (None: plain)
 
     def to_json(self) -> dict[str, Any]:
         """The runtime.json document (camelCase keys, shared with non-Python readers)."""
-        return {
+        doc: dict[str, Any] = {
             "natsUrl": self.nats_url,
             "redisUrl": self.redis_url,
             "natsMonitorUrl": self.nats_monitor_url,
             "pids": {"nats": self.nats_pid, "redis": self.redis_pid},
         }
+        if self.nats_tls_ca:
+            doc["natsTlsCa"] = self.nats_tls_ca
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> RuntimeInfo:
@@ -97,6 +106,7 @@ class RuntimeInfo:
             nats_pid=int(doc["pids"]["nats"]),
             redis_pid=int(doc["pids"]["redis"]),
             nats_monitor_url=str(doc["natsMonitorUrl"]),
+            nats_tls_ca=str(doc["natsTlsCa"]) if doc.get("natsTlsCa") else None,
         )
 
 
@@ -132,8 +142,11 @@ def _redis_ready(port: int, pid: int, data_dir: Path) -> bool | None:
 class EmbeddedRuntime:
     """Start-or-reuse a NATS + Redis pair bound to ``workdir``; stop it by PID."""
 
-    def __init__(self, workdir: Path, *, start_timeout: float = 30.0) -> None:
+    def __init__(self, workdir: Path, *, start_timeout: float = 30.0, auth: bool = True, tls: bool = False,
+                 secret_key_file: Path | None = None) -> None:
         self.workdir = Path(workdir).resolve()
+        self.auth, self.tls, self.secret_key_file = auth, tls, secret_key_file
+        self.nats_auth: RuntimeAuth | None = None  # set by ensure_started when auth is on
         self.start_timeout = start_timeout
         self.nats_dir = self.workdir / "nats"
         self.redis_dir = self.workdir / "redis"
@@ -147,9 +160,14 @@ class EmbeddedRuntime:
         """Reuse healthy servers from runtime.json, start whatever is missing, rewrite the file."""
         with _locked(self.workdir):
             old = self.read_info(self.workdir)
+            if self.auth:
+                self.nats_auth = ensure_runtime_auth(self.workdir, self.secret_key_file)
             nats_url, monitor_url, nats_pid = self._ensure_nats(old)
             redis_url, redis_pid = self._ensure_redis(old)
-            info = RuntimeInfo(nats_url, redis_url, nats_pid, redis_pid, monitor_url)
+            tls_ca = str(self.workdir / "tls" / "ca.pem") if self.tls else None
+            if old is not None and nats_pid == old.nats_pid:  # a reused server keeps its scheme
+                tls_ca = old.nats_tls_ca
+            info = RuntimeInfo(nats_url, redis_url, nats_pid, redis_pid, monitor_url, tls_ca)
             if info != old:
                 tmp = self.state_path.with_suffix(".json.tmp")
                 tmp.write_text(json.dumps(info.to_json(), indent=2) + "\n")
@@ -223,8 +241,12 @@ class EmbeddedRuntime:
         for stale in self.nats_dir.glob("nats-server_*.ports"):
             stale.unlink(missing_ok=True)  # left behind by a killed server
         conf = self.workdir / "nats.conf"
-        conf.write_text(NATS_CONF.format(host=HOST, port=port, http_port=http_port,
-                                         store=self.nats_dir))
+        text = NATS_CONF.format(host=HOST, port=port, http_port=http_port, store=self.nats_dir)
+        if self.nats_auth is not None:
+            text += self.nats_auth.conf
+        if self.tls:
+            text += ensure_runtime_tls(self.workdir, HOST).conf()
+        conf.write_text(text)
         proc = ManagedProcess.start("nats-server", [nats_server_bin(), "-c", conf],
                                     self.logs_dir / "nats-server.log", cwd=self.nats_dir)
         ports_file = self.nats_dir / f"nats-server_{proc.pid}.ports"  # written by this PID only
@@ -242,6 +264,8 @@ class EmbeddedRuntime:
             proc.stop()
             raise
         nats_url, monitor_url = ports["nats"][0], ports["monitoring"][0]
+        if self.tls:  # the ports file names the listener, not the scheme clients must use
+            nats_url = "tls://" + nats_url.split("://", 1)[-1]
         log.info("nats-server ready pid=%d %s monitor=%s", proc.pid, nats_url, monitor_url)
         return nats_url, monitor_url, proc.pid
 

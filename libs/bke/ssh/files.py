@@ -17,7 +17,8 @@ from functools import lru_cache
 import jinja2
 from pydantic import BaseModel, ConfigDict
 
-from .layout import AGENT_BIN, ENV_PATH
+from ..auth.permissions import identity_name, inbox_prefix
+from .layout import AGENT_BIN, CREDS_PATH, ENV_PATH
 
 __all__ = [
     "AGENT_RUN_ARGS",
@@ -101,15 +102,20 @@ def _check_unit(text: str, params: UnitParams) -> None:
         raise ValueError("rendered EnvironmentFile does not match")
 
 
-def render_env(cluster: str, node: str, nats_url: str) -> str:
-    """The agent's environment file (installed 0600: the URL may hold credentials)."""
-    lines = (
+def render_env(cluster: str, node: str, nats_url: str, creds: bool = False) -> str:
+    """The agent's environment file (installed 0600: the URL may hold credentials). With `creds`,
+    the agent connects as its node's identity: the creds file shipped to CREDS_PATH and the
+    inbox prefix that identity may use (bke.auth.permissions)."""
+    lines = [
         "# Written by `bke agent bootstrap`. Keep 0600: the NATS URL may carry credentials.",
         f"BKE_NATS_URL={validate_nats_url(nats_url)}",
         f"BKE_AGENT_CLUSTER={validate_name('cluster', cluster)}",
         f"BKE_AGENT_NODE={validate_name('node', node)}",
         "BKE_AGENT_BACKEND=host",
-    )
+    ]
+    if creds:
+        lines += [f"BKE_NATS_CREDS={CREDS_PATH}",
+                  f"BKE_NATS_INBOX_PREFIX={inbox_prefix(identity_name('agent', cluster, node))}"]
     return "\n".join(lines) + "\n"
 
 
@@ -121,6 +127,6 @@ class AgentFiles:
     env: str
 
     @classmethod
-    def for_node(cls, cluster: str, node: str, nats_url: str) -> AgentFiles:
+    def for_node(cls, cluster: str, node: str, nats_url: str, creds: bool = False) -> AgentFiles:
         return cls(unit=render_unit(UnitParams(env_path=ENV_PATH, agent_bin=AGENT_BIN)),
-                   env=render_env(cluster, node, nats_url))
+                   env=render_env(cluster, node, nats_url, creds))

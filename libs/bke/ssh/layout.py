@@ -5,6 +5,7 @@ __all__ = [
     "AGENT_BIN",
     "AGENT_PREFIX",
     "CONFIG_DIR",
+    "CREDS_PATH",
     "ENV_PATH",
     "STAGING_DIR",
     "UNIT_NAME",
@@ -15,6 +16,7 @@ AGENT_PREFIX = "/opt/bke-agent"  # the agent's virtualenv
 AGENT_BIN = f"{AGENT_PREFIX}/bin/bke-agent"
 CONFIG_DIR = "/etc/bke-agent"
 ENV_PATH = f"{CONFIG_DIR}/env"
+CREDS_PATH = f"{CONFIG_DIR}/nats.creds"  # the node's NATS identity (0600)
 UNIT_NAME = "bke-agent.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
 # Relative, so it is under the SSH user's home: never a predictable path in a shared /tmp.

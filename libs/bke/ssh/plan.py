@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .files import AgentFiles
@@ -25,6 +25,7 @@ from .layout import (
     AGENT_BIN,
     AGENT_PREFIX,
     CONFIG_DIR,
+    CREDS_PATH,
     ENV_PATH,
     STAGING_DIR,
     UNIT_NAME,
@@ -99,6 +100,9 @@ class BootstrapParams:
     requirements: Path
     username: str = "root"
     python: str = "python3"  # the node's interpreter; the agent needs Python 3.11
+    # The node's NATS creds file (text: a user JWT and its seed). Shipped 0600 to CREDS_PATH and
+    # named in the environment; never printed (see `Inline.secret`).
+    nats_creds: str | None = field(default=None, repr=False)
 
     @property
     def use_sudo(self) -> bool:
@@ -117,7 +121,7 @@ def bootstrap_steps(params: BootstrapParams) -> tuple[Step, ...]:
     wheel = params.wheel.name
     if not _WHEEL_NAME.match(wheel):
         raise ValueError(f"{wheel!r} is not a wheel file name")
-    files = AgentFiles.for_node(params.cluster, params.node, params.nats_url)
+    files = AgentFiles.for_node(params.cluster, params.node, params.nats_url, creds=params.nats_creds is not None)
     pip = (f"{AGENT_PREFIX}/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check")
     # Exit with a message (sys.exit(str) prints it and returns 1) so the failure names the version.
     check_py = (
@@ -135,6 +139,7 @@ def bootstrap_steps(params: BootstrapParams) -> tuple[Step, ...]:
         Upload("requirements.txt", 0o600, LocalFile(params.requirements)),
         Upload(UNIT_NAME, 0o600, Inline(files.unit)),
         Upload("env", 0o600, Inline(files.env, secret=True)),
+        *((Upload("nats.creds", 0o600, Inline(params.nats_creds, secret=True)),) if params.nats_creds else ()),
     )
     table = (
         Step("stage", "create the private staging directory and upload the files",
@@ -149,6 +154,8 @@ def bootstrap_steps(params: BootstrapParams) -> tuple[Step, ...]:
         Step("config-dir", f"create {CONFIG_DIR} (0700)", ("install", "-d", "-m", "0700", CONFIG_DIR)),
         Step("write-env", f"put the agent's environment in {ENV_PATH} (0600)",
              ("install", "-m", "0600", _staged("env"), ENV_PATH)),
+        *((Step("write-creds", f"put the node's NATS identity in {CREDS_PATH} (0600)",
+                ("install", "-m", "0600", _staged("nats.creds"), CREDS_PATH)),) if params.nats_creds else ()),
         Step("write-unit", f"put the unit in {UNIT_PATH} (0644)", ("install", "-m", "0644", _staged(UNIT_NAME), UNIT_PATH)),
         Step("daemon-reload", "make systemd read the unit", ("systemctl", "daemon-reload")),
         Step("enable", "start the agent at boot", ("systemctl", "enable", UNIT_NAME)),

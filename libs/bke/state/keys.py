@@ -25,10 +25,14 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:<c>:agents / heartbeat           hash    registrations, last heartbeat   (dispatcher)
     bke:<c>:addons                       hash    addon name -> apply record      (dispatcher)
     bke:<c>:health / health-meta / health-pods                                   (dispatcher)
+    bke:auth:authority                   string  NATS operator/account seeds, encrypted (bke.auth)
+    bke:auth:identities                  hash    identity name -> issued record  (bke.auth)
 """
 from __future__ import annotations
 
 __all__ = [
+    "auth_authority_key",
+    "auth_identities_key",
     "certs_renewal_key",
     "certs_ops_key",
     "rotations_index",
@@ -212,3 +216,13 @@ def health_meta_key(cluster: str) -> str:
 
 def health_pods_key(cluster: str) -> str:
     return cluster_key(cluster, "health-pods")
+
+
+def auth_authority_key() -> str:
+    """The NATS trust chain's seeds and revocations, encrypted at rest (bke.auth.registry)."""
+    return f"{PREFIX}:auth:authority"
+
+
+def auth_identities_key() -> str:
+    """Every identity ever issued on the bus: name -> JSON record (bke.auth.registry)."""
+    return f"{PREFIX}:auth:identities"

@@ -1,0 +1,187 @@
+"""`bke identities list|provision|rotate|revoke`: the bus identities (NATS users) BKE issued.
+
+With `--workdir` (a lab): the lab's registry, creds under `<lab>/creds/`, and a revocation or
+rotation reaches the running nats-server at once (no reload). For a deployment, `--redis` and
+BKE_SECRET_KEY_FILE give the registry; `provision` writes the creds file to `--out` (0600) for
+you to ship to the process; `rotate`/`revoke` push the account update when `--nats` and
+`--system-creds` (a system-account user) are given, else they say it is still to be pushed.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import redis
+import typer
+
+from bke.auth.authority import write_creds
+from bke.auth.permissions import ROLES, SERVICE_ROLES, identity_name
+from bke.auth.push import push_account
+from bke.auth.registry import IdentityRecord, IdentityRegistry, UnknownIdentity
+from bke.lab.identities import LabIdentities
+from bke.lab.supervisor import LabSupervisor
+from bke.runtime import EmbeddedRuntime
+from bke.secrets.at_rest import DecryptError, SecretKeyError, box_from_env
+
+from .output import EXIT_INVALID, die
+
+__all__ = ["register"]
+
+ids = typer.Typer(no_args_is_help=True, help="Bus identities: one per agent, service, operator CLI and dashboard.")
+WORKDIR = typer.Option(None, "--workdir", help="a lab's folder")
+REDIS = typer.Option(None, "--redis", envvar="BKE_REDIS_URL", help="without --workdir: the Redis of the deployment")
+
+
+def _lab(workdir: Path) -> LabIdentities:
+    info = EmbeddedRuntime.read_info(workdir.resolve() / "runtime")
+    if info is None:
+        die(f"{workdir}: no running lab here (no runtime/runtime.json)", EXIT_INVALID)
+    sup = LabSupervisor(workdir)
+    keeper = sup.identities(sup.runtime.ensure_started())
+    if keeper is None:
+        die(f"{workdir}: this lab's NATS runs without authentication", EXIT_INVALID)
+    return keeper
+
+
+def _registry(redis_url: Optional[str]) -> IdentityRegistry:
+    if not redis_url:
+        die("say where the registry is: --workdir DIR (a lab) or --redis URL (or BKE_REDIS_URL)", EXIT_INVALID)
+    try:
+        box = box_from_env()
+    except SecretKeyError as exc:
+        die(f"BKE_SECRET_KEY_FILE: {exc}", EXIT_INVALID)
+    registry = IdentityRegistry(redis.Redis.from_url(redis_url), box, lambda: int(time.time()))
+    try:
+        registry.load_authority()  # the key must open what is stored: say so now, not mid-way
+    except DecryptError as exc:
+        die(f"BKE_SECRET_KEY_FILE: cannot open the stored NATS authority: {exc}", EXIT_INVALID)
+    except redis.RedisError as exc:
+        die(f"cannot reach Redis at --redis: {exc}")
+    return registry
+
+
+def _row(r: IdentityRecord) -> str:
+    state = "active" if r.active else f"revoked@{r.revoked_at}"
+    return f"{r.name:<40} {r.role:<10} {r.public[:12]}…  issued@{r.issued_at}  {state}"
+
+
+@ids.command("list")
+def list_cmd(workdir: Optional[Path] = WORKDIR, redis_url: Optional[str] = REDIS,
+             role: Optional[str] = typer.Option(None, "--role"), cluster: Optional[str] = typer.Option(None, "--cluster"),
+             output: str = typer.Option("text", "-o", help="text or json")) -> None:
+    """Every identity issued: name, role, public key, when issued, whether revoked."""
+    registry = _lab(workdir).registry if workdir else _registry(redis_url)
+    rows = registry.list(role=role, cluster=cluster)
+    if output == "json":
+        print(json.dumps([json.loads(r.to_json()) for r in rows], indent=2))
+        return
+    for r in rows:
+        print(_row(r))
+
+
+@ids.command("provision")
+def provision_cmd(role: str = typer.Argument(..., help=f"one of {', '.join(ROLES)}"),
+                  cluster: Optional[str] = typer.Option(None, "--cluster", help="agent: its cluster"),
+                  node: Optional[str] = typer.Option(None, "--node", help="agent: its hostname"),
+                  workdir: Optional[Path] = WORKDIR, redis_url: Optional[str] = REDIS,
+                  out: Optional[Path] = typer.Option(None, "--out", help="without --workdir: where to write the creds file")) -> None:
+    """Issue an identity (a lab keeps a live one; elsewhere a new key each time) and write its creds file (0600)."""
+    if role not in ROLES:
+        die(f"role: {role!r} is not one of {', '.join(ROLES)}", EXIT_INVALID)
+    try:
+        name = identity_name(role, cluster, node)
+    except ValueError as exc:
+        die(str(exc), EXIT_INVALID)
+    if workdir:
+        print(f"{name}: {_lab(workdir).ensure(role, cluster, node)}")
+        return
+    if out is None:
+        die("--out FILE: where to write the creds file", EXIT_INVALID)
+    user = _registry(redis_url).issue(role, cluster, node)
+    write_creds(out, user.creds)
+    print(f"{name}: {out} ({user.public})")
+
+
+def _push_or_say(registry: IdentityRegistry, nats_url: Optional[str], system_creds: Optional[Path]) -> None:
+    if not (nats_url and system_creds):
+        print("the account update is not pushed yet: run again with --nats URL --system-creds FILE")
+        return
+    authority = registry.load_authority()
+    assert authority is not None
+    asyncio.run(push_account(nats_url, system_creds, authority, iat=int(time.time())))
+
+
+NATS = typer.Option(None, "--nats", envvar="BKE_NATS_URL")
+SYS_CREDS = typer.Option(None, "--system-creds", help="a system-account user's creds (pushes the account update)")
+
+
+@ids.command("rotate")
+def rotate_cmd(name: str, workdir: Optional[Path] = WORKDIR, redis_url: Optional[str] = REDIS,
+               out: Optional[Path] = typer.Option(None, "--out"), nats_url: Optional[str] = NATS,
+               system_creds: Optional[Path] = SYS_CREDS) -> None:
+    """A new key for NAME; the old one is revoked (its live connections are cut)."""
+    try:
+        if workdir:
+            print(f"{name}: {_lab(workdir).rotate(name)}")
+            return
+        registry = _registry(redis_url)
+        record = registry.get(name)
+        if record is None:
+            raise UnknownIdentity(name)
+        if out is None:
+            die("--out FILE: where to write the new creds file", EXIT_INVALID)
+        write_creds(out, registry.issue(record.role, record.cluster, record.node).creds)
+        _push_or_say(registry, nats_url, system_creds)
+    except (KeyError, UnknownIdentity):
+        die(f"identity {name!r}: never issued", EXIT_INVALID)
+
+
+@ids.command("revoke")
+def revoke_cmd(name: Optional[str] = typer.Argument(None), cluster: Optional[str] = typer.Option(None, "--cluster",
+               help="instead of NAME: every live identity of this cluster's nodes (the cluster goes)"),
+               workdir: Optional[Path] = WORKDIR, redis_url: Optional[str] = REDIS, nats_url: Optional[str] = NATS,
+               system_creds: Optional[Path] = SYS_CREDS) -> None:
+    """Revoke NAME (a node goes) or every agent of --cluster; live connections are cut."""
+    if (name is None) == (cluster is None):
+        die("give exactly one of NAME and --cluster", EXIT_INVALID)
+    try:
+        if workdir:
+            keeper = _lab(workdir)
+            names = [name] if name else [r.name for r in keeper.registry.list(cluster=cluster) if r.active]
+            for n in names:
+                print(_row(keeper.revoke(n)))
+            return
+        registry = _registry(redis_url)
+        done = [registry.revoke(name)] if name else registry.revoke_cluster(cluster or "")
+        for r in done:
+            print(_row(r))
+        _push_or_say(registry, nats_url, system_creds)
+    except (KeyError, UnknownIdentity):
+        die(f"identity {name!r}: never issued", EXIT_INVALID)
+
+
+@ids.command("init")
+def init_cmd(out: Path = typer.Option(..., "--out", help="folder for auth.conf (included by nats.conf), sys.creds "
+                                      "and creds/<name>.creds of each service, the operator and the dashboard"),
+             redis_url: Optional[str] = REDIS) -> None:
+    """A deployment's NATS trust chain: the operator and accounts (kept, encrypted, in Redis: made
+    once), the operator-mode part of nats.conf, and one identity per service, the operator CLI and
+    the dashboard (issued anew each run, so that a run also rotates them)."""
+    registry = _registry(redis_url)
+    authority = registry.ensure_authority()
+    now = int(time.time())
+    out.mkdir(parents=True, exist_ok=True)
+    # The server runs in its container with its resolver directory at /data/jwt (deploy/nats/nats.conf).
+    (out / "auth.conf").write_text(authority.server_conf(now, Path("/data/jwt")))
+    write_creds(out / "sys.creds", authority.system_user(iat=now).creds)
+    for role in (*SERVICE_ROLES, "operator", "dashboard"):
+        write_creds(out / "creds" / f"{role}.creds", registry.issue(role).creds)
+        print(f"{role}: {out / 'creds' / f'{role}.creds'}")
+    print(f"nats-server: {out / 'auth.conf'} (include it), system user {out / 'sys.creds'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(ids, name="identities")

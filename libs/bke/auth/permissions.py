@@ -1,0 +1,232 @@
+"""Who may publish and subscribe what on the bus: one row per role, as data.
+
+Services, the CLI (the `operator` identity) and the dashboards get their subjects from
+`bke.contracts.subjects.CHANNELS` (a channel's senders may publish it, its receivers may
+subscribe it), so that a new channel is routed the day it is declared;
+tests/unit/test_auth_permissions.py checks the two against each other. An agent's subjects are
+its own node's only (`bke.contracts.agent.agent_subject`).
+
+JetStream API, per the NATS facts in /work/shared/reference/day2-facts.md and nats-server's
+`server/jetstream_api.go` (`jsConsumerCreateRequest` refuses a request whose config's filter is
+not the filter named in `$JS.API.CONSUMER.CREATE.<stream>.<consumer>.<filter>`; the direct-get
+form `$JS.API.DIRECT.GET.<stream>.<subject>` answers only for that subject): an agent may use
+only the API subjects that name its own consumer and its own subjects. The forms that carry the
+subject or sequence in the payload (bare `CONSUMER.CREATE.<stream>`, `CONSUMER.DURABLE.CREATE`,
+`STREAM.MSG.GET`, bare `DIRECT.GET.<stream>`) are simply never allowed to an agent, and denied
+by name as well so that a future widening of the allow list cannot let them through.
+
+Services and the operator CLI get the whole JetStream API of every stream except BKE_AGENT
+(they declare streams, make their durable consumers, use the object store). On BKE_AGENT, where
+the commands are, they may only declare the stream and use the consumers listed in
+`AGENT_STREAM_CONSUMERS` (named, filter in the subject): NATS permissions match whole tokens
+(no `agent__*` prefix patterns) and a deny always beats an allow, so this is an allow list
+rather than a deny of the agents' consumers. tests/unit/test_auth_permissions.py checks the
+list against the services' `fast_subscriber(..., "BKE_AGENT", durable)` calls. What a service
+may *publish* is its channels only, so only the dispatcher can command an agent.
+
+Every identity has its own inbox prefix (`_INBOX_<name>`): replies, pulled JetStream messages
+and an agent's push deliveries come there, and nobody else may subscribe it (no `_INBOX.>`).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..bus.streams import OBJECT_BUCKET
+from ..contracts.agent import agent_subject, node_token
+from ..contracts.subjects import CHANNELS, DEADLETTER
+
+__all__ = [
+    "AGENT_STREAM",
+    "AGENT_STREAM_CONSUMERS",
+    "JS_API",
+    "ROLES",
+    "SERVICE_ROLES",
+    "Permissions",
+    "RoleRow",
+    "agent_consumer",
+    "agent_deliver_subject",
+    "agent_permissions",
+    "identity_name",
+    "inbox_prefix",
+    "role_permissions",
+]
+
+AGENT_STREAM = "BKE_AGENT"
+JS_API = "$JS.API"
+SERVICE_ROLES = ("planner", "certs", "renderer", "dispatcher")
+Kind = Literal["service", "cli", "dashboard", "agent"]
+
+
+@dataclass(frozen=True)
+class RoleRow:
+    """One role: where its subjects come from and what JetStream it needs beyond them."""
+
+    kind: Kind
+    component: str  # its name in CHANNELS senders/receivers
+    summary: str
+    js_api: tuple[str, ...] = ()  # JetStream API subjects it may call
+    extra_pub: tuple[str, ...] = ()
+    extra_sub: tuple[str, ...] = ()
+    responses: bool = False  # answers core requests (nats `allow_responses`)
+
+
+# The services' own durable consumers on BKE_AGENT: (durable, filter). Kept in step with the
+# services' app.py by tests/unit/test_auth_permissions.py.
+AGENT_STREAM_CONSUMERS: dict[str, tuple[tuple[str, str], ...]] = {
+    "dispatcher": (("dispatcher-results", "bke.v1.agent.*.*.result"),
+                   ("dispatcher-agents", "bke.v1.agent.*.*.registered")),
+    "certs": (("certs-agents", "bke.v1.agent.*.*.registered"),),
+}
+_OPEN_STREAMS = ("BKE_COMMANDS", "BKE_EVENTS", "BKE_DEADLETTER", f"OBJ_{OBJECT_BUCKET}")
+_JS_STREAMS = (
+    f"{JS_API}.INFO", f"{JS_API}.STREAM.NAMES", f"{JS_API}.STREAM.LIST",
+    # `$JS.API.<verb>.<verb>.<stream>[.…]` and the three-word verbs (STREAM.MSG.GET,
+    # CONSUMER.DURABLE.CREATE, CONSUMER.MSG.NEXT) of every stream but BKE_AGENT
+    *(f"{JS_API}.*.*{'.*' * three}.{stream}{tail}" for stream in _OPEN_STREAMS for three in (0, 1)
+      for tail in ("", ".>")),
+    *(f"$JS.ACK.{stream}.>" for stream in _OPEN_STREAMS),
+    f"$O.{OBJECT_BUCKET}.>", "$JS.FC.>",
+    # ensure_streams on BKE_AGENT: declare it, never read it
+    *(f"{JS_API}.STREAM.{verb}.{AGENT_STREAM}" for verb in ("INFO", "CREATE", "UPDATE")),
+)
+
+
+def _agent_stream_consumers(role: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for durable, filt in AGENT_STREAM_CONSUMERS.get(role, ()):
+        out += [f"{JS_API}.CONSUMER.CREATE.{AGENT_STREAM}.{durable}.{filt}",
+                f"{JS_API}.CONSUMER.INFO.{AGENT_STREAM}.{durable}",
+                f"{JS_API}.CONSUMER.MSG.NEXT.{AGENT_STREAM}.{durable}",
+                f"$JS.ACK.{AGENT_STREAM}.{durable}.>"]
+    return tuple(out)
+
+_JS_READ = (f"{JS_API}.INFO", f"{JS_API}.STREAM.INFO.*", f"{JS_API}.STREAM.NAMES", f"{JS_API}.STREAM.LIST",
+            f"{JS_API}.CONSUMER.INFO.*.*", f"{JS_API}.CONSUMER.NAMES.*", f"{JS_API}.CONSUMER.LIST.*")
+
+ROLES: dict[str, RoleRow] = {
+    **{name: RoleRow("service", name, f"the {name} service", js_api=_JS_STREAMS + _agent_stream_consumers(name),
+                     extra_pub=(f"{DEADLETTER}.{name}",), responses=name in ("certs", "dispatcher"))
+       for name in SERVICE_ROLES},
+    "operator": RoleRow("cli", "cli", "the `bke` CLI of an operator (installs, retries, renewals, status)",
+                        js_api=_JS_STREAMS),
+    "dashboard": RoleRow("dashboard", "cli", "read only: status and expiry requests, live events",
+                         js_api=_JS_READ),
+    "agent": RoleRow("agent", "agent", "one node's agent: its own commands, results, registration, heartbeats"),
+}
+
+
+@dataclass(frozen=True)
+class Permissions:
+    pub_allow: tuple[str, ...]
+    sub_allow: tuple[str, ...]
+    pub_deny: tuple[str, ...] = ()
+    sub_deny: tuple[str, ...] = ()
+    responses: bool = False
+
+    def claims(self) -> dict[str, Any]:
+        """The permission part of a v2 user JWT's `nats` object (nats-io/jwt `v2/types.go`
+        `Permissions`: `pub`/`sub` with `allow`/`deny`, `resp` with `max`/`ttl`)."""
+        out: dict[str, Any] = {
+            "pub": {"allow": list(self.pub_allow), **({"deny": list(self.pub_deny)} if self.pub_deny else {})},
+            "sub": {"allow": list(self.sub_allow), **({"deny": list(self.sub_deny)} if self.sub_deny else {})},
+        }
+        if self.responses:
+            out["resp"] = {"max": 1, "ttl": 0}
+        return out
+
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def identity_name(role: str, cluster: str | None = None, node: str | None = None) -> str:
+    """The stable name of an identity: `planner`, `operator`, `agent.<cluster>.<node token>`."""
+    if role == "agent":
+        if not cluster or not node:
+            raise ValueError("role agent needs --cluster and --node")
+        return f"agent.{cluster}.{node_token(node)}"
+    if role not in ROLES:
+        raise ValueError(f"role: unknown role {role!r}; known: {', '.join(sorted(ROLES))}")
+    return role
+
+
+def inbox_prefix(name: str) -> str:
+    """`_INBOX_<name>` with dots made `__`: one subject token, so `_INBOX_a` never matches
+    `_INBOX_ab.>` (permissions match whole tokens)."""
+    token = name.replace(".", "__")
+    if not _TOKEN.match(token):
+        raise ValueError(f"identity name {name!r}: only letters, digits, '-', '_' and '.'")
+    return f"_INBOX_{token}"
+
+
+def agent_consumer(cluster: str, node: str) -> str:
+    """The node's durable consumer name (same rule as bke_agent.loop.consumer_name)."""
+    return f"agent__{node_token(cluster)}__{node_token(node)}"
+
+
+def agent_deliver_subject(prefix: str, cluster: str, node: str) -> str:
+    """Where the server pushes a node's commands: under the agent's own inbox prefix, so that
+    only that identity may subscribe it (the old `_INBOX.bke-agent.<durable>` was readable by
+    anyone allowed `_INBOX.>`)."""
+    return f"{prefix}.{agent_consumer(cluster, node)}"
+
+
+def _pattern(subject: str, component: str, *, receive: bool = False) -> str:
+    """`bke.v1.install.{cluster}.phase` -> `bke.v1.install.*.phase`; a dead-letter channel's
+    `{service}` is the component itself. A receiver may subscribe trailing placeholders as `>`
+    (`bke.v1.heartbeat.>`, what the dispatcher subscribes): nats-server allows a wildcard
+    subscription only under an allow pattern at least as wide, and the channel owns that space."""
+    subject = subject.replace("{service}", component)
+    if receive:
+        subject = re.sub(r"(\.\{[a-z]+\})+$", ".>", subject)
+    return re.sub(r"\{[a-z]+\}", "*", subject)
+
+
+def role_permissions(role: str, name: str | None = None) -> Permissions:
+    """Permissions of a service, the operator or a dashboard (agents: `agent_permissions`)."""
+    row = ROLES.get(role)
+    if row is None or row.kind == "agent":
+        raise ValueError(f"role: {role!r} is not a service, operator or dashboard role")
+    prefix = inbox_prefix(name or role)
+    if row.kind == "dashboard":  # read only: requests, never commands or events
+        pub = [_pattern(c.subject, row.component) for c in CHANNELS
+               if row.component in c.senders and c.kind == "request"]
+    else:
+        pub = [_pattern(c.subject, row.component) for c in CHANNELS if row.component in c.senders]
+    sub = [_pattern(c.subject, row.component, receive=True) for c in CHANNELS
+           if row.component in c.receivers or (row.kind == "dashboard" and c.kind == "event")]
+    return Permissions(
+        pub_allow=tuple(dict.fromkeys([*pub, *row.extra_pub, *row.js_api])),
+        sub_allow=tuple(dict.fromkeys([*sub, *row.extra_sub, f"{prefix}.>"])),
+        responses=row.responses,
+    )
+
+
+def agent_permissions(cluster: str, node: str) -> Permissions:
+    """Exactly what one node's agent needs (see bke_agent.loop): create-or-update its own durable
+    push consumer (`CONSUMER.CREATE.<stream>.<own consumer>.<own command subject>`, the form
+    nats-py 2.16's `add_consumer` uses when the config has a name and one filter), read its own
+    consumer's info, ack its own deliveries, direct-get / pull its own subjects only, publish its
+    own result, registration and heartbeat (JetStream publishes get their PubAck on its inbox),
+    and subscribe its own inbox (where the server pushes its commands) and command subject."""
+    consumer = agent_consumer(cluster, node)
+    command = agent_subject(cluster, node, "command")
+    prefix = inbox_prefix(identity_name("agent", cluster, node))
+    own = [agent_subject(cluster, node, k) for k in ("result", "registered", "heartbeat")]
+    pub = [
+        *own,
+        f"{JS_API}.INFO",
+        f"{JS_API}.CONSUMER.CREATE.{AGENT_STREAM}.{consumer}.{command}",
+        f"{JS_API}.CONSUMER.INFO.{AGENT_STREAM}.{consumer}",
+        f"{JS_API}.CONSUMER.MSG.NEXT.{AGENT_STREAM}.{consumer}",
+        f"{JS_API}.DIRECT.GET.{AGENT_STREAM}.{command}",
+        f"$JS.ACK.{AGENT_STREAM}.{consumer}.>",
+    ]
+    deny = [  # payload-carrying forms: never, whatever the allow list becomes
+        f"{JS_API}.CONSUMER.CREATE.{AGENT_STREAM}",
+        f"{JS_API}.CONSUMER.DURABLE.CREATE.>",
+        f"{JS_API}.STREAM.MSG.GET.>",
+        f"{JS_API}.DIRECT.GET.{AGENT_STREAM}",
+    ]
+    return Permissions(pub_allow=tuple(pub), sub_allow=(f"{prefix}.>", command), pub_deny=tuple(deny))

@@ -1,0 +1,39 @@
+"""Push the account JWT to a running nats-server: how a revocation takes effect without a reload.
+
+A system-account user publishes the operator-signed account JWT on `$SYS.REQ.CLAIMS.UPDATE`
+(nats-server `server/events.go` accClaimsReqSubj; `server/accounts.go` respondToUpdate answers
+`{"data": {"code": 200, "message": "jwt updated"}}` or an `error` object). With the `full`
+resolver the server also stores it (it survives a restart).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nats
+
+from ..bus.connect import BusAccess, connect_options
+from ..errors import PermanentError, TemporaryError
+from .authority import Authority
+
+__all__ = ["CLAIMS_UPDATE", "push_account"]
+
+CLAIMS_UPDATE = "$SYS.REQ.CLAIMS.UPDATE"
+
+
+async def push_account(url: str, system_creds: Path, authority: Authority, *, iat: int,
+                       tls_ca: Path | None = None, timeout: float = 5.0) -> None:
+    """Send the current account JWT (its revocations included); raise if the server refused it."""
+    opts = connect_options(BusAccess(url, system_creds, None, tls_ca), name="bke-auth-push")
+    opts["max_reconnect_attempts"] = 1
+    nc = await nats.connect(**opts)
+    try:
+        try:
+            reply = await nc.request(CLAIMS_UPDATE, authority.account_jwt(iat).encode(), timeout=timeout)
+        except TimeoutError as exc:
+            raise TemporaryError(f"nats-server did not answer {CLAIMS_UPDATE} within {timeout:.0f}s") from exc
+    finally:
+        await nc.close()
+    doc = json.loads(reply.data)
+    if "error" in doc or doc.get("data", {}).get("code") != 200:
+        raise PermanentError(f"nats-server refused the account update: {doc.get('error') or doc.get('data')}")

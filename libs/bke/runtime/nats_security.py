@@ -1,0 +1,115 @@
+"""What the embedded nats-server needs for authentication and TLS, kept under ``<workdir>/auth``
+and ``<workdir>/tls``.
+
+    auth/authority.enc   the operator/account seeds and revocations, encrypted with the operator's
+                         key file (bke.secrets.at_rest); the lab mirrors it into Redis
+                         (bke.auth.registry) so that `bke state backup` has it
+    auth/sys.creds       a system-account user (0600): pushes account updates (revocations)
+    auth/jwt/            the `full` resolver's directory (written by nats-server)
+    tls/ca.pem, tls/server.pem, tls/server.key (0600)
+                         a CA made here and a server certificate for 127.0.0.1 / localhost
+
+Why the seeds are on disk (encrypted) and not only in Redis: nats.conf must name the operator
+and preload the accounts before the server starts, and Redis may not be up yet (or may need
+its own credentials); the file is the runtime's, the Redis copy is for backups.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from ..auth.authority import Authority, new_authority, write_creds
+from ..secrets.at_rest import create_key_file, load_secret_box
+
+__all__ = ["AUTHORITY_AAD", "RuntimeAuth", "RuntimeTls", "ensure_runtime_auth", "ensure_runtime_tls",
+           "save_runtime_authority"]
+
+AUTHORITY_AAD = b"bke:runtime:authority"
+
+
+@dataclass(frozen=True)
+class RuntimeAuth:
+    authority: Authority
+    conf: str  # the operator-mode part of nats.conf
+    system_creds: Path
+    authority_file: Path
+    key_file: Path
+
+
+def ensure_runtime_auth(workdir: Path, key_file: Path | None, now: int | None = None) -> RuntimeAuth:
+    """Load (or make once) the authority of this runtime; write sys.creds; return the conf part."""
+    auth_dir = workdir / "auth"
+    (auth_dir / "jwt").mkdir(parents=True, exist_ok=True)
+    key_file = key_file or workdir / "secret.key"
+    box = load_secret_box(key_file) if key_file.exists() else create_key_file(key_file)
+    path = auth_dir / "authority.enc"
+    if path.exists():
+        authority = Authority.from_secret_json(box.decrypt(path.read_bytes(), AUTHORITY_AAD))
+    else:
+        authority = new_authority()
+        save_runtime_authority(path, key_file, authority)
+    iat = int(time.time()) if now is None else now
+    creds = auth_dir / "sys.creds"
+    write_creds(creds, authority.system_user(iat=iat).creds)
+    return RuntimeAuth(authority, authority.server_conf(iat, auth_dir / "jwt"), creds, path, key_file)
+
+
+def save_runtime_authority(path: Path, key_file: Path, authority: Authority) -> None:
+    """Rewrite authority.enc (after a revocation: the next start preloads the same account)."""
+    blob = load_secret_box(key_file).encrypt(authority.to_secret_json(), AUTHORITY_AAD)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(blob)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class RuntimeTls:
+    ca: Path
+    cert: Path
+    key: Path
+
+    def conf(self) -> str:
+        return f'tls {{\n  cert_file: "{self.cert}"\n  key_file: "{self.key}"\n  timeout: 2\n}}\n'
+
+
+def ensure_runtime_tls(workdir: Path, host: str) -> RuntimeTls:
+    """A CA and a server certificate for `host` (kept across restarts, made once)."""
+    d = workdir / "tls"
+    tls = RuntimeTls(d / "ca.pem", d / "server.pem", d / "server.key")
+    if tls.ca.exists() and tls.cert.exists() and tls.key.exists():
+        return tls
+    d.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bke-embedded-nats-ca")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+          .not_valid_after(now + dt.timedelta(days=3650))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(host))]
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bke-embedded-nats")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=825))
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    write_creds(tls.key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()).decode())
+    tls.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    tls.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    return tls
