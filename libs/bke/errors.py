@@ -71,35 +71,38 @@ class UnknownTarget(PermanentError):
     """The message is about something this deployment never created: it can never succeed."""
 
 
-def _infrastructure_types() -> tuple[type[BaseException], ...]:
-    # Imported lazily: bke.errors is imported by pure cores that must not pull in the clients.
-    import nats.errors as nerr
-    import nats.js.errors as jerr
-    import redis.exceptions as rerr
+# The clients' outage errors, by module and class name rather than by import: bke.errors is
+# imported by pure cores and by the node agent, which must not pull in redis (import-linter).
+# A subclass counts too (redis' BusyLoadingError, raised while the server loads its AOF, is a
+# ConnectionError: redis/exceptions.py).
+_OUTAGE_CLASSES: dict[str, frozenset[str]] = {
+    # redis-py, when the server is down, slow, or still loading
+    "redis.exceptions": frozenset({"ConnectionError", "TimeoutError"}),
+    # nats-py, while the client is disconnected or reconnecting, or a PubAck never came
+    # (nats/errors.py)
+    "nats.errors": frozenset({"ConnectionClosedError", "ConnectionDrainingError", "ConnectionReconnectingError",
+                              "NoServersError", "StaleConnectionError", "OutboundBufferLimitError", "TimeoutError"}),
+    "nats.js.errors": frozenset({"ServiceUnavailableError"}),  # JetStream's 503
+}
 
-    return (
-        Unavailable,
-        # redis-py raises these when the server is down, slow, or still loading its AOF
-        # (redis/exceptions.py: BusyLoadingError subclasses ConnectionError)
-        rerr.ConnectionError, rerr.TimeoutError,
-        # nats-py, while the client is disconnected or reconnecting (nats/errors.py)
-        nerr.ConnectionClosedError, nerr.ConnectionDrainingError, nerr.ConnectionReconnectingError,
-        nerr.NoServersError, nerr.StaleConnectionError, nerr.OutboundBufferLimitError,
-        # a JetStream publish whose PubAck never came (the server away), or JetStream's 503
-        nerr.TimeoutError, jerr.ServiceUnavailableError,
-        ConnectionError,  # the socket's own (refused, reset)
-    )
+
+def _is_outage_type(cls: type) -> bool:
+    for klass in cls.__mro__:
+        if klass is Unavailable or klass is ConnectionError:  # ours, and the socket's own (refused, reset)
+            return True
+        if klass.__name__ in _OUTAGE_CLASSES.get(klass.__module__, ()):
+            return True
+    return False
 
 
 def is_unavailable(exc: BaseException) -> bool:
     """True for an outage of the store or the bus: the message is not at fault and must not be
     counted as a failed delivery. Looks through `raise ... from` chains (a wrapper of a redis
     ConnectionError is still an outage)."""
-    kinds = _infrastructure_types()
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
-        if isinstance(cur, kinds):
+        if _is_outage_type(type(cur)):
             return True
         seen.add(id(cur))
         cur = cur.__cause__ or cur.__context__
