@@ -19,7 +19,7 @@ from nats.aio.client import Client as NatsClient
 from faststream import FastStream
 from faststream.nats import NatsBroker
 
-from ..contracts.health import health_subject
+from ..contracts.health import GetHealth, health_subject
 from ..settings import ServiceSettings
 from .connect import connect_nats, connect_options
 from .readiness import Readiness
@@ -115,8 +115,14 @@ class Service:
 
     async def _serve_health(self) -> None:
         async def answer(msg: Any) -> None:
-            if msg.reply:
-                await msg.respond(self.readiness.snapshot().to_bytes())
+            if not msg.reply:
+                return  # a publish without a reply inbox asks nothing
+            if msg.data.strip():  # an empty body is the request too (`nats req ... ''`)
+                try:
+                    GetHealth.model_validate_json(msg.data)
+                except ValueError:
+                    pass  # the answer is the same whatever was asked; never fail a probe
+            await msg.respond(self.readiness.snapshot().to_bytes())
 
         # every replica answers for itself (no queue group): a tool sees each one
         await self.nc.subscribe(health_subject(self.name), cb=answer)
