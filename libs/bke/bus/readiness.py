@@ -42,7 +42,7 @@ class Readiness:
         if before == ok:
             return
         if ok:
-            log.info("%s is back", condition, extra={"service": self.service, "condition": condition})
+            log.info("%s ok", condition, extra={"service": self.service, "condition": condition})
         else:
             log.warning("not ready: %s", self._why[condition], extra={"service": self.service, "condition": condition})
         if self.ready != was_ready:
