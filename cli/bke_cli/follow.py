@@ -23,7 +23,7 @@ from bke.contracts.install import install_subject
 from bke.contracts.status import ClusterStatus
 from bke.errors import is_unavailable
 
-from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines, warn_lines
+from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines, quiet_bus_errors, warn_lines, where
 from .status_client import StatusUnavailable, get_status
 
 __all__ = ["failure_lines", "failure_code", "submit_and_follow", "status_table"]
@@ -74,9 +74,9 @@ async def _request(nc, spec: bytes, rid: str) -> None:
 async def submit_and_follow(nats_url: BusAccess | str, spec: bytes, cluster: str, timeout: float, console: Console, submit: bool = True) -> int:
     rid = str(uuid.uuid4())
     try:
-        nc = await connect_nats(nats_url)
+        nc = await connect_nats(nats_url, error_cb=quiet_bus_errors)
     except (OSError, NoServersError) as exc:
-        error_lines([f"cannot reach NATS at {getattr(nats_url, 'url', nats_url)}: {type(exc).__name__}: {exc}"])
+        error_lines([f"cannot reach NATS at {where(nats_url)}: {exc}"])
         return EXIT_FAILURE
     start = time.monotonic()
     # phase changes and the end wake the display; per-node events are too many to poll on
