@@ -75,8 +75,8 @@ class FastConsumer:
             max_deliver=-1, ack_wait=self.ack_wait, filter_subject=self.subject,
         )
         # nats-py's pull_subscribe reuses an existing durable as it is: creating it again with
-        # this config updates it (ack_wait is editable; nats-server consumer.go checkConsumerCfg
-        # lets an update change it), so a deployment made with a 60 s ack_wait gets the short one.
+        # this config updates it (nats-server server/consumer.go, `updateConfig`, applies a new
+        # AckWait), so a deployment made with the old 60 s ack wait gets the short one.
         with contextlib.suppress(Exception):
             await js.add_consumer(self.stream, cfg)
         sub = await js.pull_subscribe(self.subject, durable=self.durable, stream=self.stream, config=cfg)

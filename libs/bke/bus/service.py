@@ -81,10 +81,11 @@ class Service:
         """`work_subscriber` sized for hot paths: big batches, many concurrent handlers."""
         self.work_subscriber(subject, stream, durable, work, batch_size=batch_size, max_workers=workers, give_up=give_up)
 
-    def watch_redis(self, redis: Any) -> None:
+    def watch_redis(self, redis: Any, close: bool = True) -> None:
         """Ping `redis` every REDIS_PROBE_S and keep the readiness condition "redis" up to date
         (so that a service with nothing to handle still reports an outage, and held messages
-        are tried again as soon as Redis answers)."""
+        are tried again as soon as Redis answers). Every service made by `make_service` has
+        one, with a client of its own (closed at stop unless `close` is False)."""
         import asyncio
 
         task: list[asyncio.Task] = []
@@ -108,6 +109,8 @@ class Service:
             for t in task:
                 t.cancel()
             await asyncio.gather(*task, return_exceptions=True)
+            if close:
+                await redis.aclose()
 
         self.readiness.set("redis", False, "redis not checked yet")
         self.after_start.insert(0, _start)
@@ -172,6 +175,7 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
                         disconnected_cb=disconnected, reconnected_cb=reconnected)
     app = FastStream(broker, logger=logging.getLogger(f"bke.{name}.faststream"))
     svc = Service(name=name, settings=settings, broker=broker, app=app, readiness=readiness)
+    svc.watch_redis(_probe_client(settings.redis_url))
 
     @app.on_startup
     async def _streams() -> None:
@@ -195,6 +199,14 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
             await fn()
 
     return svc
+
+
+def _probe_client(url: str) -> Any:
+    """A Redis client of the readiness probe's own, with short timeouts: a probe that hangs for
+    the length of an outage would report nothing."""
+    from redis.asyncio import Redis
+
+    return Redis.from_url(url, socket_timeout=REDIS_PROBE_S, socket_connect_timeout=REDIS_PROBE_S)
 
 
 async def _ensure_streams_at(settings: ServiceSettings) -> None:

@@ -84,7 +84,6 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     services = ServiceEvents(state, plans, engine, runner.kick, _now)
 
     known = KnownTargets(state, plans)
-    svc.watch_redis(redis)
 
     async def on_heartbeat(msg) -> None:
         # Advisory and not stored in a stream: a malformed one, one for a node of no stored
