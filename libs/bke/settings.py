@@ -37,6 +37,10 @@ class ServiceSettings(BaseSettings):
     # up again within seconds; a handler that runs longer sends in-progress acks every third of
     # it (bke.bus.fast_consumer).
     ack_wait_seconds: float = 10.0
+    # How many messages one consumer may have delivered and not yet acknowledged, those waiting
+    # for a delayed redelivery included. NATS' default of 1,000 was filled by 1,000 forged
+    # results that wait to be known (NotYetKnown, bounded) and stalled every other install.
+    max_ack_pending: int = 20_000
 
     @property
     def bus(self) -> "BusAccess":

@@ -93,8 +93,9 @@ async def test_forged_heartbeats_write_nothing(nats_url, redis_url, redis_client
         await svc.stop()
 
 
-async def _install(nats_client, nats_url: str, redis_url: str, name: str) -> float:
-    """Install a seed cluster with a null fleet; the seconds from the announcements to the end."""
+async def _install(nats_client, nats_url: str, redis_url: str, name: str) -> tuple[float, list[str]]:
+    """Install a seed cluster with a null fleet; the seconds from the announcements to the end,
+    and its nodes."""
     js = nats_client.jetstream()
     r = Redis.from_url(redis_url)
     plan, digest = await _stored_cluster(r, name)
@@ -108,27 +109,40 @@ async def _install(nats_client, nats_url: str, redis_url: str, name: str) -> flo
             done = await watch.wait_for(lambda e: True, timeout=120)
             took = time.monotonic() - t0
         assert done.data["status"] == "Succeeded", done.data
-        return took
+        return took, [n.hostname for n in plan.nodes]
     finally:
         await fleet.stop(grace=1.0)
 
 
-async def test_a_flood_of_forged_results_does_not_stall_another_install(nats_url, redis_url, redis_client, nats_client):
+@pytest.mark.parametrize("forged", ["unknown-cluster", "unknown-generation"])
+async def test_a_flood_of_forged_results_does_not_stall_another_install(nats_url, redis_url, redis_client, nats_client,
+                                                                       forged):
+    """Forged results for a cluster that does not exist are dead-lettered at once; those naming
+    real nodes of a real cluster with a generation never sent wait (NotYetKnown, bounded) and
+    must not take the window the real install's results need."""
     js = nats_client.jetstream()
     await ensure_streams(js)
     svc = _dispatcher(nats_url, redis_url, "flood")
     await svc.start()
+    # names of their own: the streams keep an earlier variant's commands (and their ids)
+    calm_name, busy_name = f"calm-{forged}", f"busy-{forged}"
     try:
-        calm = await _install(nats_client, nats_url, redis_url, "calm")
+        calm, known = await _install(nats_client, nats_url, redis_url, calm_name)
+        nodes = [f"n{i}" for i in range(FLOOD)]
         async with EventWatch(nats_client, ["bke.v1.deadletter.dispatcher"]) as dead:
             for i in range(FLOOD):  # all before the real install's first result
-                await js.publish(agent_subject("ghost", f"n{i}", "result"), _forged_result("ghost", f"n{i}").to_bytes())
-            busy = await _install(nats_client, nats_url, redis_url, "busy")
-
-            async def all_settled():
-                return len(dead.seen) >= FLOOD and await ack_pending(nats_client, "dispatcher-results") == (0, 0)
-            await eventually(all_settled, 60, "every forged result is dead-lettered")
-        print(f"\ninstall alone {calm:.2f} s; after {FLOOD} forged results {busy:.2f} s")
+                if forged == "unknown-cluster":
+                    res = _forged_result("ghost", nodes[i])
+                else:
+                    node = known[i % len(known)]
+                    res = _forged_result(calm_name, node).model_copy(update={"command_id": f"{calm_name}/etcd/{node}/{9 + i}"})
+                await js.publish(agent_subject(res.cluster, res.node, "result"), res.to_bytes())
+            busy, _ = await _install(nats_client, nats_url, redis_url, busy_name)
+            if forged == "unknown-cluster":
+                async def all_settled():
+                    return len(dead.seen) >= FLOOD and await ack_pending(nats_client, "dispatcher-results") == (0, 0)
+                await eventually(all_settled, 60, "every forged result is dead-lettered")
+        print(f"\n{forged}: install alone {calm:.2f} s; after {FLOOD} forged results {busy:.2f} s")
         assert busy < 2 * calm + 5.0
         assert await redis_client.keys("*ghost*") == []
     finally:

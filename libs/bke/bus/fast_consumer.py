@@ -60,10 +60,11 @@ class FastConsumer:
     def __init__(self, subject: str, stream: str, durable: str, work: Callable[[bytes], Awaitable[None]], *,
                  service: str, broker: Any, max_deliver: int, ack_wait: float, batch: int = 256, workers: int = 32,
                  give_up: Callable[[bytes, str], Awaitable[None]] | None = None,
-                 readiness: Readiness | None = None):
+                 readiness: Readiness | None = None, max_ack_pending: int = 20_000):
         self.subject, self.stream, self.durable, self.work = subject, stream, durable, work
         self.service, self.broker, self.max_deliver, self.ack_wait = service, broker, max_deliver, ack_wait
         self.batch, self.workers, self.give_up, self.readiness = batch, workers, give_up, readiness
+        self.max_ack_pending = max_ack_pending
         self._task: asyncio.Task | None = None
         self._sub: Any = None
         self._stopping = False
@@ -72,7 +73,7 @@ class FastConsumer:
         js = nc.jetstream()
         cfg = ConsumerConfig(
             durable_name=self.durable, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
-            max_deliver=-1, ack_wait=self.ack_wait, filter_subject=self.subject,
+            max_deliver=-1, ack_wait=self.ack_wait, filter_subject=self.subject, max_ack_pending=self.max_ack_pending,
         )
         # nats-py's pull_subscribe reuses an existing durable as it is: creating it again with
         # this config updates it (nats-server server/consumer.go, `updateConfig`, applies a new

@@ -62,7 +62,8 @@ class Service:
 
         consumer = FastConsumer(subject, stream, durable, work, service=self.name, broker=self.broker,
                                 max_deliver=self.settings.max_deliver, ack_wait=self.settings.ack_wait_seconds,
-                                batch=batch_size, workers=max_workers, give_up=give_up, readiness=self.readiness)
+                                batch=batch_size, workers=max_workers, give_up=give_up, readiness=self.readiness,
+                                max_ack_pending=self.settings.max_ack_pending)
 
         async def _start() -> None:
             await consumer.start(self.nc)
