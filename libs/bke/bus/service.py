@@ -92,7 +92,7 @@ class Service:
         task: list[asyncio.Task] = []
 
         async def probe() -> None:
-            while True:
+            while task:
                 try:
                     await asyncio.wait_for(redis.ping(), timeout=REDIS_PROBE_S)
                 except asyncio.CancelledError:
@@ -107,9 +107,12 @@ class Service:
             task.append(asyncio.create_task(probe(), name=f"{self.name}:redis-probe"))
 
         async def _stop() -> None:
-            for t in task:
+            running, task[:] = list(task), []  # an empty list also ends the loop
+            for t in running:
                 t.cancel()
-            await asyncio.gather(*task, return_exceptions=True)
+            if running:
+                # bounded: redis-py can swallow a cancellation while it connects
+                await asyncio.wait(running, timeout=2 * REDIS_PROBE_S)
             if close:
                 await redis.aclose()
 

@@ -1,13 +1,14 @@
 """Dispatcher wiring: subscribers, the reconcile runner, the health monitor. No logic here."""
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from datetime import datetime, timezone
 
 from redis.asyncio import Redis
 
-from bke.bus.service import Service, make_service
+from bke.bus.service import REDIS_PROBE_S, Service, make_service
 from bke.bus.handler import deprecated, typed
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.certs import (
@@ -25,6 +26,7 @@ from bke.contracts.agent import AgentRegistered, CommandResult, agent_subject
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.status import STATUS_GET, STATUS_QUEUE
 from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
+from bke.errors import is_unavailable
 from bke.state import PlanCache
 from bke.state.keys import heartbeat_key
 from bke.state.nodefiles import RedisNodeFiles
@@ -133,17 +135,40 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
             await msg.respond(await status.answer(msg.data))
 
     core_subs = []
+    background: list[asyncio.Task] = []
+    stopping: list[bool] = []  # set once the service stops
 
     async def _started() -> None:
         nc = svc.nc
         core_subs.append(await nc.subscribe("bke.v1.heartbeat.>", cb=on_heartbeat))
         # core request/reply; the queue group shares requests between replicas
         core_subs.append(await nc.subscribe(STATUS_GET, queue=STATUS_QUEUE, cb=on_status))
-        await runner.resume_all()
-        await rotations.resume_all()
+        background.append(asyncio.create_task(_resume(), name="dispatcher:resume"))
         health.start()
 
+    async def _resume() -> None:
+        # Pick up the running installs and rotations once Redis answers: a dispatcher started
+        # before its store (or during an outage) waits, not-ready, instead of crashing.
+        while not stopping:
+            try:
+                await runner.resume_all()
+                await rotations.resume_all()
+                return
+            except Exception as exc:  # noqa: BLE001 - anything but an outage is a bug: raise it
+                if not is_unavailable(exc):
+                    raise
+                log.warning("resuming waits for Redis: %s: %s", type(exc).__name__, exc, extra={"rate_key": "resume"})
+                await svc.readiness.wait_for("redis", timeout=REDIS_PROBE_S)
+                if not svc.readiness.ok("redis"):
+                    await asyncio.sleep(REDIS_PROBE_S)  # the probe's period: it says when Redis is back
+
     async def _stopping() -> None:
+        stopping.append(True)
+        for task in background:
+            task.cancel()
+        if background:
+            # bounded: redis-py can swallow a cancellation while it connects; the flag ends the loop
+            await asyncio.wait(background, timeout=2 * REDIS_PROBE_S)
         await runner.stop()
         await rotation_runner.stop()
         await health.stop()
