@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 import uuid
 
+from nats.errors import NoServersError
+
 from bke.bus.connect import BusAccess, connect_nats
 from rich.console import Console
 from rich.live import Live
@@ -19,8 +21,9 @@ from bke.bus.streams import OBJECT_BUCKET, ensure_streams
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, PLAN_CREATED, InstallCluster
 from bke.contracts.install import install_subject
 from bke.contracts.status import ClusterStatus
+from bke.errors import is_unavailable
 
-from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines
+from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines, quiet_bus_errors, warn_lines, where
 from .status_client import StatusUnavailable, get_status
 
 __all__ = ["failure_lines", "failure_code", "submit_and_follow", "status_table"]
@@ -70,7 +73,11 @@ async def _request(nc, spec: bytes, rid: str) -> None:
 
 async def submit_and_follow(nats_url: BusAccess | str, spec: bytes, cluster: str, timeout: float, console: Console, submit: bool = True) -> int:
     rid = str(uuid.uuid4())
-    nc = await connect_nats(nats_url)
+    try:
+        nc = await connect_nats(nats_url, error_cb=quiet_bus_errors)
+    except (OSError, NoServersError) as exc:
+        error_lines([f"cannot reach NATS at {where(nats_url)}: {exc}"])
+        return EXIT_FAILURE
     start = time.monotonic()
     # phase changes and the end wake the display; per-node events are too many to poll on
     subjects = [CLUSTER_REJECTED, PLAN_CREATED, install_subject(cluster, "phase"), install_subject(cluster, "finished")]
@@ -94,6 +101,7 @@ async def _follow(watch: EventWatch, nc, cluster: str, start: float, timeout: fl
     deadline = start + timeout
     seen = 0
     last_lines: dict[str, str] = {}
+    waiting = False  # said once per outage that we wait, not once a second
     live = Live(console=console, auto_refresh=False) if console.is_terminal else None
     if live:
         live.start()
@@ -101,9 +109,22 @@ async def _follow(watch: EventWatch, nc, cluster: str, start: float, timeout: fl
         while True:
             try:
                 doc = await get_status(nc, cluster, nodes="none")
-            except StatusUnavailable:
-                doc = None  # a dispatcher restarting, or not up yet: keep following to the deadline
+            except StatusUnavailable as exc:
+                doc = None  # a dispatcher restarting, its store away, or not up yet: keep following to the deadline
+                if not waiting:
+                    warn_lines([f"{exc}; waiting (up to {max(0.0, deadline - time.monotonic()):.0f} s more)"])
+                    waiting = True
+            except Exception as exc:  # noqa: BLE001 - NATS away mid-follow: the connection reconnects by itself
+                if not is_unavailable(exc):
+                    raise
+                doc = None
+                if not waiting:
+                    warn_lines([f"NATS unavailable ({type(exc).__name__}); waiting for it to come back"])
+                    waiting = True
             if doc:
+                if waiting:
+                    console.print("the services answer again; following")
+                    waiting = False
                 if live:
                     live.update(status_table(doc, time.monotonic() - start), refresh=True)
                 else:

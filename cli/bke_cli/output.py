@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from typing import Iterable, NoReturn
 
-__all__ = ["EXIT_OK", "EXIT_FAILURE", "EXIT_INVALID", "die", "error_lines"]
+__all__ = ["EXIT_OK", "EXIT_FAILURE", "EXIT_INVALID", "die", "error_lines", "quiet_bus_errors", "where"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # operational failure (a server down, an install that failed)
@@ -24,3 +24,13 @@ def warn_lines(lines: Iterable[str]) -> None:
 def die(message: str, code: int = EXIT_FAILURE) -> NoReturn:
     error_lines([message])
     raise SystemExit(code)
+
+
+async def quiet_bus_errors(exc: Exception) -> None:
+    """nats-py's error callback for the CLI: a service logs each failed attempt, but the CLI
+    says what came of them in one ERROR line (or one "waiting" line while it follows)."""
+
+
+def where(access: object) -> str:
+    """The NATS URL of a BusAccess (or a URL), for a message."""
+    return str(getattr(access, "url", access))

@@ -22,7 +22,7 @@ from bke.contracts.status import ClusterStatus, NodeSelection
 
 from .connect import resolve_nats
 from .follow import status_table, submit_and_follow
-from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines
+from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines, quiet_bus_errors, where
 from .spec_input import plan_or_exit, read_spec_text
 from .status_client import StatusUnavailable, get_status
 
@@ -45,7 +45,7 @@ class Nodes(str, Enum):
 
 
 async def _ask(nats_url: BusAccess | str, cluster: str, nodes: NodeSelection = "failed") -> ClusterStatus | None:
-    nc = await connect_nats(nats_url)
+    nc = await connect_nats(nats_url, error_cb=quiet_bus_errors)
     try:
         return await get_status(nc, cluster, nodes)
     finally:
@@ -58,7 +58,7 @@ def _status_or_exit(nats_url: BusAccess | str, cluster: str, nodes: NodeSelectio
     except StatusUnavailable as exc:
         die(str(exc), EXIT_FAILURE)
     except (OSError, NoServersError) as exc:  # NATS itself unreachable
-        die(f"cannot reach NATS at {nats_url}: {exc}", EXIT_FAILURE)
+        die(f"cannot reach NATS at {where(nats_url)}: {exc}", EXIT_FAILURE)
 
 
 def status(
@@ -118,7 +118,7 @@ def retry(
     failed = [n.hostname for n in doc.nodes if n.status == "Failed"]
 
     async def send() -> int:
-        nc = await connect_nats(nurl)
+        nc = await connect_nats(nurl, error_cb=quiet_bus_errors)
         try:
             req = RetryInstall(request_id=str(uuid.uuid4()), cluster=name, nodes=wanted)
             await nc.jetstream().publish(RETRY_INSTALL, req.to_bytes())

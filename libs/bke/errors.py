@@ -2,17 +2,31 @@
 
     BKEError
     ├── TemporaryError(delay)  retry later: the message is nacked with that delay
+    │   └── NotYetKnown        the target (a command, a phase record) may simply not be recorded
+    │                          yet: retried with that delay, but only `max_tries` times, then
+    │                          dead-lettered with the reason (a message that can never succeed
+    │                          must not be retried forever)
+    ├── Unavailable            the store or the bus is away (an outage, not the message's fault):
+    │                          the message is held, not counted as a failure (see delivery.settle)
     └── PermanentError         never retry: ack, and publish a *.rejected / *.failed event
         ├── RejectedInput      the input itself is wrong; carries field errors
-        └── MalformedMessage   the bytes are no valid message of the subject's contract: there
-                               is no request to answer, so the raw message is kept in the
-                               dead-letter stream at once (never redelivered)
-    (anything else)            a bug or an outage: nack with backoff, then dead-letter
-                               after the consumer's max deliveries
+        ├── MalformedMessage   the bytes are no valid message of the subject's contract: there
+        │                      is no request to answer, so the raw message is kept in the
+        │                      dead-letter stream at once (never redelivered)
+        └── UnknownTarget      the message names a cluster, node or command this deployment
+                               does not know: dead-lettered at once with the reason, nothing stored
+    (infrastructure errors)    redis ConnectionError / TimeoutError / BusyLoadingError, nats-py's
+                               connection errors, OSError's connection errors: `is_unavailable`
+                               says so, and they are treated as Unavailable
+    (anything else)            a bug: nack with backoff, then dead-letter after the consumer's
+                               max deliveries
 """
 from __future__ import annotations
 
-__all__ = ["BKEError", "MalformedMessage", "PermanentError", "RejectedInput", "TemporaryError"]
+__all__ = [
+    "BKEError", "MalformedMessage", "NotYetKnown", "PermanentError", "RejectedInput", "TemporaryError",
+    "Unavailable", "UnknownTarget", "is_unavailable",
+]
 
 
 class BKEError(Exception):
@@ -23,6 +37,19 @@ class TemporaryError(BKEError):
     def __init__(self, message: str, delay: float = 2.0):
         super().__init__(message)
         self.delay = delay
+
+
+class NotYetKnown(TemporaryError):
+    """Retry later, a bounded number of times: after `max_tries` deliveries the message is
+    dead-lettered with this reason (e.g. a result whose command was never recorded)."""
+
+    def __init__(self, message: str, delay: float = 1.0, max_tries: int = 10):
+        super().__init__(message, delay)
+        self.max_tries = max_tries
+
+
+class Unavailable(BKEError):
+    """The store or the bus cannot be reached now; nothing is wrong with the message."""
 
 
 class PermanentError(BKEError):
@@ -38,3 +65,45 @@ class RejectedInput(PermanentError):
 
 class MalformedMessage(PermanentError):
     pass
+
+
+class UnknownTarget(PermanentError):
+    """The message is about something this deployment never created: it can never succeed."""
+
+
+# The clients' outage errors, by module and class name rather than by import: bke.errors is
+# imported by pure cores and by the node agent, which must not pull in redis (import-linter).
+# A subclass counts too (redis' BusyLoadingError, raised while the server loads its AOF, is a
+# ConnectionError: redis/exceptions.py).
+_OUTAGE_CLASSES: dict[str, frozenset[str]] = {
+    # redis-py, when the server is down, slow, or still loading
+    "redis.exceptions": frozenset({"ConnectionError", "TimeoutError"}),
+    # nats-py, while the client is disconnected or reconnecting, or a PubAck never came
+    # (nats/errors.py)
+    "nats.errors": frozenset({"ConnectionClosedError", "ConnectionDrainingError", "ConnectionReconnectingError",
+                              "NoServersError", "StaleConnectionError", "OutboundBufferLimitError", "TimeoutError"}),
+    "nats.js.errors": frozenset({"ServiceUnavailableError"}),  # JetStream's 503
+}
+
+
+def _is_outage_type(cls: type) -> bool:
+    for klass in cls.__mro__:
+        if klass is Unavailable or klass is ConnectionError:  # ours, and the socket's own (refused, reset)
+            return True
+        if klass.__name__ in _OUTAGE_CLASSES.get(klass.__module__, ()):
+            return True
+    return False
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """True for an outage of the store or the bus: the message is not at fault and must not be
+    counted as a failed delivery. Looks through `raise ... from` chains (a wrapper of a redis
+    ConnectionError is still an outage)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if _is_outage_type(type(cur)):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False

@@ -32,7 +32,15 @@ class ServiceSettings(BaseSettings):
     log_level: str = Field("INFO", validation_alias=AliasChoices("BKE_LOG_LEVEL", "log_level"))
     # How often one message may fail unexpectedly before it is dead-lettered.
     max_deliver: int = 5
-    ack_wait_seconds: float = 60.0
+    # How long the server waits for an ack before it gives the message to another replica (or
+    # to this service after a restart). Short, so that work held by a killed service is taken
+    # up again within seconds; a handler that runs longer sends in-progress acks every third of
+    # it (bke.bus.fast_consumer).
+    ack_wait_seconds: float = 10.0
+    # How many messages one consumer may have delivered and not yet acknowledged, those waiting
+    # for a delayed redelivery included. NATS' default of 1,000 was filled by 1,000 forged
+    # results that wait to be known (NotYetKnown, bounded) and stalled every other install.
+    max_ack_pending: int = 20_000
 
     @property
     def bus(self) -> "BusAccess":

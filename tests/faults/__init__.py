@@ -1,0 +1,15 @@
+"""Fault tests (issue 10, items 4 and 6): real NATS, Redis and services, stopped, killed and
+flooded on purpose. Each test that stops a server has a runtime of its own (conftest.py).
+
+    .venv/bin/python -m pytest tests/faults              # every scenario, the slow ones too (~3 min)
+    .venv/bin/python -m pytest tests/faults -m "not slow" # what .ci/run runs (~1.5 min)
+
+| scenario                                                   | test                                   |
+|------------------------------------------------------------|----------------------------------------|
+| Redis stopped 12 s while etcd results arrive               | test_redis_outage                      |
+| dispatcher SIGKILLed holding results, restarted            | test_service_killed                    |
+| NATS stopped 5 s / 70 s (slow) mid-install                 | test_nats_outage                       |
+| the CLI with NATS down; follow through a Redis outage      | test_cli_outage, test_cli_follow       |
+| unknown cluster's result, forged heartbeats, result floods | test_poison                            |
+| a handler longer than the ack wait; old durables updated   | test_consumer_acks                     |
+"""

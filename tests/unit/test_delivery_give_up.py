@@ -29,7 +29,7 @@ class _Broker:
 
 
 async def _boom(body: bytes) -> None:
-    raise ConnectionError("the store cannot be written")
+    raise RuntimeError("the handler has a bug")
 
 
 async def test_give_up_runs_on_the_last_delivery_only():
@@ -45,7 +45,7 @@ async def test_give_up_runs_on_the_last_delivery_only():
     last = _Msg(delivered=5)
     await settle(last, _boom, broker=broker, service="renderer", max_deliver=5, give_up=give_up)
     assert last.acked == 1 and broker.published == ["bke.v1.deadletter.renderer"]
-    assert told == [(last.body, "ConnectionError: the store cannot be written")]
+    assert told == [(last.body, "RuntimeError: the handler has a bug")]
 
 
 async def test_a_failing_give_up_hook_never_wedges_the_queue():

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from ..bus.streams import OBJECT_BUCKET
 from ..contracts.agent import agent_subject, node_token
+from ..contracts.health import HEALTH_PREFIX
 from ..contracts.subjects import CHANNELS, DEADLETTER
 
 __all__ = [
@@ -107,12 +108,14 @@ _JS_READ = (f"{JS_API}.INFO", f"{JS_API}.STREAM.INFO.*", f"{JS_API}.STREAM.NAMES
 
 ROLES: dict[str, RoleRow] = {
     **{name: RoleRow("service", name, f"the {name} service", js_api=_JS_STREAMS + _agent_stream_consumers(name),
-                     extra_pub=(f"{DEADLETTER}.{name}",), responses=name in ("certs", "dispatcher"))
+                     extra_pub=(f"{DEADLETTER}.{name}",), extra_sub=(f"{HEALTH_PREFIX}.{name}",), responses=True)
        for name in SERVICE_ROLES},
+    # Health requests come from operators' tools, not from BKE's code, so the channel names no
+    # sender (CHANNELS) and the two human-facing roles get them here.
     "operator": RoleRow("cli", "cli", "the `bke` CLI of an operator (installs, retries, renewals, status)",
-                        js_api=_JS_STREAMS),
+                        js_api=_JS_STREAMS, extra_pub=(f"{HEALTH_PREFIX}.*",)),
     "dashboard": RoleRow("dashboard", "cli", "read only: status and expiry requests, live events",
-                         js_api=_JS_READ),
+                         js_api=_JS_READ, extra_pub=(f"{HEALTH_PREFIX}.*",)),
     "agent": RoleRow("agent", "agent", "one node's agent: its own commands, results, registration, heartbeats"),
 }
 

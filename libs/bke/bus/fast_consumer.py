@@ -7,6 +7,12 @@ only nats-py's own TimeoutError: the asyncio.TimeoutError that nats-py 2.16's fe
 ends its task, and a message delivered while the supervisor restarts it waited out the full ack
 wait (seen as a 60 s stall of a dispatcher test). This loop fetches batches with nats-py, treats
 either timeout as "nothing yet", and settles each message with the `delivery.settle` rules.
+
+Work held by a killed service is taken up again within seconds: the consumer's `ack_wait` is
+short (ServiceSettings.ack_wait_seconds, 10 s), and while a handler runs longer, or holds its
+message through an outage of the store (delivery.settle), the message gets an in-progress ack
+every ack_wait/3, which restarts the server's ack timer without counting a delivery (the
+agent's loop does the same for long commands).
 """
 from __future__ import annotations
 
@@ -18,7 +24,9 @@ from typing import Any, Awaitable, Callable
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from ..errors import is_unavailable
 from .delivery import settle
+from .readiness import Readiness
 
 __all__ = ["FastConsumer"]
 
@@ -39,13 +47,24 @@ class _Delivery:
         await self.raw_message.nak(delay=delay)
 
 
+async def _keep_alive(msg: Any, period: float) -> None:
+    """In-progress acks while the message is handled, so the server neither redelivers it nor
+    waits out the ack wait; failures are ignored (NATS away: the next one may pass)."""
+    while True:
+        await asyncio.sleep(period)  # the period itself
+        with contextlib.suppress(Exception):
+            await msg.in_progress()
+
+
 class FastConsumer:
     def __init__(self, subject: str, stream: str, durable: str, work: Callable[[bytes], Awaitable[None]], *,
                  service: str, broker: Any, max_deliver: int, ack_wait: float, batch: int = 256, workers: int = 32,
-                 give_up: Callable[[bytes, str], Awaitable[None]] | None = None):
+                 give_up: Callable[[bytes, str], Awaitable[None]] | None = None,
+                 readiness: Readiness | None = None, max_ack_pending: int = 20_000):
         self.subject, self.stream, self.durable, self.work = subject, stream, durable, work
         self.service, self.broker, self.max_deliver, self.ack_wait = service, broker, max_deliver, ack_wait
-        self.batch, self.workers, self.give_up = batch, workers, give_up
+        self.batch, self.workers, self.give_up, self.readiness = batch, workers, give_up, readiness
+        self.max_ack_pending = max_ack_pending
         self._task: asyncio.Task | None = None
         self._sub: Any = None
         self._stopping = False
@@ -56,8 +75,13 @@ class FastConsumer:
         # the form a per-consumer permission can name (bke.auth.permissions).
         cfg = ConsumerConfig(
             name=self.durable, durable_name=self.durable, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
-            max_deliver=-1, ack_wait=self.ack_wait, filter_subject=self.subject,
+            max_deliver=-1, ack_wait=self.ack_wait, filter_subject=self.subject, max_ack_pending=self.max_ack_pending,
         )
+        # nats-py's pull_subscribe reuses an existing durable as it is: creating it again with
+        # this config updates it (nats-server server/consumer.go, `updateConfig`, applies a new
+        # AckWait), so a deployment made with the old 60 s ack wait gets the short one.
+        with contextlib.suppress(Exception):
+            await js.add_consumer(self.stream, cfg)
         sub = await js.pull_subscribe(self.subject, durable=self.durable, stream=self.stream, config=cfg)
         self._sub = sub
         self._task = asyncio.create_task(self._loop(sub), name=f"consume:{self.durable}")
@@ -66,9 +90,20 @@ class FastConsumer:
         sem = asyncio.Semaphore(self.workers)
 
         async def one(m: Any) -> None:
-            async with sem:
-                await settle(_Delivery(m), self.work, broker=self.broker, service=self.service,  # type: ignore[arg-type]
-                             max_deliver=self.max_deliver, give_up=self.give_up)
+            # from the fetch on: a message waiting for a free worker must not time out either
+            keep = asyncio.create_task(_keep_alive(m, max(0.1, self.ack_wait / 3)))
+            try:
+                async with sem:
+                    await settle(_Delivery(m), self.work, broker=self.broker, service=self.service,  # type: ignore[arg-type]
+                                 max_deliver=self.max_deliver, give_up=self.give_up, readiness=self.readiness)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - e.g. the ack itself while NATS is away
+                # unsettled: the server redelivers it after the ack wait
+                log.warning("could not settle a message: %s: %s", type(exc).__name__, exc,
+                            extra={"consumer": self.durable, "rate_key": f"{self.service}:settle"})
+            finally:
+                keep.cancel()
 
         while not self._stopping:
             try:
@@ -77,10 +112,14 @@ class FastConsumer:
                 continue  # nothing to fetch within the second
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - a broken fetch must not end consumption
+            except Exception as exc:  # noqa: BLE001 - a broken fetch must not end consumption
                 if self._stopping:
                     return  # nats-py turns a cancelled fetch into ConnectionClosedError
-                log.exception("fetch failed", extra={"consumer": self.durable})
+                if is_unavailable(exc):
+                    # NATS is away: the connection's callbacks report it; one line per outage
+                    log.info("fetch waits for NATS", extra={"consumer": self.durable, "rate_key": f"{self.service}:fetch"})
+                else:
+                    log.exception("fetch failed", extra={"consumer": self.durable, "rate_key": f"{self.service}:fetch"})
                 await asyncio.sleep(1.0)  # back-off before fetching again
                 continue
             # one delivery that cannot even be settled (its dead letter refused, say) stays unacked

@@ -4,23 +4,32 @@ Every service calls `make_service(...)` and registers its handlers with `work_su
 (`bke.bus.handler.typed` turns a typed handler into one); FastStream runs the app's lifespan
 and publishes, the lean consumer of fast_consumer consumes, and the details of acks, redelivery
 and dead-lettering live in `delivery.settle`.
+
+Each service has one `Readiness` (bke.bus.readiness): NATS connected (nats-py's disconnected /
+reconnected callbacks), streams declared, Redis reachable (`watch_redis`, and the consumers
+that find it away while handling a message); it is answered on `bke.v1.health.<service>`.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from nats.aio.client import Client as NatsClient
 from faststream import FastStream
 from faststream.nats import NatsBroker
 from faststream.nats.security import NatsSecurity
 
+from ..contracts.health import GetHealth, health_subject
 from ..settings import ServiceSettings
 from .connect import connect_nats, connect_options
+from .readiness import Readiness
 from .streams import ensure_streams
 
-__all__ = ["Service", "make_service"]
+__all__ = ["REDIS_PROBE_S", "Service", "make_service"]
+
+log = logging.getLogger("bke.bus.service")
+REDIS_PROBE_S = 2.0  # how often a service pings its Redis (a not-ready flips back within this)
 
 
 @dataclass
@@ -32,6 +41,7 @@ class Service:
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     after_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     before_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    readiness: Readiness = field(default_factory=lambda: Readiness("service", ("nats", "streams")))
 
     def work_subscriber(
         self,
@@ -53,7 +63,8 @@ class Service:
 
         consumer = FastConsumer(subject, stream, durable, work, service=self.name, broker=self.broker,
                                 max_deliver=self.settings.max_deliver, ack_wait=self.settings.ack_wait_seconds,
-                                batch=batch_size, workers=max_workers, give_up=give_up)
+                                batch=batch_size, workers=max_workers, give_up=give_up, readiness=self.readiness,
+                                max_ack_pending=self.settings.max_ack_pending)
 
         async def _start() -> None:
             await consumer.start(self.nc)
@@ -72,10 +83,65 @@ class Service:
         """`work_subscriber` sized for hot paths: big batches, many concurrent handlers."""
         self.work_subscriber(subject, stream, durable, work, batch_size=batch_size, max_workers=workers, give_up=give_up)
 
+    def watch_redis(self, redis: Any, close: bool = True) -> None:
+        """Ping `redis` every REDIS_PROBE_S and keep the readiness condition "redis" up to date
+        (so that a service with nothing to handle still reports an outage, and held messages
+        are tried again as soon as Redis answers). Every service made by `make_service` has
+        one, with a client of its own (closed at stop unless `close` is False)."""
+        import asyncio
+
+        task: list[asyncio.Task] = []
+
+        async def probe() -> None:
+            while task:
+                try:
+                    await asyncio.wait_for(redis.ping(), timeout=REDIS_PROBE_S)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - any failure to answer is "unreachable"
+                    self.readiness.set("redis", False, f"redis unreachable: {type(exc).__name__}: {exc}"[:300])
+                else:
+                    self.readiness.set("redis", True)
+                await asyncio.sleep(REDIS_PROBE_S)  # the probe's period
+
+        async def _start() -> None:
+            task.append(asyncio.create_task(probe(), name=f"{self.name}:redis-probe"))
+
+        async def _stop() -> None:
+            running, task[:] = list(task), []  # an empty list also ends the loop
+            for t in running:
+                t.cancel()
+            if running:
+                # bounded: redis-py can swallow a cancellation while it connects
+                await asyncio.wait(running, timeout=2 * REDIS_PROBE_S)
+            if close:
+                await redis.aclose()
+
+        self.readiness.set("redis", False, "redis not checked yet")
+        self.after_start.insert(0, _start)
+        self.before_stop.append(_stop)
+
+    async def _serve_health(self) -> None:
+        async def answer(msg: Any) -> None:
+            if not msg.reply:
+                return  # a publish without a reply inbox asks nothing
+            if msg.data.strip():  # an empty body is the request too (`nats req ... ''`)
+                try:
+                    GetHealth.model_validate_json(msg.data)
+                except ValueError:
+                    pass  # the answer is the same whatever was asked; never fail a probe
+            await msg.respond(self.readiness.snapshot().to_bytes())
+
+        # every replica answers for itself (no queue group): a tool sees each one
+        await self.nc.subscribe(health_subject(self.name), cb=answer)
+        self.readiness.set("nats", self.nc.is_connected)
+
     async def start(self) -> None:
         """Declare the streams, then start consuming (what `app.run()` does, for tests)."""
         await _ensure_streams_at(self.settings)
+        self.readiness.set("streams", True)
         await self.broker.start()
+        await self._serve_health()
         for fn in self.after_start:
             await fn()
 
@@ -100,21 +166,33 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
     # FastStream's own lines go through loggers of ours, so that they reach the root handler and
     # come out as JSON like every other line (its default loggers write coloured text to stdout).
     # Its per-message lines go to DEBUG: our handlers log what matters.
+    readiness = Readiness(name, ("nats", "streams"))
+
+    async def disconnected() -> None:
+        readiness.set("nats", False, "nats disconnected (reconnecting)")
+
+    async def reconnected() -> None:
+        readiness.set("nats", True)
+
     opts = connect_options(settings.bus, name=f"bke-{name}")
     # FastStream takes TLS as a security object, not nats-py's `tls` keyword.
     tls = opts.pop("tls", None)
     broker = NatsBroker(opts.pop("servers"), **opts, security=NatsSecurity(ssl_context=tls) if tls else None,
                         logger=logging.getLogger(f"bke.{name}.faststream.broker"),
-                        log_level=logging.DEBUG, graceful_timeout=10.0)
+                        log_level=logging.DEBUG, graceful_timeout=10.0,
+                        disconnected_cb=disconnected, reconnected_cb=reconnected)
     app = FastStream(broker, logger=logging.getLogger(f"bke.{name}.faststream"))
-    svc = Service(name=name, settings=settings, broker=broker, app=app)
+    svc = Service(name=name, settings=settings, broker=broker, app=app, readiness=readiness)
+    svc.watch_redis(_probe_client(settings.redis_url))
 
     @app.on_startup
     async def _streams() -> None:
         await _ensure_streams_at(settings)
+        readiness.set("streams", True)
 
     @app.after_startup
     async def _after_start() -> None:
+        await svc._serve_health()
         for fn in svc.after_start:
             await fn()
 
@@ -129,6 +207,14 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
             await fn()
 
     return svc
+
+
+def _probe_client(url: str) -> Any:
+    """A Redis client of the readiness probe's own, with short timeouts: a probe that hangs for
+    the length of an outage would report nothing."""
+    from redis.asyncio import Redis
+
+    return Redis.from_url(url, socket_timeout=REDIS_PROBE_S, socket_connect_timeout=REDIS_PROBE_S)
 
 
 async def _ensure_streams_at(settings: ServiceSettings) -> None:

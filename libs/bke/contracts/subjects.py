@@ -28,6 +28,7 @@ from .install import RETRY_INSTALL, InstallFinished, NodeStepChanged, PhaseChang
 from .render import MANIFESTS_RENDERED, RENDER_FAILED, RENDER_MANIFESTS, ManifestsRendered, RenderFailed, RenderManifests
 from .agent import AgentCommand, AgentHeartbeat, AgentRegistered, CommandResult
 from .deadletter import DeadLettered
+from .health import GetHealth, ServiceHealth
 from .expiration import EXPIRATION_GET, CertExpiration, GetExpiration
 from .status import STATUS_GET, ClusterStatus, StatusError, GetStatus
 
@@ -123,6 +124,8 @@ CHANNELS: tuple[Channel, ...] = (
     Channel("bke.v1.heartbeat.{cluster}.{node}", AgentHeartbeat, "event", "Agent liveness (core NATS, not stored).", ("agent",), ("dispatcher",)),
     Channel(EXPIRATION_GET, GetExpiration, "request", "The expiry of a cluster's certificates, paged, served by the certs service (queue group certs-expiration; core NATS, not stored).", ("cli",), ("certs",), (CertExpiration, StatusError)),
     Channel(STATUS_GET, GetStatus, "request", "The status of a cluster's install, served by the dispatcher (queue group dispatcher-status; core NATS, not stored).", ("cli",), ("dispatcher",), (ClusterStatus, StatusError)),
+    Channel("bke.v1.health.{service}", GetHealth, "request", "Whether a service is ready (NATS connected, Redis reachable, streams declared) and why not (core NATS, not stored).", (), ("planner", "certs", "renderer", "dispatcher"), (ServiceHealth,),
+            external="asked by operators and tools (`nats req bke.v1.health.dispatcher ''`); issue 13 serves /readyz from the same object"),
     Channel(LEGACY_CLUSTER_REQUESTED, InstallCluster, "command", "Deprecated name of bke.v1.cluster.install, accepted until bke.v2.", (), ("planner",),
             external="sent only by CLIs and tooling of earlier releases"),
     Channel(LEGACY_RETRY_REQUESTED, RetryInstall, "command", "Deprecated name of bke.v1.cluster.retry, accepted until bke.v2.", (), ("dispatcher",),

@@ -1,12 +1,14 @@
 """Dispatcher wiring: subscribers, the reconcile runner, the health monitor. No logic here."""
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from datetime import datetime, timezone
 
 from redis.asyncio import Redis
 
-from bke.bus.service import Service, make_service
+from bke.bus.service import REDIS_PROBE_S, Service, make_service
 from bke.bus.handler import deprecated, typed
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.certs import (
@@ -20,10 +22,11 @@ from bke.contracts.certs import (
     CertsSealed,
 )
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
-from bke.contracts.agent import AgentRegistered, CommandResult
+from bke.contracts.agent import AgentRegistered, CommandResult, agent_subject
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.status import STATUS_GET, STATUS_QUEUE
 from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
+from bke.errors import is_unavailable
 from bke.state import PlanCache
 from bke.state.keys import heartbeat_key
 from bke.state.nodefiles import RedisNodeFiles
@@ -32,6 +35,7 @@ from .addons import AddonsWork, LabApplier
 from .checksums import HttpRepoChecksums, LabChecksums
 from .engine import Engine
 from .health import HealthMonitor
+from .known import KnownTargets
 from .results import Inputs
 from .rotations import Rotations, RotationStore
 from .runner import Runner
@@ -41,6 +45,8 @@ from .state import DispatcherState
 from .status import StatusReader, StatusResponder
 
 __all__ = ["create_service"]
+
+log = logging.getLogger("bke.dispatcher")
 
 
 def _now() -> datetime:
@@ -79,12 +85,27 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
 
     services = ServiceEvents(state, plans, engine, runner.kick, _now)
 
+    known = KnownTargets(state, plans)
+
     async def on_heartbeat(msg) -> None:
+        # Advisory and not stored in a stream: a malformed one, one for a node of no stored
+        # plan, or one on another node's subject is dropped without a write; an outage too.
         try:
             hb = json.loads(msg.data)
-            await redis.hset(heartbeat_key(hb["cluster"]), hb["node"], hb["at"])
+            cluster, node, at = str(hb["cluster"]), str(hb["node"]), str(hb["at"])
+            if msg.subject != agent_subject(cluster, node, "heartbeat") or not await known.has_node(cluster, node):
+                log.warning("heartbeat dropped: unknown node", extra={"cluster": cluster, "node": node,
+                                                                     "rate_key": "heartbeat-unknown"})
+                return
+            await redis.hset(heartbeat_key(cluster), node, at)
         except (ValueError, KeyError, TypeError):
-            return  # a heartbeat is advisory; a malformed one is dropped
+            return
+        except Exception as exc:  # noqa: BLE001 - a Redis outage: the next heartbeat says the same
+            log.warning("heartbeat not recorded: %s: %s", type(exc).__name__, exc, extra={"rate_key": "heartbeat-store"})
+
+    async def on_result(res: CommandResult):
+        await known.check_result(res)  # a forged or stray result costs a read, never a write
+        return await inputs.result(res)
 
     b = settings.batch_size
     def t(model, handler):
@@ -101,7 +122,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
                         batch_size=b)
     # one per sealed batch or registration: thousands per big install, so the lean consumer
     svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", t(CertsSealed, services.certs_sealed))
-    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", t(CommandResult, inputs.result))
+    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", t(CommandResult, on_result))
     svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "dispatcher-agents", t(AgentRegistered, inputs.registered))
     retry = t(RetryInstall, inputs.retry)
     svc.work_subscriber(RETRY_INSTALL, "BKE_COMMANDS", "dispatcher-retry", retry, batch_size=b)
@@ -114,17 +135,40 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
             await msg.respond(await status.answer(msg.data))
 
     core_subs = []
+    background: list[asyncio.Task] = []
+    stopping: list[bool] = []  # set once the service stops
 
     async def _started() -> None:
         nc = svc.nc
         core_subs.append(await nc.subscribe("bke.v1.heartbeat.>", cb=on_heartbeat))
         # core request/reply; the queue group shares requests between replicas
         core_subs.append(await nc.subscribe(STATUS_GET, queue=STATUS_QUEUE, cb=on_status))
-        await runner.resume_all()
-        await rotations.resume_all()
+        background.append(asyncio.create_task(_resume(), name="dispatcher:resume"))
         health.start()
 
+    async def _resume() -> None:
+        # Pick up the running installs and rotations once Redis answers: a dispatcher started
+        # before its store (or during an outage) waits, not-ready, instead of crashing.
+        while not stopping:
+            try:
+                await runner.resume_all()
+                await rotations.resume_all()
+                return
+            except Exception as exc:  # noqa: BLE001 - anything but an outage is a bug: raise it
+                if not is_unavailable(exc):
+                    raise
+                log.warning("resuming waits for Redis: %s: %s", type(exc).__name__, exc, extra={"rate_key": "resume"})
+                await svc.readiness.wait_for("redis", timeout=REDIS_PROBE_S)
+                if not svc.readiness.ok("redis"):
+                    await asyncio.sleep(REDIS_PROBE_S)  # the probe's period: it says when Redis is back
+
     async def _stopping() -> None:
+        stopping.append(True)
+        for task in background:
+            task.cancel()
+        if background:
+            # bounded: redis-py can swallow a cancellation while it connects; the flag ends the loop
+            await asyncio.wait(background, timeout=2 * REDIS_PROBE_S)
         await runner.stop()
         await rotation_runner.stop()
         await health.stop()

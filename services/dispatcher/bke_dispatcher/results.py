@@ -16,7 +16,7 @@ from bke.contracts.agent import AgentRegistered, CommandResult
 from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
 from bke.contracts.certs import ISSUE_CERTS, IssueCerts
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
-from bke.errors import MalformedMessage, TemporaryError
+from bke.errors import MalformedMessage, NotYetKnown
 
 from .engine import parse_command_id
 from .phases import PHASES
@@ -68,8 +68,9 @@ class Inputs:
         now = self.now().isoformat()
         counted = await self.state.finish_command(cluster, slug, node, res.command_id, gen, res.status, step, stderr, now)
         if counted < 0:
-            # never drop it: the dispatcher that resumes records the command, then this counts
-            raise TemporaryError(f"result of {res.command_id} before its command was recorded", delay=1.0)
+            # the dispatcher that resumes records the command, then this counts; a command or
+            # generation never recorded is dead-lettered after NotYetKnown's bound
+            raise NotYetKnown(f"result of {res.command_id} before its command was recorded", delay=1.0)
         self.kick(cluster)
         if not counted:
             return []

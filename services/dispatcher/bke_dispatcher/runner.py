@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from bke.errors import TemporaryError
+from bke.errors import TemporaryError, is_unavailable
 
 from .engine import Engine
 from .state import DispatcherState
@@ -57,8 +57,12 @@ class Runner:
                 log.info("reconcile waits: %s", exc, extra={"cluster": cluster})
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - keep the loop alive; state in Redis is intact
-                log.exception("reconcile failed; retrying", extra={"cluster": cluster})
+            except Exception as exc:  # noqa: BLE001 - keep the loop alive; state in Redis is intact
+                if is_unavailable(exc):  # an outage: one rate-limited line, not a traceback every 2 s
+                    log.warning("reconcile waits for the store: %s: %s", type(exc).__name__, exc,
+                                extra={"cluster": cluster, "rate_key": "reconcile-unavailable"})
+                else:
+                    log.exception("reconcile failed; retrying", extra={"cluster": cluster})
                 delay = 2.0
             try:
                 await asyncio.wait_for(event.wait(), timeout=delay)

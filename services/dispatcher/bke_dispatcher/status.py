@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 
 from bke.contracts.base import ErrorItem
 from bke.contracts.status import ClusterStatus, NodeCounts, RotationStatus, StatusError, StatusNode, StatusPhase, GetStatus
-from bke.errors import TemporaryError
+from bke.errors import TemporaryError, is_unavailable
 from bke.state import PlanCache
 from bke.state.keys import addons_key, health_key, health_pods_key, install_key, node_status_key, phase_key
 
@@ -180,6 +180,12 @@ class StatusResponder:
         try:
             reply = await self.reader.read(req)
         except Exception as exc:  # noqa: BLE001 - an outage is reported to the client, not raised
-            log.exception("status read failed", extra={"cluster": req.cluster})
-            return StatusError(reason="Unavailable", cluster=req.cluster, message=f"{type(exc).__name__}: {exc}"[:500]).to_bytes()
+            if is_unavailable(exc):  # the client keeps asking: one rate-limited line, no traceback
+                log.warning("status read: store unavailable: %s: %s", type(exc).__name__, exc,
+                            extra={"cluster": req.cluster, "rate_key": "status-unavailable"})
+                message = f"store unavailable: {type(exc).__name__}: {exc}"
+            else:
+                log.exception("status read failed", extra={"cluster": req.cluster})
+                message = f"{type(exc).__name__}: {exc}"
+            return StatusError(reason="Unavailable", cluster=req.cluster, message=message[:500]).to_bytes()
         return fit_reply(reply) if isinstance(reply, ClusterStatus) else reply.to_bytes()

@@ -1,0 +1,28 @@
+"""Is a service ready? Asked of each service over core NATS (`bke.v1.health.<service>`), by
+operators and tools; an HTTP /readyz (issue 13) will serve the same `Readiness` object."""
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from .base import Message
+
+__all__ = ["HEALTH_PREFIX", "SERVICE_HEALTH_VERSION", "GetHealth", "ServiceHealth", "health_subject"]
+
+HEALTH_PREFIX = "bke.v1.health"
+SERVICE_HEALTH_VERSION: Final = "bke.v1/ServiceHealth"
+
+
+def health_subject(service: str) -> str:
+    return f"{HEALTH_PREFIX}.{service}"
+
+
+class GetHealth(Message):
+    """The request: nothing to say (an empty body is read as this too)."""
+
+
+class ServiceHealth(Message):
+    version: Literal["bke.v1/ServiceHealth"] = SERVICE_HEALTH_VERSION
+    service: str
+    ready: bool
+    conditions: dict[str, bool]  # e.g. {"nats": true, "redis": false, "streams": true}
+    reasons: list[str] = []  # why not ready, one per failing condition ("redis unreachable: ...")
