@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import logging
+from contextvars import ContextVar
 from typing import Awaitable, Callable
 
 from faststream.nats import NatsBroker, NatsMessage
@@ -19,9 +20,18 @@ from faststream.nats import NatsBroker, NatsMessage
 from ..contracts import DEADLETTER, DeadLettered
 from ..errors import MalformedMessage, PermanentError, TemporaryError
 
-__all__ = ["settle", "backoff_delay"]
+__all__ = ["settle", "backoff_delay", "delivery_subject"]
 
 log = logging.getLogger(__name__)
+# The subject of the delivery being handled: a handler that must trust the subject rather than
+# the payload (an agent's result: NATS permissions bind the subject to the agent's identity,
+# the payload says what anyone wrote) reads it here; typed handlers see only the message.
+_SUBJECT: ContextVar[str] = ContextVar("bke_delivery_subject", default="")
+
+
+def delivery_subject() -> str:
+    """The subject of the message being settled in this task ("" outside `settle`)."""
+    return _SUBJECT.get()
 
 
 def backoff_delay(delivery: int, base: float = 0.5, cap: float = 30.0) -> float:
@@ -44,6 +54,7 @@ async def settle(
 ) -> None:
     n = _delivery_count(msg)
     subject = msg.raw_message.subject
+    _SUBJECT.set(subject)
     try:
         await work(msg.body)
     except TemporaryError as exc:

@@ -20,10 +20,11 @@ from bke.contracts.certs import (
     CertsSealed,
 )
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
-from bke.contracts.agent import AgentRegistered, CommandResult
+from bke.contracts.agent import AGENTS_REFUSED, AgentRefused, CommandRefused, CommandResult
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.status import STATUS_GET, STATUS_QUEUE
 from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
+from bke.secrets import box_from_env
 from bke.state import PlanCache
 from bke.state.keys import heartbeat_key
 from bke.state.nodefiles import RedisNodeFiles
@@ -37,6 +38,7 @@ from .rotations import Rotations, RotationStore
 from .runner import Runner
 from .service_events import ServiceEvents
 from .settings import DispatcherSettings
+from .signing import CommandSigning
 from .state import DispatcherState
 from .status import StatusReader, StatusResponder
 
@@ -61,17 +63,20 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         applier = KubernetesApplier(redis)
     else:
         applier = LabApplier()
+    # every command is signed with the deployment's key (made at deployment, or here, SET NX)
+    signing = CommandSigning(redis, box_from_env)
     engine = Engine(
         state, plans, files, svc.publish,
         LabChecksums() if lab else HttpRepoChecksums(),
         AddonsWork(redis, applier, _now),
-        _now, settings.owner, settings.lease_ms, notify=svc.notify,
+        _now, settings.owner, settings.lease_ms, notify=svc.notify, sign=signing.sign,
     )
     runner = Runner(engine, state)
     health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s,
-                           pods=None if lab else applier.pod_status)
+                           pods=None if lab else applier.pod_status, sign=signing.sign)
     rotation_store = RotationStore(redis)
-    rotations = Rotations(rotation_store, state, plans, files, svc.publish, _now, settings.owner, settings.lease_ms)
+    rotations = Rotations(rotation_store, state, plans, files, svc.publish, _now, settings.owner, settings.lease_ms,
+                          sign=signing.sign)
     rotation_runner = Runner(rotations, state)  # type: ignore[arg-type]  # same reconcile shape
     rotations.kick = rotation_runner.kick
     inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result)
@@ -102,7 +107,12 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     # one per sealed batch or registration: thousands per big install, so the lean consumer
     svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", t(CertsSealed, services.certs_sealed))
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", t(CommandResult, inputs.result))
-    svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "dispatcher-agents", t(AgentRegistered, inputs.registered))
+    # registrations go to the certs service only: the dispatcher learns a node's agent from
+    # `certs.sealed` (the provisioned key), never from the agent's claim
+    svc.fast_subscriber("bke.v1.agent.*.*.refused", "BKE_AGENT", "dispatcher-refusals",
+                        t(CommandRefused, inputs.command_refused))
+    svc.work_subscriber(AGENTS_REFUSED, "BKE_EVENTS", "dispatcher-agents-refused", t(AgentRefused, inputs.agent_refused),
+                        batch_size=b)
     retry = t(RetryInstall, inputs.retry)
     svc.work_subscriber(RETRY_INSTALL, "BKE_COMMANDS", "dispatcher-retry", retry, batch_size=b)
     svc.work_subscriber(LEGACY_RETRY_REQUESTED, "BKE_COMMANDS", "dispatcher-retry-legacy",

@@ -71,6 +71,7 @@ class ServiceEvents:
         await self._record(ev.cluster, "seal" if ev.node else "certs", rec, ev.request_id)
 
     async def certs_sealed(self, ev: CertsSealed) -> None:
+        await self.state.accept_agents(ev.cluster, {n: a for n, a in ev.agents.items() if n in ev.nodes})
         await self.state.add_sealed(ev.cluster, ev.nodes)
         self.kick(ev.cluster)
 
