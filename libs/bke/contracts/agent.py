@@ -31,6 +31,9 @@ __all__ = [
     "AGENT_PREFIX",
     "AGENTS_PROVISION",
     "AGENTS_REFUSED",
+    "AGENTS_COMMAND_KEY",
+    "CommandKey",
+    "GetCommandKey",
     "CLOCK_SKEW_S",
     "COMMAND_VALIDITY_S",
     "AgentProvisioned",
@@ -69,6 +72,7 @@ COMMAND_VALIDITY_S = 7 * 86400
 CLOCK_SKEW_S = 300  # how far a node's clock may be behind the dispatcher's ("not yet valid")
 AGENTS_PROVISION = "bke.v1.agents.provision"
 AGENTS_REFUSED = "bke.v1.agents.refused"
+AGENTS_COMMAND_KEY = "bke.v1.agents.command-key"
 
 
 def node_token(hostname: str) -> str:
@@ -262,6 +266,19 @@ class AgentProvisioned(Message):
     node: str
     ok: bool
     reason: str = ""
+
+
+class GetCommandKey(Message):
+    """Request: the dispatcher's command-signing public key, to provision an agent with."""
+
+    purpose: str = "provision"
+
+
+class CommandKey(Message):
+    """Reply: `publicLine` is what an agent is given (BKE_AGENT_COMMAND_KEY)."""
+
+    public_line: str
+    key_id: str
 
 
 class AgentRefused(Message):

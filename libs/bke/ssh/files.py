@@ -17,6 +17,7 @@ from functools import lru_cache
 import jinja2
 from pydantic import BaseModel, ConfigDict
 
+from ..secrets.signing import parse_public_line
 from .layout import AGENT_BIN, ENV_PATH
 
 __all__ = [
@@ -101,14 +102,19 @@ def _check_unit(text: str, params: UnitParams) -> None:
         raise ValueError("rendered EnvironmentFile does not match")
 
 
-def render_env(cluster: str, node: str, nats_url: str) -> str:
-    """The agent's environment file (installed 0600: the URL may hold credentials)."""
+def render_env(cluster: str, node: str, nats_url: str, command_key: str = "") -> str:
+    """The agent's environment file (installed 0600: the URL may hold credentials). With
+    `command_key` (the dispatcher's public line, bke.secrets.signing), the agent runs only
+    commands signed with that key (issue 10): it is provisioned here, never learned from the bus."""
+    # bare base64 (no space for an EnvironmentFile to mis-read); refuse a key the agent could not read
+    key_line = (f"BKE_AGENT_COMMAND_KEY={parse_public_line(command_key).public_line.split()[1]}",) if command_key else ()
     lines = (
         "# Written by `bke agent bootstrap`. Keep 0600: the NATS URL may carry credentials.",
         f"BKE_NATS_URL={validate_nats_url(nats_url)}",
         f"BKE_AGENT_CLUSTER={validate_name('cluster', cluster)}",
         f"BKE_AGENT_NODE={validate_name('node', node)}",
         "BKE_AGENT_BACKEND=host",
+        *key_line,
     )
     return "\n".join(lines) + "\n"
 
@@ -121,6 +127,6 @@ class AgentFiles:
     env: str
 
     @classmethod
-    def for_node(cls, cluster: str, node: str, nats_url: str) -> AgentFiles:
+    def for_node(cls, cluster: str, node: str, nats_url: str, command_key: str = "") -> AgentFiles:
         return cls(unit=render_unit(UnitParams(env_path=ENV_PATH, agent_bin=AGENT_BIN)),
-                   env=render_env(cluster, node, nats_url))
+                   env=render_env(cluster, node, nats_url, command_key))

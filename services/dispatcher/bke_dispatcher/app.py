@@ -20,7 +20,7 @@ from bke.contracts.certs import (
     CertsSealed,
 )
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
-from bke.contracts.agent import AGENTS_REFUSED, AgentRefused, CommandRefused, CommandResult
+from bke.contracts.agent import AGENTS_COMMAND_KEY, AGENTS_REFUSED, AgentRefused, CommandKey, CommandRefused, CommandResult
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.status import STATUS_GET, STATUS_QUEUE
 from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
@@ -125,11 +125,17 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
 
     core_subs = []
 
+    async def on_command_key(msg) -> None:
+        if msg.reply:  # the public half only; an agent is provisioned with it
+            signer = await signing.signer()
+            await msg.respond(CommandKey(public_line=signer.verify_key.public_line, key_id=signer.key_id).to_bytes())
+
     async def _started() -> None:
         nc = svc.nc
         core_subs.append(await nc.subscribe("bke.v1.heartbeat.>", cb=on_heartbeat))
         # core request/reply; the queue group shares requests between replicas
         core_subs.append(await nc.subscribe(STATUS_GET, queue=STATUS_QUEUE, cb=on_status))
+        core_subs.append(await nc.subscribe(AGENTS_COMMAND_KEY, queue="dispatcher-command-key", cb=on_command_key))
         await runner.resume_all()
         await rotations.resume_all()
         health.start()
