@@ -13,9 +13,10 @@ from bke.state.keys import command_signing_key, provisioned_agents_key
 from bke_agent import AgentIdentity
 from bke_agent.verify import CommandVerifier
 
-__all__ = ["SIGNER", "deployment_key", "operator_box", "operator_key_file", "provision", "signed", "verifier"]
+__all__ = ["OTHER_SIGNER", "SIGNER", "deployment_key", "operator_box", "operator_key_file", "provision", "signed", "verifier"]
 
 SIGNER = CommandSigner.generate()
+OTHER_SIGNER = CommandSigner.generate()  # a key that is not the deployment's (an attacker's)
 
 
 def signed(cmd: AgentCommand, signer: CommandSigner = SIGNER) -> AgentCommand:
