@@ -143,7 +143,8 @@ async def test_a_forged_registration_gets_no_bundle_and_is_reported(certs, nats_
         await watch.wait_for(lambda e: e.subject == "bke.v1.certs.issued", 120)
         sealed: set[str] = set()
         while sealed != set(nodes):
-            ev = await watch.wait_for(lambda e: e.subject == CERTS_SEALED and not set(e.data["nodes"]) <= sealed, TIMEOUT)
+            ev = await watch.wait_for(lambda e, s=frozenset(sealed): e.subject == CERTS_SEALED and not set(e.data["nodes"]) <= s,
+                                      TIMEOUT)
             sealed |= set(ev.data["nodes"])
             assert all(ev.data["agents"][n] == real[n].agent_id for n in ev.data["nodes"])
         before = await r.hget(node_files_key("forge", "certs"), nodes[0])
@@ -186,7 +187,8 @@ async def test_an_unknown_node_registered_before_the_plan_leaves_no_state_and_th
         assert issued.subject == "bke.v1.certs.issued", issued.data
         sealed: set[str] = set()
         while sealed != set(nodes):
-            ev = await watch.wait_for(lambda e: e.subject == CERTS_SEALED and not set(e.data["nodes"]) <= sealed, TIMEOUT)
+            ev = await watch.wait_for(lambda e, s=frozenset(sealed): e.subject == CERTS_SEALED and not set(e.data["nodes"]) <= s,
+                                      TIMEOUT)
             sealed |= set(ev.data["nodes"])
     assert "nosuch" not in sealed
     assert not [e for e in watch.seen if e.subject == "bke.v1.certs.failed"]
