@@ -135,7 +135,7 @@ async def test_a_forged_registration_gets_no_bundle_and_is_reported(certs, nats_
     real = {n: AgentIdentity.ephemeral() for n in nodes}
     for n, ident in real.items():
         await _provision(nats_client, "forge", n, ident)
-    async with EventWatch(nats_client, [CERTS_SEALED, "bke.v1.certs.>", "bke.v1.agents.refused"]) as watch:
+    async with EventWatch(nats_client, [CERTS_SEALED, "bke.v1.certs.>", "bke.v1.agents.>"]) as watch:
         await js.publish(PLAN_CREATED, PlanCreated(request_id="req-1", cluster="forge", plan_key="k", plan_digest=digest,
                                                    nodes=len(nodes), etcd_clusters=["etcd-data"]).to_bytes())
         for n, ident in real.items():
@@ -153,6 +153,8 @@ async def test_a_forged_registration_gets_no_bundle_and_is_reported(certs, nats_
         refused = await watch.wait_for(lambda e: e.subject == "bke.v1.agents.refused", TIMEOUT)
     assert refused.data["node"] == nodes[0] and refused.data["agentId"] == attacker.agent_id
     assert "not the one provisioned" in refused.data["reason"]
+    accepted = {e.data["node"]: e.data["agentId"] for e in watch.seen if e.subject == "bke.v1.agents.accepted"}
+    assert accepted == {n: i.agent_id for n, i in real.items()}  # the attacker was never accepted
     # nothing sealed to the attacker: the node's bundle is the one sealed to its provisioned agent
     assert await r.hget(node_files_key("forge", "certs"), nodes[0]) == before
     stored = AgentRegistered.model_validate_json(await r.hget(certs_agents_key("forge"), nodes[0]))

@@ -15,6 +15,7 @@ token is `node_token(hostname)`):
     bke.v1.agent.<cluster>.<node>.refused     agent -> dispatcher   (a command it would not run)
     bke.v1.heartbeat.<cluster>.<node>         agent -> dispatcher   (core NATS, not stored)
     bke.v1.agents.provision                   operator -> certs     (request: record an agent's key)
+    bke.v1.agents.accepted                    certs -> dispatcher   (a registration with the provisioned key)
     bke.v1.agents.refused                     certs -> dispatcher   (a registration BKE did not provision)
 """
 from __future__ import annotations
@@ -32,6 +33,8 @@ __all__ = [
     "AGENTS_PROVISION",
     "AGENTS_REFUSED",
     "AGENTS_COMMAND_KEY",
+    "AGENTS_ACCEPTED",
+    "AgentAccepted",
     "CommandKey",
     "GetCommandKey",
     "CLOCK_SKEW_S",
@@ -73,6 +76,7 @@ CLOCK_SKEW_S = 300  # how far a node's clock may be behind the dispatcher's ("no
 AGENTS_PROVISION = "bke.v1.agents.provision"
 AGENTS_REFUSED = "bke.v1.agents.refused"
 AGENTS_COMMAND_KEY = "bke.v1.agents.command-key"
+AGENTS_ACCEPTED = "bke.v1.agents.accepted"
 
 
 def node_token(hostname: str) -> str:
@@ -279,6 +283,16 @@ class CommandKey(Message):
 
     public_line: str
     key_id: str
+
+
+class AgentAccepted(Message):
+    """Event: a registration's key is the one provisioned for its node: from now on this agent
+    is the node's (the dispatcher believes that node's results only from `agent_id`)."""
+
+    cluster: str
+    node: str
+    agent_id: str
+    at: str
 
 
 class AgentRefused(Message):

@@ -25,7 +25,15 @@ from typing import Awaitable, Callable, Literal
 from redis.asyncio import Redis
 
 from bke.contracts import PlanCreated
-from bke.contracts.agent import AGENTS_REFUSED, AgentProvisioned, AgentRefused, AgentRegistered, ProvisionAgent
+from bke.contracts.agent import (
+    AGENTS_ACCEPTED,
+    AGENTS_REFUSED,
+    AgentAccepted,
+    AgentProvisioned,
+    AgentRefused,
+    AgentRegistered,
+    ProvisionAgent,
+)
 from bke.contracts.certs import (
     CERTS_FAILED,
     CERTS_ISSUED,
@@ -175,11 +183,13 @@ class CertsHandlers:
             # one event per (node, key) within the duplicate window: a flood does not become one
             return [Out(ev, AGENTS_REFUSED, f"refused:{reg.cluster}:{reg.node}:{reg.agent_id}")]
         await self.redis.hset(self._agents_key(reg.cluster), reg.node, reg.model_dump_json(by_alias=True))
+        accepted = Out(AgentAccepted(cluster=reg.cluster, node=reg.node, agent_id=reg.agent_id, at=self.now().isoformat()),
+                       AGENTS_ACCEPTED, f"accepted:{reg.cluster}:{reg.node}:{reg.agent_id}")
         if not (await self.redis.exists(pki_keys(reg.cluster)["manifest"]) and await self.redis.exists(plan_key(reg.cluster))):
-            return []
+            return [accepted]
         sealed, failures = await self._seal_nodes(reg.cluster, [reg], request_id=f"registered:{reg.agent_id}")
         out = [Out(CertsSealed(cluster=reg.cluster, nodes=sealed, agents={n: reg.agent_id for n in sealed}), CERTS_SEALED)]
-        return [*failures, *(out if sealed else [])]
+        return [accepted, *failures, *(out if sealed else [])]
 
     async def _seal_nodes(self, cluster: str, regs: list[AgentRegistered], request_id: str,
                           operation: Literal["install", "renewal"] = "install") -> tuple[list[str], list[Out]]:

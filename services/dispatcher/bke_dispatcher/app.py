@@ -20,7 +20,16 @@ from bke.contracts.certs import (
     CertsSealed,
 )
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
-from bke.contracts.agent import AGENTS_COMMAND_KEY, AGENTS_REFUSED, AgentRefused, CommandKey, CommandRefused, CommandResult
+from bke.contracts.agent import (
+    AGENTS_ACCEPTED,
+    AGENTS_COMMAND_KEY,
+    AGENTS_REFUSED,
+    AgentAccepted,
+    AgentRefused,
+    CommandKey,
+    CommandRefused,
+    CommandResult,
+)
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.status import STATUS_GET, STATUS_QUEUE
 from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
@@ -109,6 +118,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", t(CommandResult, inputs.result))
     # registrations go to the certs service only: the dispatcher learns a node's agent from
     # `certs.sealed` (the provisioned key), never from the agent's claim
+    svc.fast_subscriber(AGENTS_ACCEPTED, "BKE_EVENTS", "dispatcher-agents-accepted", t(AgentAccepted, services.agent_accepted))
     svc.fast_subscriber("bke.v1.agent.*.*.refused", "BKE_AGENT", "dispatcher-refusals",
                         t(CommandRefused, inputs.command_refused))
     svc.work_subscriber(AGENTS_REFUSED, "BKE_EVENTS", "dispatcher-agents-refused", t(AgentRefused, inputs.agent_refused),
