@@ -140,20 +140,24 @@ async def test_a_forged_registration_gets_no_bundle_and_is_reported(certs, nats_
                                                    nodes=len(nodes), etcd_clusters=["etcd-data"]).to_bytes())
         for n, ident in real.items():
             await js.publish(agent_subject("forge", n, "registered"), _registration("forge", n, ident).to_bytes())
-        await watch.wait_for(lambda e: e.subject == "bke.v1.certs.issued", 120)
+        await watch.wait_for(lambda e: e.subject == "bke.v1.certs.issued" and e.data["cluster"] == "forge", 120)
         sealed: set[str] = set()
         while sealed != set(nodes):
-            ev = await watch.wait_for(lambda e, s=frozenset(sealed): e.subject == CERTS_SEALED and not set(e.data["nodes"]) <= s,
+            ev = await watch.wait_for(lambda e, s=frozenset(sealed): e.subject == CERTS_SEALED and not set(e.data["nodes"]) <= s
+                                      and e.data["cluster"] in ("forge", "ghost"),
                                       TIMEOUT)
             sealed |= set(ev.data["nodes"])
             assert all(ev.data["agents"][n] == real[n].agent_id for n in ev.data["nodes"])
         before = await r.hget(node_files_key("forge", "certs"), nodes[0])
         attacker = AgentIdentity.ephemeral()
         await js.publish(agent_subject("forge", nodes[0], "registered"), _registration("forge", nodes[0], attacker).to_bytes())
-        refused = await watch.wait_for(lambda e: e.subject == "bke.v1.agents.refused", TIMEOUT)
+        # (the stream may hold other tests' registrations: only this cluster's events count)
+        refused = await watch.wait_for(lambda e: e.subject == "bke.v1.agents.refused" and e.data["cluster"] == "forge",
+                                       TIMEOUT)
     assert refused.data["node"] == nodes[0] and refused.data["agentId"] == attacker.agent_id
     assert "not the one provisioned" in refused.data["reason"]
-    accepted = {e.data["node"]: e.data["agentId"] for e in watch.seen if e.subject == "bke.v1.agents.accepted"}
+    accepted = {e.data["node"]: e.data["agentId"] for e in watch.seen
+                if e.subject == "bke.v1.agents.accepted" and e.data["cluster"] == "forge"}
     assert accepted == {n: i.agent_id for n, i in real.items()}  # the attacker was never accepted
     # nothing sealed to the attacker: the node's bundle is the one sealed to its provisioned agent
     assert await r.hget(node_files_key("forge", "certs"), nodes[0]) == before
@@ -176,7 +180,8 @@ async def test_an_unknown_node_registered_before_the_plan_leaves_no_state_and_th
     async with EventWatch(nats_client, [CERTS_SEALED, "bke.v1.certs.>", "bke.v1.agents.refused"]) as watch:
         ghost = AgentIdentity.ephemeral()
         await js.publish(agent_subject("ghost", "nosuch", "registered"), _registration("ghost", "nosuch", ghost).to_bytes())
-        await watch.wait_for(lambda e: e.subject == "bke.v1.agents.refused" and e.data["node"] == "nosuch", TIMEOUT)
+        await watch.wait_for(lambda e: e.subject == "bke.v1.agents.refused" and e.data["node"] == "nosuch"
+                             and e.data["cluster"] == "ghost", TIMEOUT)
         assert await r.hget(certs_agents_key("ghost"), "nosuch") is None  # nothing from it was kept
         assert await r.hlen(provisioned_agents_key("ghost")) == 0
         for n, ident in real.items():
@@ -185,15 +190,17 @@ async def test_an_unknown_node_registered_before_the_plan_leaves_no_state_and_th
         plan, digest = await _seed_plan(r, "ghost")
         await js.publish(PLAN_CREATED, PlanCreated(request_id="req-1", cluster="ghost", plan_key="k", plan_digest=digest,
                                                    nodes=len(nodes), etcd_clusters=["etcd-data"]).to_bytes())
-        issued = await watch.wait_for(lambda e: e.subject in ("bke.v1.certs.issued", "bke.v1.certs.failed"), 120)
+        issued = await watch.wait_for(lambda e: e.subject in ("bke.v1.certs.issued", "bke.v1.certs.failed")
+                                      and e.data.get("cluster") == "ghost", 120)
         assert issued.subject == "bke.v1.certs.issued", issued.data
         sealed: set[str] = set()
         while sealed != set(nodes):
-            ev = await watch.wait_for(lambda e, s=frozenset(sealed): e.subject == CERTS_SEALED and not set(e.data["nodes"]) <= s,
+            ev = await watch.wait_for(lambda e, s=frozenset(sealed): e.subject == CERTS_SEALED and not set(e.data["nodes"]) <= s
+                                      and e.data["cluster"] in ("forge", "ghost"),
                                       TIMEOUT)
             sealed |= set(ev.data["nodes"])
     assert "nosuch" not in sealed
-    assert not [e for e in watch.seen if e.subject == "bke.v1.certs.failed"]
+    assert not [e for e in watch.seen if e.subject == "bke.v1.certs.failed" and e.data.get("cluster") == "ghost"]
 
 
 async def test_provisioning_refuses_a_key_that_is_not_its_id(certs, nats_client) -> None:
