@@ -15,11 +15,14 @@ from pathlib import Path
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
+from bke.secrets.signing import CommandVerifyKey
+
 from .backends.null import NullBackend
 from .identity import AgentIdentity
 from .journal import DiskJournal, Journal, MemoryJournal
 from .loop import AgentLoop
 from .settings import AgentSettings
+from .verify import CommandVerifier
 
 __all__ = ["Fleet", "SETUP_CONCURRENCY"]
 
@@ -34,16 +37,24 @@ class Fleet:
 
     @classmethod
     def null(cls, nc: NatsClient, js: JetStreamContext, base: AgentSettings, nodes: Iterable[str], *,
-             state_root: Path | None = None, fsync: bool = True, concurrency: int = SETUP_CONCURRENCY) -> Fleet:
+             command_key: CommandVerifyKey, state_root: Path | None = None, fsync: bool = True,
+             concurrency: int = SETUP_CONCURRENCY) -> Fleet:
         """A fleet of NullBackend agents for `nodes` of `base.cluster`: journals on disk under
-        `state_root/<node>` (as the real agent keeps them), or in memory when it is None."""
+        `state_root/<node>` (as the real agent keeps them), or in memory when it is None. They
+        run only commands signed with `command_key`; their keys are in `identities()` for
+        provisioning."""
         fleet = cls(nc, js, concurrency=concurrency)
         for node in nodes:
             settings = base.model_copy(update={"node": node})
             journal: Journal = MemoryJournal() if state_root is None else DiskJournal(
                 state_root / node, fsync=fsync, keep_days=settings.journal_keep_days)
-            fleet.add(AgentLoop(nc, js, settings, NullBackend(), journal, AgentIdentity.ephemeral()))
+            fleet.add(AgentLoop(nc, js, settings, NullBackend(), journal, AgentIdentity.ephemeral(),
+                                verifier=CommandVerifier(command_key, settings.cluster, node)))
         return fleet
+
+    def identities(self) -> dict[str, AgentIdentity]:
+        """node -> its agent's identity (what provisioning records)."""
+        return {node: loop.identity for node, loop in self.loops.items()}
 
     def add(self, loop: AgentLoop) -> None:
         self.loops[loop.node] = loop

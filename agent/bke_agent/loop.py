@@ -19,8 +19,15 @@ The JetStream API subjects this uses, as nats-py 2.16 spells them (nats/js/manag
 subscribes the deliver subject; `Msg.ack` publishes to the `$JS.ACK.<stream>.<consumer>...`
 reply): exactly what the agent's identity allows (bke.auth.permissions.agent_permissions).
 
+Trust (verify.py): a command that is not signed by the provisioned dispatcher key for this
+node is refused: a `refused` event on the agent's own subject, the message terminated, nothing
+runs. A stale command (outside its validity) is refused the same way unless the journal already
+holds its id (then step 1 answers it).
+
 Exactly-once effects over at-least-once delivery (the order matters):
+    0. authentic and for this node?  -> else refuse (see above)
     1. a stored result for the id?  -> publish it again with replayed=True, ack. Nothing runs.
+       Not fresh?                   -> refuse
     2. run the steps (in-progress acks keep the delivery ours while they run)
     3. store the result (atomic), then log the execution
     4. publish the result (JetStream: stored before we go on)
@@ -42,13 +49,22 @@ from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from pydantic import ValidationError
 
 from bke.auth.permissions import agent_deliver_subject
-from bke.contracts.agent import AgentCommand, AgentHeartbeat, AgentRegistered, CommandResult, agent_subject, node_token
+from bke.contracts.agent import (
+    AgentCommand,
+    AgentHeartbeat,
+    AgentRegistered,
+    CommandRefused,
+    CommandResult,
+    agent_subject,
+    node_token,
+)
 
 from .backends.base import Backend
 from .executor import Executor, utc_now
 from .identity import AgentIdentity
 from .journal import ExecutionRecord, Journal
 from .settings import AgentSettings
+from .verify import CommandVerifier
 
 __all__ = ["AGENT_STREAM", "AgentConflict", "AgentLoop", "consumer_config", "consumer_name"]
 
@@ -88,8 +104,8 @@ class AgentLoop:
     """Consumes one node's commands. Many loops may share one NATS connection (see Fleet)."""
 
     def __init__(self, nc: NatsClient, js: JetStreamContext, settings: AgentSettings, backend: Backend,
-                 journal: Journal, identity: AgentIdentity, *, now: Callable[[], datetime] = utc_now,
-                 executor: Executor | None = None) -> None:
+                 journal: Journal, identity: AgentIdentity, *, verifier: CommandVerifier,
+                 now: Callable[[], datetime] = utc_now, executor: Executor | None = None) -> None:
         self.nc, self.js, self.settings = nc, js, settings
         self.backend, self.journal, self.identity, self.now = backend, journal, identity, now
         self.executor = executor or Executor(backend, identity, now=now)
@@ -97,6 +113,8 @@ class AgentLoop:
         self.durable = consumer_name(self.cluster, self.node)
         self.executed = 0  # commands really run by this loop
         self.replayed = 0  # redeliveries answered from the journal
+        self.refused = 0  # commands refused by the checks of verify.py
+        self.verifier = verifier
         self.running_command: str | None = None
         self._ids = {"cluster": self.cluster, "node": self.node}
         self._sub: Any = None
@@ -178,23 +196,35 @@ class AgentLoop:
             self.running_command = None
             self._idle.set()
 
+    async def _refuse(self, msg: Msg, command_id: str, reason: str) -> None:
+        """Report a command that will not run, on this agent's own subject; never redeliver it."""
+        self.refused += 1
+        log.warning("command refused: %s", reason, extra={**self._ids, "command_id": command_id})
+        ev = CommandRefused(cluster=self.cluster, node=self.node, agent_id=self.identity.agent_id,
+                            command_id=command_id[:256], reason=reason[:500], at=self.now().isoformat())
+        await self.js.publish(agent_subject(self.cluster, self.node, "refused"), ev.to_bytes())
+        await msg.term()
+
     async def _handle(self, msg: Msg) -> None:
         try:
             cmd = AgentCommand.model_validate_json(msg.data)
         except ValidationError as exc:
-            log.error("malformed command dropped: %d error(s)", exc.error_count(), extra=self._ids)
-            await msg.term()
+            await self._refuse(msg, "", f"malformed command: {exc.error_count()} error(s)")
             return
         ids = {**self._ids, "command_id": cmd.command_id, "phase": cmd.phase}
-        if (cmd.cluster, cmd.node) != (self.cluster, self.node):
-            log.error("command for %s/%s dropped", cmd.cluster, cmd.node, extra=ids)
-            await msg.term()
+        why = self.verifier.authentic(cmd)
+        if why is not None:
+            await self._refuse(msg, cmd.command_id, why)
             return
         stored = self.journal.get(cmd.command_id)
         if stored is not None:
             result = stored.model_copy(update={"replayed": True})
             self.replayed += 1
         else:
+            why = self.verifier.fresh(cmd, self.now())
+            if why is not None:
+                await self._refuse(msg, cmd.command_id, why)
+                return
             result = await self._execute(msg, cmd)
         await self.js.publish(agent_subject(self.cluster, self.node, "result"), result.to_bytes())
         await msg.ack()

@@ -35,6 +35,7 @@ from .identity import AgentIdentity
 from .journal import DiskJournal
 from .loop import AgentConflict, AgentLoop
 from .settings import AgentSettings
+from .verify import CommandVerifier, NoCommandKey, load_command_key
 
 __all__ = ["main"]
 
@@ -112,6 +113,11 @@ async def run(settings: AgentSettings) -> int:
     state = settings.state_path
     lock = _lock(state)
     try:
+        try:
+            key = load_command_key(settings.command_key, state)
+        except NoCommandKey as exc:
+            log.error("%s", exc, extra=ids)  # it would refuse every command: say so at start
+            return 2
         identity, created = AgentIdentity.load_or_create(state)
         if created:
             log.info("agent key created", extra={**ids, "agent_id": identity.agent_id})
@@ -131,7 +137,8 @@ async def run(settings: AgentSettings) -> int:
                 # declare them, and `_start_when_free` waits for the stream.
                 await ensure_streams(js)
             agent = AgentLoop(nc, js, settings, make_backend(settings),
-                              DiskJournal(state, keep_days=settings.journal_keep_days), identity)
+                              DiskJournal(state, keep_days=settings.journal_keep_days), identity,
+                              verifier=CommandVerifier(key, settings.cluster, settings.node))
             if not await _start_when_free(agent, stop):
                 return 1 if lost.is_set() else 0
             await stop.wait()

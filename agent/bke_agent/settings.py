@@ -41,6 +41,8 @@ class AgentSettings(BaseSettings):
     nats_creds: Path | None = Field(None, validation_alias=AliasChoices("BKE_NATS_CREDS", "nats_creds"))
     nats_inbox_prefix: str | None = Field(None, validation_alias=AliasChoices("BKE_NATS_INBOX_PREFIX", "nats_inbox_prefix"))
     nats_tls_ca: Path | None = Field(None, validation_alias=AliasChoices("BKE_NATS_TLS_CA", "nats_tls_ca"))
+    # the dispatcher's command-signing public key, given at provisioning (else <state>/command.pub)
+    command_key: str | None = None
     heartbeat_s: float = Field(10.0, ge=0)  # 0 disables heartbeats
     ack_wait_s: float = Field(30.0, gt=0)  # a running command is kept alive with in-progress acks
     stop_grace_s: float = Field(20.0, ge=0)  # SIGTERM waits this long for the running command

@@ -7,10 +7,9 @@ node ok, 1 any node failed, 2 bad input (nothing was contacted).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from enum import Enum
 from pathlib import Path
 
@@ -40,7 +39,11 @@ from bke.ssh import (
 from rich.console import Console
 from rich.table import Table
 
+from bke.bus.connect import connect_nats
+
+from .connect import resolve_nats
 from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, die, error_lines
+from .provision import KeyRecorder, fetch_command_key
 from .spec_input import plan_or_exit
 
 __all__ = ["agent_app", "bootstrap", "register"]
@@ -121,16 +124,35 @@ def bootstrap(
         error_lines(problems)
         raise SystemExit(EXIT_INVALID)
     by_node = {t.node: t for t in targets}
+
+    async def run_all(params: dict[str, BootstrapParams]) -> list[NodeOutcome]:
+        # trust (issue 10): each agent is given the dispatcher's public key, and its own key is
+        # recorded through the provisioning channel before it starts (bke_cli.provision)
+        try:
+            nc = await connect_nats(resolve_nats(None, nats), name="bke-agent-bootstrap")
+        except Exception as exc:  # noqa: BLE001 - any connect failure is one clear line
+            die(f"--nats: cannot reach NATS to provision the agents: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+        try:
+            try:
+                key = await fetch_command_key(nc)
+            except RuntimeError as exc:
+                die(str(exc), EXIT_FAILURE)
+            keyed = {n: replace(p, command_key=key) for n, p in params.items()}
+            return await bootstrap_nodes(
+                [(t.node, f"{t.host}:{t.port}") for t in targets],
+                lambda node: bootstrap_steps(keyed[node]),
+                lambda node: open_session(by_node[node], policy, options),
+                concurrency,
+                cluster=plan.cluster,
+                on_public_key=KeyRecorder(nc, plan.cluster),
+            )
+        finally:
+            await nc.close()
+
     with tempfile.TemporaryDirectory(prefix="bke-wheel-") as tmp:
         if wheel is None:
             params = _with_built_wheel(params, Path(tmp))
-        outcomes = asyncio.run(bootstrap_nodes(
-            [(t.node, f"{t.host}:{t.port}") for t in targets],
-            lambda node: bootstrap_steps(params[node]),
-            lambda node: open_session(by_node[node], policy, options),
-            concurrency,
-            cluster=plan.cluster,
-        ))
+        outcomes = asyncio.run(run_all(params))
     _report(outcomes, output)
     raise SystemExit(EXIT_OK if all(o.ok for o in outcomes) else EXIT_FAILURE)
 
@@ -195,7 +217,7 @@ def _with_built_wheel(params: dict[str, BootstrapParams], work: Path) -> dict[st
         built = build_wheel(root, work)
     except WheelBuildError as exc:
         die(str(exc), EXIT_FAILURE)
-    return {n: dataclasses.replace(p, wheel=built) for n, p in params.items()}
+    return {n: replace(p, wheel=built) for n, p in params.items()}
 
 
 def _report(outcomes: list[NodeOutcome], output: OutputFormat) -> None:

@@ -109,11 +109,29 @@ async def test_seed_install_with_dispatcher_killed_in_the_etcd_phase(lab_factory
     assert sum(1 for c in counts if "/etcd/" in c) == 3
 
 
+async def _accepted(lab, node: str, timeout: float = 60.0) -> None:
+    """Wait for the certs service to accept `node`'s agent (its `agents.accepted` event, read
+    from the stream: it may have been published before this call)."""
+    import nats
+
+    nc = await nats.connect(lab.info.nats_url)
+    try:
+        sub = await nc.jetstream().subscribe("bke.v1.agents.accepted", ordered_consumer=True)
+        while True:
+            msg = await sub.next_msg(timeout=timeout)
+            if json.loads(msg.data)["node"] == node:
+                return
+    finally:
+        await nc.close()
+
+
 async def test_agent_stopped_for_a_while_then_restarted(lab_factory):
     lab = lab_factory(SEED)
-    install = asyncio.create_task(lab.install())
-    await lab.wait_status(lambda d: lab.phase(d, "agents")["status"] == "Succeeded", 120, "agents registered")
+    # node1's agent registered with its provisioned key, then stops before the install: its
+    # commands wait in its durable consumer (stopping it after the agents phase raced node-env)
+    await _accepted(lab, "node1")
     assert lab.sup.stop_agent("node1")
+    install = asyncio.create_task(lab.install())
     # the others finish node-env; node1's command waits in its durable consumer
     doc = await lab.wait_status(lambda d: lab.phase(d, "node-env")["done"] == 3, 120, "3/4 nodes through node-env")
     assert lab.phase(doc, "node-env")["status"] == "Running" and not install.done()

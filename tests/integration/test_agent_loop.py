@@ -17,6 +17,7 @@ from bke.contracts.agent import AgentCommand, RunProgram, Step, agent_subject
 from bke_agent import (AgentConflict, AgentIdentity, AgentLoop, AgentSettings, DiskJournal, Fleet, MemoryJournal,
                        NullBackend, StepOutcome, execution_counts)
 from bke_agent.backends.base import Content
+from tests.trust_helpers import SIGNER, signed, verifier
 
 pytestmark = pytest.mark.integration
 TIMEOUT = 15.0
@@ -29,8 +30,8 @@ def _settings(nats_url: str, cluster: str, node: str, **kw: Any) -> AgentSetting
 
 def _cmd(cluster: str, node: str, cid: str, *steps: Step) -> AgentCommand:
     steps = steps or (RunProgram(id="noop", argv=["true"]),)
-    return AgentCommand(command_id=cid, cluster=cluster, node=node, phase="test",
-                        issued_at=datetime.now(timezone.utc).isoformat(), steps=list(steps))
+    return signed(AgentCommand(command_id=cid, cluster=cluster, node=node, phase="test",
+                               issued_at=datetime.now(timezone.utc).isoformat(), steps=list(steps)))
 
 
 async def _send(js: JetStreamContext, cmd: AgentCommand, *, body_node: str | None = None) -> None:
@@ -48,7 +49,7 @@ def _result_of(cid: str, replayed: bool | None = None) -> Any:
 async def test_agents_get_only_their_own_commands(nats_client: NatsClient, js: JetStreamContext,
                                                   nats_url: str, cluster: str) -> None:
     loops = {n: AgentLoop(nats_client, js, _settings(nats_url, cluster, n), NullBackend(), MemoryJournal(),
-                          AgentIdentity.ephemeral()) for n in ("n1", "n2.example")}
+                          AgentIdentity.ephemeral(), verifier=verifier(cluster, n)) for n in ("n1", "n2.example")}
     async with EventWatch(nats_client, [f"bke.v1.agent.{cluster}.>"]) as watch:
         for loop in loops.values():
             await loop.start()
@@ -75,7 +76,7 @@ async def test_agents_get_only_their_own_commands(nats_client: NatsClient, js: J
 async def test_heartbeats_on_core_nats(nats_client: NatsClient, js: JetStreamContext, nats_url: str,
                                        cluster: str) -> None:
     loop = AgentLoop(nats_client, js, _settings(nats_url, cluster, "n1", heartbeat_s=0.05), NullBackend(),
-                     MemoryJournal(), AgentIdentity.ephemeral())
+                     MemoryJournal(), AgentIdentity.ephemeral(), verifier=verifier(cluster, "n1"))
     async with EventWatch(nats_client, [f"bke.v1.heartbeat.{cluster}.>"]) as watch:
         await loop.start()
         first = await watch.wait_for(lambda e: True, TIMEOUT)
@@ -106,7 +107,7 @@ async def test_redelivered_completed_command_is_replayed(nats_client: NatsClient
     backend = NullBackend()
     journal = DiskJournal(tmp_path / "state")
     loop = AgentLoop(nats_client, FailResultOnce(js), _settings(nats_url, cluster, "n1"), backend,  # type: ignore[arg-type]
-                     journal, AgentIdentity.ephemeral())
+                     journal, AgentIdentity.ephemeral(), verifier=verifier(cluster, "n1"))
     async with EventWatch(nats_client, [f"bke.v1.agent.{cluster}.*.result"]) as watch:
         await loop.start()
         await _send(js, _cmd(cluster, "n1", "x1"))
@@ -141,7 +142,8 @@ async def test_restart_catches_up_and_runs_nothing_twice(nats_client: NatsClient
 
     def agent(backend: NullBackend) -> AgentLoop:
         identity, _ = AgentIdentity.load_or_create(state)
-        return AgentLoop(nats_client, js, settings, backend, DiskJournal(state), identity)
+        return AgentLoop(nats_client, js, settings, backend, DiskJournal(state), identity,
+                         verifier=verifier(cluster, "n1"))
 
     async with EventWatch(nats_client, [f"bke.v1.agent.{cluster}.*.result"]) as watch:
         gate = Gate()
@@ -174,8 +176,10 @@ async def test_restart_catches_up_and_runs_nothing_twice(nats_client: NatsClient
 async def test_a_second_live_agent_for_the_node_is_refused(nats_client: NatsClient, js: JetStreamContext,
                                                            nats_url: str, cluster: str) -> None:
     settings = _settings(nats_url, cluster, "n1")
-    one = AgentLoop(nats_client, js, settings, NullBackend(), MemoryJournal(), AgentIdentity.ephemeral())
-    two = AgentLoop(nats_client, js, settings, NullBackend(), MemoryJournal(), AgentIdentity.ephemeral())
+    one = AgentLoop(nats_client, js, settings, NullBackend(), MemoryJournal(), AgentIdentity.ephemeral(),
+                    verifier=verifier(cluster, "n1"))
+    two = AgentLoop(nats_client, js, settings, NullBackend(), MemoryJournal(), AgentIdentity.ephemeral(),
+                    verifier=verifier(cluster, "n1"))
     await one.start()
     with pytest.raises(AgentConflict, match="already consuming the commands of n1"):
         await two.start()
@@ -185,7 +189,8 @@ async def test_a_second_live_agent_for_the_node_is_refused(nats_client: NatsClie
 async def test_fleet_of_null_agents_on_one_connection(nats_client: NatsClient, js: JetStreamContext,
                                                       nats_url: str, cluster: str, tmp_path: Path) -> None:
     nodes = [f"n{i}" for i in range(30)]
-    fleet = Fleet.null(nats_client, js, _settings(nats_url, cluster, "base"), nodes, state_root=tmp_path, fsync=False)
+    fleet = Fleet.null(nats_client, js, _settings(nats_url, cluster, "base"), nodes, state_root=tmp_path, fsync=False,
+                       command_key=SIGNER.verify_key)
     async with EventWatch(nats_client, [f"bke.v1.agent.{cluster}.*.result"]) as watch:
         assert await fleet.start() > 0
         await asyncio.gather(*(_send(js, _cmd(cluster, n, f"{n}-1")) for n in nodes))

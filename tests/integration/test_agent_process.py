@@ -24,6 +24,7 @@ from bke.binary_placeholder import lab_binary_sha256
 from bke.runtime import ManagedProcess, pid_alive, poll_until
 from bke.secrets.sealing import public_key_from_raw, seal
 from bke_agent import LabLayout, execution_counts
+from tests.trust_helpers import SIGNER, signed
 
 from .agent_helpers import PKI, etcd_manifest, free_node_ip, issue_pki, stop_leftover_pods
 
@@ -49,7 +50,8 @@ def lab_node(tmp_path: Path) -> Iterator[tuple[Path, str, list[int], list[Manage
 def _start_agent(nats_url: str, cluster: str, root: Path, ip: str, log: Path) -> ManagedProcess:
     env = dict(os.environ, BKE_NATS_URL=nats_url, BKE_AGENT_CLUSTER=cluster, BKE_AGENT_NODE="m1",
                BKE_AGENT_BACKEND="lab", BKE_AGENT_ROOT=str(root), BKE_AGENT_IP=ip, BKE_AGENT_HEARTBEAT_S="0.5",
-               BKE_AGENT_ACK_WAIT_S="5", BKE_AGENT_KUBELET_POLL_S="0.05")
+               BKE_AGENT_ACK_WAIT_S="5", BKE_AGENT_KUBELET_POLL_S="0.05",
+               BKE_AGENT_COMMAND_KEY=SIGNER.verify_key.public_line)
     return ManagedProcess.start("bke-agent", [Path(sys.executable).parent / "bke-agent", "run"], log, env=env)
 
 
@@ -62,8 +64,8 @@ def _file(path: str, data: bytes, mode: int, sealed_to: str | None = None) -> Wr
 
 
 def _cmd(cluster: str, cid: str, *steps: Step) -> AgentCommand:
-    return AgentCommand(command_id=cid, cluster=cluster, node="m1", phase="etcd",
-                        issued_at=datetime.now(timezone.utc).isoformat(), steps=list(steps))
+    return signed(AgentCommand(command_id=cid, cluster=cluster, node="m1", phase="etcd",
+                               issued_at=datetime.now(timezone.utc).isoformat(), steps=list(steps)))
 
 
 def _result(cid: str, replayed: bool = False):  # noqa: ANN202

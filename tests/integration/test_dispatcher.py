@@ -21,6 +21,7 @@ from bke_agent.settings import AgentSettings
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 from bke_dispatcher.state import DispatcherState
+from tests.trust_helpers import deployment_key
 
 pytestmark = pytest.mark.integration
 
@@ -58,8 +59,9 @@ async def _stored_cluster(r: Redis, name: str, sealed_but: tuple[str, ...] = ())
     return plan, plan_digest(pj)
 
 
-async def _announce(js, name: str, digest: str, nodes: list[str]) -> None:
-    """The plan event, then what the renderer and certs services say once their files are stored."""
+async def _announce(js, name: str, digest: str, nodes: list[str], agents: dict[str, str] | None = None) -> None:
+    """The plan event, then what the renderer and certs services say once their files are stored
+    (`agents`: node -> the agent id certs sealed to, what the dispatcher believes results from)."""
     await js.publish(PLAN_CREATED, PlanCreated(request_id="req-1", cluster=name, plan_key="k", plan_digest=digest,
                                                nodes=len(nodes), etcd_clusters=["etcd-data"]).to_bytes())
     await js.publish(MANIFESTS_RENDERED, ManifestsRendered(
@@ -67,15 +69,21 @@ async def _announce(js, name: str, digest: str, nodes: list[str]) -> None:
         plan_digest=digest).to_bytes())
     await js.publish(CERTS_ISSUED, CertsIssued(request_id="req-1", cluster=name, issued=[], reissued=[], reused=0,
                                                changed_nodes=len(nodes), plan_digest=digest).to_bytes())
-    await js.publish(CERTS_SEALED, CertsSealed(cluster=name, nodes=sorted(nodes)).to_bytes())
+    await js.publish(CERTS_SEALED, CertsSealed(cluster=name, nodes=sorted(nodes), agents=agents or {}).to_bytes())
 
 
-def _null_fleet(nats_client, js, nats_url: str, cluster: str, plan) -> Fleet:
+async def _null_fleet(nats_client, js, nats_url: str, cluster: str, plan, r: Redis, box) -> Fleet:
+    """Null agents that run what the deployment's key signed (the key the dispatcher loads)."""
     base = AgentSettings(cluster=cluster, node="master1", backend="host", nats_url=nats_url, heartbeat_s=0)
-    return Fleet.null(nats_client, js, base, [n.hostname for n in plan.nodes])
+    key = (await deployment_key(r, box)).verify_key
+    return Fleet.null(nats_client, js, base, [n.hostname for n in plan.nodes], command_key=key)
 
 
-async def test_two_replicas_install_once(nats_url, redis_url, redis_client, nats_client):
+def _ids(fleet: Fleet) -> dict[str, str]:
+    return {n: i.agent_id for n, i in fleet.identities().items()}
+
+
+async def test_two_replicas_install_once(nats_url, redis_url, redis_client, nats_client, operator_box):
     r = Redis.from_url(redis_url)
     js = nats_client.jetstream()
     await ensure_streams(js)
@@ -87,10 +95,10 @@ async def test_two_replicas_install_once(nats_url, redis_url, redis_client, nats
             svc = create_service(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner=owner, mode="lab", health_interval_s=0))
             await svc.start()
             replicas.append(svc)
-        fleet = _null_fleet(nats_client, js, nats_url, "twice", plan)
+        fleet = await _null_fleet(nats_client, js, nats_url, "twice", plan, r, operator_box)
         async with EventWatch(nats_client, ["bke.v1.install.twice.finished"]) as watch:
             await fleet.start()
-            await _announce(js, "twice", digest, [n.hostname for n in plan.nodes])
+            await _announce(js, "twice", digest, [n.hostname for n in plan.nodes], _ids(fleet))
             done = await watch.wait_for(lambda e: True, timeout=60)
         assert done.data["status"] == "Succeeded"
         # node-env x4, certs x4, etcd x3, init x1, join x2, workers x1, health x3: each ran once
@@ -123,38 +131,37 @@ async def test_a_result_before_its_send_record_is_kept_for_later(redis_url, redi
 
 
 async def test_malformed_agent_messages_are_dead_lettered_at_once_and_the_queue_goes_on(
-        nats_url, redis_url, redis_client, nats_client):
+        nats_url, redis_url, redis_client, nats_client, caplog):
     """Bytes that are no message of the contract: kept raw in the dead-letter stream with the
     reason, acked (never redelivered), and the next good message is handled."""
     import base64
 
     from bke.contracts import DeadLettered
-    from bke.contracts.agent import AgentRegistered, agent_subject
+    from bke.contracts.agent import CommandRefused, agent_subject
 
     js = nats_client.jetstream()
     await ensure_streams(js)
+    caplog.set_level("WARNING", logger="bke.dispatcher")
     svc = create_service(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner="dl", mode="lab", health_interval_s=0))
     await svc.start()
     try:
         async with EventWatch(nats_client, ["bke.v1.deadletter.dispatcher"]) as watch:
             bad_result = b'{"commandId": "x", "status": "Maybe"}'
             await js.publish(agent_subject("dl", "n1", "result"), bad_result)
-            await js.publish(agent_subject("dl", "n1", "registered"), b"\xff not json")
+            await js.publish(agent_subject("dl", "n1", "refused"), b"\xff not json")
             got = [await watch.wait_for(lambda e: e.data["payloadB64"] == base64.b64encode(bad_result).decode(), timeout=15),
-                   await watch.wait_for(lambda e: e.data["subject"].endswith(".registered"), timeout=15)]
+                   await watch.wait_for(lambda e: e.data["subject"].endswith(".refused"), timeout=15)]
             for ev in got:
                 dl = DeadLettered.model_validate(ev.data)
                 assert dl.service == "dispatcher" and dl.deliveries == 1 and dl.reason.startswith("MalformedMessage: malformed")
             assert base64.b64decode(got[1].data["payloadB64"]) == b"\xff not json"
-            good = AgentRegistered(cluster="dl", node="n1", agent_id="a", seal_public_key_b64="AAAA", backend="lab",
-                                   version="1", at=datetime.now(timezone.utc).isoformat())
-            await js.publish(agent_subject("dl", "n1", "registered"), good.to_bytes())
-            state = DispatcherState(Redis.from_url(redis_url))
+            good = CommandRefused(cluster="dl", node="n1", agent_id="a", command_id="dl/etcd/n1/0", reason="unsigned command",
+                                  at=datetime.now(timezone.utc).isoformat())
+            await js.publish(agent_subject("dl", "n1", "refused"), good.to_bytes())
             deadline = asyncio.get_running_loop().time() + 15
-            while not await state.agents("dl") and asyncio.get_running_loop().time() < deadline:
-                await asyncio.sleep(0.05)  # polling with a deadline: the handler has no event to wait on
-            assert (await state.agents("dl"))["n1"]["agentId"] == "a"
-            await state.r.aclose()
+            while not any("refused command dl/etcd/n1/0: unsigned command" in r.getMessage() for r in caplog.records):
+                assert asyncio.get_running_loop().time() < deadline, "the good message after the bad ones was not handled"
+                await asyncio.sleep(0.05)  # polling the log with a deadline: a refusal changes no state
         assert len(watch.seen) == 2  # each malformed message once: acked, not redelivered
     finally:
         await svc.stop()
@@ -271,7 +278,7 @@ async def test_a_record_about_another_plan_never_replaces_one_about_the_install_
 
 
 async def test_a_node_said_sealed_without_a_stored_bundle_gets_no_certificates_command(
-        nats_url, redis_url, redis_client, nats_client, caplog):
+        nats_url, redis_url, redis_client, nats_client, caplog, operator_box):
     """`certs.sealed` is believed for the count, never for the files: a node whose bundle is not
     stored is sent nothing until it is (never an empty certificates command)."""
     r = Redis.from_url(redis_url)
@@ -281,13 +288,13 @@ async def test_a_node_said_sealed_without_a_stored_bundle_gets_no_certificates_c
     plan, digest = await _stored_cluster(r, "early", sealed_but=("node1",))
     svc = create_service(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner="x", mode="lab", health_interval_s=0))
     await svc.start()
-    fleet = _null_fleet(nats_client, js, nats_url, "early", plan)
+    fleet = await _null_fleet(nats_client, js, nats_url, "early", plan, r, operator_box)
     st = DispatcherState(r)
     nodes = [n.hostname for n in plan.nodes]
     try:
         async with EventWatch(nats_client, ["bke.v1.install.early.finished"]) as watch:
             await fleet.start()
-            await _announce(js, "early", digest, nodes)  # certs.sealed names node1 too
+            await _announce(js, "early", digest, nodes, _ids(fleet))  # certs.sealed names node1 too
             deadline = asyncio.get_running_loop().time() + 30
             while not any("no sealed bundle stored for node1" in rec.getMessage() for rec in caplog.records):
                 assert asyncio.get_running_loop().time() < deadline, "the missing bundle was never noticed"

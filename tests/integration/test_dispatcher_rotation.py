@@ -19,6 +19,7 @@ from bke.state import PlanCache, RedisPlanStore, plan_digest
 from bke.state.nodefiles import RedisNodeFiles, file_from_bytes
 from bke_dispatcher.rotations import Rotations, RotationStore
 from bke_dispatcher.state import DispatcherState
+from tests.trust_helpers import signed, verifier
 
 pytestmark = pytest.mark.integration
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
@@ -52,8 +53,11 @@ async def rotations(redis_url, redis_client):
         sent.append((subject, body))
 
     state = DispatcherState(r)
+    async def sign(cmd: AgentCommand) -> AgentCommand:
+        return signed(cmd)
+
     rot = Rotations(RotationStore(r), state, PlanCache(r), RedisNodeFiles(r), publish, lambda: NOW, "me",
-                    kick=kicks.append)
+                    kick=kicks.append, sign=sign)
     try:
         yield rot, state, sent, kicks
     finally:
@@ -101,6 +105,7 @@ async def test_one_node_at_a_time_then_succeeded_and_a_second_rotation_waits(rot
     assert (await rot.reconcile("rot")).status == "done"
     view = await rot.store.rotation_view("rot")
     assert (view["status"], view["done"], view["total"]) == ("Succeeded", 3, 3) and view["finishedAt"]
+    assert all(verifier("rot", c.node).authentic(c) is None for c in commands(sent))  # every one signed
     writes = [s.path for s in commands(sent)[0].steps if s.type == "write_file"]
     assert writes == ["/etc/kubernetes/pki/apiserver.crt", "/etc/kubernetes/pki/apiserver.key"]
 

@@ -38,11 +38,14 @@ from bke.ssh import (
     open_session,
     remote_command,
 )
+from bke.contracts.agent import AGENTS_COMMAND_KEY, AGENTS_PROVISION, AgentProvisioned, CommandKey, ProvisionAgent
+from bke_agent import AgentIdentity
 from bke_cli.main import main
+from tests.trust_helpers import SIGNER
 
 pytestmark = pytest.mark.integration
 
-PUBLIC_KEY = "bke-agent-x25519 Zm9yIHRlc3Rz"
+PUBLIC_KEY = AgentIdentity.ephemeral().public_line  # what `bke-agent init` prints
 NATS = "nats://agent:s3cret@10.0.0.9:4222"
 HOSTILE = ["; touch PWNED", "$(touch PWNED)", "`touch PWNED`", "a'b\"c", "x\ny && touch PWNED", "* ?", "", "\\"]
 REAL = {"mkdir", "install", "rm"}
@@ -295,25 +298,47 @@ async def test_hostile_arguments_survive_a_real_remote_shell(node):
     assert not (node.sim.root / "PWNED").exists()
 
 
-async def test_the_cli_end_to_end(node, local_files, tmp_path, capsys):
+async def test_the_cli_end_to_end(node, local_files, tmp_path, capsys, nats_url, nats_client):
+    """Over SSH, and through the bus: the agents are given the dispatcher's public key (in the env
+    file) and each agent's key is recorded through the provisioning channel before it starts."""
+    asked, recorded = [], []
+
+    async def command_key(msg) -> None:
+        asked.append(msg.subject)
+        await msg.respond(CommandKey(public_line=SIGNER.verify_key.public_line, key_id=SIGNER.key_id).to_bytes())
+
+    async def provision(msg) -> None:
+        req = ProvisionAgent.model_validate_json(msg.data)
+        recorded.append((req.node, req.seal_public_key_b64, len(node.sim.commands)))
+        await msg.respond(AgentProvisioned(cluster=req.cluster, node=req.node, ok=True).to_bytes())
+
+    subs = [await nats_client.subscribe(AGENTS_COMMAND_KEY, cb=command_key),
+            await nats_client.subscribe(AGENTS_PROVISION, cb=provision)]
+    await nats_client.flush()
+    bus = nats_url.replace("nats://", "nats://agent:s3cret@")  # the server has no users: creds are ignored
     docs = synth_docs(1, masters=1, name="prod")
     docs[0]["spec"]["controlPlaneEndpoint"]["host"] = "127.0.0.1"
     docs[1]["spec"].update(hostname="n1", ip="127.0.0.1", port=node.port, role=["master/node", "etcd"])
     spec = tmp_path / "cluster.yaml"
     spec.write_text(yaml.safe_dump_all(docs))
     wheel, reqs = local_files
-    args = ["agent", "bootstrap", str(spec), "--nats", NATS, "--identity", str(node.identity),
+    args = ["agent", "bootstrap", str(spec), "--nats", bus, "--identity", str(node.identity),
             "--wheel", str(wheel), "--requirements", str(reqs), "-o", "json"]
     # The CLI runs its own event loop: give it a thread while this loop keeps serving SSH.
     code = await asyncio.to_thread(main, [*args, "--host-key-fingerprint", node.fingerprint])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert '"public_key": "bke-agent-x25519 Zm9yIHRlc3Rz"' in out and "s3cret" not in out + err
+    assert f'"public_key": "{PUBLIC_KEY}"' in out and "s3cret" not in out + err
+    assert asked and [r[:2] for r in recorded] == [("n1", PUBLIC_KEY.split()[1])]
+    started = next(i for i, c in enumerate(node.sim.commands) if c[:2] == ["systemctl", "restart"])
+    assert recorded[0][2] <= started  # recorded before the agent was started
     wrong = asyncssh.generate_private_key("ssh-ed25519").get_fingerprint("sha256")
     code = await asyncio.to_thread(main, [*args, "--host-key-fingerprint", f"n1={wrong}"])
     out, err = capsys.readouterr()
     assert code == 1
     assert any(line.startswith("ERROR node n1") and node.fingerprint in line for line in err.splitlines())
+    for sub in subs:
+        await sub.unsubscribe()
 
 
 SSHD = Path("/usr/sbin/sshd")

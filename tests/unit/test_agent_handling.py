@@ -1,6 +1,7 @@
 """How one delivery is settled, with fake messages and a fake JetStream (no server): a stored
 result is replayed and nothing runs; the result is stored and published before the ack; a
-failed publish is not acked (so it comes back); foreign or malformed commands are dropped."""
+failed publish is not acked (so it comes back); foreign or malformed commands are refused
+(reported on the agent's `refused` subject, terminated, nothing runs)."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -8,6 +9,7 @@ from typing import Any
 
 from bke.contracts.agent import AgentCommand, CommandResult, RunProgram
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, MemoryJournal, NullBackend
+from tests.trust_helpers import signed, verifier
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -54,13 +56,13 @@ def _loop(events: list[str], js: FakeJS, journal: MemoryJournal | None = None) -
     backend = NullBackend()
     settings = AgentSettings(cluster="c1", node="n1", heartbeat_s=0)
     loop = AgentLoop(None, js, settings, backend, journal or RecordingJournal(events),  # type: ignore[arg-type]
-                     AgentIdentity.ephemeral(), now=lambda: NOW)
+                     AgentIdentity.ephemeral(), verifier=verifier("c1", "n1"), now=lambda: NOW)
     return loop, backend
 
 
 def _cmd(cid: str = "c1/etcd/n1/0", node: str = "n1") -> bytes:
-    return AgentCommand(command_id=cid, cluster="c1", node=node, phase="etcd", issued_at="t",
-                        steps=[RunProgram(id="s", argv=["true"])]).to_bytes()
+    return signed(AgentCommand(command_id=cid, cluster="c1", node=node, phase="etcd", issued_at=NOW.isoformat(),
+                               steps=[RunProgram(id="s", argv=["true"])])).to_bytes()
 
 
 async def test_store_then_publish_then_ack_and_replay_runs_nothing() -> None:
@@ -90,12 +92,13 @@ async def test_failed_publish_is_not_acked_and_the_retry_replays() -> None:
     assert events == ["publish:result", "ack"] and backend.steps_run == 1
 
 
-async def test_foreign_and_malformed_commands_are_dropped() -> None:
+async def test_foreign_and_malformed_commands_are_refused() -> None:
     events: list[str] = []
     loop, backend = _loop(events, FakeJS(events))
     await loop._on_msg(FakeMsg(_cmd(node="n2"), events))  # type: ignore[arg-type]
     await loop._on_msg(FakeMsg(b'{"commandId": 1}', events))  # type: ignore[arg-type]
-    assert events == ["term", "term"] and backend.steps_run == 0
+    assert events == ["publish:refused", "term", "publish:refused", "term"] and backend.steps_run == 0
+    assert loop.refused == 2
 
 
 async def test_stopping_agent_hands_deliveries_back() -> None:

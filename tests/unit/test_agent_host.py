@@ -82,20 +82,59 @@ async def test_remove_is_idempotent(host: tuple[HostBackend, Path, Path]) -> Non
     assert refused.status == "Failed"
 
 
+TEST_PROGRAMS = {"echo": "test", "false": "test", "printenv": "test", "sh": "never, even if listed",
+                 "python3": "never, even if listed"}
+
+
 async def test_programs_run_from_argv_never_a_shell(host: tuple[HostBackend, Path, Path], tmp_path: Path) -> None:
     backend, _, _ = host
+    backend.programs = TEST_PROGRAMS
     marker = tmp_path / "pwned"
     [res] = await _run(backend, RunProgram(id="echo", argv=["echo", f"a; touch {marker}", "$(id)"]))
     assert res.status == "Succeeded" and res.stdout == f"a; touch {marker} $(id)\n" and not marker.exists()
-    [failed] = await _run(backend, RunProgram(id="false", argv=["sh", "-c", "echo oops >&2; exit 3"]))
-    assert failed.status == "Failed" and failed.exit_code == 3 and failed.stderr.startswith("oops\n")
-    assert "sh exited with 3" in failed.stderr
-    [ok3] = await _run(backend, RunProgram(id="ok3", argv=["sh", "-c", "exit 3"], ok_exit_codes=[0, 3]))
-    assert ok3.status == "Succeeded" and ok3.exit_code == 3
-    [missing] = await _run(backend, RunProgram(id="nope", argv=["/no/such/program"], retries=3))
-    assert missing.status == "Failed" and missing.attempts == 1 and missing.exit_code == 127
-    [env] = await _run(backend, RunProgram(id="env", argv=["sh", "-c", "echo $BKE_X"], env={"BKE_X": "y"}))
+    [failed] = await _run(backend, RunProgram(id="false", argv=["false"]))
+    assert failed.status == "Failed" and failed.exit_code == 1 and "exited with 1" in failed.stderr
+    [ok1] = await _run(backend, RunProgram(id="ok1", argv=["false"], ok_exit_codes=[0, 1]))
+    assert ok1.status == "Succeeded" and ok1.exit_code == 1
+    [env] = await _run(backend, RunProgram(id="env", argv=["printenv", "BKE_X"], env={"BKE_X": "y"}))
     assert env.stdout == "y\n"
+
+
+@pytest.mark.parametrize("argv,env,why", [
+    (["/bin/sh", "-c", "id"], {}, "shells and interpreters are never run"),
+    (["sh", "-c", "id"], {}, "shells and interpreters are never run"),
+    (["bash", "-c", "id"], {}, "shells and interpreters are never run"),
+    (["python3", "-c", "import os"], {}, "shells and interpreters are never run"),
+    (["python3.11", "-c", "import os"], {}, "shells and interpreters are never run"),
+    (["env", "sh", "-c", "id"], {}, "shells and interpreters are never run"),
+    (["curl", "http://evil"], {}, "not a program this agent runs"),
+    (["./echo", "x"], {}, "given by its path in"),
+    (["/tmp/echo", "x"], {}, "given by its path in"),
+    (["/usr/bin/../bin/echo", "x"], {}, "given by its path in"),
+    (["echo", "x"], {"LD_PRELOAD": "/tmp/evil.so"}, "env LD_PRELOAD: may not be set"),
+    (["echo", "x"], {"PATH": "/tmp"}, "env PATH: may not be set"),
+    (["echo", "x"], {"BASH_ENV": "/tmp/x"}, "env BASH_ENV: may not be set"),
+])
+async def test_programs_outside_the_allow_list_are_refused(host: tuple[HostBackend, Path, Path], tmp_path: Path,
+                                                           argv: list[str], env: dict[str, str], why: str) -> None:
+    backend, _, _ = host
+    backend.programs = TEST_PROGRAMS
+    (tmp_path / "echo").write_text("#!/bin/sh\ntouch " + str(tmp_path / "pwned") + "\n")
+    (tmp_path / "echo").chmod(0o755)
+    [res] = await _run(backend, RunProgram(id="x", argv=argv, env=env, retries=3))
+    assert res.status == "Failed" and res.attempts == 1 and why in res.stderr
+    assert not (tmp_path / "pwned").exists()
+
+
+async def test_the_default_allow_list_holds_no_shell_and_finds_programs_only_in_fixed_dirs(
+        host: tuple[HostBackend, Path, Path]) -> None:
+    from bke_agent.backends.programs import HOST_PROGRAMS, NEVER, PROGRAM_DIRS
+
+    assert not set(HOST_PROGRAMS) & NEVER and all(why for why in HOST_PROGRAMS.values())
+    assert all(d.startswith("/") and "tmp" not in d for d in PROGRAM_DIRS)
+    backend, _, _ = host
+    [res] = await _run(backend, RunProgram(id="echo", argv=["echo", "x"]))  # echo is not needed by any step
+    assert res.status == "Failed" and "not a program this agent runs" in res.stderr
 
 
 async def test_systemctl_through_the_fake(host: tuple[HostBackend, Path, Path]) -> None:
@@ -124,15 +163,15 @@ async def test_fetch_checks_sha256(tmp_path: Path) -> None:
     root = tmp_path / "root"
     backend = HostBackend(root, http_transport=httpx.MockTransport(handler))
     url = "http://repo.example/kubelet/v1.33.2/linux/amd64/kubelet"
-    steps = await _run(backend, FetchFile(id="f1", url=url, path="/usr/local/bin/kubelet", sha256=good),
-                       FetchFile(id="f2", url=url, path="/usr/local/bin/kubelet", sha256=good))
+    steps = await _run(backend, FetchFile(id="f1", url=url, path="/usr/bin/kubelet", sha256=good),
+                       FetchFile(id="f2", url=url, path="/usr/bin/kubelet", sha256=good))
     assert [s.status for s in steps] == ["Succeeded", "Skipped"] and len(hits) == 1
-    f = root / "usr/local/bin/kubelet"
+    f = root / "usr/bin/kubelet"
     assert f.read_bytes() == payload and stat.S_IMODE(f.stat().st_mode) == 0o755
-    [bad] = await _run(backend, FetchFile(id="f3", url=url, path="/usr/local/bin/kubectl", sha256="1" * 64))
+    [bad] = await _run(backend, FetchFile(id="f3", url=url, path="/usr/bin/kubectl", sha256="1" * 64))
     assert bad.status == "Failed" and "does not match the expected" in bad.stderr
-    assert not (root / "usr/local/bin/kubectl").exists() and not list((root / "usr/local/bin").glob(".*tmp"))
-    [missing] = await _run(backend, FetchFile(id="f4", url=url + "x", path="/usr/local/bin/kubectl", sha256=good))
+    assert not (root / "usr/bin/kubectl").exists() and not list((root / "usr/bin").glob(".*tmp"))
+    [missing] = await _run(backend, FetchFile(id="f4", url=url + "x", path="/usr/bin/kubectl", sha256=good))
     assert missing.status == "Failed" and "HTTP 404" in missing.stderr
 
 

@@ -103,8 +103,11 @@ async def test_lab_writes_inside_the_root_with_mode(node: tuple[LabBackend, Path
 def test_host_policy_allow_list_relative_to_root(tmp_path: Path) -> None:
     policy = PathPolicy(tmp_path, HOST_WRITE_DIRS)
     assert policy.local("/etc/kubernetes/pki/ca.crt") == tmp_path.resolve() / "etc/kubernetes/pki/ca.crt"
-    assert policy.local("/var/lib/etcd-events/member") == tmp_path.resolve() / "var/lib/etcd-events/member"
-    for bad in ("/etc/shadow", "/etc/kubernetes2/x", "/root/.ssh/authorized_keys", "/usr/local/lib/x"):
+    # our units and binaries only: not any unit, not any binary
+    for bad in ("/etc/shadow", "/etc/kubernetes2/x", "/root/.ssh/authorized_keys", "/usr/local/lib/x",
+                "/etc/systemd/system/evil.service", "/etc/systemd/system/multi-user.target.wants/evil.service",
+                "/usr/local/bin/evil", "/usr/bin/kube-evil", "/usr/local/bin/containerd-evil/x",
+                "/var/lib/etcd/member/snap/db", "/var/lib/bke-agent/agent.key", "/etc/bke-agent/env"):
         with pytest.raises(PathRefused, match="outside the directories"):
             policy.local(bad)
     (tmp_path / "etc").mkdir()
@@ -128,8 +131,7 @@ def test_host_allow_list_covers_every_rendered_location(tmp_path: Path) -> None:
              layout.HAPROXY_CFG, layout.KEEPALIVED_CONF, layout.KEEPALIVED_CHECK, *layout.PKI.values(),
              paths.ADMIN_CONF, paths.SUPER_ADMIN_CONF, paths.CONTROLLER_MANAGER_CONF, paths.SCHEDULER_CONF,
              paths.KUBELET_CONF, paths.KUBELET_CONFIG, f"{paths.MANIFESTS_DIR}/etcd.yaml",
-             *(f"{d}/server.key" for d in paths.ETCD_CERT_DIRS.values()),
-             "/var/lib/etcd/member/snap/db", "/var/lib/etcd-events/member/snap/db"]
+             *(f"{d}/server.key" for d in paths.ETCD_CERT_DIRS.values())]
     for f in files:
         assert policy.local(f).is_relative_to(tmp_path.resolve()), f
     with pytest.raises(PathRefused):

@@ -52,7 +52,7 @@ def test_steps_in_order():
     names = [s.name for s in bootstrap_steps(params())]
     assert names == [
         "stage", "check-python", "venv", "install-requirements", "install-agent", "config-dir", "write-env",
-        "write-unit", "daemon-reload", "enable", "restart", "init", "cleanup",
+        "write-unit", "daemon-reload", "enable", "init", "restart", "cleanup",
     ]
 
 

@@ -1,7 +1,8 @@
 """The `host` backend: steps on the real machine.
 
 Why these limits: files are written only under `HOST_WRITE_DIRS` (see `paths`), with the
-step's mode and owner; programs run from argv lists, never through a shell; units are driven
+step's mode and owner; programs run from argv lists, never through a shell, and only those of
+`HOST_PROGRAMS` found in fixed directories (see `programs`); units are driven
 by `systemctl` found on PATH; binaries are downloaded over http(s) and kept only if their
 sha256 matches. `root` is "/" in production; tests point it at a temporary directory (the
 allow-list is then applied relative to it) and put a fake `systemctl` on PATH.
@@ -30,6 +31,7 @@ from .files import ensure_file, file_matches, remove_path
 from .health import tls_context, wait_http
 from .paths import HOST_WRITE_DIRS, PathPolicy
 from .proc import judge, run_argv
+from .programs import HOST_PROGRAMS, PROGRAM_DIRS, resolve_program
 from .restart import restart_by_manifest
 
 __all__ = ["HostBackend", "UNIT_NAME", "read_path", "systemctl_args"]
@@ -76,12 +78,14 @@ class HostBackend(StepDispatch):
 
     def __init__(self, root: Path = Path("/"), allowed: Sequence[str] = HOST_WRITE_DIRS, *,
                  systemctl: str = "systemctl", env: Mapping[str, str] | None = None,
-                 http_transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 http_transport: httpx.AsyncBaseTransport | None = None,
+                 programs: Mapping[str, str] = HOST_PROGRAMS, program_dirs: Sequence[str] = PROGRAM_DIRS) -> None:
         self.root = Path(root)
         self.policy = PathPolicy(self.root, allowed)
         self.systemctl = systemctl
         self.env = dict(os.environ if env is None else env)
         self.http_transport = http_transport
+        self.programs, self.program_dirs = programs, program_dirs
 
     async def write_file(self, step: WriteFile, content: Content) -> StepOutcome:
         local = self.policy.local(step.path)
@@ -92,7 +96,8 @@ class HostBackend(StepDispatch):
         return remove_path(self.policy.local(step.path), step.path)
 
     async def run_program(self, step: RunProgram) -> StepOutcome:
-        run = await run_argv(step.argv, env={**self.env, **step.env})
+        argv = resolve_program(step.argv, step.env, self.programs, self.program_dirs)
+        run = await run_argv(argv, env={**self.env, **step.env})
         return judge(step, run)
 
     async def systemd(self, step: SystemdUnit) -> StepOutcome:

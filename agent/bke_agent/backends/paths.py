@@ -11,8 +11,8 @@ of it. Both are "a root plus allowed prefixes", so both get the same checks:
    that allowed prefix under the root, so a symlink cannot carry a write out of it.
    The last component itself is never followed: writes replace it, removals unlink it.
 
-This is a guard against mistakes (a wrong path in a rendered file, a buggy dispatcher), not a
-sandbox against a hostile one: `RunProgram` runs programs. Signed commands come later.
+Together with signed commands (verify.py) and the program allow-list (programs.py) this bounds
+what even a compromised dispatcher can do to a node: our files, our units, our binaries.
 """
 from __future__ import annotations
 
@@ -23,26 +23,24 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import PathRefused
 
-__all__ = ["HOST_WRITE_DIRS", "PathPolicy"]
+__all__ = ["HOST_WRITE_DIRS", "HOST_WRITE_TABLE", "PathPolicy"]
 
-# What the host backend may write: kubeadm's and containerd's directories, the binaries
-# (kubelet/kubectl where distribution packages put them, containerd where its tarball does),
-# units, etcd data dirs of every etcd cluster, the load balancer's configs, CNI.
-HOST_WRITE_DIRS: tuple[str, ...] = (
-    "/etc/kubernetes",
-    "/var/lib/kubelet",
-    "/etc/containerd",
-    "/usr/local/bin",
-    "/usr/bin/kube*",
-    "/etc/systemd/system",
-    "/var/lib/etcd*",
-    "/etc/haproxy",
-    "/etc/keepalived",
-    "/etc/cni/net.d",
-    "/opt/cni/bin",
-    "/etc/sysctl.d",
-    "/etc/modules-load.d",
+# What the host backend may write, each with the work that needs it (what the renderer's
+# layout, bke.render.layout, and the dispatcher's steps write; nothing else). A pattern that
+# names a file (no directory below it) allows that file only.
+HOST_WRITE_TABLE: tuple[tuple[str, str], ...] = (
+    ("/etc/kubernetes", "kubeadm's layout: pki/, the kubeconfigs, static pod manifests/"),
+    ("/var/lib/kubelet", "the kubelet's config.yaml"),
+    ("/etc/containerd", "containerd's config.toml and registry hosts (certs.d/)"),
+    ("/etc/systemd/system/kubelet.service", "our kubelet unit (only that unit)"),
+    ("/etc/systemd/system/containerd.service", "our containerd unit (only that unit)"),
+    ("/usr/local/bin/containerd", "the containerd binary, where its release tarball puts it (only that binary)"),
+    ("/usr/bin/kubelet", "the kubelet binary, where the distribution packages put it"),
+    ("/usr/bin/kubectl", "the kubectl binary, where the distribution packages put it"),
+    ("/etc/haproxy", "the control-plane load balancer's haproxy.cfg"),
+    ("/etc/keepalived", "keepalived.conf and its apiserver check script"),
 )
+HOST_WRITE_DIRS: tuple[str, ...] = tuple(p for p, _ in HOST_WRITE_TABLE)
 
 
 def _within(child: str, parent: str) -> bool:

@@ -77,7 +77,7 @@ class RoleRow:
 # services' app.py by tests/unit/test_auth_permissions.py.
 AGENT_STREAM_CONSUMERS: dict[str, tuple[tuple[str, str], ...]] = {
     "dispatcher": (("dispatcher-results", "bke.v1.agent.*.*.result"),
-                   ("dispatcher-agents", "bke.v1.agent.*.*.registered")),
+                   ("dispatcher-refusals", "bke.v1.agent.*.*.refused")),
     "certs": (("certs-agents", "bke.v1.agent.*.*.registered"),),
 }
 _OPEN_STREAMS = ("BKE_COMMANDS", "BKE_EVENTS", "BKE_DEADLETTER", f"OBJ_{OBJECT_BUCKET}")
@@ -211,12 +211,12 @@ def agent_permissions(cluster: str, node: str) -> Permissions:
     push consumer (`CONSUMER.CREATE.<stream>.<own consumer>.<own command subject>`, the form
     nats-py 2.16's `add_consumer` uses when the config has a name and one filter), read its own
     consumer's info, ack its own deliveries, direct-get / pull its own subjects only, publish its
-    own result, registration and heartbeat (JetStream publishes get their PubAck on its inbox),
+    own result, registration, heartbeat and refusals (JetStream publishes get their PubAck on its inbox),
     and subscribe its own inbox (where the server pushes its commands) and command subject."""
     consumer = agent_consumer(cluster, node)
     command = agent_subject(cluster, node, "command")
     prefix = inbox_prefix(identity_name("agent", cluster, node))
-    own = [agent_subject(cluster, node, k) for k in ("result", "registered", "heartbeat")]
+    own = [agent_subject(cluster, node, k) for k in ("result", "registered", "heartbeat", "refused")]
     pub = [
         *own,
         f"{JS_API}.INFO",

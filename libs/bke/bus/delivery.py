@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+from contextvars import ContextVar
 from typing import Awaitable, Callable
 
 from faststream.nats import NatsBroker, NatsMessage
@@ -37,10 +38,19 @@ from ..contracts import DEADLETTER, DeadLettered
 from ..errors import MalformedMessage, NotYetKnown, PermanentError, TemporaryError, UnknownTarget, is_unavailable
 from .readiness import Readiness
 
-__all__ = ["HOLD_BACKOFF_CAP_S", "settle", "backoff_delay", "outage_condition"]
+__all__ = ["HOLD_BACKOFF_CAP_S", "settle", "backoff_delay", "delivery_subject", "outage_condition"]
 
 log = logging.getLogger(__name__)
 HOLD_BACKOFF_CAP_S = 5.0  # how long a held message waits at most between two tries of the store
+# The subject of the delivery being handled: a handler that must trust the subject rather than
+# the payload (an agent's result: NATS permissions bind the subject to the agent's identity,
+# the payload says what anyone wrote) reads it here; typed handlers see only the message.
+_SUBJECT: ContextVar[str] = ContextVar("bke_delivery_subject", default="")
+
+
+def delivery_subject() -> str:
+    """The subject of the message being settled in this task ("" outside `settle`)."""
+    return _SUBJECT.get()
 
 
 def backoff_delay(delivery: int, base: float = 0.5, cap: float = 30.0) -> float:
@@ -109,6 +119,7 @@ async def settle(
 ) -> None:
     n = _delivery_count(msg)
     subject = msg.raw_message.subject
+    _SUBJECT.set(subject)
     try:
         await _run_holding(msg, work, service, subject, readiness)
     except NotYetKnown as exc:

@@ -1,7 +1,8 @@
 """The command model between the dispatcher and the node agents (`bke-agent`).
 
-A command is for one node: an id, ordered typed steps, and room for the later security
-work (issuer + signature on commands, the agent's identity on results). Commands and
+A command is for one node: an id, ordered typed steps, and the dispatcher's Ed25519 signature
+over its canonical bytes (`signing_bytes`), valid from `issued_at` to `expires_at`; an agent runs
+nothing else (bke.secrets.signing; agent/bke_agent/verify.py). Commands and
 steps are idempotent: an agent that already completed a command id answers with the
 stored result (`replayed=True`) and runs nothing. Files that carry private keys travel
 `sealed` to the receiving agent's X25519 key; nothing on the bus holds them in clear.
@@ -11,9 +12,15 @@ token is `node_token(hostname)`):
     bke.v1.agent.<cluster>.<node>.command     dispatcher -> agent   (durable per agent)
     bke.v1.agent.<cluster>.<node>.result      agent -> dispatcher
     bke.v1.agent.<cluster>.<node>.registered  agent -> dispatcher   (public keys, at start)
-    bke.v1.agent.<cluster>.<node>.heartbeat   agent -> dispatcher   (core NATS, not stored)
+    bke.v1.agent.<cluster>.<node>.refused     agent -> dispatcher   (a command it would not run)
+    bke.v1.heartbeat.<cluster>.<node>         agent -> dispatcher   (core NATS, not stored)
+    bke.v1.agents.provision                   operator -> certs     (request: record an agent's key)
+    bke.v1.agents.accepted                    certs -> dispatcher   (a registration with the provisioned key)
+    bke.v1.agents.refused                     certs -> dispatcher   (a registration BKE did not provision)
 """
 from __future__ import annotations
+
+import json
 
 from typing import Annotated, Literal, Union
 
@@ -23,6 +30,19 @@ from .base import Message
 
 __all__ = [
     "AGENT_PREFIX",
+    "AGENTS_PROVISION",
+    "AGENTS_REFUSED",
+    "AGENTS_COMMAND_KEY",
+    "AGENTS_ACCEPTED",
+    "AgentAccepted",
+    "CommandKey",
+    "GetCommandKey",
+    "CLOCK_SKEW_S",
+    "COMMAND_VALIDITY_S",
+    "AgentProvisioned",
+    "AgentRefused",
+    "CommandRefused",
+    "ProvisionAgent",
     "AgentCommand",
     "AgentHeartbeat",
     "AgentRegistered",
@@ -47,6 +67,16 @@ __all__ = [
 AGENT_PREFIX = "bke.v1.agent"
 HEARTBEAT_PREFIX = "bke.v1.heartbeat"  # outside the agent stream: heartbeats are not kept
 OUTPUT_LIMIT = 4096  # bytes of stdout/stderr kept per step
+# A command is valid for as long as the agent stream keeps it (BKE_AGENT max age, 7 days: one
+# that waited there while its agent was down still runs), which is less than the agent journal
+# keeps ids (8 days, agent settings `journal_keep_days`): a captured command replayed while
+# valid is answered from the journal without running; after that it is refused as stale.
+COMMAND_VALIDITY_S = 7 * 86400
+CLOCK_SKEW_S = 300  # how far a node's clock may be behind the dispatcher's ("not yet valid")
+AGENTS_PROVISION = "bke.v1.agents.provision"
+AGENTS_REFUSED = "bke.v1.agents.refused"
+AGENTS_COMMAND_KEY = "bke.v1.agents.command-key"
+AGENTS_ACCEPTED = "bke.v1.agents.accepted"
 
 
 def node_token(hostname: str) -> str:
@@ -157,6 +187,9 @@ Step = Annotated[
 
 
 class AgentCommand(Message):
+    """Signed by the dispatcher (`signature_b64` over `signing_bytes()`, key `key_id`); valid
+    from `issued_at` to `expires_at` (ISO 8601, UTC)."""
+
     command_id: str = Field(min_length=1, max_length=256)
     cluster: str
     node: str
@@ -164,7 +197,15 @@ class AgentCommand(Message):
     issued_at: str
     steps: list[Step]
     issuer: str = "dispatcher"
-    signature: str | None = None  # reserved: signed commands (later security work)
+    expires_at: str = ""
+    key_id: str = ""
+    signature_b64: str = ""
+
+    def signing_bytes(self) -> bytes:
+        """The canonical bytes that are signed: deterministic JSON (sorted keys, no spaces) of
+        the wire form without the signature. Any changed field changes these bytes."""
+        doc = self.model_dump(mode="json", by_alias=True, exclude={"signature_b64"})
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 class StepResult(Message):
@@ -196,6 +237,72 @@ class AgentRegistered(Message):
     seal_public_key_b64: str  # X25519, raw 32 bytes, base64
     backend: Literal["host", "lab"]
     version: str
+    at: str
+
+
+class CommandRefused(Message):
+    """Event: the agent would not run a command (bad or missing signature, another node or
+    cluster, expired, not yet valid). Nothing ran; the reason is the agent's own check."""
+
+    cluster: str
+    node: str
+    agent_id: str
+    command_id: str = Field("", max_length=256)  # "" when the bytes were no command at all
+    reason: str = Field(max_length=500)
+    at: str
+
+
+class ProvisionAgent(Message):
+    """Request (operator only): record the key BKE made for this node's agent. Only a
+    registration with this key is ever sealed to."""
+
+    cluster: str = Field(min_length=1, max_length=63)
+    node: str = Field(min_length=1, max_length=253)
+    agent_id: str = Field(min_length=1, max_length=128)
+    seal_public_key_b64: str = Field(min_length=1, max_length=128)
+    at: str = ""
+
+
+class AgentProvisioned(Message):
+    """Reply to ProvisionAgent: `ok`, or the reason it was not recorded."""
+
+    cluster: str
+    node: str
+    ok: bool
+    reason: str = ""
+
+
+class GetCommandKey(Message):
+    """Request: the dispatcher's command-signing public key, to provision an agent with."""
+
+    purpose: str = "provision"
+
+
+class CommandKey(Message):
+    """Reply: `publicLine` is what an agent is given (BKE_AGENT_COMMAND_KEY)."""
+
+    public_line: str
+    key_id: str
+
+
+class AgentAccepted(Message):
+    """Event: a registration's key is the one provisioned for its node: from now on this agent
+    is the node's (the dispatcher believes that node's results only from `agent_id`)."""
+
+    cluster: str
+    node: str
+    agent_id: str
+    at: str
+
+
+class AgentRefused(Message):
+    """Event: a registration was refused (its key is not the one BKE provisioned for the node,
+    or none was); nothing was sealed to it."""
+
+    cluster: str
+    node: str
+    agent_id: str
+    reason: str
     at: str
 
 

@@ -68,6 +68,9 @@ class CertsSealed(Message):
 
     cluster: str
     nodes: list[str]
+    # node -> the id of the agent key the bundle is sealed to: the dispatcher believes a node's
+    # results only from this agent (learned from certs, which checked the provisioned key)
+    agents: dict[str, str] = {}
 
 
 class IssueCerts(Message):

@@ -26,7 +26,23 @@ from .certs import (
 from .rotation import RotationChanged
 from .install import RETRY_INSTALL, InstallFinished, NodeStepChanged, PhaseChanged, RetryInstall
 from .render import MANIFESTS_RENDERED, RENDER_FAILED, RENDER_MANIFESTS, ManifestsRendered, RenderFailed, RenderManifests
-from .agent import AgentCommand, AgentHeartbeat, AgentRegistered, CommandResult
+from .agent import (
+    AGENTS_ACCEPTED,
+    AGENTS_COMMAND_KEY,
+    AGENTS_PROVISION,
+    AGENTS_REFUSED,
+    AgentAccepted,
+    AgentCommand,
+    AgentHeartbeat,
+    AgentProvisioned,
+    AgentRefused,
+    AgentRegistered,
+    CommandKey,
+    CommandRefused,
+    GetCommandKey,
+    CommandResult,
+    ProvisionAgent,
+)
 from .deadletter import DeadLettered
 from .health import GetHealth, ServiceHealth
 from .expiration import EXPIRATION_GET, CertExpiration, GetExpiration
@@ -73,6 +89,8 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     CERTS_SEALED,
     MANIFESTS_RENDERED,
     RENDER_FAILED,
+    AGENTS_REFUSED,
+    AGENTS_ACCEPTED,
     # Phase changes and the end of an install are kept. Per-node step changes (~30,000 at 5,000
     # nodes) are not: they are live progress for whoever listens (the CLI, a dashboard), the
     # dispatcher's Redis state holds every node's status, and storing them doubled the writes
@@ -120,7 +138,12 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(RETRY_INSTALL, RetryInstall, "command", "Retry the failed phase of an install (some or all failed nodes).", ("cli",), ("dispatcher",)),
     Channel("bke.v1.agent.{cluster}.{node}.command", AgentCommand, "command", "Steps for one node's agent; secret files sealed to that agent.", ("dispatcher",), ("agent",)),
     Channel("bke.v1.agent.{cluster}.{node}.result", CommandResult, "event", "The agent ran (or replayed) a command.", ("agent",), ("dispatcher",)),
-    Channel("bke.v1.agent.{cluster}.{node}.registered", AgentRegistered, "event", "An agent started and announces its public keys.", ("agent",), ("dispatcher", "certs")),
+    Channel("bke.v1.agent.{cluster}.{node}.registered", AgentRegistered, "event", "An agent started and announces its public keys (sealed to only if they are the ones provisioned).", ("agent",), ("certs",)),
+    Channel("bke.v1.agent.{cluster}.{node}.refused", CommandRefused, "event", "The agent refused a command (unsigned, not the dispatcher's key, another node, expired or not yet valid); nothing ran.", ("agent",), ("dispatcher",)),
+    Channel(AGENTS_PROVISION, ProvisionAgent, "request", "Record the key BKE made for a node's agent at provisioning (operator only; queue group certs-provision; core NATS, not stored).", ("cli",), ("certs",), (AgentProvisioned,)),
+    Channel(AGENTS_COMMAND_KEY, GetCommandKey, "request", "The dispatcher's command-signing public key, given to agents at provisioning (queue group dispatcher-command-key; core NATS, not stored).", ("cli",), ("dispatcher",), (CommandKey,)),
+    Channel(AGENTS_ACCEPTED, AgentAccepted, "event", "A registration's key is the one provisioned for its node: the node's results are believed only from this agent.", ("certs",), ("dispatcher",)),
+    Channel(AGENTS_REFUSED, AgentRefused, "event", "A registration's key is not the one provisioned for its node (or none was): nothing was sealed to it.", ("certs",), ("dispatcher",)),
     Channel("bke.v1.heartbeat.{cluster}.{node}", AgentHeartbeat, "event", "Agent liveness (core NATS, not stored).", ("agent",), ("dispatcher",)),
     Channel(EXPIRATION_GET, GetExpiration, "request", "The expiry of a cluster's certificates, paged, served by the certs service (queue group certs-expiration; core NATS, not stored).", ("cli",), ("certs",), (CertExpiration, StatusError)),
     Channel(STATUS_GET, GetStatus, "request", "The status of a cluster's install, served by the dispatcher (queue group dispatcher-status; core NATS, not stored).", ("cli",), ("dispatcher",), (ClusterStatus, StatusError)),

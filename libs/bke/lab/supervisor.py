@@ -31,6 +31,7 @@ from ..plan import Plan
 from .identities import LabIdentities
 from ..runtime import EmbeddedRuntime, RuntimeInfo
 from ..runtime.processes import ManagedProcess, pid_alive, stop_pid
+from .trust import ensure_lab_command_key, provision_lab_agents
 
 __all__ = ["LabSupervisor", "SERVICES", "lab_env"]
 
@@ -147,17 +148,23 @@ class LabSupervisor:
     def ensure_agents(self, info: RuntimeInfo, plan: Plan, only: list[str] | None = None) -> dict[str, int]:
         pids = self.pids()
         base = lab_env(info, self.workdir)
-        for node in plan.nodes:
+        todo = [n for n in plan.nodes if (only is None or n.hostname in only)
+                and not (pids["agents"].get(n.hostname) and pid_alive(pids["agents"][n.hostname]))]
+        envs = {}
+        for node in todo:
             h = node.hostname
-            if only is not None and h not in only:
-                continue
-            pid = pids["agents"].get(h)
-            if pid and pid_alive(pid):
-                continue
             root = self.workdir / "hosts" / h
             root.mkdir(parents=True, exist_ok=True)
-            env = dict(base, BKE_AGENT_CLUSTER=plan.cluster, BKE_AGENT_NODE=h, BKE_AGENT_BACKEND="lab",
-                       BKE_AGENT_ROOT=str(root), BKE_AGENT_IP=node.ip, **self._bus_env(info, "agent", plan.cluster, h))
+            envs[h] = dict(base, BKE_AGENT_CLUSTER=plan.cluster, BKE_AGENT_NODE=h, BKE_AGENT_BACKEND="lab",
+                           BKE_AGENT_ROOT=str(root), BKE_AGENT_IP=node.ip,
+                           **self._bus_env(info, "agent", plan.cluster, h))
+        # trust (issue 10): the agents' keys are made and recorded before they start, and they
+        # are given the dispatcher's public key (lab/trust.py)
+        command_key = ensure_lab_command_key(info, self.ensure_secret_key())
+        provision_lab_agents(self.operator_access(info), plan.cluster, envs)
+        for node in todo:
+            h = node.hostname
+            env = dict(envs[h], BKE_AGENT_COMMAND_KEY=command_key)
             proc = ManagedProcess.start(f"agent-{h}", [_bin("bke-agent"), "run"], self.workdir / "logs" / f"agent-{h}.log", env=env)
             pids["agents"][h] = proc.pid
         self._save(pids)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +32,8 @@ from .plan import Inline, LocalFile, Step, Upload, remote_command
 __all__ = ["NodeOutcome", "RemoteSession", "bootstrap_node", "bootstrap_nodes", "describe_steps", "steps_markdown"]
 
 log = logging.getLogger(__name__)
+# (node, the public line `bke-agent init` printed) -> "" if recorded, else why not
+OnPublicKey = Callable[[str, str], Awaitable[str]]
 
 Status = Literal["ok", "failed", "refused", "unreachable"]
 
@@ -68,9 +70,12 @@ class NodeOutcome:
 
 
 async def bootstrap_node(
-    session: RemoteSession, steps: Sequence[Step], node: str, address: str, cluster: str = ""
+    session: RemoteSession, steps: Sequence[Step], node: str, address: str, cluster: str = "",
+    on_public_key: OnPublicKey | None = None,
 ) -> NodeOutcome:
-    """Run ``steps`` in order on one connected node; stop at the first failure."""
+    """Run ``steps`` in order on one connected node; stop at the first failure. ``on_public_key``
+    records the agent's key (the provisioning channel) as soon as the node prints it, before the
+    steps after it (the agent's start); its error message fails the node at step "provision"."""
     public_key: str | None = None
     extra = {"cluster": cluster, "node": node, "operation": "agent-bootstrap"}
     for step in steps:
@@ -85,6 +90,8 @@ async def bootstrap_node(
             public_key = stdout.strip()
             if not public_key:
                 return NodeOutcome(node, address, "failed", step.name, "bke-agent init printed no public key")
+            if on_public_key is not None and (why := await on_public_key(node, public_key)):
+                return NodeOutcome(node, address, "failed", "provision", why)
         log.info("bootstrap step done", extra={**extra, "step": step.name})
     return NodeOutcome(node, address, "ok", None, "agent running", public_key)
 
@@ -114,6 +121,7 @@ async def bootstrap_nodes(
     open_session: OpenSession,
     concurrency: int = 20,
     cluster: str = "",
+    on_public_key: OnPublicKey | None = None,
 ) -> list[NodeOutcome]:
     """Bootstrap ``nodes`` (name, address) with at most ``concurrency`` connections; input order kept."""
     if concurrency < 1:
@@ -124,7 +132,7 @@ async def bootstrap_nodes(
         async with gate:
             try:
                 async with open_session(node) as session:
-                    return await bootstrap_node(session, steps_for(node), node, address, cluster)
+                    return await bootstrap_node(session, steps_for(node), node, address, cluster, on_public_key)
             except HostKeyRefused as exc:
                 return NodeOutcome(node, address, "refused", "connect", str(exc))
             except SshAuthRefused as exc:

@@ -18,6 +18,7 @@ import jinja2
 from pydantic import BaseModel, ConfigDict
 
 from ..auth.permissions import identity_name, inbox_prefix
+from ..secrets.signing import parse_public_line
 from .layout import AGENT_BIN, CREDS_PATH, ENV_PATH
 
 __all__ = [
@@ -102,10 +103,14 @@ def _check_unit(text: str, params: UnitParams) -> None:
         raise ValueError("rendered EnvironmentFile does not match")
 
 
-def render_env(cluster: str, node: str, nats_url: str, creds: bool = False) -> str:
+def render_env(cluster: str, node: str, nats_url: str, creds: bool = False, command_key: str = "") -> str:
     """The agent's environment file (installed 0600: the URL may hold credentials). With `creds`,
     the agent connects as its node's identity: the creds file shipped to CREDS_PATH and the
-    inbox prefix that identity may use (bke.auth.permissions)."""
+    inbox prefix that identity may use (bke.auth.permissions). With `command_key` (the
+    dispatcher's public line, bke.secrets.signing), the agent runs only commands signed with that
+    key (issue 10): it is provisioned here, never learned from the bus."""
+    # bare base64 (no space for an EnvironmentFile to mis-read); refuse a key the agent could not read
+    key_line = [f"BKE_AGENT_COMMAND_KEY={parse_public_line(command_key).public_line.split()[1]}"] if command_key else []
     lines = [
         "# Written by `bke agent bootstrap`. Keep 0600: the NATS URL may carry credentials.",
         f"BKE_NATS_URL={validate_nats_url(nats_url)}",
@@ -116,6 +121,7 @@ def render_env(cluster: str, node: str, nats_url: str, creds: bool = False) -> s
     if creds:
         lines += [f"BKE_NATS_CREDS={CREDS_PATH}",
                   f"BKE_NATS_INBOX_PREFIX={inbox_prefix(identity_name('agent', cluster, node))}"]
+    lines += key_line
     return "\n".join(lines) + "\n"
 
 
@@ -127,6 +133,6 @@ class AgentFiles:
     env: str
 
     @classmethod
-    def for_node(cls, cluster: str, node: str, nats_url: str, creds: bool = False) -> AgentFiles:
+    def for_node(cls, cluster: str, node: str, nats_url: str, creds: bool = False, command_key: str = "") -> AgentFiles:
         return cls(unit=render_unit(UnitParams(env_path=ENV_PATH, agent_bin=AGENT_BIN)),
-                   env=render_env(cluster, node, nats_url, creds))
+                   env=render_env(cluster, node, nats_url, creds, command_key))

@@ -103,6 +103,7 @@ class BootstrapParams:
     # The node's NATS creds file (text: a user JWT and its seed). Shipped 0600 to CREDS_PATH and
     # named in the environment; never printed (see `Inline.secret`).
     nats_creds: str | None = field(default=None, repr=False)
+    command_key: str = ""  # the dispatcher's public line: the only key whose commands the agent runs
 
     @property
     def use_sudo(self) -> bool:
@@ -121,7 +122,8 @@ def bootstrap_steps(params: BootstrapParams) -> tuple[Step, ...]:
     wheel = params.wheel.name
     if not _WHEEL_NAME.match(wheel):
         raise ValueError(f"{wheel!r} is not a wheel file name")
-    files = AgentFiles.for_node(params.cluster, params.node, params.nats_url, creds=params.nats_creds is not None)
+    files = AgentFiles.for_node(params.cluster, params.node, params.nats_url, creds=params.nats_creds is not None,
+                                command_key=params.command_key)
     pip = (f"{AGENT_PREFIX}/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check")
     # Exit with a message (sys.exit(str) prints it and returns 1) so the failure names the version.
     check_py = (
@@ -159,10 +161,12 @@ def bootstrap_steps(params: BootstrapParams) -> tuple[Step, ...]:
         Step("write-unit", f"put the unit in {UNIT_PATH} (0644)", ("install", "-m", "0644", _staged(UNIT_NAME), UNIT_PATH)),
         Step("daemon-reload", "make systemd read the unit", ("systemctl", "daemon-reload")),
         Step("enable", "start the agent at boot", ("systemctl", "enable", UNIT_NAME)),
+        # init before the start: the key exists, and is recorded (provisioned) by the caller, before
+        # the agent registers with it (issue 10: a registration with an unrecorded key is refused)
+        Step("init", "make (or read back) the agent's key and print its public half", (*env_for_init, AGENT_BIN, "init"),
+             reports_public_key=True),
         # restart, not `enable --now`: a second bootstrap must run the new wheel and environment.
         Step("restart", "(re)start the agent", ("systemctl", "restart", UNIT_NAME)),
-        Step("init", "read back the agent's public key", (*env_for_init, AGENT_BIN, "init"),
-             reports_public_key=True),
         Step("cleanup", "remove the staging directory", ("rm", "-rf", "--", STAGING_DIR), privileged=False),
     )
     if not params.use_sudo:

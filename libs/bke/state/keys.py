@@ -27,6 +27,9 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:<c>:health / health-meta / health-pods                                   (dispatcher)
     bke:auth:authority                   string  NATS operator/account seeds, encrypted (bke.auth)
     bke:auth:identities                  hash    identity name -> issued record  (bke.auth)
+    bke:command-signing-key              string  the dispatcher's Ed25519 key, encrypted at rest (deployment)
+    bke:<c>:agents:provisioned           hash    node -> the agent key BKE provisioned  (certs)
+    bke:<c>:agents:accepted              hash    node -> agent id certs sealed to       (dispatcher)
 """
 from __future__ import annotations
 
@@ -42,6 +45,9 @@ __all__ = [
     "addons_key",
     "agents_key",
     "certs_agents_key",
+    "accepted_agents_key",
+    "command_signing_key",
+    "provisioned_agents_key",
     "cluster_key",
     "clusters_index",
     "command_key",
@@ -226,3 +232,19 @@ def auth_authority_key() -> str:
 def auth_identities_key() -> str:
     """Every identity ever issued on the bus: name -> JSON record (bke.auth.registry)."""
     return f"{PREFIX}:auth:identities"
+
+
+# trust (issue 10): keys recorded by BKE, never learned from the bus -----------------
+def command_signing_key() -> str:
+    """The dispatcher replicas' one command-signing key (bke.secrets.signing), per deployment."""
+    return f"{PREFIX}:command-signing-key"
+
+
+def provisioned_agents_key(cluster: str) -> str:
+    """Hash node -> ProvisionAgent JSON: the agent key recorded at provisioning (certs)."""
+    return cluster_key(cluster, "agents", "provisioned")
+
+
+def accepted_agents_key(cluster: str) -> str:
+    """Hash node -> agent id that certs sealed the node's bundle to (dispatcher, from certs.sealed)."""
+    return cluster_key(cluster, "agents", "accepted")

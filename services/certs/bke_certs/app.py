@@ -5,12 +5,13 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timezone
 
+from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from bke.bus.service import Service, make_service
 from bke.bus.handler import typed
 from bke.contracts import PLAN_CREATED, PlanCreated
-from bke.contracts.agent import AgentRegistered
+from bke.contracts.agent import AGENTS_PROVISION, AgentProvisioned, AgentRegistered, ProvisionAgent
 from bke.contracts.expiration import EXPIRATION_GET, EXPIRATION_QUEUE
 from bke.contracts.certs import ISSUE_CERTS, RENEW_CERTS, IssueCerts, RenewCerts
 from bke.contracts.install import InstallFinished, install_subject
@@ -62,9 +63,23 @@ def create_service(settings: CertsSettings | None = None) -> Service:
         if msg.reply:  # a publish without a reply inbox asks nothing
             await msg.respond(await expiration.answer(msg.data))
 
+    async def on_provision(msg) -> None:
+        # operator-only by NATS permissions; a malformed request is answered naming the field
+        try:
+            req = ProvisionAgent.model_validate_json(msg.data)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            field = ".".join(str(p) for p in err["loc"]) or "request"
+            answer = AgentProvisioned(cluster="", node="", ok=False, reason=f"{field}: {err['msg']}")
+        else:
+            answer = await h.on_provision(req)
+        if msg.reply:
+            await msg.respond(answer.to_bytes())
+
     async def serve_expiration() -> None:
         # core request/reply; the queue group shares requests between replicas
         subs.append(await svc.nc.subscribe(EXPIRATION_GET, queue=EXPIRATION_QUEUE, cb=on_expiration))
+        subs.append(await svc.nc.subscribe(AGENTS_PROVISION, queue="certs-provision", cb=on_provision))
 
     async def stop_serving() -> None:
         for s in subs:

@@ -4,8 +4,11 @@ thin over `service_core` (bke.pki underneath).
     plan created        -> ensure the cluster PKI, seal the registered agents' bundles
                            (`certs sealed`), then `certs issued` (references only)
     issue certs         -> the same, for a retry after a failure
-    agent registered    -> seal that node's bundle to the agent, store it for the dispatcher;
-                           an unusable agent key is `certs failed` naming the node
+    provision agent     -> (operator request) record the key BKE made for a node's agent
+    agent registered    -> only if its key is the provisioned one: seal that node's bundle to
+                           the agent, store it for the dispatcher; an unusable agent key is
+                           `certs failed` naming the node. Any other key (or none provisioned):
+                           `agents refused`, nothing stored, nothing sealed
     renew certs         -> unless the cluster is busy: renew the named (or expiring) leaves,
                            re-seal the affected nodes' bundles, one `certs renewed` listing them
                            all (refused or failed: `certs failed` with the reason)
@@ -22,7 +25,15 @@ from typing import Awaitable, Callable, Literal
 from redis.asyncio import Redis
 
 from bke.contracts import PlanCreated
-from bke.contracts.agent import AgentRegistered
+from bke.contracts.agent import (
+    AGENTS_ACCEPTED,
+    AGENTS_REFUSED,
+    AgentAccepted,
+    AgentProvisioned,
+    AgentRefused,
+    AgentRegistered,
+    ProvisionAgent,
+)
 from bke.contracts.certs import (
     CERTS_FAILED,
     CERTS_ISSUED,
@@ -43,13 +54,13 @@ from bke.errors import RejectedInput, TemporaryError
 from bke.pki.errors import PkiError, PkiNotReady
 from bke.secrets import SecretBox
 from bke.state import PlanCache
-from bke.state.keys import certs_agents_key, plan_key
+from bke.state.keys import certs_agents_key, plan_key, provisioned_agents_key
 from bke.state.nodefiles import RedisNodeFiles
 
 from .cache import CachedPkiStore
 from .operations import OpsStore
 from .renewal import renew_refusal
-from .sealing import seal_bundle
+from .sealing import provisioned_refusal, seal_bundle
 from bke.pki.operations import node_bundles
 
 from .service_core import ensure_cluster_certs, renew_requested
@@ -121,8 +132,10 @@ class CertsHandlers:
         failures = await self.reseal(cluster, report.changed_nodes, request_id=request_id)
         known = {n.hostname for n in plan.nodes}
         have = [n for n in await self.files.nodes(cluster, "certs") if n in known]
-        sealed = [Out(CertsSealed(cluster=cluster, nodes=have[i : i + ANNOUNCE_CHUNK]), CERTS_SEALED)
-                  for i in range(0, len(have), ANNOUNCE_CHUNK)]
+        ids = await self._agent_ids(cluster)
+        sealed = [Out(CertsSealed(cluster=cluster, nodes=chunk, agents={n: ids[n] for n in chunk if n in ids}),
+                      CERTS_SEALED)
+                  for chunk in (have[i : i + ANNOUNCE_CHUNK] for i in range(0, len(have), ANNOUNCE_CHUNK))]
         return [*failures, *sealed, Out(issued, CERTS_ISSUED, f"certs:{request_id}:{digest}")]
 
     async def gave_up(self, body: bytes, reason: str) -> None:
@@ -133,16 +146,50 @@ class CertsHandlers:
                              plan_digest=getattr(ev, "plan_digest", ""), reason=f"the certs service gave up: {reason}")
         await self.publish(failed.to_bytes(), CERTS_FAILED, {})
 
+    async def _agent_ids(self, cluster: str) -> dict[str, str]:
+        """node -> id of the accepted agent key (from the registrations this service accepted)."""
+        raw = await self.redis.hgetall(self._agents_key(cluster))
+        return {(k.decode() if isinstance(k, bytes) else k): AgentRegistered.model_validate_json(v).agent_id
+                for k, v in raw.items()}
+
+    async def on_provision(self, req: ProvisionAgent) -> AgentProvisioned:
+        """Record the agent key BKE made for a node (idempotent; a new key replaces the old one,
+        and the old key's accepted registration is forgotten: that agent is trusted no more)."""
+        why = provisioned_refusal(req, None)
+        if why:
+            return AgentProvisioned(cluster=req.cluster, node=req.node, ok=False, reason=why)
+        await self.redis.hset(provisioned_agents_key(req.cluster), req.node, req.model_dump_json(by_alias=True))
+        old = await self.redis.hget(self._agents_key(req.cluster), req.node)
+        if old is not None and AgentRegistered.model_validate_json(old).agent_id != req.agent_id:
+            await self.redis.hdel(self._agents_key(req.cluster), req.node)
+        log.info("agent key provisioned", extra={"cluster": req.cluster, "node": req.node, "agent_id": req.agent_id})
+        return AgentProvisioned(cluster=req.cluster, node=req.node, ok=True)
+
     async def on_registered(self, reg: AgentRegistered) -> list[Out]:
-        """Remember the agent's key; seal now if the cluster's PKI exists, else `ensure` will.
+        """If the key is the one provisioned for the node: remember it; seal now if the
+        cluster's PKI exists, else `ensure` will. Otherwise refuse: nothing stored or sealed.
 
         (Agents may start long before the cluster is requested: their registrations must not
-        wait in redelivery for a plan that may never come.)"""
+        wait in redelivery for a plan that may never come. A registration for a node that
+        was never provisioned, e.g. one not in any plan, is refused the same way and leaves no
+        state, so it can never stand in the way of a plan.)"""
+        raw = await self.redis.hget(provisioned_agents_key(reg.cluster), reg.node)
+        why = provisioned_refusal(ProvisionAgent.model_validate_json(raw) if raw is not None else None, reg)
+        if why:
+            log.warning("registration refused: %s", why, extra={"cluster": reg.cluster, "node": reg.node,
+                                                                "agent_id": reg.agent_id})
+            ev = AgentRefused(cluster=reg.cluster, node=reg.node, agent_id=reg.agent_id, reason=why,
+                              at=self.now().isoformat())
+            # one event per (node, key) within the duplicate window: a flood does not become one
+            return [Out(ev, AGENTS_REFUSED, f"refused:{reg.cluster}:{reg.node}:{reg.agent_id}")]
         await self.redis.hset(self._agents_key(reg.cluster), reg.node, reg.model_dump_json(by_alias=True))
+        accepted = Out(AgentAccepted(cluster=reg.cluster, node=reg.node, agent_id=reg.agent_id, at=self.now().isoformat()),
+                       AGENTS_ACCEPTED, f"accepted:{reg.cluster}:{reg.node}:{reg.agent_id}")
         if not (await self.redis.exists(pki_keys(reg.cluster)["manifest"]) and await self.redis.exists(plan_key(reg.cluster))):
-            return []
+            return [accepted]
         sealed, failures = await self._seal_nodes(reg.cluster, [reg], request_id=f"registered:{reg.agent_id}")
-        return [*failures, *([Out(CertsSealed(cluster=reg.cluster, nodes=sealed), CERTS_SEALED)] if sealed else [])]
+        out = [Out(CertsSealed(cluster=reg.cluster, nodes=sealed, agents={n: reg.agent_id for n in sealed}), CERTS_SEALED)]
+        return [accepted, *failures, *(out if sealed else [])]
 
     async def _seal_nodes(self, cluster: str, regs: list[AgentRegistered], request_id: str,
                           operation: Literal["install", "renewal"] = "install") -> tuple[list[str], list[Out]]:

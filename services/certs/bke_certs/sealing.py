@@ -7,14 +7,33 @@ receiving agent's X25519 key opens.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 
-from bke.contracts.agent import AgentRegistered
+from bke.contracts.agent import AgentRegistered, ProvisionAgent
 from bke.pki import NodeFile as PkiFile
-from bke.secrets.sealing import agent_key_id, public_key_from_raw, seal
+from bke.secrets.sealing import SealedDataError, agent_key_id, public_key_from_raw, seal
 from bke.state.nodefiles import NodeFile
 
-__all__ = ["seal_bundle"]
+__all__ = ["provisioned_refusal", "seal_bundle"]
+
+
+def provisioned_refusal(provisioned: ProvisionAgent | None, reg: AgentRegistered | None) -> str:
+    """Why a registration is not sealed to ("" when it may be), or, with `reg` None, why a
+    provisioning request is unusable. Trust is provisioned, never announced: only the key BKE
+    recorded for the node at provisioning is ever sealed to."""
+    if provisioned is None:
+        return f"no agent key was provisioned for node {reg.node if reg else '?'}"
+    try:
+        raw = base64.b64decode(provisioned.seal_public_key_b64, validate=True)
+        key_id = agent_key_id(public_key_from_raw(raw))
+    except (binascii.Error, ValueError, SealedDataError) as exc:
+        return f"sealPublicKeyB64: not a base64 X25519 public key ({exc})"
+    if key_id != provisioned.agent_id:
+        return "agentId: is not the id of sealPublicKeyB64"
+    if reg is not None and (reg.agent_id, reg.seal_public_key_b64) != (provisioned.agent_id, provisioned.seal_public_key_b64):
+        return f"the agent's key ({reg.agent_id}) is not the one provisioned for node {reg.node} ({provisioned.agent_id})"
+    return ""
 
 
 def seal_bundle(files: list[PkiFile], agent: AgentRegistered) -> list[NodeFile]:

@@ -22,11 +22,22 @@ from bke.contracts.certs import (
     CertsSealed,
 )
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
-from bke.contracts.agent import AgentRegistered, CommandResult, agent_subject
+from bke.contracts.agent import (
+    AGENTS_ACCEPTED,
+    AGENTS_COMMAND_KEY,
+    AGENTS_REFUSED,
+    AgentAccepted,
+    AgentRefused,
+    CommandKey,
+    CommandRefused,
+    CommandResult,
+    agent_subject,
+)
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.status import STATUS_GET, STATUS_QUEUE
 from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
 from bke.errors import is_unavailable
+from bke.secrets import box_from_env
 from bke.state import PlanCache
 from bke.state.keys import heartbeat_key
 from bke.state.nodefiles import RedisNodeFiles
@@ -41,6 +52,7 @@ from .rotations import Rotations, RotationStore
 from .runner import Runner
 from .service_events import ServiceEvents
 from .settings import DispatcherSettings
+from .signing import CommandSigning
 from .state import DispatcherState
 from .status import StatusReader, StatusResponder
 
@@ -67,17 +79,20 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         applier = KubernetesApplier(redis)
     else:
         applier = LabApplier()
+    # every command is signed with the deployment's key (made at deployment, or here, SET NX)
+    signing = CommandSigning(redis, box_from_env)
     engine = Engine(
         state, plans, files, svc.publish,
         LabChecksums() if lab else HttpRepoChecksums(),
         AddonsWork(redis, applier, _now),
-        _now, settings.owner, settings.lease_ms, notify=svc.notify,
+        _now, settings.owner, settings.lease_ms, notify=svc.notify, sign=signing.sign,
     )
     runner = Runner(engine, state)
     health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s,
-                           pods=None if lab else applier.pod_status)
+                           pods=None if lab else applier.pod_status, sign=signing.sign)
     rotation_store = RotationStore(redis)
-    rotations = Rotations(rotation_store, state, plans, files, svc.publish, _now, settings.owner, settings.lease_ms)
+    rotations = Rotations(rotation_store, state, plans, files, svc.publish, _now, settings.owner, settings.lease_ms,
+                          sign=signing.sign)
     rotation_runner = Runner(rotations, state)  # type: ignore[arg-type]  # same reconcile shape
     rotations.kick = rotation_runner.kick
     inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result)
@@ -123,7 +138,13 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     # one per sealed batch or registration: thousands per big install, so the lean consumer
     svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", t(CertsSealed, services.certs_sealed))
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", t(CommandResult, on_result))
-    svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "dispatcher-agents", t(AgentRegistered, inputs.registered))
+    # registrations go to the certs service only: the dispatcher learns a node's agent from
+    # `certs.sealed` (the provisioned key), never from the agent's claim
+    svc.fast_subscriber(AGENTS_ACCEPTED, "BKE_EVENTS", "dispatcher-agents-accepted", t(AgentAccepted, services.agent_accepted))
+    svc.fast_subscriber("bke.v1.agent.*.*.refused", "BKE_AGENT", "dispatcher-refusals",
+                        t(CommandRefused, inputs.command_refused))
+    svc.work_subscriber(AGENTS_REFUSED, "BKE_EVENTS", "dispatcher-agents-refused", t(AgentRefused, inputs.agent_refused),
+                        batch_size=b)
     retry = t(RetryInstall, inputs.retry)
     svc.work_subscriber(RETRY_INSTALL, "BKE_COMMANDS", "dispatcher-retry", retry, batch_size=b)
     svc.work_subscriber(LEGACY_RETRY_REQUESTED, "BKE_COMMANDS", "dispatcher-retry-legacy",
@@ -138,11 +159,17 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     background: list[asyncio.Task] = []
     stopping: list[bool] = []  # set once the service stops
 
+    async def on_command_key(msg) -> None:
+        if msg.reply:  # the public half only; an agent is provisioned with it
+            signer = await signing.signer()
+            await msg.respond(CommandKey(public_line=signer.verify_key.public_line, key_id=signer.key_id).to_bytes())
+
     async def _started() -> None:
         nc = svc.nc
         core_subs.append(await nc.subscribe("bke.v1.heartbeat.>", cb=on_heartbeat))
         # core request/reply; the queue group shares requests between replicas
         core_subs.append(await nc.subscribe(STATUS_GET, queue=STATUS_QUEUE, cb=on_status))
+        core_subs.append(await nc.subscribe(AGENTS_COMMAND_KEY, queue="dispatcher-command-key", cb=on_command_key))
         background.append(asyncio.create_task(_resume(), name="dispatcher:resume"))
         health.start()
 

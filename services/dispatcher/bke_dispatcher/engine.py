@@ -22,6 +22,7 @@ from bke.state.nodefiles import RedisNodeFiles
 
 from . import decide, readiness
 from .phases import PHASES, NodeInputs, Phase
+from .signing import Sign
 from .state import DispatcherState
 
 __all__ = ["Engine", "Outcome", "command_id", "parse_command_id"]
@@ -73,7 +74,10 @@ class Engine:
         owner: str,
         lease_ms: int = 15000,
         notify: Publish | None = None,
+        *,
+        sign: Sign,
     ):
+        self.sign = sign  # every command is signed (signing.py): agents run nothing else
         self.state, self.plans, self.files, self.publish = state, plans, files, publish
         self.checksums, self.local, self.now, self.owner, self.lease_ms = checksums, local, now, owner, lease_ms
         self.notify = notify or publish  # per-node progress events: many, and advisory
@@ -162,7 +166,7 @@ class Engine:
         """Carry out the pure decision (`decide.decide_step`) until it says wait, done or failed."""
         targets = self.targets(plan, phase)
         seen = decide.Observed(
-            agents=await self.state.agent_count(cluster) if "agents" in phase.needs else 0,
+            agents=await self.state.agent_count(cluster, [n.hostname for n in targets]) if "agents" in phase.needs else 0,
             inputs=inputs,
             sealed=await self.state.sealed_count(cluster, [n.hostname for n in plan.nodes]) if "certs" in phase.needs else 0,
             nodes=len(plan.nodes),
@@ -204,14 +208,14 @@ class Engine:
                 h = node.hostname
                 gen = gens.get(h, 0)
                 inp = NodeInputs(render=render.get(h) or [], certs=certs.get(h) or [], checksums=sums)
-                cmd = AgentCommand(
+                cmd = await self.sign(AgentCommand(
                     command_id=command_id(cluster, phase.slug, h, gen),
                     cluster=cluster,
                     node=h,
                     phase=phase.slug,
                     issued_at=self._ts(),
                     steps=phase.build(plan, node, inp) if phase.build else [],
-                )
+                ))
                 sent[h] = {"id": cmd.command_id, "gen": gen, "status": "Sent", "step": "", "stderr": "", "at": cmd.issued_at}
                 pubs.append(self.publish(cmd.to_bytes(), agent_subject(cluster, h, "command"), {"Nats-Msg-Id": cmd.command_id}))
             # publish first, then record: a crash in between only re-publishes the same ids

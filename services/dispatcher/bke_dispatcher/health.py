@@ -19,6 +19,7 @@ from bke.state.keys import health_key, health_meta_key, health_pods_key
 
 from .phases import CONTROL_PLANE, ETCD, phase_by_slug
 from .steps import health_steps
+from .signing import Sign
 from .state import DispatcherState
 
 __all__ = ["HealthMonitor"]
@@ -36,7 +37,10 @@ class HealthMonitor:
         now: Callable[[], datetime],
         interval_s: float,
         pods: Callable[[Plan], Awaitable[dict]] | None = None,
+        *,
+        sign: Sign,
     ):
+        self.sign = sign  # health commands are signed like every other (signing.py)
         self.state, self.plans, self.publish, self.now, self.interval_s = state, plans, publish, now, interval_s
         self.pods = pods  # kube-system pod status via the kubernetes client (real clusters only)
         self._rounds = Periodic("health", interval_s, self.round, log)
@@ -59,14 +63,14 @@ class HealthMonitor:
             for node in phase_by_slug("health").targets(plan):
                 # short waits: a round reports what answers now, it does not wait for recovery
                 steps = health_steps(plan, node, HEALTH_COMPONENTS, min(10.0, max(2.0, self.interval_s / 2)))
-                cmd = AgentCommand(
+                cmd = await self.sign(AgentCommand(
                     command_id=f"{cluster}/health@{rnd}/{node.hostname}/0",
                     cluster=cluster,
                     node=node.hostname,
                     phase="health",
                     issued_at=self.now().isoformat(),
                     steps=steps,
-                )
+                ))
                 await self.publish(cmd.to_bytes(), agent_subject(cluster, node.hostname, "command"), {"Nats-Msg-Id": cmd.command_id})
                 sent += 1
         return sent

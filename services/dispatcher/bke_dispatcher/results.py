@@ -1,5 +1,13 @@
-"""Inputs from the agents: command results, registrations, retry requests (which ask the
+"""Inputs from the agents: command results, refusals, retry requests (which ask the
 renderer or certs service again when the failure was theirs).
+
+Whose result is believed (issue 10): a result counts only if the node in its subject (which
+NATS permissions bind to that node's identity), in its payload and in its command id are the
+same, and its `agent_id` is the agent the certs service sealed that node's bundle to (learned
+from `certs.sealed`; a node outside the plan has none). Anything else is dropped: acked,
+counted, logged at most once per LOG_EVERY_S per cluster, and nothing of it (status, text) is
+recorded or shown. Refusals (an agent's `refused`, the certs service's `agents.refused`) are
+logged and counted; they never count as a result.
 
 Each handler takes its typed message (bke.bus.handler), records what happened, wakes the
 cluster's reconcile loop and returns what to publish; the loop decides what to do next. All of
@@ -8,11 +16,13 @@ them are safe under redelivery.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime
 from typing import Awaitable, Callable
 
+from bke.bus.delivery import delivery_subject
 from bke.bus.handler import Out
-from bke.contracts.agent import AgentRegistered, CommandResult
+from bke.contracts.agent import AGENT_PREFIX, AgentRefused, CommandRefused, CommandResult, token_node
 from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
 from bke.contracts.certs import ISSUE_CERTS, IssueCerts
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
@@ -28,6 +38,36 @@ __all__ = ["Inputs"]
 
 log = logging.getLogger("bke.dispatcher")
 STDERR_KEEP = 2000
+LOG_EVERY_S = 10.0  # dropped results and refusals: one log line per cluster per period
+
+
+def subject_node(subject: str) -> tuple[str, str] | None:
+    """(cluster, node) of `bke.v1.agent.<cluster>.<node>.<kind>`, None for any other subject."""
+    head = AGENT_PREFIX + "."
+    if not subject.startswith(head):
+        return None
+    parts = subject[len(head):].split(".")
+    return (parts[0], token_node(parts[1])) if len(parts) == 3 else None
+
+
+class _RateLimited:
+    """Count everything, log at most once per `every_s` per key (a flood must not flood the log)."""
+
+    def __init__(self, every_s: float = LOG_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s, self.clock = every_s, clock
+        self.count = 0
+        self._last: dict[str, float] = {}
+        self._since: dict[str, int] = {}
+
+    def __call__(self, key: str, message: str, **extra: object) -> None:
+        self.count += 1
+        self._since[key] = self._since.get(key, 0) + 1
+        now = self.clock()
+        if now - self._last.get(key, -1e18) >= self.every_s:
+            log.warning("%s (%d since the last such line)", message, self._since.pop(key), extra=extra)
+            self._last[key] = now
+            if len(self._last) > 10_000:  # bounded: keys are cluster names
+                self._last.clear()
 
 
 class Inputs:
@@ -42,6 +82,8 @@ class Inputs:
         self.on_rotation = on_rotation  # certificate rotations' results (see rotations.py)
         self.state, self.kick, self.now, self.on_health = state, kick, now, on_health
         self._request_ids: dict[str, str] = {}  # cluster -> request id, read once (it never changes)
+        self.dropped = _RateLimited()  # results not believed (see the module docstring)
+        self.refusals = _RateLimited()  # commands refused by agents, registrations by certs
 
     async def _request_id(self, cluster: str) -> str:
         rid = self._request_ids.get(cluster)
@@ -51,11 +93,33 @@ class Inputs:
                 self._request_ids[cluster] = rid
         return rid
 
+    async def _untrusted(self, res: CommandResult, node: str) -> str:
+        """Why this result is not believed ("" if it is)."""
+        where = subject_node(delivery_subject())
+        if where is not None and where != (res.cluster, res.node):
+            return f"published on the subject of {where[1]} in {where[0]}"
+        if node != res.node:
+            return f"its command id names node {node}"
+        accepted = await self.state.accepted_agent(res.cluster, res.node)
+        if accepted is None:
+            return "no agent of this node was accepted (not in the plan, or not provisioned)"
+        if accepted != res.agent_id:
+            return f"agent {res.agent_id} is not the node's accepted agent"
+        return ""
+
     async def result(self, res: CommandResult) -> list[Out]:
         try:
             cluster, slug, node, gen = parse_command_id(res.command_id)
         except ValueError as exc:
             raise MalformedMessage(f"malformed command result: command id {res.command_id!r}: {exc}") from exc
+        if cluster != res.cluster:
+            why = f"its command id names cluster {cluster}"
+        else:
+            why = await self._untrusted(res, node)
+        if why:
+            self.dropped(res.cluster, f"result dropped: {why}", cluster=res.cluster, node=res.node,
+                         command_id=res.command_id)
+            return []
         if slug.startswith("health@"):
             await self.on_health(res)
             return []
@@ -82,9 +146,16 @@ class Inputs:
         )
         return [Out(ev, install_subject(cluster, "node"), live=True)]
 
-    async def registered(self, reg: AgentRegistered) -> None:
-        await self.state.register_agent(reg.cluster, reg.node, reg.model_dump_json(by_alias=True))
-        self.kick(reg.cluster)
+    async def command_refused(self, ev: CommandRefused) -> None:
+        """An agent would not run a command: logged (rate-limited) and counted, never a success.
+        (A genuine command refused stays Sent; its phase waits and shows the node as running.)"""
+        self.refusals(ev.cluster, f"agent of {ev.node} refused command {ev.command_id or '(malformed)'}: {ev.reason}",
+                      cluster=ev.cluster, node=ev.node, command_id=ev.command_id)
+
+    async def agent_refused(self, ev: AgentRefused) -> None:
+        """The certs service refused a registration (a key BKE did not provision)."""
+        self.refusals(ev.cluster, f"registration for {ev.node} refused: {ev.reason}",
+                      cluster=ev.cluster, node=ev.node, agent_id=ev.agent_id)
 
     async def retry(self, req: RetryInstall) -> list[Out]:
         c = req.cluster

@@ -33,6 +33,7 @@ from bke.state.nodefiles import RedisNodeFiles
 
 from .engine import Outcome
 from .rotation import Rotation, apply_result, new_rotation, next_step, node_steps, refusal, rotation_slug
+from .signing import Sign
 from .state import DispatcherState
 
 __all__ = ["RotationStore", "Rotations"]
@@ -107,7 +108,8 @@ class Rotations:
 
     def __init__(self, store: RotationStore, state: DispatcherState, plans: PlanCache, files: RedisNodeFiles,
                  publish: Publish, now: Callable[[], datetime], owner: str, lease_ms: int = 15000,
-                 kick: Callable[[str], None] | None = None):
+                 kick: Callable[[str], None] | None = None, *, sign: Sign):
+        self.sign = sign  # rotation commands are signed like every other (signing.py)
         self.store, self.state, self.plans, self.files, self.publish = store, state, plans, files, publish
         self.now, self.owner, self.lease_ms = now, owner, lease_ms
         self.kick: Callable[[str], None] = kick or (lambda cluster: None)
@@ -201,10 +203,10 @@ class Rotations:
         node = next(n for n in plan.nodes if n.hostname == hostname)
         run = next(n for n in rot.nodes if n.hostname == hostname)
         files = await self.files.get(rot.cluster, "certs", hostname) or []
-        cmd = AgentCommand(
+        cmd = await self.sign(AgentCommand(
             command_id=run.command_id, cluster=rot.cluster, node=hostname, phase=rotation_slug(rot.request_id),
             issued_at=self._ts(), steps=node_steps(plan, node, run, files),
-        )
+        ))
         # publish before recording it as sent: a crash in between re-publishes the same id,
         # which JetStream drops and an agent that completed it only replays
         await self.publish(cmd.to_bytes(), agent_subject(rot.cluster, hostname, "command"), {"Nats-Msg-Id": cmd.command_id})

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Callable
 
 from bke.contracts import PlanCreated
+from bke.contracts.agent import AgentAccepted
 from bke.contracts.certs import CertsFailed, CertsIssued, CertsSealed
 from bke.contracts.render import ManifestsRendered, RenderFailed
 from bke.state import PlanCache
@@ -70,7 +71,13 @@ class ServiceEvents:
         rec = InputRecord(InputStatus.FAILED, digest=ev.plan_digest, reason=ev.reason[:2000], kind=ev.kind, node=ev.node)
         await self._record(ev.cluster, "seal" if ev.node else "certs", rec, ev.request_id)
 
+    async def agent_accepted(self, ev: AgentAccepted) -> None:
+        """The certs service found the agent's key to be the provisioned one: the node's agent."""
+        await self.state.accept_agents(ev.cluster, {ev.node: ev.agent_id})
+        self.kick(ev.cluster)
+
     async def certs_sealed(self, ev: CertsSealed) -> None:
+        await self.state.accept_agents(ev.cluster, {n: a for n, a in ev.agents.items() if n in ev.nodes})
         await self.state.add_sealed(ev.cluster, ev.nodes)
         self.kick(ev.cluster)
 

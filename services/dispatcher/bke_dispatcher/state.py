@@ -9,7 +9,7 @@
     bke:<c>:cmd:<slug>           hash  <node> -> JSON {id, gen, status, step, stderr, at}
     bke:<c>:node                 hash  <node> -> JSON {phase, status, step}
     bke:<c>:lease:<slug>         string owner (PX ttl)   claimed before a phase step runs
-    bke:<c>:agents               hash  <node> -> AgentRegistered JSON
+    bke:<c>:agents:accepted      hash  <node> -> agent id certs sealed the bundle to
     bke:installs                 set   clusters with an install record
 
 Transitions that must count once (a result that arrives twice) are Lua scripts.
@@ -22,7 +22,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from bke.state.keys import (
-    agents_key,
+    accepted_agents_key,
     command_key,
     inputs_key,
     install_key,
@@ -202,16 +202,18 @@ class DispatcherState:
         await self.r.eval(_RELEASE, 1, lease_key(cluster, slug), owner)
 
     # agents ------------------------------------------------------------------
-    async def register_agent(self, cluster: str, node: str, doc: str) -> None:
-        await self.r.hset(agents_key(cluster), node, doc)
+    # Learned from `certs.sealed` only (the certs service sealed to the key BKE provisioned),
+    # never from an agent's own registration: a node's agent is the one its bundle is sealed to.
+    async def accept_agents(self, cluster: str, agents: dict[str, str]) -> None:
+        if agents:
+            await self.r.hset(accepted_agents_key(cluster), mapping=agents)
 
-    async def agents(self, cluster: str, nodes: list[str] | None = None) -> dict[str, dict]:
-        key = agents_key(cluster)
-        if nodes is None:
-            raw = await self.r.hgetall(key)
-            return {_s(k): json.loads(v) for k, v in raw.items()}
-        vals = await self.r.hmget(key, nodes)
-        return {n: json.loads(v) for n, v in zip(nodes, vals) if v is not None}
+    async def accepted_agent(self, cluster: str, node: str) -> str | None:
+        v = await self.r.hget(accepted_agents_key(cluster), node)
+        return None if v is None else _s(v)
 
-    async def agent_count(self, cluster: str) -> int:
-        return int(await self.r.hlen(agents_key(cluster)))
+    async def agent_count(self, cluster: str, nodes: list[str]) -> int:
+        """How many of `nodes` have an accepted agent."""
+        if not nodes:
+            return 0
+        return sum(v is not None for v in await self.r.hmget(accepted_agents_key(cluster), nodes))

@@ -1,0 +1,83 @@
+"""Is this command BKE's, for this node, and fresh? Checked before anything runs.
+
+Why these checks, in this order (the loop adds "not replayed" between them: a command whose id
+the journal holds is answered from the journal and never runs again):
+    1. signed, by the dispatcher key this agent was provisioned with (`key_id`, then the
+       Ed25519 signature over `AgentCommand.signing_bytes()`): anyone can publish on the bus,
+       only the dispatcher holds the key (bke.secrets.signing)
+    2. for this agent's cluster and node: a command signed for another node is not ours, even
+       if it reached our subject
+    3. fresh: `issued_at - CLOCK_SKEW_S <= now <= expires_at`, and a validity no longer than
+       COMMAND_VALIDITY_S (the window is justified in bke.contracts.agent)
+
+The provisioned key: `BKE_AGENT_COMMAND_KEY` (the public line or bare base64), else the file
+`<state dir>/command.pub` written at provisioning (the lab supervisor; `bke agent bootstrap`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from bke.contracts.agent import CLOCK_SKEW_S, COMMAND_VALIDITY_S, AgentCommand
+from bke.secrets.signing import CommandVerifyKey, SigningKeyError, parse_public_line
+
+__all__ = ["COMMAND_KEY_FILE", "CommandVerifier", "NoCommandKey", "load_command_key"]
+
+COMMAND_KEY_FILE = "command.pub"
+
+
+class NoCommandKey(RuntimeError):
+    """This agent was not provisioned with the dispatcher's public key: it would run nothing."""
+
+
+def load_command_key(env_value: str | None, state_dir: Path) -> CommandVerifyKey:
+    """The provisioned dispatcher key (env first, then the state dir's file)."""
+    path = state_dir / COMMAND_KEY_FILE
+    text = env_value or (path.read_text() if path.exists() else "")
+    if not text.strip():
+        raise NoCommandKey(f"no command key: set BKE_AGENT_COMMAND_KEY or write {path} at provisioning")
+    try:
+        return parse_public_line(text)
+    except SigningKeyError as exc:
+        raise NoCommandKey(f"the provisioned command key is unusable: {exc}") from None
+
+
+def _when(text: str) -> datetime | None:
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class CommandVerifier:
+    key: CommandVerifyKey
+    cluster: str
+    node: str
+
+    def authentic(self, cmd: AgentCommand) -> str | None:
+        """Checks 1 and 2: None if the dispatcher signed this command for this node, else why not."""
+        if not cmd.signature_b64:
+            return "unsigned command"
+        if cmd.key_id != self.key.key_id:
+            return f"signed by key {cmd.key_id!r}, not the dispatcher key this agent was provisioned with"
+        if not self.key.verify(cmd.signing_bytes(), cmd.signature_b64):
+            return "bad signature"
+        if (cmd.cluster, cmd.node) != (self.cluster, self.node):
+            return f"for node {cmd.node!r} of cluster {cmd.cluster!r}, not this agent's"
+        return None
+
+    def fresh(self, cmd: AgentCommand, now: datetime) -> str | None:
+        """Check 3: None if `now` is within the command's validity, else why not."""
+        issued, expires = _when(cmd.issued_at), _when(cmd.expires_at)
+        if issued is None or expires is None:
+            return "no valid issuedAt/expiresAt"
+        if expires - issued > timedelta(seconds=COMMAND_VALIDITY_S):
+            return f"validity longer than {COMMAND_VALIDITY_S}s"
+        if now < issued - timedelta(seconds=CLOCK_SKEW_S):
+            return f"not valid before {cmd.issued_at}"
+        if now > expires:
+            return f"expired at {cmd.expires_at}"
+        return None

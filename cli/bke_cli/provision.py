@@ -1,0 +1,51 @@
+"""Provisioning agents from the CLI (an operator identity): fetch the dispatcher's public
+command key to give to the agents, and record each agent's key through the provisioning channel
+(`bke.v1.agents.provision`, bke.provisioning) as soon as its node prints it."""
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime, timezone
+
+from nats.aio.client import Client as NatsClient
+from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+
+from bke.contracts.agent import AGENTS_COMMAND_KEY, CommandKey, GetCommandKey, ProvisionAgent
+from bke.provisioning import ProvisionRefused, provision_agent
+from bke.secrets.sealing import SealedDataError, agent_key_id, public_key_from_raw
+
+__all__ = ["KeyRecorder", "fetch_command_key"]
+
+PUBLIC_PREFIX = "bke-agent-x25519"
+
+
+async def fetch_command_key(nc: NatsClient, timeout_s: float = 10.0) -> str:
+    """The dispatcher's public line; RuntimeError if no dispatcher answers."""
+    try:
+        msg = await nc.request(AGENTS_COMMAND_KEY, GetCommandKey().to_bytes(), timeout=timeout_s)
+    except (NoRespondersError, NatsTimeout):
+        raise RuntimeError("no dispatcher answered for the command-signing key: start the services first") from None
+    return CommandKey.model_validate_json(msg.data).public_line
+
+
+class KeyRecorder:
+    """`on_public_key` for bke.ssh.bootstrap_nodes: records each node's agent key."""
+
+    def __init__(self, nc: NatsClient, cluster: str) -> None:
+        self.nc, self.cluster = nc, cluster
+
+    async def __call__(self, node: str, line: str) -> str:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] != PUBLIC_PREFIX:
+            return f"bke-agent init printed {line[:80]!r}, not '{PUBLIC_PREFIX} <base64>'"
+        try:
+            agent_id = agent_key_id(public_key_from_raw(base64.b64decode(parts[1], validate=True)))
+        except (binascii.Error, ValueError, SealedDataError) as exc:
+            return f"the agent's public key is unusable: {exc}"
+        req = ProvisionAgent(cluster=self.cluster, node=node, agent_id=agent_id, seal_public_key_b64=parts[1],
+                             at=datetime.now(timezone.utc).isoformat())
+        try:
+            await provision_agent(self.nc, req, timeout_s=30.0)
+        except (ProvisionRefused, TimeoutError) as exc:
+            return str(exc)
+        return ""

@@ -1,0 +1,100 @@
+"""The lab provisions its agents the way a deployment does (issue 10: agents trust only BKE).
+
+    ensure_lab_command_key   the deployment's command-signing key, made once and stored
+                             encrypted in Redis (bke.secrets.signing); its public line is given
+                             to every agent (BKE_AGENT_COMMAND_KEY)
+    provision_lab_agents     each agent's key is made before it starts (`bke-agent init` on the
+                             node's state, as `bke agent bootstrap` does over SSH) and recorded
+                             through the provisioning channel (bke.provisioning); the agent's
+                             registration is then the only one the certs service seals to
+
+Why `bke-agent init` and not the agent's identity module: libraries import no agent code
+(import-linter), and running the same command as the SSH bootstrap keeps one way to make a key.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import subprocess
+import sys
+import threading
+from collections.abc import Coroutine
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+from redis import Redis
+
+from ..bus.connect import BusAccess, connect_nats
+from ..contracts.agent import ProvisionAgent
+from ..provisioning import provision_agent
+from ..runtime import RuntimeInfo
+from ..secrets import load_secret_box
+from ..secrets.sealing import agent_key_id, public_key_from_raw
+from ..secrets.signing import ensure_command_key_sync
+from ..state.keys import command_signing_key
+
+__all__ = ["ensure_lab_command_key", "provision_lab_agents"]
+
+T = TypeVar("T")
+INIT_TIMEOUT_S = 60.0
+
+
+def ensure_lab_command_key(info: RuntimeInfo, secret_key_file: Path) -> str:
+    """The public line of the deployment's command-signing key (made if missing)."""
+    r = Redis.from_url(info.redis_url)
+    try:
+        return ensure_command_key_sync(r, command_signing_key(), load_secret_box(secret_key_file)).verify_key.public_line
+    finally:
+        r.close()
+
+
+def _agent_key(env: dict[str, str]) -> tuple[str, str]:
+    """Run `bke-agent init` with the agent's own environment: (agent id, base64 public key)."""
+    out = subprocess.run([str(Path(sys.executable).parent / "bke-agent"), "init"], env=env, capture_output=True,
+                         text=True, timeout=INIT_TIMEOUT_S, check=False)
+    lines = [ln.split() for ln in out.stdout.splitlines() if ln.startswith("bke-agent-x25519 ")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"bke-agent init failed for {env.get('BKE_AGENT_NODE')}: {out.stderr.strip()[-500:]}")
+    b64 = lines[-1][1]
+    return agent_key_id(public_key_from_raw(base64.b64decode(b64))), b64
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from synchronous code, inside a running loop or not."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=target, name="lab-provision")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def provision_lab_agents(access: BusAccess, cluster: str, envs: dict[str, dict[str, str]],
+                         timeout_s: float = 60.0) -> dict[str, str]:
+    """Make each node's agent key (idempotent: an existing key is kept) and record it; node -> agent id."""
+    keys = {node: _agent_key(env) for node, env in envs.items()}
+    if not keys:
+        return {}
+
+    async def record() -> None:
+        nc = await connect_nats(access, name="bke-lab-provision")  # the operator: only it may provision
+        try:
+            at = datetime.now(timezone.utc).isoformat()
+            await asyncio.gather(*(
+                provision_agent(nc, ProvisionAgent(cluster=cluster, node=node, agent_id=aid, seal_public_key_b64=b64,
+                                                   at=at), timeout_s)
+                for node, (aid, b64) in keys.items()))
+        finally:
+            await nc.close()
+
+    _run(record())
+    return {node: aid for node, (aid, _) in keys.items()}

@@ -1,0 +1,142 @@
+"""Commands are run only if the dispatcher signed them for this node and they are fresh: the
+verification table, and the loop's answer to each case (nothing runs unless valid; a replayed
+id is answered from the journal without running, even after its validity)."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from bke.contracts.agent import COMMAND_VALIDITY_S, AgentCommand, CommandRefused, CommandResult, RunProgram
+from bke.secrets import SecretBox
+from bke.secrets.signing import CommandSigner, ensure_command_key_sync, sign_command
+from bke_agent import AgentIdentity, AgentLoop, AgentSettings, MemoryJournal, NullBackend
+from bke_agent.verify import CommandVerifier, NoCommandKey, load_command_key
+from tests.trust_helpers import SIGNER, signed
+from tests.unit.test_agent_handling import FakeJS, FakeMsg
+
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
+OTHER = CommandSigner.generate()
+
+
+def _cmd(**kw: object) -> AgentCommand:
+    base: dict[str, object] = dict(command_id="c1/etcd/n1/0", cluster="c1", node="n1", phase="etcd",
+                                   issued_at=NOW.isoformat(), steps=[RunProgram(id="s", argv=["etcd"])])
+    base.update(kw)
+    return AgentCommand(**base)  # type: ignore[arg-type]
+
+
+def _tampered() -> AgentCommand:
+    good = signed(_cmd())
+    return good.model_copy(update={"steps": [RunProgram(id="s", argv=["/bin/sh", "-c", "id"])]})
+
+
+CASES = [
+    ("valid", lambda: signed(_cmd()), NOW, None),
+    ("unsigned", lambda: _cmd(), NOW, "unsigned command"),
+    ("tampered step", _tampered, NOW, "bad signature"),
+    ("tampered phase", lambda: signed(_cmd()).model_copy(update={"phase": "other"}), NOW, "bad signature"),
+    ("tampered expiry", lambda: signed(_cmd()).model_copy(update={"expires_at": (NOW + timedelta(days=99)).isoformat()}),
+     NOW, "bad signature"),
+    ("wrong key", lambda: signed(_cmd(), OTHER), NOW, "not the dispatcher key"),
+    ("wrong key, right key id", lambda: signed(_cmd(), OTHER).model_copy(update={"key_id": SIGNER.key_id}), NOW,
+     "bad signature"),
+    ("other node", lambda: signed(_cmd(node="n2")), NOW, "for node 'n2'"),
+    ("other cluster", lambda: signed(_cmd(cluster="c2")), NOW, "of cluster 'c2'"),
+    ("expired", lambda: signed(_cmd()), NOW + timedelta(seconds=COMMAND_VALIDITY_S + 1), "expired at"),
+    ("still valid at the end", lambda: signed(_cmd()), NOW + timedelta(seconds=COMMAND_VALIDITY_S - 1), None),
+    ("not yet valid", lambda: signed(_cmd()), NOW - timedelta(hours=1), "not valid before"),
+    ("within clock skew", lambda: signed(_cmd()), NOW - timedelta(minutes=2), None),
+    ("validity too long", lambda: sign_command(_cmd(), SIGNER, COMMAND_VALIDITY_S * 2), NOW, "validity longer"),
+]
+
+
+@pytest.mark.parametrize("make,at,reason", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_verification_table(make, at, reason) -> None:
+    v = CommandVerifier(SIGNER.verify_key, "c1", "n1")
+    cmd = make()
+    why = v.authentic(cmd) or v.fresh(cmd, at)
+    if reason is None:
+        assert why is None
+    else:
+        assert why is not None and reason in why
+
+
+def _loop(events: list[str], js: FakeJS, journal: MemoryJournal, now: datetime) -> tuple[AgentLoop, NullBackend]:
+    backend = NullBackend()
+    loop = AgentLoop(None, js, AgentSettings(cluster="c1", node="n1", heartbeat_s=0), backend, journal,  # type: ignore[arg-type]
+                     AgentIdentity.ephemeral(), verifier=CommandVerifier(SIGNER.verify_key, "c1", "n1"), now=lambda: now)
+    return loop, backend
+
+
+@pytest.mark.parametrize("make,at,reason", [c[1:] for c in CASES if c[3] is not None], ids=[c[0] for c in CASES if c[3]])
+async def test_the_loop_runs_nothing_it_refuses_and_reports_why(make, at, reason) -> None:
+    events: list[str] = []
+    js = FakeJS(events)
+    loop, backend = _loop(events, js, MemoryJournal(), at)
+    await loop._on_msg(FakeMsg(make().to_bytes(), events))  # type: ignore[arg-type]
+    assert events == ["publish:refused", "term"] and backend.steps_run == 0
+    [(subject, body)] = js.published
+    assert subject == "bke.v1.agent.c1.n1.refused"
+    ev = CommandRefused.model_validate_json(body)
+    assert reason in ev.reason and ev.command_id == make().command_id and ev.node == "n1"
+
+
+async def test_a_replayed_id_is_answered_from_the_journal_without_running_even_when_stale() -> None:
+    events: list[str] = []
+    js = FakeJS(events)
+    journal = MemoryJournal()
+    cmd = signed(_cmd()).to_bytes()
+    loop, backend = _loop(events, js, journal, NOW)
+    await loop._on_msg(FakeMsg(cmd, events))  # type: ignore[arg-type]
+    assert backend.steps_run == 1
+    # captured and replayed later: within its validity, and after it (the journal outlives it)
+    for later in (NOW + timedelta(days=1), NOW + timedelta(seconds=COMMAND_VALIDITY_S + 60)):
+        loop.now = lambda later=later: later  # type: ignore[misc]
+        await loop._on_msg(FakeMsg(cmd, events))  # type: ignore[arg-type]
+    assert backend.steps_run == 1 and loop.replayed == 2
+    results = [CommandResult.model_validate_json(b) for s, b in js.published]
+    assert [r.replayed for r in results] == [False, True, True]
+
+
+def test_journal_outlives_the_validity_window() -> None:
+    """Why a replay is answered or refused, never run again: ids are kept longer than a command
+    is valid (agent journal 8 days by default; commands 7 days, the agent stream's max age)."""
+    from bke.bus.streams import STREAMS
+
+    agent_stream = next(s for s in STREAMS if s.name == "BKE_AGENT")
+    assert COMMAND_VALIDITY_S <= agent_stream.max_age_s
+    assert AgentSettings(cluster="c", node="n").journal_keep_days * 86400 > COMMAND_VALIDITY_S + 300
+
+
+def test_the_signing_key_is_made_once_and_stored_encrypted(tmp_path) -> None:
+    class Store(dict):
+        def get(self, name):  # type: ignore[override]
+            return super().get(name)
+
+        def set(self, name, value, nx=False):
+            if nx and name in self:
+                return None
+            self[name] = value
+            return True
+
+    box = SecretBox(b"k" * 32)
+    store = Store()
+    one = ensure_command_key_sync(store, "key", box)
+    two = ensure_command_key_sync(store, "key", box)
+    assert one.key_id == two.key_id
+    blob = store["key"]
+    raw = one._key.private_bytes_raw()  # noqa: SLF001 - the test checks the clear key is not stored
+    assert raw not in blob
+    with pytest.raises(Exception, match="(?i)key"):
+        ensure_command_key_sync(store, "key", SecretBox(b"x" * 32))
+
+
+def test_an_agent_without_a_provisioned_key_refuses_to_start(tmp_path) -> None:
+    with pytest.raises(NoCommandKey, match="BKE_AGENT_COMMAND_KEY"):
+        load_command_key(None, tmp_path)
+    (tmp_path / "command.pub").write_text(SIGNER.verify_key.public_line + "\n")
+    assert load_command_key(None, tmp_path).key_id == SIGNER.key_id
+    assert load_command_key(OTHER.verify_key.public_line, tmp_path).key_id == OTHER.key_id  # env first
+    with pytest.raises(NoCommandKey, match="unusable"):
+        load_command_key("bke-command-ed25519 !!", tmp_path)
