@@ -226,11 +226,17 @@ async def test_forged_results_and_failures_change_nothing(nats_url, redis_url, r
     await svc.start()
     good, evil = AgentIdentity.ephemeral(), AgentIdentity.ephemeral()
     try:
+        # a real cluster "res" (stored plan, install record): results about anything else are
+        # dead-lettered before these checks (bke_dispatcher.known)
+        plan = plan_spec_text(open("examples/seed-3m1w.yaml").read().replace("name: seed", "name: res")).plan
+        pj = plan.to_json()
+        assert await RedisPlanStore(r).save(plan, pj, plan_digest(pj), "req-1", _now())
+        await st.start_install("res", "req-1", _now(), plan_digest(pj))
         await st.mark_sent("res", "etcd", {n: {"id": f"res/etcd/{n}/0", "gen": 0, "status": "Sent", "step": "",
-                                               "stderr": "", "at": _now()} for n in ("m1", "m2")}, 2, _now())
-        await js.publish(CERTS_SEALED, CertsSealed(cluster="res", nodes=["m1", "m2"],
-                                                   agents={"m1": good.agent_id, "m2": AgentIdentity.ephemeral().agent_id}).to_bytes())
-        await _deadline_poll(lambda: st.accepted_agent("res", "m1"), "the accepted agent was never recorded")
+                                               "stderr": "", "at": _now()} for n in ("master1", "master2")}, 2, _now())
+        await js.publish(CERTS_SEALED, CertsSealed(cluster="res", nodes=["master1", "master2"],
+                                                   agents={"master1": good.agent_id, "master2": AgentIdentity.ephemeral().agent_id}).to_bytes())
+        await _deadline_poll(lambda: st.accepted_agent("res", "master1"), "the accepted agent was never recorded")
 
         def result(node: str, agent: AgentIdentity, status: str, stderr: str = "") -> CommandResult:
             step = StepResult(id="s", status="Failed" if status == "Failed" else "Succeeded", stderr=stderr)
@@ -239,23 +245,23 @@ async def test_forged_results_and_failures_change_nothing(nats_url, redis_url, r
 
         forged = [
             # m2's agent (or anyone allowed m2's subject) speaking for m1
-            (agent_subject("res", "m2", "result"), result("m1", good, "Failed", "EVIL: from another node's subject")),
+            (agent_subject("res", "master2", "result"), result("master1", good, "Failed", "EVIL: from another node's subject")),
             # m1's subject, but not m1's accepted agent
-            (agent_subject("res", "m1", "result"), result("m1", evil, "Failed", "EVIL: forged failure")),
+            (agent_subject("res", "master1", "result"), result("master1", evil, "Failed", "EVIL: forged failure")),
             # a node outside the plan
-            (agent_subject("res", "m9", "result"), result("m9", evil, "Succeeded")),
+            (agent_subject("res", "ghost", "result"), result("ghost", evil, "Succeeded")),
         ]
         for subject, res in forged:
             await js.publish(subject, res.to_bytes())
-        await js.publish(agent_subject("res", "m1", "result"), result("m1", good, "Succeeded").to_bytes())
-        await _deadline_poll(lambda: _status(st, "m1", "Succeeded"), "the genuine result was never counted")
+        await js.publish(agent_subject("res", "master1", "result"), result("master1", good, "Succeeded").to_bytes())
+        await _deadline_poll(lambda: _status(st, "master1", "Succeeded"), "the genuine result was never counted")
         # m2: only forged results: still waiting, nothing recorded
         cmds = await st.all_commands("res", "etcd")
     finally:
         await svc.stop()
         await r.aclose()
-    assert cmds["m1"]["status"] == "Succeeded" and cmds["m1"]["stderr"] == ""
-    assert cmds["m2"]["status"] == "Sent" and "m9" not in cmds
+    assert cmds["master1"]["status"] == "Succeeded" and cmds["master1"]["stderr"] == ""
+    assert cmds["master2"]["status"] == "Sent" and "ghost" not in cmds
     assert not any("EVIL" in str(c) for c in cmds.values())
 
 
