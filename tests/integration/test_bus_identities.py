@@ -214,13 +214,18 @@ async def test_inboxes(agent_a: Client) -> None:
     assert "error" not in answer
 
 
-@pytest.mark.parametrize("kind", ["result", "registered", "heartbeat"])
-async def test_publish_only_its_own_node(agent_a: Client, dispatcher: Client, kind: str) -> None:
+@pytest.mark.parametrize("kind", ["result", "registered", "heartbeat", "refused"])
+async def test_publish_only_its_own_node(agent_a: Client, dispatcher: Client, secure: EmbeddedRuntime,
+                                        tmp_path: Path, kind: str) -> None:
     assert await agent_a.pub_refused(agent_subject(CLUSTER, B, kind))
-    watch = await dispatcher.nc.subscribe(agent_subject(CLUSTER, A, kind))
-    await dispatcher.nc.flush()
+    # registrations are the certs service's to read (it alone believes a provisioned key)
+    watcher = await _identity(secure, tmp_path, "certs") if kind == "registered" else dispatcher
+    watch = await watcher.nc.subscribe(agent_subject(CLUSTER, A, kind))
+    await watcher.nc.flush()
     await agent_a.nc.publish(agent_subject(CLUSTER, A, kind), b"mine")
     assert (await watch.next_msg(timeout=10)).data == b"mine"
+    if watcher is not dispatcher:
+        await watcher.nc.close()
 
 
 async def test_only_the_dispatcher_commands_agents(secure: EmbeddedRuntime, tmp_path: Path, agent_a: Client) -> None:
