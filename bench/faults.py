@@ -46,6 +46,11 @@ from bke_agent.identity import AgentIdentity
 from bke_agent.journal import MemoryJournal
 from bke_agent.loop import AgentLoop
 from bke_agent.settings import AgentSettings
+from bke_agent.verify import CommandVerifier
+from bke.contracts.agent import ProvisionAgent
+from bke.lab.trust import ensure_lab_command_key
+from bke.provisioning import provision_agent
+from bke.secrets.signing import parse_public_line
 
 
 class FaultyBackend(NullBackend):
@@ -82,7 +87,7 @@ def _varz(monitor_url: str) -> tuple[int, int]:
 
 async def run(nodes: int, failing: float, slow: float, slow_s: float, workdir: Path, seed: int) -> int:
     os.environ["BKE_DISPATCHER_HEALTH_INTERVAL_S"] = "0"
-    sup = LabSupervisor(workdir)
+    sup = LabSupervisor(workdir, auth=False)  # the fleet: thousands of agents on one connection (no one identity)
     info = sup.ensure_runtime()
     sup.ensure_services(info)
     cluster = f"faults{nodes}"
@@ -99,11 +104,21 @@ async def run(nodes: int, failing: float, slow: float, slow_s: float, workdir: P
     backends: dict[str, FaultyBackend] = {}
     try:
         base = AgentSettings(cluster=cluster, node="n0", backend="host", nats_url=info.nats_url, heartbeat_s=0)
+        # trust (issue 10): the fleet runs what the deployment key signs; its keys are provisioned
+        command_key = parse_public_line(ensure_lab_command_key(info, sup.ensure_secret_key()))
         fleet = Fleet(nc, js)
         for h in hostnames:
             backends[h] = FaultyBackend(broken=h in broken, delay=slow_s if h in slowed else 0.0)
             fleet.add(AgentLoop(nc, js, base.model_copy(update={"node": h}), backends[h], MemoryJournal(),
-                                AgentIdentity.ephemeral()))
+                                AgentIdentity.ephemeral(), verifier=CommandVerifier(command_key, cluster, h)))
+        gate = asyncio.Semaphore(256)
+
+        async def provision(node: str, ident: AgentIdentity) -> None:
+            async with gate:
+                await provision_agent(nc, ProvisionAgent(cluster=cluster, node=node, agent_id=ident.agent_id,
+                                                         seal_public_key_b64=ident.public_key_b64))
+
+        await asyncio.gather(*(provision(n, i) for n, i in fleet.identities().items()))
         in0, out0 = _varz(info.nats_monitor_url)
         finished = f"bke.v1.install.{cluster}.finished"
         async with EventWatch(nc, [finished]) as watch:

@@ -61,7 +61,7 @@ async def one_round(sup: LabSupervisor, i: int, timeout: float) -> tuple[str, fl
     assert outcome.plan is not None, outcome.errors
     plan = outcome.plan
     sup.ensure_agents(info, plan)
-    nc = await connect_nats(info.nats_url)
+    nc = await connect_nats(sup.operator_access(info))
     try:
         js = nc.jetstream(timeout=30)
         await ensure_streams(js)
@@ -85,7 +85,7 @@ async def main(rounds: int, timeout: float) -> int:
         sup = LabSupervisor(Path(d))
         info = sup.ensure_runtime()
         sup.ensure_services(info)
-        nc = await connect_nats(info.nats_url)
+        nc = await connect_nats(sup.operator_access(info))
         await sup.wait_services_ready(nc.jetstream())
         await nc.close()
         rds = redis.Redis.from_url(info.redis_url, decode_responses=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from bke.bus.connect import connect_nats
 from bke.runtime.etcd import etcd_put_get, wait_etcd_healthy
 from bke.runtime.processes import pid_alive, poll_until
 from bke_agent.lablayout import LabLayout
@@ -112,9 +113,7 @@ async def test_seed_install_with_dispatcher_killed_in_the_etcd_phase(lab_factory
 async def _accepted(lab, node: str, timeout: float = 60.0) -> None:
     """Wait for the certs service to accept `node`'s agent (its `agents.accepted` event, read
     from the stream: it may have been published before this call)."""
-    import nats
-
-    nc = await nats.connect(lab.info.nats_url)
+    nc = await connect_nats(lab.access)  # the operator's identity
     try:
         sub = await nc.jetstream().subscribe("bke.v1.agents.accepted", ordered_consumer=True)
         while True:

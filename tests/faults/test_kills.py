@@ -90,7 +90,7 @@ async def test_killed_and_restarted_mid_install_everywhere(lab, process, point):
 
 async def test_planner_killed_before_it_takes_the_request(lab):
     """The request waits in its stream while no planner runs, and is taken after the restart."""
-    nc = await connect_nats(lab.info.nats_url)
+    nc = await connect_nats(lab.access)  # the operator's identity
     try:
         js = nc.jetstream()
         await lab.sup.wait_services_ready(js)  # streams declared, every consumer there
