@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-from redis.asyncio import Redis
+from bke.state.client import redis_client
 
 from bke.bus.service import Service, make_service
 from bke.bus.handler import deprecated, typed
@@ -25,6 +25,7 @@ from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.status import STATUS_GET, STATUS_QUEUE
 from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
 from bke.state import PlanCache
+from bke.state.epoch import watch_epoch
 from bke.state.keys import heartbeat_key
 from bke.state.nodefiles import RedisNodeFiles
 
@@ -38,6 +39,7 @@ from .runner import Runner
 from .service_events import ServiceEvents
 from .settings import DispatcherSettings
 from .state import DispatcherState
+from .state_loss import StateLossReaction
 from .status import StatusReader, StatusResponder
 
 __all__ = ["create_service"]
@@ -50,7 +52,7 @@ def _now() -> datetime:
 def create_service(settings: DispatcherSettings | None = None) -> Service:
     settings = settings or DispatcherSettings()
     svc = make_service("dispatcher", settings)
-    redis = Redis.from_url(settings.redis_url)
+    redis = redis_client(settings.store)
     state = DispatcherState(redis)
     plans = PlanCache(redis)
     files = RedisNodeFiles(redis)
@@ -75,7 +77,19 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     rotation_runner = Runner(rotations, state)  # type: ignore[arg-type]  # same reconcile shape
     rotations.kick = rotation_runner.kick
     inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result)
-    status = StatusResponder(StatusReader(redis, plans, rotation=rotation_store.rotation_view))
+
+    # state lost (bke.state.epoch): stop the loops, fail the running installs; restored: resume
+    async def stop_loops() -> None:
+        await runner.stop()
+        await rotation_runner.stop()
+
+    async def resume() -> list[str]:
+        return await runner.resume_all() + await rotations.resume_all()
+
+    loss = StateLossReaction(state, svc.publish, _now, stop_loops, resume)
+    epoch = watch_epoch(svc, redis, interval_s=settings.epoch_check_s, on_lost=loss.on_lost,
+                        on_restored=loss.on_restored, on_intact=loss.on_intact)
+    status = StatusResponder(StatusReader(redis, plans, rotation=rotation_store.rotation_view), guard=epoch.ensure_intact)
 
     services = ServiceEvents(state, plans, engine, runner.kick, _now)
 
