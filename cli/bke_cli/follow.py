@@ -21,6 +21,8 @@ from bke.contracts.install import install_subject
 from bke.contracts.status import ClusterStatus
 
 from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines
+from bke.state.epoch import STATE_LOST
+
 from .status_client import StatusUnavailable, get_status
 
 __all__ = ["failure_lines", "failure_code", "submit_and_follow", "status_table"]
@@ -101,7 +103,10 @@ async def _follow(watch: EventWatch, nc, cluster: str, start: float, timeout: fl
         while True:
             try:
                 doc = await get_status(nc, cluster, nodes="none")
-            except StatusUnavailable:
+            except StatusUnavailable as exc:
+                if STATE_LOST in str(exc):  # not an outage: nothing goes on until a restore
+                    error_lines([str(exc)])
+                    return EXIT_FAILURE
                 doc = None  # a dispatcher restarting, or not up yet: keep following to the deadline
             if doc:
                 if live:
