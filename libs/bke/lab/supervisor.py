@@ -25,7 +25,7 @@ from pathlib import Path
 from nats.js import JetStreamContext
 
 from ..plan import Plan
-from ..runtime import EmbeddedRuntime, RuntimeInfo
+from ..runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
 from ..runtime.processes import ManagedProcess, pid_alive, stop_pid
 
 __all__ = ["LabSupervisor", "SERVICES", "lab_env"]
@@ -102,7 +102,9 @@ class LabSupervisor:
             pid = pids["services"].get(name)
             if pid and pid_alive(pid):
                 continue
-            proc = ManagedProcess.start(name, [_bin(f"bke-{name}")], self.workdir / "logs" / f"{name}.log", env=env)
+            # each service logs in to Redis as its own ACL user (bke.runtime.redis_acl)
+            own = dict(env, BKE_REDIS_URL=redis_acl.service_url(self.runtime.workdir, info.redis_url, name))
+            proc = ManagedProcess.start(name, [_bin(f"bke-{name}")], self.workdir / "logs" / f"{name}.log", env=own)
             pids["services"][name] = proc.pid
         self._save(pids)
         return pids["services"]
@@ -110,6 +112,7 @@ class LabSupervisor:
     def ensure_agents(self, info: RuntimeInfo, plan: Plan, only: list[str] | None = None) -> dict[str, int]:
         pids = self.pids()
         base = lab_env(info, self.workdir)
+        base.pop("BKE_REDIS_URL")  # agents never talk to Redis: no credentials for them
         for node in plan.nodes:
             h = node.hostname
             if only is not None and h not in only:

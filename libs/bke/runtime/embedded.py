@@ -36,6 +36,8 @@ from urllib.parse import urlsplit
 import httpx
 import redis
 
+from ..state.client import redact_url
+from . import redis_acl
 from .binaries import nats_server_bin, redis_server_bin
 from .processes import (
     ManagedProcess,
@@ -115,10 +117,11 @@ def _nats_healthy(monitor_url: str) -> bool | None:
     return True if resp.status_code == 200 and resp.json().get("status") == "ok" else None
 
 
-def _redis_ready(port: int, pid: int, data_dir: Path) -> bool | None:
-    """Probe: the server on ``port`` is our process and has finished loading its AOF."""
-    client = redis.Redis(host=HOST, port=port, socket_timeout=1.0, socket_connect_timeout=1.0,
-                         decode_responses=True)
+def _redis_ready(port: int, pid: int, data_dir: Path, password: str) -> bool | None:
+    """Probe: the server on ``port`` is our process and has finished loading its AOF (asked as
+    the admin user: the `default` user is off, see bke.runtime.redis_acl)."""
+    client = redis.Redis(host=HOST, port=port, username=redis_acl.ADMIN, password=password,
+                         socket_timeout=1.0, socket_connect_timeout=1.0, decode_responses=True)
     try:
         if int(client.info("server")["process_id"]) != pid:
             return None  # someone else answers on this port
@@ -250,10 +253,11 @@ class EmbeddedRuntime:
     def _ensure_redis(self, old: RuntimeInfo | None) -> tuple[str, int]:
         """Reuse the recorded redis-server if it answers, else start one on the same AOF."""
         old_port = _port_of(old.redis_url) if old is not None else None
+        admin = redis_acl.ensure_passwords(self.workdir / redis_acl.PASSWORDS_FILE)[redis_acl.ADMIN]
         if old is not None and old_port is not None and reuse_if_answering(
                 old.redis_pid, self.redis_dir,
-                lambda: _redis_ready(old_port, old.redis_pid, self.redis_dir)):
-            log.info("reusing redis-server pid=%d %s", old.redis_pid, old.redis_url)
+                lambda: _redis_ready(old_port, old.redis_pid, self.redis_dir, admin)):
+            log.info("reusing redis-server pid=%d %s", old.redis_pid, redact_url(old.redis_url))
             return old.redis_url, old.redis_pid
 
         def start(fresh: bool) -> tuple[str, int]:
@@ -265,25 +269,29 @@ class EmbeddedRuntime:
 
     def _start_redis(self, port: int) -> tuple[str, int]:
         self.redis_dir.mkdir(parents=True, exist_ok=True)
+        # one ACL user per service, the default user off; the file holds password hashes only
+        passwords = redis_acl.ensure_passwords(self.workdir / redis_acl.PASSWORDS_FILE)
+        aclfile = self.workdir / "redis-users.acl"
+        aclfile.write_text(redis_acl.acl_file_text(passwords))
         argv: list[str | os.PathLike[str]] = [
             redis_server_bin(), "--bind", HOST, "--port", str(port), "--dir", self.redis_dir,
             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
-            "--daemonize", "no", "--logfile", "",
+            "--daemonize", "no", "--logfile", "", "--aclfile", aclfile,
         ]
         proc = ManagedProcess.start("redis-server", argv, self.logs_dir / "redis-server.log",
                                     cwd=self.redis_dir)
 
         def ready() -> bool | None:
             proc.ensure_running()
-            return _redis_ready(port, proc.pid, self.redis_dir)
+            return _redis_ready(port, proc.pid, self.redis_dir, passwords[redis_acl.ADMIN])
 
         try:
             poll_until(ready, timeout=self.start_timeout, what=f"redis-server on {HOST}:{port}")
         except BaseException:
             proc.stop()
             raise
-        url = f"redis://{HOST}:{port}/0"
-        log.info("redis-server ready pid=%d %s", proc.pid, url)
+        url = redis_acl.user_url(HOST, port, redis_acl.ADMIN, passwords[redis_acl.ADMIN])
+        log.info("redis-server ready pid=%d %s", proc.pid, redact_url(url))
         return url, proc.pid
 
 
