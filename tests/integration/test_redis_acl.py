@@ -105,3 +105,14 @@ async def test_service_user_does_its_job_and_nothing_dangerous(runtime: Embedded
                 await r.eval(f"return redis.call('HGETALL', '{secret}')", 0)
     finally:
         await r.aclose()
+
+
+def test_deployment_files_keep_their_passwords_and_hold_no_password_in_the_acl_file(tmp_path) -> None:
+    first = redis_acl.write_deployment_files(tmp_path)
+    env = (tmp_path / "dispatcher.env").read_text()
+    assert env.startswith("BKE_REDIS_URL=redis://bke-dispatcher:") and "@redis:6379/0" in env
+    assert all(p.stat().st_mode & 0o077 == 0 for p in first if p.suffix == ".env")
+    redis_acl.write_deployment_files(tmp_path)
+    assert (tmp_path / "dispatcher.env").read_text() == env  # made once
+    password = env.split(":")[2].split("@")[0]
+    assert password not in (tmp_path / "users.acl").read_text()

@@ -30,7 +30,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 __all__ = ["ADMIN", "PASSWORDS_FILE", "SERVICE_USER", "USERS", "AclUser", "acl_file_text", "ensure_passwords",
-           "service_url", "user_url"]
+           "service_url", "user_url", "write_deployment_files"]
 
 ADMIN = "bke-admin"
 PASSWORDS_FILE = "redis-users.json"  # in the runtime's work directory, mode 0600
@@ -114,3 +114,28 @@ def service_url(runtime_dir: Path, admin_url: str, service: str) -> str:
 
 def user_url(host: str, port: int, user: str, password: str, db: int = 0, scheme: str = "redis") -> str:
     return f"{scheme}://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/{db}"
+
+
+def write_deployment_files(out: Path, host: str = "redis", port: int = 6379) -> list[Path]:
+    """For docker-compose and deploy/: `users.acl` (hashes only, for `--aclfile`), one
+    `<service>.env` per service (its BKE_REDIS_URL, mode 0600), `admin.env` for `bke state`.
+    Passwords are made once and kept in `redis-users.json` (0600): running this again keeps them.
+    Usage: `python -m bke.runtime.redis_acl deploy/redis`."""
+    out.mkdir(parents=True, exist_ok=True)
+    passwords = ensure_passwords(out / PASSWORDS_FILE)
+    written = [out / "users.acl"]
+    written[0].write_text(acl_file_text(passwords))
+    for service, user in [*SERVICE_USER.items(), ("admin", ADMIN)]:
+        path = out / f"{service}.env"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as env:
+            env.write(f"BKE_REDIS_URL={user_url(host, port, user, passwords[user])}\n")
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    import sys
+
+    for p in write_deployment_files(Path(sys.argv[1] if len(sys.argv) > 1 else "deploy/redis")):
+        print(p)  # noqa: T201 - a command-line entry point's output
