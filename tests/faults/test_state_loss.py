@@ -85,3 +85,35 @@ async def test_flushall_mid_install_is_reported_and_a_restore_finishes_with_the_
     finally:
         await admin.aclose()
         await nc.close()
+
+
+async def test_starting_over_after_a_loss_never_gives_the_nodes_a_new_ca(lab_factory, tmp_path, capsys) -> None:
+    """No backup: the operator restarts everything on the empty store and installs again. The new
+    PKI's CA differs from the one the nodes hold, so the install fails on it, naming both."""
+    lab = lab_factory(_seed_on_own_addresses(tmp_path))
+    cluster, hosts = lab.plan.cluster, [n.hostname for n in lab.plan.nodes]
+    install = asyncio.create_task(lab.install(timeout=240))
+    await lab.wait_status(lambda d: lab.phase(d, "certs")["status"] == "Succeeded", 120, "the certs phase")
+    assert lab.sup.stop_agent(HELD)
+    held = {h: held_ca_fingerprint(lab.host(h)) for h in hosts}
+    admin = Redis.from_url(lab.info.redis_url)
+    try:
+        await admin.flushall()
+        assert await asyncio.wait_for(install, 60) == 1
+        # everything restarted on the empty store: the services adopt a new epoch
+        for name in list(lab.sup.pids()["services"]):
+            assert lab.sup.stop_service(name)
+        for h in hosts:
+            lab.sup.stop_agent(h)
+        lab.start()
+        capsys.readouterr()
+        code = await lab.install(timeout=120)
+        err = capsys.readouterr().err
+        assert code == 1, lab.out.getvalue()
+        assert "holds CA sha256:" in err and "the state was lost or replaced; restore a backup" in err, err
+        new_ca = await admin.hget(pki_key(cluster, "certs"), "ca")
+        assert new_ca is not None and cert_fingerprint(new_ca) not in held.values()  # a new CA was made...
+        assert {h: held_ca_fingerprint(lab.host(h)) for h in hosts} == held  # ...and reached no node
+        assert_ran_once(lab)
+    finally:
+        await admin.aclose()
