@@ -94,6 +94,8 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     services = ServiceEvents(state, plans, engine, runner.kick, _now)
 
     async def on_heartbeat(msg) -> None:
+        if epoch.lost:  # nothing is written into a store that lost its state
+            return
         try:
             hb = json.loads(msg.data)
             await redis.hset(heartbeat_key(hb["cluster"]), hb["node"], hb["at"])
