@@ -6,7 +6,8 @@ Layout of ``workdir``::
     nats.conf        generated on every start (JetStream capped at 256MB memory / 2GB file)
     redis/           Redis AOF (and the cwd of redis-server)
     logs/            nats-server.log, redis-server.log (appended across restarts)
-    runtime.json     {"natsUrl", "redisUrl", "natsMonitorUrl", "pids": {"nats", "redis"}}
+    runtime.json     {"natsUrl", "redisUrl", "natsMonitorUrl", "pids": {"nats", "redis"}} (0600)
+    redis-users.json the Redis ACL users' passwords (0600); redis-users.acl their hashes only
 
 Why it is built this way:
 
@@ -16,6 +17,9 @@ Why it is built this way:
   old ports are reused when free, new ones are chosen otherwise, and runtime.json is rewritten.
 * Redis runs with ``appendonly yes`` / ``appendfsync everysec`` and no RDB snapshots: at most one
   second of writes is lost on a crash, and nothing on a clean stop.
+* Redis requires a user: the ``default`` user is off and each service has its own ACL user
+  (bke.runtime.redis_acl). ``redisUrl`` is the admin user's URL, for the lab itself, the state
+  tool and tests; the lab gives each service its own URL (bke.runtime.redis_acl.service_url).
 * Stopping is by PID only; the same machine runs other people's NATS and Redis.
 * A file lock serialises concurrent starts and stops on one work directory.
 """
@@ -27,7 +31,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -76,7 +80,7 @@ class RuntimeInfo:
     """Where the running servers are; the in-memory form of runtime.json."""
 
     nats_url: str
-    redis_url: str
+    redis_url: str = field(repr=False)  # the admin user's URL: its password stays out of logs
     nats_pid: int
     redis_pid: int
     nats_monitor_url: str
@@ -155,7 +159,10 @@ class EmbeddedRuntime:
             info = RuntimeInfo(nats_url, redis_url, nats_pid, redis_pid, monitor_url)
             if info != old:
                 tmp = self.state_path.with_suffix(".json.tmp")
-                tmp.write_text(json.dumps(info.to_json(), indent=2) + "\n")
+                # 0600: the Redis URL carries the admin user's password (bke.runtime.redis_acl)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w") as out:
+                    out.write(json.dumps(info.to_json(), indent=2) + "\n")
                 os.replace(tmp, self.state_path)
             self.info = info
             return info
