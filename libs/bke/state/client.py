@@ -2,8 +2,9 @@
 
 `StoreAccess` is what a process needs: a `redis://user:password@host:port/db` URL (each service
 has its own ACL user, see bke.runtime.redis_acl) or `rediss://...` for TLS, with the CA that
-signed the server's certificate. redis-py takes the CA as `ssl_ca_certs` and verifies the
-server's name against the URL's host (redis-py `redis/connection.py`, `SSLConnection`).
+signed the server's certificate. redis-py takes the CA as `ssl_ca_certs`, and it checks the
+server's name against the URL's host by default (`ssl_check_hostname=True` in the pinned
+redis-py 8.1, `redis/asyncio/connection.py`, `SSLConnection`).
 
 The password is in the URL, so the URL is never logged as is: `redact_url` replaces it, and
 `StoreAccess.__repr__` uses it.
