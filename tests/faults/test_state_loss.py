@@ -20,21 +20,25 @@ from bke.state.keys import epoch_key, pki_key
 from bke_cli.main import main as bke
 from bke_cli.status_client import StatusUnavailable, get_status
 
+from ..e2e.lab_helpers import Lab
 from ..e2e.test_lab_install import SEED, assert_ran_once
 
 pytestmark = pytest.mark.e2e
 HELD = "node1"  # the worker: its agent is stopped to keep the install running
 
 
-def _seed_on_own_addresses(tmp_path: Path) -> str:
-    """The seed spec on 127.0.87.x: labs of other suites on the same machine use the seed's own."""
+@pytest.fixture
+def lab(tmp_path: Path):
+    """A lab of the seed spec on 127.0.87.x (labs of other suites on this machine use the seed's
+    own addresses), always taken down by PID."""
     spec = tmp_path / "seed-state-loss.yaml"
     spec.write_text(Path(SEED).read_text().replace("127.0.10.", "127.0.87."))
-    return str(spec)
+    lab = Lab(tmp_path / "lab", spec).start()
+    yield lab
+    lab.down()
 
 
-async def test_flushall_mid_install_is_reported_and_a_restore_finishes_with_the_same_ca(lab_factory, tmp_path, capsys) -> None:
-    lab = lab_factory(_seed_on_own_addresses(tmp_path))
+async def test_flushall_mid_install_is_reported_and_a_restore_finishes_with_the_same_ca(lab: Lab, tmp_path, capsys) -> None:
     cluster, hosts = lab.plan.cluster, [n.hostname for n in lab.plan.nodes]
     install = asyncio.create_task(lab.install(timeout=240))
     await lab.wait_status(lambda d: lab.phase(d, "certs")["status"] == "Succeeded", 120, "the certs phase")
@@ -87,10 +91,9 @@ async def test_flushall_mid_install_is_reported_and_a_restore_finishes_with_the_
         await nc.close()
 
 
-async def test_starting_over_after_a_loss_never_gives_the_nodes_a_new_ca(lab_factory, tmp_path, capsys) -> None:
+async def test_starting_over_after_a_loss_never_gives_the_nodes_a_new_ca(lab: Lab, capsys) -> None:
     """No backup: the operator restarts everything on the empty store and installs again. The new
     PKI's CA differs from the one the nodes hold, so the install fails on it, naming both."""
-    lab = lab_factory(_seed_on_own_addresses(tmp_path))
     cluster, hosts = lab.plan.cluster, [n.hostname for n in lab.plan.nodes]
     install = asyncio.create_task(lab.install(timeout=240))
     await lab.wait_status(lambda d: lab.phase(d, "certs")["status"] == "Succeeded", 120, "the certs phase")
