@@ -58,6 +58,7 @@ from bke.contracts.agent import (
     agent_subject,
     node_token,
 )
+from bke.secrets.fingerprint import held_ca_fingerprint
 
 from .backends.base import Backend
 from .executor import Executor, utc_now
@@ -145,7 +146,8 @@ class AgentLoop:
     async def register(self) -> None:
         reg = AgentRegistered(cluster=self.cluster, node=self.node, agent_id=self.identity.agent_id,
                               seal_public_key_b64=self.identity.public_key_b64, backend=self.backend.kind,
-                              version=VERSION, at=self.now().isoformat())
+                              version=VERSION, at=self.now().isoformat(),
+                              ca_fingerprint=held_ca_fingerprint(self.settings.root))
         await self.js.publish(agent_subject(self.cluster, self.node, "registered"), reg.to_bytes())
 
     async def stop(self, grace: float | None = None) -> None:

@@ -24,6 +24,7 @@ from bke.contracts.status import ClusterStatus
 from bke.errors import is_unavailable
 
 from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines, quiet_bus_errors, warn_lines, where
+from bke.state.epoch import STATE_LOST
 from .status_client import StatusUnavailable, get_status
 
 __all__ = ["failure_lines", "failure_code", "submit_and_follow", "status_table"]
@@ -110,6 +111,9 @@ async def _follow(watch: EventWatch, nc, cluster: str, start: float, timeout: fl
             try:
                 doc = await get_status(nc, cluster, nodes="none")
             except StatusUnavailable as exc:
+                if STATE_LOST in str(exc):  # not an outage: nothing goes on until a restore
+                    error_lines([str(exc)])
+                    return EXIT_FAILURE
                 doc = None  # a dispatcher restarting, its store away, or not up yet: keep following to the deadline
                 if not waiting:
                     warn_lines([f"{exc}; waiting (up to {max(0.0, deadline - time.monotonic()):.0f} s more)"])

@@ -6,10 +6,12 @@ import ipaddress
 from pathlib import Path
 
 import typer
+
 from rich.console import Console
 
 from bke.lab.preflight import claim_lab
 from bke.lab.supervisor import LabSupervisor
+from bke.state.client import redact_url
 from bke.plan import Plan
 from bke.versions import parse_version
 
@@ -58,7 +60,7 @@ def install(
     info = sup.ensure_runtime()
     sup.ensure_services(info)
     sup.ensure_agents(info, plan)
-    console.print(f"lab {workdir}: NATS {info.nats_url}, Redis {info.redis_url}, {len(plan.nodes)} agents; logs in {workdir}/logs")
+    console.print(f"lab {workdir}: NATS {info.nats_url}, Redis {redact_url(info.redis_url)}, {len(plan.nodes)} agents; logs in {workdir}/logs")
     access = sup.operator_access(info)  # the lab's operator identity (creds/operator.creds)
     code = asyncio.run(submit_and_follow(access, read_spec_text(spec), plan.cluster, timeout, console))
     raise typer.Exit(code)

@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
     from .bus.connect import BusAccess
+    from .state.client import StoreAccess
 
 __all__ = ["ServiceSettings"]
 
@@ -23,7 +24,10 @@ class ServiceSettings(BaseSettings):
     # No defaults: a service must never fall back on whatever NATS/Redis runs on the
     # standard ports of the machine it happens to start on.
     nats_url: str = Field(validation_alias=AliasChoices("BKE_NATS_URL", "nats_url"))
-    redis_url: str = Field(validation_alias=AliasChoices("BKE_REDIS_URL", "redis_url"))
+    # `redis://user:password@...` (this service's ACL user) or `rediss://` for TLS; never in a
+    # repr, since the password is in it (bke.state.client.redact_url)
+    redis_url: str = Field(validation_alias=AliasChoices("BKE_REDIS_URL", "redis_url"), repr=False)
+    redis_tls_ca: Path | None = Field(None, validation_alias=AliasChoices("BKE_REDIS_TLS_CA", "redis_tls_ca"))
     # This service's NATS identity (see bke.bus.connect): a credentials file, its own inbox
     # prefix, and the CA for a tls:// server. Unset: a server without authentication (tests).
     nats_creds: Path | None = Field(None, validation_alias=AliasChoices("BKE_NATS_CREDS", "nats_creds"))
@@ -41,6 +45,13 @@ class ServiceSettings(BaseSettings):
     # for a delayed redelivery included. NATS' default of 1,000 was filled by 1,000 forged
     # results that wait to be known (NotYetKnown, bounded) and stalled every other install.
     max_ack_pending: int = 20_000
+
+    @property
+    def store(self) -> "StoreAccess":
+        """How this service reaches Redis."""
+        from .state.client import StoreAccess
+
+        return StoreAccess(self.redis_url, self.redis_tls_ca)
 
     @property
     def bus(self) -> "BusAccess":

@@ -42,6 +42,9 @@ class Service:
     after_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     before_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     readiness: Readiness = field(default_factory=lambda: Readiness("service", ("nats", "streams")))
+    # Checks run before every message of every subscriber (no I/O): one that raises (e.g. a
+    # TemporaryError, bke.state.epoch.StateLost) settles the message as that error says.
+    guards: list[Callable[[], None]] = field(default_factory=list)
 
     def work_subscriber(
         self,
@@ -61,7 +64,12 @@ class Service:
         delivery.settle). The consumer is the lean fetch loop of fast_consumer (why: there)."""
         from .fast_consumer import FastConsumer
 
-        consumer = FastConsumer(subject, stream, durable, work, service=self.name, broker=self.broker,
+        async def guarded(body: bytes) -> None:
+            for guard in self.guards:
+                guard()
+            await work(body)
+
+        consumer = FastConsumer(subject, stream, durable, guarded, service=self.name, broker=self.broker,
                                 max_deliver=self.settings.max_deliver, ack_wait=self.settings.ack_wait_seconds,
                                 batch=batch_size, workers=max_workers, give_up=give_up, readiness=self.readiness,
                                 max_ack_pending=self.settings.max_ack_pending)

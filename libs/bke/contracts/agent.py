@@ -238,6 +238,9 @@ class AgentRegistered(Message):
     backend: Literal["host", "lab"]
     version: str
     at: str
+    # "sha256:<hex>" of the cluster CA the node already holds (bke.secrets.fingerprint), None if
+    # none: the certs service never seals a bundle of another CA to it (state lost or replaced)
+    ca_fingerprint: str | None = None
 
 
 class CommandRefused(Message):

@@ -29,7 +29,7 @@ from nats.js import JetStreamContext
 from ..bus.connect import BusAccess
 from ..plan import Plan
 from .identities import LabIdentities
-from ..runtime import EmbeddedRuntime, RuntimeInfo
+from ..runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
 from ..runtime.processes import ManagedProcess, pid_alive, stop_pid
 from .trust import ensure_lab_command_key, provision_lab_agents
 
@@ -139,8 +139,10 @@ class LabSupervisor:
             pid = pids["services"].get(name)
             if pid and pid_alive(pid):
                 continue
+            # each service logs in to Redis as its own ACL user (bke.runtime.redis_acl)
+            own = dict(env, BKE_REDIS_URL=redis_acl.service_url(self.runtime.workdir, info.redis_url, name))
             proc = ManagedProcess.start(name, [_bin(f"bke-{name}")], self.workdir / "logs" / f"{name}.log",
-                                        env={**env, **self._bus_env(info, name)})
+                                        env={**own, **self._bus_env(info, name)})
             pids["services"][name] = proc.pid
         self._save(pids)
         return pids["services"]
@@ -148,6 +150,7 @@ class LabSupervisor:
     def ensure_agents(self, info: RuntimeInfo, plan: Plan, only: list[str] | None = None) -> dict[str, int]:
         pids = self.pids()
         base = lab_env(info, self.workdir)
+        base.pop("BKE_REDIS_URL")  # agents never talk to Redis: no credentials for them
         todo = [n for n in plan.nodes if (only is None or n.hostname in only)
                 and not (pids["agents"].get(n.hostname) and pid_alive(pids["agents"][n.hostname]))]
         envs = {}

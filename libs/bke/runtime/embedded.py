@@ -7,7 +7,8 @@ Layout of ``workdir``::
     auth/, tls/      NATS operator-mode material and TLS certificates (bke.runtime.nats_security)
     redis/           Redis AOF (and the cwd of redis-server)
     logs/            nats-server.log, redis-server.log (appended across restarts)
-    runtime.json     {"natsUrl", "redisUrl", "natsMonitorUrl", "pids": {"nats", "redis"}}
+    runtime.json     {"natsUrl", "redisUrl", "natsMonitorUrl", "pids": {"nats", "redis"}} (0600)
+    redis-users.json the Redis ACL users' passwords (0600); redis-users.acl their hashes only
 
 Why it is built this way:
 
@@ -17,6 +18,9 @@ Why it is built this way:
   old ports are reused when free, new ones are chosen otherwise, and runtime.json is rewritten.
 * Redis runs with ``appendonly yes`` / ``appendfsync everysec`` and no RDB snapshots: at most one
   second of writes is lost on a crash, and nothing on a clean stop.
+* Redis requires a user: the ``default`` user is off and each service has its own ACL user
+  (bke.runtime.redis_acl). ``redisUrl`` is the admin user's URL, for the lab itself, the state
+  tool and tests; the lab gives each service its own URL (bke.runtime.redis_acl.service_url).
 * Stopping is by PID only; the same machine runs other people's NATS and Redis.
 * A file lock serialises concurrent starts and stops on one work directory.
 * NATS runs in operator mode (``auth=True``, the default): no client connects without a user JWT
@@ -31,7 +35,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -40,6 +44,8 @@ from urllib.parse import urlsplit
 import httpx
 import redis
 
+from ..state.client import redact_url
+from . import redis_acl
 from .binaries import nats_server_bin, redis_server_bin
 from .nats_security import RuntimeAuth, ensure_runtime_auth, ensure_runtime_tls
 from .processes import (
@@ -79,7 +85,7 @@ class RuntimeInfo:
     """Where the running servers are; the in-memory form of runtime.json."""
 
     nats_url: str
-    redis_url: str
+    redis_url: str = field(repr=False)  # the admin user's URL: its password stays out of logs
     nats_pid: int
     redis_pid: int
     nats_monitor_url: str
@@ -125,10 +131,11 @@ def _nats_healthy(monitor_url: str) -> bool | None:
     return True if resp.status_code == 200 and resp.json().get("status") == "ok" else None
 
 
-def _redis_ready(port: int, pid: int, data_dir: Path) -> bool | None:
-    """Probe: the server on ``port`` is our process and has finished loading its AOF."""
-    client = redis.Redis(host=HOST, port=port, socket_timeout=1.0, socket_connect_timeout=1.0,
-                         decode_responses=True)
+def _redis_ready(port: int, pid: int, data_dir: Path, password: str) -> bool | None:
+    """Probe: the server on ``port`` is our process and has finished loading its AOF (asked as
+    the admin user: the `default` user is off, see bke.runtime.redis_acl)."""
+    client = redis.Redis(host=HOST, port=port, username=redis_acl.ADMIN, password=password,
+                         socket_timeout=1.0, socket_connect_timeout=1.0, decode_responses=True)
     try:
         if int(client.info("server")["process_id"]) != pid:
             return None  # someone else answers on this port
@@ -170,7 +177,10 @@ class EmbeddedRuntime:
             info = RuntimeInfo(nats_url, redis_url, nats_pid, redis_pid, monitor_url, tls_ca)
             if info != old:
                 tmp = self.state_path.with_suffix(".json.tmp")
-                tmp.write_text(json.dumps(info.to_json(), indent=2) + "\n")
+                # 0600: the Redis URL carries the admin user's password (bke.runtime.redis_acl)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w") as out:
+                    out.write(json.dumps(info.to_json(), indent=2) + "\n")
                 os.replace(tmp, self.state_path)
             self.info = info
             return info
@@ -274,10 +284,11 @@ class EmbeddedRuntime:
     def _ensure_redis(self, old: RuntimeInfo | None) -> tuple[str, int]:
         """Reuse the recorded redis-server if it answers, else start one on the same AOF."""
         old_port = _port_of(old.redis_url) if old is not None else None
+        admin = redis_acl.ensure_passwords(self.workdir / redis_acl.PASSWORDS_FILE)[redis_acl.ADMIN]
         if old is not None and old_port is not None and reuse_if_answering(
                 old.redis_pid, self.redis_dir,
-                lambda: _redis_ready(old_port, old.redis_pid, self.redis_dir)):
-            log.info("reusing redis-server pid=%d %s", old.redis_pid, old.redis_url)
+                lambda: _redis_ready(old_port, old.redis_pid, self.redis_dir, admin)):
+            log.info("reusing redis-server pid=%d %s", old.redis_pid, redact_url(old.redis_url))
             return old.redis_url, old.redis_pid
 
         def start(fresh: bool) -> tuple[str, int]:
@@ -289,25 +300,29 @@ class EmbeddedRuntime:
 
     def _start_redis(self, port: int) -> tuple[str, int]:
         self.redis_dir.mkdir(parents=True, exist_ok=True)
+        # one ACL user per service, the default user off; the file holds password hashes only
+        passwords = redis_acl.ensure_passwords(self.workdir / redis_acl.PASSWORDS_FILE)
+        aclfile = self.workdir / "redis-users.acl"
+        aclfile.write_text(redis_acl.acl_file_text(passwords))
         argv: list[str | os.PathLike[str]] = [
             redis_server_bin(), "--bind", HOST, "--port", str(port), "--dir", self.redis_dir,
             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
-            "--daemonize", "no", "--logfile", "",
+            "--daemonize", "no", "--logfile", "", "--aclfile", aclfile,
         ]
         proc = ManagedProcess.start("redis-server", argv, self.logs_dir / "redis-server.log",
                                     cwd=self.redis_dir)
 
         def ready() -> bool | None:
             proc.ensure_running()
-            return _redis_ready(port, proc.pid, self.redis_dir)
+            return _redis_ready(port, proc.pid, self.redis_dir, passwords[redis_acl.ADMIN])
 
         try:
             poll_until(ready, timeout=self.start_timeout, what=f"redis-server on {HOST}:{port}")
         except BaseException:
             proc.stop()
             raise
-        url = f"redis://{HOST}:{port}/0"
-        log.info("redis-server ready pid=%d %s", proc.pid, url)
+        url = redis_acl.user_url(HOST, port, redis_acl.ADMIN, passwords[redis_acl.ADMIN])
+        log.info("redis-server ready pid=%d %s", proc.pid, redact_url(url))
         return url, proc.pid
 
 

@@ -3,6 +3,7 @@
 One function per key family; the module that owns a family (writes it) is named beside it.
 Nothing outside this module spells a key: a rename here is a rename everywhere.
 
+    bke:epoch                            string  this deployment's state id      (bke.state.epoch)
     bke:clusters                         set     clusters with a plan            (planner)
     bke:request:<id>                     string  request id -> cluster           (planner)
     bke:<c>:plan / plan-meta             string / hash                           (planner)
@@ -51,6 +52,8 @@ __all__ = [
     "cluster_key",
     "clusters_index",
     "command_key",
+    "epoch_key",
+    "all_keys_pattern",
     "health_key",
     "health_meta_key",
     "health_pods_key",
@@ -79,6 +82,18 @@ PREFIX = "bke"
 def cluster_key(cluster: str, *parts: str) -> str:
     """The building block of the per-cluster names below; call those, not this."""
     return ":".join((PREFIX, cluster, *parts))
+
+
+# the state as a whole -----------------------------------------------------------------------
+def epoch_key() -> str:
+    """A random id written once per deployment's state (bke.state.epoch): if it changes or
+    vanishes under a running service, the state was lost or replaced."""
+    return f"{PREFIX}:epoch"
+
+
+def all_keys_pattern() -> str:
+    """A SCAN pattern that matches every key above (bke.state.backup exports exactly these)."""
+    return f"{PREFIX}:*"
 
 
 # planner -------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ import threading
 from datetime import datetime, timezone
 
 from pydantic import ValidationError
-from redis.asyncio import Redis
+from bke.state.client import redis_client
+from bke.state.epoch import watch_epoch
 
 from bke.bus.service import Service, make_service
 from bke.bus.handler import typed
@@ -30,8 +31,9 @@ __all__ = ["create_service"]
 def create_service(settings: CertsSettings | None = None) -> Service:
     settings = settings or CertsSettings()
     svc = make_service("certs", settings)
-    redis = Redis.from_url(settings.redis_url)
+    redis = redis_client(settings.store)
     svc.on_stop.append(redis.aclose)
+    watch_epoch(svc, redis)  # a lost state (bke.state.epoch): wait for a restore, never start over
     box = box_from_env()  # read once: a missing key file fails at start, not at the first message
     h = CertsHandlers(redis=redis, box_factory=lambda: box, publish=svc.publish, now=lambda: datetime.now(timezone.utc))
     def t(model, handler):

@@ -60,6 +60,7 @@ from bke.state.nodefiles import RedisNodeFiles
 from .cache import CachedPkiStore
 from .operations import OpsStore
 from .renewal import renew_refusal
+from .ca_guard import ca_conflict
 from .sealing import provisioned_refusal, seal_bundle
 from bke.pki.operations import node_bundles
 
@@ -205,8 +206,11 @@ class CertsHandlers:
         if not regs:
             return [], []
         bundles = await node_bundles(plan, self.bundles, [r.node for r in regs], self.box_factory())
-        sealed, refused = {}, {}
+        sealed, refused, ca_refused = {}, {}, {}
         for r in regs:
+            if conflict := ca_conflict(bundles[r.node], r):  # the node holds another CA
+                ca_refused[r.node] = conflict
+                continue
             try:
                 sealed[r.node] = seal_bundle(bundles[r.node], r)
             except ValueError as exc:  # a malformed key, or an id that is not the key's
@@ -220,6 +224,10 @@ class CertsHandlers:
                                             operation=operation,
                                             reason=f"node {node}: its agent's sealing key is unusable: {why}"),
                                 CERTS_FAILED))
+        for node, why in sorted(ca_refused.items()):
+            log.error("bundle not sealed: %s", why, extra={"cluster": cluster, "node": node})
+            failures.append(Out(CertsFailed(request_id=request_id, cluster=cluster, node=node, kind="operational",
+                                            operation=operation, reason=why), CERTS_FAILED))
         log.debug("bundles sealed", extra={"cluster": cluster, "nodes": len(sealed)})
         return sorted(sealed), failures
 

@@ -6,7 +6,7 @@ import json
 import logging
 from datetime import datetime, timezone
 
-from redis.asyncio import Redis
+from bke.state.client import redis_client
 
 from bke.bus.service import REDIS_PROBE_S, Service, make_service
 from bke.bus.handler import deprecated, typed
@@ -39,6 +39,7 @@ from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
 from bke.errors import is_unavailable
 from bke.secrets import box_from_env
 from bke.state import PlanCache
+from bke.state.epoch import watch_epoch
 from bke.state.keys import heartbeat_key
 from bke.state.nodefiles import RedisNodeFiles
 
@@ -54,6 +55,7 @@ from .service_events import ServiceEvents
 from .settings import DispatcherSettings
 from .signing import CommandSigning
 from .state import DispatcherState
+from .state_loss import StateLossReaction
 from .status import StatusReader, StatusResponder
 
 __all__ = ["create_service"]
@@ -68,7 +70,7 @@ def _now() -> datetime:
 def create_service(settings: DispatcherSettings | None = None) -> Service:
     settings = settings or DispatcherSettings()
     svc = make_service("dispatcher", settings)
-    redis = Redis.from_url(settings.redis_url)
+    redis = redis_client(settings.store)
     state = DispatcherState(redis)
     plans = PlanCache(redis)
     files = RedisNodeFiles(redis)
@@ -96,13 +98,27 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     rotation_runner = Runner(rotations, state)  # type: ignore[arg-type]  # same reconcile shape
     rotations.kick = rotation_runner.kick
     inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result)
-    status = StatusResponder(StatusReader(redis, plans, rotation=rotation_store.rotation_view))
+
+    # state lost (bke.state.epoch): stop the loops, fail the running installs; restored: resume
+    async def stop_loops() -> None:
+        await runner.stop()
+        await rotation_runner.stop()
+
+    async def resume() -> list[str]:
+        return await runner.resume_all() + await rotations.resume_all()
+
+    loss = StateLossReaction(state, svc.publish, _now, stop_loops, resume)
+    epoch = watch_epoch(svc, redis, interval_s=settings.epoch_check_s, on_lost=loss.on_lost,
+                        on_restored=loss.on_restored, on_intact=loss.on_intact)
+    status = StatusResponder(StatusReader(redis, plans, rotation=rotation_store.rotation_view), guard=epoch.ensure_intact)
 
     services = ServiceEvents(state, plans, engine, runner.kick, _now)
 
     known = KnownTargets(state, plans)
 
     async def on_heartbeat(msg) -> None:
+        if epoch.lost:  # nothing is written into a store that lost its state
+            return
         # Advisory and not stored in a stream: a malformed one, one for a node of no stored
         # plan, or one on another node's subject is dropped without a write; an outage too.
         try:

@@ -24,3 +24,5 @@ class DispatcherSettings(ServiceSettings):
     # real: checksums from the httpRepo's `.sha256` files, addons applied with server-side apply.
     mode: Literal["lab", "real"] = "real"
     batch_size: int = 64
+    # How often the state's epoch is read (bke.state.epoch): the longest a lost state goes unseen.
+    epoch_check_s: float = 1.0

@@ -168,8 +168,9 @@ class StatusResponder:
     """The handler of `bke.v1.status.get`: bytes in, bytes out, and it never raises, so that a
     bad request or a Redis outage is an answer to the client, not a crashed subscription."""
 
-    def __init__(self, reader: StatusReader):
+    def __init__(self, reader: StatusReader, guard: Callable[[], None] = lambda: None):
         self.reader = reader
+        self.guard = guard  # raises while the state is lost (bke.state.epoch): answer Unavailable
 
     async def answer(self, data: bytes) -> bytes:
         try:
@@ -177,6 +178,10 @@ class StatusResponder:
         except ValidationError as exc:
             errors = [ErrorItem(path=".".join(str(p) for p in e["loc"]) or "(request)", message=e["msg"]) for e in exc.errors(include_url=False)]
             return StatusError(reason="Invalid", message="invalid status request", errors=errors).to_bytes()
+        try:
+            self.guard()
+        except TemporaryError as exc:
+            return StatusError(reason="Unavailable", cluster=req.cluster, message=str(exc)[:500]).to_bytes()
         try:
             reply = await self.reader.read(req)
         except Exception as exc:  # noqa: BLE001 - an outage is reported to the client, not raised

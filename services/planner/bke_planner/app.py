@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from functools import partial
 
-from redis.asyncio import Redis
+from bke.state.client import redis_client
+from bke.state.epoch import watch_epoch
 
 from bke.bus import get_blob
 from bke.bus.handler import deprecated, typed
@@ -25,8 +26,9 @@ __all__ = ["create_service"]
 def create_service(settings: PlannerSettings | None = None) -> Service:
     settings = settings or PlannerSettings()
     svc = make_service("planner", settings)
-    redis = Redis.from_url(settings.redis_url)
+    redis = redis_client(settings.store)
     svc.on_stop.append(redis.aclose)
+    watch_epoch(svc, redis)  # a lost state (bke.state.epoch): wait for a restore, never start over
 
     async def fetch_blob(ref: str) -> bytes:
         # the same limit as `bke plan`: refused from the object's size before it is read whole

@@ -1,7 +1,8 @@
 """Renderer wiring: broker, Redis, template sets loaded once, two subscribers. No logic here."""
 from __future__ import annotations
 
-from redis.asyncio import Redis
+from bke.state.client import redis_client
+from bke.state.epoch import watch_epoch
 
 from bke.bus.service import Service, make_service
 from bke.bus.handler import typed
@@ -20,8 +21,9 @@ __all__ = ["create_service"]
 def create_service(settings: RendererSettings | None = None) -> Service:
     settings = settings or RendererSettings()
     svc = make_service("renderer", settings)
-    redis = Redis.from_url(settings.redis_url)
+    redis = redis_client(settings.store)
     svc.on_stop.append(redis.aclose)
+    watch_epoch(svc, redis)  # a lost state (bke.state.epoch): wait for a restore, never start over
     preload_templates()  # every per-version template set, once, at start
     h = RendererHandlers(plans=RedisPlanStore(redis), store=RedisRenderStore(redis), publish=svc.publish)
     svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "renderer-plans", typed(PlanCreated, h.on_plan, svc.publish),

@@ -1,0 +1,121 @@
+"""`bke state backup FILE` / `bke state restore FILE`: save and restore everything BKE needs to go on.
+
+This is the one command that reads and writes Redis itself, because it *is* the state tool.
+Every other command asks the services over the bus. It needs the state's admin identity, which
+can scan and write every `bke:` key. That is `--workdir` for a lab (the runtime's admin URL and
+the lab's `secret.key`), or `--redis URL` (or BKE_REDIS_URL, with BKE_REDIS_TLS_CA for
+`rediss://`) together with the operator key file in BKE_SECRET_KEY_FILE. The backup is encrypted
+with that key. Keep the key file apart from the backups: a backup opens with it and nothing else.
+
+What a backup holds, its format and the restore rules: bke.state.backup. After a restore the
+services see their epoch again (bke.state.epoch) and go on.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+import typer
+from redis.exceptions import RedisError
+
+from bke.errors import PermanentError
+from bke.runtime import EmbeddedRuntime
+from bke.secrets.at_rest import SECRET_KEY_ENV, SecretBox, box_from_env, load_secret_box
+from bke.state.backup import backup_state, decode_backup, encode_backup, restore_state
+from bke.state.client import StoreAccess, redact_url, redis_client
+
+from .output import EXIT_FAILURE, EXIT_INVALID, die
+
+__all__ = ["register", "resolve_store"]
+
+state_app = typer.Typer(no_args_is_help=True, help="Back up and restore BKE's state (Redis).")
+
+WORKDIR = typer.Option(None, "--workdir", help="a lab's work directory")
+REDIS = typer.Option(None, "--redis", help="Redis URL with the admin user (else BKE_REDIS_URL)")
+
+
+def resolve_store(workdir: Path | None, redis_url: str | None) -> tuple[StoreAccess, SecretBox]:
+    """The admin's Redis access and the operator key, for a lab or a deployment."""
+    try:
+        if workdir is not None:
+            info = EmbeddedRuntime.read_info(workdir.resolve() / "runtime")
+            if info is None:
+                die(f"{workdir}: no running lab here (no runtime/runtime.json)", EXIT_INVALID)
+            return StoreAccess(info.redis_url), load_secret_box(workdir.resolve() / "secret.key")
+        url = redis_url or os.environ.get("BKE_REDIS_URL")
+        if not url:
+            die("say where the state is: --workdir DIR (a lab), or --redis URL (or BKE_REDIS_URL) "
+                f"with {SECRET_KEY_ENV}", EXIT_INVALID)
+        ca = os.environ.get("BKE_REDIS_TLS_CA")
+        return StoreAccess(url, Path(ca) if ca else None), box_from_env()
+    except PermanentError as exc:
+        die(str(exc), EXIT_INVALID)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+@state_app.command("backup")
+def backup(file: Path = typer.Argument(..., help="the file to write (refused if it exists)"),
+           workdir: Path | None = WORKDIR, redis_url: str | None = REDIS) -> None:
+    """Write every BKE key, encrypted with the operator key, to FILE."""
+    access, box = resolve_store(workdir, redis_url)
+
+    async def run() -> tuple[bytes, object]:
+        client = redis_client(access)
+        try:
+            doc, summary = await backup_state(client, now=_now())
+        finally:
+            await client.aclose()
+        return encode_backup(doc, box), summary
+
+    blob, summary = _run(run(), access)
+    try:
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        die(f"{file}: exists; choose another name (a backup never overwrites one)", EXIT_INVALID)
+    with os.fdopen(fd, "wb") as out:
+        out.write(blob)
+    typer.echo(f"backed up {summary.keys} keys (epoch {summary.epoch}, digest {summary.digest[:16]}) "  # type: ignore[attr-defined]
+               f"to {file}, encrypted with key {box.key_id}")
+
+
+@state_app.command("restore")
+def restore(file: Path = typer.Argument(..., help="a file written by `bke state backup`"),
+            workdir: Path | None = WORKDIR, redis_url: str | None = REDIS,
+            force: bool = typer.Option(False, "--force", help="replace the BKE keys that exist now")) -> None:
+    """Put the state saved in FILE back; the services then go on from it."""
+    access, box = resolve_store(workdir, redis_url)
+    try:
+        doc = decode_backup(file.read_bytes(), box)
+    except OSError as exc:
+        die(f"{file}: {exc.strerror}", EXIT_INVALID)
+    except PermanentError as exc:
+        die(f"{file}: {exc}", EXIT_INVALID)
+
+    async def run() -> object:
+        client = redis_client(access)
+        try:
+            return await restore_state(client, doc, force=force)
+        finally:
+            await client.aclose()
+
+    summary = _run(run(), access)
+    typer.echo(f"restored {summary.keys} keys (epoch {summary.epoch}, backup of {summary.created_at}) "  # type: ignore[attr-defined]
+               f"into {redact_url(access.url)}")
+
+
+def _run(coro, access: StoreAccess):  # type: ignore[no-untyped-def]
+    try:
+        return asyncio.run(coro)
+    except PermanentError as exc:
+        die(str(exc), EXIT_INVALID)
+    except (RedisError, OSError) as exc:
+        die(f"Redis at {redact_url(access.url)}: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(state_app, name="state")

@@ -1,0 +1,176 @@
+"""The state's epoch: how a running service notices that Redis lost (or was given) its state.
+
+Why: a Redis emptied under a running install (FLUSHALL, a volume lost, a replica promoted
+without the data) used to go unnoticed. The dispatcher waited for records that no longer
+existed, and a re-run started from zero with a new CA while the nodes kept the old one.
+
+`bke:epoch` holds a random id. The first service to start on an empty store writes it
+(`ensure_epoch`, SET NX: all replicas agree on one). Every service remembers the id it started
+with, and an `EpochWatch` reads the key again every `interval_s` seconds (one GET). If the key is
+gone or holds another id, the state was lost or replaced. The watch then stops the service from
+acting: `ensure_intact()`, which is called before each message is handled, raises `StateLost`, a
+TemporaryError. The message stays in its stream and is handled after a restore. The service's
+`on_lost` hook reports the loss. Once `bke state restore` writes the remembered id back, the watch
+calls `on_restored` and the service goes on.
+
+A service that *starts* on an empty store cannot tell a new deployment from a lost one. It writes
+a new epoch. Against nodes that already hold a CA, the certs service's CA guard refuses to seal
+(the agents report their CA's fingerprint), so no node ever gets a second CA.
+
+Errors::
+
+    TemporaryError
+     └─ StateLost    the store's epoch is not the one this process started with
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Awaitable, Callable, Protocol
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from ..errors import TemporaryError
+from ..periodic import Periodic
+from .keys import epoch_key
+
+__all__ = ["STATE_LOST", "EpochWatch", "StateLost", "ensure_epoch", "new_epoch", "read_epoch", "watch_epoch",
+           "write_epoch"]
+
+log = logging.getLogger(__name__)
+
+STATE_LOST = "state lost: restore with `bke state restore`"
+
+
+class StateLost(TemporaryError):
+    """The state this process worked on is gone; wait for a restore, do not start over."""
+
+    def __init__(self, detail: str = "", delay: float = 5.0) -> None:
+        super().__init__(f"{STATE_LOST}" + (f" ({detail})" if detail else ""), delay=delay)
+
+
+def new_epoch() -> str:
+    return secrets.token_hex(16)
+
+
+def _s(v: bytes | str | None) -> str | None:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+async def read_epoch(redis: Redis) -> str | None:
+    return _s(await redis.get(epoch_key()))
+
+
+async def ensure_epoch(redis: Redis, candidate: str) -> str:
+    """The epoch in force: `candidate` if the store had none (SET NX), else the stored one."""
+    await redis.set(epoch_key(), candidate, nx=True)
+    epoch = await read_epoch(redis)
+    if epoch is None:  # deleted between the two calls: the store is being emptied right now
+        raise StateLost("the epoch vanished while it was being written")
+    return epoch
+
+
+async def write_epoch(redis: Redis, epoch: str) -> None:
+    """Set the epoch unconditionally: only `bke state restore` does this."""
+    await redis.set(epoch_key(), epoch)
+
+
+Hook = Callable[[str], Awaitable[None]]
+
+
+async def _nothing(_: str) -> None:
+    return None
+
+
+class EpochWatch:
+    """Remembers the epoch at `start()`, re-reads it on a timer, and reports the transitions.
+
+    `on_lost(detail)` runs once when the state is found lost, and `on_restored(epoch)` runs once
+    when the remembered epoch is back. `on_intact(epoch)` runs after each check that finds the
+    state intact, so that a service can note what it would have to report if the state were lost.
+    A Redis that does not answer is an outage, not a loss. Outages are item 4's business, so the
+    last verdict stands until Redis answers again.
+    """
+
+    def __init__(self, redis: Redis, *, interval_s: float = 1.0, service: str = "",
+                 on_lost: Hook = _nothing, on_restored: Hook = _nothing, on_intact: Hook = _nothing,
+                 make_epoch: Callable[[], str] = new_epoch) -> None:
+        self.redis, self.service = redis, service
+        self.on_lost, self.on_restored, self.on_intact = on_lost, on_restored, on_intact
+        self.make_epoch = make_epoch
+        self.epoch: str | None = None
+        self.lost_detail = ""
+        self._reported = True
+        self._periodic = Periodic(f"epoch-watch:{service}", interval_s, self.check, log)
+
+    @property
+    def lost(self) -> bool:
+        return bool(self.lost_detail)
+
+    async def start(self) -> str:
+        """Adopt the store's epoch (writing one into an empty store) and start watching it."""
+        self.epoch = await ensure_epoch(self.redis, self.make_epoch())
+        log.info("state epoch %s", self.epoch, extra={"service": self.service})
+        self._periodic.start()
+        return self.epoch
+
+    async def stop(self) -> None:
+        await self._periodic.stop()
+
+    def ensure_intact(self) -> None:
+        """Raise StateLost while the state is lost. No I/O: call it before every message."""
+        if self.lost_detail:
+            raise StateLost(self.lost_detail)
+
+    async def check(self) -> bool:
+        """Read the epoch once and act on a change. Returns True if the state is intact."""
+        if self.epoch is None:
+            return True  # not started yet
+        try:
+            current = await read_epoch(self.redis)
+        except (RedisError, OSError) as exc:
+            log.info("epoch check skipped: redis unavailable (%s)", type(exc).__name__)
+            return not self.lost
+        if current == self.epoch:
+            if self.lost_detail:
+                self.lost_detail = ""
+                log.warning("state restored (epoch %s): going on", current, extra={"service": self.service})
+                await self.on_restored(current)
+            await self.on_intact(current)
+            return True
+        detail = ("the store has no epoch: it was emptied" if current is None
+                  else f"the store's epoch is {current}, this service started with {self.epoch}")
+        if not self.lost_detail:
+            self.lost_detail = detail
+            self._reported = False
+            log.error("%s: %s", STATE_LOST, detail, extra={"service": self.service})
+        if not self._reported:  # a report that failed (NATS away) is tried again next round
+            await self.on_lost(self.lost_detail)
+            self._reported = True
+        return False
+
+
+class _ServiceHooks(Protocol):
+    """The part of bke.bus.service.Service that a watch hooks into."""
+
+    name: str
+    guards: list[Callable[[], None]]
+    after_start: list[Callable[[], Awaitable[None]]]
+    before_stop: list[Callable[[], Awaitable[None]]]
+
+
+def watch_epoch(svc: _ServiceHooks, redis: Redis, *, interval_s: float = 1.0, on_lost: Hook = _nothing,
+                on_restored: Hook = _nothing, on_intact: Hook = _nothing) -> EpochWatch:
+    """A watch for a service: every message waits while the state is lost (its guard), and the
+    epoch is adopted before the subscribers start (the first of `after_start`)."""
+    watch = EpochWatch(redis, interval_s=interval_s, service=svc.name, on_lost=on_lost,
+                       on_restored=on_restored, on_intact=on_intact)
+    svc.guards.append(watch.ensure_intact)
+
+    async def start() -> None:
+        await watch.start()
+
+    svc.after_start.insert(0, start)
+    svc.before_stop.append(watch.stop)
+    return watch

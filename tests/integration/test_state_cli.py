@@ -1,0 +1,57 @@
+"""`bke state backup` / `bke state restore` as an operator runs them against a deployment
+(`--redis URL` with the admin user, BKE_SECRET_KEY_FILE): round trip, a backup never
+overwrites a file, a restore over live keys needs --force, another key is refused with exit 2
+and an ERROR line, and no password is printed."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis.asyncio as aioredis
+
+from bke.secrets.at_rest import create_key_file
+from bke.state.keys import plan_key
+from bke_cli.main import main as bke
+
+pytestmark = pytest.mark.integration
+
+
+async def run(argv: list[str]) -> int:
+    return await asyncio.to_thread(bke, argv)  # the CLI runs its own event loop
+
+
+async def test_backup_and_restore_from_the_command_line(redis_url: str, redis_client: aioredis.Redis, tmp_path,
+                                                         monkeypatch, capsys) -> None:
+    key = tmp_path / "secret.key"
+    create_key_file(key)
+    monkeypatch.setenv("BKE_SECRET_KEY_FILE", str(key))
+    monkeypatch.delenv("BKE_REDIS_URL", raising=False)
+    await redis_client.set(plan_key("seed"), "the plan")
+    await redis_client.set("bke:epoch", "e1")
+    out = tmp_path / "state.bke"
+    args = ["--redis", redis_url]
+
+    assert await run(["state", "backup", str(out), *args]) == 0
+    assert "backed up 2 keys (epoch e1" in capsys.readouterr().out
+    assert out.stat().st_mode & 0o077 == 0
+    assert await run(["state", "backup", str(out), *args]) == 2  # never overwrites a backup
+    assert "exists" in capsys.readouterr().err
+
+    assert await run(["state", "restore", str(out), *args]) == 2  # the keys are there: --force or nothing
+    assert "pass --force" in capsys.readouterr().err
+    await redis_client.flushdb()
+    assert await run(["state", "restore", str(out), *args]) == 0
+    printed = capsys.readouterr().out
+    assert "restored 2 keys (epoch e1" in printed
+    password = redis_url.split("@")[0].rsplit(":", 1)[1]
+    assert password not in printed
+    assert await redis_client.get(plan_key("seed")) == "the plan"
+
+    other = tmp_path / "other.key"
+    create_key_file(other)
+    monkeypatch.setenv("BKE_SECRET_KEY_FILE", str(other))
+    assert await run(["state", "restore", str(out), "--force", *args]) == 2
+    assert capsys.readouterr().err.startswith(f"ERROR {out}: encrypted with key")
+    monkeypatch.delenv("BKE_SECRET_KEY_FILE")
+    assert await run(["state", "backup", str(tmp_path / "b2"), *args]) == 2
+    assert "BKE_SECRET_KEY_FILE is not set" in capsys.readouterr().err
