@@ -109,11 +109,20 @@ class EpochWatch:
         return bool(self.lost_detail)
 
     async def start(self) -> str:
-        """Adopt the store's epoch (writing one into an empty store) and start watching it."""
+        """Adopt the store's epoch (writing one into an empty store) and start watching it. A
+        service may start while Redis is away (it waits, not ready): the epoch is then adopted
+        by the first check that reaches Redis. "" until then."""
+        try:
+            await self._adopt()
+        except (RedisError, OSError) as exc:
+            log.warning("state epoch not read yet: redis unavailable (%s); adopted once it answers",
+                        type(exc).__name__, extra={"service": self.service})
+        self._periodic.start()
+        return self.epoch or ""
+
+    async def _adopt(self) -> None:
         self.epoch = await ensure_epoch(self.redis, self.make_epoch())
         log.info("state epoch %s", self.epoch, extra={"service": self.service})
-        self._periodic.start()
-        return self.epoch
 
     async def stop(self) -> None:
         await self._periodic.stop()
@@ -125,8 +134,12 @@ class EpochWatch:
 
     async def check(self) -> bool:
         """Read the epoch once and act on a change. Returns True if the state is intact."""
-        if self.epoch is None:
-            return True  # not started yet
+        if self.epoch is None:  # not started, or started while Redis was away
+            try:
+                await self._adopt()
+            except (RedisError, OSError):
+                pass
+            return True
         try:
             current = await read_epoch(self.redis)
         except (RedisError, OSError) as exc:
@@ -151,10 +164,15 @@ class EpochWatch:
         return False
 
 
+class _Readiness(Protocol):
+    def set(self, condition: str, ok: bool, why: str = "") -> None: ...
+
+
 class _ServiceHooks(Protocol):
     """The part of bke.bus.service.Service that a watch hooks into."""
 
     name: str
+    readiness: _Readiness
     guards: list[Callable[[], None]]
     after_start: list[Callable[[], Awaitable[None]]]
     before_stop: list[Callable[[], Awaitable[None]]]
@@ -164,8 +182,16 @@ def watch_epoch(svc: _ServiceHooks, redis: Redis, *, interval_s: float = 1.0, on
                 on_restored: Hook = _nothing, on_intact: Hook = _nothing) -> EpochWatch:
     """A watch for a service: every message waits while the state is lost (its guard), and the
     epoch is adopted before the subscribers start (the first of `after_start`)."""
-    watch = EpochWatch(redis, interval_s=interval_s, service=svc.name, on_lost=on_lost,
-                       on_restored=on_restored, on_intact=on_intact)
+    async def lost(detail: str) -> None:
+        svc.readiness.set("state", False, f"{STATE_LOST} ({detail})")  # the health request says so too
+        await on_lost(detail)
+
+    async def restored(epoch: str) -> None:
+        svc.readiness.set("state", True)
+        await on_restored(epoch)
+
+    watch = EpochWatch(redis, interval_s=interval_s, service=svc.name, on_lost=lost,
+                       on_restored=restored, on_intact=on_intact)
     svc.guards.append(watch.ensure_intact)
 
     async def start() -> None:
