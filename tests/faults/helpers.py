@@ -20,10 +20,12 @@ from nats.aio.client import Client as NatsClient
 from bke.contracts.health import ServiceHealth, health_subject
 from bke.runtime import EmbeddedRuntime
 from bke.runtime.processes import stop_pid
-from tests.integration.test_dispatcher import _announce, _null_fleet, _stored_cluster
+from bke.secrets import SECRET_KEY_ENV
+from tests.integration.test_dispatcher import _announce, _ids, _null_fleet, _stored_cluster
+from tests.trust_helpers import deployment_key
 
-__all__ = ["DispatcherProcess", "GatedBackend", "_announce", "gated_fleet", "_null_fleet", "_stored_cluster", "ack_pending", "eventually",
-           "health_of", "restart_redis", "stop_redis"]
+__all__ = ["DispatcherProcess", "GatedBackend", "_announce", "_ids", "gated_fleet", "_null_fleet", "_stored_cluster", "ack_pending",
+           "eventually", "health_of", "restart_redis", "stop_redis"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,6 +74,9 @@ class DispatcherProcess:
     """`bke-dispatcher` as its own process, so that a test can SIGKILL it mid-handler."""
 
     def __init__(self, nats_url: str, redis_url: str, log: Path, **env: str):
+        # BKE_SECRET_KEY_FILE (the `operator_box` fixture sets it): the dispatcher loads the
+        # command-signing key from Redis with it, and signs nothing without it
+        assert SECRET_KEY_ENV in os.environ or SECRET_KEY_ENV in env, f"{SECRET_KEY_ENV} unset: use the operator_box fixture"
         self.env = {**os.environ, "BKE_NATS_URL": nats_url, "BKE_REDIS_URL": redis_url, "BKE_DISPATCHER_MODE": "lab",
                     "BKE_DISPATCHER_HEALTH_INTERVAL_S": "0", "BKE_DISPATCHER_OWNER": "dispatcher-0", **env}
         self.log = log
@@ -126,20 +131,23 @@ class GatedBackend:
         return await self.inner.execute(step, content)
 
 
-def gated_fleet(nc: NatsClient, nats_url: str, cluster: str, plan, prefix: str, gate: asyncio.Event,
-                waiting: list[str]):
-    """A fleet of agents for every node of `plan` whose `prefix` steps wait for `gate`."""
+async def gated_fleet(nc: NatsClient, nats_url: str, cluster: str, plan, prefix: str, gate: asyncio.Event,
+                      waiting: list[str], r, box):
+    """A fleet of agents for every node of `plan` whose `prefix` steps wait for `gate`; they run
+    what the deployment's key signed (the key the dispatcher loads from Redis `r` with `box`)."""
     from bke_agent.fleet import Fleet
     from bke_agent.identity import AgentIdentity
     from bke_agent.journal import MemoryJournal
     from bke_agent.loop import AgentLoop
     from bke_agent.settings import AgentSettings
+    from bke_agent.verify import CommandVerifier
 
+    key = (await deployment_key(r, box)).verify_key
     js = nc.jetstream()
     base = AgentSettings(cluster=cluster, node="master1", backend="host", nats_url=nats_url, heartbeat_s=0)
     fleet = Fleet(nc, js)
     for n in plan.nodes:
         settings = base.model_copy(update={"node": n.hostname})
         fleet.add(AgentLoop(nc, js, settings, GatedBackend(prefix, gate, waiting), MemoryJournal(),  # type: ignore[arg-type]
-                            AgentIdentity.ephemeral()))
+                            AgentIdentity.ephemeral(), verifier=CommandVerifier(key, cluster, n.hostname)))
     return fleet

@@ -15,28 +15,28 @@ from bke_cli.follow import submit_and_follow
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 
-from .helpers import _announce, _null_fleet, _stored_cluster, connect, eventually, restart_redis, stop_redis
+from .helpers import _announce, _ids, _null_fleet, _stored_cluster, connect, eventually, restart_redis, stop_redis
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 
-async def test_follow_says_once_that_it_waits_through_a_redis_outage_and_ends_with_the_outcome(own_runtime, capsys):
+async def test_follow_says_once_that_it_waits_through_a_redis_outage_and_ends_with_the_outcome(own_runtime, capsys, operator_box):
     info = own_runtime.info
     nc = await connect(info.nats_url)
     js = nc.jetstream()
     await ensure_streams(js)
     r = Redis.from_url(info.redis_url)
     plan, digest = await _stored_cluster(r, "follow")
-    await r.aclose()
     svc = create_service(DispatcherSettings(nats_url=info.nats_url, redis_url=info.redis_url, owner="o", mode="lab",
                                             health_interval_s=0))
     await svc.start()
-    fleet = _null_fleet(nc, js, info.nats_url, "follow", plan)
+    fleet = await _null_fleet(nc, js, info.nats_url, "follow", plan, r, operator_box)
+    await r.aclose()
     out = io.StringIO()
     err: list[str] = []
     try:
         async with EventWatch(nc, ["bke.v1.install.follow.phase"]) as watch:
-            await _announce(js, "follow", digest, [n.hostname for n in plan.nodes])
+            await _announce(js, "follow", digest, [n.hostname for n in plan.nodes], _ids(fleet))
             await watch.wait_for(lambda e: True, timeout=30)  # the install is Running (waiting for agents)
         port = stop_redis(own_runtime)
         follow = asyncio.create_task(submit_and_follow(info.nats_url, b"", "follow", 120.0, Console(file=out), submit=False))

@@ -18,30 +18,30 @@ from bke.runtime.processes import stop_pid
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 
-from .helpers import _announce, _stored_cluster, connect, eventually, gated_fleet, health_of
+from .helpers import _announce, _ids, _stored_cluster, connect, eventually, gated_fleet, health_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 
 @pytest.mark.parametrize("outage_s", [pytest.param(5.0, id="short"),
                                       pytest.param(70.0, id="longer-than-60-reconnects", marks=pytest.mark.slow)])
-async def test_after_a_nats_outage_the_dispatcher_goes_on_and_the_install_finishes(own_runtime, outage_s):
+async def test_after_a_nats_outage_the_dispatcher_goes_on_and_the_install_finishes(own_runtime, outage_s, operator_box):
     info = own_runtime.info
     nc = await connect(info.nats_url)
     js = nc.jetstream()
     await ensure_streams(js)
     r = Redis.from_url(info.redis_url)
     plan, digest = await _stored_cluster(r, "natsout")
-    await r.aclose()
     svc = create_service(DispatcherSettings(nats_url=info.nats_url, redis_url=info.redis_url, owner="o", mode="lab",
                                             health_interval_s=0))
     await svc.start()
     gate, waiting = asyncio.Event(), []
-    fleet = gated_fleet(nc, info.nats_url, "natsout", plan, "health:etcd", gate, waiting)
+    fleet = await gated_fleet(nc, info.nats_url, "natsout", plan, "health:etcd", gate, waiting, r, operator_box)
+    await r.aclose()
     etcd_nodes = [n.hostname for n in plan.nodes if "etcd-data" in n.components]
     try:
         await fleet.start()
-        await _announce(js, "natsout", digest, [n.hostname for n in plan.nodes])
+        await _announce(js, "natsout", digest, [n.hostname for n in plan.nodes], _ids(fleet))
 
         async def all_etcd_waiting():
             return len(waiting) == len(etcd_nodes)

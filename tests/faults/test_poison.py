@@ -19,7 +19,7 @@ from bke.state.keys import heartbeat_key
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 
-from .helpers import _announce, _null_fleet, _stored_cluster, ack_pending, eventually
+from .helpers import _announce, _ids, _null_fleet, _stored_cluster, ack_pending, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -93,19 +93,19 @@ async def test_forged_heartbeats_write_nothing(nats_url, redis_url, redis_client
         await svc.stop()
 
 
-async def _install(nats_client, nats_url: str, redis_url: str, name: str) -> tuple[float, list[str]]:
+async def _install(nats_client, nats_url: str, redis_url: str, name: str, box) -> tuple[float, list[str]]:
     """Install a seed cluster with a null fleet; the seconds from the announcements to the end,
     and its nodes."""
     js = nats_client.jetstream()
     r = Redis.from_url(redis_url)
     plan, digest = await _stored_cluster(r, name)
+    fleet = await _null_fleet(nats_client, js, nats_url, name, plan, r, box)
     await r.aclose()
-    fleet = _null_fleet(nats_client, js, nats_url, name, plan)
     try:
         async with EventWatch(nats_client, [f"bke.v1.install.{name}.finished"]) as watch:
             await fleet.start()
             t0 = time.monotonic()
-            await _announce(js, name, digest, [n.hostname for n in plan.nodes])
+            await _announce(js, name, digest, [n.hostname for n in plan.nodes], _ids(fleet))
             done = await watch.wait_for(lambda e: True, timeout=120)
             took = time.monotonic() - t0
         assert done.data["status"] == "Succeeded", done.data
@@ -116,7 +116,7 @@ async def _install(nats_client, nats_url: str, redis_url: str, name: str) -> tup
 
 @pytest.mark.parametrize("forged", ["unknown-cluster", "unknown-generation"])
 async def test_a_flood_of_forged_results_does_not_stall_another_install(nats_url, redis_url, redis_client, nats_client,
-                                                                       forged):
+                                                                       forged, operator_box):
     """Forged results for a cluster that does not exist are dead-lettered at once; those naming
     real nodes of a real cluster with a generation never sent wait (NotYetKnown, bounded) and
     must not take the window the real install's results need."""
@@ -127,7 +127,7 @@ async def test_a_flood_of_forged_results_does_not_stall_another_install(nats_url
     # names of their own: the streams keep an earlier variant's commands (and their ids)
     calm_name, busy_name = f"calm-{forged}", f"busy-{forged}"
     try:
-        calm, known = await _install(nats_client, nats_url, redis_url, calm_name)
+        calm, known = await _install(nats_client, nats_url, redis_url, calm_name, operator_box)
         nodes = [f"n{i}" for i in range(FLOOD)]
         async with EventWatch(nats_client, ["bke.v1.deadletter.dispatcher"]) as dead:
             for i in range(FLOOD):  # all before the real install's first result
@@ -137,7 +137,7 @@ async def test_a_flood_of_forged_results_does_not_stall_another_install(nats_url
                     node = known[i % len(known)]
                     res = _forged_result(calm_name, node).model_copy(update={"command_id": f"{calm_name}/etcd/{node}/{9 + i}"})
                 await js.publish(agent_subject(res.cluster, res.node, "result"), res.to_bytes())
-            busy, _ = await _install(nats_client, nats_url, redis_url, busy_name)
+            busy, _ = await _install(nats_client, nats_url, redis_url, busy_name, operator_box)
             if forged == "unknown-cluster":
                 async def all_settled():
                     return len(dead.seen) >= FLOOD and await ack_pending(nats_client, "dispatcher-results") == (0, 0)

@@ -21,7 +21,7 @@ from bke.bus.streams import ensure_streams
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 
-from .helpers import _announce, _stored_cluster, ack_pending, connect, eventually, gated_fleet, health_of, restart_redis, stop_redis
+from .helpers import _announce, _ids, _stored_cluster, ack_pending, connect, eventually, gated_fleet, health_of, restart_redis, stop_redis
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -29,24 +29,24 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 OUTAGE_S = 12.0
 
 
-async def test_results_held_through_a_redis_outage_are_counted_and_the_install_finishes(own_runtime):
+async def test_results_held_through_a_redis_outage_are_counted_and_the_install_finishes(own_runtime, operator_box):
     info = own_runtime.info
     nc = await connect(info.nats_url)
     js = nc.jetstream()
     await ensure_streams(js)
     r = Redis.from_url(info.redis_url)
     plan, digest = await _stored_cluster(r, "outage")
-    await r.aclose()
     svc = create_service(DispatcherSettings(nats_url=info.nats_url, redis_url=info.redis_url, owner="o", mode="lab",
                                             health_interval_s=0))
     await svc.start()
     gate, waiting = asyncio.Event(), []
-    fleet = gated_fleet(nc, info.nats_url, "outage", plan, "health:etcd", gate, waiting)
+    fleet = await gated_fleet(nc, info.nats_url, "outage", plan, "health:etcd", gate, waiting, r, operator_box)
+    await r.aclose()
     etcd_nodes = [n.hostname for n in plan.nodes if "etcd-data" in n.components]
     try:
         async with EventWatch(nc, ["bke.v1.install.outage.finished", "bke.v1.deadletter.>"]) as watch:
             await fleet.start()
-            await _announce(js, "outage", digest, [n.hostname for n in plan.nodes])
+            await _announce(js, "outage", digest, [n.hostname for n in plan.nodes], _ids(fleet))
 
             async def all_etcd_waiting():
                 return len(waiting) == len(etcd_nodes)

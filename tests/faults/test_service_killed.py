@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from bke.bus import EventWatch
 from bke.bus.streams import ensure_streams
 
-from .helpers import (DispatcherProcess, _announce, _stored_cluster, ack_pending, connect, eventually, gated_fleet,
+from .helpers import (DispatcherProcess, _announce, _ids, _stored_cluster, ack_pending, connect, eventually, gated_fleet,
                       health_of, restart_redis, stop_redis)
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -25,18 +25,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 RETAKEN_WITHIN_S = 30.0  # ack wait 10 s + a restart + the rest of the install; the old ack wait alone was 60 s
 
 
-async def test_work_held_by_a_killed_dispatcher_is_taken_up_within_seconds_of_its_restart(own_runtime, tmp_path):
+async def test_work_held_by_a_killed_dispatcher_is_taken_up_within_seconds_of_its_restart(own_runtime, tmp_path, operator_box):
     info = own_runtime.info
     nc = await connect(info.nats_url)
     js = nc.jetstream()
     await ensure_streams(js)
     r = Redis.from_url(info.redis_url)
     plan, digest = await _stored_cluster(r, "killed")
-    await r.aclose()
     first = DispatcherProcess(info.nats_url, info.redis_url, tmp_path / "dispatcher-1.log")
     second = DispatcherProcess(info.nats_url, info.redis_url, tmp_path / "dispatcher-2.log")
     gate, waiting = asyncio.Event(), []
-    fleet = gated_fleet(nc, info.nats_url, "killed", plan, "health:etcd", gate, waiting)
+    fleet = await gated_fleet(nc, info.nats_url, "killed", plan, "health:etcd", gate, waiting, r, operator_box)
+    await r.aclose()
     etcd_nodes = [n.hostname for n in plan.nodes if "etcd-data" in n.components]
     try:
         first.start()
@@ -46,7 +46,7 @@ async def test_work_held_by_a_killed_dispatcher_is_taken_up_within_seconds_of_it
         await eventually(answers, 60, "the dispatcher process answers on its health subject")
         async with EventWatch(nc, ["bke.v1.install.killed.finished", "bke.v1.deadletter.>"]) as watch:
             await fleet.start()
-            await _announce(js, "killed", digest, [n.hostname for n in plan.nodes])
+            await _announce(js, "killed", digest, [n.hostname for n in plan.nodes], _ids(fleet))
 
             async def all_etcd_waiting():
                 return len(waiting) == len(etcd_nodes)
