@@ -48,17 +48,22 @@ def hostile_bodies(model: type[Message], valid: dict) -> list[Hostile]:
         Hostile("null", b"null"),
         Hostile("list", b"[]"),
         Hostile("string", b'"a string"'),
-        Hostile("empty-object", b"{}"),
         Hostile("truncated", json.dumps(valid).encode()[:-1]),
         Hostile("deep-nesting", b"[" * 100_000 + b"]" * 100_000),
         Hostile("non-utf8-in-string", json.dumps(valid).encode().replace(b"{", b'{"\xff\xfe": 1, ', 1)),
         Hostile("extra-field", json.dumps({**valid, "zzExtraField": 1}).encode(), "zzExtraField"),
         Hostile("oversized", json.dumps({**valid, "zzPadding": "x" * OVERSIZED}).encode(), "zzPadding"),
     ]
-    for key in valid:
-        # a value of a type no field takes: a nested object of a list
+    schema = model.model_json_schema(by_alias=True)
+    required = schema.get("required", [])
+    if required:
+        # (a request with no required field, GetHealth or GetCommandKey, is valid as `{}`: for
+        # it the hostile cases are the extra fields, the wrong types and the broken bytes)
+        out.append(Hostile("empty-object", b"{}", required[0]))
+    for key in [*valid, *(k for k in schema.get("properties", {}) if k not in valid)]:
+        # a value of a type no field takes: a nested object of a list (also for an optional
+        # field the valid example leaves out, so a request whose fields all default is tested)
         out.append(Hostile(f"wrong-type-{key}", json.dumps({**valid, key: {"x": [[1]]}}).encode(), key))
-    required = model.model_json_schema(by_alias=True).get("required", [])
     for key in required:
         if key in valid:
             out.append(Hostile(f"missing-{key}", json.dumps({k: v for k, v in valid.items() if k != key}).encode(), key))

@@ -15,18 +15,22 @@ from bke.bus import EventWatch, ensure_streams
 from bke.bus.connect import BusAccess, connect_nats
 from bke.bus.delivery import MAX_DEADLETTER_PAYLOAD
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, InstallCluster
-from bke.contracts.agent import AgentHeartbeat
+from bke.contracts.agent import AgentHeartbeat, AgentProvisioned, GetCommandKey, ProvisionAgent
+from bke.contracts.health import GetHealth
 from bke.contracts.status import StatusError
 from bke.contracts.subjects import CHANNELS, COMMAND_SUBJECTS, DEADLETTER, EVENT_SUBJECTS, LEGACY_CLUSTER_REQUESTED, Channel
 from bke.lab.supervisor import SERVICES, LabSupervisor
+from bke.lab.trust import ensure_lab_command_key
+from bke.provisioning import provision_agent
 from bke.runtime import RuntimeInfo
 from bke.runtime.processes import pid_alive
+from bke.secrets.signing import parse_public_line
 from bke.spec.synth import synth_spec_text
 from bke_agent.fleet import Fleet
 from bke_agent.settings import AgentSettings
 from bke_planner.decide import request_id_of
 
-from .bus_corpus import hostile_bodies, valid_example
+from .bus_corpus import Hostile, hostile_bodies, valid_example
 
 pytestmark = pytest.mark.integration
 CLUSTER = "hostile"
@@ -52,22 +56,41 @@ def stored_channels() -> list[tuple[Channel, str]]:
 
 
 @pytest.fixture
-async def services(tmp_path, nats_url, redis_url, redis_client, monkeypatch):
+async def services(tmp_path, runtime, nats_url, redis_url, redis_client, monkeypatch):
     monkeypatch.setenv("BKE_DISPATCHER_HEALTH_INTERVAL_S", "0")  # null agents serve no health URLs
-    sup = LabSupervisor(tmp_path / "lab")
+    # the session's open bus (auth=False: a forger needs no identity here) and its Redis, where
+    # each service logs in as its own ACL user (passwords kept in that runtime's directory)
+    sup = LabSupervisor(tmp_path / "lab", auth=False)
+    sup.runtime = runtime
     sup.workdir.mkdir(parents=True)
     sup.ensure_secret_key()
     info = RuntimeInfo(nats_url=nats_url, redis_url=redis_url, nats_pid=0, redis_pid=0, nats_monitor_url="")
     pids = sup.ensure_services(info)
     try:
-        yield sup, dict(pids)
+        yield sup, dict(pids), info
     finally:
         for name in SERVICES:
             sup.stop_service(name)
 
 
+async def _check_answer(ch: Channel, subject: str, case: Hostile, data: bytes) -> None:
+    """A hostile request's answer: `Invalid` (status, expiration), or not recorded naming the
+    field (provisioning); a request whose answer does not depend on what was asked (a health
+    probe, the public command key: both read no field) is answered as always, never failed."""
+    if StatusError in ch.replies:
+        reply = StatusError.model_validate_json(data)
+        assert reply.reason == "Invalid", (subject, case.name, reply)
+    elif ch.model is ProvisionAgent:
+        provisioned = AgentProvisioned.model_validate_json(data)
+        assert not provisioned.ok and case.names in provisioned.reason, (subject, case.name, provisioned)
+    else:
+        assert ch.model in (GetHealth, GetCommandKey), f"{subject}: say what a hostile request is answered with"
+        assert len(ch.replies) == 1, ch.replies
+        ch.replies[0].model_validate_json(data)
+
+
 async def test_hostile_messages_are_dead_lettered_and_a_valid_install_still_goes_through(services, nats_url):
-    sup, pids = services
+    sup, pids, info = services
     nc = await connect_nats(BusAccess(nats_url))
     js = nc.jetstream(timeout=30)
     try:
@@ -110,10 +133,11 @@ async def test_hostile_messages_are_dead_lettered_and_a_valid_install_still_goes
             # requests (core NATS) are answered with the fields that are wrong; heartbeats are advisory
             for ch in CHANNELS:
                 if ch.kind == "request":
+                    subjects = [ch.subject.format(service=s) for s in SERVICES] if "{service}" in ch.subject else [ch.subject]
                     for case in hostile_bodies(ch.model, valid_example(ch.model)):
                         if case.name in KINDS or case.name.startswith("wrong-type-"):
-                            reply = StatusError.model_validate_json((await nc.request(ch.subject, case.body, timeout=10)).data)
-                            assert reply.reason == "Invalid", (ch.subject, case.name, reply)
+                            for subject in subjects:
+                                await _check_answer(ch, subject, case, (await nc.request(subject, case.body, timeout=10)).data)
             for case in hostile_bodies(AgentHeartbeat, valid_example(AgentHeartbeat)):
                 await nc.publish(f"bke.v1.heartbeat.{CLUSTER}.n0", case.body)
             await nc.flush()
@@ -124,7 +148,13 @@ async def test_hostile_messages_are_dead_lettered_and_a_valid_install_still_goes
             nodes = 4
             spec = synth_spec_text(nodes, name="after-hostile", key_algorithm="ECDSA-P256")
             base = AgentSettings(cluster="after-hostile", node="n0", backend="host", nats_url=nats_url, heartbeat_s=0)
-            fleet = Fleet.null(nc, js, base, [f"n{i}" for i in range(nodes)])
+            # signed commands: the agents trust the deployment's key (the one the dispatcher
+            # loads, encrypted with the lab's secret.key) and are provisioned before they register
+            command_key = parse_public_line(ensure_lab_command_key(info, sup.ensure_secret_key()))
+            fleet = Fleet.null(nc, js, base, [f"n{i}" for i in range(nodes)], command_key=command_key)
+            await asyncio.gather(*(provision_agent(nc, ProvisionAgent(
+                cluster="after-hostile", node=node, agent_id=ident.agent_id, seal_public_key_b64=ident.public_key_b64))
+                for node, ident in fleet.identities().items()))
             await fleet.start()
             try:
                 async with EventWatch(nc, ["bke.v1.install.after-hostile.finished"]) as done:

@@ -9,10 +9,10 @@ import asyncio
 import time
 from pathlib import Path
 
-import nats
 import pytest
 from redis.asyncio import Redis
 
+from bke.bus.connect import connect_nats
 from bke.contracts.install import InstallFinished, install_subject
 from bke.secrets.fingerprint import cert_fingerprint, held_ca_fingerprint
 from bke.state.epoch import STATE_LOST
@@ -52,7 +52,7 @@ async def test_flushall_mid_install_is_reported_and_a_restore_finishes_with_the_
     assert await asyncio.to_thread(bke, ["state", "backup", str(backup), *args]) == 0
     assert b"BEGIN CERTIFICATE" not in backup.read_bytes()  # encrypted
 
-    nc = await nats.connect(lab.info.nats_url)
+    nc = await connect_nats(lab.access)  # the operator (NATS with authentication)
     admin = Redis.from_url(lab.info.redis_url)
     try:
         finished = await nc.subscribe(install_subject(cluster, "finished"))
