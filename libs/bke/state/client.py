@@ -57,10 +57,26 @@ class StoreAccess:
         return opts
 
 
+# A pooled connection that sat idle through a Redis restart is dead. redis-py retries a plain
+# command on it, but a pipeline's `execute()` only for the errors named in `retry_on_error`:
+# without this, the first pipeline after every outage raised "Connection closed by server" (a
+# false second outage, seen in tests/faults/test_cli_follow.py; redis-py 8.1 asyncio/client.py
+# `Pipeline._disconnect_raise_reset`). The stale connection never reached the new server, so
+# sending again is safe; the same retries redis-py already makes for single commands.
+def _retry_options() -> dict[str, Any]:
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialWithJitterBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    return {"retry": Retry(ExponentialWithJitterBackoff(base=0.1, cap=1.0), 3),
+            "retry_on_error": [RedisConnectionError, RedisTimeoutError]}
+
+
 def redis_client(access: StoreAccess | str, **extra: Any) -> Redis:
     """An asyncio client (the services'). Connecting is lazy: nothing happens until first use."""
     access = StoreAccess(access) if isinstance(access, str) else access
-    return Redis.from_url(access.url, **access.options(), **extra)
+    return Redis.from_url(access.url, **access.options(), **{**_retry_options(), **extra})
 
 
 def sync_redis_client(access: StoreAccess | str, **extra: Any) -> redis.Redis:
