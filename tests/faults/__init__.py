@@ -1,5 +1,5 @@
-"""Fault tests (issue 10, items 4 and 6): real NATS, Redis and services, stopped, killed and
-flooded on purpose. Each test that stops a server has a runtime of its own (conftest.py).
+"""Fault tests (issue 10, items 4, 5, 6 and 9): real NATS, Redis and services, stopped, killed,
+emptied and flooded on purpose. Each test that stops a server has a runtime of its own (conftest.py).
 
     .venv/bin/python -m pytest tests/faults              # every scenario, the slow ones too (~3 min)
     .venv/bin/python -m pytest tests/faults -m "not slow" # what .ci/run runs (~1.5 min)
@@ -12,4 +12,7 @@ flooded on purpose. Each test that stops a server has a runtime of its own (conf
 | the CLI with NATS down; follow through a Redis outage      | test_cli_outage, test_cli_follow       |
 | unknown cluster's result, forged heartbeats, result floods | test_poison                            |
 | a handler longer than the ack wait; old durables updated   | test_consumer_acks                     |
+| results duplicated and reordered, service events twice     | test_duplicates                        |
+| each service and an agent SIGKILLed at points of a lab install (every point: slow) | test_kills   |
+| Redis emptied mid-install; restore; a start-over refused   | test_state_loss                        |
 """
