@@ -25,11 +25,14 @@ from .helpers import _announce, _ids, _stored_cluster, ack_pending, connect, eve
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-# longer than max_deliver (5) deliveries with the old backoff: 0.5 + 1 + 2 + 4 = 7.5 s
-OUTAGE_S = 12.0
+# short: longer than max_deliver (5) deliveries with the old backoff (0.5 + 1 + 2 + 4 = 7.5 s);
+# long (slow): longer than a minute, many times the consumers' 10 s ack wait
+OUTAGES = [pytest.param(12.0, id="short"), pytest.param(75.0, id="long", marks=pytest.mark.slow)]
 
 
-async def test_results_held_through_a_redis_outage_are_counted_and_the_install_finishes(own_runtime, operator_box):
+@pytest.mark.parametrize("outage_s", OUTAGES)
+async def test_results_held_through_a_redis_outage_are_counted_and_the_install_finishes(own_runtime, operator_box,
+                                                                                      outage_s):
     info = own_runtime.info
     nc = await connect(info.nats_url)
     js = nc.jetstream()
@@ -77,7 +80,7 @@ async def test_results_held_through_a_redis_outage_are_counted_and_the_install_f
             assert "Traceback" not in cli.stderr
 
             # the outage lasts longer than every retry of the old rule (the fault, not a wait for an event)
-            await asyncio.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down_at)))
+            await asyncio.sleep(max(0.0, outage_s - (time.monotonic() - down_at)))
             assert (await ack_pending(nc, "dispatcher-results"))[0] >= 1  # still held, not settled
             restart_redis(own_runtime, port)
 
