@@ -6,7 +6,7 @@ emptied and flooded on purpose. Each test that stops a server has a runtime of i
 
 | scenario                                                   | test                                   |
 |------------------------------------------------------------|----------------------------------------|
-| Redis stopped 12 s while etcd results arrive               | test_redis_outage                      |
+| Redis stopped 12 s / 75 s (slow) while etcd results arrive | test_redis_outage                      |
 | dispatcher SIGKILLed holding results, restarted            | test_service_killed                    |
 | NATS stopped 5 s / 70 s (slow) mid-install                 | test_nats_outage                       |
 | the CLI with NATS down; follow through a Redis outage      | test_cli_outage, test_cli_follow       |
