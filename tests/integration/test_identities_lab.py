@@ -24,6 +24,7 @@ from bke.bus.streams import ensure_streams
 from bke.lab.identities import creds_path
 from bke.lab.supervisor import LabSupervisor
 from bke.runtime.binaries import nats_server_bin
+from bke.runtime.processes import _CHILDREN
 from bke.secrets.at_rest import create_key_file
 
 pytestmark = pytest.mark.timeout(120)
@@ -210,4 +211,38 @@ async def test_an_agent_whose_identity_is_revoked_exits_to_be_restarted(tmp_path
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
+        sup.down()
+
+
+async def test_a_service_whose_identity_is_revoked_exits_to_be_restarted(tmp_path: Path) -> None:
+    """The same rule for a service: cut off for good, it stops and exits 1 (bke.bus.service)
+    instead of staying alive and silent; before, it went on running, not ready for ever."""
+    sup = LabSupervisor(tmp_path / "lab")
+    info = sup.ensure_runtime()
+    try:
+        pid = sup.ensure_services(info, only=("planner",))["planner"]
+        keeper = sup.identities(info)
+        assert keeper is not None
+        operator = await connect_nats(sup.operator_access(info))
+        try:
+            async def answers() -> bool:
+                try:
+                    await operator.request("bke.v1.health.planner", b"", timeout=1.0)
+                except Exception:  # noqa: BLE001 - not up yet
+                    return False
+                return True
+
+            deadline = asyncio.get_running_loop().time() + 30
+            while not await answers():  # started: it answers its health request
+                assert asyncio.get_running_loop().time() < deadline, "the planner never answered"
+                await asyncio.sleep(0.1)  # polling under a deadline
+        finally:
+            await operator.close()
+        child = _CHILDREN[pid]  # the Popen the supervisor made: its exit status
+        await asyncio.to_thread(keeper.revoke, identity_name("planner"))
+        keeper.close()
+        assert await asyncio.to_thread(child.wait, 30) == 1
+        log = (tmp_path / "lab" / "logs" / "planner.log").read_text()
+        assert "closed this service's connection for good" in log
+    finally:
         sup.down()

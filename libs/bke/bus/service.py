@@ -12,6 +12,8 @@ that find it away while handling a message); it is answered on `bke.v1.health.<s
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -45,6 +47,10 @@ class Service:
     # Checks run before every message of every subscriber (no I/O): one that raises (e.g. a
     # TemporaryError, bke.state.epoch.StateLost) settles the message as that error says.
     guards: list[Callable[[], None]] = field(default_factory=list)
+    # Set when NATS ended the connection for good (see make_service's `closed`): the process
+    # then stops and exits 1, so that its supervisor starts it again with its current creds.
+    closed_for_good: bool = False
+    stopping: bool = False
 
     def work_subscriber(
         self,
@@ -154,6 +160,7 @@ class Service:
             await fn()
 
     async def stop(self) -> None:
+        self.stopping = True
         for fn in self.before_stop:
             await fn()
         await self.broker.stop()
@@ -182,13 +189,25 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
     async def reconnected() -> None:
         readiness.set("nats", True)
 
+    async def closed() -> None:
+        # nats-py reconnects after an outage but closes for good on a server `-ERR` other than a
+        # permissions one (nats/aio/client.py `_process_err`): what a revoked or rotated identity
+        # gets ("User Authentication Revoked"). Alive but cut off, a service would be silent for
+        # ever; it stops instead and exits 1 (run_main), as the agent does.
+        if svc.stopping:
+            return
+        svc.closed_for_good = True
+        readiness.set("nats", False, "NATS closed the connection for good (identity revoked or rotated?)")
+        log.error("NATS closed this service's connection for good (its identity revoked or rotated?); stopping")
+        os.kill(os.getpid(), signal.SIGTERM)  # FastStream's graceful stop, as `kill` would
+
     opts = connect_options(settings.bus, name=f"bke-{name}")
     # FastStream takes TLS as a security object, not nats-py's `tls` keyword.
     tls = opts.pop("tls", None)
     broker = NatsBroker(opts.pop("servers"), **opts, security=NatsSecurity(ssl_context=tls) if tls else None,
                         logger=logging.getLogger(f"bke.{name}.faststream.broker"),
                         log_level=logging.DEBUG, graceful_timeout=10.0,
-                        disconnected_cb=disconnected, reconnected_cb=reconnected)
+                        disconnected_cb=disconnected, reconnected_cb=reconnected, closed_cb=closed)
     app = FastStream(broker, logger=logging.getLogger(f"bke.{name}.faststream"))
     svc = Service(name=name, settings=settings, broker=broker, app=app, readiness=readiness)
     svc.watch_redis(_probe_client(settings.redis_url))
@@ -206,6 +225,7 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
 
     @app.on_shutdown
     async def _before_stop() -> None:
+        svc.stopping = True
         for fn in svc.before_stop:
             await fn()
 
@@ -258,4 +278,4 @@ def run_main(name: str, create: Callable[[], Service]) -> int:
         sys.stderr.write(f"ERROR bke-{name}: {exc}\n")
         return 2
     asyncio.run(svc.app.run())
-    return 0
+    return 1 if svc.closed_for_good else 0
