@@ -87,6 +87,9 @@ def status(
     if doc.rotation is not None:
         r = doc.rotation
         console.print(f"certificate rotation {r.request_id}: {r.status} {r.done}/{r.total} {r.message}")
+    if doc.refusals is not None:  # forged or misdirected commands and registrations
+        f = doc.refusals
+        console.print(f"refused: {f.count} (last {f.last_at or ''}: {f.last_reason})", markup=False, highlight=False)
 
 
 def _picked_up(before: ClusterStatus, now: ClusterStatus | None) -> bool:

@@ -267,3 +267,41 @@ async def test_forged_results_and_failures_change_nothing(nats_url, redis_url, r
 
 async def _status(st: DispatcherState, node: str, status: str) -> bool:
     return (await st.all_commands("res", "etcd")).get(node, {}).get("status") == status
+
+
+async def test_refusals_are_shown_by_status_and_an_unknown_cluster_gets_no_state(
+        nats_url, redis_url, redis_client, nats_client, operator_box) -> None:
+    """A command an agent refused is reported where the operator looks (`bke status`), with
+    its reason; a refusal about a cluster that was never installed creates nothing."""
+    from bke.contracts.agent import CommandRefused
+    from bke.state.keys import refusals_key
+    from bke_cli.status_client import get_status
+
+    js = nats_client.jetstream()
+    await ensure_streams(js)
+    r = Redis.from_url(redis_url)
+    svc = create_dispatcher(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner="x", mode="lab",
+                                               health_interval_s=0))
+    await svc.start()
+    try:
+        plan = plan_spec_text(open("examples/seed-3m1w.yaml").read().replace("name: seed", "name: refd")).plan
+        pj = plan.to_json()
+        assert await RedisPlanStore(r).save(plan, pj, plan_digest(pj), "req-1", _now())
+        await DispatcherState(r).start_install("refd", "req-1", _now(), plan_digest(pj))
+        for cluster in ("ghostcluster", "refd"):  # the unknown one first: the known one's answer proves both were read
+            ev = CommandRefused(cluster=cluster, node="master1", agent_id="a", command_id=f"{cluster}/etcd/master1/0",
+                                reason="signature does not verify", at=_now())
+            await js.publish(agent_subject(cluster, "master1", "refused"), ev.to_bytes())
+
+        async def shown() -> bool:
+            doc = await get_status(nats_client, "refd", "none")
+            return doc is not None and doc.refusals is not None
+        await _deadline_poll(shown, "the refusal never reached the status")
+        doc = await get_status(nats_client, "refd", "none")
+        assert doc is not None and doc.refusals is not None
+        assert doc.refusals.count == 1 and doc.refusals.last_node == "master1"
+        assert "signature does not verify" in doc.refusals.last_reason
+        assert not await r.exists(refusals_key("ghostcluster"))
+    finally:
+        await svc.stop()
+        await r.aclose()

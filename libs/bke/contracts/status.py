@@ -24,6 +24,7 @@ __all__ = [
     "ClusterStatus",
     "NodeCounts",
     "NodeSelection",
+    "Refusals",
     "RotationNode",
     "RotationStatus",
     "STATUS_ERROR_VERSION",
@@ -105,6 +106,16 @@ class RotationStatus(Message):
     nodes: list[RotationNode] = []
 
 
+class Refusals(Message):
+    """Commands agents refused and registrations the certs service refused (forged, unsigned,
+    for another node, a key BKE did not provision): how many, and the last one."""
+
+    count: int
+    last_node: str = ""
+    last_reason: str = ""
+    last_at: str | None = None
+
+
 class ClusterStatus(Message):
     api_version: Literal["bke.v1/ClusterStatus"] = CLUSTER_STATUS_VERSION
     cluster: str
@@ -125,6 +136,7 @@ class ClusterStatus(Message):
     addons: dict[str, dict[str, Any]] = {}  # addon name -> its apply record
     health: dict[str, dict[str, Any]] = {}  # node (or "kube-system") -> its latest health answer
     rotation: RotationStatus | None = None  # None when there never was one
+    refusals: Refusals | None = None  # None when nothing was ever refused
 
 
 class StatusError(Message):

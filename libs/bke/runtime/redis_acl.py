@@ -66,7 +66,7 @@ USERS: tuple[AclUser, ...] = (
             why="rendered files, addon manifests, the VRRP password"),
     AclUser("bke-dispatcher", ("bke:epoch", *_PLAN_READ, "bke:installs", "bke:rotations", "bke:*:install",
                                "bke:*:inputs", "bke:*:sealed", "bke:*:phase:*", "bke:*:cmd:*", "bke:*:node",
-                               "bke:*:lease:*", "bke:*:agents", "bke:*:agents:accepted", "bke:command-signing-key",
+                               "bke:*:lease:*", "bke:*:agents", "bke:*:agents:accepted", "bke:*:refusals", "bke:command-signing-key",
                                "bke:*:heartbeat", "bke:*:addons",
                                "bke:*:addon-manifests", "bke:*:health", "bke:*:health-meta", "bke:*:health-pods",
                                "bke:*:rotation", "bke:*:rotation:*", "bke:*:files:render", "bke:*:files:render:*",

@@ -26,6 +26,7 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:<c>:agents / heartbeat           hash    registrations, last heartbeat   (dispatcher)
     bke:<c>:addons                       hash    addon name -> apply record      (dispatcher)
     bke:<c>:health / health-meta / health-pods                                   (dispatcher)
+    bke:<c>:refusals                     hash    refused commands and registrations (dispatcher)
     bke:auth:authority                   string  NATS operator/account seeds, encrypted (bke.auth)
     bke:auth:identities                  hash    identity name -> issued record  (bke.auth)
     bke:command-signing-key              string  the dispatcher's Ed25519 key, encrypted at rest (deployment)
@@ -237,6 +238,12 @@ def health_meta_key(cluster: str) -> str:
 
 def health_pods_key(cluster: str) -> str:
     return cluster_key(cluster, "health-pods")
+
+
+def refusals_key(cluster: str) -> str:
+    """Hash: how many commands agents refused and registrations certs refused, and the last one
+    (count, lastNode, lastReason, lastAt), for `bke status` (dispatcher)."""
+    return cluster_key(cluster, "refusals")
 
 
 def auth_authority_key() -> str:

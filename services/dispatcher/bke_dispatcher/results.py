@@ -147,15 +147,18 @@ class Inputs:
         return [Out(ev, install_subject(cluster, "node"), live=True)]
 
     async def command_refused(self, ev: CommandRefused) -> None:
-        """An agent would not run a command: logged (rate-limited) and counted, never a success.
-        (A genuine command refused stays Sent; its phase waits and shows the node as running.)"""
-        self.refusals(ev.cluster, f"agent of {ev.node} refused command {ev.command_id or '(malformed)'}: {ev.reason}",
-                      cluster=ev.cluster, node=ev.node, command_id=ev.command_id)
+        """An agent would not run a command: counted in the install's status (`refusals`, with
+        the last reason), logged rate-limited, never a success. (A genuine command refused stays
+        Sent; its phase waits and shows the node as running, and `bke status` says why.)"""
+        why = f"agent of {ev.node} refused command {ev.command_id or '(malformed)'}: {ev.reason}"
+        await self.state.record_refusal(ev.cluster, ev.node, why, ev.at)  # shown by `bke status`
+        self.refusals(ev.cluster, why, cluster=ev.cluster, node=ev.node, command_id=ev.command_id)
 
     async def agent_refused(self, ev: AgentRefused) -> None:
         """The certs service refused a registration (a key BKE did not provision)."""
-        self.refusals(ev.cluster, f"registration for {ev.node} refused: {ev.reason}",
-                      cluster=ev.cluster, node=ev.node, agent_id=ev.agent_id)
+        why = f"registration for {ev.node} refused: {ev.reason}"
+        await self.state.record_refusal(ev.cluster, ev.node, why, ev.at)  # shown by `bke status`
+        self.refusals(ev.cluster, why, cluster=ev.cluster, node=ev.node, agent_id=ev.agent_id)
 
     async def retry(self, req: RetryInstall) -> list[Out]:
         c = req.cluster

@@ -30,6 +30,7 @@ from bke.state.keys import (
     lease_key,
     node_status_key,
     phase_key,
+    refusals_key,
     sealed_key,
 )
 
@@ -207,6 +208,17 @@ class DispatcherState:
     async def accept_agents(self, cluster: str, agents: dict[str, str]) -> None:
         if agents:
             await self.r.hset(accepted_agents_key(cluster), mapping=agents)
+
+    async def record_refusal(self, cluster: str, node: str, reason: str, at: str) -> bool:
+        """Count a refusal for `bke status`, for a cluster with an install record only (one of
+        an unknown cluster creates nothing); whether it was recorded."""
+        if not await self.r.exists(install_key(cluster)):
+            return False
+        async with self.r.pipeline(transaction=True) as pipe:
+            pipe.hincrby(refusals_key(cluster), "count", 1)
+            pipe.hset(refusals_key(cluster), mapping={"lastNode": node, "lastReason": reason[:500], "lastAt": at})
+            await pipe.execute()
+        return True
 
     async def accepted_agent(self, cluster: str, node: str) -> str | None:
         v = await self.r.hget(accepted_agents_key(cluster), node)

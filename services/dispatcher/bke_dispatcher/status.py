@@ -20,10 +20,19 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from bke.contracts.base import ErrorItem
-from bke.contracts.status import ClusterStatus, NodeCounts, RotationStatus, StatusError, StatusNode, StatusPhase, GetStatus
+from bke.contracts.status import (
+    ClusterStatus,
+    GetStatus,
+    NodeCounts,
+    Refusals,
+    RotationStatus,
+    StatusError,
+    StatusNode,
+    StatusPhase,
+)
 from bke.errors import TemporaryError, is_unavailable
 from bke.state import PlanCache
-from bke.state.keys import addons_key, health_key, health_pods_key, install_key, node_status_key, phase_key
+from bke.state.keys import addons_key, health_key, health_pods_key, install_key, node_status_key, phase_key, refusals_key
 
 from .phases import PHASES
 
@@ -56,6 +65,7 @@ def build_status(
     addons: dict[str, dict],
     health: dict[str, dict],
     rotation: dict | None,
+    refusals: dict[str, str] | None = None,
 ) -> ClusterStatus:
     """The reply for `req` from the dispatcher's records (decoded); `order` is the plan's node
     order (every node, including those no command reached yet)."""
@@ -105,6 +115,9 @@ def build_status(
         addons=addons,
         health=health,
         rotation=RotationStatus.model_validate(rotation) if rotation else None,
+        refusals=Refusals(count=int(refusals.get("count") or 0), last_node=refusals.get("lastNode", ""),
+                          last_reason=refusals.get("lastReason", ""), last_at=_opt(refusals.get("lastAt")))
+        if refusals else None,
     )
 
 
@@ -147,6 +160,7 @@ class StatusReader:
             for slug, _ in PHASE_SUMMARIES:
                 pipe.hgetall(phase_key(c, slug))
             pipe.hgetall(node_status_key(c)).hgetall(addons_key(c)).hgetall(health_key(c)).get(health_pods_key(c))
+            pipe.hgetall(refusals_key(c))
             got = await pipe.execute()
         install = _hash(got[0])
         if not install:
@@ -161,7 +175,8 @@ class StatusReader:
             order = [node.hostname for node in (await self.plans.load(c)).nodes]
         except TemporaryError:
             order = sorted(node_states)  # the install record came before the plan is visible
-        return build_status(req, install, phases, order, node_states, addons, health, await self.rotation(c))
+        return build_status(req, install, phases, order, node_states, addons, health, await self.rotation(c),
+                            _hash(got[5 + n]))
 
 
 class StatusResponder:
