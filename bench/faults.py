@@ -47,9 +47,8 @@ from bke_agent.journal import MemoryJournal
 from bke_agent.loop import AgentLoop
 from bke_agent.settings import AgentSettings
 from bke_agent.verify import CommandVerifier
-from bke.contracts.agent import ProvisionAgent
 from bke.lab.trust import ensure_lab_command_key
-from bke.provisioning import provision_agent
+from bke.provisioning import provision_agents
 from bke.secrets.signing import parse_public_line
 
 
@@ -111,14 +110,7 @@ async def run(nodes: int, failing: float, slow: float, slow_s: float, workdir: P
             backends[h] = FaultyBackend(broken=h in broken, delay=slow_s if h in slowed else 0.0)
             fleet.add(AgentLoop(nc, js, base.model_copy(update={"node": h}), backends[h], MemoryJournal(),
                                 AgentIdentity.ephemeral(), verifier=CommandVerifier(command_key, cluster, h)))
-        gate = asyncio.Semaphore(256)
-
-        async def provision(node: str, ident: AgentIdentity) -> None:
-            async with gate:
-                await provision_agent(nc, ProvisionAgent(cluster=cluster, node=node, agent_id=ident.agent_id,
-                                                         seal_public_key_b64=ident.public_key_b64))
-
-        await asyncio.gather(*(provision(n, i) for n, i in fleet.identities().items()))
+        await provision_agents(nc, cluster, fleet.identities())
         in0, out0 = _varz(info.nats_monitor_url)
         finished = f"bke.v1.install.{cluster}.finished"
         async with EventWatch(nc, [finished]) as watch:

@@ -37,9 +37,8 @@ from bke.contracts.agent import agent_subject
 from bke.lab.supervisor import LabSupervisor
 from bke.spec.synth import synth_spec_text
 from bke_agent.fleet import Fleet
-from bke.contracts.agent import ProvisionAgent
 from bke.lab.trust import ensure_lab_command_key
-from bke.provisioning import provision_agent
+from bke.provisioning import provision_agents
 from bke.secrets.signing import parse_public_line
 from bke_agent.loop import consumer_config
 from bke_agent.settings import AgentSettings
@@ -64,14 +63,7 @@ async def run_install(nodes: int, workdir: Path) -> dict:
         # trust (issue 10): the fleet runs what the deployment key signs; its keys are provisioned
         command_key = parse_public_line(ensure_lab_command_key(info, sup.ensure_secret_key()))
         fleet = Fleet.null(nc, js, base, hostnames, command_key=command_key)
-        gate = asyncio.Semaphore(256)
-
-        async def provision(node: str, ident) -> None:  # noqa: ANN001
-            async with gate:
-                await provision_agent(nc, ProvisionAgent(cluster=cluster, node=node, agent_id=ident.agent_id,
-                                                         seal_public_key_b64=ident.public_key_b64))
-
-        await asyncio.gather(*(provision(n, i) for n, i in fleet.identities().items()))
+        await provision_agents(nc, cluster, fleet.identities())
         async with EventWatch(nc, [f"bke.v1.install.{cluster}.finished"]) as watch:
             t0 = time.perf_counter()
             setup = await fleet.start()

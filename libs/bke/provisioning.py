@@ -12,12 +12,15 @@ from __future__ import annotations
 import asyncio
 import time
 
+from collections.abc import Mapping
+from typing import Protocol
+
 from nats.aio.client import Client as NatsClient
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
 from .contracts.agent import AGENTS_PROVISION, AgentProvisioned, ProvisionAgent
 
-__all__ = ["ProvisionRefused", "provision_agent"]
+__all__ = ["ProvisionRefused", "provision_agent", "provision_agents"]
 
 RETRY_S = 0.2
 
@@ -41,3 +44,21 @@ async def provision_agent(nc: NatsClient, req: ProvisionAgent, timeout_s: float 
         if not answer.ok:
             raise ProvisionRefused(f"agent key of {req.node} not recorded: {answer.reason}")
         return answer
+
+
+class _Keyed(Protocol):
+    agent_id: str
+    public_key_b64: str
+
+
+async def provision_agents(nc: NatsClient, cluster: str, agents: Mapping[str, _Keyed], *, in_flight: int = 256,
+                           timeout_s: float = 60.0) -> None:
+    """Record many agents' keys (a benchmark's fleet of thousands), `in_flight` requests at once."""
+    gate = asyncio.Semaphore(in_flight)
+
+    async def one(node: str, agent: _Keyed) -> None:
+        async with gate:
+            await provision_agent(nc, ProvisionAgent(cluster=cluster, node=node, agent_id=agent.agent_id,
+                                                     seal_public_key_b64=agent.public_key_b64), timeout_s)
+
+    await asyncio.gather(*(one(node, agent) for node, agent in agents.items()))
