@@ -8,6 +8,7 @@ channels; revocation cuts a live connection without a reload; TLS refuses a plai
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -158,8 +159,7 @@ async def test_core_subscribe(agent_a: Client, dispatcher: Client) -> None:
     assert await agent_a.sub_refused(agent_subject(CLUSTER, B, "command"))
     own = await agent_a.nc.subscribe(agent_subject(CLUSTER, A, "command"))
     await agent_a.nc.flush()
-    await dispatcher.nc.publish(agent_subject(CLUSTER, A, "command"), b"x")
-    assert (await own.next_msg(timeout=10)).data == b"x"
+    await _until_received(dispatcher, agent_subject(CLUSTER, A, "command"), b"x", own)
 
 
 async def test_consumer_create_with_a_filter(agent_a: Client) -> None:
@@ -222,8 +222,7 @@ async def test_publish_only_its_own_node(agent_a: Client, dispatcher: Client, se
     watcher = await _identity(secure, tmp_path, "certs") if kind == "registered" else dispatcher
     watch = await watcher.nc.subscribe(agent_subject(CLUSTER, A, kind))
     await watcher.nc.flush()
-    await agent_a.nc.publish(agent_subject(CLUSTER, A, kind), b"mine")
-    assert (await watch.next_msg(timeout=10)).data == b"mine"
+    await _until_received(agent_a, agent_subject(CLUSTER, A, kind), b"mine", watch)
     if watcher is not dispatcher:
         await watcher.nc.close()
 
@@ -237,8 +236,7 @@ async def test_only_the_dispatcher_commands_agents(secure: EmbeddedRuntime, tmp_
         assert await client.pub_refused(command), role
         await client.nc.close()
     dispatcher = await _identity(secure, tmp_path, "dispatcher")
-    await dispatcher.nc.publish(command, b"from-dispatcher")
-    assert (await watch.next_msg(timeout=10)).data == b"from-dispatcher"
+    await _until_received(dispatcher, command, b"from-dispatcher", watch)
     await dispatcher.nc.close()
 
 
@@ -313,6 +311,21 @@ async def test_services_subscribe_what_their_code_subscribes(agent_a: Client, di
     an allow pattern as wide (a narrower one would leave it silently refused)."""
     hb = await dispatcher.nc.subscribe("bke.v1.heartbeat.>")
     await dispatcher.nc.flush()
-    await agent_a.nc.publish(agent_subject(CLUSTER, A, "heartbeat"), b"beat")
-    assert (await hb.next_msg(timeout=10)).data == b"beat"
+    await _until_received(agent_a, agent_subject(CLUSTER, A, "heartbeat"), b"beat", hb)
     assert not dispatcher.errors
+
+
+async def _until_received(sender: Client, subject: str, data: bytes, sub: Any) -> None:
+    """Publish until one arrives, under a deadline. About one full run of this file in a dozen
+    lost the first core publish of a just-connected agent (never seen with a test alone; a
+    heartbeat is advisory and repeated, so the product does not depend on the first one). A
+    refused publish never arrives, so the caller still proves the route is allowed."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        await sender.nc.publish(subject, data)
+        await sender.nc.flush()
+        try:
+            assert (await sub.next_msg(timeout=0.5)).data == data
+            return
+        except nats.errors.TimeoutError:
+            assert asyncio.get_running_loop().time() < deadline, f"{subject}: its own publish never arrived"
