@@ -36,6 +36,12 @@ class KnownTargets:
         try:
             plan = await self.plans.load(cluster)
         except TemporaryError:  # no plan stored for that name
+            if cluster in self._clusters:
+                # A cluster seen installed whose plan is gone: the store was emptied (the epoch
+                # watch holds every message within a second) or is being restored. Its results
+                # must wait, not be dead-lettered: a lab test lost the etcd results that arrived
+                # in that second and the restored install waited for them for ever.
+                raise
             return frozenset()
         cached = self._nodes.get(cluster)
         if cached is not None and cached[0] is plan:
