@@ -29,7 +29,7 @@ from typing import Any
 from .jwt import KeyPair, decode_jwt, encode_jwt, keypair_from_seed, new_keypair
 from .permissions import Permissions
 
-__all__ = ["ACCOUNT_NAME", "Authority", "IssuedUser", "creds_text", "new_authority", "write_creds"]
+__all__ = ["ACCOUNT_NAME", "Authority", "IssuedUser", "creds_text", "new_authority", "write_creds", "write_private"]
 
 ACCOUNT_NAME = "BKE"
 _UNLIMITED = {"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": True,
@@ -153,13 +153,19 @@ def creds_text(token: str, seed: str) -> str:
             "*************************************************************\n")
 
 
-def write_creds(path: Path, text: str) -> Path:
-    """Write a creds file with mode 0600 from the start (never readable by others, not even briefly)."""
+def write_private(path: Path, data: bytes) -> Path:
+    """Replace `path` atomically with a file of mode 0600 from the start (never readable by
+    others, not even briefly): creds files, the runtime's encrypted authority."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
     os.replace(tmp, path)
     return path
+
+
+def write_creds(path: Path, text: str) -> Path:
+    """Write a creds file (mode 0600, see `write_private`)."""
+    return write_private(path, text.encode())

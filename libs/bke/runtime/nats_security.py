@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from ..auth.authority import Authority, new_authority, write_creds
+from ..auth.authority import Authority, new_authority, write_creds, write_private
 from ..secrets.at_rest import create_key_file, load_secret_box
 
 __all__ = ["AUTHORITY_AAD", "RuntimeAuth", "RuntimeTls", "ensure_runtime_auth", "ensure_runtime_tls",
@@ -65,13 +64,7 @@ def ensure_runtime_auth(workdir: Path, key_file: Path | None, now: int | None = 
 
 def save_runtime_authority(path: Path, key_file: Path, authority: Authority) -> None:
     """Rewrite authority.enc (after a revocation: the next start preloads the same account)."""
-    blob = load_secret_box(key_file).encrypt(authority.to_secret_json(), AUTHORITY_AAD)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(blob)
-    os.replace(tmp, path)
+    write_private(path, load_secret_box(key_file).encrypt(authority.to_secret_json(), AUTHORITY_AAD))
 
 
 @dataclass(frozen=True)
