@@ -14,6 +14,7 @@ __all__ = [
     "ETCD_MINORS",
     "KUBERNETES",
     "KubernetesRow",
+    "RUNC",
     "Version",
     "VersionError",
     "parse_version",
@@ -60,23 +61,39 @@ class KubernetesRow:
     etcd: str  # the etcd release kubeadm of this minor ships (upstream pairing)
     coredns: str
     pause: str
+    # Node tools paired per minor as Kubernetes' build/dependencies.yaml pairs them
+    # ("crictl" and "cni" entries), and the calico release BKE installs with this minor.
+    crictl: str = ""
+    cni_plugins: str = ""
+    calico: str = ""
 
 
-# Upstream pairings from kubeadm's constants (cmd/kubeadm/app/constants) for each minor.
+# Upstream pairings from kubeadm's constants (cmd/kubeadm/app/constants) for each minor;
+# crictl and cni_plugins from build/dependencies.yaml of the same release branch.
 KUBERNETES: dict[str, KubernetesRow] = {
     r.minor: r
     for r in (
-        KubernetesRow("1.31", etcd="3.5.15", coredns="1.11.3", pause="3.10"),
-        KubernetesRow("1.32", etcd="3.5.16", coredns="1.11.3", pause="3.10"),
-        KubernetesRow("1.33", etcd="3.5.21", coredns="1.12.0", pause="3.10"),
-        KubernetesRow("1.34", etcd="3.6.4", coredns="1.12.1", pause="3.10.1"),
-        KubernetesRow("1.35", etcd="3.6.5", coredns="1.13.1", pause="3.10.1"),
-        KubernetesRow("1.36", etcd="3.6.6", coredns="1.13.1", pause="3.10.1"),
-        KubernetesRow("1.37", etcd="3.6.6", coredns="1.13.1", pause="3.10.1"),
+        KubernetesRow("1.31", etcd="3.5.15", coredns="1.11.3", pause="3.10",
+                      crictl="1.31.1", cni_plugins="1.5.1", calico="3.29.4"),
+        KubernetesRow("1.32", etcd="3.5.16", coredns="1.11.3", pause="3.10",
+                      crictl="1.32.0", cni_plugins="1.6.2", calico="3.29.4"),
+        KubernetesRow("1.33", etcd="3.5.21", coredns="1.12.0", pause="3.10",
+                      crictl="1.33.0", cni_plugins="1.6.2", calico="3.30.3"),
+        KubernetesRow("1.34", etcd="3.6.4", coredns="1.12.1", pause="3.10.1",
+                      crictl="1.34.0", cni_plugins="1.7.1", calico="3.30.3"),
+        KubernetesRow("1.35", etcd="3.6.5", coredns="1.13.1", pause="3.10.1",
+                      crictl="1.35.0", cni_plugins="1.8.0", calico="3.31.0"),
+        KubernetesRow("1.36", etcd="3.6.6", coredns="1.13.1", pause="3.10.1",
+                      crictl="1.35.0", cni_plugins="1.8.0", calico="3.31.0"),
+        KubernetesRow("1.37", etcd="3.6.6", coredns="1.13.1", pause="3.10.1",
+                      crictl="1.35.0", cni_plugins="1.8.0", calico="3.31.0"),
     )
 }
 ETCD_MINORS: tuple[str, ...] = ("3.5", "3.6")
 CONTAINERD_MINORS: tuple[str, ...] = ("1.7", "2.0", "2.1", "2.2")
+# The runc release each containerd minor's releases pin (containerd's script/setup/runc-version
+# on its release branch); the runc shim (containerd-shim-runc-v2) ships inside containerd's tarball.
+RUNC: dict[str, str] = {"1.7": "1.2.6", "2.0": "1.2.6", "2.1": "1.3.0", "2.2": "1.3.3"}
 
 _TABLES = {"kubernetes": tuple(KUBERNETES), "etcd": ETCD_MINORS, "containerd": CONTAINERD_MINORS}
 

@@ -113,7 +113,10 @@ class Cluster(_Model):
     containerd_version: str
     networking: Networking = Networking()
     image_repo: str = "registry.k8s.io"
-    http_repo: str = "http://127.0.0.1:40080"
+    http_repo: str = "http://127.0.0.1:40080"  # where `bke bundle serve` listens by default
+    # The pod network: calico (the seed's choice) installed by the addons phase, or "none"
+    # when the user brings their own CNI as an addon.
+    cni: Literal["calico", "none"] = "calico"
     certificates: Certificates = Certificates()
     api_server: ApiServer = ApiServer()
     controller_manager: ComponentArgs = ComponentArgs()
@@ -164,6 +167,8 @@ class BKENodeSpec(_Model):
     port: int = 22
     username: str = "root"
     role: list[str]
+    # The node's CPU architecture, as Go and upstream downloads name it: which binaries it fetches.
+    arch: Literal["amd64", "arm64"] = "amd64"
     labels: dict[str, str] = {}
     api_server: NodeComponentArgs | None = None
     controller_manager: NodeComponentArgs | None = None
