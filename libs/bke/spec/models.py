@@ -29,6 +29,7 @@ __all__ = [
     "ControlPlaneEndpoint",
     "Etcd",
     "KEY_ALGORITHMS",
+    "KubeProxy",
     "LoadBalancer",
     "Metadata",
     "Networking",
@@ -107,6 +108,12 @@ class LoadBalancer(_Model):
     virtual_router_id: int = Field(51, ge=1, le=255)
 
 
+class KubeProxy(_Model):
+    # iptables: every supported minor; nftables: beta in 1.31, GA in 1.33, needs kernel 5.13+;
+    # ipvs: deprecated from 1.35 (a warning). The addons phase and node-env read it.
+    mode: Literal["iptables", "nftables", "ipvs"] = "iptables"
+
+
 class Cluster(_Model):
     kubernetes_version: str
     etcd_version: str
@@ -117,6 +124,7 @@ class Cluster(_Model):
     # The pod network: calico (the seed's choice) installed by the addons phase, or "none"
     # when the user brings their own CNI as an addon.
     cni: Literal["calico", "none"] = "calico"
+    kube_proxy: KubeProxy = KubeProxy()
     certificates: Certificates = Certificates()
     api_server: ApiServer = ApiServer()
     controller_manager: ComponentArgs = ComponentArgs()
