@@ -95,6 +95,45 @@ CONTAINERD_MINORS: tuple[str, ...] = ("1.7", "2.0", "2.1", "2.2")
 # on its release branch); the runc shim (containerd-shim-runc-v2) ships inside containerd's tarball.
 RUNC: dict[str, str] = {"1.7": "1.2.6", "2.0": "1.2.6", "2.1": "1.3.0", "2.2": "1.3.3"}
 
+# What upstream changed at a Kubernetes minor that constrains the hosts (first minor it applies to).
+# - cgroup v1: from 1.35 the kubelet's failCgroupV1 defaults to true, so it refuses to start on a
+#   cgroup v1 host unless told otherwise (--fail-cgroupv1=false, or failCgroupV1: false in its
+#   config). Sources: KEP-5573 (kubernetes/enhancements keps/sig-node/5573-remove-cgroup-v1),
+#   kubernetes PR 134298 "[KEP-5573] Set failCgroupV1 to true" (release note: "failCgroupV1 will
+#   be set to true from 1.35"); the flag itself came with KEP-4569 in 1.31 (kubernetes PR 126031).
+# - containerd 1.x: the kubelet learns its cgroup driver from the runtime's RuntimeConfig CRI call
+#   (KEP-4033, GA in 1.34), which containerd has from 2.0.0 only (the 1.7 backport, containerd PR
+#   11346, was closed unmerged); the kubelet's fallback to its own cgroupDriver setting ends
+#   after 1.35 (website feature-gates/KubeletCgroupDriverFromCRI.md: "kubelet will stop falling
+#   back to this configuration in Kubernetes 1.36"; kubernetes PR 136731 removes the fallback),
+#   which makes 1.35 the last minor that runs on containerd 1.x (SIG Node, v1.35 release notes).
+CGROUP_V1_FAILS_FROM = "1.35"
+CONTAINERD_2_REQUIRED_FROM = "1.36"
+
+
+def _minor_tuple(minor: str) -> tuple[int, int]:
+    major, _, rest = minor.partition(".")
+    return int(major), int(rest)
+
+
+def cgroup_v1_refused(kubernetes: Version) -> bool:
+    """True when this kubelet refuses a cgroup v1 host by default (failCgroupV1 defaults to true)."""
+    return (kubernetes.major, kubernetes.minor) >= _minor_tuple(CGROUP_V1_FAILS_FROM)
+
+
+def host_rule_errors(kubernetes: Version, containerd: Version) -> list[str]:
+    """Pairings upstream refuses (each message names both versions and the rule)."""
+    if (kubernetes.major, kubernetes.minor) >= _minor_tuple(CONTAINERD_2_REQUIRED_FROM) and containerd.major < 2:
+        return [
+            f"Kubernetes {kubernetes.minor_key} needs containerd 2.0 or newer, not {containerd}: from "
+            f"{CONTAINERD_2_REQUIRED_FROM} the kubelet takes its cgroup driver from the runtime's RuntimeConfig "
+            "call, which containerd 1.x lacks (1.35 is the last minor that runs on containerd 1.x)"
+        ]
+    return []
+
+
+__all__ += ["CGROUP_V1_FAILS_FROM", "CONTAINERD_2_REQUIRED_FROM", "cgroup_v1_refused", "host_rule_errors"]
+
 _TABLES = {"kubernetes": tuple(KUBERNETES), "etcd": ETCD_MINORS, "containerd": CONTAINERD_MINORS}
 
 

@@ -106,4 +106,5 @@ def test_unsupported_version_lists_the_table() -> None:
 def test_any_patch_of_a_supported_minor_renders() -> None:
     for k8s in ("v1.31.0", "v1.31.99", "v1.37.0"):
         etcd = "v3.5.1" if k8s < "v1.34" else "v3.6.0"
-        assert render(plan_of(spec_text(NODES, kubernetes=k8s, etcd=etcd, containerd="v1.7.0", endpoint=None))).file_count > 0
+        containerd = "v1.7.0" if k8s < "v1.36" else "v2.0.0"  # 1.35 is the last minor on containerd 1.x
+        assert render(plan_of(spec_text(NODES, kubernetes=k8s, etcd=etcd, containerd=containerd, endpoint=None))).file_count > 0

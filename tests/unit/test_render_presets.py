@@ -57,6 +57,10 @@ def test_values_per_tier(nodes: int, inflight: str | None, mutating: str | None,
         assert api["delete-collection-workers"] == "16" and kcm["endpointslice-updates-batch-period"] == "500ms"
 
 
+# 1,100 workers need more than the default /16's 256 node CIDRs: a /12 holds 4,096.
+BIG_PODS = {"networking": {"podSubnet": "10.128.0.0/12"}}
+
+
 def _cluster(workers: int) -> list[tuple[str, str, list[str]]]:
     nodes = [("m1", "10.1.0.1", ["master", "etcd"]), ("m2", "10.1.0.2", ["master"]), ("m3", "10.1.0.3", ["master"])]
     return nodes + [(f"w{i}", f"10.1.{1 + i // 250}.{1 + i % 250}", ["node"]) for i in range(workers)]
@@ -64,7 +68,7 @@ def _cluster(workers: int) -> list[tuple[str, str, list[str]]]:
 
 def test_rendered_manifests_follow_the_plan_size() -> None:
     small = render(plan_of(spec_text(_cluster(10))))
-    large = render(plan_of(spec_text(_cluster(1100))))
+    large = render(plan_of(spec_text(_cluster(1100), cluster=BIG_PODS)))
     assert small.tier == "small" and large.tier == "large"
     s, big = flags(pod(small, "m1", "kube-apiserver.yaml")), flags(pod(large, "m1", "kube-apiserver.yaml"))
     assert "max-requests-inflight" not in s and big["max-requests-inflight"] == "1500"
@@ -73,6 +77,6 @@ def test_rendered_manifests_follow_the_plan_size() -> None:
 
 
 def test_extra_args_override_a_preset_value() -> None:
-    text = spec_text(_cluster(1100), cluster={"apiServer": {"extraArgs": {"max-requests-inflight": "2222"}}})
+    text = spec_text(_cluster(1100), cluster={**BIG_PODS, "apiServer": {"extraArgs": {"max-requests-inflight": "2222"}}})
     f = flags(pod(render(plan_of(text)), "m2", "kube-apiserver.yaml"))
     assert f["max-requests-inflight"] == "2222" and f["max-mutating-requests-inflight"] == "500"

@@ -96,6 +96,22 @@ def _kernel_modules(f: NodeFacts, step: CheckHost) -> str:
     return ", ".join(KERNEL_MODULES)
 
 
+def _cgroup(f: NodeFacts, step: CheckHost) -> str:
+    """cgroup v2 when the unified hierarchy's root file exists (the test the kubelet's own
+    libcontainer makes: cgroups.IsCgroup2UnifiedMode, a cgroup2 filesystem at /sys/fs/cgroup)."""
+    if f.lab:
+        return "lab node (the machine's cgroups, not checked)"
+    if (f.root / "sys/fs/cgroup/cgroup.controllers").is_file():
+        return "cgroup v2 (unified hierarchy)"
+    if step.require_cgroup_v2:
+        raise ValueError(
+            "cgroup v1: this Kubernetes version's kubelet refuses to start on it (failCgroupV1 defaults to true "
+            "from 1.35); boot the host with cgroup v2 (systemd.unified_cgroup_hierarchy=1), or opt out with the "
+            "kubelet extraArg fail-cgroupv1: \"false\""
+        )
+    return "cgroup v1 (accepted by this Kubernetes version's kubelet; deprecated upstream)"
+
+
 CHECKS: dict[str, Callable[[NodeFacts, CheckHost], str]] = {
     "os": _os,
     "swap-off": _swap_off,
@@ -103,6 +119,7 @@ CHECKS: dict[str, Callable[[NodeFacts, CheckHost], str]] = {
     "disk": _disk,
     "time": _time,
     "kernel-modules": _kernel_modules,
+    "cgroup": _cgroup,
 }
 
 

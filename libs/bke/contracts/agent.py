@@ -176,8 +176,11 @@ class CheckHost(_Step):
     """Preflight checks of the node (like kubeadm's): each name is one check."""
 
     type: Literal["check_host"] = "check_host"
-    checks: list[Literal["os", "swap-off", "ports-free", "disk", "time", "kernel-modules"]]
+    checks: list[Literal["os", "swap-off", "ports-free", "disk", "time", "kernel-modules", "cgroup"]]
     ports: list[int] = []
+    # "cgroup" fails on a cgroup v1 host when set: the kubelet would refuse it (failCgroupV1
+    # defaults to true from Kubernetes 1.35) and the spec did not opt out.
+    require_cgroup_v2: bool = False
 
 
 Step = Annotated[

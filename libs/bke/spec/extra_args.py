@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..flagrules import DENYLIST, VersionSet, family_of, gate_for, gate_open
+from ..flagrules import DENYLIST, VersionSet, family_of, flag_verdict, gate_for, gate_open
 from .models import ClusterSpec
 from .roles import ETCD_ROLES, is_master
 
@@ -71,6 +71,14 @@ def check_extra_args(spec: ClusterSpec, versions: VersionSet | None,
             path = f"{prefix}.extraArgs.{flag}"
             keys = {flag, f"{fam}/{flag}", f"{comp}/{flag}"}
             problem = _denied(fam, flag, value) or (_outside_gate(comp, flag, value, versions) if versions else None)
+            if problem is None and versions is not None:
+                # the flag table: unknown, removed or not yet added in this version (an error),
+                # deprecated (a warning that allowUnsafeFlags does not silence)
+                verdict = flag_verdict(fam, flag, versions.of(fam))
+                if not verdict.ok:
+                    problem = verdict.message
+                elif verdict.deprecated:
+                    warnings.append(f"{path}: {verdict.message}")
             if problem is None:
                 continue
             hit = keys & allowed

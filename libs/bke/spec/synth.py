@@ -7,7 +7,14 @@ import yaml
 
 from .models import API_VERSION
 
-__all__ = ["synth_docs", "synth_spec_text", "lab_ip"]
+__all__ = ["FIT", "synth_docs", "synth_spec_text", "lab_ip"]
+
+FIT = "fit"
+# A pod subnet for big synthetic clusters: /10 holds 2^(24-10) = 16,384 node CIDRs of /24 and
+# 2^(26-10) calico blocks, above MAX_NODES; it does not overlap the default service subnet
+# 10.96.0.0/12 nor the 127.x lab addresses.
+_BIG_POD_SUBNET = "10.0.0.0/10"
+_DEFAULT_FITS = 204  # nodes the default 10.244.0.0/16 holds without a size warning (80% of 256)
 
 
 def lab_ip(i: int, base: int = 100) -> str:
@@ -26,9 +33,14 @@ def synth_docs(
     etcd: str = "v3.5.1",
     containerd: str = "v2.1.1",
     base: int = 100,
+    pod_subnet: str | None = FIT,
 ) -> list[dict[str, Any]]:
     """`masters` masters (master/node + etcd unless split), the rest workers; with `split`,
-    three etcd-events and three etcd-pods nodes and the apiserver on the first master only."""
+    three etcd-events and three etcd-pods nodes and the apiserver on the first master only.
+
+    `pod_subnet`: FIT (default) leaves the spec's default when it holds the cluster and picks a
+    /10 otherwise, so that a synthetic spec passes the size checks; None always leaves the
+    default (for tests of those checks); any other value is written as is."""
     docs: list[dict[str, Any]] = []
     roles: list[list[str]] = []
     for i in range(nodes):
@@ -55,6 +67,7 @@ def synth_docs(
                         "etcdVersion": etcd,
                         "containerdVersion": containerd,
                         "certificates": {"keyAlgorithm": key_algorithm},
+                        **_networking(pod_subnet, nodes),
                     }
                 },
             },
@@ -70,6 +83,12 @@ def synth_docs(
             }
         )
     return docs
+
+
+def _networking(pod_subnet: str | None, nodes: int) -> dict[str, Any]:
+    if pod_subnet == FIT:
+        pod_subnet = None if nodes <= _DEFAULT_FITS else _BIG_POD_SUBNET
+    return {"networking": {"podSubnet": pod_subnet}} if pod_subnet else {}
 
 
 def synth_spec_text(nodes: int, **kw: Any) -> str:

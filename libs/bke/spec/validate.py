@@ -17,6 +17,7 @@ from .errors import FieldError
 from .extra_args import check_extra_args, placed_flag_components
 from .models import ROLES, ClusterSpec
 from .roles import CONTROL_PLANE_ROLES, ETCD_ROLES, is_master
+from .sizes import check_sizes
 
 __all__ = ["ValidationReport", "validate_spec", "APISERVER_PORT"]
 
@@ -44,6 +45,9 @@ def validate_spec(spec: ClusterSpec) -> ValidationReport:
     errors += _check_cluster(spec, warnings, parsed)
     errors += _check_nodes(spec, warnings)
     errors += _check_extra_args(spec)
+    size_errors, size_warnings = check_sizes(spec)
+    errors += size_errors
+    warnings += size_warnings
     # The denylist and version gates, judged here so that nothing refusable reaches the renderer.
     vs = VersionSet(parsed["kubernetes"], parsed["etcd"], parsed["containerd"]) if len(parsed) == 3 else None
     flag_errors, flag_warnings = check_extra_args(spec, vs, placed_flag_components(spec))
@@ -74,6 +78,8 @@ def _check_cluster(spec: ClusterSpec, warnings: list[str], parsed: dict[str, ver
         w = versions.check_pairing(parsed["kubernetes"], parsed["etcd"])
         if w:
             warnings.append(w)
+    if "kubernetes" in parsed and "containerd" in parsed:
+        errs += [FieldError(path=f"{_C}.containerdVersion", message=m) for m in versions.host_rule_errors(parsed["kubernetes"], parsed["containerd"])]
     nets = {}
     for field in ("serviceSubnet", "podSubnet"):
         value = getattr(c.networking, "service_subnet" if field == "serviceSubnet" else "pod_subnet")

@@ -10,6 +10,7 @@ import fnmatch
 
 from bke.contracts.agent import CheckHost, FetchFile, Step, SystemdUnit, WaitHealth, WriteFile
 from bke.plan import NodePlan, Plan
+from bke.spec.host_rules import requires_cgroup_v2
 from bke.state.nodefiles import NodeFile
 
 __all__ = [
@@ -93,7 +94,8 @@ def component_ports(plan: Plan, node: NodePlan) -> list[int]:
 
 def node_env_steps(plan: Plan, node: NodePlan, files: list[NodeFile], sums: dict[str, str]) -> list[Step]:
     return [
-        CheckHost(id="preflight", checks=["os", "swap-off", "ports-free", "disk", "time"], ports=component_ports(plan, node)),
+        CheckHost(id="preflight", checks=["os", "swap-off", "ports-free", "disk", "time", "cgroup"], ports=component_ports(plan, node),
+                  require_cgroup_v2=requires_cgroup_v2(plan.spec, node.hostname)),
         *binaries(plan, sums),
         *write_steps(files, "node-env"),
         SystemdUnit(id="systemd:daemon-reload", unit="", action="daemon-reload"),
