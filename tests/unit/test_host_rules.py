@@ -1,0 +1,60 @@
+"""Host rules per minor: containerd 2 from Kubernetes 1.36 (refused at plan time); cgroup v2 from
+1.35 (the preflight `cgroup` check, required unless the spec opts out as upstream allows)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from bke.contracts.agent import CheckHost
+from bke.plan import plan_spec_text
+from bke.spec.synth import synth_docs
+from bke_agent.backends.checks import NodeFacts, run_checks
+from bke_agent.errors import StepError
+from bke_dispatcher.phases import NodeInputs, phase_by_slug
+
+import pytest
+
+
+def _text(kubernetes: str, containerd: str, etcd: str = "v3.6.6", kubelet: dict[str, str] | None = None) -> str:
+    docs = synth_docs(4, kubernetes=kubernetes, containerd=containerd, etcd=etcd)
+    if kubelet:
+        docs[0]["spec"]["clusterConfig"]["cluster"]["kubelet"] = {"extraArgs": kubelet}
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def test_containerd_1_7_is_refused_from_kubernetes_1_36() -> None:
+    out = plan_spec_text(_text("v1.36.0", "v1.7.27"))
+    [err] = out.errors
+    assert err.path == "cluster.spec.clusterConfig.cluster.containerdVersion"
+    assert "Kubernetes 1.36 needs containerd 2.0 or newer, not 1.7.27" in err.message
+    assert plan_spec_text(_text("v1.35.2", "v1.7.27")).ok
+    assert plan_spec_text(_text("v1.36.0", "v2.0.5")).ok
+
+
+def _preflight(text: str) -> CheckHost:
+    plan = plan_spec_text(text).plan
+    assert plan is not None
+    node = plan.nodes[0]
+    step = phase_by_slug("node-env").build(plan, node, NodeInputs(render=[], certs=[], checksums={"containerd": "a", "kubelet": "b", "kubectl": "c"}))[0]
+    assert isinstance(step, CheckHost) and "cgroup" in step.checks
+    return step
+
+
+def test_node_env_requires_cgroup_v2_from_1_35_unless_the_spec_opts_out() -> None:
+    assert not _preflight(_text("v1.34.1", "v2.1.1")).require_cgroup_v2
+    assert _preflight(_text("v1.35.0", "v2.1.1")).require_cgroup_v2
+    assert not _preflight(_text("v1.35.0", "v2.1.1", kubelet={"fail-cgroupv1": "false"})).require_cgroup_v2
+    assert _preflight(_text("v1.33.0", "v2.1.1", etcd="v3.5.21", kubelet={"fail-cgroupv1": "true"})).require_cgroup_v2
+
+
+def test_the_cgroup_check_reads_the_hosts_hierarchy(tmp_path: Path) -> None:
+    facts = NodeFacts(tmp_path, "0.0.0.0", lab=False)
+    v1 = CheckHost(id="pre", checks=["cgroup"], require_cgroup_v2=True)
+    with pytest.raises(StepError) as exc:
+        run_checks(facts, v1)
+    assert "FAILED cgroup: cgroup v1" in str(exc.value) and "fail-cgroupv1" in str(exc.value)
+    assert "ok cgroup: cgroup v1" in run_checks(facts, CheckHost(id="pre", checks=["cgroup"])).stdout
+    (tmp_path / "sys/fs/cgroup").mkdir(parents=True)
+    (tmp_path / "sys/fs/cgroup/cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    assert "ok cgroup: cgroup v2" in run_checks(facts, v1).stdout
