@@ -9,13 +9,14 @@ that flag for every component, `component/flag` for one component. Each use is a
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from ..flagrules import DENYLIST, VersionSet, family_of, flag_verdict, gate_for, gate_open
 from .models import ClusterSpec
 from .roles import ETCD_ROLES, is_master
 
-__all__ = ["COMPONENT_FIELDS", "check_extra_args", "placed_flag_components", "split_gates"]
+__all__ = ["FLAG_NAME", "COMPONENT_FIELDS", "check_extra_args", "placed_flag_components", "split_gates"]
 
 # Plan component -> (spec attribute, camelCase field) of its extraArgs.
 COMPONENT_FIELDS: dict[str, tuple[str, str]] = {
@@ -28,6 +29,9 @@ COMPONENT_FIELDS: dict[str, tuple[str, str]] = {
     "kubelet": ("kubelet", "kubelet"),
 }
 _C = "cluster.spec.clusterConfig.cluster"
+# A plain flag name; anything else is refused by validate_spec on its own, so the flag table is
+# not asked about it (one error per malformed name, not two).
+FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*(\.[A-Za-z0-9-]+)*$")
 
 
 def placed_flag_components(spec: ClusterSpec) -> list[str]:
@@ -71,7 +75,7 @@ def check_extra_args(spec: ClusterSpec, versions: VersionSet | None,
             path = f"{prefix}.extraArgs.{flag}"
             keys = {flag, f"{fam}/{flag}", f"{comp}/{flag}"}
             problem = _denied(fam, flag, value) or (_outside_gate(comp, flag, value, versions) if versions else None)
-            if problem is None and versions is not None:
+            if problem is None and versions is not None and FLAG_NAME.match(flag):
                 # the flag table: unknown, removed or not yet added in this version (an error),
                 # deprecated (a warning that allowUnsafeFlags does not silence)
                 verdict = flag_verdict(fam, flag, versions.of(fam))

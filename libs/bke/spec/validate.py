@@ -14,7 +14,7 @@ from .. import versions
 from ..flagrules import VersionSet
 from ..netaddr import is_ip
 from .errors import FieldError
-from .extra_args import check_extra_args, placed_flag_components
+from .extra_args import FLAG_NAME, check_extra_args, placed_flag_components
 from .models import ROLES, ClusterSpec
 from .roles import CONTROL_PLANE_ROLES, ETCD_ROLES, is_master
 from .sizes import check_sizes
@@ -22,7 +22,6 @@ from .sizes import check_sizes
 __all__ = ["ValidationReport", "validate_spec", "APISERVER_PORT"]
 
 APISERVER_PORT = 6443
-_FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*(\.[A-Za-z0-9-]+)*$")
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -204,7 +203,7 @@ def _check_extra_args(spec: ClusterSpec) -> list[FieldError]:
             continue
         for name, value in comp.extra_args.items():
             path = f"{prefix}.extraArgs.{name}"
-            if not _FLAG_NAME.match(name):
+            if not FLAG_NAME.match(name):
                 errs.append(FieldError(path=path, message=f"{name!r} is not a plain flag name (letters, digits and '-', without leading dashes)"))
             if _CONTROL.search(value):
                 errs.append(FieldError(path=path, message="value holds a newline, NUL or other control character"))
