@@ -58,3 +58,10 @@ def test_the_cgroup_check_reads_the_hosts_hierarchy(tmp_path: Path) -> None:
     (tmp_path / "sys/fs/cgroup").mkdir(parents=True)
     (tmp_path / "sys/fs/cgroup/cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     assert "ok cgroup: cgroup v2" in run_checks(facts, v1).stdout
+
+
+def test_an_opt_out_on_1_35_is_a_warning() -> None:
+    out = plan_spec_text(_text("v1.35.0", "v2.1.1", kubelet={"fail-cgroupv1": "false"}))
+    assert out.ok
+    assert any(w.startswith("cluster.spec.clusterConfig.cluster.kubelet.extraArgs.fail-cgroupv1: the kubelet of 1.35 will start on cgroup v1") for w in out.warnings)
+    assert not [w for w in plan_spec_text(_text("v1.34.0", "v2.1.1", kubelet={"fail-cgroupv1": "false"})).warnings if "cgroup v1" in w]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import re
 
+from ..flagrules.flag_table import FLAGS
 from .args import DENYLIST
 from .gates import GATES
 from .presets import PRESETS, TIERS
@@ -46,6 +47,16 @@ def denylist_table() -> str:
     return "\n".join(lines)
 
 
+def flag_changes_table() -> str:
+    """The flag table's rows that change within or just before the supported versions (the
+    base lists, present in every supported version, are in bke/flagrules/flag_table.py)."""
+    lines = [_row("component", "flag", "added", "deprecated", "removed", "instead", "source"), _row(*["---"] * 7)]
+    for f in FLAGS:
+        if f.since or f.removed or (f.deprecated and not f.deprecated.startswith("<")):
+            lines.append(_row(f.component, f"`--{f.name}`", f.since or "-", f.deprecated or "-", f.removed or "-", f.instead or "-", f.source))
+    return "\n".join(lines)
+
+
 def templates_table() -> str:
     lines = [_row("family", "versions", "folder", "why"), _row(*["---"] * 4)]
     for r in TEMPLATE_RANGES:
@@ -60,6 +71,7 @@ TABLES = {
     "gates": gates_table,
     "denylist": denylist_table,
     "templates": templates_table,
+    "flag-changes": flag_changes_table,
 }
 
 

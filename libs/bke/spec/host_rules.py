@@ -7,7 +7,7 @@ from .. import versions
 from ..flagrules import go_bool
 from .models import ClusterSpec
 
-__all__ = ["FAIL_CGROUPV1", "kubelet_args", "requires_cgroup_v2"]
+__all__ = ["FAIL_CGROUPV1", "cgroup_opt_out_warnings", "kubelet_args", "requires_cgroup_v2"]
 
 # The kubelet flag for KubeletConfiguration.failCgroupV1 (KEP-4569, kubernetes PR 126031, 1.31+).
 FAIL_CGROUPV1 = "fail-cgroupv1"
@@ -33,3 +33,17 @@ def requires_cgroup_v2(spec: ClusterSpec, hostname: str) -> bool:
     except versions.VersionError:
         return False  # validation refuses the spec before any node is touched
     return versions.cgroup_v1_refused(k8s)
+
+
+def cgroup_opt_out_warnings(spec: ClusterSpec, kubernetes: versions.Version) -> list[str]:
+    """A warning per explicit opt-out of the cgroup v2 requirement where it is upstream's default."""
+    if not versions.cgroup_v1_refused(kubernetes):
+        return []
+    layers = [("cluster.spec.clusterConfig.cluster.kubelet", spec.config.kubelet.extra_args)]
+    layers += [(f"nodes[{i}].spec.kubelet", n.spec.kubelet.extra_args) for i, n in enumerate(spec.nodes) if n.spec.kubelet is not None]
+    return [
+        f"{prefix}.extraArgs.{FAIL_CGROUPV1}: the kubelet of {kubernetes.minor_key} will start on cgroup v1 hosts; "
+        "upstream deprecated cgroup v1 (KEP-5573) and plans to remove it: move the hosts to cgroup v2"
+        for prefix, args in layers
+        if go_bool(args.get(FAIL_CGROUPV1, "")) is False
+    ]

@@ -17,6 +17,7 @@ from .errors import FieldError
 from .extra_args import FLAG_NAME, check_extra_args, placed_flag_components
 from .models import ROLES, ClusterSpec
 from .roles import CONTROL_PLANE_ROLES, ETCD_ROLES, is_master
+from .host_rules import cgroup_opt_out_warnings
 from .sizes import check_sizes
 
 __all__ = ["ValidationReport", "validate_spec", "APISERVER_PORT"]
@@ -79,6 +80,8 @@ def _check_cluster(spec: ClusterSpec, warnings: list[str], parsed: dict[str, ver
             warnings.append(w)
     if "kubernetes" in parsed and "containerd" in parsed:
         errs += [FieldError(path=f"{_C}.containerdVersion", message=m) for m in versions.host_rule_errors(parsed["kubernetes"], parsed["containerd"])]
+    if "kubernetes" in parsed:
+        warnings += cgroup_opt_out_warnings(spec, parsed["kubernetes"])
     nets = {}
     for field in ("serviceSubnet", "podSubnet"):
         value = getattr(c.networking, "service_subnet" if field == "serviceSubnet" else "pod_subnet")
