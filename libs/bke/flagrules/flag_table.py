@@ -181,7 +181,7 @@ _KUBERNETES: list[Flag] = [
            "kubernetes PR 133779 (removed in 1.35, CHANGELOG-1.35 'no, really, you must read this'); deprecated by PR 108045",
            deprecated="<1.31", instead="the runtime's sandbox image (containerRuntime.sandboxImage)"),
     *_gone("kubelet", "keep-terminated-pod-volumes", "1.31", "kubernetes PR 122082 (removed in 1.31)"),
-    *_gone("kubelet", "container-runtime", "1.27", "kubelet --container-runtime removed in 1.27 (CHANGELOG-1.27)", instead="--container-runtime-endpoint"),
+    *_gone("kubelet", "container-runtime", "1.27", "kubernetes PR 114017 (removed in 1.27; deprecated by PR 107094)", instead="--container-runtime-endpoint"),
     *_gone("kubelet", _DOCKERSHIM, "1.24", "dockershim and its flags removed in 1.24 (KEP-2221)"),
     *_gone("kubelet", "azure-container-registry-config", "1.30", "deprecated by kubernetes PR 118596 (1.28); gone in 1.30 (kubelet 1.30: 'unknown flag', Azure/karpenter-provider-azure PR 338)",
            instead="--image-credential-provider-config"),
