@@ -104,3 +104,14 @@ def test_an_unknown_flag_is_refused_unless_allowed(tmp_path: Path, capsys) -> No
     spec.write_text(spec_text(NODES, endpoint=None, cluster={**args, "allowUnsafeFlags": ["kube-apiserver/my-vendor-flag"]}))
     assert bke(["plan", str(spec)]) == 0
     assert "allowed by allowUnsafeFlags although not a kube-apiserver flag in 1.33" in capsys.readouterr().err
+
+
+def test_the_renderer_refuses_a_built_in_flag_the_table_does_not_accept(monkeypatch) -> None:
+    from bke.render import components
+    from bke.render.errors import InvalidOutputError
+
+    original = components.scheduler_defaults
+    monkeypatch.setattr(components, "scheduler_defaults", lambda ctx: {**original(ctx), "address": "127.0.0.1"})
+    with pytest.raises(InvalidOutputError) as exc:
+        render(plan_of(spec_text(NODES, endpoint=None)))
+    assert "rendered --flag: not a kube-scheduler flag in 1.33 (removed in 1.24)" in str(exc.value)

@@ -13,6 +13,7 @@ The rows and their sources are in flag_table.py.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..versions import Version, parse_version
@@ -61,6 +62,7 @@ def _shown(component: str, v: Version) -> str:
     return str(v) if component == "etcd" else v.minor_key
 
 
+@functools.lru_cache(maxsize=8192)  # asked once per flag and node by the renderer: 10,000-node plans
 def flag_verdict(component: str, name: str, version: Version) -> FlagVerdict:
     """The table's word on `--name` of `component` (a family name) at `version`."""
     from .flag_table import FLAG_INDEX  # the data module is large: loaded on first use

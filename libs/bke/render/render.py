@@ -7,7 +7,8 @@ Steps, top to bottom (each fails with a typed error, see errors.py):
     validation refused these already; this is the second line of defence);
  4. per node, every row of FILES whose component the node runs: build typed parameters, render
     the template, parse the output back and validate it;
- 5. per node, cross-file checks (ports unique, kubelet and containerd agree on the cgroup driver);
+ 5. per node, cross-file checks (ports unique, kubelet and containerd agree on the cgroup driver),
+    and every flag BKE itself renders (defaults, presets) is one the flag table accepts in the version;
  6. the cluster-level addons (kube-proxy, CoreDNS), every object validated;
  7. any finding at all: InvalidOutputError with all of them; else the RenderedCluster.
 
@@ -139,6 +140,7 @@ def render_cluster(plan: Plan, inputs: RenderInputs) -> RenderedCluster:
     findings: list[Finding] = []
     nodes = tuple(_render_node(ctx, ts, n, expect, findings) for n in plan.nodes)  # 4, 5
     addons = render_addons(ctx, ts, findings)  # 6
+    findings += [Finding(host, comp, "flag-table", f"rendered --flag: {msg}") for host, comp, msg in dict.fromkeys(ctx.flag_problems)]
     if findings:  # 7
         raise InvalidOutputError(findings)
     return RenderedCluster(
