@@ -33,7 +33,9 @@ def spec_docs(nodes: int, masters: int, kubernetes: str, etcd: str, containerd: 
              "spec": {"controlPlaneEndpoint": {"host": "127.99.255.250", "port": 36443} if vip else
                       {"host": lab_ip(0), "port": 6443},
                       "clusterConfig": {"cluster": {"kubernetesVersion": kubernetes, "etcdVersion": etcd,
-                                                    "containerdVersion": containerd}}}}]
+                                                    "containerdVersion": containerd,
+                                                    # /10: 16,384 node CIDRs of /24, room for any bench size
+                                                    "networking": {"podSubnet": "10.0.0.0/10"}}}}}]
     docs += [{"apiVersion": "bke.bocloud.com/v1beta1", "kind": "BKENode", "metadata": {"name": f"bench-n{i}"},
               "spec": {"hostname": f"n{i}", "ip": lab_ip(i), "role": r}} for i, r in enumerate(roles)]
     return docs
