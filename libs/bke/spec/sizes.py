@@ -31,9 +31,10 @@ __all__ = [
 ]
 
 _C = "cluster.spec.clusterConfig.cluster"
-# calico's default IPAM block sizes (IPPool spec.blockSize defaults: 26 for IPv4, 122 for IPv6;
-# projectcalico/calico api/pkg/apis/projectcalico/v3/ippool.go, and the calico manifest's
-# CALICO_IPV4POOL_BLOCK_SIZE is unset, so the default applies).
+# calico's default IPAM block sizes (IPPoolSpec.BlockSize: "Defaults to 26 for IPv4 and 122 for IPv6";
+# projectcalico/calico api/pkg/apis/projectcalico/v3/ippool.go). The addons phase wires only the
+# pool CIDR (podSubnet) into calico's manifest; should it ever set CALICO_IPV4POOL_BLOCK_SIZE,
+# this table must follow.
 CALICO_BLOCK = {4: 26, 6: 122}
 # kube-controller-manager --node-cidr-mask-size defaults: 24 for IPv4, 64 for IPv6
 # (kubernetes cmd/kube-controller-manager/app/options/nodeipamcontroller.go and
