@@ -97,8 +97,9 @@ def _kernel_modules(f: NodeFacts, step: CheckHost) -> str:
 
 
 def _cgroup(f: NodeFacts, step: CheckHost) -> str:
-    """cgroup v2 when the unified hierarchy's root file exists (the test the kubelet's own
-    libcontainer makes: cgroups.IsCgroup2UnifiedMode, a cgroup2 filesystem at /sys/fs/cgroup)."""
+    """cgroup v2 when /sys/fs/cgroup/cgroup.controllers exists: only a cgroup2 filesystem mounted
+    there has it (the kubelet asks the same question by the filesystem's type, libcontainer's
+    IsCgroup2UnifiedMode); a hybrid host keeps cgroup2 under /sys/fs/cgroup/unified and is v1."""
     if f.lab:
         return "lab node (the machine's cgroups, not checked)"
     if (f.root / "sys/fs/cgroup/cgroup.controllers").is_file():
