@@ -89,7 +89,11 @@ class HaproxyPod(Params):
 
 
 class KeepalivedConf(Params):
-    interface: str
+    interface: str  # the node's own, else the cluster's loadBalancer.interface
+    # unicast VRRP: this node's address and the other keepalived nodes'; None/[] for multicast,
+    # and for a single keepalived node (no peer to advertise to).
+    unicast_src_ip: str | None
+    unicast_peers: list[str]
     router_id: int
     state: str
     priority: int

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from .. import versions
 from ..flagrules import VersionSet
 from ..netaddr import is_ip
+from .endpoint import APISERVER_PORT, check_endpoint
 from .errors import FieldError
 from .extra_args import check_extra_args, placed_flag_components
 from .models import ROLES, ClusterSpec
@@ -20,7 +21,6 @@ from .roles import CONTROL_PLANE_ROLES, ETCD_ROLES, is_master
 
 __all__ = ["ValidationReport", "validate_spec", "APISERVER_PORT"]
 
-APISERVER_PORT = 6443
 _FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*(\.[A-Za-z0-9-]+)*$")
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -143,7 +143,7 @@ def _check_nodes(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
     if not any(is_master(n.spec.role) for n in spec.nodes):
         errs.append(FieldError(path="nodes", message="no node has role 'master' or 'master/node'; a cluster needs a control plane"))
     errs += _check_etcd_sizes(spec)
-    errs += _check_endpoint(spec)
+    errs += check_endpoint(spec, warnings)
     return errs
 
 
@@ -167,24 +167,6 @@ def _check_etcd_sizes(spec: ClusterSpec) -> list[FieldError]:
                 )
             )
     return errs
-
-
-def _check_endpoint(spec: ClusterSpec) -> list[FieldError]:
-    """The endpoint is either a node running kube-apiserver on 6443, or a VIP served by haproxy."""
-    ep = spec.cluster.spec.control_plane_endpoint
-    by_ip = {n.spec.ip: (i, n) for i, n in enumerate(spec.nodes)}
-    if ep.host in by_ip:
-        i, node = by_ip[ep.host]
-        roles = node.spec.role
-        split = any("apiserver" in n.spec.role for n in spec.nodes)
-        runs_apiserver = is_master(roles) and (not split or "apiserver" in roles)
-        if not runs_apiserver:
-            return [FieldError(path="cluster.spec.controlPlaneEndpoint.host", message=f"{ep.host} is nodes[{i}] ({node.spec.hostname}), which runs no kube-apiserver")]
-        if ep.port != APISERVER_PORT:
-            return [FieldError(path="cluster.spec.controlPlaneEndpoint.port", message=f"the endpoint is a node address, where kube-apiserver listens on {APISERVER_PORT}, not {ep.port}; use a VIP for another port")]
-    elif ep.port == APISERVER_PORT:
-        return [FieldError(path="cluster.spec.controlPlaneEndpoint.port", message=f"a VIP endpoint is served by haproxy on the masters, where kube-apiserver already listens on {APISERVER_PORT}; choose another port (e.g. 36443)")]
-    return []
 
 
 def _check_extra_args(spec: ClusterSpec) -> list[FieldError]:
