@@ -165,6 +165,7 @@ def keepalived_conf(ctx: Ctx, node: NodePlan) -> Emit:
         # whole spread, so any healthy node outranks it.
         priority=100 + (n - i),
         weight=n + 1,
+        authentication=ipaddress.ip_address(vip).version == 4,
         password=ctx.inputs.vrrp_password or "",
         vip=vip,
         check_path=KEEPALIVED_CHECK,

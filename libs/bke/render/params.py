@@ -98,6 +98,9 @@ class KeepalivedConf(Params):
     state: str
     priority: int
     weight: int
+    # VRRP v2's PASS authentication; an IPv6 VIP runs VRRP v3, which has none (keepalived reports
+    # a config error for it: vrrp.c "VRRP version 3 does not support authentication", 2.0.20 and 2.2.7).
+    authentication: bool
     password: str
     vip: str
     check_path: str
