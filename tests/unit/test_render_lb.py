@@ -132,6 +132,15 @@ def test_a_dns_name_is_no_vip_and_the_error_points_at_type_external() -> None:
     assert "set cluster.spec.clusterConfig.cluster.loadBalancer.type: external" in errors["cluster.spec.controlPlaneEndpoint.host"]
 
 
+def test_vrrp_settings_for_an_external_load_balancer_are_warned_about() -> None:
+    errors, warnings = _errors(spec_text(NODES, endpoint=("api.example.com", 6443),
+                                         cluster={"loadBalancer": {"type": "external", "vrrp": "multicast", "virtualRouterId": 9}}))
+    assert not errors
+    assert [w for w in warnings if "loadBalancer" in w] == [
+        "cluster.spec.clusterConfig.cluster.loadBalancer.virtualRouterId is ignored: BKE runs no keepalived for this endpoint",
+        "cluster.spec.clusterConfig.cluster.loadBalancer.vrrp is ignored: BKE runs no keepalived for this endpoint"]
+
+
 def test_an_external_endpoint_is_not_a_node() -> None:
     errors, _ = _errors(spec_text(NODES, endpoint=("10.7.0.1", 6443), cluster={"loadBalancer": {"type": "external"}}))
     assert "is nodes[0] (m1)" in errors["cluster.spec.clusterConfig.cluster.loadBalancer.type"]

@@ -22,6 +22,7 @@ _LB = "cluster.spec.clusterConfig.cluster.loadBalancer"
 # Linux takes 1-15 bytes (IFNAMSIZ 16, net/core/dev.c dev_valid_name) without '/', ':' or
 # whitespace; we also keep out what keepalived's config syntax would read as a quote, brace or
 # comment, so a name is one plain word in keepalived.conf.
+_CAMEL = {"virtual_router_id": "virtualRouterId"}
 _IFNAME = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")
 
 
@@ -88,6 +89,9 @@ def check_endpoint(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
         return [FieldError(path=f"{_LB}.type", message=f"external, but the endpoint {ep.host} is nodes[{i}] ({spec.nodes[i].spec.hostname}); an external load balancer is not one of the nodes")]
     errs = _node_endpoint(spec, by_ip[ep.host]) if ep.host in by_ip else _vip(spec) if lb.type == "vip" else []
     vip, lb_nodes = serves_vip(spec), set(load_balancer_nodes(spec))
+    if not vip:
+        for field in sorted(lb.model_fields_set - {"type"}):
+            warnings.append(f"{_LB}.{_CAMEL.get(field, field)} is ignored: BKE runs no keepalived for this endpoint")
     for i, n in enumerate(spec.nodes):
         if n.spec.load_balancer and n.spec.load_balancer.interface is not None and not (vip and i in lb_nodes):
             why = "the endpoint is no VIP" if i in lb_nodes else "the node is not a master"
