@@ -37,7 +37,8 @@ def render_table(p: Plan, console: Console) -> None:
     console.print(
         f"cluster [bold]{p.cluster}[/] kubernetes {p.kubernetes_version} etcd {p.etcd_version} "
         f"containerd {p.containerd_version} endpoint {p.control_plane_endpoint}"
-        + (" (VIP: haproxy + keepalived)" if p.load_balancer else "")
+        + (f" (VIP: haproxy + keepalived, {p.spec.config.load_balancer.vrrp} VRRP)" if p.load_balancer
+           else " (external load balancer)" if p.spec.config.load_balancer.type == "external" else "")
     )
     nodes = Table("node", "ip", "roles", "components", "labels / taints")
     for n in p.nodes:

@@ -35,3 +35,16 @@ def test_lab_install_refuses_before_starting_anything(tmp_path: Path, capsys) ->
     assert bke(["lab", "install", str(REFUSED), "--workdir", str(workdir)]) == 2
     assert f"ERROR {PATH}: " in capsys.readouterr().err
     assert not workdir.exists()  # no NATS, Redis, service or agent was started
+
+
+def test_plan_says_who_serves_the_endpoint(tmp_path: Path, capsys) -> None:
+    from .test_render_lb import NODES
+    from .test_render_support import spec_text
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(spec_text(NODES, endpoint=("10.7.0.100", 8443)))
+    assert bke(["plan", str(spec)]) == 0
+    # whitespace joined: rich may wrap the line at the console's width
+    assert "(VIP: haproxy + keepalived, unicast VRRP)" in " ".join(capsys.readouterr().out.split())
+    spec.write_text(spec_text(NODES, endpoint=("api.example.com", 6443), cluster={"loadBalancer": {"type": "external"}}))
+    assert bke(["plan", str(spec)]) == 0
+    assert "(external load balancer)" in " ".join(capsys.readouterr().out.split())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from ..spec.endpoint import serves_vip
 from ..spec.models import BKENode, ClusterSpec
 from ..spec.roles import CONTROL_PLANE_ROLES, ETCD_ROLES, is_master, is_worker, registers
 from .models import COMPONENTS, ApiserverEtcd, EtcdClusterPlan, EtcdMember, NodePlan, Plan, Taint
@@ -99,7 +100,7 @@ def build_plan(spec: ClusterSpec, warnings: list[str] | None = None) -> Plan:
     c = spec.config
     nodes = spec.nodes
     ep = spec.cluster.spec.control_plane_endpoint
-    vip = ep.host not in {n.spec.ip for n in nodes}
+    vip = serves_vip(spec)
     members = _members_by_cluster(nodes)
     cp_hosts = _control_plane_hosts(nodes)
 

@@ -184,18 +184,43 @@ def _check_instance(name: str, inst: dict[str, object], scripts: dict[str, objec
     if not 1 <= int(_one(inst, "priority", where)) <= 254:
         raise ValueError(f"{where}: priority must be 1-254")
     _one(inst, "interface", where)
-    auth = inst.get("authentication")
-    if not isinstance(auth, dict) or _one(auth, "auth_type", where) != "PASS":
-        raise ValueError(f"{where}: authentication with auth_type PASS is required")
-    if not 1 <= len(_one(auth, "auth_pass", where)) <= 8:
-        raise ValueError(f"{where}: auth_pass must be 1-8 characters (keepalived truncates longer ones)")
     vips = inst.get("virtual_ipaddress")
     if not isinstance(vips, dict) or not vips or not all(is_ip(k.split("/")[0]) for k in vips):
         raise ValueError(f"{where}: virtual_ipaddress must list IP addresses")
+    auth = inst.get("authentication")
+    if any(":" in k for k in vips):
+        # An IPv6 instance runs VRRP v3, and keepalived refuses authentication there.
+        if auth is not None:
+            raise ValueError(f"{where}: an IPv6 VIP runs VRRP v3, which has no authentication")
+    else:
+        if not isinstance(auth, dict) or _one(auth, "auth_type", where) != "PASS":
+            raise ValueError(f"{where}: authentication with auth_type PASS is required")
+        if not 1 <= len(_one(auth, "auth_pass", where)) <= 8:
+            raise ValueError(f"{where}: auth_pass must be 1-8 characters (keepalived truncates longer ones)")
+    _check_unicast(where, inst, [k.split("/")[0] for k in vips])
     tracked = inst.get("track_script", {})
     for s in tracked if isinstance(tracked, dict) else ():
         if s not in scripts:
             raise ValueError(f"{where}: track_script {s!r} is not defined")
+
+
+def _check_unicast(where: str, inst: dict[str, object], vips: list[str]) -> None:
+    """Unicast VRRP: both keywords or neither; our own address is no peer; one address family."""
+    if "unicast_src_ip" not in inst and "unicast_peer" not in inst:
+        return
+    src = _one(inst, "unicast_src_ip", where)
+    peers = inst.get("unicast_peer")
+    if not isinstance(peers, dict) or not peers:
+        raise ValueError(f"{where}: unicast_src_ip needs a unicast_peer block listing the other nodes")
+    if any(v != [""] for v in peers.values()):
+        raise ValueError(f"{where}: unicast_peer lists each address once, one per line")
+    addrs = [src, *peers]
+    if not all(is_ip(a) for a in addrs):
+        raise ValueError(f"{where}: unicast_src_ip and unicast_peer must be IP addresses")
+    if src in peers:
+        raise ValueError(f"{where}: unicast_peer lists this node's own address {src}")
+    if len({":" in a for a in addrs + vips}) != 1:
+        raise ValueError(f"{where}: unicast addresses and the VIP must be of one address family")
 
 
 # --- systemd -------------------------------------------------------------------------------

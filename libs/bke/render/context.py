@@ -85,6 +85,9 @@ class Ctx:
     def _node_specs(self) -> dict[str, BKENodeSpec]:
         return {n.spec.hostname: n.spec for n in self.plan.spec.nodes}
 
+    def node_spec(self, hostname: str) -> BKENodeSpec:
+        return self._node_specs[hostname]
+
     @functools.cached_property
     def _running(self) -> dict[str, list[NodePlan]]:
         out: dict[str, list[NodePlan]] = {}

@@ -147,19 +147,25 @@ def haproxy_pod(ctx: Ctx, node: NodePlan) -> Emit:
 
 def keepalived_conf(ctx: Ctx, node: NodePlan) -> Emit:
     vip, _ = _endpoint(ctx)
-    peers = [n.hostname for n in ctx.running("keepalived")]
+    lb_nodes = ctx.running("keepalived")
+    peers = [n.hostname for n in lb_nodes]
     i, n = peers.index(node.hostname), len(peers)
     if n > 150:
         raise RenderRejected([("nodes", f"{n} masters run keepalived; VRRP priorities support at most 150")], ctx.plan.cluster)
     lb = ctx.config.load_balancer
+    own = ctx.node_spec(node.hostname).load_balancer
+    unicast = lb.vrrp == "unicast" and n > 1
     params = KeepalivedConf(
-        interface=lb.interface,
+        interface=own.interface if own and own.interface else lb.interface,
+        unicast_src_ip=node.ip if unicast else None,
+        unicast_peers=[p.ip for p in lb_nodes if p.hostname != node.hostname] if unicast else [],
         router_id=lb.virtual_router_id,
         state="MASTER" if i == 0 else "BACKUP",
         # Distinct priorities, first master highest; a failing check subtracts more than the
         # whole spread, so any healthy node outranks it.
         priority=100 + (n - i),
         weight=n + 1,
+        authentication=ipaddress.ip_address(vip).version == 4,
         password=ctx.inputs.vrrp_password or "",
         vip=vip,
         check_path=KEEPALIVED_CHECK,

@@ -89,11 +89,18 @@ class HaproxyPod(Params):
 
 
 class KeepalivedConf(Params):
-    interface: str
+    interface: str  # the node's own, else the cluster's loadBalancer.interface
+    # unicast VRRP: this node's address and the other keepalived nodes'; None/[] for multicast,
+    # and for a single keepalived node (no peer to advertise to).
+    unicast_src_ip: str | None
+    unicast_peers: list[str]
     router_id: int
     state: str
     priority: int
     weight: int
+    # VRRP v2's PASS authentication; an IPv6 VIP runs VRRP v3, which has none (keepalived reports
+    # a config error for it: vrrp.c "VRRP version 3 does not support authentication", 2.0.20 and 2.2.7).
+    authentication: bool
     password: str
     vip: str
     check_path: str

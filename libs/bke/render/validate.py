@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from . import checks, yaml_fast
 from .conf_parsers import parse_haproxy, parse_keepalived, parse_systemd_unit
+from .containerd_keys import v3_key_problems
 from .file_models import ContainerdV2, ContainerdV3, HostsToml, KubeletConfiguration, KubeProxyConfiguration
 from .k8s_schema import strict_error
 
@@ -108,7 +109,16 @@ def _cgroup(systemd: bool) -> dict[str, Any]:
     return {"cgroup": "systemd" if systemd else "cgroupfs"}
 
 
-_containerd_v3 = _toml(ContainerdV3, lambda m: _cgroup(m.plugins.runtime.containerd.runtimes.runc.options.SystemdCgroup))
+_containerd_v3_model = _toml(ContainerdV3, lambda m: _cgroup(m.plugins.runtime.containerd.runtimes.runc.options.SystemdCgroup))
+
+
+def _containerd_v3(text: str, expect: Expect) -> Result:
+    """Our typed model, then every key against what containerd 2.x reads (containerd_keys): no real
+    program here knows version 3, and containerd itself ignores a key it does not know."""
+    problems, facts = _containerd_v3_model(text, expect)
+    if problems and problems[0].startswith("TOML:"):
+        return problems, facts
+    return problems + v3_key_problems(tomllib.loads(text)), facts
 _containerd_v2 = _toml(ContainerdV2, lambda m: _cgroup(m.plugins.cri.containerd.runtimes.runc.options.SystemdCgroup))
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "Metadata",
     "Networking",
     "NodeComponentArgs",
+    "NodeLoadBalancer",
     "ROLES",
 ]
 
@@ -104,8 +105,20 @@ class ContainerRuntime(_Model):
 
 
 class LoadBalancer(_Model):
-    interface: str = "eth0"
+    # vip: an endpoint host that is no node's address is a virtual IP that BKE serves with
+    # keepalived + haproxy on the masters. external: the endpoint is a load balancer BKE does not
+    # run (a public cloud's, where a VIP cannot move between hosts; or an appliance): nothing is
+    # rendered for it, and it must forward to every master's kube-apiserver on 6443.
+    type: Literal["vip", "external"] = "vip"
+    interface: str = "eth0"  # each node may override it: BKENode spec.loadBalancer.interface
     virtual_router_id: int = Field(51, ge=1, le=255)
+    # unicast: each master sends its VRRP adverts to the other masters' addresses (many data
+    # centres drop multicast); multicast: to VRRP's group 224.0.0.18.
+    vrrp: Literal["unicast", "multicast"] = "unicast"
+
+
+class NodeLoadBalancer(_Model):
+    interface: str | None = None  # None: the cluster's loadBalancer.interface
 
 
 class KubeProxy(_Model):
@@ -178,6 +191,7 @@ class BKENodeSpec(_Model):
     # The node's CPU architecture, as Go and upstream downloads name it: which binaries it fetches.
     arch: Literal["amd64", "arm64"] = "amd64"
     labels: dict[str, str] = {}
+    load_balancer: NodeLoadBalancer | None = None
     api_server: NodeComponentArgs | None = None
     controller_manager: NodeComponentArgs | None = None
     scheduler: NodeComponentArgs | None = None

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from .. import versions
 from ..flagrules import VersionSet
 from ..netaddr import is_ip
+from .endpoint import APISERVER_PORT, check_endpoint
 from .errors import FieldError
 from .extra_args import FLAG_NAME, check_extra_args, placed_flag_components
 from .models import ROLES, ClusterSpec
@@ -22,7 +23,6 @@ from .sizes import check_sizes
 
 __all__ = ["ValidationReport", "validate_spec", "APISERVER_PORT"]
 
-APISERVER_PORT = 6443
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -151,7 +151,7 @@ def _check_nodes(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
     if not any(is_master(n.spec.role) for n in spec.nodes):
         errs.append(FieldError(path="nodes", message="no node has role 'master' or 'master/node'; a cluster needs a control plane"))
     errs += _check_etcd_sizes(spec)
-    errs += _check_endpoint(spec)
+    errs += check_endpoint(spec, warnings)
     return errs
 
 
@@ -175,24 +175,6 @@ def _check_etcd_sizes(spec: ClusterSpec) -> list[FieldError]:
                 )
             )
     return errs
-
-
-def _check_endpoint(spec: ClusterSpec) -> list[FieldError]:
-    """The endpoint is either a node running kube-apiserver on 6443, or a VIP served by haproxy."""
-    ep = spec.cluster.spec.control_plane_endpoint
-    by_ip = {n.spec.ip: (i, n) for i, n in enumerate(spec.nodes)}
-    if ep.host in by_ip:
-        i, node = by_ip[ep.host]
-        roles = node.spec.role
-        split = any("apiserver" in n.spec.role for n in spec.nodes)
-        runs_apiserver = is_master(roles) and (not split or "apiserver" in roles)
-        if not runs_apiserver:
-            return [FieldError(path="cluster.spec.controlPlaneEndpoint.host", message=f"{ep.host} is nodes[{i}] ({node.spec.hostname}), which runs no kube-apiserver")]
-        if ep.port != APISERVER_PORT:
-            return [FieldError(path="cluster.spec.controlPlaneEndpoint.port", message=f"the endpoint is a node address, where kube-apiserver listens on {APISERVER_PORT}, not {ep.port}; use a VIP for another port")]
-    elif ep.port == APISERVER_PORT:
-        return [FieldError(path="cluster.spec.controlPlaneEndpoint.port", message=f"a VIP endpoint is served by haproxy on the masters, where kube-apiserver already listens on {APISERVER_PORT}; choose another port (e.g. 36443)")]
-    return []
 
 
 def _check_extra_args(spec: ClusterSpec) -> list[FieldError]:
