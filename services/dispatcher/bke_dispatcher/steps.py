@@ -16,6 +16,7 @@ from bke.state.nodefiles import NodeFile
 
 __all__ = [
     "FILE_PHASES",
+    "artefacts_of",
     "binaries",
     "component_ports",
     "file_phase",
@@ -108,7 +109,7 @@ def swap_steps() -> list[Step]:
     0010-swapoff.yml, "Mask swap.target (persist swapoff)", commit 46dbdd39). Then the
     kubelet's own requirement (no active swap) is checked.
     Not covered: swap that something else starts (a swapon in a script, a zram service not
-    tied to swap.target); the check step then fails, which names it."""
+    tied to swap.target): the check step then fails, saying swap is still on."""
     return [
         RunProgram(id="swap:off", argv=["swapoff", "-a"]),
         SystemdUnit(id="systemd:mask-swap", unit="swap.target", action="mask"),
@@ -130,7 +131,7 @@ def component_ports(plan: Plan, node: NodePlan) -> list[int]:
 def node_env_steps(plan: Plan, node: NodePlan, files: list[NodeFile], sums: dict[str, str]) -> list[Step]:
     mode = plan.spec.config.kube_proxy.mode
     min_kernel = PROXY_MIN_KERNEL[mode] if node.runs("kube-proxy") else None
-    checks: list = ["os", "ports-free", "disk", "time", "arch"] + (["kernel-version"] if min_kernel else [])
+    checks: list[str] = ["os", "ports-free", "disk", "time", "arch"] + (["kernel-version"] if min_kernel else [])
     return [
         # nothing is changed before the node is known to fit: its OS, free ports, disk, clock,
         # its machine is the spec's arch, and (kube-proxy nftables) its kernel is new enough
