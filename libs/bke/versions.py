@@ -68,32 +68,48 @@ class KubernetesRow:
     calico: str = ""
 
 
-# Upstream pairings from kubeadm's constants (cmd/kubeadm/app/constants) for each minor;
-# crictl and cni_plugins from build/dependencies.yaml of the same release branch.
+# Upstream pairings from kubeadm's constants (cmd/kubeadm/app/constants) for each minor.
+# crictl and cni_plugins: the "crictl" and "cni" entries of kubernetes/kubernetes
+# build/dependencies.yaml as each minor's development cycle set them, read from the release
+# notes of that minor (CHANGELOG/CHANGELOG-1.N.md, "Updated cri-tools to ..." / "Updated CNI
+# plugins to ..." with the PR that changed dependencies.yaml). Kubernetes 1.N pins cri-tools
+# 1.(N-1).0: cri-tools 1.N is released with Kubernetes 1.N, after its code freeze. Checked on paper
+# only, and not against the release branches' heads (the repository is too large to fetch
+# here): a bump cherry-picked to a release branch after .0 is not reflected.
 KUBERNETES: dict[str, KubernetesRow] = {
     r.minor: r
     for r in (
+        # crictl 1.30.0 (#124364), cni 1.5.0 (#125113), both in the v1.31.0 notes
         KubernetesRow("1.31", etcd="3.5.15", coredns="1.11.3", pause="3.10",
-                      crictl="1.31.1", cni_plugins="1.5.1", calico="3.29.4"),
+                      crictl="1.30.0", cni_plugins="1.5.0", calico="3.29.4"),
+        # crictl 1.31.0 (#126590), cni 1.5.1 (#126966), v1.32.0 notes
         KubernetesRow("1.32", etcd="3.5.16", coredns="1.11.3", pause="3.10",
-                      crictl="1.32.0", cni_plugins="1.6.2", calico="3.29.4"),
+                      crictl="1.31.0", cni_plugins="1.5.1", calico="3.29.4"),
+        # crictl 1.32.0 (#129116), cni 1.6.2 (#129776), v1.33.0 notes
         KubernetesRow("1.33", etcd="3.5.21", coredns="1.12.0", pause="3.10",
-                      crictl="1.33.0", cni_plugins="1.6.2", calico="3.30.3"),
+                      crictl="1.32.0", cni_plugins="1.6.2", calico="3.30.3"),
+        # crictl 1.33.0 (#131406), cni 1.7.1 (#131602), v1.34.0 notes
         KubernetesRow("1.34", etcd="3.6.4", coredns="1.12.1", pause="3.10.1",
-                      crictl="1.34.0", cni_plugins="1.7.1", calico="3.30.3"),
+                      crictl="1.33.0", cni_plugins="1.7.1", calico="3.30.3"),
+        # crictl 1.34.0 (#133636), cni 1.8.0 (#133837), v1.35.0 notes
         KubernetesRow("1.35", etcd="3.6.5", coredns="1.13.1", pause="3.10.1",
-                      crictl="1.35.0", cni_plugins="1.8.0", calico="3.31.0"),
+                      crictl="1.34.0", cni_plugins="1.8.0", calico="3.31.0"),
+        # crictl 1.35.0 (#135694, v1.36.0-alpha.1 notes); no CNI bump found since 1.8.0
         KubernetesRow("1.36", etcd="3.6.6", coredns="1.13.1", pause="3.10.1",
                       crictl="1.35.0", cni_plugins="1.8.0", calico="3.31.0"),
+        # crictl 1.36.0 (#138613, v1.37 alpha notes); no CNI bump found since 1.8.0
         KubernetesRow("1.37", etcd="3.6.6", coredns="1.13.1", pause="3.10.1",
-                      crictl="1.35.0", cni_plugins="1.8.0", calico="3.31.0"),
+                      crictl="1.36.0", cni_plugins="1.8.0", calico="3.31.0"),
     )
 }
 ETCD_MINORS: tuple[str, ...] = ("3.5", "3.6")
 CONTAINERD_MINORS: tuple[str, ...] = ("1.7", "2.0", "2.1", "2.2")
-# The runc release each containerd minor's releases pin (containerd's script/setup/runc-version
-# on its release branch); the runc shim (containerd-shim-runc-v2) ships inside containerd's tarball.
-RUNC: dict[str, str] = {"1.7": "1.2.6", "2.0": "1.2.6", "2.1": "1.3.0", "2.2": "1.3.3"}
+# The runc release each containerd minor's releases pin: containerd/containerd
+# script/setup/runc-version at the head of each release branch (release/1.7 = v1.7.34,
+# release/2.0 = v2.0.11, release/2.1 = v2.1.9, release/2.2 = v2.2.7: all v1.3.6; the .0
+# releases pinned 1.1.4, 1.2.1, 1.3.0 and 1.3.3, and every branch moved to the newest runc
+# for its security fixes). The runc shim (containerd-shim-runc-v2) ships inside containerd's tarball.
+RUNC: dict[str, str] = {"1.7": "1.3.6", "2.0": "1.3.6", "2.1": "1.3.6", "2.2": "1.3.6"}
 
 # What upstream changed at a Kubernetes minor that constrains the hosts (first minor it applies to).
 # - cgroup v1: from 1.35 the kubelet's failCgroupV1 defaults to true, so it refuses to start on a

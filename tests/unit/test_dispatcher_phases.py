@@ -4,6 +4,7 @@ from __future__ import annotations
 from bke.contracts.agent import CheckHost, FetchFile, SystemdUnit, WaitHealth, WriteFile
 from bke.plan import plan_spec_text
 from bke.state.nodefiles import file_from_bytes
+from bke_dispatcher.checksums import artefact_urls
 from bke_dispatcher.engine import command_id, parse_command_id
 from bke_dispatcher.phases import PHASES, NodeInputs, init_node, phase_by_slug
 from bke_dispatcher.steps import file_phase
@@ -49,10 +50,13 @@ def test_steps_for_a_master():
         file_from_bytes("/etc/kubernetes/manifests/etcd.yaml", b"kind: Pod\n"),
         file_from_bytes("/etc/kubernetes/manifests/kube-apiserver.yaml", b"kind: Pod\n"),
     ]
-    inp = NodeInputs(render=files, certs=[], checksums={"containerd": "a", "kubelet": "b", "kubectl": "c"})
+    sums = {url: "0" * 64 for url in artefact_urls(SEED)}
+    inp = NodeInputs(render=files, certs=[], checksums=sums)
     env = phase_by_slug("node-env").build(SEED, node, inp)
     assert isinstance(env[0], CheckHost) and 2379 in env[0].ports and 6443 in env[0].ports
-    assert [s.path for s in env if isinstance(s, FetchFile)] == ["/usr/local/bin/containerd", "/usr/bin/kubelet", "/usr/bin/kubectl"]
+    fetched = [s.path for s in env if isinstance(s, FetchFile)]
+    assert fetched[:5] == ["/usr/local/bin/containerd", "/usr/local/bin/containerd-shim-runc-v2", "/usr/local/sbin/runc",
+                           "/usr/bin/kubelet", "/usr/bin/kubectl"]  # and crictl, the CNI plugins (test_node_env)
     assert [s.path for s in env if isinstance(s, WriteFile)] == ["/etc/containerd/config.toml"]
     assert isinstance(env[-1], SystemdUnit) and env[-1].unit == "kubelet.service"  # kubelet before any static pod
     etcd = phase_by_slug("etcd").build(SEED, node, inp)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from bke.artefacts import node_artefacts
 from bke.contracts.agent import CheckHost
 from bke.plan import plan_spec_text
 from bke.spec.synth import synth_docs
@@ -36,7 +37,9 @@ def _preflight(text: str) -> CheckHost:
     plan = plan_spec_text(text).plan
     assert plan is not None
     node = plan.nodes[0]
-    step = phase_by_slug("node-env").build(plan, node, NodeInputs(render=[], certs=[], checksums={"containerd": "a", "kubelet": "b", "kubectl": "c"}))[0]
+    sums = {a.url(plan.spec.config.http_repo): "0" * 64
+            for a in node_artefacts(plan.spec.config, node.arch, registers=node.registers)}
+    step = phase_by_slug("node-env").build(plan, node, NodeInputs(render=[], certs=[], checksums=sums))[0]
     assert isinstance(step, CheckHost) and "cgroup" in step.checks
     return step
 

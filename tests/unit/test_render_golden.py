@@ -70,4 +70,5 @@ def test_golden_set_covers_every_template() -> None:
 
 def _suffix(template: str) -> str:
     name = template.split("/")[-1].removesuffix(".j2")
-    return {"kubelet-config.yaml": "kubelet/config.yaml", "etcd.yaml": ".yaml"}.get(name, name)
+    return {"kubelet-config.yaml": "kubelet/config.yaml", "etcd.yaml": ".yaml", "modules-load.conf": "modules-load.d/bke.conf",
+            "sysctl.conf": "sysctl.d/99-bke.conf"}.get(name, name)

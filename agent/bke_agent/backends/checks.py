@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bke.contracts.agent import CheckHost
@@ -21,7 +22,7 @@ from bke.contracts.agent import CheckHost
 from ..errors import StepError
 from .base import StepOutcome
 
-__all__ = ["MIN_FREE_BYTES", "NodeFacts", "run_checks"]
+__all__ = ["MACHINES", "MIN_FREE_BYTES", "NodeFacts", "run_checks"]
 
 MIN_FREE_BYTES = 2 * 1024**3
 KERNEL_MODULES = ("overlay", "br_netfilter")
@@ -35,6 +36,12 @@ class NodeFacts:
     root: Path
     ip: str  # ports are probed on this address ("0.0.0.0" on a host)
     lab: bool
+    machine: str = field(default_factory=lambda: os.uname().machine)  # uname -m
+    kernel: str = field(default_factory=lambda: os.uname().release)  # uname -r
+
+
+# `uname -m` of each architecture BKE installs, by the Go name the spec and downloads use.
+MACHINES: dict[str, tuple[str, ...]] = {"amd64": ("x86_64",), "arm64": ("aarch64", "arm64")}
 
 
 def _os(f: NodeFacts, step: CheckHost) -> str:
@@ -113,6 +120,31 @@ def _cgroup(f: NodeFacts, step: CheckHost) -> str:
     return "cgroup v1 (accepted by this Kubernetes version's kubelet; deprecated upstream)"
 
 
+def _arch(f: NodeFacts, step: CheckHost) -> str:
+    if step.arch is None:
+        raise ValueError("the step names no architecture to check")
+    if f.lab:  # every lab node is this machine: a spec's arm64 node is only recorded
+        return f"lab node (shares this machine, {f.machine}; the spec says {step.arch}: not checked)"
+    if f.machine not in MACHINES[step.arch]:
+        raise ValueError(f"this machine is {f.machine}, the spec says {step.arch} "
+                         f"(it would fetch {step.arch} binaries that cannot run here)")
+    return f"{f.machine} ({step.arch})"
+
+
+def _kernel_version(f: NodeFacts, step: CheckHost) -> str:
+    if step.min_kernel is None:
+        raise ValueError("the step names no minimum kernel")
+    want = tuple(int(x) for x in step.min_kernel.split("."))
+    m = re.match(r"^(\d+)\.(\d+)", f.kernel)
+    if f.lab:
+        return f"lab node (shares this machine's kernel {f.kernel}; needs {step.min_kernel}: not checked)"
+    if m is None:
+        raise ValueError(f"cannot read the kernel version from {f.kernel!r}")
+    if (int(m[1]), int(m[2])) < want:
+        raise ValueError(f"kernel {f.kernel} is older than {step.min_kernel}, which kube-proxy's nftables mode needs")
+    return f"{f.kernel} >= {step.min_kernel}"
+
+
 CHECKS: dict[str, Callable[[NodeFacts, CheckHost], str]] = {
     "os": _os,
     "swap-off": _swap_off,
@@ -121,6 +153,8 @@ CHECKS: dict[str, Callable[[NodeFacts, CheckHost], str]] = {
     "time": _time,
     "kernel-modules": _kernel_modules,
     "cgroup": _cgroup,
+    "arch": _arch,
+    "kernel-version": _kernel_version,
 }
 
 

@@ -12,11 +12,14 @@ Why each step behaves as it does here:
   `kubelet.service` must have its unit file, and starting it starts the kubelet stand-in;
   restarting it keeps the running pods (as containerd does on a real node); stopping it stops
   the stand-in and its pods. Other units without a file are recorded with a warning in stdout;
+  `mask` (swap.target) is recorded in the unit's state file;
 * `RunProgram`: a program present in the node tree (absolute path mapped into the root, or a
   bare name found in the tree's bin directories) really runs, with cwd = root; anything else
-  (sysctl, modprobe, ...) is simulated and appended to `programs.jsonl`;
+  (sysctl, modprobe, swapoff: the lab's nodes share one kernel, which a lab must not change) is
+  not run but appended to `programs.jsonl`, and its output says so;
 * `WaitHealth`: a loopback URL is the node's own address, TLS files are read from the tree;
-* `CheckHost`: see `checks` (ports are probed on the node's address);
+* `CheckHost`: see `checks` (ports are probed on the node's address; arch, kernel, OS and swap
+  are this machine's, reported and not judged);
 * `RestartStaticPod`: the kubelet stand-in stops the pod and starts it again from its manifest
   (what taking the manifest away and back does on a real node), and fails the step if the
   kubelet is not running or has no such pod.
@@ -159,6 +162,8 @@ class LabBackend(StepDispatch):
             state["active"] = True
         if step.action == "stop":
             state["active"] = False
+        if step.action == "mask":  # recorded only: the lab has no systemd to stop a mask's unit
+            state["masked"] = True
         if unit == KUBELET:
             # A kubelet restart leaves running pods alone (containerd keeps them on a real node),
             # so the stand-in just keeps running; a stop stops the node's pods too (lab choice).

@@ -8,8 +8,8 @@ an absolute argv[0] must be exactly such a file. Shells and interpreters are nev
 (`NEVER` names them so that a refusal says why). The step's `env` may not change how a program
 is loaded or found (`FORBIDDEN_ENV`: `LD_*`, `PATH`, shell start-up files...).
 
-Today's install steps run no program at all (files, units, downloads and health checks are
-their own step types); the table holds what node preparation and day-2 work on a node need.
+The install's node-env phase runs modprobe, sysctl and swapoff (files, units, downloads and
+health checks are their own step types); the rest of the table is what day-2 work on a node needs.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ __all__ = ["FORBIDDEN_ENV", "HOST_PROGRAMS", "NEVER", "PROGRAM_DIRS", "resolve_p
 HOST_PROGRAMS: Mapping[str, str] = {
     "modprobe": "load the kernel modules Kubernetes networking needs (br_netfilter, overlay)",
     "sysctl": "apply the kernel parameters of /etc/sysctl.d (ip_forward, bridge-nf-call-iptables)",
+    "swapoff": "turn swap off (node-env; swap.target is masked so that it stays off)",
     "crictl": "ask containerd about images and pod sandboxes (pre-pulls, clean-up)",
     "etcdctl": "etcd member operations (promote a learner, remove a member) during day-2 work",
     "kubectl": "node-local kubectl, placed by the node-env phase (/usr/bin/kubectl)",

@@ -132,7 +132,8 @@ class RunProgram(_Step):
 class SystemdUnit(_Step):
     type: Literal["systemd"] = "systemd"
     unit: str
-    action: Literal["daemon-reload", "enable", "disable", "start", "stop", "restart", "enable-now"]
+    # mask: link the unit to /dev/null so that nothing starts it again (swap.target, see node-env)
+    action: Literal["daemon-reload", "enable", "disable", "start", "stop", "restart", "enable-now", "mask"]
 
 
 class RestartStaticPod(_Step):
@@ -173,11 +174,16 @@ class FetchFile(_Step):
 
 
 class CheckHost(_Step):
-    """Preflight checks of the node (like kubeadm's): each name is one check."""
+    """Preflight checks of the node (like kubeadm's): each name is one check. `arch` is what the
+    "arch" check expects the machine to be (the spec's node arch, Go's name); `min_kernel`
+    ("MAJOR.MINOR") what "kernel-version" expects at least."""
 
     type: Literal["check_host"] = "check_host"
-    checks: list[Literal["os", "swap-off", "ports-free", "disk", "time", "kernel-modules", "cgroup"]]
+    checks: list[Literal["os", "swap-off", "ports-free", "disk", "time", "kernel-modules", "cgroup", "arch",
+                         "kernel-version"]]
     ports: list[int] = []
+    arch: Literal["amd64", "arm64"] | None = None
+    min_kernel: str | None = Field(None, pattern=r"^\d+\.\d+$")
     # "cgroup" fails on a cgroup v1 host when set: the kubelet would refuse it (failCgroupV1
     # defaults to true from Kubernetes 1.35) and the spec did not opt out.
     require_cgroup_v2: bool = False

@@ -5,6 +5,8 @@ normalised spec so that a consumer needs nothing but the plan.
 """
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -59,6 +61,9 @@ class NodePlan(_Model):
     labels: dict[str, str]
     taints: list[Taint]
     registers: bool  # False for etcd-only nodes: standalone kubelet, no Node object
+    # The node's CPU architecture (BKENode spec.arch): which binaries it fetches. Defaulted so
+    # that a plan stored before the field existed still parses.
+    arch: Literal["amd64", "arm64"] = "amd64"
 
     def runs(self, component: str) -> bool:
         return component in self.components

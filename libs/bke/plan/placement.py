@@ -154,6 +154,7 @@ def build_plan(spec: ClusterSpec, warnings: list[str] | None = None) -> Plan:
                 labels=_labels(n),
                 taints=_taints(roles),
                 registers=registers(roles),
+                arch=n.spec.arch,
             )
         )
 

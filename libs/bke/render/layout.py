@@ -13,6 +13,7 @@ __all__ = [
     "CONTAINERD_CONFIG",
     "CONTAINERD_UNIT",
     "CONTAINERD_SOCKET",
+    "CRICTL_CONFIG",
     "HAPROXY_CFG",
     "IMAGES",
     "KEEPALIVED_CHECK",
@@ -30,6 +31,7 @@ KUBELET_BIN = "/usr/bin/kubelet"
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 CONTAINERD_CERTS_D = "/etc/containerd/certs.d"
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+CRICTL_CONFIG = "/etc/crictl.yaml"  # where crictl looks by default
 HAPROXY_CFG = "/etc/haproxy/haproxy.cfg"
 KEEPALIVED_CONF = "/etc/keepalived/keepalived.conf"
 KEEPALIVED_CHECK = "/etc/keepalived/check_apiserver.sh"

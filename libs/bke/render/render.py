@@ -29,6 +29,7 @@ from .components import apiserver_pod, controller_manager_pod, etcd_pod, schedul
 from .context import Ctx, RenderInputs
 from .errors import DeniedFlagError, Finding, InvalidOutputError, RenderRejected
 from .gates import VersionSet, resolve_versions
+from .host_files import crictl_config, modules_load, sysctl_conf
 from .k8s_schema import precompile
 from .layout import PORTS
 from .node_files import (check_script, containerd_config, containerd_unit, haproxy_cfg, haproxy_pod, keepalived_conf, keepalived_pod,
@@ -64,6 +65,10 @@ FILES: tuple[FileRule, ...] = (
     FileRule("containerd", "containerd/config.toml.j2", "containerd", 0o644, containerd_config),
     FileRule("containerd", "common/containerd.service.j2", "systemd-unit", 0o644, containerd_unit),
     FileRule("containerd", "common/hosts.toml.j2", "hosts-toml", 0o644, registry_hosts),
+    # every node's kernel modules; the sysctls and crictl.yaml on registered nodes (host_files)
+    FileRule("containerd", "common/modules-load.conf.j2", "modules-load", 0o644, modules_load),
+    FileRule("containerd", "common/sysctl.conf.j2", "sysctl", 0o644, sysctl_conf),
+    FileRule("containerd", "common/crictl.yaml.j2", "crictl-config", 0o644, crictl_config),
     FileRule("kubelet", "k8s/kubelet-config.yaml.j2", "kubelet-config", 0o644, kubelet_config),
     FileRule("kubelet", "k8s/kubelet.service.j2", "systemd-unit", 0o644, kubelet_unit),
     FileRule("etcd-data", "etcd/etcd.yaml.j2", "pod", 0o600, _etcd("etcd-data")),

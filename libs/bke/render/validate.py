@@ -19,6 +19,7 @@ from . import checks, yaml_fast
 from .conf_parsers import parse_haproxy, parse_keepalived, parse_systemd_unit
 from .containerd_keys import v3_key_problems
 from .file_models import ContainerdV2, ContainerdV3, HostsToml, KubeletConfiguration, KubeProxyConfiguration
+from .host_files import HOST_VALIDATORS
 from .k8s_schema import strict_error
 
 __all__ = ["VALIDATORS", "Expect", "load_yaml_docs", "validate_addon"]
@@ -159,6 +160,7 @@ VALIDATORS: dict[str, Callable[[str, Expect], Result]] = {
     "haproxy-cfg": _haproxy,
     "keepalived-conf": _keepalived,
     "shell": _shell,
+    **HOST_VALIDATORS,  # modules-load, sysctl, crictl-config
 }
 
 

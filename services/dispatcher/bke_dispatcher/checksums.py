@@ -1,5 +1,8 @@
-"""Where binary checksums come from: the httpRepo's `<file>.sha256` (as dl.k8s.io lays them
-out), or, in the lab, the placeholder the lab agent writes in place of a download."""
+"""Where binary checksums come from: the httpRepo's `<url>.sha256` beside each artefact (as
+dl.k8s.io lays them out, and `bke bundle build` writes them), or, in the lab, the placeholder the
+lab agent writes in place of a download. Both answer for every artefact some node of the plan
+fetches (steps.plan_artefacts), keyed by the artefact's URL: an arm64 node's containerd is another
+URL, and another checksum, than an amd64 node's."""
 from __future__ import annotations
 
 import httpx
@@ -8,37 +11,42 @@ from bke.errors import TemporaryError
 from bke.binary_placeholder import lab_binary_sha256
 from bke.plan import Plan
 
-from .steps import BINARIES
+from .steps import plan_artefacts
 
-__all__ = ["HttpRepoChecksums", "LabChecksums"]
+__all__ = ["HttpRepoChecksums", "LabChecksums", "artefact_urls"]
 
 
-def _urls(plan: Plan) -> dict[str, str]:
-    c = plan.spec.config
-    repo = c.http_repo.rstrip("/")
-    versions = {"containerd": c.containerd_version, "kubelet": c.kubernetes_version, "kubectl": c.kubernetes_version}
-    return {name: f"{repo}/{name}/{versions[name]}/linux/amd64/{name}" for name in BINARIES}
+def artefact_urls(plan: Plan) -> list[str]:
+    repo = plan.spec.config.http_repo
+    return [a.url(repo) for a in plan_artefacts(plan)]
 
 
 class LabChecksums:
     async def for_plan(self, plan: Plan) -> dict[str, str]:
-        return {name: lab_binary_sha256(url) for name, url in _urls(plan).items()}
+        return {url: lab_binary_sha256(url) for url in artefact_urls(plan)}
 
 
 class HttpRepoChecksums:
-    def __init__(self) -> None:
+    """Reads each `<url>.sha256` once per process (an artefact's URL names its version, so its
+    checksum never changes); an unreadable one is a retry later, not a failure."""
+
+    def __init__(self, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self._cache: dict[str, str] = {}
+        self._transport = transport
 
     async def for_plan(self, plan: Plan) -> dict[str, str]:
-        out = {}
-        async with httpx.AsyncClient(timeout=10.0, trust_env=False) as client:
-            for name, url in _urls(plan).items():
-                if url not in self._cache:
+        urls = artefact_urls(plan)
+        missing = [u for u in urls if u not in self._cache]
+        if missing:
+            async with httpx.AsyncClient(timeout=10.0, trust_env=False, transport=self._transport) as client:
+                for url in missing:
                     try:
                         resp = await client.get(url + ".sha256")
                         resp.raise_for_status()
                     except httpx.HTTPError as exc:
                         raise TemporaryError(f"cannot read checksum {url}.sha256: {exc}", delay=10.0) from exc
-                    self._cache[url] = resp.text.split()[0].strip().lower()
-                out[name] = self._cache[url]
-        return out
+                    digest = (resp.text.split() or [""])[0].strip().lower()
+                    if len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
+                        raise TemporaryError(f"{url}.sha256 holds no sha256 ({resp.text[:80]!r})", delay=10.0)
+                    self._cache[url] = digest
+        return {u: self._cache[u] for u in urls}

@@ -74,7 +74,7 @@ PHASES: tuple[Phase, ...] = (
     Phase("agents", "every node's agent is up and has announced its keys", _all, needs=("agents",)),
     Phase(
         "node-env",
-        "preflight checks; containerd, kubelet, kubectl fetched and verified; kubelet running",
+        "preflight checks; containerd, runc, kubelet (and on registered nodes crictl, kubectl, CNI plugins) fetched and verified; kernel modules, sysctls, swap off; kubelet running",
         _all,
         lambda plan, node, inp: node_env_steps(plan, node, inp.render, inp.checksums),
         needs=("render", "checksums"),

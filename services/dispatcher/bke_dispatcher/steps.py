@@ -8,17 +8,24 @@ from __future__ import annotations
 
 import fnmatch
 
-from bke.contracts.agent import CheckHost, FetchFile, Step, SystemdUnit, WaitHealth, WriteFile
+from bke.artefacts import Artefact, node_artefacts
+from bke.contracts.agent import CheckHost, FetchFile, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile
+from bke.node_kernel import PROXY_MIN_KERNEL, SYSCTL_FILE, kernel_modules, sysctls
 from bke.plan import NodePlan, Plan
 from bke.spec.host_rules import requires_cgroup_v2
 from bke.state.nodefiles import NodeFile
 
 __all__ = [
     "FILE_PHASES",
+    "artefacts_of",
     "binaries",
     "component_ports",
     "file_phase",
     "health_steps",
+    "kernel_steps",
+    "node_env_steps",
+    "plan_artefacts",
+    "swap_steps",
     "write_steps",
 ]
 
@@ -31,11 +38,6 @@ FILE_PHASES: tuple[tuple[str, str], ...] = (
     ("/etc/kubernetes/manifests/etcd*.yaml", "etcd"),
     ("/etc/kubernetes/manifests/kube-*.yaml", "control-plane"),
 )
-
-# Where each binary goes: containerd as its release tarball lays it out, kubelet and kubectl
-# as the distro packages do (the rendered units point there).
-BINARIES = {"containerd": "/usr/local/bin/containerd", "kubelet": "/usr/bin/kubelet", "kubectl": "/usr/bin/kubectl"}
-
 
 def file_phase(path: str) -> str:
     for pattern, phase in FILE_PHASES:
@@ -62,22 +64,57 @@ def write_steps(files: list[NodeFile], phase: str, prefix: str = "write") -> lis
     return out
 
 
-def binaries(plan: Plan, sums: dict[str, str]) -> list[Step]:
-    """containerd, kubelet and kubectl from the spec's httpRepo, each checksum-verified."""
-    c = plan.spec.config
-    repo = c.http_repo.rstrip("/")
-    versions = {"containerd": c.containerd_version, "kubelet": c.kubernetes_version, "kubectl": c.kubernetes_version}
+def artefacts_of(plan: Plan, node: NodePlan) -> list[Artefact]:
+    """What this node fetches: its arch's binaries, and the pod-network tools if it registers."""
+    return node_artefacts(plan.spec.config, node.arch, registers=node.registers)
+
+
+def plan_artefacts(plan: Plan) -> list[Artefact]:
+    """Every artefact some node of the plan fetches, once each (what the checksums cover)."""
+    seen: dict[str, Artefact] = {}
+    kinds = sorted({(n.arch, n.registers) for n in plan.nodes})  # a handful, whatever the node count
+    for arch, registers in kinds:
+        for a in node_artefacts(plan.spec.config, arch, registers=registers):
+            seen.setdefault(a.path, a)
+    return list(seen.values())
+
+
+def binaries(plan: Plan, node: NodePlan, sums: dict[str, str]) -> list[Step]:
+    """The node's artefacts from the spec's httpRepo, each checksum-verified; `sums` maps each
+    artefact's URL to its sha256 (checksums.py)."""
+    repo = plan.spec.config.http_repo
+    out: list[Step] = []
+    for a in artefacts_of(plan, node):
+        assert a.dest is not None, f"{a.path} has no place on a node"
+        url = a.url(repo)
+        out.append(FetchFile(id=f"fetch:{a.key}", url=url, path=a.dest, sha256=sums[url], mode=a.mode,
+                             timeout_s=600, retries=3, backoff_s=2))
+    return out
+
+
+def kernel_steps(plan: Plan, node: NodePlan) -> list[Step]:
+    """Load the node's modules and set its sysctls now; the files written before make both
+    last across reboots (bke.node_kernel: the same lists)."""
+    mode = plan.spec.config.kube_proxy.mode if node.runs("kube-proxy") else None
+    out: list[Step] = [RunProgram(id="kernel:modprobe", argv=["modprobe", "-a", *kernel_modules(registers=node.registers, proxy_mode=mode)])]
+    if sysctls(registers=node.registers):
+        # after modprobe: the net.bridge.* keys exist only once br_netfilter is loaded
+        out.append(RunProgram(id="kernel:sysctl", argv=["sysctl", "-p", SYSCTL_FILE]))
+    return out
+
+
+def swap_steps() -> list[Step]:
+    """Swap off now, and for good without editing /etc/fstab: systemd-fstab-generator turns each
+    fstab swap entry into a .swap unit pulled in by swap.target, so a masked swap.target starts
+    none of them at boot (kubespray does the same: roles/kubernetes/preinstall/tasks/
+    0010-swapoff.yml, "Mask swap.target (persist swapoff)", commit 46dbdd39). Then the
+    kubelet's own requirement (no active swap) is checked.
+    Not covered: swap that something else starts (a swapon in a script, a zram service not
+    tied to swap.target): the check step then fails, saying swap is still on."""
     return [
-        FetchFile(
-            id=f"fetch:{name}",
-            url=f"{repo}/{name}/{versions[name]}/linux/amd64/{name}",
-            path=BINARIES[name],
-            sha256=sums[name],
-            timeout_s=600,
-            retries=3,
-            backoff_s=2,
-        )
-        for name in BINARIES
+        RunProgram(id="swap:off", argv=["swapoff", "-a"]),
+        SystemdUnit(id="systemd:mask-swap", unit="swap.target", action="mask"),
+        CheckHost(id="check:swap-off", checks=["swap-off"]),
     ]
 
 
@@ -93,11 +130,21 @@ def component_ports(plan: Plan, node: NodePlan) -> list[int]:
 
 
 def node_env_steps(plan: Plan, node: NodePlan, files: list[NodeFile], sums: dict[str, str]) -> list[Step]:
+    mode = plan.spec.config.kube_proxy.mode
+    min_kernel = PROXY_MIN_KERNEL[mode] if node.runs("kube-proxy") else None
+    checks: list[str] = ["os", "ports-free", "disk", "time", "arch", "cgroup"] + (["kernel-version"] if min_kernel else [])
     return [
-        CheckHost(id="preflight", checks=["os", "swap-off", "ports-free", "disk", "time", "cgroup"], ports=component_ports(plan, node),
-                  require_cgroup_v2=requires_cgroup_v2(plan.spec, node.hostname)),
-        *binaries(plan, sums),
+        # nothing is changed before the node is known to fit: its OS, free ports, disk, clock,
+        # its machine is the spec's arch, and (kube-proxy nftables) its kernel is new enough
+        CheckHost(id="preflight", checks=checks, ports=component_ports(plan, node), arch=node.arch,
+                  require_cgroup_v2=requires_cgroup_v2(plan.spec, node.hostname),
+                  min_kernel=f"{min_kernel[0]}.{min_kernel[1]}" if min_kernel else None),
+        *binaries(plan, node, sums),
+        # containerd and kubelet configs, units, crictl.yaml, modules-load.d and sysctl.d files
         *write_steps(files, "node-env"),
+        *kernel_steps(plan, node),
+        # swap checked only after it is turned off (the preflight would refuse a node we can fix)
+        *swap_steps(),
         SystemdUnit(id="systemd:daemon-reload", unit="", action="daemon-reload"),
         SystemdUnit(id="systemd:containerd", unit="containerd.service", action="enable-now"),
         # kubelet before any static pod: it is what runs them

@@ -1,0 +1,81 @@
+"""What a node's kernel must have for Kubernetes, as data: the modules to load, the sysctls to
+set, and the oldest kernel each kube-proxy mode runs on. The renderer writes them into
+`/etc/modules-load.d/` and `/etc/sysctl.d/` (so that they survive a reboot: systemd's
+systemd-sysctl.service is ordered after systemd-modules-load.service, so the bridge sysctls
+exist when they are applied), and the dispatcher's node-env phase applies the same lists at
+once (`modprobe -a`, `sysctl -p`), so the file and the running kernel cannot disagree.
+
+Which node gets what:
+* every node runs containerd, whose default snapshotter is overlayfs: `overlay`;
+* a node whose kubelet registers runs pods on the pod network (a CNI bridge or veths, Services
+  through kube-proxy): `br_netfilter` and the bridge-nf-call sysctls, so that bridged pod
+  traffic passes iptables/nftables, and `net.ipv4.ip_forward`, so that it is routed; plus the
+  modules of the kube-proxy mode;
+* an etcd-only node runs a standalone kubelet with host-network static pods only (etcd): no
+  pod network, no Service traffic, so none of the networking settings (and no sysctl file).
+
+Sources (read on paper; applying them was not tried on a real host here):
+* kubernetes/website content/en/docs/setup/production-environment/container-runtimes.md
+  ("Enable IPv4 packet forwarding": net.ipv4.ip_forward = 1; its earlier revisions also name
+  overlay, br_netfilter and net.bridge.bridge-nf-call-ip{,6}tables = 1);
+* kubernetes/kubernetes cmd/kubeadm/app/preflight/checks.go: addIPv4Checks requires
+  /proc/sys/net/ipv4/ip_forward = 1; older releases also required
+  /proc/sys/net/bridge/bridge-nf-call-iptables = 1 (we keep it: calico and the bridge plugin
+  still rely on bridged traffic being filtered);
+* kubernetes/kubernetes pkg/proxy/ipvs/README.md ("Prerequisite": ip_vs, ip_vs_rr, ip_vs_wrr,
+  ip_vs_sh and nf_conntrack; kernels before 4.19 call the last nf_conntrack_ipv4, which we do
+  not handle: there the modprobe step fails and says which module);
+* kubernetes/kubernetes pkg/util/kernel/constants.go (NFTablesKubeProxyKernelVersion = "5.13",
+  checked by pkg/proxy/nftables at start; the website's virtual-ips.md states the same
+  minimum); nf_tables is the module of the nftables framework;
+* kubernetes-sigs/kubespray roles/kubernetes/node/tasks/main.yml (commit 46dbdd39, 2026-08):
+  the same choices: br_netfilter and bridge-nf-call-* on every node, kube_proxy_ipvs_modules
+  plus nf_conntrack for ipvs, nf_tables for nftables, each persisted in /etc/modules-load.d.
+"""
+from __future__ import annotations
+
+__all__ = [
+    "MODULES_FILE",
+    "PROXY_MIN_KERNEL",
+    "PROXY_MODULES",
+    "SYSCTL_FILE",
+    "kernel_modules",
+    "sysctls",
+]
+
+# Our own files, named so that an operator sees who wrote them; 99- so that ours are applied
+# after the distribution's defaults in /usr/lib/sysctl.d (an operator's /etc/sysctl.conf,
+# linked as 99-sysctl.conf, still sorts after it and wins).
+MODULES_FILE = "/etc/modules-load.d/bke.conf"
+SYSCTL_FILE = "/etc/sysctl.d/99-bke.conf"
+
+BASE_MODULES: tuple[str, ...] = ("overlay",)
+POD_NETWORK_MODULES: tuple[str, ...] = ("br_netfilter",)
+PROXY_MODULES: dict[str, tuple[str, ...]] = {
+    "iptables": (),  # the iptables modules load on first use
+    "ipvs": ("ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh", "nf_conntrack"),
+    "nftables": ("nf_tables",),
+}
+# The oldest kernel (major, minor) each kube-proxy mode runs on; None: no limit of its own.
+PROXY_MIN_KERNEL: dict[str, tuple[int, int] | None] = {"iptables": None, "ipvs": None, "nftables": (5, 13)}
+
+POD_NETWORK_SYSCTLS: tuple[tuple[str, str], ...] = (
+    ("net.bridge.bridge-nf-call-ip6tables", "1"),
+    ("net.bridge.bridge-nf-call-iptables", "1"),
+    ("net.ipv4.ip_forward", "1"),
+)
+
+
+def kernel_modules(*, registers: bool, proxy_mode: str | None) -> tuple[str, ...]:
+    """The modules one node loads: `proxy_mode` is the kube-proxy mode if the node runs kube-proxy."""
+    out = BASE_MODULES
+    if registers:
+        out += POD_NETWORK_MODULES
+    if proxy_mode is not None:
+        out += PROXY_MODULES[proxy_mode]
+    return out
+
+
+def sysctls(*, registers: bool) -> tuple[tuple[str, str], ...]:
+    """The kernel parameters one node sets (none on an etcd-only node)."""
+    return POD_NETWORK_SYSCTLS if registers else ()
