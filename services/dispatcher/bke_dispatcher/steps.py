@@ -10,6 +10,7 @@ import fnmatch
 
 from bke.contracts.agent import CheckHost, FetchFile, Step, SystemdUnit, WaitHealth, WriteFile
 from bke.plan import NodePlan, Plan
+from bke.render.layout import PORTS
 from bke.state.nodefiles import NodeFile
 
 __all__ = [
@@ -115,6 +116,12 @@ def health_steps(plan: Plan, node: NodePlan, components: tuple[str, ...], timeou
                     timeout_s=timeout_s,
                 )
             )
+    if "kubelet" in node.components and "kubelet" in components:
+        # the kubelet's own healthz: plain HTTP on loopback (healthzBindAddress 127.0.0.1 and
+        # healthzPort in the rendered KubeletConfiguration, bke.render.layout PORTS); on
+        # every node, workers and etcd-only nodes (a standalone kubelet) included
+        out.append(WaitHealth(id="health:kubelet", url=f"http://127.0.0.1:{PORTS['kubelet-healthz']}/healthz",
+                              expect_body="ok", timeout_s=timeout_s))
     for comp, url in (
         ("kube-apiserver", "https://127.0.0.1:6443/livez"),
         ("kube-controller-manager", "https://127.0.0.1:10257/healthz"),
