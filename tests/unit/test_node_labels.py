@@ -109,3 +109,20 @@ def test_record_round_trips_to_the_marks_it_was_made_from():
     doc = record(want, "Recorded", "2026-12-01T00:00:00+00:00")
     assert doc["status"] == "Recorded" and doc["taints"] == [{"key": CP_TAINT[0], "value": "", "effect": "NoSchedule"}]
     assert marks_from_record(doc) == want and marks_from_record(None) is None
+
+
+def test_a_label_the_apiserver_would_refuse_fails_the_plan_with_its_field_path():
+    text = Path("examples/split-etcd.yaml").read_text().replace(
+        "labels: {pool: general}", 'labels: {pool: general, "Example.com/x": y, "team/": a, ok: "bad value!"}', 1)
+    out = plan_spec_text(text)
+    assert not out.ok
+    msgs = {(e.path, e.message) for e in out.errors}
+    node = next(e.path for e in out.errors).split(".labels.")[0]
+    assert (f"{node}.labels.Example.com/x",
+            "label key 'Example.com/x': prefix 'Example.com' must be a lowercase DNS subdomain of at most 253 characters") in msgs
+    assert (f"{node}.labels.team/", "label key 'team/': the name is empty") in msgs
+    assert any(p == f"{node}.labels.ok" and m.startswith("label value 'bad value!'") for p, m in msgs)
+    assert len(out.errors) == 3
+    long_ok = "a" * 63
+    assert plan_spec_text(Path("examples/split-etcd.yaml").read_text().replace(
+        "labels: {pool: general}", f"labels: {{pool: general, example.com/{long_ok}: {long_ok}}}", 1)).ok
