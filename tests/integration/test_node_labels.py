@@ -177,3 +177,48 @@ async def test_the_lab_kubelet_serves_healthz_where_its_config_says(tmp_path):
         assert kubelet.healthz._server is None
     finally:
         await kubelet.stop()
+
+
+class RecordedApi:
+    """The API's answers, as recorded objects (what k8s_nodes reads on a real cluster)."""
+
+    def __init__(self, nodes, objects):
+        self.node_objs, self.objects = nodes, objects
+
+    async def nodes(self, plan):
+        return self.node_objs
+
+    async def workload(self, plan, w):
+        return self.objects.get(w.ref)
+
+
+def _node(name, ready):
+    return {"metadata": {"name": name}, "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+
+
+async def test_the_health_phase_waits_for_ready_nodes_and_workloads_then_fails_at_its_deadline(redis_url, redis_client):
+    from bke_dispatcher.api_health import ApiHealthWork
+
+    plan = plan_spec_text(Path("examples/seed-3m1w.yaml").read_text()).plan
+    ds = {"metadata": {"generation": 1}, "status": {"observedGeneration": 1, "desiredNumberScheduled": 4,
+                                                    "updatedNumberScheduled": 4, "numberAvailable": 4}}
+    dep = {"metadata": {"generation": 1}, "spec": {"replicas": 2},
+           "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2}}
+    api = RecordedApi({h: _node(h, "True") for h in ("master1", "master2", "master3")} | {"node1": _node("node1", "False")},
+                      {"daemonset/kube-system/calico-node": ds})
+    r = Redis.from_url(redis_url)
+    try:
+        clock = Clock()
+        work = ApiHealthWork(r, api, clock, timeout_s=60)
+        out = await work.run("health", plan)
+        assert out.status == "wait"
+        assert out.reason == "3/4 nodes Ready (not Ready: node1); deployment/kube-system/coredns: not found"
+        clock.t += timedelta(seconds=61)
+        failed = await work.run("health", plan)
+        assert failed.status == "failed" and failed.node == "node1" and failed.reason.startswith("not healthy after 60s: 3/4")
+        api.node_objs["node1"] = _node("node1", "True")
+        api.objects["deployment/kube-system/coredns"] = dep
+        assert (await work.run("health", plan)).status == "done"  # a retry starts a new deadline and passes
+        assert (await ApiHealthWork(r, None, clock).run("health", plan)).status == "done"  # the lab: no API to ask
+    finally:
+        await r.aclose()

@@ -13,7 +13,7 @@ from bke.contracts.status import GetStatus
 from bke.plan import plan_spec_text
 from bke_cli.status_cmd import summary_lines
 from bke_dispatcher import decide
-from bke_dispatcher.api_health import daemonset_ready, deployment_ready, health_verdict, node_ready, workloads
+from bke_dispatcher.api_health import daemonset_ready, deployment_ready, health_doc, health_verdict, node_ready, workloads
 from bke_dispatcher.phases import PHASES, phase_by_slug
 from bke_dispatcher.status import build_status
 from bke_dispatcher.status_summary import health_counts, label_sets
@@ -108,6 +108,15 @@ def test_the_verdict_names_what_is_not_ready():
     assert v.reason == "3/4 nodes Ready (not Ready: node1); deployment/kube-system/coredns: not found"
     del nodes["master2"]  # never registered
     assert health_verdict(plan, nodes, objects).not_ready_nodes == ["master2", "node1"]
+
+
+def test_the_periodic_record_counts_ready_nodes_and_says_why_a_workload_is_not_ready():
+    plan = seed_plan()
+    nodes = {h: node(h, "True") for h in ("master1", "master2", "master3")}
+    doc = health_doc(plan, nodes, {"daemonset/kube-system/calico-node": DS_ROLLING})
+    assert doc == {"nodesReady": 3, "nodesRegistered": 4, "notReady": ["node1"], "workloads": {
+        "daemonset/kube-system/calico-node": {"ready": False, "reason": "2/4 pods available, 4/4 updated"},
+        "deployment/kube-system/coredns": {"ready": False, "reason": "not found"}}}
 
 
 def test_no_cni_and_no_coredns_means_no_workload_to_wait_for():

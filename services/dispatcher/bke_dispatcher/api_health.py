@@ -40,8 +40,11 @@ __all__ = [
     "Workload",
     "daemonset_ready",
     "deployment_ready",
+    "health_doc",
     "health_verdict",
     "node_ready",
+    "periodic_doc",
+    "read_objects",
     "workloads",
 ]
 
@@ -135,10 +138,32 @@ def health_verdict(plan: Plan, nodes: dict[str, dict[str, Any]], objects: dict[s
     return Verdict(not parts, "; ".join(parts), not_ready)
 
 
+def health_doc(plan: Plan, nodes: dict[str, dict[str, Any]], objects: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+    """The periodic health's API record (beside kube-system's pods): nodes Ready, workloads."""
+    verdict = health_verdict(plan, nodes, objects)
+    registered = sum(1 for n in plan.nodes if n.registers)
+    out: dict[str, Any] = {"nodesReady": registered - len(verdict.not_ready_nodes), "nodesRegistered": registered,
+                           "notReady": verdict.not_ready_nodes[:50], "workloads": {}}
+    for w in workloads(plan):
+        obj = objects.get(w.ref)
+        ok, why = (False, "not found") if obj is None else (daemonset_ready(obj) if w.kind == "DaemonSet" else deployment_ready(obj))
+        out["workloads"][w.ref] = {"ready": ok, "reason": why}
+    return out
+
+
 class ClusterObjects(Protocol):
     async def nodes(self, plan: Plan) -> dict[str, dict[str, Any]]: ...
 
     async def workload(self, plan: Plan, w: Workload) -> dict[str, Any] | None: ...
+
+
+async def read_objects(plan: Plan, api: ClusterObjects) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any] | None]]:
+    return await api.nodes(plan), {w.ref: await api.workload(plan, w) for w in workloads(plan)}
+
+
+async def periodic_doc(plan: Plan, api: ClusterObjects) -> dict[str, Any]:
+    """For the periodic health (real clusters): `health_doc` of what the API says now."""
+    return health_doc(plan, *await read_objects(plan, api))
 
 
 class ApiHealthWork:
@@ -152,9 +177,7 @@ class ApiHealthWork:
     async def run(self, name: str, plan: Plan) -> Outcome:
         if self.api is None:
             return DONE
-        nodes = await self.api.nodes(plan)
-        objects = {w.ref: await self.api.workload(plan, w) for w in workloads(plan)}
-        verdict = health_verdict(plan, nodes, objects)
+        verdict = health_verdict(plan, *await read_objects(plan, self.api))
         pkey = phase_key(plan.cluster, name)
         if verdict.ready:
             await self.redis.hdel(pkey, WAITING_SINCE)

@@ -44,7 +44,7 @@ from bke.state.keys import heartbeat_key
 from bke.state.nodefiles import RedisNodeFiles
 
 from .addons import AddonsWork, LabApplier
-from .api_health import ApiHealthWork
+from .api_health import ApiHealthWork, periodic_doc
 from .checksums import HttpRepoChecksums, LabChecksums
 from .engine import Engine
 from .health import HealthMonitor
@@ -100,8 +100,13 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         _now, settings.owner, settings.lease_ms, notify=svc.notify, sign=signing.sign,
     )
     runner = Runner(engine, state)
-    health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s,
-                           pods=None if lab else applier.pod_status, sign=signing.sign)
+    pods = None
+    if nodes_api is not None:  # real clusters: kube-system pods, every Node Ready, the CNI and CoreDNS
+        api = nodes_api
+
+        async def pods(plan):
+            return {**await applier.pod_status(plan), **await periodic_doc(plan, api)}
+    health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s, pods=pods, sign=signing.sign)
     rotation_store = RotationStore(redis)
     rotations = Rotations(rotation_store, state, plans, files, svc.publish, _now, settings.owner, settings.lease_ms,
                           sign=signing.sign)
