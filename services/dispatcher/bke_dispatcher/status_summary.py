@@ -3,7 +3,6 @@ label sets. Pure; a reply stays small at 10,000 nodes because per-node detail ri
 paged node rows and only these summaries cover every node."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from bke.contracts.status import MAX_LABEL_SETS, HealthCounts, LabelSet, NodeHealth, NodeTaint
@@ -42,18 +41,17 @@ def health_counts(order: list[str], health: dict[str, dict[str, Any]]) -> Health
 def label_sets(order: list[str], records: dict[str, dict[str, Any]]) -> tuple[list[LabelSet], int, int]:
     """(the largest MAX_LABEL_SETS distinct sets, largest first; how many nodes are labelled;
     how many distinct sets were left out)."""
-    counts: dict[str, int] = {}
+    counts: dict[tuple, int] = {}
     labelled = 0
     for h in order:
         doc = records.get(h)
         if not doc:
             continue
         labelled += 1
-        key = json.dumps({"labels": doc.get("labels") or {}, "taints": doc.get("taints") or []}, sort_keys=True)
+        key = (tuple(sorted((doc.get("labels") or {}).items())),
+               tuple((t["key"], t.get("value", ""), t["effect"]) for t in doc.get("taints") or []))
         counts[key] = counts.get(key, 0) + 1
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    sets = []
-    for key, n in ranked[:MAX_LABEL_SETS]:
-        doc = json.loads(key)
-        sets.append(LabelSet(labels=doc["labels"], taints=node_taints(doc) or [], nodes=n))
+    sets = [LabelSet(labels=dict(labels), taints=[NodeTaint(key=k, value=v, effect=e) for k, v, e in taints], nodes=n)
+            for (labels, taints), n in ranked[:MAX_LABEL_SETS]]
     return sets, labelled, max(0, len(ranked) - MAX_LABEL_SETS)
