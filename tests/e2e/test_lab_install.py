@@ -121,7 +121,7 @@ async def test_seed_install_with_dispatcher_killed_in_the_etcd_phase(lab_factory
     assert lab.sup.pids()["services"]["dispatcher"] != pid
     assert await install == 0, lab.out.getvalue()
     doc = await lab.status()
-    assert [p["status"] for p in doc["phases"]].count("Succeeded") == 9  # load-balancer Skipped
+    assert [p["status"] for p in doc["phases"]].count("Succeeded") == 10  # load-balancer Skipped
     assert lab.phase(doc, "load-balancer")["status"] == "Skipped"
     counts = assert_ran_once(lab)
     assert sum(1 for c in counts if "/etcd/" in c) == 3
