@@ -6,6 +6,7 @@ files tests use to break things on purpose. Everything is under the node's root:
                                               pid, ready, health URLs, restarts
     <root>/var/lib/bke-lab/systemd/<unit>.json  simulated unit state: enabled, active
     <root>/var/lib/bke-lab/unhealthy/<pod>    control: while it exists, the simulated pod's
+                                              (or, for `kubelet`, the kubelet's own /healthz)
                                               health endpoints answer 500
     <root>/var/lib/bke-lab/fail-step/<id>     control: while it exists, the step with this id
                                               fails with the file's text as stderr (use

@@ -64,12 +64,16 @@ def _status_or_exit(nats_url: BusAccess | str, cluster: str, nodes: NodeSelectio
 def status(
     name: str = typer.Argument(..., help="cluster name"),
     output: Fmt = typer.Option(Fmt.table, "-o", "--output"),
-    nodes: Nodes = typer.Option(Nodes.failed, "--nodes", help="which nodes to list: none, failed (failed and running), all"),
+    nodes: Optional[Nodes] = typer.Option(
+        None, "--nodes",
+        help="which nodes to list: none, failed (failed and running), all (default: failed for the table, all for json)"),
     workdir: Optional[Path] = WORKDIR,
     nats_url: Optional[str] = NATS,
 ) -> None:
-    """Show the install's phases and nodes, as the dispatcher reports them."""
-    doc = _status_or_exit(resolve_nats(workdir, nats_url), name, nodes.value)  # type: ignore[arg-type]
+    """Show the install's phases and nodes, as the dispatcher reports them; with `-o json`,
+    every node with its applied labels, taints and latest health answer."""
+    chosen = nodes or (Nodes.all if output is Fmt.json else Nodes.failed)
+    doc = _status_or_exit(resolve_nats(workdir, nats_url), name, chosen.value)  # type: ignore[arg-type]
     if doc is None:
         die(f"cluster {name!r}: not found (no install)", EXIT_INVALID)
     if output is Fmt.json:
@@ -79,10 +83,13 @@ def status(
     console.print(status_table(doc))
     c = doc.node_counts
     console.print(f"nodes: {c.total} ({c.succeeded} succeeded, {c.running} running, {c.failed} failed, {c.pending} pending)")
+    for line in summary_lines(doc):
+        console.print(line, markup=False, highlight=False)
     if doc.nodes:
-        table = Table("node", "status", "phase", "step")
+        table = Table("node", "status", "phase", "step", "health")
         for n in doc.nodes:
-            table.add_row(n.hostname, n.status, n.phase or "", n.step or "")
+            health = "" if n.health is None else n.health.status + (f" ({', '.join(n.health.failing)})" if n.health.failing else "")
+            table.add_row(n.hostname, n.status, n.phase or "", n.step or "", health)
         console.print(table)
     if doc.rotation is not None:
         r = doc.rotation
@@ -90,6 +97,31 @@ def status(
     if doc.refusals is not None:  # forged or misdirected commands and registrations
         f = doc.refusals
         console.print(f"refused: {f.count} (last {f.last_at or ''}: {f.last_reason})", markup=False, highlight=False)
+
+
+def _short_label(key: str, value: str) -> str:
+    """`node-role.kubernetes.io/worker=worker` reads as `role:worker`: the sets stay one line."""
+    if key.startswith("node-role.kubernetes.io/"):
+        return "role:" + key.removeprefix("node-role.kubernetes.io/")
+    return f"{key}={value}" if value else key
+
+
+def summary_lines(doc: ClusterStatus) -> list[str]:
+    """Health and labels of every node, in a few lines whatever the cluster's size: counts,
+    then one line per distinct label set with its node count."""
+    h = doc.node_health
+    lines = [f"health: {h.healthy} healthy, {h.unhealthy} unhealthy, {h.unknown} not checked yet"
+             + (f" (unhealthy: {', '.join(h.unhealthy_nodes)}{' ...' if h.unhealthy > len(h.unhealthy_nodes) else ''})"
+                if h.unhealthy else "")]
+    if doc.labelled:
+        lines.append(f"labels applied on {doc.labelled} node(s):")
+        for s in doc.label_sets:
+            marks = [_short_label(k, v) for k, v in sorted(s.labels.items())]
+            marks += [f"taint:{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for t in s.taints]
+            lines.append(f"  {s.nodes:>6}  {' '.join(marks) or '(none)'}")
+        if doc.label_sets_more:
+            lines.append(f"  ... and {doc.label_sets_more} more distinct label set(s) (bke status -o json)")
+    return lines
 
 
 def _picked_up(before: ClusterStatus, now: ClusterStatus | None) -> bool:

@@ -56,6 +56,23 @@ async def test_split_etcd_install_files_and_real_etcd(lab_factory):
     cli_doc = json.loads(out)
     jsonschema.Draft202012Validator(json.loads(Path("docs/status.schema.json").read_text())).validate(cli_doc)
     assert cli_doc["status"] == "Succeeded" and cli_doc["nodeCounts"]["succeeded"] == len(lab.plan.nodes) == len(cli_doc["nodes"])
+    # every registered node's labels, split roles included, as recorded by the node-labels phase
+    # (the lab has no apiserver); etcd-only nodes have no Node object and no labels
+    split_roles = {"m1": {"apiserver"}, "m4": {"controller-manager", "scheduler"}, "events1": set(), "worker1": set()}
+    rows = {n["hostname"]: n for n in cli_doc["nodes"]}
+    for node in lab.plan.nodes:
+        row = rows[node.hostname]
+        if not node.registers:
+            assert row["labels"] is None and row["taints"] is None, node.hostname
+        else:
+            assert row["labels"] == node.labels and node.labels, node.hostname
+        for role in split_roles.get(node.hostname, ()):
+            assert row["labels"][f"node-role.kubernetes.io/{role}"] == "", (node.hostname, role)
+        # health for every node: its kubelet (and what else it runs) answered the health phase
+        assert row["health"]["status"] == "Healthy" and row["health"]["failing"] == [], node.hostname
+    assert rows["m1"]["taints"] == [{"key": "node-role.kubernetes.io/control-plane", "value": "", "effect": "NoSchedule"}]
+    assert cli_doc["nodeHealth"]["healthy"] == len(lab.plan.nodes)
+    assert cli_doc["labelled"] == sum(1 for n in lab.plan.nodes if n.registers)
 
     # least privilege on disk: what each node's role needs, nothing else
     pki = "etc/kubernetes/pki"
@@ -104,7 +121,7 @@ async def test_seed_install_with_dispatcher_killed_in_the_etcd_phase(lab_factory
     assert lab.sup.pids()["services"]["dispatcher"] != pid
     assert await install == 0, lab.out.getvalue()
     doc = await lab.status()
-    assert [p["status"] for p in doc["phases"]].count("Succeeded") == 9  # load-balancer Skipped
+    assert [p["status"] for p in doc["phases"]].count("Succeeded") == 10  # load-balancer Skipped
     assert lab.phase(doc, "load-balancer")["status"] == "Skipped"
     counts = assert_ran_once(lab)
     assert sum(1 for c in counts if "/etcd/" in c) == 3
@@ -174,19 +191,28 @@ async def test_health_is_kept_current_after_the_install(lab_factory, monkeypatch
     monkeypatch.setenv("BKE_DISPATCHER_HEALTH_INTERVAL_S", "1")
     lab = lab_factory(SEED)
     assert await lab.install() == 0, lab.out.getvalue()
-    masters = {"master1", "master2", "master3"}
+    every = {"master1", "master2", "master3", "node1"}  # the worker too: its kubelet's /healthz
 
     def healthy(doc, wanted):
-        return set(doc["health"]) == masters and all(doc["health"][h]["status"] == wanted.get(h, "Healthy") for h in masters)
+        health = {n["hostname"]: n["health"] for n in doc["nodes"] if n["health"]}
+        return set(health) == every and all(health[h]["status"] == wanted.get(h, "Healthy") for h in every)
 
-    await lab.wait_status(lambda d: healthy(d, {}), 60, "every control-plane node healthy")
+    def failing(doc, host):
+        return next(n["health"]["failing"] for n in doc["nodes"] if n["hostname"] == host)
+
+    await lab.wait_status(lambda d: healthy(d, {}), 60, "every node healthy")
     flag_file = LabLayout(lab.host("master2")).unhealthy_file("kube-apiserver")
     flag_file.parent.mkdir(parents=True, exist_ok=True)
     flag_file.write_text("made unhealthy by the test\n")
-    doc = await lab.wait_status(lambda d: healthy(d, {"master2": "Unhealthy"}), 60, "master2 reported unhealthy")
-    assert doc["health"]["master2"]["failing"] == ["health:kube-apiserver"]
+    kubelet_flag = LabLayout(lab.host("node1")).unhealthy_file("kubelet")
+    kubelet_flag.write_text("made unhealthy by the test\n")
+    doc = await lab.wait_status(lambda d: healthy(d, {"master2": "Unhealthy", "node1": "Unhealthy"}), 60,
+                                "master2 and the worker node1 reported unhealthy")
+    assert failing(doc, "master2") == ["health:kube-apiserver"] and failing(doc, "node1") == ["health:kubelet"]
+    assert doc["nodeHealth"]["unhealthy"] == 2 and doc["nodeHealth"]["unhealthyNodes"] == ["master2", "node1"]
     flag_file.unlink()
-    await lab.wait_status(lambda d: healthy(d, {}), 60, "master2 healthy again")
+    kubelet_flag.unlink()
+    await lab.wait_status(lambda d: healthy(d, {}), 60, "every node healthy again")
 
 
 async def test_whole_lab_killed_mid_install_then_started_again(lab_factory):

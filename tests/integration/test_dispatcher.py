@@ -101,8 +101,8 @@ async def test_two_replicas_install_once(nats_url, redis_url, redis_client, nats
             await _announce(js, "twice", digest, [n.hostname for n in plan.nodes], _ids(fleet))
             done = await watch.wait_for(lambda e: True, timeout=60)
         assert done.data["status"] == "Succeeded"
-        # node-env x4, certs x4, etcd x3, init x1, join x2, workers x1, health x3: each ran once
-        assert fleet.executed == 18 and fleet.replayed == 0
+        # node-env x4, certs x4, etcd x3, init x1, join x2, workers x1, health x4: each ran once
+        assert fleet.executed == 19 and fleet.replayed == 0
         recorded = await r.hgetall(addons_key("twice"))
         assert sorted(recorded) == [b"coredns", b"kube-proxy"]
     finally:

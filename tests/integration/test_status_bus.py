@@ -71,19 +71,22 @@ async def failed_install(nats_url, redis_url, redis_client, nats_client):
 
 
 async def test_bke_status_json_needs_only_nats_and_matches_the_schema(failed_install, nats_url):
-    code, out, err = await bke("status", "stat", "--nats", nats_url, "-o", "json")
+    code, out, err = await bke("status", "stat", "--nats", nats_url, "-o", "json", "--nodes", "failed")
     assert code == 0, err
     doc = json.loads(out)
     jsonschema.Draft202012Validator(SCHEMA).validate(doc)
     assert doc["apiVersion"] == "bke.v1/ClusterStatus" and doc["status"] == "Failed" and doc["requestId"] == "req-stat"
     assert doc["kind"] == "operational" and doc["nodesChanged"] is True and doc["message"] == REASON
-    assert doc["nodes"] == [{"hostname": "node1", "status": "Failed", "phase": "node-env", "step": "check:port-10250"}]
+    assert doc["nodes"] == [{"hostname": "node1", "status": "Failed", "phase": "node-env", "step": "check:port-10250",
+                             "labels": None, "taints": None, "health": None}]  # not labelled nor checked yet
     assert doc["nodeCounts"] == {"total": 4, "pending": 0, "running": 0, "succeeded": 3, "failed": 1}
     assert [(p["name"], p["status"], p["done"]) for p in doc["phases"][:3]] == [
         ("agents", "Succeeded", 4), ("node-env", "Failed", 3), ("certs", "Pending", 0)]
     assert doc["rotation"] is None
 
     code, out, _ = await bke("status", "stat", "--nats", nats_url, "--nodes", "all", "-o", "json")
+    assert code == 0 and [n["hostname"] for n in json.loads(out)["nodes"]] == ["master1", "master2", "master3", "node1"]
+    code, out, _ = await bke("status", "stat", "--nats", nats_url, "-o", "json")  # json lists every node by default
     assert code == 0 and [n["hostname"] for n in json.loads(out)["nodes"]] == ["master1", "master2", "master3", "node1"]
     code, out, _ = await bke("status", "stat", "--nats", nats_url)
     assert code == 0 and "node-env" in out and "node1" in out and "check:port-10250" in out

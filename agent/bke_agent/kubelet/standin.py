@@ -33,6 +33,7 @@ from bke.runtime.processes import pid_cwd, stop_pid
 
 from ..fsutil import write_atomic
 from ..lablayout import LabLayout
+from .healthz import KubeletHealthz
 from .pods import PodError, PodPlan, check_files, ensure_volumes, local_binary, plan_pod
 from .running import PodStartError, RealPod, SimulatedPod
 
@@ -72,6 +73,7 @@ class KubeletStandIn:
         self.layout, self.ip, self.poll_s = LabLayout(root), ip, poll_s
         self.ids = dict(log_ids or {"root": str(root)})  # cluster/node on every log line
         self.pods: dict[str, _Pod] = {}
+        self.healthz = KubeletHealthz(self.layout, ip, self.ids)  # its own /healthz, as its config says
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -83,6 +85,7 @@ class KubeletStandIn:
             return
         self.layout.ensure()
         await self._stop_orphans()
+        await self.healthz.start()
         self._task = asyncio.create_task(self._run(), name=f"kubelet:{self.layout.root.name}")
         log.info("kubelet stand-in started", extra=self.ids)
 
@@ -91,6 +94,7 @@ class KubeletStandIn:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        await self.healthz.stop()
         for pod in list(self.pods.values()):
             await self._stop_pod(pod, "kubelet stopped")
         self.pods.clear()

@@ -8,7 +8,10 @@ fails when the two differ.
 
 Size: a reply must stay under NATS' 1 MiB payload at any cluster size, so the node list is
 chosen (`nodes`: none, failed, all) and paged (`offset`, `limit`); counts by status always
-cover every node.
+cover every node. What is per node (its applied labels and taints, its latest health answer)
+travels on the node's row of that paged list; what covers every node travels as summaries
+(`nodeHealth`: counts; `labelSets`: the distinct applied label-and-taint sets with their node
+counts, the largest `MAX_LABEL_SETS`).
 """
 from __future__ import annotations
 
@@ -22,6 +25,11 @@ from .install import FailureKind, PhaseStatus
 __all__ = [
     "CLUSTER_STATUS_VERSION",
     "ClusterStatus",
+    "HealthCounts",
+    "LabelSet",
+    "MAX_LABEL_SETS",
+    "NodeHealth",
+    "NodeTaint",
     "NodeCounts",
     "NodeSelection",
     "Refusals",
@@ -43,6 +51,7 @@ STATUS_QUEUE = "dispatcher-status"  # dispatcher replicas share the requests
 CLUSTER_STATUS_VERSION: Final = "bke.v1/ClusterStatus"
 STATUS_ERROR_VERSION: Final = "bke.v1/StatusError"
 MAX_PAGE = 5000
+MAX_LABEL_SETS = 50  # distinct label sets listed; users' per-node labels could make one per node
 
 InstallStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
 NodeStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
@@ -70,11 +79,48 @@ class StatusPhase(Message):
     total: int = 0
 
 
+class NodeTaint(Message):
+    key: str
+    value: str = ""
+    effect: str
+
+
+class NodeHealth(Message):
+    """A node's latest health answer: its agent's health command (the kubelet's /healthz, and
+    the etcd and control-plane endpoints it runs)."""
+
+    status: Literal["Healthy", "Unhealthy"]
+    failing: list[str] = []  # the failing checks' step ids, e.g. "health:kubelet"
+    at: str | None = None
+
+
 class StatusNode(Message):
     hostname: str
     status: NodeStatus
     phase: str | None = None  # the phase of its latest command
     step: str | None = None  # the failing step's id
+    # what the node-labels phase applied to its Node object (recorded, in the lab); None: not
+    # yet, or never (an etcd-only node does not register)
+    labels: dict[str, str] | None = None
+    taints: list[NodeTaint] | None = None
+    health: NodeHealth | None = None  # None: not checked yet
+
+
+class HealthCounts(Message):
+    """Every node of the plan by its latest health answer (`unknown`: none yet)."""
+
+    healthy: int = 0
+    unhealthy: int = 0
+    unknown: int = 0
+    unhealthy_nodes: list[str] = []  # the first 20, in plan order
+
+
+class LabelSet(Message):
+    """One distinct set of applied labels and taints, and how many nodes carry it."""
+
+    labels: dict[str, str]
+    taints: list[NodeTaint] = []
+    nodes: int
 
 
 class NodeCounts(Message):
@@ -134,7 +180,13 @@ class ClusterStatus(Message):
     nodes_matched: int  # nodes of the selection, over every page
     next_offset: int | None = None  # the next page's offset; None on the last page
     addons: dict[str, dict[str, Any]] = {}  # addon name -> its apply record
-    health: dict[str, dict[str, Any]] = {}  # node (or "kube-system") -> its latest health answer
+    # cluster-wide health records ("kube-system": its pods by phase, where an apiserver answers);
+    # each node's own answer is on its row (`nodes[].health`), summed up in `nodeHealth`
+    health: dict[str, dict[str, Any]] = {}
+    node_health: HealthCounts = HealthCounts()
+    label_sets: list[LabelSet] = []  # largest first, at most MAX_LABEL_SETS
+    labelled: int = 0  # nodes whose labels are applied (or recorded, in the lab)
+    label_sets_more: int = 0  # distinct sets not listed
     rotation: RotationStatus | None = None  # None when there never was one
     refusals: Refusals | None = None  # None when nothing was ever refused
 

@@ -16,6 +16,7 @@ from ..netaddr import is_ip
 from .endpoint import APISERVER_PORT, check_endpoint
 from .errors import FieldError
 from .extra_args import FLAG_NAME, check_extra_args, placed_flag_components
+from .label_syntax import label_errors
 from .models import ROLES, ClusterSpec
 from .roles import CONTROL_PLANE_ROLES, ETCD_ROLES, is_master
 from .host_rules import cgroup_opt_out_warnings
@@ -148,6 +149,8 @@ def _check_nodes(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
         for key, value in s.labels.items():
             if _CONTROL.search(key) or _CONTROL.search(value):
                 errs.append(FieldError(path=f"{p}.labels.{key}", message="label holds a control character"))
+                continue
+            errs += [FieldError(path=f"{p}.labels.{key}", message=m) for m in label_errors(key, value)]
     if not any(is_master(n.spec.role) for n in spec.nodes):
         errs.append(FieldError(path="nodes", message="no node has role 'master' or 'master/node'; a cluster needs a control plane"))
     errs += _check_etcd_sizes(spec)

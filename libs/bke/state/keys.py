@@ -25,6 +25,7 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:<c>:lease:<slug>                 string  the phase lease                 (dispatcher)
     bke:<c>:agents / heartbeat           hash    registrations, last heartbeat   (dispatcher)
     bke:<c>:addons                       hash    addon name -> apply record      (dispatcher)
+    bke:<c>:node-labels                  hash    node -> labels, taints applied  (dispatcher)
     bke:<c>:health / health-meta / health-pods                                   (dispatcher)
     bke:<c>:refusals                     hash    refused commands and registrations (dispatcher)
     bke:auth:authority                   string  NATS operator/account seeds, encrypted (bke.auth)
@@ -65,6 +66,7 @@ __all__ = [
     "lease_key",
     "node_files_digest_key",
     "node_files_key",
+    "node_labels_key",
     "node_status_key",
     "phase_key",
     "pki_key",
@@ -226,6 +228,12 @@ def heartbeat_key(cluster: str) -> str:
 def addons_key(cluster: str) -> str:
     """Hash addon name -> the record of its apply (the dispatcher's addons phase)."""
     return cluster_key(cluster, "addons")
+
+
+def node_labels_key(cluster: str) -> str:
+    """Hash node -> the labels and taints the `node-labels` phase applied (or, in the lab,
+    recorded), with how and when (the dispatcher)."""
+    return cluster_key(cluster, "node-labels")
 
 
 def health_key(cluster: str) -> str:

@@ -44,10 +44,13 @@ from bke.state.keys import heartbeat_key
 from bke.state.nodefiles import RedisNodeFiles
 
 from .addons import AddonsWork, LabApplier
+from .api_health import ApiHealthWork, periodic_doc
 from .checksums import HttpRepoChecksums, LabChecksums
 from .engine import Engine
 from .health import HealthMonitor
 from .known import KnownTargets
+from .local_work import LocalPhases
+from .node_labels import LabNodes, NodeLabelsWork
 from .results import Inputs
 from .rotations import Rotations, RotationStore
 from .runner import Runner
@@ -77,21 +80,33 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     lab = settings.mode == "lab"
     if not lab:
         from .apply_k8s import KubernetesApplier
+        from .k8s_nodes import KubernetesNodes
 
         applier = KubernetesApplier(redis)
+        nodes_api: KubernetesNodes | None = KubernetesNodes(applier)
     else:
         applier = LabApplier()
+        nodes_api = None
     # every command is signed with the deployment's key (made at deployment, or here, SET NX)
     signing = CommandSigning(redis, box_from_env)
     engine = Engine(
         state, plans, files, svc.publish,
         LabChecksums() if lab else HttpRepoChecksums(),
-        AddonsWork(redis, applier, _now),
+        LocalPhases({
+            "addons": AddonsWork(redis, applier, _now),
+            "node-labels": NodeLabelsWork(redis, nodes_api or LabNodes(), _now),
+            "health": ApiHealthWork(redis, nodes_api, _now),  # the lab: nothing to ask an API
+        }),
         _now, settings.owner, settings.lease_ms, notify=svc.notify, sign=signing.sign,
     )
     runner = Runner(engine, state)
-    health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s,
-                           pods=None if lab else applier.pod_status, sign=signing.sign)
+    pods = None
+    if nodes_api is not None:  # real clusters: kube-system pods, every Node Ready, the CNI and CoreDNS
+        api = nodes_api
+
+        async def pods(plan):
+            return {**await applier.pod_status(plan), **await periodic_doc(plan, api)}
+    health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s, pods=pods, sign=signing.sign)
     rotation_store = RotationStore(redis)
     rotations = Rotations(rotation_store, state, plans, files, svc.publish, _now, settings.owner, settings.lease_ms,
                           sign=signing.sign)

@@ -38,6 +38,10 @@ class KubernetesApplier:
             raise TemporaryError(f"no admin.conf for cluster {plan.cluster} yet", delay=5.0)
         return yaml.safe_load(conf.content)
 
+    async def admin_kubeconfig(self, plan: Plan) -> dict[str, Any]:
+        """For the other API users of the dispatcher (k8s_nodes: labels, Node Ready, workloads)."""
+        return await self._admin_kubeconfig(plan)
+
     async def pod_status(self, plan: Plan) -> dict[str, Any]:
         """kube-system pods by phase, for the periodic health (where an apiserver answers)."""
         return await asyncio.to_thread(kube_system_pods, await self._admin_kubeconfig(plan))

@@ -3,7 +3,7 @@
 Given one phase's record, its number of targets and what has been observed (agents registered,
 what the renderer and certs services said, bundles sealed), `decide_step` says what to do next:
 
-    RunLocal(name)          work the dispatcher does itself (addons)
+    RunLocal(name)          work the dispatcher does itself (addons), or after every target succeeded
     Send(start, count)      send the next batch of commands, from the phase cursor
     Resend()                send the commands a retry put back in flight
     Wait(reason, delay)     come back later; the reason is shown by `bke status`
@@ -112,8 +112,8 @@ IN_FLIGHT_RECHECK_S = 5.0  # results wake the loop; this is only the fallback
 
 def decide_step(needs: tuple[str, ...], local: str | None, concurrency: int | None, targets: int,
                 rec: PhaseRecord, seen: Observed) -> Decision:
-    # 1. the dispatcher's own work
-    if local:
+    # 1. the dispatcher's own work, when the phase has no commands to send (else after them, 7.)
+    if local and targets == 0:
         return RunLocal(local)
     # 2. the agents phase only waits for every target's agent to announce itself
     if "agents" in needs:
@@ -136,9 +136,9 @@ def decide_step(needs: tuple[str, ...], local: str | None, concurrency: int | No
     in_flight = rec.cursor - rec.ok - rec.failed
     if rec.cursor < targets and in_flight < limit:
         return Send(rec.cursor, min(targets - rec.cursor, limit - max(in_flight, 0)))
-    # 7. every target answered: the phase's outcome
+    # 7. every target answered: the phase's outcome (a phase with local work does it now)
     if rec.ok >= targets:
-        return Succeed()
+        return RunLocal(local) if local else Succeed()
     if rec.ok + rec.failed >= targets:
         return Fail()
     # 8. commands in flight: progress is in the done/total counts

@@ -1,6 +1,6 @@
 """Cluster health after the install: health commands through the agents, on a period.
 
-Each round sends one command per etcd/control-plane node (id `<cluster>/health@<round>/<node>/0`)
+Each round sends one command per node (every kubelet; etcd and control-plane endpoints where they run) (id `<cluster>/health@<round>/<node>/0`)
 and keeps the latest answer per node in `bke:<cluster>:health`. Kube-system pod status via
 the kubernetes client is added where an apiserver is reachable (not in the lab).
 """
@@ -17,7 +17,7 @@ from bke.plan import Plan
 from bke.state import PlanCache
 from bke.state.keys import health_key, health_meta_key, health_pods_key
 
-from .phases import CONTROL_PLANE, ETCD, phase_by_slug
+from .phases import HEALTH, phase_by_slug
 from .steps import health_steps
 from .signing import Sign
 from .state import DispatcherState
@@ -25,7 +25,7 @@ from .state import DispatcherState
 __all__ = ["HealthMonitor"]
 
 log = logging.getLogger("bke.dispatcher.health")
-HEALTH_COMPONENTS = (*ETCD, *CONTROL_PLANE)
+HEALTH_COMPONENTS = HEALTH
 
 
 class HealthMonitor:

@@ -14,10 +14,11 @@ from bke.state.nodefiles import NodeFile
 
 from .steps import health_steps, node_env_steps, write_steps
 
-__all__ = ["PHASES", "Phase", "NodeInputs", "init_node", "phase_by_slug"]
+__all__ = ["HEALTH", "PHASES", "Phase", "NodeInputs", "init_node", "phase_by_slug"]
 
 CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 ETCD = ("etcd-data", "etcd-events", "etcd-pods")
+HEALTH = (*ETCD, *CONTROL_PLANE, "kubelet")  # what the health phase (and the periodic health) checks per node
 HEALTH_TIMEOUT_S = 300.0
 
 
@@ -39,7 +40,7 @@ class Phase:
     needs: tuple[str, ...] = ()  # "agents", "render", "certs", "checksums"
     run_if: Callable[[Plan], bool] = field(default=lambda plan: True)
     concurrency: int | None = None  # commands in flight at once; None = every target
-    local: str | None = None  # work the dispatcher does itself ("addons")
+    local: str | None = None  # work the dispatcher does itself ("addons"), after the targets' commands if any
 
 
 def init_node(plan: Plan) -> NodePlan:
@@ -115,10 +116,19 @@ PHASES: tuple[Phase, ...] = (
     ),
     Phase("addons", "kube-proxy, CoreDNS, then user addons, applied in order", lambda plan: [], local="addons"),
     Phase(
+        "node-labels",
+        "every registered node's labels and taints applied through the API (recorded in the lab)",
+        lambda plan: [],
+        local="node-labels",
+    ),
+    Phase(
         "health",
-        "etcd members and control-plane endpoints answer",
-        lambda plan: [n for n in plan.nodes if any(c in n.components for c in (*ETCD, *CONTROL_PLANE))],
-        lambda plan, node, inp: health_steps(plan, node, (*ETCD, *CONTROL_PLANE), 60.0),
+        "every node's kubelet, etcd members and control-plane endpoints answer; then, through the API "
+        "(not in the lab), every registered node Ready and the CNI and CoreDNS workloads ready",
+        _all,
+        lambda plan, node, inp: health_steps(plan, node, HEALTH, 60.0),
+        concurrency=1000,
+        local="health",  # after every node answered: the API checks
     ),
 )
 

@@ -126,6 +126,8 @@ class Inputs:
         if is_rotation_command(slug) and self.on_rotation is not None:
             await self.on_rotation(res)
             return []
+        if slug == "health":  # the install's own health phase is every node's first health answer
+            await self.on_health(res)
         failed_step = next((s for s in res.steps if s.status == "Failed"), None)
         step = failed_step.id if failed_step else ""
         stderr = (failed_step.stderr or failed_step.stdout)[-STDERR_KEEP:] if failed_step else ""

@@ -32,9 +32,19 @@ from bke.contracts.status import (
 )
 from bke.errors import TemporaryError, is_unavailable
 from bke.state import PlanCache
-from bke.state.keys import addons_key, health_key, health_pods_key, install_key, node_status_key, phase_key, refusals_key
+from bke.state.keys import (
+    addons_key,
+    health_key,
+    health_pods_key,
+    install_key,
+    node_labels_key,
+    node_status_key,
+    phase_key,
+    refusals_key,
+)
 
 from .phases import PHASES
+from .status_summary import health_counts, label_sets, node_health, node_taints
 
 __all__ = ["MAX_REPLY_BYTES", "RotationView", "StatusReader", "StatusResponder", "build_status", "fit_reply", "no_rotation"]
 
@@ -66,9 +76,16 @@ def build_status(
     health: dict[str, dict],
     rotation: dict | None,
     refusals: dict[str, str] | None = None,
+    *,
+    node_labels: dict[str, dict] | None = None,
+    cluster_health: dict[str, dict] | None = None,
 ) -> ClusterStatus:
     """The reply for `req` from the dispatcher's records (decoded); `order` is the plan's node
-    order (every node, including those no command reached yet)."""
+    order (every node, including those no command reached yet). `health`: node -> its latest
+    health answer; `node_labels`: node -> what the node-labels phase applied;
+    `cluster_health`: the cluster-wide records ("kube-system")."""
+    node_labels = node_labels or {}
+    sets, labelled, sets_more = label_sets(order, node_labels)
     status = install.get("status") or "Pending"
     kind = install.get("kind") or None
     rows = []
@@ -109,11 +126,20 @@ def build_status(
             succeeded=counts["Succeeded"], failed=counts["Failed"],
         ),
         node_selection=req.nodes,
-        nodes=[StatusNode(hostname=h, status=s, phase=st.get("phase"), step=st.get("step") or None) for h, s, st in page],
+        nodes=[
+            StatusNode(hostname=h, status=s, phase=st.get("phase"), step=st.get("step") or None,
+                       labels=(node_labels[h].get("labels") or {}) if h in node_labels else None,
+                       taints=node_taints(node_labels.get(h)), health=node_health(health.get(h)))
+            for h, s, st in page
+        ],
         nodes_matched=len(rows),
         next_offset=end if end < len(rows) else None,
         addons=addons,
-        health=health,
+        health=cluster_health or {},
+        node_health=health_counts(order, health),
+        label_sets=sets,
+        labelled=labelled,
+        label_sets_more=sets_more,
         rotation=RotationStatus.model_validate(rotation) if rotation else None,
         refusals=Refusals(count=int(refusals.get("count") or 0), last_node=refusals.get("lastNode", ""),
                           last_reason=refusals.get("lastReason", ""), last_at=_opt(refusals.get("lastAt")))
@@ -160,7 +186,7 @@ class StatusReader:
             for slug, _ in PHASE_SUMMARIES:
                 pipe.hgetall(phase_key(c, slug))
             pipe.hgetall(node_status_key(c)).hgetall(addons_key(c)).hgetall(health_key(c)).get(health_pods_key(c))
-            pipe.hgetall(refusals_key(c))
+            pipe.hgetall(refusals_key(c)).hgetall(node_labels_key(c))
             got = await pipe.execute()
         install = _hash(got[0])
         if not install:
@@ -169,14 +195,13 @@ class StatusReader:
         phases = {slug: _hash(raw) for (slug, _), raw in zip(PHASE_SUMMARIES, got[1 : 1 + n])}
         node_states = _json_hash(got[1 + n])
         addons, health, pods = _json_hash(got[2 + n]), _json_hash(got[3 + n]), got[4 + n]
-        if pods:
-            health["kube-system"] = json.loads(pods)
+        cluster_health = {"kube-system": json.loads(pods)} if pods else {}
         try:
             order = [node.hostname for node in (await self.plans.load(c)).nodes]
         except TemporaryError:
             order = sorted(node_states)  # the install record came before the plan is visible
         return build_status(req, install, phases, order, node_states, addons, health, await self.rotation(c),
-                            _hash(got[5 + n]))
+                            _hash(got[5 + n]), node_labels=_json_hash(got[6 + n]), cluster_health=cluster_health)
 
 
 class StatusResponder:

@@ -12,6 +12,7 @@ from bke.artefacts import Artefact, node_artefacts
 from bke.contracts.agent import CheckHost, FetchFile, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile
 from bke.node_kernel import PROXY_MIN_KERNEL, SYSCTL_FILE, kernel_modules, sysctls
 from bke.plan import NodePlan, Plan
+from bke.render.layout import PORTS
 from bke.spec.host_rules import requires_cgroup_v2
 from bke.state.nodefiles import NodeFile
 
@@ -164,6 +165,12 @@ def health_steps(plan: Plan, node: NodePlan, components: tuple[str, ...], timeou
                     timeout_s=timeout_s,
                 )
             )
+    if "kubelet" in node.components and "kubelet" in components:
+        # the kubelet's own healthz: plain HTTP on loopback (healthzBindAddress 127.0.0.1 and
+        # healthzPort in the rendered KubeletConfiguration, bke.render.layout PORTS); on
+        # every node, workers and etcd-only nodes (a standalone kubelet) included
+        out.append(WaitHealth(id="health:kubelet", url=f"http://127.0.0.1:{PORTS['kubelet-healthz']}/healthz",
+                              expect_body="ok", timeout_s=timeout_s))
     for comp, url in (
         ("kube-apiserver", "https://127.0.0.1:6443/livez"),
         ("kube-controller-manager", "https://127.0.0.1:10257/healthz"),
