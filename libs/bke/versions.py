@@ -66,6 +66,10 @@ class KubernetesRow:
     crictl: str = ""
     cni_plugins: str = ""
     calico: str = ""
+    # sha256 of upstream's calico.yaml for that release, when known: checked on top of the
+    # httpRepo's `.sha256`. Empty: upstream publishes none for the bare manifest and none could be
+    # taken offline here, so the httpRepo's `.sha256` (written by `bke bundle build`) is the check.
+    calico_sha256: str = ""
 
 
 # Upstream pairings from kubeadm's constants (cmd/kubeadm/app/constants) for each minor.
@@ -76,6 +80,12 @@ class KubernetesRow:
 # 1.(N-1).0: cri-tools 1.N is released with Kubernetes 1.N, after its code freeze. Checked on paper
 # only, and not against the release branches' heads (the repository is too large to fetch
 # here): a bump cherry-picked to a release branch after .0 is not reflected.
+# calico: a release whose "Kubernetes requirements" (docs.tigera.io/calico/<minor>/getting-started/
+# kubernetes/requirements) list the minor as tested: 3.29 on 1.29-1.32 (as quoted in
+# projectcalico discussion #11717), 3.31 on 1.32-1.35, 3.32 on 1.34-1.36, 3.33 on 1.35-1.37 (read
+# from those pages' versions by a third party; not re-read here, offline). The newest line
+# that covers the minor wins; patch releases: 3.31.3 is on calico's component-versions page,
+# 3.29.4, 3.32.0 and 3.33.0 are the best known here and are re-checked by `bke bundle build`.
 KUBERNETES: dict[str, KubernetesRow] = {
     r.minor: r
     for r in (
@@ -84,22 +94,22 @@ KUBERNETES: dict[str, KubernetesRow] = {
                       crictl="1.30.0", cni_plugins="1.5.0", calico="3.29.4"),
         # crictl 1.31.0 (#126590), cni 1.5.1 (#126966), v1.32.0 notes
         KubernetesRow("1.32", etcd="3.5.16", coredns="1.11.3", pause="3.10",
-                      crictl="1.31.0", cni_plugins="1.5.1", calico="3.29.4"),
+                      crictl="1.31.0", cni_plugins="1.5.1", calico="3.31.3"),
         # crictl 1.32.0 (#129116), cni 1.6.2 (#129776), v1.33.0 notes
         KubernetesRow("1.33", etcd="3.5.21", coredns="1.12.0", pause="3.10",
-                      crictl="1.32.0", cni_plugins="1.6.2", calico="3.30.3"),
+                      crictl="1.32.0", cni_plugins="1.6.2", calico="3.31.3"),
         # crictl 1.33.0 (#131406), cni 1.7.1 (#131602), v1.34.0 notes
         KubernetesRow("1.34", etcd="3.6.4", coredns="1.12.1", pause="3.10.1",
-                      crictl="1.33.0", cni_plugins="1.7.1", calico="3.30.3"),
+                      crictl="1.33.0", cni_plugins="1.7.1", calico="3.31.3"),
         # crictl 1.34.0 (#133636), cni 1.8.0 (#133837), v1.35.0 notes
         KubernetesRow("1.35", etcd="3.6.5", coredns="1.13.1", pause="3.10.1",
-                      crictl="1.34.0", cni_plugins="1.8.0", calico="3.31.0"),
+                      crictl="1.34.0", cni_plugins="1.8.0", calico="3.31.3"),
         # crictl 1.35.0 (#135694, v1.36.0-alpha.1 notes); no CNI bump found since 1.8.0
         KubernetesRow("1.36", etcd="3.6.6", coredns="1.13.1", pause="3.10.1",
-                      crictl="1.35.0", cni_plugins="1.8.0", calico="3.31.0"),
+                      crictl="1.35.0", cni_plugins="1.8.0", calico="3.32.0"),
         # crictl 1.36.0 (#138613, v1.37 alpha notes); no CNI bump found since 1.8.0
         KubernetesRow("1.37", etcd="3.6.6", coredns="1.13.1", pause="3.10.1",
-                      crictl="1.36.0", cni_plugins="1.8.0", calico="3.31.0"),
+                      crictl="1.36.0", cni_plugins="1.8.0", calico="3.33.0"),
     )
 }
 ETCD_MINORS: tuple[str, ...] = ("3.5", "3.6")

@@ -1,16 +1,19 @@
-"""The built-in addons' manifests, rendered once per cluster: kube-proxy and CoreDNS.
+"""The built-in addons' manifests, rendered once per cluster: bootstrap RBAC, kube-proxy, CoreDNS.
 
-Other addons (the CNI included) come from user folders of manifests and are applied by the
-dispatcher. A built-in listed in the spec's addons with a `path` is the user's own copy: we do
-not render ours then. A listed built-in's `version` picks the image tag; otherwise kube-proxy
-follows the Kubernetes version and CoreDNS the versions table.
+Which ones, and their versions, come from the addon table (bke.spec.addons): a built-in turned
+off or replaced by the user's own copy (`path`) is not rendered. The CNI's manifest is fetched
+by the dispatcher from the httpRepo (it is upstream's, never copied here); user addons are
+folders the dispatcher reads. A listed built-in's `version` picks the image tag; otherwise
+kube-proxy follows the Kubernetes version and CoreDNS the versions table.
 """
 from __future__ import annotations
 
 import ipaddress
 
-from ..spec.models import Addon
-from ..versions import KUBERNETES
+import yaml
+
+from ..rbac import rbac_objects
+from ..spec.addons import addon_steps
 from .context import Ctx
 from .errors import Finding
 from .layout import PORTS
@@ -21,11 +24,7 @@ from .validate import validate_addon
 
 __all__ = ["ADDONS", "render_addons"]
 
-ADDONS = ("kube-proxy", "coredns")
-
-
-def _listed(ctx: Ctx, name: str) -> Addon | None:
-    return next((a for a in ctx.plan.spec.cluster.spec.cluster_config.addons if a.name == name), None)
+ADDONS = ("rbac", "kube-proxy", "coredns")  # what this module can render (source "rendered")
 
 
 def _tag(version: str) -> str:
@@ -37,7 +36,7 @@ def _kube_proxy(ctx: Ctx, version: str) -> KubeProxyAddon:
         image=ctx.image("kube-proxy", _tag(version)),
         server=f"https://{ctx.plan.control_plane_endpoint}",
         cluster_cidr=ctx.config.networking.pod_subnet,
-        mode="iptables",
+        mode=ctx.plan.spec.config.kube_proxy.mode,
         healthz_port=PORTS["kube-proxy-healthz"],
         metrics_port=PORTS["kube-proxy-metrics"],
     )
@@ -55,16 +54,23 @@ def _coredns(ctx: Ctx, version: str) -> CoreDNSAddon:
     )
 
 
+def _rbac_text(ctx: Ctx) -> str:
+    # from the data table (bke.rbac), not a template: the bindings differ per minor, nothing else
+    docs = rbac_objects(str(ctx.versions.kubernetes))
+    return "---\n".join(yaml.safe_dump(d, sort_keys=True, default_flow_style=False) for d in docs)
+
+
 def render_addons(ctx: Ctx, ts: TemplateSet, findings: list[Finding]) -> tuple[RenderedFile, ...]:
     out = []
-    defaults = {"kube-proxy": str(ctx.versions.kubernetes), "coredns": KUBERNETES[ctx.versions.kubernetes.minor_key].coredns}
     builders = {"kube-proxy": _kube_proxy, "coredns": _coredns}
-    for name in ADDONS:
-        listed = _listed(ctx, name)
-        if listed is not None and listed.path:
-            continue  # the user ships their own manifests for it
-        params = builders[name](ctx, listed.version if listed else defaults[name])
-        text = ts.render(f"k8s/{name}.yaml.j2", params)
-        findings.extend(Finding("", f"{name}.yaml", "addon", p) for p in validate_addon(text, ctx.versions.kubernetes.minor_key))
-        out.append(RenderedFile(f"{name}.yaml", 0o644, text.encode()))
+    minor = ctx.versions.kubernetes.minor_key
+    for step in addon_steps(ctx.plan.spec):
+        if step.source != "rendered":
+            continue  # fetched (the CNI) or the user's own folder
+        if step.name == "rbac":
+            text = _rbac_text(ctx)
+        else:
+            text = ts.render(f"k8s/{step.name}.yaml.j2", builders[step.name](ctx, step.version))
+        findings.extend(Finding("", f"{step.name}.yaml", "addon", p) for p in validate_addon(text, minor))
+        out.append(RenderedFile(f"{step.name}.yaml", 0o644, text.encode()))
     return tuple(out)

@@ -27,6 +27,7 @@ __all__ = [
     "ComponentArgs",
     "ContainerRuntime",
     "ControlPlaneEndpoint",
+    "CoreDNS",
     "Etcd",
     "KEY_ALGORITHMS",
     "KubeProxy",
@@ -122,9 +123,17 @@ class NodeLoadBalancer(_Model):
 
 
 class KubeProxy(_Model):
+    # `kubeProxy.enabled: false` as kOps spells it (kubeadm: `proxy.disabled`): no kube-proxy at
+    # all, e.g. a CNI that replaces it. The addons phase installs it by default.
+    enabled: bool = True
     # iptables: every supported minor; nftables: beta in 1.31, GA in 1.33, needs kernel 5.13+;
     # ipvs: deprecated from 1.35 (a warning). The addons phase and node-env read it.
     mode: Literal["iptables", "nftables", "ipvs"] = "iptables"
+
+
+class CoreDNS(_Model):
+    # `coreDNS.enabled: false`: no cluster DNS from BKE (kubeadm: `dns.disabled`).
+    enabled: bool = True
 
 
 class Cluster(_Model):
@@ -138,6 +147,7 @@ class Cluster(_Model):
     # when the user brings their own CNI as an addon.
     cni: Literal["calico", "none"] = "calico"
     kube_proxy: KubeProxy = KubeProxy()
+    core_dns: CoreDNS = Field(CoreDNS(), alias="coreDNS")
     certificates: Certificates = Certificates()
     api_server: ApiServer = ApiServer()
     controller_manager: ComponentArgs = ComponentArgs()
@@ -156,7 +166,9 @@ class Cluster(_Model):
 class Addon(_Model):
     name: str
     version: str
-    path: str | None = None  # folder of manifests (user addons); None for built-ins
+    # A folder of manifests: a user addon, or the user's own copy of a built-in (rbac excepted),
+    # applied in the built-in's place. None: a built-in, whose `version` overrides the default.
+    path: str | None = None
 
 
 class ClusterConfig(_Model):

@@ -11,6 +11,7 @@ from collections import defaultdict
 from pydantic import BaseModel
 
 from .. import versions
+from .addons import check_addons
 from ..flagrules import VersionSet
 from ..netaddr import is_ip
 from .endpoint import APISERVER_PORT, check_endpoint
@@ -49,6 +50,7 @@ def validate_spec(spec: ClusterSpec) -> ValidationReport:
     size_errors, size_warnings = check_sizes(spec)
     errors += size_errors
     warnings += size_warnings
+    errors += check_addons(spec, warnings)  # which addons, their switches and modes
     # The denylist and version gates, judged here so that nothing refusable reaches the renderer.
     vs = VersionSet(parsed["kubernetes"], parsed["etcd"], parsed["containerd"]) if len(parsed) == 3 else None
     flag_errors, flag_warnings = check_extra_args(spec, vs, placed_flag_components(spec))
