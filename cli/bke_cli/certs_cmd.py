@@ -5,6 +5,7 @@
     bke certs check-expiration (--dir DIR | --cluster NAME (--workdir DIR | --redis URL))
     bke certs renew [all|NAME[,NAME...]] [--within-days N] --dir DIR
     bke certs renew [all|NAME[,NAME...]] [--within-days N] --cluster NAME (--workdir DIR | --nats URL)
+    bke certs kubeconfig [super-admin.conf] --out FILE (--dir DIR | --cluster NAME (--workdir DIR | --redis URL))
 
 Offline (`--dir`), the work is bke.pki.operations (the same code the certs service runs); this
 module only reads options, picks the store, injects "now", and prints. With `--cluster`, renew
@@ -31,7 +32,10 @@ from bke.contracts.status import StatusError
 from bke.errors import TemporaryError
 from bke.pki import DirStore, IssueOptions, PkiError, PkiNotReady, PkiStore, node_file_refs
 from bke.pki.expiry import ExpiryRow
-from bke.pki.operations import check_expiration, ensure_cluster_pki, renew_certs
+from bke.auth.authority import write_private
+from bke.pki.operations import check_expiration, cluster_kubeconfig, ensure_cluster_pki, renew_certs
+from bke.pki.store_redis import RedisPkiStore
+from bke.state.client import redis_client
 from bke.secrets import SECRET_KEY_ENV, SecretBox, SecretKeyError, box_from_env, create_key_file, load_secret_box
 
 
@@ -39,6 +43,7 @@ from .connect import resolve_nats
 from .output import EXIT_FAILURE, EXIT_INVALID, die, warn_lines
 from .rotate_follow import renew_and_follow
 from .spec_input import plan_or_exit
+from .state_cmd import resolve_store
 
 __all__ = ["register"]
 
@@ -240,3 +245,38 @@ def renew_cmd(
         nodes.update(dict.fromkeys(r.nodes))
     if nodes:
         print(f"deliver the new files to: {', '.join(nodes)} (and restart the components using them)")
+
+
+@certs.command("kubeconfig")
+def kubeconfig_cmd(
+    name: str = typer.Argument("super-admin.conf", help="a kubeconfig kept on no node (super-admin.conf)"),
+    out: Path = typer.Option(..., "--out", help="file to write, mode 0600 (never printed)"),
+    directory: Optional[Path] = typer.Option(None, "--dir", help="a folder written by `bke certs issue`"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="a cluster run by the BKE services"),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="with --cluster: a lab's folder"),
+    redis_url: Optional[str] = typer.Option(None, "--redis", help="with --cluster: the state's Redis (admin user)"),
+) -> None:
+    """Break-glass: write super-admin.conf (group system:masters, which bypasses RBAC) to --out.
+
+    BKE keeps it on no node: it lives encrypted in the PKI store. With --cluster this reads the
+    store like `bke state` does (the state's admin identity and the operator key), because a
+    private key never travels on the bus. Keep the file offline and delete it after use; the
+    only way to revoke it is a new cluster CA."""
+    if (directory is None) == (cluster is None):
+        die("give exactly one of --dir DIR and --cluster NAME", EXIT_INVALID)
+    if cluster is not None:
+        access, box = resolve_store(workdir, redis_url)
+
+        async def from_redis() -> bytes:
+            r = redis_client(access)
+            try:
+                return await cluster_kubeconfig(cluster, RedisPkiStore(r), name, box)
+            finally:
+                await r.aclose()
+
+        data = _run(from_redis)
+    else:
+        assert directory is not None
+        data = _dir_store(directory, lambda store, c: cluster_kubeconfig(c, store, name, _dir_box(directory, create=False)))
+    write_private(out, data)
+    print(f"wrote {out} (0600): {name} of cluster {cluster or 'in ' + str(directory)}; delete it after use")

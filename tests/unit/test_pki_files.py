@@ -33,13 +33,13 @@ def test_etcd_only_node_gets_its_member_files_and_the_cluster_ca_cert() -> None:
 
 def test_apiserver_master_and_controller_manager_master() -> None:
     assert _paths(split_plan(), "m1") == {
-        "/etc/kubernetes/admin.conf", "/etc/kubernetes/super-admin.conf", "/etc/kubernetes/kubelet.conf",
+        "/etc/kubernetes/admin.conf", "/etc/kubernetes/kubelet.conf",
         f"{PKI}/ca.crt", f"{PKI}/front-proxy-ca.crt", f"{PKI}/etcd/ca.crt", f"{PKI}/sa.key", f"{PKI}/sa.pub",
         *(f"{PKI}/{n}.{e}" for n in ("apiserver", "apiserver-kubelet-client", "front-proxy-client",
                                       "apiserver-etcd-client") for e in ("crt", "key")),
     }
     assert _paths(split_plan(), "m4") == {
-        "/etc/kubernetes/admin.conf", "/etc/kubernetes/super-admin.conf", "/etc/kubernetes/kubelet.conf",
+        "/etc/kubernetes/admin.conf", "/etc/kubernetes/kubelet.conf",
         "/etc/kubernetes/controller-manager.conf", "/etc/kubernetes/scheduler.conf",
         f"{PKI}/ca.crt", f"{PKI}/ca.key", f"{PKI}/front-proxy-ca.crt", f"{PKI}/sa.key",
     }
@@ -67,7 +67,7 @@ def test_admin_kubeconfigs_only_on_masters_and_kubelet_conf_only_on_registering_
     for node in plan.nodes:
         paths = _paths(plan, node.hostname)
         assert ("/etc/kubernetes/admin.conf" in paths) == is_master(node.roles)
-        assert ("/etc/kubernetes/super-admin.conf" in paths) == is_master(node.roles)
+        assert "/etc/kubernetes/super-admin.conf" not in paths  # break-glass: in the store only
         assert ("/etc/kubernetes/kubelet.conf" in paths) == node.registers
 
 

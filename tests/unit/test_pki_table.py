@@ -64,7 +64,7 @@ def test_one_peer_ca_per_etcd_cluster_and_a_shared_client_ca() -> None:
 def test_kubeconfig_rows_follow_kubeadm_identities_and_server_rules() -> None:
     expect = {
         "admin.conf": ("kubernetes-admin", ("kubeadm:cluster-admins",), "endpoint", "master"),
-        "super-admin.conf": ("kubernetes-super-admin", ("system:masters",), "endpoint", "master"),
+        "super-admin.conf": ("kubernetes-super-admin", ("system:masters",), "endpoint", "all"),
         "controller-manager.conf": ("system:kube-controller-manager", (), "local", "kube-controller-manager"),
         "scheduler.conf": ("system:kube-scheduler", (), "local", "kube-scheduler"),
         "kubelet.conf": ("system:node:{hostname}", ("system:nodes",), "endpoint", "registers"),
@@ -72,6 +72,9 @@ def test_kubeconfig_rows_follow_kubeadm_identities_and_server_rules() -> None:
     for name, (cn, o, server, needs) in expect.items():
         row = by_name(name)
         assert (row.kind, row.cn, row.o, row.server, row.needs, row.ca) == ("kubeconfig", cn, o, server, needs, "ca")
+    # super-admin.conf: one cluster-wide instance, placed on no node (kept in the store)
+    row = by_name("super-admin.conf")
+    assert row.per == "cluster" and row.cert == () and row.key == ()
 
 
 def test_public_surface_is_exported() -> None:

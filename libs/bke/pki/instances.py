@@ -172,7 +172,7 @@ def desired_instances(plan: Plan, hosts: Iterable[str] | None = None) -> list[In
             continue
         if spec.per == "cluster":
             dns, ips = ctx.sans(spec, None, spec.cn)
-            out.append(Instance(spec.name, spec, None, spec.cn, spec.o, dns, ips))
+            out.append(Instance(spec.name, spec, None, spec.cn, spec.o, dns, ips, ctx.server(spec, None)))
             continue
         templated = "{hostname}" in spec.cn
         for node in with_trait.get(spec.needs, ()):

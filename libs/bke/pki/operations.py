@@ -15,6 +15,7 @@ from ..secrets import SecretBox
 from .bundle import NodeFile, render_files
 from .ensure import ensure_pki
 from .errors import PkiNotReady, UnknownCertificate
+from .kubeconfig import render_kubeconfig
 from .expiry import ExpiryRow, expiration_rows, renewal_instances, select_renewals
 from .instances import desired_instances, node_file_refs
 from .issuance import IssueOptions, Validity, issue
@@ -23,7 +24,7 @@ from .material import cert_info
 from .report import CertsReport, RenewedCert
 from .store import PkiStore, Snapshot
 
-__all__ = ["check_expiration", "ensure_cluster_pki", "node_bundle",
+__all__ = ["check_expiration", "cluster_kubeconfig", "ensure_cluster_pki", "node_bundle",
     "node_bundles", "renew_certs"]
 
 
@@ -92,3 +93,22 @@ async def node_bundles(plan: Plan, store: PkiStore, hostnames: list[str], box: S
     if snap is None:
         raise PkiNotReady(f"no PKI stored for cluster {plan.cluster!r}")
     return {h: render_files(files[h], snap.materials, entries, plan.cluster) for h in hostnames}
+
+async def cluster_kubeconfig(cluster: str, store: PkiStore, name: str, box: SecretBox) -> bytes:
+    """A cluster-wide kubeconfig instance (super-admin.conf, on no node) rendered from the store,
+    for the caller to hold in memory or write 0600: the break-glass credential and the one the
+    dispatcher applies bootstrap RBAC with. Loads only that instance and its CA."""
+    snap = await store.load(cluster, None)
+    if snap is None:
+        raise PkiNotReady(f"no PKI stored for cluster {cluster!r}")
+    entry = snap.manifest.entries.get(name)
+    if entry is None or entry.owner is not None or entry.server is None or not entry.user:
+        raise UnknownCertificate(f"{name!r} is not a cluster-wide kubeconfig of cluster {cluster!r}")
+    ids = [name] + ([entry.ca] if entry.ca else [])
+    snap = await store.load(cluster, box, ids)
+    m = snap.materials.get(name) if snap else None
+    ca = snap.materials.get(entry.ca or "") if snap else None
+    if m is None or m.key is None or ca is None:
+        raise PkiNotReady(f"{name} of cluster {cluster!r} has not been issued (or its key is missing)")
+    return render_kubeconfig(cluster=cluster, server=entry.server, ca_pem=ca.cert, cert_pem=m.cert,
+                             key_pem=m.key, user=entry.user)

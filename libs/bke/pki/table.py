@@ -35,7 +35,6 @@ from ..paths import (
     KUBELET_CONF,
     PKI_DIR,
     SCHEDULER_CONF,
-    SUPER_ADMIN_CONF,
 )
 
 __all__ = ["CERTS", "CertSpec", "Kind", "Place", "Usage", "by_name", "ca_rows", "leaf_rows"]
@@ -158,9 +157,13 @@ CERTS: tuple[CertSpec, ...] = (
     CertSpec("admin.conf", "kubeconfig", "cluster administrator (RBAC group kubeadm:cluster-admins)",
              cn="kubernetes-admin", ca="ca", o=("kubeadm:cluster-admins",), per="node", needs="master",
              server="endpoint", cert=_own(ADMIN_CONF)),
-    CertSpec("super-admin.conf", "kubeconfig", "break-glass administrator (system:masters bypasses RBAC)",
-             cn="kubernetes-super-admin", ca="ca", o=("system:masters",), per="node", needs="master",
-             server="endpoint", cert=_own(SUPER_ADMIN_CONF)),
+    # On no node (kubeadm keeps it on the init node only): system:masters bypasses RBAC and
+    # cannot be revoked short of a new CA, so it stays encrypted in the PKI store. The dispatcher
+    # uses it in memory for the bootstrap-RBAC step only (as kubeadm init uses it to create the
+    # kubeadm:cluster-admins binding), and `bke certs kubeconfig super-admin.conf` gives it out
+    # for break-glass use. SUPER_ADMIN_CONF remains the path an operator would put it at.
+    CertSpec("super-admin.conf", "kubeconfig", "break-glass administrator (system:masters bypasses RBAC); on no node",
+             cn="kubernetes-super-admin", ca="ca", o=("system:masters",), server="endpoint"),
     CertSpec("controller-manager.conf", "kubeconfig", "kube-controller-manager to the local apiserver, else the endpoint",
              cn="system:kube-controller-manager", ca="ca", per="node", needs="kube-controller-manager",
              server="local", cert=_own(CONTROLLER_MANAGER_CONF)),
