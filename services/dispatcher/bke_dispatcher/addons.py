@@ -1,9 +1,19 @@
-"""The `addons` phase: built-in kube-proxy and CoreDNS (rendered), then the user's addons
-(`addons[]{name, version, path}`, a folder of manifests), applied in order, tracked per addon.
+"""The `addons` phase: the addon table (bke.spec.addons) applied in order, each tracked.
 
-Real clusters: server-side apply with the `kubernetes` client. The lab has no apiserver, so
-there each object is validated (kubernetes-validate, strict, for the cluster's version) and
-recorded instead. Either way the record per addon lives in `bke:<cluster>:addons`.
+Order and sources: bootstrap RBAC (rendered; applied with super-admin.conf, everything after it
+with admin.conf), kube-proxy (rendered), the CNI (calico's manifest fetched from the httpRepo,
+checked, wired to the cluster by bke.calico, validated), CoreDNS (rendered), then the user's
+folders. A built-in the spec turned off is not there; one the user replaced is read from their
+folder in its slot.
+
+Real clusters: server-side apply with the `kubernetes` client, then, for the CNI, a wait until
+its DaemonSet is ready (polled, with a deadline). The lab has no apiserver: each object is
+validated (kubernetes-validate, strict, for the cluster's version) and recorded as "Validated".
+
+Records, one per addon in `bke:<cluster>:addons` (`order` is the table's position, so `bke
+status` lists them in the order applied): status Validated | Applied | Ready. An addon recorded
+done is never applied again after a restart; one recorded Applied that has something to wait
+for is only waited for.
 """
 from __future__ import annotations
 
@@ -16,15 +26,19 @@ from typing import Any, Callable, Protocol
 import yaml
 from redis.asyncio import Redis
 
+from bke.calico import CalicoWiring, wire_calico
 from bke.plan import Plan
+from bke.spec.addons import AddonStep, addon_steps
 from bke.state.keys import addon_manifests_key, addons_key
 
 from .engine import DONE, Outcome
+from .manifests import cni_artefact
 
-__all__ = ["AddonsWork", "LabApplier", "load_addon_objects"]
+__all__ = ["AddonsWork", "LabApplier", "daemonset_ready", "load_addon_objects", "validate_objects"]
 
 log = logging.getLogger("bke.dispatcher.addons")
-BUILT_IN = ("kube-proxy", "coredns")
+READY_TIMEOUT_S = 900.0  # image pulls on every node: calico-node can take minutes to be ready
+POLL_S = 5.0
 
 
 def load_addon_objects(folder: Path) -> list[dict[str, Any]]:
@@ -39,51 +53,121 @@ def load_addon_objects(folder: Path) -> list[dict[str, Any]]:
     return objs
 
 
+def validate_objects(plan: Plan, objects: list[dict[str, Any]]) -> None:
+    """Every object strictly valid for the cluster's Kubernetes minor, else ValueError naming it."""
+    import kubernetes_validate
+
+    minor = ".".join(plan.kubernetes_version.lstrip("v").split(".")[:2])
+    for i, obj in enumerate(objects):
+        try:
+            kubernetes_validate.validate(obj, minor, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            kind = obj.get("kind", "?") if isinstance(obj, dict) else "?"
+            raise ValueError(f"object {i} ({kind}): {exc.message}") from exc
+
+
+def daemonset_ready(ds: dict[str, Any]) -> tuple[bool, str]:
+    """Ready when the controller has seen the latest spec and every scheduled pod is updated and
+    ready (what `kubectl rollout status` waits for); the reason says how far it is."""
+    meta, st = ds.get("metadata") or {}, ds.get("status") or {}
+    desired = int(st.get("desiredNumberScheduled") or 0)
+    ready, updated = int(st.get("numberReady") or 0), int(st.get("updatedNumberScheduled") or 0)
+    if int(st.get("observedGeneration") or 0) < int(meta.get("generation") or 0):
+        return False, "the DaemonSet controller has not seen the latest spec yet"
+    if desired == 0:
+        return False, "no node scheduled yet"
+    if ready < desired or updated < desired:
+        return False, f"{ready}/{desired} pods ready, {updated}/{desired} updated"
+    return True, f"{ready}/{desired} pods ready"
+
+
 class Applier(Protocol):
-    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]]) -> str: ...
+    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> str: ...
+
+    async def workload(self, plan: Plan, kind: str, namespace: str, name: str) -> dict[str, Any]: ...
+
+
+class ManifestSource(Protocol):
+    async def fetch(self, plan: Plan, art: Any) -> bytes: ...
 
 
 class LabApplier:
     """Validate every object strictly for the cluster's Kubernetes version; apply nothing."""
 
-    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]]) -> str:
-        import kubernetes_validate
+    validates = True
 
-        minor = ".".join(plan.kubernetes_version.lstrip("v").split(".")[:2])
-        for i, obj in enumerate(objects):
-            try:
-                kubernetes_validate.validate(obj, minor, strict=True)
-            except kubernetes_validate.ValidationError as exc:
-                kind = obj.get("kind", "?") if isinstance(obj, dict) else "?"
-                raise ValueError(f"object {i} ({kind}): {exc.message}") from exc
+    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> str:
+        validate_objects(plan, objects)
         return "Validated"
+
+    async def workload(self, plan: Plan, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        raise NotImplementedError("the lab records addons as validated; nothing runs to wait for")
+
+
+def _records(raw: dict) -> dict[str, dict]:
+    out = {}
+    for k, v in raw.items():
+        try:
+            out[k.decode() if isinstance(k, bytes) else k] = json.loads(v)
+        except (ValueError, TypeError):
+            continue  # an unreadable record: applied again (server-side apply is idempotent)
+    return out
 
 
 class AddonsWork:
-    def __init__(self, redis: Redis, applier: Applier, now: Callable[[], datetime]):
-        self.redis, self.applier, self.now = redis, applier, now
+    def __init__(self, redis: Redis, applier: Applier, now: Callable[[], datetime], manifests: ManifestSource):
+        self.redis, self.applier, self.now, self.manifests = redis, applier, now, manifests
+
+    async def _objects(self, plan: Plan, step: AddonStep, rendered: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The step's objects, ready to apply; None while the renderer's are not stored yet."""
+        if step.source == "path":
+            assert step.path is not None
+            return load_addon_objects(Path(step.path))
+        if step.source == "rendered":
+            text = rendered.get(step.name)
+            return None if text is None else [d for d in yaml.safe_load_all(text) if d]
+        body = await self.manifests.fetch(plan, cni_artefact(plan, step.version))
+        c = plan.spec.config
+        objects = wire_calico([d for d in yaml.safe_load_all(body) if d],
+                              CalicoWiring(c.networking.pod_subnet, c.image_repo, c.kube_proxy.mode))
+        if not getattr(self.applier, "validates", False):
+            validate_objects(plan, objects)  # upstream's objects, checked before any reaches the cluster
+        return objects
+
+    async def _save(self, plan: Plan, step: AddonStep, doc: dict[str, Any]) -> None:
+        await self.redis.hset(addons_key(plan.cluster), step.name, json.dumps(doc))
 
     async def run(self, name: str, plan: Plan) -> Outcome:
-        key = addons_key(plan.cluster)
-        done = {k.decode() if isinstance(k, bytes) else k for k in await self.redis.hkeys(key)}
-        rendered = await self.redis.hgetall(addon_manifests_key(plan.cluster))
-        rendered = {(k.decode() if isinstance(k, bytes) else k): v for k, v in rendered.items()}
-        for addon in plan.spec.cluster.spec.cluster_config.addons:
-            if addon.name in done:
-                continue  # applied before a restart: never again
+        records = _records(await self.redis.hgetall(addons_key(plan.cluster)))
+        raw = await self.redis.hgetall(addon_manifests_key(plan.cluster))
+        rendered = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
+        for i, step in enumerate(addon_steps(plan.spec)):
+            rec = records.get(step.name) or {}
+            status = rec.get("status")
+            if status in ("Validated", "Ready") or (status == "Applied" and not step.wait_for):
+                continue  # done before a restart: never again
             try:
-                if addon.path:
-                    objects = load_addon_objects(Path(addon.path))
-                elif addon.name in rendered:
-                    objects = [d for d in yaml.safe_load_all(rendered[addon.name]) if d]
-                elif addon.name in BUILT_IN:
-                    return Outcome("wait", delay=1.0, reason=f"waiting for the rendered {addon.name} manifests")
-                else:
-                    raise ValueError(f"addon {addon.name!r} is not built in and has no 'path' folder of manifests")
-                result = await self.applier.apply(plan, addon.name, objects)
+                if status != "Applied":  # 1. fetch or read, wire, validate, apply
+                    objects = await self._objects(plan, step, rendered)
+                    if objects is None:
+                        return Outcome("wait", delay=1.0, reason=f"waiting for the rendered {step.name} manifests")
+                    result = await self.applier.apply(plan, step.name, objects, step.credential)
+                    rec = {"version": step.version, "status": result, "objects": len(objects), "order": i,
+                           "at": self.now().isoformat()}
+                    await self._save(plan, step, rec)
+                    log.info("addon %s %s", step.name, result, extra={"cluster": plan.cluster, "addon": step.name})
+                    if result != "Applied" or not step.wait_for:
+                        continue
+                assert step.wait_for is not None  # 2. wait until its workload is ready
+                ready, detail = daemonset_ready(await self.applier.workload(plan, *step.wait_for))
+                kind, ns, wname = step.wait_for
+                if not ready:
+                    waited = (self.now() - datetime.fromisoformat(rec["at"])).total_seconds()
+                    if waited > READY_TIMEOUT_S:
+                        return Outcome("failed", reason=f"addon {step.name}: {kind} {ns}/{wname} not ready after "
+                                                        f"{waited:.0f}s: {detail}")
+                    return Outcome("wait", delay=POLL_S, reason=f"addon {step.name}: {kind} {ns}/{wname}: {detail}")
+                await self._save(plan, step, {**rec, "status": "Ready", "readyAt": self.now().isoformat(), "ready": detail})
             except (OSError, ValueError, yaml.YAMLError) as exc:
-                return Outcome("failed", reason=f"addon {addon.name} {addon.version}: {exc}")
-            doc = {"version": addon.version, "status": result, "objects": len(objects), "at": self.now().isoformat()}
-            await self.redis.hset(key, addon.name, json.dumps(doc))
-            log.info("addon %s %s", addon.name, result, extra={"cluster": plan.cluster, "addon": addon.name})
+                return Outcome("failed", reason=f"addon {step.name} {step.version}: {exc}")
         return DONE

@@ -46,6 +46,7 @@ from bke.state.nodefiles import RedisNodeFiles
 from .addons import AddonsWork, LabApplier
 from .api_health import ApiHealthWork, periodic_doc
 from .checksums import HttpRepoChecksums, LabChecksums
+from .manifests import HttpRepoManifests, LabManifests
 from .engine import Engine
 from .health import HealthMonitor
 from .known import KnownTargets
@@ -93,7 +94,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         state, plans, files, svc.publish,
         LabChecksums() if lab else HttpRepoChecksums(),
         LocalPhases({
-            "addons": AddonsWork(redis, applier, _now),
+            "addons": AddonsWork(redis, applier, _now, LabManifests() if lab else HttpRepoManifests()),
             "node-labels": NodeLabelsWork(redis, nodes_api or LabNodes(), _now),
             "health": ApiHealthWork(redis, nodes_api, _now),  # the lab: nothing to ask an API
         }),

@@ -114,7 +114,8 @@ PHASES: tuple[Phase, ...] = (
         lambda plan, node, inp: [SystemdUnit(id="systemd:kubelet", unit="kubelet.service", action="restart")],
         concurrency=1000,
     ),
-    Phase("addons", "kube-proxy, CoreDNS, then user addons, applied in order", lambda plan: [], local="addons"),
+    Phase("addons", "bootstrap RBAC, kube-proxy, the CNI (waited ready), CoreDNS, then user addons, in order",
+          lambda plan: [], local="addons"),
     Phase(
         "node-labels",
         "every registered node's labels and taints applied through the API (recorded in the lab)",

@@ -134,7 +134,8 @@ def build_status(
         ],
         nodes_matched=len(rows),
         next_offset=end if end < len(rows) else None,
-        addons=addons,
+        # in the order they were applied (the addon table's `order`), not Redis' hash order
+        addons=dict(sorted(addons.items(), key=lambda kv: (kv[1].get("order", 1 << 30), kv[0]))),
         health=cluster_health or {},
         node_health=health_counts(order, health),
         label_sets=sets,
