@@ -106,3 +106,27 @@ def test_dir_and_cluster_together_or_missing_redis_exit_2(tmp_path: Path, capsys
     assert code == 2 and "--cluster needs --workdir DIR (a lab) or --nats URL" in stderr
     code, _, stderr = _bke(capsys, "certs", "check-expiration", "--dir", str(tmp_path / "empty"))
     assert code == 2 and "no BKE PKI here" in stderr
+
+
+def test_break_glass_kubeconfig_is_on_no_node_and_written_0600_on_request(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import base64
+
+    import yaml
+    from cryptography import x509
+
+    out = tmp_path / "pki"
+    assert _bke(capsys, "certs", "issue", str(SPLIT), "--out", str(out))[0] == 0
+    assert not list(out.glob("*/etc/kubernetes/super-admin.conf"))  # no node holds it
+    assert (out / ".bke" / "store" / "super-admin.conf.key.enc").exists()  # the key only encrypted
+    conf = tmp_path / "break-glass.conf"
+    code, stdout, stderr = _bke(capsys, "certs", "kubeconfig", "--dir", str(out), "--out", str(conf))
+    assert code == 0, stderr
+    assert stat.S_IMODE(conf.stat().st_mode) == 0o600 and "BEGIN" not in stdout + stderr
+    doc = yaml.safe_load(conf.read_text())
+    cert = x509.load_pem_x509_certificate(base64.b64decode(doc["users"][0]["user"]["client-certificate-data"]))
+    subject = {a.oid._name: a.value for a in cert.subject}
+    assert subject == {"commonName": "kubernetes-super-admin", "organizationName": "system:masters"}
+    assert doc["clusters"][0]["cluster"]["server"] == f"https://{split_plan().control_plane_endpoint}"
+    code, _, stderr = _bke(capsys, "certs", "kubeconfig", "admin.conf", "--dir", str(out), "--out", str(conf))
+    assert code == 2 and "not a cluster-wide kubeconfig" in stderr

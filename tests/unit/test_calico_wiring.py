@@ -1,0 +1,176 @@
+"""Calico wired to the cluster (bke.calico), the lab stand-in's shape, the manifest checks and
+the readiness rule the dispatcher waits on."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import http.server
+import threading
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from bke.calico import BLOCK_SIZE, CalicoWiring, calico_image, find_calico_node, wire_calico
+from bke.calico_placeholder import lab_calico_manifest, lab_calico_sha256
+from bke.errors import TemporaryError
+from bke.plan import plan_spec_text
+from bke.spec.synth import synth_docs
+from bke.versions import KUBERNETES
+from bke_dispatcher.addons import daemonset_ready
+from bke_dispatcher.manifests import HttpRepoManifests, LabManifests, cni_artefact, verify_manifest
+
+
+def _objs(version: str = "3.31.3") -> list[dict]:
+    return [d for d in yaml.safe_load_all(lab_calico_manifest(version)) if d]
+
+
+def _env(objs: list[dict]) -> dict[str, str]:
+    c = find_calico_node(objs)["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value") for e in c["env"]}
+
+
+def _images(objs: list[dict]) -> list[str]:
+    out = []
+    for o in objs:
+        if o["kind"] in ("DaemonSet", "Deployment"):
+            pod = o["spec"]["template"]["spec"]
+            out += [c["image"] for c in [*pod.get("initContainers", []), *pod["containers"]]]
+    return out
+
+
+def test_pod_subnet_and_block_size_reach_calico_node() -> None:
+    wired = wire_calico(_objs(), CalicoWiring("10.32.0.0/12", "registry.k8s.io"))
+    env = _env(wired)
+    assert env["CALICO_IPV4POOL_CIDR"] == "10.32.0.0/12" and env["CALICO_IPV4POOL_BLOCK_SIZE"] == str(BLOCK_SIZE) == "26"
+    assert "FELIX_NFTABLESMODE" not in env
+
+
+def test_an_existing_cidr_entry_is_replaced_not_duplicated() -> None:
+    objs = _objs()
+    find_calico_node(objs)["spec"]["template"]["spec"]["containers"][0]["env"].append(
+        {"name": "CALICO_IPV4POOL_CIDR", "value": "192.168.0.0/16"})
+    before = copy.deepcopy(objs)
+    wired = wire_calico(objs, CalicoWiring("10.244.0.0/16", "registry.k8s.io"))
+    names = [e["name"] for e in find_calico_node(wired)["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert names.count("CALICO_IPV4POOL_CIDR") == 1 and _env(wired)["CALICO_IPV4POOL_CIDR"] == "10.244.0.0/16"
+    assert objs == before  # the input is not changed
+
+
+def test_nftables_mode_switches_felix_to_nftables() -> None:
+    assert _env(wire_calico(_objs(), CalicoWiring("10.244.0.0/16", "registry.k8s.io", "nftables")))["FELIX_NFTABLESMODE"] == "Enabled"
+    assert "FELIX_NFTABLESMODE" not in _env(wire_calico(_objs(), CalicoWiring("10.244.0.0/16", "registry.k8s.io", "ipvs")))
+
+
+def test_images_move_to_an_offline_registry_and_stay_upstream_by_default() -> None:
+    default = _images(wire_calico(_objs(), CalicoWiring("10.244.0.0/16", "registry.k8s.io")))
+    assert default == ["docker.io/calico/cni:v3.31.3", "docker.io/calico/node:v3.31.3",
+                       "docker.io/calico/kube-controllers:v3.31.3"]
+    mirrored = _images(wire_calico(_objs(), CalicoWiring("10.244.0.0/16", "harbor.local:5000/k8s/")))
+    assert mirrored == ["harbor.local:5000/k8s/calico/cni:v3.31.3", "harbor.local:5000/k8s/calico/node:v3.31.3",
+                        "harbor.local:5000/k8s/calico/kube-controllers:v3.31.3"]
+    assert calico_image("reg.example", "calico/node:v3.31.3") == "reg.example/calico/node:v3.31.3"
+    assert calico_image("reg.example", "quay.io/calico/node@sha256:ab") == "reg.example/calico/node@sha256:ab"
+
+
+def test_what_is_not_calico_or_cannot_be_wired_is_refused() -> None:
+    with pytest.raises(ValueError, match="no DaemonSet kube-system/calico-node"):
+        wire_calico([o for o in _objs() if o["kind"] != "DaemonSet"], CalicoWiring("10.244.0.0/16", "registry.k8s.io"))
+    with pytest.raises(ValueError, match="IPv4 pool only"):
+        wire_calico(_objs(), CalicoWiring("fd00::/56", "registry.k8s.io"))
+    with pytest.raises(ValueError, match="smaller than one calico block"):
+        wire_calico(_objs(), CalicoWiring("10.0.0.0/28", "registry.k8s.io"))
+
+
+@pytest.mark.parametrize("minor", list(KUBERNETES))
+def test_the_lab_stand_in_is_calico_shaped_and_valid_for_every_minor(minor: str) -> None:
+    version = KUBERNETES[minor].calico
+    objs = wire_calico(_objs(version), CalicoWiring("10.244.0.0/16", "registry.k8s.io", "nftables"))
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objs}
+    assert {("ServiceAccount", "calico-node"), ("ClusterRole", "calico-node"), ("ClusterRoleBinding", "calico-node"),
+            ("ConfigMap", "calico-config"), ("DaemonSet", "calico-node"),
+            ("Deployment", "calico-kube-controllers")} <= kinds
+    for o in objs:
+        kubernetes_validate.validate(o, minor, strict=True)
+    assert lab_calico_manifest(version) == lab_calico_manifest(version)  # deterministic, for the bundle's fake upstream
+
+
+def test_a_manifest_is_taken_only_with_a_matching_checksum() -> None:
+    body = b"kind: List\n"
+    good = hashlib.sha256(body).hexdigest()
+    assert verify_manifest("u", body, good.upper()) == body
+    with pytest.raises(ValueError, match="does not match its .sha256"):
+        verify_manifest("u", body + b" ", good)
+    with pytest.raises(ValueError, match="does not match the versions table's pin"):
+        verify_manifest("u", body, good, pinned="0" * 64)
+
+
+def _plan(http_repo: str = "http://127.0.0.1:1"):
+    docs = synth_docs(4)
+    docs[0]["spec"]["clusterConfig"]["cluster"]["httpRepo"] = http_repo
+    out = plan_spec_text(yaml.safe_dump_all(docs))
+    assert not out.errors, out.errors
+    return out.plan
+
+
+async def test_lab_source_serves_the_stand_in_at_the_artefact_path() -> None:
+    plan = _plan()
+    art = cni_artefact(plan, "v3.31.3")
+    assert art.path == "calico/3.31.3/calico.yaml"
+    body = await LabManifests().fetch(plan, art)
+    assert hashlib.sha256(body).hexdigest() == lab_calico_sha256("3.31.3")
+
+
+class _Repo(http.server.BaseHTTPRequestHandler):
+    files: dict[str, bytes] = {}
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        data = self.files.get(self.path)
+        self.send_response(200 if data is not None else 404)
+        self.end_headers()
+        if data is not None:
+            self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def http_repo():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Repo)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", _Repo.files
+    finally:
+        server.shutdown()
+        server.server_close()
+        _Repo.files = {}
+
+
+async def test_httprepo_source_checks_the_sha256_beside_the_manifest(http_repo) -> None:
+    url, files = http_repo
+    plan = _plan(url)
+    art = cni_artefact(plan, "3.31.3")
+    body = lab_calico_manifest("3.31.3")
+    files[f"/{art.path}"] = body
+    files[f"/{art.path}.sha256"] = f"{hashlib.sha256(body).hexdigest()}  calico.yaml\n".encode()
+    assert await HttpRepoManifests().fetch(plan, art) == body
+    files[f"/{art.path}"] = body + b"# tampered\n"
+    with pytest.raises(ValueError, match="does not match its .sha256"):
+        await HttpRepoManifests().fetch(plan, art)
+    del files[f"/{art.path}.sha256"]
+    with pytest.raises(TemporaryError, match="cannot fetch"):
+        await HttpRepoManifests().fetch(plan, art)
+
+
+def test_daemonset_ready_only_when_every_scheduled_pod_is_updated_and_ready() -> None:
+    def ds(gen=2, seen=2, desired=3, ready=3, updated=3):
+        return {"metadata": {"generation": gen}, "status": {"observedGeneration": seen, "desiredNumberScheduled": desired,
+                                                            "numberReady": ready, "updatedNumberScheduled": updated}}
+    assert daemonset_ready(ds()) == (True, "3/3 pods ready")
+    assert daemonset_ready(ds(ready=2)) == (False, "2/3 pods ready, 3/3 updated")
+    assert daemonset_ready(ds(updated=1))[0] is False
+    assert daemonset_ready(ds(seen=1))[0] is False
+    assert daemonset_ready(ds(desired=0, ready=0, updated=0)) == (False, "no node scheduled yet")
+    assert daemonset_ready({}) == (False, "no node scheduled yet")  # not created yet
