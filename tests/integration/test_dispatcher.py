@@ -55,7 +55,7 @@ async def _stored_cluster(r: Redis, name: str, sealed_but: tuple[str, ...] = ())
     await files.put_many(name, "render", tree)
     await files.put_many(name, "certs", {h: BUNDLE for h in tree if h not in sealed_but})
     cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {}, namespace: kube-system}}\ndata: {{}}\n"
-    await r.hset(addon_manifests_key(name), mapping={"kube-proxy": cm.format("kube-proxy"), "coredns": cm.format("coredns")})
+    await r.hset(addon_manifests_key(name), mapping={n: cm.format(n) for n in ("rbac", "kube-proxy", "coredns")})
     return plan, plan_digest(pj)
 
 
@@ -104,7 +104,7 @@ async def test_two_replicas_install_once(nats_url, redis_url, redis_client, nats
         # node-env x4, certs x4, etcd x3, init x1, join x2, workers x1, health x4: each ran once
         assert fleet.executed == 19 and fleet.replayed == 0
         recorded = await r.hgetall(addons_key("twice"))
-        assert sorted(recorded) == [b"coredns", b"kube-proxy"]
+        assert sorted(recorded) == [b"calico", b"coredns", b"kube-proxy", b"rbac"]  # calico: the lab stand-in
     finally:
         if fleet is not None:
             await fleet.stop(grace=1.0)

@@ -41,7 +41,7 @@ async def test_ensure_rendered_is_idempotent_and_stores_what_the_dispatcher_read
     assert files is not None and any(f.path == "/etc/kubernetes/manifests/kube-apiserver.yaml" for f in files)
     assert await RedisNodeFiles(redis_client).digest(plan.cluster, "render") == first.digest
     addons = await redis_client.hgetall(render_keys(plan.cluster)["addons"])
-    assert set(addons) == {"kube-proxy", "coredns"} and "kind: DaemonSet" in addons["kube-proxy"]
+    assert set(addons) == {"rbac", "kube-proxy", "coredns"} and "kind: DaemonSet" in addons["kube-proxy"]
 
     loaded = await store.load(plan.cluster)
     assert loaded is not None and loaded.digest == first.digest

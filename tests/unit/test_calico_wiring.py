@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import http.server
-import threading
 
 import kubernetes_validate
 import pytest
@@ -13,12 +11,11 @@ import yaml
 
 from bke.calico import BLOCK_SIZE, CalicoWiring, calico_image, find_calico_node, wire_calico
 from bke.calico_placeholder import lab_calico_manifest, lab_calico_sha256
-from bke.errors import TemporaryError
 from bke.plan import plan_spec_text
 from bke.spec.synth import synth_docs
 from bke.versions import KUBERNETES
 from bke_dispatcher.addons import daemonset_ready
-from bke_dispatcher.manifests import HttpRepoManifests, LabManifests, cni_artefact, verify_manifest
+from bke_dispatcher.manifests import LabManifests, cni_artefact, verify_manifest
 
 
 def _objs(version: str = "3.31.3") -> list[dict]:
@@ -105,7 +102,7 @@ def test_a_manifest_is_taken_only_with_a_matching_checksum() -> None:
         verify_manifest("u", body, good, pinned="0" * 64)
 
 
-def _plan(http_repo: str = "http://127.0.0.1:1"):
+def _plan(http_repo: str = "http://127.0.0.1:1"):  # nothing listens there: the lab source never connects
     docs = synth_docs(4)
     docs[0]["spec"]["clusterConfig"]["cluster"]["httpRepo"] = http_repo
     out = plan_spec_text(yaml.safe_dump_all(docs))
@@ -119,49 +116,6 @@ async def test_lab_source_serves_the_stand_in_at_the_artefact_path() -> None:
     assert art.path == "calico/3.31.3/calico.yaml"
     body = await LabManifests().fetch(plan, art)
     assert hashlib.sha256(body).hexdigest() == lab_calico_sha256("3.31.3")
-
-
-class _Repo(http.server.BaseHTTPRequestHandler):
-    files: dict[str, bytes] = {}
-
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-        data = self.files.get(self.path)
-        self.send_response(200 if data is not None else 404)
-        self.end_headers()
-        if data is not None:
-            self.wfile.write(data)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-@pytest.fixture
-def http_repo():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Repo)
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", _Repo.files
-    finally:
-        server.shutdown()
-        server.server_close()
-        _Repo.files = {}
-
-
-async def test_httprepo_source_checks_the_sha256_beside_the_manifest(http_repo) -> None:
-    url, files = http_repo
-    plan = _plan(url)
-    art = cni_artefact(plan, "3.31.3")
-    body = lab_calico_manifest("3.31.3")
-    files[f"/{art.path}"] = body
-    files[f"/{art.path}.sha256"] = f"{hashlib.sha256(body).hexdigest()}  calico.yaml\n".encode()
-    assert await HttpRepoManifests().fetch(plan, art) == body
-    files[f"/{art.path}"] = body + b"# tampered\n"
-    with pytest.raises(ValueError, match="does not match its .sha256"):
-        await HttpRepoManifests().fetch(plan, art)
-    del files[f"/{art.path}.sha256"]
-    with pytest.raises(TemporaryError, match="cannot fetch"):
-        await HttpRepoManifests().fetch(plan, art)
 
 
 def test_daemonset_ready_only_when_every_scheduled_pod_is_updated_and_ready() -> None:

@@ -120,3 +120,12 @@ def test_the_follower_names_phase_nodes_and_reason_and_exits_by_kind(kind, code)
     assert lines[0] == "install of c failed in phase etcd: 1 node(s) failed: m3; m3 step wait:etcd-data: timeout"
     assert lines[1] == "failed node(s): m3"
     assert failure_code(doc) == code
+
+
+def test_addons_are_listed_in_the_order_they_were_applied():
+    # Redis hands a hash back in any order; the records' `order` (the addon table's) decides
+    records = {"coredns": {"status": "Validated", "order": 3}, "rbac": {"status": "Validated", "order": 0},
+               "calico": {"status": "Validated", "order": 2}, "kube-proxy": {"status": "Validated", "order": 1}}
+    doc = build_status(GetStatus(cluster="c"), INSTALL, PHASES, ORDER, NODES, records, {}, None)
+    assert list(doc.addons) == ["rbac", "kube-proxy", "calico", "coredns"]
+    assert list(parse_status_reply(fit_reply(doc)).addons) == ["rbac", "kube-proxy", "calico", "coredns"]
