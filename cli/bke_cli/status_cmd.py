@@ -91,6 +91,11 @@ def status(
             health = "" if n.health is None else n.health.status + (f" ({', '.join(n.health.failing)})" if n.health.failing else "")
             table.add_row(n.hostname, n.status, n.phase or "", n.step or "", health)
         console.print(table)
+    if doc.addons:  # in the order the addons phase applied them
+        table = Table("addon", "version", "status")
+        for name, a in doc.addons.items():
+            table.add_row(name, str(a.get("version", "")), str(a.get("status", "")))
+        console.print(table)
     if doc.rotation is not None:
         r = doc.rotation
         console.print(f"certificate rotation {r.request_id}: {r.status} {r.done}/{r.total} {r.message}")

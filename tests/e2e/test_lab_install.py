@@ -45,7 +45,9 @@ async def test_split_etcd_install_files_and_real_etcd(lab_factory):
     assert doc["status"] == "Succeeded"
     assert {p["name"]: p["status"] for p in doc["phases"]} == {p["name"]: "Succeeded" for p in doc["phases"]}
     assert all(n["status"] == "Succeeded" for n in doc["nodes"])
-    assert set(doc["addons"]) == {"kube-proxy", "coredns"}
+    # the addons phase, in the addon table's order, each validated for the cluster's minor and recorded
+    assert list(doc["addons"]) == ["rbac", "kube-proxy", "calico", "coredns"]
+    assert all(a["status"] == "Validated" for a in doc["addons"].values())
     # what an operator sees: `bke status NAME --nats URL -o json`, NATS only, as the schema says
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("BKE_")}, **lab.operator_env()}
     proc = await asyncio.create_subprocess_exec(
@@ -81,6 +83,7 @@ async def test_split_etcd_install_files_and_real_etcd(lab_factory):
     assert not (worker / pki / "ca.key").exists() and not (worker / "etc/kubernetes/admin.conf").exists()
     assert sorted(p.name for p in (worker / pki).iterdir()) == ["ca.crt"]
     assert not (etcd_only / "etc/kubernetes/admin.conf").exists() and not (etcd_only / pki / "ca.key").exists()
+    assert not any(lab.host(n.hostname).joinpath("etc/kubernetes/super-admin.conf").exists() for n in lab.plan.nodes)
     assert (etcd_only / pki / "etcd-events/peer.key").stat().st_mode & 0o777 == 0o600
     assert not (etcd_only / pki / "etcd").exists()  # a member of etcd-events only
     assert (cm / pki / "ca.key").exists() and not (apiserver / pki / "ca.key").exists()
@@ -125,6 +128,13 @@ async def test_seed_install_with_dispatcher_killed_in_the_etcd_phase(lab_factory
     assert lab.phase(doc, "load-balancer")["status"] == "Skipped"
     counts = assert_ran_once(lab)
     assert sum(1 for c in counts if "/etcd/" in c) == 3
+    # the seed lists kube-proxy and coredns with their versions; RBAC and calico come by default
+    addons = doc["addons"]
+    assert list(addons) == ["rbac", "kube-proxy", "calico", "coredns"]
+    assert {n: (a["status"], a["version"]) for n, a in addons.items()} == {
+        "rbac": ("Validated", "1.33.2"), "kube-proxy": ("Validated", "v1.33.2"),
+        "calico": ("Validated", "3.31.3"), "coredns": ("Validated", "v1.12.0")}
+    assert addons["calico"]["objects"] == 7  # the lab stand-in, wired and validated
 
 
 async def _accepted(lab, node: str, timeout: float = 60.0) -> None:
