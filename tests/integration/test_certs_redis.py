@@ -69,7 +69,7 @@ async def test_ensure_stores_keys_encrypted_and_is_idempotent(raw: aioredis.Redi
     assert any(getattr(r, "cluster", None) == "big" and getattr(r, "operation", None) == "ensure_certs"
                for r in logged)
     assert not any("PRIVATE KEY" in r.getMessage() or "BEGIN" in r.getMessage() for r in logged)
-    assert len(report.issued) == 69
+    assert len(report.issued) == 65
     dump = await _dump(raw)
     keys = pki_keys("big")
     assert set(dump) == {k.encode() for k in keys.values()}
@@ -77,12 +77,12 @@ async def test_ensure_stores_keys_encrypted_and_is_idempotent(raw: aioredis.Redi
         blob = b"".join(k + v for k, v in value.items()) if isinstance(value, dict) else value
         assert b"PRIVATE KEY" not in blob and b"LS0tLS1CRUdJTiBQUklWQVRF" not in blob, key
     certs, enc = dump[keys["certs"].encode()], dump[keys["keys"].encode()]
-    assert set(certs) == set(enc) and len(certs) == 69  # every instance has a key, encrypted
+    assert set(certs) == set(enc) and len(certs) == 65  # every instance has a key, encrypted
     assert all(v.startswith(b"-----BEGIN ") for v in certs.values())
     assert box.decrypt(base64.b64decode(enc[b"etcd-ca"]), b"big/etcd-ca").startswith(b"-----BEGIN PRIVATE KEY")
 
     again = await ensure_cluster_certs(_plan(), store, NOW + timedelta(days=1), box, options=SERIAL)
-    assert again.issued == [] and again.reissued == [] and len(again.reused) == 69 and not again.changed
+    assert again.issued == [] and again.reissued == [] and len(again.reused) == 65 and not again.changed
     assert await _dump(raw) == dump  # same bytes, same version
 
 
@@ -119,7 +119,7 @@ async def test_renew_expiring_renews_leaves_once(raw: aioredis.Redis) -> None:
 
     later = NOW + timedelta(days=340)
     renewed = await renew_requested("big", store, later, box, names=None, threshold=timedelta(days=30), request_id="r", options=SERIAL)
-    assert len(renewed) == 69 - 7 and not any(r.name.endswith("-ca") or r.name == "sa" for r in renewed)
+    assert len(renewed) == 65 - 7 and not any(r.name.endswith("-ca") or r.name == "sa" for r in renewed)
     kubelet = next(r for r in renewed if r.instance == "kubelet.conf@worker2")
     assert kubelet.nodes == ["worker2"] and kubelet.not_after == later + timedelta(days=365)
     snap = await store.load("big", box)
@@ -167,11 +167,12 @@ async def test_cli_asks_the_certs_service_over_the_bus(raw: aioredis.Redis, nats
         assert code == 0, err
         assert any(line.startswith("kubelet.conf@worker1 ") for line in out.splitlines())
         rows = [line for line in out.splitlines() if "@" in line.split(" ", 1)[0]]
-        assert len(rows) == 69 - 7 and len(asked) == 1  # every leaf, one page (CAs in their own table)
+        # every per-node leaf (super-admin.conf is cluster-wide: no "@"), one page (CAs in their own table)
+        assert len(rows) == 65 - 7 - 1 and len(asked) == 1
         garbage = await nats_client.request(EXPIRATION_GET, b"{}", timeout=5)
         assert b'"reason":"Invalid"' in garbage.data and b"cluster" in garbage.data
-        paged = await nats_client.request(EXPIRATION_GET, b'{"cluster": "big", "offset": 60, "limit": 5}', timeout=5)
-        assert b'"nextOffset":65' in paged.data and b'"total":68' in paged.data  # 69 issued: sa is a key pair
+        paged = await nats_client.request(EXPIRATION_GET, b'{"cluster": "big", "offset": 55, "limit": 5}', timeout=5)
+        assert b'"nextOffset":60' in paged.data and b'"total":64' in paged.data  # 65 issued: sa is a key pair
         code = await asyncio.to_thread(main, ["certs", "check-expiration", "--cluster", "nosuch", "--nats", nats_url])
         assert code == 2 and "no PKI stored for cluster 'nosuch'" in capsys.readouterr()[1]
     finally:

@@ -102,7 +102,7 @@ async def test_automatic_renewal_renews_what_is_due_only_when_idle(certs):
     assert (await auto.tick())["big"].reason == "the install is not known to have finished"
     await h.ops.set_install("big", "Succeeded")
     decided = await auto.tick()
-    assert decided["big"].action == "renew" and len(decided["big"].due) == 69 - 7
+    assert decided["big"].action == "renew" and len(decided["big"].due) == 65 - 7
     [(subject, body)] = sent
     req = RenewCerts.model_validate_json(body)
     assert subject == RENEW_CERTS and req.origin == "auto" and req.within_days == 30
@@ -111,6 +111,6 @@ async def test_automatic_renewal_renews_what_is_due_only_when_idle(certs):
 
     await _renew(h, body)  # the same path as `bke certs renew`
     ev = CertsRenewed.model_validate_json(sent[-1][1])
-    assert ev.origin == "auto" and len(ev.certificates) == 69 - 7
+    assert ev.origin == "auto" and len(ev.certificates) == 65 - 7
     await _rotation(h, req.request_id, "Succeeded")
     assert (await auto.tick())["big"].action == "none"  # renewed: nothing due any more
