@@ -210,3 +210,39 @@ async def test_httprepo_source_checks_the_sha256_beside_the_manifest(http_repo):
     del files[f"/{art.path}.sha256"]
     with pytest.raises(TemporaryError, match="cannot fetch"):
         await HttpRepoManifests().fetch(plan, art)
+
+
+async def test_real_applier_uses_super_admin_for_rbac_only_from_the_store_in_memory(redis_url, redis_client, operator_box,
+                                                                                      tmp_path, monkeypatch, capsys):
+    """KubernetesApplier's credentials come from the certs service's Redis store: admin.conf from
+    the init node's bundle, super-admin.conf (on no node) from the cluster-wide instance."""
+    import asyncio
+
+    from bke.pki import IssueOptions
+    from bke.pki.operations import ensure_cluster_pki
+    from bke.pki.store_redis import RedisPkiStore
+    from bke_cli.main import main
+    from bke_dispatcher.apply_k8s import KubernetesApplier
+
+    r = Redis.from_url(redis_url)
+    try:
+        plan = _plan("creds")
+        await ensure_cluster_pki(plan, RedisPkiStore(r), datetime.now(timezone.utc), operator_box,
+                                 IssueOptions(start_method="fork"))
+        applier = KubernetesApplier(r)
+        users = {}
+        for cred in ("admin", "super-admin"):
+            conf = await applier._admin_kubeconfig(plan, cred)
+            users[cred] = conf["users"][0]["name"]
+            assert conf["clusters"][0]["cluster"]["server"] == f"https://{plan.control_plane_endpoint}"
+        assert users == {"admin": "kubernetes-admin", "super-admin": "kubernetes-super-admin"}
+
+        # break-glass from the same store, as an operator with the state's access and the key
+        out = tmp_path / "sa.conf"
+        monkeypatch.setenv("BKE_REDIS_URL", redis_url)
+        code = await asyncio.to_thread(main, ["certs", "kubeconfig", "--cluster", "creds", "--out", str(out)])
+        assert code == 0, capsys.readouterr()[1]
+        assert yaml.safe_load(out.read_text())["users"][0]["name"] == "kubernetes-super-admin"
+        assert oct(out.stat().st_mode & 0o777) == "0o600"
+    finally:
+        await r.aclose()
