@@ -246,3 +246,23 @@ async def test_real_applier_uses_super_admin_for_rbac_only_from_the_store_in_mem
         assert oct(out.stat().st_mode & 0o777) == "0o600"
     finally:
         await r.aclose()
+
+
+@pytest.mark.parametrize("body", [
+    b"- just\n- a list\n",
+    b"apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: calico-node, namespace: kube-system}\nspec: 3\n",
+    b"{unclosed",
+])
+async def test_a_malformed_cni_manifest_fails_the_phase_and_never_raises(redis_url, redis_client, body):
+    class Source:
+        async def fetch(self, plan, art):
+            return body
+
+    r = Redis.from_url(redis_url, decode_responses=True)
+    try:
+        plan = _plan("malformed")
+        await _store_rendered(r, plan)
+        out = await AddonsWork(r, LabApplier(), Clock(), Source()).run("addons", plan)
+        assert out.status == "failed" and out.reason.startswith("addon calico 3.31.3: ")
+    finally:
+        await r.aclose()

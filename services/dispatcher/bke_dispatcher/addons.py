@@ -127,8 +127,11 @@ class AddonsWork:
             text = rendered.get(step.name)
             return None if text is None else [d for d in yaml.safe_load_all(text) if d]
         body = await self.manifests.fetch(plan, cni_artefact(plan, step.version))
+        docs = [d for d in yaml.safe_load_all(body) if d]
+        if not all(isinstance(d, dict) for d in docs):
+            raise ValueError("the manifest holds a document that is not a Kubernetes object")
         c = plan.spec.config
-        objects = wire_calico([d for d in yaml.safe_load_all(body) if d],
+        objects = wire_calico(docs,
                               CalicoWiring(c.networking.pod_subnet, c.image_repo, c.kube_proxy.mode))
         if not getattr(self.applier, "validates", False):
             validate_objects(plan, objects)  # upstream's objects, checked before any reaches the cluster
@@ -170,4 +173,7 @@ class AddonsWork:
                 await self._save(plan, step, {**rec, "status": "Ready", "readyAt": self.now().isoformat(), "ready": detail})
             except (OSError, ValueError, yaml.YAMLError) as exc:
                 return Outcome("failed", reason=f"addon {step.name} {step.version}: {exc}")
+            except (KeyError, TypeError, AttributeError) as exc:  # a manifest of the wrong shape: never a crash
+                return Outcome("failed", reason=f"addon {step.name} {step.version}: malformed object "
+                                                f"({type(exc).__name__}: {exc})")
         return DONE
