@@ -36,6 +36,12 @@ def _images(objs: list[dict]) -> list[str]:
     return out
 
 
+def test_the_wired_block_size_is_the_one_the_plan_time_size_check_counts() -> None:
+    from bke.spec.sizes import CALICO_BLOCK
+
+    assert CALICO_BLOCK[4] == BLOCK_SIZE
+
+
 def test_pod_subnet_and_block_size_reach_calico_node() -> None:
     wired = wire_calico(_objs(), CalicoWiring("10.32.0.0/12", "registry.k8s.io"))
     env = _env(wired)

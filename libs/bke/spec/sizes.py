@@ -32,9 +32,9 @@ __all__ = [
 
 _C = "cluster.spec.clusterConfig.cluster"
 # calico's default IPAM block sizes (IPPoolSpec.BlockSize: "Defaults to 26 for IPv4 and 122 for IPv6";
-# projectcalico/calico api/pkg/apis/projectcalico/v3/ippool.go). The addons phase wires only the
-# pool CIDR (podSubnet) into calico's manifest; should it ever set CALICO_IPV4POOL_BLOCK_SIZE,
-# this table must follow.
+# projectcalico/calico api/pkg/apis/projectcalico/v3/ippool.go). The addons phase writes the pool
+# CIDR and CALICO_IPV4POOL_BLOCK_SIZE = bke.calico.BLOCK_SIZE (26) into calico's manifest (IPv4
+# pools only: calico on an IPv6 pod subnet is refused at plan time); a test holds the two equal.
 CALICO_BLOCK = {4: 26, 6: 122}
 # kube-controller-manager --node-cidr-mask-size defaults: 24 for IPv4, 64 for IPv6
 # (kubernetes cmd/kube-controller-manager/app/options/nodeipamcontroller.go and
