@@ -208,8 +208,10 @@ async def test_httprepo_source_checks_the_sha256_beside_the_manifest(http_repo):
     with pytest.raises(ValueError, match="does not match its .sha256"):
         await HttpRepoManifests().fetch(plan, art)
     del files[f"/{art.path}.sha256"]
-    with pytest.raises(TemporaryError, match="cannot fetch"):
+    with pytest.raises(ValueError, match=r"calico\.yaml\.sha256 is not in the httpRepo \(404\)"):
         await HttpRepoManifests().fetch(plan, art)
+    with pytest.raises(TemporaryError, match="cannot fetch"):  # nothing listens there: try again later
+        await HttpRepoManifests().fetch(_plan("norepo", http_repo="http://127.0.0.1:9"), art)
 
 
 async def test_real_applier_uses_super_admin_for_rbac_only_from_the_store_in_memory(redis_url, redis_client, operator_box,

@@ -2,8 +2,9 @@
 `.sha256` beside each file (and the versions table's pin when there is one), or, in the lab,
 the calico stand-in (bke.calico_placeholder) checked the same way.
 
-Errors: an unreachable httpRepo is a TemporaryError (the runner comes back); a checksum that
-does not match is a ValueError (the addons phase fails with the URL and both digests).
+Errors: an unreachable httpRepo or a server error is a TemporaryError (the runner comes back); a
+file the httpRepo does not have (404) or a checksum that does not match is a ValueError (the
+addons phase fails with the URL, and `bke retry` resumes once the httpRepo is fixed).
 """
 from __future__ import annotations
 
@@ -62,6 +63,11 @@ class HttpRepoManifests:
                 sums.raise_for_status()
                 resp = await client.get(url)
                 resp.raise_for_status()
+            except httpx.HTTPStatusError as exc:
+                if exc.response.status_code == 404:  # asking again will not help: say what is missing
+                    raise ValueError(f"{exc.request.url} is not in the httpRepo (404): add it (`bke bundle build`), "
+                                     "then `bke retry`") from exc
+                raise TemporaryError(f"cannot fetch {url}: {exc}", delay=10.0) from exc
             except httpx.HTTPError as exc:
                 raise TemporaryError(f"cannot fetch {url}: {exc}", delay=10.0) from exc
         if len(resp.content) > MAX_MANIFEST_BYTES:
