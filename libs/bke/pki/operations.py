@@ -98,7 +98,7 @@ async def cluster_kubeconfig(cluster: str, store: PkiStore, name: str, box: Secr
     """A cluster-wide kubeconfig instance (super-admin.conf, on no node) rendered from the store,
     for the caller to hold in memory or write 0600: the break-glass credential and the one the
     dispatcher applies bootstrap RBAC with. Loads only that instance and its CA."""
-    snap = await store.load(cluster, None)
+    snap = await store.load(cluster, None, ())  # the manifest only: not every node's certificate
     if snap is None:
         raise PkiNotReady(f"no PKI stored for cluster {cluster!r}")
     entry = snap.manifest.entries.get(name)
