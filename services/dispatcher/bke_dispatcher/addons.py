@@ -165,7 +165,8 @@ class AddonsWork:
                 ready, detail = daemonset_ready(await self.applier.workload(plan, *step.wait_for))
                 kind, ns, wname = step.wait_for
                 if not ready:
-                    waited = (self.now() - datetime.fromisoformat(rec["at"])).total_seconds()
+                    since = datetime.fromisoformat(rec["at"]) if rec.get("at") else self.now()
+                    waited = (self.now() - since).total_seconds()
                     if waited > READY_TIMEOUT_S:
                         return Outcome("failed", reason=f"addon {step.name}: {kind} {ns}/{wname} not ready after "
                                                         f"{waited:.0f}s: {detail}")
