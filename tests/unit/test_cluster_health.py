@@ -120,7 +120,9 @@ def test_the_periodic_record_counts_ready_nodes_and_says_why_a_workload_is_not_r
 
 
 def test_no_cni_and_no_coredns_means_no_workload_to_wait_for():
-    assert workloads(seed_plan(cni="none", addons=[])) == []
+    # CoreDNS is built in and on by default (bke.spec.addons): coreDNS.enabled turns it off
+    assert [w.ref for w in workloads(seed_plan(cni="none", addons=[]))] == ["deployment/kube-system/coredns"]
+    assert workloads(seed_plan(cni="none", coreDNS={"enabled": False}, addons=[])) == []
 
 
 def test_status_rows_carry_labels_and_health_and_the_summaries_cover_every_node():

@@ -29,6 +29,7 @@ from typing import Any, Callable, Protocol
 from redis.asyncio import Redis
 
 from bke.plan import Plan
+from bke.spec.addons import addon_steps
 from bke.state.keys import phase_key
 
 from .engine import DONE, Outcome
@@ -67,9 +68,10 @@ def workloads(plan: Plan) -> list[Workload]:
     """The built-in workloads the cluster must run: the CNI (calico-node, as calico's manifest
     names its DaemonSet) and CoreDNS (the Deployment `coredns`, as kubeadm names it), when on."""
     out = []
-    if plan.spec.config.cni == "calico":
+    on = {s.name for s in addon_steps(plan.spec)}  # the addon table: built-ins are on unless switched off
+    if plan.spec.config.cni == "calico" and "calico" in on:
         out.append(Workload("DaemonSet", "kube-system", "calico-node"))
-    if any(a.name == "coredns" for a in plan.spec.cluster.spec.cluster_config.addons):
+    if "coredns" in on:
         out.append(Workload("Deployment", "kube-system", "coredns"))
     return out
 
