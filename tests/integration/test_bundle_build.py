@@ -6,12 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from bke.artefacts import node_artefacts
 from bke.bundle import (
@@ -200,3 +200,26 @@ def test_serve_is_read_only_and_stays_inside(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_config_file_points_at_mirrors_and_pins(seed_plan, upstream, registry, tmp_path, capsys):
+    calico = next(p for p in upstream.expected if p.endswith("calico.yaml"))
+    conf = tmp_path / "bundle.yaml"
+    conf.write_text(yaml.safe_dump({
+        "upstreams": {p: {"url": u.url} for p, u in upstream.table.items()},
+        "pins": {"calico.yaml": hashlib.sha256(upstream.expected[calico]).hexdigest()},
+        "registries": {"registry.k8s.io": registry.base, "docker.io": registry.base},
+    }))
+    out = tmp_path / "bundle"
+    base = ["bundle", "build", "--spec", str(SEED), "--out", str(out), "--no-agent", "--arch", "amd64"]
+    assert cli_main([*base, "--config", str(conf)]) == 0, capsys.readouterr().err
+    assert {f["path"]: f["verified"] for f in json.loads((out / "bundle.json").read_text())["files"]}[calico] == "pinned"
+    capsys.readouterr()
+    conf.write_text(yaml.safe_dump({"upstreams": {"containerd": {"uri": "https://x/{version}"}}}))
+    assert cli_main([*base, "--config", str(conf)]) == 2
+    assert "upstreams.containerd.uri: unknown field" in capsys.readouterr().err
+    conf.write_text(yaml.safe_dump({"mirrors": {}}))
+    assert cli_main([*base, "--config", str(conf)]) == 2
+    assert "mirrors: unknown key" in capsys.readouterr().err
+    assert cli_main([*base, "--arch", "s390x"]) == 2
+    assert "--arch s390x: supported arches are amd64, arm64" in capsys.readouterr().err

@@ -118,3 +118,56 @@ def test_real_wheelhouse_of_the_agents_requirements(tmp_path):
     for major, minor in AGENT_PYTHONS:
         for arch in ("x86_64", "aarch64"):
             assert any(n.startswith("pydantic_core-") and f"cp{major}{minor}" in n and arch in n for n in names)
+
+
+def test_a_wheelhouse_value_that_is_no_location_is_refused():
+    for bad in ("", "http://x/\nrm -rf /"):
+        with pytest.raises(ValueError, match="wheelhouse"):
+            bootstrap_steps(BootstrapParams("c", "n1", "nats://10.0.0.9:4222", Path("bke-0.1.0-py3-none-any.whl"),
+                                            Path("r.txt"), wheelhouse=bad))
+    steps = {s.name: s for s in bootstrap_steps(BootstrapParams(
+        "c", "n1", "nats://10.0.0.9:4222", Path("bke-0.1.0-py3-none-any.whl"), Path("r.txt"),
+        wheelhouse="/srv/wheels"))}
+    argv = steps["install-agent"].argv
+    assert "--no-index" in argv and "--trusted-host" not in argv  # a path on the node: nothing to trust
+
+
+def test_the_bundle_carries_the_agent(tmp_path, monkeypatch):
+    """build_bundle with the agent: the BKE wheel, requirements and wheelhouse under agent/<version>/,
+    each with its .sha256, and named in bundle.json."""
+    import json
+    from datetime import datetime, timezone
+
+    from bke.bundle import BundleOptions, HttpFetcher, build_bundle
+    from bke.plan import plan_spec_text
+
+    from ..bundle_helpers import FakeUpstream
+
+    src = tmp_path / "src"
+    src.mkdir()
+    _tiny_wheel(src)
+    bke_wheel = _tiny_wheel(tmp_path, "bke", "0.1.0")
+    req = tmp_path / "requirements-agent.txt"
+    req.write_text("tiny-dep==0.1\n")
+    plan = plan_spec_text(Path("examples/seed-3m1w.yaml").read_bytes()).plan
+    up = FakeUpstream(plan.spec.config, arches=("arm64",))
+    fetcher = HttpFetcher()
+    out = tmp_path / "bundle"
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # pip must see no index
+    try:
+        index = build_bundle(plan, out, BundleOptions(
+            arches=("arm64",), upstreams=up.table, resolve_images=False, wheel=bke_wheel, requirements=req,
+            pip_args=("--no-index", "--find-links", str(src)), pythons=((3, 11), (3, 12))), fetcher,
+            datetime(2026, 12, 1, tzinfo=timezone.utc))
+    finally:
+        fetcher.close()
+        up.close()
+    agent = out / "agent/0.1.0"
+    for rel in ("bke-0.1.0-py3-none-any.whl", "requirements.txt", "wheels/tiny_dep-0.1-py3-none-any.whl",
+                "wheels/index.html"):
+        data = (agent / rel).read_bytes()
+        assert (agent / f"{rel}.sha256").read_text().strip() == hashlib.sha256(data).hexdigest(), rel
+    on_disk = json.loads((out / "bundle.json").read_text())
+    assert on_disk["agent"] == {"dir": "agent/0.1.0", "pythons": ["3.11", "3.12"]} == index["agent"]
+    assert "agent/0.1.0/wheels/tiny_dep-0.1-py3-none-any.whl" in {f["path"] for f in on_disk["files"]}
+    assert not (out / "kubernetes/1.33.2/linux/amd64").exists() and (out / "kubernetes/1.33.2/linux/arm64/kubelet").is_file()

@@ -109,7 +109,8 @@ def apply_overrides(table: Mapping[str, Upstream], overrides: Mapping[str, Mappi
             if field not in ("url", "sums"):
                 raise UpstreamError(f"upstreams.{project}.{field}: unknown field; use url or sums")
             _check_template(f"upstreams.{project}.{field}", value, field)
-        out[project] = replace(out[project], **dict(fields))
+        row = out[project]
+        out[project] = replace(row, url=fields.get("url", row.url), sums=fields.get("sums", row.sums))
     return out
 
 
