@@ -40,7 +40,9 @@ OS_PYTHONS: tuple[OsPython, ...] = (
     OsPython("openEuler 22.03 LTS", "3.9", "not supported: the vendor ships no 3.11; bring a Python 3.11+ build"),
     OsPython("openEuler 24.03 LTS", "3.11", "the default python3"),
     OsPython("Kylin V10", "3.7", "not supported: bring a Python 3.11+ build"),
-    OsPython("Rocky Linux / RHEL 9", "3.9", "dnf install python3.11 (AppStream, 9.2+); --remote-python python3.11"),
+    OsPython("Rocky Linux / RHEL 9, CentOS Stream 9", "3.9",
+             "dnf install python3.11 (AppStream); --remote-python python3.11"),
+    OsPython("CentOS 7", "3.6", "not supported: bring a Python 3.11+ build (end of life; glibc 2.17 takes the manylinux2014 wheels)"),
 )
 
 
