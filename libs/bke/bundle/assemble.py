@@ -67,6 +67,14 @@ def _versions(plan: Plan) -> dict[str, str]:
             **({"calico": row.calico} if c.cni == "calico" else {}), "coredns": row.coredns, "pause": row.pause}
 
 
+def _table_pins(plan: Plan) -> dict[str, str]:
+    """Digests the versions table vouches for (calico.yaml, whose upstream publishes no checksum),
+    when the table carries one (`KubernetesRow.calico_sha256`, the addons work); a user's --pin wins."""
+    row = KUBERNETES[parse_version(plan.spec.config.kubernetes_version).minor_key]
+    digest = getattr(row, "calico_sha256", "")
+    return {"calico.yaml": digest} if digest and plan.spec.config.cni == "calico" else {}
+
+
 def _images(plan: Plan, out: Path, files: list[BundleFile]) -> list[Image]:
     rendered = render_cluster(plan, RenderInputs(vrrp_password="bundle00" if plan.load_balancer else None))
     texts = [f.content.decode(errors="replace") for n in rendered.nodes for f in n.files if not f.secret]
@@ -107,7 +115,7 @@ def build_bundle(plan: Plan, out: Path, opts: BundleOptions, fetcher: Fetcher, n
     out.mkdir(parents=True, exist_ok=True)
     (out / INDEX).unlink(missing_ok=True)  # an index is the mark of a finished build
     arts = bundle_artefacts(plan.spec.config, opts.arches)
-    files = ensure_files(out, downloads(arts, opts.upstreams), fetcher, opts.pins, say)
+    files = ensure_files(out, downloads(arts, opts.upstreams), fetcher, {**_table_pins(plan), **opts.pins}, say)
     images = _images(plan, out, files)
     if opts.resolve_images:
         images = resolve_digests(images, opts.registries)
