@@ -22,7 +22,7 @@ import shutil
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..artefacts import ARCHES, Artefact, cluster_artefacts, node_artefacts
@@ -63,12 +63,6 @@ class BundleFile:
     # "pinned" (a digest the user gave), "recorded" (no published checksum: first-download digest)
     verified: str
     member: str | None = None  # the archive member it was unpacked from
-
-
-@dataclass
-class Progress:
-    done: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
 
 
 def bundle_artefacts(cluster: Cluster, arches: Iterable[str] = ARCHES) -> list[Artefact]:
