@@ -54,7 +54,7 @@ def lab_env(info: RuntimeInfo, workdir: Path, fetch: bool = False) -> dict[str, 
     dispatcher reads its `.sha256` files (a bundle served by `bke bundle serve`), instead of
     placeholders."""
     env = dict(os.environ)
-    env.update(BKE_DISPATCHER_CHECKSUMS="http-repo" if fetch else "auto",
+    env.update(BKE_DISPATCHER_REPO_SOURCE="http-repo" if fetch else "auto",
                BKE_AGENT_LAB_FETCH="download" if fetch else "placeholder")
     env.update(
         BKE_NATS_URL=info.nats_url,

@@ -85,7 +85,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     signing = CommandSigning(redis, box_from_env)
     engine = Engine(
         state, plans, files, svc.publish,
-        LabChecksums() if lab and settings.checksums == "auto" else HttpRepoChecksums(),
+        LabChecksums() if lab and settings.repo_source == "auto" else HttpRepoChecksums(),
         AddonsWork(redis, applier, _now),
         _now, settings.owner, settings.lease_ms, notify=svc.notify, sign=signing.sign,
     )
