@@ -7,9 +7,10 @@ option or the config file's field), the library does the work. Exit codes: 0 bui
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import typer
 import yaml
@@ -32,6 +33,7 @@ from bke.bundle import (
     spec_for_versions,
 )
 from bke.plan import Plan, plan_spec_text
+from bke.ssh.wheel import WheelBuildError, build_wheel, project_root
 
 from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines, warn_lines
 from .spec_input import plan_or_exit
@@ -147,15 +149,13 @@ def build(
         die(f"bundle {out}: {exc}", EXIT_FAILURE)
     finally:
         fetcher.close()
-    recorded = [f["path"] for f in index["files"] if f["verified"] == "recorded"]  # type: ignore[union-attr,index]
-    warn_lines(f"{p}: upstream publishes no checksum; its sha256 is recorded in bundle.json (pin it with --pin)"
-               for p in recorded)
-    print(f"bundle {out}: {len(index['files'])} files, index {out / 'bundle.json'}")  # type: ignore[arg-type]
+    files = cast(list[dict[str, Any]], index["files"])
+    warn_lines(f"{f['path']}: upstream publishes no checksum; its sha256 is recorded in bundle.json (pin it with "
+               "--pin)" for f in files if f["verified"] == "recorded")
+    print(f"bundle {out}: {len(files)} files, index {out / 'bundle.json'}")
 
 
 def _requirements(path: Path | None) -> Path:
-    from bke.ssh.wheel import project_root
-
     if path is None:
         root = project_root()
         if root is None:
@@ -167,10 +167,6 @@ def _requirements(path: Path | None) -> Path:
 
 
 def _with_wheel(opts: BundleOptions, wheel: Path | None, work: Path) -> BundleOptions:
-    from dataclasses import replace
-
-    from bke.ssh.wheel import WheelBuildError, build_wheel, project_root
-
     if wheel is not None:
         if not wheel.is_file() or not wheel.name.endswith(".whl"):
             die(f"--wheel {wheel}: not a wheel file", EXIT_INVALID)

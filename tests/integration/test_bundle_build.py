@@ -144,10 +144,16 @@ def test_a_rerun_keeps_verified_files_and_refetches_a_damaged_one(seed_plan, ups
     kubelet = out / "kubernetes/1.33.2/linux/amd64/kubelet"
     kubelet.write_bytes(b"damaged")
     index = _build(seed_plan, out, _opts(upstream, registry))
-    verified = {f["path"]: f["verified"] for f in index["files"]}
-    assert verified["kubernetes/1.33.2/linux/amd64/kubelet"] == "published"  # fetched again
-    assert verified["kubernetes/1.33.2/linux/amd64/kubectl"] == "kept"
+    files = {f["path"]: f for f in index["files"]}
+    assert files["kubernetes/1.33.2/linux/amd64/kubelet"]["fetched"]  # fetched again
+    kubectl = files["kubernetes/1.33.2/linux/amd64/kubectl"]
+    assert (kubectl["fetched"], kubectl["verified"]) == (False, "published")  # kept, as verified before
     assert kubelet.read_bytes() == upstream.expected["kubernetes/1.33.2/linux/amd64/kubelet"]
+    # a pin given later is checked against a kept file too
+    calico = next(p for p in upstream.expected if p.endswith("calico.yaml"))
+    assert files[calico]["verified"] == "recorded"
+    with pytest.raises(ChecksumMismatch, match="calico.yaml"):
+        _build(seed_plan, out, _opts(upstream, registry, pins={"calico.yaml": "1" * 64}))
 
 
 def test_overrides_are_checked():

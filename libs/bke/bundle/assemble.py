@@ -67,6 +67,15 @@ def _versions(plan: Plan) -> dict[str, str]:
             **({"calico": row.calico} if c.cni == "calico" else {}), "coredns": row.coredns, "pause": row.pause}
 
 
+def _previous(index: Path) -> dict[str, str]:
+    """How the last finished build verified each file (kept files keep it)."""
+    try:
+        files = json.loads(index.read_text()).get("files", [])
+        return {str(f["path"]): str(f["verified"]) for f in files}
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return {}
+
+
 def _table_pins(plan: Plan) -> dict[str, str]:
     """Digests the versions table vouches for (calico.yaml, whose upstream publishes no checksum),
     when the table carries one (`KubernetesRow.calico_sha256`, the addons work); a user's --pin wins."""
@@ -113,9 +122,11 @@ def build_bundle(plan: Plan, out: Path, opts: BundleOptions, fetcher: Fetcher, n
     """Build (or complete) the bundle in `out`; returns the index written to bundle.json."""
     say = say or (lambda path, what: None)
     out.mkdir(parents=True, exist_ok=True)
+    previous = _previous(out / INDEX)
     (out / INDEX).unlink(missing_ok=True)  # an index is the mark of a finished build
     arts = bundle_artefacts(plan.spec.config, opts.arches)
-    files = ensure_files(out, downloads(arts, opts.upstreams), fetcher, {**_table_pins(plan), **opts.pins}, say)
+    files = ensure_files(out, downloads(arts, opts.upstreams), fetcher, {**_table_pins(plan), **opts.pins}, say,
+                         previous)
     images = _images(plan, out, files)
     if opts.resolve_images:
         images = resolve_digests(images, opts.registries)

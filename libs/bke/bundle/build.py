@@ -6,8 +6,9 @@ Why this order per download: fetch into a private staging directory, check the d
 move each file into the tree and only then write its `.sha256`. A reader of the tree (the
 dispatcher reads `<url>.sha256`, a node checks the file against it) therefore never sees a
 checksum for a file that is not complete, and a refused download leaves nothing in the tree.
-A file already in the tree whose bytes match its `.sha256` is kept (a re-run after a failure
-continues where it stopped). `bundle.json` is written last.
+A file already in the tree whose bytes match its `.sha256` (and its pin, if it has one) is kept,
+with the verification the previous build recorded (a re-run after a failure continues where it
+stopped). `bundle.json` is written last.
 
     BundleError
     ├── ChecksumMismatch   (bke.bundle.sums) the bytes are not what upstream published
@@ -22,7 +23,7 @@ import shutil
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..artefacts import ARCHES, Artefact, cluster_artefacts, node_artefacts
@@ -63,6 +64,7 @@ class BundleFile:
     # "pinned" (a digest the user gave), "recorded" (no published checksum: first-download digest)
     verified: str
     member: str | None = None  # the archive member it was unpacked from
+    fetched: bool = True  # False: kept from an earlier build (it matched its .sha256)
 
 
 def bundle_artefacts(cluster: Cluster, arches: Iterable[str] = ARCHES) -> list[Artefact]:
@@ -156,11 +158,14 @@ def _place(root: Path, a: Artefact, staged: Path) -> str:
 
 
 def ensure_files(root: Path, plan: Iterable[Download], fetcher: Fetcher, pins: Mapping[str, str] | None = None,
-                 on_file: Callable[[str, str], None] | None = None) -> list[BundleFile]:
+                 on_file: Callable[[str, str], None] | None = None,
+                 previous: Mapping[str, str] | None = None) -> list[BundleFile]:
     """Fetch, verify, unpack and place every download of `plan` under `root`. `pins` maps a tree
     path (or an upstream file name) to the sha256 the user vouches for: it is checked for files
-    upstream publishes no checksum for, and must agree with upstream's where there is one."""
+    upstream publishes no checksum for, and must agree with upstream's where there is one.
+    `previous` maps tree paths to how the previous build verified them (its bundle.json)."""
     pins = dict(pins or {})
+    previous = previous or {}
     root.mkdir(parents=True, exist_ok=True)
     out: list[BundleFile] = []
     say = on_file or (lambda path, what: None)
@@ -168,15 +173,23 @@ def ensure_files(root: Path, plan: Iterable[Download], fetcher: Fetcher, pins: M
     try:
         for d in plan:
             kept = {a.path: _kept(root, a) for a in d.artefacts}
-            if all(kept.values()):
+            pin = _pin(d, pins)
+            # a pinned archive is fetched again: its pin is of the archive, the tree holds members
+            if all(kept.values()) and (pin is None or (d.upstream.member is None
+                                                       and kept[d.artefacts[0].path] == pin.lower())):
                 for a in d.artefacts:
-                    out.append(_record(root, a, kept[a.path] or "", d, "kept"))
+                    how = "pinned" if pin else previous.get(a.path, "unknown (kept from an earlier build)")
+                    out.append(replace(_record(root, a, kept[a.path] or "", d, how), fetched=False))
                     say(a.path, "kept (matches its .sha256)")
                 continue
             out.extend(_one(root, staging, d, fetcher, pins, say))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def _pin(d: Download, pins: Mapping[str, str]) -> str | None:
+    return pins.get(d.name) or (pins.get(d.artefacts[0].path) if len(d.artefacts) == 1 else None)
 
 
 def _record(root: Path, a: Artefact, digest: str, d: Download, verified: str) -> BundleFile:
@@ -188,7 +201,7 @@ def _one(root: Path, staging: Path, d: Download, fetcher: Fetcher, pins: Mapping
     work = Path(tempfile.mkdtemp(dir=staging))
     download = work / "download"
     actual = fetcher.to_file(d.url, download)
-    pin = pins.get(d.name) or (pins.get(d.artefacts[0].path) if len(d.artefacts) == 1 else None)
+    pin = _pin(d, pins)
     if d.sums_url is not None:
         published = published_sha256(fetcher.text(d.sums_url), d.name, d.sums_url)
         verified = "published"
