@@ -48,6 +48,10 @@ def test_calico_images_come_from_every_workload():
                 "      initContainers: [{name: a, image: 'x/cni:v1'}]\n      containers: [{name: b, image: 'x/node:v1'}]\n"
                 "---\nkind: Deployment\nspec: {template: {spec: {containers: [{name: c, image: 'x/kc:v1'}]}}}\n")
     assert [i.ref for i in calico_images(manifest)] == ["x/cni:v1", "x/kc:v1", "x/node:v1"]
+    # under a private imageRepo the addons phase moves them there; the source stays upstream's
+    moved = calico_images(manifest.replace("x/node", "docker.io/calico/node"), "harbor.local/k8s/")
+    assert {i.ref: i.source for i in moved}["harbor.local/k8s/calico/node:v1"] == "docker.io/calico/node:v1"
+    assert {i.ref for i in moved} >= {"harbor.local/k8s/x/cni:v1", "harbor.local/k8s/x/kc:v1"}
 
 
 def test_upstream_urls_follow_each_projects_layout():

@@ -91,7 +91,7 @@ def _images(plan: Plan, out: Path, files: list[BundleFile]) -> list[Image]:
     images = rendered_images(texts, plan.spec.config.image_repo)
     for f in files:
         if f.path.endswith("/calico.yaml"):
-            images += calico_images((out / f.path).read_text())
+            images += calico_images((out / f.path).read_text(), plan.spec.config.image_repo)
     return sorted({i.ref: i for i in images}.values(), key=lambda i: i.ref)
 
 

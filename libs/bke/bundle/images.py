@@ -88,15 +88,28 @@ def rendered_images(texts: Iterable[str], image_repo: str) -> list[Image]:
     return [Image(r, _source_of(r, image_repo)) for r in sorted(refs)]
 
 
-def calico_images(manifest: str) -> list[Image]:
-    """The images of calico.yaml's workloads (containers and init containers of every object)."""
+def _moved(image_repo: str, ref: str) -> str:
+    """Where the addons phase has the nodes pull a CNI image: under imageRepo unless that is the
+    default registry.k8s.io, which does not host calico (the addons work's `bke.calico.calico_image`
+    applies the same rule to the manifest it applies; one of the two goes when both are merged)."""
+    repo = image_repo.rstrip("/")
+    if repo == "registry.k8s.io":
+        return ref
+    first, sep, rest = ref.partition("/")
+    path = rest if sep and ("." in first or ":" in first or first == "localhost") else ref  # drop a registry host
+    return f"{repo}/{path}"
+
+
+def calico_images(manifest: str, image_repo: str = "registry.k8s.io") -> list[Image]:
+    """The images of calico.yaml's workloads (containers and init containers of every object):
+    pulled as `_moved` says, copied from the manifest's reference."""
     refs: set[str] = set()
     for doc in yaml.safe_load_all(manifest):
         pod = ((doc or {}).get("spec") or {}).get("template", {}).get("spec") or {}
         for c in (pod.get("initContainers") or []) + (pod.get("containers") or []):
             if c.get("image"):
                 refs.add(c["image"])
-    return [Image(r, r) for r in sorted(refs)]
+    return [Image(_moved(image_repo, r), r) for r in sorted(refs)]
 
 
 def _token(client: httpx.Client, challenge: str, where: str) -> str:
