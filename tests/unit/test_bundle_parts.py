@@ -64,3 +64,20 @@ def test_upstream_urls_follow_each_projects_layout():
     assert UPSTREAMS["cni-plugins"].download_url("1.6.2", "arm64", "bridge").endswith("/v1.6.2/cni-plugins-linux-arm64-v1.6.2.tgz")
     assert UPSTREAMS["crictl"].download_url("1.33.0", "amd64", "crictl").endswith("/v1.33.0/crictl-v1.33.0-linux-amd64.tar.gz")
     assert UPSTREAMS["calico"].sums is None
+
+
+def test_lab_http_repo_replaces_only_the_clusters_http_repo():
+    from pathlib import Path
+
+    import yaml
+
+    from bke.lab.http_repo import with_http_repo
+    from bke.plan import plan_spec_text
+
+    seed = Path("examples/seed-3m1w.yaml").read_bytes()
+    text = with_http_repo(seed, "http://127.0.0.1:41234")
+    assert plan_spec_text(text).plan.spec.config.http_repo == "http://127.0.0.1:41234"
+    before, after = list(yaml.safe_load_all(seed)), list(yaml.safe_load_all(text))
+    after[0]["spec"]["clusterConfig"]["cluster"].pop("httpRepo")
+    assert after == before
+    assert with_http_repo(b"kind: BKENode\n", "http://x") == b"kind: BKENode\n"
