@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from bke.bus.connect import BusAccess, connect_nats
 from bke.bus.streams import ensure_streams
 from bke.logs import setup_logging
+from bke.pythons import python_problem
 
 from .backends import make_backend
 from .identity import AgentIdentity
@@ -160,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bke-agent", description="BKE node agent")
     parser.add_argument("command", nargs="?", default="run", choices=("run", "init"))
     args = parser.parse_args(argv)
+    if problem := python_problem(sys.version_info):  # pip's Requires-Python is not the only way in
+        print(f"bke-agent: {problem}", file=sys.stderr)
+        return 2
     setup_logging("agent")
     for noisy in ("httpx", "httpcore"):  # one INFO line per health poll otherwise
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -48,6 +48,9 @@ class AgentSettings(BaseSettings):
     stop_grace_s: float = Field(20.0, ge=0)  # SIGTERM waits this long for the running command
     journal_keep_days: float = Field(8.0, gt=0)  # > the stream's max age: older ids never come back
     kubelet_poll_s: float = Field(0.2, gt=0)  # lab: how often the kubelet stand-in reads manifests
+    # lab: write placeholders for fetched binaries, or download them from the httpRepo for real
+    # (a bundle served by `bke bundle serve`; the dispatcher then reads real checksums too)
+    lab_fetch: Literal["placeholder", "download"] = "placeholder"
 
     @model_validator(mode="after")
     def _lab_needs_a_root(self) -> AgentSettings:

@@ -16,6 +16,7 @@ from pathlib import Path
 import typer
 from bke.auth.permissions import identity_name
 from bke.plan import Plan
+from bke.pythons import supported_text
 from bke.ssh import (
     BootstrapParams,
     NodeOutcome,
@@ -74,7 +75,11 @@ def bootstrap(
     concurrency: int = typer.Option(20, "--concurrency", min=1, max=1000, help="nodes bootstrapped at once"),
     wheel: Path | None = typer.Option(None, "--wheel", help="BKE wheel to install (default: built now from this checkout)"),
     requirements: Path | None = typer.Option(None, "--requirements", help="pinned requirements (default: the checkout's requirements-agent.txt)"),
-    remote_python: str = typer.Option("python3", "--remote-python", help="Python 3.11 interpreter on the nodes"),
+    remote_python: str = typer.Option("python3", "--remote-python",
+                                      help=f"the nodes' Python interpreter ({supported_text()})"),
+    wheelhouse: str | None = typer.Option(
+        None, "--wheelhouse", help="install from this wheelhouse with no package index: the bundle's "
+        "<httpRepo>/agent/<version>/wheels/index.html (bke bundle build), or a path on the nodes"),
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="result as table or json"),
     creds_dir: Path | None = typer.Option(
         None, "--creds-dir", help="folder of each node's NATS identity, <dir>/agent.<cluster>.<node>.creds (made by "
@@ -98,8 +103,8 @@ def bootstrap(
         die(f"{wheel}: no such file", EXIT_INVALID)
     # Without --wheel, the wheel is built only for a real run; its name is known in advance.
     wheel_name = wheel or Path("<built at run time>") / expected_wheel_name()
-    params = {t.node: _params(plan, t, nats, wheel_name, reqs, remote_python, _node_creds(creds_dir, plan.cluster, t.node))
-              for t in targets}
+    params = {t.node: _params(plan, t, nats, wheel_name, reqs, remote_python, _node_creds(creds_dir, plan.cluster, t.node),
+                              wheelhouse) for t in targets}
     if print_installer:
         for t in targets:
             files = " and ".join(installer_files(params[t.node]))
@@ -190,9 +195,10 @@ def _node_creds(creds_dir: Path | None, cluster: str, node: str) -> str | None:
 
 
 def _params(plan: Plan, t: SshTarget, nats: str, wheel: Path, reqs: Path, python: str,
-            creds: str | None = None) -> BootstrapParams:
+            creds: str | None = None, wheelhouse: str | None = None) -> BootstrapParams:
     params = BootstrapParams(cluster=plan.cluster, node=t.node, nats_url=nats, wheel=wheel,
-                             requirements=reqs, username=t.username, python=python, nats_creds=creds)
+                             requirements=reqs, username=t.username, python=python, nats_creds=creds,
+                             wheelhouse=wheelhouse)
     try:
         bootstrap_steps(params)  # validates names, the NATS URL and the wheel name
     except ValueError as exc:

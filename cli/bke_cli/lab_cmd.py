@@ -9,15 +9,16 @@ import typer
 
 from rich.console import Console
 
+from bke.lab.http_repo import with_http_repo
 from bke.lab.preflight import claim_lab
 from bke.lab.supervisor import LabSupervisor
 from bke.state.client import redact_url
-from bke.plan import Plan
+from bke.plan import Plan, plan_spec_text
 from bke.versions import parse_version
 
 from .follow import submit_and_follow
-from .output import EXIT_INVALID, error_lines
-from .spec_input import plan_or_exit, read_spec_text
+from .output import EXIT_INVALID, error_lines, warn_lines
+from .spec_input import read_spec_text
 
 __all__ = ["register", "LAB_ETCD"]
 
@@ -46,9 +47,16 @@ def install(
     workdir: Path = typer.Option(..., "--workdir", help="where the lab keeps its state, logs and node roots"),
     timeout: float = typer.Option(1800.0, help="seconds before giving up on the install"),
     tls: bool = typer.Option(False, "--tls", help="run the lab's NATS over TLS (its own CA)"),
+    http_repo: str | None = typer.Option(
+        None, "--http-repo", help="fetch binaries from this httpRepo for real (e.g. `bke bundle serve`'s "
+        "http://127.0.0.1:40080): it replaces the spec's httpRepo, agents download and verify, the dispatcher "
+        "reads <file>.sha256; without it the lab writes placeholders"),
 ) -> None:
     """Start NATS, Redis, every service and one agent per node, then install and follow."""
-    plan = plan_or_exit(spec)
+    text = read_spec_text(spec)
+    if http_repo is not None:
+        text = with_http_repo(text, http_repo)
+    plan = _plan_or_exit(text, spec)
     problems = lab_problems(plan)
     # addresses, ports and hostnames must be this lab's own, checked (and claimed) before anything starts
     problems = problems or claim_lab(workdir, plan)
@@ -56,14 +64,25 @@ def install(
         error_lines(problems)
         raise typer.Exit(EXIT_INVALID)
     console = Console()
-    sup = LabSupervisor(workdir, tls=tls)
+    # services already running keep the fetch mode they started with: `bke lab down` first to switch
+    sup = LabSupervisor(workdir, tls=tls, fetch=http_repo is not None)
     info = sup.ensure_runtime()
     sup.ensure_services(info)
     sup.ensure_agents(info, plan)
     console.print(f"lab {workdir}: NATS {info.nats_url}, Redis {redact_url(info.redis_url)}, {len(plan.nodes)} agents; logs in {workdir}/logs")
     access = sup.operator_access(info)  # the lab's operator identity (creds/operator.creds)
-    code = asyncio.run(submit_and_follow(access, read_spec_text(spec), plan.cluster, timeout, console))
+    code = asyncio.run(submit_and_follow(access, text, plan.cluster, timeout, console))
     raise typer.Exit(code)
+
+
+def _plan_or_exit(text: bytes, spec: Path) -> Plan:
+    outcome = plan_spec_text(text, str(spec))
+    warn_lines(outcome.warnings)
+    if not outcome.ok:
+        error_lines(str(e) for e in outcome.errors)
+        raise typer.Exit(EXIT_INVALID)
+    assert outcome.plan is not None
+    return outcome.plan
 
 
 @lab.command("down")

@@ -12,8 +12,8 @@ from .lab_helpers import Lab
 def lab_factory(tmp_path):
     labs = []
 
-    def make(spec: str, agents: bool = True):
-        lab = Lab(tmp_path / f"lab{len(labs)}", Path(spec)).start(agents=agents)
+    def make(spec: str, agents: bool = True, fetch: bool = False):
+        lab = Lab(tmp_path / f"lab{len(labs)}", Path(spec), fetch=fetch).start(agents=agents)
         labs.append(lab)
         return lab
 

@@ -26,12 +26,12 @@ __all__ = ["Lab"]
 
 
 class Lab:
-    def __init__(self, workdir: Path, spec_path: Path):
+    def __init__(self, workdir: Path, spec_path: Path, fetch: bool = False):
         self.workdir = workdir
         self.spec_path = spec_path
         self.spec = spec_path.read_bytes()
         self.plan: Plan = plan_spec_text(self.spec).plan  # type: ignore[assignment]
-        self.sup = LabSupervisor(workdir)
+        self.sup = LabSupervisor(workdir, fetch=fetch)  # fetch: download from the spec's httpRepo
         self.info = self.sup.ensure_runtime()
         self.access = self.sup.operator_access(self.info)  # NATS with authentication: the CLI's identity
         self.out = io.StringIO()

@@ -27,5 +27,6 @@ def make_backend(settings: AgentSettings) -> Backend:
     if settings.backend == "lab":
         return LabBackend(settings.root, settings.ip, state_dir=settings.state_path,
                           kubelet_poll_s=settings.kubelet_poll_s,
-                          log_ids={"cluster": settings.cluster, "node": settings.node})
+                          log_ids={"cluster": settings.cluster, "node": settings.node},
+                          fetch=settings.lab_fetch)
     return HostBackend(settings.root)

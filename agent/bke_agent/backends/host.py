@@ -10,7 +10,6 @@ allow-list is then applied relative to it) and put a fake `systemctl` on PATH.
 from __future__ import annotations
 
 import grp
-import hashlib
 import os
 import pwd
 import re
@@ -24,10 +23,10 @@ from bke.contracts.agent import (
 )
 
 from ..errors import PathRefused, PermanentStepError, StepError
-from ..fsutil import fsync_dir
 from .base import Content, StepDispatch, StepOutcome
 from .checks import NodeFacts, run_checks
-from .files import ensure_file, file_matches, remove_path
+from .download import fetch_verified
+from .files import ensure_file, remove_path
 from .health import tls_context, wait_http
 from .paths import HOST_WRITE_DIRS, PathPolicy
 from .proc import judge, run_argv
@@ -116,35 +115,7 @@ class HostBackend(StepDispatch):
                                timeout_s=step.timeout_s, verify=verify)
 
     async def fetch_file(self, step: FetchFile) -> StepOutcome:
-        local = self.policy.local(step.path)
-        if file_matches(local, step.sha256, step.mode):
-            return StepOutcome("Skipped", stdout=f"{step.path} already has sha256 {step.sha256}\n")
-        local.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-        tmp = local.with_name(f".{local.name}.bke-fetch.tmp")
-        h = hashlib.sha256()
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                async with httpx.AsyncClient(transport=self.http_transport, trust_env=False,
-                                             follow_redirects=True, timeout=30.0) as client:
-                    async with client.stream("GET", step.url) as resp:
-                        if resp.status_code != 200:
-                            raise StepError(f"GET {step.url}: HTTP {resp.status_code}")
-                        async for chunk in resp.aiter_bytes():
-                            h.update(chunk)
-                            f.write(chunk)
-                if h.hexdigest() != step.sha256.lower():
-                    raise StepError(f"{step.url}: sha256 {h.hexdigest()} does not match the expected {step.sha256}")
-                os.fchmod(f.fileno(), step.mode)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, local)
-        except httpx.HTTPError as exc:
-            raise StepError(f"GET {step.url}: {type(exc).__name__}: {exc}") from None
-        finally:
-            tmp.unlink(missing_ok=True)
-        fsync_dir(local.parent)
-        return StepOutcome(stdout=f"fetched {step.url} -> {step.path} (sha256 ok)\n")
+        return await fetch_verified(self.policy.local(step.path), step, self.http_transport)
 
     async def check_host(self, step: CheckHost) -> StepOutcome:
         return run_checks(NodeFacts(self.root, "0.0.0.0", lab=False), step)

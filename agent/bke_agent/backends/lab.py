@@ -3,10 +3,12 @@
 Why each step behaves as it does here:
 * files: written anywhere under the root, never out of it (`..`, symlinks) and never into the
   agent's own state or the lab's control files; owners are not applied (the lab is one user);
-* `FetchFile`: the lab has no httpRepo. The agent writes `bke.binary_placeholder.lab_binary_bytes(url)`
-  (a tiny `#!/bin/sh ... exit 0` script naming the URL) and checks it against the step's
-  sha256; the dispatcher's lab mode computes the same bytes' sha256 from the same URL, so a
-  wrong URL or checksum still fails the step;
+* `FetchFile`: by default the lab has no httpRepo. The agent writes
+  `bke.binary_placeholder.lab_binary_bytes(url)` (a tiny `#!/bin/sh ... exit 0` script naming the
+  URL) and checks it against the step's sha256; the dispatcher's lab mode computes the same bytes'
+  sha256 from the same URL, so a wrong URL or checksum still fails the step. With
+  `fetch="download"` (`bke lab install --http-repo URL`, a bundle served by `bke bundle serve`)
+  it downloads and verifies exactly as a host does (`download.fetch_verified`), into the tree;
 * `SystemdUnit`: unit state is a file per unit. Starting a unit whose file is in the tree
   checks that its ExecStart binary is there too (a real node would fail to start it);
   `kubelet.service` must have its unit file, and starting it starts the kubelet stand-in;
@@ -46,6 +48,7 @@ from ..kubelet import KubeletStandIn
 from ..lablayout import LAB_DIR, LabLayout
 from .base import Content, StepDispatch, StepOutcome
 from .checks import NodeFacts, run_checks
+from .download import fetch_verified
 from .files import ensure_file, remove_path
 from .health import tls_context, wait_http
 from .host import read_path, systemctl_args
@@ -68,8 +71,9 @@ class LabBackend(StepDispatch):
     kind = "lab"
 
     def __init__(self, root: Path, ip: str, *, state_dir: Path | None = None, kubelet_poll_s: float = 0.2,
-                 log_ids: Mapping[str, str] | None = None) -> None:
+                 log_ids: Mapping[str, str] | None = None, fetch: str = "placeholder") -> None:
         self.root = Path(os.path.realpath(root))
+        self.fetch = fetch  # "placeholder" or "download" (see the module docstring)
         self.ip = ip
         self.layout = LabLayout(self.root)
         denied = ["/" + LAB_DIR]
@@ -192,6 +196,8 @@ class LabBackend(StepDispatch):
 
     async def fetch_file(self, step: FetchFile) -> StepOutcome:
         local = self.policy.local(step.path)
+        if self.fetch == "download":
+            return await fetch_verified(local, step)
         data = lab_binary_bytes(step.url)
         actual = hashlib.sha256(data).hexdigest()
         if actual != step.sha256.lower():

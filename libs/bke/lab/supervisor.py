@@ -49,8 +49,13 @@ def _bin(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
-def lab_env(info: RuntimeInfo, workdir: Path) -> dict[str, str]:
+def lab_env(info: RuntimeInfo, workdir: Path, fetch: bool = False) -> dict[str, str]:
+    """The processes' environment. `fetch`: the agents download from the spec's httpRepo and the
+    dispatcher reads its `.sha256` files (a bundle served by `bke bundle serve`), instead of
+    placeholders."""
     env = dict(os.environ)
+    env.update(BKE_DISPATCHER_REPO_SOURCE="http-repo" if fetch else "auto",
+               BKE_AGENT_LAB_FETCH="download" if fetch else "placeholder")
     env.update(
         BKE_NATS_URL=info.nats_url,
         BKE_REDIS_URL=info.redis_url,
@@ -70,6 +75,7 @@ class LabSupervisor:
     # its fleet runs thousands of agents on one connection, which no single agent identity allows.
     auth: bool = True
     tls: bool = False  # NATS over TLS (a CA of the lab's own; every process verifies with it)
+    fetch: bool = False  # binaries downloaded from the spec's httpRepo, not placeholders (lab_env)
 
     def __post_init__(self) -> None:
         self.workdir = self.workdir.resolve()
@@ -134,7 +140,7 @@ class LabSupervisor:
     def ensure_services(self, info: RuntimeInfo, only: tuple[str, ...] = SERVICES) -> dict[str, int]:
         """Start each service that is not running; a running one is left alone (idempotent)."""
         pids = self.pids()
-        env = lab_env(info, self.workdir)
+        env = lab_env(info, self.workdir, self.fetch)
         for name in only:
             pid = pids["services"].get(name)
             if pid and pid_alive(pid):
@@ -149,7 +155,7 @@ class LabSupervisor:
 
     def ensure_agents(self, info: RuntimeInfo, plan: Plan, only: list[str] | None = None) -> dict[str, int]:
         pids = self.pids()
-        base = lab_env(info, self.workdir)
+        base = lab_env(info, self.workdir, self.fetch)
         base.pop("BKE_REDIS_URL")  # agents never talk to Redis: no credentials for them
         todo = [n for n in plan.nodes if (only is None or n.hostname in only)
                 and not (pids["agents"].get(n.hostname) and pid_alive(pids["agents"][n.hostname]))]

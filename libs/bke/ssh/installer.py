@@ -16,7 +16,8 @@ and the line does the rest::
 * the only values in it are the node's own: its name, its cluster and the NATS URL (which may hold
   credentials: it ends up in the shell's history, see docs/agent-bootstrap.md).
 
-Pip needs the package index (or a mirror configured in pip.conf) on the node, as on the SSH path.
+Pip needs the package index (or a mirror configured in pip.conf) on the node, as on the SSH path,
+unless a wheelhouse is given (`--wheelhouse`, the bundle's): then it installs with no index.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def installer_line(params: BootstrapParams) -> str:
     value (e.g. the interpreter path) holds a line break."""
     as_root = BootstrapParams(
         cluster=params.cluster, node=params.node, nats_url=params.nats_url, wheel=params.wheel,
-        requirements=params.requirements, username="root", python=params.python,
+        requirements=params.requirements, username="root", python=params.python, wheelhouse=params.wheelhouse,
     )
     parts = ["umask 077"]
     for step in bootstrap_steps(as_root):

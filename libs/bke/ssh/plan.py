@@ -19,7 +19,9 @@ import re
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from ..pythons import check_python_source, supported_text
 from .files import AgentFiles
 from .layout import (
     AGENT_BIN,
@@ -99,11 +101,15 @@ class BootstrapParams:
     wheel: Path
     requirements: Path
     username: str = "root"
-    python: str = "python3"  # the node's interpreter; the agent needs Python 3.11
+    python: str = "python3"  # the node's interpreter: one of bke.pythons.AGENT_PYTHONS
     # The node's NATS creds file (text: a user JWT and its seed). Shipped 0600 to CREDS_PATH and
     # named in the environment; never printed (see `Inline.secret`).
     nats_creds: str | None = field(default=None, repr=False)
     command_key: str = ""  # the dispatcher's public line: the only key whose commands the agent runs
+    # Where the node finds the agent's wheels instead of a package index (`bke bundle build` puts
+    # them in <httpRepo>/agent/<version>/wheels/, with an index.html pip reads): a URL or a path
+    # on the node. None: pip uses the node's index (or the mirror in its pip.conf).
+    wheelhouse: str | None = None
 
     @property
     def use_sudo(self) -> bool:
@@ -124,12 +130,10 @@ def bootstrap_steps(params: BootstrapParams) -> tuple[Step, ...]:
         raise ValueError(f"{wheel!r} is not a wheel file name")
     files = AgentFiles.for_node(params.cluster, params.node, params.nats_url, creds=params.nats_creds is not None,
                                 command_key=params.command_key)
-    pip = (f"{AGENT_PREFIX}/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check")
+    pip = (f"{AGENT_PREFIX}/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
+           *_offline(params.wheelhouse))
     # Exit with a message (sys.exit(str) prints it and returns 1) so the failure names the version.
-    check_py = (
-        "import sys; v = sys.version_info[:2]; "
-        'sys.exit(0 if v == (3, 11) else "bke-agent needs Python 3.11, this node has %d.%d" % v)'
-    )
+    check_py = check_python_source()
     env_for_init = (
         "env",
         "BKE_AGENT_BACKEND=host",
@@ -146,9 +150,11 @@ def bootstrap_steps(params: BootstrapParams) -> tuple[Step, ...]:
     table = (
         Step("stage", "create the private staging directory and upload the files",
              ("mkdir", "-m", "0700", "-p", "--", STAGING_DIR), privileged=False, uploads=staged_files),
-        Step("check-python", "the node has Python 3.11", (params.python, "-c", check_py), privileged=False),
+        Step("check-python", f"the node has Python {supported_text()}", (params.python, "-c", check_py),
+             privileged=False),
         Step("venv", f"create the agent's virtualenv in {AGENT_PREFIX}", (params.python, "-m", "venv", AGENT_PREFIX)),
-        Step("install-requirements", "install the pinned requirements",
+        Step("install-requirements", "install the pinned requirements"
+             + (" from the bundle's wheelhouse, no index" if params.wheelhouse else ""),
              (*pip, "-r", _staged("requirements.txt")), timeout_s=1800.0),
         # --force-reinstall: a rebuilt wheel keeps its version, and must still replace the old one.
         Step("install-agent", "install the BKE wheel", (*pip, "--no-deps", "--force-reinstall", _staged(wheel)),
@@ -172,6 +178,18 @@ def bootstrap_steps(params: BootstrapParams) -> tuple[Step, ...]:
     if not params.use_sudo:
         return table
     return tuple(_with_sudo(s) for s in table)
+
+
+def _offline(wheelhouse: str | None) -> tuple[str, ...]:
+    """pip's options for installing from the bundle's wheelhouse with no package index. An http://
+    wheelhouse (`bke bundle serve`) is named a trusted host: pip ignores plain-HTTP links otherwise."""
+    if wheelhouse is None:
+        return ()
+    if any(c in wheelhouse for c in "\n\r\0") or not wheelhouse.strip():
+        raise ValueError(f"wheelhouse {wheelhouse!r} is not a URL or a path")
+    u = urlsplit(wheelhouse)
+    trusted = ("--trusted-host", u.hostname) if u.scheme == "http" and u.hostname else ()
+    return ("--no-index", "--find-links", wheelhouse, *trusted)
 
 
 def _with_sudo(step: Step) -> Step:

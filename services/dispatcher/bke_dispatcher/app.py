@@ -90,11 +90,14 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         nodes_api = None
     # every command is signed with the deployment's key (made at deployment, or here, SET NX)
     signing = CommandSigning(redis, box_from_env)
+    simulated_repo = lab and settings.repo_source == "auto"
     engine = Engine(
         state, plans, files, svc.publish,
-        LabChecksums() if lab else HttpRepoChecksums(),
+        # the lab simulates the httpRepo (placeholders, a calico stand-in) unless told to use a
+        # real one (`bke lab install --http-repo`, BKE_DISPATCHER_REPO_SOURCE=http-repo)
+        LabChecksums() if simulated_repo else HttpRepoChecksums(),
         LocalPhases({
-            "addons": AddonsWork(redis, applier, _now, LabManifests() if lab else HttpRepoManifests()),
+            "addons": AddonsWork(redis, applier, _now, LabManifests() if simulated_repo else HttpRepoManifests()),
             "node-labels": NodeLabelsWork(redis, nodes_api or LabNodes(), _now),
             "health": ApiHealthWork(redis, nodes_api, _now),  # the lab: nothing to ask an API
         }),

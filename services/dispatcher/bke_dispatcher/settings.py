@@ -23,6 +23,11 @@ class DispatcherSettings(ServiceSettings):
     # lab: binaries are simulated and addons validated + recorded (no apiserver);
     # real: checksums from the httpRepo's `.sha256` files, addons applied with server-side apply.
     mode: Literal["lab", "real"] = "real"
+    # What the dispatcher reads from the httpRepo (binary checksums `<url>.sha256`, the CNI's
+    # manifest): "auto" = simulated in lab mode (placeholders), the spec's httpRepo in real mode;
+    # "http-repo" = the spec's httpRepo in lab mode too (a lab whose agents download from a real
+    # httpRepo, e.g. a bundle: `bke lab install --http-repo URL`).
+    repo_source: Literal["auto", "http-repo"] = "auto"
     batch_size: int = 64
     # How often the state's epoch is read (bke.state.epoch): the longest a lost state goes unseen.
     epoch_check_s: float = 1.0

@@ -1,0 +1,68 @@
+"""Which Python versions bke-agent runs on, and which operating systems ship one.
+
+Why these versions (checked for this release, redo the check when a pin moves):
+* the agent's code and everything it imports from `bke` need 3.11: `vermin` (1.9.2, with
+  --eval-annotations) over those 63 modules finds one 3.11 feature, `asyncio.timeout` in
+  bke_agent/executor.py; everything else would run on 3.9;
+* the pinned dependencies decide more than the code: pydantic-settings 2.16.3 declares
+  Requires-Python >=3.11, and pydantic 2.14.4, PyYAML 6.0.4, redis 8.1.0 and faststream 0.7.8
+  >=3.10 (their wheels' metadata). Going below 3.11 would mean a second, untested set of pins;
+* manylinux wheels of every compiled dependency (pydantic-core, PyYAML, cffi; cryptography and
+  PyNaCl are abi3) exist for cp311 to cp314 on x86_64 and aarch64 (a `pip download
+  --only-binary=:all: --platform manylinux2014_<arch> --python-version 3.X` of
+  requirements-agent.txt succeeds for each), so the wheelhouse covers 3.11 to 3.14.
+Only 3.11 runs the test suite here; 3.12 to 3.14 are supported on the strength of the checks above.
+
+This module is imported by the agent before anything else and by the SSH bootstrap's
+`check-python` step (as the literal set): it must stay plain, standard-library Python.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["AGENT_PYTHONS", "OS_PYTHONS", "OsPython", "check_python_source", "python_problem", "supported_text"]
+
+AGENT_PYTHONS: tuple[tuple[int, int], ...] = ((3, 11), (3, 12), (3, 13), (3, 14))
+
+
+class OsPython(NamedTuple):
+    os: str
+    default: str  # the distribution's python3
+    remedy: str  # how the agent gets a supported Python there
+
+
+# The operating systems the README lists, their default `python3`, and how the agent gets a
+# supported one there (vendor packages named as the distributions name them; checked on paper).
+OS_PYTHONS: tuple[OsPython, ...] = (
+    OsPython("Ubuntu 22.04", "3.10", "install python3.11 and python3.11-venv (universe); --remote-python python3.11"),
+    OsPython("Ubuntu 24.04", "3.12", "the default python3 (and python3-venv)"),
+    OsPython("Debian 12", "3.11", "the default python3 (and python3-venv)"),
+    OsPython("openEuler 22.03 LTS", "3.9", "not supported: the vendor ships no 3.11; bring a Python 3.11+ build"),
+    OsPython("openEuler 24.03 LTS", "3.11", "the default python3"),
+    OsPython("Kylin V10", "3.7", "not supported: bring a Python 3.11+ build"),
+    OsPython("Rocky Linux / RHEL 9, CentOS Stream 9", "3.9",
+             "dnf install python3.11 (AppStream); --remote-python python3.11"),
+    OsPython("CentOS 7", "3.6", "not supported: bring a Python 3.11+ build (end of life; glibc 2.17 takes the manylinux2014 wheels)"),
+)
+
+
+def supported_text() -> str:
+    versions = [f"{a}.{b}" for a, b in AGENT_PYTHONS]
+    return ", ".join(versions[:-1]) + " or " + versions[-1]
+
+
+def python_problem(version: tuple[int, ...]) -> str | None:
+    """Why this interpreter cannot run bke-agent, or None."""
+    if tuple(version[:2]) in AGENT_PYTHONS:
+        return None
+    return (f"bke-agent needs Python {supported_text()}; this is Python {version[0]}.{version[1]} "
+            "(see the README's list of operating systems for how to get one)")
+
+
+def check_python_source() -> str:
+    """One line of Python for `python -c` on a node: exits non-zero with the message on an
+    unsupported interpreter. Written for any Python 3 (old syntax only, no f-strings)."""
+    allowed = ", ".join(f"({a}, {b})" for a, b in AGENT_PYTHONS)
+    return ("import sys; v = tuple(sys.version_info[:2]); "
+            f'sys.exit(0 if v in ({allowed},) else "bke-agent needs Python {supported_text()}; '
+            'this node has Python %d.%d" % v)')
