@@ -26,6 +26,7 @@ from bke.bundle import (
     UPSTREAMS,
 )
 from bke.plan import plan_spec_text
+from bke.versions import KUBERNETES
 from bke_cli.main import main as cli_main
 
 from ..bundle_helpers import FakeRegistry, FakeUpstream
@@ -90,14 +91,15 @@ def test_tree_holds_upstream_bytes_with_checksums_and_index(seed_plan, upstream,
     assert not [p for p in out.iterdir() if p.name.startswith(".staging")]
     # images: what the rendered seed pulls, plus calico's, each with the registry's digest
     images = {i["ref"]: i for i in json.loads((out / "images.json").read_text())}
+    calico_v = KUBERNETES["1.33"].calico  # the release the versions table pairs with the seed's minor
     for ref in ("registry.k8s.io/kube-apiserver:v1.33.2", "registry.k8s.io/kube-proxy:v1.33.2",
                 "registry.k8s.io/etcd:3.5.1-0", "registry.k8s.io/coredns/coredns:v1.12.0",
-                "docker.io/calico/node:v3.30.3", "docker.io/calico/cni:v3.30.3"):
+                f"docker.io/calico/node:v{calico_v}", f"docker.io/calico/cni:v{calico_v}"):
         assert ref in images, sorted(images)
     assert any(r.startswith("registry.k8s.io/pause:") for r in images)
     api = images["registry.k8s.io/kube-apiserver:v1.33.2"]
     assert api["digest"] == FakeRegistry.digest("/v2/kube-apiserver/manifests/v1.33.2")
-    assert images["docker.io/calico/node:v3.30.3"]["digest"] == FakeRegistry.digest("/v2/calico/node/manifests/v3.30.3")
+    assert images[f"docker.io/calico/node:v{calico_v}"]["digest"] == FakeRegistry.digest(f"/v2/calico/node/manifests/v{calico_v}")
     assert len((out / "images.txt").read_text().splitlines()) == len(images)
 
 
