@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from bke.bundle import UPSTREAMS, Upstream, bundle_artefacts, downloads
 
-__all__ = ["CALICO_YAML", "FakeRegistry", "FakeUpstream", "fake_binary"]
+__all__ = ["CALICO_YAML", "FakeRegistry", "FakeUpstream", "fake_binary", "fake_standalone_python"]
 
 # A small calico manifest of valid kube objects: what the addons phase looks for is a DaemonSet
 # kube-system/calico-node whose container is named calico-node.
@@ -60,14 +60,26 @@ def fake_binary(project: str, version: str, arch: str | None, file: str) -> byte
     return f"#!/bin/sh\n# fake {project} {version} {arch} {file}\nexit 0\n".encode()
 
 
-def _tar(members: dict[str, bytes]) -> bytes:
+def _tar(members: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name, data in members.items():
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o755
             tar.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
     return buf.getvalue()
+
+
+def fake_standalone_python(real: str, minor: str = "3.11") -> bytes:
+    """A python-build-standalone `install_only` archive in miniature: one top folder `python/` with
+    bin/python<minor> (here a wrapper exec'ing the real interpreter `real`) and the python3 link."""
+    wrapper = f'#!/bin/sh\nexec {real} "$@"\n'.encode()
+    return _tar({f"python/bin/python{minor}": wrapper, "python/lib/README": b"fake standalone CPython\n"},
+                {"python/bin/python3": f"python{minor}"})
 
 
 def _sha(data: bytes) -> str:
@@ -144,6 +156,9 @@ class FakeUpstream(_Server):
             if d.upstream.project == "calico":
                 data = CALICO_YAML.replace("{version}", a0.version).encode()
                 self.expected[a0.path] = data
+            elif d.upstream.project == "python":  # kept whole: the tree file is the archive
+                data = fake_standalone_python(f"/fake/{a0.arch}/python3")
+                self.expected[a0.path] = data
             elif d.upstream.member is None:
                 data = fake_binary(a0.project, a0.version, a0.arch, a0.file)
                 self.expected[a0.path] = data
@@ -163,7 +178,7 @@ class FakeUpstream(_Server):
 
     def _add_sum(self, sums_url: str, name: str, data: bytes) -> None:
         key = sums_url.removeprefix(self.base)
-        if sums_url.endswith("runc.sha256sum"):  # one file for every arch, sha256sum's format
+        if sums_url.endswith(("runc.sha256sum", "/SHA256SUMS")):  # one file for every arch, sha256sum's format
             self.files[key] = self.files.get(key, b"") + f"{_sha(data)}  {name}\n".encode()
         elif sums_url.endswith(".sha256sum"):
             self.files[key] = f"{_sha(data)}  {name}\n".encode()

@@ -13,15 +13,18 @@ from dataclasses import asdict, replace
 from enum import Enum
 from pathlib import Path
 
+import httpx
 import typer
 from bke.auth.permissions import identity_name
 from bke.plan import Plan
-from bke.pythons import supported_text
+from bke.pythons import STANDALONE, supported_text
 from bke.ssh import (
+    PYTHON_PREFIX,
     BootstrapParams,
     NodeOutcome,
     SshOptions,
     SshTarget,
+    StandaloneSource,
     WheelBuildError,
     bootstrap_nodes,
     bootstrap_steps,
@@ -35,6 +38,7 @@ from bke.ssh import (
     policy_from_options,
     policy_problems,
     project_root,
+    standalone_source,
     validate_nats_url,
 )
 from rich.console import Console
@@ -54,6 +58,12 @@ agent_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Node a
 
 def register(app: typer.Typer) -> None:
     app.add_typer(agent_app, name="agent")
+
+
+class PythonChoice(str, Enum):
+    auto = "auto"
+    system = "system"
+    bundled = "bundled"
 
 
 class OutputFormat(str, Enum):
@@ -77,6 +87,14 @@ def bootstrap(
     requirements: Path | None = typer.Option(None, "--requirements", help="pinned requirements (default: the checkout's requirements-agent.txt)"),
     remote_python: str = typer.Option("python3", "--remote-python",
                                       help=f"the nodes' Python interpreter ({supported_text()})"),
+    python: PythonChoice = typer.Option(
+        PythonChoice.auto, "--python", help=f"auto: the node's --remote-python when it is {supported_text()}, else the "
+        f"bundled CPython {STANDALONE.python} (needs --python-from); system: the node's only; bundled: always the "
+        f"bundled one (unpacked in {PYTHON_PREFIX})"),
+    python_from: str | None = typer.Option(
+        None, "--python-from", help="where the bundled CPython is: the bundle's directory on this machine (uploaded "
+        "to each node) or its httpRepo URL (each node fetches it with curl or wget); the bundle's .sha256 is checked "
+        "on the node"),
     wheelhouse: str | None = typer.Option(
         None, "--wheelhouse", help="install from this wheelhouse with no package index: the bundle's "
         "<httpRepo>/agent/<version>/wheels/index.html (bke bundle build), or a path on the nodes"),
@@ -103,8 +121,9 @@ def bootstrap(
         die(f"{wheel}: no such file", EXIT_INVALID)
     # Without --wheel, the wheel is built only for a real run; its name is known in advance.
     wheel_name = wheel or Path("<built at run time>") / expected_wheel_name()
+    sources = _standalone_sources(plan, targets, python, python_from)
     params = {t.node: _params(plan, t, nats, wheel_name, reqs, remote_python, _node_creds(creds_dir, plan.cluster, t.node),
-                              wheelhouse) for t in targets}
+                              wheelhouse, python.value, sources.get(t.node)) for t in targets}
     if print_installer:
         for t in targets:
             files = " and ".join(installer_files(params[t.node]))
@@ -194,11 +213,37 @@ def _node_creds(creds_dir: Path | None, cluster: str, node: str) -> str | None:
             f"--node {node} --out {path}`", EXIT_INVALID)
 
 
+def _standalone_sources(plan: Plan, targets: list[SshTarget], mode: PythonChoice,
+                        location: str | None) -> dict[str, StandaloneSource]:
+    """Each node's bundled CPython (by its spec's arch), read once per arch; none for --python system."""
+    if mode is PythonChoice.system or location is None:
+        return {}
+    arch = {n.spec.hostname: n.spec.arch for n in plan.spec.nodes}
+    by_arch: dict[str, StandaloneSource] = {}
+    try:
+        for a in sorted({arch[t.node] for t in targets}):
+            by_arch[a] = standalone_source(location, a, _read_url)
+    except ValueError as exc:
+        die(f"--python-from: {exc}", EXIT_INVALID)
+    return {t.node: by_arch[arch[t.node]] for t in targets}
+
+
+def _read_url(url: str) -> str:
+    try:
+        resp = httpx.get(url, timeout=30.0, follow_redirects=True)
+    except httpx.HTTPError as exc:
+        raise ValueError(f"GET {url}: {type(exc).__name__}: {exc}") from None
+    if resp.status_code != 200:
+        raise ValueError(f"GET {url}: HTTP {resp.status_code}")
+    return resp.text
+
+
 def _params(plan: Plan, t: SshTarget, nats: str, wheel: Path, reqs: Path, python: str,
-            creds: str | None = None, wheelhouse: str | None = None) -> BootstrapParams:
+            creds: str | None = None, wheelhouse: str | None = None, python_mode: str = "auto",
+            standalone: StandaloneSource | None = None) -> BootstrapParams:
     params = BootstrapParams(cluster=plan.cluster, node=t.node, nats_url=nats, wheel=wheel,
                              requirements=reqs, username=t.username, python=python, nats_creds=creds,
-                             wheelhouse=wheelhouse)
+                             wheelhouse=wheelhouse, python_mode=python_mode, standalone=standalone)
     try:
         bootstrap_steps(params)  # validates names, the NATS URL and the wheel name
     except ValueError as exc:

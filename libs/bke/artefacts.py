@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .pythons import STANDALONE
 from .spec.models import Cluster
 from .versions import KUBERNETES, RUNC, parse_version
 
@@ -22,6 +23,7 @@ __all__ = [
     "ARCHES",
     "Artefact",
     "CNI_PLUGINS",
+    "agent_artefacts",
     "cluster_artefacts",
     "node_artefacts",
 ]
@@ -89,3 +91,10 @@ def cluster_artefacts(c: Cluster) -> list[Artefact]:
         return []
     row = KUBERNETES[parse_version(c.kubernetes_version).minor_key]
     return [Artefact("calico", row.calico, "calico.yaml", None, None, 0o644)]
+
+
+def agent_artefacts(arch: str) -> list[Artefact]:
+    """What `bke agent bootstrap` may put on a node before the agent runs: the relocatable CPython
+    (bke.pythons.STANDALONE) for nodes whose python3 cannot run the agent. Kept as upstream's
+    archive (the bootstrap unpacks it under bke.ssh.layout.PYTHON_PREFIX), so dest is None."""
+    return [Artefact("python", STANDALONE.version, "python.tar.gz", arch, None, 0o644)]

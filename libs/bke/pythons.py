@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["AGENT_PYTHONS", "OS_PYTHONS", "OsPython", "check_python_source", "python_problem", "supported_text"]
+__all__ = ["AGENT_PYTHONS", "OS_PYTHONS", "STANDALONE", "OsPython", "StandalonePython", "check_python_source",
+           "python_problem", "supported_text"]
 
 AGENT_PYTHONS: tuple[tuple[int, int], ...] = ((3, 11), (3, 12), (3, 13), (3, 14))
 
@@ -31,18 +32,53 @@ class OsPython(NamedTuple):
     remedy: str  # how the agent gets a supported Python there
 
 
+class StandalonePython(NamedTuple):
+    """A relocatable CPython from python-build-standalone, shipped in the bundle for nodes whose
+    own python3 cannot run the agent (what uv installs as a "managed" Python)."""
+
+    python: str  # the CPython version it carries
+    release: str  # python-build-standalone's release tag (a build date)
+    glibc: str  # the oldest glibc it runs on
+    triples: tuple[tuple[str, str], ...]  # BKE arch -> upstream's target triple
+
+    @property
+    def version(self) -> str:
+        """The version as upstream's asset names spell it, and as the bundle tree's folder."""
+        return f"{self.python}+{self.release}"
+
+    @property
+    def minor(self) -> str:
+        return ".".join(self.python.split(".")[:2])
+
+
+# Pinned build. Release 20251031 carries CPython 3.11.14 as
+# cpython-3.11.14+20251031-<triple>-install_only.tar.gz (the asset name the release tool
+# uploads: astral-sh/python-build-standalone src/github.rs, command_upload_release_distributions,
+# `cpython-{version}+{tag}-{triple}-install_only.tar.gz`). Its archive holds one top folder
+# `python/` (python/bin/python3.11, pip included). glibc floor: "The minimum glibc version required
+# for most targets is 2.17 ... RHEL/CentOS 7+" (docs/running.md, "Runtime Requirements"), for both
+# x86_64- and aarch64-unknown-linux-gnu. Checked on paper: no real build was run here.
+STANDALONE = StandalonePython("3.11.14", "20251031", "2.17",
+                              (("amd64", "x86_64-unknown-linux-gnu"), ("arm64", "aarch64-unknown-linux-gnu")))
+_BUNDLED = f"the bundle's CPython {STANDALONE.python} (python-build-standalone, glibc {STANDALONE.glibc}+)"
+
 # The operating systems the README lists, their default `python3`, and how the agent gets a
 # supported one there (vendor packages named as the distributions name them; checked on paper).
+# `bke agent bootstrap` (--python auto, the default) uses the bundled CPython wherever the node's
+# python3 fails the check, so the vendor routes below are alternatives, not requirements.
 OS_PYTHONS: tuple[OsPython, ...] = (
-    OsPython("Ubuntu 22.04", "3.10", "install python3.11 and python3.11-venv (universe); --remote-python python3.11"),
+    OsPython("Ubuntu 22.04", "3.10", f"{_BUNDLED}; or python3.11 and python3.11-venv (universe) with "
+             "--remote-python python3.11 --python system"),
+    OsPython("Ubuntu 20.04", "3.8", _BUNDLED),
     OsPython("Ubuntu 24.04", "3.12", "the default python3 (and python3-venv)"),
     OsPython("Debian 12", "3.11", "the default python3 (and python3-venv)"),
-    OsPython("openEuler 22.03 LTS", "3.9", "not supported: the vendor ships no 3.11; bring a Python 3.11+ build"),
+    OsPython("openEuler 22.03 LTS", "3.9", f"{_BUNDLED} (the vendor ships no 3.11)"),
     OsPython("openEuler 24.03 LTS", "3.11", "the default python3"),
-    OsPython("Kylin V10", "3.7", "not supported: bring a Python 3.11+ build"),
+    OsPython("Kylin V10", "3.7", _BUNDLED),
     OsPython("Rocky Linux / RHEL 9, CentOS Stream 9", "3.9",
-             "dnf install python3.11 (AppStream); --remote-python python3.11"),
-    OsPython("CentOS 7", "3.6", "not supported: bring a Python 3.11+ build (end of life; glibc 2.17 takes the manylinux2014 wheels)"),
+             f"{_BUNDLED}; or dnf install python3.11 (AppStream) with --remote-python python3.11 --python system"),
+    OsPython("RHEL / Rocky / Alma 8, CentOS 8", "3.6", _BUNDLED),
+    OsPython("CentOS 7", "3.6", f"{_BUNDLED} (end of life; its glibc 2.17 is the build's floor)"),
 )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..artefacts import ARCHES
 from ..plan import Plan
-from ..pythons import AGENT_PYTHONS
+from ..pythons import AGENT_PYTHONS, STANDALONE
 from ..render import RenderInputs, render_cluster
 from ..versions import KUBERNETES, RUNC, parse_version
 from .build import BundleFile, bundle_artefacts, downloads, ensure_files, file_sha256, write_atomic
@@ -64,7 +64,8 @@ def _versions(plan: Plan) -> dict[str, str]:
     row = KUBERNETES[k8s.minor_key]
     return {"kubernetes": str(k8s), "etcd": str(parse_version(c.etcd_version)), "containerd": str(ctd),
             "runc": RUNC[ctd.minor_key], "crictl": row.crictl, "cniPlugins": row.cni_plugins,
-            **({"calico": row.calico} if c.cni == "calico" else {}), "coredns": row.coredns, "pause": row.pause}
+            **({"calico": row.calico} if c.cni == "calico" else {}), "coredns": row.coredns, "pause": row.pause,
+            "python": STANDALONE.version}
 
 
 def _previous(index: Path) -> dict[str, str]:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..artefacts import ARCHES, Artefact, cluster_artefacts, node_artefacts
+from ..artefacts import ARCHES, Artefact, agent_artefacts, cluster_artefacts, node_artefacts
 from ..spec.models import Cluster
 from .sums import ChecksumMismatch, published_sha256
 from .upstreams import UPSTREAMS, Upstream
@@ -68,10 +68,13 @@ class BundleFile:
 
 
 def bundle_artefacts(cluster: Cluster, arches: Iterable[str] = ARCHES) -> list[Artefact]:
-    """Everything any node of `cluster` (of these arches) or its dispatcher fetches, once each."""
+    """Everything any node of `cluster` (of these arches) or its dispatcher fetches, once each, and
+    the CPython the agent's bootstrap ships to nodes whose own python3 is unsupported."""
     seen: dict[str, Artefact] = {}
     for arch in arches:
         for a in node_artefacts(cluster, arch, registers=True):  # a registered node fetches a superset
+            seen.setdefault(a.path, a)
+        for a in agent_artefacts(arch):
             seen.setdefault(a.path, a)
     for a in cluster_artefacts(cluster):
         seen.setdefault(a.path, a)

@@ -5,8 +5,9 @@ config file) and everything else stays as upstream publishes it. Each row names 
 upstream publishes (a binary, an archive or a manifest), where its checksum is published and in
 what form, and which archive member is which file of the httpRepo tree.
 
-Template fields: `{version}` (no leading "v"), `{arch}` (amd64 | arm64), `{file}` (the tree's
-file name, e.g. kubelet); a checksum template may also use `{url}` (the download's own URL) and
+Template fields: `{version}` (no leading "v"), `{arch}` (amd64 | arm64, or the row's own name for
+it, `arch_names`), `{file}` (the tree's file name, e.g. kubelet), `{build}` (what follows "+" in
+the version: python-build-standalone's release tag); a checksum template may also use `{url}` (the download's own URL) and
 `{dir}` (that URL without its last path segment).
 
 Each row's layout, read from upstream (cited beside the row):
@@ -16,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from typing import Mapping
+
+from ..pythons import STANDALONE
 
 __all__ = ["UPSTREAMS", "Upstream", "UpstreamError", "apply_overrides", "parse_override"]
 
@@ -33,9 +36,11 @@ class Upstream:
     # the archive member that is the tree's `{file}`; None: the download is the file itself
     member: str | None = None
     per_file: bool = False  # one download per tree file (dl.k8s.io), not one per (version, arch)
+    arch_names: tuple[tuple[str, str], ...] = ()  # BKE arch -> upstream's name, when it differs
 
     def fields(self, version: str, arch: str | None, file: str) -> dict[str, str]:
-        return {"version": version, "arch": arch or "", "file": file}
+        return {"version": version, "arch": dict(self.arch_names).get(arch or "", arch or ""), "file": file,
+                "build": version.partition("+")[2]}
 
     def download_url(self, version: str, arch: str | None, file: str) -> str:
         return self.url.format(**self.fields(version, arch, file))
@@ -85,6 +90,16 @@ UPSTREAMS: dict[str, Upstream] = {u.project: u for u in (
     # gives (`pins` in the config, --pin) or, failing that, records the digest it saw in
     # bundle.json and says so (trust on first download).
     Upstream("calico", "https://raw.githubusercontent.com/projectcalico/calico/v{version}/manifests/{file}", None),
+    # python-build-standalone's relocatable CPython (bke.pythons.STANDALONE), kept as the archive.
+    # Asset `cpython-{python}+{tag}-{triple}-install_only.tar.gz`, and one `SHA256SUMS` per release
+    # in sha256sum's form (`<hex>  <asset name>` per line) that the release tool writes from the
+    # digests of what it uploads (astral-sh/python-build-standalone src/github.rs,
+    # command_upload_release_distributions). The SHA256SUMS asset name is read from that tool, not
+    # from a downloaded release: checked on paper only.
+    Upstream("python",
+             "https://github.com/astral-sh/python-build-standalone/releases/download/{build}/"
+             "cpython-{version}-{arch}-install_only.tar.gz",
+             "{dir}/SHA256SUMS", arch_names=STANDALONE.triples),
 )}
 
 _OVERRIDE = re.compile(r"^(?P<project>[a-z0-9-]+)(?:\.(?P<field>url|sums))?=(?P<value>.+)$")
@@ -115,7 +130,7 @@ def apply_overrides(table: Mapping[str, Upstream], overrides: Mapping[str, Mappi
 
 
 def _check_template(where: str, value: str, field: str) -> None:
-    allowed = {"version", "arch", "file"} | ({"url", "dir"} if field == "sums" else set())
+    allowed = {"version", "arch", "file", "build"} | ({"url", "dir"} if field == "sums" else set())
     names = set(re.findall(r"{([^{}]*)}", value))
     if unknown := names - allowed:
         raise UpstreamError(f"{where}: unknown template field(s) {', '.join(sorted(unknown))}; allowed: "

@@ -61,6 +61,7 @@ from .layout import (
     AGENT_PREFIX,
     CONFIG_DIR,
     ENV_PATH,
+    PYTHON_PREFIX,
     STAGING_DIR,
     UNIT_NAME,
     UNIT_PATH,
@@ -75,6 +76,7 @@ from .plan import (
     bootstrap_steps,
     remote_command,
 )
+from .standalone import PYTHON_BIN, PYTHON_MODES, StandaloneSource, standalone_source
 from .wheel import WheelBuildError, build_wheel, expected_wheel_name, project_root
 
 __all__ = [
@@ -83,6 +85,9 @@ __all__ = [
     "AGENT_RUN_ARGS",
     "CONFIG_DIR",
     "ENV_PATH",
+    "PYTHON_BIN",
+    "PYTHON_MODES",
+    "PYTHON_PREFIX",
     "STAGING_DIR",
     "SUDO",
     "UNIT_NAME",
@@ -106,6 +111,7 @@ __all__ = [
     "SshSession",
     "SshTarget",
     "SshUnreachable",
+    "StandaloneSource",
     "Step",
     "StepFailed",
     "UnitParams",
@@ -131,6 +137,7 @@ __all__ = [
     "remote_command",
     "render_env",
     "render_unit",
+    "standalone_source",
     "steps_markdown",
     "validate_name",
     "validate_nats_url",

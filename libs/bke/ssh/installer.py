@@ -42,6 +42,7 @@ def installer_line(params: BootstrapParams) -> str:
     as_root = BootstrapParams(
         cluster=params.cluster, node=params.node, nats_url=params.nats_url, wheel=params.wheel,
         requirements=params.requirements, username="root", python=params.python, wheelhouse=params.wheelhouse,
+        python_mode=params.python_mode, standalone=params.standalone,
     )
     parts = ["umask 077"]
     for step in bootstrap_steps(as_root):

@@ -7,6 +7,7 @@ __all__ = [
     "CONFIG_DIR",
     "CREDS_PATH",
     "ENV_PATH",
+    "PYTHON_PREFIX",
     "STAGING_DIR",
     "UNIT_NAME",
     "UNIT_PATH",
@@ -14,6 +15,9 @@ __all__ = [
 
 AGENT_PREFIX = "/opt/bke-agent"  # the agent's virtualenv
 AGENT_BIN = f"{AGENT_PREFIX}/bin/bke-agent"
+# The bundled CPython (bke.pythons.STANDALONE), unpacked for nodes whose python3 cannot run the agent;
+# the agent's virtualenv is made from it. Holds `.bke-sha256`: the digest of the archive it came from.
+PYTHON_PREFIX = "/opt/bke-python"
 CONFIG_DIR = "/etc/bke-agent"
 ENV_PATH = f"{CONFIG_DIR}/env"
 CREDS_PATH = f"{CONFIG_DIR}/nats.creds"  # the node's NATS identity (0600)

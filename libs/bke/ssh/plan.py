@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from ..pythons import check_python_source, supported_text
 from .files import AgentFiles
+from .standalone import PYTHON_MODES, StandaloneSource, bundled_python_steps, choose_python_argv, venv_argv
 from .layout import (
     AGENT_BIN,
     AGENT_PREFIX,
@@ -110,6 +111,11 @@ class BootstrapParams:
     # them in <httpRepo>/agent/<version>/wheels/, with an index.html pip reads): a URL or a path
     # on the node. None: pip uses the node's index (or the mirror in its pip.conf).
     wheelhouse: str | None = None
+    # auto: the node's `python` when it can run the agent, else the bundled CPython (`standalone`);
+    # system: the node's `python` only; bundled: the bundled CPython always. Without `standalone`,
+    # auto is system (there is nothing else to use) and bundled is refused.
+    python_mode: str = "auto"
+    standalone: StandaloneSource | None = None
 
     @property
     def use_sudo(self) -> bool:
@@ -147,12 +153,13 @@ def bootstrap_steps(params: BootstrapParams) -> tuple[Step, ...]:
         Upload("env", 0o600, Inline(files.env, secret=True)),
         *((Upload("nats.creds", 0o600, Inline(params.nats_creds, secret=True)),) if params.nats_creds else ()),
     )
+    python_steps = _python_steps(params, check_py)
+    if params.standalone is not None and params.standalone.path is not None and params.python_mode != "system":
+        staged_files += (Upload("python.tar.gz", 0o600, LocalFile(params.standalone.path)),)
     table = (
         Step("stage", "create the private staging directory and upload the files",
              ("mkdir", "-m", "0700", "-p", "--", STAGING_DIR), privileged=False, uploads=staged_files),
-        Step("check-python", f"the node has Python {supported_text()}", (params.python, "-c", check_py),
-             privileged=False),
-        Step("venv", f"create the agent's virtualenv in {AGENT_PREFIX}", (params.python, "-m", "venv", AGENT_PREFIX)),
+        *python_steps,
         Step("install-requirements", "install the pinned requirements"
              + (" from the bundle's wheelhouse, no index" if params.wheelhouse else ""),
              (*pip, "-r", _staged("requirements.txt")), timeout_s=1800.0),
@@ -178,6 +185,32 @@ def bootstrap_steps(params: BootstrapParams) -> tuple[Step, ...]:
     if not params.use_sudo:
         return table
     return tuple(_with_sudo(s) for s in table)
+
+
+def _python_steps(params: BootstrapParams, check_py: str) -> tuple[Step, ...]:
+    """check-python and venv with the node's interpreter, or, when the bundled CPython may be used,
+    choose-python, its fetch/verify/unpack steps and a venv made by the chosen interpreter."""
+    if params.python_mode not in PYTHON_MODES:
+        raise ValueError(f"python mode {params.python_mode!r}: expected one of {', '.join(PYTHON_MODES)}")
+    if params.python_mode == "bundled" and params.standalone is None:
+        raise ValueError("--python bundled needs the bundled CPython: give --python-from (the bundle's directory "
+                         "or its httpRepo URL)")
+    if params.python_mode == "system" or params.standalone is None:
+        return (
+            Step("check-python", f"the node has Python {supported_text()}", (params.python, "-c", check_py),
+                 privileged=False),
+            Step("venv", f"create the agent's virtualenv in {AGENT_PREFIX}",
+                 (params.python, "-m", "venv", AGENT_PREFIX)),
+        )
+    what = "the node's python when it runs the agent, else the bundled CPython" if params.python_mode == "auto" \
+        else "the bundled CPython"
+    return (
+        Step("choose-python", f"use {what}", choose_python_argv(params.python_mode, params.python, check_py),
+             privileged=False),
+        *(Step(name, summary, argv, privileged=root) for name, summary, argv, root
+          in bundled_python_steps(params.standalone, check_py)),
+        Step("venv", f"create the agent's virtualenv in {AGENT_PREFIX} with the chosen interpreter", venv_argv()),
+    )
 
 
 def _offline(wheelhouse: str | None) -> tuple[str, ...]:
