@@ -137,3 +137,14 @@ def test_standalone_source_refuses_a_damaged_or_missing_archive(tmp_path):
     _bundle(tmp_path, b"archive", digest="0" * 64)
     with pytest.raises(ValueError, match="rebuild the bundle"):
         standalone_source(str(tmp_path), "arm64", lambda url: "")
+
+
+def test_docs_bundled_table_is_generated_from_the_steps():
+    from bke.ssh import steps_markdown
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "agent-bootstrap.md").read_text()
+    start, end = "<!-- generated: bke.ssh.steps_markdown, bundled python -->\n", "<!-- end generated, bundled python -->"
+    table = doc[doc.index(start) + len(start):doc.index(end)]
+    src = StandaloneSource("0" * 64, url=f"http://10.0.0.5:40080/python/{STANDALONE.version}/linux/amd64/python.tar.gz")
+    steps = [s for s in bootstrap_steps(params(standalone=src))
+             if s.name in ("choose-python", "fetch-python", "verify-python", "install-python", "venv")]
+    assert table.strip() == steps_markdown(steps).strip(), "regenerate the bundled-python table in docs/agent-bootstrap.md"
