@@ -46,6 +46,8 @@ def test_print_installer_one_comment_and_one_line_per_node(capsys):
     (["--host-key-fingerprint", f"master1={FP}"], "no --host-key-fingerprint for node master2"),
     (["--dry-run", "--wheel", "/nonexistent/bke-0.1.0-py3-none-any.whl"], "no such file"),
     (["--identity", "/nonexistent/id_ed25519", "--host-key-fingerprint", FP], "not a readable private key"),
+    (["--dry-run", "--python", "bundled"], "--python bundled needs the bundled CPython: give --python-from"),
+    (["--dry-run", "--python-from", "/nonexistent/bundle"], "--python-from: /nonexistent/bundle: no python/"),
 ])
 def test_bad_input_exits_2_with_an_error_line_and_contacts_nothing(capsys, args, message):
     code, _, err = run(capsys, *args)
@@ -59,3 +61,19 @@ def test_bad_nats_url_exits_2_without_echoing_it(capsys):
     code = main(["agent", "bootstrap", str(EXAMPLE), "--nats", "nats://a b@h", "--dry-run"])
     _, err = capsys.readouterr()
     assert code == 2 and "ERROR --nats:" in err and "a b@h" not in err
+
+
+def test_dry_run_with_the_bundle_uploads_the_archive_of_each_nodes_arch(capsys, tmp_path):
+    import hashlib
+
+    from bke.artefacts import agent_artefacts
+    art = agent_artefacts("amd64")[0]  # the example's nodes are amd64 (the spec's default arch)
+    (tmp_path / art.path).parent.mkdir(parents=True)
+    (tmp_path / art.path).write_bytes(b"archive")
+    (tmp_path / f"{art.path}.sha256").write_text(hashlib.sha256(b"archive").hexdigest() + "\n")
+    code, out, err = run(capsys, "--dry-run", "--nodes", "node1", "--python-from", str(tmp_path))
+    assert code == 0, err
+    assert f"upload .bke-bootstrap/python.tar.gz (mode 0600) from {tmp_path / art.path}" in out
+    assert "[choose-python] sh -c" in out and hashlib.sha256(b"archive").hexdigest() in out
+    code, out, _ = run(capsys, "--dry-run", "--nodes", "node1", "--python-from", str(tmp_path), "--python", "system")
+    assert code == 0 and "python.tar.gz" not in out and "[check-python] python3 -c" in out
