@@ -26,6 +26,7 @@ from bke.bundle import (
     UPSTREAMS,
 )
 from bke.plan import plan_spec_text
+from bke.pythons import STANDALONE
 from bke.versions import KUBERNETES
 from bke_cli.main import main as cli_main
 
@@ -87,6 +88,13 @@ def test_tree_holds_upstream_bytes_with_checksums_and_index(seed_plan, upstream,
     by_path = {f["path"]: f for f in on_disk["files"]}
     assert by_path["kubernetes/1.33.2/linux/amd64/kubelet"]["verified"] == "published"
     assert by_path[calico]["verified"] == "recorded"  # no checksum published for calico.yaml
+    # the agent's bundled CPython: upstream's archive kept whole, checked against the release's SHA256SUMS
+    for arch, triple in (("amd64", "x86_64"), ("arm64", "aarch64")):
+        py = by_path[f"python/{STANDALONE.version}/linux/{arch}/python.tar.gz"]
+        assert py["verified"] == "published" and py["member"] is None
+        assert py["source"].endswith(f"/{STANDALONE.release}/cpython-{STANDALONE.version}-{triple}-unknown-linux-gnu"
+                                     "-install_only.tar.gz")
+    assert on_disk["versions"]["python"] == STANDALONE.version
     assert on_disk["versions"]["runc"] and on_disk["versions"]["kubernetes"] == "1.33.2"
     assert not [p for p in out.iterdir() if p.name.startswith(".staging")]
     # images: what the rendered seed pulls, plus calico's, each with the registry's digest
@@ -115,6 +123,16 @@ def test_a_mismatch_is_refused_and_leaves_nothing_valid(seed_plan, upstream, reg
     assert not (out / "containerd/2.1.1/linux/arm64/containerd.sha256").exists()
     assert not (out / "bundle.json").exists()
     assert not [p for p in out.iterdir() if p.name.startswith(".staging")]
+
+
+def test_a_python_archive_unlike_the_releases_sha256sums_is_refused(seed_plan, upstream, registry, tmp_path):
+    name = f"cpython-{STANDALONE.version}-aarch64-unknown-linux-gnu-install_only.tar.gz"
+    upstream.tamper(name)
+    out = tmp_path / "bundle"
+    with pytest.raises(ChecksumMismatch, match=name.replace("+", r"\+")):
+        _build(seed_plan, out, _opts(upstream, registry))
+    assert not (out / f"python/{STANDALONE.version}/linux/arm64/python.tar.gz").exists()
+    assert not (out / "bundle.json").exists()
 
 
 def test_the_cli_refuses_a_mismatch_with_exit_1(seed_plan, upstream, tmp_path, capsys):
