@@ -75,7 +75,7 @@ def _tar(members: dict[str, bytes], links: dict[str, str] | None = None) -> byte
 
 
 def fake_standalone_python(real: str, minor: str = "3.11") -> bytes:
-    """A python-build-standalone `install_only` archive in miniature: one top folder `python/` with
+    """A python-build-standalone `install_only_stripped` archive in miniature: one top folder `python/` with
     bin/python<minor> (here a wrapper exec'ing the real interpreter `real`) and the python3 link."""
     wrapper = f'#!/bin/sh\nexec {real} "$@"\n'.encode()
     return _tar({f"python/bin/python{minor}": wrapper, "python/lib/README": b"fake standalone CPython\n"},

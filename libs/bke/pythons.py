@@ -51,13 +51,16 @@ class StandalonePython(NamedTuple):
         return ".".join(self.python.split(".")[:2])
 
 
-# Pinned build. Release 20251031 carries CPython 3.11.14 as
-# cpython-3.11.14+20251031-<triple>-install_only.tar.gz (the asset name the release tool
-# uploads: astral-sh/python-build-standalone src/github.rs, command_upload_release_distributions,
-# `cpython-{version}+{tag}-{triple}-install_only.tar.gz`). Its archive holds one top folder
-# `python/` (python/bin/python3.11, pip included). glibc floor: "The minimum glibc version required
-# for most targets is 2.17 ... RHEL/CentOS 7+" (docs/running.md, "Runtime Requirements"), for both
-# x86_64- and aarch64-unknown-linux-gnu. Checked on paper: no real build was run here.
+# Pinned build: release 20251031, CPython 3.11.14, the `install_only_stripped` flavour (upstream's
+# docs/distributions.md, "Install Only Archive": the installation alone, rewritten from
+# python/install/* to python/*, gzip-compressed; "stripped" is the same without debug symbols:
+# smaller to ship to every node). Asset name as the release tool uploads it
+# (astral-sh/python-build-standalone src/github.rs, command_upload_release_distributions:
+# `cpython-{version}+{tag}-{triple}-install_only_stripped.tar.gz`). glibc floor: "The minimum glibc
+# version required for most targets is 2.17 ... RHEL/CentOS 7+" (docs/running.md, "Runtime
+# Requirements"; riscv64 alone needs 2.28), so x86_64- and aarch64-unknown-linux-gnu run on every
+# listed OS, CentOS 7's glibc 2.17 included. Checked on paper: no real build was downloaded or run
+# here; that release 20251031 carries 3.11.14 is read from other projects' pinned URLs to it.
 STANDALONE = StandalonePython("3.11.14", "20251031", "2.17",
                               (("amd64", "x86_64-unknown-linux-gnu"), ("arm64", "aarch64-unknown-linux-gnu")))
 _BUNDLED = f"the bundle's CPython {STANDALONE.python} (python-build-standalone, glibc {STANDALONE.glibc}+)"

@@ -93,7 +93,7 @@ def test_tree_holds_upstream_bytes_with_checksums_and_index(seed_plan, upstream,
         py = by_path[f"python/{STANDALONE.version}/linux/{arch}/python.tar.gz"]
         assert py["verified"] == "published" and py["member"] is None
         assert py["source"].endswith(f"/{STANDALONE.release}/cpython-{STANDALONE.version}-{triple}-unknown-linux-gnu"
-                                     "-install_only.tar.gz")
+                                     "-install_only_stripped.tar.gz")
     assert on_disk["versions"]["python"] == STANDALONE.version
     assert on_disk["versions"]["runc"] and on_disk["versions"]["kubernetes"] == "1.33.2"
     assert not [p for p in out.iterdir() if p.name.startswith(".staging")]
@@ -126,7 +126,7 @@ def test_a_mismatch_is_refused_and_leaves_nothing_valid(seed_plan, upstream, reg
 
 
 def test_a_python_archive_unlike_the_releases_sha256sums_is_refused(seed_plan, upstream, registry, tmp_path):
-    name = f"cpython-{STANDALONE.version}-aarch64-unknown-linux-gnu-install_only.tar.gz"
+    name = f"cpython-{STANDALONE.version}-aarch64-unknown-linux-gnu-install_only_stripped.tar.gz"
     upstream.tamper(name)
     out = tmp_path / "bundle"
     with pytest.raises(ChecksumMismatch, match=name.replace("+", r"\+")):

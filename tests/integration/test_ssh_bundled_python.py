@@ -3,7 +3,7 @@ bundle's interpreter, verified with sha256sum and unpacked by tar, and ends with
 
 The server is asyncssh's on loopback (as in test_ssh_bootstrap.py). Commands run in a real `sh`
 on this machine, with the node's /opt moved under a temp root (the only rewrite: ` /opt/` in the
-command line). The archive is a python-build-standalone `install_only` layout in miniature whose
+command line). The archive is a python-build-standalone `install_only_stripped` layout in miniature whose
 bin/python3.11 execs this machine's real Python 3.11, so `-m venv` really runs. The steps run
 are the table's, in order, from `stage` to `venv` (the rest is covered by test_ssh_bootstrap.py).
 """

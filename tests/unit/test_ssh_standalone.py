@@ -39,14 +39,14 @@ def test_the_pin_and_its_upstream_asset_names():
     base = "https://github.com/astral-sh/python-build-standalone/releases/download/20251031/"
     assert STANDALONE.version == "3.11.14+20251031" and STANDALONE.minor == "3.11" and STANDALONE.glibc == "2.17"
     assert up.download_url(STANDALONE.version, "amd64", "python.tar.gz") == \
-        base + "cpython-3.11.14+20251031-x86_64-unknown-linux-gnu-install_only.tar.gz"
+        base + "cpython-3.11.14+20251031-x86_64-unknown-linux-gnu-install_only_stripped.tar.gz"
     assert up.download_url(STANDALONE.version, "arm64", "python.tar.gz") == \
-        base + "cpython-3.11.14+20251031-aarch64-unknown-linux-gnu-install_only.tar.gz"
+        base + "cpython-3.11.14+20251031-aarch64-unknown-linux-gnu-install_only_stripped.tar.gz"
     assert up.sums_url(STANDALONE.version, "arm64", "python.tar.gz") == base + "SHA256SUMS"
     # SHA256SUMS: one `<hex>  <asset>` line per asset of the release; the right line is picked
-    sums = "".join(f"{c * 64}  cpython-3.11.14+20251031-{t}-install_only.tar.gz\n"
+    sums = "".join(f"{c * 64}  cpython-3.11.14+20251031-{t}-install_only_stripped.tar.gz\n"
                    for c, t in (("1", "aarch64-unknown-linux-gnu"), ("2", "x86_64-unknown-linux-gnu")))
-    assert published_sha256(sums, "cpython-3.11.14+20251031-x86_64-unknown-linux-gnu-install_only.tar.gz", "S") == "2" * 64
+    assert published_sha256(sums, "cpython-3.11.14+20251031-x86_64-unknown-linux-gnu-install_only_stripped.tar.gz", "S") == "2" * 64
     # a mirror may use {build} (the release tag) and keeps upstream's arch names
     table = apply_overrides(UPSTREAMS, {"python": {"url": "https://m/pbs/{build}/{version}/{arch}.tgz"}})
     assert table["python"].download_url(STANDALONE.version, "arm64", "x") == \

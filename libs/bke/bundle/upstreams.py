@@ -91,14 +91,15 @@ UPSTREAMS: dict[str, Upstream] = {u.project: u for u in (
     # bundle.json and says so (trust on first download).
     Upstream("calico", "https://raw.githubusercontent.com/projectcalico/calico/v{version}/manifests/{file}", None),
     # python-build-standalone's relocatable CPython (bke.pythons.STANDALONE), kept as the archive.
-    # Asset `cpython-{python}+{tag}-{triple}-install_only.tar.gz`, and one `SHA256SUMS` per release
+    # Asset `cpython-{python}+{tag}-{triple}-install_only_stripped.tar.gz` ({arch} here is the
+    # target triple, {build} the release tag), and one `SHA256SUMS` per release
     # in sha256sum's form (`<hex>  <asset name>` per line) that the release tool writes from the
     # digests of what it uploads (astral-sh/python-build-standalone src/github.rs,
     # command_upload_release_distributions). The SHA256SUMS asset name is read from that tool, not
     # from a downloaded release: checked on paper only.
     Upstream("python",
              "https://github.com/astral-sh/python-build-standalone/releases/download/{build}/"
-             "cpython-{version}-{arch}-install_only.tar.gz",
+             "cpython-{version}-{arch}-install_only_stripped.tar.gz",
              "{dir}/SHA256SUMS", arch_names=STANDALONE.triples),
 )}
 
