@@ -98,10 +98,13 @@ def python_problem(version: tuple[int, ...]) -> str | None:
             "(see the README's list of operating systems for how to get one)")
 
 
-def check_python_source() -> str:
-    """One line of Python for `python -c` on a node: exits non-zero with the message on an
-    unsupported interpreter. Written for any Python 3 (old syntax only, no f-strings)."""
+def check_python_source(hint: str = "") -> str:
+    """One line of Python for `python -c` on a node: exits non-zero with the message (and `hint`,
+    plain text without quotes or `%`) on an unsupported interpreter. Written for any Python 3 (old
+    syntax only, no f-strings)."""
+    if any(c in hint for c in "\"\\%\n"):
+        raise ValueError(f"hint {hint!r}: no quotes, backslashes, % or line breaks")
     allowed = ", ".join(f"({a}, {b})" for a, b in AGENT_PYTHONS)
     return ("import sys; v = tuple(sys.version_info[:2]); "
             f'sys.exit(0 if v in ({allowed},) else "bke-agent needs Python {supported_text()}; '
-            'this node has Python %d.%d" % v)')
+            f'this node has Python %d.%d{hint}" % v)')

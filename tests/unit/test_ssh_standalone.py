@@ -148,3 +148,15 @@ def test_docs_bundled_table_is_generated_from_the_steps():
     steps = [s for s in bootstrap_steps(params(standalone=src))
              if s.name in ("choose-python", "fetch-python", "verify-python", "install-python", "venv")]
     assert table.strip() == steps_markdown(steps).strip(), "regenerate the bundled-python table in docs/agent-bootstrap.md"
+
+
+def test_without_a_bundle_the_refusal_says_how_to_use_one():
+    import subprocess
+    import sys
+    [check] = [s for s in bootstrap_steps(params()) if s.name == "check-python"]
+    code = f"import sys; sys.version_info = (3, 9, 18, 'final', 0); exec({check.argv[2]!r})"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 1
+    assert "this node has Python 3.9; --python-from BUNDLE lets bke agent bootstrap use the bundle's CPython" in run.stderr
+    [check] = [s for s in bootstrap_steps(params(python_mode="system")) if s.name == "check-python"]
+    assert "--python-from" not in check.argv[2]

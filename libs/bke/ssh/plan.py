@@ -139,7 +139,9 @@ def bootstrap_steps(params: BootstrapParams) -> tuple[Step, ...]:
     pip = (f"{AGENT_PREFIX}/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
            *_offline(params.wheelhouse))
     # Exit with a message (sys.exit(str) prints it and returns 1) so the failure names the version.
-    check_py = check_python_source()
+    # auto with no bundled CPython to fall back on: the refusal says how to give it one
+    check_py = check_python_source("; --python-from BUNDLE lets bke agent bootstrap use the bundle's CPython"
+                                   if params.python_mode == "auto" and params.standalone is None else "")
     env_for_init = (
         "env",
         "BKE_AGENT_BACKEND=host",
