@@ -121,9 +121,9 @@ async def test_real_mode_waits_for_calico_before_coredns_and_fails_at_the_deadli
         await _store_rendered(r, plan)
         cluster, clock = FakeCluster(), Clock()
         work = AddonsWork(r, cluster, clock, LabManifests())
-        cluster.ds_status = {"desiredNumberScheduled": 4, "numberReady": 1, "updatedNumberScheduled": 4}
+        cluster.ds_status = {"desiredNumberScheduled": 4, "numberAvailable": 1, "updatedNumberScheduled": 4}
         out = await work.run("addons", plan)
-        assert out.status == "wait" and out.reason == "addon calico: DaemonSet kube-system/calico-node: 1/4 pods ready, 4/4 updated"
+        assert out.status == "wait" and out.reason == "addon calico: DaemonSet kube-system/calico-node: 1/4 pods available, 4/4 updated"
         assert [(n, c) for n, c, _ in cluster.applied] == [("rbac", "super-admin"), ("kube-proxy", "admin"), ("calico", "admin")]
         calico = cluster.applied[2][2]  # what reached the cluster: wired and validated
         node = next(o for o in calico if o["kind"] == "DaemonSet")
@@ -135,20 +135,20 @@ async def test_real_mode_waits_for_calico_before_coredns_and_fails_at_the_deadli
         clock.t += timedelta(seconds=30)
         assert (await work.run("addons", plan)).status == "wait"
         assert len(cluster.applied) == 3  # waiting re-applies nothing
-        cluster.ds_status["numberReady"] = 4
+        cluster.ds_status["numberAvailable"] = 4
         assert (await work.run("addons", plan)).status == "done"
         recs = await _records(r, plan.cluster)
-        assert recs["calico"]["status"] == "Ready" and recs["calico"]["ready"] == "4/4 pods ready"
+        assert recs["calico"]["status"] == "Ready" and recs["calico"]["ready"] == "4/4 pods available"
         assert recs["coredns"]["status"] == "Applied" and [n for n, _, _ in cluster.applied][-1] == "coredns"
 
         # a second cluster whose CNI never becomes ready fails the phase once the deadline passes
         plan2 = _plan("stuckaddons")
         await _store_rendered(r, plan2)
-        cluster.ds_status = {"desiredNumberScheduled": 4, "numberReady": 0, "updatedNumberScheduled": 4}
+        cluster.ds_status = {"desiredNumberScheduled": 4, "numberAvailable": 0, "updatedNumberScheduled": 4}
         assert (await work.run("addons", plan2)).status == "wait"
         clock.t += timedelta(seconds=READY_TIMEOUT_S + 1)
         out = await work.run("addons", plan2)
-        assert out.status == "failed" and "calico-node not ready after" in out.reason and "0/4 pods ready" in out.reason
+        assert out.status == "failed" and "calico-node not ready after" in out.reason and "0/4 pods available" in out.reason
     finally:
         await r.aclose()
 

@@ -14,7 +14,6 @@ from bke.calico_placeholder import lab_calico_manifest, lab_calico_sha256
 from bke.plan import plan_spec_text
 from bke.spec.synth import synth_docs
 from bke.versions import KUBERNETES
-from bke_dispatcher.addons import daemonset_ready
 from bke_dispatcher.manifests import LabManifests, cni_artefact, verify_manifest
 
 
@@ -123,14 +122,3 @@ async def test_lab_source_serves_the_stand_in_at_the_artefact_path() -> None:
     body = await LabManifests().fetch(plan, art)
     assert hashlib.sha256(body).hexdigest() == lab_calico_sha256("3.31.3")
 
-
-def test_daemonset_ready_only_when_every_scheduled_pod_is_updated_and_ready() -> None:
-    def ds(gen=2, seen=2, desired=3, ready=3, updated=3):
-        return {"metadata": {"generation": gen}, "status": {"observedGeneration": seen, "desiredNumberScheduled": desired,
-                                                            "numberReady": ready, "updatedNumberScheduled": updated}}
-    assert daemonset_ready(ds()) == (True, "3/3 pods ready")
-    assert daemonset_ready(ds(ready=2)) == (False, "2/3 pods ready, 3/3 updated")
-    assert daemonset_ready(ds(updated=1))[0] is False
-    assert daemonset_ready(ds(seen=1))[0] is False
-    assert daemonset_ready(ds(desired=0, ready=0, updated=0)) == (False, "no node scheduled yet")
-    assert daemonset_ready({}) == (False, "no node scheduled yet")  # not created yet

@@ -31,10 +31,11 @@ from bke.plan import Plan
 from bke.spec.addons import AddonStep, addon_steps
 from bke.state.keys import addon_manifests_key, addons_key
 
+from .api_health import daemonset_ready
 from .engine import DONE, Outcome
 from .manifests import cni_artefact
 
-__all__ = ["AddonsWork", "LabApplier", "daemonset_ready", "load_addon_objects", "validate_objects"]
+__all__ = ["AddonsWork", "LabApplier", "load_addon_objects", "validate_objects"]
 
 log = logging.getLogger("bke.dispatcher.addons")
 READY_TIMEOUT_S = 900.0  # image pulls on every node: calico-node can take minutes to be ready
@@ -64,21 +65,6 @@ def validate_objects(plan: Plan, objects: list[dict[str, Any]]) -> None:
         except kubernetes_validate.ValidationError as exc:
             kind = obj.get("kind", "?") if isinstance(obj, dict) else "?"
             raise ValueError(f"object {i} ({kind}): {exc.message}") from exc
-
-
-def daemonset_ready(ds: dict[str, Any]) -> tuple[bool, str]:
-    """Ready when the controller has seen the latest spec and every scheduled pod is updated and
-    ready (what `kubectl rollout status` waits for); the reason says how far it is."""
-    meta, st = ds.get("metadata") or {}, ds.get("status") or {}
-    desired = int(st.get("desiredNumberScheduled") or 0)
-    ready, updated = int(st.get("numberReady") or 0), int(st.get("updatedNumberScheduled") or 0)
-    if int(st.get("observedGeneration") or 0) < int(meta.get("generation") or 0):
-        return False, "the DaemonSet controller has not seen the latest spec yet"
-    if desired == 0:
-        return False, "no node scheduled yet"
-    if ready < desired or updated < desired:
-        return False, f"{ready}/{desired} pods ready, {updated}/{desired} updated"
-    return True, f"{ready}/{desired} pods ready"
 
 
 class Applier(Protocol):
