@@ -27,7 +27,7 @@ from bke.upgrade import (
     upgrade_findings,
 )
 from bke.upgrade.order import ExpandedStep
-from bke.versions import KUBERNETES, Version
+from bke.versions import KUBERNETES, Version, parse_version
 
 from .output import EXIT_INVALID, die, error_lines
 from .spec_input import plan_or_exit
@@ -48,7 +48,7 @@ class Fmt(str, Enum):
 
 def _components(p: Plan, t: Target) -> list[dict[str, Any]]:
     """(component, node group, nodes, current, target) rows, control plane first."""
-    cur_row = KUBERNETES.get(p.kubernetes_version.lstrip("v").rsplit(".", 1)[0])
+    cur_row = KUBERNETES.get(parse_version(p.kubernetes_version).minor_key)
     new_row = KUBERNETES.get(t.kubernetes.minor_key)
     rows: list[dict[str, Any]] = []
 
@@ -134,10 +134,11 @@ def plan(
 ) -> None:
     """Print what upgrading the cluster to --to would change, in which order, and the checks' findings.
 
-    The current state is read from --spec (the spec the cluster was installed from); the upgrader
-    service will read it from the cluster's stored plan instead. Checks that need the live cluster
-    (health, live agents, certificate expiry, cgroup v1 hosts) are reported as not checked offline.
-    Exit 2, with the reasons, when the upgrade is refused."""
+    The current state is read from --spec (the spec the cluster was installed from); the upgrader service \
+will read it from the cluster's stored plan instead.
+
+    Checks that need the live cluster (health, live agents, certificate expiry, cgroup v1 hosts) are \
+reported as not checked offline. Exit 2, with the reasons, when the upgrade is refused."""
     p = plan_or_exit(spec)
     try:
         target = resolve_target(p, to, etcd_version, containerd_version)
