@@ -11,7 +11,7 @@ from bke_cli.main import main as bke
 from .upgrade_helpers import SEED, SPLIT
 
 
-def _spec(tmp_path: Path, example: Path = SEED, etcd: str = "v3.5.24") -> str:
+def _spec(tmp_path: Path, example: Path = SEED, etcd: str = "v3.5.32") -> str:
     p = tmp_path / "current.yaml"
     p.write_text(example.read_text().replace("etcdVersion: v3.5.1", f"etcdVersion: {etcd}"))
     return str(p)
@@ -30,7 +30,7 @@ def test_json_document(tmp_path: Path, capsys) -> None:
     doc = json.loads(capsys.readouterr().out)
     comps = {(c["component"], c["group"]): c for c in doc["components"]}
     assert comps[("etcd", "etcd-events")] == {"component": "etcd", "group": "etcd-events", "nodes": 3,
-                                              "current": "3.5.24", "target": "3.6.4"}
+                                              "current": "3.5.32", "target": "3.6.4"}
     assert comps[("containerd", "all nodes")]["current"] == comps[("containerd", "all nodes")]["target"]
     steps = {(s["step"], s["group"]): s for s in doc["order"]}
     assert steps[("workers", "")]["largestBatch"] == 2 and steps[("workers", "")]["drain"] is True
@@ -54,7 +54,7 @@ def test_refusals_exit_2_with_the_reason(tmp_path: Path, capsys, args: list[str]
 def test_seed_to_1_34_needs_the_etcd_minimum_patch_first(tmp_path: Path, capsys) -> None:
     assert bke(["upgrade", "plan", "--spec", _spec(tmp_path, etcd="v3.5.1"), "--to", "v1.34.1"]) == 2
     err = capsys.readouterr().err
-    assert "ERROR [EtcdMinimumPatch] etcd 3.5.1 to 3.6.4: every member must run 3.5.24 or later" in err
+    assert "ERROR [EtcdMinimumPatch] etcd 3.5.1 to 3.6.4: every member must run 3.5.32 or later" in err
 
 
 def test_a_bad_spec_is_refused_like_bke_plan(tmp_path: Path, capsys) -> None:

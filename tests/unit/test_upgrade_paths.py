@@ -10,21 +10,21 @@ from .upgrade_helpers import SEED, SPLIT, plan_of
 
 # (current k8s, etcd, containerd), (--to, --etcd-version, --containerd-version), rules broken
 CASES = [
-    (("v1.33.2", "v3.5.24", "v2.1.1"), ("v1.34.1", "v3.6.4", None), set()),
+    (("v1.33.2", "v3.5.32", "v2.1.1"), ("v1.34.1", "v3.6.4", None), set()),
     (("v1.33.2", "v3.5.1", "v2.1.1"), ("v1.33.5", None, None), set()),  # patch, etcd to the row's 3.5.21
-    (("v1.33.2", "v3.5.1", "v2.1.1"), ("v1.33.2", "v3.5.24", None), set()),  # etcd patch only
+    (("v1.33.2", "v3.5.1", "v2.1.1"), ("v1.33.2", "v3.5.32", None), set()),  # etcd patch only
     (("v1.33.2", "v3.5.1", "v2.1.1"), ("v1.32.4", "v3.5.1", None), {"KubernetesNoDowngrade"}),
     (("v1.33.2", "v3.5.1", "v2.1.1"), ("v1.33.1", "v3.5.1", None), {"KubernetesNoDowngrade"}),
-    (("v1.33.2", "v3.5.24", "v2.1.1"), ("v1.35.0", "v3.6.5", None), {"KubernetesOneMinor"}),
-    (("v1.33.2", "v3.5.24", "v2.1.1"), ("v1.38.0", "v3.6.5", None), {"KubernetesOneMinor", "TargetSupported"}),
+    (("v1.33.2", "v3.5.32", "v2.1.1"), ("v1.35.0", "v3.6.5", None), {"KubernetesOneMinor"}),
+    (("v1.33.2", "v3.5.32", "v2.1.1"), ("v1.38.0", "v3.6.5", None), {"KubernetesOneMinor", "TargetSupported"}),
     (("v1.37.0", "v3.6.6", "v2.2.0"), ("v1.38.0", None, None), {"TargetSupported"}),
     (("v1.33.2", "v3.5.1", "v2.1.1"), ("v2.0.0", "v3.5.1", None), {"KubernetesOneMinor", "TargetSupported"}),
-    (("v1.33.2", "v3.5.24", "v2.1.1"), ("v1.33.2", "v3.5.1", None), {"EtcdNoDowngrade"}),
-    (("v1.34.1", "v3.6.4", "v2.1.1"), ("v1.34.1", "v3.5.24", None), {"EtcdNoDowngrade"}),
+    (("v1.33.2", "v3.5.32", "v2.1.1"), ("v1.33.2", "v3.5.1", None), {"EtcdNoDowngrade"}),
+    (("v1.34.1", "v3.6.4", "v2.1.1"), ("v1.34.1", "v3.5.32", None), {"EtcdNoDowngrade"}),
     (("v1.33.2", "v3.5.1", "v2.1.1"), ("v1.34.1", None, None), {"EtcdMinimumPatch"}),  # default etcd 3.6.4
-    (("v1.33.2", "v3.5.23", "v2.1.1"), ("v1.34.1", "v3.6.4", None), {"EtcdMinimumPatch"}),
+    (("v1.33.2", "v3.5.31", "v2.1.1"), ("v1.34.1", "v3.6.4", None), {"EtcdMinimumPatch"}),
     (("v1.34.1", "v3.6.4", "v2.1.1"), ("v1.34.1", "v3.7.0", None), {"TargetSupported"}),
-    (("v1.33.2", "v3.5.24", "v2.1.1"), ("v1.33.2", "v3.7.0", None), {"TargetSupported", "EtcdOneMinor"}),
+    (("v1.33.2", "v3.5.32", "v2.1.1"), ("v1.33.2", "v3.7.0", None), {"TargetSupported", "EtcdOneMinor"}),
     (("v1.33.2", "v3.5.1", "v2.1.1"), ("v1.33.2", None, "v2.0.3"), {"ContainerdNoDowngrade"}),
     (("v1.33.2", "v3.5.1", "v2.1.1"), ("v1.33.2", None, "v3.0.0"), {"TargetSupported"}),
     (("v1.35.0", "v3.6.5", "v1.7.20"), ("v1.36.0", None, None), {"ContainerdSupported"}),
@@ -71,11 +71,11 @@ def test_etcd_minimum_patch_message_names_the_minimum_and_its_source() -> None:
     plan = plan_of(SEED)
     (name, reason), = path_findings(plan, resolve_target(plan, "v1.34.1"))
     row = ETCD_MIN_PATCH["3.6"]
-    assert row.minimum in reason and "upgrade_3_6.md" in reason and "--etcd-version 3.5.24" in reason
+    assert row.minimum in reason and "upgrade_3_6.md" in reason and "--etcd-version 3.5.32" in reason
 
 
 def test_skip_minor_message_names_the_next_minor() -> None:
-    plan = plan_of(SEED, etcd="v3.5.24")
+    plan = plan_of(SEED, etcd="v3.5.32")
     found = dict(path_findings(plan, resolve_target(plan, "v1.35.0", "v3.6.5")))
     assert "first to a 1.34 release" in found["KubernetesOneMinor"]
 

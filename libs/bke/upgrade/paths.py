@@ -27,9 +27,11 @@ __all__ = [
 ]
 
 # kubeadm upgrades one Kubernetes minor at a time: kubernetes/kubernetes
-# cmd/kubeadm/app/phases/upgrade/policy.go, EnforceVersionPolicies (MaximumAllowedMinorVersionUpgradeSkew
-# = 1; a larger jump to a released version is a Mandatory error). kubeadm also allows a one-minor
-# downgrade; BKE does not (product decision: an etcd data directory cannot follow a downgrade).
+# cmd/kubeadm/app/phases/upgrade/policy.go (read at commit 04791b49), EnforceVersionPolicies:
+# MaximumAllowedMinorVersionUpgradeSkew = 1, a larger jump is a Mandatory error for a released
+# version (a Skippable one for a pre-release; BKE keeps it mandatory for both). kubeadm also
+# allows a one-minor downgrade (MaximumAllowedMinorVersionDowngradeSkew); BKE allows none (product
+# decision: etcd's data and the apiserver's stored objects do not follow a downgrade).
 MAX_KUBERNETES_MINOR_STEP = 1
 
 
@@ -39,17 +41,19 @@ class EtcdMinPatch:
 
     minor: str
     minimum: str
-    source: str
+    source: str  # the page and the revision the minimum was read from
 
 
-# etcd's own upgrade guide for 3.6: etcd-io/website content/en/docs/v3.6/upgrades/upgrade_3_6.md,
-# "Update 3.5" checklist item, as stored on 2026-12-01 (after etcd's 2025 blog post
-# "upgrade_from_3.5_to_3.6_issue", etcd issues 19557 and 20793: "too many learner member").
-# The minimum has moved between revisions of that page: keep this row in step with the page.
+# etcd's own upgrade guide for 3.6, etcd-io/website content/en/docs/v3.6/upgrades/upgrade_3_6.md,
+# "Update 3.5" checklist item. The minimum has moved with each revision of that page: 3.5.20
+# (commit 9889a83b, 2025-05-09: "too many learner member", etcd issue 19557), 3.5.24 (0d8f7726,
+# 2025-11-13, etcd issue 20793), 3.5.26 (837f7ddd, 2025-12-17: zombie members), 3.5.32 (5a5c2009,
+# 2026-08-03; restated by 9acb6b48, 2026-08-14, the newest revision read here). Move the row
+# with the page.
 ETCD_MIN_PATCH: dict[str, EtcdMinPatch] = {
     r.minor: r
     for r in (
-        EtcdMinPatch("3.6", "3.5.24", "etcd-io/website content/en/docs/v3.6/upgrades/upgrade_3_6.md (2026-12-01)"),
+        EtcdMinPatch("3.6", "3.5.32", "etcd-io/website content/en/docs/v3.6/upgrades/upgrade_3_6.md at 9acb6b48"),
     )
 }
 
