@@ -108,3 +108,9 @@ def test_5000_nodes_expand_fast_and_bounded(big_plan) -> None:
     assert len(runtime) == len(set(runtime)) == 5000
     assert len(order) == len(ORDER) + 2 * (len(big_plan.etcd_clusters) - 1)
     assert sum(len(s.batches) for s in order) < 100
+
+
+def test_public_surface_resolves() -> None:
+    import bke.upgrade
+
+    assert all(hasattr(bke.upgrade, name) for name in bke.upgrade.__all__)

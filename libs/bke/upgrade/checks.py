@@ -147,10 +147,10 @@ def _fact_findings(plan: Plan, target: Target, facts: Facts) -> tuple[list[Findi
         deadline = facts.now + facts.upgrade_duration
         soon = tuple(sorted(n for n, t in facts.cert_expiry.items() if t <= deadline))
         if soon and facts.renew_certificates:
-            found.append(Finding("CertificatesExpiry", f"{len(soon)} certificate(s) expire before {deadline:%Y-%m-%dT%H:%MZ}: "
+            found.append(Finding("CertificatesExpiry", f"{len(soon)} certificate(s) expire before {deadline.isoformat(timespec='minutes')}: "
                                  f"{_names(soon)}; they are renewed as part of the upgrade", NOTICE))
         elif soon:
-            found.append(Finding("CertificatesExpiry", f"{len(soon)} certificate(s) expire before {deadline:%Y-%m-%dT%H:%MZ} "
+            found.append(Finding("CertificatesExpiry", f"{len(soon)} certificate(s) expire before {deadline.isoformat(timespec='minutes')} "
                                  f"and renewal is off: {_names(soon)}", SKIPPABLE))
     return found, unknown
 

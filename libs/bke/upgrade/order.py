@@ -46,7 +46,9 @@ class Step:
     batching: str
     nodes: Callable[[Plan], list[NodePlan]]
     run_if: Callable[[Change], bool]
-    drain: bool = False  # registered nodes are cordoned and drained first, uncordoned after
+    # Registered nodes are cordoned and drained first, uncordoned after; etcd-only nodes have no
+    # Node object to cordon.
+    drain: bool = False
 
 
 def _all(p: Plan) -> list[NodePlan]:
@@ -57,13 +59,17 @@ def _running(component: str) -> Callable[[Plan], list[NodePlan]]:
     return lambda p: p.nodes_running(component)
 
 
+def _is_control_plane_side(n: NodePlan) -> bool:
+    """Masters and etcd-only nodes (standalone kubelet, not registered): every node but workers."""
+    return is_master(n.roles) or not n.registers
+
+
 def _control_plane_side(p: Plan) -> list[NodePlan]:
-    """Masters and etcd-only nodes: every node that is not a plain worker."""
-    return [n for n in p.nodes if is_master(n.roles) or not n.registers]
+    return [n for n in p.nodes if _is_control_plane_side(n)]
 
 
 def _workers(p: Plan) -> list[NodePlan]:
-    return [n for n in p.nodes if not (is_master(n.roles) or not n.registers)]
+    return [n for n in p.nodes if not _is_control_plane_side(n)]
 
 
 def _always(c: Change) -> bool:
