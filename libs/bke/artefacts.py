@@ -13,13 +13,18 @@ checksum, and writes a `.sha256` beside every file, as dl.k8s.io does for kubele
 """
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from .pythons import STANDALONE
 from .spec.models import Cluster
 from .versions import KUBERNETES, RUNC, parse_version
 
 __all__ = [
+    "file_sha256",
+    "tree_sha256",
     "ARCHES",
     "Artefact",
     "CNI_PLUGINS",
@@ -98,3 +103,27 @@ def agent_artefacts(arch: str) -> list[Artefact]:
     (bke.pythons.STANDALONE) for nodes whose python3 cannot run the agent. Kept as upstream's
     archive (the bootstrap unpacks it under bke.ssh.layout.PYTHON_PREFIX), so dest is None."""
     return [Artefact("python", STANDALONE.version, "python.tar.gz", arch, None, 0o644)]
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def tree_sha256(text: str, where: str) -> str:
+    """The digest a tree's `<file>.sha256` records: its first word, lower-cased (a bare digest as
+    dl.k8s.io and `bke bundle build` write it, or `sha256sum` output). ValueError naming `where`
+    when that is not a sha256 hex digest. The dispatcher, the bootstrap and the bundle read the
+    tree's checksums through this one function."""
+    words = text.split()
+    digest = words[0].lower() if words else ""
+    if not _SHA256.match(digest):
+        raise ValueError(f"{where}: not a sha256 digest ({text[:80]!r})")
+    return digest
+
+
+def file_sha256(path: Path) -> str:
+    """A local file's sha256, read in 1 MiB chunks (bundle files are up to tens of MB)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from ..artefacts import ARCHES
+from ..artefacts import ARCHES, file_sha256
 from ..plan import Plan
 from ..pythons import AGENT_PYTHONS, STANDALONE
 from ..render import RenderInputs, render_cluster
 from ..versions import KUBERNETES, RUNC, parse_version
-from .build import BundleFile, bundle_artefacts, downloads, ensure_files, file_sha256, write_atomic
+from .build import BundleFile, bundle_artefacts, downloads, ensure_files, write_atomic
 from .fetch import Fetcher
 from .images import Image, calico_images, rendered_images, resolve_digests
 from .upstreams import UPSTREAMS, Upstream

@@ -17,7 +17,6 @@ stopped). `bundle.json` is written last.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tarfile
@@ -26,13 +25,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..artefacts import ARCHES, Artefact, agent_artefacts, cluster_artefacts, node_artefacts
+from ..artefacts import ARCHES, Artefact, agent_artefacts, cluster_artefacts, file_sha256, node_artefacts
 from ..spec.models import Cluster
 from .sums import ChecksumMismatch, published_sha256
 from .upstreams import UPSTREAMS, Upstream
 from .fetch import Fetcher
 
-__all__ = ["BundleError", "BundleFile", "Download", "bundle_artefacts", "downloads", "ensure_files", "file_sha256",
+__all__ = ["BundleError", "BundleFile", "Download", "bundle_artefacts", "downloads", "ensure_files",
            "write_atomic"]
 
 
@@ -92,14 +91,6 @@ def downloads(artefacts: Iterable[Artefact], table: Mapping[str, Upstream] = UPS
         rows[url] = up
     return [Download(rows[u], u, rows[u].sums_url(g[0].version, g[0].arch, g[0].file), tuple(g))
             for u, g in groups.items()]
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:

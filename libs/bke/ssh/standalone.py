@@ -16,14 +16,13 @@ finishes the job, and a new pin replaces the old build.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..artefacts import agent_artefacts
+from ..artefacts import agent_artefacts, file_sha256, tree_sha256
 from ..pythons import STANDALONE
 from .layout import AGENT_PREFIX, PYTHON_PREFIX, STAGING_DIR
 
@@ -66,26 +65,16 @@ def standalone_source(location: str, arch: str, read_url: Callable[[str], str]) 
     art = agent_artefacts(arch)[0]
     if location.startswith(("http://", "https://")):
         url = art.url(location)
-        return StandaloneSource(_digest(read_url(f"{url}.sha256"), f"{url}.sha256"), url=url)
+        return StandaloneSource(tree_sha256(read_url(f"{url}.sha256"), f"{url}.sha256"), url=url)
     path = Path(location) / art.path
     sums = path.with_name(path.name + ".sha256")
     if not path.is_file() or not sums.is_file():
         raise ValueError(f"{location}: no {art.path} with its .sha256 (make the bundle with `bke bundle build`)")
-    want = _digest(sums.read_text(), str(sums))
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    if h.hexdigest() != want:
-        raise ValueError(f"{path}: sha256 {h.hexdigest()} is not the {want} its .sha256 records; rebuild the bundle")
+    want = tree_sha256(sums.read_text(), str(sums))
+    got = file_sha256(path)
+    if got != want:
+        raise ValueError(f"{path}: sha256 {got} is not the {want} its .sha256 records; rebuild the bundle")
     return StandaloneSource(want, path=path)
-
-
-def _digest(text: str, where: str) -> str:
-    words = text.split()
-    if not words or not _SHA256.match(words[0].lower()):
-        raise ValueError(f"{where}: not a sha256 digest")
-    return words[0].lower()
 
 
 # $1 mode, $2 the node's python, $3 the bundled interpreter, $4 the version check, $5 the choice file.

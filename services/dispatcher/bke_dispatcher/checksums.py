@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import httpx
 
+from bke.artefacts import tree_sha256
 from bke.errors import TemporaryError
 from bke.binary_placeholder import lab_binary_sha256
 from bke.plan import Plan
@@ -45,8 +46,8 @@ class HttpRepoChecksums:
                         resp.raise_for_status()
                     except httpx.HTTPError as exc:
                         raise TemporaryError(f"cannot read checksum {url}.sha256: {exc}", delay=10.0) from exc
-                    digest = (resp.text.split() or [""])[0].strip().lower()
-                    if len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
-                        raise TemporaryError(f"{url}.sha256 holds no sha256 ({resp.text[:80]!r})", delay=10.0)
-                    self._cache[url] = digest
+                    try:
+                        self._cache[url] = tree_sha256(resp.text, f"{url}.sha256")
+                    except ValueError:
+                        raise TemporaryError(f"{url}.sha256 holds no sha256 ({resp.text[:80]!r})", delay=10.0) from None
         return {u: self._cache[u] for u in urls}

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import httpx
 
-from bke.artefacts import Artefact, cluster_artefacts
+from bke.artefacts import Artefact, cluster_artefacts, tree_sha256
 from bke.calico_placeholder import lab_calico_manifest, lab_calico_sha256
 from bke.errors import TemporaryError
 from bke.plan import Plan
@@ -72,7 +72,5 @@ class HttpRepoManifests:
                 raise TemporaryError(f"cannot fetch {url}: {exc}", delay=10.0) from exc
         if len(resp.content) > MAX_MANIFEST_BYTES:
             raise ValueError(f"{url}: {len(resp.content)} bytes, more than a manifest ({MAX_MANIFEST_BYTES})")
-        published = (sums.text.split() or [""])[0].strip()
-        if not published:
-            raise ValueError(f"{url}.sha256 is empty")
+        published = tree_sha256(sums.text, f"{url}.sha256")
         return verify_manifest(url, resp.content, published, _pinned(plan, art))
