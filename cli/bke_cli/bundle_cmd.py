@@ -88,10 +88,21 @@ def _plan(spec: Path | None, kubernetes: str | None, etcd: str | None, container
     outcome = plan_spec_text(spec_for_versions(kubernetes or "", etcd or "", containerd or "", image_repo, cni),
                              "<versions>")
     if not outcome.ok:
-        error_lines(str(e).replace("spec.clusterConfig.cluster.", "--") for e in outcome.errors)
+        error_lines(_as_option(str(e)) for e in outcome.errors)
         raise SystemExit(EXIT_INVALID)
     assert outcome.plan is not None
     return outcome.plan
+
+
+# The stand-in spec's fields that come from an option: an error on one names the option.
+_OPTION_OF = {f"cluster.spec.clusterConfig.cluster.{f}Version": f"--{f}" for f in ("kubernetes", "etcd", "containerd")}
+
+
+def _as_option(error: str) -> str:
+    for path, option in _OPTION_OF.items():
+        if error.startswith(path + ":"):
+            return option + error[len(path):]
+    return error
 
 
 @bundle_app.command("build")

@@ -204,6 +204,15 @@ def test_build_by_versions_lists_lb_images(upstream, registry, tmp_path, capsys)
     assert cli_main(["bundle", "build", "--out", str(out), "--kubernetes", "v1.33.2"]) == 2
 
 
+def test_a_bad_version_option_is_named_by_its_option(tmp_path, capsys):
+    args = ["bundle", "build", "--out", str(tmp_path / "b"), "--kubernetes", "v9.1.0", "--etcd", "v3.5.1",
+            "--containerd", "v2.1.1", "--no-agent"]
+    assert cli_main(args) == 2
+    err = capsys.readouterr().err
+    assert "ERROR --kubernetes: unsupported kubernetes version 'v9.1.0'" in err, err
+    assert not (tmp_path / "b").exists()
+
+
 def test_serve_is_read_only_and_stays_inside(tmp_path):
     root = tmp_path / "b"
     (root / "kubernetes/1.33.2/linux/amd64").mkdir(parents=True)
