@@ -8,6 +8,8 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable
 
+from .tasks import cancel_and_wait
+
 __all__ = ["Periodic"]
 
 
@@ -15,20 +17,22 @@ class Periodic:
     def __init__(self, name: str, interval_s: float, work: Callable[[], Awaitable[Any]], log: logging.Logger):
         self.name, self.interval_s, self.work, self.log = name, interval_s, work, log
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def start(self) -> None:
         """Start the rounds (an interval of 0 or less: never)."""
         if self.interval_s > 0 and self._task is None:
+            self._stopping = False
             self._task = asyncio.create_task(self._loop(), name=self.name)
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait([self._task])
             self._task = None
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self.interval_s)  # the period itself, not a synchronisation
             try:
                 await self.work()

@@ -8,6 +8,7 @@ import asyncio
 import logging
 
 from bke.errors import TemporaryError, is_unavailable
+from bke.tasks import cancel_and_wait
 
 from .engine import Engine
 from .state import DispatcherState
@@ -25,8 +26,11 @@ class Runner:
         self.debounce_s = debounce_s
         self._events: dict[str, asyncio.Event] = {}
         self._tasks: dict[str, asyncio.Task] = {}
+        self._stopping = False
 
     def kick(self, cluster: str) -> None:
+        if self._stopping:
+            return  # a late event during the stop: the next process resumes it from Redis
         task = self._tasks.get(cluster)
         if task is None or task.done():
             self._events[cluster] = asyncio.Event()
@@ -45,7 +49,7 @@ class Runner:
 
     async def _loop(self, cluster: str) -> None:
         event = self._events[cluster]
-        while True:
+        while not self._stopping:  # a swallowed cancellation (bke.tasks) still ends the loop
             event.clear()
             try:
                 outcome = await self.engine.reconcile(cluster)
@@ -71,6 +75,5 @@ class Runner:
                 pass
 
     async def stop(self) -> None:
-        for task in self._tasks.values():
-            task.cancel()
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        self._stopping = True
+        await cancel_and_wait(self._tasks.values())
