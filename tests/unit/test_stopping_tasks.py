@@ -39,8 +39,12 @@ async def test_the_runner_stops_although_its_reconcile_swallows_the_cancellation
     task = runner._tasks["c1"]
     await asyncio.wait_for(asyncio.shield(task), 5)  # the flag ended the loop after the swallowed cancel
     assert task.done() and engine.calls == 1
-    runner.kick("c1")  # an event during or after the stop starts nothing
-    assert runner._tasks["c1"] is task
+    # the state-loss reaction stops the loops and later resumes with the same runner
+    engine.entered.clear()
+    runner.kick("c1")
+    await asyncio.wait_for(engine.entered.wait(), 5)
+    assert runner._tasks["c1"] is not task and engine.calls == 2
+    await asyncio.wait_for(runner.stop(), 10)
 
 
 async def test_cancel_and_wait_names_what_is_left_and_returns_within_its_bound(caplog):

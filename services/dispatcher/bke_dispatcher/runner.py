@@ -26,15 +26,18 @@ class Runner:
         self.debounce_s = debounce_s
         self._events: dict[str, asyncio.Event] = {}
         self._tasks: dict[str, asyncio.Task] = {}
-        self._stopping = False
+        # Each stop starts a new generation: a loop of an older one ends at its next turn even
+        # if its cancellation was swallowed (bke.tasks), and a kick after the stop (the state-loss
+        # reaction resumes the same runner) starts a loop of the new generation.
+        self._generation = 0
+        self._task_generation: dict[str, int] = {}
 
     def kick(self, cluster: str) -> None:
-        if self._stopping:
-            return  # a late event during the stop: the next process resumes it from Redis
         task = self._tasks.get(cluster)
-        if task is None or task.done():
+        if task is None or task.done() or self._task_generation.get(cluster) != self._generation:
             self._events[cluster] = asyncio.Event()
-            self._tasks[cluster] = asyncio.create_task(self._loop(cluster), name=f"reconcile:{cluster}")
+            self._task_generation[cluster] = self._generation
+            self._tasks[cluster] = asyncio.create_task(self._loop(cluster, self._generation), name=f"reconcile:{cluster}")
         else:
             self._events[cluster].set()
 
@@ -47,9 +50,9 @@ class Runner:
                 resumed.append(cluster)
         return resumed
 
-    async def _loop(self, cluster: str) -> None:
+    async def _loop(self, cluster: str, generation: int) -> None:
         event = self._events[cluster]
-        while not self._stopping:  # a swallowed cancellation (bke.tasks) still ends the loop
+        while generation == self._generation:  # a swallowed cancellation (bke.tasks) still ends it
             event.clear()
             try:
                 outcome = await self.engine.reconcile(cluster)
@@ -75,5 +78,5 @@ class Runner:
                 pass
 
     async def stop(self) -> None:
-        self._stopping = True
-        await cancel_and_wait(self._tasks.values())
+        self._generation += 1
+        await cancel_and_wait(list(self._tasks.values()))
