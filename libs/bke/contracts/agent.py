@@ -51,6 +51,9 @@ __all__ = [
     "FetchFile",
     "RemoveFile",
     "RestartStaticPod",
+    "ReplaceFiles",
+    "NewFile",
+    "HealthProbe",
     "RunProgram",
     "Step",
     "StepResult",
@@ -189,8 +192,48 @@ class CheckHost(_Step):
     require_cgroup_v2: bool = False
 
 
+class NewFile(Message):
+    """One file of a `ReplaceFiles` step: its bytes inline (`content_b64`, never a secret) or
+    fetched from the httpRepo (`url`, a binary); `sha256` is of the bytes either way."""
+
+    path: str
+    mode: int = Field(0o644, ge=0, le=0o7777)
+    content_b64: str | None = None
+    url: str | None = None
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class HealthProbe(Message):
+    """What `ReplaceFiles` waits for after the write: a local endpoint answering like WaitHealth."""
+
+    url: str
+    tls: TlsFiles | None = None
+    expect_status: int = 200
+    expect_body: str | None = None
+
+
+class ReplaceFiles(_Step):
+    """Replace files with a rollback (an upgrade's node step; kubeadm's static pod upgrade does
+    the same for its manifests). The agent keeps each file it changes under a backup directory
+    named after the command and step (a re-run of the same command keeps the first backup, never
+    the new bytes), writes the new files, restarts `restart_units` (systemd, in order), then waits
+    until every probe passes within `timeout_s`. If one does not, every file comes back from the
+    backup (a file that did not exist is removed), the units are restarted again, the probes are
+    waited for once more (`rollback_timeout_s`), and the step fails saying that it rolled back
+    and whether the old version answers. Files that already hold these bytes are left alone; if
+    none changes and the probes pass, the step succeeds without a restart."""
+
+    type: Literal["replace_files"] = "replace_files"
+    files: list[NewFile] = Field(min_length=1)
+    restart_units: list[str] = []
+    probes: list[HealthProbe] = []
+    rollback: bool = True
+    rollback_timeout_s: float = Field(120.0, gt=0, le=3600)
+
+
 Step = Annotated[
-    Union[WriteFile, RemoveFile, RunProgram, SystemdUnit, WaitHealth, FetchFile, CheckHost, RestartStaticPod],
+    Union[WriteFile, RemoveFile, RunProgram, SystemdUnit, WaitHealth, FetchFile, CheckHost, RestartStaticPod,
+          ReplaceFiles],
     Field(discriminator="type"),
 ]
 

@@ -1,0 +1,141 @@
+"""Rolling upgrades: the request, its answer, and the operation's progress.
+
+`UpgradeCluster` (a command, `bke.v1.cluster.upgrade`, imperative like `bke.v1.cluster.install`)
+asks the upgrader to take a cluster to new versions. The upgrader answers once with
+`UpgradeAccepted` (the plan of steps and the checks' findings; with `dry_run` nothing starts:
+that is `bke upgrade plan --nats`) or `UpgradeRejected` (every refusing finding, by check name).
+While an upgrade runs, `UpgradeChanged` on `bke.v1.upgrade.<cluster>.changed` carries the whole
+view on every transition (a step started or ended, a batch done, a node failed or rolled back),
+so a follower that joins late needs nothing else; `bke.v1.upgrade.get` answers the same view.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import Message
+
+__all__ = [
+    "UPGRADE_ACCEPTED",
+    "UPGRADE_CLUSTER",
+    "UPGRADE_GET",
+    "UPGRADE_REJECTED",
+    "GetUpgrade",
+    "UpgradeAccepted",
+    "UpgradeChanged",
+    "UpgradeCluster",
+    "UpgradeFinding",
+    "UpgradeNode",
+    "UpgradeRejected",
+    "UpgradeStepView",
+    "UpgradeVersions",
+    "UpgradeView",
+    "upgrade_subject",
+]
+
+UPGRADE_CLUSTER = "bke.v1.cluster.upgrade"
+UPGRADE_ACCEPTED = "bke.v1.upgrade.accepted"
+UPGRADE_REJECTED = "bke.v1.upgrade.rejected"
+UPGRADE_GET = "bke.v1.upgrade.get"
+
+UpgradeStatus = Literal["Running", "Succeeded", "Failed"]
+StepStatus = Literal["Pending", "Running", "Succeeded", "Failed", "Skipped"]
+NodeStatus = Literal["Pending", "Running", "Succeeded", "Failed", "RolledBack"]
+FindingKind = Literal["mandatory", "skippable", "notice"]
+
+_VERSION = r"^v?[0-9]+\.[0-9]+\.[0-9]+$"
+
+
+def upgrade_subject(cluster: str) -> str:
+    return f"bke.v1.upgrade.{cluster}.changed"
+
+
+class UpgradeCluster(Message):
+    """Take `cluster` to `kubernetes_version` (and the named etcd / containerd versions; unnamed
+    ones default to the versions table's pairing for the target minor)."""
+
+    request_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")
+    cluster: str = Field(min_length=1, max_length=63)
+    kubernetes_version: str = Field(pattern=_VERSION)
+    etcd_version: str | None = Field(None, pattern=_VERSION)
+    containerd_version: str | None = Field(None, pattern=_VERSION)
+    # skippable checks to override, by name (kubeadm's --ignore-preflight-errors)
+    ignore_checks: list[str] = Field(default_factory=list, max_length=32)
+    max_unavailable: str | None = Field(None, max_length=8)  # "N" or "N%"; default max(1, 10%)
+    drain_timeout_s: float = Field(300.0, gt=0, le=24 * 3600)
+    renew_certificates: bool = True
+    dry_run: bool = False  # answer with the plan and findings, start nothing
+    origin: Literal["cli", "bus"] = "cli"
+
+
+class UpgradeVersions(Message):
+    kubernetes: str
+    etcd: str
+    containerd: str
+
+
+class UpgradeFinding(Message):
+    name: str  # the check's name, as `--ignore-check` takes it
+    kind: FindingKind
+    message: str
+    ignored: bool = False  # a skippable finding the request named in ignore_checks
+
+
+class UpgradeStepView(Message):
+    name: str  # a row of bke.upgrade.order.ORDER
+    group: str = ""  # the etcd cluster of an etcd step
+    status: StepStatus = "Pending"
+    done: int = 0  # nodes done in this step
+    total: int = 0
+    batches: int = 0
+
+
+class UpgradeAccepted(Message):
+    request_id: str
+    cluster: str
+    current: UpgradeVersions
+    target: UpgradeVersions
+    findings: list[UpgradeFinding]
+    steps: list[UpgradeStepView]
+    left_out: list[str] = []  # nodes whose agents are not alive (ignored AgentsAlive): upgraded later
+    dry_run: bool = False
+
+
+class UpgradeRejected(Message):
+    request_id: str
+    cluster: str
+    message: str
+    findings: list[UpgradeFinding] = []  # the refusing ones (a malformed request has none)
+
+
+class UpgradeNode(Message):
+    hostname: str
+    status: NodeStatus
+    step: str  # the upgrade step the node was in
+    failed_step: str = ""  # the agent step that failed
+    stderr: str = ""
+
+
+class UpgradeView(Message):
+    request_id: str
+    status: UpgradeStatus
+    current: UpgradeVersions
+    target: UpgradeVersions
+    steps: list[UpgradeStepView]
+    step: str = ""  # the step running now (or where it stopped)
+    started_at: str
+    finished_at: str = ""
+    message: str = ""
+    failed: list[UpgradeNode] = []  # failed or rolled-back nodes (at most 50)
+    left_out: list[str] = []
+
+
+class UpgradeChanged(Message):
+    cluster: str
+    at: str
+    upgrade: UpgradeView
+
+
+class GetUpgrade(Message):
+    cluster: str = Field(min_length=1, max_length=63)
