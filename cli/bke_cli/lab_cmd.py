@@ -85,6 +85,40 @@ def _plan_or_exit(text: bytes, spec: Path) -> Plan:
     return outcome.plan
 
 
+@lab.command("upgrade")
+def upgrade(
+    spec: Path = typer.Argument(..., help="the spec the lab cluster was installed from (names the cluster)"),
+    to: str = typer.Option(..., "--to", help="target Kubernetes version, e.g. 1.34.1"),
+    workdir: Path = typer.Option(..., "--workdir", help="the lab's work directory"),
+    etcd_version: str | None = typer.Option(None, "--etcd-version", help="target etcd (the lab runs the same etcd binary: new manifests)"),
+    containerd_version: str | None = typer.Option(None, "--containerd-version", help="target containerd"),
+    ignore_check: list[str] = typer.Option([], "--ignore-check", help="a skippable check to override (repeatable)"),
+    max_unavailable: str | None = typer.Option(None, "--max-unavailable", help="workers per batch: N or N%"),
+    timeout: float = typer.Option(1800.0, help="seconds before giving up on the upgrade"),
+) -> None:
+    """Upgrade a lab cluster: the upgrader runs it on the lab's agents, with the install's display."""
+    import uuid
+
+    from bke.contracts.upgrade import UpgradeCluster
+
+    from .upgrade_follow import upgrade_and_follow
+
+    plan = _plan_or_exit(read_spec_text(spec), spec)
+    sup = LabSupervisor(workdir)
+    info = sup.ensure_runtime()
+    sup.ensure_services(info)  # the upgrader too, in a lab installed before it existed
+    sup.ensure_agents(info, plan)
+    try:
+        req = UpgradeCluster(request_id=str(uuid.uuid4()), cluster=plan.cluster, kubernetes_version=to,
+                             etcd_version=etcd_version, containerd_version=containerd_version,
+                             ignore_checks=ignore_check, max_unavailable=max_unavailable)
+    except ValueError as exc:
+        error_lines([" ".join(str(exc).split())])
+        raise typer.Exit(EXIT_INVALID) from None
+    code = asyncio.run(upgrade_and_follow(sup.operator_access(info), req, timeout, Console()))
+    raise typer.Exit(code)
+
+
 @lab.command("down")
 def down(workdir: Path = typer.Option(..., "--workdir")) -> None:
     """Stop everything the lab started, by PID. State stays on disk."""

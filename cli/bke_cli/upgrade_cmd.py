@@ -6,7 +6,9 @@ findings of the pre-checks. The decisions are bke.upgrade's pure cores; this mod
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
@@ -29,12 +31,20 @@ from bke.upgrade import (
 from bke.upgrade.order import ExpandedStep
 from bke.versions import KUBERNETES, Version, parse_version
 
-from .output import EXIT_INVALID, die, error_lines
+from bke.contracts.upgrade import UPGRADE_GET, GetUpgrade, UpgradeCluster, UpgradeView
+from bke.contracts.status import StatusError
+
+from .connect import resolve_nats
+from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines
 from .spec_input import plan_or_exit
+from .upgrade_follow import progress_line, upgrade_and_follow
 
 __all__ = ["register", "upgrade_plan_document"]
 
-upgrade_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Upgrades: plan (apply comes later).")
+upgrade_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                          help="Upgrades: plan, apply (through the upgrader service), status.")
+WORKDIR = typer.Option(None, "--workdir", help="a lab's work directory")
+NATS = typer.Option(None, "--nats", help="NATS URL (or BKE_NATS_URL)")
 
 
 def register(app: typer.Typer) -> None:
@@ -121,7 +131,11 @@ def _print_tables(doc: dict[str, Any], console: Console) -> None:
 
 @upgrade_app.command("plan")
 def plan(
-    spec: Path = typer.Option(..., "--spec", help="the cluster's current spec (multi-document YAML)"),
+    name: Optional[str] = typer.Argument(None, help="the cluster, asked of the upgrader (with --workdir or --nats): "
+                                         "its stored plan and live checks"),
+    spec: Optional[Path] = typer.Option(None, "--spec", help="offline: the cluster's current spec (multi-document YAML)"),
+    workdir: Optional[Path] = WORKDIR,
+    nats_url: Optional[str] = NATS,
     to: str = typer.Option(..., "--to", help="target Kubernetes version, e.g. v1.34.1"),
     etcd_version: Optional[str] = typer.Option(None, "--etcd-version",
                                                help="target etcd (default: the target minor's pairing in `bke versions`)"),
@@ -138,7 +152,13 @@ def plan(
 will read it from the cluster's stored plan instead.
 
     Checks that need the live cluster (health, live agents, certificate expiry, cgroup v1 hosts) are \
-reported as not checked offline. Exit 2, with the reasons, when the upgrade is refused."""
+reported as not checked offline. With NAME (and --workdir or --nats) the upgrader answers instead: the \
+stored plan, every check on live facts, nothing started. Exit 2, with the reasons, when the upgrade is refused."""
+    if name is not None:
+        req = _request(name, to, etcd_version, containerd_version, ignore_check, max_unavailable, dry_run=True)
+        raise SystemExit(asyncio.run(upgrade_and_follow(resolve_nats(workdir, nats_url), req, 60.0, Console())))
+    if spec is None:
+        die("say which cluster: NAME with --workdir/--nats (asks the upgrader), or --spec FILE (offline)", EXIT_INVALID)
     p = plan_or_exit(spec)
     try:
         target = resolve_target(p, to, etcd_version, containerd_version)
@@ -154,3 +174,76 @@ reported as not checked offline. Exit 2, with the reasons, when the upgrade is r
     if report.refused:
         error_lines(doc["reasons"])
         raise SystemExit(EXIT_INVALID)
+
+
+def _request(name: str, to: str, etcd: Optional[str], containerd: Optional[str], ignore: list[str],
+             max_unavailable: Optional[str], *, dry_run: bool = False, drain_timeout: float = 300.0) -> UpgradeCluster:
+    try:
+        return UpgradeCluster(request_id=str(uuid.uuid4()), cluster=name, kubernetes_version=to, etcd_version=etcd,
+                              containerd_version=containerd, ignore_checks=ignore, max_unavailable=max_unavailable,
+                              drain_timeout_s=drain_timeout, dry_run=dry_run)
+    except ValueError as exc:  # pydantic: a malformed version names its field
+        die(" ".join(str(exc).split()), EXIT_INVALID)
+        raise  # unreachable: die exits
+
+
+@upgrade_app.command("apply")
+def apply(
+    name: str = typer.Argument(..., help="the cluster"),
+    to: str = typer.Option(..., "--to", help="target Kubernetes version, e.g. 1.34.1"),
+    etcd_version: Optional[str] = typer.Option(None, "--etcd-version", help="target etcd (default: the versions table's pairing)"),
+    containerd_version: Optional[str] = typer.Option(None, "--containerd-version", help="target containerd (default: the running one)"),
+    ignore_check: list[str] = typer.Option([], "--ignore-check", help="a skippable check to override (repeatable)"),
+    max_unavailable: Optional[str] = typer.Option(None, "--max-unavailable", help="workers per batch: N or N%"),
+    drain_timeout: float = typer.Option(300.0, "--drain-timeout", help="seconds a node's drain may take"),
+    timeout: float = typer.Option(7200.0, "--timeout", help="seconds to follow before giving up"),
+    workdir: Optional[Path] = WORKDIR,
+    nats_url: Optional[str] = NATS,
+) -> None:
+    """Upgrade the cluster through the upgrader service and follow it until it ends.
+
+    Exit 0 upgraded, 2 refused (with every reason), 1 failed (the reason names the node and step; a node \
+whose component did not come back healthy was rolled back)."""
+    req = _request(name, to, etcd_version, containerd_version, ignore_check, max_unavailable, drain_timeout=drain_timeout)
+    raise SystemExit(asyncio.run(upgrade_and_follow(resolve_nats(workdir, nats_url), req, timeout, Console())))
+
+
+async def _get(access: Any, name: str) -> UpgradeView | StatusError:
+    from bke.bus.connect import connect_nats
+
+    nc = await connect_nats(access)
+    try:
+        raw = (await nc.request(UPGRADE_GET, GetUpgrade(cluster=name).to_bytes(), timeout=10)).data
+    finally:
+        await nc.close()
+    doc = json.loads(raw)
+    return StatusError.model_validate(doc) if "reason" in doc else UpgradeView.model_validate(doc)
+
+
+@upgrade_app.command("status")
+def status(
+    name: str = typer.Argument(..., help="the cluster"),
+    output: Fmt = typer.Option(Fmt.table, "-o", "--output", help="table or json"),
+    workdir: Optional[Path] = WORKDIR,
+    nats_url: Optional[str] = NATS,
+) -> None:
+    """The cluster's current or last upgrade, from the upgrader."""
+    try:
+        got = asyncio.run(_get(resolve_nats(workdir, nats_url), name))
+    except Exception as exc:  # noqa: BLE001 - no upgrader answered
+        die(f"no answer on {UPGRADE_GET}: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+    if isinstance(got, StatusError):
+        die(got.message, EXIT_INVALID if got.reason in ("NotFound", "Invalid") else EXIT_FAILURE)
+    assert isinstance(got, UpgradeView)
+    doc = got.model_dump(mode="json", by_alias=True)
+    if output is Fmt.json:
+        print(json.dumps(doc, indent=2))
+        return
+    console = Console()
+    console.print(progress_line(doc), markup=False, highlight=False)
+    t = Table("step", "group", "status", "done", "total", "batches")
+    for st in doc["steps"]:
+        t.add_row(st["name"], st["group"] or "-", st["status"], str(st["done"]), str(st["total"]), str(st["batches"]))
+    console.print(t)
+    if doc["message"]:
+        console.print(doc["message"], markup=False, highlight=False)

@@ -56,11 +56,11 @@ def test_every_channel_a_component_receives_is_subscribable(role: str) -> None:
             assert any(_matches(p, _concrete(ch.subject, component)) for p in perms.sub_allow), (role, ch.subject)
 
 
-def test_only_the_dispatcher_may_publish_agent_commands() -> None:
+def test_only_the_dispatcher_and_the_upgrader_may_publish_agent_commands() -> None:
     command = agent_subject("c1", "n1", "command")
     for role in [*SERVICE_ROLES, "operator", "dashboard"]:
         perms = role_permissions(role)
-        assert any(_matches(p, command) for p in perms.pub_allow) == (role == "dispatcher"), role
+        assert any(_matches(p, command) for p in perms.pub_allow) == (role in ("dispatcher", "upgrader")), role
 
 
 def test_the_agent_is_confined_to_its_own_node() -> None:

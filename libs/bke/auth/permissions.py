@@ -22,7 +22,8 @@ the commands are, they may only declare the stream and use the consumers listed 
 (no `agent__*` prefix patterns) and a deny always beats an allow, so this is an allow list
 rather than a deny of the agents' consumers. tests/unit/test_auth_permissions.py checks the
 list against the services' `fast_subscriber(..., "BKE_AGENT", durable)` calls. What a service
-may *publish* is its channels only, so only the dispatcher can command an agent.
+may *publish* is its channels only, so only the dispatcher and the upgrader can command an
+agent.
 
 Every identity has its own inbox prefix (`_INBOX_<name>`): replies, pulled JetStream messages
 and an agent's push deliveries come there, and nobody else may subscribe it (no `_INBOX.>`).
@@ -56,7 +57,7 @@ __all__ = [
 
 AGENT_STREAM = "BKE_AGENT"
 JS_API = "$JS.API"
-SERVICE_ROLES = ("planner", "certs", "renderer", "dispatcher")
+SERVICE_ROLES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
 Kind = Literal["service", "cli", "dashboard", "agent"]
 
 
@@ -79,6 +80,7 @@ AGENT_STREAM_CONSUMERS: dict[str, tuple[tuple[str, str], ...]] = {
     "dispatcher": (("dispatcher-results", "bke.v1.agent.*.*.result"),
                    ("dispatcher-refusals", "bke.v1.agent.*.*.refused")),
     "certs": (("certs-agents", "bke.v1.agent.*.*.registered"),),
+    "upgrader": (("upgrader-results", "bke.v1.agent.*.*.result"),),
 }
 _OPEN_STREAMS = ("BKE_COMMANDS", "BKE_EVENTS", "BKE_DEADLETTER", f"OBJ_{OBJECT_BUCKET}")
 _JS_STREAMS = (

@@ -35,13 +35,14 @@ from .trust import ensure_lab_command_key, provision_lab_agents
 
 __all__ = ["LabSupervisor", "SERVICES", "lab_env"]
 
-SERVICES = ("planner", "certs", "renderer", "dispatcher")
+SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
 # One durable consumer per service that proves it is up.
 SERVICE_CONSUMERS = (
     ("BKE_COMMANDS", "planner"),
     ("BKE_EVENTS", "certs-plans"),
     ("BKE_EVENTS", "renderer-plans"),
     ("BKE_EVENTS", "dispatcher-plans"),
+    ("BKE_COMMANDS", "upgrader-requests"),
 )
 
 
@@ -55,12 +56,14 @@ def lab_env(info: RuntimeInfo, workdir: Path, fetch: bool = False) -> dict[str, 
     placeholders."""
     env = dict(os.environ)
     env.update(BKE_DISPATCHER_REPO_SOURCE="http-repo" if fetch else "auto",
+               BKE_UPGRADER_REPO_SOURCE="http-repo" if fetch else "auto",
                BKE_AGENT_LAB_FETCH="download" if fetch else "placeholder")
     env.update(
         BKE_NATS_URL=info.nats_url,
         BKE_REDIS_URL=info.redis_url,
         BKE_SECRET_KEY_FILE=str(workdir / "secret.key"),
         BKE_DISPATCHER_MODE="lab",
+        BKE_UPGRADER_MODE="lab",
         BKE_DISPATCHER_HEALTH_INTERVAL_S=env.get("BKE_DISPATCHER_HEALTH_INTERVAL_S", "30"),
         **({"BKE_NATS_TLS_CA": info.nats_tls_ca} if info.nats_tls_ca else {}),
         PYTHONUNBUFFERED="1",

@@ -37,6 +37,9 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
 from __future__ import annotations
 
 __all__ = [
+    "upgrade_key",
+    "upgrade_results_key",
+    "upgrades_index",
     "auth_authority_key",
     "auth_identities_key",
     "certs_renewal_key",
@@ -211,6 +214,21 @@ def certs_renewal_key(cluster: str, request_id: str) -> str:
 
 def node_status_key(cluster: str) -> str:
     return cluster_key(cluster, "node")
+
+
+def upgrade_key(cluster: str) -> str:
+    """The cluster's current or last upgrade (JSON, bke.upgrade.run.UpgradeRun)."""
+    return cluster_key(cluster, "upgrade")
+
+
+def upgrade_results_key(cluster: str) -> str:
+    """Command id -> the agent's answer, for the upgrade's commands."""
+    return cluster_key(cluster, "upgrade", "results")
+
+
+def upgrades_index() -> str:
+    """Clusters with an upgrade record (resumed after an upgrader restart)."""
+    return f"{PREFIX}:upgrades"
 
 
 def lease_key(cluster: str, slug: str) -> str:

@@ -38,6 +38,15 @@ redis.call('DEL', KEYS[4])
 return 1
 """
 
+# An upgrade's plan replaces the installed one once every node runs it: compare-and-swap on the
+# digest the upgrade started from (a second finisher, or a plan changed meanwhile, loses).
+_UPGRADE = """
+if redis.call('HGET', KEYS[2], 'digest') ~= ARGV[5] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[2], 'digest', ARGV[2], 'requestId', ARGV[3], 'createdAt', ARGV[4], 'upgradedFrom', ARGV[5])
+return 1
+"""
+
 # The mark names the digest stored when the install failed, so a later plan is never covered by it.
 _MARK = """
 local digest = redis.call('HGET', KEYS[1], 'digest')
@@ -80,6 +89,12 @@ class RedisPlanStore:
         keys = [plan_key(c), plan_meta_key(c), request_key(request_id), plan_replaceable_key(c)]
         res = await self.redis.eval(_REPLACE, len(keys), *keys, plan_json, digest, request_id, now_iso, c, old_digest)
         return bool(res)
+
+    async def upgrade(self, plan: Plan, plan_json: str, digest: str, old_digest: str, request_id: str, now_iso: str) -> bool:
+        """Store an upgrade's plan in place of the one it started from (`old_digest`): True if
+        stored now, False if the stored plan is another one (already replaced, say)."""
+        keys = [plan_key(plan.cluster), plan_meta_key(plan.cluster)]
+        return bool(await self.redis.eval(_UPGRADE, len(keys), *keys, plan_json, digest, request_id, now_iso, old_digest))
 
     async def replaceable(self, cluster: str) -> str | None:
         """The digest marked replaceable for `cluster`, if any."""

@@ -32,7 +32,8 @@ from bke.plan import Plan
 from bke.spec.addons import addon_steps
 from bke.state.keys import phase_key
 
-from .engine import DONE, Outcome
+from bke.cluster_api.workloads import Workload, daemonset_ready, observed
+from bke.runner import DONE, Outcome
 
 __all__ = [
     "ApiHealthWork",
@@ -53,15 +54,6 @@ WORKLOAD_TIMEOUT_S = 600.0  # images pulled on thousands of nodes: minutes, not 
 WAITING_SINCE = "apiWaitingSince"
 
 
-@dataclass(frozen=True)
-class Workload:
-    kind: str  # "DaemonSet" | "Deployment"
-    namespace: str
-    name: str
-
-    @property
-    def ref(self) -> str:
-        return f"{self.kind.lower()}/{self.namespace}/{self.name}"
 
 
 def workloads(plan: Plan) -> list[Workload]:
@@ -83,21 +75,6 @@ def node_ready(node: dict[str, Any]) -> bool:
     return False
 
 
-def _observed(obj: dict[str, Any]) -> bool:
-    return int((obj.get("status") or {}).get("observedGeneration") or 0) >= int((obj.get("metadata") or {}).get("generation") or 0)
-
-
-def daemonset_ready(ds: dict[str, Any]) -> tuple[bool, str]:
-    st = ds.get("status") or {}
-    desired = int(st.get("desiredNumberScheduled") or 0)
-    updated, available = int(st.get("updatedNumberScheduled") or 0), int(st.get("numberAvailable") or 0)
-    if not _observed(ds):
-        return False, "its controller has not seen the current spec yet"
-    if desired == 0:
-        return False, "no pod scheduled yet"
-    if updated < desired or available < desired:
-        return False, f"{available}/{desired} pods available, {updated}/{desired} updated"
-    return True, f"{available}/{desired} pods available"
 
 
 def deployment_ready(dep: dict[str, Any]) -> tuple[bool, str]:
@@ -105,7 +82,7 @@ def deployment_ready(dep: dict[str, Any]) -> tuple[bool, str]:
     want = int((dep.get("spec") or {}).get("replicas", 1) or 0)
     updated, available = int(st.get("updatedReplicas") or 0), int(st.get("availableReplicas") or 0)
     total = int(st.get("replicas") or 0)
-    if not _observed(dep):
+    if not observed(dep):
         return False, "its controller has not seen the current spec yet"
     if updated < want or available < want:
         return False, f"{available}/{want} replicas available, {updated}/{want} updated"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Awaitable, Callable, Protocol
 
@@ -17,6 +16,7 @@ from bke.contracts.agent import AgentCommand, agent_subject
 from bke.contracts.install import InstallFinished, NodeStepChanged, PhaseChanged, install_subject
 from bke.errors import TemporaryError
 from bke.plan import Plan
+from bke.runner import DONE, Outcome
 from bke.state import PlanCache
 from bke.state.nodefiles import RedisNodeFiles
 
@@ -41,16 +41,6 @@ def parse_command_id(cid: str) -> tuple[str, str, str, int]:
     return cluster, slug, node, int(gen)
 
 
-@dataclass(frozen=True)
-class Outcome:
-    status: str  # "done" | "wait" | "failed"
-    delay: float = 0.0
-    reason: str = ""
-    node: str | None = None
-    kind: str = "operational"  # of a failure: "invalid" (the input was refused) | "operational"
-
-
-DONE = Outcome("done")
 
 
 class Checksums(Protocol):

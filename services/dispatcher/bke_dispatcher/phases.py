@@ -10,6 +10,7 @@ from typing import Callable
 
 from bke.contracts.agent import Step, SystemdUnit
 from bke.plan import NodePlan, Plan
+from bke.plan.api_node import init_node
 from bke.state.nodefiles import NodeFile
 
 from .steps import health_steps, node_env_steps, write_steps
@@ -41,13 +42,6 @@ class Phase:
     run_if: Callable[[Plan], bool] = field(default=lambda plan: True)
     concurrency: int | None = None  # commands in flight at once; None = every target
     local: str | None = None  # work the dispatcher does itself ("addons"), after the targets' commands if any
-
-
-def init_node(plan: Plan) -> NodePlan:
-    """The endpoint's own node if it runs kube-apiserver, else the first apiserver node."""
-    host = plan.control_plane_endpoint.rsplit(":", 1)[0].strip("[]")
-    apiservers = plan.nodes_running("kube-apiserver")
-    return next((n for n in apiservers if n.ip == host), apiservers[0])
 
 
 def _all(plan: Plan) -> list[NodePlan]:

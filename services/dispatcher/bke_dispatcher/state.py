@@ -21,13 +21,13 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from bke.state.lease import claim_lease, release_lease
 from bke.state.keys import (
     accepted_agents_key,
     command_key,
     inputs_key,
     install_key,
     installs_index,
-    lease_key,
     node_status_key,
     phase_key,
     refusals_key,
@@ -60,17 +60,6 @@ if cur and plan ~= '' and said ~= '' and said ~= plan then
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 1
-"""
-_CLAIM = """
-local cur = redis.call('GET', KEYS[1])
-if (not cur) or cur == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]); return 1
-end
-return 0
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
 """
 
 
@@ -197,10 +186,10 @@ class DispatcherState:
 
     # leases ------------------------------------------------------------------
     async def claim(self, cluster: str, slug: str, owner: str, ttl_ms: int) -> bool:
-        return bool(await self.r.eval(_CLAIM, 1, lease_key(cluster, slug), owner, ttl_ms))
+        return await claim_lease(self.r, cluster, slug, owner, ttl_ms)
 
     async def release(self, cluster: str, slug: str, owner: str) -> None:
-        await self.r.eval(_RELEASE, 1, lease_key(cluster, slug), owner)
+        await release_lease(self.r, cluster, slug, owner)
 
     # agents ------------------------------------------------------------------
     # Learned from `certs.sealed` only (the certs service sealed to the key BKE provisioned),

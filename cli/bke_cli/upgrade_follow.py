@@ -1,0 +1,94 @@
+"""`bke upgrade apply` / `bke lab upgrade`: send the request, then follow the upgrade.
+
+    UpgradeCluster -> upgrader: UpgradeAccepted (or UpgradeRejected: every reason)
+                      -> UpgradeChanged ... until Succeeded or Failed
+
+Only NATS is needed: every answer is an event (the whole view rides on each UpgradeChanged).
+With `dry_run` the accepted plan is the answer and nothing starts (`bke upgrade plan --nats`).
+Exit codes: 0 upgraded (or, dry run, it would be accepted), 2 refused (the reasons are
+printed), 1 failed (a node rolled back, say) or no answer before the deadline.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from rich.console import Console
+
+from bke.bus import EventWatch
+from bke.bus.connect import BusAccess, connect_nats
+from bke.bus.streams import ensure_streams
+from bke.contracts.upgrade import UPGRADE_ACCEPTED, UPGRADE_CLUSTER, UPGRADE_REJECTED, UpgradeCluster, upgrade_subject
+
+from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines
+
+__all__ = ["progress_line", "upgrade_and_follow"]
+
+
+def progress_line(view: dict[str, Any]) -> str:
+    steps = view.get("steps") or []
+    now = next((s for s in steps if s["name"] == view.get("step") and s["status"] in ("Running", "Pending", "Failed")), None)
+    done = sum(1 for s in steps if s["status"] in ("Succeeded", "Skipped"))
+    where = ""
+    if now is not None:
+        group = f"/{now['group']}" if now.get("group") else ""
+        where = f", {now['name']}{group} {now['done']}/{now['total']} nodes"
+    return f"upgrade {view['status']}: step {done}/{len(steps)}{where}"
+
+
+def _accepted_lines(doc: dict[str, Any]) -> list[str]:
+    cur, tgt = doc["current"], doc["target"]
+    out = [f"{doc['cluster']}: kubernetes {cur['kubernetes']} -> {tgt['kubernetes']}, etcd {cur['etcd']} -> "
+           f"{tgt['etcd']}, containerd {cur['containerd']} -> {tgt['containerd']}"]
+    for s in doc.get("steps") or []:
+        group = f"/{s['group']}" if s.get("group") else ""
+        out.append(f"  {s['name']}{group}: {s['total']} node(s) in {s['batches']} batch(es)" if s["batches"] else f"  {s['name']}")
+    for f in doc.get("findings") or []:
+        out.append(f"  [{f['name']}] {f['kind']}{' (ignored)' if f.get('ignored') else ''}: {f['message']}")
+    if doc.get("leftOut"):
+        out.append(f"  left out: {', '.join(doc['leftOut'][:10])} (upgraded later)")
+    return out
+
+
+async def upgrade_and_follow(nats_url: BusAccess | str, req: UpgradeCluster, timeout: float, console: Console) -> int:
+    rid = req.request_id or str(uuid.uuid4())
+    cluster = req.cluster
+    deadline = time.monotonic() + timeout
+    nc = await connect_nats(nats_url)
+    try:
+        async with EventWatch(nc, [UPGRADE_ACCEPTED, UPGRADE_REJECTED, upgrade_subject(cluster)]) as watch:
+            js = nc.jetstream()
+            await ensure_streams(js)
+            await js.publish(UPGRADE_CLUSTER, req.to_bytes(), headers={"Nats-Msg-Id": f"upgrade:{cluster}:{rid}"})
+            seen, accepted, last = 0, False, ""
+            while time.monotonic() < deadline:
+                for e in watch.seen[seen:]:
+                    if e.data.get("requestId") == rid and e.subject == UPGRADE_REJECTED:
+                        error_lines([f"upgrade of {cluster} refused: {e.data.get('message')}"])
+                        return EXIT_INVALID
+                    if e.data.get("requestId") == rid and e.subject == UPGRADE_ACCEPTED:
+                        for line in _accepted_lines(e.data):
+                            console.print(line, markup=False, highlight=False)
+                        if req.dry_run:
+                            return EXIT_OK
+                        accepted = True
+                    view = e.data.get("upgrade") or {}
+                    if e.subject == upgrade_subject(cluster) and view.get("requestId") == rid:
+                        line = progress_line(view)
+                        if line != last:
+                            console.print(line, markup=False, highlight=False)
+                            last = line
+                        if view["status"] == "Succeeded":
+                            return EXIT_OK
+                        if view["status"] == "Failed":
+                            error_lines([f"upgrade of {cluster} failed: {view.get('message')}"])
+                            return EXIT_FAILURE
+                seen = len(watch.seen)
+                await watch.wait_more(seen, timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+            what = "the upgrade did not finish" if accepted else "no answer from the upgrader"
+            error_lines([f"{what} within {timeout:.0f}s (cluster {cluster}, request {rid}); "
+                         f"`bke upgrade status {cluster}` shows where it is"])
+            return EXIT_FAILURE
+    finally:
+        await nc.close()

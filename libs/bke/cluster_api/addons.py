@@ -1,0 +1,171 @@
+"""The `addons` phase: the addon table (bke.spec.addons) applied in order, each tracked.
+
+Order and sources: bootstrap RBAC (rendered; applied with super-admin.conf, everything after it
+with admin.conf), kube-proxy (rendered), the CNI (calico's manifest fetched from the httpRepo,
+checked, wired to the cluster by bke.calico, validated), CoreDNS (rendered), then the user's
+folders. A built-in the spec turned off is not there; one the user replaced is read from their
+folder in its slot.
+
+Real clusters: server-side apply with the `kubernetes` client, then, for the CNI, a wait until
+its DaemonSet is ready (polled, with a deadline). The lab has no apiserver: each object is
+validated (kubernetes-validate, strict, for the cluster's version) and recorded as "Validated".
+
+Records, one per addon in `bke:<cluster>:addons` (`order` is the table's position, so `bke
+status` lists them in the order applied): status Validated | Applied | Ready. An addon recorded
+done is never applied again after a restart; one recorded Applied that has something to wait
+for is only waited for.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import yaml
+from redis.asyncio import Redis
+
+from bke.calico import CalicoWiring, wire_calico
+from bke.plan import Plan
+from bke.spec.addons import AddonStep, addon_steps
+from bke.state.keys import addon_manifests_key, addons_key
+
+from ..runner import DONE, Outcome
+from .manifests import cni_artefact
+from .workloads import daemonset_ready
+
+__all__ = ["AddonsWork", "LabApplier", "load_addon_objects", "validate_objects"]
+
+log = logging.getLogger("bke.addons")
+READY_TIMEOUT_S = 900.0  # image pulls on every node: calico-node can take minutes to be ready
+POLL_S = 5.0
+
+
+def load_addon_objects(folder: Path) -> list[dict[str, Any]]:
+    """Every object of every *.yaml / *.yml / *.json file in the folder, in file-name order."""
+    if not folder.is_dir():
+        raise FileNotFoundError(f"addon folder {folder} does not exist")
+    objs: list[dict[str, Any]] = []
+    for f in sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml", ".json")):
+        for doc in yaml.safe_load_all(f.read_text()):
+            if doc:
+                objs.append(doc)
+    return objs
+
+
+def validate_objects(plan: Plan, objects: list[dict[str, Any]]) -> None:
+    """Every object strictly valid for the cluster's Kubernetes minor, else ValueError naming it."""
+    import kubernetes_validate
+
+    minor = ".".join(plan.kubernetes_version.lstrip("v").split(".")[:2])
+    for i, obj in enumerate(objects):
+        try:
+            kubernetes_validate.validate(obj, minor, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            kind = obj.get("kind", "?") if isinstance(obj, dict) else "?"
+            raise ValueError(f"object {i} ({kind}): {exc.message}") from exc
+
+
+class Applier(Protocol):
+    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> str: ...
+
+    async def workload(self, plan: Plan, kind: str, namespace: str, name: str) -> dict[str, Any]: ...
+
+
+class ManifestSource(Protocol):
+    async def fetch(self, plan: Plan, art: Any) -> bytes: ...
+
+
+class LabApplier:
+    """Validate every object strictly for the cluster's Kubernetes version; apply nothing."""
+
+    validates = True
+
+    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> str:
+        validate_objects(plan, objects)
+        return "Validated"
+
+    async def workload(self, plan: Plan, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        raise NotImplementedError("the lab records addons as validated; nothing runs to wait for")
+
+
+def _records(raw: dict) -> dict[str, dict]:
+    out = {}
+    for k, v in raw.items():
+        try:
+            out[k.decode() if isinstance(k, bytes) else k] = json.loads(v)
+        except (ValueError, TypeError):
+            continue  # an unreadable record: applied again (server-side apply is idempotent)
+    return out
+
+
+class AddonsWork:
+    def __init__(self, redis: Redis, applier: Applier, now: Callable[[], datetime], manifests: ManifestSource):
+        self.redis, self.applier, self.now, self.manifests = redis, applier, now, manifests
+
+    async def _objects(self, plan: Plan, step: AddonStep, rendered: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The step's objects, ready to apply; None while the renderer's are not stored yet."""
+        if step.source == "path":
+            assert step.path is not None
+            return load_addon_objects(Path(step.path))
+        if step.source == "rendered":
+            text = rendered.get(step.name)
+            return None if text is None else [d for d in yaml.safe_load_all(text) if d]
+        body = await self.manifests.fetch(plan, cni_artefact(plan, step.version))
+        docs = [d for d in yaml.safe_load_all(body) if d]
+        if not all(isinstance(d, dict) for d in docs):
+            raise ValueError("the manifest holds a document that is not a Kubernetes object")
+        c = plan.spec.config
+        objects = wire_calico(docs,
+                              CalicoWiring(c.networking.pod_subnet, c.image_repo, c.kube_proxy.mode))
+        if not getattr(self.applier, "validates", False):
+            validate_objects(plan, objects)  # upstream's objects, checked before any reaches the cluster
+        return objects
+
+    async def _save(self, plan: Plan, step: AddonStep, doc: dict[str, Any]) -> None:
+        await self.redis.hset(addons_key(plan.cluster), step.name, json.dumps(doc))
+
+    async def run(self, name: str, plan: Plan, rendered: dict[str, Any] | None = None) -> Outcome:
+        """Apply every addon of `plan` not yet done at its version. `rendered`: the rendered
+        addon manifests (the upgrader passes the target version's); default the renderer's."""
+        records = _records(await self.redis.hgetall(addons_key(plan.cluster)))
+        if rendered is None:
+            raw = await self.redis.hgetall(addon_manifests_key(plan.cluster))
+            rendered = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
+        for i, step in enumerate(addon_steps(plan.spec)):
+            rec = records.get(step.name) or {}
+            if rec.get("version") != step.version:
+                rec = {}  # another version (an upgrade): applied again, from its own manifests
+            status = rec.get("status")
+            if status in ("Validated", "Ready") or (status == "Applied" and not step.wait_for):
+                continue  # done before a restart: never again
+            try:
+                if status != "Applied":  # 1. fetch or read, wire, validate, apply
+                    objects = await self._objects(plan, step, rendered)
+                    if objects is None:
+                        return Outcome("wait", delay=1.0, reason=f"waiting for the rendered {step.name} manifests")
+                    result = await self.applier.apply(plan, step.name, objects, step.credential)
+                    rec = {"version": step.version, "status": result, "objects": len(objects), "order": i,
+                           "at": self.now().isoformat()}
+                    await self._save(plan, step, rec)
+                    log.info("addon %s %s", step.name, result, extra={"cluster": plan.cluster, "addon": step.name})
+                    if result != "Applied" or not step.wait_for:
+                        continue
+                assert step.wait_for is not None  # 2. wait until its workload is ready
+                ready, detail = daemonset_ready(await self.applier.workload(plan, *step.wait_for))
+                kind, ns, wname = step.wait_for
+                if not ready:
+                    since = datetime.fromisoformat(rec["at"]) if rec.get("at") else self.now()
+                    waited = (self.now() - since).total_seconds()
+                    if waited > READY_TIMEOUT_S:
+                        return Outcome("failed", reason=f"addon {step.name}: {kind} {ns}/{wname} not ready after "
+                                                        f"{waited:.0f}s: {detail}")
+                    return Outcome("wait", delay=POLL_S, reason=f"addon {step.name}: {kind} {ns}/{wname}: {detail}")
+                await self._save(plan, step, {**rec, "status": "Ready", "readyAt": self.now().isoformat(), "ready": detail})
+            except (OSError, ValueError, yaml.YAMLError) as exc:
+                return Outcome("failed", reason=f"addon {step.name} {step.version}: {exc}")
+            except (KeyError, TypeError, AttributeError) as exc:  # a manifest of the wrong shape: never a crash
+                return Outcome("failed", reason=f"addon {step.name} {step.version}: malformed object "
+                                                f"({type(exc).__name__}: {exc})")
+        return DONE

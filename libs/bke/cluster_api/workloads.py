@@ -1,0 +1,35 @@
+"""Workloads BKE waits for through the cluster's API, and when one counts as ready."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Workload", "daemonset_ready", "observed"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: str  # "DaemonSet" | "Deployment"
+    namespace: str
+    name: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind.lower()}/{self.namespace}/{self.name}"
+
+
+def observed(obj: dict[str, Any]) -> bool:
+    return int((obj.get("status") or {}).get("observedGeneration") or 0) >= int((obj.get("metadata") or {}).get("generation") or 0)
+
+
+def daemonset_ready(ds: dict[str, Any]) -> tuple[bool, str]:
+    st = ds.get("status") or {}
+    desired = int(st.get("desiredNumberScheduled") or 0)
+    updated, available = int(st.get("updatedNumberScheduled") or 0), int(st.get("numberAvailable") or 0)
+    if not observed(ds):
+        return False, "its controller has not seen the current spec yet"
+    if desired == 0:
+        return False, "no pod scheduled yet"
+    if updated < desired or available < desired:
+        return False, f"{available}/{desired} pods available, {updated}/{desired} updated"
+    return True, f"{available}/{desired} pods available"

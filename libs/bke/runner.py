@@ -1,0 +1,102 @@
+"""One reconcile loop per cluster, woken by events (`kick`) or by its own wait delay: the
+dispatcher's installs and rotations and the upgrader's upgrades each run one.
+
+Kicks coalesce: a thousand results arriving together cause one reconcile, not a thousand.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .errors import TemporaryError, is_unavailable
+from .tasks import cancel_and_wait
+
+__all__ = ["DONE", "Outcome", "Reconciler", "Runner"]
+
+log = logging.getLogger("bke.dispatcher")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one reconcile pass (or one local piece of work) came to."""
+
+    status: str  # "done" | "wait" | "failed"
+    delay: float = 0.0
+    reason: str = ""
+    node: str | None = None
+    kind: str = "operational"  # of a failure: "invalid" (the input was refused) | "operational"
+
+
+DONE = Outcome("done")
+
+
+class Reconciler(Protocol):
+    async def reconcile(self, cluster: str) -> Outcome:
+        """One pass."""
+
+
+class Runner:
+    def __init__(self, engine: Reconciler, state: Any = None, debounce_s: float = 0.2):
+        self.engine, self.state = engine, state
+        # After a wake-up, let more results land before reconciling again: at 5,000 nodes a
+        # reconcile per result would cost more than the results themselves.
+        self.debounce_s = debounce_s
+        self._events: dict[str, asyncio.Event] = {}
+        self._tasks: dict[str, asyncio.Task] = {}
+        # Each stop starts a new generation: a loop of an older one ends at its next turn even
+        # if its cancellation was swallowed (bke.tasks), and a kick after the stop (the state-loss
+        # reaction resumes the same runner) starts a loop of the new generation.
+        self._generation = 0
+        self._task_generation: dict[str, int] = {}
+
+    def kick(self, cluster: str) -> None:
+        task = self._tasks.get(cluster)
+        if task is None or task.done() or self._task_generation.get(cluster) != self._generation:
+            self._events[cluster] = asyncio.Event()
+            self._task_generation[cluster] = self._generation
+            self._tasks[cluster] = asyncio.create_task(self._loop(cluster, self._generation), name=f"reconcile:{cluster}")
+        else:
+            self._events[cluster].set()
+
+    async def resume_all(self) -> list[str]:
+        """After a (re)start: pick up every install that was running."""
+        resumed = []
+        for cluster in await self.state.installs():
+            if (await self.state.install(cluster)).get("status") == "Running":
+                self.kick(cluster)
+                resumed.append(cluster)
+        return resumed
+
+    async def _loop(self, cluster: str, generation: int) -> None:
+        event = self._events[cluster]
+        while generation == self._generation:  # a swallowed cancellation (bke.tasks) still ends it
+            event.clear()
+            try:
+                outcome = await self.engine.reconcile(cluster)
+                if outcome.status in ("done", "failed"):
+                    return
+                delay = outcome.delay
+            except TemporaryError as exc:
+                delay = exc.delay
+                log.info("reconcile waits: %s", exc, extra={"cluster": cluster})
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - keep the loop alive; state in Redis is intact
+                if is_unavailable(exc):  # an outage: one rate-limited line, not a traceback every 2 s
+                    log.warning("reconcile waits for the store: %s: %s", type(exc).__name__, exc,
+                                extra={"cluster": cluster, "rate_key": "reconcile-unavailable"})
+                else:
+                    log.exception("reconcile failed; retrying", extra={"cluster": cluster})
+                delay = 2.0
+            try:
+                await asyncio.wait_for(event.wait(), timeout=delay)
+                await asyncio.sleep(self.debounce_s)  # coalescing window, not synchronisation
+            except TimeoutError:
+                pass
+
+    async def stop(self) -> None:
+        self._generation += 1
+        await cancel_and_wait(list(self._tasks.values()))

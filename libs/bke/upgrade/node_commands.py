@@ -1,0 +1,126 @@
+"""What each upgrade step sends one node: pure, from the old and new render of that node.
+
+Every file an upgrade changes goes through the agent's `ReplaceFiles` step (backup, write,
+restart, probes, rollback): never a tag swapped in place. A step carries only the files of its
+component that differ between the current and the target render, so a step whose component did
+not change on a node sends nothing that restarts it.
+
+Which file belongs to which step:
+- etcd/<cluster>: that etcd cluster's manifest; the probe is the member's /health, which answers
+  true only while its cluster has a leader (etcd server/etcdserver/api/etcdhttp/health.go), so a
+  member that comes back healthy also proves its cluster kept quorum;
+- kube-apiserver, kube-controller-manager, kube-scheduler: the component's manifest, probed on
+  its own health endpoint (node_steps.health_steps);
+- masters-runtime / workers: everything else of the node environment (containerd and kubelet
+  configuration, units) and the binaries whose URL changed (a new version is a new URL), then
+  containerd and the kubelet are restarted and the kubelet's /healthz waited for.
+Load-balancer files (haproxy, keepalived) are not part of an upgrade: nothing in them depends on
+the versions, and their rendered VRRP password is the renderer's secret.
+"""
+from __future__ import annotations
+
+import base64
+from typing import Mapping
+
+from ..contracts.agent import CheckHost, HealthProbe, NewFile, ReplaceFiles, Step, WaitHealth
+from ..node_steps import artefacts_of, file_phase, health_steps
+from ..plan import NodePlan, Plan
+from ..render.result import RenderedFile
+
+__all__ = [
+    "COMPONENT_TIMEOUT_S",
+    "changed_files",
+    "node_upgrade_steps",
+]
+
+MANIFESTS = "/etc/kubernetes/manifests"
+COMPONENT_TIMEOUT_S = 180.0  # a new static pod: image pull, start, first healthy answer
+RUNTIME_TIMEOUT_S = 300.0
+POST_CHECK_TIMEOUT_S = 120.0
+ALL_COMPONENTS = ("kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+RUNTIME_UNITS = ("containerd.service", "kubelet.service")
+
+
+def changed_files(old: Mapping[str, RenderedFile], new: Mapping[str, RenderedFile]) -> list[RenderedFile]:
+    """The new render's files whose bytes or mode differ from the current render (or are new)."""
+    out = []
+    for path, f in sorted(new.items()):
+        before = old.get(path)
+        if before is None or before.content != f.content or before.mode != f.mode:
+            out.append(f)
+    return out
+
+
+def _new_file(f: RenderedFile) -> NewFile:
+    if f.secret:  # never inline a secret: the upgrade does not carry the node's sealed files
+        raise ValueError(f"{f.path}: a secret file cannot be replaced by an upgrade step")
+    return NewFile(path=f.path, mode=f.mode, content_b64=base64.b64encode(f.content).decode(), sha256=f.sha256)
+
+
+def _probes(plan: Plan, node: NodePlan, components: tuple[str, ...]) -> list[HealthProbe]:
+    out = []
+    for s in health_steps(plan, node, components, COMPONENT_TIMEOUT_S):
+        assert isinstance(s, WaitHealth)
+        out.append(HealthProbe(url=s.url, tls=s.tls, expect_status=s.expect_status, expect_body=s.expect_body))
+    return out
+
+
+def _binaries(old_plan: Plan, new_plan: Plan, node: NodePlan, sums: Mapping[str, str]) -> list[NewFile]:
+    repo_old, repo_new = old_plan.spec.config.http_repo, new_plan.spec.config.http_repo
+    before = {a.key: a.url(repo_old) for a in artefacts_of(old_plan, old_plan.node(node.hostname))}
+    out = []
+    for a in artefacts_of(new_plan, node):
+        url = a.url(repo_new)
+        if before.get(a.key) == url:
+            continue
+        assert a.dest is not None, f"{a.path} has no place on a node"
+        out.append(NewFile(path=a.dest, mode=a.mode, url=url, sha256=sums[url]))
+    return out
+
+
+def node_upgrade_steps(
+    step: str,
+    group: str,
+    old_plan: Plan,
+    new_plan: Plan,
+    hostname: str,
+    old_files: Mapping[str, RenderedFile],
+    new_files: Mapping[str, RenderedFile],
+    sums: Mapping[str, str],
+) -> list[Step]:
+    """The agent steps of upgrade step `step` for one node (empty when nothing changes)."""
+    node = new_plan.node(hostname)
+    changed = changed_files(old_files, new_files)
+    if step == "agents":
+        # every agent answers (and so proves it runs and takes signed commands) with the
+        # disk check the new binaries need
+        return [CheckHost(id="agents:disk", checks=["disk"])]
+    if step == "etcd":
+        cluster = new_plan.etcd_cluster(group)
+        if cluster is None:
+            raise ValueError(f"etcd cluster {group!r} is not in the plan")
+        path = f"{MANIFESTS}/{cluster.manifest}"
+        files = [_new_file(f) for f in changed if f.path == path]
+        return _replace(f"replace:{group}", files, [], _probes(new_plan, node, (group,)))
+    if step in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+        path = f"{MANIFESTS}/{step}.yaml"
+        files = [_new_file(f) for f in changed if f.path == path]
+        return _replace(f"replace:{step}", files, [], _probes(new_plan, node, (step,)))
+    if step in ("masters-runtime", "workers"):
+        files = [_new_file(f) for f in changed if file_phase(f.path) == "node-env"]
+        files += _binaries(old_plan, new_plan, node, sums)
+        return _replace("replace:runtime", files, list(RUNTIME_UNITS), _probes(new_plan, node, ("kubelet",)),
+                        timeout_s=RUNTIME_TIMEOUT_S)
+    if step == "post-checks":
+        components = tuple(c.name for c in new_plan.etcd_clusters) + ALL_COMPONENTS
+        return list(health_steps(new_plan, node, components, POST_CHECK_TIMEOUT_S))
+    raise ValueError(f"upgrade step {step!r} sends no node command")
+
+
+def _replace(step_id: str, files: list[NewFile], units: list[str], probes: list[HealthProbe],
+             timeout_s: float = COMPONENT_TIMEOUT_S) -> list[Step]:
+    if not files:
+        # nothing of this component changes on this node: only check that it is healthy
+        return [WaitHealth(id=f"health:{i}", url=p.url, tls=p.tls, expect_status=p.expect_status,
+                           expect_body=p.expect_body, timeout_s=timeout_s) for i, p in enumerate(probes)]
+    return [ReplaceFiles(id=step_id, files=files, restart_units=units, probes=probes, timeout_s=timeout_s)]

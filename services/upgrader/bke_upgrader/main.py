@@ -1,0 +1,18 @@
+"""`bke-upgrader`: run the upgrader service until SIGTERM."""
+from __future__ import annotations
+
+import sys
+
+from bke.bus.service import run_main
+
+from .app import create_service
+
+__all__ = ["main"]
+
+
+def main() -> int:
+    return run_main("upgrader", create_service)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""An upgrade request, decided: accepted (with its steps) or rejected (with every reason).
+
+Pure, apart from the facts the caller gathered: the same path rules, checks and order as
+`bke upgrade plan` (bke.upgrade), plus the target plan (the spec validated at the target
+versions: an extraArg the new minor no longer has refuses the upgrade before anything moves).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from bke.contracts.upgrade import (
+    UpgradeAccepted,
+    UpgradeCluster,
+    UpgradeFinding,
+    UpgradeRejected,
+    UpgradeStepView,
+    UpgradeVersions,
+)
+from bke.plan import Plan
+from bke.spec.loader import loc_to_path
+from bke.upgrade import Facts, Target, UpgradeRequestError, change_of, expand_order, resolve_target, upgrade_findings
+from bke.upgrade.order import ExpandedStep
+from bke.upgrade.target_plan import TargetPlanError, target_plan
+
+__all__ = ["Decided", "decide_request", "parse_request", "versions_of"]
+
+
+@dataclass(frozen=True)
+class Decided:
+    answer: UpgradeAccepted | UpgradeRejected
+    target: Target | None = None
+    new_plan: Plan | None = None
+    order: tuple[ExpandedStep, ...] = ()
+
+
+def parse_request(body: bytes) -> UpgradeCluster | UpgradeRejected:
+    """The request, or a rejection naming each wrong field (never a dead letter: the CLI waits)."""
+    try:
+        return UpgradeCluster.model_validate_json(body)
+    except ValidationError as exc:
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError):
+            doc = None
+        rid = doc.get("requestId") if isinstance(doc, dict) else None
+        cluster = doc.get("cluster") if isinstance(doc, dict) else None
+        errors = [f"{loc_to_path('', tuple(e['loc'])) or 'message'}: {e['msg'].removeprefix('Value error, ')}"
+                  for e in exc.errors(include_url=False)]
+        return UpgradeRejected(request_id=rid if isinstance(rid, str) else "", cluster=cluster if isinstance(cluster, str) else "",
+                               message="; ".join(errors)[:2000])
+
+
+def versions_of(p: Plan) -> UpgradeVersions:
+    return UpgradeVersions(kubernetes=p.kubernetes_version.lstrip("v"), etcd=p.etcd_version.lstrip("v"),
+                           containerd=p.containerd_version.lstrip("v"))
+
+
+def _target_versions(t: Target) -> UpgradeVersions:
+    return UpgradeVersions(kubernetes=str(t.kubernetes).lstrip("v"), etcd=str(t.etcd).lstrip("v"),
+                           containerd=str(t.containerd).lstrip("v"))
+
+
+def step_views(order: list[ExpandedStep] | tuple[ExpandedStep, ...], all_nodes: int) -> list[UpgradeStepView]:
+    out = []
+    for e in order:
+        total = all_nodes if e.step == "post-checks" else e.nodes
+        out.append(UpgradeStepView(name=e.step, group=e.group, total=total,
+                                   batches=1 if e.step == "post-checks" else len(e.batches)))
+    return out
+
+
+def decide_request(req: UpgradeCluster, plan: Plan, facts: Facts) -> Decided:
+    def reject(message: str, findings: list[UpgradeFinding] | None = None) -> Decided:
+        return Decided(UpgradeRejected(request_id=req.request_id, cluster=req.cluster, message=message,
+                                       findings=findings or []))
+
+    try:
+        target = resolve_target(plan, req.kubernetes_version, req.etcd_version, req.containerd_version)
+    except UpgradeRequestError as exc:
+        return reject(str(exc))
+    report = upgrade_findings(plan, target, facts, req.ignore_checks)
+    findings = [UpgradeFinding(name=f.name, kind=f.kind, message=f.message,  # type: ignore[arg-type]
+                               ignored=f.name in report.ignored) for f in report.findings]
+    if report.refused:
+        return reject("; ".join(report.reasons()), [f for f in findings if not f.ignored and f.kind != "notice"])
+    try:
+        new_plan = target_plan(plan, target)
+    except TargetPlanError as exc:
+        return reject(f"the spec does not hold at the target versions: {exc}")
+    try:
+        order = expand_order(plan, change_of(plan, target), req.max_unavailable, report.left_out)
+    except ValueError as exc:
+        return reject(str(exc))
+    accepted = UpgradeAccepted(
+        request_id=req.request_id, cluster=req.cluster, current=versions_of(plan), target=_target_versions(target),
+        findings=findings, steps=step_views(order, len(plan.nodes) - len(report.left_out)),
+        left_out=list(report.left_out), dry_run=req.dry_run)
+    return Decided(accepted, target, new_plan, tuple(order))

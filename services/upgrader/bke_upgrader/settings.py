@@ -1,0 +1,32 @@
+"""Upgrader settings: the shared connection variables plus `BKE_UPGRADER_*`."""
+from __future__ import annotations
+
+import os
+import socket
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from bke.settings import ServiceSettings
+
+__all__ = ["UpgraderSettings"]
+
+
+class UpgraderSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="BKE_UPGRADER_", extra="ignore", frozen=True)
+
+    # Identifies this replica in the upgrade lease; unique per process.
+    owner: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    lease_ms: int = 15000
+    # lab: binary checksums are the lab's placeholders, drains and addons are recorded (no
+    # apiserver); real: checksums from the httpRepo, drains and addons through the cluster's API.
+    mode: Literal["lab", "real"] = "real"
+    repo_source: Literal["auto", "http-repo"] = "auto"
+    # An agent that has not sent a heartbeat for this long is not alive (the AgentsAlive check).
+    heartbeat_stale_s: float = 90.0
+    # A node that has not answered its command this long after the batch was sent fails the
+    # step (a dead agent must not hold the upgrade forever): longer than any step's own timeout
+    # (a runtime replacement waits 300 s, then as long again for a rollback).
+    answer_deadline_s: float = 900.0
+    status_timeout_s: float = 10.0

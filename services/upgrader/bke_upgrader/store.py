@@ -1,0 +1,73 @@
+"""The upgrade's record in Redis, and the agents' answers beside it.
+
+    bke:<c>:upgrade            string  the cluster's current (or last) upgrade, JSON (bke.upgrade.run)
+    bke:<c>:upgrade:results    hash    command id -> {status, step, stderr} as the agent answered
+    bke:upgrades               set     clusters with an upgrade record (resumed after a restart)
+
+Only the reconcile pass (under the cluster's "upgrade" lease) and the start (a WATCH transaction
+that refuses while another upgrade runs) write the record; results are recorded beside it and
+folded in by the next pass, so a result that arrives twice counts once.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import WatchError
+
+from bke.contracts.agent import CommandResult
+from bke.state.keys import upgrade_key, upgrade_results_key, upgrades_index
+from bke.upgrade.run import UpgradeRun
+
+__all__ = ["UpgradeStore"]
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+class UpgradeStore:
+    def __init__(self, redis: Redis):
+        self.r = redis
+
+    async def load(self, cluster: str) -> UpgradeRun | None:
+        raw = await self.r.get(upgrade_key(cluster))
+        return None if raw is None else UpgradeRun.from_json(raw)
+
+    async def save(self, run: UpgradeRun) -> None:
+        await self.r.set(upgrade_key(run.cluster), run.to_json())
+
+    async def start(self, run: UpgradeRun, check: Callable[[UpgradeRun | None], str]) -> str:
+        """Store `run` unless `check(current)` refuses; the refusal ("" when stored). Atomic
+        against another replica starting an upgrade of the same cluster at the same time."""
+        key = upgrade_key(run.cluster)
+        async with self.r.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(key)
+                    raw = await pipe.get(key)
+                    why = check(None if raw is None else UpgradeRun.from_json(raw))
+                    if why:
+                        await pipe.unwatch()
+                        return why
+                    pipe.multi()
+                    pipe.set(key, run.to_json())
+                    pipe.delete(upgrade_results_key(run.cluster))
+                    pipe.sadd(upgrades_index(), run.cluster)
+                    await pipe.execute()
+                    return ""
+                except WatchError:
+                    continue
+
+    async def record_result(self, res: CommandResult, step: str, stderr: str) -> None:
+        doc = json.dumps({"status": res.status, "step": step, "stderr": stderr})
+        await self.r.hset(upgrade_results_key(res.cluster), res.command_id, doc)
+
+    async def results(self, cluster: str) -> dict[str, dict[str, str]]:
+        raw = await self.r.hgetall(upgrade_results_key(cluster))
+        return {_s(k): json.loads(v) for k, v in raw.items()}
+
+    async def clusters(self) -> list[str]:
+        return sorted(_s(c) for c in await self.r.smembers(upgrades_index()))
