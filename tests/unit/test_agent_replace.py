@@ -4,6 +4,7 @@ paths and downloads; only restarts, probes and "the kubelet runs the new pod" ar
 sha256 replacing nothing, a rollback restoring old files and removing new ones."""
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -18,8 +19,10 @@ import pytest
 
 from bke.binary_placeholder import lab_binary_bytes, lab_binary_sha256
 from bke.contracts.agent import AgentCommand, HealthProbe, NewFile, ReplaceFiles, StepResult
-from bke_agent import AgentIdentity, Executor, HostBackend, LabBackend, NullBackend
+from bke_agent import AgentIdentity, Executor, HostBackend, LabBackend, LabLayout, NullBackend
+from bke_agent.backends.replace import replace_files
 from bke_agent.errors import NotHealthy, StepError
+from bke_agent.lablayout import image_version, write_fault
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 MANIFEST = "/etc/kubernetes/manifests/kube-apiserver.yaml"
@@ -216,3 +219,37 @@ async def test_host_backend_asks_crictl_whether_the_new_static_pod_runs(tmp_path
     _put(tmp_path, MANIFEST, b"apiVersion: v1\nkind: Pod\nmetadata: {name: kube-apiserver, namespace: kube-system}\n")
     assert await backend.pod_started(MANIFEST, "", 1_800_000_000.0) == ""
     assert "no ready pod sandbox of kube-apiserver" in await backend.pod_started(MANIFEST, "", 1_800_000_001.0)
+
+
+async def test_a_step_cancelled_after_the_write_puts_the_old_files_back(root: Path) -> None:
+    """The executor's hard timeout or the agent's stop cancels the step while it waits for
+    the probes: the backup comes back before the cancellation goes on."""
+    manifest = _put(root, MANIFEST, OLD)
+    probing = asyncio.Event()
+
+    class Hanging(Node):
+        async def probe(self, probe: HealthProbe, timeout_s: float) -> None:
+            probing.set()
+            await asyncio.Event().wait()  # never answers
+
+    node = Hanging(root)
+    task = asyncio.create_task(replace_files(_step(_inline(MANIFEST, NEW)), node, node.state_dir, "c1/upgrade/m1/0"))
+    await asyncio.wait_for(probing.wait(), 10)
+    assert manifest.read_bytes() == NEW
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert manifest.read_bytes() == OLD
+
+
+def test_lab_faults_name_one_version_of_one_component(root: Path) -> None:
+    assert image_version("registry.k8s.io/kube-apiserver:v1.36.2") == "v1.36.2"
+    assert image_version("localhost:5000/kube-scheduler") == "" and image_version("etcd:3.5.21-0@sha256:ab") == "3.5.21-0"
+    layout = LabLayout(root)
+    assert layout.unhealthy_versions("kube-apiserver") == set()
+    write_fault(root, "kube-apiserver", "v1.36.2")
+    write_fault(root, "kube-apiserver", "v1.36.2")  # idempotent
+    write_fault(root, "kube-scheduler", "v1.36.3")
+    assert json.loads(layout.faults_file.read_text())["unhealthy"] == [
+        {"component": "kube-apiserver", "version": "v1.36.2"}, {"component": "kube-scheduler", "version": "v1.36.3"}]
+    assert layout.unhealthy_versions("kube-apiserver") == {"v1.36.2"}
