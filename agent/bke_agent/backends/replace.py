@@ -11,9 +11,9 @@ and containerd configuration, binaries), top to bottom, each phase returning ear
 2. inline content is decoded and checked against its sha256 (a mismatch touches nothing);
 3. every file to download is staged beside its target and checked against its sha256 (a
    mismatch replaces nothing; staged files are removed);
-4. the backup is ensured: `<state>/replace-backups/<command>/<step>/` with a copy of each file
-   and `backup.json`, written last (the commit point). An existing one is KEPT: a re-run of
-   the same command after a crash that wrote the new files must not back up the new bytes;
+4. the backup is ensured (see `backups`: `<state>/replace-backups/<command>/<step>/`); an
+   existing one is KEPT: a re-run of the same command after a crash that wrote the new files
+   must not back up the new bytes;
 5. a file "changes" if its bytes or mode differ from the new ones, or if the backup records
    other bytes (that crash again: the units must still restart and the pod be waited for);
    nothing changes -> the probes only, no restart, `Skipped` (a success);
@@ -37,28 +37,23 @@ import asyncio
 import base64
 import binascii
 import hashlib
-import json
 import os
-import shutil
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
-from urllib.parse import quote
 
 from bke.contracts.agent import HealthProbe, NewFile, ReplaceFiles
 
 from ..errors import NotHealthy, PermanentStepError, StepError
 from ..fsutil import fsync_dir, write_atomic
+from .backups import backup_dir, ensure_backup, prune_backups, restore
 from .base import StepOutcome
 from .files import file_matches
 
-__all__ = ["BACKUP_DIR", "BACKUP_KEEP_DAYS", "ReplaceOps", "backup_dir", "replace_files"]
+__all__ = ["ReplaceOps", "replace_files"]
 
-BACKUP_DIR = "replace-backups"  # under the agent's state directory
-BACKUP_KEEP_DAYS = 8.0  # as long as the journal keeps command ids: no re-run can come later
 MANIFESTS = PurePosixPath("/etc/kubernetes/manifests")
 POD_POLL_S = 0.2
 
@@ -77,16 +72,6 @@ class ReplaceOps(Protocol):
     # "" once the kubelet runs a pod of the manifest `node_path` holding bytes `sha256`,
     # started at or after `since` (epoch seconds); else what it runs instead
     async def pod_started(self, node_path: str, sha256: str, since: float) -> str: ...
-
-
-def _name(part: str) -> str:
-    """A file name for an id (they hold '/' and ':'), short enough for any file system."""
-    safe = quote(part, safe="-_.@")
-    return safe if len(safe) <= 100 else f"{safe[:80]}-{hashlib.sha256(part.encode()).hexdigest()[:16]}"
-
-
-def backup_dir(state_dir: Path, command_id: str, step_id: str) -> Path:
-    return state_dir / BACKUP_DIR / _name(command_id) / _name(step_id)
 
 
 @dataclass
@@ -123,65 +108,6 @@ def _owner(local: Path) -> tuple[int | None, int | None]:
     return (st.st_uid, st.st_gid) if os.geteuid() == 0 else (None, None)
 
 
-def _copy_atomic(src: Path, dst: Path, mode: int, uid: int | None, gid: int | None) -> None:
-    """`src`'s bytes at `dst` in one rename (a binary is not read into memory)."""
-    tmp = dst.with_name(f".{dst.name}.bke-restore.tmp")
-    try:
-        shutil.copyfile(src, tmp, follow_symlinks=False)
-        if uid is not None or gid is not None:
-            os.chown(tmp, -1 if uid is None else uid, -1 if gid is None else gid)
-        os.chmod(tmp, mode)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, dst)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(dst.parent)
-
-
-def ensure_backup(where: Path, files: list[_File], step: ReplaceFiles, command_id: str, now: float) -> dict[str, Any]:
-    """The backup of this command's step: the existing one (kept), else a new one."""
-    record = where / "backup.json"
-    try:
-        doc: dict[str, Any] = json.loads(record.read_text())
-        return doc
-    except FileNotFoundError:
-        pass
-    except ValueError:
-        pass  # torn by a crash before its rename cannot happen (atomic); an old format: redo
-    copies = where / "files"
-    copies.mkdir(parents=True, exist_ok=True, mode=0o700)
-    entries = []
-    for i, f in enumerate(files):
-        entry: dict[str, Any] = {"path": f.new.path, "existed": False}
-        try:
-            st = os.lstat(f.local)
-        except FileNotFoundError:
-            st = None
-        if st is not None:
-            if not stat.S_ISREG(st.st_mode):
-                raise PermanentStepError(f"{f.new.path}: not a regular file; refusing to replace it")
-            dst = copies / str(i)
-            shutil.copyfile(f.local, dst, follow_symlinks=False)
-            os.chmod(dst, 0o600)  # a copy of a key must not be readable by others
-            with open(dst, "rb") as fh:
-                digest = hashlib.file_digest(fh, "sha256").hexdigest()
-            entry.update(existed=True, copy=f"files/{i}", mode=stat.S_IMODE(st.st_mode), uid=st.st_uid,
-                         gid=st.st_gid, sha256=digest)
-        entries.append(entry)
-    doc = {"version": 1, "commandId": command_id, "stepId": step.id, "at": now, "files": entries}
-    write_atomic(record, json.dumps(doc, indent=1).encode(), 0o600)
-    return doc
-
-
-def prune_backups(state_dir: Path, keep: Path, now: float) -> None:
-    """Backups of commands older than BACKUP_KEEP_DAYS: their ids can never come back."""
-    top = state_dir / BACKUP_DIR
-    for cmd in top.glob("*") if top.is_dir() else ():
-        if cmd != keep and all(now - r.stat().st_mtime > BACKUP_KEEP_DAYS * 86400 for r in cmd.glob("*/backup.json")):
-            shutil.rmtree(cmd, ignore_errors=True)
-
-
 async def _healthy(ops: ReplaceOps, step: ReplaceFiles, pods: list[tuple[str, str]], since: float,
                    timeout_s: float, clock: Callable[[], float]) -> str:
     """"" when every pod of `pods` (node path, sha256) runs and every probe passes within
@@ -200,20 +126,6 @@ async def _healthy(ops: ReplaceOps, step: ReplaceFiles, pods: list[tuple[str, st
     return ""
 
 
-def _restore(files: list[_File], backup: dict[str, Any], where: Path) -> None:
-    entries = {e["path"]: e for e in backup["files"]}
-    for f in files:
-        if not f.changed:
-            continue
-        e = entries[f.new.path]
-        if e["existed"]:
-            root = os.geteuid() == 0
-            _copy_atomic(where / e["copy"], f.local, e["mode"], e["uid"] if root else None, e["gid"] if root else None)
-        else:
-            f.local.unlink(missing_ok=True)
-            fsync_dir(f.local.parent)
-
-
 async def replace_files(step: ReplaceFiles, ops: ReplaceOps, state_dir: Path, command_id: str, *,
                         now: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic) -> StepOutcome:
     files = [_File(f, ops.local(f.path)) for f in step.files]  # 1. path policy
@@ -230,7 +142,7 @@ async def replace_files(step: ReplaceFiles, ops: ReplaceOps, state_dir: Path, co
                 f.staged = f.local.with_name(f".{f.local.name}.bke-replace.tmp")
                 await ops.download(f.new, f.staged)
         prune_backups(state_dir, where.parent, now())
-        backup = ensure_backup(where, files, step, command_id, now())  # 4.
+        backup = ensure_backup(where, [(f.new.path, f.local) for f in files], command_id, step.id, now())  # 4.
         before = {e["path"]: e for e in backup["files"]}
         for f in files:  # 5. what changes
             e = before[f.new.path]
@@ -256,7 +168,7 @@ async def replace_files(step: ReplaceFiles, ops: ReplaceOps, state_dir: Path, co
             failure = f"{type(exc).__name__}: {exc.strerror or 'error'} ({exc.filename})"
         except asyncio.CancelledError:
             if step.rollback:
-                _restore(files, backup, where)
+                restore(backup, where, [(f.new.path, f.local) for f in files if f.changed])
             raise
     finally:
         for f in files:
@@ -291,7 +203,7 @@ async def _roll_back(step: ReplaceFiles, ops: ReplaceOps, files: list[_File], ba
                      head: str, now: Callable[[], float], clock: Callable[[], float]) -> StepOutcome:
     head += "; the previous files are back"
     restored_at = now()
-    _restore(files, backup, where)
+    restore(backup, where, [(f.new.path, f.local) for f in files if f.changed])
     try:
         for unit in step.restart_units:
             await ops.restart_unit(unit)
