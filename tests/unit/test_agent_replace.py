@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
+import httpx
 import pytest
 
 from bke.binary_placeholder import lab_binary_bytes, lab_binary_sha256
@@ -253,3 +254,45 @@ def test_lab_faults_name_one_version_of_one_component(root: Path) -> None:
     assert json.loads(layout.faults_file.read_text())["unhealthy"] == [
         {"component": "kube-apiserver", "version": "v1.36.2"}, {"component": "kube-scheduler", "version": "v1.36.3"}]
     assert layout.unhealthy_versions("kube-apiserver") == {"v1.36.2"}
+
+
+async def test_host_downloads_checks_restarts_through_systemctl_and_rolls_back(tmp_path: Path) -> None:
+    """The host backend without the network: the httpRepo is an httpx MockTransport and
+    systemctl a script that records its arguments. The steps have no probe (WaitHealth opens
+    its own client); the failure that rolls back is a unit that does not restart."""
+    payload = b"\x7fELF new kubelet"
+    hits: list[str] = []
+
+    def repo(request: httpx.Request) -> httpx.Response:
+        hits.append(str(request.url))
+        return httpx.Response(200, content=payload)
+
+    bindir, root = tmp_path / "bin", tmp_path / "root"
+    bindir.mkdir()
+    log = tmp_path / "systemctl.log"
+    systemctl = bindir / "systemctl"
+    systemctl.write_text('#!/bin/sh\nprintf \'%s\\n\' "$*" >> "$LOG"\n[ "$2" = broken.service ] && exit 1\nexit 0\n')
+    systemctl.chmod(0o755)
+    backend = HostBackend(root, env={"LOG": str(log), "PATH": "/usr/bin:/bin"}, systemctl=str(systemctl),
+                          http_transport=httpx.MockTransport(repo), state_dir=tmp_path / "state")
+    kubelet = _put(root, "/usr/bin/kubelet", b"old kubelet", 0o755)
+    new = NewFile(path="/usr/bin/kubelet", mode=0o755, url=URL, sha256=hashlib.sha256(payload).hexdigest())
+
+    bad = await _run(backend, ReplaceFiles(id="r", files=[new.model_copy(update={"sha256": "1" * 64})]))
+    assert bad.status == "Failed" and "does not match the expected" in bad.stderr
+    assert kubelet.read_bytes() == b"old kubelet" and not log.exists()
+
+    ok = await _run(backend, ReplaceFiles(id="r", files=[new], restart_units=["kubelet.service"]), "c1/upgrade/m1/1")
+    assert ok.status == "Succeeded", ok.stderr
+    assert kubelet.read_bytes() == payload and stat.S_IMODE(kubelet.stat().st_mode) == 0o755
+    assert log.read_text() == "restart kubelet.service\n" and len(hits) == 2
+    assert sorted(p.name for p in kubelet.parent.iterdir()) == ["kubelet"]
+
+    newer = b"\x7fELF newer kubelet"
+    payload = newer
+    step = ReplaceFiles(id="r", files=[new.model_copy(update={"sha256": hashlib.sha256(newer).hexdigest()})],
+                        restart_units=["kubelet.service", "broken.service"])
+    res = await _run(backend, step, "c1/upgrade/m1/2")
+    assert res.status == "Failed" and res.stderr.startswith("rolled back /usr/bin/kubelet: ")
+    assert kubelet.read_bytes() == b"\x7fELF new kubelet"  # the previous binary is back
+    assert log.read_text().splitlines()[1:] == ["restart kubelet.service", "restart broken.service"] * 2
