@@ -144,7 +144,8 @@ class Executor:
             except StepError as exc:
                 error = exc
             except TimeoutError:
-                error = StepError(f"step {step.id} timed out after {step.timeout_s:g}s")
+                shown = limit if isinstance(step, ReplaceFiles) else step.timeout_s  # its probes have their own
+                error = StepError(f"step {step.id} timed out after {shown:g}s")
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure of a step is reported, not raised
