@@ -1,10 +1,10 @@
 """`ReplaceFiles`: replace a node's files after a backup, restart, probe, roll back on failure.
 
-kubeadm upgrades a static pod this way (kubernetes/kubernetes, tag v1.34.0,
+kubeadm upgrades a static pod this way (kubernetes/kubernetes,
 cmd/kubeadm/app/phases/upgrade/staticpods.go: `upgradeComponent` backs the old manifest up,
-moves the new one in, waits until the kubelet runs a pod of the new manifest
-(`WaitForStaticPodSingleHash`) and until it is healthy, and `rollbackOldManifests` puts the
-backup back when it is not). Here the same holds for any file of a step (manifests, kubelet
+moves the new one in, waits for the mirror pod's hash to change (`WaitForStaticPodHashChange`:
+else the OLD pod, not yet stopped by a slow kubelet, answers the health check) and for the
+pod to come up, and `rollbackOldManifests` puts the backup back when it does not). Here the same holds for any file of a step (manifests, kubelet
 and containerd configuration, binaries), top to bottom, each phase returning early:
 
 1. every path goes through the backend's path policy (a refusal touches nothing);
