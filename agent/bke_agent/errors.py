@@ -5,6 +5,8 @@
     │                         user, ...): the step fails at once, whatever its `retries`
     │   └── PathRefused       the path is outside what this backend may write
     │                         (host allow-list, lab node root, `..`, symlinks out)
+    ├── NotHealthy            a health endpoint did not answer as expected in time (`url`,
+    │                         `last`: what it said last); ReplaceFiles rolls back on it
     (anything else)           a bug or an outage: counted as a failed attempt, retried
 
 Messages are what the dispatcher shows the operator (stderr of the step): they name paths,
@@ -12,7 +14,7 @@ units and exit codes, never file content, and never anything from a sealed file.
 """
 from __future__ import annotations
 
-__all__ = ["PathRefused", "PermanentStepError", "StepError"]
+__all__ = ["NotHealthy", "PathRefused", "PermanentStepError", "StepError"]
 
 
 class StepError(Exception):
@@ -30,3 +32,9 @@ class PermanentStepError(StepError):
 
 class PathRefused(PermanentStepError):
     pass
+
+
+class NotHealthy(StepError):
+    def __init__(self, url: str, timeout_s: float, last: str) -> None:
+        super().__init__(f"{url} not healthy after {timeout_s:g}s; last answer: {last}")
+        self.url, self.timeout_s, self.last = url, timeout_s, last

@@ -4,8 +4,9 @@ stop at the first failed step.
 Why here and not in the backends: these rules are the contract with the dispatcher and must
 not differ between a real host and the lab. A backend only makes a step happen.
 
-`timeout_s` bounds each attempt; a step is tried `retries + 1` times, `backoff_s * 2^(n-1)`
-apart (capped at 300 s), unless its error is permanent.
+`timeout_s` bounds each attempt (a `ReplaceFiles` attempt: its probes, its rollback's probes
+and `REPLACE_GRACE_S` for downloads and restarts; see backends/replace.py); a step is tried
+`retries + 1` times, `backoff_s * 2^(n-1)` apart (capped at 300 s), unless its error is permanent.
 
 Result shape: `steps` lists the steps that were attempted, in order; when a step fails, it is
 the last entry and the steps after it are not listed (they did not run). A WriteFile whose
@@ -26,9 +27,11 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
-from bke.contracts.agent import OUTPUT_LIMIT, AgentCommand, CommandResult, Step, StepResult, WaitHealth, WriteFile
+from bke.contracts.agent import (
+    OUTPUT_LIMIT, AgentCommand, CommandResult, ReplaceFiles, Step, StepResult, WaitHealth, WriteFile,
+)
 
-from .backends.base import Backend, StepOutcome
+from .backends.base import COMMAND_ID, Backend, StepOutcome
 from .errors import PermanentStepError, StepError
 from .identity import AgentIdentity
 
@@ -37,6 +40,7 @@ __all__ = ["Executor", "clip", "utc_now"]
 log = logging.getLogger("bke.agent.executor")
 BACKOFF_CAP_S = 300.0
 HEALTH_GRACE_S = 5.0  # WaitHealth reports its own last probe failure before the hard timeout
+REPLACE_GRACE_S = 120.0  # a ReplaceFiles step's downloads, writes and unit restarts, besides its probes
 
 
 def utc_now() -> datetime:
@@ -120,9 +124,16 @@ class Executor:
         )
 
     async def run_step(self, step: Step, command: AgentCommand) -> StepResult:
+        token = COMMAND_ID.set(command.command_id)  # what a ReplaceFiles backup is named after
+        try:
+            return await self._run_step(step, command)
+        finally:
+            COMMAND_ID.reset(token)
+
+    async def _run_step(self, step: Step, command: AgentCommand) -> StepResult:
         ids = {"cluster": command.cluster, "node": command.node, "command_id": command.command_id, "step": step.id}
         content = _content_opener(step, self.identity) if isinstance(step, WriteFile) else _no_content
-        limit = step.timeout_s + (HEALTH_GRACE_S if isinstance(step, WaitHealth) else 0.0)
+        limit = _hard_limit(step)
         attempts = step.retries + 1
         t0 = self.clock()
         error: StepError | None = None
@@ -133,7 +144,8 @@ class Executor:
             except StepError as exc:
                 error = exc
             except TimeoutError:
-                error = StepError(f"step {step.id} timed out after {step.timeout_s:g}s")
+                shown = limit if isinstance(step, ReplaceFiles) else step.timeout_s  # its probes have their own
+                error = StepError(f"step {step.id} timed out after {shown:g}s")
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure of a step is reported, not raised
@@ -150,6 +162,15 @@ class Executor:
         assert error is not None
         return StepResult(id=step.id, status="Failed", exit_code=error.exit_code, stdout=clip(error.stdout),
                           stderr=clip(error.stderr), attempts=attempt, duration_s=round(self.clock() - t0, 3))
+
+
+def _hard_limit(step: Step) -> float:
+    """How long one attempt may take before it is cancelled (a step's own timeouts come first)."""
+    if isinstance(step, WaitHealth):
+        return step.timeout_s + HEALTH_GRACE_S
+    if isinstance(step, ReplaceFiles):
+        return step.timeout_s + (step.rollback_timeout_s if step.rollback else 0.0) + REPLACE_GRACE_S
+    return step.timeout_s
 
 
 def _no_content() -> bytes:

@@ -8,6 +8,13 @@ files tests use to break things on purpose. Everything is under the node's root:
     <root>/var/lib/bke-lab/unhealthy/<pod>    control: while it exists, the simulated pod's
                                               (or, for `kubelet`, the kubelet's own /healthz)
                                               health endpoints answer 500
+    <root>/var/lib/bke-lab/faults.json        control: {"unhealthy": [{"component": "kube-apiserver",
+                                              "version": "v1.36.2"}]}: a simulated pod of that
+                                              component whose image tag is that version answers
+                                              500 on its health endpoints (read when the pod
+                                              starts; `write_fault` adds an entry). An upgrade
+                                              test breaks ONE version so the rollback to the
+                                              previous one comes back healthy
     <root>/var/lib/bke-lab/fail-step/<id>     control: while it exists, the step with this id
                                               fails with the file's text as stderr (use
                                               `fail_step_file`: ids hold ':' and '/')
@@ -27,7 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["LAB_DIR", "LabLayout"]
+__all__ = ["LAB_DIR", "LabLayout", "image_version", "write_fault"]
 
 LAB_DIR = "var/lib/bke-lab"
 
@@ -66,6 +73,19 @@ class LabLayout:
     def unhealthy_file(self, pod: str) -> Path:
         return self.lab / "unhealthy" / pod
 
+    @property
+    def faults_file(self) -> Path:
+        return self.lab / "faults.json"
+
+    def unhealthy_versions(self, component: str) -> set[str]:
+        """The versions of `component` that faults.json makes unhealthy (none if no file)."""
+        try:
+            doc = json.loads(self.faults_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return set()
+        entries = doc.get("unhealthy", []) if isinstance(doc, dict) else []
+        return {str(e.get("version")) for e in entries if isinstance(e, dict) and e.get("component") == component}
+
     def fail_step_file(self, step_id: str) -> Path:
         return self.lab / "fail-step" / quote(step_id, safe="-_.@")
 
@@ -94,3 +114,30 @@ class LabLayout:
             return json.loads(self.unit_file(unit).read_text())
         except (FileNotFoundError, ValueError):
             return {"unit": unit, "enabled": False, "active": False}
+
+
+def image_version(image: str) -> str:
+    """The tag of an image reference (`registry.k8s.io/kube-apiserver:v1.36.2` -> `v1.36.2`),
+    "" when it has none (a digest alone, or no tag)."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else ""
+
+
+def write_fault(root: Path, component: str, version: str) -> Path:
+    """Make `component` at `version` (its image tag) unhealthy on the lab node under `root`;
+    idempotent. Pods read the file when they start: add the fault before the upgrade."""
+    layout = LabLayout(root)
+    layout.lab.mkdir(parents=True, exist_ok=True)
+    try:
+        doc = json.loads(layout.faults_file.read_text())
+    except (FileNotFoundError, ValueError):
+        doc = {}
+    entries = doc.setdefault("unhealthy", [])
+    entry = {"component": component, "version": version}
+    if entry not in entries:
+        entries.append(entry)
+    tmp = layout.faults_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.replace(layout.faults_file)
+    return layout.faults_file

@@ -29,4 +29,4 @@ def make_backend(settings: AgentSettings) -> Backend:
                           kubelet_poll_s=settings.kubelet_poll_s,
                           log_ids={"cluster": settings.cluster, "node": settings.node},
                           fetch=settings.lab_fetch)
-    return HostBackend(settings.root)
+    return HostBackend(settings.root, state_dir=settings.state_path)

@@ -5,22 +5,30 @@ the same for every backend; only "write this file", "start this unit", "is this 
 healthy" differ between a real host, a lab node under a directory, and the benchmark's
 `NullBackend` whose steps cost nothing. A backend raises `StepError` (see `errors`) to fail
 a step and returns a `StepOutcome` otherwise.
+
+`COMMAND_ID` is the id of the command whose step runs (set by the executor around each
+`execute`): a `ReplaceFiles` step names its backup after it. A context variable rather than an
+`execute` argument because only that step needs it, and every backend, wrapper and test double
+keeps the two-argument `execute`.
 """
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from bke.contracts.agent import (
-    CheckHost, FetchFile, RemoveFile, RestartStaticPod, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile,
+    CheckHost, FetchFile, RemoveFile, ReplaceFiles, RestartStaticPod, RunProgram, Step, SystemdUnit, WaitHealth,
+    WriteFile,
 )
 
-__all__ = ["Backend", "Content", "StepDispatch", "StepOutcome"]
+__all__ = ["COMMAND_ID", "Backend", "Content", "StepDispatch", "StepOutcome"]
 
 # Opens a WriteFile's content on demand (it may be sealed): a backend that finds the file
 # already in place never calls it, so an identical key is not even decrypted.
 Content = Callable[[], bytes]
+COMMAND_ID: ContextVar[str] = ContextVar("bke_agent_command_id", default="")
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,7 @@ class StepDispatch:
             FetchFile: self.fetch_file,
             CheckHost: self.check_host,
             RestartStaticPod: self.restart_static_pod,
+            ReplaceFiles: self.replace_files,
         }
         return await handlers[type(step)](step)
 
@@ -87,4 +96,7 @@ class StepDispatch:
         raise NotImplementedError
 
     async def restart_static_pod(self, step: RestartStaticPod) -> StepOutcome:
+        raise NotImplementedError
+
+    async def replace_files(self, step: ReplaceFiles) -> StepOutcome:
         raise NotImplementedError

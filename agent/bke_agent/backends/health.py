@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from ..errors import StepError
+from ..errors import NotHealthy, StepError
 from .base import StepOutcome
 
 __all__ = ["tls_context", "wait_http"]
@@ -51,6 +51,6 @@ async def wait_http(url: str, *, expect_status: int, expect_body: str | None, ti
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}"
             if time.monotonic() >= deadline:
-                raise StepError(f"{shown} not healthy after {timeout_s:g}s; last answer: {last}")
+                raise NotHealthy(shown, timeout_s, last)
             await asyncio.sleep(min(POLL_S[min(polls, len(POLL_S) - 1)], max(0.0, deadline - time.monotonic())))
             polls += 1

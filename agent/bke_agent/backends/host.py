@@ -4,26 +4,32 @@ Why these limits: files are written only under `HOST_WRITE_DIRS` (see `paths`), 
 step's mode and owner; programs run from argv lists, never through a shell, and only those of
 `HOST_PROGRAMS` found in fixed directories (see `programs`); units are driven
 by `systemctl` found on PATH; binaries are downloaded over http(s) and kept only if their
-sha256 matches. `root` is "/" in production; tests point it at a temporary directory (the
+sha256 matches; `ReplaceFiles` (see `replace`) keeps its backups under the agent's state dir
+and asks `crictl` (allowed in `programs`) whether the kubelet runs a replaced static pod. `root` is "/" in production; tests point it at a temporary directory (the
 allow-list is then applied relative to it) and put a fake `systemctl` on PATH.
 """
 from __future__ import annotations
 
 import grp
+import json
 import os
 import pwd
 import re
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 import httpx
 
+import yaml
+
 from bke.contracts.agent import (
-    CheckHost, FetchFile, RemoveFile, RestartStaticPod, RunProgram, SystemdUnit, WaitHealth, WriteFile,
+    CheckHost, FetchFile, HealthProbe, NewFile, RemoveFile, ReplaceFiles, RestartStaticPod, RunProgram, SystemdUnit,
+    WaitHealth, WriteFile,
 )
 
 from ..errors import PathRefused, PermanentStepError, StepError
-from .base import Content, StepDispatch, StepOutcome
+from .base import COMMAND_ID, Content, StepDispatch, StepOutcome
 from .checks import NodeFacts, run_checks
 from .download import fetch_verified
 from .files import ensure_file, remove_path
@@ -31,7 +37,9 @@ from .health import tls_context, wait_http
 from .paths import HOST_WRITE_DIRS, PathPolicy
 from .proc import judge, run_argv
 from .programs import HOST_PROGRAMS, PROGRAM_DIRS, resolve_program
-from .restart import restart_by_manifest
+from .replace import replace_files
+from .restart import KUBELET_FILE_CHECK_S, restart_by_manifest
+from ..settings import HOST_STATE_DIR
 
 __all__ = ["HostBackend", "UNIT_NAME", "read_path", "systemctl_args"]
 
@@ -78,8 +86,10 @@ class HostBackend(StepDispatch):
     def __init__(self, root: Path = Path("/"), allowed: Sequence[str] = HOST_WRITE_DIRS, *,
                  systemctl: str = "systemctl", env: Mapping[str, str] | None = None,
                  http_transport: httpx.AsyncBaseTransport | None = None,
-                 programs: Mapping[str, str] = HOST_PROGRAMS, program_dirs: Sequence[str] = PROGRAM_DIRS) -> None:
+                 programs: Mapping[str, str] = HOST_PROGRAMS, program_dirs: Sequence[str] = PROGRAM_DIRS,
+                 state_dir: Path = HOST_STATE_DIR) -> None:
         self.root = Path(root)
+        self.state_dir = Path(state_dir)
         self.policy = PathPolicy(self.root, allowed)
         self.systemctl = systemctl
         self.env = dict(os.environ if env is None else env)
@@ -122,3 +132,55 @@ class HostBackend(StepDispatch):
 
     async def restart_static_pod(self, step: RestartStaticPod) -> StepOutcome:
         return await restart_by_manifest(self.policy, step)
+
+    async def replace_files(self, step: ReplaceFiles) -> StepOutcome:
+        return await replace_files(step, self, self.state_dir, COMMAND_ID.get())
+
+    # ReplaceOps (see replace.py)
+
+    def local(self, node_path: str) -> Path:
+        return self.policy.local(node_path)
+
+    async def download(self, f: NewFile, staged: Path) -> None:
+        fetch = FetchFile(id="replace", url=f.url or "", path=f.path, sha256=f.sha256, mode=f.mode)
+        await fetch_verified(staged, fetch, self.http_transport)
+
+    async def restart_unit(self, unit: str) -> None:
+        await self.systemd(SystemdUnit(id=f"restart:{unit}", unit=unit, action="restart"))
+
+    async def probe(self, probe: HealthProbe, timeout_s: float) -> None:
+        await self.wait_health(WaitHealth(id="probe", url=probe.url, tls=probe.tls, expect_status=probe.expect_status,
+                                          expect_body=probe.expect_body, timeout_s=min(3600.0, timeout_s)))
+
+    async def pod_started(self, node_path: str, sha256: str, since: float) -> str:
+        """Whether containerd has a ready sandbox of this static pod created since `since`.
+
+        The kubelet gives a changed static pod a new UID, so a new sandbox; its config hash is
+        not the file's sha256, hence the creation time (`crictl pods -o json`: `createdAt`, in
+        nanoseconds, kubernetes-sigs/cri-tools cmd/crictl/sandbox.go; static pods are named
+        `<metadata.name>-<node name>`). Verified on paper only: the tests have no containerd.
+        Without crictl, the kubelet's file check period is waited instead (as `restart`).
+        """
+        try:
+            meta = yaml.safe_load(self.policy.local(node_path).read_bytes())["metadata"]
+            name, namespace = str(meta["name"]), str(meta.get("namespace") or "kube-system")
+        except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+            return f"cannot read the manifest: {type(exc).__name__}"
+        try:
+            argv = resolve_program(["crictl", "pods", "--namespace", namespace, "--state", "ready", "-o", "json"], {},
+                                   self.programs, self.program_dirs)
+        except PermanentStepError:
+            left = since + KUBELET_FILE_CHECK_S - time.time()
+            return "" if left <= 0 else f"no crictl here; waiting the kubelet's file check ({left:.0f}s more)"
+        run = await run_argv(argv, env=self.env)
+        if run.exit_code != 0:
+            return f"crictl pods exited with {run.exit_code}: {run.stderr.decode(errors='replace')[-200:]}"
+        try:
+            items = json.loads(run.stdout).get("items") or []
+        except (ValueError, AttributeError):
+            return "crictl pods: not JSON"
+        for item in items:
+            pod = item.get("metadata") or {}
+            if str(pod.get("name", "")).startswith(f"{name}-") and int(item.get("createdAt") or 0) >= since * 1e9:
+                return ""
+        return f"no ready pod sandbox of {name} created since the write"

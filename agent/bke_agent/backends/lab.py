@@ -25,6 +25,10 @@ Why each step behaves as it does here:
 * `RestartStaticPod`: the kubelet stand-in stops the pod and starts it again from its manifest
   (what taking the manifest away and back does on a real node), and fails the step if the
   kubelet is not running or has no such pod.
+* `ReplaceFiles`: see `replace` (backup under the agent's state dir in the node tree, by
+  default `<root>/var/lib/bke-agent/replace-backups/`); downloads as `FetchFile`, restarts
+  as `SystemdUnit`, probes as `WaitHealth`; "the kubelet runs the new pod" is the stand-in's
+  pod of that manifest holding the new bytes and Running.
 A control file `fail-step/<id>` makes a step fail on purpose (see `LabLayout`).
 """
 from __future__ import annotations
@@ -38,7 +42,8 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
 from bke.contracts.agent import (
-    CheckHost, FetchFile, RemoveFile, RestartStaticPod, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile,
+    CheckHost, FetchFile, HealthProbe, NewFile, RemoveFile, ReplaceFiles, RestartStaticPod, RunProgram, Step,
+    SystemdUnit, WaitHealth, WriteFile,
 )
 from bke.binary_placeholder import lab_binary_bytes
 
@@ -46,7 +51,8 @@ from ..errors import PermanentStepError, StepError
 from ..fsutil import write_atomic
 from ..kubelet import KubeletStandIn
 from ..lablayout import LAB_DIR, LabLayout
-from .base import Content, StepDispatch, StepOutcome
+from ..settings import LAB_STATE_SUBDIR
+from .base import COMMAND_ID, Content, StepDispatch, StepOutcome
 from .checks import NodeFacts, run_checks
 from .download import fetch_verified
 from .files import ensure_file, remove_path
@@ -54,6 +60,7 @@ from .health import tls_context, wait_http
 from .host import read_path, systemctl_args
 from .paths import PathPolicy
 from .proc import judge, run_argv
+from .replace import replace_files
 
 __all__ = ["LabBackend"]
 
@@ -76,6 +83,7 @@ class LabBackend(StepDispatch):
         self.fetch = fetch  # "placeholder" or "download" (see the module docstring)
         self.ip = ip
         self.layout = LabLayout(self.root)
+        self.state_dir = Path(os.path.realpath(state_dir)) if state_dir is not None else self.root / LAB_STATE_SUBDIR
         denied = ["/" + LAB_DIR]
         if state_dir is not None and Path(os.path.realpath(state_dir)).is_relative_to(self.root):
             denied.append("/" + str(Path(os.path.realpath(state_dir)).relative_to(self.root)))
@@ -217,3 +225,39 @@ class LabBackend(StepDispatch):
         if why:
             raise StepError(f"{step.manifest}: {why}")
         return StepOutcome(stdout=f"lab: restarted the static pod of {step.manifest}\n")
+
+    async def replace_files(self, step: ReplaceFiles) -> StepOutcome:
+        return await replace_files(step, self, self.state_dir, COMMAND_ID.get())
+
+    # ReplaceOps (see replace.py): the lab's ways to download, restart, probe and see a pod
+
+    def local(self, node_path: str) -> Path:
+        return self.policy.local(node_path)
+
+    async def download(self, f: NewFile, staged: Path) -> None:
+        fetch = FetchFile(id="replace", url=f.url or "", path=f.path, sha256=f.sha256, mode=f.mode)
+        if self.fetch == "download":
+            await fetch_verified(staged, fetch)
+            return
+        data = lab_binary_bytes(fetch.url)
+        if hashlib.sha256(data).hexdigest() != f.sha256:
+            raise PermanentStepError(f"{f.url}: sha256 {f.sha256} does not match the lab placeholder's "
+                                     f"{hashlib.sha256(data).hexdigest()}")
+        write_atomic(staged, data, f.mode)
+
+    async def restart_unit(self, unit: str) -> None:
+        await self.systemd(SystemdUnit(id=f"restart:{unit}", unit=unit, action="restart"))
+
+    async def probe(self, probe: HealthProbe, timeout_s: float) -> None:
+        await self.wait_health(WaitHealth(id="probe", url=probe.url, tls=probe.tls, expect_status=probe.expect_status,
+                                          expect_body=probe.expect_body, timeout_s=min(3600.0, timeout_s)))
+
+    async def pod_started(self, node_path: str, sha256: str, since: float) -> str:
+        if not self.kubelet.running:
+            return "the kubelet is not running"
+        pod = self.kubelet.pods.get(PurePosixPath(node_path).name)
+        if pod is None:
+            return "no pod yet"
+        if pod.sha != sha256:
+            return f"it still runs the pod of the previous bytes ({pod.phase})"
+        return "" if pod.phase == "Running" else f"{pod.phase}: {pod.reason}"

@@ -3,7 +3,8 @@
 Why: the install benchmark runs thousands of agents in one process to measure orchestration
 (the bus, the consumers, the journal, the dispatcher), not the steps. Everything around the
 step (consume, journal, result, ack) is the real agent's code; only this part costs nothing.
-Sealed content is not opened either: decrypting is a step's cost.
+Sealed content is not opened either: decrypting is a step's cost. A `ReplaceFiles` step
+succeeds too (no backup, no write, no probe): the upgrade benchmark measures the rolling order.
 """
 from __future__ import annotations
 

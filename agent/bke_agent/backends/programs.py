@@ -26,7 +26,7 @@ HOST_PROGRAMS: Mapping[str, str] = {
     "modprobe": "load the kernel modules Kubernetes networking needs (br_netfilter, overlay)",
     "sysctl": "apply the kernel parameters of /etc/sysctl.d (ip_forward, bridge-nf-call-iptables)",
     "swapoff": "turn swap off (node-env; swap.target is masked so that it stays off)",
-    "crictl": "ask containerd about images and pod sandboxes (pre-pulls, clean-up)",
+    "crictl": "ask containerd about images and pod sandboxes (pre-pulls, clean-up; ReplaceFiles: is the new static pod running)",
     "etcdctl": "etcd member operations (promote a learner, remove a member) during day-2 work",
     "kubectl": "node-local kubectl, placed by the node-env phase (/usr/bin/kubectl)",
 }

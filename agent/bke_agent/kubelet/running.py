@@ -15,7 +15,7 @@ import httpx
 
 from bke.runtime.processes import ManagedProcess, stop_pid
 
-from ..lablayout import LabLayout
+from ..lablayout import LabLayout, image_version
 from .httpd import HealthServer, self_signed_pair, server_context
 from .pods import PodPlan
 
@@ -65,15 +65,16 @@ class SimulatedPod:
     def __init__(self, plan: PodPlan, layout: LabLayout, ip: str) -> None:
         self.plan, self.layout, self.ip = plan, layout, ip
         self.servers: list[HealthServer] = []
+        self.fault = ""  # set at start from faults.json: this component's version is broken
 
     def healthy(self) -> bool:
-        return not self.layout.unhealthy_file(self.plan.name).exists()
+        return not self.fault and not self.layout.unhealthy_file(self.plan.name).exists()
 
     def answer(self, path: str) -> tuple[int, str]:
         etcd_style = path.startswith("/health")
         if self.healthy():
             return 200, '{"health":"true","reason":""}' if etcd_style else "ok"
-        reason = f"bke-lab: {self.layout.unhealthy_file(self.plan.name)} exists"
+        reason = self.fault or f"bke-lab: {self.layout.unhealthy_file(self.plan.name)} exists"
         return 500, f'{{"health":"false","reason":"{reason}"}}' if etcd_style else f"unhealthy: {reason}"
 
     def _tls(self) -> ssl.SSLContext:
@@ -86,6 +87,11 @@ class SimulatedPod:
         return server_context(*self_signed_pair(self.layout.tls, self.ip))
 
     async def start(self) -> None:
+        # Read once, as a started binary's behaviour is fixed: a rollback to another version
+        # starts a new pod, which reads the file again.
+        version = image_version(self.plan.image)
+        if version and version in self.layout.unhealthy_versions(self.plan.name):
+            self.fault = f"bke-lab: {self.plan.name} {version} is broken on purpose ({self.layout.faults_file.name})"
         try:
             for probe in self.plan.probes:
                 tls = self._tls() if probe.scheme == "https" else None

@@ -217,11 +217,15 @@ class ReplaceFiles(_Step):
     the same for its manifests). The agent keeps each file it changes under a backup directory
     named after the command and step (a re-run of the same command keeps the first backup, never
     the new bytes), writes the new files, restarts `restart_units` (systemd, in order), then waits
-    until every probe passes within `timeout_s`. If one does not, every file comes back from the
-    backup (a file that did not exist is removed), the units are restarted again, the probes are
-    waited for once more (`rollback_timeout_s`), and the step fails saying that it rolled back
-    and whether the old version answers. Files that already hold these bytes are left alone; if
-    none changes and the probes pass, the step succeeds without a restart."""
+    within `timeout_s` until the kubelet runs a pod of every changed static pod manifest (else
+    the old pod could answer the probes) and every probe passes. If not (or a unit does not
+    restart), every file comes back from the backup (a file that did not exist is removed), the
+    units are restarted again, the old pods and the probes are waited for once more
+    (`rollback_timeout_s`), and the step fails saying that it rolled back and whether the old
+    version answers. Files that already hold these bytes are left alone; if none changes (and
+    the backup of this command records no change either) and the probes pass, the step is
+    `Skipped` (a success) without a restart. Downloads are checked against `sha256` before
+    anything is replaced."""
 
     type: Literal["replace_files"] = "replace_files"
     files: list[NewFile] = Field(min_length=1)
