@@ -111,7 +111,8 @@ def upgrade(
     try:
         req = UpgradeCluster(request_id=str(uuid.uuid4()), cluster=plan.cluster, kubernetes_version=to,
                              etcd_version=etcd_version, containerd_version=containerd_version,
-                             ignore_checks=ignore_check, max_unavailable=max_unavailable)
+                             ignore_checks=ignore_check, max_unavailable=max_unavailable,
+                             etcd_clusters=[c.name for c in plan.etcd_clusters])
     except ValueError as exc:
         error_lines([" ".join(str(exc).split())])
         raise typer.Exit(EXIT_INVALID) from None

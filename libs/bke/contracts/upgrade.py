@@ -66,6 +66,10 @@ class UpgradeCluster(Message):
     drain_timeout_s: float = Field(300.0, gt=0, le=24 * 3600)
     renew_certificates: bool = True
     dry_run: bool = False  # answer with the plan and findings, start nothing
+    # The etcd clusters of the spec the user upgrades with (`bke lab upgrade SPEC`, `--spec`):
+    # compared with the installed ones, since an upgrade never splits etcd or merges it back.
+    # None: the installed spec's.
+    etcd_clusters: list[str] | None = Field(None, max_length=3)
     origin: Literal["cli", "bus"] = "cli"
 
 

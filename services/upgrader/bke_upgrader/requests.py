@@ -78,7 +78,8 @@ def decide_request(req: UpgradeCluster, plan: Plan, facts: Facts) -> Decided:
                                        findings=findings or []))
 
     try:
-        target = resolve_target(plan, req.kubernetes_version, req.etcd_version, req.containerd_version)
+        target = resolve_target(plan, req.kubernetes_version, req.etcd_version, req.containerd_version,
+                                tuple(req.etcd_clusters) if req.etcd_clusters is not None else None)
     except UpgradeRequestError as exc:
         return reject(str(exc))
     report = upgrade_findings(plan, target, facts, req.ignore_checks)
