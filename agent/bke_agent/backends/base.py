@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from bke.contracts.agent import (
-    CheckHost, FetchFile, RemoveFile, RestartStaticPod, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile,
+    CheckHost, EtcdSnapshot, FetchFile, RemoveFile, RestartStaticPod, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile,
 )
 
 __all__ = ["Backend", "Content", "StepDispatch", "StepOutcome"]
@@ -62,6 +62,7 @@ class StepDispatch:
             FetchFile: self.fetch_file,
             CheckHost: self.check_host,
             RestartStaticPod: self.restart_static_pod,
+            EtcdSnapshot: self.etcd_snapshot,
         }
         return await handlers[type(step)](step)
 
@@ -87,4 +88,7 @@ class StepDispatch:
         raise NotImplementedError
 
     async def restart_static_pod(self, step: RestartStaticPod) -> StepOutcome:
+        raise NotImplementedError
+
+    async def etcd_snapshot(self, step: EtcdSnapshot) -> StepOutcome:
         raise NotImplementedError

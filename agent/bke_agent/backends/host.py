@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 import httpx
 
 from bke.contracts.agent import (
-    CheckHost, FetchFile, RemoveFile, RestartStaticPod, RunProgram, SystemdUnit, WaitHealth, WriteFile,
+    CheckHost, EtcdSnapshot, FetchFile, RemoveFile, RestartStaticPod, RunProgram, SystemdUnit, WaitHealth, WriteFile,
 )
 
 from ..errors import PathRefused, PermanentStepError, StepError
@@ -32,6 +32,7 @@ from .paths import HOST_WRITE_DIRS, PathPolicy
 from .proc import judge, run_argv
 from .programs import HOST_PROGRAMS, PROGRAM_DIRS, resolve_program
 from .restart import restart_by_manifest
+from .snapshot import SnapshotTaker
 
 __all__ = ["HostBackend", "UNIT_NAME", "read_path", "systemctl_args"]
 
@@ -78,13 +79,15 @@ class HostBackend(StepDispatch):
     def __init__(self, root: Path = Path("/"), allowed: Sequence[str] = HOST_WRITE_DIRS, *,
                  systemctl: str = "systemctl", env: Mapping[str, str] | None = None,
                  http_transport: httpx.AsyncBaseTransport | None = None,
-                 programs: Mapping[str, str] = HOST_PROGRAMS, program_dirs: Sequence[str] = PROGRAM_DIRS) -> None:
+                 programs: Mapping[str, str] = HOST_PROGRAMS, program_dirs: Sequence[str] = PROGRAM_DIRS,
+                 snapshots: SnapshotTaker | None = None) -> None:
         self.root = Path(root)
         self.policy = PathPolicy(self.root, allowed)
         self.systemctl = systemctl
         self.env = dict(os.environ if env is None else env)
         self.http_transport = http_transport
         self.programs, self.program_dirs = programs, program_dirs
+        self.snapshots = snapshots
 
     async def write_file(self, step: WriteFile, content: Content) -> StepOutcome:
         local = self.policy.local(step.path)
@@ -122,3 +125,11 @@ class HostBackend(StepDispatch):
 
     async def restart_static_pod(self, step: RestartStaticPod) -> StepOutcome:
         return await restart_by_manifest(self.policy, step)
+
+    async def etcd_snapshot(self, step: EtcdSnapshot) -> StepOutcome:
+        if self.snapshots is None:
+            raise PermanentStepError("this agent has no snapshot store (it was started without a bus)")
+        verify = False
+        if step.tls is not None:
+            verify = tls_context(*(read_path(self.root, p) for p in (step.tls.ca, step.tls.cert, step.tls.key)))
+        return await self.snapshots.take(step, step.endpoint, verify)
