@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timezone
@@ -23,8 +27,9 @@ from bke.etcdsnap.records import object_name, snapshot_id
 from bke.etcdsnap.sealed_stream import MAGIC
 from bke.etcdsnap.store import ensure_snapshot_bucket, fetch_snapshot, find_snapshot, list_snapshots
 from bke.runtime import ManagedProcess, etcd_put_get, etcdutl_bin, free_port, start_etcd
-from bke.secrets.at_rest import SecretBox
+from bke.secrets.at_rest import SECRET_KEY_ENV, SecretBox, create_key_file
 from bke.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key
+from bke.state.keys import etcd_snapshot_key
 from bke_agent import AgentIdentity, Executor, KubeletStandIn, LabBackend, LabLayout
 from bke_agent.backends import SnapshotTaker
 
@@ -68,18 +73,26 @@ async def etcd_member(node: tuple[Path, str, list[int]]) -> AsyncIterator[tuple[
 
 
 @pytest.fixture
-async def snapshot_key(redis_url: str) -> AsyncIterator[SnapshotKey]:
-    """The deployment's key as BKE keeps it: in real Redis (bytes, as the services' clients read
-    it), encrypted at rest."""
-    box = SecretBox(b"k" * 32)
-    name = f"bke:test-{uuid.uuid4().hex[:8]}:etcd-snapshot-key"
+def box(tmp_path: Path) -> tuple[SecretBox, Path]:
+    """The operator key, in the file BKE_SECRET_KEY_FILE names."""
+    path = tmp_path / "secret.key"
+    return create_key_file(path), path
+
+
+@pytest.fixture
+async def snapshot_key(redis_url: str, box: tuple[SecretBox, Path]) -> AsyncIterator[SnapshotKey]:
+    """The deployment's key as BKE keeps it: in real Redis under its own name (bytes, as the
+    services' clients read it), encrypted at rest with the operator key; removed afterwards."""
+    name = etcd_snapshot_key()
     r = aioredis.from_url(redis_url)
     try:
-        first, again = await asyncio.gather(ensure_snapshot_key(r, name, box), ensure_snapshot_key(r, name, box))
+        await r.delete(name)
+        first, again = await asyncio.gather(ensure_snapshot_key(r, name, box[0]),
+                                            ensure_snapshot_key(r, name, box[0]))
         assert first.key_id == again.key_id  # concurrent makers agree on one key (SET NX)
         stored = await r.get(name)
         assert stored is not None and stored.startswith(b"BKEAR1")  # encrypted at rest
-        assert (await ensure_snapshot_key(r, name, box)).public_b64 == first.public_b64
+        assert (await ensure_snapshot_key(r, name, box[0])).public_b64 == first.public_b64
         yield first
         await r.delete(name)
     finally:
@@ -177,3 +190,60 @@ async def test_snapshot_is_stored_sealed_and_restores_into_a_fresh_etcd(
             assert {k: await _value(http, url, k) for k in KEYS} == KEYS
     finally:
         proc.stop()
+
+
+def _bke(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bke_cli.main", *argv], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})}, check=False)
+
+
+async def test_cli_lists_and_restores_into_a_fresh_dir(
+        etcd_member: tuple[Path, str, int], js: JetStreamContext, cluster: str, snapshot_key: SnapshotKey,
+        box: tuple[SecretBox, Path], nats_url: str, redis_url: str, tmp_path: Path) -> None:
+    root, ip, client = etcd_member
+    await ensure_snapshot_bucket(js)
+    taker = SnapshotTaker(js, tmp_path / "scratch", cluster, "m1", now=lambda: NOW)
+    step = _step(client, cluster, snapshot_key)
+    out = await LabBackend(root, ip, snapshots=taker).execute(step, lambda: b"")
+    assert out.status == "Succeeded"
+
+    listed = await asyncio.to_thread(_bke, "etcd", "snapshots", cluster, "--nats", nats_url, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    doc = json.loads(listed.stdout)
+    assert [s["snapshotId"] for s in doc["snapshots"]] == [step.snapshot_id]
+    table = await asyncio.to_thread(_bke, "etcd", "snapshots", cluster, "--nats", nats_url)
+    assert table.returncode == 0 and step.snapshot_id in table.stdout and "etcd-data" in table.stdout
+
+    # a cluster restore prints its plan (the spec's cluster: "seed") and says that running it is not built
+    spec = Path(__file__).parent.parent.parent / "examples" / "seed-3m1w.yaml"
+    unknown = await asyncio.to_thread(_bke, "etcd", "restore", "seed", "--etcd-cluster", "etcd-data",
+                                      "--snapshot", step.snapshot_id, "--spec", str(spec), "--nats", nats_url)
+    assert unknown.returncode == 2 and f"no snapshot {step.snapshot_id!r} of etcd-data in cluster seed" in unknown.stderr
+    seed_sid = snapshot_id(NOW, f"master1-{uuid.uuid4().hex[:6]}")
+    seed_step = step.model_copy(update={"snapshot_id": seed_sid, "object_name": object_name("seed", "etcd-data", seed_sid)})
+    seed_taker = SnapshotTaker(js, tmp_path / "scratch", "seed", "master1", now=lambda: NOW)
+    assert (await LabBackend(root, ip, snapshots=seed_taker).execute(seed_step, lambda: b"")).status == "Succeeded"
+    planned = await asyncio.to_thread(_bke, "etcd", "restore", "seed", "--etcd-cluster", "etcd-data",
+                                      "--snapshot", seed_sid, "--spec", str(spec), "--nats", nats_url)
+    assert planned.returncode == 1 and "running this plan on the cluster's nodes is not built yet" in planned.stderr
+    assert all(f"kube-apiserver on master{i}" in planned.stdout for i in (1, 2, 3))
+    assert "[master2] move /var/lib/etcd aside" in planned.stdout
+    wrong = await asyncio.to_thread(_bke, "etcd", "restore", "seed", "--etcd-cluster", "etcd-pods",
+                                    "--snapshot", seed_sid, "--spec", str(spec), "--nats", nats_url)
+    assert wrong.returncode == 2 and "no snapshot" in wrong.stderr
+
+    into = tmp_path / "fresh"
+    env = {SECRET_KEY_ENV: str(box[1])}
+    missing = await asyncio.to_thread(_bke, "etcd", "restore", cluster, "--etcd-cluster", "etcd-data", "--snapshot",
+                                      "nope", "--into", str(into), "--nats", nats_url, "--redis", redis_url, env=env)
+    assert missing.returncode == 2 and "no snapshot 'nope'" in missing.stderr
+    done = await asyncio.to_thread(_bke, "etcd", "restore", cluster, "--etcd-cluster", "etcd-data", "--snapshot",
+                                   step.snapshot_id, "--into", str(into), "--nats", nats_url, "--redis", redis_url,
+                                   env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"restored snapshot {step.snapshot_id}" in done.stdout and (into / "member" / "snap" / "db").is_file()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".fresh")] == []  # the clear file is gone
+    again = await asyncio.to_thread(_bke, "etcd", "restore", cluster, "--etcd-cluster", "etcd-data", "--snapshot",
+                                    step.snapshot_id, "--into", str(into), "--nats", nats_url, "--redis", redis_url,
+                                    env=env)
+    assert again.returncode == 2 and "not empty" in again.stderr

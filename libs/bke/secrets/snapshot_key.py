@@ -35,6 +35,7 @@ __all__ = [
     "SnapshotKeyError",
     "ensure_snapshot_key",
     "ensure_snapshot_key_sync",
+    "read_snapshot_key",
     "recipient_from_b64",
 ]
 
@@ -120,3 +121,10 @@ def ensure_snapshot_key_sync(store: _SyncStore, name: str, box: SecretBox) -> Sn
         store.set(name, SnapshotKey.generate().seal_for_store(box), nx=True)
         blob = store.get(name)
     return SnapshotKey.from_store(blob, box)
+
+
+def read_snapshot_key(store: _SyncStore, name: str, box: SecretBox) -> SnapshotKey | None:
+    """The stored key, or None if this deployment never made one (a reader must not make a
+    new key: it would open nothing sealed before)."""
+    blob = store.get(name)
+    return None if blob is None else SnapshotKey.from_store(blob, box)
