@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 from nats.js import JetStreamContext
+from nats.js.errors import NoStreamResponseError
 
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, EtcdSnapshot
 from bke.etcdsnap.etcd_stream import EtcdSnapshotError, check_etcd_hash, decode_line
@@ -51,9 +52,10 @@ class SnapshotTaker:
     file while it is checked and sealed (a private directory of the agent's state)."""
 
     def __init__(self, js: JetStreamContext, scratch: Path, cluster: str, node: str, *,
-                 bucket: str = ETCD_SNAPSHOT_BUCKET, now: Callable[[], datetime] = _utc_now) -> None:
+                 bucket: str = ETCD_SNAPSHOT_BUCKET, now: Callable[[], datetime] = _utc_now,
+                 http_transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.js, self.scratch, self.cluster, self.node = js, scratch, cluster, node
-        self.bucket, self.now = bucket, now
+        self.bucket, self.now, self.http_transport = bucket, now, http_transport
 
     async def take(self, step: EtcdSnapshot, url: str, verify: ssl.SSLContext | bool) -> StepOutcome:
         try:
@@ -67,7 +69,8 @@ class SnapshotTaker:
             taken_at = self.now().isoformat()
             # a snapshot may take minutes: the step's own timeout bounds it, not a read timeout
             timeout = httpx.Timeout(_CONNECT_S, read=step.timeout_s)
-            async with httpx.AsyncClient(verify=verify, trust_env=False, timeout=timeout) as client:
+            async with httpx.AsyncClient(verify=verify, trust_env=False, timeout=timeout,
+                                         transport=self.http_transport) as client:
                 status = await _post_json(client, f"{base}/v3/maintenance/status")
                 await _download(client, f"{base}/v3/maintenance/snapshot", path)
             sha256 = await asyncio.to_thread(check_etcd_hash, path)
@@ -85,6 +88,10 @@ class SnapshotTaker:
                     description=f"etcd snapshot of {step.etcd_cluster} ({step.member}) in {self.cluster}")
         except EtcdSnapshotError as exc:
             raise StepError(str(exc)) from None
+        except NoStreamResponseError:
+            # BKE makes the store before it asks (bke.etcdsnap.store.ensure_snapshot_bucket);
+            # the agent may not make it (no JetStream API on it)
+            raise StepError(f"the snapshot store {self.bucket!r} does not exist on the bus; nothing was stored") from None
         finally:
             path.unlink(missing_ok=True)
         return StepOutcome(stdout=(
