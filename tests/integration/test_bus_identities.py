@@ -12,6 +12,7 @@ from typing import Any
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 import nats
@@ -26,7 +27,9 @@ from bke.auth.push import push_account
 from bke.bus.connect import BusAccess, connect_options
 from bke.bus.service import make_service
 from bke.bus.streams import ensure_streams
-from bke.contracts.agent import agent_subject
+from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, agent_subject
+from bke.etcdsnap.store import ensure_snapshot_bucket
+from bke.etcdsnap.upload import publish_object
 from bke.runtime import EmbeddedRuntime
 from bke.runtime.processes import pid_alive
 from bke.settings import ServiceSettings
@@ -329,3 +332,24 @@ async def _until_received(sender: Client, subject: str, data: bytes, sub: Any) -
             return
         except nats.errors.TimeoutError:
             assert asyncio.get_running_loop().time() < deadline, f"{subject}: its own publish never arrived"
+
+
+async def test_agent_adds_a_snapshot_object_and_cannot_read_the_store(agent_a: Client, admin: Client) -> None:
+    """The `EtcdSnapshot` step's upload (publishes only) works under the agent's identity; the
+    operator lists and reads the object with nats-py's own object store; the agent can neither
+    read, list nor purge the store (positive control: the upload itself)."""
+    await ensure_snapshot_bucket(admin.nc.jetstream())
+    data = [b"sealed-bytes-" * 30000, b"tail"]
+    name = f"{CLUSTER}/etcd-data/perm-test"
+    info = await publish_object(agent_a.nc.jetstream(), ETCD_SNAPSHOT_BUCKET, name, data,
+                                headers={"Bke-Test": ["1"]}, description="test", now=datetime.now(timezone.utc))
+    assert info.chunks is not None and info.chunks > 1 and not agent_a.errors
+    store = await admin.nc.jetstream().object_store(ETCD_SNAPSHOT_BUCKET)
+    got = await store.get(name)  # nats-py verifies the digest the agent wrote
+    assert got.data == b"".join(data) and got.info.headers == {"Bke-Test": ["1"]}
+    stream = f"OBJ_{ETCD_SNAPSHOT_BUCKET}"
+    for subject in (f"$JS.API.STREAM.MSG.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.$O.{ETCD_SNAPSHOT_BUCKET}.M.x",
+                    f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.STREAM.PURGE.{stream}",
+                    f"$JS.API.STREAM.INFO.{stream}"):
+        assert await agent_a.pub_refused(subject), subject
+    assert await agent_a.sub_refused(f"$O.{ETCD_SNAPSHOT_BUCKET}.C.>")

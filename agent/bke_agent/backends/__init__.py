@@ -7,6 +7,7 @@ from .host import HostBackend
 from .lab import LabBackend
 from .null import NullBackend
 from .paths import HOST_WRITE_DIRS, PathPolicy
+from .snapshot import SnapshotTaker
 
 __all__ = [
     "HOST_WRITE_DIRS",
@@ -16,17 +17,19 @@ __all__ = [
     "LabBackend",
     "NullBackend",
     "PathPolicy",
+    "SnapshotTaker",
     "StepDispatch",
     "StepOutcome",
     "make_backend",
 ]
 
 
-def make_backend(settings: AgentSettings) -> Backend:
-    """The backend `settings.backend` names, rooted where the settings say."""
+def make_backend(settings: AgentSettings, snapshots: SnapshotTaker | None = None) -> Backend:
+    """The backend `settings.backend` names, rooted where the settings say; `snapshots` stores
+    what `EtcdSnapshot` steps take (None: such steps fail, saying so)."""
     if settings.backend == "lab":
         return LabBackend(settings.root, settings.ip, state_dir=settings.state_path,
                           kubelet_poll_s=settings.kubelet_poll_s,
                           log_ids={"cluster": settings.cluster, "node": settings.node},
-                          fetch=settings.lab_fetch)
-    return HostBackend(settings.root, state_dir=settings.state_path)
+                          fetch=settings.lab_fetch, snapshots=snapshots)
+    return HostBackend(settings.root, state_dir=settings.state_path, snapshots=snapshots)

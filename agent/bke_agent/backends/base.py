@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from bke.contracts.agent import (
-    CheckHost, FetchFile, RemoveFile, ReplaceFiles, RestartStaticPod, RunProgram, Step, SystemdUnit, WaitHealth,
-    WriteFile,
+    CheckHost, EtcdSnapshot, FetchFile, RemoveFile, ReplaceFiles, RestartStaticPod, RunProgram, Step, SystemdUnit,
+    WaitHealth, WriteFile,
 )
 
 __all__ = ["COMMAND_ID", "Backend", "Content", "StepDispatch", "StepOutcome"]
@@ -71,6 +71,7 @@ class StepDispatch:
             CheckHost: self.check_host,
             RestartStaticPod: self.restart_static_pod,
             ReplaceFiles: self.replace_files,
+            EtcdSnapshot: self.etcd_snapshot,
         }
         return await handlers[type(step)](step)
 
@@ -99,4 +100,7 @@ class StepDispatch:
         raise NotImplementedError
 
     async def replace_files(self, step: ReplaceFiles) -> StepOutcome:
+        raise NotImplementedError
+
+    async def etcd_snapshot(self, step: EtcdSnapshot) -> StepOutcome:
         raise NotImplementedError

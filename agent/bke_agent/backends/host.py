@@ -24,8 +24,8 @@ import httpx
 import yaml
 
 from bke.contracts.agent import (
-    CheckHost, FetchFile, HealthProbe, NewFile, RemoveFile, ReplaceFiles, RestartStaticPod, RunProgram, SystemdUnit,
-    WaitHealth, WriteFile,
+    CheckHost, EtcdSnapshot, FetchFile, HealthProbe, NewFile, RemoveFile, ReplaceFiles, RestartStaticPod, RunProgram,
+    SystemdUnit, WaitHealth, WriteFile,
 )
 
 from ..errors import PathRefused, PermanentStepError, StepError
@@ -39,6 +39,7 @@ from .proc import judge, run_argv
 from .programs import HOST_PROGRAMS, PROGRAM_DIRS, resolve_program
 from .replace import replace_files
 from .restart import KUBELET_FILE_CHECK_S, restart_by_manifest
+from .snapshot import SnapshotTaker
 from ..settings import HOST_STATE_DIR
 
 __all__ = ["HostBackend", "UNIT_NAME", "read_path", "systemctl_args"]
@@ -87,7 +88,7 @@ class HostBackend(StepDispatch):
                  systemctl: str = "systemctl", env: Mapping[str, str] | None = None,
                  http_transport: httpx.AsyncBaseTransport | None = None,
                  programs: Mapping[str, str] = HOST_PROGRAMS, program_dirs: Sequence[str] = PROGRAM_DIRS,
-                 state_dir: Path = HOST_STATE_DIR) -> None:
+                 state_dir: Path = HOST_STATE_DIR, snapshots: SnapshotTaker | None = None) -> None:
         self.root = Path(root)
         self.state_dir = Path(state_dir)
         self.policy = PathPolicy(self.root, allowed)
@@ -95,6 +96,7 @@ class HostBackend(StepDispatch):
         self.env = dict(os.environ if env is None else env)
         self.http_transport = http_transport
         self.programs, self.program_dirs = programs, program_dirs
+        self.snapshots = snapshots
 
     async def write_file(self, step: WriteFile, content: Content) -> StepOutcome:
         local = self.policy.local(step.path)
@@ -184,3 +186,11 @@ class HostBackend(StepDispatch):
             if str(pod.get("name", "")).startswith(f"{name}-") and int(item.get("createdAt") or 0) >= since * 1e9:
                 return ""
         return f"no ready pod sandbox of {name} created since the write"
+
+    async def etcd_snapshot(self, step: EtcdSnapshot) -> StepOutcome:
+        if self.snapshots is None:
+            raise PermanentStepError("this agent has no snapshot store (it was started without a bus)")
+        verify = False
+        if step.tls is not None:
+            verify = tls_context(*(read_path(self.root, p) for p in (step.tls.ca, step.tls.cert, step.tls.key)))
+        return await self.snapshots.take(step, step.endpoint, verify)

@@ -22,6 +22,8 @@ Why each step behaves as it does here:
 * `WaitHealth`: a loopback URL is the node's own address, TLS files are read from the tree;
 * `CheckHost`: see `checks` (ports are probed on the node's address; arch, kernel, OS and swap
   are this machine's, reported and not judged);
+* `EtcdSnapshot`: taken from the member the stand-in runs (a real etcd), as on a host
+  (`snapshot`), with the loopback and TLS mapping of `WaitHealth`;
 * `RestartStaticPod`: the kubelet stand-in stops the pod and starts it again from its manifest
   (what taking the manifest away and back does on a real node), and fails the step if the
   kubelet is not running or has no such pod.
@@ -42,8 +44,8 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
 from bke.contracts.agent import (
-    CheckHost, FetchFile, HealthProbe, NewFile, RemoveFile, ReplaceFiles, RestartStaticPod, RunProgram, Step,
-    SystemdUnit, WaitHealth, WriteFile,
+    CheckHost, EtcdSnapshot, FetchFile, HealthProbe, NewFile, RemoveFile, ReplaceFiles, RestartStaticPod, RunProgram,
+    Step, SystemdUnit, WaitHealth, WriteFile,
 )
 from bke.binary_placeholder import lab_binary_bytes
 
@@ -61,6 +63,7 @@ from .host import read_path, systemctl_args
 from .paths import PathPolicy
 from .proc import judge, run_argv
 from .replace import replace_files
+from .snapshot import SnapshotTaker
 
 __all__ = ["LabBackend"]
 
@@ -78,9 +81,11 @@ class LabBackend(StepDispatch):
     kind = "lab"
 
     def __init__(self, root: Path, ip: str, *, state_dir: Path | None = None, kubelet_poll_s: float = 0.2,
-                 log_ids: Mapping[str, str] | None = None, fetch: str = "placeholder") -> None:
+                 log_ids: Mapping[str, str] | None = None, fetch: str = "placeholder",
+                 snapshots: SnapshotTaker | None = None) -> None:
         self.root = Path(os.path.realpath(root))
         self.fetch = fetch  # "placeholder" or "download" (see the module docstring)
+        self.snapshots = snapshots
         self.ip = ip
         self.layout = LabLayout(self.root)
         self.state_dir = Path(os.path.realpath(state_dir)) if state_dir is not None else self.root / LAB_STATE_SUBDIR
@@ -188,13 +193,17 @@ class LabBackend(StepDispatch):
         summary = f"lab: {step.action} {unit}: active={state['active']} enabled={state['enabled']}\n"
         return StepOutcome(exit_code=0, stdout=note + summary)
 
-    async def wait_health(self, step: WaitHealth) -> StepOutcome:
-        u = urlsplit(step.url)
-        host = u.hostname or ""
-        url = step.url
-        if host in LOOPBACK:
+    def _local_url(self, url: str) -> str:
+        """A loopback URL is the node's own address."""
+        u = urlsplit(url)
+        if (u.hostname or "") in LOOPBACK:
             netloc = f"{self.ip}:{u.port}" if u.port else self.ip
-            url = urlunsplit((u.scheme, netloc, u.path, u.query, u.fragment))
+            return urlunsplit((u.scheme, netloc, u.path, u.query, u.fragment))
+        return url
+
+    async def wait_health(self, step: WaitHealth) -> StepOutcome:
+        host = urlsplit(step.url).hostname or ""
+        url = self._local_url(step.url)
         verify = False
         if step.tls is not None:
             verify = tls_context(*(read_path(self.root, p) for p in (step.tls.ca, step.tls.cert, step.tls.key)))
@@ -261,3 +270,11 @@ class LabBackend(StepDispatch):
         if pod.sha != sha256:
             return f"it still runs the pod of the previous bytes ({pod.phase})"
         return "" if pod.phase == "Running" else f"{pod.phase}: {pod.reason}"
+
+    async def etcd_snapshot(self, step: EtcdSnapshot) -> StepOutcome:
+        if self.snapshots is None:
+            raise PermanentStepError("this agent has no snapshot store (it was started without a bus)")
+        verify = False
+        if step.tls is not None:
+            verify = tls_context(*(read_path(self.root, p) for p in (step.tls.ca, step.tls.cert, step.tls.key)))
+        return await self.snapshots.take(step, self._local_url(step.endpoint), verify)

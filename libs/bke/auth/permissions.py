@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..bus.streams import OBJECT_BUCKET
-from ..contracts.agent import agent_subject, node_token
+from ..contracts.agent import ETCD_SNAPSHOT_BUCKET, agent_subject, node_token
 from ..contracts.health import HEALTH_PREFIX
 from ..contracts.subjects import CHANNELS, DEADLETTER
 
@@ -82,7 +82,7 @@ AGENT_STREAM_CONSUMERS: dict[str, tuple[tuple[str, str], ...]] = {
     "certs": (("certs-agents", "bke.v1.agent.*.*.registered"),),
     "upgrader": (("upgrader-results", "bke.v1.agent.*.*.result"),),
 }
-_OPEN_STREAMS = ("BKE_COMMANDS", "BKE_EVENTS", "BKE_DEADLETTER", f"OBJ_{OBJECT_BUCKET}")
+_OPEN_STREAMS = ("BKE_COMMANDS", "BKE_EVENTS", "BKE_DEADLETTER", f"OBJ_{OBJECT_BUCKET}", f"OBJ_{ETCD_SNAPSHOT_BUCKET}")
 _JS_STREAMS = (
     f"{JS_API}.INFO", f"{JS_API}.STREAM.NAMES", f"{JS_API}.STREAM.LIST",
     # `$JS.API.<verb>.<verb>.<stream>[.…]` and the three-word verbs (STREAM.MSG.GET,
@@ -90,7 +90,7 @@ _JS_STREAMS = (
     *(f"{JS_API}.*.*{'.*' * three}.{stream}{tail}" for stream in _OPEN_STREAMS for three in (0, 1)
       for tail in ("", ".>")),
     *(f"$JS.ACK.{stream}.>" for stream in _OPEN_STREAMS),
-    f"$O.{OBJECT_BUCKET}.>", "$JS.FC.>",
+    f"$O.{OBJECT_BUCKET}.>", f"$O.{ETCD_SNAPSHOT_BUCKET}.>", "$JS.FC.>",
     # ensure_streams on BKE_AGENT: declare it, never read it
     *(f"{JS_API}.STREAM.{verb}.{AGENT_STREAM}" for verb in ("INFO", "CREATE", "UPDATE")),
 )
@@ -214,13 +214,21 @@ def agent_permissions(cluster: str, node: str) -> Permissions:
     nats-py 2.16's `add_consumer` uses when the config has a name and one filter), read its own
     consumer's info, ack its own deliveries, direct-get / pull its own subjects only, publish its
     own result, registration, heartbeat and refusals (JetStream publishes get their PubAck on its inbox),
-    and subscribe its own inbox (where the server pushes its commands) and command subject."""
+    and subscribe its own inbox (where the server pushes its commands) and command subject.
+
+    etcd snapshots (the `EtcdSnapshot` step, bke.etcdsnap.upload): publish chunk and meta
+    messages into the snapshot object store, nothing else of it: no JetStream API call on its
+    stream (no reading, listing, purging or deleting). Object names are base64 in the meta
+    subject, so the store cannot be narrowed to the node's own names by subject; what a record
+    claims is checked when BKE lists and opens it (bke.etcdsnap.store)."""
     consumer = agent_consumer(cluster, node)
     command = agent_subject(cluster, node, "command")
     prefix = inbox_prefix(identity_name("agent", cluster, node))
     own = [agent_subject(cluster, node, k) for k in ("result", "registered", "heartbeat", "refused")]
     pub = [
         *own,
+        f"$O.{ETCD_SNAPSHOT_BUCKET}.C.*",
+        f"$O.{ETCD_SNAPSHOT_BUCKET}.M.*",
         f"{JS_API}.INFO",
         f"{JS_API}.CONSUMER.CREATE.{AGENT_STREAM}.{consumer}.{command}",
         f"{JS_API}.CONSUMER.INFO.{AGENT_STREAM}.{consumer}",

@@ -48,6 +48,8 @@ __all__ = [
     "AgentRegistered",
     "CheckHost",
     "CommandResult",
+    "ETCD_SNAPSHOT_BUCKET",
+    "EtcdSnapshot",
     "FetchFile",
     "RemoveFile",
     "RestartStaticPod",
@@ -235,9 +237,37 @@ class ReplaceFiles(_Step):
     rollback_timeout_s: float = Field(120.0, gt=0, le=3600)
 
 
+# The JetStream object store that holds etcd snapshots (stream OBJ_<bucket>); agents may only add
+# objects to it (bke.auth.permissions.agent_permissions), services and the operator read it.
+ETCD_SNAPSHOT_BUCKET = "bke-etcd-snapshots"
+
+
+class EtcdSnapshot(_Step):
+    """Take a snapshot of this node's member of `etcd_cluster` and store it sealed.
+
+    The agent asks the member at `endpoint` (its client URL, mTLS with `tls`) for a v3
+    Maintenance Snapshot over etcd's gRPC gateway, keeps it in a private file, checks etcd's own
+    trailing sha256, seals it to `recipient_b64` (the deployment's X25519 snapshot key, raw 32
+    bytes; bke.secrets.snapshot_key) and adds it to the `ETCD_SNAPSHOT_BUCKET` object store as
+    `object_name` with its metadata (bke.etcdsnap.records). The clear snapshot never leaves the
+    node. An object exists once its meta message is stored, after every chunk: a run cut short
+    stores nothing visible, and its re-run stores the object under the same name."""
+
+    type: Literal["etcd_snapshot"] = "etcd_snapshot"
+    timeout_s: float = Field(900.0, gt=0, le=3600)
+    endpoint: str = Field(pattern=r"^https?://")
+    tls: TlsFiles | None = None
+    etcd_cluster: str = Field(min_length=1, max_length=63)
+    member: str = Field(min_length=1, max_length=253)
+    snapshot_id: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,127}$")
+    object_name: str = Field(min_length=1, max_length=512)
+    recipient_b64: str = Field(min_length=40, max_length=64)
+    request_id: str = Field("", max_length=128)
+
+
 Step = Annotated[
     Union[WriteFile, RemoveFile, RunProgram, SystemdUnit, WaitHealth, FetchFile, CheckHost, RestartStaticPod,
-          ReplaceFiles],
+          ReplaceFiles, EtcdSnapshot],
     Field(discriminator="type"),
 ]
 

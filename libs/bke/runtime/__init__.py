@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from ..lazy_exports import load_export
 
 if TYPE_CHECKING:
-    from .binaries import MissingBinaryError, etcd_bin, etcdctl_bin, nats_server_bin, redis_server_bin
+    from .binaries import MissingBinaryError, etcd_bin, etcdctl_bin, etcdutl_bin, nats_server_bin, redis_server_bin
     from .embedded import EmbeddedRuntime, RuntimeInfo
     from .etcd import (
         EtcdRequestError,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 # Lazy (see `bke.lazy_exports`): the node agent imports `bke.runtime.processes` and must not load
 # redis, which `bke.runtime.embedded` needs.
 _EXPORTS = {
-    **dict.fromkeys(("MissingBinaryError", "etcd_bin", "etcdctl_bin", "nats_server_bin", "redis_server_bin"), "binaries"),
+    **dict.fromkeys(("MissingBinaryError", "etcd_bin", "etcdctl_bin", "etcdutl_bin", "nats_server_bin", "redis_server_bin"), "binaries"),
     **dict.fromkeys(("EmbeddedRuntime", "RuntimeInfo"), "embedded"),
     **dict.fromkeys(("EtcdRequestError", "EtcdUnhealthyError", "etcd_put_get", "mtls_context", "start_etcd",
                      "wait_etcd_healthy"), "etcd"),
@@ -70,6 +70,7 @@ __all__ = [
     "etcd_bin",
     "etcd_put_get",
     "etcdctl_bin",
+    "etcdutl_bin",
     "free_port",
     "mtls_context",
     "nats_server_bin",

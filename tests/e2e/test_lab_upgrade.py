@@ -1,0 +1,252 @@
+"""End to end: `bke lab upgrade` on lab installs (real NATS, Redis, etcd; every service and
+agent a process).
+
+1. A split-etcd cluster goes one Kubernetes minor up, to a new containerd and (in the lab's
+   terms) a new etcd version: every node's files are then the new render's, every etcd cluster
+   kept quorum in every sample taken during the upgrade, every registered node was cordoned,
+   drained and uncordoned, snapshots of the three etcd clusters exist and one restores into a
+   fresh etcd that holds a key written before the upgrade, and no command ran twice.
+2. Refusals: a skipped minor and a non-split cluster asked to become split, each with its check.
+3. A control-plane node whose new kube-apiserver never becomes healthy is rolled back and the
+   upgrade stops; the upgrader is killed and restarted mid-way first, and finishes the run.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bke.render import RenderInputs, render_cluster
+from bke.runtime.etcd import mtls_context
+from bke.runtime.processes import pid_alive, stop_pid
+from bke.upgrade import resolve_target
+from bke.upgrade.target_plan import target_plan
+from bke_agent.lablayout import write_fault
+
+from .test_lab_install import SEED, SPLIT, assert_ran_once
+
+pytestmark = pytest.mark.e2e
+PKI = "etc/kubernetes/pki"
+TO = "1.34.1"
+ETCD_TO = "3.5.21"
+CONTAINERD_TO = "2.2.0"
+LB_FILES = ("haproxy", "keepalived", "check_apiserver")
+
+
+def _bke(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bke_cli.main", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _spec_copy(tmp_path: Path, spec: str, old: str, new: str, name: str | None = None) -> Path:
+    """The example on loopback addresses of its own (another lab on this machine keeps its own)."""
+    text = Path(spec).read_text().replace(old, new)
+    out = tmp_path / (name or Path(spec).name)
+    out.write_text(text)
+    return out
+
+
+def _etcd_health(url: str) -> bool:
+    try:
+        r = httpx.get(url, timeout=1.0, trust_env=False)
+        return r.status_code == 200 and r.json().get("health") == "true"
+    except (httpx.HTTPError, ValueError):
+        return False
+
+
+async def _sample_quorum(plan, stop: asyncio.Event, samples: list[dict[str, int]]) -> None:
+    """Every etcd member's /health (metrics listener, plain HTTP), all clusters, round after round."""
+    clusters = {c.name: [f"http://{m.client_url.split('//')[1].rsplit(':', 1)[0]}:{c.metrics_port}/health"
+                         for m in c.members] for c in plan.etcd_clusters}
+    while not stop.is_set():
+        row = {}
+        for name, urls in clusters.items():
+            oks = await asyncio.gather(*(asyncio.to_thread(_etcd_health, u) for u in urls))
+            row[name] = sum(oks)
+        samples.append(row)
+        await asyncio.sleep(0.1)  # the sampling period
+
+
+def _put(url: str, ctx: ssl.SSLContext, key: str, value: str) -> None:
+    import base64
+
+    b = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
+    with httpx.Client(verify=ctx, trust_env=False, timeout=5.0) as c:
+        r = c.post(f"{url}/v3/kv/put", json={"key": b(key), "value": b(value)})
+        assert r.status_code == 200, r.text
+
+
+def _new_render(plan):
+    t = resolve_target(plan, TO, ETCD_TO, CONTAINERD_TO)
+    new = target_plan(plan, t)
+    return new, render_cluster(new, RenderInputs(vrrp_password="unused1"))
+
+
+async def test_split_etcd_upgrade_one_minor_with_quorum_snapshots_and_drains(lab_factory, tmp_path):
+    spec = _spec_copy(tmp_path, SPLIT, "127.0.20.", "127.0.94.")
+    lab = lab_factory(str(spec))
+    assert await lab.install() == 0, lab.out.getvalue()
+    m1 = lab.plan.nodes_running("kube-apiserver")[0]
+    data = lab.plan.etcd_cluster("etcd-data")
+    root = lab.host(m1.hostname)
+    ctx = mtls_context(*(root / PKI / f for f in ("etcd/ca.crt", "apiserver-etcd-client.crt", "apiserver-etcd-client.key")))
+    await asyncio.to_thread(_put, data.members[0].client_url, ctx, "/before-upgrade", "kept")
+
+    stop, samples = asyncio.Event(), []
+    sampler = asyncio.create_task(_sample_quorum(lab.plan, stop, samples))
+    try:
+        done = await asyncio.to_thread(_bke, "lab", "upgrade", str(spec), "--to", TO, "--etcd-version", ETCD_TO,
+                                       "--containerd-version", CONTAINERD_TO, "--workdir", str(lab.workdir))
+    finally:
+        stop.set()
+        await sampler
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "upgrade Succeeded" in done.stdout, done.stdout
+
+    # quorum in every sample of every etcd cluster
+    sizes = {c.name: len(c.members) for c in lab.plan.etcd_clusters}
+    assert len(samples) >= 10, samples
+    lost = [s for s in samples if any(s[c] <= sizes[c] // 2 for c in sizes)]
+    assert not lost, lost[:5]
+
+    # every node's files are the new version's render (load-balancer files are not upgraded)
+    new_plan, rendered = _new_render(lab.plan)
+    for node in rendered.nodes:
+        for f in node.files:
+            if any(x in f.path for x in LB_FILES):
+                continue
+            on_disk = (lab.host(node.hostname) / f.path.lstrip("/")).read_bytes()
+            assert on_disk == f.content, (node.hostname, f.path)
+    api = lab.manifest(m1.hostname, "kube-apiserver.yaml")
+    assert api["spec"]["containers"][0]["image"].endswith(f":v{TO}")
+
+    # drains recorded, in order, for every registered node; nothing else left cordoned
+    status = await asyncio.to_thread(_bke, "upgrade", "status", lab.plan.cluster, "--workdir", str(lab.workdir), "-o", "json")
+    assert status.returncode == 0, status.stderr
+    view = json.loads(status.stdout)
+    assert view["status"] == "Succeeded" and all(s["status"] == "Succeeded" for s in view["steps"])
+    from redis import Redis
+
+    r = Redis.from_url(lab.info.redis_url, decode_responses=True)
+    drains = {h: json.loads(v) for h, v in r.hgetall(f"bke:{lab.plan.cluster}:upgrade:drain").items()}
+    registered = {n.hostname for n in lab.plan.nodes if n.registers}
+    assert set(drains) == registered | {n.hostname for n in lab.plan.nodes if not n.registers} & set(drains)
+    for h, d in drains.items():
+        assert d["cordoned"] <= d["drained"] <= d["uncordoned"], (h, d)
+    # the stored plan is the upgraded one
+    stored = json.loads(r.get(f"bke:{lab.plan.cluster}:plan"))
+    assert stored["kubernetesVersion"] == f"v{TO}" and stored["etcdVersion"].lstrip("v") == ETCD_TO
+
+    # snapshots of the three etcd clusters; one restores into a fresh etcd holding the key
+    listed = await asyncio.to_thread(_bke, "etcd", "snapshots", lab.plan.cluster, "--workdir", str(lab.workdir), "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    snaps = json.loads(listed.stdout)
+    assert sorted({s["etcdCluster"] for s in snaps}) == sorted(c.name for c in lab.plan.etcd_clusters)
+    sid = next(s["snapshotId"] for s in snaps if s["etcdCluster"] == "etcd-data")
+    into = tmp_path / "restored"
+    restored = await asyncio.to_thread(_bke, "etcd", "restore", lab.plan.cluster, "--etcd-cluster", "etcd-data",
+                                       "--snapshot", sid, "--into", str(into), "--workdir", str(lab.workdir), "--yes")
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    from bke.runtime.etcd import EtcdProcess  # noqa: F401 - started below through the helper
+
+    assert _restored_has(into, "/before-upgrade", "kept")
+    assert_ran_once(lab)
+
+
+def _restored_has(data_dir: Path, key: str, value: str) -> bool:
+    """Start a plain etcd on the restored data dir and read the key."""
+    import base64
+    import socket
+    import time
+
+    from bke.runtime.binaries import etcd_bin
+
+    def free() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    client, peer = free(), free()
+    proc = subprocess.Popen([str(etcd_bin()), "--data-dir", str(data_dir), "--name", "restored",
+                             "--listen-client-urls", f"http://127.0.0.1:{client}", "--advertise-client-urls", f"http://127.0.0.1:{client}",
+                             "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                             "--initial-cluster", f"restored=http://127.0.0.1:{peer}", "--force-new-cluster"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                r = httpx.post(f"http://127.0.0.1:{client}/v3/kv/range", json={"key": base64.b64encode(key.encode()).decode()},
+                               timeout=2.0, trust_env=False)
+                kvs = r.json().get("kvs") or []
+                return bool(kvs) and base64.b64decode(kvs[0]["value"]).decode() == value
+            except (httpx.HTTPError, ValueError):
+                time.sleep(0.2)  # polling the new etcd under a deadline
+        raise AssertionError("the restored etcd did not answer")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_skip_minor_and_split_change_are_refused_then_a_rolled_back_node_stops_the_upgrade(lab_factory, tmp_path):
+    spec = _spec_copy(tmp_path, SEED, "127.0.10.", "127.0.95.")
+    lab = lab_factory(str(spec))
+    assert await lab.install() == 0, lab.out.getvalue()
+    cluster, workdir = lab.plan.cluster, str(lab.workdir)
+
+    skip = await asyncio.to_thread(_bke, "lab", "upgrade", str(spec), "--to", "1.35.0", "--etcd-version", ETCD_TO,
+                                   "--workdir", workdir)
+    assert skip.returncode == 2 and "KubernetesOneMinor" in skip.stderr, skip.stdout + skip.stderr
+    split = _spec_copy(tmp_path, SPLIT, "127.0.20.", "127.0.96.", name="split-as-seed.yaml")
+    split.write_text(split.read_text().replace("name: big", f"name: {cluster}"))
+    refused = await asyncio.to_thread(_bke, "lab", "upgrade", str(split), "--to", TO, "--etcd-version", ETCD_TO,
+                                      "--workdir", workdir)
+    assert refused.returncode == 2 and "SplitUnchanged" in refused.stderr, refused.stdout + refused.stderr
+    assert not any("upgrade@" in cid for cid in lab.executions())  # a refusal sends nothing
+
+    # the second apiserver's new version never becomes healthy
+    apiservers = [n.hostname for n in lab.plan.nodes_running("kube-apiserver")]
+    bad = apiservers[1]
+    write_fault(lab.host(bad), "kube-apiserver", f"v{TO}")
+    before = {h: (lab.host(h) / "etc/kubernetes/manifests/kube-apiserver.yaml").read_bytes() for h in apiservers}
+
+    proc = subprocess.Popen([sys.executable, "-m", "bke_cli.main", "lab", "upgrade", str(spec), "--to", TO,
+                             "--etcd-version", ETCD_TO, "--workdir", workdir],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # kill the upgrader once the etcd step has started, and start it again: the run goes on
+    from redis import Redis
+
+    r = Redis.from_url(lab.info.redis_url, decode_responses=True)
+    deadline = asyncio.get_running_loop().time() + 120
+    while asyncio.get_running_loop().time() < deadline:
+        raw = r.get(f"bke:{cluster}:upgrade")
+        if raw and any(s["name"] == "etcd" and s["status"] in ("Running", "Succeeded") for s in json.loads(raw)["steps"]):
+            break
+        await asyncio.sleep(0.05)  # polling the record under a deadline
+    else:
+        raise AssertionError("the etcd step never started")
+    pid = lab.sup.pids()["services"]["upgrader"]
+    stop_pid(pid, timeout=0.0)  # SIGTERM then SIGKILL: killed mid-way
+    assert not pid_alive(pid)
+    lab.sup.ensure_services(lab.info, only=("upgrader",))
+
+    out, err = await asyncio.to_thread(proc.communicate, timeout=600)
+    assert proc.returncode == 1, out + err
+    assert f"node {bad} rolled back" in err, out + err
+    after = {h: (lab.host(h) / "etc/kubernetes/manifests/kube-apiserver.yaml").read_bytes() for h in apiservers}
+    assert after[apiservers[0]] != before[apiservers[0]]  # upgraded
+    assert after[bad] == before[bad]  # rolled back: the old manifest is back
+    assert after[apiservers[2]] == before[apiservers[2]]  # never touched
+    cids = lab.executions()
+    assert not any("@kube-apiserver" in c and c.endswith(f"/{apiservers[2]}/0") for c in cids)
+    assert not any("@kube-controller-manager" in c or "@workers" in c for c in cids)
+    # the old apiserver answers on the rolled-back node
+    ip = lab.plan.node(bad).ip
+    code = await asyncio.to_thread(lambda: httpx.get(f"https://{ip}:6443/livez", verify=False, timeout=5).status_code)
+    assert code == 200
+    assert_ran_once(lab)

@@ -1,0 +1,212 @@
+"""etcd snapshots' pure parts: the sealed stream, etcd's stream and hash, records, the snapshot
+key at rest, the step and restore plan from a plan, and the agent's bus permissions for the store."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import struct
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from bke.auth.permissions import agent_permissions
+from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, AgentCommand, EtcdSnapshot
+from bke.etcdsnap.etcd_stream import EtcdSnapshotError, check_etcd_hash, decode_line
+from bke.etcdsnap.records import SnapshotRecord, object_name, record_from_headers, record_headers, snapshot_id
+from bke.etcdsnap.restore import PARKING_DIR, restore_plan
+from bke.etcdsnap.sealed_stream import MAGIC, SealedStreamError, open_stream, seal_stream
+from bke.etcdsnap.step import snapshot_step, snapshot_targets
+from bke.etcdsnap.upload import meta_subject
+from bke.secrets.at_rest import DecryptError, SecretBox
+from bke.secrets.sealing import NotForThisKey, SealedDataError
+from bke.secrets.snapshot_key import SnapshotKey, SnapshotKeyError, ensure_snapshot_key_sync, recipient_from_b64
+
+from .upgrade_helpers import SEED, SPLIT, plan_of
+
+NOW = datetime(2026, 12, 1, 9, 30, 5, tzinfo=timezone.utc)
+KEY = SnapshotKey.generate()
+
+
+def _sealed(data: bytes, piece: int = 1000) -> bytes:
+    return b"".join(seal_stream(io.BytesIO(data).read, KEY.public, piece))
+
+
+def _open(blob: bytes, key: SnapshotKey = KEY) -> bytes:
+    return b"".join(open_stream(io.BytesIO(blob).read, key.open))
+
+
+def _frames(blob: bytes) -> list[bytes]:
+    out, at = [], len(MAGIC)
+    while at < len(blob):
+        (n,) = struct.unpack_from(">I", blob, at)
+        out.append(blob[at:at + 4 + n])
+        at += 4 + n
+    return out
+
+
+# --- the sealed stream -----------------------------------------------------------------------
+@pytest.mark.parametrize("size", [0, 1, 999, 1000, 1001, 3500])
+def test_sealed_stream_round_trip(size: int) -> None:
+    data = bytes(range(256)) * (size // 256 + 1)
+    data = data[:size]
+    blob = _sealed(data)
+    assert blob.startswith(MAGIC) and len(_frames(blob)) == max(1, -(-size // 1000))
+    assert _open(blob) == data
+    if size > 16:
+        assert data[:16] not in blob  # nothing in clear
+
+
+def test_sealed_stream_refuses_reorder_drop_truncation_and_extra_bytes() -> None:
+    data = b"x" * 3500
+    blob = _sealed(data)
+    f = _frames(blob)
+    cases = {
+        "piece 1 found where piece 0": MAGIC + f[1] + f[0] + f[2] + f[3],
+        "piece 2 found where piece 1": MAGIC + f[0] + f[2] + f[3],
+        "without its last piece": MAGIC + f[0] + f[1],
+        "cut short": blob[:-5],
+        "bytes follow the last piece": blob + b"!",
+        "bad magic": b"BKESNAP0" + blob[len(MAGIC):],
+    }
+    for why, bad in cases.items():
+        with pytest.raises(SealedStreamError, match=why):
+            _open(bad)
+    altered = bytearray(blob)
+    altered[-3] ^= 1
+    with pytest.raises(SealedDataError, match="altered"):
+        _open(bytes(altered))
+    with pytest.raises(NotForThisKey):
+        _open(blob, SnapshotKey.generate())
+
+
+# --- etcd's stream and hash ----------------------------------------------------------------------
+def test_gateway_lines_and_errors() -> None:
+    assert decode_line(json.dumps({"result": {"blob": base64.b64encode(b"abc").decode()}}).encode()) == b"abc"
+    assert decode_line(b'{"result":{"remainingBytes":"0"}}') == b""
+    with pytest.raises(EtcdSnapshotError, match="etcd refused the snapshot: permission denied"):
+        decode_line(b'{"error":{"grpc_code":7,"message":"permission denied"}}')
+    for bad in (b"nope", b"[1]", b'{"other":1}'):
+        with pytest.raises(EtcdSnapshotError):
+            decode_line(bad)
+
+
+def test_etcd_hash_rule(tmp_path: Path) -> None:
+    db = bytes(range(256)) * 8  # 2048 bytes: whole 512-byte pages, like a bolt file
+    good = tmp_path / "good.db"
+    good.write_bytes(db + hashlib.sha256(db).digest())
+    assert check_etcd_hash(good) == hashlib.sha256(good.read_bytes()).hexdigest()
+    for name, data, why in [("nohash", db, "not a database followed by etcd's sha256"),
+                            ("bad", db + hashlib.sha256(b"other").digest(), "does not match"),
+                            ("flipped", b"\1" + db[1:] + hashlib.sha256(db).digest(), "does not match")]:
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(EtcdSnapshotError, match=why):
+            check_etcd_hash(tmp_path / name)
+
+
+# --- records ---------------------------------------------------------------------------------------
+def _record(**over: object) -> SnapshotRecord:
+    fields: dict[str, object] = dict(
+        snapshot_id="20261201t093005z-etcd1", cluster="big", etcd_cluster="etcd-data", member="etcd1", node="etcd1",
+        revision=42, size=2080, sha256="a" * 64, sealed_to=KEY.key_id, taken_at=NOW.isoformat(),
+        object_name="big/etcd-data/20261201t093005z-etcd1")
+    fields.update(over)
+    return SnapshotRecord.model_validate(fields)
+
+
+def test_ids_names_and_headers() -> None:
+    assert snapshot_id(NOW, "Etcd_1.example") == "20261201t093005z-etcd-1.example"
+    assert object_name("big", "etcd-data", "x") == "big/etcd-data/x"
+    rec = _record()
+    headers = record_headers(rec)
+    assert list(headers) == ["Bke-Snapshot-V1"] and isinstance(headers["Bke-Snapshot-V1"], list)
+    assert record_from_headers(json.loads(json.dumps(headers))) == rec
+    assert record_from_headers(None) is None and record_from_headers({"Other": ["x"]}) is None
+    assert meta_subject(ETCD_SNAPSHOT_BUCKET, rec.object_name) == (
+        f"$O.{ETCD_SNAPSHOT_BUCKET}.M.{base64.urlsafe_b64encode(rec.object_name.encode()).decode()}")
+
+
+# --- the snapshot key ----------------------------------------------------------------------------
+class _Store(dict[str, bytes]):
+    def set(self, name: str, value: bytes, *, nx: bool = False) -> bool:
+        if nx and name in self:
+            return False
+        self[name] = value
+        return True
+
+
+def test_snapshot_key_is_made_once_and_kept_encrypted() -> None:
+    store, box = _Store(), SecretBox(b"k" * 32)
+    key = ensure_snapshot_key_sync(store, "bke:etcd-snapshot-key", box)
+    assert ensure_snapshot_key_sync(store, "bke:etcd-snapshot-key", box).key_id == key.key_id
+    assert store["bke:etcd-snapshot-key"].startswith(b"BKEAR1") and key.key_id in repr(key)
+    assert key.open(key.seal(b"clear")) == b"clear"
+    with pytest.raises(DecryptError):
+        ensure_snapshot_key_sync(store, "bke:etcd-snapshot-key", SecretBox(b"j" * 32))
+    with pytest.raises(SnapshotKeyError):
+        recipient_from_b64("bm90IGEga2V5")
+    assert recipient_from_b64(key.public_b64) is not None
+
+
+# --- the step and the restore plan, from plans ----------------------------------------------------
+def test_one_snapshot_per_etcd_cluster_on_its_first_member() -> None:
+    assert [(t.etcd_cluster, t.node) for t in snapshot_targets(plan_of(SPLIT))] == [
+        ("etcd-data", "etcd1"), ("etcd-events", "events1"), ("etcd-pods", "pods1")]
+    assert [(t.etcd_cluster, t.node) for t in snapshot_targets(plan_of(SEED))] == [("etcd-data", "master1")]
+
+
+def test_snapshot_step_from_the_plan() -> None:
+    plan = plan_of(SPLIT)
+    step = snapshot_step(plan, "etcd-events", "events2", KEY.public_b64, NOW, request_id="r1")
+    member = plan.etcd_cluster("etcd-events").member("events2")  # type: ignore[union-attr]
+    assert step.endpoint == member.client_url and step.tls is not None  # type: ignore[union-attr]
+    assert step.tls.cert == "/etc/kubernetes/pki/etcd-events/healthcheck-client.crt"
+    assert step.tls.ca == "/etc/kubernetes/pki/etcd-events/ca.crt"
+    assert step.object_name == f"big/etcd-events/{step.snapshot_id}" and step.snapshot_id.endswith("-events2")
+    # it travels in a signed command like any step
+    cmd = AgentCommand(command_id="c", cluster="big", node="events2", phase="etcd-snapshots", issued_at="t",
+                       steps=[step])
+    assert isinstance(AgentCommand.model_validate_json(cmd.model_dump_json(by_alias=True)).steps[0], EtcdSnapshot)
+    with pytest.raises(KeyError, match="no member"):
+        snapshot_step(plan, "etcd-events", "etcd1", KEY.public_b64, NOW)
+    with pytest.raises(KeyError, match="no etcd cluster"):
+        snapshot_step(plan, "etcd", "etcd1", KEY.public_b64, NOW)
+
+
+def test_restore_plan_stops_every_apiserver_restores_every_member_and_restarts() -> None:
+    plan = plan_of(SPLIT)
+    rp = restore_plan(plan, "etcd-pods", "20261201t093005z-pods1")
+    assert rp.apiservers == ("m1", "m2", "m3") and rp.members == ("pods1", "pods2", "pods3")
+    assert rp.stops() == ["kube-apiserver on m1", "kube-apiserver on m2", "kube-apiserver on m3",
+                          "etcd-pods member on pods1", "etcd-pods member on pods2", "etcd-pods member on pods3"]
+    kinds = [a.kind for a in rp.actions]
+    order = ["stop-apiserver", "stop-member", "put-snapshot", "restore-member", "start-member", "start-apiserver"]
+    assert kinds == sorted(kinds, key=order.index) and [kinds.count(k) for k in order] == [3, 3, 3, 3, 3, 3]
+    ec = plan.etcd_cluster("etcd-pods")
+    assert ec is not None
+    restore = [a for a in rp.actions if a.kind == "restore-member"]
+    for action, member in zip(restore, ec.members):
+        argv = list(action.argv)
+        assert argv[:3] == ["/usr/local/bin/etcdutl", "snapshot", "restore"]
+        flags = dict(zip(argv[4::2], argv[5::2]))
+        assert flags == {"--name": member.hostname, "--initial-cluster": ec.initial_cluster,
+                         "--initial-cluster-token": rp.token, "--initial-advertise-peer-urls": member.peer_url,
+                         "--data-dir": "/var/lib/etcd-pods"}
+        assert action.moves == (("/var/lib/etcd-pods", "/var/lib/etcd-pods.before-restore-20261201t093005z-pods1"),)
+    stop = next(a for a in rp.actions if a.kind == "stop-member")
+    assert stop.moves == (("/etc/kubernetes/manifests/etcd-pods.yaml", f"{PARKING_DIR}/etcd-pods.yaml"),)
+    start = [a for a in rp.actions if a.kind == "start-apiserver"]
+    assert start[0].moves == ((f"{PARKING_DIR}/kube-apiserver.yaml", "/etc/kubernetes/manifests/kube-apiserver.yaml"),)
+    with pytest.raises(KeyError, match="has no etcd cluster 'etcd-x'"):
+        restore_plan(plan, "etcd-x", "s")
+
+
+# --- bus permissions --------------------------------------------------------------------------------
+def test_agent_may_only_add_objects_to_the_snapshot_store() -> None:
+    perms = agent_permissions("c1", "n1")
+    store = [s for s in perms.pub_allow if ETCD_SNAPSHOT_BUCKET in s]
+    assert store == [f"$O.{ETCD_SNAPSHOT_BUCKET}.C.*", f"$O.{ETCD_SNAPSHOT_BUCKET}.M.*"]
+    assert not any(s.startswith("$O.") for s in perms.sub_allow)
+    assert "$JS.API.STREAM.MSG.GET.>" in perms.pub_deny
