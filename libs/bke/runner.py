@@ -16,7 +16,7 @@ from .tasks import cancel_and_wait
 
 __all__ = ["DONE", "Outcome", "Reconciler", "Runner"]
 
-log = logging.getLogger("bke.dispatcher")
+log = logging.getLogger("bke.reconcile")
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,8 @@ USERS: tuple[AclUser, ...] = (
                                "bke:*:files:certs", "bke:*:files:certs:*"),
             why="install and rotation records; reads the rendered and sealed file sets"),
     AclUser("bke-upgrader", ("bke:epoch", *_PLAN_READ, "bke:upgrades", "bke:*:upgrade", "bke:*:upgrade:*",
-                             "bke:*:lease:*", "bke:command-signing-key", "bke:*:heartbeat", "bke:*:addons",
-                             "bke:*:node-labels"),
+                             "bke:*:lease:*", "bke:command-signing-key", "bke:etcd-snapshot-key", "bke:*:heartbeat",
+                             "bke:*:addons", "bke:*:node-labels"),
             why="upgrade records and results; the plan it replaces when an upgrade succeeds; reads heartbeats"),
     AclUser(ADMIN, ("*",), commands="+@all", why="backup/restore, the lab's probes, tests"),
 )

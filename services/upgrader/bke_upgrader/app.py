@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime, timezone
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -17,12 +18,15 @@ from bke.contracts.agent import CommandResult
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import UPGRADE_CLUSTER, UPGRADE_GET, GetUpgrade
 from bke.errors import TemporaryError, is_unavailable
+from bke.etcdsnap.store import ensure_snapshot_bucket
 from bke.plan import Plan
 from bke.runner import Runner
 from bke.secrets import box_from_env
+from bke.secrets.snapshot_key import ensure_snapshot_key
 from bke.state import PlanCache, RedisPlanStore
 from bke.state.client import redis_client
 from bke.state.command_signing import CommandSigning
+from bke.state.keys import etcd_snapshot_key
 from bke.tasks import cancel_and_wait
 
 from .drain import Drainer, KubernetesDrainer, LabDrainer
@@ -40,6 +44,22 @@ GET_QUEUE = "upgrader-get"
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+class _Snapshots:
+    """The snapshot store exists and the deployment's snapshot key is made (SET NX) before the
+    first snapshot is asked for: an agent may only add objects, never create the store."""
+
+    def __init__(self, svc: Service, redis: Any):
+        self.svc, self.redis = svc, redis
+        self._recipient = ""
+
+    async def recipient(self) -> str:
+        if not self._recipient:
+            await ensure_snapshot_bucket(self.svc.nc.jetstream())
+            key = await ensure_snapshot_key(self.redis, etcd_snapshot_key(), box_from_env())
+            self._recipient = key.public_b64
+        return self._recipient
 
 
 class _AddonsStep:
@@ -86,7 +106,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     upgrades = Upgrades(store, plans, RedisPlanStore(redis), facts, Renders(),
                         LabChecksums() if simulated_repo else HttpRepoChecksums(), drainer, addons, svc.publish,
                         _now, settings.owner, settings.lease_ms, sign=signing.sign,
-                        answer_deadline_s=settings.answer_deadline_s)
+                        snapshots=_Snapshots(svc, redis), answer_deadline_s=settings.answer_deadline_s)
     runner = Runner(upgrades)
     upgrades.kick = runner.kick
 

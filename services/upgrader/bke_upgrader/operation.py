@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from bke.bus.handler import Out
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
@@ -37,6 +37,7 @@ from bke.contracts.upgrade import (
     upgrade_subject,
 )
 from bke.errors import TemporaryError
+from bke.etcdsnap.step import snapshot_step
 from bke.plan import Plan
 from bke.state import PlanCache, RedisPlanStore, plan_digest
 from bke.state.lease import claim_lease, release_lease
@@ -83,6 +84,11 @@ class Addons(Protocol):
         """"" when every addon of the new plan is applied (and ready), else why not."""
 
 
+class SnapshotSetup(Protocol):
+    async def recipient(self) -> str:
+        """The public half of the deployment's snapshot key (base64), once the store exists."""
+
+
 class Outcome:
     def __init__(self, status: str, delay: float = 0.0, reason: str = ""):
         self.status, self.delay, self.reason = status, delay, reason
@@ -92,7 +98,8 @@ class Upgrades:
     def __init__(self, store: UpgradeStore, plans: PlanCache, plan_store: RedisPlanStore, facts: LiveFacts,
                  renders: Renders, checksums: Checksums, drainer: Drainer, addons: Addons, publish: Publish,
                  now: Callable[[], datetime], owner: str, lease_ms: int, *, sign: Sign,
-                 answer_deadline_s: float = 900.0):
+                 snapshots: SnapshotSetup, answer_deadline_s: float = 900.0):
+        self.snapshots = snapshots
         self.store, self.plans, self.plan_store, self.facts = store, plans, plan_store, facts
         self.renders, self.checksums, self.drainer, self.addons = renders, checksums, drainer, addons
         self.publish, self.now, self.owner, self.lease_ms, self.sign = publish, now, owner, lease_ms, sign
@@ -206,6 +213,7 @@ class Upgrades:
                 log.warning("upgrade failed: %s", d.reason, extra={"cluster": cluster, "request_id": run.request_id})
                 break
             await self._carry_out(run, d, old, new)
+            await self.store.save(run)  # each fact as soon as it is one: a later failure in this pass keeps it
             if d.action == "send":
                 break  # answers come later
         if changed:
@@ -248,8 +256,12 @@ class Upgrades:
         sums = await self.checksums.for_plan(new) if step in ("masters-runtime", "workers") else {}
         now = self.now()
         expires = datetime.fromtimestamp(now.timestamp() + COMMAND_TTL_S, tz=now.tzinfo).isoformat()
+        recipient = await self.snapshots.recipient() if step == "etcd-snapshots" else ""
         for host in hosts:
-            steps = node_upgrade_steps(step, group, old, new, host, renders.old.get(host, {}), renders.new.get(host, {}), sums)
+            if step == "etcd-snapshots":  # taken from the running members: the plan the cluster runs now
+                steps: list[Any] = [snapshot_step(old, group, host, recipient, now, run.request_id)]
+            else:
+                steps = node_upgrade_steps(step, group, old, new, host, renders.old.get(host, {}), renders.new.get(host, {}), sums)
             cid = upgrade_command_id(run.cluster, run.request_id, step, group, host)
             cmd = await self.sign(AgentCommand(command_id=cid, cluster=run.cluster, node=host, phase=f"upgrade:{step}",
                                                issued_at=now.isoformat(), expires_at=expires, steps=steps, issuer="upgrader"))
