@@ -41,13 +41,13 @@ class FakeJs:
         self.published.append((subject, payload, headers))
 
 
-def _etcd(trailer: bytes, status: int = 200) -> httpx.MockTransport:
+def _etcd(trailer: bytes, status: int = 200, db_size: int = len(DB)) -> httpx.MockTransport:
     blobs = [DB[i:i + 32768] for i in range(0, len(DB), 32768)] + [trailer]
     stream = b"".join(json.dumps({"result": {"blob": base64.b64encode(b).decode()}}).encode() + b"\n" for b in blobs)
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v3/maintenance/status":
-            return httpx.Response(200, json={"header": {"revision": "77"}, "version": "3.5.1"})
+            return httpx.Response(200, json={"header": {"revision": "77"}, "version": "3.5.1", "dbSize": str(db_size)})
         assert request.url.path == "/v3/maintenance/snapshot"
         return httpx.Response(status, content=stream if status == 200 else b'{"error":"no"}')
     return httpx.MockTransport(handler)
@@ -92,6 +92,7 @@ async def test_stores_chunks_then_the_meta_sealed_with_its_record(tmp_path: Path
 @pytest.mark.parametrize(("transport", "fail", "why"), [
     (_etcd(hashlib.sha256(b"other").digest()), False, "etcd's own sha256 at the end of the snapshot does not match"),
     (_etcd(b"", status=503), False, "HTTP 503"),
+    (_etcd(hashlib.sha256(DB).digest(), db_size=1 << 60), False, "not enough free space in"),
     (_etcd(hashlib.sha256(DB).digest()), True, f"the snapshot store '{ETCD_SNAPSHOT_BUCKET}' does not exist"),
     (httpx.MockTransport(lambda r: (_ for _ in ()).throw(httpx.ConnectError("refused"))), False,
      "https://127.0.0.1:2379/v3/maintenance/status: ConnectError: refused"),

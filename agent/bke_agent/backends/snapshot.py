@@ -5,7 +5,10 @@ Why here and not in one backend: only reaching the member differs between a host
 checking, sealing and storing are the same, and are the point of the step.
 
 Order (each step returns early on failure, and the clear file is always removed):
-    1. Maintenance/Status: the member's revision and version (the snapshot holds at least it);
+    1. Maintenance/Status: the member's revision and version (the snapshot holds at least it),
+       and its database size: the scratch directory must hold it with `SPACE_MARGIN` to spare,
+       because it usually shares a disk with etcd's data dir, and an etcd whose disk fills
+       stops taking writes (its NOSPACE alarm) in the middle of an upgrade;
     2. Maintenance/Snapshot over the gRPC gateway into a private file (0600, agent state dir);
     3. etcd's own trailing sha256 checked (bke.etcdsnap.etcd_stream), the file's sha256 taken;
     4. sealed piece by piece to the step's recipient key and published as one object with its
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
 import ssl
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -41,6 +45,7 @@ from .base import StepOutcome
 __all__ = ["SnapshotTaker"]
 
 _CONNECT_S = 10.0
+SPACE_MARGIN = 256 << 20  # bytes left free beyond the snapshot itself
 
 
 def _utc_now() -> datetime:
@@ -72,6 +77,7 @@ class SnapshotTaker:
             async with httpx.AsyncClient(verify=verify, trust_env=False, timeout=timeout,
                                          transport=self.http_transport) as client:
                 status = await _post_json(client, f"{base}/v3/maintenance/status")
+                _check_space(self.scratch, int(status.get("dbSize", 0)))
                 await _download(client, f"{base}/v3/maintenance/snapshot", path)
             sha256 = await asyncio.to_thread(check_etcd_hash, path)
             size = path.stat().st_size
@@ -98,6 +104,14 @@ class SnapshotTaker:
             f"snapshot {step.snapshot_id} of {step.etcd_cluster} member {step.member}: revision {record.revision}, "
             f"{size} bytes, sha256 {sha256}, etcd's hash checked; stored sealed to key {record.sealed_to} "
             f"as {self.bucket}/{step.object_name} ({info.size} bytes)\n"))
+
+
+def _check_space(scratch: Path, db_size: int) -> None:
+    free = shutil.disk_usage(scratch).free
+    if free < db_size + SPACE_MARGIN:
+        raise StepError(f"not enough free space in {scratch} for a {db_size >> 20} MiB snapshot: {free >> 20} MiB free, "
+                        f"{(db_size + SPACE_MARGIN) >> 20} MiB needed (the snapshot plus {SPACE_MARGIN >> 20} MiB to "
+                        "spare); nothing was taken")
 
 
 async def _post_json(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
