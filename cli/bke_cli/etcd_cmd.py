@@ -10,9 +10,11 @@ with etcdutl into DIR, a fresh data dir here, as a one-member cluster: start an 
 read what the cluster held. Nothing of the cluster is touched, so it asks no confirmation.
 
 Without `--into`, `restore` prints the disaster-recovery plan for the cluster (bke.etcdsnap.
-restore, from `--spec`): every kube-apiserver it stops, every member it restores as a new cluster,
-what it starts again. Running that plan on the nodes is not built yet: the command says so and
-exits 1 after the plan (it never asks to confirm something it will not do).
+restore): every kube-apiserver it stops, every member it restores as a new cluster, what it
+starts again. In a lab (`--workdir`, the plan from the lab's state) it then asks for confirmation
+unless told `--yes`, and runs the plan on the lab's nodes (bke_cli.etcd_lab_restore). For a
+deployment (`--nats`, the plan from `--spec`) running the plan on the nodes is not built: the
+command says so and exits 1 after the plan (it never asks to confirm something it will not do).
 """
 from __future__ import annotations
 
@@ -31,14 +33,16 @@ from bke.bus.connect import BusAccess, connect_nats
 from bke.errors import PermanentError
 from bke.etcdsnap.local import restore_into
 from bke.etcdsnap.records import SnapshotRecord
-from bke.etcdsnap.restore import restore_plan
+from bke.etcdsnap.restore import RestorePlan, restore_plan, run_restore
+from bke.plan import Plan
 from bke.etcdsnap.store import fetch_snapshot, find_snapshot, list_snapshots
 from bke.runtime.binaries import MissingBinaryError, etcdutl_bin
 from bke.secrets.snapshot_key import SnapshotKey, read_snapshot_key
 from bke.state.client import redact_url, sync_redis_client
-from bke.state.keys import etcd_snapshot_key
+from bke.state.keys import etcd_snapshot_key, plan_key
 
 from .connect import resolve_nats
+from .etcd_lab_restore import LabRestorePort
 from .output import EXIT_FAILURE, EXIT_INVALID, die, where
 from .spec_input import plan_or_exit
 from .state_cmd import resolve_store
@@ -148,19 +152,27 @@ def restore(name: str = typer.Argument(..., help="the cluster"),
             into: Optional[Path] = typer.Option(None, "--into", help="restore into this fresh data dir here"),
             spec: Optional[Path] = typer.Option(None, "--spec", help="the cluster's spec (for the cluster plan)"),
             etcdutl: Optional[Path] = typer.Option(None, "--etcdutl", help="etcdutl to run (default: on PATH)"),
+            yes: bool = typer.Option(False, "--yes", help="do not ask for confirmation (a lab restore)"),
             workdir: Optional[Path] = WORKDIR, nats_url: Optional[str] = NATS,
             redis_url: Optional[str] = typer.Option(None, "--redis", help="Redis URL, admin (else BKE_REDIS_URL)"),
             ) -> None:
     """Restore an etcd cluster from a stored snapshot (disaster recovery, run by a person).
 
     With --into DIR: open the snapshot and restore it into DIR here (nothing of the cluster is \
-touched). Without: print what the cluster restore stops, restores and starts (from --spec)."""
+touched). Without: print what the cluster restore stops, restores and starts; in a lab (--workdir), \
+ask for confirmation (unless --yes) and do it. For a deployment (--nats, the plan from --spec) \
+running the plan is not built yet."""
     access = resolve_nats(workdir, nats_url)
     record: SnapshotRecord = _bus(access, lambda js: find_snapshot(js, name, etcd_cluster, snapshot))
+    if into is None and workdir is not None:
+        _lab_restore(workdir, access, name, etcd_cluster, record, _etcdutl(etcdutl), yes)
+        return
     if into is None:
-        _print_cluster_plan(name, etcd_cluster, record, spec)
-        die("running this plan on the cluster's nodes is not built yet; `--into DIR` restores the snapshot into "
-            "a fresh data dir here", EXIT_FAILURE)
+        if spec is None:
+            die("say which cluster plan to restore with --spec FILE, or restore here with --into DIR", EXIT_INVALID)
+        _print_cluster_plan(_plan_of(name, etcd_cluster, record, plan_or_exit(spec), str(spec)), record)
+        die("running this plan on the cluster's nodes is not built yet (a lab: --workdir); `--into DIR` restores "
+            "the snapshot into a fresh data dir here", EXIT_FAILURE)
     if into.exists() and any(into.iterdir()):
         die(f"{into}: not empty; a restore goes into a fresh data dir", EXIT_INVALID)
     key = _snapshot_key(workdir, redis_url)
@@ -180,17 +192,48 @@ touched). Without: print what the cluster restore stops, restores and starts (fr
                "--initial-advertise-peer-urls http://127.0.0.1:2380 --listen-peer-urls http://127.0.0.1:2380")
 
 
-def _print_cluster_plan(name: str, etcd_cluster: str, record: SnapshotRecord, spec: Path | None) -> None:
-    if spec is None:
-        die("say which cluster plan to restore with --spec FILE, or restore here with --into DIR", EXIT_INVALID)
-    plan = plan_or_exit(spec)
+def _plan_of(name: str, etcd_cluster: str, record: SnapshotRecord, plan: Plan, where: str) -> RestorePlan:
     if plan.cluster != name:
-        die(f"{spec} is the spec of cluster {plan.cluster}, not {name}", EXIT_INVALID)
+        die(f"{where} is the plan of cluster {plan.cluster}, not {name}", EXIT_INVALID)
     try:
-        rp = restore_plan(plan, etcd_cluster, record.snapshot_id)
+        return restore_plan(plan, etcd_cluster, record.snapshot_id)
     except KeyError as exc:
         die(str(exc.args[0]), EXIT_INVALID)
-    typer.echo(f"Restoring {etcd_cluster} of {name} from snapshot {record.snapshot_id} "
+
+
+def _lab_restore(workdir: Path, access: BusAccess, name: str, etcd_cluster: str, record: SnapshotRecord,
+                 tool: Path, yes: bool) -> None:
+    store, _ = resolve_store(workdir, None)
+    client = sync_redis_client(store)
+    try:
+        raw = client.get(plan_key(name))
+    finally:
+        client.close()
+    if raw is None:
+        die(f"the lab at {workdir} has no plan of cluster {name}", EXIT_INVALID)
+    rp = _plan_of(name, etcd_cluster, record, Plan.model_validate_json(raw), f"the lab at {workdir}")
+    _print_cluster_plan(rp, record)
+    if not yes:
+        typer.confirm(f"Stop {len(rp.stops())} pods and restore {etcd_cluster} of {name} from {record.snapshot_id}?",
+                      abort=True)
+    key = _snapshot_key(workdir, None)
+    clear = workdir.resolve() / f".restore-{record.snapshot_id}.db"
+    try:
+        _bus(access, lambda js: fetch_snapshot(js, record, key, clear))
+        typer.echo("restoring:")
+        run_restore(rp, LabRestorePort(workdir.resolve(), clear, tool),
+                    lambda i, a: typer.echo(f"  {i:>3}. [{a.node}] {a.summary}"))
+    except PermanentError as exc:
+        die(f"the restore stopped: {exc}; what it did so far stays (old data dirs are kept aside); "
+            "the same command runs it again", EXIT_FAILURE)
+    finally:
+        clear.unlink(missing_ok=True)
+    typer.echo(f"restored {etcd_cluster} of {name} from {record.snapshot_id}: every member runs on the restored "
+               f"data (a new cluster, token {rp.token}) and every kube-apiserver runs again")
+
+
+def _print_cluster_plan(rp: RestorePlan, record: SnapshotRecord) -> None:
+    typer.echo(f"Restoring {rp.etcd_cluster} of {rp.cluster} from snapshot {record.snapshot_id} "
                f"(revision {record.revision}, taken {record.taken_at} on {record.member}) stops:")
     for line in rp.stops():
         typer.echo(f"  {line}")

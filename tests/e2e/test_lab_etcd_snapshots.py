@@ -1,9 +1,11 @@
 """etcd snapshots in a whole lab (split etcd: three real etcd clusters, every agent a process with
 its own bus identity): BKE asks each etcd cluster's first member for a snapshot with a signed
 `EtcdSnapshot` command, as the upgrader will (here the test publishes it with the dispatcher's
-identity and the deployment's command key); every snapshot is listed by `bke etcd snapshots`,
-and one restores with `bke etcd restore --into` into a fresh etcd that holds data written before
-the snapshot."""
+identity and the deployment's command key); every snapshot is listed by `bke etcd snapshots`;
+one restores with `bke etcd restore --into` into a fresh etcd that holds data written before
+the snapshot; then `bke etcd restore --workdir` restores the lab's etcd-data cluster itself (after
+a refused confirmation that stops nothing): every member on the snapshot's data as a new cluster,
+the key written after the snapshot gone, every apiserver back."""
 from __future__ import annotations
 
 import asyncio
@@ -26,6 +28,7 @@ from bke.etcdsnap.step import snapshot_step, snapshot_targets
 from bke.etcdsnap.store import ensure_snapshot_bucket
 from bke.lab.identities import creds_path
 from bke.runtime import etcd_put_get, free_port, start_etcd
+from bke.runtime.etcd import mtls_context, wait_etcd_healthy
 from bke.secrets import load_secret_box
 from bke.secrets.signing import ensure_command_key_sync, sign_command
 from bke.secrets.snapshot_key import ensure_snapshot_key_sync
@@ -38,7 +41,7 @@ SPLIT = "examples/split-etcd.yaml"
 def _bke(lab_env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("BKE_")}, **lab_env, "COLUMNS": "200"}
     return subprocess.run([str(Path(sys.executable).parent / "bke"), *argv], capture_output=True, text=True,
-                          timeout=180, env=env, check=False)
+                          timeout=300, env=env, check=False, stdin=subprocess.DEVNULL)
 
 
 async def test_split_etcd_snapshots_listed_and_one_restores_into_a_fresh_etcd(lab_factory, tmp_path):
@@ -124,3 +127,33 @@ async def test_split_etcd_snapshots_listed_and_one_restores_into_a_fresh_etcd(la
                 assert kvs and base64.b64decode(kvs[0]["value"]).decode() == v, k
     finally:
         proc.stop()
+
+    # the lab's etcd-data cluster itself: a key written after the snapshot is gone afterwards
+    after = "/registry/secrets/default/e2e-after"
+    assert await asyncio.to_thread(etcd_put_get, data.members[0].client_url, *tls, after, "after") == "after"
+    api_manifests = [lab.host(n.hostname) / "etc/kubernetes/manifests/kube-apiserver.yaml"
+                     for n in plan.nodes_running("kube-apiserver")]
+    refused = await asyncio.to_thread(_bke, {}, "etcd", "restore", cluster, "--etcd-cluster", "etcd-data",
+                                      "--snapshot", sid, "--workdir", str(lab.workdir))
+    assert refused.returncode != 0 and "kube-apiserver on m1" in refused.stdout and "Aborted" in refused.stderr
+    assert all(p.exists() for p in api_manifests)  # nothing was stopped
+    done = await asyncio.to_thread(_bke, {}, "etcd", "restore", cluster, "--etcd-cluster", "etcd-data",
+                                   "--snapshot", sid, "--workdir", str(lab.workdir), "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "every kube-apiserver runs again" in done.stdout
+    assert all(p.exists() for p in api_manifests)
+    for m in data.members:
+        host = lab.host(m.hostname)
+        assert (host / f"var/lib/etcd.before-restore-{sid}/member").is_dir(), m.hostname  # the old data, kept
+        assert not any((host / "var/lib/bke-agent/restore").iterdir()), m.hostname  # no clear snapshot left
+        await asyncio.to_thread(wait_etcd_healthy, m.client_url, *tls, 30)
+        for k, v in written.items():
+            assert await asyncio.to_thread(_get, m.client_url, tls, k) == v, (m.hostname, k)
+        assert await asyncio.to_thread(_get, m.client_url, tls, after) is None, m.hostname
+
+
+def _get(url: str, tls: tuple[Path, Path, Path], key: str) -> str | None:
+    with httpx.Client(verify=mtls_context(*tls), trust_env=False, timeout=5.0) as client:
+        body = client.post(f"{url}/v3/kv/range", json={"key": base64.b64encode(key.encode()).decode()}).json()
+    kvs = body.get("kvs") or []
+    return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
