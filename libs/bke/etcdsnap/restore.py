@@ -19,8 +19,10 @@ hand. Steps, in order (one `RestoreAction` each, `node` says where it runs):
 
     stop-apiserver      every kube-apiserver node: manifest moved to the parking dir
     stop-member         every member of the etcd cluster: manifest moved to the parking dir
-    put-snapshot        every member: the snapshot file written (sealed to that node's agent)
+    put-snapshot        every member: the clear snapshot file written, 0600
     restore-member      every member: old data dir moved aside, `etcdutl snapshot restore`
+                        (the member's manifest keeps its old --initial-cluster-* flags: etcd reads
+                        them only to bootstrap an empty data dir, and the restored one is not empty)
     start-member        every member: manifest back; then every member's health is waited for
     start-apiserver     every kube-apiserver node: manifest back; then its health
     remove-snapshot     every member: the clear snapshot file removed
