@@ -3,7 +3,9 @@
 The listing reads the snapshot object store over the bus (the operator identity may read it; the
 records are not secret). Opening a snapshot needs the deployment's snapshot key, which only the
 state's admin holds: like `bke state`, `restore` reads it from Redis with `--workdir` (a lab) or
-`--redis URL` plus BKE_SECRET_KEY_FILE (bke.secrets.snapshot_key).
+`--redis URL` plus BKE_SECRET_KEY_FILE (bke.secrets.snapshot_key), together with the agent key
+BKE provisioned for the snapshot's node: a snapshot whose record that agent did not write is
+not opened (bke.etcdsnap.store.check_author).
 
 `restore --into DIR` opens the snapshot (its sha256 and etcd's own hash checked) and restores it
 with etcdutl into DIR, a fresh data dir here, as a one-member cluster: start an etcd on it to
@@ -19,6 +21,7 @@ command says so and exits 1 after the plan (it never asks to confirm something i
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import shutil
 from enum import Enum
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 from rich.console import Console
 from rich.table import Table
 
@@ -37,9 +41,11 @@ from bke.etcdsnap.restore import RestorePlan, restore_plan, run_restore
 from bke.plan import Plan
 from bke.etcdsnap.store import fetch_snapshot, find_snapshot, list_snapshots
 from bke.runtime.binaries import MissingBinaryError, etcdutl_bin
+from bke.contracts.agent import ProvisionAgent
+from bke.secrets.sealing import public_key_from_raw
 from bke.secrets.snapshot_key import SnapshotKey, read_snapshot_key
 from bke.state.client import redact_url, sync_redis_client
-from bke.state.keys import etcd_snapshot_key, plan_key
+from bke.state.keys import etcd_snapshot_key, plan_key, provisioned_agents_key
 
 from .connect import resolve_nats
 from .etcd_lab_restore import LabRestorePort
@@ -117,20 +123,28 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def _snapshot_key(workdir: Path | None, redis_url: str | None) -> SnapshotKey:
+def _opening_keys(workdir: Path | None, redis_url: str | None,
+                  record: SnapshotRecord) -> tuple[SnapshotKey, X25519PublicKey]:
+    """The snapshot key, and the agent key BKE provisioned for the record's node."""
     access, box = resolve_store(workdir, redis_url)
     client = sync_redis_client(access)
     try:
         key = read_snapshot_key(client, etcd_snapshot_key(), box)
+        provisioned = client.hget(provisioned_agents_key(record.cluster), record.node)
+        author = (public_key_from_raw(base64.b64decode(ProvisionAgent.model_validate_json(provisioned)
+                                                       .seal_public_key_b64)) if provisioned else None)
     except PermanentError as exc:
-        die(f"the snapshot key in {redact_url(access.url)}: {exc}", EXIT_INVALID)
+        die(f"the keys in {redact_url(access.url)}: {exc}", EXIT_INVALID)
     except OSError as exc:
         die(f"Redis at {redact_url(access.url)}: {type(exc).__name__}: {exc}", EXIT_FAILURE)
     finally:
         client.close()
     if key is None:
         die(f"no etcd snapshot key in {redact_url(access.url)}: this deployment never took a snapshot", EXIT_INVALID)
-    return key
+    if author is None:
+        die(f"no agent key provisioned for {record.node} in cluster {record.cluster}: who wrote snapshot "
+            f"{record.snapshot_id} cannot be checked, so it is not opened", EXIT_INVALID)
+    return key, author
 
 
 def _etcdutl(given: Path | None) -> Path:
@@ -175,12 +189,12 @@ running the plan is not built yet."""
             "the snapshot into a fresh data dir here", EXIT_FAILURE)
     if into.exists() and any(into.iterdir()):
         die(f"{into}: not empty; a restore goes into a fresh data dir", EXIT_INVALID)
-    key = _snapshot_key(workdir, redis_url)
+    key, author = _opening_keys(workdir, redis_url, record)
     tool = _etcdutl(etcdutl)
     into.parent.mkdir(parents=True, exist_ok=True)
     clear = into.parent / f".{into.name}.{record.snapshot_id}.db"
     try:
-        _bus(access, lambda js: fetch_snapshot(js, record, key, clear))
+        _bus(access, lambda js: fetch_snapshot(js, record, key, clear, author=author))
         restore_into(tool, clear, into, name=record.member)
     except PermanentError as exc:
         die(str(exc), EXIT_FAILURE)
@@ -216,10 +230,10 @@ def _lab_restore(workdir: Path, access: BusAccess, name: str, etcd_cluster: str,
     if not yes:
         typer.confirm(f"Stop {len(rp.stops())} pods and restore {etcd_cluster} of {name} from {record.snapshot_id}?",
                       abort=True)
-    key = _snapshot_key(workdir, None)
+    key, author = _opening_keys(workdir, None, record)
     clear = workdir.resolve() / f".restore-{record.snapshot_id}.db"
     try:
-        _bus(access, lambda js: fetch_snapshot(js, record, key, clear))
+        _bus(access, lambda js: fetch_snapshot(js, record, key, clear, author=author))
         typer.echo("restoring:")
         run_restore(rp, LabRestorePort(workdir.resolve(), clear, tool),
                     lambda i, a: typer.echo(f"  {i:>3}. [{a.node}] {a.summary}"))

@@ -15,14 +15,19 @@ import pytest
 from bke.auth.permissions import agent_permissions
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, AgentCommand, EtcdSnapshot
 from bke.etcdsnap.etcd_stream import EtcdSnapshotError, check_etcd_hash, decode_line
-from bke.etcdsnap.records import SnapshotRecord, object_name, record_from_headers, record_headers, snapshot_id
+from bke.etcdsnap.records import (
+    SnapshotRecord, object_name, record_bytes, record_from_headers, record_headers, snapshot_id,
+)
 from bke.etcdsnap.restore import PARKING_DIR, restore_plan, run_restore
 from bke.etcdsnap.sealed_stream import MAGIC, SealedStreamError, open_stream, seal_stream
 from bke.etcdsnap.step import snapshot_step, snapshot_targets
+from bke.etcdsnap.store import SnapshotNotAuthentic, check_author
 from bke.etcdsnap.upload import meta_subject
 from bke.secrets.at_rest import DecryptError, SecretBox
-from bke.secrets.sealing import NotForThisKey, SealedDataError
-from bke.secrets.snapshot_key import SnapshotKey, SnapshotKeyError, ensure_snapshot_key_sync, recipient_from_b64
+from bke.secrets.sealing import NotForThisKey, SealedDataError, agent_key_id, generate_agent_key
+from bke.secrets.snapshot_key import (
+    SnapshotKey, SnapshotKeyError, ensure_snapshot_key_sync, recipient_from_b64, record_mac,
+)
 
 from .upgrade_helpers import SEED, SPLIT, plan_of
 
@@ -135,6 +140,24 @@ class _Store(dict[str, bytes]):
             return False
         self[name] = value
         return True
+
+
+def test_record_mac_names_its_writer_and_covers_every_field() -> None:
+    agent, other = generate_agent_key(), generate_agent_key()
+    rec = _record(agent_id=agent_key_id(agent.public_key()))
+    rec = rec.model_copy(update={"mac": record_mac(agent, KEY.public, record_bytes(rec))})
+    check_author(rec, KEY, agent.public_key())
+    check_author(rec.model_copy(update={"stored_size": 99}), KEY, agent.public_key())  # filled in by listing
+    forged = _record(agent_id=agent_key_id(agent.public_key()))  # another key's MAC, claiming `agent`
+    forged = forged.model_copy(update={"mac": record_mac(other, KEY.public, record_bytes(forged))})
+    for bad in (rec.model_copy(update={"sha256": "b" * 64}), rec.model_copy(update={"cluster": "other"}), forged,
+                rec.model_copy(update={"mac": ""})):
+        with pytest.raises(SnapshotNotAuthentic, match="not written by the agent BKE provisioned for etcd1"):
+            check_author(bad, KEY, agent.public_key())
+    with pytest.raises(SnapshotNotAuthentic):
+        check_author(rec, KEY, other.public_key())
+    with pytest.raises(SnapshotNotAuthentic):  # the right writer, but checked with another snapshot key
+        check_author(rec, SnapshotKey.generate(), agent.public_key())
 
 
 def test_snapshot_key_is_made_once_and_kept_encrypted() -> None:

@@ -33,13 +33,14 @@ from nats.js.errors import NoStreamResponseError
 
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, EtcdSnapshot
 from bke.etcdsnap.etcd_stream import EtcdSnapshotError, check_etcd_hash, decode_line
-from bke.etcdsnap.records import SnapshotRecord, record_headers
+from bke.etcdsnap.records import SnapshotRecord, record_bytes, record_headers
 from bke.etcdsnap.sealed_stream import seal_stream
 from bke.etcdsnap.upload import publish_object
 from bke.secrets.sealing import agent_key_id
 from bke.secrets.snapshot_key import SnapshotKeyError, recipient_from_b64
 
 from ..errors import PermanentStepError, StepError
+from ..identity import AgentIdentity
 from .base import StepOutcome
 
 __all__ = ["SnapshotTaker"]
@@ -53,13 +54,14 @@ def _utc_now() -> datetime:
 
 
 class SnapshotTaker:
-    """Takes and stores snapshots for one agent (`cluster`, `node`); `scratch` holds the clear
-    file while it is checked and sealed (a private directory of the agent's state)."""
+    """Takes and stores snapshots for one agent (`cluster`, `node`, `identity`: whose MAC the
+    record carries); `scratch` holds the clear file while it is checked and sealed (a private
+    directory of the agent's state)."""
 
-    def __init__(self, js: JetStreamContext, scratch: Path, cluster: str, node: str, *,
+    def __init__(self, js: JetStreamContext, scratch: Path, cluster: str, node: str, identity: AgentIdentity, *,
                  bucket: str = ETCD_SNAPSHOT_BUCKET, now: Callable[[], datetime] = _utc_now,
                  http_transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.js, self.scratch, self.cluster, self.node = js, scratch, cluster, node
+        self.js, self.scratch, self.cluster, self.node, self.identity = js, scratch, cluster, node, identity
         self.bucket, self.now, self.http_transport = bucket, now, http_transport
 
     async def take(self, step: EtcdSnapshot, url: str, verify: ssl.SSLContext | bool) -> StepOutcome:
@@ -86,7 +88,8 @@ class SnapshotTaker:
                 member=step.member, node=self.node, revision=int(status.get("header", {}).get("revision", 0)),
                 etcd_version=str(status.get("version", "")), size=size, sha256=sha256,
                 sealed_to=agent_key_id(recipient), taken_at=taken_at, request_id=step.request_id,
-                object_name=step.object_name)
+                object_name=step.object_name, agent_id=self.identity.agent_id)
+            record = record.model_copy(update={"mac": self.identity.snapshot_record_mac(recipient, record_bytes(record))})
             with open(path, "rb") as f:
                 info = await publish_object(
                     self.js, self.bucket, step.object_name, seal_stream(f.read, recipient),
