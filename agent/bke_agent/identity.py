@@ -19,6 +19,8 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
+
 from bke.secrets.sealing import (
     agent_key_id,
     generate_agent_key,
@@ -27,6 +29,7 @@ from bke.secrets.sealing import (
     private_key_to_pem,
     public_key_to_raw,
 )
+from bke.secrets.snapshot_key import record_mac
 
 from .fsutil import fsync_dir
 
@@ -92,6 +95,10 @@ class AgentIdentity:
     def open_sealed(self, blob: bytes) -> bytes:
         """Decrypt a blob sealed to this agent (errors name key ids only, never content)."""
         return open_sealed(self._key, blob)
+
+    def snapshot_record_mac(self, snapshot_public: X25519PublicKey, data: bytes) -> str:
+        """This agent's MAC over an etcd snapshot record (bke.secrets.snapshot_key.record_mac)."""
+        return record_mac(self._key, snapshot_public, data)
 
     @property
     def public_line(self) -> str:

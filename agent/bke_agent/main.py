@@ -137,7 +137,7 @@ async def run(settings: AgentSettings) -> int:
                 # identity it may not (its permissions name only its own consumer): the services
                 # declare them, and `_start_when_free` waits for the stream.
                 await ensure_streams(js)
-            snapshots = SnapshotTaker(js, state / "snapshots", settings.cluster, settings.node)
+            snapshots = SnapshotTaker(js, state / "snapshots", settings.cluster, settings.node, identity)
             agent = AgentLoop(nc, js, settings, make_backend(settings, snapshots),
                               DiskJournal(state, keep_days=settings.journal_keep_days), identity,
                               verifier=CommandVerifier(key, settings.cluster, settings.node))

@@ -3,20 +3,25 @@
 The listing reads the snapshot object store over the bus (the operator identity may read it; the
 records are not secret). Opening a snapshot needs the deployment's snapshot key, which only the
 state's admin holds: like `bke state`, `restore` reads it from Redis with `--workdir` (a lab) or
-`--redis URL` plus BKE_SECRET_KEY_FILE (bke.secrets.snapshot_key).
+`--redis URL` plus BKE_SECRET_KEY_FILE (bke.secrets.snapshot_key), together with the agent key
+BKE provisioned for the snapshot's node: a snapshot whose record that agent did not write is
+not opened (bke.etcdsnap.store.check_author).
 
 `restore --into DIR` opens the snapshot (its sha256 and etcd's own hash checked) and restores it
 with etcdutl into DIR, a fresh data dir here, as a one-member cluster: start an etcd on it to
 read what the cluster held. Nothing of the cluster is touched, so it asks no confirmation.
 
 Without `--into`, `restore` prints the disaster-recovery plan for the cluster (bke.etcdsnap.
-restore, from `--spec`): every kube-apiserver it stops, every member it restores as a new cluster,
-what it starts again. Running that plan on the nodes is not built yet: the command says so and
-exits 1 after the plan (it never asks to confirm something it will not do).
+restore): every kube-apiserver it stops, every member it restores as a new cluster, what it
+starts again. In a lab (`--workdir`, the plan from the lab's state) it then asks for confirmation
+unless told `--yes`, and runs the plan on the lab's nodes (bke_cli.etcd_lab_restore). For a
+deployment (`--nats`, the plan from `--spec`) running the plan on the nodes is not built: the
+command says so and exits 1 after the plan (it never asks to confirm something it will not do).
 """
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import shutil
 from enum import Enum
@@ -24,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 from rich.console import Console
 from rich.table import Table
 
@@ -31,14 +37,18 @@ from bke.bus.connect import BusAccess, connect_nats
 from bke.errors import PermanentError
 from bke.etcdsnap.local import restore_into
 from bke.etcdsnap.records import SnapshotRecord
-from bke.etcdsnap.restore import restore_plan
+from bke.etcdsnap.restore import RestorePlan, restore_plan, run_restore
+from bke.plan import Plan
 from bke.etcdsnap.store import fetch_snapshot, find_snapshot, list_snapshots
 from bke.runtime.binaries import MissingBinaryError, etcdutl_bin
+from bke.contracts.agent import ProvisionAgent
+from bke.secrets.sealing import public_key_from_raw
 from bke.secrets.snapshot_key import SnapshotKey, read_snapshot_key
 from bke.state.client import redact_url, sync_redis_client
-from bke.state.keys import etcd_snapshot_key
+from bke.state.keys import etcd_snapshot_key, plan_key, provisioned_agents_key
 
 from .connect import resolve_nats
+from .etcd_lab_restore import LabRestorePort
 from .output import EXIT_FAILURE, EXIT_INVALID, die, where
 from .spec_input import plan_or_exit
 from .state_cmd import resolve_store
@@ -113,20 +123,28 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def _snapshot_key(workdir: Path | None, redis_url: str | None) -> SnapshotKey:
+def _opening_keys(workdir: Path | None, redis_url: str | None,
+                  record: SnapshotRecord) -> tuple[SnapshotKey, X25519PublicKey]:
+    """The snapshot key, and the agent key BKE provisioned for the record's node."""
     access, box = resolve_store(workdir, redis_url)
     client = sync_redis_client(access)
     try:
         key = read_snapshot_key(client, etcd_snapshot_key(), box)
+        provisioned = client.hget(provisioned_agents_key(record.cluster), record.node)
+        author = (public_key_from_raw(base64.b64decode(ProvisionAgent.model_validate_json(provisioned)
+                                                       .seal_public_key_b64)) if provisioned else None)
     except PermanentError as exc:
-        die(f"the snapshot key in {redact_url(access.url)}: {exc}", EXIT_INVALID)
+        die(f"the keys in {redact_url(access.url)}: {exc}", EXIT_INVALID)
     except OSError as exc:
         die(f"Redis at {redact_url(access.url)}: {type(exc).__name__}: {exc}", EXIT_FAILURE)
     finally:
         client.close()
     if key is None:
         die(f"no etcd snapshot key in {redact_url(access.url)}: this deployment never took a snapshot", EXIT_INVALID)
-    return key
+    if author is None:
+        die(f"no agent key provisioned for {record.node} in cluster {record.cluster}: who wrote snapshot "
+            f"{record.snapshot_id} cannot be checked, so it is not opened", EXIT_INVALID)
+    return key, author
 
 
 def _etcdutl(given: Path | None) -> Path:
@@ -148,27 +166,35 @@ def restore(name: str = typer.Argument(..., help="the cluster"),
             into: Optional[Path] = typer.Option(None, "--into", help="restore into this fresh data dir here"),
             spec: Optional[Path] = typer.Option(None, "--spec", help="the cluster's spec (for the cluster plan)"),
             etcdutl: Optional[Path] = typer.Option(None, "--etcdutl", help="etcdutl to run (default: on PATH)"),
+            yes: bool = typer.Option(False, "--yes", help="do not ask for confirmation (a lab restore)"),
             workdir: Optional[Path] = WORKDIR, nats_url: Optional[str] = NATS,
             redis_url: Optional[str] = typer.Option(None, "--redis", help="Redis URL, admin (else BKE_REDIS_URL)"),
             ) -> None:
     """Restore an etcd cluster from a stored snapshot (disaster recovery, run by a person).
 
     With --into DIR: open the snapshot and restore it into DIR here (nothing of the cluster is \
-touched). Without: print what the cluster restore stops, restores and starts (from --spec)."""
+touched). Without: print what the cluster restore stops, restores and starts; in a lab (--workdir), \
+ask for confirmation (unless --yes) and do it. For a deployment (--nats, the plan from --spec) \
+running the plan is not built yet."""
     access = resolve_nats(workdir, nats_url)
     record: SnapshotRecord = _bus(access, lambda js: find_snapshot(js, name, etcd_cluster, snapshot))
+    if into is None and workdir is not None:
+        _lab_restore(workdir, access, name, etcd_cluster, record, _etcdutl(etcdutl), yes)
+        return
     if into is None:
-        _print_cluster_plan(name, etcd_cluster, record, spec)
-        die("running this plan on the cluster's nodes is not built yet; `--into DIR` restores the snapshot into "
-            "a fresh data dir here", EXIT_FAILURE)
+        if spec is None:
+            die("say which cluster plan to restore with --spec FILE, or restore here with --into DIR", EXIT_INVALID)
+        _print_cluster_plan(_plan_of(name, etcd_cluster, record, plan_or_exit(spec), str(spec)), record)
+        die("running this plan on the cluster's nodes is not built yet (a lab: --workdir); `--into DIR` restores "
+            "the snapshot into a fresh data dir here", EXIT_FAILURE)
     if into.exists() and any(into.iterdir()):
         die(f"{into}: not empty; a restore goes into a fresh data dir", EXIT_INVALID)
-    key = _snapshot_key(workdir, redis_url)
+    key, author = _opening_keys(workdir, redis_url, record)
     tool = _etcdutl(etcdutl)
     into.parent.mkdir(parents=True, exist_ok=True)
     clear = into.parent / f".{into.name}.{record.snapshot_id}.db"
     try:
-        _bus(access, lambda js: fetch_snapshot(js, record, key, clear))
+        _bus(access, lambda js: fetch_snapshot(js, record, key, clear, author=author))
         restore_into(tool, clear, into, name=record.member)
     except PermanentError as exc:
         die(str(exc), EXIT_FAILURE)
@@ -180,17 +206,48 @@ touched). Without: print what the cluster restore stops, restores and starts (fr
                "--initial-advertise-peer-urls http://127.0.0.1:2380 --listen-peer-urls http://127.0.0.1:2380")
 
 
-def _print_cluster_plan(name: str, etcd_cluster: str, record: SnapshotRecord, spec: Path | None) -> None:
-    if spec is None:
-        die("say which cluster plan to restore with --spec FILE, or restore here with --into DIR", EXIT_INVALID)
-    plan = plan_or_exit(spec)
+def _plan_of(name: str, etcd_cluster: str, record: SnapshotRecord, plan: Plan, where: str) -> RestorePlan:
     if plan.cluster != name:
-        die(f"{spec} is the spec of cluster {plan.cluster}, not {name}", EXIT_INVALID)
+        die(f"{where} is the plan of cluster {plan.cluster}, not {name}", EXIT_INVALID)
     try:
-        rp = restore_plan(plan, etcd_cluster, record.snapshot_id)
+        return restore_plan(plan, etcd_cluster, record.snapshot_id)
     except KeyError as exc:
         die(str(exc.args[0]), EXIT_INVALID)
-    typer.echo(f"Restoring {etcd_cluster} of {name} from snapshot {record.snapshot_id} "
+
+
+def _lab_restore(workdir: Path, access: BusAccess, name: str, etcd_cluster: str, record: SnapshotRecord,
+                 tool: Path, yes: bool) -> None:
+    store, _ = resolve_store(workdir, None)
+    client = sync_redis_client(store)
+    try:
+        raw = client.get(plan_key(name))
+    finally:
+        client.close()
+    if raw is None:
+        die(f"the lab at {workdir} has no plan of cluster {name}", EXIT_INVALID)
+    rp = _plan_of(name, etcd_cluster, record, Plan.model_validate_json(raw), f"the lab at {workdir}")
+    _print_cluster_plan(rp, record)
+    if not yes:
+        typer.confirm(f"Stop {len(rp.stops())} pods and restore {etcd_cluster} of {name} from {record.snapshot_id}?",
+                      abort=True)
+    key, author = _opening_keys(workdir, None, record)
+    clear = workdir.resolve() / f".restore-{record.snapshot_id}.db"
+    try:
+        _bus(access, lambda js: fetch_snapshot(js, record, key, clear, author=author))
+        typer.echo("restoring:")
+        run_restore(rp, LabRestorePort(workdir.resolve(), clear, tool),
+                    lambda i, a: typer.echo(f"  {i:>3}. [{a.node}] {a.summary}"))
+    except PermanentError as exc:
+        die(f"the restore stopped: {exc}; what it did so far stays (old data dirs are kept aside); "
+            "the same command runs it again", EXIT_FAILURE)
+    finally:
+        clear.unlink(missing_ok=True)
+    typer.echo(f"restored {etcd_cluster} of {name} from {record.snapshot_id}: every member runs on the restored "
+               f"data (a new cluster, token {rp.token}) and every kube-apiserver runs again")
+
+
+def _print_cluster_plan(rp: RestorePlan, record: SnapshotRecord) -> None:
+    typer.echo(f"Restoring {rp.etcd_cluster} of {rp.cluster} from snapshot {record.snapshot_id} "
                f"(revision {record.revision}, taken {record.taken_at} on {record.member}) stops:")
     for line in rp.stops():
         typer.echo(f"  {line}")

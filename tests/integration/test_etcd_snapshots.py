@@ -25,11 +25,13 @@ from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, AgentCommand, EtcdSnapshot
 from bke.etcdsnap.local import restore_into
 from bke.etcdsnap.records import object_name, snapshot_id
 from bke.etcdsnap.sealed_stream import MAGIC
-from bke.etcdsnap.store import ensure_snapshot_bucket, fetch_snapshot, find_snapshot, list_snapshots
+from bke.etcdsnap.store import SnapshotNotAuthentic, ensure_snapshot_bucket, fetch_snapshot, find_snapshot, list_snapshots
 from bke.runtime import ManagedProcess, etcd_put_get, etcdutl_bin, free_port, start_etcd
+from bke.contracts.agent import ProvisionAgent
 from bke.secrets.at_rest import SECRET_KEY_ENV, SecretBox, create_key_file
+from bke.secrets.sealing import public_key_from_raw
 from bke.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key
-from bke.state.keys import etcd_snapshot_key
+from bke.state.keys import etcd_snapshot_key, provisioned_agents_key
 from bke_agent import AgentIdentity, Executor, KubeletStandIn, LabBackend, LabLayout
 from bke_agent.backends import SnapshotTaker
 
@@ -131,8 +133,9 @@ async def test_snapshot_is_stored_sealed_and_restores_into_a_fresh_etcd(
     root, ip, client = etcd_member
     await ensure_snapshot_bucket(js)
     await ensure_snapshot_bucket(js)  # idempotent
-    taker = SnapshotTaker(js, tmp_path / "agent-state" / "snapshots", cluster, "m1", now=lambda: NOW)
-    executor = Executor(LabBackend(root, ip, snapshots=taker), AgentIdentity.ephemeral(), now=lambda: NOW)
+    agent = AgentIdentity.ephemeral()
+    taker = SnapshotTaker(js, tmp_path / "agent-state" / "snapshots", cluster, "m1", agent, now=lambda: NOW)
+    executor = Executor(LabBackend(root, ip, snapshots=taker), agent, now=lambda: NOW)
     step = _step(client, cluster, snapshot_key)
     cmd = AgentCommand(command_id=f"{cluster}/snap/1", cluster=cluster, node="m1", phase="etcd-snapshots",
                        issued_at=NOW.isoformat(), steps=[step])
@@ -158,14 +161,18 @@ async def test_snapshot_is_stored_sealed_and_restores_into_a_fresh_etcd(
     assert stored.startswith(MAGIC) and len(stored) == rec.stored_size
     assert not any(v.encode() in stored for v in KEYS.values())
 
-    # another key cannot open it
-    with pytest.raises(Exception, match="sealed to agent key"):
-        await fetch_snapshot(js, rec, SnapshotKey.generate(), tmp_path / "wrong.db")
-    assert not (tmp_path / "wrong.db").exists() or (tmp_path / "wrong.db").stat().st_size == 0
+    author = public_key_from_raw(base64.b64decode(agent.public_key_b64))
+    # another snapshot key cannot open it (nor check its record); another agent did not write it
+    with pytest.raises(SnapshotNotAuthentic):
+        await fetch_snapshot(js, rec, SnapshotKey.generate(), tmp_path / "wrong.db", author=author)
+    stranger = public_key_from_raw(base64.b64decode(AgentIdentity.ephemeral().public_key_b64))
+    with pytest.raises(SnapshotNotAuthentic, match="not written by the agent BKE provisioned for m1"):
+        await fetch_snapshot(js, rec, snapshot_key, tmp_path / "wrong.db", author=stranger)
+    assert not (tmp_path / "wrong.db").exists()
 
     # opened with the deployment's key: the clear snapshot, checked, holds the values
     found = await find_snapshot(js, cluster, "etcd-data", step.snapshot_id)
-    clear = await fetch_snapshot(js, found, snapshot_key, tmp_path / "snap.db")
+    clear = await fetch_snapshot(js, found, snapshot_key, tmp_path / "snap.db", author=author)
     assert clear.stat().st_mode & 0o777 == 0o600 and clear.stat().st_size == rec.size
     assert any(v.encode() in clear.read_bytes() for v in KEYS.values())
 
@@ -202,7 +209,8 @@ async def test_cli_lists_and_restores_into_a_fresh_dir(
         box: tuple[SecretBox, Path], nats_url: str, redis_url: str, tmp_path: Path) -> None:
     root, ip, client = etcd_member
     await ensure_snapshot_bucket(js)
-    taker = SnapshotTaker(js, tmp_path / "scratch", cluster, "m1", now=lambda: NOW)
+    agent = AgentIdentity.ephemeral()
+    taker = SnapshotTaker(js, tmp_path / "scratch", cluster, "m1", agent, now=lambda: NOW)
     step = _step(client, cluster, snapshot_key)
     out = await LabBackend(root, ip, snapshots=taker).execute(step, lambda: b"")
     assert out.status == "Succeeded"
@@ -221,7 +229,7 @@ async def test_cli_lists_and_restores_into_a_fresh_dir(
     assert unknown.returncode == 2 and f"no snapshot {step.snapshot_id!r} of etcd-data in cluster seed" in unknown.stderr
     seed_sid = snapshot_id(NOW, f"master1-{uuid.uuid4().hex[:6]}")
     seed_step = step.model_copy(update={"snapshot_id": seed_sid, "object_name": object_name("seed", "etcd-data", seed_sid)})
-    seed_taker = SnapshotTaker(js, tmp_path / "scratch", "seed", "master1", now=lambda: NOW)
+    seed_taker = SnapshotTaker(js, tmp_path / "scratch", "seed", "master1", agent, now=lambda: NOW)
     assert (await LabBackend(root, ip, snapshots=seed_taker).execute(seed_step, lambda: b"")).status == "Succeeded"
     planned = await asyncio.to_thread(_bke, "etcd", "restore", "seed", "--etcd-cluster", "etcd-data",
                                       "--snapshot", seed_sid, "--spec", str(spec), "--nats", nats_url)
@@ -234,6 +242,18 @@ async def test_cli_lists_and_restores_into_a_fresh_dir(
 
     into = tmp_path / "fresh"
     env = {SECRET_KEY_ENV: str(box[1])}
+    unknown_agent = await asyncio.to_thread(_bke, "etcd", "restore", cluster, "--etcd-cluster", "etcd-data",
+                                            "--snapshot", step.snapshot_id, "--into", str(into), "--nats", nats_url,
+                                            "--redis", redis_url, env=env)
+    assert unknown_agent.returncode == 2 and "no agent key provisioned for m1" in unknown_agent.stderr
+    # the agent key BKE provisioned for m1, as the certs service records it
+    r = aioredis.from_url(redis_url)
+    try:
+        await r.hset(provisioned_agents_key(cluster), "m1", ProvisionAgent(
+            cluster=cluster, node="m1", agent_id=agent.agent_id, seal_public_key_b64=agent.public_key_b64,
+        ).model_dump_json(by_alias=True))
+    finally:
+        await r.aclose()
     missing = await asyncio.to_thread(_bke, "etcd", "restore", cluster, "--etcd-cluster", "etcd-data", "--snapshot",
                                       "nope", "--into", str(into), "--nats", nats_url, "--redis", redis_url, env=env)
     assert missing.returncode == 2 and "no snapshot 'nope'" in missing.stderr

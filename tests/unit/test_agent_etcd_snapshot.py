@@ -17,6 +17,8 @@ from nats.js.errors import NoStreamResponseError
 
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, AgentCommand, EtcdSnapshot
 from bke.etcdsnap.records import record_from_headers
+from bke.etcdsnap.store import SnapshotNotAuthentic, check_author
+from bke.secrets.sealing import public_key_from_raw
 from bke.etcdsnap.sealed_stream import open_stream
 from bke.etcdsnap.upload import meta_subject
 from bke.secrets.snapshot_key import SnapshotKey
@@ -41,13 +43,13 @@ class FakeJs:
         self.published.append((subject, payload, headers))
 
 
-def _etcd(trailer: bytes, status: int = 200) -> httpx.MockTransport:
+def _etcd(trailer: bytes, status: int = 200, db_size: int = len(DB)) -> httpx.MockTransport:
     blobs = [DB[i:i + 32768] for i in range(0, len(DB), 32768)] + [trailer]
     stream = b"".join(json.dumps({"result": {"blob": base64.b64encode(b).decode()}}).encode() + b"\n" for b in blobs)
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v3/maintenance/status":
-            return httpx.Response(200, json={"header": {"revision": "77"}, "version": "3.5.1"})
+            return httpx.Response(200, json={"header": {"revision": "77"}, "version": "3.5.1", "dbSize": str(db_size)})
         assert request.url.path == "/v3/maintenance/snapshot"
         return httpx.Response(status, content=stream if status == 200 else b'{"error":"no"}')
     return httpx.MockTransport(handler)
@@ -59,11 +61,13 @@ def _step() -> EtcdSnapshot:
                         recipient_b64=KEY.public_b64, request_id="r")
 
 
+AGENT = AgentIdentity.ephemeral()
+
+
 async def _run(tmp_path: Path, js: FakeJs, transport: httpx.MockTransport | None) -> Any:
-    taker = SnapshotTaker(js, tmp_path / "scratch", "c", "m1", now=lambda: NOW,  # type: ignore[arg-type]
+    taker = SnapshotTaker(js, tmp_path / "scratch", "c", "m1", AGENT, now=lambda: NOW,  # type: ignore[arg-type]
                           http_transport=transport)
-    executor = Executor(LabBackend(tmp_path / "node", "127.0.0.1", snapshots=taker), AgentIdentity.ephemeral(),
-                        now=lambda: NOW)
+    executor = Executor(LabBackend(tmp_path / "node", "127.0.0.1", snapshots=taker), AGENT, now=lambda: NOW)
     cmd = AgentCommand(command_id="c/1", cluster="c", node="m1", phase="etcd-snapshots", issued_at="t", steps=[_step()])
     return (await executor.run(cmd)).steps[0]
 
@@ -83,6 +87,13 @@ async def test_stores_chunks_then_the_meta_sealed_with_its_record(tmp_path: Path
     assert info["digest"] == "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(sealed).digest()).decode()
     record = record_from_headers(info["headers"])
     assert record is not None and (record.revision, record.etcd_version, record.size) == (77, "3.5.1", len(DB) + 32)
+    # written by this agent: the MAC checks with its public key, and with no other
+    assert record.agent_id == AGENT.agent_id
+    check_author(record, KEY, public_key_from_raw(base64.b64decode(AGENT.public_key_b64)))
+    with pytest.raises(SnapshotNotAuthentic):
+        other = AgentIdentity.ephemeral()
+        check_author(record.model_copy(update={"agent_id": other.agent_id}), KEY,
+                     public_key_from_raw(base64.b64decode(other.public_key_b64)))
     clear = b"".join(open_stream(io.BytesIO(sealed).read, KEY.open))
     assert clear == DB + hashlib.sha256(DB).digest() and record.sha256 == hashlib.sha256(clear).hexdigest()
     assert DB[:64] not in sealed
@@ -92,6 +103,7 @@ async def test_stores_chunks_then_the_meta_sealed_with_its_record(tmp_path: Path
 @pytest.mark.parametrize(("transport", "fail", "why"), [
     (_etcd(hashlib.sha256(b"other").digest()), False, "etcd's own sha256 at the end of the snapshot does not match"),
     (_etcd(b"", status=503), False, "HTTP 503"),
+    (_etcd(hashlib.sha256(DB).digest(), db_size=1 << 60), False, "not enough free space in"),
     (_etcd(hashlib.sha256(DB).digest()), True, f"the snapshot store '{ETCD_SNAPSHOT_BUCKET}' does not exist"),
     (httpx.MockTransport(lambda r: (_ for _ in ()).throw(httpx.ConnectError("refused"))), False,
      "https://127.0.0.1:2379/v3/maintenance/status: ConnectError: refused"),

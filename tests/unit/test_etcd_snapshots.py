@@ -15,14 +15,19 @@ import pytest
 from bke.auth.permissions import agent_permissions
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, AgentCommand, EtcdSnapshot
 from bke.etcdsnap.etcd_stream import EtcdSnapshotError, check_etcd_hash, decode_line
-from bke.etcdsnap.records import SnapshotRecord, object_name, record_from_headers, record_headers, snapshot_id
-from bke.etcdsnap.restore import PARKING_DIR, restore_plan
+from bke.etcdsnap.records import (
+    SnapshotRecord, object_name, record_bytes, record_from_headers, record_headers, snapshot_id,
+)
+from bke.etcdsnap.restore import PARKING_DIR, restore_plan, run_restore
 from bke.etcdsnap.sealed_stream import MAGIC, SealedStreamError, open_stream, seal_stream
 from bke.etcdsnap.step import snapshot_step, snapshot_targets
+from bke.etcdsnap.store import SnapshotNotAuthentic, check_author
 from bke.etcdsnap.upload import meta_subject
 from bke.secrets.at_rest import DecryptError, SecretBox
-from bke.secrets.sealing import NotForThisKey, SealedDataError
-from bke.secrets.snapshot_key import SnapshotKey, SnapshotKeyError, ensure_snapshot_key_sync, recipient_from_b64
+from bke.secrets.sealing import NotForThisKey, SealedDataError, agent_key_id, generate_agent_key
+from bke.secrets.snapshot_key import (
+    SnapshotKey, SnapshotKeyError, ensure_snapshot_key_sync, recipient_from_b64, record_mac,
+)
 
 from .upgrade_helpers import SEED, SPLIT, plan_of
 
@@ -137,6 +142,24 @@ class _Store(dict[str, bytes]):
         return True
 
 
+def test_record_mac_names_its_writer_and_covers_every_field() -> None:
+    agent, other = generate_agent_key(), generate_agent_key()
+    rec = _record(agent_id=agent_key_id(agent.public_key()))
+    rec = rec.model_copy(update={"mac": record_mac(agent, KEY.public, record_bytes(rec))})
+    check_author(rec, KEY, agent.public_key())
+    check_author(rec.model_copy(update={"stored_size": 99}), KEY, agent.public_key())  # filled in by listing
+    forged = _record(agent_id=agent_key_id(agent.public_key()))  # another key's MAC, claiming `agent`
+    forged = forged.model_copy(update={"mac": record_mac(other, KEY.public, record_bytes(forged))})
+    for bad in (rec.model_copy(update={"sha256": "b" * 64}), rec.model_copy(update={"cluster": "other"}), forged,
+                rec.model_copy(update={"mac": ""})):
+        with pytest.raises(SnapshotNotAuthentic, match="not written by the agent BKE provisioned for etcd1"):
+            check_author(bad, KEY, agent.public_key())
+    with pytest.raises(SnapshotNotAuthentic):
+        check_author(rec, KEY, other.public_key())
+    with pytest.raises(SnapshotNotAuthentic):  # the right writer, but checked with another snapshot key
+        check_author(rec, SnapshotKey.generate(), agent.public_key())
+
+
 def test_snapshot_key_is_made_once_and_kept_encrypted() -> None:
     store, box = _Store(), SecretBox(b"k" * 32)
     key = ensure_snapshot_key_sync(store, "bke:etcd-snapshot-key", box)
@@ -182,8 +205,9 @@ def test_restore_plan_stops_every_apiserver_restores_every_member_and_restarts()
     assert rp.stops() == ["kube-apiserver on m1", "kube-apiserver on m2", "kube-apiserver on m3",
                           "etcd-pods member on pods1", "etcd-pods member on pods2", "etcd-pods member on pods3"]
     kinds = [a.kind for a in rp.actions]
-    order = ["stop-apiserver", "stop-member", "put-snapshot", "restore-member", "start-member", "start-apiserver"]
-    assert kinds == sorted(kinds, key=order.index) and [kinds.count(k) for k in order] == [3, 3, 3, 3, 3, 3]
+    order = ["stop-apiserver", "stop-member", "put-snapshot", "restore-member", "start-member", "start-apiserver",
+             "remove-snapshot"]
+    assert kinds == sorted(kinds, key=order.index) and [kinds.count(k) for k in order] == [3] * 7
     ec = plan.etcd_cluster("etcd-pods")
     assert ec is not None
     restore = [a for a in rp.actions if a.kind == "restore-member"]
@@ -201,6 +225,58 @@ def test_restore_plan_stops_every_apiserver_restores_every_member_and_restarts()
     assert start[0].moves == ((f"{PARKING_DIR}/kube-apiserver.yaml", "/etc/kubernetes/manifests/kube-apiserver.yaml"),)
     with pytest.raises(KeyError, match="has no etcd cluster 'etcd-x'"):
         restore_plan(plan, "etcd-x", "s")
+
+
+class _Port:
+    """Records what a restore asks of the nodes; `fail_on` makes one operation fail."""
+
+    def __init__(self, fail_on: str = "") -> None:
+        self.calls: list[tuple[str, ...]] = []
+        self.fail_on = fail_on
+
+    def _call(self, *call: str) -> None:
+        self.calls.append(call)
+        if call[0] == self.fail_on:
+            raise RuntimeError(f"{call[0]} failed")
+
+    def move(self, node: str, src: str, dst: str) -> None:
+        self._call("move", node, src, dst)
+
+    def put_snapshot(self, node: str, path: str) -> None:
+        self._call("put", node, path)
+
+    def remove(self, node: str, path: str) -> None:
+        self._call("remove", node, path)
+
+    def restore_member(self, node: str, argv: object, data_dir: str, aside: str) -> None:
+        self._call("restore", node, data_dir, aside)
+
+    def wait_stopped(self, pods: list[tuple[str, str]]) -> None:
+        self._call("wait-stopped", *(n for n, _ in pods))
+
+    def wait_running(self, pods: list[tuple[str, str]]) -> None:
+        self._call("wait-running", *(n for n, _ in pods))
+
+
+def test_run_restore_waits_for_each_group_and_stops_at_the_first_error() -> None:
+    rp = restore_plan(plan_of(SEED), "etcd-data", "s1")
+    port, seen = _Port(), []
+    run_restore(rp, port, lambda i, a: seen.append(i))
+    assert seen == list(range(1, len(rp.actions) + 1))
+    kinds = [c[0] for c in port.calls]
+    waits = [c for c in port.calls if c[0].startswith("wait")]
+    masters = ("master1", "master2", "master3")
+    # the apiservers and members stop as groups; the members start together (a new cluster is
+    # healthy only with its quorum), then the apiservers
+    assert waits == [("wait-stopped", *masters), ("wait-stopped", *masters), ("wait-running", *masters),
+                     ("wait-running", *masters)]
+    assert kinds.index("put") > kinds.index("wait-stopped") + 3 and kinds[-3:] == ["remove"] * 3
+    assert [c[1] for c in port.calls if c[0] == "restore"] == list(masters)
+
+    failing = _Port(fail_on="restore")
+    with pytest.raises(RuntimeError, match="restore failed"):
+        run_restore(rp, failing, lambda i, a: None)
+    assert [c[0] for c in failing.calls].count("restore") == 1 and "wait-running" not in [c[0] for c in failing.calls]
 
 
 # --- bus permissions --------------------------------------------------------------------------------

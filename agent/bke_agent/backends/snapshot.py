@@ -5,7 +5,10 @@ Why here and not in one backend: only reaching the member differs between a host
 checking, sealing and storing are the same, and are the point of the step.
 
 Order (each step returns early on failure, and the clear file is always removed):
-    1. Maintenance/Status: the member's revision and version (the snapshot holds at least it);
+    1. Maintenance/Status: the member's revision and version (the snapshot holds at least it),
+       and its database size: the scratch directory must hold it with `SPACE_MARGIN` to spare,
+       because it usually shares a disk with etcd's data dir, and an etcd whose disk fills
+       stops taking writes (its NOSPACE alarm) in the middle of an upgrade;
     2. Maintenance/Snapshot over the gRPC gateway into a private file (0600, agent state dir);
     3. etcd's own trailing sha256 checked (bke.etcdsnap.etcd_stream), the file's sha256 taken;
     4. sealed piece by piece to the step's recipient key and published as one object with its
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
 import ssl
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -29,18 +33,20 @@ from nats.js.errors import NoStreamResponseError
 
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, EtcdSnapshot
 from bke.etcdsnap.etcd_stream import EtcdSnapshotError, check_etcd_hash, decode_line
-from bke.etcdsnap.records import SnapshotRecord, record_headers
+from bke.etcdsnap.records import SnapshotRecord, record_bytes, record_headers
 from bke.etcdsnap.sealed_stream import seal_stream
 from bke.etcdsnap.upload import publish_object
 from bke.secrets.sealing import agent_key_id
 from bke.secrets.snapshot_key import SnapshotKeyError, recipient_from_b64
 
 from ..errors import PermanentStepError, StepError
+from ..identity import AgentIdentity
 from .base import StepOutcome
 
 __all__ = ["SnapshotTaker"]
 
 _CONNECT_S = 10.0
+SPACE_MARGIN = 256 << 20  # bytes left free beyond the snapshot itself
 
 
 def _utc_now() -> datetime:
@@ -48,13 +54,14 @@ def _utc_now() -> datetime:
 
 
 class SnapshotTaker:
-    """Takes and stores snapshots for one agent (`cluster`, `node`); `scratch` holds the clear
-    file while it is checked and sealed (a private directory of the agent's state)."""
+    """Takes and stores snapshots for one agent (`cluster`, `node`, `identity`: whose MAC the
+    record carries); `scratch` holds the clear file while it is checked and sealed (a private
+    directory of the agent's state)."""
 
-    def __init__(self, js: JetStreamContext, scratch: Path, cluster: str, node: str, *,
+    def __init__(self, js: JetStreamContext, scratch: Path, cluster: str, node: str, identity: AgentIdentity, *,
                  bucket: str = ETCD_SNAPSHOT_BUCKET, now: Callable[[], datetime] = _utc_now,
                  http_transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.js, self.scratch, self.cluster, self.node = js, scratch, cluster, node
+        self.js, self.scratch, self.cluster, self.node, self.identity = js, scratch, cluster, node, identity
         self.bucket, self.now, self.http_transport = bucket, now, http_transport
 
     async def take(self, step: EtcdSnapshot, url: str, verify: ssl.SSLContext | bool) -> StepOutcome:
@@ -72,6 +79,7 @@ class SnapshotTaker:
             async with httpx.AsyncClient(verify=verify, trust_env=False, timeout=timeout,
                                          transport=self.http_transport) as client:
                 status = await _post_json(client, f"{base}/v3/maintenance/status")
+                _check_space(self.scratch, int(status.get("dbSize", 0)))
                 await _download(client, f"{base}/v3/maintenance/snapshot", path)
             sha256 = await asyncio.to_thread(check_etcd_hash, path)
             size = path.stat().st_size
@@ -80,7 +88,8 @@ class SnapshotTaker:
                 member=step.member, node=self.node, revision=int(status.get("header", {}).get("revision", 0)),
                 etcd_version=str(status.get("version", "")), size=size, sha256=sha256,
                 sealed_to=agent_key_id(recipient), taken_at=taken_at, request_id=step.request_id,
-                object_name=step.object_name)
+                object_name=step.object_name, agent_id=self.identity.agent_id)
+            record = record.model_copy(update={"mac": self.identity.snapshot_record_mac(recipient, record_bytes(record))})
             with open(path, "rb") as f:
                 info = await publish_object(
                     self.js, self.bucket, step.object_name, seal_stream(f.read, recipient),
@@ -98,6 +107,14 @@ class SnapshotTaker:
             f"snapshot {step.snapshot_id} of {step.etcd_cluster} member {step.member}: revision {record.revision}, "
             f"{size} bytes, sha256 {sha256}, etcd's hash checked; stored sealed to key {record.sealed_to} "
             f"as {self.bucket}/{step.object_name} ({info.size} bytes)\n"))
+
+
+def _check_space(scratch: Path, db_size: int) -> None:
+    free = shutil.disk_usage(scratch).free
+    if free < db_size + SPACE_MARGIN:
+        raise StepError(f"not enough free space in {scratch} for a {db_size >> 20} MiB snapshot: {free >> 20} MiB free, "
+                        f"{(db_size + SPACE_MARGIN) >> 20} MiB needed (the snapshot plus {SPACE_MARGIN >> 20} MiB to "
+                        "spare); nothing was taken")
 
 
 async def _post_json(client: httpx.AsyncClient, url: str) -> dict[str, Any]:

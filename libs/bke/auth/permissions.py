@@ -219,8 +219,9 @@ def agent_permissions(cluster: str, node: str) -> Permissions:
     etcd snapshots (the `EtcdSnapshot` step, bke.etcdsnap.upload): publish chunk and meta
     messages into the snapshot object store, nothing else of it: no JetStream API call on its
     stream (no reading, listing, purging or deleting). Object names are base64 in the meta
-    subject, so the store cannot be narrowed to the node's own names by subject; what a record
-    claims is checked when BKE lists and opens it (bke.etcdsnap.store)."""
+    subject, so the store cannot be narrowed to the node's own names by subject: an agent could
+    add an object under any name. BKE opens a snapshot only if its record carries the MAC of the
+    agent it provisioned for the record's node (bke.etcdsnap.store.check_author)."""
     consumer = agent_consumer(cluster, node)
     command = agent_subject(cluster, node, "command")
     prefix = inbox_prefix(identity_name("agent", cluster, node))

@@ -7,7 +7,7 @@ deployment's snapshot key, stored in a JetStream object store, listed, opened an
 * `upload`         an object added with publishes only (what an agent may do)
 * `step`           the agent step for a member, from the plan
 * `store`          bucket, listing, fetch-and-open (BKE's side)
-* `restore`        `bke etcd restore` as a pure plan of actions
+* `restore`        `bke etcd restore` as a pure plan of actions, and `run_restore` over a port
 * `local`          a restore into a fresh data dir with etcdutl
 
 Import the submodules; this package re-exports nothing so that the agent loads only what it uses.

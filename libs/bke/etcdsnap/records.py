@@ -3,8 +3,10 @@
 One object per snapshot in the `ETCD_SNAPSHOT_BUCKET` JetStream object store, named
 `<cluster>/<etcd cluster>/<snapshot id>`; its bytes are the sealed stream (`sealed_stream`), its
 metadata a `SnapshotRecord` carried as one object header (`Bke-Snapshot-V1`, JSON) so that the
-listing needs no chunk. The record is written by the agent that took the snapshot (it is the
-agent's word: `sha256` is checked again when BKE opens the snapshot).
+listing needs no chunk. The record is written by the agent that took the snapshot, with a MAC
+only that agent and the holder of the snapshot key can make (bke.secrets.snapshot_key): BKE
+opens a snapshot only if its record's MAC checks against the agent key it provisioned for the
+node, and its bytes against the record's sha256.
 
 The snapshot id is chosen by whoever asks for the snapshot (`snapshot_id`): UTC time first so
 that ids sort by age, then the member, so that a person can type it (`bke etcd restore
@@ -21,7 +23,8 @@ from pydantic import Field
 
 from ..contracts.base import Message
 
-__all__ = ["RECORD_HEADER", "SnapshotRecord", "object_name", "record_from_headers", "record_headers", "snapshot_id"]
+__all__ = ["RECORD_HEADER", "SnapshotRecord", "object_name", "record_bytes", "record_from_headers", "record_headers",
+           "snapshot_id"]
 
 RECORD_HEADER = "Bke-Snapshot-V1"
 _ID_PART = re.compile(r"[^a-z0-9.-]+")
@@ -31,7 +34,8 @@ class SnapshotRecord(Message):
     """One stored snapshot. `revision` is the member's revision just before the snapshot
     (the snapshot holds at least it); `size` and `sha256` are of the clear snapshot file as
     etcd sent it (etcd's own trailing sha256 included, what `etcdutl snapshot restore` checks);
-    `stored_size` is of the sealed object; `sealed_to` names the snapshot key (its key id)."""
+    `stored_size` is of the sealed object; `sealed_to` names the snapshot key (its key id);
+    `agent_id` the key of the agent that wrote it, `mac` that agent's MAC over `record_bytes`."""
 
     version: int = 1
     snapshot_id: str
@@ -48,6 +52,15 @@ class SnapshotRecord(Message):
     taken_at: str
     request_id: str = ""
     object_name: str
+    agent_id: str = ""
+    mac: str = ""
+
+
+def record_bytes(record: SnapshotRecord) -> bytes:
+    """What the MAC covers: the record's canonical JSON without the MAC and without `stored_size`
+    (filled in from the object's meta when listed)."""
+    doc = record.model_dump(mode="json", by_alias=True, exclude={"mac", "stored_size"})
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
 def snapshot_id(now: datetime, member: str) -> str:

@@ -13,6 +13,7 @@ Errors::
 
     PermanentError
      ├─ SnapshotNotFound       no such snapshot of this cluster
+     ├─ SnapshotNotAuthentic   its record is not from the agent BKE provisioned for its node
      ├─ SnapshotCorrupt        opened bytes do not match the record's sha256
      ├─ EtcdSnapshotError      etcd's own hash does not match (etcd_stream)
      └─ SealedStreamError / SealedDataError   altered or foreign sealed bytes
@@ -23,6 +24,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 from nats.js import JetStreamContext
 from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import NotFoundError, ObjectNotFoundError
@@ -30,13 +32,14 @@ from nats.js.object_store import ObjectStore
 
 from ..contracts.agent import ETCD_SNAPSHOT_BUCKET
 from ..errors import PermanentError
+from ..secrets.sealing import agent_key_id
 from ..secrets.snapshot_key import SnapshotKey
 from .etcd_stream import check_etcd_hash
-from .records import SnapshotRecord, record_from_headers
+from .records import SnapshotRecord, record_bytes, record_from_headers
 from .sealed_stream import open_stream
 
-__all__ = ["SnapshotCorrupt", "SnapshotNotFound", "ensure_snapshot_bucket", "fetch_snapshot", "find_snapshot",
-           "list_snapshots"]
+__all__ = ["SnapshotCorrupt", "SnapshotNotAuthentic", "SnapshotNotFound", "ensure_snapshot_bucket", "fetch_snapshot",
+           "find_snapshot", "list_snapshots"]
 
 
 class SnapshotNotFound(PermanentError):
@@ -44,6 +47,10 @@ class SnapshotNotFound(PermanentError):
 
 
 class SnapshotCorrupt(PermanentError):
+    pass
+
+
+class SnapshotNotAuthentic(PermanentError):
     pass
 
 
@@ -102,9 +109,20 @@ def _private(path: Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
 
 
-async def fetch_snapshot(js: JetStreamContext, record: SnapshotRecord, key: SnapshotKey, dest: Path,
-                         bucket: str = ETCD_SNAPSHOT_BUCKET) -> Path:
-    """Write the clear snapshot of `record` to `dest` (0600), checked; return `dest`."""
+def check_author(record: SnapshotRecord, key: SnapshotKey, author: X25519PublicKey) -> None:
+    """The record was written by `author`, the agent key BKE provisioned for `record.node`."""
+    if record.agent_id != agent_key_id(author) or not key.record_mac_ok(author, record_bytes(record), record.mac):
+        raise SnapshotNotAuthentic(
+            f"snapshot {record.snapshot_id}: its record was not written by the agent BKE provisioned for "
+            f"{record.node} (agent {record.agent_id or 'unknown'}); it is not opened")
+
+
+async def fetch_snapshot(js: JetStreamContext, record: SnapshotRecord, key: SnapshotKey, dest: Path, *,
+                         author: X25519PublicKey, bucket: str = ETCD_SNAPSHOT_BUCKET) -> Path:
+    """Write the clear snapshot of `record` to `dest` (0600), checked; return `dest`. `author` is
+    the agent key BKE provisioned for the record's node: nothing is read unless the record's MAC
+    is that agent's."""
+    check_author(record, key, author)
     store = await _store(js, bucket)
     if store is None:
         raise SnapshotNotFound(f"no snapshot bucket {bucket!r}")

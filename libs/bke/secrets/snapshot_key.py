@@ -8,6 +8,13 @@ half is kept like the command-signing key (bke.secrets.signing): made once per d
 operator key (bke.secrets.at_rest) under `bke.state.keys.etcd_snapshot_key()`, so that a state
 backup carries it and a reader of Redis or of the object store alone can open nothing.
 
+Who wrote a snapshot: sealing needs only the public key, so a snapshot's record carries a MAC
+made by the agent that took it (`record_mac`): HMAC-SHA256 with a key both sides derive by X25519
+from the agent's private key and this key's public half (HKDF-SHA256, info "bke etcd snapshot
+record v1", salt both public keys), the static-static Diffie-Hellman a NaCl `box` uses for the
+same purpose. BKE recomputes it from its private half and the agent key *it provisioned* for the
+node (`SnapshotKey.record_mac_ok`), so a record is believed only from that node's agent.
+
 No Redis import: the store is any object with `get` / `set(..., nx=True)` (as in signing).
 
 Errors (permanent)::
@@ -21,9 +28,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 from typing import Any, Awaitable, Protocol
 
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
 from ..errors import PermanentError
@@ -36,10 +46,23 @@ __all__ = [
     "ensure_snapshot_key",
     "ensure_snapshot_key_sync",
     "read_snapshot_key",
+    "record_mac",
     "recipient_from_b64",
 ]
 
 _AAD = b"bke/etcd-snapshot-key"  # binds the stored blob to this record (bke.secrets.at_rest)
+_RECORD_INFO = b"bke etcd snapshot record v1"
+
+
+def _mac_key(shared: bytes, agent: X25519PublicKey, snapshot: X25519PublicKey) -> bytes:
+    salt = public_key_to_raw(agent) + public_key_to_raw(snapshot)
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=_RECORD_INFO).derive(shared)
+
+
+def record_mac(agent_key: X25519PrivateKey, snapshot_public: X25519PublicKey, data: bytes) -> str:
+    """The agent's MAC over a record's bytes, for the holder of the snapshot key to check."""
+    key = _mac_key(agent_key.exchange(snapshot_public), agent_key.public_key(), snapshot_public)
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
 
 
 class SnapshotKeyError(PermanentError):
@@ -79,6 +102,11 @@ class SnapshotKey:
 
     def open(self, blob: bytes) -> bytes:
         return open_sealed(self._key, blob)
+
+    def record_mac_ok(self, agent_public: X25519PublicKey, data: bytes, mac: str) -> bool:
+        """True if `mac` over `data` was made with the private key of `agent_public`."""
+        key = _mac_key(self._key.exchange(agent_public), agent_public, self.public)
+        return hmac.compare_digest(hmac.new(key, data, hashlib.sha256).hexdigest(), mac)
 
     def seal_for_store(self, box: SecretBox) -> bytes:
         raw = self._key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
