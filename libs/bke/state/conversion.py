@@ -21,7 +21,7 @@ from typing import Union
 from ..errors import PermanentError
 from .schema import RECORDS, RecordKind, parse_version
 
-__all__ = ["CONVERTERS", "ConversionError", "Converter", "Record", "Registry", "Value", "Write", "convert",
+__all__ = ["CONVERTERS", "ConversionError", "Converter", "Record", "Registry", "Value", "Write", "chain", "convert",
            "header_version", "register", "writes"]
 
 Value = Union[str, dict[str, str], frozenset[str]]  # a string, a hash or a set
@@ -103,20 +103,26 @@ def _stamp(kind: RecordKind, record: Record, version: int) -> Record:
     return out
 
 
-def convert(kind: RecordKind, record: Record, version: int, registry: Registry) -> tuple[Record, tuple[Converter, ...]]:
-    """`record` (of `version`) in the current form, and the converters applied."""
-    chain = []
+def chain(kind: RecordKind, version: int, registry: Registry) -> tuple[Converter, ...]:
+    """The converters from `version` to the current one, in order (ConversionError if one is missing)."""
+    steps = []
     for v in range(version, kind.current):
         step = registry.get((kind.name, v))
         if step is None:
             raise ConversionError(f"{kind.name}: no conversion from version {v} to {v + 1} in this BKE")
-        chain.append(step)
+        steps.append(step)
+    return tuple(steps)
+
+
+def convert(kind: RecordKind, record: Record, version: int, registry: Registry) -> tuple[Record, tuple[Converter, ...]]:
+    """`record` (of `version`) in the current form, and the converters applied."""
+    steps = chain(kind, version, registry)
     out = dict(record)
-    for step in chain:
+    for step in steps:
         out = step.fn(out)
-    if chain:
+    if steps:
         out = _stamp(kind, out, kind.current)
-    return out, tuple(chain)
+    return out, steps
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from ..errors import TemporaryError
-from .conversion import CONVERTERS, Record, Registry, Write, convert, header_version, writes
+from .conversion import CONVERTERS, Record, Registry, Write, chain, convert, header_version, writes
 from .keys import PREFIX, cluster_key, clusters_index, installs_index, rotations_index
 from .schema import RECORDS, RecordKind, StoredVersionTooNew
 
@@ -79,7 +79,7 @@ async def _members(redis: Redis, cluster: str, patterns: Sequence[str]) -> list[
     names: set[str] = set()
     for p in patterns:
         if "*" in p:
-            names.update(_s(k)[len(base):] async for k in redis.scan_iter(match=base + p, count=SCAN_COUNT))
+            names.update([_s(k)[len(base):] async for k in redis.scan_iter(match=base + p, count=SCAN_COUNT)])
         elif await redis.exists(base + p):
             names.add(p)
     return sorted(names)
@@ -139,15 +139,15 @@ async def _ensure_kind(redis: Redis, cluster: str, kind: RecordKind, registry: R
                                           f"knows ({kind.current}): it was converted by a newer BKE")
             if version == kind.current:
                 return KindResult(kind.name, version, has_header)
-            _, chain = convert(kind, {}, version, registry)  # raises ConversionError before any read
-            names = await _members(redis, cluster, sorted({p for c in chain for p in c.reads}))
+            needed = sorted({p for c in chain(kind, version, registry) for p in c.reads})  # ConversionError first
+            names = await _members(redis, cluster, needed)
             names = [n for n in names if n != kind.slot.key]
             if names:
                 await pipe.watch(header_key, *(cluster_key(cluster, n) for n in names))
             old = {**head, **await _read(redis, cluster, names)}
-            new, chain = convert(kind, old, version, registry)
+            new, steps = convert(kind, old, version, registry)
             todo = writes(old, new)
-            result = KindResult(kind.name, version, has_header, tuple(c.summary for c in chain), len(todo))
+            result = KindResult(kind.name, version, has_header, tuple(c.summary for c in steps), len(todo))
             if dry_run or not todo:
                 return result
             pipe.multi()
