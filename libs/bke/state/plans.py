@@ -107,7 +107,9 @@ class RedisPlanStore:
 
     async def load(self, cluster: str) -> Plan:
         async with self.redis.pipeline(transaction=True) as pipe:  # the plan and its version, consistent
-            raw, version = await pipe.get(plan_key(cluster)).hget(plan_meta_key(cluster), SCHEMA_FIELD).execute()
+            pipe.get(plan_key(cluster))
+            pipe.hget(plan_meta_key(cluster), SCHEMA_FIELD)
+            raw, version = await pipe.execute()
         if raw is None:
             # The event can arrive before a replica's write is visible: retry, do not fail.
             raise TemporaryError(f"plan of cluster {cluster!r} not stored yet", delay=1.0)
