@@ -16,17 +16,19 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from bke.contracts.status import GetStatus
 from bke.pki.store_redis import RedisPkiStore
 from bke.state.conversion import CONVERTERS, Converter, register
 from bke.state.keys import install_key, plan_meta_key
 from bke.state.migrate import ensure_current, known_clusters
 from bke.state.nodefiles import RedisNodeFiles
 from bke.state.plans import PlanCache, RedisPlanStore
-from bke.state.schema import RECORDS, StoredVersionTooNew, record_kind
+from bke.state.schema import RECORDS, RecordKind, StoredVersionTooNew, record_kind
 from bke_certs.operations import OpsStore
 from bke_cli.main import main as bke
 from bke_dispatcher.rotations import RotationStore
 from bke_dispatcher.state import DispatcherState
+from bke_dispatcher.status import StatusReader
 from bke_renderer.store_redis import RedisRenderStore
 
 pytestmark = pytest.mark.integration
@@ -103,24 +105,39 @@ async def test_the_previous_form_converts_then_reads_and_a_second_run_changes_no
     assert await dump(redis_client) == after
 
 
-async def test_a_newer_record_is_refused_by_the_conversion_and_by_the_readers(redis_client: aioredis.Redis) -> None:
+READERS = {
+    "plan": [lambda r: RedisPlanStore(r).load(C), lambda r: PlanCache(r).load(C)],
+    "pki": [lambda r: RedisPkiStore(r).load(C, None)],
+    "certs": [lambda r: OpsStore(r).view(C)],
+    "render": [lambda r: RedisRenderStore(r).load(C), lambda r: RedisRenderStore(r).load_node(C, "master1")],
+    "install": [lambda r: DispatcherState(r).install(C), lambda r: StatusReader(r, PlanCache(r)).read(GetStatus(cluster=C))],
+    "rotation": [lambda r: RotationStore(r).load(C)],
+}
+
+
+async def bump(r: aioredis.Redis, kind: RecordKind) -> int:
+    """Write a version one past what this code knows into the record's header."""
+    newer, key = kind.current + 1, f"bke:{C}:{kind.slot.key}"
+    if kind.slot.form == "hash":
+        await r.hset(key, kind.slot.field, str(newer))
+    else:
+        await r.set(key, json.dumps({**json.loads(await r.get(key)), kind.slot.field: newer}))
+    return newer
+
+
+@pytest.mark.parametrize("kind", RECORDS, ids=lambda k: k.name)
+async def test_a_newer_record_is_refused_by_the_conversion_and_by_its_readers(redis_client: aioredis.Redis,
+                                                                              kind: RecordKind) -> None:
+    assert READERS.keys() == {k.name for k in RECORDS}
     await load_fixture(redis_client)
-    await redis_client.hset(plan_meta_key(C), "schemaVersion", "2")
-    await redis_client.hset(install_key(C), "schemaVersion", "9")
+    newer = await bump(redis_client, kind)
     before = await dump(redis_client)
-    with pytest.raises(StoredVersionTooNew, match="newer than this BKE"):
-        await ensure_current(redis_client, C)
+    with pytest.raises(StoredVersionTooNew, match=f"version {newer}, newer than this BKE"):
+        await ensure_current(redis_client, C, kinds=[kind])
     assert await dump(redis_client) == before  # never converted down, nothing written
-    with pytest.raises(StoredVersionTooNew, match="the plan of seed is stored in plan form version 2"):
-        await RedisPlanStore(r := redis_client).load(C)
-    with pytest.raises(StoredVersionTooNew):
-        await PlanCache(r).load(C)
-    with pytest.raises(StoredVersionTooNew, match="install form version 9"):
-        await DispatcherState(r).install(C)
-    await redis_client.set(f"bke:{C}:rotation", json.dumps({**json.loads(await r.get(f"bke:{C}:rotation")),
-                                                            "schemaVersion": 2}))
-    with pytest.raises(StoredVersionTooNew):
-        await RotationStore(r).load(C)
+    for read in READERS[kind.name]:
+        with pytest.raises(StoredVersionTooNew, match=f"{kind.name} form version {newer}, newer than this BKE reads"):
+            await read(redis_client)
 
 
 async def test_members_without_their_header_are_converted_and_no_header_is_invented(
