@@ -27,10 +27,11 @@ from bke.secrets.at_rest import SECRET_KEY_ENV, SecretBox, box_from_env, load_se
 from bke.state.backup import backup_state, decode_backup, encode_backup, restore_state
 from bke.state.client import StoreAccess, redact_url, redis_client
 from bke.state.migrate import MigrationReport, ensure_current, known_clusters
+from bke.state.schema import RECORDS, UNVERSIONED
 
 from .output import EXIT_FAILURE, EXIT_INVALID, die
 
-__all__ = ["migrate_lines", "register", "resolve_access", "resolve_store"]
+__all__ = ["migrate_lines", "records_lines", "register", "resolve_access", "resolve_store"]
 
 state_app = typer.Typer(no_args_is_help=True, help="Back up, restore and convert BKE's state (Redis).")
 
@@ -122,6 +123,28 @@ def restore(file: Path = typer.Argument(..., help="a file written by `bke state 
     summary = _run(run(), access)
     typer.echo(f"restored {summary.keys} keys (epoch {summary.epoch}, backup of {summary.created_at}) "  # type: ignore[attr-defined]
                f"into {redact_url(access.url)}")
+
+
+@state_app.command("records")
+def records() -> None:
+    """What BKE stores per cluster: each record, its keys, where its version is, the version this
+    BKE writes, and who writes and reads it (the table of bke.state.schema)."""
+    for line in records_lines():
+        typer.echo(line)
+
+
+def records_lines() -> list[str]:
+    out = []
+    for k in RECORDS:
+        slot = f"{k.slot.key} {'field' if k.slot.form == 'hash' else 'JSON key'} {k.slot.field}"
+        out += [f"{k.name} (version {k.current}; stored before versions: {k.first}; readers read {k.readable_from}..{k.current})",
+                f"  {k.summary}",
+                "  keys:    " + " ".join(f"bke:<c>:{m}" for m in k.members),
+                f"  version: {slot}",
+                f"  writer:  {k.writer}",
+                f"  reader:  {k.reader}"]
+    out.append("outside any cluster's records (no version): " + ", ".join(p for p, _ in UNVERSIONED))
+    return out
 
 
 @state_app.command("migrate")

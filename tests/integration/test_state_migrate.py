@@ -20,7 +20,7 @@ from bke.contracts.status import GetStatus
 from bke.pki.store_redis import RedisPkiStore
 from bke.state.conversion import CONVERTERS, Converter, register
 from bke.state.keys import install_key, plan_meta_key
-from bke.state.migrate import ensure_current, known_clusters
+from bke.state.migrate import MigrationBusy, ensure_current, known_clusters
 from bke.state.nodefiles import RedisNodeFiles
 from bke.state.plans import PlanCache, RedisPlanStore
 from bke.state.schema import RECORDS, RecordKind, StoredVersionTooNew, record_kind
@@ -218,3 +218,43 @@ async def test_bke_state_migrate_reports_and_refuses(redis_url: str, redis_clien
     await redis_client.hset(install_key(C), "schemaVersion", "3")
     assert await asyncio.to_thread(bke, ["state", "migrate", "--redis", redis_url]) == 2
     assert "install record is version 3, newer than this BKE knows (1)" in capsys.readouterr().err
+
+
+async def test_a_rewritten_member_keeps_its_expiry_and_a_busy_record_gives_up(redis_url: str,
+                                                                             redis_client: aioredis.Redis) -> None:
+    await load_fixture(redis_client)
+    await ensure_current(redis_client, C)
+    renewal = (await redis_client.keys(f"bke:{C}:certs:renewal:*"))[0]
+    await redis_client.expire(renewal, 3600)
+
+    def tag(rec: dict) -> dict:  # a made-up version 2: renewal answers gain a field
+        return {k: (json.dumps({**json.loads(v), "v2": True}) if k.startswith("certs:renewal:") else v)
+                for k, v in rec.items()}
+
+    kind = dataclasses.replace(record_kind("certs"), current=2)
+    reg = {**CONVERTERS, **register(Converter("certs", 1, "tag", tag, ("certs:renewal:*",)))}
+    assert (await ensure_current(redis_client, C, kinds=[kind], registry=reg)).converted
+    assert json.loads(await redis_client.get(renewal))["v2"] is True
+    assert 3500 < await redis_client.ttl(renewal) <= 3600  # SET KEEPTTL: the answer still expires
+
+    sync = redis.Redis.from_url(redis_url)
+
+    def always_racing(rec: dict) -> dict:
+        sync.hset(f"bke:{C}:install", "message", str(len(rec)))  # a writer that never stops
+        return rec
+
+    kind = dataclasses.replace(record_kind("install"), current=2)
+    reg = {**CONVERTERS, **register(Converter("install", 1, "racing", always_racing))}
+    try:
+        with pytest.raises(MigrationBusy, match="kept changing"):
+            await ensure_current(redis_client, C, kinds=[kind], registry=reg)
+    finally:
+        sync.close()
+    assert await redis_client.hget(install_key(C), "schemaVersion") == "1"
+
+
+async def test_bke_state_records_prints_the_table(capsys) -> None:
+    assert await asyncio.to_thread(bke, ["state", "records"]) == 0
+    out = capsys.readouterr().out
+    for k in RECORDS:
+        assert f"{k.name} (version {k.current};" in out and f"version: {k.slot.key} " in out

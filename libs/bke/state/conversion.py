@@ -55,6 +55,8 @@ def register(*converters: Converter) -> dict[tuple[str, int], Converter]:
     return {(c.kind, c.from_version): c for c in converters}
 
 
+# A plan converter keeps plan-meta's `digest`: events and records name the plan by it.
+#
 # Version 0 -> 1 of each kind that had no version: the form is unchanged; only the header
 # gains its version (written by `convert`). Forms written before this table: commit 71dcd21
 # (tests/fixtures/state/v0/seed.json).
