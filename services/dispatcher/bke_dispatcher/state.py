@@ -23,7 +23,6 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
 from bke.state.keys import (
     accepted_agents_key,
     command_key,
@@ -36,6 +35,7 @@ from bke.state.keys import (
     refusals_key,
     sealed_key,
 )
+from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 __all__ = ["DispatcherState"]
 
