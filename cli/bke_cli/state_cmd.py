@@ -1,4 +1,5 @@
-"""`bke state backup FILE` / `bke state restore FILE`: save and restore everything BKE needs to go on.
+"""`bke state backup FILE` / `bke state restore FILE`: save and restore everything BKE needs to go on;
+`bke state migrate [NAME]...`: convert stored records to this BKE's form (bke.state.migrate).
 
 This is the one command that reads and writes Redis itself, because it *is* the state tool.
 Every other command asks the services over the bus. It needs the state's admin identity, which
@@ -25,12 +26,14 @@ from bke.runtime import EmbeddedRuntime
 from bke.secrets.at_rest import SECRET_KEY_ENV, SecretBox, box_from_env, load_secret_box
 from bke.state.backup import backup_state, decode_backup, encode_backup, restore_state
 from bke.state.client import StoreAccess, redact_url, redis_client
+from bke.state.migrate import MigrationReport, ensure_current, known_clusters
+from bke.state.schema import RECORDS, UNVERSIONED
 
 from .output import EXIT_FAILURE, EXIT_INVALID, die
 
-__all__ = ["register", "resolve_store"]
+__all__ = ["migrate_lines", "records_lines", "register", "resolve_access", "resolve_store"]
 
-state_app = typer.Typer(no_args_is_help=True, help="Back up and restore BKE's state (Redis).")
+state_app = typer.Typer(no_args_is_help=True, help="Back up, restore and convert BKE's state (Redis).")
 
 WORKDIR = typer.Option(None, "--workdir", help="a lab's work directory")
 REDIS = typer.Option(None, "--redis", help="Redis URL with the admin user (else BKE_REDIS_URL)")
@@ -52,6 +55,20 @@ def resolve_store(workdir: Path | None, redis_url: str | None) -> tuple[StoreAcc
         return StoreAccess(url, Path(ca) if ca else None), box_from_env()
     except PermanentError as exc:
         die(str(exc), EXIT_INVALID)
+
+
+def resolve_access(workdir: Path | None, redis_url: str | None) -> StoreAccess:
+    """The admin's Redis access alone (a conversion reads no secret, so needs no operator key)."""
+    if workdir is not None:
+        info = EmbeddedRuntime.read_info(workdir.resolve() / "runtime")
+        if info is None:
+            die(f"{workdir}: no running lab here (no runtime/runtime.json)", EXIT_INVALID)
+        return StoreAccess(info.redis_url)
+    url = redis_url or os.environ.get("BKE_REDIS_URL")
+    if not url:
+        die("say where the state is: --workdir DIR (a lab), or --redis URL (or BKE_REDIS_URL)", EXIT_INVALID)
+    ca = os.environ.get("BKE_REDIS_TLS_CA")
+    return StoreAccess(url, Path(ca) if ca else None)
 
 
 def _now() -> str:
@@ -106,6 +123,71 @@ def restore(file: Path = typer.Argument(..., help="a file written by `bke state 
     summary = _run(run(), access)
     typer.echo(f"restored {summary.keys} keys (epoch {summary.epoch}, backup of {summary.created_at}) "  # type: ignore[attr-defined]
                f"into {redact_url(access.url)}")
+
+
+@state_app.command("records")
+def records() -> None:
+    """What BKE stores per cluster: each record, its keys, where its version is, the version this
+    BKE writes, and who writes and reads it (the table of bke.state.schema)."""
+    for line in records_lines():
+        typer.echo(line)
+
+
+def records_lines() -> list[str]:
+    out = []
+    for k in RECORDS:
+        slot = f"{k.slot.key} {'field' if k.slot.form == 'hash' else 'JSON key'} {k.slot.field}"
+        out += [f"{k.name} (version {k.current}; stored before versions: {k.first}; readers read {k.readable_from}..{k.current})",
+                f"  {k.summary}",
+                "  keys:    " + " ".join(f"bke:<c>:{m}" for m in k.members),
+                f"  version: {slot}",
+                f"  writer:  {k.writer}",
+                f"  reader:  {k.reader}"]
+    out.append("outside any cluster's records (no version): " + ", ".join(p for p, _ in UNVERSIONED))
+    return out
+
+
+@state_app.command("migrate")
+def migrate(names: list[str] = typer.Argument(None, metavar="[NAME]...", help="clusters (default: every cluster stored)"),
+            workdir: Path | None = WORKDIR, redis_url: str | None = REDIS,
+            dry_run: bool = typer.Option(False, "--dry-run", help="say what would be converted, write nothing")) -> None:
+    """Convert every stored record of the clusters to the form this BKE writes (bke.state.migrate).
+
+    Safe to re-run: a current record is left alone. A record of a newer BKE is refused (exit 2)."""
+    access = resolve_access(workdir, redis_url)
+
+    async def run() -> list[MigrationReport]:
+        client = redis_client(access)
+        try:
+            clusters = names or await known_clusters(client)
+            return [await ensure_current(client, c, dry_run=dry_run) for c in clusters]
+        finally:
+            await client.aclose()
+
+    reports = _run(run(), access)
+    for line in migrate_lines(reports):
+        typer.echo(line)
+
+
+def migrate_lines(reports: list[MigrationReport]) -> list[str]:
+    """One line per record kind stored: its version and what was (or would be) converted."""
+    if not reports:
+        return ["no cluster stored: nothing to convert"]
+    out = []
+    for rep in reports:
+        verb = "would convert" if rep.dry_run else "converted"
+        for r in rep.results:
+            if r.found is None:
+                continue
+            where = "" if r.header else " (no header yet: members only)"
+            if r.converted:
+                out.append(f"{rep.cluster} {r.kind}: {verb} v{r.found} -> v{r.found + len(r.steps)}{where}, "
+                           f"{r.writes} write(s): " + "; ".join(r.steps))
+            else:
+                out.append(f"{rep.cluster} {r.kind}: v{r.found}, current{where}")
+        total = len(rep.converted)
+        out.append(f"{rep.cluster}: {total} record(s) {verb}" if total else f"{rep.cluster}: every record current")
+    return out
 
 
 def _run(coro, access: StoreAccess):  # type: ignore[no-untyped-def]

@@ -13,12 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..plan import Plan
+from ..state.schema import check_readable
 from .errors import StoreError
 from .instances import FileRef, Instance, nodes_by_instance
 
 __all__ = ["Entry", "Manifest", "build_manifest"]
 
-_VERSION = 1
+_VERSION = 1  # the PKI record's version (bke.state.schema "pki": versioned since its first form)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,9 @@ class Manifest:
     def from_json(cls, raw: bytes | str) -> Manifest:
         try:
             doc = json.loads(raw)
+            if isinstance(doc.get("version"), int) and doc["version"] > _VERSION:
+                # the readers' rule of bke.state.schema: a newer form is refused, never misread
+                check_readable("pki", doc["version"], f"the PKI manifest of {doc.get('cluster')}")
             if doc.get("version") != _VERSION:
                 raise StoreError(f"PKI manifest version {doc.get('version')!r} is not supported")
             return cls(

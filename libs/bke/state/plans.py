@@ -8,8 +8,12 @@ from redis.asyncio import Redis
 from ..errors import TemporaryError
 from ..plan import Plan
 from .keys import clusters_index, plan_key, plan_meta_key, plan_replaceable_key, request_key
+from .schema import SCHEMA_FIELD, check_readable, record_kind
 
 __all__ = ["PlanCache", "PlanRecord", "RedisPlanStore", "plan_digest"]
+
+
+PLAN_VERSION = record_kind("plan").current  # written in plan-meta (bke.state.schema)
 
 
 def plan_digest(plan_json: str) -> str:
@@ -20,7 +24,7 @@ def plan_digest(plan_json: str) -> str:
 _SAVE_ONCE = """
 if redis.call('HEXISTS', KEYS[2], 'digest') == 1 then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
-redis.call('HSET', KEYS[2], 'digest', ARGV[2], 'requestId', ARGV[3], 'createdAt', ARGV[4])
+redis.call('HSET', KEYS[2], 'digest', ARGV[2], 'requestId', ARGV[3], 'createdAt', ARGV[4], 'schemaVersion', ARGV[6])
 redis.call('SET', KEYS[3], ARGV[5])
 redis.call('SADD', KEYS[4], ARGV[5])
 return 1
@@ -32,7 +36,8 @@ _REPLACE = """
 if redis.call('HGET', KEYS[2], 'digest') ~= ARGV[6] then return 0 end
 if redis.call('GET', KEYS[4]) ~= ARGV[6] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
-redis.call('HSET', KEYS[2], 'digest', ARGV[2], 'requestId', ARGV[3], 'createdAt', ARGV[4], 'replaced', ARGV[6])
+redis.call('HSET', KEYS[2], 'digest', ARGV[2], 'requestId', ARGV[3], 'createdAt', ARGV[4], 'replaced', ARGV[6],
+           'schemaVersion', ARGV[7])
 redis.call('SET', KEYS[3], ARGV[5])
 redis.call('DEL', KEYS[4])
 return 1
@@ -79,7 +84,8 @@ class RedisPlanStore:
     async def save(self, plan: Plan, plan_json: str, digest: str, request_id: str, now_iso: str) -> bool:
         """Store once, atomically: True if stored now, False if the cluster already had a plan."""
         keys = [plan_key(plan.cluster), plan_meta_key(plan.cluster), request_key(request_id), clusters_index()]
-        res = await self.redis.eval(_SAVE_ONCE, len(keys), *keys, plan_json, digest, request_id, now_iso, plan.cluster)
+        res = await self.redis.eval(_SAVE_ONCE, len(keys), *keys, plan_json, digest, request_id, now_iso, plan.cluster,
+                                    PLAN_VERSION)
         return bool(res)
 
     async def replace(self, plan: Plan, plan_json: str, digest: str, old_digest: str, request_id: str, now_iso: str) -> bool:
@@ -87,7 +93,8 @@ class RedisPlanStore:
         replaceable for that digest: True if replaced now (the mark is then cleared)."""
         c = plan.cluster
         keys = [plan_key(c), plan_meta_key(c), request_key(request_id), plan_replaceable_key(c)]
-        res = await self.redis.eval(_REPLACE, len(keys), *keys, plan_json, digest, request_id, now_iso, c, old_digest)
+        res = await self.redis.eval(_REPLACE, len(keys), *keys, plan_json, digest, request_id, now_iso, c, old_digest,
+                                    PLAN_VERSION)
         return bool(res)
 
     async def upgrade(self, plan: Plan, plan_json: str, digest: str, old_digest: str, request_id: str, now_iso: str) -> bool:
@@ -114,10 +121,14 @@ class RedisPlanStore:
         await self.redis.set(request_key(request_id), cluster)
 
     async def load(self, cluster: str) -> Plan:
-        raw = await self.redis.get(plan_key(cluster))
+        async with self.redis.pipeline(transaction=True) as pipe:  # the plan and its version, consistent
+            pipe.get(plan_key(cluster))
+            pipe.hget(plan_meta_key(cluster), SCHEMA_FIELD)
+            raw, version = await pipe.execute()
         if raw is None:
             # The event can arrive before a replica's write is visible: retry, do not fail.
             raise TemporaryError(f"plan of cluster {cluster!r} not stored yet", delay=1.0)
+        check_readable("plan", version, f"the plan of {cluster}")
         return Plan.model_validate_json(raw)
 
 
@@ -130,7 +141,9 @@ class PlanCache:
         self._plans: dict[str, tuple[object, Plan]] = {}
 
     async def load(self, cluster: str) -> Plan:
-        digest = await self.redis.hget(plan_meta_key(cluster), "digest")
+        digest, version = await self.redis.hmget(plan_meta_key(cluster), ["digest", SCHEMA_FIELD])
+        if digest is not None:  # a converted record keeps its digest: check the version every time
+            check_readable("plan", version, f"the plan of {cluster}")
         cached = self._plans.get(cluster)
         if cached is not None and digest is not None and cached[0] == digest:
             return cached[1]

@@ -1,7 +1,7 @@
 """The certs service's view of each cluster's operations, in its own Redis hash, kept from
 the dispatcher's events (never read from the dispatcher's storage).
 
-    bke:<c>:certs:ops          hash  install, rotation, rotationId, pending
+    bke:<c>:certs:ops          hash  install, rotation, rotationId, pending, schemaVersion (bke.state.schema)
     bke:<c>:certs:renewal:<id> string the CertsRenewed a request produced (answers a redelivery)
 """
 from __future__ import annotations
@@ -11,12 +11,16 @@ from typing import Any
 from redis.asyncio import Redis
 
 from bke.state.keys import certs_ops_key, certs_renewal_key
+from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from .renewal import OpsView
 
 __all__ = ["OpsStore", "RENEWAL_TTL_S"]
 
 RENEWAL_TTL_S = 7 * 86400  # as long as the streams keep a request
+# Every write of the ops hash names its form (same HSET): the certs service's records'
+# version (bke.state.schema). No extra round trip.
+_VERSION = {SCHEMA_FIELD: str(record_kind("certs").current)}
 
 
 def _s(v: Any) -> str:
@@ -33,14 +37,16 @@ class OpsStore:
 
     async def view(self, cluster: str) -> OpsView:
         raw = {_s(k): _s(v) for k, v in (await self.r.hgetall(self._key(cluster))).items()}
+        if raw:
+            check_readable("certs", raw.get(SCHEMA_FIELD), f"the certs service's records of {cluster}")
         return OpsView(install=raw.get("install"), rotation=raw.get("rotation"),
                        rotation_id=raw.get("rotationId"), pending=raw.get("pending") or None)
 
     async def set_install(self, cluster: str, status: str) -> None:
-        await self.r.hset(self._key(cluster), "install", status)
+        await self.r.hset(self._key(cluster), mapping={"install": status, **_VERSION})
 
     async def set_pending(self, cluster: str, request_id: str) -> None:
-        await self.r.hset(self._key(cluster), "pending", request_id)
+        await self.r.hset(self._key(cluster), mapping={"pending": request_id, **_VERSION})
 
     async def set_rotation(self, cluster: str, request_id: str, status: str) -> None:
         """Record a rotation's status; a finished one releases the renewal waiting for it. A
@@ -48,7 +54,7 @@ class OpsStore:
         key = self._key(cluster)
         cur = await self.view(cluster)
         if status == "Running" or cur.rotation != "Running" or cur.rotation_id == request_id:
-            await self.r.hset(key, mapping={"rotation": status, "rotationId": request_id})
+            await self.r.hset(key, mapping={"rotation": status, "rotationId": request_id, **_VERSION})
         if status != "Running" and cur.pending == request_id:
             await self.r.hdel(key, "pending")
 

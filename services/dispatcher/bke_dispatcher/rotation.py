@@ -23,6 +23,7 @@ from bke.contracts.rotation import RotationNode, RotationView
 from bke.pki import node_file_refs
 from bke.plan import NodePlan, Plan
 from bke.state.nodefiles import NodeFile
+from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from .engine import command_id
 from .phases import CONTROL_PLANE, ETCD, HEALTH_TIMEOUT_S
@@ -42,6 +43,8 @@ __all__ = [
     "rotation_order",
     "rotation_slug",
 ]
+
+ROTATION_VERSION = record_kind("rotation").current  # in the JSON: the rotation record's form (bke.state.schema)
 
 SLUG_PREFIX = "rotate@"
 STDERR_KEEP = 2000
@@ -91,11 +94,12 @@ class Rotation:
         )
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps({**asdict(self), SCHEMA_FIELD: ROTATION_VERSION})
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> "Rotation":
         doc = json.loads(raw)
+        check_readable("rotation", doc.pop(SCHEMA_FIELD, None), f"the rotation record of {doc.get('cluster')}")
         doc["nodes"] = [NodeRun(**n) for n in doc["nodes"]]
         return cls(**doc)
 

@@ -12,6 +12,8 @@
     bke:<c>:agents:accepted      hash  <node> -> agent id certs sealed the bundle to
     bke:installs                 set   clusters with an install record
 
+The install hash's `schemaVersion` is the version of all of these (bke.state.schema).
+
 Transitions that must count once (a result that arrives twice) are Lua scripts.
 """
 from __future__ import annotations
@@ -33,8 +35,11 @@ from bke.state.keys import (
     refusals_key,
     sealed_key,
 )
+from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 __all__ = ["DispatcherState"]
+
+INSTALL_VERSION = str(record_kind("install").current)
 
 _FINISH_CMD = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
@@ -78,7 +83,8 @@ class DispatcherState:
         created = await self.r.hsetnx(key, "requestId", request_id)
         if created:
             await self.r.hset(key, mapping={"status": "Running", "startedAt": now, "phase": "", "message": "",
-                                            "planDigest": plan_digest, "kind": "", "nodesChanged": "0"})
+                                            "planDigest": plan_digest, "kind": "", "nodesChanged": "0",
+                                            SCHEMA_FIELD: INSTALL_VERSION})
             await self.r.sadd(installs_index(), cluster)
         return bool(created)
 
@@ -120,7 +126,10 @@ class DispatcherState:
         return sum(await self.r.smismember(sealed_key(cluster), nodes))
 
     async def install(self, cluster: str) -> dict[str, str]:
-        return {_s(k): _s(v) for k, v in (await self.r.hgetall(install_key(cluster))).items()}
+        rec = {_s(k): _s(v) for k, v in (await self.r.hgetall(install_key(cluster))).items()}
+        if rec:  # the phase state's version is the install record's (bke.state.schema)
+            check_readable("install", rec.get(SCHEMA_FIELD), f"the install record of {cluster}")
+        return rec
 
     async def set_install(self, cluster: str, **fields: str) -> None:
         await self.r.hset(install_key(cluster), mapping=fields)

@@ -32,6 +32,7 @@ from bke.contracts.status import (
 )
 from bke.errors import TemporaryError, is_unavailable
 from bke.state import PlanCache
+from bke.state.schema import SCHEMA_FIELD, check_readable
 from bke.state.keys import (
     addons_key,
     health_key,
@@ -192,6 +193,7 @@ class StatusReader:
         install = _hash(got[0])
         if not install:
             return StatusError(reason="NotFound", cluster=c, message=f"cluster {c!r}: no install found")
+        check_readable("install", install.get(SCHEMA_FIELD), f"the install record of {c}")  # never misread a newer form
         n = len(PHASE_SUMMARIES)
         phases = {slug: _hash(raw) for (slug, _), raw in zip(PHASE_SUMMARIES, got[1 : 1 + n])}
         node_states = _json_hash(got[1 + n])

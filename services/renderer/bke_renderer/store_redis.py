@@ -5,7 +5,8 @@ Keys (names from bke.state.keys)::
     bke:<cluster>:files:render          hash  hostname -> JSON list of NodeFile (the dispatcher's contract)
     bke:<cluster>:files:render:digest   the RenderedCluster digest: marks a complete set
     bke:<cluster>:addon-manifests       hash  addon name -> multi-document YAML (the dispatcher's addons phase)
-    bke:<cluster>:render:meta           JSON: versions, tier, template sets, warnings, secret paths
+    bke:<cluster>:render:meta           JSON: versions, tier, template sets, warnings, secret paths, and
+                                        `schemaVersion`, the form of all these keys (bke.state.schema)
     bke:<cluster>:render:vrrp-password  the cluster's VRRP password, created once (SET NX)
 
 A save replaces the whole set in one MULTI/EXEC (nodes that left the plan disappear with it), and
@@ -28,8 +29,11 @@ from redis.asyncio import Redis
 from bke.render import NodeFiles, RenderedCluster, RenderedFile
 from bke.state.keys import addon_manifests_key, node_files_digest_key, node_files_key, render_meta_key, vrrp_password_key
 from bke.state.nodefiles import NodeFile
+from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 __all__ = ["RedisRenderStore", "render_keys"]
+
+RENDER_VERSION = record_kind("render").current  # in the meta: the version of every key above
 
 
 def render_keys(cluster: str) -> dict[str, str]:
@@ -52,6 +56,12 @@ def _node_json(node: NodeFiles) -> str:
     return json.dumps([f.model_dump(by_alias=True, mode="json") for f in files])
 
 
+def _meta(cluster: str, raw: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = json.loads(_text(raw) or "{}")
+    check_readable("render", meta.get(SCHEMA_FIELD), f"the rendered files of {cluster}")
+    return meta
+
+
 class RedisRenderStore:
     """The client is injected (created and closed by the caller); works with or without decode_responses."""
 
@@ -66,6 +76,7 @@ class RedisRenderStore:
         meta = rendered.meta_json()
         meta["secretPaths"] = {n.hostname: [f.path for f in n.files if f.secret] for n in rendered.nodes
                                if any(f.secret for f in n.files)}
+        meta[SCHEMA_FIELD] = RENDER_VERSION
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(k["files"], k["addons"])
             pipe.hset(k["files"], mapping={n.hostname: _node_json(n) for n in rendered.nodes})
@@ -82,7 +93,7 @@ class RedisRenderStore:
             raw_meta, raw_files, raw_addons = await pipe.execute()
         if raw_meta is None:
             return None
-        meta = json.loads(_text(raw_meta) or "{}")
+        meta = _meta(cluster, raw_meta)
         files = {_text(h): _text(v) for h, v in raw_files.items()}
         addons = {_text(n): _text(v) for n, v in raw_addons.items()}
         nodes = tuple(self._node(h, files[h], meta) for h in meta["nodes"] if h in files)
@@ -99,7 +110,7 @@ class RedisRenderStore:
         raw_meta, raw = await self.redis.get(k["meta"]), await self.redis.hget(k["files"], hostname)
         if raw_meta is None or raw is None:
             return None
-        return self._node(hostname, _text(raw) or "[]", json.loads(_text(raw_meta) or "{}"))
+        return self._node(hostname, _text(raw) or "[]", _meta(cluster, raw_meta))
 
     @staticmethod
     def _node(hostname: str, raw: str, meta: dict[str, Any]) -> NodeFiles:
