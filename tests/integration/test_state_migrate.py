@@ -13,6 +13,9 @@ import json
 from pathlib import Path
 
 import pytest
+
+from bke.upgrade.run import UpgradeRun
+from bke_upgrader.store import UpgradeStore
 import redis
 import redis.asyncio as aioredis
 
@@ -112,7 +115,15 @@ READERS = {
     "render": [lambda r: RedisRenderStore(r).load(C), lambda r: RedisRenderStore(r).load_node(C, "master1")],
     "install": [lambda r: DispatcherState(r).install(C), lambda r: StatusReader(r, PlanCache(r)).read(GetStatus(cluster=C))],
     "rotation": [lambda r: RotationStore(r).load(C)],
+    "upgrade": [lambda r: UpgradeStore(r).load(C)],
 }
+
+
+async def _upgrade_record(r: aioredis.Redis) -> None:
+    """The fixture predates upgrades: an upgrade record as the upgrader writes it."""
+    run = UpgradeRun(request_id="u1", cluster=C, current={"kubernetes": "1.33.2", "etcd": "3.5.1", "containerd": "2.1.1"},
+                     target={"kubernetes": "1.34.1", "etcd": "3.5.2", "containerd": "2.1.1"}, steps=[], started_at="t0")
+    await r.set(f"bke:{C}:upgrade", run.to_json())
 
 
 async def bump(r: aioredis.Redis, kind: RecordKind) -> int:
@@ -130,6 +141,8 @@ async def test_a_newer_record_is_refused_by_the_conversion_and_by_its_readers(re
                                                                               kind: RecordKind) -> None:
     assert READERS.keys() == {k.name for k in RECORDS}
     await load_fixture(redis_client)
+    if kind.name == "upgrade":
+        await _upgrade_record(redis_client)
     newer = await bump(redis_client, kind)
     before = await dump(redis_client)
     with pytest.raises(StoredVersionTooNew, match=f"version {newer}, newer than this BKE"):

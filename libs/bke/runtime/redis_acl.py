@@ -72,10 +72,9 @@ USERS: tuple[AclUser, ...] = (
                                "bke:*:rotation", "bke:*:rotation:*", "bke:*:files:render", "bke:*:files:render:*",
                                "bke:*:files:certs", "bke:*:files:certs:*"),
             why="install and rotation records; reads the rendered and sealed file sets"),
-    AclUser("bke-upgrader", ("bke:epoch", *_PLAN_READ, "bke:upgrades", "bke:*:upgrade", "bke:*:upgrade:*",
-                             "bke:*:lease:*", "bke:command-signing-key", "bke:etcd-snapshot-key", "bke:*:heartbeat",
-                             "bke:*:addons", "bke:*:node-labels"),
-            why="upgrade records and results; the plan it replaces when an upgrade succeeds; reads heartbeats"),
+    AclUser("bke-upgrader", ("bke:*",),
+            why="upgrade records and results, the plan it replaces when an upgrade succeeds; and every record of a "
+                "cluster, which it converts to the current stored form before an upgrade (bke.state.migrate)"),
     AclUser(ADMIN, ("*",), commands="+@all", why="backup/restore, the lab's probes, tests"),
 )
 SERVICE_USER = {u.name.removeprefix("bke-"): u.name for u in USERS if u.name != ADMIN}

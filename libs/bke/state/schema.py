@@ -127,6 +127,12 @@ RECORDS: tuple[RecordKind, ...] = (
         VersionSlot("rotation", "json"), current=1,
         writer="dispatcher: bke_dispatcher.rotations.RotationStore (Rotation.to_json)",
         reader="dispatcher: RotationStore (Rotation.from_json)"),
+    RecordKind(
+        "upgrade", "the current or last upgrade (JSON), its agents' answers, the lab's drain records",
+        ("upgrade", "upgrade:results", "upgrade:drain"),
+        VersionSlot("upgrade", "json", "schema_version"), current=1, first=1, readable_from=1,
+        writer="upgrader: bke_upgrader.store.UpgradeStore (bke.upgrade.run.UpgradeRun.to_json)",
+        reader="upgrader: UpgradeStore.load (UpgradeRun.from_json)"),
 )
 
 # Keys outside any cluster's records, and why they carry no version: each is a scalar or a set of
@@ -138,10 +144,12 @@ UNVERSIONED: tuple[tuple[str, str], ...] = (
     ("bke:clusters", "set of cluster names (planner)"),
     ("bke:installs", "set of cluster names (dispatcher)"),
     ("bke:rotations", "set of cluster names (dispatcher)"),
+    ("bke:upgrades", "set of cluster names (upgrader)"),
     ("bke:request:*", "request id -> cluster name (planner)"),
     ("bke:auth:authority", "encrypted blob of the NATS trust chain, its format is bke.auth.registry's"),
     ("bke:auth:identities", "identity -> issued record, deployment-wide (bke.auth.registry)"),
     ("bke:command-signing-key", "encrypted key, its format is bke.secrets.signing's"),
+    ("bke:etcd-snapshot-key", "encrypted key, its format is bke.secrets.snapshot_key's"),
 )
 
 

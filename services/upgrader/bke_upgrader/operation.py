@@ -41,6 +41,8 @@ from bke.etcdsnap.step import snapshot_step
 from bke.plan import Plan
 from bke.state import PlanCache, RedisPlanStore, plan_digest
 from bke.state.lease import claim_lease, release_lease
+from bke.state.migrate import ensure_current
+from bke.state.schema import StoredVersionError
 from bke.upgrade.node_commands import node_upgrade_steps
 from bke.upgrade.paths import resolve_target
 from bke.upgrade.run import (
@@ -228,7 +230,18 @@ class Upgrades:
         assert step is not None
         if d.action == "local":
             if step.name == "pre-checks":
-                mark_local(step, True)  # the checks ran when the request was accepted
+                # the checks ran when the request was accepted; what is left is the seed's
+                # "stored-data conversion": every record of the cluster in its current form
+                # before anything moves (bke.state.migrate; idempotent, safe with two processes)
+                try:
+                    report = await ensure_current(self.store.r, run.cluster)
+                except StoredVersionError as exc:
+                    mark_local(step, False, str(exc))
+                else:
+                    if report.converted:
+                        log.info("stored data converted: %s", ", ".join(r.kind for r in report.converted),
+                                 extra={"cluster": run.cluster, "request_id": run.request_id})
+                    mark_local(step, True)
             elif step.name == "addons":
                 renders = await self.renders.get(run.request_id, old, new)
                 why = await self.addons.apply(old, new, renders.new_addons)
