@@ -29,6 +29,7 @@ from pydantic import Field
 from .base import Message
 
 __all__ = [
+    "subject_node",
     "AGENT_PREFIX",
     "AGENTS_PROVISION",
     "AGENTS_REFUSED",
@@ -91,6 +92,15 @@ def node_token(hostname: str) -> str:
 
 def token_node(token: str) -> str:
     return token.replace("_", ".")
+
+
+def subject_node(subject: str) -> tuple[str, str] | None:
+    """(cluster, node) of `bke.v1.agent.<cluster>.<node>.<kind>`, None for any other subject."""
+    head = AGENT_PREFIX + "."
+    if not subject.startswith(head):
+        return None
+    parts = subject[len(head):].split(".")
+    return (parts[0], token_node(parts[1])) if len(parts) == 3 else None
 
 
 def agent_subject(cluster: str, hostname: str, kind: str) -> str:

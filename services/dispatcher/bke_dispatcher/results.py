@@ -22,7 +22,7 @@ from typing import Awaitable, Callable
 
 from bke.bus.delivery import delivery_subject
 from bke.bus.handler import Out
-from bke.contracts.agent import AGENT_PREFIX, AgentRefused, CommandRefused, CommandResult, token_node
+from bke.contracts.agent import AgentRefused, CommandRefused, CommandResult, subject_node
 from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
 from bke.contracts.certs import ISSUE_CERTS, IssueCerts
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
@@ -39,15 +39,6 @@ __all__ = ["Inputs"]
 log = logging.getLogger("bke.dispatcher")
 STDERR_KEEP = 2000
 LOG_EVERY_S = 10.0  # dropped results and refusals: one log line per cluster per period
-
-
-def subject_node(subject: str) -> tuple[str, str] | None:
-    """(cluster, node) of `bke.v1.agent.<cluster>.<node>.<kind>`, None for any other subject."""
-    head = AGENT_PREFIX + "."
-    if not subject.startswith(head):
-        return None
-    parts = subject[len(head):].split(".")
-    return (parts[0], token_node(parts[1])) if len(parts) == 3 else None
 
 
 class _RateLimited:
@@ -120,6 +111,8 @@ class Inputs:
             self.dropped(res.cluster, f"result dropped: {why}", cluster=res.cluster, node=res.node,
                          command_id=res.command_id)
             return []
+        if slug.startswith("upgrade@"):
+            return []  # the upgrader's command: it reads the same result stream
         if slug.startswith("health@"):
             await self.on_health(res)
             return []

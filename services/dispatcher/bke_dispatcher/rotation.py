@@ -111,8 +111,11 @@ class Decision:
     reason: str = ""
 
 
-def refusal(cluster: str, install_status: str | None, current: Rotation | None) -> str:
-    """Why a new rotation may not start now ("" if it may): one operation per cluster."""
+def refusal(cluster: str, install_status: str | None, current: Rotation | None, upgrade: str = "") -> str:
+    """Why a new rotation may not start now ("" if it may): one operation per cluster.
+    `upgrade`: the request id of an upgrade of the cluster that is running ("" if none)."""
+    if upgrade:
+        return f"upgrade {upgrade} of {cluster} is running: certificates are rotated after it ends"
     if install_status != "Succeeded":
         state = install_status or "not started"
         return f"the install of {cluster} is {state}: certificates are rotated only on an installed cluster"

@@ -28,7 +28,7 @@ from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
 from bke.contracts.certs import CertsRenewed
 from bke.contracts.rotation import RotationChanged, RotationView, rotation_subject
 from bke.state import PlanCache
-from bke.state.keys import rotation_key, rotation_results_key, rotations_index
+from bke.state.keys import rotation_key, rotation_results_key, rotations_index, upgrade_key
 from bke.state.nodefiles import RedisNodeFiles
 
 from .engine import Outcome
@@ -85,6 +85,18 @@ class RotationStore:
                 except WatchError:
                     continue
 
+    async def running_upgrade(self, cluster: str) -> str:
+        """The request id of the cluster's upgrade if one is running (the upgrader's record,
+        read only: one operation per cluster), else ""."""
+        raw = await self.r.get(upgrade_key(cluster))
+        if raw is None:
+            return ""
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            return ""
+        return str(doc.get("request_id", "?")) if doc.get("status") == "Running" else ""
+
     async def record_result(self, res: CommandResult, step: str, stderr: str) -> None:
         doc = json.dumps({"status": res.status, "step": step, "stderr": stderr})
         await self.r.hset(rotation_results_key(res.cluster), res.command_id, doc)
@@ -140,7 +152,8 @@ class Rotations:
             await self._changed(ev.cluster, view)
             return
         install = (await self.state.install(ev.cluster)).get("status")
-        why = await self.store.start(rot, lambda cur: refusal(ev.cluster, install, cur))
+        upgrade = await self.store.running_upgrade(ev.cluster)
+        why = await self.store.start(rot, lambda cur: refusal(ev.cluster, install, cur, upgrade))
         if why:
             log.warning("rotation refused: %s", why, extra=ids)
             rot.status, rot.message, rot.finished_at = "Failed", why, self._ts()

@@ -21,7 +21,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from bke.bus.handler import Out
-from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
+from bke.bus.delivery import delivery_subject
+from bke.contracts.agent import AgentCommand, CommandResult, agent_subject, subject_node
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import (
@@ -40,6 +41,7 @@ from bke.errors import TemporaryError
 from bke.etcdsnap.step import snapshot_step
 from bke.plan import Plan
 from bke.state import PlanCache, RedisPlanStore, plan_digest
+from bke.state.keys import accepted_agents_key
 from bke.state.lease import claim_lease, release_lease
 from bke.state.migrate import ensure_current
 from bke.state.schema import StoredVersionError
@@ -173,11 +175,33 @@ class Upgrades:
     async def on_result(self, res: CommandResult) -> None:
         if not is_upgrade_command(res.command_id):
             return  # an install's, a rotation's or a health round's: the dispatcher's
+        why = await self._untrusted(res)
+        if why:
+            log.warning("upgrade result dropped: %s", why, extra={"cluster": res.cluster, "node": res.node,
+                                                                 "command_id": res.command_id, "rate_key": "upgrade-untrusted"})
+            return
         failed = next((s for s in res.steps if s.status == "Failed"), None)
         step = failed.id if failed else ""
         stderr = (failed.stderr or failed.stdout) if failed else ""
         await self.store.record_result(res, step, stderr)
         self.kick(res.cluster)
+
+    async def _untrusted(self, res: CommandResult) -> str:
+        """Why a result is not believed ("" if it is), by the dispatcher's rule (its results.py):
+        it came on its node's subject, its command id names that node, and it comes from the
+        node's accepted agent (learned from `certs.sealed`, never from the agent's own claim)."""
+        where = subject_node(delivery_subject())
+        if where is not None and where != (res.cluster, res.node):
+            return f"published on the subject of {where[1]} in {where[0]}"
+        if res.command_id.split("/")[2:3] != [res.node]:
+            return "its command id names another node"
+        accepted = await self.store.r.hget(accepted_agents_key(res.cluster), res.node)
+        accepted = accepted.decode() if isinstance(accepted, bytes) else accepted
+        if accepted is None:
+            return "no agent of this node was accepted"
+        if accepted != res.agent_id:
+            return f"agent {res.agent_id} is not the node's accepted agent"
+        return ""
 
     # the run ----------------------------------------------------------------
     async def reconcile(self, cluster: str) -> Outcome:
