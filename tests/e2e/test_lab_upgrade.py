@@ -88,7 +88,7 @@ def _put(url: str, ctx: ssl.SSLContext, key: str, value: str) -> None:
 def _new_render(plan):
     t = resolve_target(plan, TO, ETCD_TO, CONTAINERD_TO)
     new = target_plan(plan, t)
-    return new, render_cluster(new, RenderInputs(vrrp_password="unused1"))
+    return new, render_cluster(new, RenderInputs(vrrp_password="unused12"))
 
 
 async def test_split_etcd_upgrade_one_minor_with_quorum_snapshots_and_drains(lab_factory, tmp_path):
@@ -149,8 +149,9 @@ async def test_split_etcd_upgrade_one_minor_with_quorum_snapshots_and_drains(lab
     # snapshots of the three etcd clusters; one restores into a fresh etcd holding the key
     listed = await asyncio.to_thread(_bke, "etcd", "snapshots", lab.plan.cluster, "--workdir", str(lab.workdir), "-o", "json")
     assert listed.returncode == 0, listed.stderr
-    snaps = json.loads(listed.stdout)
+    snaps = json.loads(listed.stdout)["snapshots"]
     assert sorted({s["etcdCluster"] for s in snaps}) == sorted(c.name for c in lab.plan.etcd_clusters)
+    assert all(s["requestId"] for s in snaps)  # taken by the upgrade's commands
     sid = next(s["snapshotId"] for s in snaps if s["etcdCluster"] == "etcd-data")
     into = tmp_path / "restored"
     restored = await asyncio.to_thread(_bke, "etcd", "restore", lab.plan.cluster, "--etcd-cluster", "etcd-data",
