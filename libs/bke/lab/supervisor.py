@@ -64,6 +64,8 @@ def lab_env(info: RuntimeInfo, workdir: Path, fetch: bool = False) -> dict[str, 
         BKE_SECRET_KEY_FILE=str(workdir / "secret.key"),
         BKE_DISPATCHER_MODE="lab",
         BKE_UPGRADER_MODE="lab",
+        # the lab's pods answer within a second or two: a broken one is rolled back sooner
+        BKE_UPGRADER_COMPONENT_TIMEOUT_S=env.get("BKE_UPGRADER_COMPONENT_TIMEOUT_S", "45"),
         BKE_DISPATCHER_HEALTH_INTERVAL_S=env.get("BKE_DISPATCHER_HEALTH_INTERVAL_S", "30"),
         **({"BKE_NATS_TLS_CA": info.nats_tls_ca} if info.nats_tls_ca else {}),
         PYTHONUNBUFFERED="1",

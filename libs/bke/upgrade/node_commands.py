@@ -35,7 +35,7 @@ __all__ = [
 
 MANIFESTS = "/etc/kubernetes/manifests"
 COMPONENT_TIMEOUT_S = 180.0  # a new static pod: image pull, start, first healthy answer
-RUNTIME_TIMEOUT_S = 300.0
+RUNTIME_EXTRA_S = 120.0  # a runtime replacement also downloads binaries and restarts two units
 POST_CHECK_TIMEOUT_S = 120.0
 ALL_COMPONENTS = ("kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 RUNTIME_UNITS = ("containerd.service", "kubelet.service")
@@ -87,8 +87,11 @@ def node_upgrade_steps(
     old_files: Mapping[str, RenderedFile],
     new_files: Mapping[str, RenderedFile],
     sums: Mapping[str, str],
+    component_timeout_s: float = COMPONENT_TIMEOUT_S,
 ) -> list[Step]:
-    """The agent steps of upgrade step `step` for one node (empty when nothing changes)."""
+    """The agent steps of upgrade step `step` for one node (empty when nothing changes).
+    `component_timeout_s`: how long a replaced static pod has to answer healthy before it is
+    rolled back (the lab, whose pods start in a second, uses less)."""
     node = new_plan.node(hostname)
     changed = changed_files(old_files, new_files)
     if step == "agents":
@@ -101,16 +104,16 @@ def node_upgrade_steps(
             raise ValueError(f"etcd cluster {group!r} is not in the plan")
         path = f"{MANIFESTS}/{cluster.manifest}"
         files = [_new_file(f) for f in changed if f.path == path]
-        return _replace(f"replace:{group}", files, [], _probes(new_plan, node, (group,)))
+        return _replace(f"replace:{group}", files, [], _probes(new_plan, node, (group,)), component_timeout_s)
     if step in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
         path = f"{MANIFESTS}/{step}.yaml"
         files = [_new_file(f) for f in changed if f.path == path]
-        return _replace(f"replace:{step}", files, [], _probes(new_plan, node, (step,)))
+        return _replace(f"replace:{step}", files, [], _probes(new_plan, node, (step,)), component_timeout_s)
     if step in ("masters-runtime", "workers"):
         files = [_new_file(f) for f in changed if file_phase(f.path) == "node-env"]
         files += _binaries(old_plan, new_plan, node, sums)
         return _replace("replace:runtime", files, list(RUNTIME_UNITS), _probes(new_plan, node, ("kubelet",)),
-                        timeout_s=RUNTIME_TIMEOUT_S)
+                        component_timeout_s + RUNTIME_EXTRA_S)
     if step == "post-checks":
         components = tuple(c.name for c in new_plan.etcd_clusters) + ALL_COMPONENTS
         return list(health_steps(new_plan, node, components, POST_CHECK_TIMEOUT_S))

@@ -106,7 +106,8 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     upgrades = Upgrades(store, plans, RedisPlanStore(redis), facts, Renders(),
                         LabChecksums() if simulated_repo else HttpRepoChecksums(), drainer, addons, svc.publish,
                         _now, settings.owner, settings.lease_ms, sign=signing.sign,
-                        snapshots=_Snapshots(svc, redis), answer_deadline_s=settings.answer_deadline_s)
+                        snapshots=_Snapshots(svc, redis), answer_deadline_s=settings.answer_deadline_s,
+                        component_timeout_s=settings.component_timeout_s)
     runner = Runner(upgrades)
     upgrades.kick = runner.kick
 

@@ -102,8 +102,10 @@ class Upgrades:
     def __init__(self, store: UpgradeStore, plans: PlanCache, plan_store: RedisPlanStore, facts: LiveFacts,
                  renders: Renders, checksums: Checksums, drainer: Drainer, addons: Addons, publish: Publish,
                  now: Callable[[], datetime], owner: str, lease_ms: int, *, sign: Sign,
-                 snapshots: SnapshotSetup, answer_deadline_s: float = 900.0):
+                 snapshots: SnapshotSetup, answer_deadline_s: float = 900.0,
+                 component_timeout_s: float = 180.0):
         self.snapshots = snapshots
+        self.component_timeout_s = component_timeout_s
         self.store, self.plans, self.plan_store, self.facts = store, plans, plan_store, facts
         self.renders, self.checksums, self.drainer, self.addons = renders, checksums, drainer, addons
         self.publish, self.now, self.owner, self.lease_ms, self.sign = publish, now, owner, lease_ms, sign
@@ -298,7 +300,8 @@ class Upgrades:
             if step == "etcd-snapshots":  # taken from the running members: the plan the cluster runs now
                 steps: list[Any] = [snapshot_step(old, group, host, recipient, now, run.request_id)]
             else:
-                steps = node_upgrade_steps(step, group, old, new, host, renders.old.get(host, {}), renders.new.get(host, {}), sums)
+                steps = node_upgrade_steps(step, group, old, new, host, renders.old.get(host, {}), renders.new.get(host, {}),
+                                           sums, self.component_timeout_s)
             cid = upgrade_command_id(run.cluster, run.request_id, step, group, host)
             cmd = await self.sign(AgentCommand(command_id=cid, cluster=run.cluster, node=host, phase=f"upgrade:{step}",
                                                issued_at=now.isoformat(), expires_at=expires, steps=steps, issuer="upgrader"))

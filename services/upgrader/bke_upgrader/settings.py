@@ -30,3 +30,5 @@ class UpgraderSettings(ServiceSettings):
     # (a runtime replacement waits 300 s, then as long again for a rollback).
     answer_deadline_s: float = 900.0
     status_timeout_s: float = 10.0
+    # How long a replaced static pod has to answer healthy before its node is rolled back.
+    component_timeout_s: float = 180.0
