@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from bke.contracts.agent import (
+    AGENT_VERSION,
     OUTPUT_LIMIT, AgentCommand, CommandResult, ReplaceFiles, Step, StepResult, WaitHealth, WriteFile,
 )
 
@@ -120,7 +121,7 @@ class Executor:
         return CommandResult(
             command_id=command.command_id, cluster=command.cluster, node=command.node,
             agent_id=self.identity.agent_id, status="Failed" if failed else "Succeeded",
-            steps=results, started_at=started, finished_at=self.now().isoformat(),
+            steps=results, started_at=started, finished_at=self.now().isoformat(), agent_version=AGENT_VERSION,
         )
 
     async def run_step(self, step: Step, command: AgentCommand) -> StepResult:

@@ -50,6 +50,7 @@ from pydantic import ValidationError
 
 from bke.auth.permissions import agent_deliver_subject
 from bke.contracts.agent import (
+    AGENT_VERSION,
     AgentCommand,
     AgentHeartbeat,
     AgentRegistered,
@@ -72,7 +73,7 @@ __all__ = ["AGENT_STREAM", "AgentConflict", "AgentLoop", "consumer_config", "con
 log = logging.getLogger("bke.agent")
 OPEN_DELIVER_PREFIX = "_INBOX.bke-agent"  # a server without authentication
 AGENT_STREAM = "BKE_AGENT"
-VERSION = "0.1.0"
+VERSION = AGENT_VERSION  # what this agent reports (registration, every result)
 
 
 class AgentConflict(RuntimeError):

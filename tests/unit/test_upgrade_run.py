@@ -176,3 +176,23 @@ def test_left_out_nodes_get_no_command_at_all(left):
     seen = _drive(run, {})
     assert run.status == "Succeeded" and run.left_out == sorted(workers)
     assert not any(set(h) & set(workers) for a, _, h in seen if a == "send")
+
+
+def test_an_agent_of_another_version_fails_the_agents_step_naming_both_versions():
+    p = plan_of(SPLIT)
+    t = resolve_target(p, "1.34.1", "3.5.21")
+    run = new_run("r1", p.cluster, {}, {}, expand_order(p, change_of(p, t)), [n.hostname for n in p.nodes], "t0",
+                  agent_version="0.2.0")
+    mark_local(decide(run).step, True)  # type: ignore[arg-type]
+    d = decide(run)
+    assert d.step is not None and d.step.name == "agents"
+    mark_sent(d.step, 0.0)
+    cid = upgrade_command_id(run.cluster, "r1", "agents", "", d.hosts[0])
+    assert fold_results(run, {cid: {**OK, "agentVersion": "0.2.0"}})  # the right version passes
+    d = decide(run)
+    mark_sent(d.step, 0.0)  # type: ignore[arg-type]
+    cid = upgrade_command_id(run.cluster, "r1", "agents", "", d.hosts[0])
+    assert fold_results(run, {cid: {**OK, "agentVersion": "0.1.0"}})
+    d = decide(run)
+    assert d.action == "fail" and "the agent runs 0.1.0, this BKE ships 0.2.0" in d.reason
+    assert run.failed[0].failed_step == "agent-version"

@@ -29,6 +29,7 @@ from pydantic import Field
 from .base import Message
 
 __all__ = [
+    "AGENT_VERSION",
     "subject_node",
     "AGENT_PREFIX",
     "AGENTS_PROVISION",
@@ -92,6 +93,10 @@ def node_token(hostname: str) -> str:
 
 def token_node(token: str) -> str:
     return token.replace("_", ".")
+
+
+# The agent version this BKE ships: what every agent must report before an upgrade touches its node.
+AGENT_VERSION = "0.1.0"
 
 
 def subject_node(subject: str) -> tuple[str, str] | None:
@@ -324,6 +329,7 @@ class CommandResult(Message):
     started_at: str
     finished_at: str
     replayed: bool = False  # True: the stored result of an already completed command
+    agent_version: str = ""  # the answering agent's version (the upgrade's agents step checks it)
 
 
 class AgentRegistered(Message):

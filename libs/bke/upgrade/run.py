@@ -113,6 +113,7 @@ class UpgradeRun:
     finished_at: str = ""
     message: str = ""
     failed: list[NodeOutcome] = field(default_factory=list)
+    agent_version: str = ""  # what every agent must report in the agents step ("": not checked)
     schema_version: int = 1
 
     def step_now(self) -> StepRun | None:
@@ -135,7 +136,8 @@ class UpgradeRun:
 
 def new_run(request_id: str, cluster: str, current: dict[str, str], target: dict[str, str],
             expanded: list[ExpandedStep], all_hosts: list[str], now: str, *,
-            request: Mapping[str, Any] | None = None, left_out: list[str] | None = None) -> UpgradeRun:
+            request: Mapping[str, Any] | None = None, left_out: list[str] | None = None,
+            agent_version: str = "") -> UpgradeRun:
     """The record of a new upgrade. `all_hosts` (minus the left-out ones) are the post-checks'
     one batch: every node's components are checked at the end."""
     skip = set(left_out or ())
@@ -149,7 +151,8 @@ def new_run(request_id: str, cluster: str, current: dict[str, str], target: dict
         steps.append(StepRun(name=e.step, group=e.group, drain=e.drain, batches=batches,
                              stage="drain" if e.drain else "run"))
     return UpgradeRun(request_id=request_id, cluster=cluster, current=dict(current), target=dict(target),
-                      steps=steps, started_at=now, request=dict(request or {}), left_out=sorted(skip))
+                      steps=steps, started_at=now, request=dict(request or {}), left_out=sorted(skip),
+                      agent_version=agent_version)
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,8 @@ def fold_results(run: UpgradeRun, results: Mapping[str, Mapping[str, str]], now_
         silent = f"no answer within {answer_deadline_s:.0f}s of the command (is its agent running?)"
         answers = {h: a if a is not None else {"status": "Failed", "step": "answer", "stderr": silent}
                    for h, a in answers.items()}
+    if step.name == "agents" and run.agent_version:
+        answers = {h: _version_checked(a, run.agent_version) for h, a in answers.items()}
     bad = [(h, a) for h, a in answers.items() if a is not None and a.get("status") != "Succeeded"]
     if bad:
         for h, a in bad:
@@ -197,6 +202,17 @@ def fold_results(run: UpgradeRun, results: Mapping[str, Mapping[str, str]], now_
     step.done += len(hosts)
     _batch_done(step)
     return True
+
+
+def _version_checked(answer: Mapping[str, str] | None, expected: str) -> Mapping[str, str] | None:
+    """An agents-step answer from an agent of another version is a failure: every later step
+    relies on what this BKE's agent can do (ReplaceFiles, EtcdSnapshot)."""
+    if answer is None or answer.get("status") != "Succeeded" or answer.get("agentVersion", "") == expected:
+        return answer
+    got = answer.get("agentVersion") or "an unknown version"
+    return {"status": "Failed", "step": "agent-version",
+            "stderr": f"the agent runs {got}, this BKE ships {expected}: install the new agent "
+                      "(`bke agent bootstrap`) and upgrade again"}
 
 
 def _batch_done(step: StepRun) -> None:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from bke.bus.handler import Out
 from bke.bus.delivery import delivery_subject
-from bke.contracts.agent import AgentCommand, CommandResult, agent_subject, subject_node
+from bke.contracts.agent import AGENT_VERSION, AgentCommand, CommandResult, agent_subject, subject_node
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import (
@@ -153,7 +153,8 @@ class Upgrades:
         assert decided.target is not None and decided.new_plan is not None
         run = new_run(req.request_id, req.cluster, answer.current.model_dump(), answer.target.model_dump(),
                       list(decided.order), [n.hostname for n in plan.nodes], self._ts(),
-                      request=req.model_dump(mode="json", by_alias=True), left_out=list(answer.left_out))
+                      request=req.model_dump(mode="json", by_alias=True), left_out=list(answer.left_out),
+                      agent_version=AGENT_VERSION)
         run.request["planDigest"] = await self._plan_digest(req.cluster)
 
         def refuse(cur: UpgradeRun | None) -> str:

@@ -62,7 +62,7 @@ class UpgradeStore:
                     continue
 
     async def record_result(self, res: CommandResult, step: str, stderr: str) -> None:
-        doc = json.dumps({"status": res.status, "step": step, "stderr": stderr})
+        doc = json.dumps({"status": res.status, "step": step, "stderr": stderr, "agentVersion": res.agent_version})
         await self.r.hset(upgrade_results_key(res.cluster), res.command_id, doc)
 
     async def results(self, cluster: str) -> dict[str, dict[str, str]]:
