@@ -111,6 +111,7 @@ class Upgrades:
         self.publish, self.now, self.owner, self.lease_ms, self.sign = publish, now, owner, lease_ms, sign
         self.answer_deadline_s = answer_deadline_s
         self.kick: Callable[[str], None] = lambda cluster: None
+        self._targets: dict[str, tuple[str, Plan, Plan]] = {}  # cluster -> (request, stored plan, target plan)
 
     def _ts(self) -> str:
         return self.now().isoformat()
@@ -216,12 +217,19 @@ class Upgrades:
             await release_lease(self.store.r, cluster, LEASE, self.owner)
 
     async def _plans(self, run: UpgradeRun) -> tuple[Plan, Plan]:
+        """The stored plan and the target plan. Placing a 5,000-node plan again takes a second
+        or two, so the target is kept while the stored plan is the same object (PlanCache
+        re-reads only a changed digest). After a crash between storing the target plan and
+        saving the run as Succeeded, the stored plan is the target already: the target plan of
+        it is the same, and the run ends."""
         old = await self.plans.load(run.cluster)
+        hit = self._targets.get(run.cluster)
+        if hit is not None and hit[0] == run.request_id and hit[1] is old:
+            return old, hit[2]
         t = run.target
-        target = resolve_target(old, t["kubernetes"], t["etcd"], t["containerd"])
-        if old.kubernetes_version.lstrip("v") == t["kubernetes"] and run.current["kubernetes"] != t["kubernetes"]:
-            raise RuntimeError("the stored plan is already the upgraded one")  # never reached while Running
-        return old, target_plan(old, target)
+        new = target_plan(old, resolve_target(old, t["kubernetes"], t["etcd"], t["containerd"]))
+        self._targets[run.cluster] = (run.request_id, old, new)
+        return old, new
 
     async def _reconcile(self, cluster: str) -> Outcome:
         run = await self.store.load(cluster)
