@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 from dataclasses import dataclass, field
+import asyncio
 from typing import Any, Awaitable, Callable
 
 from nats.aio.client import Client as NatsClient
@@ -102,7 +103,6 @@ class Service:
         (so that a service with nothing to handle still reports an outage, and held messages
         are tried again as soon as Redis answers). Every service made by `make_service` has
         one, with a client of its own (closed at stop unless `close` is False)."""
-        import asyncio
 
         task: list[asyncio.Task] = []
 
@@ -134,6 +134,25 @@ class Service:
         self.readiness.set("redis", False, "redis not checked yet")
         self.after_start.insert(0, _start)
         self.before_stop.append(_stop)
+
+    async def retry_while_store_away(self, work: Callable[[], Awaitable[Any]], stopping: Callable[[], bool],
+                                     log: Any) -> None:
+        """Run `work` once Redis answers: a service started before its store (or during an
+        outage) waits, not ready, instead of crashing (the dispatcher's and the upgrader's
+        resumption of running operations). Anything but an outage is a bug: raised."""
+        from ..errors import is_unavailable
+
+        while not stopping():
+            try:
+                await work()
+                return
+            except Exception as exc:  # noqa: BLE001 - an outage waits; anything else is raised
+                if not is_unavailable(exc):
+                    raise
+                log.warning("resuming waits for Redis: %s: %s", type(exc).__name__, exc, extra={"rate_key": "resume"})
+                await self.readiness.wait_for("redis", timeout=REDIS_PROBE_S)
+                if not self.readiness.ok("redis"):
+                    await asyncio.sleep(REDIS_PROBE_S)  # the probe's period: it says when Redis is back
 
     async def _serve_health(self) -> None:
         async def answer(msg: Any) -> None:

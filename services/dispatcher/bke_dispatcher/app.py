@@ -36,7 +36,6 @@ from bke.contracts.agent import (
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.status import STATUS_GET, STATUS_QUEUE
 from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
-from bke.errors import is_unavailable
 from bke.secrets import box_from_env
 from bke.state import PlanCache
 from bke.state.epoch import watch_epoch
@@ -209,20 +208,12 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         health.start()
 
     async def _resume() -> None:
-        # Pick up the running installs and rotations once Redis answers: a dispatcher started
-        # before its store (or during an outage) waits, not-ready, instead of crashing.
-        while not stopping:
-            try:
-                await runner.resume_all()
-                await rotations.resume_all()
-                return
-            except Exception as exc:  # noqa: BLE001 - anything but an outage is a bug: raise it
-                if not is_unavailable(exc):
-                    raise
-                log.warning("resuming waits for Redis: %s: %s", type(exc).__name__, exc, extra={"rate_key": "resume"})
-                await svc.readiness.wait_for("redis", timeout=REDIS_PROBE_S)
-                if not svc.readiness.ok("redis"):
-                    await asyncio.sleep(REDIS_PROBE_S)  # the probe's period: it says when Redis is back
+        async def resume_both() -> None:
+            await runner.resume_all()
+            await rotations.resume_all()
+
+        # the running installs and rotations, once Redis answers
+        await svc.retry_while_store_away(resume_both, lambda: bool(stopping), log)
 
     async def _stopping() -> None:
         stopping.append(True)

@@ -22,12 +22,12 @@ from datetime import datetime
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import WatchError
 
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
 from bke.contracts.certs import CertsRenewed
 from bke.contracts.rotation import RotationChanged, RotationView, rotation_subject
 from bke.state import PlanCache
+from bke.state.exclusive import write_unless
 from bke.state.keys import rotation_key, rotation_results_key, rotations_index, upgrade_key
 from bke.state.nodefiles import RedisNodeFiles
 
@@ -66,24 +66,14 @@ class RotationStore:
     async def start(self, rot: Rotation, check: Callable[[Rotation | None], str]) -> str:
         """Store `rot` unless `check(current)` refuses; the refusal ("" when stored). Atomic
         against another replica starting a rotation of the same cluster at the same time."""
-        key = self._key(rot.cluster)
-        async with self.r.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    await pipe.watch(key)
-                    raw = await pipe.get(key)
-                    why = check(None if raw is None else Rotation.from_json(raw))
-                    if why:
-                        await pipe.unwatch()
-                        return why
-                    pipe.multi()
-                    pipe.set(key, rot.to_json())
-                    pipe.delete(rotation_results_key(rot.cluster))
-                    pipe.sadd(rotations_index(), rot.cluster)
-                    await pipe.execute()
-                    return ""
-                except WatchError:
-                    continue
+
+        def write(pipe: Any) -> None:
+            pipe.set(self._key(rot.cluster), rot.to_json())
+            pipe.delete(rotation_results_key(rot.cluster))
+            pipe.sadd(rotations_index(), rot.cluster)
+
+        return await write_unless(self.r, self._key(rot.cluster),
+                                  lambda raw: check(None if raw is None else Rotation.from_json(raw)), write)
 
     async def running_upgrade(self, cluster: str) -> str:
         """The request id of the cluster's upgrade if one is running (the upgrader's record,

@@ -17,7 +17,7 @@ from bke.cluster_api.manifests import HttpRepoManifests, LabManifests
 from bke.contracts.agent import CommandResult
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import UPGRADE_CLUSTER, UPGRADE_GET, GetUpgrade
-from bke.errors import TemporaryError, is_unavailable
+from bke.errors import TemporaryError
 from bke.etcdsnap.store import ensure_snapshot_bucket
 from bke.plan import Plan
 from bke.runner import Runner
@@ -143,17 +143,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     stopping: list[bool] = []
 
     async def _resume() -> None:
-        while not stopping:
-            try:
-                await upgrades.resume_all()
-                return
-            except Exception as exc:  # noqa: BLE001 - anything but an outage is a bug: raise it
-                if not is_unavailable(exc):
-                    raise
-                log.warning("resuming waits for Redis: %s: %s", type(exc).__name__, exc, extra={"rate_key": "resume"})
-                await svc.readiness.wait_for("redis", timeout=REDIS_PROBE_S)
-                if not svc.readiness.ok("redis"):
-                    await asyncio.sleep(REDIS_PROBE_S)  # the probe's period: it says when Redis is back
+        await svc.retry_while_store_away(upgrades.resume_all, lambda: bool(stopping), log)
 
     async def _started() -> None:
         await svc.nc.subscribe(UPGRADE_GET, queue=GET_QUEUE, cb=on_get)

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import WatchError
 
 from bke.contracts.agent import CommandResult
+from bke.state.exclusive import write_unless
 from bke.state.keys import upgrade_key, upgrade_results_key, upgrades_index
 from bke.upgrade.run import UpgradeRun
 
@@ -42,24 +42,14 @@ class UpgradeStore:
     async def start(self, run: UpgradeRun, check: Callable[[UpgradeRun | None], str]) -> str:
         """Store `run` unless `check(current)` refuses; the refusal ("" when stored). Atomic
         against another replica starting an upgrade of the same cluster at the same time."""
-        key = upgrade_key(run.cluster)
-        async with self.r.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    await pipe.watch(key)
-                    raw = await pipe.get(key)
-                    why = check(None if raw is None else UpgradeRun.from_json(raw))
-                    if why:
-                        await pipe.unwatch()
-                        return why
-                    pipe.multi()
-                    pipe.set(key, run.to_json())
-                    pipe.delete(upgrade_results_key(run.cluster))
-                    pipe.sadd(upgrades_index(), run.cluster)
-                    await pipe.execute()
-                    return ""
-                except WatchError:
-                    continue
+
+        def write(pipe: Any) -> None:
+            pipe.set(upgrade_key(run.cluster), run.to_json())
+            pipe.delete(upgrade_results_key(run.cluster))
+            pipe.sadd(upgrades_index(), run.cluster)
+
+        return await write_unless(self.r, upgrade_key(run.cluster),
+                                  lambda raw: check(None if raw is None else UpgradeRun.from_json(raw)), write)
 
     async def record_result(self, res: CommandResult, step: str, stderr: str) -> None:
         doc = json.dumps({"status": res.status, "step": step, "stderr": stderr, "agentVersion": res.agent_version})
