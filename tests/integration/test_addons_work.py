@@ -20,8 +20,8 @@ from bke.plan import plan_spec_text
 from bke.render import RenderInputs, render_cluster
 from bke.spec.synth import synth_docs
 from bke.state.keys import addon_manifests_key, addons_key
-from bke_dispatcher.addons import READY_TIMEOUT_S, AddonsWork, LabApplier
-from bke_dispatcher.manifests import HttpRepoManifests, LabManifests, cni_artefact
+from bke.cluster_api.addons import READY_TIMEOUT_S, AddonsWork, LabApplier
+from bke.cluster_api.manifests import HttpRepoManifests, LabManifests, cni_artefact
 
 pytestmark = pytest.mark.integration
 ORDER = ["rbac", "kube-proxy", "calico", "coredns"]
@@ -224,7 +224,7 @@ async def test_real_applier_uses_super_admin_for_rbac_only_from_the_store_in_mem
     from bke.pki.operations import ensure_cluster_pki
     from bke.pki.store_redis import RedisPkiStore
     from bke_cli.main import main
-    from bke_dispatcher.apply_k8s import KubernetesApplier
+    from bke.cluster_api.apply_k8s import KubernetesApplier
 
     r = Redis.from_url(redis_url)
     try:
