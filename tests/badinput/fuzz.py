@@ -46,7 +46,8 @@ def from_schema(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         if t == "string":
             if "pattern" in s:
                 return st.from_regex(s["pattern"], fullmatch=True).filter(lambda v: len(v) <= s.get("maxLength", 10**6))
-            return st.text(min_size=s.get("minLength", 0), max_size=min(s.get("maxLength", 24), 24))
+            lo = s.get("minLength", 0)  # short texts, unless the contract needs longer (a base64 key)
+            return st.text(min_size=lo, max_size=max(lo, min(s.get("maxLength", 24), 24)))
         if t == "integer":
             lo = s.get("minimum", s["exclusiveMinimum"] + 1 if "exclusiveMinimum" in s else -(2**40))
             return st.integers(lo, s.get("maximum", 2**40))

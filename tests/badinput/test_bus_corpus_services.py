@@ -15,6 +15,7 @@ from bke.bus import EventWatch, ensure_streams
 from bke.bus.connect import BusAccess, connect_nats
 from bke.bus.delivery import MAX_DEADLETTER_PAYLOAD
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, InstallCluster
+from bke.contracts.upgrade import UPGRADE_CLUSTER, UPGRADE_REJECTED
 from bke.contracts.agent import AgentHeartbeat, AgentProvisioned, GetCommandKey, ProvisionAgent
 from bke.contracts.health import GetHealth
 from bke.contracts.status import StatusError
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.integration
 CLUSTER = "hostile"
 # A few of each kind: what a forger or a broken client sends most (the unit fuzzers cover the rest).
 # A user's install request is answered with a rejection naming the field, never dead-lettered.
-ANSWERED = (INSTALL_CLUSTER, LEGACY_CLUSTER_REQUESTED)
+ANSWERED = (INSTALL_CLUSTER, LEGACY_CLUSTER_REQUESTED, UPGRADE_CLUSTER)  # a user's requests: answered naming the field
 KINDS = ("garbage", "empty-object", "deep-nesting", "extra-field", "oversized", "non-utf8-in-string")
 
 
@@ -97,7 +98,7 @@ async def test_hostile_messages_are_dead_lettered_and_a_valid_install_still_goes
         await ensure_streams(js)
         await sup.wait_services_ready(js)
         sent: list[tuple[str, str, bytes]] = []
-        async with EventWatch(nc, [f"{DEADLETTER}.>", CLUSTER_REJECTED]) as watch:
+        async with EventWatch(nc, [f"{DEADLETTER}.>", CLUSTER_REJECTED, UPGRADE_REJECTED]) as watch:
             for ch, subject in stored_channels():
                 for case in hostile_bodies(ch.model, valid_example(ch.model)):
                     if case.name in KINDS or case.name.startswith("wrong-type-"):
@@ -110,8 +111,10 @@ async def test_hostile_messages_are_dead_lettered_and_a_valid_install_still_goes
                         for subj, name, body in sent if subj not in ANSWERED}
             # rejections carry the request id the planner could read; JetStream drops a repeated
             # rejection of one id (its Nats-Msg-Id), so each id is answered once
-            asked = [request_id_of(body) for subj, _, body in sent if subj in ANSWERED]
+            asked = [request_id_of(body) for subj, _, body in sent if subj in ANSWERED and subj != UPGRADE_CLUSTER]
             assert len(asked) == 2 * len([b for b in sent if b[0] == INSTALL_CLUSTER])
+            asked_upgrade = [request_id_of(body) for subj, _, body in sent if subj == UPGRADE_CLUSTER]
+            assert asked_upgrade
 
             def missing() -> list[str]:
                 got = {(e.data.get("subject"), e.data.get("payloadB64")) for e in watch.seen if e.subject.startswith(DEADLETTER)}
@@ -119,7 +122,10 @@ async def test_hostile_messages_are_dead_lettered_and_a_valid_install_still_goes
 
             def unanswered() -> list[str | None]:
                 ids = [e.data.get("requestId") for e in watch.seen if e.subject == CLUSTER_REJECTED]
-                return [None] * (asked.count(None) - ids.count(None)) + sorted(set(asked) - set(ids) - {None})
+                up = [e.data.get("requestId") or None for e in watch.seen if e.subject == UPGRADE_REJECTED]
+                return ([None] * (asked.count(None) - ids.count(None)) + sorted(set(asked) - set(ids) - {None})
+                        + [None] * (asked_upgrade.count(None) - up.count(None))
+                        + sorted(f"upgrade {i}" for i in set(asked_upgrade) - set(up) - {None}))
 
             deadline = asyncio.get_running_loop().time() + 90
             while (missing() or unanswered()) and asyncio.get_running_loop().time() < deadline:

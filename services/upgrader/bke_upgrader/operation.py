@@ -121,7 +121,7 @@ class Upgrades:
         req = parse_request(body)
         if isinstance(req, UpgradeRejected):
             log.warning("upgrade request refused: %s", req.message, extra={"request_id": req.request_id})
-            return [Out(req, UPGRADE_REJECTED, f"rejected:{req.request_id}" if req.request_id else None)]
+            return [Out(req, UPGRADE_REJECTED, f"upgrade-rejected:{req.request_id}" if req.request_id else None)]
         return await self.on_request(req)
 
     async def on_request(self, req: UpgradeCluster) -> list[Out]:
@@ -130,7 +130,7 @@ class Upgrades:
         def rejected(message: str) -> list[Out]:
             log.warning("upgrade refused: %s", message, extra=ids)
             return [Out(UpgradeRejected(request_id=req.request_id, cluster=req.cluster, message=message),
-                        UPGRADE_REJECTED, f"rejected:{req.request_id}")]
+                        UPGRADE_REJECTED, f"upgrade-rejected:{req.request_id}")]
 
         current = await self.store.load(req.cluster)
         if current is not None and current.request_id == req.request_id:
@@ -148,9 +148,9 @@ class Upgrades:
         answer = decided.answer
         if isinstance(answer, UpgradeRejected):
             log.warning("upgrade refused: %s", answer.message, extra=ids)
-            return [Out(answer, UPGRADE_REJECTED, f"rejected:{req.request_id}")]
+            return [Out(answer, UPGRADE_REJECTED, f"upgrade-rejected:{req.request_id}")]
         if req.dry_run:
-            return [Out(answer, UPGRADE_ACCEPTED, f"accepted:{req.request_id}")]
+            return [Out(answer, UPGRADE_ACCEPTED, f"upgrade-accepted:{req.request_id}")]
         assert decided.target is not None and decided.new_plan is not None
         run = new_run(req.request_id, req.cluster, answer.current.model_dump(), answer.target.model_dump(),
                       list(decided.order), [n.hostname for n in plan.nodes], self._ts(),
@@ -168,7 +168,7 @@ class Upgrades:
             return rejected(why)
         log.info("upgrade accepted: %s -> %s", answer.current.kubernetes, answer.target.kubernetes, extra=ids)
         self.kick(req.cluster)
-        return [Out(answer, UPGRADE_ACCEPTED, f"accepted:{req.request_id}"),
+        return [Out(answer, UPGRADE_ACCEPTED, f"upgrade-accepted:{req.request_id}"),
                 Out(UpgradeChanged(cluster=req.cluster, at=self._ts(), upgrade=view(run)), upgrade_subject(req.cluster))]
 
     async def _plan_digest(self, cluster: str) -> str:
