@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -51,7 +52,7 @@ from bke.render import RenderInputs, render_cluster
 from bke.render.result import RenderedFile
 from bke.runtime import mtls_context, port_is_free
 from bke.upgrade.node_commands import node_upgrade_steps
-from bke.upgrade.order import Change, expand_order
+from bke.upgrade.order import Change, ExpandedStep, expand_order
 from bke.upgrade.quorum import MemberEndpoints, QuorumSampler
 from bke.upgrade.run import decide, fold_results, mark_sent, new_run, upgrade_command_id
 from bke.plan import Plan
@@ -209,65 +210,96 @@ def pod_status(lab: Lab, host: str) -> dict[str, Any]:
     return LabLayout(lab.roots[host]).pod_status("etcd") or {}
 
 
-async def test_etcd_34_rolled_to_35_member_by_member_keeps_quorum(
-        lab: Lab, agents: dict[str, LabBackend], nats_client: NatsClient, js: JetStreamContext,  # noqa: F811
-        cluster: str) -> None:  # noqa: F811
-    urls = {h: f"https://{lab.ip(h)}:2379" for h in MEMBERS}
-    client = httpx.AsyncClient(verify=lab.tls(), trust_env=False, timeout=3.0)
+@dataclass
+class Rolled:
+    sampler: QuorumSampler
+    sent: dict[str, float]  # host -> when its command went out (monotonic, the sampler's clock)
+    answered: dict[str, float]  # host -> when its result came back
 
-    async def all_on(v: str) -> dict[str, str] | None:
+
+class Etcd:
+    """The cluster as a client sees it: mTLS with the healthcheck-client pair."""
+
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+        self.urls = {h: f"https://{lab.ip(h)}:2379" for h in MEMBERS}
+        self.client = httpx.AsyncClient(verify=lab.tls(), trust_env=False, timeout=3.0)
+
+    async def all_on(self, version: str) -> dict[str, str] | None:
+        """Every member's /version when they all run `version`, else None."""
         got = {}
-        for h, u in urls.items():
+        for h, u in self.urls.items():
             try:
-                got[h] = (await client.get(f"{u}/version")).json().get("etcdserver", "")
+                got[h] = (await self.client.get(f"{u}/version")).json().get("etcdserver", "")
             except (httpx.HTTPError, ValueError):
                 got[h] = ""
-        return got if all(x == v for x in got.values()) else None
+        return got if all(x == version for x in got.values()) else None
 
+    async def put(self, host: str, key: str, value: str) -> None:
+        r = await self.client.post(f"{self.urls[host]}/v3/kv/put", json={"key": _b64(key), "value": _b64(value)})
+        assert r.status_code == 200, r.text
+
+    async def get(self, host: str, key: str) -> str | None:
+        r = await self.client.post(f"{self.urls[host]}/v3/kv/range", json={"key": _b64(key)})
+        kvs = r.json().get("kvs", [])
+        return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+
+
+async def started_on_34(lab: Lab, etcd: Etcd) -> dict[str, str]:
+    """Wait for the three 3.4 members; write the keys that must survive the roll."""
+    await until(lambda: etcd.all_on(OLD), 90, f"three members on etcd {OLD}")
+    assert all(str(lab.etcd34) in str(pod_status(lab, h).get("note")) for h in MEMBERS)
+    written = {f"/bke-roll/{i}": f"v{i}" for i in range(KEYS)}
+    for k, v in written.items():
+        await etcd.put("d1", k, v)
+    return written
+
+
+def etcd_step(lab: Lab) -> ExpandedStep:
+    """The upgrader's order: its `etcd` step for this cluster's one etcd cluster."""
+    [step] = [e for e in expand_order(lab.plan, Change(kubernetes=False, etcd=True, containerd=False))
+              if e.step == "etcd"]
+    return step
+
+
+async def roll(lab: Lab, etcd: Etcd, step: ExpandedStep, nats_client: NatsClient, js: JetStreamContext,
+               cluster: str) -> Rolled:
+    """Drive `step` to its end with the upgrader's core, sampling quorum throughout. The driver
+    does what bke_upgrader.operation.Upgrades does for a node step: fold results, decide, and on
+    "send" publish each host's node_upgrade_steps as a signed AgentCommand (same command id,
+    subject and Nats-Msg-Id), then mark the batch sent; results are kept in the form
+    UpgradeStore.record_result stores them."""
+    request_id = uuid.uuid4().hex[:12]
+    versions = {"kubernetes": "1.33.2", "containerd": "2.1.1"}
+    run = new_run(request_id, cluster, {**versions, "etcd": OLD}, {**versions, "etcd": NEW}, [step], [],
+                  datetime.now(timezone.utc).isoformat())
+    results: dict[str, dict[str, str]] = {}
+    out = Rolled(QuorumSampler([MemberEndpoints(h, f"http://{lab.ip(h)}:2381/health", etcd.urls[h]) for h in MEMBERS],
+                               every_s=SAMPLE_EVERY_S, client_tls=lab.tls()), {}, {})
+    arrived = asyncio.Event()
+
+    async def on_result(msg: Msg) -> None:
+        res = CommandResult.model_validate_json(msg.data)
+        failed = next((s for s in res.steps if s.status == "Failed"), None)
+        results[res.command_id] = {"status": res.status, "step": failed.id if failed else "",
+                                   "stderr": (failed.stderr or failed.stdout) if failed else ""}
+        out.answered.setdefault(res.node, out.sampler.clock())
+        arrived.set()
+
+    sub = await nats_client.subscribe(f"bke.v1.agent.{cluster}.*.result", cb=on_result)
     try:
-        await until(lambda: all_on(OLD), 90, f"three members on etcd {OLD}")
-        assert all(str(lab.etcd34) in str(pod_status(lab, h).get("note")) for h in MEMBERS)
-        written = {f"/bke-roll/{i}": f"v{i}" for i in range(KEYS)}
-        for k, v in written.items():
-            r = await client.post(f"{urls['d1']}/v3/kv/put", json={"key": _b64(k), "value": _b64(v)})
-            assert r.status_code == 200, r.text
-
-        # the upgrader's core: the `etcd` step of the order, for this cluster's one etcd cluster
-        [step] = [e for e in expand_order(lab.plan, Change(kubernetes=False, etcd=True, containerd=False))
-                  if e.step == "etcd"]
-        assert step.batches == tuple((h,) for h in MEMBERS)
-        request_id = uuid.uuid4().hex[:12]
-        versions = {"kubernetes": "1.33.2", "containerd": "2.1.1"}
-        run = new_run(request_id, cluster, {**versions, "etcd": OLD}, {**versions, "etcd": NEW}, [step], [],
-                      datetime.now(timezone.utc).isoformat())
-        results: dict[str, dict[str, str]] = {}
-        sent: dict[str, float] = {}  # host -> when its command went out (monotonic)
-        answered: dict[str, float] = {}  # host -> when its result came back
-        arrived = asyncio.Event()
-
-        async def on_result(msg: Msg) -> None:
-            # what bke_upgrader.operation.Upgrades.on_result records (UpgradeStore.record_result)
-            res = CommandResult.model_validate_json(msg.data)
-            failed = next((s for s in res.steps if s.status == "Failed"), None)
-            results[res.command_id] = {"status": res.status, "step": failed.id if failed else "",
-                                       "stderr": (failed.stderr or failed.stdout) if failed else ""}
-            answered.setdefault(res.node, time.monotonic())
-            arrived.set()
-
-        sub = await nats_client.subscribe(f"bke.v1.agent.{cluster}.*.result", cb=on_result)
-        members = [MemberEndpoints(h, f"http://{lab.ip(h)}:2381/health", urls[h]) for h in MEMBERS]
-        async with QuorumSampler(members, every_s=SAMPLE_EVERY_S, client_tls=lab.tls()) as sampler:
+        async with out.sampler:
             deadline = time.monotonic() + STEP_TIMEOUT_S * len(MEMBERS)
             while True:
                 arrived.clear()
                 fold_results(run, results)
                 d = decide(run)
                 if d.action == "succeed":
-                    break
+                    return out
                 assert d.action in ("send", "wait"), d.reason or d
                 assert d.step is not None
                 if d.action == "send":
-                    for host in d.hosts:  # as Upgrades._send: same id, signed command, subject, dedup id
+                    for host in d.hosts:
                         steps = node_upgrade_steps("etcd", d.step.group, lab.plan, lab.plan, host,
                                                    lab.old[host], lab.new[host], {})
                         cid = upgrade_command_id(cluster, request_id, "etcd", d.step.group, host)
@@ -276,7 +308,7 @@ async def test_etcd_34_rolled_to_35_member_by_member_keeps_quorum(
                                                   issued_at=issued.isoformat(),
                                                   expires_at=(issued + timedelta(hours=1)).isoformat(),
                                                   steps=steps, issuer="upgrader"))
-                        sent[host] = time.monotonic()
+                        out.sent[host] = out.sampler.clock()
                         await js.publish(agent_subject(cluster, host, "command"), cmd.to_bytes(),
                                          headers={"Nats-Msg-Id": cid})
                     mark_sent(d.step, time.time())
@@ -284,22 +316,51 @@ async def test_etcd_34_rolled_to_35_member_by_member_keeps_quorum(
                 assert time.monotonic() < deadline, f"the roll did not finish: {run.to_json()}"
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(arrived.wait(), 5.0)
+    finally:
         await sub.unsubscribe()
 
+
+async def test_etcd_34_rolled_to_35_member_by_member_keeps_quorum(
+        lab: Lab, agents: dict[str, LabBackend], nats_client: NatsClient, js: JetStreamContext,  # noqa: F811
+        cluster: str) -> None:  # noqa: F811
+    etcd = Etcd(lab)
+    try:
+        written = await started_on_34(lab, etcd)
+        step = etcd_step(lab)
+        assert step.batches == tuple((h,) for h in MEMBERS)  # MEMBER_BY_MEMBER
+        rolled = await roll(lab, etcd, step, nats_client, js, cluster)
+
         # no moment of the roll below quorum, and each member's swap was watched closely
-        below = sampler.below()
-        assert not below, f"{len(below)} of {len(sampler.samples)} samples below quorum, first: {below[0][1]}"
+        below = rolled.sampler.below()
+        assert not below, f"{len(below)} of {len(rolled.sampler.samples)} samples below quorum, first: {below[0][1]}"
         for host in MEMBERS:
-            during = sampler.between(sent[host], answered[host])
+            during = rolled.sampler.between(rolled.sent[host], rolled.answered[host])
             assert len(during) >= MIN_SAMPLES_PER_SWAP, f"{host}: {len(during)} samples during its swap"
             # the samples saw the member go away and come back: it really was restarted
             assert any(not m.healthy for s in during for m in s.members if m.name == host), host
         # every member ends on the new binary, and nothing written before is lost
-        await until(lambda: all_on(NEW), 30, f"three members on etcd {NEW}")
+        await until(lambda: etcd.all_on(NEW), 30, f"three members on etcd {NEW}")
         assert all(pod_status(lab, h).get("mode") == "real" and not pod_status(lab, h).get("note") for h in MEMBERS)
         for k, v in written.items():
-            r = await client.post(f"{urls['d3']}/v3/kv/range", json={"key": _b64(k)})
-            kvs = r.json().get("kvs", [])
-            assert kvs and base64.b64decode(kvs[0]["value"]).decode() == v, (k, r.text)
+            assert await etcd.get("d3", k) == v, k
     finally:
-        await client.aclose()
+        await etcd.client.aclose()
+
+
+async def test_two_members_at_once_is_seen_below_quorum(
+        lab: Lab, agents: dict[str, LabBackend], nats_client: NatsClient, js: JetStreamContext,  # noqa: F811
+        cluster: str) -> None:  # noqa: F811
+    """The sampler can fail: the same roll with two of three members in one batch (what
+    MEMBER_BY_MEMBER exists to prevent) leaves the third without a leader, and samples say so."""
+    etcd = Etcd(lab)
+    try:
+        await started_on_34(lab, etcd)
+        step = etcd_step(lab)
+        both = dataclasses.replace(step, batches=(("d1", "d2"), ("d3",)))
+        rolled = await roll(lab, etcd, both, nats_client, js, cluster)
+        below = rolled.sampler.below()
+        assert below, f"no sample below quorum in {len(rolled.sampler.samples)}"
+        assert "1 of 3 members healthy, 2 needed" in below[0][1] or "0 of 3" in below[0][1], below[0][1]
+        await until(lambda: etcd.all_on(NEW), 60, f"three members on etcd {NEW}")  # it recovers
+    finally:
+        await etcd.client.aclose()
