@@ -1,17 +1,23 @@
 """Quorum of an etcd cluster, sampled: a pure verdict on one sample, and an async sampler.
 
 Why sampled from outside: a member-by-member roll is only safe if, at every moment, a majority
-of the members is healthy. Each member's /health answers true only while that member sees a
-leader and can serve a read (etcd server/etcdserver/api/etcdhttp/metrics.go at v3.4.23 and
-health.go at v3.5.1: `checkHealth` -> "no leader" / "raft alarm"), so "a majority answers
-/health true" is "the cluster has quorum" as a client sees it. The member's own status
-(`/v3/maintenance/status`, the gRPC gateway's JSON form, present on 3.4 and 3.5) adds which
-leader it follows and its server version, recorded with the sample for the report.
+of the members is up and follows a leader. Two answers of each member say so:
 
-    verdict(sample, size) -> ""              quorum: a majority healthy, each with a leader
+- its /health (etcd-io/etcd server/etcdserver/api/etcdhttp/metrics.go, v3.5.x `checkV3Health`;
+  etcdserver/api/etcdhttp/metrics.go on the release-3.4 branch): true when it has no alarm, sees
+  a leader, and a linearizable read through that leader succeeds;
+- its status (`POST /v3/maintenance/status`, the gRPC gateway's JSON form on 3.4 and 3.5): the
+  leader its raft follows, answered from the member's own state, and its server version.
+
+A member counts toward quorum when its /health is true, or when it answers its status naming a
+leader. The second half matters while a leader moves (the rolled member was the leader): for a
+few milliseconds the linearizable read of /health fails with "leader changed" on members that
+already follow the new leader. That is a pause in service, not a loss of quorum; the sampler
+keeps it visible as a "dip" (`dips`: runs of samples where fewer than a majority answered
+/health true), so a caller can bound how long service paused.
+
+    verdict(sample, size) -> ""              quorum: a majority up and following a leader
                           -> "why not"       below quorum (names the members that are not)
-
-The sampler keeps every sample; `QuorumSampler.below()` lists the bad ones with their reason.
 """
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ from dataclasses import dataclass
 
 import httpx
 
-__all__ = ["MemberEndpoints", "MemberSample", "QuorumSample", "QuorumSampler", "majority", "verdict"]
+__all__ = ["Dip", "MemberEndpoints", "MemberSample", "QuorumSample", "QuorumSampler", "dips", "majority", "verdict"]
 
 HEALTHY_BODY = '"health":"true"'
 
@@ -41,6 +47,11 @@ class MemberSample:
     version: str = ""  # the server version in its status ("" when not answered)
     error: str = ""  # why not healthy, as short as the answer allows
 
+    @property
+    def in_quorum(self) -> bool:
+        """Up and following a leader: /health true, or a status that names a leader."""
+        return self.healthy or self.leader != 0
+
 
 @dataclass(frozen=True)
 class QuorumSample:
@@ -51,15 +62,45 @@ class QuorumSample:
     def healthy(self) -> tuple[str, ...]:
         return tuple(m.name for m in self.members if m.healthy)
 
+    @property
+    def in_quorum(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.members if m.in_quorum)
+
 
 def verdict(sample: QuorumSample, size: int) -> str:
     """"" when `sample` shows quorum for a cluster of `size` members, else why not."""
     need = majority(size)
-    ok = sample.healthy
+    ok = sample.in_quorum
     if len(ok) >= need:
         return ""
-    down = ", ".join(f"{m.name} ({m.error or 'unhealthy'})" for m in sample.members if not m.healthy)
-    return f"{len(ok)} of {size} members healthy, {need} needed: {down}"
+    down = ", ".join(f"{m.name} ({m.error or 'no leader'})" for m in sample.members if not m.in_quorum)
+    return f"{len(ok)} of {size} members up with a leader, {need} needed: {down}"
+
+
+@dataclass(frozen=True)
+class Dip:
+    """Consecutive samples in which fewer than a majority answered /health true."""
+
+    start: float  # the first such sample
+    end: float  # the last such sample
+    samples: int
+    reason: str  # the first sample's unhealthy members and what they said
+
+
+def dips(samples: Sequence[QuorumSample], size: int) -> list[Dip]:
+    """Every run of samples with a majority not answering /health true, in order."""
+    out: list[Dip] = []
+    run: list[QuorumSample] = []
+    for s in [*samples, None]:
+        if s is not None and len(s.healthy) < majority(size):
+            run.append(s)
+            continue
+        if run:
+            first = run[0]
+            why = ", ".join(f"{m.name} ({m.error or 'unhealthy'})" for m in first.members if not m.healthy)
+            out.append(Dip(first.at, run[-1].at, len(run), why))
+            run = []
+    return out
 
 
 @dataclass(frozen=True)
@@ -74,15 +115,19 @@ class QuorumSampler:
     are in `.samples` in order. Each sample asks all members at once, each within `timeout_s`."""
 
     def __init__(self, members: Sequence[MemberEndpoints], *, every_s: float = 0.1, timeout_s: float = 1.0,
-                 client_tls: ssl.SSLContext | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 client_tls: ssl.SSLContext | None = None, clock: Callable[[], float] = time.monotonic,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.members, self.every_s, self.timeout_s = tuple(members), every_s, timeout_s
-        self.client_tls, self.clock = client_tls, clock
+        self.client_tls, self.clock, self.transport = client_tls, clock, transport
         self.samples: list[QuorumSample] = []
         self._task: asyncio.Task[None] | None = None
         self._http: httpx.AsyncClient | None = None
 
     async def __aenter__(self) -> "QuorumSampler":
-        self._http = httpx.AsyncClient(verify=self.client_tls or False, trust_env=False, timeout=self.timeout_s)
+        # client_tls: the cluster's CA and a client pair (etcd's client URLs require one); without
+        # it the default verification applies, never none
+        self._http = httpx.AsyncClient(verify=self.client_tls or True, trust_env=False, timeout=self.timeout_s,
+                                       transport=self.transport)
         self._task = asyncio.create_task(self._run(), name="quorum-sampler")
         return self
 
@@ -94,6 +139,9 @@ class QuorumSampler:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+
+    def dips(self) -> list[Dip]:
+        return dips(self.samples, len(self.members))
 
     def below(self) -> list[tuple[QuorumSample, str]]:
         """Every sample below quorum, with the reason."""
