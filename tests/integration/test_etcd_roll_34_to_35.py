@@ -16,8 +16,8 @@ the stand-in run the 3.4 binary. No flag is changed, because none of the 3.5.1 r
 the test checks every rendered flag against the 3.4 binary's own --help and names any it lacks.
 
 The binary comes from Debian 12's `etcd-server` (.ci/run installs it; BKE_TEST_ETCD34 names another
-3.4.23 binary). Without it the test skips
-with the reason, unless BKE_REQUIRE_REAL_CHECKS=1: then it fails.
+3.4.23 binary). Without it the tests skip with the reason, unless BKE_REQUIRE_REAL_CHECKS=1:
+then they fail. A second test shows that the sampler can fail (two members stopped).
 """
 from __future__ import annotations
 
@@ -44,18 +44,18 @@ import pytest
 import yaml
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
-from redis import asyncio as aioredis
 from nats.js import JetStreamContext
+from redis import asyncio as aioredis
 
 from bke.contracts.agent import AgentCommand, CommandResult, ReplaceFiles
+from bke.plan import Plan
 from bke.render import RenderInputs, render_cluster
 from bke.render.result import RenderedFile
 from bke.runtime import mtls_context, port_is_free
+from bke.state import PlanCache, RedisPlanStore, plan_digest
 from bke.upgrade.order import Change, ExpandedStep, expand_order
 from bke.upgrade.quorum import MemberEndpoints, QuorumSampler, verdict
-from bke.state import PlanCache, RedisPlanStore, plan_digest
 from bke.upgrade.run import new_run
-from bke.plan import Plan
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, LabBackend, LabLayout, MemoryJournal
 from bke_agent.kubelet.pods import ETCD_BINARIES_ENV
 from bke_cli.main import main as bke
