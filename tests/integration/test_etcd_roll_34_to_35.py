@@ -53,6 +53,7 @@ from bke.render import RenderInputs, render_cluster
 from bke.render.result import RenderedFile
 from bke.runtime import mtls_context, port_is_free
 from bke.state import PlanCache, RedisPlanStore, plan_digest
+from bke.state.keys import accepted_agents_key
 from bke.upgrade.order import Change, ExpandedStep, expand_order
 from bke.upgrade.quorum import MemberEndpoints, QuorumSampler, verdict
 from bke.upgrade.run import new_run
@@ -180,8 +181,10 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: str) -> Iterat
 
 @pytest.fixture
 async def agents(lab: Lab, nats_client: NatsClient, js: JetStreamContext, nats_url: str,  # noqa: F811
-                 cluster: str) -> AsyncIterator[dict[str, LabBackend]]:  # noqa: F811
-    backends, loops = {}, []
+                 cluster: str) -> AsyncIterator[dict[str, AgentLoop]]:  # noqa: F811
+    """One lab agent per member, its kubelet running, as an installed node has them."""
+    backends: dict[str, LabBackend] = {}
+    loops: dict[str, AgentLoop] = {}
     try:
         for h in MEMBERS:
             backend = LabBackend(lab.roots[h], lab.ip(h), kubelet_poll_s=0.1)
@@ -192,10 +195,10 @@ async def agents(lab: Lab, nats_client: NatsClient, js: JetStreamContext, nats_u
             backends[h] = backend
             await backend.kubelet.start()  # the kubelet runs on an installed node
             await loop.start()
-            loops.append(loop)
-        yield backends
+            loops[h] = loop
+        yield loops
     finally:
-        for loop in loops:
+        for loop in loops.values():
             await loop.stop()
         for backend in backends.values():
             await backend.stop()
@@ -284,7 +287,8 @@ class _RollRenders(Renders):
         return ClusterRenders(old=self.lab.old, new=self.lab.new, new_addons={})
 
 
-async def roll(lab: Lab, etcd: Etcd, step: ExpandedStep, nats_client: NatsClient, redis: aioredis.Redis) -> Rolled:
+async def roll(lab: Lab, etcd: Etcd, step: ExpandedStep, agents: dict[str, AgentLoop], nats_client: NatsClient,
+               redis: aioredis.Redis) -> Rolled:
     """Drive `step` to its end with the upgrader service's own `Upgrades` (bke_upgrader.operation):
     the run is stored as `Upgrades.on_request` stores it, and each pass is its `reconcile`
     (fold the recorded results, decide, carry out: sign and publish each member's node
@@ -301,6 +305,9 @@ async def roll(lab: Lab, etcd: Etcd, step: ExpandedStep, nats_client: NatsClient
     run.request["planDigest"] = plan_digest(pj)
     store = UpgradeStore(redis)
     assert await store.start(run, lambda current: "") == ""
+    # the agents the install accepted (the dispatcher records them from certs.sealed): the
+    # upgrader believes a result only from the node's accepted agent
+    await redis.hset(accepted_agents_key(plan.cluster), mapping={h: a.identity.agent_id for h, a in agents.items()})
 
     async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
         await nats_client.publish(subject, payload, headers=headers or None)  # as Service.publish
@@ -360,13 +367,13 @@ async def roll(lab: Lab, etcd: Etcd, step: ExpandedStep, nats_client: NatsClient
 
 
 async def test_etcd_34_rolled_to_35_member_by_member_keeps_quorum(
-        lab: Lab, agents: dict[str, LabBackend], nats_client: NatsClient, redis_client: aioredis.Redis) -> None:
+        lab: Lab, agents: dict[str, AgentLoop], nats_client: NatsClient, redis_client: aioredis.Redis) -> None:
     etcd = Etcd(lab)
     try:
         written = await started_on_34(lab, etcd)
         step = etcd_step(lab)
         assert step.batches == tuple((h,) for h in MEMBERS)  # MEMBER_BY_MEMBER
-        rolled = await roll(lab, etcd, step, nats_client, redis_client)
+        rolled = await roll(lab, etcd, step, agents, nats_client, redis_client)
 
         # no moment of the roll below quorum, and each member's swap was watched closely
         below = rolled.sampler.below()
@@ -397,7 +404,7 @@ async def test_etcd_34_rolled_to_35_member_by_member_keeps_quorum(
 
 
 async def test_two_members_stopped_is_seen_below_quorum(
-        lab: Lab, agents: dict[str, LabBackend], tmp_path: Path) -> None:
+        lab: Lab, agents: dict[str, AgentLoop], tmp_path: Path) -> None:
     """The sampler can fail: with two of three members stopped (their manifests taken away, so
     the kubelet stops their pods), samples fall below quorum and name them; with the manifests
     back, quorum returns and the data is still there."""
