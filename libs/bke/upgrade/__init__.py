@@ -1,6 +1,8 @@
 """Upgrade decisions as pure cores: path rules, pre-checks, and the order of steps.
 
-No I/O here: the upgrader service (later) and `bke upgrade plan` call the same functions."""
+No I/O here: the upgrader service (later) and `bke upgrade plan` call the same functions. One
+exception, kept in its own module: `quorum.QuorumSampler` polls a live etcd cluster for the pure
+`quorum.verdict`."""
 from .checks import CHECKS, Facts, Finding, Report, upgrade_findings
 from .order import ORDER, Change, ExpandedStep, Step, default_max_unavailable, expand_order, parse_max_unavailable
 from .paths import ETCD_MIN_PATCH, change_of, PATH_RULES, PathRule, Target, UpgradeRequestError, path_findings, resolve_target
