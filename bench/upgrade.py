@@ -95,6 +95,36 @@ async def _heartbeats(lab: InstalledLab, timeout: float = 120.0) -> None:
         await redis.aclose()
 
 
+class _TimedWatch(EventWatch):
+    """An EventWatch that also notes when each event arrived (perf_counter)."""
+
+    def __init__(self, nc, subjects: list[str]):  # type: ignore[no-untyped-def]
+        super().__init__(nc, subjects)
+        self.times: list[float] = []
+
+    async def _on_msg(self, msg) -> None:  # type: ignore[no-untyped-def]
+        self.times.append(time.perf_counter())
+        await super()._on_msg(msg)
+
+
+def _step_times(arrived: list, subject: str) -> str:  # type: ignore[type-arg]
+    """Seconds each step took, from the first event that shows it started (or the previous
+    step's end) to the first that shows it Succeeded, per UpgradeChanged arrival times."""
+    ends: dict[str, float] = {}
+    for at, e in arrived:
+        if e.subject != subject:
+            continue
+        for st in e.data["upgrade"]["steps"]:
+            key = st["name"] + ("/" + st["group"] if st["group"] else "")
+            if st["status"] == "Succeeded" and key not in ends:
+                ends[key] = at
+    out, last = [], 0.0
+    for key, at in sorted(ends.items(), key=lambda kv: kv[1]):
+        out.append(f"{key} {at - last:.1f}")
+        last = at
+    return ", ".join(out)
+
+
 async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavailable: str) -> dict:
     async with installed_lab(nodes, workdir) as lab:
         if lab.result["status"] != "Succeeded":
@@ -106,7 +136,8 @@ async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavail
         req = UpgradeCluster(request_id=f"up-{lab.cluster}", cluster=lab.cluster, kubernetes_version=to,
                              etcd_version=etcd, max_unavailable=max_unavailable, origin="bus")
         subjects = [UPGRADE_ACCEPTED, UPGRADE_REJECTED, upgrade_subject(lab.cluster)]
-        async with EventWatch(lab.nc, subjects) as watch:
+        async with _TimedWatch(lab.nc, subjects) as watch:
+            watch_times = watch.times
             t0 = time.perf_counter()
             await lab.js.publish(UPGRADE_CLUSTER, req.to_bytes())
             answer = await watch.wait_for(lambda e: e.subject != subjects[2] and e.data.get("requestId") == req.request_id,
@@ -118,6 +149,7 @@ async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavail
                 lambda e: e.subject == subjects[2] and e.data["upgrade"]["status"] != "Running", timeout=UPGRADE_TIMEOUT_S)
             t2 = time.perf_counter()
         view = end.data["upgrade"]
+        arrived = [(at - t0, e) for at, e in zip(watch_times, watch.seen)]
         steps = answer.data["steps"]
         commands = sum(s["total"] for s in steps if s["name"] not in LOCAL_STEPS)
         return {
@@ -131,6 +163,7 @@ async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavail
             "batches": sum(s["batches"] for s in steps),
             "steps": ", ".join(f"{s['name']}{'/' + s['group'] if s['group'] else ''} {s['total']}/{s['batches']}"
                                for s in steps if s["name"] not in LOCAL_STEPS),
+            "step_times": _step_times(arrived, subjects[2]),
             "rss_mb": _peak_rss_mb(upgrader),
             "cpu_s": _cpu_s(upgrader) - cpu0,
         }
@@ -158,6 +191,7 @@ async def main(sizes: list[int], to: str, etcd: str, max_unavailable: str) -> in
             flush=True,
         )
         print(f"         node steps (nodes/batches): {up['steps']}", flush=True)
+        print(f"         step times (s, by UpgradeChanged arrival): {up['step_times']}", flush=True)
         ok = ok and up["executed"] == up["commands"]
     return 0 if ok else 1
 
