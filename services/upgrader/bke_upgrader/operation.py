@@ -50,6 +50,7 @@ from bke.upgrade.paths import resolve_target
 from bke.upgrade.run import (
     Decision,
     UpgradeRun,
+    awaited_ids,
     decide,
     finish,
     fold_results,
@@ -235,7 +236,8 @@ class Upgrades:
         run = await self.store.load(cluster)
         if run is None or run.status != "Running":
             return Outcome("done")
-        changed = fold_results(run, await self.store.results(cluster), self.now().timestamp(), self.answer_deadline_s)
+        answers = await self.store.results(cluster, awaited_ids(run))
+        changed = fold_results(run, answers, self.now().timestamp(), self.answer_deadline_s)
         old, new = await self._plans(run)
         for _ in range(64):  # every decision that needs no answer is taken in this pass
             d = decide(run)
