@@ -24,10 +24,15 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from bke.bus.connect import connect_nats
 import nats
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from bke.bus import EventWatch, ensure_streams, put_blob
@@ -35,6 +40,7 @@ from bke.bus.streams import OBJECT_BUCKET
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
 from bke.contracts.agent import agent_subject
 from bke.lab.supervisor import LabSupervisor
+from bke.runtime import RuntimeInfo
 from bke.spec.synth import synth_spec_text
 from bke_agent.fleet import Fleet
 from bke.lab.trust import ensure_lab_command_key
@@ -46,7 +52,23 @@ from bke_agent.settings import AgentSettings
 STREAM = "BKE_AGENT"
 
 
-async def run_install(nodes: int, workdir: Path) -> dict:
+@dataclass
+class InstalledLab:
+    """A lab whose cluster is installed, its services and its fleet still running (bench/upgrade.py
+    goes on from here)."""
+
+    sup: LabSupervisor
+    info: RuntimeInfo
+    nc: NatsClient
+    js: JetStreamContext
+    fleet: Fleet
+    cluster: str
+    result: dict
+
+
+@asynccontextmanager
+async def installed_lab(nodes: int, workdir: Path) -> AsyncIterator[InstalledLab]:
+    """Services as processes, N null agents in this process, the cluster installed; torn down on exit."""
     os.environ["BKE_DISPATCHER_HEALTH_INTERVAL_S"] = "0"
     sup = LabSupervisor(workdir, auth=False)  # the fleet: thousands of agents on one connection (no one identity)
     info = sup.ensure_runtime()
@@ -58,6 +80,7 @@ async def run_install(nodes: int, workdir: Path) -> dict:
     js = nc.jetstream(timeout=30)
     await ensure_streams(js)
     await sup.wait_services_ready(js)
+    fleet: Fleet | None = None
     try:
         base = AgentSettings(cluster=cluster, node="n0", backend="host", nats_url=info.nats_url, heartbeat_s=0)
         # trust (issue 10): the fleet runs what the deployment key signs; its keys are provisioned
@@ -72,10 +95,7 @@ async def run_install(nodes: int, workdir: Path) -> dict:
             await js.publish(INSTALL_CLUSTER, InstallCluster(request_id=cluster, spec_ref=ref).to_bytes())
             done = await watch.wait_for(lambda e: True, timeout=1800)
             t2 = time.perf_counter()
-        await fleet.stop(grace=1.0)
-        phases = await _phase_times(nc, cluster)
-        return {
-            "phases": phases,
+        result = {
             "status": done.data["status"],
             "setup": setup,
             "after_request": t2 - t1,
@@ -83,9 +103,17 @@ async def run_install(nodes: int, workdir: Path) -> dict:
             "commands": fleet.executed,
             "replayed": fleet.replayed,
         }
+        yield InstalledLab(sup, info, nc, js, fleet, cluster, result)
     finally:
+        if fleet is not None:
+            await fleet.stop(grace=1.0)
         await nc.close()
         sup.down()
+
+
+async def run_install(nodes: int, workdir: Path) -> dict:
+    async with installed_lab(nodes, workdir) as lab:
+        return {**lab.result, "phases": await _phase_times(lab.nc, lab.cluster)}
 
 
 async def _phase_times(nc, cluster: str) -> str:

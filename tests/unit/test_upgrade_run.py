@@ -3,12 +3,14 @@ folded, what a failure or a rollback does, and that a re-run of any pass is harm
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import pytest
 
 from bke.upgrade import change_of, expand_order, resolve_target
 from bke.upgrade.run import (
     UpgradeRun,
+    awaited_ids,
     decide,
     finish,
     fold_results,
@@ -196,3 +198,32 @@ def test_an_agent_of_another_version_fails_the_agents_step_naming_both_versions(
     d = decide(run)
     assert d.action == "fail" and "the agent runs 0.1.0, this BKE ships 0.2.0" in d.reason
     assert run.failed[0].failed_step == "agent-version"
+
+
+def test_folding_only_the_awaited_answers_takes_the_same_decisions_as_folding_them_all():
+    """The upgrader reads just `awaited_ids` (the current batch's, once sent) from the results hash."""
+    every, only = _run("40%"), _run("40%")
+    seen_all = _drive(every, {})
+    answers: dict = {}
+    seen_only = []
+    for _ in range(10_000):  # _drive's loop, folding only what the adapter reads
+        fold_results(only, {k: answers[k] for k in awaited_ids(only) if k in answers})
+        d = decide(only)
+        seen_only.append((d.action, d.step.name if d.step else "", d.hosts))
+        if d.action == "succeed":
+            break
+        assert d.step is not None
+        if d.action == "wait":
+            assert awaited_ids(only) == [upgrade_command_id(only.cluster, "r1", d.step.name, d.step.group, h) for h in d.hosts]
+            _answer_all(only, answers)
+        else:
+            assert awaited_ids(only) == []  # nothing sent and unanswered
+            {"local": lambda s: mark_local(s, True), "drain": mark_drained, "uncordon": mark_uncordoned,
+             "send": lambda s: mark_sent(s, 0.0)}[d.action](d.step)
+    assert seen_only == seen_all and only.status == "Running" and all(s.status == "Succeeded" for s in only.steps)
+
+
+def test_the_record_as_json_is_the_dataclasses_as_dicts():
+    run = _run()
+    _drive(run, {})
+    assert run.to_json() == json.dumps(asdict(run), separators=(",", ":"))

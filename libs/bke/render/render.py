@@ -36,7 +36,7 @@ from .node_files import (check_script, containerd_config, containerd_unit, hapro
                          kubelet_config, kubelet_unit, registry_errors, registry_hosts)
 from .result import NodeFiles, RenderedCluster, RenderedFile
 from .templates import TemplateSet, template_set
-from .validate import VALIDATORS, Expect
+from .validate import VALIDATORS, Expect, Result
 
 __all__ = ["FILES", "FileRule", "RENDERED_KINDS", "render_cluster", "preload_templates"]
 
@@ -93,7 +93,8 @@ def _node_reserved(node: NodePlan) -> dict[str, list[tuple[int, str]]]:
     return owners
 
 
-def _render_node(ctx: Ctx, ts: TemplateSet, node: NodePlan, expect: Expect, findings: list[Finding]) -> NodeFiles:
+def _render_node(ctx: Ctx, ts: TemplateSet, node: NodePlan, expect: Expect, findings: list[Finding],
+                 checked: dict[tuple[str, str], Result]) -> NodeFiles:
     files: list[RenderedFile] = []
     owners = _node_reserved(node)
     cgroups: dict[str, str] = {}
@@ -105,7 +106,12 @@ def _render_node(ctx: Ctx, ts: TemplateSet, node: NodePlan, expect: Expect, find
             kind = "containerd-v3" if ctx.versions.containerd.major >= 2 else "containerd-v2"
         for path, params in rule.build(ctx, node):
             text = ts.render(rule.template, params)
-            problems, facts = VALIDATORS[kind](text, expect)
+            # the same bytes checked once per cluster: most files of a worker are every worker's
+            # (parsing back is three quarters of a render); the checks are pure in (text, expect)
+            result = checked.get((kind, text))
+            if result is None:
+                result = checked[(kind, text)] = VALIDATORS[kind](text, expect)
+            problems, facts = result
             findings.extend(Finding(node.hostname, path, kind, p) for p in problems)
             if "ports" in facts:
                 owners[f"pod {facts['pod']}"] = facts["ports"]
@@ -143,7 +149,8 @@ def render_cluster(plan: Plan, inputs: RenderInputs) -> RenderedCluster:
     ts = template_set(versions)
     expect = _expect(plan, ctx)
     findings: list[Finding] = []
-    nodes = tuple(_render_node(ctx, ts, n, expect, findings) for n in plan.nodes)  # 4, 5
+    checked: dict[tuple[str, str], Result] = {}
+    nodes = tuple(_render_node(ctx, ts, n, expect, findings, checked) for n in plan.nodes)  # 4, 5
     addons = render_addons(ctx, ts, findings)  # 6
     findings += [Finding(host, comp, "flag-table", f"rendered --flag: {msg}") for host, comp, msg in dict.fromkeys(ctx.flag_problems)]
     if findings:  # 7

@@ -108,7 +108,9 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
                         _now, settings.owner, settings.lease_ms, sign=signing.sign,
                         snapshots=_Snapshots(svc, redis), answer_deadline_s=settings.answer_deadline_s,
                         component_timeout_s=settings.component_timeout_s)
-    runner = Runner(upgrades)
+    # A short coalescing window: a pass reads one batch's answers (O(batch)), and an upgrade is
+    # ~40 batches in a row, each waiting out the window once after its last answer.
+    runner = Runner(upgrades, debounce_s=0.05)
     upgrades.kick = runner.kick
 
     async def on_request(body: bytes) -> None:

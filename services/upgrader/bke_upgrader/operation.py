@@ -50,6 +50,7 @@ from bke.upgrade.paths import resolve_target
 from bke.upgrade.run import (
     Decision,
     UpgradeRun,
+    awaited_ids,
     decide,
     finish,
     fold_results,
@@ -77,6 +78,10 @@ Sign = Callable[[AgentCommand], Awaitable[AgentCommand]]
 LEASE = "upgrade"
 WAIT_S = 5.0  # re-check a batch in flight this often even without a result
 COMMAND_TTL_S = 3600.0
+# Steps whose commands carry files of the old and new render (bke.upgrade.node_commands), and the
+# addons step (the new render's manifests); the others (agents, snapshots, post-checks) need none.
+RENDERED_STEPS = frozenset({"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+                            "masters-runtime", "workers", "addons"})
 
 
 class Checksums(Protocol):
@@ -235,8 +240,11 @@ class Upgrades:
         run = await self.store.load(cluster)
         if run is None or run.status != "Running":
             return Outcome("done")
-        changed = fold_results(run, await self.store.results(cluster), self.now().timestamp(), self.answer_deadline_s)
+        answers = await self.store.results(cluster, awaited_ids(run))
+        changed = fold_results(run, answers, self.now().timestamp(), self.answer_deadline_s)
         old, new = await self._plans(run)
+        if any(st.name in RENDERED_STEPS and st.status != "Succeeded" for st in run.steps):
+            self.renders.start(run.request_id, old, new)  # in the background, while the first steps run
         for _ in range(64):  # every decision that needs no answer is taken in this pass
             d = decide(run)
             if d.action in ("wait", "done"):
@@ -300,7 +308,7 @@ class Upgrades:
             mark_sent(step, self.now().timestamp())
 
     async def _send(self, run: UpgradeRun, step: str, group: str, hosts: list[str], old: Plan, new: Plan) -> None:
-        renders = await self.renders.get(run.request_id, old, new)
+        renders = await self.renders.get(run.request_id, old, new) if step in RENDERED_STEPS else None
         sums = await self.checksums.for_plan(new) if step in ("masters-runtime", "workers") else {}
         now = self.now()
         expires = datetime.fromtimestamp(now.timestamp() + COMMAND_TTL_S, tz=now.tzinfo).isoformat()
@@ -309,8 +317,8 @@ class Upgrades:
             if step == "etcd-snapshots":  # taken from the running members: the plan the cluster runs now
                 steps: list[Any] = [snapshot_step(old, group, host, recipient, now, run.request_id)]
             else:
-                steps = node_upgrade_steps(step, group, old, new, host, renders.old.get(host, {}), renders.new.get(host, {}),
-                                           sums, self.component_timeout_s)
+                steps = node_upgrade_steps(step, group, old, new, host, renders.old.get(host, {}) if renders else {},
+                                           renders.new.get(host, {}) if renders else {}, sums, self.component_timeout_s)
             cid = upgrade_command_id(run.cluster, run.request_id, step, group, host)
             cmd = await self.sign(AgentCommand(command_id=cid, cluster=run.cluster, node=host, phase=f"upgrade:{step}",
                                                issued_at=now.isoformat(), expires_at=expires, steps=steps, issuer="upgrader"))

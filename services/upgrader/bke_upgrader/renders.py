@@ -33,18 +33,28 @@ def _by_node(plan: Plan) -> tuple[dict[str, dict[str, RenderedFile]], dict[str, 
 
 
 class Renders:
-    """One entry per (cluster, request): a 5,000-node render takes seconds, done once."""
+    """One entry per (cluster, request): a 5,000-node render takes seconds, done once. `start`
+    begins it in the background (the first steps need no file, so it overlaps with them); `get`
+    waits for it. A render that failed is begun again by the next caller."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, str], ClusterRenders] = {}
+        self._cache: dict[tuple[str, str], asyncio.Future[ClusterRenders]] = {}
+
+    def start(self, request_id: str, old: Plan, new: Plan) -> asyncio.Future[ClusterRenders]:
+        key = (old.cluster, request_id)
+        fut = self._cache.get(key)
+        if fut is None or (fut.done() and (fut.cancelled() or fut.exception() is not None)):
+            fut = asyncio.ensure_future(_render_both(old, new))
+            self._cache = {k: v for k, v in self._cache.items() if k[0] != old.cluster}  # one per cluster
+            self._cache[key] = fut
+        return fut
 
     async def get(self, request_id: str, old: Plan, new: Plan) -> ClusterRenders:
-        key = (old.cluster, request_id)
-        hit = self._cache.get(key)
-        if hit is None:
-            (old_files, _), (new_files, addons) = await asyncio.gather(
-                asyncio.to_thread(_by_node, old), asyncio.to_thread(_by_node, new))
-            hit = ClusterRenders(old_files, new_files, addons)
-            self._cache = {k: v for k, v in self._cache.items() if k[0] != old.cluster}  # one per cluster
-            self._cache[key] = hit
-        return hit
+        # shielded: a reconcile pass cancelled at a stop leaves the render to the next one
+        return await asyncio.shield(self.start(request_id, old, new))
+
+
+async def _render_both(old: Plan, new: Plan) -> ClusterRenders:
+    (old_files, _), (new_files, addons) = await asyncio.gather(
+        asyncio.to_thread(_by_node, old), asyncio.to_thread(_by_node, new))
+    return ClusterRenders(old_files, new_files, addons)

@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Upgrade orchestration time at scale, next to the floor of the same command deliveries.
+A script, not a test.
+
+    .venv/bin/python bench/upgrade.py --nodes 100 1000 5000
+
+For each N: the install benchmark's lab (bench/install.py `installed_lab`: real NATS + Redis,
+every service as its own OS process, N NullBackend agents in this process; 3 masters + N-3
+workers, ECDSA-P256), the cluster installed, then upgraded 1.33.2 -> 1.34.1 with etcd 3.5.1 ->
+3.5.2 and `--max-unavailable 10%` (`--to`, `--etcd-version`, `--max-unavailable` change them).
+
+* ``upgrade``: from publishing the `UpgradeCluster` request to the `Succeeded` UpgradeChanged
+  (the request's checks, both renders, every step's batches: signing, publishing, results folded,
+  the lab's drains recorded, addons, post-checks).
+* ``floor``: bench/install.py's floor for the same number of command deliveries (JetStream
+  publish of each command, the agents' own consumer config, ack and result, one collector): the
+  raw delivery cost, with none of the upgrade's order (its batches wait for each other).
+* ``commands``: node commands the order expands to (one per node per node step it is in),
+  counted from the accepted request's steps, and checked against what the fleet executed.
+* ``rss``: the upgrader process's peak resident set (VmHWM), which includes its idle time
+  during the install; ``CPU``: the upgrader's and this process's (the fleet's) CPU seconds
+  during the upgrade.
+
+Target (issue 12): at 5,000 nodes, under 120 s and within 3x of the floor.
+
+The AgentsAlive check reads the dispatcher's heartbeat record: the fleet runs without periodic
+heartbeats (5,000 timers), so each agent sends one after the install, as a live agent would
+have, and the upgrade is asked for once the dispatcher has recorded them all.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from install import InstalledLab, installed_lab, run_floor  # noqa: E402  (bench/install.py)
+
+from bke.bus import EventWatch  # noqa: E402
+from bke.contracts.agent import AgentHeartbeat, agent_subject  # noqa: E402
+from bke.contracts.upgrade import (  # noqa: E402
+    UPGRADE_ACCEPTED,
+    UPGRADE_CLUSTER,
+    UPGRADE_REJECTED,
+    UpgradeCluster,
+    upgrade_subject,
+)
+from bke.state.client import redis_client  # noqa: E402
+from bke.state.keys import heartbeat_key  # noqa: E402
+from bke.upgrade.run import LOCAL_STEPS  # noqa: E402
+
+ANSWER_TIMEOUT_S = 600.0  # the request's checks render nothing; a 5,000-node plan loads in seconds
+UPGRADE_TIMEOUT_S = 1800.0
+
+
+def _proc_status(pid: int) -> dict[str, str]:
+    try:
+        return dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    except OSError:
+        return {}
+
+
+def _peak_rss_mb(pid: int) -> float:
+    return float(_proc_status(pid).get("VmHWM", "0 kB").split()[0]) / 1024
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process (/proc/<pid>/stat fields 14 and 15)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _heartbeats(lab: InstalledLab, timeout: float = 120.0) -> None:
+    """One heartbeat per agent, then poll (with a deadline) until the dispatcher recorded all."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+    for node, loop in lab.fleet.loops.items():
+        hb = AgentHeartbeat(cluster=lab.cluster, node=node, agent_id=loop.identity.agent_id, at=now)
+        await lab.nc.publish(agent_subject(lab.cluster, node, "heartbeat"), hb.to_bytes())
+    await lab.nc.flush()
+    redis = redis_client(lab.info.redis_url)  # the lab's admin user
+    try:
+        deadline = time.monotonic() + timeout
+        while await redis.hlen(heartbeat_key(lab.cluster)) < len(lab.fleet.loops):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the dispatcher did not record every heartbeat")
+            await asyncio.sleep(0.05)  # polling under a deadline
+    finally:
+        await redis.aclose()
+
+
+class _TimedWatch(EventWatch):
+    """An EventWatch that also notes when each event arrived (perf_counter)."""
+
+    def __init__(self, nc, subjects: list[str]):  # type: ignore[no-untyped-def]
+        super().__init__(nc, subjects)
+        self.times: list[float] = []
+
+    async def _on_msg(self, msg) -> None:  # type: ignore[no-untyped-def]
+        self.times.append(time.perf_counter())
+        await super()._on_msg(msg)
+
+
+def _step_times(arrived: list, subject: str) -> str:  # type: ignore[type-arg]
+    """Seconds each step took, from the first event that shows it started (or the previous
+    step's end) to the first that shows it Succeeded, per UpgradeChanged arrival times."""
+    ends: dict[str, float] = {}
+    for at, e in arrived:
+        if e.subject != subject:
+            continue
+        for st in e.data["upgrade"]["steps"]:
+            key = st["name"] + ("/" + st["group"] if st["group"] else "")
+            if st["status"] == "Succeeded" and key not in ends:
+                ends[key] = at
+    out, last = [], 0.0
+    for key, at in sorted(ends.items(), key=lambda kv: kv[1]):
+        out.append(f"{key} {at - last:.1f}")
+        last = at
+    return ", ".join(out)
+
+
+async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavailable: str) -> dict:
+    async with installed_lab(nodes, workdir) as lab:
+        if lab.result["status"] != "Succeeded":
+            return {"status": f"install {lab.result['status']}", "install": lab.result}
+        await _heartbeats(lab)
+        upgrader = lab.sup.pids()["services"]["upgrader"]
+        before = (lab.fleet.executed, lab.fleet.replayed)
+        cpu0, fleet0 = _cpu_s(upgrader), time.process_time()
+        req = UpgradeCluster(request_id=f"up-{lab.cluster}", cluster=lab.cluster, kubernetes_version=to,
+                             etcd_version=etcd, max_unavailable=max_unavailable, origin="bus")
+        subjects = [UPGRADE_ACCEPTED, UPGRADE_REJECTED, upgrade_subject(lab.cluster)]
+        async with _TimedWatch(lab.nc, subjects) as watch:
+            watch_times = watch.times
+            t0 = time.perf_counter()
+            await lab.js.publish(UPGRADE_CLUSTER, req.to_bytes())
+            answer = await watch.wait_for(lambda e: e.subject != subjects[2] and e.data.get("requestId") == req.request_id,
+                                          timeout=ANSWER_TIMEOUT_S)
+            t1 = time.perf_counter()
+            if answer.subject == UPGRADE_REJECTED:
+                return {"status": f"rejected: {answer.data.get('message')}", "install": lab.result}
+            end = await watch.wait_for(
+                lambda e: e.subject == subjects[2] and e.data["upgrade"]["status"] != "Running", timeout=UPGRADE_TIMEOUT_S)
+            t2 = time.perf_counter()
+        view = end.data["upgrade"]
+        arrived = [(at - t0, e) for at, e in zip(watch_times, watch.seen)]
+        steps = answer.data["steps"]
+        commands = sum(s["total"] for s in steps if s["name"] not in LOCAL_STEPS)
+        return {
+            "status": view["status"] if view["status"] == "Succeeded" else f"{view['status']}: {view['message']}",
+            "install": lab.result,
+            "accepted": t1 - t0,
+            "total": t2 - t0,
+            "commands": commands,
+            "executed": lab.fleet.executed - before[0],
+            "replayed": lab.fleet.replayed - before[1],
+            "batches": sum(s["batches"] for s in steps),
+            "steps": ", ".join(f"{s['name']}{'/' + s['group'] if s['group'] else ''} {s['total']}/{s['batches']}"
+                               for s in steps if s["name"] not in LOCAL_STEPS),
+            "step_times": _step_times(arrived, subjects[2]),
+            "rss_mb": _peak_rss_mb(upgrader),
+            "cpu_s": _cpu_s(upgrader) - cpu0,
+            "fleet_cpu_s": time.process_time() - fleet0,
+        }
+
+
+async def main(sizes: list[int], to: str, etcd: str, max_unavailable: str) -> int:
+    ok = True
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix=f"bke-bench-upgrade-{n}-") as d:
+            up = await run_upgrade(n, Path(d) / "lab", to, etcd, max_unavailable)
+            if up["status"] != "Succeeded":
+                print(f"N={n:>5}  upgrade {up['status']}", flush=True)
+                ok = False
+                continue
+            os.sync()  # the lab's JetStream pages written back before the floor (see bench/install.py)
+            floor = await run_floor(n, up["commands"], Path(d) / "floor")
+        os.sync()
+        inst = up["install"]
+        print(
+            f"N={n:>5}  upgrade {up['total']:7.1f} s (accepted after {up['accepted']:5.1f} s; {up['commands']} commands, "
+            f"{up['executed']} executed, {up['replayed']} replayed, {up['batches']} batches)  "
+            f"floor {floor['deliveries']:6.1f} s  ratio {up['total'] / floor['deliveries']:4.1f}x  "
+            f"upgrader peak RSS {up['rss_mb']:5.0f} MB, CPU {up['cpu_s']:5.1f} s (the fleet's {up['fleet_cpu_s']:5.1f} s)  "
+            f"(install {inst['total']:5.1f} s)",
+            flush=True,
+        )
+        print(f"         node steps (nodes/batches): {up['steps']}", flush=True)
+        print(f"         step times (s, by UpgradeChanged arrival): {up['step_times']}", flush=True)
+        ok = ok and up["executed"] == up["commands"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
+    ap.add_argument("--to", default="1.34.1", help="the target Kubernetes version")
+    ap.add_argument("--etcd-version", default="3.5.2")
+    ap.add_argument("--max-unavailable", default="10%")
+    a = ap.parse_args()
+    sys.exit(asyncio.run(main(a.nodes, a.to, a.etcd_version, a.max_unavailable)))

@@ -1,0 +1,45 @@
+"""The upgrader's answers beside its record (bke_upgrader.store), on a real Redis: a pass reads
+the batch's answers, and after the first read asks Redis only for the ones still missing."""
+from __future__ import annotations
+
+from bke.contracts.agent import CommandResult
+from bke.state.keys import upgrade_results_key
+from bke_upgrader.store import UpgradeStore
+
+C = "c1"
+
+
+def _result(cid: str, status: str = "Succeeded") -> CommandResult:
+    node = cid.split("/")[2]
+    return CommandResult.model_validate({"commandId": cid, "cluster": C, "node": node, "agentId": "a", "status": status,
+                                         "steps": [], "startedAt": "t0", "finishedAt": "t1"})
+
+
+async def test_a_batch_s_answers_are_read_and_only_the_missing_ones_asked_for_again(redis_client):
+    store = UpgradeStore(redis_client)
+    batch = [f"{C}/upgrade@r1@workers/n{i}/0" for i in range(4)]
+    other = f"{C}/upgrade@r1@agents/n9/0"
+    await store.record_result(_result(other), "", "")
+    await store.record_result(_result(batch[0]), "", "")
+    got = await store.results(C, batch)
+    assert set(got) == {batch[0]} and got[batch[0]]["status"] == "Succeeded"
+
+    asked: list[list[str]] = []
+    real = redis_client.hmget
+
+    async def counting(key, fields):  # type: ignore[no-untyped-def]
+        asked.append(list(fields))
+        return await real(key, fields)
+
+    redis_client.hmget = counting
+    await store.record_result(_result(batch[1], "Failed"), "replace:runtime", "no")
+    got = await store.results(C, batch)
+    assert set(got) == {batch[0], batch[1]} and got[batch[1]]["status"] == "Failed"
+    assert asked == [batch[1:]]  # the answer read before is not asked for again
+    for cid in batch[2:]:
+        await store.record_result(_result(cid), "", "")
+    assert set(await store.results(C, batch)) == set(batch) and asked[-1] == batch[2:]
+    reads = len(asked)
+    assert set(await store.results(C, batch)) == set(batch) and len(asked) == reads  # nothing missing: no read
+    assert await redis_client.hlen(upgrade_results_key(C)) == 5
+    assert list(await store.results(C, [other])) == [other]

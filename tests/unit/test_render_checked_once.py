@@ -1,0 +1,34 @@
+"""A file whose bytes several nodes share is parsed back once per render, and a problem in it is
+still reported for every node that has it."""
+from __future__ import annotations
+
+import pytest
+
+from bke.render import InvalidOutputError
+from bke.render import render as render_module
+from bke.spec.synth import synth_spec_text
+
+from .test_render_support import plan_of, render
+
+
+def test_shared_bytes_are_checked_once_and_a_problem_is_reported_for_each_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = plan_of(synth_spec_text(8, name="once"))
+    real = render_module.VALIDATORS["systemd-unit"]
+    texts: list[str] = []
+
+    def counting(text, expect):  # type: ignore[no-untyped-def]
+        texts.append(text)
+        return real(text, expect)
+
+    monkeypatch.setitem(render_module.VALIDATORS, "systemd-unit", counting)
+    rendered = render(plan)
+    units = [f.content.decode() for n in rendered.nodes for f in n.files if f.path.endswith(".service")]
+    assert len(units) > len(set(units)) and sorted(texts) == sorted(set(units))  # each distinct text once
+
+    containerd = next(f.content.decode() for f in rendered.nodes[0].files if f.path.endswith("containerd.service"))
+    monkeypatch.setitem(render_module.VALIDATORS, "systemd-unit",
+                        lambda text, expect: (["broken on purpose"] if text == containerd else [], {}))
+    with pytest.raises(InvalidOutputError) as err:
+        render(plan)
+    hosts = {f.node for f in err.value.findings if "broken on purpose" in f.message}
+    assert hosts == {n.hostname for n in plan.nodes}
