@@ -107,7 +107,7 @@ class Upgrades:
     def __init__(self, store: UpgradeStore, plans: PlanCache, plan_store: RedisPlanStore, facts: LiveFacts,
                  renders: Renders, checksums: Checksums, drainer: Drainer, addons: Addons, publish: Publish,
                  now: Callable[[], datetime], owner: str, lease_ms: int, *, sign: Sign,
-                 snapshots: SnapshotSetup, answer_deadline_s: float = 900.0,
+                 snapshots: SnapshotSetup, answer_deadline_s: float = 1800.0,
                  component_timeout_s: float = 180.0):
         self.snapshots = snapshots
         self.component_timeout_s = component_timeout_s

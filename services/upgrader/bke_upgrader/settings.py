@@ -27,8 +27,8 @@ class UpgraderSettings(ServiceSettings):
     heartbeat_stale_s: float = 90.0
     # A node that has not answered its command this long after the batch was sent fails the
     # step (a dead agent must not hold the upgrade forever): longer than any step's own timeout
-    # (a runtime replacement waits 300 s, then as long again for a rollback).
-    answer_deadline_s: float = 900.0
+    # (a snapshot of a large etcd may take 900 s; a runtime replacement 300 s, then a rollback).
+    answer_deadline_s: float = 1800.0
     status_timeout_s: float = 10.0
     # How long a replaced static pod has to answer healthy before its node is rolled back.
     component_timeout_s: float = 180.0
