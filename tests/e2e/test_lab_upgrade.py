@@ -13,6 +13,7 @@ agent a process).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import subprocess
@@ -26,6 +27,7 @@ from bke.render import RenderInputs, render_cluster
 from bke.runtime.etcd import mtls_context
 from bke.runtime.processes import pid_alive, stop_pid
 from bke.upgrade import resolve_target
+from bke.upgrade.quorum import MemberEndpoints, QuorumSampler
 from bke.upgrade.target_plan import target_plan
 from bke_agent.lablayout import write_fault
 
@@ -55,25 +57,15 @@ def _spec_copy(tmp_path: Path, spec: str, old: str, new: str, name: str | None =
     return out
 
 
-def _etcd_health(url: str) -> bool:
-    try:
-        r = httpx.get(url, timeout=1.0, trust_env=False)
-        return r.status_code == 200 and r.json().get("health") == "true"
-    except (httpx.HTTPError, ValueError):
-        return False
-
-
-async def _sample_quorum(plan, stop: asyncio.Event, samples: list[dict[str, int]]) -> None:
-    """Every etcd member's /health (metrics listener, plain HTTP), all clusters, round after round."""
-    clusters = {c.name: [f"http://{m.client_url.split('//')[1].rsplit(':', 1)[0]}:{c.metrics_port}/health"
-                         for m in c.members] for c in plan.etcd_clusters}
-    while not stop.is_set():
-        row = {}
-        for name, urls in clusters.items():
-            oks = await asyncio.gather(*(asyncio.to_thread(_etcd_health, u) for u in urls))
-            row[name] = sum(oks)
-        samples.append(row)
-        await asyncio.sleep(0.1)  # the sampling period
+def _samplers(plan, ctx: ssl.SSLContext) -> dict[str, QuorumSampler]:
+    """One quorum sampler per etcd cluster (bke.upgrade.quorum): every member's /health on its
+    metrics listener and its /v3/maintenance/status (leader, version) every 100 ms."""
+    out = {}
+    for c in plan.etcd_clusters:
+        members = [MemberEndpoints(m.hostname, f"http://{m.client_url.split('//')[1].rsplit(':', 1)[0]}:{c.metrics_port}/health",
+                                   m.client_url) for m in c.members]
+        out[c.name] = QuorumSampler(members, every_s=0.1, timeout_s=1.0, client_tls=ctx)
+    return out
 
 
 def _put(url: str, ctx: ssl.SSLContext, key: str, value: str) -> None:
@@ -101,22 +93,25 @@ async def test_split_etcd_upgrade_one_minor_with_quorum_snapshots_and_drains(lab
     ctx = mtls_context(*(root / PKI / f for f in ("etcd/ca.crt", "apiserver-etcd-client.crt", "apiserver-etcd-client.key")))
     await asyncio.to_thread(_put, data.members[0].client_url, ctx, "/before-upgrade", "kept")
 
-    stop, samples = asyncio.Event(), []
-    sampler = asyncio.create_task(_sample_quorum(lab.plan, stop, samples))
-    try:
+    samplers = _samplers(lab.plan, ctx)
+    async with contextlib.AsyncExitStack() as stack:
+        for sampler in samplers.values():
+            await stack.enter_async_context(sampler)
         done = await asyncio.to_thread(_bke, "lab", "upgrade", str(spec), "--to", TO, "--etcd-version", ETCD_TO,
                                        "--containerd-version", CONTAINERD_TO, "--workdir", str(lab.workdir))
-    finally:
-        stop.set()
-        await sampler
     assert done.returncode == 0, done.stdout + done.stderr
     assert "upgrade Succeeded" in done.stdout, done.stdout
 
-    # quorum in every sample of every etcd cluster
-    sizes = {c.name: len(c.members) for c in lab.plan.etcd_clusters}
-    assert len(samples) >= 10, samples
-    lost = [s for s in samples if any(s[c] <= sizes[c] // 2 for c in sizes)]
-    assert not lost, lost[:5]
+    # quorum in every sample of every etcd cluster: a majority of members up and following a
+    # leader. A member rolled while it led makes the others answer /health false for a moment
+    # ("leader changed"): such a pause must end quickly (one election timeout is 1 s; this
+    # machine is shared, so 3 s), and it never counts as lost quorum while a leader is named.
+    for name, sampler in samplers.items():
+        assert len(sampler.samples) >= 10, (name, len(sampler.samples))
+        below = sampler.below()
+        assert not below, (name, len(below), below[0][1])
+        for dip in sampler.dips():
+            assert dip.end - dip.start < 3.0, (name, dip)
 
     # every node's files are the new version's render (load-balancer files are not upgraded)
     new_plan, rendered = _new_render(lab.plan)
