@@ -24,12 +24,12 @@ import httpx
 import yaml
 
 from bke.contracts.agent import (
-    CheckHost, EtcdSnapshot, FetchFile, HealthProbe, NewFile, RemoveFile, ReplaceFiles, RestartStaticPod, RunProgram,
+    CheckHost, EtcdSnapshot, FetchFile, NewFile, RemoveFile, RestartStaticPod, RunProgram,
     SystemdUnit, WaitHealth, WriteFile,
 )
 
 from ..errors import PathRefused, PermanentStepError, StepError
-from .base import COMMAND_ID, Content, StepDispatch, StepOutcome
+from .base import Content, StepDispatch, StepOutcome
 from .checks import NodeFacts, run_checks
 from .download import fetch_verified
 from .files import ensure_file, remove_path
@@ -37,7 +37,7 @@ from .health import tls_context, wait_http
 from .paths import HOST_WRITE_DIRS, PathPolicy
 from .proc import judge, run_argv
 from .programs import HOST_PROGRAMS, PROGRAM_DIRS, resolve_program
-from .replace import replace_files
+from .replace import ReplaceStepsMixin
 from .restart import KUBELET_FILE_CHECK_S, restart_by_manifest
 from .snapshot import SnapshotTaker
 from ..settings import HOST_STATE_DIR
@@ -81,7 +81,7 @@ def _owner(user: str, group: str) -> tuple[int | None, int | None]:
     return uid, gid
 
 
-class HostBackend(StepDispatch):
+class HostBackend(ReplaceStepsMixin, StepDispatch):
     kind = "host"
 
     def __init__(self, root: Path = Path("/"), allowed: Sequence[str] = HOST_WRITE_DIRS, *,
@@ -135,24 +135,11 @@ class HostBackend(StepDispatch):
     async def restart_static_pod(self, step: RestartStaticPod) -> StepOutcome:
         return await restart_by_manifest(self.policy, step)
 
-    async def replace_files(self, step: ReplaceFiles) -> StepOutcome:
-        return await replace_files(step, self, self.state_dir, COMMAND_ID.get())
-
-    # ReplaceOps (see replace.py)
-
-    def local(self, node_path: str) -> Path:
-        return self.policy.local(node_path)
+    # ReplaceOps of its own (the rest: ReplaceStepsMixin)
 
     async def download(self, f: NewFile, staged: Path) -> None:
         fetch = FetchFile(id="replace", url=f.url or "", path=f.path, sha256=f.sha256, mode=f.mode)
         await fetch_verified(staged, fetch, self.http_transport)
-
-    async def restart_unit(self, unit: str) -> None:
-        await self.systemd(SystemdUnit(id=f"restart:{unit}", unit=unit, action="restart"))
-
-    async def probe(self, probe: HealthProbe, timeout_s: float) -> None:
-        await self.wait_health(WaitHealth(id="probe", url=probe.url, tls=probe.tls, expect_status=probe.expect_status,
-                                          expect_body=probe.expect_body, timeout_s=min(3600.0, timeout_s)))
 
     async def pod_started(self, node_path: str, sha256: str, since: float) -> str:
         """Whether containerd has a ready sandbox of this static pod created since `since`.

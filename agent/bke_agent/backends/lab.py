@@ -44,7 +44,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
 from bke.contracts.agent import (
-    CheckHost, EtcdSnapshot, FetchFile, HealthProbe, NewFile, RemoveFile, ReplaceFiles, RestartStaticPod, RunProgram,
+    CheckHost, EtcdSnapshot, FetchFile, NewFile, RemoveFile, RestartStaticPod, RunProgram,
     Step, SystemdUnit, WaitHealth, WriteFile,
 )
 from bke.binary_placeholder import lab_binary_bytes
@@ -54,7 +54,7 @@ from ..fsutil import write_atomic
 from ..kubelet import KubeletStandIn
 from ..lablayout import LAB_DIR, LabLayout
 from ..settings import LAB_STATE_SUBDIR
-from .base import COMMAND_ID, Content, StepDispatch, StepOutcome
+from .base import Content, StepDispatch, StepOutcome
 from .checks import NodeFacts, run_checks
 from .download import fetch_verified
 from .files import ensure_file, remove_path
@@ -62,7 +62,7 @@ from .health import tls_context, wait_http
 from .host import read_path, systemctl_args
 from .paths import PathPolicy
 from .proc import judge, run_argv
-from .replace import replace_files
+from .replace import ReplaceStepsMixin
 from .snapshot import SnapshotTaker
 
 __all__ = ["LabBackend"]
@@ -77,7 +77,7 @@ def _unit(name: str) -> str:
     return name if "." in name else f"{name}.service"
 
 
-class LabBackend(StepDispatch):
+class LabBackend(ReplaceStepsMixin, StepDispatch):
     kind = "lab"
 
     def __init__(self, root: Path, ip: str, *, state_dir: Path | None = None, kubelet_poll_s: float = 0.2,
@@ -235,13 +235,7 @@ class LabBackend(StepDispatch):
             raise StepError(f"{step.manifest}: {why}")
         return StepOutcome(stdout=f"lab: restarted the static pod of {step.manifest}\n")
 
-    async def replace_files(self, step: ReplaceFiles) -> StepOutcome:
-        return await replace_files(step, self, self.state_dir, COMMAND_ID.get())
-
-    # ReplaceOps (see replace.py): the lab's ways to download, restart, probe and see a pod
-
-    def local(self, node_path: str) -> Path:
-        return self.policy.local(node_path)
+    # ReplaceOps of its own (the rest: ReplaceStepsMixin): the lab's download and pod check
 
     async def download(self, f: NewFile, staged: Path) -> None:
         fetch = FetchFile(id="replace", url=f.url or "", path=f.path, sha256=f.sha256, mode=f.mode)
@@ -253,13 +247,6 @@ class LabBackend(StepDispatch):
             raise PermanentStepError(f"{f.url}: sha256 {f.sha256} does not match the lab placeholder's "
                                      f"{hashlib.sha256(data).hexdigest()}")
         write_atomic(staged, data, f.mode)
-
-    async def restart_unit(self, unit: str) -> None:
-        await self.systemd(SystemdUnit(id=f"restart:{unit}", unit=unit, action="restart"))
-
-    async def probe(self, probe: HealthProbe, timeout_s: float) -> None:
-        await self.wait_health(WaitHealth(id="probe", url=probe.url, tls=probe.tls, expect_status=probe.expect_status,
-                                          expect_body=probe.expect_body, timeout_s=min(3600.0, timeout_s)))
 
     async def pod_started(self, node_path: str, sha256: str, since: float) -> str:
         if not self.kubelet.running:

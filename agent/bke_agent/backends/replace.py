@@ -44,15 +44,15 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from bke.contracts.agent import HealthProbe, NewFile, ReplaceFiles
+from bke.contracts.agent import HealthProbe, NewFile, ReplaceFiles, SystemdUnit, WaitHealth
 
 from ..errors import NotHealthy, PermanentStepError, StepError
 from ..fsutil import fsync_dir, write_atomic
 from .backups import backup_dir, ensure_backup, prune_backups, restore
-from .base import StepOutcome
+from .base import COMMAND_ID, StepOutcome
 from .files import file_matches
 
-__all__ = ["ReplaceOps", "replace_files"]
+__all__ = ["ReplaceOps", "ReplaceStepsMixin", "replace_files"]
 
 MANIFESTS = PurePosixPath("/etc/kubernetes/manifests")
 POD_POLL_S = 0.2
@@ -216,3 +216,26 @@ async def _roll_back(step: ReplaceFiles, ops: ReplaceOps, files: list[_File], ba
     if again:
         raise PermanentStepError(f"{head} but NOT healthy: {again}")
     raise PermanentStepError(f"{head} and healthy")
+
+
+class ReplaceStepsMixin:
+    """What the host and lab backends share of ReplaceFiles: the step itself, and the ReplaceOps
+    that are their own systemd and health-wait steps. Each backend adds `download` and
+    `pod_started`, the two that differ."""
+
+    policy: Any
+    state_dir: Path
+
+    async def replace_files(self, step: ReplaceFiles) -> StepOutcome:
+        return await replace_files(step, self, self.state_dir, COMMAND_ID.get())  # type: ignore[arg-type]
+
+    def local(self, node_path: str) -> Path:
+        return self.policy.local(node_path)  # type: ignore[no-any-return]
+
+    async def restart_unit(self, unit: str) -> None:
+        await self.systemd(SystemdUnit(id=f"restart:{unit}", unit=unit, action="restart"))  # type: ignore[attr-defined]
+
+    async def probe(self, probe: HealthProbe, timeout_s: float) -> None:
+        await self.wait_health(WaitHealth(id="probe", url=probe.url, tls=probe.tls,  # type: ignore[attr-defined]
+                                          expect_status=probe.expect_status, expect_body=probe.expect_body,
+                                          timeout_s=min(3600.0, timeout_s)))
