@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from .base import Message
 from .cluster import ClusterRejected, InstallCluster, PlanCreated
+from .changes import CLUSTER_DIFF, ClusterChanges, DiffCluster
 from .certs import (
     CERTS_FAILED,
     CERTS_ISSUED,
@@ -167,6 +168,7 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(AGENTS_REFUSED, AgentRefused, "event", "A registration's key is not the one provisioned for its node (or none was): nothing was sealed to it.", ("certs",), ("dispatcher",)),
     Channel("bke.v1.heartbeat.{cluster}.{node}", AgentHeartbeat, "event", "Agent liveness (core NATS, not stored).", ("agent",), ("dispatcher",)),
     Channel(EXPIRATION_GET, GetExpiration, "request", "The expiry of a cluster's certificates, paged, served by the certs service (queue group certs-expiration; core NATS, not stored).", ("cli",), ("certs",), (CertExpiration, StatusError)),
+    Channel(CLUSTER_DIFF, DiffCluster, "request", "What applying this spec to the running cluster would change, or why it is refused, answered by the planner from the stored plan (queue group planner-diff; core NATS, not stored; changes nothing): bke apply --dry-run.", ("cli",), ("planner",), (ClusterChanges, StatusError)),
     Channel(STATUS_GET, GetStatus, "request", "The status of a cluster's install, served by the dispatcher (queue group dispatcher-status; core NATS, not stored); the upgrader asks it before an upgrade.", ("cli", "upgrader"), ("dispatcher",), (ClusterStatus, StatusError)),
     Channel("bke.v1.health.{service}", GetHealth, "request", "Whether a service is ready (NATS connected, Redis reachable, streams declared) and why not (core NATS, not stored).", (), ("planner", "certs", "renderer", "dispatcher", "upgrader"), (ServiceHealth,),
             external="asked by operators and tools (`nats req bke.v1.health.dispatcher ''`); issue 13 serves /readyz from the same object"),
