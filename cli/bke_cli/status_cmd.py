@@ -194,15 +194,15 @@ def apply(
     plan = plan_or_exit(spec)
     nurl = resolve_nats(workdir, nats_url)
     if dry_run:  # the planner alone answers: it holds the stored plans
-        raise typer.Exit(_changes(nurl, read_spec_text(spec), plan.cluster, dry_run))
+        raise typer.Exit(show_changes(nurl, read_spec_text(spec), plan.cluster, dry_run))
     doc = _status_or_exit(nurl, plan.cluster, "none")
     if doc is not None and doc.status == "Succeeded":
-        raise typer.Exit(_changes(nurl, read_spec_text(spec), plan.cluster, dry_run))
+        raise typer.Exit(show_changes(nurl, read_spec_text(spec), plan.cluster, dry_run))
     code = asyncio.run(submit_and_follow(nurl, read_spec_text(spec), plan.cluster, timeout, Console()))
     raise typer.Exit(code)
 
 
-def _changes(nurl: BusAccess | str, spec: bytes, cluster: str, dry_run: bool) -> int:
+def show_changes(nurl: BusAccess | str, spec: bytes, cluster: str, dry_run: bool) -> int:
     """The planner's diff, printed. Without --dry-run nothing more happens yet: carrying the
     changes out (scale out and in, rolls, reset) is issue 14's remaining work, and saying so
     beats a silent no-op."""
