@@ -14,16 +14,18 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
+from bke.http.ports import DEFAULT_HTTP_PORTS
+
 from .dockerfile import Stage, effective, env_of, exec_form, read_stages
 from .image_sets import (CONSTRAINTS, EXCLUDED, IMAGES, ROOT, RUNTIME_ONLY, SERVICES, closure, image_requirements,
                          image_sets, imported_distributions, pinned_version, read_pins, render_constraints)
 
 COMPONENTS = (*SERVICES, "agent")
-# The HTTP port each service listens on by default (BKE_HTTP_PORT); the image sets the same.
-HTTP_PORTS = {"dispatcher": 8080, "planner": 8081, "certs": 8082, "renderer": 8083, "upgrader": 8084}
-# What a service image may list beyond what its code imports today: the /metrics endpoint's
-# client, and what nats-py loads at run time for creds files.
-SERVICE_EXTRAS = RUNTIME_ONLY | {"prometheus-client"}
+# The HTTP port each service listens on by default; the image sets the same BKE_HTTP_PORT.
+HTTP_PORTS = DEFAULT_HTTP_PORTS
+# What a service image may list beyond what its code imports: what nats-py loads at run time
+# for creds files.
+SERVICE_EXTRAS = RUNTIME_ONLY
 PINNED_BASE = re.compile(r"^python:3\.11\.\d+-slim(-[a-z]+)?(@sha256:[0-9a-f]{64})?$|@sha256:[0-9a-f]{64}$")
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 
