@@ -10,7 +10,6 @@ newest of their own dependencies at build time; the constraints hold those to th
 from __future__ import annotations
 
 import importlib.metadata as md
-import re
 import sys
 from functools import cache
 from pathlib import Path

@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 import pytest
 from packaging.utils import canonicalize_name
