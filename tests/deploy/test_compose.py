@@ -1,14 +1,15 @@
 """docker-compose.yml, without a Docker engine (none runs on the development machines): it passes
 the compose-spec schema (check-jsonschema's bundled copy), every service can be scaled, each
-service is started with the command and the environment names `bke lab install` uses (read from
-the real supervisor, which starts the lab's own NATS and Redis here), and the lab agents match
-the cluster they stand for."""
+service and lab agent is started with the command and the environment names `bke lab install`
+uses (read from the real supervisor, which starts the lab's own NATS and Redis here), and the lab
+agents match the cluster they stand for."""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +18,10 @@ import yaml
 from bke.auth.permissions import identity_name, inbox_prefix
 from bke.lab import supervisor as supervisor_module
 from bke.lab.supervisor import SERVICES, LabSupervisor
+from bke.plan import plan_spec_text
 from bke.runtime import redis_acl
+
+from .dockerfile import effective, env_of, read_stages
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -58,37 +62,57 @@ def test_every_service_runs_from_its_own_image_and_scales() -> None:
         assert spec["environment"]["BKE_HTTP_HOST"] == "0.0.0.0"
 
 
-@pytest.mark.integration
-def test_compose_starts_each_service_as_the_lab_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The supervisor's own `ensure_services`, with process start recorded instead of done."""
-    for key in [k for k in os.environ if k.startswith("BKE_")]:
-        monkeypatch.delenv(key)
+class _Recorder:
+    """Stands for ManagedProcess in the supervisor's module only (NATS and Redis start for real):
+    what the supervisor would start, by name, as (argv with the program's base name, env)."""
+
     started: dict[str, tuple[list[str], dict[str, str]]] = {}
 
-    class Recorded:
-        """Stands for ManagedProcess in the supervisor's module only (NATS and Redis start for real)."""
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
 
-        def __init__(self, pid: int) -> None:
-            self.pid = pid
+    @classmethod
+    def start(cls, name: str, argv: list[str], log_path: Path, env: dict[str, str]) -> _Recorder:
+        cls.started[name] = ([Path(argv[0]).name, *map(str, argv[1:])], env)
+        return cls(0)
 
-        @classmethod
-        def start(cls, name: str, argv: list[str], log_path: Path, env: dict[str, str]) -> Recorded:
-            started[name] = ([Path(argv[0]).name, *map(str, argv[1:])], env)
-            return cls(0)
 
+@pytest.fixture
+def lab_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, tuple[list[str], dict[str, str]]]]:
+    """The supervisor's own `ensure_services` and `ensure_agents` for deploy/compose/cluster.yaml,
+    with process starts recorded instead of done. The agents' key provisioning, which needs the
+    services running, is skipped: it decides no name or variable of the agents' environment."""
+    for key in [k for k in os.environ if k.startswith("BKE_")]:
+        monkeypatch.delenv(key)
+    _Recorder.started = {}
     sup = LabSupervisor(tmp_path / "lab")
     try:
         info = sup.ensure_runtime()
-        monkeypatch.setattr(supervisor_module, "ManagedProcess", Recorded)
+        monkeypatch.setattr(supervisor_module, "ManagedProcess", _Recorder)
+        monkeypatch.setattr(supervisor_module, "provision_lab_agents", lambda access, cluster, envs: None)
+        monkeypatch.setattr(supervisor_module, "ensure_lab_command_key", lambda info, key_file: "bke-command-ed25519 x")
         sup.ensure_services(info)
+        plan = plan_spec_text((ROOT / "deploy/compose/cluster.yaml").read_text(), "compose").plan
+        assert plan is not None
+        sup.ensure_agents(info, plan)
+        yield _Recorder.started
     finally:
         sup._save({"services": {}, "agents": {}})  # nothing was started: down() must stop only NATS and Redis
         sup.down()
-    assert sorted(started) == sorted(SERVICES)
 
+
+def _bke_names(env: dict[str, Any]) -> set[str]:
+    return {k for k in env if k.startswith("BKE_")}
+
+
+@pytest.mark.integration
+def test_compose_starts_each_service_and_agent_as_the_lab_does(
+        lab_starts: dict[str, tuple[list[str], dict[str, str]]], tmp_path: Path) -> None:
     compose = _compose()["services"]
+    assert sorted(lab_starts) == sorted([*SERVICES, *(s for s in compose if s.startswith("agent-"))])
     redis_acl.write_deployment_files(tmp_path / "redis")
-    for name, (argv, lab_env) in started.items():
+    for name in SERVICES:
+        argv, lab_env = lab_starts[name]
         spec = compose[name]
         # compose gives no command: the image's ENTRYPOINT, bke-<name> (tests/deploy/test_images.py)
         assert "command" not in spec and argv == [f"bke-{name}"], (name, argv)
@@ -97,12 +121,25 @@ def test_compose_starts_each_service_as_the_lab_does(tmp_path: Path, monkeypatch
             assert env_file == f"deploy/redis/{name}.env", env_file
             text = (tmp_path / "redis" / f"{name}.env").read_text()
             from_files |= {line.split("=", 1)[0] for line in text.splitlines() if "=" in line}
-        compose_names = {k for k in spec["environment"] if k.startswith("BKE_")} | from_files
-        lab_names = {k for k in lab_env if k.startswith("BKE_")} - LAB_TLS_ONLY
+        compose_names = _bke_names(spec["environment"]) | from_files
+        lab_names = _bke_names(lab_env) - LAB_TLS_ONLY
         assert lab_names - compose_names == set(), f"{name}: the lab sets these, compose does not"
         assert compose_names - lab_names <= CONTAINER_ONLY, f"{name}: compose sets these, the lab does not"
         for key in ("BKE_NATS_INBOX_PREFIX", "BKE_DISPATCHER_MODE", "BKE_UPGRADER_MODE"):
             assert spec["environment"][key] == lab_env[key], (name, key)
+    image_env = env_of(effective(read_stages(ROOT / "deploy/images/agent/Dockerfile"), "lab-agent"))
+    for name in [s for s in compose if s.startswith("agent-")]:
+        argv, lab_env = lab_starts[name]
+        spec = compose[name]
+        assert argv == ["bke-agent", *spec["command"]], (name, argv)
+        # the image sets the backend and the node's root; deploy/agent.env the command key
+        compose_names = _bke_names(spec["environment"]) | _bke_names(image_env) | {"BKE_AGENT_COMMAND_KEY"}
+        # the lab's agents get the services' environment too (lab_env), which they ignore
+        agent_names = {k for k in _bke_names(lab_env) if k.startswith(("BKE_AGENT_", "BKE_NATS_"))} - LAB_TLS_ONLY
+        assert agent_names - compose_names == set(), f"{name}: the lab sets these, compose does not"
+        assert compose_names - agent_names <= {"BKE_AGENT_STATE_DIR"}, name  # the image's fixed volume path
+        for key in ("BKE_AGENT_CLUSTER", "BKE_AGENT_NODE", "BKE_AGENT_IP", "BKE_AGENT_BACKEND", "BKE_NATS_INBOX_PREFIX"):
+            assert {**image_env, **spec["environment"]}[key] == lab_env[key], (name, key)
 
 
 def test_lab_agents_match_their_cluster_and_identities() -> None:
