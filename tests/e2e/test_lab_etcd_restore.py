@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
+from redis import Redis
 
 from bke.etcdsnap.step import snapshot_targets
 from bke.runtime import etcd_put_get
 from bke.runtime.etcd import mtls_context, wait_etcd_healthy
+from bke.runtime.processes import pid_alive, stop_pid
 from bke_agent.lablayout import LabLayout
 
 from .snapshot_helpers import bke, take_snapshots
+from .test_lab_install import assert_ran_once
 
 pytestmark = pytest.mark.e2e
 SEED = "examples/seed-3m1w.yaml"
@@ -61,9 +67,31 @@ async def test_restore_through_the_agents_brings_back_the_snapshot_and_restarts_
     assert f"kube-apiserver on {apiservers[0]}" in refused.stdout and "restore-members" in refused.stdout
     assert all(p.exists() for p in api_manifests)  # the dry run stopped nothing
 
-    done = await asyncio.to_thread(bke, {}, *argv, "--yes")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "etcd restore Succeeded: stage 6/6" in done.stdout, done.stdout
+    proc = subprocess.Popen([sys.executable, "-m", "bke_cli.main", *argv, "--yes"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    # kill the upgrader once the members are being restored, and start it again: the run goes on
+    r = Redis.from_url(lab.info.redis_url, decode_responses=True)
+    try:
+        deadline = asyncio.get_running_loop().time() + 120
+        while asyncio.get_running_loop().time() < deadline:
+            raw = r.get(f"bke:{cluster}:etcd-restore")
+            if raw and any(s["name"] == "restore-members" and s["status"] != "Pending" for s in json.loads(raw)["stages"]):
+                break
+            await asyncio.sleep(0.05)  # polling the record under a deadline
+        else:
+            raise AssertionError("the restore-members stage never started")
+    finally:
+        r.close()
+    pid = lab.sup.pids()["services"]["upgrader"]
+    stop_pid(pid, timeout=0.0)  # SIGTERM then SIGKILL: killed mid-way
+    assert not pid_alive(pid)
+    lab.sup.ensure_services(lab.info, only=("upgrader",))
+    out, err = await asyncio.to_thread(proc.communicate, timeout=600)
+    assert proc.returncode == 0, out + err
+    assert "etcd restore Succeeded: stage 6/6" in out, out
+    assert_ran_once(lab)  # no completed command ran twice across the restart
+    restore_cids = [c for c in lab.executions() if "/restore@" in c]
+    assert len(restore_cids) == 5 * len(data.members), restore_cids  # five agent stages, each on the three masters
 
     assert all(p.exists() for p in api_manifests)
     for n in apiservers:  # the apiserver stand-ins run again

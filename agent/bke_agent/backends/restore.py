@@ -48,7 +48,10 @@ __all__ = ["ETCD_DATA_DIRS", "RestoreReceiver", "RestoreStepsMixin", "wait_port_
 # other step (a WriteFile, a ReplaceFiles) can ever touch a member's data.
 ETCD_DATA_DIRS = ("/var/lib/etcd*",)
 ASK_TIMEOUT_S = 60.0  # one piece: the upgrader may first copy the stored object
-ASK_TRIES = 3
+# How long the agent keeps asking while no upgrader answers (one restarting, or replaced by
+# another replica): the restore's record is in Redis, so a new upgrader serves the same pieces.
+ASK_WINDOW_S = 180.0
+ASK_RETRY_S = 1.0
 POLL_S = 0.25
 
 
@@ -62,14 +65,22 @@ class RestoreReceiver:
         subject = restore_piece_subject(self.cluster, node_token(self.node))
         body = GetRestorePiece(restore_id=restore_id, cluster=self.cluster, node=self.node, index=index).to_bytes()
         why = ""
-        for _ in range(ASK_TRIES):  # a lost reply is asked again: the upgrader keeps the last piece
+        deadline = time.monotonic() + ASK_WINDOW_S
+        while time.monotonic() < deadline:
             try:
                 msg = await self.nc.request(subject, body, timeout=ASK_TIMEOUT_S)
             except (NatsTimeout, NoRespondersError, asyncio.TimeoutError) as exc:
-                why = f"{type(exc).__name__}: no upgrader answered on {subject}"
+                # a lost reply or no upgrader right now: asked again (it keeps the last piece)
+                why = f"{type(exc).__name__}: no upgrader answered on {subject} for {ASK_WINDOW_S:g}s"
+                await asyncio.sleep(ASK_RETRY_S)  # back-off between tries, under the window's deadline
                 continue
             if b'"bke.v1/StatusError"' in msg.data:
-                raise StepError(f"the upgrader refused piece {index}: {StatusError.model_validate_json(msg.data).message}")
+                err = StatusError.model_validate_json(msg.data)
+                if err.reason == "Unavailable":  # the upgrader's own outage (Redis, the store): asked again
+                    why = f"the upgrader could not answer: {err.message}"
+                    await asyncio.sleep(ASK_RETRY_S)
+                    continue
+                raise StepError(f"the upgrader refused piece {index}: {err.message}")
             piece = RestorePiece.model_validate_json(msg.data)
             if piece.index != index or piece.restore_id != restore_id:
                 raise StepError(f"asked for piece {index} of {restore_id}, got {piece.index} of {piece.restore_id}")
