@@ -68,6 +68,7 @@ from bke.plan import Plan
 from bke.runner import Outcome
 from bke.secrets.snapshot_key import SnapshotKey
 from bke.state import PlanCache
+from bke.state.keys import plan_key
 from bke.state.lease import claim_lease, release_lease
 
 from .restore_pieces import PieceServer, provisioned_key
@@ -135,6 +136,8 @@ class Restores:
         if current is not None and current.restore_id == req.request_id and not req.dry_run:
             self.kick(req.cluster)  # a redelivery: that restore exists already
             return []
+        if not await self.store.r.exists(plan_key(req.cluster)):
+            return rejected(f"cluster: no cluster {req.cluster!r} is stored in this deployment")
         try:
             plan = await self.plans.load(req.cluster)
         except PermanentError as exc:
