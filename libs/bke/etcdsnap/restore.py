@@ -1,8 +1,9 @@
 """`bke etcd restore` as a pure plan: what stops, what each member's node does, what starts again.
 
 etcd's disaster recovery (etcd-io/website content/en/docs/v3.5/op-guide/recovery.md at
-c2faf916, "Restoring a cluster"; the same steps in etcd-io/etcd Documentation/op-guide/
-recovery.md of the v3.4 branch): every member is restored from the same snapshot file as a
+c2faf916, "Restoring a cluster"; the same rule in content/en/docs/v3.6/op-guide/recovery.md on
+main and etcd.io/docs/v3.4/op-guide/recovery: "all members should restore using the same
+snapshot", each into a new data dir): every member is restored from the same snapshot file as a
 member of a *new* cluster with `etcdutl snapshot restore <file> --name <member>
 --initial-cluster <all members> --initial-cluster-token <new token>
 --initial-advertise-peer-urls <its peer URL> --data-dir <new dir>`, then every member is started
