@@ -2,7 +2,7 @@
 request for no stored cluster, no such etcd cluster, no such snapshot, a snapshot whose record is
 not from the agent BKE provisioned for its node, or a malformed one is refused naming why; a dry
 run lists what stops and stores nothing; a real one is stored and announced, and a second one
-while it runs is refused (one operation per cluster)."""
+while it runs is refused, and so is an upgrade (one operation per cluster)."""
 from __future__ import annotations
 
 import base64
@@ -12,6 +12,7 @@ from bke.contracts.agent import AgentCommand, ProvisionAgent
 from bke.contracts.restore import (
     RESTORE_ACCEPTED, RESTORE_REJECTED, EtcdRestoreAccepted, EtcdRestoreRejected, RestoreEtcd, restore_subject,
 )
+from bke.contracts.upgrade import UPGRADE_REJECTED, UpgradeCluster
 from bke.etcdsnap.records import SnapshotRecord, object_name, record_bytes
 from bke.etcdsnap.store import SnapshotNotFound
 from bke.secrets.sealing import agent_key_id, generate_agent_key, public_key_to_raw
@@ -114,3 +115,9 @@ async def test_a_dry_run_lists_what_stops_and_a_run_is_stored_once_per_cluster(r
     (second,) = await restores.on_request(_req(plan.cluster, request_id="r2"))
     assert second.subject == RESTORE_REJECTED
     assert "etcd restore r1 of etcd-data" in second.message.message and "one operation per cluster" in second.message.message
+    upgrade = UpgradeCluster(request_id="u1", cluster=plan.cluster, kubernetes_version="v1.34.1")
+    (refused,) = await restores.refuse_upgrade(upgrade.to_bytes())
+    assert refused.subject == UPGRADE_REJECTED and refused.message.message.startswith(
+        f"etcd restore r1 of etcd-data in {plan.cluster} is running (stage verify-snapshot)")
+    assert await restores.refuse_upgrade(upgrade.model_copy(update={"dry_run": True}).to_bytes()) == []
+    assert await restores.refuse_upgrade(upgrade.model_copy(update={"cluster": "other"}).to_bytes()) == []

@@ -133,7 +133,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     upgrades.kick = runner.kick
 
     async def on_request(body: bytes) -> None:
-        outs = await upgrades.on_request_bytes(body)
+        outs = await restores.refuse_upgrade(body) or await upgrades.on_request_bytes(body)
         for out in outs:
             await svc.publish(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
 

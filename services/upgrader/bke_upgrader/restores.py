@@ -46,6 +46,7 @@ from bke.contracts.restore import (
     RestoreStageView,
     restore_subject,
 )
+from bke.contracts.upgrade import UPGRADE_REJECTED, UpgradeCluster, UpgradeRejected
 from bke.errors import PermanentError
 from bke.etcdsnap.records import SnapshotRecord
 from bke.etcdsnap.restore import STAGES, RestorePlan, node_steps, restore_plan
@@ -177,6 +178,25 @@ class Restores:
         return [Out(answer, RESTORE_ACCEPTED, f"etcd-restore-accepted:{req.request_id}"),
                 Out(EtcdRestoreChanged(cluster=req.cluster, at=self._ts(), restore=restore_view(run)),
                     restore_subject(req.cluster))]
+
+    async def refuse_upgrade(self, body: bytes) -> list[Out]:
+        """An upgrade request for a cluster whose restore runs: its rejection (one operation per
+        cluster; the upgrade's own checks do not know restores); [] to let the upgrade decide.
+        Not atomic with the restore's own check of a running upgrade: two requests at the same
+        instant could both start (a person runs a restore; noted in the README)."""
+        try:
+            req = UpgradeCluster.model_validate_json(body)
+        except ValidationError:
+            return []  # the upgrade's parser answers it, naming the field
+        run = await self.store.load(req.cluster)
+        if req.dry_run or run is None or run.status != "Running":
+            return []
+        now = run.stage_now()
+        message = (f"etcd restore {run.restore_id} of {run.etcd_cluster} in {req.cluster} is running (stage "
+                   f"{now.name if now else '-'}): one operation per cluster")
+        log.warning("upgrade refused: %s", message, extra={"cluster": req.cluster, "request_id": req.request_id})
+        return [Out(UpgradeRejected(request_id=req.request_id, cluster=req.cluster, message=message),
+                    UPGRADE_REJECTED, f"upgrade-rejected:{req.request_id}")]
 
     # results ----------------------------------------------------------------
     async def on_result(self, res: CommandResult, untrusted: str) -> None:
