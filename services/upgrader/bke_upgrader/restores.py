@@ -227,6 +227,10 @@ class Restores:
             return Outcome("done")
         answers = await self.store.results(cluster, awaited_ids(run))
         changed = fold_results(run, answers, self.now().timestamp(), self.answer_deadline_s)
+        if changed:
+            # saved before the next stage's commands go out: a member's agent asks for the
+            # snapshot as soon as it has its command, and the piece server reads this record
+            await self.store.save(run)
         plan = await self.plans.load(cluster)
         rp = restore_plan(plan, run.etcd_cluster, run.snapshot_id)
         for _ in range(len(STAGES) + 2):  # every decision that needs no answer is taken in this pass
