@@ -212,7 +212,9 @@ def _bus_restore(access: BusAccess, name: str, etcd_cluster: str, snapshot: str,
         req = RestoreEtcd(request_id=rid, cluster=name, etcd_cluster=etcd_cluster, snapshot_id=snapshot, dry_run=True)
     except ValidationError as exc:
         err = exc.errors()[0]
-        die(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}", EXIT_INVALID)
+        flag = {"snapshot_id": "--snapshot", "etcd_cluster": "--etcd-cluster", "cluster": "NAME"}.get(
+            str(err["loc"][0]), str(err["loc"][0]))
+        die(f"{flag}: {err['msg']}", EXIT_INVALID)
 
     def follow(r: RestoreEtcd, seconds: float) -> int:
         try:

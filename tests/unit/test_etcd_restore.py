@@ -213,3 +213,13 @@ def test_an_agent_may_ask_for_its_own_nodes_pieces_only() -> None:
     pieces = [s for s in perms.pub_allow if "etcd-restore" in s]
     assert pieces == [restore_piece_subject("c1", "n1_example")]
     assert PARKED_DIR.startswith("/etc/kubernetes/")  # inside what the host backend may write
+
+
+# --- the CLI ----------------------------------------------------------------------------------------
+def test_the_cli_refuses_a_malformed_snapshot_id_naming_its_flag_before_any_bus(capsys) -> None:  # type: ignore[no-untyped-def]
+    from bke_cli.main import main as bke
+
+    # port 1: nothing listens there, so reaching the bus would be a different error
+    assert bke(["etcd", "restore", "c1", "--etcd-cluster", "etcd-data", "--snapshot", "Bad Id",
+                "--nats", "nats://127.0.0.1:1"]) == 2
+    assert "ERROR --snapshot: String should match pattern" in capsys.readouterr().err
