@@ -31,7 +31,7 @@ from bke.bus.streams import ensure_streams
 from bke.logs import setup_logging
 from bke.pythons import python_problem
 
-from .backends import SnapshotTaker, make_backend
+from .backends import RestoreReceiver, SnapshotTaker, make_backend
 from .identity import AgentIdentity
 from .journal import DiskJournal
 from .loop import AgentConflict, AgentLoop
@@ -138,7 +138,8 @@ async def run(settings: AgentSettings) -> int:
                 # declare them, and `_start_when_free` waits for the stream.
                 await ensure_streams(js)
             snapshots = SnapshotTaker(js, state / "snapshots", settings.cluster, settings.node, identity)
-            agent = AgentLoop(nc, js, settings, make_backend(settings, snapshots),
+            restores = RestoreReceiver(nc, state / "restore", settings.cluster, settings.node, identity)
+            agent = AgentLoop(nc, js, settings, make_backend(settings, snapshots, restores),
                               DiskJournal(state, keep_days=settings.journal_keep_days), identity,
                               verifier=CommandVerifier(key, settings.cluster, settings.node))
             if not await _start_when_free(agent, stop):
