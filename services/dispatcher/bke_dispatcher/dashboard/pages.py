@@ -19,7 +19,8 @@ SERVICE = "dispatcher"
 LIVE_ID = "live"
 POLL_S = 2.0
 _CLASS = {"Succeeded": "ok", "Failed": "bad", "Running": "run", "Retry": "run", "Pending": "dim", "Skipped": "dim"}
-_BAR_PX = 300  # the longest phase's bar
+_BAR_PX = 360  # the whole timeline's width
+_BAR_COLOUR = {"Succeeded": "#5a5", "Failed": "#c55", "Running": "#cb4"}
 
 
 def cluster_url(cluster: str, query: NodeQuery | None = None, *, live: bool = False) -> str:
@@ -47,7 +48,7 @@ def _secs(s: float | None) -> str:
 
 
 def clusters_page(clusters: list[ClusterStatus]) -> str:
-    rows = [(link(cluster_url(s.cluster), s.cluster), s.status, s.started_at or "", s.finished_at or "",
+    rows = [(link(cluster_url(s.cluster), s.cluster), s.status, _when(s.started_at), _when(s.finished_at),
              f"{s.node_counts.succeeded}/{s.node_counts.total}", s.node_counts.failed, s.message[:200])
             for s in clusters]
     body = table(["cluster", "state", "started", "finished", "nodes done", "nodes failed", "message"], rows,
@@ -56,16 +57,31 @@ def clusters_page(clusters: list[ClusterStatus]) -> str:
     return layout(SERVICE, "Clusters", body)
 
 
+def _when(ts: str | None) -> Markup:
+    """A timestamp to the second, the full one on hover."""
+    if not ts:
+        return Markup("")
+    return Markup(f'<span title="{html.escape(ts, quote=True)}">{text(ts[:19].replace("T", " "))}</span>')
+
+
+def _bar(p: PhaseRow, span_s: float) -> Markup:
+    """The phase on the install's time axis: from its start, as long as it took (so far)."""
+    if p.offset_s is None or p.duration_s is None:
+        return Markup("")
+    left = int(_BAR_PX * p.offset_s / span_s)
+    width = max(2, int(_BAR_PX * p.duration_s / span_s))
+    colour = _BAR_COLOUR.get(p.status, "#999")
+    return Markup(f'<span style="display:inline-block;width:{_BAR_PX + 2}px">'
+                  f'<span style="display:inline-block;height:.8em;margin-left:{left}px;width:{width}px;'
+                  f'background:{colour}"></span></span>')
+
+
 def _timeline(phases: list[PhaseRow]) -> Markup:
-    longest = max((p.duration_s or 0.0 for p in phases), default=0.0) or 1.0
-    rows = []
-    for p in phases:
-        width = int(_BAR_PX * (p.duration_s or 0.0) / longest)
-        bar = Markup(f'<span class="{_cls(p.status)}" style="display:inline-block;height:.8em;width:{width}px"></span>')
-        rows.append((Markup(f'<span title="{html.escape(p.summary, quote=True)}">{text(p.name)}</span>'), p.status,
-                     p.started_at or "", p.finished_at or "", _secs(p.duration_s),
-                     f"{p.done}/{p.total}" if p.total else "", bar, p.message[:300]))
-    return table(["phase", "state", "started", "finished", "duration", "nodes", "", "message"], rows,
+    span_s = max(((p.offset_s or 0.0) + (p.duration_s or 0.0) for p in phases), default=0.0) or 1.0
+    rows = [(Markup(f'<span title="{html.escape(p.summary, quote=True)}">{text(p.name)}</span>'), p.status,
+             _when(p.started_at), _when(p.finished_at), _secs(p.duration_s),
+             f"{p.done}/{p.total}" if p.total else "", _bar(p, span_s), p.message[:300]) for p in phases]
+    return table(["phase", "state", "started", "finished", "duration", "nodes", "timeline", "message"], rows,
                  row_class=[_cls(p.status) for p in phases], id="phases")
 
 
@@ -107,14 +123,14 @@ def cluster_fragment(view: ClusterView) -> Markup:
     """What the page refreshes in place (also the body of the first load)."""
     s = view.status
     head = table(["state", "request", "started", "finished", "message"],
-                 [(s.status, s.request_id, s.started_at or "", s.finished_at or "", s.message[:500])],
+                 [(s.status, s.request_id, _when(s.started_at), _when(s.finished_at), s.message[:500])],
                  row_class=[_cls(s.status)], id="install")
     failing = Markup("")
     if view.nodes.failing:
         failing = Markup("<h2>Failing nodes</h2><p id=\"failing\">"
                          + ", ".join(link(node_url(s.cluster, h), h) for h in view.nodes.failing) + "</p>")
     events = table(["at", "event", "phase", "state", "node", "step", "message"],
-                   [(e.at, e.kind, e.phase, e.status, Markup(link(node_url(s.cluster, e.node), e.node)) if e.node else "",
+                   [(_when(e.at), e.kind, e.phase, e.status, Markup(link(node_url(s.cluster, e.node), e.node)) if e.node else "",
                      e.step, e.message[:300]) for e in view.events],
                    row_class=[_cls(e.status) for e in view.events], id="events") if view.events \
         else text("No event published by this dispatcher since it started.")
@@ -153,7 +169,7 @@ def node_page(node: NodeDetail) -> str:
     if not node.commands:
         parts.append(text("No command was sent to this node yet."))
     for rec in node.commands:
-        parts.append(table(["phase", "state", "step", "at", "command"], [(rec.phase, rec.status, rec.step, rec.at, rec.command_id)],
+        parts.append(table(["phase", "state", "step", "at", "command"], [(rec.phase, rec.status, rec.step, _when(rec.at), rec.command_id)],
                            row_class=[_cls(rec.status)]))
         if rec.output:
             parts.append(Markup(f'<pre class="output">{text(rec.output)}</pre>'))

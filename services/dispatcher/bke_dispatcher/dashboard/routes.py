@@ -23,7 +23,7 @@ from bke.errors import is_unavailable
 
 from . import pages
 from .read import DashboardReader, Unavailable
-from .view import BadQuery, parse_query
+from .view import BadQuery, ClusterView, parse_query
 
 __all__ = ["dashboard_routes"]
 
@@ -69,7 +69,7 @@ def dashboard_routes(reader: DashboardReader) -> list[Route]:
              "message": s.message, "nodeCounts": s.node_counts.model_dump(by_alias=True)} for s in got]},
             headers=_NO_STORE)
 
-    def cluster_view(render: Callable) -> Handler:
+    def cluster_view(render: Callable[[ClusterView], Response]) -> Handler:
         async def handler(request: Request) -> Response:
             name = request.path_params["name"]
             view = await reader.cluster(name, parse_query(request.query_params))
@@ -79,13 +79,13 @@ def dashboard_routes(reader: DashboardReader) -> list[Route]:
 
         return handler
 
-    def _json(view) -> Response:
+    def _json(view: ClusterView) -> Response:
         return JSONResponse(view.to_json(), headers=_NO_STORE)
 
-    def _page(view) -> Response:
+    def _page(view: ClusterView) -> Response:
         return HTMLResponse(pages.cluster_page(view), headers=_NO_STORE)
 
-    def _fragment(view) -> Response:
+    def _fragment(view: ClusterView) -> Response:
         return HTMLResponse(str(pages.cluster_fragment(view)), headers=_NO_STORE)
 
     def node_view(as_json: bool) -> Handler:

@@ -109,12 +109,17 @@ class PhaseRow:
     done: int
     total: int
     message: str
+    offset_s: float | None  # its start, in seconds after the first phase's start (the timeline's x)
 
 
 def timeline(phases: list[StatusPhase], now: datetime) -> list[PhaseRow]:
+    starts = [t for p in phases if (t := _ts(p.started_at)) is not None]
+    first = min(starts, default=None)
     return [PhaseRow(p.name, p.summary, p.status, p.started_at, p.finished_at,
                      duration_s(p.started_at, p.finished_at if p.status != "Running" else None, now),
-                     p.done, p.total, p.message) for p in phases]
+                     p.done, p.total, p.message,
+                     None if first is None else duration_s(first.isoformat(), p.started_at, now) if p.started_at else None)
+            for p in phases]
 
 
 def cell_state(cmd: Mapping[str, Any] | None) -> str:
