@@ -13,7 +13,6 @@ from bke.contracts.status import ClusterStatus, NodeCounts, StatusPhase
 from bke_dispatcher.dashboard import pages
 from bke_dispatcher.dashboard.events import RecentEvents
 from bke_dispatcher.dashboard.view import (
-    FAILING_SHOWN,
     BadQuery,
     ClusterView,
     NodePage,
@@ -21,7 +20,6 @@ from bke_dispatcher.dashboard.view import (
     NodeRow,
     cell_state,
     parse_query,
-    select_nodes,
     timeline,
 )
 
@@ -47,17 +45,12 @@ def test_query_defaults_and_values():
     assert parse_query({"state": "Failed", "offset": "400", "limit": "50"}) == NodeQuery("Failed", 400, 50)
 
 
-def test_select_nodes_counts_every_node_and_pages_the_selected_ones_in_plan_order():
-    order = [f"n{i}" for i in range(1000)]
-    states = {h: {"status": "Failed" if i % 10 == 0 else "Succeeded"} for i, h in enumerate(order) if i < 900}
-    counts, matched, page, failing = select_nodes(order, states, NodeQuery("Failed", 20, 30))
-    assert counts == {"Pending": 100, "Running": 0, "Succeeded": 810, "Failed": 90}
-    assert matched == 90 and page == [f"n{i}" for i in range(200, 500, 10)]
-    assert failing == [f"n{i}" for i in range(0, 10 * FAILING_SHOWN, 10)]
-    counts, matched, page, _ = select_nodes(order, states, NodeQuery(None, 990, 200))
-    assert matched == 1000 and page == order[990:]
-    nodes = NodePage(NodeQuery(None, 990, 200), counts, matched, [], [NodeRow(h, "Pending", "", "", {}) for h in page], [])
-    assert nodes.next_offset is None and nodes.prev_offset == 790
+def test_node_page_offsets():
+    rows = [NodeRow(f"n{i}", "Pending", "", "", {}) for i in range(10)]
+    last = NodePage(NodeQuery(None, 990, 200), {"Pending": 1000}, 1000, [], rows, [])
+    assert last.next_offset is None and last.prev_offset == 790
+    first = NodePage(NodeQuery(None, 0, 10), {"Pending": 1000}, 1000, [], rows, [])
+    assert first.next_offset == 10 and first.prev_offset is None
 
 
 def test_cell_state():

@@ -3,7 +3,7 @@ views the pages and their JSON twins show out. No I/O; `now` is an argument.
 
 At 5,000 nodes a page never lists every node: the per-state counts cover them all, and the grid
 is one page (`PAGE_SIZE` rows, `MAX_PAGE_SIZE` at most) of the nodes in plan order, filtered by
-state.
+state (counted, filtered and paged inside Redis: read.py).
 """
 from __future__ import annotations
 
@@ -31,7 +31,6 @@ __all__ = [
     "cell_state",
     "duration_s",
     "parse_query",
-    "select_nodes",
     "timeline",
 ]
 
@@ -156,23 +155,6 @@ class NodePage:
     @property
     def prev_offset(self) -> int | None:
         return max(0, self.query.offset - self.query.limit) if self.query.offset > 0 else None
-
-
-def select_nodes(order: list[str], node_states: Mapping[str, Mapping[str, Any]],
-                 query: NodeQuery) -> tuple[dict[str, int], int, list[str], list[str]]:
-    """(counts by state over every node, how many match, the page's hostnames, the first
-    failing ones), nodes in plan order."""
-    counts = dict.fromkeys(NODE_STATES, 0)
-    matched: list[str] = []
-    failing: list[str] = []
-    for h in order:
-        st = str((node_states.get(h) or {}).get("status") or "Pending")
-        counts[st] = counts.get(st, 0) + 1
-        if st == "Failed" and len(failing) < FAILING_SHOWN:
-            failing.append(h)
-        if query.state is None or st == query.state:
-            matched.append(h)
-    return counts, len(matched), matched[query.offset: query.offset + query.limit], failing
 
 
 @dataclass(frozen=True)
