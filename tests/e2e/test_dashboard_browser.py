@@ -97,8 +97,9 @@ def read_page(driver) -> dict[str, Any]:
         document.querySelectorAll('#phases tr').forEach(tr => { const c = cells(tr); if (c.length) phases[c[0]] = c[1]; });
         const install = document.querySelector("#install tr:nth-child(2) td");
         const nodes = Array.from(document.querySelectorAll('#grid tr')).slice(1).map(tr => cells(tr)[0]);
+        const events = Array.from(document.querySelectorAll('#events tr')).slice(1).map(tr => cells(tr).slice(1, 4).join(' '));
         return {title: document.querySelector('h1').textContent, install: install ? install.textContent : null,
-                phases: phases, nodes: nodes, marker: window.__bkeMarker || null,
+                phases: phases, nodes: nodes, events: events, marker: window.__bkeMarker || null,
                 links: Array.from(document.querySelectorAll('#grid a')).map(a => a.getAttribute('href'))};
     """)
 
@@ -142,11 +143,18 @@ async def test_dashboard_follows_a_lab_install(lab_factory, browser, monkeypatch
                           lambda p: p["install"] == "Succeeded", 30)
         assert done["marker"] == "first-load"
         assert set(done["phases"].values()) <= {"Succeeded", "Skipped"}, done["phases"]
+        # the latest events: what the dispatcher published, newest first
+        assert done["events"][0] == "finished  Succeeded" and "phase agents Running" in done["events"], done["events"]
         shot = tmp_path / "dashboard.png"
         await asyncio.to_thread(browser.save_screenshot, str(shot))
         assert shot.stat().st_size > 10_000  # a rendered page, not an empty frame
         if NOTES_SHOT.parent.is_dir():  # for the lead: what the page looks like
             shutil.copyfile(shot, NOTES_SHOT)
+        # a node's own page: its commands, one per phase that sent it one
+        await asyncio.to_thread(browser.get, f"{base}{done['links'][0]}")
+        commands = await asyncio.to_thread(browser.execute_script,
+                                           "return document.querySelectorAll('table').length - 1;")
+        assert commands >= 3, "the node page lists the node's commands"
     finally:
         if not install.done():
             install.cancel()

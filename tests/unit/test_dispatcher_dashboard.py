@@ -125,3 +125,31 @@ def test_the_live_script_keeps_every_query_parameter():
     assert url == "/clusters/c1/live?state=Failed&offset=200&limit=50"
     script = pages._live_script(url, "live", 2.0)
     assert "\\u0026offset=200" in script and "&amp;" not in script
+
+
+def test_a_lost_state_is_a_503_saying_so_never_an_empty_page():
+    import httpx
+    from redis.asyncio import Redis
+    from starlette.applications import Starlette
+
+    from bke.errors import TemporaryError
+    from bke_dispatcher.dashboard import DashboardReader, dashboard_routes
+
+    class Unused:  # the guard answers before any read
+        r = Redis.from_url("redis://127.0.0.1:1")  # never connected
+
+    def lost() -> None:
+        raise TemporaryError("the state was lost: waiting for a restore")
+
+    reader = DashboardReader(Unused(), Unused(), Unused(), RecentEvents(), lambda: T0, guard=lost)  # type: ignore[arg-type]
+    app = Starlette(routes=dashboard_routes(reader))
+
+    async def ask() -> tuple[httpx.Response, ...]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://dash") as client:
+            return (await client.get("/clusters/c1"), await client.get("/api/clusters/c1"),
+                    await client.get("/api/clusters/c1", params={"offset": "-5"}))
+
+    page, doc, bad = asyncio.run(ask())
+    assert page.status_code == 503 and "the state was lost" in page.text
+    assert doc.status_code == 503 and doc.json()["error"] == "Unavailable"
+    assert bad.status_code == 400 and bad.json()["field"] == "offset"
