@@ -39,7 +39,7 @@ def _unavailable(reason: str) -> None:
 
 
 @pytest.fixture
-def browser(tmp_path):
+def browser(tmp_path, monkeypatch):
     for path, package in ((CHROMIUM, "chromium"), (DRIVER, "chromium-driver")):
         if not os.access(path, os.X_OK):
             _unavailable(f"{path} missing: apt-get install {package}")
@@ -49,7 +49,7 @@ def browser(tmp_path):
         from selenium.webdriver.chrome.service import Service
     except ImportError:
         _unavailable("selenium is not installed (requirements.txt pins it)")
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never fetch a browser or driver
+    monkeypatch.setenv("SE_OFFLINE", "true")  # Selenium Manager must never fetch a browser or driver
     opts = Options()
     opts.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1100",

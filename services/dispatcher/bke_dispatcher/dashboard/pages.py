@@ -10,7 +10,7 @@ from urllib.parse import quote, urlencode
 from bke.contracts.status import ClusterStatus
 from bke.http.page import Markup, layout, link, table, text
 
-from .view import NODE_STATES, ClusterView, NodeDetail, NodeQuery, PhaseRow
+from .view import NODE_STATES, PAGE_SIZE, ClusterView, NodeDetail, NodeQuery, PhaseRow
 
 __all__ = ["SERVICE", "LIVE_ID", "POLL_S", "cluster_fragment", "cluster_page", "cluster_url", "clusters_page",
            "message_page", "node_page", "node_url"]
@@ -27,7 +27,7 @@ def cluster_url(cluster: str, query: NodeQuery | None = None, *, live: bool = Fa
     url = f"/clusters/{quote(cluster, safe='')}" + ("/live" if live else "")
     if query is not None:
         params = {k: v for k, v in (("state", query.state), ("offset", query.offset or None),
-                                    ("limit", query.limit if query.limit != 200 else None)) if v}
+                                    ("limit", query.limit if query.limit != PAGE_SIZE else None)) if v}
         if params:
             url += "?" + urlencode(params)
     return url
