@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
             cmd = [str(PY), "-m", "pytest", "-q", *rest]
         else:
             # The CI tier: unit, contract, integration and end-to-end; `-m slow` variants are separate.
-            cmd = [str(PY), "-m", "pytest", "-q", "-m", "not slow", *rest]
+            cmd = [str(PY), "-m", "pytest", "-q", "-m", "not slow", "--durations=25", *rest]
     elif job == "bench":
         cmd = [str(PY), str(ROOT / "bench" / "all.py"), *rest]
     else:
