@@ -90,6 +90,31 @@ def _content_opener(step: WriteFile, identity: AgentIdentity) -> Callable[[], by
     return content
 
 
+def _opened(step: ReplaceFiles, identity: AgentIdentity) -> ReplaceFiles:
+    """The step with every sealed file opened into inline content, in memory only (a renewed
+    key or kubeconfig of an upgrade: bke.upgrade.certificates). Errors name the path and key
+    ids, never content; the clear bytes are checked against the file's sha256 here."""
+    if not any(f.sealed_b64 is not None for f in step.files):
+        return step
+    files = []
+    for f in step.files:
+        if f.sealed_b64 is None:
+            files.append(f)
+            continue
+        if f.content_b64 is not None or f.url is not None:
+            raise PermanentStepError(f"{f.path}: a NewFile needs exactly one of contentB64, sealedB64 and url")
+        try:
+            data = identity.open_sealed(base64.b64decode(f.sealed_b64, validate=True))
+        except binascii.Error:
+            raise PermanentStepError(f"{f.path}: sealed content is not valid base64") from None
+        except Exception as exc:  # noqa: BLE001 - sealing errors name key ids only
+            raise PermanentStepError(f"{f.path}: cannot open sealed content: {type(exc).__name__}: {exc}") from None
+        if hashlib.sha256(data).hexdigest() != f.sha256:
+            raise PermanentStepError(f"content of {f.path} does not match its sha256")
+        files.append(f.model_copy(update={"sealed_b64": None, "content_b64": base64.b64encode(data).decode()}))
+    return step.model_copy(update={"files": files})
+
+
 def _unexpected(step: Step, exc: BaseException) -> str:
     """How an unexpected error is shown; a WriteFile's never includes the exception text."""
     if isinstance(step, WriteFile):
@@ -140,6 +165,8 @@ class Executor:
         error: StepError | None = None
         for attempt in range(1, attempts + 1):
             try:
+                if isinstance(step, ReplaceFiles):
+                    step = _opened(step, self.identity)
                 async with asyncio.timeout(limit):  # no extra task per step (unlike wait_for)
                     out: StepOutcome = await self.backend.execute(step, content)
             except StepError as exc:

@@ -63,6 +63,7 @@ from bke.secrets.fingerprint import held_ca_fingerprint
 
 from .backends.base import Backend
 from .executor import Executor, utc_now
+from .hostfacts import cgroup_version
 from .identity import AgentIdentity
 from .journal import ExecutionRecord, Journal
 from .settings import AgentSettings
@@ -174,7 +175,8 @@ class AgentLoop:
         subject = agent_subject(self.cluster, self.node, "heartbeat")
         while True:
             hb = AgentHeartbeat(cluster=self.cluster, node=self.node, agent_id=self.identity.agent_id,
-                                at=self.now().isoformat(), running_command=self.running_command)
+                                at=self.now().isoformat(), running_command=self.running_command,
+                                cgroup_version=cgroup_version(self.settings.root))
             with contextlib.suppress(Exception):  # advisory: a lost heartbeat is not an error
                 await self.nc.publish(subject, hb.to_bytes())
             await asyncio.sleep(self.settings.heartbeat_s)  # the period itself

@@ -210,12 +210,15 @@ class CheckHost(_Step):
 
 
 class NewFile(Message):
-    """One file of a `ReplaceFiles` step: its bytes inline (`content_b64`, never a secret) or
-    fetched from the httpRepo (`url`, a binary); `sha256` is of the bytes either way."""
+    """One file of a `ReplaceFiles` step: its bytes inline (`content_b64`, never a secret),
+    sealed to the receiving agent's X25519 key (`sealed_b64`: a private key or a kubeconfig
+    renewed by an upgrade, opened only in the agent's memory) or fetched from the httpRepo
+    (`url`, a binary); exactly one of the three. `sha256` is of the clear bytes."""
 
     path: str
     mode: int = Field(0o644, ge=0, le=0o7777)
     content_b64: str | None = None
+    sealed_b64: str | None = None
     url: str | None = None
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
@@ -417,3 +420,6 @@ class AgentHeartbeat(Message):
     agent_id: str
     at: str
     running_command: str | None = None
+    # the host's cgroup version as the agent sees it (2: a cgroup2 filesystem at /sys/fs/cgroup;
+    # the upgrader's CgroupV2 check); None: not known (an older agent, a lab node)
+    cgroup_version: Literal[1, 2] | None = None
