@@ -67,8 +67,8 @@ def renewed_instances(plan: Plan, expanded: Iterable[ExpandedStep]) -> list[str]
                 wanted.setdefault(host, set()).update(rows)
     refs = node_file_refs(plan, wanted)
     out: set[str] = set()
-    for host, rows in wanted.items():
-        out |= _instances_of(refs.get(host, ()), tuple(rows), host)
+    for host, names in wanted.items():
+        out |= _instances_of(refs.get(host, ()), tuple(names), host)
     return sorted(out)
 
 

@@ -15,6 +15,7 @@ from bke.checksums import HttpRepoChecksums, LabChecksums
 from bke.cluster_api.addons import AddonsWork, LabApplier
 from bke.cluster_api.manifests import HttpRepoManifests, LabManifests
 from bke.contracts.agent import CommandResult
+from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, CertsFailed, CertsRenewed
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import UPGRADE_CLUSTER, UPGRADE_GET, GetUpgrade
 from bke.errors import TemporaryError
@@ -29,6 +30,7 @@ from bke.state.command_signing import CommandSigning
 from bke.state.keys import etcd_snapshot_key
 from bke.tasks import cancel_and_wait
 
+from .certs import UpgradeCerts
 from .drain import Drainer, KubernetesDrainer, LabDrainer
 from .facts import LiveFacts
 from .operation import Upgrades
@@ -103,15 +105,16 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
 
     facts = LiveFacts(redis, request, _now, heartbeat_stale_s=settings.heartbeat_stale_s,
                       timeout_s=settings.status_timeout_s)
+    certs = UpgradeCerts(store, svc.publish)
     upgrades = Upgrades(store, plans, RedisPlanStore(redis), facts, Renders(),
                         LabChecksums() if simulated_repo else HttpRepoChecksums(), drainer, addons, svc.publish,
                         _now, settings.owner, settings.lease_ms, sign=signing.sign,
                         snapshots=_Snapshots(svc, redis), answer_deadline_s=settings.answer_deadline_s,
-                        component_timeout_s=settings.component_timeout_s)
+                        component_timeout_s=settings.component_timeout_s, certs=certs)
     # A short coalescing window: a pass reads one batch's answers (O(batch)), and an upgrade is
     # ~40 batches in a row, each waiting out the window once after its last answer.
     runner = Runner(upgrades, debounce_s=0.05)
-    upgrades.kick = runner.kick
+    upgrades.kick = certs.kick = runner.kick
 
     async def on_request(body: bytes) -> None:
         outs = await upgrades.on_request_bytes(body)
@@ -119,6 +122,11 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
             await svc.publish(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
 
     svc.work_subscriber(UPGRADE_CLUSTER, "BKE_COMMANDS", "upgrader-requests", on_request, batch_size=16)
+    # the certs service's answers to an upgrade's renewal (other renewals are ignored)
+    svc.work_subscriber(CERTS_RENEWED, "BKE_EVENTS", "upgrader-certs-renewed",
+                        typed(CertsRenewed, certs.on_renewed, svc.publish, svc.notify))
+    svc.work_subscriber(CERTS_FAILED, "BKE_EVENTS", "upgrader-certs-failed",
+                        typed(CertsFailed, certs.on_failed, svc.publish, svc.notify))
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results",
                         typed(CommandResult, upgrades.on_result, svc.publish, svc.notify))
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from bke.bus.handler import Out
 from bke.bus.delivery import delivery_subject
-from bke.contracts.agent import AGENT_VERSION, AgentCommand, CommandResult, agent_subject, subject_node
+from bke.contracts.agent import AGENT_VERSION, AgentCommand, CommandResult, NewFile, agent_subject, subject_node
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import (
@@ -64,6 +64,7 @@ from bke.upgrade.run import (
 )
 from bke.upgrade.target_plan import target_plan
 
+from .certs import UpgradeCerts
 from .drain import Drainer
 from .facts import LiveFacts
 from .renders import Renders
@@ -108,8 +109,9 @@ class Upgrades:
                  renders: Renders, checksums: Checksums, drainer: Drainer, addons: Addons, publish: Publish,
                  now: Callable[[], datetime], owner: str, lease_ms: int, *, sign: Sign,
                  snapshots: SnapshotSetup, answer_deadline_s: float = 1800.0,
-                 component_timeout_s: float = 180.0):
+                 component_timeout_s: float = 180.0, certs: UpgradeCerts | None = None):
         self.snapshots = snapshots
+        self.certs = certs or UpgradeCerts(store, publish)
         self.component_timeout_s = component_timeout_s
         self.store, self.plans, self.plan_store, self.facts = store, plans, plan_store, facts
         self.renders, self.checksums, self.drainer, self.addons = renders, checksums, drainer, addons
@@ -285,6 +287,8 @@ class Upgrades:
                         log.info("stored data converted: %s", ", ".join(r.kind for r in report.converted),
                                  extra={"cluster": run.cluster, "request_id": run.request_id})
                     mark_local(step, True)
+            elif step.name == "certificates":
+                await self.certs.renew(run, step, old)  # asked and waiting: TemporaryError
             elif step.name == "addons":
                 renders = await self.renders.get(run.request_id, old, new)
                 why = await self.addons.apply(old, new, renders.new_addons)
@@ -304,10 +308,15 @@ class Upgrades:
             mark_uncordoned(step)
             return
         if d.action == "send":
-            await self._send(run, step.name, step.group, hosts, old, new)
+            certs = await self.certs.files_for(run, step.name, step.group, hosts, new)
+            if isinstance(certs, str):  # nothing sent: the step fails with the reason
+                mark_local(step, False, certs)
+                return
+            await self._send(run, step.name, step.group, hosts, old, new, certs)
             mark_sent(step, self.now().timestamp())
 
-    async def _send(self, run: UpgradeRun, step: str, group: str, hosts: list[str], old: Plan, new: Plan) -> None:
+    async def _send(self, run: UpgradeRun, step: str, group: str, hosts: list[str], old: Plan, new: Plan,
+                    certs: dict[str, list[NewFile]]) -> None:
         renders = await self.renders.get(run.request_id, old, new) if step in RENDERED_STEPS else None
         sums = await self.checksums.for_plan(new) if step in ("masters-runtime", "workers") else {}
         now = self.now()
@@ -318,7 +327,8 @@ class Upgrades:
                 steps: list[Any] = [snapshot_step(old, group, host, recipient, now, run.request_id)]
             else:
                 steps = node_upgrade_steps(step, group, old, new, host, renders.old.get(host, {}) if renders else {},
-                                           renders.new.get(host, {}) if renders else {}, sums, self.component_timeout_s)
+                                           renders.new.get(host, {}) if renders else {}, sums, self.component_timeout_s,
+                                           certs.get(host, ()))
             cid = upgrade_command_id(run.cluster, run.request_id, step, group, host)
             cmd = await self.sign(AgentCommand(command_id=cid, cluster=run.cluster, node=host, phase=f"upgrade:{step}",
                                                issued_at=now.isoformat(), expires_at=expires, steps=steps, issuer="upgrader"))
