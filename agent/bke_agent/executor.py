@@ -28,13 +28,14 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from bke.contracts.agent import (
-    AGENT_VERSION,
-    OUTPUT_LIMIT, AgentCommand, CommandResult, ReplaceFiles, Step, StepResult, WaitHealth, WriteFile,
+    OUTPUT_LIMIT, AgentCommand, CommandResult, ReplaceFiles, Step, StepResult, UpdateAgent, WaitHealth, WriteFile,
 )
 
 from .backends.base import COMMAND_ID, Backend, StepOutcome
 from .errors import PermanentStepError, StepError
 from .identity import AgentIdentity
+from .selfupdate import RestartRequested, SelfUpdater
+from .version import RUNNING_VERSION
 
 __all__ = ["Executor", "clip", "utc_now"]
 
@@ -130,9 +131,16 @@ class Executor:
     def __init__(self, backend: Backend, identity: AgentIdentity, *,
                  now: Callable[[], datetime] = utc_now,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.backend, self.identity = backend, identity
+                 clock: Callable[[], float] = time.monotonic, updater: SelfUpdater | None = None) -> None:
+        self.backend, self.identity, self.updater = backend, identity, updater
         self.now, self.sleep, self.clock = now, sleep, clock
+
+    async def _execute(self, step: Step, content: Callable[[], bytes]) -> StepOutcome:
+        if isinstance(step, UpdateAgent):  # the agent itself, not the node: no backend does it
+            if self.updater is None:
+                raise PermanentStepError("this agent cannot update itself here (no launcher, or a test backend)")
+            return await self.updater.update(step)
+        return await self.backend.execute(step, content)
 
     async def run(self, command: AgentCommand) -> CommandResult:
         started = self.now().isoformat()
@@ -146,7 +154,7 @@ class Executor:
         return CommandResult(
             command_id=command.command_id, cluster=command.cluster, node=command.node,
             agent_id=self.identity.agent_id, status="Failed" if failed else "Succeeded",
-            steps=results, started_at=started, finished_at=self.now().isoformat(), agent_version=AGENT_VERSION,
+            steps=results, started_at=started, finished_at=self.now().isoformat(), agent_version=RUNNING_VERSION,
         )
 
     async def run_step(self, step: Step, command: AgentCommand) -> StepResult:
@@ -168,9 +176,11 @@ class Executor:
                 if isinstance(step, ReplaceFiles):
                     step = _opened(step, self.identity)
                 async with asyncio.timeout(limit):  # no extra task per step (unlike wait_for)
-                    out: StepOutcome = await self.backend.execute(step, content)
+                    out: StepOutcome = await self._execute(step, content)
             except StepError as exc:
                 error = exc
+            except RestartRequested:  # not a result: the command goes back unanswered
+                raise
             except TimeoutError:
                 shown = limit if isinstance(step, ReplaceFiles) else step.timeout_s  # its probes have their own
                 error = StepError(f"step {step.id} timed out after {shown:g}s")
