@@ -118,7 +118,7 @@ RECORDS: tuple[RecordKind, ...] = (
                    "agents accepted, refusals, addons, labels, health, heartbeats",
         ("install", "inputs", "sealed", "phase:*", "cmd:*", "node", "lease:*", "agents:accepted", "refusals",
          "addons", "node-labels", "health", "health-meta", "health-pods", "heartbeat", "heartbeat:cgroup",
-         "agents"),
+         "agents", "paused"),
         VersionSlot("install", "hash"), current=1,
         writer="dispatcher: bke_dispatcher.state.DispatcherState.start_install (header), its phases",
         reader="dispatcher: DispatcherState.install, status"),
@@ -130,7 +130,7 @@ RECORDS: tuple[RecordKind, ...] = (
         reader="dispatcher: RotationStore (Rotation.from_json)"),
     RecordKind(
         "upgrade", "the current or last upgrade (JSON), its agents' answers, the lab's drain records",
-        ("upgrade", "upgrade:results", "upgrade:drain", "upgrade:certs"),
+        ("upgrade", "upgrade:results", "upgrade:drain", "upgrade:certs", "upgrade:paused"),
         VersionSlot("upgrade", "json", "schema_version"), current=1, first=1, readable_from=1,
         writer="upgrader: bke_upgrader.store.UpgradeStore (bke.upgrade.run.UpgradeRun.to_json)",
         reader="upgrader: UpgradeStore.load (UpgradeRun.from_json)"),
