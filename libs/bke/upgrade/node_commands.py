@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 from typing import Mapping, Sequence
 
-from ..contracts.agent import CheckHost, HealthProbe, NewFile, ReplaceFiles, Step, WaitHealth
+from ..contracts.agent import CheckHost, HealthProbe, NewFile, ReplaceFiles, Step, UpdateAgent, WaitHealth
 from ..node_steps import artefacts_of, file_phase, health_steps
 from ..plan import NodePlan, Plan
 from ..render.result import RenderedFile
@@ -89,12 +89,15 @@ def node_upgrade_steps(
     sums: Mapping[str, str],
     component_timeout_s: float = COMPONENT_TIMEOUT_S,
     certs: Sequence[NewFile] = (),
+    update: UpdateAgent | None = None,
 ) -> list[Step]:
     """The agent steps of upgrade step `step` for one node (empty when nothing changes).
     `component_timeout_s`: how long a replaced static pod has to answer healthy before it is
     rolled back (the lab, whose pods start in a second, uses less). `certs`: this step's
     renewed certificate files for the node (sealed to its agent; bke.upgrade.certificates),
-    replaced in the same step as the manifest so that a rollback restores both."""
+    replaced in the same step as the manifest so that a rollback restores both. `update`: the
+    agents step's new agent release (the old agent installs it and restarts; the new one
+    answers the same command, so its answer carries the new version)."""
     node = new_plan.node(hostname)
     changed = changed_files(old_files, new_files)
     if certs and step not in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
@@ -102,8 +105,8 @@ def node_upgrade_steps(
         raise ValueError(f"upgrade step {step!r} carries no certificate")
     if step == "agents":
         # every agent answers (and so proves it runs and takes signed commands) with the
-        # disk check the new binaries need
-        return [CheckHost(id="agents:disk", checks=["disk"])]
+        # disk check the new binaries need; with a release, after it runs the new agent
+        return [*([update] if update is not None else []), CheckHost(id="agents:disk", checks=["disk"])]
     if step == "etcd":
         cluster = new_plan.etcd_cluster(group)
         if cluster is None:

@@ -32,6 +32,7 @@ from bke.state.command_signing import CommandSigning
 from bke.state.keys import etcd_snapshot_key
 from bke.tasks import cancel_and_wait
 
+from .agent_release import ReleaseSource
 from .certs import UpgradeCerts
 from .drain import Drainer, KubernetesDrainer, LabDrainer
 from .facts import LiveFacts
@@ -112,7 +113,9 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
                         LabChecksums() if simulated_repo else HttpRepoChecksums(), drainer, addons, svc.publish,
                         _now, settings.owner, settings.lease_ms, sign=signing.sign,
                         snapshots=_Snapshots(svc, redis), answer_deadline_s=settings.answer_deadline_s,
-                        component_timeout_s=settings.component_timeout_s, certs=certs)
+                        component_timeout_s=settings.component_timeout_s, certs=certs,
+                        release=ReleaseSource(settings.agent_release, settings.agent_confirm_timeout_s)
+                        if settings.agent_release else None)
     # A short coalescing window: a pass reads one batch's answers (O(batch)), and an upgrade is
     # ~40 batches in a row, each waiting out the window once after its last answer.
     pause_flags = PauseFlags(redis, "upgrade")
