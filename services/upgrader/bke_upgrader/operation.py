@@ -305,7 +305,11 @@ class Upgrades:
                                  extra={"cluster": run.cluster, "request_id": run.request_id})
                     mark_local(step, True)
             elif step.name == "certificates":
-                await self.certs.renew(run, step, old)  # asked and waiting: TemporaryError
+                try:
+                    await self.certs.renew(run, step, old)
+                except TemporaryError:  # asked, waiting for the answer: followers see the steps done so far
+                    await self._changed(run)
+                    raise
             elif step.name == "addons":
                 renders = await self.renders.get(run.request_id, old, new)
                 why = await self.addons.apply(old, new, renders.new_addons)
