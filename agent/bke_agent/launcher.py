@@ -41,7 +41,19 @@ __all__ = ["launch", "main"]
 
 log = logging.getLogger("bke.agent.launcher")
 POLL_S = 0.5
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 STOP_GRACE_S = 20.0
+
+
+def _die_with_parent() -> None:
+    """In the agent's process, before exec: SIGTERM it when the launcher dies, even by SIGKILL
+    (Linux PR_SET_PDEATHSIG), so that no agent outlives its launcher holding the state lock."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the service manager stops the group instead
+        pass
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -73,7 +85,8 @@ def launch(state: Path, venv: str, version: str, args: list[str] | None = None,
         trial = rec.trial
         env = {**os.environ, "BKE_AGENT_LAUNCHED": "1"}
         log.info("starting the agent from %s%s", target, f" (trial of {trial.version})" if trial else "")
-        proc = subprocess.Popen([f"{target}/bin/bke-agent", *(args or ["run"])], env=env)
+        proc = subprocess.Popen([f"{target}/bin/bke-agent", *(args or ["run"])], env=env,
+                                preexec_fn=_die_with_parent)  # noqa: PLW1509 - async-signal-safe: one prctl
         child.append(proc)
         deadline = clock() + trial.confirm_timeout_s if trial else 0.0
         timed_out = False

@@ -100,3 +100,34 @@ def test_a_new_agent_that_crashes_is_rolled_back_at_once(tmp_path: Path) -> None
     old, new, state = _venvs(tmp_path, "raise SystemExit(1)\n", timeout=600.0)
     assert launch(state, str(old), OLD) == 0  # long before the 600 s deadline
     assert "exited with 1 before it came up" in read_record(state, "?", "?").failed[NEW]
+
+
+def test_an_agent_does_not_outlive_its_launcher_killed_outright(tmp_path: Path) -> None:
+    """SIGKILL of the launcher (a crash, `kill -9`): the kernel stops its agent too, which would
+    otherwise keep the node's state lock and commands from the next launcher's agent."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    old, new, state = _venvs(tmp_path, "time.sleep(600)\n")
+    _agent(tmp_path / "sleeper", "Path(STATE / 'agent.pid').write_text(str(__import__('os').getpid()))\ntime.sleep(600)\n")
+    code = (f"from pathlib import Path; from bke_agent.launcher import launch; "
+            f"launch(Path({str(state)!r}), {str(tmp_path / 'sleeper')!r}, '1.0.0')")
+    launcher = subprocess.Popen([sys.executable, "-c", code])
+    pid_file = state / "agent.pid"
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling for the agent's start under a deadline
+    agent = int(pid_file.read_text())
+    os.kill(launcher.pid, signal.SIGKILL)
+    launcher.wait(10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(agent, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)  # polling for the agent's exit under a deadline
+    os.kill(agent, signal.SIGKILL)
+    raise AssertionError("the agent outlived its launcher")
