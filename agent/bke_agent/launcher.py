@@ -11,7 +11,8 @@ agent does, this code decides (bke_agent.venvs) and puts the old venv back. The 
    one still unconfirmed at its deadline is stopped (SIGTERM, then SIGKILL);
 3. when it has exited: an unconfirmed trial is rolled back (the old venv is current again, the
    version recorded as failed) and the old agent started again; exit 75 (RESTART_EXIT_CODE,
-   an update) starts the selected venv; any other exit ends this process with that code
+   an update) starts the selected venv, and so does exit 3 (the state lock still held by an agent
+   that is stopping) after a short wait; any other exit ends this process with that code
    (systemd's Restart=always starts it again; the lab starts a node's agent again on
    `bke lab install`).
 
@@ -34,7 +35,7 @@ from pydantic import ValidationError
 from bke.logs import setup_logging
 
 from .settings import AgentSettings
-from .venvs import after_exit, after_start, confirmed_version, launch_target, read_record, write_record
+from .venvs import CONFLICT_EXIT_CODE, after_exit, after_start, confirmed_version, launch_target, read_record, write_record
 from .version import RUNNING_VERSION
 
 __all__ = ["launch", "main"]
@@ -43,6 +44,7 @@ log = logging.getLogger("bke.agent.launcher")
 POLL_S = 0.5
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 STOP_GRACE_S = 20.0
+CONFLICT_WAIT_S = 2.0
 
 
 def _die_with_parent() -> None:
@@ -117,6 +119,8 @@ def launch(state: Path, venv: str, version: str, args: list[str] | None = None,
             return code
         if action == "exit":
             return code
+        if code == CONFLICT_EXIT_CODE:
+            time.sleep(CONFLICT_WAIT_S)  # the back-off before the next start, not a synchronisation
 
 
 def main(argv: list[str] | None = None) -> int:

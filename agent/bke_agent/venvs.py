@@ -26,6 +26,7 @@ from bke.contracts.agent import RESTART_EXIT_CODE
 
 __all__ = [
     "CONFIRMED_FILE",
+    "CONFLICT_EXIT_CODE",
     "RECORD_FILE",
     "Trial",
     "VenvRecord",
@@ -39,6 +40,10 @@ __all__ = [
 ]
 
 RECORD_FILE = "agent-venvs.json"
+# bke-agent's exit when another agent still holds the node's state lock: after its launcher was
+# killed, the agent it had started is still stopping; the launcher starts it again (after
+# CONFLICT_WAIT_S), as systemd would after RestartSec
+CONFLICT_EXIT_CODE = 3
 CONFIRMED_FILE = "agent-confirmed"
 
 
@@ -119,4 +124,4 @@ def after_exit(rec: VenvRecord, ran: str, code: int, confirmed: str | None,
         why = (f"the new agent {t.version} did not come up within {t.confirm_timeout_s:g}s" if timed_out
                else f"the new agent {t.version} exited with {code} before it came up")
         return replace(rec, trial=None, failed={**rec.failed, t.version: why}), "restart"
-    return rec, "restart" if code == RESTART_EXIT_CODE else "exit"
+    return rec, "restart" if code in (RESTART_EXIT_CODE, CONFLICT_EXIT_CODE) else "exit"

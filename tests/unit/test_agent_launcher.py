@@ -44,6 +44,8 @@ def test_a_confirmed_agent_exit_ends_the_launcher_unless_it_asks_for_a_restart()
     cur = VenvRecord("/old", OLD)
     assert after_exit(cur, "/old", 0, OLD, False) == (cur, "exit")
     assert after_exit(cur, "/old", RESTART_EXIT_CODE, OLD, False) == (cur, "restart")
+    assert after_exit(cur, "/old", 3, OLD, False) == (cur, "restart")  # the lock still held: again
+    assert after_exit(cur, "/old", 2, OLD, False) == (cur, "exit")  # bad configuration: no loop
     # the old agent has just recorded the trial and asks for a restart: the trial starts next
     assert after_exit(REC, "/old", RESTART_EXIT_CODE, OLD, False) == (REC, "restart")
     promoted, action = after_exit(REC, "/new", 0, NEW, False)  # confirmed, then stopped: kept
