@@ -34,7 +34,7 @@ from bke.contracts.agent import RESTART_EXIT_CODE
 from bke.logs import setup_logging
 from bke.pythons import python_problem
 
-from .backends import SnapshotTaker, make_backend
+from .backends import RestoreReceiver, SnapshotTaker, make_backend
 from .executor import Executor
 from .identity import AgentIdentity
 from .journal import DiskJournal
@@ -146,7 +146,8 @@ async def run(settings: AgentSettings) -> int:
                 # declare them, and `_start_when_free` waits for the stream.
                 await ensure_streams(js)
             snapshots = SnapshotTaker(js, state / "snapshots", settings.cluster, settings.node, identity)
-            backend = make_backend(settings, snapshots)
+            restores = RestoreReceiver(nc, state / "restore", settings.cluster, settings.node, identity)
+            backend = make_backend(settings, snapshots, restores)
             updater = SelfUpdater(state, sys.prefix, RUNNING_VERSION, launched=os.environ.get(LAUNCHED_ENV) == "1")
             agent = AgentLoop(nc, js, settings, backend,
                               DiskJournal(state, keep_days=settings.journal_keep_days), identity,

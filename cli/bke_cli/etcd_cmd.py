@@ -11,12 +11,12 @@ not opened (bke.etcdsnap.store.check_author).
 with etcdutl into DIR, a fresh data dir here, as a one-member cluster: start an etcd on it to
 read what the cluster held. Nothing of the cluster is touched, so it asks no confirmation.
 
-Without `--into`, `restore` prints the disaster-recovery plan for the cluster (bke.etcdsnap.
-restore): every kube-apiserver it stops, every member it restores as a new cluster, what it
-starts again. In a lab (`--workdir`, the plan from the lab's state) it then asks for confirmation
-unless told `--yes`, and runs the plan on the lab's nodes (bke_cli.etcd_lab_restore). For a
-deployment (`--nats`, the plan from `--spec`) running the plan on the nodes is not built: the
-command says so and exits 1 after the plan (it never asks to confirm something it will not do).
+Without `--into`, `restore` is etcd's disaster recovery run through the nodes' agents by the
+upgrader (bke.contracts.restore, bke_upgrader.restores): it first asks the upgrader (a dry run)
+what the restore stops and does and prints it (every kube-apiserver, every member, every stage),
+asks for confirmation unless told `--yes`, then sends the request and follows it to its end.
+`--workdir LAB` only says where the lab's bus is; the lab's nodes are acted on by their agents,
+as on real nodes (bke_cli.etcd_restore_follow).
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import asyncio
 import base64
 import json
 import shutil
+import uuid
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
@@ -37,20 +38,19 @@ from bke.bus.connect import BusAccess, connect_nats
 from bke.errors import PermanentError
 from bke.etcdsnap.local import restore_into
 from bke.etcdsnap.records import SnapshotRecord
-from bke.etcdsnap.restore import RestorePlan, restore_plan, run_restore
-from bke.plan import Plan
 from bke.etcdsnap.store import fetch_snapshot, find_snapshot, list_snapshots
 from bke.runtime.binaries import MissingBinaryError, etcdutl_bin
 from bke.contracts.agent import ProvisionAgent
+from bke.contracts.restore import RestoreEtcd
+from pydantic import ValidationError
 from bke.secrets.sealing import public_key_from_raw
 from bke.secrets.snapshot_key import SnapshotKey, read_snapshot_key
 from bke.state.client import redact_url, sync_redis_client
-from bke.state.keys import etcd_snapshot_key, plan_key, provisioned_agents_key
+from bke.state.keys import etcd_snapshot_key, provisioned_agents_key
 
 from .connect import resolve_nats
-from .etcd_lab_restore import LabRestorePort
-from .output import EXIT_FAILURE, EXIT_INVALID, die, where
-from .spec_input import plan_or_exit
+from .etcd_restore_follow import restore_and_follow
+from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, die, where
 from .state_cmd import resolve_store
 
 __all__ = ["register", "snapshots_document"]
@@ -169,29 +169,24 @@ def restore(name: str = typer.Argument(..., help="the cluster"),
             etcd_cluster: str = typer.Option(..., "--etcd-cluster", help="etcd-data, etcd-events or etcd-pods"),
             snapshot: str = typer.Option(..., "--snapshot", help="a snapshot id from `bke etcd snapshots`"),
             into: Optional[Path] = typer.Option(None, "--into", help="restore into this fresh data dir here"),
-            spec: Optional[Path] = typer.Option(None, "--spec", help="the cluster's spec (for the cluster plan)"),
-            etcdutl: Optional[Path] = typer.Option(None, "--etcdutl", help="etcdutl to run (default: on PATH)"),
-            yes: bool = typer.Option(False, "--yes", help="do not ask for confirmation (a lab restore)"),
+            etcdutl: Optional[Path] = typer.Option(None, "--etcdutl", help="etcdutl to run with --into"),
+            yes: bool = typer.Option(False, "--yes", help="do not ask for confirmation"),
+            timeout: float = typer.Option(3600.0, "--timeout", help="seconds to follow the restore"),
             workdir: Optional[Path] = WORKDIR, nats_url: Optional[str] = NATS,
-            redis_url: Optional[str] = typer.Option(None, "--redis", help="Redis URL, admin (else BKE_REDIS_URL)"),
+            redis_url: Optional[str] = typer.Option(None, "--redis", help="Redis URL, admin, with --into (else BKE_REDIS_URL)"),
             ) -> None:
     """Restore an etcd cluster from a stored snapshot (disaster recovery, run by a person).
 
     With --into DIR: open the snapshot and restore it into DIR here (nothing of the cluster is \
-touched). Without: print what the cluster restore stops, restores and starts; in a lab (--workdir), \
-ask for confirmation (unless --yes) and do it. For a deployment (--nats, the plan from --spec) \
-running the plan is not built yet."""
+touched). Without: ask the upgrader (--nats, or a lab's with --workdir) what the restore stops \
+and does, print it, ask for confirmation (unless --yes), then run it through the nodes' agents \
+and follow it: every kube-apiserver and every member stopped, every member restored from the \
+snapshot as a new cluster (old data dirs kept), members started and healthy, apiservers started."""
     access = resolve_nats(workdir, nats_url)
-    record: SnapshotRecord = _bus(access, lambda js: find_snapshot(js, name, etcd_cluster, snapshot))
-    if into is None and workdir is not None:
-        _lab_restore(workdir, access, name, etcd_cluster, record, _etcdutl(etcdutl), yes)
-        return
     if into is None:
-        if spec is None:
-            die("say which cluster plan to restore with --spec FILE, or restore here with --into DIR", EXIT_INVALID)
-        _print_cluster_plan(_plan_of(name, etcd_cluster, record, plan_or_exit(spec), str(spec)), record)
-        die("running this plan on the cluster's nodes is not built yet (a lab: --workdir); `--into DIR` restores "
-            "the snapshot into a fresh data dir here", EXIT_FAILURE)
+        _bus_restore(access, name, etcd_cluster, snapshot, yes, timeout)
+        return
+    record: SnapshotRecord = _bus(access, lambda js: find_snapshot(js, name, etcd_cluster, snapshot))
     if into.exists() and any(into.iterdir()):
         die(f"{into}: not empty; a restore goes into a fresh data dir", EXIT_INVALID)
     key, author = _opening_keys(workdir, redis_url, record)
@@ -211,51 +206,32 @@ running the plan is not built yet."""
                "--initial-advertise-peer-urls http://127.0.0.1:2380 --listen-peer-urls http://127.0.0.1:2380")
 
 
-def _plan_of(name: str, etcd_cluster: str, record: SnapshotRecord, plan: Plan, where: str) -> RestorePlan:
-    if plan.cluster != name:
-        die(f"{where} is the plan of cluster {plan.cluster}, not {name}", EXIT_INVALID)
+def _bus_restore(access: BusAccess, name: str, etcd_cluster: str, snapshot: str, yes: bool, timeout: float) -> None:
+    rid = str(uuid.uuid4())
     try:
-        return restore_plan(plan, etcd_cluster, record.snapshot_id)
-    except KeyError as exc:
-        die(str(exc.args[0]), EXIT_INVALID)
+        req = RestoreEtcd(request_id=rid, cluster=name, etcd_cluster=etcd_cluster, snapshot_id=snapshot, dry_run=True)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        flag = {"snapshot_id": "--snapshot", "etcd_cluster": "--etcd-cluster", "cluster": "NAME"}.get(
+            str(err["loc"][0]), str(err["loc"][0]))
+        die(f"{flag}: {err['msg']}", EXIT_INVALID)
 
+    def follow(r: RestoreEtcd, seconds: float) -> int:
+        try:
+            return asyncio.run(restore_and_follow(access, r, seconds, typer.echo))
+        except (OSError, TimeoutError) as exc:
+            die(f"NATS at {where(access)}: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+        except Exception as exc:  # noqa: BLE001 - nats-py's own errors: one line, not a trace
+            die(f"NATS at {where(access)}: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+        raise AssertionError("unreachable")  # die exits
 
-def _lab_restore(workdir: Path, access: BusAccess, name: str, etcd_cluster: str, record: SnapshotRecord,
-                 tool: Path, yes: bool) -> None:
-    store, _ = resolve_store(workdir, None)
-    client = sync_redis_client(store)
-    try:
-        raw = client.get(plan_key(name))
-    finally:
-        client.close()
-    if raw is None:
-        die(f"the lab at {workdir} has no plan of cluster {name}", EXIT_INVALID)
-    rp = _plan_of(name, etcd_cluster, record, Plan.model_validate_json(raw), f"the lab at {workdir}")
-    _print_cluster_plan(rp, record)
+    rc = follow(req, 60.0)
+    if rc != EXIT_OK:
+        raise typer.Exit(rc)
     if not yes:
-        typer.confirm(f"Stop {len(rp.stops())} pods and restore {etcd_cluster} of {name} from {record.snapshot_id}?",
-                      abort=True)
-    key, author = _opening_keys(workdir, None, record)
-    clear = workdir.resolve() / f".restore-{record.snapshot_id}.db"
-    try:
-        _bus(access, lambda js: fetch_snapshot(js, record, key, clear, author=author))
-        typer.echo("restoring:")
-        run_restore(rp, LabRestorePort(workdir.resolve(), clear, tool),
-                    lambda i, a: typer.echo(f"  {i:>3}. [{a.node}] {a.summary}"))
-    except PermanentError as exc:
-        die(f"the restore stopped: {exc}; what it did so far stays (old data dirs are kept aside); "
-            "the same command runs it again", EXIT_FAILURE)
-    finally:
-        clear.unlink(missing_ok=True)
-    typer.echo(f"restored {etcd_cluster} of {name} from {record.snapshot_id}: every member runs on the restored "
-               f"data (a new cluster, token {rp.token}) and every kube-apiserver runs again")
-
-
-def _print_cluster_plan(rp: RestorePlan, record: SnapshotRecord) -> None:
-    typer.echo(f"Restoring {rp.etcd_cluster} of {rp.cluster} from snapshot {record.snapshot_id} "
-               f"(revision {record.revision}, taken {record.taken_at} on {record.member}) stops:")
-    for line in rp.stops():
-        typer.echo(f"  {line}")
-    typer.echo(f"then restores every member as a new cluster (token {rp.token}) and starts what it stopped:")
-    for i, action in enumerate(rp.actions, 1):
-        typer.echo(f"  {i:>3}. [{action.node}] {action.summary}")
+        typer.confirm(f"Stop these pods and restore {etcd_cluster} of {name} from {snapshot}?", abort=True)
+    rc = follow(req.model_copy(update={"dry_run": False, "request_id": f"{rid}-run"}), timeout)
+    if rc == EXIT_OK:
+        typer.echo(f"restored {etcd_cluster} of {name} from {snapshot}: every member runs on the restored data "
+                   "(a new cluster) and every kube-apiserver runs again")
+    raise typer.Exit(rc)

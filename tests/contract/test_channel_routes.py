@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bke.contracts import CHANNELS, Channel
-from bke.contracts import agent, certs, cluster, deadletter, install, pause, render, rotation, subjects, upgrade
+from bke.contracts import agent, certs, cluster, deadletter, install, pause, render, restore, rotation, subjects, upgrade
 
 ROOT = Path(__file__).resolve().parents[2]
 # A service's code includes the shared service shape (dead-lettering lives there).
@@ -39,7 +39,7 @@ def _source(component: str) -> str:
 def _constants(subject: str) -> list[str]:
     """Names of the module-level constants whose value is this subject."""
     names = []
-    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation, upgrade, pause):
+    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation, upgrade, pause, restore):
         names += [k for k, v in vars(mod).items() if k.isupper() and v == subject]
     return sorted(set(names))
 
@@ -60,7 +60,7 @@ def _subject_patterns(subject: str) -> list[str]:
 def _helpers(subject: str) -> list[str]:
     """Contract helpers that build this subject from its placeholders, e.g. rotation_subject."""
     names = []
-    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation, upgrade, pause):
+    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation, upgrade, pause, restore):
         for name, fn in vars(mod).items():
             if name.endswith("_subject") and callable(fn):
                 try:

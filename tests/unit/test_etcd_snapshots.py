@@ -1,5 +1,6 @@
 """etcd snapshots' pure parts: the sealed stream, etcd's stream and hash, records, the snapshot
-key at rest, the step and restore plan from a plan, and the agent's bus permissions for the store."""
+key at rest, the snapshot step from a plan, and the agent's bus permissions for the store (the
+restore: test_etcd_restore.py)."""
 from __future__ import annotations
 
 import base64
@@ -18,7 +19,6 @@ from bke.etcdsnap.etcd_stream import EtcdSnapshotError, check_etcd_hash, decode_
 from bke.etcdsnap.records import (
     SnapshotRecord, object_name, record_bytes, record_from_headers, record_headers, snapshot_id,
 )
-from bke.etcdsnap.restore import PARKING_DIR, restore_plan, run_restore
 from bke.etcdsnap.sealed_stream import MAGIC, SealedStreamError, open_stream, seal_stream
 from bke.etcdsnap.step import snapshot_step, snapshot_targets
 from bke.etcdsnap.store import SnapshotNotAuthentic, check_author
@@ -196,87 +196,6 @@ def test_snapshot_step_from_the_plan() -> None:
         snapshot_step(plan, "etcd-events", "etcd1", KEY.public_b64, NOW)
     with pytest.raises(KeyError, match="no etcd cluster"):
         snapshot_step(plan, "etcd", "etcd1", KEY.public_b64, NOW)
-
-
-def test_restore_plan_stops_every_apiserver_restores_every_member_and_restarts() -> None:
-    plan = plan_of(SPLIT)
-    rp = restore_plan(plan, "etcd-pods", "20261201t093005z-pods1")
-    assert rp.apiservers == ("m1", "m2", "m3") and rp.members == ("pods1", "pods2", "pods3")
-    assert rp.stops() == ["kube-apiserver on m1", "kube-apiserver on m2", "kube-apiserver on m3",
-                          "etcd-pods member on pods1", "etcd-pods member on pods2", "etcd-pods member on pods3"]
-    kinds = [a.kind for a in rp.actions]
-    order = ["stop-apiserver", "stop-member", "put-snapshot", "restore-member", "start-member", "start-apiserver",
-             "remove-snapshot"]
-    assert kinds == sorted(kinds, key=order.index) and [kinds.count(k) for k in order] == [3] * 7
-    ec = plan.etcd_cluster("etcd-pods")
-    assert ec is not None
-    restore = [a for a in rp.actions if a.kind == "restore-member"]
-    for action, member in zip(restore, ec.members):
-        argv = list(action.argv)
-        assert argv[:3] == ["/usr/local/bin/etcdutl", "snapshot", "restore"]
-        flags = dict(zip(argv[4::2], argv[5::2]))
-        assert flags == {"--name": member.hostname, "--initial-cluster": ec.initial_cluster,
-                         "--initial-cluster-token": rp.token, "--initial-advertise-peer-urls": member.peer_url,
-                         "--data-dir": "/var/lib/etcd-pods"}
-        assert action.moves == (("/var/lib/etcd-pods", "/var/lib/etcd-pods.before-restore-20261201t093005z-pods1"),)
-    stop = next(a for a in rp.actions if a.kind == "stop-member")
-    assert stop.moves == (("/etc/kubernetes/manifests/etcd-pods.yaml", f"{PARKING_DIR}/etcd-pods.yaml"),)
-    start = [a for a in rp.actions if a.kind == "start-apiserver"]
-    assert start[0].moves == ((f"{PARKING_DIR}/kube-apiserver.yaml", "/etc/kubernetes/manifests/kube-apiserver.yaml"),)
-    with pytest.raises(KeyError, match="has no etcd cluster 'etcd-x'"):
-        restore_plan(plan, "etcd-x", "s")
-
-
-class _Port:
-    """Records what a restore asks of the nodes; `fail_on` makes one operation fail."""
-
-    def __init__(self, fail_on: str = "") -> None:
-        self.calls: list[tuple[str, ...]] = []
-        self.fail_on = fail_on
-
-    def _call(self, *call: str) -> None:
-        self.calls.append(call)
-        if call[0] == self.fail_on:
-            raise RuntimeError(f"{call[0]} failed")
-
-    def move(self, node: str, src: str, dst: str) -> None:
-        self._call("move", node, src, dst)
-
-    def put_snapshot(self, node: str, path: str) -> None:
-        self._call("put", node, path)
-
-    def remove(self, node: str, path: str) -> None:
-        self._call("remove", node, path)
-
-    def restore_member(self, node: str, argv: object, data_dir: str, aside: str) -> None:
-        self._call("restore", node, data_dir, aside)
-
-    def wait_stopped(self, pods: list[tuple[str, str]]) -> None:
-        self._call("wait-stopped", *(n for n, _ in pods))
-
-    def wait_running(self, pods: list[tuple[str, str]]) -> None:
-        self._call("wait-running", *(n for n, _ in pods))
-
-
-def test_run_restore_waits_for_each_group_and_stops_at_the_first_error() -> None:
-    rp = restore_plan(plan_of(SEED), "etcd-data", "s1")
-    port, seen = _Port(), []
-    run_restore(rp, port, lambda i, a: seen.append(i))
-    assert seen == list(range(1, len(rp.actions) + 1))
-    kinds = [c[0] for c in port.calls]
-    waits = [c for c in port.calls if c[0].startswith("wait")]
-    masters = ("master1", "master2", "master3")
-    # the apiservers and members stop as groups; the members start together (a new cluster is
-    # healthy only with its quorum), then the apiservers
-    assert waits == [("wait-stopped", *masters), ("wait-stopped", *masters), ("wait-running", *masters),
-                     ("wait-running", *masters)]
-    assert kinds.index("put") > kinds.index("wait-stopped") + 3 and kinds[-3:] == ["remove"] * 3
-    assert [c[1] for c in port.calls if c[0] == "restore"] == list(masters)
-
-    failing = _Port(fail_on="restore")
-    with pytest.raises(RuntimeError, match="restore failed"):
-        run_restore(rp, failing, lambda i, a: None)
-    assert [c[0] for c in failing.calls].count("restore") == 1 and "wait-running" not in [c[0] for c in failing.calls]
 
 
 # --- bus permissions --------------------------------------------------------------------------------

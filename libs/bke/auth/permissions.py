@@ -37,6 +37,7 @@ from typing import Any, Literal
 from ..bus.streams import OBJECT_BUCKET
 from ..contracts.agent import ETCD_SNAPSHOT_BUCKET, agent_subject, node_token
 from ..contracts.health import HEALTH_PREFIX
+from ..contracts.restore import restore_piece_subject
 from ..contracts.subjects import CHANNELS, DEADLETTER
 
 __all__ = [
@@ -221,13 +222,17 @@ def agent_permissions(cluster: str, node: str) -> Permissions:
     stream (no reading, listing, purging or deleting). Object names are base64 in the meta
     subject, so the store cannot be narrowed to the node's own names by subject: an agent could
     add an object under any name. BKE opens a snapshot only if its record carries the MAC of the
-    agent it provisioned for the record's node (bke.etcdsnap.store.check_author)."""
+    agent it provisioned for the record's node (bke.etcdsnap.store.check_author).
+
+    etcd restores (the `RestoreEtcdMember` step): core requests on its own node's piece subject
+    only; the replies come to its inbox, sealed to its own key."""
     consumer = agent_consumer(cluster, node)
     command = agent_subject(cluster, node, "command")
     prefix = inbox_prefix(identity_name("agent", cluster, node))
     own = [agent_subject(cluster, node, k) for k in ("result", "registered", "heartbeat", "refused")]
     pub = [
         *own,
+        restore_piece_subject(cluster, node_token(node)),
         f"$O.{ETCD_SNAPSHOT_BUCKET}.C.*",
         f"$O.{ETCD_SNAPSHOT_BUCKET}.M.*",
         f"{JS_API}.INFO",

@@ -54,7 +54,10 @@ __all__ = [
     "CheckHost",
     "CommandResult",
     "ETCD_SNAPSHOT_BUCKET",
+    "PARKED_DIR",
     "EtcdSnapshot",
+    "ParkStaticPod",
+    "RestoreEtcdMember",
     "FetchFile",
     "RemoveFile",
     "RestartStaticPod",
@@ -290,6 +293,45 @@ class EtcdSnapshot(_Step):
     request_id: str = Field("", max_length=128)
 
 
+PARKED_DIR = "/etc/kubernetes/bke-restore-parked"  # static pod manifests taken away by a restore
+
+
+class ParkStaticPod(_Step):
+    """Stop a static pod by moving its manifest to `PARKED_DIR` (`parked`), or start it by moving
+    it back (not `parked`): the kubelet runs exactly the manifests of its directory. Parking
+    waits until nothing listens on `port_url`'s host and port any more (the pod is gone); a
+    started pod is waited for by the WaitHealth steps that follow. Idempotent: a manifest
+    already where it should be is left alone (`Skipped`)."""
+
+    type: Literal["park_static_pod"] = "park_static_pod"
+    manifest: str = Field(pattern=r"^/etc/kubernetes/manifests/[A-Za-z0-9][A-Za-z0-9._-]*\.yaml$")
+    parked: bool
+    port_url: str | None = Field(None, pattern=r"^https?://")
+
+
+class RestoreEtcdMember(_Step):
+    """Restore this node's member of `etcd_cluster` from a snapshot as a member of a new cluster
+    (etcd's disaster recovery: `etcdutl snapshot restore` with the member's name, the new
+    cluster's members, a new token and its peer URL, into a new data dir). The agent fetches the
+    snapshot piece by piece from the upgrader (bke.contracts.restore.GetRestorePiece, sealed to
+    this agent's key), checks it against `sha256` (this signed command's) and etcd's own hash,
+    moves `data_dir` aside to `aside_dir` (kept, never deleted) and restores; the clear file is
+    removed whatever happens. The argv is the agent's own: the command carries values only."""
+
+    type: Literal["restore_etcd_member"] = "restore_etcd_member"
+    timeout_s: float = Field(900.0, gt=0, le=3600)
+    restore_id: str = Field(min_length=1, max_length=200)
+    etcd_cluster: str = Field(min_length=1, max_length=63)
+    member: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
+    initial_cluster: str = Field(min_length=1, max_length=4096, pattern=r"^[A-Za-z0-9.-]+=https?://[^,\s]+(,[A-Za-z0-9.-]+=https?://[^,\s]+)*$")
+    token: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
+    peer_url: str = Field(pattern=r"^https?://[^,\s]+$")
+    data_dir: str = Field(pattern=r"^/var/lib/etcd[A-Za-z0-9._-]*$")
+    aside_dir: str = Field(pattern=r"^/var/lib/etcd[A-Za-z0-9._-]*$")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)
+
+
 class AgentWheel(Message):
     """One wheel of an agent release, from the deployment's bundle (`<httpRepo>/agent/<version>/
     wheels/`, `bke bundle build`): a URL or an absolute path on the node, and its sha256."""
@@ -318,7 +360,7 @@ class UpdateAgent(_Step):
 
 Step = Annotated[
     Union[WriteFile, RemoveFile, RunProgram, SystemdUnit, WaitHealth, FetchFile, CheckHost, RestartStaticPod,
-          ReplaceFiles, EtcdSnapshot, UpdateAgent],
+          ReplaceFiles, EtcdSnapshot, ParkStaticPod, RestoreEtcdMember, UpdateAgent],
     Field(discriminator="type"),
 ]
 

@@ -26,6 +26,18 @@ from .certs import (
     RenewCerts,
 )
 from .rotation import RotationChanged
+from .restore import (
+    RESTORE_ACCEPTED,
+    RESTORE_ETCD,
+    RESTORE_PIECE,
+    RESTORE_REJECTED,
+    EtcdRestoreAccepted,
+    EtcdRestoreChanged,
+    EtcdRestoreRejected,
+    GetRestorePiece,
+    RestoreEtcd,
+    RestorePiece,
+)
 from .upgrade import (
     UPGRADE_ACCEPTED,
     UPGRADE_CLUSTER,
@@ -93,7 +105,7 @@ LEGACY_COMMANDS: dict[str, str] = {LEGACY_CLUSTER_REQUESTED: INSTALL_CLUSTER, LE
 # Stream membership. Subjects of one stream may not overlap another's, so events are
 # listed one by one (the `bke.v1.cluster.*` commands and the rejection sit in two streams).
 COMMAND_SUBJECTS: tuple[str, ...] = (INSTALL_CLUSTER, RENEW_CERTS, RETRY_INSTALL, RENDER_MANIFESTS, ISSUE_CERTS,
-                                     UPGRADE_CLUSTER, PAUSE_CLUSTER, *LEGACY_COMMANDS)
+                                     UPGRADE_CLUSTER, PAUSE_CLUSTER, RESTORE_ETCD, *LEGACY_COMMANDS)
 EVENT_SUBJECTS: tuple[str, ...] = (
     CLUSTER_REJECTED,
     PLAN_CREATED,
@@ -119,6 +131,10 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     "bke.v1.upgrade.*.changed",
     # A pause or resume recorded, one per operation-running service (the CLI waits for both).
     "bke.v1.pause.*.changed",
+    # A restore's answer and its transitions: a few per stage.
+    RESTORE_ACCEPTED,
+    RESTORE_REJECTED,
+    "bke.v1.etcd-restore.*.changed",
 )
 AGENT_SUBJECTS: tuple[str, ...] = ("bke.v1.agent.>",)
 
@@ -161,6 +177,11 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(UPGRADE_REJECTED, UpgradeRejected, "event", "An upgrade request was refused: every refusing finding by check name (a malformed request: its field).", ("upgrader",), ("cli",)),
     Channel("bke.v1.upgrade.{cluster}.changed", UpgradeChanged, "event", "An upgrade started, moved a step or batch on, rolled a node back, or finished (the whole view each time).", ("upgrader",), ("cli",)),
     Channel(UPGRADE_GET, GetUpgrade, "request", "The cluster's current or last upgrade, served by the upgrader (queue group upgrader-get; core NATS, not stored).", ("cli",), ("upgrader",), (UpgradeView, StatusError)),
+    Channel(RESTORE_ETCD, RestoreEtcd, "command", "Restore one etcd cluster from a stored snapshot (disaster recovery, asked for by a person; with dryRun, only answer what it would stop and do).", ("cli",), ("upgrader",)),
+    Channel(RESTORE_ACCEPTED, EtcdRestoreAccepted, "event", "A restore request was accepted (or, dry run, would be): every pod it stops and every stage.", ("upgrader",), ("cli",)),
+    Channel(RESTORE_REJECTED, EtcdRestoreRejected, "event", "A restore request was refused, with the reason (another operation runs, no such snapshot or etcd cluster, a snapshot not from the node's provisioned agent).", ("upgrader",), ("cli",)),
+    Channel("bke.v1.etcd-restore.{cluster}.changed", EtcdRestoreChanged, "event", "A restore started, moved a stage or node on, or finished (the whole view each time).", ("upgrader",), ("cli",)),
+    Channel(RESTORE_PIECE, GetRestorePiece, "request", "A member's agent asks for the next piece of the snapshot it restores, re-sealed to its provisioned key (core NATS, not stored).", ("agent",), ("upgrader",), (RestorePiece, StatusError)),
     Channel("bke.v1.agent.{cluster}.{node}.command", AgentCommand, "command", "Steps for one node's agent; secret files sealed to that agent. The upgrader sends the upgrade's steps.", ("dispatcher", "upgrader"), ("agent",)),
     Channel("bke.v1.agent.{cluster}.{node}.result", CommandResult, "event", "The agent ran (or replayed) a command.", ("agent",), ("dispatcher", "upgrader")),
     Channel("bke.v1.agent.{cluster}.{node}.registered", AgentRegistered, "event", "An agent started and announces its public keys (sealed to only if they are the ones provisioned).", ("agent",), ("certs",)),

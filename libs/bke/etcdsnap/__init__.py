@@ -7,8 +7,10 @@ deployment's snapshot key, stored in a JetStream object store, listed, opened an
 * `upload`         an object added with publishes only (what an agent may do)
 * `step`           the agent step for a member, from the plan
 * `store`          bucket, listing, fetch-and-open (BKE's side)
-* `restore`        `bke etcd restore` as a pure plan of actions, and `run_restore` over a port
-* `local`          a restore into a fresh data dir with etcdutl
+* `restore`        `bke etcd restore` as a pure plan: its stages and each node's agent steps
+* `restore_run`    a running restore's record and its next decision (the upgrader runs it)
+* `delivery`       a stored snapshot re-sealed piece by piece to one node's agent, and opened there
+* `local`          a restore into a fresh data dir with etcdutl (`--into`)
 
 Import the submodules; this package re-exports nothing so that the agent loads only what it uses.
 """

@@ -1,5 +1,5 @@
 """Restore a fetched snapshot into a fresh data dir on this machine with `etcdutl` (the same
-command as each member's `restore-member` action), for `bke etcd restore --into DIR` and tests:
+command as each member's `RestoreEtcdMember` step), for `bke etcd restore --into DIR` and tests:
 a person can start an etcd on the result and read what the cluster held.
 
 Errors: `LocalRestoreError` (permanent) when etcdutl fails or the target is not empty.

@@ -38,8 +38,8 @@ from .etcd_stream import check_etcd_hash
 from .records import SnapshotRecord, record_bytes, record_from_headers
 from .sealed_stream import open_stream
 
-__all__ = ["SnapshotCorrupt", "SnapshotNotAuthentic", "SnapshotNotFound", "ensure_snapshot_bucket", "fetch_snapshot",
-           "find_snapshot", "list_snapshots"]
+__all__ = ["SnapshotCorrupt", "SnapshotNotAuthentic", "SnapshotNotFound", "check_author", "copy_sealed",
+           "ensure_snapshot_bucket", "fetch_snapshot", "find_snapshot", "list_snapshots"]
 
 
 class SnapshotNotFound(PermanentError):
@@ -105,6 +105,20 @@ async def find_snapshot(js: JetStreamContext, cluster: str, etcd_cluster: str, s
                            f"(list them with `bke etcd snapshots {cluster}`)")
 
 
+async def copy_sealed(js: JetStreamContext, name: str, dest: Path, bucket: str = ETCD_SNAPSHOT_BUCKET) -> Path:
+    """Write the stored (sealed) object `name` to `dest` (0600) as it is; return `dest`."""
+    store = await _store(js, bucket)
+    if store is None:
+        raise SnapshotNotFound(f"no snapshot bucket {bucket!r}")
+    with os.fdopen(_private(dest), "wb") as f:
+        try:
+            await store.get(name, writeinto=f)  # nats-py checks the object's digest
+        except ObjectNotFoundError:
+            dest.unlink(missing_ok=True)
+            raise SnapshotNotFound(f"snapshot object {name!r} is gone") from None
+    return dest
+
+
 def _private(path: Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
 
@@ -123,16 +137,9 @@ async def fetch_snapshot(js: JetStreamContext, record: SnapshotRecord, key: Snap
     the agent key BKE provisioned for the record's node: nothing is read unless the record's MAC
     is that agent's."""
     check_author(record, key, author)
-    store = await _store(js, bucket)
-    if store is None:
-        raise SnapshotNotFound(f"no snapshot bucket {bucket!r}")
     sealed = dest.with_name(f".{dest.name}.sealed")
     try:
-        with os.fdopen(_private(sealed), "wb") as f:
-            try:
-                await store.get(record.object_name, writeinto=f)  # nats-py checks the object's digest
-            except ObjectNotFoundError:
-                raise SnapshotNotFound(f"snapshot object {record.object_name!r} is gone") from None
+        await copy_sealed(js, record.object_name, sealed, bucket)
         digest = hashlib.sha256()
         with open(sealed, "rb") as src, os.fdopen(_private(dest), "wb") as out:
             for piece in open_stream(src.read, key.open):

@@ -36,11 +36,17 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:etcd-snapshot-key                string  the X25519 key etcd snapshots are sealed to, encrypted at rest
     bke:<c>:agents:provisioned           hash    node -> the agent key BKE provisioned  (certs)
     bke:<c>:agents:accepted              hash    node -> agent id certs sealed to       (dispatcher)
+    bke:<c>:etcd-restore                 string  the current or last etcd restore, JSON  (upgrader)
+    bke:<c>:etcd-restore:results         hash    command id -> the agent's answer        (upgrader)
+    bke:etcd-restores                    set     clusters with an etcd restore record    (upgrader)
 """
 from __future__ import annotations
 
 __all__ = [
     "upgrade_certs_key",
+    "etcd_restore_key",
+    "etcd_restore_results_key",
+    "etcd_restores_index",
     "paused_key",
     "upgrade_key",
     "upgrade_results_key",
@@ -247,6 +253,21 @@ def paused_key(cluster: str, owner: str) -> str:
 def upgrades_index() -> str:
     """Clusters with an upgrade record (resumed after an upgrader restart)."""
     return f"{PREFIX}:upgrades"
+
+
+def etcd_restore_key(cluster: str) -> str:
+    """The cluster's current or last etcd restore (JSON, bke.etcdsnap.restore_run.RestoreRun)."""
+    return cluster_key(cluster, "etcd-restore")
+
+
+def etcd_restore_results_key(cluster: str) -> str:
+    """Command id -> the agent's answer, for the etcd restore's commands."""
+    return cluster_key(cluster, "etcd-restore", "results")
+
+
+def etcd_restores_index() -> str:
+    """Clusters with an etcd restore record (resumed after an upgrader restart)."""
+    return f"{PREFIX}:etcd-restores"
 
 
 def lease_key(cluster: str, slug: str) -> str:

@@ -134,6 +134,12 @@ RECORDS: tuple[RecordKind, ...] = (
         VersionSlot("upgrade", "json", "schema_version"), current=1, first=1, readable_from=1,
         writer="upgrader: bke_upgrader.store.UpgradeStore (bke.upgrade.run.UpgradeRun.to_json)",
         reader="upgrader: UpgradeStore.load (UpgradeRun.from_json)"),
+    RecordKind(
+        "etcd-restore", "the current or last etcd restore (JSON) and its agents' answers",
+        ("etcd-restore", "etcd-restore:results"),
+        VersionSlot("etcd-restore", "json", "schema_version"), current=1, first=1, readable_from=1,
+        writer="upgrader: bke_upgrader.restore_store.RestoreStore (bke.etcdsnap.restore_run.RestoreRun.to_json)",
+        reader="upgrader: RestoreStore.load (RestoreRun.from_json)"),
 )
 
 # Keys outside any cluster's records, and why they carry no version: each is a scalar or a set of
@@ -146,6 +152,7 @@ UNVERSIONED: tuple[tuple[str, str], ...] = (
     ("bke:installs", "set of cluster names (dispatcher)"),
     ("bke:rotations", "set of cluster names (dispatcher)"),
     ("bke:upgrades", "set of cluster names (upgrader)"),
+    ("bke:etcd-restores", "set of cluster names (upgrader)"),
     ("bke:request:*", "request id -> cluster name (planner)"),
     ("bke:auth:authority", "encrypted blob of the NATS trust chain, its format is bke.auth.registry's"),
     ("bke:auth:identities", "identity -> issued record, deployment-wide (bke.auth.registry)"),

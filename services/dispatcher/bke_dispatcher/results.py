@@ -111,8 +111,8 @@ class Inputs:
             self.dropped(res.cluster, f"result dropped: {why}", cluster=res.cluster, node=res.node,
                          command_id=res.command_id)
             return []
-        if slug.startswith("upgrade@"):
-            return []  # the upgrader's command: it reads the same result stream
+        if slug.startswith(("upgrade@", "restore@")):
+            return []  # the upgrader's command (an upgrade's or an etcd restore's): it reads the same result stream
         if slug.startswith("health@"):
             await self.on_health(res)
             return []

@@ -16,16 +16,18 @@ from bke.cluster_api.addons import AddonsWork, LabApplier
 from bke.cluster_api.manifests import HttpRepoManifests, LabManifests
 from bke.contracts.agent import CommandResult
 from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, CertsFailed, CertsRenewed
+from bke.contracts.restore import RESTORE_ETCD, RESTORE_PIECE
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import UPGRADE_CLUSTER, UPGRADE_GET, GetUpgrade
 from bke.pausing import serve_pause
 from bke.state.pause import PauseFlags
 from bke.errors import TemporaryError
-from bke.etcdsnap.store import ensure_snapshot_bucket
+from bke.etcdsnap.restore_run import is_restore_command
+from bke.etcdsnap.store import ensure_snapshot_bucket, find_snapshot
 from bke.plan import Plan
 from bke.runner import Runner
 from bke.secrets import box_from_env
-from bke.secrets.snapshot_key import ensure_snapshot_key
+from bke.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key
 from bke.state import PlanCache, RedisPlanStore
 from bke.state.client import redis_client
 from bke.state.command_signing import CommandSigning
@@ -38,6 +40,9 @@ from .drain import Drainer, KubernetesDrainer, LabDrainer
 from .facts import LiveFacts
 from .operation import Upgrades
 from .renders import Renders
+from .restore_pieces import PieceServer
+from .restore_store import RestoreStore
+from .restores import Restores
 from .settings import UpgraderSettings
 from .store import UpgradeStore
 
@@ -45,6 +50,7 @@ __all__ = ["create_service"]
 
 log = logging.getLogger("bke.upgrader")
 GET_QUEUE = "upgrader-get"
+PIECE_QUEUE = "upgrader-restore-pieces"
 
 
 def _now() -> datetime:
@@ -62,9 +68,12 @@ class _Snapshots:
     async def recipient(self) -> str:
         if not self._recipient:
             await ensure_snapshot_bucket(self.svc.nc.jetstream())
-            key = await ensure_snapshot_key(self.redis, etcd_snapshot_key(), box_from_env())
-            self._recipient = key.public_b64
+            self._recipient = (await self.key()).public_b64
         return self._recipient
+
+    async def key(self) -> SnapshotKey:
+        """The private half: an etcd restore opens the stored snapshot with it (restore_pieces)."""
+        return await ensure_snapshot_key(self.redis, etcd_snapshot_key(), box_from_env())
 
 
 class _AddonsStep:
@@ -108,14 +117,24 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
 
     facts = LiveFacts(redis, request, _now, heartbeat_stale_s=settings.heartbeat_stale_s,
                       timeout_s=settings.status_timeout_s)
+    snapshots = _Snapshots(svc, redis)
     certs = UpgradeCerts(store, svc.publish)
     upgrades = Upgrades(store, plans, RedisPlanStore(redis), facts, Renders(),
                         LabChecksums() if simulated_repo else HttpRepoChecksums(), drainer, addons, svc.publish,
                         _now, settings.owner, settings.lease_ms, sign=signing.sign,
-                        snapshots=_Snapshots(svc, redis), answer_deadline_s=settings.answer_deadline_s,
+                        snapshots=snapshots, answer_deadline_s=settings.answer_deadline_s,
                         component_timeout_s=settings.component_timeout_s, certs=certs,
                         release=ReleaseSource(settings.agent_release, settings.agent_confirm_timeout_s)
                         if settings.agent_release else None)
+    # etcd disaster recovery (restores.py): the same store access, signing and lease as upgrades
+    restore_store = RestoreStore(redis)
+    pieces = PieceServer(restore_store, lambda: svc.nc.jetstream(), snapshots.key)
+    restores = Restores(restore_store, store, plans, pieces,
+                        lambda c, e, sid: find_snapshot(svc.nc.jetstream(), c, e, sid), snapshots.key,
+                        svc.publish, signing.sign, _now, settings.owner, settings.lease_ms,
+                        answer_deadline_s=settings.answer_deadline_s, component_timeout_s=settings.component_timeout_s)
+    restore_runner = Runner(restores, debounce_s=0.05)
+    restores.kick = restore_runner.kick
     # A short coalescing window: a pass reads one batch's answers (O(batch)), and an upgrade is
     # ~40 batches in a row, each waiting out the window once after its last answer.
     pause_flags = PauseFlags(redis, "upgrade")
@@ -124,7 +143,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     serve_pause(svc, pause_flags, [runner.kick], _now)
 
     async def on_request(body: bytes) -> None:
-        outs = await upgrades.on_request_bytes(body)
+        outs = await restores.refuse_upgrade(body) or await upgrades.on_request_bytes(body)
         for out in outs:
             await svc.publish(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
 
@@ -134,8 +153,25 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
                         typed(CertsRenewed, certs.on_renewed, svc.publish, svc.notify))
     svc.work_subscriber(CERTS_FAILED, "BKE_EVENTS", "upgrader-certs-failed",
                         typed(CertsFailed, certs.on_failed, svc.publish, svc.notify))
+
+    async def on_restore_request(body: bytes) -> None:
+        for out in await restores.on_request_bytes(body):
+            await svc.publish(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
+
+    async def on_result(res: CommandResult) -> None:
+        if is_restore_command(res.command_id):
+            # believed by the upgrade's own rule (its node's subject, its accepted agent)
+            await restores.on_result(res, await upgrades._untrusted(res))  # noqa: SLF001
+        else:
+            await upgrades.on_result(res)
+
+    svc.work_subscriber(RESTORE_ETCD, "BKE_COMMANDS", "upgrader-restores", on_restore_request, batch_size=4)
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results",
-                        typed(CommandResult, upgrades.on_result, svc.publish, svc.notify))
+                        typed(CommandResult, on_result, svc.publish, svc.notify))
+
+    async def on_piece(msg) -> None:  # type: ignore[no-untyped-def]
+        if msg.reply:
+            await msg.respond((await pieces.answer(msg.subject, msg.data)).to_bytes())
 
     async def on_get(msg) -> None:  # type: ignore[no-untyped-def]
         if not msg.reply:
@@ -161,15 +197,18 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
 
     async def _resume() -> None:
         await svc.retry_while_store_away(upgrades.resume_all, lambda: bool(stopping), log)
+        await svc.retry_while_store_away(restores.resume_all, lambda: bool(stopping), log)
 
     async def _started() -> None:
         await svc.nc.subscribe(UPGRADE_GET, queue=GET_QUEUE, cb=on_get)
+        await svc.nc.subscribe(RESTORE_PIECE.format(cluster="*", node="*"), queue=PIECE_QUEUE, cb=on_piece)
         background.append(asyncio.create_task(_resume(), name="upgrader:resume"))
 
     async def _stopping() -> None:
         stopping.append(True)
         await cancel_and_wait(background, timeout=2 * REDIS_PROBE_S)
         await runner.stop()
+        await restore_runner.stop()
         await redis.aclose()
 
     svc.after_start.append(_started)

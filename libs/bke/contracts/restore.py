@@ -1,0 +1,142 @@
+"""etcd disaster recovery on the bus: the request, its answer, the progress, the snapshot's delivery.
+
+`RestoreEtcd` (a command, `bke.v1.etcd.restore`) asks the upgrader to restore one etcd cluster
+of a cluster from a stored snapshot (bke.etcdsnap): every kube-apiserver stops, every member
+stops, each member is restored from the snapshot as a member of a new cluster, the members start
+and are waited for (health needs a leader, so quorum), the apiservers start. The upgrader
+answers once with `EtcdRestoreAccepted` (what stops, every stage; with `dry_run` nothing starts:
+that is what `bke etcd restore` prints before it asks for confirmation) or
+`EtcdRestoreRejected`. While it runs, `EtcdRestoreChanged` on
+`bke.v1.etcd-restore.<cluster>.changed` carries the whole view on every transition.
+
+The snapshot reaches a member's node through `GetRestorePiece` (core NATS request/reply, not
+stored): the member's agent asks the upgrader for each piece in turn, the upgrader answers
+with that piece re-sealed to the agent key BKE provisioned for the node (`RestorePiece`); the
+clear snapshot is never on the bus or in Redis (bke.etcdsnap.delivery).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import Message
+
+__all__ = [
+    "RESTORE_ACCEPTED",
+    "RESTORE_ETCD",
+    "RESTORE_PIECE",
+    "RESTORE_REJECTED",
+    "EtcdRestoreAccepted",
+    "EtcdRestoreChanged",
+    "EtcdRestoreRejected",
+    "EtcdRestoreView",
+    "GetRestorePiece",
+    "RestoreEtcd",
+    "RestoreNode",
+    "RestorePiece",
+    "RestoreStageView",
+    "restore_piece_subject",
+    "restore_subject",
+]
+
+RESTORE_ETCD = "bke.v1.etcd.restore"
+RESTORE_ACCEPTED = "bke.v1.etcd-restore.accepted"
+RESTORE_REJECTED = "bke.v1.etcd-restore.rejected"
+RESTORE_PIECE = "bke.v1.etcd-restore.piece.{cluster}.{node}"
+
+RestoreStatus = Literal["Running", "Succeeded", "Failed"]
+StageStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
+_ID = r"^[A-Za-z0-9._:@-]+$"
+
+
+def restore_subject(cluster: str) -> str:
+    return f"bke.v1.etcd-restore.{cluster}.changed"
+
+
+def restore_piece_subject(cluster: str, node_token: str) -> str:
+    """Where a member's agent asks for the snapshot (its node token: bke.contracts.agent.node_token)."""
+    return RESTORE_PIECE.format(cluster=cluster, node=node_token)
+
+
+class RestoreEtcd(Message):
+    """Restore `etcd_cluster` of `cluster` from stored snapshot `snapshot_id` (disaster recovery,
+    asked for by a person: a snapshot is never restored automatically)."""
+
+    request_id: str = Field(min_length=1, max_length=128, pattern=_ID)
+    cluster: str = Field(min_length=1, max_length=63)
+    etcd_cluster: str = Field(min_length=1, max_length=63)
+    snapshot_id: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,127}$")
+    dry_run: bool = False  # answer with what it would stop and do, start nothing
+
+
+class RestoreStageView(Message):
+    name: str  # a row of bke.etcdsnap.restore.STAGES
+    summary: str
+    status: StageStatus = "Pending"
+    nodes: list[str] = []
+    done: int = 0
+
+
+class EtcdRestoreAccepted(Message):
+    request_id: str
+    cluster: str
+    etcd_cluster: str
+    snapshot_id: str
+    revision: int = 0  # the snapshot's (its record)
+    taken_at: str = ""
+    token: str  # the new cluster's --initial-cluster-token
+    stops: list[str]  # one line per pod it stops: every kube-apiserver, every member
+    stages: list[RestoreStageView]
+    dry_run: bool = False
+
+
+class EtcdRestoreRejected(Message):
+    request_id: str
+    cluster: str
+    message: str
+
+
+class RestoreNode(Message):
+    hostname: str
+    stage: str
+    failed_step: str = ""
+    stderr: str = ""
+
+
+class EtcdRestoreView(Message):
+    request_id: str
+    etcd_cluster: str
+    snapshot_id: str
+    status: RestoreStatus
+    stages: list[RestoreStageView]
+    stage: str = ""  # the stage running now (or where it stopped)
+    started_at: str
+    finished_at: str = ""
+    message: str = ""
+    failed: list[RestoreNode] = []
+
+
+class EtcdRestoreChanged(Message):
+    cluster: str
+    at: str
+    restore: EtcdRestoreView
+
+
+class GetRestorePiece(Message):
+    """Request (a member's agent): piece `index` of the snapshot of restore `restore_id`."""
+
+    restore_id: str = Field(min_length=1, max_length=200)
+    cluster: str
+    node: str
+    index: int = Field(ge=0)
+
+
+class RestorePiece(Message):
+    """Reply: one frame of bke.etcdsnap.sealed_stream, sealed to the asking node's provisioned
+    agent key (base64); `last` on the final one. A refusal is a `StatusError`."""
+
+    restore_id: str
+    index: int
+    frame_b64: str
+    last: bool = False

@@ -1,0 +1,67 @@
+"""Snapshots taken in a lab as the upgrader asks for them: a signed `EtcdSnapshot` command per
+etcd cluster, published with the dispatcher's identity and the deployment's command key."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from redis import Redis
+
+from bke.auth.permissions import inbox_prefix
+from bke.bus.connect import BusAccess, connect_nats
+from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
+from bke.etcdsnap.step import SnapshotTarget, snapshot_step
+from bke.etcdsnap.store import ensure_snapshot_bucket
+from bke.lab.identities import creds_path
+from bke.secrets import load_secret_box
+from bke.secrets.signing import ensure_command_key_sync, sign_command
+from bke.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key_sync
+from bke.state.keys import command_signing_key, etcd_snapshot_key
+
+from .lab_helpers import Lab
+
+__all__ = ["bke", "take_snapshots"]
+
+
+def bke(lab_env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    """The `bke` CLI of this venv, with only the given BKE_* variables, no terminal."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("BKE_")}, **lab_env, "COLUMNS": "200"}
+    return subprocess.run([str(Path(sys.executable).parent / "bke"), *argv], capture_output=True, text=True,
+                          timeout=300, env=env, check=False, stdin=subprocess.DEVNULL)
+
+
+async def take_snapshots(lab: Lab, targets: list[SnapshotTarget], request_id: str) -> SnapshotKey:
+    """Snapshot each target's etcd cluster on its node; every command must succeed. Returns the
+    deployment's snapshot key (made here on first use, as the upgrader does)."""
+    cluster, plan = lab.plan.cluster, lab.plan
+    r = Redis.from_url(lab.info.redis_url)
+    try:
+        box = load_secret_box(lab.workdir / "secret.key")
+        signer = ensure_command_key_sync(r, command_signing_key(), box)
+        skey = ensure_snapshot_key_sync(r, etcd_snapshot_key(), box)
+    finally:
+        r.close()
+    operator = await connect_nats(lab.access)
+    await ensure_snapshot_bucket(operator.jetstream())
+    await operator.close()
+    dispatcher = await connect_nats(BusAccess(lab.info.nats_url, creds_path(lab.workdir, "dispatcher"),
+                                              inbox_prefix("dispatcher"), lab.access.tls_ca))
+    try:
+        now = datetime.now(timezone.utc)
+        subs = {t.node: await dispatcher.subscribe(agent_subject(cluster, t.node, "result")) for t in targets}
+        for t in targets:
+            step = snapshot_step(plan, t.etcd_cluster, t.node, skey.public_b64, now, request_id=request_id)
+            cmd = AgentCommand(command_id=f"{cluster}/etcd-snapshots/{t.etcd_cluster}", cluster=cluster, node=t.node,
+                               phase="etcd-snapshots", issued_at=now.isoformat(), steps=[step])
+            await dispatcher.jetstream().publish(agent_subject(cluster, t.node, "command"),
+                                                 sign_command(cmd, signer).to_bytes())
+        for t in targets:
+            result = CommandResult.model_validate_json((await subs[t.node].next_msg(timeout=120)).data)
+            assert result.status == "Succeeded", result.model_dump_json(indent=1)
+            assert "etcd's hash checked" in result.steps[0].stdout
+    finally:
+        await dispatcher.close()
+    return skey

@@ -1,0 +1,123 @@
+"""The upgrader's answer to an etcd restore request (bke_upgrader.restores), on a real Redis: a
+request for no stored cluster, no such etcd cluster, no such snapshot, a snapshot whose record is
+not from the agent BKE provisioned for its node, or a malformed one is refused naming why; a dry
+run lists what stops and stores nothing; a real one is stored and announced, and a second one
+while it runs is refused, and so is an upgrade (one operation per cluster)."""
+from __future__ import annotations
+
+import base64
+from datetime import datetime, timezone
+
+from bke.contracts.agent import AgentCommand, ProvisionAgent
+from bke.contracts.restore import (
+    RESTORE_ACCEPTED, RESTORE_REJECTED, EtcdRestoreAccepted, EtcdRestoreRejected, RestoreEtcd, restore_subject,
+)
+from bke.contracts.upgrade import UPGRADE_REJECTED, UpgradeCluster
+from bke.etcdsnap.records import SnapshotRecord, object_name, record_bytes
+from bke.etcdsnap.store import SnapshotNotFound
+from bke.secrets.sealing import agent_key_id, generate_agent_key, public_key_to_raw
+from bke.secrets.snapshot_key import SnapshotKey, record_mac
+from bke.state import PlanCache, RedisPlanStore
+from bke.state.keys import etcd_restore_key, provisioned_agents_key
+from bke_upgrader.restore_pieces import PieceServer
+from bke_upgrader.restore_store import RestoreStore
+from bke_upgrader.restores import Restores
+from bke_upgrader.store import UpgradeStore
+
+from ..unit.upgrade_helpers import SEED, plan_of
+
+NOW = datetime(2026, 12, 1, 9, 30, tzinfo=timezone.utc)
+SID = "20261201t091500z-master1"
+KEY = SnapshotKey.generate()
+
+
+def _record(cluster: str, agent, **change) -> SnapshotRecord:  # type: ignore[no-untyped-def]
+    rec = SnapshotRecord(snapshot_id=SID, cluster=cluster, etcd_cluster="etcd-data", member="master1", node="master1",
+                         revision=42, size=1056, sha256="ef" * 32, sealed_to=KEY.key_id, taken_at=NOW.isoformat(),
+                         object_name=object_name(cluster, "etcd-data", SID), agent_id=agent_key_id(agent.public_key()))
+    rec = rec.model_copy(update={"mac": record_mac(agent, KEY.public, record_bytes(rec))})
+    return rec.model_copy(update=change)
+
+
+async def _restores(redis_client):  # type: ignore[no-untyped-def]
+    plan = plan_of(SEED)
+    pj = plan.to_json()
+    await RedisPlanStore(redis_client).save(plan, pj, "d1", "req-1", NOW.isoformat())
+    agent = generate_agent_key()
+    prov = ProvisionAgent(cluster=plan.cluster, node="master1", agent_id=agent_key_id(agent.public_key()),
+                          seal_public_key_b64=base64.b64encode(public_key_to_raw(agent.public_key())).decode())
+    await redis_client.hset(provisioned_agents_key(plan.cluster), "master1", prov.model_dump_json(by_alias=True))
+    records = {SID: _record(plan.cluster, agent)}
+
+    async def find(cluster: str, etcd_cluster: str, sid: str) -> SnapshotRecord:
+        if sid not in records or etcd_cluster != "etcd-data":
+            raise SnapshotNotFound(f"no snapshot {sid!r} of {etcd_cluster} in cluster {cluster}")
+        return records[sid]
+
+    async def key() -> SnapshotKey:
+        return KEY
+
+    async def publish(data: bytes, subject: str, headers: dict[str, str]) -> None:
+        raise AssertionError("a request publishes nothing itself")
+
+    async def sign(cmd: AgentCommand) -> AgentCommand:
+        return cmd
+
+    store = RestoreStore(redis_client)
+    restores = Restores(store, UpgradeStore(redis_client), PlanCache(redis_client),
+                        PieceServer(store, lambda: None, key), find, key, publish, sign,  # type: ignore[arg-type, return-value]
+                        lambda: NOW, "test", 5000)
+    return restores, plan, records
+
+
+def _req(cluster: str, **change) -> RestoreEtcd:  # type: ignore[no-untyped-def]
+    return RestoreEtcd(request_id="r1", cluster=cluster, etcd_cluster="etcd-data", snapshot_id=SID).model_copy(
+        update=change)
+
+
+async def test_requests_that_cannot_be_restored_are_refused_naming_why(redis_client):
+    restores, plan, records = await _restores(redis_client)
+
+    async def refusal(req: RestoreEtcd) -> str:
+        (out,) = await restores.on_request(req)
+        assert out.subject == RESTORE_REJECTED and isinstance(out.message, EtcdRestoreRejected)
+        return out.message.message
+
+    assert await refusal(_req("nope")) == "cluster: no cluster 'nope' is stored in this deployment"
+    assert (await refusal(_req(plan.cluster, etcd_cluster="etcd-x"))).startswith(
+        f"etcdCluster: cluster {plan.cluster} has no etcd cluster 'etcd-x'")
+    assert (await refusal(_req(plan.cluster, snapshot_id="20261201t000000z-x"))).startswith("snapshotId: no snapshot")
+    other = generate_agent_key()  # a record whose MAC is not the provisioned agent's
+    records[SID] = _record(plan.cluster, other)
+    assert "not written by the agent BKE provisioned for master1" in await refusal(_req(plan.cluster))
+    (out,) = await restores.on_request_bytes(b'{"requestId": "r2", "cluster": "c", "etcdCluster": "etcd-data"}')
+    assert out.subject == RESTORE_REJECTED and "snapshotId" in out.message.message
+    assert await redis_client.get(etcd_restore_key(plan.cluster)) is None  # nothing was stored
+
+
+async def test_a_dry_run_lists_what_stops_and_a_run_is_stored_once_per_cluster(redis_client):
+    restores, plan, _ = await _restores(redis_client)
+    kicked: list[str] = []
+    restores.kick = kicked.append
+    (out,) = await restores.on_request(_req(plan.cluster, dry_run=True))
+    assert out.subject == RESTORE_ACCEPTED and isinstance(out.message, EtcdRestoreAccepted)
+    assert out.message.stops == [f"kube-apiserver on master{i}" for i in (1, 2, 3)] + [
+        f"etcd-data member on master{i}" for i in (1, 2, 3)]
+    assert [s.name for s in out.message.stages][0] == "verify-snapshot" and out.message.revision == 42
+    assert await redis_client.get(etcd_restore_key(plan.cluster)) is None and not kicked
+
+    accepted, changed = await restores.on_request(_req(plan.cluster))
+    assert accepted.subject == RESTORE_ACCEPTED and changed.subject == restore_subject(plan.cluster)
+    assert kicked == [plan.cluster]
+    run = await restores.store.load(plan.cluster)
+    assert run is not None and run.status == "Running" and run.sha256 == "ef" * 32
+    assert await restores.on_request(_req(plan.cluster)) == []  # a redelivery of the same request
+    (second,) = await restores.on_request(_req(plan.cluster, request_id="r2"))
+    assert second.subject == RESTORE_REJECTED
+    assert "etcd restore r1 of etcd-data" in second.message.message and "one operation per cluster" in second.message.message
+    upgrade = UpgradeCluster(request_id="u1", cluster=plan.cluster, kubernetes_version="v1.34.1")
+    (refused,) = await restores.refuse_upgrade(upgrade.to_bytes())
+    assert refused.subject == UPGRADE_REJECTED and refused.message.message.startswith(
+        f"etcd restore r1 of etcd-data in {plan.cluster} is running (stage verify-snapshot)")
+    assert await restores.refuse_upgrade(upgrade.model_copy(update={"dry_run": True}).to_bytes()) == []
+    assert await restores.refuse_upgrade(upgrade.model_copy(update={"cluster": "other"}).to_bytes()) == []
