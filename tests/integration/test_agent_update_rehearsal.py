@@ -27,7 +27,7 @@ from nats.js import JetStreamContext
 
 from bke.bus.watch import EventWatch
 from bke.contracts.agent import AgentCommand, AgentWheel, CheckHost, UpdateAgent, agent_subject
-from bke.runtime import ManagedProcess
+from bke.runtime import ManagedProcess, poll_until
 from bke_agent.venvs import read_record
 from tests.trust_helpers import SIGNER, signed
 
@@ -71,7 +71,9 @@ async def test_a_lab_agent_updates_itself_to_a_bumped_wheel_and_the_new_one_answ
         assert [s["status"] for s in done.data["steps"]] == ["Skipped", "Succeeded"]
         assert not [e for e in watch.seen if e.subject.endswith(".result") and e is not done]  # answered once
         state = root / "var/lib/bke-agent"
-        rec = read_record(state, "?", "?")
-        assert rec.current == str(state / "venvs" / version) and rec.previous == sys.prefix and rec.trial is None
+        # the launcher keeps it at its next look at the confirmation (every 0.5 s)
+        rec = poll_until(lambda: r if (r := read_record(state, "?", "?")).trial is None else None, timeout=30,
+                         what="the launcher to keep the new agent")
+        assert rec.current == str(state / "venvs" / version) and rec.previous == sys.prefix
     finally:
         launcher.stop()
