@@ -32,4 +32,6 @@ def serve_pause(svc: Any, flags: PauseFlags, kicks: list[Callable[[str], None]],
                                reason=req.reason, at=at)
         return [Out(changed, pause_subject(req.cluster), msg_id=f"pause:{svc.name}:{req.request_id}")]
 
-    svc.work_subscriber(PAUSE_CLUSTER, "BKE_COMMANDS", f"{svc.name}-pause", typed(PauseCluster, on_pause, svc.publish))
+    # BKE_EVENTS, not BKE_COMMANDS: two services consume it, and a work-queue stream takes one
+    # consumer per subject ("filtered consumer not unique on workqueue stream")
+    svc.work_subscriber(PAUSE_CLUSTER, "BKE_EVENTS", f"{svc.name}-pause", typed(PauseCluster, on_pause, svc.publish))

@@ -105,7 +105,7 @@ LEGACY_COMMANDS: dict[str, str] = {LEGACY_CLUSTER_REQUESTED: INSTALL_CLUSTER, LE
 # Stream membership. Subjects of one stream may not overlap another's, so events are
 # listed one by one (the `bke.v1.cluster.*` commands and the rejection sit in two streams).
 COMMAND_SUBJECTS: tuple[str, ...] = (INSTALL_CLUSTER, RENEW_CERTS, RETRY_INSTALL, RENDER_MANIFESTS, ISSUE_CERTS,
-                                     UPGRADE_CLUSTER, PAUSE_CLUSTER, RESTORE_ETCD, *LEGACY_COMMANDS)
+                                     UPGRADE_CLUSTER, RESTORE_ETCD, *LEGACY_COMMANDS)
 EVENT_SUBJECTS: tuple[str, ...] = (
     CLUSTER_REJECTED,
     PLAN_CREATED,
@@ -131,6 +131,9 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     "bke.v1.upgrade.*.changed",
     # A pause or resume recorded, one per operation-running service (the CLI waits for both).
     "bke.v1.pause.*.changed",
+    # The pause command itself goes to two services (dispatcher, upgrader), each with its own
+    # durable: a work-queue stream allows one consumer per subject, so it is kept here.
+    PAUSE_CLUSTER,
     # A restore's answer and its transitions: a few per stage.
     RESTORE_ACCEPTED,
     RESTORE_REJECTED,

@@ -8,6 +8,7 @@ script `poll_script` (no vendored library is needed for that).
 from __future__ import annotations
 
 import html
+import json
 from typing import Any, Iterable, Sequence
 
 __all__ = ["Markup", "layout", "link", "table", "text", "poll_script"]
@@ -58,10 +59,12 @@ def layout(service: str, title: str, *body: Any, nav: Sequence[tuple[str, str]] 
 def poll_script(url: str, element_id: str, every_s: float = 2.0) -> Markup:
     """Replace element `element_id`'s inner HTML with `url`'s answer every `every_s` seconds (the
     route returns a fragment built with these helpers, so it is escaped server-side)."""
-    u = html.escape(url, quote=True).replace("'", "%27")
-    e = html.escape(element_id, quote=True).replace("'", "")
+    # JSON string literals inside <script> (HTML entities are not decoded there: an escaped `&`
+    # would reach the server as `amp;`); `<`, `>` and `&` as \u escapes so no `</script>` fits in
+    u, e = (json.dumps(v).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            for v in (url, element_id))
     return Markup(
-        "<script>(function(){var el=document.getElementById('" + e + "');"
-        "async function tick(){try{var r=await fetch('" + u + "',{cache:'no-store'});"
+        "<script>(function(){var el=document.getElementById(" + e + ");"
+        "async function tick(){try{var r=await fetch(" + u + ",{cache:'no-store'});"
         "if(r.ok){el.innerHTML=await r.text();}}catch(e){}setTimeout(tick," + str(int(every_s * 1000)) + ");}"
         "setTimeout(tick," + str(int(every_s * 1000)) + ");})();</script>")

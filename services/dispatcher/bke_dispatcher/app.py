@@ -47,6 +47,7 @@ from bke.state.nodefiles import RedisNodeFiles
 from .addons import AddonsWork, LabApplier
 from .api_health import ApiHealthWork, periodic_doc
 from .checksums import HttpRepoChecksums, LabChecksums
+from .dashboard import DashboardReader, RecentEvents, dashboard_routes
 from .manifests import HttpRepoManifests, LabManifests
 from .engine import Engine
 from .health import HealthMonitor
@@ -92,8 +93,11 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     # every command is signed with the deployment's key (made at deployment, or here, SET NX)
     signing = CommandSigning(redis, box_from_env)
     simulated_repo = lab and settings.repo_source == "auto"
+    # the dashboard's latest events: what this dispatcher publishes about installs
+    events = RecentEvents()
+    publish, notify = events.watch(svc.publish), events.watch(svc.notify)
     engine = Engine(
-        state, plans, files, svc.publish,
+        state, plans, files, publish,
         # the lab simulates the httpRepo (placeholders, a calico stand-in) unless told to use a
         # real one (`bke lab install --http-repo`, BKE_DISPATCHER_REPO_SOURCE=http-repo)
         LabChecksums() if simulated_repo else HttpRepoChecksums(),
@@ -102,7 +106,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
             "node-labels": NodeLabelsWork(redis, nodes_api or LabNodes(), _now),
             "health": ApiHealthWork(redis, nodes_api, _now),  # the lab: nothing to ask an API
         }),
-        _now, settings.owner, settings.lease_ms, notify=svc.notify, sign=signing.sign,
+        _now, settings.owner, settings.lease_ms, notify=notify, sign=signing.sign,
     )
     pause_flags = PauseFlags(redis, "dispatcher")
     runner = Runner(engine, state, paused=pause_flags.is_paused)
@@ -129,10 +133,13 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     async def resume() -> list[str]:
         return await runner.resume_all() + await rotations.resume_all()
 
-    loss = StateLossReaction(state, svc.publish, _now, stop_loops, resume)
+    loss = StateLossReaction(state, publish, _now, stop_loops, resume)
     epoch = watch_epoch(svc, redis, interval_s=settings.epoch_check_s, on_lost=loss.on_lost,
                         on_restored=loss.on_restored, on_intact=loss.on_intact)
-    status = StatusResponder(StatusReader(redis, plans, rotation=rotation_store.rotation_view), guard=epoch.ensure_intact)
+    status_reader = StatusReader(redis, plans, rotation=rotation_store.rotation_view)
+    status = StatusResponder(status_reader, guard=epoch.ensure_intact)
+    svc.http_routes.extend(dashboard_routes(DashboardReader(status_reader, state, plans, events, _now,
+                                                              guard=epoch.ensure_intact)))
 
     services = ServiceEvents(state, plans, engine, runner.kick, _now)
 
@@ -170,7 +177,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
 
     b = settings.batch_size
     def t(model, handler):
-        return typed(model, handler, svc.publish, svc.notify)
+        return typed(model, handler, publish, notify)
 
     svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "dispatcher-plans", t(PlanCreated, services.plan_created), batch_size=b)
     svc.work_subscriber(MANIFESTS_RENDERED, "BKE_EVENTS", "dispatcher-rendered", t(ManifestsRendered, services.rendered),

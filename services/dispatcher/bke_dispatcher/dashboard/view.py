@@ -1,0 +1,204 @@
+"""The dashboard's pure core: a cluster's status, node states and command records in, the
+views the pages and their JSON twins show out. No I/O; `now` is an argument.
+
+At 5,000 nodes a page never lists every node: the per-state counts cover them all, and the grid
+is one page (`PAGE_SIZE` rows, `MAX_PAGE_SIZE` at most) of the nodes in plan order, filtered by
+state (counted, filtered and paged inside Redis: read.py).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any, Mapping
+
+from bke.contracts.status import ClusterStatus, StatusPhase
+
+from .events import Event
+
+__all__ = [
+    "FAILING_SHOWN",
+    "MAX_PAGE_SIZE",
+    "NODE_STATES",
+    "PAGE_SIZE",
+    "BadQuery",
+    "ClusterView",
+    "NodeDetail",
+    "NodePage",
+    "NodeQuery",
+    "NodeRow",
+    "PhaseRow",
+    "StepRecord",
+    "cell_state",
+    "duration_s",
+    "parse_query",
+    "timeline",
+]
+
+NODE_STATES = ("Pending", "Running", "Succeeded", "Failed")
+PAGE_SIZE = 200
+MAX_PAGE_SIZE = 1000
+FAILING_SHOWN = 20  # failing nodes listed by name above the grid (all of them: the Failed filter)
+
+
+class BadQuery(ValueError):
+    """A query parameter the dashboard cannot use; names the field."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+@dataclass(frozen=True)
+class NodeQuery:
+    state: str | None = None  # one of NODE_STATES, or every node
+    offset: int = 0
+    limit: int = PAGE_SIZE
+
+
+def _int(params: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadQuery(name, f"not a whole number: {raw[:40]!r}") from None
+    if not lo <= value <= hi:
+        raise BadQuery(name, f"must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def parse_query(params: Mapping[str, str]) -> NodeQuery:
+    state = params.get("state") or None
+    if state is not None and state not in NODE_STATES:
+        raise BadQuery("state", f"must be one of {', '.join(NODE_STATES)}, got {state[:40]!r}")
+    return NodeQuery(state=state, offset=_int(params, "offset", 0, 0, 10**7),
+                     limit=_int(params, "limit", PAGE_SIZE, 1, MAX_PAGE_SIZE))
+
+
+def _ts(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def duration_s(started: str | None, finished: str | None, now: datetime) -> float | None:
+    """Seconds from start to finish, or to `now` while it runs; None before it started."""
+    t0 = _ts(started)
+    if t0 is None:
+        return None
+    t1 = _ts(finished) or now
+    try:
+        return max(0.0, (t1 - t0).total_seconds())
+    except TypeError:  # a naive timestamp beside an aware one: not worth a wrong figure
+        return None
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    name: str
+    summary: str
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    duration_s: float | None
+    done: int
+    total: int
+    message: str
+    offset_s: float | None  # its start, in seconds after the first phase's start (the timeline's x)
+
+
+def timeline(phases: list[StatusPhase], now: datetime) -> list[PhaseRow]:
+    starts = [t for p in phases if (t := _ts(p.started_at)) is not None]
+    first = min(starts, default=None)
+    return [PhaseRow(p.name, p.summary, p.status, p.started_at, p.finished_at,
+                     duration_s(p.started_at, p.finished_at if p.status != "Running" else None, now),
+                     p.done, p.total, p.message,
+                     None if first is None else duration_s(first.isoformat(), p.started_at, now) if p.started_at else None)
+            for p in phases]
+
+
+def cell_state(cmd: Mapping[str, Any] | None) -> str:
+    """One grid cell: the node's command in that phase ("" when none was sent)."""
+    if not cmd:
+        return ""
+    status = str(cmd.get("status") or "")
+    return "Running" if status == "Sent" else status
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    hostname: str
+    status: str
+    phase: str
+    step: str
+    cells: dict[str, str]  # phase slug -> cell_state
+
+
+@dataclass(frozen=True)
+class NodePage:
+    query: NodeQuery
+    counts: dict[str, int]  # every node, by state
+    matched: int  # nodes of the selected state
+    columns: list[str]  # the phases that send commands to nodes (a grid column each)
+    rows: list[NodeRow]
+    failing: list[str]  # the first FAILING_SHOWN failed nodes, plan order
+
+    @property
+    def next_offset(self) -> int | None:
+        end = self.query.offset + len(self.rows)
+        return end if end < self.matched else None
+
+    @property
+    def prev_offset(self) -> int | None:
+        return max(0, self.query.offset - self.query.limit) if self.query.offset > 0 else None
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    status: ClusterStatus  # the status contract's reply (no node rows: the page has its own)
+    phases: list[PhaseRow]
+    nodes: NodePage
+    events: list[Event]
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.status
+        return {
+            "cluster": s.cluster, "status": s.status, "requestId": s.request_id, "startedAt": s.started_at,
+            "finishedAt": s.finished_at, "message": s.message, "kind": s.kind,
+            "phases": [asdict(p) for p in self.phases],
+            "nodes": {
+                "counts": self.nodes.counts, "total": sum(self.nodes.counts.values()), "state": self.nodes.query.state,
+                "matched": self.nodes.matched, "offset": self.nodes.query.offset, "limit": self.nodes.query.limit,
+                "nextOffset": self.nodes.next_offset, "columns": self.nodes.columns,
+                "rows": [asdict(r) for r in self.nodes.rows], "failing": self.nodes.failing,
+            },
+            "events": [e.to_json() for e in self.events],
+        }
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    phase: str
+    status: str  # cell_state of the command
+    step: str  # the failing step's id
+    output: str  # the step's stderr as the agent reported it
+    at: str
+    command_id: str
+
+
+@dataclass(frozen=True)
+class NodeDetail:
+    cluster: str
+    hostname: str
+    status: str
+    phase: str
+    step: str
+    components: list[str]
+    commands: list[StepRecord]  # one per phase that sent this node a command, in pipeline order
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
