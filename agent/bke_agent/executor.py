@@ -28,13 +28,14 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from bke.contracts.agent import (
-    AGENT_VERSION,
-    OUTPUT_LIMIT, AgentCommand, CommandResult, ReplaceFiles, Step, StepResult, WaitHealth, WriteFile,
+    OUTPUT_LIMIT, AgentCommand, CommandResult, ReplaceFiles, Step, StepResult, UpdateAgent, WaitHealth, WriteFile,
 )
 
 from .backends.base import COMMAND_ID, Backend, StepOutcome
 from .errors import PermanentStepError, StepError
 from .identity import AgentIdentity
+from .selfupdate import RestartRequested, SelfUpdater
+from .version import RUNNING_VERSION
 
 __all__ = ["Executor", "clip", "utc_now"]
 
@@ -90,6 +91,31 @@ def _content_opener(step: WriteFile, identity: AgentIdentity) -> Callable[[], by
     return content
 
 
+def _opened(step: ReplaceFiles, identity: AgentIdentity) -> ReplaceFiles:
+    """The step with every sealed file opened into inline content, in memory only (a renewed
+    key or kubeconfig of an upgrade: bke.upgrade.certificates). Errors name the path and key
+    ids, never content; the clear bytes are checked against the file's sha256 here."""
+    if not any(f.sealed_b64 is not None for f in step.files):
+        return step
+    files = []
+    for f in step.files:
+        if f.sealed_b64 is None:
+            files.append(f)
+            continue
+        if f.content_b64 is not None or f.url is not None:
+            raise PermanentStepError(f"{f.path}: a NewFile needs exactly one of contentB64, sealedB64 and url")
+        try:
+            data = identity.open_sealed(base64.b64decode(f.sealed_b64, validate=True))
+        except binascii.Error:
+            raise PermanentStepError(f"{f.path}: sealed content is not valid base64") from None
+        except Exception as exc:  # noqa: BLE001 - sealing errors name key ids only
+            raise PermanentStepError(f"{f.path}: cannot open sealed content: {type(exc).__name__}: {exc}") from None
+        if hashlib.sha256(data).hexdigest() != f.sha256:
+            raise PermanentStepError(f"content of {f.path} does not match its sha256")
+        files.append(f.model_copy(update={"sealed_b64": None, "content_b64": base64.b64encode(data).decode()}))
+    return step.model_copy(update={"files": files})
+
+
 def _unexpected(step: Step, exc: BaseException) -> str:
     """How an unexpected error is shown; a WriteFile's never includes the exception text."""
     if isinstance(step, WriteFile):
@@ -105,9 +131,16 @@ class Executor:
     def __init__(self, backend: Backend, identity: AgentIdentity, *,
                  now: Callable[[], datetime] = utc_now,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.backend, self.identity = backend, identity
+                 clock: Callable[[], float] = time.monotonic, updater: SelfUpdater | None = None) -> None:
+        self.backend, self.identity, self.updater = backend, identity, updater
         self.now, self.sleep, self.clock = now, sleep, clock
+
+    async def _execute(self, step: Step, content: Callable[[], bytes]) -> StepOutcome:
+        if isinstance(step, UpdateAgent):  # the agent itself, not the node: no backend does it
+            if self.updater is None:
+                raise PermanentStepError("this agent cannot update itself here (no launcher, or a test backend)")
+            return await self.updater.update(step)
+        return await self.backend.execute(step, content)
 
     async def run(self, command: AgentCommand) -> CommandResult:
         started = self.now().isoformat()
@@ -121,7 +154,7 @@ class Executor:
         return CommandResult(
             command_id=command.command_id, cluster=command.cluster, node=command.node,
             agent_id=self.identity.agent_id, status="Failed" if failed else "Succeeded",
-            steps=results, started_at=started, finished_at=self.now().isoformat(), agent_version=AGENT_VERSION,
+            steps=results, started_at=started, finished_at=self.now().isoformat(), agent_version=RUNNING_VERSION,
         )
 
     async def run_step(self, step: Step, command: AgentCommand) -> StepResult:
@@ -140,10 +173,14 @@ class Executor:
         error: StepError | None = None
         for attempt in range(1, attempts + 1):
             try:
+                if isinstance(step, ReplaceFiles):
+                    step = _opened(step, self.identity)
                 async with asyncio.timeout(limit):  # no extra task per step (unlike wait_for)
-                    out: StepOutcome = await self.backend.execute(step, content)
+                    out: StepOutcome = await self._execute(step, content)
             except StepError as exc:
                 error = exc
+            except RestartRequested:  # not a result: the command goes back unanswered
+                raise
             except TimeoutError:
                 shown = limit if isinstance(step, ReplaceFiles) else step.timeout_s  # its probes have their own
                 error = StepError(f"step {step.id} timed out after {shown:g}s")

@@ -50,7 +50,6 @@ from pydantic import ValidationError
 
 from bke.auth.permissions import agent_deliver_subject
 from bke.contracts.agent import (
-    AGENT_VERSION,
     AgentCommand,
     AgentHeartbeat,
     AgentRegistered,
@@ -63,17 +62,20 @@ from bke.secrets.fingerprint import held_ca_fingerprint
 
 from .backends.base import Backend
 from .executor import Executor, utc_now
+from .hostfacts import cgroup_version
+from .selfupdate import RestartRequested
 from .identity import AgentIdentity
 from .journal import ExecutionRecord, Journal
 from .settings import AgentSettings
 from .verify import CommandVerifier
+from .version import RUNNING_VERSION
 
 __all__ = ["AGENT_STREAM", "AgentConflict", "AgentLoop", "consumer_config", "consumer_name"]
 
 log = logging.getLogger("bke.agent")
 OPEN_DELIVER_PREFIX = "_INBOX.bke-agent"  # a server without authentication
 AGENT_STREAM = "BKE_AGENT"
-VERSION = AGENT_VERSION  # what this agent reports (registration, every result)
+VERSION = RUNNING_VERSION  # what this agent reports (registration, every result)
 
 
 class AgentConflict(RuntimeError):
@@ -124,6 +126,8 @@ class AgentLoop:
         self._idle = asyncio.Event()
         self._idle.set()
         self._stopping = False
+        self.restart_requested = False
+        self.on_restart: Callable[[], None] = lambda: None  # main stops the process with RESTART_EXIT_CODE
 
     async def ensure_consumer(self) -> ConsumerInfo:
         """Create or update the durable consumer (one API call); refuse if another agent is bound."""
@@ -174,7 +178,8 @@ class AgentLoop:
         subject = agent_subject(self.cluster, self.node, "heartbeat")
         while True:
             hb = AgentHeartbeat(cluster=self.cluster, node=self.node, agent_id=self.identity.agent_id,
-                                at=self.now().isoformat(), running_command=self.running_command)
+                                at=self.now().isoformat(), running_command=self.running_command,
+                                cgroup_version=cgroup_version(self.settings.root))
             with contextlib.suppress(Exception):  # advisory: a lost heartbeat is not an error
                 await self.nc.publish(subject, hb.to_bytes())
             await asyncio.sleep(self.settings.heartbeat_s)  # the period itself
@@ -191,6 +196,13 @@ class AgentLoop:
             with contextlib.suppress(Exception):  # abandoned at stop: hand it back now
                 await msg.nak()
             raise
+        except RestartRequested as exc:  # an UpdateAgent step: the new agent answers this command
+            log.info("restarting into the new agent: %s", exc, extra=self._ids)
+            self._stopping = True  # a redelivery before the exit is handed back, not run again
+            self.restart_requested = True
+            with contextlib.suppress(Exception):
+                await msg.nak()
+            self.on_restart()
         except Exception:  # noqa: BLE001 - the callback must never die; redelivery retries
             log.exception("command handling failed; it will be redelivered", extra=self._ids)
             with contextlib.suppress(Exception):

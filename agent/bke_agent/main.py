@@ -8,7 +8,8 @@ BKE_AGENT_BACKEND (host|lab), BKE_AGENT_ROOT, BKE_AGENT_IP, BKE_AGENT_STATE_DIR,
 BKE_AGENT_HEARTBEAT_S, ... Logs are JSON lines on stderr; stdout carries only `init`'s output.
 
 Exit codes: 0 stopped by a signal; 2 bad configuration; 3 another agent holds this state
-directory (systemd restarts the unit after RestartSec). While another connection still consumes
+directory (systemd restarts the unit after RestartSec); 75 (RESTART_EXIT_CODE) an UpdateAgent
+step installed a new agent: its launcher (`bke-agent-launch`) starts it. While another connection still consumes
 this node's commands (a crashed node's stale connection), `run` waits and retries.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import asyncio
 import fcntl
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -28,21 +30,27 @@ from pydantic import ValidationError
 
 from bke.bus.connect import BusAccess, connect_nats
 from bke.bus.streams import ensure_streams
+from bke.contracts.agent import RESTART_EXIT_CODE
 from bke.logs import setup_logging
 from bke.pythons import python_problem
 
 from .backends import RestoreReceiver, SnapshotTaker, make_backend
+from .executor import Executor
 from .identity import AgentIdentity
 from .journal import DiskJournal
 from .loop import AgentConflict, AgentLoop
+from .selfupdate import SelfUpdater
 from .settings import AgentSettings
+from .venvs import confirm
 from .verify import CommandVerifier, NoCommandKey, load_command_key
+from .version import RUNNING_VERSION
 
 __all__ = ["main"]
 
 log = logging.getLogger("bke.agent")
 CONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
 CONFLICT_RETRY_S = 5.0
+LAUNCHED_ENV = "BKE_AGENT_LAUNCHED"  # set by bke-agent-launch: this agent may update itself
 
 
 def _lock(state_dir: Path) -> IO[bytes]:
@@ -139,12 +147,21 @@ async def run(settings: AgentSettings) -> int:
                 await ensure_streams(js)
             snapshots = SnapshotTaker(js, state / "snapshots", settings.cluster, settings.node, identity)
             restores = RestoreReceiver(nc, state / "restore", settings.cluster, settings.node, identity)
-            agent = AgentLoop(nc, js, settings, make_backend(settings, snapshots, restores),
+            backend = make_backend(settings, snapshots, restores)
+            updater = SelfUpdater(state, sys.prefix, RUNNING_VERSION, launched=os.environ.get(LAUNCHED_ENV) == "1")
+            agent = AgentLoop(nc, js, settings, backend,
                               DiskJournal(state, keep_days=settings.journal_keep_days), identity,
-                              verifier=CommandVerifier(key, settings.cluster, settings.node))
+                              verifier=CommandVerifier(key, settings.cluster, settings.node),
+                              executor=Executor(backend, identity, updater=updater))
+            agent.on_restart = stop.set
             if not await _start_when_free(agent, stop):
                 return 1 if lost.is_set() else 0
+            confirm(state, RUNNING_VERSION)  # it came up: a launcher watching a new version keeps it
             await stop.wait()
+            if agent.restart_requested:
+                log.info("exiting to be started again in the new agent's venv", extra=ids)
+                await agent.stop(grace=0)
+                return RESTART_EXIT_CODE
             if lost.is_set():
                 log.error("NATS closed this agent's connection for good (its identity revoked or rotated?); "
                           "exiting to be restarted with the node's creds file", extra=ids)

@@ -94,6 +94,8 @@ def upgrade(
     containerd_version: str | None = typer.Option(None, "--containerd-version", help="target containerd"),
     ignore_check: list[str] = typer.Option([], "--ignore-check", help="a skippable check to override (repeatable)"),
     max_unavailable: str | None = typer.Option(None, "--max-unavailable", help="workers per batch: N or N%"),
+    certificate_renewal: bool = typer.Option(True, "--certificate-renewal/--no-certificate-renewal",
+                                             help="renew the certificates of the components upgraded (default on)"),
     timeout: float = typer.Option(1800.0, help="seconds before giving up on the upgrade"),
 ) -> None:
     """Upgrade a lab cluster: the upgrader runs it on the lab's agents, with the install's display."""
@@ -112,7 +114,7 @@ def upgrade(
         req = UpgradeCluster(request_id=str(uuid.uuid4()), cluster=plan.cluster, kubernetes_version=to,
                              etcd_version=etcd_version, containerd_version=containerd_version,
                              ignore_checks=ignore_check, max_unavailable=max_unavailable,
-                             etcd_clusters=[c.name for c in plan.etcd_clusters])
+                             etcd_clusters=[c.name for c in plan.etcd_clusters], renew_certificates=certificate_renewal)
     except ValueError as exc:
         error_lines([" ".join(str(exc).split())])
         raise typer.Exit(EXIT_INVALID) from None

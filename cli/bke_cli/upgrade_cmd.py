@@ -7,6 +7,7 @@ findings of the pre-checks. The decisions are bke.upgrade's pure cores; this mod
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import uuid
 from enum import Enum
@@ -144,6 +145,9 @@ def plan(
     ignore_check: list[str] = typer.Option([], "--ignore-check", help="a skippable check to override (repeatable)"),
     max_unavailable: Optional[str] = typer.Option(None, "--max-unavailable",
                                                   help="workers per batch: N or N% (default: the larger of 1 and 10%)"),
+    certificate_renewal: bool = typer.Option(True, "--certificate-renewal/--no-certificate-renewal",
+                                             help="renew the certificates of the components upgraded, as kubeadm does "
+                                                  "(default on)"),
     output: Fmt = typer.Option(Fmt.table, "-o", "--output", help="table or json"),
 ) -> None:
     """Print what upgrading the cluster to --to would change, in which order, and the checks' findings.
@@ -155,15 +159,17 @@ will read it from the cluster's stored plan instead.
 reported as not checked offline. With NAME (and --workdir or --nats) the upgrader answers instead: the \
 stored plan, every check on live facts, nothing started. Exit 2, with the reasons, when the upgrade is refused."""
     if name is not None:
-        req = _request(name, to, etcd_version, containerd_version, ignore_check, max_unavailable, dry_run=True)
+        req = _request(name, to, etcd_version, containerd_version, ignore_check, max_unavailable, dry_run=True,
+                       renew=certificate_renewal)
         raise SystemExit(asyncio.run(upgrade_and_follow(resolve_nats(workdir, nats_url), req, 60.0, Console())))
     if spec is None:
         die("say which cluster: NAME with --workdir/--nats (asks the upgrader), or --spec FILE (offline)", EXIT_INVALID)
     p = plan_or_exit(spec)
     try:
         target = resolve_target(p, to, etcd_version, containerd_version)
-        report = upgrade_findings(p, target, Facts(), ignore_check)
-        order = expand_order(p, change_of(p, target), max_unavailable, report.left_out)
+        report = upgrade_findings(p, target, Facts(renew_certificates=certificate_renewal), ignore_check)
+        change = dataclasses.replace(change_of(p, target), certificates=certificate_renewal)
+        order = expand_order(p, change, max_unavailable, report.left_out)
     except (UpgradeRequestError, ValueError) as exc:
         die(str(exc), EXIT_INVALID)
     doc = upgrade_plan_document(p, target, report, order)
@@ -177,11 +183,12 @@ stored plan, every check on live facts, nothing started. Exit 2, with the reason
 
 
 def _request(name: str, to: str, etcd: Optional[str], containerd: Optional[str], ignore: list[str],
-             max_unavailable: Optional[str], *, dry_run: bool = False, drain_timeout: float = 300.0) -> UpgradeCluster:
+             max_unavailable: Optional[str], *, dry_run: bool = False, drain_timeout: float = 300.0,
+             renew: bool = True) -> UpgradeCluster:
     try:
         return UpgradeCluster(request_id=str(uuid.uuid4()), cluster=name, kubernetes_version=to, etcd_version=etcd,
                               containerd_version=containerd, ignore_checks=ignore, max_unavailable=max_unavailable,
-                              drain_timeout_s=drain_timeout, dry_run=dry_run)
+                              drain_timeout_s=drain_timeout, dry_run=dry_run, renew_certificates=renew)
     except ValueError as exc:  # pydantic: a malformed version names its field
         die(" ".join(str(exc).split()), EXIT_INVALID)
         raise  # unreachable: die exits
@@ -196,6 +203,9 @@ def apply(
     ignore_check: list[str] = typer.Option([], "--ignore-check", help="a skippable check to override (repeatable)"),
     max_unavailable: Optional[str] = typer.Option(None, "--max-unavailable", help="workers per batch: N or N%"),
     drain_timeout: float = typer.Option(300.0, "--drain-timeout", help="seconds a node's drain may take"),
+    certificate_renewal: bool = typer.Option(True, "--certificate-renewal/--no-certificate-renewal",
+                                             help="renew the certificates of the components upgraded, as kubeadm does "
+                                                  "(default on)"),
     timeout: float = typer.Option(7200.0, "--timeout", help="seconds to follow before giving up"),
     workdir: Optional[Path] = WORKDIR,
     nats_url: Optional[str] = NATS,
@@ -204,7 +214,8 @@ def apply(
 
     Exit 0 upgraded, 2 refused (with every reason), 1 failed (the reason names the node and step; a node \
 whose component did not come back healthy was rolled back)."""
-    req = _request(name, to, etcd_version, containerd_version, ignore_check, max_unavailable, drain_timeout=drain_timeout)
+    req = _request(name, to, etcd_version, containerd_version, ignore_check, max_unavailable, drain_timeout=drain_timeout,
+                   renew=certificate_renewal)
     raise SystemExit(asyncio.run(upgrade_and_follow(resolve_nats(workdir, nats_url), req, timeout, Console())))
 
 

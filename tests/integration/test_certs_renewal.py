@@ -114,3 +114,16 @@ async def test_automatic_renewal_renews_what_is_due_only_when_idle(certs):
     assert ev.origin == "auto" and len(ev.certificates) == 65 - 7
     await _rotation(h, req.request_id, "Succeeded")
     assert (await auto.tick())["big"].action == "none"  # renewed: nothing due any more
+
+
+async def test_an_upgrades_renewal_by_instance_does_not_hold_the_cluster_for_a_rotation(certs):
+    """The upgrader asks by instance id with origin upgrade and delivers the files itself: no
+    rotation follows, so the renewal must not leave the cluster waiting for one."""
+    h, sent, _ = certs
+    await _renew(h, _req("upgrade-u1", names=["apiserver@m1", "scheduler.conf@m4"], origin="upgrade"))
+    [(subject, body)] = sent
+    ev = CertsRenewed.model_validate_json(body)
+    assert subject == CERTS_RENEWED and ev.origin == "upgrade"
+    assert {c.instance: c.nodes for c in ev.certificates} == {"apiserver@m1": ["m1"], "scheduler.conf@m4": ["m4"]}
+    await _renew(h, _req("r2", names=["admin.conf"]))  # not refused: nothing waits for a rotation
+    assert sent[1][0] == CERTS_RENEWED, sent[1]

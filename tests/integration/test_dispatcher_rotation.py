@@ -123,3 +123,12 @@ async def test_a_failed_node_ends_the_rotation_with_its_reason(rotations):
     assert view["status"] == "Failed" and [n["status"] for n in view["nodes"]] == ["Failed", "Pending", "Pending"]
     assert len(commands(sent)) == 1
     assert json.loads(sent[-1][1])["rotation"]["message"] == view["message"]
+
+
+async def test_an_upgrades_renewal_starts_no_rotation(rotations):
+    """The upgrader delivers the files of its own renewal in its node steps."""
+    rot, state, sent, kicks = rotations
+    await state.start_install("rot", "req", NOW.isoformat())
+    await state.set_install("rot", status="Succeeded")
+    await rot.on_renewed(renewed("upgrade-u1").model_copy(update={"origin": "upgrade"}))
+    assert not sent and not kicks and await rot.store.load("rot") is None

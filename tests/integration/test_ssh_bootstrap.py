@@ -226,7 +226,7 @@ async def test_key_auth_and_pinned_fingerprint_bootstrap_the_node(node, local_fi
     assert _mode(root / "etc/bke-agent/env") == 0o600
     assert _mode(root / "etc/bke-agent") == 0o700
     assert _mode(root / "etc/systemd/system/bke-agent.service") == 0o644
-    assert "ExecStart=/opt/bke-agent/bin/bke-agent run" in (root / "etc/systemd/system/bke-agent.service").read_text()
+    assert "ExecStart=/opt/bke-agent/bin/bke-agent-launch" in (root / "etc/systemd/system/bke-agent.service").read_text()
     assert sim.staged_modes == {
         ".bke-bootstrap": 0o700, ".bke-bootstrap/requirements.txt": 0o600,
         ".bke-bootstrap/bke-0.1.0-py3-none-any.whl": 0o600,

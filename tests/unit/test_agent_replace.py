@@ -296,3 +296,50 @@ async def test_host_downloads_checks_restarts_through_systemctl_and_rolls_back(t
     assert res.status == "Failed" and res.stderr.startswith("rolled back /usr/bin/kubelet: ")
     assert kubelet.read_bytes() == b"\x7fELF new kubelet"  # the previous binary is back
     assert log.read_text().splitlines()[1:] == ["restart kubelet.service", "restart broken.service"] * 2
+
+
+KEY = "/etc/kubernetes/pki/apiserver.key"
+
+
+async def _run_as(identity: AgentIdentity, backend: object, step: ReplaceFiles) -> StepResult:
+    cmd = AgentCommand(command_id="c1/upgrade/m1/0", cluster="c1", node="m1", phase="upgrade", issued_at="t", steps=[step])
+    [res] = (await Executor(backend, identity, now=lambda: NOW).run(cmd)).steps  # type: ignore[arg-type]
+    return res
+
+
+def _sealed(identity: AgentIdentity, path: str, data: bytes, mode: int = 0o600) -> NewFile:
+    from bke.secrets.sealing import public_key_from_raw, seal
+
+    public = public_key_from_raw(base64.b64decode(identity.public_key_b64))
+    return NewFile(path=path, mode=mode, sealed_b64=base64.b64encode(seal(public, data)).decode(),
+                   sha256=hashlib.sha256(data).hexdigest())
+
+
+async def test_a_sealed_key_is_opened_by_its_agent_and_rolled_back_with_the_manifest(root: Path) -> None:
+    """An upgrade's renewed key rides sealed in the manifest's step: the agent opens it in
+    memory, and a rollback puts the old key back together with the old manifest."""
+    me = AgentIdentity.ephemeral()
+    _put(root, MANIFEST, OLD)
+    key = _put(root, KEY, b"old key\n", 0o600)
+    ok = await _run_as(me, Node(root), _step(_inline(MANIFEST, NEW), _sealed(me, KEY, b"new key\n")))
+    assert ok.status == "Succeeded", ok.stderr
+    assert key.read_bytes() == b"new key\n" and stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert "new key" not in ok.stdout + ok.stderr
+
+    _put(root, MANIFEST, OLD)
+    key.write_bytes(b"old key\n")
+    sick = Node(root, sick=lambda r: "HTTP 500" if (r / MANIFEST.lstrip("/")).read_bytes() == BROKEN else "")
+    res = await _run_as(me, sick, _step(_inline(MANIFEST, BROKEN), _sealed(me, KEY, b"newer key\n")))
+    assert res.status == "Failed" and "rolled back" in res.stderr
+    assert key.read_bytes() == b"old key\n" and (root / MANIFEST.lstrip("/")).read_bytes() == OLD
+
+
+async def test_a_file_sealed_to_another_agent_fails_naming_the_path_and_touches_nothing(root: Path) -> None:
+    _put(root, MANIFEST, OLD)
+    key = _put(root, KEY, b"old key\n", 0o600)
+    other = AgentIdentity.ephemeral()
+    res = await _run_as(AgentIdentity.ephemeral(), Node(root),
+                        _step(_inline(MANIFEST, NEW), _sealed(other, KEY, b"new key\n")))
+    assert res.status == "Failed" and KEY in res.stderr and "cannot open sealed content" in res.stderr
+    assert res.attempts == 1  # permanent: a retry opens nothing either
+    assert key.read_bytes() == b"old key\n" and (root / MANIFEST.lstrip("/")).read_bytes() == OLD

@@ -150,7 +150,7 @@ After=network-online.target
 [Service]
 Type=simple
 EnvironmentFile=/etc/bke-agent/env
-ExecStart=/opt/bke-agent/bin/bke-agent run
+ExecStart=/opt/bke-agent/bin/bke-agent-launch
 Restart=always
 RestartSec=5
 
@@ -181,7 +181,7 @@ def test_dry_run_text_shows_every_command_exactly_and_never_the_env_file():
     for step in steps:
         assert f"[{step.name}] {remote_command(step.argv)}" in text
     assert NATS not in text and "s3cret" not in text
-    assert "ExecStart=/opt/bke-agent/bin/bke-agent run" in text  # the unit holds no secret: shown
+    assert "ExecStart=/opt/bke-agent/bin/bke-agent-launch" in text  # the unit holds no secret: shown
 
 
 def test_docs_table_is_generated_from_the_steps():

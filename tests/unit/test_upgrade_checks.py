@@ -14,7 +14,7 @@ SEED_HOSTS = frozenset({"master1", "master2", "master3", "node1"})
 
 
 def _live(**kw) -> Facts:
-    base = dict(now=NOW, healthy=True, agents_alive=SEED_HOSTS, cert_expiry={"apiserver": NOW + timedelta(days=300)},
+    base = dict(now=NOW, healthy=True, agents_alive=SEED_HOSTS, cert_expiry={"apiserver@master1": NOW + timedelta(days=300)},
                 cgroup_v1_hosts=frozenset())
     base.update(kw)
     return Facts(**base)
@@ -43,15 +43,21 @@ CASES = [
     (dict(agents_alive=SEED_HOSTS - {"node1"}), ("AgentsAlive",), {"AgentsAlive"}, False, ("node1",)),
     (dict(agents_alive=SEED_HOSTS - {"master2"}), (), {"AgentsAliveEtcd"}, True, ()),
     (dict(agents_alive=SEED_HOSTS - {"master2"}), ("AgentsAlive",), {"AgentsAliveEtcd"}, True, ()),
-    (dict(cert_expiry={"apiserver": NOW + timedelta(hours=2)}), (), {"CertificatesExpiry"}, False, ()),  # renewed
-    (dict(cert_expiry={"apiserver": NOW + timedelta(hours=24)}), (), {"CertificatesExpiry"}, False, ()),  # boundary
-    (dict(cert_expiry={"apiserver": NOW + timedelta(hours=25)}), (), set(), False, ()),
-    (dict(cert_expiry={"apiserver": NOW + timedelta(hours=2)}, renew_certificates=False), (),
+    (dict(cert_expiry={"apiserver@master1": NOW + timedelta(hours=2)}), (), {"CertificatesExpiry"}, False, ()),  # renewed
+    (dict(cert_expiry={"apiserver@master1": NOW + timedelta(hours=24)}), (), {"CertificatesExpiry"}, False, ()),  # boundary
+    (dict(cert_expiry={"apiserver@master1": NOW + timedelta(hours=25)}), (), set(), False, ()),
+    (dict(cert_expiry={"apiserver@master1": NOW + timedelta(hours=2)}, renew_certificates=False), (),
      {"CertificatesExpiry"}, True, ()),
-    (dict(cert_expiry={"apiserver": NOW + timedelta(hours=2)}, renew_certificates=False), ("CertificatesExpiry",),
+    (dict(cert_expiry={"apiserver@master1": NOW + timedelta(hours=2)}, renew_certificates=False), ("CertificatesExpiry",),
      {"CertificatesExpiry"}, False, ()),
-    (dict(cert_expiry={"apiserver": NOW + timedelta(hours=2)}, upgrade_duration=timedelta(hours=1)), (), set(), False, ()),
+    (dict(cert_expiry={"apiserver@master1": NOW + timedelta(hours=2)}, upgrade_duration=timedelta(hours=1)), (), set(), False, ()),
     (dict(), ("AgentsAlive", "CertificatesExpiry"), set(), False, ()),  # ignoring a check that did not fire
+    # with renewal on, what the upgrade does not renew refuses like with renewal off: a CA, a
+    # kubelet.conf (kubeadm leaves it to the kubelet), a row name that is no instance
+    (dict(cert_expiry={"ca": NOW + timedelta(hours=2)}), (), {"CertificatesExpiry"}, True, ()),
+    (dict(cert_expiry={"kubelet.conf@node1": NOW + timedelta(hours=2)}), (), {"CertificatesExpiry"}, True, ()),
+    (dict(cert_expiry={"kubelet.conf@node1": NOW + timedelta(hours=2)}), ("CertificatesExpiry",),
+     {"CertificatesExpiry"}, False, ()),
 ]
 
 
@@ -64,8 +70,31 @@ def test_fact_checks(facts: dict, ignore: tuple, names: set, refused: bool, left
 
 
 def test_renewed_certificates_are_a_notice_that_says_so() -> None:
-    (f,) = _report(_live(cert_expiry={"front-proxy-client": NOW + timedelta(hours=1)})).findings
-    assert f.kind == "notice" and "renewed as part of the upgrade" in f.message and "front-proxy-client" in f.message
+    (f,) = _report(_live(cert_expiry={"front-proxy-client@master2": NOW + timedelta(hours=1)})).findings
+    assert f.kind == "notice" and "renewed as part of the upgrade" in f.message and "front-proxy-client@master2" in f.message
+
+
+def _kept_and_renewed(expiring: set[str], to: str, etcd: str) -> tuple[set[str], set[str]]:
+    soon = NOW + timedelta(hours=1)
+    plan = plan_of(SEED)
+    r = upgrade_findings(plan, resolve_target(plan, to, etcd), _live(cert_expiry=dict.fromkeys(expiring, soon)))
+    by_kind = {f.kind: f for f in r.findings}
+    assert set(by_kind) <= {"notice", "skippable"}
+    if "skippable" in by_kind:
+        assert "bke certs renew" in by_kind["skippable"].message and r.refused
+    kept = set(by_kind["skippable"].nodes) if "skippable" in by_kind else set()
+    return kept, expiring - kept
+
+
+def test_renewed_and_kept_certificates_are_told_apart() -> None:
+    names = {"scheduler.conf@master1", "etcd-data-server@master1", "admin.conf@master3", "ca", "super-admin.conf",
+             "apiserver-etcd-client@master2", "kubelet.conf@master1"}
+    # a Kubernetes-only change: etcd members are not replaced, so their certificates are not renewed
+    kept, renewed = _kept_and_renewed(names, "v1.33.5", "v3.5.1")
+    assert renewed == {"scheduler.conf@master1", "admin.conf@master3", "apiserver-etcd-client@master2"}
+    # an etcd-only change renews only the members' certificates
+    kept, renewed = _kept_and_renewed(names, "v1.33.2", "v3.5.2")
+    assert renewed == {"etcd-data-server@master1"}
 
 
 def test_health_reason_is_in_the_refusal() -> None:

@@ -20,9 +20,18 @@ def _steps(order) -> list[tuple[str, str]]:
 
 def test_the_table_is_in_skew_safe_order() -> None:
     assert [s.name for s in ORDER] == [
-        "pre-checks", "agents", "etcd-snapshots", "etcd", "kube-apiserver", "kube-controller-manager",
+        "pre-checks", "agents", "etcd-snapshots", "certificates", "etcd", "kube-apiserver", "kube-controller-manager",
         "kube-scheduler", "masters-runtime", "workers", "addons", "post-checks",
     ]
+
+
+def test_certificates_are_renewed_once_before_the_first_step_that_carries_them() -> None:
+    renew = Change(kubernetes=True, etcd=False, containerd=False, certificates=True)
+    steps = [s for s, _ in _steps(expand_order(plan_of(SEED), renew))]
+    assert steps.index("certificates") == steps.index("etcd-snapshots") + 1 < steps.index("kube-apiserver")
+    assert "certificates" not in [s for s, _ in _steps(expand_order(plan_of(SEED), ALL))]  # renewal off
+    nothing = Change(kubernetes=False, etcd=False, containerd=False, certificates=True)
+    assert "certificates" not in [s for s, _ in _steps(expand_order(plan_of(SEED), nothing))]
 
 
 def test_seed_expansion() -> None:
@@ -106,7 +115,8 @@ def test_5000_nodes_expand_fast_and_bounded(big_plan) -> None:
     # every node gets its runtime step exactly once; steps stay a handful, not one per node
     runtime = [h for s in order if s.step in ("masters-runtime", "workers") for b in s.batches for h in b]
     assert len(runtime) == len(set(runtime)) == 5000
-    assert len(order) == len(ORDER) + 2 * (len(big_plan.etcd_clusters) - 1)
+    # (ALL does not renew certificates: no certificates step)
+    assert len(order) == len(ORDER) - 1 + 2 * (len(big_plan.etcd_clusters) - 1)
     assert sum(len(s.batches) for s in order) < 100
 
 

@@ -48,6 +48,9 @@ __all__ = [
     "AgentCommand",
     "AgentHeartbeat",
     "AgentRegistered",
+    "AgentWheel",
+    "RESTART_EXIT_CODE",
+    "UpdateAgent",
     "CheckHost",
     "CommandResult",
     "ETCD_SNAPSHOT_BUCKET",
@@ -97,6 +100,10 @@ def node_token(hostname: str) -> str:
 def token_node(token: str) -> str:
     return token.replace("_", ".")
 
+
+# How an agent asks its launcher to start it again, into the venv its record selects (an
+# UpdateAgent step): EX_TEMPFAIL, "try again". Any other exit ends the launcher with that code.
+RESTART_EXIT_CODE = 75
 
 # The agent version this BKE ships: what every agent must report before an upgrade touches its node.
 AGENT_VERSION = "0.1.0"
@@ -213,12 +220,15 @@ class CheckHost(_Step):
 
 
 class NewFile(Message):
-    """One file of a `ReplaceFiles` step: its bytes inline (`content_b64`, never a secret) or
-    fetched from the httpRepo (`url`, a binary); `sha256` is of the bytes either way."""
+    """One file of a `ReplaceFiles` step: its bytes inline (`content_b64`, never a secret),
+    sealed to the receiving agent's X25519 key (`sealed_b64`: a private key or a kubeconfig
+    renewed by an upgrade, opened only in the agent's memory) or fetched from the httpRepo
+    (`url`, a binary); exactly one of the three. `sha256` is of the clear bytes."""
 
     path: str
     mode: int = Field(0o644, ge=0, le=0o7777)
     content_b64: str | None = None
+    sealed_b64: str | None = None
     url: str | None = None
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
@@ -322,9 +332,35 @@ class RestoreEtcdMember(_Step):
     size: int = Field(ge=0)
 
 
+class AgentWheel(Message):
+    """One wheel of an agent release, from the deployment's bundle (`<httpRepo>/agent/<version>/
+    wheels/`, `bke bundle build`): a URL or an absolute path on the node, and its sha256."""
+
+    url: str = Field(min_length=1, max_length=2048)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class UpdateAgent(_Step):
+    """Install agent `version` beside the running one and restart into it (the upgrade's
+    `agents` step). The agent downloads every wheel, checks each sha256, makes a new virtualenv
+    beside its own (the old one stays, for a rollback), installs the wheels there with no
+    package index, records the new venv as on trial, and exits with RESTART_EXIT_CODE without
+    answering: its launcher starts the new venv, which answers the same command (the step is
+    then `Skipped`: it runs `version`). The launcher, old code that never runs the new one, puts
+    the old venv back when the new agent has not confirmed within `confirm_timeout_s` (or
+    exits first); the old agent then fails this step saying so. Only an agent started by its
+    launcher takes this step."""
+
+    type: Literal["update_agent"] = "update_agent"
+    timeout_s: float = Field(900.0, gt=0, le=3600)
+    version: str = Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+([.+-][0-9A-Za-z.+-]+)?$")
+    wheels: list[AgentWheel] = Field(min_length=1, max_length=200)
+    confirm_timeout_s: float = Field(120.0, gt=0, le=3600)
+
+
 Step = Annotated[
     Union[WriteFile, RemoveFile, RunProgram, SystemdUnit, WaitHealth, FetchFile, CheckHost, RestartStaticPod,
-          ReplaceFiles, EtcdSnapshot, ParkStaticPod, RestoreEtcdMember],
+          ReplaceFiles, EtcdSnapshot, ParkStaticPod, RestoreEtcdMember, UpdateAgent],
     Field(discriminator="type"),
 ]
 
@@ -459,3 +495,6 @@ class AgentHeartbeat(Message):
     agent_id: str
     at: str
     running_command: str | None = None
+    # the host's cgroup version as the agent sees it (2: a cgroup2 filesystem at /sys/fs/cgroup;
+    # the upgrader's CgroupV2 check); None: not known (an older agent, a lab node)
+    cgroup_version: Literal[1, 2] | None = None

@@ -31,7 +31,9 @@ RENEW_CERTS = "bke.v1.certs.renew"
 CERTS_SEALED = "bke.v1.certs.sealed"
 ISSUE_CERTS = "bke.v1.certs.issue"
 
-RenewOrigin = Literal["cli", "auto"]
+# "upgrade": asked by the upgrader, which delivers the renewed files itself in its node steps
+# (no rotation follows, and the renewal does not hold the cluster: the upgrade does)
+RenewOrigin = Literal["cli", "auto", "upgrade"]
 
 
 class CertsIssued(Message):

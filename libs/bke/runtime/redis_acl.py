@@ -67,7 +67,7 @@ USERS: tuple[AclUser, ...] = (
     AclUser("bke-dispatcher", ("bke:epoch", *_PLAN_READ, "bke:installs", "bke:rotations", "bke:*:install",
                                "bke:*:inputs", "bke:*:sealed", "bke:*:phase:*", "bke:*:cmd:*", "bke:*:node",
                                "bke:*:lease:*", "bke:*:agents", "bke:*:agents:accepted", "bke:*:refusals", "bke:command-signing-key",
-                               "bke:*:heartbeat", "bke:*:addons", "bke:*:node-labels",
+                               "bke:*:heartbeat", "bke:*:heartbeat:cgroup", "bke:*:addons", "bke:*:node-labels",
                                "bke:*:addon-manifests", "bke:*:health", "bke:*:health-meta", "bke:*:health-pods",
                                "bke:*:rotation", "bke:*:rotation:*", "bke:*:upgrade", "bke:*:paused", "bke:*:files:render", "bke:*:files:render:*",
                                "bke:*:files:certs", "bke:*:files:certs:*"),

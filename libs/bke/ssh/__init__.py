@@ -58,6 +58,7 @@ from .hostkeys import (
 from .installer import installer_files, installer_line
 from .layout import (
     AGENT_BIN,
+    LAUNCHER_BIN,
     AGENT_PREFIX,
     CONFIG_DIR,
     ENV_PATH,
@@ -81,6 +82,7 @@ from .wheel import WheelBuildError, build_wheel, expected_wheel_name, project_ro
 
 __all__ = [
     "AGENT_BIN",
+    "LAUNCHER_BIN",
     "AGENT_PREFIX",
     "AGENT_RUN_ARGS",
     "CONFIG_DIR",

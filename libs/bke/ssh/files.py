@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..auth.permissions import identity_name, inbox_prefix
 from ..secrets.signing import parse_public_line
-from .layout import AGENT_BIN, CREDS_PATH, ENV_PATH
+from .layout import CREDS_PATH, ENV_PATH, LAUNCHER_BIN
 
 __all__ = [
     "AGENT_RUN_ARGS",
@@ -134,5 +134,7 @@ class AgentFiles:
 
     @classmethod
     def for_node(cls, cluster: str, node: str, nats_url: str, creds: bool = False, command_key: str = "") -> AgentFiles:
-        return cls(unit=render_unit(UnitParams(env_path=ENV_PATH, agent_bin=AGENT_BIN)),
+        # the launcher, not bke-agent itself: an agent update restarts into a new venv and is
+        # rolled back by it (bke_agent.launcher); it runs `bke-agent run`
+        return cls(unit=render_unit(UnitParams(env_path=ENV_PATH, agent_bin=LAUNCHER_BIN, run_args=())),
                    env=render_env(cluster, node, nats_url, creds, command_key))

@@ -6,6 +6,7 @@ __all__ = [
     "AGENT_PREFIX",
     "CONFIG_DIR",
     "CREDS_PATH",
+    "LAUNCHER_BIN",
     "ENV_PATH",
     "PYTHON_PREFIX",
     "STAGING_DIR",
@@ -15,6 +16,10 @@ __all__ = [
 
 AGENT_PREFIX = "/opt/bke-agent"  # the agent's virtualenv
 AGENT_BIN = f"{AGENT_PREFIX}/bin/bke-agent"
+# What the unit runs: it starts AGENT_BIN (or the venv an agent update selected, beside this one)
+# and rolls a new agent back that does not come up (bke_agent.launcher). It always runs from
+# AGENT_PREFIX: the code that decides a rollback is never the new code.
+LAUNCHER_BIN = f"{AGENT_PREFIX}/bin/bke-agent-launch"
 # The bundled CPython (bke.pythons.STANDALONE), unpacked for nodes whose python3 cannot run the agent;
 # the agent's virtualenv is made from it. Holds `.bke-sha256`: the digest of the archive it came from.
 PYTHON_PREFIX = "/opt/bke-python"

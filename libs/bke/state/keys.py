@@ -24,6 +24,8 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:<c>:node                         hash    node -> {phase, status, step}   (dispatcher)
     bke:<c>:lease:<slug>                 string  the phase lease                 (dispatcher)
     bke:<c>:agents / heartbeat           hash    registrations, last heartbeat   (dispatcher)
+    bke:<c>:heartbeat:cgroup             hash    node -> cgroup version reported (dispatcher)
+    bke:<c>:upgrade:certs                string  the renewal's answer to an upgrade (upgrader)
     bke:<c>:addons                       hash    addon name -> apply record      (dispatcher)
     bke:<c>:node-labels                  hash    node -> labels, taints applied  (dispatcher)
     bke:<c>:health / health-meta / health-pods                                   (dispatcher)
@@ -41,6 +43,7 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
 from __future__ import annotations
 
 __all__ = [
+    "upgrade_certs_key",
     "etcd_restore_key",
     "etcd_restore_results_key",
     "etcd_restores_index",
@@ -72,6 +75,7 @@ __all__ = [
     "health_meta_key",
     "health_pods_key",
     "inputs_key",
+    "heartbeat_cgroup_key",
     "heartbeat_key",
     "install_key",
     "installs_index",
@@ -230,6 +234,11 @@ def upgrade_key(cluster: str) -> str:
     return cluster_key(cluster, "upgrade")
 
 
+def upgrade_certs_key(cluster: str) -> str:
+    """The certs service's answer to the upgrade's renewal (CertsRenewed or CertsFailed, JSON)."""
+    return cluster_key(cluster, "upgrade", "certs")
+
+
 def upgrade_results_key(cluster: str) -> str:
     """Command id -> the agent's answer, for the upgrade's commands."""
     return cluster_key(cluster, "upgrade", "results")
@@ -271,6 +280,11 @@ def agents_key(cluster: str) -> str:
 
 def heartbeat_key(cluster: str) -> str:
     return cluster_key(cluster, "heartbeat")
+
+
+def heartbeat_cgroup_key(cluster: str) -> str:
+    """node -> the cgroup version its agent's heartbeats report (written when it changes)."""
+    return cluster_key(cluster, "heartbeat", "cgroup")
 
 
 def addons_key(cluster: str) -> str:

@@ -11,7 +11,7 @@ check is then listed as not checked instead of guessed.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Iterable, Mapping
 
@@ -19,7 +19,9 @@ from .. import versions
 from ..plan import Plan
 from ..spec.host_rules import FAIL_CGROUPV1, kubelet_args
 from ..flagrules import go_bool
-from .paths import PATH_RULES, Target, path_findings
+from .certificates import renewed_instances
+from .order import expand_order
+from .paths import PATH_RULES, Target, change_of, path_findings
 
 __all__ = ["CHECKS", "Facts", "Finding", "Report", "upgrade_findings"]
 
@@ -44,7 +46,7 @@ class Facts:
     healthy: bool | None = None
     health_reason: str = ""
     agents_alive: frozenset[str] | None = None
-    # certificate name -> notAfter (aware datetimes)
+    # certificate instance id (`apiserver@m1`, `ca`) -> notAfter (aware datetimes)
     cert_expiry: Mapping[str, datetime] | None = None
     # hosts whose node preflight saw cgroup v1
     cgroup_v1_hosts: frozenset[str] | None = None
@@ -140,19 +142,34 @@ def _fact_findings(plan: Plan, target: Target, facts: Facts) -> tuple[list[Findi
             if refused:
                 found.append(Finding("CgroupV2", f"the kubelet of {target.kubernetes.minor_key} refuses cgroup v1 hosts "
                                      f"({versions.CGROUP_V1_FAILS_FROM}+): {_names(refused)}", MANDATORY, refused))
-    # CertificatesExpiry: a certificate that expires before the upgrade could finish.
+    # CertificatesExpiry: a certificate that expires before the upgrade could finish. With
+    # renewal on, the ones this upgrade renews are a notice; any other (a CA, kubelet.conf, a
+    # node left out: bke.upgrade.certificates) refuses like with renewal off.
     if facts.cert_expiry is None or facts.now is None:
         unknown.append("CertificatesExpiry")
     else:
         deadline = facts.now + facts.upgrade_duration
+        when = deadline.isoformat(timespec="minutes")
         soon = tuple(sorted(n for n, t in facts.cert_expiry.items() if t <= deadline))
-        if soon and facts.renew_certificates:
-            found.append(Finding("CertificatesExpiry", f"{len(soon)} certificate(s) expire before {deadline.isoformat(timespec='minutes')}: "
-                                 f"{_names(soon)}; they are renewed as part of the upgrade", NOTICE))
-        elif soon:
-            found.append(Finding("CertificatesExpiry", f"{len(soon)} certificate(s) expire before {deadline.isoformat(timespec='minutes')} "
-                                 f"and renewal is off: {_names(soon)}", SKIPPABLE))
+        renewed = _renewed(plan, target, facts) if soon and facts.renew_certificates else frozenset()
+        notice = tuple(n for n in soon if n in renewed)
+        kept = tuple(n for n in soon if n not in renewed)
+        if notice:
+            found.append(Finding("CertificatesExpiry", f"{len(notice)} certificate(s) expire before {when}: "
+                                 f"{_names(notice)}; they are renewed as part of the upgrade", NOTICE))
+        if kept:
+            why = ("renewal is off" if not facts.renew_certificates
+                   else "the upgrade does not renew them (renew with `bke certs renew` first)")
+            found.append(Finding("CertificatesExpiry", f"{len(kept)} certificate(s) expire before {when} "
+                                 f"and {why}: {_names(kept)}", SKIPPABLE, kept))
     return found, unknown
+
+
+def _renewed(plan: Plan, target: Target, facts: Facts) -> frozenset[str]:
+    """The certificate instances this upgrade renews (nodes without a live agent are left out)."""
+    dead = () if facts.agents_alive is None else [n.hostname for n in plan.nodes if n.hostname not in facts.agents_alive]
+    change = replace(change_of(plan, target), certificates=True)
+    return frozenset(renewed_instances(plan, expand_order(plan, change, None, dead)))
 
 
 def _names(items: tuple[str, ...], limit: int = 5) -> str:

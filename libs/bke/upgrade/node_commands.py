@@ -20,9 +20,9 @@ the versions, and their rendered VRRP password is the renderer's secret.
 from __future__ import annotations
 
 import base64
-from typing import Mapping
+from typing import Mapping, Sequence
 
-from ..contracts.agent import CheckHost, HealthProbe, NewFile, ReplaceFiles, Step, WaitHealth
+from ..contracts.agent import CheckHost, HealthProbe, NewFile, ReplaceFiles, Step, UpdateAgent, WaitHealth
 from ..node_steps import artefacts_of, file_phase, health_steps
 from ..plan import NodePlan, Plan
 from ..render.result import RenderedFile
@@ -88,30 +88,40 @@ def node_upgrade_steps(
     new_files: Mapping[str, RenderedFile],
     sums: Mapping[str, str],
     component_timeout_s: float = COMPONENT_TIMEOUT_S,
+    certs: Sequence[NewFile] = (),
+    update: UpdateAgent | None = None,
 ) -> list[Step]:
     """The agent steps of upgrade step `step` for one node (empty when nothing changes).
     `component_timeout_s`: how long a replaced static pod has to answer healthy before it is
-    rolled back (the lab, whose pods start in a second, uses less)."""
+    rolled back (the lab, whose pods start in a second, uses less). `certs`: this step's
+    renewed certificate files for the node (sealed to its agent; bke.upgrade.certificates),
+    replaced in the same step as the manifest so that a rollback restores both. `update`: the
+    agents step's new agent release (the old agent installs it and restarts; the new one
+    answers the same command, so its answer carries the new version)."""
     node = new_plan.node(hostname)
     changed = changed_files(old_files, new_files)
+    if certs and step not in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+                              "masters-runtime"):
+        raise ValueError(f"upgrade step {step!r} carries no certificate")
     if step == "agents":
         # every agent answers (and so proves it runs and takes signed commands) with the
-        # disk check the new binaries need
-        return [CheckHost(id="agents:disk", checks=["disk"])]
+        # disk check the new binaries need; with a release, after it runs the new agent
+        return [*([update] if update is not None else []), CheckHost(id="agents:disk", checks=["disk"])]
     if step == "etcd":
         cluster = new_plan.etcd_cluster(group)
         if cluster is None:
             raise ValueError(f"etcd cluster {group!r} is not in the plan")
         path = f"{MANIFESTS}/{cluster.manifest}"
-        files = [_new_file(f) for f in changed if f.path == path]
+        files = [_new_file(f) for f in changed if f.path == path] + list(certs)
         return _replace(f"replace:{group}", files, [], _probes(new_plan, node, (group,)), component_timeout_s)
     if step in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
         path = f"{MANIFESTS}/{step}.yaml"
-        files = [_new_file(f) for f in changed if f.path == path]
+        files = [_new_file(f) for f in changed if f.path == path] + list(certs)
         return _replace(f"replace:{step}", files, [], _probes(new_plan, node, (step,)), component_timeout_s)
     if step in ("masters-runtime", "workers"):
         files = [_new_file(f) for f in changed if file_phase(f.path) == "node-env"]
         files += _binaries(old_plan, new_plan, node, sums)
+        files += certs
         return _replace("replace:runtime", files, list(RUNTIME_UNITS), _probes(new_plan, node, ("kubelet",)),
                         component_timeout_s + RUNTIME_EXTRA_S)
     if step == "post-checks":

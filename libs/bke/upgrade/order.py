@@ -29,6 +29,8 @@ class Change:
     kubernetes: bool
     etcd: bool
     containerd: bool
+    # the request renews certificates (UpgradeCluster.renew_certificates; kubeadm's default)
+    certificates: bool = False
 
 
 # How a step's nodes are grouped into batches.
@@ -81,6 +83,10 @@ ORDER: tuple[Step, ...] = (
     Step("agents", "new agent on every node, its reported version verified", MAX_UNAVAILABLE, _all, _always),
     Step("etcd-snapshots", "a snapshot of every etcd cluster, stored and listed", PER_ETCD_CLUSTER, _all,
          lambda c: c.etcd or c.kubernetes),
+    # Renewed before the first step that carries them (bke.upgrade.certificates): each renewed
+    # file then rides in its component's ReplaceFiles, so a rollback restores it too.
+    Step("certificates", "renew the certificates of every component the upgrade replaces", ONCE, _all,
+         lambda c: c.certificates and (c.etcd or c.kubernetes or c.containerd)),
     Step("etcd", "each etcd cluster member by member; quorum and health checked between members",
          MEMBER_BY_MEMBER, _all, lambda c: c.etcd),
     Step("kube-apiserver", "every kube-apiserver, one node at a time", ONE_AT_A_TIME,

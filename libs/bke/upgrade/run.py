@@ -38,9 +38,9 @@ __all__ = [
     "upgrade_command_id",
 ]
 
-# Steps the upgrader runs itself (not through agents): the checks on live facts, and the addons
-# applied through the cluster's API.
-LOCAL_STEPS = frozenset({"pre-checks", "addons"})
+# Steps the upgrader runs itself (not through agents): the checks on live facts, the renewal
+# asked of the certs service, and the addons applied through the cluster's API.
+LOCAL_STEPS = frozenset({"pre-checks", "certificates", "addons"})
 SLUG_PREFIX = "upgrade@"
 STDERR_KEEP = 2000
 FAILED_KEEP = 50

@@ -273,8 +273,10 @@ class CertsHandlers:
             certificates=[RenewedCertificate(name=r.name, instance=r.instance, nodes=r.nodes, serial=r.serial,
                                              not_after=r.not_after.isoformat()) for r in renewed],
         )
-        if renewed:
-            await self.ops.set_pending(c, rid)  # the cluster is busy until its rotation finishes
+        if renewed and req.origin != "upgrade":
+            # the cluster is busy until its rotation finishes; an upgrade's renewal has no
+            # rotation (the upgrader delivers the files) and the upgrade holds the cluster
+            await self.ops.set_pending(c, rid)
         await self.ops.save_renewal(c, rid, ev.to_bytes())
         log.info("renewed %d certificate(s) on %d node(s); handed to the dispatcher", len(renewed), len(nodes), extra=ids)
         return [*failures, Out(ev, CERTS_RENEWED, f"renewed:{c}:{rid}")]

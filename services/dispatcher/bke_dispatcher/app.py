@@ -41,7 +41,7 @@ from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
 from bke.secrets import box_from_env
 from bke.state import PlanCache
 from bke.state.epoch import watch_epoch
-from bke.state.keys import heartbeat_key
+from bke.state.keys import heartbeat_cgroup_key, heartbeat_key
 from bke.state.nodefiles import RedisNodeFiles
 
 from .addons import AddonsWork, LabApplier
@@ -145,6 +145,8 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
 
     known = KnownTargets(state, plans)
 
+    cgroups: dict[tuple[str, str], int] = {}  # (cluster, node) -> the cgroup version last written
+
     async def on_heartbeat(msg) -> None:
         if epoch.lost:  # nothing is written into a store that lost its state
             return
@@ -158,6 +160,12 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
                                                                      "rate_key": "heartbeat-unknown"})
                 return
             await redis.hset(heartbeat_key(cluster), node, at)
+            # the cgroup version the agent reports (the upgrader's CgroupV2 check), written only
+            # when it changes: it does not change between two heartbeats of a running host
+            cgroup = hb.get("cgroupVersion")
+            if cgroup in (1, 2) and cgroups.get((cluster, node)) != cgroup:
+                await redis.hset(heartbeat_cgroup_key(cluster), node, str(cgroup))
+                cgroups[(cluster, node)] = cgroup
         except (ValueError, KeyError, TypeError):
             return
         except Exception as exc:  # noqa: BLE001 - a Redis outage: the next heartbeat says the same

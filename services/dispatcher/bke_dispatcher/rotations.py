@@ -128,6 +128,8 @@ class Rotations:
         if not ev.certificates:
             log.info("renewal renewed nothing: no rotation", extra=ids)
             return
+        if ev.origin == "upgrade":  # the upgrader delivers these files in its own node steps
+            return
         current = await self.store.load(ev.cluster)
         if current is not None and current.request_id == ev.request_id:
             self.kick(ev.cluster)  # a redelivery: that rotation exists already

@@ -15,6 +15,7 @@ from bke.checksums import HttpRepoChecksums, LabChecksums
 from bke.cluster_api.addons import AddonsWork, LabApplier
 from bke.cluster_api.manifests import HttpRepoManifests, LabManifests
 from bke.contracts.agent import CommandResult
+from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, CertsFailed, CertsRenewed
 from bke.contracts.restore import RESTORE_ETCD, RESTORE_PIECE
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import UPGRADE_CLUSTER, UPGRADE_GET, GetUpgrade
@@ -33,6 +34,8 @@ from bke.state.command_signing import CommandSigning
 from bke.state.keys import etcd_snapshot_key
 from bke.tasks import cancel_and_wait
 
+from .agent_release import ReleaseSource
+from .certs import UpgradeCerts
 from .drain import Drainer, KubernetesDrainer, LabDrainer
 from .facts import LiveFacts
 from .operation import Upgrades
@@ -115,11 +118,14 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     facts = LiveFacts(redis, request, _now, heartbeat_stale_s=settings.heartbeat_stale_s,
                       timeout_s=settings.status_timeout_s)
     snapshots = _Snapshots(svc, redis)
+    certs = UpgradeCerts(store, svc.publish)
     upgrades = Upgrades(store, plans, RedisPlanStore(redis), facts, Renders(),
                         LabChecksums() if simulated_repo else HttpRepoChecksums(), drainer, addons, svc.publish,
                         _now, settings.owner, settings.lease_ms, sign=signing.sign,
                         snapshots=snapshots, answer_deadline_s=settings.answer_deadline_s,
-                        component_timeout_s=settings.component_timeout_s)
+                        component_timeout_s=settings.component_timeout_s, certs=certs,
+                        release=ReleaseSource(settings.agent_release, settings.agent_confirm_timeout_s)
+                        if settings.agent_release else None)
     # etcd disaster recovery (restores.py): the same store access, signing and lease as upgrades
     restore_store = RestoreStore(redis)
     pieces = PieceServer(restore_store, lambda: svc.nc.jetstream(), snapshots.key)
@@ -133,7 +139,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     # ~40 batches in a row, each waiting out the window once after its last answer.
     pause_flags = PauseFlags(redis, "upgrade")
     runner = Runner(upgrades, debounce_s=0.05, paused=pause_flags.is_paused)
-    upgrades.kick = runner.kick
+    upgrades.kick = certs.kick = runner.kick
     serve_pause(svc, pause_flags, [runner.kick], _now)
 
     async def on_request(body: bytes) -> None:
@@ -142,6 +148,12 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
             await svc.publish(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
 
     svc.work_subscriber(UPGRADE_CLUSTER, "BKE_COMMANDS", "upgrader-requests", on_request, batch_size=16)
+    # the certs service's answers to an upgrade's renewal (other renewals are ignored)
+    svc.work_subscriber(CERTS_RENEWED, "BKE_EVENTS", "upgrader-certs-renewed",
+                        typed(CertsRenewed, certs.on_renewed, svc.publish, svc.notify))
+    svc.work_subscriber(CERTS_FAILED, "BKE_EVENTS", "upgrader-certs-failed",
+                        typed(CertsFailed, certs.on_failed, svc.publish, svc.notify))
+
     async def on_restore_request(body: bytes) -> None:
         for out in await restores.on_request_bytes(body):
             await svc.publish(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})

@@ -22,7 +22,15 @@ from typing import Any, Protocol
 
 from bke.bus.handler import Out
 from bke.bus.delivery import delivery_subject
-from bke.contracts.agent import AGENT_VERSION, AgentCommand, CommandResult, agent_subject, subject_node
+from bke.contracts.agent import (
+    AGENT_VERSION,
+    AgentCommand,
+    CommandResult,
+    NewFile,
+    UpdateAgent,
+    agent_subject,
+    subject_node,
+)
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import (
@@ -64,6 +72,8 @@ from bke.upgrade.run import (
 )
 from bke.upgrade.target_plan import target_plan
 
+from .agent_release import ReleaseError, ReleaseSource
+from .certs import UpgradeCerts
 from .drain import Drainer
 from .facts import LiveFacts
 from .renders import Renders
@@ -108,8 +118,11 @@ class Upgrades:
                  renders: Renders, checksums: Checksums, drainer: Drainer, addons: Addons, publish: Publish,
                  now: Callable[[], datetime], owner: str, lease_ms: int, *, sign: Sign,
                  snapshots: SnapshotSetup, answer_deadline_s: float = 1800.0,
-                 component_timeout_s: float = 180.0):
+                 component_timeout_s: float = 180.0, certs: UpgradeCerts | None = None,
+                 release: ReleaseSource | None = None):
         self.snapshots = snapshots
+        self.certs = certs or UpgradeCerts(store, publish)
+        self.release = release  # the agent release the agents step installs (None: version check only)
         self.component_timeout_s = component_timeout_s
         self.store, self.plans, self.plan_store, self.facts = store, plans, plan_store, facts
         self.renders, self.checksums, self.drainer, self.addons = renders, checksums, drainer, addons
@@ -157,10 +170,16 @@ class Upgrades:
         if req.dry_run:
             return [Out(answer, UPGRADE_ACCEPTED, f"upgrade-accepted:{req.request_id}")]
         assert decided.target is not None and decided.new_plan is not None
+        agent_version = AGENT_VERSION
+        if self.release is not None:
+            try:
+                agent_version = (await self.release.get()).version
+            except ReleaseError as exc:
+                return rejected(f"the agent release: {exc}")
         run = new_run(req.request_id, req.cluster, answer.current.model_dump(), answer.target.model_dump(),
                       list(decided.order), [n.hostname for n in plan.nodes], self._ts(),
                       request=req.model_dump(mode="json", by_alias=True), left_out=list(answer.left_out),
-                      agent_version=AGENT_VERSION)
+                      agent_version=agent_version)
         run.request["planDigest"] = await self._plan_digest(req.cluster)
 
         def refuse(cur: UpgradeRun | None) -> str:
@@ -285,6 +304,12 @@ class Upgrades:
                         log.info("stored data converted: %s", ", ".join(r.kind for r in report.converted),
                                  extra={"cluster": run.cluster, "request_id": run.request_id})
                     mark_local(step, True)
+            elif step.name == "certificates":
+                try:
+                    await self.certs.renew(run, step, old)
+                except TemporaryError:  # asked, waiting for the answer: followers see the steps done so far
+                    await self._changed(run)
+                    raise
             elif step.name == "addons":
                 renders = await self.renders.get(run.request_id, old, new)
                 why = await self.addons.apply(old, new, renders.new_addons)
@@ -304,21 +329,32 @@ class Upgrades:
             mark_uncordoned(step)
             return
         if d.action == "send":
-            await self._send(run, step.name, step.group, hosts, old, new)
+            certs = await self.certs.files_for(run, step.name, step.group, hosts, new)
+            if isinstance(certs, str):  # nothing sent: the step fails with the reason
+                mark_local(step, False, certs)
+                return
+            await self._send(run, step.name, step.group, hosts, old, new, certs)
             mark_sent(step, self.now().timestamp())
 
-    async def _send(self, run: UpgradeRun, step: str, group: str, hosts: list[str], old: Plan, new: Plan) -> None:
+    async def _send(self, run: UpgradeRun, step: str, group: str, hosts: list[str], old: Plan, new: Plan,
+                    certs: dict[str, list[NewFile]]) -> None:
         renders = await self.renders.get(run.request_id, old, new) if step in RENDERED_STEPS else None
         sums = await self.checksums.for_plan(new) if step in ("masters-runtime", "workers") else {}
         now = self.now()
         expires = datetime.fromtimestamp(now.timestamp() + COMMAND_TTL_S, tz=now.tzinfo).isoformat()
         recipient = await self.snapshots.recipient() if step == "etcd-snapshots" else ""
+        update = None
+        if step == "agents" and self.release is not None:
+            rel = await self.release.get()
+            update = UpdateAgent(id="agents:update", version=rel.version, wheels=list(rel.wheels),
+                                 confirm_timeout_s=self.release.confirm_timeout_s)
         for host in hosts:
             if step == "etcd-snapshots":  # taken from the running members: the plan the cluster runs now
                 steps: list[Any] = [snapshot_step(old, group, host, recipient, now, run.request_id)]
             else:
                 steps = node_upgrade_steps(step, group, old, new, host, renders.old.get(host, {}) if renders else {},
-                                           renders.new.get(host, {}) if renders else {}, sums, self.component_timeout_s)
+                                           renders.new.get(host, {}) if renders else {}, sums, self.component_timeout_s,
+                                           certs.get(host, ()), update)
             cid = upgrade_command_id(run.cluster, run.request_id, step, group, host)
             cmd = await self.sign(AgentCommand(command_id=cid, cluster=run.cluster, node=host, phase=f"upgrade:{step}",
                                                issued_at=now.isoformat(), expires_at=expires, steps=steps, issuer="upgrader"))

@@ -7,7 +7,7 @@ versions: an extraArg the new minor no longer has refuses the upgrade before any
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
 
@@ -82,6 +82,9 @@ def decide_request(req: UpgradeCluster, plan: Plan, facts: Facts) -> Decided:
                                 tuple(req.etcd_clusters) if req.etcd_clusters is not None else None)
     except UpgradeRequestError as exc:
         return reject(str(exc))
+    # kubeadm's --certificate-renewal: on unless the request turns it off (the checks say which
+    # certificates expire before the upgrade could end and are not renewed by it)
+    facts = replace(facts, renew_certificates=req.renew_certificates)
     report = upgrade_findings(plan, target, facts, req.ignore_checks)
     findings = [UpgradeFinding(name=f.name, kind=f.kind, message=f.message,  # type: ignore[arg-type]
                                ignored=f.name in report.ignored) for f in report.findings]
@@ -92,7 +95,8 @@ def decide_request(req: UpgradeCluster, plan: Plan, facts: Facts) -> Decided:
     except TargetPlanError as exc:
         return reject(f"the spec does not hold at the target versions: {exc}")
     try:
-        order = expand_order(plan, change_of(plan, target), req.max_unavailable, report.left_out)
+        change = replace(change_of(plan, target), certificates=req.renew_certificates)
+        order = expand_order(plan, change, req.max_unavailable, report.left_out)
     except ValueError as exc:
         return reject(str(exc))
     accepted = UpgradeAccepted(

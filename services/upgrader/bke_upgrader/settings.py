@@ -32,3 +32,9 @@ class UpgraderSettings(ServiceSettings):
     status_timeout_s: float = 10.0
     # How long a replaced static pod has to answer healthy before its node is rolled back.
     component_timeout_s: float = 180.0
+    # The agent release the `agents` step installs on every node (a bundle's httpRepo URL or
+    # directory: bke_upgrader.agent_release); "": none, the step checks each agent's version.
+    # Every agent must then run under bke-agent-launch, which rolls a new agent back that has
+    # not come up within agent_confirm_timeout_s.
+    agent_release: str = ""
+    agent_confirm_timeout_s: float = 120.0

@@ -1,0 +1,137 @@
+"""The upgrade's certificate renewal, the adapters: ask the certs service, record its answer,
+and hand each node step its renewed files (which certificates, and where they go: the pure
+bke.upgrade.certificates).
+
+    certificates step  -> `RenewCerts` (origin upgrade: every instance the upgrade renews) on
+                          the certs service's existing renewal path; the step waits
+                          (TemporaryError) until its answer is recorded
+    certs renewed      -> recorded (`bke:<c>:upgrade:certs`) if it answers this run's renewal
+    certs failed       -> recorded as the failure (a renewal refused, or a node whose bundle
+                          could not be re-sealed: its files would be the old ones); a failure
+                          is never overwritten by the `certs renewed` that follows it
+    a node step        -> that node's renewed files of the step, from the bundle the certs
+                          service re-sealed to the node's agent (`bke:<c>:files:certs`, the
+                          hand-off it keeps for whoever delivers files): keys stay sealed, only
+                          the agent opens them
+
+Why the certs service's path and not a key made here: only the certs service holds CA keys
+(encrypted at rest) and agents' sealing keys; the upgrader never sees a private key in clear.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from bke.contracts.agent import NewFile
+from bke.contracts.certs import RENEW_CERTS, CertsFailed, CertsRenewed, RenewCerts
+from bke.errors import TemporaryError
+from bke.plan import Plan
+from bke.state.keys import upgrade_certs_key
+from bke.state.nodefiles import RedisNodeFiles
+from bke.upgrade.certificates import cert_files, cert_rows, renewed_by_node, renewed_instances
+from bke.upgrade.order import ExpandedStep
+from bke.upgrade.run import StepRun, UpgradeRun, mark_local
+
+from .store import UpgradeStore
+
+__all__ = ["UpgradeCerts", "renewal_id"]
+
+log = logging.getLogger("bke.upgrader.certs")
+Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
+STEP = "certificates"
+WAIT_S = 5.0  # ask again this often while the certs service has not answered (a kick comes first)
+
+
+def renewal_id(upgrade_request_id: str) -> str:
+    """The renewal's request id: fixed per upgrade, so asking again is answered, not renewed again."""
+    rid = f"upgrade-{upgrade_request_id}"
+    return rid if len(rid) <= 128 else "upgrade-" + hashlib.sha256(upgrade_request_id.encode()).hexdigest()[:40]
+
+
+def _expanded(run: UpgradeRun) -> list[ExpandedStep]:
+    return [ExpandedStep(s.name, s.group, tuple(tuple(b) for b in s.batches)) for s in run.steps]
+
+
+class UpgradeCerts:
+    def __init__(self, store: UpgradeStore, publish: Publish, kick: Callable[[str], None] = lambda c: None):
+        self.store, self.publish, self.kick = store, publish, kick
+        self.files = RedisNodeFiles(store.r)
+
+    async def _answer(self, cluster: str) -> dict[str, Any] | None:
+        raw = await self.store.r.get(upgrade_certs_key(cluster))
+        return None if raw is None else json.loads(raw)
+
+    async def _answer_of(self, run: UpgradeRun) -> dict[str, Any] | None:
+        doc = await self._answer(run.cluster)
+        return doc if doc is not None and doc.get("requestId") == renewal_id(run.request_id) else None
+
+    # the local step ---------------------------------------------------------
+    async def renew(self, run: UpgradeRun, step: StepRun, plan: Plan) -> None:
+        """Carry the certificates step one pass further: done (succeeded or failed with the
+        certs service's reason), or asked and waiting (TemporaryError)."""
+        answer = await self._answer_of(run)
+        if answer is not None:
+            ok = answer["status"] == "Renewed"
+            mark_local(step, ok, "" if ok else f"certificate renewal failed: {answer.get('reason', '')}"[:2000])
+            return
+        names = renewed_instances(plan, _expanded(run))
+        if not names:
+            mark_local(step, True)  # no step of this upgrade carries a certificate
+            return
+        rid = renewal_id(run.request_id)
+        ask = RenewCerts(request_id=rid, cluster=run.cluster, names=names, origin="upgrade")
+        # the same id every pass: JetStream drops a repeat within its window, and the certs
+        # service answers a known request id from its record instead of renewing again
+        await self.publish(ask.to_bytes(), RENEW_CERTS, {"Nats-Msg-Id": f"renew:{run.cluster}:{rid}"})
+        log.info("renewal of %d certificate(s) asked", len(names), extra={"cluster": run.cluster,
+                                                                          "request_id": run.request_id})
+        raise TemporaryError(f"waiting for the certs service to renew {len(names)} certificate(s)", delay=WAIT_S)
+
+    # the answers --------------------------------------------------------------
+    async def _record(self, cluster: str, doc: dict[str, Any]) -> None:
+        run = await self.store.load(cluster)
+        if run is None or run.status != "Running" or renewal_id(run.request_id) != doc["requestId"]:
+            return  # another upgrade's, or one that ended
+        current = await self._answer(cluster)
+        if current is not None and current.get("requestId") == doc["requestId"] and current["status"] == "Failed":
+            # the first failure of this renewal is its reason: a node that was not re-sealed is
+            # reported before the `certs renewed` that follows, which must not hide it
+            return
+        await self.store.r.set(upgrade_certs_key(cluster), json.dumps(doc))
+        self.kick(cluster)
+
+    async def on_renewed(self, ev: CertsRenewed) -> None:
+        if ev.origin != "upgrade":
+            return
+        await self._record(ev.cluster, {"requestId": ev.request_id, "status": "Renewed",
+                                        "certificates": {c.instance: c.nodes for c in ev.certificates}})
+
+    async def on_failed(self, ev: CertsFailed) -> None:
+        if ev.operation != "renewal" or not ev.request_id.startswith("upgrade-"):
+            return
+        node = f"node {ev.node}: " if ev.node and ev.node not in ev.reason else ""
+        await self._record(ev.cluster, {"requestId": ev.request_id, "status": "Failed", "reason": node + ev.reason})
+
+    # the node steps -------------------------------------------------------------
+    async def files_for(self, run: UpgradeRun, step: str, group: str, hosts: list[str],
+                        plan: Plan) -> dict[str, list[NewFile]] | str:
+        """host -> the renewed files step `step` carries to it ({} when it carries none), or why
+        they cannot be sent (the step then fails before anything is sent)."""
+        if not cert_rows(step, group) or not any(s.name == STEP for s in run.steps):
+            return {}
+        answer = await self._answer_of(run)
+        if answer is None or answer["status"] != "Renewed":
+            return "the certificates step has no renewal to deliver"
+        by_node = renewed_by_node(answer["certificates"])
+        wanted = [h for h in hosts if by_node.get(h)]
+        sets = await self.files.get_many(run.cluster, "certs", wanted)
+        out: dict[str, list[NewFile]] = {}
+        try:
+            for h in wanted:
+                out[h] = cert_files(plan, step, group, h, by_node[h], sets.get(h))
+        except ValueError as exc:
+            return str(exc)
+        return out
