@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from bke.etcdsnap.restore_run import RestoreRun
 from bke.upgrade.run import UpgradeRun
+from bke_upgrader.restore_store import RestoreStore
 from bke_upgrader.store import UpgradeStore
 import redis
 import redis.asyncio as aioredis
@@ -116,7 +118,15 @@ READERS = {
     "install": [lambda r: DispatcherState(r).install(C), lambda r: StatusReader(r, PlanCache(r)).read(GetStatus(cluster=C))],
     "rotation": [lambda r: RotationStore(r).load(C)],
     "upgrade": [lambda r: UpgradeStore(r).load(C)],
+    "etcd-restore": [lambda r: RestoreStore(r).load(C)],
 }
+
+
+async def _restore_record(r: aioredis.Redis) -> None:
+    """The fixture predates restores: a restore record as the upgrader writes it."""
+    run = RestoreRun(restore_id="x1", cluster=C, etcd_cluster="etcd-data", snapshot_id="s1", sha256="0" * 64, size=1,
+                     started_at="t0", stages=[])
+    await r.set(f"bke:{C}:etcd-restore", run.to_json())
 
 
 async def _upgrade_record(r: aioredis.Redis) -> None:
@@ -143,6 +153,8 @@ async def test_a_newer_record_is_refused_by_the_conversion_and_by_its_readers(re
     await load_fixture(redis_client)
     if kind.name == "upgrade":
         await _upgrade_record(redis_client)
+    if kind.name == "etcd-restore":
+        await _restore_record(redis_client)
     newer = await bump(redis_client, kind)
     before = await dump(redis_client)
     with pytest.raises(StoredVersionTooNew, match=f"version {newer}, newer than this BKE"):
