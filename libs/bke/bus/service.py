@@ -229,7 +229,7 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
                         disconnected_cb=disconnected, reconnected_cb=reconnected, closed_cb=closed)
     app = FastStream(broker, logger=logging.getLogger(f"bke.{name}.faststream"))
     svc = Service(name=name, settings=settings, broker=broker, app=app, readiness=readiness)
-    svc.watch_redis(_probe_client(settings.redis_url))
+    svc.watch_redis(_probe_client(settings))
 
     @app.on_startup
     async def _streams() -> None:
@@ -256,19 +256,25 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
     return svc
 
 
-def _probe_client(url: str) -> Any:
+def _probe_client(settings: ServiceSettings) -> Any:
     """A Redis client of the readiness probe's own, with short timeouts: a probe that hangs for
-    the length of an outage would report nothing."""
+    the length of an outage would report nothing. Through Sentinel it asks for the primary
+    (a Redis failover is an outage until the new primary answers)."""
     from redis.asyncio import Redis
 
-    return Redis.from_url(url, socket_timeout=REDIS_PROBE_S, socket_connect_timeout=REDIS_PROBE_S)
+    from ..state.client import redis_client
+
+    probe = {"socket_timeout": REDIS_PROBE_S, "socket_connect_timeout": REDIS_PROBE_S}
+    if settings.store.sentinels:
+        return redis_client(settings.store, **probe)
+    return Redis.from_url(settings.redis_url, **probe)
 
 
 async def _ensure_streams_at(settings: ServiceSettings) -> None:
     # A short-lived connection of its own: the broker subscribes only once streams exist.
     nc = await connect_nats(settings.bus)
     try:
-        await ensure_streams(nc.jetstream())
+        await ensure_streams(nc.jetstream(), replicas=settings.stream_replicas)
     finally:
         await nc.close()
 
