@@ -264,7 +264,7 @@ def _probe_client(settings: ServiceSettings) -> Any:
 
     from ..state.client import redis_client
 
-    probe = {"socket_timeout": REDIS_PROBE_S, "socket_connect_timeout": REDIS_PROBE_S}
+    probe: dict[str, Any] = {"socket_timeout": REDIS_PROBE_S, "socket_connect_timeout": REDIS_PROBE_S}
     if settings.store.sentinels:
         return redis_client(settings.store, **probe)
     return Redis.from_url(settings.redis_url, **probe)
