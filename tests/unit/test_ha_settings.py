@@ -137,3 +137,13 @@ def test_replication_and_sentinel_users_hold_hashes_and_little_else():
     replica, sentinel = text.splitlines()
     assert replica.startswith("user bke-replica on #") and "+psync" in replica and "~" not in replica
     assert "&__sentinel__:hello" in sentinel and "+@all" not in sentinel and "~" not in sentinel
+
+
+def test_agents_take_the_list_too():
+    from bke.ssh.files import render_env
+    from bke_agent.settings import AgentSettings
+
+    urls = "nats://n1:4222,nats://n2:4222,nats://n3:4222"
+    agent = AgentSettings(cluster="c", node="w1", nats_url=urls)
+    assert connect_options(agent.bus)["servers"] == urls.split(",")
+    assert f"BKE_NATS_URL={urls}" in render_env("c", "w1", urls)  # `bke agent bootstrap` writes it as is
