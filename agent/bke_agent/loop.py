@@ -59,6 +59,7 @@ from bke.contracts.agent import (
     agent_subject,
     node_token,
 )
+from bke.errors import is_unavailable
 from bke.secrets.fingerprint import held_ca_fingerprint
 
 from .backends.base import Backend
@@ -73,6 +74,7 @@ __all__ = ["AGENT_STREAM", "AgentConflict", "AgentLoop", "consumer_config", "con
 log = logging.getLogger("bke.agent")
 OPEN_DELIVER_PREFIX = "_INBOX.bke-agent"  # a server without authentication
 AGENT_STREAM = "BKE_AGENT"
+RESULT_RETRY_S = 10.0  # longer than a stream's leader election after a NATS node is lost
 VERSION = AGENT_VERSION  # what this agent reports (registration, every result)
 
 
@@ -229,10 +231,30 @@ class AgentLoop:
                 await self._refuse(msg, cmd.command_id, why)
                 return
             result = await self._execute(msg, cmd)
-        await self.js.publish(agent_subject(self.cluster, self.node, "result"), result.to_bytes())
+        await self._publish_result(result)
         await msg.ack()
         log.info("command %s%s", result.status, " (replayed)" if result.replayed else "",
                  extra={**ids, "status": result.status, "replayed": result.replayed})
+
+    async def _publish_result(self, result: CommandResult) -> None:
+        """Send the result, trying again for about RESULT_RETRY_S while NATS is away. Why: when a
+        NATS node of a cluster is lost, the agents' stream elects a new leader and a publish gets
+        no answer for a few seconds; handing the command back at once would wait for its ack wait
+        (30 s) before the journal answers it. The result is in the journal already, and the
+        dispatcher takes a result twice as once, so sending it again is safe."""
+        delay, waited = 0.25, 0.0
+        while True:
+            try:
+                await self.js.publish(agent_subject(self.cluster, self.node, "result"), result.to_bytes())
+                return
+            except Exception as exc:
+                if not is_unavailable(exc) or waited >= RESULT_RETRY_S:
+                    raise
+                log.warning("result not stored (NATS: %s); sending it again", type(exc).__name__,
+                            extra={**self._ids, "command_id": result.command_id})
+            await asyncio.sleep(delay)  # backoff between attempts while the stream elects a leader
+            waited += delay
+            delay = min(2 * delay, 2.0)
 
     async def _execute(self, msg: Msg, cmd: AgentCommand) -> CommandResult:
         self.running_command = cmd.command_id

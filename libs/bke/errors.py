@@ -83,7 +83,9 @@ _OUTAGE_CLASSES: dict[str, frozenset[str]] = {
     # (nats/errors.py)
     "nats.errors": frozenset({"ConnectionClosedError", "ConnectionDrainingError", "ConnectionReconnectingError",
                               "NoServersError", "StaleConnectionError", "OutboundBufferLimitError", "TimeoutError"}),
-    "nats.js.errors": frozenset({"ServiceUnavailableError"}),  # JetStream's 503
+    # JetStream's 503; and a publish no stream answered, which is what a stream electing a new
+    # leader gives for a few seconds after a node of a NATS cluster is lost
+    "nats.js.errors": frozenset({"ServiceUnavailableError", "NoStreamResponseError"}),
 }
 
 

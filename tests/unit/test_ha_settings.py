@@ -147,3 +147,38 @@ def test_agents_take_the_list_too():
     agent = AgentSettings(cluster="c", node="w1", nats_url=urls)
     assert connect_options(agent.bus)["servers"] == urls.split(",")
     assert f"BKE_NATS_URL={urls}" in render_env("c", "w1", urls)  # `bke agent bootstrap` writes it as is
+
+
+def test_a_publish_no_stream_answered_is_an_outage():
+    from nats.js.errors import NoStreamResponseError
+
+    assert is_unavailable(NoStreamResponseError())  # a stream electing a leader after a node is lost
+
+
+async def test_an_agent_sends_its_result_again_while_the_stream_elects_a_leader():
+    from types import SimpleNamespace
+
+    from nats.js.errors import NoStreamResponseError
+
+    from bke.contracts.agent import CommandResult, StepResult
+    from bke_agent.loop import AgentLoop
+
+    class Js:
+        def __init__(self, failures: list[Exception]):
+            self.failures, self.sent = failures, 0
+
+        async def publish(self, subject: str, data: bytes) -> None:
+            self.sent += 1
+            if self.failures:
+                raise self.failures.pop(0)
+
+    result = CommandResult(command_id="c1", cluster="c", node="n", agent_id="a", status="Succeeded",
+                           steps=[StepResult(id="s", status="Succeeded")], started_at="t0", finished_at="t1")
+    js = Js([NoStreamResponseError(), NoStreamResponseError()])
+    me = SimpleNamespace(js=js, cluster="c", node="n", _ids={})
+    await AgentLoop._publish_result(me, result)  # type: ignore[arg-type]
+    assert js.sent == 3  # two refusals during the election, then stored
+    js = Js([ValueError("a bug, not an outage")])
+    with pytest.raises(ValueError):
+        await AgentLoop._publish_result(SimpleNamespace(js=js, cluster="c", node="n", _ids={}), result)  # type: ignore[arg-type]
+    assert js.sent == 1  # handed back at once (redelivered), never retried here
