@@ -175,10 +175,37 @@ async def test_an_agent_sends_its_result_again_while_the_stream_elects_a_leader(
     result = CommandResult(command_id="c1", cluster="c", node="n", agent_id="a", status="Succeeded",
                            steps=[StepResult(id="s", status="Succeeded")], started_at="t0", finished_at="t1")
     js = Js([NoStreamResponseError(), NoStreamResponseError()])
-    me = SimpleNamespace(js=js, cluster="c", node="n", _ids={})
+    me = SimpleNamespace(js=js, cluster="c", node="n", _ids={}, settings=SimpleNamespace(result_retry_s=10.0))
     await AgentLoop._publish_result(me, result)  # type: ignore[arg-type]
     assert js.sent == 3  # two refusals during the election, then stored
-    js = Js([ValueError("a bug, not an outage")])
+    me.js = js = Js([ValueError("a bug, not an outage")])
     with pytest.raises(ValueError):
-        await AgentLoop._publish_result(SimpleNamespace(js=js, cluster="c", node="n", _ids={}), result)  # type: ignore[arg-type]
+        await AgentLoop._publish_result(me, result)  # type: ignore[arg-type]
     assert js.sent == 1  # handed back at once (redelivered), never retried here
+
+
+async def test_an_agent_waits_for_its_ack_to_be_confirmed():
+    from types import SimpleNamespace
+
+    from nats.errors import NoRespondersError
+    from nats.errors import TimeoutError as NatsTimeout
+
+    from bke_agent.loop import AgentLoop
+
+    class Msg:
+        def __init__(self, failures: list[Exception]):
+            self.failures, self.tries = failures, 0
+
+        async def ack_sync(self, timeout: float = 1.0) -> None:
+            self.tries += 1
+            if self.failures:
+                raise self.failures.pop(0)
+
+    me = SimpleNamespace(_ids={}, settings=SimpleNamespace(result_retry_s=10.0))
+    msg = Msg([NatsTimeout(), NoRespondersError()])  # lost while the consumer elects a leader
+    await AgentLoop._ack(me, msg)  # type: ignore[arg-type]
+    assert msg.tries == 3
+    me.settings.result_retry_s = 0.0
+    msg = Msg([NatsTimeout()] * 5)
+    await AgentLoop._ack(me, msg)  # type: ignore[arg-type]  # never confirmed: left to the journal
+    assert msg.tries == 1
