@@ -128,6 +128,22 @@ def upgrade(
     raise typer.Exit(code)
 
 
+@lab.command("apply")
+def apply(
+    spec: Path = typer.Argument(..., help="the changed spec of a lab cluster"),
+    workdir: Path = typer.Option(..., "--workdir", help="the lab's work directory"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print what would change, change nothing"),
+) -> None:
+    """What a changed spec does to a lab cluster (the planner's diff against the stored plan)."""
+    from .status_cmd import show_changes
+
+    plan = _plan_or_exit(read_spec_text(spec), spec)
+    sup = LabSupervisor(workdir)
+    info = sup.ensure_runtime()
+    sup.ensure_services(info)
+    raise typer.Exit(show_changes(sup.operator_access(info), read_spec_text(spec), plan.cluster, dry_run))
+
+
 @lab.command("down")
 def down(workdir: Path = typer.Option(..., "--workdir")) -> None:
     """Stop everything the lab started, by PID. State stays on disk."""

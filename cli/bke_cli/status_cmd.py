@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
-from bke.contracts.status import ClusterStatus, NodeSelection
+from bke.contracts.status import ClusterStatus, NodeSelection, StatusError
 
 from .connect import resolve_nats
 from .follow import status_table, submit_and_follow
@@ -187,15 +187,51 @@ def apply(
     workdir: Optional[Path] = WORKDIR,
     nats_url: Optional[str] = NATS,
     timeout: float = typer.Option(3600.0, help="seconds to follow the install"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="on an installed cluster: print what would change, change nothing"),
 ) -> None:
-    """Publish a request for a new cluster to a running deployment and follow it."""
+    """Install a new cluster on a running deployment and follow it; on an installed cluster,
+    show what the spec changes (`--dry-run` stops there)."""
     plan = plan_or_exit(spec)
     nurl = resolve_nats(workdir, nats_url)
+    if dry_run:  # the planner alone answers: it holds the stored plans
+        raise typer.Exit(show_changes(nurl, read_spec_text(spec), plan.cluster, dry_run))
     doc = _status_or_exit(nurl, plan.cluster, "none")
     if doc is not None and doc.status == "Succeeded":
-        die(f"cluster {plan.cluster!r} already exists: changing a running cluster is not supported yet", EXIT_INVALID)
+        raise typer.Exit(show_changes(nurl, read_spec_text(spec), plan.cluster, dry_run))
     code = asyncio.run(submit_and_follow(nurl, read_spec_text(spec), plan.cluster, timeout, Console()))
     raise typer.Exit(code)
+
+
+def show_changes(nurl: BusAccess | str, spec: bytes, cluster: str, dry_run: bool) -> int:
+    """The planner's diff, printed. Without --dry-run nothing more happens yet: carrying the
+    changes out (scale out and in, rolls, reset) is issue 14's remaining work, and saying so
+    beats a silent no-op."""
+    from .changes_cmd import DiffUnavailable, print_changes, run_diff
+
+    try:
+        reply = run_diff(nurl, spec)
+    except DiffUnavailable as exc:
+        die(str(exc), EXIT_FAILURE)
+    except (OSError, NoServersError) as exc:
+        die(f"cannot reach NATS at {where(nurl)}: {exc}", EXIT_FAILURE)
+    if isinstance(reply, StatusError):
+        if reply.reason == "NotFound" and dry_run:
+            Console().print(f"cluster {cluster} is not installed: `bke apply` without --dry-run installs it", highlight=False)
+            return 0
+        error_lines([f"{reply.message}"] + [f"{e.path}: {e.message}" for e in reply.errors])
+        return EXIT_INVALID if reply.reason in ("Invalid", "NotFound") else EXIT_FAILURE
+    print_changes(reply, Console())
+    if reply.refusals:
+        return EXIT_INVALID
+    if dry_run or not (reply.actions or reply.versions):
+        return 0
+    if reply.versions and not reply.actions:
+        versions = " ".join(f"--{'to' if k == 'kubernetes' else k + '-version'} {b}" for k, (_, b) in reply.versions.items())
+        error_lines([f"only versions change: run `bke upgrade apply {cluster} {versions}`"])
+        return EXIT_INVALID
+    error_lines([f"cluster {cluster!r} is installed: carrying out these changes is not built yet (scale out/in, "
+                 "rolls and resets: see the README, 'Not done yet'); nothing was changed"])
+    return EXIT_INVALID
 
 
 def register(app: typer.Typer) -> None:

@@ -9,14 +9,16 @@ import asyncio
 import logging
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from .errors import TemporaryError, is_unavailable
 from .tasks import cancel_and_wait
 
-__all__ = ["DONE", "Outcome", "Reconciler", "Runner"]
+__all__ = ["DONE", "Outcome", "PAUSED_RECHECK_S", "Reconciler", "Runner"]
 
 log = logging.getLogger("bke.reconcile")
+# A paused cluster's loop looks again this often; a resume kicks it at once (bke.contracts.pause).
+PAUSED_RECHECK_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -39,8 +41,12 @@ class Reconciler(Protocol):
 
 
 class Runner:
-    def __init__(self, engine: Reconciler, state: Any = None, debounce_s: float = 0.2):
+    def __init__(self, engine: Reconciler, state: Any = None, debounce_s: float = 0.2,
+                 paused: Callable[[str], Awaitable[bool]] | None = None):
         self.engine, self.state = engine, state
+        # Asked before every pass: a paused cluster takes no new step (whatever was sent runs to
+        # its end and its answers are kept; they are folded in once resumed).
+        self.paused = paused
         # After a wake-up, let more results land before reconciling again: at 5,000 nodes a
         # reconcile per result would cost more than the results themselves.
         self.debounce_s = debounce_s
@@ -72,9 +78,19 @@ class Runner:
 
     async def _loop(self, cluster: str, generation: int) -> None:
         event = self._events[cluster]
+        held = False
         while generation == self._generation:  # a swallowed cancellation (bke.tasks) still ends it
             event.clear()
             try:
+                if self.paused is not None and await self.paused(cluster):
+                    if not held:
+                        log.info("paused: no new step until resumed", extra={"cluster": cluster})
+                    held, delay = True, PAUSED_RECHECK_S
+                    await self._wait(event, delay)
+                    continue
+                if held:
+                    log.info("resumed", extra={"cluster": cluster})
+                    held = False
                 outcome = await self.engine.reconcile(cluster)
                 if outcome.status in ("done", "failed"):
                     return
@@ -91,11 +107,14 @@ class Runner:
                 else:
                     log.exception("reconcile failed; retrying", extra={"cluster": cluster})
                 delay = 2.0
-            try:
-                await asyncio.wait_for(event.wait(), timeout=delay)
-                await asyncio.sleep(self.debounce_s)  # coalescing window, not synchronisation
-            except TimeoutError:
-                pass
+            await self._wait(event, delay)
+
+    async def _wait(self, event: asyncio.Event, delay: float) -> None:
+        try:
+            await asyncio.wait_for(event.wait(), timeout=delay)
+            await asyncio.sleep(self.debounce_s)  # coalescing window, not synchronisation
+        except TimeoutError:
+            pass
 
     async def stop(self) -> None:
         self._generation += 1

@@ -51,6 +51,11 @@ class ServiceSettings(BaseSettings):
     stream_replicas: int | None = Field(None, ge=1, le=5,
                                         validation_alias=AliasChoices("BKE_STREAM_REPLICAS", "stream_replicas"))
     log_level: str = Field("INFO", validation_alias=AliasChoices("BKE_LOG_LEVEL", "log_level"))
+    # The service's HTTP side (bke.http: /healthz, /readyz, /metrics, its dashboard). Unset port:
+    # the service's default (bke.http.ports) when it runs as its own process, no HTTP when built
+    # in-process (tests); 0: any free port. Loopback by default: a container sets 0.0.0.0.
+    http_host: str = Field("127.0.0.1", validation_alias=AliasChoices("BKE_HTTP_HOST", "http_host"))
+    http_port: int | None = Field(None, ge=0, le=65535, validation_alias=AliasChoices("BKE_HTTP_PORT", "http_port"))
     # How often one message may fail unexpectedly before it is dead-lettered.
     max_deliver: int = 5
     # How long the server waits for an ack before it gives the message to another replica (or

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bke.contracts import CHANNELS, Channel
-from bke.contracts import agent, certs, cluster, deadletter, install, render, rotation, subjects, upgrade
+from bke.contracts import agent, certs, cluster, deadletter, install, pause, render, rotation, subjects, upgrade
 
 ROOT = Path(__file__).resolve().parents[2]
 # A service's code includes the shared service shape (dead-lettering lives there).
@@ -22,8 +22,9 @@ SOURCES = {
     "planner": ["services/planner", "libs/bke/bus"],
     "certs": ["services/certs", "libs/bke/bus"],
     "renderer": ["services/renderer", "libs/bke/bus"],
-    "dispatcher": ["services/dispatcher", "libs/bke/bus"],
-    "upgrader": ["services/upgrader", "libs/bke/bus"],
+    # and the pause handler both operation-running services mount (bke.pausing)
+    "dispatcher": ["services/dispatcher", "libs/bke/bus", "libs/bke/pausing.py"],
+    "upgrader": ["services/upgrader", "libs/bke/bus", "libs/bke/pausing.py"],
     "cli": ["cli"],
     "agent": ["agent"],
 }
@@ -31,13 +32,14 @@ SOURCES = {
 
 @lru_cache(maxsize=None)
 def _source(component: str) -> str:
-    return "\n".join(p.read_text() for d in SOURCES[component] for p in sorted((ROOT / d).rglob("*.py")))
+    paths = [p for d in SOURCES[component] for p in ([ROOT / d] if d.endswith(".py") else sorted((ROOT / d).rglob("*.py")))]
+    return "\n".join(p.read_text() for p in paths)
 
 
 def _constants(subject: str) -> list[str]:
     """Names of the module-level constants whose value is this subject."""
     names = []
-    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation, upgrade):
+    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation, upgrade, pause):
         names += [k for k, v in vars(mod).items() if k.isupper() and v == subject]
     return sorted(set(names))
 
@@ -58,7 +60,7 @@ def _subject_patterns(subject: str) -> list[str]:
 def _helpers(subject: str) -> list[str]:
     """Contract helpers that build this subject from its placeholders, e.g. rotation_subject."""
     names = []
-    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation, upgrade):
+    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation, upgrade, pause):
         for name, fn in vars(mod).items():
             if name.endswith("_subject") and callable(fn):
                 try:

@@ -32,7 +32,7 @@ NEEDS = {
                    k.lease_key(C, "etcd"), k.agents_key(C), k.heartbeat_key(C), k.addons_key(C),
                    k.addon_manifests_key(C), k.health_key(C), k.health_meta_key(C), k.health_pods_key(C),
                    k.rotation_key(C), k.rotation_results_key(C), k.node_files_key(C, "render"),
-                   k.node_files_key(C, "certs"), k.node_files_digest_key(C, "certs")],
+                   k.node_files_key(C, "certs"), k.node_files_digest_key(C, "certs"), k.paused_key(C, "dispatcher")],
 }
 SECRETS = {PKI_KEYS: "certs", VRRP: "renderer"}
 

@@ -46,10 +46,13 @@ def _key_names() -> list[str]:
         params = [p for p in inspect.signature(fn).parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
         if fn_name in ("cluster_key", "all_keys_pattern"):
             continue
-        args = {"cluster": "c1", "source": "render", "slug": "etcd", "part": "manifest", "request_id": "r1"}
+        args = {"cluster": "c1", "source": "render", "slug": "etcd", "part": "manifest", "request_id": "r1",
+                "owner": "dispatcher"}
         names.append(fn(*(args[p.name] for p in params)))
         if fn_name in ("node_files_key", "node_files_digest_key"):
             names.append(fn("c1", "certs"))
+        if fn_name == "paused_key":
+            names.append(fn("c1", "upgrade"))
     names.append(keys.refusals_key("c1"))  # defined, not yet in __all__
     return names
 

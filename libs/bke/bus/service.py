@@ -52,6 +52,20 @@ class Service:
     # then stops and exits 1, so that its supervisor starts it again with its current creds.
     closed_for_good: bool = False
     stopping: bool = False
+    # The HTTP side (bke.http): the service's own routes (its dashboard, read-only JSON), added
+    # by its app before start; the metrics registry every consumer counts into; the port to
+    # serve on (None: no HTTP; run_main sets the service's default when BKE_HTTP_PORT is unset).
+    http_routes: list[Any] = field(default_factory=list)
+    metrics: Any = None
+    http_port: int | None = None
+    http: Any = None
+
+    def __post_init__(self) -> None:
+        from ..http.metrics import ServiceMetrics
+
+        self.metrics = ServiceMetrics(self.name)
+        self.metrics.is_ready = lambda: self.readiness.ready
+        self.http_port = self.settings.http_port
 
     def work_subscriber(
         self,
@@ -75,6 +89,9 @@ class Service:
             for guard in self.guards:
                 guard()
             await work(body)
+
+        # counted under the consumer's filter subject (bke.http.metrics: bounded labels)
+        guarded = self.metrics.observe(subject, guarded)
 
         consumer = FastConsumer(subject, stream, durable, guarded, service=self.name, broker=self.broker,
                                 max_deliver=self.settings.max_deliver, ack_wait=self.settings.ack_wait_seconds,
@@ -169,8 +186,26 @@ class Service:
         await self.nc.subscribe(health_subject(self.name), cb=answer)
         self.readiness.set("nats", self.nc.is_connected)
 
+    async def start_http(self) -> None:
+        """Serve /healthz, /readyz, /metrics and the service's routes, when a port is set."""
+        if self.http_port is None or self.http is not None:
+            return
+        from ..http.app import build_app
+        from ..http.server import HttpServer
+
+        app = build_app(self.name, self.metrics, self.readiness.snapshot, self.http_routes)
+        server = HttpServer(app, self.settings.http_host, self.http_port, self.name)
+        await server.start()
+        self.http = server
+
+    async def stop_http(self) -> None:
+        if self.http is not None:
+            await self.http.stop()
+            self.http = None
+
     async def start(self) -> None:
         """Declare the streams, then start consuming (what `app.run()` does, for tests)."""
+        await self.start_http()
         await _ensure_streams_at(self.settings)
         self.readiness.set("streams", True)
         await self.broker.start()
@@ -185,6 +220,7 @@ class Service:
         await self.broker.stop()
         for fn in self.on_stop:
             await fn()
+        await self.stop_http()
 
     async def notify(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> None:
         """Fire-and-forget publish for high-volume progress events: the stream still stores
@@ -233,6 +269,8 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
 
     @app.on_startup
     async def _streams() -> None:
+        # HTTP first: /healthz answers (and /readyz says why not) while the bus is still away
+        await svc.start_http()
         await _ensure_streams_at(settings)
         readiness.set("streams", True)
 
@@ -252,6 +290,7 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
     async def _close() -> None:
         for fn in svc.on_stop:
             await fn()
+        await svc.stop_http()
 
     return svc
 
@@ -302,5 +341,9 @@ def run_main(name: str, create: Callable[[], Service]) -> int:
     except PermanentError as exc:  # e.g. BKE_SECRET_KEY_FILE missing or unreadable
         sys.stderr.write(f"ERROR bke-{name}: {exc}\n")
         return 2
+    if svc.http_port is None:
+        from ..http.ports import default_port
+
+        svc.http_port = default_port(name)
     asyncio.run(svc.app.run())
     return 1 if svc.closed_for_good else 0

@@ -1,7 +1,14 @@
 """Generate the AsyncAPI 3.0 document from `CHANNELS`: the bus contract, from the code.
 
 `python -m bke.contracts.asyncapi > docs/asyncapi.yaml` regenerates the committed file;
-a contract test fails when the two differ.
+a contract test fails when the two differ, and another parses it with the official AsyncAPI
+parser (tools/asyncapi-check, tests/contract/test_asyncapi_parser.py).
+
+Pydantic writes JSON Schema with OpenAPI's discriminator object (`propertyName` + `mapping`) on
+a tagged union. An AsyncAPI Schema Object's `discriminator` is a string whose value must be the
+*name* of a schema, which our tags (`write_file`, not `WriteFile`) are not, so `_as_asyncapi_schema`
+says the same thing in plain JSON Schema instead: the union's members each fix the tag with
+`const`, and the union requires the tag, so exactly one member matches, as in pydantic.
 """
 from __future__ import annotations
 
@@ -21,6 +28,24 @@ def _channel_id(subject: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", subject).strip("_")
 
 
+def _as_asyncapi_schema(node: Any) -> Any:
+    """A copy of a pydantic JSON schema with each OpenAPI discriminator object replaced by a
+    required tag property (see the module docstring)."""
+    if isinstance(node, list):
+        return [_as_asyncapi_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _as_asyncapi_schema(value) for key, value in node.items() if key != "discriminator"}
+    found = node.get("discriminator")
+    if isinstance(found, dict):
+        tag = found["propertyName"]
+        out["required"] = [*out.get("required", []), *([] if tag in out.get("required", []) else [tag])]
+        out.setdefault("description", f"One of these schemas, told apart by its `{tag}` field (each fixes it with `const`).")
+    elif found is not None:
+        out["discriminator"] = found
+    return out
+
+
 def build_asyncapi(version: str = "1.0.0") -> dict[str, Any]:
     channels: dict[str, Any] = {}
     operations: dict[str, Any] = {}
@@ -29,7 +54,7 @@ def build_asyncapi(version: str = "1.0.0") -> dict[str, Any]:
 
     def add_message(model: type[Message]) -> str:
         name = model.__name__
-        schema = model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+        schema = _as_asyncapi_schema(model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}"))
         for sub_name, sub in schema.pop("$defs", {}).items():
             schemas[sub_name] = sub
         schemas[name] = schema

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from .base import Message
 from .cluster import ClusterRejected, InstallCluster, PlanCreated
+from .changes import CLUSTER_DIFF, ClusterChanges, DiffCluster
+from .pause import PAUSE_CLUSTER, PauseChanged, PauseCluster
 from .certs import (
     CERTS_FAILED,
     CERTS_ISSUED,
@@ -91,7 +93,7 @@ LEGACY_COMMANDS: dict[str, str] = {LEGACY_CLUSTER_REQUESTED: INSTALL_CLUSTER, LE
 # Stream membership. Subjects of one stream may not overlap another's, so events are
 # listed one by one (the `bke.v1.cluster.*` commands and the rejection sit in two streams).
 COMMAND_SUBJECTS: tuple[str, ...] = (INSTALL_CLUSTER, RENEW_CERTS, RETRY_INSTALL, RENDER_MANIFESTS, ISSUE_CERTS,
-                                     UPGRADE_CLUSTER, *LEGACY_COMMANDS)
+                                     UPGRADE_CLUSTER, PAUSE_CLUSTER, *LEGACY_COMMANDS)
 EVENT_SUBJECTS: tuple[str, ...] = (
     CLUSTER_REJECTED,
     PLAN_CREATED,
@@ -115,6 +117,8 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     UPGRADE_ACCEPTED,
     UPGRADE_REJECTED,
     "bke.v1.upgrade.*.changed",
+    # A pause or resume recorded, one per operation-running service (the CLI waits for both).
+    "bke.v1.pause.*.changed",
 )
 AGENT_SUBJECTS: tuple[str, ...] = ("bke.v1.agent.>",)
 
@@ -167,6 +171,9 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(AGENTS_REFUSED, AgentRefused, "event", "A registration's key is not the one provisioned for its node (or none was): nothing was sealed to it.", ("certs",), ("dispatcher",)),
     Channel("bke.v1.heartbeat.{cluster}.{node}", AgentHeartbeat, "event", "Agent liveness (core NATS, not stored).", ("agent",), ("dispatcher",)),
     Channel(EXPIRATION_GET, GetExpiration, "request", "The expiry of a cluster's certificates, paged, served by the certs service (queue group certs-expiration; core NATS, not stored).", ("cli",), ("certs",), (CertExpiration, StatusError)),
+    Channel(PAUSE_CLUSTER, PauseCluster, "command", "Pause (or resume) a cluster's operations: the install, rotation or upgrade running finishes its step and takes no new one until resumed.", ("cli",), ("dispatcher", "upgrader")),
+    Channel("bke.v1.pause.{cluster}.changed", PauseChanged, "event", "A service recorded a pause or a resume (one event per service that runs operations).", ("dispatcher", "upgrader"), ("cli",)),
+    Channel(CLUSTER_DIFF, DiffCluster, "request", "What applying this spec to the running cluster would change, or why it is refused, answered by the planner from the stored plan (queue group planner-diff; core NATS, not stored; changes nothing): bke apply --dry-run.", ("cli",), ("planner",), (ClusterChanges, StatusError)),
     Channel(STATUS_GET, GetStatus, "request", "The status of a cluster's install, served by the dispatcher (queue group dispatcher-status; core NATS, not stored); the upgrader asks it before an upgrade.", ("cli", "upgrader"), ("dispatcher",), (ClusterStatus, StatusError)),
     Channel("bke.v1.health.{service}", GetHealth, "request", "Whether a service is ready (NATS connected, Redis reachable, streams declared) and why not (core NATS, not stored).", (), ("planner", "certs", "renderer", "dispatcher", "upgrader"), (ServiceHealth,),
             external="asked by operators and tools (`nats req bke.v1.health.dispatcher ''`); issue 13 serves /readyz from the same object"),

@@ -69,7 +69,7 @@ USERS: tuple[AclUser, ...] = (
                                "bke:*:lease:*", "bke:*:agents", "bke:*:agents:accepted", "bke:*:refusals", "bke:command-signing-key",
                                "bke:*:heartbeat", "bke:*:addons", "bke:*:node-labels",
                                "bke:*:addon-manifests", "bke:*:health", "bke:*:health-meta", "bke:*:health-pods",
-                               "bke:*:rotation", "bke:*:rotation:*", "bke:*:upgrade", "bke:*:files:render", "bke:*:files:render:*",
+                               "bke:*:rotation", "bke:*:rotation:*", "bke:*:upgrade", "bke:*:paused", "bke:*:files:render", "bke:*:files:render:*",
                                "bke:*:files:certs", "bke:*:files:certs:*"),
             why="install and rotation records; reads the rendered and sealed file sets"),
     AclUser("bke-upgrader", ("bke:*",),

@@ -38,6 +38,7 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
 from __future__ import annotations
 
 __all__ = [
+    "paused_key",
     "upgrade_key",
     "upgrade_results_key",
     "upgrades_index",
@@ -226,6 +227,12 @@ def upgrade_key(cluster: str) -> str:
 def upgrade_results_key(cluster: str) -> str:
     """Command id -> the agent's answer, for the upgrade's commands."""
     return cluster_key(cluster, "upgrade", "results")
+
+
+def paused_key(cluster: str, owner: str) -> str:
+    """A person paused the cluster's operations (bke.state.pause): one flag per service that runs
+    operations, in that service's record ("install": the dispatcher's; "upgrade": the upgrader's)."""
+    return cluster_key(cluster, "paused") if owner == "dispatcher" else cluster_key(cluster, owner, "paused")
 
 
 def upgrades_index() -> str:

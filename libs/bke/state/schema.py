@@ -117,7 +117,7 @@ RECORDS: tuple[RecordKind, ...] = (
         "install", "the phase state: install record, phases, per-node commands and status, leases, inputs, "
                    "agents accepted, refusals, addons, labels, health, heartbeats",
         ("install", "inputs", "sealed", "phase:*", "cmd:*", "node", "lease:*", "agents:accepted", "refusals",
-         "addons", "node-labels", "health", "health-meta", "health-pods", "heartbeat", "agents"),
+         "addons", "node-labels", "health", "health-meta", "health-pods", "heartbeat", "agents", "paused"),
         VersionSlot("install", "hash"), current=1,
         writer="dispatcher: bke_dispatcher.state.DispatcherState.start_install (header), its phases",
         reader="dispatcher: DispatcherState.install, status"),
@@ -129,7 +129,7 @@ RECORDS: tuple[RecordKind, ...] = (
         reader="dispatcher: RotationStore (Rotation.from_json)"),
     RecordKind(
         "upgrade", "the current or last upgrade (JSON), its agents' answers, the lab's drain records",
-        ("upgrade", "upgrade:results", "upgrade:drain"),
+        ("upgrade", "upgrade:results", "upgrade:drain", "upgrade:paused"),
         VersionSlot("upgrade", "json", "schema_version"), current=1, first=1, readable_from=1,
         writer="upgrader: bke_upgrader.store.UpgradeStore (bke.upgrade.run.UpgradeRun.to_json)",
         reader="upgrader: UpgradeStore.load (UpgradeRun.from_json)"),

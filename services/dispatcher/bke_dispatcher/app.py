@@ -35,6 +35,8 @@ from bke.contracts.agent import (
 )
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.status import STATUS_GET, STATUS_QUEUE
+from bke.pausing import serve_pause
+from bke.state.pause import PauseFlags
 from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
 from bke.secrets import box_from_env
 from bke.state import PlanCache
@@ -102,7 +104,8 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         }),
         _now, settings.owner, settings.lease_ms, notify=svc.notify, sign=signing.sign,
     )
-    runner = Runner(engine, state)
+    pause_flags = PauseFlags(redis, "dispatcher")
+    runner = Runner(engine, state, paused=pause_flags.is_paused)
     pods = None
     if nodes_api is not None:  # real clusters: kube-system pods, every Node Ready, the CNI and CoreDNS
         api = nodes_api
@@ -113,8 +116,9 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     rotation_store = RotationStore(redis)
     rotations = Rotations(rotation_store, state, plans, files, svc.publish, _now, settings.owner, settings.lease_ms,
                           sign=signing.sign)
-    rotation_runner = Runner(rotations, state)  # type: ignore[arg-type]  # same reconcile shape
+    rotation_runner = Runner(rotations, state, paused=pause_flags.is_paused)  # type: ignore[arg-type]  # same reconcile shape
     rotations.kick = rotation_runner.kick
+    serve_pause(svc, pause_flags, [runner.kick, rotation_runner.kick], _now)
     inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result)
 
     # state lost (bke.state.epoch): stop the loops, fail the running installs; restored: resume

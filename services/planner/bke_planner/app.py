@@ -17,6 +17,7 @@ from bke.contracts.install import InstallFinished, install_subject
 from bke.spec import MAX_SPEC_BYTES
 from bke.state import RedisPlanStore
 
+from .diff_requests import serve_diff
 from .handlers import PlannerDeps, handle_install_cluster, handle_install_finished, refuse_request
 from .settings import PlannerSettings
 
@@ -42,4 +43,5 @@ def create_service(settings: PlannerSettings | None = None) -> Service:
                         deprecated(LEGACY_CLUSTER_REQUESTED, INSTALL_CLUSTER, requested), batch_size=settings.batch_size)
     svc.work_subscriber(install_subject("*", "finished"), "BKE_EVENTS", settings.installs_durable, finished,
                         batch_size=settings.batch_size)
+    serve_diff(svc, deps.store, fetch_blob)
     return svc

@@ -17,6 +17,8 @@ from bke.cluster_api.manifests import HttpRepoManifests, LabManifests
 from bke.contracts.agent import CommandResult
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import UPGRADE_CLUSTER, UPGRADE_GET, GetUpgrade
+from bke.pausing import serve_pause
+from bke.state.pause import PauseFlags
 from bke.errors import TemporaryError
 from bke.etcdsnap.store import ensure_snapshot_bucket
 from bke.plan import Plan
@@ -110,8 +112,10 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
                         component_timeout_s=settings.component_timeout_s)
     # A short coalescing window: a pass reads one batch's answers (O(batch)), and an upgrade is
     # ~40 batches in a row, each waiting out the window once after its last answer.
-    runner = Runner(upgrades, debounce_s=0.05)
+    pause_flags = PauseFlags(redis, "upgrade")
+    runner = Runner(upgrades, debounce_s=0.05, paused=pause_flags.is_paused)
     upgrades.kick = runner.kick
+    serve_pause(svc, pause_flags, [runner.kick], _now)
 
     async def on_request(body: bytes) -> None:
         outs = await upgrades.on_request_bytes(body)

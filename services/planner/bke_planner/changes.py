@@ -1,0 +1,50 @@
+"""`bke.v1.cluster.diff`: what applying a spec to a running cluster would change (issue 14).
+
+Pure: the spec placed (as an install request would be), compared with the stored plan by
+`bke.lifecycle.diff`, both plans rendered to find the files that change. The handler in app.py
+reads the stored plan and answers; nothing is written anywhere.
+"""
+from __future__ import annotations
+
+from bke.contracts.base import ErrorItem
+from bke.contracts.changes import ChangeAction, ClusterChanges, EtcdMembership, NodeFileChanges
+from bke.contracts.status import StatusError
+from bke.lifecycle.diff import ClusterDiff, diff_plans, render_diff
+from bke.plan import Plan, plan_spec_text
+from bke.state import plan_digest
+
+__all__ = ["changes_of", "place", "to_contract"]
+
+
+def to_contract(request_id: str, d: ClusterDiff, stored_digest: str, desired_digest: str) -> ClusterChanges:
+    gone = set(d.nodes_added) | set(d.nodes_removed)
+    return ClusterChanges(
+        request_id=request_id, cluster=d.cluster, stored_digest=stored_digest, desired_digest=desired_digest,
+        refusals=[ErrorItem(path=r.name, message=r.message) for r in d.refusals],
+        versions={k: list(v) for k, v in d.versions.items()},
+        nodes_added=list(d.nodes_added), nodes_removed=list(d.nodes_removed),
+        roles_changed={h: [list(a), list(b)] for h, (a, b) in d.roles_changed.items()},
+        etcd=[EtcdMembership(cluster=e.cluster, before=list(e.before), after=list(e.after)) for e in d.etcd],
+        certificates={k: list(v) for k, v in d.certificates.items()},
+        files=[NodeFileChanges(host=f.hostname, added=list(f.added), removed=list(f.removed), changed=list(f.changed))
+               for f in d.files if f.hostname not in gone],
+        actions=[ChangeAction(kind=a.kind, host=a.host, detail=a.detail) for a in d.actions],
+    )
+
+
+def place(spec_text: str | bytes) -> Plan | StatusError:
+    """The spec placed as an install request would be, or why it cannot be (CPU-bound)."""
+    outcome = plan_spec_text(spec_text, "spec")
+    if not outcome.ok or outcome.plan is None:
+        return StatusError(reason="Invalid", cluster=outcome.cluster, message="the spec is invalid",
+                           errors=[ErrorItem(path=e.path, message=e.message) for e in outcome.errors])
+    return outcome.plan
+
+
+def changes_of(request_id: str, desired: Plan, stored: Plan | None, stored_digest: str) -> ClusterChanges | StatusError:
+    """The answer to a diff request (CPU-bound: both plans are rendered)."""
+    if stored is None:
+        return StatusError(reason="NotFound", cluster=desired.cluster,
+                           message=f"cluster {desired.cluster!r} is not installed: `bke apply` installs it")
+    d = diff_plans(stored, desired, render_diff(stored, desired))
+    return to_contract(request_id, d, stored_digest, plan_digest(desired.to_json()))

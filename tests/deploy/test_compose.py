@@ -1,0 +1,161 @@
+"""docker-compose.yml, without a Docker engine (none runs on the development machines): it passes
+the compose-spec schema (check-jsonschema's bundled copy), every service can be scaled, each
+service and lab agent is started with the command and the environment names `bke lab install`
+uses (read from the real supervisor, which starts the lab's own NATS and Redis here), and the lab
+agents match the cluster they stand for."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from bke.auth.permissions import identity_name, inbox_prefix
+from bke.lab import supervisor as supervisor_module
+from bke.lab.supervisor import SERVICES, LabSupervisor
+from bke.plan import plan_spec_text
+from bke.runtime import redis_acl
+
+from .dockerfile import effective, env_of, read_stages
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+CHECK_JSONSCHEMA = Path(sys.executable).parent / "check-jsonschema"
+# Set only in containers: the lab's services listen on loopback at their default ports.
+CONTAINER_ONLY = {"BKE_HTTP_HOST", "BKE_HTTP_PORT"}
+# Set by the lab only when its NATS runs over TLS (`bke lab install --tls`).
+LAB_TLS_ONLY = {"BKE_NATS_TLS_CA"}
+
+
+def _compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def _schema_check(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.compose-spec", str(path)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_compose_file_passes_the_compose_spec_schema(tmp_path: Path) -> None:
+    done = _schema_check(COMPOSE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # and the check can fail: a misspelt key is refused
+    bad = _compose()
+    bad["services"]["planner"]["enviroment"] = {"X": "1"}
+    (tmp_path / "compose.yml").write_text(yaml.safe_dump(bad))
+    refused = _schema_check(tmp_path / "compose.yml")
+    assert refused.returncode != 0 and "enviroment" in refused.stdout + refused.stderr
+
+
+def test_every_service_runs_from_its_own_image_and_scales() -> None:
+    services = _compose()["services"]
+    for name in SERVICES:
+        spec = services[name]
+        assert spec["build"]["dockerfile"] == f"deploy/images/{name}/Dockerfile"
+        # `docker compose up --scale NAME=N` refuses a fixed container name and a fixed host port
+        assert "container_name" not in spec and "ports" not in spec, name
+        assert spec["environment"]["BKE_HTTP_HOST"] == "0.0.0.0"
+
+
+class _Recorder:
+    """Stands for ManagedProcess in the supervisor's module only (NATS and Redis start for real):
+    what the supervisor would start, by name, as (argv with the program's base name, env)."""
+
+    started: dict[str, tuple[list[str], dict[str, str]]] = {}
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    @classmethod
+    def start(cls, name: str, argv: list[str], log_path: Path, env: dict[str, str]) -> _Recorder:
+        cls.started[name] = ([Path(argv[0]).name, *map(str, argv[1:])], env)
+        return cls(0)
+
+
+@pytest.fixture
+def lab_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, tuple[list[str], dict[str, str]]]]:
+    """The supervisor's own `ensure_services` and `ensure_agents` for deploy/compose/cluster.yaml,
+    with process starts recorded instead of done. The agents' key provisioning, which needs the
+    services running, is skipped: it decides no name or variable of the agents' environment."""
+    for key in [k for k in os.environ if k.startswith("BKE_")]:
+        monkeypatch.delenv(key)
+    _Recorder.started = {}
+    sup = LabSupervisor(tmp_path / "lab")
+    try:
+        info = sup.ensure_runtime()
+        monkeypatch.setattr(supervisor_module, "ManagedProcess", _Recorder)
+        monkeypatch.setattr(supervisor_module, "provision_lab_agents", lambda access, cluster, envs: None)
+        monkeypatch.setattr(supervisor_module, "ensure_lab_command_key", lambda info, key_file: "bke-command-ed25519 x")
+        sup.ensure_services(info)
+        plan = plan_spec_text((ROOT / "deploy/compose/cluster.yaml").read_text(), "compose").plan
+        assert plan is not None
+        sup.ensure_agents(info, plan)
+        yield _Recorder.started
+    finally:
+        sup._save({"services": {}, "agents": {}})  # nothing was started: down() must stop only NATS and Redis
+        sup.down()
+
+
+def _bke_names(env: dict[str, Any]) -> set[str]:
+    return {k for k in env if k.startswith("BKE_")}
+
+
+@pytest.mark.integration
+def test_compose_starts_each_service_and_agent_as_the_lab_does(
+        lab_starts: dict[str, tuple[list[str], dict[str, str]]], tmp_path: Path) -> None:
+    compose = _compose()["services"]
+    assert sorted(lab_starts) == sorted([*SERVICES, *(s for s in compose if s.startswith("agent-"))])
+    redis_acl.write_deployment_files(tmp_path / "redis")
+    for name in SERVICES:
+        argv, lab_env = lab_starts[name]
+        spec = compose[name]
+        # compose gives no command: the image's ENTRYPOINT, bke-<name> (tests/deploy/test_images.py)
+        assert "command" not in spec and argv == [f"bke-{name}"], (name, argv)
+        from_files = set()
+        for env_file in spec.get("env_file", []):
+            assert env_file == f"deploy/redis/{name}.env", env_file
+            text = (tmp_path / "redis" / f"{name}.env").read_text()
+            from_files |= {line.split("=", 1)[0] for line in text.splitlines() if "=" in line}
+        compose_names = _bke_names(spec["environment"]) | from_files
+        lab_names = _bke_names(lab_env) - LAB_TLS_ONLY
+        assert lab_names - compose_names == set(), f"{name}: the lab sets these, compose does not"
+        assert compose_names - lab_names <= CONTAINER_ONLY, f"{name}: compose sets these, the lab does not"
+        for key in ("BKE_NATS_INBOX_PREFIX", "BKE_DISPATCHER_MODE", "BKE_UPGRADER_MODE"):
+            assert spec["environment"][key] == lab_env[key], (name, key)
+    image_env = env_of(effective(read_stages(ROOT / "deploy/images/agent/Dockerfile"), "lab-agent"))
+    for name in [s for s in compose if s.startswith("agent-")]:
+        argv, lab_env = lab_starts[name]
+        spec = compose[name]
+        assert argv == ["bke-agent", *spec["command"]], (name, argv)
+        # the image sets the backend and the node's root; deploy/agent.env the command key
+        compose_names = _bke_names(spec["environment"]) | _bke_names(image_env) | {"BKE_AGENT_COMMAND_KEY"}
+        # the lab's agents get the services' environment too (lab_env), which they ignore
+        agent_names = {k for k in _bke_names(lab_env) if k.startswith(("BKE_AGENT_", "BKE_NATS_"))} - LAB_TLS_ONLY
+        assert agent_names - compose_names == set(), f"{name}: the lab sets these, compose does not"
+        assert compose_names - agent_names <= {"BKE_AGENT_STATE_DIR"}, name  # the image's fixed volume path
+        for key in ("BKE_AGENT_CLUSTER", "BKE_AGENT_NODE", "BKE_AGENT_IP", "BKE_AGENT_BACKEND", "BKE_NATS_INBOX_PREFIX"):
+            assert {**image_env, **spec["environment"]}[key] == lab_env[key], (name, key)
+
+
+def test_lab_agents_match_their_cluster_and_identities() -> None:
+    compose = _compose()
+    docs = list(yaml.safe_load_all((ROOT / "deploy/compose/cluster.yaml").read_text()))
+    cluster = docs[0]["metadata"]["name"]
+    nodes = {d["spec"]["hostname"]: d["spec"]["ip"] for d in docs if d["kind"] == "BKENode"}
+    agents = {k: v for k, v in compose["services"].items() if k.startswith("agent-")}
+    assert sorted(agents) == sorted(f"agent-{h}" for h in nodes)
+    for host, ip in nodes.items():
+        spec = agents[f"agent-{host}"]
+        env = spec["environment"]
+        assert spec["build"]["target"] == "lab-agent" and spec["command"] == ["run"]
+        assert spec["hostname"] == env["BKE_AGENT_NODE"] == host and env["BKE_AGENT_CLUSTER"] == cluster
+        assert env["BKE_AGENT_IP"] == ip == spec["networks"]["bke"]["ipv4_address"]
+        assert env["BKE_NATS_INBOX_PREFIX"] == inbox_prefix(identity_name("agent", cluster, host))
+        secret = f"agent-{host}-creds"
+        assert env["BKE_NATS_CREDS"] == f"/run/secrets/{secret}" and spec["secrets"] == [secret]
+        assert "deploy/agent.env" in spec["env_file"]  # BKE_AGENT_COMMAND_KEY, known once the dispatcher runs

@@ -1,0 +1,123 @@
+"""deploy/kubernetes/: every file passes `kubernetes-validate --strict`, and the manifests agree
+with the images and the services: one Deployment, PodDisruptionBudget and Service per service,
+probes on the service's own port, non-root, resources, secrets referenced and never committed.
+No cluster runs here; nothing is applied."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bke.auth.permissions import inbox_prefix
+from bke.http.ports import DEFAULT_HTTP_PORTS
+from bke.lab.supervisor import SERVICES
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy" / "kubernetes"
+VALIDATE = Path(sys.executable).parent / "kubernetes-validate"
+# The services that read the operator key (README, "Running each service alone").
+NEEDS_SECRET_KEY = {"certs", "dispatcher", "upgrader"}
+
+
+def _yaml_files() -> list[Path]:
+    return sorted(p for p in K8S.rglob("*") if p.suffix in {".yaml", ".yml"})
+
+
+def _objects() -> list[dict[str, Any]]:
+    return [doc for p in _yaml_files() for doc in yaml.safe_load_all(p.read_text()) if doc]
+
+
+def _find(kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in _objects() if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
+    return found[0]
+
+
+def _validate(paths: list[Path]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(VALIDATE), "--strict", "--quiet", *map(str, paths)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_every_file_passes_kubernetes_validate_strict(tmp_path: Path) -> None:
+    files = _yaml_files()
+    assert {p.stem for p in files} >= {"namespace", "config", *SERVICES}
+    done = _validate(files)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # the check can fail: a field Kubernetes does not know is refused under --strict
+    deployment = _find("Deployment", "bke-planner")
+    deployment["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(deployment))
+    refused = _validate([bad])
+    assert refused.returncode != 0 and "livenesProbe" in refused.stdout + refused.stderr
+
+
+def test_no_secret_is_committed() -> None:
+    assert [o["metadata"]["name"] for o in _objects() if o["kind"] == "Secret"] == []
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_service_deployment(service: str) -> None:
+    port = DEFAULT_HTTP_PORTS[service]
+    dep = _find("Deployment", f"bke-{service}")
+    assert dep["metadata"]["namespace"] == "bke" and dep["spec"]["replicas"] == 2
+    pod = dep["spec"]["template"]["spec"]
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert dep["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    (container,) = pod["containers"]
+    assert container["image"].split(":")[0] == f"bke-{service}"  # deploy/images/<service>/Dockerfile
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["BKE_HTTP_PORT"]["value"] == str(port)
+    assert container["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert env["BKE_NATS_INBOX_PREFIX"]["value"] == inbox_prefix(service)
+    assert env["BKE_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": f"bke-{service}-redis", "key": "BKE_REDIS_URL"}
+    assert ("BKE_SECRET_KEY_FILE" in env) == (service in NEEDS_SECRET_KEY)
+    # every file the env names is mounted from a volume of the pod
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for key in ("BKE_NATS_CREDS", "BKE_SECRET_KEY_FILE"):
+        if key in env:
+            path = Path(env[key]["value"])
+            volume = volumes[mounts[str(path.parent)]]
+            assert "secret" in volume, key
+    # the shared configuration comes from the ConfigMap in config.yaml
+    (source,) = container["envFrom"]
+    config = _find("ConfigMap", source["configMapRef"]["name"])
+    assert config["data"]["BKE_HTTP_HOST"] == "0.0.0.0" and not set(config["data"]) & set(env)
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_service_has_a_disruption_budget_and_a_service(service: str) -> None:
+    labels = _find("Deployment", f"bke-{service}")["spec"]["template"]["metadata"]["labels"]
+    pdb = _find("PodDisruptionBudget", f"bke-{service}")
+    assert pdb["spec"]["minAvailable"] == 1 and pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    svc = _find("Service", f"bke-{service}")
+    assert svc["spec"]["selector"].items() <= labels.items()
+    assert svc["spec"]["ports"] == [{"name": "http", "port": DEFAULT_HTTP_PORTS[service], "targetPort": "http",
+                                     "protocol": "TCP"}]
+
+
+def test_reference_values_for_a_nats_cluster_and_redis_sentinel() -> None:
+    """The Helm values are reference only (no Helm here): they at least say what the README says."""
+    nats = yaml.safe_load((ROOT / "deploy/helm/nats-values.yaml").read_text())
+    assert nats["config"]["cluster"] == {"enabled": True, "replicas": 3}
+    assert nats["config"]["jetstream"]["enabled"] is True
+    assert nats["config"]["merge"]["$include"].endswith("auth.conf")
+    redis = yaml.safe_load((ROOT / "deploy/helm/redis-values.yaml").read_text())
+    assert redis["architecture"] == "replication" and redis["replica"]["replicaCount"] == 3
+    assert redis["sentinel"]["enabled"] is True and redis["sentinel"]["quorum"] == 2
+    assert "aclfile" in redis["commonConfiguration"]
+    readme = (K8S / "README.md").read_text()
+    for needle in ("nats-values.yaml", "redis-values.yaml", "bke identities init", "bke.runtime.redis_acl"):
+        assert needle in readme
