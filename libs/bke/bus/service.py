@@ -313,9 +313,31 @@ async def _ensure_streams_at(settings: ServiceSettings) -> None:
     # A short-lived connection of its own: the broker subscribes only once streams exist.
     nc = await connect_nats(settings.bus)
     try:
-        await ensure_streams(nc.jetstream(), replicas=settings.stream_replicas)
+        await _ensure_streams_while_forming(nc, settings)
     finally:
         await nc.close()
+
+
+STREAMS_WAIT_S = 60.0  # a NATS cluster's nodes forming (or electing a leader) take seconds
+
+
+async def _ensure_streams_while_forming(nc: NatsClient, settings: ServiceSettings) -> None:
+    """A NATS cluster that is still forming answers JetStream requests with 503s (e.g. "JetStream
+    not enabled for account" until the node has the account's JWT): an outage for a while, not
+    a reason to exit. Tried again with backoff for STREAMS_WAIT_S, then the error stands."""
+    from ..errors import is_unavailable
+
+    deadline, delay = asyncio.get_running_loop().time() + STREAMS_WAIT_S, 0.25
+    while True:
+        try:
+            await ensure_streams(nc.jetstream(), replicas=settings.stream_replicas)
+            return
+        except Exception as exc:
+            if not is_unavailable(exc) or asyncio.get_running_loop().time() > deadline:
+                raise
+            log.warning("streams not declared yet (NATS: %s: %s); trying again", type(exc).__name__, exc)
+        await asyncio.sleep(delay)  # backoff while JetStream is unavailable
+        delay = min(2 * delay, 2.0)
 
 
 def run_main(name: str, create: Callable[[], Service]) -> int:
