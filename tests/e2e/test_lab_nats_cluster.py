@@ -24,10 +24,13 @@ SEED = "examples/seed-3m1w.yaml"
 @pytest.fixture
 def lab(tmp_path):
     workdir = tmp_path / "lab"
-    LabSupervisor(workdir, nats_cluster=3).ensure_runtime()  # the work directory keeps the choice
-    lab = Lab(workdir, Path(SEED)).start()
-    yield lab
-    lab.down()
+    try:
+        LabSupervisor(workdir, nats_cluster=3).ensure_runtime()  # the work directory keeps the choice
+        lab = Lab(workdir, Path(SEED)).start()
+        yield lab
+    finally:
+        # by PID, even when the start failed half-way: nothing of this lab outlives the test
+        LabSupervisor(workdir).down()
 
 
 async def _stream_facts(lab: Lab) -> dict[str, tuple[int, str]]:
