@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from pydantic import ValidationError
@@ -58,6 +59,7 @@ from bke.contracts.agent import (
     agent_subject,
     node_token,
 )
+from bke.errors import is_unavailable
 from bke.secrets.fingerprint import held_ca_fingerprint
 
 from .backends.base import Backend
@@ -241,10 +243,52 @@ class AgentLoop:
                 await self._refuse(msg, cmd.command_id, why)
                 return
             result = await self._execute(msg, cmd)
-        await self.js.publish(agent_subject(self.cluster, self.node, "result"), result.to_bytes())
-        await msg.ack()
+        await self._publish_result(result)
+        await self._ack(msg)
         log.info("command %s%s", result.status, " (replayed)" if result.replayed else "",
                  extra={**ids, "status": result.status, "replayed": result.replayed})
+
+    async def _publish_result(self, result: CommandResult) -> None:
+        """Send the result, trying again for about `result_retry_s` (settings) while NATS is away. Why: when a
+        NATS node of a cluster is lost, the agents' stream elects a new leader and a publish gets
+        no answer for a few seconds; handing the command back at once would wait for its ack wait
+        (30 s) before the journal answers it. The result is in the journal already, and the
+        dispatcher takes a result twice as once, so sending it again is safe."""
+        delay, waited = 0.25, 0.0
+        while True:
+            try:
+                await self.js.publish(agent_subject(self.cluster, self.node, "result"), result.to_bytes())
+                return
+            except Exception as exc:
+                if not is_unavailable(exc) or waited >= self.settings.result_retry_s:
+                    raise
+                log.warning("result not stored (NATS: %s); sending it again", type(exc).__name__,
+                            extra={**self._ids, "command_id": result.command_id})
+            await asyncio.sleep(delay)  # backoff between attempts while the stream elects a leader
+            waited += delay
+            delay = min(2 * delay, 2.0)
+
+    async def _ack(self, msg: Msg) -> None:
+        """Ack, and wait for the server to confirm it, for about `result_retry_s` (settings). Why: a plain ack
+        is one message nobody answers; sent while the consumer elects a new leader (a NATS node
+        lost) it is gone, and with one command in flight per agent (max_ack_pending=1) the node
+        would wait a whole ack wait (30 s) for the redelivery before its next command. If the
+        server never confirms, the redelivery is answered from the journal: nothing runs twice."""
+        delay, waited = 0.25, 0.0
+        while True:
+            try:
+                await msg.ack_sync(timeout=2.0)
+                return
+            except Exception as exc:
+                if not (is_unavailable(exc) or isinstance(exc, NoRespondersError)):
+                    raise  # a bug, not NATS being away: the delivery is handed back (_on_msg)
+                if waited >= self.settings.result_retry_s:
+                    log.warning("ack not confirmed (NATS: %s); the redelivery will be answered from the journal",
+                                type(exc).__name__, extra=self._ids)
+                    return
+            await asyncio.sleep(delay)  # backoff while the consumer elects a leader
+            waited += delay
+            delay = min(2 * delay, 2.0)
 
     async def _execute(self, msg: Msg, cmd: AgentCommand) -> CommandResult:
         self.running_command = cmd.command_id

@@ -45,6 +45,10 @@ class AgentSettings(BaseSettings):
     command_key: str | None = None
     heartbeat_s: float = Field(10.0, ge=0)  # 0 disables heartbeats
     ack_wait_s: float = Field(30.0, gt=0)  # a running command is kept alive with in-progress acks
+    # How long a result and its ack are sent again while NATS does not answer (a cluster's stream
+    # or consumer electing a new leader after a node is lost takes a few seconds), before the
+    # command is left to its redelivery (bke_agent.loop)
+    result_retry_s: float = Field(10.0, ge=0)
     stop_grace_s: float = Field(20.0, ge=0)  # SIGTERM waits this long for the running command
     journal_keep_days: float = Field(8.0, gt=0)  # > the stream's max age: older ids never come back
     kubelet_poll_s: float = Field(0.2, gt=0)  # lab: how often the kubelet stand-in reads manifests

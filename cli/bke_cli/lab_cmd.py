@@ -47,6 +47,12 @@ def install(
     workdir: Path = typer.Option(..., "--workdir", help="where the lab keeps its state, logs and node roots"),
     timeout: float = typer.Option(1800.0, help="seconds before giving up on the install"),
     tls: bool = typer.Option(False, "--tls", help="run the lab's NATS over TLS (its own CA)"),
+    nats_cluster: int = typer.Option(
+        0, "--nats-cluster", min=0, max=5, help="run NATS as a cluster of this many nodes (e.g. 3), every "
+        "stream with as many replicas; kept by the work directory"),
+    redis_sentinel: bool = typer.Option(
+        False, "--redis-sentinel", help="run Redis as a primary, a replica and three sentinels (automatic "
+        "failover); kept by the work directory"),
     http_repo: str | None = typer.Option(
         None, "--http-repo", help="fetch binaries from this httpRepo for real (e.g. `bke bundle serve`'s "
         "http://127.0.0.1:40080): it replaces the spec's httpRepo, agents download and verify, the dispatcher "
@@ -65,11 +71,13 @@ def install(
         raise typer.Exit(EXIT_INVALID)
     console = Console()
     # services already running keep the fetch mode they started with: `bke lab down` first to switch
-    sup = LabSupervisor(workdir, tls=tls, fetch=http_repo is not None)
+    sup = LabSupervisor(workdir, tls=tls, fetch=http_repo is not None, nats_cluster=nats_cluster,
+                        redis_sentinel=redis_sentinel)
     info = sup.ensure_runtime()
     sup.ensure_services(info)
     sup.ensure_agents(info, plan)
-    console.print(f"lab {workdir}: NATS {info.nats_url}, Redis {redact_url(info.redis_url)}, {len(plan.nodes)} agents; logs in {workdir}/logs")
+    redis_at = redact_url(info.redis_url) + (f" (Sentinel {info.redis_sentinels})" if info.redis_sentinels else "")
+    console.print(f"lab {workdir}: NATS {info.nats_url}, Redis {redis_at}, {len(plan.nodes)} agents; logs in {workdir}/logs")
     access = sup.operator_access(info)  # the lab's operator identity (creds/operator.creds)
     code = asyncio.run(submit_and_follow(access, text, plan.cluster, timeout, console))
     raise typer.Exit(code)

@@ -25,7 +25,7 @@ from bke.errors import PermanentError
 from bke.runtime import EmbeddedRuntime
 from bke.secrets.at_rest import SECRET_KEY_ENV, SecretBox, box_from_env, load_secret_box
 from bke.state.backup import backup_state, decode_backup, encode_backup, restore_state
-from bke.state.client import StoreAccess, redact_url, redis_client
+from bke.state.client import StoreAccess, parse_sentinels, redact_url, redis_client
 from bke.state.migrate import MigrationReport, ensure_current, known_clusters
 from bke.state.schema import RECORDS, UNVERSIONED
 
@@ -46,13 +46,12 @@ def resolve_store(workdir: Path | None, redis_url: str | None) -> tuple[StoreAcc
             info = EmbeddedRuntime.read_info(workdir.resolve() / "runtime")
             if info is None:
                 die(f"{workdir}: no running lab here (no runtime/runtime.json)", EXIT_INVALID)
-            return StoreAccess(info.redis_url), load_secret_box(workdir.resolve() / "secret.key")
+            return info.admin_store(), load_secret_box(workdir.resolve() / "secret.key")
         url = redis_url or os.environ.get("BKE_REDIS_URL")
         if not url:
             die("say where the state is: --workdir DIR (a lab), or --redis URL (or BKE_REDIS_URL) "
                 f"with {SECRET_KEY_ENV}", EXIT_INVALID)
-        ca = os.environ.get("BKE_REDIS_TLS_CA")
-        return StoreAccess(url, Path(ca) if ca else None), box_from_env()
+        return _env_access(url), box_from_env()
     except PermanentError as exc:
         die(str(exc), EXIT_INVALID)
 
@@ -63,12 +62,23 @@ def resolve_access(workdir: Path | None, redis_url: str | None) -> StoreAccess:
         info = EmbeddedRuntime.read_info(workdir.resolve() / "runtime")
         if info is None:
             die(f"{workdir}: no running lab here (no runtime/runtime.json)", EXIT_INVALID)
-        return StoreAccess(info.redis_url)
+        return info.admin_store()
     url = redis_url or os.environ.get("BKE_REDIS_URL")
     if not url:
         die("say where the state is: --workdir DIR (a lab), or --redis URL (or BKE_REDIS_URL)", EXIT_INVALID)
+    return _env_access(url)
+
+
+def _env_access(url: str) -> StoreAccess:
+    """The URL with BKE_REDIS_TLS_CA and, for Redis behind Sentinel, BKE_REDIS_SENTINELS and
+    BKE_REDIS_SENTINEL_MASTER (the services' settings, bke.settings)."""
     ca = os.environ.get("BKE_REDIS_TLS_CA")
-    return StoreAccess(url, Path(ca) if ca else None)
+    sentinels, master = os.environ.get("BKE_REDIS_SENTINELS"), os.environ.get("BKE_REDIS_SENTINEL_MASTER")
+    try:
+        return StoreAccess(url, Path(ca) if ca else None, parse_sentinels(sentinels) if sentinels else (),
+                           master or None)
+    except ValueError as exc:
+        die(f"{exc} (BKE_REDIS_SENTINELS and BKE_REDIS_SENTINEL_MASTER)", EXIT_INVALID)
 
 
 def _now() -> str:

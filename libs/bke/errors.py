@@ -16,8 +16,9 @@
         └── UnknownTarget      the message names a cluster, node or command this deployment
                                does not know: dead-lettered at once with the reason, nothing stored
     (infrastructure errors)    redis ConnectionError / TimeoutError / BusyLoadingError, nats-py's
-                               connection errors, OSError's connection errors: `is_unavailable`
-                               says so, and they are treated as Unavailable
+                               connection errors, OSError's connection errors, and a Redis in
+                               failover (READONLY, MASTERDOWN replies): `is_unavailable` says so,
+                               and they are treated as Unavailable
     (anything else)            a bug: nack with backoff, then dead-letter after the consumer's
                                max deliveries
 """
@@ -77,13 +78,29 @@ class UnknownTarget(PermanentError):
 # ConnectionError: redis/exceptions.py).
 _OUTAGE_CLASSES: dict[str, frozenset[str]] = {
     # redis-py, when the server is down, slow, or still loading
-    "redis.exceptions": frozenset({"ConnectionError", "TimeoutError"}),
+    "redis.exceptions": frozenset({"ConnectionError", "TimeoutError", "ReadOnlyError"}),
     # nats-py, while the client is disconnected or reconnecting, or a PubAck never came
     # (nats/errors.py)
     "nats.errors": frozenset({"ConnectionClosedError", "ConnectionDrainingError", "ConnectionReconnectingError",
                               "NoServersError", "StaleConnectionError", "OutboundBufferLimitError", "TimeoutError"}),
-    "nats.js.errors": frozenset({"ServiceUnavailableError"}),  # JetStream's 503
+    # JetStream's 503; and a publish no stream answered, which is what a stream electing a new
+    # leader gives for a few seconds after a node of a NATS cluster is lost
+    "nats.js.errors": frozenset({"ServiceUnavailableError", "NoStreamResponseError"}),
 }
+
+
+# A Redis failover (Sentinel) demotes the old primary: a write sent to it before the client moved
+# on is refused with READONLY, and a Lua script's write comes back as a plain script error that
+# carries the same READONLY (redis-py maps only a reply that starts with it to ReadOnlyError).
+# MASTERDOWN: a replica cut off from its primary. Both last as long as the failover.
+_OUTAGE_REPLIES = ("READONLY You can't write against a read only replica", "MASTERDOWN ")
+
+
+def _is_outage_reply(exc: BaseException) -> bool:
+    if not any(k.__module__ == "redis.exceptions" and k.__name__ == "ResponseError" for k in type(exc).__mro__):
+        return False
+    text = str(exc)
+    return any(marker in text for marker in _OUTAGE_REPLIES)
 
 
 def _is_outage_type(cls: type) -> bool:
@@ -102,7 +119,7 @@ def is_unavailable(exc: BaseException) -> bool:
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
-        if _is_outage_type(type(cur)):
+        if _is_outage_type(type(cur)) or _is_outage_reply(cur):
             return True
         seen.add(id(cur))
         cur = cur.__cause__ or cur.__context__

@@ -2,13 +2,19 @@
 
 The connection settings are the same variables for every service (`BKE_NATS_URL`,
 `BKE_REDIS_URL`); a service's own knobs use its prefix (`BKE_PLANNER_...`).
+
+Beyond one machine: `BKE_NATS_URL` may list a NATS cluster's nodes, comma-separated
+(bke.bus.connect.nats_servers); `BKE_REDIS_SENTINELS` (`host:port,host:port,...`) with
+`BKE_REDIS_SENTINEL_MASTER` finds the Redis primary through Sentinel, and follows it after a
+failover (bke.state.client); `BKE_STREAM_REPLICAS` sets the JetStream streams' replicas
+(bke.bus.streams).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
@@ -33,6 +39,17 @@ class ServiceSettings(BaseSettings):
     nats_creds: Path | None = Field(None, validation_alias=AliasChoices("BKE_NATS_CREDS", "nats_creds"))
     nats_inbox_prefix: str | None = Field(None, validation_alias=AliasChoices("BKE_NATS_INBOX_PREFIX", "nats_inbox_prefix"))
     nats_tls_ca: Path | None = Field(None, validation_alias=AliasChoices("BKE_NATS_TLS_CA", "nats_tls_ca"))
+    # Redis through Sentinel: the sentinels' `host:port` list and the name they monitor the
+    # primary by. BKE_REDIS_URL still carries this service's user, password and db; its host and
+    # port are not used then (the sentinels name the primary, and a new one after a failover).
+    redis_sentinels: str | None = Field(None, validation_alias=AliasChoices("BKE_REDIS_SENTINELS", "redis_sentinels"))
+    redis_sentinel_master: str | None = Field(
+        None, validation_alias=AliasChoices("BKE_REDIS_SENTINEL_MASTER", "redis_sentinel_master"))
+    # Replicas of each JetStream stream and object bucket (a NATS cluster: 3). Unset: a stream is
+    # created with one and an existing stream keeps its count, so that a process started without
+    # this setting never scales down what another converged.
+    stream_replicas: int | None = Field(None, ge=1, le=5,
+                                        validation_alias=AliasChoices("BKE_STREAM_REPLICAS", "stream_replicas"))
     log_level: str = Field("INFO", validation_alias=AliasChoices("BKE_LOG_LEVEL", "log_level"))
     # The service's HTTP side (bke.http: /healthz, /readyz, /metrics, its dashboard). Unset port:
     # the service's default (bke.http.ports) when it runs as its own process, no HTTP when built
@@ -51,12 +68,36 @@ class ServiceSettings(BaseSettings):
     # results that wait to be known (NotYetKnown, bounded) and stalled every other install.
     max_ack_pending: int = 20_000
 
+    @field_validator("nats_url")
+    @classmethod
+    def _nats_list(cls, value: str) -> str:
+        from .bus.connect import nats_servers
+
+        nats_servers(value)  # a clear error for an empty or malformed entry of the list
+        return value
+
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _sentinel_list(cls, value: str | None) -> str | None:
+        from .state.client import parse_sentinels
+
+        if value is not None:
+            parse_sentinels(value)
+        return value
+
+    @model_validator(mode="after")
+    def _sentinel_pair(self) -> "ServiceSettings":
+        if (self.redis_sentinels is None) != (self.redis_sentinel_master is None):
+            raise ValueError("BKE_REDIS_SENTINELS and BKE_REDIS_SENTINEL_MASTER go together: set both or neither")
+        return self
+
     @property
     def store(self) -> "StoreAccess":
         """How this service reaches Redis."""
-        from .state.client import StoreAccess
+        from .state.client import StoreAccess, parse_sentinels
 
-        return StoreAccess(self.redis_url, self.redis_tls_ca)
+        sentinels = parse_sentinels(self.redis_sentinels) if self.redis_sentinels else ()
+        return StoreAccess(self.redis_url, self.redis_tls_ca, sentinels, self.redis_sentinel_master)
 
     @property
     def bus(self) -> "BusAccess":

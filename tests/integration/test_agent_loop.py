@@ -106,7 +106,8 @@ async def test_redelivered_completed_command_is_replayed(nats_client: NatsClient
                                                          nats_url: str, cluster: str, tmp_path: Path) -> None:
     backend = NullBackend()
     journal = DiskJournal(tmp_path / "state")
-    loop = AgentLoop(nats_client, FailResultOnce(js), _settings(nats_url, cluster, "n1"), backend,  # type: ignore[arg-type]
+    # result_retry_s=0: the failed publish is not sent again in place, so the redelivery path runs
+    loop = AgentLoop(nats_client, FailResultOnce(js), _settings(nats_url, cluster, "n1", result_retry_s=0), backend,  # type: ignore[arg-type]
                      journal, AgentIdentity.ephemeral(), verifier=verifier(cluster, "n1"))
     async with EventWatch(nats_client, [f"bke.v1.agent.{cluster}.*.result"]) as watch:
         await loop.start()

@@ -21,6 +21,9 @@ class FakeMsg:
     async def ack(self) -> None:
         self.events.append("ack")
 
+    async def ack_sync(self, timeout: float = 1.0) -> None:  # the agent waits for the server's word
+        self.events.append("ack")
+
     async def nak(self, delay: float | None = None) -> None:
         self.events.append("nak")
 
@@ -54,7 +57,7 @@ class RecordingJournal(MemoryJournal):
 
 def _loop(events: list[str], js: FakeJS, journal: MemoryJournal | None = None) -> tuple[AgentLoop, NullBackend]:
     backend = NullBackend()
-    settings = AgentSettings(cluster="c1", node="n1", heartbeat_s=0)
+    settings = AgentSettings(cluster="c1", node="n1", heartbeat_s=0, result_retry_s=0)
     loop = AgentLoop(None, js, settings, backend, journal or RecordingJournal(events),  # type: ignore[arg-type]
                      AgentIdentity.ephemeral(), verifier=verifier("c1", "n1"), now=lambda: NOW)
     return loop, backend

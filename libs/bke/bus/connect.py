@@ -4,7 +4,9 @@ Why one place: nats-py gives up after 60 reconnect attempts by default (`max_rec
 and a process that gave up stays alive and silent, so nothing restarts it. Every connection made
 here reconnects forever; a service reports itself not ready while it is cut off instead.
 
-`BusAccess` is what a process needs to connect: the URL, its credentials file (a NATS `.creds`
+`BusAccess` is what a process needs to connect: the URL (or a comma-separated list of the URLs
+of a NATS cluster's nodes: nats-py tries them in turn and moves to another node when one goes
+away, see `nats_servers`), its credentials file (a NATS `.creds`
 file: the identity's JWT and its nkey seed), its own inbox prefix (so that no identity can read
 another's pulled messages through `_INBOX.>`) and, for TLS, the CA that signed the server's
 certificate. A URL alone still works against a server without authentication (tests of single
@@ -21,12 +23,29 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NatsClient
 
-__all__ = ["BusAccess", "connect_nats", "connect_options", "log_bus_error"]
+__all__ = ["BusAccess", "connect_nats", "connect_options", "log_bus_error", "nats_servers"]
 
 log = logging.getLogger("bke.bus")
 
 RECONNECT_WAIT_S = 1.0
 CONNECT_TIMEOUT_S = 5.0
+
+
+_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
+
+
+def nats_servers(url: str) -> list[str]:
+    """`BKE_NATS_URL` as nats-py's server list: one URL, or several separated by commas (the nodes
+    of one NATS cluster). Raises ValueError naming the variable for an empty entry or one that is
+    no NATS URL (the URL itself is not echoed: it may carry a user and password)."""
+    servers = [part.strip() for part in url.split(",")]
+    for i, server in enumerate(servers):
+        if not server:
+            raise ValueError(f"BKE_NATS_URL: entry {i + 1} of {len(servers)} is empty (URLs are separated by single commas)")
+        if "://" in server and not server.startswith(_SCHEMES):
+            raise ValueError(f"BKE_NATS_URL: entry {i + 1} of {len(servers)} has an unknown scheme "
+                             f"(nats://, tls://, ws:// or wss://)")
+    return servers
 
 
 @dataclass(frozen=True)
@@ -41,7 +60,7 @@ class BusAccess:
 
 
 def _tls_context(access: BusAccess) -> ssl.SSLContext | None:
-    if access.tls_ca is None and not access.url.startswith("tls://"):
+    if access.tls_ca is None and not any(s.startswith("tls://") for s in nats_servers(access.url)):
         return None
     ctx = ssl.create_default_context(purpose=ssl.Purpose.SERVER_AUTH,
                                      cafile=str(access.tls_ca) if access.tls_ca else None)
@@ -60,7 +79,7 @@ def connect_options(access: BusAccess, *, name: str | None = None) -> dict[str, 
     With `max_reconnect_attempts=-1` even the first connect waits for the server forever, which
     is what a service wants (it starts before NATS, or NATS restarts under it)."""
     opts: dict[str, Any] = {
-        "servers": [access.url],
+        "servers": nats_servers(access.url),
         "max_reconnect_attempts": -1,  # forever: see the module docstring
         "reconnect_time_wait": RECONNECT_WAIT_S,
         "connect_timeout": CONNECT_TIMEOUT_S,

@@ -265,7 +265,7 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
                         disconnected_cb=disconnected, reconnected_cb=reconnected, closed_cb=closed)
     app = FastStream(broker, logger=logging.getLogger(f"bke.{name}.faststream"))
     svc = Service(name=name, settings=settings, broker=broker, app=app, readiness=readiness)
-    svc.watch_redis(_probe_client(settings.redis_url))
+    svc.watch_redis(_probe_client(settings))
 
     @app.on_startup
     async def _streams() -> None:
@@ -295,21 +295,49 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
     return svc
 
 
-def _probe_client(url: str) -> Any:
+def _probe_client(settings: ServiceSettings) -> Any:
     """A Redis client of the readiness probe's own, with short timeouts: a probe that hangs for
-    the length of an outage would report nothing."""
+    the length of an outage would report nothing. Through Sentinel it asks for the primary
+    (a Redis failover is an outage until the new primary answers)."""
     from redis.asyncio import Redis
 
-    return Redis.from_url(url, socket_timeout=REDIS_PROBE_S, socket_connect_timeout=REDIS_PROBE_S)
+    from ..state.client import redis_client
+
+    probe: dict[str, Any] = {"socket_timeout": REDIS_PROBE_S, "socket_connect_timeout": REDIS_PROBE_S}
+    if settings.store.sentinels:
+        return redis_client(settings.store, **probe)
+    return Redis.from_url(settings.redis_url, **probe)
 
 
 async def _ensure_streams_at(settings: ServiceSettings) -> None:
     # A short-lived connection of its own: the broker subscribes only once streams exist.
     nc = await connect_nats(settings.bus)
     try:
-        await ensure_streams(nc.jetstream())
+        await _ensure_streams_while_forming(nc, settings)
     finally:
         await nc.close()
+
+
+STREAMS_WAIT_S = 60.0  # a NATS cluster's nodes forming (or electing a leader) take seconds
+
+
+async def _ensure_streams_while_forming(nc: NatsClient, settings: ServiceSettings) -> None:
+    """A NATS cluster that is still forming answers JetStream requests with 503s (e.g. "JetStream
+    not enabled for account" until the node has the account's JWT): an outage for a while, not
+    a reason to exit. Tried again with backoff for STREAMS_WAIT_S, then the error stands."""
+    from ..errors import is_unavailable
+
+    deadline, delay = asyncio.get_running_loop().time() + STREAMS_WAIT_S, 0.25
+    while True:
+        try:
+            await ensure_streams(nc.jetstream(), replicas=settings.stream_replicas)
+            return
+        except Exception as exc:
+            if not is_unavailable(exc) or asyncio.get_running_loop().time() > deadline:
+                raise
+            log.warning("streams not declared yet (NATS: %s: %s); trying again", type(exc).__name__, exc)
+        await asyncio.sleep(delay)  # backoff while JetStream is unavailable
+        delay = min(2 * delay, 2.0)
 
 
 def run_main(name: str, create: Callable[[], Service]) -> int:

@@ -7,6 +7,13 @@ read by certs, renderer and dispatcher), each through its own durable consumer.
 `max_consumers`: nats-server 2.15 caps every stream at 1000 consumers unless the stream sets a
 limit itself (and -1 no longer means "unlimited"). BKE_AGENT holds one durable consumer per node
 agent, so it declares its own limit; the others keep the server default.
+
+Replicas (a NATS cluster): `ensure_streams(js, replicas=N)` creates each stream with N replicas
+and brings an existing stream to N (nats-server moves a stream's replica count up or down by an
+update), and makes the object buckets the same way (`ensure_buckets`): each bucket is a stream of
+its own (`OBJ_<bucket>`), which a first `put` would otherwise create with one replica. A caller
+that passes no count (the CLI, the agents) creates with one and never changes an existing
+stream's count, so that it never undoes what the services converged to (BKE_STREAM_REPLICAS).
 """
 from __future__ import annotations
 
@@ -14,15 +21,22 @@ import logging
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, ObjectStoreConfig, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from ..contracts import subjects as s
+from ..contracts.agent import ETCD_SNAPSHOT_BUCKET
 
-__all__ = ["STREAMS", "StreamDef", "ensure_streams", "OBJECT_BUCKET"]
+__all__ = ["BUCKETS", "STREAMS", "StreamDef", "ensure_buckets", "ensure_streams", "OBJECT_BUCKET"]
 
 log = logging.getLogger(__name__)
 OBJECT_BUCKET = "bke-blobs"  # big payloads travel by reference (specRef)
+# Every object bucket: the blobs, and the etcd snapshots (made here first when replicated, so
+# that bke.etcdsnap.store finds it rather than making it with one replica).
+BUCKETS: tuple[tuple[str, str], ...] = (
+    (OBJECT_BUCKET, "payloads too large for one message (specRef)"),
+    (ETCD_SNAPSHOT_BUCKET, "etcd snapshots, sealed to the deployment's snapshot key"),
+)
 
 
 @dataclass(frozen=True)
@@ -34,7 +48,7 @@ class StreamDef:
     summary: str
     max_consumers: int | None = None  # None: the server's default (1000 on nats-server 2.15)
 
-    def config(self) -> StreamConfig:
+    def config(self, replicas: int = 1) -> StreamConfig:
         return StreamConfig(
             name=self.name,
             subjects=list(self.subjects),
@@ -44,6 +58,7 @@ class StreamDef:
             discard=DiscardPolicy.OLD,
             duplicate_window=120.0,
             max_consumers=self.max_consumers,
+            num_replicas=replicas,
         )
 
 
@@ -58,19 +73,43 @@ STREAMS: tuple[StreamDef, ...] = (
 )
 
 
-async def ensure_streams(js: JetStreamContext, streams: tuple[StreamDef, ...] = STREAMS) -> None:
-    """Create missing streams; bring existing ones to the declared subjects (idempotent)."""
+async def ensure_streams(js: JetStreamContext, streams: tuple[StreamDef, ...] = STREAMS,
+                         replicas: int | None = None) -> None:
+    """Create missing streams; bring existing ones to the declared subjects and, when `replicas`
+    is given, to that many replicas (and the object buckets too). Idempotent."""
     for d in streams:
-        cfg = d.config()
+        cfg = d.config(replicas or 1)
         try:
             info = await js.stream_info(d.name)
         except NotFoundError:
             await js.add_stream(cfg)
-            log.info("stream created", extra={"stream": d.name})
+            log.info("stream created", extra={"stream": d.name, "replicas": cfg.num_replicas})
             continue
         drift = sorted(info.config.subjects or []) != sorted(cfg.subjects or [])
         if d.max_consumers is not None and info.config.max_consumers != d.max_consumers:
             drift = True
+        if replicas is None:
+            cfg.num_replicas = info.config.num_replicas  # kept: see the module docstring
+        elif info.config.num_replicas != replicas:
+            drift = True
         if drift:
             await js.update_stream(cfg)
-            log.info("stream updated", extra={"stream": d.name})
+            log.info("stream updated", extra={"stream": d.name, "replicas": cfg.num_replicas})
+    if replicas is not None:
+        await ensure_buckets(js, replicas)
+
+
+async def ensure_buckets(js: JetStreamContext, replicas: int) -> None:
+    """Each object bucket of BUCKETS, created with `replicas` or brought to that count."""
+    for bucket, summary in BUCKETS:
+        try:
+            info = await js.stream_info(f"OBJ_{bucket}")
+        except NotFoundError:
+            await js.create_object_store(bucket, config=ObjectStoreConfig(
+                bucket=bucket, description=summary, storage=StorageType.FILE, replicas=replicas))
+            log.info("object bucket created", extra={"bucket": bucket, "replicas": replicas})
+            continue
+        if info.config.num_replicas != replicas:
+            info.config.num_replicas = replicas
+            await js.update_stream(info.config)
+            log.info("object bucket updated", extra={"bucket": bucket, "replicas": replicas})

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import redis
 
 from ..auth.jwt import decode_jwt
 from ..auth.permissions import identity_name, inbox_prefix
@@ -26,6 +25,7 @@ from ..auth.authority import write_creds
 from ..auth.registry import IdentityRecord, IdentityRegistry
 from ..runtime import EmbeddedRuntime, RuntimeInfo
 from ..runtime.nats_security import save_runtime_authority
+from ..state.client import sync_redis_client
 from ..secrets.at_rest import load_secret_box
 
 __all__ = ["LabIdentities", "creds_path"]
@@ -56,7 +56,7 @@ class LabIdentities:
         if auth is None:
             raise RuntimeError("the lab's NATS runs without authentication: no identities to keep")
         self.auth = auth
-        self.client = redis.Redis.from_url(self.info.redis_url)
+        self.client = sync_redis_client(self.info.admin_store())  # through Sentinel if the lab has one
         self.registry = IdentityRegistry(self.client, load_secret_box(auth.key_file), self.clock)
         stored = self.registry.load_authority()
         if stored is None or stored.account.public != auth.authority.account.public:

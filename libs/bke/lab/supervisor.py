@@ -28,6 +28,7 @@ from nats.js import JetStreamContext
 
 from ..bus.connect import BusAccess
 from ..plan import Plan
+from .ha_runtime import ha_env, lab_runtime, stop_ha
 from .identities import LabIdentities
 from ..runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
 from ..runtime.processes import ManagedProcess, pid_alive, stop_pid
@@ -70,6 +71,7 @@ def lab_env(info: RuntimeInfo, workdir: Path, fetch: bool = False) -> dict[str, 
         **({"BKE_NATS_TLS_CA": info.nats_tls_ca} if info.nats_tls_ca else {}),
         PYTHONUNBUFFERED="1",
     )
+    env.update(ha_env(info))
     return env
 
 
@@ -81,11 +83,17 @@ class LabSupervisor:
     auth: bool = True
     tls: bool = False  # NATS over TLS (a CA of the lab's own; every process verifies with it)
     fetch: bool = False  # binaries downloaded from the spec's httpRepo, not placeholders (lab_env)
+    # Beyond one server (bke.lab.ha_runtime): NATS as a cluster of this many nodes (0: one
+    # server), Redis as a primary, a replica and three sentinels. A work directory that ran
+    # with them keeps them.
+    nats_cluster: int = 0
+    redis_sentinel: bool = False
 
     def __post_init__(self) -> None:
         self.workdir = self.workdir.resolve()
-        self.runtime = EmbeddedRuntime(self.workdir / "runtime", auth=self.auth, tls=self.tls,
-                                       secret_key_file=self.workdir / "secret.key")
+        self.runtime = lab_runtime(self.workdir / "runtime", nats_cluster=self.nats_cluster,
+                                   redis_sentinel=self.redis_sentinel, auth=self.auth, tls=self.tls,
+                                   secret_key_file=self.workdir / "secret.key")
 
     def identities(self, info: RuntimeInfo) -> LabIdentities | None:
         """The lab's identity keeper (None: NATS runs without authentication)."""
@@ -223,5 +231,6 @@ class LabSupervisor:
             stop_pid(pid, 15.0)
             stopped.append(pid)
         self._save({"services": {}, "agents": {}})
+        stopped += stop_ha(self.workdir / "runtime")  # the cluster's nodes and the sentinels, if any
         stopped += EmbeddedRuntime.stop_workdir(self.workdir / "runtime")
         return stopped

@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 import httpx
 import redis
 
-from ..state.client import redact_url
+from ..state.client import StoreAccess, parse_sentinels, redact_url
 from . import redis_acl
 from .binaries import nats_server_bin, redis_server_bin
 from .nats_security import RuntimeAuth, ensure_runtime_auth, ensure_runtime_tls
@@ -90,6 +90,17 @@ class RuntimeInfo:
     redis_pid: int
     nats_monitor_url: str
     nats_tls_ca: str | None = None  # the CA of a TLS nats-server (None: plain)
+    # Redis through Sentinel (bke.lab.sentinel): the sentinels' "host:port,..." and the master's
+    # name; `redis_url` is then the admin user's URL of the primary when the lab started.
+    redis_sentinels: str | None = None
+    redis_sentinel_master: str | None = None
+
+    def admin_store(self) -> StoreAccess:
+        """How the lab itself reaches Redis as the admin user (through Sentinel if there is one)."""
+        if self.redis_sentinels:
+            return StoreAccess(self.redis_url, sentinels=parse_sentinels(self.redis_sentinels),
+                               sentinel_master=self.redis_sentinel_master)
+        return StoreAccess(self.redis_url)
 
     def to_json(self) -> dict[str, Any]:
         """The runtime.json document (camelCase keys, shared with non-Python readers)."""
@@ -101,6 +112,8 @@ class RuntimeInfo:
         }
         if self.nats_tls_ca:
             doc["natsTlsCa"] = self.nats_tls_ca
+        if self.redis_sentinels:
+            doc["redisSentinels"], doc["redisSentinelMaster"] = self.redis_sentinels, self.redis_sentinel_master
         return doc
 
     @classmethod
@@ -113,6 +126,8 @@ class RuntimeInfo:
             redis_pid=int(doc["pids"]["redis"]),
             nats_monitor_url=str(doc["natsMonitorUrl"]),
             nats_tls_ca=str(doc["natsTlsCa"]) if doc.get("natsTlsCa") else None,
+            redis_sentinels=str(doc["redisSentinels"]) if doc.get("redisSentinels") else None,
+            redis_sentinel_master=str(doc["redisSentinelMaster"]) if doc.get("redisSentinelMaster") else None,
         )
 
 
@@ -174,7 +189,7 @@ class EmbeddedRuntime:
             tls_ca = str(self.workdir / "tls" / "ca.pem") if self.tls else None
             if old is not None and nats_pid == old.nats_pid:  # a reused server keeps its scheme
                 tls_ca = old.nats_tls_ca
-            info = RuntimeInfo(nats_url, redis_url, nats_pid, redis_pid, monitor_url, tls_ca)
+            info = RuntimeInfo(nats_url, redis_url, nats_pid, redis_pid, monitor_url, tls_ca, *self._sentinel_info())
             if info != old:
                 tmp = self.state_path.with_suffix(".json.tmp")
                 # 0600: the Redis URL carries the admin user's password (bke.runtime.redis_acl)
@@ -186,6 +201,10 @@ class EmbeddedRuntime:
             return info
 
     start = ensure_started  # the name callers of the first draft used
+
+    def _sentinel_info(self) -> tuple[str | None, str | None]:
+        """The sentinels and master name for RuntimeInfo; none here (bke.lab.ha_runtime has them)."""
+        return None, None
 
     def stop(self, timeout: float = 10.0) -> list[int]:
         """Stop this work directory's servers; see :meth:`stop_workdir`."""

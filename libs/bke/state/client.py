@@ -8,18 +8,29 @@ redis-py 8.1, `redis/asyncio/connection.py`, `SSLConnection`).
 
 The password is in the URL, so the URL is never logged as is: `redact_url` replaces it, and
 `StoreAccess.__repr__` uses it.
+
+Redis with replication and Sentinel: `StoreAccess.sentinels` (`host:port` pairs) and
+`sentinel_master` (the name the sentinels monitor the primary by). The client then asks the
+sentinels where the primary is on every new connection (redis-py's `SentinelConnectionPool`), so
+after a failover it reaches the new primary by itself. In the failover window every command fails
+with a ConnectionError: the old primary is gone (refused), or it was demoted and answers READONLY
+(which redis-py's sentinel connection turns into a ConnectionError and a reconnect), or no
+sentinel knows a primary yet (MasterNotFoundError, a ConnectionError too). bke.errors.is_unavailable
+counts them all as an outage, so a message is held, not failed, until the new primary answers.
+The URL still carries the user, password and db; its host and port are not used. The sentinels
+are reached without TLS or a password (they hold no data; see the README for what is not done).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
 from redis.asyncio import Redis
 
-__all__ = ["StoreAccess", "redact_url", "redis_client", "sync_redis_client"]
+__all__ = ["StoreAccess", "parse_sentinels", "redact_url", "redis_client", "sync_redis_client"]
 
 
 def redact_url(url: str) -> str:
@@ -35,12 +46,38 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
+def parse_sentinels(text: str) -> tuple[tuple[str, int], ...]:
+    """`BKE_REDIS_SENTINELS` (`host:port,host:port,...`; `[v6]:port` for IPv6) as pairs, or a
+    ValueError that names the variable and the entry at fault."""
+    out = []
+    entries = [e.strip() for e in text.split(",")]
+    for i, entry in enumerate(entries, 1):
+        where = f"BKE_REDIS_SENTINELS: entry {i} ({entry!r})"
+        host, sep, port = entry.rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        if not entry or not sep or not host:
+            raise ValueError(f"{where} is not host:port")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{where}: the port must be a number from 1 to 65535")
+        out.append((host, int(port)))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class StoreAccess:
     url: str
     tls_ca: Path | None = None  # CA bundle to verify a `rediss://` server with
+    sentinels: tuple[tuple[str, int], ...] = ()  # empty: the URL's server itself
+    sentinel_master: str | None = None  # the name the sentinels monitor the primary by
+
+    def __post_init__(self) -> None:
+        if bool(self.sentinels) != bool(self.sentinel_master):
+            raise ValueError("Redis Sentinel needs both the sentinels and the master's name")
 
     def __repr__(self) -> str:
+        if self.sentinels:
+            where = ",".join(f"{h}:{p}" for h, p in self.sentinels)
+            return f"StoreAccess({redact_url(self.url)!r}, sentinels={where!r}, master={self.sentinel_master!r})"
         return f"StoreAccess({redact_url(self.url)!r})"
 
     __str__ = __repr__
@@ -73,13 +110,52 @@ def _retry_options() -> dict[str, Any]:
             "retry_on_error": [RedisConnectionError, RedisTimeoutError]}
 
 
+def _sentinel_kwargs(access: StoreAccess) -> dict[str, Any]:
+    """What `from_url` would take from the URL (user, password, db) and the TLS options, as
+    connection keywords for the primary that the sentinels name."""
+    parts = urlsplit(access.url)
+    opts: dict[str, Any] = {}
+    if parts.username:
+        opts["username"] = unquote(parts.username)
+    if parts.password is not None:
+        opts["password"] = unquote(parts.password)
+    db = parts.path.strip("/")
+    if db:
+        opts["db"] = int(db)
+    tls = access.options()
+    if tls:
+        opts["ssl"] = True
+        opts.update(tls)
+    return opts
+
+
 def redis_client(access: StoreAccess | str, **extra: Any) -> Redis:
     """An asyncio client (the services'). Connecting is lazy: nothing happens until first use."""
     access = StoreAccess(access) if isinstance(access, str) else access
+    if access.sentinels:
+        from redis.asyncio.sentinel import Sentinel
+
+        kwargs = {**_sentinel_kwargs(access), **_retry_options(), **extra}
+        sentinel = Sentinel(access.sentinels, sentinel_kwargs=_sentinel_socket(extra), **kwargs)
+        return sentinel.master_for(str(access.sentinel_master), redis_class=Redis, **kwargs)
     return Redis.from_url(access.url, **access.options(), **{**_retry_options(), **extra})
 
 
 def sync_redis_client(access: StoreAccess | str, **extra: Any) -> redis.Redis:
     """A blocking client (the lab's probes and the CLI's state tool)."""
     access = StoreAccess(access) if isinstance(access, str) else access
+    if access.sentinels:
+        from redis.sentinel import Sentinel as SyncSentinel
+
+        kwargs = {**_sentinel_kwargs(access), **extra}
+        sentinel = SyncSentinel(access.sentinels, sentinel_kwargs=_sentinel_socket(extra), **kwargs)
+        return sentinel.master_for(str(access.sentinel_master), redis_class=redis.Redis, **kwargs)
     return redis.Redis.from_url(access.url, **access.options(), **extra)
+
+
+def _sentinel_socket(extra: dict[str, Any]) -> dict[str, Any]:
+    # The sentinels get the caller's socket timeouts (a probe's short ones) and nothing else: no
+    # password of the primary's user is sent to them. Without a timeout, one sentinel that hangs
+    # would hold every reconnect; 2 s is far above a sentinel's answer on a live network.
+    return {"socket_timeout": 2.0, "socket_connect_timeout": 2.0,
+            **{k: v for k, v in extra.items() if k.startswith("socket_")}}

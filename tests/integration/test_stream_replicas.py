@@ -1,0 +1,53 @@
+"""Stream replicas against a real 3-node NATS cluster (bke.lab.nats_cluster, no authentication):
+`ensure_streams(js, replicas=N)` creates with N, converges an existing stream up or down without
+losing its messages, makes the object buckets with N too, and a caller that gives no count
+(the CLI, an agent) leaves every count as it is."""
+from __future__ import annotations
+
+import pytest
+
+from bke.bus.connect import connect_nats
+from bke.bus.streams import BUCKETS, STREAMS, ensure_streams
+from bke.contracts import subjects as s
+from bke.lab.nats_cluster import NatsCluster, stop_nats_cluster
+
+pytestmark = pytest.mark.integration
+
+
+async def _replicas(js) -> dict[str, int]:
+    names = [d.name for d in STREAMS] + [f"OBJ_{b}" for b, _ in BUCKETS]
+    out = {}
+    for name in names:
+        try:
+            out[name] = (await js.stream_info(name)).config.num_replicas
+        except Exception:  # noqa: BLE001 - not made (yet)
+            out[name] = 0
+    return out
+
+
+async def test_streams_converge_to_the_replicas_asked_for(tmp_path):
+    cluster = NatsCluster(tmp_path, 3, auth=None)
+    urls, _, _ = cluster.ensure()
+    nc = await connect_nats(urls)
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)  # no count: one replica, no buckets
+        before = await _replicas(js)
+        assert {before[d.name] for d in STREAMS} == {1} and {before[f"OBJ_{b}"] for b, _ in BUCKETS} == {0}
+        subject = next(iter(s.EVENT_SUBJECTS)).replace(">", "x").replace("*", "x")
+        await js.publish(subject, b"kept")
+
+        await ensure_streams(js, replicas=3)
+        assert set((await _replicas(js)).values()) == {3}
+        await ensure_streams(js)  # a caller without a count changes nothing
+        assert set((await _replicas(js)).values()) == {3}
+        await ensure_streams(js, replicas=3)  # converged: idempotent
+        events = await js.stream_info("BKE_EVENTS")
+        assert events.state.messages == 1 and len(events.cluster.replicas or []) == 2
+
+        await ensure_streams(js, replicas=1)  # and down again
+        assert set((await _replicas(js)).values()) == {1}
+        assert (await js.stream_info("BKE_EVENTS")).state.messages == 1
+    finally:
+        await nc.close()
+        assert len(stop_nats_cluster(tmp_path)) == 3
