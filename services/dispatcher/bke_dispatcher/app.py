@@ -52,6 +52,7 @@ from .engine import Engine
 from .health import HealthMonitor
 from .known import KnownTargets
 from .local_work import LocalPhases
+from .metrics import watch_metrics
 from .node_labels import LabNodes, NodeLabelsWork
 from .results import Inputs
 from .rotations import Rotations, RotationStore
@@ -132,6 +133,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     loss = StateLossReaction(state, svc.publish, _now, stop_loops, resume)
     epoch = watch_epoch(svc, redis, interval_s=settings.epoch_check_s, on_lost=loss.on_lost,
                         on_restored=loss.on_restored, on_intact=loss.on_intact)
+    watch_metrics(svc, redis, plans)  # /metrics: installs, phases, nodes, commands in flight
     status = StatusResponder(StatusReader(redis, plans, rotation=rotation_store.rotation_view), guard=epoch.ensure_intact)
 
     services = ServiceEvents(state, plans, engine, runner.kick, _now)
