@@ -51,4 +51,4 @@ def pager(path: str, offset: int, limit: int, total: int, **extra: Any) -> Marku
         parts.append(link(href(max(0, offset - limit)), "previous"))
     if end < total:
         parts.append(link(href(end), "next"))
-    return Markup("<p>" + " ".join(str(p) if isinstance(p, Markup) else Markup(p) for p in parts) + "</p>")
+    return Markup("<p>" + " ".join(parts) + "</p>")  # numbers and Markup links only

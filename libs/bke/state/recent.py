@@ -42,7 +42,8 @@ class RecentLog:
         doc = json.dumps({"v": RECENT_VERSION, **_bounded(entry)}, separators=(",", ":"))
         try:
             async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.lpush(self.key, doc).ltrim(self.key, 0, self.keep - 1)
+                pipe.lpush(self.key, doc)
+                pipe.ltrim(self.key, 0, self.keep - 1)
                 await pipe.execute()
         except Exception as exc:  # noqa: BLE001 - advisory (module docstring): never fail the handler
             log.warning("recent list %s not written: %s: %s", self.key, type(exc).__name__, exc,
