@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from bke.http.page import Markup, layout, link, table
+from bke.http.page import Markup, layout, link, table, text
 from bke.http.query import BadQuery, bad_query, page_args, pager
 from bke.pki.expiry import ExpiryRow
 
@@ -60,7 +60,7 @@ def cluster_page(cluster: str, rows: list[ExpiryRow], now: datetime, offset: int
     classes = [_CLASS.get(bucket_of(r.residual), "") for r in page]
     extra = {"node": node} if node else {}
     what = f" held by node {node}" if node else ""
-    intro = Markup(f"<p>{len(rows)} certificate(s){what}, CAs first, as of {now.isoformat()}. "
+    intro = Markup(f"<p>{len(rows)} certificate(s){text(what)}, CAs first, as of {now.isoformat()}. "
                    f"Days left under 7 are red, under 30 yellow.</p>")
     return layout("certs", f"Certificates of {cluster}", intro,
                   pager(f"/clusters/{quote(cluster, safe='')}", offset, limit, len(rows), **extra),
