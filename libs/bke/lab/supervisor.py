@@ -32,7 +32,7 @@ from ..bus.connect import BusAccess
 from ..plan import Plan
 from .identities import LabIdentities
 from ..runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
-from ..runtime.processes import ManagedProcess, free_port, pid_alive, stop_pid
+from ..runtime.processes import ManagedProcess, free_port, pid_alive, port_is_free, stop_pid
 from .trust import ensure_lab_command_key, provision_lab_agents
 
 __all__ = ["LabSupervisor", "SERVICES", "lab_env"]
@@ -154,10 +154,12 @@ class LabSupervisor:
                 continue
             # each service logs in to Redis as its own ACL user (bke.runtime.redis_acl)
             own = dict(env, BKE_REDIS_URL=redis_acl.service_url(self.runtime.workdir, info.redis_url, name))
-            # a free port per service: several labs (and the default ports' owners) share a machine
-            port = free_port()
+            # a free port per service (several labs share a machine); a restarted service keeps
+            # its port while it is free, so that a printed dashboard URL stays right
+            ports = pids.setdefault("http", {})
+            kept = ports.get(name)
+            ports[name] = port = kept if kept and port_is_free("127.0.0.1", kept) else free_port()
             own["BKE_HTTP_PORT"] = str(port)
-            pids.setdefault("http", {})[name] = port
             proc = ManagedProcess.start(name, [_bin(f"bke-{name}")], self.workdir / "logs" / f"{name}.log",
                                         env={**own, **self._bus_env(info, name)})
             pids["services"][name] = proc.pid
