@@ -17,7 +17,7 @@ from bke.plan import plan_spec_text
 
 from ..integration.test_http_side import _sample
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 SEED = "examples/seed-3m1w.yaml"
 DASHBOARD = re.compile(r"^dashboard (\w+): (http://127\.0\.0\.1:\d+)/$")
 
@@ -46,7 +46,7 @@ async def test_lab_install_prints_dashboards_whose_metrics_move(tmp_path):
     c = plan.cluster
     workdir = tmp_path / "lab"
     proc = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "bke"), "lab", "install", SEED, "--workdir", str(workdir), "--timeout", "240",
+        str(Path(sys.executable).parent / "bke"), "lab", "install", SEED, "--workdir", str(workdir), "--timeout", "400",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     assert proc.stdout is not None
     loop = asyncio.get_running_loop()
@@ -54,7 +54,9 @@ async def test_lab_install_prints_dashboards_whose_metrics_move(tmp_path):
         urls: dict[str, str] = {}
         printed: list[str] = []
         while len(urls) < len(SERVICES):
-            line = (await asyncio.wait_for(proc.stdout.readline(), timeout=120)).decode()
+            # the lab starts every process and provisions the agents before it prints: on a
+            # loaded 2-core machine that took over 120 s once, so the install's whole bound applies
+            line = (await asyncio.wait_for(proc.stdout.readline(), timeout=300)).decode()
             assert line, f"bke lab install ended before printing every dashboard: {printed}"
             printed.append(line)
             if m := DASHBOARD.match(line.strip()):
@@ -64,7 +66,7 @@ async def test_lab_install_prints_dashboards_whose_metrics_move(tmp_path):
         rest = asyncio.create_task(proc.stdout.read())  # the install's progress lines, kept for a failure
 
         seen: list[tuple] = []
-        deadline = loop.time() + 240
+        deadline = loop.time() + 400
         async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
             while not rest.done():  # scrape the dispatcher while the install runs
                 text = (await _get(http, f"{urls['dispatcher']}/metrics", deadline)).text
