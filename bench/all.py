@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every benchmark in one command (`python3 dev.py bench`): certs, render, install, upgrade.
+"""Every benchmark in one command (`python3 dev.py bench`): certs, render, install, upgrade, metrics.
 
 Each is a script that prints its own figures; this runs them one after another with the
 sizes recorded in the README. Pass `--quick` for small sizes.
@@ -20,6 +20,7 @@ def main(argv: list[str]) -> int:
         ["render.py", "--nodes", "1000" if quick else "5000"],
         ["install.py", "--nodes", *(["100", "1000"] if quick else ["100", "1000", "5000"])],
         ["upgrade.py", "--nodes", *(["100", "1000"] if quick else ["100", "1000", "5000"])],
+        ["metrics.py", "--nodes", *(["1000"] if quick else ["5000", "10000"])],
     ]
     worst = 0
     for script, *args in runs:

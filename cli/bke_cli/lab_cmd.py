@@ -78,6 +78,8 @@ def install(
     sup.ensure_agents(info, plan)
     redis_at = redact_url(info.redis_url) + (f" (Sentinel {info.redis_sentinels})" if info.redis_sentinels else "")
     console.print(f"lab {workdir}: NATS {info.nats_url}, Redis {redis_at}, {len(plan.nodes)} agents; logs in {workdir}/logs")
+    for name, url in sup.http_urls().items():  # each service's dashboard; /metrics and /readyz beside it
+        console.print(f"dashboard {name}: {url}/", highlight=False, soft_wrap=True)
     access = sup.operator_access(info)  # the lab's operator identity (creds/operator.creds)
     code = asyncio.run(submit_and_follow(access, text, plan.cluster, timeout, console))
     raise typer.Exit(code)

@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 import yaml
 from bke_certs.service_core import ensure_cluster_certs, node_bundle, renew_requested
 from bke.pki.store_redis import RedisPkiStore, pki_keys
+from bke.state.keys import pki_index
 
 from bke.pki import IssueOptions, Snapshot, StoreConflict, cert_info
 from bke.pki.instances import node_file_refs
@@ -55,6 +56,9 @@ async def _dump(client: aioredis.Redis) -> dict[bytes, object]:
     out: dict[bytes, object] = {}
     for key in sorted(await client.keys("*")):
         kind = await client.type(key)
+        if kind == b"set":  # the certs service's index of clusters (bke:pki-clusters)
+            out[key] = await client.smembers(key)
+            continue
         out[key] = await (client.hgetall(key) if kind == b"hash" else client.get(key))
     return out
 
@@ -72,9 +76,10 @@ async def test_ensure_stores_keys_encrypted_and_is_idempotent(raw: aioredis.Redi
     assert len(report.issued) == 65
     dump = await _dump(raw)
     keys = pki_keys("big")
-    assert set(dump) == {k.encode() for k in keys.values()}
+    assert set(dump) == {k.encode() for k in keys.values()} | {pki_index().encode()}
+    assert dump[pki_index().encode()] == {b"big"}
     for key, value in dump.items():  # raw bytes as stored: no PEM key, not even base64-wrapped
-        blob = b"".join(k + v for k, v in value.items()) if isinstance(value, dict) else value
+        blob = b"".join(k + v for k, v in value.items()) if isinstance(value, dict) else b"".join(value) if isinstance(value, set) else value
         assert b"PRIVATE KEY" not in blob and b"LS0tLS1CRUdJTiBQUklWQVRF" not in blob, key
     certs, enc = dump[keys["certs"].encode()], dump[keys["keys"].encode()]
     assert set(certs) == set(enc) and len(certs) == 65  # every instance has a key, encrypted

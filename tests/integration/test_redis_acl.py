@@ -21,11 +21,11 @@ PKI_KEYS = k.pki_key(C, "keys")  # the CA keys (encrypted at rest, and still nob
 VRRP = k.vrrp_password_key(C)
 # what each service reads or writes (from the key table's owners and the services' code)
 NEEDS = {
-    "planner": [k.clusters_index(), k.request_key("r1"), k.plan_key(C), k.plan_meta_key(C), k.plan_replaceable_key(C)],
-    "certs": [k.clusters_index(), k.plan_key(C), k.plan_meta_key(C), PKI_KEYS, k.pki_key(C, "certs"),
+    "planner": [k.clusters_index(), k.recent_plans_key(), k.request_key("r1"), k.plan_key(C), k.plan_meta_key(C), k.plan_replaceable_key(C)],
+    "certs": [k.clusters_index(), k.pki_index(), k.plan_key(C), k.plan_meta_key(C), PKI_KEYS, k.pki_key(C, "certs"),
               k.certs_agents_key(C), k.certs_ops_key(C), k.certs_renewal_key(C, "r1"), k.node_files_key(C, "certs"),
               k.node_files_digest_key(C, "certs")],
-    "renderer": [k.plan_key(C), k.addon_manifests_key(C), k.render_meta_key(C), VRRP, k.node_files_key(C, "render"),
+    "renderer": [k.recent_renders_key(), k.plan_key(C), k.addon_manifests_key(C), k.render_meta_key(C), VRRP, k.node_files_key(C, "render"),
                  k.node_files_digest_key(C, "render")],
     "dispatcher": [k.plan_key(C), k.installs_index(), k.rotations_index(), k.install_key(C), k.inputs_key(C),
                    k.sealed_key(C), k.phase_key(C, "etcd"), k.command_key(C, "etcd"), k.node_status_key(C),

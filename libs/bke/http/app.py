@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from .catalogue import catalogue_routes
 from .metrics import ServiceMetrics
 
 __all__ = ["build_app"]
@@ -37,12 +38,14 @@ def build_app(service: str, metrics: ServiceMetrics, health: Callable[[], Any], 
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_text, methods=["GET"]),
+        *catalogue_routes(service),  # /asyncapi, /asyncapi.yaml: the event catalogue
     ]
     if not any(getattr(r, "path", None) == "/" for r in own):
         async def index(_: Request) -> Response:
             name = html.escape(service)
             return HTMLResponse(f"<!doctype html><title>bke-{name}</title><h1>bke-{name}</h1>"
-                                '<ul><li><a href="/readyz">/readyz</a></li><li><a href="/metrics">/metrics</a></li></ul>')
+                                '<ul><li><a href="/readyz">/readyz</a></li><li><a href="/metrics">/metrics</a></li>'
+                                '<li><a href="/asyncapi">/asyncapi</a></li></ul>')
 
         core.append(Route("/", index, methods=["GET"]))
     return Starlette(routes=core + own)

@@ -45,6 +45,10 @@ class ServiceMetrics:
         """A domain gauge in this service's registry (set by one of its refreshers)."""
         return Gauge(name, doc, labels, registry=self.registry)
 
+    def counter(self, name: str, doc: str, labels: list[str]) -> Counter:
+        """A domain counter in this service's registry (exposed as `<name>_total`)."""
+        return Counter(name, doc, labels, registry=self.registry)
+
     def observe(self, subject: str, work: Callable[[bytes], Awaitable[None]]) -> Callable[[bytes], Awaitable[None]]:
         """`work` counted and timed under `subject`."""
         handled = self.handled.labels(self.service, subject)

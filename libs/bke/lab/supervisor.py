@@ -9,7 +9,9 @@ Layout of a lab workdir:
                         creds/operator.creds (`bke ... --workdir`)
     logs/<name>.log     one log per process
     hosts/<hostname>/   each node's root (what would be / on a real node)
-    processes.json      {"services": {name: pid}, "agents": {hostname: pid}}
+    processes.json      {"services": {name: pid}, "agents": {hostname: pid},
+                         "http": {name: port}}: each service's HTTP port (its dashboard,
+                         /metrics, /readyz), chosen free at its start (`http_urls`)
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from ..plan import Plan
 from .ha_runtime import ha_env, lab_runtime, stop_ha
 from .identities import LabIdentities
 from ..runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
-from ..runtime.processes import ManagedProcess, pid_alive, stop_pid
+from ..runtime.processes import ManagedProcess, free_port, pid_alive, port_is_free, stop_pid
 from .trust import ensure_lab_command_key, provision_lab_agents
 
 __all__ = ["LabSupervisor", "SERVICES", "lab_env"]
@@ -160,11 +162,24 @@ class LabSupervisor:
                 continue
             # each service logs in to Redis as its own ACL user (bke.runtime.redis_acl)
             own = dict(env, BKE_REDIS_URL=redis_acl.service_url(self.runtime.workdir, info.redis_url, name))
+            # a free port per service (several labs share a machine); a restarted service keeps
+            # its port while it is free, so that a printed dashboard URL stays right
+            ports = pids.setdefault("http", {})
+            kept = ports.get(name)
+            ports[name] = port = kept if kept and port_is_free("127.0.0.1", kept) else free_port()
+            own["BKE_HTTP_PORT"] = str(port)
             proc = ManagedProcess.start(name, [_bin(f"bke-{name}")], self.workdir / "logs" / f"{name}.log",
                                         env={**own, **self._bus_env(info, name)})
             pids["services"][name] = proc.pid
         self._save(pids)
         return pids["services"]
+
+    def http_urls(self) -> dict[str, str]:
+        """Each running service's HTTP base URL (its dashboard at `/`), by service name."""
+        pids = self.pids()
+        ports = pids.get("http", {})
+        return {name: f"http://127.0.0.1:{ports[name]}" for name in SERVICES
+                if name in ports and pid_alive(pids["services"].get(name, 0))}
 
     def ensure_agents(self, info: RuntimeInfo, plan: Plan, only: list[str] | None = None) -> dict[str, int]:
         pids = self.pids()

@@ -7,6 +7,7 @@ Keys (names from bke.state.keys)::
     bke:<cluster>:pki:keys       hash  instance id -> base64(AES-256-GCM blob): every private key,
                                        encrypted with the operator's key, AAD "<cluster>/<id>"
     bke:<cluster>:pki:version    counter, bumped by every save that changes something
+    bke:pki-clusters             set   every cluster saved here (the certs service's index)
 
 Why so: one HGETALL loads a 5,000-node cluster; HMGET serves one node's bundle; saves are one
 WATCH/MULTI transaction on the version, so two racing ensures cannot mix their CAs (the loser gets
@@ -26,7 +27,7 @@ from redis.typing import EncodableT, FieldT
 from bke.pki import Manifest, Material, Snapshot, StoreConflict, StoreError
 from bke.pki.store import key_aad
 from bke.secrets import DecryptError, SecretBox
-from bke.state.keys import pki_key
+from bke.state.keys import pki_index, pki_key
 
 __all__ = ["RedisPkiStore", "pki_keys"]
 
@@ -131,6 +132,7 @@ class RedisPkiStore:
                 pipe.hdel(k["certs"], *removed)
                 pipe.hdel(k["keys"], *removed)
             pipe.incr(k["version"])
+            pipe.sadd(pki_index(), cluster)  # the clusters the certs service lists (dashboard, metrics)
             try:
                 await pipe.execute()
             except WatchError:

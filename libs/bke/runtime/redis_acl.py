@@ -56,12 +56,13 @@ class AclUser:
 
 
 USERS: tuple[AclUser, ...] = (
-    AclUser("bke-planner", ("bke:epoch", "bke:clusters", "bke:request:*", *_PLAN_READ, "bke:*:plan-replaceable"),
+    AclUser("bke-planner", ("bke:epoch", "bke:clusters", "bke:recent-plans", "bke:request:*", *_PLAN_READ,
+                            "bke:*:plan-replaceable"),
             why="plans and requests (bke.state.plans)"),
-    AclUser("bke-certs", ("bke:epoch", "bke:clusters", *_PLAN_READ, "bke:*:pki:*", "bke:*:certs:*",
+    AclUser("bke-certs", ("bke:epoch", "bke:clusters", "bke:pki-clusters", *_PLAN_READ, "bke:*:pki:*", "bke:*:certs:*",
                           "bke:*:files:certs", "bke:*:files:certs:*", "bke:*:agents:provisioned"),
             why="the PKI (CA keys encrypted at rest), agents' sealing keys (provisioned and registered), sealed bundles"),
-    AclUser("bke-renderer", ("bke:epoch", *_PLAN_READ, "bke:*:addon-manifests", "bke:*:render:*",
+    AclUser("bke-renderer", ("bke:epoch", "bke:recent-renders", *_PLAN_READ, "bke:*:addon-manifests", "bke:*:render:*",
                              "bke:*:files:render", "bke:*:files:render:*"),
             why="rendered files, addon manifests, the VRRP password"),
     AclUser("bke-dispatcher", ("bke:epoch", *_PLAN_READ, "bke:installs", "bke:rotations", "bke:*:install",

@@ -8,11 +8,14 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:request:<id>                     string  request id -> cluster           (planner)
     bke:<c>:plan / plan-meta             string / hash                           (planner)
     bke:<c>:plan-replaceable             string  digest of a replaceable plan    (planner)
+    bke:recent-plans                     list    the last plans and rejections    (planner)
     bke:<c>:pki:<part>                   manifest, certs, keys, version          (certs)
+    bke:pki-clusters                     set     clusters with a stored PKI      (certs)
     bke:<c>:certs:agents                 hash    agents' sealing keys as seen by certs
     bke:<c>:files:<source>[:digest]      hash    per-node file sets (render, certs)
     bke:<c>:addon-manifests              hash    addon name -> rendered YAML     (renderer)
     bke:<c>:render:meta / vrrp-password  string                                  (renderer)
+    bke:recent-renders                   list    the last renders and failures   (renderer)
     bke:installs                         set     clusters with an install record (dispatcher)
     bke:<c>:install                      hash    the install record              (dispatcher)
     bke:<c>:rotation[:results]           string / hash  a certificate rotation      (dispatcher)
@@ -48,6 +51,9 @@ __all__ = [
     "etcd_restore_results_key",
     "etcd_restores_index",
     "paused_key",
+    "pki_index",
+    "recent_plans_key",
+    "recent_renders_key",
     "upgrade_key",
     "upgrade_results_key",
     "upgrades_index",
@@ -130,6 +136,12 @@ def request_key(request_id: str) -> str:
     return f"{PREFIX}:request:{request_id}"
 
 
+def recent_plans_key() -> str:
+    """The planner's bounded list of its last answers (its dashboard). Global keys have two
+    parts, so no cluster's key (three or more) can be one of them."""
+    return f"{PREFIX}:recent-plans"
+
+
 def plan_key(cluster: str) -> str:
     return cluster_key(cluster, "plan")
 
@@ -142,6 +154,11 @@ def plan_meta_key(cluster: str) -> str:
 def pki_key(cluster: str, part: str) -> str:
     """`part`: manifest, certs, keys (encrypted at rest) or version."""
     return cluster_key(cluster, "pki", part)
+
+
+def pki_index() -> str:
+    """Clusters with a stored PKI, written with each save (the certs dashboard and metrics)."""
+    return f"{PREFIX}:pki-clusters"
 
 
 def certs_agents_key(cluster: str) -> str:
@@ -163,6 +180,11 @@ def node_files_digest_key(cluster: str, source: str) -> str:
 def addon_manifests_key(cluster: str) -> str:
     """Hash addon name -> multi-document YAML: the renderer writes, the addons phase reads."""
     return cluster_key(cluster, "addon-manifests")
+
+
+def recent_renders_key() -> str:
+    """The renderer's bounded list of its last renders and failures (its dashboard)."""
+    return f"{PREFIX}:recent-renders"
 
 
 def render_meta_key(cluster: str) -> str:

@@ -153,6 +153,10 @@ UNVERSIONED: tuple[tuple[str, str], ...] = (
     ("bke:rotations", "set of cluster names (dispatcher)"),
     ("bke:upgrades", "set of cluster names (upgrader)"),
     ("bke:etcd-restores", "set of cluster names (upgrader)"),
+    ("bke:pki-clusters", "set of cluster names (certs)"),
+    # advisory, for a dashboard: each entry names its own form (`v`), a reader skips one it does not know
+    ("bke:recent-plans", "bounded list of JSON entries (planner)"),
+    ("bke:recent-renders", "bounded list of JSON entries (renderer)"),
     ("bke:request:*", "request id -> cluster name (planner)"),
     ("bke:auth:authority", "encrypted blob of the NATS trust chain, its format is bke.auth.registry's"),
     ("bke:auth:identities", "identity -> issued record, deployment-wide (bke.auth.registry)"),

@@ -22,7 +22,10 @@ from bke.secrets import box_from_env
 
 from .autorenew import AutoRenewer
 from .expiration import ExpirationResponder
+from .expiry_view import ExpiryView
 from .handlers import CertsHandlers
+from .metrics import watch_metrics
+from .pages import certs_routes
 from .settings import CertsSettings
 
 __all__ = ["create_service"]
@@ -59,6 +62,9 @@ def create_service(settings: CertsSettings | None = None) -> Service:
         auto.start()
 
     expiration = ExpirationResponder(h.store, h.now)
+    view = ExpiryView(redis, h.store)  # the dashboard and /metrics: certificates by expiry
+    watch_metrics(svc, view, h.now)
+    svc.http_routes += certs_routes(view, h.now)
     subs = []
 
     async def on_expiration(msg) -> None:

@@ -53,6 +53,7 @@ from .engine import Engine
 from .health import HealthMonitor
 from .known import KnownTargets
 from .local_work import LocalPhases
+from .metrics import watch_metrics
 from .node_labels import LabNodes, NodeLabelsWork
 from .results import Inputs
 from .rotations import Rotations, RotationStore
@@ -136,6 +137,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     loss = StateLossReaction(state, publish, _now, stop_loops, resume)
     epoch = watch_epoch(svc, redis, interval_s=settings.epoch_check_s, on_lost=loss.on_lost,
                         on_restored=loss.on_restored, on_intact=loss.on_intact)
+    watch_metrics(svc, redis, plans)  # /metrics: installs, phases, nodes, commands in flight
     status_reader = StatusReader(redis, plans, rotation=rotation_store.rotation_view)
     status = StatusResponder(status_reader, guard=epoch.ensure_intact)
     svc.http_routes.extend(dashboard_routes(DashboardReader(status_reader, state, plans, events, _now,

@@ -19,6 +19,8 @@ from bke.state import RedisPlanStore
 
 from .diff_requests import serve_diff
 from .handlers import PlannerDeps, handle_install_cluster, handle_install_finished, refuse_request
+from .history import PlanHistory
+from .pages import planner_routes
 from .settings import PlannerSettings
 
 __all__ = ["create_service"]
@@ -36,7 +38,11 @@ def create_service(settings: PlannerSettings | None = None) -> Service:
         return await get_blob(svc.nc.jetstream(), ref, limit=MAX_SPEC_BYTES)
 
     deps = PlannerDeps(store=RedisPlanStore(redis), fetch_blob=fetch_blob, now=lambda: datetime.now(timezone.utc))
-    requested = typed(InstallCluster, partial(handle_install_cluster, deps=deps), svc.publish, refuse=refuse_request)
+    # what it answers is counted and listed for its dashboard (history.py)
+    history = PlanHistory(svc.metrics, redis, deps.now)
+    svc.http_routes += planner_routes(history, svc.metrics.sample)
+    publish = history.watching(svc.publish)
+    requested = typed(InstallCluster, partial(handle_install_cluster, deps=deps), publish, refuse=refuse_request)
     finished = typed(InstallFinished, partial(handle_install_finished, deps=deps), svc.publish)
     svc.work_subscriber(INSTALL_CLUSTER, "BKE_COMMANDS", settings.durable, requested, batch_size=settings.batch_size)
     svc.work_subscriber(LEGACY_CLUSTER_REQUESTED, "BKE_COMMANDS", f"{settings.durable}-legacy",

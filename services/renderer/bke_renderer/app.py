@@ -1,6 +1,8 @@
 """Renderer wiring: broker, Redis, template sets loaded once, two subscribers. No logic here."""
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from bke.state.client import redis_client
 from bke.state.epoch import watch_epoch
 
@@ -12,6 +14,8 @@ from bke.render import preload_templates
 from bke.state import RedisPlanStore
 
 from .handlers import RendererHandlers
+from .history import RenderHistory
+from .pages import renderer_routes
 from .settings import RendererSettings
 from .store_redis import RedisRenderStore
 
@@ -25,7 +29,11 @@ def create_service(settings: RendererSettings | None = None) -> Service:
     svc.on_stop.append(redis.aclose)
     watch_epoch(svc, redis)  # a lost state (bke.state.epoch): wait for a restore, never start over
     preload_templates()  # every per-version template set, once, at start
-    h = RendererHandlers(plans=RedisPlanStore(redis), store=RedisRenderStore(redis), publish=svc.publish)
+    # every outcome counted and listed for the dashboard (history.py)
+    history = RenderHistory(svc.metrics, redis, lambda: datetime.now(timezone.utc))
+    svc.http_routes += renderer_routes(history)
+    h = RendererHandlers(plans=RedisPlanStore(redis), store=RedisRenderStore(redis), publish=svc.publish,
+                         observe=history.observe)
     svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "renderer-plans", typed(PlanCreated, h.on_plan, svc.publish),
                         batch_size=4, give_up=h.gave_up)
     svc.work_subscriber(RENDER_MANIFESTS, "BKE_COMMANDS", "renderer-render",

@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
+from bke.plan import Plan
 
 from bke.contracts import PlanCreated
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed, RenderManifests
@@ -35,6 +36,9 @@ class RendererHandlers:
     plans: RedisPlanStore
     store: RenderStore
     publish: Publish
+    # told every outcome with its plan (the dashboard's recent list and /metrics: history.py)
+    # (plan, whether a new set was stored, the event): before it is published
+    observe: Callable[[Plan, bool, Out], Awaitable[None]] | None = None
 
     async def on_plan(self, ev: PlanCreated) -> list[Out]:
         return await self.ensure(ev.cluster, ev.request_id, ev.plan_digest)
@@ -49,19 +53,24 @@ class RendererHandlers:
 
     async def ensure(self, cluster: str, request_id: str, digest: str) -> list[Out]:
         plan = await self.plans.load(cluster)
+        report = None
         try:
             report = await ensure_rendered(plan, self.store)
         except RenderError as exc:
             log.info("render refused: %s", exc, extra={"cluster": cluster, "request_id": request_id})
             errors = [f"{p}: {m}" for p, m in exc.errors] if isinstance(exc, RejectedInput) else [str(exc)]
             kind = "invalid" if isinstance(exc, RejectedInput) else "operational"
-            return [Out(RenderFailed(request_id=request_id, cluster=cluster, errors=errors, kind=kind, plan_digest=digest),
-                        RENDER_FAILED)]
-        out = ManifestsRendered(
-            request_id=request_id, cluster=cluster, digest=report.digest, nodes=report.nodes, files=report.files,
-            tier=report.tier, template_sets=report.template_sets, warnings=report.warnings, plan_digest=digest,
-        )
-        return [Out(out, MANIFESTS_RENDERED, f"rendered:{request_id}:{report.digest}")]
+            said = Out(RenderFailed(request_id=request_id, cluster=cluster, errors=errors, kind=kind, plan_digest=digest),
+                       RENDER_FAILED)
+        else:
+            out = ManifestsRendered(
+                request_id=request_id, cluster=cluster, digest=report.digest, nodes=report.nodes, files=report.files,
+                tier=report.tier, template_sets=report.template_sets, warnings=report.warnings, plan_digest=digest,
+            )
+            said = Out(out, MANIFESTS_RENDERED, f"rendered:{request_id}:{report.digest}")
+        if self.observe is not None:
+            await self.observe(plan, report is not None and report.stored, said)
+        return [said]
 
     async def gave_up(self, body: bytes, reason: str) -> None:
         """Every delivery of a plan (or render request) failed unexpectedly: say so for its cluster."""

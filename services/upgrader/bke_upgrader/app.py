@@ -38,7 +38,9 @@ from .agent_release import ReleaseSource
 from .certs import UpgradeCerts
 from .drain import Drainer, KubernetesDrainer, LabDrainer
 from .facts import LiveFacts
+from .metrics import watch_metrics
 from .operation import Upgrades
+from .pages import upgrader_routes
 from .renders import Renders
 from .restore_pieces import PieceServer
 from .restore_store import RestoreStore
@@ -111,6 +113,8 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     addons = _AddonsStep(AddonsWork(redis, applier, _now, LabManifests() if simulated_repo else HttpRepoManifests()))
     signing = CommandSigning(redis, box_from_env)
     store = UpgradeStore(redis)
+    watch_metrics(svc, store)  # /metrics: nodes by state and progress, from the run records
+    svc.http_routes += upgrader_routes(store)  # the dashboard: runs, steps, failures (live)
 
     async def request(subject: str, payload: bytes, timeout: float) -> bytes:
         return (await svc.nc.request(subject, payload, timeout=timeout)).data
