@@ -11,7 +11,10 @@ this module reads, writes and publishes around them:
 
 Errors (bke.errors): a malformed request is answered `upgrade.rejected` naming its field; an
 outage or a dispatcher that does not answer yet is retried (TemporaryError); the run's record
-moves forward only, so any process may die at any point and the next pass goes on.
+moves forward only, so any process may die at any point and the next pass goes on. Any other
+error while a pass carries out a decision (a PermanentError, a bug) would only repeat: the run
+ends Failed naming its step and node (bke.upgrade.failure), the view is published and the
+pass returns, which releases the lease.
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ from bke.contracts.upgrade import (
     UpgradeView,
     upgrade_subject,
 )
-from bke.errors import TemporaryError
+from bke.errors import TemporaryError, is_unavailable
 from bke.etcdsnap.step import snapshot_step
 from bke.plan import Plan
 from bke.state import PlanCache, RedisPlanStore, plan_digest
@@ -45,6 +48,7 @@ from bke.state.keys import accepted_agents_key
 from bke.state.lease import claim_lease, release_lease
 from bke.state.migrate import ensure_current
 from bke.state.schema import StoredVersionError
+from bke.upgrade.failure import abort_run, error_text
 from bke.upgrade.node_commands import node_upgrade_steps
 from bke.upgrade.paths import resolve_target
 from bke.upgrade.run import (
@@ -70,7 +74,7 @@ from .renders import Renders
 from .requests import decide_request, parse_request
 from .store import UpgradeStore
 
-__all__ = ["Outcome", "Upgrades"]
+__all__ = ["AtNode", "Outcome", "Upgrades"]
 
 log = logging.getLogger("bke.upgrader")
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
@@ -96,6 +100,19 @@ class Addons(Protocol):
 class SnapshotSetup(Protocol):
     async def recipient(self) -> str:
         """The public half of the deployment's snapshot key (base64), once the store exists."""
+
+
+def _transient(exc: BaseException) -> bool:
+    """An outage or a "later": the pass is tried again; anything else ends the run."""
+    return isinstance(exc, TemporaryError) or is_unavailable(exc)
+
+
+class AtNode(Exception):
+    """A permanent error while serving one node of a batch: carries the node for the reason."""
+
+    def __init__(self, node: str, cause: BaseException):
+        super().__init__(f"{node}: {cause}")
+        self.node, self.cause = node, cause
 
 
 class Outcome:
@@ -237,9 +254,29 @@ class Upgrades:
         return old, new
 
     async def _reconcile(self, cluster: str) -> Outcome:
-        run = await self.store.load(cluster)
+        try:
+            run = await self.store.load(cluster)
+        except StoredVersionError as exc:  # a record this code must not read: no pass can succeed
+            log.error("upgrade record unreadable: %s", exc, extra={"cluster": cluster})
+            return Outcome("failed", reason=str(exc))
         if run is None or run.status != "Running":
             return Outcome("done")
+        hosts: list[tuple[str, ...]] = [()]  # the batch the pass is serving, for a failure's reason
+        try:
+            return await self._pass(run, hosts)
+        except Exception as exc:
+            if _transient(exc):
+                raise  # the runner waits and resumes from the record
+            node, cause = (exc.node, exc.cause) if isinstance(exc, AtNode) else ("", exc)
+            reason = abort_run(run, error_text(cause), self._ts(), node=node, hosts=hosts[0])
+            log.error("upgrade failed: %s", reason, exc_info=cause,
+                      extra={"cluster": cluster, "request_id": run.request_id, "node": node or None})
+            await self.store.save(run)
+            await self._changed(run)
+            return Outcome("failed", reason=reason)
+
+    async def _pass(self, run: UpgradeRun, hosts: list[tuple[str, ...]]) -> Outcome:
+        cluster = run.cluster
         answers = await self.store.results(cluster, awaited_ids(run))
         changed = fold_results(run, answers, self.now().timestamp(), self.answer_deadline_s)
         old, new = await self._plans(run)
@@ -257,6 +294,7 @@ class Upgrades:
                 finish(run, False, self._ts(), d.reason)
                 log.warning("upgrade failed: %s", d.reason, extra={"cluster": cluster, "request_id": run.request_id})
                 break
+            hosts[0] = d.hosts
             await self._carry_out(run, d, old, new)
             await self.store.save(run)  # each fact as soon as it is one: a later failure in this pass keeps it
             if d.action == "send":
@@ -314,17 +352,24 @@ class Upgrades:
         expires = datetime.fromtimestamp(now.timestamp() + COMMAND_TTL_S, tz=now.tzinfo).isoformat()
         recipient = await self.snapshots.recipient() if step == "etcd-snapshots" else ""
         for host in hosts:
-            if step == "etcd-snapshots":  # taken from the running members: the plan the cluster runs now
-                steps: list[Any] = [snapshot_step(old, group, host, recipient, now, run.request_id)]
-            else:
-                steps = node_upgrade_steps(step, group, old, new, host, renders.old.get(host, {}) if renders else {},
-                                           renders.new.get(host, {}) if renders else {}, sums, self.component_timeout_s)
-            cid = upgrade_command_id(run.cluster, run.request_id, step, group, host)
-            cmd = await self.sign(AgentCommand(command_id=cid, cluster=run.cluster, node=host, phase=f"upgrade:{step}",
-                                               issued_at=now.isoformat(), expires_at=expires, steps=steps, issuer="upgrader"))
-            # published before the record says sent: a crash in between publishes the same id
-            # again, which JetStream drops and an agent that completed it only replays
-            await self.publish(cmd.to_bytes(), agent_subject(run.cluster, host, "command"), {"Nats-Msg-Id": cid})
+            try:
+                if step == "etcd-snapshots":  # taken from the running members: the plan the cluster runs now
+                    steps: list[Any] = [snapshot_step(old, group, host, recipient, now, run.request_id)]
+                else:
+                    steps = node_upgrade_steps(step, group, old, new, host, renders.old.get(host, {}) if renders else {},
+                                               renders.new.get(host, {}) if renders else {}, sums,
+                                               self.component_timeout_s)
+                cid = upgrade_command_id(run.cluster, run.request_id, step, group, host)
+                cmd = await self.sign(AgentCommand(command_id=cid, cluster=run.cluster, node=host,
+                                                   phase=f"upgrade:{step}", issued_at=now.isoformat(),
+                                                   expires_at=expires, steps=steps, issuer="upgrader"))
+                # published before the record says sent: a crash in between publishes the same id
+                # again, which JetStream drops and an agent that completed it only replays
+                await self.publish(cmd.to_bytes(), agent_subject(run.cluster, host, "command"), {"Nats-Msg-Id": cid})
+            except Exception as exc:
+                if _transient(exc):
+                    raise
+                raise AtNode(host, exc) from exc
         log.info("upgrade step %s%s: %d node(s) sent", step, f"/{group}" if group else "", len(hosts),
                  extra={"cluster": run.cluster, "request_id": run.request_id})
 
