@@ -39,6 +39,7 @@ from __future__ import annotations
 
 __all__ = [
     "upgrade_key",
+    "upgrade_nodes_key",
     "upgrade_results_key",
     "upgrades_index",
     "auth_authority_key",
@@ -226,6 +227,12 @@ def upgrade_key(cluster: str) -> str:
 def upgrade_results_key(cluster: str) -> str:
     """Command id -> the agent's answer, for the upgrade's commands."""
     return cluster_key(cluster, "upgrade", "results")
+
+
+def upgrade_nodes_key(cluster: str) -> str:
+    """Node -> the versions its components run, and the target it is behind on (if it is),
+    written when an upgrade ends (bke.upgrade.node_versions): what `bke retry --nodes` reads."""
+    return cluster_key(cluster, "upgrade", "nodes")
 
 
 def upgrades_index() -> str:

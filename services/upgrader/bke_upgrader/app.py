@@ -16,7 +16,7 @@ from bke.cluster_api.addons import AddonsWork, LabApplier
 from bke.cluster_api.manifests import HttpRepoManifests, LabManifests
 from bke.contracts.agent import CommandResult
 from bke.contracts.status import StatusError
-from bke.contracts.upgrade import UPGRADE_CLUSTER, UPGRADE_GET, GetUpgrade
+from bke.contracts.upgrade import RETRY_UPGRADE, UPGRADE_CLUSTER, UPGRADE_GET, GetUpgrade
 from bke.errors import TemporaryError
 from bke.etcdsnap.store import ensure_snapshot_bucket
 from bke.plan import Plan
@@ -118,7 +118,12 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
         for out in outs:
             await svc.publish(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
 
+    async def on_retry(body: bytes) -> None:
+        for out in await upgrades.on_retry_bytes(body):
+            await svc.publish(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
+
     svc.work_subscriber(UPGRADE_CLUSTER, "BKE_COMMANDS", "upgrader-requests", on_request, batch_size=16)
+    svc.work_subscriber(RETRY_UPGRADE, "BKE_COMMANDS", "upgrader-retries", on_retry, batch_size=16)
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results",
                         typed(CommandResult, upgrades.on_result, svc.publish, svc.notify))
 

@@ -31,6 +31,8 @@ from bke.contracts.status import StatusError
 from bke.contracts.upgrade import (
     UPGRADE_ACCEPTED,
     UPGRADE_REJECTED,
+    RetryUpgrade,
+    UpgradeAccepted,
     UpgradeChanged,
     UpgradeCluster,
     UpgradeNode,
@@ -50,9 +52,13 @@ from bke.state.migrate import ensure_current
 from bke.state.schema import StoredVersionError
 from bke.upgrade.failure import abort_run, error_text
 from bke.upgrade.node_commands import node_upgrade_steps
+from bke.upgrade.node_versions import settled, stopped_batch_ids
+from bke.upgrade.retry import decide_retry, retry_run
+from bke.upgrade.order import ExpandedStep
 from bke.upgrade.paths import resolve_target
 from bke.upgrade.run import (
     Decision,
+    StepRun,
     UpgradeRun,
     awaited_ids,
     decide,
@@ -71,7 +77,7 @@ from bke.upgrade.target_plan import target_plan
 from .drain import Drainer
 from .facts import LiveFacts
 from .renders import Renders
-from .requests import decide_request, parse_request
+from .requests import decide_request, parse_request, parse_retry, step_views, versions_of
 from .store import UpgradeStore
 
 __all__ = ["AtNode", "Outcome", "Upgrades"]
@@ -133,7 +139,8 @@ class Upgrades:
         self.publish, self.now, self.owner, self.lease_ms, self.sign = publish, now, owner, lease_ms, sign
         self.answer_deadline_s = answer_deadline_s
         self.kick: Callable[[str], None] = lambda cluster: None
-        self._targets: dict[str, tuple[str, Plan, Plan]] = {}  # cluster -> (request, stored plan, target plan)
+        # cluster -> (request, stored plan, old plan, target plan)
+        self._targets: dict[str, tuple[str, Plan, Plan, Plan]] = {}
 
     def _ts(self) -> str:
         return self.now().isoformat()
@@ -193,6 +200,61 @@ class Upgrades:
         return [Out(answer, UPGRADE_ACCEPTED, f"upgrade-accepted:{req.request_id}"),
                 Out(UpgradeChanged(cluster=req.cluster, at=self._ts(), upgrade=view(run)), upgrade_subject(req.cluster))]
 
+    async def on_retry_bytes(self, body: bytes) -> list[Out]:
+        req = parse_retry(body)
+        if isinstance(req, UpgradeRejected):
+            log.warning("upgrade retry refused: %s", req.message, extra={"request_id": req.request_id})
+            return [Out(req, UPGRADE_REJECTED, f"upgrade-rejected:{req.request_id}" if req.request_id else None)]
+        return await self.on_retry(req)
+
+    async def on_retry(self, req: RetryUpgrade) -> list[Out]:
+        """Complete the last upgrade on nodes it left behind (bke.upgrade.retry decides)."""
+        ids = {"cluster": req.cluster, "request_id": req.request_id}
+
+        def rejected(message: str) -> list[Out]:
+            log.warning("upgrade retry refused: %s", message, extra=ids)
+            return [Out(UpgradeRejected(request_id=req.request_id, cluster=req.cluster, message=message),
+                        UPGRADE_REJECTED, f"upgrade-rejected:{req.request_id}")]
+
+        last = await self.store.load(req.cluster)
+        if last is not None and last.request_id == req.request_id:
+            self.kick(req.cluster)  # a redelivery: that retry exists already
+            return []
+        status = await self.facts.status(req.cluster)
+        if isinstance(status, StatusError):
+            return rejected(f"cluster {req.cluster!r}: {status.message}" if status.reason == "NotFound" else status.message)
+        if status.rotation is not None and status.rotation.status == "Running":
+            return rejected(f"a certificate rotation of {req.cluster} is running: one operation per cluster")
+        plan = await self.plans.load(req.cluster)
+        facts = await self.facts.gather(plan, status)
+        decided = decide_retry(last, await self.store.node_versions(req.cluster), req.nodes,
+                               {n.hostname for n in plan.nodes}, facts.agents_alive, req.cluster)
+        if isinstance(decided, str):
+            return rejected(decided)
+        assert last is not None
+        run = retry_run(last, plan, decided, req.request_id, self._ts(), agent_version=AGENT_VERSION)
+        run.request["planDigest"] = await self._plan_digest(req.cluster)
+
+        def refuse(cur: UpgradeRun | None) -> str:
+            if cur is not None and cur.status == "Running":
+                return f"upgrade {cur.request_id} of {req.cluster} is still running"
+            if cur is not None and cur.request_id != last.request_id:
+                return f"upgrade {cur.request_id} of {req.cluster} started meanwhile: retry again"
+            return ""
+
+        why = await self.store.start(run, refuse)
+        if why:
+            return rejected(why)
+        log.info("upgrade retry accepted: %d node(s) of %s", len(decided.nodes), last.request_id, extra=ids)
+        self.kick(req.cluster)
+        answer = UpgradeAccepted(
+            request_id=req.request_id, cluster=req.cluster, current=UpgradeVersions(**run.current),
+            target=UpgradeVersions(**run.target), findings=[],
+            steps=step_views([_expanded(s) for s in run.steps], len(decided.nodes)),
+            retry_of=last.request_id, nodes=list(decided.nodes))
+        return [Out(answer, UPGRADE_ACCEPTED, f"upgrade-accepted:{req.request_id}"),
+                Out(UpgradeChanged(cluster=req.cluster, at=self._ts(), upgrade=view(run)), upgrade_subject(req.cluster))]
+
     async def _plan_digest(self, cluster: str) -> str:
         meta = await self.plan_store.meta(cluster)
         return meta.digest if meta else ""
@@ -243,14 +305,19 @@ class Upgrades:
         or two, so the target is kept while the stored plan is the same object (PlanCache
         re-reads only a changed digest). After a crash between storing the target plan and
         saving the run as Succeeded, the stored plan is the target already: the target plan of
-        it is the same, and the run ends."""
-        old = await self.plans.load(run.cluster)
+        it is the same, and the run ends. A retry (bke.upgrade.retry) may start from a stored
+        plan that is the target already (the upgrade it completes succeeded without its nodes):
+        its old side is then the stored plan at the versions those nodes run."""
+        stored = await self.plans.load(run.cluster)
         hit = self._targets.get(run.cluster)
-        if hit is not None and hit[0] == run.request_id and hit[1] is old:
-            return old, hit[2]
-        t = run.target
-        new = target_plan(old, resolve_target(old, t["kubernetes"], t["etcd"], t["containerd"]))
-        self._targets[run.cluster] = (run.request_id, old, new)
+        if hit is not None and hit[0] == run.request_id and hit[1] is stored:
+            return hit[2], hit[3]
+        if run.request.get("retryOf"):
+            old = stored if _runs(stored, run.current) else _plan_at(stored, run.current)
+            new = stored if _runs(stored, run.target) else _plan_at(stored, run.target)
+        else:
+            old, new = stored, _plan_at(stored, run.target)
+        self._targets[run.cluster] = (run.request_id, stored, old, new)
         return old, new
 
     async def _reconcile(self, cluster: str) -> Outcome:
@@ -271,7 +338,7 @@ class Upgrades:
             reason = abort_run(run, error_text(cause), self._ts(), node=node, hosts=hosts[0])
             log.error("upgrade failed: %s", reason, exc_info=cause,
                       extra={"cluster": cluster, "request_id": run.request_id, "node": node or None})
-            await self.store.save(run)
+            await self._save(run)
             await self._changed(run)
             return Outcome("failed", reason=reason)
 
@@ -300,11 +367,20 @@ class Upgrades:
             if d.action == "send":
                 break  # answers come later
         if changed:
-            await self.store.save(run)
+            await self._save(run)
             await self._changed(run)
         if run.status == "Failed":
             return Outcome("failed", reason=run.message)
         return Outcome("done") if run.status == "Succeeded" else Outcome("wait", WAIT_S)
+
+    async def _save(self, run: UpgradeRun) -> None:
+        """The record; a finished run with its nodes' versions (bke.upgrade.node_versions)."""
+        if run.status == "Running":
+            await self.store.save(run)
+            return
+        answers = await self.store.results(run.cluster, stopped_batch_ids(run))
+        previous = await self.store.node_versions(run.cluster)
+        await self.store.save_end(run, settled(run, answers, previous))
 
     async def _carry_out(self, run: UpgradeRun, d: Decision, old: Plan, new: Plan) -> None:
         step = d.step
@@ -374,6 +450,10 @@ class Upgrades:
                  extra={"cluster": run.cluster, "request_id": run.request_id})
 
     async def _succeed(self, run: UpgradeRun, old: Plan, new: Plan) -> None:
+        if run.request.get("retryOf") and not await self._retry_completes_plan(run, new):
+            finish(run, True, self._ts())
+            log.info("upgrade retry succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
+            return
         pj = new.to_json()
         stored = await self.plan_store.upgrade(new, pj, plan_digest(pj), str(run.request.get("planDigest", "")),
                                                run.request_id, self._ts())
@@ -384,6 +464,15 @@ class Upgrades:
         await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:upgrade:{run.request_id}"})
         finish(run, True, self._ts())
         log.info("upgrade succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
+
+    async def _retry_completes_plan(self, run: UpgradeRun, new: Plan) -> bool:
+        """Whether a retry's success makes the target plan the stored one: only when it is not
+        already (the upgrade it completes failed) and no node is left behind after it."""
+        if _runs(await self.plans.load(run.cluster), run.target):
+            return False
+        mine = set(run.request.get("nodes") or ())
+        behind = [h for h, v in (await self.store.node_versions(run.cluster)).items() if v.behind and h not in mine]
+        return not behind
 
     async def _changed(self, run: UpgradeRun) -> None:
         ev = UpgradeChanged(cluster=run.cluster, at=self._ts(), upgrade=view(run))
@@ -413,6 +502,19 @@ def view(run: UpgradeRun) -> UpgradeView:
         step=now.name if now else "", started_at=run.started_at, finished_at=run.finished_at, message=run.message,
         failed=[UpgradeNode(hostname=f.hostname, status=f.status, step=f.step, failed_step=f.failed_step,
                             stderr=f.stderr[:500]) for f in run.failed],
-        left_out=run.left_out,
+        left_out=run.left_out, retry_of=str(run.request.get("retryOf", "")),
     )
+
+
+def _expanded(step: StepRun) -> ExpandedStep:
+    return ExpandedStep(step.name, step.group, tuple(tuple(b) for b in step.batches), step.drain)
+
+
+def _runs(plan: Plan, versions: dict[str, str]) -> bool:
+    return versions_of(plan).model_dump() == versions
+
+
+def _plan_at(plan: Plan, versions: dict[str, str]) -> Plan:
+    """The plan's own spec at `versions`, placed again (bke.upgrade.target_plan)."""
+    return target_plan(plan, resolve_target(plan, versions["kubernetes"], versions["etcd"], versions["containerd"]))
 

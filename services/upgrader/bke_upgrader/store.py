@@ -2,6 +2,8 @@
 
     bke:<c>:upgrade            string  the cluster's current (or last) upgrade, JSON (bke.upgrade.run)
     bke:<c>:upgrade:results    hash    command id -> {status, step, stderr} as the agent answered
+    bke:<c>:upgrade:nodes      hash    node -> the versions it runs, and the target it is behind on
+                                       (bke.upgrade.node_versions), written with the run's end
     bke:upgrades               set     clusters with an upgrade record (resumed after a restart)
 
 Only the reconcile pass (under the cluster's "upgrade" lease) and the start (a WATCH transaction
@@ -18,7 +20,8 @@ from redis.asyncio import Redis
 
 from bke.contracts.agent import CommandResult
 from bke.state.exclusive import write_unless
-from bke.state.keys import upgrade_key, upgrade_results_key, upgrades_index
+from bke.state.keys import upgrade_key, upgrade_nodes_key, upgrade_results_key, upgrades_index
+from bke.upgrade.node_versions import NodeVersion
 from bke.upgrade.run import UpgradeRun
 
 __all__ = ["UpgradeStore"]
@@ -43,6 +46,24 @@ class UpgradeStore:
 
     async def save(self, run: UpgradeRun) -> None:
         await self.r.set(upgrade_key(run.cluster), run.to_json())
+
+    async def save_end(self, run: UpgradeRun, nodes: dict[str, NodeVersion]) -> None:
+        """The finished run and its nodes' versions, in one transaction: a crash never leaves
+        one without the other."""
+        async with self.r.pipeline(transaction=True) as pipe:
+            pipe.set(upgrade_key(run.cluster), run.to_json())
+            if nodes:
+                pipe.hset(upgrade_nodes_key(run.cluster), mapping={h: v.to_json() for h, v in nodes.items()})
+            await pipe.execute()
+
+    async def node_versions(self, cluster: str, hosts: list[str] | None = None) -> dict[str, NodeVersion]:
+        """The recorded nodes (all, or those of `hosts` that have an entry). The record's
+        version is the upgrade record's header (bke.state.schema), checked by `load`."""
+        if hosts is None:
+            raw = {_s(k): v for k, v in (await self.r.hgetall(upgrade_nodes_key(cluster))).items()}
+        else:
+            raw = dict(zip(hosts, await self.r.hmget(upgrade_nodes_key(cluster), hosts))) if hosts else {}
+        return {h: NodeVersion.from_json(v) for h, v in raw.items() if v is not None}
 
     async def start(self, run: UpgradeRun, check: Callable[[UpgradeRun | None], str]) -> str:
         """Store `run` unless `check(current)` refuses; the refusal ("" when stored). Atomic
