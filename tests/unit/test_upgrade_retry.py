@@ -12,7 +12,7 @@ from bke.upgrade.node_versions import NodeVersion, settled, stopped_batch_ids
 from bke.upgrade.retry import RetryPlan, decide_retry, retry_run
 from bke.upgrade.run import UpgradeRun, new_run, upgrade_command_id
 
-from .test_upgrade_run import OK, _drive
+from .test_upgrade_run import _drive
 from .upgrade_helpers import SPLIT, plan_of
 
 FROM = {"kubernetes": "1.33.2", "etcd": "3.5.1", "containerd": "2.1.1"}
