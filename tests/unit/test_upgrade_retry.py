@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from bke.spec.roles import is_master
 from bke.upgrade import change_of, expand_order, resolve_target
 from bke.upgrade.node_versions import NodeVersion, settled, stopped_batch_ids
 from bke.upgrade.retry import RetryPlan, decide_retry, retry_run
@@ -24,7 +25,7 @@ def _plan():  # type: ignore[no-untyped-def]
 
 
 def _workers(p) -> list[str]:  # type: ignore[no-untyped-def]
-    return [n.hostname for n in p.nodes if n.registers and "master" not in n.roles]
+    return [n.hostname for n in p.nodes if n.registers and not is_master(n.roles)]
 
 
 def _run(left_out: tuple[str, ...] = (), rid: str = "r1") -> UpgradeRun:
