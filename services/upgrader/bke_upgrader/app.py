@@ -33,6 +33,7 @@ from .drain import Drainer, KubernetesDrainer, LabDrainer
 from .facts import LiveFacts
 from .operation import Upgrades
 from .renders import Renders
+from .retries import Retries
 from .settings import UpgraderSettings
 from .store import UpgradeStore
 
@@ -118,8 +119,10 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
         for out in outs:
             await svc.publish(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
 
+    retries = Retries(upgrades)
+
     async def on_retry(body: bytes) -> None:
-        for out in await upgrades.on_retry_bytes(body):
+        for out in await retries.on_retry_bytes(body):
             await svc.publish(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
 
     svc.work_subscriber(UPGRADE_CLUSTER, "BKE_COMMANDS", "upgrader-requests", on_request, batch_size=16)

@@ -31,14 +31,9 @@ from bke.contracts.status import StatusError
 from bke.contracts.upgrade import (
     UPGRADE_ACCEPTED,
     UPGRADE_REJECTED,
-    RetryUpgrade,
-    UpgradeAccepted,
     UpgradeChanged,
     UpgradeCluster,
-    UpgradeNode,
     UpgradeRejected,
-    UpgradeStepView,
-    UpgradeVersions,
     UpgradeView,
     upgrade_subject,
 )
@@ -53,12 +48,9 @@ from bke.state.schema import StoredVersionError
 from bke.upgrade.failure import abort_run, error_text
 from bke.upgrade.node_commands import node_upgrade_steps
 from bke.upgrade.node_versions import settled, stopped_batch_ids
-from bke.upgrade.retry import decide_retry, retry_run
-from bke.upgrade.order import ExpandedStep
 from bke.upgrade.paths import resolve_target
 from bke.upgrade.run import (
     Decision,
-    StepRun,
     UpgradeRun,
     awaited_ids,
     decide,
@@ -77,7 +69,8 @@ from bke.upgrade.target_plan import target_plan
 from .drain import Drainer
 from .facts import LiveFacts
 from .renders import Renders
-from .requests import decide_request, parse_request, parse_retry, step_views, versions_of
+from .requests import decide_request, parse_request, versions_of
+from .views import view
 from .store import UpgradeStore
 
 __all__ = ["AtNode", "Outcome", "Upgrades"]
@@ -142,7 +135,7 @@ class Upgrades:
         # cluster -> (request, stored plan, old plan, target plan)
         self._targets: dict[str, tuple[str, Plan, Plan, Plan]] = {}
 
-    def _ts(self) -> str:
+    def ts(self) -> str:
         return self.now().isoformat()
 
     # requests ---------------------------------------------------------------
@@ -182,10 +175,10 @@ class Upgrades:
             return [Out(answer, UPGRADE_ACCEPTED, f"upgrade-accepted:{req.request_id}")]
         assert decided.target is not None and decided.new_plan is not None
         run = new_run(req.request_id, req.cluster, answer.current.model_dump(), answer.target.model_dump(),
-                      list(decided.order), [n.hostname for n in plan.nodes], self._ts(),
+                      list(decided.order), [n.hostname for n in plan.nodes], self.ts(),
                       request=req.model_dump(mode="json", by_alias=True), left_out=list(answer.left_out),
                       agent_version=AGENT_VERSION)
-        run.request["planDigest"] = await self._plan_digest(req.cluster)
+        run.request["planDigest"] = await self.plan_digest(req.cluster)
 
         def refuse(cur: UpgradeRun | None) -> str:
             if cur is not None and cur.status == "Running":
@@ -198,64 +191,9 @@ class Upgrades:
         log.info("upgrade accepted: %s -> %s", answer.current.kubernetes, answer.target.kubernetes, extra=ids)
         self.kick(req.cluster)
         return [Out(answer, UPGRADE_ACCEPTED, f"upgrade-accepted:{req.request_id}"),
-                Out(UpgradeChanged(cluster=req.cluster, at=self._ts(), upgrade=view(run)), upgrade_subject(req.cluster))]
+                Out(UpgradeChanged(cluster=req.cluster, at=self.ts(), upgrade=view(run)), upgrade_subject(req.cluster))]
 
-    async def on_retry_bytes(self, body: bytes) -> list[Out]:
-        req = parse_retry(body)
-        if isinstance(req, UpgradeRejected):
-            log.warning("upgrade retry refused: %s", req.message, extra={"request_id": req.request_id})
-            return [Out(req, UPGRADE_REJECTED, f"upgrade-rejected:{req.request_id}" if req.request_id else None)]
-        return await self.on_retry(req)
-
-    async def on_retry(self, req: RetryUpgrade) -> list[Out]:
-        """Complete the last upgrade on nodes it left behind (bke.upgrade.retry decides)."""
-        ids = {"cluster": req.cluster, "request_id": req.request_id}
-
-        def rejected(message: str) -> list[Out]:
-            log.warning("upgrade retry refused: %s", message, extra=ids)
-            return [Out(UpgradeRejected(request_id=req.request_id, cluster=req.cluster, message=message),
-                        UPGRADE_REJECTED, f"upgrade-rejected:{req.request_id}")]
-
-        last = await self.store.load(req.cluster)
-        if last is not None and last.request_id == req.request_id:
-            self.kick(req.cluster)  # a redelivery: that retry exists already
-            return []
-        status = await self.facts.status(req.cluster)
-        if isinstance(status, StatusError):
-            return rejected(f"cluster {req.cluster!r}: {status.message}" if status.reason == "NotFound" else status.message)
-        if status.rotation is not None and status.rotation.status == "Running":
-            return rejected(f"a certificate rotation of {req.cluster} is running: one operation per cluster")
-        plan = await self.plans.load(req.cluster)
-        facts = await self.facts.gather(plan, status)
-        decided = decide_retry(last, await self.store.node_versions(req.cluster), req.nodes,
-                               {n.hostname for n in plan.nodes}, facts.agents_alive, req.cluster)
-        if isinstance(decided, str):
-            return rejected(decided)
-        assert last is not None
-        run = retry_run(last, plan, decided, req.request_id, self._ts(), agent_version=AGENT_VERSION)
-        run.request["planDigest"] = await self._plan_digest(req.cluster)
-
-        def refuse(cur: UpgradeRun | None) -> str:
-            if cur is not None and cur.status == "Running":
-                return f"upgrade {cur.request_id} of {req.cluster} is still running"
-            if cur is not None and cur.request_id != last.request_id:
-                return f"upgrade {cur.request_id} of {req.cluster} started meanwhile: retry again"
-            return ""
-
-        why = await self.store.start(run, refuse)
-        if why:
-            return rejected(why)
-        log.info("upgrade retry accepted: %d node(s) of %s", len(decided.nodes), last.request_id, extra=ids)
-        self.kick(req.cluster)
-        answer = UpgradeAccepted(
-            request_id=req.request_id, cluster=req.cluster, current=UpgradeVersions(**run.current),
-            target=UpgradeVersions(**run.target), findings=[],
-            steps=step_views([_expanded(s) for s in run.steps], len(decided.nodes)),
-            retry_of=last.request_id, nodes=list(decided.nodes))
-        return [Out(answer, UPGRADE_ACCEPTED, f"upgrade-accepted:{req.request_id}"),
-                Out(UpgradeChanged(cluster=req.cluster, at=self._ts(), upgrade=view(run)), upgrade_subject(req.cluster))]
-
-    async def _plan_digest(self, cluster: str) -> str:
+    async def plan_digest(self, cluster: str) -> str:
         meta = await self.plan_store.meta(cluster)
         return meta.digest if meta else ""
 
@@ -335,7 +273,7 @@ class Upgrades:
             if _transient(exc):
                 raise  # the runner waits and resumes from the record
             node, cause = (exc.node, exc.cause) if isinstance(exc, AtNode) else ("", exc)
-            reason = abort_run(run, error_text(cause), self._ts(), node=node, hosts=hosts[0])
+            reason = abort_run(run, error_text(cause), self.ts(), node=node, hosts=hosts[0])
             log.error("upgrade failed: %s", reason, exc_info=cause,
                       extra={"cluster": cluster, "request_id": run.request_id, "node": node or None})
             await self._save(run)
@@ -358,7 +296,7 @@ class Upgrades:
                 await self._succeed(run, old, new)
                 break
             if d.action == "fail":
-                finish(run, False, self._ts(), d.reason)
+                finish(run, False, self.ts(), d.reason)
                 log.warning("upgrade failed: %s", d.reason, extra={"cluster": cluster, "request_id": run.request_id})
                 break
             hosts[0] = d.hosts
@@ -451,18 +389,18 @@ class Upgrades:
 
     async def _succeed(self, run: UpgradeRun, old: Plan, new: Plan) -> None:
         if run.request.get("retryOf") and not await self._retry_completes_plan(run, new):
-            finish(run, True, self._ts())
+            finish(run, True, self.ts())
             log.info("upgrade retry succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
             return
         pj = new.to_json()
         stored = await self.plan_store.upgrade(new, pj, plan_digest(pj), str(run.request.get("planDigest", "")),
-                                               run.request_id, self._ts())
+                                               run.request_id, self.ts())
         if not stored and (await self.plans.load(run.cluster)).kubernetes_version != new.kubernetes_version:
             raise TemporaryError("the stored plan changed during the upgrade; not replaced", delay=5.0)
         # the renderer stores the new plan's files (what a later `bke retry` or node replacement sends)
         ask = RenderManifests(request_id=f"upgrade-{run.request_id}", cluster=run.cluster)
         await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:upgrade:{run.request_id}"})
-        finish(run, True, self._ts())
+        finish(run, True, self.ts())
         log.info("upgrade succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
 
     async def _retry_completes_plan(self, run: UpgradeRun, new: Plan) -> bool:
@@ -475,7 +413,7 @@ class Upgrades:
         return not behind
 
     async def _changed(self, run: UpgradeRun) -> None:
-        ev = UpgradeChanged(cluster=run.cluster, at=self._ts(), upgrade=view(run))
+        ev = UpgradeChanged(cluster=run.cluster, at=self.ts(), upgrade=view(run))
         await self.publish(ev.to_bytes(), upgrade_subject(run.cluster), {})
 
     async def resume_all(self) -> list[str]:
@@ -490,24 +428,6 @@ class Upgrades:
     async def view_of(self, cluster: str) -> UpgradeView | None:
         run = await self.store.load(cluster)
         return None if run is None else view(run)
-
-
-def view(run: UpgradeRun) -> UpgradeView:
-    now = run.step_now()
-    return UpgradeView(
-        request_id=run.request_id, status=run.status, current=UpgradeVersions(**run.current),
-        target=UpgradeVersions(**run.target),
-        steps=[UpgradeStepView(name=s.name, group=s.group, status=s.status, done=s.done, total=s.total,
-                               batches=len(s.batches)) for s in run.steps],
-        step=now.name if now else "", started_at=run.started_at, finished_at=run.finished_at, message=run.message,
-        failed=[UpgradeNode(hostname=f.hostname, status=f.status, step=f.step, failed_step=f.failed_step,
-                            stderr=f.stderr[:500]) for f in run.failed],
-        left_out=run.left_out, retry_of=str(run.request.get("retryOf", "")),
-    )
-
-
-def _expanded(step: StepRun) -> ExpandedStep:
-    return ExpandedStep(step.name, step.group, tuple(tuple(b) for b in step.batches), step.drain)
 
 
 def _runs(plan: Plan, versions: dict[str, str]) -> bool:
