@@ -108,6 +108,10 @@ async def test_a_permanent_error_in_an_adapter_fails_the_run_naming_step_and_nod
     view = views[-1].upgrade
     assert view.message == outcome.reason and view.failed[0].hostname == bad and view.step == "agents"
     assert await redis_client.get(lease_key(plan.cluster, LEASE)) is None  # the lease is free
+    # every node is left behind, with its versions, for `bke retry --nodes` (none was changed)
+    nodes = await store.node_versions(plan.cluster)
+    assert set(nodes) == set(hosts) and all(v.behind and v.version["kubernetes"] == "1.33.2" for v in nodes.values())
+    assert nodes[bad].why == f"failed at agents ({UPGRADER_STEP})"
     # a later pass (a kick, a restart) finds the run finished and does nothing
     assert (await upgrades.reconcile(plan.cluster)).status == "done"
 
