@@ -235,6 +235,9 @@ class Upgrades:
             return Outcome("wait", 1.0, "another upgrader holds the lease")
         try:
             return await self._reconcile(cluster)
+        except BaseException:
+            self.store.forget(cluster)  # the record object may hold facts that were not saved
+            raise
         finally:
             await release_lease(self.store.r, cluster, LEASE, self.owner)
 
@@ -301,9 +304,13 @@ class Upgrades:
                 break
             hosts[0] = d.hosts
             await self._carry_out(run, d, old, new)
-            await self.store.save(run)  # each fact as soon as it is one: a later failure in this pass keeps it
             if d.action == "send":
-                break  # answers come later
+                break  # answers come later; saved below
+            if d.action in ("local", "drain"):
+                # a slow fact (an addon apply, a drain through the API) is kept as soon as it is
+                # one; the quick ones (uncordon, send) are saved once, at the end of the pass:
+                # redone after a crash, each is idempotent (bke.upgrade.run)
+                await self.store.save(run)
         if changed:
             await self._save(run)
             await self._changed(run)
@@ -426,7 +433,7 @@ class Upgrades:
         return resumed
 
     async def view_of(self, cluster: str) -> UpgradeView | None:
-        run = await self.store.load(cluster)
+        run = await self.store.load(cluster, fresh=True)
         return None if run is None else view(run)
 
 

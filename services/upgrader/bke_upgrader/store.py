@@ -39,17 +39,38 @@ class UpgradeStore:
         # for the ones still missing (a pass runs after every few results: a 5,000-node batch
         # read whole each time was quadratic)
         self._seen: dict[str, dict[str, dict[str, str]]] = {}
+        self._runs: dict[str, tuple[str, UpgradeRun]] = {}  # cluster -> (bytes saved or read, the record)
 
-    async def load(self, cluster: str) -> UpgradeRun | None:
+    async def load(self, cluster: str, *, fresh: bool = False) -> UpgradeRun | None:
+        """The record. The reconcile pass (the record's only writer) gets the object it saved
+        last while Redis still holds those bytes: parsing a 5,000-node record on every pass
+        cost more than the rest of the pass. `fresh`: a new object (readers that are not the
+        pass). A pass that fails must `forget` the cluster: its object may hold unsaved facts."""
         raw = await self.r.get(upgrade_key(cluster))
-        return None if raw is None else UpgradeRun.from_json(raw)
+        if raw is None:
+            self._runs.pop(cluster, None)
+            return None
+        text = _s(raw)
+        hit = self._runs.get(cluster)
+        if not fresh and hit is not None and hit[0] == text:
+            return hit[1]
+        run = UpgradeRun.from_json(text)
+        if not fresh:
+            self._runs[cluster] = (text, run)
+        return run
+
+    def forget(self, cluster: str) -> None:
+        self._runs.pop(cluster, None)
 
     async def save(self, run: UpgradeRun) -> None:
-        await self.r.set(upgrade_key(run.cluster), run.to_json())
+        text = run.to_json()
+        await self.r.set(upgrade_key(run.cluster), text)
+        self._runs[run.cluster] = (text, run)
 
     async def save_end(self, run: UpgradeRun, nodes: dict[str, NodeVersion]) -> None:
         """The finished run and its nodes' versions, in one transaction: a crash never leaves
         one without the other."""
+        self.forget(run.cluster)
         async with self.r.pipeline(transaction=True) as pipe:
             pipe.set(upgrade_key(run.cluster), run.to_json())
             if nodes:
@@ -74,6 +95,7 @@ class UpgradeStore:
             pipe.delete(upgrade_results_key(run.cluster))
             pipe.sadd(upgrades_index(), run.cluster)
 
+        self.forget(run.cluster)
         return await write_unless(self.r, upgrade_key(run.cluster),
                                   lambda raw: check(None if raw is None else UpgradeRun.from_json(raw)), write)
 
