@@ -43,3 +43,18 @@ async def test_a_batch_s_answers_are_read_and_only_the_missing_ones_asked_for_ag
     assert set(await store.results(C, batch)) == set(batch) and len(asked) == reads  # nothing missing: no read
     assert await redis_client.hlen(upgrade_results_key(C)) == 5
     assert list(await store.results(C, [other])) == [other]
+
+
+async def test_a_result_is_recorded_only_from_the_node_s_accepted_agent(redis_client):
+    from bke.state.keys import accepted_agents_key
+
+    store = UpgradeStore(redis_client)
+    cid = f"{C}/upgrade@r1@workers/n1/0"
+    assert await store.record_if_accepted(_result(cid), "", "") == "no agent of this node was accepted"
+    await redis_client.hset(accepted_agents_key(C), "n1", "other")
+    assert await store.record_if_accepted(_result(cid), "", "") == "agent a is not the node's accepted agent"
+    assert await redis_client.hlen(upgrade_results_key(C)) == 0  # nothing recorded from either
+    await redis_client.hset(accepted_agents_key(C), "n1", "a")
+    assert await store.record_if_accepted(_result(cid, "Failed"), "replace:runtime", "no") == ""
+    assert (await store.results(C, [cid]))[cid] == {"status": "Failed", "step": "replace:runtime", "stderr": "no",
+                                                     "agentVersion": _result(cid).agent_version}

@@ -41,7 +41,6 @@ from bke.errors import TemporaryError, is_unavailable
 from bke.etcdsnap.step import snapshot_step
 from bke.plan import Plan
 from bke.state import PlanCache, RedisPlanStore, plan_digest
-from bke.state.keys import accepted_agents_key
 from bke.state.lease import claim_lease, release_lease
 from bke.state.migrate import ensure_current
 from bke.state.schema import StoredVersionError
@@ -201,32 +200,30 @@ class Upgrades:
     async def on_result(self, res: CommandResult) -> None:
         if not is_upgrade_command(res.command_id):
             return  # an install's, a rotation's or a health round's: the dispatcher's
-        why = await self._untrusted(res)
+        why = self._misrouted(res)
+        if not why:
+            failed = next((s for s in res.steps if s.status == "Failed"), None)
+            step = failed.id if failed else ""
+            stderr = (failed.stderr or failed.stdout) if failed else ""
+            # the accepted-agent check and the write in one round trip (15,000 results at 5,000 nodes)
+            why = await self.store.record_if_accepted(res, step, stderr)
         if why:
             log.warning("upgrade result dropped: %s", why, extra={"cluster": res.cluster, "node": res.node,
                                                                  "command_id": res.command_id, "rate_key": "upgrade-untrusted"})
             return
-        failed = next((s for s in res.steps if s.status == "Failed"), None)
-        step = failed.id if failed else ""
-        stderr = (failed.stderr or failed.stdout) if failed else ""
-        await self.store.record_result(res, step, stderr)
         self.kick(res.cluster)
 
-    async def _untrusted(self, res: CommandResult) -> str:
-        """Why a result is not believed ("" if it is), by the dispatcher's rule (its results.py):
-        it came on its node's subject, its command id names that node, and it comes from the
-        node's accepted agent (learned from `certs.sealed`, never from the agent's own claim)."""
+    def _misrouted(self, res: CommandResult) -> str:
+        """Why a result is not believed ("" if it may be), by the dispatcher's rule (its
+        results.py): it came on its node's subject and its command id names that node. The
+        third condition, that it comes from the node's accepted agent (learned from
+        `certs.sealed`, never from the agent's own claim), is checked where it is recorded
+        (`UpgradeStore.record_if_accepted`)."""
         where = subject_node(delivery_subject())
         if where is not None and where != (res.cluster, res.node):
             return f"published on the subject of {where[1]} in {where[0]}"
         if res.command_id.split("/")[2:3] != [res.node]:
             return "its command id names another node"
-        accepted = await self.store.r.hget(accepted_agents_key(res.cluster), res.node)
-        accepted = accepted.decode() if isinstance(accepted, bytes) else accepted
-        if accepted is None:
-            return "no agent of this node was accepted"
-        if accepted != res.agent_id:
-            return f"agent {res.agent_id} is not the node's accepted agent"
         return ""
 
     # the run ----------------------------------------------------------------

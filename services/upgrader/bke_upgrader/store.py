@@ -20,11 +20,20 @@ from redis.asyncio import Redis
 
 from bke.contracts.agent import CommandResult
 from bke.state.exclusive import write_unless
-from bke.state.keys import upgrade_key, upgrade_nodes_key, upgrade_results_key, upgrades_index
+from bke.state.keys import accepted_agents_key, upgrade_key, upgrade_nodes_key, upgrade_results_key, upgrades_index
 from bke.upgrade.node_versions import NodeVersion
 from bke.upgrade.run import UpgradeRun
 
 __all__ = ["UpgradeStore"]
+
+# KEYS: accepted agents, results; ARGV: node, agent id, command id, answer
+_RECORD_IF_ACCEPTED = """
+local accepted = redis.call('HGET', KEYS[1], ARGV[1])
+if not accepted then return {0, ''} end
+if accepted ~= ARGV[2] then return {0, accepted} end
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
+return {1, ''}
+"""
 
 
 def _s(v: Any) -> str:
@@ -102,6 +111,17 @@ class UpgradeStore:
     async def record_result(self, res: CommandResult, step: str, stderr: str) -> None:
         doc = json.dumps({"status": res.status, "step": step, "stderr": stderr, "agentVersion": res.agent_version})
         await self.r.hset(upgrade_results_key(res.cluster), res.command_id, doc)
+
+    async def record_if_accepted(self, res: CommandResult, step: str, stderr: str) -> str:
+        """Record the answer only if it comes from the node's accepted agent; else why not."""
+        doc = json.dumps({"status": res.status, "step": step, "stderr": stderr, "agentVersion": res.agent_version})
+        ok, accepted = await self.r.eval(_RECORD_IF_ACCEPTED, 2, accepted_agents_key(res.cluster),
+                                         upgrade_results_key(res.cluster), res.node, res.agent_id, res.command_id, doc)
+        if ok:
+            return ""
+        if not accepted:
+            return "no agent of this node was accepted"
+        return f"agent {res.agent_id} is not the node's accepted agent"
 
     async def results(self, cluster: str, command_ids: list[str]) -> dict[str, dict[str, str]]:
         """The recorded answers among `command_ids` (a batch's: never the whole hash, which
