@@ -155,12 +155,16 @@ def retry(
     unknown = [n for n in wanted if n not in {x.hostname for x in doc.nodes}]
     if unknown:
         die(f"--nodes: unknown node(s) {', '.join(unknown)} in cluster {name}", EXIT_INVALID)
-    if doc.status == "Succeeded" and upgrade_exists(nurl, name):
-        # an installed cluster's latest operation is its upgrade: retry that (the install has
-        # nothing to retry once it succeeded; an upgrade only starts after it did)
-        raise typer.Exit(retry_upgrade(nurl, name, wanted, timeout))
+    upgraded: bool | None = False
+    if doc.status == "Succeeded":
+        # an installed cluster's latest operation is its upgrade, if it has one: retry that (the
+        # install has nothing to retry once it succeeded; an upgrade only starts after it did)
+        upgraded = upgrade_exists(nurl, name)
+        if upgraded:
+            raise typer.Exit(retry_upgrade(nurl, name, wanted, timeout))
     if doc.status != "Failed":
-        die(f"cluster {name!r} is {doc.status}: nothing to retry", EXIT_INVALID)
+        unknown_upgrade = " (and no upgrader answered on bke.v1.upgrade.get about an upgrade)" if upgraded is None else ""
+        die(f"cluster {name!r} is {doc.status}: nothing to retry{unknown_upgrade}", EXIT_INVALID)
     failed = [n.hostname for n in doc.nodes if n.status == "Failed"]
 
     async def send() -> int:

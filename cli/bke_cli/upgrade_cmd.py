@@ -230,9 +230,13 @@ def retry_upgrade(access: Any, name: str, nodes: list[str], timeout: float) -> i
     return asyncio.run(upgrade_and_follow(access, req, timeout, Console()))
 
 
-def upgrade_exists(access: Any, name: str) -> bool:
-    """Whether the upgrader has an upgrade of the cluster (running or finished)."""
-    got = asyncio.run(_get(access, name))
+def upgrade_exists(access: Any, name: str) -> bool | None:
+    """Whether the upgrader has an upgrade of the cluster (running or finished); None when no
+    upgrader answers."""
+    try:
+        got = asyncio.run(_get(access, name))
+    except Exception:  # noqa: BLE001 - no upgrader (a deployment may run without one)
+        return None
     if isinstance(got, StatusError) and got.reason != "NotFound":
         die(got.message, EXIT_FAILURE)
     return isinstance(got, UpgradeView)
