@@ -58,3 +58,26 @@ async def test_a_result_is_recorded_only_from_the_node_s_accepted_agent(redis_cl
     assert await store.record_if_accepted(_result(cid, "Failed"), "replace:runtime", "no") == ""
     assert (await store.results(C, [cid]))[cid] == {"status": "Failed", "step": "replace:runtime", "stderr": "no",
                                                      "agentVersion": _result(cid).agent_version}
+
+
+async def test_concurrent_results_share_one_script_call_and_each_gets_its_own_answer(redis_client):
+    import asyncio
+
+    from bke.state.keys import accepted_agents_key
+
+    store = UpgradeStore(redis_client)
+    await redis_client.hset(accepted_agents_key(C), mapping={f"n{i}": "a" for i in range(5)} | {"n5": "other"})
+    calls: list[int] = []
+    real = redis_client.eval
+
+    async def counting(script, numkeys, *args):  # type: ignore[no-untyped-def]
+        calls.append(len(args) - numkeys)
+        return await real(script, numkeys, *args)
+
+    redis_client.eval = counting
+    cids = [f"{C}/upgrade@r1@workers/n{i}/0" for i in range(7)]  # n5: another agent; n6: none accepted
+    whys = await asyncio.gather(*(store.record_if_accepted(_result(c), "", "") for c in cids))
+    assert calls == [4 * 7]  # one call for the seven
+    assert whys[:5] == [""] * 5
+    assert whys[5] == "agent a is not the node's accepted agent" and whys[6] == "no agent of this node was accepted"
+    assert set(await store.results(C, cids)) == set(cids[:5])

@@ -12,6 +12,7 @@ folded in by the next pass, so a result that arrives twice counts once.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -26,15 +27,23 @@ from bke.upgrade.run import UpgradeRun
 
 __all__ = ["UpgradeStore"]
 
-# KEYS: accepted agents, results; ARGV: node, agent id, command id, answer
+# KEYS: accepted agents, results; ARGV: (node, agent id, command id, answer) per result.
+# Returns per result: "" when recorded, else the accepted agent ("-" when none was accepted).
 _RECORD_IF_ACCEPTED = """
-local accepted = redis.call('HGET', KEYS[1], ARGV[1])
-if not accepted then return {0, ''} end
-if accepted ~= ARGV[2] then return {0, accepted} end
-redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
-return {1, ''}
+local out = {}
+for i = 1, #ARGV, 4 do
+  local accepted = redis.call('HGET', KEYS[1], ARGV[i])
+  if not accepted then
+    out[#out + 1] = '-'
+  elseif accepted ~= ARGV[i + 1] then
+    out[#out + 1] = accepted
+  else
+    redis.call('HSET', KEYS[2], ARGV[i + 2], ARGV[i + 3])
+    out[#out + 1] = ''
+  end
+end
+return out
 """
-
 
 def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else v
@@ -49,6 +58,8 @@ class UpgradeStore:
         # read whole each time was quadratic)
         self._seen: dict[str, dict[str, dict[str, str]]] = {}
         self._runs: dict[str, tuple[str, UpgradeRun]] = {}  # cluster -> (bytes saved or read, the record)
+        self._pending: dict[str, list[tuple[CommandResult, str, asyncio.Future[str]]]] = {}
+        self._flushing: set[asyncio.Future[None]] = set()
 
     async def load(self, cluster: str, *, fresh: bool = False) -> UpgradeRun | None:
         """The record. The reconcile pass (the record's only writer) gets the object it saved
@@ -113,15 +124,42 @@ class UpgradeStore:
         await self.r.hset(upgrade_results_key(res.cluster), res.command_id, doc)
 
     async def record_if_accepted(self, res: CommandResult, step: str, stderr: str) -> str:
-        """Record the answer only if it comes from the node's accepted agent; else why not."""
+        """Record the answer only if it comes from the node's accepted agent; else why not.
+        Concurrent calls (the results subscriber handles many at once) share one script call
+        per cluster: one round trip for a whole delivery batch instead of one per result."""
         doc = json.dumps({"status": res.status, "step": step, "stderr": stderr, "agentVersion": res.agent_version})
-        ok, accepted = await self.r.eval(_RECORD_IF_ACCEPTED, 2, accepted_agents_key(res.cluster),
-                                         upgrade_results_key(res.cluster), res.node, res.agent_id, res.command_id, doc)
-        if ok:
-            return ""
-        if not accepted:
-            return "no agent of this node was accepted"
-        return f"agent {res.agent_id} is not the node's accepted agent"
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        queue = self._pending.setdefault(res.cluster, [])
+        queue.append((res, doc, fut))
+        if len(queue) == 1:  # the first of a batch flushes it once the others had their turn
+            task = asyncio.ensure_future(self._flush(res.cluster))
+            self._flushing.add(task)
+            task.add_done_callback(self._flushing.discard)
+        return await fut
+
+    async def _flush(self, cluster: str) -> None:
+        await asyncio.sleep(0)  # the handlers started with this one queue theirs first
+        items = self._pending.pop(cluster, [])
+        args = [a for res, doc, _ in items for a in (res.node, res.agent_id, res.command_id, doc)]
+        try:
+            out = await self.r.eval(_RECORD_IF_ACCEPTED, 2, accepted_agents_key(cluster), upgrade_results_key(cluster), *args)
+        except BaseException as exc:  # each caller gets the outage (or the cancellation) as its own
+            for _, _, fut in items:
+                if fut.done():
+                    continue
+                if isinstance(exc, Exception):
+                    fut.set_exception(exc)
+                else:
+                    fut.cancel()
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (res, _, fut), got in zip(items, out):
+            accepted = _s(got)
+            why = "" if not accepted else ("no agent of this node was accepted" if accepted == "-"
+                                           else f"agent {res.agent_id} is not the node's accepted agent")
+            if not fut.done():
+                fut.set_result(why)
 
     async def results(self, cluster: str, command_ids: list[str]) -> dict[str, dict[str, str]]:
         """The recorded answers among `command_ids` (a batch's: never the whole hash, which
