@@ -104,8 +104,15 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
 
     facts = LiveFacts(redis, request, _now, heartbeat_stale_s=settings.heartbeat_stale_s,
                       timeout_s=settings.status_timeout_s)
+
+    async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
+        # straight on the service's connection: the same message as Service.publish (a core
+        # publish that the subject's stream keeps, de-duplicated by its Nats-Msg-Id), without the
+        # broker's per-message layers: about 0.3 ms a command in a profile of a 1,000-node upgrade
+        await svc.nc.publish(subject, payload, headers=headers or None)
+
     upgrades = Upgrades(store, plans, RedisPlanStore(redis), facts, Renders(),
-                        LabChecksums() if simulated_repo else HttpRepoChecksums(), drainer, addons, svc.publish,
+                        LabChecksums() if simulated_repo else HttpRepoChecksums(), drainer, addons, publish,
                         _now, settings.owner, settings.lease_ms, sign=signing.sign,
                         snapshots=_Snapshots(svc, redis), answer_deadline_s=settings.answer_deadline_s,
                         component_timeout_s=settings.component_timeout_s)
