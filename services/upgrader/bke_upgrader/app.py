@@ -28,6 +28,7 @@ from bke.state.client import redis_client
 from bke.state.command_signing import CommandSigning
 from bke.state.keys import etcd_snapshot_key
 from bke.tasks import cancel_and_wait
+from bke.upgrade.run import SLUG_PREFIX
 
 from .drain import Drainer, KubernetesDrainer, LabDrainer
 from .facts import LiveFacts
@@ -41,6 +42,7 @@ __all__ = ["create_service"]
 
 log = logging.getLogger("bke.upgrader")
 GET_QUEUE = "upgrader-get"
+UPGRADE_MARK = ("/" + SLUG_PREFIX).encode()  # in every upgrade command id (bke.upgrade.run.step_slug)
 
 
 def _now() -> datetime:
@@ -134,8 +136,18 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
 
     svc.work_subscriber(UPGRADE_CLUSTER, "BKE_COMMANDS", "upgrader-requests", on_request, batch_size=16)
     svc.work_subscriber(RETRY_UPGRADE, "BKE_COMMANDS", "upgrader-retries", on_retry, batch_size=16)
-    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results",
-                        typed(CommandResult, upgrades.on_result, svc.publish, svc.notify))
+    on_result = typed(CommandResult, upgrades.on_result, svc.publish, svc.notify)
+
+    async def on_any_result(body: bytes) -> None:
+        # Every agent result comes here (installs', rotations', health rounds': a 5,000-node
+        # health round every 30 s). One that does not hold an upgrade command id's mark cannot
+        # be an upgrade's: acknowledged without being parsed. One that does is parsed and
+        # checked in full (on_result), so a mark in some other field only costs the parse.
+        if UPGRADE_MARK not in body:
+            return
+        await on_result(body)
+
+    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results", on_any_result)
 
     async def on_get(msg) -> None:  # type: ignore[no-untyped-def]
         if not msg.reply:

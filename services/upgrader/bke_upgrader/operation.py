@@ -79,6 +79,9 @@ Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 Sign = Callable[[AgentCommand], Awaitable[AgentCommand]]
 LEASE = "upgrade"
 WAIT_S = 5.0  # re-check a batch in flight this often even without a result
+# Answers recorded by another replica (or before a restart) are read from Redis this often
+# while a batch waits; this process's own are known at once (UpgradeStore.results).
+RESULTS_READ_EVERY_S = 1.0
 COMMAND_TTL_S = 3600.0
 # Steps whose commands carry files of the old and new render (bke.upgrade.node_commands), and the
 # addons step (the new render's manifests); the others (agents, snapshots, post-checks) need none.
@@ -282,7 +285,7 @@ class Upgrades:
 
     async def _pass(self, run: UpgradeRun, hosts: list[tuple[str, ...]]) -> Outcome:
         cluster = run.cluster
-        answers = await self.store.results(cluster, awaited_ids(run))
+        answers = await self.store.results(cluster, awaited_ids(run), RESULTS_READ_EVERY_S)
         changed = fold_results(run, answers, self.now().timestamp(), self.answer_deadline_s)
         old, new = await self._plans(run)
         if any(st.name in RENDERED_STEPS and st.status != "Succeeded" for st in run.steps):

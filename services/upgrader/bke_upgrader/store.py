@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -52,11 +53,12 @@ def _s(v: Any) -> str:
 class UpgradeStore:
     def __init__(self, redis: Redis):
         self.r = redis
-        # cluster -> answers already read of the batch in flight: an answer, once recorded, is
-        # that command's for good (fixed ids; a replay repeats it), so a pass asks Redis only
-        # for the ones still missing (a pass runs after every few results: a 5,000-node batch
-        # read whole each time was quadratic)
-        self._seen: dict[str, dict[str, dict[str, str]]] = {}
+        # cluster -> answers of the run known here (recorded by this process or read): an answer,
+        # once recorded, is that command's for good (fixed ids; a replay repeats it), so a pass
+        # asks Redis only for the ones still missing (a 5,000-node batch read whole each time
+        # was quadratic). Dropped when a run starts.
+        self._local: dict[str, dict[str, dict[str, str]]] = {}
+        self._read_at: dict[str, tuple[tuple[str, str, int] | None, float]] = {}  # cluster -> (batch, when)
         self._runs: dict[str, tuple[str, UpgradeRun]] = {}  # cluster -> (bytes saved or read, the record)
         self._pending: dict[str, list[tuple[CommandResult, str, asyncio.Future[str]]]] = {}
         self._flushing: set[asyncio.Future[None]] = set()
@@ -116,6 +118,8 @@ class UpgradeStore:
             pipe.sadd(upgrades_index(), run.cluster)
 
         self.forget(run.cluster)
+        self._local.pop(run.cluster, None)
+        self._read_at.pop(run.cluster, None)
         return await write_unless(self.r, upgrade_key(run.cluster),
                                   lambda raw: check(None if raw is None else UpgradeRun.from_json(raw)), write)
 
@@ -154,24 +158,35 @@ class UpgradeStore:
             if not isinstance(exc, Exception):
                 raise
             return
-        for (res, _, fut), got in zip(items, out):
+        for (res, doc, fut), got in zip(items, out):
             accepted = _s(got)
+            if not accepted:
+                self._local.setdefault(cluster, {})[res.command_id] = json.loads(doc)
             why = "" if not accepted else ("no agent of this node was accepted" if accepted == "-"
                                            else f"agent {res.agent_id} is not the node's accepted agent")
             if not fut.done():
                 fut.set_result(why)
 
-    async def results(self, cluster: str, command_ids: list[str]) -> dict[str, dict[str, str]]:
+    async def results(self, cluster: str, command_ids: list[str], read_every_s: float = 0.0) -> dict[str, dict[str, str]]:
         """The recorded answers among `command_ids` (a batch's: never the whole hash, which
-        holds every answer of the run, 15,000 at 5,000 nodes, and is read on every pass)."""
-        seen = self._seen.get(cluster, {})
-        seen = {k: seen[k] for k in command_ids if k in seen}  # only this batch's are kept
+        holds every answer of the run, 15,000 at 5,000 nodes, and is read on every pass).
+        Answers this process recorded are known without asking; Redis is asked for the others
+        (recorded by another replica, or before a restart) on a batch's first read and then at
+        most every `read_every_s`: a pass runs after every few results, and a 5,000-node batch's
+        missing answers asked for on each was most of the pass."""
+        local = self._local.setdefault(cluster, {})
+        seen = {k: local[k] for k in command_ids if k in local}
         missing = [k for k in command_ids if k not in seen]
-        if missing:
+        batch = (command_ids[0], command_ids[-1], len(command_ids)) if command_ids else None
+        now = time.monotonic()
+        last = self._read_at.get(cluster)
+        if missing and (last is None or last[0] != batch or now - last[1] >= read_every_s):
             raw = await self.r.hmget(upgrade_results_key(cluster), missing)
-            seen.update((k, json.loads(v)) for k, v in zip(missing, raw) if v is not None)
-        self._seen[cluster] = seen
-        return dict(seen)
+            for k, v in zip(missing, raw):
+                if v is not None:
+                    local[k] = seen[k] = json.loads(v)
+            self._read_at[cluster] = (batch, now)
+        return seen
 
     async def clusters(self) -> list[str]:
         return sorted(_s(c) for c in await self.r.smembers(upgrades_index()))
