@@ -67,7 +67,7 @@ class Retries:
         plan = await self.up.plans.load(req.cluster)
         facts = await self.up.facts.gather(plan, status)
         decided = decide_retry(last, await self.up.store.node_versions(req.cluster), req.nodes,
-                               {n.hostname for n in plan.nodes}, facts.agents_alive, req.cluster)
+                               {n.hostname for n in plan.nodes}, facts.agents_alive or frozenset(), req.cluster)
         if isinstance(decided, str):
             return rejected(decided)
         assert last is not None
