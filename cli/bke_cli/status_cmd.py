@@ -25,6 +25,7 @@ from .follow import status_table, submit_and_follow
 from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines, quiet_bus_errors, where
 from .spec_input import plan_or_exit, read_spec_text
 from .status_client import StatusUnavailable, get_status
+from .upgrade_cmd import retry_upgrade, upgrade_exists
 
 __all__ = ["register"]
 
@@ -144,7 +145,8 @@ def retry(
     follow: bool = typer.Option(True, help="follow the install afterwards"),
     timeout: float = typer.Option(1800.0, help="seconds to follow"),
 ) -> None:
-    """Retry the failed phase of an install, without redoing succeeded work."""
+    """Retry the failed phase of an install, without redoing succeeded work; on an installed cluster,
+    complete its last upgrade on the nodes it left behind (`bke upgrade retry`)."""
     nurl = resolve_nats(workdir, nats_url)
     wanted = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else []
     doc = _status_or_exit(nurl, name, "all" if wanted else "failed")
@@ -153,8 +155,16 @@ def retry(
     unknown = [n for n in wanted if n not in {x.hostname for x in doc.nodes}]
     if unknown:
         die(f"--nodes: unknown node(s) {', '.join(unknown)} in cluster {name}", EXIT_INVALID)
+    upgraded: bool | None = False
+    if doc.status == "Succeeded":
+        # an installed cluster's latest operation is its upgrade, if it has one: retry that (the
+        # install has nothing to retry once it succeeded; an upgrade only starts after it did)
+        upgraded = upgrade_exists(nurl, name)
+        if upgraded:
+            raise typer.Exit(retry_upgrade(nurl, name, wanted, timeout))
     if doc.status != "Failed":
-        die(f"cluster {name!r} is {doc.status}: nothing to retry", EXIT_INVALID)
+        unknown_upgrade = " (and no upgrader answered on bke.v1.upgrade.get about an upgrade)" if upgraded is None else ""
+        die(f"cluster {name!r} is {doc.status}: nothing to retry{unknown_upgrade}", EXIT_INVALID)
     failed = [n.hostname for n in doc.nodes if n.status == "Failed"]
 
     async def send() -> int:

@@ -32,7 +32,7 @@ from bke.upgrade import (
 from bke.upgrade.order import ExpandedStep
 from bke.versions import KUBERNETES, Version, parse_version
 
-from bke.contracts.upgrade import UPGRADE_GET, GetUpgrade, UpgradeCluster, UpgradeView
+from bke.contracts.upgrade import UPGRADE_GET, GetUpgrade, RetryUpgrade, UpgradeCluster, UpgradeView
 from bke.contracts.status import StatusError
 
 from .connect import resolve_nats
@@ -40,7 +40,7 @@ from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines
 from .spec_input import plan_or_exit
 from .upgrade_follow import progress_line, upgrade_and_follow
 
-__all__ = ["register", "upgrade_plan_document"]
+__all__ = ["register", "retry_upgrade", "upgrade_exists", "upgrade_plan_document"]
 
 upgrade_app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Upgrades: plan, apply (through the upgrader service), status.")
@@ -229,6 +229,44 @@ async def _get(access: Any, name: str) -> UpgradeView | StatusError:
         await nc.close()
     doc = json.loads(raw)
     return StatusError.model_validate(doc) if "reason" in doc else UpgradeView.model_validate(doc)
+
+
+def retry_upgrade(access: Any, name: str, nodes: list[str], timeout: float) -> int:
+    """Send `RetryUpgrade` and follow it like an upgrade (also `bke retry`, for an upgrade)."""
+    try:
+        req = RetryUpgrade(request_id=str(uuid.uuid4()), cluster=name, nodes=nodes)
+    except ValueError as exc:
+        die(" ".join(str(exc).split()), EXIT_INVALID)
+        raise  # unreachable: die exits
+    return asyncio.run(upgrade_and_follow(access, req, timeout, Console()))
+
+
+def upgrade_exists(access: Any, name: str) -> bool | None:
+    """Whether the upgrader has an upgrade of the cluster (running or finished); None when no
+    upgrader answers."""
+    try:
+        got = asyncio.run(_get(access, name))
+    except Exception:  # noqa: BLE001 - no upgrader (a deployment may run without one)
+        return None
+    if isinstance(got, StatusError) and got.reason != "NotFound":
+        die(got.message, EXIT_FAILURE)
+    return isinstance(got, UpgradeView)
+
+
+@upgrade_app.command("retry")
+def retry(
+    name: str = typer.Argument(..., help="the cluster"),
+    nodes: Optional[str] = typer.Option(None, "--nodes", help="comma-separated hostnames (default: every node behind)"),
+    timeout: float = typer.Option(7200.0, "--timeout", help="seconds to follow before giving up"),
+    workdir: Optional[Path] = WORKDIR,
+    nats_url: Optional[str] = NATS,
+) -> None:
+    """Complete the cluster's last upgrade on nodes it left behind (left out, failed, rolled back, not reached).
+
+    A new run of the same steps and rollback on those nodes only; no other node receives anything. A node \
+that is not behind is refused, with what it runs. Exit 0 upgraded, 2 refused, 1 failed."""
+    wanted = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else []
+    raise SystemExit(retry_upgrade(resolve_nats(workdir, nats_url), name, wanted, timeout))
 
 
 @upgrade_app.command("status")

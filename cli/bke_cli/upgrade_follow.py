@@ -19,7 +19,15 @@ from rich.console import Console
 from bke.bus import EventWatch
 from bke.bus.connect import BusAccess, connect_nats
 from bke.bus.streams import ensure_streams
-from bke.contracts.upgrade import UPGRADE_ACCEPTED, UPGRADE_CLUSTER, UPGRADE_REJECTED, UpgradeCluster, upgrade_subject
+from bke.contracts.upgrade import (
+    RETRY_UPGRADE,
+    UPGRADE_ACCEPTED,
+    UPGRADE_CLUSTER,
+    UPGRADE_REJECTED,
+    RetryUpgrade,
+    UpgradeCluster,
+    upgrade_subject,
+)
 
 from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines
 
@@ -48,10 +56,16 @@ def _accepted_lines(doc: dict[str, Any]) -> list[str]:
         out.append(f"  [{f['name']}] {f['kind']}{' (ignored)' if f.get('ignored') else ''}: {f['message']}")
     if doc.get("leftOut"):
         out.append(f"  left out: {', '.join(doc['leftOut'][:10])} (upgraded later)")
+    if doc.get("retryOf"):
+        nodes = doc.get("nodes") or []
+        more = f" and {len(nodes) - 10} more" if len(nodes) > 10 else ""
+        out.append(f"  completes upgrade {doc['retryOf']} on {', '.join(nodes[:10])}{more}")
     return out
 
 
-async def upgrade_and_follow(nats_url: BusAccess | str, req: UpgradeCluster, timeout: float, console: Console) -> int:
+async def upgrade_and_follow(nats_url: BusAccess | str, req: UpgradeCluster | RetryUpgrade, timeout: float,
+                             console: Console) -> int:
+    """Send an upgrade (or, a RetryUpgrade, its retry on nodes left behind) and follow it."""
     rid = req.request_id or str(uuid.uuid4())
     cluster = req.cluster
     deadline = time.monotonic() + timeout
@@ -60,7 +74,8 @@ async def upgrade_and_follow(nats_url: BusAccess | str, req: UpgradeCluster, tim
         async with EventWatch(nc, [UPGRADE_ACCEPTED, UPGRADE_REJECTED, upgrade_subject(cluster)]) as watch:
             js = nc.jetstream()
             await ensure_streams(js)
-            await js.publish(UPGRADE_CLUSTER, req.to_bytes(), headers={"Nats-Msg-Id": f"upgrade:{cluster}:{rid}"})
+            subject = RETRY_UPGRADE if isinstance(req, RetryUpgrade) else UPGRADE_CLUSTER
+            await js.publish(subject, req.to_bytes(), headers={"Nats-Msg-Id": f"upgrade:{cluster}:{rid}"})
             seen, accepted, last = 0, False, ""
             while time.monotonic() < deadline:
                 for e in watch.seen[seen:]:
@@ -70,7 +85,7 @@ async def upgrade_and_follow(nats_url: BusAccess | str, req: UpgradeCluster, tim
                     if e.data.get("requestId") == rid and e.subject == UPGRADE_ACCEPTED:
                         for line in _accepted_lines(e.data):
                             console.print(line, markup=False, highlight=False)
-                        if req.dry_run:
+                        if isinstance(req, UpgradeCluster) and req.dry_run:
                             return EXIT_OK
                         accepted = True
                     view = e.data.get("upgrade") or {}

@@ -43,3 +43,65 @@ async def test_a_batch_s_answers_are_read_and_only_the_missing_ones_asked_for_ag
     assert set(await store.results(C, batch)) == set(batch) and len(asked) == reads  # nothing missing: no read
     assert await redis_client.hlen(upgrade_results_key(C)) == 5
     assert list(await store.results(C, [other])) == [other]
+
+
+async def test_a_result_is_recorded_only_from_the_node_s_accepted_agent(redis_client):
+    from bke.state.keys import accepted_agents_key
+
+    store = UpgradeStore(redis_client)
+    cid = f"{C}/upgrade@r1@workers/n1/0"
+    assert await store.record_if_accepted(_result(cid), "", "") == "no agent of this node was accepted"
+    await redis_client.hset(accepted_agents_key(C), "n1", "other")
+    assert await store.record_if_accepted(_result(cid), "", "") == "agent a is not the node's accepted agent"
+    assert await redis_client.hlen(upgrade_results_key(C)) == 0  # nothing recorded from either
+    await redis_client.hset(accepted_agents_key(C), "n1", "a")
+    assert await store.record_if_accepted(_result(cid, "Failed"), "replace:runtime", "no") == ""
+    assert (await store.results(C, [cid]))[cid] == {"status": "Failed", "step": "replace:runtime", "stderr": "no",
+                                                     "agentVersion": _result(cid).agent_version}
+
+
+async def test_concurrent_results_share_one_script_call_and_each_gets_its_own_answer(redis_client):
+    import asyncio
+
+    from bke.state.keys import accepted_agents_key
+
+    store = UpgradeStore(redis_client)
+    await redis_client.hset(accepted_agents_key(C), mapping={f"n{i}": "a" for i in range(5)} | {"n5": "other"})
+    calls: list[int] = []
+    real = redis_client.eval
+
+    async def counting(script, numkeys, *args):  # type: ignore[no-untyped-def]
+        calls.append(len(args) - numkeys)
+        return await real(script, numkeys, *args)
+
+    redis_client.eval = counting
+    cids = [f"{C}/upgrade@r1@workers/n{i}/0" for i in range(7)]  # n5: another agent; n6: none accepted
+    whys = await asyncio.gather(*(store.record_if_accepted(_result(c), "", "") for c in cids))
+    assert calls == [4 * 7]  # one call for the seven
+    assert whys[:5] == [""] * 5
+    assert whys[5] == "agent a is not the node's accepted agent" and whys[6] == "no agent of this node was accepted"
+    assert set(await store.results(C, cids)) == set(cids[:5])
+
+
+async def test_own_answers_are_known_at_once_and_others_asked_for_at_most_every_interval(redis_client):
+    from bke.state.keys import accepted_agents_key
+
+    store, other = UpgradeStore(redis_client), UpgradeStore(redis_client)  # two replicas
+    await redis_client.hset(accepted_agents_key(C), mapping={f"n{i}": "a" for i in range(3)})
+    batch = [f"{C}/upgrade@r1@workers/n{i}/0" for i in range(3)]
+    assert await store.results(C, batch, read_every_s=3600.0) == {}  # a batch's first read asks Redis
+    asked: list[list[str]] = []
+    real = redis_client.hmget
+
+    async def counting(key, fields):  # type: ignore[no-untyped-def]
+        asked.append(list(fields))
+        return await real(key, fields)
+
+    redis_client.hmget = counting
+    assert await store.record_if_accepted(_result(batch[0]), "", "") == ""
+    assert await other.record_if_accepted(_result(batch[1]), "", "") == ""
+    got = await store.results(C, batch, read_every_s=3600.0)
+    assert set(got) == {batch[0]} and asked == []  # its own answer, without a read; the other's later
+    got = await store.results(C, batch, read_every_s=0.0)  # the interval passed
+    assert set(got) == {batch[0], batch[1]} and asked == [batch[1:]]
+    assert set(await store.results(C, batch[1:], read_every_s=3600.0)) == {batch[1]}  # another batch: read at once

@@ -42,6 +42,8 @@ from .upgrade import (
     UPGRADE_ACCEPTED,
     UPGRADE_CLUSTER,
     UPGRADE_GET,
+    RETRY_UPGRADE,
+    RetryUpgrade,
     UPGRADE_REJECTED,
     GetUpgrade,
     UpgradeAccepted,
@@ -105,7 +107,7 @@ LEGACY_COMMANDS: dict[str, str] = {LEGACY_CLUSTER_REQUESTED: INSTALL_CLUSTER, LE
 # Stream membership. Subjects of one stream may not overlap another's, so events are
 # listed one by one (the `bke.v1.cluster.*` commands and the rejection sit in two streams).
 COMMAND_SUBJECTS: tuple[str, ...] = (INSTALL_CLUSTER, RENEW_CERTS, RETRY_INSTALL, RENDER_MANIFESTS, ISSUE_CERTS,
-                                     UPGRADE_CLUSTER, RESTORE_ETCD, *LEGACY_COMMANDS)
+                                     UPGRADE_CLUSTER, RESTORE_ETCD, RETRY_UPGRADE, *LEGACY_COMMANDS)
 EVENT_SUBJECTS: tuple[str, ...] = (
     CLUSTER_REJECTED,
     PLAN_CREATED,
@@ -176,6 +178,7 @@ CHANNELS: tuple[Channel, ...] = (
     Channel("bke.v1.install.{cluster}.finished", InstallFinished, "event", "The install succeeded or failed (phase, node, reason, kind, whether any node changed).", ("dispatcher",), ("cli", "planner", "certs")),
     Channel(RETRY_INSTALL, RetryInstall, "command", "Retry the failed phase of an install (some or all failed nodes).", ("cli",), ("dispatcher",)),
     Channel(UPGRADE_CLUSTER, UpgradeCluster, "command", "Upgrade a cluster to new versions (or, with dryRun, only answer with the plan and the checks' findings).", ("cli",), ("upgrader",)),
+    Channel(RETRY_UPGRADE, RetryUpgrade, "command", "Complete the cluster's last upgrade on nodes it left behind (left out, failed, rolled back, not reached); answered like an upgrade request.", ("cli",), ("upgrader",)),
     Channel(UPGRADE_ACCEPTED, UpgradeAccepted, "event", "An upgrade request passed its checks: the steps it runs, every finding, the nodes left out.", ("upgrader",), ("cli",)),
     Channel(UPGRADE_REJECTED, UpgradeRejected, "event", "An upgrade request was refused: every refusing finding by check name (a malformed request: its field).", ("upgrader",), ("cli",)),
     Channel("bke.v1.upgrade.{cluster}.changed", UpgradeChanged, "event", "An upgrade started, moved a step or batch on, rolled a node back, or finished (the whole view each time).", ("upgrader",), ("cli",)),

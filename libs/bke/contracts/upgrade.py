@@ -7,6 +7,12 @@ that is `bke upgrade plan --nats`) or `UpgradeRejected` (every refusing finding,
 While an upgrade runs, `UpgradeChanged` on `bke.v1.upgrade.<cluster>.changed` carries the whole
 view on every transition (a step started or ended, a batch done, a node failed or rolled back),
 so a follower that joins late needs nothing else; `bke.v1.upgrade.get` answers the same view.
+
+`RetryUpgrade` (`bke.v1.cluster.retry-upgrade`, imperative like `bke.v1.cluster.retry`) completes
+a finished upgrade on nodes it left behind (left out, failed, rolled back, not reached): a new
+run with its own request id, only those nodes. It is answered like an upgrade request:
+`UpgradeAccepted` (with `retryOf` and `nodes`) or `UpgradeRejected` (e.g. a node that is not
+behind, with what it runs), then `UpgradeChanged` until it ends.
 """
 from __future__ import annotations
 
@@ -21,7 +27,9 @@ __all__ = [
     "UPGRADE_CLUSTER",
     "UPGRADE_GET",
     "UPGRADE_REJECTED",
+    "RETRY_UPGRADE",
     "GetUpgrade",
+    "RetryUpgrade",
     "UpgradeAccepted",
     "UpgradeChanged",
     "UpgradeCluster",
@@ -38,6 +46,7 @@ UPGRADE_CLUSTER = "bke.v1.cluster.upgrade"
 UPGRADE_ACCEPTED = "bke.v1.upgrade.accepted"
 UPGRADE_REJECTED = "bke.v1.upgrade.rejected"
 UPGRADE_GET = "bke.v1.upgrade.get"
+RETRY_UPGRADE = "bke.v1.cluster.retry-upgrade"
 
 UpgradeStatus = Literal["Running", "Succeeded", "Failed"]
 StepStatus = Literal["Pending", "Running", "Succeeded", "Failed", "Skipped"]
@@ -73,6 +82,16 @@ class UpgradeCluster(Message):
     origin: Literal["cli", "bus"] = "cli"
 
 
+class RetryUpgrade(Message):
+    """Upgrade `nodes` of `cluster` that its last upgrade left behind, to that upgrade's target
+    (every node behind when `nodes` is empty)."""
+
+    request_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")
+    cluster: str = Field(min_length=1, max_length=63)
+    nodes: list[str] = Field(default_factory=list, max_length=20_000)
+    origin: Literal["cli", "bus"] = "cli"
+
+
 class UpgradeVersions(Message):
     kubernetes: str
     etcd: str
@@ -104,6 +123,8 @@ class UpgradeAccepted(Message):
     steps: list[UpgradeStepView]
     left_out: list[str] = []  # nodes whose agents are not alive (ignored AgentsAlive): upgraded later
     dry_run: bool = False
+    retry_of: str = ""  # a RetryUpgrade's answer: the upgrade it completes
+    nodes: list[str] = []  # a RetryUpgrade's answer: the only nodes it serves
 
 
 class UpgradeRejected(Message):
@@ -133,6 +154,7 @@ class UpgradeView(Message):
     message: str = ""
     failed: list[UpgradeNode] = []  # failed or rolled-back nodes (at most 50)
     left_out: list[str] = []
+    retry_of: str = ""  # a retry: the upgrade whose nodes left behind it completes
 
 
 class UpgradeChanged(Message):

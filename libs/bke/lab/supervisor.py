@@ -46,6 +46,7 @@ SERVICE_CONSUMERS = (
     ("BKE_EVENTS", "renderer-plans"),
     ("BKE_EVENTS", "dispatcher-plans"),
     ("BKE_COMMANDS", "upgrader-requests"),
+    ("BKE_COMMANDS", "upgrader-retries"),
 )
 
 

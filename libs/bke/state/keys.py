@@ -55,6 +55,7 @@ __all__ = [
     "recent_plans_key",
     "recent_renders_key",
     "upgrade_key",
+    "upgrade_nodes_key",
     "upgrade_results_key",
     "upgrades_index",
     "auth_authority_key",
@@ -270,6 +271,12 @@ def paused_key(cluster: str, owner: str) -> str:
     """A person paused the cluster's operations (bke.state.pause): one flag per service that runs
     operations, in that service's record ("install": the dispatcher's; "upgrade": the upgrader's)."""
     return cluster_key(cluster, "paused") if owner == "dispatcher" else cluster_key(cluster, owner, "paused")
+
+
+def upgrade_nodes_key(cluster: str) -> str:
+    """Node -> the versions its components run, and the target it is behind on (if it is),
+    written when an upgrade ends (bke.upgrade.node_versions): what `bke retry --nodes` reads."""
+    return cluster_key(cluster, "upgrade", "nodes")
 
 
 def upgrades_index() -> str:

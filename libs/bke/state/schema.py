@@ -129,8 +129,9 @@ RECORDS: tuple[RecordKind, ...] = (
         writer="dispatcher: bke_dispatcher.rotations.RotationStore (Rotation.to_json)",
         reader="dispatcher: RotationStore (Rotation.from_json)"),
     RecordKind(
-        "upgrade", "the current or last upgrade (JSON), its agents' answers, the lab's drain records",
-        ("upgrade", "upgrade:results", "upgrade:drain", "upgrade:certs", "upgrade:paused"),
+        "upgrade", "the current or last upgrade (JSON), its agents' answers, the lab's drain records, "
+                   "each node's versions after the last upgrade that served it",
+        ("upgrade", "upgrade:results", "upgrade:drain", "upgrade:certs", "upgrade:paused", "upgrade:nodes"),
         VersionSlot("upgrade", "json", "schema_version"), current=1, first=1, readable_from=1,
         writer="upgrader: bke_upgrader.store.UpgradeStore (bke.upgrade.run.UpgradeRun.to_json)",
         reader="upgrader: UpgradeStore.load (UpgradeRun.from_json)"),

@@ -11,7 +11,10 @@ this module reads, writes and publishes around them:
 
 Errors (bke.errors): a malformed request is answered `upgrade.rejected` naming its field; an
 outage or a dispatcher that does not answer yet is retried (TemporaryError); the run's record
-moves forward only, so any process may die at any point and the next pass goes on.
+moves forward only, so any process may die at any point and the next pass goes on. Any other
+error while a pass carries out a decision (a PermanentError, a bug) would only repeat: the run
+ends Failed naming its step and node (bke.upgrade.failure), the view is published and the
+pass returns, which releases the lease.
 """
 from __future__ import annotations
 
@@ -38,22 +41,21 @@ from bke.contracts.upgrade import (
     UPGRADE_REJECTED,
     UpgradeChanged,
     UpgradeCluster,
-    UpgradeNode,
     UpgradeRejected,
-    UpgradeStepView,
-    UpgradeVersions,
     UpgradeView,
     upgrade_subject,
 )
-from bke.errors import TemporaryError
+from bke.errors import TemporaryError, is_unavailable
 from bke.etcdsnap.step import snapshot_step
 from bke.plan import Plan
 from bke.state import PlanCache, RedisPlanStore, plan_digest
-from bke.state.keys import accepted_agents_key
 from bke.state.lease import claim_lease, release_lease
+from bke.state.keys import accepted_agents_key
 from bke.state.migrate import ensure_current
 from bke.state.schema import StoredVersionError
+from bke.upgrade.failure import abort_run, error_text
 from bke.upgrade.node_commands import node_upgrade_steps
+from bke.upgrade.node_versions import settled, stopped_batch_ids
 from bke.upgrade.paths import resolve_target
 from bke.upgrade.run import (
     Decision,
@@ -77,16 +79,20 @@ from .certs import UpgradeCerts
 from .drain import Drainer
 from .facts import LiveFacts
 from .renders import Renders
-from .requests import decide_request, parse_request
+from .requests import decide_request, parse_request, versions_of
+from .views import view
 from .store import UpgradeStore
 
-__all__ = ["Outcome", "Upgrades"]
+__all__ = ["AtNode", "Outcome", "Upgrades"]
 
 log = logging.getLogger("bke.upgrader")
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 Sign = Callable[[AgentCommand], Awaitable[AgentCommand]]
 LEASE = "upgrade"
 WAIT_S = 5.0  # re-check a batch in flight this often even without a result
+# Answers recorded by another replica (or before a restart) are read from Redis this often
+# while a batch waits; this process's own are known at once (UpgradeStore.results).
+RESULTS_READ_EVERY_S = 1.0
 COMMAND_TTL_S = 3600.0
 # Steps whose commands carry files of the old and new render (bke.upgrade.node_commands), and the
 # addons step (the new render's manifests); the others (agents, snapshots, post-checks) need none.
@@ -106,6 +112,19 @@ class Addons(Protocol):
 class SnapshotSetup(Protocol):
     async def recipient(self) -> str:
         """The public half of the deployment's snapshot key (base64), once the store exists."""
+
+
+def _transient(exc: BaseException) -> bool:
+    """An outage or a "later": the pass is tried again; anything else ends the run."""
+    return isinstance(exc, TemporaryError) or is_unavailable(exc)
+
+
+class AtNode(Exception):
+    """A permanent error while serving one node of a batch: carries the node for the reason."""
+
+    def __init__(self, node: str, cause: BaseException):
+        super().__init__(f"{node}: {cause}")
+        self.node, self.cause = node, cause
 
 
 class Outcome:
@@ -129,9 +148,10 @@ class Upgrades:
         self.publish, self.now, self.owner, self.lease_ms, self.sign = publish, now, owner, lease_ms, sign
         self.answer_deadline_s = answer_deadline_s
         self.kick: Callable[[str], None] = lambda cluster: None
-        self._targets: dict[str, tuple[str, Plan, Plan]] = {}  # cluster -> (request, stored plan, target plan)
+        # cluster -> (request, stored plan, old plan, target plan)
+        self._targets: dict[str, tuple[str, Plan, Plan, Plan]] = {}
 
-    def _ts(self) -> str:
+    def ts(self) -> str:
         return self.now().isoformat()
 
     # requests ---------------------------------------------------------------
@@ -177,10 +197,10 @@ class Upgrades:
             except ReleaseError as exc:
                 return rejected(f"the agent release: {exc}")
         run = new_run(req.request_id, req.cluster, answer.current.model_dump(), answer.target.model_dump(),
-                      list(decided.order), [n.hostname for n in plan.nodes], self._ts(),
+                      list(decided.order), [n.hostname for n in plan.nodes], self.ts(),
                       request=req.model_dump(mode="json", by_alias=True), left_out=list(answer.left_out),
                       agent_version=agent_version)
-        run.request["planDigest"] = await self._plan_digest(req.cluster)
+        run.request["planDigest"] = await self.plan_digest(req.cluster)
 
         def refuse(cur: UpgradeRun | None) -> str:
             if cur is not None and cur.status == "Running":
@@ -193,9 +213,9 @@ class Upgrades:
         log.info("upgrade accepted: %s -> %s", answer.current.kubernetes, answer.target.kubernetes, extra=ids)
         self.kick(req.cluster)
         return [Out(answer, UPGRADE_ACCEPTED, f"upgrade-accepted:{req.request_id}"),
-                Out(UpgradeChanged(cluster=req.cluster, at=self._ts(), upgrade=view(run)), upgrade_subject(req.cluster))]
+                Out(UpgradeChanged(cluster=req.cluster, at=self.ts(), upgrade=view(run)), upgrade_subject(req.cluster))]
 
-    async def _plan_digest(self, cluster: str) -> str:
+    async def plan_digest(self, cluster: str) -> str:
         meta = await self.plan_store.meta(cluster)
         return meta.digest if meta else ""
 
@@ -203,26 +223,38 @@ class Upgrades:
     async def on_result(self, res: CommandResult) -> None:
         if not is_upgrade_command(res.command_id):
             return  # an install's, a rotation's or a health round's: the dispatcher's
-        why = await self._untrusted(res)
+        why = self._misrouted(res)
+        if not why:
+            failed = next((s for s in res.steps if s.status == "Failed"), None)
+            step = failed.id if failed else ""
+            stderr = (failed.stderr or failed.stdout) if failed else ""
+            # the accepted-agent check and the write in one round trip (15,000 results at 5,000 nodes)
+            why = await self.store.record_if_accepted(res, step, stderr)
         if why:
             log.warning("upgrade result dropped: %s", why, extra={"cluster": res.cluster, "node": res.node,
                                                                  "command_id": res.command_id, "rate_key": "upgrade-untrusted"})
             return
-        failed = next((s for s in res.steps if s.status == "Failed"), None)
-        step = failed.id if failed else ""
-        stderr = (failed.stderr or failed.stdout) if failed else ""
-        await self.store.record_result(res, step, stderr)
         self.kick(res.cluster)
 
-    async def _untrusted(self, res: CommandResult) -> str:
-        """Why a result is not believed ("" if it is), by the dispatcher's rule (its results.py):
-        it came on its node's subject, its command id names that node, and it comes from the
-        node's accepted agent (learned from `certs.sealed`, never from the agent's own claim)."""
+    def _misrouted(self, res: CommandResult) -> str:
+        """Why a result is not believed ("" if it may be), by the dispatcher's rule (its
+        results.py): it came on its node's subject and its command id names that node. The
+        third condition, that it comes from the node's accepted agent (learned from
+        `certs.sealed`, never from the agent's own claim), is checked where it is recorded
+        (`UpgradeStore.record_if_accepted`)."""
         where = subject_node(delivery_subject())
         if where is not None and where != (res.cluster, res.node):
             return f"published on the subject of {where[1]} in {where[0]}"
         if res.command_id.split("/")[2:3] != [res.node]:
             return "its command id names another node"
+        return ""
+
+    async def untrusted(self, res: CommandResult) -> str:
+        """The same rule for a result of the upgrader's other operation (an etcd restore), which
+        records its answers itself: why it is not believed ("" if it is)."""
+        why = self._misrouted(res)
+        if why:
+            return why
         accepted = await self.store.r.hget(accepted_agents_key(res.cluster), res.node)
         accepted = accepted.decode() if isinstance(accepted, bytes) else accepted
         if accepted is None:
@@ -237,6 +269,9 @@ class Upgrades:
             return Outcome("wait", 1.0, "another upgrader holds the lease")
         try:
             return await self._reconcile(cluster)
+        except BaseException:
+            self.store.forget(cluster)  # the record object may hold facts that were not saved
+            raise
         finally:
             await release_lease(self.store.r, cluster, LEASE, self.owner)
 
@@ -245,21 +280,46 @@ class Upgrades:
         or two, so the target is kept while the stored plan is the same object (PlanCache
         re-reads only a changed digest). After a crash between storing the target plan and
         saving the run as Succeeded, the stored plan is the target already: the target plan of
-        it is the same, and the run ends."""
-        old = await self.plans.load(run.cluster)
+        it is the same, and the run ends. A retry (bke.upgrade.retry) may start from a stored
+        plan that is the target already (the upgrade it completes succeeded without its nodes):
+        its old side is then the stored plan at the versions those nodes run."""
+        stored = await self.plans.load(run.cluster)
         hit = self._targets.get(run.cluster)
-        if hit is not None and hit[0] == run.request_id and hit[1] is old:
-            return old, hit[2]
-        t = run.target
-        new = target_plan(old, resolve_target(old, t["kubernetes"], t["etcd"], t["containerd"]))
-        self._targets[run.cluster] = (run.request_id, old, new)
+        if hit is not None and hit[0] == run.request_id and hit[1] is stored:
+            return hit[2], hit[3]
+        if run.request.get("retryOf"):
+            old = stored if _runs(stored, run.current) else _plan_at(stored, run.current)
+            new = stored if _runs(stored, run.target) else _plan_at(stored, run.target)
+        else:
+            old, new = stored, _plan_at(stored, run.target)
+        self._targets[run.cluster] = (run.request_id, stored, old, new)
         return old, new
 
     async def _reconcile(self, cluster: str) -> Outcome:
-        run = await self.store.load(cluster)
+        try:
+            run = await self.store.load(cluster)
+        except StoredVersionError as exc:  # a record this code must not read: no pass can succeed
+            log.error("upgrade record unreadable: %s", exc, extra={"cluster": cluster})
+            return Outcome("failed", reason=str(exc))
         if run is None or run.status != "Running":
             return Outcome("done")
-        answers = await self.store.results(cluster, awaited_ids(run))
+        hosts: list[tuple[str, ...]] = [()]  # the batch the pass is serving, for a failure's reason
+        try:
+            return await self._pass(run, hosts)
+        except Exception as exc:
+            if _transient(exc):
+                raise  # the runner waits and resumes from the record
+            node, cause = (exc.node, exc.cause) if isinstance(exc, AtNode) else ("", exc)
+            reason = abort_run(run, error_text(cause), self.ts(), node=node, hosts=hosts[0])
+            log.error("upgrade failed: %s", reason, exc_info=cause,
+                      extra={"cluster": cluster, "request_id": run.request_id, "node": node or None})
+            await self._save(run)
+            await self._changed(run)
+            return Outcome("failed", reason=reason)
+
+    async def _pass(self, run: UpgradeRun, hosts: list[tuple[str, ...]]) -> Outcome:
+        cluster = run.cluster
+        answers = await self.store.results(cluster, awaited_ids(run), RESULTS_READ_EVERY_S)
         changed = fold_results(run, answers, self.now().timestamp(), self.answer_deadline_s)
         old, new = await self._plans(run)
         if any(st.name in RENDERED_STEPS and st.status != "Succeeded" for st in run.steps):
@@ -273,19 +333,33 @@ class Upgrades:
                 await self._succeed(run, old, new)
                 break
             if d.action == "fail":
-                finish(run, False, self._ts(), d.reason)
+                finish(run, False, self.ts(), d.reason)
                 log.warning("upgrade failed: %s", d.reason, extra={"cluster": cluster, "request_id": run.request_id})
                 break
+            hosts[0] = d.hosts
             await self._carry_out(run, d, old, new)
-            await self.store.save(run)  # each fact as soon as it is one: a later failure in this pass keeps it
             if d.action == "send":
-                break  # answers come later
+                break  # answers come later; saved below
+            if d.action in ("local", "drain"):
+                # a slow fact (an addon apply, a drain through the API) is kept as soon as it is
+                # one; the quick ones (uncordon, send) are saved once, at the end of the pass:
+                # redone after a crash, each is idempotent (bke.upgrade.run)
+                await self.store.save(run)
         if changed:
-            await self.store.save(run)
+            await self._save(run)
             await self._changed(run)
         if run.status == "Failed":
             return Outcome("failed", reason=run.message)
         return Outcome("done") if run.status == "Succeeded" else Outcome("wait", WAIT_S)
+
+    async def _save(self, run: UpgradeRun) -> None:
+        """The record; a finished run with its nodes' versions (bke.upgrade.node_versions)."""
+        if run.status == "Running":
+            await self.store.save(run)
+            return
+        answers = await self.store.results(run.cluster, stopped_batch_ids(run))
+        previous = await self.store.node_versions(run.cluster)
+        await self.store.save_end(run, settled(run, answers, previous))
 
     async def _carry_out(self, run: UpgradeRun, d: Decision, old: Plan, new: Plan) -> None:
         step = d.step
@@ -349,35 +423,54 @@ class Upgrades:
             update = UpdateAgent(id="agents:update", version=rel.version, wheels=list(rel.wheels),
                                  confirm_timeout_s=self.release.confirm_timeout_s)
         for host in hosts:
-            if step == "etcd-snapshots":  # taken from the running members: the plan the cluster runs now
-                steps: list[Any] = [snapshot_step(old, group, host, recipient, now, run.request_id)]
-            else:
-                steps = node_upgrade_steps(step, group, old, new, host, renders.old.get(host, {}) if renders else {},
-                                           renders.new.get(host, {}) if renders else {}, sums, self.component_timeout_s,
-                                           certs.get(host, ()), update)
-            cid = upgrade_command_id(run.cluster, run.request_id, step, group, host)
-            cmd = await self.sign(AgentCommand(command_id=cid, cluster=run.cluster, node=host, phase=f"upgrade:{step}",
-                                               issued_at=now.isoformat(), expires_at=expires, steps=steps, issuer="upgrader"))
-            # published before the record says sent: a crash in between publishes the same id
-            # again, which JetStream drops and an agent that completed it only replays
-            await self.publish(cmd.to_bytes(), agent_subject(run.cluster, host, "command"), {"Nats-Msg-Id": cid})
+            try:
+                if step == "etcd-snapshots":  # taken from the running members: the plan the cluster runs now
+                    steps: list[Any] = [snapshot_step(old, group, host, recipient, now, run.request_id)]
+                else:
+                    steps = node_upgrade_steps(step, group, old, new, host, renders.old.get(host, {}) if renders else {},
+                                               renders.new.get(host, {}) if renders else {}, sums,
+                                               self.component_timeout_s, certs.get(host, ()), update)
+                cid = upgrade_command_id(run.cluster, run.request_id, step, group, host)
+                cmd = await self.sign(AgentCommand(command_id=cid, cluster=run.cluster, node=host,
+                                                   phase=f"upgrade:{step}", issued_at=now.isoformat(),
+                                                   expires_at=expires, steps=steps, issuer="upgrader"))
+                # published before the record says sent: a crash in between publishes the same id
+                # again, which JetStream drops and an agent that completed it only replays
+                await self.publish(cmd.to_bytes(), agent_subject(run.cluster, host, "command"), {"Nats-Msg-Id": cid})
+            except Exception as exc:
+                if _transient(exc):
+                    raise
+                raise AtNode(host, exc) from exc
         log.info("upgrade step %s%s: %d node(s) sent", step, f"/{group}" if group else "", len(hosts),
                  extra={"cluster": run.cluster, "request_id": run.request_id})
 
     async def _succeed(self, run: UpgradeRun, old: Plan, new: Plan) -> None:
+        if run.request.get("retryOf") and not await self._retry_completes_plan(run, new):
+            finish(run, True, self.ts())
+            log.info("upgrade retry succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
+            return
         pj = new.to_json()
         stored = await self.plan_store.upgrade(new, pj, plan_digest(pj), str(run.request.get("planDigest", "")),
-                                               run.request_id, self._ts())
+                                               run.request_id, self.ts())
         if not stored and (await self.plans.load(run.cluster)).kubernetes_version != new.kubernetes_version:
             raise TemporaryError("the stored plan changed during the upgrade; not replaced", delay=5.0)
         # the renderer stores the new plan's files (what a later `bke retry` or node replacement sends)
         ask = RenderManifests(request_id=f"upgrade-{run.request_id}", cluster=run.cluster)
         await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:upgrade:{run.request_id}"})
-        finish(run, True, self._ts())
+        finish(run, True, self.ts())
         log.info("upgrade succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
 
+    async def _retry_completes_plan(self, run: UpgradeRun, new: Plan) -> bool:
+        """Whether a retry's success makes the target plan the stored one: only when it is not
+        already (the upgrade it completes failed) and no node is left behind after it."""
+        if _runs(await self.plans.load(run.cluster), run.target):
+            return False
+        mine = set(run.request.get("nodes") or ())
+        behind = [h for h, v in (await self.store.node_versions(run.cluster)).items() if v.behind and h not in mine]
+        return not behind
+
     async def _changed(self, run: UpgradeRun) -> None:
-        ev = UpgradeChanged(cluster=run.cluster, at=self._ts(), upgrade=view(run))
+        ev = UpgradeChanged(cluster=run.cluster, at=self.ts(), upgrade=view(run))
         await self.publish(ev.to_bytes(), upgrade_subject(run.cluster), {})
 
     async def resume_all(self) -> list[str]:
@@ -390,20 +483,15 @@ class Upgrades:
         return resumed
 
     async def view_of(self, cluster: str) -> UpgradeView | None:
-        run = await self.store.load(cluster)
+        run = await self.store.load(cluster, fresh=True)
         return None if run is None else view(run)
 
 
-def view(run: UpgradeRun) -> UpgradeView:
-    now = run.step_now()
-    return UpgradeView(
-        request_id=run.request_id, status=run.status, current=UpgradeVersions(**run.current),
-        target=UpgradeVersions(**run.target),
-        steps=[UpgradeStepView(name=s.name, group=s.group, status=s.status, done=s.done, total=s.total,
-                               batches=len(s.batches)) for s in run.steps],
-        step=now.name if now else "", started_at=run.started_at, finished_at=run.finished_at, message=run.message,
-        failed=[UpgradeNode(hostname=f.hostname, status=f.status, step=f.step, failed_step=f.failed_step,
-                            stderr=f.stderr[:500]) for f in run.failed],
-        left_out=run.left_out,
-    )
+def _runs(plan: Plan, versions: dict[str, str]) -> bool:
+    return versions_of(plan).model_dump() == versions
+
+
+def _plan_at(plan: Plan, versions: dict[str, str]) -> Plan:
+    """The plan's own spec at `versions`, placed again (bke.upgrade.target_plan)."""
+    return target_plan(plan, resolve_target(plan, versions["kubernetes"], versions["etcd"], versions["containerd"]))
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from pydantic import ValidationError
 
 from bke.contracts.upgrade import (
+    RetryUpgrade,
     UpgradeAccepted,
     UpgradeCluster,
     UpgradeFinding,
@@ -25,7 +27,9 @@ from bke.upgrade import Facts, Target, UpgradeRequestError, change_of, expand_or
 from bke.upgrade.order import ExpandedStep
 from bke.upgrade.target_plan import TargetPlanError, target_plan
 
-__all__ = ["Decided", "decide_request", "parse_request", "versions_of"]
+__all__ = ["Decided", "decide_request", "parse_request", "parse_retry", "step_views", "versions_of"]
+
+M = TypeVar("M", UpgradeCluster, RetryUpgrade)
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,17 @@ class Decided:
 
 def parse_request(body: bytes) -> UpgradeCluster | UpgradeRejected:
     """The request, or a rejection naming each wrong field (never a dead letter: the CLI waits)."""
+    return _parse(UpgradeCluster, body)
+
+
+def parse_retry(body: bytes) -> RetryUpgrade | UpgradeRejected:
+    """A retry of an upgrade, or a rejection naming each wrong field."""
+    return _parse(RetryUpgrade, body)
+
+
+def _parse(model: type[M], body: bytes) -> M | UpgradeRejected:
     try:
-        return UpgradeCluster.model_validate_json(body)
+        return model.model_validate_json(body)
     except ValidationError as exc:
         try:
             doc = json.loads(body)

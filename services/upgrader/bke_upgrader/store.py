@@ -2,6 +2,8 @@
 
     bke:<c>:upgrade            string  the cluster's current (or last) upgrade, JSON (bke.upgrade.run)
     bke:<c>:upgrade:results    hash    command id -> {status, step, stderr} as the agent answered
+    bke:<c>:upgrade:nodes      hash    node -> the versions it runs, and the target it is behind on
+                                       (bke.upgrade.node_versions), written with the run's end
     bke:upgrades               set     clusters with an upgrade record (resumed after a restart)
 
 Only the reconcile pass (under the cluster's "upgrade" lease) and the start (a WATCH transaction
@@ -10,7 +12,9 @@ folded in by the next pass, so a result that arrives twice counts once.
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,11 +22,29 @@ from redis.asyncio import Redis
 
 from bke.contracts.agent import CommandResult
 from bke.state.exclusive import write_unless
-from bke.state.keys import upgrade_key, upgrade_results_key, upgrades_index
+from bke.state.keys import accepted_agents_key, upgrade_key, upgrade_nodes_key, upgrade_results_key, upgrades_index
+from bke.upgrade.node_versions import NodeVersion
 from bke.upgrade.run import UpgradeRun
 
 __all__ = ["UpgradeStore"]
 
+# KEYS: accepted agents, results; ARGV: (node, agent id, command id, answer) per result.
+# Returns per result: "" when recorded, else the accepted agent ("-" when none was accepted).
+_RECORD_IF_ACCEPTED = """
+local out = {}
+for i = 1, #ARGV, 4 do
+  local accepted = redis.call('HGET', KEYS[1], ARGV[i])
+  if not accepted then
+    out[#out + 1] = '-'
+  elseif accepted ~= ARGV[i + 1] then
+    out[#out + 1] = accepted
+  else
+    redis.call('HSET', KEYS[2], ARGV[i + 2], ARGV[i + 3])
+    out[#out + 1] = ''
+  end
+end
+return out
+"""
 
 def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else v
@@ -31,18 +53,60 @@ def _s(v: Any) -> str:
 class UpgradeStore:
     def __init__(self, redis: Redis):
         self.r = redis
-        # cluster -> answers already read of the batch in flight: an answer, once recorded, is
-        # that command's for good (fixed ids; a replay repeats it), so a pass asks Redis only
-        # for the ones still missing (a pass runs after every few results: a 5,000-node batch
-        # read whole each time was quadratic)
-        self._seen: dict[str, dict[str, dict[str, str]]] = {}
+        # cluster -> answers of the run known here (recorded by this process or read): an answer,
+        # once recorded, is that command's for good (fixed ids; a replay repeats it), so a pass
+        # asks Redis only for the ones still missing (a 5,000-node batch read whole each time
+        # was quadratic). Dropped when a run starts.
+        self._local: dict[str, dict[str, dict[str, str]]] = {}
+        self._read_at: dict[str, tuple[tuple[str, str, int] | None, float]] = {}  # cluster -> (batch, when)
+        self._runs: dict[str, tuple[str, UpgradeRun]] = {}  # cluster -> (bytes saved or read, the record)
+        self._pending: dict[str, list[tuple[CommandResult, str, asyncio.Future[str]]]] = {}
+        self._flushing: set[asyncio.Future[None]] = set()
 
-    async def load(self, cluster: str) -> UpgradeRun | None:
+    async def load(self, cluster: str, *, fresh: bool = False) -> UpgradeRun | None:
+        """The record. The reconcile pass (the record's only writer) gets the object it saved
+        last while Redis still holds those bytes: parsing a 5,000-node record on every pass
+        cost more than the rest of the pass. `fresh`: a new object (readers that are not the
+        pass). A pass that fails must `forget` the cluster: its object may hold unsaved facts."""
         raw = await self.r.get(upgrade_key(cluster))
-        return None if raw is None else UpgradeRun.from_json(raw)
+        if raw is None:
+            self._runs.pop(cluster, None)
+            return None
+        text = _s(raw)
+        hit = self._runs.get(cluster)
+        if not fresh and hit is not None and hit[0] == text:
+            return hit[1]
+        run = UpgradeRun.from_json(text)
+        if not fresh:
+            self._runs[cluster] = (text, run)
+        return run
+
+    def forget(self, cluster: str) -> None:
+        self._runs.pop(cluster, None)
 
     async def save(self, run: UpgradeRun) -> None:
-        await self.r.set(upgrade_key(run.cluster), run.to_json())
+        text = run.to_json()
+        await self.r.set(upgrade_key(run.cluster), text)
+        self._runs[run.cluster] = (text, run)
+
+    async def save_end(self, run: UpgradeRun, nodes: dict[str, NodeVersion]) -> None:
+        """The finished run and its nodes' versions, in one transaction: a crash never leaves
+        one without the other."""
+        self.forget(run.cluster)
+        async with self.r.pipeline(transaction=True) as pipe:
+            pipe.set(upgrade_key(run.cluster), run.to_json())
+            if nodes:
+                pipe.hset(upgrade_nodes_key(run.cluster), mapping={h: v.to_json() for h, v in nodes.items()})
+            await pipe.execute()
+
+    async def node_versions(self, cluster: str, hosts: list[str] | None = None) -> dict[str, NodeVersion]:
+        """The recorded nodes (all, or those of `hosts` that have an entry). The record's
+        version is the upgrade record's header (bke.state.schema), checked by `load`."""
+        if hosts is None:
+            raw = {_s(k): v for k, v in (await self.r.hgetall(upgrade_nodes_key(cluster))).items()}
+        else:
+            raw = dict(zip(hosts, await self.r.hmget(upgrade_nodes_key(cluster), hosts))) if hosts else {}
+        return {h: NodeVersion.from_json(v) for h, v in raw.items() if v is not None}
 
     async def start(self, run: UpgradeRun, check: Callable[[UpgradeRun | None], str]) -> str:
         """Store `run` unless `check(current)` refuses; the refusal ("" when stored). Atomic
@@ -53,6 +117,9 @@ class UpgradeStore:
             pipe.delete(upgrade_results_key(run.cluster))
             pipe.sadd(upgrades_index(), run.cluster)
 
+        self.forget(run.cluster)
+        self._local.pop(run.cluster, None)
+        self._read_at.pop(run.cluster, None)
         return await write_unless(self.r, upgrade_key(run.cluster),
                                   lambda raw: check(None if raw is None else UpgradeRun.from_json(raw)), write)
 
@@ -60,17 +127,66 @@ class UpgradeStore:
         doc = json.dumps({"status": res.status, "step": step, "stderr": stderr, "agentVersion": res.agent_version})
         await self.r.hset(upgrade_results_key(res.cluster), res.command_id, doc)
 
-    async def results(self, cluster: str, command_ids: list[str]) -> dict[str, dict[str, str]]:
+    async def record_if_accepted(self, res: CommandResult, step: str, stderr: str) -> str:
+        """Record the answer only if it comes from the node's accepted agent; else why not.
+        Concurrent calls (the results subscriber handles many at once) share one script call
+        per cluster: one round trip for a whole delivery batch instead of one per result."""
+        doc = json.dumps({"status": res.status, "step": step, "stderr": stderr, "agentVersion": res.agent_version})
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        queue = self._pending.setdefault(res.cluster, [])
+        queue.append((res, doc, fut))
+        if len(queue) == 1:  # the first of a batch flushes it once the others had their turn
+            task = asyncio.ensure_future(self._flush(res.cluster))
+            self._flushing.add(task)
+            task.add_done_callback(self._flushing.discard)
+        return await fut
+
+    async def _flush(self, cluster: str) -> None:
+        await asyncio.sleep(0)  # the handlers started with this one queue theirs first
+        items = self._pending.pop(cluster, [])
+        args = [a for res, doc, _ in items for a in (res.node, res.agent_id, res.command_id, doc)]
+        try:
+            out = await self.r.eval(_RECORD_IF_ACCEPTED, 2, accepted_agents_key(cluster), upgrade_results_key(cluster), *args)
+        except BaseException as exc:  # each caller gets the outage (or the cancellation) as its own
+            for _, _, fut in items:
+                if fut.done():
+                    continue
+                if isinstance(exc, Exception):
+                    fut.set_exception(exc)
+                else:
+                    fut.cancel()
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (res, doc, fut), got in zip(items, out):
+            accepted = _s(got)
+            if not accepted:
+                self._local.setdefault(cluster, {})[res.command_id] = json.loads(doc)
+            why = "" if not accepted else ("no agent of this node was accepted" if accepted == "-"
+                                           else f"agent {res.agent_id} is not the node's accepted agent")
+            if not fut.done():
+                fut.set_result(why)
+
+    async def results(self, cluster: str, command_ids: list[str], read_every_s: float = 0.0) -> dict[str, dict[str, str]]:
         """The recorded answers among `command_ids` (a batch's: never the whole hash, which
-        holds every answer of the run, 15,000 at 5,000 nodes, and is read on every pass)."""
-        seen = self._seen.get(cluster, {})
-        seen = {k: seen[k] for k in command_ids if k in seen}  # only this batch's are kept
+        holds every answer of the run, 15,000 at 5,000 nodes, and is read on every pass).
+        Answers this process recorded are known without asking; Redis is asked for the others
+        (recorded by another replica, or before a restart) on a batch's first read and then at
+        most every `read_every_s`: a pass runs after every few results, and a 5,000-node batch's
+        missing answers asked for on each was most of the pass."""
+        local = self._local.setdefault(cluster, {})
+        seen = {k: local[k] for k in command_ids if k in local}
         missing = [k for k in command_ids if k not in seen]
-        if missing:
+        batch = (command_ids[0], command_ids[-1], len(command_ids)) if command_ids else None
+        now = time.monotonic()
+        last = self._read_at.get(cluster)
+        if missing and (last is None or last[0] != batch or now - last[1] >= read_every_s):
             raw = await self.r.hmget(upgrade_results_key(cluster), missing)
-            seen.update((k, json.loads(v)) for k, v in zip(missing, raw) if v is not None)
-        self._seen[cluster] = seen
-        return dict(seen)
+            for k, v in zip(missing, raw):
+                if v is not None:
+                    local[k] = seen[k] = json.loads(v)
+            self._read_at[cluster] = (batch, now)
+        return seen
 
     async def clusters(self) -> list[str]:
         return sorted(_s(c) for c in await self.r.smembers(upgrades_index()))
