@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from bke.contracts.agent import (
-    CheckHost, EtcdSnapshot, FetchFile, RemoveFile, ReplaceFiles, RestartStaticPod, RunProgram, Step, SystemdUnit,
-    WaitHealth, WriteFile,
+    CheckHost, EtcdSnapshot, FetchFile, RemoveFile, ReplaceFiles, ResetNode, RestartStaticPod, RunProgram, Step,
+    SystemdUnit, WaitHealth, WriteFile,
 )
 
 __all__ = ["COMMAND_ID", "Backend", "Content", "StepDispatch", "StepOutcome"]
@@ -72,6 +72,7 @@ class StepDispatch:
             RestartStaticPod: self.restart_static_pod,
             ReplaceFiles: self.replace_files,
             EtcdSnapshot: self.etcd_snapshot,
+            ResetNode: self.reset_node,
         }
         return await handlers[type(step)](step)
 
@@ -103,4 +104,7 @@ class StepDispatch:
         raise NotImplementedError
 
     async def etcd_snapshot(self, step: EtcdSnapshot) -> StepOutcome:
+        raise NotImplementedError
+
+    async def reset_node(self, step: ResetNode) -> StepOutcome:
         raise NotImplementedError

@@ -128,6 +128,12 @@ RECORDS: tuple[RecordKind, ...] = (
         writer="dispatcher: bke_dispatcher.rotations.RotationStore (Rotation.to_json)",
         reader="dispatcher: RotationStore (Rotation.from_json)"),
     RecordKind(
+        "reset", "the current or last reset or delete (JSON) and its agents' answers",
+        ("reset", "reset:results"),
+        VersionSlot("reset", "json"), current=1,
+        writer="dispatcher: bke_dispatcher.resets.ResetStore (Reset.to_json)",
+        reader="dispatcher: ResetStore (Reset.from_json)"),
+    RecordKind(
         "upgrade", "the current or last upgrade (JSON), its agents' answers, the lab's drain records",
         ("upgrade", "upgrade:results", "upgrade:drain", "upgrade:paused"),
         VersionSlot("upgrade", "json", "schema_version"), current=1, first=1, readable_from=1,
@@ -144,6 +150,7 @@ UNVERSIONED: tuple[tuple[str, str], ...] = (
     ("bke:clusters", "set of cluster names (planner)"),
     ("bke:installs", "set of cluster names (dispatcher)"),
     ("bke:rotations", "set of cluster names (dispatcher)"),
+    ("bke:resets", "set of cluster names (dispatcher)"),
     ("bke:upgrades", "set of cluster names (upgrader)"),
     ("bke:request:*", "request id -> cluster name (planner)"),
     ("bke:auth:authority", "encrypted blob of the NATS trust chain, its format is bke.auth.registry's"),
