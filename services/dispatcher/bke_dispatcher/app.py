@@ -36,6 +36,8 @@ from bke.contracts.agent import (
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.status import STATUS_GET, STATUS_QUEUE
 from bke.pausing import serve_pause
+from bke.forgetting import serve_deleted
+from bke.contracts.reset import RESET_CLUSTER, ResetCluster
 from bke.state.pause import PauseFlags
 from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
 from bke.secrets import box_from_env
@@ -54,6 +56,8 @@ from .known import KnownTargets
 from .local_work import LocalPhases
 from .node_labels import LabNodes, NodeLabelsWork
 from .results import Inputs
+from .reset_wiring import DispatcherSnapshotKey
+from .resets import Resets, ResetStore
 from .rotations import Rotations, RotationStore
 from .runner import Runner
 from .service_events import ServiceEvents
@@ -118,16 +122,23 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
                           sign=signing.sign)
     rotation_runner = Runner(rotations, state, paused=pause_flags.is_paused)  # type: ignore[arg-type]  # same reconcile shape
     rotations.kick = rotation_runner.kick
+    resets = Resets(ResetStore(redis), rotation_store, state, plans, pause_flags.is_paused,
+                    DispatcherSnapshotKey(svc, redis), svc.publish, _now, settings.owner, settings.lease_ms,
+                    sign=signing.sign)
+    # not held by a pause: a reset refuses to start on a paused cluster, and a delete's end must not wait
+    reset_runner = Runner(resets, state)  # type: ignore[arg-type]  # same reconcile shape
+    resets.kick = reset_runner.kick
     serve_pause(svc, pause_flags, [runner.kick, rotation_runner.kick], _now)
-    inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result)
+    inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result, on_reset=resets.on_result)
 
     # state lost (bke.state.epoch): stop the loops, fail the running installs; restored: resume
     async def stop_loops() -> None:
         await runner.stop()
         await rotation_runner.stop()
+        await reset_runner.stop()
 
     async def resume() -> list[str]:
-        return await runner.resume_all() + await rotations.resume_all()
+        return await runner.resume_all() + await rotations.resume_all() + await resets.resume_all()
 
     loss = StateLossReaction(state, svc.publish, _now, stop_loops, resume)
     epoch = watch_epoch(svc, redis, interval_s=settings.epoch_check_s, on_lost=loss.on_lost,
@@ -188,6 +199,8 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     svc.work_subscriber(LEGACY_RETRY_REQUESTED, "BKE_COMMANDS", "dispatcher-retry-legacy",
                         deprecated(LEGACY_RETRY_REQUESTED, RETRY_INSTALL, retry), batch_size=b)
     svc.work_subscriber(CERTS_RENEWED, "BKE_EVENTS", "dispatcher-rotations", t(CertsRenewed, rotations.on_renewed), batch_size=b)
+    svc.work_subscriber(RESET_CLUSTER, "BKE_COMMANDS", "dispatcher-resets", t(ResetCluster, resets.on_request), batch_size=b)
+    serve_deleted(svc, redis, _now)
 
     async def on_status(msg) -> None:
         if msg.reply:  # a publish without a reply inbox asks nothing
@@ -215,6 +228,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         async def resume_both() -> None:
             await runner.resume_all()
             await rotations.resume_all()
+            await resets.resume_all()
 
         # the running installs and rotations, once Redis answers
         await svc.retry_while_store_away(resume_both, lambda: bool(stopping), log)
@@ -228,6 +242,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
             await asyncio.wait(background, timeout=2 * REDIS_PROBE_S)
         await runner.stop()
         await rotation_runner.stop()
+        await reset_runner.stop()
         await health.stop()
         await redis.aclose()
 
