@@ -130,7 +130,7 @@ RECORDS: tuple[RecordKind, ...] = (
     RecordKind(
         "reset", "the current or last reset or delete (JSON) and its agents' answers",
         ("reset", "reset:results"),
-        VersionSlot("reset", "json"), current=1,
+        VersionSlot("reset", "json"), current=1, first=1, readable_from=1,  # new: never stored without a version
         writer="dispatcher: bke_dispatcher.resets.ResetStore (Reset.to_json)",
         reader="dispatcher: ResetStore (Reset.from_json)"),
     RecordKind(

@@ -150,7 +150,7 @@ def node_rank(plan: Plan, node: NodePlan) -> int:
     """0 a worker, 1 a control-plane node without etcd, 2 an etcd member (they go last)."""
     if any(ec.member(node.hostname) is not None for ec in plan.etcd_clusters):
         return 2
-    return 1 if "master" in node.roles else 0
+    return 1 if any(r.startswith("master") for r in node.roles) else 0  # "master", "master/node"
 
 
 def reset_order(plan: Plan, hosts: set[str]) -> list[str]:
