@@ -43,7 +43,7 @@ from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
 from bke.secrets import box_from_env
 from bke.state import PlanCache
 from bke.state.epoch import watch_epoch
-from bke.state.keys import heartbeat_key
+from bke.state.keys import heartbeat_key, plan_key
 from bke.state.nodefiles import RedisNodeFiles
 
 from .addons import AddonsWork, LabApplier
@@ -148,6 +148,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     services = ServiceEvents(state, plans, engine, runner.kick, _now)
 
     known = KnownTargets(state, plans)
+    deleted: set[str] = set()  # clusters deleted since this process started (heartbeats dropped)
 
     async def on_heartbeat(msg) -> None:
         if epoch.lost:  # nothing is written into a store that lost its state
@@ -157,6 +158,10 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         try:
             hb = json.loads(msg.data)
             cluster, node, at = str(hb["cluster"]), str(hb["node"]), str(hb["at"])
+            if cluster in deleted:
+                if not await redis.exists(plan_key(cluster)):
+                    return
+                deleted.discard(cluster)  # planned again under the same name
             if msg.subject != agent_subject(cluster, node, "heartbeat") or not await known.has_node(cluster, node):
                 log.warning("heartbeat dropped: unknown node", extra={"cluster": cluster, "node": node,
                                                                      "rate_key": "heartbeat-unknown"})
@@ -200,7 +205,8 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
                         deprecated(LEGACY_RETRY_REQUESTED, RETRY_INSTALL, retry), batch_size=b)
     svc.work_subscriber(CERTS_RENEWED, "BKE_EVENTS", "dispatcher-rotations", t(CertsRenewed, rotations.on_renewed), batch_size=b)
     svc.work_subscriber(RESET_CLUSTER, "BKE_COMMANDS", "dispatcher-resets", t(ResetCluster, resets.on_request), batch_size=b)
-    serve_deleted(svc, redis, _now)
+    # a deleted cluster's agents still beat until their identities are revoked: no key comes back
+    serve_deleted(svc, redis, _now, after=deleted.add)
 
     async def on_status(msg) -> None:
         if msg.reply:  # a publish without a reply inbox asks nothing
