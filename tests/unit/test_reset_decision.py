@@ -138,3 +138,10 @@ def test_the_record_round_trips_and_keeps_its_progress():
     back = Reset.from_json(r.to_json())
     assert back == r and next_step(back) == next_step(r)
     assert back.view().snapshots[0].status == "Succeeded" and back.view().total == 4
+
+
+def test_a_running_reset_makes_a_rotation_refuse():
+    from bke_dispatcher.rotation import refusal as rotation_refusal
+
+    assert rotation_refusal("seed", "Succeeded", None, reset="r1") == "reset r1 of seed is running: its certificates are not rotated"
+    assert rotation_refusal("seed", "Succeeded", None) == ""
