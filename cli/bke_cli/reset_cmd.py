@@ -117,7 +117,7 @@ def _run(name: str, nodes: list[str], delete: bool, yes: bool, timeout: float, w
     if not yes and not typer.confirm(f"{what}: BKE's files, pods and etcd data go (snapshots are kept). Go on?"):
         raise typer.Exit(EXIT_INVALID)
     nurl = resolve_nats(workdir, nats_url)
-    console = Console()
+    console = Console(soft_wrap=True)  # lines are not cut at 80 columns when piped
     try:
         out = asyncio.run(_follow(nurl, req, timeout, lambda line: console.print(line, highlight=False)))
     except (OSError, NoServersError) as exc:
