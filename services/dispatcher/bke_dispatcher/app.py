@@ -150,6 +150,15 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     known = KnownTargets(state, plans)
     deleted: set[str] = set()  # clusters deleted since this process started (heartbeats dropped)
 
+    async def forgotten(cluster: str) -> bool:
+        """A deleted cluster's heartbeats and late answers (health rounds) write nothing."""
+        if cluster not in deleted:
+            return False
+        if await redis.exists(plan_key(cluster)):
+            deleted.discard(cluster)  # planned again under the same name
+            return False
+        return True
+
     async def on_heartbeat(msg) -> None:
         if epoch.lost:  # nothing is written into a store that lost its state
             return
@@ -158,10 +167,8 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         try:
             hb = json.loads(msg.data)
             cluster, node, at = str(hb["cluster"]), str(hb["node"]), str(hb["at"])
-            if cluster in deleted:
-                if not await redis.exists(plan_key(cluster)):
-                    return
-                deleted.discard(cluster)  # planned again under the same name
+            if await forgotten(cluster):
+                return
             if msg.subject != agent_subject(cluster, node, "heartbeat") or not await known.has_node(cluster, node):
                 log.warning("heartbeat dropped: unknown node", extra={"cluster": cluster, "node": node,
                                                                      "rate_key": "heartbeat-unknown"})
@@ -173,6 +180,8 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
             log.warning("heartbeat not recorded: %s: %s", type(exc).__name__, exc, extra={"rate_key": "heartbeat-store"})
 
     async def on_result(res: CommandResult):
+        if await forgotten(res.cluster):
+            return []
         await known.check_result(res)  # a forged or stray result costs a read, never a write
         return await inputs.result(res)
 
