@@ -52,7 +52,7 @@ def _pod_pids(root: Path) -> list[int]:
 
 async def test_reset_one_node_then_delete_the_cluster(lab_factory, tmp_path):
     lab = lab_factory(SEED)
-    assert await lab.install() == 0, lab.out.getvalue()
+    assert await lab.install(timeout=480.0) == 0, lab.out.getvalue()  # a loaded 2-core machine
     c, workdir = lab.plan.cluster, str(lab.workdir)
     others = [n.hostname for n in lab.plan.nodes if n.hostname != "node1"]
     manifests = {h: sorted(p.name for p in (lab.host(h) / "etc/kubernetes/manifests").iterdir()) for h in others}
