@@ -14,17 +14,18 @@ from pathlib import Path
 import pytest
 
 from bke.contracts import CHANNELS, Channel
-from bke.contracts import agent, certs, cluster, deadletter, install, pause, render, restore, rotation, subjects, upgrade
+from bke.contracts import agent, certs, cluster, deadletter, install, pause, render, reset, restore, rotation, subjects, upgrade
 
 ROOT = Path(__file__).resolve().parents[2]
 # A service's code includes the shared service shape (dead-lettering lives there).
 SOURCES = {
-    "planner": ["services/planner", "libs/bke/bus"],
-    "certs": ["services/certs", "libs/bke/bus"],
-    "renderer": ["services/renderer", "libs/bke/bus"],
+    # every service mounts the handler of a deleted cluster's records (bke.forgetting)
+    "planner": ["services/planner", "libs/bke/bus", "libs/bke/forgetting.py"],
+    "certs": ["services/certs", "libs/bke/bus", "libs/bke/forgetting.py"],
+    "renderer": ["services/renderer", "libs/bke/bus", "libs/bke/forgetting.py"],
     # and the pause handler both operation-running services mount (bke.pausing)
-    "dispatcher": ["services/dispatcher", "libs/bke/bus", "libs/bke/pausing.py"],
-    "upgrader": ["services/upgrader", "libs/bke/bus", "libs/bke/pausing.py"],
+    "dispatcher": ["services/dispatcher", "libs/bke/bus", "libs/bke/pausing.py", "libs/bke/forgetting.py"],
+    "upgrader": ["services/upgrader", "libs/bke/bus", "libs/bke/pausing.py", "libs/bke/forgetting.py"],
     "cli": ["cli"],
     "agent": ["agent"],
 }
@@ -39,7 +40,7 @@ def _source(component: str) -> str:
 def _constants(subject: str) -> list[str]:
     """Names of the module-level constants whose value is this subject."""
     names = []
-    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation, upgrade, pause, restore):
+    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation, upgrade, pause, restore, reset):
         names += [k for k, v in vars(mod).items() if k.isupper() and v == subject]
     return sorted(set(names))
 
@@ -60,7 +61,7 @@ def _subject_patterns(subject: str) -> list[str]:
 def _helpers(subject: str) -> list[str]:
     """Contract helpers that build this subject from its placeholders, e.g. rotation_subject."""
     names = []
-    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation, upgrade, pause, restore):
+    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation, upgrade, pause, restore, reset):
         for name, fn in vars(mod).items():
             if name.endswith("_subject") and callable(fn):
                 try:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from bke.contracts.agent import (
-    CheckHost, EtcdSnapshot, FetchFile, ParkStaticPod, RemoveFile, ReplaceFiles, RestartStaticPod, RestoreEtcdMember,
-    RunProgram, Step, SystemdUnit, WaitHealth, WriteFile,
+    CheckHost, EtcdSnapshot, FetchFile, ParkStaticPod, RemoveFile, ReplaceFiles, ResetNode, RestartStaticPod,
+    RestoreEtcdMember, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile,
 )
 
 __all__ = ["COMMAND_ID", "Backend", "Content", "StepDispatch", "StepOutcome"]
@@ -74,6 +74,7 @@ class StepDispatch:
             EtcdSnapshot: self.etcd_snapshot,
             ParkStaticPod: self.park_static_pod,
             RestoreEtcdMember: self.restore_etcd_member,
+            ResetNode: self.reset_node,
         }
         return await handlers[type(step)](step)
 
@@ -111,4 +112,7 @@ class StepDispatch:
         raise NotImplementedError
 
     async def restore_etcd_member(self, step: RestoreEtcdMember) -> StepOutcome:
+        raise NotImplementedError
+
+    async def reset_node(self, step: ResetNode) -> StepOutcome:
         raise NotImplementedError

@@ -5,11 +5,14 @@ step's mode and owner; programs run from argv lists, never through a shell, and 
 `HOST_PROGRAMS` found in fixed directories (see `programs`); units are driven
 by `systemctl` found on PATH; binaries are downloaded over http(s) and kept only if their
 sha256 matches; `ReplaceFiles` (see `replace`) keeps its backups under the agent's state dir
-and asks `crictl` (allowed in `programs`) whether the kubelet runs a replaced static pod. `root` is "/" in production; tests point it at a temporary directory (the
+and asks `crictl` (allowed in `programs`) whether the kubelet runs a replaced static pod;
+`ResetNode` (bke_agent.reset) removes only `RESET_DIRS` and `/var/lib/etcd*`, and asks crictl
+whether the removed manifests' pods are gone. `root` is "/" in production; tests point it at a temporary directory (the
 allow-list is then applied relative to it) and put a fake `systemctl` on PATH.
 """
 from __future__ import annotations
 
+import asyncio
 import grp
 import json
 import os
@@ -35,6 +38,7 @@ from .download import fetch_verified
 from .files import ensure_file, remove_path
 from .health import tls_context, wait_http
 from .paths import HOST_WRITE_DIRS, PathPolicy
+from ..reset import ETCD_DATA_GLOB, POLL_S as RESET_POLL_S, RESET_DIRS, ResetStepsMixin
 from .proc import judge, run_argv
 from .programs import HOST_PROGRAMS, PROGRAM_DIRS, resolve_program
 from .replace import ReplaceStepsMixin
@@ -82,7 +86,7 @@ def _owner(user: str, group: str) -> tuple[int | None, int | None]:
     return uid, gid
 
 
-class HostBackend(RestoreStepsMixin, ReplaceStepsMixin, StepDispatch):
+class HostBackend(ResetStepsMixin, RestoreStepsMixin, ReplaceStepsMixin, StepDispatch):
     kind = "host"
 
     def __init__(self, root: Path = Path("/"), allowed: Sequence[str] = HOST_WRITE_DIRS, *,
@@ -94,6 +98,8 @@ class HostBackend(RestoreStepsMixin, ReplaceStepsMixin, StepDispatch):
         self.root = Path(root)
         self.state_dir = Path(state_dir)
         self.policy = PathPolicy(self.root, allowed)
+        # A reset removes only what BKE wrote (bke_agent.reset.RESET_TABLE) and etcd data dirs
+        self.reset_policy = PathPolicy(self.root, (*RESET_DIRS, ETCD_DATA_GLOB))
         self.systemctl = systemctl
         self.env = dict(os.environ if env is None else env)
         self.http_transport = http_transport
@@ -188,3 +194,36 @@ class HostBackend(RestoreStepsMixin, ReplaceStepsMixin, StepDispatch):
         if step.tls is not None:
             verify = tls_context(*(read_path(self.root, p) for p in (step.tls.ca, step.tls.cert, step.tls.key)))
         return await self.snapshots.take(step, step.endpoint, verify)
+
+    # ResetStepsMixin's own parts: the reset allow-list; pods as containerd has them
+
+    def reset_local(self, node_path: str) -> Path:
+        return self.reset_policy.local(node_path)
+
+    async def pods_gone(self, manifests: list[str], timeout_s: float) -> str:
+        """No ready sandbox named `<manifest stem>-*` (BKE names a manifest after its pod; static
+        pods are `<metadata.name>-<node name>`, see pod_started). Verified on paper only: the
+        tests have no containerd. Without crictl, the kubelet's file check period is waited."""
+        stems = [PurePosixPath(m).stem for m in manifests]
+        deadline = time.monotonic() + timeout_s
+        try:
+            argv = resolve_program(["crictl", "pods", "--state", "ready", "-o", "json"], {}, self.programs,
+                                   self.program_dirs)
+        except PermanentStepError:
+            await asyncio.sleep(min(KUBELET_FILE_CHECK_S, timeout_s))  # the kubelet's own period, no client to ask
+            return ""
+        while True:
+            run = await run_argv(argv, env=self.env)
+            if run.exit_code != 0:  # containerd already stopped: its pods are gone too
+                return ""
+            try:
+                items = json.loads(run.stdout).get("items") or []
+            except (ValueError, AttributeError):
+                return "crictl pods: not JSON"
+            names = [str((i.get("metadata") or {}).get("name", "")) for i in items]
+            left = [s for s in stems if any(n.startswith(f"{s}-") for n in names)]
+            if not left:
+                return ""
+            if time.monotonic() >= deadline:
+                return ", ".join(left)
+            await asyncio.sleep(RESET_POLL_S)  # polling crictl under the step's deadline

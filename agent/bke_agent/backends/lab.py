@@ -31,10 +31,13 @@ Why each step behaves as it does here:
   default `<root>/var/lib/bke-agent/replace-backups/`); downloads as `FetchFile`, restarts
   as `SystemdUnit`, probes as `WaitHealth`; "the kubelet runs the new pod" is the stand-in's
   pod of that manifest holding the new bytes and Running.
+* `ResetNode`: see `bke_agent.reset`; anywhere in the tree (as writes), and "the pods are gone"
+  is the stand-in having stopped every pod of the removed manifests.
 A control file `fail-step/<id>` makes a step fail on purpose (see `LabLayout`).
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -54,6 +57,7 @@ from ..errors import PermanentStepError, StepError
 from ..fsutil import write_atomic
 from ..kubelet import KubeletStandIn
 from ..lablayout import LAB_DIR, LabLayout
+from ..reset import POLL_S as RESET_POLL_S, ResetStepsMixin
 from ..settings import LAB_STATE_SUBDIR
 from .base import Content, StepDispatch, StepOutcome
 from .checks import NodeFacts, run_checks
@@ -79,7 +83,7 @@ def _unit(name: str) -> str:
     return name if "." in name else f"{name}.service"
 
 
-class LabBackend(RestoreStepsMixin, ReplaceStepsMixin, StepDispatch):
+class LabBackend(ResetStepsMixin, RestoreStepsMixin, ReplaceStepsMixin, StepDispatch):
     kind = "lab"
 
     def __init__(self, root: Path, ip: str, *, state_dir: Path | None = None, kubelet_poll_s: float = 0.2,
@@ -279,3 +283,19 @@ class LabBackend(RestoreStepsMixin, ReplaceStepsMixin, StepDispatch):
         if step.tls is not None:
             verify = tls_context(*(read_path(self.root, p) for p in (step.tls.ca, step.tls.cert, step.tls.key)))
         return await self.snapshots.take(step, self._local_url(step.endpoint), verify)
+
+    # ResetStepsMixin's own parts: paths as writes; pods as the stand-in has them
+
+    def reset_local(self, node_path: str) -> Path:
+        return self.policy.local(node_path)
+
+    async def pods_gone(self, manifests: list[str], timeout_s: float) -> str:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            left = [m for m in manifests if (p := self.kubelet.pods.get(m)) is not None and p.running is not None]
+            if not left or not self.kubelet.running:  # a stopped stand-in has stopped its pods
+                return ""
+            if loop.time() >= deadline:
+                return ", ".join(left)
+            await asyncio.sleep(RESET_POLL_S)  # the stand-in's own sync period notices the removal

@@ -62,6 +62,7 @@ __all__ = [
     "RemoveFile",
     "RestartStaticPod",
     "ReplaceFiles",
+    "ResetNode",
     "NewFile",
     "HealthProbe",
     "RunProgram",
@@ -358,9 +359,23 @@ class UpdateAgent(_Step):
     confirm_timeout_s: float = Field(120.0, gt=0, le=3600)
 
 
+class ResetNode(_Step):
+    """Undo what BKE did to this node (a cluster reset or delete; kubeadm's `reset` cleanup-node
+    phase does the same for what kubeadm wrote): take the static pod manifests away and wait for
+    their pods to stop, stop the kubelet, then remove what BKE wrote (the agent's reset table,
+    agent/bke_agent/reset.py) and the data directories of this node's etcd members. Absent
+    things are fine: a re-run after a crash finishes the job. `binaries`: also the binaries and
+    units BKE installed, and containerd is stopped (a delete; a reset keeps them for a re-install)."""
+
+    type: Literal["reset_node"] = "reset_node"
+    timeout_s: float = Field(300.0, gt=0, le=3600)
+    etcd_data_dirs: list[Annotated[str, Field(pattern=r"^/[A-Za-z0-9._/-]+$")]] = Field(default_factory=list, max_length=3)
+    binaries: bool = False
+
+
 Step = Annotated[
     Union[WriteFile, RemoveFile, RunProgram, SystemdUnit, WaitHealth, FetchFile, CheckHost, RestartStaticPod,
-          ReplaceFiles, EtcdSnapshot, ParkStaticPod, RestoreEtcdMember, UpdateAgent],
+          ReplaceFiles, EtcdSnapshot, ParkStaticPod, RestoreEtcdMember, UpdateAgent, ResetNode],
     Field(discriminator="type"),
 ]
 

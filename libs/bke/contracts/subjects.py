@@ -38,6 +38,18 @@ from .restore import (
     RestoreEtcd,
     RestorePiece,
 )
+from .reset import (
+    CLUSTER_DELETED,
+    RESET_ACCEPTED,
+    RESET_CLUSTER,
+    RESET_REJECTED,
+    ClusterDeleted,
+    ResetAccepted,
+    ResetChanged,
+    ResetCluster,
+    ResetRejected,
+    StateRemoved,
+)
 from .upgrade import (
     UPGRADE_ACCEPTED,
     UPGRADE_CLUSTER,
@@ -107,7 +119,7 @@ LEGACY_COMMANDS: dict[str, str] = {LEGACY_CLUSTER_REQUESTED: INSTALL_CLUSTER, LE
 # Stream membership. Subjects of one stream may not overlap another's, so events are
 # listed one by one (the `bke.v1.cluster.*` commands and the rejection sit in two streams).
 COMMAND_SUBJECTS: tuple[str, ...] = (INSTALL_CLUSTER, RENEW_CERTS, RETRY_INSTALL, RENDER_MANIFESTS, ISSUE_CERTS,
-                                     UPGRADE_CLUSTER, RESTORE_ETCD, RETRY_UPGRADE, *LEGACY_COMMANDS)
+                                     UPGRADE_CLUSTER, RESTORE_ETCD, RETRY_UPGRADE, RESET_CLUSTER, *LEGACY_COMMANDS)
 EVENT_SUBJECTS: tuple[str, ...] = (
     CLUSTER_REJECTED,
     PLAN_CREATED,
@@ -140,6 +152,13 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     RESTORE_ACCEPTED,
     RESTORE_REJECTED,
     "bke.v1.etcd-restore.*.changed",
+    # A reset's answer and its transitions (snapshots, a rank of nodes, the end), the end of a
+    # delete, and each service's answer to it (the CLI waits for all five).
+    RESET_ACCEPTED,
+    RESET_REJECTED,
+    "bke.v1.reset.*.changed",
+    CLUSTER_DELETED,
+    "bke.v1.delete.*.removed",
 )
 AGENT_SUBJECTS: tuple[str, ...] = ("bke.v1.agent.>",)
 
@@ -200,6 +219,12 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(EXPIRATION_GET, GetExpiration, "request", "The expiry of a cluster's certificates, paged, served by the certs service (queue group certs-expiration; core NATS, not stored); the upgrader asks it before an upgrade.", ("cli", "upgrader"), ("certs",), (CertExpiration, StatusError)),
     Channel(PAUSE_CLUSTER, PauseCluster, "command", "Pause (or resume) a cluster's operations: the install, rotation or upgrade running finishes its step and takes no new one until resumed.", ("cli",), ("dispatcher", "upgrader")),
     Channel("bke.v1.pause.{cluster}.changed", PauseChanged, "event", "A service recorded a pause or a resume (one event per service that runs operations).", ("dispatcher", "upgrader"), ("cli",)),
+    Channel(RESET_CLUSTER, ResetCluster, "command", "Reset a cluster's nodes (all, or those named) or delete the cluster: etcd snapshots first, then the nodes, workers first and etcd members last.", ("cli",), ("dispatcher",)),
+    Channel(RESET_ACCEPTED, ResetAccepted, "event", "A reset or delete started (the nodes in the order they are reset).", ("dispatcher",), ("cli",)),
+    Channel(RESET_REJECTED, ResetRejected, "event", "A reset or delete was refused: another operation runs, the cluster is paused or unknown, a node is not in the plan.", ("dispatcher",), ("cli",)),
+    Channel("bke.v1.reset.{cluster}.changed", ResetChanged, "event", "A reset's snapshots or nodes moved on, or it finished (the whole view each time).", ("dispatcher",), ("cli",)),
+    Channel(CLUSTER_DELETED, ClusterDeleted, "event", "Every node of a deleted cluster is reset: each service removes its own records of it.", ("dispatcher",), ("planner", "certs", "renderer", "dispatcher", "upgrader")),
+    Channel("bke.v1.delete.{cluster}.removed", StateRemoved, "event", "A service removed its records of a deleted cluster (one event per service).", ("planner", "certs", "renderer", "dispatcher", "upgrader"), ("cli",)),
     Channel(CLUSTER_DIFF, DiffCluster, "request", "What applying this spec to the running cluster would change, or why it is refused, answered by the planner from the stored plan (queue group planner-diff; core NATS, not stored; changes nothing): bke apply --dry-run.", ("cli",), ("planner",), (ClusterChanges, StatusError)),
     Channel(STATUS_GET, GetStatus, "request", "The status of a cluster's install, served by the dispatcher (queue group dispatcher-status; core NATS, not stored); the upgrader asks it before an upgrade.", ("cli", "upgrader"), ("dispatcher",), (ClusterStatus, StatusError)),
     Channel("bke.v1.health.{service}", GetHealth, "request", "Whether a service is ready (NATS connected, Redis reachable, streams declared) and why not (core NATS, not stored).", (), ("planner", "certs", "renderer", "dispatcher", "upgrader"), (ServiceHealth,),

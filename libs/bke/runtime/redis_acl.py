@@ -70,9 +70,11 @@ USERS: tuple[AclUser, ...] = (
                                "bke:*:lease:*", "bke:*:agents", "bke:*:agents:accepted", "bke:*:refusals", "bke:command-signing-key",
                                "bke:*:heartbeat", "bke:*:heartbeat:cgroup", "bke:*:addons", "bke:*:node-labels",
                                "bke:*:addon-manifests", "bke:*:health", "bke:*:health-meta", "bke:*:health-pods",
-                               "bke:*:rotation", "bke:*:rotation:*", "bke:*:upgrade", "bke:*:paused", "bke:*:files:render", "bke:*:files:render:*",
+                               "bke:*:rotation", "bke:*:rotation:*", "bke:*:upgrade",
+                               "bke:resets", "bke:*:reset", "bke:*:reset:*", "bke:etcd-snapshot-key", "bke:*:paused", "bke:*:files:render", "bke:*:files:render:*",
                                "bke:*:files:certs", "bke:*:files:certs:*"),
-            why="install and rotation records; reads the rendered and sealed file sets"),
+            why="install, rotation and reset records; reads the rendered and sealed file sets; the etcd "
+                "snapshot key's public half (a reset's snapshots)"),
     AclUser("bke-upgrader", ("bke:*",),
             why="upgrade records and results, the plan it replaces when an upgrade succeeds; and every record of a "
                 "cluster, which it converts to the current stored form before an upgrade (bke.state.migrate)"),

@@ -20,6 +20,8 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:<c>:install                      hash    the install record              (dispatcher)
     bke:<c>:rotation[:results]           string / hash  a certificate rotation      (dispatcher)
     bke:rotations                        set     clusters with a rotation record (dispatcher)
+    bke:<c>:reset[:results]              string / hash  a reset or delete         (dispatcher)
+    bke:resets                           set     clusters with a reset record    (dispatcher)
     bke:<c>:certs:ops / renewal:<rid>    hash / string  operations seen, answers (certs)
     bke:<c>:inputs                       hash    render/certs/seal -> what the services said (dispatcher)
     bke:<c>:sealed                       set     nodes whose bundles are sealed  (dispatcher)
@@ -65,6 +67,9 @@ __all__ = [
     "rotations_index",
     "rotation_results_key",
     "rotation_key",
+    "reset_key",
+    "reset_results_key",
+    "resets_index",
     "addon_manifests_key",
     "addons_key",
     "agents_key",
@@ -231,6 +236,21 @@ def rotation_key(cluster: str) -> str:
 def rotation_results_key(cluster: str) -> str:
     """Command id -> the agent's answer, for the rotation's commands."""
     return cluster_key(cluster, "rotation", "results")
+
+
+def reset_key(cluster: str) -> str:
+    """The cluster's current or last reset or delete (JSON)."""
+    return cluster_key(cluster, "reset")
+
+
+def reset_results_key(cluster: str) -> str:
+    """Command id -> the agent's answer, for the reset's commands (snapshots and ResetNode)."""
+    return cluster_key(cluster, "reset", "results")
+
+
+def resets_index() -> str:
+    """Clusters with a reset record (resumed after a dispatcher restart)."""
+    return f"{PREFIX}:resets"
 
 
 def rotations_index() -> str:

@@ -129,6 +129,12 @@ RECORDS: tuple[RecordKind, ...] = (
         writer="dispatcher: bke_dispatcher.rotations.RotationStore (Rotation.to_json)",
         reader="dispatcher: RotationStore (Rotation.from_json)"),
     RecordKind(
+        "reset", "the current or last reset or delete (JSON) and its agents' answers",
+        ("reset", "reset:results"),
+        VersionSlot("reset", "json"), current=1, first=1, readable_from=1,  # new: never stored without a version
+        writer="dispatcher: bke_dispatcher.resets.ResetStore (Reset.to_json)",
+        reader="dispatcher: ResetStore (Reset.from_json)"),
+    RecordKind(
         "upgrade", "the current or last upgrade (JSON), its agents' answers, the lab's drain records, "
                    "each node's versions after the last upgrade that served it",
         ("upgrade", "upgrade:results", "upgrade:drain", "upgrade:certs", "upgrade:paused", "upgrade:nodes"),
@@ -152,6 +158,7 @@ UNVERSIONED: tuple[tuple[str, str], ...] = (
     ("bke:clusters", "set of cluster names (planner)"),
     ("bke:installs", "set of cluster names (dispatcher)"),
     ("bke:rotations", "set of cluster names (dispatcher)"),
+    ("bke:resets", "set of cluster names (dispatcher)"),
     ("bke:upgrades", "set of cluster names (upgrader)"),
     ("bke:etcd-restores", "set of cluster names (upgrader)"),
     ("bke:pki-clusters", "set of cluster names (certs)"),

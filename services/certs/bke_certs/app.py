@@ -6,6 +6,7 @@ import threading
 from datetime import datetime, timezone
 
 from pydantic import ValidationError
+from bke.forgetting import serve_deleted
 from bke.state.client import redis_client
 from bke.state.epoch import watch_epoch
 
@@ -35,6 +36,7 @@ def create_service(settings: CertsSettings | None = None) -> Service:
     settings = settings or CertsSettings()
     svc = make_service("certs", settings)
     redis = redis_client(settings.store)
+    serve_deleted(svc, redis, lambda: datetime.now(timezone.utc))  # a deleted cluster: this service's records go (bke.forgetting)
     svc.on_stop.append(redis.aclose)
     watch_epoch(svc, redis)  # a lost state (bke.state.epoch): wait for a restore, never start over
     box = box_from_env()  # read once: a missing key file fails at start, not at the first message

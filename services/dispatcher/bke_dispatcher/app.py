@@ -36,12 +36,14 @@ from bke.contracts.agent import (
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.status import STATUS_GET, STATUS_QUEUE
 from bke.pausing import serve_pause
+from bke.forgetting import serve_deleted
+from bke.contracts.reset import RESET_CLUSTER, ResetCluster
 from bke.state.pause import PauseFlags
 from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
 from bke.secrets import box_from_env
 from bke.state import PlanCache
 from bke.state.epoch import watch_epoch
-from bke.state.keys import heartbeat_cgroup_key, heartbeat_key
+from bke.state.keys import heartbeat_cgroup_key, heartbeat_key, plan_key
 from bke.state.nodefiles import RedisNodeFiles
 
 from .addons import AddonsWork, LabApplier
@@ -56,6 +58,8 @@ from .local_work import LocalPhases
 from .metrics import watch_metrics
 from .node_labels import LabNodes, NodeLabelsWork
 from .results import Inputs
+from .reset_wiring import DispatcherSnapshotKey
+from .resets import Resets, ResetStore
 from .rotations import Rotations, RotationStore
 from .runner import Runner
 from .service_events import ServiceEvents
@@ -123,16 +127,23 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
                           sign=signing.sign)
     rotation_runner = Runner(rotations, state, paused=pause_flags.is_paused)  # type: ignore[arg-type]  # same reconcile shape
     rotations.kick = rotation_runner.kick
+    resets = Resets(ResetStore(redis), rotation_store, state, plans, pause_flags.is_paused,
+                    DispatcherSnapshotKey(svc, redis), svc.publish, _now, settings.owner, settings.lease_ms,
+                    sign=signing.sign)
+    # not held by a pause: a reset refuses to start on a paused cluster, and a delete's end must not wait
+    reset_runner = Runner(resets, state)  # type: ignore[arg-type]  # same reconcile shape
+    resets.kick = reset_runner.kick
     serve_pause(svc, pause_flags, [runner.kick, rotation_runner.kick], _now)
-    inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result)
+    inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result, on_reset=resets.on_result)
 
     # state lost (bke.state.epoch): stop the loops, fail the running installs; restored: resume
     async def stop_loops() -> None:
         await runner.stop()
         await rotation_runner.stop()
+        await reset_runner.stop()
 
     async def resume() -> list[str]:
-        return await runner.resume_all() + await rotations.resume_all()
+        return await runner.resume_all() + await rotations.resume_all() + await resets.resume_all()
 
     loss = StateLossReaction(state, publish, _now, stop_loops, resume)
     epoch = watch_epoch(svc, redis, interval_s=settings.epoch_check_s, on_lost=loss.on_lost,
@@ -146,6 +157,16 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     services = ServiceEvents(state, plans, engine, runner.kick, _now)
 
     known = KnownTargets(state, plans)
+    deleted: set[str] = set()  # clusters deleted since this process started (heartbeats dropped)
+
+    async def forgotten(cluster: str) -> bool:
+        """A deleted cluster's heartbeats and late answers (health rounds) write nothing."""
+        if cluster not in deleted:
+            return False
+        if await redis.exists(plan_key(cluster)):
+            deleted.discard(cluster)  # planned again under the same name
+            return False
+        return True
 
     cgroups: dict[tuple[str, str], int] = {}  # (cluster, node) -> the cgroup version last written
 
@@ -157,6 +178,8 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         try:
             hb = json.loads(msg.data)
             cluster, node, at = str(hb["cluster"]), str(hb["node"]), str(hb["at"])
+            if await forgotten(cluster):
+                return
             if msg.subject != agent_subject(cluster, node, "heartbeat") or not await known.has_node(cluster, node):
                 log.warning("heartbeat dropped: unknown node", extra={"cluster": cluster, "node": node,
                                                                      "rate_key": "heartbeat-unknown"})
@@ -174,6 +197,8 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
             log.warning("heartbeat not recorded: %s: %s", type(exc).__name__, exc, extra={"rate_key": "heartbeat-store"})
 
     async def on_result(res: CommandResult):
+        if await forgotten(res.cluster):
+            return []
         await known.check_result(res)  # a forged or stray result costs a read, never a write
         return await inputs.result(res)
 
@@ -205,6 +230,9 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     svc.work_subscriber(LEGACY_RETRY_REQUESTED, "BKE_COMMANDS", "dispatcher-retry-legacy",
                         deprecated(LEGACY_RETRY_REQUESTED, RETRY_INSTALL, retry), batch_size=b)
     svc.work_subscriber(CERTS_RENEWED, "BKE_EVENTS", "dispatcher-rotations", t(CertsRenewed, rotations.on_renewed), batch_size=b)
+    svc.work_subscriber(RESET_CLUSTER, "BKE_COMMANDS", "dispatcher-resets", t(ResetCluster, resets.on_request), batch_size=b)
+    # a deleted cluster's agents still beat until their identities are revoked: no key comes back
+    serve_deleted(svc, redis, _now, after=deleted.add)
 
     async def on_status(msg) -> None:
         if msg.reply:  # a publish without a reply inbox asks nothing
@@ -232,6 +260,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         async def resume_both() -> None:
             await runner.resume_all()
             await rotations.resume_all()
+            await resets.resume_all()
 
         # the running installs and rotations, once Redis answers
         await svc.retry_while_store_away(resume_both, lambda: bool(stopping), log)
@@ -245,6 +274,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
             await asyncio.wait(background, timeout=2 * REDIS_PROBE_S)
         await runner.stop()
         await rotation_runner.stop()
+        await reset_runner.stop()
         await health.stop()
         await redis.aclose()
 

@@ -31,6 +31,7 @@ from bke.errors import MalformedMessage, NotYetKnown
 from .engine import parse_command_id
 from .phases import PHASES
 from .readiness import INPUT_SERVICE, InputStatus
+from .reset import is_reset_command
 from .rotation import is_rotation_command
 from .state import DispatcherState
 
@@ -69,8 +70,10 @@ class Inputs:
         now: Callable[[], datetime],
         on_health: Callable[[CommandResult], Awaitable[None]],
         on_rotation: Callable[[CommandResult], Awaitable[None]] | None = None,
+        on_reset: Callable[[CommandResult], Awaitable[None]] | None = None,
     ):
         self.on_rotation = on_rotation  # certificate rotations' results (see rotations.py)
+        self.on_reset = on_reset  # resets' and deletes' results (see resets.py)
         self.state, self.kick, self.now, self.on_health = state, kick, now, on_health
         self._request_ids: dict[str, str] = {}  # cluster -> request id, read once (it never changes)
         self.dropped = _RateLimited()  # results not believed (see the module docstring)
@@ -118,6 +121,9 @@ class Inputs:
             return []
         if is_rotation_command(slug) and self.on_rotation is not None:
             await self.on_rotation(res)
+            return []
+        if is_reset_command(slug) and self.on_reset is not None:
+            await self.on_reset(res)
             return []
         if slug == "health":  # the install's own health phase is every node's first health answer
             await self.on_health(res)

@@ -111,9 +111,12 @@ class Decision:
     reason: str = ""
 
 
-def refusal(cluster: str, install_status: str | None, current: Rotation | None, upgrade: str = "") -> str:
+def refusal(cluster: str, install_status: str | None, current: Rotation | None, upgrade: str = "",
+            reset: str = "") -> str:
     """Why a new rotation may not start now ("" if it may): one operation per cluster.
-    `upgrade`: the request id of an upgrade of the cluster that is running ("" if none)."""
+    `upgrade`, `reset`: the request id of an upgrade or reset of the cluster that is running ("" if none)."""
+    if reset:
+        return f"reset {reset} of {cluster} is running: its certificates are not rotated"
     if upgrade:
         return f"upgrade {upgrade} of {cluster} is running: certificates are rotated after it ends"
     if install_status != "Succeeded":

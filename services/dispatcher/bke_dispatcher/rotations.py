@@ -28,7 +28,7 @@ from bke.contracts.certs import CertsRenewed
 from bke.contracts.rotation import RotationChanged, RotationView, rotation_subject
 from bke.state import PlanCache
 from bke.state.exclusive import write_unless
-from bke.state.keys import rotation_key, rotation_results_key, rotations_index, upgrade_key
+from bke.state.keys import reset_key, rotation_key, rotation_results_key, rotations_index, upgrade_key
 from bke.state.nodefiles import RedisNodeFiles
 
 from .engine import Outcome
@@ -78,7 +78,14 @@ class RotationStore:
     async def running_upgrade(self, cluster: str) -> str:
         """The request id of the cluster's upgrade if one is running (the upgrader's record,
         read only: one operation per cluster), else ""."""
-        raw = await self.r.get(upgrade_key(cluster))
+        return await self._running(upgrade_key(cluster))
+
+    async def running_reset(self, cluster: str) -> str:
+        """The request id of the cluster's reset or delete if one is running (resets.py), else ""."""
+        return await self._running(reset_key(cluster))
+
+    async def _running(self, key: str) -> str:
+        raw = await self.r.get(key)
         if raw is None:
             return ""
         try:
@@ -145,7 +152,8 @@ class Rotations:
             return
         install = (await self.state.install(ev.cluster)).get("status")
         upgrade = await self.store.running_upgrade(ev.cluster)
-        why = await self.store.start(rot, lambda cur: refusal(ev.cluster, install, cur, upgrade))
+        reset = await self.store.running_reset(ev.cluster)
+        why = await self.store.start(rot, lambda cur: refusal(ev.cluster, install, cur, upgrade, reset))
         if why:
             log.warning("rotation refused: %s", why, extra=ids)
             rot.status, rot.message, rot.finished_at = "Failed", why, self._ts()

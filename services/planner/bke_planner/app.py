@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from functools import partial
 
+from bke.forgetting import serve_deleted
 from bke.state.client import redis_client
 from bke.state.epoch import watch_epoch
 
@@ -30,6 +31,7 @@ def create_service(settings: PlannerSettings | None = None) -> Service:
     settings = settings or PlannerSettings()
     svc = make_service("planner", settings)
     redis = redis_client(settings.store)
+    serve_deleted(svc, redis, lambda: datetime.now(timezone.utc))  # a deleted cluster: this service's records go (bke.forgetting)
     svc.on_stop.append(redis.aclose)
     watch_epoch(svc, redis)  # a lost state (bke.state.epoch): wait for a restore, never start over
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from bke.forgetting import serve_deleted
 from bke.state.client import redis_client
 from bke.state.epoch import watch_epoch
 
@@ -26,6 +27,7 @@ def create_service(settings: RendererSettings | None = None) -> Service:
     settings = settings or RendererSettings()
     svc = make_service("renderer", settings)
     redis = redis_client(settings.store)
+    serve_deleted(svc, redis, lambda: datetime.now(timezone.utc))  # a deleted cluster: this service's records go (bke.forgetting)
     svc.on_stop.append(redis.aclose)
     watch_epoch(svc, redis)  # a lost state (bke.state.epoch): wait for a restore, never start over
     preload_templates()  # every per-version template set, once, at start

@@ -29,6 +29,7 @@ from bke.runner import Runner
 from bke.secrets import box_from_env
 from bke.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key
 from bke.state import PlanCache, RedisPlanStore
+from bke.forgetting import serve_deleted
 from bke.state.client import redis_client
 from bke.state.command_signing import CommandSigning
 from bke.state.keys import etcd_snapshot_key
@@ -157,6 +158,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     runner = Runner(upgrades, debounce_s=0.05, paused=pause_flags.is_paused)
     upgrades.kick = certs.kick = runner.kick
     serve_pause(svc, pause_flags, [runner.kick], _now)
+    serve_deleted(svc, redis, _now)  # a deleted cluster: this service's records go (bke.forgetting)
 
     async def on_request(body: bytes) -> None:
         outs = await restores.refuse_upgrade(body) or await upgrades.on_request_bytes(body)

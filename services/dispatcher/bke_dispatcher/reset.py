@@ -1,0 +1,235 @@
+"""Reset and delete, the pure part: may a reset start, in which order do its nodes go, what does
+one node's command hold, and what comes next. No Redis, no bus, no clock.
+
+A reset (kubeadm's `reset`, for BKE's nodes) first takes a snapshot of every etcd cluster on a
+member that is still there (kept sealed in BKE's object store, never on a node; a cluster whose
+members were all reset before is skipped with that reason), then sends one `ResetNode` step to
+each named node (all of them for a delete), a rank at a time: workers, then control-plane nodes,
+then etcd members, so that etcd goes last. Within a rank the nodes go together (their resets are
+independent). A failed snapshot or node stops the reset as Failed with the reason.
+
+    next_step(reset) -> snapshot(nodes) | send(nodes) | wait | succeed | fail(reason) | done
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from bke.contracts.agent import ResetNode
+from bke.contracts.reset import ResetCluster, ResetNodeView, ResetSnapshotView, ResetView
+from bke.plan import NodePlan, Plan
+from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
+
+from .engine import command_id
+
+__all__ = [
+    "Decision",
+    "NodeRun",
+    "Reset",
+    "SnapshotRun",
+    "apply_result",
+    "is_reset_command",
+    "new_reset",
+    "next_step",
+    "node_rank",
+    "refusal",
+    "reset_order",
+    "reset_slug",
+    "reset_step",
+]
+
+RESET_VERSION = record_kind("reset").current  # in the JSON: the reset record's form (bke.state.schema)
+SLUG_PREFIX = "reset@"
+STDERR_KEEP = 2000
+Status = Literal["Pending", "Running", "Succeeded", "Failed"]
+
+
+def reset_slug(request_id: str) -> str:
+    return SLUG_PREFIX + request_id
+
+
+def is_reset_command(slug: str) -> bool:
+    return slug.startswith(SLUG_PREFIX)
+
+
+@dataclass
+class SnapshotRun:
+    etcd_cluster: str
+    node: str  # the member asked ("" when none is left)
+    status: Literal["Pending", "Running", "Succeeded", "Failed", "Skipped"] = "Pending"
+    command_id: str = ""
+    snapshot_id: str = ""
+    reason: str = ""
+
+
+@dataclass
+class NodeRun:
+    hostname: str
+    rank: int  # 0 worker, 1 control plane, 2 etcd member: lower ranks go first
+    etcd_data_dirs: list[str] = field(default_factory=list)
+    status: Status = "Pending"
+    command_id: str = ""
+    step: str = ""
+    stderr: str = ""
+
+
+@dataclass
+class Reset:
+    request_id: str
+    cluster: str
+    delete: bool
+    snapshots: list[SnapshotRun]
+    nodes: list[NodeRun]
+    started_at: str
+    status: Literal["Running", "Succeeded", "Failed"] = "Running"
+    finished_at: str = ""
+    message: str = ""
+    # nodes reset by this or an earlier reset of the cluster: no snapshot is asked of them again
+    reset_before: list[str] = field(default_factory=list)
+    deleted_sent: bool = False  # a delete: ClusterDeleted published
+
+    @property
+    def done(self) -> int:
+        return sum(n.status == "Succeeded" for n in self.nodes)
+
+    def view(self) -> ResetView:
+        return ResetView(
+            request_id=self.request_id, status=self.status, delete=self.delete, done=self.done, total=len(self.nodes),
+            started_at=self.started_at, finished_at=self.finished_at, message=self.message,
+            snapshots=[ResetSnapshotView(etcd_cluster=s.etcd_cluster, status=s.status, node=s.node,
+                                         snapshot_id=s.snapshot_id, reason=s.reason) for s in self.snapshots],
+            nodes=[ResetNodeView(hostname=n.hostname, status=n.status) for n in self.nodes],
+        )
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), SCHEMA_FIELD: RESET_VERSION})
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> "Reset":
+        doc = json.loads(raw)
+        check_readable("reset", doc.pop(SCHEMA_FIELD, None), f"the reset record of {doc.get('cluster')}")
+        doc["snapshots"] = [SnapshotRun(**s) for s in doc["snapshots"]]
+        doc["nodes"] = [NodeRun(**n) for n in doc["nodes"]]
+        return cls(**doc)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Literal["snapshot", "send", "wait", "succeed", "fail", "done"]
+    nodes: tuple[str, ...] = ()  # snapshot: etcd cluster names; send: hostnames
+    reason: str = ""
+
+
+def refusal(req: ResetCluster, plan: Plan | None, install_status: str | None, *, rotation: str = "",
+            upgrade: str = "", paused: bool = False, current: Reset | None = None) -> str:
+    """Why this reset may not start now ("" if it may): one operation per cluster, known nodes.
+    `rotation`/`upgrade`: the request id of one that is running ("" if none)."""
+    c = req.cluster
+    if plan is None:
+        return f"cluster {c} has no plan: nothing to reset"
+    if req.delete and req.nodes:
+        return "nodes: a delete resets every node; name nodes with a reset, not a delete"
+    unknown = sorted(set(req.nodes) - {n.hostname for n in plan.nodes})
+    if unknown:
+        return f"nodes: not in the plan of {c}: {', '.join(unknown[:5])}"
+    if paused:
+        return f"{c} is paused: resume it first (bke resume {c})"
+    if install_status == "Running":
+        return f"the install of {c} is running: reset it after it ends (or fails)"
+    if rotation:
+        return f"rotation {rotation} of {c} is running: reset it after the rotation ends"
+    if upgrade:
+        return f"upgrade {upgrade} of {c} is running: reset it after the upgrade ends"
+    if current is not None and current.status == "Running" and current.request_id != req.request_id:
+        return f"reset {current.request_id} of {c} is still running ({current.done}/{len(current.nodes)} nodes)"
+    return ""
+
+
+def node_rank(plan: Plan, node: NodePlan) -> int:
+    """0 a worker, 1 a control-plane node without etcd, 2 an etcd member (they go last)."""
+    if any(ec.member(node.hostname) is not None for ec in plan.etcd_clusters):
+        return 2
+    return 1 if any(r.startswith("master") for r in node.roles) else 0  # "master", "master/node"
+
+
+def reset_order(plan: Plan, hosts: set[str]) -> list[str]:
+    """Workers first, then control-plane nodes, then etcd members; plan order within a rank."""
+    rank = {n.hostname: node_rank(plan, n) for n in plan.nodes}
+    return sorted((n.hostname for n in plan.nodes if n.hostname in hosts), key=lambda h: rank[h])
+
+
+def new_reset(req: ResetCluster, plan: Plan, now: str, reset_before: list[str]) -> Reset:
+    hosts = set(req.nodes) if req.nodes else {n.hostname for n in plan.nodes}
+    slug = reset_slug(req.request_id)
+    by_name = {n.hostname: n for n in plan.nodes}
+    runs = []
+    for h in reset_order(plan, hosts):
+        dirs = [ec.data_dir for ec in plan.etcd_clusters if ec.member(h) is not None]
+        runs.append(NodeRun(hostname=h, rank=node_rank(plan, by_name[h]), etcd_data_dirs=dirs,
+                            command_id=command_id(req.cluster, slug, h, 0)))
+    gone = set(reset_before)
+    snaps = []
+    for i, ec in enumerate(plan.etcd_clusters):
+        member = next((m.hostname for m in ec.members if m.hostname not in gone), "")
+        if member:
+            snaps.append(SnapshotRun(ec.name, member, command_id=command_id(req.cluster, slug, member, 1 + i)))
+        else:
+            snaps.append(SnapshotRun(ec.name, "", status="Skipped",
+                                     reason="no member left to ask: every member was reset before"))
+    return Reset(request_id=req.request_id, cluster=req.cluster, delete=req.delete, snapshots=snaps, nodes=runs,
+                 started_at=now, reset_before=sorted(gone))
+
+
+def next_step(r: Reset) -> Decision:
+    # 1. a finished reset does nothing more
+    if r.status != "Running":
+        return Decision("done")
+    # 2. a failed snapshot stops the reset before any node is touched
+    bad = next((s for s in r.snapshots if s.status == "Failed"), None)
+    if bad is not None:
+        return Decision("fail", reason=f"snapshot of {bad.etcd_cluster} on {bad.node} failed: {bad.reason[:500]}")
+    # 3. every snapshot first, all at once (each is one member of its own etcd cluster)
+    pending = tuple(s.etcd_cluster for s in r.snapshots if s.status == "Pending")
+    if pending:
+        return Decision("snapshot", pending)
+    if any(s.status == "Running" for s in r.snapshots):
+        return Decision("wait")
+    # 4. a failed node stops the reset, with its step and output as the reason
+    failed = next((n for n in r.nodes if n.status == "Failed"), None)
+    if failed is not None:
+        return Decision("fail", (failed.hostname,), f"node {failed.hostname} step {failed.step}: {failed.stderr[:500]}")
+    # 5. a rank at a time: wait for the nodes in flight
+    if any(n.status == "Running" for n in r.nodes):
+        return Decision("wait")
+    # 6. the next rank's nodes, or done
+    left = [n for n in r.nodes if n.status == "Pending"]
+    if left:
+        rank = min(n.rank for n in left)
+        return Decision("send", tuple(n.hostname for n in left if n.rank == rank))
+    return Decision("succeed")
+
+
+def apply_result(r: Reset, cid: str, status: str, step: str, stderr: str) -> bool:
+    """Record an answer; False if it is not one of this reset's commands in flight (a duplicate,
+    or a stale result)."""
+    snap = next((s for s in r.snapshots if s.command_id == cid), None)
+    if snap is not None:
+        if snap.status != "Running":
+            return False
+        snap.status = "Succeeded" if status == "Succeeded" else "Failed"
+        snap.reason = "" if snap.status == "Succeeded" else f"step {step}: {stderr[-STDERR_KEEP:]}"
+        return True
+    node = next((n for n in r.nodes if n.command_id == cid), None)
+    if node is None or node.status != "Running":
+        return False
+    node.status = "Succeeded" if status == "Succeeded" else "Failed"
+    node.step, node.stderr = step, stderr[-STDERR_KEEP:]
+    if node.status == "Succeeded" and node.hostname not in r.reset_before:
+        r.reset_before = sorted({*r.reset_before, node.hostname})
+    return True
+
+
+def reset_step(run: NodeRun, delete: bool) -> ResetNode:
+    """The node's one step: what it holds of BKE's goes, its members' data too."""
+    return ResetNode(id="reset-node", etcd_data_dirs=run.etcd_data_dirs, binaries=delete)
