@@ -11,6 +11,7 @@ from rich.console import Console
 
 from bke.lab.http_repo import with_http_repo
 from bke.lab.preflight import claim_lab
+from bke.lab.replicas import ensure_replicas, replica_count
 from bke.lab.supervisor import LabSupervisor
 from bke.state.client import redact_url
 from bke.plan import Plan, plan_spec_text
@@ -51,8 +52,15 @@ def install(
         None, "--http-repo", help="fetch binaries from this httpRepo for real (e.g. `bke bundle serve`'s "
         "http://127.0.0.1:40080): it replaces the spec's httpRepo, agents download and verify, the dispatcher "
         "reads <file>.sha256; without it the lab writes placeholders"),
+    replicas: int | None = typer.Option(
+        None, "--replicas", help="processes of every service (they split the work; default BKE_LAB_REPLICAS or 1)"),
 ) -> None:
     """Start NATS, Redis, every service and one agent per node, then install and follow."""
+    try:
+        count = replica_count(replicas)
+    except ValueError as exc:
+        error_lines([str(exc)])
+        raise typer.Exit(EXIT_INVALID) from None
     text = read_spec_text(spec)
     if http_repo is not None:
         text = with_http_repo(text, http_repo)
@@ -67,7 +75,7 @@ def install(
     # services already running keep the fetch mode they started with: `bke lab down` first to switch
     sup = LabSupervisor(workdir, tls=tls, fetch=http_repo is not None)
     info = sup.ensure_runtime()
-    sup.ensure_services(info)
+    ensure_replicas(sup, info, count)
     sup.ensure_agents(info, plan)
     console.print(f"lab {workdir}: NATS {info.nats_url}, Redis {redact_url(info.redis_url)}, {len(plan.nodes)} agents; logs in {workdir}/logs")
     access = sup.operator_access(info)  # the lab's operator identity (creds/operator.creds)

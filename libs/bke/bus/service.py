@@ -23,6 +23,7 @@ from faststream import FastStream
 from faststream.nats import NatsBroker
 from faststream.nats.security import NatsSecurity
 
+from ..contracts.base import schema_headers
 from ..contracts.health import GetHealth, health_subject
 from ..settings import ServiceSettings
 from .connect import connect_nats, connect_options
@@ -189,10 +190,11 @@ class Service:
     async def notify(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> None:
         """Fire-and-forget publish for high-volume progress events: the stream still stores
         them, but the caller does not wait for each PubAck (Redis holds the truth)."""
-        await self.nc.publish(subject, payload, headers=headers or None)
+        await self.nc.publish(subject, payload, headers=schema_headers(headers))
 
     async def publish(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> None:
-        await self.broker.publish(payload, subject, headers=headers or None, stream=None)
+        # every message says its body's form (bke.bus.message_version)
+        await self.broker.publish(payload, subject, headers=schema_headers(headers), stream=None)
 
 
 def make_service(name: str, settings: ServiceSettings) -> Service:

@@ -16,7 +16,7 @@ from bke.cluster_api.addons import AddonsWork, LabApplier
 from bke.cluster_api.manifests import HttpRepoManifests, LabManifests
 from bke.contracts.agent import CommandResult
 from bke.contracts.status import StatusError
-from bke.contracts.upgrade import UPGRADE_CLUSTER, UPGRADE_GET, GetUpgrade
+from bke.contracts.upgrade import UPGRADE_CLUSTER, UPGRADE_GET, GetUpgrade, UpgradeCluster
 from bke.errors import TemporaryError
 from bke.etcdsnap.store import ensure_snapshot_bucket
 from bke.plan import Plan
@@ -113,11 +113,8 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     runner = Runner(upgrades, debounce_s=0.05)
     upgrades.kick = runner.kick
 
-    async def on_request(body: bytes) -> None:
-        outs = await upgrades.on_request_bytes(body)
-        for out in outs:
-            await svc.publish(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
-
+    # through `typed` like every consumer: the message's form is checked (bke.bus.message_version)
+    on_request = typed(UpgradeCluster, upgrades.on_request, svc.publish, refuse=upgrades.refuse_bytes)
     svc.work_subscriber(UPGRADE_CLUSTER, "BKE_COMMANDS", "upgrader-requests", on_request, batch_size=16)
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results",
                         typed(CommandResult, upgrades.on_result, svc.publish, svc.notify))
