@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 from dataclasses import dataclass, field
 import asyncio
 from typing import Any, Awaitable, Callable
@@ -53,6 +54,8 @@ class Service:
     # then stops and exits 1, so that its supervisor starts it again with its current creds.
     closed_for_good: bool = False
     stopping: bool = False
+    # Messages handled to the end by this process, per durable consumer (answered with its health)
+    handled: dict[str, int] = field(default_factory=dict)
 
     def work_subscriber(
         self,
@@ -72,10 +75,13 @@ class Service:
         delivery.settle). The consumer is the lean fetch loop of fast_consumer (why: there)."""
         from .fast_consumer import FastConsumer
 
+        self.handled.setdefault(durable, 0)
+
         async def guarded(body: bytes) -> None:
             for guard in self.guards:
                 guard()
             await work(body)
+            self.handled[durable] += 1  # only a handler that returned: this replica did the work
 
         consumer = FastConsumer(subject, stream, durable, guarded, service=self.name, broker=self.broker,
                                 max_deliver=self.settings.max_deliver, ack_wait=self.settings.ack_wait_seconds,
@@ -164,7 +170,9 @@ class Service:
                     GetHealth.model_validate_json(msg.data)
                 except ValueError:
                     pass  # the answer is the same whatever was asked; never fail a probe
-            await msg.respond(self.readiness.snapshot().to_bytes())
+            answer_doc = self.readiness.snapshot().model_copy(update={
+                "instance": f"{socket.gethostname()}:{os.getpid()}", "handled": dict(self.handled)})
+            await msg.respond(answer_doc.to_bytes())
 
         # every replica answers for itself (no queue group): a tool sees each one
         await self.nc.subscribe(health_subject(self.name), cb=answer)
