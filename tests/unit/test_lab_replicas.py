@@ -34,3 +34,14 @@ def test_a_bad_environment_count_names_the_variable(monkeypatch):
     monkeypatch.setenv(REPLICAS_ENV, "many")
     with pytest.raises(ValueError, match=f"^{REPLICAS_ENV}: 'many' is not a whole number"):
         replica_count()
+
+
+def test_bke_lab_install_refuses_a_bad_count_before_starting_anything(tmp_path):
+    from typer.testing import CliRunner
+
+    from bke_cli.main import app
+
+    out = CliRunner().invoke(app, ["lab", "install", "examples/seed-3m1w.yaml", "--workdir", str(tmp_path / "lab"),
+                                   "--replicas", "0"])
+    assert out.exit_code == 2 and "--replicas: 0 replicas" in out.output
+    assert not (tmp_path / "lab").exists()  # nothing started, nothing claimed
