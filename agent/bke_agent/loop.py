@@ -49,6 +49,9 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from pydantic import ValidationError
 
+from bke.bus.message_version import MessageTooNew, message_version, read_message
+from bke.errors import MalformedMessage
+from bke.contracts.base import schema_headers
 from bke.auth.permissions import agent_deliver_subject
 from bke.contracts.agent import (
     AgentCommand,
@@ -155,7 +158,7 @@ class AgentLoop:
                               seal_public_key_b64=self.identity.public_key_b64, backend=self.backend.kind,
                               version=VERSION, at=self.now().isoformat(),
                               ca_fingerprint=held_ca_fingerprint(self.settings.root))
-        await self.js.publish(agent_subject(self.cluster, self.node, "registered"), reg.to_bytes())
+        await self.js.publish(agent_subject(self.cluster, self.node, "registered"), reg.to_bytes(), headers=schema_headers())
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop taking commands; let the running one finish within `grace` (else it is
@@ -183,7 +186,7 @@ class AgentLoop:
                                 at=self.now().isoformat(), running_command=self.running_command,
                                 cgroup_version=cgroup_version(self.settings.root))
             with contextlib.suppress(Exception):  # advisory: a lost heartbeat is not an error
-                await self.nc.publish(subject, hb.to_bytes())
+                await self.nc.publish(subject, hb.to_bytes(), headers=schema_headers())
             await asyncio.sleep(self.settings.heartbeat_s)  # the period itself
 
     async def _on_msg(self, msg: Msg) -> None:
@@ -219,14 +222,21 @@ class AgentLoop:
         log.warning("command refused: %s", reason, extra={**self._ids, "command_id": command_id})
         ev = CommandRefused(cluster=self.cluster, node=self.node, agent_id=self.identity.agent_id,
                             command_id=command_id[:256], reason=reason[:500], at=self.now().isoformat())
-        await self.js.publish(agent_subject(self.cluster, self.node, "refused"), ev.to_bytes())
+        await self.js.publish(agent_subject(self.cluster, self.node, "refused"), ev.to_bytes(), headers=schema_headers())
         await msg.term()
 
     async def _handle(self, msg: Msg) -> None:
         try:
-            cmd = AgentCommand.model_validate_json(msg.data)
-        except ValidationError as exc:
-            await self._refuse(msg, "", f"malformed command: {exc.error_count()} error(s)")
+            # in the form its bke-schema header names (bke.bus.message_version): a command from a
+            # newer dispatcher is refused with the reason, never misread
+            cmd = read_message(AgentCommand, msg.data, message_version(msg.headers))
+        except MessageTooNew as exc:
+            await self._refuse(msg, "", str(exc))
+            return
+        except MalformedMessage as exc:
+            cause = exc.__cause__
+            errors = cause.error_count() if isinstance(cause, ValidationError) else 1
+            await self._refuse(msg, "", f"malformed command: {errors} error(s)")
             return
         ids = {**self._ids, "command_id": cmd.command_id, "phase": cmd.phase}
         why = self.verifier.authentic(cmd)
@@ -257,7 +267,8 @@ class AgentLoop:
         delay, waited = 0.25, 0.0
         while True:
             try:
-                await self.js.publish(agent_subject(self.cluster, self.node, "result"), result.to_bytes())
+                await self.js.publish(agent_subject(self.cluster, self.node, "result"), result.to_bytes(),
+                                      headers=schema_headers())
                 return
             except Exception as exc:
                 if not is_unavailable(exc) or waited >= self.settings.result_retry_s:

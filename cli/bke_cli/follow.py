@@ -11,6 +11,7 @@ import uuid
 
 from nats.errors import NoServersError
 
+from bke.contracts.base import schema_headers
 from bke.bus.connect import BusAccess, connect_nats
 from rich.console import Console
 from rich.live import Live
@@ -69,7 +70,7 @@ async def _request(nc, spec: bytes, rid: str) -> None:
     else:
         ref = await put_blob(js, OBJECT_BUCKET, f"specs/{rid}.yaml", spec)
         req = InstallCluster(request_id=rid, spec_ref=ref)
-    await js.publish(INSTALL_CLUSTER, req.to_bytes(), headers={"Nats-Msg-Id": f"request:{rid}"})
+    await js.publish(INSTALL_CLUSTER, req.to_bytes(), headers=schema_headers({"Nats-Msg-Id": f"request:{rid}"}))
 
 
 async def submit_and_follow(nats_url: BusAccess | str, spec: bytes, cluster: str, timeout: float, console: Console, submit: bool = True) -> int:

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from bke.lab.http_repo import with_http_repo
 from bke.lab.preflight import claim_lab
+from bke.lab.replicas import ensure_replicas, replica_count
 from bke.lab.supervisor import LabSupervisor
 from bke.state.client import redact_url
 from bke.plan import Plan, plan_spec_text
@@ -57,8 +58,15 @@ def install(
         None, "--http-repo", help="fetch binaries from this httpRepo for real (e.g. `bke bundle serve`'s "
         "http://127.0.0.1:40080): it replaces the spec's httpRepo, agents download and verify, the dispatcher "
         "reads <file>.sha256; without it the lab writes placeholders"),
+    replicas: int | None = typer.Option(
+        None, "--replicas", help="processes of every service (they split the work; default BKE_LAB_REPLICAS or 1)"),
 ) -> None:
     """Start NATS, Redis, every service and one agent per node, then install and follow."""
+    try:
+        count = replica_count(replicas)
+    except ValueError as exc:
+        error_lines([str(exc)])
+        raise typer.Exit(EXIT_INVALID) from None
     text = read_spec_text(spec)
     if http_repo is not None:
         text = with_http_repo(text, http_repo)
@@ -74,7 +82,7 @@ def install(
     sup = LabSupervisor(workdir, tls=tls, fetch=http_repo is not None, nats_cluster=nats_cluster,
                         redis_sentinel=redis_sentinel)
     info = sup.ensure_runtime()
-    sup.ensure_services(info)
+    ensure_replicas(sup, info, count)
     sup.ensure_agents(info, plan)
     redis_at = redact_url(info.redis_url) + (f" (Sentinel {info.redis_sentinels})" if info.redis_sentinels else "")
     console.print(f"lab {workdir}: NATS {info.nats_url}, Redis {redis_at}, {len(plan.nodes)} agents; logs in {workdir}/logs")

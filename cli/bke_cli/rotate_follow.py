@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 
+from bke.contracts.base import schema_headers
 from bke.bus.connect import BusAccess, connect_nats
 from rich.console import Console
 
@@ -36,7 +37,7 @@ async def renew_and_follow(nats_url: BusAccess | str, cluster: str, names: list[
         async with EventWatch(nc, [CERTS_RENEWED, CERTS_FAILED, rotation_subject(cluster)]) as watch:
             js = nc.jetstream()
             await ensure_streams(js)
-            await js.publish(RENEW_CERTS, req.to_bytes(), headers={"Nats-Msg-Id": f"renew:{cluster}:{rid}"})
+            await js.publish(RENEW_CERTS, req.to_bytes(), headers=schema_headers({"Nats-Msg-Id": f"renew:{cluster}:{rid}"}))
             seen, renewed, last = 0, False, ""
             while time.monotonic() < deadline:
                 for e in watch.seen[seen:]:

@@ -11,6 +11,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Optional
 
+from bke.contracts.base import schema_headers
 from bke.bus.connect import BusAccess, connect_nats
 import typer
 from nats.errors import NoServersError
@@ -171,7 +172,7 @@ def retry(
         nc = await connect_nats(nurl, error_cb=quiet_bus_errors)
         try:
             req = RetryInstall(request_id=str(uuid.uuid4()), cluster=name, nodes=wanted)
-            await nc.jetstream().publish(RETRY_INSTALL, req.to_bytes())
+            await nc.jetstream().publish(RETRY_INSTALL, req.to_bytes(), headers=schema_headers())
             # the dispatcher takes the retry when it flips the install back to Running
             deadline = time.monotonic() + RETRY_PICKUP_S
             while not _picked_up(doc, await get_status(nc, name, "none")):

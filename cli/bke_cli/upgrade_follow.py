@@ -16,6 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
+from bke.contracts.base import schema_headers
 from bke.bus import EventWatch
 from bke.bus.connect import BusAccess, connect_nats
 from bke.bus.streams import ensure_streams
@@ -75,7 +76,7 @@ async def upgrade_and_follow(nats_url: BusAccess | str, req: UpgradeCluster | Re
             js = nc.jetstream()
             await ensure_streams(js)
             subject = RETRY_UPGRADE if isinstance(req, RetryUpgrade) else UPGRADE_CLUSTER
-            await js.publish(subject, req.to_bytes(), headers={"Nats-Msg-Id": f"upgrade:{cluster}:{rid}"})
+            await js.publish(subject, req.to_bytes(), headers=schema_headers({"Nats-Msg-Id": f"upgrade:{cluster}:{rid}"}))
             seen, accepted, last = 0, False, ""
             while time.monotonic() < deadline:
                 for e in watch.seen[seen:]:

@@ -15,8 +15,9 @@ NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 class FakeMsg:
-    def __init__(self, data: bytes, events: list[str]) -> None:
+    def __init__(self, data: bytes, events: list[str], headers: dict[str, str] | None = None) -> None:
         self.data, self.events = data, events
+        self.headers = headers  # a nats-py Msg's: None when the publisher sent none
 
     async def ack(self) -> None:
         self.events.append("ack")

@@ -32,7 +32,8 @@ class _Broker:
     def __init__(self):
         self.published: list[str] = []
 
-    async def publish(self, payload: bytes, subject: str, stream: str | None = None) -> None:
+    async def publish(self, payload: bytes, subject: str, stream: str | None = None,
+                      headers: dict[str, str] | None = None) -> None:
         self.published.append(subject)
 
 

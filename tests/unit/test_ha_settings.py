@@ -167,7 +167,7 @@ async def test_an_agent_sends_its_result_again_while_the_stream_elects_a_leader(
         def __init__(self, failures: list[Exception]):
             self.failures, self.sent = failures, 0
 
-        async def publish(self, subject: str, data: bytes) -> None:
+        async def publish(self, subject: str, data: bytes, headers: dict | None = None) -> None:
             self.sent += 1
             if self.failures:
                 raise self.failures.pop(0)

@@ -35,7 +35,9 @@ from typing import Awaitable, Callable
 from faststream.nats import NatsBroker, NatsMessage
 
 from ..contracts import DEADLETTER, DeadLettered
+from ..contracts.base import schema_headers
 from ..errors import MalformedMessage, NotYetKnown, PermanentError, TemporaryError, UnknownTarget, is_unavailable
+from .message_version import set_delivery_headers
 from .readiness import Readiness
 
 __all__ = ["HOLD_BACKOFF_CAP_S", "settle", "backoff_delay", "delivery_subject", "outage_condition"]
@@ -120,6 +122,7 @@ async def settle(
     n = _delivery_count(msg)
     subject = msg.raw_message.subject
     _SUBJECT.set(subject)
+    set_delivery_headers(getattr(msg.raw_message, "headers", None))  # the body's form (bke-schema)
     try:
         await _run_holding(msg, work, service, subject, readiness)
     except NotYetKnown as exc:
@@ -195,4 +198,4 @@ async def _dead_letter(broker: NatsBroker, service: str, subject: str, deliverie
         reason=f"{type(exc).__name__}: {exc}"[:2000] + cut,
         payload_b64=base64.b64encode(kept).decode(),
     )
-    await broker.publish(event.to_bytes(), f"{DEADLETTER}.{service}", stream="BKE_DEADLETTER")
+    await broker.publish(event.to_bytes(), f"{DEADLETTER}.{service}", stream="BKE_DEADLETTER", headers=schema_headers())

@@ -3,7 +3,8 @@
     async def on_plan(ev: PlanCreated) -> list[Out]: ...
 
 The wiring (`Service.work_subscriber` / `fast_subscriber` with `model=`) turns bytes into the
-message, sends bytes that are no message of the contract to the dead-letter stream with the
+message in the form its `bke-schema` header names (converted if older, refused if newer:
+bke.bus.message_version), sends bytes that are no message of the contract to the dead-letter stream with the
 reason (`MalformedMessage`, see delivery.settle), calls the handler and publishes what it
 returned, in order. Handlers never see bytes or a broker, so they are tested as plain functions.
 """
@@ -17,6 +18,7 @@ from pydantic import ValidationError
 
 from ..contracts.base import Message
 from ..errors import MalformedMessage
+from .message_version import MessageTooOld, delivery_headers, message_version, read_message
 
 __all__ = ["Out", "Publish", "deprecated", "first_of", "parse", "typed"]
 
@@ -62,8 +64,12 @@ def typed(model: type[M], handler: Callable[[M], Awaitable[Sequence[Out] | None]
     dead-lettering them."""
 
     async def work(body: bytes) -> None:
+        # the version check comes first: a too new or too old form is no user's wrong field
+        version = message_version(delivery_headers())
         try:
-            msg = parse(model, body)
+            msg = read_message(model, body, version)
+        except MessageTooOld:
+            raise
         except MalformedMessage:
             if refuse is None:
                 raise

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 from dataclasses import dataclass, field
 import asyncio
 from typing import Any, Awaitable, Callable
@@ -23,6 +24,7 @@ from faststream import FastStream
 from faststream.nats import NatsBroker
 from faststream.nats.security import NatsSecurity
 
+from ..contracts.base import schema_headers
 from ..contracts.health import GetHealth, health_subject
 from ..settings import ServiceSettings
 from .connect import connect_nats, connect_options
@@ -66,6 +68,8 @@ class Service:
         self.metrics = ServiceMetrics(self.name)
         self.metrics.is_ready = lambda: self.readiness.ready
         self.http_port = self.settings.http_port
+    # Messages handled to the end by this process, per durable consumer (answered with its health)
+    handled: dict[str, int] = field(default_factory=dict)
 
     def work_subscriber(
         self,
@@ -85,10 +89,13 @@ class Service:
         delivery.settle). The consumer is the lean fetch loop of fast_consumer (why: there)."""
         from .fast_consumer import FastConsumer
 
+        self.handled.setdefault(durable, 0)
+
         async def guarded(body: bytes) -> None:
             for guard in self.guards:
                 guard()
             await work(body)
+            self.handled[durable] += 1  # only a handler that returned: this replica did the work
 
         # counted under the consumer's filter subject (bke.http.metrics: bounded labels)
         guarded = self.metrics.observe(subject, guarded)
@@ -180,7 +187,9 @@ class Service:
                     GetHealth.model_validate_json(msg.data)
                 except ValueError:
                     pass  # the answer is the same whatever was asked; never fail a probe
-            await msg.respond(self.readiness.snapshot().to_bytes())
+            answer_doc = self.readiness.snapshot().model_copy(update={
+                "instance": f"{socket.gethostname()}:{os.getpid()}", "handled": dict(self.handled)})
+            await msg.respond(answer_doc.to_bytes())
 
         # every replica answers for itself (no queue group): a tool sees each one
         await self.nc.subscribe(health_subject(self.name), cb=answer)
@@ -225,10 +234,11 @@ class Service:
     async def notify(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> None:
         """Fire-and-forget publish for high-volume progress events: the stream still stores
         them, but the caller does not wait for each PubAck (Redis holds the truth)."""
-        await self.nc.publish(subject, payload, headers=headers or None)
+        await self.nc.publish(subject, payload, headers=schema_headers(headers))
 
     async def publish(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> None:
-        await self.broker.publish(payload, subject, headers=headers or None, stream=None)
+        # every message says its body's form (bke.bus.message_version)
+        await self.broker.publish(payload, subject, headers=schema_headers(headers), stream=None)
 
 
 def make_service(name: str, settings: ServiceSettings) -> Service:

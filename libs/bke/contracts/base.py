@@ -6,7 +6,19 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-__all__ = ["FailureKind", "Message", "ErrorItem"]
+__all__ = ["FailureKind", "MESSAGE_SCHEMA", "Message", "ErrorItem", "SCHEMA_HEADER", "schema_headers"]
+
+# The form of every message body, in a header beside it (the subject's `bke.v1` names the
+# subject space, not the body's form: a new body form need not rename every subject). A message
+# without the header was written before messages carried one: version 0, the same form as 1.
+# Who reads it, converts an older one or refuses a newer one: bke.bus.message_version.
+SCHEMA_HEADER = "bke-schema"
+MESSAGE_SCHEMA = 1
+
+
+def schema_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
+    """`headers` plus this code's message version: what every publisher sends."""
+    return {**(headers or {}), SCHEMA_HEADER: str(MESSAGE_SCHEMA)}
 
 # "invalid": the input was refused (fix the spec; CLIs exit 2); "operational": something broke
 # (fix it, then `bke retry`; CLIs exit 1)

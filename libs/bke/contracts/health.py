@@ -26,3 +26,8 @@ class ServiceHealth(Message):
     ready: bool
     conditions: dict[str, bool]  # e.g. {"nats": true, "redis": false, "streams": true}
     reasons: list[str] = []  # why not ready, one per failing condition ("redis unreachable: ...")
+    # Which process answered ("<host>:<pid>"): replicas of a service each answer for themselves.
+    instance: str = ""
+    # Messages this process handled to the end, per durable consumer, since it started: with
+    # replicas sharing a consumer, each one's share of the work.
+    handled: dict[str, int] = {}

@@ -161,17 +161,12 @@ class LabSupervisor:
             pid = pids["services"].get(name)
             if pid and pid_alive(pid):
                 continue
-            # each service logs in to Redis as its own ACL user (bke.runtime.redis_acl)
-            own = dict(env, BKE_REDIS_URL=redis_acl.service_url(self.runtime.workdir, info.redis_url, name))
             # a free port per service (several labs share a machine); a restarted service keeps
             # its port while it is free, so that a printed dashboard URL stays right
             ports = pids.setdefault("http", {})
             kept = ports.get(name)
             ports[name] = port = kept if kept and port_is_free("127.0.0.1", kept) else free_port()
-            own["BKE_HTTP_PORT"] = str(port)
-            proc = ManagedProcess.start(name, [_bin(f"bke-{name}")], self.workdir / "logs" / f"{name}.log",
-                                        env={**own, **self._bus_env(info, name)})
-            pids["services"][name] = proc.pid
+            pids["services"][name] = self.start_service_process(info, dict(env, BKE_HTTP_PORT=str(port)), name, name)
         self._save(pids)
         return pids["services"]
 
@@ -181,6 +176,15 @@ class LabSupervisor:
         ports = pids.get("http", {})
         return {name: f"http://127.0.0.1:{ports[name]}" for name in SERVICES
                 if name in ports and pid_alive(pids["services"].get(name, 0))}
+
+    def start_service_process(self, info: RuntimeInfo, env: dict[str, str], service: str, key: str) -> int:
+        """Start one process of `service`, logging to logs/<key>.log (`key`: the name in
+        processes.json; another replica of the same service has a key of its own, bke.lab.replicas)."""
+        # each service logs in to Redis as its own ACL user (bke.runtime.redis_acl)
+        own = dict(env, BKE_REDIS_URL=redis_acl.service_url(self.runtime.workdir, info.redis_url, service))
+        proc = ManagedProcess.start(key, [_bin(f"bke-{service}")], self.workdir / "logs" / f"{key}.log",
+                                    env={**own, **self._bus_env(info, service)})
+        return proc.pid
 
     def ensure_agents(self, info: RuntimeInfo, plan: Plan, only: list[str] | None = None) -> dict[str, int]:
         pids = self.pids()

@@ -23,6 +23,7 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:<c>:reset[:results]              string / hash  a reset or delete         (dispatcher)
     bke:resets                           set     clusters with a reset record    (dispatcher)
     bke:<c>:certs:ops / renewal:<rid>    hash / string  operations seen, answers (certs)
+    bke:<c>:certs:lease:<slug>           string owner (PX)  one certs replica's periodic tick
     bke:<c>:inputs                       hash    render/certs/seal -> what the services said (dispatcher)
     bke:<c>:sealed                       set     nodes whose bundles are sealed  (dispatcher)
     bke:<c>:phase:<slug> / cmd:<slug>    hash    a phase, its per-node commands  (dispatcher)
@@ -62,6 +63,7 @@ __all__ = [
     "upgrades_index",
     "auth_authority_key",
     "auth_identities_key",
+    "certs_lease_key",
     "certs_renewal_key",
     "certs_ops_key",
     "rotations_index",
@@ -261,6 +263,11 @@ def rotations_index() -> str:
 def certs_ops_key(cluster: str) -> str:
     """The certs service's view of the cluster's operations (install, rotation) from events."""
     return cluster_key(cluster, "certs", "ops")
+
+
+def certs_lease_key(cluster: str, slug: str) -> str:
+    """A lease of the certs service's replicas (their automatic renewal's tick)."""
+    return cluster_key(cluster, "certs", "lease", slug)
 
 
 def certs_renewal_key(cluster: str, request_id: str) -> str:

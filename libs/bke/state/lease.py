@@ -6,7 +6,7 @@ from redis.asyncio import Redis
 
 from .keys import lease_key
 
-__all__ = ["claim_lease", "release_lease"]
+__all__ = ["claim_key", "claim_lease", "release_lease"]
 
 _CLAIM = """
 local cur = redis.call('GET', KEYS[1])
@@ -23,7 +23,13 @@ return 0
 
 async def claim_lease(redis: Redis, cluster: str, slug: str, owner: str, ttl_ms: int) -> bool:
     """Take (or extend) the lease; False while another owner holds it."""
-    return bool(await redis.eval(_CLAIM, 1, lease_key(cluster, slug), owner, ttl_ms))
+    return await claim_key(redis, lease_key(cluster, slug), owner, ttl_ms)
+
+
+async def claim_key(redis: Redis, key: str, owner: str, ttl_ms: int) -> bool:
+    """`claim_lease` on a key of the caller's own (a service whose Redis user may write only
+    its own keys)."""
+    return bool(await redis.eval(_CLAIM, 1, key, owner, ttl_ms))
 
 
 async def release_lease(redis: Redis, cluster: str, slug: str, owner: str) -> None:

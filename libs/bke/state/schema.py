@@ -103,7 +103,7 @@ RECORDS: tuple[RecordKind, ...] = (
         reader="certs, `bke certs --cluster`: RedisPkiStore.load -> bke.pki.manifest.Manifest.from_json"),
     RecordKind(
         "certs", "the certs service's own records: operations seen, renewal answers, agents, sealed file sets",
-        ("certs:ops", "certs:renewal:*", "certs:agents", "agents:provisioned", "files:certs", "files:certs:digest"),
+        ("certs:ops", "certs:renewal:*", "certs:lease:*", "certs:agents", "agents:provisioned", "files:certs", "files:certs:digest"),
         VersionSlot("certs:ops", "hash"), current=1,
         writer="certs: bke_certs.operations.OpsStore, bke_certs.handlers, bke.state.nodefiles (certs source)",
         reader="certs: OpsStore.view, handlers; dispatcher: RedisNodeFiles (files:certs)"),

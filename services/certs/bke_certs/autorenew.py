@@ -6,6 +6,8 @@ logs why and the next tick tries again. The decision is `renewal.auto_renew_deci
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,7 +18,8 @@ from bke.periodic import Periodic
 from bke.contracts.certs import RENEW_CERTS, RenewCerts
 from bke.pki import PkiNotReady, PkiStore
 from bke.pki.operations import check_expiration
-from bke.state.keys import clusters_index
+from bke.state.keys import certs_lease_key, clusters_index
+from bke.state.lease import claim_key
 
 from .operations import OpsStore
 from .renewal import AutoRenew, auto_renew_decision, auto_request_id
@@ -24,6 +27,7 @@ from .renewal import AutoRenew, auto_renew_decision, auto_request_id
 __all__ = ["AutoRenewer"]
 
 log = logging.getLogger("bke.certs.autorenew")
+TICK_LEASE = "autorenew"
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 
 
@@ -33,7 +37,8 @@ def _s(v: Any) -> str:
 
 class AutoRenewer:
     def __init__(self, redis: Redis, store: PkiStore, ops: OpsStore, publish: Publish, now: Callable[[], datetime],
-                 interval_s: float, within_days: float):
+                 interval_s: float, within_days: float, owner: str = ""):
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"  # this replica, in the tick's lease
         self.redis, self.store, self.ops, self.publish, self.now = redis, store, ops, publish, now
         self.interval_s, self.within = interval_s, timedelta(days=within_days)
         self._rounds = Periodic("certs-autorenew", interval_s, self.tick, log)
@@ -49,6 +54,11 @@ class AutoRenewer:
         now = self.now()
         out: dict[str, AutoRenew] = {}
         for cluster in sorted(_s(c) for c in await self.redis.smembers(clusters_index())):
+            # one replica's tick per period decides for a cluster: two deciding at once would
+            # both find nothing pending and both ask for a renewal
+            ttl_ms = max(1000, int(self.interval_s * 900))  # 90% of the period, never released
+            if not await claim_key(self.redis, certs_lease_key(cluster, TICK_LEASE), self.owner, ttl_ms):
+                continue
             try:
                 rows = await check_expiration(cluster, self.store, now)
             except PkiNotReady:

@@ -121,7 +121,8 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
 
         async def pods(plan):
             return {**await applier.pod_status(plan), **await periodic_doc(plan, api)}
-    health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s, pods=pods, sign=signing.sign)
+    health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s, pods=pods, sign=signing.sign,
+                           owner=settings.owner)
     rotation_store = RotationStore(redis)
     rotations = Rotations(rotation_store, state, plans, files, svc.publish, _now, settings.owner, settings.lease_ms,
                           sign=signing.sign)

@@ -107,13 +107,24 @@ class Engine:
             # 2. a failed phase stops the install until `bke retry`
             if rec.status is decide.PhaseStatus.FAILED:
                 return Outcome("failed", reason=rec.message)
-            # 3. a phase that does not apply to this plan is recorded as Skipped
-            if not phase.run_if(plan):
-                await self._phase(rid, cluster, phase.slug, "Skipped", finishedAt=self._ts())
-                continue
-            # 4. claim the phase: a second replica (or a restarted one) never runs it twice
+            # 3. claim the phase: a second replica (or a restarted one) never runs it twice
             if not await self.state.claim(cluster, phase.slug, self.owner, self.lease_ms):
                 return Outcome("wait", delay=1.0, reason="another dispatcher holds the phase lease")
+            # 4. read the phase again under the lease: another replica may have finished it
+            # between the read above and the claim (it would be decided and announced twice)
+            rec = decide.PhaseRecord.from_hash(await self.state.phase(cluster, phase.slug))
+            if rec.status.finished or rec.status is decide.PhaseStatus.FAILED:
+                await self.state.release(cluster, phase.slug, self.owner)
+                if rec.status.finished:
+                    continue
+                return Outcome("failed", reason=rec.message)
+            # 5. a phase that does not apply to this plan is recorded as Skipped (once: leased)
+            if not phase.run_if(plan):
+                try:
+                    await self._phase(rid, cluster, phase.slug, "Skipped", finishedAt=self._ts())
+                finally:
+                    await self.state.release(cluster, phase.slug, self.owner)
+                continue
             try:
                 if rec.status is decide.PhaseStatus.PENDING:
                     await self.state.set_install(cluster, phase=phase.slug)
@@ -121,7 +132,7 @@ class Engine:
                 outcome = await self._step(rid, cluster, plan, phase, inst, inputs)
             finally:
                 await self.state.release(cluster, phase.slug, self.owner)
-            # 5. the step's answer decides: next phase, come back later, or stop
+            # 6. the step's answer decides: next phase, come back later, or stop
             if outcome.status == "wait":
                 # `bke status` shows why a phase is not moving (e.g. "3/4 agents registered")
                 await self.state.set_phase(cluster, phase.slug, message=outcome.reason)
@@ -129,8 +140,11 @@ class Engine:
             if outcome.status == "failed":
                 return await self._fail(rid, cluster, inst, outcome, phase.slug)
             await self._phase(rid, cluster, phase.slug, "Succeeded", finishedAt=self._ts(), message="")
-        await self.state.set_install(cluster, status="Succeeded", finishedAt=self._ts(), phase="", message="", kind="")
-        await self._finished(rid, cluster, "Succeeded", None, None, "", None, True, inst.get("planDigest", ""))
+        # 7. the install succeeds once: of two replicas reaching here, one flips Running and
+        # announces it; the other finds it done (compare-and-set, not a read then a write)
+        if await self.state.finish_install(cluster, rid, status="Succeeded", finishedAt=self._ts(), phase="", message="",
+                                           kind=""):
+            await self._finished(rid, cluster, "Succeeded", None, None, "", None, True, inst.get("planDigest", ""))
         return DONE
 
     async def _fail(self, rid: str, cluster: str, inst: dict[str, str], outcome: Outcome, slug: str | None = None) -> Outcome:
@@ -140,9 +154,11 @@ class Engine:
                 if not decide.PhaseRecord.from_hash(await self.state.phase(cluster, phase.slug)).status.finished:
                     slug = phase.slug
                     break
+        if not await self.state.finish_install(cluster, rid, status="Failed", message=outcome.reason,
+                                               finishedAt=self._ts(), kind=outcome.kind):
+            return outcome  # another replica ended this install first and said so
         if slug is not None:
             await self._phase(rid, cluster, slug, "Failed", finishedAt=self._ts(), message=outcome.reason)
-        await self.state.set_install(cluster, status="Failed", message=outcome.reason, finishedAt=self._ts(), kind=outcome.kind)
         changed = (await self.state.install(cluster)).get("nodesChanged") == "1"
         await self._finished(rid, cluster, "Failed", slug, outcome.node, outcome.reason, outcome.kind, changed,
                              inst.get("planDigest", ""))

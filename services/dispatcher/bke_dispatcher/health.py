@@ -1,6 +1,6 @@
 """Cluster health after the install: health commands through the agents, on a period.
 
-Each round sends one command per node (every kubelet; etcd and control-plane endpoints where they run) (id `<cluster>/health@<round>/<node>/0`)
+One replica sends a cluster's round per period (a lease, `_my_round`). Each round sends one command per node (every kubelet; etcd and control-plane endpoints where they run) (id `<cluster>/health@<round>/<node>/0`)
 and keeps the latest answer per node in `bke:<cluster>:health`. Kube-system pod status via
 the kubernetes client is added where an apiserver is reachable (not in the lab).
 """
@@ -16,6 +16,7 @@ from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
 from bke.plan import Plan
 from bke.state import PlanCache
 from bke.state.keys import health_key, health_meta_key, health_pods_key
+from bke.state.lease import claim_lease
 
 from .phases import HEALTH, phase_by_slug
 from .steps import health_steps
@@ -26,6 +27,7 @@ __all__ = ["HealthMonitor"]
 
 log = logging.getLogger("bke.dispatcher.health")
 HEALTH_COMPONENTS = HEALTH
+ROUND_LEASE = "health-round"
 
 
 class HealthMonitor:
@@ -39,11 +41,20 @@ class HealthMonitor:
         pods: Callable[[Plan], Awaitable[dict]] | None = None,
         *,
         sign: Sign,
+        owner: str = "",
     ):
         self.sign = sign  # health commands are signed like every other (signing.py)
         self.state, self.plans, self.publish, self.now, self.interval_s = state, plans, publish, now, interval_s
         self.pods = pods  # kube-system pod status via the kubernetes client (real clusters only)
         self._rounds = Periodic("health", interval_s, self.round, log)
+        self.owner = owner
+
+    async def _my_round(self, cluster: str) -> bool:
+        """Whether this replica runs this period's round of `cluster`: a lease held for most of a
+        period and never released, so that of N replicas' timers one sends a round per period
+        (the others find it held) and a dead replica's turn passes to another."""
+        ttl_ms = max(1000, int(self.interval_s * 900))  # 90% of the period
+        return await claim_lease(self.state.r, cluster, ROUND_LEASE, self.owner, ttl_ms)
 
     def start(self) -> None:
         self._rounds.start()
@@ -56,6 +67,8 @@ class HealthMonitor:
         for cluster in await self.state.installs():
             if (await self.state.install(cluster)).get("status") != "Succeeded":
                 continue
+            if not await self._my_round(cluster):
+                continue  # another replica's round for this period
             plan = await self.plans.load(cluster)
             if self.pods is not None:
                 await self._record_pods(cluster, plan)

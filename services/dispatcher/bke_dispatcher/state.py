@@ -72,6 +72,16 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else v
 
 
+# Compare-and-set of the install's end (DispatcherState.finish_install).
+_FINISH_INSTALL = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'Running' or redis.call('HGET', KEYS[1], 'requestId') ~= ARGV[1] then
+  return 0
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return 1
+"""
+
+
 class DispatcherState:
     def __init__(self, redis: Redis):
         self.r = redis
@@ -133,6 +143,12 @@ class DispatcherState:
 
     async def set_install(self, cluster: str, **fields: str) -> None:
         await self.r.hset(install_key(cluster), mapping=fields)
+
+    async def finish_install(self, cluster: str, request_id: str, **fields: str) -> bool:
+        """Write the install's end (`fields`, with its status) only if it is still the Running
+        install of `request_id`: whether this call ended it (one of two replicas does)."""
+        return bool(await self.r.eval(_FINISH_INSTALL, 1, install_key(cluster), request_id,
+                                      *[x for kv in fields.items() for x in kv]))
 
     async def installs(self) -> list[str]:
         return sorted(_s(c) for c in await self.r.smembers(installs_index()))

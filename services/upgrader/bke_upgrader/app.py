@@ -18,7 +18,7 @@ from bke.contracts.agent import CommandResult
 from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, CertsFailed, CertsRenewed
 from bke.contracts.restore import RESTORE_ETCD, RESTORE_PIECE
 from bke.contracts.status import StatusError
-from bke.contracts.upgrade import RETRY_UPGRADE, UPGRADE_CLUSTER, UPGRADE_GET, GetUpgrade
+from bke.contracts.upgrade import RETRY_UPGRADE, UPGRADE_CLUSTER, UPGRADE_GET, GetUpgrade, UpgradeCluster
 from bke.pausing import serve_pause
 from bke.state.pause import PauseFlags
 from bke.errors import TemporaryError
@@ -160,10 +160,16 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     serve_pause(svc, pause_flags, [runner.kick], _now)
     serve_deleted(svc, redis, _now)  # a deleted cluster: this service's records go (bke.forgetting)
 
+    # through `typed` like every consumer: the message's form is checked (bke.bus.message_version);
+    # a restore of the cluster running refuses it first (one operation per cluster)
+    typed_request = typed(UpgradeCluster, upgrades.on_request, svc.publish, refuse=upgrades.refuse_bytes)
+
     async def on_request(body: bytes) -> None:
-        outs = await restores.refuse_upgrade(body) or await upgrades.on_request_bytes(body)
-        for out in outs:
+        refused = await restores.refuse_upgrade(body)
+        for out in refused:
             await svc.publish(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
+        if not refused:
+            await typed_request(body)
 
     retries = Retries(upgrades)
 

@@ -45,7 +45,7 @@ from bke.contracts.upgrade import (
     UpgradeView,
     upgrade_subject,
 )
-from bke.errors import TemporaryError, is_unavailable
+from bke.errors import MalformedMessage, TemporaryError, is_unavailable
 from bke.etcdsnap.step import snapshot_step
 from bke.plan import Plan
 from bke.state import PlanCache, RedisPlanStore, plan_digest
@@ -155,12 +155,15 @@ class Upgrades:
         return self.now().isoformat()
 
     # requests ---------------------------------------------------------------
-    async def on_request_bytes(self, body: bytes) -> list[Out]:
+    def refuse_bytes(self, body: bytes) -> list[Out]:
+        """The answer to bytes that are no UpgradeCluster (`typed`'s `refuse`): a rejection
+        naming each wrong field, never a dead letter (the CLI waits for an answer)."""
         req = parse_request(body)
-        if isinstance(req, UpgradeRejected):
-            log.warning("upgrade request refused: %s", req.message, extra={"request_id": req.request_id})
-            return [Out(req, UPGRADE_REJECTED, f"upgrade-rejected:{req.request_id}" if req.request_id else None)]
-        return await self.on_request(req)
+        if not isinstance(req, UpgradeRejected):
+            # valid as is but not in the form its header named: that is typed's dead letter
+            raise MalformedMessage("an UpgradeCluster that does not read in the form its bke-schema header names")
+        log.warning("upgrade request refused: %s", req.message, extra={"request_id": req.request_id})
+        return [Out(req, UPGRADE_REJECTED, f"upgrade-rejected:{req.request_id}" if req.request_id else None)]
 
     async def on_request(self, req: UpgradeCluster) -> list[Out]:
         ids = {"cluster": req.cluster, "request_id": req.request_id}
