@@ -38,6 +38,7 @@ from bke.state import PlanCache
 from bke.state.exclusive import write_unless
 from bke.state.keys import reset_key, reset_results_key, resets_index
 
+from .leased import LeasedOperation
 from .engine import Outcome
 from .reset import Reset, apply_result, new_reset, next_step, refusal, reset_slug, reset_step
 from .rotations import RotationStore
@@ -94,8 +95,10 @@ class ResetStore:
         return sorted(_s(c) for c in await self.r.smembers(resets_index()))
 
 
-class Resets:
+class Resets(LeasedOperation):
     """Starts resets on `bke.v1.cluster.reset`, records results, and is the reset runner's engine."""
+
+    LEASE = LEASE  # the module's lease name (LeasedOperation)
 
     def __init__(self, store: ResetStore, rotations: RotationStore, state: DispatcherState, plans: PlanCache,
                  paused: Callable[[str], Awaitable[bool]], snapshots: SnapshotKey, publish: Publish,
@@ -153,21 +156,6 @@ class Resets:
         ev = ResetAccepted(request_id=r.request_id, cluster=r.cluster, nodes=[n.hostname for n in r.nodes],
                            delete=r.delete)
         return Out(ev, RESET_ACCEPTED, msg_id=f"reset-accepted:{r.request_id}")
-
-    async def on_result(self, res: CommandResult) -> None:
-        failed = next((s for s in res.steps if s.status == "Failed"), None)
-        step = failed.id if failed else ""
-        stderr = (failed.stderr or failed.stdout) if failed else ""
-        await self.store.record_result(res, step, stderr)
-        self.kick(res.cluster)
-
-    async def reconcile(self, cluster: str) -> Outcome:
-        if not await self.state.claim(cluster, LEASE, self.owner, self.lease_ms):
-            return Outcome("wait", delay=1.0, reason="another dispatcher holds the reset lease")
-        try:
-            return await self._reconcile(cluster)
-        finally:
-            await self.state.release(cluster, LEASE, self.owner)
 
     async def _reconcile(self, cluster: str) -> Outcome:
         r = await self.store.load(cluster)

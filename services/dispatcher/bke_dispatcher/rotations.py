@@ -31,6 +31,7 @@ from bke.state.exclusive import write_unless
 from bke.state.keys import reset_key, rotation_key, rotation_results_key, rotations_index, upgrade_key
 from bke.state.nodefiles import RedisNodeFiles
 
+from .leased import LeasedOperation
 from .engine import Outcome
 from .rotation import Rotation, apply_result, new_rotation, next_step, node_steps, refusal, rotation_slug
 from .signing import Sign
@@ -111,9 +112,11 @@ class RotationStore:
         return None if rot is None else rot.view().model_dump(by_alias=True)
 
 
-class Rotations:
+class Rotations(LeasedOperation):
     """Starts rotations on `certs renewed`, records results, and is the rotation runner's
     engine (`reconcile`)."""
+
+    LEASE = LEASE  # the module's lease name (LeasedOperation)
 
     def __init__(self, store: RotationStore, state: DispatcherState, plans: PlanCache, files: RedisNodeFiles,
                  publish: Publish, now: Callable[[], datetime], owner: str, lease_ms: int = 15000,
@@ -164,21 +167,6 @@ class Rotations:
         log.info("rotation started: %d certificate(s) on %d node(s)", len(rot.certificates), len(rot.nodes), extra=ids)
         await self._changed(ev.cluster, rot.view())
         self.kick(ev.cluster)
-
-    async def on_result(self, res: CommandResult) -> None:
-        failed = next((s for s in res.steps if s.status == "Failed"), None)
-        step = failed.id if failed else ""
-        stderr = (failed.stderr or failed.stdout) if failed else ""
-        await self.store.record_result(res, step, stderr)
-        self.kick(res.cluster)
-
-    async def reconcile(self, cluster: str) -> Outcome:
-        if not await self.state.claim(cluster, LEASE, self.owner, self.lease_ms):
-            return Outcome("wait", delay=1.0, reason="another dispatcher holds the rotation lease")
-        try:
-            return await self._reconcile(cluster)
-        finally:
-            await self.state.release(cluster, LEASE, self.owner)
 
     async def _reconcile(self, cluster: str) -> Outcome:
         rot = await self.store.load(cluster)
