@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from bke.bus.streams import ensure_streams
 from bke.plan import plan_spec_text
 from bke.spec.synth import synth_spec_text
-from bke.state.keys import install_key, installs_index, node_status_key, phase_key
+from bke.state.keys import health_key, install_key, installs_index, node_status_key, phase_key
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 
@@ -93,6 +93,21 @@ async def test_pages_paging_filters_and_escaping(dispatcher, r):
         assert 'id="grid"' in page.text and "id='phases'" in page.text and "cdn" not in page.text.lower()
         assert "http://" not in page.text and "https://" not in page.text  # nothing loaded from elsewhere
 
+        # the same page of nodes by component: a master's etcd and apiserver from the latest health
+        # round (one failing check shown Unhealthy), a worker's kubelet from its failed command
+        master = plan.nodes[0]
+        await r.hset(health_key("dash"), master.hostname, json.dumps(
+            {"status": "Unhealthy", "failing": ["health:kube-apiserver"], "at": _now()}))
+        top = (await http.get("/api/clusters/dash")).json()["nodes"]
+        assert {"containerd", "kubelet", "kube-apiserver"} <= set(top["componentColumns"])
+        comps = top["rows"][0]["components"]
+        assert top["rows"][0]["hostname"] == master.hostname
+        assert comps["kube-apiserver"] == "Unhealthy" and comps["kubelet"] == "Healthy" and comps["containerd"] == "Succeeded"
+        bad_worker = next(row for row in running_or_failed(top, stored) if row["hostname"] == stored.failed[0])
+        assert bad_worker["components"]["kubelet"] == "Failed" and "kube-apiserver" not in bad_worker["components"]
+        grid_page = await http.get("/clusters/dash")
+        assert 'id="components"' in grid_page.text and "Unhealthy" in grid_page.text
+
         # a failing node's page shows its step output, escaped
         node = await http.get(f"/clusters/dash/nodes/{stored.failed[0]}")
         assert node.status_code == 200 and html.escape(HOSTILE_OUTPUT) in node.text
@@ -111,6 +126,13 @@ async def test_pages_paging_filters_and_escaping(dispatcher, r):
         assert (await http.get("/clusters/dash/nodes/nope")).status_code == 404
         # read only: nothing but GET
         assert (await http.post("/clusters/dash")).status_code == 405
+
+
+def running_or_failed(first_page: dict, stored) -> list[dict]:
+    """The first page's rows (the failed workers are in it: they are the first workers)."""
+    rows = first_page["rows"]
+    assert any(row["hostname"] == stored.failed[0] for row in rows), "the failed worker is not on the first page"
+    return rows
 
 
 async def test_a_hostile_node_name_and_message_are_escaped(dispatcher, r):

@@ -153,3 +153,18 @@ def test_a_lost_state_is_a_503_saying_so_never_an_empty_page():
     assert page.status_code == 503 and "the state was lost" in page.text
     assert doc.status_code == 503 and doc.json()["error"] == "Unavailable"
     assert bad.status_code == 400 and bad.json()["field"] == "offset"
+
+
+@pytest.mark.parametrize("component,cells,health,want", [
+    ("containerd", {"node-env": "Succeeded"}, {"status": "Healthy", "failing": []}, "Succeeded"),  # no check of its own
+    ("kubelet", {"node-env": "Succeeded", "workers": "Failed"}, None, "Failed"),  # its installing command failed
+    ("kubelet", {"workers": "Succeeded"}, {"status": "Healthy", "failing": []}, "Healthy"),
+    ("etcd-events", {"etcd": "Succeeded"}, {"status": "Unhealthy", "failing": ["health:etcd-events"]}, "Unhealthy"),
+    ("kube-apiserver", {"control-plane-join": "Running"}, {"status": "Healthy", "failing": []}, "Running"),
+    ("kube-proxy", {}, {"status": "Healthy", "failing": []}, ""),  # a DaemonSet: no per-node command, no check
+    ("kube-scheduler", {}, None, ""),
+])
+def test_component_cell(component, cells, health, want):
+    from bke_dispatcher.dashboard.view import component_cell
+
+    assert component_cell(component, cells, health) == want

@@ -18,7 +18,8 @@ __all__ = ["SERVICE", "LIVE_ID", "POLL_S", "cluster_fragment", "cluster_page", "
 SERVICE = "dispatcher"
 LIVE_ID = "live"
 POLL_S = 2.0
-_CLASS = {"Succeeded": "ok", "Failed": "bad", "Running": "run", "Retry": "run", "Pending": "dim", "Skipped": "dim"}
+_CLASS = {"Succeeded": "ok", "Failed": "bad", "Running": "run", "Retry": "run", "Pending": "dim", "Skipped": "dim",
+          "Healthy": "ok", "Unhealthy": "bad"}
 _BAR_PX = 360  # the whole timeline's width
 _BAR_COLOUR = {"Succeeded": "#5a5", "Failed": "#c55", "Running": "#cb4"}
 
@@ -119,6 +120,28 @@ def _grid(view: ClusterView) -> Markup:
     return Markup("".join(out))
 
 
+def _component_grid(view: ClusterView) -> Markup:
+    """The same page of nodes, by component: each cell the component's latest health answer on
+    that node, or the state of the command that installs it (bke_dispatcher.dashboard.view)."""
+    n, c = view.nodes, view.status.cluster
+    if not n.component_columns:
+        return Markup("")
+    out = ['<h3>By component</h3><table id="components"><tr><th>node</th>']
+    out += [f"<th>{text(comp)}</th>" for comp in n.component_columns]
+    out.append("</tr>")
+    for r in n.rows:
+        out.append(f"<tr><td>{link(node_url(c, r.hostname), r.hostname)}</td>")
+        for comp in n.component_columns:
+            if comp not in r.components:
+                out.append('<td class="dim"></td>')  # not on this node
+                continue
+            cell = r.components[comp]
+            out.append(f'<td class="{_cls(cell)}">{text(cell or "-")}</td>')
+        out.append("</tr>")
+    out.append("</table>")
+    return Markup("".join(out))
+
+
 def cluster_fragment(view: ClusterView) -> Markup:
     """What the page refreshes in place (also the body of the first load)."""
     s = view.status
@@ -135,7 +158,8 @@ def cluster_fragment(view: ClusterView) -> Markup:
                    row_class=[_cls(e.status) for e in view.events], id="events") if view.events \
         else text("No event published by this dispatcher since it started.")
     return Markup("".join([head, "<h2>Phases</h2>", _timeline(view.phases), failing, "<h2>Nodes</h2>",
-                           _filters(view), _pager(view), _grid(view), "<h2>Latest events</h2>", events]))
+                           _filters(view), _pager(view), _grid(view), _component_grid(view),
+                           "<h2>Latest events</h2>", events]))
 
 
 def _live_script(url: str, element_id: str, every_s: float) -> Markup:

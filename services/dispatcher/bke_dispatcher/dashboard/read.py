@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Callable
 
@@ -20,13 +21,14 @@ from pydantic import ValidationError
 from bke.contracts.status import ClusterStatus, GetStatus
 from bke.errors import TemporaryError
 from bke.state import PlanCache
-from bke.state.keys import command_key, node_status_key
+from bke.state.keys import command_key, health_key, node_status_key
 
 from ..phases import PHASES
 from ..state import DispatcherState
 from ..status import StatusReader
 from .events import RecentEvents
 from .view import (
+    component_cell,
     ClusterView,
     NodeDetail,
     NodePage,
@@ -139,7 +141,8 @@ class DashboardReader:
             return sorted(_s(h) for h in await self.state.r.hkeys(node_status_key(cluster))), {}
         return [n.hostname for n in plan.nodes], {n.hostname: list(n.components) for n in plan.nodes}
 
-    async def _node_page(self, cluster: str, order: list[str], columns: list[str], query: NodeQuery) -> NodePage:
+    async def _node_page(self, cluster: str, order: list[str], columns: list[str], query: NodeQuery,
+                         components: dict[str, list[str]] | None = None) -> NodePage:
         keys = [node_status_key(cluster), *(command_key(cluster, slug) for slug in columns)]
         args: list[str | int] = [query.state or "", query.offset, query.limit, FAILING_SHOWN, self._joined(cluster, order)]
         figures, failing, raw_rows = await self._script(keys=keys, args=args)
@@ -151,16 +154,32 @@ class DashboardReader:
                                 step=str(doc.get("step") or ""),
                                 cells={slug: cell_state({"status": c}) for slug, c in zip(columns, cells)}))
         counts = dict(zip(NODE_STATES, (int(n) for n in figures[:4])))
+        rows, component_columns = await self._components(cluster, rows, components or {})
         return NodePage(query=query, counts=counts, matched=int(figures[4]), columns=columns, rows=rows,
-                        failing=[_s(h) for h in failing])
+                        failing=[_s(h) for h in failing], component_columns=component_columns)
+
+    async def _components(self, cluster: str, rows: list[NodeRow],
+                          components: dict[str, list[str]]) -> tuple[list[NodeRow], list[str]]:
+        """The page's rows with their nodes x components cells (one HMGET of the page's health
+        answers: a page is at most MAX_PAGE_SIZE nodes), and the columns in plan order."""
+        if not rows or not components:
+            return rows, []
+        raw = await self.state.r.hmget(health_key(cluster), [r.hostname for r in rows])
+        out, columns = [], []
+        for r, h in zip(rows, raw):
+            health = json.loads(h) if h else None
+            comps = components.get(r.hostname, [])
+            columns += [c for c in comps if c not in columns]
+            out.append(replace(r, components={c: component_cell(c, r.cells, health) for c in comps}))
+        return out, columns
 
     async def cluster(self, cluster: str, query: NodeQuery) -> ClusterView | None:
         status = await self._status(cluster)
         if status is None:
             return None
-        order, _ = await self._plan_nodes(cluster)
+        order, components = await self._plan_nodes(cluster)
         columns = [p.name for p in status.phases if p.total > 0 and _sends_commands(p.name)]
-        nodes = await self._node_page(cluster, order, columns, query)
+        nodes = await self._node_page(cluster, order, columns, query, components)
         return ClusterView(status=status, phases=timeline(status.phases, self.now()), nodes=nodes,
                            events=self.events.latest(cluster, EVENTS_SHOWN))
 

@@ -7,7 +7,8 @@ state (counted, filtered and paged inside Redis: read.py).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from fnmatch import fnmatchcase
 from datetime import datetime
 from typing import Any, Mapping
 
@@ -16,6 +17,9 @@ from bke.contracts.status import ClusterStatus, StatusPhase
 from .events import Event
 
 __all__ = [
+    "COMPONENT_PHASES",
+    "HEALTH_CHECKED",
+    "component_cell",
     "FAILING_SHOWN",
     "MAX_PAGE_SIZE",
     "NODE_STATES",
@@ -129,6 +133,39 @@ def cell_state(cmd: Mapping[str, Any] | None) -> str:
     return "Running" if status == "Sent" else status
 
 
+# Which install phase puts a component on a node (its command's state is the component's until
+# a health round answers for it); first match wins. kube-proxy and the CNI are DaemonSets of the
+# addons phase: no per-node command, only the health answer.
+COMPONENT_PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("containerd", ("node-env",)),
+    ("kubelet", ("workers", "control-plane-join", "control-plane-init", "etcd", "node-env")),
+    ("haproxy", ("load-balancer",)),
+    ("keepalived", ("load-balancer",)),
+    ("etcd*", ("etcd",)),
+    ("kube-*", ("control-plane-init", "control-plane-join")),
+)
+
+
+# The components a node's health round checks (bke.node_steps.health_steps: the kubelet, each etcd
+# member, the control-plane pods); the others have no check of their own to be Healthy by.
+HEALTH_CHECKED = ("kubelet", "etcd*", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+def component_cell(component: str, phase_cells: Mapping[str, str], health: Mapping[str, Any] | None) -> str:
+    """One nodes x components cell: Unhealthy when the node's latest health round failed that
+    component's check (`health:<component>`); Healthy when the component is installed and the
+    round checked it and it passed; else the state of the command that installs it ("" when
+    none was sent, or for a DaemonSet of the addons phase)."""
+    phases = next((ph for pattern, ph in COMPONENT_PHASES if fnmatchcase(component, pattern)), ())
+    installed = next((phase_cells[p] for p in phases if phase_cells.get(p)), "")
+    answered = bool(health) and health.get("status") in ("Healthy", "Unhealthy")  # type: ignore[union-attr]
+    if answered and f"health:{component}" in (health.get("failing") or []):  # type: ignore[union-attr]
+        return "Unhealthy"
+    if answered and installed == "Succeeded" and any(fnmatchcase(component, c) for c in HEALTH_CHECKED):
+        return "Healthy"
+    return installed
+
+
 @dataclass(frozen=True)
 class NodeRow:
     hostname: str
@@ -136,6 +173,7 @@ class NodeRow:
     phase: str
     step: str
     cells: dict[str, str]  # phase slug -> cell_state
+    components: dict[str, str] = field(default_factory=dict)  # component -> component_cell
 
 
 @dataclass(frozen=True)
@@ -146,6 +184,7 @@ class NodePage:
     columns: list[str]  # the phases that send commands to nodes (a grid column each)
     rows: list[NodeRow]
     failing: list[str]  # the first FAILING_SHOWN failed nodes, plan order
+    component_columns: list[str] = field(default_factory=list)  # the components of this page's nodes
 
     @property
     def next_offset(self) -> int | None:
@@ -174,6 +213,7 @@ class ClusterView:
                 "counts": self.nodes.counts, "total": sum(self.nodes.counts.values()), "state": self.nodes.query.state,
                 "matched": self.nodes.matched, "offset": self.nodes.query.offset, "limit": self.nodes.query.limit,
                 "nextOffset": self.nodes.next_offset, "columns": self.nodes.columns,
+                "componentColumns": self.nodes.component_columns,
                 "rows": [asdict(r) for r in self.nodes.rows], "failing": self.nodes.failing,
             },
             "events": [e.to_json() for e in self.events],
