@@ -282,3 +282,52 @@ def _report(outcomes: list[NodeOutcome], output: OutputFormat) -> None:
     Console().print(table)
     ok = sum(o.ok for o in outcomes)
     print(f"{ok}/{len(outcomes)} nodes ok")
+
+
+@agent_app.command("provision")
+def provision(
+    key_line: str = typer.Argument(..., help="what `bke-agent init` printed on the node: 'bke-agent-x25519 <base64>'"),
+    cluster: str = typer.Option(..., "--cluster"),
+    node: str = typer.Option(..., "--node", help="the node's hostname in the spec"),
+    workdir: Path | None = typer.Option(None, "--workdir", help="a lab's work directory"),
+    nats_url: str | None = typer.Option(None, "--nats", help="NATS URL (with BKE_NATS_CREDS: the operator's creds)"),
+) -> None:
+    """Record an agent key made where `bke agent bootstrap` cannot reach over SSH (a container,
+    an image baked elsewhere): the certs service then seals that node's files to it and to no
+    other key. Run `bke-agent init` on the node (it prints the line), then this, as the operator."""
+    import base64
+    import binascii
+    from datetime import datetime, timezone
+
+    from bke.contracts.agent import ProvisionAgent
+    from bke.provisioning import ProvisionRefused, provision_agent
+    from bke.secrets.sealing import agent_key_id, public_key_from_raw
+
+    parts = key_line.split()
+    if len(parts) != 2 or parts[0] != "bke-agent-x25519":
+        die("KEY_LINE: expected 'bke-agent-x25519 <base64>', as `bke-agent init` prints it", EXIT_INVALID)
+    try:
+        agent_id = agent_key_id(public_key_from_raw(base64.b64decode(parts[1], validate=True)))
+    except (binascii.Error, ValueError) as exc:
+        die(f"KEY_LINE: not an X25519 public key: {exc}", EXIT_INVALID)
+    try:
+        req = ProvisionAgent(cluster=cluster, node=node, agent_id=agent_id, seal_public_key_b64=parts[1],
+                             at=datetime.now(timezone.utc).isoformat())
+    except ValueError as exc:
+        die(" ".join(str(exc).split()), EXIT_INVALID)
+    access = resolve_nats(workdir, nats_url)
+
+    async def record() -> None:
+        nc = await connect_nats(access)
+        try:
+            await provision_agent(nc, req)
+        finally:
+            await nc.close()
+
+    try:
+        asyncio.run(record())
+    except ProvisionRefused as exc:
+        die(str(exc), EXIT_INVALID)
+    except (TimeoutError, OSError) as exc:
+        die(f"{type(exc).__name__}: {exc}", EXIT_FAILURE)
+    Console().print(f"agent {agent_id} recorded for {node} in {cluster}", highlight=False)
