@@ -15,7 +15,7 @@ from bke.bus import EventWatch, ensure_streams
 from bke.bus.connect import BusAccess, connect_nats
 from bke.bus.delivery import MAX_DEADLETTER_PAYLOAD
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, InstallCluster
-from bke.contracts.upgrade import UPGRADE_CLUSTER, UPGRADE_REJECTED
+from bke.contracts.upgrade import RETRY_UPGRADE, UPGRADE_CLUSTER, UPGRADE_REJECTED
 from bke.contracts.agent import AgentHeartbeat, AgentProvisioned, GetCommandKey, ProvisionAgent
 from bke.contracts.health import GetHealth
 from bke.contracts.status import StatusError
@@ -37,7 +37,9 @@ pytestmark = pytest.mark.integration
 CLUSTER = "hostile"
 # A few of each kind: what a forger or a broken client sends most (the unit fuzzers cover the rest).
 # A user's install request is answered with a rejection naming the field, never dead-lettered.
-ANSWERED = (INSTALL_CLUSTER, LEGACY_CLUSTER_REQUESTED, UPGRADE_CLUSTER)  # a user's requests: answered naming the field
+# a user's requests: answered naming the field (an upgrade's retry is answered as an upgrade is)
+ANSWERED = (INSTALL_CLUSTER, LEGACY_CLUSTER_REQUESTED, UPGRADE_CLUSTER, RETRY_UPGRADE)
+UPGRADER_ANSWERED = (UPGRADE_CLUSTER, RETRY_UPGRADE)  # answered on bke.v1.upgrade.rejected
 KINDS = ("garbage", "empty-object", "deep-nesting", "extra-field", "oversized", "non-utf8-in-string")
 
 
@@ -111,9 +113,9 @@ async def test_hostile_messages_are_dead_lettered_and_a_valid_install_still_goes
                         for subj, name, body in sent if subj not in ANSWERED}
             # rejections carry the request id the planner could read; JetStream drops a repeated
             # rejection of one id (its Nats-Msg-Id), so each id is answered once
-            asked = [request_id_of(body) for subj, _, body in sent if subj in ANSWERED and subj != UPGRADE_CLUSTER]
+            asked = [request_id_of(body) for subj, _, body in sent if subj in ANSWERED and subj not in UPGRADER_ANSWERED]
             assert len(asked) == 2 * len([b for b in sent if b[0] == INSTALL_CLUSTER])
-            asked_upgrade = [request_id_of(body) for subj, _, body in sent if subj == UPGRADE_CLUSTER]
+            asked_upgrade = [request_id_of(body) for subj, _, body in sent if subj in UPGRADER_ANSWERED]
             assert asked_upgrade
 
             def missing() -> list[str]:
