@@ -18,7 +18,9 @@ from bke.runtime import etcd_put_get, free_port, start_etcd
 
 from .snapshot_helpers import bke, take_snapshots
 
-pytestmark = pytest.mark.e2e
+# slow: a split lab of its own (~160 s); the upgrade e2e also restores one of its snapshots into a
+# fresh etcd, and test_lab_etcd_restore.py restores one through the agents (`python3 dev.py full`)
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 SPLIT = "examples/split-etcd.yaml"
 
 
