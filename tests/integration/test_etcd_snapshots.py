@@ -222,23 +222,8 @@ async def test_cli_lists_and_restores_into_a_fresh_dir(
     table = await asyncio.to_thread(_bke, "etcd", "snapshots", cluster, "--nats", nats_url)
     assert table.returncode == 0 and step.snapshot_id in table.stdout and "etcd-data" in table.stdout
 
-    # a cluster restore prints its plan (the spec's cluster: "seed") and says that running it is not built
-    spec = Path(__file__).parent.parent.parent / "examples" / "seed-3m1w.yaml"
-    unknown = await asyncio.to_thread(_bke, "etcd", "restore", "seed", "--etcd-cluster", "etcd-data",
-                                      "--snapshot", step.snapshot_id, "--spec", str(spec), "--nats", nats_url)
-    assert unknown.returncode == 2 and f"no snapshot {step.snapshot_id!r} of etcd-data in cluster seed" in unknown.stderr
-    seed_sid = snapshot_id(NOW, f"master1-{uuid.uuid4().hex[:6]}")
-    seed_step = step.model_copy(update={"snapshot_id": seed_sid, "object_name": object_name("seed", "etcd-data", seed_sid)})
-    seed_taker = SnapshotTaker(js, tmp_path / "scratch", "seed", "master1", agent, now=lambda: NOW)
-    assert (await LabBackend(root, ip, snapshots=seed_taker).execute(seed_step, lambda: b"")).status == "Succeeded"
-    planned = await asyncio.to_thread(_bke, "etcd", "restore", "seed", "--etcd-cluster", "etcd-data",
-                                      "--snapshot", seed_sid, "--spec", str(spec), "--nats", nats_url)
-    assert planned.returncode == 1 and "running this plan on the cluster's nodes is not built yet" in planned.stderr
-    assert all(f"kube-apiserver on master{i}" in planned.stdout for i in (1, 2, 3))
-    assert "[master2] move /var/lib/etcd aside" in planned.stdout
-    wrong = await asyncio.to_thread(_bke, "etcd", "restore", "seed", "--etcd-cluster", "etcd-pods",
-                                    "--snapshot", seed_sid, "--spec", str(spec), "--nats", nats_url)
-    assert wrong.returncode == 2 and "no snapshot" in wrong.stderr
+    # a cluster restore (without --into) is the upgrader's, through the agents: its refusals are in
+    # tests/integration/test_upgrader_restores.py, the whole restore in tests/e2e/test_lab_etcd_restore.py
 
     into = tmp_path / "fresh"
     env = {SECRET_KEY_ENV: str(box[1])}
