@@ -176,9 +176,9 @@ async def test_upgrader_page_shows_runs_steps_and_failures_live(nats_url, redis_
     svc = upgrader_service(UpgraderSettings(nats_url=nats_url, redis_url=redis_url, http_port=0, mode="lab"))
     async with served(svc) as http:
         index = (await http.get("/")).text
-        assert 'href="/upgrades/u1"' in index and "control-plane" in index and "fetch('/runs'" in index
+        assert 'href="/upgrades/u1"' in index and "control-plane" in index and 'fetch("/runs"' in index
         page = (await http.get("/upgrades/u1")).text
-        assert "fetch('/upgrades/u1/fragment'" in page and "w9" in page
+        assert 'fetch("/upgrades/u1/fragment"' in page and "w9" in page
         metrics = (await http.get("/metrics")).text
         assert _sample(metrics, "bke_upgrade_nodes", cluster="u1", state="Upgraded") == 1.0  # m1
         assert _sample(metrics, "bke_upgrade_nodes", cluster="u1", state="Upgrading") == 1.0  # m2, in flight

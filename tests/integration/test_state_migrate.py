@@ -16,6 +16,8 @@ import pytest
 
 from bke.etcdsnap.restore_run import RestoreRun
 from bke.upgrade.run import UpgradeRun
+from bke_dispatcher.reset import Reset
+from bke_dispatcher.resets import ResetStore
 from bke_upgrader.restore_store import RestoreStore
 from bke_upgrader.store import UpgradeStore
 import redis
@@ -119,6 +121,7 @@ READERS = {
     "rotation": [lambda r: RotationStore(r).load(C)],
     "upgrade": [lambda r: UpgradeStore(r).load(C)],
     "etcd-restore": [lambda r: RestoreStore(r).load(C)],
+    "reset": [lambda r: ResetStore(r).load(C)],
 }
 
 
@@ -127,6 +130,12 @@ async def _restore_record(r: aioredis.Redis) -> None:
     run = RestoreRun(restore_id="x1", cluster=C, etcd_cluster="etcd-data", snapshot_id="s1", sha256="0" * 64, size=1,
                      started_at="t0", stages=[])
     await r.set(f"bke:{C}:etcd-restore", run.to_json())
+
+
+async def _reset_record(r: aioredis.Redis) -> None:
+    """The fixture predates resets: a reset record as the dispatcher writes it."""
+    await r.set(f"bke:{C}:reset", Reset(request_id="r1", cluster=C, delete=False, snapshots=[], nodes=[],
+                                        started_at="t0").to_json())
 
 
 async def _upgrade_record(r: aioredis.Redis) -> None:
@@ -155,6 +164,8 @@ async def test_a_newer_record_is_refused_by_the_conversion_and_by_its_readers(re
         await _upgrade_record(redis_client)
     if kind.name == "etcd-restore":
         await _restore_record(redis_client)
+    if kind.name == "reset":
+        await _reset_record(redis_client)
     newer = await bump(redis_client, kind)
     before = await dump(redis_client)
     with pytest.raises(StoredVersionTooNew, match=f"version {newer}, newer than this BKE"):
