@@ -50,20 +50,26 @@ def parse_retry(body: bytes) -> RetryUpgrade | UpgradeRejected:
     return _parse(RetryUpgrade, body)
 
 
+def refusal_of(body: bytes, exc: ValidationError) -> tuple[str, str, str]:
+    """What a rejection of bytes that are no valid request says: the request id and cluster when
+    they can be read as strings ("" otherwise), and every wrong field by its path."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):  # json nests by recursion: `[[[...` deep must not raise
+        doc = None
+    rid = doc.get("requestId") if isinstance(doc, dict) else None
+    cluster = doc.get("cluster") if isinstance(doc, dict) else None
+    errors = [f"{loc_to_path('', tuple(e['loc'])) or 'message'}: {e['msg'].removeprefix('Value error, ')}"
+              for e in exc.errors(include_url=False)]
+    return (rid if isinstance(rid, str) else "", cluster if isinstance(cluster, str) else "", "; ".join(errors)[:2000])
+
+
 def _parse(model: type[M], body: bytes) -> M | UpgradeRejected:
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
-        try:
-            doc = json.loads(body)
-        except (ValueError, RecursionError):
-            doc = None
-        rid = doc.get("requestId") if isinstance(doc, dict) else None
-        cluster = doc.get("cluster") if isinstance(doc, dict) else None
-        errors = [f"{loc_to_path('', tuple(e['loc'])) or 'message'}: {e['msg'].removeprefix('Value error, ')}"
-                  for e in exc.errors(include_url=False)]
-        return UpgradeRejected(request_id=rid if isinstance(rid, str) else "", cluster=cluster if isinstance(cluster, str) else "",
-                               message="; ".join(errors)[:2000])
+        rid, cluster, message = refusal_of(body, exc)
+        return UpgradeRejected(request_id=rid, cluster=cluster, message=message)
 
 
 def versions_of(p: Plan) -> UpgradeVersions:

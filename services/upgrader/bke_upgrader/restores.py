@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -72,6 +70,7 @@ from bke.state import PlanCache
 from bke.state.keys import plan_key
 from bke.state.lease import claim_lease, release_lease
 
+from .requests import refusal_of
 from .restore_pieces import PieceServer, provisioned_key
 from .restore_store import RestoreStore
 from .store import UpgradeStore
@@ -114,15 +113,10 @@ class Restores:
         try:
             req = RestoreEtcd.model_validate_json(body)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            try:
-                doc: Any = json.loads(body)
-            except ValueError:
-                doc = {}
-            rid = str(doc.get("requestId", "")) if isinstance(doc, dict) else ""
-            message = f"invalid etcd restore request: {'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
-            return [Out(EtcdRestoreRejected(request_id=rid, cluster=str(doc.get("cluster", "")) if isinstance(doc, dict) else "",
-                                            message=message), RESTORE_REJECTED)]
+            # the upgrade request's rule: ids read only as strings, every wrong field named
+            rid, cluster, errors = refusal_of(body, exc)
+            return [Out(EtcdRestoreRejected(request_id=rid, cluster=cluster, message=f"invalid etcd restore request: {errors}"),
+                        RESTORE_REJECTED)]
         return await self.on_request(req)
 
     async def on_request(self, req: RestoreEtcd) -> list[Out]:
