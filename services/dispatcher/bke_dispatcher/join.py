@@ -45,6 +45,7 @@ __all__ = [
     "new_join",
     "next_step",
     "node_phases",
+    "phases_of",
 ]
 
 JOIN_VERSION = record_kind("join").current  # in the JSON: the join record's form (bke.state.schema)
@@ -67,11 +68,22 @@ def is_join_request(request_id: str) -> bool:
     return request_id.startswith(SLUG_PREFIX)
 
 
+def phases_of(plan: Plan, hosts: list[str]) -> dict[str, list[Phase]]:
+    """The install's phases that send each of `hosts` a command, in install order (the PHASES
+    table is the one source: a phase added there for workers is run by joins too). One pass over
+    the plan per phase, whatever the number of hosts."""
+    out: dict[str, list[Phase]] = {h: [] for h in hosts}
+    for p in PHASES:
+        if p.build is None or not p.run_if(plan):
+            continue
+        for t in p.targets(plan):
+            if t.hostname in out:
+                out[t.hostname].append(p)
+    return out
+
+
 def node_phases(plan: Plan, node: NodePlan) -> list[Phase]:
-    """The install's phases that send `node` a command, in install order (the PHASES table is
-    the one source: a phase added there for workers is run by joins too)."""
-    return [p for p in PHASES if p.build is not None and p.run_if(plan)
-            and any(t.hostname == node.hostname for t in p.targets(plan))]
+    return phases_of(plan, [node.hostname])[node.hostname]
 
 
 @dataclass
@@ -182,8 +194,8 @@ def _runs_control_plane(node: NodePlan) -> bool:
 
 
 def new_join(req: JoinNodes, plan: Plan, now: str) -> Join:
-    by_name = {n.hostname: n for n in plan.nodes}
-    runs = [JoinRun(hostname=h, phases=[p.slug for p in node_phases(plan, by_name[h])]) for h in req.nodes]
+    phases = phases_of(plan, list(req.nodes))
+    runs = [JoinRun(hostname=h, phases=[p.slug for p in phases[h]]) for h in req.nodes]
     return Join(request_id=req.request_id, cluster=req.cluster, plan_digest=req.plan_digest, nodes=runs, started_at=now)
 
 
