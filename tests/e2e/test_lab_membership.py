@@ -28,7 +28,7 @@ from bke_agent.reset import RESET_TABLE
 from bke_agent.settings import LAB_STATE_SUBDIR
 from bke_dispatcher.engine import parse_command_id
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # install, join, removal on a shared machine
 SEED = "examples/seed-3m1w.yaml"
 BKE = str(Path(sys.executable).parent / "bke")
 EXTRA = b"""
