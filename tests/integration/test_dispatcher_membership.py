@@ -182,3 +182,18 @@ async def test_a_removal_drains_deletes_resets_forgets_and_names_the_identity(wi
              and b"r1" in b]
     assert fin.status == "Succeeded" and fin.revoke_identities == ["agent.mbr.node2"]
     assert len(commands(sent)) == 1  # nothing to any other node
+
+
+async def test_the_upgraders_lab_drainer_still_records_in_the_upgrade_key(redis_url, redis_client):
+    """The drain moved to bke.drain; the upgrader's lab record stays where its tests read it."""
+    from bke_upgrader.drain import LabDrainer as UpgraderDrainer
+
+    r = Redis.from_url(redis_url)
+    try:
+        d = UpgraderDrainer(r, lambda: NOW)
+        assert await d.cordon_and_drain(PLAN, ["node1"], 5.0) == ""
+        await d.uncordon(PLAN, ["node1"])
+        doc = json.loads(await r.hget("bke:mbr:upgrade:drain", "node1"))
+        assert set(doc) == {"cordoned", "drained", "uncordoned"}
+    finally:
+        await r.aclose()
