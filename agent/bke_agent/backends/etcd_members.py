@@ -12,13 +12,16 @@ https://etcd.io/docs/v3.5/learning/design-learner/; procedure: the runtime recon
 guide, https://etcd.io/docs/v3.5/op-guide/runtime-configuration/):
     add      a learner does not count towards the quorum, so adding one never risks it; etcd
              allows one learner at a time by default (`--experimental-max-learners=1`: "too many
-             learner members in cluster"), which is a retryable `StepError` naming the learner;
+             learner members in cluster"), a `StepError` naming the learner there is;
     promote  refused while the learner is behind the leader ("can only promote a learner member
-             which is in sync with leader", gRPC FailedPrecondition): asked again every `poll_s`
-             until the step's deadline, then a `StepError` with etcd's last answer (a learner that
-             never started never catches up: the message says to check it runs);
+             which is in sync with leader", gRPC FailedPrecondition): asked again (a learner that
+             never started never catches up: the final message says to check that it runs);
     remove   refused when it would leave too few started members ("re-configuration failed due to
-             not enough started members", the strict reconfiguration check): a `StepError`.
+             not enough started members", the strict reconfiguration check): a `StepError`;
+    any      "unhealthy cluster" (mayAddMember/mayRemoveMember, server.go) for about 5 s after the
+             previous change, until the members have been connected long enough: asked again.
+What is asked again is asked every `poll_s` until the step's `timeout_s`, then the step fails
+with etcd's last answer and the number of requests.
 Each step is idempotent by looking first (member list, linearizable): a member already added,
 already voting or already gone is `Skipped`, saying what was found. Member ids are uint64,
 which the gateway writes as decimal strings (proto3 JSON mapping).
@@ -48,6 +51,10 @@ NOT_IN_SYNC = "in sync with leader"
 TOO_MANY_LEARNERS = "too many learner members"
 NOT_A_LEARNER = "can only promote a learner member"
 NOT_FOUND = ("member not found", "ID not found", "ID removed")
+# mayAddMember/mayRemoveMember (server.go): refused until every voting member (add), or enough of
+# them (remove), has been connected to the asked member for HealthInterval (5 s): right after
+# the previous change, it passes by itself
+UNHEALTHY = "unhealthy cluster"
 
 
 @dataclass(frozen=True)
@@ -118,95 +125,137 @@ def _client(verify: ssl.SSLContext | bool, transport: httpx.AsyncBaseTransport |
                              timeout=httpx.Timeout(_REQUEST_S, connect=_CONNECT_S))
 
 
+Attempt = Callable[[], Awaitable["StepOutcome | None"]]
+
+
+async def _until_done(step: EtcdMemberAdd | EtcdMemberPromote | EtcdMemberRemove, attempt: Attempt,
+                      retry_on: tuple[str, ...], sleep: Callable[[float], Awaitable[None]],
+                      clock: Callable[[], float], hint: Callable[[], str] = lambda: "") -> StepOutcome:
+    """Run `attempt` (look, then act) until it answers; None means "look again now" (it acted).
+    An etcd refusal that names one of `retry_on` is asked again every `poll_s` until the step's
+    deadline, then fails with etcd's last answer and the number of requests."""
+    deadline = clock() + step.timeout_s
+    requests = 0
+    while True:
+        requests += 1
+        try:
+            out = await attempt()
+        except EtcdAnswer as exc:
+            if not any(r in exc.etcd_message for r in retry_on):
+                raise
+            if clock() + step.poll_s > deadline:
+                raise StepError(f"{step.etcd_cluster}: {type(step).__name__} of {step.member} not accepted within "
+                                f"{step.timeout_s:g}s ({requests} requests); etcd's last answer: "
+                                f"{exc.etcd_message}{hint()}") from None
+            await sleep(step.poll_s)
+            continue
+        if out is not None:
+            return out
+
+
 async def ensure_learner_added(step: EtcdMemberAdd, url: str, verify: ssl.SSLContext | bool, *,
-                               transport: httpx.AsyncBaseTransport | None = None) -> StepOutcome:
+                               transport: httpx.AsyncBaseTransport | None = None,
+                               sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                               clock: Callable[[], float] = time.monotonic) -> StepOutcome:
     async with _client(verify, transport) as http:
         etcd = _Client(http, url)
-        members = await etcd.members()
-        same_url = next((m for m in members if step.peer_url in m.peer_urls), None)
-        same_name = next((m for m in members if m.name == step.member), None)
-        if same_url is not None and same_url.name not in ("", step.member):
-            raise PermanentStepError(f"{step.etcd_cluster}: peer URL {step.peer_url} belongs to member "
-                                     f"{same_url.name}, not {step.member}; nothing was added")
-        if same_url is None and same_name is not None:
-            raise PermanentStepError(f"{step.etcd_cluster}: member {step.member} is listed with peer URLs "
-                                     f"{','.join(same_name.peer_urls)}, not {step.peer_url}: remove it first; "
-                                     "nothing was added")
-        if same_url is not None:
-            return StepOutcome("Skipped", stdout=f"{step.etcd_cluster}: {step.member} ({step.peer_url}) is already "
-                                                 f"a member: {same_url.describe()}\nmembers:\n{_listing(members)}")
-        try:
-            body = await etcd.post("/v3/cluster/member/add", {"peerURLs": [step.peer_url], "isLearner": True})
-        except EtcdAnswer as exc:
-            if TOO_MANY_LEARNERS in exc.etcd_message:
-                learners = ", ".join(m.describe() for m in members if m.learner)
-                raise StepError(f"{step.etcd_cluster}: etcd takes one learner at a time and {learners} still is "
-                                f"one (promote or remove it first); {step.member} was not added") from None
-            raise
-        added = _members({"members": [body.get("member") or {}]})[0]
-        return StepOutcome(stdout=f"{step.etcd_cluster}: added {step.member} as a learner (id {int(added.id):x}, "
-                                  f"peer {step.peer_url}); start it with --initial-cluster-state=existing\n"
-                                  f"members:\n{_listing(_members(body))}")
+        added: list[Member] = []
+
+        async def attempt() -> StepOutcome | None:
+            members = await etcd.members()
+            same_url = next((m for m in members if step.peer_url in m.peer_urls), None)
+            same_name = next((m for m in members if m.name == step.member), None)
+            if same_url is not None and same_url.name not in ("", step.member):
+                raise PermanentStepError(f"{step.etcd_cluster}: peer URL {step.peer_url} belongs to member "
+                                         f"{same_url.name}, not {step.member}; nothing was added")
+            if same_url is None and same_name is not None:
+                raise PermanentStepError(f"{step.etcd_cluster}: member {step.member} is listed with peer URLs "
+                                         f"{','.join(same_name.peer_urls)}, not {step.peer_url}: remove it first; "
+                                         "nothing was added")
+            if same_url is not None:
+                what = (f"added {step.member} as a learner (id {int(same_url.id):x}, peer {step.peer_url}); start it "
+                        "with --initial-cluster-state=existing" if added else
+                        f"{step.member} ({step.peer_url}) is already a member: {same_url.describe()}")
+                return StepOutcome("Succeeded" if added else "Skipped",
+                                   stdout=f"{step.etcd_cluster}: {what}\nmembers:\n{_listing(members)}")
+            try:
+                body = await etcd.post("/v3/cluster/member/add", {"peerURLs": [step.peer_url], "isLearner": True})
+            except EtcdAnswer as exc:
+                if TOO_MANY_LEARNERS in exc.etcd_message:
+                    learners = ", ".join(m.describe() for m in members if m.learner)
+                    raise StepError(f"{step.etcd_cluster}: etcd takes one learner at a time and {learners} still is "
+                                    f"one (promote or remove it first); {step.member} was not added") from None
+                raise
+            added.append(_members({"members": [body.get("member") or {}]})[0])
+            return None  # listed again: the list shows it
+
+        return await _until_done(step, attempt, (UNHEALTHY,), sleep, clock)
 
 
 async def ensure_promoted(step: EtcdMemberPromote, url: str, verify: ssl.SSLContext | bool, *,
                           transport: httpx.AsyncBaseTransport | None = None,
                           sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                           clock: Callable[[], float] = time.monotonic) -> StepOutcome:
-    deadline = clock() + step.timeout_s
     async with _client(verify, transport) as http:
         etcd = _Client(http, url)
-        tries, last = 0, ""
-        while True:
+        seen: list[Member] = []
+
+        async def attempt() -> StepOutcome | None:
             members = await etcd.members()
             m = _find(members, step.member, step.peer_url)
             if m is None:
                 raise PermanentStepError(f"{step.etcd_cluster}: {step.member} ({step.peer_url}) is not a member; "
                                          "add it as a learner first")
             if not m.learner:
-                what = f"promoted after {tries} request(s)" if tries else "already is a voting member"
-                return StepOutcome("Succeeded" if tries else "Skipped",
+                what = "promoted" if seen else "already is a voting member"
+                return StepOutcome("Succeeded" if seen else "Skipped",
                                    stdout=f"{step.etcd_cluster}: {step.member} {what}\nmembers:\n{_listing(members)}")
-            tries += 1
+            seen.append(m)
             try:
                 await etcd.post("/v3/cluster/member/promote", {"ID": m.id})
-                continue  # listed again: the list shows it voting
             except EtcdAnswer as exc:
-                if NOT_IN_SYNC in exc.etcd_message:
-                    last = exc.etcd_message  # not caught up yet: ask again
-                elif NOT_A_LEARNER in exc.etcd_message:
-                    continue  # promoted meanwhile: the list says so
-                else:
-                    raise
-            if clock() + step.poll_s > deadline:
-                started = "" if m.name else (f"; {step.member} has never started (no name in the member list): "
-                                             "check that its etcd runs and reaches the peers")
-                raise StepError(f"{step.etcd_cluster}: learner {step.member} not promoted within {step.timeout_s:g}s "
-                                f"({tries} requests); etcd's last answer: {last}{started}")
-            await sleep(step.poll_s)
+                if NOT_A_LEARNER in exc.etcd_message and NOT_IN_SYNC not in exc.etcd_message:
+                    return None  # promoted meanwhile: the list says so
+                raise
+            return None  # listed again: the list shows it voting
+
+        def hint() -> str:
+            if seen and not seen[-1].name:
+                return (f"; {step.member} has never started (no name in the member list): check that its etcd runs "
+                        "and reaches the peers")
+            return ""
+
+        return await _until_done(step, attempt, (NOT_IN_SYNC, UNHEALTHY), sleep, clock, hint)
 
 
 async def ensure_removed(step: EtcdMemberRemove, url: str, verify: ssl.SSLContext | bool, *,
-                         transport: httpx.AsyncBaseTransport | None = None) -> StepOutcome:
+                         transport: httpx.AsyncBaseTransport | None = None,
+                         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                         clock: Callable[[], float] = time.monotonic) -> StepOutcome:
     async with _client(verify, transport) as http:
         etcd = _Client(http, url)
-        members = await etcd.members()
-        m = _find(members, step.member, step.peer_url)
-        if m is None:
-            return StepOutcome("Skipped", stdout=f"{step.etcd_cluster}: {step.member} ({step.peer_url}) is not a "
-                                                 f"member\nmembers:\n{_listing(members)}")
-        if await etcd.asked_member_id() == m.id:
-            # the member would stop serving as it applies its own removal: ask one that stays
-            raise PermanentStepError(f"{step.etcd_cluster}: {url} is {step.member} itself; run the removal on a "
-                                     "member that stays")
-        try:
-            body = await etcd.post("/v3/cluster/member/remove", {"ID": m.id})
-        except EtcdAnswer as exc:
-            if any(s in exc.etcd_message for s in NOT_FOUND):
-                return StepOutcome("Skipped", stdout=f"{step.etcd_cluster}: {step.member} was removed meanwhile\n")
-            raise
-        return StepOutcome(stdout=f"{step.etcd_cluster}: removed {m.describe()}\nmembers:\n"
-                                  f"{_listing(_members(body))}")
+        removed: list[Member] = []
+
+        async def attempt() -> StepOutcome | None:
+            members = await etcd.members()
+            m = _find(members, step.member, step.peer_url)
+            if m is None:
+                what = f"removed {removed[0].describe()}" if removed else f"{step.member} ({step.peer_url}) is not a member"
+                return StepOutcome("Succeeded" if removed else "Skipped",
+                                   stdout=f"{step.etcd_cluster}: {what}\nmembers:\n{_listing(members)}")
+            if await etcd.asked_member_id() == m.id:
+                # the member would stop serving as it applies its own removal: ask one that stays
+                raise PermanentStepError(f"{step.etcd_cluster}: {url} is {step.member} itself; run the removal on a "
+                                         "member that stays")
+            try:
+                await etcd.post("/v3/cluster/member/remove", {"ID": m.id})
+            except EtcdAnswer as exc:
+                if not any(s in exc.etcd_message for s in NOT_FOUND):
+                    raise
+            removed.append(m)
+            return None  # listed again: the list shows it gone
+
+        return await _until_done(step, attempt, (UNHEALTHY,), sleep, clock)
 
 
 class EtcdMemberStepsMixin:

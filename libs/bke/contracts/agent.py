@@ -301,8 +301,13 @@ class _EtcdMemberStep(_Step):
     """What every membership step names: the member it is about (`member`, its etcd name, which
     BKE makes the node's hostname; `peer_url`, its peer URL) and the existing member that is
     asked (`endpoint`, a client URL on the node that runs the step, mTLS with `tls`), through the
-    v3 Cluster API over etcd's gRPC gateway."""
+    v3 Cluster API over etcd's gRPC gateway. etcd refuses a change for a while after the previous
+    one ("unhealthy cluster" until every voting member has been connected for 5 s; a learner "not
+    in sync" until it caught up): the agent asks again every `poll_s` until `timeout_s`, then
+    fails with etcd's last answer."""
 
+    timeout_s: float = Field(60.0, gt=0, le=3600)
+    poll_s: float = Field(1.0, gt=0, le=60)
     endpoint: str = Field(pattern=r"^https?://")
     tls: TlsFiles | None = None
     etcd_cluster: str = Field(min_length=1, max_length=63)
@@ -320,14 +325,12 @@ class EtcdMemberAdd(_EtcdMemberStep):
 
 
 class EtcdMemberPromote(_EtcdMemberStep):
-    """Promote the learner `member` to a voting member once it has caught up with the leader.
-    etcd refuses while it is behind ("can only promote a learner member which is in sync with
-    leader"): the agent asks again every `poll_s` until `timeout_s`, then fails with etcd's last
-    answer. Idempotent: a member that already votes is `Skipped`."""
+    """Promote the learner `member` to a voting member once it has caught up with the leader
+    (etcd refuses while it is behind: "can only promote a learner member which is in sync with
+    leader"). Idempotent: a member that already votes is `Skipped`."""
 
     type: Literal["etcd_member_promote"] = "etcd_member_promote"
     timeout_s: float = Field(120.0, gt=0, le=3600)
-    poll_s: float = Field(1.0, gt=0, le=60)
 
 
 class EtcdMemberRemove(_EtcdMemberStep):
