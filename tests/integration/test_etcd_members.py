@@ -183,7 +183,7 @@ async def test_grow_one_to_three_then_remove_one(lab: Lab) -> None:
                     _write_manifest(lab.roots[s.member], joined, s.member)
                     await d[s.member].kubelet.start()
                 elif s.kind == "check-health":
-                    await until(lambda: etcd.all_healthy(s.healthy), 60, f"{s.healthy} healthy")
+                    await until(lambda hs=s.healthy: etcd.all_healthy(hs), 60, f"{s.healthy} healthy")
                 else:
                     step = agent_step(s, ec, promote_timeout_s=60)
                     assert step is not None
