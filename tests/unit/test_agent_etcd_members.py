@@ -153,3 +153,25 @@ async def test_remove_by_name_a_racing_removal_and_an_absent_member() -> None:
     # so the step asked again and removed it
     assert "3" in del_before and "3" not in etcd.members and out.status == "Succeeded"
     assert (await ensure_removed(step, URL, False, transport=etcd.transport)).status == "Skipped"
+
+
+async def test_host_backend_runs_the_steps_on_the_given_url(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The host backend's wiring: the step's own URL (no loopback mapping), routed by type."""
+    from bke_agent.backends import HostBackend
+
+    etcd = FakeEtcd([e1()])
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url).split("/v3/")[0])
+        return etcd._answer(request)
+
+    host = HostBackend(tmp_path, http_transport=httpx.MockTransport(answer))
+    add = EtcdMemberAdd(id="a", member="e2", peer_url="https://10.0.0.22:2380", **COMMON)
+    out = await host.execute(add, lambda: b"")
+    assert out.status == "Succeeded" and set(seen) == {URL}
+    promote = EtcdMemberPromote(id="p", member="e2", peer_url="https://10.0.0.22:2380", **COMMON)
+    assert (await host.execute(promote, lambda: b"")).status == "Succeeded"
+    remove = EtcdMemberRemove(id="r", member="e2", peer_url="https://10.0.0.22:2380", **COMMON)
+    assert (await host.execute(remove, lambda: b"")).status == "Succeeded"
+    assert [m["ID"] for m in etcd.members.values()] == ["1"]
