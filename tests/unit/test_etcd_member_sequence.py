@@ -81,6 +81,20 @@ def test_initial_cluster_of_each_join_is_the_members_then_plus_itself() -> None:
     )
 
 
+def test_health_checks_leave_out_members_known_unhealthy() -> None:
+    [seq] = member_sequences(_plan("e1", "e2", "e3"), _plan("e1", "e2", "e3", "e4", "e5"), frozenset({"e3"}))
+    checks = [s.healthy for s in seq.steps if s.kind == "check-health"]
+    assert checks == [("e1", "e2", "e4"), ("e1", "e2", "e4", "e5")]
+
+
+def test_step_ids_fit_the_contract() -> None:
+    from bke.lifecycle.etcd_members import MemberStep
+    long = "n" * 60 + "." + "x" * 60 + ".example"
+    step = agent_step(MemberStep("promote", "etcd-events", long, "e1", peer_url="https://10.0.0.9:2382"),
+                      _plan("e1").etcd_clusters[0])
+    assert step is not None and len(step.id) <= 128 and step.member == long
+
+
 def test_no_change_no_sequence() -> None:
     assert member_sequences(_plan("e1", "e2", "e3"), _plan("e1", "e2", "e3")) == []
 
@@ -91,7 +105,8 @@ def test_agent_steps_ask_the_staying_member_on_its_client_url() -> None:
     cluster = after.etcd_cluster("etcd-data")
     old = before.etcd_cluster("etcd-data")
     assert cluster is not None and old is not None
-    built = [agent_step(s, cluster if s.kind != "remove-member" else old) for s in seq.steps]
+    built = [agent_step(s, cluster) for s in seq.steps]
+    assert built == [agent_step(s, old) for s in seq.steps]  # run_on stays: either plan gives the same step
     kinds = [type(b).__name__ if b is not None else None for b in built]
     assert kinds == ["EtcdMemberAdd", None, "EtcdMemberPromote", None, "EtcdMemberRemove", None]
     add, promote, remove = (b for b in built if b is not None)

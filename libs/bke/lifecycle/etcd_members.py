@@ -21,6 +21,7 @@ Pure: plans and the last health round in, steps or refusals out; nothing is aske
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Literal
 
@@ -82,7 +83,8 @@ def _sequence(change: EtcdChange, before: EtcdClusterPlan, after: EtcdClusterPla
             MemberStep("add-learner", change.cluster, host, asked, peer_url=m.peer_url),
             MemberStep("start-member", change.cluster, host, host, peer_url=m.peer_url, initial_cluster=initial),
             MemberStep("promote", change.cluster, host, asked, peer_url=m.peer_url),
-            MemberStep("check-health", change.cluster, host, asked, healthy=tuple(x.hostname for x in members)),
+            MemberStep("check-health", change.cluster, host, asked,
+                       healthy=tuple(x.hostname for x in members if x.hostname not in unhealthy)),
         ]
     for host in removal_order(change, unhealthy):
         m = by_host[host]
@@ -115,13 +117,22 @@ def etcd_joins(current: Plan, desired: Plan) -> tuple[EtcdJoin, ...]:
                  for seq in member_sequences(current, desired) for s in seq.steps if s.kind == "start-member")
 
 
+def _step_id(kind: str, step: MemberStep) -> str:
+    """Unique within a command, at most 128 characters (the step contract's limit)."""
+    text = f"{kind}/{step.etcd_cluster}/{step.member}"
+    return text if len(text) <= 128 else f"{text[:111]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
 def agent_step(step: MemberStep, plan: EtcdClusterPlan, *, promote_timeout_s: float = 120.0) -> (
         EtcdMemberAdd | EtcdMemberPromote | EtcdMemberRemove | None):
     """The agent step for `add-learner`, `promote` and `remove-member`, run on `step.run_on`
-    (`plan`: the etcd cluster of the plan that lists `run_on`). None for `start-member` (the
-    member's files: its render with `etcd_joins`) and `check-health` (WaitHealth of each member):
-    those are the apply runner's own steps. The member is asked on its own client URL with the
-    node's healthcheck-client certificate, as the snapshot step does (bke.etcdsnap.step)."""
+    (`plan`: the etcd cluster of either plan: `run_on` is in both, it stays). None for
+    `start-member` (the member's files: its render with `etcd_joins`) and `check-health`
+    (WaitHealth of each member): those are the apply runner's own steps. The member is asked on
+    its own client URL with the node's healthcheck-client certificate, as the snapshot step does
+    (bke.etcdsnap.step)."""
+    if step.kind in ("start-member", "check-health"):
+        return None
     asked = plan.member(step.run_on)
     if asked is None:
         raise KeyError(f"{step.run_on} is no member of {plan.name}")
@@ -130,10 +141,8 @@ def agent_step(step: MemberStep, plan: EtcdClusterPlan, *, promote_timeout_s: fl
               "peer_url": step.peer_url,
               "tls": TlsFiles(ca=f"{d}/ca.crt", cert=f"{d}/healthcheck-client.crt", key=f"{d}/healthcheck-client.key")}
     if step.kind == "add-learner":
-        return EtcdMemberAdd(id=f"etcd-member-add/{step.etcd_cluster}/{step.member}", **common)
+        return EtcdMemberAdd(id=_step_id("etcd-member-add", step), **common)
     if step.kind == "promote":
-        return EtcdMemberPromote(id=f"etcd-member-promote/{step.etcd_cluster}/{step.member}",
+        return EtcdMemberPromote(id=_step_id("etcd-member-promote", step),
                                  timeout_s=promote_timeout_s, **common)
-    if step.kind == "remove-member":
-        return EtcdMemberRemove(id=f"etcd-member-remove/{step.etcd_cluster}/{step.member}", **common)
-    return None
+    return EtcdMemberRemove(id=_step_id("etcd-member-remove", step), **common)
