@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import random
 import re
 import ssl
@@ -175,6 +176,10 @@ class Etcd:
         return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
 
 
+async def _is_empty(why: Awaitable[str]) -> bool:
+    return await why == ""
+
+
 def _no_content() -> bytes:
     raise AssertionError("no file content here")
 
@@ -243,6 +248,18 @@ async def test_grow_one_to_three_then_remove_one(lab: Lab) -> None:
             assert await etcd.all_healthy(MEMBERS)
             for h in MEMBERS:  # data written before, read back through every member (linearizable)
                 assert {k: await etcd.get(h, k) for k in KEYS} == KEYS
+
+            # the stored plan's later render of a joined member (state new, the full list) is harmless:
+            # etcd ignores the --initial-* flags of a member that has its data dir
+            plain = render_cluster(lab.desired, RenderInputs())
+            assert flags(pod(plain, "d2", manifest))["initial-cluster-state"] == "new"
+            _write_manifest(lab, plain, "d2")
+            f = plain.node("d2").file("/" + lab.layout.manifest)
+            assert f is not None
+            sha = hashlib.sha256(f.content).hexdigest()
+            await until(lambda: _is_empty(d["d2"].pod_started("/" + lab.layout.manifest, sha, 0)), 60, "d2 restarted")
+            await until(lambda: etcd.all_healthy(MEMBERS), 60, "all healthy after d2's restart")
+            assert sorted(m["name"] for m in await etcd.members()) == list(MEMBERS)
 
             # what the apiservers are told to use answers them: each URL of their overrides, with
             # the apiserver's own etcd client certificate

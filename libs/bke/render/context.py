@@ -41,7 +41,10 @@ class EtcdJoin:
     starts with `--initial-cluster-state=existing` and an `--initial-cluster` of exactly the
     members at that moment plus itself (etcd compares it with the running cluster's member list
     and refuses to start on a mismatch). `initial_cluster` is that `name=peerURL,...` list
-    (bke.lifecycle.etcd_members.etcd_joins derives it from the order of the adds)."""
+    (bke.lifecycle.etcd_members.etcd_joins derives it from the order of the adds). Only the
+    join needs it: etcd uses the `--initial-*` flags to bootstrap a new member and ignores them
+    when an existing member restarts (etcd's configuration flags guide), so later renders of the
+    member with `new` and the full list are harmless (checked in test_etcd_members)."""
 
     etcd_cluster: str
     member: str
