@@ -175,3 +175,23 @@ async def test_host_backend_runs_the_steps_on_the_given_url(tmp_path) -> None:  
     remove = EtcdMemberRemove(id="r", member="e2", peer_url="https://10.0.0.22:2380", **COMMON)
     assert (await host.execute(remove, lambda: b"")).status == "Succeeded"
     assert [m["ID"] for m in etcd.members.values()] == ["1"]
+
+
+async def test_a_leader_change_is_asked_again() -> None:
+    """Met in a lab right after an install: the first member list answered 'leader changed'."""
+    etcd = FakeEtcd([e1(), {"ID": "3", "name": "e3", "peerURLs": ["https://10.0.0.23:2380"]}])
+    etcd.refuse["/v3/cluster/member/list"] = [(503, "etcdserver: leader changed")]
+    clock = Clock()
+    step = EtcdMemberRemove(id="r", member="e3", peer_url="https://10.0.0.23:2380", **COMMON)
+    out = await ensure_removed(step, URL, False, transport=etcd.transport, sleep=clock.sleep, clock=clock)
+    assert out.status == "Succeeded" and "3" not in etcd.members and clock.t == 1
+
+
+async def test_a_member_that_never_answers_fails_at_the_deadline() -> None:
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    clock = Clock()
+    step = EtcdMemberAdd(id="a", member="e2", peer_url="https://10.0.0.22:2380", timeout_s=5, **COMMON)
+    with pytest.raises(StepError, match=r"not accepted within 5s \(6 requests\).*no answer: ConnectError"):
+        await ensure_learner_added(step, URL, False, transport=httpx.MockTransport(down), sleep=clock.sleep, clock=clock)

@@ -19,7 +19,9 @@ guide, https://etcd.io/docs/v3.5/op-guide/runtime-configuration/):
     remove   refused when it would leave too few started members ("re-configuration failed due to
              not enough started members", the strict reconfiguration check): a `StepError`;
     any      "unhealthy cluster" (mayAddMember/mayRemoveMember, server.go) for about 5 s after the
-             previous change, until the members have been connected long enough: asked again.
+             previous change, until the members have been connected long enough; and etcd's
+             transient answers ("leader changed", "no leader", timeouts) or no answer at all:
+             asked again (a lab run met "leader changed" on the first member list).
 What is asked again is asked every `poll_s` until the step's `timeout_s`, then the step fails
 with etcd's last answer and the number of requests.
 Each step is idempotent by looking first (member list, linearizable): a member already added,
@@ -55,6 +57,9 @@ NOT_FOUND = ("member not found", "ID not found", "ID removed")
 # them (remove), has been connected to the asked member for HealthInterval (5 s): right after
 # the previous change, it passes by itself
 UNHEALTHY = "unhealthy cluster"
+# etcd's transient answers (errors.go: ErrLeaderChanged, ErrNoLeader, ErrTimeout*, ErrTooManyRequests):
+# an election or a busy member, which any request may meet; asked again like the above
+TRANSIENT = ("leader changed", "no leader", "request timed out", "too many requests")
 
 
 @dataclass(frozen=True)
@@ -70,11 +75,14 @@ class Member:
 
 
 class EtcdAnswer(StepError):
-    """etcd answered an error (HTTP status and its message)."""
+    """etcd answered an error (HTTP status and its message), or did not answer (status 0)."""
 
     def __init__(self, url: str, status: int, message: str) -> None:
-        super().__init__(f"{url}: HTTP {status}: {message}")
+        super().__init__(f"{url}: HTTP {status}: {message}" if status else f"{url}: {message}")
         self.status, self.etcd_message = status, message
+
+
+UNREACHABLE = "no answer"  # the asked member did not answer (restarting, busy): asked again
 
 
 def _members(body: dict[str, Any]) -> list[Member]:
@@ -102,7 +110,7 @@ class _Client:
         try:
             resp = await self.client.post(url, json=body)
         except httpx.HTTPError as exc:
-            raise StepError(f"{url}: {type(exc).__name__}: {exc}") from None
+            raise EtcdAnswer(url, 0, f"{UNREACHABLE}: {type(exc).__name__}: {exc}") from None
         try:
             doc = resp.json()
         except ValueError:
@@ -132,8 +140,8 @@ async def _until_done(step: EtcdMemberAdd | EtcdMemberPromote | EtcdMemberRemove
                       retry_on: tuple[str, ...], sleep: Callable[[float], Awaitable[None]],
                       clock: Callable[[], float], hint: Callable[[], str] = lambda: "") -> StepOutcome:
     """Run `attempt` (look, then act) until it answers; None means "look again now" (it acted).
-    An etcd refusal that names one of `retry_on` is asked again every `poll_s` until the step's
-    deadline, then fails with etcd's last answer and the number of requests."""
+    An etcd refusal that names one of `retry_on`, a transient one, or no answer is asked again
+    every `poll_s` until the step's deadline, then fails with etcd's last answer and the number of requests."""
     deadline = clock() + step.timeout_s
     requests = 0
     while True:
@@ -141,7 +149,7 @@ async def _until_done(step: EtcdMemberAdd | EtcdMemberPromote | EtcdMemberRemove
         try:
             out = await attempt()
         except EtcdAnswer as exc:
-            if not any(r in exc.etcd_message for r in retry_on):
+            if not any(r in exc.etcd_message for r in (*retry_on, *TRANSIENT, UNREACHABLE)):
                 raise
             if clock() + step.poll_s > deadline:
                 raise StepError(f"{step.etcd_cluster}: {type(step).__name__} of {step.member} not accepted within "
