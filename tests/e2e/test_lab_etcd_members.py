@@ -42,7 +42,8 @@ from bke.state.keys import command_signing_key
 
 from .lab_helpers import Lab
 
-# slow: a lab of its own (install ~60-90 s, then the two changes)
+# slow: a lab of its own (38 s here: the install, then both changes); the integration test
+# tests/integration/test_etcd_members.py covers the same steps on real etcd without a lab
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 NET = "127.0.23"
 EVENTS = ("events1", "events2", "events3")
