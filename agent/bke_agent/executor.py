@@ -28,7 +28,8 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from bke.contracts.agent import (
-    OUTPUT_LIMIT, AgentCommand, CommandResult, ReplaceFiles, Step, StepResult, UpdateAgent, WaitHealth, WriteFile,
+    OUTPUT_LIMIT, AgentCommand, CommandResult, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, ReplaceFiles, Step,
+    StepResult, UpdateAgent, WaitHealth, WriteFile,
 )
 
 from .backends.base import COMMAND_ID, Backend, StepOutcome
@@ -42,6 +43,8 @@ __all__ = ["Executor", "clip", "utc_now"]
 log = logging.getLogger("bke.agent.executor")
 BACKOFF_CAP_S = 300.0
 HEALTH_GRACE_S = 5.0  # WaitHealth reports its own last probe failure before the hard timeout
+# The etcd membership steps report etcd's last refusal at their deadline: a last request may take this long
+MEMBER_GRACE_S = 20.0
 REPLACE_GRACE_S = 120.0  # a ReplaceFiles step's downloads, writes and unit restarts, besides its probes
 
 
@@ -206,6 +209,8 @@ def _hard_limit(step: Step) -> float:
     """How long one attempt may take before it is cancelled (a step's own timeouts come first)."""
     if isinstance(step, WaitHealth):
         return step.timeout_s + HEALTH_GRACE_S
+    if isinstance(step, (EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove)):
+        return step.timeout_s + MEMBER_GRACE_S
     if isinstance(step, ReplaceFiles):
         return step.timeout_s + (step.rollback_timeout_s if step.rollback else 0.0) + REPLACE_GRACE_S
     return step.timeout_s

@@ -14,7 +14,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "renderer.md"
 def test_public_surface() -> None:
     assert sorted(bke.render.__all__) == sorted([
         "DENYLIST", "FILES", "GATES", "PRESETS", "TEMPLATE_RANGES", "TIERS", "ClusterFacts", "DeniedFlagError",
-        "DenyRule", "Finding", "Gate", "InvalidOutputError", "MissingInputError", "NodeDiff", "NodeFiles", "Preset",
+        "DenyRule", "EtcdJoin", "Finding", "Gate", "InvalidOutputError", "MissingInputError", "NodeDiff", "NodeFiles", "Preset",
         "RenderError", "RenderInputs", "RenderRejected", "RenderedCluster", "RenderedFile", "TemplateRange", "Tier",
         "UnsupportedVersionError", "VersionSet", "diff_rendered", "format_flags", "gate_open", "generate_vrrp_password",
         "merge_args", "preset_args", "render_cluster", "resolve_versions", "tier_for", "preload_templates"])

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from bke.contracts.agent import (
-    CheckHost, EtcdSnapshot, FetchFile, ParkStaticPod, RemoveFile, ReplaceFiles, ResetNode, RestartStaticPod,
+    CheckHost, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, EtcdSnapshot, FetchFile, ParkStaticPod, RemoveFile, ReplaceFiles, ResetNode, RestartStaticPod,
     RestoreEtcdMember, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile,
 )
 
@@ -75,6 +75,9 @@ class StepDispatch:
             ParkStaticPod: self.park_static_pod,
             RestoreEtcdMember: self.restore_etcd_member,
             ResetNode: self.reset_node,
+            EtcdMemberAdd: self.etcd_member_add,
+            EtcdMemberPromote: self.etcd_member_promote,
+            EtcdMemberRemove: self.etcd_member_remove,
         }
         return await handlers[type(step)](step)
 
@@ -115,4 +118,13 @@ class StepDispatch:
         raise NotImplementedError
 
     async def reset_node(self, step: ResetNode) -> StepOutcome:
+        raise NotImplementedError
+
+    async def etcd_member_add(self, step: EtcdMemberAdd) -> StepOutcome:
+        raise NotImplementedError
+
+    async def etcd_member_promote(self, step: EtcdMemberPromote) -> StepOutcome:
+        raise NotImplementedError
+
+    async def etcd_member_remove(self, step: EtcdMemberRemove) -> StepOutcome:
         raise NotImplementedError

@@ -7,7 +7,8 @@ by `systemctl` found on PATH; binaries are downloaded over http(s) and kept only
 sha256 matches; `ReplaceFiles` (see `replace`) keeps its backups under the agent's state dir
 and asks `crictl` (allowed in `programs`) whether the kubelet runs a replaced static pod;
 `ResetNode` (bke_agent.reset) removes only `RESET_DIRS` and `/var/lib/etcd*`, and asks crictl
-whether the removed manifests' pods are gone. `root` is "/" in production; tests point it at a temporary directory (the
+whether the removed manifests' pods are gone; the etcd membership steps (`etcd_members`) ask the
+member at the step's client URL with the node's TLS files. `root` is "/" in production; tests point it at a temporary directory (the
 allow-list is then applied relative to it) and put a fake `systemctl` on PATH.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import os
 import pwd
 import re
+import ssl
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -28,13 +30,14 @@ import yaml
 
 from bke.contracts.agent import (
     CheckHost, EtcdSnapshot, FetchFile, NewFile, RemoveFile, RestartStaticPod, RunProgram,
-    SystemdUnit, WaitHealth, WriteFile,
+    SystemdUnit, TlsFiles, WaitHealth, WriteFile,
 )
 
 from ..errors import PathRefused, PermanentStepError, StepError
 from .base import Content, StepDispatch, StepOutcome
 from .checks import NodeFacts, run_checks
 from .download import fetch_verified
+from .etcd_members import EtcdMemberStepsMixin
 from .files import ensure_file, remove_path
 from .health import tls_context, wait_http
 from .paths import HOST_WRITE_DIRS, PathPolicy
@@ -86,7 +89,7 @@ def _owner(user: str, group: str) -> tuple[int | None, int | None]:
     return uid, gid
 
 
-class HostBackend(ResetStepsMixin, RestoreStepsMixin, ReplaceStepsMixin, StepDispatch):
+class HostBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, ReplaceStepsMixin, StepDispatch):
     kind = "host"
 
     def __init__(self, root: Path = Path("/"), allowed: Sequence[str] = HOST_WRITE_DIRS, *,
@@ -187,13 +190,17 @@ class HostBackend(ResetStepsMixin, RestoreStepsMixin, ReplaceStepsMixin, StepDis
         """etcdutl from the program allow-list's fixed directories (etcd's release tarball)."""
         return resolve_program(["etcdutl"], {}, self.programs, self.program_dirs)[0]
 
+    def etcd_endpoint(self, url: str, tls: TlsFiles | None) -> tuple[str, ssl.SSLContext | bool]:
+        """A member's client URL as given, with the node's TLS files (the membership steps)."""
+        verify: ssl.SSLContext | bool = False
+        if tls is not None:
+            verify = tls_context(*(read_path(self.root, p) for p in (tls.ca, tls.cert, tls.key)))
+        return url, verify
+
     async def etcd_snapshot(self, step: EtcdSnapshot) -> StepOutcome:
         if self.snapshots is None:
             raise PermanentStepError("this agent has no snapshot store (it was started without a bus)")
-        verify = False
-        if step.tls is not None:
-            verify = tls_context(*(read_path(self.root, p) for p in (step.tls.ca, step.tls.cert, step.tls.key)))
-        return await self.snapshots.take(step, step.endpoint, verify)
+        return await self.snapshots.take(step, *self.etcd_endpoint(step.endpoint, step.tls))
 
     # ResetStepsMixin's own parts: the reset allow-list; pods as containerd has them
 

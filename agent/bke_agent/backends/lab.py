@@ -24,6 +24,8 @@ Why each step behaves as it does here:
   are this machine's, reported and not judged);
 * `EtcdSnapshot`: taken from the member the stand-in runs (a real etcd), as on a host
   (`snapshot`), with the loopback and TLS mapping of `WaitHealth`;
+* `EtcdMemberAdd`, `EtcdMemberPromote`, `EtcdMemberRemove`: asked of the member the stand-in
+  runs (a real etcd), with the loopback and TLS mapping of `WaitHealth` (see `etcd_members`);
 * `RestartStaticPod`: the kubelet stand-in stops the pod and starts it again from its manifest
   (what taking the manifest away and back does on a real node), and fails the step if the
   kubelet is not running or has no such pod.
@@ -42,13 +44,14 @@ import hashlib
 import json
 import os
 import shlex
+import ssl
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
 from bke.contracts.agent import (
     CheckHost, EtcdSnapshot, FetchFile, NewFile, RemoveFile, RestartStaticPod, RunProgram,
-    Step, SystemdUnit, WaitHealth, WriteFile,
+    Step, SystemdUnit, TlsFiles, WaitHealth, WriteFile,
 )
 from bke.binary_placeholder import lab_binary_bytes
 from bke.runtime.binaries import MissingBinaryError, etcdutl_bin
@@ -62,6 +65,7 @@ from ..settings import LAB_STATE_SUBDIR
 from .base import Content, StepDispatch, StepOutcome
 from .checks import NodeFacts, run_checks
 from .download import fetch_verified
+from .etcd_members import EtcdMemberStepsMixin
 from .files import ensure_file, remove_path
 from .health import tls_context, wait_http
 from .host import read_path, systemctl_args
@@ -83,7 +87,7 @@ def _unit(name: str) -> str:
     return name if "." in name else f"{name}.service"
 
 
-class LabBackend(ResetStepsMixin, RestoreStepsMixin, ReplaceStepsMixin, StepDispatch):
+class LabBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, ReplaceStepsMixin, StepDispatch):
     kind = "lab"
 
     def __init__(self, root: Path, ip: str, *, state_dir: Path | None = None, kubelet_poll_s: float = 0.2,
@@ -276,13 +280,17 @@ class LabBackend(ResetStepsMixin, RestoreStepsMixin, ReplaceStepsMixin, StepDisp
     def restore_url(self, url: str) -> str:
         return self._local_url(url)
 
+    def etcd_endpoint(self, url: str, tls: TlsFiles | None) -> tuple[str, ssl.SSLContext | bool]:
+        """A loopback client URL is the node's own address; TLS files are read from the tree."""
+        verify: ssl.SSLContext | bool = False
+        if tls is not None:
+            verify = tls_context(*(read_path(self.root, p) for p in (tls.ca, tls.cert, tls.key)))
+        return self._local_url(url), verify
+
     async def etcd_snapshot(self, step: EtcdSnapshot) -> StepOutcome:
         if self.snapshots is None:
             raise PermanentStepError("this agent has no snapshot store (it was started without a bus)")
-        verify = False
-        if step.tls is not None:
-            verify = tls_context(*(read_path(self.root, p) for p in (step.tls.ca, step.tls.cert, step.tls.key)))
-        return await self.snapshots.take(step, self._local_url(step.endpoint), verify)
+        return await self.snapshots.take(step, *self.etcd_endpoint(step.endpoint, step.tls))
 
     # ResetStepsMixin's own parts: paths as writes; pods as the stand-in has them
 

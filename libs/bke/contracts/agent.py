@@ -55,6 +55,9 @@ __all__ = [
     "CommandResult",
     "ETCD_SNAPSHOT_BUCKET",
     "PARKED_DIR",
+    "EtcdMemberAdd",
+    "EtcdMemberPromote",
+    "EtcdMemberRemove",
     "EtcdSnapshot",
     "ParkStaticPod",
     "RestoreEtcdMember",
@@ -294,6 +297,49 @@ class EtcdSnapshot(_Step):
     request_id: str = Field("", max_length=128)
 
 
+class _EtcdMemberStep(_Step):
+    """What every membership step names: the member it is about (`member`, its etcd name, which
+    BKE makes the node's hostname; `peer_url`, its peer URL) and the existing member that is
+    asked (`endpoint`, a client URL on the node that runs the step, mTLS with `tls`), through the
+    v3 Cluster API over etcd's gRPC gateway. etcd refuses a change for a while after the previous
+    one ("unhealthy cluster" until every voting member has been connected for 5 s; a learner "not
+    in sync" until it caught up): the agent asks again every `poll_s` until `timeout_s`, then
+    fails with etcd's last answer."""
+
+    timeout_s: float = Field(60.0, gt=0, le=3600)
+    poll_s: float = Field(1.0, gt=0, le=60)
+    endpoint: str = Field(pattern=r"^https?://")
+    tls: TlsFiles | None = None
+    etcd_cluster: str = Field(min_length=1, max_length=63)
+    member: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
+    peer_url: str = Field(pattern=r"^https?://[^,\s]+$")
+
+
+class EtcdMemberAdd(_EtcdMemberStep):
+    """Add `member` as a learner (a non-voting member: etcd's learner design, v3.4+), so that it
+    catches up without changing the quorum. Run on a healthy existing member's node, before the
+    new member starts (it starts with `--initial-cluster-state=existing`). Idempotent: a member
+    already listed with this peer URL (learner or voter) is `Skipped`, saying which."""
+
+    type: Literal["etcd_member_add"] = "etcd_member_add"
+
+
+class EtcdMemberPromote(_EtcdMemberStep):
+    """Promote the learner `member` to a voting member once it has caught up with the leader
+    (etcd refuses while it is behind: "can only promote a learner member which is in sync with
+    leader"). Idempotent: a member that already votes is `Skipped`."""
+
+    type: Literal["etcd_member_promote"] = "etcd_member_promote"
+    timeout_s: float = Field(120.0, gt=0, le=3600)
+
+
+class EtcdMemberRemove(_EtcdMemberStep):
+    """Remove `member` (found by its name or its peer URL) from the cluster. Run on a member that
+    stays. Idempotent: a member no longer listed is `Skipped`."""
+
+    type: Literal["etcd_member_remove"] = "etcd_member_remove"
+
+
 PARKED_DIR = "/etc/kubernetes/bke-restore-parked"  # static pod manifests taken away by a restore
 
 
@@ -375,7 +421,8 @@ class ResetNode(_Step):
 
 Step = Annotated[
     Union[WriteFile, RemoveFile, RunProgram, SystemdUnit, WaitHealth, FetchFile, CheckHost, RestartStaticPod,
-          ReplaceFiles, EtcdSnapshot, ParkStaticPod, RestoreEtcdMember, UpdateAgent, ResetNode],
+          ReplaceFiles, EtcdSnapshot, ParkStaticPod, RestoreEtcdMember, UpdateAgent, ResetNode, EtcdMemberAdd,
+          EtcdMemberPromote, EtcdMemberRemove],
     Field(discriminator="type"),
 ]
 

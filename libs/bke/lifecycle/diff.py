@@ -27,7 +27,8 @@ from ..plan.models import NodePlan
 from ..pki.instances import Instance, desired_instances
 from ..render.result import NodeDiff
 
-__all__ = ["Action", "ClusterDiff", "EtcdChange", "Refusal", "component_of", "diff_plans", "quorum", "removal_order", "render_diff"]
+__all__ = ["Action", "ClusterDiff", "EtcdChange", "Refusal", "component_of", "diff_plans", "etcd_changes", "quorum",
+           "removal_order", "removal_refusal", "render_diff", "unhealthy_in", "Unhealthy"]
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ def removal_order(change: EtcdChange, unhealthy: frozenset[str] = frozenset()) -
 Unhealthy = Iterable[str] | Mapping[str, Iterable[str]]
 
 
-def _unhealthy_in(cluster: str, unhealthy: Unhealthy) -> frozenset[str]:
+def unhealthy_in(cluster: str, unhealthy: Unhealthy) -> frozenset[str]:
     """The hosts whose member of `cluster` is unhealthy: `unhealthy` names them per etcd cluster
     (`etcd_health.unhealthy_etcd_members`), or as bare hosts meaning any member they run."""
     if isinstance(unhealthy, Mapping):
@@ -166,30 +167,32 @@ def _unhealthy_in(cluster: str, unhealthy: Unhealthy) -> frozenset[str]:
     return frozenset(unhealthy)
 
 
-def _etcd_changes(cur: Plan, new: Plan, unhealthy_by: Unhealthy) -> tuple[list[EtcdChange], list[Refusal]]:
+def removal_refusal(change: EtcdChange, unhealthy: frozenset[str] = frozenset()) -> Refusal | None:
+    """Why `change` may not remove its members, or None. Adds run first, then removals, one
+    member at a time, an unhealthy member first (it only takes from the quorum's margin): each
+    removal must leave a cluster whose healthy members still make a quorum of its new size."""
+    if not change.after:
+        return Refusal("EtcdQuorum", f"{change.cluster}: removing every member would end the cluster")
+    members = list(change.before) + list(change.added)
+    for host in removal_order(change, unhealthy):
+        members.remove(host)
+        healthy = sum(1 for m in members if m not in unhealthy)
+        if healthy < quorum(len(members)):
+            return Refusal("EtcdQuorum", f"{change.cluster}: removing {host} leaves {healthy} healthy of "
+                                         f"{len(members)} members, below a quorum of {quorum(len(members))}")
+    return None
+
+
+def etcd_changes(cur: Plan, new: Plan) -> list[EtcdChange]:
+    """The etcd clusters (in both plans) whose members change."""
     before, after = _etcd_members(cur), _etcd_members(new)
-    changes, refusals = [], []
-    for name in sorted(before.keys() & after.keys()):
-        unhealthy = _unhealthy_in(name, unhealthy_by)
-        ch = EtcdChange(name, before[name], after[name])
-        if not (ch.added or ch.removed):
-            continue
-        changes.append(ch)
-        if not ch.after:
-            refusals.append(Refusal("EtcdQuorum", f"{name}: removing every member would end the cluster"))
-            continue
-        # Adds run first, then removals, one member at a time, an unhealthy member first (it only
-        # takes from the quorum's margin): each removal must leave a cluster whose healthy
-        # members still make a quorum of its new size.
-        members = list(ch.before) + list(ch.added)
-        for host in removal_order(ch, unhealthy):
-            members.remove(host)
-            healthy = sum(1 for m in members if m not in unhealthy)
-            if healthy < quorum(len(members)):
-                refusals.append(Refusal("EtcdQuorum", f"{name}: removing {host} leaves {healthy} healthy of "
-                                                      f"{len(members)} members, below a quorum of {quorum(len(members))}"))
-                break
-    return changes, refusals
+    changes = [EtcdChange(name, before[name], after[name]) for name in sorted(before.keys() & after.keys())]
+    return [ch for ch in changes if ch.added or ch.removed]
+
+
+def _etcd_changes(cur: Plan, new: Plan, unhealthy: Unhealthy) -> tuple[list[EtcdChange], list[Refusal]]:
+    changes = etcd_changes(cur, new)
+    return changes, [r for ch in changes if (r := removal_refusal(ch, unhealthy_in(ch.cluster, unhealthy))) is not None]
 
 
 def _cert_changes(cur: Plan, new: Plan) -> dict[str, tuple[str, ...]]:
@@ -260,7 +263,7 @@ def diff_plans(current: Plan, desired: Plan, files: Iterable[NodeDiff] = (),
         if _node_meta(old[h]) != _node_meta(new[h]):
             actions.append(Action("set-labels-taints", h))
     for ch in etcd:
-        for h in removal_order(ch, _unhealthy_in(ch.cluster, unhealthy_etcd_members)):
+        for h in removal_order(ch, unhealthy_in(ch.cluster, unhealthy_etcd_members)):
             actions.append(Action("etcd-remove-member", h, ch.cluster))
     for h in removed:
         actions += [Action("drain", h), Action("remove-node", h), Action("reset", h)]

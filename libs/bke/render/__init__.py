@@ -7,7 +7,7 @@ Public surface (guarded by a test): render_cluster and its inputs/outputs, the d
 presets, denylist, template ranges) and the typed errors.
 """
 from .args import DENYLIST, DenyRule, format_flags, merge_args
-from .context import RenderInputs, generate_vrrp_password
+from .context import EtcdJoin, RenderInputs, generate_vrrp_password
 from .errors import (DeniedFlagError, Finding, InvalidOutputError, MissingInputError, RenderError, RenderRejected,
                      UnsupportedVersionError)
 from .gates import GATES, Gate, VersionSet, gate_open, resolve_versions
@@ -26,6 +26,7 @@ __all__ = [
     "ClusterFacts",
     "DeniedFlagError",
     "DenyRule",
+    "EtcdJoin",
     "Finding",
     "Gate",
     "InvalidOutputError",

@@ -8,6 +8,7 @@ from ..paths import CONTROLLER_MANAGER_CONF, MANIFESTS_DIR, PKI_DIR, SCHEDULER_C
 from ..plan import EtcdClusterPlan, NodePlan
 from .args import format_flags
 from .context import Ctx, loopback_of, url_host
+from .errors import MissingInputError
 from .gates import gate_open
 from .layout import PKI, PORTS
 from .params import ApiserverPod, ControllerManagerPod, EtcdPod, SchedulerPod
@@ -31,14 +32,21 @@ def etcd_defaults(ctx: Ctx, cluster: EtcdClusterPlan, node: NodePlan) -> dict[st
     assert m is not None, f"{node.hostname} is not a member of {cluster.name}"
     lo = url_host(loopback_of(node.ip))
     d = cluster.cert_dir
+    initial_cluster, state = cluster.initial_cluster, "new"
+    join = ctx.inputs.etcd_join(cluster.name, node.hostname)
+    if join is not None:  # joins the running cluster (see EtcdJoin)
+        if f"{node.hostname}={m.peer_url}" not in join.initial_cluster.split(","):
+            raise MissingInputError(f"etcd cluster {cluster.name}: the join of {node.hostname} lists "
+                                    f"{join.initial_cluster!r}, without itself ({node.hostname}={m.peer_url})")
+        initial_cluster, state = join.initial_cluster, "existing"
     return {
         "advertise-client-urls": m.client_url,
         "cert-file": f"{d}/server.crt",
         "client-cert-auth": "true",
         "data-dir": cluster.data_dir,
         "initial-advertise-peer-urls": m.peer_url,
-        "initial-cluster": cluster.initial_cluster,
-        "initial-cluster-state": "new",
+        "initial-cluster": initial_cluster,
+        "initial-cluster-state": state,
         # Distinct per cluster: a member can never join another cluster's raft group by mistake.
         "initial-cluster-token": f"{ctx.plan.cluster}-{cluster.name}",
         "key-file": f"{d}/server.key",

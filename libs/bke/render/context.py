@@ -20,7 +20,7 @@ from .errors import MissingInputError
 from .gates import VersionSet
 from .presets import ClusterFacts, Tier, preset_args, tier_for
 
-__all__ = ["Ctx", "RenderInputs", "VRRP_PASSWORD_RE", "generate_vrrp_password", "loopback_of", "url_host"]
+__all__ = ["Ctx", "EtcdJoin", "RenderInputs", "VRRP_PASSWORD_RE", "generate_vrrp_password", "loopback_of", "url_host"]
 
 # keepalived's PASS authentication uses at most 8 characters; alphanumerics keep the config
 # free of quoting and comment characters.
@@ -34,8 +34,32 @@ def generate_vrrp_password(choice: Callable[[str], str] = secrets.choice) -> str
 
 
 @dataclass(frozen=True)
+class EtcdJoin:
+    """A member of `etcd_cluster` that joins it while it runs, rather than bootstrapping it with
+    the others. etcd's runtime reconfiguration guide
+    (https://etcd.io/docs/v3.5/op-guide/runtime-configuration/#add-a-new-member): the new member
+    starts with `--initial-cluster-state=existing` and an `--initial-cluster` of exactly the
+    members at that moment plus itself (etcd compares it with the running cluster's member list
+    and refuses to start on a mismatch). `initial_cluster` is that `name=peerURL,...` list
+    (bke.lifecycle.etcd_members.etcd_joins derives it from the order of the adds). Only the
+    join needs it: etcd uses the `--initial-*` flags to bootstrap a new member and ignores them
+    when an existing member restarts (etcd's configuration flags guide), so later renders of the
+    member with `new` and the full list are harmless (checked in test_etcd_members)."""
+
+    etcd_cluster: str
+    member: str
+    initial_cluster: str
+
+
+@dataclass(frozen=True)
 class RenderInputs:
     vrrp_password: str | None = None  # required when the plan has a load balancer
+    # Members that join their running etcd cluster (a changed spec's apply); none for an install,
+    # whose members bootstrap together with `--initial-cluster-state=new`.
+    etcd_joins: tuple[EtcdJoin, ...] = ()
+
+    def etcd_join(self, etcd_cluster: str, member: str) -> EtcdJoin | None:
+        return next((j for j in self.etcd_joins if (j.etcd_cluster, j.member) == (etcd_cluster, member)), None)
 
 
 def url_host(ip: str) -> str:

@@ -1,0 +1,287 @@
+"""The etcd membership steps: `EtcdMemberAdd` (as a learner), `EtcdMemberPromote`, `EtcdMemberRemove`.
+
+Why through the v3 Cluster API on etcd's gRPC gateway (`/v3/cluster/member/*`, JSON over the
+member's client URL with the step's client certificate): that is how the snapshot step already
+reaches a member (`snapshot`), no etcdctl has to be on the node, and the command carries values
+only. A host and the lab differ only in reaching the member (the lab maps a loopback URL to the
+node's address and reads TLS files under its root): each backend passes the URL and TLS context.
+
+What etcd decides, and how the steps answer it (etcd v3.5, server/etcdserver/errors.go and
+server/etcdserver/api/membership/errors.go; design: etcd's "Learner" document,
+https://etcd.io/docs/v3.5/learning/design-learner/; procedure: the runtime reconfiguration
+guide, https://etcd.io/docs/v3.5/op-guide/runtime-configuration/):
+    add      a learner does not count towards the quorum, so adding one never risks it; etcd
+             allows one learner at a time by default (`--experimental-max-learners=1`: "too many
+             learner members in cluster"), a `StepError` naming the learner there is;
+    promote  refused while the learner is behind the leader ("can only promote a learner member
+             which is in sync with leader", gRPC FailedPrecondition): asked again (a learner that
+             never started never catches up: the final message says to check that it runs);
+    remove   refused when it would leave too few started members ("re-configuration failed due to
+             not enough started members", the strict reconfiguration check): a `StepError`;
+    any      "unhealthy cluster" (mayAddMember/mayRemoveMember, server.go) for about 5 s after the
+             previous change, until the members have been connected long enough; and etcd's
+             transient answers ("leader changed", "no leader", timeouts) or no answer at all:
+             asked again (a lab run met "leader changed" on the first member list).
+What is asked again is asked every `poll_s` until the step's `timeout_s`, then the step fails
+with etcd's last answer and the number of requests.
+Each step is idempotent by looking first (member list, linearizable): a member already added,
+already voting or already gone is `Skipped`, saying what was found. Member ids are uint64,
+which the gateway writes as decimal strings (proto3 JSON mapping).
+"""
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from bke.contracts.agent import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, TlsFiles
+
+from ..errors import PermanentStepError, StepError
+from .base import StepOutcome
+
+__all__ = ["EtcdMemberStepsMixin", "Member", "ensure_learner_added", "ensure_promoted", "ensure_removed"]
+
+_CONNECT_S = 10.0
+_REQUEST_S = 15.0
+# etcd's own words (errors.go), matched on the gateway's error message
+NOT_IN_SYNC = "in sync with leader"
+TOO_MANY_LEARNERS = "too many learner members"
+NOT_A_LEARNER = "can only promote a learner member"
+NOT_FOUND = ("member not found", "ID not found", "ID removed")
+# mayAddMember/mayRemoveMember (server.go): refused until every voting member (add), or enough of
+# them (remove), has been connected to the asked member for HealthInterval (5 s): right after
+# the previous change, it passes by itself
+UNHEALTHY = "unhealthy cluster"
+# etcd's transient answers (errors.go: ErrLeaderChanged, ErrNoLeader, ErrTimeout*, ErrTooManyRequests):
+# an election or a busy member, which any request may meet; asked again like the above
+TRANSIENT = ("leader changed", "no leader", "request timed out", "too many requests")
+
+
+@dataclass(frozen=True)
+class Member:
+    id: str  # uint64 as a decimal string
+    name: str  # "" until the member has started and published its name
+    peer_urls: tuple[str, ...]
+    learner: bool
+
+    def describe(self) -> str:
+        kind = "learner" if self.learner else "voter"
+        return f"{self.name or '(not started)'} id={int(self.id):x} {kind} {','.join(self.peer_urls)}"
+
+
+class EtcdAnswer(StepError):
+    """etcd answered an error (HTTP status and its message), or did not answer (status 0)."""
+
+    def __init__(self, url: str, status: int, message: str) -> None:
+        super().__init__(f"{url}: HTTP {status}: {message}" if status else f"{url}: {message}")
+        self.status, self.etcd_message = status, message
+
+
+UNREACHABLE = "no answer"  # the asked member did not answer (restarting, busy): asked again
+
+
+def _members(body: dict[str, Any]) -> list[Member]:
+    return [Member(id=str(m.get("ID", "0")), name=str(m.get("name", "")),
+                   peer_urls=tuple(str(u) for u in m.get("peerURLs") or ()), learner=bool(m.get("isLearner", False)))
+            for m in body.get("members") or ()]
+
+
+def _find(members: list[Member], name: str, peer_url: str) -> Member | None:
+    """The member with this peer URL, else with this name (a removal may know either)."""
+    return (next((m for m in members if peer_url in m.peer_urls), None)
+            or next((m for m in members if m.name == name), None))
+
+
+def _listing(members: list[Member]) -> str:
+    return "".join(f"  {m.describe()}\n" for m in members)
+
+
+class _Client:
+    def __init__(self, client: httpx.AsyncClient, url: str) -> None:
+        self.client, self.base = client, url.rstrip("/")
+
+    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        url = f"{self.base}{path}"
+        try:
+            resp = await self.client.post(url, json=body)
+        except httpx.HTTPError as exc:
+            raise EtcdAnswer(url, 0, f"{UNREACHABLE}: {type(exc).__name__}: {exc}") from None
+        try:
+            doc = resp.json()
+        except ValueError:
+            doc = {}
+        doc = doc if isinstance(doc, dict) else {}
+        if resp.status_code != 200:
+            raise EtcdAnswer(url, resp.status_code, str(doc.get("message") or doc.get("error") or resp.text[:300]))
+        return doc
+
+    async def members(self) -> list[Member]:
+        return _members(await self.post("/v3/cluster/member/list", {"linearizable": True}))
+
+    async def asked_member_id(self) -> str:
+        status = await self.post("/v3/maintenance/status", {})
+        return str((status.get("header") or {}).get("member_id", ""))
+
+
+def _client(verify: ssl.SSLContext | bool, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
+    return httpx.AsyncClient(verify=verify, trust_env=False, transport=transport,
+                             timeout=httpx.Timeout(_REQUEST_S, connect=_CONNECT_S))
+
+
+Attempt = Callable[[], Awaitable["StepOutcome | None"]]
+
+
+async def _until_done(step: EtcdMemberAdd | EtcdMemberPromote | EtcdMemberRemove, attempt: Attempt,
+                      retry_on: tuple[str, ...], sleep: Callable[[float], Awaitable[None]],
+                      clock: Callable[[], float], hint: Callable[[], str] = lambda: "") -> StepOutcome:
+    """Run `attempt` (look, then act) until it answers; None means "look again now" (it acted).
+    An etcd refusal that names one of `retry_on`, a transient one, or no answer is asked again
+    every `poll_s` until the step's deadline, then fails with etcd's last answer and the number of requests."""
+    deadline = clock() + step.timeout_s
+    requests = 0
+    while True:
+        requests += 1
+        try:
+            out = await attempt()
+        except EtcdAnswer as exc:
+            if not any(r in exc.etcd_message for r in (*retry_on, *TRANSIENT, UNREACHABLE)):
+                raise
+            if clock() + step.poll_s > deadline:
+                raise StepError(f"{step.etcd_cluster}: {type(step).__name__} of {step.member} not accepted within "
+                                f"{step.timeout_s:g}s ({requests} requests); etcd's last answer: "
+                                f"{exc.etcd_message}{hint()}") from None
+            await sleep(step.poll_s)
+            continue
+        if out is not None:
+            return out
+
+
+async def ensure_learner_added(step: EtcdMemberAdd, url: str, verify: ssl.SSLContext | bool, *,
+                               transport: httpx.AsyncBaseTransport | None = None,
+                               sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                               clock: Callable[[], float] = time.monotonic) -> StepOutcome:
+    async with _client(verify, transport) as http:
+        etcd = _Client(http, url)
+        added: list[Member] = []
+
+        async def attempt() -> StepOutcome | None:
+            members = await etcd.members()
+            same_url = next((m for m in members if step.peer_url in m.peer_urls), None)
+            same_name = next((m for m in members if m.name == step.member), None)
+            if same_url is not None and same_url.name not in ("", step.member):
+                raise PermanentStepError(f"{step.etcd_cluster}: peer URL {step.peer_url} belongs to member "
+                                         f"{same_url.name}, not {step.member}; nothing was added")
+            if same_url is None and same_name is not None:
+                raise PermanentStepError(f"{step.etcd_cluster}: member {step.member} is listed with peer URLs "
+                                         f"{','.join(same_name.peer_urls)}, not {step.peer_url}: remove it first; "
+                                         "nothing was added")
+            if same_url is not None:
+                what = (f"added {step.member} as a learner (id {int(same_url.id):x}, peer {step.peer_url}); start it "
+                        "with --initial-cluster-state=existing" if added else
+                        f"{step.member} ({step.peer_url}) is already a member: {same_url.describe()}")
+                return StepOutcome("Succeeded" if added else "Skipped",
+                                   stdout=f"{step.etcd_cluster}: {what}\nmembers:\n{_listing(members)}")
+            try:
+                body = await etcd.post("/v3/cluster/member/add", {"peerURLs": [step.peer_url], "isLearner": True})
+            except EtcdAnswer as exc:
+                if TOO_MANY_LEARNERS in exc.etcd_message:
+                    learners = ", ".join(m.describe() for m in members if m.learner)
+                    raise StepError(f"{step.etcd_cluster}: etcd takes one learner at a time and {learners} still is "
+                                    f"one (promote or remove it first); {step.member} was not added") from None
+                raise
+            added.append(_members({"members": [body.get("member") or {}]})[0])
+            return None  # listed again: the list shows it
+
+        return await _until_done(step, attempt, (UNHEALTHY,), sleep, clock)
+
+
+async def ensure_promoted(step: EtcdMemberPromote, url: str, verify: ssl.SSLContext | bool, *,
+                          transport: httpx.AsyncBaseTransport | None = None,
+                          sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                          clock: Callable[[], float] = time.monotonic) -> StepOutcome:
+    async with _client(verify, transport) as http:
+        etcd = _Client(http, url)
+        seen: list[Member] = []
+
+        async def attempt() -> StepOutcome | None:
+            members = await etcd.members()
+            m = _find(members, step.member, step.peer_url)
+            if m is None:
+                raise PermanentStepError(f"{step.etcd_cluster}: {step.member} ({step.peer_url}) is not a member; "
+                                         "add it as a learner first")
+            if not m.learner:
+                what = "promoted" if seen else "already is a voting member"
+                return StepOutcome("Succeeded" if seen else "Skipped",
+                                   stdout=f"{step.etcd_cluster}: {step.member} {what}\nmembers:\n{_listing(members)}")
+            seen.append(m)
+            try:
+                await etcd.post("/v3/cluster/member/promote", {"ID": m.id})
+            except EtcdAnswer as exc:
+                if NOT_A_LEARNER in exc.etcd_message and NOT_IN_SYNC not in exc.etcd_message:
+                    return None  # promoted meanwhile: the list says so
+                raise
+            return None  # listed again: the list shows it voting
+
+        def hint() -> str:
+            if seen and not seen[-1].name:
+                return (f"; {step.member} has never started (no name in the member list): check that its etcd runs "
+                        "and reaches the peers")
+            return ""
+
+        return await _until_done(step, attempt, (NOT_IN_SYNC, UNHEALTHY), sleep, clock, hint)
+
+
+async def ensure_removed(step: EtcdMemberRemove, url: str, verify: ssl.SSLContext | bool, *,
+                         transport: httpx.AsyncBaseTransport | None = None,
+                         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                         clock: Callable[[], float] = time.monotonic) -> StepOutcome:
+    async with _client(verify, transport) as http:
+        etcd = _Client(http, url)
+        removed: list[Member] = []
+
+        async def attempt() -> StepOutcome | None:
+            members = await etcd.members()
+            m = _find(members, step.member, step.peer_url)
+            if m is None:
+                what = f"removed {removed[0].describe()}" if removed else f"{step.member} ({step.peer_url}) is not a member"
+                return StepOutcome("Succeeded" if removed else "Skipped",
+                                   stdout=f"{step.etcd_cluster}: {what}\nmembers:\n{_listing(members)}")
+            if await etcd.asked_member_id() == m.id:
+                # the member would stop serving as it applies its own removal: ask one that stays
+                raise PermanentStepError(f"{step.etcd_cluster}: {url} is {step.member} itself; run the removal on a "
+                                         "member that stays")
+            try:
+                await etcd.post("/v3/cluster/member/remove", {"ID": m.id})
+            except EtcdAnswer as exc:
+                if not any(s in exc.etcd_message for s in NOT_FOUND):
+                    raise
+            removed.append(m)
+            return None  # listed again: the list shows it gone
+
+        return await _until_done(step, attempt, (UNHEALTHY,), sleep, clock)
+
+
+class EtcdMemberStepsMixin:
+    """The three steps for a backend that says how it reaches a member (`etcd_endpoint`)."""
+
+    http_transport: httpx.AsyncBaseTransport | None = None
+
+    def etcd_endpoint(self, url: str, tls: TlsFiles | None) -> tuple[str, ssl.SSLContext | bool]:
+        raise NotImplementedError
+
+    async def etcd_member_add(self, step: EtcdMemberAdd) -> StepOutcome:
+        url, verify = self.etcd_endpoint(step.endpoint, step.tls)
+        return await ensure_learner_added(step, url, verify, transport=self.http_transport)
+
+    async def etcd_member_promote(self, step: EtcdMemberPromote) -> StepOutcome:
+        url, verify = self.etcd_endpoint(step.endpoint, step.tls)
+        return await ensure_promoted(step, url, verify, transport=self.http_transport)
+
+    async def etcd_member_remove(self, step: EtcdMemberRemove) -> StepOutcome:
+        url, verify = self.etcd_endpoint(step.endpoint, step.tls)
+        return await ensure_removed(step, url, verify, transport=self.http_transport)
