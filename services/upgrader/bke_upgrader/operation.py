@@ -148,6 +148,13 @@ class Upgrades:
         self.publish, self.now, self.owner, self.lease_ms, self.sign = publish, now, owner, lease_ms, sign
         self.answer_deadline_s = answer_deadline_s
         self.kick: Callable[[str], None] = lambda cluster: None
+        # a kick that skips the runner's coalescing window (bke.runner): the answer that
+        # completes the batch in flight has nothing left to coalesce with
+        self.kick_at_once: Callable[[str], None] = lambda cluster: None
+        # cluster -> the commands of the batch in flight without an answer known here, as the
+        # last pass left it: a hint for the result path (the answers of another replica are
+        # not in it, and then the ordinary kicks and timers drive the passes as before)
+        self._unanswered: dict[str, set[str]] = {}
         # cluster -> (request, stored plan, old plan, target plan)
         self._targets: dict[str, tuple[str, Plan, Plan, Plan]] = {}
 
@@ -241,6 +248,13 @@ class Upgrades:
             log.warning("upgrade result dropped: %s", why, extra={"cluster": res.cluster, "node": res.node,
                                                                  "command_id": res.command_id, "rate_key": "upgrade-untrusted"})
             return
+        left = self._unanswered.get(res.cluster)
+        if left is not None:
+            left.discard(res.command_id)
+            if not left:  # the batch's last answer: the pass that folds it may run now
+                del self._unanswered[res.cluster]
+                self.kick_at_once(res.cluster)
+                return
         self.kick(res.cluster)
 
     def _misrouted(self, res: CommandResult) -> str:
@@ -355,6 +369,12 @@ class Upgrades:
         if changed:
             await self._save(run)
             await self._changed(run)
+        waiting = awaited_ids(run) if run.status == "Running" else []
+        unanswered = self.store.unanswered(cluster, waiting)
+        if unanswered:
+            self._unanswered[cluster] = unanswered
+        else:
+            self._unanswered.pop(cluster, None)
         if run.status == "Failed":
             return Outcome("failed", reason=run.message)
         return Outcome("done") if run.status == "Succeeded" else Outcome("wait", WAIT_S)
