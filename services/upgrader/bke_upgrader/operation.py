@@ -18,6 +18,7 @@ pass returns, which releases the lease.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -94,6 +95,7 @@ WAIT_S = 5.0  # re-check a batch in flight this often even without a result
 # while a batch waits; this process's own are known at once (UpgradeStore.results).
 RESULTS_READ_EVERY_S = 1.0
 COMMAND_TTL_S = 3600.0
+SEND_YIELD_EVERY = 32  # commands built between two turns of the event loop (see _send)
 # Steps whose commands carry files of the old and new render (bke.upgrade.node_commands), and the
 # addons step (the new render's manifests); the others (agents, snapshots, post-checks) need none.
 RENDERED_STEPS = frozenset({"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
@@ -449,7 +451,7 @@ class Upgrades:
             rel = await self.release.get()
             update = UpdateAgent(id="agents:update", version=rel.version, wheels=list(rel.wheels),
                                  confirm_timeout_s=self.release.confirm_timeout_s)
-        for host in hosts:
+        for i, host in enumerate(hosts):
             try:
                 if step == "etcd-snapshots":  # taken from the running members: the plan the cluster runs now
                     steps: list[Any] = [snapshot_step(old, group, host, recipient, now, run.request_id)]
@@ -468,6 +470,11 @@ class Upgrades:
                 if _transient(exc):
                     raise
                 raise AtNode(host, exc) from exc
+            if i % SEND_YIELD_EVERY == SEND_YIELD_EVERY - 1:
+                # a publish only queues (nats-py writes from its flusher task): without a turn of
+                # the loop a 5,000-node batch was built whole before its first command left, and
+                # the agents and this process's result handlers waited for it
+                await asyncio.sleep(0)
         log.info("upgrade step %s%s: %d node(s) sent", step, f"/{group}" if group else "", len(hosts),
                  extra={"cluster": run.cluster, "request_id": run.request_id})
 
