@@ -226,6 +226,10 @@ class Upgrades:
         # stored plan and versions (target_plan reads only the versions): kept for the passes,
         # which saves the first one a placement (a second or two at 5,000 nodes)
         self._targets[req.cluster] = (req.request_id, plan, plan, decided.new_plan)
+        if any(st.name in RENDERED_STEPS for st in run.steps):
+            # begun now rather than by the first pass: at 5,000 nodes the render process ends
+            # about when the agents step does, and the etcd step waits for it
+            self.renders.start(run.request_id, plan, decided.new_plan)
         log.info("upgrade accepted: %s -> %s", answer.current.kubernetes, answer.target.kubernetes, extra=ids)
         self.kick(req.cluster)
         return [Out(answer, UPGRADE_ACCEPTED, f"upgrade-accepted:{req.request_id}"),
