@@ -1,8 +1,10 @@
-"""The answer that completes the batch in flight wakes the next pass at once (the runner's
-coalescing window skipped), on real Redis and NATS: the earlier answers of the batch, and any
-answer the upgrader has no hint for, kick the runner the ordinary way."""
+"""A batch's two ends, on real Redis and NATS: its commands leave while the rest are built (the
+event loop gets a turn every SEND_YIELD_EVERY commands), and the answer that completes it wakes
+the next pass at once (the runner's coalescing window skipped), while the earlier answers of
+the batch, and any answer the upgrader has no hint for, kick the runner the ordinary way."""
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import pytest
@@ -64,3 +66,35 @@ async def test_the_batch_s_last_answer_kicks_at_once_and_the_others_ordinarily(
     kicks.clear()
     await upgrades.on_result(_answer(agents[0]))
     assert kicks == [("kick", plan.cluster)]
+
+
+async def test_a_batch_s_commands_leave_while_the_rest_are_built(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    from bke.plan import plan_spec_text
+    from bke.spec.synth import synth_spec_text
+    from bke_upgrader.operation import SEND_YIELD_EVERY
+
+    plan = plan_spec_text(synth_spec_text(SEND_YIELD_EVERY + 8, name="yields")).plan
+    store = await _stored_run(redis_client, plan)
+    order: list[str] = []
+    loop = asyncio.get_running_loop()
+
+    async def sign(cmd: AgentCommand) -> AgentCommand:
+        return cmd
+
+    upgrades = _upgrades(store, redis_client, nats_client, sign)
+    real_publish = upgrades.publish
+
+    async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
+        if subject.endswith(".command"):
+            if not order:  # the first command: what the event loop would run next is noted when it runs
+                loop.call_soon(order.append, "a turn of the loop")
+            order.append("command")
+        await real_publish(payload, subject, headers)
+
+    upgrades.publish = publish
+    assert (await upgrades.reconcile(plan.cluster)).status == "wait"  # the agents batch: every node
+    assert order.count("command") == len(plan.nodes)
+    # the loop ran (nats-py's flusher would write) after the first SEND_YIELD_EVERY commands,
+    # not only once the whole batch was built
+    assert order.index("a turn of the loop") == SEND_YIELD_EVERY
