@@ -18,8 +18,10 @@ workers, ECDSA-P256), the cluster installed, then upgraded 1.33.2 -> 1.34.1 with
 * ``commands``: node commands the order expands to (one per node per node step it is in),
   counted from the accepted request's steps, and checked against what the fleet executed.
 * ``rss``: the upgrader process's peak resident set (VmHWM), which includes its idle time
-  during the install; ``CPU``: the upgrader's and this process's (the fleet's) CPU seconds
-  during the upgrade.
+  during the install, and its render process's (the upgrader's log line); ``CPU``: the
+  upgrader's and this process's (the fleet's) CPU seconds during the upgrade, and below them
+  every lab process's (NATS, Redis, each service): on a shared machine the upgrade's wall time
+  follows the CPU of all of them, the floor's that of this process and NATS only.
 
 Target (issue 12): at 5,000 nodes, under 120 s and within 3x of the floor.
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import tempfile
@@ -108,6 +111,17 @@ class _TimedWatch(EventWatch):
         await super()._on_msg(msg)
 
 
+def _render_line(log: Path) -> str:
+    """The upgrader's own account of its render process (bke_upgrader.renders), if it logged one."""
+    try:
+        lines = [ln for ln in log.read_text().splitlines() if "renders done in a child process" in ln]
+    except OSError:
+        return "-"
+    if not lines:
+        return "-"
+    return str(json.loads(lines[-1]).get("msg", "-")).removeprefix("both renders done in a child process: ")
+
+
 def _step_times(arrived: list, subject: str) -> str:  # type: ignore[type-arg]
     """Seconds each step took, from the first event that shows it started (or the previous
     step's end) to the first that shows it Succeeded, per UpgradeChanged arrival times."""
@@ -132,8 +146,10 @@ async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavail
             return {"status": f"install {lab.result['status']}", "install": lab.result}
         await _heartbeats(lab)
         upgrader = lab.sup.pids()["services"]["upgrader"]
+        procs = {"nats": lab.info.nats_pid, "redis": lab.info.redis_pid, **lab.sup.pids()["services"]}
         before = (lab.fleet.executed, lab.fleet.replayed)
         cpu0, fleet0 = _cpu_s(upgrader), time.process_time()
+        procs0 = {name: _cpu_s(pid) for name, pid in procs.items()}
         req = UpgradeCluster(request_id=f"up-{lab.cluster}", cluster=lab.cluster, kubernetes_version=to,
                              etcd_version=etcd, max_unavailable=max_unavailable, origin="bus")
         subjects = [UPGRADE_ACCEPTED, UPGRADE_REJECTED, upgrade_subject(lab.cluster)]
@@ -168,6 +184,8 @@ async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavail
             "rss_mb": _peak_rss_mb(upgrader),
             "cpu_s": _cpu_s(upgrader) - cpu0,
             "fleet_cpu_s": time.process_time() - fleet0,
+            "cpu_by_process": ", ".join(f"{name} {_cpu_s(pid) - procs0[name]:.1f}" for name, pid in procs.items()),
+            "render": _render_line(lab.sup.workdir / "logs" / "upgrader.log"),
         }
 
 
@@ -194,6 +212,8 @@ async def main(sizes: list[int], to: str, etcd: str, max_unavailable: str) -> in
         )
         print(f"         node steps (nodes/batches): {up['steps']}", flush=True)
         print(f"         step times (s, by UpgradeChanged arrival): {up['step_times']}", flush=True)
+        print(f"         CPU s by process during the upgrade: {up['cpu_by_process']}, the fleet {up['fleet_cpu_s']:.1f}; "
+              f"renders (child process): {up['render']}", flush=True)
         ok = ok and up["executed"] == up["commands"]
     return 0 if ok else 1
 

@@ -2,6 +2,9 @@
 dispatcher's installs and rotations and the upgrader's upgrades each run one.
 
 Kicks coalesce: a thousand results arriving together cause one reconcile, not a thousand.
+A kick `at_once` (the answer that completes what the loop waits for: the upgrader's last result
+of a batch) skips the coalescing window: nothing is left to coalesce, and an upgrade is ~40
+batches in a row, each of which waited out the window once.
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ class Runner:
         # reconcile per result would cost more than the results themselves.
         self.debounce_s = debounce_s
         self._events: dict[str, asyncio.Event] = {}
+        self._at_once: dict[str, asyncio.Event] = {}  # set by a kick that must not wait the window
         self._tasks: dict[str, asyncio.Task] = {}
         # Each stop starts a new generation: a loop of an older one ends at its next turn even
         # if its cancellation was swallowed (bke.tasks), and a kick after the stop (the state-loss
@@ -58,13 +62,16 @@ class Runner:
         self._generation = 0
         self._task_generation: dict[str, int] = {}
 
-    def kick(self, cluster: str) -> None:
+    def kick(self, cluster: str, at_once: bool = False) -> None:
         task = self._tasks.get(cluster)
         if task is None or task.done() or self._task_generation.get(cluster) != self._generation:
             self._events[cluster] = asyncio.Event()
+            self._at_once[cluster] = asyncio.Event()
             self._task_generation[cluster] = self._generation
             self._tasks[cluster] = asyncio.create_task(self._loop(cluster, self._generation), name=f"reconcile:{cluster}")
         else:
+            if at_once:
+                self._at_once[cluster].set()
             self._events[cluster].set()
 
     async def resume_all(self) -> list[str]:
@@ -77,16 +84,17 @@ class Runner:
         return resumed
 
     async def _loop(self, cluster: str, generation: int) -> None:
-        event = self._events[cluster]
+        event, at_once = self._events[cluster], self._at_once[cluster]
         held = False
         while generation == self._generation:  # a swallowed cancellation (bke.tasks) still ends it
             event.clear()
+            at_once.clear()
             try:
                 if self.paused is not None and await self.paused(cluster):
                     if not held:
                         log.info("paused: no new step until resumed", extra={"cluster": cluster})
                     held, delay = True, PAUSED_RECHECK_S
-                    await self._wait(event, delay)
+                    await self._wait(event, at_once, delay)
                     continue
                 if held:
                     log.info("resumed", extra={"cluster": cluster})
@@ -107,14 +115,18 @@ class Runner:
                 else:
                     log.exception("reconcile failed; retrying", extra={"cluster": cluster})
                 delay = 2.0
-            await self._wait(event, delay)
+            await self._wait(event, at_once, delay)
 
-    async def _wait(self, event: asyncio.Event, delay: float) -> None:
+    async def _wait(self, event: asyncio.Event, at_once: asyncio.Event, delay: float) -> None:
         try:
             await asyncio.wait_for(event.wait(), timeout=delay)
-            await asyncio.sleep(self.debounce_s)  # coalescing window, not synchronisation
         except TimeoutError:
-            pass
+            return
+        if self.debounce_s > 0 and not at_once.is_set():
+            try:  # the coalescing window (not synchronisation), cut short by a kick at once
+                await asyncio.wait_for(at_once.wait(), timeout=self.debounce_s)
+            except TimeoutError:
+                pass
 
     async def stop(self) -> None:
         self._generation += 1

@@ -15,6 +15,7 @@ them are safe under redelivery.
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from datetime import datetime
@@ -37,9 +38,30 @@ from .reset import is_reset_command
 from .rotation import is_rotation_command
 from .state import DispatcherState
 
-__all__ = ["Inputs"]
+__all__ = ["Inputs", "upgraders_result"]
 
 log = logging.getLogger("bke.dispatcher")
+UPGRADER_SLUGS = ("upgrade@", "restore@")  # bke.upgrade.run, bke.etcdsnap.restore_run
+_UPGRADER_MARKS = tuple(b"/" + s.encode() for s in UPGRADER_SLUGS)
+
+
+def upgraders_result(body: bytes) -> bool:
+    """Whether a result's command id is an upgrader's command (an upgrade's or an etcd
+    restore's), which the upgrader reads from the same stream and `Inputs.result` drops. Read
+    with the json module only: the full parse, the cluster check and the accepted-agent reads
+    cost the dispatcher as much CPU per result as the upgrader spends (15,000 results in a
+    5,000-node upgrade). Bytes without the mark, or that do not read as an object with a
+    string command id of four parts, go the full way (and are refused there if malformed)."""
+    if not any(m in body for m in _UPGRADER_MARKS):
+        return False
+    try:
+        cid = json.loads(body).get("commandId")
+    except (ValueError, AttributeError, RecursionError):
+        return False
+    if not isinstance(cid, str):
+        return False
+    parts = cid.split("/")
+    return len(parts) == 4 and parts[1].startswith(UPGRADER_SLUGS)
 STDERR_KEEP = 2000
 LOG_EVERY_S = 10.0  # dropped results and refusals: one log line per cluster per period
 
@@ -119,7 +141,7 @@ class Inputs:
             self.dropped(res.cluster, f"result dropped: {why}", cluster=res.cluster, node=res.node,
                          command_id=res.command_id)
             return []
-        if slug.startswith(("upgrade@", "restore@")):
+        if slug.startswith(UPGRADER_SLUGS):
             return []  # the upgrader's command (an upgrade's or an etcd restore's): it reads the same result stream
         if slug.startswith("health@"):
             await self.on_health(res)

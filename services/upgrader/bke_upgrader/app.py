@@ -157,6 +157,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     pause_flags = PauseFlags(redis, "upgrade")
     runner = Runner(upgrades, debounce_s=0.05, paused=pause_flags.is_paused)
     upgrades.kick = certs.kick = runner.kick
+    upgrades.kick_at_once = lambda cluster: runner.kick(cluster, at_once=True)
     serve_pause(svc, pause_flags, [runner.kick], _now)
     serve_deleted(svc, redis, _now)  # a deleted cluster: this service's records go (bke.forgetting)
 

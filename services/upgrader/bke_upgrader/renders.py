@@ -3,33 +3,43 @@
 Rendering is pure and deterministic (bke.render), so the upgrader renders the plan it starts
 from and the plan it leads to itself, and sends each node exactly the files that differ: after a
 restart it renders both again and gets the same bytes. Load-balancer files are left out (see
-bke.upgrade.node_commands); the VRRP password given here is therefore never used."""
+bke.upgrade.node_commands); the VRRP password given here is therefore never used.
+
+Both renders run in a child process (render_child: why there), which hands back only the files
+that differ. Errors: the plan does not render -> RenderFailed (permanent: the run fails naming
+it); the child dies or cannot start -> TemporaryError (the next pass renders again)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import logging
+import pickle
+import sys
+import time
 from dataclasses import dataclass
 
+from bke.errors import PermanentError, TemporaryError
 from bke.plan import Plan
-from bke.render import RenderInputs, render_cluster
 from bke.render.result import RenderedFile
 
-__all__ = ["ClusterRenders", "Renders"]
+__all__ = ["ClusterRenders", "RenderFailed", "Renders"]
 
-_UNUSED_VRRP = "upgrader"  # keepalived.conf is not part of an upgrade
+log = logging.getLogger("bke.upgrader")
+STDERR_KEEP = 2000
 
 
 @dataclass(frozen=True)
 class ClusterRenders:
-    old: dict[str, dict[str, RenderedFile]]  # hostname -> path -> file
+    # hostname -> path -> file: the renders, or (from the child) only the files that differ
+    # between them; node_commands.changed_files reads either the same way
+    old: dict[str, dict[str, RenderedFile]]
     new: dict[str, dict[str, RenderedFile]]
     new_addons: dict[str, str]  # addon name -> rendered manifest text (kube-proxy, coredns, rbac)
 
 
-def _by_node(plan: Plan) -> tuple[dict[str, dict[str, RenderedFile]], dict[str, str]]:
-    rendered = render_cluster(plan, RenderInputs(vrrp_password=_UNUSED_VRRP))
-    files = {n.hostname: {f.path: f for f in n.files} for n in rendered.nodes}
-    addons = {f.path.removesuffix(".yaml"): f.content.decode() for f in rendered.addons}
-    return files, addons
+class RenderFailed(PermanentError):
+    """A plan of the upgrade does not render: the message is the renderer's own error."""
 
 
 class Renders:
@@ -55,6 +65,28 @@ class Renders:
 
 
 async def _render_both(old: Plan, new: Plan) -> ClusterRenders:
-    (old_files, _), (new_files, addons) = await asyncio.gather(
-        asyncio.to_thread(_by_node, old), asyncio.to_thread(_by_node, new))
+    t0 = time.monotonic()
+    doc = json.dumps({"old": old.to_json(), "new": new.to_json()}).encode()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bke_upgrader.render_child",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    except OSError as exc:
+        raise TemporaryError(f"the render process did not start: {exc}", delay=5.0) from exc
+    try:
+        out, err = await proc.communicate(doc)
+    finally:
+        if proc.returncode is None:  # cancelled (the service stops): the child goes with it
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await asyncio.shield(proc.wait())
+    if proc.returncode != 0 or not out:
+        tail = err.decode(errors="replace")[-STDERR_KEEP:].strip()
+        raise TemporaryError(f"the render process ended with {proc.returncode}: {tail}", delay=5.0)
+    answer = pickle.loads(out)  # our own child's answer (render_child: the only writer)
+    if answer[0] == "error":
+        raise RenderFailed(answer[1])
+    _, old_files, new_files, addons, peak_kb = answer
+    log.info("both renders done in a child process: %.1f s, its peak RSS %d MB", time.monotonic() - t0,
+             peak_kb // 1024, extra={"cluster": old.cluster})
     return ClusterRenders(old_files, new_files, addons)

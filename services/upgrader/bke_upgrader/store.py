@@ -188,5 +188,10 @@ class UpgradeStore:
             self._read_at[cluster] = (batch, now)
         return seen
 
+    def unanswered(self, cluster: str, command_ids: list[str]) -> set[str]:
+        """Those of `command_ids` whose answer this process does not know (yet)."""
+        local = self._local.get(cluster, {})
+        return {k for k in command_ids if k not in local}
+
     async def clusters(self) -> list[str]:
         return sorted(_s(c) for c in await self.r.smembers(upgrades_index()))
