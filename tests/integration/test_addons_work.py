@@ -268,3 +268,22 @@ async def test_a_malformed_cni_manifest_fails_the_phase_and_never_raises(redis_u
         assert out.status == "failed" and out.reason.startswith("addon calico 3.31.3: ")
     finally:
         await r.aclose()
+
+
+async def test_the_upgraders_early_rbac_applies_that_addon_alone_and_the_full_run_skips_it(redis_url, redis_client):
+    """An upgrade that re-issues a certificate with fewer groups applies the target's `rbac`
+    first (bke.upgrade.certificates.rbac_before_renewal); the addons step at the end then finds
+    it done at that version and applies the others only."""
+    r = Redis.from_url(redis_url, decode_responses=True)
+    try:
+        plan = _plan("earlyrbac", kubernetesVersion="v1.37.0", etcdVersion="v3.6.6")
+        await _store_rendered(r, plan)
+        applier = CountingLab()
+        work = AddonsWork(r, applier, Clock(), LabManifests())
+        assert (await work.run("addons", plan, only="rbac")).status == "done"
+        assert [c[0] for c in applier.calls] == ["rbac"]
+        assert list(await _records(r, plan.cluster)) == ["rbac"]
+        assert (await work.run("addons", plan)).status == "done"
+        assert [c[0] for c in applier.calls] == ORDER  # rbac once, then the rest
+    finally:
+        await r.aclose()

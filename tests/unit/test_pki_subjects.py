@@ -13,6 +13,7 @@ from bke.pki.store import Snapshot
 from bke.pki.subjects import RULES, dropped
 from bke.pki.table import CERTS, by_name
 from bke.rbac import bindings_for
+from bke.upgrade.certificates import rbac_before_renewal
 from bke.versions import KUBERNETES
 
 from .test_pki_support import NOW, SEED, SERIAL, plan_of
@@ -107,3 +108,12 @@ def test_a_version_change_alone_stays_the_upgraders_even_when_a_subject_follows_
     d = diff_plans(_seed_at("1.36.0"), _seed_at("1.37.0"))
     assert d.versions == {"kubernetes": ("v1.36.0", "v1.37.0")}
     assert d.upgrade_only and not d.certificates and not d.refused
+
+
+@pytest.mark.parametrize("current,target,first", [
+    ("v1.36.0", "v1.37.0", True), ("v1.35.4", "v1.35.5", True), ("v1.34.9", "v1.35.5", True),
+    ("v1.35.5", "v1.36.0", True),  # 1.36.0 issues the group again: its RBAC (group binding) first too
+    ("v1.36.1", "v1.37.0", False), ("v1.33.2", "v1.34.9", False), ("v1.35.0", "v1.35.4", False),
+])
+def test_the_upgrade_applies_the_targets_rbac_before_a_subject_changes(current: str, target: str, first: bool) -> None:
+    assert rbac_before_renewal(current, target) is first
