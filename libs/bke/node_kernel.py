@@ -39,6 +39,7 @@ __all__ = [
     "PROXY_MIN_KERNEL",
     "PROXY_MODULES",
     "SYSCTL_FILE",
+    "IPV6_POD_NETWORK_SYSCTLS",
     "kernel_modules",
     "sysctls",
 ]
@@ -64,6 +65,10 @@ POD_NETWORK_SYSCTLS: tuple[tuple[str, str], ...] = (
     ("net.bridge.bridge-nf-call-iptables", "1"),
     ("net.ipv4.ip_forward", "1"),
 )
+# An IPv6 or dual-stack pod subnet: calico's "Configure dual stack or IPv6 only" (docs.tigera.io/
+# calico/<version>/networking/ipam/ipv6, "Kubernetes IPv6 host requirements") needs
+# net.ipv6.conf.all.forwarding = 1 for Service and pod traffic over IPv6.
+IPV6_POD_NETWORK_SYSCTLS: tuple[tuple[str, str], ...] = (("net.ipv6.conf.all.forwarding", "1"),)
 
 
 def kernel_modules(*, registers: bool, proxy_mode: str | None) -> tuple[str, ...]:
@@ -76,6 +81,9 @@ def kernel_modules(*, registers: bool, proxy_mode: str | None) -> tuple[str, ...
     return out
 
 
-def sysctls(*, registers: bool) -> tuple[tuple[str, str], ...]:
-    """The kernel parameters one node sets (none on an etcd-only node)."""
-    return POD_NETWORK_SYSCTLS if registers else ()
+def sysctls(*, registers: bool, ipv6: bool = False) -> tuple[tuple[str, str], ...]:
+    """The kernel parameters one node sets (none on an etcd-only node); `ipv6`: the pod subnet
+    has an IPv6 half, so IPv6 pod traffic must be forwarded too."""
+    if not registers:
+        return ()
+    return POD_NETWORK_SYSCTLS + (IPV6_POD_NETWORK_SYSCTLS if ipv6 else ())

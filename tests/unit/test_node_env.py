@@ -24,11 +24,13 @@ from bke_dispatcher.steps import node_env_steps
 REPO = "http://repo.example:8080"
 
 
-def _plan(proxy_mode: str = "iptables", arm64: tuple[str, ...] = ("worker4",)) -> Plan:
+def _plan(proxy_mode: str = "iptables", arm64: tuple[str, ...] = ("worker4",), pods: str | None = None) -> Plan:
     """examples/split-etcd.yaml (masters, etcd-only nodes, workers) with some arm64 nodes."""
     docs: list[dict[str, Any]] = list(yaml.safe_load_all(open("examples/split-etcd.yaml")))
     cluster = docs[0]["spec"]["clusterConfig"]["cluster"]
     cluster.update(httpRepo=REPO, kubeProxy={"mode": proxy_mode})
+    if pods is not None:
+        cluster.setdefault("networking", {})["podSubnet"] = pods
     for d in docs[1:]:
         if d["spec"]["hostname"] in arm64:
             d["spec"]["arch"] = "arm64"
@@ -149,6 +151,16 @@ def test_rendered_host_files_and_their_validators() -> None:
     assert "not 'key = value'" in HOST_VALIDATORS["sysctl"]("net.ipv4.ip_forward\n", None)[0][0]
     bad = HOST_VALIDATORS["crictl-config"]('runtime-endpoint: "tcp://x"\nimage-endpoint: "unix:///s"\ntimeout: 10\nx: 1\n', None)[0]
     assert any(p.startswith("runtime-endpoint") for p in bad) and any(p.startswith("x:") for p in bad)
+
+
+@pytest.mark.parametrize("pods", ["fd00:10:244::/56", "10.244.0.0/16,fd00:10:244::/56"])
+def test_an_ipv6_pod_subnet_forwards_ipv6_on_registered_nodes(pods: str) -> None:
+    plan = _plan(pods=pods)
+    files = {f.path: f.content.decode() for f in _files(plan, "worker1")}
+    sysctl = [ln for ln in files["/etc/sysctl.d/99-bke.conf"].splitlines() if ln and not ln.startswith("#")]
+    assert "net.ipv6.conf.all.forwarding = 1" in sysctl and "net.ipv4.ip_forward = 1" in sysctl
+    assert HOST_VALIDATORS["sysctl"](files["/etc/sysctl.d/99-bke.conf"], None) == ([], {})
+    assert not any(f.path == "/etc/sysctl.d/99-bke.conf" for f in _files(plan, "etcd1"))  # no pod network there
 
 
 async def test_lab_checksums_cover_every_artefact_of_every_arch() -> None:

@@ -3,11 +3,12 @@
 Three limits, each as upstream computes it (sources beside the constants):
 
 - calico's IPAM hands each node at least one block of /26 (IPv4) or /122 (IPv6) carved out of
-  its pool, which BKE sets to podSubnet: 2^(block - prefix) blocks, one per registered node at
-  least. (Calico can lend addresses from other nodes' blocks when none is left, unless
+  its pool, which BKE sets to podSubnet (one pool per family of a dual-stack pair, each checked):
+  2^(block - prefix) blocks, one per registered node at least. (Calico can lend addresses from other nodes' blocks when none is left, unless
   strictAffinity is on; BKE does not plan on borrowing: every node gets its own block.)
 - the controller-manager, which BKE runs with --allocate-node-cidrs=true, gives each node one
-  CIDR of --node-cidr-mask-size from --cluster-cidr (podSubnet): 2^(mask - prefix) node CIDRs.
+  CIDR of --node-cidr-mask-size from --cluster-cidr (podSubnet): 2^(mask - prefix) node CIDRs
+  (a dual-stack pair: one of each family per node, --node-cidr-mask-size-ipv4/-ipv6).
 - the service subnet holds the built-in service IPs (index 1: the kubernetes service; index 10:
   cluster DNS, as kubeadm picks it) and is no larger than kube-apiserver accepts.
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 from .errors import FieldError
 from .models import ClusterSpec
+from .pod_subnets import parse_pod_subnets
 from .roles import is_master, registers
 
 __all__ = [
@@ -32,9 +34,9 @@ __all__ = [
 
 _C = "cluster.spec.clusterConfig.cluster"
 # calico's default IPAM block sizes (IPPoolSpec.BlockSize: "Defaults to 26 for IPv4 and 122 for IPv6";
-# projectcalico/calico api/pkg/apis/projectcalico/v3/ippool.go). The addons phase writes the pool
-# CIDR and CALICO_IPV4POOL_BLOCK_SIZE = bke.calico.BLOCK_SIZE (26) into calico's manifest (IPv4
-# pools only: calico on an IPv6 pod subnet is refused at plan time); a test holds the two equal.
+# projectcalico/calico api/pkg/apis/projectcalico/v3/ippool.go). The addons phase writes each
+# family's pool CIDR and CALICO_IPV4POOL_BLOCK_SIZE / CALICO_IPV6POOL_BLOCK_SIZE =
+# bke.calico.BLOCK_SIZE into calico's manifest; a test holds the two equal.
 CALICO_BLOCK = {4: 26, 6: 122}
 # kube-controller-manager --node-cidr-mask-size defaults: 24 for IPv4, 64 for IPv6
 # (kubernetes cmd/kube-controller-manager/app/options/nodeipamcontroller.go and
@@ -71,9 +73,12 @@ def check_sizes(spec: ClusterSpec) -> tuple[list[FieldError], list[str]]:
     warnings: list[str] = []
     net = spec.config.networking
     nodes = sum(1 for n in spec.nodes if registers(n.spec.role))
-    pod = _network(net.pod_subnet)
-    if pod is not None:
-        path = f"{_C}.networking.podSubnet"
+    try:
+        pods = parse_pod_subnets(net.pod_subnet)
+    except ValueError:
+        pods = []  # reported by validate.py
+    path = f"{_C}.networking.podSubnet"
+    for pod in pods:
         for limit in _pod_limits(spec, pod):
             if nodes > limit.capacity:
                 errors.append(FieldError(path=path, message=f"{nodes} registered nodes do not fit: {limit.what}: {limit.arithmetic} = {limit.capacity:,}; each node needs one"))
