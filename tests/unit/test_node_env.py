@@ -20,6 +20,7 @@ from bke.render.host_files import HOST_VALIDATORS
 from bke.state.nodefiles import file_from_bytes
 from bke_dispatcher.checksums import HttpRepoChecksums, LabChecksums, artefact_urls
 from bke_dispatcher.steps import node_env_steps
+from bke.node_kernel import proxy_modules
 
 REPO = "http://repo.example:8080"
 
@@ -192,3 +193,24 @@ async def test_http_repo_checksums_read_each_sha256_once_and_refuse_garbage() ->
     asked = len(hits)
     assert await sums.for_plan(plan) == got and len(hits) == asked  # cached: no second request
     assert all(h.endswith(".sha256") for h in hits)
+
+
+@pytest.mark.parametrize(("kernel", "conntrack"), [
+    ("3.10.0-1160.el7.x86_64", ("nf_conntrack", "nf_conntrack_ipv4")), ("4.18.0-553.el8_10.x86_64", ("nf_conntrack", "nf_conntrack_ipv4")),
+    ("4.19.0-27-amd64", ("nf_conntrack",)), ("6.8.0-45-generic", ("nf_conntrack",)),
+])
+def test_ipvs_modules_by_kernel_as_kube_proxy_requires_them(kernel: str, conntrack: tuple[str, ...]) -> None:
+    # kube-proxy's GetRequiredIPVSModules: nf_conntrack_ipv4 before 4.19 (Linux a0ae2562c6c4)
+    got = proxy_modules("ipvs", kernel)
+    assert got[:4] == ("ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh") and got[4:] == conntrack
+    assert proxy_modules("iptables", kernel) == () and proxy_modules("nftables", kernel) == ("nf_tables",)
+
+
+def test_only_ipvs_nodes_get_the_old_kernel_steps() -> None:
+    for mode, wanted in (("ipvs", True), ("iptables", False), ("nftables", False)):
+        plan = _plan(mode)
+        ids = _ids(_steps(plan, "worker1"))
+        assert ("kernel:modprobe-nf_conntrack_ipv4" in ids) is wanted, mode
+        assert "kernel:modprobe-nf_conntrack_ipv4" not in _ids(_steps(plan, "etcd1"))  # no kube-proxy there
+    old = [s for s in _steps(_plan("ipvs"), "worker1") if s.kernel_below]
+    assert [(type(s).__name__, s.kernel_below) for s in old] == [("WriteFile", "4.19"), ("RunProgram", "4.19")]

@@ -130,6 +130,10 @@ class _Step(Message):
     timeout_s: float = Field(60.0, gt=0, le=3600)
     retries: int = Field(0, ge=0, le=20)
     backoff_s: float = Field(1.0, ge=0, le=300)
+    # "MAJOR.MINOR": the step is for kernels older than that only; on a newer kernel (`uname -r`,
+    # which the preflight reports) the agent answers Skipped without running it. For what a
+    # kernel names differently (bke.node_kernel: nf_conntrack_ipv4 before 4.19).
+    kernel_below: str | None = Field(None, pattern=r"^\d+\.\d+$")
 
 
 class WriteFile(_Step):
