@@ -167,3 +167,17 @@ def test_the_host_admits_the_old_kernel_modules_file_and_reset_removes_it(tmp_pa
 
     assert PathPolicy(tmp_path, HOST_WRITE_DIRS).local(OLD_KERNEL_MODULES_FILE).is_relative_to(tmp_path.resolve())
     assert OLD_KERNEL_MODULES_FILE in {p for p, _, _ in RESET_TABLE}
+
+
+def test_the_added_optional_fields_are_absent_from_bodies_that_do_not_use_them() -> None:
+    """An agent (or certs service) of the previous release forbids unknown fields: every step
+    without kernel_below, and every RenewCerts without a release, is the body it already reads."""
+    from bke.contracts.certs import RenewCerts
+
+    body = AgentCommand(command_id="c/p/n/0", cluster="c", node="n", phase="p", issued_at="t",
+                        steps=[RunProgram(id="r", argv=["modprobe", "-a", "overlay"])]).to_bytes()
+    assert b"kernelBelow" not in body and b'"kernelBelow":"4.19"' in RunProgram(
+        id="r", argv=["x"], kernel_below="4.19").to_bytes()
+    assert b"kubernetesVersion" not in RenewCerts(request_id="r", cluster="c", names=["all"]).to_bytes()
+    again = AgentCommand.model_validate_json(body)
+    assert again.steps[0].kernel_below is None and again.to_bytes() == body
