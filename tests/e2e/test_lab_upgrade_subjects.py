@@ -39,10 +39,12 @@ async def test_crossing_into_a_group_less_release_reissues_the_kubelet_client_on
 
     from redis import Redis
 
+    from bke.state.keys import addons_key, upgrade_key
+
     r = Redis.from_url(lab.info.redis_url, decode_responses=True)
-    rbac = json.loads(r.hget(f"bke:{lab.plan.cluster}:addons", "rbac"))
+    rbac = json.loads(r.hget(addons_key(lab.plan.cluster), "rbac"))
     assert rbac["version"] == "1.35.5" and rbac["objects"] == 2  # the group binding and the user binding
-    run = json.loads(r.get(f"bke:{lab.plan.cluster}:upgrade"))
+    run = json.loads(r.get(upgrade_key(lab.plan.cluster)))
     api = next(s for s in run["steps"] if s["name"] == "kube-apiserver")
     # applied in the certificates step, before the first apiserver got the group-less certificate
     assert datetime.fromisoformat(rbac["at"]).timestamp() < api["sent_at"], (rbac["at"], api["sent_at"])
