@@ -119,3 +119,13 @@ def test_a_dual_stack_pair_is_checked_family_by_family() -> None:
     warned = _outcome(_docs(56, "10.128.0.0/12,fd00:10::/116", controllerManager=args)).warnings
     assert any("56 registered nodes use 88% of calico's /122 IPAM blocks in pool fd00:10::/116" in w for w in warned), warned
     assert _errors(_docs(100, "10.128.0.0/12,fd00:10::/104", controllerManager=args)) == []
+
+
+def test_a_dual_stack_pair_refuses_the_generic_node_mask_flag() -> None:
+    # kube-controller-manager: "usage of --node-cidr-mask-size is not allowed with dual-stack clusters"
+    docs = _docs(10, "10.128.0.0/12,fd00:10::/56", controllerManager={"extraArgs": {"node-cidr-mask-size": "24"}})
+    errs = _outcome(docs).errors
+    assert [e.path for e in errs] == ["cluster.spec.clusterConfig.cluster.controllerManager.extraArgs.node-cidr-mask-size"]
+    assert "node-cidr-mask-size-ipv4 and node-cidr-mask-size-ipv6" in errs[0].message
+    # single stack keeps taking it
+    assert _errors(_docs(10, "10.128.0.0/12", controllerManager={"extraArgs": {"node-cidr-mask-size": "24"}})) == []
