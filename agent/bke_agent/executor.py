@@ -23,6 +23,8 @@ import base64
 import binascii
 import hashlib
 import logging
+import os
+import re
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
@@ -134,9 +136,10 @@ class Executor:
     def __init__(self, backend: Backend, identity: AgentIdentity, *,
                  now: Callable[[], datetime] = utc_now,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 clock: Callable[[], float] = time.monotonic, updater: SelfUpdater | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, updater: SelfUpdater | None = None,
+                 kernel: Callable[[], str] = lambda: os.uname().release) -> None:
         self.backend, self.identity, self.updater = backend, identity, updater
-        self.now, self.sleep, self.clock = now, sleep, clock
+        self.now, self.sleep, self.clock, self.kernel = now, sleep, clock, kernel
 
     async def _execute(self, step: Step, content: Callable[[], bytes]) -> StepOutcome:
         if isinstance(step, UpdateAgent):  # the agent itself, not the node: no backend does it
@@ -169,6 +172,14 @@ class Executor:
 
     async def _run_step(self, step: Step, command: AgentCommand) -> StepResult:
         ids = {"cluster": command.cluster, "node": command.node, "command_id": command.command_id, "step": step.id}
+        if step.kernel_below is not None:
+            # a step for older kernels only: decided here, where the kernel is known (a lab node
+            # shares the machine's kernel, so it decides by that one)
+            newer, why = kernel_at_least(self.kernel(), step.kernel_below)
+            if newer is None:
+                return StepResult(id=step.id, status="Failed", stderr=why)
+            if newer:
+                return StepResult(id=step.id, status="Skipped", stdout=why)
         content = _content_opener(step, self.identity) if isinstance(step, WriteFile) else _no_content
         limit = _hard_limit(step)
         attempts = step.retries + 1
@@ -203,6 +214,18 @@ class Executor:
         assert error is not None
         return StepResult(id=step.id, status="Failed", exit_code=error.exit_code, stdout=clip(error.stdout),
                           stderr=clip(error.stderr), attempts=attempt, duration_s=round(self.clock() - t0, 3))
+
+
+def kernel_at_least(release: str, version: str) -> tuple[bool | None, str]:
+    """Whether kernel `release` (`uname -r`, e.g. "3.10.0-1160.el7.x86_64") is `version`
+    ("MAJOR.MINOR") or newer, and the sentence that says so; None when it cannot be read."""
+    m = re.match(r"^(\d+)\.(\d+)", release)
+    if m is None:
+        return None, f"cannot read the kernel version from {release!r}"
+    want = tuple(int(x) for x in version.split("."))
+    if (int(m[1]), int(m[2])) >= want:
+        return True, f"kernel {release} is {version} or newer: not needed"
+    return False, f"kernel {release} is older than {version}"
 
 
 def _hard_limit(step: Step) -> float:

@@ -48,6 +48,7 @@ RESET_TABLE: tuple[tuple[str, Literal["config", "binary"], str], ...] = (
     ("/etc/systemd/system/kubelet.service", "config", "our kubelet unit"),
     ("/etc/crictl.yaml", "config", "crictl's configuration"),
     ("/etc/modules-load.d/bke.conf", "config", "the kernel modules loaded at boot"),
+    ("/etc/modules-load.d/bke-old-kernel.conf", "config", "the modules only a kernel before 4.19 names"),
     ("/etc/sysctl.d/99-bke.conf", "config", "the kernel parameters applied at boot"),
     ("/etc/haproxy", "config", "the control-plane load balancer's configuration"),
     ("/etc/keepalived", "config", "keepalived's configuration and check script"),

@@ -18,6 +18,27 @@ import yaml
 __all__ = ["lab_calico_manifest", "lab_calico_sha256"]
 
 _NS = "kube-system"
+# A CNI configuration template of the shape calico.yaml's has (written here, not copied): a conflist
+# whose calico plugin names calico-ipam, with install-cni's placeholders, one of them unquoted, so
+# that it is not JSON until install-cni fills it in - which is why bke.calico edits its IPAM by text.
+_CNI_TEMPLATE = """{
+  "name": "k8s-pod-network",
+  "cniVersion": "0.3.1",
+  "plugins": [
+    {
+      "type": "calico",
+      "datastore_type": "kubernetes",
+      "nodename": "__KUBERNETES_NODE_NAME__",
+      "mtu": __CNI_MTU__,
+      "ipam": {
+          "type": "calico-ipam"
+      },
+      "policy": {"type": "k8s"},
+      "kubernetes": {"kubeconfig": "__KUBECONFIG_FILEPATH__"}
+    },
+    {"type": "portmap", "snat": true, "capabilities": {"portMappings": true}}
+  ]
+}"""
 
 
 def _sa(name: str) -> dict[str, Any]:
@@ -29,7 +50,8 @@ def _objects(version: str) -> list[dict[str, Any]]:
     labels = {"k8s-app": "calico-node"}
     return [
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "calico-config", "namespace": _NS},
-         "data": {"calico_backend": "bird", "veth_mtu": "0", "note": "bke lab stand-in, not calico's manifest"}},
+         "data": {"calico_backend": "bird", "veth_mtu": "0", "note": "bke lab stand-in, not calico's manifest",
+                  "cni_network_config": _CNI_TEMPLATE}},
         _sa("calico-node"),
         _sa("calico-kube-controllers"),
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "calico-node"},

@@ -7,11 +7,20 @@ metrics listener answers /health in plain HTTP on every supported version.
 """
 from __future__ import annotations
 
+import base64
 import fnmatch
+import hashlib
 
 from bke.artefacts import Artefact, node_artefacts
 from bke.contracts.agent import CheckHost, FetchFile, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile
-from bke.node_kernel import PROXY_MIN_KERNEL, SYSCTL_FILE, kernel_modules, sysctls
+from bke.node_kernel import (
+    OLD_KERNEL_MODULES,
+    OLD_KERNEL_MODULES_FILE,
+    PROXY_MIN_KERNEL,
+    SYSCTL_FILE,
+    kernel_modules,
+    sysctls,
+)
 from bke.plan import NodePlan, Plan
 from bke.render.layout import PORTS
 from bke.spec.host_rules import requires_cgroup_v2
@@ -96,9 +105,17 @@ def binaries(plan: Plan, node: NodePlan, sums: dict[str, str]) -> list[Step]:
 
 def kernel_steps(plan: Plan, node: NodePlan) -> list[Step]:
     """Load the node's modules and set its sysctls now; the files written before make both
-    last across reboots (bke.node_kernel: the same lists)."""
+    last across reboots (bke.node_kernel: the same lists). A module only older kernels name
+    (nf_conntrack_ipv4 for ipvs) is persisted and loaded by steps the agent runs only on such a
+    kernel (`kernel_below`): it knows the kernel, the dispatcher does not."""
     mode = plan.spec.config.kube_proxy.mode if node.runs("kube-proxy") else None
     out: list[Step] = [RunProgram(id="kernel:modprobe", argv=["modprobe", "-a", *kernel_modules(registers=node.registers, proxy_mode=mode)])]
+    for below, module in OLD_KERNEL_MODULES.get(mode or "", ()):
+        text = f"# BKE: kube-proxy {mode} on a kernel before {below}\n{module}\n".encode()
+        out += [WriteFile(id=f"write:{OLD_KERNEL_MODULES_FILE}", path=OLD_KERNEL_MODULES_FILE, mode=0o644,
+                          content_b64=base64.b64encode(text).decode(), sha256=hashlib.sha256(text).hexdigest(),
+                          kernel_below=below),
+                RunProgram(id=f"kernel:modprobe-{module}", argv=["modprobe", module], kernel_below=below)]
     if sysctls(registers=node.registers):
         # after modprobe: the net.bridge.* keys exist only once br_netfilter is loaded
         out.append(RunProgram(id="kernel:sysctl", argv=["sysctl", "-p", SYSCTL_FILE]))

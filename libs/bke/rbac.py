@@ -12,10 +12,13 @@ Sources (kubernetes/kubernetes, per release branch, and the Cluster API code tha
   ``kubeadm:cluster-admins``: cmd/kubeadm/app/constants/constants.go
   (``ClusterAdminsGroupAndClusterRoleBinding``), created by cmd/kubeadm/app/phases/kubeconfig
   (``EnsureAdminClusterRoleBinding``, with super-admin.conf) since v1.29 (kubernetes#121305). Our
-  admin.conf and, up to 1.36, the apiserver's kubelet client certificate are in that group.
+  admin.conf and, before the releases below, the apiserver's kubelet client certificate are in that group.
 * ``kubeadm:apiserver-kubelet-client`` -> ClusterRole ``system:kubelet-api-admin``, subject User
-  ``kube-apiserver-kubelet-client`` (that certificate's CN): added in v1.37 (kubernetes#138957,
-  "reducing the scope of the credential provided to the API server for accessing kubelet"), as
+  ``kube-apiserver-kubelet-client`` (that certificate's CN): added by kubernetes#138957 ("kubeadm:
+  use dedicated ClusterRole for apiserver kubelet client", phases/bootstraptoken/node
+  ``AllowAPIServerToAccessKubeletAPI``) together with dropping the certificate's group, in v1.37
+  and, cherry-picked, v1.36.1 and v1.35.5: exactly the releases whose certificate has no group
+  (the same rule, bke.pki.subjects, decides both), as
   kubernetes-sigs/cluster-api controlplane/kubeadm/internal/workload_cluster_rbac.go
   (``KubeletAPIAdminClusterRoleBindingName``, ``EnsureKubeadmPermissions``) records it.
   ``system:kubelet-api-admin`` itself is a bootstrap ClusterRole the apiserver creates
@@ -44,6 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .pki.subjects import dropped
 from .versions import KUBERNETES, parse_version
 
 __all__ = ["BINDINGS", "Binding", "CLUSTER_ADMINS", "bindings_for", "rbac_objects"]
@@ -60,13 +64,15 @@ class Binding:
     subject: str
     since: str  # the first minor whose kubeadm creates it
     why: str
+    rule: str = ""  # a bke.pki.subjects rule: created exactly by the releases that rule applies to
 
 
 BINDINGS: tuple[Binding, ...] = (
     Binding(CLUSTER_ADMINS, "cluster-admin", "Group", CLUSTER_ADMINS, "1.29",
-            "admin.conf (and the apiserver's kubelet client before 1.37) are issued in this group"),
+            "admin.conf (and the apiserver's kubelet client before 1.35.5/1.36.1/1.37) are issued in this group"),
     Binding("kubeadm:apiserver-kubelet-client", "system:kubelet-api-admin", "User", "kube-apiserver-kubelet-client",
-            "1.37", "the apiserver's kubelet client (logs, exec, port-forward) by its CN, least privilege"),
+            "1.35", "the apiserver's kubelet client (logs, exec, port-forward) by its CN, least privilege",
+            rule="kubeadm-138957"),
 )
 
 
@@ -76,11 +82,12 @@ def _minor(version_or_minor: str) -> tuple[int, int]:
 
 
 def bindings_for(kubernetes: str) -> tuple[Binding, ...]:
-    """The bindings kubeadm of this Kubernetes version (or minor, "1.37") creates at init."""
+    """The bindings kubeadm of this Kubernetes version (or minor, "1.37", meaning its .0)
+    creates at init."""
     target = _minor(kubernetes)
     if f"{target[0]}.{target[1]}" not in KUBERNETES:
         raise ValueError(f"Kubernetes {kubernetes} is not in the supported versions table")
-    return tuple(b for b in BINDINGS if _minor(b.since) <= target)
+    return tuple(b for b in BINDINGS if _minor(b.since) <= target and (not b.rule or dropped(b.rule, kubernetes)))
 
 
 def rbac_objects(kubernetes: str) -> list[dict[str, Any]]:

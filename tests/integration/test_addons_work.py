@@ -268,3 +268,46 @@ async def test_a_malformed_cni_manifest_fails_the_phase_and_never_raises(redis_u
         assert out.status == "failed" and out.reason.startswith("addon calico 3.31.3: ")
     finally:
         await r.aclose()
+
+
+async def test_the_upgraders_early_rbac_applies_that_addon_alone_and_the_full_run_skips_it(redis_url, redis_client):
+    """An upgrade that re-issues a certificate with fewer groups applies the target's `rbac`
+    first (bke.upgrade.certificates.rbac_before_renewal); the addons step at the end then finds
+    it done at that version and applies the others only."""
+    r = Redis.from_url(redis_url, decode_responses=True)
+    try:
+        plan = _plan("earlyrbac", kubernetesVersion="v1.37.0", etcdVersion="v3.6.6")
+        await _store_rendered(r, plan)
+        applier = CountingLab()
+        work = AddonsWork(r, applier, Clock(), LabManifests())
+        assert (await work.run("addons", plan, only="rbac")).status == "done"
+        assert [c[0] for c in applier.calls] == ["rbac"]
+        assert list(await _records(r, plan.cluster)) == ["rbac"]
+        assert (await work.run("addons", plan)).status == "done"
+        assert [c[0] for c in applier.calls] == ORDER  # rbac once, then the rest
+    finally:
+        await r.aclose()
+
+
+@pytest.mark.parametrize("pods,families", [("fd00:10:244::/56", (6,)), ("10.32.0.0/12,fd00:10:244::/56", (4, 6))])
+async def test_the_lab_stand_in_goes_through_the_ipv6_wiring(redis_url, redis_client, pods, families):
+    """The addons phase's calico step on an IPv6 or dual-stack pod subnet: the lab's stand-in
+    fetched, wired (one pool per family, the CNI IPAM's families) and validated, as a real
+    calico.yaml would be."""
+    r = Redis.from_url(redis_url, decode_responses=True)
+    try:
+        plan = _plan("v6addons" + str(len(families)), networking={"podSubnet": pods, "serviceSubnet": "10.96.0.0/12"})
+        await _store_rendered(r, plan)
+        cluster = FakeCluster()
+        cluster.ds_status = {"desiredNumberScheduled": 4, "numberAvailable": 4, "updatedNumberScheduled": 4}
+        assert (await AddonsWork(r, cluster, Clock(), LabManifests()).run("addons", plan)).status == "done"
+        calico = next(objs for name, _, objs in cluster.applied if name == "calico")
+        node = next(o for o in calico if o["kind"] == "DaemonSet")
+        env = {e["name"]: e.get("value") for e in node["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["CALICO_IPV6POOL_CIDR"] == "fd00:10:244::/56" and env["FELIX_IPV6SUPPORT"] == "true"
+        assert ("CALICO_IPV4POOL_CIDR" in env) == (4 in families) and (env.get("IP") == "none") == (4 not in families)
+        cm = next(o for o in calico if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "calico-config")
+        v4 = "true" if 4 in families else "false"
+        assert f'"assign_ipv4": "{v4}", "assign_ipv6": "true"' in cm["data"]["cni_network_config"]
+    finally:
+        await r.aclose()

@@ -127,3 +127,25 @@ async def test_an_upgrades_renewal_by_instance_does_not_hold_the_cluster_for_a_r
     assert {c.instance: c.nodes for c in ev.certificates} == {"apiserver@m1": ["m1"], "scheduler.conf@m4": ["m4"]}
     await _renew(h, _req("r2", names=["admin.conf"]))  # not refused: nothing waits for a rotation
     assert sent[1][0] == CERTS_RENEWED, sent[1]
+
+
+async def test_an_upgrades_renewal_takes_the_target_releases_subject(certs):
+    """The split example is planned at 1.33 (the group); an upgrade into 1.37 names its release:
+    apiserver-kubelet-client comes back without kubeadm:cluster-admins (kubeadm#3310: what
+    `kubeadm upgrade apply` does), the other renewed rows keep their subject; a renewal without
+    a release (`bke certs renew`) keeps the stored one, as `kubeadm certs renew` does."""
+    h, sent, _ = certs
+    store = RedisPkiStore(h.redis)
+    before = (await store.load("big", None)).materials
+    assert cert_info(before["apiserver-kubelet-client@m1"].cert).o == ("kubeadm:cluster-admins",)
+    await _renew(h, _req("upgrade-u2", names=["apiserver-kubelet-client@m1", "admin.conf@m1"], origin="upgrade",
+                         kubernetes_version="v1.37.0"))
+    assert sent[-1][0] == CERTS_RENEWED, sent[-1]
+    after = (await store.load("big", None)).materials
+    kc = cert_info(after["apiserver-kubelet-client@m1"].cert)
+    assert kc.o == () and kc.cn == "kube-apiserver-kubelet-client"
+    assert kc.serial != cert_info(before["apiserver-kubelet-client@m1"].cert).serial
+    assert cert_info(after["apiserver-kubelet-client@m2"].cert).o == ("kubeadm:cluster-admins",)  # not asked
+    await _renew(h, _req("r3", names=["apiserver-kubelet-client@m2"]))  # the CLI's: no release named
+    assert cert_info((await store.load("big", None)).materials["apiserver-kubelet-client@m2"].cert).o == (
+        "kubeadm:cluster-admins",)

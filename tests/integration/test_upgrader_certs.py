@@ -97,3 +97,25 @@ async def test_a_node_not_resealed_fails_the_step_even_though_certs_renewed_foll
     await certs.renew(run, step, plan)
     assert step.status == "Failed" and "node master2: its agent's sealing key is unusable" in step.message
     assert not sent  # answered before it was asked (a redelivery after a restart): nothing asked again
+
+
+async def test_the_renewal_names_the_target_release_so_subjects_follow_it(redis_client):
+    """Crossing into a release whose kubeadm issues apiserver-kubelet-client without
+    kubeadm:cluster-admins (bke.pki.subjects): the upgrader's one RenewCerts names that release,
+    the certs service re-issues the certificate with its subject (test_certs_renewal), and the
+    kube-apiserver step carries it to each master like any renewed file (test above)."""
+    plan = plan_of(SEED)
+    run = new_run("u2", plan.cluster, {"kubernetes": "v1.36.0"}, {"kubernetes": "v1.37.0"},
+                  expand_order(plan, RENEW), [n.hostname for n in plan.nodes], "t0")
+    store = UpgradeStore(redis_client)
+    await store.start(run, lambda cur: "")
+    sent: list[bytes] = []
+
+    async def publish(body: bytes, subject: str, headers: dict[str, str]) -> None:
+        sent.append(body)
+
+    with pytest.raises(TemporaryError):
+        await UpgradeCerts(store, publish).renew(run, _step(run), plan)
+    ask = RenewCerts.model_validate_json(sent[0])
+    assert ask.kubernetes_version == "v1.37.0"
+    assert {f"apiserver-kubelet-client@master{i}" for i in (1, 2, 3)} <= set(ask.names)

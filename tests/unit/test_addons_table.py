@@ -2,6 +2,7 @@
 and what the renderer makes of it (kube-proxy's mode, turned-off built-ins)."""
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from bke.plan import plan_spec_text
@@ -74,10 +75,28 @@ def test_plan_refuses_bad_addon_lists_naming_the_field() -> None:
     assert "listed twice" in got[f"{a}[4].name"]
 
 
-def test_calico_needs_an_ipv4_pod_subnet() -> None:
-    out = _outcome(networking={"podSubnet": "fd00:10::/56", "serviceSubnet": "10.96.0.0/12"})
-    assert any(e.path.endswith("networking.podSubnet") and "IPv4 pool" in e.message for e in out.errors)
-    assert not _outcome(cni="none", networking={"podSubnet": "fd00:10::/56", "serviceSubnet": "10.96.0.0/12"}).errors
+@pytest.mark.parametrize("pods", ["fd00:10::/56", "10.244.0.0/16,fd00:10::/56", "fd00:10::/56,10.244.0.0/16"])
+def test_calico_takes_an_ipv6_or_dual_stack_pod_subnet(pods: str) -> None:
+    # no longer refused: bke.calico wires one pool per family (test_calico_wiring)
+    assert not _outcome(networking={"podSubnet": pods, "serviceSubnet": "10.96.0.0/12"}).errors
+    assert not _outcome(cni="none", networking={"podSubnet": pods, "serviceSubnet": "10.96.0.0/12"}).errors
+
+
+@pytest.mark.parametrize("pods,words", [
+    ("10.244.0.0/16,10.245.0.0/16", "one IPv4 and one IPv6 CIDR, not two IPv4"),
+    ("10.244.0.0/16,fd00::/56,fd01::/56", "at most two CIDRs"),
+    ("10.244.0.0/16,nonsense", "malformed CIDR 'nonsense'"),
+    ("10.244.0.0/16,10.96.0.0/24", "not two IPv4"),
+])
+def test_a_pod_subnet_pair_that_is_not_one_per_family_is_refused_naming_the_field(pods: str, words: str) -> None:
+    out = _outcome(networking={"podSubnet": pods, "serviceSubnet": "10.96.0.0/12"})
+    assert [e.path for e in out.errors] == ["cluster.spec.clusterConfig.cluster.networking.podSubnet"], out.errors
+    assert words in out.errors[0].message
+
+
+def test_each_family_of_a_pair_is_checked_against_the_service_subnet() -> None:
+    out = _outcome(networking={"podSubnet": "10.244.0.0/16,fd00:10::/56", "serviceSubnet": "fd00:10:0:1::/112"})
+    assert any("pod subnet fd00:10::/56 overlaps service subnet fd00:10:0:1::/112" in e.message for e in out.errors)
 
 
 def test_ipvs_warns_from_1_35_only() -> None:

@@ -113,3 +113,71 @@ async def test_the_lab_records_kernel_and_swap_work_and_reports_the_shared_machi
     logged = [json.loads(line) for line in layout.programs_log.read_text().splitlines()]
     assert [e["argv"][0] for e in logged] == ["modprobe", "sysctl", "swapoff"]
     assert json.loads(layout.unit_file("swap.target").read_text())["masked"] is True
+
+
+OLD_KERNEL_STEPS = (
+    "write:/etc/modules-load.d/bke-old-kernel.conf", "kernel:modprobe-nf_conntrack_ipv4")
+
+
+@pytest.mark.parametrize(("kernel", "runs"), [
+    ("3.10.0-1160.el7.x86_64", True), ("4.18.0-553.el8_10.x86_64", True),  # nf_conntrack_ipv4 there
+    ("4.19.0-27-amd64", False), ("5.15.0-91-generic", False), ("6.8.0", False),  # folded into nf_conntrack
+])
+async def test_the_old_kernel_conntrack_steps_run_exactly_on_kernels_before_4_19(
+        tmp_path: Path, kernel: str, runs: bool) -> None:
+    """The node-env steps of an ipvs node as the dispatcher builds them, run by an agent on that
+    kernel (the lab backend records programs instead of running them)."""
+    from bke.node_steps import kernel_steps
+
+    docs = open("examples/seed-3m1w.yaml").read().replace("kubernetesVersion:", "kubeProxy: {mode: ipvs}\n      kubernetesVersion:", 1)
+    plan = plan_spec_text(docs).plan
+    assert plan is not None and plan.spec.config.kube_proxy.mode == "ipvs"
+    steps = [s for s in kernel_steps(plan, plan.node("node1")) if s.id != "kernel:sysctl"]
+    assert [s.id for s in steps][1:] == list(OLD_KERNEL_STEPS) and all(s.kernel_below == "4.19" for s in steps[1:])
+    root = tmp_path / "hosts/node1"
+    root.mkdir(parents=True)
+    cmd = AgentCommand(command_id="c/p/n/0", cluster="c", node="n", phase="p", issued_at="t", steps=steps)
+    executor = Executor(LabBackend(root, "127.0.0.1"), AgentIdentity.ephemeral(), now=lambda: NOW, kernel=lambda: kernel)
+    results = (await executor.run(cmd)).steps
+    assert results[0].status == "Succeeded"  # the kernel-independent modprobe: always
+    assert [r.status for r in results[1:]] == (["Succeeded"] * 2 if runs else ["Skipped"] * 2)
+    logged = [json.loads(line)["argv"] for line in LabLayout(root).programs_log.read_text().splitlines()]
+    assert (["modprobe", "nf_conntrack_ipv4"] in logged) is runs
+    persisted = root / "etc/modules-load.d/bke-old-kernel.conf"
+    assert persisted.is_file() is runs
+    if runs:
+        assert [ln for ln in persisted.read_text().splitlines() if not ln.startswith("#")] == ["nf_conntrack_ipv4"]
+    else:
+        assert f"kernel {kernel} is 4.19 or newer: not needed" in results[1].stdout
+
+
+async def test_an_unreadable_kernel_fails_the_old_kernel_step_and_says_why(tmp_path: Path) -> None:
+    root = tmp_path / "hosts/n1"
+    root.mkdir(parents=True)
+    step = RunProgram(id="kernel:modprobe-nf_conntrack_ipv4", argv=["modprobe", "nf_conntrack_ipv4"], kernel_below="4.19")
+    cmd = AgentCommand(command_id="c/p/n/0", cluster="c", node="n", phase="p", issued_at="t", steps=[step])
+    executor = Executor(LabBackend(root, "127.0.0.1"), AgentIdentity.ephemeral(), now=lambda: NOW, kernel=lambda: "weird")
+    [res] = (await executor.run(cmd)).steps
+    assert res.status == "Failed" and "cannot read the kernel version from 'weird'" in res.stderr
+
+
+def test_the_host_admits_the_old_kernel_modules_file_and_reset_removes_it(tmp_path: Path) -> None:
+    from bke.node_kernel import OLD_KERNEL_MODULES_FILE
+    from bke_agent.reset import RESET_TABLE
+
+    assert PathPolicy(tmp_path, HOST_WRITE_DIRS).local(OLD_KERNEL_MODULES_FILE).is_relative_to(tmp_path.resolve())
+    assert OLD_KERNEL_MODULES_FILE in {p for p, _, _ in RESET_TABLE}
+
+
+def test_the_added_optional_fields_are_absent_from_bodies_that_do_not_use_them() -> None:
+    """An agent (or certs service) of the previous release forbids unknown fields: every step
+    without kernel_below, and every RenewCerts without a release, is the body it already reads."""
+    from bke.contracts.certs import RenewCerts
+
+    body = AgentCommand(command_id="c/p/n/0", cluster="c", node="n", phase="p", issued_at="t",
+                        steps=[RunProgram(id="r", argv=["modprobe", "-a", "overlay"])]).to_bytes()
+    assert b"kernelBelow" not in body and b'"kernelBelow":"4.19"' in RunProgram(
+        id="r", argv=["x"], kernel_below="4.19").to_bytes()
+    assert b"kubernetesVersion" not in RenewCerts(request_id="r", cluster="c", names=["all"]).to_bytes()
+    again = AgentCommand.model_validate_json(body)
+    assert again.steps[0].kernel_below is None and again.to_bytes() == body

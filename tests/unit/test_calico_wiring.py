@@ -9,7 +9,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from bke.calico import BLOCK_SIZE, CalicoWiring, calico_image, find_calico_node, wire_calico
+import json
+import re
+
+from bke.calico import BLOCK_SIZE, BLOCK_SIZES, CalicoWiring, calico_image, find_calico_node, wire_calico
 from bke.calico_placeholder import lab_calico_manifest, lab_calico_sha256
 from bke.plan import plan_spec_text
 from bke.spec.synth import synth_docs
@@ -39,6 +42,58 @@ def test_the_wired_block_size_is_the_one_the_plan_time_size_check_counts() -> No
     from bke.spec.sizes import CALICO_BLOCK
 
     assert CALICO_BLOCK[4] == BLOCK_SIZE
+    assert CALICO_BLOCK == BLOCK_SIZES  # IPv6 too: /122
+
+
+def _ipam(objs: list[dict]) -> dict:
+    """The IPAM stanza of the CNI template, once install-cni's placeholders are filled in."""
+    cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "calico-config")
+    filled = re.sub(r"__CNI_MTU__", "1440", cm["data"]["cni_network_config"]).replace("__", "")
+    return json.loads(filled)["plugins"][0]["ipam"]
+
+
+V6_ONLY_KEYS = ("IP", "CALICO_ROUTER_ID")
+V6_KEYS = ("CALICO_IPV6POOL_CIDR", "CALICO_IPV6POOL_BLOCK_SIZE", "FELIX_IPV6SUPPORT", "IP6")
+
+
+def test_ipv4_only_keeps_upstreams_ipam_and_sets_no_ipv6_setting() -> None:
+    wired = wire_calico(_objs(), CalicoWiring("10.244.0.0/16", "registry.k8s.io"))
+    env = _env(wired)
+    assert not [k for k in (*V6_KEYS, *V6_ONLY_KEYS) if k in env]
+    assert _ipam(wired) == {"type": "calico-ipam"} == _ipam(_objs())  # calico-ipam: IPv4 by default
+
+
+def test_ipv6_only_wires_the_ipv6_pool_and_turns_ipv4_off() -> None:
+    wired = wire_calico(_objs(), CalicoWiring("fd00:10:244::/56", "registry.k8s.io"))
+    env = _env(wired)
+    assert {k: env[k] for k in (*V6_KEYS, *V6_ONLY_KEYS)} == {
+        "CALICO_IPV6POOL_CIDR": "fd00:10:244::/56", "CALICO_IPV6POOL_BLOCK_SIZE": "122", "FELIX_IPV6SUPPORT": "true",
+        "IP6": "autodetect", "IP": "none", "CALICO_ROUTER_ID": "hash"}
+    assert "CALICO_IPV4POOL_CIDR" not in env
+    assert _ipam(wired) == {"type": "calico-ipam", "assign_ipv4": "false", "assign_ipv6": "true"}
+
+
+def test_dual_stack_wires_both_pools_and_both_families_in_the_cni_ipam() -> None:
+    wired = wire_calico(_objs(), CalicoWiring("10.244.0.0/16,fd00:10:244::/56", "harbor.local", "nftables"))
+    env = _env(wired)
+    assert env["CALICO_IPV4POOL_CIDR"] == "10.244.0.0/16" and env["CALICO_IPV4POOL_BLOCK_SIZE"] == "26"
+    assert env["CALICO_IPV6POOL_CIDR"] == "fd00:10:244::/56" and env["CALICO_IPV6POOL_BLOCK_SIZE"] == "122"
+    assert env["FELIX_IPV6SUPPORT"] == "true" and env["IP6"] == "autodetect" and env["FELIX_NFTABLESMODE"] == "Enabled"
+    assert not [k for k in V6_ONLY_KEYS if k in env]  # IPv4 is autodetected as upstream does
+    assert _ipam(wired) == {"type": "calico-ipam", "assign_ipv4": "true", "assign_ipv6": "true"}
+    # the IPv6 first gives the same wiring: one pool per family, whatever the order
+    assert _env(wire_calico(_objs(), CalicoWiring("fd00:10:244::/56,10.244.0.0/16", "harbor.local", "nftables"))) == env
+
+
+def test_an_ipam_template_calico_did_not_write_is_refused() -> None:
+    objs = _objs()
+    cm = next(o for o in objs if o["kind"] == "ConfigMap")
+    cm["data"]["cni_network_config"] = cm["data"]["cni_network_config"].replace('"calico-ipam"', '"host-local"')
+    with pytest.raises(ValueError, match="0 calico-ipam stanzas"):
+        wire_calico(objs, CalicoWiring("fd00::/56", "registry.k8s.io"))
+    del cm["data"]["cni_network_config"]
+    with pytest.raises(ValueError, match="no cni_network_config"):
+        wire_calico(objs, CalicoWiring("10.0.0.0/16,fd00::/56", "registry.k8s.io"))
 
 
 def test_pod_subnet_and_block_size_reach_calico_node() -> None:
@@ -78,16 +133,18 @@ def test_images_move_to_an_offline_registry_and_stay_upstream_by_default() -> No
 def test_what_is_not_calico_or_cannot_be_wired_is_refused() -> None:
     with pytest.raises(ValueError, match="no DaemonSet kube-system/calico-node"):
         wire_calico([o for o in _objs() if o["kind"] != "DaemonSet"], CalicoWiring("10.244.0.0/16", "registry.k8s.io"))
-    with pytest.raises(ValueError, match="IPv4 pool only"):
-        wire_calico(_objs(), CalicoWiring("fd00::/56", "registry.k8s.io"))
+    with pytest.raises(ValueError, match="two IPv4"):
+        wire_calico(_objs(), CalicoWiring("10.0.0.0/16,10.1.0.0/16", "registry.k8s.io"))
     with pytest.raises(ValueError, match="smaller than one calico block"):
         wire_calico(_objs(), CalicoWiring("10.0.0.0/28", "registry.k8s.io"))
+    with pytest.raises(ValueError, match=r"fd00::/124 is smaller than one calico block \(/122\)"):
+        wire_calico(_objs(), CalicoWiring("10.0.0.0/16,fd00::/124", "registry.k8s.io"))
 
 
 @pytest.mark.parametrize("minor", list(KUBERNETES))
 def test_the_lab_stand_in_is_calico_shaped_and_valid_for_every_minor(minor: str) -> None:
     version = KUBERNETES[minor].calico
-    objs = wire_calico(_objs(version), CalicoWiring("10.244.0.0/16", "registry.k8s.io", "nftables"))
+    objs = wire_calico(_objs(version), CalicoWiring("10.244.0.0/16,fd00:10:244::/56", "registry.k8s.io", "nftables"))
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objs}
     assert {("ServiceAccount", "calico-node"), ("ClusterRole", "calico-node"), ("ClusterRoleBinding", "calico-node"),
             ("ConfigMap", "calico-config"), ("DaemonSet", "calico-node"),

@@ -20,15 +20,18 @@ from bke.render.host_files import HOST_VALIDATORS
 from bke.state.nodefiles import file_from_bytes
 from bke_dispatcher.checksums import HttpRepoChecksums, LabChecksums, artefact_urls
 from bke_dispatcher.steps import node_env_steps
+from bke.node_kernel import proxy_modules
 
 REPO = "http://repo.example:8080"
 
 
-def _plan(proxy_mode: str = "iptables", arm64: tuple[str, ...] = ("worker4",)) -> Plan:
+def _plan(proxy_mode: str = "iptables", arm64: tuple[str, ...] = ("worker4",), pods: str | None = None) -> Plan:
     """examples/split-etcd.yaml (masters, etcd-only nodes, workers) with some arm64 nodes."""
     docs: list[dict[str, Any]] = list(yaml.safe_load_all(open("examples/split-etcd.yaml")))
     cluster = docs[0]["spec"]["clusterConfig"]["cluster"]
     cluster.update(httpRepo=REPO, kubeProxy={"mode": proxy_mode})
+    if pods is not None:
+        cluster.setdefault("networking", {})["podSubnet"] = pods
     for d in docs[1:]:
         if d["spec"]["hostname"] in arm64:
             d["spec"]["arch"] = "arm64"
@@ -151,6 +154,16 @@ def test_rendered_host_files_and_their_validators() -> None:
     assert any(p.startswith("runtime-endpoint") for p in bad) and any(p.startswith("x:") for p in bad)
 
 
+@pytest.mark.parametrize("pods", ["fd00:10:244::/56", "10.244.0.0/16,fd00:10:244::/56"])
+def test_an_ipv6_pod_subnet_forwards_ipv6_on_registered_nodes(pods: str) -> None:
+    plan = _plan(pods=pods)
+    files = {f.path: f.content.decode() for f in _files(plan, "worker1")}
+    sysctl = [ln for ln in files["/etc/sysctl.d/99-bke.conf"].splitlines() if ln and not ln.startswith("#")]
+    assert "net.ipv6.conf.all.forwarding = 1" in sysctl and "net.ipv4.ip_forward = 1" in sysctl
+    assert HOST_VALIDATORS["sysctl"](files["/etc/sysctl.d/99-bke.conf"], None) == ([], {})
+    assert not any(f.path == "/etc/sysctl.d/99-bke.conf" for f in _files(plan, "etcd1"))  # no pod network there
+
+
 async def test_lab_checksums_cover_every_artefact_of_every_arch() -> None:
     plan = _plan()
     sums = await LabChecksums().for_plan(plan)
@@ -180,3 +193,24 @@ async def test_http_repo_checksums_read_each_sha256_once_and_refuse_garbage() ->
     asked = len(hits)
     assert await sums.for_plan(plan) == got and len(hits) == asked  # cached: no second request
     assert all(h.endswith(".sha256") for h in hits)
+
+
+@pytest.mark.parametrize(("kernel", "conntrack"), [
+    ("3.10.0-1160.el7.x86_64", ("nf_conntrack", "nf_conntrack_ipv4")), ("4.18.0-553.el8_10.x86_64", ("nf_conntrack", "nf_conntrack_ipv4")),
+    ("4.19.0-27-amd64", ("nf_conntrack",)), ("6.8.0-45-generic", ("nf_conntrack",)),
+])
+def test_ipvs_modules_by_kernel_as_kube_proxy_requires_them(kernel: str, conntrack: tuple[str, ...]) -> None:
+    # kube-proxy's GetRequiredIPVSModules: nf_conntrack_ipv4 before 4.19 (Linux a0ae2562c6c4)
+    got = proxy_modules("ipvs", kernel)
+    assert got[:4] == ("ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh") and got[4:] == conntrack
+    assert proxy_modules("iptables", kernel) == () and proxy_modules("nftables", kernel) == ("nf_tables",)
+
+
+def test_only_ipvs_nodes_get_the_old_kernel_steps() -> None:
+    for mode, wanted in (("ipvs", True), ("iptables", False), ("nftables", False)):
+        plan = _plan(mode)
+        ids = _ids(_steps(plan, "worker1"))
+        assert ("kernel:modprobe-nf_conntrack_ipv4" in ids) is wanted, mode
+        assert "kernel:modprobe-nf_conntrack_ipv4" not in _ids(_steps(plan, "etcd1"))  # no kube-proxy there
+    old = [s for s in _steps(_plan("ipvs"), "worker1") if s.kernel_below]
+    assert [(type(s).__name__, s.kernel_below) for s in old] == [("WriteFile", "4.19"), ("RunProgram", "4.19")]

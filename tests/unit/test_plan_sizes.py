@@ -92,7 +92,40 @@ def test_service_subnet_within_bounds(subnet: str) -> None:
 
 
 def test_ipv6_node_cidrs_at_most_16_bits_longer_than_the_pod_subnet() -> None:
-    # cni: none: BKE wires calico's IPv4 pool only (bke.spec.addons refuses calico on IPv6)
+    # cni: none: the controller-manager's rule alone (calico's blocks: the tests below)
     errs = _errors(_docs(5, "fd00:10::/40", cni="none", networking={"serviceSubnet": "fd00:20::/112"}))
     assert any("for IPv6 the node mask may be at most 16 bits longer" in e and "64-40 = 24" in e for e in errs), errs
     assert _errors(_docs(5, "fd00:10::/48", cni="none", networking={"serviceSubnet": "fd00:20::/112"})) == []
+
+
+def test_calicos_ipv6_blocks_are_counted_with_their_arithmetic() -> None:
+    # a /112 holds 2^(122-112) = 1,024 blocks of /122; its /64 node CIDRs... none (64 < 112):
+    # node CIDRs of /120 (cluster extraArgs) from it: 2^(120-112) = 256
+    args = {"extraArgs": {"node-cidr-mask-size-ipv6": "120"}}
+    errs = _errors(_docs(300, "fd00:10::/112", controllerManager=args, networking={"serviceSubnet": "fd00:20::/112"}))
+    assert [e for e in errs if "calico" in e] == []  # 300 <= 1,024
+    assert any("/120 node CIDRs" in e and "2^(120-112) = 256" in e for e in errs), errs
+    small = _errors(_docs(20, "fd00:10::/118", controllerManager=args, networking={"serviceSubnet": "fd00:20::/112"}))
+    assert any(f"{POD}: 20 registered nodes do not fit: calico's /122 IPAM blocks in pool fd00:10::/118: "
+               "2^(122-118) = 16" in e for e in small), small
+
+
+def test_a_dual_stack_pair_is_checked_family_by_family() -> None:
+    # the IPv4 half is ample; the IPv6 half holds 2^(122-116) = 64 blocks: 100 nodes do not fit there
+    args = {"extraArgs": {"node-cidr-mask-size-ipv6": "120"}}
+    errs = _errors(_docs(100, "10.128.0.0/12,fd00:10::/116", controllerManager=args))
+    assert any("calico's /122 IPAM blocks in pool fd00:10::/116: 2^(122-116) = 64" in e for e in errs), errs
+    assert not [e for e in errs if "10.128.0.0/12" in e]
+    warned = _outcome(_docs(56, "10.128.0.0/12,fd00:10::/116", controllerManager=args)).warnings
+    assert any("56 registered nodes use 88% of calico's /122 IPAM blocks in pool fd00:10::/116" in w for w in warned), warned
+    assert _errors(_docs(100, "10.128.0.0/12,fd00:10::/104", controllerManager=args)) == []
+
+
+def test_a_dual_stack_pair_refuses_the_generic_node_mask_flag() -> None:
+    # kube-controller-manager: "usage of --node-cidr-mask-size is not allowed with dual-stack clusters"
+    docs = _docs(10, "10.128.0.0/12,fd00:10::/56", controllerManager={"extraArgs": {"node-cidr-mask-size": "24"}})
+    errs = _outcome(docs).errors
+    assert [e.path for e in errs] == ["cluster.spec.clusterConfig.cluster.controllerManager.extraArgs.node-cidr-mask-size"]
+    assert "node-cidr-mask-size-ipv4 and node-cidr-mask-size-ipv6" in errs[0].message
+    # single stack keeps taking it
+    assert _errors(_docs(10, "10.128.0.0/12", controllerManager={"extraArgs": {"node-cidr-mask-size": "24"}})) == []

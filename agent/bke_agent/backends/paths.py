@@ -41,6 +41,7 @@ HOST_WRITE_TABLE: tuple[tuple[str, str], ...] = (
     ("/opt/cni/bin", "the standard CNI plugins, where kubelet and calico look for them (registered nodes)"),
     ("/etc/crictl.yaml", "crictl's configuration: containerd's socket (only that file)"),
     ("/etc/modules-load.d/bke.conf", "the kernel modules loaded at boot (bke.node_kernel; only our file)"),
+    ("/etc/modules-load.d/bke-old-kernel.conf", "modules only a kernel before 4.19 names (bke.node_kernel; only our file)"),
     ("/etc/sysctl.d/99-bke.conf", "the kernel parameters applied at boot (bke.node_kernel; only our file)"),
     ("/usr/bin/kubelet", "the kubelet binary, where the distribution packages put it"),
     ("/usr/bin/kubectl", "the kubectl binary, where the distribution packages put it"),

@@ -126,14 +126,19 @@ class AddonsWork:
     async def _save(self, plan: Plan, step: AddonStep, doc: dict[str, Any]) -> None:
         await self.redis.hset(addons_key(plan.cluster), step.name, json.dumps(doc))
 
-    async def run(self, name: str, plan: Plan, rendered: dict[str, Any] | None = None) -> Outcome:
+    async def run(self, name: str, plan: Plan, rendered: dict[str, Any] | None = None,
+                  only: str | None = None) -> Outcome:
         """Apply every addon of `plan` not yet done at its version. `rendered`: the rendered
-        addon manifests (the upgrader passes the target version's); default the renderer's."""
+        addon manifests (the upgrader passes the target version's); default the renderer's.
+        `only`: that addon alone (the upgrader applies the target's `rbac` early; recorded like
+        any addon, so the full run later finds it done)."""
         records = _records(await self.redis.hgetall(addons_key(plan.cluster)))
         if rendered is None:
             raw = await self.redis.hgetall(addon_manifests_key(plan.cluster))
             rendered = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
         for i, step in enumerate(addon_steps(plan.spec)):
+            if only is not None and step.name != only:
+                continue
             rec = records.get(step.name) or {}
             if rec.get("version") != step.version:
                 rec = {}  # another version (an upgrade): applied again, from its own manifests

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import json
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from .base import Message
+from .base import Message, without_none
 
 __all__ = [
     "AGENT_VERSION",
@@ -133,6 +133,14 @@ class _Step(Message):
     timeout_s: float = Field(60.0, gt=0, le=3600)
     retries: int = Field(0, ge=0, le=20)
     backoff_s: float = Field(1.0, ge=0, le=300)
+    # "MAJOR.MINOR": the step is for kernels older than that only; on a newer kernel (`uname -r`,
+    # which the preflight reports) the agent answers Skipped without running it. For what a
+    # kernel names differently (bke.node_kernel: nf_conntrack_ipv4 before 4.19).
+    kernel_below: str | None = Field(None, pattern=r"^\d+\.\d+$")
+
+    @model_serializer(mode="wrap")
+    def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_none(handler(self), self, ("kernel_below",))
 
 
 class WriteFile(_Step):

@@ -1,12 +1,12 @@
 """Base of every bus message: frozen, strict about unknown fields, camelCase on the wire."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-__all__ = ["FailureKind", "MESSAGE_SCHEMA", "Message", "ErrorItem", "SCHEMA_HEADER", "schema_headers"]
+__all__ = ["FailureKind", "MESSAGE_SCHEMA", "Message", "ErrorItem", "SCHEMA_HEADER", "schema_headers", "without_none"]
 
 # The form of every message body, in a header beside it (the subject's `bke.v1` names the
 # subject space, not the body's form: a new body form need not rename every subject). A message
@@ -19,6 +19,18 @@ MESSAGE_SCHEMA = 1
 def schema_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
     """`headers` plus this code's message version: what every publisher sends."""
     return {**(headers or {}), SCHEMA_HEADER: str(MESSAGE_SCHEMA)}
+
+def without_none(data: dict[str, Any], model: BaseModel, fields: tuple[str, ...]) -> dict[str, Any]:
+    """`data` (a dump of `model`) without those of `fields` that are None. For an optional field
+    added to a message without a new message form (MESSAGE_SCHEMA): left out of the body when
+    unset, a reader of the previous release (which forbids unknown fields) still reads every
+    message that does not use it - an agent not yet updated still takes its UpdateAgent."""
+    for name in fields:
+        if getattr(model, name) is None:
+            data.pop(name, None)
+            data.pop(to_camel(name), None)
+    return data
+
 
 # "invalid": the input was refused (fix the spec; CLIs exit 2); "operational": something broke
 # (fix it, then `bke retry`; CLIs exit 1)

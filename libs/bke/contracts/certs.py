@@ -1,11 +1,11 @@
 """Certificates: issued for a plan, sealed per agent, renewed on request (or on their own)."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
-from .base import FailureKind, Message
+from .base import FailureKind, Message, without_none
 
 __all__ = [
     "CERTS_FAILED",
@@ -97,6 +97,14 @@ class RenewCerts(Message):
     names: list[str] = []
     within_days: float | None = Field(None, gt=0, le=3650)
     origin: RenewOrigin = "cli"
+    # The Kubernetes release the renewed certificates are for (an upgrade's target): subjects
+    # kubeadm changes between releases follow it (bke.pki.subjects). Absent: every stored
+    # subject is kept, as `kubeadm certs renew` keeps them.
+    kubernetes_version: str | None = Field(None, pattern=r"^v?\d+\.\d+\.\d+$", max_length=32)
+
+    @model_serializer(mode="wrap")
+    def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_none(handler(self), self, ("kubernetes_version",))
 
     @model_validator(mode="after")
     def _one_selection(self) -> "RenewCerts":

@@ -196,10 +196,16 @@ def _etcd_changes(cur: Plan, new: Plan, unhealthy: Unhealthy) -> tuple[list[Etcd
 
 
 def _cert_changes(cur: Plan, new: Plan) -> dict[str, tuple[str, ...]]:
-    """Instances on nodes present in both plans whose names change (their SANs, subject), by id."""
+    """Instances on nodes present in both plans whose names change (their SANs, subject), by id.
+
+    Both sides at the current Kubernetes release: a subject kubeadm changes between releases
+    (bke.pki.subjects) is the upgrader's to re-issue (its certificates step), so a version
+    change alone stays an upgrade and is not mistaken for a certificate change to apply."""
     keep = {n.hostname for n in cur.nodes} & {n.hostname for n in new.nodes}
+    release = cur.kubernetes_version
     a: dict[str, Instance] = {i.id: i for i in desired_instances(cur) if i.owner is None or i.owner in keep}
-    b: dict[str, Instance] = {i.id: i for i in desired_instances(new) if i.owner is None or i.owner in keep}
+    b: dict[str, Instance] = {i.id: i for i in desired_instances(new, kubernetes=release)
+                              if i.owner is None or i.owner in keep}
     out: dict[str, tuple[str, ...]] = {}
     for iid in sorted(a.keys() & b.keys()):
         x, y = a[iid], b[iid]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..plan import Plan
 from ..spec.roles import is_master
 from .instances import node_file_refs
+from .subjects import RULES
 from .table import CERTS, CertSpec, Place
 
 __all__ = ["BEGIN", "END", "generated_docs", "splice_generated"]
@@ -50,6 +51,14 @@ def _usage(spec: CertSpec) -> str:
     return {"ca": "CA", "server": "serverAuth", "client": "clientAuth", "server+client": "serverAuth, clientAuth"}[spec.usage]
 
 
+def _o(spec: CertSpec) -> str:
+    o = ", ".join(spec.o) or "-"
+    if not spec.o_rule:
+        return o
+    rule = RULES[spec.o_rule]
+    return f"{o} (none from {', '.join(rule.first_release)} on: {rule.source})"
+
+
 def certificate_table() -> list[str]:
     lines = [
         "| name | kind | CA | CN | O | SANs | EKU | validity | instances | certificate / kubeconfig | private key |",
@@ -57,7 +66,7 @@ def certificate_table() -> list[str]:
     ]
     for s in CERTS:
         lines.append(
-            f"| `{s.name}` | {s.kind} | {s.ca or ('self' if s.is_ca else '-')} | {s.cn or '-'} | {', '.join(s.o) or '-'} "
+            f"| `{s.name}` | {s.kind} | {s.ca or ('self' if s.is_ca else '-')} | {s.cn or '-'} | {_o(s)} "
             f"| {_SANS[s.sans]} | {_usage(s) if s.kind != 'keypair' else '-'} "
             f"| {'caValidityDays' if s.validity == 'ca' and s.kind != 'keypair' else '-' if s.kind == 'keypair' else 'validityDays'} "
             f"| {_instances(s)} | {_places(s.cert)} | {_places(s.key) if s.kind != 'kubeconfig' else '(embedded)'} |"

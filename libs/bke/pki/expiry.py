@@ -69,8 +69,13 @@ def select_renewals(snapshot: Snapshot, now: datetime, *, names: Collection[str]
     return list(picked)
 
 
-def renewal_instances(snapshot: Snapshot, ids: Collection[str]) -> list[Instance]:
-    """Instances that reproduce the stored certificates' subject and SANs (kubeadm's renew)."""
+def renewal_instances(snapshot: Snapshot, ids: Collection[str], kubernetes: str | None = None) -> list[Instance]:
+    """Instances that reproduce the stored certificates' subject and SANs (kubeadm's renew).
+
+    ``kubernetes``: the release an upgrade moves to. A row whose subject depends on the release
+    (bke.pki.subjects) then gets that release's organisations, as `kubeadm upgrade apply` re-issues
+    apiserver-kubelet-client without kubeadm:cluster-admins when it reaches 1.35.5, 1.36.1 or 1.37
+    (kubernetes/kubeadm#3310); every other row, and every row without it, keeps what is stored."""
     out = []
     for iid in ids:
         entry = snapshot.manifest.entries[iid]
@@ -78,5 +83,6 @@ def renewal_instances(snapshot: Snapshot, ids: Collection[str]) -> list[Instance
         if spec is None:
             raise UnknownCertificate(f"{iid}: row {entry.name!r} is not in the certificate table")
         info: CertInfo = cert_info(snapshot.materials[iid].cert)
-        out.append(Instance(iid, spec, entry.owner, info.cn, info.o, info.dns, info.ips, entry.server))
+        o = spec.o_for(kubernetes) if spec.o_rule and kubernetes is not None else info.o
+        out.append(Instance(iid, spec, entry.owner, info.cn, o, info.dns, info.ips, entry.server))
     return out

@@ -153,13 +153,16 @@ class _Context:
         return self.endpoint_url
 
 
-def desired_instances(plan: Plan, hosts: Iterable[str] | None = None) -> list[Instance]:
+def desired_instances(plan: Plan, hosts: Iterable[str] | None = None, *,
+                      kubernetes: str | None = None) -> list[Instance]:
     """Every instance the plan needs, CA rows first (table order, then node order).
 
     ``hosts`` restricts per-node rows to those nodes (cluster rows are always included): what one
-    node's bundle needs, without building 5,000 nodes' instances.
+    node's bundle needs, without building 5,000 nodes' instances. Subjects are those kubeadm of
+    the plan's Kubernetes release issues (bke.pki.subjects), or of ``kubernetes`` when given.
     """
     ctx = _Context(plan)
+    release = kubernetes or plan.kubernetes_version
     wanted = None if hosts is None else set(hosts)
     with_trait: dict[str, list[NodePlan]] = {}  # placement word -> its nodes, in plan order
     for node in plan.nodes:
@@ -170,15 +173,16 @@ def desired_instances(plan: Plan, hosts: Iterable[str] | None = None) -> list[In
     for spec in CERTS:
         if not _row_active(spec, ctx.etcd_names):
             continue
+        o = spec.o_for(release)
         if spec.per == "cluster":
             dns, ips = ctx.sans(spec, None, spec.cn)
-            out.append(Instance(spec.name, spec, None, spec.cn, spec.o, dns, ips, ctx.server(spec, None)))
+            out.append(Instance(spec.name, spec, None, spec.cn, o, dns, ips, ctx.server(spec, None)))
             continue
         templated = "{hostname}" in spec.cn
         for node in with_trait.get(spec.needs, ()):
             cn = spec.cn.replace("{hostname}", node.hostname) if templated else spec.cn
             dns, ips = ctx.sans(spec, node, cn)
-            out.append(Instance(instance_id(spec.name, node.hostname), spec, node.hostname, cn, spec.o,
+            out.append(Instance(instance_id(spec.name, node.hostname), spec, node.hostname, cn, o,
                                 dns, ips, ctx.server(spec, node)))
     return out
 

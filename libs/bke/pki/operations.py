@@ -50,9 +50,10 @@ async def check_expiration(cluster: str, store: PkiStore, now: datetime) -> list
 
 async def renew_certs(cluster: str, store: PkiStore, now: datetime, box: SecretBox, *,
                       names: Collection[str] | None = None, threshold: timedelta | None = None,
-                      options: IssueOptions | None = None) -> list[RenewedCert]:
+                      options: IssueOptions | None = None, kubernetes: str | None = None) -> list[RenewedCert]:
     """Renew the named leaves (``["all"]`` for every leaf) or, without names, those expiring
-    within ``threshold``: new key and certificate, same subject and SANs, same CA."""
+    within ``threshold``: new key and certificate, same subject and SANs, same CA. ``kubernetes``
+    (an upgrade's target release): subjects that depend on the release follow it (renewal_instances)."""
     snap = await store.load(cluster, box)
     if snap is None:
         raise PkiNotReady(f"no PKI stored for cluster {cluster!r}")
@@ -60,7 +61,7 @@ async def renew_certs(cluster: str, store: PkiStore, now: datetime, box: SecretB
     if not ids:
         return []
     m = snap.manifest
-    instances = renewal_instances(snap, ids)
+    instances = renewal_instances(snap, ids, kubernetes)
     cas = {e.ca: snap.materials[e.ca] for i in ids if (e := m.entries[i]).ca and e.ca in snap.materials}
     validity = Validity(now=now, ca_days=m.ca_validity_days, leaf_days=m.validity_days, algorithm=m.key_algorithm)
     issued = await asyncio.to_thread(issue, instances, cas, validity, options)

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
+from .subjects import subject_o
 from ..paths import (
     ADMIN_CONF,
     CONTROLLER_MANAGER_CONF,
@@ -62,6 +63,7 @@ class CertSpec:
     cn: str  # "{hostname}" is replaced by the owner node's name
     ca: str | None = None
     o: tuple[str, ...] = ()
+    o_rule: str = ""  # a rule of bke.pki.subjects: which of `o` kubeadm of a given release drops
     sans: SanRule = "none"
     usage: Usage = "client"
     validity: Literal["ca", "leaf"] = "leaf"
@@ -75,6 +77,10 @@ class CertSpec:
     @property
     def is_ca(self) -> bool:
         return self.kind == "ca"
+
+    def o_for(self, kubernetes: str | None) -> tuple[str, ...]:
+        """The organisations kubeadm of this Kubernetes release issues the row with (None: `o`)."""
+        return subject_o(self.o, self.o_rule, kubernetes)
 
 
 def _pki(name: str) -> str:
@@ -141,9 +147,11 @@ CERTS: tuple[CertSpec, ...] = (
     CertSpec("apiserver", "leaf", "kube-apiserver serving certificate (one per apiserver node)",
              cn="kube-apiserver", ca="ca", sans="apiserver", usage="server", per="node", needs="kube-apiserver",
              cert=_own(_pki("apiserver.crt")), key=_own(_pki("apiserver.key"))),
+    # kubeadm drops the group from 1.37.0, 1.36.1 and 1.35.5 on (bke.pki.subjects: PR 138957 and
+    # its cherry-picks) and binds the CN to system:kubelet-api-admin instead (bke.rbac)
     CertSpec("apiserver-kubelet-client", "leaf", "kube-apiserver to kubelets",
-             cn="kube-apiserver-kubelet-client", ca="ca", o=("kubeadm:cluster-admins",), per="node",
-             needs="kube-apiserver",
+             cn="kube-apiserver-kubelet-client", ca="ca", o=("kubeadm:cluster-admins",), o_rule="kubeadm-138957",
+             per="node", needs="kube-apiserver",
              cert=_own(_pki("apiserver-kubelet-client.crt")), key=_own(_pki("apiserver-kubelet-client.key"))),
     CertSpec("front-proxy-client", "leaf", "kube-apiserver to aggregated API servers",
              cn="front-proxy-client", ca="front-proxy-ca", per="node", needs="kube-apiserver",

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..node_kernel import MODULES_FILE, SYSCTL_FILE, kernel_modules, sysctls
 from ..plan import NodePlan
+from ..spec.pod_subnets import parse_pod_subnets
 from . import yaml_fast
 from .context import Ctx
 from .layout import CONTAINERD_SOCKET, CRICTL_CONFIG
@@ -69,8 +70,15 @@ def modules_load(ctx: Ctx, node: NodePlan) -> Emit:
                                                                     proxy_mode=_proxy_mode(ctx, node)))))]
 
 
+def _ipv6_pods(ctx: Ctx) -> bool:
+    try:
+        return any(n.version == 6 for n in parse_pod_subnets(ctx.config.networking.pod_subnet))
+    except ValueError:
+        return False  # a plan holds a validated spec: not reached
+
+
 def sysctl_conf(ctx: Ctx, node: NodePlan) -> Emit:
-    settings = [SysctlSetting(key=k, value=v) for k, v in sysctls(registers=node.registers)]
+    settings = [SysctlSetting(key=k, value=v) for k, v in sysctls(registers=node.registers, ipv6=_ipv6_pods(ctx))]
     return [(SYSCTL_FILE, Sysctl(settings=settings))] if settings else []
 
 

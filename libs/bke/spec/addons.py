@@ -14,7 +14,6 @@ user's own copy, applied in the built-in's place. `rbac` cannot be replaced or t
 """
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -112,14 +111,6 @@ def check_addons(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
         elif b is None and not a.path:
             errs.append(FieldError(path=f"{_A}[{i}].path", message=f"{a.name!r} is not built in "
                                    f"({', '.join(_BY_NAME)}): give the folder of its manifests"))
-    if c.cni == "calico":
-        try:
-            pods = ipaddress.ip_network(c.networking.pod_subnet, strict=False)
-        except ValueError:
-            pods = None  # reported by the CIDR check
-        if pods is not None and pods.version != 4:
-            errs.append(FieldError(path=f"{_C}.networking.podSubnet", message=f"{pods}: BKE wires calico's IPv4 pool "
-                                   "only; use an IPv4 pod subnet or cni: none with your own CNI"))
     try:
         k8s = parse_version(c.kubernetes_version)
     except VersionError:

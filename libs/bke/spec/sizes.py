@@ -3,11 +3,12 @@
 Three limits, each as upstream computes it (sources beside the constants):
 
 - calico's IPAM hands each node at least one block of /26 (IPv4) or /122 (IPv6) carved out of
-  its pool, which BKE sets to podSubnet: 2^(block - prefix) blocks, one per registered node at
-  least. (Calico can lend addresses from other nodes' blocks when none is left, unless
+  its pool, which BKE sets to podSubnet (one pool per family of a dual-stack pair, each checked):
+  2^(block - prefix) blocks, one per registered node at least. (Calico can lend addresses from other nodes' blocks when none is left, unless
   strictAffinity is on; BKE does not plan on borrowing: every node gets its own block.)
 - the controller-manager, which BKE runs with --allocate-node-cidrs=true, gives each node one
-  CIDR of --node-cidr-mask-size from --cluster-cidr (podSubnet): 2^(mask - prefix) node CIDRs.
+  CIDR of --node-cidr-mask-size from --cluster-cidr (podSubnet): 2^(mask - prefix) node CIDRs
+  (a dual-stack pair: one of each family per node, --node-cidr-mask-size-ipv4/-ipv6).
 - the service subnet holds the built-in service IPs (index 1: the kubernetes service; index 10:
   cluster DNS, as kubeadm picks it) and is no larger than kube-apiserver accepts.
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 from .errors import FieldError
 from .models import ClusterSpec
+from .pod_subnets import parse_pod_subnets
 from .roles import is_master, registers
 
 __all__ = [
@@ -32,9 +34,9 @@ __all__ = [
 
 _C = "cluster.spec.clusterConfig.cluster"
 # calico's default IPAM block sizes (IPPoolSpec.BlockSize: "Defaults to 26 for IPv4 and 122 for IPv6";
-# projectcalico/calico api/pkg/apis/projectcalico/v3/ippool.go). The addons phase writes the pool
-# CIDR and CALICO_IPV4POOL_BLOCK_SIZE = bke.calico.BLOCK_SIZE (26) into calico's manifest (IPv4
-# pools only: calico on an IPv6 pod subnet is refused at plan time); a test holds the two equal.
+# projectcalico/calico api/pkg/apis/projectcalico/v3/ippool.go). The addons phase writes each
+# family's pool CIDR and CALICO_IPV4POOL_BLOCK_SIZE / CALICO_IPV6POOL_BLOCK_SIZE =
+# bke.calico.BLOCK_SIZE into calico's manifest; a test holds the two equal.
 CALICO_BLOCK = {4: 26, 6: 122}
 # kube-controller-manager --node-cidr-mask-size defaults: 24 for IPv4, 64 for IPv6
 # (kubernetes cmd/kube-controller-manager/app/options/nodeipamcontroller.go and
@@ -71,15 +73,20 @@ def check_sizes(spec: ClusterSpec) -> tuple[list[FieldError], list[str]]:
     warnings: list[str] = []
     net = spec.config.networking
     nodes = sum(1 for n in spec.nodes if registers(n.spec.role))
-    pod = _network(net.pod_subnet)
-    if pod is not None:
-        path = f"{_C}.networking.podSubnet"
-        for limit in _pod_limits(spec, pod):
+    try:
+        pods = parse_pod_subnets(net.pod_subnet)
+    except ValueError:
+        pods = []  # reported by validate.py
+    path = f"{_C}.networking.podSubnet"
+    if len(pods) == 2:
+        errors += _dual_stack_mask_errors(spec)
+    for pod in pods:
+        for limit in _pod_limits(spec, pod, dual=len(pods) == 2):
             if nodes > limit.capacity:
                 errors.append(FieldError(path=path, message=f"{nodes} registered nodes do not fit: {limit.what}: {limit.arithmetic} = {limit.capacity:,}; each node needs one"))
             elif nodes >= WARN_FRACTION * limit.capacity:
                 warnings.append(f"{path}: {nodes} registered nodes use {nodes / limit.capacity:.0%} of {limit.what} ({limit.arithmetic} = {limit.capacity:,}); room for {limit.capacity - nodes} more")
-        errors += _ipv6_mask_diff(spec, pod)
+        errors += _ipv6_mask_diff(spec, pod, dual=len(pods) == 2)
     svc = _network(net.service_subnet)
     if svc is not None:
         errors += _service_errors(svc)
@@ -93,13 +100,13 @@ def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
         return None
 
 
-def _pod_limits(spec: ClusterSpec, pod: ipaddress.IPv4Network | ipaddress.IPv6Network) -> list[_Limit]:
+def _pod_limits(spec: ClusterSpec, pod: ipaddress.IPv4Network | ipaddress.IPv6Network, dual: bool = False) -> list[_Limit]:
     out: list[_Limit] = []
     prefix = pod.prefixlen
     if spec.config.cni == "calico":
         block = CALICO_BLOCK[pod.version]
         out.append(_Limit(f"calico's /{block} IPAM blocks in pool {pod}", _count(block, prefix), f"2^({block}-{prefix})"))
-    for mask, source in _node_masks(spec, pod.version):
+    for mask, source in _node_masks(spec, pod.version, dual):
         out.append(_Limit(f"/{mask} node CIDRs the controller-manager allocates from {pod} ({source})", _count(mask, prefix), f"2^({mask}-{prefix})"))
     return out
 
@@ -108,17 +115,38 @@ def _count(mask: int, prefix: int) -> int:
     return 2 ** (mask - prefix) if mask >= prefix else 0
 
 
-def _node_masks(spec: ClusterSpec, family: int) -> list[tuple[int, str]]:
-    """The node-CIDR mask of every controller-manager that may lead, as each would read its
-    flags (cluster extraArgs, then that master's own); none when a user turned allocation off."""
-    keys = ("node-cidr-mask-size-ipv4" if family == 4 else "node-cidr-mask-size-ipv6", "node-cidr-mask-size")
+def _layers(spec: ClusterSpec) -> list[tuple[dict[str, str], str]]:
+    """Each controller-manager's flags as it would read them (cluster extraArgs, then a master's own)."""
     cluster_args = dict(spec.config.controller_manager.extra_args)
-    found: dict[int, str] = {}
     layers = [(cluster_args, f"{_C}.controllerManager.extraArgs")]
     for i, n in enumerate(spec.nodes):
         if is_master(n.spec.role) and n.spec.controller_manager is not None and n.spec.controller_manager.extra_args:
             layers.append(({**cluster_args, **n.spec.controller_manager.extra_args}, f"nodes[{i}].spec.controllerManager.extraArgs"))
-    for args, where in layers:
+    return layers
+
+
+def _dual_stack_mask_errors(spec: ClusterSpec) -> list[FieldError]:
+    """A dual-stack --cluster-cidr with --node-cidr-mask-size: the controller-manager refuses to
+    start ("usage of --node-cidr-mask-size is not allowed with dual-stack clusters", kubernetes
+    cmd/kube-controller-manager/app/core.go setNodeCIDRMaskSizes): the per-family flags only."""
+    out = []
+    for args, where in _layers(spec):
+        if "node-cidr-mask-size" in args:
+            out.append(FieldError(path=f"{where}.node-cidr-mask-size", message=(
+                "not allowed with a dual-stack podSubnet (the controller-manager refuses to start): use "
+                "node-cidr-mask-size-ipv4 and node-cidr-mask-size-ipv6")))
+            break
+    return out
+
+
+def _node_masks(spec: ClusterSpec, family: int, dual: bool = False) -> list[tuple[int, str]]:
+    """The node-CIDR mask of every controller-manager that may lead, as each would read its
+    flags (cluster extraArgs, then that master's own); none when a user turned allocation off.
+    Dual stack: the per-family flag only (the generic one is refused, _dual_stack_mask_errors)."""
+    family_key = "node-cidr-mask-size-ipv4" if family == 4 else "node-cidr-mask-size-ipv6"
+    keys = (family_key,) if dual else (family_key, "node-cidr-mask-size")
+    found: dict[int, str] = {}
+    for args, where in _layers(spec):
         if args.get("allocate-node-cidrs", "true").lower() in ("false", "0", "f"):
             continue
         key = next((k for k in keys if k in args), None)
@@ -132,11 +160,12 @@ def _node_masks(spec: ClusterSpec, family: int) -> list[tuple[int, str]]:
     return sorted(found.items())
 
 
-def _ipv6_mask_diff(spec: ClusterSpec, pod: ipaddress.IPv4Network | ipaddress.IPv6Network) -> list[FieldError]:
+def _ipv6_mask_diff(spec: ClusterSpec, pod: ipaddress.IPv4Network | ipaddress.IPv6Network,
+                    dual: bool = False) -> list[FieldError]:
     if pod.version != 6:
         return []
     out = []
-    for mask, source in _node_masks(spec, 6):
+    for mask, source in _node_masks(spec, 6, dual):
         if mask - pod.prefixlen > IPV6_NODE_MASK_MAX_DIFF:
             out.append(FieldError(path=f"{_C}.networking.podSubnet", message=(
                 f"the controller-manager refuses node CIDRs /{mask} ({source}) from {pod}: for IPv6 the node mask may be "

@@ -19,6 +19,7 @@ from .errors import FieldError
 from .extra_args import FLAG_NAME, check_extra_args, placed_flag_components
 from .label_syntax import label_errors
 from .models import ROLES, ClusterSpec
+from .pod_subnets import Network, parse_pod_subnets
 from .roles import CONTROL_PLANE_ROLES, ETCD_ROLES, is_master
 from .host_rules import cgroup_opt_out_warnings
 from .sizes import check_sizes
@@ -85,20 +86,20 @@ def _check_cluster(spec: ClusterSpec, warnings: list[str], parsed: dict[str, ver
         errs += [FieldError(path=f"{_C}.containerdVersion", message=m) for m in versions.host_rule_errors(parsed["kubernetes"], parsed["containerd"])]
     if "kubernetes" in parsed:
         warnings += cgroup_opt_out_warnings(spec, parsed["kubernetes"])
-    nets = {}
-    for field in ("serviceSubnet", "podSubnet"):
-        value = getattr(c.networking, "service_subnet" if field == "serviceSubnet" else "pod_subnet")
-        try:
-            nets[field] = ipaddress.ip_network(value, strict=True)
-        except ValueError as exc:
-            errs.append(FieldError(path=f"{_C}.networking.{field}", message=f"malformed CIDR {value!r}: {exc}"))
-    if len(nets) == 2 and nets["serviceSubnet"].version == nets["podSubnet"].version and nets["serviceSubnet"].overlaps(nets["podSubnet"]):
-        errs.append(
-            FieldError(
-                path=f"{_C}.networking.podSubnet",
-                message=f"pod subnet {nets['podSubnet']} overlaps service subnet {nets['serviceSubnet']}",
-            )
-        )
+    svc = None
+    try:
+        svc = ipaddress.ip_network(c.networking.service_subnet, strict=True)
+    except ValueError as exc:
+        errs.append(FieldError(path=f"{_C}.networking.serviceSubnet",
+                               message=f"malformed CIDR {c.networking.service_subnet!r}: {exc}"))
+    pods: list[Network] = []
+    try:
+        pods = parse_pod_subnets(c.networking.pod_subnet)  # one CIDR, or a dual-stack pair
+    except ValueError as exc:
+        errs.append(FieldError(path=f"{_C}.networking.podSubnet", message=str(exc)))
+    for pod in pods:
+        if svc is not None and svc.version == pod.version and svc.overlaps(pod):
+            errs.append(FieldError(path=f"{_C}.networking.podSubnet", message=f"pod subnet {pod} overlaps service subnet {svc}"))
     if not _DNS1123.match(c.networking.dns_domain):
         errs.append(FieldError(path=f"{_C}.networking.dnsDomain", message=f"{c.networking.dns_domain!r} is not a valid DNS domain"))
     for i, san in enumerate(c.api_server.cert_sans):

@@ -26,11 +26,13 @@ from collections.abc import Iterable, Mapping
 from ..contracts.agent import NewFile
 from ..pki import node_file_refs
 from ..pki.instances import FileRef
+from ..pki.table import CERTS
 from ..plan import Plan
 from ..state.nodefiles import NodeFile
 from .order import ExpandedStep
 
-__all__ = ["CERT_STEPS", "cert_files", "cert_rows", "node_cert_paths", "renewed_by_node", "renewed_instances"]
+__all__ = ["CERT_STEPS", "cert_files", "cert_rows", "node_cert_paths", "rbac_before_renewal", "renewed_by_node",
+           "renewed_instances"]
 
 ETCD_MEMBER_ROWS = ("{group}-server", "{group}-peer", "{group}-healthcheck-client")
 
@@ -47,6 +49,14 @@ CERT_STEPS: dict[str, tuple[str, ...]] = {
 def cert_rows(step: str, group: str = "") -> tuple[str, ...]:
     """The certificate rows upgrade step `step` (of etcd cluster `group`) renews; () for none."""
     return tuple(r.format(group=group) for r in CERT_STEPS.get(step, ()))
+
+
+def rbac_before_renewal(current: str, target: str) -> bool:
+    """True when the upgrade from `current` to `target` (Kubernetes releases) re-issues some
+    certificate with other organisations (bke.pki.subjects): the target's bootstrap RBAC (which
+    grants the group-less certificate its rights by name, bke.rbac) must be applied before the
+    renewed certificate reaches an apiserver, not in the addons step at the end."""
+    return any(r.o_for(current) != r.o_for(target) for r in CERTS if r.o_rule)
 
 
 def _instances_of(refs: Iterable[FileRef], rows: tuple[str, ...], host: str) -> set[str]:

@@ -262,7 +262,7 @@ class CertsHandlers:
         threshold = timedelta(days=req.within_days) if req.within_days is not None else None
         try:
             renewed = await renew_requested(c, self.store, self.now(), self.box_factory(), names=req.names,
-                                            threshold=threshold, request_id=rid)
+                                            threshold=threshold, request_id=rid, kubernetes=req.kubernetes_version)
         except (PkiError, PkiNotReady) as exc:  # an unknown name, a CA, no PKI for this cluster
             return [self._renew_failed(req, str(exc))]
         # (a crash from here to the saved answer renews again on redelivery: new serials, same

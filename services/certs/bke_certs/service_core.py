@@ -39,11 +39,13 @@ async def ensure_cluster_certs(plan: Plan, store: PkiStore, now: datetime, box: 
 
 async def renew_requested(cluster: str, store: PkiStore, now: datetime, box: SecretBox, *,
                           names: list[str] | None, threshold: timedelta | None, request_id: str,
-                          options: IssueOptions | None = None) -> list[RenewedCert]:
+                          options: IssueOptions | None = None, kubernetes: str | None = None) -> list[RenewedCert]:
     """Renew the named leaves (or every leaf expiring within ``threshold`` of ``now``): new key
     and serial, same subject and SANs, same CA. One RenewedCert each; the handler publishes them
-    all in one event, so the dispatcher starts one rotation."""
-    renewed = await renew_certs(cluster, store, now, box, names=names or None, threshold=threshold, options=options)
+    all in one event, so the dispatcher starts one rotation. ``kubernetes``: an upgrade's target
+    release, whose subjects the renewed certificates take where kubeadm changed them."""
+    renewed = await renew_certs(cluster, store, now, box, names=names or None, threshold=threshold, options=options,
+                                kubernetes=kubernetes)
     log.info("renewed %d certificate(s): %s", len(renewed), ", ".join(r.instance for r in renewed[:20]),
              extra={"cluster": cluster, "operation": "renew_certs", "request_id": request_id})
     return renewed

@@ -91,8 +91,8 @@ class _AddonsStep:
     def __init__(self, work: AddonsWork):
         self.work = work
 
-    async def apply(self, old: Plan, new: Plan, rendered: dict[str, str]) -> str:
-        outcome = await self.work.run("addons", new, rendered)
+    async def apply(self, old: Plan, new: Plan, rendered: dict[str, str], only: str | None = None) -> str:
+        outcome = await self.work.run("addons", new, rendered, only)
         if outcome.status == "failed":
             return outcome.reason or "addons failed"
         if outcome.status == "wait":

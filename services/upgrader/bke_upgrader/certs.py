@@ -82,7 +82,10 @@ class UpgradeCerts:
             mark_local(step, True)  # no step of this upgrade carries a certificate
             return
         rid = renewal_id(run.request_id)
-        ask = RenewCerts(request_id=rid, cluster=run.cluster, names=names, origin="upgrade")
+        # the target release: a subject kubeadm changed on the way (apiserver-kubelet-client's
+        # group, bke.pki.subjects) is re-issued as that release issues it
+        ask = RenewCerts(request_id=rid, cluster=run.cluster, names=names, origin="upgrade",
+                         kubernetes_version=run.target.get("kubernetes") or None)
         # the same id every pass: JetStream drops a repeat within its window, and the certs
         # service answers a known request id from its record instead of renewing again
         await self.publish(ask.to_bytes(), RENEW_CERTS, {"Nats-Msg-Id": f"renew:{run.cluster}:{rid}"})

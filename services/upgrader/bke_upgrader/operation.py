@@ -54,6 +54,7 @@ from bke.state.lease import claim_lease, release_lease
 from bke.state.keys import accepted_agents_key
 from bke.state.migrate import ensure_current
 from bke.state.schema import StoredVersionError
+from bke.upgrade.certificates import rbac_before_renewal
 from bke.upgrade.failure import abort_run, error_text
 from bke.upgrade.node_commands import node_upgrade_steps
 from bke.upgrade.node_versions import settled, stopped_batch_ids
@@ -107,8 +108,9 @@ class Checksums(Protocol):
 
 
 class Addons(Protocol):
-    async def apply(self, old: Plan, new: Plan, rendered: dict[str, str]) -> str:
-        """"" when every addon of the new plan is applied (and ready), else why not."""
+    async def apply(self, old: Plan, new: Plan, rendered: dict[str, str], only: str | None = None) -> str:
+        """"" when every addon of the new plan (or the one named `only`) is applied (and ready),
+        else why not."""
 
 
 class SnapshotSetup(Protocol):
@@ -412,6 +414,16 @@ class Upgrades:
                                  extra={"cluster": run.cluster, "request_id": run.request_id})
                     mark_local(step, True)
             elif step.name == "certificates":
+                if rbac_before_renewal(old.kubernetes_version, new.kubernetes_version):
+                    # the target release's bootstrap RBAC before any certificate it re-issues
+                    # with fewer groups reaches an apiserver (apiserver-kubelet-client, bke.pki.
+                    # subjects): else `kubectl logs/exec` are Forbidden until the addons step,
+                    # as after `kubeadm upgrade apply v1.35.5` (kubernetes/kubeadm#3310)
+                    renders = await self.renders.get(run.request_id, old, new)
+                    why = await self.addons.apply(old, new, renders.new_addons, only="rbac")
+                    if why:
+                        mark_local(step, False, why)
+                        return
                 try:
                     await self.certs.renew(run, step, old)
                 except TemporaryError:  # asked, waiting for the answer: followers see the steps done so far

