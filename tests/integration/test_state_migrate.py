@@ -29,6 +29,7 @@ from bke.state.conversion import CONVERTERS, Converter, register
 from bke.state.keys import install_key, plan_meta_key
 from bke.state.migrate import MigrationBusy, ensure_current, known_clusters
 from bke.state.nodefiles import RedisNodeFiles
+from bke.state.operation_slot import claim_operation, operation_holder
 from bke.state.plans import PlanCache, RedisPlanStore
 from bke.state.schema import RECORDS, RecordKind, StoredVersionTooNew, record_kind
 from bke_certs.operations import OpsStore
@@ -122,6 +123,8 @@ READERS = {
     "upgrade": [lambda r: UpgradeStore(r).load(C)],
     "etcd-restore": [lambda r: RestoreStore(r).load(C)],
     "reset": [lambda r: ResetStore(r).load(C)],
+    "operation": [lambda r: operation_holder(r, C),
+                  lambda r: claim_operation(r, C, "upgrade", "u9", "t0")],
 }
 
 
@@ -130,6 +133,11 @@ async def _restore_record(r: aioredis.Redis) -> None:
     run = RestoreRun(restore_id="x1", cluster=C, etcd_cluster="etcd-data", snapshot_id="s1", sha256="0" * 64, size=1,
                      started_at="t0", stages=[])
     await r.set(f"bke:{C}:etcd-restore", run.to_json())
+
+
+async def _operation_record(r: aioredis.Redis) -> None:
+    """The fixture predates the operation slot: a slot as a claim writes it."""
+    assert (await claim_operation(r, C, "reset", "r1", "t0")).won
 
 
 async def _reset_record(r: aioredis.Redis) -> None:
@@ -166,6 +174,8 @@ async def test_a_newer_record_is_refused_by_the_conversion_and_by_its_readers(re
         await _restore_record(redis_client)
     if kind.name == "reset":
         await _reset_record(redis_client)
+    if kind.name == "operation":
+        await _operation_record(redis_client)
     newer = await bump(redis_client, kind)
     before = await dump(redis_client)
     with pytest.raises(StoredVersionTooNew, match=f"version {newer}, newer than this BKE"):

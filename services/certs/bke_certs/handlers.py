@@ -56,6 +56,7 @@ from bke.secrets import SecretBox
 from bke.state import PlanCache
 from bke.state.keys import certs_agents_key, plan_key, provisioned_agents_key
 from bke.state.nodefiles import RedisNodeFiles
+from bke.state.operation_slot import claim_operation, release_operation
 
 from .cache import CachedPkiStore
 from .operations import OpsStore
@@ -71,6 +72,7 @@ __all__ = ["CertsHandlers"]
 
 log = logging.getLogger("bke.certs")
 RESEAL_CHUNK = 500
+ROTATION = "rotation"  # a renewal's name in the cluster's operation slot: the rotation it starts
 ANNOUNCE_CHUNK = 5000  # node names per `certs sealed` (10,000 hostnames stay far below 1 MiB)
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 
@@ -255,15 +257,25 @@ class CertsHandlers:
         done = await self.ops.renewal(c, rid)
         if done is not None:  # a redelivery: answer what this request already did
             return [Out(CertsRenewed.model_validate_json(done), CERTS_RENEWED, f"renewed:{c}:{rid}")]
+        # One operation per cluster: a renewal starts a certificate rotation, which holds the
+        # cluster's operation slot from here until the dispatcher ends it (bke.state.operation_slot).
+        # An upgrade's own renewal is part of the upgrade, which holds the slot already.
+        claims = req.origin != "upgrade"
+        if claims:
+            claim = await claim_operation(self.redis, c, ROTATION, rid, self.now().isoformat())
+            if not claim.won:
+                return [self._renew_failed(req, claim.refusal(c))]
         why = renew_refusal(c, req, await self.ops.view(c))
         if why:
-            return [self._renew_failed(req, why)]
+            return [await self._released(req, claims, why)]
         threshold = timedelta(days=req.within_days) if req.within_days is not None else None
         try:
             renewed = await renew_requested(c, self.store, self.now(), self.box_factory(), names=req.names,
                                             threshold=threshold, request_id=rid)
         except (PkiError, PkiNotReady) as exc:  # an unknown name, a CA, no PKI for this cluster
-            return [self._renew_failed(req, str(exc))]
+            return [await self._released(req, claims, str(exc))]
+        if claims and not renewed:  # nothing to rotate: no rotation follows to release the slot
+            await release_operation(self.redis, c, ROTATION, rid)
         # (a crash from here to the saved answer renews again on redelivery: new serials, same
         # names; the store stays consistent and only the last renewal is delivered)
         nodes = sorted({n for r in renewed for n in r.nodes})
@@ -280,6 +292,12 @@ class CertsHandlers:
         await self.ops.save_renewal(c, rid, ev.to_bytes())
         log.info("renewed %d certificate(s) on %d node(s); handed to the dispatcher", len(renewed), len(nodes), extra=ids)
         return [*failures, Out(ev, CERTS_RENEWED, f"renewed:{c}:{rid}")]
+
+    async def _released(self, req: RenewCerts, claimed: bool, why: str) -> Out:
+        """A renewal that claimed the slot and will not run: the slot goes, the refusal is said."""
+        if claimed:
+            await release_operation(self.redis, req.cluster, ROTATION, req.request_id)
+        return self._renew_failed(req, why)
 
     def _renew_failed(self, req: RenewCerts, why: str) -> Out:
         log.warning("renewal refused: %s", why, extra={"cluster": req.cluster, "request_id": req.request_id})
