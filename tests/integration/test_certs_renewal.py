@@ -77,11 +77,12 @@ async def test_one_event_per_request_replayed_on_redelivery_and_one_operation_at
     assert again == serial
 
     await _renew(h, _req("r2", names=["admin.conf"]))  # r1's rotation has not finished
-    assert sent[2][0] == CERTS_FAILED and "renewal r1 of big is still waiting for its rotation" in json.loads(sent[2][1])["reason"]
+    assert sent[2][0] == CERTS_FAILED and json.loads(sent[2][1])["reason"] == (
+        "certificate rotation r1 of big is running: one operation per cluster")  # the slot its renewal claimed
     await _rotation(h, "r1", "Running")
     await _rotation(h, "r3", "Failed")  # a rotation the dispatcher refused does not hide the running one
     await _renew(h, _req("r4", names=["admin.conf"]))
-    assert "rotation r1 of big is still running" in json.loads(sent[3][1])["reason"]
+    assert "certificate rotation r1 of big is running" in json.loads(sent[3][1])["reason"]
     await _rotation(h, "r1", "Succeeded")
     await _renew(h, _req("r5", names=["admin.conf"]))
     assert sent[4][0] == CERTS_RENEWED and len(CertsRenewed.model_validate_json(sent[4][1]).certificates) == 5  # m1..m5

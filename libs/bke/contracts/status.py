@@ -162,6 +162,7 @@ class OperationHolder(Message):
     kind: str  # install, upgrade, etcd-restore, rotation, reset, delete, apply
     request_id: str
     since: str
+    detail: str = ""  # what of the cluster it works on, when not all of it (a restore's etcd cluster)
 
 
 class Refusals(Message):

@@ -9,7 +9,7 @@ free or already held by the same operation (kind and request id), and a refusal 
 holder. Redis runs a script as one step, so of N concurrent claims exactly one wins, whichever
 replica of whichever service sends it.
 
-    bke:<c>:operation   hash  kind, requestId, since, schemaVersion
+    bke:<c>:operation   hash  kind, requestId, since, detail, schemaVersion
 
 Lifetime: claimed when the operation is accepted (before its own record is written), released
 when it ends (Succeeded, Failed, or refused after the claim). No TTL: an upgrade may take
@@ -48,14 +48,17 @@ _WORDS = {"etcd-restore": "etcd restore", "rotation": "certificate rotation"}
 
 @dataclass(frozen=True)
 class Holder:
-    """Who holds a cluster's slot: the operation's kind, its request id, since when."""
+    """Who holds a cluster's slot: the operation's kind, its request id, since when, and what
+    of the cluster it works on when that is not the whole cluster (a restore's etcd cluster)."""
 
     kind: str
     request_id: str
     since: str
+    detail: str = ""
 
     def describe(self, cluster: str) -> str:
-        return f"{_WORDS.get(self.kind, self.kind)} {self.request_id} of {cluster}"
+        where = f"{self.detail} in {cluster}" if self.detail else cluster
+        return f"{_WORDS.get(self.kind, self.kind)} {self.request_id} of {where}"
 
 
 @dataclass(frozen=True)
@@ -75,18 +78,19 @@ def refusal(cluster: str, holder: Holder) -> str:
     return f"{holder.describe(cluster)} is running: one operation per cluster"
 
 
-# KEYS[1] the slot; ARGV: kind, request id, since, version. Returns {won, kind, request id, since,
-# version} of the holder after the call. Claimed only if free or held by this very operation.
+# KEYS[1] the slot; ARGV: kind, request id, since, version, version field name, detail. Returns
+# {won, kind, request id, since, version, detail} of the holder after the call. Claimed only if
+# free or held by this very operation.
 _CLAIM = """
-local cur = redis.call('HMGET', KEYS[1], 'kind', 'requestId', 'since', ARGV[5])
+local cur = redis.call('HMGET', KEYS[1], 'kind', 'requestId', 'since', ARGV[5], 'detail')
 if cur[1] and not (cur[1] == ARGV[1] and cur[2] == ARGV[2]) then
-  return {0, cur[1], cur[2] or '', cur[3] or '', cur[4] or ''}
+  return {0, cur[1], cur[2] or '', cur[3] or '', cur[4] or '', cur[5] or ''}
 end
 if not cur[1] then
-  redis.call('HSET', KEYS[1], 'kind', ARGV[1], 'requestId', ARGV[2], 'since', ARGV[3], ARGV[5], ARGV[4])
-  return {1, ARGV[1], ARGV[2], ARGV[3], ARGV[4]}
+  redis.call('HSET', KEYS[1], 'kind', ARGV[1], 'requestId', ARGV[2], 'since', ARGV[3], ARGV[5], ARGV[4], 'detail', ARGV[6])
+  return {1, ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[6]}
 end
-return {1, cur[1], cur[2], cur[3] or '', cur[4] or ''}
+return {1, cur[1], cur[2], cur[3] or '', cur[4] or '', cur[5] or ''}
 """
 # KEYS[1] the slot; ARGV: kind, request id. Deleted only by its holder: 1 if released.
 _RELEASE = """
@@ -105,16 +109,19 @@ def _check_kind(kind: str) -> None:
         raise ValueError(f"kind: {kind!r} is not an operation kind ({', '.join(KINDS)})")
 
 
-async def claim_operation(redis: Redis, cluster: str, kind: str, request_id: str, now: str) -> Claim:
+async def claim_operation(redis: Redis, cluster: str, kind: str, request_id: str, now: str, detail: str = "") -> Claim:
     """Take the cluster's slot for (kind, request id), or find it held: by this operation (won,
-    a redelivery or a resume) or by another (not won; `Claim.refusal` names it)."""
+    a redelivery or a resume) or by another (not won; `Claim.refusal` names it). `now`: when
+    (ISO time, injected); `detail`: what of the cluster it works on, for the refusal's words.
+    The one line another operation (`bke apply`) needs: `claim_operation(r, c, "apply", rid, now)`
+    and, at its end, `release_operation(r, c, "apply", rid)`."""
     _check_kind(kind)
     if not request_id:
         raise ValueError("requestId: an operation needs a request id to hold the slot")
-    won, k, rid, since, version = (_s(v) for v in await redis.eval(
-        _CLAIM, 1, operation_key(cluster), kind, request_id, now, str(SLOT_VERSION), SCHEMA_FIELD))
+    won, k, rid, since, version, what = (_s(v) for v in await redis.eval(
+        _CLAIM, 1, operation_key(cluster), kind, request_id, now, str(SLOT_VERSION), SCHEMA_FIELD, detail))
     check_readable("operation", version or None, f"the operation slot of {cluster}")
-    return Claim(won == "1", Holder(k, rid, since))
+    return Claim(won == "1", Holder(k, rid, since, what))
 
 
 async def release_operation(redis: Redis, cluster: str, kind: str, request_id: str) -> bool:
@@ -124,17 +131,17 @@ async def release_operation(redis: Redis, cluster: str, kind: str, request_id: s
 
 
 # The slot's fields in the order `holder_of` reads them (HMGET, also inside a caller's pipeline).
-FIELDS = ("kind", "requestId", "since", SCHEMA_FIELD)
+FIELDS = ("kind", "requestId", "since", SCHEMA_FIELD, "detail")
 
 
 def holder_of(cluster: str, values: list[Any]) -> Holder | None:
     """The holder from the slot's FIELDS as HMGET returned them (None: the slot is free)."""
-    kind, rid, since, version = values
+    kind, rid, since, version, detail = values
     if version is not None:  # a newer form is refused before anything of it is read
         check_readable("operation", version, f"the operation slot of {cluster}")
     if kind is None:
         return None
-    return Holder(_s(kind), _s(rid), _s(since))
+    return Holder(_s(kind), _s(rid), _s(since), _s(detail))
 
 
 async def operation_holder(redis: Redis, cluster: str) -> Holder | None:

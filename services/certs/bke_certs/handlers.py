@@ -310,5 +310,8 @@ class CertsHandlers:
     async def on_rotation_changed(self, ev: RotationChanged) -> None:
         await self.ops.set_rotation(ev.cluster, ev.rotation.request_id, ev.rotation.status)
         if ev.rotation.status != "Running":
+            # the dispatcher released the slot it ended with; this again is idempotent (only
+            # the rotation's own claim goes), for a dispatcher that died in between
+            await release_operation(self.redis, ev.cluster, ROTATION, ev.rotation.request_id)
             log.info("rotation %s: %s", ev.rotation.status, ev.rotation.message or "every node done",
                      extra={"cluster": ev.cluster, "request_id": ev.rotation.request_id})

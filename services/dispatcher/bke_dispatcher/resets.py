@@ -193,9 +193,9 @@ class Resets(LeasedOperation):
             log.info("reset %s %s", r.status, decision.reason, extra={"cluster": cluster, "request_id": r.request_id})
         if changed:
             await self.store.save(r)
+            if r.status != "Running":  # ended: its slot goes before the end is announced
+                await release_operation(self.store.r, cluster, slot_kind(r), r.request_id)
             await self._changed(r)
-        if r.status != "Running":  # ended: its slot goes (before a delete's records go)
-            await release_operation(self.store.r, cluster, slot_kind(r), r.request_id)
         if r.status == "Succeeded" and r.delete:
             await self._deleted(r)
         if r.status == "Failed":

@@ -188,9 +188,9 @@ class Rotations(LeasedOperation):
             log.info("rotation %s %s", rot.status, decision.reason, extra=ids)
         if changed:
             await self.store.save(rot)
+            if rot.status != "Running":  # ended: its slot goes before the end is announced
+                await release_operation(self.store.r, cluster, KIND, rot.request_id)
             await self._changed(cluster, rot.view())
-        if rot.status != "Running":  # ended: its slot goes (again, after a crash: idempotent)
-            await release_operation(self.store.r, cluster, KIND, rot.request_id)
         if rot.status == "Failed":
             return Outcome("failed", reason=rot.message, node=decision.node or None)
         return Outcome("done") if rot.status == "Succeeded" else Outcome("wait", delay=WAIT_S)

@@ -156,7 +156,8 @@ def build_status(
                           last_reason=refusals.get("lastReason", ""), last_at=_opt(refusals.get("lastAt")))
         if refusals else None,
         reset=reset,
-        operation=OperationHolder(kind=operation.kind, request_id=operation.request_id, since=operation.since)
+        operation=OperationHolder(kind=operation.kind, request_id=operation.request_id, since=operation.since,
+                                  detail=operation.detail)
         if operation else None,
     )
 

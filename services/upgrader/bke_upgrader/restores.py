@@ -172,7 +172,7 @@ class Restores:
                         f"(stage {now.name if now else '-'}): one operation per cluster")
             return ""
 
-        claim = await claim_operation(self.store.r, req.cluster, KIND, req.request_id, self._ts())
+        claim = await claim_operation(self.store.r, req.cluster, KIND, req.request_id, self._ts(), req.etcd_cluster)
         if not claim.won:
             return rejected(claim.refusal(req.cluster))
         why = await self.store.start(run, refuse)  # (a restore record left Running without a claim)
