@@ -8,11 +8,15 @@
   running (a retry) refuses a reset; a certificate rotation running refuses an etcd restore and a
   restore running refuses a rotation, each naming the one that runs; an ended operation frees
   the slot; `bke status` shows the latest reset and the slot's holder.
+- `bke etcd restore status NAME` asks the upgrader's answer over a real NATS.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 import pytest
@@ -20,6 +24,7 @@ from redis.asyncio import Redis
 
 from bke.contracts.certs import CertsRenewed, RenewedCertificate
 from bke.contracts.reset import ResetCluster
+from bke.contracts.restore import RESTORE_GET
 from bke.contracts.rotation import RotationChanged
 from bke.contracts.status import ClusterStatus, GetStatus, NodeCounts
 from bke.contracts.upgrade import UPGRADE_REJECTED, RetryUpgrade, UpgradeCluster, UpgradeRejected
@@ -237,3 +242,33 @@ async def test_a_running_rotation_refuses_a_restore_and_a_running_restore_refuse
         assert holder is not None and (holder.kind, holder.request_id) == ("etcd-restore", "r1")
     finally:
         await r.aclose()
+
+
+def _bke(*argv: str) -> "subprocess.CompletedProcess[str]":
+    return subprocess.run([sys.executable, "-m", "bke_cli.main", *argv], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+async def test_bke_etcd_restore_status_asks_the_upgrader_over_the_bus(redis_client, nats_client, nats_url):
+    restores, plan, _ = await _restores(redis_client)
+
+    async def answer(msg) -> None:  # type: ignore[no-untyped-def]  # the upgrader's subscription (app.py)
+        await msg.respond(await restores.answer_get(msg.data))
+
+    sub = await nats_client.subscribe(RESTORE_GET, queue="upgrader-get", cb=answer)
+    try:
+        none = await asyncio.to_thread(_bke, "etcd", "restore", "status", plan.cluster, "--nats", nats_url)
+        assert none.returncode == 2 and f"cluster '{plan.cluster}': no etcd restore" in none.stderr + none.stdout
+        await restores.on_request(restore_req(plan.cluster))
+        shown = await asyncio.to_thread(_bke, "etcd", "restore", "status", plan.cluster, "--nats", nats_url)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.startswith(f"etcd restore r1 of etcd-data in {plan.cluster} from ")
+        assert "Running (stage verify-snapshot)" in shown.stdout and "verify-snapshot" in shown.stdout.splitlines()[2]
+        as_json = await asyncio.to_thread(_bke, "etcd", "restore", "status", plan.cluster, "-o", "json", "--nats", nats_url)
+        assert json.loads(as_json.stdout)["requestId"] == "r1"
+        wrong = await asyncio.to_thread(_bke, "etcd", "restore", plan.cluster, "extra", "--nats", nats_url)
+        assert wrong.returncode == 2 and "unexpected argument" in wrong.stderr + wrong.stdout
+        missing = await asyncio.to_thread(_bke, "etcd", "restore", plan.cluster, "--snapshot", "s", "--nats", nats_url)
+        assert missing.returncode == 2 and "--etcd-cluster: required" in missing.stderr + missing.stdout
+    finally:
+        await sub.unsubscribe()
