@@ -16,6 +16,7 @@ from bke.contracts.rotation import RotationChanged, RotationView
 from bke.pki import IssueOptions, cert_info
 from bke.pki.store_redis import RedisPkiStore
 from bke.secrets import SecretBox
+from bke.state.operation_slot import claim_operation, release_operation
 from bke.state.keys import clusters_index
 from bke_certs.autorenew import AutoRenewer
 from bke.bus.handler import typed
@@ -102,6 +103,10 @@ async def test_automatic_renewal_renews_what_is_due_only_when_idle(certs):
     clock[0] = NOW + timedelta(days=340)
     assert (await auto.tick())["big"].reason == "the install is not known to have finished"
     await h.ops.set_install("big", "Succeeded")
+    assert (await claim_operation(h.redis, "big", "upgrade", "u1", "t")).won  # another operation runs
+    busy = (await auto.tick())["big"]
+    assert (busy.action, busy.reason) == ("skip", "upgrade u1 of big is running: one operation per cluster") and not sent
+    await release_operation(h.redis, "big", "upgrade", "u1")
     decided = await auto.tick()
     assert decided["big"].action == "renew" and len(decided["big"].due) == 65 - 7
     [(subject, body)] = sent
