@@ -272,3 +272,46 @@ async def test_bke_etcd_restore_status_asks_the_upgrader_over_the_bus(redis_clie
         assert missing.returncode == 2 and "--etcd-cluster: required" in missing.stderr + missing.stdout
     finally:
         await sub.unsubscribe()
+
+
+async def test_an_install_holds_the_slot_while_it_runs_and_one_refused_by_another_fails_naming_it(redis_url, redis_client):
+    from bke.contracts import PlanCreated
+    from bke.state.nodefiles import RedisNodeFiles
+    from bke_dispatcher.engine import Engine
+    from bke_dispatcher.service_events import ServiceEvents
+
+    from .test_dispatcher import _stored_cluster
+
+    r = Redis.from_url(redis_url)
+    sent: list = []
+
+    async def publish(body: bytes, subject: str, headers: dict[str, str]) -> None:
+        sent.append((subject, body))
+
+    try:
+        state, plans = DispatcherState(r), PlanCache(r)
+        engine = Engine(state, plans, RedisNodeFiles(r), publish, None, None, lambda: NOW, "me", sign=signed)  # type: ignore[arg-type]
+        events = ServiceEvents(state, plans, engine, lambda c: None, lambda: NOW)
+        for name in ("ins", "busy"):
+            _, digest = await _stored_cluster(r, name)
+            ev = PlanCreated(request_id=f"req-{name}", cluster=name, plan_key=f"bke:{name}:plan", plan_digest=digest,
+                             nodes=4, etcd_clusters=["etcd-data"])
+            if name == "busy":  # a reset of this cluster holds the slot when its plan arrives
+                assert (await claim_operation(r, name, "reset", "z1", "t0")).won
+            await events.plan_created(ev)
+            await events.plan_created(ev)  # a redelivery: the same claim, nothing else
+
+        held = await operation_holder(r, "ins")
+        assert held is not None and (held.kind, held.request_id) == ("install", "req-ins")
+        up = await claim_operation(r, "ins", "upgrade", "u1", "t1")
+        assert up.refusal("ins") == "install req-ins of ins is running: one operation per cluster"
+        # the install ends (compare-and-set): the slot goes in the same step
+        assert await state.finish_install("ins", "req-ins", status="Succeeded", finishedAt="t2")
+        assert await operation_holder(r, "ins") is None
+
+        busy = await state.install("busy")
+        assert busy["status"] == "Failed" and busy["message"] == "reset z1 of busy is running: one operation per cluster"
+        held = await operation_holder(r, "busy")
+        assert held is not None and (held.kind, held.request_id) == ("reset", "z1")  # untouched
+    finally:
+        await r.aclose()

@@ -136,6 +136,7 @@ class Rotations(LeasedOperation):
             rot = new_rotation(ev, plan, self._ts())
         except ValueError as exc:  # nodes the plan does not have: nothing can be delivered
             log.warning("rotation refused: %s", exc, extra=ids)
+            await release_operation(self.store.r, ev.cluster, KIND, ev.request_id)  # its renewal's claim
             view = RotationView(request_id=ev.request_id, status="Failed", certificates=[c.instance for c in ev.certificates],
                                 done=0, total=0, started_at=self._ts(), finished_at=self._ts(), message=str(exc), nodes=[])
             await self._changed(ev.cluster, view)

@@ -403,6 +403,9 @@ class Upgrades:
         answers = await self.store.results(run.cluster, stopped_batch_ids(run))
         previous = await self.store.node_versions(run.cluster)
         await self.store.save_end(run, settled(run, answers, previous))
+        # ended: the cluster's operation slot goes before the end is announced (whoever sees
+        # it may start the next operation at once); a crash in between heals at the next pass
+        await release_operation(self.store.r, run.cluster, "upgrade", run.request_id)
 
     async def _carry_out(self, run: UpgradeRun, d: Decision, old: Plan, new: Plan) -> None:
         step = d.step

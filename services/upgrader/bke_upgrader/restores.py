@@ -248,6 +248,8 @@ class Restores:
                 break  # answers come later
         if changed:
             await self.store.save(run)
+            if run.status != "Running":  # ended: its slot goes before the end is announced
+                await release_operation(self.store.r, cluster, KIND, run.restore_id)
             await self.publish(EtcdRestoreChanged(cluster=cluster, at=self._ts(), restore=restore_view(run)).to_bytes(),
                                restore_subject(cluster), {})
         if run.status == "Failed":
