@@ -41,7 +41,8 @@ from bke.etcdsnap.records import SnapshotRecord
 from bke.etcdsnap.store import fetch_snapshot, find_snapshot, list_snapshots
 from bke.runtime.binaries import MissingBinaryError, etcdutl_bin
 from bke.contracts.agent import ProvisionAgent
-from bke.contracts.restore import RestoreEtcd
+from bke.contracts.restore import RESTORE_GET, EtcdRestoreView, GetEtcdRestore, RestoreEtcd
+from bke.contracts.status import StatusError
 from pydantic import ValidationError
 from bke.secrets.sealing import public_key_from_raw
 from bke.secrets.snapshot_key import SnapshotKey, read_snapshot_key
@@ -165,15 +166,18 @@ def _etcdutl(given: Path | None) -> Path:
 
 
 @etcd_app.command("restore")
-def restore(name: str = typer.Argument(..., help="the cluster"),
-            etcd_cluster: str = typer.Option(..., "--etcd-cluster", help="etcd-data, etcd-events or etcd-pods"),
-            snapshot: str = typer.Option(..., "--snapshot", help="a snapshot id from `bke etcd snapshots`"),
+def restore(name: str = typer.Argument(..., help="the cluster (or `status`, then the cluster)"),
+            status_of: Optional[str] = typer.Argument(None, metavar="[CLUSTER]",
+                                                      help="with `status`: the cluster whose restore to show"),
+            etcd_cluster: Optional[str] = typer.Option(None, "--etcd-cluster", help="etcd-data, etcd-events or etcd-pods"),
+            snapshot: Optional[str] = typer.Option(None, "--snapshot", help="a snapshot id from `bke etcd snapshots`"),
             into: Optional[Path] = typer.Option(None, "--into", help="restore into this fresh data dir here"),
             etcdutl: Optional[Path] = typer.Option(None, "--etcdutl", help="etcdutl to run with --into"),
             yes: bool = typer.Option(False, "--yes", help="do not ask for confirmation"),
             timeout: float = typer.Option(3600.0, "--timeout", help="seconds to follow the restore"),
             workdir: Optional[Path] = WORKDIR, nats_url: Optional[str] = NATS,
             redis_url: Optional[str] = typer.Option(None, "--redis", help="Redis URL, admin, with --into (else BKE_REDIS_URL)"),
+            output: Fmt = typer.Option(Fmt.table, "-o", "--output", help="with `status`: table or json"),
             ) -> None:
     """Restore an etcd cluster from a stored snapshot (disaster recovery, run by a person).
 
@@ -181,8 +185,19 @@ def restore(name: str = typer.Argument(..., help="the cluster"),
 touched). Without: ask the upgrader (--nats, or a lab's with --workdir) what the restore stops \
 and does, print it, ask for confirmation (unless --yes), then run it through the nodes' agents \
 and follow it: every kube-apiserver and every member stopped, every member restored from the \
-snapshot as a new cluster (old data dirs kept), members started and healthy, apiservers started."""
+snapshot as a new cluster (old data dirs kept), members started and healthy, apiservers started.
+
+`bke etcd restore status CLUSTER`: the cluster's current or last restore, from the upgrader \
+(exit 0; 2 when there was none)."""
     access = resolve_nats(workdir, nats_url)
+    if status_of is not None:
+        if name != "status":
+            die(f"{status_of}: unexpected argument (the status of a restore: bke etcd restore status CLUSTER)", EXIT_INVALID)
+        restore_status(access, status_of, output)
+        return
+    if etcd_cluster is None or snapshot is None:
+        die(f"{'--etcd-cluster' if etcd_cluster is None else '--snapshot'}: required to restore", EXIT_INVALID)
+        raise AssertionError("unreachable")  # die exits
     if into is None:
         _bus_restore(access, name, etcd_cluster, snapshot, yes, timeout)
         return
@@ -204,6 +219,43 @@ snapshot as a new cluster (old data dirs kept), members started and healthy, api
                f"sha256 {record.sha256[:16]} checked) into {into} as a one-member cluster; start it with:\n"
                f"  etcd --name {record.member} --data-dir {into} "
                "--initial-advertise-peer-urls http://127.0.0.1:2380 --listen-peer-urls http://127.0.0.1:2380")
+
+
+async def _get_restore(access: BusAccess, name: str) -> EtcdRestoreView | StatusError:
+    nc = await connect_nats(access, name="bke-cli")
+    try:
+        raw = (await nc.request(RESTORE_GET, GetEtcdRestore(cluster=name).to_bytes(), timeout=10)).data
+    finally:
+        await nc.close()
+    doc = json.loads(raw)
+    return StatusError.model_validate(doc) if "reason" in doc else EtcdRestoreView.model_validate(doc)
+
+
+def restore_status(access: BusAccess, name: str, output: Fmt) -> None:
+    """`bke etcd restore status NAME`: the upgrader's view of the cluster's current or last restore."""
+    try:
+        req_ok = GetEtcdRestore(cluster=name)
+    except ValidationError as exc:
+        die(f"CLUSTER: {exc.errors()[0]['msg']}", EXIT_INVALID)
+    try:
+        got = asyncio.run(_get_restore(access, req_ok.cluster))
+    except Exception as exc:  # noqa: BLE001 - no upgrader answered: one line, not a trace
+        die(f"no answer on {RESTORE_GET}: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+        raise AssertionError("unreachable") from None  # die exits
+    if isinstance(got, StatusError):
+        die(got.message, EXIT_INVALID if got.reason in ("NotFound", "Invalid") else EXIT_FAILURE)
+        raise AssertionError("unreachable")  # die exits
+    if output is Fmt.json:
+        print(json.dumps(got.model_dump(mode="json", by_alias=True), indent=2))
+        return
+    typer.echo(f"etcd restore {got.request_id} of {got.etcd_cluster} in {name} from {got.snapshot_id}: {got.status}"
+               + (f" (stage {got.stage})" if got.stage and got.status == "Running" else "")
+               + (f": {got.message}" if got.message else ""))
+    typer.echo(f"  started {got.started_at}" + (f", finished {got.finished_at}" if got.finished_at else ""))
+    for st in got.stages:
+        typer.echo(f"  {st.name:<20} {st.status:<10} {st.done}/{len(st.nodes)}")
+    for f in got.failed:
+        typer.echo(f"  failed: {f.hostname} stage {f.stage} step {f.failed_step}: {f.stderr[:200]}")
 
 
 def _bus_restore(access: BusAccess, name: str, etcd_cluster: str, snapshot: str, yes: bool, timeout: float) -> None:

@@ -101,6 +101,13 @@ def status(
     if doc.rotation is not None:
         r = doc.rotation
         console.print(f"certificate rotation {r.request_id}: {r.status} {r.done}/{r.total} {r.message}")
+    if doc.reset is not None:
+        z = doc.reset
+        console.print(f"{'delete' if z.delete else 'reset'} {z.request_id}: {z.status} {z.done}/{z.total} {z.message}",
+                      markup=False, highlight=False)
+    if doc.operation is not None:  # one operation per cluster: what runs now, what others are refused for
+        o = doc.operation
+        console.print(f"running: {o.kind} {o.request_id} since {o.since}", markup=False, highlight=False)
     if doc.refusals is not None:  # forged or misdirected commands and registrations
         f = doc.refusals
         console.print(f"refused: {f.count} (last {f.last_at or ''}: {f.last_reason})", markup=False, highlight=False)

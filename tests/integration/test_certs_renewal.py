@@ -16,6 +16,7 @@ from bke.contracts.rotation import RotationChanged, RotationView
 from bke.pki import IssueOptions, cert_info
 from bke.pki.store_redis import RedisPkiStore
 from bke.secrets import SecretBox
+from bke.state.operation_slot import claim_operation, release_operation
 from bke.state.keys import clusters_index
 from bke_certs.autorenew import AutoRenewer
 from bke.bus.handler import typed
@@ -77,11 +78,12 @@ async def test_one_event_per_request_replayed_on_redelivery_and_one_operation_at
     assert again == serial
 
     await _renew(h, _req("r2", names=["admin.conf"]))  # r1's rotation has not finished
-    assert sent[2][0] == CERTS_FAILED and "renewal r1 of big is still waiting for its rotation" in json.loads(sent[2][1])["reason"]
+    assert sent[2][0] == CERTS_FAILED and json.loads(sent[2][1])["reason"] == (
+        "certificate rotation r1 of big is running: one operation per cluster")  # the slot its renewal claimed
     await _rotation(h, "r1", "Running")
     await _rotation(h, "r3", "Failed")  # a rotation the dispatcher refused does not hide the running one
     await _renew(h, _req("r4", names=["admin.conf"]))
-    assert "rotation r1 of big is still running" in json.loads(sent[3][1])["reason"]
+    assert "certificate rotation r1 of big is running" in json.loads(sent[3][1])["reason"]
     await _rotation(h, "r1", "Succeeded")
     await _renew(h, _req("r5", names=["admin.conf"]))
     assert sent[4][0] == CERTS_RENEWED and len(CertsRenewed.model_validate_json(sent[4][1]).certificates) == 5  # m1..m5
@@ -101,6 +103,10 @@ async def test_automatic_renewal_renews_what_is_due_only_when_idle(certs):
     clock[0] = NOW + timedelta(days=340)
     assert (await auto.tick())["big"].reason == "the install is not known to have finished"
     await h.ops.set_install("big", "Succeeded")
+    assert (await claim_operation(h.redis, "big", "upgrade", "u1", "t")).won  # another operation runs
+    busy = (await auto.tick())["big"]
+    assert (busy.action, busy.reason) == ("skip", "upgrade u1 of big is running: one operation per cluster") and not sent
+    await release_operation(h.redis, "big", "upgrade", "u1")
     decided = await auto.tick()
     assert decided["big"].action == "renew" and len(decided["big"].due) == 65 - 7
     [(subject, body)] = sent

@@ -32,6 +32,7 @@ from bke.state.conversion import CONVERTERS, Converter, register
 from bke.state.keys import install_key, join_key, join_results_key, joins_index, plan_meta_key, removal_key, removal_results_key, removals_index
 from bke.state.migrate import MigrationBusy, ensure_current, known_clusters
 from bke.state.nodefiles import RedisNodeFiles
+from bke.state.operation_slot import claim_operation, operation_holder
 from bke.state.plans import PlanCache, RedisPlanStore
 from bke.state.schema import RECORDS, RecordKind, StoredVersionTooNew, record_kind
 from bke_certs.operations import OpsStore
@@ -127,6 +128,8 @@ READERS = {
     "reset": [lambda r: ResetStore(r).load(C)],
     "join": [lambda r: OperationStore(r, Join.from_json, join_key, join_results_key, joins_index()).load(C)],
     "removal": [lambda r: OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index()).load(C)],
+    "operation": [lambda r: operation_holder(r, C),
+                  lambda r: claim_operation(r, C, "upgrade", "u9", "t0")],
 }
 
 
@@ -135,6 +138,11 @@ async def _restore_record(r: aioredis.Redis) -> None:
     run = RestoreRun(restore_id="x1", cluster=C, etcd_cluster="etcd-data", snapshot_id="s1", sha256="0" * 64, size=1,
                      started_at="t0", stages=[])
     await r.set(f"bke:{C}:etcd-restore", run.to_json())
+
+
+async def _operation_record(r: aioredis.Redis) -> None:
+    """The fixture predates the operation slot: a slot as a claim writes it."""
+    assert (await claim_operation(r, C, "reset", "r1", "t0")).won
 
 
 async def _reset_record(r: aioredis.Redis) -> None:
@@ -181,6 +189,8 @@ async def test_a_newer_record_is_refused_by_the_conversion_and_by_its_readers(re
         await _reset_record(redis_client)
     if kind.name in ("join", "removal"):
         await _membership_record(redis_client, kind.name)
+    if kind.name == "operation":
+        await _operation_record(redis_client)
     newer = await bump(redis_client, kind)
     before = await dump(redis_client)
     with pytest.raises(StoredVersionTooNew, match=f"version {newer}, newer than this BKE"):

@@ -2,7 +2,8 @@
 request for no stored cluster, no such etcd cluster, no such snapshot, a snapshot whose record is
 not from the agent BKE provisioned for its node, or a malformed one is refused naming why; a dry
 run lists what stops and stores nothing; a real one is stored and announced, and a second one
-while it runs is refused, and so is an upgrade (one operation per cluster)."""
+while it runs is refused, and so is an upgrade (one operation per cluster: the slot); the status
+request answers the view or names what is wrong; an ended restore frees the slot."""
 from __future__ import annotations
 
 import base64
@@ -10,15 +11,17 @@ from datetime import datetime, timezone
 
 from bke.contracts.agent import AgentCommand, ProvisionAgent
 from bke.contracts.restore import (
-    RESTORE_ACCEPTED, RESTORE_REJECTED, EtcdRestoreAccepted, EtcdRestoreRejected, RestoreEtcd, restore_subject,
+    RESTORE_ACCEPTED, RESTORE_REJECTED, EtcdRestoreAccepted, EtcdRestoreRejected, EtcdRestoreView, GetEtcdRestore,
+    RestoreEtcd, restore_subject,
 )
-from bke.contracts.upgrade import UPGRADE_REJECTED, UpgradeCluster
+from bke.contracts.status import StatusError
 from bke.etcdsnap.records import SnapshotRecord, object_name, record_bytes
 from bke.etcdsnap.store import SnapshotNotFound
 from bke.secrets.sealing import agent_key_id, generate_agent_key, public_key_to_raw
 from bke.secrets.snapshot_key import SnapshotKey, record_mac
 from bke.state import PlanCache, RedisPlanStore
 from bke.state.keys import etcd_restore_key, provisioned_agents_key
+from bke.state.operation_slot import claim_operation, operation_holder
 from bke_upgrader.restore_pieces import PieceServer
 from bke_upgrader.restore_store import RestoreStore
 from bke_upgrader.restores import Restores
@@ -114,10 +117,34 @@ async def test_a_dry_run_lists_what_stops_and_a_run_is_stored_once_per_cluster(r
     assert await restores.on_request(_req(plan.cluster)) == []  # a redelivery of the same request
     (second,) = await restores.on_request(_req(plan.cluster, request_id="r2"))
     assert second.subject == RESTORE_REJECTED
-    assert "etcd restore r1 of etcd-data" in second.message.message and "one operation per cluster" in second.message.message
-    upgrade = UpgradeCluster(request_id="u1", cluster=plan.cluster, kubernetes_version="v1.34.1")
-    (refused,) = await restores.refuse_upgrade(upgrade.to_bytes())
-    assert refused.subject == UPGRADE_REJECTED and refused.message.message.startswith(
-        f"etcd restore r1 of etcd-data in {plan.cluster} is running (stage verify-snapshot)")
-    assert await restores.refuse_upgrade(upgrade.model_copy(update={"dry_run": True}).to_bytes()) == []
-    assert await restores.refuse_upgrade(upgrade.model_copy(update={"cluster": "other"}).to_bytes()) == []
+    assert second.message.message == f"etcd restore r1 of etcd-data in {plan.cluster} is running: one operation per cluster"
+    # the restore holds the cluster's operation slot: an upgrade's claim is refused naming it
+    upgrade = await claim_operation(redis_client, plan.cluster, "upgrade", "u1", "t1")
+    assert not upgrade.won and upgrade.refusal(plan.cluster).startswith(f"etcd restore r1 of etcd-data in {plan.cluster} is running")
+    assert (await claim_operation(redis_client, "other", "upgrade", "u1", "t1")).won  # another cluster's slot is its own
+
+
+async def test_status_request_answers_the_view_or_names_what_is_wrong(redis_client):
+    restores, plan, _ = await _restores(redis_client)
+    none = StatusError.model_validate_json(await restores.answer_get(GetEtcdRestore(cluster=plan.cluster).to_bytes()))
+    assert none.reason == "NotFound" and none.message == f"cluster '{plan.cluster}': no etcd restore"
+    bad = StatusError.model_validate_json(await restores.answer_get(b'{"cluster": "", "zz": 1}'))
+    assert bad.reason == "Invalid" and {e.path for e in bad.errors} == {"cluster", "zz"}
+    assert StatusError.model_validate_json(await restores.answer_get(b"[" * 100_000)).reason == "Invalid"
+    await restores.on_request(_req(plan.cluster))
+    view = EtcdRestoreView.model_validate_json(await restores.answer_get(GetEtcdRestore(cluster=plan.cluster).to_bytes()))
+    assert (view.request_id, view.etcd_cluster, view.status, view.stage) == ("r1", "etcd-data", "Running", "verify-snapshot")
+    assert [s.name for s in view.stages][0] == "verify-snapshot"
+
+
+async def test_a_finished_restore_frees_the_slot_and_a_resume_heals_a_missed_release(redis_client):
+    restores, plan, _ = await _restores(redis_client)
+    await restores.on_request(_req(plan.cluster))
+    run = await restores.store.load(plan.cluster)
+    assert run is not None
+    run.status, run.finished_at = "Failed", "t2"  # as a pass that ended it, then died before releasing
+    await restores.store.save(run)
+    assert await operation_holder(redis_client, plan.cluster) is not None
+    assert await restores.resume_all() == []
+    assert await operation_holder(redis_client, plan.cluster) is None
+    assert (await claim_operation(redis_client, plan.cluster, "upgrade", "u1", "t3")).won

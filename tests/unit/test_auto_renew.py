@@ -37,6 +37,8 @@ def test_due_leaves_within_the_threshold_are_renewed_never_cas():
     (OpsView(install="Failed"), "the install is Failed"),
     (OpsView(install="Succeeded", rotation="Running", rotation_id="r9"), "rotation r9 is running"),
     (OpsView(install="Succeeded", rotation="Succeeded", pending="auto-1"), "renewal auto-1 is waiting for its rotation"),
+    (OpsView(install="Succeeded", rotation="Succeeded", busy="upgrade u1 of c is running: one operation per cluster"),
+     "upgrade u1 of c is running: one operation per cluster"),  # the slot's holder (bke.state.operation_slot)
 ])
 def test_a_busy_cluster_is_skipped_until_the_next_tick(view, reason):
     d = auto_renew_decision(ROWS, NOW, timedelta(days=30), view)

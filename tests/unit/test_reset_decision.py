@@ -22,8 +22,6 @@ def req(plan, *nodes: str, delete: bool = False, rid: str = "r1") -> ResetCluste
     ({}, ""),
     ({"install": "Failed"}, ""),
     ({"install": "Running"}, "the install of seed is running"),
-    ({"rotation": "rot1"}, "rotation rot1 of seed is running"),
-    ({"upgrade": "up1"}, "upgrade up1 of seed is running"),
     ({"paused": True}, "seed is paused: resume it first"),
     ({"nodes": ("nodeX",)}, "nodes: not in the plan of seed: nodeX"),
     ({"nodes": ("node1",), "delete": True}, "nodes: a delete resets every node"),
@@ -138,10 +136,3 @@ def test_the_record_round_trips_and_keeps_its_progress():
     back = Reset.from_json(r.to_json())
     assert back == r and next_step(back) == next_step(r)
     assert back.view().snapshots[0].status == "Succeeded" and back.view().total == 4
-
-
-def test_a_running_reset_makes_a_rotation_refuse():
-    from bke_dispatcher.rotation import refusal as rotation_refusal
-
-    assert rotation_refusal("seed", "Succeeded", None, reset="r1") == "reset r1 of seed is running: its certificates are not rotated"
-    assert rotation_refusal("seed", "Succeeded", None) == ""

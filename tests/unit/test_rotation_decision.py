@@ -148,9 +148,3 @@ def test_nodes_outside_the_plan_are_refused():
     bad = ev.model_copy(update={"certificates": [ev.certificates[0].model_copy(update={"nodes": ["ghost"]})]})
     with pytest.raises(ValueError, match="ghost"):
         new_rotation(bad, SEED, "t0")
-
-
-def test_a_running_upgrade_refuses_a_rotation_one_operation_per_cluster():
-    why = refusal("seed", "Succeeded", None, upgrade="u-1")
-    assert why == "upgrade u-1 of seed is running: certificates are rotated after it ends"
-    assert refusal("seed", "Succeeded", None, upgrade="") == ""

@@ -13,6 +13,11 @@ The snapshot reaches a member's node through `GetRestorePiece` (core NATS reques
 stored): the member's agent asks the upgrader for each piece in turn, the upgrader answers
 with that piece re-sealed to the agent key BKE provisioned for the node (`RestorePiece`); the
 clear snapshot is never on the bus or in Redis (bke.etcdsnap.delivery).
+
+`GetEtcdRestore` (core NATS request/reply on `bke.v1.etcd-restore.get`, not stored) asks the
+upgrader for the cluster's current or last restore: `EtcdRestoreView`, or a `StatusError`
+(`NotFound`: no restore was ever run; `Invalid`: the request names a wrong field;
+`Unavailable`: the upgrader could not read its record). `bke etcd restore status NAME` asks it.
 """
 from __future__ import annotations
 
@@ -25,12 +30,14 @@ from .base import Message
 __all__ = [
     "RESTORE_ACCEPTED",
     "RESTORE_ETCD",
+    "RESTORE_GET",
     "RESTORE_PIECE",
     "RESTORE_REJECTED",
     "EtcdRestoreAccepted",
     "EtcdRestoreChanged",
     "EtcdRestoreRejected",
     "EtcdRestoreView",
+    "GetEtcdRestore",
     "GetRestorePiece",
     "RestoreEtcd",
     "RestoreNode",
@@ -44,6 +51,7 @@ RESTORE_ETCD = "bke.v1.etcd.restore"
 RESTORE_ACCEPTED = "bke.v1.etcd-restore.accepted"
 RESTORE_REJECTED = "bke.v1.etcd-restore.rejected"
 RESTORE_PIECE = "bke.v1.etcd-restore.piece.{cluster}.{node}"
+RESTORE_GET = "bke.v1.etcd-restore.get"
 
 RestoreStatus = Literal["Running", "Succeeded", "Failed"]
 StageStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
@@ -140,3 +148,9 @@ class RestorePiece(Message):
     index: int
     frame_b64: str
     last: bool = False
+
+
+class GetEtcdRestore(Message):
+    """Which cluster's current or last etcd restore to answer with."""
+
+    cluster: str = Field(min_length=1, max_length=63)

@@ -21,6 +21,7 @@ from pydantic import Field, TypeAdapter
 
 from .base import ErrorItem, Message
 from .install import FailureKind, PhaseStatus
+from .reset import ResetView
 
 __all__ = [
     "CLUSTER_STATUS_VERSION",
@@ -32,6 +33,7 @@ __all__ = [
     "NodeTaint",
     "NodeCounts",
     "NodeSelection",
+    "OperationHolder",
     "Refusals",
     "RotationNode",
     "RotationStatus",
@@ -154,6 +156,17 @@ class RotationStatus(Message):
     nodes: list[RotationNode] = []
 
 
+class OperationHolder(Message):
+    """The operation that holds the cluster's slot (one operation per cluster,
+    bke.state.operation_slot): what runs now, and what any other request is refused for."""
+
+    # a string, not an enum: a newer BKE's kind ("apply", ...) still reads in an older client
+    kind: str  # install, upgrade, etcd-restore, rotation, reset, delete, apply
+    request_id: str
+    since: str
+    detail: str = ""  # what of the cluster it works on, when not all of it (a restore's etcd cluster)
+
+
 class Refusals(Message):
     """Commands agents refused and registrations the certs service refused (forged, unsigned,
     for another node, a key BKE did not provision): how many, and the last one."""
@@ -191,6 +204,9 @@ class ClusterStatus(Message):
     label_sets_more: int = 0  # distinct sets not listed
     rotation: RotationStatus | None = None  # None when there never was one
     refusals: Refusals | None = None  # None when nothing was ever refused
+    # added in the same form (optional, None when absent: older replies still read)
+    reset: ResetView | None = None  # the latest reset or delete; None when there never was one
+    operation: OperationHolder | None = None  # the operation running now; None when none is
 
 
 class StatusError(Message):

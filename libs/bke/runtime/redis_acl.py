@@ -60,8 +60,10 @@ USERS: tuple[AclUser, ...] = (
                             "bke:*:plan-replaceable"),
             why="plans and requests (bke.state.plans)"),
     AclUser("bke-certs", ("bke:epoch", "bke:clusters", "bke:pki-clusters", *_PLAN_READ, "bke:*:pki:*", "bke:*:certs:*",
-                          "bke:*:files:certs", "bke:*:files:certs:*", "bke:*:agents:provisioned"),
-            why="the PKI (CA keys encrypted at rest), agents' sealing keys (provisioned and registered), sealed bundles"),
+                          "bke:*:files:certs", "bke:*:files:certs:*", "bke:*:agents:provisioned",
+                          "bke:*:operation"),
+            why="the PKI (CA keys encrypted at rest), agents' sealing keys (provisioned and registered), sealed bundles; "
+                "the operation slot (a renewal claims it for its rotation)"),
     AclUser("bke-renderer", ("bke:epoch", "bke:recent-renders", *_PLAN_READ, "bke:*:addon-manifests", "bke:*:render:*",
                              "bke:*:files:render", "bke:*:files:render:*"),
             why="rendered files, addon manifests, the VRRP password"),
@@ -73,8 +75,8 @@ USERS: tuple[AclUser, ...] = (
                                "bke:*:rotation", "bke:*:rotation:*", "bke:*:upgrade",
                                "bke:resets", "bke:*:reset", "bke:*:reset:*", "bke:joins", "bke:*:join", "bke:*:join:*",
                                "bke:removals", "bke:*:removal", "bke:*:removal:*", "bke:etcd-snapshot-key", "bke:*:paused", "bke:*:files:render", "bke:*:files:render:*",
-                               "bke:*:files:certs", "bke:*:files:certs:*"),
-            why="install, rotation, reset, join and removal records; reads the rendered and sealed file sets; the etcd "
+                               "bke:*:files:certs", "bke:*:files:certs:*", "bke:*:operation"),
+            why="install, rotation, reset, join and removal records; the operation slot; reads the rendered and sealed file sets; the etcd "
                 "snapshot key's public half (a reset's snapshots)"),
     AclUser("bke-upgrader", ("bke:*",),
             why="upgrade records and results, the plan it replaces when an upgrade succeeds; and every record of a "

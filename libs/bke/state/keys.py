@@ -48,6 +48,8 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:<c>:etcd-restore                 string  the current or last etcd restore, JSON  (upgrader)
     bke:<c>:etcd-restore:results         hash    command id -> the agent's answer        (upgrader)
     bke:etcd-restores                    set     clusters with an etcd restore record    (upgrader)
+    bke:<c>:operation                    hash    the one operation running: kind, requestId, since
+                                                 (claimed by dispatcher, upgrader, certs: bke.state.operation_slot)
 """
 from __future__ import annotations
 
@@ -80,6 +82,7 @@ __all__ = [
     "removal_results_key",
     "removals_index",
     "reset_key",
+    "operation_key",
     "reset_results_key",
     "resets_index",
     "addon_manifests_key",
@@ -248,6 +251,11 @@ def rotation_key(cluster: str) -> str:
 def rotation_results_key(cluster: str) -> str:
     """Command id -> the agent's answer, for the rotation's commands."""
     return cluster_key(cluster, "rotation", "results")
+
+
+def operation_key(cluster: str) -> str:
+    """The cluster's operation slot: which operation runs (bke.state.operation_slot)."""
+    return cluster_key(cluster, "operation")
 
 
 def reset_key(cluster: str) -> str:

@@ -160,6 +160,14 @@ RECORDS: tuple[RecordKind, ...] = (
         VersionSlot("etcd-restore", "json", "schema_version"), current=1, first=1, readable_from=1,
         writer="upgrader: bke_upgrader.restore_store.RestoreStore (bke.etcdsnap.restore_run.RestoreRun.to_json)",
         reader="upgrader: RestoreStore.load (RestoreRun.from_json)"),
+    RecordKind(
+        "operation", "the cluster's operation slot: the one operation running (kind, request id, since)",
+        ("operation",),
+        VersionSlot("operation", "hash"), current=1, first=1, readable_from=1,  # new: never stored without a version
+        # one key claimed by every service that starts an operation (certs and upgrader too); the
+        # dispatcher is named as writer so that it removes the slot with a deleted cluster's records
+        writer="dispatcher: bke.state.operation_slot.claim_operation/release_operation (also upgrader, certs)",
+        reader="every service that starts an operation; dispatcher status: operation_holder"),
 )
 
 # Keys outside any cluster's records, and why they carry no version: each is a scalar or a set of

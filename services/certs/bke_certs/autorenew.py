@@ -1,6 +1,7 @@
 """Automatic renewal: every `renew_interval_s`, each cluster's certificates expiring within
 `renew_within_days` are renewed through the same path as `bke certs renew` (a
-`RenewCerts`, origin "auto", on the bus), unless the cluster is busy; then the tick only
+`RenewCerts`, origin "auto", on the bus), unless the cluster is busy (another operation holds
+its slot, bke.state.operation_slot, or a rotation is pending); then the tick only
 logs why and the next tick tries again. The decision is `renewal.auto_renew_decision`.
 """
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from dataclasses import replace
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,6 +22,7 @@ from bke.pki import PkiNotReady, PkiStore
 from bke.pki.operations import check_expiration
 from bke.state.keys import certs_lease_key, clusters_index
 from bke.state.lease import claim_key
+from bke.state.operation_slot import operation_holder, refusal
 
 from .operations import OpsStore
 from .renewal import AutoRenew, auto_renew_decision, auto_request_id
@@ -63,7 +66,11 @@ class AutoRenewer:
                 rows = await check_expiration(cluster, self.store, now)
             except PkiNotReady:
                 continue  # planned, PKI not issued yet
-            decision = auto_renew_decision(rows, now, self.within, await self.ops.view(cluster))
+            view = await self.ops.view(cluster)
+            holder = await operation_holder(self.redis, cluster)  # one operation per cluster
+            if holder is not None:
+                view = replace(view, busy=refusal(cluster, holder))
+            decision = auto_renew_decision(rows, now, self.within, view)
             out[cluster] = decision
             ids = {"cluster": cluster, "operation": "auto-renew", "due": len(decision.due)}
             if decision.action == "skip":

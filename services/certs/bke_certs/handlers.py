@@ -56,6 +56,7 @@ from bke.secrets import SecretBox
 from bke.state import PlanCache
 from bke.state.keys import certs_agents_key, plan_key, provisioned_agents_key
 from bke.state.nodefiles import RedisNodeFiles
+from bke.state.operation_slot import claim_operation, release_operation
 
 from .cache import CachedPkiStore
 from .operations import OpsStore
@@ -71,6 +72,7 @@ __all__ = ["CertsHandlers"]
 
 log = logging.getLogger("bke.certs")
 RESEAL_CHUNK = 500
+ROTATION = "rotation"  # a renewal's name in the cluster's operation slot: the rotation it starts
 ANNOUNCE_CHUNK = 5000  # node names per `certs sealed` (10,000 hostnames stay far below 1 MiB)
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 
@@ -256,15 +258,25 @@ class CertsHandlers:
         done = await self.ops.renewal(c, rid)
         if done is not None:  # a redelivery: answer what this request already did
             return [Out(CertsRenewed.model_validate_json(done), CERTS_RENEWED, f"renewed:{c}:{rid}")]
+        # One operation per cluster: a renewal starts a certificate rotation, which holds the
+        # cluster's operation slot from here until the dispatcher ends it (bke.state.operation_slot).
+        # An upgrade's own renewal is part of the upgrade, which holds the slot already.
+        claims = req.origin != "upgrade"
+        if claims:
+            claim = await claim_operation(self.redis, c, ROTATION, rid, self.now().isoformat())
+            if not claim.won:
+                return [self._renew_failed(req, claim.refusal(c))]
         why = renew_refusal(c, req, await self.ops.view(c))
         if why:
-            return [self._renew_failed(req, why)]
+            return [await self._released(req, claims, why)]
         threshold = timedelta(days=req.within_days) if req.within_days is not None else None
         try:
             renewed = await renew_requested(c, self.store, self.now(), self.box_factory(), names=req.names,
                                             threshold=threshold, request_id=rid, kubernetes=req.kubernetes_version)
         except (PkiError, PkiNotReady) as exc:  # an unknown name, a CA, no PKI for this cluster
-            return [self._renew_failed(req, str(exc))]
+            return [await self._released(req, claims, str(exc))]
+        if claims and not renewed:  # nothing to rotate: no rotation follows to release the slot
+            await release_operation(self.redis, c, ROTATION, rid)
         # (a crash from here to the saved answer renews again on redelivery: new serials, same
         # names; the store stays consistent and only the last renewal is delivered)
         nodes = sorted({n for r in renewed for n in r.nodes})
@@ -282,6 +294,12 @@ class CertsHandlers:
         log.info("renewed %d certificate(s) on %d node(s); handed to the dispatcher", len(renewed), len(nodes), extra=ids)
         return [*failures, Out(ev, CERTS_RENEWED, f"renewed:{c}:{rid}")]
 
+    async def _released(self, req: RenewCerts, claimed: bool, why: str) -> Out:
+        """A renewal that claimed the slot and will not run: the slot goes, the refusal is said."""
+        if claimed:
+            await release_operation(self.redis, req.cluster, ROTATION, req.request_id)
+        return self._renew_failed(req, why)
+
     def _renew_failed(self, req: RenewCerts, why: str) -> Out:
         log.warning("renewal refused: %s", why, extra={"cluster": req.cluster, "request_id": req.request_id})
         ev = CertsFailed(request_id=req.request_id, cluster=req.cluster, reason=why, operation="renewal")
@@ -293,5 +311,8 @@ class CertsHandlers:
     async def on_rotation_changed(self, ev: RotationChanged) -> None:
         await self.ops.set_rotation(ev.cluster, ev.rotation.request_id, ev.rotation.status)
         if ev.rotation.status != "Running":
+            # the dispatcher released the slot it ended with; this again is idempotent (only
+            # the rotation's own claim goes), for a dispatcher that died in between
+            await release_operation(self.redis, ev.cluster, ROTATION, ev.rotation.request_id)
             log.info("rotation %s: %s", ev.rotation.status, ev.rotation.message or "every node done",
                      extra={"cluster": ev.cluster, "request_id": ev.rotation.request_id})

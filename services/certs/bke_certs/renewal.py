@@ -31,6 +31,9 @@ class OpsView:
     rotation: str | None = None  # the last rotation's status
     rotation_id: str | None = None
     pending: str | None = None  # a renewal handed to the dispatcher, its rotation not finished
+    # the operation holding the cluster's slot, in words ("upgrade u1 of c is running: ...";
+    # bke.state.operation_slot), "" when none does: an automatic renewal waits for it
+    busy: str = ""
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ def auto_renew_decision(rows: list[ExpiryRow], now: datetime, within: timedelta,
         return AutoRenew("none")
     if view.install != "Succeeded":
         return AutoRenew("skip", f"the install is {view.install or 'not known to have finished'}", due)
+    if view.busy:
+        return AutoRenew("skip", view.busy, due)
     if view.rotation == "Running":
         return AutoRenew("skip", f"rotation {view.rotation_id} is running", due)
     if view.pending:

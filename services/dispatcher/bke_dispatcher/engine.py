@@ -19,6 +19,7 @@ from bke.plan import Plan
 from bke.runner import DONE, Outcome
 from bke.state import PlanCache
 from bke.state.nodefiles import RedisNodeFiles
+from bke.state.operation_slot import release_operation
 
 from . import decide, readiness
 from .phases import PHASES, NodeInputs, Phase
@@ -89,6 +90,8 @@ class Engine:
     async def reconcile(self, cluster: str) -> Outcome:
         inst = await self.state.install(cluster)
         if not inst or inst.get("status") in ("Succeeded", "Failed"):
+            if inst.get("requestId"):  # a finished install holds no slot (again after a crash: idempotent)
+                await release_operation(self.state.r, cluster, "install", inst["requestId"])
             return Outcome("done") if inst.get("status") != "Failed" else Outcome("failed", reason=inst.get("message", ""))
         plan = await self.plans.load(cluster)
         rid = inst["requestId"]
@@ -258,7 +261,16 @@ class Engine:
         ev = NodeStepChanged(request_id=rid, cluster=cluster, node=node, phase=slug, status=status, at=self._ts(), step=step, stderr=stderr)
         await self.notify(ev.to_bytes(), install_subject(cluster, "node"), {})
 
+    async def refuse(self, cluster: str, rid: str, why: str) -> None:
+        """End a Running install that may not run (another operation holds the cluster's slot),
+        with the reason, as any failed install: `install finished` Failed, nothing changed."""
+        inst = await self.state.install(cluster)
+        await self._fail(rid, cluster, inst, Outcome("failed", reason=why, kind="operational"))
+
     async def _finished(self, rid, cluster, status, phase, node, message, kind, nodes_changed: bool, digest: str) -> None:
+        # an install that has ended (either way) frees the cluster's operation slot; `bke retry`
+        # claims it again (results.py)
+        await release_operation(self.state.r, cluster, "install", rid)
         ev = InstallFinished(request_id=rid, cluster=cluster, status=status, at=self._ts(), phase=phase, node=node,
                              message=message, kind=kind, nodes_changed=nodes_changed, plan_digest=digest)
         log.info("install %s", status, extra={"cluster": cluster, "request_id": rid, "phase": phase})

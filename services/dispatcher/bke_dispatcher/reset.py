@@ -121,10 +121,12 @@ class Decision:
     reason: str = ""
 
 
-def refusal(req: ResetCluster, plan: Plan | None, install_status: str | None, *, rotation: str = "",
-            upgrade: str = "", paused: bool = False, current: Reset | None = None) -> str:
-    """Why this reset may not start now ("" if it may): one operation per cluster, known nodes.
-    `rotation`/`upgrade`: the request id of one that is running ("" if none)."""
+def refusal(req: ResetCluster, plan: Plan | None, install_status: str | None, *, paused: bool = False,
+            current: Reset | None = None) -> str:
+    """Why this reset may not start now ("" if it may): known nodes, a cluster not paused. Another
+    operation of the cluster (an install, upgrade, restore, rotation) is refused after this, by
+    the cluster's operation slot (bke.state.operation_slot); the install and reset records' own
+    checks stay for one left Running without a claim (written before the slot existed)."""
     c = req.cluster
     if plan is None:
         return f"cluster {c} has no plan: nothing to reset"
@@ -137,10 +139,6 @@ def refusal(req: ResetCluster, plan: Plan | None, install_status: str | None, *,
         return f"{c} is paused: resume it first (bke resume {c})"
     if install_status == "Running":
         return f"the install of {c} is running: reset it after it ends (or fails)"
-    if rotation:
-        return f"rotation {rotation} of {c} is running: reset it after the rotation ends"
-    if upgrade:
-        return f"upgrade {upgrade} of {c} is running: reset it after the upgrade ends"
     if current is not None and current.status == "Running" and current.request_id != req.request_id:
         return f"reset {current.request_id} of {c} is still running ({current.done}/{len(current.nodes)} nodes)"
     return ""

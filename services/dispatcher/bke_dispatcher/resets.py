@@ -8,7 +8,9 @@ around them (the shape of rotations.py).
 
 Only the reconcile step (under the cluster's "reset" lease) and the start (a WATCH transaction
 that refuses if another reset runs) write the record; results are recorded beside it and
-folded in by the next reconcile, so a result that arrives twice counts once. A delete that
+folded in by the next reconcile, so a result that arrives twice counts once. A reset holds the
+cluster's operation slot (bke.state.operation_slot, kind "reset" or "delete") from its start to
+its end: any other operation running refuses it, named, and it refuses any other. A delete that
 succeeded publishes `ClusterDeleted` (de-duplicated by its request id); every service then
 removes its own records (bke.forgetting), this one's reset record included.
 
@@ -37,6 +39,7 @@ from bke.plan import Plan
 from bke.state import PlanCache
 from bke.state.exclusive import write_unless
 from bke.state.keys import reset_key, reset_results_key, resets_index
+from bke.state.operation_slot import claim_operation, release_operation
 
 from .leased import LeasedOperation
 from .engine import Outcome
@@ -130,18 +133,21 @@ class Resets(LeasedOperation):
             return [self._accepted(current)]
         plan = await self._plan(req.cluster)
         install = (await self.state.install(req.cluster)).get("status") if plan is not None else None
-        rot = await self.rotations.load(req.cluster) if plan is not None else None
-        rotation = rot.request_id if rot is not None and rot.status == "Running" else ""
-        upgrade = await self.rotations.running_upgrade(req.cluster) if plan is not None else ""
         paused = await self.paused(req.cluster)
-        why = refusal(req, plan, install, rotation=rotation, upgrade=upgrade, paused=paused, current=current)
+        why = refusal(req, plan, install, paused=paused, current=current)
         if why or plan is None:
             log.warning("reset refused: %s", why, extra=ids)
             return [Out(ResetRejected(request_id=req.request_id, cluster=req.cluster, message=why), RESET_REJECTED,
                         msg_id=f"reset-rejected:{req.request_id}")]
         r = new_reset(req, plan, self._ts(), current.reset_before if current is not None else [])
-        why = await self.store.start(r, lambda cur: refusal(req, plan, install, rotation=rotation, upgrade=upgrade,
-                                                           paused=paused, current=cur))
+        # one operation per cluster: the slot is the one atomic step between kinds; the record's
+        # own WATCH check stays for a reset left Running without a claim (before the slot existed)
+        kind = slot_kind(r)
+        why = (await claim_operation(self.store.r, req.cluster, kind, req.request_id, self._ts())).refusal(req.cluster)
+        if not why:
+            why = await self.store.start(r, lambda cur: refusal(req, plan, install, paused=paused, current=cur))
+            if why:
+                await release_operation(self.store.r, req.cluster, kind, req.request_id)
         if why:
             log.warning("reset refused: %s", why, extra=ids)
             return [Out(ResetRejected(request_id=req.request_id, cluster=req.cluster, message=why), RESET_REJECTED,
@@ -166,6 +172,7 @@ class Resets(LeasedOperation):
             await self._deleted(r)
             return Outcome("done")
         if r.status != "Running":
+            await release_operation(self.store.r, cluster, slot_kind(r), r.request_id)  # again: idempotent
             return Outcome("done")
         # fold in what the agents answered since the last pass
         changed = False
@@ -186,6 +193,8 @@ class Resets(LeasedOperation):
             log.info("reset %s %s", r.status, decision.reason, extra={"cluster": cluster, "request_id": r.request_id})
         if changed:
             await self.store.save(r)
+            if r.status != "Running":  # ended: its slot goes before the end is announced
+                await release_operation(self.store.r, cluster, slot_kind(r), r.request_id)
             await self._changed(r)
         if r.status == "Succeeded" and r.delete:
             await self._deleted(r)
@@ -231,4 +240,11 @@ class Resets(LeasedOperation):
             if r is not None and (r.status == "Running" or (r.delete and r.status == "Succeeded" and not r.deleted_sent)):
                 self.kick(cluster)
                 resumed.append(cluster)
+            elif r is not None:  # a crash between its end and its release heals here
+                await release_operation(self.store.r, cluster, slot_kind(r), r.request_id)
         return resumed
+
+
+def slot_kind(r: Reset) -> str:
+    """The reset's name in the cluster's operation slot (bke.state.operation_slot)."""
+    return "delete" if r.delete else "reset"

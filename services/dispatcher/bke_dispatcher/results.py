@@ -28,6 +28,7 @@ from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
 from bke.contracts.certs import ISSUE_CERTS, IssueCerts
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
 from bke.errors import MalformedMessage, NotYetKnown
+from bke.state.operation_slot import claim_operation
 
 from .engine import parse_command_id
 from .phases import PHASES
@@ -204,6 +205,14 @@ class Inputs:
         if failed_phase is None:
             log.info("retry: nothing failed", extra={"cluster": c, "request_id": req.request_id})
             return []
+        # the install runs again: it takes the cluster's operation slot back (another operation,
+        # say a reset of the failed install, refuses the retry, named)
+        rid = (await self.state.install(c)).get("requestId", "")
+        if rid:
+            claim = await claim_operation(self.state.r, c, "install", rid, self.now().isoformat())
+            if not claim.won:
+                log.warning("retry refused: %s", claim.refusal(c), extra={"cluster": c, "request_id": req.request_id})
+                return []
         cmds = await self.state.all_commands(c, failed_phase)
         chosen = {h: cmd for h, cmd in cmds.items() if cmd["status"] == "Failed" and (not req.nodes or h in req.nodes)}
         for cmd in chosen.values():

@@ -111,14 +111,11 @@ class Decision:
     reason: str = ""
 
 
-def refusal(cluster: str, install_status: str | None, current: Rotation | None, upgrade: str = "",
-            reset: str = "") -> str:
-    """Why a new rotation may not start now ("" if it may): one operation per cluster.
-    `upgrade`, `reset`: the request id of an upgrade or reset of the cluster that is running ("" if none)."""
-    if reset:
-        return f"reset {reset} of {cluster} is running: its certificates are not rotated"
-    if upgrade:
-        return f"upgrade {upgrade} of {cluster} is running: certificates are rotated after it ends"
+def refusal(cluster: str, install_status: str | None, current: Rotation | None) -> str:
+    """Why a new rotation may not start now ("" if it may). Another operation of the cluster
+    (an upgrade, a reset, a restore) is refused before this, by the cluster's operation slot
+    (bke.state.operation_slot); the rotation record's own check stays for a rotation left
+    Running without a claim (written before the slot existed)."""
     if install_status != "Succeeded":
         state = install_status or "not started"
         return f"the install of {cluster} is {state}: certificates are rotated only on an installed cluster"

@@ -10,6 +10,10 @@ Only the reconcile step (under the cluster's "rotation" lease) and the start (a 
 transaction that refuses if another rotation runs) write the record; results are recorded
 beside it and folded in by the next reconcile, so a result that arrives twice counts once.
 
+One operation per cluster: a rotation holds the cluster's operation slot
+(bke.state.operation_slot) from the renewal that starts it (the certs service claims it) to its
+end; an install, upgrade, restore or reset holding it refuses the rotation, named.
+
 Errors (see bke.errors): a malformed `certs renewed` event is dead-lettered; a refused start
 publishes `RotationChanged` Failed with the reason and is acked; anything else is redelivered.
 """
@@ -28,7 +32,8 @@ from bke.contracts.certs import CertsRenewed
 from bke.contracts.rotation import RotationChanged, RotationView, rotation_subject
 from bke.state import PlanCache
 from bke.state.exclusive import write_unless
-from bke.state.keys import reset_key, rotation_key, rotation_results_key, rotations_index, upgrade_key
+from bke.state.keys import rotation_key, rotation_results_key, rotations_index
+from bke.state.operation_slot import claim_operation, release_operation
 from bke.state.nodefiles import RedisNodeFiles
 
 from .leased import LeasedOperation
@@ -42,6 +47,7 @@ __all__ = ["RotationStore", "Rotations"]
 log = logging.getLogger("bke.dispatcher.rotation")
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 LEASE = "rotation"
+KIND = "rotation"  # its name in the cluster's operation slot (bke.state.operation_slot)
 WAIT_S = 5.0  # re-check a node in flight this often even without a result (a restart, a lost kick)
 
 
@@ -75,25 +81,6 @@ class RotationStore:
 
         return await write_unless(self.r, self._key(rot.cluster),
                                   lambda raw: check(None if raw is None else Rotation.from_json(raw)), write)
-
-    async def running_upgrade(self, cluster: str) -> str:
-        """The request id of the cluster's upgrade if one is running (the upgrader's record,
-        read only: one operation per cluster), else ""."""
-        return await self._running(upgrade_key(cluster))
-
-    async def running_reset(self, cluster: str) -> str:
-        """The request id of the cluster's reset or delete if one is running (resets.py), else ""."""
-        return await self._running(reset_key(cluster))
-
-    async def _running(self, key: str) -> str:
-        raw = await self.r.get(key)
-        if raw is None:
-            return ""
-        try:
-            doc = json.loads(raw)
-        except ValueError:
-            return ""
-        return str(doc.get("request_id", "?")) if doc.get("status") == "Running" else ""
 
     async def record_result(self, res: CommandResult, step: str, stderr: str) -> None:
         doc = json.dumps({"status": res.status, "step": step, "stderr": stderr})
@@ -149,14 +136,20 @@ class Rotations(LeasedOperation):
             rot = new_rotation(ev, plan, self._ts())
         except ValueError as exc:  # nodes the plan does not have: nothing can be delivered
             log.warning("rotation refused: %s", exc, extra=ids)
+            await release_operation(self.store.r, ev.cluster, KIND, ev.request_id)  # its renewal's claim
             view = RotationView(request_id=ev.request_id, status="Failed", certificates=[c.instance for c in ev.certificates],
                                 done=0, total=0, started_at=self._ts(), finished_at=self._ts(), message=str(exc), nodes=[])
             await self._changed(ev.cluster, view)
             return
         install = (await self.state.install(ev.cluster)).get("status")
-        upgrade = await self.store.running_upgrade(ev.cluster)
-        reset = await self.store.running_reset(ev.cluster)
-        why = await self.store.start(rot, lambda cur: refusal(ev.cluster, install, cur, upgrade, reset))
+        # one operation per cluster: the slot, claimed by the renewal that started this rotation
+        # (bke_certs) and found again here; any other operation that holds it refuses it
+        claim = await claim_operation(self.store.r, ev.cluster, KIND, ev.request_id, self._ts())
+        why = claim.refusal(ev.cluster)
+        if not why:
+            why = await self.store.start(rot, lambda cur: refusal(ev.cluster, install, cur))
+            if why:
+                await release_operation(self.store.r, ev.cluster, KIND, ev.request_id)
         if why:
             log.warning("rotation refused: %s", why, extra=ids)
             rot.status, rot.message, rot.finished_at = "Failed", why, self._ts()
@@ -171,6 +164,8 @@ class Rotations(LeasedOperation):
     async def _reconcile(self, cluster: str) -> Outcome:
         rot = await self.store.load(cluster)
         if rot is None or rot.status != "Running":
+            if rot is not None:
+                await release_operation(self.store.r, cluster, KIND, rot.request_id)
             return Outcome("done")
         # fold in what the agents answered since the last pass
         changed = False
@@ -194,6 +189,8 @@ class Rotations(LeasedOperation):
             log.info("rotation %s %s", rot.status, decision.reason, extra=ids)
         if changed:
             await self.store.save(rot)
+            if rot.status != "Running":  # ended: its slot goes before the end is announced
+                await release_operation(self.store.r, cluster, KIND, rot.request_id)
             await self._changed(cluster, rot.view())
         if rot.status == "Failed":
             return Outcome("failed", reason=rot.message, node=decision.node or None)
@@ -220,5 +217,7 @@ class Rotations(LeasedOperation):
             if rot is not None and rot.status == "Running":
                 self.kick(cluster)
                 resumed.append(cluster)
+            elif rot is not None:  # a crash between its end and its release heals here
+                await release_operation(self.store.r, cluster, KIND, rot.request_id)
         return resumed
 

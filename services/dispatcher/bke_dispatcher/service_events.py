@@ -22,6 +22,7 @@ from bke.contracts.agent import AgentAccepted
 from bke.contracts.certs import CertsFailed, CertsIssued, CertsSealed
 from bke.contracts.render import ManifestsRendered, RenderFailed
 from bke.state import PlanCache
+from bke.state.operation_slot import claim_operation
 
 from .engine import Engine
 from .phases import PHASES
@@ -101,3 +102,15 @@ class ServiceEvents:
     async def _ensure_install(self, cluster: str, request_id: str, digest: str) -> None:
         if await self.state.start_install(cluster, request_id, self.now().isoformat(), digest):
             await self.engine.set_total(cluster, await self.plans.load(cluster))
+        inst = await self.state.install(cluster)
+        if inst.get("status") != "Running":
+            return
+        # one operation per cluster: a running install holds the slot (claimed again on a
+        # redelivery or a resume: idempotent); another operation holding it fails the install
+        # with its name (a plan replaced while a reset of the failed install runs)
+        rid, now = inst.get("requestId", request_id), self.now().isoformat()
+        claim = await claim_operation(self.state.r, cluster, "install", rid, now)
+        if not claim.won:
+            why = claim.refusal(cluster)
+            log.warning("install refused: %s", why, extra={"cluster": cluster, "request_id": rid})
+            await self.engine.refuse(cluster, rid, why)

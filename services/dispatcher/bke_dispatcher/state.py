@@ -31,6 +31,7 @@ from bke.state.keys import (
     install_key,
     installs_index,
     node_status_key,
+    operation_key,
     phase_key,
     refusals_key,
     sealed_key,
@@ -72,12 +73,16 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else v
 
 
-# Compare-and-set of the install's end (DispatcherState.finish_install).
+# Compare-and-set of the install's end (DispatcherState.finish_install); in the same step the
+# install's operation slot goes (KEYS[2], bke.state.operation_slot: only the install's own
+# claim), so that whoever sees the install finished may start the next operation at once.
 _FINISH_INSTALL = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'Running' or redis.call('HGET', KEYS[1], 'requestId') ~= ARGV[1] then
   return 0
 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+local slot = redis.call('HMGET', KEYS[2], 'kind', 'requestId')
+if slot[1] == 'install' and slot[2] == ARGV[1] then redis.call('DEL', KEYS[2]) end
 return 1
 """
 
@@ -147,7 +152,7 @@ class DispatcherState:
     async def finish_install(self, cluster: str, request_id: str, **fields: str) -> bool:
         """Write the install's end (`fields`, with its status) only if it is still the Running
         install of `request_id`: whether this call ended it (one of two replicas does)."""
-        return bool(await self.r.eval(_FINISH_INSTALL, 1, install_key(cluster), request_id,
+        return bool(await self.r.eval(_FINISH_INSTALL, 2, install_key(cluster), operation_key(cluster), request_id,
                                       *[x for kv in fields.items() for x in kv]))
 
     async def installs(self) -> list[str]:

@@ -24,14 +24,18 @@ from bke.contracts.status import (
     ClusterStatus,
     GetStatus,
     NodeCounts,
+    OperationHolder,
     Refusals,
     RotationStatus,
     StatusError,
     StatusNode,
     StatusPhase,
 )
+from bke.contracts.reset import ResetView
 from bke.errors import TemporaryError, is_unavailable
 from bke.state import PlanCache
+from bke.state.operation_slot import FIELDS as SLOT_FIELDS
+from bke.state.operation_slot import Holder, holder_of
 from bke.state.schema import SCHEMA_FIELD, check_readable
 from bke.state.keys import (
     addons_key,
@@ -40,11 +44,14 @@ from bke.state.keys import (
     install_key,
     node_labels_key,
     node_status_key,
+    operation_key,
     phase_key,
     refusals_key,
+    reset_key,
 )
 
 from .phases import PHASES
+from .reset import Reset
 from .status_summary import health_counts, label_sets, node_health, node_taints
 
 __all__ = ["MAX_REPLY_BYTES", "RotationView", "StatusReader", "StatusResponder", "build_status", "fit_reply", "no_rotation"]
@@ -85,6 +92,8 @@ def build_status(
     *,
     node_labels: dict[str, dict] | None = None,
     cluster_health: dict[str, dict] | None = None,
+    reset: ResetView | None = None,
+    operation: Holder | None = None,
 ) -> ClusterStatus:
     """The reply for `req` from the dispatcher's records (decoded); `order` is the plan's node
     order (every node, including those no command reached yet). `health`: node -> its latest
@@ -151,6 +160,10 @@ def build_status(
         refusals=Refusals(count=int(refusals.get("count") or 0), last_node=refusals.get("lastNode", ""),
                           last_reason=refusals.get("lastReason", ""), last_at=_opt(refusals.get("lastAt")))
         if refusals else None,
+        reset=reset,
+        operation=OperationHolder(kind=operation.kind, request_id=operation.request_id, since=operation.since,
+                                  detail=operation.detail)
+        if operation else None,
     )
 
 
@@ -193,7 +206,8 @@ class StatusReader:
             for slug, _ in PHASE_SUMMARIES:
                 pipe.hgetall(phase_key(c, slug))
             pipe.hgetall(node_status_key(c)).hgetall(addons_key(c)).hgetall(health_key(c)).get(health_pods_key(c))
-            pipe.hgetall(refusals_key(c)).hgetall(node_labels_key(c))
+            pipe.hgetall(refusals_key(c)).hgetall(node_labels_key(c)).get(reset_key(c))
+            pipe.hmget(operation_key(c), list(SLOT_FIELDS))
             got = await pipe.execute()
         install = _hash(got[0])
         if not install:
@@ -208,8 +222,10 @@ class StatusReader:
             order = [node.hostname for node in (await self.plans.load(c)).nodes]
         except TemporaryError:
             order = sorted(node_states)  # the install record came before the plan is visible
+        reset = Reset.from_json(got[7 + n]).view() if got[7 + n] else None
         return build_status(req, install, phases, order, node_states, addons, health, await self.rotation(c),
-                            _hash(got[5 + n]), node_labels=_json_hash(got[6 + n]), cluster_health=cluster_health)
+                            _hash(got[5 + n]), node_labels=_json_hash(got[6 + n]), cluster_health=cluster_health,
+                            reset=reset, operation=holder_of(c, got[8 + n]))
 
 
 class StatusResponder:

@@ -16,7 +16,7 @@ from bke.cluster_api.addons import AddonsWork, LabApplier
 from bke.cluster_api.manifests import HttpRepoManifests, LabManifests
 from bke.contracts.agent import CommandResult
 from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, CertsFailed, CertsRenewed
-from bke.contracts.restore import RESTORE_ETCD, RESTORE_PIECE
+from bke.contracts.restore import RESTORE_ETCD, RESTORE_GET, RESTORE_PIECE
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import RETRY_UPGRADE, UPGRADE_CLUSTER, UPGRADE_GET, GetUpgrade, UpgradeCluster
 from bke.pausing import serve_pause
@@ -162,15 +162,8 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     serve_deleted(svc, redis, _now)  # a deleted cluster: this service's records go (bke.forgetting)
 
     # through `typed` like every consumer: the message's form is checked (bke.bus.message_version);
-    # a restore of the cluster running refuses it first (one operation per cluster)
-    typed_request = typed(UpgradeCluster, upgrades.on_request, svc.publish, refuse=upgrades.refuse_bytes)
-
-    async def on_request(body: bytes) -> None:
-        refused = await restores.refuse_upgrade(body)
-        for out in refused:
-            await svc.publish(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
-        if not refused:
-            await typed_request(body)
+    # a running restore (or any other operation) refuses it through the cluster's operation slot
+    on_request = typed(UpgradeCluster, upgrades.on_request, svc.publish, refuse=upgrades.refuse_bytes)
 
     retries = Retries(upgrades)
 
@@ -235,6 +228,10 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
         else:
             await msg.respond(v.to_bytes())
 
+    async def on_restore_get(msg) -> None:  # type: ignore[no-untyped-def]
+        if msg.reply:
+            await msg.respond(await restores.answer_get(msg.data))
+
     background: list[asyncio.Task] = []
     stopping: list[bool] = []
 
@@ -244,6 +241,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
 
     async def _started() -> None:
         await svc.nc.subscribe(UPGRADE_GET, queue=GET_QUEUE, cb=on_get)
+        await svc.nc.subscribe(RESTORE_GET, queue=GET_QUEUE, cb=on_restore_get)
         await svc.nc.subscribe(RESTORE_PIECE.format(cluster="*", node="*"), queue=PIECE_QUEUE, cb=on_piece)
         background.append(asyncio.create_task(_resume(), name="upgrader:resume"))
 

@@ -4,10 +4,12 @@ Decisions are bke.upgrade's (requests: `decide_request`; the run: `bke.upgrade.r
 this module reads, writes and publishes around them:
 
 - `on_request`: gathers the live facts, decides, answers `upgrade.accepted` / `.rejected`, and
-  stores the run (one operation per cluster: refused while an upgrade or a rotation runs);
+  stores the run after claiming the cluster's operation slot (bke.state.operation_slot: one
+  operation per cluster, refused naming the install, restore, rotation, reset... that runs);
 - `on_result`: records an agent's answer to an upgrade command beside the run;
 - `reconcile`: under the cluster's "upgrade" lease, folds the answers in and carries out the
-  next decision (a local step, a drain, a batch of commands, an uncordon, the end).
+  next decision (a local step, a drain, a batch of commands, an uncordon, the end); a pass
+  that finds the run ended releases the slot.
 
 Errors (bke.errors): a malformed request is answered `upgrade.rejected` naming its field; an
 outage or a dispatcher that does not answer yet is retried (TemporaryError); the run's record
@@ -51,6 +53,8 @@ from bke.etcdsnap.step import snapshot_step
 from bke.plan import Plan
 from bke.state import PlanCache, RedisPlanStore, plan_digest
 from bke.state.lease import claim_lease, release_lease
+from bke.state.operation_slot import claim_operation, operation_holder, release_operation
+from bke.state.operation_slot import refusal as slot_refusal
 from bke.state.keys import accepted_agents_key
 from bke.state.migrate import ensure_current
 from bke.state.schema import StoredVersionError
@@ -191,9 +195,11 @@ class Upgrades:
         status = await self.facts.status(req.cluster)
         if isinstance(status, StatusError):
             return rejected(f"cluster {req.cluster!r}: {status.message}" if status.reason == "NotFound" else status.message)
-        if status.rotation is not None and status.rotation.status == "Running":
-            return rejected(f"a certificate rotation of {req.cluster} is running ({status.rotation.done}/"
-                            f"{status.rotation.total} nodes): one operation per cluster")
+        # one operation per cluster (bke.state.operation_slot): a quick answer naming the
+        # operation that runs, for a dry run too; the claim below is the atomic one
+        busy = await self.busy(req.cluster, "upgrade", req.request_id)
+        if busy:
+            return rejected(busy)
         plan = await self.plans.load(req.cluster)
         facts = await self.facts.gather(plan, status)
         decided = decide_request(req, plan, facts)
@@ -221,7 +227,7 @@ class Upgrades:
                 return f"upgrade {cur.request_id} of {req.cluster} is still running (step {cur.step_now().name if cur.step_now() else '-'})"
             return ""
 
-        why = await self.store.start(run, refuse)
+        why = await self.start_claimed(run, refuse)
         if why:
             return rejected(why)
         # the target plan the checks placed is the one `_plans` would place again from the same
@@ -236,6 +242,37 @@ class Upgrades:
         self.kick(req.cluster)
         return [Out(answer, UPGRADE_ACCEPTED, f"upgrade-accepted:{req.request_id}"),
                 Out(UpgradeChanged(cluster=req.cluster, at=self.ts(), upgrade=view(run)), upgrade_subject(req.cluster))]
+
+    async def busy(self, cluster: str, kind: str, request_id: str) -> str:
+        """Why an operation may not start because another holds the cluster's slot ("" if none
+        does, or this very one does). Read only: `start_claimed` claims."""
+        holder = await operation_holder(self.store.r, cluster)
+        if holder is None or (holder.kind, holder.request_id) == (kind, request_id):
+            return ""
+        return slot_refusal(cluster, holder)
+
+    async def start_claimed(self, run: UpgradeRun, refuse: Callable[[UpgradeRun | None], str]) -> str:
+        """Claim the cluster's operation slot for `run`, then store it: the refusal ("" when
+        started). The claim is the one atomic step between kinds (an upgrade, a restore, a
+        rotation, a reset...); the record's own WATCH check stays, for an upgrade record left
+        Running without a claim (written before the slot existed)."""
+        claim = await claim_operation(self.store.r, run.cluster, "upgrade", run.request_id, self.ts())
+        if not claim.won:
+            return claim.refusal(run.cluster)
+        why = await self.store.start(run, refuse)
+        if why:
+            await release_operation(self.store.r, run.cluster, "upgrade", run.request_id)
+        return why
+
+    async def release_if_over(self, cluster: str) -> None:
+        """Free the slot of the cluster's last upgrade if it has ended (idempotent: every end,
+        and every resume, so that a crash between the end and the release heals)."""
+        try:
+            run = await self.store.load(cluster)
+        except StoredVersionError:
+            return
+        if run is not None and run.status != "Running":
+            await release_operation(self.store.r, cluster, "upgrade", run.request_id)
 
     async def plan_digest(self, cluster: str) -> str:
         meta = await self.plan_store.meta(cluster)
@@ -297,7 +334,10 @@ class Upgrades:
         if not await claim_lease(self.store.r, cluster, LEASE, self.owner, self.lease_ms):
             return Outcome("wait", 1.0, "another upgrader holds the lease")
         try:
-            return await self._reconcile(cluster)
+            out = await self._reconcile(cluster)
+            if out.status != "wait":  # the upgrade has ended (or there is none): its slot goes
+                await self.release_if_over(cluster)
+            return out
         except BaseException:
             self.store.forget(cluster)  # the record object may hold facts that were not saved
             raise
@@ -395,6 +435,9 @@ class Upgrades:
         answers = await self.store.results(run.cluster, stopped_batch_ids(run))
         previous = await self.store.node_versions(run.cluster)
         await self.store.save_end(run, settled(run, answers, previous))
+        # ended: the cluster's operation slot goes before the end is announced (whoever sees
+        # it may start the next operation at once); a crash in between heals at the next pass
+        await release_operation(self.store.r, run.cluster, "upgrade", run.request_id)
 
     async def _carry_out(self, run: UpgradeRun, d: Decision, old: Plan, new: Plan) -> None:
         step = d.step
@@ -530,6 +573,8 @@ class Upgrades:
             if run is not None and run.status == "Running":
                 self.kick(cluster)
                 resumed.append(cluster)
+            else:
+                await self.release_if_over(cluster)
         return resumed
 
     async def view_of(self, cluster: str) -> UpgradeView | None:

@@ -7,9 +7,10 @@ interleaving with another's. Decisions are bke.etcdsnap's (`restore.restore_plan
 `restore_run.decide`); this module reads, writes and publishes around them:
 
 - `on_request`: checks the request (the etcd cluster exists, the snapshot exists and its record
-  is from the agent BKE provisioned for its node, no upgrade or other restore runs), answers
-  `etcd-restore.accepted` (what it stops, every stage) or `.rejected`, and stores the run;
-  a dry run only answers;
+  is from the agent BKE provisioned for its node), claims the cluster's operation slot (no
+  other operation of any kind runs: bke.state.operation_slot), answers `etcd-restore.accepted`
+  (what it stops, every stage) or `.rejected`, and stores the run; a dry run only answers;
+- `view_of`: the current or last restore, answered on `bke.v1.etcd-restore.get`;
 - `on_result`: records an agent's answer to a restore command beside the run;
 - `reconcile`: under the cluster's "upgrade" lease, folds the answers in and carries out the
   next decision (verify the snapshot here, or send a stage's commands), then publishes
@@ -39,12 +40,14 @@ from bke.contracts.restore import (
     EtcdRestoreChanged,
     EtcdRestoreRejected,
     EtcdRestoreView,
+    GetEtcdRestore,
     RestoreEtcd,
     RestoreNode,
     RestoreStageView,
     restore_subject,
 )
-from bke.contracts.upgrade import UPGRADE_REJECTED, UpgradeCluster, UpgradeRejected
+from bke.contracts.base import ErrorItem
+from bke.contracts.status import StatusError
 from bke.errors import PermanentError
 from bke.etcdsnap.records import SnapshotRecord
 from bke.etcdsnap.restore import STAGES, RestorePlan, node_steps, restore_plan
@@ -69,6 +72,8 @@ from bke.secrets.snapshot_key import SnapshotKey
 from bke.state import PlanCache
 from bke.state.keys import plan_key
 from bke.state.lease import claim_lease, release_lease
+from bke.state.operation_slot import claim_operation, operation_holder, release_operation
+from bke.state.operation_slot import refusal as slot_refusal
 
 from .requests import refusal_of
 from .restore_pieces import PieceServer, provisioned_key
@@ -82,6 +87,7 @@ Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 Sign = Callable[[AgentCommand], Awaitable[AgentCommand]]
 FindSnapshot = Callable[[str, str, str], Awaitable[SnapshotRecord]]
 LEASE = "upgrade"  # the upgrade's: one operation's passes at a time per cluster
+KIND = "etcd-restore"  # its name in the cluster's operation slot (bke.state.operation_slot)
 WAIT_S = 5.0
 COMMAND_TTL_S = 3600.0
 
@@ -146,9 +152,11 @@ class Restores:
             check_author(record, await self.key(), await provisioned_key(self.store.r, req.cluster, record.node))
         except PermanentError as exc:
             return rejected(f"snapshotId: {exc}")
-        upgrade = await self.upgrades.load(req.cluster)
-        if upgrade is not None and upgrade.status == "Running":
-            return rejected(f"upgrade {upgrade.request_id} of {req.cluster} is running: one operation per cluster")
+        # one operation per cluster (bke.state.operation_slot): a quick answer naming what runs,
+        # for a dry run too; the claim below is the atomic one
+        holder = await operation_holder(self.store.r, req.cluster)
+        if holder is not None and (holder.kind, holder.request_id) != (KIND, req.request_id):
+            return rejected(slot_refusal(req.cluster, holder))
         answer = EtcdRestoreAccepted(
             request_id=req.request_id, cluster=req.cluster, etcd_cluster=req.etcd_cluster,
             snapshot_id=req.snapshot_id, revision=record.revision, taken_at=record.taken_at, token=rp.token,
@@ -164,33 +172,18 @@ class Restores:
                         f"(stage {now.name if now else '-'}): one operation per cluster")
             return ""
 
-        why = await self.store.start(run, refuse)
+        claim = await claim_operation(self.store.r, req.cluster, KIND, req.request_id, self._ts(), req.etcd_cluster)
+        if not claim.won:
+            return rejected(claim.refusal(req.cluster))
+        why = await self.store.start(run, refuse)  # (a restore record left Running without a claim)
         if why:
+            await release_operation(self.store.r, req.cluster, KIND, req.request_id)
             return rejected(why)
         log.info("etcd restore accepted: %s from %s", req.etcd_cluster, req.snapshot_id, extra=ids)
         self.kick(req.cluster)
         return [Out(answer, RESTORE_ACCEPTED, f"etcd-restore-accepted:{req.request_id}"),
                 Out(EtcdRestoreChanged(cluster=req.cluster, at=self._ts(), restore=restore_view(run)),
                     restore_subject(req.cluster))]
-
-    async def refuse_upgrade(self, body: bytes) -> list[Out]:
-        """An upgrade request for a cluster whose restore runs: its rejection (one operation per
-        cluster; the upgrade's own checks do not know restores); [] to let the upgrade decide.
-        Not atomic with the restore's own check of a running upgrade: two requests at the same
-        instant could both start (a person runs a restore; noted in the README)."""
-        try:
-            req = UpgradeCluster.model_validate_json(body)
-        except ValidationError:
-            return []  # the upgrade's parser answers it, naming the field
-        run = await self.store.load(req.cluster)
-        if req.dry_run or run is None or run.status != "Running":
-            return []
-        now = run.stage_now()
-        message = (f"etcd restore {run.restore_id} of {run.etcd_cluster} in {req.cluster} is running (stage "
-                   f"{now.name if now else '-'}): one operation per cluster")
-        log.warning("upgrade refused: %s", message, extra={"cluster": req.cluster, "request_id": req.request_id})
-        return [Out(UpgradeRejected(request_id=req.request_id, cluster=req.cluster, message=message),
-                    UPGRADE_REJECTED, f"upgrade-rejected:{req.request_id}")]
 
     # results ----------------------------------------------------------------
     async def on_result(self, res: CommandResult, untrusted: str) -> None:
@@ -211,9 +204,19 @@ class Restores:
         if not await claim_lease(self.store.r, cluster, LEASE, self.owner, self.lease_ms):
             return Outcome("wait", 1.0, "another upgrader holds the lease")
         try:
-            return await self._reconcile(cluster)
+            out = await self._reconcile(cluster)
+            if out.status != "wait":  # the restore has ended (or there is none): its slot goes
+                await self.release_if_over(cluster)
+            return out
         finally:
             await release_lease(self.store.r, cluster, LEASE, self.owner)
+
+    async def release_if_over(self, cluster: str) -> None:
+        """Free the slot of the cluster's last restore if it has ended (idempotent: every end and
+        every resume, so that a crash between the end and the release heals)."""
+        run = await self.store.load(cluster)
+        if run is not None and run.status != "Running":
+            await release_operation(self.store.r, cluster, KIND, run.restore_id)
 
     async def _reconcile(self, cluster: str) -> Outcome:
         run = await self.store.load(cluster)
@@ -245,6 +248,8 @@ class Restores:
                 break  # answers come later
         if changed:
             await self.store.save(run)
+            if run.status != "Running":  # ended: its slot goes before the end is announced
+                await release_operation(self.store.r, cluster, KIND, run.restore_id)
             await self.publish(EtcdRestoreChanged(cluster=cluster, at=self._ts(), restore=restore_view(run)).to_bytes(),
                                restore_subject(cluster), {})
         if run.status == "Failed":
@@ -295,7 +300,35 @@ class Restores:
             if run is not None and run.status == "Running":
                 self.kick(cluster)
                 resumed.append(cluster)
+            else:
+                await self.release_if_over(cluster)
         return resumed
+
+    async def answer_get(self, data: bytes) -> bytes:
+        """The answer to `GetEtcdRestore` (`bke etcd restore status`): the view, or a StatusError
+        naming what is wrong (a bad request, no restore, an outage); never an exception."""
+        try:
+            req = GetEtcdRestore.model_validate_json(data)
+        except ValidationError as exc:
+            errors = [ErrorItem(path=".".join(str(p) for p in e["loc"]) or "(body)", message=e["msg"][:200])
+                      for e in exc.errors()[:20]]
+            named = "; ".join(f"{e.path}: {e.message}" for e in errors)
+            return StatusError(reason="Invalid", message=f"invalid etcd restore status request: {named}"[:1000],
+                               errors=errors).to_bytes()
+        try:
+            v = await self.view_of(req.cluster)
+        except Exception as exc:  # noqa: BLE001 - an outage (or an unreadable record) is an answer
+            return StatusError(reason="Unavailable", cluster=req.cluster,
+                               message=f"{type(exc).__name__}: {exc}"[:500]).to_bytes()
+        if v is None:
+            return StatusError(reason="NotFound", cluster=req.cluster,
+                               message=f"cluster '{req.cluster}': no etcd restore").to_bytes()
+        return v.to_bytes()
+
+    async def view_of(self, cluster: str) -> EtcdRestoreView | None:
+        """The cluster's current or last restore (`bke etcd restore status`), None if none."""
+        run = await self.store.load(cluster)
+        return None if run is None else restore_view(run)
 
 
 def _stage_views(rp: RestorePlan) -> list[RestoreStageView]:

@@ -62,8 +62,9 @@ class Retries:
         status = await self.up.facts.status(req.cluster)
         if isinstance(status, StatusError):
             return rejected(f"cluster {req.cluster!r}: {status.message}" if status.reason == "NotFound" else status.message)
-        if status.rotation is not None and status.rotation.status == "Running":
-            return rejected(f"a certificate rotation of {req.cluster} is running: one operation per cluster")
+        busy = await self.up.busy(req.cluster, "upgrade", req.request_id)  # one operation per cluster
+        if busy:
+            return rejected(busy)
         plan = await self.up.plans.load(req.cluster)
         facts = await self.up.facts.gather(plan, status)
         decided = decide_retry(last, await self.up.store.node_versions(req.cluster), req.nodes,
@@ -81,7 +82,7 @@ class Retries:
                 return f"upgrade {cur.request_id} of {req.cluster} started meanwhile: retry again"
             return ""
 
-        why = await self.up.store.start(run, refuse)
+        why = await self.up.start_claimed(run, refuse)
         if why:
             return rejected(why)
         log.info("upgrade retry accepted: %d node(s) of %s", len(decided.nodes), last.request_id, extra=ids)
