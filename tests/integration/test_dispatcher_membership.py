@@ -197,3 +197,36 @@ async def test_the_upgraders_lab_drainer_still_records_in_the_upgrade_key(redis_
         assert set(doc) == {"cordoned", "drained", "uncordoned"}
     finally:
         await r.aclose()
+
+
+async def test_joins_and_removals_hold_the_clusters_one_operation_slot(wired):
+    """A join claims the slot (bke.state.operation_slot) atomically against every other kind: a
+    held slot refuses it naming the holder; while it runs an upgrade's claim is refused naming
+    the join; its end frees the slot. A removal does the same."""
+    from bke.state.operation_slot import claim_operation, operation_holder, release_operation
+
+    joins, removals, state, r, sent = wired
+    assert (await claim_operation(r, "mbr", "upgrade", "u1", "t0")).won
+    [out] = await joins().on_request(JoinNodes(request_id="j2", cluster="mbr", plan_digest=DIGEST, nodes=["node2"]))
+    assert out.message.status == "Failed" and out.message.reason == "upgrade u1 of mbr is running: one operation per cluster"
+    [out] = await removals().on_request(RemoveNodes(request_id="x2", cluster="mbr", nodes=["node1"]))
+    assert out.message.status == "Failed" and "upgrade u1 of mbr is running" in out.message.reason
+    await release_operation(r, "mbr", "upgrade", "u1")
+
+    assert await joins().on_request(JoinNodes(request_id="j3", cluster="mbr", plan_digest=DIGEST, nodes=["node2"])) == []
+    refused = await claim_operation(r, "mbr", "upgrade", "u2", "t1")
+    assert not refused.won and refused.refusal("mbr") == "join j3 of mbr is running: one operation per cluster"
+    # the join fails (a phase fails), and its end frees the slot before it is announced
+    j = joins()
+    await j.reconcile("mbr")
+    await j.rendered(ManifestsRendered(request_id="join@j3", cluster="mbr", digest="d", nodes=5, files=9, tier="t",
+                                       template_sets=[], plan_digest=DIGEST))
+    await j.certs_issued(CertsIssued(request_id="join@j3", cluster="mbr", issued=[], reissued=[], reused=1,
+                                     changed_nodes=1, plan_digest=DIGEST))
+    await state.add_sealed("mbr", ["node2"])
+    await j.reconcile("mbr")
+    [cmd] = commands(sent)
+    await j.on_result(result(cmd, "Failed"))
+    assert (await j.reconcile("mbr")).status == "failed"
+    assert await operation_holder(r, "mbr") is None
+    assert (await claim_operation(r, "mbr", "upgrade", "u3", "t2")).won

@@ -39,11 +39,11 @@ __all__ = ["FIELDS", "KINDS", "Claim", "Holder", "OperationKind", "claim_operati
 
 # The kinds of operation that hold the slot. "apply" is the upcoming `bke apply` (a change to a
 # running cluster); a new kind only needs its name here.
-OperationKind = Literal["install", "upgrade", "etcd-restore", "rotation", "reset", "delete", "apply"]
+OperationKind = Literal["install", "upgrade", "etcd-restore", "rotation", "reset", "delete", "apply", "join", "removal"]
 KINDS: tuple[str, ...] = get_args(OperationKind)
 SLOT_VERSION = record_kind("operation").current
 # How each kind reads in a sentence ("etcd restore r1 of c1 is running").
-_WORDS = {"etcd-restore": "etcd restore", "rotation": "certificate rotation"}
+_WORDS = {"etcd-restore": "etcd restore", "rotation": "certificate rotation", "removal": "node removal"}
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from bke.contracts.certs import ISSUE_CERTS, CertsFailed, CertsIssued, IssueCert
 from bke.contracts.membership import (
     JOIN_NODES_FINISHED, JoinNodes, JoinNodesChanged, JoinNodesFinished, join_changed_subject,
 )
+from bke.state.operation_slot import claim_operation, release_operation
 from bke.contracts.render import RENDER_MANIFESTS, ManifestsRendered, RenderFailed, RenderManifests
 from bke.errors import TemporaryError
 from bke.plan import Plan
@@ -94,8 +95,14 @@ class Joins(LeasedOperation):
 
         why = check(current)
         if not why and plan is not None:
-            j = new_join(req, plan, self._ts())
-            why = await self.store.start(j, check)
+            # the cluster's one operation slot (bke.state.operation_slot): atomic against every
+            # other kind; released again if the record refuses after all
+            why = (await claim_operation(self.state.r, req.cluster, "join", req.request_id, self._ts())).refusal(req.cluster)
+            if not why:
+                j = new_join(req, plan, self._ts())
+                why = await self.store.start(j, check)
+                if why:
+                    await release_operation(self.state.r, req.cluster, "join", req.request_id)
         if why or plan is None:
             log.warning("join refused: %s", why, extra=ids)
             ev = JoinNodesFinished(request_id=req.request_id, cluster=req.cluster, status="Failed", reason=why,
@@ -165,6 +172,7 @@ class Joins(LeasedOperation):
         if j is None:
             return Outcome("done")
         if j.status != "Running":
+            await release_operation(self.state.r, cluster, "join", j.request_id)  # again: idempotent
             if not j.finished_sent:
                 await self._finished(j)
             return Outcome("done")
@@ -199,6 +207,8 @@ class Joins(LeasedOperation):
             await self.store.save(j)
             await self._changed(j)
         if j.status != "Running":
+            # freed before the end is announced: whoever sees it may start the next operation
+            await release_operation(self.state.r, cluster, "join", j.request_id)
             await self._finished(j)
             return Outcome("done") if j.status == "Succeeded" else Outcome("failed", reason=j.message)
         return Outcome("wait", delay=WAIT_S, reason=j.waiting)

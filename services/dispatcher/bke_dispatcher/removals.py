@@ -32,6 +32,7 @@ from bke.contracts.membership import (
 from bke.drain import Drainer
 from bke.errors import TemporaryError
 from bke.plan import Plan
+from bke.state.operation_slot import claim_operation, release_operation
 from bke.state import PlanCache
 from bke.state.keys import (
     accepted_agents_key, command_key, health_key, heartbeat_cgroup_key, heartbeat_key, node_labels_key,
@@ -103,7 +104,12 @@ class Removals(LeasedOperation):
         why = check(current)
         rec = new_removal(req, self._ts(), [identity_name("agent", req.cluster, h) for h in req.nodes])
         if not why:
-            why = await self.store.start(rec, check)
+            # the cluster's one operation slot, as a join takes it
+            why = (await claim_operation(self.state.r, req.cluster, "removal", req.request_id, self._ts())).refusal(req.cluster)
+            if not why:
+                why = await self.store.start(rec, check)
+                if why:
+                    await release_operation(self.state.r, req.cluster, "removal", req.request_id)
         if why:
             log.warning("removal refused: %s", why, extra=ids)
             ev = RemoveNodesFinished(request_id=req.request_id, cluster=req.cluster, status="Failed", reason=why,
@@ -132,6 +138,7 @@ class Removals(LeasedOperation):
         if r is None:
             return Outcome("done")
         if r.status != "Running":
+            await release_operation(self.state.r, cluster, "removal", r.request_id)  # again: idempotent
             if not r.finished_sent:
                 await self._finished(r)
             return Outcome("done")
@@ -157,6 +164,8 @@ class Removals(LeasedOperation):
             await self.store.save(r)
             await self._changed(r)
         if r.status != "Running":
+            # freed before the end is announced: whoever sees it may start the next operation
+            await release_operation(self.state.r, cluster, "removal", r.request_id)
             await self._finished(r)
             return Outcome("done") if r.status == "Succeeded" else Outcome("failed", reason=r.message)
         return Outcome("wait", delay=WAIT_S, reason="resets in flight")
