@@ -9,7 +9,7 @@ Layout of a lab workdir:
                         creds/operator.creds (`bke ... --workdir`)
     logs/<name>.log     one log per process
     hosts/<hostname>/   each node's root (what would be / on a real node)
-    processes.json      {"services": {name: pid}, "agents": {hostname: pid},
+    processes.json      {"services": {name: pid}, "agents": {hostname: launcher pid},
                          "http": {name: port}}: each service's HTTP port (its dashboard,
                          /metrics, /readyz), chosen free at its start (`http_urls`)
 """
@@ -207,7 +207,13 @@ class LabSupervisor:
         for node in todo:
             h = node.hostname
             env = dict(envs[h], BKE_AGENT_COMMAND_KEY=command_key)
-            proc = ManagedProcess.start(f"agent-{h}", [_bin("bke-agent"), "run"], self.workdir / "logs" / f"agent-{h}.log", env=env)
+            # through the launcher, as `bke agent bootstrap`'s unit does (ExecStart=bke-agent-launch):
+            # it starts `bke-agent run` from the venv its record selects, so that a lab agent
+            # takes an UpdateAgent step (bke_agent.launcher). The PID kept is the launcher's:
+            # stopping or killing it stops its agent too (PR_SET_PDEATHSIG), and a new launcher
+            # whose agent finds the state lock still held starts it again.
+            proc = ManagedProcess.start(f"agent-{h}", [_bin("bke-agent-launch")], self.workdir / "logs" / f"agent-{h}.log",
+                                        env=env)
             pids["agents"][h] = proc.pid
         self._save(pids)
         return pids["agents"]
