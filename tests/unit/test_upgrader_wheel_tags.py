@@ -83,14 +83,16 @@ def test_for_this_host_the_tags_are_the_ones_packaging_gives_its_own_interpreter
     assert ours == theirs
 
 
-def test_each_node_gets_its_own_step_or_its_reason_and_an_unknown_runtime_every_wheel() -> None:
+def test_each_node_gets_its_own_step_or_the_reason_it_has_none() -> None:
     index = {"agent": {"dir": "agent/0.2.0"}, "files": [
         {"path": f"agent/0.2.0/{n}", "sha256": SHA} for n in NAMES]}
     rel = release_from(index, "http://repo:40080")
     ups = node_updates(rel, {"w1": _rt(), "w2": _rt("3.12", "aarch64"), "old": None, "w3": _rt("3.13")}, 60.0)
     assert len(ups.step("w1").wheels) == 4 and ups.step("w1").confirm_timeout_s == 60.0
     assert ups.step("w1").wheels != ups.step("w2").wheels
-    assert len(ups.step("old").wheels) == len(NAMES)  # an agent that reported nothing: pip picks
+    # an agent that reported nothing: all wheels would not install (pip refuses another platform's)
+    with pytest.raises(ReleaseError, match="the node's agent has not reported its Python and platform"):
+        ups.step("old")
     with pytest.raises(ReleaseError, match="the agent release 0.2.0: no wheel of pydantic-core"):
         ups.step("w3")
 

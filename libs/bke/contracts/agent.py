@@ -534,5 +534,5 @@ class AgentHeartbeat(Message):
     # the upgrader's CgroupV2 check); None: not known (an older agent, a lab node)
     cgroup_version: Literal[1, 2] | None = None
     # the agent's version, Python and platform (the upgrade's agents step picks the wheels of an
-    # update for it); None: an agent older than this field, which is given every wheel
+    # update for it); None: an agent older than this field (the agents step cannot update it)
     runtime: AgentRuntime | None = None

@@ -8,9 +8,10 @@ with the sha256 the index records (`files`), so the agent checks each wheel it d
 
 Each node is sent only the wheels its Python and platform install (bke_upgrader.wheel_tags),
 from the runtime its agent's heartbeats report (`bke:<c>:heartbeat:runtime`, written by the
-dispatcher). A node whose agent reported none (an agent older than that report) is sent every
-wheel, and its pip picks; a node for which some distribution has no wheel fails its step
-naming them, before anything is sent to it.
+dispatcher). A node whose agent reported none (an agent older than that report, or none of its
+heartbeats recorded yet), or for which some distribution has no wheel, fails its step saying
+so, and nothing is sent to it: every wheel of every Python and arch would not do, since the
+agent installs the files it is given and pip refuses one of another platform.
 """
 from __future__ import annotations
 
@@ -93,12 +94,17 @@ class NodeUpdates:
 
 def node_updates(release: AgentRelease, runtimes: dict[str, AgentRuntime | None], confirm_timeout_s: float
                  ) -> NodeUpdates:
-    """Pure: per host, UpdateAgent with the wheels its runtime installs (every wheel when the
-    runtime is not known: None)."""
+    """Pure: per host, UpdateAgent with the wheels its runtime installs, or why there is none
+    (a runtime not known: None)."""
     steps, errors = {}, {}
     for host, rt in runtimes.items():
+        if rt is None:
+            errors[host] = (f"the agent release {release.version}: the node's agent has not reported its Python and "
+                            "platform (an agent older than that report, or no heartbeat of it recorded yet): "
+                            "which wheels it installs is not known")
+            continue
         try:
-            wheels = release.wheels if rt is None else select_wheels(release.wheels, rt)
+            wheels = select_wheels(release.wheels, rt)
         except WheelSetError as exc:
             errors[host] = f"the agent release {release.version}: {exc}"
             continue
