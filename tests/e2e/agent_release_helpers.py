@@ -65,7 +65,7 @@ def _bke_wheel(dest: Path, version: str, work: Path) -> Path:
     text, n = re.subn(r'(?m)^version = "[^"]+"', f'version = "{version}"', project.read_text(), count=1)
     assert n == 1, "pyproject.toml has no version line"
     project.write_text(text)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
                     "--wheel-dir", str(dest), str(src)], check=True, capture_output=True)
     return next(dest.glob(f"bke-{version}-*.whl"))
 
