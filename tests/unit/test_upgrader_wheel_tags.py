@@ -95,6 +95,11 @@ def test_each_node_gets_its_own_step_or_the_reason_it_has_none() -> None:
         ups.step("old")
     with pytest.raises(ReleaseError, match="the agent release 0.2.0: no wheel of pydantic-core"):
         ups.step("w3")
+    # what refuses the upgrade request up front: every node without a step, named
+    assert ups.refusal().startswith("old: the agent release 0.2.0: the node's agent has not reported")
+    assert "; w3: the agent release 0.2.0: no wheel of pydantic-core" in ups.refusal()
+    assert ups.refusal(most=1).endswith("(and 1 more node(s))")
+    assert node_updates(rel, {"w1": _rt()}, 60.0).refusal() == ""
 
 
 def test_a_file_name_that_is_not_a_wheels_is_named() -> None:

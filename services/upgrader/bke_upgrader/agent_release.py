@@ -86,6 +86,12 @@ class NodeUpdates:
     steps: dict[str, UpdateAgent]
     errors: dict[str, str]
 
+    def refusal(self, most: int = 3) -> str:
+        """The reason of the first `most` nodes without a step ("" when every node has one)."""
+        bad = sorted(self.errors)
+        more = f" (and {len(bad) - most} more node(s))" if len(bad) > most else ""
+        return "; ".join(f"{h}: {self.errors[h]}" for h in bad[:most]) + more
+
     def step(self, host: str) -> UpdateAgent:
         if host in self.errors:
             raise ReleaseError(self.errors[host])

@@ -196,6 +196,10 @@ class Upgrades:
         if self.release is not None:
             try:
                 agent_version = (await self.release.get()).version
+                # every node the upgrade reaches must have wheels it installs, before anything runs
+                reached = [n.hostname for n in plan.nodes if n.hostname not in answer.left_out]
+                if why := (await self.release.updates(req.cluster, reached)).refusal():
+                    return rejected(f"the agent release: {why}")
             except ReleaseError as exc:
                 return rejected(f"the agent release: {exc}")
         run = new_run(req.request_id, req.cluster, answer.current.model_dump(), answer.target.model_dump(),
