@@ -91,8 +91,11 @@ async def test_an_upgrade_with_an_agent_release_rolls_every_agent_and_carries_on
         assert {a.agent_version for a in answers} == {NEW}, (host, [(a.command_id, a.agent_version) for a in answers])
         agents = [a for a in answers if "@agents/" in a.command_id]
         assert len(agents) == 1 and [s.status for s in agents[0].steps] == ["Skipped", "Succeeded"], (host, agents)
-    after = poll_until(lambda: rts if {rt.agent_version for rt in (rts := _runtimes(r, lab.plan.cluster)).values()}
-                       == {NEW} else None, timeout=30, what="the heartbeats of the new agents")
+    def all_new() -> dict[str, AgentRuntime] | None:
+        rts = _runtimes(r, lab.plan.cluster)
+        return rts if {rt.agent_version for rt in rts.values()} == {NEW} else None
+
+    after = poll_until(all_new, timeout=30, what="the heartbeats of the new agents")
     assert sorted(after) == hosts
     assert_ran_once(lab)
     print(f"\nrelease built in {built:.1f}s; upgrade with the agent release in {upgraded:.1f}s")
