@@ -33,6 +33,7 @@ from ..plan import Plan
 from .ha_runtime import ha_env, lab_runtime, stop_ha
 from .identities import LabIdentities
 from ..runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
+from ..runtime.binaries import MissingBinaryError, etcd_bin
 from ..runtime.processes import ManagedProcess, free_port, pid_alive, port_is_free, stop_pid
 from .trust import ensure_lab_command_key, provision_lab_agents
 
@@ -190,6 +191,12 @@ class LabSupervisor:
         pids = self.pids()
         base = lab_env(info, self.workdir, self.fetch)
         base.pop("BKE_REDIS_URL")  # agents never talk to Redis: no credentials for them
+        # the etcd the lab's etcd pods run (bke_agent.kubelet.pods, BKE_LAB_ETCD_BINARY): this
+        # venv's, also for an agent updated into a venv of its own requirements only
+        try:
+            base.setdefault("BKE_LAB_ETCD_BINARY", str(etcd_bin()))
+        except MissingBinaryError:
+            pass  # no etcd here: the agents' own, or simulated pods, as before
         todo = [n for n in plan.nodes if (only is None or n.hostname in only)
                 and not (pids["agents"].get(n.hostname) and pid_alive(pids["agents"][n.hostname]))]
         envs = {}
