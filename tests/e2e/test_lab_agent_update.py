@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
+from bke.bundle.wheelhouse import WheelhouseError
 from bke.contracts.agent import AgentRuntime, CommandResult
 from bke.runtime import poll_until
 from bke.state.keys import heartbeat_runtime_key
@@ -51,7 +52,10 @@ def _upgrade_answers(state: Path) -> list[CommandResult]:
 
 async def test_an_upgrade_with_an_agent_release_rolls_every_agent_and_carries_on(lab_factory, tmp_path, monkeypatch):
     started = time.monotonic()
-    bundle = await asyncio.to_thread(release_bundle, tmp_path / "bundle", NEW, tmp_path / "build")
+    try:
+        bundle = await asyncio.to_thread(release_bundle, tmp_path / "bundle", NEW, tmp_path / "build")
+    except WheelhouseError as exc:  # the first run needs the package index (later ones the cache)
+        pytest.skip(f"the agent's wheelhouse cannot be built here: {exc}")
     built = time.monotonic() - started
     # the upgrader reads it from the environment the lab gives its processes (bke.lab.supervisor.lab_env)
     monkeypatch.setenv("BKE_UPGRADER_AGENT_RELEASE", str(bundle))
