@@ -67,7 +67,7 @@ from bke.secrets.fingerprint import held_ca_fingerprint
 
 from .backends.base import Backend
 from .executor import Executor, utc_now
-from .hostfacts import cgroup_version
+from .hostfacts import agent_runtime, cgroup_version
 from .selfupdate import RestartRequested
 from .identity import AgentIdentity
 from .journal import ExecutionRecord, Journal
@@ -184,7 +184,8 @@ class AgentLoop:
         while True:
             hb = AgentHeartbeat(cluster=self.cluster, node=self.node, agent_id=self.identity.agent_id,
                                 at=self.now().isoformat(), running_command=self.running_command,
-                                cgroup_version=cgroup_version(self.settings.root))
+                                cgroup_version=cgroup_version(self.settings.root),
+                                runtime=agent_runtime(RUNNING_VERSION))
             with contextlib.suppress(Exception):  # advisory: a lost heartbeat is not an error
                 await self.nc.publish(subject, hb.to_bytes(), headers=schema_headers())
             await asyncio.sleep(self.settings.heartbeat_s)  # the period itself

@@ -4,6 +4,7 @@ stopped and restarted catches up with what was published meanwhile and runs noth
 from __future__ import annotations
 
 import asyncio
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from bke.contracts.agent import AgentCommand, RunProgram, Step, agent_subject
 from bke_agent import (AgentConflict, AgentIdentity, AgentLoop, AgentSettings, DiskJournal, Fleet, MemoryJournal,
                        NullBackend, StepOutcome, execution_counts)
 from bke_agent.backends.base import Content
+from bke_agent.version import RUNNING_VERSION
 from tests.trust_helpers import SIGNER, signed, verifier
 
 pytestmark = pytest.mark.integration
@@ -82,6 +84,9 @@ async def test_heartbeats_on_core_nats(nats_client: NatsClient, js: JetStreamCon
         first = await watch.wait_for(lambda e: True, TIMEOUT)
         await watch.wait_for(lambda e: e is not first, TIMEOUT)
     assert first.data["node"] == "n1" and first.data["agentId"] == loop.identity.agent_id
+    # the agent's version, Python and platform: what the upgrade's agents step picks wheels by
+    rt = first.data["runtime"]
+    assert rt["agentVersion"] == RUNNING_VERSION and rt["python"] == "%d.%d" % sys.version_info[:2]
     await loop.stop()
 
 

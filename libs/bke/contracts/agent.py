@@ -48,6 +48,7 @@ __all__ = [
     "AgentCommand",
     "AgentHeartbeat",
     "AgentRegistered",
+    "AgentRuntime",
     "AgentWheel",
     "RESTART_EXIT_CODE",
     "UpdateAgent",
@@ -559,7 +560,26 @@ class AgentRefused(Message):
     at: str
 
 
+class AgentRuntime(Message):
+    """What an agent runs and runs on: its version, and the Python and platform an update's
+    wheels must install on. The upgrader gives each node only the wheels whose tags pip would
+    accept there (bke_upgrader.wheel_tags: PEP 425 tags, manylinux by glibc version (PEP 600),
+    musllinux by musl version (PEP 656)), so a node downloads only what it installs."""
+
+    agent_version: str = Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+([.+-][0-9A-Za-z.+-]+)?$", max_length=64)
+    python: str = Field(pattern=r"^[0-9]\.[0-9]{1,2}$")  # major.minor of the agent's interpreter
+    implementation: str = Field("cpython", pattern=r"^[a-z0-9_]{1,32}$")  # sys.implementation.name
+    machine: str = Field(pattern=r"^[A-Za-z0-9_]{1,32}$")  # platform.machine(): x86_64, aarch64, ...
+    # the C library the interpreter links: "glibc" / "musl" and its major.minor; "" when not known
+    # (then only the wheels tagged for any Linux of that arch, or pure, are compatible)
+    libc: Literal["glibc", "musl", ""] = ""
+    libc_version: str = Field("", pattern=r"^([0-9]{1,3}\.[0-9]{1,3})?$")
+
+
 class AgentHeartbeat(Message):
+    """Fields after `running_command` came later and are optional, so that a heartbeat of an
+    older agent still reads (the body's form is unchanged: MESSAGE_SCHEMA stays)."""
+
     cluster: str
     node: str
     agent_id: str
@@ -568,3 +588,6 @@ class AgentHeartbeat(Message):
     # the host's cgroup version as the agent sees it (2: a cgroup2 filesystem at /sys/fs/cgroup;
     # the upgrader's CgroupV2 check); None: not known (an older agent, a lab node)
     cgroup_version: Literal[1, 2] | None = None
+    # the agent's version, Python and platform (the upgrade's agents step picks the wheels of an
+    # update for it); None: an agent older than this field (the agents step cannot update it)
+    runtime: AgentRuntime | None = None

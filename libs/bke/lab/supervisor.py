@@ -9,7 +9,7 @@ Layout of a lab workdir:
                         creds/operator.creds (`bke ... --workdir`)
     logs/<name>.log     one log per process
     hosts/<hostname>/   each node's root (what would be / on a real node)
-    processes.json      {"services": {name: pid}, "agents": {hostname: pid},
+    processes.json      {"services": {name: pid}, "agents": {hostname: launcher pid},
                          "http": {name: port}}: each service's HTTP port (its dashboard,
                          /metrics, /readyz), chosen free at its start (`http_urls`)
 """
@@ -33,6 +33,7 @@ from ..plan import Plan
 from .ha_runtime import ha_env, lab_runtime, stop_ha
 from .identities import LabIdentities
 from ..runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
+from ..runtime.binaries import MissingBinaryError, etcd_bin
 from ..runtime.processes import ManagedProcess, free_port, pid_alive, port_is_free, stop_pid
 from .trust import ensure_lab_command_key, provision_lab_agents
 
@@ -190,6 +191,12 @@ class LabSupervisor:
         pids = self.pids()
         base = lab_env(info, self.workdir, self.fetch)
         base.pop("BKE_REDIS_URL")  # agents never talk to Redis: no credentials for them
+        # the etcd the lab's etcd pods run (bke_agent.kubelet.pods, BKE_LAB_ETCD_BINARY): this
+        # venv's, also for an agent updated into a venv of its own requirements only
+        try:
+            base.setdefault("BKE_LAB_ETCD_BINARY", str(etcd_bin()))
+        except MissingBinaryError:
+            pass  # no etcd here: the agents' own, or simulated pods, as before
         todo = [n for n in plan.nodes if (only is None or n.hostname in only)
                 and not (pids["agents"].get(n.hostname) and pid_alive(pids["agents"][n.hostname]))]
         envs = {}
@@ -207,7 +214,13 @@ class LabSupervisor:
         for node in todo:
             h = node.hostname
             env = dict(envs[h], BKE_AGENT_COMMAND_KEY=command_key)
-            proc = ManagedProcess.start(f"agent-{h}", [_bin("bke-agent"), "run"], self.workdir / "logs" / f"agent-{h}.log", env=env)
+            # through the launcher, as `bke agent bootstrap`'s unit does (ExecStart=bke-agent-launch):
+            # it starts `bke-agent run` from the venv its record selects, so that a lab agent
+            # takes an UpdateAgent step (bke_agent.launcher). The PID kept is the launcher's:
+            # stopping or killing it stops its agent too (PR_SET_PDEATHSIG), and a new launcher
+            # whose agent finds the state lock still held starts it again.
+            proc = ManagedProcess.start(f"agent-{h}", [_bin("bke-agent-launch")], self.workdir / "logs" / f"agent-{h}.log",
+                                        env=env)
             pids["agents"][h] = proc.pid
         self._save(pids)
         return pids["agents"]

@@ -34,6 +34,7 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:<c>:lease:<slug>                 string  the phase lease                 (dispatcher)
     bke:<c>:agents / heartbeat           hash    registrations, last heartbeat   (dispatcher)
     bke:<c>:heartbeat:cgroup             hash    node -> cgroup version reported (dispatcher)
+    bke:<c>:heartbeat:runtime            hash    node -> agent version, Python, platform (dispatcher)
     bke:<c>:upgrade:certs                string  the renewal's answer to an upgrade (upgrader)
     bke:<c>:addons                       hash    addon name -> apply record      (dispatcher)
     bke:<c>:node-labels                  hash    node -> labels, taints applied  (dispatcher)
@@ -103,6 +104,7 @@ __all__ = [
     "health_pods_key",
     "inputs_key",
     "heartbeat_cgroup_key",
+    "heartbeat_runtime_key",
     "heartbeat_key",
     "install_key",
     "installs_index",
@@ -394,6 +396,12 @@ def heartbeat_key(cluster: str) -> str:
 def heartbeat_cgroup_key(cluster: str) -> str:
     """node -> the cgroup version its agent's heartbeats report (written when it changes)."""
     return cluster_key(cluster, "heartbeat", "cgroup")
+
+
+def heartbeat_runtime_key(cluster: str) -> str:
+    """node -> the AgentRuntime its agent's heartbeats report, as JSON (written when it changes):
+    the upgrade's agents step picks each node's wheels from it (bke_upgrader.agent_release)."""
+    return cluster_key(cluster, "heartbeat", "runtime")
 
 
 def addons_key(cluster: str) -> str:

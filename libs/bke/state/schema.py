@@ -118,6 +118,7 @@ RECORDS: tuple[RecordKind, ...] = (
                    "agents accepted, refusals, addons, labels, health, heartbeats",
         ("install", "inputs", "sealed", "phase:*", "cmd:*", "node", "lease:*", "agents:accepted", "refusals",
          "addons", "node-labels", "health", "health-meta", "health-pods", "heartbeat", "heartbeat:cgroup",
+         "heartbeat:runtime",
          "agents", "paused"),
         VersionSlot("install", "hash"), current=1,
         writer="dispatcher: bke_dispatcher.state.DispatcherState.start_install (header), its phases",

@@ -28,6 +28,7 @@ from bke.contracts.agent import (
     AGENTS_REFUSED,
     AgentAccepted,
     AgentRefused,
+    AgentRuntime,
     CommandKey,
     CommandRefused,
     CommandResult,
@@ -43,7 +44,7 @@ from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
 from bke.secrets import box_from_env
 from bke.state import PlanCache
 from bke.state.epoch import watch_epoch
-from bke.state.keys import heartbeat_cgroup_key, heartbeat_key, plan_key
+from bke.state.keys import heartbeat_cgroup_key, heartbeat_key, heartbeat_runtime_key, plan_key
 from bke.state.nodefiles import RedisNodeFiles
 
 from .addons import AddonsWork, LabApplier
@@ -73,6 +74,17 @@ from .status import StatusReader, StatusResponder
 __all__ = ["create_service"]
 
 log = logging.getLogger("bke.dispatcher")
+
+
+def runtime_json(raw: object) -> str | None:
+    """A heartbeat's `runtime` as the canonical JSON stored for it; None when absent or not an
+    AgentRuntime (never written: the upgrader reads only what parses)."""
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return AgentRuntime.model_validate(raw).model_dump_json(by_alias=True)
+    except ValueError:
+        return None
 
 
 def _now() -> datetime:
@@ -206,6 +218,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         return True
 
     cgroups: dict[tuple[str, str], int] = {}  # (cluster, node) -> the cgroup version last written
+    runtimes: dict[tuple[str, str], str] = {}  # (cluster, node) -> the runtime JSON last written
 
     async def on_heartbeat(msg) -> None:
         if epoch.lost:  # nothing is written into a store that lost its state
@@ -228,6 +241,13 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
             if cgroup in (1, 2) and cgroups.get((cluster, node)) != cgroup:
                 await redis.hset(heartbeat_cgroup_key(cluster), node, str(cgroup))
                 cgroups[(cluster, node)] = cgroup
+            # the agent's version, Python and platform (the upgrade's agents step picks each
+            # node's wheels from it), likewise written when it changes: after an update; one
+            # that does not parse is not written (the rest of the heartbeat still counts)
+            runtime = runtime_json(hb.get("runtime"))
+            if runtime is not None and runtimes.get((cluster, node)) != runtime:
+                await redis.hset(heartbeat_runtime_key(cluster), node, runtime)
+                runtimes[(cluster, node)] = runtime
         except (ValueError, KeyError, TypeError):
             return
         except Exception as exc:  # noqa: BLE001 - a Redis outage: the next heartbeat says the same

@@ -5,6 +5,13 @@ on the nodes: the lab's case).
 Read from the bundle's index (`bundle.json`, written last, so a bundle still being built is
 refused): its `agent.dir` (`agent/<version>`, which names the version) and every wheel under it
 with the sha256 the index records (`files`), so the agent checks each wheel it downloads.
+
+Each node is sent only the wheels its Python and platform install (bke_upgrader.wheel_tags),
+from the runtime its agent's heartbeats report (`bke:<c>:heartbeat:runtime`, written by the
+dispatcher). A node whose agent reported none (an agent older than that report, or none of its
+heartbeats recorded yet), or for which some distribution has no wheel, fails its step saying
+so, and nothing is sent to it: every wheel of every Python and arch would not do, since the
+agent installs the files it is given and pip refuses one of another platform.
 """
 from __future__ import annotations
 
@@ -15,10 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from redis.asyncio import Redis
 
-from bke.contracts.agent import AgentWheel
+from bke.contracts.agent import AgentRuntime, AgentWheel, UpdateAgent
+from bke.state.keys import heartbeat_runtime_key
 
-__all__ = ["AgentRelease", "ReleaseError", "ReleaseSource", "load_release", "release_from"]
+from .wheel_tags import WheelSetError, select_wheels
+
+__all__ = ["AgentRelease", "NodeUpdates", "ReleaseError", "ReleaseSource", "load_release", "release_from",
+           "node_updates"]
 
 INDEX = "bundle.json"
 _AGENT_DIR = re.compile(r"^agent/(?P<version>[0-9]+\.[0-9]+\.[0-9]+([.+-][0-9A-Za-z.+-]+)?)$")
@@ -66,14 +78,72 @@ async def load_release(source: str, timeout_s: float = 30.0) -> AgentRelease:
         raise ReleaseError(f"{source}: the agent release cannot be read: {type(exc).__name__}: {exc}") from None
 
 
-class ReleaseSource:
-    """The configured release, read once (a bundle's index does not change once written)."""
+@dataclass(frozen=True)
+class NodeUpdates:
+    """The agents step's UpdateAgent for each node: `steps[host]`, or `errors[host]` (why that
+    node has none: its step fails with it)."""
 
-    def __init__(self, source: str, confirm_timeout_s: float = 120.0):
-        self.source, self.confirm_timeout_s = source, confirm_timeout_s
+    steps: dict[str, UpdateAgent]
+    errors: dict[str, str]
+
+    def refusal(self, most: int = 3) -> str:
+        """The reason of the first `most` nodes without a step ("" when every node has one)."""
+        bad = sorted(self.errors)
+        more = f" (and {len(bad) - most} more node(s))" if len(bad) > most else ""
+        return "; ".join(f"{h}: {self.errors[h]}" for h in bad[:most]) + more
+
+    def step(self, host: str) -> UpdateAgent:
+        if host in self.errors:
+            raise ReleaseError(self.errors[host])
+        return self.steps[host]
+
+
+def node_updates(release: AgentRelease, runtimes: dict[str, AgentRuntime | None], confirm_timeout_s: float
+                 ) -> NodeUpdates:
+    """Pure: per host, UpdateAgent with the wheels its runtime installs, or why there is none
+    (a runtime not known: None)."""
+    steps, errors = {}, {}
+    for host, rt in runtimes.items():
+        if rt is None:
+            errors[host] = (f"the agent release {release.version}: the node's agent has not reported its Python and "
+                            "platform (an agent older than that report, or no heartbeat of it recorded yet): "
+                            "which wheels it installs is not known")
+            continue
+        try:
+            wheels = select_wheels(release.wheels, rt)
+        except WheelSetError as exc:
+            errors[host] = f"the agent release {release.version}: {exc}"
+            continue
+        steps[host] = UpdateAgent(id="agents:update", version=release.version, wheels=list(wheels),
+                                  confirm_timeout_s=confirm_timeout_s)
+    return NodeUpdates(steps, errors)
+
+
+def _runtime(raw: object) -> AgentRuntime | None:
+    try:
+        return AgentRuntime.model_validate_json(raw.decode() if isinstance(raw, bytes) else str(raw))
+    except ValueError:  # written by the dispatcher from a parsed one; anything else: not known
+        return None
+
+
+class ReleaseSource:
+    """The configured release, read once (a bundle's index does not change once written), and
+    each node's runtime as its agent last reported it (`redis`: None, not known: every wheel)."""
+
+    def __init__(self, source: str, confirm_timeout_s: float = 120.0, redis: Redis | None = None):
+        self.source, self.confirm_timeout_s, self.redis = source, confirm_timeout_s, redis
         self._release: AgentRelease | None = None
 
     async def get(self) -> AgentRelease:
         if self._release is None:
             self._release = await load_release(self.source)
         return self._release
+
+    async def runtimes(self, cluster: str, hosts: list[str]) -> dict[str, AgentRuntime | None]:
+        if self.redis is None or not hosts:
+            return dict.fromkeys(hosts)
+        raw = await self.redis.hmget(heartbeat_runtime_key(cluster), hosts)
+        return {h: None if v is None else _runtime(v) for h, v in zip(hosts, raw)}
+
+    async def updates(self, cluster: str, hosts: list[str]) -> NodeUpdates:
+        return node_updates(await self.get(), await self.runtimes(cluster, hosts), self.confirm_timeout_s)

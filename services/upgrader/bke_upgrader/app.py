@@ -141,7 +141,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
                         _now, settings.owner, settings.lease_ms, sign=signing.sign,
                         snapshots=snapshots, answer_deadline_s=settings.answer_deadline_s,
                         component_timeout_s=settings.component_timeout_s, certs=certs,
-                        release=ReleaseSource(settings.agent_release, settings.agent_confirm_timeout_s)
+                        release=ReleaseSource(settings.agent_release, settings.agent_confirm_timeout_s, redis)
                         if settings.agent_release else None)
     # etcd disaster recovery (restores.py): the same store access, signing and lease as upgrades
     restore_store = RestoreStore(redis)

@@ -33,7 +33,6 @@ from bke.contracts.agent import (
     AgentCommand,
     CommandResult,
     NewFile,
-    UpdateAgent,
     agent_subject,
     subject_node,
 )
@@ -214,6 +213,10 @@ class Upgrades:
         if self.release is not None:
             try:
                 agent_version = (await self.release.get()).version
+                # every node the upgrade reaches must have wheels it installs, before anything runs
+                reached = [n.hostname for n in plan.nodes if n.hostname not in answer.left_out]
+                if why := (await self.release.updates(req.cluster, reached)).refusal():
+                    return rejected(f"the agent release: {why}")
             except ReleaseError as exc:
                 return rejected(f"the agent release: {exc}")
         run = new_run(req.request_id, req.cluster, answer.current.model_dump(), answer.target.model_dump(),
@@ -505,13 +508,11 @@ class Upgrades:
         now = self.now()
         expires = datetime.fromtimestamp(now.timestamp() + COMMAND_TTL_S, tz=now.tzinfo).isoformat()
         recipient = await self.snapshots.recipient() if step == "etcd-snapshots" else ""
-        update = None
-        if step == "agents" and self.release is not None:
-            rel = await self.release.get()
-            update = UpdateAgent(id="agents:update", version=rel.version, wheels=list(rel.wheels),
-                                 confirm_timeout_s=self.release.confirm_timeout_s)
+        # with a release, each node's UpdateAgent lists the wheels its Python and platform install
+        updates = await self.release.updates(run.cluster, hosts) if step == "agents" and self.release else None
         for i, host in enumerate(hosts):
             try:
+                update = updates.step(host) if updates is not None else None  # a ReleaseError fails this node
                 if step == "etcd-snapshots":  # taken from the running members: the plan the cluster runs now
                     steps: list[Any] = [snapshot_step(old, group, host, recipient, now, run.request_id)]
                 else:
