@@ -18,6 +18,7 @@ pass returns, which releases the lease.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -45,9 +46,9 @@ from bke.contracts.upgrade import (
     UpgradeView,
     upgrade_subject,
 )
-from bke.errors import MalformedMessage, TemporaryError, is_unavailable
+from bke.errors import MalformedMessage, PermanentError, TemporaryError, is_unavailable
 from bke.etcdsnap.step import snapshot_step
-from bke.plan import Plan
+from bke.plan import Plan, plan_spec_text
 from bke.state import PlanCache, RedisPlanStore, plan_digest
 from bke.state.lease import claim_lease, release_lease
 from bke.state.keys import accepted_agents_key
@@ -109,6 +110,11 @@ class Addons(Protocol):
         """"" when every addon of the new plan is applied (and ready), else why not."""
 
 
+class Labels(Protocol):
+    async def apply(self, plan: Plan) -> str:
+        """"" when every registered node carries the plan's labels and taints, else why not."""
+
+
 class SnapshotSetup(Protocol):
     async def recipient(self) -> str:
         """The public half of the deployment's snapshot key (base64), once the store exists."""
@@ -138,10 +144,11 @@ class Upgrades:
                  now: Callable[[], datetime], owner: str, lease_ms: int, *, sign: Sign,
                  snapshots: SnapshotSetup, answer_deadline_s: float = 1800.0,
                  component_timeout_s: float = 180.0, certs: UpgradeCerts | None = None,
-                 release: ReleaseSource | None = None):
+                 release: ReleaseSource | None = None, labels: Labels | None = None):
         self.snapshots = snapshots
         self.certs = certs or UpgradeCerts(store, publish)
         self.release = release  # the agent release the agents step installs (None: version check only)
+        self.labels = labels  # the labels step of a changed spec's run (bke.lifecycle.apply_run)
         self.component_timeout_s = component_timeout_s
         self.store, self.plans, self.plan_store, self.facts = store, plans, plan_store, facts
         self.renders, self.checksums, self.drainer, self.addons = renders, checksums, drainer, addons
@@ -290,7 +297,11 @@ class Upgrades:
         hit = self._targets.get(run.cluster)
         if hit is not None and hit[0] == run.request_id and hit[1] is stored:
             return hit[2], hit[3]
-        if run.request.get("retryOf"):
+        if run.request.get("kind") == "apply":
+            # a changed spec's run (applies.py): the target is the spec it carries, placed again
+            # (placement is deterministic: the same plan, whose digest the request recorded)
+            old, new = stored, await asyncio.to_thread(_placed, str(run.request.get("spec", "")))
+        elif run.request.get("retryOf"):
             old = stored if _runs(stored, run.current) else _plan_at(stored, run.current)
             new = stored if _runs(stored, run.target) else _plan_at(stored, run.target)
         else:
@@ -387,6 +398,9 @@ class Upgrades:
                 except TemporaryError:  # asked, waiting for the answer: followers see the steps done so far
                     await self._changed(run)
                     raise
+            elif step.name == "labels":
+                why = await self.labels.apply(new) if self.labels is not None else "no labels adapter in this upgrader"
+                mark_local(step, not why, why)
             elif step.name == "addons":
                 renders = await self.renders.get(run.request_id, old, new)
                 why = await self.addons.apply(old, new, renders.new_addons)
@@ -453,6 +467,9 @@ class Upgrades:
             log.info("upgrade retry succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
             return
         pj = new.to_json()
+        if run.request.get("kind") == "apply":
+            await self._swap_plan(run, new, pj)
+            return
         stored = await self.plan_store.upgrade(new, pj, plan_digest(pj), str(run.request.get("planDigest", "")),
                                                run.request_id, self.ts())
         if not stored and (await self.plans.load(run.cluster)).kubernetes_version != new.kubernetes_version:
@@ -462,6 +479,19 @@ class Upgrades:
         await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:upgrade:{run.request_id}"})
         finish(run, True, self.ts())
         log.info("upgrade succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
+
+    async def _swap_plan(self, run: UpgradeRun, new: Plan, pj: str) -> None:
+        """The end of a changed spec's run: its plan replaces the one the run started from
+        (compare-and-swap on that digest), and the renderer stores the new plan's files."""
+        digest = plan_digest(pj)
+        stored = await self.plan_store.upgrade(new, pj, digest, str(run.request.get("planDigest", "")),
+                                               run.request_id, self.ts())
+        if not stored and await self.plan_digest(run.cluster) != digest:  # not already ours (a crash after the swap)
+            raise PermanentError("the stored plan changed while the changed spec was carried out; not replaced")
+        ask = RenderManifests(request_id=f"apply-{run.request_id}", cluster=run.cluster)
+        await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:apply:{run.request_id}"})
+        finish(run, True, self.ts())
+        log.info("apply succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
 
     async def _retry_completes_plan(self, run: UpgradeRun, new: Plan) -> bool:
         """Whether a retry's success makes the target plan the stored one: only when it is not
@@ -492,6 +522,13 @@ class Upgrades:
 
 def _runs(plan: Plan, versions: dict[str, str]) -> bool:
     return versions_of(plan).model_dump() == versions
+
+
+def _placed(spec: str) -> Plan:
+    outcome = plan_spec_text(spec, "spec")
+    if outcome.plan is None:  # it was placed when the request was accepted: a bug or another BKE version
+        raise PermanentError("the run's spec no longer places: " + "; ".join(str(e) for e in outcome.errors[:5]))
+    return outcome.plan
 
 
 def _plan_at(plan: Plan, versions: dict[str, str]) -> Plan:
