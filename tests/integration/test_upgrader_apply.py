@@ -6,7 +6,8 @@ status is the one fact given: an installed cluster); the upgrader's own `Upgrade
 one master's `ReplaceFiles` at a time, carrying only kube-controller-manager.yaml, nothing to the
 worker, and at the end the new plan replaces the stored one and the renderer is asked to render it.
 While it runs a second apply is refused as busy; a label change runs the labels step alone
-(recorded as the install's node-labels phase records it in the lab)."""
+(recorded as the install's node-labels phase records it in the lab). A master whose agent rolled
+back stops the apply: no later master is sent anything and the stored plan stays."""
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ from nats.aio.client import Client as NatsClient
 from redis import asyncio as aioredis
 
 from bke.cluster_api.node_labels import LabNodes, NodeLabelsWork
-from bke.contracts.agent import AgentCommand, CommandResult, ReplaceFiles
+from bke.contracts.agent import AgentCommand, CommandResult, ReplaceFiles, StepResult
 from bke.contracts.apply import APPLY_ACCEPTED, APPLY_REJECTED, ApplyAccepted, ApplyCluster, ApplyRejected
 from bke.contracts.render import RENDER_MANIFESTS
 from bke.plan import plan_spec_text
@@ -87,12 +88,14 @@ async def _setup(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand]
     return plan, store, upgrades, Applies(upgrades, plans, RestoreStore(redis), _now)
 
 
-async def _answer(store: UpgradeStore, cmd: AgentCommand) -> None:
-    res = CommandResult(command_id=cmd.command_id, cluster=cmd.cluster, node=cmd.node, agent_id="a", status="Succeeded",
-                        steps=[], started_at=_now().isoformat(), finished_at=_now().isoformat())
+async def _answer(store: UpgradeStore, cmd: AgentCommand, failed: str = "") -> None:
+    steps = [StepResult(id=cmd.steps[0].id, status="Failed", stderr=failed)] if failed else []
+    res = CommandResult(command_id=cmd.command_id, cluster=cmd.cluster, node=cmd.node, agent_id="a",
+                        status="Failed" if failed else "Succeeded", steps=steps, started_at=_now().isoformat(),
+                        finished_at=_now().isoformat())
     # as the results subscriber records it (from the node's accepted agent): this process knows at once
     await store.r.hset(accepted_agents_key(cmd.cluster), cmd.node, "a")
-    assert await store.record_if_accepted(res, "", "") == ""
+    assert await store.record_if_accepted(res, steps[0].id if steps else "", failed) == ""
 
 
 async def test_a_controller_manager_flag_goes_master_by_master_then_replaces_the_plan(
@@ -133,6 +136,7 @@ async def test_a_controller_manager_flag_goes_master_by_master_then_replaces_the
     assert meta is not None and meta.digest == accepted.desired_digest  # the new plan, by compare-and-swap
     assert RENDER_MANIFESTS in published
     assert len(sent) == len(masters)  # the worker got nothing
+    assert await store.node_versions(plan.cluster) == {}  # no version changed: no node recorded behind or ahead
 
     # a label change: the labels step alone, no command to any node; the install's records first
     assert (await NodeLabelsWork(redis_client, LabNodes(), _now).run("node-labels", plan)).status == "done"
@@ -171,3 +175,26 @@ async def test_refusals_by_name_and_nothing_stored(redis_client: aioredis.Redis,
     # bytes that are no request: answered naming the field, never dead-lettered
     outs = applies.refuse_bytes(b'{"requestId": "x", "cluster": "seed"}')
     assert outs[0].subject == APPLY_REJECTED and "spec" in outs[0].message.message  # type: ignore[union-attr]
+
+
+async def test_a_rolled_back_master_stops_the_apply_and_keeps_the_stored_plan(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    sent: list[AgentCommand] = []
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [])
+    digest = (await RedisPlanStore(redis_client).meta(plan.cluster)).digest  # type: ignore[union-attr]
+    outs = await applies.on_request(ApplyCluster(request_id="b1", cluster=plan.cluster, spec=TEXT.replace(CERTS, FLAG)))
+    assert outs[0].subject == APPLY_ACCEPTED
+    await upgrades.reconcile(plan.cluster)
+    await _answer(store, sent[-1])
+    await upgrades.reconcile(plan.cluster)
+    assert [c.node for c in sent] == ["master1", "master2"]
+    # master2's new controller-manager never came up healthy: the agent put the old manifest back
+    await _answer(store, sent[-1], failed="rolled back: kube-controller-manager not healthy within 180s")
+    outcome = await upgrades.reconcile(plan.cluster)
+    assert outcome.status == "failed"
+    assert "master2 rolled back" in outcome.reason, outcome.reason
+    assert [c.node for c in sent] == ["master1", "master2"]  # master3 is never sent anything
+    meta = await RedisPlanStore(redis_client).meta(plan.cluster)
+    assert meta is not None and meta.digest == digest  # the stored plan is still the one the cluster runs
+    run = await store.load(plan.cluster, fresh=True)
+    assert run is not None and run.status == "Failed" and run.failed[0].status == "RolledBack"

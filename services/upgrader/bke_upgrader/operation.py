@@ -371,6 +371,11 @@ class Upgrades:
         if run.status == "Running":
             await self.store.save(run)
             return
+        if run.request.get("kind") == "apply":
+            # a changed spec changes no version: the nodes' version records (`bke retry`'s
+            # input for an upgrade) stay as the last upgrade left them
+            await self.store.save_end(run, {})
+            return
         answers = await self.store.results(run.cluster, stopped_batch_ids(run))
         previous = await self.store.node_versions(run.cluster)
         await self.store.save_end(run, settled(run, answers, previous))
