@@ -30,6 +30,7 @@ from bke.bus.connect import connect_nats
 from bke.contracts.upgrade import upgrade_subject
 from bke.state.keys import node_labels_key, plan_meta_key
 from bke_agent.journal import read_executions
+from bke_agent.lablayout import LabLayout
 from bke_agent.settings import LAB_STATE_SUBDIR
 
 from .test_lab_install import SEED, assert_ran_once
@@ -92,7 +93,13 @@ async def test_apply_a_controller_manager_flag_master_by_master_with_pause_then_
     assert all(not recs for recs in _new_commands(lab, counts0).values())
     assert r.hget(plan_meta_key(cluster), "digest") == digest0
 
-    # 2. the apply, paused once the first master's command is out
+    # 2. the apply, paused once the first master's command is out. The lab's pods come up in well
+    # under a second, quicker than `bke pause` starts: master1's controller-manager is held
+    # unhealthy (the lab's control file) until the pause is recorded, so its ReplaceFiles waits
+    # on its probe (45 s in the lab) and then succeeds: deterministically one master done, paused.
+    hold = LabLayout(lab.host(masters[0])).unhealthy_file(KCM)
+    hold.parent.mkdir(parents=True, exist_ok=True)
+    hold.write_text("held by the test until the pause is recorded\n")
     nc = await connect_nats(lab.access)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     async with EventWatch(nc, [upgrade_subject(cluster)]) as watch:
@@ -112,6 +119,7 @@ async def test_apply_a_controller_manager_flag_master_by_master_with_pause_then_
             await watch.wait_more(len(watch.seen), timeout=1.0)
         paused = await asyncio.to_thread(_bke, "pause", cluster, "--workdir", str(lab.workdir), "--reason", "test")
         assert paused.returncode == 0, paused.stdout + paused.stderr
+        hold.unlink()  # master1's new controller-manager answers healthy: its command ends, nothing follows
         # the command(s) already sent run to their end; then nothing new while paused
         deadline = time.monotonic() + 120
         while True:
@@ -124,7 +132,7 @@ async def test_apply_a_controller_manager_flag_master_by_master_with_pause_then_
         held = sum(len(v) for v in _new_commands(lab, counts0).values())
         await asyncio.sleep(QUIET_S)  # an observation window: a step taken while paused would show here
         assert sum(len(v) for v in _new_commands(lab, counts0).values()) == held
-        assert held < len(masters), "the pause came too late to hold anything"
+        assert held == 1, _new_commands(lab, counts0)
         assert proc.poll() is None
         last = watch.seen[-1].data["upgrade"]
         assert last["status"] == "Running"
