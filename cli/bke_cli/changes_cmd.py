@@ -65,6 +65,14 @@ def print_changes(c: ClusterChanges, console: Console) -> None:
         p(f"version  {what} {a} -> {b} (the upgrader's: bke upgrade apply)", highlight=False)
     for e in c.etcd:
         p(f"etcd     {e.cluster}: {', '.join(e.before)} -> {', '.join(e.after)}", highlight=False)
+    if c.etcd:
+        # the quorum rule above counted these members as down (or could not ask)
+        if c.etcd_health == "checked":
+            sick = "; ".join(f"{k}: {', '.join(v)}" for k, v in c.etcd_unhealthy.items()) or "none"
+            p(f"etcd health (the latest health round): unhealthy members {sick}", highlight=False)
+        else:
+            p(f"etcd health not known ({c.etcd_health_message}): every member counted healthy", style="yellow",
+              highlight=False)
     if c.nodes_added:
         p(f"add      {len(c.nodes_added)} node(s): {_some(c.nodes_added)}", highlight=False)
     if c.nodes_removed:

@@ -10,8 +10,8 @@ import sys
 
 import typer
 
-from . import (agent_cmd, bundle_cmd, certs_cmd, etcd_cmd, identities_cmd, lab_cmd, pause_cmd, plan_cmd, render_cmd,
-               reset_cmd, state_cmd, status_cmd, upgrade_cmd, versions_cmd)
+from . import (agent_cmd, bundle_cmd, certs_cmd, etcd_cmd, identities_cmd, lab_cmd, membership_cmd, pause_cmd, plan_cmd,
+               render_cmd, reset_cmd, state_cmd, status_cmd, upgrade_cmd, versions_cmd)
 
 __all__ = ["app", "main"]
 
@@ -25,7 +25,7 @@ def _root() -> None:
 
 app.command("plan")(plan_cmd.plan)
 for _module in (versions_cmd, certs_cmd, render_cmd, status_cmd, lab_cmd, agent_cmd, identities_cmd, state_cmd,
-                bundle_cmd, upgrade_cmd, etcd_cmd, pause_cmd, reset_cmd):
+                bundle_cmd, upgrade_cmd, etcd_cmd, pause_cmd, reset_cmd, membership_cmd):
     _module.register(app)
 
 

@@ -90,3 +90,42 @@ async def test_bke_apply_dry_run_prints_the_changes(planner_with_big, nats_url, 
     code = await asyncio.to_thread(main, ["apply", str(spec), "--dry-run", "--nats", nats_url])
     out, _ = capsys.readouterr()
     assert code == 2 and "REFUSED EndpointUnchanged" in out
+
+
+def without(text: str, host: str) -> str:
+    docs = text.split("\n---\n")
+    return "\n---\n".join(d for d in docs if f"hostname: {host}\n" not in d)
+
+
+async def test_the_dry_run_reads_live_etcd_health_from_the_dispatcher(planner_with_big, nats_client):
+    """Removing two of etcd-events' three members passes while they are healthy; with events1
+    unhealthy in the dispatcher's latest health round (its status answer, served here by the
+    dispatcher's own status builder), 3 -> 2 would leave one healthy member of two: refused."""
+    from bke.contracts.status import STATUS_GET, GetStatus
+    from bke_dispatcher.status import build_status
+
+    shrink = without(without(SPLIT, "events2"), "events3")
+    unknown = await ask(nats_client, DiffCluster(request_id="h1", spec=shrink).to_bytes())
+    assert isinstance(unknown, ClusterChanges) and not unknown.refusals
+    assert unknown.etcd_health == "unknown" and "no answer on bke.v1.status.get" in unknown.etcd_health_message
+
+    asked: list[GetStatus] = []
+    health = {"events1": {"status": "Unhealthy", "failing": ["health:etcd-events"]}, "m1": {"status": "Healthy"}}
+
+    async def dispatcher(msg):
+        req = GetStatus.model_validate_json(msg.data)
+        asked.append(req)
+        doc = build_status(req, {"status": "Succeeded", "requestId": "i"}, {}, ["m1", "events1", "events2"], {}, {},
+                           health, None)
+        await msg.respond(doc.to_bytes())
+
+    sub = await nats_client.subscribe(STATUS_GET, cb=dispatcher)
+    try:
+        await nats_client.flush()
+        refused = await ask(nats_client, DiffCluster(request_id="h2", spec=shrink).to_bytes())
+    finally:
+        await sub.unsubscribe()
+    assert isinstance(refused, ClusterChanges)
+    assert refused.etcd_health == "checked" and refused.etcd_unhealthy == {"etcd-events": ["events1"]}
+    assert [r.path for r in refused.refusals] == ["EtcdQuorum"] and "events1" not in refused.refusals[0].message
+    assert [(a.cluster, a.nodes) for a in asked] == [("big", "unhealthy")]

@@ -32,7 +32,9 @@ NEEDS = {
                    k.lease_key(C, "etcd"), k.agents_key(C), k.heartbeat_key(C), k.addons_key(C),
                    k.addon_manifests_key(C), k.health_key(C), k.health_meta_key(C), k.health_pods_key(C),
                    k.rotation_key(C), k.rotation_results_key(C), k.node_files_key(C, "render"),
-                   k.node_files_key(C, "certs"), k.node_files_digest_key(C, "certs"), k.paused_key(C, "dispatcher")],
+                   k.node_files_key(C, "certs"), k.node_files_digest_key(C, "certs"), k.paused_key(C, "dispatcher"),
+                   k.joins_index(), k.join_key(C), k.join_results_key(C), k.removals_index(), k.removal_key(C),
+                   k.removal_results_key(C), k.removal_api_key(C)],
 }
 SECRETS = {PKI_KEYS: "certs", VRRP: "renderer"}
 

@@ -16,6 +16,9 @@ import pytest
 
 from bke.etcdsnap.restore_run import RestoreRun
 from bke.upgrade.run import UpgradeRun
+from bke_dispatcher.join import Join
+from bke_dispatcher.membership_store import OperationStore
+from bke_dispatcher.removal import Removal
 from bke_dispatcher.reset import Reset
 from bke_dispatcher.resets import ResetStore
 from bke_upgrader.restore_store import RestoreStore
@@ -26,7 +29,7 @@ import redis.asyncio as aioredis
 from bke.contracts.status import GetStatus
 from bke.pki.store_redis import RedisPkiStore
 from bke.state.conversion import CONVERTERS, Converter, register
-from bke.state.keys import install_key, plan_meta_key
+from bke.state.keys import install_key, join_key, join_results_key, joins_index, plan_meta_key, removal_key, removal_results_key, removals_index
 from bke.state.migrate import MigrationBusy, ensure_current, known_clusters
 from bke.state.nodefiles import RedisNodeFiles
 from bke.state.plans import PlanCache, RedisPlanStore
@@ -122,6 +125,8 @@ READERS = {
     "upgrade": [lambda r: UpgradeStore(r).load(C)],
     "etcd-restore": [lambda r: RestoreStore(r).load(C)],
     "reset": [lambda r: ResetStore(r).load(C)],
+    "join": [lambda r: OperationStore(r, Join.from_json, join_key, join_results_key, joins_index()).load(C)],
+    "removal": [lambda r: OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index()).load(C)],
 }
 
 
@@ -136,6 +141,14 @@ async def _reset_record(r: aioredis.Redis) -> None:
     """The fixture predates resets: a reset record as the dispatcher writes it."""
     await r.set(f"bke:{C}:reset", Reset(request_id="r1", cluster=C, delete=False, snapshots=[], nodes=[],
                                         started_at="t0").to_json())
+
+
+async def _membership_record(r: aioredis.Redis, kind: str) -> None:
+    """The fixture predates joins and removals: their records as the dispatcher writes them."""
+    if kind == "join":
+        await r.set(f"bke:{C}:join", Join(request_id="j1", cluster=C, plan_digest="0" * 64, nodes=[], started_at="t0").to_json())
+    else:
+        await r.set(f"bke:{C}:removal", Removal(request_id="r1", cluster=C, nodes=[], identities=[], started_at="t0").to_json())
 
 
 async def _upgrade_record(r: aioredis.Redis) -> None:
@@ -166,6 +179,8 @@ async def test_a_newer_record_is_refused_by_the_conversion_and_by_its_readers(re
         await _restore_record(redis_client)
     if kind.name == "reset":
         await _reset_record(redis_client)
+    if kind.name in ("join", "removal"):
+        await _membership_record(redis_client, kind.name)
     newer = await bump(redis_client, kind)
     before = await dump(redis_client)
     with pytest.raises(StoredVersionTooNew, match=f"version {newer}, newer than this BKE"):

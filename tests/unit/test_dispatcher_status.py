@@ -47,6 +47,14 @@ def test_node_selection_and_counts_cover_every_node():
     assert [n.hostname for n in status(nodes="all").nodes] == ORDER  # plan order, Pending included
 
 
+def test_unhealthy_selection_lists_the_nodes_whose_latest_health_failed():
+    health = {"m1": {"status": "Unhealthy", "failing": ["health:etcd-data"]}, "m2": {"status": "Healthy"},
+              "w2": {"status": "Unhealthy", "failing": ["health:kubelet"]}}
+    doc = build_status(GetStatus(cluster="c", nodes="unhealthy"), INSTALL, PHASES, ORDER, NODES, {}, health, None)
+    assert [(n.hostname, n.health.failing) for n in doc.nodes] == [("m1", ["health:etcd-data"]), ("w2", ["health:kubelet"])]
+    assert doc.nodes_matched == 2 and doc.node_counts.total == 5
+
+
 def test_pages_follow_next_offset_to_the_end():
     first = status(nodes="all", limit=2)
     assert [n.hostname for n in first.nodes] == ["m1", "m2"] and first.next_offset == 2 and first.nodes_matched == 5

@@ -77,10 +77,14 @@ class CertsSealed(Message):
 
 class IssueCerts(Message):
     """Command: ensure the cluster's PKI and seal every registered agent's bundle again (sent by
-    the dispatcher on `bke retry` after a certificates failure). Answered like a plan."""
+    the dispatcher on `bke retry` after a certificates failure, and when workers join). Answered
+    like a plan."""
 
     request_id: str
     cluster: str
+    # "join": workers joining a running cluster (the dispatcher's join): the PKI ensured and the
+    # new nodes sealed for the stored plan, without taking the cluster as an install in progress
+    purpose: Literal["install", "join"] = "install"
 
 
 class RenewCerts(Message):

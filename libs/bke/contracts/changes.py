@@ -71,6 +71,12 @@ class ClusterChanges(Message):
     certificates: dict[str, list[str]] = {}  # certificate instance -> what of its names changes
     files: list[NodeFileChanges] = []  # existing nodes only: a new node gets all, a removed one is reset
     actions: list[ChangeAction] = []
+    # the quorum rule's input: "checked" = the dispatcher's latest health round was read, and
+    # `etcdUnhealthy` lists the members it found unhealthy per etcd cluster; "unknown" = no
+    # answer (every member is then taken as healthy, and `etcdHealthMessage` says why)
+    etcd_health: Literal["checked", "unknown"] = "unknown"
+    etcd_unhealthy: dict[str, list[str]] = {}
+    etcd_health_message: str = ""
 
 
 def parse_changes_reply(data: bytes) -> "ClusterChanges | StatusError":

@@ -55,8 +55,10 @@ MAX_LABEL_SETS = 50  # distinct label sets listed; users' per-node labels could 
 
 InstallStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
 NodeStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
-# "failed" (the default) lists the nodes worth looking at: failed and running ones
-NodeSelection = Literal["none", "failed", "all"]
+# "failed" (the default) lists the nodes worth looking at: failed and running ones; "unhealthy":
+# the nodes whose latest health answer is Unhealthy (the planner's dry run reads the etcd members
+# among them for the quorum rule)
+NodeSelection = Literal["none", "failed", "all", "unhealthy"]
 
 
 class GetStatus(Message):

@@ -51,6 +51,18 @@ from .reset import (
     ResetRejected,
     StateRemoved,
 )
+from .membership import (
+    JOIN_NODES,
+    JOIN_NODES_FINISHED,
+    REMOVE_NODES,
+    REMOVE_NODES_FINISHED,
+    JoinNodes,
+    JoinNodesChanged,
+    JoinNodesFinished,
+    RemoveNodes,
+    RemoveNodesChanged,
+    RemoveNodesFinished,
+)
 from .upgrade import (
     UPGRADE_ACCEPTED,
     UPGRADE_CLUSTER,
@@ -120,7 +132,8 @@ LEGACY_COMMANDS: dict[str, str] = {LEGACY_CLUSTER_REQUESTED: INSTALL_CLUSTER, LE
 # Stream membership. Subjects of one stream may not overlap another's, so events are
 # listed one by one (the `bke.v1.cluster.*` commands and the rejection sit in two streams).
 COMMAND_SUBJECTS: tuple[str, ...] = (INSTALL_CLUSTER, RENEW_CERTS, RETRY_INSTALL, RENDER_MANIFESTS, ISSUE_CERTS,
-                                     UPGRADE_CLUSTER, RESTORE_ETCD, RETRY_UPGRADE, RESET_CLUSTER, APPLY_CLUSTER,
+                                     UPGRADE_CLUSTER, RESTORE_ETCD, RETRY_UPGRADE, RESET_CLUSTER, JOIN_NODES, REMOVE_NODES,
+                                     APPLY_CLUSTER,
                                      *LEGACY_COMMANDS)
 EVENT_SUBJECTS: tuple[str, ...] = (
     CLUSTER_REJECTED,
@@ -164,6 +177,11 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     "bke.v1.reset.*.changed",
     CLUSTER_DELETED,
     "bke.v1.delete.*.removed",
+    # Workers joined or removed: the end, and the transitions (a phase or stage per node).
+    JOIN_NODES_FINISHED,
+    "bke.v1.join-nodes.*.changed",
+    REMOVE_NODES_FINISHED,
+    "bke.v1.remove-nodes.*.changed",
 )
 AGENT_SUBJECTS: tuple[str, ...] = ("bke.v1.agent.>",)
 
@@ -233,8 +251,14 @@ CHANNELS: tuple[Channel, ...] = (
     Channel("bke.v1.reset.{cluster}.changed", ResetChanged, "event", "A reset's snapshots or nodes moved on, or it finished (the whole view each time).", ("dispatcher",), ("cli",)),
     Channel(CLUSTER_DELETED, ClusterDeleted, "event", "Every node of a deleted cluster is reset: each service removes its own records of it.", ("dispatcher",), ("planner", "certs", "renderer", "dispatcher", "upgrader")),
     Channel("bke.v1.delete.{cluster}.removed", StateRemoved, "event", "A service removed its records of a deleted cluster (one event per service).", ("planner", "certs", "renderer", "dispatcher", "upgrader"), ("cli",)),
+    Channel(JOIN_NODES, JoinNodes, "command", "Join workers that the stored plan (digest planDigest) already names: their certificates issued and sealed, their files rendered, then the install's per-node phases on those nodes only.", ("cli",), ("dispatcher",)),
+    Channel(JOIN_NODES_FINISHED, JoinNodesFinished, "event", "A join ended (Succeeded or Failed, each node's outcome); a refused join is Failed with the reason.", ("dispatcher",), ("cli",)),
+    Channel("bke.v1.join-nodes.{cluster}.changed", JoinNodesChanged, "event", "A join moved a node to its next phase, or waits, or ended (the whole view each time).", ("dispatcher",), ("cli",)),
+    Channel(REMOVE_NODES, RemoveNodes, "command", "Remove workers: cordon and drain, delete the Node, reset the node, forget it (etcd members and masters refused, named).", ("cli",), ("dispatcher",)),
+    Channel(REMOVE_NODES_FINISHED, RemoveNodesFinished, "event", "A removal ended (Succeeded or Failed, each node's outcome, the agents' identities to revoke); a refused one is Failed with the reason.", ("dispatcher",), ("cli",)),
+    Channel("bke.v1.remove-nodes.{cluster}.changed", RemoveNodesChanged, "event", "A removal moved a node to its next stage, or ended (the whole view each time).", ("dispatcher",), ("cli",)),
     Channel(CLUSTER_DIFF, DiffCluster, "request", "What applying this spec to the running cluster would change, or why it is refused, answered by the planner from the stored plan (queue group planner-diff; core NATS, not stored; changes nothing): bke apply --dry-run.", ("cli",), ("planner",), (ClusterChanges, StatusError)),
-    Channel(STATUS_GET, GetStatus, "request", "The status of a cluster's install, served by the dispatcher (queue group dispatcher-status; core NATS, not stored); the upgrader asks it before an upgrade.", ("cli", "upgrader"), ("dispatcher",), (ClusterStatus, StatusError)),
+    Channel(STATUS_GET, GetStatus, "request", "The status of a cluster's install, served by the dispatcher (queue group dispatcher-status; core NATS, not stored); the upgrader asks it before an upgrade, the planner for a dry run's etcd health.", ("cli", "upgrader", "planner"), ("dispatcher",), (ClusterStatus, StatusError)),
     Channel("bke.v1.health.{service}", GetHealth, "request", "Whether a service is ready (NATS connected, Redis reachable, streams declared) and why not (core NATS, not stored).", (), ("planner", "certs", "renderer", "dispatcher", "upgrader"), (ServiceHealth,),
             external="asked by operators and tools (`nats req bke.v1.health.dispatcher ''`); issue 13 serves /readyz from the same object"),
     Channel(LEGACY_CLUSTER_REQUESTED, InstallCluster, "command", "Deprecated name of bke.v1.cluster.install, accepted until bke.v2.", (), ("planner",),

@@ -155,10 +155,22 @@ def removal_order(change: EtcdChange, unhealthy: frozenset[str] = frozenset()) -
     return sorted(change.removed, key=lambda h: (h not in unhealthy, h))
 
 
-def _etcd_changes(cur: Plan, new: Plan, unhealthy: frozenset[str]) -> tuple[list[EtcdChange], list[Refusal]]:
+Unhealthy = Iterable[str] | Mapping[str, Iterable[str]]
+
+
+def _unhealthy_in(cluster: str, unhealthy: Unhealthy) -> frozenset[str]:
+    """The hosts whose member of `cluster` is unhealthy: `unhealthy` names them per etcd cluster
+    (`etcd_health.unhealthy_etcd_members`), or as bare hosts meaning any member they run."""
+    if isinstance(unhealthy, Mapping):
+        return frozenset(unhealthy.get(cluster, ()))
+    return frozenset(unhealthy)
+
+
+def _etcd_changes(cur: Plan, new: Plan, unhealthy_by: Unhealthy) -> tuple[list[EtcdChange], list[Refusal]]:
     before, after = _etcd_members(cur), _etcd_members(new)
     changes, refusals = [], []
     for name in sorted(before.keys() & after.keys()):
+        unhealthy = _unhealthy_in(name, unhealthy_by)
         ch = EtcdChange(name, before[name], after[name])
         if not (ch.added or ch.removed):
             continue
@@ -200,10 +212,13 @@ def _node_meta(n: NodePlan) -> tuple[dict[str, str], list[tuple[str, str, str]]]
 
 
 def diff_plans(current: Plan, desired: Plan, files: Iterable[NodeDiff] = (),
-               unhealthy_etcd_members: Iterable[str] = ()) -> ClusterDiff:
+               unhealthy_etcd_members: Unhealthy = ()) -> ClusterDiff:
     """What applying `desired` over `current` changes. `files`: `diff_rendered` of both plans'
-    renders (the caller renders; empty: no file changes known). `unhealthy_etcd_members`:
-    hostnames whose etcd member the latest health round found unhealthy (the quorum rule)."""
+    renders (the caller renders; empty: no file changes known). `unhealthy_etcd_members`: the
+    members the latest health round found unhealthy, per etcd cluster (or bare hostnames), for
+    the quorum rule."""
+    if not isinstance(unhealthy_etcd_members, Mapping):
+        unhealthy_etcd_members = frozenset(unhealthy_etcd_members)  # read once per etcd cluster
     refusals = _structural_refusals(current, desired)
     versions = _versions(current, desired)
     old = {n.hostname: n for n in current.nodes}
@@ -212,7 +227,7 @@ def diff_plans(current: Plan, desired: Plan, files: Iterable[NodeDiff] = (),
     removed = tuple(h for h in old if h not in new)
     roles = {h: (tuple(old[h].roles), tuple(new[h].roles)) for h in old.keys() & new.keys()
              if sorted(old[h].roles) != sorted(new[h].roles)}
-    etcd, etcd_refusals = _etcd_changes(current, desired, frozenset(unhealthy_etcd_members))
+    etcd, etcd_refusals = _etcd_changes(current, desired, unhealthy_etcd_members)
     if not any(r.name == "SplitUnchanged" for r in refusals):
         refusals += etcd_refusals
     certs = _cert_changes(current, desired)
@@ -245,7 +260,7 @@ def diff_plans(current: Plan, desired: Plan, files: Iterable[NodeDiff] = (),
         if _node_meta(old[h]) != _node_meta(new[h]):
             actions.append(Action("set-labels-taints", h))
     for ch in etcd:
-        for h in removal_order(ch, frozenset(unhealthy_etcd_members)):
+        for h in removal_order(ch, _unhealthy_in(ch.cluster, unhealthy_etcd_members)):
             actions.append(Action("etcd-remove-member", h, ch.cluster))
     for h in removed:
         actions += [Action("drain", h), Action("remove-node", h), Action("reset", h)]

@@ -72,6 +72,9 @@ host: {host}
 port: {port}
 http: "{host}:{http_port}"
 ports_file_dir: "{store}"
+# a service's CONNECT carries its user JWT, whose permissions list every subject of its channels:
+# the dispatcher's passed the default 4 KB protocol line (nats-server `max_control_line`)
+max_control_line: 16384
 jetstream {{
   store_dir: "{store}"
   max_mem: 256MB

@@ -71,9 +71,10 @@ USERS: tuple[AclUser, ...] = (
                                "bke:*:heartbeat", "bke:*:heartbeat:cgroup", "bke:*:addons", "bke:*:node-labels",
                                "bke:*:addon-manifests", "bke:*:health", "bke:*:health-meta", "bke:*:health-pods",
                                "bke:*:rotation", "bke:*:rotation:*", "bke:*:upgrade",
-                               "bke:resets", "bke:*:reset", "bke:*:reset:*", "bke:etcd-snapshot-key", "bke:*:paused", "bke:*:files:render", "bke:*:files:render:*",
+                               "bke:resets", "bke:*:reset", "bke:*:reset:*", "bke:joins", "bke:*:join", "bke:*:join:*",
+                               "bke:removals", "bke:*:removal", "bke:*:removal:*", "bke:etcd-snapshot-key", "bke:*:paused", "bke:*:files:render", "bke:*:files:render:*",
                                "bke:*:files:certs", "bke:*:files:certs:*"),
-            why="install, rotation and reset records; reads the rendered and sealed file sets; the etcd "
+            why="install, rotation, reset, join and removal records; reads the rendered and sealed file sets; the etcd "
                 "snapshot key's public half (a reset's snapshots)"),
     AclUser("bke-upgrader", ("bke:*",),
             why="upgrade records and results, the plan it replaces when an upgrade succeeds; and every record of a "

@@ -22,6 +22,9 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:rotations                        set     clusters with a rotation record (dispatcher)
     bke:<c>:reset[:results]              string / hash  a reset or delete         (dispatcher)
     bke:resets                           set     clusters with a reset record    (dispatcher)
+    bke:<c>:join[:results]               string / hash  workers joining           (dispatcher)
+    bke:<c>:removal[:results|:api]       string / hash  workers leaving; the lab's drain and Node deletion records (dispatcher)
+    bke:joins / bke:removals             set     clusters with such a record     (dispatcher)
     bke:<c>:certs:ops / renewal:<rid>    hash / string  operations seen, answers (certs)
     bke:<c>:certs:lease:<slug>           string owner (PX)  one certs replica's periodic tick
     bke:<c>:inputs                       hash    render/certs/seal -> what the services said (dispatcher)
@@ -69,6 +72,13 @@ __all__ = [
     "rotations_index",
     "rotation_results_key",
     "rotation_key",
+    "join_key",
+    "join_results_key",
+    "joins_index",
+    "removal_api_key",
+    "removal_key",
+    "removal_results_key",
+    "removals_index",
     "reset_key",
     "reset_results_key",
     "resets_index",
@@ -253,6 +263,41 @@ def reset_results_key(cluster: str) -> str:
 def resets_index() -> str:
     """Clusters with a reset record (resumed after a dispatcher restart)."""
     return f"{PREFIX}:resets"
+
+
+def join_key(cluster: str) -> str:
+    """The cluster's current or last join of workers (JSON)."""
+    return cluster_key(cluster, "join")
+
+
+def join_results_key(cluster: str) -> str:
+    """Command id -> the agent's answer, for a join's commands."""
+    return cluster_key(cluster, "join", "results")
+
+
+def joins_index() -> str:
+    """Clusters with a join record (resumed after a dispatcher restart)."""
+    return f"{PREFIX}:joins"
+
+
+def removal_key(cluster: str) -> str:
+    """The cluster's current or last removal of workers (JSON)."""
+    return cluster_key(cluster, "removal")
+
+
+def removal_results_key(cluster: str) -> str:
+    """Command id -> the agent's answer, for a removal's ResetNode commands."""
+    return cluster_key(cluster, "removal", "results")
+
+
+def removal_api_key(cluster: str) -> str:
+    """The lab's record of a removal's API actions: node -> {cordoned, drained, deleted} times."""
+    return cluster_key(cluster, "removal", "api")
+
+
+def removals_index() -> str:
+    """Clusters with a removal record (resumed after a dispatcher restart)."""
+    return f"{PREFIX}:removals"
 
 
 def rotations_index() -> str:

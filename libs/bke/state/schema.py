@@ -135,6 +135,19 @@ RECORDS: tuple[RecordKind, ...] = (
         writer="dispatcher: bke_dispatcher.resets.ResetStore (Reset.to_json)",
         reader="dispatcher: ResetStore (Reset.from_json)"),
     RecordKind(
+        "join", "the current or last join of workers (JSON) and its agents' answers",
+        ("join", "join:results"),
+        VersionSlot("join", "json"), current=1, first=1, readable_from=1,  # new: never stored without a version
+        writer="dispatcher: bke_dispatcher.membership_store.OperationStore (Join.to_json)",
+        reader="dispatcher: OperationStore.load (Join.from_json)"),
+    RecordKind(
+        "removal", "the current or last removal of workers (JSON), its agents' answers, the lab's drain and "
+                   "Node deletion records",
+        ("removal", "removal:results", "removal:api"),
+        VersionSlot("removal", "json"), current=1, first=1, readable_from=1,  # new: never stored without a version
+        writer="dispatcher: bke_dispatcher.membership_store.OperationStore (Removal.to_json)",
+        reader="dispatcher: OperationStore.load (Removal.from_json)"),
+    RecordKind(
         "upgrade", "the current or last upgrade (JSON), its agents' answers, the lab's drain records, "
                    "each node's versions after the last upgrade that served it",
         ("upgrade", "upgrade:results", "upgrade:drain", "upgrade:certs", "upgrade:paused", "upgrade:nodes"),
@@ -159,6 +172,8 @@ UNVERSIONED: tuple[tuple[str, str], ...] = (
     ("bke:installs", "set of cluster names (dispatcher)"),
     ("bke:rotations", "set of cluster names (dispatcher)"),
     ("bke:resets", "set of cluster names (dispatcher)"),
+    ("bke:joins", "set of cluster names (dispatcher)"),
+    ("bke:removals", "set of cluster names (dispatcher)"),
     ("bke:upgrades", "set of cluster names (upgrader)"),
     ("bke:etcd-restores", "set of cluster names (upgrader)"),
     ("bke:pki-clusters", "set of cluster names (certs)"),

@@ -102,9 +102,9 @@ class CertsHandlers:
         if meta is None:
             return [Out(CertsFailed(request_id=req.request_id, cluster=req.cluster, kind="invalid",
                                     reason=f"cluster {req.cluster!r} has no plan"), CERTS_FAILED)]
-        return await self.ensure(req.cluster, req.request_id, meta.digest)
+        return await self.ensure(req.cluster, req.request_id, meta.digest, install=req.purpose == "install")
 
-    async def ensure(self, cluster: str, request_id: str, digest: str) -> list[Out]:
+    async def ensure(self, cluster: str, request_id: str, digest: str, install: bool = True) -> list[Out]:
         plan = await self.plans.load(cluster)
         try:
             report = await ensure_cluster_certs(plan, self.store, self.now(), self.box_factory())
@@ -115,7 +115,8 @@ class CertsHandlers:
             kind = "invalid" if isinstance(exc, RejectedInput) else "operational"
             return [Out(CertsFailed(request_id=request_id, cluster=cluster, reason=str(exc), kind=kind,
                                     plan_digest=digest), CERTS_FAILED)]
-        await self.ops.set_install(cluster, "Running")  # a plan starts (or resumes) an install
+        if install:  # a plan starts (or resumes) an install; workers joining do not (no install.finished follows)
+            await self.ops.set_install(cluster, "Running")
         issued = CertsIssued(
             request_id=request_id,
             cluster=cluster,

@@ -55,6 +55,7 @@ from .engine import Engine
 from .health import HealthMonitor
 from .known import KnownTargets
 from .local_work import LocalPhases
+from .membership_wiring import wire_membership
 from .metrics import watch_metrics
 from .node_labels import LabNodes, NodeLabelsWork
 from .results import Inputs
@@ -135,16 +136,24 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     reset_runner = Runner(resets, state)  # type: ignore[arg-type]  # same reconcile shape
     resets.kick = reset_runner.kick
     serve_pause(svc, pause_flags, [runner.kick, rotation_runner.kick], _now)
-    inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result, on_reset=resets.on_result)
+    # workers joining and leaving a running cluster (issue 14): JoinNodes, RemoveNodes
+    membership = wire_membership(svc, redis, state, plans, files, engine.checksums, nodes_api or LabNodes(),
+                                 None if nodes_api is None else applier.admin_kubeconfig, rotation_store,
+                                 pause_flags.is_paused, publish, notify, _now, settings.owner, settings.lease_ms,
+                                 signing.sign, settings.batch_size)
+    inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result, on_reset=resets.on_result,
+                    on_join=membership.joins.on_result, on_removal=membership.removals.on_result)
 
     # state lost (bke.state.epoch): stop the loops, fail the running installs; restored: resume
     async def stop_loops() -> None:
         await runner.stop()
         await rotation_runner.stop()
         await reset_runner.stop()
+        await membership.stop()
 
     async def resume() -> list[str]:
-        return await runner.resume_all() + await rotations.resume_all() + await resets.resume_all()
+        return (await runner.resume_all() + await rotations.resume_all() + await resets.resume_all()
+                + await membership.resume_all())
 
     loss = StateLossReaction(state, publish, _now, stop_loops, resume)
     epoch = watch_epoch(svc, redis, interval_s=settings.epoch_check_s, on_lost=loss.on_lost,
@@ -156,6 +165,33 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
                                                               guard=epoch.ensure_intact)))
 
     services = ServiceEvents(state, plans, engine, runner.kick, _now)
+    joins = membership.joins
+
+    # the renderer's and certs service's answers to a join are the join's (a finished install is
+    # never reopened); sealed bundles and accepted agents may be what a join waits for
+    async def rendered(ev: ManifestsRendered) -> None:
+        if not await joins.rendered(ev):
+            await services.rendered(ev)
+
+    async def render_failed(ev: RenderFailed) -> None:
+        if not await joins.render_failed(ev):
+            await services.render_failed(ev)
+
+    async def certs_issued(ev: CertsIssued) -> None:
+        if not await joins.certs_issued(ev):
+            await services.certs_issued(ev)
+
+    async def certs_failed(ev: CertsFailed) -> None:
+        if not await joins.certs_failed(ev):
+            await services.certs_failed(ev)
+
+    async def certs_sealed(ev: CertsSealed) -> None:
+        await services.certs_sealed(ev)
+        membership.kick(ev.cluster)
+
+    async def agent_accepted(ev: AgentAccepted) -> None:
+        await services.agent_accepted(ev)
+        membership.kick(ev.cluster)
 
     known = KnownTargets(state, plans)
     deleted: set[str] = set()  # clusters deleted since this process started (heartbeats dropped)
@@ -208,20 +244,20 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         return typed(model, handler, publish, notify)
 
     svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "dispatcher-plans", t(PlanCreated, services.plan_created), batch_size=b)
-    svc.work_subscriber(MANIFESTS_RENDERED, "BKE_EVENTS", "dispatcher-rendered", t(ManifestsRendered, services.rendered),
+    svc.work_subscriber(MANIFESTS_RENDERED, "BKE_EVENTS", "dispatcher-rendered", t(ManifestsRendered, rendered),
                         batch_size=b)
-    svc.work_subscriber(RENDER_FAILED, "BKE_EVENTS", "dispatcher-render-failed", t(RenderFailed, services.render_failed),
+    svc.work_subscriber(RENDER_FAILED, "BKE_EVENTS", "dispatcher-render-failed", t(RenderFailed, render_failed),
                         batch_size=b)
-    svc.work_subscriber(CERTS_ISSUED, "BKE_EVENTS", "dispatcher-certs-issued", t(CertsIssued, services.certs_issued),
+    svc.work_subscriber(CERTS_ISSUED, "BKE_EVENTS", "dispatcher-certs-issued", t(CertsIssued, certs_issued),
                         batch_size=b)
-    svc.work_subscriber(CERTS_FAILED, "BKE_EVENTS", "dispatcher-certs-failed", t(CertsFailed, services.certs_failed),
+    svc.work_subscriber(CERTS_FAILED, "BKE_EVENTS", "dispatcher-certs-failed", t(CertsFailed, certs_failed),
                         batch_size=b)
     # one per sealed batch or registration: thousands per big install, so the lean consumer
-    svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", t(CertsSealed, services.certs_sealed))
+    svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", t(CertsSealed, certs_sealed))
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", t(CommandResult, on_result))
     # registrations go to the certs service only: the dispatcher learns a node's agent from
     # `certs.sealed` (the provisioned key), never from the agent's claim
-    svc.fast_subscriber(AGENTS_ACCEPTED, "BKE_EVENTS", "dispatcher-agents-accepted", t(AgentAccepted, services.agent_accepted))
+    svc.fast_subscriber(AGENTS_ACCEPTED, "BKE_EVENTS", "dispatcher-agents-accepted", t(AgentAccepted, agent_accepted))
     svc.fast_subscriber("bke.v1.agent.*.*.refused", "BKE_AGENT", "dispatcher-refusals",
                         t(CommandRefused, inputs.command_refused))
     svc.work_subscriber(AGENTS_REFUSED, "BKE_EVENTS", "dispatcher-agents-refused", t(AgentRefused, inputs.agent_refused),
@@ -262,6 +298,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
             await runner.resume_all()
             await rotations.resume_all()
             await resets.resume_all()
+            await membership.resume_all()
 
         # the running installs and rotations, once Redis answers
         await svc.retry_while_store_away(resume_both, lambda: bool(stopping), log)
@@ -276,6 +313,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         await runner.stop()
         await rotation_runner.stop()
         await reset_runner.stop()
+        await membership.stop()
         await health.stop()
         await redis.aclose()
 

@@ -31,6 +31,8 @@ from bke.errors import MalformedMessage, NotYetKnown
 from .engine import parse_command_id
 from .phases import PHASES
 from .readiness import INPUT_SERVICE, InputStatus
+from .join import is_join_command
+from .removal import is_removal_command
 from .reset import is_reset_command
 from .rotation import is_rotation_command
 from .state import DispatcherState
@@ -71,7 +73,10 @@ class Inputs:
         on_health: Callable[[CommandResult], Awaitable[None]],
         on_rotation: Callable[[CommandResult], Awaitable[None]] | None = None,
         on_reset: Callable[[CommandResult], Awaitable[None]] | None = None,
+        on_join: Callable[[CommandResult], Awaitable[None]] | None = None,
+        on_removal: Callable[[CommandResult], Awaitable[None]] | None = None,
     ):
+        self.on_join, self.on_removal = on_join, on_removal  # workers joining and leaving (joins.py, removals.py)
         self.on_rotation = on_rotation  # certificate rotations' results (see rotations.py)
         self.on_reset = on_reset  # resets' and deletes' results (see resets.py)
         self.state, self.kick, self.now, self.on_health = state, kick, now, on_health
@@ -124,6 +129,12 @@ class Inputs:
             return []
         if is_reset_command(slug) and self.on_reset is not None:
             await self.on_reset(res)
+            return []
+        if is_join_command(slug) and self.on_join is not None:
+            await self.on_join(res)
+            return []
+        if is_removal_command(slug) and self.on_removal is not None:
+            await self.on_removal(res)
             return []
         if slug == "health":  # the install's own health phase is every node's first health answer
             await self.on_health(res)

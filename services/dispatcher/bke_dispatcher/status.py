@@ -63,6 +63,11 @@ async def no_rotation(cluster: str) -> dict | None:
     return None
 
 
+def _unhealthy(answer: dict | None) -> bool:
+    h = node_health(answer)
+    return h is not None and h.status == "Unhealthy"
+
+
 def _opt(value: str | None) -> str | None:
     return value or None  # Redis stores "not yet" as ""
 
@@ -91,12 +96,12 @@ def build_status(
     kind = install.get("kind") or None
     rows = []
     counts = {"Pending": 0, "Running": 0, "Succeeded": 0, "Failed": 0}
-    wanted = _SELECTED[req.nodes]
+    wanted = _SELECTED.get(req.nodes, ())
     for hostname in order:
         st = node_states.get(hostname, {})
         node_status = st.get("status") or "Pending"
         counts[node_status] = counts.get(node_status, 0) + 1
-        if node_status in wanted:
+        if node_status in wanted or (req.nodes == "unhealthy" and _unhealthy(health.get(hostname))):
             rows.append((hostname, node_status, st))
     page = rows[req.offset : req.offset + req.limit]
     end = req.offset + len(page)

@@ -6,6 +6,8 @@ reads the stored plan and answers; nothing is written anywhere.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from bke.contracts.base import ErrorItem
 from bke.contracts.changes import ChangeAction, ClusterChanges, EtcdMembership, NodeFileChanges
 from bke.contracts.status import StatusError
@@ -13,7 +15,7 @@ from bke.lifecycle.diff import ClusterDiff, diff_plans, render_diff
 from bke.plan import Plan, plan_spec_text
 from bke.state import plan_digest
 
-__all__ = ["changes_of", "place", "to_contract"]
+__all__ = ["EtcdHealth", "changes_of", "place", "to_contract"]
 
 
 def to_contract(request_id: str, d: ClusterDiff, stored_digest: str, desired_digest: str) -> ClusterChanges:
@@ -41,10 +43,26 @@ def place(spec_text: str | bytes) -> Plan | StatusError:
     return outcome.plan
 
 
-def changes_of(request_id: str, desired: Plan, stored: Plan | None, stored_digest: str) -> ClusterChanges | StatusError:
-    """The answer to a diff request (CPU-bound: both plans are rendered)."""
+def changes_of(request_id: str, desired: Plan, stored: Plan | None, stored_digest: str,
+               health: EtcdHealth | None = None) -> ClusterChanges | StatusError:
+    """The answer to a diff request (CPU-bound: both plans are rendered). `health`: the
+    unhealthy etcd members read from the dispatcher, or why they could not be (None: not asked)."""
     if stored is None:
         return StatusError(reason="NotFound", cluster=desired.cluster,
                            message=f"cluster {desired.cluster!r} is not installed: `bke apply` installs it")
-    d = diff_plans(stored, desired, render_diff(stored, desired))
-    return to_contract(request_id, d, stored_digest, plan_digest(desired.to_json()))
+    unhealthy = health.unhealthy if health is not None and health.unhealthy is not None else {}
+    d = diff_plans(stored, desired, render_diff(stored, desired), unhealthy_etcd_members=unhealthy)
+    out = to_contract(request_id, d, stored_digest, plan_digest(desired.to_json()))
+    if health is not None and health.unhealthy is not None:
+        return out.model_copy(update={"etcd_health": "checked",
+                                      "etcd_unhealthy": {k: sorted(v) for k, v in health.unhealthy.items()}})
+    return out.model_copy(update={"etcd_health_message": health.message if health is not None else "not asked"})
+
+
+@dataclass(frozen=True)
+class EtcdHealth:
+    """What the dispatcher's latest health round says of the stored plan's etcd members:
+    `unhealthy` per etcd cluster, or None with `message` saying why it is not known."""
+
+    unhealthy: dict[str, frozenset[str]] | None
+    message: str = ""

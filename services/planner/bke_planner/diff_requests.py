@@ -13,18 +13,46 @@ from pydantic import ValidationError
 from bke.bus.service import Service
 from bke.contracts.base import ErrorItem
 from bke.contracts.changes import CLUSTER_DIFF, DIFF_QUEUE, DiffCluster
-from bke.contracts.status import StatusError
+from bke.contracts.status import MAX_PAGE, STATUS_GET, GetStatus, StatusError, StatusNode, parse_status_reply
+from bke.lifecycle.etcd_health import unhealthy_etcd_members
+from bke.plan import Plan
 from bke.spec import MAX_SPEC_BYTES
 from bke.state import RedisPlanStore
 
-from .changes import changes_of, place
+from .changes import EtcdHealth, changes_of, place
 
-__all__ = ["answer_diff", "serve_diff"]
+__all__ = ["answer_diff", "etcd_health", "serve_diff"]
+
+# the dispatcher's status request: payload -> reply (raises when nobody answers in time)
+AskStatus = Callable[[bytes], Awaitable[bytes]]
+STATUS_TIMEOUT_S = 5.0
 
 log = logging.getLogger("bke.planner.diff")
 
 
-async def answer_diff(data: bytes, store: RedisPlanStore, fetch_blob: Callable[[str], Awaitable[bytes]]) -> bytes:
+async def etcd_health(ask: AskStatus, plan: Plan) -> EtcdHealth:
+    """The stored plan's unhealthy etcd members per the dispatcher's latest health round (every
+    page of its unhealthy nodes), or why that is not known: a dry run without it still answers,
+    saying so, since the apply checks health again before each member change."""
+    nodes: list[StatusNode] = []
+    offset: int | None = 0
+    try:
+        while offset is not None:
+            reply = parse_status_reply(await ask(GetStatus(cluster=plan.cluster, nodes="unhealthy", offset=offset,
+                                                           limit=MAX_PAGE).to_bytes()))
+            if isinstance(reply, StatusError):
+                return EtcdHealth(None, f"the dispatcher answered {reply.reason}: {reply.message}")
+            nodes += reply.nodes
+            if reply.next_offset is not None and reply.next_offset <= offset:
+                return EtcdHealth(None, f"the dispatcher's pages do not move on (offset {offset})")
+            offset = reply.next_offset
+    except Exception as exc:  # noqa: BLE001 - no dispatcher, a timeout, a reply that does not parse
+        return EtcdHealth(None, f"no answer on {STATUS_GET}: {type(exc).__name__}")
+    return EtcdHealth(unhealthy_etcd_members(plan, nodes))
+
+
+async def answer_diff(data: bytes, store: RedisPlanStore, fetch_blob: Callable[[str], Awaitable[bytes]],
+                      ask_status: AskStatus | None = None) -> bytes:
     try:
         req = DiffCluster.model_validate_json(data)
     except ValidationError as exc:
@@ -44,7 +72,8 @@ async def answer_diff(data: bytes, store: RedisPlanStore, fetch_blob: Callable[[
             return desired.to_bytes()
         meta = await store.meta(desired.cluster)
         stored = await store.load(desired.cluster) if meta is not None else None
-        reply = await asyncio.to_thread(changes_of, req.request_id, desired, stored, meta.digest if meta else "")
+        health = await etcd_health(ask_status, stored) if stored is not None and ask_status is not None else None
+        reply = await asyncio.to_thread(changes_of, req.request_id, desired, stored, meta.digest if meta else "", health)
         return reply.to_bytes()
     except Exception as exc:  # noqa: BLE001 - answered, logged: the requester sees why
         log.warning("diff request failed: %s: %s", type(exc).__name__, exc, extra={"requestId": req.request_id})
@@ -54,9 +83,12 @@ async def answer_diff(data: bytes, store: RedisPlanStore, fetch_blob: Callable[[
 def serve_diff(svc: Service, store: RedisPlanStore, fetch_blob: Callable[[str], Awaitable[bytes]]) -> None:
     subs: list[Any] = []
 
+    async def ask_status(payload: bytes) -> bytes:
+        return (await svc.nc.request(STATUS_GET, payload, timeout=STATUS_TIMEOUT_S)).data
+
     async def on_request(msg: Any) -> None:
         if msg.reply:
-            await msg.respond(await answer_diff(msg.data, store, fetch_blob))
+            await msg.respond(await answer_diff(msg.data, store, fetch_blob, ask_status))
 
     async def _start() -> None:
         subs.append(await svc.nc.subscribe(CLUSTER_DIFF, queue=DIFF_QUEUE, cb=on_request))

@@ -1,0 +1,149 @@
+"""`bke lab join-nodes` and `bke lab remove-nodes`: workers joining and leaving a lab cluster.
+
+    bke lab join-nodes NAME --nodes a,b --workdir DIR     # the stored plan already names a and b
+    bke lab remove-nodes NAME --nodes a --workdir DIR
+
+join-nodes starts the named nodes' agents the way `bke lab install` does (keys made and
+provisioned first, then the processes), then sends `JoinNodes` with the stored plan's digest
+and follows it to `join-nodes.finished`. remove-nodes sends `RemoveNodes`, follows it, then,
+holding the lab's NATS authority, revokes the identities the dispatcher names and stops those
+agents' processes (what `bke delete` does for a whole cluster). Swapping in the plan that adds
+or drops the nodes is `bke apply`'s (its runner in the upgrader calls the same two commands).
+
+Exit codes: 0 succeeded, 1 failed or not finished in time, 2 refused.
+"""
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from bke.bus import EventWatch
+from bke.bus.connect import BusAccess, connect_nats
+from bke.bus.streams import ensure_streams
+from bke.contracts.membership import (
+    JOIN_NODES, JOIN_NODES_FINISHED, REMOVE_NODES, REMOVE_NODES_FINISHED, JoinNodes, RemoveNodes,
+    join_changed_subject, remove_changed_subject,
+)
+
+from .output import EXIT_FAILURE, EXIT_INVALID, error_lines, quiet_bus_errors
+
+__all__ = ["follow_membership", "register"]
+
+WORKDIR = typer.Option(..., "--workdir", help="the lab's work directory")
+NODES = typer.Option(..., "--nodes", help="hostnames, comma-separated")
+TIMEOUT = typer.Option(900.0, "--timeout", help="seconds to follow before giving up watching")
+
+
+async def follow_membership(access: BusAccess | str, req: JoinNodes | RemoveNodes, timeout: float,
+                            say: Any = lambda line: None) -> dict[str, Any]:
+    """Send the request and wait for its `finished` event (the wire document), or {} on timeout."""
+    join = isinstance(req, JoinNodes)
+    subject, finished = (JOIN_NODES, JOIN_NODES_FINISHED) if join else (REMOVE_NODES, REMOVE_NODES_FINISHED)
+    changed = join_changed_subject(req.cluster) if join else remove_changed_subject(req.cluster)
+    nc = await connect_nats(access, error_cb=quiet_bus_errors)
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        async with EventWatch(nc, [finished, changed]) as watch:
+            await js.publish(subject, req.to_bytes(), headers={"Nats-Msg-Id": f"{subject}:{req.request_id}"})
+            shown = 0
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while True:
+                n = len(watch.seen)
+                for e in watch.seen[shown:n]:
+                    if e.subject == finished and e.data.get("requestId") == req.request_id:
+                        return dict(e.data)
+                    view = e.data.get("join" if join else "removal") or {}
+                    if e.subject == changed and view.get("requestId") == req.request_id:
+                        nodes = ", ".join(f"{x['hostname']} {x['stage']} {x['status']}" for x in view.get("nodes", []))
+                        say(f"  {nodes}{'; ' + view['waiting'] if view.get('waiting') else ''}")
+                shown = n
+                left = deadline - loop.time()
+                if left <= 0 or not await watch.wait_more(n, left):
+                    return {}
+    finally:
+        await nc.close()
+
+
+def _exit(done: dict[str, Any], console: Console) -> None:
+    if not done:
+        error_lines(["not finished in time (the dispatcher goes on: see its log)"])
+        raise typer.Exit(EXIT_FAILURE)
+    if done["status"] != "Succeeded":
+        error_lines([done.get("reason", "")])
+        raise typer.Exit(EXIT_INVALID if not done.get("nodes") else EXIT_FAILURE)
+    console.print(f"{', '.join(n['hostname'] for n in done['nodes'])}: {done['status']}", highlight=False)
+
+
+def join_nodes(name: str, nodes: str = NODES, workdir: Path = WORKDIR, timeout: float = TIMEOUT) -> None:
+    """Start the named nodes' agents and join them (the stored plan must already name them)."""
+    from bke.lab.supervisor import LabSupervisor
+    from bke.state.client import redis_client
+    from bke.state.plans import RedisPlanStore
+
+    hosts = [h for h in nodes.split(",") if h]
+    console = Console()
+    sup = LabSupervisor(workdir)
+    info = sup.ensure_runtime()
+    sup.ensure_services(info)
+
+    async def stored() -> tuple[Any, str]:
+        r = redis_client(info.redis_url)  # the lab's admin user, as the supervisor's own probes
+        try:
+            store = RedisPlanStore(r)
+            meta = await store.meta(name)
+            return (await store.load(name), meta.digest) if meta else (None, "")
+        finally:
+            await r.aclose()
+
+    plan, digest = asyncio.run(stored())
+    if plan is None:
+        error_lines([f"cluster {name} has no plan in {workdir}"])
+        raise typer.Exit(EXIT_INVALID)
+    missing = [h for h in hosts if h not in {n.hostname for n in plan.nodes}]
+    if missing:
+        error_lines([f"nodes: not in the stored plan of {name}: {', '.join(missing)} (swap in the plan that names them first)"])
+        raise typer.Exit(EXIT_INVALID)
+    sup.ensure_agents(info, plan, only=hosts)
+    req = JoinNodes(request_id=str(uuid.uuid4()), cluster=name, plan_digest=digest, nodes=hosts)
+    done = asyncio.run(follow_membership(sup.operator_access(info), req, timeout, console.print))
+    _exit(done, console)
+
+
+def remove_nodes(name: str, nodes: str = NODES, workdir: Path = WORKDIR, timeout: float = TIMEOUT) -> None:
+    """Remove workers: drain, delete the Node, reset; then revoke their agents and stop them."""
+    from bke.lab.supervisor import LabSupervisor
+
+    hosts = [h for h in nodes.split(",") if h]
+    console = Console()
+    sup = LabSupervisor(workdir)
+    info = sup.ensure_runtime()
+    sup.ensure_services(info)
+    req = RemoveNodes(request_id=str(uuid.uuid4()), cluster=name, nodes=hosts)
+    done = asyncio.run(follow_membership(sup.operator_access(info), req, timeout, console.print))
+    keeper = sup.identities(info)
+    try:
+        for identity in done.get("revokeIdentities", []):
+            if keeper is not None:  # the lab holds the NATS authority; a deployment: bke identities revoke NAME
+                keeper.revoke(identity)
+                console.print(f"{identity}: revoked", highlight=False)
+    finally:
+        if keeper is not None:
+            keeper.close()
+    for n in done.get("nodes", []):
+        if n["status"] == "Succeeded":
+            sup.stop_agent(n["hostname"])
+    _exit(done, console)
+
+
+def register(app: typer.Typer) -> None:
+    from .lab_cmd import lab
+
+    lab.command("join-nodes")(join_nodes)
+    lab.command("remove-nodes")(remove_nodes)

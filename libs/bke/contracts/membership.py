@@ -1,0 +1,127 @@
+"""Workers joining and leaving a running cluster (issue 14, items 2 and 3 for workers).
+
+Both are commands to the dispatcher, sent by whoever changes the cluster (`bke apply`'s runner
+in the upgrader; tests send them directly). Each is answered by one `*.finished` event
+(Succeeded or Failed, with the reason and every node's outcome); a refusal is a `finished`
+Failed with no node touched. Progress, the whole view at every transition, goes to
+`bke.v1.join-nodes.<cluster>.changed` / `bke.v1.remove-nodes.<cluster>.changed`.
+
+JoinNodes: the caller has already swapped in the plan (digest `planDigest`) that names the new
+nodes; the dispatcher has their certificates issued and sealed and their files rendered for
+that plan, then runs the install's per-node phases for those nodes only. No other node receives
+a command.
+
+RemoveNodes: workers only (an etcd member or a master is a control-plane scale-in: refused,
+named). For each: cordon and drain, delete its Node object, reset it (`ResetNode`), forget it.
+The stored plan must still name the nodes (their roles and agents are read from it); the caller
+swaps in the plan without them afterwards. `finished` names the agents' bus identities to
+revoke: the holder of the NATS authority revokes them (the lab's `bke lab remove-nodes`, or
+`bke identities revoke NAME` in a deployment), as `bke delete` does.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from .base import Message
+
+__all__ = [
+    "JOIN_NODES",
+    "JOIN_NODES_FINISHED",
+    "REMOVE_NODES",
+    "REMOVE_NODES_FINISHED",
+    "JoinNodes",
+    "JoinNodesChanged",
+    "JoinNodesFinished",
+    "MembershipNode",
+    "MembershipView",
+    "RemoveNodes",
+    "RemoveNodesChanged",
+    "RemoveNodesFinished",
+    "join_changed_subject",
+    "remove_changed_subject",
+]
+
+JOIN_NODES = "bke.v1.cluster.join-nodes"
+REMOVE_NODES = "bke.v1.cluster.remove-nodes"
+JOIN_NODES_FINISHED = "bke.v1.join-nodes.finished"
+REMOVE_NODES_FINISHED = "bke.v1.remove-nodes.finished"
+
+_CLUSTER = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_REQUEST = r"^[A-Za-z0-9._:@-]+$"
+Hostname = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$")]
+MAX_NODES = 1000  # per request: a change of more nodes is split by the caller
+Outcome = Literal["Succeeded", "Failed"]
+NodeStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
+
+
+def join_changed_subject(cluster: str) -> str:
+    return f"bke.v1.join-nodes.{cluster}.changed"
+
+
+def remove_changed_subject(cluster: str) -> str:
+    return f"bke.v1.remove-nodes.{cluster}.changed"
+
+
+class JoinNodes(Message):
+    request_id: str = Field(min_length=1, max_length=128, pattern=_REQUEST)
+    cluster: str = Field(min_length=1, max_length=63, pattern=_CLUSTER)
+    plan_digest: str = Field(min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$")
+    nodes: list[Hostname] = Field(min_length=1, max_length=MAX_NODES)
+
+
+class RemoveNodes(Message):
+    request_id: str = Field(min_length=1, max_length=128, pattern=_REQUEST)
+    cluster: str = Field(min_length=1, max_length=63, pattern=_CLUSTER)
+    nodes: list[Hostname] = Field(min_length=1, max_length=MAX_NODES)
+
+
+class MembershipNode(Message):
+    hostname: str
+    status: NodeStatus
+    stage: str = ""  # the phase (join) or stage (removal) it is in, or last was in
+    reason: str = ""  # why it failed
+
+
+class MembershipView(Message):
+    request_id: str
+    status: Literal["Running", "Succeeded", "Failed"]
+    started_at: str
+    finished_at: str = ""
+    message: str = ""
+    waiting: str = ""  # why it is not moving (shown while Running)
+    nodes: list[MembershipNode]
+
+
+class JoinNodesChanged(Message):
+    cluster: str
+    at: str
+    join: MembershipView
+
+
+class RemoveNodesChanged(Message):
+    cluster: str
+    at: str
+    removal: MembershipView
+
+
+class JoinNodesFinished(Message):
+    request_id: str
+    cluster: str
+    status: Outcome
+    reason: str = ""
+    plan_digest: str = ""
+    nodes: list[MembershipNode] = []  # empty when refused
+    at: str
+
+
+class RemoveNodesFinished(Message):
+    request_id: str
+    cluster: str
+    status: Outcome
+    reason: str = ""
+    nodes: list[MembershipNode] = []  # empty when refused
+    # the removed nodes' agents' bus identities (bke.auth.permissions.identity_name): to revoke
+    revoke_identities: list[str] = []
+    at: str

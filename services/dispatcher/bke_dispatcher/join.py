@@ -1,0 +1,258 @@
+"""Joining workers to a running cluster, the pure part: may a join start, which of the install's
+phases each new node runs, and what comes next. No Redis, no bus, no clock.
+
+The caller (bke apply's runner) has swapped in a plan that names the new nodes (kubeadm's
+`join` for a worker: the cluster exists, only the node's own credentials and kubelet are
+new). A join then:
+  1. asks the renderer to render the stored plan and the certs service to ensure the PKI and
+     seal bundles (both answer with the join's request id and the plan's digest);
+  2. waits for both answers and for every new node's bundle sealed to its provisioned agent;
+  3. runs, per node and independently of the others, the install's phases that target that
+     node (`node_phases`: for a worker node-env, certs, workers, health), one command each, with
+     a fixed id (`<cluster>/join@<rid>/<node>/<phase index>`): a redelivered or re-sent
+     command is the same command, which an agent that ran it only replays;
+  4. labels the new nodes (the node-labels phase's marks, for these nodes only), then succeeds.
+A failed input (render, certs) or node fails the join with the reason. No other node receives
+anything: the only commands built are to `nodes`, and nothing here reads per-existing-node
+state, so a join's cost does not grow with the cluster's size.
+
+    next_step(join) -> ask | wait(reason) | send(node -> phase) | label | succeed | fail(reason) | done
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from bke.contracts.membership import JoinNodes, MembershipNode, MembershipView
+from bke.plan import NodePlan, Plan
+from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
+
+from .engine import command_id
+from .phases import CONTROL_PLANE, ETCD, PHASES, Phase
+
+__all__ = [
+    "Join",
+    "JoinDecision",
+    "JoinRun",
+    "SLUG_PREFIX",
+    "apply_result",
+    "command_of",
+    "is_join_command",
+    "is_join_request",
+    "join_refusal",
+    "join_slug",
+    "new_join",
+    "next_step",
+    "node_phases",
+    "phases_of",
+]
+
+JOIN_VERSION = record_kind("join").current  # in the JSON: the join record's form (bke.state.schema)
+SLUG_PREFIX = "join@"
+STDERR_KEEP = 2000
+InputState = Literal["Pending", "Ready", "Failed"]
+Status = Literal["Pending", "Running", "Succeeded", "Failed"]
+
+
+def join_slug(request_id: str) -> str:
+    return SLUG_PREFIX + request_id
+
+
+def is_join_command(slug: str) -> bool:
+    return slug.startswith(SLUG_PREFIX)
+
+
+def is_join_request(request_id: str) -> bool:
+    """The renderer's and certs service's answers to a join carry the join's slug as request id."""
+    return request_id.startswith(SLUG_PREFIX)
+
+
+def phases_of(plan: Plan, hosts: list[str]) -> dict[str, list[Phase]]:
+    """The install's phases that send each of `hosts` a command, in install order (the PHASES
+    table is the one source: a phase added there for workers is run by joins too). One pass over
+    the plan per phase, whatever the number of hosts."""
+    out: dict[str, list[Phase]] = {h: [] for h in hosts}
+    for p in PHASES:
+        if p.build is None or not p.run_if(plan):
+            continue
+        for t in p.targets(plan):
+            if t.hostname in out:
+                out[t.hostname].append(p)
+    return out
+
+
+def node_phases(plan: Plan, node: NodePlan) -> list[Phase]:
+    return phases_of(plan, [node.hostname])[node.hostname]
+
+
+@dataclass
+class JoinRun:
+    hostname: str
+    phases: list[str]  # slugs, in order
+    index: int = 0  # the phase it is in (== len(phases): every command done)
+    status: Status = "Pending"  # of the command for phases[index]
+    command_id: str = ""
+    step: str = ""
+    stderr: str = ""
+
+    @property
+    def stage(self) -> str:
+        return self.phases[self.index] if self.index < len(self.phases) else "labels"
+
+
+@dataclass
+class Join:
+    request_id: str
+    cluster: str
+    plan_digest: str
+    nodes: list[JoinRun]
+    started_at: str
+    status: Literal["Running", "Succeeded", "Failed"] = "Running"
+    asked: bool = False  # the renderer and certs service were asked
+    render: InputState = "Pending"
+    certs: InputState = "Pending"
+    input_reason: str = ""
+    labelled: bool = False
+    finished_at: str = ""
+    message: str = ""
+    waiting: str = ""
+    finished_sent: bool = False
+
+    @property
+    def slug(self) -> str:
+        return join_slug(self.request_id)
+
+    def node_status(self, n: JoinRun) -> Status:
+        if n.status == "Failed":
+            return "Failed"
+        if n.index >= len(n.phases):
+            return "Succeeded" if self.labelled else "Running"
+        return "Pending" if n.index == 0 and n.status == "Pending" else "Running"
+
+    def node_views(self) -> list[MembershipNode]:
+        return [MembershipNode(hostname=n.hostname, status=self.node_status(n), stage=n.stage,
+                               reason=f"step {n.step}: {n.stderr[:500]}" if n.status == "Failed" else "")
+                for n in self.nodes]
+
+    def view(self) -> MembershipView:
+        return MembershipView(request_id=self.request_id, status=self.status, started_at=self.started_at,
+                              finished_at=self.finished_at, message=self.message, waiting=self.waiting,
+                              nodes=self.node_views())
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), SCHEMA_FIELD: JOIN_VERSION})
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> "Join":
+        doc = json.loads(raw)
+        check_readable("join", doc.pop(SCHEMA_FIELD, None), f"the join record of {doc.get('cluster')}")
+        doc["nodes"] = [JoinRun(**n) for n in doc["nodes"]]
+        return cls(**doc)
+
+
+@dataclass(frozen=True)
+class JoinDecision:
+    action: Literal["ask", "wait", "send", "label", "succeed", "fail", "done"]
+    nodes: tuple[str, ...] = ()  # send: the hostnames whose next command goes now
+    reason: str = ""
+
+
+def join_refusal(req: JoinNodes, plan: Plan | None, stored_digest: str, install_status: str | None, *,
+                 busy: str = "", paused: bool = False, current: Join | None = None) -> str:
+    """Why this join may not start ("" if it may). `busy`: another operation of the cluster that
+    runs (a rotation, reset, upgrade or removal), described."""
+    c = req.cluster
+    if plan is None:
+        return f"cluster {c} has no plan: install it first"
+    if stored_digest != req.plan_digest:
+        return (f"planDigest: the stored plan of {c} is {stored_digest[:12]}, not {req.plan_digest[:12]}: "
+                "swap in the plan that names the new nodes first (or it was replaced since)")
+    by_name = {n.hostname: n for n in plan.nodes}
+    unknown = sorted(h for h in req.nodes if h not in by_name)
+    if unknown:
+        return f"nodes: not in the stored plan of {c}: {', '.join(unknown[:5])}"
+    if len(set(req.nodes)) != len(req.nodes):
+        return "nodes: a node is named twice"
+    not_workers = sorted(h for h in req.nodes if _runs_control_plane(by_name[h]))
+    if not_workers:
+        return (f"nodes: not workers (etcd members or control-plane nodes join with a control-plane scale-out, "
+                f"not a worker join): {', '.join(not_workers[:5])}")
+    if paused:
+        return f"{c} is paused: resume it first (bke resume {c})"
+    if install_status != "Succeeded":
+        return f"the install of {c} has not succeeded ({install_status or 'none'}): workers join an installed cluster"
+    if busy:
+        return f"{busy} of {c} is running: join after it ends"
+    if current is not None and current.status == "Running" and current.request_id != req.request_id:
+        return f"join {current.request_id} of {c} is still running"
+    return ""
+
+
+def _runs_control_plane(node: NodePlan) -> bool:
+    return any(c in node.components for c in (*ETCD, *CONTROL_PLANE)) or any(r.startswith("master") for r in node.roles)
+
+
+def new_join(req: JoinNodes, plan: Plan, now: str) -> Join:
+    phases = phases_of(plan, list(req.nodes))
+    runs = [JoinRun(hostname=h, phases=[p.slug for p in phases[h]]) for h in req.nodes]
+    return Join(request_id=req.request_id, cluster=req.cluster, plan_digest=req.plan_digest, nodes=runs, started_at=now)
+
+
+def next_step(j: Join, sealed: frozenset[str]) -> JoinDecision:
+    """`sealed`: the join's nodes whose bundle the certs service said is sealed to their agent."""
+    # 1. a finished join does nothing more
+    if j.status != "Running":
+        return JoinDecision("done")
+    # 2. a service that failed for this plan fails the join with its reason
+    if j.render == "Failed" or j.certs == "Failed":
+        return JoinDecision("fail", reason=j.input_reason or "an input failed")
+    # 3. the renderer and the certs service are asked once (their answers carry our request id)
+    if not j.asked:
+        return JoinDecision("ask")
+    # 4. the files and the PKI for this plan first
+    if j.render != "Ready" or j.certs != "Ready":
+        waiting = [n for n, s in (("rendered files", j.render), ("certificates", j.certs)) if s != "Ready"]
+        return JoinDecision("wait", reason="waiting for the " + " and the ".join(waiting) + " of the new plan")
+    # 5. every new node's bundle sealed to its provisioned agent (its agent registered)
+    unsealed = [n.hostname for n in j.nodes if n.hostname not in sealed]
+    if unsealed:
+        return JoinDecision("wait", reason=f"waiting for the agents of {', '.join(unsealed[:5])} to register "
+                                           f"({len(j.nodes) - len(unsealed)}/{len(j.nodes)} sealed)")
+    # 6. a failed node stops the join with its phase, step and output
+    failed = next((n for n in j.nodes if n.status == "Failed"), None)
+    if failed is not None:
+        return JoinDecision("fail", (failed.hostname,),
+                            f"node {failed.hostname} phase {failed.stage} step {failed.step}: {failed.stderr[:500]}")
+    # 7. each node whose last command is done goes on to its next phase, on its own
+    ready = tuple(n.hostname for n in j.nodes if n.status == "Pending" and n.index < len(n.phases))
+    if ready:
+        return JoinDecision("send", ready)
+    if any(n.status == "Running" for n in j.nodes):
+        return JoinDecision("wait", reason="commands in flight")
+    # 8. every command done: the new nodes' labels and taints, then the end
+    if not j.labelled:
+        return JoinDecision("label", tuple(n.hostname for n in j.nodes))
+    return JoinDecision("succeed")
+
+
+def apply_result(j: Join, cid: str, status: str, step: str, stderr: str) -> bool:
+    """Record an agent's answer; False if it is not this join's command in flight (a duplicate,
+    a stale result). A success moves the node to its next phase (Pending) or past the last."""
+    node = next((n for n in j.nodes if n.command_id == cid), None)
+    if node is None or node.status != "Running":
+        return False
+    if status == "Succeeded":
+        node.index += 1
+        node.status = "Pending" if node.index < len(node.phases) else "Succeeded"
+        node.step, node.stderr = "", ""
+    else:
+        node.status = "Failed"
+        node.step, node.stderr = step, stderr[-STDERR_KEEP:]
+    return True
+
+
+def command_of(j: Join, run: JoinRun) -> str:
+    """The fixed id of `run`'s command for its current phase."""
+    return command_id(j.cluster, j.slug, run.hostname, run.index)
+

@@ -1,0 +1,79 @@
+"""The record of a join or a removal of workers in Redis, one per cluster (the shape of
+resets.ResetStore, for any record with `to_json`/`from_json`, `cluster` and `request_id`).
+
+    bke:<c>:join | removal             string  the current (or last) operation, JSON
+    bke:<c>:join | removal:results     hash    command id -> {status, step, stderr} as the agent
+                                               answered; `input:<name>` -> what a service said
+    bke:joins | bke:removals           set     clusters with such a record (resumed after a restart)
+
+Only the reconcile step (under the operation's lease) and the start (a WATCH transaction that
+refuses while another operation runs) write the record; answers are recorded beside it and
+folded in by the next pass, so an answer that arrives twice counts once.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+from redis.asyncio import Redis
+
+from bke.contracts.agent import CommandResult
+from bke.state.exclusive import write_unless
+
+__all__ = ["INPUT_PREFIX", "OperationStore", "Record"]
+
+INPUT_PREFIX = "input:"  # a results field that holds a service's answer, not an agent's
+
+
+class Record(Protocol):
+    cluster: str
+    request_id: str
+
+    def to_json(self) -> str: ...
+
+
+R = TypeVar("R", bound=Record)
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+class OperationStore(Generic[R]):
+    def __init__(self, redis: Redis, parse: Callable[[str | bytes], R], key: Callable[[str], str],
+                 results_key: Callable[[str], str], index: str):
+        self.r, self.parse, self.key, self.results_key, self.index = redis, parse, key, results_key, index
+
+    async def load(self, cluster: str) -> R | None:
+        raw = await self.r.get(self.key(cluster))
+        return None if raw is None else self.parse(raw)
+
+    async def save(self, rec: R) -> bool:
+        """Write the record unless it is gone (a delete removed the cluster's records): False then."""
+        return bool(await self.r.set(self.key(rec.cluster), rec.to_json(), xx=True))
+
+    async def start(self, rec: R, check: Callable[[R | None], str]) -> str:
+        """Store `rec` unless `check(current)` refuses; the refusal ("" when stored)."""
+        def write(pipe: Any) -> None:
+            pipe.set(self.key(rec.cluster), rec.to_json())
+            pipe.delete(self.results_key(rec.cluster))
+            pipe.sadd(self.index, rec.cluster)
+
+        return await write_unless(self.r, self.key(rec.cluster),
+                                  lambda raw: check(None if raw is None else self.parse(raw)), write)
+
+    async def record_result(self, res: CommandResult, step: str, stderr: str) -> None:
+        doc = json.dumps({"status": res.status, "step": step, "stderr": stderr})
+        await self.r.hset(self.results_key(res.cluster), res.command_id, doc)
+
+    async def record_input(self, cluster: str, name: str, request_id: str, status: str, digest: str, reason: str) -> None:
+        doc = json.dumps({"requestId": request_id, "status": status, "digest": digest, "reason": reason[:2000]})
+        await self.r.hset(self.results_key(cluster), INPUT_PREFIX + name, doc)
+
+    async def results(self, cluster: str) -> dict[str, dict[str, str]]:
+        raw = await self.r.hgetall(self.results_key(cluster))
+        return {_s(k): json.loads(v) for k, v in raw.items()}
+
+    async def clusters(self) -> list[str]:
+        return sorted(_s(c) for c in await self.r.smembers(self.index))

@@ -1,0 +1,98 @@
+"""Wiring of the join and removal of workers (joins.py, removals.py): their stores, runners and
+subscribers, and which other operation holds a cluster. No logic beyond that."""
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from redis.asyncio import Redis
+
+from bke.bus.handler import typed
+from bke.contracts.membership import JOIN_NODES, REMOVE_NODES, JoinNodes, RemoveNodes
+from bke.drain import Drainer, KubernetesDrainer, LabDrainer
+from bke.state import PlanCache
+from bke.state.keys import (
+    join_key, join_results_key, joins_index, removal_api_key, removal_key, removal_results_key, removals_index,
+)
+from bke.state.nodefiles import RedisNodeFiles
+
+from .engine import Checksums
+from .join import Join
+from .joins import Joins
+from .membership_store import OperationStore
+from .node_labels import NodeMarker
+from .removal import Removal
+from .removals import Removals
+from .rotations import RotationStore
+from .runner import Runner
+from .signing import Sign
+from .state import DispatcherState
+
+__all__ = ["Membership", "wire_membership"]
+
+
+@dataclass
+class Membership:
+    joins: Joins
+    removals: Removals
+    join_runner: Runner
+    removal_runner: Runner
+
+    async def resume_all(self) -> list[str]:
+        return await self.joins.resume_all() + await self.removals.resume_all()
+
+    async def stop(self) -> None:
+        await self.join_runner.stop()
+        await self.removal_runner.stop()
+
+    def kick(self, cluster: str) -> None:
+        """A sealed bundle or an accepted agent may be what a join waits for."""
+        self.join_runner.kick(cluster)
+
+
+def wire_membership(svc: Any, redis: Redis, state: DispatcherState, plans: PlanCache, files: RedisNodeFiles,
+                    checksums: Checksums, marker: NodeMarker, kubeconfig: Callable[[Any], Awaitable[Any]] | None,
+                    rotations: RotationStore, paused: Callable[[str], Awaitable[bool]], publish: Any, notify: Any,
+                    now: Callable[[], datetime], owner: str, lease_ms: int, sign: Sign, batch_size: int) -> Membership:
+    join_store: OperationStore[Join] = OperationStore(redis, Join.from_json, join_key, join_results_key, joins_index())
+    removal_store: OperationStore[Removal] = OperationStore(redis, Removal.from_json, removal_key, removal_results_key,
+                                                            removals_index())
+
+    async def busy(cluster: str) -> str:
+        """Another operation that holds the cluster (one at a time), described; "" if none."""
+        for what, running in (("rotation", (await rotations.load(cluster))),
+                              ("reset", await rotations.running_reset(cluster)),
+                              ("upgrade", await rotations.running_upgrade(cluster)),
+                              ("join", await join_store.load(cluster)),
+                              ("removal", await removal_store.load(cluster))):
+            if running and not isinstance(running, str):
+                running = running.request_id if running.status == "Running" else ""
+            if running:
+                return f"{what} {running}"
+        return ""
+
+    async def busy_for_join(cluster: str) -> str:
+        return "" if (why := await busy(cluster)).startswith("join ") else why  # its own kind: join_refusal says
+
+    async def busy_for_removal(cluster: str) -> str:
+        return "" if (why := await busy(cluster)).startswith("removal ") else why
+
+    drainer: Drainer = (LabDrainer(redis, now, removal_api_key) if kubeconfig is None else KubernetesDrainer(kubeconfig))
+    joins = Joins(join_store, state, plans, files, checksums, marker, busy_for_join, paused, publish, now, owner, lease_ms,
+                  sign=sign)
+    removals = Removals(removal_store, state, plans, drainer, busy_for_removal, paused, publish, now, owner, lease_ms,
+                        sign=sign)
+    # not held by a pause: neither starts on a paused cluster (refused), and one that runs finishes
+    join_runner = Runner(joins, state)  # type: ignore[arg-type]  # same reconcile shape
+    removal_runner = Runner(removals, state)  # type: ignore[arg-type]
+    joins.kick, removals.kick = join_runner.kick, removal_runner.kick
+
+    def t(model: Any, handler: Any) -> Any:
+        return typed(model, handler, publish, notify)
+
+    svc.work_subscriber(JOIN_NODES, "BKE_COMMANDS", "dispatcher-joins", t(JoinNodes, joins.on_request), batch_size=batch_size)
+    svc.work_subscriber(REMOVE_NODES, "BKE_COMMANDS", "dispatcher-removals", t(RemoveNodes, removals.on_request),
+                        batch_size=batch_size)
+    return Membership(joins, removals, join_runner, removal_runner)

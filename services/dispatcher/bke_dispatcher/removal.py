@@ -1,0 +1,213 @@
+"""Removing workers from a running cluster, the pure part: may a removal start, what stage each
+node is in, and what comes next. No Redis, no bus, no clock.
+
+What kubeadm's documentation asks to remove a node ("Remove the node": `kubectl drain
+--delete-emptydir-data --force --ignore-daemonsets`, then `kubeadm reset` on the node, then
+`kubectl delete node`), for BKE's workers, every node of the request together, stage by stage:
+
+    drain        cordon, then evict its pods (PodDisruptionBudgets honoured; bke.drain)
+    delete-node  its Node object deleted, so the scheduler and controllers forget it
+    reset        the `ResetNode` step (bke_agent.reset: kubeadm reset's cleanup-node, and the
+                 binaries and units BKE placed: the node leaves BKE)
+    forget       the dispatcher's records of the node (its accepted agent, sealed mark,
+                 heartbeats, per-phase commands, labels, health) removed
+    done
+
+(The Node is deleted before the reset rather than after, unlike kubeadm's page: a reset node's
+kubelet is gone and cannot register the Node again; either order ends the same.) A stage that
+fails stops the removal as Failed with the reason; the nodes stay in the stage they reached
+(a cordoned, drained node is not uncordoned: it is on its way out). Only the removed nodes
+receive a command. Etcd members and control-plane nodes are refused by name: removing them is
+a control-plane scale-in (etcd membership first), another operation.
+
+    next_step(removal) -> drain | delete-node | reset | forget (nodes) | wait | succeed | fail | done
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from bke.contracts.membership import MembershipNode, MembershipView, RemoveNodes
+from bke.plan import NodePlan, Plan
+from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
+
+from .engine import command_id
+from .phases import CONTROL_PLANE, ETCD
+
+__all__ = [
+    "REMOVAL_SLUG_PREFIX",
+    "Removal",
+    "RemovalDecision",
+    "RemovalRun",
+    "STAGES",
+    "advance",
+    "apply_result",
+    "fail_stage",
+    "is_removal_command",
+    "new_removal",
+    "next_step",
+    "removal_refusal",
+    "removal_slug",
+]
+
+REMOVAL_VERSION = record_kind("removal").current  # in the JSON: the removal record's form (bke.state.schema)
+REMOVAL_SLUG_PREFIX = "remove@"
+STAGES = ("drain", "delete-node", "reset", "forget", "done")
+STDERR_KEEP = 2000
+Stage = Literal["drain", "delete-node", "reset", "forget", "done"]
+
+
+def removal_slug(request_id: str) -> str:
+    return REMOVAL_SLUG_PREFIX + request_id
+
+
+def is_removal_command(slug: str) -> bool:
+    return slug.startswith(REMOVAL_SLUG_PREFIX)
+
+
+@dataclass
+class RemovalRun:
+    hostname: str
+    stage: Stage = "drain"
+    status: Literal["Pending", "Running", "Failed"] = "Pending"  # within the stage
+    command_id: str = ""  # the reset's
+    reason: str = ""
+
+
+@dataclass
+class Removal:
+    request_id: str
+    cluster: str
+    nodes: list[RemovalRun]
+    identities: list[str]  # the agents' bus identities, revoked by the authority's holder
+    started_at: str
+    status: Literal["Running", "Succeeded", "Failed"] = "Running"
+    finished_at: str = ""
+    message: str = ""
+    finished_sent: bool = False
+    extra: dict[str, str] = field(default_factory=dict)  # room for later fields without a new form
+
+    @property
+    def slug(self) -> str:
+        return removal_slug(self.request_id)
+
+    def node_views(self) -> list[MembershipNode]:
+        def status(n: RemovalRun) -> Literal["Pending", "Running", "Succeeded", "Failed"]:
+            if n.status == "Failed":
+                return "Failed"
+            if n.stage == "done":
+                return "Succeeded"
+            return "Pending" if n.stage == "drain" and n.status == "Pending" else "Running"
+
+        return [MembershipNode(hostname=n.hostname, status=status(n), stage=n.stage, reason=n.reason) for n in self.nodes]
+
+    def view(self) -> MembershipView:
+        return MembershipView(request_id=self.request_id, status=self.status, started_at=self.started_at,
+                              finished_at=self.finished_at, message=self.message, nodes=self.node_views())
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), SCHEMA_FIELD: REMOVAL_VERSION})
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> "Removal":
+        doc = json.loads(raw)
+        check_readable("removal", doc.pop(SCHEMA_FIELD, None), f"the removal record of {doc.get('cluster')}")
+        doc["nodes"] = [RemovalRun(**n) for n in doc["nodes"]]
+        return cls(**doc)
+
+
+@dataclass(frozen=True)
+class RemovalDecision:
+    action: Literal["drain", "delete-node", "reset", "forget", "wait", "succeed", "fail", "done"]
+    nodes: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def _not_a_worker(plan: Plan, node: NodePlan) -> str:
+    """Why `node` is not a plain worker ("" if it is)."""
+    etcd = [ec.name for ec in plan.etcd_clusters if ec.member(node.hostname) is not None]
+    if etcd or any(c in node.components for c in ETCD):
+        return f"{node.hostname} (etcd member of {', '.join(etcd) or 'etcd'})"
+    if any(c in node.components for c in CONTROL_PLANE) or any(r.startswith("master") for r in node.roles):
+        return f"{node.hostname} (control plane)"
+    return ""
+
+
+def removal_refusal(req: RemoveNodes, plan: Plan | None, install_status: str | None, *, busy: str = "",
+                    paused: bool = False, current: "Removal | None" = None) -> str:
+    """Why this removal may not start ("" if it may). The stored plan must still name the nodes."""
+    c = req.cluster
+    if plan is None:
+        return f"cluster {c} has no plan: nothing to remove"
+    by_name = {n.hostname: n for n in plan.nodes}
+    unknown = sorted(h for h in req.nodes if h not in by_name)
+    if unknown:
+        return (f"nodes: not in the stored plan of {c}: {', '.join(unknown[:5])} (remove nodes before swapping in "
+                "the plan without them)")
+    if len(set(req.nodes)) != len(req.nodes):
+        return "nodes: a node is named twice"
+    refused = [why for h in req.nodes if (why := _not_a_worker(plan, by_name[h]))]
+    if refused:
+        return ("nodes: only workers are removed this way; etcd members and control-plane nodes leave by a "
+                f"control-plane scale-in: {', '.join(refused[:5])}")
+    if paused:
+        return f"{c} is paused: resume it first (bke resume {c})"
+    if install_status == "Running":
+        return f"the install of {c} is running: remove nodes after it ends"
+    if busy:
+        return f"{busy} of {c} is running: remove nodes after it ends"
+    if current is not None and current.status == "Running" and current.request_id != req.request_id:
+        return f"removal {current.request_id} of {c} is still running"
+    return ""
+
+
+def new_removal(req: RemoveNodes, now: str, identities: list[str]) -> Removal:
+    runs = [RemovalRun(hostname=h, command_id=command_id(req.cluster, removal_slug(req.request_id), h, 0)) for h in req.nodes]
+    return Removal(request_id=req.request_id, cluster=req.cluster, nodes=runs, identities=identities, started_at=now)
+
+
+def next_step(r: Removal) -> RemovalDecision:
+    # 1. a finished removal does nothing more
+    if r.status != "Running":
+        return RemovalDecision("done")
+    # 2. a failed stage stops the removal with its node and reason
+    failed = next((n for n in r.nodes if n.status == "Failed"), None)
+    if failed is not None:
+        return RemovalDecision("fail", (failed.hostname,), f"node {failed.hostname} {failed.stage}: {failed.reason[:500]}")
+    # 3. resets in flight are waited for
+    if any(n.status == "Running" for n in r.nodes):
+        return RemovalDecision("wait", reason="resets in flight")
+    # 4. the earliest stage any node is in, for every node in it
+    left = [n for n in r.nodes if n.stage != "done"]
+    if not left:
+        return RemovalDecision("succeed")
+    stage = min((n.stage for n in left), key=STAGES.index)
+    return RemovalDecision(stage, tuple(n.hostname for n in left if n.stage == stage))  # type: ignore[arg-type]
+
+
+def advance(r: Removal, hosts: tuple[str, ...] | list[str]) -> None:
+    """These nodes finished their stage: on to the next."""
+    for n in r.nodes:
+        if n.hostname in hosts and n.stage != "done":
+            n.stage = STAGES[STAGES.index(n.stage) + 1]  # type: ignore[assignment]
+            n.status, n.reason = "Pending", ""
+
+
+def fail_stage(r: Removal, hosts: tuple[str, ...] | list[str], reason: str) -> None:
+    for n in r.nodes:
+        if n.hostname in hosts:
+            n.status, n.reason = "Failed", reason[:STDERR_KEEP]
+
+
+def apply_result(r: Removal, cid: str, status: str, step: str, stderr: str) -> bool:
+    """Record a reset's answer; False if it is not this removal's reset in flight."""
+    node = next((n for n in r.nodes if n.command_id == cid), None)
+    if node is None or node.stage != "reset" or node.status != "Running":
+        return False
+    if status == "Succeeded":
+        advance(r, [node.hostname])
+    else:
+        node.status, node.reason = "Failed", f"step {step}: {stderr[-STDERR_KEEP:]}"
+    return True
+

@@ -1,0 +1,146 @@
+"""End to end: two workers join an installed lab cluster, then one leaves (issue 14, items 2 and 3
+for workers). Real NATS, Redis and etcd; every service and agent its own process.
+
+The seed example is installed; the plan of the same spec with two more BKENodes is swapped in
+with the compare-and-swap the upgrader uses (`RedisPlanStore.upgrade`); `bke lab join-nodes`
+starts the two agents and sends JoinNodes. Both new nodes end with every file a worker has, each
+of the install's worker phases run on them, and no other node received any command but the
+periodic health checks. Then `bke lab remove-nodes` of one of them: drained and its Node deleted
+(recorded by the lab), reset (no file BKE wrote left on its tree), its identity revoked, no
+other node commanded; and a master is refused by name."""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from bke.auth.permissions import identity_name
+from bke.plan import plan_spec_text
+from bke.state.plans import RedisPlanStore, plan_digest
+from bke_agent.journal import read_executions
+from bke_agent.reset import RESET_TABLE
+from bke_agent.settings import LAB_STATE_SUBDIR
+from bke_dispatcher.engine import parse_command_id
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # install, join, removal on a shared machine
+SEED = "examples/seed-3m1w.yaml"
+BKE = str(Path(sys.executable).parent / "bke")
+EXTRA = b"""
+---
+apiVersion: bke.bocloud.com/v1beta1
+kind: BKENode
+metadata: {name: seed-node2}
+spec: {hostname: node2, ip: 127.0.10.5, role: [node]}
+---
+apiVersion: bke.bocloud.com/v1beta1
+kind: BKENode
+metadata: {name: seed-node3}
+spec: {hostname: node3, ip: 127.0.10.6, role: [node]}
+"""
+EVERYTHING = [p for p, _, _ in RESET_TABLE] + ["/usr/bin/kubelet"]
+
+
+async def _bke(*args: str, timeout: float = 600.0) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BKE_")}
+    proc = await asyncio.create_subprocess_exec(BKE, *args, env=env, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    return proc.returncode or 0, out.decode()
+
+
+def _executions(lab, hosts) -> dict[str, list[str]]:
+    return {h: [rec.commandId for rec in read_executions(lab.host(h) / LAB_STATE_SUBDIR)] for h in hosts}
+
+
+def _files(root: Path) -> set[str]:
+    """Every file BKE wrote under a node's /etc/kubernetes and /var/lib/kubelet, relative."""
+    out = set()
+    for top in ("etc/kubernetes", "var/lib/kubelet"):
+        base = root / top
+        out |= {str(p.relative_to(root)) for p in base.rglob("*") if p.is_file()} if base.is_dir() else set()
+    return out
+
+
+def _stray(before: dict[str, list[str]], after: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Commands a node ran since `before` other than the periodic health checks."""
+    out = {}
+    for h, cids in after.items():
+        new = [c for c in cids if c not in set(before.get(h, []))]
+        other = [c for c in new if not parse_command_id(c)[1].startswith("health@")]
+        if other:
+            out[h] = other
+    return out
+
+
+async def test_two_workers_join_then_one_is_removed(lab_factory):
+    lab = lab_factory(SEED)
+    assert await lab.install(timeout=480.0) == 0, lab.out.getvalue()
+    c, workdir = lab.plan.cluster, str(lab.workdir)
+    old_hosts = [n.hostname for n in lab.plan.nodes]
+
+    # 1. the plan that names two more workers, swapped in as the upgrader swaps its plan
+    bigger = plan_spec_text(lab.spec + EXTRA).plan
+    assert bigger is not None
+    r = aioredis.Redis.from_url(lab.info.redis_url)
+    try:
+        store = RedisPlanStore(r)
+        old = await store.meta(c)
+        assert old is not None
+        pj = bigger.to_json()
+        assert await store.upgrade(bigger, pj, plan_digest(pj), old.digest, "apply-e2e",
+                                   datetime.now(timezone.utc).isoformat())
+    finally:
+        await r.aclose()
+    before = _executions(lab, old_hosts)
+
+    # 2. join them: agents started, certificates, files, kubelet, labels, health
+    rc, out = await _bke("lab", "join-nodes", c, "--nodes", "node2,node3", "--workdir", workdir)
+    assert rc == 0, out
+    assert "node2, node3: Succeeded" in out, out
+    joined = _executions(lab, ["node2", "node3"])
+    for h in ("node2", "node3"):
+        phases = [parse_command_id(cid) for cid in joined[h] if "/join@" in cid]
+        assert [p[3] for p in phases] == [0, 1, 2, 3], joined[h]  # node-env, certs, workers, health: once each
+        # the same files as the worker installed with the cluster (names; contents are per node)
+        assert _files(lab.host(h)) == _files(lab.host("node1")), h
+        assert (lab.host(h) / "etc/kubernetes/pki/ca.crt").is_file()
+    after_join = _executions(lab, old_hosts)
+    assert _stray(before, after_join) == {}, "a node outside the join received a command"
+    rs = redis.Redis.from_url(lab.info.redis_url)
+    try:
+        assert rs.hexists(f"bke:{c}:node-labels", "node2") and rs.hexists(f"bke:{c}:node-labels", "node3")
+    finally:
+        rs.close()
+
+    # 3. a master is not a worker: refused by name, nothing done
+    rc, out = await _bke("lab", "remove-nodes", c, "--nodes", "master1", "--workdir", workdir)
+    assert rc == 2 and "master1 (etcd member of etcd-data)" in out, out
+
+    # 4. node3 leaves: drained and its Node deleted (recorded), reset, revoked, forgotten
+    everyone = old_hosts + ["node2", "node3"]
+    before = _executions(lab, everyone)
+    rc, out = await _bke("lab", "remove-nodes", c, "--nodes", "node3", "--workdir", workdir)
+    assert rc == 0, out
+    assert f"{identity_name('agent', c, 'node3')}: revoked" in out
+    rs = redis.Redis.from_url(lab.info.redis_url)
+    try:
+        api = rs.hget(f"bke:{c}:removal:api", "node3")
+        assert api is not None and all(k in api.decode() for k in ("cordoned", "drained", "deleted"))
+        assert not rs.hexists(f"bke:{c}:agents:accepted", "node3") and not rs.sismember(f"bke:{c}:sealed", "node3")
+        record = rs.hget("bke:auth:identities", identity_name("agent", c, "node3"))
+        assert record is not None and b'"revoked_at": null' not in record
+    finally:
+        rs.close()
+    left = [p for p in EVERYTHING if (lab.host("node3") / p.lstrip("/")).exists()]
+    assert left == [], f"files BKE wrote still on node3: {left}"
+    after = _executions(lab, everyone)
+    removal = [cid for cid in after["node3"] if cid not in set(before["node3"])]
+    assert [parse_command_id(cid)[1].split("@")[0] for cid in removal if "/remove@" in cid] == ["remove"]
+    assert _stray(before, {h: v for h, v in after.items() if h != "node3"}) == {}, "another node was commanded"
+    assert "node3" not in lab.sup.pids()["agents"]  # its agent process stopped

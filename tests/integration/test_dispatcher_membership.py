@@ -1,0 +1,199 @@
+"""The dispatcher's join and removal adapters against the real Redis of the session fixture,
+called as plain functions (the bus is the e2e test's job): a join refused for a plan that is not
+the stored one; otherwise it asks the renderer and certs once, waits for the new nodes' bundles,
+sends each new node its phases one at a time with fixed ids and sends nothing to any other node,
+labels the new nodes, and publishes `finished` once; a resumed dispatcher carries on. A
+removal drains and deletes (recorded), resets, forgets the node's records, names its identity."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+from redis.asyncio import Redis
+
+from bke.checksums import LabChecksums
+from bke.contracts.agent import AgentCommand, CommandResult, StepResult
+from bke.contracts.certs import CertsIssued
+from bke.contracts.membership import JoinNodes, JoinNodesFinished, RemoveNodes, RemoveNodesFinished
+from bke.contracts.render import ManifestsRendered
+from bke.drain import LabDrainer
+from bke.plan import plan_spec_text
+from bke.state import PlanCache, RedisPlanStore, plan_digest
+from bke.state.keys import (
+    join_key, join_results_key, joins_index, removal_api_key, removal_key, removal_results_key, removals_index,
+)
+from bke.state.nodefiles import RedisNodeFiles, file_from_bytes
+from bke_dispatcher.join import Join
+from bke_dispatcher.joins import Joins
+from bke_dispatcher.membership_store import OperationStore
+from bke_dispatcher.node_labels import LabNodes
+from bke_dispatcher.removal import Removal
+from bke_dispatcher.removals import Removals
+from bke_dispatcher.state import DispatcherState
+from tests.trust_helpers import signed
+
+pytestmark = pytest.mark.integration
+NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
+TEXT = open("examples/seed-3m1w.yaml").read().replace("name: seed", "name: mbr")
+EXTRA = """
+---
+apiVersion: bke.bocloud.com/v1beta1
+kind: BKENode
+metadata: {name: mbr-node2}
+spec: {hostname: node2, ip: 127.0.10.5, role: [node]}
+"""
+PLAN = plan_spec_text(TEXT + EXTRA).plan
+PJ = PLAN.to_json()
+DIGEST = plan_digest(PJ)
+
+
+def result(cmd: AgentCommand, status: str = "Succeeded") -> CommandResult:
+    step = StepResult(id=cmd.steps[-1].id if cmd.steps else "x", status=status, stderr="boom" if status == "Failed" else "")
+    return CommandResult(command_id=cmd.command_id, cluster=cmd.cluster, node=cmd.node, agent_id="a", status=status,
+                         steps=[step], started_at="t", finished_at="t")
+
+
+@pytest.fixture
+async def wired(redis_url, redis_client):
+    r = Redis.from_url(redis_url)
+    await RedisPlanStore(r).save(PLAN, PJ, DIGEST, "req", NOW.isoformat())
+    state = DispatcherState(r)
+    await state.start_install("mbr", "req", NOW.isoformat(), DIGEST)
+    await state.set_install("mbr", status="Succeeded")
+    files = RedisNodeFiles(r)
+    # what the renderer and certs service store for node2 (the adapters only read them)
+    await files.put_many("mbr", "render", {"node2": [file_from_bytes("/var/lib/kubelet/config.yaml", b"x")]})
+    await files.put_many("mbr", "certs", {"node2": [file_from_bytes("/etc/kubernetes/pki/ca.crt", b"c")]})
+    sent: list[tuple[str, bytes, dict[str, str]]] = []
+    kicks: list[str] = []
+
+    async def publish(body: bytes, subject: str, headers: dict[str, str]) -> None:
+        sent.append((subject, body, headers))
+
+    async def not_paused(cluster: str) -> bool:
+        return False
+
+    async def idle(cluster: str) -> str:
+        return ""
+
+    async def sign(cmd: AgentCommand) -> AgentCommand:
+        return signed(cmd)
+
+    def joins() -> Joins:  # a restarted dispatcher is a new object on the same Redis
+        store = OperationStore(r, Join.from_json, join_key, join_results_key, joins_index())
+        return Joins(store, state, PlanCache(r), files, LabChecksums(), LabNodes(), idle, not_paused, publish,
+                     lambda: NOW, "me", kick=kicks.append, sign=sign)
+
+    def removals() -> Removals:
+        store = OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index())
+        return Removals(store, state, PlanCache(r), LabDrainer(r, lambda: NOW, removal_api_key), idle, not_paused,
+                        publish, lambda: NOW, "me", kick=kicks.append, sign=sign)
+
+    try:
+        yield joins, removals, state, r, sent
+    finally:
+        await r.aclose()
+
+
+def commands(sent) -> list[AgentCommand]:
+    return [AgentCommand.model_validate_json(b) for s, b, _ in sent if s.endswith(".command")]
+
+
+async def test_a_join_for_another_plan_is_refused_and_answered(wired):
+    joins, _, _, _, sent = wired
+    [out] = await joins().on_request(JoinNodes(request_id="j0", cluster="mbr", plan_digest="0" * 64, nodes=["node2"]))
+    assert out.subject == "bke.v1.join-nodes.finished" and out.message.status == "Failed"
+    assert "planDigest" in out.message.reason and not commands(sent)
+
+
+async def test_a_join_commands_only_the_new_node_phase_by_phase_and_ends_once(wired):
+    joins, _, state, r, sent = wired
+    j = joins()
+    assert await j.on_request(JoinNodes(request_id="j1", cluster="mbr", plan_digest=DIGEST, nodes=["node2"])) == []
+    await j.reconcile("mbr")
+    asked = [s for s, _, _ in sent if s in ("bke.v1.manifests.render", "bke.v1.certs.issue")]
+    assert sorted(asked) == ["bke.v1.certs.issue", "bke.v1.manifests.render"]
+    assert (await j.reconcile("mbr")).status == "wait" and len(asked) == 2  # asked once
+    # the services answer with the join's slug; the bundle is sealed to node2's agent
+    assert await j.rendered(ManifestsRendered(request_id="join@j1", cluster="mbr", digest="d", nodes=5, files=9, tier="t",
+                                              template_sets=[], plan_digest=DIGEST))
+    assert await j.certs_issued(CertsIssued(request_id="join@j1", cluster="mbr", issued=[], reissued=[], reused=1,
+                                            changed_nodes=1, plan_digest=DIGEST))
+    assert not await j.rendered(ManifestsRendered(request_id="upgrade-u1", cluster="mbr", digest="d", nodes=5, files=9,
+                                                  tier="t", template_sets=[]))  # not a join's: the install's handler
+    out = await j.reconcile("mbr")
+    assert out.status == "wait" and "waiting for the agents of node2" in out.reason
+    await state.add_sealed("mbr", ["node2"])
+    phases = []
+    for _ in range(6):
+        await joins().reconcile("mbr")  # a new dispatcher object each pass: all state is in Redis
+        new = [c for c in commands(sent) if c.command_id not in phases]
+        if not new:
+            break
+        [cmd] = new
+        phases.append(cmd.command_id)
+        await j.on_result(result(cmd))
+        await j.on_result(result(cmd))  # a redelivered result counts once
+    assert phases == [f"mbr/join@j1/node2/{i}" for i in range(4)]
+    assert {c.node for c in commands(sent)} == {"node2"}  # nobody else
+    assert [c.phase for c in commands(sent)] == ["node-env", "certs", "workers", "health"]
+    assert await r.hexists("bke:mbr:node-labels", "node2")
+    finished = [JoinNodesFinished.model_validate_json(b) for s, b, _ in sent if s == "bke.v1.join-nodes.finished"]
+    assert [f.status for f in finished] == ["Succeeded"] and finished[0].nodes[0].status == "Succeeded"
+    await joins().reconcile("mbr")
+    assert len([s for s, _, _ in sent if s == "bke.v1.join-nodes.finished"]) == 1
+
+
+async def test_a_failed_phase_fails_the_join_with_its_output(wired):
+    joins, _, state, _, sent = wired
+    j = joins()
+    await j.on_request(JoinNodes(request_id="j2", cluster="mbr", plan_digest=DIGEST, nodes=["node2"]))
+    await j.reconcile("mbr")
+    await j.store.record_input("mbr", "render", "join@j2", "Ready", DIGEST, "")
+    await j.store.record_input("mbr", "certs", "join@j2", "Ready", DIGEST, "")
+    await state.add_sealed("mbr", ["node2"])
+    await j.reconcile("mbr")
+    [cmd] = commands(sent)
+    await j.on_result(result(cmd, "Failed"))
+    out = await j.reconcile("mbr")
+    assert out.status == "failed" and out.reason.startswith("node node2 phase node-env step") and "boom" in out.reason
+
+
+async def test_a_removal_drains_deletes_resets_forgets_and_names_the_identity(wired):
+    _, removals, state, r, sent = wired
+    await state.accept_agents("mbr", {"node2": "a"})
+    await state.add_sealed("mbr", ["node2"])
+    await r.hset("bke:mbr:heartbeat", "node2", "t")
+    rm = removals()
+    [out] = await rm.on_request(RemoveNodes(request_id="x1", cluster="mbr", nodes=["master1"]))
+    assert out.message.status == "Failed" and "master1 (etcd member of etcd-data)" in out.message.reason
+    assert await rm.on_request(RemoveNodes(request_id="r1", cluster="mbr", nodes=["node2"])) == []
+    assert (await rm.reconcile("mbr")).status == "wait"
+    doc = json.loads(await r.hget("bke:mbr:removal:api", "node2"))
+    assert set(doc) == {"cordoned", "drained", "deleted"}
+    [cmd] = commands(sent)
+    assert cmd.command_id == "mbr/remove@r1/node2/0" and cmd.steps[0].type == "reset_node" and cmd.steps[0].binaries
+    await rm.on_result(result(cmd))
+    assert (await removals().reconcile("mbr")).status == "done"
+    assert await state.accepted_agent("mbr", "node2") is None
+    assert not await r.sismember("bke:mbr:sealed", "node2") and not await r.hexists("bke:mbr:heartbeat", "node2")
+    [fin] = [RemoveNodesFinished.model_validate_json(b) for s, b, _ in sent if s == "bke.v1.remove-nodes.finished"
+             and b"r1" in b]
+    assert fin.status == "Succeeded" and fin.revoke_identities == ["agent.mbr.node2"]
+    assert len(commands(sent)) == 1  # nothing to any other node
+
+
+async def test_the_upgraders_lab_drainer_still_records_in_the_upgrade_key(redis_url, redis_client):
+    """The drain moved to bke.drain; the upgrader's lab record stays where its tests read it."""
+    from bke_upgrader.drain import LabDrainer as UpgraderDrainer
+
+    r = Redis.from_url(redis_url)
+    try:
+        d = UpgraderDrainer(r, lambda: NOW)
+        assert await d.cordon_and_drain(PLAN, ["node1"], 5.0) == ""
+        await d.uncordon(PLAN, ["node1"])
+        doc = json.loads(await r.hget("bke:mbr:upgrade:drain", "node1"))
+        assert set(doc) == {"cordoned", "drained", "uncordoned"}
+    finally:
+        await r.aclose()
