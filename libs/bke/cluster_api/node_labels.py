@@ -33,7 +33,7 @@ from ..runner import DONE, Outcome
 from ..state.keys import node_labels_key, phase_key
 from .labels import Marks, marks_from_record, record, wanted
 
-__all__ = ["BATCH", "LabNodes", "NodeLabelsWork", "NodesApplied", "REGISTER_TIMEOUT_S"]
+__all__ = ["BATCH", "LabNodes", "NodeLabelsWork", "NodeMarker", "NodesApplied", "REGISTER_TIMEOUT_S"]
 
 log = logging.getLogger("bke.dispatcher.labels")
 BATCH = 500  # nodes read and patched per round trip to the store (the API adapter bounds its own concurrency)
