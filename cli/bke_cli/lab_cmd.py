@@ -145,15 +145,19 @@ def apply(
     spec: Path = typer.Argument(..., help="the changed spec of a lab cluster"),
     workdir: Path = typer.Option(..., "--workdir", help="the lab's work directory"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print what would change, change nothing"),
+    timeout: float = typer.Option(1800.0, help="seconds before giving up on the changed spec's run"),
 ) -> None:
-    """What a changed spec does to a lab cluster (the planner's diff against the stored plan)."""
+    """What a changed spec does to a lab cluster (the planner's diff against the stored plan);
+    without --dry-run the upgrader then carries it out on the lab's agents."""
     from .status_cmd import show_changes
 
     plan = _plan_or_exit(read_spec_text(spec), spec)
     sup = LabSupervisor(workdir)
     info = sup.ensure_runtime()
     sup.ensure_services(info)
-    raise typer.Exit(show_changes(sup.operator_access(info), read_spec_text(spec), plan.cluster, dry_run))
+    if not dry_run:
+        sup.ensure_agents(info, plan)
+    raise typer.Exit(show_changes(sup.operator_access(info), read_spec_text(spec), plan.cluster, dry_run, timeout=timeout))
 
 
 @lab.command("down")

@@ -204,26 +204,26 @@ def apply(
     spec: Path = typer.Argument(...),
     workdir: Optional[Path] = WORKDIR,
     nats_url: Optional[str] = NATS,
-    timeout: float = typer.Option(3600.0, help="seconds to follow the install"),
+    timeout: float = typer.Option(3600.0, help="seconds to follow the install (or the changed spec's run)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="on an installed cluster: print what would change, change nothing"),
 ) -> None:
     """Install a new cluster on a running deployment and follow it; on an installed cluster,
-    show what the spec changes (`--dry-run` stops there)."""
+    show what the spec changes (`--dry-run` stops there), then carry it out and follow it."""
     plan = plan_or_exit(spec)
     nurl = resolve_nats(workdir, nats_url)
     if dry_run:  # the planner alone answers: it holds the stored plans
         raise typer.Exit(show_changes(nurl, read_spec_text(spec), plan.cluster, dry_run))
     doc = _status_or_exit(nurl, plan.cluster, "none")
     if doc is not None and doc.status == "Succeeded":
-        raise typer.Exit(show_changes(nurl, read_spec_text(spec), plan.cluster, dry_run))
+        raise typer.Exit(show_changes(nurl, read_spec_text(spec), plan.cluster, dry_run, timeout=timeout))
     code = asyncio.run(submit_and_follow(nurl, read_spec_text(spec), plan.cluster, timeout, Console()))
     raise typer.Exit(code)
 
 
-def show_changes(nurl: BusAccess | str, spec: bytes, cluster: str, dry_run: bool) -> int:
-    """The planner's diff, printed. Without --dry-run nothing more happens yet: carrying the
-    changes out (scale out and in, rolls, reset) is issue 14's remaining work, and saying so
-    beats a silent no-op."""
+def show_changes(nurl: BusAccess | str, spec: bytes, cluster: str, dry_run: bool, timeout: float = 3600.0) -> int:
+    """The planner's diff, printed; without --dry-run the upgrader then carries the changes out
+    (`bke.v1.cluster.apply`, apply_follow.py) and the run is followed to its end. What this
+    build cannot carry out yet (joins, removals, etcd membership) it refuses by name."""
     from .changes_cmd import DiffUnavailable, print_changes, run_diff
 
     try:
@@ -247,9 +247,13 @@ def show_changes(nurl: BusAccess | str, spec: bytes, cluster: str, dry_run: bool
         versions = " ".join(f"--{'to' if k == 'kubernetes' else k + '-version'} {b}" for k, (_, b) in reply.versions.items())
         error_lines([f"only versions change: run `bke upgrade apply {cluster} {versions}`"])
         return EXIT_INVALID
-    error_lines([f"cluster {cluster!r} is installed: carrying out these changes is not built yet (scale out/in, "
-                 "rolls and resets: see the README, 'Not done yet'); nothing was changed"])
-    return EXIT_INVALID
+    from .apply_follow import apply_and_follow
+
+    try:
+        return asyncio.run(apply_and_follow(nurl, spec, cluster, timeout, Console()))
+    except (OSError, NoServersError) as exc:
+        die(f"cannot reach NATS at {where(nurl)}: {exc}", EXIT_FAILURE)
+        raise  # unreachable: die exits
 
 
 def register(app: typer.Typer) -> None:

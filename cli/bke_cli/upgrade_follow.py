@@ -1,4 +1,5 @@
-"""`bke upgrade apply` / `bke lab upgrade`: send the request, then follow the upgrade.
+"""`bke upgrade apply` / `bke lab upgrade`: send the request, then follow the upgrade (`bke apply`
+follows a changed spec's run with the same loop: `send_and_follow`).
 
     UpgradeCluster -> upgrader: UpgradeAccepted (or UpgradeRejected: every reason)
                       -> UpgradeChanged ... until Succeeded or Failed
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 
@@ -32,10 +33,10 @@ from bke.contracts.upgrade import (
 
 from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines
 
-__all__ = ["progress_line", "upgrade_and_follow"]
+__all__ = ["progress_line", "send_and_follow", "upgrade_and_follow"]
 
 
-def progress_line(view: dict[str, Any]) -> str:
+def progress_line(view: dict[str, Any], what: str = "upgrade") -> str:
     steps = view.get("steps") or []
     now = next((s for s in steps if s["name"] == view.get("step") and s["status"] in ("Running", "Pending", "Failed")), None)
     done = sum(1 for s in steps if s["status"] in ("Succeeded", "Skipped"))
@@ -43,7 +44,7 @@ def progress_line(view: dict[str, Any]) -> str:
     if now is not None:
         group = f"/{now['group']}" if now.get("group") else ""
         where = f", {now['name']}{group} {now['done']}/{now['total']} nodes"
-    return f"upgrade {view['status']}: step {done}/{len(steps)}{where}"
+    return f"{what} {view['status']}: step {done}/{len(steps)}{where}"
 
 
 def _accepted_lines(doc: dict[str, Any]) -> list[str]:
@@ -68,42 +69,55 @@ async def upgrade_and_follow(nats_url: BusAccess | str, req: UpgradeCluster | Re
                              console: Console) -> int:
     """Send an upgrade (or, a RetryUpgrade, its retry on nodes left behind) and follow it."""
     rid = req.request_id or str(uuid.uuid4())
-    cluster = req.cluster
+    subject = RETRY_UPGRADE if isinstance(req, RetryUpgrade) else UPGRADE_CLUSTER
+    dry = isinstance(req, UpgradeCluster) and req.dry_run
+    return await send_and_follow(
+        nats_url, subject, req.to_bytes(), f"upgrade:{req.cluster}:{rid}", req.cluster, rid, timeout, console,
+        accepted=UPGRADE_ACCEPTED, rejected=UPGRADE_REJECTED, what="upgrade", accepted_lines=_accepted_lines,
+        rejected_lines=lambda d: [f"upgrade of {req.cluster} refused: {d.get('message')}"], ends_at_accept=lambda d: dry)
+
+
+async def send_and_follow(nats_url: BusAccess | str, subject: str, payload: bytes, msg_id: str, cluster: str, rid: str,
+                          timeout: float, console: Console, *, accepted: str, rejected: str, what: str,
+                          accepted_lines: Callable[[dict[str, Any]], list[str]],
+                          rejected_lines: Callable[[dict[str, Any]], list[str]],
+                          ends_at_accept: Callable[[dict[str, Any]], bool]) -> int:
+    """Send a request the upgrader answers on `accepted` / `rejected` and follow its run on the
+    upgrade's changed subject (an upgrade, a retry, a changed spec: `bke apply`) to its end."""
     deadline = time.monotonic() + timeout
     nc = await connect_nats(nats_url)
     try:
-        async with EventWatch(nc, [UPGRADE_ACCEPTED, UPGRADE_REJECTED, upgrade_subject(cluster)]) as watch:
+        async with EventWatch(nc, [accepted, rejected, upgrade_subject(cluster)]) as watch:
             js = nc.jetstream()
             await ensure_streams(js)
-            subject = RETRY_UPGRADE if isinstance(req, RetryUpgrade) else UPGRADE_CLUSTER
-            await js.publish(subject, req.to_bytes(), headers=schema_headers({"Nats-Msg-Id": f"upgrade:{cluster}:{rid}"}))
-            seen, accepted, last = 0, False, ""
+            await js.publish(subject, payload, headers=schema_headers({"Nats-Msg-Id": msg_id}))
+            seen, was_accepted, last = 0, False, ""
             while time.monotonic() < deadline:
                 for e in watch.seen[seen:]:
-                    if e.data.get("requestId") == rid and e.subject == UPGRADE_REJECTED:
-                        error_lines([f"upgrade of {cluster} refused: {e.data.get('message')}"])
+                    if e.data.get("requestId") == rid and e.subject == rejected:
+                        error_lines(rejected_lines(e.data))
                         return EXIT_INVALID
-                    if e.data.get("requestId") == rid and e.subject == UPGRADE_ACCEPTED:
-                        for line in _accepted_lines(e.data):
+                    if e.data.get("requestId") == rid and e.subject == accepted:
+                        for line in accepted_lines(e.data):
                             console.print(line, markup=False, highlight=False)
-                        if isinstance(req, UpgradeCluster) and req.dry_run:
+                        if ends_at_accept(e.data):
                             return EXIT_OK
-                        accepted = True
+                        was_accepted = True
                     view = e.data.get("upgrade") or {}
                     if e.subject == upgrade_subject(cluster) and view.get("requestId") == rid:
-                        line = progress_line(view)
+                        line = progress_line(view, what)
                         if line != last:
                             console.print(line, markup=False, highlight=False)
                             last = line
                         if view["status"] == "Succeeded":
                             return EXIT_OK
                         if view["status"] == "Failed":
-                            error_lines([f"upgrade of {cluster} failed: {view.get('message')}"])
+                            error_lines([f"{what} of {cluster} failed: {view.get('message')}"])
                             return EXIT_FAILURE
                 seen = len(watch.seen)
                 await watch.wait_more(seen, timeout=max(0.1, min(1.0, deadline - time.monotonic())))
-            what = "the upgrade did not finish" if accepted else "no answer from the upgrader"
-            error_lines([f"{what} within {timeout:.0f}s (cluster {cluster}, request {rid}); "
+            gist = f"the {what} did not finish" if was_accepted else "no answer from the upgrader"
+            error_lines([f"{gist} within {timeout:.0f}s (cluster {cluster}, request {rid}); "
                          f"`bke upgrade status {cluster}` shows where it is"])
             return EXIT_FAILURE
     finally:

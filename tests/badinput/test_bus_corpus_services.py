@@ -16,6 +16,7 @@ from bke.bus.connect import BusAccess, connect_nats
 from bke.bus.delivery import MAX_DEADLETTER_PAYLOAD
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, InstallCluster
 from bke.contracts.restore import RESTORE_ETCD, RESTORE_REJECTED
+from bke.contracts.apply import APPLY_CLUSTER, APPLY_REJECTED
 from bke.contracts.upgrade import RETRY_UPGRADE, UPGRADE_CLUSTER, UPGRADE_REJECTED
 from bke.contracts.agent import AgentHeartbeat, AgentProvisioned, GetCommandKey, ProvisionAgent
 from bke.contracts.health import GetHealth
@@ -39,9 +40,10 @@ CLUSTER = "hostile"
 # A few of each kind: what a forger or a broken client sends most (the unit fuzzers cover the rest).
 # A user's install request is answered with a rejection naming the field, never dead-lettered.
 # a user's requests: answered naming the field (an upgrade's retry is answered as an upgrade is)
-ANSWERED = (INSTALL_CLUSTER, LEGACY_CLUSTER_REQUESTED, UPGRADE_CLUSTER, RETRY_UPGRADE, RESTORE_ETCD)
-# answered by the upgrader on bke.v1.upgrade.rejected (an etcd restore on its own rejected subject)
-UPGRADER_ANSWERED = (UPGRADE_CLUSTER, RETRY_UPGRADE, RESTORE_ETCD)
+ANSWERED = (INSTALL_CLUSTER, LEGACY_CLUSTER_REQUESTED, UPGRADE_CLUSTER, RETRY_UPGRADE, RESTORE_ETCD, APPLY_CLUSTER)
+# answered by the upgrader on bke.v1.upgrade.rejected (an etcd restore and a changed spec on their own
+# rejected subjects)
+UPGRADER_ANSWERED = (UPGRADE_CLUSTER, RETRY_UPGRADE, RESTORE_ETCD, APPLY_CLUSTER)
 KINDS = ("garbage", "empty-object", "deep-nesting", "extra-field", "oversized", "non-utf8-in-string")
 
 
@@ -102,7 +104,8 @@ async def test_hostile_messages_are_dead_lettered_and_a_valid_install_still_goes
         await ensure_streams(js)
         await sup.wait_services_ready(js)
         sent: list[tuple[str, str, bytes]] = []
-        async with EventWatch(nc, [f"{DEADLETTER}.>", CLUSTER_REJECTED, UPGRADE_REJECTED, RESTORE_REJECTED]) as watch:
+        async with EventWatch(nc, [f"{DEADLETTER}.>", CLUSTER_REJECTED, UPGRADE_REJECTED, RESTORE_REJECTED,
+                                   APPLY_REJECTED]) as watch:
             for ch, subject in stored_channels():
                 for case in hostile_bodies(ch.model, valid_example(ch.model)):
                     if case.name in KINDS or case.name.startswith("wrong-type-"):
@@ -126,7 +129,7 @@ async def test_hostile_messages_are_dead_lettered_and_a_valid_install_still_goes
 
             def unanswered() -> list[str | None]:
                 ids = [e.data.get("requestId") for e in watch.seen if e.subject == CLUSTER_REJECTED]
-                up = [e.data.get("requestId") or None for e in watch.seen if e.subject in (UPGRADE_REJECTED, RESTORE_REJECTED)]
+                up = [e.data.get("requestId") or None for e in watch.seen if e.subject in (UPGRADE_REJECTED, RESTORE_REJECTED, APPLY_REJECTED)]
                 return ([None] * (asked.count(None) - ids.count(None)) + sorted(set(asked) - set(ids) - {None})
                         + [None] * (asked_upgrade.count(None) - up.count(None))
                         + sorted(f"upgrade {i}" for i in set(asked_upgrade) - set(up) - {None}))

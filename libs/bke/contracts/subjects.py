@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from .base import Message
 from .cluster import ClusterRejected, InstallCluster, PlanCreated
+from .apply import APPLY_ACCEPTED, APPLY_CLUSTER, APPLY_REJECTED, ApplyAccepted, ApplyCluster, ApplyRejected
 from .changes import CLUSTER_DIFF, ClusterChanges, DiffCluster
 from .pause import PAUSE_CLUSTER, PauseChanged, PauseCluster
 from .certs import (
@@ -135,6 +136,7 @@ LEGACY_COMMANDS: dict[str, str] = {LEGACY_CLUSTER_REQUESTED: INSTALL_CLUSTER, LE
 # listed one by one (the `bke.v1.cluster.*` commands and the rejection sit in two streams).
 COMMAND_SUBJECTS: tuple[str, ...] = (INSTALL_CLUSTER, RENEW_CERTS, RETRY_INSTALL, RENDER_MANIFESTS, ISSUE_CERTS,
                                      UPGRADE_CLUSTER, RESTORE_ETCD, RETRY_UPGRADE, RESET_CLUSTER, JOIN_NODES, REMOVE_NODES,
+                                     APPLY_CLUSTER,
                                      *LEGACY_COMMANDS)
 EVENT_SUBJECTS: tuple[str, ...] = (
     CLUSTER_REJECTED,
@@ -159,6 +161,9 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     UPGRADE_ACCEPTED,
     UPGRADE_REJECTED,
     "bke.v1.upgrade.*.changed",
+    # A changed spec's answer (its run's transitions are the upgrade's, above).
+    APPLY_ACCEPTED,
+    APPLY_REJECTED,
     # A pause or resume recorded, one per operation-running service (the CLI waits for both).
     "bke.v1.pause.*.changed",
     # The pause command itself goes to two services (dispatcher, upgrader), each with its own
@@ -221,7 +226,10 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(RETRY_UPGRADE, RetryUpgrade, "command", "Complete the cluster's last upgrade on nodes it left behind (left out, failed, rolled back, not reached); answered like an upgrade request.", ("cli",), ("upgrader",)),
     Channel(UPGRADE_ACCEPTED, UpgradeAccepted, "event", "An upgrade request passed its checks: the steps it runs, every finding, the nodes left out.", ("upgrader",), ("cli",)),
     Channel(UPGRADE_REJECTED, UpgradeRejected, "event", "An upgrade request was refused: every refusing finding by check name (a malformed request: its field).", ("upgrader",), ("cli",)),
-    Channel("bke.v1.upgrade.{cluster}.changed", UpgradeChanged, "event", "An upgrade started, moved a step or batch on, rolled a node back, or finished (the whole view each time).", ("upgrader",), ("cli",)),
+    Channel("bke.v1.upgrade.{cluster}.changed", UpgradeChanged, "event", "An upgrade (or the run of a changed spec, bke.v1.cluster.apply) started, moved a step or batch on, rolled a node back, or finished (the whole view each time).", ("upgrader",), ("cli",)),
+    Channel(APPLY_CLUSTER, ApplyCluster, "command", "Carry out a changed spec on a running cluster (rolls, labels and taints, addons), or with dryRun only answer the actions it would take; its run is followed on the upgrade's changed subject.", ("cli",), ("upgrader",)),
+    Channel(APPLY_ACCEPTED, ApplyAccepted, "event", "A changed spec was accepted: the per-node actions in order and the steps of its run.", ("upgrader",), ("cli",)),
+    Channel(APPLY_REJECTED, ApplyRejected, "event", "A changed spec was refused: every refusal by rule name (a change this build cannot carry out names its kind; a malformed request: its field).", ("upgrader",), ("cli",)),
     Channel(UPGRADE_GET, GetUpgrade, "request", "The cluster's current or last upgrade, served by the upgrader (queue group upgrader-get; core NATS, not stored).", ("cli",), ("upgrader",), (UpgradeView, StatusError)),
     Channel(RESTORE_ETCD, RestoreEtcd, "command", "Restore one etcd cluster from a stored snapshot (disaster recovery, asked for by a person; with dryRun, only answer what it would stop and do).", ("cli",), ("upgrader",)),
     Channel(RESTORE_ACCEPTED, EtcdRestoreAccepted, "event", "A restore request was accepted (or, dry run, would be): every pod it stops and every stage.", ("upgrader",), ("cli",)),

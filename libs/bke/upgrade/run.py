@@ -39,8 +39,9 @@ __all__ = [
 ]
 
 # Steps the upgrader runs itself (not through agents): the checks on live facts, the renewal
-# asked of the certs service, and the addons applied through the cluster's API.
-LOCAL_STEPS = frozenset({"pre-checks", "certificates", "addons"})
+# asked of the certs service, the addons applied through the cluster's API, and (the run of a
+# changed spec, bke.lifecycle.apply_run) the nodes' labels and taints set through the API.
+LOCAL_STEPS = frozenset({"pre-checks", "certificates", "addons", "labels"})
 SLUG_PREFIX = "upgrade@"
 STDERR_KEEP = 2000
 FAILED_KEEP = 50

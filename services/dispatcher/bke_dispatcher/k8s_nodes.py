@@ -1,6 +1,6 @@
 """Nodes and workloads on a real cluster, through the API, as `bke` (admin.conf, as apply_k8s).
 
-- `mark`: read each Node of the batch (a GET each: a batch reads only its own nodes, where a
+- `mark` (`bke.cluster_api.k8s_node_marks`, shared with the upgrader): read each Node of the batch (a GET each: a batch reads only its own nodes, where a
   list would read all 10,000 per batch), patch those lacking BKE's labels or taints (`labels.node_patch`: a JSON merge patch with the
   Node's resourceVersion as precondition, field manager `bke`), `PATCH_WORKERS` at a time.
 - `nodes` / `workload`: what the health phase and the periodic health read.
@@ -14,22 +14,19 @@ connection errors are TemporaryError (the runner comes back).
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bke.errors import TemporaryError
+from bke.cluster_api.k8s_node_marks import PATCH_WORKERS, api_error, client_of, mark_nodes
+from bke.cluster_api.labels import Marks
+from bke.cluster_api.node_labels import NodesApplied
 from bke.plan import NodePlan, Plan
 
 from .api_health import Workload
-from .apply_k8s import FIELD_MANAGER, KubernetesApplier
-from .labels import Marks, node_patch
-from .node_labels import NodesApplied
+from .apply_k8s import KubernetesApplier
 
 __all__ = ["KubernetesNodes", "LIST_PAGE", "PATCH_WORKERS"]
 
 LIST_PAGE = 500  # Nodes per list page: a 10,000-node list in 20 requests of ~2 MB at most
-PATCH_WORKERS = 16  # patches in flight at once: well under the apiserver's default max-mutating-requests-inflight (200)
-MERGE_PATCH = "application/merge-patch+json"
 
 
 class KubernetesNodes:
@@ -38,26 +35,13 @@ class KubernetesNodes:
 
     async def mark(self, plan: Plan, batch: list[tuple[NodePlan, Marks, Marks | None]]) -> NodesApplied:
         kubeconfig = await self.applier.admin_kubeconfig(plan)
-        return await asyncio.to_thread(_mark, kubeconfig, batch)
+        return await asyncio.to_thread(mark_nodes, kubeconfig, batch)
 
     async def nodes(self, plan: Plan) -> dict[str, dict[str, Any]]:
         return await asyncio.to_thread(_list_nodes_with, await self.applier.admin_kubeconfig(plan))
 
     async def workload(self, plan: Plan, w: Workload) -> dict[str, Any] | None:
         return await asyncio.to_thread(_get_workload, await self.applier.admin_kubeconfig(plan), w)
-
-
-def _api_error(what: str, exc: Any) -> Exception:
-    status = getattr(exc, "status", None)
-    if status is None or status >= 500 or status == 429:
-        return TemporaryError(f"{what}: {getattr(exc, 'reason', exc)}", delay=5.0)
-    return ValueError(f"{what}: {status} {getattr(exc, 'reason', '')} {str(getattr(exc, 'body', ''))[:300]}")
-
-
-def _client(kubeconfig: dict[str, Any]) -> Any:
-    from kubernetes import config
-
-    return config.new_client_from_config_dict(kubeconfig)
 
 
 def _list_nodes(dyn: Any) -> dict[str, dict[str, Any]]:
@@ -77,62 +61,20 @@ def _list_nodes_with(kubeconfig: dict[str, Any]) -> dict[str, dict[str, Any]]:
     from kubernetes import dynamic
     from kubernetes.client import exceptions
 
-    api = _client(kubeconfig)
+    api = client_of(kubeconfig)
     try:
         return _list_nodes(dynamic.DynamicClient(api))
     except exceptions.ApiException as exc:
-        raise _api_error("list nodes", exc) from exc
+        raise api_error("list nodes", exc) from exc
     finally:
         api.close()
-
-
-def _mark(kubeconfig: dict[str, Any], batch: list[tuple[NodePlan, Marks, Marks | None]]) -> NodesApplied:
-    from kubernetes import dynamic
-    from kubernetes.client import exceptions
-
-    api = _client(kubeconfig)
-    out = NodesApplied()
-    try:
-        dyn = dynamic.DynamicClient(api)
-        nodes_api = dyn.resources.get(api_version="v1", kind="Node")
-
-        def one(item: tuple[NodePlan, Marks, Marks | None]) -> tuple[str, str]:
-            node, want, before = item
-            try:
-                obj = dyn.get(nodes_api, name=node.hostname).to_dict()
-            except exceptions.ApiException as exc:
-                if exc.status == 404:
-                    return node.hostname, "missing"
-                raise _api_error(f"get Node {node.hostname}", exc) from exc
-            patch = node_patch(obj, want, before)
-            if patch is None:
-                return node.hostname, "Present"  # already carries BKE's marks: nothing written
-            try:
-                dyn.patch(nodes_api, name=node.hostname, body=patch, content_type=MERGE_PATCH, field_manager=FIELD_MANAGER)
-            except exceptions.ApiException as exc:
-                if exc.status in (404, 409):
-                    return node.hostname, "conflict"
-                raise _api_error(f"Node {node.hostname}", exc) from exc
-            return node.hostname, "Applied"
-
-        with ThreadPoolExecutor(PATCH_WORKERS, thread_name_prefix="bke-node-labels") as pool:
-            for name, how in pool.map(one, batch):
-                if how == "missing":
-                    out.missing.append(name)
-                elif how == "conflict":
-                    out.conflicts.append(name)
-                else:
-                    out.applied[name] = how
-    finally:
-        api.close()
-    return out
 
 
 def _get_workload(kubeconfig: dict[str, Any], w: Workload) -> dict[str, Any] | None:
     from kubernetes import dynamic
     from kubernetes.client import exceptions
 
-    api = _client(kubeconfig)
+    api = client_of(kubeconfig)
     try:
         dyn = dynamic.DynamicClient(api)
         res = dyn.resources.get(api_version="apps/v1", kind=w.kind)
@@ -141,6 +83,6 @@ def _get_workload(kubeconfig: dict[str, Any], w: Workload) -> dict[str, Any] | N
         except exceptions.ApiException as exc:
             if exc.status == 404:
                 return None
-            raise _api_error(w.ref, exc) from exc
+            raise api_error(w.ref, exc) from exc
     finally:
         api.close()

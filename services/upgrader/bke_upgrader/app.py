@@ -14,7 +14,9 @@ from bke.bus.service import REDIS_PROBE_S, Service, make_service
 from bke.checksums import HttpRepoChecksums, LabChecksums
 from bke.cluster_api.addons import AddonsWork, LabApplier
 from bke.cluster_api.manifests import HttpRepoManifests, LabManifests
+from bke.cluster_api.node_labels import LabNodes, NodeLabelsWork, NodeMarker
 from bke.contracts.agent import CommandResult
+from bke.contracts.apply import APPLY_CLUSTER, ApplyCluster
 from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, CertsFailed, CertsRenewed
 from bke.contracts.restore import RESTORE_ETCD, RESTORE_GET, RESTORE_PIECE
 from bke.contracts.status import StatusError
@@ -38,6 +40,7 @@ from bke.etcdsnap.restore_run import SLUG_PREFIX as RESTORE_SLUG_PREFIX
 from bke.upgrade.run import SLUG_PREFIX
 
 from .agent_release import ReleaseSource
+from .applies import Applies
 from .certs import UpgradeCerts
 from .drain import Drainer, KubernetesDrainer, LabDrainer
 from .facts import LiveFacts
@@ -100,6 +103,22 @@ class _AddonsStep:
         return ""
 
 
+class _LabelsStep:
+    """A changed spec's labels step over the install's node-labels code (bke.cluster_api):
+    the registered nodes get the new plan's labels and taints, recorded as the install does."""
+
+    def __init__(self, work: NodeLabelsWork):
+        self.work = work
+
+    async def apply(self, plan: Plan) -> str:
+        outcome = await self.work.run("apply-labels", plan)
+        if outcome.status == "failed":
+            return outcome.reason or "labels failed"
+        if outcome.status == "wait":
+            raise TemporaryError(outcome.reason or "labels not applied yet", delay=outcome.delay or 5.0)
+        return ""
+
+
 def create_service(settings: UpgraderSettings | None = None) -> Service:
     settings = settings or UpgraderSettings()
     svc = make_service("upgrader", settings)
@@ -108,14 +127,18 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     lab = settings.mode == "lab"
     simulated_repo = lab and settings.repo_source == "auto"
     drainer: Drainer
+    marker: NodeMarker
     if lab:
         applier = LabApplier()
         drainer = LabDrainer(redis, _now)
+        marker = LabNodes()
     else:
         from bke.cluster_api.apply_k8s import KubernetesApplier
+        from bke.cluster_api.k8s_node_marks import KubernetesNodeMarker
 
         applier = KubernetesApplier(redis)
         drainer = KubernetesDrainer(applier.admin_kubeconfig)
+        marker = KubernetesNodeMarker(applier)
     addons = _AddonsStep(AddonsWork(redis, applier, _now, LabManifests() if simulated_repo else HttpRepoManifests()))
     signing = CommandSigning(redis, box_from_env)
     store = UpgradeStore(redis)
@@ -142,7 +165,8 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
                         snapshots=snapshots, answer_deadline_s=settings.answer_deadline_s,
                         component_timeout_s=settings.component_timeout_s, certs=certs,
                         release=ReleaseSource(settings.agent_release, settings.agent_confirm_timeout_s, redis)
-                        if settings.agent_release else None)
+                        if settings.agent_release else None,
+                        labels=_LabelsStep(NodeLabelsWork(redis, marker, _now)))
     # etcd disaster recovery (restores.py): the same store access, signing and lease as upgrades
     restore_store = RestoreStore(redis)
     pieces = PieceServer(restore_store, lambda: svc.nc.jetstream(), snapshots.key)
@@ -166,6 +190,10 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     on_request = typed(UpgradeCluster, upgrades.on_request, svc.publish, refuse=upgrades.refuse_bytes)
 
     retries = Retries(upgrades)
+    # a changed spec (applies.py): a run of the same record; refused while a restore runs too
+    applies = Applies(upgrades, plans, restore_store, _now)
+    svc.work_subscriber(APPLY_CLUSTER, "BKE_COMMANDS", "upgrader-applies",
+                        typed(ApplyCluster, applies.on_request, svc.publish, refuse=applies.refuse_bytes), batch_size=4)
 
     async def on_retry(body: bytes) -> None:
         for out in await retries.on_retry_bytes(body):

@@ -47,9 +47,9 @@ from bke.contracts.upgrade import (
     UpgradeView,
     upgrade_subject,
 )
-from bke.errors import MalformedMessage, TemporaryError, is_unavailable
+from bke.errors import MalformedMessage, PermanentError, TemporaryError, is_unavailable
 from bke.etcdsnap.step import snapshot_step
-from bke.plan import Plan
+from bke.plan import Plan, plan_spec_text
 from bke.state import PlanCache, RedisPlanStore, plan_digest
 from bke.state.lease import claim_lease, release_lease
 from bke.state.operation_slot import claim_operation, operation_holder, release_operation
@@ -116,6 +116,11 @@ class Addons(Protocol):
         else why not."""
 
 
+class Labels(Protocol):
+    async def apply(self, plan: Plan) -> str:
+        """"" when every registered node carries the plan's labels and taints, else why not."""
+
+
 class SnapshotSetup(Protocol):
     async def recipient(self) -> str:
         """The public half of the deployment's snapshot key (base64), once the store exists."""
@@ -139,16 +144,23 @@ class Outcome:
         self.status, self.delay, self.reason = status, delay, reason
 
 
+def slot_kind(run: UpgradeRun) -> str:
+    """The operation-slot kind of a run of the upgrade record: a changed spec's run (applies.py,
+    `request.kind` "apply") holds the slot as an apply, so that a refusal names what runs."""
+    return "apply" if run.request.get("kind") == "apply" else "upgrade"
+
+
 class Upgrades:
     def __init__(self, store: UpgradeStore, plans: PlanCache, plan_store: RedisPlanStore, facts: LiveFacts,
                  renders: Renders, checksums: Checksums, drainer: Drainer, addons: Addons, publish: Publish,
                  now: Callable[[], datetime], owner: str, lease_ms: int, *, sign: Sign,
                  snapshots: SnapshotSetup, answer_deadline_s: float = 1800.0,
                  component_timeout_s: float = 180.0, certs: UpgradeCerts | None = None,
-                 release: ReleaseSource | None = None):
+                 release: ReleaseSource | None = None, labels: Labels | None = None):
         self.snapshots = snapshots
         self.certs = certs or UpgradeCerts(store, publish)
         self.release = release  # the agent release the agents step installs (None: version check only)
+        self.labels = labels  # the labels step of a changed spec's run (bke.lifecycle.apply_run)
         self.component_timeout_s = component_timeout_s
         self.store, self.plans, self.plan_store, self.facts = store, plans, plan_store, facts
         self.renders, self.checksums, self.drainer, self.addons = renders, checksums, drainer, addons
@@ -259,12 +271,12 @@ class Upgrades:
         started). The claim is the one atomic step between kinds (an upgrade, a restore, a
         rotation, a reset...); the record's own WATCH check stays, for an upgrade record left
         Running without a claim (written before the slot existed)."""
-        claim = await claim_operation(self.store.r, run.cluster, "upgrade", run.request_id, self.ts())
+        claim = await claim_operation(self.store.r, run.cluster, slot_kind(run), run.request_id, self.ts())
         if not claim.won:
             return claim.refusal(run.cluster)
         why = await self.store.start(run, refuse)
         if why:
-            await release_operation(self.store.r, run.cluster, "upgrade", run.request_id)
+            await release_operation(self.store.r, run.cluster, slot_kind(run), run.request_id)
         return why
 
     async def release_if_over(self, cluster: str) -> None:
@@ -275,7 +287,7 @@ class Upgrades:
         except StoredVersionError:
             return
         if run is not None and run.status != "Running":
-            await release_operation(self.store.r, cluster, "upgrade", run.request_id)
+            await release_operation(self.store.r, cluster, slot_kind(run), run.request_id)
 
     async def plan_digest(self, cluster: str) -> str:
         meta = await self.plan_store.meta(cluster)
@@ -359,7 +371,11 @@ class Upgrades:
         hit = self._targets.get(run.cluster)
         if hit is not None and hit[0] == run.request_id and hit[1] is stored:
             return hit[2], hit[3]
-        if run.request.get("retryOf"):
+        if run.request.get("kind") == "apply":
+            # a changed spec's run (applies.py): the target is the spec it carries, placed again
+            # (placement is deterministic: the same plan, whose digest the request recorded)
+            old, new = stored, await asyncio.to_thread(_placed, str(run.request.get("spec", "")))
+        elif run.request.get("retryOf"):
             old = stored if _runs(stored, run.current) else _plan_at(stored, run.current)
             new = stored if _runs(stored, run.target) else _plan_at(stored, run.target)
         else:
@@ -435,12 +451,17 @@ class Upgrades:
         if run.status == "Running":
             await self.store.save(run)
             return
+        if run.request.get("kind") == "apply":
+            # a changed spec changes no version: the nodes' version records (`bke retry`'s
+            # input for an upgrade) stay as the last upgrade left them
+            await self.store.save_end(run, {})
+            return
         answers = await self.store.results(run.cluster, stopped_batch_ids(run))
         previous = await self.store.node_versions(run.cluster)
         await self.store.save_end(run, settled(run, answers, previous))
         # ended: the cluster's operation slot goes before the end is announced (whoever sees
         # it may start the next operation at once); a crash in between heals at the next pass
-        await release_operation(self.store.r, run.cluster, "upgrade", run.request_id)
+        await release_operation(self.store.r, run.cluster, slot_kind(run), run.request_id)
 
     async def _carry_out(self, run: UpgradeRun, d: Decision, old: Plan, new: Plan) -> None:
         step = d.step
@@ -475,6 +496,9 @@ class Upgrades:
                 except TemporaryError:  # asked, waiting for the answer: followers see the steps done so far
                     await self._changed(run)
                     raise
+            elif step.name == "labels":
+                why = await self.labels.apply(new) if self.labels is not None else "no labels adapter in this upgrader"
+                mark_local(step, not why, why)
             elif step.name == "addons":
                 renders = await self.renders.get(run.request_id, old, new)
                 why = await self.addons.apply(old, new, renders.new_addons)
@@ -544,6 +568,9 @@ class Upgrades:
             log.info("upgrade retry succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
             return
         pj = new.to_json()
+        if run.request.get("kind") == "apply":
+            await self._swap_plan(run, new, pj)
+            return
         stored = await self.plan_store.upgrade(new, pj, plan_digest(pj), str(run.request.get("planDigest", "")),
                                                run.request_id, self.ts())
         if not stored and (await self.plans.load(run.cluster)).kubernetes_version != new.kubernetes_version:
@@ -553,6 +580,19 @@ class Upgrades:
         await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:upgrade:{run.request_id}"})
         finish(run, True, self.ts())
         log.info("upgrade succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
+
+    async def _swap_plan(self, run: UpgradeRun, new: Plan, pj: str) -> None:
+        """The end of a changed spec's run: its plan replaces the one the run started from
+        (compare-and-swap on that digest), and the renderer stores the new plan's files."""
+        digest = plan_digest(pj)
+        stored = await self.plan_store.upgrade(new, pj, digest, str(run.request.get("planDigest", "")),
+                                               run.request_id, self.ts())
+        if not stored and await self.plan_digest(run.cluster) != digest:  # not already ours (a crash after the swap)
+            raise PermanentError("the stored plan changed while the changed spec was carried out; not replaced")
+        ask = RenderManifests(request_id=f"apply-{run.request_id}", cluster=run.cluster)
+        await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:apply:{run.request_id}"})
+        finish(run, True, self.ts())
+        log.info("apply succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
 
     async def _retry_completes_plan(self, run: UpgradeRun, new: Plan) -> bool:
         """Whether a retry's success makes the target plan the stored one: only when it is not
@@ -585,6 +625,13 @@ class Upgrades:
 
 def _runs(plan: Plan, versions: dict[str, str]) -> bool:
     return versions_of(plan).model_dump() == versions
+
+
+def _placed(spec: str) -> Plan:
+    outcome = plan_spec_text(spec, "spec")
+    if outcome.plan is None:  # it was placed when the request was accepted: a bug or another BKE version
+        raise PermanentError("the run's spec no longer places: " + "; ".join(str(e) for e in outcome.errors[:5]))
+    return outcome.plan
 
 
 def _plan_at(plan: Plan, versions: dict[str, str]) -> Plan:

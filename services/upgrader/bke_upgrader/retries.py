@@ -26,6 +26,7 @@ from bke.contracts.upgrade import (
 from bke.upgrade.retry import decide_retry, retry_run
 from bke.upgrade.run import UpgradeRun
 
+from .applies import is_apply
 from .operation import Upgrades
 from .requests import parse_retry, step_views
 from .views import expanded, view
@@ -59,6 +60,11 @@ class Retries:
         if last is not None and last.request_id == req.request_id:
             self.up.kick(req.cluster)  # a redelivery: that retry exists already
             return []
+        if last is not None and is_apply(last):
+            # a changed spec's run keeps no per-node target to retry towards; the stored plan is
+            # replaced only when every node took it, so applying the spec again completes it
+            return rejected(f"the last operation of {req.cluster} is a changed spec (apply {last.request_id}, "
+                            f"{last.status}): run `bke apply SPEC` again to complete it")
         status = await self.up.facts.status(req.cluster)
         if isinstance(status, StatusError):
             return rejected(f"cluster {req.cluster!r}: {status.message}" if status.reason == "NotFound" else status.message)

@@ -1,0 +1,56 @@
+"""Carrying out a changed spec on a running cluster (issue 14): the request and its answer.
+
+`ApplyCluster` (a command, `bke.v1.cluster.apply`) asks the upgrader to change a running cluster
+to what a changed spec describes. The upgrader places the spec, compares it with the stored plan
+(`bke.lifecycle.diff`, the same rules as `bke apply --dry-run`) and answers once:
+`ApplyAccepted` (the per-node actions in order and the steps of the run; with `dry_run` nothing
+starts) or `ApplyRejected` (every refusal by rule name in `refusals`, or a malformed request's
+fields in `message`). The run itself is a run of the upgrader's record: its transitions are
+`UpgradeChanged` on `bke.v1.upgrade.<cluster>.changed` (the same view, `bke upgrade status`).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import ErrorItem, Message
+from .changes import ChangeAction
+from .upgrade import UpgradeStepView
+
+__all__ = ["APPLY_ACCEPTED", "APPLY_CLUSTER", "APPLY_REJECTED", "MAX_APPLY_SPEC_CHARS", "ApplyAccepted",
+           "ApplyCluster", "ApplyRejected"]
+
+APPLY_CLUSTER = "bke.v1.cluster.apply"
+APPLY_ACCEPTED = "bke.v1.apply.accepted"
+APPLY_REJECTED = "bke.v1.apply.rejected"
+# inline only: under NATS' 1 MiB max_payload with the rest of the message (the CLI's INLINE_LIMIT)
+MAX_APPLY_SPEC_CHARS = 900 * 1024
+
+
+class ApplyCluster(Message):
+    """Change `cluster` to what `spec` (the BKECluster + BKENode YAML) describes."""
+
+    request_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")
+    cluster: str = Field(min_length=1, max_length=63)
+    spec: str = Field(min_length=1, max_length=MAX_APPLY_SPEC_CHARS)
+    drain_timeout_s: float = Field(300.0, gt=0, le=24 * 3600)  # a kubelet/containerd roll drains its node
+    dry_run: bool = False  # answer with the actions, start nothing
+    origin: Literal["cli", "bus"] = "cli"
+
+
+class ApplyAccepted(Message):
+    request_id: str
+    cluster: str
+    stored_digest: str
+    desired_digest: str
+    actions: list[ChangeAction] = []  # in the order they run (empty: nothing changes)
+    steps: list[UpgradeStepView] = []  # the run's steps (empty: nothing to run)
+    dry_run: bool = False
+
+
+class ApplyRejected(Message):
+    request_id: str
+    cluster: str
+    message: str
+    refusals: list[ErrorItem] = []  # path = the rule's name (SplitUnchanged, NotBuilt, Busy, ...)

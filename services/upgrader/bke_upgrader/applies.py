@@ -1,0 +1,164 @@
+"""A changed spec carried out on a running cluster (`bke.v1.cluster.apply`, issue 14).
+
+The request, decided here: the spec placed (`bke.plan`, as an install places it), compared with
+the stored plan (`bke.lifecycle.diff`: the refusals of `bke apply --dry-run`), and its actions
+turned into run steps by the action table (`bke.lifecycle.apply_run`). The run is a run of the
+upgrade's record (`bke:<c>:upgrade`, request kind "apply"), carried out by `operation.Upgrades`
+pass by pass: the same fixed command ids, pause, ReplaceFiles with automatic rollback, drains
+and compare-and-swap of the stored plan at the end; one operation per cluster follows from the
+shared record (an upgrade and an apply cannot both run) and `operation_refusal`.
+
+    on_request -> [ApplyAccepted (+ UpgradeChanged: the run started)] | [ApplyRejected]
+
+Errors: bytes that are no ApplyCluster are answered `apply.rejected` naming each wrong field
+(`refuse_bytes`); a dispatcher that does not answer the status request is a TemporaryError (the
+message is redelivered); everything the request gets wrong is an `apply.rejected`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from pydantic import ValidationError
+
+from bke.bus.handler import Out
+from bke.contracts.apply import APPLY_ACCEPTED, APPLY_REJECTED, ApplyAccepted, ApplyCluster, ApplyRejected
+from bke.contracts.base import ErrorItem
+from bke.contracts.changes import ChangeAction
+from bke.contracts.status import StatusError
+from bke.contracts.upgrade import UpgradeChanged, upgrade_subject
+from bke.errors import MalformedMessage
+from bke.lifecycle.apply_run import apply_order
+from bke.lifecycle.diff import ClusterDiff, diff_plans, render_diff
+from bke.plan import Plan, plan_spec_text
+from bke.state import PlanCache, plan_digest
+from bke.upgrade.run import UpgradeRun, new_run
+
+from .operation import Upgrades
+from .requests import refusal_of, step_views, versions_of
+from .restore_store import RestoreStore
+from .views import view
+
+__all__ = ["APPLY_KIND", "Applies", "is_apply", "operation_refusal"]
+
+log = logging.getLogger("bke.upgrader.apply")
+APPLY_KIND = "apply"  # run.request["kind"] of a changed spec's run
+
+
+def is_apply(run: UpgradeRun) -> bool:
+    return run.request.get("kind") == APPLY_KIND
+
+
+async def operation_refusal(cluster: str, status: object, upgrades: Upgrades, restores: RestoreStore) -> str:
+    """Why another operation of `cluster` runs ("" when none does): the checks an upgrade request
+    makes today (a rotation from the dispatcher's status, an etcd restore, an upgrade or apply in
+    the shared record), for records written without a slot claim; the slot itself is claimed
+    atomically at the start (`Upgrades.start_claimed`)."""
+    rotation = getattr(status, "rotation", None)
+    if rotation is not None and rotation.status == "Running":
+        return f"a certificate rotation of {cluster} is running ({rotation.done}/{rotation.total} nodes): one operation per cluster"
+    restore = await restores.load(cluster)
+    if restore is not None and restore.status == "Running":
+        return f"etcd restore {restore.restore_id} of {restore.etcd_cluster} in {cluster} is running: one operation per cluster"
+    return _running(await upgrades.store.load(cluster), cluster)
+
+
+def _running(cur: UpgradeRun | None, cluster: str) -> str:
+    if cur is None or cur.status != "Running":
+        return ""
+    what = "apply" if is_apply(cur) else "upgrade"
+    now = cur.step_now()
+    return f"{what} {cur.request_id} of {cluster} is still running (step {now.name if now else '-'}): one operation per cluster"
+
+
+def placed(spec: str) -> Plan | list[ErrorItem]:
+    """The spec placed as an install places it, or every error by its field (CPU-bound)."""
+    outcome = plan_spec_text(spec, "spec")
+    if not outcome.ok or outcome.plan is None:
+        return [ErrorItem(path=f"spec.{e.path}" if e.path else "spec", message=e.message) for e in outcome.errors]
+    return outcome.plan
+
+
+def _diff(stored: Plan, desired: Plan) -> ClusterDiff:
+    return diff_plans(stored, desired, render_diff(stored, desired))
+
+
+class Applies:
+    def __init__(self, upgrades: Upgrades, plans: PlanCache, restores: RestoreStore, now: Callable[[], datetime]):
+        self.upgrades, self.plans, self.restores, self.now = upgrades, plans, restores, now
+
+    def refuse_bytes(self, body: bytes) -> list[Out]:
+        """The answer to bytes that are no ApplyCluster: every wrong field named, never a dead
+        letter (the CLI waits for an answer)."""
+        try:
+            ApplyCluster.model_validate_json(body)
+        except ValidationError as exc:
+            rid, cluster, message = refusal_of(body, exc)
+            req = ApplyRejected(request_id=rid, cluster=cluster, message=message)
+        else:  # valid as is but not in the form its header named: that is typed's dead letter
+            raise MalformedMessage("an ApplyCluster that does not read in the form its bke-schema header names")
+        log.warning("apply request refused: %s", req.message, extra={"request_id": req.request_id})
+        return [Out(req, APPLY_REJECTED, f"apply-rejected:{req.request_id}" if req.request_id else None)]
+
+    async def on_request(self, req: ApplyCluster) -> list[Out]:
+        ids = {"cluster": req.cluster, "request_id": req.request_id}
+
+        def rejected(message: str, refusals: list[ErrorItem] | None = None) -> list[Out]:
+            log.warning("apply refused: %s", message, extra=ids)
+            return [Out(ApplyRejected(request_id=req.request_id, cluster=req.cluster, message=message,
+                                      refusals=refusals or []), APPLY_REJECTED, f"apply-rejected:{req.request_id}")]
+
+        current = await self.upgrades.store.load(req.cluster)
+        if current is not None and current.request_id == req.request_id:
+            self.upgrades.kick(req.cluster)  # a redelivery: that run exists already
+            return []
+        status = await self.upgrades.facts.status(req.cluster)
+        if isinstance(status, StatusError):
+            return rejected(f"cluster {req.cluster!r}: {status.message}" if status.reason == "NotFound" else status.message)
+        if status.status != "Succeeded":
+            return rejected(f"the install of {req.cluster} is {status.status}: a changed spec applies to an installed "
+                            "cluster (`bke retry` finishes a failed install)")
+        busy = (await self.upgrades.busy(req.cluster, APPLY_KIND, req.request_id)
+                or await operation_refusal(req.cluster, status, self.upgrades, self.restores))
+        if busy and not req.dry_run:
+            return rejected(busy, [ErrorItem(path="Busy", message=busy)])
+        desired = await asyncio.to_thread(placed, req.spec)
+        if isinstance(desired, list):
+            return rejected("the spec is invalid: " + "; ".join(f"{e.path}: {e.message}" for e in desired[:20]), desired)
+        if desired.cluster != req.cluster:
+            return rejected(f"spec: names cluster {desired.cluster!r}, the request {req.cluster!r}")
+        stored = await self.plans.load(req.cluster)
+        digest = await self.upgrades.plan_digest(req.cluster)
+        diff = await asyncio.to_thread(_diff, stored, desired)
+        refusals = [ErrorItem(path=r.name, message=r.message) for r in diff.refusals]
+        if diff.upgrade_only:
+            versions = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in diff.versions.items())
+            refusals.append(ErrorItem(path="VersionsOnly", message=f"only versions change ({versions}): use `bke upgrade apply`"))
+        order = apply_order(stored, desired, diff, None)
+        refusals += [ErrorItem(path=r.name, message=r.message) for r in order.refusals]
+        if refusals:
+            return rejected("; ".join(f"{r.path}: {r.message}" for r in refusals), refusals)
+        answer = ApplyAccepted(
+            request_id=req.request_id, cluster=req.cluster, stored_digest=digest,
+            desired_digest=plan_digest(desired.to_json()),
+            actions=[ChangeAction(kind=a.kind, host=a.host, detail=a.detail) for a in diff.actions],
+            steps=step_views(order.steps, len(stored.nodes)), dry_run=req.dry_run)
+        if req.dry_run or not order.steps:
+            return [Out(answer, APPLY_ACCEPTED, f"apply-accepted:{req.request_id}")]
+        versions = versions_of(stored).model_dump()
+        run = new_run(req.request_id, req.cluster, versions, versions, list(order.steps),
+                      [n.hostname for n in stored.nodes], self.now().isoformat(),
+                      request={"kind": APPLY_KIND, "requestId": req.request_id, "cluster": req.cluster,
+                               "spec": req.spec, "planDigest": digest, "desiredDigest": answer.desired_digest,
+                               "drainTimeoutS": req.drain_timeout_s})
+        # the cluster's operation slot (kind "apply", operation.slot_kind), then the record
+        why = await self.upgrades.start_claimed(run, lambda cur: _running(cur, req.cluster))
+        if why:
+            return rejected(why, [ErrorItem(path="Busy", message=why)])
+        log.info("apply accepted: %d action(s), %d step(s)", len(diff.actions), len(run.steps), extra=ids)
+        self.upgrades.kick(req.cluster)
+        return [Out(answer, APPLY_ACCEPTED, f"apply-accepted:{req.request_id}"),
+                Out(UpgradeChanged(cluster=req.cluster, at=self.now().isoformat(), upgrade=view(run)),
+                    upgrade_subject(req.cluster))]

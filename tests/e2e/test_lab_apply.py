@@ -1,0 +1,176 @@
+"""End to end: `bke lab apply` carries out a changed spec on a lab install (real NATS, Redis,
+etcd; every service and agent a process; the CLI as a user runs it).
+
+The seed example is installed; then
+1. a dry run of a changed controller-manager flag changes nothing (no command, no file, the
+   stored plan the same);
+2. the apply, paused once the first master's command is sent: no further command is taken while
+   paused, then after the resume it finishes: only kube-controller-manager.yaml changed, on each
+   master, one master at a time (no two masters' ReplaceFiles overlap, from the agents' own
+   execution records), and the worker got no command at all; the stored plan is the new one;
+3. a label change applies the labels only (the node-labels record of that node; no command).
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from redis import Redis
+
+from bke.bus import EventWatch
+from bke.bus.connect import connect_nats
+from bke.contracts.upgrade import upgrade_subject
+from bke.state.keys import node_labels_key, plan_meta_key
+from bke_agent.journal import read_executions
+from bke_agent.lablayout import LabLayout
+from bke_agent.settings import LAB_STATE_SUBDIR
+
+from .test_lab_install import SEED, assert_ran_once
+
+pytestmark = pytest.mark.e2e
+KCM = "kube-controller-manager"
+FLAG = '      certificates: {keyAlgorithm: ECDSA-P256}\n      controllerManager:\n        extraArgs: {kube-api-qps: "80"}\n'
+QUIET_S = 7.0  # longer than the upgrader's idle re-check (operation.WAIT_S, 5 s): a pass would have run
+
+
+def _bke(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bke_cli.main", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _files(lab) -> dict[str, str]:
+    """Every file BKE writes on every node (under etc/ and var/lib/kubelet), by digest."""
+    out = {}
+    for node in lab.plan.nodes:
+        root = lab.host(node.hostname)
+        for top in ("etc", "var/lib/kubelet"):
+            for p in sorted((root / top).rglob("*")):
+                if p.is_file():
+                    out[str(p.relative_to(lab.workdir))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _records(lab):
+    return {n.hostname: read_executions(lab.host(n.hostname) / LAB_STATE_SUBDIR) for n in lab.plan.nodes}
+
+
+def _new_commands(lab, before: dict[str, int]):
+    """Commands run since `before`, but the dispatcher's periodic health rounds (`<c>/health@<n>/...`:
+    WaitHealth probes only, read-only, sent every 30 s to every node whatever else runs)."""
+    return {h: [r for r in recs[before[h]:] if "/health@" not in r.commandId] for h, recs in _records(lab).items()}
+
+
+async def test_apply_a_controller_manager_flag_master_by_master_with_pause_then_labels(lab_factory, tmp_path):
+    text = Path(SEED).read_text().replace("127.0.10.", "127.0.98.")
+    spec = tmp_path / "seed.yaml"
+    spec.write_text(text)
+    lab = lab_factory(str(spec))
+    assert await lab.install() == 0, lab.out.getvalue()
+    cluster = lab.plan.cluster
+    masters = [n.hostname for n in lab.plan.nodes if "master/node" in n.roles]
+    workers = [n.hostname for n in lab.plan.nodes if n.hostname not in masters]
+    r = Redis.from_url(lab.info.redis_url, decode_responses=True)
+    digest0 = r.hget(plan_meta_key(cluster), "digest")
+    files0 = _files(lab)
+    counts0 = {h: len(recs) for h, recs in _records(lab).items()}
+
+    changed = tmp_path / "changed.yaml"
+    assert "      certificates: {keyAlgorithm: ECDSA-P256}\n" in text
+    changed.write_text(text.replace("      certificates: {keyAlgorithm: ECDSA-P256}\n", FLAG))
+
+    # 1. a dry run: the actions are shown, nothing changes anywhere
+    dry = await asyncio.to_thread(_bke, "lab", "apply", str(changed), "--workdir", str(lab.workdir), "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert re.search(rf"roll\s+{masters[0]}\s+{KCM}", dry.stdout), dry.stdout
+    assert _files(lab) == files0
+    assert all(not recs for recs in _new_commands(lab, counts0).values())
+    assert r.hget(plan_meta_key(cluster), "digest") == digest0
+
+    # 2. the apply, paused once the first master's command is out. The lab's pods come up in well
+    # under a second, quicker than `bke pause` starts: master1's controller-manager is held
+    # unhealthy (the lab's control file) until the pause is recorded, so its ReplaceFiles waits
+    # on its probe (45 s in the lab) and then succeeds: deterministically one master done, paused.
+    hold = LabLayout(lab.host(masters[0])).unhealthy_file(KCM)
+    hold.parent.mkdir(parents=True, exist_ok=True)
+    hold.write_text("held by the test until the pause is recorded\n")
+    nc = await connect_nats(lab.access)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    async with EventWatch(nc, [upgrade_subject(cluster)]) as watch:
+        proc = subprocess.Popen([sys.executable, "-m", "bke_cli.main", "lab", "apply", str(changed), "--workdir",
+                                 str(lab.workdir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+        def sent_first() -> bool:
+            for e in watch.seen:
+                step = next((s for s in e.data["upgrade"]["steps"] if s["name"] == KCM), None)
+                if step is not None and step["status"] == "Running":
+                    return True
+            return False
+
+        deadline = time.monotonic() + 120
+        while not sent_first():
+            assert time.monotonic() < deadline and proc.poll() is None, (proc.poll(), [e.data for e in watch.seen])
+            await watch.wait_more(len(watch.seen), timeout=1.0)
+        paused = await asyncio.to_thread(_bke, "pause", cluster, "--workdir", str(lab.workdir), "--reason", "test")
+        assert paused.returncode == 0, paused.stdout + paused.stderr
+        hold.unlink()  # master1's new controller-manager answers healthy: its command ends, nothing follows
+        # the command(s) already sent run to their end; then nothing new while paused
+        deadline = time.monotonic() + 120
+        while True:
+            new = _new_commands(lab, counts0)
+            done = sum(len(v) for v in new.values())
+            if done >= 1:
+                break
+            assert time.monotonic() < deadline, "the first master's command never ran"
+            await asyncio.sleep(0.2)  # polling the agents' records under a deadline
+        held = sum(len(v) for v in _new_commands(lab, counts0).values())
+        await asyncio.sleep(QUIET_S)  # an observation window: a step taken while paused would show here
+        assert sum(len(v) for v in _new_commands(lab, counts0).values()) == held
+        assert held == 1, _new_commands(lab, counts0)
+        assert proc.poll() is None
+        last = watch.seen[-1].data["upgrade"]
+        assert last["status"] == "Running"
+
+        resumed = await asyncio.to_thread(_bke, "resume", cluster, "--workdir", str(lab.workdir))
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        out, err = await asyncio.to_thread(proc.communicate, timeout=300)
+    await nc.close()
+    assert proc.returncode == 0, out + err
+    assert "apply Succeeded" in out, out
+
+    # only the controller-manager's manifest changed, on each master; the worker got nothing
+    files1 = _files(lab)
+    diff = sorted(k for k in files1.keys() | files0.keys() if files1.get(k) != files0.get(k))
+    assert diff == sorted(f"hosts/{m}/etc/kubernetes/manifests/{KCM}.yaml" for m in masters), diff
+    for m in masters:
+        assert "--kube-api-qps=80" in lab.manifest(m, f"{KCM}.yaml")["spec"]["containers"][0]["command"]
+    new = _new_commands(lab, counts0)
+    assert all(not new[w] for w in workers), {w: new[w] for w in workers}
+    assert all(len(new[m]) == 1 and f"@{KCM}/" in new[m][0].commandId for m in masters), new
+    spans = sorted((new[m][0].startedAt, new[m][0].finishedAt, m) for m in masters)
+    for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+        assert end <= start, f"{a}'s and {b}'s ReplaceFiles overlap: {spans}"
+    assert [s[2] for s in spans] == masters  # in the plan's order
+    assert r.hget(plan_meta_key(cluster), "digest") != digest0
+    assert_ran_once(lab)
+
+    # 3. a label change: the labels only, no command to any node
+    labels0 = r.hgetall(node_labels_key(cluster))
+    counts1 = {h: len(recs) for h, recs in _records(lab).items()}
+    relabel = tmp_path / "relabel.yaml"
+    relabel.write_text(changed.read_text().replace("role: [node]}", "role: [node], labels: {tier: gold}}"))
+    assert relabel.read_text() != changed.read_text()
+    done = await asyncio.to_thread(_bke, "lab", "apply", str(relabel), "--workdir", str(lab.workdir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "set-labels-taints" in done.stdout
+    labels1 = r.hgetall(node_labels_key(cluster))
+    assert {h for h in labels1 if labels1[h] != labels0.get(h)} == set(workers)
+    assert json.loads(labels1[workers[0]])["labels"]["tier"] == "gold"
+    assert all(not recs for recs in _new_commands(lab, counts1).values())
+    assert _files(lab) == files1

@@ -1,0 +1,207 @@
+"""A changed spec carried out by the upgrader, on real Redis and NATS (no agents: their answers
+are recorded as the results subscriber records them).
+
+`Applies.on_request` decides a changed controller-manager flag of the seed example (the dispatcher's
+status is the one fact given: an installed cluster); the upgrader's own `Upgrades` passes then send
+one master's `ReplaceFiles` at a time, carrying only kube-controller-manager.yaml, nothing to the
+worker, and at the end the new plan replaces the stored one and the renderer is asked to render it.
+While it runs a second apply is refused as busy; a label change runs the labels step alone
+(recorded as the install's node-labels phase records it in the lab). A master whose agent rolled
+back stops the apply: no later master is sent anything and the stored plan stays."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client as NatsClient
+from redis import asyncio as aioredis
+
+from bke.cluster_api.node_labels import LabNodes, NodeLabelsWork
+from bke.contracts.agent import AgentCommand, CommandResult, ReplaceFiles, StepResult
+from bke.contracts.apply import APPLY_ACCEPTED, APPLY_REJECTED, ApplyAccepted, ApplyCluster, ApplyRejected
+from bke.contracts.render import RENDER_MANIFESTS
+from bke.plan import plan_spec_text
+from bke.state import PlanCache, RedisPlanStore, plan_digest
+from bke.state.keys import accepted_agents_key, node_labels_key
+from bke_upgrader.applies import Applies
+from bke_upgrader.operation import Upgrades
+from bke_upgrader.renders import Renders
+from bke_upgrader.restore_store import RestoreStore
+from bke_upgrader.store import UpgradeStore
+
+from ..unit.upgrade_helpers import SEED
+
+pytestmark = pytest.mark.integration
+TEXT = Path(SEED).read_text()
+CERTS = "      certificates: {keyAlgorithm: ECDSA-P256}\n"
+FLAG = CERTS + '      controllerManager:\n        extraArgs: {kube-api-qps: "80"}\n'
+LABEL = "role: [node], labels: {tier: gold}}"
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class _Installed:  # the one field of the dispatcher's status the apply reads, and no rotation
+    status: str = "Succeeded"
+    rotation: None = None
+
+
+class _Facts:
+    async def status(self, cluster: str) -> _Installed:
+        return _Installed()
+
+
+class _Labels:
+    def __init__(self, work: NodeLabelsWork):
+        self.work = work
+
+    async def apply(self, plan) -> str:  # type: ignore[no-untyped-def]
+        out = await self.work.run("apply-labels", plan)
+        return "" if out.status == "done" else out.reason or out.status
+
+
+async def _setup(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand], published: list[str]):  # type: ignore[no-untyped-def]
+    plan = plan_spec_text(TEXT, "seed").plan
+    assert plan is not None
+    pj = plan.to_json()
+    assert await RedisPlanStore(redis).save(plan, pj, plan_digest(pj), "install-1", _now().isoformat())
+    store = UpgradeStore(redis)
+
+    async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
+        published.append(subject)
+        if subject.endswith(".command"):
+            sent.append(AgentCommand.model_validate_json(payload))
+        await nc.publish(subject, payload, headers=headers or None)
+
+    async def sign(cmd: AgentCommand) -> AgentCommand:
+        return cmd
+
+    plans = PlanCache(redis)
+    upgrades = Upgrades(store, plans, RedisPlanStore(redis), _Facts(), Renders(), None, None, None,  # type: ignore[arg-type]
+                        publish, _now, "apply-test", 30_000, sign=sign, snapshots=None,  # type: ignore[arg-type]
+                        labels=_Labels(NodeLabelsWork(redis, LabNodes(), _now)))
+    return plan, store, upgrades, Applies(upgrades, plans, RestoreStore(redis), _now)
+
+
+async def _answer(store: UpgradeStore, cmd: AgentCommand, failed: str = "") -> None:
+    steps = [StepResult(id=cmd.steps[0].id, status="Failed", stderr=failed)] if failed else []
+    res = CommandResult(command_id=cmd.command_id, cluster=cmd.cluster, node=cmd.node, agent_id="a",
+                        status="Failed" if failed else "Succeeded", steps=steps, started_at=_now().isoformat(),
+                        finished_at=_now().isoformat())
+    # as the results subscriber records it (from the node's accepted agent): this process knows at once
+    await store.r.hset(accepted_agents_key(cmd.cluster), cmd.node, "a")
+    assert await store.record_if_accepted(res, steps[0].id if steps else "", failed) == ""
+
+
+async def test_a_controller_manager_flag_goes_master_by_master_then_replaces_the_plan(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    sent: list[AgentCommand] = []
+    published: list[str] = []
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, published)
+    masters = [n.hostname for n in plan.nodes if "master/node" in n.roles]
+    req = ApplyCluster(request_id="a1", cluster=plan.cluster, spec=TEXT.replace(CERTS, FLAG))
+    outs = await applies.on_request(req)
+    assert [o.subject for o in outs][0] == APPLY_ACCEPTED
+    accepted = outs[0].message
+    assert isinstance(accepted, ApplyAccepted)
+    assert [(a.kind, a.host, a.detail) for a in accepted.actions] == [("roll", m, "kube-controller-manager") for m in masters]
+    assert [(s.name, s.total) for s in accepted.steps] == [("pre-checks", 0), ("kube-controller-manager", 3)]
+
+    # another apply while this one runs: refused by name
+    again = await applies.on_request(ApplyCluster(request_id="a2", cluster=plan.cluster, spec=TEXT.replace(CERTS, FLAG)))
+    assert again[0].subject == APPLY_REJECTED
+    busy = again[0].message
+    assert isinstance(busy, ApplyRejected) and [r.path for r in busy.refusals] == ["Busy"] and "apply a1" in busy.message
+    # the apply holds the cluster's one operation slot as an apply: an upgrade's claim names it
+    from bke.state.operation_slot import claim_operation, operation_holder
+    held = await operation_holder(redis_client, plan.cluster)
+    assert held is not None and (held.kind, held.request_id) == ("apply", "a1")
+    assert (await claim_operation(redis_client, plan.cluster, "upgrade", "u9", "t")).refusal(plan.cluster) == \
+        f"apply a1 of {plan.cluster} is running: one operation per cluster"
+
+    for i in range(len(masters)):
+        await upgrades.reconcile(plan.cluster)
+        assert [c.node for c in sent] == masters[:i + 1]  # one master at a time, the next only after an answer
+        cmd = sent[-1]
+        assert len(cmd.steps) == 1 and isinstance(cmd.steps[0], ReplaceFiles)
+        assert [f.path for f in cmd.steps[0].files] == ["/etc/kubernetes/manifests/kube-controller-manager.yaml"]
+        assert [p.url for p in cmd.steps[0].probes]  # probed, rolled back by the agent if unhealthy
+        await upgrades.reconcile(plan.cluster)  # no answer yet: nothing more is sent
+        assert len(sent) == i + 1
+        await _answer(store, cmd)
+    outcome = await upgrades.reconcile(plan.cluster)
+    assert outcome.status == "done", outcome.reason
+    run = await store.load(plan.cluster, fresh=True)
+    assert run is not None and run.status == "Succeeded", run
+    meta = await RedisPlanStore(redis_client).meta(plan.cluster)
+    assert meta is not None and meta.digest == accepted.desired_digest  # the new plan, by compare-and-swap
+    assert RENDER_MANIFESTS in published
+    assert len(sent) == len(masters)  # the worker got nothing
+    assert await store.node_versions(plan.cluster) == {}  # no version changed: no node recorded behind or ahead
+    assert await operation_holder(redis_client, plan.cluster) is None  # freed at its end
+
+    # a label change: the labels step alone, no command to any node; the install's records first
+    assert (await NodeLabelsWork(redis_client, LabNodes(), _now).run("node-labels", plan)).status == "done"
+    before = await redis_client.hgetall(node_labels_key(plan.cluster))
+    relabel = TEXT.replace(CERTS, FLAG).replace("role: [node]}", LABEL)
+    outs = await applies.on_request(ApplyCluster(request_id="a3", cluster=plan.cluster, spec=relabel))
+    accepted = outs[0].message
+    assert isinstance(accepted, ApplyAccepted), accepted
+    assert [(a.kind, a.host) for a in accepted.actions] == [("set-labels-taints", "node1")]
+    assert (await upgrades.reconcile(plan.cluster)).status == "done"
+    assert len(sent) == len(masters)
+    labels = await redis_client.hgetall(node_labels_key(plan.cluster))
+    assert {h for h in labels if labels[h] != before.get(h)} == {"node1"}
+    assert json.loads(labels["node1"])["labels"]["tier"] == "gold"
+
+
+async def test_refusals_by_name_and_nothing_stored(redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    sent: list[AgentCommand] = []
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [])
+    more = TEXT + ("---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {name: seed-node2}\n"
+                   "spec: {hostname: node2, ip: 127.0.10.5, role: [node]}\n")
+    cases = {
+        "join": (more, "NotBuilt", "adding nodes is not supported by this build yet"),
+        "versions": (TEXT.replace("kubernetesVersion: v1.33.2", "kubernetesVersion: v1.33.3"), "Versions", "bke upgrade apply"),  # VersionsAlone: its rolls come with it
+        "invalid": (TEXT.replace("role: [node]}", "role: [nope]}"), "spec.", "nope"),
+        "network": (TEXT.replace(CERTS, CERTS + "      networking: {serviceSubnet: 10.97.0.0/16}\n"), "NetworkUnchanged", "service_subnet"),
+    }
+    for name, (spec, path, words) in cases.items():
+        outs = await applies.on_request(ApplyCluster(request_id=f"r-{name}", cluster=plan.cluster, spec=spec))
+        assert [o.subject for o in outs] == [APPLY_REJECTED], name
+        rej = outs[0].message
+        assert isinstance(rej, ApplyRejected)
+        assert any(r.path.startswith(path) for r in rej.refusals), (name, rej)
+        assert words in rej.message or any(words in r.message for r in rej.refusals), (name, rej)
+    assert await store.load(plan.cluster) is None and sent == []
+    # bytes that are no request: answered naming the field, never dead-lettered
+    outs = applies.refuse_bytes(b'{"requestId": "x", "cluster": "seed"}')
+    assert outs[0].subject == APPLY_REJECTED and "spec" in outs[0].message.message  # type: ignore[union-attr]
+
+
+async def test_a_rolled_back_master_stops_the_apply_and_keeps_the_stored_plan(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    sent: list[AgentCommand] = []
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [])
+    digest = (await RedisPlanStore(redis_client).meta(plan.cluster)).digest  # type: ignore[union-attr]
+    outs = await applies.on_request(ApplyCluster(request_id="b1", cluster=plan.cluster, spec=TEXT.replace(CERTS, FLAG)))
+    assert outs[0].subject == APPLY_ACCEPTED
+    await upgrades.reconcile(plan.cluster)
+    await _answer(store, sent[-1])
+    await upgrades.reconcile(plan.cluster)
+    assert [c.node for c in sent] == ["master1", "master2"]
+    # master2's new controller-manager never came up healthy: the agent put the old manifest back
+    await _answer(store, sent[-1], failed="rolled back: kube-controller-manager not healthy within 180s")
+    outcome = await upgrades.reconcile(plan.cluster)
+    assert outcome.status == "failed"
+    assert "master2 rolled back" in outcome.reason, outcome.reason
+    assert [c.node for c in sent] == ["master1", "master2"]  # master3 is never sent anything
+    meta = await RedisPlanStore(redis_client).meta(plan.cluster)
+    assert meta is not None and meta.digest == digest  # the stored plan is still the one the cluster runs
+    run = await store.load(plan.cluster, fresh=True)
+    assert run is not None and run.status == "Failed" and run.failed[0].status == "RolledBack"

@@ -1,0 +1,108 @@
+"""bke.lifecycle.apply_run: the action table's decisions (which steps, which nodes, in what
+order; what is refused by name rather than half done)."""
+from __future__ import annotations
+
+import pytest
+
+from bke.lifecycle.apply_run import HANDLERS, NOT_BUILT, apply_order
+from bke.lifecycle.diff import diff_plans, render_diff
+from bke.plan import plan_spec_text
+
+SEED = open("examples/seed-3m1w.yaml").read()
+SPLIT = open("examples/split-etcd.yaml").read()
+KCM = "      certificates: {keyAlgorithm: ECDSA-P256}\n      controllerManager:\n        extraArgs: {kube-api-qps: \"80\"}\n"
+
+
+def plan(text: str):
+    out = plan_spec_text(text, "t")
+    assert out.ok, out.errors
+    return out.plan
+
+
+@pytest.fixture(scope="module")
+def seed():
+    return plan(SEED)
+
+
+def order_of(cur, text: str):
+    new = plan(text)
+    d = diff_plans(cur, new, render_diff(cur, new))
+    return d, apply_order(cur, new, d)
+
+
+def steps(o):
+    return [(s.step, s.group, s.batches, s.drain) for s in o.steps]
+
+
+def test_a_controller_manager_flag_rolls_each_master_one_at_a_time_and_nothing_else(seed):
+    d, o = order_of(seed, SEED.replace("      certificates: {keyAlgorithm: ECDSA-P256}\n", KCM))
+    assert not o.refusals
+    assert steps(o) == [("pre-checks", "", (), False),
+                        ("kube-controller-manager", "", (("master1",), ("master2",), ("master3",)), False)]
+
+
+def test_nothing_changes_nothing_to_run(seed):
+    d, o = order_of(seed, SEED)
+    assert d.empty and o.steps == () and o.refusals == ()
+
+
+def test_a_label_change_is_the_labels_step_alone(seed):
+    text = SEED.replace("spec: {hostname: node1, ip: 127.0.10.4, role: [node]}",
+                        "spec: {hostname: node1, ip: 127.0.10.4, role: [node], labels: {tier: gold}}")
+    d, o = order_of(seed, text)
+    assert [a.kind for a in d.actions] == ["set-labels-taints"]
+    assert steps(o) == [("pre-checks", "", (), False), ("labels", "", (), False)]
+
+
+def test_an_etcd_flag_goes_member_by_member_after_a_snapshot_of_that_cluster():
+    split = plan(SPLIT)
+    d, o = order_of(split, SPLIT.replace('quota-backend-bytes: "4294967296"', 'quota-backend-bytes: "8589934592"'))
+    assert not o.refusals
+    got = steps(o)
+    names = [s[0] for s in got]
+    assert names == ["pre-checks", "etcd-snapshots", "etcd"]
+    assert got[1][1] == got[2][1] == "etcd-events"
+    assert all(len(b) == 1 for b in got[2][2]) and len(got[2][2]) >= 3  # one member per batch
+    assert got[1][2] == ((got[2][2][0][0],),)  # the snapshot on the cluster's first member
+
+
+def test_apiserver_before_controller_manager_whatever_order_the_diff_lists_them():
+    split = plan(SPLIT)
+    text = SPLIT.replace('extraArgs: {max-requests-inflight: "800"}',
+                         'extraArgs: {max-requests-inflight: "900"}\n      controllerManager:\n        extraArgs: {kube-api-qps: "80"}')
+    d, o = order_of(split, text)
+    assert not o.refusals
+    names = [s.step for s in o.steps]
+    assert names.index("kube-apiserver") < names.index("kube-controller-manager")
+    assert all(len(b) == 1 for s in o.steps for b in s.batches)
+
+
+def test_adding_a_node_is_refused_by_name_and_nothing_runs(seed):
+    text = SEED + ("---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {name: seed-node2}\n"
+                   "spec: {hostname: node2, ip: 127.0.10.5, role: [node]}\n")
+    d, o = order_of(seed, text)
+    assert o.steps == ()
+    assert [r.name for r in o.refusals] == ["NotBuilt"]
+    assert "join (node2): adding nodes is not supported by this build yet" in o.refusals[0].message
+
+
+def test_removing_a_worker_is_refused_once_per_message(seed):
+    d, o = order_of(seed, SEED.split("---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {name: seed-node1}")[0])
+    assert o.steps == ()
+    assert {r.message.split(": ", 1)[1] for r in o.refusals} == {"removing nodes is not supported by this build yet"}
+    assert len(o.refusals) == 3  # drain, remove-node, reset: each kind named
+
+
+def test_every_diff_kind_has_a_handler_or_a_refusal():
+    kinds = {"etcd-add-learner", "etcd-promote", "reissue-certificates", "join", "roll", "apply-addons",
+             "set-labels-taints", "etcd-remove-member", "drain", "remove-node", "reset"}
+    assert kinds == set(HANDLERS) | set(NOT_BUILT)
+    assert not set(HANDLERS) & set(NOT_BUILT)
+
+
+def test_a_load_balancer_roll_is_refused_not_half_done():
+    split = plan(SPLIT)
+    d, o = order_of(split, SPLIT.replace("virtualRouterId: 77", "virtualRouterId: 78"))
+    assert any(a.detail == "keepalived" for a in d.actions)
+    assert o.steps == ()
+    assert any("rolling keepalived" in r.message for r in o.refusals)
