@@ -27,7 +27,7 @@ redis client's ConnectionError); a slot written by a newer BKE raises StoredVers
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Awaitable, Callable, Literal, get_args
 
 from redis.asyncio import Redis
 
@@ -35,7 +35,7 @@ from .keys import operation_key
 from .schema import SCHEMA_FIELD, check_readable, record_kind
 
 __all__ = ["FIELDS", "KINDS", "Claim", "Holder", "OperationKind", "claim_operation", "holder_of", "operation_holder",
-           "refusal", "release_operation"]
+           "refusal", "release_operation", "start_in_slot"]
 
 # The kinds of operation that hold the slot. "apply" is the upcoming `bke apply` (a change to a
 # running cluster); a new kind only needs its name here.
@@ -148,3 +148,18 @@ async def operation_holder(redis: Redis, cluster: str) -> Holder | None:
     """The operation holding the cluster's slot, or None (for `bke status`, and for a dry run
     that answers what a real request would be told)."""
     return holder_of(cluster, await redis.hmget(operation_key(cluster), list(FIELDS)))
+
+
+async def start_in_slot(redis: Redis, cluster: str, kind: str, request_id: str, since: str,
+                        start: Callable[[], Awaitable[str]]) -> str:
+    """Claim the slot, then `start` the operation's own record (its refusal, "" when started):
+    the refusal of either; a record that refuses after the claim gives the slot back. Every
+    operation starts this way, so that the claim is the one atomic step between kinds while the
+    record's own check still covers one left running without a claim (written before the slot)."""
+    why = (await claim_operation(redis, cluster, kind, request_id, since)).refusal(cluster)
+    if why:
+        return why
+    why = await start()
+    if why:
+        await release_operation(redis, cluster, kind, request_id)
+    return why

@@ -29,7 +29,7 @@ from bke.contracts.certs import ISSUE_CERTS, CertsFailed, CertsIssued, IssueCert
 from bke.contracts.membership import (
     JOIN_NODES_FINISHED, JoinNodes, JoinNodesChanged, JoinNodesFinished, join_changed_subject,
 )
-from bke.state.operation_slot import claim_operation, release_operation
+from bke.state.operation_slot import release_operation, start_in_slot
 from bke.contracts.render import RENDER_MANIFESTS, ManifestsRendered, RenderFailed, RenderManifests
 from bke.errors import TemporaryError
 from bke.plan import Plan
@@ -97,12 +97,9 @@ class Joins(LeasedOperation):
         if not why and plan is not None:
             # the cluster's one operation slot (bke.state.operation_slot): atomic against every
             # other kind; released again if the record refuses after all
-            why = (await claim_operation(self.state.r, req.cluster, "join", req.request_id, self._ts())).refusal(req.cluster)
-            if not why:
-                j = new_join(req, plan, self._ts())
-                why = await self.store.start(j, check)
-                if why:
-                    await release_operation(self.state.r, req.cluster, "join", req.request_id)
+            j = new_join(req, plan, self._ts())
+            why = await start_in_slot(self.state.r, req.cluster, "join", req.request_id, self._ts(),
+                                      lambda: self.store.start(j, check))
         if why or plan is None:
             log.warning("join refused: %s", why, extra=ids)
             ev = JoinNodesFinished(request_id=req.request_id, cluster=req.cluster, status="Failed", reason=why,

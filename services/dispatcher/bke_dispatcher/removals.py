@@ -32,7 +32,7 @@ from bke.contracts.membership import (
 from bke.drain import Drainer
 from bke.errors import TemporaryError
 from bke.plan import Plan
-from bke.state.operation_slot import claim_operation, release_operation
+from bke.state.operation_slot import release_operation, start_in_slot
 from bke.state import PlanCache
 from bke.state.keys import (
     accepted_agents_key, command_key, health_key, heartbeat_cgroup_key, heartbeat_key, node_labels_key,
@@ -105,11 +105,8 @@ class Removals(LeasedOperation):
         rec = new_removal(req, self._ts(), [identity_name("agent", req.cluster, h) for h in req.nodes])
         if not why:
             # the cluster's one operation slot, as a join takes it
-            why = (await claim_operation(self.state.r, req.cluster, "removal", req.request_id, self._ts())).refusal(req.cluster)
-            if not why:
-                why = await self.store.start(rec, check)
-                if why:
-                    await release_operation(self.state.r, req.cluster, "removal", req.request_id)
+            why = await start_in_slot(self.state.r, req.cluster, "removal", req.request_id, self._ts(),
+                                      lambda: self.store.start(rec, check))
         if why:
             log.warning("removal refused: %s", why, extra=ids)
             ev = RemoveNodesFinished(request_id=req.request_id, cluster=req.cluster, status="Failed", reason=why,

@@ -39,7 +39,7 @@ from bke.plan import Plan
 from bke.state import PlanCache
 from bke.state.exclusive import write_unless
 from bke.state.keys import reset_key, reset_results_key, resets_index
-from bke.state.operation_slot import claim_operation, release_operation
+from bke.state.operation_slot import release_operation, start_in_slot
 
 from .leased import LeasedOperation
 from .engine import Outcome
@@ -143,11 +143,9 @@ class Resets(LeasedOperation):
         # one operation per cluster: the slot is the one atomic step between kinds; the record's
         # own WATCH check stays for a reset left Running without a claim (before the slot existed)
         kind = slot_kind(r)
-        why = (await claim_operation(self.store.r, req.cluster, kind, req.request_id, self._ts())).refusal(req.cluster)
-        if not why:
-            why = await self.store.start(r, lambda cur: refusal(req, plan, install, paused=paused, current=cur))
-            if why:
-                await release_operation(self.store.r, req.cluster, kind, req.request_id)
+        why = await start_in_slot(self.store.r, req.cluster, kind, req.request_id, self._ts(),
+                                  lambda: self.store.start(r, lambda cur: refusal(req, plan, install, paused=paused,
+                                                                                  current=cur)))
         if why:
             log.warning("reset refused: %s", why, extra=ids)
             return [Out(ResetRejected(request_id=req.request_id, cluster=req.cluster, message=why), RESET_REJECTED,

@@ -52,7 +52,7 @@ from bke.etcdsnap.step import snapshot_step
 from bke.plan import Plan, plan_spec_text
 from bke.state import PlanCache, RedisPlanStore, plan_digest
 from bke.state.lease import claim_lease, release_lease
-from bke.state.operation_slot import claim_operation, operation_holder, release_operation
+from bke.state.operation_slot import operation_holder, release_operation, start_in_slot
 from bke.state.operation_slot import refusal as slot_refusal
 from bke.state.keys import accepted_agents_key
 from bke.state.migrate import ensure_current
@@ -271,13 +271,8 @@ class Upgrades:
         started). The claim is the one atomic step between kinds (an upgrade, a restore, a
         rotation, a reset...); the record's own WATCH check stays, for an upgrade record left
         Running without a claim (written before the slot existed)."""
-        claim = await claim_operation(self.store.r, run.cluster, slot_kind(run), run.request_id, self.ts())
-        if not claim.won:
-            return claim.refusal(run.cluster)
-        why = await self.store.start(run, refuse)
-        if why:
-            await release_operation(self.store.r, run.cluster, slot_kind(run), run.request_id)
-        return why
+        return await start_in_slot(self.store.r, run.cluster, slot_kind(run), run.request_id, self.ts(),
+                                   lambda: self.store.start(run, refuse))
 
     async def release_if_over(self, cluster: str) -> None:
         """Free the slot of the cluster's last upgrade if it has ended (idempotent: every end,
