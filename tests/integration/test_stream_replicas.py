@@ -4,6 +4,8 @@ losing its messages, makes the object buckets with N too, and a caller that give
 (the CLI, an agent) leaves every count as it is."""
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from bke.bus.connect import connect_nats
@@ -42,7 +44,14 @@ async def test_streams_converge_to_the_replicas_asked_for(tmp_path):
         await ensure_streams(js)  # a caller without a count changes nothing
         assert set((await _replicas(js)).values()) == {3}
         await ensure_streams(js, replicas=3)  # converged: idempotent
-        events = await js.stream_info("BKE_EVENTS")
+        # the leader lists its followers once they have reported to it: a moment after the
+        # scale-up, so read again under a deadline (the configured count above is immediate)
+        deadline = asyncio.get_running_loop().time() + 15
+        while True:
+            events = await js.stream_info("BKE_EVENTS")
+            if len(events.cluster.replicas or []) == 2 or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.1)
         assert events.state.messages == 1 and len(events.cluster.replicas or []) == 2
 
         await ensure_streams(js, replicas=1)  # and down again
