@@ -131,7 +131,7 @@ def test_compose_starts_each_service_and_agent_as_the_lab_does(
     for name in [s for s in compose if s.startswith("agent-")]:
         argv, lab_env = lab_starts[name]
         spec = compose[name]
-        assert argv == ["bke-agent", *spec["command"]], (name, argv)
+        assert argv == [*spec.get("entrypoint", ["bke-agent"]), *spec["command"]], (name, argv)
         # the image sets the backend and the node's root; deploy/agent.env the command key
         compose_names = _bke_names(spec["environment"]) | _bke_names(image_env) | {"BKE_AGENT_COMMAND_KEY"}
         # the lab's agents get the services' environment too (lab_env), which they ignore
@@ -152,7 +152,8 @@ def test_lab_agents_match_their_cluster_and_identities() -> None:
     for host, ip in nodes.items():
         spec = agents[f"agent-{host}"]
         env = spec["environment"]
-        assert spec["build"]["target"] == "lab-agent" and spec["command"] == ["run"]
+        # started through the launcher (bke-agent-launch runs `bke-agent run` from its venv)
+        assert spec["build"]["target"] == "lab-agent" and (spec["entrypoint"], spec["command"]) == (["bke-agent-launch"], [])
         assert spec["hostname"] == env["BKE_AGENT_NODE"] == host and env["BKE_AGENT_CLUSTER"] == cluster
         assert env["BKE_AGENT_IP"] == ip == spec["networks"]["bke"]["ipv4_address"]
         assert env["BKE_NATS_INBOX_PREFIX"] == inbox_prefix(identity_name("agent", cluster, host))
