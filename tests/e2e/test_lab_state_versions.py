@@ -32,9 +32,10 @@ async def test_a_lab_install_and_rotation_store_every_record_with_its_version(la
     finally:
         await redis.aclose()
     # every record an install and a rotation make is stored at its current version; the records
-    # of other operations exist only once they ran (an upgrade, an etcd restore, a reset); the
-    # operation slot exists only while one runs: the install and the rotation have freed it
-    later = ("upgrade", "etcd-restore", "reset", "operation")
+    # of other operations exist only once they ran (an upgrade, an etcd restore, a reset, a join
+    # or removal of workers); the operation slot exists only while one runs: the install and the
+    # rotation have freed it
+    later = ("upgrade", "etcd-restore", "reset", "operation", "join", "removal")
     made = [k for k in RECORDS if k.name not in later]
     assert [(r.kind, r.found, r.header) for r in report.results if r.kind not in later] == [(k.name, k.current, True) for k in made]
     assert [(r.kind, r.found, r.header) for r in report.results if r.kind in later] == [

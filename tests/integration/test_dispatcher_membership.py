@@ -230,3 +230,25 @@ async def test_joins_and_removals_hold_the_clusters_one_operation_slot(wired):
     assert (await j.reconcile("mbr")).status == "failed"
     assert await operation_holder(r, "mbr") is None
     assert (await claim_operation(r, "mbr", "upgrade", "u3", "t2")).won
+
+
+async def test_the_dispatchers_busy_reader_names_the_slot_holder_and_unclaimed_records(redis_url, redis_client):
+    """What the wired dispatcher asks before a join or removal (membership_wiring.busy_reader):
+    the operation slot's holder of another kind, else a record running without a claim."""
+    from bke.state.operation_slot import claim_operation, release_operation
+    from bke_dispatcher.membership_wiring import busy_reader
+    from bke_dispatcher.rotations import RotationStore
+
+    r = Redis.from_url(redis_url)
+    try:
+        joins = OperationStore(r, Join.from_json, join_key, join_results_key, joins_index())
+        removals = OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index())
+        busy = busy_reader(r, RotationStore(r), joins, removals)
+        assert await busy("quiet") == ""
+        assert (await claim_operation(r, "quiet", "reset", "z1", "t0")).won
+        assert await busy("quiet") == "reset z1"
+        await release_operation(r, "quiet", "reset", "z1")
+        assert (await claim_operation(r, "quiet", "join", "j9", "t0")).won
+        assert await busy("quiet") == ""  # its own kind: the join's refusal says it better
+    finally:
+        await r.aclose()

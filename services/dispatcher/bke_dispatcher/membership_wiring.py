@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from bke.bus.handler import typed
 from bke.contracts.membership import JOIN_NODES, REMOVE_NODES, JoinNodes, RemoveNodes
 from bke.drain import Drainer, KubernetesDrainer, LabDrainer
+from bke.state.operation_slot import operation_holder
 from bke.state import PlanCache
 from bke.state.keys import (
     join_key, join_results_key, joins_index, removal_api_key, removal_key, removal_results_key, removals_index,
@@ -52,6 +53,27 @@ class Membership:
         self.join_runner.kick(cluster)
 
 
+def busy_reader(redis: Redis, rotations: RotationStore, join_store: OperationStore[Join],
+                removal_store: OperationStore[Removal]) -> Callable[[str], Awaitable[str]]:
+    """Another operation that holds the cluster (one at a time), described ("upgrade u1"); ""
+    if none: the cluster's operation slot (every kind claims it; a join's and a removal's own
+    claim is the atomic step), then the records that may run without a claim (written before
+    the slot existed)."""
+
+    async def busy(cluster: str) -> str:
+        holder = await operation_holder(redis, cluster)
+        if holder is not None and holder.kind not in ("join", "removal"):
+            return f"{holder.kind} {holder.request_id}"
+        for what, running in (("rotation", await rotations.load(cluster)),
+                              ("join", await join_store.load(cluster)),
+                              ("removal", await removal_store.load(cluster))):
+            if running is not None and running.status == "Running":
+                return f"{what} {running.request_id}"
+        return ""
+
+    return busy
+
+
 def wire_membership(svc: Any, redis: Redis, state: DispatcherState, plans: PlanCache, files: RedisNodeFiles,
                     checksums: Checksums, marker: NodeMarker, kubeconfig: Callable[[Any], Awaitable[Any]] | None,
                     rotations: RotationStore, paused: Callable[[str], Awaitable[bool]], publish: Any, notify: Any,
@@ -60,18 +82,7 @@ def wire_membership(svc: Any, redis: Redis, state: DispatcherState, plans: PlanC
     removal_store: OperationStore[Removal] = OperationStore(redis, Removal.from_json, removal_key, removal_results_key,
                                                             removals_index())
 
-    async def busy(cluster: str) -> str:
-        """Another operation that holds the cluster (one at a time), described; "" if none."""
-        for what, running in (("rotation", (await rotations.load(cluster))),
-                              ("reset", await rotations.running_reset(cluster)),
-                              ("upgrade", await rotations.running_upgrade(cluster)),
-                              ("join", await join_store.load(cluster)),
-                              ("removal", await removal_store.load(cluster))):
-            if running and not isinstance(running, str):
-                running = running.request_id if running.status == "Running" else ""
-            if running:
-                return f"{what} {running}"
-        return ""
+    busy = busy_reader(redis, rotations, join_store, removal_store)
 
     async def busy_for_join(cluster: str) -> str:
         return "" if (why := await busy(cluster)).startswith("join ") else why  # its own kind: join_refusal says
