@@ -170,6 +170,7 @@ def test_cli_renew_refuses_bad_selection(tmp_path: Path):
     assert nowhere.returncode == 2 and "no running lab" in nowhere.stderr
 
 
+@pytest.mark.slow  # about 25 s; the reload table and the stop on failure are unit- and integration-tested in CI
 async def test_restart_rows_and_a_failed_node_stop_the_rotation(lab_factory, tmp_path):
     """scheduler.conf needs its static pod restarted: a node whose restart fails stops the
     rotation as Failed with the reason, later nodes untouched; after the fix a new renewal

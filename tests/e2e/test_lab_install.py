@@ -113,6 +113,7 @@ async def test_split_etcd_install_files_and_real_etcd(lab_factory):
     assert any("FastStream app started" in line for line in (lab.workdir / "logs" / "certs.log").read_text().splitlines())
 
 
+@pytest.mark.slow  # the faults tier kills the dispatcher and an agent mid-install in CI (the CI budget is 30 minutes)
 async def test_seed_install_with_dispatcher_killed_in_the_etcd_phase(lab_factory):
     lab = lab_factory(SEED)
     install = asyncio.create_task(lab.install())
@@ -151,6 +152,7 @@ async def _accepted(lab, node: str, timeout: float = 60.0) -> None:
         await nc.close()
 
 
+@pytest.mark.slow  # the faults tier kills the dispatcher and an agent mid-install in CI (the CI budget is 30 minutes)
 async def test_agent_stopped_for_a_while_then_restarted(lab_factory):
     lab = lab_factory(SEED)
     # node1's agent registered with its provisioned key, then stops before the install: its
