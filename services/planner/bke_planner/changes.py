@@ -56,7 +56,8 @@ def changes_of(request_id: str, desired: Plan, stored: Plan | None, stored_diges
     if health is not None and health.unhealthy is not None:
         return out.model_copy(update={"etcd_health": "checked",
                                       "etcd_unhealthy": {k: sorted(v) for k, v in health.unhealthy.items()}})
-    return out.model_copy(update={"etcd_health_message": health.message if health is not None else "not asked"})
+    return out.model_copy(update={"etcd_health_message": health.message if health is not None else
+                                  "not asked: no etcd membership changes"})
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from bke.bus.service import Service
 from bke.contracts.base import ErrorItem
 from bke.contracts.changes import CLUSTER_DIFF, DIFF_QUEUE, DiffCluster
 from bke.contracts.status import MAX_PAGE, STATUS_GET, GetStatus, StatusError, StatusNode, parse_status_reply
+from bke.lifecycle.diff import etcd_changes
 from bke.lifecycle.etcd_health import unhealthy_etcd_members
 from bke.plan import Plan
 from bke.spec import MAX_SPEC_BYTES
@@ -72,7 +73,10 @@ async def answer_diff(data: bytes, store: RedisPlanStore, fetch_blob: Callable[[
             return desired.to_bytes()
         meta = await store.meta(desired.cluster)
         stored = await store.load(desired.cluster) if meta is not None else None
-        health = await etcd_health(ask_status, stored) if stored is not None and ask_status is not None else None
+        # asked only when etcd membership changes: the quorum rule is its only reader
+        health = None
+        if stored is not None and ask_status is not None and etcd_changes(stored, desired):
+            health = await etcd_health(ask_status, stored)
         reply = await asyncio.to_thread(changes_of, req.request_id, desired, stored, meta.digest if meta else "", health)
         return reply.to_bytes()
     except Exception as exc:  # noqa: BLE001 - answered, logged: the requester sees why
