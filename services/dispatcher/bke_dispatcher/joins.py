@@ -41,7 +41,7 @@ from .engine import Checksums, Outcome
 from .join import Join, JoinRun, apply_result, command_of, is_join_request, join_refusal, new_join, next_step
 from .labels import marks_from_record, record, wanted
 from .leased import LeasedOperation
-from .membership_store import INPUT_PREFIX, OperationStore
+from .membership_store import INPUT_PREFIX, OperationStore, read_gates
 from .node_labels import NodeMarker
 from .phases import NodeInputs, phase_by_slug
 from .signing import Sign
@@ -81,17 +81,12 @@ class Joins(LeasedOperation):
         if current is not None and current.request_id == req.request_id:  # a redelivery
             self.kick(req.cluster)
             return []
-        try:
-            plan: Plan | None = await self.plans.load(req.cluster)
-        except TemporaryError:
-            plan = None
+        g = await read_gates(req.cluster, self.plans, self.state, self.busy, self.paused)
+        plan = g.plan
         digest = _s(await self.state.r.hget(plan_meta_key(req.cluster), "digest") or "")
-        install = (await self.state.install(req.cluster)).get("status")
-        busy = await self.busy(req.cluster) if plan is not None else ""
-        paused = await self.paused(req.cluster)
 
         def check(cur: Join | None) -> str:
-            return join_refusal(req, plan, digest, install, busy=busy, paused=paused, current=cur)
+            return join_refusal(req, plan, digest, g.install, busy=g.busy, paused=g.paused, current=cur)
 
         why = check(current)
         if not why and plan is not None:

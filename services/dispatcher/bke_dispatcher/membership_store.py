@@ -13,13 +13,19 @@ folded in by the next pass, so an answer that arrives twice counts once.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from redis.asyncio import Redis
 
 from bke.contracts.agent import CommandResult
+from bke.errors import TemporaryError
+from bke.plan import Plan
+from bke.state import PlanCache
 from bke.state.exclusive import write_unless
+
+from .state import DispatcherState
 
 __all__ = ["INPUT_PREFIX", "OperationStore", "Record"]
 
@@ -77,3 +83,25 @@ class OperationStore(Generic[R]):
 
     async def clusters(self) -> list[str]:
         return sorted(_s(c) for c in await self.r.smembers(self.index))
+
+
+@dataclass(frozen=True)
+class Gates:
+    """What a join or removal request is judged on: the stored plan (None: none, or the store is
+    away for a moment), the install's status, another operation running ("" if none), a pause."""
+
+    plan: Plan | None
+    install: str | None
+    busy: str
+    paused: bool
+
+
+async def read_gates(cluster: str, plans: PlanCache, state: DispatcherState, busy: Callable[[str], Awaitable[str]],
+                     paused: Callable[[str], Awaitable[bool]]) -> Gates:
+    """One read of everything both requests check (join.join_refusal, removal.removal_refusal)."""
+    try:
+        plan: Plan | None = await plans.load(cluster)
+    except TemporaryError:
+        plan = None
+    install = (await state.install(cluster)).get("status")
+    return Gates(plan, install, await busy(cluster) if plan is not None else "", await paused(cluster))

@@ -30,8 +30,6 @@ from bke.contracts.membership import (
     REMOVE_NODES_FINISHED, RemoveNodes, RemoveNodesChanged, RemoveNodesFinished, remove_changed_subject,
 )
 from bke.drain import Drainer
-from bke.errors import TemporaryError
-from bke.plan import Plan
 from bke.state.operation_slot import release_operation, start_in_slot
 from bke.state import PlanCache
 from bke.state.keys import (
@@ -41,7 +39,7 @@ from bke.state.keys import (
 
 from .engine import Outcome
 from .leased import LeasedOperation
-from .membership_store import OperationStore
+from .membership_store import OperationStore, read_gates
 from .phases import PHASES
 from .removal import Removal, advance, apply_result, fail_stage, new_removal, next_step, removal_refusal
 from .signing import Sign
@@ -90,16 +88,10 @@ class Removals(LeasedOperation):
         if current is not None and current.request_id == req.request_id:  # a redelivery
             self.kick(req.cluster)
             return []
-        try:
-            plan: Plan | None = await self.plans.load(req.cluster)
-        except TemporaryError:
-            plan = None
-        install = (await self.state.install(req.cluster)).get("status")
-        busy = await self.busy(req.cluster) if plan is not None else ""
-        paused = await self.paused(req.cluster)
+        g = await read_gates(req.cluster, self.plans, self.state, self.busy, self.paused)
 
         def check(cur: Removal | None) -> str:
-            return removal_refusal(req, plan, install, busy=busy, paused=paused, current=cur)
+            return removal_refusal(req, g.plan, g.install, busy=g.busy, paused=g.paused, current=cur)
 
         why = check(current)
         rec = new_removal(req, self._ts(), [identity_name("agent", req.cluster, h) for h in req.nodes])
