@@ -20,11 +20,11 @@ revoke: the holder of the NATS authority revokes them (the lab's `bke lab remove
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from .base import Message
+from .base import Message, without_none
 
 __all__ = [
     "JOIN_NODES",
@@ -34,6 +34,7 @@ __all__ = [
     "JoinNodes",
     "JoinNodesChanged",
     "JoinNodesFinished",
+    "MembershipEtcdJoin",
     "MembershipNode",
     "MembershipView",
     "RemoveNodes",
@@ -64,17 +65,42 @@ def remove_changed_subject(cluster: str) -> str:
     return f"bke.v1.remove-nodes.{cluster}.changed"
 
 
+class MembershipEtcdJoin(Message):
+    """A new node that joins a running etcd cluster (`bke.render.context.EtcdJoin`): the caller
+    has added it as a learner already; it starts with `--initial-cluster-state=existing` and
+    exactly this `name=peerURL,...` list (etcd's runtime reconfiguration guide)."""
+
+    etcd_cluster: str = Field(min_length=1, max_length=63, pattern=_CLUSTER)
+    member: Hostname
+    initial_cluster: str = Field(min_length=1, max_length=16384)
+
+
 class JoinNodes(Message):
     request_id: str = Field(min_length=1, max_length=128, pattern=_REQUEST)
     cluster: str = Field(min_length=1, max_length=63, pattern=_CLUSTER)
     plan_digest: str = Field(min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$")
     nodes: list[Hostname] = Field(min_length=1, max_length=MAX_NODES)
+    # The operation this join is a part of (`bke apply`'s run: its request id), which holds the
+    # cluster's operation slot: the join runs inside that slot instead of claiming its own.
+    part_of: str | None = Field(None, min_length=1, max_length=128, pattern=_REQUEST)
+    # etcd-only nodes among `nodes` that join a running etcd cluster (already added as learners)
+    etcd_joins: list[MembershipEtcdJoin] | None = Field(None, max_length=MAX_NODES)
+
+    @model_serializer(mode="wrap")
+    def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_none(handler(self), self, ("part_of", "etcd_joins"))
 
 
 class RemoveNodes(Message):
     request_id: str = Field(min_length=1, max_length=128, pattern=_REQUEST)
     cluster: str = Field(min_length=1, max_length=63, pattern=_CLUSTER)
     nodes: list[Hostname] = Field(min_length=1, max_length=MAX_NODES)
+    # as JoinNodes.part_of: the apply run that holds the slot
+    part_of: str | None = Field(None, min_length=1, max_length=128, pattern=_REQUEST)
+
+    @model_serializer(mode="wrap")
+    def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_none(handler(self), self, ("part_of",))
 
 
 class MembershipNode(Message):
