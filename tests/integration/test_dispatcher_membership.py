@@ -16,7 +16,7 @@ from bke.checksums import LabChecksums
 from bke.contracts.agent import AgentCommand, CommandResult, StepResult
 from bke.contracts.certs import CertsIssued
 from bke.contracts.membership import JoinNodes, JoinNodesFinished, RemoveNodes, RemoveNodesFinished
-from bke.contracts.render import ManifestsRendered
+from bke.contracts.render import ManifestsRendered, RenderFailed
 from bke.drain import LabDrainer
 from bke.plan import plan_spec_text
 from bke.state import PlanCache, RedisPlanStore, plan_digest
@@ -252,3 +252,45 @@ async def test_the_dispatchers_busy_reader_names_the_slot_holder_and_unclaimed_r
         assert await busy("quiet") == ""  # its own kind: the join's refusal says it better
     finally:
         await r.aclose()
+
+
+async def test_a_join_and_a_removal_sent_by_the_apply_run_run_inside_its_slot(wired):
+    """`partOf`: the apply run that holds the slot sends JoinNodes and RemoveNodes; they start
+    without a claim of their own, and the join's end leaves the apply's slot held. Named for an
+    apply that does not hold the slot (ended, or another request id), each is refused by name."""
+    from bke.state.operation_slot import claim_operation, operation_holder
+    from bke_dispatcher.membership_wiring import busy_reader
+    from bke_dispatcher.rotations import RotationStore
+
+    make_joins, make_removals, state, r, sent = wired
+    join_store = OperationStore(r, Join.from_json, join_key, join_results_key, joins_index())
+    removal_store = OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index())
+    busy = busy_reader(r, RotationStore(r), join_store, removal_store)
+    joins, removals = make_joins(), make_removals()
+    joins.busy = removals.busy = busy
+    assert (await claim_operation(r, "mbr", "apply", "a1", "t0")).won
+
+    [out] = await joins.on_request(JoinNodes(request_id="j8", cluster="mbr", plan_digest=DIGEST, nodes=["node2"],
+                                             part_of="a0"))
+    assert out.message.status == "Failed"
+    assert out.message.reason == "partOf: apply a0 does not hold the operation slot of mbr (apply a1 does)"
+    [out] = await joins.on_request(JoinNodes(request_id="j9", cluster="mbr", plan_digest=DIGEST, nodes=["node2"]))
+    assert out.message.reason == "apply a1 of mbr is running: join after it ends"  # not sent by that apply
+
+    assert await joins.on_request(JoinNodes(request_id="j10", cluster="mbr", plan_digest=DIGEST, nodes=["node2"],
+                                            part_of="a1")) == []
+    assert (await join_store.load("mbr")).request_id == "j10"
+    holder = await operation_holder(r, "mbr")
+    assert (holder.kind, holder.request_id) == ("apply", "a1")
+    # the join fails (its input fails): the apply's slot stays held, the end is announced
+    await joins.reconcile("mbr")
+    await joins.render_failed(RenderFailed(request_id="join@j10", cluster="mbr", errors=["bad"]))
+    assert (await joins.reconcile("mbr")).status == "failed"
+    holder = await operation_holder(r, "mbr")
+    assert (holder.kind, holder.request_id) == ("apply", "a1")
+    assert any(s == "bke.v1.join-nodes.finished" and b'"j10"' in b for s, b, _ in sent)
+
+    [out] = await removals.on_request(RemoveNodes(request_id="x8", cluster="mbr", nodes=["node2"], part_of="a0"))
+    assert out.message.status == "Failed" and out.message.reason.startswith("partOf: apply a0")
+    assert await removals.on_request(RemoveNodes(request_id="x9", cluster="mbr", nodes=["node2"], part_of="a1")) == []
+    assert (await removal_store.load("mbr")).status == "Running"

@@ -29,7 +29,7 @@ from bke.contracts.certs import ISSUE_CERTS, CertsFailed, CertsIssued, IssueCert
 from bke.contracts.membership import (
     JOIN_NODES_FINISHED, JoinNodes, JoinNodesChanged, JoinNodesFinished, join_changed_subject,
 )
-from bke.state.operation_slot import release_operation, start_in_slot
+from bke.state.operation_slot import release_operation
 from bke.contracts.render import RENDER_MANIFESTS, ManifestsRendered, RenderFailed, RenderManifests
 from bke.errors import TemporaryError
 from bke.plan import Plan
@@ -41,7 +41,7 @@ from .engine import Checksums, Outcome
 from .join import Join, JoinRun, apply_result, command_of, is_join_request, join_refusal, new_join, next_step
 from .labels import marks_from_record, record, wanted
 from .leased import LeasedOperation
-from .membership_store import INPUT_PREFIX, OperationStore, read_gates
+from .membership_store import INPUT_PREFIX, OperationStore, read_gates, start_operation
 from .node_labels import NodeMarker
 from .phases import NodeInputs, phase_by_slug
 from .signing import Sign
@@ -81,20 +81,22 @@ class Joins(LeasedOperation):
         if current is not None and current.request_id == req.request_id:  # a redelivery
             self.kick(req.cluster)
             return []
-        g = await read_gates(req.cluster, self.plans, self.state, self.busy, self.paused)
+        g, outside = (await read_gates(req.cluster, self.plans, self.state, self.busy, self.paused)).within(
+            req.cluster, req.part_of)
         plan = g.plan
         digest = _s(await self.state.r.hget(plan_meta_key(req.cluster), "digest") or "")
 
         def check(cur: Join | None) -> str:
             return join_refusal(req, plan, digest, g.install, busy=g.busy, paused=g.paused, current=cur)
 
-        why = check(current)
+        why = outside or check(current)
         if not why and plan is not None:
             # the cluster's one operation slot (bke.state.operation_slot): atomic against every
-            # other kind; released again if the record refuses after all
+            # other kind; released again if the record refuses after all (or the slot of the
+            # apply run this join is part of)
             j = new_join(req, plan, self._ts())
-            why = await start_in_slot(self.state.r, req.cluster, "join", req.request_id, self._ts(),
-                                      lambda: self.store.start(j, check))
+            why = await start_operation(self.state.r, req.cluster, "join", req.request_id, req.part_of, self._ts(),
+                                        lambda: self.store.start(j, check))
         if why or plan is None:
             log.warning("join refused: %s", why, extra=ids)
             ev = JoinNodesFinished(request_id=req.request_id, cluster=req.cluster, status="Failed", reason=why,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from redis.asyncio import Redis
@@ -24,6 +24,7 @@ from bke.errors import TemporaryError
 from bke.plan import Plan
 from bke.state import PlanCache
 from bke.state.exclusive import write_unless
+from bke.state.operation_slot import start_in_slot
 
 from .state import DispatcherState
 
@@ -94,6 +95,28 @@ class Gates:
     install: str | None
     busy: str
     paused: bool
+
+    def within(self, cluster: str, part_of: str | None) -> tuple["Gates", str]:
+        """The gates of a request sent by the operation `part_of` (bke apply's run, which holds
+        the slot: kind apply, that request id), and why it is refused ("" if it is not): its
+        own holder is no other operation; any other holder, or none, refuses it (the run it
+        names has ended, or never was)."""
+        if not part_of:
+            return self, ""
+        if self.busy == f"apply {part_of}":
+            return replace(self, busy=""), ""
+        return self, (f"partOf: apply {part_of} does not hold the operation slot of {cluster} "
+                      f"({self.busy or 'nothing'} does)")
+
+
+async def start_operation(redis: Any, cluster: str, kind: str, request_id: str, part_of: str | None, since: str,
+                          start: Callable[[], Awaitable[str]]) -> str:
+    """Start a join's or removal's record: in the cluster's operation slot, claimed for it
+    (`start_in_slot`), or inside the slot of the apply run it is part of (`Gates.within`
+    checked that run holds it; nothing is claimed, and its end releases nothing)."""
+    if part_of:
+        return await start()
+    return await start_in_slot(redis, cluster, kind, request_id, since, start)
 
 
 async def read_gates(cluster: str, plans: PlanCache, state: DispatcherState, busy: Callable[[str], Awaitable[str]],

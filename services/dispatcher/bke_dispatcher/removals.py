@@ -30,7 +30,7 @@ from bke.contracts.membership import (
     REMOVE_NODES_FINISHED, RemoveNodes, RemoveNodesChanged, RemoveNodesFinished, remove_changed_subject,
 )
 from bke.drain import Drainer
-from bke.state.operation_slot import release_operation, start_in_slot
+from bke.state.operation_slot import release_operation
 from bke.state import PlanCache
 from bke.state.keys import (
     accepted_agents_key, command_key, health_key, heartbeat_cgroup_key, heartbeat_key, node_labels_key,
@@ -39,7 +39,7 @@ from bke.state.keys import (
 
 from .engine import Outcome
 from .leased import LeasedOperation
-from .membership_store import OperationStore, read_gates
+from .membership_store import OperationStore, read_gates, start_operation
 from .phases import PHASES
 from .removal import Removal, advance, apply_result, fail_stage, new_removal, next_step, removal_refusal
 from .signing import Sign
@@ -88,17 +88,18 @@ class Removals(LeasedOperation):
         if current is not None and current.request_id == req.request_id:  # a redelivery
             self.kick(req.cluster)
             return []
-        g = await read_gates(req.cluster, self.plans, self.state, self.busy, self.paused)
+        g, outside = (await read_gates(req.cluster, self.plans, self.state, self.busy, self.paused)).within(
+            req.cluster, req.part_of)
 
         def check(cur: Removal | None) -> str:
             return removal_refusal(req, g.plan, g.install, busy=g.busy, paused=g.paused, current=cur)
 
-        why = check(current)
+        why = outside or check(current)
         rec = new_removal(req, self._ts(), [identity_name("agent", req.cluster, h) for h in req.nodes])
         if not why:
-            # the cluster's one operation slot, as a join takes it
-            why = await start_in_slot(self.state.r, req.cluster, "removal", req.request_id, self._ts(),
-                                      lambda: self.store.start(rec, check))
+            # the cluster's one operation slot, as a join takes it (or the apply run's)
+            why = await start_operation(self.state.r, req.cluster, "removal", req.request_id, req.part_of, self._ts(),
+                                        lambda: self.store.start(rec, check))
         if why:
             log.warning("removal refused: %s", why, extra=ids)
             ev = RemoveNodesFinished(request_id=req.request_id, cluster=req.cluster, status="Failed", reason=why,
