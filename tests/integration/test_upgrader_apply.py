@@ -65,7 +65,8 @@ class _Labels:
         return "" if out.status == "done" else out.reason or out.status
 
 
-async def _setup(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand], published: list[str]):  # type: ignore[no-untyped-def]
+async def _setup(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand], published: list[str],  # type: ignore[no-untyped-def]
+                 bodies: dict[str, list[bytes]] | None = None):
     plan = plan_spec_text(TEXT, "seed").plan
     assert plan is not None
     pj = plan.to_json()
@@ -74,6 +75,8 @@ async def _setup(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand]
 
     async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
         published.append(subject)
+        if bodies is not None:
+            bodies.setdefault(subject, []).append(payload)
         if subject.endswith(".command"):
             sent.append(AgentCommand.model_validate_json(payload))
         await nc.publish(subject, payload, headers=headers or None)
@@ -163,10 +166,10 @@ async def test_a_controller_manager_flag_goes_master_by_master_then_replaces_the
 async def test_refusals_by_name_and_nothing_stored(redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
     sent: list[AgentCommand] = []
     plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [])
-    more = TEXT + ("---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {name: seed-node2}\n"
-                   "spec: {hostname: node2, ip: 127.0.10.5, role: [node]}\n")
+    more = TEXT + ("---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {name: seed-master4}\n"
+                   "spec: {hostname: master4, ip: 127.0.10.9, role: [master/node]}\n")
     cases = {
-        "join": (more, "NotBuilt", "adding nodes is not supported by this build yet"),
+        "master": (more, "NotBuilt", "adding etcd members and control-plane nodes (master4"),
         "versions": (TEXT.replace("kubernetesVersion: v1.33.2", "kubernetesVersion: v1.33.3"), "Versions", "bke upgrade apply"),  # VersionsAlone: its rolls come with it
         "invalid": (TEXT.replace("role: [node]}", "role: [nope]}"), "spec.", "nope"),
         "network": (TEXT.replace(CERTS, CERTS + "      networking: {serviceSubnet: 10.97.0.0/16}\n"), "NetworkUnchanged", "service_subnet"),
@@ -205,3 +208,96 @@ async def test_a_rolled_back_master_stops_the_apply_and_keeps_the_stored_plan(
     assert meta is not None and meta.digest == digest  # the stored plan is still the one the cluster runs
     run = await store.load(plan.cluster, fresh=True)
     assert run is not None and run.status == "Failed" and run.failed[0].status == "RolledBack"
+
+
+async def _pass(upgrades: Upgrades, cluster: str) -> object:
+    """One pass; a step waiting for the dispatcher's answer is the runner's TemporaryError."""
+    from bke.errors import TemporaryError
+
+    try:
+        return await upgrades.reconcile(cluster)
+    except TemporaryError as exc:
+        return exc
+
+
+WORKER2 = ("---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {name: seed-node2}\n"
+           "spec: {hostname: node2, ip: 127.0.10.5, role: [node]}\n")
+
+
+async def test_a_worker_leaves_and_another_joins_through_the_dispatcher_inside_the_apply(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    """node1 out, node2 in: RemoveNodes while the stored plan still names node1, then the new
+    plan swapped in and JoinNodes with its digest, both `partOf` the apply (inside its slot),
+    each waited for by its `finished`; no agent command from the upgrader; a redelivered or
+    foreign `finished` changes nothing; the slot is the apply's throughout and freed at the end."""
+    from bke.contracts.membership import (
+        JOIN_NODES, REMOVE_NODES, JoinNodes, JoinNodesFinished, MembershipNode, RemoveNodes, RemoveNodesFinished,
+    )
+    from bke.state.operation_slot import operation_holder
+
+    sent: list[AgentCommand] = []
+    bodies: dict[str, list[bytes]] = {}
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies)
+    before = (await RedisPlanStore(redis_client).meta(plan.cluster)).digest  # type: ignore[union-attr]
+    docs = TEXT.split("\n---\n")
+    spec = "\n---\n".join(d for d in docs if "hostname: node1" not in d) + "\n" + WORKER2
+    outs = await applies.on_request(ApplyCluster(request_id="m1", cluster=plan.cluster, spec=spec))
+    accepted = outs[0].message
+    assert isinstance(accepted, ApplyAccepted), accepted
+    assert [(s.name, s.total) for s in accepted.steps] == [("pre-checks", 0), ("remove-nodes", 1), ("join-nodes", 1)]
+
+    await _pass(upgrades, plan.cluster)
+    [raw] = bodies[REMOVE_NODES]
+    removal = RemoveNodes.model_validate_json(raw)
+    assert (removal.nodes, removal.part_of) == (["node1"], "m1")
+    assert JOIN_NODES not in bodies and (await RedisPlanStore(redis_client).meta(plan.cluster)).digest == before
+    await _pass(upgrades, plan.cluster)  # no answer: nothing more
+    assert len(bodies[REMOVE_NODES]) == 2 and JOIN_NODES not in bodies  # asked again, the same id (deduplicated)
+    assert RemoveNodes.model_validate_json(bodies[REMOVE_NODES][1]).request_id == removal.request_id
+
+    # a finished of another request is not this run's answer
+    await upgrades.membership.on_finished(RemoveNodesFinished(request_id="other", cluster=plan.cluster,
+                                                              status="Failed", reason="x", at="t"))
+    await _pass(upgrades, plan.cluster)
+    assert JOIN_NODES not in bodies
+    await upgrades.membership.on_finished(RemoveNodesFinished(
+        request_id=removal.request_id, cluster=plan.cluster, status="Succeeded", at="t",
+        nodes=[MembershipNode(hostname="node1", status="Succeeded")], revoke_identities=["agent-seed-node1"]))
+    await _pass(upgrades, plan.cluster)
+    [raw] = bodies[JOIN_NODES]
+    join = JoinNodes.model_validate_json(raw)
+    meta = await RedisPlanStore(redis_client).meta(plan.cluster)
+    assert meta is not None and meta.digest == accepted.desired_digest == join.plan_digest  # swapped in first
+    assert (join.nodes, join.part_of) == (["node2"], "m1")
+    held = await operation_holder(redis_client, plan.cluster)
+    assert held is not None and (held.kind, held.request_id) == ("apply", "m1")
+
+    await upgrades.membership.on_finished(JoinNodesFinished(
+        request_id=join.request_id, cluster=plan.cluster, status="Succeeded", at="t",
+        nodes=[MembershipNode(hostname="node2", status="Succeeded")]))
+    outcome = await _pass(upgrades, plan.cluster)
+    assert outcome.status == "done", outcome.reason
+    run = await store.load(plan.cluster, fresh=True)
+    assert run is not None and run.status == "Succeeded"
+    assert [(s.name, s.done) for s in run.steps] == [("pre-checks", 0), ("remove-nodes", 1), ("join-nodes", 1)]
+    assert sent == []  # every node command was the dispatcher's
+    assert await operation_holder(redis_client, plan.cluster) is None
+
+
+async def test_a_join_the_dispatcher_refuses_fails_the_apply_with_its_reason(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    from bke.contracts.membership import JOIN_NODES, JoinNodes, JoinNodesFinished
+
+    sent: list[AgentCommand] = []
+    bodies: dict[str, list[bytes]] = {}
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies)
+    outs = await applies.on_request(ApplyCluster(request_id="m2", cluster=plan.cluster, spec=TEXT + WORKER2))
+    assert outs[0].subject == APPLY_ACCEPTED
+    await _pass(upgrades, plan.cluster)
+    join = JoinNodes.model_validate_json(bodies[JOIN_NODES][0])
+    await upgrades.membership.on_finished(JoinNodesFinished(request_id=join.request_id, cluster=plan.cluster,
+                                                            status="Failed", reason="node node2 phase certs: boom", at="t"))
+    outcome = await _pass(upgrades, plan.cluster)
+    assert outcome.status == "failed" and "node node2 phase certs: boom" in outcome.reason, outcome.reason
+    run = await store.load(plan.cluster, fresh=True)
+    assert run is not None and run.status == "Failed"

@@ -77,20 +77,54 @@ def test_apiserver_before_controller_manager_whatever_order_the_diff_lists_them(
     assert all(len(b) == 1 for s in o.steps for b in s.batches)
 
 
-def test_adding_a_node_is_refused_by_name_and_nothing_runs(seed):
-    text = SEED + ("---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {name: seed-node2}\n"
-                   "spec: {hostname: node2, ip: 127.0.10.5, role: [node]}\n")
+def _node(name: str, ip: str, roles: str) -> str:
+    return (f"---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {{name: seed-{name}}}\n"
+            f"spec: {{hostname: {name}, ip: {ip}, role: {roles}}}\n")
+
+
+WITHOUT_NODE1 = SEED.split("---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {name: seed-node1}")[0]
+
+
+def test_adding_workers_is_one_join_step_and_nothing_else(seed):
+    d, o = order_of(seed, SEED + _node("node2", "127.0.10.5", "[node]") + _node("node3", "127.0.10.6", "[node]"))
+    assert not o.refusals
+    assert [a.kind for a in d.actions] == ["join", "join"]
+    assert steps(o) == [("pre-checks", "", (), False), ("join-nodes", "", (("node2", "node3"),), False)]
+
+
+def test_removing_a_worker_is_one_removal_step_for_its_three_actions(seed):
+    d, o = order_of(seed, WITHOUT_NODE1)
+    assert [a.kind for a in d.actions] == ["drain", "remove-node", "reset"]
+    assert steps(o) == [("pre-checks", "", (), False), ("remove-nodes", "", (("node1",),), False)]
+
+
+def test_removals_come_before_joins_and_after_every_roll(seed):
+    text = WITHOUT_NODE1.replace("      certificates: {keyAlgorithm: ECDSA-P256}\n", KCM) + _node("node2", "127.0.10.5", "[node]")
     d, o = order_of(seed, text)
-    assert o.steps == ()
-    assert [r.name for r in o.refusals] == ["NotBuilt"]
-    assert "join (node2): adding nodes is not supported by this build yet" in o.refusals[0].message
+    assert [s.step for s in o.steps] == ["pre-checks", "kube-controller-manager", "remove-nodes", "join-nodes"]
 
 
-def test_removing_a_worker_is_refused_once_per_message(seed):
-    d, o = order_of(seed, SEED.split("---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {name: seed-node1}")[0])
+def test_more_workers_than_one_request_takes_join_in_several(seed, monkeypatch):
+    import bke.lifecycle.apply_run as apply_run
+
+    monkeypatch.setattr(apply_run, "MEMBERSHIP_BATCH", 2)  # 1,000 in production (the contract's MAX_NODES)
+    extra = "".join(_node(f"w{i}", f"127.0.20.{i + 1}", "[node]") for i in range(5))
+    d, o = order_of(seed, SEED + extra)
+    [join] = [s for s in o.steps if s.step == "join-nodes"]
+    assert join.batches == (("w0", "w1"), ("w2", "w3"), ("w4",))
+
+
+def test_adding_or_removing_a_master_or_etcd_member_is_refused_by_name(seed):
+    d, o = order_of(seed, SEED + _node("master4", "127.0.10.9", "[master/node]"))
     assert o.steps == ()
-    assert {r.message.split(": ", 1)[1] for r in o.refusals} == {"removing nodes is not supported by this build yet"}
-    assert len(o.refusals) == 3  # drain, remove-node, reset: each kind named
+    assert any("adding etcd members and control-plane nodes (master4 (" in r.message for r in o.refusals), o.refusals
+    docs = SEED.split("\n---\n")
+    without_master3 = "\n---\n".join(doc for doc in docs if "hostname: master3" not in doc and "hostname: master2" not in doc)
+    assert without_master3 != SEED
+    d, o = order_of(seed, without_master3)
+    assert o.steps == ()
+    assert any("removing etcd members and control-plane nodes (master2 (" in r.message and "master3 (etcd-data, kube-apiserver" in r.message
+               for r in o.refusals), o.refusals
 
 
 def test_every_diff_kind_has_a_handler_or_a_refusal():

@@ -11,9 +11,14 @@ the addons, then labels and taints (through the API: a label needs a registered 
 
     apply_order(current, desired, diff) -> ApplyOrder(steps, refusals)
 
+Workers join and leave through the dispatcher (`JoinNodes`, `RemoveNodes`, sent by the run
+with `partOf` so they run inside its operation slot): removals first, while the stored plan
+still names the nodes (the dispatcher reads their roles and agents from it), then the new plan
+is swapped in and the new workers join (the dispatcher joins nodes the stored plan names), as
+the run's last two steps. So an apply that only adds workers sends no command to any other node.
+
 A kind without a handler refuses the whole apply, naming it (`NOT_BUILT`): an apply never does
-half of a change. The helpers building joins, etcd membership, certificate re-issue and removals
-add their handler to `HANDLERS` and drop the kind from `NOT_BUILT`. Pure: no I/O, no clock.
+half of a change. Pure: no I/O, no clock.
 """
 from __future__ import annotations
 
@@ -21,17 +26,24 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from ..plan import Plan
+from ..plan.models import NodePlan
 from ..spec.roles import is_master
 from ..upgrade.order import MAX_UNAVAILABLE, MEMBER_BY_MEMBER, ORDER, ExpandedStep, parse_max_unavailable
 from .diff import Action, ClusterDiff, Refusal, component_of
 
-__all__ = ["APPLY_STEPS", "HANDLERS", "LABELS_STEP", "NOT_BUILT", "ApplyOrder", "StepWork", "apply_order"]
+__all__ = ["APPLY_STEPS", "HANDLERS", "JOIN_STEP", "LABELS_STEP", "MEMBERSHIP_BATCH", "NOT_BUILT", "REMOVE_STEP",
+           "ApplyOrder", "StepWork", "apply_order"]
 
 LABELS_STEP = "labels"
+REMOVE_STEP = "remove-nodes"
+JOIN_STEP = "join-nodes"
 # The run's steps, in order: the upgrade's node steps (ORDER) between the record conversion
-# (pre-checks, local) and the two cluster-wide steps done through the API.
+# (pre-checks, local) and the two cluster-wide steps done through the API, then the removals
+# and the joins (each a request to the dispatcher).
 APPLY_STEPS: tuple[str, ...] = ("pre-checks", "etcd-snapshots", "etcd", "kube-apiserver", "kube-controller-manager",
-                                "kube-scheduler", "masters-runtime", "workers", "addons", LABELS_STEP)
+                                "kube-scheduler", "masters-runtime", "workers", "addons", LABELS_STEP, REMOVE_STEP,
+                                JOIN_STEP)
+MEMBERSHIP_BATCH = 1000  # nodes per JoinNodes / RemoveNodes (the contract's MAX_NODES)
 _ROW = {s.name: s for s in ORDER}
 _STATIC_PODS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 _RUNTIME = ("kubelet", "containerd", "node-env")
@@ -90,22 +102,49 @@ def _addons(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Acti
     return [StepWork("addons")]
 
 
+_CONTROL = ("etcd-data", "etcd-events", "etcd-pods", *_STATIC_PODS)
+
+
+def _control_plane(node: NodePlan) -> str:
+    """What makes a node more than a worker ("" for a worker): its etcd or control-plane parts."""
+    parts = [c for c in node.components if c in _CONTROL]
+    return ", ".join(parts) or ("master" if is_master(node.roles) else "")
+
+
+def _workers_only(plan: Plan, actions: tuple[Action, ...], step: str, what: str) -> list[StepWork] | list[Refusal]:
+    hosts = list(dict.fromkeys(a.host for a in actions))
+    refused = [f"{h} ({parts})" for h in hosts if (parts := _control_plane(plan.node(h)))]
+    if refused:
+        return [Refusal("NotBuilt", f"{what} etcd members and control-plane nodes ({', '.join(refused[:10])}) "
+                                    "is not supported by this build yet: only workers")]
+    return [StepWork(step, "", tuple(hosts))]
+
+
+def _join(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action, ...]) -> list[StepWork] | list[Refusal]:
+    return _workers_only(desired, actions, JOIN_STEP, "adding")
+
+
+def _remove(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action, ...]) -> list[StepWork] | list[Refusal]:
+    # drain, remove-node and reset of a node: the dispatcher's RemoveNodes does all three
+    return _workers_only(current, actions, REMOVE_STEP, "removing")
+
+
 # action kind -> handler. Kept in the order the diff emits kinds (bke.lifecycle.diff.diff_plans).
 HANDLERS: dict[str, Handler] = {
+    "join": _join,
     "roll": _roll,
     "apply-addons": _addons,
     "set-labels-taints": _labels,
+    "drain": _remove,
+    "remove-node": _remove,
+    "reset": _remove,
 }
 # Kinds the diff knows that this build cannot carry out yet: the apply is refused with this text.
 NOT_BUILT: Mapping[str, str] = {
     "etcd-add-learner": "adding etcd members is not supported by this build yet",
     "etcd-promote": "adding etcd members is not supported by this build yet",
     "reissue-certificates": "re-issuing certificates whose names change is not supported by this build yet",
-    "join": "adding nodes is not supported by this build yet",
     "etcd-remove-member": "removing etcd members is not supported by this build yet",
-    "drain": "removing nodes is not supported by this build yet",
-    "remove-node": "removing nodes is not supported by this build yet",
-    "reset": "removing nodes is not supported by this build yet",
 }
 
 
@@ -140,11 +179,13 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
         return ApplyOrder(refusals=tuple(dict.fromkeys(refusals)))
     if not work:
         return ApplyOrder()
-    return ApplyOrder(steps=tuple(_expand(desired, work, max_unavailable)))
+    return ApplyOrder(steps=tuple(_expand(current, desired, work, max_unavailable)))
 
 
-def _expand(desired: Plan, work: list[StepWork], max_unavailable: str | None) -> list[ExpandedStep]:
+def _expand(current: Plan, desired: Plan, work: list[StepWork], max_unavailable: str | None) -> list[ExpandedStep]:
+    # the plan's order; a removed node (only in the current plan) after the others
     rank = {n.hostname: i for i, n in enumerate(desired.nodes)}
+    rank.update({n.hostname: len(rank) + i for i, n in enumerate(current.nodes) if n.hostname not in rank})
     wanted: dict[tuple[str, str], set[str]] = {}
     for w in work:
         wanted.setdefault((w.name, w.group), set()).update(w.hosts)
@@ -162,6 +203,9 @@ def _expand(desired: Plan, work: list[StepWork], max_unavailable: str | None) ->
             hosts = sorted(wanted[key], key=lambda h: rank[h])
             if not hosts:  # a cluster-wide step: the addons, the labels
                 out.append(ExpandedStep(name, group, ()))
+                continue
+            if name in (REMOVE_STEP, JOIN_STEP):  # one dispatcher request per batch, every node at once
+                out.append(ExpandedStep(name, group, _chunks(hosts, MEMBERSHIP_BATCH)))
                 continue
             row = _ROW[name]
             size = parse_max_unavailable(max_unavailable, len(hosts)) if row.batching == MAX_UNAVAILABLE else 1

@@ -40,8 +40,9 @@ __all__ = [
 
 # Steps the upgrader runs itself (not through agents): the checks on live facts, the renewal
 # asked of the certs service, the addons applied through the cluster's API, and (the run of a
-# changed spec, bke.lifecycle.apply_run) the nodes' labels and taints set through the API.
-LOCAL_STEPS = frozenset({"pre-checks", "certificates", "addons", "labels"})
+# changed spec, bke.lifecycle.apply_run) the nodes' labels and taints set through the API, and
+# the workers removed and joined by a request to the dispatcher.
+LOCAL_STEPS = frozenset({"pre-checks", "certificates", "addons", "labels", "remove-nodes", "join-nodes"})
 SLUG_PREFIX = "upgrade@"
 STDERR_KEEP = 2000
 FAILED_KEEP = 50
@@ -280,6 +281,14 @@ def mark_local(step: StepRun, ok: bool, message: str = "") -> None:
     step.status = "Succeeded" if ok else "Failed"
     step.done = step.total
     step.message = message
+
+
+def mark_local_batch(step: StepRun) -> None:
+    """A local step's batch is done (a dispatcher request of the apply's membership steps): on
+    to the next batch, or the step has succeeded."""
+    step.status = "Running"
+    step.done += len(step.current())
+    _next_batch(step)
 
 
 def mark_drained(step: StepRun) -> None:

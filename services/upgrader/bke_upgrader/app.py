@@ -18,6 +18,7 @@ from bke.cluster_api.node_labels import LabNodes, NodeLabelsWork, NodeMarker
 from bke.contracts.agent import CommandResult
 from bke.contracts.apply import APPLY_CLUSTER, ApplyCluster
 from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, CertsFailed, CertsRenewed
+from bke.contracts.membership import JOIN_NODES_FINISHED, REMOVE_NODES_FINISHED, JoinNodesFinished, RemoveNodesFinished
 from bke.contracts.restore import RESTORE_ETCD, RESTORE_GET, RESTORE_PIECE
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import RETRY_UPGRADE, UPGRADE_CLUSTER, UPGRADE_GET, GetUpgrade, UpgradeCluster
@@ -42,6 +43,7 @@ from bke.upgrade.run import SLUG_PREFIX
 from .agent_release import ReleaseSource
 from .applies import Applies
 from .certs import UpgradeCerts
+from .membership import ApplyMembership
 from .drain import Drainer, KubernetesDrainer, LabDrainer
 from .facts import LiveFacts
 from .metrics import watch_metrics
@@ -152,6 +154,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
                       timeout_s=settings.status_timeout_s)
     snapshots = _Snapshots(svc, redis)
     certs = UpgradeCerts(store, svc.publish)
+    membership = ApplyMembership(store, svc.publish)
 
     async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
         # straight on the service's connection: the same message as Service.publish (a core
@@ -166,7 +169,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
                         component_timeout_s=settings.component_timeout_s, certs=certs,
                         release=ReleaseSource(settings.agent_release, settings.agent_confirm_timeout_s, redis)
                         if settings.agent_release else None,
-                        labels=_LabelsStep(NodeLabelsWork(redis, marker, _now)))
+                        labels=_LabelsStep(NodeLabelsWork(redis, marker, _now)), membership=membership)
     # etcd disaster recovery (restores.py): the same store access, signing and lease as upgrades
     restore_store = RestoreStore(redis)
     pieces = PieceServer(restore_store, lambda: svc.nc.jetstream(), snapshots.key)
@@ -180,7 +183,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     # ~40 batches in a row, each waiting out the window once after its last answer.
     pause_flags = PauseFlags(redis, "upgrade")
     runner = Runner(upgrades, debounce_s=0.05, paused=pause_flags.is_paused)
-    upgrades.kick = certs.kick = runner.kick
+    upgrades.kick = certs.kick = membership.kick = runner.kick
     upgrades.kick_at_once = lambda cluster: runner.kick(cluster, at_once=True)
     serve_pause(svc, pause_flags, [runner.kick], _now)
     serve_deleted(svc, redis, _now)  # a deleted cluster: this service's records go (bke.forgetting)
@@ -201,6 +204,12 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
 
     svc.work_subscriber(UPGRADE_CLUSTER, "BKE_COMMANDS", "upgrader-requests", on_request, batch_size=16)
     svc.work_subscriber(RETRY_UPGRADE, "BKE_COMMANDS", "upgrader-retries", on_retry, batch_size=16)
+
+    # the dispatcher's answers to a changed spec's removals and joins (others' are ignored)
+    svc.work_subscriber(JOIN_NODES_FINISHED, "BKE_EVENTS", "upgrader-joins-finished",
+                        typed(JoinNodesFinished, membership.on_finished, svc.publish, svc.notify))
+    svc.work_subscriber(REMOVE_NODES_FINISHED, "BKE_EVENTS", "upgrader-removals-finished",
+                        typed(RemoveNodesFinished, membership.on_finished, svc.publish, svc.notify))
 
     # the certs service's answers to an upgrade's renewal (other renewals are ignored)
     svc.work_subscriber(CERTS_RENEWED, "BKE_EVENTS", "upgrader-certs-renewed",

@@ -49,6 +49,7 @@ from bke.contracts.upgrade import (
 )
 from bke.errors import MalformedMessage, PermanentError, TemporaryError, is_unavailable
 from bke.etcdsnap.step import snapshot_step
+from bke.lifecycle.apply_run import JOIN_STEP, REMOVE_STEP
 from bke.plan import Plan, plan_spec_text
 from bke.state import PlanCache, RedisPlanStore, plan_digest
 from bke.state.lease import claim_lease, release_lease
@@ -81,6 +82,7 @@ from bke.upgrade.target_plan import target_plan
 
 from .agent_release import ReleaseError, ReleaseSource
 from .certs import UpgradeCerts
+from .membership import ApplyMembership
 from .drain import Drainer
 from .facts import LiveFacts
 from .renders import Renders
@@ -156,9 +158,11 @@ class Upgrades:
                  now: Callable[[], datetime], owner: str, lease_ms: int, *, sign: Sign,
                  snapshots: SnapshotSetup, answer_deadline_s: float = 1800.0,
                  component_timeout_s: float = 180.0, certs: UpgradeCerts | None = None,
-                 release: ReleaseSource | None = None, labels: Labels | None = None):
+                 release: ReleaseSource | None = None, labels: Labels | None = None,
+                 membership: ApplyMembership | None = None):
         self.snapshots = snapshots
         self.certs = certs or UpgradeCerts(store, publish)
+        self.membership = membership or ApplyMembership(store, publish)
         self.release = release  # the agent release the agents step installs (None: version check only)
         self.labels = labels  # the labels step of a changed spec's run (bke.lifecycle.apply_run)
         self.component_timeout_s = component_timeout_s
@@ -492,8 +496,18 @@ class Upgrades:
                     await self._changed(run)
                     raise
             elif step.name == "labels":
-                why = await self.labels.apply(new) if self.labels is not None else "no labels adapter in this upgrader"
+                # the nodes both plans name: a new node is labelled by its join (the last step)
+                kept = {n.hostname for n in old.nodes}
+                plan = new.model_copy(update={"nodes": [n for n in new.nodes if n.hostname in kept]})
+                why = await self.labels.apply(plan) if self.labels is not None else "no labels adapter in this upgrader"
                 mark_local(step, not why, why)
+            elif step.name in (REMOVE_STEP, JOIN_STEP):
+                try:
+                    await self.membership.carry(run, step, new, self._store_plan)
+                except TemporaryError:  # asked, waiting for the dispatcher: kept, and followers see it
+                    await self.store.save(run)
+                    await self._changed(run)
+                    raise
             elif step.name == "addons":
                 renders = await self.renders.get(run.request_id, old, new)
                 why = await self.addons.apply(old, new, renders.new_addons)
@@ -576,14 +590,21 @@ class Upgrades:
         finish(run, True, self.ts())
         log.info("upgrade succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
 
-    async def _swap_plan(self, run: UpgradeRun, new: Plan, pj: str) -> None:
-        """The end of a changed spec's run: its plan replaces the one the run started from
-        (compare-and-swap on that digest), and the renderer stores the new plan's files."""
+    async def _store_plan(self, run: UpgradeRun, new: Plan) -> str:
+        """A changed spec's plan in place of the one its run started from (compare-and-swap on
+        that digest; already ours after a crash or an earlier join step: nothing to do); its digest."""
+        pj = new.to_json()
         digest = plan_digest(pj)
         stored = await self.plan_store.upgrade(new, pj, digest, str(run.request.get("planDigest", "")),
                                                run.request_id, self.ts())
-        if not stored and await self.plan_digest(run.cluster) != digest:  # not already ours (a crash after the swap)
+        if not stored and await self.plan_digest(run.cluster) != digest:
             raise PermanentError("the stored plan changed while the changed spec was carried out; not replaced")
+        return digest
+
+    async def _swap_plan(self, run: UpgradeRun, new: Plan, pj: str) -> None:
+        """The end of a changed spec's run: its plan replaces the one the run started from
+        (`_store_plan`), and the renderer stores the new plan's files."""
+        await self._store_plan(run, new)
         ask = RenderManifests(request_id=f"apply-{run.request_id}", cluster=run.cluster)
         await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:apply:{run.request_id}"})
         finish(run, True, self.ts())

@@ -1,0 +1,109 @@
+"""A changed spec's removals and joins, the adapters: the apply run asks the dispatcher to
+remove or join workers (`RemoveNodes` / `JoinNodes`, `partOf` the run: inside its operation
+slot) and carries on when the dispatcher's `*.finished` answers. Which nodes, in which order,
+is `bke.lifecycle.apply_run`'s; how a node joins or leaves is the dispatcher's.
+
+    remove-nodes step  -> RemoveNodes of the batch (the stored plan still names its nodes);
+                          waits (TemporaryError) until its answer is recorded
+    join-nodes step    -> the run's plan swapped in first (compare-and-swap on the digest the
+                          run started from; already swapped after a crash: nothing to do), then
+                          JoinNodes of the batch with that plan's digest; waits likewise
+    *.finished         -> recorded beside the run's agent answers (`bke:<c>:upgrade:results`,
+                          field `membership:<request id>`) if it answers this run, and the run
+                          woken
+
+Request ids are fixed per run, step and batch: asking again after a crash is the same request
+(JetStream drops the repeat in its window; the dispatcher answers a known request id from its
+record, and a finished one with its `finished` again), so nothing is joined or removed twice.
+A refusal or failure fails the step with the dispatcher's reason; the run stops there.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from bke.contracts.membership import (
+    JOIN_NODES, REMOVE_NODES, JoinNodes, JoinNodesFinished, RemoveNodes, RemoveNodesFinished,
+)
+from bke.errors import TemporaryError
+from bke.lifecycle.apply_run import JOIN_STEP, REMOVE_STEP
+from bke.plan import Plan
+from bke.state.keys import upgrade_results_key
+from bke.upgrade.run import StepRun, UpgradeRun, mark_local, mark_local_batch
+
+from .store import UpgradeStore
+
+__all__ = ["ApplyMembership", "membership_request_id"]
+
+log = logging.getLogger("bke.upgrader.membership")
+Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
+FIELD = "membership:"  # the results hash's field prefix for a dispatcher's answer
+WAIT_S = 10.0  # look again this often without an answer (the answer's kick comes first)
+
+
+def membership_request_id(apply_request_id: str, step: str, batch: int) -> str:
+    """The request id of one batch of a membership step: fixed per run, step and batch, at most
+    128 characters (the contract's limit)."""
+    rid = f"{apply_request_id}.{step}.{batch}"
+    return rid if len(rid) <= 128 else f"{hashlib.sha256(apply_request_id.encode()).hexdigest()[:40]}.{step}.{batch}"
+
+
+class ApplyMembership:
+    def __init__(self, store: UpgradeStore, publish: Publish, kick: Callable[[str], None] = lambda c: None):
+        self.store, self.publish, self.kick = store, publish, kick
+
+    async def _answer(self, cluster: str, request_id: str) -> dict[str, Any] | None:
+        raw = await self.store.r.hget(upgrade_results_key(cluster), FIELD + request_id)
+        return None if raw is None else json.loads(raw)
+
+    # the local steps ---------------------------------------------------------
+    async def carry(self, run: UpgradeRun, step: StepRun, new: Plan,
+                    swap: Callable[[UpgradeRun, Plan], Awaitable[str]]) -> None:
+        """Carry a membership step one batch further: the batch's answer recorded (on to the next
+        batch, or the step failed with the reason), or the request sent and waiting
+        (TemporaryError). `swap`: stores the run's plan, returns its digest (a join needs the
+        stored plan to name the new nodes)."""
+        rid = membership_request_id(run.request_id, step.name, step.batch)
+        hosts = step.current()
+        answer = await self._answer(run.cluster, rid)
+        if answer is not None:
+            if answer["status"] == "Succeeded":
+                mark_local_batch(step)
+                log.info("%s: %s done", step.name, ", ".join(hosts[:10]), extra={"cluster": run.cluster,
+                                                                                   "request_id": run.request_id})
+            else:
+                mark_local(step, False, f"the dispatcher: {answer.get('reason', '')}"[:2000])
+            return
+        ids = {"cluster": run.cluster, "request_id": run.request_id}
+        if step.name == JOIN_STEP:
+            digest = await swap(run, new)
+            req: JoinNodes | RemoveNodes = JoinNodes(request_id=rid, cluster=run.cluster, plan_digest=digest,
+                                                     nodes=hosts, part_of=run.request_id)
+            subject = JOIN_NODES
+        elif step.name == REMOVE_STEP:
+            req, subject = RemoveNodes(request_id=rid, cluster=run.cluster, nodes=hosts, part_of=run.request_id), REMOVE_NODES
+        else:  # pragma: no cover - the run's table names only these two
+            raise ValueError(f"{step.name} is no membership step")
+        await self.publish(req.to_bytes(), subject, {"Nats-Msg-Id": f"{subject}:{rid}"})
+        log.info("%s asked: %d node(s)", step.name, len(hosts), extra=ids)
+        raise TemporaryError(f"waiting for the dispatcher: {step.name} of {', '.join(hosts[:5])}"
+                             f"{' and more' if len(hosts) > 5 else ''}", delay=WAIT_S)
+
+    # the dispatcher's answers ------------------------------------------------------
+    async def on_finished(self, ev: JoinNodesFinished | RemoveNodesFinished) -> None:
+        run = await self.store.load(ev.cluster, fresh=True)
+        if run is None or run.status != "Running":
+            return  # another run's, or one that ended
+        mine = {membership_request_id(run.request_id, s.name, b)
+                for s in run.steps if s.name in (JOIN_STEP, REMOVE_STEP) for b in range(len(s.batches))}
+        if ev.request_id not in mine:
+            return
+        doc = {"status": ev.status, "reason": ev.reason,
+               "nodes": [n.model_dump(by_alias=True) for n in ev.nodes]}
+        if isinstance(ev, RemoveNodesFinished):
+            doc["revokeIdentities"] = list(ev.revoke_identities)
+        await self.store.r.hset(upgrade_results_key(ev.cluster), FIELD + ev.request_id, json.dumps(doc))
+        self.kick(ev.cluster)
