@@ -13,6 +13,7 @@ from bke.lab.http_repo import with_http_repo
 from bke.lab.preflight import claim_lab
 from bke.lab.replicas import ensure_replicas, replica_count
 from bke.lab.supervisor import LabSupervisor
+from bke.runtime.embedded import RuntimeInfo
 from bke.state.client import redact_url
 from bke.plan import Plan, plan_spec_text
 from bke.versions import parse_version
@@ -156,8 +157,33 @@ def apply(
     info = sup.ensure_runtime()
     sup.ensure_services(info)
     if not dry_run:
-        sup.ensure_agents(info, plan)
-    raise typer.Exit(show_changes(sup.operator_access(info), read_spec_text(spec), plan.cluster, dry_run, timeout=timeout))
+        sup.ensure_agents(info, plan)  # a new node's machine is up with its agent before it joins
+    code = show_changes(sup.operator_access(info), read_spec_text(spec), plan.cluster, dry_run, timeout=timeout)
+    if code == 0 and not dry_run:
+        _retire_agents(sup, info, plan)
+    raise typer.Exit(code)
+
+
+def _retire_agents(sup: LabSupervisor, info: RuntimeInfo, plan: Plan) -> None:
+    """The agents of nodes the applied plan no longer names (removed by the run: drained, reset):
+    their bus identities revoked and their processes stopped, as the holder of the NATS
+    authority does after a removal (`bke lab remove-nodes`; in a deployment `bke identities
+    revoke NAME`)."""
+    from bke.auth.permissions import identity_name
+
+    gone = sorted(set(sup.pids()["agents"]) - {n.hostname for n in plan.nodes})
+    if not gone:
+        return
+    keeper = sup.identities(info)
+    try:
+        for host in gone:
+            if keeper is not None:
+                keeper.revoke(identity_name("agent", plan.cluster, host))
+            sup.stop_agent(host)
+            Console().print(f"{host}: agent stopped" + (", identity revoked" if keeper is not None else ""), highlight=False)
+    finally:
+        if keeper is not None:
+            keeper.close()
 
 
 @lab.command("down")

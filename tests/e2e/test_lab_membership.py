@@ -1,28 +1,30 @@
-"""End to end: two workers join an installed lab cluster, then one leaves (issue 14, items 2 and 3
-for workers). Real NATS, Redis and etcd; every service and agent its own process.
+"""End to end: two workers join an installed lab cluster through `bke lab apply`, then one leaves
+the same way (issue 14, items 2 and 3 for workers, and their acceptance lines). Real NATS, Redis
+and etcd; every service and agent its own process.
 
-The seed example is installed; the plan of the same spec with two more BKENodes is swapped in
-with the compare-and-swap the upgrader uses (`RedisPlanStore.upgrade`); `bke lab join-nodes`
-starts the two agents and sends JoinNodes. Both new nodes end with every file a worker has, each
-of the install's worker phases run on them, and no other node received any command but the
-periodic health checks. Then `bke lab remove-nodes` of one of them: drained and its Node deleted
-(recorded by the lab), reset (no file BKE wrote left on its tree), its identity revoked, no
-other node commanded; and a master is refused by name."""
+The seed example is installed; `bke lab apply` of the same spec with two more BKENodes starts the
+two agents (the lab plays the machines coming up), and the upgrader's apply run swaps in the new
+plan and asks the dispatcher to join them (JoinNodes, inside the apply's operation slot). Both new
+nodes end with every file a worker has, each of the install's worker phases run on them once,
+and no other node received any command but the periodic health checks. Then `bke lab apply` of
+the spec without one of them: drained and its Node deleted (recorded by the lab), reset (no file
+BKE wrote left on its tree), its identity revoked and its agent stopped, no other node
+commanded, and the stored plan no longer names it. A master is refused by name, nothing done,
+by `bke lab remove-nodes` and by an apply without it."""
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 
 from bke.auth.permissions import identity_name
 from bke.plan import plan_spec_text
-from bke.state.plans import RedisPlanStore, plan_digest
+from bke.state.keys import plan_meta_key
+from bke.state.plans import plan_digest
 from bke_agent.journal import read_executions
 from bke_agent.reset import RESET_TABLE
 from bke_agent.settings import LAB_STATE_SUBDIR
@@ -84,25 +86,20 @@ async def test_two_workers_join_then_one_is_removed(lab_factory):
     c, workdir = lab.plan.cluster, str(lab.workdir)
     old_hosts = [n.hostname for n in lab.plan.nodes]
 
-    # 1. the plan that names two more workers, swapped in as the upgrader swaps its plan
-    bigger = plan_spec_text(lab.spec + EXTRA).plan
-    assert bigger is not None
-    r = aioredis.Redis.from_url(lab.info.redis_url)
-    try:
-        store = RedisPlanStore(r)
-        old = await store.meta(c)
-        assert old is not None
-        pj = bigger.to_json()
-        assert await store.upgrade(bigger, pj, plan_digest(pj), old.digest, "apply-e2e",
-                                   datetime.now(timezone.utc).isoformat())
-    finally:
-        await r.aclose()
+    # 1. the spec that names two more workers, applied: their agents started, the plan swapped, joined
+    bigger_spec = lab.workdir / "bigger.yaml"
+    bigger_spec.write_bytes(lab.spec + EXTRA)
     before = _executions(lab, old_hosts)
-
-    # 2. join them: agents started, certificates, files, kubelet, labels, health
-    rc, out = await _bke("lab", "join-nodes", c, "--nodes", "node2,node3", "--workdir", workdir)
+    rc, out = await _bke("lab", "apply", str(bigger_spec), "--workdir", workdir)
     assert rc == 0, out
-    assert "node2, node3: Succeeded" in out, out
+    assert "join-nodes: 2 node(s)" in out and "apply Succeeded" in out, out
+    bigger = plan_spec_text(bigger_spec.read_text()).plan
+    assert bigger is not None
+    rs = redis.Redis.from_url(lab.info.redis_url)
+    try:
+        assert rs.hget(plan_meta_key(c), "digest").decode() == plan_digest(bigger.to_json())
+    finally:
+        rs.close()
     joined = _executions(lab, ["node2", "node3"])
     for h in ("node2", "node3"):
         phases = [parse_command_id(cid) for cid in joined[h] if "/join@" in cid]
@@ -121,13 +118,21 @@ async def test_two_workers_join_then_one_is_removed(lab_factory):
     # 3. a master is not a worker: refused by name, nothing done
     rc, out = await _bke("lab", "remove-nodes", c, "--nodes", "master1", "--workdir", workdir)
     assert rc == 2 and "master1 (etcd member of etcd-data)" in out, out
+    no_master = lab.workdir / "no-master3.yaml"
+    no_master.write_text("\n---\n".join(d for d in bigger_spec.read_text().split("\n---\n")
+                                        if "hostname: master3" not in d and "hostname: master2" not in d))
+    rc, out = await _bke("lab", "apply", str(no_master), "--workdir", workdir)
+    assert rc == 2 and "master3 (etcd-data" in out, out
 
-    # 4. node3 leaves: drained and its Node deleted (recorded), reset, revoked, forgotten
+    # 4. node3 leaves: the spec without it, applied: drained and its Node deleted (recorded),
+    # reset, revoked, its agent stopped, forgotten
     everyone = old_hosts + ["node2", "node3"]
     before = _executions(lab, everyone)
-    rc, out = await _bke("lab", "remove-nodes", c, "--nodes", "node3", "--workdir", workdir)
+    smaller_spec = lab.workdir / "smaller.yaml"
+    smaller_spec.write_text("\n---\n".join(d for d in bigger_spec.read_text().split("\n---\n") if "hostname: node3" not in d))
+    rc, out = await _bke("lab", "apply", str(smaller_spec), "--workdir", workdir)
     assert rc == 0, out
-    assert f"{identity_name('agent', c, 'node3')}: revoked" in out
+    assert "remove-nodes: 1 node(s)" in out and "node3: agent stopped" in out, out
     rs = redis.Redis.from_url(lab.info.redis_url)
     try:
         api = rs.hget(f"bke:{c}:removal:api", "node3")
@@ -135,6 +140,9 @@ async def test_two_workers_join_then_one_is_removed(lab_factory):
         assert not rs.hexists(f"bke:{c}:agents:accepted", "node3") and not rs.sismember(f"bke:{c}:sealed", "node3")
         record = rs.hget("bke:auth:identities", identity_name("agent", c, "node3"))
         assert record is not None and b'"revoked_at": null' not in record
+        smaller = plan_spec_text(smaller_spec.read_text()).plan
+        assert smaller is not None and "node3" not in {n.hostname for n in smaller.nodes}
+        assert rs.hget(plan_meta_key(c), "digest").decode() == plan_digest(smaller.to_json())  # swapped at the end
     finally:
         rs.close()
     left = [p for p in EVERYTHING if (lab.host("node3") / p.lstrip("/")).exists()]
