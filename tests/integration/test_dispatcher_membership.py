@@ -294,3 +294,48 @@ async def test_a_join_and_a_removal_sent_by_the_apply_run_run_inside_its_slot(wi
     assert out.message.status == "Failed" and out.message.reason.startswith("partOf: apply a0")
     assert await removals.on_request(RemoveNodes(request_id="x9", cluster="mbr", nodes=["node2"], part_of="a1")) == []
     assert (await removal_store.load("mbr")).status == "Running"
+
+
+async def test_an_etcd_only_node_is_removed_only_by_the_apply_that_took_its_member_out(redis_url, redis_client):
+    """An etcd-only node is no worker: refused by name; sent by the apply run that removed its
+    etcd member first (`partOf`), it is drained, reset and forgotten like a worker. A master
+    stays refused either way."""
+    from bke.state.operation_slot import claim_operation
+    from bke_dispatcher.membership_wiring import busy_reader
+    from bke_dispatcher.rotations import RotationStore
+
+    from tests.unit.test_apply_run import _grow_spec  # a split layout with dedicated etcd-events nodes
+
+    plan = plan_spec_text(_grow_spec(("events1", "events2", "events3"))).plan
+    pj = plan.to_json()
+    r = Redis.from_url(redis_url)
+    try:
+        await RedisPlanStore(r).save(plan, pj, plan_digest(pj), "req", NOW.isoformat())
+        state = DispatcherState(r)
+        await state.start_install("grow", "req", NOW.isoformat(), plan_digest(pj))
+        await state.set_install("grow", status="Succeeded")
+        joins = OperationStore(r, Join.from_json, join_key, join_results_key, joins_index())
+        store = OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index())
+        sent: list = []
+
+        async def publish(body: bytes, subject: str, headers: dict[str, str]) -> None:
+            sent.append((subject, body))
+
+        async def not_paused(cluster: str) -> bool:
+            return False
+
+        async def sign(cmd: AgentCommand) -> AgentCommand:
+            return signed(cmd)
+
+        removals = Removals(store, state, PlanCache(r), LabDrainer(r, lambda: NOW, removal_api_key),
+                            busy_reader(r, RotationStore(r), joins, store), not_paused, publish, lambda: NOW, "me",
+                            sign=sign)
+        [out] = await removals.on_request(RemoveNodes(request_id="e1", cluster="grow", nodes=["events3"]))
+        assert out.message.status == "Failed" and "events3 (etcd member of etcd-events)" in out.message.reason
+        assert (await claim_operation(r, "grow", "apply", "a7", "t0")).won
+        [out] = await removals.on_request(RemoveNodes(request_id="e2", cluster="grow", nodes=["m1"], part_of="a7"))
+        assert out.message.status == "Failed" and "m1 (" in out.message.reason
+        assert await removals.on_request(RemoveNodes(request_id="e3", cluster="grow", nodes=["events3"], part_of="a7")) == []
+        assert (await store.load("grow")).nodes[0].hostname == "events3"
+    finally:
+        await r.aclose()

@@ -10,6 +10,7 @@ While it runs a second apply is refused as busy; a label change runs the labels 
 back stops the apply: no later master is sent anything and the stored plan stays."""
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -65,9 +66,14 @@ class _Labels:
         return "" if out.status == "done" else out.reason or out.status
 
 
+class _Snapshots:
+    async def recipient(self) -> str:
+        return base64.b64encode(bytes(32)).decode()  # an X25519 public key's form
+
+
 async def _setup(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand], published: list[str],  # type: ignore[no-untyped-def]
-                 bodies: dict[str, list[bytes]] | None = None):
-    plan = plan_spec_text(TEXT, "seed").plan
+                 bodies: dict[str, list[bytes]] | None = None, text: str = TEXT):
+    plan = plan_spec_text(text, "seed").plan
     assert plan is not None
     pj = plan.to_json()
     assert await RedisPlanStore(redis).save(plan, pj, plan_digest(pj), "install-1", _now().isoformat())
@@ -86,7 +92,7 @@ async def _setup(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand]
 
     plans = PlanCache(redis)
     upgrades = Upgrades(store, plans, RedisPlanStore(redis), _Facts(), Renders(), None, None, None,  # type: ignore[arg-type]
-                        publish, _now, "apply-test", 30_000, sign=sign, snapshots=None,  # type: ignore[arg-type]
+                        publish, _now, "apply-test", 30_000, sign=sign, snapshots=_Snapshots(),
                         labels=_Labels(NodeLabelsWork(redis, LabNodes(), _now)))
     return plan, store, upgrades, Applies(upgrades, plans, RestoreStore(redis), _now)
 
@@ -169,7 +175,7 @@ async def test_refusals_by_name_and_nothing_stored(redis_client: aioredis.Redis,
     more = TEXT + ("---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {name: seed-master4}\n"
                    "spec: {hostname: master4, ip: 127.0.10.9, role: [master/node]}\n")
     cases = {
-        "master": (more, "NotBuilt", "adding etcd members and control-plane nodes (master4"),
+        "master": (more, "NotBuilt", "adding control-plane nodes (master4"),
         "versions": (TEXT.replace("kubernetesVersion: v1.33.2", "kubernetesVersion: v1.33.3"), "Versions", "bke upgrade apply"),  # VersionsAlone: its rolls come with it
         "invalid": (TEXT.replace("role: [node]}", "role: [nope]}"), "spec.", "nope"),
         "network": (TEXT.replace(CERTS, CERTS + "      networking: {serviceSubnet: 10.97.0.0/16}\n"), "NetworkUnchanged", "service_subnet"),
@@ -301,3 +307,61 @@ async def test_a_join_the_dispatcher_refuses_fails_the_apply_with_its_reason(
     assert outcome.status == "failed" and "node node2 phase certs: boom" in outcome.reason, outcome.reason
     run = await store.load(plan.cluster, fresh=True)
     assert run is not None and run.status == "Failed"
+
+
+async def test_etcd_events_grown_from_one_to_three_member_by_member_then_rolled(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    """1 -> 3 members: a snapshot, then per new member its learner added on the member that
+    stays, its node joined by the dispatcher (with the member list it starts with, the new plan
+    swapped in first), promoted, every member's health; then the old member's manifest and the
+    apiserver (its --etcd-servers-overrides) rolled against the plan the run started from."""
+    from bke.contracts.agent import EtcdMemberAdd, EtcdMemberPromote, EtcdSnapshot, WaitHealth
+    from bke.contracts.membership import JOIN_NODES, JoinNodes, JoinNodesFinished, MembershipNode
+    from tests.unit.test_apply_run import _grow_spec
+
+    sent: list[AgentCommand] = []
+    bodies: dict[str, list[bytes]] = {}
+    one, three = _grow_spec(("events1",)), _grow_spec(("events1", "events2", "events3"))
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies, text=one)
+    outs = await applies.on_request(ApplyCluster(request_id="g1", cluster=plan.cluster, spec=three))
+    accepted = outs[0].message
+    assert isinstance(accepted, ApplyAccepted), accepted
+    seen: list[tuple[str, str]] = []
+    answered, joined, join_ids = 0, 0, set()
+    for _ in range(60):
+        outcome = await _pass(upgrades, plan.cluster)
+        if getattr(outcome, "status", "") in ("done", "failed"):
+            break
+        for cmd in sent[answered:]:
+            kinds = {type(st) for st in cmd.steps}
+            what = ("snapshot" if EtcdSnapshot in kinds else "add" if EtcdMemberAdd in kinds else
+                    "promote" if EtcdMemberPromote in kinds else "health" if kinds == {WaitHealth} else
+                    "roll:" + ",".join(f.path.rsplit("/", 1)[1] for st in cmd.steps if isinstance(st, ReplaceFiles)
+                                       for f in st.files))
+            seen.append((what, cmd.node))
+            await _answer(store, cmd)
+        answered = len(sent)
+        for raw in bodies.get(JOIN_NODES, [])[joined:]:
+            join = JoinNodes.model_validate_json(raw)
+            if join.request_id in join_ids:  # asked again while unanswered: the same request
+                continue
+            join_ids.add(join.request_id)
+            assert join.part_of == "g1" and join.etcd_joins is not None and len(join.etcd_joins) == 1
+            ej = join.etcd_joins[0]
+            seen.append((f"join:{ej.initial_cluster.count('=')}", join.nodes[0]))
+            meta = await RedisPlanStore(redis_client).meta(plan.cluster)
+            assert meta is not None and meta.digest == join.plan_digest == accepted.desired_digest
+            await upgrades.membership.on_finished(JoinNodesFinished(
+                request_id=join.request_id, cluster=plan.cluster, status="Succeeded", at="t",
+                nodes=[MembershipNode(hostname=join.nodes[0], status="Succeeded")]))
+        joined = len(bodies.get(JOIN_NODES, []))
+    assert getattr(outcome, "status", "") == "done", outcome
+    assert seen == [
+        ("snapshot", "events1"),
+        ("add", "events1"), ("join:2", "events2"), ("promote", "events1"), ("health", "events1"), ("health", "events2"),
+        ("add", "events1"), ("join:3", "events3"), ("promote", "events1"),
+        ("health", "events1"), ("health", "events2"), ("health", "events3"),
+        ("roll:etcd-events.yaml", "events1"), ("roll:kube-apiserver.yaml", "m1"),
+    ], seen
+    run = await store.load(plan.cluster, fresh=True)
+    assert run is not None and run.status == "Succeeded"

@@ -117,13 +117,13 @@ def test_more_workers_than_one_request_takes_join_in_several(seed, monkeypatch):
 def test_adding_or_removing_a_master_or_etcd_member_is_refused_by_name(seed):
     d, o = order_of(seed, SEED + _node("master4", "127.0.10.9", "[master/node]"))
     assert o.steps == ()
-    assert any("adding etcd members and control-plane nodes (master4 (" in r.message for r in o.refusals), o.refusals
+    assert any("adding control-plane nodes (master4 (" in r.message for r in o.refusals), o.refusals
     docs = SEED.split("\n---\n")
     without_master3 = "\n---\n".join(doc for doc in docs if "hostname: master3" not in doc and "hostname: master2" not in doc)
     assert without_master3 != SEED
     d, o = order_of(seed, without_master3)
     assert o.steps == ()
-    assert any("removing etcd members and control-plane nodes (master2 (" in r.message and "master3 (etcd-data, kube-apiserver" in r.message
+    assert any("removing control-plane nodes (master2 (" in r.message and "master3 (etcd-data, kube-apiserver" in r.message
                for r in o.refusals), o.refusals
 
 
@@ -140,3 +140,63 @@ def test_a_load_balancer_roll_is_refused_not_half_done():
     assert any(a.detail == "keepalived" for a in d.actions)
     assert o.steps == ()
     assert any("rolling keepalived" in r.message for r in o.refusals)
+
+
+def _grow_spec(events: tuple[str, ...]) -> str:
+    head = """apiVersion: bke.bocloud.com/v1beta1
+kind: BKECluster
+metadata: {name: grow}
+spec:
+  controlPlaneEndpoint: {host: 127.0.23.1, port: 6443}
+  clusterConfig:
+    cluster:
+      kubernetesVersion: v1.33.2
+      etcdVersion: v3.5.1
+      containerdVersion: v2.1.1
+      certificates: {keyAlgorithm: ECDSA-P256}
+"""
+    nodes = [("m1", "127.0.23.1", "[master/node]"), ("etcd1", "127.0.23.11", "[etcd]")]
+    nodes += [(h, f"127.0.23.{20 + int(h[-1])}", "[etcd-event]") for h in events]
+    return head + "".join(f"---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {{name: grow-{h}}}\n"
+                          f"spec: {{hostname: {h}, ip: {ip}, role: {role}}}\n" for h, ip, role in nodes)
+
+
+def test_growing_etcd_events_adds_joins_promotes_and_checks_each_member_then_rolls_the_apiserver():
+    one = plan(_grow_spec(("events1",)))
+    d, o = order_of(one, _grow_spec(("events1", "events2", "events3")))
+    assert not o.refusals, o.refusals
+    got = [(s.step, s.group, s.batches) for s in o.steps]
+    g2, g3 = "etcd-events:events2", "etcd-events:events3"
+    assert got[:11] == [
+        ("pre-checks", "", ()),
+        ("etcd-snapshots", "etcd-events", (("events1",),)),
+        ("etcd-member-add", g2, (("events1",),)),
+        ("join-nodes", g2, (("events2",),)),
+        ("etcd-member-promote", g2, (("events1",),)),
+        ("etcd-health", g2, (("events1", "events2"),)),
+        ("etcd-member-add", g3, (("events1",),)),
+        ("join-nodes", g3, (("events3",),)),
+        ("etcd-member-promote", g3, (("events1",),)),
+        ("etcd-health", g3, (("events1", "events2", "events3"),)),
+        ("etcd", "etcd-events", (("events1",),)),  # its manifest's member list: rolled once the others serve
+    ]
+    assert got[11:] == [("kube-apiserver", "", (("m1",),))]  # --etcd-servers-overrides names the three
+    assert not any(s.step == "join-nodes" and s.group == "" for s in o.steps)  # no worker join
+
+
+def test_shrinking_etcd_events_removes_each_member_then_resets_its_node():
+    three = plan(_grow_spec(("events1", "events2", "events3")))
+    d, o = order_of(three, _grow_spec(("events1",)))
+    assert not o.refusals, o.refusals
+    names = [(s.step, s.group) for s in o.steps]
+    assert names[:6] == [("pre-checks", ""), ("etcd-snapshots", "etcd-events"),
+                         ("etcd-member-remove", "etcd-events:events2"), ("etcd-health", "etcd-events:events2"),
+                         ("etcd-member-remove", "etcd-events:events3"), ("etcd-health", "etcd-events:events3")]
+    assert names[-1] == ("remove-nodes", "") and o.steps[-1].batches == (("events2", "events3"),)
+    assert ("kube-apiserver", "") in names
+
+
+def test_an_etcd_removal_that_loses_quorum_is_refused():
+    three = plan(_grow_spec(("events1", "events2", "events3")))
+    d = diff_plans(three, plan(_grow_spec(("events1",))), [], unhealthy_etcd_members={"etcd-events": ["events1"]})
+    assert any(r.name == "EtcdQuorum" for r in d.refusals), d.refusals

@@ -23,16 +23,19 @@ half of a change. Pure: no I/O, no clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from ..plan import Plan
 from ..plan.models import NodePlan
+from ..node_steps import health_steps
 from ..spec.roles import is_master
 from ..upgrade.order import MAX_UNAVAILABLE, MEMBER_BY_MEMBER, ORDER, ExpandedStep, parse_max_unavailable
 from .diff import Action, ClusterDiff, Refusal, component_of
+from .etcd_members import MemberSequence, MemberStep, agent_step, member_sequences
 
-__all__ = ["APPLY_STEPS", "HANDLERS", "JOIN_STEP", "LABELS_STEP", "MEMBERSHIP_BATCH", "NOT_BUILT", "REMOVE_STEP",
-           "ApplyOrder", "StepWork", "apply_order"]
+__all__ = ["APPLY_STEPS", "ETCD_ADD", "ETCD_HEALTH", "ETCD_PROMOTE", "ETCD_REMOVE", "HANDLERS", "JOIN_STEP",
+           "LABELS_STEP", "MEMBER_NODE_STEPS", "MEMBERSHIP_BATCH", "NOT_BUILT", "REMOVE_STEP", "ApplyOrder", "StepWork",
+           "apply_order", "member_commands", "member_group", "member_join", "parse_member_group"]
 
 LABELS_STEP = "labels"
 REMOVE_STEP = "remove-nodes"
@@ -40,10 +43,29 @@ JOIN_STEP = "join-nodes"
 # The run's steps, in order: the upgrade's node steps (ORDER) between the record conversion
 # (pre-checks, local) and the two cluster-wide steps done through the API, then the removals
 # and the joins (each a request to the dispatcher).
-APPLY_STEPS: tuple[str, ...] = ("pre-checks", "etcd-snapshots", "etcd", "kube-apiserver", "kube-controller-manager",
+APPLY_STEPS: tuple[str, ...] = ("pre-checks", "etcd-snapshots", "etcd-members", "etcd", "kube-apiserver", "kube-controller-manager",
                                 "kube-scheduler", "masters-runtime", "workers", "addons", LABELS_STEP, REMOVE_STEP,
                                 JOIN_STEP)
 MEMBERSHIP_BATCH = 1000  # nodes per JoinNodes / RemoveNodes (the contract's MAX_NODES)
+# An etcd cluster's membership changes (bke.lifecycle.etcd_members.member_sequences), one run
+# step per membership step, each of group "<etcd cluster>:<member>": the member added as a
+# learner (a command to a member that stays), its node joined (JOIN_STEP, the dispatcher's, with
+# the member's initial cluster), promoted, every member's health waited for; removals the same
+# way. Right after the cluster's snapshot, before any roll (the rolls then see the new members).
+ETCD_ADD, ETCD_PROMOTE, ETCD_REMOVE, ETCD_HEALTH = "etcd-member-add", "etcd-member-promote", "etcd-member-remove", "etcd-health"
+MEMBER_NODE_STEPS = frozenset({ETCD_ADD, ETCD_PROMOTE, ETCD_REMOVE, ETCD_HEALTH})
+_MEMBER_STEP = {"add-learner": ETCD_ADD, "start-member": JOIN_STEP, "promote": ETCD_PROMOTE,
+                "check-health": ETCD_HEALTH, "remove-member": ETCD_REMOVE}
+
+
+def member_group(etcd_cluster: str, member: str) -> str:
+    return f"{etcd_cluster}:{member}"
+
+
+def parse_member_group(group: str) -> tuple[str, str]:
+    """(etcd cluster, member) of a membership step's group; ("", "") for another step's group."""
+    cluster, _, member = group.partition(":")
+    return (cluster, member) if member else ("", "")
 _ROW = {s.name: s for s in ORDER}
 _STATIC_PODS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 _RUNTIME = ("kubelet", "containerd", "node-env")
@@ -102,7 +124,8 @@ def _addons(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Acti
     return [StepWork("addons")]
 
 
-_CONTROL = ("etcd-data", "etcd-events", "etcd-pods", *_STATIC_PODS)
+_ETCD = ("etcd-data", "etcd-events", "etcd-pods")
+_CONTROL = (*_ETCD, *_STATIC_PODS)
 
 
 def _control_plane(node: NodePlan) -> str:
@@ -111,26 +134,53 @@ def _control_plane(node: NodePlan) -> str:
     return ", ".join(parts) or ("master" if is_master(node.roles) else "")
 
 
-def _workers_only(plan: Plan, actions: tuple[Action, ...], step: str, what: str) -> list[StepWork] | list[Refusal]:
+def _etcd_only(node: NodePlan) -> bool:
+    """An etcd member that is nothing else of the control plane (its membership is changed by
+    the etcd steps; the dispatcher joins or resets the node around them)."""
+    return (any(c in node.components for c in _ETCD) and not is_master(node.roles)
+            and not any(c in node.components for c in _STATIC_PODS))
+
+
+def _members_changing(diff: ClusterDiff, host: str, added: bool) -> bool:
+    """Every etcd cluster `host` is a member of gains it (added) or loses it in this diff."""
+    return any(host in (ch.added if added else ch.removed) for ch in diff.etcd)
+
+
+def _workers_only(plan: Plan, diff: ClusterDiff, actions: tuple[Action, ...], step: str, what: str,
+                  added: bool) -> list[StepWork] | list[Refusal]:
     hosts = list(dict.fromkeys(a.host for a in actions))
-    refused = [f"{h} ({parts})" for h in hosts if (parts := _control_plane(plan.node(h)))]
+    refused = [f"{h} ({parts})" for h in hosts if (parts := _control_plane(plan.node(h)))
+               and not (_etcd_only(plan.node(h)) and _members_changing(diff, h, added))]
     if refused:
-        return [Refusal("NotBuilt", f"{what} etcd members and control-plane nodes ({', '.join(refused[:10])}) "
-                                    "is not supported by this build yet: only workers")]
-    return [StepWork(step, "", tuple(hosts))]
+        return [Refusal("NotBuilt", f"{what} control-plane nodes ({', '.join(refused[:10])}) "
+                                    "is not supported by this build yet: only workers and etcd members")]
+    if added:  # a new etcd member joins inside its cluster's membership steps, between add and promote
+        hosts = [h for h in hosts if not _etcd_only(plan.node(h))]
+    return [StepWork(step, "", tuple(hosts))] if hosts else []
 
 
 def _join(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action, ...]) -> list[StepWork] | list[Refusal]:
-    return _workers_only(desired, actions, JOIN_STEP, "adding")
+    return _workers_only(desired, diff, actions, JOIN_STEP, "adding", added=True)
 
 
 def _remove(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action, ...]) -> list[StepWork] | list[Refusal]:
-    # drain, remove-node and reset of a node: the dispatcher's RemoveNodes does all three
-    return _workers_only(current, actions, REMOVE_STEP, "removing")
+    # drain, remove-node and reset of a node: the dispatcher's RemoveNodes does all three (an
+    # etcd member's after the membership steps took it out of its cluster)
+    return _workers_only(current, diff, actions, REMOVE_STEP, "removing", added=False)
+
+
+def _members(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action, ...]) -> list[StepWork] | list[Refusal]:
+    """An etcd cluster whose members change: a snapshot of it first, then its membership steps."""
+    out: list[StepWork] = []
+    for cluster in dict.fromkeys(a.detail for a in actions):
+        out += [StepWork("etcd-snapshots", cluster), StepWork("etcd-members", cluster)]
+    return out
 
 
 # action kind -> handler. Kept in the order the diff emits kinds (bke.lifecycle.diff.diff_plans).
 HANDLERS: dict[str, Handler] = {
+    "etcd-add-learner": _members,
+    "etcd-promote": _members,
     "join": _join,
     "roll": _roll,
     "apply-addons": _addons,
@@ -138,13 +188,11 @@ HANDLERS: dict[str, Handler] = {
     "drain": _remove,
     "remove-node": _remove,
     "reset": _remove,
+    "etcd-remove-member": _members,
 }
 # Kinds the diff knows that this build cannot carry out yet: the apply is refused with this text.
 NOT_BUILT: Mapping[str, str] = {
-    "etcd-add-learner": "adding etcd members is not supported by this build yet",
-    "etcd-promote": "adding etcd members is not supported by this build yet",
     "reissue-certificates": "re-issuing certificates whose names change is not supported by this build yet",
-    "etcd-remove-member": "removing etcd members is not supported by this build yet",
 }
 
 
@@ -175,14 +223,56 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
             refusals += [r for r in out if isinstance(r, Refusal)]
         else:
             work += [w for w in out if isinstance(w, StepWork)]
+    sequences = {seq.etcd_cluster: seq for seq in member_sequences(current, desired)}
+    refusals += [r for seq in sequences.values() for r in seq.refusals]
     if refusals:
         return ApplyOrder(refusals=tuple(dict.fromkeys(refusals)))
     if not work:
         return ApplyOrder()
-    return ApplyOrder(steps=tuple(_expand(current, desired, work, max_unavailable)))
+    return ApplyOrder(steps=tuple(_expand(current, desired, work, max_unavailable, sequences)))
 
 
-def _expand(current: Plan, desired: Plan, work: list[StepWork], max_unavailable: str | None) -> list[ExpandedStep]:
+def _member_step(old: Plan, new: Plan, group: str, kind: str) -> MemberStep:
+    cluster, member = parse_member_group(group)
+    seq = next((q for q in member_sequences(old, new) if q.etcd_cluster == cluster), None)
+    found = next((m for m in seq.steps if m.kind == kind and m.member == member), None) if seq else None
+    if found is None:
+        raise KeyError(f"no {kind} of {member} in the membership changes of {cluster}")
+    return found
+
+
+def member_commands(step: str, group: str, old: Plan, new: Plan, host: str, health_timeout_s: float) -> list[Any]:
+    """The agent steps of a membership step (MEMBER_NODE_STEPS) for `host`, from the same
+    sequence `apply_order` laid out (both plans in, deterministic): EtcdMemberAdd, -Promote or
+    -Remove on the member asked, or every member's WaitHealth of that etcd cluster."""
+    cluster, _ = parse_member_group(group)
+    if step == ETCD_HEALTH:
+        plan = new if host in new.node_index[1] else old
+        return health_steps(plan, plan.node(host), (cluster,), health_timeout_s)
+    kind = {ETCD_ADD: "add-learner", ETCD_PROMOTE: "promote", ETCD_REMOVE: "remove-member"}[step]
+    ms = _member_step(old, new, group, kind)
+    ec = old.etcd_cluster(cluster)  # the member asked stays: it is in both plans
+    assert ec is not None and ms.run_on == host
+    return [agent_step(ms, ec)]
+
+
+def member_join(old: Plan, new: Plan, group: str) -> tuple[str, str, str]:
+    """(etcd cluster, member, initial cluster) of a new member's join: the member list it
+    starts with (`--initial-cluster-state=existing`)."""
+    ms = _member_step(old, new, group, "start-member")
+    return ms.etcd_cluster, ms.member, ms.initial_cluster
+
+
+def _member_steps(seq: MemberSequence) -> list[ExpandedStep]:
+    out = []
+    for m in seq.steps:
+        hosts = m.healthy if m.kind == "check-health" else ((m.member,) if m.kind == "start-member" else (m.run_on,))
+        out.append(ExpandedStep(_MEMBER_STEP[m.kind], member_group(m.etcd_cluster, m.member), (tuple(hosts),)))
+    return out
+
+
+def _expand(current: Plan, desired: Plan, work: list[StepWork], max_unavailable: str | None,
+            sequences: Mapping[str, MemberSequence]) -> list[ExpandedStep]:
     # the plan's order; a removed node (only in the current plan) after the others
     rank = {n.hostname: i for i, n in enumerate(desired.nodes)}
     rank.update({n.hostname: len(rank) + i for i, n in enumerate(current.nodes) if n.hostname not in rank})
@@ -195,10 +285,13 @@ def _expand(current: Plan, desired: Plan, work: list[StepWork], max_unavailable:
         keys = sorted((k for k in wanted if k[0] == name), key=lambda k: etcd_order.get(k[1], -1))
         for key in keys:
             group = key[1]
-            if name == "etcd-snapshots":
-                cluster = desired.etcd_cluster(group)
+            if name == "etcd-snapshots":  # taken from a member of the cluster as it runs now
+                cluster = current.etcd_cluster(group)
                 assert cluster is not None
                 out.append(ExpandedStep(name, group, ((cluster.members[0].hostname,),)))
+                continue
+            if name == "etcd-members":
+                out += _member_steps(sequences[group])
                 continue
             hosts = sorted(wanted[key], key=lambda h: rank[h])
             if not hosts:  # a cluster-wide step: the addons, the labels

@@ -26,10 +26,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bke.contracts.membership import (
-    JOIN_NODES, REMOVE_NODES, JoinNodes, JoinNodesFinished, RemoveNodes, RemoveNodesFinished,
+    JOIN_NODES, REMOVE_NODES, JoinNodes, JoinNodesFinished, MembershipEtcdJoin, RemoveNodes, RemoveNodesFinished,
 )
 from bke.errors import TemporaryError
-from bke.lifecycle.apply_run import JOIN_STEP, REMOVE_STEP
+from bke.lifecycle.apply_run import JOIN_STEP, REMOVE_STEP, member_join
 from bke.plan import Plan
 from bke.state.keys import upgrade_results_key
 from bke.upgrade.run import StepRun, UpgradeRun, mark_local, mark_local_batch
@@ -44,11 +44,13 @@ FIELD = "membership:"  # the results hash's field prefix for a dispatcher's answ
 WAIT_S = 10.0  # look again this often without an answer (the answer's kick comes first)
 
 
-def membership_request_id(apply_request_id: str, step: str, batch: int) -> str:
-    """The request id of one batch of a membership step: fixed per run, step and batch, at most
-    128 characters (the contract's limit)."""
-    rid = f"{apply_request_id}.{step}.{batch}"
-    return rid if len(rid) <= 128 else f"{hashlib.sha256(apply_request_id.encode()).hexdigest()[:40]}.{step}.{batch}"
+def membership_request_id(apply_request_id: str, step: str, group: str, batch: int) -> str:
+    """The request id of one batch of a membership step: fixed per run, step, group (an etcd
+    member's join: "<etcd cluster>:<member>") and batch, at most 128 characters (the contract's limit)."""
+    rid = f"{apply_request_id}.{step}{'.' + group if group else ''}.{batch}"
+    if len(rid) <= 128:
+        return rid
+    return f"{hashlib.sha256(rid.encode()).hexdigest()[:40]}.{step}.{batch}"
 
 
 class ApplyMembership:
@@ -60,13 +62,14 @@ class ApplyMembership:
         return None if raw is None else json.loads(raw)
 
     # the local steps ---------------------------------------------------------
-    async def carry(self, run: UpgradeRun, step: StepRun, new: Plan,
+    async def carry(self, run: UpgradeRun, step: StepRun, old: Plan, new: Plan,
                     swap: Callable[[UpgradeRun, Plan], Awaitable[str]]) -> None:
         """Carry a membership step one batch further: the batch's answer recorded (on to the next
         batch, or the step failed with the reason), or the request sent and waiting
         (TemporaryError). `swap`: stores the run's plan, returns its digest (a join needs the
-        stored plan to name the new nodes)."""
-        rid = membership_request_id(run.request_id, step.name, step.batch)
+        stored plan to name the new nodes). A join step of group "<etcd cluster>:<member>" joins
+        a new etcd member, already added as a learner, with the member list it starts with."""
+        rid = membership_request_id(run.request_id, step.name, step.group, step.batch)
         hosts = step.current()
         answer = await self._answer(run.cluster, rid)
         if answer is not None:
@@ -80,8 +83,12 @@ class ApplyMembership:
         ids = {"cluster": run.cluster, "request_id": run.request_id}
         if step.name == JOIN_STEP:
             digest = await swap(run, new)
+            joins = None
+            if step.group:
+                etcd_cluster, member, initial = member_join(old, new, step.group)
+                joins = [MembershipEtcdJoin(etcd_cluster=etcd_cluster, member=member, initial_cluster=initial)]
             req: JoinNodes | RemoveNodes = JoinNodes(request_id=rid, cluster=run.cluster, plan_digest=digest,
-                                                     nodes=hosts, part_of=run.request_id)
+                                                     nodes=hosts, part_of=run.request_id, etcd_joins=joins)
             subject = JOIN_NODES
         elif step.name == REMOVE_STEP:
             req, subject = RemoveNodes(request_id=rid, cluster=run.cluster, nodes=hosts, part_of=run.request_id), REMOVE_NODES
@@ -97,7 +104,7 @@ class ApplyMembership:
         run = await self.store.load(ev.cluster, fresh=True)
         if run is None or run.status != "Running":
             return  # another run's, or one that ended
-        mine = {membership_request_id(run.request_id, s.name, b)
+        mine = {membership_request_id(run.request_id, s.name, s.group, b)
                 for s in run.steps if s.name in (JOIN_STEP, REMOVE_STEP) for b in range(len(s.batches))}
         if ev.request_id not in mine:
             return

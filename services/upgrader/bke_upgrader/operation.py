@@ -49,13 +49,13 @@ from bke.contracts.upgrade import (
 )
 from bke.errors import MalformedMessage, PermanentError, TemporaryError, is_unavailable
 from bke.etcdsnap.step import snapshot_step
-from bke.lifecycle.apply_run import JOIN_STEP, REMOVE_STEP
+from bke.lifecycle.apply_run import JOIN_STEP, MEMBER_NODE_STEPS, REMOVE_STEP, member_commands
 from bke.plan import Plan, plan_spec_text
 from bke.state import PlanCache, RedisPlanStore, plan_digest
 from bke.state.lease import claim_lease, release_lease
 from bke.state.operation_slot import operation_holder, release_operation, start_in_slot
 from bke.state.operation_slot import refusal as slot_refusal
-from bke.state.keys import accepted_agents_key
+from bke.state.keys import accepted_agents_key, upgrade_results_key
 from bke.state.migrate import ensure_current
 from bke.state.schema import StoredVersionError
 from bke.upgrade.certificates import rbac_before_renewal
@@ -104,6 +104,9 @@ COMMAND_TTL_S = 3600.0
 SEND_YIELD_EVERY = 32  # commands built between two turns of the event loop (see _send)
 # Steps whose commands carry files of the old and new render (bke.upgrade.node_commands), and the
 # addons step (the new render's manifests); the others (agents, snapshots, post-checks) need none.
+# the field of the run's answers hash that keeps the plan a changed spec's run started from,
+# once the run swapped in its own plan (a join needs the stored plan to name the new nodes)
+BASE_PLAN_FIELD = "apply:base-plan"
 RENDERED_STEPS = frozenset({"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                             "masters-runtime", "workers", "addons"})
 
@@ -372,8 +375,11 @@ class Upgrades:
             return hit[2], hit[3]
         if run.request.get("kind") == "apply":
             # a changed spec's run (applies.py): the target is the spec it carries, placed again
-            # (placement is deterministic: the same plan, whose digest the request recorded)
-            old, new = stored, await asyncio.to_thread(_placed, str(run.request.get("spec", "")))
+            # (placement is deterministic: the same plan, whose digest the request recorded).
+            # Once a join swapped it in, the plan the run started from is the one kept aside
+            new = await asyncio.to_thread(_placed, str(run.request.get("spec", "")))
+            old = await self._base_plan(run) if await self.plan_digest(run.cluster) == run.request.get("desiredDigest") \
+                else stored
         elif run.request.get("retryOf"):
             old = stored if _runs(stored, run.current) else _plan_at(stored, run.current)
             new = stored if _runs(stored, run.target) else _plan_at(stored, run.target)
@@ -503,7 +509,7 @@ class Upgrades:
                 mark_local(step, not why, why)
             elif step.name in (REMOVE_STEP, JOIN_STEP):
                 try:
-                    await self.membership.carry(run, step, new, self._store_plan)
+                    await self.membership.carry(run, step, old, new, self._store_plan)
                 except TemporaryError:  # asked, waiting for the dispatcher: kept, and followers see it
                     await self.store.save(run)
                     await self._changed(run)
@@ -548,6 +554,8 @@ class Upgrades:
                 update = updates.step(host) if updates is not None else None  # a ReleaseError fails this node
                 if step == "etcd-snapshots":  # taken from the running members: the plan the cluster runs now
                     steps: list[Any] = [snapshot_step(old, group, host, recipient, now, run.request_id)]
+                elif step in MEMBER_NODE_STEPS:  # a changed spec's etcd membership (bke.lifecycle.apply_run)
+                    steps = member_commands(step, group, old, new, host, self.component_timeout_s)
                 else:
                     steps = node_upgrade_steps(step, group, old, new, host, renders.old.get(host, {}) if renders else {},
                                                renders.new.get(host, {}) if renders else {}, sums,
@@ -590,11 +598,22 @@ class Upgrades:
         finish(run, True, self.ts())
         log.info("upgrade succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
 
+    async def _base_plan(self, run: UpgradeRun) -> Plan:
+        raw = await self.store.r.hget(upgrade_results_key(run.cluster), BASE_PLAN_FIELD)
+        if raw is None:
+            raise PermanentError("the plan this changed spec's run started from was not kept; not carried on")
+        return await asyncio.to_thread(Plan.model_validate_json, raw)
+
     async def _store_plan(self, run: UpgradeRun, new: Plan) -> str:
         """A changed spec's plan in place of the one its run started from (compare-and-swap on
-        that digest; already ours after a crash or an earlier join step: nothing to do); its digest."""
+        that digest; already ours after a crash or an earlier join step: nothing to do); its digest.
+        The plan it replaces is kept beside the run's answers first (cleared when a run starts):
+        the rolls after a join compare the new plan's files with those the nodes run."""
         pj = new.to_json()
         digest = plan_digest(pj)
+        if await self.plan_digest(run.cluster) == str(run.request.get("planDigest", "")):
+            base = await self.plans.load(run.cluster)
+            await self.store.r.hsetnx(upgrade_results_key(run.cluster), BASE_PLAN_FIELD, base.to_json())
         stored = await self.plan_store.upgrade(new, pj, digest, str(run.request.get("planDigest", "")),
                                                run.request_id, self.ts())
         if not stored and await self.plan_digest(run.cluster) != digest:
