@@ -303,10 +303,19 @@ async def test_a_join_the_dispatcher_refuses_fails_the_apply_with_its_reason(
     join = JoinNodes.model_validate_json(bodies[JOIN_NODES][0])
     await upgrades.membership.on_finished(JoinNodesFinished(request_id=join.request_id, cluster=plan.cluster,
                                                             status="Failed", reason="node node2 phase certs: boom", at="t"))
+    meta = await RedisPlanStore(redis_client).meta(plan.cluster)
+    assert meta is not None and meta.digest == join.plan_digest  # swapped in for the join
     outcome = await _pass(upgrades, plan.cluster)
     assert outcome.status == "failed" and "node node2 phase certs: boom" in outcome.reason, outcome.reason
     run = await store.load(plan.cluster, fresh=True)
     assert run is not None and run.status == "Failed"
+    # the plan it started from is back: applying the spec again sees node2 to join again
+    meta = await RedisPlanStore(redis_client).meta(plan.cluster)
+    assert meta is not None and meta.digest == run.request["planDigest"] != join.plan_digest
+    assert "node2" not in {n.hostname for n in (await PlanCache(redis_client).load(plan.cluster)).nodes}
+    again = await applies.on_request(ApplyCluster(request_id="m3", cluster=plan.cluster, spec=TEXT + WORKER2))
+    assert again[0].subject == APPLY_ACCEPTED
+    assert [a.kind for a in again[0].message.actions] == ["join"]  # type: ignore[union-attr]
 
 
 async def test_etcd_events_grown_from_one_to_three_member_by_member_then_rolled(

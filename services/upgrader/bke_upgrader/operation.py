@@ -457,6 +457,8 @@ class Upgrades:
             await self.store.save(run)
             return
         if run.request.get("kind") == "apply":
+            if run.status == "Failed":
+                await self._unswap(run)
             # a changed spec changes no version: the nodes' version records (`bke retry`'s
             # input for an upgrade) stay as the last upgrade left them
             await self.store.save_end(run, {})
@@ -619,6 +621,23 @@ class Upgrades:
         if not stored and await self.plan_digest(run.cluster) != digest:
             raise PermanentError("the stored plan changed while the changed spec was carried out; not replaced")
         return digest
+
+    async def _unswap(self, run: UpgradeRun) -> None:
+        """A changed spec's run that failed after a join swapped its plan in: the plan it started
+        from goes back (compare-and-swap from the run's plan), so that applying the spec again
+        sees the difference again and finishes it (every step is idempotent: a member already
+        added is skipped, a node's phases ensure what is there). Its files are rendered again."""
+        raw = await self.store.r.hget(upgrade_results_key(run.cluster), BASE_PLAN_FIELD)
+        if raw is None or await self.plan_digest(run.cluster) != run.request.get("desiredDigest"):
+            return  # never swapped (or already back)
+        base = await asyncio.to_thread(Plan.model_validate_json, raw)
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        if await self.plan_store.upgrade(base, text, plan_digest(text), str(run.request["desiredDigest"]),
+                                         run.request_id, self.ts()):
+            log.warning("apply failed after its plan was swapped in: the plan it started from is back",
+                        extra={"cluster": run.cluster, "request_id": run.request_id})
+            ask = RenderManifests(request_id=f"apply-undo-{run.request_id}", cluster=run.cluster)
+            await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:apply-undo:{run.request_id}"})
 
     async def _swap_plan(self, run: UpgradeRun, new: Plan, pj: str) -> None:
         """The end of a changed spec's run: its plan replaces the one the run started from

@@ -1,0 +1,127 @@
+"""End to end: etcd-events shrunk and grown through `bke lab apply` (issue 14, the acceptance lines
+"grow etcd-events from 1 to 3 members" and "remove an etcd member"). Real NATS, Redis and etcd
+3.5.1 members run by the kubelet stand-ins; every service and agent its own process.
+
+A split cluster with three etcd-events members on nodes of their own is installed and data is
+written into etcd-events. Then:
+1. the spec with only events1: the upgrader's apply run snapshots etcd-events, removes events2
+   and events3 one at a time (asked of events1, health checked after each), rolls events1's and
+   the apiserver's manifests, and the dispatcher resets both nodes; their agents are stopped and
+   their identities revoked. etcd lists one member; the apiserver's overrides name it alone.
+2. the spec with events1, events4 and events5 (new machines): each is added as a learner, its
+   node joined by the dispatcher (manifest with `--initial-cluster-state=existing`), promoted, and
+   every member's health waited for; then events1 and the apiserver rolled. etcd lists three
+   voting members, each serves the data written before both changes, and the apiserver's
+   `--etcd-servers-overrides` names the three."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bke.plan import plan_spec_text
+from bke.runtime import etcd_put_get, mtls_context
+
+from .lab_helpers import Lab
+
+# slow: a lab of its own (an install and two membership changes, ~3 minutes here); the
+# integration tests (test_upgrader_apply, test_dispatcher_membership, test_etcd_members) cover
+# the parts in CI
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
+NET = "127.0.24"
+KEYS = {f"/registry/events/default/apply-{i}": f"before-the-changes-{i}" for i in range(5)}
+
+
+def _spec(events: tuple[str, ...]) -> str:
+    head = f"""apiVersion: bke.bocloud.com/v1beta1
+kind: BKECluster
+metadata: {{name: members}}
+spec:
+  controlPlaneEndpoint: {{host: {NET}.1, port: 6443}}
+  clusterConfig:
+    cluster:
+      kubernetesVersion: v1.33.2
+      etcdVersion: v3.5.1
+      containerdVersion: v2.1.1
+      certificates: {{keyAlgorithm: ECDSA-P256}}
+"""
+    nodes = [("m1", f"{NET}.1", "[master/node]"), ("etcd1", f"{NET}.11", "[etcd]")]
+    nodes += [(h, f"{NET}.{20 + int(h[-1])}", "[etcd-event]") for h in events]
+    return head + "".join(f"---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {{name: members-{h}}}\n"
+                          f"spec: {{hostname: {h}, ip: {ip}, role: {role}}}\n" for h, ip, role in nodes)
+
+
+def _bke(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bke_cli.main", *args], capture_output=True, text=True, timeout=timeout)
+
+
+async def _members(url: str, tls: tuple[Path, Path, Path]) -> list[dict]:
+    async with httpx.AsyncClient(verify=mtls_context(*(str(p) for p in tls)), trust_env=False, timeout=5.0) as http:
+        r = await http.post(f"{url}/v3/cluster/member/list", json={"linearizable": True})
+        return r.json()["members"]
+
+
+async def _reads_back(url: str, tls: tuple[Path, Path, Path]) -> None:
+    async with httpx.AsyncClient(verify=mtls_context(*(str(p) for p in tls)), trust_env=False, timeout=5.0) as http:
+        for k, v in KEYS.items():
+            resp = await http.post(f"{url}/v3/kv/range", json={"key": base64.b64encode(k.encode()).decode()})
+            kvs = resp.json().get("kvs") or []
+            assert kvs and base64.b64decode(kvs[0]["value"]).decode() == v, (url, k)
+
+
+def _overrides(lab: Lab) -> str:
+    command = lab.manifest("m1", "kube-apiserver.yaml")["spec"]["containers"][0]["command"]
+    return next(a for a in command if a.startswith("--etcd-servers-overrides="))
+
+
+async def test_etcd_events_shrunk_to_one_then_grown_to_three_by_bke_apply(lab_factory, tmp_path: Path):
+    (tmp_path / "three.yaml").write_text(_spec(("events1", "events2", "events3")))
+    lab: Lab = lab_factory(str(tmp_path / "three.yaml"))
+    assert await lab.install() == 0, lab.out.getvalue()
+    ec = lab.plan.etcd_cluster("etcd-events")
+    assert ec is not None
+    pki = lab.host("m1") / "etc/kubernetes/pki"
+    tls = (pki / "etcd/ca.crt", pki / "apiserver-etcd-client.crt", pki / "apiserver-etcd-client.key")
+    for k, v in KEYS.items():
+        assert await asyncio.to_thread(etcd_put_get, ec.members[0].client_url, *tls, k, v) == v
+    manifest = lab.host("events2") / "etc/kubernetes/manifests" / ec.manifest
+    assert manifest.is_file()
+
+    # 1. shrink 3 -> 1
+    (tmp_path / "one.yaml").write_text(_spec(("events1",)))
+    done = await asyncio.to_thread(_bke, "lab", "apply", str(tmp_path / "one.yaml"), "--workdir", str(lab.workdir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "etcd-member-remove" in done.stdout and "apply Succeeded" in done.stdout, done.stdout
+    assert "events2: agent stopped" in done.stdout and "events3: agent stopped" in done.stdout, done.stdout
+    members = await _members(ec.members[0].client_url, tls)
+    assert [m["name"] for m in members] == ["events1"]
+    await _reads_back(ec.members[0].client_url, tls)
+    assert not manifest.exists()  # events2 reset: its etcd manifest gone
+    one = plan_spec_text(_spec(("events1",))).plan
+    assert one is not None
+    one_ec = one.etcd_cluster("etcd-events")
+    assert one_ec is not None and one_ec.members[0].client_url in _overrides(lab)
+    assert ec.member("events2").client_url not in _overrides(lab)  # type: ignore[union-attr]
+
+    # 2. grow 1 -> 3 with two new machines
+    grown_text = _spec(("events1", "events4", "events5"))
+    (tmp_path / "grown.yaml").write_text(grown_text)
+    done = await asyncio.to_thread(_bke, "lab", "apply", str(tmp_path / "grown.yaml"), "--workdir", str(lab.workdir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "etcd-member-add" in done.stdout and "apply Succeeded" in done.stdout, done.stdout
+    grown = plan_spec_text(grown_text).plan
+    assert grown is not None
+    gec = grown.etcd_cluster("etcd-events")
+    assert gec is not None
+    members = await _members(gec.members[0].client_url, tls)
+    assert sorted(m["name"] for m in members) == ["events1", "events4", "events5"]
+    assert not any(m.get("isLearner") for m in members)
+    for m in gec.members:
+        await _reads_back(m.client_url, tls)
+    overrides = _overrides(lab)
+    assert all(m.client_url in overrides for m in gec.members), overrides
