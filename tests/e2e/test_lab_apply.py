@@ -8,7 +8,9 @@ The seed example is installed; then
    paused, then after the resume it finishes: only kube-controller-manager.yaml changed, on each
    master, one master at a time (no two masters' ReplaceFiles overlap, from the agents' own
    execution records), and the worker got no command at all; the stored plan is the new one;
-3. a label change applies the labels only (the node-labels record of that node; no command).
+3. a label change applies the labels only (the node-labels record of that node; no command);
+4. on the same lab, two workers added and one removed by `bke lab apply`
+   (test_lab_membership.joins_and_a_removal: no other node commanded, a master refused).
 """
 from __future__ import annotations
 
@@ -34,8 +36,9 @@ from bke_agent.lablayout import LabLayout
 from bke_agent.settings import LAB_STATE_SUBDIR
 
 from .test_lab_install import SEED, assert_ran_once
+from .test_lab_membership import joins_and_a_removal
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]  # an install, three applies, joins, a removal
 KCM = "kube-controller-manager"
 FLAG = '      certificates: {keyAlgorithm: ECDSA-P256}\n      controllerManager:\n        extraArgs: {kube-api-qps: "80"}\n'
 QUIET_S = 7.0  # longer than the upgrader's idle re-check (operation.WAIT_S, 5 s): a pass would have run
@@ -174,3 +177,6 @@ async def test_apply_a_controller_manager_flag_master_by_master_with_pause_then_
     assert json.loads(labels1[workers[0]])["labels"]["tier"] == "gold"
     assert all(not recs for recs in _new_commands(lab, counts1).values())
     assert _files(lab) == files1
+
+    # 4. workers join and leave through bke lab apply, on this installed lab
+    await joins_and_a_removal(lab, relabel.read_bytes(), "127.0.98")

@@ -8,7 +8,9 @@ One lab install of the seed example (three stacked masters, one worker), upgrade
    component the upgrade replaced (kubeadm's list, bke.upgrade.certificates) has a new serial
    and a later notAfter, its key changed, and the certs service's read model
    (`bke certs check-expiration --cluster`) shows the same notAfter; the files the upgrade
-   does not renew (CAs, kubelet.conf) are unchanged; no command ran twice.
+   does not renew (CAs, kubelet.conf) are unchanged; no command ran twice;
+3. 1.34.1 -> 1.35.5 on the same lab: the apiserver's kubelet client re-issued without
+   kubeadm:cluster-admins after the target's RBAC (test_lab_upgrade_subjects).
 """
 from __future__ import annotations
 
@@ -25,8 +27,9 @@ from bke.upgrade.certificates import renewed_instances
 
 from .test_lab_install import SEED, assert_ran_once
 from .test_lab_upgrade import _bke, _spec_copy
+from .test_lab_upgrade_subjects import crossing_into_a_group_less_release
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]  # an install and three upgrades
 
 
 def _cert_files(lab) -> dict[tuple[str, str], tuple[str, bytes]]:
@@ -102,3 +105,6 @@ async def test_an_upgrade_renews_each_upgraded_components_certificates_unless_to
     assert checked >= len(renewed)
     assert {i for i in expiry_after if expiry_after[i] != expiry_before[i]} == renewed
     assert_ran_once(lab)
+
+    # 3. into 1.35.5, whose kubeadm issues the kubelet client without the group
+    await crossing_into_a_group_less_release(lab, spec, "3.5.2")

@@ -16,7 +16,9 @@ from bke.pki.material import cert_info
 from .test_lab_install import SEED
 from .test_lab_upgrade import _bke, _spec_copy
 
-pytestmark = pytest.mark.e2e
+# slow as a test of its own: CI runs the same upgrade as the third one of test_lab_upgrade_certs's
+# lab (`crossing_into_a_group_less_release`), which saves an install
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 KUBELET_CLIENT = "etc/kubernetes/pki/apiserver-kubelet-client.crt"
 
 
@@ -25,12 +27,17 @@ async def test_crossing_into_a_group_less_release_reissues_the_kubelet_client_on
     spec.write_text(spec.read_text().replace("v1.33.2", "v1.34.1"))
     lab = lab_factory(str(spec))
     assert await lab.install() == 0, lab.out.getvalue()
+    await crossing_into_a_group_less_release(lab, spec, "3.5.1")
+
+
+async def crossing_into_a_group_less_release(lab, spec, etcd_version: str) -> None:
+    """A lab at 1.34 upgraded to 1.35.5 (etcd staying at `etcd_version`): the checks above."""
     masters = [n.hostname for n in lab.plan.nodes if n.runs("kube-apiserver")]
     before = {h: cert_info((lab.host(h) / KUBELET_CLIENT).read_bytes()) for h in masters}
     assert all(i.o == ("kubeadm:cluster-admins",) for i in before.values())
 
     # etcd stays (3.5.1 cannot go to 3.6 in one step): only Kubernetes crosses into 1.35.5
-    up = await asyncio.to_thread(_bke, "lab", "upgrade", str(spec), "--to", "1.35.5", "--etcd-version", "3.5.1",
+    up = await asyncio.to_thread(_bke, "lab", "upgrade", str(spec), "--to", "1.35.5", "--etcd-version", etcd_version,
                                  "--workdir", str(lab.workdir))
     assert up.returncode == 0, up.stdout + up.stderr
     assert "upgrade Succeeded" in up.stdout, up.stdout
