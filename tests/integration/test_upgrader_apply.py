@@ -374,3 +374,31 @@ async def test_etcd_events_grown_from_one_to_three_member_by_member_then_rolled(
     ], seen
     run = await store.load(plan.cluster, fresh=True)
     assert run is not None and run.status == "Succeeded"
+
+
+async def test_a_scheduler_moved_to_another_master_starts_there_first_then_leaves(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    """A role change that moves kube-scheduler from master1 to master3: master3's ReplaceFiles
+    (the new manifest, probed) first, then master1's RemoveFile of its manifest (the kubelet
+    stops the pod), one at a time; nothing to master2 or the worker."""
+    from bke.contracts.agent import RemoveFile
+    from tests.unit.test_apply_run import _roles
+
+    sent: list[AgentCommand] = []
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [],
+                                                  text=_roles(TEXT, master1=", scheduler"))
+    outs = await applies.on_request(ApplyCluster(request_id="s1", cluster=plan.cluster,
+                                                 spec=_roles(TEXT, master3=", scheduler")))
+    assert outs[0].subject == APPLY_ACCEPTED, outs[0].message
+    for _ in range(10):
+        outcome = await _pass(upgrades, plan.cluster)
+        if getattr(outcome, "status", "") in ("done", "failed"):
+            break
+        if sent and not (await store.results(plan.cluster, [sent[-1].command_id])):
+            await _answer(store, sent[-1])
+    assert getattr(outcome, "status", "") == "done", outcome
+    assert [c.node for c in sent] == ["master3", "master1"]
+    first, second = sent[0].steps, sent[1].steps
+    assert isinstance(first[0], ReplaceFiles)
+    assert [f.path for f in first[0].files] == ["/etc/kubernetes/manifests/kube-scheduler.yaml"]
+    assert [(type(s), s.path) for s in second] == [(RemoveFile, "/etc/kubernetes/manifests/kube-scheduler.yaml")]

@@ -200,3 +200,29 @@ def test_an_etcd_removal_that_loses_quorum_is_refused():
     three = plan(_grow_spec(("events1", "events2", "events3")))
     d = diff_plans(three, plan(_grow_spec(("events1",))), [], unhealthy_etcd_members={"etcd-events": ["events1"]})
     assert any(r.name == "EtcdQuorum" for r in d.refusals), d.refusals
+
+
+def _roles(text: str, **roles: str) -> str:
+    for host, extra in roles.items():
+        i = text.index(f"hostname: {host},")
+        end = text.index("]}", i)
+        text = text[:end] + extra + text[end:]
+    return text
+
+
+def test_a_scheduler_moved_between_masters_starts_where_it_goes_before_it_stops_where_it_leaves():
+    only_master1 = plan(_roles(SEED, master1=", scheduler"))
+    d, o = order_of(only_master1, _roles(SEED, master3=", scheduler"))
+    assert not o.refusals, o.refusals
+    [sched] = [s for s in o.steps if s.step == "kube-scheduler"]
+    assert sched.batches == (("master3",), ("master1",))  # one at a time: the new one first
+    assert not any(s.step in ("kube-apiserver", "kube-controller-manager") for s in o.steps)
+
+
+def test_the_endpoint_masters_apiserver_may_not_move_and_etcd_roles_may_not_change(seed):
+    # without a load balancer the endpoint is master1's address: the spec itself is refused
+    out = plan_spec_text(_roles(SEED, master2=", apiserver", master3=", apiserver"), "t")
+    assert not out.ok and "master1" in out.errors[0].message and "runs no kube-apiserver" in out.errors[0].message
+    d, o = order_of(seed, SEED.replace("spec: {hostname: node1, ip: 127.0.10.4, role: [node]}",
+                                       "spec: {hostname: node1, ip: 127.0.10.4, role: [node, etcd-event]}"))
+    assert any("changing a node's roles (node1)" in r.message for r in o.refusals), o.refusals

@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 from ..plan import Plan
 from ..plan.models import NodePlan
 from ..node_steps import health_steps
-from ..spec.roles import is_master
+from ..spec.roles import CONTROL_PLANE_ROLES, is_master
 from ..upgrade.order import MAX_UNAVAILABLE, MEMBER_BY_MEMBER, ORDER, ExpandedStep, parse_max_unavailable
 from .diff import Action, ClusterDiff, Refusal, component_of
 from .etcd_members import MemberSequence, MemberStep, agent_step, member_sequences
@@ -68,6 +68,7 @@ def parse_member_group(group: str) -> tuple[str, str]:
     return (cluster, member) if member else ("", "")
 _ROW = {s.name: s for s in ORDER}
 _STATIC_PODS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+MANIFESTS = "/etc/kubernetes/manifests"
 _RUNTIME = ("kubelet", "containerd", "node-env")
 
 
@@ -101,7 +102,9 @@ def _roll(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action
     for a in actions:
         comp, node = a.detail, desired.node(a.host)
         gone = [p for p in _removed_paths(diff, a.host) if component_of(p) == comp]
-        if gone:  # ReplaceFiles writes files; taking one away is not one of its moves
+        if gone and not (comp in _STATIC_PODS and gone == [f"{MANIFESTS}/{comp}.yaml"]):
+            # a control-plane component that leaves a master (its manifest removed: the kubelet
+            # stops the static pod) is a move; any other file taken away is not built
             refusals.append(Refusal("NotBuilt", f"removing {', '.join(gone)} from {a.host} is not supported by this build yet"))
         elif comp in etcd_of:
             work.append(StepWork("etcd", etcd_of[comp], (a.host,)))
@@ -114,6 +117,11 @@ def _roll(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action
         else:  # haproxy, keepalived (its VRRP secret), certificates and kubeconfigs (sealed files)
             refusals.append(Refusal("NotBuilt", f"rolling {comp} on {a.host} is not supported by this build yet"))
     return refusals or work
+
+
+def _runs(plan: Plan, host: str, component: str) -> bool:
+    node = plan.node_index[1].get(host)
+    return node is not None and node.runs(component)
 
 
 def _labels(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action, ...]) -> list[StepWork] | list[Refusal]:
@@ -204,9 +212,11 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
     """The run's steps for `diff` (whose refusals the caller has already answered), or every
     reason it cannot run: kinds not built, roles changed, components that cannot be rolled."""
     refusals: list[Refusal] = []
-    if diff.roles_changed:
-        refusals.append(Refusal("NotBuilt", "changing a node's roles (" + ", ".join(sorted(diff.roles_changed))
-                                + ") is not supported by this build yet"))
+    fixed = sorted(h for h, (a, b) in diff.roles_changed.items() if (set(a) ^ set(b)) - set(CONTROL_PLANE_ROLES))
+    if fixed:  # moving control-plane components between masters is a roll; other role changes are not built
+        refusals.append(Refusal("NotBuilt", "changing a node's roles (" + ", ".join(fixed)
+                                + ") is not supported by this build yet: only moving control-plane components "
+                                  f"between masters ({', '.join(CONTROL_PLANE_ROLES)})"))
     by_kind: dict[str, list[Action]] = {}
     for a in diff.actions:
         by_kind.setdefault(a.kind, []).append(a)
@@ -300,6 +310,8 @@ def _expand(current: Plan, desired: Plan, work: list[StepWork], max_unavailable:
             if name in (REMOVE_STEP, JOIN_STEP):  # one dispatcher request per batch, every node at once
                 out.append(ExpandedStep(name, group, _chunks(hosts, MEMBERSHIP_BATCH)))
                 continue
+            if name in _STATIC_PODS:  # a moved component starts where it goes before it stops where it leaves
+                hosts.sort(key=lambda h: (h in current.node_index[1] and not _runs(desired, h, name), rank[h]))
             row = _ROW[name]
             size = parse_max_unavailable(max_unavailable, len(hosts)) if row.batching == MAX_UNAVAILABLE else 1
             assert row.batching in (MAX_UNAVAILABLE, MEMBER_BY_MEMBER) or size == 1

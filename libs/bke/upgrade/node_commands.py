@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 from typing import Mapping, Sequence
 
-from ..contracts.agent import CheckHost, HealthProbe, NewFile, ReplaceFiles, Step, UpdateAgent, WaitHealth
+from ..contracts.agent import CheckHost, HealthProbe, NewFile, RemoveFile, ReplaceFiles, Step, UpdateAgent, WaitHealth
 from ..node_steps import artefacts_of, file_phase, health_steps
 from ..plan import NodePlan, Plan
 from ..render.result import RenderedFile
@@ -116,6 +116,10 @@ def node_upgrade_steps(
         return _replace(f"replace:{group}", files, [], _probes(new_plan, node, (group,)), component_timeout_s)
     if step in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
         path = f"{MANIFESTS}/{step}.yaml"
+        if path in old_files and path not in new_files:
+            # the component moved off this master (a changed spec, bke.lifecycle.apply_run): its
+            # manifest taken away, the kubelet stops the static pod (as `kubeadm reset` does)
+            return [RemoveFile(id=f"remove:{step}", path=path)]
         files = [_new_file(f) for f in changed if f.path == path] + list(certs)
         return _replace(f"replace:{step}", files, [], _probes(new_plan, node, (step,)), component_timeout_s)
     if step in ("masters-runtime", "workers"):

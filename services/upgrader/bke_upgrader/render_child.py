@@ -43,7 +43,9 @@ def render_by_node(plan: Plan) -> tuple[Files, dict[str, str]]:
 
 def changed_only(old: Files, new: Files) -> tuple[Files, Files]:
     """Per node, the new render's files whose bytes or mode differ from the old render's (or
-    that are new), and the old render's version of those. `node_commands.changed_files` over
+    that are new), and the old render's version of those, and of the files the new render no
+    longer has (a control-plane component moved away: node_commands removes its manifest).
+    `node_commands.changed_files` over
     these gives what it gives over the whole renders; the unchanged rest (most of a worker's
     files) never leaves this process. Equal contents become one object, pickled once."""
     shared: dict[bytes, bytes] = {}
@@ -59,6 +61,7 @@ def changed_only(old: Files, new: Files) -> tuple[Files, Files]:
                    if (b := before.get(p)) is None or b.content != f.content or b.mode != f.mode}
         new_out[host] = {p: one(f) for p, f in changed.items()}
         old_out[host] = {p: one(before[p]) for p in changed if p in before}
+        old_out[host].update({p: one(b) for p, b in before.items() if p not in files})
     return old_out, new_out
 
 
