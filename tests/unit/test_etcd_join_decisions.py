@@ -15,7 +15,8 @@ from bke.contracts.render import RenderManifests
 from bke.state.conversion import CONVERTERS, convert, header_version, writes
 from bke.state.plans import plan_digest
 from bke.state.schema import SCHEMA_FIELD, record_kind
-from bke_dispatcher.join import EtcdJoinRecord, Join, join_refusal, new_join, next_step, phases_of
+from bke_dispatcher.join import Join, join_refusal, new_join, next_step, phases_of
+from bke_dispatcher.join_etcd import EtcdJoinRecord
 
 from .test_render_support import plan_of, spec_text
 

@@ -27,26 +27,24 @@ state, so a join's cost does not grow with the cluster's size.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from bke.contracts.membership import JoinNodes, MembershipEtcdJoin, MembershipNode, MembershipView
+from bke.contracts.membership import JoinNodes, MembershipNode, MembershipView
 from bke.plan import NodePlan, Plan
 from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from .engine import command_id
-from .phases import CONTROL_PLANE, ETCD, PHASES, Phase
+from .join_etcd import EtcdJoinRecord, etcd_join_refusal
+from .phases import CONTROL_PLANE, PHASES, Phase
 
 __all__ = [
-    "EtcdJoinRecord",
     "Join",
     "JoinDecision",
     "JoinRun",
     "SLUG_PREFIX",
     "apply_result",
     "command_of",
-    "etcd_join_refusal",
     "is_join_command",
     "is_join_request",
     "join_refusal",
@@ -119,19 +117,6 @@ class JoinRun:
     @property
     def stage(self) -> str:
         return self.phases[self.index] if self.index < len(self.phases) else "labels"
-
-
-@dataclass(frozen=True)
-class EtcdJoinRecord:
-    """A new member's start in its running etcd cluster (JoinNodes.etcd_joins), kept in the
-    record: the renderer is asked for it (again, after a restart) from here."""
-
-    etcd_cluster: str
-    member: str
-    initial_cluster: str
-
-    def message(self) -> MembershipEtcdJoin:
-        return MembershipEtcdJoin(etcd_cluster=self.etcd_cluster, member=self.member, initial_cluster=self.initial_cluster)
 
 
 @dataclass
@@ -231,36 +216,6 @@ def join_refusal(req: JoinNodes, plan: Plan | None, stored_digest: str, install_
 
 def _runs_control_plane(node: NodePlan) -> bool:
     return any(c in node.components for c in CONTROL_PLANE) or any(r.startswith("master") for r in node.roles)
-
-
-def etcd_join_refusal(req: JoinNodes, by_name: dict[str, NodePlan]) -> str:
-    """Why the request's etcd joins do not match the stored plan ("" if they do): each joining
-    etcd member is named once for each etcd cluster it is a member of, and for no other; each
-    entry names a node of the request. (That `initial_cluster` lists the member itself is the
-    renderer's check, bke.render.components.etcd_defaults: one rule, one place.)"""
-    joins = req.etcd_joins or []
-    outside = sorted({e.member for e in joins if e.member not in req.nodes})
-    if outside:
-        return f"etcdJoins: not among the nodes of this join: {', '.join(outside[:5])}"
-    pairs = Counter((e.member, e.etcd_cluster) for e in joins)
-    twice = sorted(f"{m} ({c})" for (m, c), k in pairs.items() if k > 1)
-    if twice:
-        return f"etcdJoins: named twice: {', '.join(twice[:5])}"
-    named = set(pairs)
-    wrong = sorted(f"{m} in {c} (a member of {', '.join(_etcd_of(by_name[m])) or 'no etcd cluster'})"
-                   for m, c in named if c not in _etcd_of(by_name[m]))
-    if wrong:
-        return f"etcdJoins: not a member of that etcd cluster in the stored plan: {'; '.join(wrong[:5])}"
-    missing = sorted(f"{h} ({c})" for h in req.nodes for c in _etcd_of(by_name[h]) if (h, c) not in named)
-    if missing:
-        return (f"nodes: etcd members without an etcdJoins entry (the caller adds each as a learner first and "
-                f"names it there): {', '.join(missing[:5])}")
-    return ""
-
-
-def _etcd_of(node: NodePlan) -> list[str]:
-    """The etcd clusters the node is a member of (a member runs its cluster's component)."""
-    return [c for c in ETCD if c in node.components]
 
 
 def new_join(req: JoinNodes, plan: Plan, now: str) -> Join:
