@@ -116,6 +116,35 @@ async def test_the_previous_form_converts_then_reads_and_a_second_run_changes_no
     assert await dump(redis_client) == after
 
 
+JOIN_V1 = Path(__file__).parents[1] / "fixtures" / "state" / "join-v1" / "seed.json"
+
+
+async def test_a_version_1_join_is_read_then_converted_to_2_with_one_write(redis_client: aioredis.Redis) -> None:
+    """join 1 -> 2 (the record keeps the etcd-only nodes' etcd joins): a join stored mid-way by
+    the previous form is read as is, converted by one SET of its record (its agents' answers
+    untouched), read again, and a second run changes nothing."""
+    await load_fixture(redis_client)
+    doc = json.loads(JOIN_V1.read_text())
+    for e in doc["keys"]:
+        if e["type"] == "string":
+            await redis_client.set(e["key"], e["value"])
+        elif e["type"] == "hash":
+            await redis_client.hset(e["key"], mapping=e["value"])
+        else:
+            await redis_client.sadd(e["key"], *e["value"])
+    store = OperationStore(redis_client, Join.from_json, join_key, join_results_key, joins_index())
+    before = await store.load(C)
+    assert before is not None and before.etcd_joins == [] and before.nodes[0].command_id == "seed/join@j1/node1/1"
+    results = await redis_client.hgetall(join_results_key(C))
+    report = await ensure_current(redis_client, C, kinds=[record_kind("join")])
+    [res] = report.converted
+    assert (res.kind, res.found, res.writes) == ("join", 1, 1)
+    stored = json.loads(await redis_client.get(join_key(C)))
+    assert stored["schemaVersion"] == 2 and stored["etcd_joins"] == []
+    assert await store.load(C) == before and await redis_client.hgetall(join_results_key(C)) == results
+    assert (await ensure_current(redis_client, C, kinds=[record_kind("join")])).converted == ()
+
+
 READERS = {
     "plan": [lambda r: RedisPlanStore(r).load(C), lambda r: PlanCache(r).load(C)],
     "pki": [lambda r: RedisPkiStore(r).load(C, None)],

@@ -49,7 +49,7 @@ def test_a_new_worker_runs_exactly_the_install_phases_that_target_workers():
     ({"digest": "0" * 64}, "planDigest: the stored plan of seed is"),
     ({"nodes": ("node9",)}, "nodes: not in the stored plan of seed: node9"),
     ({"nodes": ("node2", "node2")}, "nodes: a node is named twice"),
-    ({"nodes": ("master1", "node2")}, "nodes: not workers"),
+    ({"nodes": ("master1", "node2")}, "nodes: control-plane nodes"),
     ({"paused": True}, "seed is paused"),
     ({"install": "Running"}, "the install of seed has not succeeded (Running)"),
     ({"install": None}, "the install of seed has not succeeded (none)"),

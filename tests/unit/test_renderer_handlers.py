@@ -6,6 +6,7 @@ import json
 
 from bke.bus.handler import Out, parse, typed
 from bke.contracts import PlanCreated
+from bke.contracts.membership import MembershipEtcdJoin
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed, RenderManifests
 from bke.errors import MalformedMessage
 from bke.plan import Plan, plan_spec_text
@@ -80,6 +81,25 @@ async def test_a_render_request_for_an_unknown_cluster_is_refused_not_raised():
     h = RendererHandlers(plans=Plans(None), store=Store(), publish=None)  # type: ignore[arg-type]
     (out,) = await h.on_render_manifests(RenderManifests(request_id="r3", cluster="ghost"))
     assert out.subject == RENDER_FAILED and "ghost" in out.message.errors[0]
+
+
+async def test_a_render_request_with_etcd_joins_renders_those_members_as_joins_and_a_bad_list_fails():
+    """A join's etcd-only members: rendered with --initial-cluster-state=existing and the given list
+    (the seed's master3 stands in for a joining member); a list without the member itself is a
+    failed event with the reason (bke.render.components.etcd_defaults), never a raise."""
+    h, plan = _handlers()
+    ec = plan.etcd_cluster("etcd-data")
+    assert ec is not None
+    initial = ",".join(f"{m.hostname}={m.peer_url}" for m in ec.members)
+    join = MembershipEtcdJoin(etcd_cluster="etcd-data", member="master3", initial_cluster=initial)
+    (out,) = await h.on_render_manifests(RenderManifests(request_id="join@j1", cluster="seed", etcd_joins=[join]))
+    assert out.subject == MANIFESTS_RENDERED, out.message
+    etcd = {n.hostname: n.file("/etc/kubernetes/manifests/etcd.yaml") for n in h.store.saved[-1].nodes}
+    assert b"--initial-cluster-state=existing" in etcd["master3"].content
+    assert b"--initial-cluster-state=new" in etcd["master1"].content  # only the joining member
+    bad = join.model_copy(update={"initial_cluster": initial.split(",")[0]})
+    (failed,) = await h.on_render_manifests(RenderManifests(request_id="join@j2", cluster="seed", etcd_joins=[bad]))
+    assert failed.subject == RENDER_FAILED and "without itself (master3=" in failed.message.errors[0]
 
 
 async def test_typed_wiring_parses_publishes_in_order_and_refuses_bytes_that_are_no_message():

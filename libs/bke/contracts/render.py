@@ -1,7 +1,12 @@
 """Rendered node files: stored per node in Redis (`bke:<cluster>:files:render`)."""
 from __future__ import annotations
 
-from .base import FailureKind, Message
+from typing import Any
+
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
+
+from .base import FailureKind, Message, without_none
+from .membership import MAX_NODES, MembershipEtcdJoin
 
 __all__ = ["ManifestsRendered", "RenderFailed", "RenderManifests", "MANIFESTS_RENDERED", "RENDER_FAILED", "RENDER_MANIFESTS"]
 
@@ -32,7 +37,17 @@ class RenderFailed(Message):
 
 class RenderManifests(Message):
     """Command: render the cluster's stored plan again (sent by the dispatcher on `bke retry`
-    after a rendering failure). Answered like a plan: `manifests.rendered` or `manifests.failed`."""
+    after a rendering failure, and for a join of new nodes). Answered like a plan:
+    `manifests.rendered` or `manifests.failed`."""
 
     request_id: str
     cluster: str
+    # Members that join their running etcd cluster (a join's etcd-only nodes, JoinNodes.etcd_joins):
+    # their manifests are rendered with `--initial-cluster-state=existing` and exactly this
+    # `initial_cluster` (bke.render.EtcdJoin). Left out of the body when unset, so that a reader
+    # from before the field still reads every other render request.
+    etcd_joins: list[MembershipEtcdJoin] | None = Field(None, max_length=MAX_NODES)
+
+    @model_serializer(mode="wrap")
+    def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_none(handler(self), self, ("etcd_joins",))

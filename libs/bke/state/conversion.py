@@ -60,10 +60,23 @@ def register(*converters: Converter) -> dict[tuple[str, int], Converter]:
 # Version 0 -> 1 of each kind that had no version: the form is unchanged; only the header
 # gains its version (written by `convert`). Forms written before this table: commit 71dcd21
 # (tests/fixtures/state/v0/seed.json).
-CONVERTERS: dict[tuple[str, int], Converter] = register(*(
-    Converter(k.name, 0, f"{k.slot.key}: add {k.slot.field} (the form is otherwise unchanged)")
-    for k in RECORDS if k.first == 0
-))
+def _join_etcd_joins(record: Record) -> Record:
+    """join 1 -> 2: the record gains `etcd_joins` (the etcd-only nodes' starts in their running
+    etcd clusters); a join stored before could join workers only, so it has none."""
+    raw = record.get("join")
+    if not isinstance(raw, str):
+        return record
+    doc = json.loads(raw)
+    if not isinstance(doc, dict) or "etcd_joins" in doc:
+        return record
+    return {**record, "join": json.dumps({**doc, "etcd_joins": []})}
+
+
+CONVERTERS: dict[tuple[str, int], Converter] = register(
+    *(Converter(k.name, 0, f"{k.slot.key}: add {k.slot.field} (the form is otherwise unchanged)")
+      for k in RECORDS if k.first == 0),
+    Converter("join", 1, "join: add etcd_joins, empty (a join stored before joined workers only)", _join_etcd_joins),
+)
 
 
 def _header(kind: RecordKind, record: Record) -> dict[str, object] | None:

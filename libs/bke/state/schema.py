@@ -136,9 +136,12 @@ RECORDS: tuple[RecordKind, ...] = (
         writer="dispatcher: bke_dispatcher.resets.ResetStore (Reset.to_json)",
         reader="dispatcher: ResetStore (Reset.from_json)"),
     RecordKind(
-        "join", "the current or last join of workers (JSON) and its agents' answers",
+        "join", "the current or last join of workers and etcd-only nodes (JSON) and its agents' answers",
         ("join", "join:results"),
-        VersionSlot("join", "json"), current=1, first=1, readable_from=1,  # new: never stored without a version
+        # 1: new, never stored without a version; 2: the record keeps the etcd-only nodes' etcd
+        # joins (`etcd_joins`). Version 1 is read as is (no etcd joins), so readable from 1; a
+        # reader of version 1 refuses a version 2 record instead of failing on the new field.
+        VersionSlot("join", "json"), current=2, first=1, readable_from=1,
         writer="dispatcher: bke_dispatcher.membership_store.OperationStore (Join.to_json)",
         reader="dispatcher: OperationStore.load (Join.from_json)"),
     RecordKind(

@@ -1,17 +1,23 @@
-"""Joining workers to a running cluster, the pure part: may a join start, which of the install's
-phases each new node runs, and what comes next. No Redis, no bus, no clock.
+"""Joining workers and etcd-only nodes to a running cluster, the pure part: may a join start,
+which of the install's phases each new node runs, and what comes next. No Redis, no bus, no clock.
 
 The caller (bke apply's runner) has swapped in a plan that names the new nodes (kubeadm's
 `join` for a worker: the cluster exists, only the node's own credentials and kubelet are
-new). A join then:
-  1. asks the renderer to render the stored plan and the certs service to ensure the PKI and
-     seal bundles (both answer with the join's request id and the plan's digest);
+new). An etcd-only node (roles etcd, etcd-event, etcd-pod; no master) joins too when the
+request names it in `etcd_joins` for every etcd cluster it is a member of: the caller has added
+it to each as a learner already and promotes it after the join (bke.lifecycle.etcd_members);
+here it is started with `--initial-cluster-state=existing` and the caller's `initial_cluster`.
+Masters are refused: a control-plane scale-out is not a join. A join then:
+  1. asks the renderer to render the stored plan (with the etcd joins) and the certs service to
+     ensure the PKI and seal bundles (both answer with the join's request id and the plan's digest);
   2. waits for both answers and for every new node's bundle sealed to its provisioned agent;
   3. runs, per node and independently of the others, the install's phases that target that
-     node (`node_phases`: for a worker node-env, certs, workers, health), one command each, with
+     node (`node_phases`: for a worker node-env, certs, workers, health; for an etcd-only node
+     node-env, certs, etcd, health), one command each, with
      a fixed id (`<cluster>/join@<rid>/<node>/<phase index>`): a redelivered or re-sent
      command is the same command, which an agent that ran it only replays;
-  4. labels the new nodes (the node-labels phase's marks, for these nodes only), then succeeds.
+  4. labels the new nodes that register a Node (the node-labels phase's marks, for these nodes
+     only; an etcd-only node registers none), then succeeds.
 A failed input (render, certs) or node fails the join with the reason. No other node receives
 anything: the only commands built are to `nodes`, and nothing here reads per-existing-node
 state, so a join's cost does not grow with the cluster's size.
@@ -21,7 +27,7 @@ state, so a join's cost does not grow with the cluster's size.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from bke.contracts.membership import JoinNodes, MembershipNode, MembershipView
@@ -29,7 +35,8 @@ from bke.plan import NodePlan, Plan
 from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from .engine import command_id
-from .phases import CONTROL_PLANE, ETCD, PHASES, Phase
+from .join_etcd import EtcdJoinRecord, etcd_join_refusal
+from .phases import CONTROL_PLANE, PHASES, Phase
 
 __all__ = [
     "Join",
@@ -71,7 +78,18 @@ def is_join_request(request_id: str) -> bool:
 def phases_of(plan: Plan, hosts: list[str]) -> dict[str, list[Phase]]:
     """The install's phases that send each of `hosts` a command, in install order (the PHASES
     table is the one source: a phase added there for workers is run by joins too). One pass over
-    the plan per phase, whatever the number of hosts."""
+    the plan per phase, whatever the number of hosts.
+
+    An etcd-only node gets node-env, certs, etcd and health (no workers phase: it registers no
+    Node). Its etcd phase writes the manifest, then waits for the member's /health while it is
+    still a learner (the caller promotes it after the join), which a learner answers: in etcd
+    v3.5 (v3.5.1, the lab's) /health on the metrics listener is checkV3Health
+    (server/etcdserver/api/etcdhttp/metrics.go): no alarm, a known leader, then a linearizable
+    Range called on the server directly, not through the gRPC interceptor that refuses a
+    learner's RPCs (api/v3rpc/interceptor.go); its read index goes to the leader like any
+    follower's (raft/raft.go stepFollower, MsgReadIndex), and a leader that is the only voter
+    answers it too (stepLeader, IsSingleton). Checked on real etcd in
+    tests/integration/test_dispatcher_etcd_join.py."""
     out: dict[str, list[Phase]] = {h: [] for h in hosts}
     for p in PHASES:
         if p.build is None or not p.run_if(plan):
@@ -118,6 +136,8 @@ class Join:
     message: str = ""
     waiting: str = ""
     finished_sent: bool = False
+    # the etcd-only nodes' starts in their running etcd clusters (join form version 2)
+    etcd_joins: list[EtcdJoinRecord] = field(default_factory=list)
 
     @property
     def slug(self) -> str:
@@ -148,6 +168,8 @@ class Join:
         doc = json.loads(raw)
         check_readable("join", doc.pop(SCHEMA_FIELD, None), f"the join record of {doc.get('cluster')}")
         doc["nodes"] = [JoinRun(**n) for n in doc["nodes"]]
+        # version 1 (before etcd-only nodes joined) has no etcd joins: read as none
+        doc["etcd_joins"] = [EtcdJoinRecord(**e) for e in doc.get("etcd_joins", [])]
         return cls(**doc)
 
 
@@ -174,10 +196,13 @@ def join_refusal(req: JoinNodes, plan: Plan | None, stored_digest: str, install_
         return f"nodes: not in the stored plan of {c}: {', '.join(unknown[:5])}"
     if len(set(req.nodes)) != len(req.nodes):
         return "nodes: a node is named twice"
-    not_workers = sorted(h for h in req.nodes if _runs_control_plane(by_name[h]))
-    if not_workers:
-        return (f"nodes: not workers (etcd members or control-plane nodes join with a control-plane scale-out, "
-                f"not a worker join): {', '.join(not_workers[:5])}")
+    control_plane = sorted(h for h in req.nodes if _runs_control_plane(by_name[h]))
+    if control_plane:
+        return (f"nodes: control-plane nodes (they join with a control-plane scale-out, not a join of workers "
+                f"and etcd-only nodes): {', '.join(control_plane[:5])}")
+    why = etcd_join_refusal(req, by_name)
+    if why:
+        return why
     if paused:
         return f"{c} is paused: resume it first (bke resume {c})"
     if install_status != "Succeeded":
@@ -190,13 +215,15 @@ def join_refusal(req: JoinNodes, plan: Plan | None, stored_digest: str, install_
 
 
 def _runs_control_plane(node: NodePlan) -> bool:
-    return any(c in node.components for c in (*ETCD, *CONTROL_PLANE)) or any(r.startswith("master") for r in node.roles)
+    return any(c in node.components for c in CONTROL_PLANE) or any(r.startswith("master") for r in node.roles)
 
 
 def new_join(req: JoinNodes, plan: Plan, now: str) -> Join:
     phases = phases_of(plan, list(req.nodes))
     runs = [JoinRun(hostname=h, phases=[p.slug for p in phases[h]]) for h in req.nodes]
-    return Join(request_id=req.request_id, cluster=req.cluster, plan_digest=req.plan_digest, nodes=runs, started_at=now)
+    etcd = [EtcdJoinRecord(e.etcd_cluster, e.member, e.initial_cluster) for e in req.etcd_joins or []]
+    return Join(request_id=req.request_id, cluster=req.cluster, plan_digest=req.plan_digest, nodes=runs, started_at=now,
+                etcd_joins=etcd)
 
 
 def next_step(j: Join, sealed: frozenset[str]) -> JoinDecision:

@@ -208,9 +208,11 @@ class Joins(LeasedOperation):
         return Outcome("wait", delay=WAIT_S, reason=j.waiting)
 
     async def _ask(self, j: Join) -> None:
-        """The renderer renders the stored plan, the certs service ensures its PKI and seals the
-        new nodes' bundles; each answers with the join's slug as request id."""
-        render = RenderManifests(request_id=j.slug, cluster=j.cluster)
+        """The renderer renders the stored plan (the joining etcd members' manifests as joins of
+        their running clusters), the certs service ensures its PKI and seals the new nodes'
+        bundles; each answers with the join's slug as request id."""
+        etcd = [e.message() for e in j.etcd_joins] or None  # a workers-only join: the field left out
+        render = RenderManifests(request_id=j.slug, cluster=j.cluster, etcd_joins=etcd)
         await self.publish(render.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:{j.slug}"})
         certs = IssueCerts(request_id=j.slug, cluster=j.cluster, purpose="join")
         await self.publish(certs.to_bytes(), ISSUE_CERTS, {"Nats-Msg-Id": f"certs:{j.slug}"})

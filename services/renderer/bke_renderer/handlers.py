@@ -3,7 +3,8 @@ over `service_core.ensure_rendered`.
 
     plan created        -> render and store every node's files: `manifests rendered`, or
                            `manifests failed` with the reason and its kind
-    render manifests    -> the same for the stored plan (a retry after a failure)
+    render manifests    -> the same for the stored plan (a retry after a failure, a join; a
+                           join's etcd-only members rendered as joins of their running clusters)
     (given up on)       -> a plan message that failed on every delivery (the store cannot be
                            written, say) is answered with `manifests failed`, kind operational,
                            so that the install fails with a reason instead of waiting
@@ -20,6 +21,7 @@ from bke.contracts import PlanCreated
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed, RenderManifests
 from bke.bus.handler import Out, first_of
 from bke.errors import RejectedInput
+from bke.render import EtcdJoin
 from bke.render.errors import RenderError
 from bke.state import RedisPlanStore
 
@@ -49,13 +51,14 @@ class RendererHandlers:
             failed = RenderFailed(request_id=req.request_id, cluster=req.cluster, kind="invalid",
                                   errors=[f"cluster {req.cluster!r} has no plan"])
             return [Out(failed, RENDER_FAILED)]
-        return await self.ensure(req.cluster, req.request_id, meta.digest)
+        joins = tuple(EtcdJoin(e.etcd_cluster, e.member, e.initial_cluster) for e in req.etcd_joins or ())
+        return await self.ensure(req.cluster, req.request_id, meta.digest, joins)
 
-    async def ensure(self, cluster: str, request_id: str, digest: str) -> list[Out]:
+    async def ensure(self, cluster: str, request_id: str, digest: str, etcd_joins: tuple[EtcdJoin, ...] = ()) -> list[Out]:
         plan = await self.plans.load(cluster)
         report = None
         try:
-            report = await ensure_rendered(plan, self.store)
+            report = await ensure_rendered(plan, self.store, etcd_joins=etcd_joins)
         except RenderError as exc:
             log.info("render refused: %s", exc, extra={"cluster": cluster, "request_id": request_id})
             errors = [f"{p}: {m}" for p, m in exc.errors] if isinstance(exc, RejectedInput) else [str(exc)]

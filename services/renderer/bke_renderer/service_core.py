@@ -18,7 +18,7 @@ from typing import Protocol
 from pydantic import BaseModel
 
 from bke.plan import Plan
-from bke.render import NodeFiles, RenderedCluster, RenderInputs, generate_vrrp_password, render_cluster
+from bke.render import EtcdJoin, NodeFiles, RenderedCluster, RenderInputs, generate_vrrp_password, render_cluster
 
 __all__ = ["RenderReport", "RenderStore", "ensure_rendered"]
 
@@ -44,13 +44,14 @@ class RenderReport(BaseModel):
 
 
 async def ensure_rendered(plan: Plan, store: RenderStore, *, new_password: Callable[[], str] = generate_vrrp_password,
-                          offload: bool = True) -> RenderReport:
+                          offload: bool = True, etcd_joins: tuple[EtcdJoin, ...] = ()) -> RenderReport:
     """Render the plan (VRRP password fetched or created once per cluster) and store the result
     unless the stored digest is already this one. `offload` renders in a worker thread: a
-    5,000-node render takes seconds of CPU and must not stall the event loop's acks."""
+    5,000-node render takes seconds of CPU and must not stall the event loop's acks.
+    `etcd_joins`: members that join their running etcd cluster (a join's etcd-only nodes)."""
     extra = {"cluster": plan.cluster, "operation": "ensure_rendered"}
     password = await store.vrrp_password(plan.cluster, new_password) if plan.load_balancer else None
-    inputs = RenderInputs(vrrp_password=password)
+    inputs = RenderInputs(vrrp_password=password, etcd_joins=etcd_joins)
     rendered = await asyncio.to_thread(render_cluster, plan, inputs) if offload else render_cluster(plan, inputs)
     previous = await store.digest(plan.cluster)
     stored = previous != rendered.digest

@@ -1,0 +1,280 @@
+"""An etcd-only node joined to a running cluster through JoinNodes with `etcdJoins`: the
+dispatcher's join adapter (its functions called as the dispatcher's handlers call them), the
+renderer service on a real NATS and Redis, and real etcd 3.5.1 members run by the lab's kubelet
+stand-ins, each node's commands run by the agent's executor on the node's lab backend.
+
+What is real: the one-member etcd-data the install left on e1 (holding data); the caller's part
+around each join (the member added as a learner through e1, promoted after the join: the steps
+of `member_sequences`, run by e1's backend); the render requests on the bus and the renderer's
+answers; every command a join sends its node (node-env, certs, etcd, health), run in full by the
+node's lab backend. What the test plays: the certs service (the new members' certificates from `bke certs issue`, stored
+in clear rather than sealed to an agent, and its answer) and the bus between the dispatcher and
+the agent (commands handed to the executor, results back to the adapter).
+
+Grown 1 -> 3 (etcd wants an odd size), one member per join, as etcd allows one learner at a
+time. For each: the joining member's stored manifest is rendered `--initial-cluster-state=existing`
+with exactly the request's `initialCluster`; it starts from it and its etcd phase's /health wait
+passes while it is still a learner (see bke_dispatcher.join.phases_of); nothing is sent to any
+other node; the join ends Succeeded with no labels to apply. At the end all three are voters and
+the data written before is read through each new member."""
+from __future__ import annotations
+
+import base64
+import random
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from redis.asyncio import Redis
+
+from bke.bus import EventWatch
+from bke.checksums import LabChecksums
+from bke.contracts.agent import AgentCommand
+from bke.contracts.certs import CertsIssued
+from bke.contracts.membership import JOIN_NODES_FINISHED, JoinNodes, JoinNodesFinished, MembershipEtcdJoin
+from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, RENDER_MANIFESTS, ManifestsRendered
+from bke.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
+from bke.plan import Plan
+from bke.render import EtcdJoin, RenderInputs, render_cluster
+from bke.runtime import mtls_context, port_is_free
+from bke.state import PlanCache, RedisPlanStore, plan_digest
+from bke.state.keys import join_key, join_results_key, joins_index
+from bke.state.nodefiles import RedisNodeFiles, file_from_bytes
+from bke_agent import AgentIdentity, Executor, LabBackend
+from bke_cli.main import main as bke
+from bke_dispatcher.join import Join
+from bke_dispatcher.joins import Joins
+from bke_dispatcher.membership_store import OperationStore
+from bke_dispatcher.node_labels import LabNodes
+from bke_dispatcher.state import DispatcherState
+from bke_renderer.app import create_service
+from bke_renderer.settings import RendererSettings
+from tests.trust_helpers import signed
+
+from ..unit.test_render_support import flags, plan_of, spec_text
+from .agent_helpers import stop_leftover_pods
+from .test_etcd_members import until
+
+pytestmark = pytest.mark.integration
+PORTS = (2379, 2380, 2381, 10248)  # etcd-data's client, peer and metrics ports, the kubelet's healthz
+MANIFEST = "/etc/kubernetes/manifests/etcd.yaml"
+PKI = "/etc/kubernetes/pki/etcd"
+KEYS = {f"/registry/configmaps/default/c{i}": f"before-the-join-{i}" for i in range(5)}
+
+
+@dataclass
+class Cluster:
+    name: str
+    net: int
+    current: Plan  # e1 alone: what the install left
+    desired: Plan  # e1, e2 and e3: the plan the caller swapped in
+    roots: dict[str, Path]
+    backends: dict[str, LabBackend]
+
+    def ip(self, host: str) -> str:
+        return f"127.0.{self.net}.{10 + int(host[1:])}"
+
+    def url(self, host: str) -> str:
+        return f"https://{self.ip(host)}:2379"
+
+    def tls(self) -> tuple[str, str, str]:
+        root = self.roots["e1"]
+        return tuple(str(root / f"{PKI}/{f}".lstrip("/")) for f in ("ca.crt", "healthcheck-client.crt",
+                                                                    "healthcheck-client.key"))  # type: ignore[return-value]
+
+
+def _free_net() -> int:
+    rng = random.Random()
+    for _ in range(50):
+        net = rng.randint(100, 250)
+        if all(port_is_free(f"127.0.{net}.{11 + i}", p) for i in range(3) for p in PORTS):
+            return net
+    pytest.skip("no free 127.0.x.0/24 block for three etcd members")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    net, name = _free_net(), f"j{uuid.uuid4().hex[:10]}"
+
+    def text(hosts: tuple[str, ...]) -> str:
+        nodes = [("m1", f"127.0.{net}.1", ["master"])] + [(h, f"127.0.{net}.{10 + int(h[1:])}", ["etcd"]) for h in hosts]
+        return spec_text(nodes, etcd="v3.5.1", endpoint=None).replace("\n  name: t\n", f"\n  name: {name}\n", 1)
+
+    members = ("e1", "e2", "e3")
+    (tmp_path / "spec.yaml").write_text(text(members))
+    out = tmp_path / "hosts"
+    # the PKI of the three-member plan (one CA): e1's serve the installed member, e2's and e3's
+    # are what the certs service would issue for the joins
+    assert bke(["certs", "issue", str(tmp_path / "spec.yaml"), "--out", str(out), "--procs", "1"]) == 0
+    roots = {h: out / h for h in members}
+    c = Cluster(name, net, plan_of(text(("e1",))), plan_of(text(members)), roots, {})
+    c.backends = {h: LabBackend(roots[h], c.ip(h), kubelet_poll_s=0.1) for h in roots}
+    try:
+        yield c
+    finally:
+        for h in roots:
+            stop_leftover_pods(roots[h])
+
+
+@pytest.fixture
+async def renderer(nats_url: str, redis_url: str, redis_client: Redis):
+    svc = create_service(RendererSettings(nats_url=nats_url, redis_url=redis_url, max_deliver=3))
+    await svc.start()
+    try:
+        yield svc
+    finally:
+        await svc.stop()
+
+
+def _b64(s: str) -> str:
+    return base64.b64encode(s.encode()).decode()
+
+
+async def _healthy(http: httpx.AsyncClient, url: str) -> bool:
+    try:
+        return (await http.get(f"{url}/health")).json().get("health") == "true"
+    except (httpx.HTTPError, ValueError):
+        return False
+
+
+async def test_etcd_only_nodes_join_one_learner_at_a_time_with_their_manifests_rendered_existing(
+        cluster: Cluster, renderer, nats_client, redis_url: str) -> None:
+    c, now = cluster, datetime.now(timezone.utc)
+    e1 = c.backends["e1"]
+    r = Redis.from_url(redis_url)
+    http = httpx.AsyncClient(verify=mtls_context(*c.tls()), trust_env=False, timeout=3.0)
+    try:
+        # the installed cluster: e1 alone, holding data
+        first = render_cluster(c.current, RenderInputs()).node("e1").file(MANIFEST)
+        assert first is not None
+        dest = c.roots["e1"] / MANIFEST.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(first.content)
+        await e1.kubelet.start()
+        await until(lambda: _healthy(http, c.url("e1")), 60, "e1 healthy")
+        for k, v in KEYS.items():
+            resp = await http.post(f"{c.url('e1')}/v3/kv/put", json={"key": _b64(k), "value": _b64(v)})
+            assert resp.status_code == 200, resp.text
+
+        # the caller (bke apply's run) swapped in the plan that names e2 and e3
+        pj = c.desired.to_json()
+        digest = plan_digest(pj)
+        await RedisPlanStore(r).save(c.desired, pj, digest, f"req-{c.name}", now.isoformat())
+        state = DispatcherState(r)
+        await state.start_install(c.name, f"req-{c.name}", now.isoformat(), digest)
+        await state.set_install(c.name, status="Succeeded")
+        [seq] = member_sequences(c.current, c.desired)
+        assert [(s.kind, s.member) for s in seq.steps] == [
+            (k, m) for m in ("e2", "e3") for k in ("add-learner", "start-member", "promote", "check-health")]
+        joins_of = {j.member: j for j in etcd_joins(c.current, c.desired)}
+        assert joins_of["e3"].initial_cluster == ",".join(f"{h}=https://{c.ip(h)}:2380" for h in ("e1", "e2", "e3"))
+
+        # the dispatcher: the render request goes on the bus, everything else is recorded
+        sent: list[tuple[str, bytes]] = []
+        js = nats_client.jetstream()
+
+        async def publish(body: bytes, subject: str, headers: dict[str, str]) -> None:
+            sent.append((subject, body))
+            if subject == RENDER_MANIFESTS:
+                await js.publish(subject, body, headers=headers or None)
+
+        async def idle(cluster: str) -> str:
+            return ""
+
+        async def not_paused(cluster: str) -> bool:
+            return False
+
+        async def sign(cmd: AgentCommand) -> AgentCommand:
+            return signed(cmd)
+
+        store = OperationStore(r, Join.from_json, join_key, join_results_key, joins_index())
+        joins = Joins(store, state, PlanCache(r), RedisNodeFiles(r), LabChecksums(), LabNodes(), idle, not_paused,
+                      publish, lambda: now, "me", sign=sign)
+        ec = c.desired.etcd_cluster("etcd-data")
+        assert ec is not None
+        # one member at a time, as the sequence says: learner, join, promote, health
+        for i, member in enumerate(("e2", "e3"), 1):
+            add, _, promote, check = seq.steps[4 * (i - 1): 4 * i]
+            step = agent_step(add, ec)
+            assert step is not None and (await e1.execute(step, lambda: b"")).status == "Succeeded"
+            await _join(c, joins, state, r, nats_client, sent, f"j{i}", digest, member, joins_of[member], http)
+            step = agent_step(promote, ec, promote_timeout_s=60)
+            assert step is not None and (await e1.execute(step, lambda: b"")).status == "Succeeded"
+            for h in check.healthy:
+                await until(lambda h=h: _healthy(http, c.url(h)), 60, f"{h} healthy")
+
+        members = (await http.post(f"{c.url('e1')}/v3/cluster/member/list", json={})).json()["members"]
+        assert sorted(m["name"] for m in members) == ["e1", "e2", "e3"] and not any(m.get("isLearner") for m in members)
+        for h in ("e2", "e3"):  # the data written before, read through each new member (linearizable)
+            for k, v in KEYS.items():
+                kvs = (await http.post(f"{c.url(h)}/v3/kv/range", json={"key": _b64(k)})).json().get("kvs") or []
+                assert kvs and base64.b64decode(kvs[0]["value"]).decode() == v, (h, k)
+        # the joins sent commands to the joining nodes only, each its four phases
+        nodes = [AgentCommand.model_validate_json(b).node for s, b in sent if s.endswith(".command")]
+        assert nodes == ["e2"] * 4 + ["e3"] * 4
+    finally:
+        await http.aclose()
+        for b in c.backends.values():
+            await b.stop()
+        await r.aclose()
+
+
+async def _join(c: Cluster, joins: Joins, state: DispatcherState, r: Redis, nats_client: Any,
+                sent: list[tuple[str, bytes]], rid: str, digest: str, member: str, join: EtcdJoin,
+                http: httpx.AsyncClient) -> None:
+    """One JoinNodes for `member` (already a learner), run to its end."""
+    req = JoinNodes(request_id=rid, cluster=c.name, plan_digest=digest, nodes=[member], etcd_joins=[
+        MembershipEtcdJoin(etcd_cluster=join.etcd_cluster, member=member, initial_cluster=join.initial_cluster)])
+    async with EventWatch(nats_client, [MANIFESTS_RENDERED, RENDER_FAILED]) as watch:
+        assert await joins.on_request(req) == []
+        assert (await joins.reconcile(c.name)).status == "wait"  # asked the renderer and the certs service
+        ev = await watch.wait_for(lambda e: e.data.get("requestId") == f"join@{rid}", timeout=30)
+    assert ev.subject == MANIFESTS_RENDERED, ev.data
+    assert await joins.rendered(ManifestsRendered.model_validate(ev.data))  # as the dispatcher's handler does
+
+    # what the renderer stored for the member: a join of the running cluster, with the request's list
+    [stored] = [f for f in await RedisNodeFiles(r).get(c.name, "render", member) if f.path == MANIFEST]
+    manifest = base64.b64decode(stored.content_b64 or "")
+    etcd_flags = flags(yaml.safe_load(manifest))
+    assert etcd_flags["initial-cluster-state"] == "existing"
+    assert etcd_flags["initial-cluster"] == join.initial_cluster
+
+    # the certs service's part: the member's bundle stored and said sealed
+    root = c.roots[member]
+    bundle = [file_from_bytes("/" + str(p.relative_to(root)), p.read_bytes(), 0o600)
+              for p in sorted((root / "etc/kubernetes/pki").rglob("*")) if p.is_file()]
+    await RedisNodeFiles(r).put_many(c.name, "certs", {member: bundle})
+    assert await joins.certs_issued(CertsIssued(request_id=f"join@{rid}", cluster=c.name, issued=[], reissued=[],
+                                                reused=len(bundle), changed_nodes=1, plan_digest=digest))
+    await state.add_sealed(c.name, [member])
+
+    # each command the join sends, run by the member's agent executor on its lab backend
+    executor, done, phases = Executor(c.backends[member], AgentIdentity.ephemeral()), set(), []
+    for _ in range(10):
+        out = await joins.reconcile(c.name)
+        new = [cmd for cmd in (AgentCommand.model_validate_json(b) for s, b in sent if s.endswith(".command"))
+               if f"/join@{rid}/" in cmd.command_id and cmd.command_id not in done]
+        if not new:
+            break
+        [cmd] = new
+        done.add(cmd.command_id)
+        phases.append(cmd.phase)
+        if cmd.phase == "health":  # the etcd phase passed its /health wait while the member is a learner
+            members = (await http.post(f"{c.url('e1')}/v3/cluster/member/list", json={})).json()["members"]
+            assert {m["name"]: bool(m.get("isLearner")) for m in members}[member] is True
+        result = await executor.run(cmd)
+        assert result.status == "Succeeded", result.model_dump_json(indent=1)
+        await joins.on_result(result)
+    assert out.status == "done", out
+    assert phases == ["node-env", "certs", "etcd", "health"]
+    [fin] = [f for f in (JoinNodesFinished.model_validate_json(b) for s, b in sent if s == JOIN_NODES_FINISHED)
+             if f.request_id == rid]
+    assert fin.status == "Succeeded" and [(n.hostname, n.status) for n in fin.nodes] == [(member, "Succeeded")], fin
+    assert not await r.hexists(f"bke:{c.name}:node-labels", member)  # registers no Node: nothing to label
+    assert (root / MANIFEST.lstrip("/")).read_bytes() == manifest  # what its kubelet runs is the stored manifest
