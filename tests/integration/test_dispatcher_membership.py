@@ -297,9 +297,9 @@ async def test_a_join_and_a_removal_sent_by_the_apply_run_run_inside_its_slot(wi
 
 
 async def test_an_etcd_only_node_is_removed_only_by_the_apply_that_took_its_member_out(redis_url, redis_client):
-    """An etcd-only node is no worker: refused by name; sent by the apply run that removed its
-    etcd member first (`partOf`), it is drained, reset and forgotten like a worker. A master
-    stays refused either way."""
+    """An etcd-only node or a master is no worker: refused by name; sent by the apply run that
+    removed its etcd member first and ordered the scale-in (`partOf`), it is drained, reset and
+    forgotten like a worker."""
     from bke.state.operation_slot import claim_operation
     from bke_dispatcher.membership_wiring import busy_reader
     from bke_dispatcher.rotations import RotationStore
@@ -333,8 +333,8 @@ async def test_an_etcd_only_node_is_removed_only_by_the_apply_that_took_its_memb
         [out] = await removals.on_request(RemoveNodes(request_id="e1", cluster="grow", nodes=["events3"]))
         assert out.message.status == "Failed" and "events3 (etcd member of etcd-events)" in out.message.reason
         assert (await claim_operation(r, "grow", "apply", "a7", "t0")).won
-        [out] = await removals.on_request(RemoveNodes(request_id="e2", cluster="grow", nodes=["m1"], part_of="a7"))
-        assert out.message.status == "Failed" and "m1 (" in out.message.reason
+        [out] = await removals.on_request(RemoveNodes(request_id="e2", cluster="grow", nodes=["m1"]))
+        assert out.message.status == "Failed" and "m1 (control plane)" in out.message.reason
         assert await removals.on_request(RemoveNodes(request_id="e3", cluster="grow", nodes=["events3"], part_of="a7")) == []
         assert (await store.load("grow")).nodes[0].hostname == "events3"
     finally:

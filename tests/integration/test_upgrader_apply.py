@@ -172,10 +172,11 @@ async def test_a_controller_manager_flag_goes_master_by_master_then_replaces_the
 async def test_refusals_by_name_and_nothing_stored(redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
     sent: list[AgentCommand] = []
     plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [])
-    more = TEXT + ("---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {name: seed-master4}\n"
-                   "spec: {hostname: master4, ip: 127.0.10.9, role: [master/node]}\n")
+    more = TEXT.replace("spec: {hostname: node1, ip: 127.0.10.4, role: [node]}",
+                        "spec: {hostname: node1, ip: 127.0.10.4, role: [node, etcd-event]}")
+    assert more != TEXT
     cases = {
-        "master": (more, "NotBuilt", "adding control-plane nodes (master4"),
+        "roles": (more, "NotBuilt", "changing a node's roles (node1)"),
         "versions": (TEXT.replace("kubernetesVersion: v1.33.2", "kubernetesVersion: v1.33.3"), "Versions", "bke upgrade apply"),  # VersionsAlone: its rolls come with it
         "invalid": (TEXT.replace("role: [node]}", "role: [nope]}"), "spec.", "nope"),
         "network": (TEXT.replace(CERTS, CERTS + "      networking: {serviceSubnet: 10.97.0.0/16}\n"), "NetworkUnchanged", "service_subnet"),

@@ -142,39 +142,32 @@ def _control_plane(node: NodePlan) -> str:
     return ", ".join(parts) or ("master" if is_master(node.roles) else "")
 
 
-def _etcd_only(node: NodePlan) -> bool:
-    """An etcd member that is nothing else of the control plane (its membership is changed by
-    the etcd steps; the dispatcher joins or resets the node around them)."""
-    return (any(c in node.components for c in _ETCD) and not is_master(node.roles)
-            and not any(c in node.components for c in _STATIC_PODS))
-
-
 def _members_changing(diff: ClusterDiff, host: str, added: bool) -> bool:
     """Every etcd cluster `host` is a member of gains it (added) or loses it in this diff."""
     return any(host in (ch.added if added else ch.removed) for ch in diff.etcd)
 
 
-def _workers_only(plan: Plan, diff: ClusterDiff, actions: tuple[Action, ...], step: str, what: str,
-                  added: bool) -> list[StepWork] | list[Refusal]:
+def _node_change(plan: Plan, diff: ClusterDiff, actions: tuple[Action, ...], step: str,
+                 added: bool) -> list[StepWork] | list[Refusal]:
+    """Nodes that join (`added`) or leave: workers, etcd members and masters alike. What else
+    changes with them is each other action's own: an etcd member's membership steps (below), the
+    rolls of files that list them (an apiserver's --etcd-servers), certificates whose names
+    change and load-balancer files (both refused by name: not built), so a control-plane scale
+    out or in is carried out only when nothing else it touches is refused."""
     hosts = list(dict.fromkeys(a.host for a in actions))
-    refused = [f"{h} ({parts})" for h in hosts if (parts := _control_plane(plan.node(h)))
-               and not (_etcd_only(plan.node(h)) and _members_changing(diff, h, added))]
-    if refused:
-        return [Refusal("NotBuilt", f"{what} control-plane nodes ({', '.join(refused[:10])}) "
-                                    "is not supported by this build yet: only workers and etcd members")]
     if added:  # a new etcd member joins inside its cluster's membership steps, between add and promote
-        hosts = [h for h in hosts if not _etcd_only(plan.node(h))]
+        hosts = [h for h in hosts if not (_control_plane(plan.node(h)) and _members_changing(diff, h, True))]
     return [StepWork(step, "", tuple(hosts))] if hosts else []
 
 
 def _join(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action, ...]) -> list[StepWork] | list[Refusal]:
-    return _workers_only(desired, diff, actions, JOIN_STEP, "adding", added=True)
+    return _node_change(desired, diff, actions, JOIN_STEP, added=True)
 
 
 def _remove(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action, ...]) -> list[StepWork] | list[Refusal]:
     # drain, remove-node and reset of a node: the dispatcher's RemoveNodes does all three (an
     # etcd member's after the membership steps took it out of its cluster)
-    return _workers_only(current, diff, actions, REMOVE_STEP, "removing", added=False)
+    return _node_change(current, diff, actions, REMOVE_STEP, added=False)
 
 
 def _members(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action, ...]) -> list[StepWork] | list[Refusal]:

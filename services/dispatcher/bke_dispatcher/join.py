@@ -197,7 +197,7 @@ def join_refusal(req: JoinNodes, plan: Plan | None, stored_digest: str, install_
     if len(set(req.nodes)) != len(req.nodes):
         return "nodes: a node is named twice"
     control_plane = sorted(h for h in req.nodes if _runs_control_plane(by_name[h]))
-    if control_plane:
+    if control_plane and not req.part_of:  # bke apply's run orders a control-plane scale-out around its join
         return (f"nodes: control-plane nodes (they join with a control-plane scale-out, not a join of workers "
                 f"and etcd-only nodes): {', '.join(control_plane[:5])}")
     why = etcd_join_refusal(req, by_name)

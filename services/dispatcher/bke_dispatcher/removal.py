@@ -124,12 +124,14 @@ class RemovalDecision:
     reason: str = ""
 
 
-def _not_a_worker(plan: Plan, node: NodePlan, etcd_removed: bool = False) -> str:
-    """Why `node` is not a plain worker ("" if it is). `etcd_removed`: the caller (bke apply's
-    run, `partOf`) has taken the node's etcd members out of their clusters already, so an
-    etcd-only node is reset like a worker."""
+def _not_a_worker(plan: Plan, node: NodePlan, by_apply: bool = False) -> str:
+    """Why `node` is not a plain worker ("" if it is, or if `by_apply`: bke apply's run, `partOf`,
+    has taken the node's etcd members out of their clusters and ordered the control plane's
+    scale-in around this removal, so the node is reset like a worker)."""
+    if by_apply:
+        return ""
     etcd = [ec.name for ec in plan.etcd_clusters if ec.member(node.hostname) is not None]
-    if (etcd or any(c in node.components for c in ETCD)) and not etcd_removed:
+    if etcd or any(c in node.components for c in ETCD):
         return f"{node.hostname} (etcd member of {', '.join(etcd) or 'etcd'})"
     if any(c in node.components for c in CONTROL_PLANE) or any(r.startswith("master") for r in node.roles):
         return f"{node.hostname} (control plane)"
@@ -149,7 +151,7 @@ def removal_refusal(req: RemoveNodes, plan: Plan | None, install_status: str | N
                 "the plan without them)")
     if len(set(req.nodes)) != len(req.nodes):
         return "nodes: a node is named twice"
-    refused = [why for h in req.nodes if (why := _not_a_worker(plan, by_name[h], etcd_removed=bool(req.part_of)))]
+    refused = [why for h in req.nodes if (why := _not_a_worker(plan, by_name[h], by_apply=bool(req.part_of)))]
     if refused:
         return ("nodes: only workers are removed this way; etcd members and control-plane nodes leave by a "
                 f"control-plane scale-in: {', '.join(refused[:5])}")
