@@ -33,7 +33,7 @@ from .lab_helpers import Lab
 # integration tests (test_upgrader_apply, test_dispatcher_membership, test_etcd_members) cover
 # the parts in CI
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
-NET = "127.0.24"
+NET = "127.0.25"
 KEYS = {f"/registry/events/default/apply-{i}": f"before-the-changes-{i}" for i in range(5)}
 
 
