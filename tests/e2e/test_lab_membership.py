@@ -37,14 +37,16 @@ SEED = "examples/seed-3m1w.yaml"
 BKE = str(Path(sys.executable).parent / "bke")
 
 
-def extra_workers(net: str) -> bytes:
-    """Two more workers, node2 and node3, on the lab's network `net` (the first three octets)."""
+def extra_nodes(net: str) -> bytes:
+    """Two more workers, node2 and node3, and a master without etcd, master4, on the lab's
+    network `net` (the first three octets)."""
     return "".join(f"""
 ---
 apiVersion: bke.bocloud.com/v1beta1
 kind: BKENode
 metadata: {{name: seed-{h}}}
-spec: {{hostname: {h}, ip: {net}.{i}, role: [node]}}""" for h, i in (("node2", 5), ("node3", 6))).encode() + b"\n"
+spec: {{hostname: {h}, ip: {net}.{i}, role: [{role}]}}""" for h, i, role in (
+        ("node2", 5, "node"), ("node3", 6, "node"), ("master4", 9, "master/node"))).encode() + b"\n"
 
 
 EVERYTHING = [p for p, _, _ in RESET_TABLE] + ["/usr/bin/kubelet"]
@@ -89,18 +91,20 @@ async def test_two_workers_join_then_one_is_removed(lab_factory):
 
 
 async def joins_and_a_removal(lab, spec: bytes, net: str) -> None:
-    """On an installed seed lab whose spec is `spec`: two workers added by `bke lab apply`, a
-    master refused, one of the two removed by `bke lab apply` (the acceptance lines)."""
+    """On an installed seed lab whose spec is `spec`: two workers and a master (without etcd)
+    added by `bke lab apply`, a refused change, then one worker and the master removed by
+    `bke lab apply` (the acceptance lines, and the control plane scaled out and in)."""
     c, workdir = lab.plan.cluster, str(lab.workdir)
     old_hosts = [n.hostname for n in lab.plan.nodes]
 
-    # 1. the spec that names two more workers, applied: their agents started, the plan swapped, joined
+    # 1. the spec that names two more workers and a master, applied: their agents started, the
+    # plan swapped, joined
     bigger_spec = lab.workdir / "bigger.yaml"
-    bigger_spec.write_bytes(spec + extra_workers(net))
+    bigger_spec.write_bytes(spec + extra_nodes(net))
     before = _executions(lab, old_hosts)
     rc, out = await _bke("lab", "apply", str(bigger_spec), "--workdir", workdir)
     assert rc == 0, out
-    assert "join-nodes: 2 node(s)" in out and "apply Succeeded" in out, out
+    assert "join-nodes: 3 node(s)" in out and "apply Succeeded" in out, out
     bigger = plan_spec_text(bigger_spec.read_text()).plan
     assert bigger is not None
     rs = redis.Redis.from_url(lab.info.redis_url)
@@ -115,6 +119,11 @@ async def joins_and_a_removal(lab, spec: bytes, net: str) -> None:
         # the same files as the worker installed with the cluster (names; contents are per node)
         assert _files(lab.host(h)) == _files(lab.host("node1")), h
         assert (lab.host(h) / "etc/kubernetes/pki/ca.crt").is_file()
+    master4 = [parse_command_id(cid) for cid in _executions(lab, ["master4"])["master4"] if "/join@" in cid]
+    assert [p[3] for p in master4] == [0, 1, 2, 3], master4  # node-env, certs, control-plane-join, health
+    for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+        assert (lab.host("master4") / f"etc/kubernetes/manifests/{component}.yaml").is_file(), component
+    assert not (lab.host("master4") / "etc/kubernetes/manifests/etcd.yaml").exists()
     after_join = _executions(lab, old_hosts)
     assert _stray(before, after_join) == {}, "a node outside the join received a command"
     rs = redis.Redis.from_url(lab.info.redis_url)
@@ -123,24 +132,28 @@ async def joins_and_a_removal(lab, spec: bytes, net: str) -> None:
     finally:
         rs.close()
 
-    # 3. a master is not a worker: refused by name, nothing done
+    # 3. refused by name, nothing done: a master removed by the workers' own command; a worker
+    # made a master (a role change that is not built)
     rc, out = await _bke("lab", "remove-nodes", c, "--nodes", "master1", "--workdir", workdir)
     assert rc == 2 and "master1 (etcd member of etcd-data)" in out, out
-    no_master = lab.workdir / "no-master3.yaml"
-    no_master.write_text("\n---\n".join(d for d in bigger_spec.read_text().split("\n---\n")
-                                        if "hostname: master3" not in d and "hostname: master2" not in d))
-    rc, out = await _bke("lab", "apply", str(no_master), "--workdir", workdir)
-    assert rc == 2 and "master3 (etcd-data" in out, out
+    roles = lab.workdir / "roles.yaml"
+    roles.write_text(bigger_spec.read_text().replace("role: [node]}", "role: [master/node]}", 1))
+    assert roles.read_text() != bigger_spec.read_text()
+    rc, out = await _bke("lab", "apply", str(roles), "--workdir", workdir)
+    assert rc == 2 and "changing a node's roles" in out, out
 
-    # 4. node3 leaves: the spec without it, applied: drained and its Node deleted (recorded),
-    # reset, revoked, its agent stopped, forgotten
-    everyone = old_hosts + ["node2", "node3"]
+    # 4. node3 and master4 leave: the spec without them, applied: drained and their Nodes deleted
+    # (recorded), reset, revoked, their agents stopped, forgotten
+    everyone = old_hosts + ["node2", "node3", "master4"]
     before = _executions(lab, everyone)
     smaller_spec = lab.workdir / "smaller.yaml"
-    smaller_spec.write_text("\n---\n".join(d for d in bigger_spec.read_text().split("\n---\n") if "hostname: node3" not in d))
+    smaller_spec.write_text("\n---\n".join(d for d in bigger_spec.read_text().split("\n---\n")
+                                           if "hostname: node3" not in d and "hostname: master4" not in d))
     rc, out = await _bke("lab", "apply", str(smaller_spec), "--workdir", workdir)
     assert rc == 0, out
-    assert "remove-nodes: 1 node(s)" in out and "node3: agent stopped" in out, out
+    assert "remove-nodes: 2 node(s)" in out and "node3: agent stopped" in out, out
+    assert "master4: agent stopped" in out, out
+    assert not (lab.host("master4") / "etc/kubernetes/manifests/kube-apiserver.yaml").exists()
     rs = redis.Redis.from_url(lab.info.redis_url)
     try:
         api = rs.hget(f"bke:{c}:removal:api", "node3")
@@ -158,5 +171,6 @@ async def joins_and_a_removal(lab, spec: bytes, net: str) -> None:
     after = _executions(lab, everyone)
     removal = [cid for cid in after["node3"] if cid not in set(before["node3"])]
     assert [parse_command_id(cid)[1].split("@")[0] for cid in removal if "/remove@" in cid] == ["remove"]
-    assert _stray(before, {h: v for h, v in after.items() if h != "node3"}) == {}, "another node was commanded"
+    assert _stray(before, {h: v for h, v in after.items() if h not in ("node3", "master4")}) == {}, \
+        "another node was commanded"
     assert "node3" not in lab.sup.pids()["agents"]  # its agent process stopped

@@ -243,3 +243,17 @@ def test_the_endpoint_masters_apiserver_may_not_move_and_etcd_roles_may_not_chan
     d, o = order_of(seed, SEED.replace("spec: {hostname: node1, ip: 127.0.10.4, role: [node]}",
                                        "spec: {hostname: node1, ip: 127.0.10.4, role: [node, etcd-event]}"))
     assert any("changing a node's roles (node1)" in r.message for r in o.refusals), o.refusals
+
+
+def test_the_dry_run_shows_what_the_apply_would_refuse_as_not_built(seed):
+    """The planner's answer (`bke apply --dry-run`) carries apply_order's refusals too: a role
+    change the run cannot carry out is refused by name before anything is sent."""
+    from bke_planner.changes import changes_of
+
+    new = plan(SEED.replace("spec: {hostname: node1, ip: 127.0.10.4, role: [node]}",
+                            "spec: {hostname: node1, ip: 127.0.10.4, role: [master/node]}"))
+    answer = changes_of("r", new, seed, "d0")
+    assert [r.path for r in answer.refusals] == ["NotBuilt"], answer.refusals
+    assert "changing a node's roles (node1)" in answer.refusals[0].message
+    fine = changes_of("r", plan(SEED.replace("      certificates: {keyAlgorithm: ECDSA-P256}\n", KCM)), seed, "d0")
+    assert fine.refusals == []

@@ -6,11 +6,12 @@ reads the stored plan and answers; nothing is written anywhere.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bke.contracts.base import ErrorItem
 from bke.contracts.changes import ChangeAction, ClusterChanges, EtcdMembership, NodeFileChanges
 from bke.contracts.status import StatusError
+from bke.lifecycle.apply_run import apply_order
 from bke.lifecycle.diff import ClusterDiff, diff_plans, render_diff
 from bke.plan import Plan, plan_spec_text
 from bke.state import plan_digest
@@ -52,6 +53,10 @@ def changes_of(request_id: str, desired: Plan, stored: Plan | None, stored_diges
                            message=f"cluster {desired.cluster!r} is not installed: `bke apply` installs it")
     unhealthy = health.unhealthy if health is not None and health.unhealthy is not None else {}
     d = diff_plans(stored, desired, render_diff(stored, desired), unhealthy_etcd_members=unhealthy)
+    if not d.refusals and d.actions:
+        # what the apply's run cannot carry out (bke.lifecycle.apply_run: not built), shown by
+        # the dry run as the upgrader would refuse it
+        d = replace(d, refusals=apply_order(stored, desired, d).refusals)
     out = to_contract(request_id, d, stored_digest, plan_digest(desired.to_json()))
     if health is not None and health.unhealthy is not None:
         return out.model_copy(update={"etcd_health": "checked",
