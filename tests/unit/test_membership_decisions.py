@@ -4,6 +4,8 @@ order of a join (inputs, agents, one phase after another per node, labels) and o
 (drain, delete the Node, reset, forget), and records that resume where they were."""
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
 from pydantic import ValidationError
 
@@ -31,6 +33,7 @@ spec: {hostname: node3, ip: 127.0.10.6, role: [node]}
 SEED = plan_spec_text(SEED_TEXT).plan
 BIGGER = plan_spec_text(SEED_TEXT + EXTRA).plan
 DIGEST = plan_digest(BIGGER.model_dump_json())
+NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
 
 
 def join_req(*nodes: str, rid: str = "j1", digest: str = DIGEST) -> JoinNodes:
@@ -92,16 +95,16 @@ def _send(j: Join, hosts) -> None:
 
 def test_a_join_asks_its_inputs_waits_for_agents_then_runs_each_node_phase_by_phase():
     j = new_join(join_req(), BIGGER, "t0")
-    assert next_step(j, frozenset()).action == "ask"
+    assert next_step(j, frozenset(), NOW).action == "ask"
     j.asked = True
-    assert next_step(j, frozenset()).reason.startswith("waiting for the rendered files and the certificates")
+    assert next_step(j, frozenset(), NOW).reason.startswith("waiting for the rendered files and the certificates")
     j.render = j.certs = "Ready"
-    d = next_step(j, frozenset({"node2"}))
+    d = next_step(j, frozenset({"node2"}), NOW)
     assert d.action == "wait" and "node3" in d.reason and "1/2 sealed" in d.reason
     sealed = frozenset({"node2", "node3"})
     seen: dict[str, list[str]] = {"node2": [], "node3": []}
     for _ in range(20):
-        d = next_step(j, sealed)
+        d = next_step(j, sealed, NOW)
         if d.action != "send":
             break
         _send(j, d.nodes)
@@ -109,27 +112,62 @@ def test_a_join_asks_its_inputs_waits_for_agents_then_runs_each_node_phase_by_ph
             if n.hostname in d.nodes:
                 seen[n.hostname].append(n.command_id)
         _answer(j, hosts={"node2"})  # node2 runs ahead; node3 answers a round later
-        if next_step(j, sealed).action == "wait":
+        if next_step(j, sealed, NOW).action == "wait":
             _answer(j)
     assert d.action == "label" and set(d.nodes) == {"node2", "node3"}
     for cids in seen.values():  # fixed ids, one per phase, only to the new nodes
         assert [parse_command_id(c)[3] for c in cids] == [0, 1, 2, 3]
         assert {parse_command_id(c)[1] for c in cids} == {"join@j1"}
     j.labelled = True
-    assert next_step(j, sealed).action == "succeed"
+    assert next_step(j, sealed, NOW).action == "succeed"
 
 
 def test_a_failed_input_or_node_fails_the_join_with_its_reason():
     j = new_join(join_req(), BIGGER, "t0")
     j.asked, j.render, j.input_reason = True, "Failed", "renderer: flag refused"
-    assert next_step(j, frozenset()) .reason == "renderer: flag refused"
+    assert next_step(j, frozenset(), NOW).reason == "renderer: flag refused"
     j = new_join(join_req(), BIGGER, "t0")
     j.asked, j.render, j.certs = True, "Ready", "Ready"
     sealed = frozenset({"node2", "node3"})
-    _send(j, next_step(j, sealed).nodes)
+    _send(j, next_step(j, sealed, NOW).nodes)
     _answer(j, "Failed", hosts={"node3"}, stderr="no space left")
-    d = next_step(j, sealed)
+    d = next_step(j, sealed, NOW)
     assert d.action == "fail" and d.reason.startswith("node node3 phase node-env step s1: no space left")
+
+
+T0 = NOW.isoformat()
+
+
+@pytest.mark.parametrize(("since", "sealed", "waited_s", "action", "records", "says"), [
+    # the first wait for the agents starts the clock: the decision carries `now` to record
+    ("", {"node2"}, 0, "wait", T0, ["node3 to register", "1/2 sealed", "900 s left"]),
+    # a wait already started keeps its start (nothing new to record)
+    (T0, set(), 899, "wait", "", ["node2, node3 to register", "0/2 sealed", "1 s left"]),
+    # at the deadline: fail, naming every node whose agent never registered, and how to provision it
+    (T0, {"node2"}, 900, "fail", "", ["the agents of node3 never registered within 900 s",
+                                      "bke agent provision", "--cluster seed --node NODE"]),
+    (T0, set(), 3600, "fail", "", ["the agents of node2, node3 never registered"]),
+    # every agent registered in time (even late in the window): no wait, no failure
+    (T0, {"node2", "node3"}, 899, "send", "", []),
+    (T0, {"node2", "node3"}, 5000, "send", "", []),  # sealed: the deadline no longer applies
+])
+def test_the_agents_have_a_deadline_measured_from_when_the_join_began_to_wait(since, sealed, waited_s, action,
+                                                                               records, says):
+    j = new_join(join_req(), BIGGER, "t0")
+    j.asked, j.render, j.certs, j.agents_since = True, "Ready", "Ready", since
+    d = next_step(j, frozenset(sealed), NOW + timedelta(seconds=waited_s), 900.0)
+    assert d.action == action and d.agents_since == records
+    for words in says:
+        assert words in d.reason
+    if action == "fail":
+        assert set(d.nodes) == {"node2", "node3"} - set(sealed)
+
+
+def test_the_agents_clock_does_not_start_before_the_inputs_are_ready():
+    j = new_join(join_req(), BIGGER, "t0")
+    j.asked = True  # render and certs still pending: an hour of it does not count against the agents
+    d = next_step(j, frozenset(), NOW + timedelta(hours=1), 900.0)
+    assert d.action == "wait" and d.agents_since == "" and "rendered files" in d.reason
 
 
 def test_a_duplicate_or_stale_answer_counts_once_and_the_record_round_trips():

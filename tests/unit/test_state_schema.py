@@ -141,3 +141,31 @@ def test_writes_touch_only_what_changed() -> None:
         Write("gone", "del"), Write("h", "hset", ({"g": "3", "k": "4"},)), Write("s", "sadd", ("n3",)),
         Write("s", "srem", ("n1",)), Write("t", "hset", ({"f": "v"},))]
     assert writes(new, new) == []
+
+
+JOIN_V1 = Path(__file__).parents[1] / "fixtures" / "state" / "v1" / "join.json"
+
+
+def test_version_1_of_a_join_converts_by_adding_agents_since_and_both_forms_read() -> None:
+    """tests/fixtures/state/v1/join.json: a join record as version 1 of its form wrote it (commit
+    3c813d9). Version 2 adds `agents_since` (the agents' deadline's start); the reader reads
+    version 1 as is (readable_from 1), and the conversion writes the one key."""
+    from bke_dispatcher.join import Join
+
+    kind = record_kind("join")
+    doc = json.loads(JOIN_V1.read_text())
+    old = {"join": doc["keys"][0]["value"]}
+    assert header_version(kind, old) == 1 and kind.readable_from == 1
+    as_is = Join.from_json(old["join"])
+    assert as_is.agents_since == "" and as_is.waiting.startswith("waiting for the agents of node3")
+    new, steps = convert(kind, old, 1, CONVERTERS)
+    assert [c.from_version for c in steps] == [1] and header_version(kind, new) == 2
+    assert json.loads(new["join"])["agents_since"] == ""
+    assert [w.member for w in writes(old, new)] == ["join"]
+    assert Join.from_json(new["join"]) == as_is  # the same join, in the new form
+    assert convert(kind, new, 2, CONVERTERS) == (new, ())
+    for c in steps:
+        assert c.fn(c.fn(old)) == c.fn(old)
+    started = {"join": json.dumps({**json.loads(old["join"]), "agents_since": "t1"})}
+    assert steps[0].fn(started) == started  # a value already there is kept
+    assert json.loads(Join.from_json(new["join"]).to_json())["schemaVersion"] == 2

@@ -72,10 +72,23 @@ def _join_etcd_joins(record: Record) -> Record:
     return {**record, "join": json.dumps({**doc, "etcd_joins": []})}
 
 
+def _join_agents_since(record: Record) -> Record:
+    """join 2 -> 3: the record gains `agents_since` ("" = the join has not waited for its agents
+    yet; its deadline then starts at the next pass). Idempotent: a value already there stays."""
+    raw = record.get("join")
+    if not isinstance(raw, str):
+        return record
+    doc = json.loads(raw)
+    if not isinstance(doc, dict) or "agents_since" in doc:
+        return record
+    return {**record, "join": json.dumps({**doc, "agents_since": ""})}
+
+
 CONVERTERS: dict[tuple[str, int], Converter] = register(
     *(Converter(k.name, 0, f"{k.slot.key}: add {k.slot.field} (the form is otherwise unchanged)")
       for k in RECORDS if k.first == 0),
     Converter("join", 1, "join: add etcd_joins, empty (a join stored before joined workers only)", _join_etcd_joins),
+    Converter("join", 2, "join: add agents_since (when the join began to wait for its agents)", _join_agents_since),
 )
 
 

@@ -139,9 +139,11 @@ RECORDS: tuple[RecordKind, ...] = (
         "join", "the current or last join of workers and etcd-only nodes (JSON) and its agents' answers",
         ("join", "join:results"),
         # 1: new, never stored without a version; 2: the record keeps the etcd-only nodes' etcd
-        # joins (`etcd_joins`). Version 1 is read as is (no etcd joins), so readable from 1; a
-        # reader of version 1 refuses a version 2 record instead of failing on the new field.
-        VersionSlot("join", "json"), current=2, first=1, readable_from=1,
+        # joins (`etcd_joins`); 3: it keeps when the join began to wait for its agents
+        # (`agents_since`, the agents' deadline's start). Versions 1 and 2 are read as is (no etcd
+        # joins; the clock starts at the next pass), so readable from 1; a reader of an older
+        # version refuses a newer record instead of failing on the new field.
+        VersionSlot("join", "json"), current=3, first=1, readable_from=1,
         writer="dispatcher: bke_dispatcher.membership_store.OperationStore (Join.to_json)",
         reader="dispatcher: OperationStore.load (Join.from_json)"),
     RecordKind(

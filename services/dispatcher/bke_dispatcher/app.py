@@ -152,7 +152,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     membership = wire_membership(svc, redis, state, plans, files, engine.checksums, nodes_api or LabNodes(),
                                  None if nodes_api is None else applier.admin_kubeconfig, rotation_store,
                                  pause_flags.is_paused, publish, notify, _now, settings.owner, settings.lease_ms,
-                                 signing.sign, settings.batch_size)
+                                 signing.sign, settings.batch_size, agents_deadline_s=settings.join_agents_timeout_s)
     inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result, on_reset=resets.on_result,
                     on_join=membership.joins.on_result, on_removal=membership.removals.on_result)
 

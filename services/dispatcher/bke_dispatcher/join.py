@@ -10,7 +10,9 @@ here it is started with `--initial-cluster-state=existing` and the caller's `ini
 Masters are refused: a control-plane scale-out is not a join. A join then:
   1. asks the renderer to render the stored plan (with the etcd joins) and the certs service to
      ensure the PKI and seal bundles (both answer with the join's request id and the plan's digest);
-  2. waits for both answers and for every new node's bundle sealed to its provisioned agent;
+  2. waits for both answers and for every new node's bundle sealed to its provisioned agent,
+     the latter at most `agents_deadline_s` (the record keeps when that wait began): an agent
+     that never registers fails the join naming the node and how to provision its agent;
   3. runs, per node and independently of the others, the install's phases that target that
      node (`node_phases`: for a worker node-env, certs, workers, health; for an etcd-only node
      node-env, certs, etcd, health), one command each, with
@@ -22,12 +24,13 @@ A failed input (render, certs) or node fails the join with the reason. No other 
 anything: the only commands built are to `nodes`, and nothing here reads per-existing-node
 state, so a join's cost does not grow with the cluster's size.
 
-    next_step(join) -> ask | wait(reason) | send(node -> phase) | label | succeed | fail(reason) | done
+    next_step(join, sealed, now) -> ask | wait(reason) | send(node -> phase) | label | succeed | fail(reason) | done
 """
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Literal
 
 from bke.contracts.membership import JoinNodes, MembershipNode, MembershipView
@@ -39,6 +42,7 @@ from .join_etcd import EtcdJoinRecord, etcd_join_refusal
 from .phases import CONTROL_PLANE, PHASES, Phase
 
 __all__ = [
+    "AGENTS_DEADLINE_S",
     "Join",
     "JoinDecision",
     "JoinRun",
@@ -58,6 +62,10 @@ __all__ = [
 JOIN_VERSION = record_kind("join").current  # in the JSON: the join record's form (bke.state.schema)
 SLUG_PREFIX = "join@"
 STDERR_KEEP = 2000
+# How long a join waits for its new nodes' agents to register (their bundles sealed): an agent
+# never started or never provisioned would otherwise hold the join, and the cluster's slot,
+# for ever (the dispatcher's setting `join_agents_timeout_s`).
+AGENTS_DEADLINE_S = 900.0
 InputState = Literal["Pending", "Ready", "Failed"]
 Status = Literal["Pending", "Running", "Succeeded", "Failed"]
 
@@ -138,6 +146,9 @@ class Join:
     finished_sent: bool = False
     # the etcd-only nodes' starts in their running etcd clusters (join form version 2)
     etcd_joins: list[EtcdJoinRecord] = field(default_factory=list)
+    # when the join began to wait for its agents (ISO time; "" = not yet): the deadline's start
+    # (join form version 3; an older record reads as "": the clock starts at the next pass)
+    agents_since: str = ""
 
     @property
     def slug(self) -> str:
@@ -178,6 +189,7 @@ class JoinDecision:
     action: Literal["ask", "wait", "send", "label", "succeed", "fail", "done"]
     nodes: tuple[str, ...] = ()  # send: the hostnames whose next command goes now
     reason: str = ""
+    agents_since: str = ""  # wait for the agents: when that wait began, for the caller to record once
 
 
 def join_refusal(req: JoinNodes, plan: Plan | None, stored_digest: str, install_status: str | None, *,
@@ -226,8 +238,10 @@ def new_join(req: JoinNodes, plan: Plan, now: str) -> Join:
                 etcd_joins=etcd)
 
 
-def next_step(j: Join, sealed: frozenset[str]) -> JoinDecision:
-    """`sealed`: the join's nodes whose bundle the certs service said is sealed to their agent."""
+def next_step(j: Join, sealed: frozenset[str], now: datetime,
+              agents_deadline_s: float = AGENTS_DEADLINE_S) -> JoinDecision:
+    """`sealed`: the join's nodes whose bundle the certs service said is sealed to their agent;
+    `now`: the caller's clock (the agents' deadline is measured from `j.agents_since`)."""
     # 1. a finished join does nothing more
     if j.status != "Running":
         return JoinDecision("done")
@@ -241,11 +255,10 @@ def next_step(j: Join, sealed: frozenset[str]) -> JoinDecision:
     if j.render != "Ready" or j.certs != "Ready":
         waiting = [n for n, s in (("rendered files", j.render), ("certificates", j.certs)) if s != "Ready"]
         return JoinDecision("wait", reason="waiting for the " + " and the ".join(waiting) + " of the new plan")
-    # 5. every new node's bundle sealed to its provisioned agent (its agent registered)
+    # 5. every new node's bundle sealed to its provisioned agent (its agent registered), within the deadline
     unsealed = [n.hostname for n in j.nodes if n.hostname not in sealed]
     if unsealed:
-        return JoinDecision("wait", reason=f"waiting for the agents of {', '.join(unsealed[:5])} to register "
-                                           f"({len(j.nodes) - len(unsealed)}/{len(j.nodes)} sealed)")
+        return _agents_wait(j, unsealed, now, agents_deadline_s)
     # 6. a failed node stops the join with its phase, step and output
     failed = next((n for n in j.nodes if n.status == "Failed"), None)
     if failed is not None:
@@ -261,6 +274,22 @@ def next_step(j: Join, sealed: frozenset[str]) -> JoinDecision:
     if not j.labelled:
         return JoinDecision("label", tuple(n.hostname for n in j.nodes))
     return JoinDecision("succeed")
+
+
+def _agents_wait(j: Join, unsealed: list[str], now: datetime, deadline_s: float) -> JoinDecision:
+    """Wait for the agents of `unsealed`, or fail once they have had `deadline_s` to register."""
+    since = datetime.fromisoformat(j.agents_since) if j.agents_since else now
+    waited = (now - since).total_seconds()
+    if waited >= deadline_s:
+        names = ", ".join(unsealed[:10]) + (f" and {len(unsealed) - 10} more" if len(unsealed) > 10 else "")
+        return JoinDecision("fail", tuple(unsealed), (
+            f"the agents of {names} never registered within {deadline_s:.0f} s (their bundles were not sealed): "
+            f"start each node's agent and record its key (`bke agent bootstrap`, or `bke-agent init` on the node "
+            f"then `bke agent provision 'bke-agent-x25519 <key>' --cluster {j.cluster} --node NODE`), then join again"))
+    return JoinDecision("wait", reason=(f"waiting for the agents of {', '.join(unsealed[:5])} to register "
+                                        f"({len(j.nodes) - len(unsealed)}/{len(j.nodes)} sealed; "
+                                        f"{max(0.0, deadline_s - waited):.0f} s left)"),
+                        agents_since="" if j.agents_since else now.isoformat())
 
 
 def apply_result(j: Join, cid: str, status: str, step: str, stderr: str) -> bool:

@@ -38,7 +38,9 @@ from bke.state.keys import node_labels_key, plan_meta_key, sealed_key
 from bke.state.nodefiles import RedisNodeFiles
 
 from .engine import Checksums, Outcome
-from .join import Join, JoinRun, apply_result, command_of, is_join_request, join_refusal, new_join, next_step
+from .join import (
+    AGENTS_DEADLINE_S, Join, JoinRun, apply_result, command_of, is_join_request, join_refusal, new_join, next_step,
+)
 from .labels import marks_from_record, record, wanted
 from .leased import LeasedOperation
 from .membership_store import INPUT_PREFIX, OperationStore, read_gates, start_operation
@@ -65,8 +67,10 @@ class Joins(LeasedOperation):
     def __init__(self, store: OperationStore[Join], state: DispatcherState, plans: PlanCache, files: RedisNodeFiles,
                  checksums: Checksums, marker: NodeMarker, busy: Callable[[str], Awaitable[str]],
                  paused: Callable[[str], Awaitable[bool]], publish: Publish, now: Callable[[], datetime], owner: str,
-                 lease_ms: int = 15000, kick: Callable[[str], None] | None = None, *, sign: Sign):
+                 lease_ms: int = 15000, kick: Callable[[str], None] | None = None, *, sign: Sign,
+                 agents_deadline_s: float = AGENTS_DEADLINE_S):
         self.store, self.state, self.plans, self.files, self.checksums = store, state, plans, files, checksums
+        self.agents_deadline_s = agents_deadline_s
         self.marker, self.busy, self.paused, self.publish, self.sign = marker, busy, paused, publish, sign
         self.now, self.owner, self.lease_ms = now, owner, lease_ms
         self.kick: Callable[[str], None] = kick or (lambda cluster: None)
@@ -173,7 +177,10 @@ class Joins(LeasedOperation):
         changed = self._fold(j, await self.store.results(cluster))
         names = [n.hostname for n in j.nodes]
         sealed = frozenset(h for h, on in zip(names, await self.state.r.smismember(sealed_key(cluster), names)) if on)
-        d = next_step(j, sealed)
+        now = self.now()
+        d = next_step(j, sealed, now, self.agents_deadline_s)
+        if d.agents_since and not j.agents_since:  # the agents' deadline runs from here (join.next_step)
+            j.agents_since, changed = d.agents_since, True
         if d.action == "ask":
             await self._ask(j)
             changed = True
@@ -189,7 +196,7 @@ class Joins(LeasedOperation):
                 j.waiting = outcome.reason
             else:
                 j.labelled, changed = True, True
-                d = next_step(j, sealed)
+                d = next_step(j, sealed, now, self.agents_deadline_s)
         if d.action == "wait" and j.waiting != d.reason:
             j.waiting, changed = d.reason, True
         if d.action in ("succeed", "fail"):

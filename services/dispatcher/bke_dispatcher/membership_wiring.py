@@ -20,7 +20,7 @@ from bke.state.keys import (
 from bke.state.nodefiles import RedisNodeFiles
 
 from .engine import Checksums
-from .join import Join
+from .join import AGENTS_DEADLINE_S, Join
 from .joins import Joins
 from .membership_store import OperationStore
 from .node_labels import NodeMarker
@@ -77,7 +77,8 @@ def busy_reader(redis: Redis, rotations: RotationStore, join_store: OperationSto
 def wire_membership(svc: Any, redis: Redis, state: DispatcherState, plans: PlanCache, files: RedisNodeFiles,
                     checksums: Checksums, marker: NodeMarker, kubeconfig: Callable[[Any], Awaitable[Any]] | None,
                     rotations: RotationStore, paused: Callable[[str], Awaitable[bool]], publish: Any, notify: Any,
-                    now: Callable[[], datetime], owner: str, lease_ms: int, sign: Sign, batch_size: int) -> Membership:
+                    now: Callable[[], datetime], owner: str, lease_ms: int, sign: Sign, batch_size: int, *,
+                    agents_deadline_s: float = AGENTS_DEADLINE_S) -> Membership:
     join_store: OperationStore[Join] = OperationStore(redis, Join.from_json, join_key, join_results_key, joins_index())
     removal_store: OperationStore[Removal] = OperationStore(redis, Removal.from_json, removal_key, removal_results_key,
                                                             removals_index())
@@ -92,7 +93,7 @@ def wire_membership(svc: Any, redis: Redis, state: DispatcherState, plans: PlanC
 
     drainer: Drainer = (LabDrainer(redis, now, removal_api_key) if kubeconfig is None else KubernetesDrainer(kubeconfig))
     joins = Joins(join_store, state, plans, files, checksums, marker, busy_for_join, paused, publish, now, owner, lease_ms,
-                  sign=sign)
+                  sign=sign, agents_deadline_s=agents_deadline_s)
     removals = Removals(removal_store, state, plans, drainer, busy_for_removal, paused, publish, now, owner, lease_ms,
                         sign=sign)
     # not held by a pause: neither starts on a paused cluster (refused), and one that runs finishes
