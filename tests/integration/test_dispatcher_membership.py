@@ -80,10 +80,10 @@ async def wired(redis_url, redis_client):
     async def sign(cmd: AgentCommand) -> AgentCommand:
         return signed(cmd)
 
-    def joins() -> Joins:  # a restarted dispatcher is a new object on the same Redis
+    def joins(now: datetime = NOW) -> Joins:  # a restarted dispatcher is a new object on the same Redis
         store = OperationStore(r, Join.from_json, join_key, join_results_key, joins_index())
         return Joins(store, state, PlanCache(r), files, LabChecksums(), LabNodes(), idle, not_paused, publish,
-                     lambda: NOW, "me", kick=kicks.append, sign=sign)
+                     lambda: now, "me", kick=kicks.append, sign=sign, agents_deadline_s=900.0)
 
     def removals() -> Removals:
         store = OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index())
@@ -158,6 +158,33 @@ async def test_a_failed_phase_fails_the_join_with_its_output(wired):
     await j.on_result(result(cmd, "Failed"))
     out = await j.reconcile("mbr")
     assert out.status == "failed" and out.reason.startswith("node node2 phase node-env step") and "boom" in out.reason
+
+
+async def test_a_join_whose_agent_never_registers_fails_at_the_deadline_naming_it(wired):
+    """The wait for the agents starts when the inputs are ready and is kept in the record (a
+    restarted dispatcher keeps the same deadline); past it the join fails, naming the node and
+    `bke agent provision`, and frees the cluster's slot."""
+    from datetime import timedelta
+
+    from bke.state.operation_slot import operation_holder
+
+    joins, _, _, r, sent = wired
+    assert await joins().on_request(JoinNodes(request_id="j4", cluster="mbr", plan_digest=DIGEST, nodes=["node2"])) == []
+    await joins().reconcile("mbr")
+    await joins().store.record_input("mbr", "render", "join@j4", "Ready", DIGEST, "")
+    await joins().store.record_input("mbr", "certs", "join@j4", "Ready", DIGEST, "")
+    later = NOW + timedelta(seconds=600)
+    out = await joins(later).reconcile("mbr")
+    assert out.status == "wait" and "node2 to register" in out.reason and "900 s left" in out.reason
+    assert (await joins().store.load("mbr")).agents_since == later.isoformat()
+    out = await joins(later + timedelta(seconds=899)).reconcile("mbr")  # a new object: the start is read back
+    assert out.status == "wait" and "1 s left" in out.reason
+    out = await joins(later + timedelta(seconds=900)).reconcile("mbr")
+    assert out.status == "failed" and "the agents of node2 never registered within 900 s" in out.reason
+    assert "bke agent provision" in out.reason and not commands(sent)
+    [fin] = [JoinNodesFinished.model_validate_json(b) for s, b, _ in sent if s == "bke.v1.join-nodes.finished"]
+    assert fin.status == "Failed" and fin.reason == out.reason
+    assert await operation_holder(r, "mbr") is None
 
 
 async def test_a_removal_drains_deletes_resets_forgets_and_names_the_identity(wired):
