@@ -366,3 +366,88 @@ async def test_an_etcd_only_node_is_removed_only_by_the_apply_that_took_its_memb
         assert (await store.load("grow")).nodes[0].hostname == "events3"
     finally:
         await r.aclose()
+
+
+async def test_a_request_failing_on_every_delivery_is_answered_failed_not_left_to_time_out(
+        nats_url, redis_url, redis_client, nats_client):
+    """On real NATS, the dispatcher app: a JoinNodes and a RemoveNodes whose handler raises on
+    every delivery (their cluster's record is unreadable JSON) are dead-lettered after the
+    maximum deliveries and answered `finished` Failed with the reason (the give-up hook), so the
+    caller does not wait for its timeout. A body that is not JSON is dead-lettered at once and
+    answered by nobody: there is no request id to answer."""
+    from bke.bus import EventWatch
+    from bke.bus.streams import ensure_streams
+    from bke.contracts.membership import JOIN_NODES, JOIN_NODES_FINISHED, REMOVE_NODES, REMOVE_NODES_FINISHED
+    from bke_dispatcher.app import create_service
+    from bke_dispatcher.settings import DispatcherSettings
+
+    r = Redis.from_url(redis_url)
+    js = nats_client.jetstream()
+    await ensure_streams(js)
+    await r.set(join_key("gvup"), b"{not json")
+    await r.set(removal_key("gvup"), b"{not json")
+    svc = create_service(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner="gu", mode="lab",
+                                            health_interval_s=0, max_deliver=2))
+    await svc.start()
+    try:
+        async with EventWatch(nats_client, [JOIN_NODES_FINISHED, REMOVE_NODES_FINISHED,
+                                            "bke.v1.deadletter.dispatcher"]) as watch:
+            await js.publish(JOIN_NODES, b"\xff not json")
+            await js.publish(JOIN_NODES, JoinNodes(request_id="gj1", cluster="gvup", plan_digest="0" * 64,
+                                                   nodes=["node2"]).to_bytes())
+            await js.publish(REMOVE_NODES, RemoveNodes(request_id="gr1", cluster="gvup", nodes=["node2"]).to_bytes())
+            done = {}
+            for subject, rid in ((JOIN_NODES_FINISHED, "gj1"), (REMOVE_NODES_FINISHED, "gr1")):
+                ev = await watch.wait_for(lambda e, s=subject, i=rid: e.subject == s and e.data.get("requestId") == i,
+                                          timeout=30)
+                done[rid] = ev.data
+            for doc in done.values():
+                assert doc["status"] == "Failed" and doc["cluster"] == "gvup" and doc["nodes"] == []
+                assert doc["reason"].startswith("the dispatcher gave up on this") and "JSONDecodeError" in doc["reason"]
+            letters = [e.data for e in watch.seen if e.subject == "bke.v1.deadletter.dispatcher"]
+            by_subject = {(d["subject"], d["deliveries"]) for d in letters}
+            assert {(JOIN_NODES, 1), (JOIN_NODES, 2), (REMOVE_NODES, 2)} <= by_subject  # malformed at once; the others after 2
+            finished = [e for e in watch.seen if e.subject in (JOIN_NODES_FINISHED, REMOVE_NODES_FINISHED)]
+            assert len(finished) == 2  # nothing for the body that was no request
+    finally:
+        await svc.stop()
+        await r.delete(join_key("gvup"), removal_key("gvup"))
+        await r.aclose()
+
+
+async def test_giving_up_on_a_request_that_started_leaves_it_to_its_runner_and_gives_back_a_half_claim(wired):
+    """The give-up hook (membership_give_up) on real Redis: a request whose record started is
+    its runner's to end (kicked, nothing published); one whose start failed after the slot's
+    claim has the claim given back before `finished` Failed; a body with no request id is
+    answered by nobody."""
+    from bke.state.operation_slot import claim_operation, operation_holder
+    from bke_dispatcher.membership_give_up import answer_given_up, request_of
+
+    joins, _, _, r, sent = wired
+    j = joins()
+    assert await j.on_request(JoinNodes(request_id="j5", cluster="mbr", plan_digest=DIGEST, nodes=["node2"])) == []
+    kicked: list[str] = []
+
+    async def publish(body: bytes, subject: str, headers: dict[str, str]) -> None:
+        sent.append((subject, body, headers))
+
+    gave_up = answer_given_up("join", j.store, r, publish, lambda: NOW, kicked.append)
+    body = JoinNodes(request_id="j5", cluster="mbr", plan_digest=DIGEST, nodes=["node2"]).to_bytes()
+    await gave_up(body, "RuntimeError: boom")
+    assert kicked == ["mbr"] and not [s for s, _, _ in sent if s.endswith(".finished")]
+
+    removal = OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index())
+    assert (await claim_operation(r, "other", "removal", "x9", "t0")).won  # a start that failed after its claim
+    gave_up = answer_given_up("removal", removal, r, publish, lambda: NOW, kicked.append)
+    await gave_up(RemoveNodes(request_id="x9", cluster="other", nodes=["node2"]).to_bytes(), "KeyError: 'x'")
+    assert await operation_holder(r, "other") is None
+    [(subject, raw, headers)] = [s for s in sent if s[0].endswith(".finished")]
+    fin = RemoveNodesFinished.model_validate_json(raw)
+    assert subject == "bke.v1.remove-nodes.finished" and headers == {"Nats-Msg-Id": "remove-finished:x9"}
+    assert fin.status == "Failed" and fin.reason.endswith("after every delivery failed: KeyError: 'x'")
+
+    for junk in (b"\xff", b"[1]", b'{"requestId": "r"}', b'{"requestId": 3, "cluster": "c"}', b"null"):
+        assert request_of(junk) is None
+        await gave_up(junk, "x")
+    assert len([s for s in sent if s[0].endswith(".finished")]) == 1
+    assert request_of(b'{"requestId": "r", "cluster": "c", "nodes": "not a list"}') == ("r", "c")

@@ -22,6 +22,7 @@ from bke.state.nodefiles import RedisNodeFiles
 from .engine import Checksums
 from .join import AGENTS_DEADLINE_S, Join
 from .joins import Joins
+from .membership_give_up import answer_given_up
 from .membership_store import OperationStore
 from .node_labels import NodeMarker
 from .removal import Removal
@@ -104,7 +105,11 @@ def wire_membership(svc: Any, redis: Redis, state: DispatcherState, plans: PlanC
     def t(model: Any, handler: Any) -> Any:
         return typed(model, handler, publish, notify)
 
-    svc.work_subscriber(JOIN_NODES, "BKE_COMMANDS", "dispatcher-joins", t(JoinNodes, joins.on_request), batch_size=batch_size)
+    # a request that fails on every delivery is answered Failed, not left to its caller's timeout
+    join_gave_up = answer_given_up("join", join_store, redis, publish, now, join_runner.kick)
+    removal_gave_up = answer_given_up("removal", removal_store, redis, publish, now, removal_runner.kick)
+    svc.work_subscriber(JOIN_NODES, "BKE_COMMANDS", "dispatcher-joins", t(JoinNodes, joins.on_request), batch_size=batch_size,
+                        give_up=join_gave_up)
     svc.work_subscriber(REMOVE_NODES, "BKE_COMMANDS", "dispatcher-removals", t(RemoveNodes, removals.on_request),
-                        batch_size=batch_size)
+                        batch_size=batch_size, give_up=removal_gave_up)
     return Membership(joins, removals, join_runner, removal_runner)
