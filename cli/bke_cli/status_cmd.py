@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
+from bke.contracts.membership import MembershipView
 from bke.contracts.status import ClusterStatus, NodeSelection, StatusError
 
 from .connect import resolve_nats
@@ -105,12 +106,25 @@ def status(
         z = doc.reset
         console.print(f"{'delete' if z.delete else 'reset'} {z.request_id}: {z.status} {z.done}/{z.total} {z.message}",
                       markup=False, highlight=False)
+    for word, m in (("join", doc.join), ("removal", doc.removal)):  # workers joining and leaving
+        if m is not None:
+            console.print(membership_line(word, m), markup=False, highlight=False)
     if doc.operation is not None:  # one operation per cluster: what runs now, what others are refused for
         o = doc.operation
         console.print(f"running: {o.kind} {o.request_id} since {o.since}", markup=False, highlight=False)
     if doc.refusals is not None:  # forged or misdirected commands and registrations
         f = doc.refusals
         console.print(f"refused: {f.count} (last {f.last_at or ''}: {f.last_reason})", markup=False, highlight=False)
+
+
+def membership_line(word: str, m: MembershipView) -> str:
+    """One line for the running or last join or removal: its outcome, its nodes' stages, and
+    why it waits (running) or failed."""
+    done = sum(n.status == "Succeeded" for n in m.nodes)
+    nodes = ", ".join(f"{n.hostname} {n.stage} {n.status}" for n in m.nodes[:5])
+    more = f" and {len(m.nodes) - 5} more" if len(m.nodes) > 5 else ""
+    why = m.waiting if m.status == "Running" else m.message
+    return f"{word} {m.request_id}: {m.status} {done}/{len(m.nodes)} ({nodes}{more}){': ' + why if why else ''}"
 
 
 def _short_label(key: str, value: str) -> str:

@@ -17,6 +17,7 @@ from bke.contracts.agent import AgentCommand, CommandResult, StepResult
 from bke.contracts.certs import CertsIssued
 from bke.contracts.membership import JoinNodes, JoinNodesFinished, RemoveNodes, RemoveNodesFinished
 from bke.contracts.render import ManifestsRendered, RenderFailed
+from bke.contracts.status import ClusterStatus, GetStatus
 from bke.drain import LabDrainer
 from bke.plan import plan_spec_text
 from bke.state import PlanCache, RedisPlanStore, plan_digest
@@ -31,6 +32,7 @@ from bke_dispatcher.node_labels import LabNodes
 from bke_dispatcher.removal import Removal
 from bke_dispatcher.removals import Removals
 from bke_dispatcher.state import DispatcherState
+from bke_dispatcher.status import StatusReader
 from tests.trust_helpers import signed
 
 pytestmark = pytest.mark.integration
@@ -209,6 +211,24 @@ async def test_a_removal_drains_deletes_resets_forgets_and_names_the_identity(wi
              and b"r1" in b]
     assert fin.status == "Succeeded" and fin.revoke_identities == ["agent.mbr.node2"]
     assert len(commands(sent)) == 1  # nothing to any other node
+    # `bke status` shows the last removal (GetStatus reads it as it reads a reset)
+    doc = await StatusReader(r, PlanCache(r)).read(GetStatus(cluster="mbr"))
+    assert doc.removal is not None and (doc.removal.request_id, doc.removal.status) == ("r1", "Succeeded")
+    assert [(n.hostname, n.stage, n.status) for n in doc.removal.nodes] == [("node2", "done", "Succeeded")]
+    assert doc.join is None and doc.operation is None
+
+
+async def test_status_shows_a_running_join_with_what_it_waits_for_and_the_slot_it_holds(wired):
+    joins, _, _, r, _ = wired
+    assert await joins().on_request(JoinNodes(request_id="j6", cluster="mbr", plan_digest=DIGEST, nodes=["node2"])) == []
+    await joins().reconcile("mbr")  # asks the renderer and the certs service
+    await joins().reconcile("mbr")  # waits for them
+    doc = await StatusReader(r, PlanCache(r)).read(GetStatus(cluster="mbr"))
+    assert doc.join is not None and (doc.join.request_id, doc.join.status) == ("j6", "Running")
+    assert doc.join.waiting.startswith("waiting for the rendered files and the certificates")
+    assert [(n.hostname, n.status) for n in doc.join.nodes] == [("node2", "Pending")]
+    assert doc.operation is not None and (doc.operation.kind, doc.operation.request_id) == ("join", "j6")
+    assert ClusterStatus.model_validate_json(doc.to_bytes()) == doc
 
 
 async def test_the_upgraders_lab_drainer_still_records_in_the_upgrade_key(redis_url, redis_client):

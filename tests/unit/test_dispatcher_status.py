@@ -79,6 +79,30 @@ def test_rotation_block_from_the_hook():
     assert json.loads(doc.to_bytes())["rotation"]["requestId"] == "rot-1"
 
 
+def test_the_running_join_and_the_last_removal_are_shown_with_their_nodes():
+    from bke.contracts.membership import MembershipNode, MembershipView
+    from bke_cli.status_cmd import membership_line
+
+    assert status().join is None and status().removal is None  # never one: null, as for a reset
+    join = MembershipView(request_id="j1", status="Running", started_at="t0",
+                          waiting="waiting for the agents of w3 to register (1/2 sealed; 840 s left)",
+                          nodes=[MembershipNode(hostname="w2", status="Running", stage="workers"),
+                                 MembershipNode(hostname="w3", status="Pending", stage="node-env")])
+    removal = MembershipView(request_id="x1", status="Failed", started_at="t0", finished_at="t1",
+                             message="node w1 drain: a PodDisruptionBudget allows no eviction",
+                             nodes=[MembershipNode(hostname="w1", status="Failed", stage="drain", reason="pdb")])
+    doc = build_status(GetStatus(cluster="c"), INSTALL, PHASES, ORDER, NODES, {}, {}, None, join=join, removal=removal)
+    wire = json.loads(doc.to_bytes())
+    assert wire["join"]["requestId"] == "j1" and wire["join"]["nodes"][1] == {
+        "hostname": "w3", "status": "Pending", "stage": "node-env", "reason": ""}
+    assert wire["removal"]["status"] == "Failed" and wire["removal"]["message"].startswith("node w1 drain")
+    assert parse_status_reply(doc.to_bytes()) == doc  # the wire form reads back
+    assert membership_line("join", join) == ("join j1: Running 0/2 (w2 workers Running, w3 node-env Pending): "
+                                             "waiting for the agents of w3 to register (1/2 sealed; 840 s left)")
+    assert membership_line("removal", removal) == ("removal x1: Failed 0/1 (w1 drain Failed): "
+                                                   "node w1 drain: a PodDisruptionBudget allows no eviction")
+
+
 def test_10000_nodes_fit_one_nats_payload_page_by_page():
     order = [f"worker-{i:05d}.rack-{i % 40:02d}.dc1.example.internal" for i in range(10_000)]
     records = {h: {"phase": "node-env", "status": "Failed", "step": "check:port-10250"} for h in order}

@@ -21,6 +21,7 @@ from pydantic import Field, TypeAdapter
 
 from .base import ErrorItem, Message
 from .install import FailureKind, PhaseStatus
+from .membership import MembershipView
 from .reset import ResetView
 
 __all__ = [
@@ -207,6 +208,10 @@ class ClusterStatus(Message):
     # added in the same form (optional, None when absent: older replies still read)
     reset: ResetView | None = None  # the latest reset or delete; None when there never was one
     operation: OperationHolder | None = None  # the operation running now; None when none is
+    # the running or last join of workers and removal of workers (each node's stage and outcome,
+    # what it waits for); None when there never was one
+    join: MembershipView | None = None
+    removal: MembershipView | None = None
 
 
 class StatusError(Message):

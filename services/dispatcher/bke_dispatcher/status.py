@@ -31,6 +31,7 @@ from bke.contracts.status import (
     StatusNode,
     StatusPhase,
 )
+from bke.contracts.membership import MembershipView
 from bke.contracts.reset import ResetView
 from bke.errors import TemporaryError, is_unavailable
 from bke.state import PlanCache
@@ -42,15 +43,19 @@ from bke.state.keys import (
     health_key,
     health_pods_key,
     install_key,
+    join_key,
     node_labels_key,
     node_status_key,
     operation_key,
     phase_key,
     refusals_key,
+    removal_key,
     reset_key,
 )
 
+from .join import Join
 from .phases import PHASES
+from .removal import Removal
 from .reset import Reset
 from .status_summary import health_counts, label_sets, node_health, node_taints
 
@@ -94,6 +99,8 @@ def build_status(
     cluster_health: dict[str, dict] | None = None,
     reset: ResetView | None = None,
     operation: Holder | None = None,
+    join: MembershipView | None = None,
+    removal: MembershipView | None = None,
 ) -> ClusterStatus:
     """The reply for `req` from the dispatcher's records (decoded); `order` is the plan's node
     order (every node, including those no command reached yet). `health`: node -> its latest
@@ -164,6 +171,8 @@ def build_status(
         operation=OperationHolder(kind=operation.kind, request_id=operation.request_id, since=operation.since,
                                   detail=operation.detail)
         if operation else None,
+        join=join,
+        removal=removal,
     )
 
 
@@ -208,6 +217,7 @@ class StatusReader:
             pipe.hgetall(node_status_key(c)).hgetall(addons_key(c)).hgetall(health_key(c)).get(health_pods_key(c))
             pipe.hgetall(refusals_key(c)).hgetall(node_labels_key(c)).get(reset_key(c))
             pipe.hmget(operation_key(c), list(SLOT_FIELDS))
+            pipe.get(join_key(c)).get(removal_key(c))
             got = await pipe.execute()
         install = _hash(got[0])
         if not install:
@@ -223,9 +233,11 @@ class StatusReader:
         except TemporaryError:
             order = sorted(node_states)  # the install record came before the plan is visible
         reset = Reset.from_json(got[7 + n]).view() if got[7 + n] else None
+        join = Join.from_json(got[9 + n]).view() if got[9 + n] else None
+        removal = Removal.from_json(got[10 + n]).view() if got[10 + n] else None
         return build_status(req, install, phases, order, node_states, addons, health, await self.rotation(c),
                             _hash(got[5 + n]), node_labels=_json_hash(got[6 + n]), cluster_health=cluster_health,
-                            reset=reset, operation=holder_of(c, got[8 + n]))
+                            reset=reset, operation=holder_of(c, got[8 + n]), join=join, removal=removal)
 
 
 class StatusResponder:
