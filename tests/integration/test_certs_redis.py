@@ -188,3 +188,50 @@ async def test_cli_asks_the_certs_service_over_the_bus(raw: aioredis.Redis, nats
     code = await asyncio.to_thread(main, ["certs", "renew", "front-proxy-client", "--cluster", "big"])
     assert code == 2 and "--cluster needs --workdir DIR (a lab) or --nats URL" in capsys.readouterr()[1]
     assert (await RedisPkiStore(raw).load("big", None)).materials["front-proxy-client@m1"].cert == old
+
+
+def _without(host: str):  # type: ignore[no-untyped-def]
+    def edit(docs):  # type: ignore[no-untyped-def]
+        docs[:] = [d for d in docs if not (d.get("kind") == "BKENode" and d["spec"]["hostname"] == host)]
+    return edit
+
+
+async def test_a_removed_worker_is_forgotten_keys_bundle_and_agent_and_the_pki_is_what_the_smaller_plan_builds(
+        raw: aioredis.Redis) -> None:
+    """After a removal (remove-nodes.finished), the certs service keeps nothing of the node: not
+    its agent's provisioned key or accepted registration, not its sealed bundle, not its private
+    keys; the PKI left is byte for byte what the ensure step builds for the plan without the
+    node (it then changes nothing). A node whose removal did not finish keeps everything; a
+    redelivery changes nothing."""
+    from bke.contracts.membership import MembershipNode, RemoveNodesFinished
+    from bke.state.keys import certs_agents_key, node_files_key, provisioned_agents_key
+    from bke_certs.removed_nodes import RemovedNodes
+
+    box = SecretBox(os.urandom(32))
+    store = RedisPkiStore(raw)
+    plan = _plan()
+    workers = [n.hostname for n in plan.nodes if n.roles == ["node"]][:2]
+    gone, kept = workers
+    await ensure_cluster_certs(plan, store, NOW, box, options=SERIAL)
+    for key in (provisioned_agents_key("big"), certs_agents_key("big"), node_files_key("big", "certs")):
+        await raw.hset(key, mapping={gone: "x", kept: "y"})  # what provisioning, registration and sealing stored
+    owned = [i for i in (await raw.hkeys(pki_keys("big")["keys"])) if i.endswith(f"@{gone}".encode())]
+    assert owned  # the node's own key pairs (its kubelet client's, at least)
+
+    ev = RemoveNodesFinished(request_id="r1", cluster="big", status="Failed", reason="node kept: drain", at="t",
+                             nodes=[MembershipNode(hostname=gone, status="Succeeded", stage="done"),
+                                    MembershipNode(hostname=kept, status="Failed", stage="drain")])
+    assert await RemovedNodes(raw, store).on_removed(ev) == []
+    for key in (provisioned_agents_key("big"), certs_agents_key("big"), node_files_key("big", "certs")):
+        assert await raw.hkeys(key) == [kept.encode()]
+    for part in ("certs", "keys"):
+        assert not [i for i in await raw.hkeys(pki_keys("big")[part]) if i.endswith(f"@{gone}".encode())]
+        assert [i for i in await raw.hkeys(pki_keys("big")[part]) if i.endswith(f"@{kept}".encode())]
+    after = await _dump(raw)
+    assert gone.encode() not in after[pki_keys("big")["manifest"].encode()]
+
+    assert await RemovedNodes(raw, store).on_removed(ev) == []  # a redelivery
+    assert await _dump(raw) == after
+    report = await ensure_cluster_certs(_plan(_without(gone)), store, NOW, box, options=SERIAL)
+    assert report.issued == [] and report.reissued == [] and report.removed == [] and report.changed_nodes == []
+    assert await _dump(raw) == after  # what the smaller plan builds: the same bytes, the same version

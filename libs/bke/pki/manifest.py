@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 
 from ..plan import Plan
 from ..state.schema import check_readable
@@ -81,6 +82,17 @@ class Manifest:
             for ref in refs:
                 out.setdefault(ref.instance, []).append((host, ref))
         return out
+
+    def without_nodes(self, hosts: Collection[str]) -> tuple[Manifest, tuple[str, ...]]:
+        """The manifest once `hosts` have left the cluster, and the instances that go with them
+        (those the nodes own: their key pairs and kubeconfigs). Other entries only stop listing
+        them; for workers that is what the ensure step builds from a plan without them."""
+        gone = set(hosts)
+        removed = tuple(sorted(i for i, e in self.entries.items() if e.owner in gone))
+        entries = {i: replace(e, nodes=tuple(n for n in e.nodes if n not in gone))
+                   for i, e in self.entries.items() if e.owner not in gone}
+        files = {h: refs for h, refs in self.files.items() if h not in gone}
+        return replace(self, entries=entries, files=files), removed
 
 
 def build_manifest(plan: Plan, desired: Sequence[Instance], files: Mapping[str, Sequence[FileRef]]) -> Manifest:

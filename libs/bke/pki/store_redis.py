@@ -137,3 +137,30 @@ class RedisPkiStore:
                 await pipe.execute()
             except WatchError:
                 raise StoreConflict(f"PKI of {cluster} changed while saving; retry", delay=0.5) from None
+
+    async def forget_nodes(self, cluster: str, hosts: Collection[str]) -> tuple[str, ...]:
+        """Remove what the PKI holds of nodes that left the cluster: the instances they own
+        (certificates and encrypted private keys) and their place in the manifest (one
+        WATCH/MULTI on the version, as `save`). The removed instance ids; () when nothing of
+        them is left (idempotent) or the cluster has no PKI."""
+        k = pki_keys(cluster)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            await pipe.watch(k["version"], k["manifest"])
+            raw = _bytes(await pipe.get(k["manifest"]))
+            if raw is None:
+                return ()
+            old = Manifest.from_json(raw)
+            new, removed = old.without_nodes(hosts)
+            if not removed and new.to_json() == raw:
+                return ()
+            pipe.multi()
+            pipe.set(k["manifest"], new.to_json())
+            if removed:
+                pipe.hdel(k["certs"], *removed)
+                pipe.hdel(k["keys"], *removed)
+            pipe.incr(k["version"])  # readers' caches (the certs service's) reload
+            try:
+                await pipe.execute()
+            except WatchError:
+                raise StoreConflict(f"PKI of {cluster} changed while forgetting nodes; retry", delay=0.5) from None
+        return removed

@@ -17,6 +17,7 @@ from bke.contracts.agent import AGENTS_PROVISION, AgentProvisioned, AgentRegiste
 from bke.contracts.expiration import EXPIRATION_GET, EXPIRATION_QUEUE
 from bke.contracts.certs import ISSUE_CERTS, RENEW_CERTS, IssueCerts, RenewCerts
 from bke.contracts.install import InstallFinished, install_subject
+from bke.contracts.membership import REMOVE_NODES_FINISHED, RemoveNodesFinished
 from bke.contracts.rotation import RotationChanged, rotation_subject
 from bke.pki.issuance import start_fork_server
 from bke.secrets import box_from_env
@@ -27,6 +28,7 @@ from .expiry_view import ExpiryView
 from .handlers import CertsHandlers
 from .metrics import watch_metrics
 from .pages import certs_routes
+from .removed_nodes import RemovedNodes
 from .settings import CertsSettings
 
 __all__ = ["create_service"]
@@ -54,6 +56,9 @@ def create_service(settings: CertsSettings | None = None) -> Service:
     svc.work_subscriber(install_subject("*", "finished"), "BKE_EVENTS", "certs-installs",
                         t(InstallFinished, h.on_install_finished))
     svc.work_subscriber(rotation_subject("*"), "BKE_EVENTS", "certs-rotations", t(RotationChanged, h.on_rotation_changed))
+    # workers removed: their agent keys, sealed bundles and PKI instances go (removed_nodes)
+    svc.work_subscriber(REMOVE_NODES_FINISHED, "BKE_EVENTS", "certs-removals",
+                        t(RemoveNodesFinished, RemovedNodes(redis, h.store).on_removed))
     auto = AutoRenewer(redis, h.store, h.ops, svc.publish, h.now, settings.renew_interval_s, settings.renew_within_days)
 
     async def fork_server() -> None:

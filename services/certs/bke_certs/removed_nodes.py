@@ -1,0 +1,54 @@
+"""Workers removed from a cluster, forgotten by the certs service.
+
+Why: a removal (bke_dispatcher.removals) drains, deletes, resets and forgets a node in the
+dispatcher's own records, but the certs service kept its own: the key BKE provisioned for the
+node's agent, the registration it accepted, the node's sealed bundle, and the node's private
+keys and certificates in the PKI. A node that left BKE must leave no key behind, and an agent
+key recorded for a node that no longer exists must not be trusted again if a node of that
+name joins later (it gets a new key, provisioned anew). Each service removes what it owns
+(bke.forgetting), so the certs service listens to the removal's end:
+
+    remove-nodes.finished  -> for each node that reached the end of its removal (Succeeded):
+                              agents:provisioned, certs:agents and files:certs lose the node;
+                              the PKI loses the instances the node owns and the node's place
+                              in the manifest (RedisPkiStore.forget_nodes)
+
+Idempotent: a redelivery finds nothing left. A removal that failed forgets only the nodes it
+finished (a node stopped half-way still has its agent, and may be removed again). Errors: a
+PKI changed meanwhile (StoreConflict, a TemporaryError) is redelivered; Redis away is held.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from bke.bus.handler import Out
+from bke.contracts.membership import RemoveNodesFinished
+from bke.pki.store_redis import RedisPkiStore
+from bke.state.keys import certs_agents_key, node_files_key, provisioned_agents_key
+
+__all__ = ["RemovedNodes"]
+
+log = logging.getLogger("bke.certs")
+
+
+@dataclass
+class RemovedNodes:
+    redis: Redis
+    store: RedisPkiStore
+
+    async def on_removed(self, ev: RemoveNodesFinished) -> list[Out]:
+        hosts = [n.hostname for n in ev.nodes if n.status == "Succeeded"]
+        if not hosts:
+            return []
+        c = ev.cluster
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for key in (provisioned_agents_key(c), certs_agents_key(c), node_files_key(c, "certs")):
+                pipe.hdel(key, *hosts)
+            await pipe.execute()
+        removed = await self.store.forget_nodes(c, hosts)
+        log.info("removed nodes forgotten: %d node(s), %d PKI instance(s)", len(hosts), len(removed),
+                 extra={"cluster": c, "request_id": ev.request_id, "nodes": hosts[:20]})
+        return []
