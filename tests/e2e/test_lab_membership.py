@@ -195,5 +195,5 @@ async def joins_and_a_removal(lab, spec: bytes, net: str) -> None:
     rc, out = await _bke("status", c, "-o", "json", "--nodes", "none", "--workdir", workdir)
     assert rc == 0, out
     doc = json.loads(out[out.index("{"):])  # what the CLI printed (stderr shares the stream)
-    assert doc["join"]["status"] == "Succeeded" and [n["hostname"] for n in doc["join"]["nodes"]] == ["node2", "node3"]
+    assert doc["join"]["status"] == "Succeeded" and sorted(n["hostname"] for n in doc["join"]["nodes"]) == ["node2", "node3"]
     assert doc["removal"]["status"] == "Succeeded" and doc["removal"]["nodes"][0]["stage"] == "done"
