@@ -12,8 +12,10 @@ publishes around them (the shape of resets.py).
                                 view on `join-nodes.<c>.changed`; at the end `join-nodes.finished`
 
 Errors (see bke.errors): a malformed request is dead-lettered; a refused one is answered as
-above and acked; anything else (Redis away) is redelivered. An API that refuses a label patch
-(4xx) fails the join; one that is away (TemporaryError) makes the runner come back.
+above and acked; Redis away holds it; anything else is redelivered, and after the maximum
+deliveries answered `join-nodes.finished` Failed with the error (membership_give_up). An API
+that refuses a label patch (4xx) fails the join; one that is away (TemporaryError) makes the
+runner come back. New nodes whose agents never register fail the join at its agents' deadline.
 """
 from __future__ import annotations
 

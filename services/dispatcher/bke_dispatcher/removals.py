@@ -14,8 +14,10 @@ NATS authority (an operator key and the system account), which no service holds,
 caller revokes them (the lab does at once, as `bke delete` does).
 
 Errors (see bke.errors): a malformed request is dead-lettered; a refused one is answered with
-`remove-nodes.finished` Failed and acked; a drain that times out or an API that refuses (4xx)
-fails the node's stage; an API or Redis that is away is retried by the runner.
+`remove-nodes.finished` Failed and acked; a request that fails on every delivery is answered
+the same way once dead-lettered (membership_give_up); a drain that times out or an API that
+refuses (4xx) fails the node's stage; an API or Redis that is away is retried by the runner.
+The certs service forgets a removed node's keys on `finished` (bke_certs.removed_nodes).
 """
 from __future__ import annotations
 
