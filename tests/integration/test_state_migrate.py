@@ -140,7 +140,7 @@ async def test_a_version_1_join_is_read_then_converted_to_2_with_one_write(redis
     [res] = report.converted
     assert (res.kind, res.found, res.writes) == ("join", 1, 1)
     stored = json.loads(await redis_client.get(join_key(C)))
-    assert stored["schemaVersion"] == 2 and stored["etcd_joins"] == []
+    assert stored["schemaVersion"] == 3 and stored["etcd_joins"] == [] and stored["agents_since"] == ""
     assert await store.load(C) == before and await redis_client.hgetall(join_results_key(C)) == results
     assert (await ensure_current(redis_client, C, kinds=[record_kind("join")])).converted == ()
 
@@ -230,10 +230,10 @@ async def test_a_newer_record_is_refused_by_the_conversion_and_by_its_readers(re
             await read(redis_client)
 
 
-async def test_a_version_1_join_is_read_as_is_then_converted_to_version_2(redis_client: aioredis.Redis) -> None:
-    """tests/fixtures/state/v1/join.json (a join waiting for an agent, as version 1 wrote it):
-    read directly, converted with one write (agents_since added), read again the same."""
-    doc = json.loads((FIXTURE.parents[1] / "v1" / "join.json").read_text())
+async def test_a_version_2_join_is_read_as_is_then_converted_to_version_3(redis_client: aioredis.Redis) -> None:
+    """tests/fixtures/state/join-v2/seed.json (a join waiting for an agent, as version 2 wrote
+    it): read directly, converted with one write (agents_since added), read again the same."""
+    doc = json.loads((FIXTURE.parents[1] / "join-v2" / "seed.json").read_text())
     [entry] = doc["keys"]
     await redis_client.set(entry["key"], entry["value"])
     store = OperationStore(redis_client, Join.from_json, join_key, join_results_key, joins_index())
@@ -241,9 +241,9 @@ async def test_a_version_1_join_is_read_as_is_then_converted_to_version_2(redis_
     assert before is not None and before.agents_since == ""
     report = await ensure_current(redis_client, C, kinds=[record_kind("join")])
     [result] = report.converted
-    assert (result.kind, result.found, result.writes) == ("join", 1, 1)
+    assert (result.kind, result.found, result.writes) == ("join", 2, 1)
     stored = json.loads(await redis_client.get(entry["key"]))
-    assert stored["schemaVersion"] == 2 and stored["agents_since"] == ""
+    assert stored["schemaVersion"] == 3 and stored["agents_since"] == ""
     assert await store.load(C) == before
     assert (await ensure_current(redis_client, C, kinds=[record_kind("join")])).converted == ()
 

@@ -6,6 +6,7 @@ node-env, certs, etcd, health; no workers phase, no labels), the etcd joins kept
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -103,9 +104,9 @@ def test_the_record_keeps_the_etcd_joins_and_the_render_request_carries_them():
     j = new_join(req(("e2", "w1"), [ej("e2")]), PLAN, "t0")
     assert j.etcd_joins == [EtcdJoinRecord("etcd-data", "e2", ej("e2").initial_cluster)]
     doc = json.loads(j.to_json())
-    assert doc[SCHEMA_FIELD] == 2 and doc["etcd_joins"][0]["member"] == "e2"
+    assert doc[SCHEMA_FIELD] == record_kind("join").current and doc["etcd_joins"][0]["member"] == "e2"
     assert Join.from_json(j.to_json()) == j
-    assert next_step(j, frozenset()).action == "ask"
+    assert next_step(j, frozenset(), datetime(2026, 6, 1, tzinfo=timezone.utc)).action == "ask"
     msg = RenderManifests(request_id=j.slug, cluster=j.cluster, etcd_joins=[e.message() for e in j.etcd_joins])
     back = RenderManifests.model_validate_json(msg.to_bytes())
     assert back.etcd_joins == [ej("e2")]
@@ -126,10 +127,10 @@ def test_a_version_1_record_is_read_as_is_and_converts_by_adding_no_etcd_joins()
     kind = record_kind("join")
     record = {"join": V1}
     new, chain = convert(kind, record, 1, CONVERTERS)
-    assert [c.from_version for c in chain] == [1] and header_version(kind, new) == 2
+    assert [c.from_version for c in chain] == [1, 2] and header_version(kind, new) == 3  # 2 -> 3: agents_since
     assert json.loads(new["join"])["etcd_joins"] == []
     assert [w.member for w in writes(record, new)] == ["join"]  # one SET, the results untouched
     assert Join.from_json(new["join"]) == old
-    assert convert(kind, new, 2, CONVERTERS) == (new, ())
+    assert convert(kind, new, 3, CONVERTERS) == (new, ())
     for c in chain:  # idempotent (bke.state.conversion)
         assert c.fn(c.fn(record)) == c.fn(record)

@@ -143,29 +143,30 @@ def test_writes_touch_only_what_changed() -> None:
     assert writes(new, new) == []
 
 
-JOIN_V1 = Path(__file__).parents[1] / "fixtures" / "state" / "v1" / "join.json"
+JOIN_V2 = Path(__file__).parents[1] / "fixtures" / "state" / "join-v2" / "seed.json"
 
 
-def test_version_1_of_a_join_converts_by_adding_agents_since_and_both_forms_read() -> None:
-    """tests/fixtures/state/v1/join.json: a join record as version 1 of its form wrote it (commit
-    3c813d9). Version 2 adds `agents_since` (the agents' deadline's start); the reader reads
-    version 1 as is (readable_from 1), and the conversion writes the one key."""
+def test_version_2_of_a_join_converts_by_adding_agents_since_and_both_forms_read() -> None:
+    """tests/fixtures/state/join-v2/seed.json: a join waiting for an agent, as version 2 of the
+    form wrote it (commit 3f9f567). Version 3 adds `agents_since` (the agents' deadline's
+    start); the reader reads version 2 as is (readable_from 1), and the conversion writes the
+    one key."""
     from bke_dispatcher.join import Join
 
     kind = record_kind("join")
-    doc = json.loads(JOIN_V1.read_text())
+    doc = json.loads(JOIN_V2.read_text())
     old = {"join": doc["keys"][0]["value"]}
-    assert header_version(kind, old) == 1 and kind.readable_from == 1
+    assert header_version(kind, old) == 2 and kind.readable_from == 1 and kind.current == 3
     as_is = Join.from_json(old["join"])
     assert as_is.agents_since == "" and as_is.waiting.startswith("waiting for the agents of node3")
-    new, steps = convert(kind, old, 1, CONVERTERS)
-    assert [c.from_version for c in steps] == [1] and header_version(kind, new) == 2
+    new, steps = convert(kind, old, 2, CONVERTERS)
+    assert [c.from_version for c in steps] == [2] and header_version(kind, new) == 3
     assert json.loads(new["join"])["agents_since"] == ""
     assert [w.member for w in writes(old, new)] == ["join"]
     assert Join.from_json(new["join"]) == as_is  # the same join, in the new form
-    assert convert(kind, new, 2, CONVERTERS) == (new, ())
+    assert convert(kind, new, 3, CONVERTERS) == (new, ())
     for c in steps:
         assert c.fn(c.fn(old)) == c.fn(old)
     started = {"join": json.dumps({**json.loads(old["join"]), "agents_since": "t1"})}
     assert steps[0].fn(started) == started  # a value already there is kept
-    assert json.loads(Join.from_json(new["join"]).to_json())["schemaVersion"] == 2
+    assert json.loads(Join.from_json(new["join"]).to_json())["schemaVersion"] == 3

@@ -38,6 +38,7 @@ from bke.plan import NodePlan, Plan
 from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from .engine import command_id
+from .join_agents import AGENTS_DEADLINE_S, agents_wait
 from .join_etcd import EtcdJoinRecord, etcd_join_refusal
 from .phases import CONTROL_PLANE, PHASES, Phase
 
@@ -62,10 +63,6 @@ __all__ = [
 JOIN_VERSION = record_kind("join").current  # in the JSON: the join record's form (bke.state.schema)
 SLUG_PREFIX = "join@"
 STDERR_KEEP = 2000
-# How long a join waits for its new nodes' agents to register (their bundles sealed): an agent
-# never started or never provisioned would otherwise hold the join, and the cluster's slot,
-# for ever (the dispatcher's setting `join_agents_timeout_s`).
-AGENTS_DEADLINE_S = 900.0
 InputState = Literal["Pending", "Ready", "Failed"]
 Status = Literal["Pending", "Running", "Succeeded", "Failed"]
 
@@ -258,7 +255,10 @@ def next_step(j: Join, sealed: frozenset[str], now: datetime,
     # 5. every new node's bundle sealed to its provisioned agent (its agent registered), within the deadline
     unsealed = [n.hostname for n in j.nodes if n.hostname not in sealed]
     if unsealed:
-        return _agents_wait(j, unsealed, now, agents_deadline_s)
+        w = agents_wait(j.cluster, len(j.nodes), unsealed, j.agents_since, now, agents_deadline_s)
+        if w.failed:
+            return JoinDecision("fail", tuple(unsealed), w.reason)
+        return JoinDecision("wait", reason=w.reason, agents_since=w.since)
     # 6. a failed node stops the join with its phase, step and output
     failed = next((n for n in j.nodes if n.status == "Failed"), None)
     if failed is not None:
@@ -274,22 +274,6 @@ def next_step(j: Join, sealed: frozenset[str], now: datetime,
     if not j.labelled:
         return JoinDecision("label", tuple(n.hostname for n in j.nodes))
     return JoinDecision("succeed")
-
-
-def _agents_wait(j: Join, unsealed: list[str], now: datetime, deadline_s: float) -> JoinDecision:
-    """Wait for the agents of `unsealed`, or fail once they have had `deadline_s` to register."""
-    since = datetime.fromisoformat(j.agents_since) if j.agents_since else now
-    waited = (now - since).total_seconds()
-    if waited >= deadline_s:
-        names = ", ".join(unsealed[:10]) + (f" and {len(unsealed) - 10} more" if len(unsealed) > 10 else "")
-        return JoinDecision("fail", tuple(unsealed), (
-            f"the agents of {names} never registered within {deadline_s:.0f} s (their bundles were not sealed): "
-            f"start each node's agent and record its key (`bke agent bootstrap`, or `bke-agent init` on the node "
-            f"then `bke agent provision 'bke-agent-x25519 <key>' --cluster {j.cluster} --node NODE`), then join again"))
-    return JoinDecision("wait", reason=(f"waiting for the agents of {', '.join(unsealed[:5])} to register "
-                                        f"({len(j.nodes) - len(unsealed)}/{len(j.nodes)} sealed; "
-                                        f"{max(0.0, deadline_s - waited):.0f} s left)"),
-                        agents_since="" if j.agents_since else now.isoformat())
 
 
 def apply_result(j: Join, cid: str, status: str, step: str, stderr: str) -> bool:
