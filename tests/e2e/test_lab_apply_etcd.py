@@ -12,13 +12,17 @@ written into etcd-events. Then:
    node joined by the dispatcher (manifest with `--initial-cluster-state=existing`), promoted, and
    every member's health waited for; then events1 and the apiserver rolled. etcd lists three
    voting members, each serves the data written before both changes, and the apiserver's
-   `--etcd-servers-overrides` names the three."""
+   `--etcd-servers-overrides` names the three;
+3. with events5's member stopped (its manifest taken off the node), the spec keeping events5
+   alone is refused by the quorum rule on the dispatcher's live health (`EtcdQuorum`: removing
+   events1 would leave 1 healthy of 2), by the dry run and by the apply; nothing changes."""
 from __future__ import annotations
 
 import asyncio
 import base64
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -125,3 +129,21 @@ async def test_etcd_events_shrunk_to_one_then_grown_to_three_by_bke_apply(lab_fa
         await _reads_back(m.client_url, tls)
     overrides = _overrides(lab)
     assert all(m.client_url in overrides for m in gec.members), overrides
+
+    # 3. a removal that would lose quorum is refused, once the health round has seen events5
+    # unhealthy: its etcd stopped (the manifest taken off the node: the kubelet stops the pod;
+    # the lab's control file fakes only the stand-in components, not the real etcd's /health)
+    (lab.host("events5") / "etc/kubernetes/manifests" / ec.manifest).unlink()
+    (tmp_path / "only5.yaml").write_text(_spec(("events5",)))
+    deadline = time.monotonic() + 180  # the lab's health round runs every 30 s
+    while True:
+        dry = await asyncio.to_thread(_bke, "lab", "apply", str(tmp_path / "only5.yaml"), "--workdir", str(lab.workdir),
+                                      "--dry-run")
+        if dry.returncode == 2 and "EtcdQuorum" in dry.stdout + dry.stderr:
+            break
+        assert time.monotonic() < deadline, dry.stdout + dry.stderr
+        await asyncio.sleep(5)  # polling the dry run under a deadline: the next health round
+    assert "removing events1 leaves 1 healthy of 2 members" in dry.stdout + dry.stderr, dry.stdout
+    refused = await asyncio.to_thread(_bke, "lab", "apply", str(tmp_path / "only5.yaml"), "--workdir", str(lab.workdir))
+    assert refused.returncode == 2 and "EtcdQuorum" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
+    assert sorted(m["name"] for m in await _members(gec.members[0].client_url, tls)) == ["events1", "events4", "events5"]
