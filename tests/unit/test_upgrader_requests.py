@@ -125,3 +125,20 @@ def test_the_runtime_step_carries_changed_binaries_and_configs_and_restarts_both
     assert any("/kubernetes/1.34.1/" in u and u.endswith("/kubelet") for u in urls), urls
     assert not any("containerd" in u for u in urls)  # containerd's version did not change
     assert all("/1.33.2/" not in u for u in urls)
+
+
+def test_a_batchs_binaries_memo_gives_each_node_what_it_gets_without_one():
+    """One memo per batch (operation._send): every node's runtime step is the one it gets alone,
+    and the memo holds one entry per kind of node (arch, registers), not one per node."""
+    p = plan_of(SEED)
+    new, old, newf = _renders(p)
+    from bke.checksums import artefact_urls
+
+    sums = {u: "0" * 64 for u in artefact_urls(new)}
+    memo: dict = {}
+    for n in p.nodes:
+        h = n.hostname
+        alone = node_upgrade_steps("masters-runtime", "", p, new, h, old[h], newf[h], sums)
+        shared = node_upgrade_steps("masters-runtime", "", p, new, h, old[h], newf[h], sums, binaries_memo=memo)
+        assert shared == alone, h
+    assert len(memo) == len({(n.arch, n.registers) for n in p.nodes})

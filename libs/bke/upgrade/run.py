@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal, Mapping
 
 from .order import ExpandedStep
@@ -31,6 +32,7 @@ __all__ = [
     "StepRun",
     "UpgradeRun",
     "awaited_ids",
+    "batch_command_ids",
     "decide",
     "fold_results",
     "new_run",
@@ -60,6 +62,20 @@ def step_slug(request_id: str, step: str, group: str = "") -> str:
 def upgrade_command_id(cluster: str, request_id: str, step: str, group: str, host: str) -> str:
     # the install's command id shape (cluster/slug/node/gen): one generation, a retry is a new request
     return f"{cluster}/{step_slug(request_id, step, group)}/{host}/0"
+
+
+@lru_cache(maxsize=16)
+def _batch_ids(cluster: str, request_id: str, step: str, group: str, hosts: tuple[str, ...]) -> tuple[str, ...]:
+    """The command ids of one batch. Why cached: a pass asks for them two or three times
+    (awaited_ids, fold_results), and a batch is waited on by tens of passes; at 5,000 nodes
+    (500-node batches) building the same ids again was a million calls per upgrade. The key is
+    the batch's every input (its hosts too), so a hit is the same answer, never a stale one."""
+    return tuple(upgrade_command_id(cluster, request_id, step, group, h) for h in hosts)
+
+
+def batch_command_ids(run: "UpgradeRun", step: "StepRun") -> tuple[str, ...]:
+    """The command ids of `step`'s current batch, in the order of its hosts."""
+    return _batch_ids(run.cluster, run.request_id, step.name, step.group, tuple(step.current()))
 
 
 def is_upgrade_command(command_id: str) -> bool:
@@ -181,7 +197,7 @@ def awaited_ids(run: UpgradeRun) -> list[str]:
     step = run.step_now()
     if step is None or step.local or step.status == "Failed" or step.stage != "run" or not step.sent:
         return []
-    return [upgrade_command_id(run.cluster, run.request_id, step.name, step.group, h) for h in step.current()]
+    return list(batch_command_ids(run, step))
 
 
 def fold_results(run: UpgradeRun, results: Mapping[str, Mapping[str, str]], now_s: float | None = None,
@@ -196,7 +212,7 @@ def fold_results(run: UpgradeRun, results: Mapping[str, Mapping[str, str]], now_
         return False
     hosts = step.current()
     answers: dict[str, Mapping[str, str] | None] = {
-        h: results.get(upgrade_command_id(run.cluster, run.request_id, step.name, step.group, h)) for h in hosts}
+        h: results.get(cid) for h, cid in zip(hosts, batch_command_ids(run, step))}
     if any(a is None for a in answers.values()):
         if now_s is None or answer_deadline_s <= 0 or now_s - step.sent_at < answer_deadline_s:
             return False  # still waiting for some node of the batch

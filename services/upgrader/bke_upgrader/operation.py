@@ -60,7 +60,7 @@ from bke.state.migrate import ensure_current
 from bke.state.schema import StoredVersionError
 from bke.upgrade.certificates import rbac_before_renewal
 from bke.upgrade.failure import abort_run, error_text
-from bke.upgrade.node_commands import node_upgrade_steps
+from bke.upgrade.node_commands import BinariesMemo, node_upgrade_steps
 from bke.upgrade.node_versions import settled, stopped_batch_ids
 from bke.upgrade.paths import resolve_target
 from bke.upgrade.run import (
@@ -551,6 +551,7 @@ class Upgrades:
         recipient = await self.snapshots.recipient() if step == "etcd-snapshots" else ""
         # with a release, each node's UpdateAgent lists the wheels its Python and platform install
         updates = await self.release.updates(run.cluster, hosts) if step == "agents" and self.release else None
+        binaries: BinariesMemo = {}  # one batch: the same plans and sums for every node
         for i, host in enumerate(hosts):
             try:
                 update = updates.step(host) if updates is not None else None  # a ReleaseError fails this node
@@ -561,7 +562,8 @@ class Upgrades:
                 else:
                     steps = node_upgrade_steps(step, group, old, new, host, renders.old.get(host, {}) if renders else {},
                                                renders.new.get(host, {}) if renders else {}, sums,
-                                               self.component_timeout_s, certs.get(host, ()), update)
+                                               self.component_timeout_s, certs.get(host, ()), update,
+                                               binaries_memo=binaries)
                 cid = upgrade_command_id(run.cluster, run.request_id, step, group, host)
                 cmd = await self.sign(AgentCommand(command_id=cid, cluster=run.cluster, node=host,
                                                    phase=f"upgrade:{step}", issued_at=now.isoformat(),
