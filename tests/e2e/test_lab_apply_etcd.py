@@ -32,6 +32,7 @@ from bke.plan import plan_spec_text
 from bke.runtime import etcd_put_get, mtls_context
 
 from .lab_helpers import Lab
+from tests.unit.upgrade_helpers import events_spec
 
 # slow: a lab of its own (an install and two membership changes, ~3 minutes here); the
 # integration tests (test_upgrader_apply, test_dispatcher_membership, test_etcd_members) cover
@@ -42,22 +43,7 @@ KEYS = {f"/registry/events/default/apply-{i}": f"before-the-changes-{i}" for i i
 
 
 def _spec(events: tuple[str, ...]) -> str:
-    head = f"""apiVersion: bke.bocloud.com/v1beta1
-kind: BKECluster
-metadata: {{name: members}}
-spec:
-  controlPlaneEndpoint: {{host: {NET}.1, port: 6443}}
-  clusterConfig:
-    cluster:
-      kubernetesVersion: v1.33.2
-      etcdVersion: v3.5.1
-      containerdVersion: v2.1.1
-      certificates: {{keyAlgorithm: ECDSA-P256}}
-"""
-    nodes = [("m1", f"{NET}.1", "[master/node]"), ("etcd1", f"{NET}.11", "[etcd]")]
-    nodes += [(h, f"{NET}.{20 + int(h[-1])}", "[etcd-event]") for h in events]
-    return head + "".join(f"---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {{name: members-{h}}}\n"
-                          f"spec: {{hostname: {h}, ip: {ip}, role: {role}}}\n" for h, ip, role in nodes)
+    return events_spec("members", NET, events)
 
 
 def _bke(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:

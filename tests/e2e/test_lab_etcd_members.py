@@ -41,6 +41,7 @@ from bke.secrets.signing import ensure_command_key_sync, sign_command
 from bke.state.keys import command_signing_key
 
 from .lab_helpers import Lab
+from tests.unit.upgrade_helpers import events_spec
 
 # slow: a lab of its own (38 s here: the install, then both changes); the integration test
 # tests/integration/test_etcd_members.py covers the same steps on real etcd without a lab
@@ -51,22 +52,7 @@ KEYS = {f"/registry/events/default/e2e-{i}": f"before-the-changes-{i}" for i in 
 
 
 def _spec(events: tuple[str, ...]) -> str:
-    head = f"""apiVersion: bke.bocloud.com/v1beta1
-kind: BKECluster
-metadata: {{name: grow}}
-spec:
-  controlPlaneEndpoint: {{host: {NET}.1, port: 6443}}
-  clusterConfig:
-    cluster:
-      kubernetesVersion: v1.33.2
-      etcdVersion: v3.5.1
-      containerdVersion: v2.1.1
-      certificates: {{keyAlgorithm: ECDSA-P256}}
-"""
-    nodes = [("m1", f"{NET}.1", "[master/node]"), ("etcd1", f"{NET}.11", "[etcd]")]
-    nodes += [(h, f"{NET}.{20 + int(h[-1])}", "[etcd-event]") for h in events]
-    return head + "".join(f"---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {{name: grow-{h}}}\n"
-                          f"spec: {{hostname: {h}, ip: {ip}, role: {role}}}\n" for h, ip, role in nodes)
+    return events_spec("grow", NET, events)
 
 
 class Commands:

@@ -7,6 +7,7 @@ import pytest
 from bke.lifecycle.apply_run import HANDLERS, NOT_BUILT, apply_order
 from bke.lifecycle.diff import diff_plans, render_diff
 from bke.plan import plan_spec_text
+from .upgrade_helpers import events_spec
 
 SEED = open("examples/seed-3m1w.yaml").read()
 SPLIT = open("examples/split-etcd.yaml").read()
@@ -160,22 +161,7 @@ def test_a_load_balancer_roll_is_refused_not_half_done():
 
 
 def _grow_spec(events: tuple[str, ...]) -> str:
-    head = """apiVersion: bke.bocloud.com/v1beta1
-kind: BKECluster
-metadata: {name: grow}
-spec:
-  controlPlaneEndpoint: {host: 127.0.23.1, port: 6443}
-  clusterConfig:
-    cluster:
-      kubernetesVersion: v1.33.2
-      etcdVersion: v3.5.1
-      containerdVersion: v2.1.1
-      certificates: {keyAlgorithm: ECDSA-P256}
-"""
-    nodes = [("m1", "127.0.23.1", "[master/node]"), ("etcd1", "127.0.23.11", "[etcd]")]
-    nodes += [(h, f"127.0.23.{20 + int(h[-1])}", "[etcd-event]") for h in events]
-    return head + "".join(f"---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {{name: grow-{h}}}\n"
-                          f"spec: {{hostname: {h}, ip: {ip}, role: {role}}}\n" for h, ip, role in nodes)
+    return events_spec("grow", "127.0.23", events)
 
 
 def test_growing_etcd_events_adds_joins_promotes_and_checks_each_member_then_rolls_the_apiserver():
