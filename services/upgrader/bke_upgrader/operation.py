@@ -102,11 +102,11 @@ WAIT_S = 5.0  # re-check a batch in flight this often even without a result
 RESULTS_READ_EVERY_S = 1.0
 COMMAND_TTL_S = 3600.0
 SEND_YIELD_EVERY = 32  # commands built between two turns of the event loop (see _send)
+# The field of the run's answers hash that keeps the plan a changed spec's run started from,
+# once the run swapped in its own plan (a join needs the stored plan to name the new nodes).
+BASE_PLAN_FIELD = "apply:base-plan"
 # Steps whose commands carry files of the old and new render (bke.upgrade.node_commands), and the
 # addons step (the new render's manifests); the others (agents, snapshots, post-checks) need none.
-# the field of the run's answers hash that keeps the plan a changed spec's run started from,
-# once the run swapped in its own plan (a join needs the stored plan to name the new nodes)
-BASE_PLAN_FIELD = "apply:base-plan"
 RENDERED_STEPS = frozenset({"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                             "masters-runtime", "workers", "addons"})
 
@@ -608,14 +608,15 @@ class Upgrades:
             raise PermanentError("the plan this changed spec's run started from was not kept; not carried on")
         return await asyncio.to_thread(Plan.model_validate_json, raw)
 
-    async def _store_plan(self, run: UpgradeRun, new: Plan) -> str:
+    async def _store_plan(self, run: UpgradeRun, new: Plan, keep_base: bool = True) -> str:
         """A changed spec's plan in place of the one its run started from (compare-and-swap on
         that digest; already ours after a crash or an earlier join step: nothing to do); its digest.
-        The plan it replaces is kept beside the run's answers first (cleared when a run starts):
-        the rolls after a join compare the new plan's files with those the nodes run."""
+        Before a join (`keep_base`), the plan it replaces is kept beside the run's answers (cleared
+        when a run starts): the rolls after the join compare the new plan's files with those the
+        nodes run, and a failure puts it back (`_unswap`)."""
         pj = new.to_json()
         digest = plan_digest(pj)
-        if await self.plan_digest(run.cluster) == str(run.request.get("planDigest", "")):
+        if keep_base and await self.plan_digest(run.cluster) == str(run.request.get("planDigest", "")):
             base = await self.plans.load(run.cluster)
             await self.store.r.hsetnx(upgrade_results_key(run.cluster), BASE_PLAN_FIELD, base.to_json())
         stored = await self.plan_store.upgrade(new, pj, digest, str(run.request.get("planDigest", "")),
@@ -644,7 +645,7 @@ class Upgrades:
     async def _swap_plan(self, run: UpgradeRun, new: Plan, pj: str) -> None:
         """The end of a changed spec's run: its plan replaces the one the run started from
         (`_store_plan`), and the renderer stores the new plan's files."""
-        await self._store_plan(run, new)
+        await self._store_plan(run, new, keep_base=False)
         ask = RenderManifests(request_id=f"apply-{run.request_id}", cluster=run.cluster)
         await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:apply:{run.request_id}"})
         finish(run, True, self.ts())
