@@ -191,7 +191,11 @@ def _restored_has(data_dir: Path, key: str, value: str) -> bool:
         proc.wait(10)
 
 
-async def test_skip_minor_and_split_change_are_refused_then_a_rolled_back_node_stops_the_upgrade(lab_factory, tmp_path):
+async def test_skip_minor_and_split_change_are_refused_then_a_rolled_back_node_stops_the_upgrade(lab_factory, tmp_path,
+                                                                                                   monkeypatch):
+    # the lab's pods answer within a second or two: the broken one is rolled back after 20 s,
+    # not the lab's default 45 s (the CI budget; every healthy component is probed the same way)
+    monkeypatch.setenv("BKE_UPGRADER_COMPONENT_TIMEOUT_S", "20")
     spec = _spec_copy(tmp_path, SEED, "127.0.10.", "127.0.95.")
     lab = lab_factory(str(spec))
     assert await lab.install() == 0, lab.out.getvalue()
