@@ -11,11 +11,15 @@ the addons, then labels and taints (through the API: a label needs a registered 
 
     apply_order(current, desired, diff) -> ApplyOrder(steps, refusals)
 
-Workers join and leave through the dispatcher (`JoinNodes`, `RemoveNodes`, sent by the run
+Nodes join and leave through the dispatcher (`JoinNodes`, `RemoveNodes`, sent by the run
 with `partOf` so they run inside its operation slot): removals first, while the stored plan
 still names the nodes (the dispatcher reads their roles and agents from it), then the new plan
-is swapped in and the new workers join (the dispatcher joins nodes the stored plan names), as
+is swapped in and the new nodes join (the dispatcher joins nodes the stored plan names), as
 the run's last two steps. So an apply that only adds workers sends no command to any other node.
+An etcd cluster whose members change gets its membership steps right after its snapshot, a new
+member's node joining between its learner add and its promotion (`member_sequences`); a
+control-plane component moved between masters starts where it goes before it stops where it
+leaves.
 
 A kind without a handler refuses the whole apply, naming it (`NOT_BUILT`): an apply never does
 half of a change. Pure: no I/O, no clock.
