@@ -60,28 +60,28 @@ def register(*converters: Converter) -> dict[tuple[str, int], Converter]:
 # Version 0 -> 1 of each kind that had no version: the form is unchanged; only the header
 # gains its version (written by `convert`). Forms written before this table: commit 71dcd21
 # (tests/fixtures/state/v0/seed.json).
-def _join_etcd_joins(record: Record) -> Record:
-    """join 1 -> 2: the record gains `etcd_joins` (the etcd-only nodes' starts in their running
-    etcd clusters); a join stored before could join workers only, so it has none."""
-    raw = record.get("join")
-    if not isinstance(raw, str):
-        return record
-    doc = json.loads(raw)
-    if not isinstance(doc, dict) or "etcd_joins" in doc:
-        return record
-    return {**record, "join": json.dumps({**doc, "etcd_joins": []})}
+def _join_gains(field: str, value: object) -> Callable[[Record], Record]:
+    """A join converter whose new form only adds `field` with `value` to the record's JSON.
+    Idempotent: a value already there stays."""
+
+    def convert(record: Record) -> Record:
+        raw = record.get("join")
+        if not isinstance(raw, str):
+            return record
+        doc = json.loads(raw)
+        if not isinstance(doc, dict) or field in doc:
+            return record
+        return {**record, "join": json.dumps({**doc, field: value})}
+
+    return convert
 
 
-def _join_agents_since(record: Record) -> Record:
-    """join 2 -> 3: the record gains `agents_since` ("" = the join has not waited for its agents
-    yet; its deadline then starts at the next pass). Idempotent: a value already there stays."""
-    raw = record.get("join")
-    if not isinstance(raw, str):
-        return record
-    doc = json.loads(raw)
-    if not isinstance(doc, dict) or "agents_since" in doc:
-        return record
-    return {**record, "join": json.dumps({**doc, "agents_since": ""})}
+# join 1 -> 2: `etcd_joins` (the etcd-only nodes' starts in their running etcd clusters); a join
+# stored before could join workers only, so it has none.
+# join 2 -> 3: `agents_since` ("" = the join has not waited for its agents yet; its deadline then
+# starts at the next pass).
+_join_etcd_joins = _join_gains("etcd_joins", [])
+_join_agents_since = _join_gains("agents_since", "")
 
 
 CONVERTERS: dict[tuple[str, int], Converter] = register(
