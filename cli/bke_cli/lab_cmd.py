@@ -166,24 +166,14 @@ def apply(
 
 def _retire_agents(sup: LabSupervisor, info: RuntimeInfo, plan: Plan) -> None:
     """The agents of nodes the applied plan no longer names (removed by the run: drained, reset):
-    their bus identities revoked and their processes stopped, as the holder of the NATS
-    authority does after a removal (`bke lab remove-nodes`; in a deployment `bke identities
-    revoke NAME`)."""
+    revoked and stopped, as after `bke lab remove-nodes`."""
     from bke.auth.permissions import identity_name
 
+    from .membership_cmd import retire_agents
+
     gone = sorted(set(sup.pids()["agents"]) - {n.hostname for n in plan.nodes})
-    if not gone:
-        return
-    keeper = sup.identities(info)
-    try:
-        for host in gone:
-            if keeper is not None:
-                keeper.revoke(identity_name("agent", plan.cluster, host))
-            sup.stop_agent(host)
-            Console().print(f"{host}: agent stopped" + (", identity revoked" if keeper is not None else ""), highlight=False)
-    finally:
-        if keeper is not None:
-            keeper.close()
+    if gone:
+        retire_agents(sup, info, [identity_name("agent", plan.cluster, h) for h in gone], gone, Console())
 
 
 @lab.command("down")

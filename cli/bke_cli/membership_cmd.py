@@ -32,7 +32,7 @@ from bke.contracts.membership import (
 
 from .output import EXIT_FAILURE, EXIT_INVALID, error_lines, quiet_bus_errors
 
-__all__ = ["follow_membership", "register"]
+__all__ = ["follow_membership", "register", "retire_agents"]
 
 WORKDIR = typer.Option(..., "--workdir", help="the lab's work directory")
 NODES = typer.Option(..., "--nodes", help="hostnames, comma-separated")
@@ -127,19 +127,26 @@ def remove_nodes(name: str, nodes: str = NODES, workdir: Path = WORKDIR, timeout
     sup.ensure_services(info)
     req = RemoveNodes(request_id=str(uuid.uuid4()), cluster=name, nodes=hosts)
     done = asyncio.run(follow_membership(sup.operator_access(info), req, timeout, console.print))
+    retire_agents(sup, info, done.get("revokeIdentities", []),
+                  [n["hostname"] for n in done.get("nodes", []) if n["status"] == "Succeeded"], console)
+    _exit(done, console)
+
+
+def retire_agents(sup: Any, info: Any, identities: list[str], hosts: list[str], console: Console) -> None:
+    """After a removal: the removed agents' bus identities revoked (the lab holds the NATS
+    authority; a deployment runs `bke identities revoke NAME`) and their processes stopped."""
     keeper = sup.identities(info)
     try:
-        for identity in done.get("revokeIdentities", []):
-            if keeper is not None:  # the lab holds the NATS authority; a deployment: bke identities revoke NAME
+        for identity in identities:
+            if keeper is not None:
                 keeper.revoke(identity)
                 console.print(f"{identity}: revoked", highlight=False)
     finally:
         if keeper is not None:
             keeper.close()
-    for n in done.get("nodes", []):
-        if n["status"] == "Succeeded":
-            sup.stop_agent(n["hostname"])
-    _exit(done, console)
+    for host in hosts:
+        sup.stop_agent(host)
+        console.print(f"{host}: agent stopped", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
