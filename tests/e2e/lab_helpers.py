@@ -3,12 +3,14 @@ in a temp dir, driven the way `bke lab install` drives it."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
+import httpx
 import yaml
 from rich.console import Console
 
@@ -17,6 +19,7 @@ from bke.bus.connect import BusAccess, connect_nats
 from bke.lab.identities import creds_path
 from bke.lab.supervisor import LabSupervisor
 from bke.plan import Plan, plan_spec_text
+from bke.runtime import mtls_context
 from bke_agent.journal import read_executions
 from bke_agent.settings import LAB_STATE_SUBDIR
 from bke_cli.follow import submit_and_follow
@@ -98,3 +101,18 @@ class Lab:
     def down(self) -> None:
         self.sup.down()
 
+
+async def etcd_members(url: str, tls: tuple[Path, Path, Path]) -> list[dict[str, Any]]:
+    """The member list of the etcd cluster served at `url` (linearizable), with a client certificate."""
+    async with httpx.AsyncClient(verify=mtls_context(*(str(p) for p in tls)), trust_env=False, timeout=5.0) as http:
+        r = await http.post(f"{url}/v3/cluster/member/list", json={"linearizable": True})
+        return list(r.json()["members"])
+
+
+async def assert_reads_back(url: str, tls: tuple[Path, Path, Path], keys: dict[str, str]) -> None:
+    """Every key of `keys` holds its value when read through the etcd member at `url`."""
+    async with httpx.AsyncClient(verify=mtls_context(*(str(p) for p in tls)), trust_env=False, timeout=5.0) as http:
+        for k, v in keys.items():
+            resp = await http.post(f"{url}/v3/kv/range", json={"key": base64.b64encode(k.encode()).decode()})
+            kvs = resp.json().get("kvs") or []
+            assert kvs and base64.b64decode(kvs[0]["value"]).decode() == v, (url, k)

@@ -19,19 +19,17 @@ written into etcd-events. Then:
 from __future__ import annotations
 
 import asyncio
-import base64
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from bke.plan import plan_spec_text
-from bke.runtime import etcd_put_get, mtls_context
+from bke.runtime import etcd_put_get
 
-from .lab_helpers import Lab
+from .lab_helpers import Lab, assert_reads_back, etcd_members
 from tests.unit.upgrade_helpers import events_spec
 
 # slow: a lab of its own (an install and two membership changes, ~3 minutes here); the
@@ -48,20 +46,6 @@ def _spec(events: tuple[str, ...]) -> str:
 
 def _bke(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "bke_cli.main", *args], capture_output=True, text=True, timeout=timeout)
-
-
-async def _members(url: str, tls: tuple[Path, Path, Path]) -> list[dict]:
-    async with httpx.AsyncClient(verify=mtls_context(*(str(p) for p in tls)), trust_env=False, timeout=5.0) as http:
-        r = await http.post(f"{url}/v3/cluster/member/list", json={"linearizable": True})
-        return r.json()["members"]
-
-
-async def _reads_back(url: str, tls: tuple[Path, Path, Path]) -> None:
-    async with httpx.AsyncClient(verify=mtls_context(*(str(p) for p in tls)), trust_env=False, timeout=5.0) as http:
-        for k, v in KEYS.items():
-            resp = await http.post(f"{url}/v3/kv/range", json={"key": base64.b64encode(k.encode()).decode()})
-            kvs = resp.json().get("kvs") or []
-            assert kvs and base64.b64decode(kvs[0]["value"]).decode() == v, (url, k)
 
 
 def _overrides(lab: Lab) -> str:
@@ -88,9 +72,9 @@ async def test_etcd_events_shrunk_to_one_then_grown_to_three_by_bke_apply(lab_fa
     assert done.returncode == 0, done.stdout + done.stderr
     assert "etcd-member-remove" in done.stdout and "apply Succeeded" in done.stdout, done.stdout
     assert "events2: agent stopped" in done.stdout and "events3: agent stopped" in done.stdout, done.stdout
-    members = await _members(ec.members[0].client_url, tls)
+    members = await etcd_members(ec.members[0].client_url, tls)
     assert [m["name"] for m in members] == ["events1"]
-    await _reads_back(ec.members[0].client_url, tls)
+    await assert_reads_back(ec.members[0].client_url, tls, KEYS)
     assert not manifest.exists()  # events2 reset: its etcd manifest gone
     one = plan_spec_text(_spec(("events1",))).plan
     assert one is not None
@@ -108,11 +92,11 @@ async def test_etcd_events_shrunk_to_one_then_grown_to_three_by_bke_apply(lab_fa
     assert grown is not None
     gec = grown.etcd_cluster("etcd-events")
     assert gec is not None
-    members = await _members(gec.members[0].client_url, tls)
+    members = await etcd_members(gec.members[0].client_url, tls)
     assert sorted(m["name"] for m in members) == ["events1", "events4", "events5"]
     assert not any(m.get("isLearner") for m in members)
     for m in gec.members:
-        await _reads_back(m.client_url, tls)
+        await assert_reads_back(m.client_url, tls, KEYS)
     overrides = _overrides(lab)
     assert all(m.client_url in overrides for m in gec.members), overrides
 
@@ -132,4 +116,4 @@ async def test_etcd_events_shrunk_to_one_then_grown_to_three_by_bke_apply(lab_fa
     assert "removing events1 leaves 1 healthy of 2 members" in dry.stdout + dry.stderr, dry.stdout
     refused = await asyncio.to_thread(_bke, "lab", "apply", str(tmp_path / "only5.yaml"), "--workdir", str(lab.workdir))
     assert refused.returncode == 2 and "EtcdQuorum" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
-    assert sorted(m["name"] for m in await _members(gec.members[0].client_url, tls)) == ["events1", "events4", "events5"]
+    assert sorted(m["name"] for m in await etcd_members(gec.members[0].client_url, tls)) == ["events1", "events4", "events5"]

@@ -16,23 +16,21 @@ periodic health checks."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-import httpx
 import pytest
 import redis.asyncio as aioredis
 
 from bke.contracts.membership import JoinNodes, MembershipEtcdJoin
 from bke.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
 from bke.plan import plan_spec_text
-from bke.runtime import etcd_put_get, mtls_context
+from bke.runtime import etcd_put_get
 from bke.state.plans import RedisPlanStore, plan_digest
 from bke_cli.membership_cmd import follow_membership
 
-from .lab_helpers import Lab
+from .lab_helpers import Lab, assert_reads_back, etcd_members
 from .test_lab_etcd_members import NET, Commands, _checked, _health, _spec as _members_spec
 from .test_lab_membership import _executions, _stray
 
@@ -102,15 +100,10 @@ async def test_two_etcd_events_members_join_as_learners_then_are_promoted(lab_fa
                 await _checked(commands, s.run_on, [step])
 
     # three voters, the data of before through each, with the apiserver's etcd client certificate
-    async with httpx.AsyncClient(verify=mtls_context(*(str(p) for p in tls)), trust_env=False, timeout=5.0) as http:
-        resp = await http.post(f"{ec.members[0].client_url}/v3/cluster/member/list", json={"linearizable": True})
-        members = resp.json()["members"]
-        assert sorted(m["name"] for m in members) == list(EVENTS) and not any(m.get("isLearner") for m in members)
-        for m in ec.members:
-            for k, v in KEYS.items():
-                got = await http.post(f"{m.client_url}/v3/kv/range", json={"key": base64.b64encode(k.encode()).decode()})
-                kvs = got.json().get("kvs") or []
-                assert kvs and base64.b64decode(kvs[0]["value"]).decode() == v, (m.hostname, k)
+    members = await etcd_members(ec.members[0].client_url, tls)
+    assert sorted(m["name"] for m in members) == list(EVENTS) and not any(m.get("isLearner") for m in members)
+    for m in ec.members:
+        await assert_reads_back(m.client_url, tls, KEYS)
     # the joins commanded the joining nodes only: the nodes there before ran nothing new but the
     # periodic health checks and the caller's learner adds and promotions (sent to events1 by the
     # test as signed commands, `<cluster>/etcd-members/<id>`)

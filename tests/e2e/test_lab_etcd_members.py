@@ -24,7 +24,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from redis import Redis
 
@@ -35,12 +34,12 @@ from bke.lab.identities import creds_path
 from bke.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
 from bke.plan import Plan, plan_spec_text
 from bke.render import RenderInputs, render_cluster
-from bke.runtime import etcd_put_get, mtls_context, port_is_free
+from bke.runtime import etcd_put_get, port_is_free
 from bke.secrets import load_secret_box
 from bke.secrets.signing import ensure_command_key_sync, sign_command
 from bke.state.keys import command_signing_key
 
-from .lab_helpers import Lab
+from .lab_helpers import Lab, assert_reads_back, etcd_members
 from tests.unit.upgrade_helpers import events_spec
 
 # slow: a lab of its own (38 s here: the install, then both changes); the integration test
@@ -166,15 +165,10 @@ async def test_etcd_events_shrunk_to_one_then_grown_to_three_through_signed_comm
             ("add-learner", "events1"), ("start-member", m), ("promote", "events1"), ("check-health", "events1"))]
 
     # three voters, the data of before through each, with the apiserver's etcd client certificate
-    async with httpx.AsyncClient(verify=mtls_context(*(str(p) for p in tls)), trust_env=False, timeout=5.0) as http:
-        r = await http.post(f"{ec.members[0].client_url}/v3/cluster/member/list", json={"linearizable": True})
-        members = r.json()["members"]
-        assert sorted(m["name"] for m in members) == list(EVENTS) and not any(m.get("isLearner") for m in members)
-        for m in ec.members:
-            for k, v in KEYS.items():
-                resp = await http.post(f"{m.client_url}/v3/kv/range", json={"key": base64.b64encode(k.encode()).decode()})
-                kvs = resp.json().get("kvs") or []
-                assert kvs and base64.b64decode(kvs[0]["value"]).decode() == v, (m.hostname, k)
+    members = await etcd_members(ec.members[0].client_url, tls)
+    assert sorted(m["name"] for m in members) == list(EVENTS) and not any(m.get("isLearner") for m in members)
+    for m in ec.members:
+        await assert_reads_back(m.client_url, tls, KEYS)
     # the apiserver is told to send /events to the three members
     command = lab.manifest("m1", "kube-apiserver.yaml")["spec"]["containers"][0]["command"]
     overrides = next(a for a in command if a.startswith("--etcd-servers-overrides="))
