@@ -9,7 +9,9 @@ The seed example is installed; then
    master, one master at a time (no two masters' ReplaceFiles overlap, from the agents' own
    execution records), and the worker got no command at all; the stored plan is the new one;
 3. a label change applies the labels only (the node-labels record of that node; no command);
-4. on the same lab, two workers added and one removed by `bke lab apply`
+4. a new apiserver name (certSANs): each master's apiserver certificate re-issued and delivered
+   with its kube-apiserver roll, one master at a time, nothing else changed;
+5. on the same lab, two workers added and one removed by `bke lab apply`
    (test_lab_membership.joins_and_a_removal: no other node commanded, a master refused).
 """
 from __future__ import annotations
@@ -58,6 +60,12 @@ def _files(lab) -> dict[str, str]:
                 if p.is_file():
                     out[str(p.relative_to(lab.workdir))] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
+
+
+def _dns_names(cert: Path) -> list[str]:
+    from cryptography import x509
+    sans = x509.load_pem_x509_certificate(cert.read_bytes()).extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    return sans.value.get_values_for_type(x509.DNSName)
 
 
 def _records(lab):
@@ -178,5 +186,29 @@ async def test_apply_a_controller_manager_flag_master_by_master_with_pause_then_
     assert all(not recs for recs in _new_commands(lab, counts1).values())
     assert _files(lab) == files1
 
-    # 4. workers join and leave through bke lab apply, on this installed lab
-    await joins_and_a_removal(lab, relabel.read_bytes(), "127.0.98")
+    # 4. a new name for the apiservers (`apiServer.certSANs`): the certs service re-issues each
+    # master's apiserver certificate, which rides with that master's kube-apiserver roll (its
+    # manifest carries its certificates' names, so the pod restarts): one master at a time
+    counts2 = {h: len(recs) for h, recs in _records(lab).items()}
+    renamed = tmp_path / "renamed.yaml"
+    renamed.write_text(relabel.read_text().replace(
+        "      certificates: {keyAlgorithm: ECDSA-P256}\n",
+        "      certificates: {keyAlgorithm: ECDSA-P256}\n      apiServer: {certSANs: [api.seed.example.com]}\n"))
+    done = await asyncio.to_thread(_bke, "lab", "apply", str(renamed), "--workdir", str(lab.workdir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "reissue-certificates" in done.stdout and "apply Succeeded" in done.stdout, done.stdout
+    files2 = _files(lab)
+    diff = sorted(k for k in files2.keys() | files1.keys() if files2.get(k) != files1.get(k))
+    assert diff == sorted(f"hosts/{m}/etc/kubernetes/{f}" for m in masters
+                          for f in ("manifests/kube-apiserver.yaml", "pki/apiserver.crt", "pki/apiserver.key")), diff
+    for m in masters:
+        assert "api.seed.example.com" in _dns_names(lab.host(m) / "etc/kubernetes/pki/apiserver.crt"), m
+    new = _new_commands(lab, counts2)
+    assert all(not new[w] for w in workers), {w: new[w] for w in workers}
+    assert all(len(new[m]) == 1 and "@kube-apiserver/" in new[m][0].commandId for m in masters), new
+    spans = sorted((new[m][0].startedAt, new[m][0].finishedAt, m) for m in masters)
+    assert all(end <= start for (_, end, _a), (start, _, _b) in zip(spans, spans[1:])), spans
+    assert_ran_once(lab)
+
+    # 5. workers join and leave through bke lab apply, on this installed lab
+    await joins_and_a_removal(lab, renamed.read_bytes(), "127.0.98")

@@ -403,3 +403,77 @@ async def test_a_scheduler_moved_to_another_master_starts_there_first_then_leave
     assert isinstance(first[0], ReplaceFiles)
     assert [f.path for f in first[0].files] == ["/etc/kubernetes/manifests/kube-scheduler.yaml"]
     assert [(type(s), s.path) for s in second] == [(RemoveFile, "/etc/kubernetes/manifests/kube-scheduler.yaml")]
+
+
+SANS = CERTS + "      apiServer: {certSANs: [api.seed.example.com]}\n"
+
+
+async def test_new_apiserver_names_store_the_plan_reissue_then_ride_with_each_apiserver_roll(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    """certSANs added: the certificates step stores the run's plan (the certs service issues the
+    stored plan's names) and asks `IssueCerts` (purpose apply) once, sending nothing to a node
+    until the answer; then each master's `ReplaceFiles` carries its new manifest and its
+    re-issued apiserver certificate and key from the bundle the certs service sealed to it. A
+    failed re-issue fails the run and puts the plan it started from back."""
+    from bke.contracts.certs import ISSUE_CERTS, CertsFailed, CertsIssued, IssueCerts
+    from bke.state.nodefiles import RedisNodeFiles
+    from bke_upgrader.certs import renewal_id
+
+    from .test_upgrader_certs import _sealed_set
+
+    sent: list[AgentCommand] = []
+    bodies: dict[str, list[bytes]] = {}
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies)
+    before = (await RedisPlanStore(redis_client).meta(plan.cluster)).digest  # type: ignore[union-attr]
+    outs = await applies.on_request(ApplyCluster(request_id="s1", cluster=plan.cluster, spec=TEXT.replace(CERTS, SANS)))
+    accepted = outs[0].message
+    assert isinstance(accepted, ApplyAccepted), accepted
+    assert [(s.name, s.total) for s in accepted.steps] == [("pre-checks", 0), ("certificates", 0), ("kube-apiserver", 3)]
+
+    await _pass(upgrades, plan.cluster)
+    await _pass(upgrades, plan.cluster)  # no answer yet: asked again under the same id, nothing sent
+    asks = [IssueCerts.model_validate_json(b) for b in bodies[ISSUE_CERTS]]
+    assert {(a.request_id, a.purpose) for a in asks} == {(renewal_id("s1"), "apply")} and sent == []
+    meta = await RedisPlanStore(redis_client).meta(plan.cluster)
+    assert meta is not None and meta.digest == accepted.desired_digest  # stored before asking
+
+    # the certs service's answer (bke_certs: ensure on the stored plan re-issues the three
+    # apiserver certificates, tests/unit/test_pki_ensure.py) and the bundles it re-sealed
+    new = (await PlanCache(redis_client).load(plan.cluster))
+    masters = ["master1", "master2", "master3"]
+    await RedisNodeFiles(redis_client).put_many(plan.cluster, "certs", {m: _sealed_set(new, m) for m in masters})
+    await upgrades.certs.on_issued(CertsIssued(request_id="install-1", cluster=plan.cluster, issued=[], reissued=[],
+                                               reused=0, changed_nodes=0, plan_digest=meta.digest))  # not this run's
+    await _pass(upgrades, plan.cluster)
+    assert sent == []
+    await upgrades.certs.on_issued(CertsIssued(request_id=renewal_id("s1"), cluster=plan.cluster, issued=[],
+                                               reissued=[f"apiserver@{m}" for m in masters], reused=62,
+                                               changed_nodes=3, plan_digest=meta.digest))
+    for i in range(len(masters)):
+        await _pass(upgrades, plan.cluster)
+        assert [c.node for c in sent] == masters[:i + 1]
+        [step] = sent[-1].steps
+        assert isinstance(step, ReplaceFiles)
+        paths = {f.path: f for f in step.files}
+        assert set(paths) == {"/etc/kubernetes/manifests/kube-apiserver.yaml", "/etc/kubernetes/pki/apiserver.crt",
+                              "/etc/kubernetes/pki/apiserver.key"}
+        assert paths["/etc/kubernetes/pki/apiserver.key"].sealed_b64 and not paths["/etc/kubernetes/pki/apiserver.key"].content_b64
+        await _answer(store, sent[-1])
+    outcome = await _pass(upgrades, plan.cluster)
+    assert outcome.status == "done", outcome.reason
+    run = await store.load(plan.cluster, fresh=True)
+    assert run is not None and run.status == "Succeeded"
+    assert (await RedisPlanStore(redis_client).meta(plan.cluster)).digest == accepted.desired_digest  # type: ignore[union-attr]
+
+    # the same change on the first plan again, refused by the certs service: failed, plan put back
+    assert await RedisPlanStore(redis_client).upgrade(plan, plan.to_json(), before, accepted.desired_digest, "undo",
+                                                      _now().isoformat())
+    outs = await applies.on_request(ApplyCluster(request_id="s2", cluster=plan.cluster, spec=TEXT.replace(CERTS, SANS)))
+    assert outs[0].subject == APPLY_ACCEPTED
+    await _pass(upgrades, plan.cluster)
+    await upgrades.certs.on_failed(CertsFailed(request_id=renewal_id("s2"), cluster=plan.cluster, kind="operational",
+                                               reason="node master2: its agent's sealing key is unusable: x"))
+    outcome = await _pass(upgrades, plan.cluster)
+    assert outcome.status == "failed" and "certificate re-issue failed: node master2" in outcome.reason, outcome.reason
+    assert (await RedisPlanStore(redis_client).meta(plan.cluster)).digest == before  # type: ignore[union-attr]
+    assert len(sent) == 3  # nothing more sent

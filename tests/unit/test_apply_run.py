@@ -145,6 +145,40 @@ def test_a_load_balanced_control_plane_scale_out_is_refused_by_its_load_balancer
     assert o.steps == () and any("haproxy" in r.message or "keepalived" in r.message for r in o.refusals), o.refusals
 
 
+SANS = "      certificates: {keyAlgorithm: ECDSA-P256}\n      apiServer: {certSANs: [api.seed.example.com]}\n"
+
+
+def test_new_apiserver_names_reissue_then_roll_each_apiserver_with_its_certificate(seed):
+    d, o = order_of(seed, SEED.replace("      certificates: {keyAlgorithm: ECDSA-P256}\n", SANS))
+    assert not o.refusals, o.refusals
+    # only the apiserver certificates name the endpoint's SANs; each master's manifest carries
+    # their names (bke.pki.pod_certs), so the same change rolls each apiserver
+    assert dict(d.certificates) == {f"apiserver@master{i}": ("dns",) for i in (1, 2, 3)}
+    assert {(a.kind, a.host, a.detail) for a in d.actions if a.kind == "roll"} == \
+        {("roll", f"master{i}", "kube-apiserver") for i in (1, 2, 3)}
+    assert steps(o) == [("pre-checks", "", (), False), ("certificates", "", (), False),
+                        ("kube-apiserver", "", (("master1",), ("master2",), ("master3",)), False)]
+
+
+def test_reissue_with_a_removal_in_the_same_apply_is_refused_by_name(seed):
+    text = SEED.replace("      certificates: {keyAlgorithm: ECDSA-P256}\n", SANS)
+    d, o = order_of(seed, text + "".join(_node(f"node{i}", f"127.0.10.{10 + i}", "[node]") for i in (2,)))
+    assert not o.refusals  # a join after the re-issue is fine: the new node gets its own
+    cur = plan(SEED + _node("node2", "127.0.10.12", "[node]"))
+    d, o = order_of(cur, text)  # node2 leaves while the names change
+    assert o.steps == () and any("same apply as removing nodes (node2)" in r.message for r in o.refusals)
+
+
+def test_a_certificate_no_static_pod_reads_is_refused_not_half_delivered(seed):
+    d = diff_plans(seed, seed)
+    from dataclasses import replace
+    from bke.lifecycle.diff import Action
+    d = replace(d, actions=(Action("reissue-certificates", "node1", "kubelet.conf@node1"),))
+    o = apply_order(seed, seed, d)
+    assert o.steps == () and [r.name for r in o.refusals] == ["NotBuilt"]
+    assert "kubelet.conf@node1" in o.refusals[0].message
+
+
 def test_every_diff_kind_has_a_handler_or_a_refusal():
     kinds = {"etcd-add-learner", "etcd-promote", "reissue-certificates", "join", "roll", "apply-addons",
              "set-labels-taints", "etcd-remove-member", "drain", "remove-node", "reset"}

@@ -83,8 +83,10 @@ class IssueCerts(Message):
     request_id: str
     cluster: str
     # "join": workers joining a running cluster (the dispatcher's join): the PKI ensured and the
-    # new nodes sealed for the stored plan, without taking the cluster as an install in progress
-    purpose: Literal["install", "join"] = "install"
+    # new nodes sealed for the stored plan, without taking the cluster as an install in progress.
+    # "apply": a changed spec's run (the upgrader) that has just stored its plan: the same, so the
+    # leaves whose names change are re-issued (`CertsIssued.reissued`) and their nodes re-sealed
+    purpose: Literal["install", "join", "apply"] = "install"
 
 
 class RenewCerts(Message):

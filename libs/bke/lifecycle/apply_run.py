@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from ..pki.instances import split_instance_id
+from ..pki.pod_certs import pod_of
 from ..plan import Plan
 from ..plan.models import NodePlan
 from ..node_steps import health_steps
@@ -42,12 +44,13 @@ __all__ = ["APPLY_STEPS", "ETCD_ADD", "ETCD_HEALTH", "ETCD_PROMOTE", "ETCD_REMOV
            "apply_order", "member_commands", "member_group", "member_join", "parse_member_group"]
 
 LABELS_STEP = "labels"
+CERTS_STEP = "certificates"
 REMOVE_STEP = "remove-nodes"
 JOIN_STEP = "join-nodes"
 # The run's steps, in order: the upgrade's node steps (ORDER) between the record conversion
 # (pre-checks, local) and the two cluster-wide steps done through the API, then the removals
 # and the joins (each a request to the dispatcher).
-APPLY_STEPS: tuple[str, ...] = ("pre-checks", "etcd-snapshots", "etcd-members", "etcd", "kube-apiserver", "kube-controller-manager",
+APPLY_STEPS: tuple[str, ...] = ("pre-checks", "etcd-snapshots", CERTS_STEP, "etcd-members", "etcd", "kube-apiserver", "kube-controller-manager",
                                 "kube-scheduler", "masters-runtime", "workers", "addons", LABELS_STEP, REMOVE_STEP,
                                 JOIN_STEP)
 MEMBERSHIP_BATCH = 1000  # nodes per JoinNodes / RemoveNodes (the contract's MAX_NODES)
@@ -123,6 +126,34 @@ def _roll(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action
     return refusals or work
 
 
+def _reissue(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action, ...]) -> list[StepWork] | list[Refusal]:
+    """Certificates whose names change (an `apiServer.certSANs` entry added): re-issued by the
+    certs service in the run's certificates step, each delivered with its static pod's roll on
+    its node (the pod's manifest carries its certificates' names, bke.pki.pod_certs, so the same
+    change rolls it). A certificate no static pod reads (kubelet.conf, admin.conf, a CA) would
+    need a delivery of its own: not built. The certs service issues the stored plan's names, so
+    the run stores its plan at that step, before any removal: a removal (which needs the stored
+    plan to still name its nodes) in the same apply is refused."""
+    rolled = {(a.host, a.detail) for a in diff.actions if a.kind == "roll"}
+    manifest_of = {c.name: c.manifest.removesuffix(".yaml") for c in desired.etcd_clusters}
+    etcd_names = tuple(manifest_of)
+    refusals: list[Refusal] = []
+    for a in actions:
+        for iid in a.detail.split(", "):
+            row, owner = split_instance_id(iid)
+            pod = pod_of(row, etcd_names)
+            carried = pod is not None and owner is not None and \
+                (owner, manifest_of[pod[1]] if pod[0] == "etcd" else pod[0]) in rolled
+            if not carried:
+                refusals.append(Refusal("NotBuilt", f"re-issuing {iid} with its new names is not supported by this "
+                                                    "build yet: only the certificates a static pod reads, rolled with it"))
+    if diff.nodes_removed:
+        refusals.append(Refusal("NotBuilt", "re-issuing certificates in the same apply as removing nodes ("
+                                + ", ".join(diff.nodes_removed[:10]) + ") is not supported by this build yet: "
+                                  "apply the removal first, then the new names"))
+    return refusals or [StepWork(CERTS_STEP, "")]
+
+
 def _runs(plan: Plan, host: str, component: str) -> bool:
     node = plan.node_index[1].get(host)
     return node is not None and node.runs(component)
@@ -188,6 +219,7 @@ HANDLERS: dict[str, Handler] = {
     "etcd-promote": _members,
     "join": _join,
     "roll": _roll,
+    "reissue-certificates": _reissue,
     "apply-addons": _addons,
     "set-labels-taints": _labels,
     "drain": _remove,
@@ -196,9 +228,7 @@ HANDLERS: dict[str, Handler] = {
     "etcd-remove-member": _members,
 }
 # Kinds the diff knows that this build cannot carry out yet: the apply is refused with this text.
-NOT_BUILT: Mapping[str, str] = {
-    "reissue-certificates": "re-issuing certificates whose names change is not supported by this build yet",
-}
+NOT_BUILT: Mapping[str, str] = {}
 
 
 def _chunks(hosts: list[str], size: int) -> tuple[tuple[str, ...], ...]:

@@ -44,6 +44,7 @@ class EtcdPod(Params):
     advertise_client_url: str
     probe_host: str  # the loopback address the metrics listener binds
     livez: bool  # etcd >= 3.5.11 serves /livez and /readyz (only the 3.5 template branches on it)
+    certificate_names: str  # bke.pki.pod_certs.names_digest: new names restart the pod
 
 
 class ApiserverPod(Params):
@@ -52,6 +53,7 @@ class ApiserverPod(Params):
     advertise_address: str
     port: int
     pki_dir: str
+    certificate_names: str  # bke.pki.pod_certs.names_digest: new names restart the pod
 
 
 class ControllerManagerPod(Params):
@@ -60,6 +62,7 @@ class ControllerManagerPod(Params):
     port: int
     pki_dir: str
     kubeconfig: str
+    certificate_names: str  # bke.pki.pod_certs.names_digest: new names restart the pod
 
 
 class SchedulerPod(Params):
@@ -67,6 +70,7 @@ class SchedulerPod(Params):
     flags: list[str]
     port: int
     kubeconfig: str
+    certificate_names: str  # bke.pki.pod_certs.names_digest: new names restart the pod
 
 
 class Backend(Params):

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from ..contracts.agent import NewFile
 from ..pki import node_file_refs
 from ..pki.instances import FileRef
+from ..pki.pod_certs import POD_CERTS
 from ..pki.table import CERTS
 from ..plan import Plan
 from ..state.nodefiles import NodeFile
@@ -34,16 +35,9 @@ from .order import ExpandedStep
 __all__ = ["CERT_STEPS", "cert_files", "cert_rows", "node_cert_paths", "rbac_before_renewal", "renewed_by_node",
            "renewed_instances"]
 
-ETCD_MEMBER_ROWS = ("{group}-server", "{group}-peer", "{group}-healthcheck-client")
-
-# upgrade step -> the certificate rows it renews (kubeadm's renewCertsByComponent, in BKE rows)
-CERT_STEPS: dict[str, tuple[str, ...]] = {
-    "etcd": ETCD_MEMBER_ROWS,
-    "kube-apiserver": ("apiserver", "apiserver-kubelet-client", "front-proxy-client", "apiserver-etcd-client"),
-    "kube-controller-manager": ("controller-manager.conf",),
-    "kube-scheduler": ("scheduler.conf",),
-    "masters-runtime": ("admin.conf",),
-}
+# upgrade step -> the certificate rows it renews (kubeadm's renewCertsByComponent, in BKE rows):
+# each static pod's own (bke.pki.pod_certs, whose names its manifest carries), admin.conf last
+CERT_STEPS: dict[str, tuple[str, ...]] = {**POD_CERTS, "masters-runtime": ("admin.conf",)}
 
 
 def cert_rows(step: str, group: str = "") -> tuple[str, ...]:

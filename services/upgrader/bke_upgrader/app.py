@@ -17,7 +17,7 @@ from bke.cluster_api.manifests import HttpRepoManifests, LabManifests
 from bke.cluster_api.node_labels import LabNodes, NodeLabelsWork, NodeMarker
 from bke.contracts.agent import CommandResult
 from bke.contracts.apply import APPLY_CLUSTER, ApplyCluster
-from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, CertsFailed, CertsRenewed
+from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CertsFailed, CertsIssued, CertsRenewed
 from bke.contracts.membership import JOIN_NODES_FINISHED, REMOVE_NODES_FINISHED, JoinNodesFinished, RemoveNodesFinished
 from bke.contracts.restore import RESTORE_ETCD, RESTORE_GET, RESTORE_PIECE
 from bke.contracts.status import StatusError
@@ -211,7 +211,10 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     svc.work_subscriber(REMOVE_NODES_FINISHED, "BKE_EVENTS", "upgrader-removals-finished",
                         typed(RemoveNodesFinished, membership.on_finished, svc.publish, svc.notify))
 
-    # the certs service's answers to an upgrade's renewal (other renewals are ignored)
+    # the certs service's answers to an upgrade's renewal or a changed spec's re-issue (others
+    # are ignored)
+    svc.work_subscriber(CERTS_ISSUED, "BKE_EVENTS", "upgrader-certs-issued",
+                        typed(CertsIssued, certs.on_issued, svc.publish, svc.notify))
     svc.work_subscriber(CERTS_RENEWED, "BKE_EVENTS", "upgrader-certs-renewed",
                         typed(CertsRenewed, certs.on_renewed, svc.publish, svc.notify))
     svc.work_subscriber(CERTS_FAILED, "BKE_EVENTS", "upgrader-certs-failed",

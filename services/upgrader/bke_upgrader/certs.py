@@ -5,6 +5,12 @@ bke.upgrade.certificates).
     certificates step  -> `RenewCerts` (origin upgrade: every instance the upgrade renews) on
                           the certs service's existing renewal path; the step waits
                           (TemporaryError) until its answer is recorded
+    certificates step  -> of a changed spec's run (`reissue`): the run's plan stored first
+      (apply)             (compare-and-swap, the plan it started from kept aside), then
+                          `IssueCerts` (purpose apply): the certs service ensures the PKI for
+                          the stored plan, re-issuing the leaves whose names change
+    certs issued       -> recorded like a renewal if it answers this run's re-issue: the
+                          re-issued instances, each with its node
     certs renewed      -> recorded (`bke:<c>:upgrade:certs`) if it answers this run's renewal
     certs failed       -> recorded as the failure (a renewal refused, or a node whose bundle
                           could not be re-sealed: its files would be the old ones); a failure
@@ -26,8 +32,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bke.contracts.agent import NewFile
-from bke.contracts.certs import RENEW_CERTS, CertsFailed, CertsRenewed, RenewCerts
+from bke.contracts.certs import ISSUE_CERTS, RENEW_CERTS, CertsFailed, CertsIssued, CertsRenewed, IssueCerts, RenewCerts
 from bke.errors import TemporaryError
+from bke.pki.instances import split_instance_id
 from bke.plan import Plan
 from bke.state.keys import upgrade_certs_key
 from bke.state.nodefiles import RedisNodeFiles
@@ -41,6 +48,7 @@ __all__ = ["UpgradeCerts", "renewal_id"]
 
 log = logging.getLogger("bke.upgrader.certs")
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
+StorePlan = Callable[[UpgradeRun, Plan], Awaitable[str]]
 STEP = "certificates"
 WAIT_S = 5.0  # ask again this often while the certs service has not answered (a kick comes first)
 
@@ -93,6 +101,24 @@ class UpgradeCerts:
                                                                           "request_id": run.request_id})
         raise TemporaryError(f"waiting for the certs service to renew {len(names)} certificate(s)", delay=WAIT_S)
 
+    async def reissue(self, run: UpgradeRun, step: StepRun, new: Plan, store_plan: StorePlan) -> None:
+        """A changed spec's certificates step, one pass further: done (with the certs service's
+        answer), or asked and waiting (TemporaryError). The certs service issues the names of the
+        plan it stores, so the run's plan is stored first (`store_plan`: kept aside and put back
+        if the run fails, as before a join); asking again is answered from the same ensure."""
+        answer = await self._answer_of(run)
+        if answer is not None:
+            ok = answer["status"] == "Renewed"
+            mark_local(step, ok, "" if ok else f"certificate re-issue failed: {answer.get('reason', '')}"[:2000])
+            return
+        await store_plan(run, new)
+        rid = renewal_id(run.request_id)
+        ask = IssueCerts(request_id=rid, cluster=run.cluster, purpose="apply")
+        await self.publish(ask.to_bytes(), ISSUE_CERTS, {"Nats-Msg-Id": f"issue:{run.cluster}:{rid}"})
+        log.info("re-issue of the certificates whose names change asked", extra={"cluster": run.cluster,
+                                                                                  "request_id": run.request_id})
+        raise TemporaryError("waiting for the certs service to re-issue the certificates whose names change", delay=WAIT_S)
+
     # the answers --------------------------------------------------------------
     async def _record(self, cluster: str, doc: dict[str, Any]) -> None:
         run = await self.store.load(cluster)
@@ -112,8 +138,18 @@ class UpgradeCerts:
         await self._record(ev.cluster, {"requestId": ev.request_id, "status": "Renewed",
                                         "certificates": {c.instance: c.nodes for c in ev.certificates}})
 
+    async def on_issued(self, ev: CertsIssued) -> None:
+        """A changed spec's re-issue answered: each re-issued leaf with the node it is placed on
+        (a cluster-wide leaf has none: no node step carries it, see `files_for`)."""
+        if not ev.request_id.startswith("upgrade-"):
+            return  # an install's, a retry's or a join's
+        owners = {iid: split_instance_id(iid)[1] for iid in ev.reissued}
+        await self._record(ev.cluster, {"requestId": ev.request_id, "status": "Renewed",
+                                        "certificates": {iid: [o] if o else [] for iid, o in owners.items()}})
+
     async def on_failed(self, ev: CertsFailed) -> None:
-        if ev.operation != "renewal" or not ev.request_id.startswith("upgrade-"):
+        # an upgrade's renewal, or a changed spec's re-issue (an ensure: operation install)
+        if ev.operation not in ("renewal", "install") or not ev.request_id.startswith("upgrade-"):
             return
         node = f"node {ev.node}: " if ev.node and ev.node not in ev.reason else ""
         await self._record(ev.cluster, {"requestId": ev.request_id, "status": "Failed", "reason": node + ev.reason})

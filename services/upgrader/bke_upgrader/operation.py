@@ -487,6 +487,12 @@ class Upgrades:
                         log.info("stored data converted: %s", ", ".join(r.kind for r in report.converted),
                                  extra={"cluster": run.cluster, "request_id": run.request_id})
                     mark_local(step, True)
+            elif step.name == "certificates" and run.request.get("kind") == "apply":
+                try:  # certificates whose names change (bke.lifecycle.apply_run: `_reissue`)
+                    await self.certs.reissue(run, step, new, self._store_plan)
+                except TemporaryError:
+                    await self._changed(run)
+                    raise
             elif step.name == "certificates":
                 if rbac_before_renewal(old.kubernetes_version, new.kubernetes_version):
                     # the target release's bootstrap RBAC before any certificate it re-issues
