@@ -83,13 +83,10 @@ def main(argv: list[str]) -> int:
             return lint_status
         if job == "full":
             env["BKE_FUZZ"] = "long"
-            cmd = [str(PY), "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", *rest]
+            cmd = [str(PY), "-m", "pytest", "-q", *rest]
         else:
-            # The CI tier: unit, contract, integration and end-to-end; `-m slow` variants are
-            # separate. Two workers: the lab tests (one xdist group, tests/conftest.py) one after
-            # another on one, every other test on the other, in the CPU the labs leave idle.
-            cmd = [str(PY), "-m", "pytest", "-q", "-m", "not slow", "-n", "2", "--dist", "loadgroup",
-                   "--durations=25", *rest]
+            # The CI tier: unit, contract, integration and end-to-end; `-m slow` variants are separate.
+            cmd = [str(PY), "-m", "pytest", "-q", "-m", "not slow", "--durations=25", *rest]
     elif job == "bench":
         cmd = [str(PY), str(ROOT / "bench" / "all.py"), *rest]
     else:

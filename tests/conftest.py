@@ -20,47 +20,6 @@ from nats.aio.client import Client as NatsClient
 from bke.runtime import EmbeddedRuntime
 
 
-# Tests that run a lab (agents on 127.0.x.y node addresses with fixed ports, real etcd members on
-# them) or stop and start shared processes: one work unit under `-n 2 --dist loadgroup` (`dev.py
-# test`), so they run one after another on one worker while the other worker takes every other
-# test. Two labs at once could bind the same node address and port. (The scheduler groups by
-# path: pytest-xdist 3.8's own `xdist_group` marker renames `item._nodeid`, which pytest 9.2 no
-# longer reads, so the marker groups nothing.)
-LAB_GROUP_DIRS = ("e2e", "faults")
-LAB_GROUP_FILES = frozenset({
-    "badinput/test_bus_corpus_services.py", "badinput/test_lab_preflight.py", "deploy/test_compose.py",
-    "integration/test_certs_etcd.py", "integration/test_dispatcher_etcd_join.py", "integration/test_identities_lab.py",
-    "integration/test_lab_fetch.py",
-})
-
-
-def runs_a_lab(nodeid: str) -> bool:
-    rel = nodeid.split("::", 1)[0].removeprefix("tests/")
-    return rel.split("/", 1)[0] in LAB_GROUP_DIRS or rel in LAB_GROUP_FILES
-
-
-class _LabScheduler:
-    """`--dist loadgroup` here: xdist's scope scheduling with every lab test in one scope (the
-    largest, so it is handed out first)."""
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: object) -> object:
-        if config.getvalue("dist") != "loadgroup":
-            return None
-        from xdist.scheduler import LoadScopeScheduling
-
-        class LabGroupScheduling(LoadScopeScheduling):
-            def _split_scope(self, nodeid: str) -> str:
-                return "lab" if runs_a_lab(nodeid) else nodeid
-
-        return LabGroupScheduling(config, log)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(_LabScheduler(), "bke-lab-scheduler")
-
-
 @pytest.fixture(scope="session")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRuntime]:
     """A started EmbeddedRuntime in a temp dir; ``runtime.info`` has the URLs. Stopped by PID."""
