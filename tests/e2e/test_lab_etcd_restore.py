@@ -28,7 +28,9 @@ from bke_agent.lablayout import LabLayout
 from .snapshot_helpers import bke, take_snapshots
 from .test_lab_install import assert_ran_once
 
-pytestmark = pytest.mark.e2e
+# the CI budget (30 minutes): run by `python3 dev.py full`; in CI the split upgrade restores one of
+# its snapshots into a fresh etcd (test_lab_upgrade) and tests/integration/test_etcd_snapshots.py
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 SEED = "examples/seed-3m1w.yaml"
 
 

@@ -121,6 +121,7 @@ async def _assert_decided_once(lab: Lab, nc) -> str:
     return phases[0]["requestId"]
 
 
+@pytest.mark.slow  # the CI budget (30 minutes): run by `python3 dev.py full`; replicas taking work once: tests/integration/test_dispatcher_replicas_once.py
 async def test_two_replicas_of_every_service_split_the_work_and_run_nothing_twice(replica_lab):
     lab = replica_lab(SEED, 2)
     c = lab.plan.cluster

@@ -2,8 +2,9 @@
 etcd; every service and agent its own process). Each case: the install finishes, no completed
 command runs twice (the agents' own execution logs), and every service is running at the end.
 
-The fast table runs in CI (each service at least once); `-m slow` adds every service at every
-point of the table.
+The fast table runs in CI as one install in which each of them is killed in turn, at its point;
+`-m slow` runs each of those kills in an install of its own, and every service at every point
+of the table.
 """
 from __future__ import annotations
 
@@ -22,13 +23,14 @@ from tests.e2e.lab_helpers import Lab
 pytestmark = pytest.mark.e2e
 SEED = "examples/seed-3m1w.yaml"
 
-# (process, the phase that is Running when it is killed). "agent:<host>" is that node's agent.
+# (process, the phase that is Running when it is killed), in phase order. "agent:<host>" is
+# that node's agent.
 FAST = [
     ("planner", "agents"),
     ("certs", "agents"),  # agents are registering: their bundles are being sealed
     ("renderer", "node-env"),
-    ("dispatcher", "control-plane-join"),
     ("agent:master1", "etcd"),  # its etcd command may be running
+    ("dispatcher", "control-plane-join"),
 ]
 POINTS = ("agents", "node-env", "etcd", "control-plane-init", "workers")
 SLOW = [(p, point) for p in ("planner", "certs", "renderer", "dispatcher", "agent:master2") for point in POINTS
@@ -49,6 +51,12 @@ def _kill(pid: int) -> None:
 
 async def _kill_at(lab: Lab, process: str, point: str) -> None:
     install = asyncio.create_task(lab.install(timeout=300))
+    await _kill_when(lab, process, point)
+    assert await install == 0, lab.out.getvalue()
+
+
+async def _kill_when(lab: Lab, process: str, point: str) -> None:
+    """SIGKILL `process` once phase `point` runs (or has run), and start it again."""
     await lab.wait_status(lambda d: lab.phase(d, point)["status"] in ("Running", "Succeeded"), 180, f"phase {point}")
     if process.startswith("agent:"):
         host = process.split(":", 1)[1]
@@ -61,7 +69,6 @@ async def _kill_at(lab: Lab, process: str, point: str) -> None:
         _kill(pid)
         lab.sup.ensure_services(lab.info, only=(process,))  # a new process, same Redis and streams
         assert lab.sup.pids()["services"][process] != pid
-    assert await install == 0, lab.out.getvalue()
 
 
 def _check_end(lab: Lab) -> None:
@@ -73,6 +80,19 @@ def _check_end(lab: Lab) -> None:
     assert not dead, f"services not running at the end: {dead}"
 
 
+async def test_each_process_killed_in_turn_during_one_install(lab):
+    """The fast table in one install (its points are in phase order): every service and an
+    agent SIGKILLed once, each at its point, and started again."""
+    install = asyncio.create_task(lab.install(timeout=300))
+    for process, point in FAST:
+        await _kill_when(lab, process, point)
+    assert await install == 0, lab.out.getvalue()
+    doc = await lab.status()
+    assert doc is not None and doc["status"] == "Succeeded"
+    _check_end(lab)
+
+
+@pytest.mark.slow  # one install per kill; CI kills them all in one install (above)
 @pytest.mark.parametrize(("process", "point"), FAST, ids=[f"{p}@{pt}" for p, pt in FAST])
 async def test_killed_and_restarted_mid_install(lab, process, point):
     await _kill_at(lab, process, point)

@@ -22,6 +22,11 @@ from .pods import PodPlan
 __all__ = ["PodStartError", "RealPod", "SimulatedPod"]
 
 STOP_TIMEOUT_S = 10.0
+# When the lab's kubelet itself stops (the agent stops: the lab's machine goes down), its pods get
+# this long before SIGKILL. An etcd leader whose peers stop at the same time (`bke lab down`)
+# otherwise waits about 7 s for a leadership transfer that cannot happen; etcd is crash-safe
+# (its WAL is fsynced per commit), so a machine going down may cut that short.
+SHUTDOWN_GRACE_S = 2.0
 
 
 class PodStartError(RuntimeError):
@@ -102,7 +107,7 @@ class SimulatedPod:
             await self.stop()
             raise PodStartError(f"cannot listen on {probe.host}:{probe.port}: {exc.strerror or exc}") from None
 
-    async def stop(self) -> None:
+    async def stop(self, grace_s: float = STOP_TIMEOUT_S) -> None:
         for server in self.servers:
             await server.close()
         self.servers.clear()
@@ -152,7 +157,7 @@ class RealPod:
         except httpx.HTTPError:
             return False
 
-    async def stop(self) -> None:
+    async def stop(self, grace_s: float = STOP_TIMEOUT_S) -> None:
         if self.proc is not None:
-            await asyncio.to_thread(stop_pid, self.proc.pid, STOP_TIMEOUT_S)
+            await asyncio.to_thread(stop_pid, self.proc.pid, grace_s)
             self.proc = None

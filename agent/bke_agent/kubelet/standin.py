@@ -39,7 +39,7 @@ from ..fsutil import write_atomic
 from ..lablayout import LabLayout
 from .healthz import KubeletHealthz
 from .pods import ETCD_BINARIES_ENV, PodError, PodPlan, check_files, ensure_volumes, etcd_version_of, lab_etcd_binaries, local_binary, plan_pod
-from .running import PodStartError, RealPod, SimulatedPod
+from .running import SHUTDOWN_GRACE_S, STOP_TIMEOUT_S, PodStartError, RealPod, SimulatedPod
 
 __all__ = ["KubeletStandIn"]
 
@@ -102,8 +102,8 @@ class KubeletStandIn:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         await self.healthz.stop()
-        for pod in list(self.pods.values()):
-            await self._stop_pod(pod, "kubelet stopped")
+        # the machine goes down: every pod at once, each given a short grace (SHUTDOWN_GRACE_S)
+        await asyncio.gather(*(self._stop_pod(pod, "kubelet stopped", SHUTDOWN_GRACE_S) for pod in list(self.pods.values())))
         self.pods.clear()
 
     async def _run(self) -> None:
@@ -233,9 +233,9 @@ class KubeletStandIn:
         pod.phase, pod.reason, pod.next_try, pod.ready = "Failed", reason, time.monotonic() + retry_in, False
         self._write(pod)
 
-    async def _stop_pod(self, pod: _Pod, why: str) -> None:
+    async def _stop_pod(self, pod: _Pod, why: str, grace_s: float = STOP_TIMEOUT_S) -> None:
         if pod.running is not None:
-            await pod.running.stop()
+            await pod.running.stop(grace_s)
             pod.running = None
         pod.phase, pod.reason, pod.ready = "Stopped", why, False
         log.info("pod stopped: %s", why, extra={**self.ids, "pod": pod.name})
