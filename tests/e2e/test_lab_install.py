@@ -199,6 +199,7 @@ async def test_failed_step_reported_then_fixed_and_retried(lab_factory):
     assert "seed/node-env/node1/1" in after and "seed/node-env/master1/1" not in after
 
 
+@pytest.mark.slow  # the CI budget (30 minutes): run by `python3 dev.py full`
 async def test_health_is_kept_current_after_the_install(lab_factory, monkeypatch):
     monkeypatch.setenv("BKE_DISPATCHER_HEALTH_INTERVAL_S", "1")
     lab = lab_factory(SEED)

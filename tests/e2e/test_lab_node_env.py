@@ -14,7 +14,7 @@ from bke.artefacts import CNI_PLUGINS
 from bke.binary_placeholder import lab_binary_bytes
 from bke_agent.lablayout import LabLayout
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # the CI budget (30 minutes): run by `python3 dev.py full`
 SEED = "examples/seed-3m1w.yaml"
 
 

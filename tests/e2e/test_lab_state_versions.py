@@ -15,7 +15,7 @@ from bke.state.schema import RECORDS
 
 from .test_cert_rotation import _bke, _seed_copy
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # the CI budget (30 minutes): run by `python3 dev.py full`
 
 
 async def test_a_lab_install_and_rotation_store_every_record_with_its_version(lab_factory, tmp_path: Path):

@@ -159,4 +159,4 @@ def test_typed_models_reject_broken_files(kind: str, host: str, path: str, old: 
 def test_templates_are_strict_about_missing_parameters() -> None:
     ts = template_set(resolve_versions(plan_of(golden_spec("1.33"))))
     with pytest.raises(jinja2.UndefinedError, match="advertise_address"):
-        ts.render("k8s/kube-apiserver.yaml.j2", SchedulerPod(image="x", flags=[], port=1, kubeconfig="/k"))
+        ts.render("k8s/kube-apiserver.yaml.j2", SchedulerPod(image="x", flags=[], port=1, kubeconfig="/k", certificate_names="x"))
