@@ -2,7 +2,7 @@
 new names restart it and nothing else does."""
 from __future__ import annotations
 
-from bke.pki.pod_certs import POD_CERTS, names_digest, pod_of
+from bke.pki.pod_certs import NAMES_ANNOTATION, POD_CERTS, names_digest, pod_of
 from bke.render.context import RenderInputs
 from bke.render.render import render_cluster
 
@@ -29,7 +29,7 @@ def test_the_rendered_manifest_carries_the_digest():
     path = "/etc/kubernetes/manifests/kube-apiserver.yaml"
     fa, fb = ra.file(path), rb.file(path)
     assert fa is not None and fb is not None
-    assert f'bke.bocloud.com/certificate-names: "{names_digest(a, "master1", "kube-apiserver")}"'.encode() in fa.content
+    assert f'{NAMES_ANNOTATION}: "{names_digest(a, "master1", "kube-apiserver")}"'.encode() in fa.content
     assert fa.content != fb.content
     kcm = "/etc/kubernetes/manifests/kube-controller-manager.yaml"
     assert ra.file(kcm) == rb.file(kcm)
