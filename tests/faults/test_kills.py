@@ -86,6 +86,7 @@ async def test_each_process_killed_in_turn_during_one_install(lab):
     install = asyncio.create_task(lab.install(timeout=300))
     for process, point in FAST:
         await _kill_when(lab, process, point)
+        assert not install.done(), f"the install ended before {process} was killed at {point}"
     assert await install == 0, lab.out.getvalue()
     doc = await lab.status()
     assert doc is not None and doc["status"] == "Succeeded"
