@@ -153,6 +153,22 @@ class _Context:
         return self.endpoint_url
 
 
+def _selected(plan: Plan, hosts: Iterable[str] | None) -> list[NodePlan]:
+    """The plan's nodes named in `hosts` (None: all), in plan order. One node is looked up, not
+    scanned for: its bundle and each of its static pods' certificate names (bke.pki.pod_certs,
+    every master's render) ask for one node, and a scan of a 10,000-node plan each time made a
+    render of many masters quadratic."""
+    if hosts is None:
+        return list(plan.nodes)
+    wanted = set(hosts)
+    if len(wanted) == 1:
+        try:
+            return [plan.node(next(iter(wanted)))]
+        except KeyError:
+            return []
+    return [n for n in plan.nodes if n.hostname in wanted]
+
+
 def desired_instances(plan: Plan, hosts: Iterable[str] | None = None, *,
                       kubernetes: str | None = None) -> list[Instance]:
     """Every instance the plan needs, CA rows first (table order, then node order).
@@ -163,12 +179,10 @@ def desired_instances(plan: Plan, hosts: Iterable[str] | None = None, *,
     """
     ctx = _Context(plan)
     release = kubernetes or plan.kubernetes_version
-    wanted = None if hosts is None else set(hosts)
     with_trait: dict[str, list[NodePlan]] = {}  # placement word -> its nodes, in plan order
-    for node in plan.nodes:
-        if wanted is None or node.hostname in wanted:
-            for trait in node_traits(node):
-                with_trait.setdefault(trait, []).append(node)
+    for node in _selected(plan, hosts):
+        for trait in node_traits(node):
+            with_trait.setdefault(trait, []).append(node)
     out: list[Instance] = []
     for spec in CERTS:
         if not _row_active(spec, ctx.etcd_names):
@@ -220,13 +234,10 @@ def node_file_refs(plan: Plan, hosts: Iterable[str] | None = None) -> dict[str, 
     node), and cluster-wide files are the same FileRef object on every node.
     """
     etcd_names = {e.name for e in plan.etcd_clusters}
-    wanted = None if hosts is None else set(hosts)
     rows = [(spec, list(_places(spec))) for spec in CERTS if _row_active(spec, etcd_names)]
     templates: dict[frozenset[str], list[tuple[FileRef, bool]]] = {}
     out: dict[str, list[FileRef]] = {}
-    for node in plan.nodes:
-        if wanted is not None and node.hostname not in wanted:
-            continue
+    for node in _selected(plan, hosts):
         traits = node_traits(node)
         template = templates.get(traits)
         if template is None:

@@ -21,7 +21,7 @@ import json
 from ..plan import Plan
 from .instances import desired_instances
 
-__all__ = ["POD_CERTS", "NAMES_ANNOTATION", "names_digest", "pod_of", "pod_rows"]
+__all__ = ["POD_CERTS", "NAMES_ANNOTATION", "names_digest", "names_digests", "pod_of", "pod_rows"]
 
 NAMES_ANNOTATION = "bke.bocloud.com/certificate-names"
 
@@ -39,14 +39,24 @@ def pod_rows(pod: str, group: str = "") -> tuple[str, ...]:
     return tuple(r.format(group=group) for r in POD_CERTS.get(pod, ()))
 
 
+def names_digests(plan: Plan, hostname: str) -> dict[tuple[str, str], str]:
+    """(static pod, etcd cluster or "") -> a short digest of the names (subject, SANs, kubeconfig
+    server) of the certificates that pod reads on `hostname`, as `plan` issues them (at its
+    Kubernetes release); every pod from one pass over the node's certificates (a render asks
+    for each static pod of each master)."""
+    mine = [i for i in desired_instances(plan, (hostname,)) if i.owner == hostname]
+    out = {}
+    for pod in POD_CERTS:
+        for group in ([c.name for c in plan.etcd_clusters] if pod == "etcd" else [""]):
+            rows = set(pod_rows(pod, group))
+            names = sorted((i.id, i.cn, list(i.o), list(i.dns), list(i.ips), i.server) for i in mine if i.spec.name in rows)
+            out[(pod, group)] = hashlib.sha256(json.dumps(names, separators=(",", ":")).encode()).hexdigest()[:16]
+    return out
+
+
 def names_digest(plan: Plan, hostname: str, pod: str, group: str = "") -> str:
-    """A short digest of the names (subject, SANs, kubeconfig server) of the certificates `pod`
-    reads on `hostname`, as `plan` issues them (at its Kubernetes release)."""
-    rows = set(pod_rows(pod, group))
-    names = sorted((i.id, i.cn, list(i.o), list(i.dns), list(i.ips), i.server)
-                   for i in desired_instances(plan, (hostname,))
-                   if i.spec.name in rows and i.owner == hostname)
-    return hashlib.sha256(json.dumps(names, separators=(",", ":")).encode()).hexdigest()[:16]
+    """`names_digests` of one static pod."""
+    return names_digests(plan, hostname)[(pod, group)]
 
 
 def pod_of(row: str, etcd_clusters: list[str] | tuple[str, ...]) -> tuple[str, str] | None:

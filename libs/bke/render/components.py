@@ -5,7 +5,6 @@ presets and extraArgs are merged on top in Ctx.flags.
 from __future__ import annotations
 
 from ..paths import CONTROLLER_MANAGER_CONF, MANIFESTS_DIR, PKI_DIR, SCHEDULER_CONF
-from ..pki.pod_certs import names_digest
 from ..plan import EtcdClusterPlan, NodePlan
 from .args import format_flags
 from .context import Ctx, loopback_of, url_host
@@ -82,7 +81,7 @@ def etcd_pod(ctx: Ctx, node: NodePlan, cluster_name: str) -> Emit:
         advertise_client_url=m.client_url,
         probe_host=loopback_of(node.ip),
         livez=gate_open("etcd", "endpoint", "/livez", ctx.versions),
-        certificate_names=names_digest(ctx.plan, node.hostname, "etcd", cluster.name),
+        certificate_names=ctx.certificate_names(node, "etcd", cluster.name),
     )
     return [(f"{MANIFESTS_DIR}/{cluster.manifest}", params)]
 
@@ -132,7 +131,7 @@ def apiserver_pod(ctx: Ctx, node: NodePlan) -> Emit:
         advertise_address=node.ip,
         port=PORTS["kube-apiserver"],
         pki_dir=PKI_DIR,
-        certificate_names=names_digest(ctx.plan, node.hostname, "kube-apiserver"),
+        certificate_names=ctx.certificate_names(node, "kube-apiserver"),
     )
     return [(f"{MANIFESTS_DIR}/kube-apiserver.yaml", params)]
 
@@ -170,7 +169,7 @@ def controller_manager_pod(ctx: Ctx, node: NodePlan) -> Emit:
         port=PORTS["kube-controller-manager"],
         pki_dir=PKI_DIR,
         kubeconfig=CONTROLLER_MANAGER_CONF,
-        certificate_names=names_digest(ctx.plan, node.hostname, "kube-controller-manager"),
+        certificate_names=ctx.certificate_names(node, "kube-controller-manager"),
     )
     return [(f"{MANIFESTS_DIR}/kube-controller-manager.yaml", params)]
 
@@ -194,6 +193,6 @@ def scheduler_pod(ctx: Ctx, node: NodePlan) -> Emit:
         flags=format_flags(flags),
         port=PORTS["kube-scheduler"],
         kubeconfig=SCHEDULER_CONF,
-        certificate_names=names_digest(ctx.plan, node.hostname, "kube-scheduler"),
+        certificate_names=ctx.certificate_names(node, "kube-scheduler"),
     )
     return [(f"{MANIFESTS_DIR}/kube-scheduler.yaml", params)]

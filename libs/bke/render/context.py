@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..flagrules import family_of, flag_verdict
+from ..pki.pod_certs import names_digests
 from ..plan import NodePlan, Plan
 from ..spec.models import BKENodeSpec, Cluster
 from .args import COMPONENT_FIELDS, merge_args
@@ -111,6 +112,18 @@ class Ctx:
 
     def node_spec(self, hostname: str) -> BKENodeSpec:
         return self._node_specs[hostname]
+
+    @functools.cached_property
+    def _certificate_names(self) -> dict[str, dict[tuple[str, str], str]]:
+        return {}
+
+    def certificate_names(self, node: NodePlan, pod: str, group: str = "") -> str:
+        """The digest of the certificate names static pod `pod` (of etcd cluster `group`) reads
+        on `node` (bke.pki.pod_certs), worked out once per node for all its pods."""
+        digests = self._certificate_names.get(node.hostname)
+        if digests is None:
+            digests = self._certificate_names[node.hostname] = names_digests(self.plan, node.hostname)
+        return digests[(pod, group)]
 
     @functools.cached_property
     def _running(self) -> dict[str, list[NodePlan]]:
