@@ -77,13 +77,20 @@ class UpgradeCerts:
         return doc if doc is not None and doc.get("requestId") == renewal_id(run.request_id) else None
 
     # the local step ---------------------------------------------------------
+    async def _settled(self, run: UpgradeRun, step: StepRun, what: str) -> bool:
+        """Whether the certs service answered this run: the step marked done or failed with its
+        reason ("certificate <what> failed: ..."); False while it has not."""
+        answer = await self._answer_of(run)
+        if answer is None:
+            return False
+        ok = answer["status"] == "Renewed"
+        mark_local(step, ok, "" if ok else f"certificate {what} failed: {answer.get('reason', '')}"[:2000])
+        return True
+
     async def renew(self, run: UpgradeRun, step: StepRun, plan: Plan) -> None:
         """Carry the certificates step one pass further: done (succeeded or failed with the
         certs service's reason), or asked and waiting (TemporaryError)."""
-        answer = await self._answer_of(run)
-        if answer is not None:
-            ok = answer["status"] == "Renewed"
-            mark_local(step, ok, "" if ok else f"certificate renewal failed: {answer.get('reason', '')}"[:2000])
+        if await self._settled(run, step, "renewal"):
             return
         names = renewed_instances(plan, _expanded(run))
         if not names:
@@ -106,10 +113,7 @@ class UpgradeCerts:
         answer), or asked and waiting (TemporaryError). The certs service issues the names of the
         plan it stores, so the run's plan is stored first (`store_plan`: kept aside and put back
         if the run fails, as before a join); asking again is answered from the same ensure."""
-        answer = await self._answer_of(run)
-        if answer is not None:
-            ok = answer["status"] == "Renewed"
-            mark_local(step, ok, "" if ok else f"certificate re-issue failed: {answer.get('reason', '')}"[:2000])
+        if await self._settled(run, step, "re-issue"):
             return
         await store_plan(run, new)
         rid = renewal_id(run.request_id)
