@@ -189,6 +189,11 @@ def health_steps(plan: Plan, node: NodePlan, components: tuple[str, ...], timeou
         # every node, workers and etcd-only nodes (a standalone kubelet) included
         out.append(WaitHealth(id="health:kubelet", url=f"http://127.0.0.1:{PORTS['kubelet-healthz']}/healthz",
                               expect_body="ok", timeout_s=timeout_s))
+    if "haproxy" in node.components and "haproxy" in components:
+        # haproxy.cfg's `monitor-uri` frontend on loopback (templates/common/haproxy.cfg.j2): it
+        # answers 200 once haproxy runs with its configuration, whatever its backends' state
+        out.append(WaitHealth(id="health:haproxy", url=f"http://127.0.0.1:{PORTS['haproxy-healthz']}/healthz",
+                              timeout_s=timeout_s))
     for comp, url in (
         ("kube-apiserver", "https://127.0.0.1:6443/livez"),
         ("kube-controller-manager", "https://127.0.0.1:10257/healthz"),

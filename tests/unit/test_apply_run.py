@@ -135,14 +135,31 @@ def test_two_stacked_masters_leave_their_etcd_members_first_then_the_apiserver_r
     assert o.steps[-1].step == "remove-nodes" and o.steps[-1].batches == (("master2", "master3"),)
 
 
-def test_a_load_balanced_control_plane_scale_out_is_refused_by_its_load_balancer_files():
+def _without(text: str, name: str) -> str:
+    head, tail = text.split(f"---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {{name: {name}}}")
+    return head + "---" + tail.split("---", 1)[1]
+
+
+def test_a_master_joining_a_vip_cluster_rolls_every_master_s_load_balancer_before_it_joins():
     split = plan(SPLIT)
-    extra = _node("master9", "10.0.0.99", "[master]")
-    out = plan_spec_text(SPLIT + extra, "t")
-    if not out.ok:  # the split example's address plan: no room for another master here
-        pytest.skip(f"split example takes no extra master: {out.errors[0].message}")
-    d, o = order_of(split, SPLIT + extra)
-    assert o.steps == () and any("haproxy" in r.message or "keepalived" in r.message for r in o.refusals), o.refusals
+    d, o = order_of(split, SPLIT + _node("m6", "127.0.20.6", "[master, apiserver]"))
+    assert not o.refusals, o.refusals
+    # haproxy gains a backend and keepalived a peer (and new priorities) on every master; the
+    # new master gets its own load balancer in its join (the install's load-balancer phase)
+    rolled = {(a.host, a.detail) for a in d.actions if a.kind == "roll"}
+    assert rolled == {(f"m{i}", c) for i in range(1, 6) for c in ("haproxy", "keepalived")}
+    assert steps(o) == [("pre-checks", "", (), False),
+                        ("load-balancer", "", (("m1",), ("m2",), ("m3",), ("m4",), ("m5",)), False),
+                        ("join-nodes", "", (("m6",),), False)]
+
+
+def test_a_leaving_master_stops_its_load_balancer_first_then_the_others_roll_then_it_is_removed():
+    split = plan(SPLIT)
+    d, o = order_of(split, _without(SPLIT, "big-m3"))
+    assert not o.refusals, o.refusals
+    assert steps(o) == [("pre-checks", "", (), False),
+                        ("load-balancer", "", (("m3",), ("m1",), ("m2",), ("m4",), ("m5",)), False),
+                        ("remove-nodes", "", (("m3",),), False)]
 
 
 SANS = "      certificates: {keyAlgorithm: ECDSA-P256}\n      apiServer: {certSANs: [api.seed.example.com]}\n"
@@ -186,12 +203,12 @@ def test_every_diff_kind_has_a_handler_or_a_refusal():
     assert not set(HANDLERS) & set(NOT_BUILT)
 
 
-def test_a_load_balancer_roll_is_refused_not_half_done():
+def test_a_vrrp_change_rolls_keepalived_on_each_master_one_at_a_time():
     split = plan(SPLIT)
     d, o = order_of(split, SPLIT.replace("virtualRouterId: 77", "virtualRouterId: 78"))
-    assert any(a.detail == "keepalived" for a in d.actions)
-    assert o.steps == ()
-    assert any("rolling keepalived" in r.message for r in o.refusals)
+    assert {a.detail for a in d.actions if a.kind == "roll"} == {"keepalived"}
+    assert steps(o) == [("pre-checks", "", (), False),
+                        ("load-balancer", "", (("m1",), ("m2",), ("m3",), ("m4",), ("m5",)), False)]
 
 
 def _grow_spec(events: tuple[str, ...]) -> str:

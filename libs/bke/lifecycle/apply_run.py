@@ -19,7 +19,9 @@ the run's last two steps. So an apply that only adds workers sends no command to
 An etcd cluster whose members change gets its membership steps right after its snapshot, a new
 member's node joining between its learner add and its promotion (`member_sequences`); a
 control-plane component moved between masters starts where it goes before it stops where it
-leaves.
+leaves. A master joining or leaving a cluster with a VIP endpoint changes the load balancer on
+every master (`LB_STEP`): a leaving master's haproxy and keepalived stop first, then each other
+master's roll, one at a time.
 
 A kind without a handler refuses the whole apply, naming it (`NOT_BUILT`): an apply never does
 half of a change. Pure: no I/O, no clock.
@@ -35,12 +37,13 @@ from ..plan import Plan
 from ..plan.models import NodePlan
 from ..node_steps import health_steps
 from ..spec.roles import CONTROL_PLANE_ROLES, is_master
-from ..upgrade.order import MAX_UNAVAILABLE, MEMBER_BY_MEMBER, ORDER, ExpandedStep, parse_max_unavailable
+from ..upgrade.node_commands import LB_STEP
+from ..upgrade.order import MAX_UNAVAILABLE, MEMBER_BY_MEMBER, ONE_AT_A_TIME, ORDER, ExpandedStep, Step, parse_max_unavailable
 from .diff import Action, ClusterDiff, Refusal, component_of
 from .etcd_members import MemberSequence, MemberStep, agent_step, member_sequences
 
 __all__ = ["APPLY_STEPS", "ETCD_ADD", "ETCD_HEALTH", "ETCD_PROMOTE", "ETCD_REMOVE", "HANDLERS", "JOIN_STEP",
-           "LABELS_STEP", "MEMBER_NODE_STEPS", "MEMBERSHIP_BATCH", "NOT_BUILT", "REMOVE_STEP", "ApplyOrder", "StepWork",
+           "LABELS_STEP", "LB_STEP", "MEMBER_NODE_STEPS", "MEMBERSHIP_BATCH", "NOT_BUILT", "REMOVE_STEP", "ApplyOrder", "StepWork",
            "apply_order", "member_commands", "member_group", "member_join", "parse_member_group"]
 
 LABELS_STEP = "labels"
@@ -51,8 +54,8 @@ JOIN_STEP = "join-nodes"
 # (pre-checks, local) and the two cluster-wide steps done through the API, then the removals
 # and the joins (each a request to the dispatcher).
 APPLY_STEPS: tuple[str, ...] = ("pre-checks", "etcd-snapshots", CERTS_STEP, "etcd-members", "etcd", "kube-apiserver", "kube-controller-manager",
-                                "kube-scheduler", "masters-runtime", "workers", "addons", LABELS_STEP, REMOVE_STEP,
-                                JOIN_STEP)
+                                "kube-scheduler", LB_STEP, "masters-runtime", "workers", "addons", LABELS_STEP,
+                                REMOVE_STEP, JOIN_STEP)
 MEMBERSHIP_BATCH = 1000  # nodes per JoinNodes / RemoveNodes (the contract's MAX_NODES)
 # An etcd cluster's membership changes (bke.lifecycle.etcd_members.member_sequences), one run
 # step per membership step, each of group "<etcd cluster>:<member>": the member added as a
@@ -73,7 +76,17 @@ def parse_member_group(group: str) -> tuple[str, str]:
     """(etcd cluster, member) of a membership step's group; ("", "") for another step's group."""
     cluster, _, member = group.partition(":")
     return (cluster, member) if member else ("", "")
-_ROW = {s.name: s for s in ORDER}
+# The control-plane load balancer (haproxy + keepalived on every master, for a VIP endpoint):
+# haproxy.cfg lists every apiserver and keepalived.conf every master (its unicast peers, and
+# priorities that depend on how many there are), so a master joining or leaving changes both on
+# every master. One master at a time, like the static pods: the VIP and the other masters'
+# haproxy keep serving while one restarts. Before the removals (a leaving master's apiserver
+# leaves every load balancer before it stops) and before the joins (a backend that is not there
+# yet is only marked down by haproxy's check until it answers).
+_LB_ROW = Step(LB_STEP, "haproxy and keepalived on every master whose backends or VRRP peers change, one at a time",
+               ONE_AT_A_TIME, lambda p: p.nodes_running("keepalived"), lambda c: False)
+_ROW = {**{s.name: s for s in ORDER}, LB_STEP: _LB_ROW}
+_LB = ("haproxy", "keepalived")
 _STATIC_PODS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 MANIFESTS = "/etc/kubernetes/manifests"
 _RUNTIME = ("kubelet", "containerd", "node-env")
@@ -121,7 +134,9 @@ def _roll(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action
         elif comp in _RUNTIME:
             side = is_master(node.roles) or not node.registers  # masters and etcd-only nodes first
             work.append(StepWork("masters-runtime" if side else "workers", "", (a.host,)))
-        else:  # haproxy, keepalived (its VRRP secret), certificates and kubeconfigs (sealed files)
+        elif comp in _LB:
+            work.append(StepWork(LB_STEP, "", (a.host,)))
+        else:  # certificates and kubeconfigs (sealed files: _reissue's)
             refusals.append(Refusal("NotBuilt", f"rolling {comp} on {a.host} is not supported by this build yet"))
     return refusals or work
 
@@ -186,9 +201,9 @@ def _node_change(plan: Plan, diff: ClusterDiff, actions: tuple[Action, ...], ste
                  added: bool) -> list[StepWork] | list[Refusal]:
     """Nodes that join (`added`) or leave: workers, etcd members and masters alike. What else
     changes with them is each other action's own: an etcd member's membership steps (below), the
-    rolls of files that list them (an apiserver's --etcd-servers), certificates whose names
-    change and load-balancer files (both refused by name: not built), so a control-plane scale
-    out or in is carried out only when nothing else it touches is refused."""
+    rolls of files that list them (an apiserver's --etcd-servers, haproxy's backends, keepalived's
+    peers), certificates whose names change (a re-issue, or refused by name where not built), so a
+    control-plane scale out or in is carried out only when nothing else it touches is refused."""
     hosts = list(dict.fromkeys(a.host for a in actions))
     if added:  # a new etcd member joins inside its cluster's membership steps, between add and promote
         hosts = [h for h in hosts if not (_control_plane(plan.node(h)) and _members_changing(diff, h, True))]
@@ -201,8 +216,12 @@ def _join(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action
 
 def _remove(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action, ...]) -> list[StepWork] | list[Refusal]:
     # drain, remove-node and reset of a node: the dispatcher's RemoveNodes does all three (an
-    # etcd member's after the membership steps took it out of its cluster)
-    return _node_change(current, diff, actions, REMOVE_STEP, added=False)
+    # etcd member's after the membership steps took it out of its cluster). A leaving master
+    # that runs the load balancer stops it first, in the load-balancer step before the others'
+    # roll: its keepalived gives the VIP up while the other masters still list it as a peer.
+    out = _node_change(current, diff, actions, REMOVE_STEP, added=False)
+    leaving = tuple(dict.fromkeys(a.host for a in actions if any(_runs(current, a.host, c) for c in _LB)))
+    return [*out, StepWork(LB_STEP, "", leaving)] if leaving and out else out
 
 
 def _members(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action, ...]) -> list[StepWork] | list[Refusal]:
@@ -339,6 +358,8 @@ def _expand(current: Plan, desired: Plan, work: list[StepWork], max_unavailable:
                 continue
             if name in _STATIC_PODS:  # a moved component starts where it goes before it stops where it leaves
                 hosts.sort(key=lambda h: (h in current.node_index[1] and not _runs(desired, h, name), rank[h]))
+            if name == LB_STEP:  # the leaving masters' load balancers stop before the others change
+                hosts.sort(key=lambda h: (h in desired.node_index[1], rank[h]))
             row = _ROW[name]
             size = parse_max_unavailable(max_unavailable, len(hosts)) if row.batching == MAX_UNAVAILABLE else 1
             assert row.batching in (MAX_UNAVAILABLE, MEMBER_BY_MEMBER) or size == 1

@@ -4,6 +4,7 @@ when the endpoint is a VIP.
 """
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 
@@ -16,10 +17,12 @@ from .errors import RenderRejected
 from .layout import (CONTAINERD_BIN, CONTAINERD_CERTS_D, CONTAINERD_CONFIG, CONTAINERD_UNIT, CONTAINERD_SOCKET, HAPROXY_CFG, IMAGES, KEEPALIVED_CHECK,
                      KEEPALIVED_CONF, KUBELET_BIN, KUBELET_UNIT, PKI, PORTS)
 from .params import (Backend, CheckScript, ContainerdConfig, ContainerdUnit, HaproxyCfg, HaproxyPod, HostEntry, HostsToml,
-                     KeepalivedConf, KeepalivedPod, KubeletConfig, KubeletUnit, Taint)
+                     KeepalivedConf, KeepalivedPod, KubeletConfig, KubeletUnit, Params, Taint)
 
 __all__ = [
+    "CONFIG_ANNOTATION",
     "check_script",
+    "config_digest",
     "containerd_config",
     "haproxy_cfg",
     "haproxy_pod",
@@ -32,6 +35,14 @@ __all__ = [
 ]
 
 Emit = list[tuple[str, object]]
+# The load balancer's static pods mount their configuration from the host (haproxy.cfg,
+# keepalived.conf), so a new configuration alone would change nothing the kubelet watches: the
+# pod keeps running the old one (neither daemon re-reads its file unasked). The manifest carries
+# a digest of what the configuration is made from, so a changed configuration is a changed
+# manifest and the kubelet restarts the pod (Helm's "checksum/config" annotation, for the same
+# reason). An apply that adds or removes a master rolls both on every master this way
+# (bke.lifecycle.apply_run).
+CONFIG_ANNOTATION = "bke.bocloud.com/config-digest"
 _REGISTRY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:\d{1,5})?$")
 _SYSTEMD_SPECIAL = re.compile(r'[\s"\'\\$%;]')
 
@@ -139,10 +150,23 @@ def haproxy_cfg(ctx: Ctx, node: NodePlan) -> Emit:
     return [(HAPROXY_CFG, HaproxyCfg(frontend_port=port, health_port=PORTS["haproxy-healthz"], backends=backends))]
 
 
+def config_digest(emitted: Emit, leave_out: frozenset[str] = frozenset()) -> str:
+    """sha256 over the parameters of the files a pod mounts, each file's `leave_out` fields
+    aside. Over the parameters, not the rendered text, so that a secret among them (the VRRP
+    password, the same for the cluster's whole life) stays out of a manifest anyone on the node
+    can read: the digest of a short password and a known config would give the password away."""
+    h = hashlib.sha256()
+    for path, params in emitted:
+        assert isinstance(params, Params)
+        h.update(f"{path}\0{params.model_dump_json(exclude=set(leave_out))}\0".encode())
+    return "sha256:" + h.hexdigest()
+
+
 def haproxy_pod(ctx: Ctx, node: NodePlan) -> Emit:
     _, port = _endpoint(ctx)
     return [(f"{MANIFESTS_DIR}/haproxy.yaml", HaproxyPod(image=IMAGES["haproxy"], config_path=HAPROXY_CFG,
-                                                         frontend_port=port, health_port=PORTS["haproxy-healthz"]))]
+                                                         frontend_port=port, health_port=PORTS["haproxy-healthz"],
+                                                         config_digest=config_digest(haproxy_cfg(ctx, node))))]
 
 
 def keepalived_conf(ctx: Ctx, node: NodePlan) -> Emit:
@@ -174,8 +198,9 @@ def keepalived_conf(ctx: Ctx, node: NodePlan) -> Emit:
 
 
 def keepalived_pod(ctx: Ctx, node: NodePlan) -> Emit:
+    digest = config_digest([*keepalived_conf(ctx, node), *check_script(ctx, node)], frozenset({"password"}))
     return [(f"{MANIFESTS_DIR}/keepalived.yaml", KeepalivedPod(image=IMAGES["keepalived"], config_path=KEEPALIVED_CONF,
-                                                               check_path=KEEPALIVED_CHECK))]
+                                                               check_path=KEEPALIVED_CHECK, config_digest=digest))]
 
 
 def check_script(ctx: Ctx, node: NodePlan) -> Emit:

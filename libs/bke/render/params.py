@@ -90,6 +90,7 @@ class HaproxyPod(Params):
     config_path: str
     frontend_port: int
     health_port: int
+    config_digest: str  # node_files.config_digest of haproxy.cfg's inputs: a new config restarts the pod
 
 
 class KeepalivedConf(Params):
@@ -114,6 +115,7 @@ class KeepalivedPod(Params):
     image: str
     config_path: str
     check_path: str
+    config_digest: str  # of keepalived.conf's inputs but its password, and the check script's
 
 
 class CheckScript(Params):

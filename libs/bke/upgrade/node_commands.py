@@ -14,13 +14,17 @@ Which file belongs to which step:
 - masters-runtime / workers: everything else of the node environment (containerd and kubelet
   configuration, units) and the binaries whose URL changed (a new version is a new URL), then
   containerd and the kubelet are restarted and the kubelet's /healthz waited for.
-Load-balancer files (haproxy, keepalived) are not part of an upgrade: nothing in them depends on
-the versions, and their rendered VRRP password is the renderer's secret.
+- load-balancer (a changed spec's, never an upgrade's: nothing in these files depends on the
+  versions): haproxy's and keepalived's files where they change (a master joined or left:
+  backends, VRRP peers and priorities), keepalived.conf sealed to the node's agent (it holds the
+  cluster's VRRP password), haproxy probed on its monitor URI; on a master that leaves, its
+  keepalived manifest then haproxy's taken away, so the VIP moves to a master that stays before
+  its haproxy stops.
 """
 from __future__ import annotations
 
 import base64
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..contracts.agent import CheckHost, HealthProbe, NewFile, RemoveFile, ReplaceFiles, Step, UpdateAgent, WaitHealth
 from ..node_steps import artefacts_of, file_phase, health_steps
@@ -38,6 +42,10 @@ MANIFESTS = "/etc/kubernetes/manifests"
 COMPONENT_TIMEOUT_S = 180.0  # a new static pod: image pull, start, first healthy answer
 RUNTIME_EXTRA_S = 120.0  # a runtime replacement also downloads binaries and restarts two units
 POST_CHECK_TIMEOUT_S = 120.0
+LB_STEP = "load-balancer"  # bke.lifecycle.apply_run.LB_STEP (which imports this module)
+# keepalived's manifest first: its pod stopping gives the VIP up (a priority-0 advert) while
+# haproxy still answers on this master
+LB_MANIFESTS = (f"{MANIFESTS}/keepalived.yaml", f"{MANIFESTS}/haproxy.yaml")
 ALL_COMPONENTS = ("kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 RUNTIME_UNITS = ("containerd.service", "kubelet.service")
 
@@ -52,10 +60,27 @@ def changed_files(old: Mapping[str, RenderedFile], new: Mapping[str, RenderedFil
     return out
 
 
-def _new_file(f: RenderedFile) -> NewFile:
-    if f.secret:  # never inline a secret: the upgrade does not carry the node's sealed files
-        raise ValueError(f"{f.path}: a secret file cannot be replaced by an upgrade step")
+Seal = Callable[[bytes], bytes]  # clear bytes -> sealed to the receiving node's agent (bke.secrets.sealing)
+
+
+def _new_file(f: RenderedFile, seal: Seal | None = None) -> NewFile:
+    if f.secret:  # never inline a secret: sealed to the node's agent, or not sent at all
+        if seal is None:
+            raise ValueError(f"{f.path}: a secret file is sent only sealed to its node's agent")
+        return NewFile(path=f.path, mode=f.mode, sealed_b64=base64.b64encode(seal(f.content)).decode(), sha256=f.sha256)
     return NewFile(path=f.path, mode=f.mode, content_b64=base64.b64encode(f.content).decode(), sha256=f.sha256)
+
+
+def _load_balancer(old_plan: Plan, new_plan: Plan, hostname: str, changed: list[RenderedFile], seal: Seal | None,
+                   timeout_s: float) -> list[Step]:
+    node = new_plan.node_index[1].get(hostname)
+    if node is None or not (node.runs("keepalived") or node.runs("haproxy")):
+        # a master that leaves: its load balancer stops (the removal's reset cleans the rest)
+        old = old_plan.node(hostname)
+        return [RemoveFile(id=f"remove:{p.rsplit('/', 1)[1].removesuffix('.yaml')}", path=p)
+                for p in LB_MANIFESTS if old.runs(p.rsplit("/", 1)[1].removesuffix(".yaml"))]
+    files = [_new_file(f, seal) for f in changed if file_phase(f.path) == "load-balancer"]
+    return _replace("replace:load-balancer", files, [], _probes(new_plan, node, ("haproxy",)), timeout_s)
 
 
 def _probes(plan: Plan, node: NodePlan, components: tuple[str, ...]) -> list[HealthProbe]:
@@ -106,6 +131,7 @@ def node_upgrade_steps(
     certs: Sequence[NewFile] = (),
     update: UpdateAgent | None = None,
     binaries_memo: BinariesMemo | None = None,
+    seal: Seal | None = None,
 ) -> list[Step]:
     """The agent steps of upgrade step `step` for one node (empty when nothing changes).
     `component_timeout_s`: how long a replaced static pod has to answer healthy before it is
@@ -115,9 +141,13 @@ def node_upgrade_steps(
     agents step's new agent release (the old agent installs it and restarts; the new one
     answers the same command, so its answer carries the new version). `binaries_memo`: a dict
     the caller keeps for the nodes of one call site with the same plans and `sums` (a batch),
-    so that each kind of node's changed binaries are worked out once."""
-    node = new_plan.node(hostname)
+    so that each kind of node's changed binaries are worked out once. `seal`: seals a secret
+    file to this node's agent (the load-balancer step's keepalived.conf); without it a secret
+    file is refused."""
     changed = changed_files(old_files, new_files)
+    if step == LB_STEP:
+        return _load_balancer(old_plan, new_plan, hostname, changed, seal, component_timeout_s)
+    node = new_plan.node(hostname)
     if certs and step not in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                               "masters-runtime"):
         raise ValueError(f"upgrade step {step!r} carries no certificate")

@@ -35,7 +35,7 @@ from bke.state import PlanCache, RedisPlanStore
 from bke.forgetting import serve_deleted
 from bke.state.client import redis_client
 from bke.state.command_signing import CommandSigning
-from bke.state.keys import etcd_snapshot_key
+from bke.state.keys import etcd_snapshot_key, vrrp_password_key
 from bke.tasks import cancel_and_wait
 from bke.etcdsnap.restore_run import SLUG_PREFIX as RESTORE_SLUG_PREFIX
 from bke.upgrade.run import SLUG_PREFIX
@@ -162,7 +162,12 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
         # broker's per-message layers: about 0.3 ms a command in a profile of a 1,000-node upgrade
         await svc.nc.publish(subject, payload, headers=headers or None)
 
-    upgrades = Upgrades(store, plans, RedisPlanStore(redis), facts, Renders(),
+    async def vrrp_password(cluster: str) -> str | None:
+        # the renderer's (made once per cluster, bke_renderer.store_redis); read, never written here
+        raw = await redis.get(vrrp_password_key(cluster))
+        return raw.decode() if isinstance(raw, bytes) else raw
+
+    upgrades = Upgrades(store, plans, RedisPlanStore(redis), facts, Renders(vrrp_password),
                         LabChecksums() if simulated_repo else HttpRepoChecksums(), drainer, addons, publish,
                         _now, settings.owner, settings.lease_ms, sign=signing.sign,
                         snapshots=snapshots, answer_deadline_s=settings.answer_deadline_s,

@@ -60,7 +60,7 @@ from bke.state.migrate import ensure_current
 from bke.state.schema import StoredVersionError
 from bke.upgrade.certificates import rbac_before_renewal
 from bke.upgrade.failure import abort_run, error_text
-from bke.upgrade.node_commands import BinariesMemo, node_upgrade_steps
+from bke.upgrade.node_commands import LB_STEP, BinariesMemo, node_upgrade_steps
 from bke.upgrade.node_versions import settled, stopped_batch_ids
 from bke.upgrade.paths import resolve_target
 from bke.upgrade.run import (
@@ -80,6 +80,7 @@ from bke.upgrade.run import (
 )
 from bke.upgrade.target_plan import target_plan
 
+from .agent_keys import sealer_for
 from .agent_release import ReleaseError, ReleaseSource
 from .certs import UpgradeCerts
 from .membership import ApplyMembership
@@ -107,7 +108,7 @@ SEND_YIELD_EVERY = 32  # commands built between two turns of the event loop (see
 BASE_PLAN_FIELD = "apply:base-plan"
 # Steps whose commands carry files of the old and new render (bke.upgrade.node_commands), and the
 # addons step (the new render's manifests); the others (agents, snapshots, post-checks) need none.
-RENDERED_STEPS = frozenset({"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+RENDERED_STEPS = frozenset({"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", LB_STEP,
                             "masters-runtime", "workers", "addons"})
 
 
@@ -566,10 +567,19 @@ class Upgrades:
                 elif step in MEMBER_NODE_STEPS:  # a changed spec's etcd membership (bke.lifecycle.apply_run)
                     steps = member_commands(step, group, old, new, host, self.component_timeout_s)
                 else:
+                    # keepalived.conf (the VRRP password) is sealed to the master's agent; without
+                    # the stored password there is no keepalived.conf to send (node_commands refuses
+                    # a secret file with no sealer)
+                    seal = None
+                    if step == LB_STEP and renders is not None and new.load_balancer:
+                        if not renders.vrrp:
+                            raise ValueError("the cluster's VRRP password is not in the store (the renderer makes "
+                                             "it at install): keepalived.conf cannot be rendered")
+                        seal = await sealer_for(self.store.r, run.cluster, host)
                     steps = node_upgrade_steps(step, group, old, new, host, renders.old.get(host, {}) if renders else {},
                                                renders.new.get(host, {}) if renders else {}, sums,
                                                self.component_timeout_s, certs.get(host, ()), update,
-                                               binaries_memo=binaries)
+                                               binaries_memo=binaries, seal=seal)
                 cid = upgrade_command_id(run.cluster, run.request_id, step, group, host)
                 cmd = await self.sign(AgentCommand(command_id=cid, cluster=run.cluster, node=host,
                                                    phase=f"upgrade:{step}", issued_at=now.isoformat(),

@@ -6,7 +6,8 @@ that sends the first batches at the same time: every socket write, select and si
 (each releases the GIL) then waited for the render thread's switch interval, and the agents
 step's first batches took 9 s instead of 1.5 s (bench/upgrade.py, 5,000 nodes).
 
-Stdin: `{"old": <plan JSON>, "new": <plan JSON>}`. Stdout: a pickle (the parent is the same
+Stdin: `{"old": <plan JSON>, "new": <plan JSON>, "vrrp": <the cluster's VRRP password or null>}`
+(a pipe, never argv or the environment: the password is a secret). Stdout: a pickle (the parent is the same
 code from the same installation, and the only writer of this pipe) of either
 
     ("ok", old, new, addons, peak_rss_kb)    old/new: host -> path -> RenderedFile, only the
@@ -28,14 +29,16 @@ from bke.render.result import RenderedFile
 
 __all__ = ["changed_only", "main", "render_by_node"]
 
-_UNUSED_VRRP = "upgrader"  # keepalived.conf is not part of an upgrade (bke.upgrade.node_commands)
+# keepalived.conf's password when none is given (a cluster without a VIP, where no node runs
+# keepalived; or none stored, and then the parent sends no keepalived.conf: ClusterRenders.vrrp)
+_NO_VRRP = "00000000"
 
 Files = dict[str, dict[str, RenderedFile]]  # hostname -> path -> file
 
 
-def render_by_node(plan: Plan) -> tuple[Files, dict[str, str]]:
+def render_by_node(plan: Plan, vrrp_password: str | None = None) -> tuple[Files, dict[str, str]]:
     """Every node's files, and the addons' manifests by name."""
-    rendered = render_cluster(plan, RenderInputs(vrrp_password=_UNUSED_VRRP))
+    rendered = render_cluster(plan, RenderInputs(vrrp_password=vrrp_password or _NO_VRRP))
     files = {n.hostname: {f.path: f for f in n.files} for n in rendered.nodes}
     addons = {f.path.removesuffix(".yaml"): f.content.decode() for f in rendered.addons}
     return files, addons
@@ -68,8 +71,8 @@ def changed_only(old: Files, new: Files) -> tuple[Files, Files]:
 def main() -> int:
     doc = json.loads(sys.stdin.buffer.read())
     try:
-        old_files, _ = render_by_node(Plan.model_validate_json(doc["old"]))
-        new_files, addons = render_by_node(Plan.model_validate_json(doc["new"]))
+        old_files, _ = render_by_node(Plan.model_validate_json(doc["old"]), doc.get("vrrp"))
+        new_files, addons = render_by_node(Plan.model_validate_json(doc["new"]), doc.get("vrrp"))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the step with it
         out: tuple = ("error", " ".join(f"{type(exc).__name__}: {exc}".split()))
     else:

@@ -2,8 +2,11 @@
 
 Rendering is pure and deterministic (bke.render), so the upgrader renders the plan it starts
 from and the plan it leads to itself, and sends each node exactly the files that differ: after a
-restart it renders both again and gets the same bytes. Load-balancer files are left out (see
-bke.upgrade.node_commands); the VRRP password given here is therefore never used.
+restart it renders both again and gets the same bytes. The cluster's VRRP password (the
+renderer's, made once per cluster) is read from the store and handed to the child on its stdin:
+keepalived.conf then holds the bytes the nodes run, and a changed spec's load-balancer step
+sends it sealed to each master's agent (bke.upgrade.node_commands). A cluster without a VIP has
+none (a placeholder is rendered, and no node runs keepalived).
 
 Both renders run in a child process (render_child: why there), which hands back only the files
 that differ. Errors: the plan does not render -> RenderFailed (permanent: the run fails naming
@@ -17,6 +20,7 @@ import logging
 import pickle
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from bke.errors import PermanentError, TemporaryError
@@ -36,6 +40,9 @@ class ClusterRenders:
     old: dict[str, dict[str, RenderedFile]]
     new: dict[str, dict[str, RenderedFile]]
     new_addons: dict[str, str]  # addon name -> rendered manifest text (kube-proxy, coredns, rbac)
+    # rendered with the cluster's stored VRRP password (else keepalived.conf holds a placeholder
+    # and must not be sent)
+    vrrp: bool = False
 
 
 class RenderFailed(PermanentError):
@@ -47,14 +54,15 @@ class Renders:
     begins it in the background (the first steps need no file, so it overlaps with them); `get`
     waits for it. A render that failed is begun again by the next caller."""
 
-    def __init__(self) -> None:
+    def __init__(self, vrrp_password: Callable[[str], Awaitable[str | None]] | None = None) -> None:
         self._cache: dict[tuple[str, str], asyncio.Future[ClusterRenders]] = {}
+        self._vrrp = vrrp_password  # cluster -> its VRRP password, None if it has none
 
     def start(self, request_id: str, old: Plan, new: Plan) -> asyncio.Future[ClusterRenders]:
         key = (old.cluster, request_id)
         fut = self._cache.get(key)
         if fut is None or (fut.done() and (fut.cancelled() or fut.exception() is not None)):
-            fut = asyncio.ensure_future(_render_both(old, new))
+            fut = asyncio.ensure_future(self._render(old, new))
             self._cache = {k: v for k, v in self._cache.items() if k[0] != old.cluster}  # one per cluster
             self._cache[key] = fut
         return fut
@@ -64,9 +72,14 @@ class Renders:
         return await asyncio.shield(self.start(request_id, old, new))
 
 
-async def _render_both(old: Plan, new: Plan) -> ClusterRenders:
+    async def _render(self, old: Plan, new: Plan) -> ClusterRenders:
+        password = await self._vrrp(old.cluster) if self._vrrp is not None and old.load_balancer else None
+        return await _render_both(old, new, password)
+
+
+async def _render_both(old: Plan, new: Plan, vrrp_password: str | None = None) -> ClusterRenders:
     t0 = time.monotonic()
-    doc = json.dumps({"old": old.to_json(), "new": new.to_json()}).encode()
+    doc = json.dumps({"old": old.to_json(), "new": new.to_json(), "vrrp": vrrp_password}).encode()
     try:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bke_upgrader.render_child",
@@ -89,4 +102,4 @@ async def _render_both(old: Plan, new: Plan) -> ClusterRenders:
     _, old_files, new_files, addons, peak_kb = answer
     log.info("both renders done in a child process: %.1f s, its peak RSS %d MB", time.monotonic() - t0,
              peak_kb // 1024, extra={"cluster": old.cluster})
-    return ClusterRenders(old_files, new_files, addons)
+    return ClusterRenders(old_files, new_files, addons, vrrp=vrrp_password is not None)

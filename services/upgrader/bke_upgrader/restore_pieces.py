@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 from nats.js import JetStreamContext
 from pydantic import ValidationError
 
-from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, ProvisionAgent, node_token
+from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, node_token
 from bke.contracts.restore import GetRestorePiece, RestorePiece
 from bke.contracts.status import StatusError
 from bke.errors import PermanentError
@@ -33,10 +33,9 @@ from bke.etcdsnap.delivery import Feed, resealed_frames
 from bke.etcdsnap.records import object_name
 from bke.etcdsnap.restore_run import RestoreRun
 from bke.etcdsnap.store import copy_sealed
-from bke.secrets.sealing import public_key_from_raw
 from bke.secrets.snapshot_key import SnapshotKey
-from bke.state.keys import provisioned_agents_key
 
+from .agent_keys import agent_seal_key
 from .restore_store import RestoreStore
 
 __all__ = ["PieceServer", "RestoreRefused", "provisioned_key", "restore_dir"]
@@ -56,11 +55,10 @@ def restore_dir() -> Path:
 async def provisioned_key(redis: object, cluster: str, node: str) -> X25519PublicKey:
     """The agent key BKE provisioned for `node` (what a snapshot record's MAC and a delivery are
     checked against / sealed to); RestoreRefused if none was."""
-    raw = await redis.hget(provisioned_agents_key(cluster), node)  # type: ignore[attr-defined]
-    if raw is None:
+    key = await agent_seal_key(redis, cluster, node)
+    if key is None:
         raise RestoreRefused(f"no agent key was provisioned for {node} in cluster {cluster}")
-    prov = ProvisionAgent.model_validate_json(raw)
-    return public_key_from_raw(base64.b64decode(prov.seal_public_key_b64))
+    return key
 
 
 class PieceServer:
