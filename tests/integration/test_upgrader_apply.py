@@ -72,7 +72,7 @@ class _Snapshots:
 
 
 async def _setup(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand], published: list[str],  # type: ignore[no-untyped-def]
-                 bodies: dict[str, list[bytes]] | None = None, text: str = TEXT):
+                 bodies: dict[str, list[bytes]] | None = None, text: str = TEXT, renders: Renders | None = None):
     plan = plan_spec_text(text, "seed").plan
     assert plan is not None
     pj = plan.to_json()
@@ -91,7 +91,7 @@ async def _setup(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand]
         return cmd
 
     plans = PlanCache(redis)
-    upgrades = Upgrades(store, plans, RedisPlanStore(redis), _Facts(), Renders(), None, None, None,  # type: ignore[arg-type]
+    upgrades = Upgrades(store, plans, RedisPlanStore(redis), _Facts(), renders or Renders(), None, None, None,  # type: ignore[arg-type]
                         publish, _now, "apply-test", 30_000, sign=sign, snapshots=_Snapshots(),
                         labels=_Labels(NodeLabelsWork(redis, LabNodes(), _now)))
     return plan, store, upgrades, Applies(upgrades, plans, RestoreStore(redis), _now)
@@ -477,3 +477,59 @@ async def test_new_apiserver_names_store_the_plan_reissue_then_ride_with_each_ap
     assert outcome.status == "failed" and "certificate re-issue failed: node master2" in outcome.reason, outcome.reason
     assert (await RedisPlanStore(redis_client).meta(plan.cluster)).digest == before  # type: ignore[union-attr]
     assert len(sent) == 3  # nothing more sent
+
+
+async def test_a_master_joining_a_vip_cluster_rolls_each_load_balancer_first_vrrp_password_sealed(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    """The split example (a VIP endpoint: haproxy and keepalived on its five masters) gains a
+    master: each master, one at a time, gets its new haproxy.cfg (a sixth backend) and
+    keepalived.conf (a sixth peer) with both manifests (their config digests changed), the
+    keepalived.conf sealed to that master's provisioned agent key and holding the cluster's VRRP
+    password from the renderer's store; only then is the new master joined by the dispatcher."""
+    from bke.contracts.agent import ProvisionAgent
+    from bke.contracts.membership import JOIN_NODES, JoinNodes
+    from bke.secrets.sealing import generate_agent_key, open_sealed, public_key_to_raw
+    from bke.state.keys import provisioned_agents_key, vrrp_password_key
+    from tests.unit.test_apply_run import SPLIT
+    from tests.unit.test_load_balancer_roll import M6
+
+    sent: list[AgentCommand] = []
+    bodies: dict[str, list[bytes]] = {}
+
+    async def password(cluster: str) -> str | None:  # as bke_upgrader.app reads it
+        return await redis_client.get(vrrp_password_key(cluster))
+
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies, text=SPLIT,
+                                                  renders=Renders(password))
+    await redis_client.set(vrrp_password_key(plan.cluster), "Vr7pQ2xZ")
+    masters = [n.hostname for n in plan.nodes_running("keepalived")]
+    keys = {m: generate_agent_key() for m in masters}
+    for m, k in keys.items():
+        await redis_client.hset(provisioned_agents_key(plan.cluster), m, ProvisionAgent(
+            cluster=plan.cluster, node=m, agent_id=f"agent-{m}",
+            seal_public_key_b64=base64.b64encode(public_key_to_raw(k.public_key())).decode()).to_bytes())
+    outs = await applies.on_request(ApplyCluster(request_id="lb1", cluster=plan.cluster, spec=SPLIT + M6))
+    accepted = outs[0].message
+    assert isinstance(accepted, ApplyAccepted), accepted
+    assert [(s.name, s.total) for s in accepted.steps] == [("pre-checks", 0), ("load-balancer", 5), ("join-nodes", 1)]
+
+    for i, m in enumerate(masters):
+        await _pass(upgrades, plan.cluster)
+        assert [c.node for c in sent] == masters[:i + 1] and JOIN_NODES not in bodies
+        (step,) = sent[-1].steps
+        assert isinstance(step, ReplaceFiles)
+        files = {f.path: f for f in step.files}
+        assert set(files) == {"/etc/haproxy/haproxy.cfg", "/etc/keepalived/keepalived.conf",
+                              "/etc/kubernetes/manifests/haproxy.yaml", "/etc/kubernetes/manifests/keepalived.yaml"}
+        conf = files["/etc/keepalived/keepalived.conf"]
+        assert conf.content_b64 is None
+        text = open_sealed(keys[m], base64.b64decode(conf.sealed_b64 or "")).decode()
+        assert "auth_pass Vr7pQ2xZ" in text and "127.0.20.6" in text
+        assert b"Vr7pQ2xZ" not in sent[-1].to_bytes()  # never in clear on the bus
+        await _pass(upgrades, plan.cluster)
+        assert len(sent) == i + 1  # the next master only after this one answered
+        await _answer(store, sent[-1])
+    await _pass(upgrades, plan.cluster)
+    [raw] = bodies[JOIN_NODES]
+    assert JoinNodes.model_validate_json(raw).nodes == ["m6"]
+    assert len(sent) == len(masters)
