@@ -80,30 +80,33 @@ class Cluster:
     def ip(self, host: str) -> str:
         return f"127.0.{self.net}.{10 + int(host[1:])}"
 
-    def url(self, host: str) -> str:
-        return f"https://{self.ip(host)}:2379"
+    def url(self, host: str, etcd_cluster: str = "etcd-data") -> str:
+        ec = self.desired.etcd_cluster(etcd_cluster)
+        assert ec is not None
+        return f"https://{self.ip(host)}:{ec.client_port}"
 
-    def tls(self) -> tuple[str, str, str]:
+    def tls(self, cert_dir: str = PKI) -> tuple[str, str, str]:
         root = self.roots["e1"]
-        return tuple(str(root / f"{PKI}/{f}".lstrip("/")) for f in ("ca.crt", "healthcheck-client.crt",
-                                                                    "healthcheck-client.key"))  # type: ignore[return-value]
+        return tuple(str(root / f"{cert_dir}/{f}".lstrip("/")) for f in ("ca.crt", "healthcheck-client.crt",
+                                                                         "healthcheck-client.key"))  # type: ignore[return-value]
 
 
-def _free_net() -> int:
+def _free_net(ports: tuple[int, ...] = PORTS) -> int:
     rng = random.Random()
     for _ in range(50):
         net = rng.randint(100, 250)
-        if all(port_is_free(f"127.0.{net}.{11 + i}", p) for i in range(3) for p in PORTS):
+        if all(port_is_free(f"127.0.{net}.{11 + i}", p) for i in range(3) for p in ports):
             return net
     pytest.skip("no free 127.0.x.0/24 block for three etcd members")
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    net, name = _free_net(), f"j{uuid.uuid4().hex[:10]}"
+def _cluster(tmp_path: Path, roles: list[str], ports: tuple[int, ...] = PORTS) -> Iterator[Cluster]:
+    """e1 installed alone in each etcd cluster its `roles` make it a member of; e2 and e3 (the
+    same roles) in the plan the caller swapped in; the three-member plan's PKI on disk."""
+    net, name = _free_net(ports), f"j{uuid.uuid4().hex[:10]}"
 
     def text(hosts: tuple[str, ...]) -> str:
-        nodes = [("m1", f"127.0.{net}.1", ["master"])] + [(h, f"127.0.{net}.{10 + int(h[1:])}", ["etcd"]) for h in hosts]
+        nodes = [("m1", f"127.0.{net}.1", ["master"])] + [(h, f"127.0.{net}.{10 + int(h[1:])}", roles) for h in hosts]
         return spec_text(nodes, etcd="v3.5.1", endpoint=None).replace("\n  name: t\n", f"\n  name: {name}\n", 1)
 
     members = ("e1", "e2", "e3")
@@ -120,6 +123,11 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     finally:
         for h in roots:
             stop_leftover_pods(roots[h])
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    yield from _cluster(tmp_path, ["etcd"])
 
 
 @pytest.fixture
@@ -145,22 +153,51 @@ async def _healthy(http: httpx.AsyncClient, url: str) -> bool:
 
 async def test_etcd_only_nodes_join_one_learner_at_a_time_with_their_manifests_rendered_existing(
         cluster: Cluster, renderer, nats_client, redis_url: str) -> None:
-    c, now = cluster, datetime.now(timezone.utc)
+    await _grow(cluster, nats_client, redis_url)
+
+
+EVENTS_PORTS = (*PORTS, 2382, 2383, 2384)  # etcd-events' peer, client and metrics ports too
+
+
+@pytest.fixture
+def two_clusters(tmp_path: Path) -> Iterator[Cluster]:
+    yield from _cluster(tmp_path, ["etcd", "etcd-event"], EVENTS_PORTS)
+
+
+async def test_a_node_joins_two_etcd_clusters_in_one_join_started_existing_in_each(
+        two_clusters: Cluster, renderer, nats_client, redis_url: str) -> None:
+    """e2, then e3, each a member of etcd-data and etcd-events: added as a learner in both (as
+    `bke apply` lays it out: bke.lifecycle.apply_run._member_steps), one JoinNodes naming its
+    start in both, each manifest rendered `existing` with that cluster's list, both learners
+    answering the etcd phase's /health wait, then promoted in each."""
+    await _grow(two_clusters, nats_client, redis_url)
+
+
+async def _grow(c: Cluster, nats_client: Any, redis_url: str) -> None:
+    """e1 alone in each of its etcd clusters, holding data; e2 then e3 added to all of them,
+    each by one join: a learner in each cluster first, the join, then promoted in each and
+    every member healthy."""
+    now = datetime.now(timezone.utc)
     e1 = c.backends["e1"]
     r = Redis.from_url(redis_url)
-    http = httpx.AsyncClient(verify=mtls_context(*c.tls()), trust_env=False, timeout=3.0)
+    ecs = {ec.name: ec for ec in c.desired.etcd_clusters}
+    clients = {n: httpx.AsyncClient(verify=mtls_context(*c.tls(ec.cert_dir)), trust_env=False, timeout=3.0)
+               for n, ec in ecs.items()}
     try:
-        # the installed cluster: e1 alone, holding data
-        first = render_cluster(c.current, RenderInputs()).node("e1").file(MANIFEST)
-        assert first is not None
-        dest = c.roots["e1"] / MANIFEST.lstrip("/")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(first.content)
+        # the installed cluster: e1 alone in each etcd cluster, holding data
+        installed = render_cluster(c.current, RenderInputs()).node("e1")
+        for ec in ecs.values():
+            first = installed.file(f"/etc/kubernetes/manifests/{ec.manifest}")
+            assert first is not None
+            dest = c.roots["e1"] / f"etc/kubernetes/manifests/{ec.manifest}"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(first.content)
         await e1.kubelet.start()
-        await until(lambda: _healthy(http, c.url("e1")), 60, "e1 healthy")
-        for k, v in KEYS.items():
-            resp = await http.post(f"{c.url('e1')}/v3/kv/put", json={"key": _b64(k), "value": _b64(v)})
-            assert resp.status_code == 200, resp.text
+        for n, http in clients.items():
+            await until(lambda n=n, http=http: _healthy(http, c.url("e1", n)), 60, f"e1 healthy in {n}")
+            for k, v in KEYS.items():
+                resp = await http.post(f"{c.url('e1', n)}/v3/kv/put", json={"key": _b64(k), "value": _b64(v)})
+                assert resp.status_code == 200, resp.text
 
         # the caller (bke apply's run) swapped in the plan that names e2 and e3
         pj = c.desired.to_json()
@@ -169,11 +206,17 @@ async def test_etcd_only_nodes_join_one_learner_at_a_time_with_their_manifests_r
         state = DispatcherState(r)
         await state.start_install(c.name, f"req-{c.name}", now.isoformat(), digest)
         await state.set_install(c.name, status="Succeeded")
-        [seq] = member_sequences(c.current, c.desired)
-        assert [(s.kind, s.member) for s in seq.steps] == [
-            (k, m) for m in ("e2", "e3") for k in ("add-learner", "start-member", "promote", "check-health")]
-        joins_of = {j.member: j for j in etcd_joins(c.current, c.desired)}
-        assert joins_of["e3"].initial_cluster == ",".join(f"{h}=https://{c.ip(h)}:2380" for h in ("e1", "e2", "e3"))
+        seqs = {q.etcd_cluster: q for q in member_sequences(c.current, c.desired)}
+        assert sorted(seqs) == sorted(ecs)
+        for seq in seqs.values():
+            assert [(s.kind, s.member) for s in seq.steps] == [
+                (k, m) for m in ("e2", "e3") for k in ("add-learner", "start-member", "promote", "check-health")]
+        joins_of: dict[str, list[EtcdJoin]] = {}
+        for j in etcd_joins(c.current, c.desired):
+            joins_of.setdefault(j.member, []).append(j)
+        for j in joins_of["e3"]:
+            port = ecs[j.etcd_cluster].peer_port
+            assert j.initial_cluster == ",".join(f"{h}=https://{c.ip(h)}:{port}" for h in ("e1", "e2", "e3"))
 
         # the dispatcher: the render request goes on the bus, everything else is recorded
         sent: list[tuple[str, bytes]] = []
@@ -196,41 +239,42 @@ async def test_etcd_only_nodes_join_one_learner_at_a_time_with_their_manifests_r
         store = OperationStore(r, Join.from_json, join_key, join_results_key, joins_index())
         joins = Joins(store, state, PlanCache(r), RedisNodeFiles(r), LabChecksums(), LabNodes(), idle, not_paused,
                       publish, lambda: now, "me", sign=sign)
-        ec = c.desired.etcd_cluster("etcd-data")
-        assert ec is not None
-        # one member at a time, as the sequence says: learner, join, promote, health
         for i, member in enumerate(("e2", "e3"), 1):
-            add, _, promote, check = seq.steps[4 * (i - 1): 4 * i]
-            step = agent_step(add, ec)
-            assert step is not None and (await e1.execute(step, lambda: b"")).status == "Succeeded"
-            await _join(c, joins, state, r, nats_client, sent, f"j{i}", digest, member, joins_of[member], http)
-            step = agent_step(promote, ec, promote_timeout_s=60)
-            assert step is not None and (await e1.execute(step, lambda: b"")).status == "Succeeded"
-            for h in check.healthy:
-                await until(lambda h=h: _healthy(http, c.url(h)), 60, f"{h} healthy")
+            for n, ec in ecs.items():  # a learner in each etcd cluster (etcd allows one at a time in each)
+                step = agent_step(seqs[n].steps[4 * (i - 1)], ec)
+                assert step is not None and (await e1.execute(step, lambda: b"")).status == "Succeeded"
+            await _join(c, joins, state, r, nats_client, sent, f"j{i}", digest, member, joins_of[member], clients)
+            for n, ec in ecs.items():
+                _, _, promote, check = seqs[n].steps[4 * (i - 1): 4 * i]
+                step = agent_step(promote, ec, promote_timeout_s=60)
+                assert step is not None and (await e1.execute(step, lambda: b"")).status == "Succeeded"
+                for h in check.healthy:
+                    await until(lambda h=h, n=n: _healthy(clients[n], c.url(h, n)), 60, f"{h} healthy in {n}")
 
-        members = (await http.post(f"{c.url('e1')}/v3/cluster/member/list", json={})).json()["members"]
-        assert sorted(m["name"] for m in members) == ["e1", "e2", "e3"] and not any(m.get("isLearner") for m in members)
-        for h in ("e2", "e3"):  # the data written before, read through each new member (linearizable)
-            for k, v in KEYS.items():
-                kvs = (await http.post(f"{c.url(h)}/v3/kv/range", json={"key": _b64(k)})).json().get("kvs") or []
-                assert kvs and base64.b64decode(kvs[0]["value"]).decode() == v, (h, k)
+        for n, http in clients.items():
+            members = (await http.post(f"{c.url('e1', n)}/v3/cluster/member/list", json={})).json()["members"]
+            assert sorted(m["name"] for m in members) == ["e1", "e2", "e3"] and not any(m.get("isLearner") for m in members)
+            for h in ("e2", "e3"):  # the data written before, read through each new member (linearizable)
+                for k, v in KEYS.items():
+                    kvs = (await http.post(f"{c.url(h, n)}/v3/kv/range", json={"key": _b64(k)})).json().get("kvs") or []
+                    assert kvs and base64.b64decode(kvs[0]["value"]).decode() == v, (n, h, k)
         # the joins sent commands to the joining nodes only, each its four phases
         nodes = [AgentCommand.model_validate_json(b).node for s, b in sent if s.endswith(".command")]
         assert nodes == ["e2"] * 4 + ["e3"] * 4
     finally:
-        await http.aclose()
+        for http in clients.values():
+            await http.aclose()
         for b in c.backends.values():
             await b.stop()
         await r.aclose()
 
 
 async def _join(c: Cluster, joins: Joins, state: DispatcherState, r: Redis, nats_client: Any,
-                sent: list[tuple[str, bytes]], rid: str, digest: str, member: str, join: EtcdJoin,
-                http: httpx.AsyncClient) -> None:
-    """One JoinNodes for `member` (already a learner), run to its end."""
+                sent: list[tuple[str, bytes]], rid: str, digest: str, member: str, etcd: list[EtcdJoin],
+                clients: dict[str, httpx.AsyncClient]) -> None:
+    """One JoinNodes for `member` (already a learner in each etcd cluster of `etcd`), run to its end."""
     req = JoinNodes(request_id=rid, cluster=c.name, plan_digest=digest, nodes=[member], etcd_joins=[
-        MembershipEtcdJoin(etcd_cluster=join.etcd_cluster, member=member, initial_cluster=join.initial_cluster)])
+        MembershipEtcdJoin(etcd_cluster=j.etcd_cluster, member=member, initial_cluster=j.initial_cluster) for j in etcd])
     async with EventWatch(nats_client, [MANIFESTS_RENDERED, RENDER_FAILED]) as watch:
         assert await joins.on_request(req) == []
         assert (await joins.reconcile(c.name)).status == "wait"  # asked the renderer and the certs service
@@ -238,12 +282,16 @@ async def _join(c: Cluster, joins: Joins, state: DispatcherState, r: Redis, nats
     assert ev.subject == MANIFESTS_RENDERED, ev.data
     assert await joins.rendered(ManifestsRendered.model_validate(ev.data))  # as the dispatcher's handler does
 
-    # what the renderer stored for the member: a join of the running cluster, with the request's list
-    [stored] = [f for f in await RedisNodeFiles(r).get(c.name, "render", member) if f.path == MANIFEST]
-    manifest = base64.b64decode(stored.content_b64 or "")
-    etcd_flags = flags(yaml.safe_load(manifest))
-    assert etcd_flags["initial-cluster-state"] == "existing"
-    assert etcd_flags["initial-cluster"] == join.initial_cluster
+    # what the renderer stored for the member: a join of each running cluster, with the request's list
+    stored = {f.path: base64.b64decode(f.content_b64 or "") for f in await RedisNodeFiles(r).get(c.name, "render", member)}
+    manifests = {}
+    for j in etcd:
+        ec = c.desired.etcd_cluster(j.etcd_cluster)
+        assert ec is not None
+        manifests[ec.manifest] = stored[f"/etc/kubernetes/manifests/{ec.manifest}"]
+        etcd_flags = flags(yaml.safe_load(manifests[ec.manifest]))
+        assert etcd_flags["initial-cluster-state"] == "existing"
+        assert etcd_flags["initial-cluster"] == j.initial_cluster
 
     # the certs service's part: the member's bundle stored and said sealed
     root = c.roots[member]
@@ -265,9 +313,10 @@ async def _join(c: Cluster, joins: Joins, state: DispatcherState, r: Redis, nats
         [cmd] = new
         done.add(cmd.command_id)
         phases.append(cmd.phase)
-        if cmd.phase == "health":  # the etcd phase passed its /health wait while the member is a learner
-            members = (await http.post(f"{c.url('e1')}/v3/cluster/member/list", json={})).json()["members"]
-            assert {m["name"]: bool(m.get("isLearner")) for m in members}[member] is True
+        if cmd.phase == "health":  # the etcd phase passed its /health waits while the members are learners
+            for n in (j.etcd_cluster for j in etcd):
+                members = (await clients[n].post(f"{c.url('e1', n)}/v3/cluster/member/list", json={})).json()["members"]
+                assert {m["name"]: bool(m.get("isLearner")) for m in members}[member] is True, n
         result = await executor.run(cmd)
         assert result.status == "Succeeded", result.model_dump_json(indent=1)
         await joins.on_result(result)
@@ -277,4 +326,5 @@ async def _join(c: Cluster, joins: Joins, state: DispatcherState, r: Redis, nats
              if f.request_id == rid]
     assert fin.status == "Succeeded" and [(n.hostname, n.status) for n in fin.nodes] == [(member, "Succeeded")], fin
     assert not await r.hexists(f"bke:{c.name}:node-labels", member)  # registers no Node: nothing to label
-    assert (root / MANIFEST.lstrip("/")).read_bytes() == manifest  # what its kubelet runs is the stored manifest
+    for name, manifest in manifests.items():  # what its kubelet runs is the stored manifest
+        assert (root / f"etc/kubernetes/manifests/{name}").read_bytes() == manifest

@@ -463,7 +463,7 @@ async def test_giving_up_on_a_request_that_started_leaves_it_to_its_runner_and_g
     assert await operation_holder(r, "other") is None
     [(subject, raw, headers)] = [s for s in sent if s[0].endswith(".finished")]
     fin = RemoveNodesFinished.model_validate_json(raw)
-    assert subject == "bke.v1.remove-nodes.finished" and headers == {"Nats-Msg-Id": "remove-finished:x9"}
+    assert subject == "bke.v1.remove-nodes.finished" and headers == {"Nats-Msg-Id": "remove-finished:other:x9"}
     assert fin.status == "Failed" and fin.reason.endswith("after every delivery failed: KeyError: 'x'")
 
     for junk in (b"\xff", b"[1]", b'{"requestId": "r"}', b'{"requestId": 3, "cluster": "c"}', b"null"):

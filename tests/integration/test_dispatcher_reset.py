@@ -122,7 +122,7 @@ async def test_delete_snapshot_first_then_nodes_by_rank_and_deleted_once(resets)
     assert (await res.reconcile("rst")).status == "done"
     assert views(sent)[-1].status == "Succeeded" and views(sent)[-1].done == 4
     deleted = [(ClusterDeleted.model_validate_json(b), h) for s, b, h in sent if s == "bke.v1.cluster.deleted"]
-    assert [(d.cluster, h["Nats-Msg-Id"]) for d, h in deleted] == [("rst", "deleted:d1")]
+    assert [(d.cluster, h["Nats-Msg-Id"]) for d, h in deleted] == [("rst", "deleted:rst:d1")]
     assert (await res.store.load("rst")).deleted_sent and await res.resume_all() == []
     assert all(verifier("rst", c.node).authentic(c) is None for c in commands(sent))  # every one signed
 

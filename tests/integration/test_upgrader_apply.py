@@ -319,27 +319,19 @@ async def test_a_join_the_dispatcher_refuses_fails_the_apply_with_its_reason(
     assert [a.kind for a in again[0].message.actions] == ["join"]  # type: ignore[union-attr]
 
 
-async def test_etcd_events_grown_from_one_to_three_member_by_member_then_rolled(
-        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
-    """1 -> 3 members: a snapshot, then per new member its learner added on the member that
-    stays, its node joined by the dispatcher (with the member list it starts with, the new plan
-    swapped in first), promoted, every member's health; then the old member's manifest and the
-    apiserver (its --etcd-servers-overrides) rolled against the plan the run started from."""
+async def _drive(redis: aioredis.Redis, cluster: str, upgrades: Upgrades, store: UpgradeStore,  # type: ignore[no-untyped-def]
+                 sent: list[AgentCommand], bodies: dict[str, list[bytes]], accepted: ApplyAccepted):
+    """Pass after pass until the run ends, answering every agent command and every JoinNodes
+    (Succeeded) as it comes: (outcome, what was seen in order, the JoinNodes requests)."""
     from bke.contracts.agent import EtcdMemberAdd, EtcdMemberPromote, EtcdSnapshot, WaitHealth
     from bke.contracts.membership import JOIN_NODES, JoinNodes, JoinNodesFinished, MembershipNode
-    from tests.unit.test_apply_run import _grow_spec
 
-    sent: list[AgentCommand] = []
-    bodies: dict[str, list[bytes]] = {}
-    one, three = _grow_spec(("events1",)), _grow_spec(("events1", "events2", "events3"))
-    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies, text=one)
-    outs = await applies.on_request(ApplyCluster(request_id="g1", cluster=plan.cluster, spec=three))
-    accepted = outs[0].message
-    assert isinstance(accepted, ApplyAccepted), accepted
     seen: list[tuple[str, str]] = []
+    joins: list[JoinNodes] = []
     answered, joined, join_ids = 0, 0, set()
+    outcome: object = None
     for _ in range(60):
-        outcome = await _pass(upgrades, plan.cluster)
+        outcome = await _pass(upgrades, cluster)
         if getattr(outcome, "status", "") in ("done", "failed"):
             break
         for cmd in sent[answered:]:
@@ -356,15 +348,35 @@ async def test_etcd_events_grown_from_one_to_three_member_by_member_then_rolled(
             if join.request_id in join_ids:  # asked again while unanswered: the same request
                 continue
             join_ids.add(join.request_id)
-            assert join.part_of == "g1" and join.etcd_joins is not None and len(join.etcd_joins) == 1
-            ej = join.etcd_joins[0]
-            seen.append((f"join:{ej.initial_cluster.count('=')}", join.nodes[0]))
-            meta = await RedisPlanStore(redis_client).meta(plan.cluster)
+            joins.append(join)
+            assert join.part_of == accepted.request_id and join.etcd_joins
+            seen.append((f"join:{join.etcd_joins[0].initial_cluster.count('=')}", join.nodes[0]))
+            meta = await RedisPlanStore(redis).meta(cluster)
             assert meta is not None and meta.digest == join.plan_digest == accepted.desired_digest
             await upgrades.membership.on_finished(JoinNodesFinished(
-                request_id=join.request_id, cluster=plan.cluster, status="Succeeded", at="t",
+                request_id=join.request_id, cluster=cluster, status="Succeeded", at="t",
                 nodes=[MembershipNode(hostname=join.nodes[0], status="Succeeded")]))
         joined = len(bodies.get(JOIN_NODES, []))
+    return outcome, seen, joins
+
+
+async def test_etcd_events_grown_from_one_to_three_member_by_member_then_rolled(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    """1 -> 3 members: a snapshot, then per new member its learner added on the member that
+    stays, its node joined by the dispatcher (with the member list it starts with, the new plan
+    swapped in first), promoted, every member's health; then the old member's manifest and the
+    apiserver (its --etcd-servers-overrides) rolled against the plan the run started from."""
+    from tests.unit.test_apply_run import _grow_spec
+
+    sent: list[AgentCommand] = []
+    bodies: dict[str, list[bytes]] = {}
+    one, three = _grow_spec(("events1",)), _grow_spec(("events1", "events2", "events3"))
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies, text=one)
+    outs = await applies.on_request(ApplyCluster(request_id="g1", cluster=plan.cluster, spec=three))
+    accepted = outs[0].message
+    assert isinstance(accepted, ApplyAccepted), accepted
+    outcome, seen, joins = await _drive(redis_client, plan.cluster, upgrades, store, sent, bodies, accepted)
+    assert all(len(j.etcd_joins or []) == 1 for j in joins)
     assert getattr(outcome, "status", "") == "done", outcome
     assert seen == [
         ("snapshot", "events1"),
@@ -533,3 +545,32 @@ async def test_a_master_joining_a_vip_cluster_rolls_each_load_balancer_first_vrr
     [raw] = bodies[JOIN_NODES]
     assert JoinNodes.model_validate_json(raw).nodes == ["m6"]
     assert len(sent) == len(masters)
+
+
+async def test_a_node_joining_two_etcd_clusters_is_joined_once_with_its_start_in_each(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    """Two new nodes, each a member of etcd-data and etcd-events: each added as a learner in
+    both, one JoinNodes naming its start in both (each with that cluster's member list), then
+    promoted and checked in each; the dispatcher's join renders and starts both members."""
+    from tests.unit.test_apply_run import TWO_JOINT, _grow_spec
+
+    sent: list[AgentCommand] = []
+    bodies: dict[str, list[bytes]] = {}
+    one = _grow_spec(("events1",))
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies, text=one)
+    outs = await applies.on_request(ApplyCluster(request_id="j2", cluster=plan.cluster, spec=one + TWO_JOINT))
+    accepted = outs[0].message
+    assert isinstance(accepted, ApplyAccepted), accepted
+    outcome, seen, joins = await _drive(redis_client, plan.cluster, upgrades, store, sent, bodies, accepted)
+    assert getattr(outcome, "status", "") == "done", outcome
+    assert [(j.nodes, [(e.etcd_cluster, e.member, e.initial_cluster.count("=")) for e in j.etcd_joins or []])
+            for j in joins] == [(["x1"], [("etcd-data", "x1", 2), ("etcd-events", "x1", 2)]),
+                                (["x2"], [("etcd-data", "x2", 3), ("etcd-events", "x2", 3)])]
+    members = [w for w in seen if not w[0].startswith(("snapshot", "roll"))]
+    assert members == [
+        ("add", "etcd1"), ("add", "events1"), ("join:2", "x1"),
+        ("promote", "etcd1"), ("health", "etcd1"), ("health", "x1"), ("promote", "events1"), ("health", "events1"), ("health", "x1"),
+        ("add", "etcd1"), ("add", "events1"), ("join:3", "x2"),
+        ("promote", "etcd1"), ("health", "etcd1"), ("health", "x1"), ("health", "x2"),
+        ("promote", "events1"), ("health", "events1"), ("health", "x1"), ("health", "x2"),
+    ], seen

@@ -294,3 +294,38 @@ def test_the_dry_run_shows_what_the_apply_would_refuse_as_not_built(seed):
     assert "changing a node's roles (node1)" in answer.refusals[0].message
     fine = changes_of("r", plan(SEED.replace("      certificates: {keyAlgorithm: ECDSA-P256}\n", KCM)), seed, "d0")
     assert fine.refusals == []
+
+
+def _member_node(h: str, ip: str, roles: str) -> str:
+    return (f"---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {{name: grow-{h}}}\n"
+            f"spec: {{hostname: {h}, ip: {ip}, role: {roles}}}\n")
+
+
+TWO_JOINT = (_member_node("x1", "127.0.23.31", "[etcd, etcd-event]")
+             + _member_node("x2", "127.0.23.32", "[etcd, etcd-event]"))
+
+
+def test_a_node_joining_two_etcd_clusters_is_added_to_both_joined_once_then_promoted_in_each():
+    from bke.lifecycle.apply_run import member_join
+
+    one = plan(_grow_spec(("events1",)))
+    grown = plan(_grow_spec(("events1",)) + TWO_JOINT)
+    d, o = order_of(one, _grow_spec(("events1",)) + TWO_JOINT)
+    assert not o.refusals, o.refusals
+    members = [(s.step, s.group, s.batches) for s in o.steps if s.group and s.step != "etcd-snapshots"
+               and s.step != "etcd"]
+    block = lambda x, before_data, before_events: [  # noqa: E731 - one node's block, read as the table it is
+        ("etcd-member-add", f"etcd-data:{x}", (("etcd1",),)),
+        ("etcd-member-add", f"etcd-events:{x}", (("events1",),)),
+        ("join-nodes", f"etcd-data:{x}", ((x,),)),  # once, for both clusters
+        ("etcd-member-promote", f"etcd-data:{x}", (("etcd1",),)),
+        ("etcd-health", f"etcd-data:{x}", (("etcd1", *before_data, x),)),
+        ("etcd-member-promote", f"etcd-events:{x}", (("events1",),)),
+        ("etcd-health", f"etcd-events:{x}", (("events1", *before_events, x),)),
+    ]
+    assert members == block("x1", (), ()) + block("x2", ("x1",), ("x1",))
+    # the one join starts the node's member in each cluster with that cluster's member list
+    assert member_join(one, grown, "etcd-data:x1") == [
+        ("etcd-data", "x1", "etcd1=https://127.0.23.11:2380,x1=https://127.0.23.31:2380"),
+        ("etcd-events", "x1", "events1=https://127.0.23.21:2382,x1=https://127.0.23.31:2382")]
+    assert [j.step for j in o.steps].count("join-nodes") == 2  # x1 and x2, nothing else joins

@@ -312,18 +312,48 @@ def member_commands(step: str, group: str, old: Plan, new: Plan, host: str, heal
     return [agent_step(ms, ec)]
 
 
-def member_join(old: Plan, new: Plan, group: str) -> tuple[str, str, str]:
-    """(etcd cluster, member, initial cluster) of a new member's join: the member list it
-    starts with (`--initial-cluster-state=existing`)."""
-    ms = _member_step(old, new, group, "start-member")
-    return ms.etcd_cluster, ms.member, ms.initial_cluster
+def member_join(old: Plan, new: Plan, group: str) -> list[tuple[str, str, str]]:
+    """(etcd cluster, member, initial cluster) of a new member's join, for each etcd cluster
+    the node starts a member of (one join: `_member_steps`): the member list each starts with
+    (`--initial-cluster-state=existing`)."""
+    first = _member_step(old, new, group, "start-member")
+    starts = [m for seq in member_sequences(old, new) for m in seq.steps
+              if m.kind == "start-member" and m.member == first.member]
+    return [(m.etcd_cluster, m.member, m.initial_cluster) for m in starts]
 
 
-def _member_steps(seq: MemberSequence) -> list[ExpandedStep]:
-    out = []
-    for m in seq.steps:
-        hosts = m.healthy if m.kind == "check-health" else ((m.member,) if m.kind == "start-member" else (m.run_on,))
-        out.append(ExpandedStep(_MEMBER_STEP[m.kind], member_group(m.etcd_cluster, m.member), (tuple(hosts),)))
+def _expanded(m: MemberStep, group: str = "") -> ExpandedStep:
+    hosts = m.healthy if m.kind == "check-health" else ((m.member,) if m.kind == "start-member" else (m.run_on,))
+    return ExpandedStep(_MEMBER_STEP[m.kind], group or member_group(m.etcd_cluster, m.member), (tuple(hosts),))
+
+
+def _member_steps(sequences: list[MemberSequence]) -> list[ExpandedStep]:
+    """Every etcd cluster's membership steps, cluster after cluster; a node that joins several
+    of them (`etcd_members.joint_members`: last among each cluster's additions) is added as a
+    learner in each, joined once (its join step names the first cluster's group, and the join
+    carries its start in every one: `member_join`), then promoted and checked in each, before
+    any cluster's removals."""
+    starts = [m.member for seq in sequences for m in seq.steps if m.kind == "start-member"]
+    joint = {h for h in starts if starts.count(h) > 1}
+    if not joint:
+        return [_expanded(m) for seq in sequences for m in seq.steps]
+    out: list[ExpandedStep] = []
+    for seq in sequences:  # everything before the first joint member's learner
+        for m in seq.steps:
+            if m.member in joint or m.kind == "remove-member":
+                break
+            out.append(_expanded(m))
+    order = [h for h in dict.fromkeys(m.member for seq in sequences for m in seq.steps if m.member in joint)]
+    for host in order:
+        mine = [(seq, [m for m in seq.steps if m.member == host and m.kind != "remove-member"]) for seq in sequences]
+        mine = [(seq, steps) for seq, steps in mine if steps]
+        out += [_expanded(m) for _, steps in mine for m in steps if m.kind == "add-learner"]
+        first = member_group(mine[0][0].etcd_cluster, host)
+        out += [_expanded(m, first) for m in mine[0][1] if m.kind == "start-member"]
+        out += [_expanded(m) for _, steps in mine for m in steps if m.kind in ("promote", "check-health")]
+    for seq in sequences:  # then each cluster's removals
+        start = next((i for i, m in enumerate(seq.steps) if m.kind == "remove-member"), len(seq.steps))
+        out += [_expanded(m) for m in seq.steps[start:]]
     return out
 
 
@@ -346,8 +376,9 @@ def _expand(current: Plan, desired: Plan, work: list[StepWork], max_unavailable:
                 assert cluster is not None
                 out.append(ExpandedStep(name, group, ((cluster.members[0].hostname,),)))
                 continue
-            if name == "etcd-members":
-                out += _member_steps(sequences[group])
+            if name == "etcd-members":  # every cluster's at once (a node may join several)
+                if keys[0] == key:
+                    out += _member_steps([sequences[k[1]] for k in keys])
                 continue
             hosts = sorted(wanted[key], key=lambda h: rank[h])
             if not hosts:  # a cluster-wide step: the addons, the labels

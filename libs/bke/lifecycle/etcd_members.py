@@ -13,6 +13,11 @@ Why this order (each rule from upstream):
   exactly the members at that moment plus itself (etcd's runtime reconfiguration guide,
   https://etcd.io/docs/v3.5/op-guide/runtime-configuration/): `etcd_joins` gives those lists to
   the renderer (`RenderInputs.etcd_joins`);
+- a node that joins several etcd clusters at once (a new node with `etcd` and `etcd-event`)
+  is joined once, with its start in each of them (the dispatcher renders and starts all of its
+  members in one join): such nodes come after the other additions of each cluster, in the
+  plan's order, so that the apply runner can add the node as a learner in every cluster it
+  joins, join it once, then promote it in each (`joint_members`);
 - removals one at a time, an unhealthy member first, each refused if it would leave fewer healthy
   members than a quorum of the new size (`diff.removal_refusal`, the rule `bke apply` shows);
 - the member asked to change the membership is a healthy member that stays (a removed member
@@ -31,7 +36,7 @@ from ..plan.models import EtcdClusterPlan, EtcdMember
 from ..render.context import EtcdJoin
 from .diff import EtcdChange, Refusal, Unhealthy, etcd_changes, removal_order, removal_refusal, unhealthy_in
 
-__all__ = ["MemberSequence", "MemberStep", "agent_step", "etcd_joins", "member_sequences"]
+__all__ = ["MemberSequence", "MemberStep", "agent_step", "etcd_joins", "joint_members", "member_sequences"]
 
 Kind = Literal["add-learner", "start-member", "promote", "check-health", "remove-member"]
 
@@ -65,7 +70,7 @@ def _asked(members: list[EtcdMember], staying: set[str], unhealthy: frozenset[st
 
 
 def _sequence(change: EtcdChange, before: EtcdClusterPlan, after: EtcdClusterPlan,
-              unhealthy: frozenset[str]) -> MemberSequence:
+              unhealthy: frozenset[str], joint: tuple[str, ...] = ()) -> MemberSequence:
     by_host = {m.hostname: m for m in (*before.members, *after.members)}
     members = list(before.members)
     staying = set(change.after)
@@ -75,7 +80,9 @@ def _sequence(change: EtcdChange, before: EtcdClusterPlan, after: EtcdClusterPla
             "EtcdHealthyMember", f"{change.cluster}: no healthy member that stays to ask for the changes "
                                  f"(members {', '.join(change.before)}, unhealthy {', '.join(sorted(unhealthy)) or 'none'})"),))
     steps: list[MemberStep] = []
-    for host in change.added:
+    # the nodes that also join another etcd cluster last, in the order `joint` gives
+    added = [h for h in change.added if h not in joint] + [h for h in joint if h in change.added]
+    for host in added:
         m = by_host[host]
         members.append(m)
         initial = ",".join(f"{x.hostname}={x.peer_url}" for x in members)
@@ -103,14 +110,25 @@ def member_sequences(current: Plan, desired: Plan, unhealthy_by: Unhealthy = ())
     `unhealthy_by`: the members the last health round found unhealthy, per etcd cluster
     (`etcd_health.unhealthy_etcd_members`) or as bare hostnames."""
     out = []
-    for ch in etcd_changes(current, desired):
+    changes = etcd_changes(current, desired)
+    joint = joint_members(changes, desired)
+    for ch in changes:
         unhealthy = unhealthy_in(ch.cluster, unhealthy_by)
         refusal = removal_refusal(ch, unhealthy)
         before, after = current.etcd_cluster(ch.cluster), desired.etcd_cluster(ch.cluster)
         assert before is not None and after is not None  # etcd_changes compares clusters in both plans
         out.append(MemberSequence(ch.cluster, refusals=(refusal,)) if refusal is not None
-                   else _sequence(ch, before, after, unhealthy))
+                   else _sequence(ch, before, after, unhealthy, joint))
     return out
+
+
+def joint_members(changes: list[EtcdChange], desired: Plan) -> tuple[str, ...]:
+    """The nodes added to more than one etcd cluster by these changes, in the plan's order."""
+    count: dict[str, int] = {}
+    for ch in changes:
+        for h in ch.added:
+            count[h] = count.get(h, 0) + 1
+    return tuple(n.hostname for n in desired.nodes if count.get(n.hostname, 0) > 1)
 
 
 def etcd_joins(current: Plan, desired: Plan) -> tuple[EtcdJoin, ...]:

@@ -144,7 +144,7 @@ class Joins(LeasedOperation):
         # published first (de-duplicated by its id), then marked: a crash between re-publishes the same
         ev = JoinNodesFinished(request_id=j.request_id, cluster=j.cluster, status=j.status,  # type: ignore[arg-type]
                                reason=j.message, plan_digest=j.plan_digest, nodes=j.node_views(), at=j.finished_at)
-        await self.publish(ev.to_bytes(), JOIN_NODES_FINISHED, {"Nats-Msg-Id": f"join-finished:{j.request_id}"})
+        await self.publish(ev.to_bytes(), JOIN_NODES_FINISHED, {"Nats-Msg-Id": f"join-finished:{j.cluster}:{j.request_id}"})
         j.finished_sent = True
         await self.store.save(j)
 
@@ -222,9 +222,9 @@ class Joins(LeasedOperation):
         bundles; each answers with the join's slug as request id."""
         etcd = [e.message() for e in j.etcd_joins] or None  # a workers-only join: the field left out
         render = RenderManifests(request_id=j.slug, cluster=j.cluster, etcd_joins=etcd)
-        await self.publish(render.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:{j.slug}"})
+        await self.publish(render.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:{j.cluster}:{j.slug}"})
         certs = IssueCerts(request_id=j.slug, cluster=j.cluster, purpose="join")
-        await self.publish(certs.to_bytes(), ISSUE_CERTS, {"Nats-Msg-Id": f"certs:{j.slug}"})
+        await self.publish(certs.to_bytes(), ISSUE_CERTS, {"Nats-Msg-Id": f"certs:{j.cluster}:{j.slug}"})
         j.asked = True
 
     async def _send(self, j: Join, plan: Plan, hosts: set[str]) -> None:

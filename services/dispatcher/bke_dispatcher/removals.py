@@ -121,7 +121,7 @@ class Removals(LeasedOperation):
                                  reason=r.message, nodes=r.node_views(),
                                  revoke_identities=[i for i, n in zip(r.identities, r.nodes) if n.stage in ("forget", "done")],
                                  at=r.finished_at)
-        await self.publish(ev.to_bytes(), REMOVE_NODES_FINISHED, {"Nats-Msg-Id": f"remove-finished:{r.request_id}"})
+        await self.publish(ev.to_bytes(), REMOVE_NODES_FINISHED, {"Nats-Msg-Id": f"remove-finished:{r.cluster}:{r.request_id}"})
         r.finished_sent = True
         await self.store.save(r)
 

@@ -203,7 +203,7 @@ class Resets(LeasedOperation):
     async def _deleted(self, r: Reset) -> None:
         # publish first (de-duplicated by id), then mark it, unless the services removed the record already
         ev = ClusterDeleted(request_id=r.request_id, cluster=r.cluster)
-        await self.publish(ev.to_bytes(), CLUSTER_DELETED, {"Nats-Msg-Id": f"deleted:{r.request_id}"})
+        await self.publish(ev.to_bytes(), CLUSTER_DELETED, {"Nats-Msg-Id": f"deleted:{r.cluster}:{r.request_id}"})
         r.deleted_sent = True
         await self.store.save(r)
         log.info("cluster deleted: every node reset; services remove their records",

@@ -68,7 +68,8 @@ class ApplyMembership:
         batch, or the step failed with the reason), or the request sent and waiting
         (TemporaryError). `swap`: stores the run's plan, returns its digest (a join needs the
         stored plan to name the new nodes). A join step of group "<etcd cluster>:<member>" joins
-        a new etcd member, already added as a learner, with the member list it starts with."""
+        a new etcd member, already added as a learner (in each etcd cluster it joins), with the
+        member list it starts with in each."""
         rid = membership_request_id(run.request_id, step.name, step.group, step.batch)
         hosts = step.current()
         answer = await self._answer(run.cluster, rid)
@@ -84,9 +85,9 @@ class ApplyMembership:
         if step.name == JOIN_STEP:
             digest = await swap(run, new)
             joins = None
-            if step.group:
-                etcd_cluster, member, initial = member_join(old, new, step.group)
-                joins = [MembershipEtcdJoin(etcd_cluster=etcd_cluster, member=member, initial_cluster=initial)]
+            if step.group:  # its start in every etcd cluster it joins (apply_run._member_steps)
+                joins = [MembershipEtcdJoin(etcd_cluster=c, member=member, initial_cluster=initial)
+                         for c, member, initial in member_join(old, new, step.group)]
             req: JoinNodes | RemoveNodes = JoinNodes(request_id=rid, cluster=run.cluster, plan_digest=digest,
                                                      nodes=hosts, part_of=run.request_id, etcd_joins=joins)
             subject = JOIN_NODES
@@ -94,7 +95,7 @@ class ApplyMembership:
             req, subject = RemoveNodes(request_id=rid, cluster=run.cluster, nodes=hosts, part_of=run.request_id), REMOVE_NODES
         else:  # pragma: no cover - the run's table names only these two
             raise ValueError(f"{step.name} is no membership step")
-        await self.publish(req.to_bytes(), subject, {"Nats-Msg-Id": f"{subject}:{rid}"})
+        await self.publish(req.to_bytes(), subject, {"Nats-Msg-Id": f"{subject}:{run.cluster}:{rid}"})
         log.info("%s asked: %d node(s)", step.name, len(hosts), extra=ids)
         raise TemporaryError(f"waiting for the dispatcher: {step.name} of {', '.join(hosts[:5])}"
                              f"{' and more' if len(hosts) > 5 else ''}", delay=WAIT_S)

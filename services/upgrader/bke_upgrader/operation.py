@@ -614,7 +614,7 @@ class Upgrades:
             raise TemporaryError("the stored plan changed during the upgrade; not replaced", delay=5.0)
         # the renderer stores the new plan's files (what a later `bke retry` or node replacement sends)
         ask = RenderManifests(request_id=f"upgrade-{run.request_id}", cluster=run.cluster)
-        await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:upgrade:{run.request_id}"})
+        await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:upgrade:{run.cluster}:{run.request_id}"})
         finish(run, True, self.ts())
         log.info("upgrade succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
 
@@ -656,14 +656,14 @@ class Upgrades:
             log.warning("apply failed after its plan was swapped in: the plan it started from is back",
                         extra={"cluster": run.cluster, "request_id": run.request_id})
             ask = RenderManifests(request_id=f"apply-undo-{run.request_id}", cluster=run.cluster)
-            await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:apply-undo:{run.request_id}"})
+            await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:apply-undo:{run.cluster}:{run.request_id}"})
 
     async def _swap_plan(self, run: UpgradeRun, new: Plan, pj: str) -> None:
         """The end of a changed spec's run: its plan replaces the one the run started from
         (`_store_plan`), and the renderer stores the new plan's files."""
         await self._store_plan(run, new, keep_base=False)
         ask = RenderManifests(request_id=f"apply-{run.request_id}", cluster=run.cluster)
-        await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:apply:{run.request_id}"})
+        await self.publish(ask.to_bytes(), RENDER_MANIFESTS, {"Nats-Msg-Id": f"render:apply:{run.cluster}:{run.request_id}"})
         finish(run, True, self.ts())
         log.info("apply succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
 
