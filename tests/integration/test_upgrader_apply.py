@@ -10,7 +10,9 @@ While it runs a second apply is refused as busy; a label change runs the labels 
 back stops the apply: no later master is sent anything and the stored plan stays."""
 from __future__ import annotations
 
+import asyncio
 import base64
+import io
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -19,10 +21,16 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client as NatsClient
 from redis import asyncio as aioredis
+from rich.console import Console
 
+from bke.bus import get_blob, put_blob
+from bke.bus.handler import typed
+from bke.bus.streams import OBJECT_BUCKET
+from bke.spec.limits import MAX_SPEC_BYTES
+from bke_cli.apply_follow import apply_and_follow
 from bke.cluster_api.node_labels import LabNodes, NodeLabelsWork
 from bke.contracts.agent import AgentCommand, CommandResult, ReplaceFiles, StepResult
-from bke.contracts.apply import APPLY_ACCEPTED, APPLY_REJECTED, ApplyAccepted, ApplyCluster, ApplyRejected
+from bke.contracts.apply import APPLY_ACCEPTED, APPLY_CLUSTER, APPLY_REJECTED, ApplyAccepted, ApplyCluster, ApplyRejected
 from bke.contracts.render import RENDER_MANIFESTS
 from bke.plan import plan_spec_text
 from bke.state import PlanCache, RedisPlanStore, plan_digest
@@ -477,3 +485,41 @@ async def test_new_apiserver_names_store_the_plan_reissue_then_ride_with_each_ap
     assert outcome.status == "failed" and "certificate re-issue failed: node master2" in outcome.reason, outcome.reason
     assert (await RedisPlanStore(redis_client).meta(plan.cluster)).digest == before  # type: ignore[union-attr]
     assert len(sent) == 3  # nothing more sent
+
+
+async def test_a_spec_over_one_mib_travels_by_reference_and_the_dry_run_is_answered(
+        redis_client: aioredis.Redis, nats_client: NatsClient, nats_url: str) -> None:
+    # the CLI's `bke apply` request, read by the upgrader's handler as app.py wires it
+    sent: list[AgentCommand] = []
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [])
+    js = nats_client.jetstream()
+    applies.fetch_blob = lambda ref: get_blob(js, ref, limit=MAX_SPEC_BYTES)
+    pad = "# a large cluster's spec: thousands of BKENode documents\n"
+    big = TEXT.replace(CERTS, FLAG) + pad * (1_200_000 // len(pad))
+    assert len(big) > 1024 * 1024
+    handler = typed(ApplyCluster, applies.on_request,
+                    lambda payload, subject, headers: nats_client.publish(subject, payload, headers=headers or None),
+                    refuse=applies.refuse_bytes)
+    requests = await nats_client.subscribe(APPLY_CLUSTER)
+    out = io.StringIO()
+    follow = asyncio.create_task(apply_and_follow(nats_url, big.encode(), plan.cluster, 60, Console(file=out),
+                                                  dry_run=True))
+    msg = await requests.next_msg(timeout=30)
+    req = ApplyCluster.model_validate_json(msg.data)
+    assert req.spec is None and req.spec_ref and len(msg.data) < 4096
+    await handler(msg.data)
+    assert await asyncio.wait_for(follow, 30) == 0
+    assert "the changed spec is accepted" in out.getvalue() and "dry run" in out.getvalue(), out.getvalue()
+    assert await store.load(plan.cluster) is None and sent == []  # a dry run starts nothing
+
+    # the reference gone, or larger than the limit: refused naming specRef, nothing started
+    outs = await applies.on_request(ApplyCluster(request_id="gone", cluster=plan.cluster,
+                                                 spec_ref=f"{OBJECT_BUCKET}/specs/no-such.yaml"))
+    assert outs[0].subject == APPLY_REJECTED
+    assert "specRef" in outs[0].message.message and "not found" in outs[0].message.message  # type: ignore[attr-defined]
+    applies.fetch_blob = lambda ref: get_blob(js, ref, limit=64 * 1024)
+    ref = await put_blob(js, OBJECT_BUCKET, "specs/apply-too-big.yaml", big.encode())
+    outs = await applies.on_request(ApplyCluster(request_id="big", cluster=plan.cluster, spec_ref=ref, dry_run=True))
+    assert outs[0].subject == APPLY_REJECTED
+    assert f"the limit is {64 * 1024}" in outs[0].message.message  # type: ignore[attr-defined]
+    assert await store.load(plan.cluster) is None
