@@ -14,9 +14,12 @@ import asyncio
 import base64
 import io
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nats.aio.client import Client as NatsClient
@@ -36,6 +39,8 @@ from bke.plan import plan_spec_text
 from bke.state import PlanCache, RedisPlanStore, plan_digest
 from bke.state.keys import accepted_agents_key, node_labels_key
 from bke_upgrader.applies import Applies
+from bke_upgrader.certs import UpgradeCerts
+from bke_upgrader.membership import ApplyMembership
 from bke_upgrader.operation import Upgrades
 from bke_upgrader.renders import Renders
 from bke_upgrader.restore_store import RestoreStore
@@ -80,11 +85,18 @@ class _Snapshots:
 
 
 async def _setup(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand], published: list[str],  # type: ignore[no-untyped-def]
-                 bodies: dict[str, list[bytes]] | None = None, text: str = TEXT):
+                 bodies: dict[str, list[bytes]] | None = None, text: str = TEXT, **upgrader: Any):
     plan = plan_spec_text(text, "seed").plan
     assert plan is not None
     pj = plan.to_json()
     assert await RedisPlanStore(redis).save(plan, pj, plan_digest(pj), "install-1", _now().isoformat())
+    return (plan, *_upgrader(redis, nc, sent, published, bodies, **upgrader))
+
+
+def _upgrader(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand], published: list[str],  # type: ignore[no-untyped-def]
+              bodies: dict[str, list[bytes]] | None = None, clock: Callable[[], float] = time.time,
+              answer_timeout_s: float = 1800.0):
+    """An upgrader's store, runs and applies as app.py wires them (a new call: a restarted one)."""
     store = UpgradeStore(redis)
 
     async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
@@ -101,8 +113,10 @@ async def _setup(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand]
     plans = PlanCache(redis)
     upgrades = Upgrades(store, plans, RedisPlanStore(redis), _Facts(), Renders(), None, None, None,  # type: ignore[arg-type]
                         publish, _now, "apply-test", 30_000, sign=sign, snapshots=_Snapshots(),
-                        labels=_Labels(NodeLabelsWork(redis, LabNodes(), _now)))
-    return plan, store, upgrades, Applies(upgrades, plans, RestoreStore(redis), _now)
+                        labels=_Labels(NodeLabelsWork(redis, LabNodes(), _now)),
+                        certs=UpgradeCerts(store, publish, answer_timeout_s=answer_timeout_s, now=clock),
+                        membership=ApplyMembership(store, publish, answer_timeout_s=answer_timeout_s, now=clock))
+    return store, upgrades, Applies(upgrades, plans, RestoreStore(redis), _now)
 
 
 async def _answer(store: UpgradeStore, cmd: AgentCommand, failed: str = "") -> None:
@@ -523,3 +537,68 @@ async def test_a_spec_over_one_mib_travels_by_reference_and_the_dry_run_is_answe
     assert outs[0].subject == APPLY_REJECTED
     assert f"the limit is {64 * 1024}" in outs[0].message.message  # type: ignore[attr-defined]
     assert await store.load(plan.cluster) is None
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def test_a_dispatcher_that_never_answers_fails_the_join_after_the_deadline_also_across_a_restart(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    """The join is asked again every pass until the deadline (60 s here), counted from the first
+    ask and kept in the run record: an upgrader started anew past it fails the step naming the
+    dispatcher and what to do; the plan the run started from is put back."""
+    from bke.contracts.membership import JOIN_NODES
+
+    clock = _Clock()
+    bodies: dict[str, list[bytes]] = {}
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, [], [], bodies, clock=clock,
+                                                  answer_timeout_s=60)
+    outs = await applies.on_request(ApplyCluster(request_id="d1", cluster=plan.cluster, spec=TEXT + WORKER2))
+    assert outs[0].subject == APPLY_ACCEPTED
+    await _pass(upgrades, plan.cluster)
+    assert len(bodies[JOIN_NODES]) == 1
+    run = await UpgradeStore(redis_client).load(plan.cluster, fresh=True)
+    assert run is not None and [s.sent_at for s in run.steps if s.name == "join-nodes"] == [clock.t]  # in the record
+    clock.t += 59
+    await _pass(upgrades, plan.cluster)
+    assert len(bodies[JOIN_NODES]) == 2  # asked again, not failed yet
+
+    clock.t += 2  # past the deadline, in an upgrader that did not ask first (a restart)
+    store, upgrades, _ = _upgrader(redis_client, nats_client, [], [], bodies, clock=clock, answer_timeout_s=60)
+    outcome = await _pass(upgrades, plan.cluster)
+    assert getattr(outcome, "status", None) == "failed", outcome
+    reason = outcome.reason  # type: ignore[attr-defined]
+    assert "the dispatcher did not answer the join-nodes request" in reason and "within 61s" in reason, reason
+    assert "bke-dispatcher running" in reason and "apply the spec again" in reason
+    assert len(bodies[JOIN_NODES]) == 2  # not asked again once past the deadline
+    run = await store.load(plan.cluster, fresh=True)
+    assert run is not None and run.status == "Failed"
+    assert (await RedisPlanStore(redis_client).meta(plan.cluster)).digest == run.request["planDigest"]  # type: ignore[union-attr]
+
+
+async def test_a_certs_service_that_never_answers_fails_the_reissue_after_the_deadline(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    from bke.contracts.certs import ISSUE_CERTS
+
+    clock = _Clock()
+    bodies: dict[str, list[bytes]] = {}
+    sent: list[AgentCommand] = []
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies, clock=clock,
+                                                  answer_timeout_s=30)
+    outs = await applies.on_request(ApplyCluster(request_id="d2", cluster=plan.cluster, spec=TEXT.replace(CERTS, SANS)))
+    assert outs[0].subject == APPLY_ACCEPTED
+    await _pass(upgrades, plan.cluster)
+    clock.t += 29
+    await _pass(upgrades, plan.cluster)
+    assert len(bodies[ISSUE_CERTS]) == 2
+    clock.t += 1
+    outcome = await _pass(upgrades, plan.cluster)
+    assert getattr(outcome, "status", None) == "failed", outcome
+    reason = outcome.reason  # type: ignore[attr-defined]
+    assert "the certs service did not answer the certificate re-issue request" in reason and "bke-certs" in reason, reason
+    assert len(bodies[ISSUE_CERTS]) == 2 and sent == []  # nothing sent to a node

@@ -155,8 +155,11 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     facts = LiveFacts(redis, request, _now, heartbeat_stale_s=settings.heartbeat_stale_s,
                       timeout_s=settings.status_timeout_s)
     snapshots = _Snapshots(svc, redis)
-    certs = UpgradeCerts(store, svc.publish)
-    membership = ApplyMembership(store, svc.publish)
+    # a service that never answers fails the step after service_answer_timeout_s (answer_deadline.py)
+    certs = UpgradeCerts(store, svc.publish, answer_timeout_s=settings.service_answer_timeout_s,
+                         now=lambda: _now().timestamp())
+    membership = ApplyMembership(store, svc.publish, answer_timeout_s=settings.service_answer_timeout_s,
+                                 now=lambda: _now().timestamp())
 
     async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
         # straight on the service's connection: the same message as Service.publish (a core
