@@ -471,3 +471,29 @@ async def test_giving_up_on_a_request_that_started_leaves_it_to_its_runner_and_g
         await gave_up(junk, "x")
     assert len([s for s in sent if s[0].endswith(".finished")]) == 1
     assert request_of(b'{"requestId": "r", "cluster": "c", "nodes": "not a list"}') == ("r", "c")
+
+
+@pytest.mark.parametrize("kind", ["join", "removal"])
+async def test_a_record_in_a_newer_form_answers_the_request_failed_naming_the_forms(wired, kind):
+    """A join (removal) record written by a newer dispatcher (form 4 here) is not read and not
+    left unanswered: the request is answered Failed, naming the form found and the newest this
+    dispatcher reads, and the record is left as it was."""
+    from bke.state.schema import SCHEMA_FIELD, record_kind
+
+    make_joins, make_removals, _, r, sent = wired
+    newest = record_kind(kind).current
+    newer = json.dumps({"cluster": "mbr", "requestId": "from-the-future", SCHEMA_FIELD: newest + 1})
+    key = join_key("mbr") if kind == "join" else removal_key("mbr")
+    await r.set(key, newer)
+    if kind == "join":
+        outs = await make_joins().on_request(JoinNodes(request_id="j-new", cluster="mbr", plan_digest=DIGEST,
+                                                       nodes=["node2"]))
+    else:
+        outs = await make_removals().on_request(RemoveNodes(request_id="r-new", cluster="mbr", nodes=["node1"]))
+    [out] = outs
+    assert out.subject == f"bke.v1.{'join' if kind == 'join' else 'remove'}-nodes.finished"
+    assert out.message.status == "Failed"
+    reason = out.message.reason
+    assert f"{kind} record of mbr is in form version {newest + 1}" in reason, reason
+    assert f"reads forms up to {newest}" in reason and "upgrade this dispatcher" in reason
+    assert (await r.get(key)).decode() == newer and not commands(sent)

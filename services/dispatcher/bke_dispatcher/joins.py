@@ -12,7 +12,8 @@ publishes around them (the shape of resets.py).
                                 view on `join-nodes.<c>.changed`; at the end `join-nodes.finished`
 
 Errors (see bke.errors): a malformed request is dead-lettered; a refused one is answered as
-above and acked; Redis away holds it; anything else is redelivered, and after the maximum
+above and acked (also when the cluster's join record is in a form this dispatcher does not read:
+a newer dispatcher wrote it, the reason says to upgrade this one); Redis away holds it; anything else is redelivered, and after the maximum
 deliveries answered `join-nodes.finished` Failed with the error (membership_give_up). An API
 that refuses a label patch (4xx) fails the join; one that is away (TemporaryError) makes the
 runner come back. New nodes whose agents never register fail the join at its agents' deadline.
@@ -83,7 +84,7 @@ class Joins(LeasedOperation):
     # requests -------------------------------------------------------------------
     async def on_request(self, req: JoinNodes) -> list[Out]:
         ids = {"cluster": req.cluster, "request_id": req.request_id}
-        current = await self.store.load(req.cluster)
+        current, unreadable = await self.store.load_judged(req.cluster)
         if current is not None and current.request_id == req.request_id:  # a redelivery
             self.kick(req.cluster)
             return []
@@ -95,7 +96,7 @@ class Joins(LeasedOperation):
         def check(cur: Join | None) -> str:
             return join_refusal(req, plan, digest, g.install, busy=g.busy, paused=g.paused, current=cur)
 
-        why = outside or check(current)
+        why = unreadable or outside or check(current)
         if not why and plan is not None:
             # the cluster's one operation slot (bke.state.operation_slot): atomic against every
             # other kind; released again if the record refuses after all (or the slot of the

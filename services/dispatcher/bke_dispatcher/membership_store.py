@@ -25,6 +25,7 @@ from bke.plan import Plan
 from bke.state import PlanCache
 from bke.state.exclusive import write_unless
 from bke.state.operation_slot import start_in_slot
+from bke.state.schema import StoredVersionTooNew, StoredVersionTooOld, record_kind
 
 from .state import DispatcherState
 
@@ -55,6 +56,19 @@ class OperationStore(Generic[R]):
     async def load(self, cluster: str) -> R | None:
         raw = await self.r.get(self.key(cluster))
         return None if raw is None else self.parse(raw)
+
+    async def load_judged(self, cluster: str) -> tuple[R | None, str]:
+        """The record a request is judged against, or why it cannot be read (then None): a form
+        newer than this dispatcher reads (a newer dispatcher wrote it) or older than it converts.
+        Waiting changes neither, so the request is answered with that reason, never retried."""
+        try:
+            return await self.load(cluster), ""
+        except StoredVersionTooNew as exc:
+            newest = record_kind(exc.kind).current
+            return None, (f"the {exc.kind} record of {cluster} is in form version {exc.version}, and this dispatcher "
+                          f"reads forms up to {newest}: a newer dispatcher wrote it; upgrade this dispatcher")
+        except StoredVersionTooOld as exc:
+            return None, str(exc)
 
     async def save(self, rec: R) -> bool:
         """Write the record unless it is gone (a delete removed the cluster's records): False then."""

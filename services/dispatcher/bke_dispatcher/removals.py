@@ -86,7 +86,7 @@ class Removals(LeasedOperation):
 
     async def on_request(self, req: RemoveNodes) -> list[Out]:
         ids = {"cluster": req.cluster, "request_id": req.request_id}
-        current = await self.store.load(req.cluster)
+        current, unreadable = await self.store.load_judged(req.cluster)
         if current is not None and current.request_id == req.request_id:  # a redelivery
             self.kick(req.cluster)
             return []
@@ -96,7 +96,7 @@ class Removals(LeasedOperation):
         def check(cur: Removal | None) -> str:
             return removal_refusal(req, g.plan, g.install, busy=g.busy, paused=g.paused, current=cur)
 
-        why = outside or check(current)
+        why = unreadable or outside or check(current)
         rec = new_removal(req, self._ts(), [identity_name("agent", req.cluster, h) for h in req.nodes])
         if not why:
             # the cluster's one operation slot, as a join takes it (or the apply run's)
