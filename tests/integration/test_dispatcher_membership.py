@@ -10,7 +10,9 @@ import json
 from datetime import datetime, timezone
 
 import pytest
+import typer
 from redis.asyncio import Redis
+from rich.console import Console
 
 from bke.checksums import LabChecksums
 from bke.contracts.agent import AgentCommand, CommandResult, StepResult
@@ -25,6 +27,8 @@ from bke.state.keys import (
     join_key, join_results_key, joins_index, removal_api_key, removal_key, removal_results_key, removals_index,
 )
 from bke.state.nodefiles import RedisNodeFiles, file_from_bytes
+from bke_cli.membership_cmd import _exit as membership_exit
+from bke_cli.membership_cmd import refused
 from bke_dispatcher.join import Join
 from bke_dispatcher.joins import Joins
 from bke_dispatcher.membership_store import OperationStore
@@ -107,6 +111,7 @@ async def test_a_join_for_another_plan_is_refused_and_answered(wired):
     [out] = await joins().on_request(JoinNodes(request_id="j0", cluster="mbr", plan_digest="0" * 64, nodes=["node2"]))
     assert out.subject == "bke.v1.join-nodes.finished" and out.message.status == "Failed"
     assert "planDigest" in out.message.reason and not commands(sent)
+    assert out.message.kind == "invalid" and refused(json.loads(out.message.to_bytes()))  # the CLI's exit 2
 
 
 async def test_a_join_commands_only_the_new_node_phase_by_phase_and_ends_once(wired):
@@ -424,6 +429,11 @@ async def test_a_request_failing_on_every_delivery_is_answered_failed_not_left_t
             for doc in done.values():
                 assert doc["status"] == "Failed" and doc["cluster"] == "gvup" and doc["nodes"] == []
                 assert doc["reason"].startswith("the dispatcher gave up on this") and "JSONDecodeError" in doc["reason"]
+                # a failure, not a refusal: `bke lab join-nodes` / `remove-nodes` exit 1 with the reason
+                assert doc["kind"] == "operational" and not refused(doc)
+                with pytest.raises(typer.Exit) as code:
+                    membership_exit(doc, Console())
+                assert code.value.exit_code == 1
             letters = [e.data for e in watch.seen if e.subject == "bke.v1.deadletter.dispatcher"]
             by_subject = {(d["subject"], d["deliveries"]) for d in letters}
             assert {(JOIN_NODES, 1), (JOIN_NODES, 2), (REMOVE_NODES, 2)} <= by_subject  # malformed at once; the others after 2
@@ -492,7 +502,7 @@ async def test_a_record_in_a_newer_form_answers_the_request_failed_naming_the_fo
         outs = await make_removals().on_request(RemoveNodes(request_id="r-new", cluster="mbr", nodes=["node1"]))
     [out] = outs
     assert out.subject == f"bke.v1.{'join' if kind == 'join' else 'remove'}-nodes.finished"
-    assert out.message.status == "Failed"
+    assert out.message.status == "Failed" and out.message.kind == "operational"  # no refusal of the input
     reason = out.message.reason
     assert f"{kind} record of mbr is in form version {newest + 1}" in reason, reason
     assert f"reads forms up to {newest}" in reason and "upgrade this dispatcher" in reason

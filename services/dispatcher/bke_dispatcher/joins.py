@@ -107,7 +107,8 @@ class Joins(LeasedOperation):
         if why or plan is None:
             log.warning("join refused: %s", why, extra=ids)
             ev = JoinNodesFinished(request_id=req.request_id, cluster=req.cluster, status="Failed", reason=why,
-                                   plan_digest=req.plan_digest, at=self._ts())
+                                   plan_digest=req.plan_digest, at=self._ts(),
+                                   kind="operational" if unreadable else "invalid")
             return [Out(ev, JOIN_NODES_FINISHED, msg_id=f"join-finished:{req.request_id}")]
         log.info("join started: %d node(s)", len(j.nodes), extra=ids)
         await self._changed(j)
@@ -144,7 +145,8 @@ class Joins(LeasedOperation):
     async def _finished(self, j: Join) -> None:
         # published first (de-duplicated by its id), then marked: a crash between re-publishes the same
         ev = JoinNodesFinished(request_id=j.request_id, cluster=j.cluster, status=j.status,  # type: ignore[arg-type]
-                               reason=j.message, plan_digest=j.plan_digest, nodes=j.node_views(), at=j.finished_at)
+                               reason=j.message, plan_digest=j.plan_digest, nodes=j.node_views(), at=j.finished_at,
+                               kind="operational" if j.status == "Failed" else None)
         await self.publish(ev.to_bytes(), JOIN_NODES_FINISHED, {"Nats-Msg-Id": f"join-finished:{j.request_id}"})
         j.finished_sent = True
         await self.store.save(j)

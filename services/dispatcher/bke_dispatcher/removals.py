@@ -105,7 +105,7 @@ class Removals(LeasedOperation):
         if why:
             log.warning("removal refused: %s", why, extra=ids)
             ev = RemoveNodesFinished(request_id=req.request_id, cluster=req.cluster, status="Failed", reason=why,
-                                     at=self._ts())
+                                     at=self._ts(), kind="operational" if unreadable else "invalid")
             return [Out(ev, REMOVE_NODES_FINISHED, msg_id=f"remove-finished:{req.request_id}")]
         log.info("removal started: %d node(s)", len(rec.nodes), extra=ids)
         await self._changed(rec)
@@ -120,7 +120,7 @@ class Removals(LeasedOperation):
         ev = RemoveNodesFinished(request_id=r.request_id, cluster=r.cluster, status=r.status,  # type: ignore[arg-type]
                                  reason=r.message, nodes=r.node_views(),
                                  revoke_identities=[i for i, n in zip(r.identities, r.nodes) if n.stage in ("forget", "done")],
-                                 at=r.finished_at)
+                                 at=r.finished_at, kind="operational" if r.status == "Failed" else None)
         await self.publish(ev.to_bytes(), REMOVE_NODES_FINISHED, {"Nats-Msg-Id": f"remove-finished:{r.request_id}"})
         r.finished_sent = True
         await self.store.save(r)
