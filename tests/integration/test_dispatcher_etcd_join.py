@@ -184,8 +184,8 @@ async def test_etcd_only_nodes_join_one_learner_at_a_time_with_their_manifests_r
             if subject == RENDER_MANIFESTS:
                 await js.publish(subject, body, headers=headers or None)
 
-        async def idle(cluster: str) -> str:
-            return ""
+        async def idle(cluster: str) -> None:
+            return None
 
         async def not_paused(cluster: str) -> bool:
             return False

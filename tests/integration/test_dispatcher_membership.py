@@ -31,7 +31,7 @@ from bke_cli.membership_cmd import _exit as membership_exit
 from bke_cli.membership_cmd import refused
 from bke_dispatcher.join import Join
 from bke_dispatcher.joins import Joins
-from bke_dispatcher.membership_store import OperationStore
+from bke_dispatcher.membership_store import Busy, OperationStore
 from bke_dispatcher.node_labels import LabNodes
 from bke_dispatcher.removal import Removal
 from bke_dispatcher.removals import Removals
@@ -80,8 +80,8 @@ async def wired(redis_url, redis_client):
     async def not_paused(cluster: str) -> bool:
         return False
 
-    async def idle(cluster: str) -> str:
-        return ""
+    async def idle(cluster: str) -> None:
+        return None
 
     async def sign(cmd: AgentCommand) -> AgentCommand:
         return signed(cmd)
@@ -296,12 +296,12 @@ async def test_the_dispatchers_busy_reader_names_the_slot_holder_and_unclaimed_r
         joins = OperationStore(r, Join.from_json, join_key, join_results_key, joins_index())
         removals = OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index())
         busy = busy_reader(r, RotationStore(r), joins, removals)
-        assert await busy("quiet") == ""
+        assert await busy("quiet") is None
         assert (await claim_operation(r, "quiet", "reset", "z1", "t0")).won
-        assert await busy("quiet") == "reset z1"
+        assert await busy("quiet") == Busy("reset", "z1") and str(Busy("reset", "z1")) == "reset z1"
         await release_operation(r, "quiet", "reset", "z1")
         assert (await claim_operation(r, "quiet", "join", "j9", "t0")).won
-        assert await busy("quiet") == ""  # its own kind: the join's refusal says it better
+        assert await busy("quiet") is None  # a join holds it without a record: the join's own refusal says it better
     finally:
         await r.aclose()
 

@@ -46,7 +46,7 @@ from .join import (
 )
 from .labels import marks_from_record, record, wanted
 from .leased import LeasedOperation
-from .membership_store import INPUT_PREFIX, OperationStore, read_gates, start_operation
+from .membership_store import Busy, INPUT_PREFIX, OperationStore, read_gates, start_operation
 from .node_labels import NodeMarker
 from .phases import NodeInputs, phase_by_slug
 from .signing import Sign
@@ -68,7 +68,7 @@ class Joins(LeasedOperation):
     LEASE = LEASE
 
     def __init__(self, store: OperationStore[Join], state: DispatcherState, plans: PlanCache, files: RedisNodeFiles,
-                 checksums: Checksums, marker: NodeMarker, busy: Callable[[str], Awaitable[str]],
+                 checksums: Checksums, marker: NodeMarker, busy: Callable[[str], Awaitable[Busy | None]],
                  paused: Callable[[str], Awaitable[bool]], publish: Publish, now: Callable[[], datetime], owner: str,
                  lease_ms: int = 15000, kick: Callable[[str], None] | None = None, *, sign: Sign,
                  agents_deadline_s: float = AGENTS_DEADLINE_S):
@@ -94,7 +94,7 @@ class Joins(LeasedOperation):
         digest = _s(await self.state.r.hget(plan_meta_key(req.cluster), "digest") or "")
 
         def check(cur: Join | None) -> str:
-            return join_refusal(req, plan, digest, g.install, busy=g.busy, paused=g.paused, current=cur)
+            return join_refusal(req, plan, digest, g.install, busy=g.busy_text, paused=g.paused, current=cur)
 
         why = unreadable or outside or check(current)
         if not why and plan is not None:

@@ -29,7 +29,7 @@ from bke.state.schema import StoredVersionTooNew, StoredVersionTooOld, record_ki
 
 from .state import DispatcherState
 
-__all__ = ["INPUT_PREFIX", "OperationStore", "Record"]
+__all__ = ["INPUT_PREFIX", "Busy", "OperationStore", "Record"]
 
 INPUT_PREFIX = "input:"  # a results field that holds a service's answer, not an agent's
 
@@ -101,14 +101,31 @@ class OperationStore(Generic[R]):
 
 
 @dataclass(frozen=True)
+class Busy:
+    """Another operation that holds the cluster: its kind (the slot's: apply, upgrade, reset,
+    rotation, join, removal, ...) and request id. Compared as data; its text is for people."""
+
+    kind: str
+    request_id: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.request_id}"
+
+
+@dataclass(frozen=True)
 class Gates:
     """What a join or removal request is judged on: the stored plan (None: none, or the store is
-    away for a moment), the install's status, another operation running ("" if none), a pause."""
+    away for a moment), the install's status, another operation running (None if none), a pause."""
 
     plan: Plan | None
     install: str | None
-    busy: str
+    busy: Busy | None
     paused: bool
+
+    @property
+    def busy_text(self) -> str:
+        """The other operation, described for a refusal ("upgrade u1"; "" if none)."""
+        return str(self.busy) if self.busy else ""
 
     def within(self, cluster: str, part_of: str | None) -> tuple["Gates", str]:
         """The gates of a request sent by the operation `part_of` (bke apply's run, which holds
@@ -117,10 +134,10 @@ class Gates:
         names has ended, or never was)."""
         if not part_of:
             return self, ""
-        if self.busy == f"apply {part_of}":
-            return replace(self, busy=""), ""
+        if self.busy == Busy("apply", part_of):
+            return replace(self, busy=None), ""
         return self, (f"partOf: apply {part_of} does not hold the operation slot of {cluster} "
-                      f"({self.busy or 'nothing'} does)")
+                      f"({self.busy_text or 'nothing'} does)")
 
 
 async def start_operation(redis: Any, cluster: str, kind: str, request_id: str, part_of: str | None, since: str,
@@ -133,12 +150,12 @@ async def start_operation(redis: Any, cluster: str, kind: str, request_id: str, 
     return await start_in_slot(redis, cluster, kind, request_id, since, start)
 
 
-async def read_gates(cluster: str, plans: PlanCache, state: DispatcherState, busy: Callable[[str], Awaitable[str]],
-                     paused: Callable[[str], Awaitable[bool]]) -> Gates:
+async def read_gates(cluster: str, plans: PlanCache, state: DispatcherState,
+                     busy: Callable[[str], Awaitable[Busy | None]], paused: Callable[[str], Awaitable[bool]]) -> Gates:
     """One read of everything both requests check (join.join_refusal, removal.removal_refusal)."""
     try:
         plan: Plan | None = await plans.load(cluster)
     except TemporaryError:
         plan = None
     install = (await state.install(cluster)).get("status")
-    return Gates(plan, install, await busy(cluster) if plan is not None else "", await paused(cluster))
+    return Gates(plan, install, await busy(cluster) if plan is not None else None, await paused(cluster))

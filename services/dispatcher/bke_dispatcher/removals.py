@@ -41,7 +41,7 @@ from bke.state.keys import (
 
 from .engine import Outcome
 from .leased import LeasedOperation
-from .membership_store import OperationStore, read_gates, start_operation
+from .membership_store import Busy, OperationStore, read_gates, start_operation
 from .phases import PHASES
 from .removal import Removal, advance, apply_result, fail_stage, new_removal, next_step, removal_refusal
 from .signing import Sign
@@ -73,7 +73,7 @@ class Removals(LeasedOperation):
     LEASE = LEASE
 
     def __init__(self, store: OperationStore[Removal], state: DispatcherState, plans: PlanCache, drainer: Drainer,
-                 busy: Callable[[str], Awaitable[str]], paused: Callable[[str], Awaitable[bool]], publish: Publish,
+                 busy: Callable[[str], Awaitable[Busy | None]], paused: Callable[[str], Awaitable[bool]], publish: Publish,
                  now: Callable[[], datetime], owner: str, lease_ms: int = 15000,
                  kick: Callable[[str], None] | None = None, *, sign: Sign, drain_timeout_s: float = DRAIN_TIMEOUT_S):
         self.store, self.state, self.plans, self.drainer = store, state, plans, drainer
@@ -94,7 +94,7 @@ class Removals(LeasedOperation):
             req.cluster, req.part_of)
 
         def check(cur: Removal | None) -> str:
-            return removal_refusal(req, g.plan, g.install, busy=g.busy, paused=g.paused, current=cur)
+            return removal_refusal(req, g.plan, g.install, busy=g.busy_text, paused=g.paused, current=cur)
 
         why = unreadable or outside or check(current)
         rec = new_removal(req, self._ts(), [identity_name("agent", req.cluster, h) for h in req.nodes])
