@@ -10,13 +10,16 @@ rolled back, say: the cluster keeps serving on the old files) or no answer befor
 from __future__ import annotations
 
 import uuid
+from functools import partial
 from typing import Any
 
 from rich.console import Console
 
-from bke.bus.connect import BusAccess
+from bke.bus.connect import BusAccess, connect_nats
 from bke.contracts.apply import APPLY_ACCEPTED, APPLY_CLUSTER, APPLY_REJECTED, ApplyCluster
 
+from .output import quiet_bus_errors
+from .spec_source import blob_put, spec_fields
 from .upgrade_follow import send_and_follow
 
 __all__ = ["accepted_lines", "apply_and_follow", "rejected_lines"]
@@ -39,10 +42,20 @@ def rejected_lines(doc: dict[str, Any]) -> list[str]:
     return [f"apply to {doc.get('cluster')} refused:"] + [f"  {r['path']}: {r['message']}" for r in refusals]
 
 
+async def _put_blob(nats_url: BusAccess | str, key: str, data: bytes) -> str:
+    # a connection of its own: only a spec too large for one message needs it
+    nc = await connect_nats(nats_url, error_cb=quiet_bus_errors)
+    try:
+        return await blob_put(nc.jetstream(), key)(data)
+    finally:
+        await nc.close()
+
+
 async def apply_and_follow(nats_url: BusAccess | str, spec: bytes, cluster: str, timeout: float, console: Console,
                            *, dry_run: bool = False, drain_timeout: float = 300.0) -> int:
     rid = str(uuid.uuid4())
-    req = ApplyCluster(request_id=rid, cluster=cluster, spec=spec.decode(), dry_run=dry_run, drain_timeout_s=drain_timeout)
+    req = ApplyCluster(request_id=rid, cluster=cluster, dry_run=dry_run, drain_timeout_s=drain_timeout,
+                       **await spec_fields(spec, partial(_put_blob, nats_url, f"specs/apply-{rid}.yaml")))
     return await send_and_follow(
         nats_url, APPLY_CLUSTER, req.to_bytes(), f"apply:{cluster}:{rid}", cluster, rid, timeout, console,
         accepted=APPLY_ACCEPTED, rejected=APPLY_REJECTED, what="apply", accepted_lines=accepted_lines,

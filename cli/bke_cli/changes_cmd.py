@@ -16,18 +16,16 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from rich.console import Console
 
-from bke.bus import put_blob
 from bke.bus.connect import BusAccess, connect_nats
-from bke.bus.streams import OBJECT_BUCKET, ensure_streams
 from bke.contracts.changes import CLUSTER_DIFF, ClusterChanges, DiffCluster, parse_changes_reply
 from bke.contracts.status import StatusError
 
 from .output import quiet_bus_errors
+from .spec_source import blob_put, spec_fields
 
 __all__ = ["DIFF_TIMEOUT_S", "DiffUnavailable", "ask_changes", "print_changes", "run_diff"]
 
 DIFF_TIMEOUT_S = 120.0  # placing and rendering two plans of 10,000 nodes takes the planner seconds
-INLINE_LIMIT = 900 * 1024  # as an install request (follow.py): below NATS' 1 MiB max_payload
 MAX_ACTIONS_SHOWN = 200  # beyond that, counted by kind (a 5,000-node scale-out is 5,000 joins)
 
 
@@ -39,12 +37,7 @@ async def ask_changes(nats: BusAccess | str, spec: bytes, timeout: float = DIFF_
     nc = await connect_nats(nats, error_cb=quiet_bus_errors)
     try:
         rid = str(uuid.uuid4())
-        if len(spec) <= INLINE_LIMIT:
-            req = DiffCluster(request_id=rid, spec=spec.decode())
-        else:
-            js = nc.jetstream()
-            await ensure_streams(js)
-            req = DiffCluster(request_id=rid, spec_ref=await put_blob(js, OBJECT_BUCKET, f"specs/diff-{rid}.yaml", spec))
+        req = DiffCluster(request_id=rid, **await spec_fields(spec, blob_put(nc.jetstream(), f"specs/diff-{rid}.yaml")))
         try:
             msg = await nc.request(CLUSTER_DIFF, req.to_bytes(), timeout=timeout)
         except NoRespondersError as exc:

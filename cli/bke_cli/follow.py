@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from bke.bus import EventWatch, put_blob
-from bke.bus.streams import OBJECT_BUCKET, ensure_streams
+from bke.bus import EventWatch
+from bke.bus.streams import ensure_streams
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, PLAN_CREATED, InstallCluster
 from bke.contracts.install import install_subject
 from bke.contracts.status import ClusterStatus
@@ -26,11 +26,10 @@ from bke.errors import is_unavailable
 
 from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines, quiet_bus_errors, warn_lines, where
 from bke.state.epoch import STATE_LOST
+from .spec_source import blob_put, spec_fields
 from .status_client import StatusUnavailable, get_status
 
 __all__ = ["failure_lines", "failure_code", "submit_and_follow", "status_table"]
-
-INLINE_LIMIT = 900 * 1024  # below NATS' 1 MiB max_payload, with room for the envelope
 
 
 def status_table(doc: ClusterStatus, elapsed: float | None = None) -> Table:
@@ -65,11 +64,7 @@ def failure_code(doc: ClusterStatus) -> int:
 async def _request(nc, spec: bytes, rid: str) -> None:
     js = nc.jetstream()
     await ensure_streams(js)  # the services may still be starting; declaring is idempotent
-    if len(spec) <= INLINE_LIMIT:
-        req = InstallCluster(request_id=rid, spec=spec.decode())
-    else:
-        ref = await put_blob(js, OBJECT_BUCKET, f"specs/{rid}.yaml", spec)
-        req = InstallCluster(request_id=rid, spec_ref=ref)
+    req = InstallCluster(request_id=rid, **await spec_fields(spec, blob_put(js, f"specs/{rid}.yaml")))
     await js.publish(INSTALL_CLUSTER, req.to_bytes(), headers=schema_headers({"Nats-Msg-Id": f"request:{rid}"}))
 
 

@@ -10,7 +10,8 @@ holding the lab's NATS authority, revokes the identities the dispatcher names an
 agents' processes (what `bke delete` does for a whole cluster). Swapping in the plan that adds
 or drops the nodes is `bke apply`'s (its runner in the upgrader calls the same two commands).
 
-Exit codes: 0 succeeded, 1 failed or not finished in time, 2 refused.
+Exit codes: 0 succeeded, 1 failed (a node, a service, a request the dispatcher gave up on) or not
+finished in time, 2 refused (the answer's `kind` "invalid"); the reason is printed.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from bke.contracts.membership import (
 
 from .output import EXIT_FAILURE, EXIT_INVALID, error_lines, quiet_bus_errors
 
-__all__ = ["follow_membership", "register", "retire_agents"]
+__all__ = ["follow_membership", "refused", "register", "retire_agents"]
 
 WORKDIR = typer.Option(..., "--workdir", help="the lab's work directory")
 NODES = typer.Option(..., "--nodes", help="hostnames, comma-separated")
@@ -71,13 +72,21 @@ async def follow_membership(access: BusAccess | str, req: JoinNodes | RemoveNode
         await nc.close()
 
 
+def refused(done: dict[str, Any]) -> bool:
+    """Whether a Failed answer is a refusal (exit 2) rather than a failure (exit 1): its `kind`;
+    a dispatcher older than the field refused exactly when it named no node."""
+    if "kind" in done:
+        return done["kind"] == "invalid"
+    return not done.get("nodes")
+
+
 def _exit(done: dict[str, Any], console: Console) -> None:
     if not done:
         error_lines(["not finished in time (the dispatcher goes on: see its log)"])
         raise typer.Exit(EXIT_FAILURE)
     if done["status"] != "Succeeded":
         error_lines([done.get("reason", "")])
-        raise typer.Exit(EXIT_INVALID if not done.get("nodes") else EXIT_FAILURE)
+        raise typer.Exit(EXIT_INVALID if refused(done) else EXIT_FAILURE)
     console.print(f"{', '.join(n['hostname'] for n in done['nodes'])}: {done['status']}", highlight=False)
 
 

@@ -6,23 +6,28 @@ progress from its storage. So `bke.v1.cluster.deleted` goes to every owner with 
 own; each removes what `bke.state.schema.RECORDS` says it writes (a record's `writer` names its
 service) plus its own indexes, and answers `StateRemoved` naming itself. A redelivery finds
 nothing left and answers again with 0 keys.
+
+The same rule for nodes removed from a running cluster (`remove-nodes.finished`): each service
+that keeps something per node (certs: agent keys, bundles, PKI; renderer: rendered files) drops
+it for the nodes whose removal finished, through `on_nodes_removed`.
 """
 from __future__ import annotations
 
 import fnmatch
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
 from .bus.handler import Out, typed
+from .contracts.membership import RemoveNodesFinished
 from .contracts.reset import CLUSTER_DELETED, ClusterDeleted, StateRemoved, removed_subject
 from .state.keys import (
     cluster_key, clusters_index, installs_index, request_key, resets_index, rotations_index, upgrades_index,
 )
 from .state.schema import RECORDS
 
-__all__ = ["INDEXES", "forget_cluster", "owned_members", "serve_deleted"]
+__all__ = ["INDEXES", "forget_cluster", "on_nodes_removed", "owned_members", "removed_hosts", "serve_deleted"]
 
 log = logging.getLogger("bke.forgetting")
 
@@ -75,3 +80,26 @@ def serve_deleted(svc: Any, redis: Any, now: Callable[[], datetime], after: Call
         return [Out(out, removed_subject(ev.cluster), msg_id=f"removed:{svc.name}:{ev.request_id}")]
 
     svc.work_subscriber(CLUSTER_DELETED, "BKE_EVENTS", f"{svc.name}-deleted", typed(ClusterDeleted, on_deleted, svc.publish))
+
+
+def removed_hosts(ev: RemoveNodesFinished) -> list[str]:
+    """The nodes whose removal reached its end: a removal that failed names only those it
+    finished (a node stopped half-way still has its agent, and may be removed again)."""
+    return [n.hostname for n in ev.nodes if n.status == "Succeeded"]
+
+
+def on_nodes_removed(service: str, forget: Callable[[str, list[str]], Awaitable[str]],
+                     ) -> Callable[[RemoveNodesFinished], Awaitable[list[Out]]]:
+    """The `remove-nodes.finished` handler of a service: `forget(cluster, hosts)` drops what the
+    service keeps of those nodes (idempotent: a redelivery finds nothing left) and says what it
+    dropped, for the log. Nothing is answered."""
+
+    async def on_removed(ev: RemoveNodesFinished) -> list[Out]:
+        hosts = removed_hosts(ev)
+        if hosts:
+            what = await forget(ev.cluster, hosts)
+            log.info("removed nodes forgotten by the %s: %d node(s), %s", service, len(hosts), what,
+                     extra={"cluster": ev.cluster, "request_id": ev.request_id, "nodes": hosts[:20]})
+        return []
+
+    return on_removed

@@ -227,8 +227,8 @@ async def _grow(c: Cluster, nats_client: Any, redis_url: str) -> None:
             if subject == RENDER_MANIFESTS:
                 await js.publish(subject, body, headers=headers or None)
 
-        async def idle(cluster: str) -> str:
-            return ""
+        async def idle(cluster: str) -> None:
+            return None
 
         async def not_paused(cluster: str) -> bool:
             return False

@@ -10,7 +10,9 @@ import json
 from datetime import datetime, timezone
 
 import pytest
+import typer
 from redis.asyncio import Redis
+from rich.console import Console
 
 from bke.checksums import LabChecksums
 from bke.contracts.agent import AgentCommand, CommandResult, StepResult
@@ -25,9 +27,11 @@ from bke.state.keys import (
     join_key, join_results_key, joins_index, removal_api_key, removal_key, removal_results_key, removals_index,
 )
 from bke.state.nodefiles import RedisNodeFiles, file_from_bytes
+from bke_cli.membership_cmd import _exit as membership_exit
+from bke_cli.membership_cmd import refused
 from bke_dispatcher.join import Join
 from bke_dispatcher.joins import Joins
-from bke_dispatcher.membership_store import OperationStore
+from bke_dispatcher.membership_store import Busy, OperationStore
 from bke_dispatcher.node_labels import LabNodes
 from bke_dispatcher.removal import Removal
 from bke_dispatcher.removals import Removals
@@ -76,8 +80,8 @@ async def wired(redis_url, redis_client):
     async def not_paused(cluster: str) -> bool:
         return False
 
-    async def idle(cluster: str) -> str:
-        return ""
+    async def idle(cluster: str) -> None:
+        return None
 
     async def sign(cmd: AgentCommand) -> AgentCommand:
         return signed(cmd)
@@ -107,6 +111,7 @@ async def test_a_join_for_another_plan_is_refused_and_answered(wired):
     [out] = await joins().on_request(JoinNodes(request_id="j0", cluster="mbr", plan_digest="0" * 64, nodes=["node2"]))
     assert out.subject == "bke.v1.join-nodes.finished" and out.message.status == "Failed"
     assert "planDigest" in out.message.reason and not commands(sent)
+    assert out.message.kind == "invalid" and refused(json.loads(out.message.to_bytes()))  # the CLI's exit 2
 
 
 async def test_a_join_commands_only_the_new_node_phase_by_phase_and_ends_once(wired):
@@ -291,12 +296,12 @@ async def test_the_dispatchers_busy_reader_names_the_slot_holder_and_unclaimed_r
         joins = OperationStore(r, Join.from_json, join_key, join_results_key, joins_index())
         removals = OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index())
         busy = busy_reader(r, RotationStore(r), joins, removals)
-        assert await busy("quiet") == ""
+        assert await busy("quiet") is None
         assert (await claim_operation(r, "quiet", "reset", "z1", "t0")).won
-        assert await busy("quiet") == "reset z1"
+        assert await busy("quiet") == Busy("reset", "z1") and str(Busy("reset", "z1")) == "reset z1"
         await release_operation(r, "quiet", "reset", "z1")
         assert (await claim_operation(r, "quiet", "join", "j9", "t0")).won
-        assert await busy("quiet") == ""  # its own kind: the join's refusal says it better
+        assert await busy("quiet") is None  # a join holds it without a record: the join's own refusal says it better
     finally:
         await r.aclose()
 
@@ -424,6 +429,11 @@ async def test_a_request_failing_on_every_delivery_is_answered_failed_not_left_t
             for doc in done.values():
                 assert doc["status"] == "Failed" and doc["cluster"] == "gvup" and doc["nodes"] == []
                 assert doc["reason"].startswith("the dispatcher gave up on this") and "JSONDecodeError" in doc["reason"]
+                # a failure, not a refusal: `bke lab join-nodes` / `remove-nodes` exit 1 with the reason
+                assert doc["kind"] == "operational" and not refused(doc)
+                with pytest.raises(typer.Exit) as code:
+                    membership_exit(doc, Console())
+                assert code.value.exit_code == 1
             letters = [e.data for e in watch.seen if e.subject == "bke.v1.deadletter.dispatcher"]
             by_subject = {(d["subject"], d["deliveries"]) for d in letters}
             assert {(JOIN_NODES, 1), (JOIN_NODES, 2), (REMOVE_NODES, 2)} <= by_subject  # malformed at once; the others after 2
@@ -471,3 +481,29 @@ async def test_giving_up_on_a_request_that_started_leaves_it_to_its_runner_and_g
         await gave_up(junk, "x")
     assert len([s for s in sent if s[0].endswith(".finished")]) == 1
     assert request_of(b'{"requestId": "r", "cluster": "c", "nodes": "not a list"}') == ("r", "c")
+
+
+@pytest.mark.parametrize("kind", ["join", "removal"])
+async def test_a_record_in_a_newer_form_answers_the_request_failed_naming_the_forms(wired, kind):
+    """A join (removal) record written by a newer dispatcher (form 4 here) is not read and not
+    left unanswered: the request is answered Failed, naming the form found and the newest this
+    dispatcher reads, and the record is left as it was."""
+    from bke.state.schema import SCHEMA_FIELD, record_kind
+
+    make_joins, make_removals, _, r, sent = wired
+    newest = record_kind(kind).current
+    newer = json.dumps({"cluster": "mbr", "requestId": "from-the-future", SCHEMA_FIELD: newest + 1})
+    key = join_key("mbr") if kind == "join" else removal_key("mbr")
+    await r.set(key, newer)
+    if kind == "join":
+        outs = await make_joins().on_request(JoinNodes(request_id="j-new", cluster="mbr", plan_digest=DIGEST,
+                                                       nodes=["node2"]))
+    else:
+        outs = await make_removals().on_request(RemoveNodes(request_id="r-new", cluster="mbr", nodes=["node1"]))
+    [out] = outs
+    assert out.subject == f"bke.v1.{'join' if kind == 'join' else 'remove'}-nodes.finished"
+    assert out.message.status == "Failed" and out.message.kind == "operational"  # no refusal of the input
+    reason = out.message.reason
+    assert f"{kind} record of mbr is in form version {newest + 1}" in reason, reason
+    assert f"reads forms up to {newest}" in reason and "upgrade this dispatcher" in reason
+    assert (await r.get(key)).decode() == newer and not commands(sent)

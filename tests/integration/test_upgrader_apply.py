@@ -10,24 +10,37 @@ While it runs a second apply is refused as busy; a label change runs the labels 
 back stops the apply: no later master is sent anything and the stored plan stays."""
 from __future__ import annotations
 
+import asyncio
 import base64
+import io
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nats.aio.client import Client as NatsClient
 from redis import asyncio as aioredis
+from rich.console import Console
 
+from bke.bus import get_blob, put_blob
+from bke.bus.handler import typed
+from bke.bus.streams import OBJECT_BUCKET
+from bke.spec.limits import MAX_SPEC_BYTES
+from bke_cli.apply_follow import apply_and_follow
 from bke.cluster_api.node_labels import LabNodes, NodeLabelsWork
 from bke.contracts.agent import AgentCommand, CommandResult, ReplaceFiles, StepResult
-from bke.contracts.apply import APPLY_ACCEPTED, APPLY_REJECTED, ApplyAccepted, ApplyCluster, ApplyRejected
+from bke.contracts.apply import APPLY_ACCEPTED, APPLY_CLUSTER, APPLY_REJECTED, ApplyAccepted, ApplyCluster, ApplyRejected
 from bke.contracts.render import RENDER_MANIFESTS
 from bke.plan import plan_spec_text
 from bke.state import PlanCache, RedisPlanStore, plan_digest
 from bke.state.keys import accepted_agents_key, node_labels_key
 from bke_upgrader.applies import Applies
+from bke_upgrader.certs import UpgradeCerts
+from bke_upgrader.membership import ApplyMembership
 from bke_upgrader.operation import Upgrades
 from bke_upgrader.renders import Renders
 from bke_upgrader.restore_store import RestoreStore
@@ -72,11 +85,18 @@ class _Snapshots:
 
 
 async def _setup(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand], published: list[str],  # type: ignore[no-untyped-def]
-                 bodies: dict[str, list[bytes]] | None = None, text: str = TEXT, renders: Renders | None = None):
+                 bodies: dict[str, list[bytes]] | None = None, text: str = TEXT, **upgrader: Any):
     plan = plan_spec_text(text, "seed").plan
     assert plan is not None
     pj = plan.to_json()
     assert await RedisPlanStore(redis).save(plan, pj, plan_digest(pj), "install-1", _now().isoformat())
+    return (plan, *_upgrader(redis, nc, sent, published, bodies, **upgrader))
+
+
+def _upgrader(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand], published: list[str],  # type: ignore[no-untyped-def]
+              bodies: dict[str, list[bytes]] | None = None, clock: Callable[[], float] = time.time,
+              answer_timeout_s: float = 1800.0, renders: Renders | None = None):
+    """An upgrader's store, runs and applies as app.py wires them (a new call: a restarted one)."""
     store = UpgradeStore(redis)
 
     async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
@@ -93,8 +113,10 @@ async def _setup(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand]
     plans = PlanCache(redis)
     upgrades = Upgrades(store, plans, RedisPlanStore(redis), _Facts(), renders or Renders(), None, None, None,  # type: ignore[arg-type]
                         publish, _now, "apply-test", 30_000, sign=sign, snapshots=_Snapshots(),
-                        labels=_Labels(NodeLabelsWork(redis, LabNodes(), _now)))
-    return plan, store, upgrades, Applies(upgrades, plans, RestoreStore(redis), _now)
+                        labels=_Labels(NodeLabelsWork(redis, LabNodes(), _now)),
+                        certs=UpgradeCerts(store, publish, answer_timeout_s=answer_timeout_s, now=clock),
+                        membership=ApplyMembership(store, publish, answer_timeout_s=answer_timeout_s, now=clock))
+    return store, upgrades, Applies(upgrades, plans, RestoreStore(redis), _now)
 
 
 async def _answer(store: UpgradeStore, cmd: AgentCommand, failed: str = "") -> None:
@@ -574,3 +596,106 @@ async def test_a_node_joining_two_etcd_clusters_is_joined_once_with_its_start_in
         ("promote", "etcd1"), ("health", "etcd1"), ("health", "x1"), ("health", "x2"),
         ("promote", "events1"), ("health", "events1"), ("health", "x1"), ("health", "x2"),
     ], seen
+
+
+async def test_a_spec_over_one_mib_travels_by_reference_and_the_dry_run_is_answered(
+        redis_client: aioredis.Redis, nats_client: NatsClient, nats_url: str) -> None:
+    # the CLI's `bke apply` request, read by the upgrader's handler as app.py wires it
+    sent: list[AgentCommand] = []
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [])
+    js = nats_client.jetstream()
+    applies.fetch_blob = lambda ref: get_blob(js, ref, limit=MAX_SPEC_BYTES)
+    pad = "# a large cluster's spec: thousands of BKENode documents\n"
+    big = TEXT.replace(CERTS, FLAG) + pad * (1_200_000 // len(pad))
+    assert len(big) > 1024 * 1024
+    handler = typed(ApplyCluster, applies.on_request,
+                    lambda payload, subject, headers: nats_client.publish(subject, payload, headers=headers or None),
+                    refuse=applies.refuse_bytes)
+    requests = await nats_client.subscribe(APPLY_CLUSTER)
+    out = io.StringIO()
+    follow = asyncio.create_task(apply_and_follow(nats_url, big.encode(), plan.cluster, 60, Console(file=out),
+                                                  dry_run=True))
+    msg = await requests.next_msg(timeout=30)
+    req = ApplyCluster.model_validate_json(msg.data)
+    assert req.spec is None and req.spec_ref and len(msg.data) < 4096
+    await handler(msg.data)
+    assert await asyncio.wait_for(follow, 30) == 0
+    assert "the changed spec is accepted" in out.getvalue() and "dry run" in out.getvalue(), out.getvalue()
+    assert await store.load(plan.cluster) is None and sent == []  # a dry run starts nothing
+
+    # the reference gone, or larger than the limit: refused naming specRef, nothing started
+    outs = await applies.on_request(ApplyCluster(request_id="gone", cluster=plan.cluster,
+                                                 spec_ref=f"{OBJECT_BUCKET}/specs/no-such.yaml"))
+    assert outs[0].subject == APPLY_REJECTED
+    assert "specRef" in outs[0].message.message and "not found" in outs[0].message.message  # type: ignore[attr-defined]
+    applies.fetch_blob = lambda ref: get_blob(js, ref, limit=64 * 1024)
+    ref = await put_blob(js, OBJECT_BUCKET, "specs/apply-too-big.yaml", big.encode())
+    outs = await applies.on_request(ApplyCluster(request_id="big", cluster=plan.cluster, spec_ref=ref, dry_run=True))
+    assert outs[0].subject == APPLY_REJECTED
+    assert f"the limit is {64 * 1024}" in outs[0].message.message  # type: ignore[attr-defined]
+    assert await store.load(plan.cluster) is None
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def test_a_dispatcher_that_never_answers_fails_the_join_after_the_deadline_also_across_a_restart(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    """The join is asked again every pass until the deadline (60 s here), counted from the first
+    ask and kept in the run record: an upgrader started anew past it fails the step naming the
+    dispatcher and what to do; the plan the run started from is put back."""
+    from bke.contracts.membership import JOIN_NODES
+
+    clock = _Clock()
+    bodies: dict[str, list[bytes]] = {}
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, [], [], bodies, clock=clock,
+                                                  answer_timeout_s=60)
+    outs = await applies.on_request(ApplyCluster(request_id="d1", cluster=plan.cluster, spec=TEXT + WORKER2))
+    assert outs[0].subject == APPLY_ACCEPTED
+    await _pass(upgrades, plan.cluster)
+    assert len(bodies[JOIN_NODES]) == 1
+    run = await UpgradeStore(redis_client).load(plan.cluster, fresh=True)
+    assert run is not None and [s.sent_at for s in run.steps if s.name == "join-nodes"] == [clock.t]  # in the record
+    clock.t += 59
+    await _pass(upgrades, plan.cluster)
+    assert len(bodies[JOIN_NODES]) == 2  # asked again, not failed yet
+
+    clock.t += 2  # past the deadline, in an upgrader that did not ask first (a restart)
+    store, upgrades, _ = _upgrader(redis_client, nats_client, [], [], bodies, clock=clock, answer_timeout_s=60)
+    outcome = await _pass(upgrades, plan.cluster)
+    assert getattr(outcome, "status", None) == "failed", outcome
+    reason = outcome.reason  # type: ignore[attr-defined]
+    assert "the dispatcher did not answer the join-nodes request" in reason and "within 61s" in reason, reason
+    assert "bke-dispatcher running" in reason and "apply the spec again" in reason
+    assert len(bodies[JOIN_NODES]) == 2  # not asked again once past the deadline
+    run = await store.load(plan.cluster, fresh=True)
+    assert run is not None and run.status == "Failed"
+    assert (await RedisPlanStore(redis_client).meta(plan.cluster)).digest == run.request["planDigest"]  # type: ignore[union-attr]
+
+
+async def test_a_certs_service_that_never_answers_fails_the_reissue_after_the_deadline(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    from bke.contracts.certs import ISSUE_CERTS
+
+    clock = _Clock()
+    bodies: dict[str, list[bytes]] = {}
+    sent: list[AgentCommand] = []
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies, clock=clock,
+                                                  answer_timeout_s=30)
+    outs = await applies.on_request(ApplyCluster(request_id="d2", cluster=plan.cluster, spec=TEXT.replace(CERTS, SANS)))
+    assert outs[0].subject == APPLY_ACCEPTED
+    await _pass(upgrades, plan.cluster)
+    clock.t += 29
+    await _pass(upgrades, plan.cluster)
+    assert len(bodies[ISSUE_CERTS]) == 2
+    clock.t += 1
+    outcome = await _pass(upgrades, plan.cluster)
+    assert getattr(outcome, "status", None) == "failed", outcome
+    reason = outcome.reason  # type: ignore[attr-defined]
+    assert "the certs service did not answer the certificate re-issue request" in reason and "bke-certs" in reason, reason
+    assert len(bodies[ISSUE_CERTS]) == 2 and sent == []  # nothing sent to a node

@@ -221,3 +221,19 @@ def test_a_failed_stage_fails_the_removal_naming_node_and_stage():
     rm.fail_stage(r, ("node1",), "drain not done within 600s: default/web-0")
     d = removal_next(r)
     assert d.action == "fail" and d.reason == "node node1 drain: drain not done within 600s: default/web-0"
+
+
+def test_a_request_part_of_an_apply_is_judged_on_who_holds_the_slot_not_on_its_description() -> None:
+    """`Gates.within` compares the holder as data (kind and request id): only the apply run the
+    request names lets it in; the same id under another kind, or another apply, refuses it."""
+    from bke_dispatcher.membership_store import Busy, Gates
+
+    gates = Gates(plan=None, install="Succeeded", busy=Busy("apply", "a1"), paused=False)
+    inside, why = gates.within("seed", "a1")
+    assert why == "" and inside.busy is None and inside.busy_text == ""
+    for holder in (Busy("upgrade", "a1"), Busy("apply", "a2"), None):
+        g = Gates(plan=None, install="Succeeded", busy=holder, paused=False)
+        out, why = g.within("seed", "a1")
+        assert out is g and why == (f"partOf: apply a1 does not hold the operation slot of seed "
+                                    f"({holder or 'nothing'} does)")
+    assert gates.within("seed", None) == (gates, "")  # no partOf: the gates as read

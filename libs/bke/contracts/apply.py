@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .base import ErrorItem, Message
 from .changes import ChangeAction
@@ -24,19 +24,29 @@ __all__ = ["APPLY_ACCEPTED", "APPLY_CLUSTER", "APPLY_REJECTED", "MAX_APPLY_SPEC_
 APPLY_CLUSTER = "bke.v1.cluster.apply"
 APPLY_ACCEPTED = "bke.v1.apply.accepted"
 APPLY_REJECTED = "bke.v1.apply.rejected"
-# inline only: under NATS' 1 MiB max_payload with the rest of the message (the CLI's INLINE_LIMIT)
+# inline: under NATS' 1 MiB max_payload with the rest of the message (the CLI's INLINE_LIMIT); a
+# larger spec travels as `specRef`, as an install's does (bke.contracts.cluster.InstallCluster)
 MAX_APPLY_SPEC_CHARS = 900 * 1024
 
 
 class ApplyCluster(Message):
-    """Change `cluster` to what `spec` (the BKECluster + BKENode YAML) describes."""
+    """Change `cluster` to what the spec (the BKECluster + BKENode YAML) describes: inline in
+    `spec`, or for one larger than a message, `specRef` = `<bucket>/<key>` in the JetStream object
+    store (the upgrader reads it with the install's size limit)."""
 
     request_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")
     cluster: str = Field(min_length=1, max_length=63)
-    spec: str = Field(min_length=1, max_length=MAX_APPLY_SPEC_CHARS)
+    spec: str | None = Field(None, min_length=1, max_length=MAX_APPLY_SPEC_CHARS)
+    spec_ref: str | None = Field(None, min_length=3, max_length=512, pattern=r"^[A-Za-z0-9_-]+/[^\s]+$")
     drain_timeout_s: float = Field(300.0, gt=0, le=24 * 3600)  # a kubelet/containerd roll drains its node
     dry_run: bool = False  # answer with the actions, start nothing
     origin: Literal["cli", "bus"] = "cli"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ApplyCluster":
+        if (self.spec is None) == (self.spec_ref is None):
+            raise ValueError("exactly one of 'spec' and 'specRef' must be given")
+        return self
 
 
 class ApplyAccepted(Message):

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from .base import Message, without_none
+from .base import FailureKind, Message, without_none
 
 __all__ = [
     "JOIN_NODES",
@@ -139,6 +139,13 @@ class JoinNodesFinished(Message):
     reason: str = ""
     plan_digest: str = ""
     nodes: list[MembershipNode] = []  # empty when refused
+    # Failed only: "invalid", the request was refused (nothing started: the CLI's exit 2);
+    # "operational", it failed (a node, a service, a record it cannot read, given up: exit 1)
+    kind: FailureKind | None = None
+
+    @model_serializer(mode="wrap")
+    def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_none(handler(self), self, ("kind",))
     at: str
 
 
@@ -148,6 +155,13 @@ class RemoveNodesFinished(Message):
     status: Outcome
     reason: str = ""
     nodes: list[MembershipNode] = []  # empty when refused
+    # Failed only: "invalid", the request was refused (nothing started: the CLI's exit 2);
+    # "operational", it failed (a node, a service, a record it cannot read, given up: exit 1)
+    kind: FailureKind | None = None
+
+    @model_serializer(mode="wrap")
+    def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_none(handler(self), self, ("kind",))
     # the removed nodes' agents' bus identities (bke.auth.permissions.identity_name): to revoke
     revoke_identities: list[str] = []
     at: str

@@ -19,19 +19,15 @@ PKI changed meanwhile (StoreConflict, a TemporaryError) is redelivered; Redis aw
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from bke.bus.handler import Out
-from bke.contracts.membership import RemoveNodesFinished
+from bke.forgetting import on_nodes_removed
 from bke.pki.store_redis import RedisPkiStore
 from bke.state.keys import certs_agents_key, node_files_key, provisioned_agents_key
 
 __all__ = ["RemovedNodes"]
-
-log = logging.getLogger("bke.certs")
 
 
 @dataclass
@@ -39,16 +35,13 @@ class RemovedNodes:
     redis: Redis
     store: RedisPkiStore
 
-    async def on_removed(self, ev: RemoveNodesFinished) -> list[Out]:
-        hosts = [n.hostname for n in ev.nodes if n.status == "Succeeded"]
-        if not hosts:
-            return []
-        c = ev.cluster
+    def __post_init__(self) -> None:
+        self.on_removed = on_nodes_removed("certs service", self.forget)
+
+    async def forget(self, c: str, hosts: list[str]) -> str:
         async with self.redis.pipeline(transaction=True) as pipe:
             for key in (provisioned_agents_key(c), certs_agents_key(c), node_files_key(c, "certs")):
                 pipe.hdel(key, *hosts)
             await pipe.execute()
         removed = await self.store.forget_nodes(c, hosts)
-        log.info("removed nodes forgotten: %d node(s), %d PKI instance(s)", len(hosts), len(removed),
-                 extra={"cluster": c, "request_id": ev.request_id, "nodes": hosts[:20]})
-        return []
+        return f"{len(removed)} PKI instance(s)"

@@ -12,7 +12,8 @@ publishes around them (the shape of resets.py).
                                 view on `join-nodes.<c>.changed`; at the end `join-nodes.finished`
 
 Errors (see bke.errors): a malformed request is dead-lettered; a refused one is answered as
-above and acked; Redis away holds it; anything else is redelivered, and after the maximum
+above and acked (also when the cluster's join record is in a form this dispatcher does not read:
+a newer dispatcher wrote it, the reason says to upgrade this one); Redis away holds it; anything else is redelivered, and after the maximum
 deliveries answered `join-nodes.finished` Failed with the error (membership_give_up). An API
 that refuses a label patch (4xx) fails the join; one that is away (TemporaryError) makes the
 runner come back. New nodes whose agents never register fail the join at its agents' deadline.
@@ -45,7 +46,7 @@ from .join import (
 )
 from .labels import marks_from_record, record, wanted
 from .leased import LeasedOperation
-from .membership_store import INPUT_PREFIX, OperationStore, read_gates, start_operation
+from .membership_store import Busy, INPUT_PREFIX, OperationStore, read_gates, start_operation
 from .node_labels import NodeMarker
 from .phases import NodeInputs, phase_by_slug
 from .signing import Sign
@@ -67,7 +68,7 @@ class Joins(LeasedOperation):
     LEASE = LEASE
 
     def __init__(self, store: OperationStore[Join], state: DispatcherState, plans: PlanCache, files: RedisNodeFiles,
-                 checksums: Checksums, marker: NodeMarker, busy: Callable[[str], Awaitable[str]],
+                 checksums: Checksums, marker: NodeMarker, busy: Callable[[str], Awaitable[Busy | None]],
                  paused: Callable[[str], Awaitable[bool]], publish: Publish, now: Callable[[], datetime], owner: str,
                  lease_ms: int = 15000, kick: Callable[[str], None] | None = None, *, sign: Sign,
                  agents_deadline_s: float = AGENTS_DEADLINE_S):
@@ -83,7 +84,7 @@ class Joins(LeasedOperation):
     # requests -------------------------------------------------------------------
     async def on_request(self, req: JoinNodes) -> list[Out]:
         ids = {"cluster": req.cluster, "request_id": req.request_id}
-        current = await self.store.load(req.cluster)
+        current, unreadable = await self.store.load_judged(req.cluster)
         if current is not None and current.request_id == req.request_id:  # a redelivery
             self.kick(req.cluster)
             return []
@@ -93,9 +94,9 @@ class Joins(LeasedOperation):
         digest = _s(await self.state.r.hget(plan_meta_key(req.cluster), "digest") or "")
 
         def check(cur: Join | None) -> str:
-            return join_refusal(req, plan, digest, g.install, busy=g.busy, paused=g.paused, current=cur)
+            return join_refusal(req, plan, digest, g.install, busy=g.busy_text, paused=g.paused, current=cur)
 
-        why = outside or check(current)
+        why = unreadable or outside or check(current)
         if not why and plan is not None:
             # the cluster's one operation slot (bke.state.operation_slot): atomic against every
             # other kind; released again if the record refuses after all (or the slot of the
@@ -106,7 +107,8 @@ class Joins(LeasedOperation):
         if why or plan is None:
             log.warning("join refused: %s", why, extra=ids)
             ev = JoinNodesFinished(request_id=req.request_id, cluster=req.cluster, status="Failed", reason=why,
-                                   plan_digest=req.plan_digest, at=self._ts())
+                                   plan_digest=req.plan_digest, at=self._ts(),
+                                   kind="operational" if unreadable else "invalid")
             return [Out(ev, JOIN_NODES_FINISHED, msg_id=f"join-finished:{req.request_id}")]
         log.info("join started: %d node(s)", len(j.nodes), extra=ids)
         await self._changed(j)
@@ -143,7 +145,8 @@ class Joins(LeasedOperation):
     async def _finished(self, j: Join) -> None:
         # published first (de-duplicated by its id), then marked: a crash between re-publishes the same
         ev = JoinNodesFinished(request_id=j.request_id, cluster=j.cluster, status=j.status,  # type: ignore[arg-type]
-                               reason=j.message, plan_digest=j.plan_digest, nodes=j.node_views(), at=j.finished_at)
+                               reason=j.message, plan_digest=j.plan_digest, nodes=j.node_views(), at=j.finished_at,
+                               kind="operational" if j.status == "Failed" else None)
         await self.publish(ev.to_bytes(), JOIN_NODES_FINISHED, {"Nats-Msg-Id": f"join-finished:{j.cluster}:{j.request_id}"})
         j.finished_sent = True
         await self.store.save(j)

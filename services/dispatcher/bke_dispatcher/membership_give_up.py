@@ -82,10 +82,11 @@ def answer_given_up(kind: Literal["join", "removal"], store: OperationStore[Any]
         why = f"the dispatcher gave up on this {word} request after every delivery failed: {reason}"
         if kind == "join":
             ev: JoinNodesFinished | RemoveNodesFinished = JoinNodesFinished(
-                request_id=rid, cluster=cluster, status="Failed", reason=why, at=at)
+                request_id=rid, cluster=cluster, status="Failed", reason=why, at=at, kind="operational")
             subject, msg_id = JOIN_NODES_FINISHED, f"join-finished:{cluster}:{rid}"
         else:
-            ev = RemoveNodesFinished(request_id=rid, cluster=cluster, status="Failed", reason=why, at=at)
+            ev = RemoveNodesFinished(request_id=rid, cluster=cluster, status="Failed", reason=why, at=at,
+                                     kind="operational")
             subject, msg_id = REMOVE_NODES_FINISHED, f"remove-finished:{cluster}:{rid}"
         log.error("%s request given up on: %s", word, reason, extra=extra)
         await publish(ev.to_bytes(), subject, {"Nats-Msg-Id": msg_id})

@@ -25,10 +25,11 @@ from bke.plan import Plan
 from bke.state import PlanCache
 from bke.state.exclusive import write_unless
 from bke.state.operation_slot import start_in_slot
+from bke.state.schema import StoredVersionTooNew, StoredVersionTooOld, record_kind
 
 from .state import DispatcherState
 
-__all__ = ["INPUT_PREFIX", "OperationStore", "Record"]
+__all__ = ["INPUT_PREFIX", "Busy", "OperationStore", "Record"]
 
 INPUT_PREFIX = "input:"  # a results field that holds a service's answer, not an agent's
 
@@ -55,6 +56,19 @@ class OperationStore(Generic[R]):
     async def load(self, cluster: str) -> R | None:
         raw = await self.r.get(self.key(cluster))
         return None if raw is None else self.parse(raw)
+
+    async def load_judged(self, cluster: str) -> tuple[R | None, str]:
+        """The record a request is judged against, or why it cannot be read (then None): a form
+        newer than this dispatcher reads (a newer dispatcher wrote it) or older than it converts.
+        Waiting changes neither, so the request is answered with that reason, never retried."""
+        try:
+            return await self.load(cluster), ""
+        except StoredVersionTooNew as exc:
+            newest = record_kind(exc.kind).current
+            return None, (f"the {exc.kind} record of {cluster} is in form version {exc.version}, and this dispatcher "
+                          f"reads forms up to {newest}: a newer dispatcher wrote it; upgrade this dispatcher")
+        except StoredVersionTooOld as exc:
+            return None, str(exc)
 
     async def save(self, rec: R) -> bool:
         """Write the record unless it is gone (a delete removed the cluster's records): False then."""
@@ -87,14 +101,31 @@ class OperationStore(Generic[R]):
 
 
 @dataclass(frozen=True)
+class Busy:
+    """Another operation that holds the cluster: its kind (the slot's: apply, upgrade, reset,
+    rotation, join, removal, ...) and request id. Compared as data; its text is for people."""
+
+    kind: str
+    request_id: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.request_id}"
+
+
+@dataclass(frozen=True)
 class Gates:
     """What a join or removal request is judged on: the stored plan (None: none, or the store is
-    away for a moment), the install's status, another operation running ("" if none), a pause."""
+    away for a moment), the install's status, another operation running (None if none), a pause."""
 
     plan: Plan | None
     install: str | None
-    busy: str
+    busy: Busy | None
     paused: bool
+
+    @property
+    def busy_text(self) -> str:
+        """The other operation, described for a refusal ("upgrade u1"; "" if none)."""
+        return str(self.busy) if self.busy else ""
 
     def within(self, cluster: str, part_of: str | None) -> tuple["Gates", str]:
         """The gates of a request sent by the operation `part_of` (bke apply's run, which holds
@@ -103,10 +134,10 @@ class Gates:
         names has ended, or never was)."""
         if not part_of:
             return self, ""
-        if self.busy == f"apply {part_of}":
-            return replace(self, busy=""), ""
+        if self.busy == Busy("apply", part_of):
+            return replace(self, busy=None), ""
         return self, (f"partOf: apply {part_of} does not hold the operation slot of {cluster} "
-                      f"({self.busy or 'nothing'} does)")
+                      f"({self.busy_text or 'nothing'} does)")
 
 
 async def start_operation(redis: Any, cluster: str, kind: str, request_id: str, part_of: str | None, since: str,
@@ -119,12 +150,12 @@ async def start_operation(redis: Any, cluster: str, kind: str, request_id: str, 
     return await start_in_slot(redis, cluster, kind, request_id, since, start)
 
 
-async def read_gates(cluster: str, plans: PlanCache, state: DispatcherState, busy: Callable[[str], Awaitable[str]],
-                     paused: Callable[[str], Awaitable[bool]]) -> Gates:
+async def read_gates(cluster: str, plans: PlanCache, state: DispatcherState,
+                     busy: Callable[[str], Awaitable[Busy | None]], paused: Callable[[str], Awaitable[bool]]) -> Gates:
     """One read of everything both requests check (join.join_refusal, removal.removal_refusal)."""
     try:
         plan: Plan | None = await plans.load(cluster)
     except TemporaryError:
         plan = None
     install = (await state.install(cluster)).get("status")
-    return Gates(plan, install, await busy(cluster) if plan is not None else "", await paused(cluster))
+    return Gates(plan, install, await busy(cluster) if plan is not None else None, await paused(cluster))

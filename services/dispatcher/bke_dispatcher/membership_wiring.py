@@ -23,7 +23,7 @@ from .engine import Checksums
 from .join import AGENTS_DEADLINE_S, Join
 from .joins import Joins
 from .membership_give_up import answer_given_up
-from .membership_store import OperationStore
+from .membership_store import Busy, OperationStore
 from .node_labels import NodeMarker
 from .removal import Removal
 from .removals import Removals
@@ -55,22 +55,21 @@ class Membership:
 
 
 def busy_reader(redis: Redis, rotations: RotationStore, join_store: OperationStore[Join],
-                removal_store: OperationStore[Removal]) -> Callable[[str], Awaitable[str]]:
-    """Another operation that holds the cluster (one at a time), described ("upgrade u1"); ""
-    if none: the cluster's operation slot (every kind claims it; a join's and a removal's own
-    claim is the atomic step), then the records that may run without a claim (written before
-    the slot existed)."""
+                removal_store: OperationStore[Removal]) -> Callable[[str], Awaitable[Busy | None]]:
+    """Another operation that holds the cluster (one at a time), or None: the cluster's
+    operation slot (every kind claims it; a join's and a removal's own claim is the atomic
+    step), then the records that may run without a claim (written before the slot existed)."""
 
-    async def busy(cluster: str) -> str:
+    async def busy(cluster: str) -> Busy | None:
         holder = await operation_holder(redis, cluster)
         if holder is not None and holder.kind not in ("join", "removal"):
-            return f"{holder.kind} {holder.request_id}"
+            return Busy(holder.kind, holder.request_id)
         for what, running in (("rotation", await rotations.load(cluster)),
                               ("join", await join_store.load(cluster)),
                               ("removal", await removal_store.load(cluster))):
             if running is not None and running.status == "Running":
-                return f"{what} {running.request_id}"
-        return ""
+                return Busy(what, running.request_id)
+        return None
 
     return busy
 
@@ -86,11 +85,13 @@ def wire_membership(svc: Any, redis: Redis, state: DispatcherState, plans: PlanC
 
     busy = busy_reader(redis, rotations, join_store, removal_store)
 
-    async def busy_for_join(cluster: str) -> str:
-        return "" if (why := await busy(cluster)).startswith("join ") else why  # its own kind: join_refusal says
+    async def busy_for_join(cluster: str) -> Busy | None:
+        other = await busy(cluster)
+        return None if other is not None and other.kind == "join" else other  # its own kind: join_refusal says
 
-    async def busy_for_removal(cluster: str) -> str:
-        return "" if (why := await busy(cluster)).startswith("removal ") else why
+    async def busy_for_removal(cluster: str) -> Busy | None:
+        other = await busy(cluster)
+        return None if other is not None and other.kind == "removal" else other
 
     drainer: Drainer = (LabDrainer(redis, now, removal_api_key) if kubeconfig is None else KubernetesDrainer(kubeconfig))
     joins = Joins(join_store, state, plans, files, checksums, marker, busy_for_join, paused, publish, now, owner, lease_ms,

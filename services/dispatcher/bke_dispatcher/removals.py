@@ -41,7 +41,7 @@ from bke.state.keys import (
 
 from .engine import Outcome
 from .leased import LeasedOperation
-from .membership_store import OperationStore, read_gates, start_operation
+from .membership_store import Busy, OperationStore, read_gates, start_operation
 from .phases import PHASES
 from .removal import Removal, advance, apply_result, fail_stage, new_removal, next_step, removal_refusal
 from .signing import Sign
@@ -73,7 +73,7 @@ class Removals(LeasedOperation):
     LEASE = LEASE
 
     def __init__(self, store: OperationStore[Removal], state: DispatcherState, plans: PlanCache, drainer: Drainer,
-                 busy: Callable[[str], Awaitable[str]], paused: Callable[[str], Awaitable[bool]], publish: Publish,
+                 busy: Callable[[str], Awaitable[Busy | None]], paused: Callable[[str], Awaitable[bool]], publish: Publish,
                  now: Callable[[], datetime], owner: str, lease_ms: int = 15000,
                  kick: Callable[[str], None] | None = None, *, sign: Sign, drain_timeout_s: float = DRAIN_TIMEOUT_S):
         self.store, self.state, self.plans, self.drainer = store, state, plans, drainer
@@ -86,7 +86,7 @@ class Removals(LeasedOperation):
 
     async def on_request(self, req: RemoveNodes) -> list[Out]:
         ids = {"cluster": req.cluster, "request_id": req.request_id}
-        current = await self.store.load(req.cluster)
+        current, unreadable = await self.store.load_judged(req.cluster)
         if current is not None and current.request_id == req.request_id:  # a redelivery
             self.kick(req.cluster)
             return []
@@ -94,9 +94,9 @@ class Removals(LeasedOperation):
             req.cluster, req.part_of)
 
         def check(cur: Removal | None) -> str:
-            return removal_refusal(req, g.plan, g.install, busy=g.busy, paused=g.paused, current=cur)
+            return removal_refusal(req, g.plan, g.install, busy=g.busy_text, paused=g.paused, current=cur)
 
-        why = outside or check(current)
+        why = unreadable or outside or check(current)
         rec = new_removal(req, self._ts(), [identity_name("agent", req.cluster, h) for h in req.nodes])
         if not why:
             # the cluster's one operation slot, as a join takes it (or the apply run's)
@@ -105,7 +105,7 @@ class Removals(LeasedOperation):
         if why:
             log.warning("removal refused: %s", why, extra=ids)
             ev = RemoveNodesFinished(request_id=req.request_id, cluster=req.cluster, status="Failed", reason=why,
-                                     at=self._ts())
+                                     at=self._ts(), kind="operational" if unreadable else "invalid")
             return [Out(ev, REMOVE_NODES_FINISHED, msg_id=f"remove-finished:{req.request_id}")]
         log.info("removal started: %d node(s)", len(rec.nodes), extra=ids)
         await self._changed(rec)
@@ -120,7 +120,7 @@ class Removals(LeasedOperation):
         ev = RemoveNodesFinished(request_id=r.request_id, cluster=r.cluster, status=r.status,  # type: ignore[arg-type]
                                  reason=r.message, nodes=r.node_views(),
                                  revoke_identities=[i for i, n in zip(r.identities, r.nodes) if n.stage in ("forget", "done")],
-                                 at=r.finished_at)
+                                 at=r.finished_at, kind="operational" if r.status == "Failed" else None)
         await self.publish(ev.to_bytes(), REMOVE_NODES_FINISHED, {"Nats-Msg-Id": f"remove-finished:{r.cluster}:{r.request_id}"})
         r.finished_sent = True
         await self.store.save(r)

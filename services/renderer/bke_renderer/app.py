@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from bke.forgetting import serve_deleted
+from bke.forgetting import on_nodes_removed, serve_deleted
 from bke.state.client import redis_client
 from bke.state.epoch import watch_epoch
 
 from bke.bus.service import Service, make_service
 from bke.bus.handler import typed
 from bke.contracts import PLAN_CREATED, PlanCreated
+from bke.contracts.membership import REMOVE_NODES_FINISHED, RemoveNodesFinished
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
 from bke.render import preload_templates
 from bke.state import RedisPlanStore
@@ -34,10 +35,13 @@ def create_service(settings: RendererSettings | None = None) -> Service:
     # every outcome counted and listed for the dashboard (history.py)
     history = RenderHistory(svc.metrics, redis, lambda: datetime.now(timezone.utc))
     svc.http_routes += renderer_routes(history)
-    h = RendererHandlers(plans=RedisPlanStore(redis), store=RedisRenderStore(redis), publish=svc.publish,
-                         observe=history.observe)
+    store = RedisRenderStore(redis)
+    h = RendererHandlers(plans=RedisPlanStore(redis), store=store, publish=svc.publish, observe=history.observe)
     svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "renderer-plans", typed(PlanCreated, h.on_plan, svc.publish),
                         batch_size=4, give_up=h.gave_up)
     svc.work_subscriber(RENDER_MANIFESTS, "BKE_COMMANDS", "renderer-render",
                         typed(RenderManifests, h.on_render_manifests, svc.publish), batch_size=4, give_up=h.gave_up)
+    # nodes removed from a running cluster: their rendered files go at once, not at the next render
+    svc.work_subscriber(REMOVE_NODES_FINISHED, "BKE_EVENTS", "renderer-removals",
+                        typed(RemoveNodesFinished, on_nodes_removed("renderer", store.forget_nodes), svc.publish))
     return svc

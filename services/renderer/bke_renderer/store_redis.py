@@ -10,7 +10,10 @@ Keys (names from bke.state.keys)::
     bke:<cluster>:render:vrrp-password  the cluster's VRRP password, created once (SET NX)
 
 A save replaces the whole set in one MULTI/EXEC (nodes that left the plan disappear with it), and
-writes the digest in the same transaction, so a reader never sees a half-written set.
+writes the digest in the same transaction, so a reader never sees a half-written set. A node whose
+removal finished (`forget_nodes`, on remove-nodes.finished) leaves at once: its files, its place
+in the meta (`nodes`, `secretPaths`) and the digest go in one transaction (the set is then no
+plan's render: the next render of any plan, even the one before the removal, writes it whole).
 
 Secret files: the only secret the renderer emits is keepalived.conf's VRRP PASS password, which
 keepalived sends in clear text in every VRRP advertisement on the LAN and which is kept here
@@ -25,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import WatchError
 
 from bke.render import NodeFiles, RenderedCluster, RenderedFile
 from bke.state.keys import addon_manifests_key, node_files_digest_key, node_files_key, render_meta_key, vrrp_password_key
@@ -85,6 +89,34 @@ class RedisRenderStore:
             pipe.set(k["meta"], json.dumps(meta, sort_keys=True))
             pipe.set(k["digest"], rendered.digest)
             await pipe.execute()
+
+    async def forget_nodes(self, cluster: str, hosts: list[str]) -> str:
+        """Drop the nodes' rendered files and their place in the meta; idempotent (a redelivery
+        finds nothing to drop and changes nothing). The meta is rewritten under WATCH: a save
+        racing it wins and this is tried again on what it wrote."""
+        k = render_keys(cluster)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(k["meta"], k["files"])
+                    raw_meta = await pipe.get(k["meta"])
+                    present = [h for h, there in zip(hosts, await pipe.hmget(k["files"], hosts)) if there is not None]
+                    meta = _meta(cluster, raw_meta) if raw_meta is not None else None
+                    listed = meta is not None and (set(hosts) & (set(meta.get("nodes", [])) | set(meta.get("secretPaths", {}))))
+                    if not present and not listed:
+                        return "no rendered files left"
+                    pipe.multi()
+                    if present:
+                        pipe.hdel(k["files"], *present)
+                    if meta is not None:
+                        meta["nodes"] = [h for h in meta.get("nodes", []) if h not in hosts]
+                        meta["secretPaths"] = {h: p for h, p in meta.get("secretPaths", {}).items() if h not in hosts}
+                        pipe.set(k["meta"], json.dumps(meta, sort_keys=True))
+                    pipe.delete(k["digest"])
+                    await pipe.execute()
+                    return f"{len(present)} rendered file set(s)"
+                except WatchError:
+                    continue
 
     async def load(self, cluster: str) -> RenderedCluster | None:
         k = render_keys(cluster)

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bke.bus import get_blob
 from bke.bus.handler import typed
 from bke.bus.service import REDIS_PROBE_S, Service, make_service
 from bke.checksums import HttpRepoChecksums, LabChecksums
@@ -30,6 +31,7 @@ from bke.etcdsnap.store import ensure_snapshot_bucket, find_snapshot
 from bke.plan import Plan
 from bke.runner import Runner
 from bke.secrets import box_from_env
+from bke.spec.limits import MAX_SPEC_BYTES
 from bke.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key
 from bke.state import PlanCache, RedisPlanStore
 from bke.forgetting import serve_deleted
@@ -153,8 +155,11 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     facts = LiveFacts(redis, request, _now, heartbeat_stale_s=settings.heartbeat_stale_s,
                       timeout_s=settings.status_timeout_s)
     snapshots = _Snapshots(svc, redis)
-    certs = UpgradeCerts(store, svc.publish)
-    membership = ApplyMembership(store, svc.publish)
+    # a service that never answers fails the step after service_answer_timeout_s (answer_deadline.py)
+    certs = UpgradeCerts(store, svc.publish, answer_timeout_s=settings.service_answer_timeout_s,
+                         now=lambda: _now().timestamp())
+    membership = ApplyMembership(store, svc.publish, answer_timeout_s=settings.service_answer_timeout_s,
+                                 now=lambda: _now().timestamp())
 
     async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
         # straight on the service's connection: the same message as Service.publish (a core
@@ -199,7 +204,8 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
 
     retries = Retries(upgrades)
     # a changed spec (applies.py): a run of the same record; refused while a restore runs too
-    applies = Applies(upgrades, plans, restore_store, _now)
+    applies = Applies(upgrades, plans, restore_store, _now,
+                      lambda ref: get_blob(svc.nc.jetstream(), ref, limit=MAX_SPEC_BYTES))
     svc.work_subscriber(APPLY_CLUSTER, "BKE_COMMANDS", "upgrader-applies",
                         typed(ApplyCluster, applies.on_request, svc.publish, refuse=applies.refuse_bytes), batch_size=4)
 

@@ -10,15 +10,19 @@ shared record (an upgrade and an apply cannot both run) and `operation_refusal`.
 
     on_request -> [ApplyAccepted (+ UpgradeChanged: the run started)] | [ApplyRejected]
 
+A spec larger than one message comes as `specRef` (the object store, as an install's): read with
+the install's size limit (MAX_SPEC_BYTES, refused from the object's size before it is read).
+
 Errors: bytes that are no ApplyCluster are answered `apply.rejected` naming each wrong field
-(`refuse_bytes`); a dispatcher that does not answer the status request is a TemporaryError (the
+(`refuse_bytes`); a `specRef` that is missing, too large or no UTF-8 text is answered
+`apply.rejected` naming specRef (a PermanentError of bke.bus.blobs); a dispatcher that does not answer the status request is a TemporaryError (the
 message is redelivered); everything the request gets wrong is an `apply.rejected`.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from pydantic import ValidationError
@@ -29,7 +33,7 @@ from bke.contracts.base import ErrorItem
 from bke.contracts.changes import ChangeAction
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import UpgradeChanged, upgrade_subject
-from bke.errors import MalformedMessage
+from bke.errors import MalformedMessage, PermanentError
 from bke.lifecycle.apply_run import apply_order
 from bke.lifecycle.diff import ClusterDiff, diff_plans, render_diff
 from bke.plan import Plan, plan_spec_text
@@ -85,9 +89,26 @@ def _diff(stored: Plan, desired: Plan) -> ClusterDiff:
     return diff_plans(stored, desired, render_diff(stored, desired))
 
 
+async def _no_blobs(ref: str) -> bytes:
+    raise PermanentError("this upgrader reads no object store")
+
+
 class Applies:
-    def __init__(self, upgrades: Upgrades, plans: PlanCache, restores: RestoreStore, now: Callable[[], datetime]):
+    def __init__(self, upgrades: Upgrades, plans: PlanCache, restores: RestoreStore, now: Callable[[], datetime],
+                 fetch_blob: Callable[[str], Awaitable[bytes]] = _no_blobs):
         self.upgrades, self.plans, self.restores, self.now = upgrades, plans, restores, now
+        self.fetch_blob = fetch_blob  # a specRef's bytes, with the install's size limit (app.py)
+
+    async def spec_text(self, req: ApplyCluster) -> str:
+        """The request's spec: inline, or read from the object store (PermanentError: missing,
+        too large, not text)."""
+        if req.spec is not None:
+            return req.spec
+        data = await self.fetch_blob(req.spec_ref or "")
+        try:
+            return data.decode()
+        except UnicodeDecodeError as exc:
+            raise PermanentError(f"the object {req.spec_ref!r} is no UTF-8 text") from exc
 
     def refuse_bytes(self, body: bytes) -> list[Out]:
         """The answer to bytes that are no ApplyCluster: every wrong field named, never a dead
@@ -124,7 +145,11 @@ class Applies:
                 or await operation_refusal(req.cluster, status, self.upgrades, self.restores))
         if busy and not req.dry_run:
             return rejected(busy, [ErrorItem(path="Busy", message=busy)])
-        desired = await asyncio.to_thread(placed, req.spec)
+        try:
+            spec = await self.spec_text(req)
+        except PermanentError as exc:
+            return rejected(f"specRef: {exc}")
+        desired = await asyncio.to_thread(placed, spec)
         if isinstance(desired, list):
             return rejected("the spec is invalid: " + "; ".join(f"{e.path}: {e.message}" for e in desired[:20]), desired)
         if desired.cluster != req.cluster:
@@ -151,7 +176,7 @@ class Applies:
         run = new_run(req.request_id, req.cluster, versions, versions, list(order.steps),
                       [n.hostname for n in stored.nodes], self.now().isoformat(),
                       request={"kind": APPLY_KIND, "requestId": req.request_id, "cluster": req.cluster,
-                               "spec": req.spec, "planDigest": digest, "desiredDigest": answer.desired_digest,
+                               "spec": spec, "planDigest": digest, "desiredDigest": answer.desired_digest,
                                "drainTimeoutS": req.drain_timeout_s})
         # the cluster's operation slot (kind "apply", operation.slot_kind), then the record
         why = await self.upgrades.start_claimed(run, lambda cur: _running(cur, req.cluster))

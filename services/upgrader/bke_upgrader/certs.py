@@ -20,6 +20,9 @@ bke.upgrade.certificates).
                           hand-off it keeps for whoever delivers files): keys stay sealed, only
                           the agent opens them
 
+A certs service that does not answer within the service answer deadline (answer_deadline.py,
+BKE_UPGRADER_SERVICE_ANSWER_TIMEOUT_S) fails the step naming it.
+
 Why the certs service's path and not a key made here: only the certs service holds CA keys
 (encrypted at rest) and agents' sealing keys; the upgrader never sees a private key in clear.
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -42,6 +46,7 @@ from bke.upgrade.certificates import cert_files, cert_rows, renewed_by_node, ren
 from bke.upgrade.order import ExpandedStep
 from bke.upgrade.run import StepRun, UpgradeRun, mark_local
 
+from .answer_deadline import DEFAULT_TIMEOUT_S, AnswerDeadline, silent_service
 from .store import UpgradeStore
 
 __all__ = ["UpgradeCerts", "renewal_id"]
@@ -64,8 +69,10 @@ def _expanded(run: UpgradeRun) -> list[ExpandedStep]:
 
 
 class UpgradeCerts:
-    def __init__(self, store: UpgradeStore, publish: Publish, kick: Callable[[str], None] = lambda c: None):
+    def __init__(self, store: UpgradeStore, publish: Publish, kick: Callable[[str], None] = lambda c: None,
+                 answer_timeout_s: float = DEFAULT_TIMEOUT_S, now: Callable[[], float] = time.time):
         self.store, self.publish, self.kick = store, publish, kick
+        self.deadline = AnswerDeadline(store, answer_timeout_s, now)
         self.files = RedisNodeFiles(store.r)
 
     async def _answer(self, cluster: str) -> dict[str, Any] | None:
@@ -79,10 +86,18 @@ class UpgradeCerts:
     # the local step ---------------------------------------------------------
     async def _settled(self, run: UpgradeRun, step: StepRun, what: str) -> bool:
         """Whether the certs service answered this run: the step marked done or failed with its
-        reason ("certificate <what> failed: ..."); False while it has not."""
+        reason ("certificate <what> failed: ..."), or failed for want of an answer past the
+        deadline; False while it may still answer."""
         answer = await self._answer_of(run)
         if answer is None:
-            return False
+            waited = await self.deadline.overdue(run, step)
+            if waited is None:
+                return False
+            why = silent_service("certs service", f"certificate {what} request {renewal_id(run.request_id)}", waited,
+                                 "run the operation again")
+            log.warning("%s", why, extra={"cluster": run.cluster, "request_id": run.request_id})
+            mark_local(step, False, why)
+            return True
         ok = answer["status"] == "Renewed"
         mark_local(step, ok, "" if ok else f"certificate {what} failed: {answer.get('reason', '')}"[:2000])
         return True

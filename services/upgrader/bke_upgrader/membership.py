@@ -15,13 +15,16 @@ is `bke.lifecycle.apply_run`'s; how a node joins or leaves is the dispatcher's.
 Request ids are fixed per run, step and batch: asking again after a crash is the same request
 (JetStream drops the repeat in its window; the dispatcher answers a known request id from its
 record, and a finished one with its `finished` again), so nothing is joined or removed twice.
-A refusal or failure fails the step with the dispatcher's reason; the run stops there.
+A refusal or failure fails the step with the dispatcher's reason; the run stops there. A
+dispatcher that does not answer a batch within the service answer deadline (answer_deadline.py,
+BKE_UPGRADER_SERVICE_ANSWER_TIMEOUT_S) fails the step naming it.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,6 +37,7 @@ from bke.plan import Plan
 from bke.state.keys import upgrade_results_key
 from bke.upgrade.run import StepRun, UpgradeRun, mark_local, mark_local_batch
 
+from .answer_deadline import DEFAULT_TIMEOUT_S, AnswerDeadline, silent_service
 from .store import UpgradeStore
 
 __all__ = ["ApplyMembership", "membership_request_id"]
@@ -54,8 +58,10 @@ def membership_request_id(apply_request_id: str, step: str, group: str, batch: i
 
 
 class ApplyMembership:
-    def __init__(self, store: UpgradeStore, publish: Publish, kick: Callable[[str], None] = lambda c: None):
+    def __init__(self, store: UpgradeStore, publish: Publish, kick: Callable[[str], None] = lambda c: None,
+                 answer_timeout_s: float = DEFAULT_TIMEOUT_S, now: Callable[[], float] = time.time):
         self.store, self.publish, self.kick = store, publish, kick
+        self.deadline = AnswerDeadline(store, answer_timeout_s, now)
 
     async def _answer(self, cluster: str, request_id: str) -> dict[str, Any] | None:
         raw = await self.store.r.hget(upgrade_results_key(cluster), FIELD + request_id)
@@ -76,12 +82,20 @@ class ApplyMembership:
         if answer is not None:
             if answer["status"] == "Succeeded":
                 mark_local_batch(step)
+                self.deadline.next_batch(step)
                 log.info("%s: %s done", step.name, ", ".join(hosts[:10]), extra={"cluster": run.cluster,
                                                                                    "request_id": run.request_id})
             else:
                 mark_local(step, False, f"the dispatcher: {answer.get('reason', '')}"[:2000])
             return
         ids = {"cluster": run.cluster, "request_id": run.request_id}
+        waited = await self.deadline.overdue(run, step)
+        if waited is not None:
+            why = silent_service("dispatcher", f"{step.name} request {rid} ({', '.join(hosts[:5])})", waited,
+                                 "apply the spec again")
+            log.warning("%s", why, extra=ids)
+            mark_local(step, False, why)
+            return
         if step.name == JOIN_STEP:
             digest = await swap(run, new)
             joins = None

@@ -10,6 +10,8 @@ from pydantic_settings import SettingsConfigDict
 
 from bke.settings import ServiceSettings
 
+from .answer_deadline import DEFAULT_TIMEOUT_S
+
 __all__ = ["UpgraderSettings"]
 
 
@@ -30,6 +32,12 @@ class UpgraderSettings(ServiceSettings):
     # (a snapshot of a large etcd may take 900 s; a runtime replacement 300 s, then a rollback).
     answer_deadline_s: float = 1800.0
     status_timeout_s: float = 10.0
+    # A changed spec's join or removal (the dispatcher) or a certificate re-issue or renewal (the
+    # certs service) not answered this long after it was first asked fails its step, naming the
+    # service: a service that is down must not hold the run and the operation slot forever. The
+    # dispatcher's own join waits up to BKE_DISPATCHER_JOIN_AGENTS_TIMEOUT_S (900 s) for agents
+    # before it answers: keep this longer. 0: wait forever.
+    service_answer_timeout_s: float = Field(DEFAULT_TIMEOUT_S, ge=0)
     # How long a replaced static pod has to answer healthy before its node is rolled back.
     component_timeout_s: float = 180.0
     # The agent release the `agents` step installs on every node (a bundle's httpRepo URL or
