@@ -282,6 +282,22 @@ def test_the_endpoint_masters_apiserver_may_not_move_and_etcd_roles_may_not_chan
     assert any("changing a node's roles (node1)" in r.message for r in o.refusals), o.refusals
 
 
+def test_a_master_that_stops_taking_workloads_rolls_its_kubelet_and_marks_alone(seed):
+    """master/node -> master changes what the node is marked with (the control-plane taint) and
+    its kubelet configuration, not what it runs: carried out in place, the kubelet's roll
+    draining the node first, then the labels step. A worker becoming a master runs more: refused."""
+    text = SEED.replace("hostname: master3, ip: 127.0.10.3, role: [master/node, etcd]",
+                        "hostname: master3, ip: 127.0.10.3, role: [master, etcd]")
+    d, o = order_of(seed, text)
+    assert dict(d.roles_changed) == {"master3": (("master/node", "etcd"), ("master", "etcd"))}
+    assert not o.refusals, o.refusals
+    assert steps(o) == [("pre-checks", "", (), False), ("masters-runtime", "", (("master3",),), True),
+                        ("labels", "", (), False)]
+    d, o = order_of(seed, SEED.replace("spec: {hostname: node1, ip: 127.0.10.4, role: [node]}",
+                                       "spec: {hostname: node1, ip: 127.0.10.4, role: [master/node]}"))
+    assert o.steps == () and "changing a node's roles (node1) so that it runs other parts" in o.refusals[0].message
+
+
 def test_the_dry_run_shows_what_the_apply_would_refuse_as_not_built(seed):
     """The planner's answer (`bke apply --dry-run`) carries apply_order's refusals too: a role
     change the run cannot carry out is refused by name before anything is sent."""

@@ -250,6 +250,20 @@ HANDLERS: dict[str, Handler] = {
 NOT_BUILT: Mapping[str, str] = {}
 
 
+_MOVABLE = frozenset(CONTROL_PLANE_ROLES.values())
+
+
+def _runs_other_parts(current: Plan, desired: Plan, host: str) -> bool:
+    """Whether `host`'s role change changes what it runs, beyond control-plane components moved
+    between masters (a roll, `_roll`): an etcd membership, the load balancer, the control plane
+    gained or lost, a kubelet that registers or not. A change of labels, taints and kubelet
+    configuration alone (`master/node` -> `master`: no workloads there any more) is carried out
+    by the rolls and the labels step like any other changed file or mark."""
+    a, b = current.node(host), desired.node(host)
+    moved = (set(a.components) ^ set(b.components)) - _MOVABLE
+    return bool(moved) or a.registers != b.registers or (is_master(a.roles) != is_master(b.roles))
+
+
 def _chunks(hosts: list[str], size: int) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(hosts[i:i + size]) for i in range(0, len(hosts), size))
 
@@ -258,11 +272,13 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
     """The run's steps for `diff` (whose refusals the caller has already answered), or every
     reason it cannot run: kinds not built, roles changed, components that cannot be rolled."""
     refusals: list[Refusal] = []
-    fixed = sorted(h for h, (a, b) in diff.roles_changed.items() if (set(a) ^ set(b)) - set(CONTROL_PLANE_ROLES))
-    if fixed:  # moving control-plane components between masters is a roll; other role changes are not built
+    fixed = sorted(h for h in diff.roles_changed if _runs_other_parts(current, desired, h))
+    if fixed:  # what a node runs changes beyond the control-plane components moved between masters
         refusals.append(Refusal("NotBuilt", "changing a node's roles (" + ", ".join(fixed)
-                                + ") is not supported by this build yet: only moving control-plane components "
-                                  f"between masters ({', '.join(CONTROL_PLANE_ROLES)})"))
+                                + ") so that it runs other parts (an etcd member, the control plane, a kubelet "
+                                  "that registers or not) is not supported by this build yet: only moving "
+                                  f"control-plane components between masters ({', '.join(CONTROL_PLANE_ROLES)}) and "
+                                  "role changes that change its labels, taints and kubelet configuration alone"))
     by_kind: dict[str, list[Action]] = {}
     for a in diff.actions:
         by_kind.setdefault(a.kind, []).append(a)
