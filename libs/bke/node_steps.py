@@ -137,25 +137,31 @@ def swap_steps() -> list[Step]:
     ]
 
 
-def component_ports(plan: Plan, node: NodePlan) -> list[int]:
-    ports = [10250]  # kubelet
+def component_ports(plan: Plan, node: NodePlan, components: list[str] | tuple[str, ...] | None = None) -> list[int]:
+    """The ports `components` (default: every component of the node) listen on."""
+    runs = node.components if components is None else components
+    ports = [10250] if "kubelet" in runs else []
     for c in plan.etcd_clusters:
-        if c.name in node.components:
+        if c.name in runs:
             ports += [c.client_port, c.peer_port, c.metrics_port]
     for comp, port in (("kube-apiserver", 6443), ("kube-controller-manager", 10257), ("kube-scheduler", 10259)):
-        if comp in node.components:
+        if comp in runs:
             ports.append(port)
     return sorted(ports)
 
 
-def node_env_steps(plan: Plan, node: NodePlan, files: list[NodeFile], sums: dict[str, str]) -> list[Step]:
+def node_env_steps(plan: Plan, node: NodePlan, files: list[NodeFile], sums: dict[str, str],
+                   held: tuple[int, ...] = ()) -> list[Step]:
+    """`held`: ports the node's running parts hold already (a node joining again with more
+    parts): not checked free, the rest of what it will run is."""
     mode = plan.spec.config.kube_proxy.mode
     min_kernel = PROXY_MIN_KERNEL[mode] if node.runs("kube-proxy") else None
     checks: list[str] = ["os", "ports-free", "disk", "time", "arch", "cgroup"] + (["kernel-version"] if min_kernel else [])
     return [
         # nothing is changed before the node is known to fit: its OS, free ports, disk, clock,
         # its machine is the spec's arch, and (kube-proxy nftables) its kernel is new enough
-        CheckHost(id="preflight", checks=checks, ports=component_ports(plan, node), arch=node.arch,
+        CheckHost(id="preflight", checks=checks, ports=[p for p in component_ports(plan, node) if p not in held],
+                  arch=node.arch,
                   require_cgroup_v2=requires_cgroup_v2(plan.spec, node.hostname),
                   min_kernel=f"{min_kernel[0]}.{min_kernel[1]}" if min_kernel else None),
         *binaries(plan, node, sums),

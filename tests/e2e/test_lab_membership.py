@@ -133,19 +133,34 @@ async def joins_and_a_removal(lab, spec: bytes, net: str) -> None:
     finally:
         rs.close()
 
-    # 3. refused by name, nothing done: a master removed by the workers' own command; a worker
-    # made a master (a role change that is not built)
+    # 3. refused by name, nothing done: a master removed by the workers' own command
     rc, out = await _bke("lab", "remove-nodes", c, "--nodes", "master1", "--workdir", workdir)
     assert rc == 2 and "master1 (etcd member of etcd-data)" in out, out
+    # node1, the worker installed with the cluster, made a master: it joins again with its new
+    # roles (node-env, certs, control-plane-join, health: ensures; its running kubelet's port
+    # not counted as taken), its control plane comes up, no other node is commanded
     roles = lab.workdir / "roles.yaml"
-    roles.write_text(bigger_spec.read_text().replace("role: [node]}", "role: [master/node]}", 1))
+    roles.write_text(bigger_spec.read_text().replace(f"hostname: node1, ip: {net}.4, role: [node]",
+                                                     f"hostname: node1, ip: {net}.4, role: [master/node]"))
     assert roles.read_text() != bigger_spec.read_text()
+    everyone = old_hosts + ["node2", "node3", "master4"]
+    before = _executions(lab, everyone)
     rc, out = await _bke("lab", "apply", str(roles), "--workdir", workdir)
-    assert rc == 2 and "changing a node's roles" in out, out
+    assert rc == 0 and "apply Succeeded" in out, out
+    after = _executions(lab, everyone)
+    rejoined = [parse_command_id(cid) for cid in after["node1"] if cid not in set(before["node1"]) and "/join@" in cid]
+    assert [p[3] for p in rejoined] == [0, 1, 2, 3], rejoined  # node-env, certs, control-plane-join, health
+    for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+        assert (lab.host("node1") / f"etc/kubernetes/manifests/{component}.yaml").is_file(), component
+    assert (lab.host("node1") / "etc/kubernetes/pki/apiserver.key").is_file()
+    assert _stray(before, {h: v for h, v in after.items() if h != "node1"}) == {}, "another node was commanded"
+    # and back to a worker: it would stop running its control plane, refused by name, nothing done
+    rc, out = await _bke("lab", "apply", str(bigger_spec), "--workdir", workdir)
+    assert rc == 2 and "changing a node's roles (node1) so that it stops running something" in out, out
+    bigger_spec = roles  # what the cluster runs now
 
     # 4. node3 and master4 leave: the spec without them, applied: drained and their Nodes deleted
     # (recorded), reset, revoked, their agents stopped, forgotten
-    everyone = old_hosts + ["node2", "node3", "master4"]
     before = _executions(lab, everyone)
     smaller_spec = lab.workdir / "smaller.yaml"
     smaller_spec.write_text("\n---\n".join(d for d in bigger_spec.read_text().split("\n---\n")

@@ -230,9 +230,9 @@ async def test_a_newer_record_is_refused_by_the_conversion_and_by_its_readers(re
             await read(redis_client)
 
 
-async def test_a_version_2_join_is_read_as_is_then_converted_to_version_3(redis_client: aioredis.Redis) -> None:
+async def test_a_version_2_join_is_read_as_is_then_converted_to_version_4(redis_client: aioredis.Redis) -> None:
     """tests/fixtures/state/join-v2/seed.json (a join waiting for an agent, as version 2 wrote
-    it): read directly, converted with one write (agents_since added), read again the same."""
+    it): read directly, converted with one write (agents_since and held_ports added), read again the same."""
     doc = json.loads((FIXTURE.parents[1] / "join-v2" / "seed.json").read_text())
     [entry] = doc["keys"]
     await redis_client.set(entry["key"], entry["value"])
@@ -243,7 +243,7 @@ async def test_a_version_2_join_is_read_as_is_then_converted_to_version_3(redis_
     [result] = report.converted
     assert (result.kind, result.found, result.writes) == ("join", 2, 1)
     stored = json.loads(await redis_client.get(entry["key"]))
-    assert stored["schemaVersion"] == 3 and stored["agents_since"] == ""
+    assert stored["schemaVersion"] == 4 and stored["agents_since"] == "" and stored["held_ports"] == {}
     assert await store.load(C) == before
     assert (await ensure_current(redis_client, C, kinds=[record_kind("join")])).converted == ()
 

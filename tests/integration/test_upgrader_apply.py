@@ -196,9 +196,12 @@ async def test_refusals_by_name_and_nothing_stored(redis_client: aioredis.Redis,
     plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [])
     more = TEXT.replace("spec: {hostname: node1, ip: 127.0.10.4, role: [node]}",
                         "spec: {hostname: node1, ip: 127.0.10.4, role: [node, etcd-event]}")
-    assert more != TEXT
+    fewer = TEXT.replace("hostname: master3, ip: 127.0.10.3, role: [master/node, etcd]",
+                         "hostname: master3, ip: 127.0.10.3, role: [node, etcd]")
+    assert more != TEXT and fewer != TEXT
     cases = {
-        "roles": (more, "NotBuilt", "changing a node's roles (node1)"),
+        "roles": (fewer, "NotBuilt", "changing a node's roles (master3)"),
+        "split": (more, "SplitUnchanged", "etcd-events"),
         "versions": (TEXT.replace("kubernetesVersion: v1.33.2", "kubernetesVersion: v1.33.3"), "Versions", "bke upgrade apply"),  # VersionsAlone: its rolls come with it
         "invalid": (TEXT.replace("role: [node]}", "role: [nope]}"), "spec.", "nope"),
         "network": (TEXT.replace(CERTS, CERTS + "      networking: {serviceSubnet: 10.97.0.0/16}\n"), "NetworkUnchanged", "service_subnet"),
@@ -699,3 +702,31 @@ async def test_a_certs_service_that_never_answers_fails_the_reissue_after_the_de
     reason = outcome.reason  # type: ignore[attr-defined]
     assert "the certs service did not answer the certificate re-issue request" in reason and "bke-certs" in reason, reason
     assert len(bodies[ISSUE_CERTS]) == 2 and sent == []  # nothing sent to a node
+
+
+async def test_a_worker_becoming_a_master_joins_again_naming_what_it_runs_now(
+        redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
+    """node1 (a worker) -> master/node: no roll of its files, the labels step, then one
+    JoinNodes of node1 (the new plan swapped in first) with `rejoin` naming what it runs now,
+    so that the dispatcher's join leaves it and checks only the new parts' ports."""
+    from bke.contracts.membership import JOIN_NODES, JoinNodes, JoinNodesFinished, MembershipNode
+
+    sent: list[AgentCommand] = []
+    bodies: dict[str, list[bytes]] = {}
+    plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies)
+    spec = TEXT.replace("hostname: node1, ip: 127.0.10.4, role: [node]}", "hostname: node1, ip: 127.0.10.4, role: [master/node]}")
+    outs = await applies.on_request(ApplyCluster(request_id="p1", cluster=plan.cluster, spec=spec))
+    accepted = outs[0].message
+    assert isinstance(accepted, ApplyAccepted), accepted
+    assert [(s.name, s.total) for s in accepted.steps] == [("pre-checks", 0), ("labels", 0), ("join-nodes", 1)]
+    await _pass(upgrades, plan.cluster)
+    [raw] = bodies[JOIN_NODES]
+    join = JoinNodes.model_validate_json(raw)
+    assert join.nodes == ["node1"] and join.part_of == "p1" and join.plan_digest == accepted.desired_digest
+    assert [(r.hostname, r.running) for r in join.rejoin or []] == [("node1", ["containerd", "kubelet", "kube-proxy"])]
+    await upgrades.membership.on_finished(JoinNodesFinished(
+        request_id=join.request_id, cluster=plan.cluster, status="Succeeded", at="t",
+        nodes=[MembershipNode(hostname="node1", status="Succeeded")]))
+    outcome = await _pass(upgrades, plan.cluster)
+    assert getattr(outcome, "status", "") == "done", outcome
+    assert sent == []  # every command to node1 was the dispatcher's join

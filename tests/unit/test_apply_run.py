@@ -277,9 +277,10 @@ def test_the_endpoint_masters_apiserver_may_not_move_and_etcd_roles_may_not_chan
     # without a load balancer the endpoint is master1's address: the spec itself is refused
     out = plan_spec_text(_roles(SEED, master2=", apiserver", master3=", apiserver"), "t")
     assert not out.ok and "master1" in out.errors[0].message and "runs no kube-apiserver" in out.errors[0].message
+    # a worker becoming the first etcd-events member would add a split etcd: the diff's refusal
     d, o = order_of(seed, SEED.replace("spec: {hostname: node1, ip: 127.0.10.4, role: [node]}",
                                        "spec: {hostname: node1, ip: 127.0.10.4, role: [node, etcd-event]}"))
-    assert any("changing a node's roles (node1)" in r.message for r in o.refusals), o.refusals
+    assert [r.name for r in d.refusals] == ["SplitUnchanged"] and o == type(o)(), (d.refusals, o)
 
 
 def test_a_master_that_stops_taking_workloads_rolls_its_kubelet_and_marks_alone(seed):
@@ -293,9 +294,46 @@ def test_a_master_that_stops_taking_workloads_rolls_its_kubelet_and_marks_alone(
     assert not o.refusals, o.refusals
     assert steps(o) == [("pre-checks", "", (), False), ("masters-runtime", "", (("master3",),), True),
                         ("labels", "", (), False)]
+
+
+def test_a_worker_becoming_a_master_joins_again_with_its_new_roles_and_nothing_of_it_is_rolled(seed):
     d, o = order_of(seed, SEED.replace("spec: {hostname: node1, ip: 127.0.10.4, role: [node]}",
                                        "spec: {hostname: node1, ip: 127.0.10.4, role: [master/node]}"))
-    assert o.steps == () and "changing a node's roles (node1) so that it runs other parts" in o.refusals[0].message
+    assert {(a.kind, a.host, a.detail) for a in d.actions if a.kind == "roll"} == \
+        {("roll", "node1", c) for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")}
+    assert not o.refusals, o.refusals
+    # its control plane comes with its join (node-env, certs, control-plane-join, health: the
+    # dispatcher's phases for a master, ensures), after the labels step marked it a master
+    assert steps(o) == [("pre-checks", "", (), False), ("labels", "", (), False), ("join-nodes", "", (("node1",),), False)]
+
+
+def test_a_master_becoming_a_worker_is_refused_with_the_way_round(seed):
+    d, o = order_of(seed, SEED.replace("hostname: master3, ip: 127.0.10.3, role: [master/node, etcd]",
+                                       "hostname: master3, ip: 127.0.10.3, role: [node, etcd]"))
+    assert o.steps == ()
+    [r] = o.refusals
+    assert "changing a node's roles (master3) so that it stops running something" in r.message
+    assert "apply the spec without the node" in r.message
+
+
+def test_workers_becoming_etcd_members_join_inside_the_membership_steps_then_the_apiserver_rolls():
+    base = _grow_spec(("events1",)) + _member_node("w1", "127.0.23.41", "[node]") + _member_node("w2", "127.0.23.42", "[node]")
+    d, o = order_of(plan(base), base.replace("role: [node]}", "role: [node, etcd-event]}"))
+    assert not o.refusals, o.refusals
+    got = [(s.step, s.group, s.batches) for s in o.steps]
+    member = lambda w, healthy: [  # noqa: E731 - one member's steps, read as the table they are
+        ("etcd-member-add", f"etcd-events:{w}", (("events1",),)), ("join-nodes", f"etcd-events:{w}", ((w,),)),
+        ("etcd-member-promote", f"etcd-events:{w}", (("events1",),)), ("etcd-health", f"etcd-events:{w}", (healthy,))]
+    assert got == [("pre-checks", "", ()), ("etcd-snapshots", "etcd-events", (("events1",),)),
+                   *member("w1", ("events1", "w1")), *member("w2", ("events1", "w1", "w2")),
+                   ("etcd", "etcd-events", (("events1",),)), ("kube-apiserver", "", (("m1",),)), ("labels", "", ())]
+    # an etcd member that would join another etcd cluster too: not built (its join would name
+    # its existing membership as a start)
+    both = base.replace("hostname: etcd1, ip: 127.0.23.11, role: [etcd]", "hostname: etcd1, ip: 127.0.23.11, role: [etcd, etcd-event]")
+    both = both.replace("hostname: w1, ip: 127.0.23.41, role: [node]", "hostname: w1, ip: 127.0.23.41, role: [node, etcd-event]")
+    assert both.count("etcd-event]") == 3
+    d, o = order_of(plan(base), both)
+    assert o.steps == () and "(etcd1)" in o.refusals[0].message, o.refusals
 
 
 def test_the_dry_run_shows_what_the_apply_would_refuse_as_not_built(seed):
@@ -303,11 +341,11 @@ def test_the_dry_run_shows_what_the_apply_would_refuse_as_not_built(seed):
     change the run cannot carry out is refused by name before anything is sent."""
     from bke_planner.changes import changes_of
 
-    new = plan(SEED.replace("spec: {hostname: node1, ip: 127.0.10.4, role: [node]}",
-                            "spec: {hostname: node1, ip: 127.0.10.4, role: [master/node]}"))
+    new = plan(SEED.replace("hostname: master3, ip: 127.0.10.3, role: [master/node, etcd]",
+                            "hostname: master3, ip: 127.0.10.3, role: [node, etcd]"))
     answer = changes_of("r", new, seed, "d0")
     assert [r.path for r in answer.refusals] == ["NotBuilt"], answer.refusals
-    assert "changing a node's roles (node1)" in answer.refusals[0].message
+    assert "changing a node's roles (master3)" in answer.refusals[0].message
     fine = changes_of("r", plan(SEED.replace("      certificates: {keyAlgorithm: ECDSA-P256}\n", KCM)), seed, "d0")
     assert fine.refusals == []
 

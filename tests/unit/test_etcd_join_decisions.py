@@ -127,10 +127,10 @@ def test_a_version_1_record_is_read_as_is_and_converts_by_adding_no_etcd_joins()
     kind = record_kind("join")
     record = {"join": V1}
     new, chain = convert(kind, record, 1, CONVERTERS)
-    assert [c.from_version for c in chain] == [1, 2] and header_version(kind, new) == 3  # 2 -> 3: agents_since
+    assert [c.from_version for c in chain] == [1, 2, 3] and header_version(kind, new) == 4  # 2 -> 3: agents_since, 3 -> 4: held_ports
     assert json.loads(new["join"])["etcd_joins"] == []
     assert [w.member for w in writes(record, new)] == ["join"]  # one SET, the results untouched
     assert Join.from_json(new["join"]) == old
-    assert convert(kind, new, 3, CONVERTERS) == (new, ())
+    assert convert(kind, new, 4, CONVERTERS) == (new, ())
     for c in chain:  # idempotent (bke.state.conversion)
         assert c.fn(c.fn(record)) == c.fn(record)

@@ -237,3 +237,50 @@ def test_a_request_part_of_an_apply_is_judged_on_who_holds_the_slot_not_on_its_d
         assert out is g and why == (f"partOf: apply a1 does not hold the operation slot of seed "
                                     f"({holder or 'nothing'} does)")
     assert gates.within("seed", None) == (gates, "")  # no partOf: the gates as read
+
+
+def test_a_node_joining_again_keeps_the_ports_its_running_parts_hold_out_of_its_preflight():
+    """node1, a worker, becomes a master (bke apply: apply_run._rejoin): JoinNodes names it in
+    `rejoin` with what it runs now; its preflight checks the control plane's ports free, not
+    its own kubelet's (a running kubelet holds 10250, which a new node's preflight refuses)."""
+    from bke.contracts.agent import CheckHost
+    from bke.contracts.membership import MembershipRejoin
+    from bke_dispatcher.join import JOIN_VERSION
+    from bke_dispatcher.phases import NodeInputs, phase_by_slug
+
+    promoted = plan_spec_text(SEED_TEXT.replace("role: [node]}", "role: [master/node]}")).plan
+    digest = plan_digest(promoted.model_dump_json())
+    node1 = SEED.node("node1")
+    req = JoinNodes(request_id="j9", cluster="seed", plan_digest=digest, nodes=["node1"], part_of="a1",
+                    rejoin=[MembershipRejoin(hostname="node1", running=list(node1.components))])
+    assert join_refusal(req, promoted, digest, "Succeeded") == ""
+    j = new_join(req, promoted, NOW.isoformat())
+    assert j.held_ports == {"node1": [10250]} and JOIN_VERSION == 4
+    assert [r.phases for r in j.nodes] == [["node-env", "certs", "control-plane-join", "health"]]
+    assert Join.from_json(j.to_json()) == j  # kept in the record: a restarted dispatcher checks the same ports
+
+    class AnySum(dict):  # every binary's checksum: the preflight is what is looked at here
+        def __missing__(self, url: str) -> str:
+            return "0" * 64
+
+    def preflight(held: tuple[int, ...]) -> list[int]:
+        steps = phase_by_slug("node-env").build(promoted, promoted.node("node1"),  # type: ignore[misc]
+                                                NodeInputs(render=[], certs=[], checksums=AnySum(), held_ports=held))
+        return next(s for s in steps if isinstance(s, CheckHost)).ports
+
+    assert preflight(tuple(j.held_ports["node1"])) == [6443, 10257, 10259]
+    assert preflight(()) == [6443, 10250, 10257, 10259]  # a new node's: every port it will listen on
+    # a rejoin that names a node outside the join, or one that would lose a part, is refused by name
+    bad = req.model_copy(update={"rejoin": [MembershipRejoin(hostname="node2", running=["kubelet"])]})
+    assert join_refusal(bad, promoted, digest, "Succeeded").startswith("rejoin: not among the nodes of this join: node2")
+    losing = req.model_copy(update={"rejoin": [MembershipRejoin(hostname="node1", running=["kubelet", "etcd-data"])]})
+    assert "node1 (etcd-data)" in join_refusal(losing, promoted, digest, "Succeeded")
+
+
+def test_the_contract_s_components_are_the_plan_s():
+    import typing
+
+    from bke.contracts.membership import Component
+    from bke.plan.models import COMPONENTS
+
+    assert typing.get_args(Component) == COMPONENTS

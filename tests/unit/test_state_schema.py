@@ -156,17 +156,40 @@ def test_version_2_of_a_join_converts_by_adding_agents_since_and_both_forms_read
     kind = record_kind("join")
     doc = json.loads(JOIN_V2.read_text())
     old = {"join": doc["keys"][0]["value"]}
-    assert header_version(kind, old) == 2 and kind.readable_from == 1 and kind.current == 3
+    assert header_version(kind, old) == 2 and kind.readable_from == 1 and kind.current == 4
     as_is = Join.from_json(old["join"])
     assert as_is.agents_since == "" and as_is.waiting.startswith("waiting for the agents of node3")
     new, steps = convert(kind, old, 2, CONVERTERS)
-    assert [c.from_version for c in steps] == [2] and header_version(kind, new) == 3
+    assert [c.from_version for c in steps] == [2, 3] and header_version(kind, new) == 4
     assert json.loads(new["join"])["agents_since"] == ""
     assert [w.member for w in writes(old, new)] == ["join"]
     assert Join.from_json(new["join"]) == as_is  # the same join, in the new form
-    assert convert(kind, new, 3, CONVERTERS) == (new, ())
+    assert convert(kind, new, 4, CONVERTERS) == (new, ())
     for c in steps:
         assert c.fn(c.fn(old)) == c.fn(old)
     started = {"join": json.dumps({**json.loads(old["join"]), "agents_since": "t1"})}
     assert steps[0].fn(started) == started  # a value already there is kept
-    assert json.loads(Join.from_json(new["join"]).to_json())["schemaVersion"] == 3
+    assert json.loads(Join.from_json(new["join"]).to_json())["schemaVersion"] == 4
+
+
+JOIN_V3 = Path(__file__).parents[1] / "fixtures" / "state" / "join-v3" / "seed.json"
+
+
+def test_version_3_of_a_join_converts_by_adding_no_held_ports_and_both_forms_read() -> None:
+    """tests/fixtures/state/join-v3/seed.json: a worker's join in its workers phase, as
+    version 3 of the form wrote it. Version 4 adds `held_ports` (the ports of the parts a node
+    joining again runs already): a join of version 3 joined new nodes only, so none."""
+    from bke_dispatcher.join import Join
+
+    kind = record_kind("join")
+    old = {"join": json.loads(JOIN_V3.read_text())["keys"][0]["value"]}
+    assert header_version(kind, old) == 3
+    as_is = Join.from_json(old["join"])
+    assert as_is.held_ports == {} and as_is.agents_since and as_is.nodes[0].index == 2
+    new, steps = convert(kind, old, 3, CONVERTERS)
+    assert [c.from_version for c in steps] == [3] and header_version(kind, new) == 4
+    assert json.loads(new["join"])["held_ports"] == {}
+    assert [w.member for w in writes(old, new)] == ["join"]
+    assert Join.from_json(new["join"]) == as_is
+    held = {"join": json.dumps({**json.loads(old["join"]), "held_ports": {"node2": [10250]}})}
+    assert steps[0].fn(held) == held  # a value already there is kept

@@ -32,6 +32,7 @@ __all__ = [
     "REMOVE_NODES",
     "REMOVE_NODES_FINISHED",
     "JoinNodes",
+    "MembershipRejoin",
     "JoinNodesChanged",
     "JoinNodesFinished",
     "MembershipEtcdJoin",
@@ -53,6 +54,10 @@ _CLUSTER = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _REQUEST = r"^[A-Za-z0-9._:@-]+$"
 Hostname = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$")]
 MAX_NODES = 1000  # per request: a change of more nodes is split by the caller
+# A plan component (bke.plan.models.COMPONENTS; tests/unit/test_membership_contract.py holds
+# the two lists equal: the contracts import nothing of the plan)
+Component = Literal["containerd", "kubelet", "etcd-data", "etcd-events", "etcd-pods", "haproxy", "keepalived",
+                    "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"]
 Outcome = Literal["Succeeded", "Failed"]
 NodeStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
 
@@ -75,6 +80,16 @@ class MembershipEtcdJoin(Message):
     initial_cluster: str = Field(min_length=1, max_length=16384)
 
 
+class MembershipRejoin(Message):
+    """A node of `nodes` that is in the cluster already and joins again because its new roles
+    add parts (`bke apply`: a worker becoming a master, a node becoming an etcd member):
+    `running` is what it runs now. The join's phases are ensures, so what it has is left as it
+    is; its preflight does not count the ports its running parts hold as taken."""
+
+    hostname: Hostname
+    running: list[Component] = Field(default_factory=list, max_length=16)
+
+
 class JoinNodes(Message):
     request_id: str = Field(min_length=1, max_length=128, pattern=_REQUEST)
     cluster: str = Field(min_length=1, max_length=63, pattern=_CLUSTER)
@@ -85,10 +100,12 @@ class JoinNodes(Message):
     part_of: str | None = Field(None, min_length=1, max_length=128, pattern=_REQUEST)
     # etcd-only nodes among `nodes` that join a running etcd cluster (already added as learners)
     etcd_joins: list[MembershipEtcdJoin] | None = Field(None, max_length=MAX_NODES)
+    # nodes among `nodes` already in the cluster, joining again with more parts
+    rejoin: list[MembershipRejoin] | None = Field(None, max_length=MAX_NODES)
 
     @model_serializer(mode="wrap")
     def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_none(handler(self), self, ("part_of", "etcd_joins"))
+        return without_none(handler(self), self, ("part_of", "etcd_joins", "rejoin"))
 
 
 class RemoveNodes(Message):

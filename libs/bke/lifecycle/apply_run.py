@@ -251,17 +251,49 @@ NOT_BUILT: Mapping[str, str] = {}
 
 
 _MOVABLE = frozenset(CONTROL_PLANE_ROLES.values())
+# the steps that roll a node's own files (a node that joins again gets them from its join)
+_ROLLS = frozenset({"etcd", *_STATIC_PODS, LB_STEP, "masters-runtime", "workers"})
 
 
-def _runs_other_parts(current: Plan, desired: Plan, host: str) -> bool:
-    """Whether `host`'s role change changes what it runs, beyond control-plane components moved
-    between masters (a roll, `_roll`): an etcd membership, the load balancer, the control plane
-    gained or lost, a kubelet that registers or not. A change of labels, taints and kubelet
-    configuration alone (`master/node` -> `master`: no workloads there any more) is carried out
-    by the rolls and the labels step like any other changed file or mark."""
+def role_change(current: Plan, desired: Plan, host: str) -> str:
+    """What a node's changed roles change in what it runs:
+    - "same": nothing beyond control-plane components moved between masters (`_roll`'s moves)
+      and how it is marked and configured (`master/node` -> `master`: its taint and kubelet
+      configuration): rolls and the labels step, like any other changed file or mark;
+    - "gains": it keeps everything it runs and runs more (a worker becoming a master, a node
+      becoming a member of an etcd cluster, an etcd-only node whose kubelet starts registering):
+      it joins again with its new roles (`_rejoin`);
+    - "other": it stops running something (an etcd member, the control plane, the load
+      balancer, a registering kubelet), or an etcd member becomes a member of another etcd
+      cluster too: not built."""
     a, b = current.node(host), desired.node(host)
-    moved = (set(a.components) ^ set(b.components)) - _MOVABLE
-    return bool(moved) or a.registers != b.registers or (is_master(a.roles) != is_master(b.roles))
+    if not ((set(a.components) ^ set(b.components)) - _MOVABLE) and a.registers == b.registers \
+            and is_master(a.roles) == is_master(b.roles):
+        return "same"
+    etcd_before, etcd_after = set(a.components) & set(_ETCD), set(b.components) & set(_ETCD)
+    if etcd_before and etcd_after - etcd_before:
+        # the dispatcher's join names every etcd cluster a joining node is a member of as a
+        # start (`etcdJoins`); an existing member of another cluster is no start: not built
+        return "other"
+    if set(a.components) <= set(b.components) and b.registers >= a.registers and is_master(b.roles) >= is_master(a.roles):
+        return "gains"
+    return "other"
+
+
+def _rejoin(desired: Plan, diff: ClusterDiff, work: list[StepWork], gained: tuple[str, ...]) -> list[StepWork]:
+    """Nodes whose new roles add parts join again, as a new node would, through the dispatcher
+    (its phases are ensures: the files a node has already are left alone, the new ones written,
+    its certificates issued and sealed for the plan that names its new roles, its new
+    components waited healthy, its labels applied): the join, or its start inside the
+    membership steps of an etcd cluster it becomes a member of. So none of its own files is
+    rolled as well; the other nodes' rolls (an apiserver's --etcd-servers, haproxy's backends)
+    stay, before the join as for a new node."""
+    drop = set(gained)
+    out = [StepWork(w.name, w.group, tuple(h for h in w.hosts if h not in drop)) if w.name in _ROLLS else w
+           for w in work]
+    out = [w for w in out if not (w.name in _ROLLS and not w.hosts)]
+    joining = tuple(h for h in gained if not _members_changing(diff, h, True))
+    return out + [StepWork(JOIN_STEP, "", joining)] if joining else out
 
 
 def _chunks(hosts: list[str], size: int) -> tuple[tuple[str, ...], ...]:
@@ -269,16 +301,23 @@ def _chunks(hosts: list[str], size: int) -> tuple[tuple[str, ...], ...]:
 
 
 def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable: str | None = None) -> ApplyOrder:
-    """The run's steps for `diff` (whose refusals the caller has already answered), or every
-    reason it cannot run: kinds not built, roles changed, components that cannot be rolled."""
+    """The run's steps for `diff`, or every reason it cannot run: kinds not built, roles
+    changed, components that cannot be rolled. A diff with refusals of its own has no order
+    (they are the caller's to answer: a split etcd added, say)."""
+    if diff.refused:
+        return ApplyOrder()
     refusals: list[Refusal] = []
-    fixed = sorted(h for h in diff.roles_changed if _runs_other_parts(current, desired, h))
-    if fixed:  # what a node runs changes beyond the control-plane components moved between masters
+    kinds = {h: role_change(current, desired, h) for h in diff.roles_changed}
+    fixed = sorted(h for h, k in kinds.items() if k == "other")
+    gained = tuple(h for h in (n.hostname for n in desired.nodes) if kinds.get(h) == "gains")
+    if fixed:  # a node that stops running something: its parts would need cleaning one by one
         refusals.append(Refusal("NotBuilt", "changing a node's roles (" + ", ".join(fixed)
-                                + ") so that it runs other parts (an etcd member, the control plane, a kubelet "
-                                  "that registers or not) is not supported by this build yet: only moving "
-                                  f"control-plane components between masters ({', '.join(CONTROL_PLANE_ROLES)}) and "
-                                  "role changes that change its labels, taints and kubelet configuration alone"))
+                                + ") so that it stops running something (an etcd member, the control plane, a "
+                                  "kubelet that registers), or an etcd member becoming a member of another etcd "
+                                  "cluster too, is not supported by this build yet: apply the spec "
+                                  "without the node (it is drained, removed and reset), then with its new roles; "
+                                  "a node that only gains parts (a worker becoming a master, a new etcd member) "
+                                  "and control-plane components moved between masters are carried out"))
     by_kind: dict[str, list[Action]] = {}
     for a in diff.actions:
         by_kind.setdefault(a.kind, []).append(a)
@@ -299,6 +338,8 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
     refusals += [r for seq in sequences.values() for r in seq.refusals]
     if refusals:
         return ApplyOrder(refusals=tuple(dict.fromkeys(refusals)))
+    if gained:
+        work = _rejoin(desired, diff, work, gained)
     if not work:
         return ApplyOrder()
     return ApplyOrder(steps=tuple(_expand(current, desired, work, max_unavailable, sequences)))

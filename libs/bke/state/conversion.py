@@ -82,6 +82,9 @@ def _join_gains(field: str, value: object) -> Callable[[Record], Record]:
 # starts at the next pass).
 _join_etcd_joins = _join_gains("etcd_joins", [])
 _join_agents_since = _join_gains("agents_since", "")
+# join 3 -> 4: `held_ports` (the ports of the parts a node joining again runs already); a join
+# stored before joined new nodes only, so it has none.
+_join_held_ports = _join_gains("held_ports", {})
 
 
 CONVERTERS: dict[tuple[str, int], Converter] = register(
@@ -89,6 +92,7 @@ CONVERTERS: dict[tuple[str, int], Converter] = register(
       for k in RECORDS if k.first == 0),
     Converter("join", 1, "join: add etcd_joins, empty (a join stored before joined workers only)", _join_etcd_joins),
     Converter("join", 2, "join: add agents_since (when the join began to wait for its agents)", _join_agents_since),
+    Converter("join", 3, "join: add held_ports, empty (a join stored before joined new nodes only)", _join_held_ports),
 )
 
 

@@ -140,10 +140,12 @@ RECORDS: tuple[RecordKind, ...] = (
         ("join", "join:results"),
         # 1: new, never stored without a version; 2: the record keeps the etcd-only nodes' etcd
         # joins (`etcd_joins`); 3: it keeps when the join began to wait for its agents
-        # (`agents_since`, the agents' deadline's start). Versions 1 and 2 are read as is (no etcd
-        # joins; the clock starts at the next pass), so readable from 1; a reader of an older
-        # version refuses a newer record instead of failing on the new field.
-        VersionSlot("join", "json"), current=3, first=1, readable_from=1,
+        # (`agents_since`, the agents' deadline's start); 4: the ports held by the running parts
+        # of nodes joining again with more parts (`held_ports`). Versions 1 to 3 are read as is
+        # (no etcd joins; the clock starts at the next pass; no node joins again), so readable
+        # from 1; a reader of an older version refuses a newer record instead of failing on the
+        # new field.
+        VersionSlot("join", "json"), current=4, first=1, readable_from=1,
         writer="dispatcher: bke_dispatcher.membership_store.OperationStore (Join.to_json)",
         reader="dispatcher: OperationStore.load (Join.from_json)"),
     RecordKind(

@@ -34,6 +34,7 @@ from datetime import datetime
 from typing import Literal
 
 from bke.contracts.membership import JoinNodes, MembershipNode, MembershipView
+from bke.node_steps import component_ports
 from bke.plan import NodePlan, Plan
 from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
@@ -146,6 +147,10 @@ class Join:
     # when the join began to wait for its agents (ISO time; "" = not yet): the deadline's start
     # (join form version 3; an older record reads as "": the clock starts at the next pass)
     agents_since: str = ""
+    # nodes joining again with more parts (JoinNodes.rejoin): the ports their running parts
+    # hold, which their preflight does not count as taken (join form version 4; an older
+    # record reads as none)
+    held_ports: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def slug(self) -> str:
@@ -209,7 +214,7 @@ def join_refusal(req: JoinNodes, plan: Plan | None, stored_digest: str, install_
     if control_plane and not req.part_of:  # bke apply's run orders a control-plane scale-out around its join
         return (f"nodes: control-plane nodes (they join with a control-plane scale-out, not a join of workers "
                 f"and etcd-only nodes): {', '.join(control_plane[:5])}")
-    why = etcd_join_refusal(req, by_name)
+    why = etcd_join_refusal(req, by_name) or rejoin_refusal(req, by_name)
     if why:
         return why
     if paused:
@@ -231,8 +236,27 @@ def new_join(req: JoinNodes, plan: Plan, now: str) -> Join:
     phases = phases_of(plan, list(req.nodes))
     runs = [JoinRun(hostname=h, phases=[p.slug for p in phases[h]]) for h in req.nodes]
     etcd = [EtcdJoinRecord(e.etcd_cluster, e.member, e.initial_cluster) for e in req.etcd_joins or []]
+    held = {r.hostname: component_ports(plan, plan.node(r.hostname), list(r.running)) for r in req.rejoin or []}
     return Join(request_id=req.request_id, cluster=req.cluster, plan_digest=req.plan_digest, nodes=runs, started_at=now,
-                etcd_joins=etcd)
+                etcd_joins=etcd, held_ports=held)
+
+
+def rejoin_refusal(req: JoinNodes, by_name: dict[str, NodePlan]) -> str:
+    """Why the request's rejoins do not fit ("" if they do): each names a node of the request,
+    once, that runs in the stored plan everything it runs now (a join adds, never takes away)."""
+    rejoin = req.rejoin or []
+    hosts = [r.hostname for r in rejoin]
+    outside = sorted(set(hosts) - set(req.nodes))
+    if outside:
+        return f"rejoin: not among the nodes of this join: {', '.join(outside[:5])}"
+    if len(set(hosts)) != len(hosts):
+        return "rejoin: a node is named twice"
+    losing = sorted(f"{r.hostname} ({', '.join(sorted(set(r.running) - set(by_name[r.hostname].components)))})"
+                    for r in rejoin if set(r.running) - set(by_name[r.hostname].components))
+    if losing:
+        return ("rejoin: these nodes would stop running parts, which a join does not take away: "
+                + "; ".join(losing[:5]))
+    return ""
 
 
 def next_step(j: Join, sealed: frozenset[str], now: datetime,

@@ -244,7 +244,8 @@ class Joins(LeasedOperation):
             if "certs" in phase.needs and not certs.get(run.hostname):
                 # said sealed, but the bundle is not there (yet): never send an empty certificates command
                 raise TemporaryError(f"no sealed bundle stored for {run.hostname}", delay=1.0)
-            inp = NodeInputs(render=render.get(run.hostname) or [], certs=certs.get(run.hostname) or [], checksums=sums or {})
+            inp = NodeInputs(render=render.get(run.hostname) or [], certs=certs.get(run.hostname) or [], checksums=sums or {},
+                             held_ports=tuple(j.held_ports.get(run.hostname, ())))
             await self._command(j, run, phase.slug, phase.build(plan, by_name[run.hostname], inp) if phase.build else [])
 
     async def _command(self, j: Join, run: JoinRun, phase: str, steps: list[Any]) -> None:

@@ -30,6 +30,7 @@ class NodeInputs:
     render: list[NodeFile]
     certs: list[NodeFile]
     checksums: dict[str, str]
+    held_ports: tuple[int, ...] = ()  # a node joining again: what its running parts listen on
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ PHASES: tuple[Phase, ...] = (
         "node-env",
         "preflight checks; containerd, runc, kubelet (and on registered nodes crictl, kubectl, CNI plugins) fetched and verified; kernel modules, sysctls, swap off; kubelet running",
         _all,
-        lambda plan, node, inp: node_env_steps(plan, node, inp.render, inp.checksums),
+        lambda plan, node, inp: node_env_steps(plan, node, inp.render, inp.checksums, inp.held_ports),
         needs=("render", "checksums"),
     ),
     Phase(

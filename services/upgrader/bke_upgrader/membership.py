@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bke.contracts.membership import (
-    JOIN_NODES, REMOVE_NODES, JoinNodes, JoinNodesFinished, MembershipEtcdJoin, RemoveNodes, RemoveNodesFinished,
+    JOIN_NODES, REMOVE_NODES, JoinNodes, JoinNodesFinished, MembershipEtcdJoin, MembershipRejoin, RemoveNodes, RemoveNodesFinished,
 )
 from bke.errors import TemporaryError
 from bke.lifecycle.apply_run import JOIN_STEP, REMOVE_STEP, member_join
@@ -102,8 +102,12 @@ class ApplyMembership:
             if step.group:  # its start in every etcd cluster it joins (apply_run._member_steps)
                 joins = [MembershipEtcdJoin(etcd_cluster=c, member=member, initial_cluster=initial)
                          for c, member, initial in member_join(old, new, step.group)]
+            # nodes in the cluster already, joining again with more parts (apply_run._rejoin)
+            rejoin = [MembershipRejoin(hostname=h, running=list(old.node(h).components))
+                      for h in hosts if h in old.node_index[1]] or None
             req: JoinNodes | RemoveNodes = JoinNodes(request_id=rid, cluster=run.cluster, plan_digest=digest,
-                                                     nodes=hosts, part_of=run.request_id, etcd_joins=joins)
+                                                     nodes=hosts, part_of=run.request_id, etcd_joins=joins,
+                                                     rejoin=rejoin)
             subject = JOIN_NODES
         elif step.name == REMOVE_STEP:
             req, subject = RemoveNodes(request_id=rid, cluster=run.cluster, nodes=hosts, part_of=run.request_id), REMOVE_NODES
