@@ -154,10 +154,22 @@ async def joins_and_a_removal(lab, spec: bytes, net: str) -> None:
         assert (lab.host("node1") / f"etc/kubernetes/manifests/{component}.yaml").is_file(), component
     assert (lab.host("node1") / "etc/kubernetes/pki/apiserver.key").is_file()
     assert _stray(before, {h: v for h, v in after.items() if h != "node1"}) == {}, "another node was commanded"
-    # and back to a worker: it would stop running its control plane, refused by name, nothing done
+    # and back to a worker: its bundle sealed again without a master's files, its static pods'
+    # manifests taken away, then the certificates, keys and kubeconfigs only a master holds
+    before = after
     rc, out = await _bke("lab", "apply", str(bigger_spec), "--workdir", workdir)
-    assert rc == 2 and "REFUSED NotBuilt: changing a node's roles (node1)" in out and "master/node -> node" in out, out
-    bigger_spec = roles  # what the cluster runs now
+    assert rc == 0 and "apply Succeeded" in out, out
+    node1 = lab.host("node1")
+    for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+        assert not (node1 / f"etc/kubernetes/manifests/{component}.yaml").exists(), component
+    for left in ("pki/apiserver.key", "pki/ca.key", "pki/sa.key", "admin.conf", "controller-manager.conf"):
+        assert not (node1 / f"etc/kubernetes/{left}").exists(), left
+    assert (node1 / "etc/kubernetes/kubelet.conf").is_file() and (node1 / "etc/kubernetes/pki/ca.crt").is_file()
+    after = _executions(lab, everyone)
+    shed = [parse_command_id(cid)[1].rsplit("@", 1)[1] for cid in after["node1"] if cid not in set(before["node1"])
+            and "/health@" not in cid]
+    assert shed == ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "cleanup"], shed
+    assert _stray(before, {h: v for h, v in after.items() if h != "node1"}) == {}, "another node was commanded"
 
     # 4. node3 and master4 leave: the spec without them, applied: drained and their Nodes deleted
     # (recorded), reset, revoked, their agents stopped, forgotten

@@ -307,13 +307,57 @@ def test_a_worker_becoming_a_master_joins_again_with_its_new_roles_and_nothing_o
     assert steps(o) == [("pre-checks", "", (), False), ("labels", "", (), False), ("join-nodes", "", (("node1",),), False)]
 
 
-def test_a_master_becoming_a_worker_is_refused_with_the_way_round(seed):
-    d, o = order_of(seed, SEED.replace("hostname: master3, ip: 127.0.10.3, role: [master/node, etcd]",
-                                       "hostname: master3, ip: 127.0.10.3, role: [node, etcd]"))
+# master3 stops being an etcd member while node1 becomes one (etcd-data keeps three members)
+SWAP_ETCD = SEED.replace("hostname: master3, ip: 127.0.10.3, role: [master/node, etcd]",
+                         "hostname: master3, ip: 127.0.10.3, role: [master/node]").replace(
+    "spec: {hostname: node1, ip: 127.0.10.4, role: [node]}", "spec: {hostname: node1, ip: 127.0.10.4, role: [node, etcd]}")
+
+
+def test_a_node_ceasing_to_be_an_etcd_member_is_refused_with_the_way_round(seed):
+    d, o = order_of(seed, SWAP_ETCD)
     assert o.steps == ()
-    [r] = o.refusals
+    r = o.refusals[0]  # then its etcd manifest's removal, refused by name too
     assert "changing a node's roles (master3) so that it stops running something" in r.message
     assert "apply the spec without the node" in r.message
+
+
+def test_a_master_becoming_a_worker_sheds_its_control_plane_then_the_files_only_a_master_holds(seed):
+    """master3 [master/node, etcd] -> [node, etcd]: its bundle sealed again for the plan without
+    its master files (the certificates step), its static pods' manifests taken away one
+    component at a time, then its master-only certificates, keys and kubeconfigs; its etcd
+    member stays. In the split example a master that stops being one also stops its load
+    balancer first, before the other masters' roll without it."""
+    from bke.upgrade.node_commands import node_upgrade_steps
+
+    text = SEED.replace("hostname: master3, ip: 127.0.10.3, role: [master/node, etcd]",
+                        "hostname: master3, ip: 127.0.10.3, role: [node, etcd]")
+    d, o = order_of(seed, text)
+    assert not o.refusals, o.refusals
+    assert steps(o) == [("pre-checks", "", (), False), ("certificates", "", (), False),
+                        ("kube-apiserver", "", (("master3",),), False), ("kube-controller-manager", "", (("master3",),), False),
+                        ("kube-scheduler", "", (("master3",),), False), ("cleanup", "", (("master3",),), False),
+                        ("labels", "", (), False)]
+    gone = [st.path for st in node_upgrade_steps("cleanup", "", seed, plan(text), "master3", {}, {}, {})]
+    assert {"/etc/kubernetes/pki/ca.key", "/etc/kubernetes/pki/sa.key", "/etc/kubernetes/admin.conf",
+            "/etc/kubernetes/pki/apiserver.key", "/etc/kubernetes/pki/apiserver-etcd-client.key"} <= set(gone)
+    assert not any("/pki/etcd/" in p and not p.endswith("ca.crt") for p in gone)  # its etcd member's own stay
+    assert "/etc/kubernetes/kubelet.conf" not in gone and "/etc/kubernetes/pki/ca.crt" not in gone
+    # a removal in the same apply: refused (the certificates step stores the plan first)
+    d, o = order_of(seed, text.split("---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {name: seed-node1}")[0])
+    assert o.steps == () and "in the same apply as removing nodes (node1)" in o.refusals[0].message
+
+    split = plan(SPLIT)
+    m4 = SPLIT.replace("hostname: m4\n  ip: 127.0.20.4\n  role: [master, controller-manager, scheduler]",
+                       "hostname: m4\n  ip: 127.0.20.4\n  role: [node]")
+    assert m4 != SPLIT
+    d, o = order_of(split, m4)
+    assert not o.refusals, o.refusals
+    [lb] = [s for s in o.steps if s.step == "load-balancer"]
+    assert lb.batches == (("m4",), ("m1",), ("m2",), ("m3",), ("m5",))
+    gone = node_upgrade_steps("load-balancer", "", split, plan(m4), "m4", {}, {}, {})
+    assert [st.path for st in gone] == ["/etc/kubernetes/manifests/keepalived.yaml", "/etc/kubernetes/manifests/haproxy.yaml",
+                                        "/etc/keepalived/keepalived.conf", "/etc/keepalived/check_apiserver.sh",
+                                        "/etc/haproxy/haproxy.cfg"]
 
 
 def test_workers_becoming_etcd_members_join_inside_the_membership_steps_then_the_apiserver_rolls():
@@ -341,10 +385,9 @@ def test_the_dry_run_shows_what_the_apply_would_refuse_as_not_built(seed):
     change the run cannot carry out is refused by name before anything is sent."""
     from bke_planner.changes import changes_of
 
-    new = plan(SEED.replace("hostname: master3, ip: 127.0.10.3, role: [master/node, etcd]",
-                            "hostname: master3, ip: 127.0.10.3, role: [node, etcd]"))
+    new = plan(SWAP_ETCD)
     answer = changes_of("r", new, seed, "d0")
-    assert [r.path for r in answer.refusals] == ["NotBuilt"], answer.refusals
+    assert {r.path for r in answer.refusals} == {"NotBuilt"}, answer.refusals
     assert "changing a node's roles (master3)" in answer.refusals[0].message
     fine = changes_of("r", plan(SEED.replace("      certificates: {keyAlgorithm: ECDSA-P256}\n", KCM)), seed, "d0")
     assert fine.refusals == []

@@ -61,8 +61,10 @@ def test_without_a_sealer_the_secret_file_is_refused_not_sent_in_clear(grown):
 def test_a_leaving_master_stops_keepalived_before_haproxy():
     old, new = plan(SPLIT), plan(_without(SPLIT, "big-m3"))
     steps = node_upgrade_steps(LB_STEP, "", old, new, "m3", {}, {}, {})
-    assert steps == [RemoveFile(id="remove:keepalived", path=f"{MANIFESTS}/keepalived.yaml"),
-                     RemoveFile(id="remove:haproxy", path=f"{MANIFESTS}/haproxy.yaml")]
+    assert steps[:2] == [RemoveFile(id="remove:keepalived", path=f"{MANIFESTS}/keepalived.yaml"),
+                         RemoveFile(id="remove:haproxy", path=f"{MANIFESTS}/haproxy.yaml")]
+    # then their configuration: keepalived.conf holds the cluster's VRRP password
+    assert [s.path for s in steps[2:]] == [KEEPALIVED, "/etc/keepalived/check_apiserver.sh", "/etc/haproxy/haproxy.cfg"]
 
 
 def _digest(files, host: str, pod: str) -> str:

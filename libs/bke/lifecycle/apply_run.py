@@ -37,12 +37,12 @@ from ..plan import Plan
 from ..plan.models import NodePlan
 from ..node_steps import health_steps
 from ..spec.roles import CONTROL_PLANE_ROLES, is_master
-from ..upgrade.node_commands import LB_STEP
+from ..upgrade.node_commands import CLEANUP_STEP, LB_STEP
 from ..upgrade.order import MAX_UNAVAILABLE, MEMBER_BY_MEMBER, ONE_AT_A_TIME, ORDER, ExpandedStep, Step, parse_max_unavailable
 from .diff import Action, ClusterDiff, Refusal, component_of
 from .etcd_members import MemberSequence, MemberStep, agent_step, member_sequences
 
-__all__ = ["APPLY_STEPS", "ETCD_ADD", "ETCD_HEALTH", "ETCD_PROMOTE", "ETCD_REMOVE", "HANDLERS", "JOIN_STEP",
+__all__ = ["APPLY_STEPS", "CLEANUP_STEP", "ETCD_ADD", "ETCD_HEALTH", "ETCD_PROMOTE", "ETCD_REMOVE", "HANDLERS", "JOIN_STEP",
            "LABELS_STEP", "LB_STEP", "MEMBER_NODE_STEPS", "MEMBERSHIP_BATCH", "NOT_BUILT", "REMOVE_STEP", "ApplyOrder", "StepWork",
            "apply_order", "member_commands", "member_group", "member_join", "parse_member_group"]
 
@@ -54,8 +54,8 @@ JOIN_STEP = "join-nodes"
 # (pre-checks, local) and the two cluster-wide steps done through the API, then the removals
 # and the joins (each a request to the dispatcher).
 APPLY_STEPS: tuple[str, ...] = ("pre-checks", "etcd-snapshots", CERTS_STEP, "etcd-members", "etcd", "kube-apiserver", "kube-controller-manager",
-                                "kube-scheduler", LB_STEP, "masters-runtime", "workers", "addons", LABELS_STEP,
-                                REMOVE_STEP, JOIN_STEP)
+                                "kube-scheduler", LB_STEP, CLEANUP_STEP, "masters-runtime", "workers", "addons",
+                                LABELS_STEP, REMOVE_STEP, JOIN_STEP)
 MEMBERSHIP_BATCH = 1000  # nodes per JoinNodes / RemoveNodes (the contract's MAX_NODES)
 # An etcd cluster's membership changes (bke.lifecycle.etcd_members.member_sequences), one run
 # step per membership step, each of group "<etcd cluster>:<member>": the member added as a
@@ -85,7 +85,12 @@ def parse_member_group(group: str) -> tuple[str, str]:
 # yet is only marked down by haproxy's check until it answers).
 _LB_ROW = Step(LB_STEP, "haproxy and keepalived on every master whose backends or VRRP peers change, one at a time",
                ONE_AT_A_TIME, lambda p: p.nodes_running("keepalived"), lambda c: False)
-_ROW = {**{s.name: s for s in ORDER}, LB_STEP: _LB_ROW}
+# A master that stops being one (`role_change` "sheds"): once its static pods and load balancer
+# are gone, the certificates and kubeconfigs only a master holds (the apiserver's keys, the
+# service-account key, admin.conf, ...) are taken off it, one node at a time.
+_CLEANUP_ROW = Step(CLEANUP_STEP, "the files a master held and a worker does not, taken away, one node at a time",
+                    ONE_AT_A_TIME, lambda p: [], lambda c: False)
+_ROW = {**{s.name: s for s in ORDER}, LB_STEP: _LB_ROW, CLEANUP_STEP: _CLEANUP_ROW}
 _LB = ("haproxy", "keepalived")
 _STATIC_PODS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 MANIFESTS = "/etc/kubernetes/manifests"
@@ -122,7 +127,8 @@ def _roll(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action
     for a in actions:
         comp, node = a.detail, desired.node(a.host)
         gone = [p for p in _removed_paths(diff, a.host) if component_of(p) == comp]
-        if gone and not (comp in _STATIC_PODS and gone == [f"{MANIFESTS}/{comp}.yaml"]):
+        sheds = comp in _LB and a.host in current.node_index[1] and role_change(current, desired, a.host) == "sheds"
+        if gone and not (comp in _STATIC_PODS and gone == [f"{MANIFESTS}/{comp}.yaml"]) and not sheds:
             # a control-plane component that leaves a master (its manifest removed: the kubelet
             # stops the static pod) is a move; any other file taken away is not built
             refusals.append(Refusal("NotBuilt", f"removing {', '.join(gone)} from {a.host} is not supported by this build yet"))
@@ -251,6 +257,9 @@ NOT_BUILT: Mapping[str, str] = {}
 
 
 _MOVABLE = frozenset(CONTROL_PLANE_ROLES.values())
+# what a master that stops being one may lose in place: its static pods and load balancer (an
+# etcd member it also is stays one: ceasing to be a member is not built)
+_SHED = frozenset({*_STATIC_PODS, *_LB})
 # the steps that roll a node's own files (a node that joins again gets them from its join)
 _ROLLS = frozenset({"etcd", *_STATIC_PODS, LB_STEP, "masters-runtime", "workers"})
 
@@ -260,6 +269,10 @@ def role_change(current: Plan, desired: Plan, host: str) -> str:
     - "same": nothing beyond control-plane components moved between masters (`_roll`'s moves)
       and how it is marked and configured (`master/node` -> `master`: its taint and kubelet
       configuration): rolls and the labels step, like any other changed file or mark;
+    - "sheds": a master that stops being one, keeping its etcd memberships and its kubelet: its
+      static pods and load balancer are taken away (their manifests removed: `_roll`, the
+      load-balancer step), then the files only a master holds (`CLEANUP_STEP`), after the certs
+      service sealed its bundle again for the plan without them (the certificates step);
     - "gains": it keeps everything it runs and runs more (a worker becoming a master, a node
       becoming a member of an etcd cluster, an etcd-only node whose kubelet starts registering):
       it joins again with its new roles (`_rejoin`);
@@ -270,6 +283,9 @@ def role_change(current: Plan, desired: Plan, host: str) -> str:
     if not ((set(a.components) ^ set(b.components)) - _MOVABLE) and a.registers == b.registers \
             and is_master(a.roles) == is_master(b.roles):
         return "same"
+    lost, added = set(a.components) - set(b.components), set(b.components) - set(a.components)
+    if is_master(a.roles) and not is_master(b.roles) and not added and lost <= _SHED and a.registers == b.registers:
+        return "sheds"
     etcd_before, etcd_after = set(a.components) & set(_ETCD), set(b.components) & set(_ETCD)
     if etcd_before and etcd_after - etcd_before:
         # the dispatcher's join names every etcd cluster a joining node is a member of as a
@@ -310,6 +326,11 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
     kinds = {h: role_change(current, desired, h) for h in diff.roles_changed}
     fixed = sorted(h for h, k in kinds.items() if k == "other")
     gained = tuple(h for h in (n.hostname for n in desired.nodes) if kinds.get(h) == "gains")
+    shed = tuple(h for h in (n.hostname for n in desired.nodes) if kinds.get(h) == "sheds")
+    if shed and diff.nodes_removed:  # the certificates step stores the plan, which the removal must not see yet
+        refusals.append(Refusal("NotBuilt", f"a master becoming a worker ({', '.join(shed)}) in the same apply as "
+                                            f"removing nodes ({', '.join(diff.nodes_removed[:10])}) is not supported "
+                                            "by this build yet: apply the removal first"))
     if fixed:  # a node that stops running something: its parts would need cleaning one by one
         refusals.append(Refusal("NotBuilt", "changing a node's roles (" + ", ".join(fixed)
                                 + ") so that it stops running something (an etcd member, the control plane, a "
@@ -340,6 +361,8 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
         return ApplyOrder(refusals=tuple(dict.fromkeys(refusals)))
     if gained:
         work = _rejoin(desired, diff, work, gained)
+    if shed:  # its bundle sealed again without a master's files, then those files taken away
+        work += [StepWork(CERTS_STEP, ""), StepWork(CLEANUP_STEP, "", shed)]
     if not work:
         return ApplyOrder()
     return ApplyOrder(steps=tuple(_expand(current, desired, work, max_unavailable, sequences)))
@@ -446,8 +469,8 @@ def _expand(current: Plan, desired: Plan, work: list[StepWork], max_unavailable:
                 continue
             if name in _STATIC_PODS:  # a moved component starts where it goes before it stops where it leaves
                 hosts.sort(key=lambda h: (h in current.node_index[1] and not _runs(desired, h, name), rank[h]))
-            if name == LB_STEP:  # the leaving masters' load balancers stop before the others change
-                hosts.sort(key=lambda h: (h in desired.node_index[1], rank[h]))
+            if name == LB_STEP:  # the load balancers that stop go before the others change
+                hosts.sort(key=lambda h: (_runs(desired, h, "keepalived") or _runs(desired, h, "haproxy"), rank[h]))
             row = _ROW[name]
             size = parse_max_unavailable(max_unavailable, len(hosts)) if row.batching == MAX_UNAVAILABLE else 1
             assert row.batching in (MAX_UNAVAILABLE, MEMBER_BY_MEMBER) or size == 1

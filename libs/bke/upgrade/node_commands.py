@@ -28,6 +28,7 @@ from typing import Callable, Mapping, Sequence
 
 from ..contracts.agent import CheckHost, HealthProbe, NewFile, RemoveFile, ReplaceFiles, Step, UpdateAgent, WaitHealth
 from ..node_steps import artefacts_of, file_phase, health_steps
+from ..pki.instances import node_file_refs
 from ..plan import NodePlan, Plan
 from ..render.result import RenderedFile
 
@@ -46,6 +47,9 @@ LB_STEP = "load-balancer"  # bke.lifecycle.apply_run.LB_STEP (which imports this
 # keepalived's manifest first: its pod stopping gives the VIP up (a priority-0 advert) while
 # haproxy still answers on this master
 LB_MANIFESTS = (f"{MANIFESTS}/keepalived.yaml", f"{MANIFESTS}/haproxy.yaml")
+# then their configuration (keepalived.conf holds the VRRP password): bke.render.layout's paths
+LB_FILES = ("/etc/keepalived/keepalived.conf", "/etc/keepalived/check_apiserver.sh", "/etc/haproxy/haproxy.cfg")
+CLEANUP_STEP = "cleanup"  # bke.lifecycle.apply_run.CLEANUP_STEP
 ALL_COMPONENTS = ("kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 RUNTIME_UNITS = ("containerd.service", "kubelet.service")
 
@@ -75,10 +79,12 @@ def _load_balancer(old_plan: Plan, new_plan: Plan, hostname: str, changed: list[
                    timeout_s: float) -> list[Step]:
     node = new_plan.node_index[1].get(hostname)
     if node is None or not (node.runs("keepalived") or node.runs("haproxy")):
-        # a master that leaves: its load balancer stops (the removal's reset cleans the rest)
+        # a master that leaves or stops being one: its load balancer stops, then its
+        # configuration goes (keepalived.conf holds the cluster's VRRP password)
         old = old_plan.node(hostname)
-        return [RemoveFile(id=f"remove:{p.rsplit('/', 1)[1].removesuffix('.yaml')}", path=p)
-                for p in LB_MANIFESTS if old.runs(p.rsplit("/", 1)[1].removesuffix(".yaml"))]
+        out: list[Step] = [RemoveFile(id=f"remove:{p.rsplit('/', 1)[1].removesuffix('.yaml')}", path=p)
+                           for p in LB_MANIFESTS if old.runs(p.rsplit("/", 1)[1].removesuffix(".yaml"))]
+        return out + [RemoveFile(id=f"remove:{p}", path=p) for p in LB_FILES]
     files = [_new_file(f, seal) for f in changed if file_phase(f.path) == "load-balancer"]
     return _replace("replace:load-balancer", files, [], _probes(new_plan, node, ("haproxy",)), timeout_s)
 
@@ -147,6 +153,12 @@ def node_upgrade_steps(
     changed = changed_files(old_files, new_files)
     if step == LB_STEP:
         return _load_balancer(old_plan, new_plan, hostname, changed, seal, component_timeout_s)
+    if step == CLEANUP_STEP:
+        # the certificates, keys and kubeconfigs the node held in the old plan and not in the new
+        # (a master that became a worker: bke.pki's placement rules, least privilege)
+        keep = {r.path for r in node_file_refs(new_plan, (hostname,))[hostname]}
+        gone = sorted({r.path for r in node_file_refs(old_plan, (hostname,))[hostname]} - keep)
+        return [RemoveFile(id=f"remove:{p}", path=p) for p in gone]
     node = new_plan.node(hostname)
     if certs and step not in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                               "masters-runtime"):
