@@ -276,9 +276,8 @@ def role_change(current: Plan, desired: Plan, host: str) -> str:
     - "gains": it keeps everything it runs and runs more (a worker becoming a master, a node
       becoming a member of an etcd cluster, an etcd-only node whose kubelet starts registering):
       it joins again with its new roles (`_rejoin`);
-    - "other": it stops running something (an etcd member, the control plane, the load
-      balancer, a registering kubelet), or an etcd member becomes a member of another etcd
-      cluster too: not built."""
+    - "other": it stops running something else (an etcd member, a registering kubelet), or an
+      etcd member becomes a member of another etcd cluster too: not built."""
     a, b = current.node(host), desired.node(host)
     if not ((set(a.components) ^ set(b.components)) - _MOVABLE) and a.registers == b.registers \
             and is_master(a.roles) == is_master(b.roles):
@@ -331,14 +330,14 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
         refusals.append(Refusal("NotBuilt", f"a master becoming a worker ({', '.join(shed)}) in the same apply as "
                                             f"removing nodes ({', '.join(diff.nodes_removed[:10])}) is not supported "
                                             "by this build yet: apply the removal first"))
-    if fixed:  # a node that stops running something: its parts would need cleaning one by one
+    if fixed:  # an etcd member's data directory, a Node object: not cleaned in place by this build
         refusals.append(Refusal("NotBuilt", "changing a node's roles (" + ", ".join(fixed)
-                                + ") so that it stops running something (an etcd member, the control plane, a "
-                                  "kubelet that registers), or an etcd member becoming a member of another etcd "
-                                  "cluster too, is not supported by this build yet: apply the spec "
-                                  "without the node (it is drained, removed and reset), then with its new roles; "
-                                  "a node that only gains parts (a worker becoming a master, a new etcd member) "
-                                  "and control-plane components moved between masters are carried out"))
+                                + ") so that it stops running something (an etcd member, a kubelet that "
+                                  "registers), or an etcd member becoming a member of another etcd cluster too, is "
+                                  "not supported by this build yet: apply the spec without the node (it is drained, "
+                                  "removed and reset), then with its new roles; a node that only gains parts (a "
+                                  "worker becoming a master, a new etcd member), a master becoming a worker and "
+                                  "control-plane components moved between masters are carried out"))
     by_kind: dict[str, list[Action]] = {}
     for a in diff.actions:
         by_kind.setdefault(a.kind, []).append(a)
