@@ -119,8 +119,8 @@ async def test_the_previous_form_converts_then_reads_and_a_second_run_changes_no
 JOIN_V1 = Path(__file__).parents[1] / "fixtures" / "state" / "join-v1" / "seed.json"
 
 
-async def test_a_version_1_join_is_read_then_converted_to_2_with_one_write(redis_client: aioredis.Redis) -> None:
-    """join 1 -> 2 (the record keeps the etcd-only nodes' etcd joins): a join stored mid-way by
+async def test_a_version_1_join_is_read_then_converted_to_the_current_form_with_one_write(redis_client: aioredis.Redis) -> None:
+    """join 1 -> 4 (etcd joins, the agents' clock, the held ports added): a join stored mid-way by
     the previous form is read as is, converted by one SET of its record (its agents' answers
     untouched), read again, and a second run changes nothing."""
     await load_fixture(redis_client)
@@ -140,7 +140,7 @@ async def test_a_version_1_join_is_read_then_converted_to_2_with_one_write(redis
     [res] = report.converted
     assert (res.kind, res.found, res.writes) == ("join", 1, 1)
     stored = json.loads(await redis_client.get(join_key(C)))
-    assert stored["schemaVersion"] == 3 and stored["etcd_joins"] == [] and stored["agents_since"] == ""
+    assert stored["schemaVersion"] == 4 and stored["etcd_joins"] == [] and stored["agents_since"] == "" and stored["held_ports"] == {}
     assert await store.load(C) == before and await redis_client.hgetall(join_results_key(C)) == results
     assert (await ensure_current(redis_client, C, kinds=[record_kind("join")])).converted == ()
 
