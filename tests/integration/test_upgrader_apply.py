@@ -119,6 +119,14 @@ def _upgrader(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand], p
     return store, upgrades, Applies(upgrades, plans, RestoreStore(redis), _now)
 
 
+async def _accepted(applies: Applies, cluster: str, request_id: str, spec: str) -> ApplyAccepted:
+    """The apply of `spec`, accepted (the test fails naming the refusal if it is not)."""
+    outs = await applies.on_request(ApplyCluster(request_id=request_id, cluster=cluster, spec=spec))
+    accepted = outs[0].message
+    assert isinstance(accepted, ApplyAccepted), accepted
+    return accepted
+
+
 async def _answer(store: UpgradeStore, cmd: AgentCommand, failed: str = "") -> None:
     steps = [StepResult(id=cmd.steps[0].id, status="Failed", stderr=failed)] if failed else []
     res = CommandResult(command_id=cmd.command_id, cluster=cmd.cluster, node=cmd.node, agent_id="a",
@@ -180,9 +188,7 @@ async def test_a_controller_manager_flag_goes_master_by_master_then_replaces_the
     assert (await NodeLabelsWork(redis_client, LabNodes(), _now).run("node-labels", plan)).status == "done"
     before = await redis_client.hgetall(node_labels_key(plan.cluster))
     relabel = TEXT.replace(CERTS, FLAG).replace("role: [node]}", LABEL)
-    outs = await applies.on_request(ApplyCluster(request_id="a3", cluster=plan.cluster, spec=relabel))
-    accepted = outs[0].message
-    assert isinstance(accepted, ApplyAccepted), accepted
+    accepted = await _accepted(applies, plan.cluster, "a3", relabel)
     assert [(a.kind, a.host) for a in accepted.actions] == [("set-labels-taints", "node1")]
     assert (await upgrades.reconcile(plan.cluster)).status == "done"
     assert len(sent) == len(masters)
@@ -272,9 +278,7 @@ async def test_a_worker_leaves_and_another_joins_through_the_dispatcher_inside_t
     before = (await RedisPlanStore(redis_client).meta(plan.cluster)).digest  # type: ignore[union-attr]
     docs = TEXT.split("\n---\n")
     spec = "\n---\n".join(d for d in docs if "hostname: node1" not in d) + "\n" + WORKER2
-    outs = await applies.on_request(ApplyCluster(request_id="m1", cluster=plan.cluster, spec=spec))
-    accepted = outs[0].message
-    assert isinstance(accepted, ApplyAccepted), accepted
+    accepted = await _accepted(applies, plan.cluster, "m1", spec)
     assert [(s.name, s.total) for s in accepted.steps] == [("pre-checks", 0), ("remove-nodes", 1), ("join-nodes", 1)]
 
     await _pass(upgrades, plan.cluster)
@@ -396,9 +400,7 @@ async def test_etcd_events_grown_from_one_to_three_member_by_member_then_rolled(
     bodies: dict[str, list[bytes]] = {}
     one, three = _grow_spec(("events1",)), _grow_spec(("events1", "events2", "events3"))
     plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies, text=one)
-    outs = await applies.on_request(ApplyCluster(request_id="g1", cluster=plan.cluster, spec=three))
-    accepted = outs[0].message
-    assert isinstance(accepted, ApplyAccepted), accepted
+    accepted = await _accepted(applies, plan.cluster, "g1", three)
     outcome, seen, joins = await _drive(redis_client, plan.cluster, upgrades, store, sent, bodies, accepted)
     assert all(len(j.etcd_joins or []) == 1 for j in joins)
     assert getattr(outcome, "status", "") == "done", outcome
@@ -461,9 +463,7 @@ async def test_new_apiserver_names_store_the_plan_reissue_then_ride_with_each_ap
     bodies: dict[str, list[bytes]] = {}
     plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies)
     before = (await RedisPlanStore(redis_client).meta(plan.cluster)).digest  # type: ignore[union-attr]
-    outs = await applies.on_request(ApplyCluster(request_id="s1", cluster=plan.cluster, spec=TEXT.replace(CERTS, SANS)))
-    accepted = outs[0].message
-    assert isinstance(accepted, ApplyAccepted), accepted
+    accepted = await _accepted(applies, plan.cluster, "s1", TEXT.replace(CERTS, SANS))
     assert [(s.name, s.total) for s in accepted.steps] == [("pre-checks", 0), ("certificates", 0), ("kube-apiserver", 3)]
 
     await _pass(upgrades, plan.cluster)
@@ -544,9 +544,7 @@ async def test_a_master_joining_a_vip_cluster_rolls_each_load_balancer_first_vrr
         await redis_client.hset(provisioned_agents_key(plan.cluster), m, ProvisionAgent(
             cluster=plan.cluster, node=m, agent_id=f"agent-{m}",
             seal_public_key_b64=base64.b64encode(public_key_to_raw(k.public_key())).decode()).to_bytes())
-    outs = await applies.on_request(ApplyCluster(request_id="lb1", cluster=plan.cluster, spec=SPLIT + M6))
-    accepted = outs[0].message
-    assert isinstance(accepted, ApplyAccepted), accepted
+    accepted = await _accepted(applies, plan.cluster, "lb1", SPLIT + M6)
     assert [(s.name, s.total) for s in accepted.steps] == [("pre-checks", 0), ("load-balancer", 5), ("join-nodes", 1)]
 
     for i, m in enumerate(masters):
@@ -582,9 +580,7 @@ async def test_a_node_joining_two_etcd_clusters_is_joined_once_with_its_start_in
     bodies: dict[str, list[bytes]] = {}
     one = _grow_spec(("events1",))
     plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies, text=one)
-    outs = await applies.on_request(ApplyCluster(request_id="j2", cluster=plan.cluster, spec=one + TWO_JOINT))
-    accepted = outs[0].message
-    assert isinstance(accepted, ApplyAccepted), accepted
+    accepted = await _accepted(applies, plan.cluster, "j2", one + TWO_JOINT)
     outcome, seen, joins = await _drive(redis_client, plan.cluster, upgrades, store, sent, bodies, accepted)
     assert getattr(outcome, "status", "") == "done", outcome
     assert [(j.nodes, [(e.etcd_cluster, e.member, e.initial_cluster.count("=")) for e in j.etcd_joins or []])
@@ -714,9 +710,7 @@ async def test_a_worker_becoming_a_master_joins_again_naming_what_it_runs_now(
     bodies: dict[str, list[bytes]] = {}
     plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies)
     spec = TEXT.replace("hostname: node1, ip: 127.0.10.4, role: [node]}", "hostname: node1, ip: 127.0.10.4, role: [master/node]}")
-    outs = await applies.on_request(ApplyCluster(request_id="p1", cluster=plan.cluster, spec=spec))
-    accepted = outs[0].message
-    assert isinstance(accepted, ApplyAccepted), accepted
+    accepted = await _accepted(applies, plan.cluster, "p1", spec)
     assert [(s.name, s.total) for s in accepted.steps] == [("pre-checks", 0), ("labels", 0), ("join-nodes", 1)]
     await _pass(upgrades, plan.cluster)
     [raw] = bodies[JOIN_NODES]
