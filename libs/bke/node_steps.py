@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import fnmatch
 import hashlib
+from collections.abc import Callable
 
 from bke.artefacts import Artefact, node_artefacts
 from bke.contracts.agent import CheckHost, FetchFile, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile
@@ -22,7 +23,7 @@ from bke.node_kernel import (
     sysctls,
 )
 from bke.plan import NodePlan, Plan
-from bke.render.layout import PORTS
+from bke.render.layout import PORTS, SECRET_PATHS
 from bke.spec.host_rules import requires_cgroup_v2
 from bke.state.nodefiles import NodeFile
 
@@ -57,21 +58,22 @@ def file_phase(path: str) -> str:
     return "node-env"
 
 
-def write_steps(files: list[NodeFile], phase: str, prefix: str = "write") -> list[Step]:
+def write_steps(files: list[NodeFile], phase: str, prefix: str = "write",
+                seal: Callable[[bytes], bytes] | None = None) -> list[Step]:
+    """A WriteFile per file of `phase`. A rendered file that holds a credential
+    (`bke.render.layout.SECRET_PATHS`: keepalived.conf, the VRRP password) is sealed with `seal`
+    (to the node's agent), never sent in clear: without `seal` it is refused."""
     out: list[Step] = []
     for f in sorted(files, key=lambda f: f.path):
         if phase != "certs" and file_phase(f.path) != phase:
             continue
-        out.append(
-            WriteFile(
-                id=f"{prefix}:{f.path}",
-                path=f.path,
-                mode=f.mode,
-                content_b64=f.content_b64,
-                sealed_b64=f.sealed_b64,
-                sha256=f.sha256,
-            )
-        )
+        clear, sealed = f.content_b64, f.sealed_b64
+        if clear is not None and f.path in SECRET_PATHS:
+            if seal is None:
+                raise ValueError(f"{f.path}: a secret file is sent only sealed to its node's agent")
+            clear, sealed = None, base64.b64encode(seal(base64.b64decode(clear))).decode()
+        out.append(WriteFile(id=f"{prefix}:{f.path}", path=f.path, mode=f.mode, content_b64=clear, sealed_b64=sealed,
+                             sha256=f.sha256))
     return out
 
 

@@ -84,3 +84,35 @@ def test_the_config_digest_follows_the_configuration_and_leaves_the_password_out
     changed = _files(plan(SPLIT.replace("virtualRouterId: 77", "virtualRouterId: 78")))
     assert _digest(changed, "m1", "keepalived") != _digest(old_files, "m1", "keepalived")
     assert _digest(changed, "m1", "haproxy") == _digest(old_files, "m1", "haproxy")
+
+
+def test_the_secret_paths_are_the_render_s_secret_files(grown):
+    from bke.render.layout import SECRET_PATHS
+
+    _, _, _, files = grown
+    assert {f.path for node in files.values() for f in node.values() if f.secret} == SECRET_PATHS
+
+
+def test_the_install_s_load_balancer_phase_sends_keepalived_conf_sealed_to_the_agent(grown):
+    """The dispatcher's `load-balancer` phase (install and join): keepalived.conf, which holds
+    the VRRP password, is written sealed to the node's provisioned agent key; the rest in clear;
+    with no sealer the command is not built (never the password in clear on the bus)."""
+    from bke.contracts.agent import WriteFile
+    from bke.state.nodefiles import file_from_bytes
+    from bke_dispatcher.phases import NodeInputs, phase_by_slug
+
+    old, _, old_files, _ = grown
+    render = [file_from_bytes(f.path, f.content, f.mode) for f in old_files["m1"].values()]
+    key = generate_agent_key()
+    phase = phase_by_slug("load-balancer")
+    assert "agent-keys" in phase.needs
+    steps = phase.build(old, old.node("m1"), NodeInputs(render=render, certs=[], checksums={},  # type: ignore[misc]
+                                                        seal=lambda data: seal(key.public_key(), data)))
+    by_path = {s.path: s for s in steps if isinstance(s, WriteFile)}
+    assert set(by_path) == {KEEPALIVED, "/etc/keepalived/check_apiserver.sh", "/etc/haproxy/haproxy.cfg",
+                            f"{MANIFESTS}/haproxy.yaml", f"{MANIFESTS}/keepalived.yaml"}
+    conf = by_path[KEEPALIVED]
+    assert conf.content_b64 is None and f"auth_pass {PASSWORD}" in open_sealed(key, base64.b64decode(conf.sealed_b64 or "")).decode()
+    assert all(s.content_b64 and s.sealed_b64 is None for p, s in by_path.items() if p != KEEPALIVED)
+    with pytest.raises(ValueError, match="keepalived.conf: a secret file is sent only sealed"):
+        phase.build(old, old.node("m1"), NodeInputs(render=render, certs=[], checksums={}))  # type: ignore[misc]

@@ -18,6 +18,7 @@ __all__ = [
     "IMAGES",
     "KEEPALIVED_CHECK",
     "KEEPALIVED_CONF",
+    "SECRET_PATHS",
     "KUBELET_BIN",
     "KUBELET_UNIT",
     "PKI",
@@ -34,6 +35,9 @@ CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 CRICTL_CONFIG = "/etc/crictl.yaml"  # where crictl looks by default
 HAPROXY_CFG = "/etc/haproxy/haproxy.cfg"
 KEEPALIVED_CONF = "/etc/keepalived/keepalived.conf"
+# The rendered files that hold a credential (render.FILES' `secret` rules: the VRRP password):
+# whoever sends one seals it to the node's agent (tests/unit hold the two equal).
+SECRET_PATHS = frozenset({KEEPALIVED_CONF})
 KEEPALIVED_CHECK = "/etc/keepalived/check_apiserver.sh"
 
 # kubeadm's file names under /etc/kubernetes/pki (what `bke certs issue` writes).

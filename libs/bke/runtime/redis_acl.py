@@ -69,7 +69,8 @@ USERS: tuple[AclUser, ...] = (
             why="rendered files, addon manifests, the VRRP password"),
     AclUser("bke-dispatcher", ("bke:epoch", *_PLAN_READ, "bke:installs", "bke:rotations", "bke:*:install",
                                "bke:*:inputs", "bke:*:sealed", "bke:*:phase:*", "bke:*:cmd:*", "bke:*:node",
-                               "bke:*:lease:*", "bke:*:agents", "bke:*:agents:accepted", "bke:*:refusals", "bke:command-signing-key",
+                               "bke:*:lease:*", "bke:*:agents", "bke:*:agents:accepted", "bke:*:agents:provisioned",
+                               "bke:*:refusals", "bke:command-signing-key",
                                "bke:*:heartbeat", "bke:*:heartbeat:cgroup", "bke:*:heartbeat:runtime",
                                "bke:*:addons", "bke:*:node-labels",
                                "bke:*:addon-manifests", "bke:*:health", "bke:*:health-meta", "bke:*:health-pods",
@@ -78,7 +79,7 @@ USERS: tuple[AclUser, ...] = (
                                "bke:removals", "bke:*:removal", "bke:*:removal:*", "bke:etcd-snapshot-key", "bke:*:paused", "bke:*:files:render", "bke:*:files:render:*",
                                "bke:*:files:certs", "bke:*:files:certs:*", "bke:*:operation"),
             why="install, rotation, reset, join and removal records; the operation slot; reads the rendered and sealed file sets; the etcd "
-                "snapshot key's public half (a reset's snapshots)"),
+                "snapshot key's public half (a reset's snapshots); the agents' provisioned public keys (keepalived.conf sealed to them)"),
     AclUser("bke-upgrader", ("bke:*",),
             why="upgrade records and results, the plan it replaces when an upgrade succeeds; and every record of a "
                 "cluster, which it converts to the current stored form before an upgrade (bke.state.migrate)"),

@@ -22,7 +22,7 @@ from bke.state.nodefiles import RedisNodeFiles
 from bke.state.operation_slot import release_operation
 
 from . import decide, readiness
-from .phases import PHASES, NodeInputs, Phase
+from .phases import PHASES, NodeInputs, Phase, agent_sealers
 from .signing import Sign
 from .state import DispatcherState
 
@@ -207,6 +207,7 @@ class Engine:
             names = [n.hostname for n in chunk]
             render = await self.files.get_many(cluster, "render", names)
             certs = await self.files.get_many(cluster, "certs", names) if "certs" in phase.needs else {}
+            seals = await agent_sealers(self.files, cluster, names) if "agent-keys" in phase.needs else {}
             unsealed = [h for h in names if "certs" in phase.needs and certs.get(h) is None]
             if unsealed:
                 # `certs.sealed` said so, but the bundle is not there (yet): never send a node an
@@ -216,7 +217,7 @@ class Engine:
             for node in chunk:
                 h = node.hostname
                 gen = gens.get(h, 0)
-                inp = NodeInputs(render=render.get(h) or [], certs=certs.get(h) or [], checksums=sums)
+                inp = NodeInputs(render=render.get(h) or [], certs=certs.get(h) or [], checksums=sums, seal=seals.get(h))
                 cmd = await self.sign(AgentCommand(
                     command_id=command_id(cluster, phase.slug, h, gen),
                     cluster=cluster,

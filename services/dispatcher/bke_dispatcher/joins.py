@@ -48,7 +48,7 @@ from .labels import marks_from_record, record, wanted
 from .leased import LeasedOperation
 from .membership_store import Busy, INPUT_PREFIX, OperationStore, read_gates, start_operation
 from .node_labels import NodeMarker
-from .phases import NodeInputs, phase_by_slug
+from .phases import NodeInputs, agent_sealers, phase_by_slug
 from .signing import Sign
 from .state import DispatcherState
 
@@ -237,15 +237,18 @@ class Joins(LeasedOperation):
         render = await self.files.get_many(j.cluster, "render", names)
         certs = await self.files.get_many(j.cluster, "certs", names)
         sums: dict[str, str] | None = None
+        seals: dict[str, Callable[[bytes], bytes] | None] | None = None
         for run in runs:
             phase = phase_by_slug(run.phases[run.index])
             if "checksums" in phase.needs and sums is None:
                 sums = await self.checksums.for_plan(plan)
+            if "agent-keys" in phase.needs and seals is None:
+                seals = await agent_sealers(self.files, j.cluster, names)
             if "certs" in phase.needs and not certs.get(run.hostname):
                 # said sealed, but the bundle is not there (yet): never send an empty certificates command
                 raise TemporaryError(f"no sealed bundle stored for {run.hostname}", delay=1.0)
             inp = NodeInputs(render=render.get(run.hostname) or [], certs=certs.get(run.hostname) or [], checksums=sums or {},
-                             held_ports=tuple(j.held_ports.get(run.hostname, ())))
+                             held_ports=tuple(j.held_ports.get(run.hostname, ())), seal=(seals or {}).get(run.hostname))
             await self._command(j, run, phase.slug, phase.build(plan, by_name[run.hostname], inp) if phase.build else [])
 
     async def _command(self, j: Join, run: JoinRun, phase: str, steps: list[Any]) -> None:

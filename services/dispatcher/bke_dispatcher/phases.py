@@ -11,11 +11,12 @@ from typing import Callable
 from bke.contracts.agent import Step, SystemdUnit
 from bke.plan import NodePlan, Plan
 from bke.plan.api_node import init_node
-from bke.state.nodefiles import NodeFile
+from bke.errors import TemporaryError
+from bke.state.nodefiles import NodeFile, RedisNodeFiles
 
 from .steps import health_steps, node_env_steps, write_steps
 
-__all__ = ["HEALTH", "PHASES", "Phase", "NodeInputs", "init_node", "phase_by_slug"]
+__all__ = ["HEALTH", "PHASES", "Phase", "NodeInputs", "agent_sealers", "init_node", "phase_by_slug"]
 
 CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 ETCD = ("etcd-data", "etcd-events", "etcd-pods")
@@ -31,6 +32,20 @@ class NodeInputs:
     certs: list[NodeFile]
     checksums: dict[str, str]
     held_ports: tuple[int, ...] = ()  # a node joining again: what its running parts listen on
+    # seals to the node's provisioned agent key (phases that need "agent-keys": a secret file)
+    seal: Callable[[bytes], bytes] | None = None
+
+
+async def agent_sealers(files: RedisNodeFiles, cluster: str, names: list[str]) -> dict[str, Callable[[bytes], bytes] | None]:
+    """For a phase that needs "agent-keys": each node's sealer (its provisioned agent key). A
+    node without one cannot get its secret file: TemporaryError, the runner comes back (a
+    node's bundle is sealed to the same key before the certs phase, so it is there by then)."""
+    seals = await files.sealers(cluster, names)
+    missing = [h for h, s in seals.items() if s is None]
+    if missing:
+        raise TemporaryError(f"no agent key provisioned for {', '.join(missing[:5])}: its secret files cannot be "
+                             "sealed to it", delay=5.0)
+    return seals
 
 
 @dataclass(frozen=True)
@@ -39,7 +54,7 @@ class Phase:
     summary: str  # shown by `bke status` and the docs
     targets: Callable[[Plan], list[NodePlan]]
     build: Callable[[Plan, NodePlan, NodeInputs], list[Step]] | None = None
-    needs: tuple[str, ...] = ()  # "agents", "render", "certs", "checksums"
+    needs: tuple[str, ...] = ()  # "agents", "render", "certs", "checksums", "agent-keys"
     run_if: Callable[[Plan], bool] = field(default=lambda plan: True)
     concurrency: int | None = None  # commands in flight at once; None = every target
     local: str | None = None  # work the dispatcher does itself ("addons"), after the targets' commands if any
@@ -86,7 +101,8 @@ PHASES: tuple[Phase, ...] = (
         "load-balancer",
         "haproxy + keepalived static pods for a VIP endpoint",
         _running("haproxy", "keepalived"),
-        lambda plan, node, inp: write_steps(inp.render, "load-balancer"),
+        lambda plan, node, inp: write_steps(inp.render, "load-balancer", seal=inp.seal),
+        needs=("agent-keys",),  # keepalived.conf (the VRRP password) sealed to each master's agent
         run_if=lambda plan: plan.load_balancer,
     ),
     Phase(
