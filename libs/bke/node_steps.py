@@ -71,7 +71,8 @@ def write_steps(files: list[NodeFile], phase: str, prefix: str = "write",
         if clear is not None and f.path in SECRET_PATHS:
             if seal is None:
                 raise ValueError(f"{f.path}: a secret file is sent only sealed to its node's agent")
-            clear, sealed = None, base64.b64encode(seal(base64.b64decode(clear))).decode()
+            sealed = base64.b64encode(seal(base64.b64decode(clear))).decode()
+            clear = None
         out.append(WriteFile(id=f"{prefix}:{f.path}", path=f.path, mode=f.mode, content_b64=clear, sealed_b64=sealed,
                              sha256=f.sha256))
     return out
