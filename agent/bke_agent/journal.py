@@ -53,7 +53,7 @@ PRUNE_EVERY = 500  # puts between two prunes
 log = logging.getLogger("bke.agent.journal")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one object per line (no __dict__): a fleet keeps 15,000 in memory
 class ExecutionRecord:
     commandId: str  # noqa: N815 - the JSON field names of the log, camelCase like the bus
     phase: str
@@ -81,17 +81,24 @@ class Journal(Protocol):
 
 
 class MemoryJournal:
-    """A journal that lives as long as the process: for benchmark fleets and unit tests."""
+    """A journal that lives as long as the process: for benchmark fleets and unit tests.
+
+    Each result is kept as its JSON bytes, as the disk journal keeps it, and read back the same
+    way. Why not the model: bytes are one object the garbage collector never walks, a result
+    model is six; a benchmark fleet of 5,000 agents in one process held 90,000 of them after a
+    5,000-node upgrade, and every full collection walked them all (a real agent's journal is
+    on disk)."""
 
     def __init__(self) -> None:
-        self.results: dict[str, CommandResult] = {}
+        self.results: dict[str, bytes] = {}
         self.executions: list[ExecutionRecord] = []
 
     def get(self, command_id: str) -> CommandResult | None:
-        return self.results.get(command_id)
+        raw = self.results.get(command_id)
+        return None if raw is None else CommandResult.model_validate_json(raw)
 
     def put(self, result: CommandResult) -> None:
-        self.results[result.command_id] = result
+        self.results[result.command_id] = result.to_bytes()
 
     def record_execution(self, record: ExecutionRecord) -> None:
         self.executions.append(record)

@@ -49,7 +49,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from pydantic import ValidationError
 
-from bke.bus.message_version import MessageTooNew, message_version, read_message
+from bke.bus.message_version import MessageTooNew, message_version, read_as_sent, read_message
 from bke.errors import MalformedMessage
 from bke.contracts.base import schema_headers
 from bke.auth.permissions import agent_deliver_subject
@@ -230,7 +230,8 @@ class AgentLoop:
         try:
             # in the form its bke-schema header names (bke.bus.message_version): a command from a
             # newer dispatcher is refused with the reason, never misread
-            cmd = read_message(AgentCommand, msg.data, message_version(msg.headers))
+            version = message_version(msg.headers)
+            cmd = read_message(AgentCommand, msg.data, version)
         except MessageTooNew as exc:
             await self._refuse(msg, "", str(exc))
             return
@@ -240,7 +241,9 @@ class AgentLoop:
             await self._refuse(msg, "", f"malformed command: {errors} error(s)")
             return
         ids = {**self._ids, "command_id": cmd.command_id, "phase": cmd.phase}
-        why = self.verifier.authentic(cmd)
+        # the body as sent, when the command was read from it unconverted: its signed bytes
+        # are then checked as they are (verify.py)
+        why = self.verifier.authentic(cmd, msg.data if read_as_sent(AgentCommand, version) else None)
         if why is not None:
             await self._refuse(msg, cmd.command_id, why)
             return

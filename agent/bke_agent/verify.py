@@ -20,7 +20,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from bke.contracts.agent import CLOCK_SKEW_S, COMMAND_VALIDITY_S, AgentCommand
-from bke.secrets.signing import CommandVerifyKey, SigningKeyError, parse_public_line
+from bke.secrets.signing import CommandVerifyKey, SigningKeyError, parse_public_line, signed_part
 
 __all__ = ["COMMAND_KEY_FILE", "CommandVerifier", "NoCommandKey", "load_command_key"]
 
@@ -57,13 +57,17 @@ class CommandVerifier:
     cluster: str
     node: str
 
-    def authentic(self, cmd: AgentCommand) -> str | None:
-        """Checks 1 and 2: None if the dispatcher signed this command for this node, else why not."""
+    def authentic(self, cmd: AgentCommand, body: bytes | None = None) -> str | None:
+        """Checks 1 and 2: None if the dispatcher signed this command for this node, else why not.
+        `body`: the bytes `cmd` was read from as they are (no form conversion); when the signer
+        sent its canonical bytes as they are (bke.secrets.signing.signed_command_bytes), those
+        bytes are verified without serialising `cmd` again."""
         if not cmd.signature_b64:
             return "unsigned command"
         if cmd.key_id != self.key.key_id:
             return f"signed by key {cmd.key_id!r}, not the dispatcher key this agent was provisioned with"
-        if not self.key.verify(cmd.signing_bytes(), cmd.signature_b64):
+        signed = signed_part(body, cmd.signature_b64) if body is not None else None
+        if not self.key.verify(cmd.signing_bytes() if signed is None else signed, cmd.signature_b64):
             return "bad signature"
         if (cmd.cluster, cmd.node) != (self.cluster, self.node):
             return f"for node {cmd.node!r} of cluster {cmd.cluster!r}, not this agent's"

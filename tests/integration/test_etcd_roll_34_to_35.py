@@ -63,7 +63,8 @@ from bke_cli.main import main as bke
 from bke_upgrader.operation import Upgrades
 from bke_upgrader.renders import ClusterRenders, Renders
 from bke_upgrader.store import UpgradeStore
-from tests.trust_helpers import signed, verifier
+from bke.secrets.signing import signed_command_bytes
+from tests.trust_helpers import SIGNER, verifier
 
 from ..unit.test_render_support import plan_of, spec_text
 from .agent_helpers import cluster, js, stop_leftover_pods  # noqa: F401 - fixtures
@@ -312,8 +313,8 @@ async def roll(lab: Lab, etcd: Etcd, step: ExpandedStep, agents: dict[str, Agent
     async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
         await nats_client.publish(subject, payload, headers=headers or None)  # as Service.publish
 
-    async def sign(cmd: AgentCommand) -> AgentCommand:
-        return signed(cmd)
+    async def sign(cmd: AgentCommand) -> bytes:
+        return signed_command_bytes(cmd, SIGNER)  # the upgrader's form: the agents verify it as sent
 
     upgrades = Upgrades(store, PlanCache(redis), RedisPlanStore(redis), None, _RollRenders(lab),  # type: ignore[arg-type]
                         None, None, None, publish, lambda: datetime.now(timezone.utc), "etcd-roll-test", 30_000,  # type: ignore[arg-type]

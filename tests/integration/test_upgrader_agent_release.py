@@ -52,9 +52,9 @@ async def _agents_step(redis: aioredis.Redis, nc: NatsClient, tmp_path: Path, ru
         await redis.hset(heartbeat_runtime_key(plan.cluster), host, rt.model_dump_json(by_alias=True))
     signed: dict[str, AgentCommand] = {}
 
-    async def sign(cmd: AgentCommand) -> AgentCommand:
+    async def sign(cmd: AgentCommand) -> bytes:
         signed[cmd.node] = cmd
-        return cmd
+        return cmd.to_bytes()
 
     async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
         await nc.publish(subject, payload, headers=headers or None)

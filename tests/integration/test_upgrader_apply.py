@@ -107,8 +107,8 @@ def _upgrader(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand], p
             sent.append(AgentCommand.model_validate_json(payload))
         await nc.publish(subject, payload, headers=headers or None)
 
-    async def sign(cmd: AgentCommand) -> AgentCommand:
-        return cmd
+    async def sign(cmd: AgentCommand) -> bytes:
+        return cmd.to_bytes()
 
     plans = PlanCache(redis)
     upgrades = Upgrades(store, plans, RedisPlanStore(redis), _Facts(), renders or Renders(), None, None, None,  # type: ignore[arg-type]

@@ -39,9 +39,9 @@ async def test_the_batch_s_last_answer_kicks_at_once_and_the_others_ordinarily(
     await redis_client.hset(accepted_agents_key(plan.cluster), mapping={h: f"agent-{h}" for h in hosts})
     sent: list[AgentCommand] = []
 
-    async def sign(cmd: AgentCommand) -> AgentCommand:
+    async def sign(cmd: AgentCommand) -> bytes:
         sent.append(cmd)
-        return cmd
+        return cmd.to_bytes()
 
     upgrades = _upgrades(store, redis_client, nats_client, sign)
     upgrades.snapshots = _Snapshots()  # the step after the agents one asks for its key
@@ -79,8 +79,8 @@ async def test_a_batch_s_commands_leave_while_the_rest_are_built(
     order: list[str] = []
     loop = asyncio.get_running_loop()
 
-    async def sign(cmd: AgentCommand) -> AgentCommand:
-        return cmd
+    async def sign(cmd: AgentCommand) -> bytes:
+        return cmd.to_bytes()
 
     upgrades = _upgrades(store, redis_client, nats_client, sign)
     real_publish = upgrades.publish

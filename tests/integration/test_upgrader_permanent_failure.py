@@ -72,11 +72,11 @@ async def test_a_permanent_error_in_an_adapter_fails_the_run_naming_step_and_nod
     bad = hosts[2]
     signed: list[str] = []
 
-    async def sign(cmd: AgentCommand) -> AgentCommand:
+    async def sign(cmd: AgentCommand) -> bytes:
         if cmd.node == bad:
             raise PermanentError("command-signing key stored in a form this BKE does not read")
         signed.append(cmd.node)
-        return cmd
+        return cmd.to_bytes()
 
     views: list[UpgradeChanged] = []
     failed = asyncio.Event()
@@ -123,11 +123,11 @@ async def test_an_outage_in_the_same_adapter_waits_and_the_next_pass_resumes(
     away = [True]
     signed: list[str] = []
 
-    async def sign(cmd: AgentCommand) -> AgentCommand:
+    async def sign(cmd: AgentCommand) -> bytes:
         if away[0]:
             raise RedisConnectionError("Connection refused")  # the signing key's store is away
         signed.append(cmd.node)
-        return cmd
+        return cmd.to_bytes()
 
     upgrades = _upgrades(store, redis_client, nats_client, sign)
     with pytest.raises(RedisConnectionError):

@@ -7,9 +7,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from bke.contracts.agent import COMMAND_VALIDITY_S, AgentCommand, CommandRefused, CommandResult, RunProgram
+from bke.contracts.agent import (
+    COMMAND_VALIDITY_S, AgentCommand, CommandRefused, CommandResult, HealthProbe, NewFile, ReplaceFiles, RunProgram,
+    WaitHealth,
+)
 from bke.secrets import SecretBox
-from bke.secrets.signing import CommandSigner, ensure_command_key_sync, sign_command
+from bke.secrets.signing import CommandSigner, ensure_command_key_sync, sign_command, signed_command_bytes, signed_part
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, MemoryJournal, NullBackend
 from bke_agent.verify import CommandVerifier, NoCommandKey, load_command_key
 from tests.trust_helpers import SIGNER, signed
@@ -140,3 +143,57 @@ def test_an_agent_without_a_provisioned_key_refuses_to_start(tmp_path) -> None:
     assert load_command_key(OTHER.verify_key.public_line, tmp_path).key_id == OTHER.key_id  # env first
     with pytest.raises(NoCommandKey, match="unusable"):
         load_command_key("bke-command-ed25519 !!", tmp_path)
+
+
+# The sender's form that carries the signed bytes as they are (signing.signed_command_bytes):
+# the same command as sign_command's, and verified over exactly those bytes.
+
+def _replace_cmd() -> AgentCommand:
+    files = [NewFile(path="/etc/kubernetes/kubelet.conf", content_b64="aGVsbG8gw6k=", sha256="a" * 64),
+             NewFile(path="/usr/local/bin/kubelet", mode=0o755, url="http://repo/kubelet-1.34.1", sha256="b" * 64)]
+    return _cmd(phase="upgrade:workers", issuer="upgrader", steps=[
+        ReplaceFiles(id="replace:runtime", files=files, restart_units=["kubelet.service"],
+                     probes=[HealthProbe(url="http://127.0.0.1:10248/healthz")], timeout_s=300.0),
+        WaitHealth(id="health:0", url="https://127.0.0.1:6443/livez", expect_body="ok é", kernel_below="4.19")])
+
+
+@pytest.mark.parametrize("make", [_cmd, _replace_cmd], ids=["run-program", "replace-files"])
+def test_the_sent_form_is_the_signed_command_and_its_signed_bytes_are_the_canonical_ones(make) -> None:
+    body = signed_command_bytes(make(), SIGNER)
+    parsed = AgentCommand.model_validate_json(body)
+    assert parsed == signed(make())  # what the agent reads is what sign_command signs
+    assert signed_part(body, parsed.signature_b64) == parsed.signing_bytes()
+    assert signed_part(parsed.to_bytes(), parsed.signature_b64) is None  # another form: checked as before
+    assert CommandVerifier(SIGNER.verify_key, "c1", "n1").authentic(parsed, body) is None
+
+
+def _edited(body: bytes, old: bytes, new: bytes) -> bytes:
+    assert old in body
+    return body.replace(old, new, 1)
+
+
+SENT_FORM_CASES = [
+    ("tampered step", lambda b: _edited(b, b'"etcd"', b'"id"'), "bad signature"),
+    ("signature repeated at the end", lambda b: b[:-1] + b',"signatureB64":"' + b.split(b'"')[3] + b'"}', "bad signature"),
+    ("another signature at the end", lambda b: b[:-1] + b',"signatureB64":"' + OTHER.sign(b"x").encode() + b'"}',
+     "bad signature"),
+    ("wrong key", lambda b: signed_command_bytes(_cmd(), OTHER), "not the dispatcher key"),
+]
+
+
+@pytest.mark.parametrize("edit,reason", [c[1:] for c in SENT_FORM_CASES], ids=[c[0] for c in SENT_FORM_CASES])
+async def test_the_loop_refuses_a_changed_body_of_the_sent_form(edit, reason) -> None:
+    events: list[str] = []
+    js = FakeJS(events)
+    loop, backend = _loop(events, js, MemoryJournal(), NOW)
+    await loop._on_msg(FakeMsg(edit(signed_command_bytes(_cmd(), SIGNER)), events))  # type: ignore[arg-type]
+    assert events == ["publish:refused", "term"] and backend.steps_run == 0
+    assert reason in CommandRefused.model_validate_json(js.published[0][1]).reason
+
+
+async def test_the_loop_runs_a_command_of_the_sent_form() -> None:
+    events: list[str] = []
+    js = FakeJS(events)
+    loop, backend = _loop(events, js, MemoryJournal(), NOW)
+    await loop._on_msg(FakeMsg(signed_command_bytes(_cmd(), SIGNER), events))  # type: ignore[arg-type]
+    assert backend.steps_run == 1 and loop.executed == 1 and events[-1] == "ack"

@@ -12,7 +12,7 @@ import pytest
 from bke.bus.delivery import settle
 from bke.bus.handler import Out, typed
 from bke.bus.message_version import (
-    TOO_NEW_TRIES, MessageTooNew, MessageTooOld, message_version, read_message, set_delivery_headers,
+    TOO_NEW_TRIES, MessageTooNew, MessageTooOld, message_version, read_as_sent, read_message, set_delivery_headers,
 )
 from bke.contracts.base import MESSAGE_SCHEMA, SCHEMA_HEADER, Message, schema_headers
 from bke.errors import MalformedMessage
@@ -60,6 +60,15 @@ def test_an_older_form_is_converted_step_by_step_through_the_registry():
     # a converted message that still is no Ping is malformed, saying it was converted
     with pytest.raises(MalformedMessage, match="converted from form 0"):
         read_message(Ping, json.dumps({"cluster": "c"}).encode(), 0, {("Ping", 0): lambda d: d}, current=1)
+
+
+def test_read_as_sent_says_whether_a_converter_changes_the_body():
+    converters = {("Ping", 0): lambda d: d}
+    assert read_as_sent(Ping, 0, {}, current=2)  # no converter: the bytes are the message
+    assert not read_as_sent(Ping, 0, converters, current=2)
+    assert read_as_sent(Ping, 1, converters, current=2)  # past the only converting step
+    assert read_as_sent(Ping, 1, {("Other", 1): lambda d: d}, current=2)
+    assert not read_as_sent(Ping, 3, {}, current=2)  # newer: not read at all
 
 
 def test_a_form_older_than_any_this_code_reads_is_refused():

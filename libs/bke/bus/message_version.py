@@ -45,7 +45,7 @@ from ..errors import MalformedMessage, NotYetKnown
 
 __all__ = [
     "CONVERTERS", "Converter", "MessageTooNew", "MessageTooOld", "READABLE_FROM", "UNVERSIONED",
-    "delivery_headers", "message_version", "read_message", "set_delivery_headers",
+    "delivery_headers", "message_version", "read_as_sent", "read_message", "set_delivery_headers",
 ]
 
 M = TypeVar("M", bound=Message)
@@ -94,6 +94,16 @@ def message_version(headers: Mapping[str, str] | None) -> int:
         return int(raw)
     except ValueError:
         raise MessageTooNew(f"message header {SCHEMA_HEADER}: {raw!r} is not a version number") from None
+
+
+def read_as_sent(model: type[Message], version: int,
+                 converters: Mapping[tuple[str, int], Converter] | None = None,
+                 current: int = MESSAGE_SCHEMA) -> bool:
+    """Whether `read_message` reads a body of form `version` as it is (no converter applies):
+    then the message read is what those bytes say (an agent verifies a command's signature over
+    them, bke.secrets.signing.signed_part)."""
+    table = CONVERTERS if converters is None else converters
+    return version <= current and not any((model.__name__, v) in table for v in range(version, current))
 
 
 def read_message(model: type[M], body: bytes, version: int,

@@ -12,6 +12,14 @@ the bus.
 What is signed is the command's canonical bytes (`AgentCommand.signing_bytes`: deterministic JSON
 of the model without its signature), so any changed field breaks the signature.
 
+The wire form `signed_command_bytes` writes is those very bytes with the signature put first
+(`{"signatureB64":"<sig>",` then the canonical bytes after their `{`): any JSON reader reads
+the same command, and an agent finds the signed bytes by cutting the prefix off
+(`signed_part`) instead of serialising the parsed command again (at 5,000 nodes, 15,000
+commands, the canonical JSON was written twice per command on the sender and once more on
+every agent). A body in another form (`AgentCommand.to_bytes`, older senders) is checked as
+before, over `signing_bytes()` of the parsed command.
+
 Why this module knows no Redis: the node agent imports it and must not import redis (an
 import-linter contract). The store is any object with `get` / `set(..., nx=True)`.
 
@@ -45,6 +53,8 @@ __all__ = [
     "ensure_command_key_sync",
     "parse_public_line",
     "sign_command",
+    "signed_command_bytes",
+    "signed_part",
 ]
 
 COMMAND_KEY_PREFIX = "bke-command-ed25519"  # the public key's one-line form: "<prefix> <base64 raw>"
@@ -158,8 +168,36 @@ def ensure_command_key_sync(store: _SyncStore, name: str, box: SecretBox) -> Com
     return CommandSigner.from_store(blob, box)
 
 
+def _unsigned(cmd: AgentCommand, signer: CommandSigner, validity_s: float) -> AgentCommand:
+    """`cmd` valid from its `issued_at` for `validity_s`, with the key id, not yet signed."""
+    expires = datetime.fromisoformat(cmd.issued_at) + timedelta(seconds=validity_s)
+    return cmd.model_copy(update={"expires_at": expires.isoformat(), "key_id": signer.key_id, "signature_b64": ""})
+
+
 def sign_command(cmd: AgentCommand, signer: CommandSigner, validity_s: float = COMMAND_VALIDITY_S) -> AgentCommand:
     """`cmd` valid from its `issued_at` for `validity_s`, with the key id and signature."""
-    expires = datetime.fromisoformat(cmd.issued_at) + timedelta(seconds=validity_s)
-    unsigned = cmd.model_copy(update={"expires_at": expires.isoformat(), "key_id": signer.key_id, "signature_b64": ""})
+    unsigned = _unsigned(cmd, signer, validity_s)
     return unsigned.model_copy(update={"signature_b64": signer.sign(unsigned.signing_bytes())})
+
+
+_SIGNATURE_KEY = b'{"signatureB64":"'
+
+
+def signed_command_bytes(cmd: AgentCommand, signer: CommandSigner, validity_s: float = COMMAND_VALIDITY_S) -> bytes:
+    """The wire body of `sign_command(cmd, signer)` in the form the module docstring describes:
+    the canonical bytes are written once, signed, and sent as they are behind the signature."""
+    canonical = _unsigned(cmd, signer, validity_s).signing_bytes()
+    # canonical is a JSON object with members (command id, steps...): "{" + members + "}"
+    return _SIGNATURE_KEY + signer.sign(canonical).encode() + b'",' + canonical[1:]
+
+
+def signed_part(body: bytes, signature_b64: str) -> bytes | None:
+    """The canonical bytes inside a body `signed_command_bytes` wrote whose signature field
+    says `signature_b64` (that of the command parsed from `body`), else None. Why this is safe:
+    the cut-off part is exactly what is then verified, and the command run is `body` read
+    whole, which is that part plus the signature member: the signer never puts a signature
+    member in its canonical bytes, so a verified part holds none to override it."""
+    head = _SIGNATURE_KEY + signature_b64.encode() + b'",'
+    if not body.startswith(head):
+        return None
+    return b"{" + body[len(head):]

@@ -15,12 +15,14 @@ from redis.asyncio import Redis
 
 from bke.contracts.agent import AgentCommand
 from bke.secrets import SecretBox
-from bke.secrets.signing import CommandSigner, ensure_command_key, sign_command
+from bke.secrets.signing import CommandSigner, ensure_command_key, sign_command, signed_command_bytes
 from bke.state.keys import command_signing_key
 
-__all__ = ["CommandSigning", "Sign"]
+__all__ = ["CommandSigning", "Sign", "SignBytes"]
 
 Sign = Callable[[AgentCommand], Awaitable[AgentCommand]]  # what publishers of commands are given
+# ... or, where the signed model is not needed, the body to publish (signing.signed_command_bytes)
+SignBytes = Callable[[AgentCommand], Awaitable[bytes]]
 
 
 class CommandSigning:
@@ -38,3 +40,7 @@ class CommandSigning:
 
     async def sign(self, cmd: AgentCommand) -> AgentCommand:
         return sign_command(cmd, await self.signer())
+
+    async def sign_bytes(self, cmd: AgentCommand) -> bytes:
+        """The signed command's body, its canonical bytes written once (signed_command_bytes)."""
+        return signed_command_bytes(cmd, await self.signer())

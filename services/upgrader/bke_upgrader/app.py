@@ -174,7 +174,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
 
     upgrades = Upgrades(store, plans, RedisPlanStore(redis), facts, Renders(vrrp_password),
                         LabChecksums() if simulated_repo else HttpRepoChecksums(), drainer, addons, publish,
-                        _now, settings.owner, settings.lease_ms, sign=signing.sign,
+                        _now, settings.owner, settings.lease_ms, sign=signing.sign_bytes,
                         snapshots=snapshots, answer_deadline_s=settings.answer_deadline_s,
                         component_timeout_s=settings.component_timeout_s, certs=certs,
                         release=ReleaseSource(settings.agent_release, settings.agent_confirm_timeout_s, redis)

@@ -95,7 +95,9 @@ __all__ = ["AtNode", "Outcome", "Upgrades"]
 
 log = logging.getLogger("bke.upgrader")
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
-Sign = Callable[[AgentCommand], Awaitable[AgentCommand]]
+# a command -> its signed body (bke.state.command_signing.CommandSigning.sign_bytes): the body,
+# not the signed model, so that its canonical bytes are written once per command
+Sign = Callable[[AgentCommand], Awaitable[bytes]]
 LEASE = "upgrade"
 WAIT_S = 5.0  # re-check a batch in flight this often even without a result
 # Answers recorded by another replica (or before a restart) are read from Redis this often
@@ -581,12 +583,12 @@ class Upgrades:
                                                self.component_timeout_s, certs.get(host, ()), update,
                                                binaries_memo=binaries, seal=seal)
                 cid = upgrade_command_id(run.cluster, run.request_id, step, group, host)
-                cmd = await self.sign(AgentCommand(command_id=cid, cluster=run.cluster, node=host,
-                                                   phase=f"upgrade:{step}", issued_at=now.isoformat(),
-                                                   expires_at=expires, steps=steps, issuer="upgrader"))
+                body = await self.sign(AgentCommand(command_id=cid, cluster=run.cluster, node=host,
+                                                    phase=f"upgrade:{step}", issued_at=now.isoformat(),
+                                                    expires_at=expires, steps=steps, issuer="upgrader"))
                 # published before the record says sent: a crash in between publishes the same id
                 # again, which JetStream drops and an agent that completed it only replays
-                await self.publish(cmd.to_bytes(), agent_subject(run.cluster, host, "command"), {"Nats-Msg-Id": cid})
+                await self.publish(body, agent_subject(run.cluster, host, "command"), {"Nats-Msg-Id": cid})
             except Exception as exc:
                 if _transient(exc):
                     raise
