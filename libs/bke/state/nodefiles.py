@@ -16,7 +16,6 @@ from redis.asyncio import Redis
 from redis.typing import EncodableT, FieldT
 
 from ..contracts.base import Message
-from .agent_keys import Sealer, provisioned_seal_keys, sealer
 from .keys import node_files_digest_key, node_files_key
 
 __all__ = ["NodeFile", "RedisNodeFiles", "file_from_bytes"]
@@ -65,12 +64,6 @@ class RedisNodeFiles:
             return {}
         raws = await self.redis.hmget(self._key(cluster, source), nodes)
         return {n: None if r is None else [NodeFile.model_validate(d) for d in json.loads(r)] for n, r in zip(nodes, raws)}
-
-    async def sealers(self, cluster: str, nodes: list[str]) -> dict[str, Sealer | None]:
-        """Per node, a function sealing bytes to its provisioned agent key (None: none provisioned):
-        for the rendered files that hold a credential (bke.node_steps.write_steps)."""
-        keys = await provisioned_seal_keys(self.redis, cluster, nodes)
-        return {n: None if k is None else sealer(k) for n, k in keys.items()}
 
     async def nodes(self, cluster: str, source: Source) -> list[str]:
         """The nodes that have a file set from this source (names only)."""

@@ -12,6 +12,7 @@ from bke.contracts.agent import Step, SystemdUnit
 from bke.plan import NodePlan, Plan
 from bke.plan.api_node import init_node
 from bke.errors import TemporaryError
+from bke.state.agent_keys import provisioned_seal_keys, sealer
 from bke.state.nodefiles import NodeFile, RedisNodeFiles
 
 from .steps import health_steps, node_env_steps, write_steps
@@ -40,12 +41,12 @@ async def agent_sealers(files: RedisNodeFiles, cluster: str, names: list[str]) -
     """For a phase that needs "agent-keys": each node's sealer (its provisioned agent key). A
     node without one cannot get its secret file: TemporaryError, the runner comes back (a
     node's bundle is sealed to the same key before the certs phase, so it is there by then)."""
-    seals = await files.sealers(cluster, names)
-    missing = [h for h, s in seals.items() if s is None]
+    keys = await provisioned_seal_keys(files.redis, cluster, names)
+    missing = [h for h, k in keys.items() if k is None]
     if missing:
         raise TemporaryError(f"no agent key provisioned for {', '.join(missing[:5])}: its secret files cannot be "
                              "sealed to it", delay=5.0)
-    return seals
+    return {h: sealer(k) for h, k in keys.items() if k is not None}
 
 
 @dataclass(frozen=True)
