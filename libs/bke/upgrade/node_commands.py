@@ -30,6 +30,7 @@ from ..contracts.agent import CheckHost, HealthProbe, NewFile, RemoveFile, Repla
 from ..node_steps import artefacts_of, file_phase, health_steps
 from ..pki.instances import node_file_refs
 from ..plan import NodePlan, Plan
+from ..render.layout import HAPROXY_CFG, KEEPALIVED_CHECK, KEEPALIVED_CONF
 from ..render.result import RenderedFile
 
 __all__ = [
@@ -44,11 +45,11 @@ COMPONENT_TIMEOUT_S = 180.0  # a new static pod: image pull, start, first health
 RUNTIME_EXTRA_S = 120.0  # a runtime replacement also downloads binaries and restarts two units
 POST_CHECK_TIMEOUT_S = 120.0
 LB_STEP = "load-balancer"  # bke.lifecycle.apply_run.LB_STEP (which imports this module)
-# keepalived's manifest first: its pod stopping gives the VIP up (a priority-0 advert) while
-# haproxy still answers on this master
-LB_MANIFESTS = (f"{MANIFESTS}/keepalived.yaml", f"{MANIFESTS}/haproxy.yaml")
-# then their configuration (keepalived.conf holds the VRRP password): bke.render.layout's paths
-LB_FILES = ("/etc/keepalived/keepalived.conf", "/etc/keepalived/check_apiserver.sh", "/etc/haproxy/haproxy.cfg")
+# keepalived's pod first: stopping, it gives the VIP up (a priority-0 advert) while haproxy
+# still answers on this master
+LB_PODS = ("keepalived", "haproxy")
+# then their configuration (keepalived.conf holds the VRRP password)
+LB_FILES = (KEEPALIVED_CONF, KEEPALIVED_CHECK, HAPROXY_CFG)
 CLEANUP_STEP = "cleanup"  # bke.lifecycle.apply_run.CLEANUP_STEP
 ALL_COMPONENTS = ("kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 RUNTIME_UNITS = ("containerd.service", "kubelet.service")
@@ -82,8 +83,7 @@ def _load_balancer(old_plan: Plan, new_plan: Plan, hostname: str, changed: list[
         # a master that leaves or stops being one: its load balancer stops, then its
         # configuration goes (keepalived.conf holds the cluster's VRRP password)
         old = old_plan.node(hostname)
-        out: list[Step] = [RemoveFile(id=f"remove:{p.rsplit('/', 1)[1].removesuffix('.yaml')}", path=p)
-                           for p in LB_MANIFESTS if old.runs(p.rsplit("/", 1)[1].removesuffix(".yaml"))]
+        out: list[Step] = [RemoveFile(id=f"remove:{c}", path=f"{MANIFESTS}/{c}.yaml") for c in LB_PODS if old.runs(c)]
         return out + [RemoveFile(id=f"remove:{p}", path=p) for p in LB_FILES]
     files = [_new_file(f, seal) for f in changed if file_phase(f.path) == "load-balancer"]
     return _replace("replace:load-balancer", files, [], _probes(new_plan, node, ("haproxy",)), timeout_s)
