@@ -30,7 +30,7 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
-from bke.contracts.agent import ResetNode, SystemdUnit
+from bke.contracts.agent import LeaveEtcdMember, ResetNode, SystemdUnit
 
 from .backends.base import StepOutcome
 from .errors import StepError
@@ -83,7 +83,8 @@ def remove_tree(local: Path) -> bool:
 
 
 class ResetStepsMixin:
-    """`reset_node` for a backend that provides `reset_local`, `pods_gone` and `systemd`."""
+    """`reset_node` and `leave_etcd_member` for a backend that provides `reset_local`,
+    `pods_gone` and `systemd`."""
 
     def reset_local(self, node_path: str) -> Path:
         raise NotImplementedError
@@ -127,3 +128,21 @@ class ResetStepsMixin:
             gone = await asyncio.to_thread(remove_tree, local)
             lines.append(f"{'removed' if gone else 'already absent'}: {node_path}")
         return StepOutcome(stdout="\n".join(x for x in lines if x) + "\n")
+
+    async def leave_etcd_member(self, step: LeaveEtcdMember) -> StepOutcome:
+        """A member its cluster removed already: its manifest away, its pod gone, then its data
+        (in that order for the reason `reset_node` gives: etcd never loses its data under a
+        kubelet that would restart it). The kubelet and every other static pod keep running."""
+        manifest, data = self.reset_local(step.manifest), self.reset_local(step.data_dir)  # both checked first
+        lines: list[str] = []
+        if manifest.exists() or manifest.is_symlink():
+            manifest.unlink(missing_ok=True)
+            lines.append(f"removed manifest {step.manifest}")
+        why = await self.pods_gone([manifest.name], max(1.0, step.timeout_s / 2))
+        if why:
+            raise StepError(f"the etcd member's pod still runs after its manifest was removed: {why}")
+        if await asyncio.to_thread(remove_tree, data):
+            lines.append(f"removed the member's data: {step.data_dir}")
+        if not lines:
+            return StepOutcome(status="Skipped", stdout=f"already gone: {step.manifest}, {step.data_dir}\n")
+        return StepOutcome(stdout="\n".join(lines) + "\n")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bke.contracts.agent import AgentCommand, ResetNode, Step, StepResult, SystemdUnit
+from bke.contracts.agent import AgentCommand, LeaveEtcdMember, ResetNode, Step, StepResult, SystemdUnit
 from bke_agent import AgentIdentity, Executor, LabBackend, LabLayout
 from bke_agent.backends.host import HostBackend
 from bke_agent.backends.paths import HOST_WRITE_DIRS
@@ -111,6 +111,38 @@ async def test_host_reset_allows_only_the_table_and_etcd_data(tmp_path: Path) ->
             host.reset_local(refused)
     [res] = await _run(host, ResetNode(id="reset", etcd_data_dirs=["/srv/etcd"]))  # type: ignore[arg-type]
     assert res.status == "Failed" and "/srv/etcd" in res.stderr
+
+
+async def test_a_member_that_leaves_its_cluster_stops_then_its_data_goes_and_nothing_else(node: tuple[LabBackend, Path]) -> None:
+    """LeaveEtcdMember: the member's pod stops (its manifest taken away) before its data goes;
+    the kubelet, the other static pods and the other etcd member's data stay; a re-run skips."""
+    backend, root = node
+    [started] = await _run(backend, SystemdUnit(id="k", unit="kubelet.service", action="enable-now"))
+    assert started.status == "Succeeded"
+    member = POD.replace(b"kube-scheduler", b"etcd-events")
+    _put(root, "etc/kubernetes/manifests/etcd-events.yaml", member)
+    _put(root, "etc/kubernetes/manifests/kube-scheduler.yaml", POD)
+    _put(root, "var/lib/etcd-events/member/snap/db")
+    layout = LabLayout(root)
+    for pod in ("etcd-events", "kube-scheduler"):
+        await _until(lambda pod=pod: (layout.pod_status(pod) or {}).get("phase") == "Running", f"{pod} to run")
+    leave = LeaveEtcdMember(id="leave", manifest="/etc/kubernetes/manifests/etcd-events.yaml",
+                            data_dir="/var/lib/etcd-events")
+    try:
+        [res] = await _run(backend, leave)
+        assert res.status == "Succeeded", res.stderr
+        assert (layout.pod_status("etcd-events") or {}).get("phase") == "Stopped"
+        assert (layout.pod_status("kube-scheduler") or {}).get("phase") == "Running" and backend.kubelet.running
+        assert not (root / "var/lib/etcd-events").exists() and not (root / "etc/kubernetes/manifests/etcd-events.yaml").exists()
+        assert (root / "var/lib/etcd/member/snap/db").exists()  # etcd-data's member is another
+        assert "removed the member's data: /var/lib/etcd-events" in res.stdout
+        [again] = await _run(backend, leave)  # a redelivery after a crash: nothing left to do
+        assert again.status == "Skipped", again.stderr
+        # the host's allow-list decides which directory may go, as for a reset
+        [refused] = await _run(backend, leave.model_copy(update={"data_dir": "/var/lib/bke-lab"}))
+        assert refused.status == "Failed" and "belongs to the agent itself" in refused.stderr
+    finally:
+        await backend.stop()
 
 
 def test_the_reset_table_covers_everything_the_host_may_write() -> None:

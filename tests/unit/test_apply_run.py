@@ -313,12 +313,51 @@ SWAP_ETCD = SEED.replace("hostname: master3, ip: 127.0.10.3, role: [master/node,
     "spec: {hostname: node1, ip: 127.0.10.4, role: [node]}", "spec: {hostname: node1, ip: 127.0.10.4, role: [node, etcd]}")
 
 
-def test_a_node_ceasing_to_be_an_etcd_member_is_refused_with_the_way_round(seed):
+# ... and node1 an etcd-only member rather than a worker that is one too
+ETCD_ONLY = SWAP_ETCD.replace("role: [node, etcd]}", "role: [etcd]}")
+
+
+def test_a_member_leaving_its_etcd_cluster_in_place_is_removed_then_its_pod_data_and_certificates_go(seed):
+    """master3 [master/node, etcd] -> [master/node] while node1 becomes a member: node1 is added
+    first (adds before removals), then master3 removed from etcd-data, the members that stay
+    and every apiserver rolled with the new member list, then master3's member taken away on
+    the node (its pod, then its data: LeaveEtcdMember) and the etcd certificates it no longer
+    needs, after the certs service sealed its bundle again without them."""
+    from bke.contracts.agent import LeaveEtcdMember
+    from bke.upgrade.node_commands import node_upgrade_steps
+
     d, o = order_of(seed, SWAP_ETCD)
-    assert o.steps == ()
-    r = o.refusals[0]  # then its etcd manifest's removal, refused by name too
-    assert "changing a node's roles (master3) so that it stops running something" in r.message
-    assert "apply the spec without the node" in r.message
+    assert not o.refusals, o.refusals
+    g1, g3 = "etcd-data:node1", "etcd-data:master3"
+    assert [(s.step, s.group, s.batches) for s in o.steps] == [
+        ("pre-checks", "", ()), ("etcd-snapshots", "etcd-data", (("master1",),)), ("certificates", "", ()),
+        ("etcd-member-add", g1, (("master1",),)), ("join-nodes", g1, (("node1",),)),
+        ("etcd-member-promote", g1, (("master1",),)), ("etcd-health", g1, (("master1", "master2", "master3", "node1"),)),
+        ("etcd-member-remove", g3, (("master1",),)), ("etcd-health", g3, (("master1", "master2", "node1"),)),
+        ("etcd", "etcd-data", (("master1",), ("master2",))),  # not master3's: it has left
+        ("kube-apiserver", "", (("master1",), ("master2",), ("master3",))), ("cleanup", "", (("master3",),))]
+    cleanup = node_upgrade_steps("cleanup", "", seed, plan(SWAP_ETCD), "master3", {}, {}, {})
+    assert cleanup[0] == LeaveEtcdMember(id="leave:etcd-data", manifest="/etc/kubernetes/manifests/etcd.yaml",
+                                         data_dir="/var/lib/etcd", timeout_s=cleanup[0].timeout_s)
+    gone = {st.path for st in cleanup[1:]}
+    assert {"/etc/kubernetes/pki/etcd/peer.key", "/etc/kubernetes/pki/etcd/server.key"} <= gone
+    # what its apiserver still reads stays: etcd's CA and its own etcd client certificate
+    assert not gone & {"/etc/kubernetes/pki/etcd/ca.crt", "/etc/kubernetes/pki/apiserver-etcd-client.key"}
+
+
+def test_a_node_that_runs_more_and_less_at_once_or_stops_registering_is_refused_with_the_way_round(seed):
+    # a worker becoming etcd-only would lose its Node object: not built
+    d, o = order_of(seed, ETCD_ONLY)
+    assert o.steps == (), o.refusals
+    r = o.refusals[0]
+    assert "changing a node's roles (node1) so that it runs more and less at once" in r.message
+    assert "first with what it starts running, then without what it stops" in r.message
+    # an etcd-data member moving to etcd-events in one apply: both at once, refused the same way
+    base = _grow_spec(("events1", "events2", "events3"))
+    moved = base.replace("hostname: etcd1, ip: 127.0.23.11, role: [etcd]", "hostname: etcd1, ip: 127.0.23.11, role: [etcd-event]")
+    moved = moved.replace("hostname: events3, ip: 127.0.23.23, role: [etcd-event]", "hostname: events3, ip: 127.0.23.23, role: [etcd]")
+    d, o = order_of(plan(base), moved)
+    assert any("changing a node's roles (etcd1, events3)" in r.message for r in o.refusals), o.refusals
 
 
 def test_a_master_becoming_a_worker_sheds_its_control_plane_then_the_files_only_a_master_holds(seed):
@@ -371,13 +410,16 @@ def test_workers_becoming_etcd_members_join_inside_the_membership_steps_then_the
     assert got == [("pre-checks", "", ()), ("etcd-snapshots", "etcd-events", (("events1",),)),
                    *member("w1", ("events1", "w1")), *member("w2", ("events1", "w1", "w2")),
                    ("etcd", "etcd-events", (("events1",),)), ("kube-apiserver", "", (("m1",),)), ("labels", "", ())]
-    # an etcd member that would join another etcd cluster too: not built (its join would name
-    # its existing membership as a start)
+    # an etcd-data member joining etcd-events too: inside etcd-events' membership steps, as a
+    # new member (the dispatcher starts it there only: JoinNodes.rejoin names its etcd-data)
     both = base.replace("hostname: etcd1, ip: 127.0.23.11, role: [etcd]", "hostname: etcd1, ip: 127.0.23.11, role: [etcd, etcd-event]")
     both = both.replace("hostname: w1, ip: 127.0.23.41, role: [node]", "hostname: w1, ip: 127.0.23.41, role: [node, etcd-event]")
     assert both.count("etcd-event]") == 3
     d, o = order_of(plan(base), both)
-    assert o.steps == () and "(etcd1)" in o.refusals[0].message, o.refusals
+    assert not o.refusals, o.refusals
+    got = [(s.step, s.group, s.batches) for s in o.steps]
+    assert got[2:6] == member("etcd1", ("events1", "etcd1")) and got[6:10] == member("w1", ("events1", "etcd1", "w1"))
+    assert ("etcd", "etcd-data", (("etcd1",),)) not in got  # its etcd-data member is left as it runs
 
 
 def test_the_dry_run_shows_what_the_apply_would_refuse_as_not_built(seed):
@@ -385,10 +427,10 @@ def test_the_dry_run_shows_what_the_apply_would_refuse_as_not_built(seed):
     change the run cannot carry out is refused by name before anything is sent."""
     from bke_planner.changes import changes_of
 
-    new = plan(SWAP_ETCD)
+    new = plan(ETCD_ONLY)
     answer = changes_of("r", new, seed, "d0")
     assert {r.path for r in answer.refusals} == {"NotBuilt"}, answer.refusals
-    assert "changing a node's roles (master3)" in answer.refusals[0].message
+    assert "changing a node's roles (node1)" in answer.refusals[0].message
     fine = changes_of("r", plan(SEED.replace("      certificates: {keyAlgorithm: ECDSA-P256}\n", KCM)), seed, "d0")
     assert fine.refusals == []
 

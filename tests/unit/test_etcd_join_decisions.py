@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bke.contracts.membership import JoinNodes, MembershipEtcdJoin
+from bke.contracts.membership import JoinNodes, MembershipEtcdJoin, MembershipRejoin
 from bke.contracts.render import RenderManifests
 from bke.state.conversion import CONVERTERS, convert, header_version, writes
 from bke.state.plans import plan_digest
@@ -40,8 +40,11 @@ def ej(member: str, cluster: str = "etcd-data", initial: str | None = None) -> M
                               initial_cluster=initial or f"e1=https://10.0.0.11:2380,{member}=https://{PEER[member]}:2380")
 
 
-def req(nodes: tuple[str, ...], joins: list[MembershipEtcdJoin] | None) -> JoinNodes:
-    return JoinNodes(request_id="j1", cluster=PLAN.cluster, plan_digest=DIGEST, nodes=list(nodes), etcd_joins=joins)
+def req(nodes: tuple[str, ...], joins: list[MembershipEtcdJoin] | None,
+        running: dict[str, list[str]] | None = None) -> JoinNodes:
+    rejoin = [MembershipRejoin(hostname=h, running=r) for h, r in running.items()] if running else None
+    return JoinNodes(request_id="j1", cluster=PLAN.cluster, plan_digest=DIGEST, nodes=list(nodes), etcd_joins=joins,
+                     rejoin=rejoin)
 
 
 @pytest.mark.parametrize("nodes, joins, expect", [
@@ -76,6 +79,21 @@ def req(nodes: tuple[str, ...], joins: list[MembershipEtcdJoin] | None) -> JoinN
 ])
 def test_etcd_join_gate(nodes, joins, expect):
     why = join_refusal(req(nodes, joins), PLAN, DIGEST, "Succeeded")
+    assert why == expect if not expect else why.startswith(expect), why
+
+
+@pytest.mark.parametrize("joins, running, expect", [
+    # v2 ran etcd-data's member already and joins etcd-events: its start there only
+    ([ej("v2", "etcd-events")], {"v2": ["etcd-data"]}, ""),
+    # a start in the cluster it runs a member of already: refused, naming it
+    ([ej("v2"), ej("v2", "etcd-events")], {"v2": ["etcd-data"]},
+     "etcdJoins: a member of that etcd cluster already (rejoin.running names it): v2 in etcd-data"),
+    # what it runs does not excuse a missing start in the cluster it joins
+    ([], {"v2": ["etcd-data"]}, "nodes: etcd members without an etcdJoins entry (the caller adds each as a learner "
+                                "first and names it there): v2 (etcd-events)"),
+])
+def test_a_member_joining_a_second_etcd_cluster_starts_only_there(joins, running, expect):
+    why = join_refusal(req(("v2",), joins, running), PLAN, DIGEST, "Succeeded")
     assert why == expect if not expect else why.startswith(expect), why
 
 

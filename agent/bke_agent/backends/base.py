@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from bke.contracts.agent import (
-    CheckHost, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, EtcdSnapshot, FetchFile, ParkStaticPod, RemoveFile, ReplaceFiles, ResetNode, RestartStaticPod,
+    CheckHost, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, EtcdSnapshot, FetchFile, LeaveEtcdMember, ParkStaticPod, RemoveFile, ReplaceFiles, ResetNode, RestartStaticPod,
     RestoreEtcdMember, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile,
 )
 
@@ -78,6 +78,7 @@ class StepDispatch:
             EtcdMemberAdd: self.etcd_member_add,
             EtcdMemberPromote: self.etcd_member_promote,
             EtcdMemberRemove: self.etcd_member_remove,
+            LeaveEtcdMember: self.leave_etcd_member,
         }
         return await handlers[type(step)](step)
 
@@ -127,4 +128,7 @@ class StepDispatch:
         raise NotImplementedError
 
     async def etcd_member_remove(self, step: EtcdMemberRemove) -> StepOutcome:
+        raise NotImplementedError
+
+    async def leave_etcd_member(self, step: LeaveEtcdMember) -> StepOutcome:
         raise NotImplementedError

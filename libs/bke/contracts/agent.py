@@ -60,6 +60,7 @@ __all__ = [
     "EtcdMemberPromote",
     "EtcdMemberRemove",
     "EtcdSnapshot",
+    "LeaveEtcdMember",
     "ParkStaticPod",
     "RestoreEtcdMember",
     "FetchFile",
@@ -388,6 +389,23 @@ class RestoreEtcdMember(_Step):
     size: int = Field(ge=0)
 
 
+class LeaveEtcdMember(_Step):
+    """Take away this node's member of an etcd cluster that has removed it already (an
+    EtcdMemberRemove on a member that stays, in an earlier step): its static pod's manifest is
+    removed, its pod waited gone, then its data directory removed, so that the node can join that
+    cluster again later as a new member (etcd refuses a removed member's data). kubeadm's reset
+    does the same for a local member: its remove-etcd-member phase, then cleanup-node removes
+    /var/lib/etcd (cmd/kubeadm/app/cmd/phases/reset). BKE keeps the cluster's snapshot, taken
+    before its membership changed, in its own store. Idempotent: an absent manifest or data
+    directory is fine (`Skipped` when both are)."""
+
+    type: Literal["leave_etcd_member"] = "leave_etcd_member"
+    timeout_s: float = Field(120.0, gt=0, le=3600)
+    manifest: str = Field(pattern=r"^/etc/kubernetes/manifests/[A-Za-z0-9][A-Za-z0-9._-]*\.yaml$")
+    # as ResetNode's: the host agent's reset allow-list decides which directories it removes
+    data_dir: str = Field(pattern=r"^/[A-Za-z0-9._/-]+$")
+
+
 class AgentWheel(Message):
     """One wheel of an agent release, from the deployment's bundle (`<httpRepo>/agent/<version>/
     wheels/`, `bke bundle build`): a URL or an absolute path on the node, and its sha256."""
@@ -431,7 +449,7 @@ class ResetNode(_Step):
 Step = Annotated[
     Union[WriteFile, RemoveFile, RunProgram, SystemdUnit, WaitHealth, FetchFile, CheckHost, RestartStaticPod,
           ReplaceFiles, EtcdSnapshot, ParkStaticPod, RestoreEtcdMember, UpdateAgent, ResetNode, EtcdMemberAdd,
-          EtcdMemberPromote, EtcdMemberRemove],
+          EtcdMemberPromote, EtcdMemberRemove, LeaveEtcdMember],
     Field(discriminator="type"),
 ]
 

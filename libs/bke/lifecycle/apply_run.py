@@ -127,11 +127,14 @@ def _roll(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action
     for a in actions:
         comp, node = a.detail, desired.node(a.host)
         gone = [p for p in _removed_paths(diff, a.host) if component_of(p) == comp]
-        sheds = comp in _LB and a.host in current.node_index[1] and role_change(current, desired, a.host) == "sheds"
+        sheds = (comp in _LB or comp in etcd_of) and a.host in current.node_index[1] \
+            and role_change(current, desired, a.host) == "sheds"
         if gone and not (comp in _STATIC_PODS and gone == [f"{MANIFESTS}/{comp}.yaml"]) and not sheds:
             # a control-plane component that leaves a master (its manifest removed: the kubelet
             # stops the static pod) is a move; any other file taken away is not built
             refusals.append(Refusal("NotBuilt", f"removing {', '.join(gone)} from {a.host} is not supported by this build yet"))
+        elif comp in etcd_of and sheds and not _runs(desired, a.host, etcd_of[comp]):
+            continue  # a member that leaves its cluster: taken away by the cleanup step, once removed
         elif comp in etcd_of:
             work.append(StepWork("etcd", etcd_of[comp], (a.host,)))
             work.append(StepWork("etcd-snapshots", etcd_of[comp]))  # the cluster's snapshot first, as an upgrade does
@@ -257,9 +260,8 @@ NOT_BUILT: Mapping[str, str] = {}
 
 
 _MOVABLE = frozenset(CONTROL_PLANE_ROLES.values())
-# what a master that stops being one may lose in place: its static pods and load balancer (an
-# etcd member it also is stays one: ceasing to be a member is not built)
-_SHED = frozenset({*_STATIC_PODS, *_LB})
+# what a node may lose in place: a master's static pods and load balancer, its etcd members
+_SHED = frozenset({*_STATIC_PODS, *_LB, *_ETCD})
 # the steps that roll a node's own files (a node that joins again gets them from its join)
 _ROLLS = frozenset({"etcd", *_STATIC_PODS, LB_STEP, "masters-runtime", "workers"})
 
@@ -269,28 +271,26 @@ def role_change(current: Plan, desired: Plan, host: str) -> str:
     - "same": nothing beyond control-plane components moved between masters (`_roll`'s moves)
       and how it is marked and configured (`master/node` -> `master`: its taint and kubelet
       configuration): rolls and the labels step, like any other changed file or mark;
-    - "sheds": a master that stops being one, keeping its etcd memberships and its kubelet: its
-      static pods and load balancer are taken away (their manifests removed: `_roll`, the
-      load-balancer step), then the files only a master holds (`CLEANUP_STEP`), after the certs
-      service sealed its bundle again for the plan without them (the certificates step);
+    - "sheds": it keeps its kubelet as it is and runs less: a master that stops being one (its
+      static pods and load balancer taken away: `_roll`, the load-balancer step), a member that
+      leaves an etcd cluster (removed from it in the membership steps, then its pod and data
+      taken away: `CLEANUP_STEP`), or both; then the files it no longer needs (`CLEANUP_STEP`),
+      after the certs service sealed its bundle again for the plan without them (the
+      certificates step);
     - "gains": it keeps everything it runs and runs more (a worker becoming a master, a node
-      becoming a member of an etcd cluster, an etcd-only node whose kubelet starts registering):
-      it joins again with its new roles (`_rejoin`);
-    - "other": it stops running something else (an etcd member, a registering kubelet), or an
-      etcd member becomes a member of another etcd cluster too: not built."""
+      becoming a member of an etcd cluster, of another one too, an etcd-only node whose kubelet
+      starts registering): it joins again with its new roles (`_rejoin`);
+    - "other": it runs more and less at once, or its kubelet stops registering (a worker
+      becoming etcd-only: its Node object would have to go): not built."""
     a, b = current.node(host), desired.node(host)
     if not ((set(a.components) ^ set(b.components)) - _MOVABLE) and a.registers == b.registers \
             and is_master(a.roles) == is_master(b.roles):
         return "same"
     lost, added = set(a.components) - set(b.components), set(b.components) - set(a.components)
-    if is_master(a.roles) and not is_master(b.roles) and not added and lost <= _SHED and a.registers == b.registers:
+    master_kept = is_master(a.roles) == is_master(b.roles)
+    if not added and lost <= _SHED and a.registers == b.registers and (master_kept or is_master(a.roles)):
         return "sheds"
-    etcd_before, etcd_after = set(a.components) & set(_ETCD), set(b.components) & set(_ETCD)
-    if etcd_before and etcd_after - etcd_before:
-        # the dispatcher's join names every etcd cluster a joining node is a member of as a
-        # start (`etcdJoins`); an existing member of another cluster is no start: not built
-        return "other"
-    if set(a.components) <= set(b.components) and b.registers >= a.registers and is_master(b.roles) >= is_master(a.roles):
+    if not lost and b.registers >= a.registers and is_master(b.roles) >= is_master(a.roles):
         return "gains"
     return "other"
 
@@ -327,16 +327,17 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
     gained = tuple(h for h in (n.hostname for n in desired.nodes) if kinds.get(h) == "gains")
     shed = tuple(h for h in (n.hostname for n in desired.nodes) if kinds.get(h) == "sheds")
     if shed and diff.nodes_removed:  # the certificates step stores the plan, which the removal must not see yet
-        refusals.append(Refusal("NotBuilt", f"a master becoming a worker ({', '.join(shed)}) in the same apply as "
+        refusals.append(Refusal("NotBuilt", f"a node that runs less in place ({', '.join(shed)}) in the same apply as "
                                             f"removing nodes ({', '.join(diff.nodes_removed[:10])}) is not supported "
                                             "by this build yet: apply the removal first"))
-    if fixed:  # an etcd member's data directory, a Node object: not cleaned in place by this build
+    if fixed:  # a Node object to delete, a node both shedding and gaining parts: not built
         refusals.append(Refusal("NotBuilt", "changing a node's roles (" + ", ".join(fixed)
-                                + ") so that it stops running something (an etcd member, a kubelet that "
-                                  "registers), or an etcd member becoming a member of another etcd cluster too, is "
-                                  "not supported by this build yet: apply the spec without the node (it is drained, "
-                                  "removed and reset), then with its new roles; a node that only gains parts (a "
-                                  "worker becoming a master, a new etcd member), a master becoming a worker and "
+                                + ") so that it runs more and less at once, or so that its kubelet stops "
+                                  "registering a Node, is not supported by this build yet: apply the spec in two "
+                                  "steps (first with what it starts running, then without what it stops), or "
+                                  "without the node (it is drained, removed and reset) then with its new roles; a node that only "
+                                  "gains parts (a worker becoming a master, a new member of an etcd cluster) or only "
+                                  "sheds them (a master becoming a worker, a member leaving an etcd cluster) and "
                                   "control-plane components moved between masters are carried out"))
     by_kind: dict[str, list[Action]] = {}
     for a in diff.actions:
@@ -360,7 +361,7 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
         return ApplyOrder(refusals=tuple(dict.fromkeys(refusals)))
     if gained:
         work = _rejoin(desired, diff, work, gained)
-    if shed:  # its bundle sealed again without a master's files, then those files taken away
+    if shed:  # its bundle sealed again without what it no longer runs, then those files taken away
         work += [StepWork(CERTS_STEP, ""), StepWork(CLEANUP_STEP, "", shed)]
     if not work:
         return ApplyOrder()

@@ -26,7 +26,7 @@ from __future__ import annotations
 import base64
 from typing import Callable, Mapping, Sequence
 
-from ..contracts.agent import CheckHost, HealthProbe, NewFile, RemoveFile, ReplaceFiles, Step, UpdateAgent, WaitHealth
+from ..contracts.agent import CheckHost, HealthProbe, LeaveEtcdMember, NewFile, RemoveFile, ReplaceFiles, Step, UpdateAgent, WaitHealth
 from ..node_steps import artefacts_of, file_phase, health_steps
 from ..pki.instances import node_file_refs
 from ..plan import NodePlan, Plan
@@ -154,11 +154,7 @@ def node_upgrade_steps(
     if step == LB_STEP:
         return _load_balancer(old_plan, new_plan, hostname, changed, seal, component_timeout_s)
     if step == CLEANUP_STEP:
-        # the certificates, keys and kubeconfigs the node held in the old plan and not in the new
-        # (a master that became a worker: bke.pki's placement rules, least privilege)
-        keep = {r.path for r in node_file_refs(new_plan, (hostname,))[hostname]}
-        gone = sorted({r.path for r in node_file_refs(old_plan, (hostname,))[hostname]} - keep)
-        return [RemoveFile(id=f"remove:{p}", path=p) for p in gone]
+        return _cleanup(old_plan, new_plan, hostname, component_timeout_s)
     node = new_plan.node(hostname)
     if certs and step not in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                               "masters-runtime"):
@@ -192,6 +188,20 @@ def node_upgrade_steps(
         components = tuple(c.name for c in new_plan.etcd_clusters) + ALL_COMPONENTS
         return list(health_steps(new_plan, node, components, POST_CHECK_TIMEOUT_S))
     raise ValueError(f"upgrade step {step!r} sends no node command")
+
+
+def _cleanup(old_plan: Plan, new_plan: Plan, hostname: str, timeout_s: float) -> list[Step]:
+    """What a node that runs less in place no longer needs: first each etcd member it stopped
+    being (its cluster removed it in the membership steps before: its pod, then its data), then
+    the certificates, keys and kubeconfigs it held in the old plan and not in the new (a master
+    that became a worker, a member that left: bke.pki's placement rules, least privilege)."""
+    left = [c for c in old_plan.etcd_clusters
+            if c.member(hostname) is not None and (n := new_plan.etcd_cluster(c.name)) is not None and n.member(hostname) is None]
+    out: list[Step] = [LeaveEtcdMember(id=f"leave:{c.name}", manifest=f"{MANIFESTS}/{c.manifest}", data_dir=c.data_dir,
+                                       timeout_s=timeout_s) for c in left]
+    keep = {r.path for r in node_file_refs(new_plan, (hostname,))[hostname]}
+    gone = sorted({r.path for r in node_file_refs(old_plan, (hostname,))[hostname]} - keep)
+    return out + [RemoveFile(id=f"remove:{p}", path=p) for p in gone]
 
 
 def _replace(step_id: str, files: list[NewFile], units: list[str], probes: list[HealthProbe],

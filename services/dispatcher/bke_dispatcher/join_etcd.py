@@ -35,7 +35,8 @@ class EtcdJoinRecord:
 
 def etcd_join_refusal(req: JoinNodes, by_name: dict[str, NodePlan]) -> str:
     """Why the request's etcd joins do not match the stored plan ("" if they do): each joining
-    etcd member is named once for each etcd cluster it is a member of, and for no other; each
+    etcd member is named once for each etcd cluster it is a member of and does not run yet
+    (a node joining again runs the members its `rejoin.running` names), and for no other; each
     entry names a node of the request. (That `initial_cluster` lists the member itself is the
     renderer's check, bke.render.components.etcd_defaults: one rule, one place.)"""
     joins, joined = req.etcd_joins or [], set(req.nodes)
@@ -51,7 +52,13 @@ def etcd_join_refusal(req: JoinNodes, by_name: dict[str, NodePlan]) -> str:
                    for m, c in named if c not in _etcd_of(by_name[m]))
     if wrong:
         return f"etcdJoins: not a member of that etcd cluster in the stored plan: {'; '.join(wrong[:5])}"
-    missing = sorted(f"{h} ({c})" for h in req.nodes for c in _etcd_of(by_name[h]) if (h, c) not in named)
+    # a node joining again (JoinNodes.rejoin) already runs the members it names: no start there
+    running = {(r.hostname, c) for r in req.rejoin or [] for c in r.running if c in ETCD}
+    started = sorted(f"{m} in {c}" for m, c in named if (m, c) in running)
+    if started:
+        return f"etcdJoins: a member of that etcd cluster already (rejoin.running names it): {'; '.join(started[:5])}"
+    missing = sorted(f"{h} ({c})" for h in req.nodes for c in _etcd_of(by_name[h])
+                     if (h, c) not in named and (h, c) not in running)
     if missing:
         return (f"nodes: etcd members without an etcdJoins entry (the caller adds each as a learner first and "
                 f"names it there): {', '.join(missing[:5])}")
