@@ -14,10 +14,20 @@ is installed and data is written into etcd-events. Then:
    (asked of events1, health checked after), the apiserver rolled without them, then on each
    node its member's pod stopped and its data directory removed (`LeaveEtcdMember`) and the
    etcd-events certificates it no longer needs taken away. Nobody is reset: etcd1's etcd-data
-   member and m1's control plane serve throughout, with their data."""
+   member and m1's control plane serve throughout, with their data.
+
+And on the seed (three stacked masters, one worker):
+1. node1, the worker, becomes an etcd-data member while master3 stops being one: node1 added as
+   a learner, joined again (its kubelet and kube-proxy kept), promoted; then master3 removed,
+   the members that stay and every apiserver rolled, master3's member taken away on its node
+   (its apiserver, controller-manager and scheduler keep running);
+2. node1 becomes etcd-only ([node, etcd] -> [etcd]): drained, its kubelet rolled to run
+   standalone (not uncordoned), the files only a registering node has taken away, then its
+   Node object deleted (the lab records each API action); its etcd member serves throughout."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +35,8 @@ from pathlib import Path
 import pytest
 
 from bke.plan import plan_spec_text
+from bke.render.context import RenderInputs
+from bke.render.render import render_cluster
 from bke.runtime import etcd_put_get
 
 from .lab_helpers import Lab, assert_reads_back, etcd_members
@@ -108,3 +120,75 @@ async def test_members_join_a_second_etcd_cluster_then_leave_it_in_place(lab_fac
     await assert_reads_back(data.members[0].client_url, tls, DATA_KEYS)
     assert etcd1_data.is_dir()
     assert (lab.host("m1") / "etc/kubernetes/manifests/kube-apiserver.yaml").is_file()
+
+
+SEED_NET = "127.0.27"
+
+
+def _seed(**roles: str) -> str:
+    text = Path("examples/seed-3m1w.yaml").read_text().replace("127.0.10.", f"{SEED_NET}.")
+    for host, role in roles.items():
+        line = next(x for x in text.splitlines() if f"hostname: {host}," in x)
+        text = text.replace(line, line[:line.index("role: [")] + f"role: [{role}]}}")
+    return text
+
+
+async def test_a_stacked_master_leaves_etcd_a_worker_joins_it_then_stops_registering(lab_factory, tmp_path: Path):
+    (tmp_path / "seed.yaml").write_text(_seed())
+    lab: Lab = lab_factory(str(tmp_path / "seed.yaml"))
+    assert await lab.install(timeout=480.0) == 0, lab.out.getvalue()
+    data = lab.plan.etcd_cluster("etcd-data")
+    assert data is not None and [m.hostname for m in data.members] == ["master1", "master2", "master3"]
+    pki = lab.host("master1") / "etc/kubernetes/pki"
+    tls = (pki / "etcd/ca.crt", pki / "apiserver-etcd-client.crt", pki / "apiserver-etcd-client.key")
+    for k, v in DATA_KEYS.items():
+        assert await asyncio.to_thread(etcd_put_get, data.members[0].client_url, *tls, k, v) == v
+
+    # 1. node1 joins etcd-data, master3 leaves it in place
+    swap = _seed(master3="master/node", node1="node, etcd")
+    (tmp_path / "swap.yaml").write_text(swap)
+    done = await asyncio.to_thread(_bke, "lab", "apply", str(tmp_path / "swap.yaml"), "--workdir", str(lab.workdir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "etcd-member-remove" in done.stdout and "apply Succeeded" in done.stdout, done.stdout
+    swapped = plan_spec_text(swap).plan
+    assert swapped is not None
+    sdata = swapped.etcd_cluster("etcd-data")
+    assert sdata is not None
+    node1 = sdata.member("node1")
+    assert node1 is not None
+    members = await etcd_members(sdata.members[0].client_url, tls)
+    assert sorted(m["name"] for m in members) == ["master1", "master2", "node1"]
+    assert not any(m.get("isLearner") for m in members)
+    for m in sdata.members:
+        await assert_reads_back(m.client_url, tls, DATA_KEYS)
+    m3 = lab.host("master3")
+    assert not (m3 / data.data_dir.lstrip("/")).exists() and not (m3 / "etc/kubernetes/manifests" / data.manifest).exists()
+    assert sorted(p.name for p in (m3 / data.cert_dir.lstrip("/")).glob("*")) == ["ca.crt"]  # its apiserver's CA
+    for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+        assert (m3 / f"etc/kubernetes/manifests/{component}.yaml").is_file(), component
+    command = lab.manifest("master3", "kube-apiserver.yaml")["spec"]["containers"][0]["command"]
+    servers = next(a for a in command if a.startswith("--etcd-servers="))
+    gone = data.member("master3")
+    assert gone is not None and node1.client_url in servers and gone.client_url not in servers, servers
+
+    # 2. node1 stops registering: [node, etcd] -> [etcd]
+    only = _seed(master3="master/node", node1="etcd")
+    (tmp_path / "only.yaml").write_text(only)
+    done = await asyncio.to_thread(_bke, "lab", "apply", str(tmp_path / "only.yaml"), "--workdir", str(lab.workdir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "delete-node-objects" in done.stdout and "apply Succeeded" in done.stdout, done.stdout
+    import redis
+
+    r = redis.Redis.from_url(lab.info.redis_url, decode_responses=True)
+    api = json.loads(r.hget(f"bke:{lab.plan.cluster}:upgrade:drain", "node1") or "{}")  # type: ignore[arg-type]
+    assert "uncordoned" not in api and api["cordoned"] <= api["drained"] <= api["deleted"], api
+    etcd_only = plan_spec_text(only).plan
+    assert etcd_only is not None and not etcd_only.node("node1").registers
+    want = {f.path: f.content for f in render_cluster(etcd_only, RenderInputs(vrrp_password="x")).node("node1").files}
+    n1 = lab.host("node1")
+    for path in ("/var/lib/kubelet/config.yaml", "/etc/systemd/system/kubelet.service"):
+        assert (n1 / path.lstrip("/")).read_bytes() == want[path], path  # the standalone kubelet's
+    for path in ("etc/crictl.yaml", "etc/sysctl.d/99-bke.conf", "etc/kubernetes/kubelet.conf"):
+        assert not (n1 / path).exists(), path
+    assert sorted(m["name"] for m in await etcd_members(sdata.members[0].client_url, tls)) == ["master1", "master2", "node1"]
+    await assert_reads_back(node1.client_url, tls, DATA_KEYS)

@@ -345,8 +345,34 @@ def test_a_member_leaving_its_etcd_cluster_in_place_is_removed_then_its_pod_data
     assert not gone & {"/etc/kubernetes/pki/etcd/ca.crt", "/etc/kubernetes/pki/apiserver-etcd-client.key"}
 
 
+def test_a_worker_that_becomes_etcd_only_is_drained_rolled_standalone_cleaned_then_its_node_object_deleted():
+    """node1 [node, etcd] -> [etcd]: its kubelet stops registering. Drained (the runtime's roll,
+    which makes its kubelet standalone), then what a registering node alone needs taken away
+    (kubelet.conf, crictl's configuration, the pod network's sysctls), then its Node object
+    deleted through the API; its etcd member is left as it runs."""
+    from bke.contracts.agent import RemoveFile
+    from bke.render.context import RenderInputs
+    from bke.render.render import render_cluster
+    from bke.upgrade.node_commands import node_upgrade_steps
+
+    worker, etcd_only = plan(SWAP_ETCD), plan(ETCD_ONLY)
+    d, o = order_of(worker, ETCD_ONLY)
+    assert not o.refusals, o.refusals
+    assert steps(o) == [("pre-checks", "", (), False), ("certificates", "", (), False),
+                        ("masters-runtime", "", (("node1",),), True), ("cleanup", "", (("node1",),), False),
+                        ("delete-node-objects", "", (("node1",),), False), ("labels", "", (), False)]
+    inputs = RenderInputs(vrrp_password="x")
+    old, new = render_cluster(worker, inputs), render_cluster(etcd_only, inputs)
+    files = lambda r: {f.path: f for f in r.node("node1").files}  # noqa: E731
+    cleanup = node_upgrade_steps("cleanup", "", worker, etcd_only, "node1", files(old), files(new), {})
+    assert all(isinstance(st, RemoveFile) for st in cleanup)  # no LeaveEtcdMember: it stays a member
+    gone = [st.path for st in cleanup]
+    assert gone[:2] == ["/etc/crictl.yaml", "/etc/sysctl.d/99-bke.conf"]
+    assert "/etc/kubernetes/kubelet.conf" in gone and not any("/pki/etcd/" in p for p in gone)
+
+
 def test_a_node_that_runs_more_and_less_at_once_or_stops_registering_is_refused_with_the_way_round(seed):
-    # a worker becoming etcd-only would lose its Node object: not built
+    # a worker becoming etcd-only at once: it gains an etcd member and loses its Node object
     d, o = order_of(seed, ETCD_ONLY)
     assert o.steps == (), o.refusals
     r = o.refusals[0]

@@ -39,11 +39,13 @@ from ..node_steps import health_steps
 from ..spec.roles import CONTROL_PLANE_ROLES, is_master
 from ..upgrade.node_commands import CLEANUP_STEP, LB_STEP
 from ..upgrade.order import MAX_UNAVAILABLE, MEMBER_BY_MEMBER, ONE_AT_A_TIME, ORDER, ExpandedStep, Step, parse_max_unavailable
+from ..upgrade.run import UNREGISTER_STEP
 from .diff import Action, ClusterDiff, Refusal, component_of
 from .etcd_members import MemberSequence, MemberStep, agent_step, member_sequences
 
 __all__ = ["APPLY_STEPS", "CLEANUP_STEP", "ETCD_ADD", "ETCD_HEALTH", "ETCD_PROMOTE", "ETCD_REMOVE", "HANDLERS", "JOIN_STEP",
-           "LABELS_STEP", "LB_STEP", "MEMBER_NODE_STEPS", "MEMBERSHIP_BATCH", "NOT_BUILT", "REMOVE_STEP", "ApplyOrder", "StepWork",
+           "LABELS_STEP", "LB_STEP", "MEMBER_NODE_STEPS", "MEMBERSHIP_BATCH", "NOT_BUILT", "REMOVE_STEP", "UNREGISTER_STEP",
+           "ApplyOrder", "StepWork",
            "apply_order", "member_commands", "member_group", "member_join", "parse_member_group"]
 
 LABELS_STEP = "labels"
@@ -53,9 +55,12 @@ JOIN_STEP = "join-nodes"
 # The run's steps, in order: the upgrade's node steps (ORDER) between the record conversion
 # (pre-checks, local) and the two cluster-wide steps done through the API, then the removals
 # and the joins (each a request to the dispatcher).
+# A node that runs less in place (`role_change` "sheds") is cleaned up once its components are
+# rolled (CLEANUP_STEP: a standalone kubelet no longer reads kubelet.conf), and the Node object
+# of one whose kubelet stopped registering is deleted after that (UNREGISTER_STEP).
 APPLY_STEPS: tuple[str, ...] = ("pre-checks", "etcd-snapshots", CERTS_STEP, "etcd-members", "etcd", "kube-apiserver", "kube-controller-manager",
-                                "kube-scheduler", LB_STEP, CLEANUP_STEP, "masters-runtime", "workers", "addons",
-                                LABELS_STEP, REMOVE_STEP, JOIN_STEP)
+                                "kube-scheduler", LB_STEP, "masters-runtime", "workers", CLEANUP_STEP, UNREGISTER_STEP,
+                                "addons", LABELS_STEP, REMOVE_STEP, JOIN_STEP)
 MEMBERSHIP_BATCH = 1000  # nodes per JoinNodes / RemoveNodes (the contract's MAX_NODES)
 # An etcd cluster's membership changes (bke.lifecycle.etcd_members.member_sequences), one run
 # step per membership step, each of group "<etcd cluster>:<member>": the member added as a
@@ -127,7 +132,10 @@ def _roll(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action
     for a in actions:
         comp, node = a.detail, desired.node(a.host)
         gone = [p for p in _removed_paths(diff, a.host) if component_of(p) == comp]
-        sheds = (comp in _LB or comp in etcd_of) and a.host in current.node_index[1] \
+        # a node that runs less: its load balancer's and etcd members' files go in their own
+        # steps, the node environment's it no longer needs (crictl's, the pod network's sysctls
+        # on a node that stops registering) in the cleanup step
+        sheds = (comp in _LB or comp in etcd_of or comp in _RUNTIME) and a.host in current.node_index[1] \
             and role_change(current, desired, a.host) == "sheds"
         if gone and not (comp in _STATIC_PODS and gone == [f"{MANIFESTS}/{comp}.yaml"]) and not sheds:
             # a control-plane component that leaves a master (its manifest removed: the kubelet
@@ -260,8 +268,10 @@ NOT_BUILT: Mapping[str, str] = {}
 
 
 _MOVABLE = frozenset(CONTROL_PLANE_ROLES.values())
-# what a node may lose in place: a master's static pods and load balancer, its etcd members
+# what a node may lose in place: a master's static pods and load balancer, its etcd members;
+# and what goes with its Node object when its kubelet stops registering (a DaemonSet's pods)
 _SHED = frozenset({*_STATIC_PODS, *_LB, *_ETCD})
+_NODE_OBJECT = frozenset({"kube-proxy"})
 # the steps that roll a node's own files (a node that joins again gets them from its join)
 _ROLLS = frozenset({"etcd", *_STATIC_PODS, LB_STEP, "masters-runtime", "workers"})
 
@@ -271,24 +281,27 @@ def role_change(current: Plan, desired: Plan, host: str) -> str:
     - "same": nothing beyond control-plane components moved between masters (`_roll`'s moves)
       and how it is marked and configured (`master/node` -> `master`: its taint and kubelet
       configuration): rolls and the labels step, like any other changed file or mark;
-    - "sheds": it keeps its kubelet as it is and runs less: a master that stops being one (its
-      static pods and load balancer taken away: `_roll`, the load-balancer step), a member that
-      leaves an etcd cluster (removed from it in the membership steps, then its pod and data
-      taken away: `CLEANUP_STEP`), or both; then the files it no longer needs (`CLEANUP_STEP`),
-      after the certs service sealed its bundle again for the plan without them (the
-      certificates step);
+    - "sheds": it runs less: a master that stops being one (its static pods and load balancer
+      taken away: `_roll`, the load-balancer step), a member that leaves an etcd cluster
+      (removed from it in the membership steps, then its pod and data taken away:
+      `CLEANUP_STEP`), a node whose kubelet stops registering (a worker that is an etcd member
+      becoming etcd-only: drained, its kubelet rolled to run standalone, its Node object deleted
+      through the API: `UNREGISTER_STEP`; kube-proxy, a DaemonSet, leaves with the Node), or
+      several of these; then the files it no longer needs (`CLEANUP_STEP`), after the certs
+      service sealed its bundle again for the plan without them (the certificates step);
     - "gains": it keeps everything it runs and runs more (a worker becoming a master, a node
       becoming a member of an etcd cluster, of another one too, an etcd-only node whose kubelet
       starts registering): it joins again with its new roles (`_rejoin`);
-    - "other": it runs more and less at once, or its kubelet stops registering (a worker
-      becoming etcd-only: its Node object would have to go): not built."""
+    - "other": it runs more and less at once (a worker becoming etcd-only, an etcd-data member
+      moving to etcd-events): not built; the same in two applies, gaining first, is."""
     a, b = current.node(host), desired.node(host)
     if not ((set(a.components) ^ set(b.components)) - _MOVABLE) and a.registers == b.registers \
             and is_master(a.roles) == is_master(b.roles):
         return "same"
     lost, added = set(a.components) - set(b.components), set(b.components) - set(a.components)
     master_kept = is_master(a.roles) == is_master(b.roles)
-    if not added and lost <= _SHED and a.registers == b.registers and (master_kept or is_master(a.roles)):
+    may_lose = _SHED | (_NODE_OBJECT if a.registers and not b.registers else frozenset())
+    if not added and lost <= may_lose and a.registers >= b.registers and (master_kept or is_master(a.roles)):
         return "sheds"
     if not lost and b.registers >= a.registers and is_master(b.roles) >= is_master(a.roles):
         return "gains"
@@ -363,6 +376,9 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
         work = _rejoin(desired, diff, work, gained)
     if shed:  # its bundle sealed again without what it no longer runs, then those files taken away
         work += [StepWork(CERTS_STEP, ""), StepWork(CLEANUP_STEP, "", shed)]
+        unregistered = tuple(h for h in shed if current.node(h).registers and not desired.node(h).registers)
+        if unregistered:  # drained by its runtime's roll (which makes its kubelet standalone) first
+            work += [StepWork(UNREGISTER_STEP, "", unregistered)]
     if not work:
         return ApplyOrder()
     return ApplyOrder(steps=tuple(_expand(current, desired, work, max_unavailable, sequences)))
@@ -464,7 +480,7 @@ def _expand(current: Plan, desired: Plan, work: list[StepWork], max_unavailable:
             if not hosts:  # a cluster-wide step: the addons, the labels
                 out.append(ExpandedStep(name, group, ()))
                 continue
-            if name in (REMOVE_STEP, JOIN_STEP):  # one dispatcher request per batch, every node at once
+            if name in (REMOVE_STEP, JOIN_STEP, UNREGISTER_STEP):  # one request per batch, every node at once
                 out.append(ExpandedStep(name, group, _chunks(hosts, MEMBERSHIP_BATCH)))
                 continue
             if name in _STATIC_PODS:  # a moved component starts where it goes before it stops where it leaves

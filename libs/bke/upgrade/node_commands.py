@@ -154,7 +154,7 @@ def node_upgrade_steps(
     if step == LB_STEP:
         return _load_balancer(old_plan, new_plan, hostname, changed, seal, component_timeout_s)
     if step == CLEANUP_STEP:
-        return _cleanup(old_plan, new_plan, hostname, component_timeout_s)
+        return _cleanup(old_plan, new_plan, hostname, old_files, new_files, component_timeout_s)
     node = new_plan.node(hostname)
     if certs and step not in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                               "masters-runtime"):
@@ -190,18 +190,23 @@ def node_upgrade_steps(
     raise ValueError(f"upgrade step {step!r} sends no node command")
 
 
-def _cleanup(old_plan: Plan, new_plan: Plan, hostname: str, timeout_s: float) -> list[Step]:
+def _cleanup(old_plan: Plan, new_plan: Plan, hostname: str, old_files: Mapping[str, RenderedFile],
+             new_files: Mapping[str, RenderedFile], timeout_s: float) -> list[Step]:
     """What a node that runs less in place no longer needs: first each etcd member it stopped
     being (its cluster removed it in the membership steps before: its pod, then its data), then
-    the certificates, keys and kubeconfigs it held in the old plan and not in the new (a master
-    that became a worker, a member that left: bke.pki's placement rules, least privilege)."""
+    the rendered files its new render no longer has (crictl's configuration and the pod
+    network's sysctls on a node whose kubelet stopped registering; static pod manifests are
+    their own steps' to take away), then the certificates, keys and kubeconfigs it held in the
+    old plan and not in the new (a master that became a worker, a member that left, a kubelet
+    that stopped registering: bke.pki's placement rules, least privilege)."""
     left = [c for c in old_plan.etcd_clusters
             if c.member(hostname) is not None and (n := new_plan.etcd_cluster(c.name)) is not None and n.member(hostname) is None]
     out: list[Step] = [LeaveEtcdMember(id=f"leave:{c.name}", manifest=f"{MANIFESTS}/{c.manifest}", data_dir=c.data_dir,
                                        timeout_s=timeout_s) for c in left]
+    rendered = sorted(p for p in old_files.keys() - new_files.keys() if not p.startswith(f"{MANIFESTS}/"))
     keep = {r.path for r in node_file_refs(new_plan, (hostname,))[hostname]}
-    gone = sorted({r.path for r in node_file_refs(old_plan, (hostname,))[hostname]} - keep)
-    return out + [RemoveFile(id=f"remove:{p}", path=p) for p in gone]
+    gone = sorted({r.path for r in node_file_refs(old_plan, (hostname,))[hostname]} - keep - set(rendered))
+    return out + [RemoveFile(id=f"remove:{p}", path=p) for p in (*rendered, *gone)]
 
 
 def _replace(step_id: str, files: list[NewFile], units: list[str], probes: list[HealthProbe],

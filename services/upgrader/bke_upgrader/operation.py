@@ -60,7 +60,7 @@ from bke.state.migrate import ensure_current
 from bke.state.schema import StoredVersionError
 from bke.upgrade.certificates import rbac_before_renewal
 from bke.upgrade.failure import abort_run, error_text
-from bke.upgrade.node_commands import LB_STEP, BinariesMemo, node_upgrade_steps
+from bke.upgrade.node_commands import CLEANUP_STEP, LB_STEP, BinariesMemo, node_upgrade_steps
 from bke.upgrade.node_versions import settled, stopped_batch_ids
 from bke.upgrade.paths import resolve_target
 from bke.upgrade.run import (
@@ -73,8 +73,10 @@ from bke.upgrade.run import (
     is_upgrade_command,
     mark_drained,
     mark_local,
+    mark_local_batch,
     mark_sent,
     mark_uncordoned,
+    UNREGISTER_STEP,
     new_run,
     upgrade_command_id,
 )
@@ -111,7 +113,7 @@ BASE_PLAN_FIELD = "apply:base-plan"
 # Steps whose commands carry files of the old and new render (bke.upgrade.node_commands), and the
 # addons step (the new render's manifests); the others (agents, snapshots, post-checks) need none.
 RENDERED_STEPS = frozenset({"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", LB_STEP,
-                            "masters-runtime", "workers", "addons"})
+                            "masters-runtime", "workers", CLEANUP_STEP, "addons"})
 
 
 class Checksums(Protocol):
@@ -518,6 +520,11 @@ class Upgrades:
                 plan = new.model_copy(update={"nodes": [n for n in new.nodes if n.hostname in kept]})
                 why = await self.labels.apply(plan) if self.labels is not None else "no labels adapter in this upgrader"
                 mark_local(step, not why, why)
+            elif step.name == UNREGISTER_STEP:
+                # their kubelets run standalone now (the runtime's roll) and the cleanup took
+                # kubelet.conf away: nothing puts the Node objects back (a node with none is fine)
+                await self.drainer.delete_nodes(new, step.current())
+                mark_local_batch(step)
             elif step.name in (REMOVE_STEP, JOIN_STEP):
                 try:
                     await self.membership.carry(run, step, old, new, self._store_plan)
@@ -540,7 +547,11 @@ class Upgrades:
                 mark_drained(step)
             return
         if d.action == "uncordon":
-            await self.drainer.uncordon(new, hosts)
+            # a node whose kubelet stopped registering stays cordoned until its Node object is
+            # deleted (UNREGISTER_STEP): nothing is scheduled onto a Node no kubelet serves
+            keep = [h for h in hosts if not (h in old.node_index[1] and old.node(h).registers and not new.node(h).registers)]
+            if keep:
+                await self.drainer.uncordon(new, keep)
             mark_uncordoned(step)
             return
         if d.action == "send":
