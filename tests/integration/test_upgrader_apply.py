@@ -202,10 +202,11 @@ async def test_refusals_by_name_and_nothing_stored(redis_client: aioredis.Redis,
     plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [])
     more = TEXT.replace("spec: {hostname: node1, ip: 127.0.10.4, role: [node]}",
                         "spec: {hostname: node1, ip: 127.0.10.4, role: [node, etcd-event]}")
-    from tests.unit.test_apply_run import SWAP_ETCD as fewer  # master3 stops being an etcd member
-    assert more != TEXT and fewer != TEXT
+    # master3 stops being an etcd member while node1 becomes an etcd-only one: runs more and less at once
+    from tests.unit.test_apply_run import ETCD_ONLY as both
+    assert more != TEXT and both != TEXT
     cases = {
-        "roles": (fewer, "NotBuilt", "changing a node's roles (master3)"),
+        "roles": (both, "NotBuilt", "changing a node's roles (node1)"),
         "split": (more, "SplitUnchanged", "etcd-events"),
         "versions": (TEXT.replace("kubernetesVersion: v1.33.2", "kubernetesVersion: v1.33.3"), "Versions", "bke upgrade apply"),  # VersionsAlone: its rolls come with it
         "invalid": (TEXT.replace("role: [node]}", "role: [nope]}"), "spec.", "nope"),
