@@ -1,21 +1,24 @@
-"""End to end: nodes that join and leave an etcd cluster in place, by `bke lab apply` (issue 14,
-"changed roles ... re-render and roll only the affected nodes"). Real NATS, Redis and etcd 3.5.1
-members run by the kubelet stand-ins; every service and agent its own process.
+"""End to end: nodes that join, move between and leave etcd clusters in place, and a worker that
+stops registering, by `bke lab apply` (issue 14, "changed roles ... re-render and roll only the
+affected nodes"). Real NATS, Redis and etcd 3.5.1 members run by the kubelet stand-ins; every
+service and agent its own process.
 
-A split cluster (m1 the master, etcd1 the etcd-data member, events1 the one etcd-events member)
-is installed and data is written into etcd-events. Then:
-1. m1 and etcd1 also become etcd-events members: each is added as a learner on events1, joined
-   again by the dispatcher with its new roles (`JoinNodes.rejoin`: only its start in etcd-events,
+A split cluster (m1 the master, etcd1 the etcd-data member, events1 the one etcd-events member,
+w1 a worker) is installed and data is written into both etcd clusters. Then:
+1. m1 and etcd1 also become etcd-events members: each is added as a learner, joined again by
+   the dispatcher with its new roles (`JoinNodes.rejoin`: only its start in etcd-events,
    `--initial-cluster-state=existing`; what it runs already is left alone: etcd1's etcd-data
    member keeps running and keeps its data), promoted, and the cluster's health waited for.
    etcd-events lists three voting members, each serving the data written before; the
    apiserver's overrides name the three;
-2. the first spec again: m1 and etcd1 leave etcd-events in place: each removed from the cluster
-   (asked of events1, health checked after), the apiserver rolled without them, then on each
-   node its member's pod stopped and its data directory removed (`LeaveEtcdMember`) and the
-   etcd-events certificates it no longer needs taken away. Nobody is reset: etcd1's etcd-data
-   member and m1's control plane serve throughout, with their data.
-
+2. events1 moves out of etcd-events to become a worker while w1, the worker, becomes a member:
+   w1 joins (its kubelet kept), then events1 is removed from etcd-events, its member taken away
+   on its node (its pod, then its data directory: `LeaveEtcdMember`; its etcd-events keys), and
+   it joins again as a worker (its kubelet now registers) with only what it keeps named as
+   running;
+3. m1 and etcd1 leave etcd-events in place: each removed from the cluster, the apiserver rolled
+   without them, then their members and etcd-events keys taken away. Nobody is ever reset:
+   etcd1's etcd-data member and m1's control plane serve throughout, with their data.
 And on the seed (three stacked masters, one worker):
 1. node1, the worker, becomes an etcd-data member while master3 stops being one: node1 added as
    a learner, joined again (its kubelet and kube-proxy kept), promoted; then master3 removed,
@@ -35,6 +38,7 @@ from pathlib import Path
 import pytest
 
 from bke.plan import plan_spec_text
+from bke.plan.models import EtcdClusterPlan
 from bke.render.context import RenderInputs
 from bke.render.render import render_cluster
 from bke.runtime import etcd_put_get
@@ -42,7 +46,7 @@ from bke.runtime import etcd_put_get
 from .lab_helpers import Lab, assert_reads_back, etcd_members
 from tests.unit.upgrade_helpers import events_spec
 
-# a lab of its own: an install and two membership changes, about 45 s here
+# two labs of their own: an install and two or three role changes each, about 45 s each here
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 NET = "127.0.26"
 KEYS = {f"/registry/events/default/roles-{i}": f"before-the-changes-{i}" for i in range(5)}
@@ -58,8 +62,35 @@ def _overrides(lab: Lab) -> str:
     return next(a for a in command if a.startswith("--etcd-servers-overrides="))
 
 
-async def test_members_join_a_second_etcd_cluster_then_leave_it_in_place(lab_factory, tmp_path: Path):
-    first = events_spec("roles", NET, ("events1",))
+def _split(**roles: str) -> str:
+    text = events_spec("roles", NET, ("events1",)) + (
+        "---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {name: roles-w1}\n"
+        f"spec: {{hostname: w1, ip: {NET}.41, role: [node]}}\n")
+    for host, role in roles.items():
+        line = next(x for x in text.splitlines() if f"hostname: {host}," in x)
+        text = text.replace(line, line[:line.index("role: [")] + f"role: [{role}]}}")
+    return text
+
+
+async def _apply(lab: Lab, tmp_path: Path, name: str, text: str) -> str:
+    (tmp_path / f"{name}.yaml").write_text(text)
+    done = await asyncio.to_thread(_bke, "lab", "apply", str(tmp_path / f"{name}.yaml"), "--workdir", str(lab.workdir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "apply Succeeded" in done.stdout and "agent stopped" not in done.stdout, done.stdout  # nobody removed
+    return done.stdout
+
+
+def _left_alone(lab: Lab, host: str, ec: EtcdClusterPlan) -> None:
+    """`host`'s member of `ec` is gone from the node: its manifest, data and keys."""
+    root = lab.host(host)
+    assert not (root / ec.data_dir.lstrip("/")).exists(), host
+    assert not (root / "etc/kubernetes/manifests" / ec.manifest).exists(), host
+    left = sorted(p.name for p in (root / ec.cert_dir.lstrip("/")).glob("*") if p.name != "ca.crt")
+    assert left == [], (host, left)
+
+
+async def test_members_join_move_between_and_leave_etcd_clusters_in_place(lab_factory, tmp_path: Path):
+    first = _split()
     (tmp_path / "first.yaml").write_text(first)
     lab: Lab = lab_factory(str(tmp_path / "first.yaml"))
     assert await lab.install() == 0, lab.out.getvalue()
@@ -74,53 +105,54 @@ async def test_members_join_a_second_etcd_cluster_then_leave_it_in_place(lab_fac
     etcd1_data = lab.host("etcd1") / data.data_dir.lstrip("/")
     assert etcd1_data.is_dir()
 
+    async def events_members(text: str) -> EtcdClusterPlan:
+        plan = plan_spec_text(text).plan
+        assert plan is not None
+        got = plan.etcd_cluster("etcd-events")
+        assert got is not None
+        listed = await etcd_members(got.members[0].client_url, tls)
+        assert sorted(m["name"] for m in listed) == sorted(m.hostname for m in got.members)
+        assert not any(m.get("isLearner") for m in listed)
+        for m in got.members:
+            await assert_reads_back(m.client_url, tls, KEYS)
+        overrides = _overrides(lab)
+        assert all(m.client_url in overrides for m in got.members), overrides
+        assert not any(m.client_url in overrides for m in ec.members if got.member(m.hostname) is None), overrides
+        return got
+
     # 1. m1 (the master) and etcd1 (etcd-data's member) become etcd-events members too
-    joined_text = first.replace("hostname: m1, ip: 127.0.26.1, role: [master/node]",
-                                "hostname: m1, ip: 127.0.26.1, role: [master/node, etcd-event]")
-    joined_text = joined_text.replace("hostname: etcd1, ip: 127.0.26.11, role: [etcd]",
-                                      "hostname: etcd1, ip: 127.0.26.11, role: [etcd, etcd-event]")
-    assert joined_text.count("etcd-event]") == 3
-    (tmp_path / "joined.yaml").write_text(joined_text)
-    done = await asyncio.to_thread(_bke, "lab", "apply", str(tmp_path / "joined.yaml"), "--workdir", str(lab.workdir))
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "etcd-member-add" in done.stdout and "apply Succeeded" in done.stdout, done.stdout
-    joined = plan_spec_text(joined_text).plan
-    assert joined is not None
-    jec = joined.etcd_cluster("etcd-events")
-    assert jec is not None and sorted(m.hostname for m in jec.members) == ["etcd1", "events1", "m1"]
-    members = await etcd_members(ec.members[0].client_url, tls)
-    assert sorted(m["name"] for m in members) == ["etcd1", "events1", "m1"]
-    assert not any(m.get("isLearner") for m in members)
-    for m in jec.members:
-        await assert_reads_back(m.client_url, tls, KEYS)
-    assert all(m.client_url in _overrides(lab) for m in jec.members), _overrides(lab)
+    joined = _split(m1="master/node, etcd-event", etcd1="etcd, etcd-event")
+    out = await _apply(lab, tmp_path, "joined", joined)
+    assert "etcd-member-add" in out, out
+    jec = await events_members(joined)
+    assert sorted(m.hostname for m in jec.members) == ["etcd1", "events1", "m1"]
     # etcd1's etcd-data member was left as it ran: one member, its data there
     assert [m["name"] for m in await etcd_members(data.members[0].client_url, tls)] == ["etcd1"]
     await assert_reads_back(data.members[0].client_url, tls, DATA_KEYS)
-    events_dir = {h: lab.host(h) / jec.data_dir.lstrip("/") for h in ("m1", "etcd1")}
-    assert all(d.is_dir() for d in events_dir.values())
 
-    # 2. the first spec again: both leave etcd-events in place, nobody is reset
-    done = await asyncio.to_thread(_bke, "lab", "apply", str(tmp_path / "first.yaml"), "--workdir", str(lab.workdir))
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "etcd-member-remove" in done.stdout and "cleanup" in done.stdout and "apply Succeeded" in done.stdout, done.stdout
-    assert "agent stopped" not in done.stdout, done.stdout  # no node removed
-    assert [m["name"] for m in await etcd_members(ec.members[0].client_url, tls)] == ["events1"]
-    await assert_reads_back(ec.members[0].client_url, tls, KEYS)
-    overrides = _overrides(lab)
-    assert ec.members[0].client_url in overrides, overrides
-    assert not any(m.client_url in overrides for m in jec.members if m.hostname != "events1"), overrides
-    for h, d in events_dir.items():
-        assert not d.exists(), f"{h}: {d} left behind"
-        assert not (lab.host(h) / "etc/kubernetes/manifests" / jec.manifest).exists(), h
-        left = sorted(p.name for p in (lab.host(h) / jec.cert_dir.lstrip("/")).glob("*") if p.name != "ca.crt")
-        assert left == [], (h, left)
+    # 2. events1 moves out to be a worker, w1 (a worker) becomes a member
+    moved = _split(m1="master/node, etcd-event", etcd1="etcd, etcd-event", events1="node", w1="node, etcd-event")
+    out = await _apply(lab, tmp_path, "moved", moved)
+    assert "etcd-member-remove" in out and "cleanup" in out, out
+    mec = await events_members(moved)
+    assert sorted(m.hostname for m in mec.members) == ["etcd1", "m1", "w1"]
+    _left_alone(lab, "events1", ec)
+    for f in ("etc/kubernetes/kubelet.conf", "etc/crictl.yaml"):  # it registers now: a worker's files
+        assert (lab.host("events1") / f).is_file(), f
+
+    # 3. m1 and etcd1 leave etcd-events in place
+    left = _split(events1="node", w1="node, etcd-event")
+    out = await _apply(lab, tmp_path, "left", left)
+    assert "etcd-member-remove" in out and "cleanup" in out, out
+    lec = await events_members(left)
+    assert [m.hostname for m in lec.members] == ["w1"]
+    for h in ("m1", "etcd1"):
+        _left_alone(lab, h, ec)
     # what each still runs serves, with its data
     assert [m["name"] for m in await etcd_members(data.members[0].client_url, tls)] == ["etcd1"]
     await assert_reads_back(data.members[0].client_url, tls, DATA_KEYS)
     assert etcd1_data.is_dir()
     assert (lab.host("m1") / "etc/kubernetes/manifests/kube-apiserver.yaml").is_file()
-
 
 SEED_NET = "127.0.27"
 

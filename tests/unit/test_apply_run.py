@@ -378,12 +378,43 @@ def test_a_node_that_runs_more_and_less_at_once_or_stops_registering_is_refused_
     r = o.refusals[0]
     assert "changing a node's roles (node1) so that it runs more and less at once" in r.message
     assert "first with what it starts running, then without what it stops" in r.message
-    # an etcd-data member moving to etcd-events in one apply: both at once, refused the same way
-    base = _grow_spec(("events1", "events2", "events3"))
-    moved = base.replace("hostname: etcd1, ip: 127.0.23.11, role: [etcd]", "hostname: etcd1, ip: 127.0.23.11, role: [etcd-event]")
-    moved = moved.replace("hostname: events3, ip: 127.0.23.23, role: [etcd-event]", "hostname: events3, ip: 127.0.23.23, role: [etcd]")
-    d, o = order_of(plan(base), moved)
-    assert any("changing a node's roles (etcd1, events3)" in r.message for r in o.refusals), o.refusals
+    # a master that stops being one while it becomes an etcd-events member: refused the same way
+    d, o = order_of(plan(_grow_spec(("events1",)) + _member_node("m2", "127.0.23.2", "[master]")),
+                    _grow_spec(("events1", "events2")) + _member_node("m2", "127.0.23.2", "[node, etcd-event]"))
+    assert any("changing a node's roles (m2)" in r.message for r in o.refusals), o.refusals
+
+
+def test_members_moving_between_etcd_clusters_join_the_new_one_then_leave_the_old_one():
+    """x2 moves from etcd-data to etcd-events while events3 moves the other way, in one apply
+    ("moves"): each joins the cluster it goes to (learner, join again with JoinNodes.rejoin
+    naming only what it keeps, promote), is removed from the one it leaves after that cluster's
+    additions, then its old member is taken away on the node (the cleanup step)."""
+    from bke.lifecycle.apply_run import role_change
+
+    base = _grow_spec(("events1", "events2", "events3")) + _member_node("x1", "127.0.23.31", "[etcd]") \
+        + _member_node("x2", "127.0.23.32", "[etcd]")
+    moved = base.replace("hostname: x2, ip: 127.0.23.32, role: [etcd]", "hostname: x2, ip: 127.0.23.32, role: [etcd-event]")
+    moved = moved.replace("hostname: events3, ip: 127.0.23.23, role: [etcd-event]",
+                          "hostname: events3, ip: 127.0.23.23, role: [etcd]")
+    cur, new = plan(base), plan(moved)
+    assert {h: role_change(cur, new, h) for h in ("x2", "events3")} == {"x2": "moves", "events3": "moves"}
+    d, o = order_of(cur, moved)
+    assert not o.refusals, o.refusals
+    got = [(s.step, s.group, s.batches) for s in o.steps]
+    assert got[:3] == [("pre-checks", "", ()), ("etcd-snapshots", "etcd-data", (("etcd1",),)),
+                       ("etcd-snapshots", "etcd-events", (("events1",),))]
+    assert got[3] == ("certificates", "", ())
+    members = [(st, g) for st, g, _ in got if g and ":" in g]
+    assert members == [
+        ("etcd-member-add", "etcd-data:events3"), ("join-nodes", "etcd-data:events3"),
+        ("etcd-member-promote", "etcd-data:events3"), ("etcd-health", "etcd-data:events3"),
+        ("etcd-member-remove", "etcd-data:x2"), ("etcd-health", "etcd-data:x2"),
+        ("etcd-member-add", "etcd-events:x2"), ("join-nodes", "etcd-events:x2"),
+        ("etcd-member-promote", "etcd-events:x2"), ("etcd-health", "etcd-events:x2"),
+        ("etcd-member-remove", "etcd-events:events3"), ("etcd-health", "etcd-events:events3")]
+    # the members that stay and the apiserver roll with the new lists, then both old members go
+    assert got[16:] == [("etcd", "etcd-data", (("etcd1",), ("x1",))), ("etcd", "etcd-events", (("events1",), ("events2",))),
+                        ("kube-apiserver", "", (("m1",),)), ("cleanup", "", (("events3",), ("x2",)))]
 
 
 def test_a_master_becoming_a_worker_sheds_its_control_plane_then_the_files_only_a_master_holds(seed):

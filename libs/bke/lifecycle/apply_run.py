@@ -136,7 +136,7 @@ def _roll(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action
         # steps, the node environment's it no longer needs (crictl's, the pod network's sysctls
         # on a node that stops registering) in the cleanup step
         sheds = (comp in _LB or comp in etcd_of or comp in _RUNTIME) and a.host in current.node_index[1] \
-            and role_change(current, desired, a.host) == "sheds"
+            and role_change(current, desired, a.host) in ("sheds", "moves")
         if gone and not (comp in _STATIC_PODS and gone == [f"{MANIFESTS}/{comp}.yaml"]) and not sheds:
             # a control-plane component that leaves a master (its manifest removed: the kubelet
             # stops the static pod) is a move; any other file taken away is not built
@@ -292,8 +292,13 @@ def role_change(current: Plan, desired: Plan, host: str) -> str:
     - "gains": it keeps everything it runs and runs more (a worker becoming a master, a node
       becoming a member of an etcd cluster, of another one too, an etcd-only node whose kubelet
       starts registering): it joins again with its new roles (`_rejoin`);
-    - "other": it runs more and less at once (a worker becoming etcd-only, an etcd-data member
-      moving to etcd-events): not built; the same in two applies, gaining first, is."""
+    - "moves": it leaves etcd clusters and gains parts, and nothing else of it is lost (an
+      etcd-data member moving to etcd-events, an etcd-only node becoming a worker): both of the
+      above, the join first (inside the membership steps of a cluster it joins), its old
+      members removed from their clusters after the additions, then taken away by the cleanup;
+    - "other": it runs more and less at once otherwise (a worker becoming etcd-only: drained,
+      its Node deleted, and an etcd member started, in one apply; a master that stops being one
+      while it gains a part): not built; the same in two applies, gaining first, is."""
     a, b = current.node(host), desired.node(host)
     if not ((set(a.components) ^ set(b.components)) - _MOVABLE) and a.registers == b.registers \
             and is_master(a.roles) == is_master(b.roles):
@@ -305,6 +310,8 @@ def role_change(current: Plan, desired: Plan, host: str) -> str:
         return "sheds"
     if not lost and b.registers >= a.registers and is_master(b.roles) >= is_master(a.roles):
         return "gains"
+    if lost <= set(_ETCD) and b.registers >= a.registers and master_kept:
+        return "moves"
     return "other"
 
 
@@ -337,21 +344,19 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
     refusals: list[Refusal] = []
     kinds = {h: role_change(current, desired, h) for h in diff.roles_changed}
     fixed = sorted(h for h, k in kinds.items() if k == "other")
-    gained = tuple(h for h in (n.hostname for n in desired.nodes) if kinds.get(h) == "gains")
-    shed = tuple(h for h in (n.hostname for n in desired.nodes) if kinds.get(h) == "sheds")
+    gained = tuple(h for h in (n.hostname for n in desired.nodes) if kinds.get(h) in ("gains", "moves"))
+    shed = tuple(h for h in (n.hostname for n in desired.nodes) if kinds.get(h) in ("sheds", "moves"))
     if shed and diff.nodes_removed:  # the certificates step stores the plan, which the removal must not see yet
         refusals.append(Refusal("NotBuilt", f"a node that runs less in place ({', '.join(shed)}) in the same apply as "
                                             f"removing nodes ({', '.join(diff.nodes_removed[:10])}) is not supported "
                                             "by this build yet: apply the removal first"))
-    if fixed:  # a Node object to delete, a node both shedding and gaining parts: not built
+    if fixed:  # a drain before a join, static pods removed from a node that joins again: not built
         refusals.append(Refusal("NotBuilt", "changing a node's roles (" + ", ".join(fixed)
-                                + ") so that it runs more and less at once, or so that its kubelet stops "
-                                  "registering a Node, is not supported by this build yet: apply the spec in two "
+                                + ") so that it runs more and less at once, other than moving between etcd "
+                                  "clusters (a worker becoming etcd-only, a master that stops being one while it "
+                                  "gains a part), is not supported by this build yet: apply the spec in two "
                                   "steps (first with what it starts running, then without what it stops), or "
-                                  "without the node (it is drained, removed and reset) then with its new roles; a node that only "
-                                  "gains parts (a worker becoming a master, a new member of an etcd cluster) or only "
-                                  "sheds them (a master becoming a worker, a member leaving an etcd cluster) and "
-                                  "control-plane components moved between masters are carried out"))
+                                  "without the node (it is drained, removed and reset) then with its new roles"))
     by_kind: dict[str, list[Action]] = {}
     for a in diff.actions:
         by_kind.setdefault(a.kind, []).append(a)

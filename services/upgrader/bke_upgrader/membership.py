@@ -102,8 +102,9 @@ class ApplyMembership:
             if step.group:  # its start in every etcd cluster it joins (apply_run._member_steps)
                 joins = [MembershipEtcdJoin(etcd_cluster=c, member=member, initial_cluster=initial)
                          for c, member, initial in member_join(old, new, step.group)]
-            # nodes in the cluster already, joining again with more parts (apply_run._rejoin)
-            rejoin = [MembershipRejoin(hostname=h, running=list(old.node(h).components))
+            # nodes in the cluster already, joining again with more parts (apply_run._rejoin):
+            # what they run and keep (an etcd member a node leaves, "moves", is taken away after)
+            rejoin = [MembershipRejoin(hostname=h, running=[c for c in old.node(h).components if new.node(h).runs(c)])
                       for h in hosts if h in old.node_index[1]] or None
             req: JoinNodes | RemoveNodes = JoinNodes(request_id=rid, cluster=run.cluster, plan_digest=digest,
                                                      nodes=hosts, part_of=run.request_id, etcd_joins=joins,
