@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -35,7 +36,8 @@ from bke.contracts.agent import LeaveEtcdMember, ResetNode, SystemdUnit
 from .backends.base import StepOutcome
 from .errors import StepError
 
-__all__ = ["ETCD_DATA_GLOB", "MANIFESTS", "RESET_DIRS", "RESET_TABLE", "ResetStepsMixin", "remove_tree", "reset_targets"]
+__all__ = ["ETCD_DATA_GLOB", "MANIFESTS", "RESET_DIRS", "RESET_TABLE", "ResetStepsMixin", "pods_of", "remove_tree",
+           "reset_targets"]
 
 MANIFESTS = "/etc/kubernetes/manifests"
 ETCD_DATA_GLOB = "/var/lib/etcd*"  # the host allows only etcd data dirs here (the spec's default)
@@ -69,6 +71,16 @@ def reset_targets(step: ResetNode) -> list[str]:
     """The node paths this step removes, in order: configuration, binaries (on delete), etcd data."""
     rows = [p for p, kind, _ in RESET_TABLE if kind == "config" or step.binaries]
     return [*rows, *step.etcd_data_dirs]
+
+
+def pods_of(stems: Sequence[str], present: Iterable[str], pods: Iterable[str]) -> list[str]:
+    """The `stems` (manifest file names without .yaml) that still have a pod among `pods`, static
+    pods being named `<manifest stem>-<node name>`. A pod belongs to the longest stem it starts
+    with, among `stems` and the `present` manifests the node keeps: etcd-events-<node> is
+    etcd-events', not the etcd-data member's (etcd.yaml) that a node leaving etcd-data waits for."""
+    known = sorted({*stems, *present}, key=len, reverse=True)
+    owners = {next((s for s in known if p.startswith(f"{s}-")), "") for p in pods}
+    return [s for s in stems if s in owners]
 
 
 def remove_tree(local: Path) -> bool:

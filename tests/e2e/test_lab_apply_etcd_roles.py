@@ -80,6 +80,20 @@ async def _apply(lab: Lab, tmp_path: Path, name: str, text: str) -> str:
     return done.stdout
 
 
+async def _serving(text: str, cluster: str, tls: tuple[Path, Path, Path], keys: dict[str, str]) -> EtcdClusterPlan:
+    """`cluster` of `text`'s plan runs exactly its members, every one voting and serving `keys`."""
+    plan = plan_spec_text(text).plan
+    assert plan is not None
+    got = plan.etcd_cluster(cluster)
+    assert got is not None
+    listed = await etcd_members(got.members[0].client_url, tls)
+    assert sorted(m["name"] for m in listed) == sorted(m.hostname for m in got.members)
+    assert not any(m.get("isLearner") for m in listed)
+    for m in got.members:
+        await assert_reads_back(m.client_url, tls, keys)
+    return got
+
+
 def _left_alone(lab: Lab, host: str, ec: EtcdClusterPlan) -> None:
     """`host`'s member of `ec` is gone from the node: its manifest, data and keys."""
     root = lab.host(host)
@@ -106,15 +120,7 @@ async def test_members_join_move_between_and_leave_etcd_clusters_in_place(lab_fa
     assert etcd1_data.is_dir()
 
     async def events_members(text: str) -> EtcdClusterPlan:
-        plan = plan_spec_text(text).plan
-        assert plan is not None
-        got = plan.etcd_cluster("etcd-events")
-        assert got is not None
-        listed = await etcd_members(got.members[0].client_url, tls)
-        assert sorted(m["name"] for m in listed) == sorted(m.hostname for m in got.members)
-        assert not any(m.get("isLearner") for m in listed)
-        for m in got.members:
-            await assert_reads_back(m.client_url, tls, KEYS)
+        got = await _serving(text, "etcd-events", tls, KEYS)
         overrides = _overrides(lab)
         assert all(m.client_url in overrides for m in got.members), overrides
         assert not any(m.client_url in overrides for m in ec.members if got.member(m.hostname) is None), overrides
@@ -178,21 +184,11 @@ async def test_a_stacked_master_leaves_etcd_a_worker_joins_it_then_stops_registe
 
     # 1. node1 joins etcd-data, master3 leaves it in place
     swap = _seed(master3="master/node", node1="node, etcd")
-    (tmp_path / "swap.yaml").write_text(swap)
-    done = await asyncio.to_thread(_bke, "lab", "apply", str(tmp_path / "swap.yaml"), "--workdir", str(lab.workdir))
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "etcd-member-remove" in done.stdout and "apply Succeeded" in done.stdout, done.stdout
-    swapped = plan_spec_text(swap).plan
-    assert swapped is not None
-    sdata = swapped.etcd_cluster("etcd-data")
-    assert sdata is not None
+    assert "etcd-member-remove" in await _apply(lab, tmp_path, "swap", swap)
+    sdata = await _serving(swap, "etcd-data", tls, DATA_KEYS)
+    assert sorted(m.hostname for m in sdata.members) == ["master1", "master2", "node1"]
     node1 = sdata.member("node1")
     assert node1 is not None
-    members = await etcd_members(sdata.members[0].client_url, tls)
-    assert sorted(m["name"] for m in members) == ["master1", "master2", "node1"]
-    assert not any(m.get("isLearner") for m in members)
-    for m in sdata.members:
-        await assert_reads_back(m.client_url, tls, DATA_KEYS)
     m3 = lab.host("master3")
     assert not (m3 / data.data_dir.lstrip("/")).exists() and not (m3 / "etc/kubernetes/manifests" / data.manifest).exists()
     assert sorted(p.name for p in (m3 / data.cert_dir.lstrip("/")).glob("*")) == ["ca.crt"]  # its apiserver's CA
@@ -205,10 +201,7 @@ async def test_a_stacked_master_leaves_etcd_a_worker_joins_it_then_stops_registe
 
     # 2. node1 stops registering: [node, etcd] -> [etcd]
     only = _seed(master3="master/node", node1="etcd")
-    (tmp_path / "only.yaml").write_text(only)
-    done = await asyncio.to_thread(_bke, "lab", "apply", str(tmp_path / "only.yaml"), "--workdir", str(lab.workdir))
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "delete-node-objects" in done.stdout and "apply Succeeded" in done.stdout, done.stdout
+    assert "delete-node-objects" in await _apply(lab, tmp_path, "only", only)
     import redis
 
     r = redis.Redis.from_url(lab.info.redis_url, decode_responses=True)

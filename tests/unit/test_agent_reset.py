@@ -15,7 +15,7 @@ from bke.contracts.agent import AgentCommand, LeaveEtcdMember, ResetNode, Step, 
 from bke_agent import AgentIdentity, Executor, LabBackend, LabLayout
 from bke_agent.backends.host import HostBackend
 from bke_agent.backends.paths import HOST_WRITE_DIRS
-from bke_agent.reset import RESET_DIRS, RESET_TABLE
+from bke_agent.reset import RESET_DIRS, RESET_TABLE, pods_of
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 POD = b"""apiVersion: v1
@@ -143,6 +143,18 @@ async def test_a_member_that_leaves_its_cluster_stops_then_its_data_goes_and_not
         assert refused.status == "Failed" and "belongs to the agent itself" in refused.stderr
     finally:
         await backend.stop()
+
+
+@pytest.mark.parametrize("stems, present, pods, left", [
+    # leaving etcd-data (etcd.yaml) on a node that keeps its etcd-events member: that pod is not etcd's
+    (["etcd"], ["etcd-events", "kube-apiserver"], ["etcd-events-n1", "kube-apiserver-n1"], []),
+    (["etcd"], ["etcd-events"], ["etcd-n1", "etcd-events-n1"], ["etcd"]),
+    # a reset waits for every manifest it took away
+    (["etcd", "etcd-events"], [], ["etcd-events-n1"], ["etcd-events"]),
+    (["kube-scheduler"], [], [], []),
+])
+def test_a_pod_belongs_to_the_longest_manifest_name_it_starts_with(stems, present, pods, left) -> None:
+    assert pods_of(stems, present, pods) == left
 
 
 def test_the_reset_table_covers_everything_the_host_may_write() -> None:

@@ -41,7 +41,7 @@ from .etcd_members import EtcdMemberStepsMixin
 from .files import ensure_file, remove_path
 from .health import tls_context, wait_http
 from .paths import HOST_WRITE_DIRS, PathPolicy
-from ..reset import ETCD_DATA_GLOB, POLL_S as RESET_POLL_S, RESET_DIRS, ResetStepsMixin
+from ..reset import ETCD_DATA_GLOB, MANIFESTS, POLL_S as RESET_POLL_S, RESET_DIRS, ResetStepsMixin, pods_of
 from .proc import judge, run_argv
 from .programs import HOST_PROGRAMS, PROGRAM_DIRS, resolve_program
 from .replace import ReplaceStepsMixin
@@ -228,7 +228,9 @@ class HostBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repl
             except (ValueError, AttributeError):
                 return "crictl pods: not JSON"
             names = [str((i.get("metadata") or {}).get("name", "")) for i in items]
-            left = [s for s in stems if any(n.startswith(f"{s}-") for n in names)]
+            manifests_dir = self.reset_local(MANIFESTS)
+            present = [PurePosixPath(e.name).stem for e in os.scandir(manifests_dir)] if manifests_dir.is_dir() else []
+            left = pods_of(stems, present, names)
             if not left:
                 return ""
             if time.monotonic() >= deadline:

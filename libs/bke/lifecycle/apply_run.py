@@ -383,7 +383,7 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
         work += [StepWork(CERTS_STEP, ""), StepWork(CLEANUP_STEP, "", shed)]
         unregistered = tuple(h for h in shed if current.node(h).registers and not desired.node(h).registers)
         if unregistered:  # drained by its runtime's roll (which makes its kubelet standalone) first
-            work += [StepWork(UNREGISTER_STEP, "", unregistered)]
+            work += [StepWork("masters-runtime", "", unregistered), StepWork(UNREGISTER_STEP, "", unregistered)]
     if not work:
         return ApplyOrder()
     return ApplyOrder(steps=tuple(_expand(current, desired, work, max_unavailable, sequences)))
