@@ -48,7 +48,7 @@ from tests.unit.upgrade_helpers import events_spec
 
 # two labs of their own: an install and two or three role changes each, about 45 s each here
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
-NET = "127.0.26"
+NET = "127.0.28"
 KEYS = {f"/registry/events/default/roles-{i}": f"before-the-changes-{i}" for i in range(5)}
 DATA_KEYS = {f"/registry/pods/default/roles-{i}": f"etcd-data-{i}" for i in range(3)}
 
