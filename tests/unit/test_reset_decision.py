@@ -33,6 +33,26 @@ def test_one_operation_per_cluster_and_known_nodes(kw, expect):
     assert why.startswith(expect) if expect else why == ""
 
 
+def test_a_reset_of_etcd_members_that_would_lose_quorum_is_refused_with_the_way_round():
+    # one of three: two left, a quorum; a worker beside it: fine
+    assert refusal(req(SEED, "master1", "node1"), SEED, "Succeeded") == ""
+    two = refusal(req(SEED, "master1", "master2"), SEED, "Succeeded")
+    assert two.startswith("nodes: resetting master1, master2 would leave etcd-data 1 working member(s) of 3, "
+                          "below its quorum of 2"), two
+    assert "`bke apply` without them" in two
+    # every member left: the cluster goes as a whole, fine
+    assert refusal(req(SEED, "master1", "master2", "master3"), SEED, "Succeeded") == ""
+    # a member reset before counts as gone: the second of three is refused, the last two together are not
+    before = new_reset(req(SEED, "master1", rid="old"), SEED, "t0", [])
+    before.status, before.reset_before = "Succeeded", ["master1"]
+    assert refusal(req(SEED, "master2", rid="new"), SEED, "Succeeded", current=before).startswith(
+        "nodes: resetting master2 would leave etcd-data 1 working member(s) of 3")
+    assert refusal(req(SEED, "master2", "master3", rid="new"), SEED, "Succeeded", current=before) == ""
+    # a split cluster: each etcd cluster on its own
+    assert refusal(req(SPLIT, "events1", "events2"), SPLIT, "Succeeded").startswith(
+        "nodes: resetting events1, events2 would leave etcd-events 1 working member(s) of 3")
+
+
 def test_a_running_reset_refuses_another_but_not_its_own_redelivery():
     current = new_reset(req(SEED, rid="old"), SEED, "t0", [])
     assert refusal(req(SEED, rid="new"), SEED, "Succeeded", current=current).startswith("reset old of seed is still running")

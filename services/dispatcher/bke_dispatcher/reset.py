@@ -135,12 +135,35 @@ def refusal(req: ResetCluster, plan: Plan | None, install_status: str | None, *,
     unknown = sorted(set(req.nodes) - {n.hostname for n in plan.nodes})
     if unknown:
         return f"nodes: not in the plan of {c}: {', '.join(unknown[:5])}"
+    why = _quorum_refusal(req, plan, current.reset_before if current is not None else [])
+    if why:
+        return why
     if paused:
         return f"{c} is paused: resume it first (bke resume {c})"
     if install_status == "Running":
         return f"the install of {c} is running: reset it after it ends (or fails)"
     if current is not None and current.status == "Running" and current.request_id != req.request_id:
         return f"reset {current.request_id} of {c} is still running ({current.done}/{len(current.nodes)} nodes)"
+    return ""
+
+
+def _quorum_refusal(req: ResetCluster, plan: Plan, reset_before: list[str]) -> str:
+    """A reset of some, not all, of an etcd cluster's members that are left may not take it below
+    its quorum: the members it resets stop and lose their data but stay listed (a reset does not
+    remove them from their cluster; `bke apply` without them does, quorum checked). Members
+    reset before count as gone. Resetting every member left (or the cluster) is fine."""
+    named, gone = set(req.nodes), set(reset_before)
+    if not named:
+        return ""
+    for ec in plan.etcd_clusters:
+        members = [m.hostname for m in ec.members]
+        alive = [h for h in members if h not in gone]
+        taken = [h for h in alive if h in named]
+        left, need = len(alive) - len(taken), len(members) // 2 + 1
+        if taken and left and left < need:
+            return (f"nodes: resetting {', '.join(taken)} would leave {ec.name} {left} working member(s) of "
+                    f"{len(members)}, below its quorum of {need}: reset every member left ({', '.join(alive)}) or "
+                    f"the whole cluster, or take members out of {ec.name} first (`bke apply` without them)")
     return ""
 
 
