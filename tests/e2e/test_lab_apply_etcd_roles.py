@@ -26,7 +26,10 @@ And on the seed (three stacked masters, one worker):
    (its apiserver, controller-manager and scheduler keep running);
 2. node1 becomes etcd-only ([node, etcd] -> [etcd]): drained, its kubelet rolled to run
    standalone (not uncordoned), the files only a registering node has taken away, then its
-   Node object deleted (the lab records each API action); its etcd member serves throughout."""
+   Node object deleted (the lab records each API action); its etcd member serves throughout;
+3. master3 becomes a worker that is an etcd-data member again ("moves": it joins etcd-data as a
+   learner, its old member's data gone since step 1, then its control plane and master-only
+   files are taken away) while master2 leaves etcd-data in place."""
 from __future__ import annotations
 
 import asyncio
@@ -217,3 +220,20 @@ async def test_a_stacked_master_leaves_etcd_a_worker_joins_it_then_stops_registe
         assert not (n1 / path).exists(), path
     assert sorted(m["name"] for m in await etcd_members(sdata.members[0].client_url, tls)) == ["master1", "master2", "node1"]
     await assert_reads_back(node1.client_url, tls, DATA_KEYS)
+
+    # 3. master3 stops being a master and joins etcd-data again (its old member's data went in
+    # step 1, so it starts clean as a learner), while master2 leaves etcd-data
+    back = _seed(master2="master/node", master3="node, etcd", node1="etcd")
+    assert "etcd-member-add" in await _apply(lab, tmp_path, "back", back)
+    bdata = await _serving(back, "etcd-data", tls, DATA_KEYS)
+    assert sorted(m.hostname for m in bdata.members) == ["master1", "master3", "node1"]
+    _left_alone(lab, "master2", data)
+    for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+        assert not (m3 / f"etc/kubernetes/manifests/{component}.yaml").exists(), component
+    for f in ("etc/kubernetes/admin.conf", "etc/kubernetes/pki/apiserver.key", "etc/kubernetes/pki/ca.key"):
+        assert not (m3 / f).exists(), f
+    assert (m3 / "etc/kubernetes/kubelet.conf").is_file()
+    for h in ("master1", "master2"):
+        command = lab.manifest(h, "kube-apiserver.yaml")["spec"]["containers"][0]["command"]
+        servers = next(a for a in command if a.startswith("--etcd-servers="))
+        assert all(m.client_url in servers for m in bdata.members), (h, servers)

@@ -371,17 +371,37 @@ def test_a_worker_that_becomes_etcd_only_is_drained_rolled_standalone_cleaned_th
     assert "/etc/kubernetes/kubelet.conf" in gone and not any("/pki/etcd/" in p for p in gone)
 
 
-def test_a_node_that_runs_more_and_less_at_once_or_stops_registering_is_refused_with_the_way_round(seed):
-    # a worker becoming etcd-only at once: it gains an etcd member and loses its Node object
+def test_a_worker_becoming_etcd_only_in_one_apply_is_refused_with_the_way_round(seed):
+    # it gains an etcd member and loses its Node object at once: drained before its join: not built
     d, o = order_of(seed, ETCD_ONLY)
     assert o.steps == (), o.refusals
     r = o.refusals[0]
-    assert "changing a node's roles (node1) so that it runs more and less at once" in r.message
+    assert "changing a node's roles (node1) so that its kubelet stops registering while it gains a part" in r.message
     assert "first with what it starts running, then without what it stops" in r.message
-    # a master that stops being one while it becomes an etcd-events member: refused the same way
-    d, o = order_of(plan(_grow_spec(("events1",)) + _member_node("m2", "127.0.23.2", "[master]")),
-                    _grow_spec(("events1", "events2")) + _member_node("m2", "127.0.23.2", "[node, etcd-event]"))
-    assert any("changing a node's roles (m2)" in r.message for r in o.refusals), o.refusals
+
+
+def test_a_master_becoming_an_etcd_member_worker_joins_the_cluster_then_sheds_its_control_plane():
+    """m2 [master] -> [node, etcd-event] ("moves"): it joins etcd-events (learner, join again,
+    promote) like any new member, then its static pods are taken away one component at a time
+    (kept by `_rejoin`: a join never takes anything away), then the master-only files go."""
+    from bke.contracts.agent import RemoveFile
+    from bke.render.result import RenderedFile
+    from bke.upgrade.node_commands import node_upgrade_steps
+
+    cur = plan(_grow_spec(("events1",)) + _member_node("m2", "127.0.23.2", "[master]"))
+    text = _grow_spec(("events1", "events2")) + _member_node("m2", "127.0.23.2", "[node, etcd-event]")
+    d, o = order_of(cur, text)
+    assert not o.refusals, o.refusals
+    got = [(s.step, s.group, s.batches) for s in o.steps]
+    assert got[7:11] == [("etcd-member-add", "etcd-events:m2", (("events1",),)), ("join-nodes", "etcd-events:m2", (("m2",),)),
+                         ("etcd-member-promote", "etcd-events:m2", (("events1",),)),
+                         ("etcd-health", "etcd-events:m2", (("events1", "events2", "m2"),))]
+    assert got[11:] == [("etcd", "etcd-events", (("events1",),)), ("kube-apiserver", "", (("m1",), ("m2",))),
+                        ("kube-controller-manager", "", (("m2",),)), ("kube-scheduler", "", (("m2",),)),
+                        ("cleanup", "", (("m2",),)), ("labels", "", ())]
+    manifest = "/etc/kubernetes/manifests/kube-scheduler.yaml"
+    gone = node_upgrade_steps("kube-scheduler", "", cur, plan(text), "m2", {manifest: RenderedFile(manifest, 0o600, b"x")}, {}, {})
+    assert gone == [RemoveFile(id="remove:kube-scheduler", path="/etc/kubernetes/manifests/kube-scheduler.yaml")]
 
 
 def test_members_moving_between_etcd_clusters_join_the_new_one_then_leave_the_old_one():

@@ -274,6 +274,8 @@ _SHED = frozenset({*_STATIC_PODS, *_LB, *_ETCD})
 _NODE_OBJECT = frozenset({"kube-proxy"})
 # the steps that roll a node's own files (a node that joins again gets them from its join)
 _ROLLS = frozenset({"etcd", *_STATIC_PODS, LB_STEP, "masters-runtime", "workers"})
+# those of them that take a shedding master's parts away (their manifests, its load balancer)
+_TAKES_AWAY = frozenset({*_STATIC_PODS, LB_STEP})
 
 
 def role_change(current: Plan, desired: Plan, host: str) -> str:
@@ -292,13 +294,17 @@ def role_change(current: Plan, desired: Plan, host: str) -> str:
     - "gains": it keeps everything it runs and runs more (a worker becoming a master, a node
       becoming a member of an etcd cluster, of another one too, an etcd-only node whose kubelet
       starts registering): it joins again with its new roles (`_rejoin`);
-    - "moves": it leaves etcd clusters and gains parts, and nothing else of it is lost (an
-      etcd-data member moving to etcd-events, an etcd-only node becoming a worker): both of the
-      above, the join first (inside the membership steps of a cluster it joins), its old
-      members removed from their clusters after the additions, then taken away by the cleanup;
-    - "other": it runs more and less at once otherwise (a worker becoming etcd-only: drained,
-      its Node deleted, and an etcd member started, in one apply; a master that stops being one
-      while it gains a part): not built; the same in two applies, gaining first, is."""
+    - "moves": it sheds parts as above, its kubelet still registering if it did, and gains
+      others (an etcd-data member moving to etcd-events, an etcd-only node becoming a worker, a
+      master becoming a worker that is an etcd member, an etcd member becoming a master): both
+      of the above. It joins again (inside the membership steps of a cluster it joins, else at
+      the end); its static pods and load balancer are taken away by their own steps as a
+      shedding master's (`_rejoin` keeps them), the members it leaves are removed from their
+      clusters after those clusters' additions, then the cleanup step;
+    - "other": its kubelet stops registering while it gains a part (a worker becoming etcd-only
+      in one apply: it would have to be drained before its join starts a member, and its join
+      would rewrite the kubelet's configuration): not built; the same in two applies, gaining
+      first, is."""
     a, b = current.node(host), desired.node(host)
     if not ((set(a.components) ^ set(b.components)) - _MOVABLE) and a.registers == b.registers \
             and is_master(a.roles) == is_master(b.roles):
@@ -310,22 +316,26 @@ def role_change(current: Plan, desired: Plan, host: str) -> str:
         return "sheds"
     if not lost and b.registers >= a.registers and is_master(b.roles) >= is_master(a.roles):
         return "gains"
-    if lost <= set(_ETCD) and b.registers >= a.registers and master_kept:
+    if lost <= _SHED and b.registers >= a.registers:
         return "moves"
     return "other"
 
 
-def _rejoin(desired: Plan, diff: ClusterDiff, work: list[StepWork], gained: tuple[str, ...]) -> list[StepWork]:
+def _rejoin(desired: Plan, diff: ClusterDiff, work: list[StepWork], gained: tuple[str, ...],
+            shedding: frozenset[str] = frozenset()) -> list[StepWork]:
     """Nodes whose new roles add parts join again, as a new node would, through the dispatcher
     (its phases are ensures: the files a node has already are left alone, the new ones written,
     its certificates issued and sealed for the plan that names its new roles, its new
     components waited healthy, its labels applied): the join, or its start inside the
     membership steps of an etcd cluster it becomes a member of. So none of its own files is
-    rolled as well; the other nodes' rolls (an apiserver's --etcd-servers, haproxy's backends)
-    stay, before the join as for a new node."""
+    rolled as well, except what a node that also sheds parts (`shedding`, "moves") stops running:
+    its static pods' and load balancer's steps take them away (a join never does); the other
+    nodes' rolls (an apiserver's --etcd-servers, haproxy's backends) stay, before the join as for
+    a new node."""
     drop = set(gained)
-    out = [StepWork(w.name, w.group, tuple(h for h in w.hosts if h not in drop)) if w.name in _ROLLS else w
-           for w in work]
+    out = [StepWork(w.name, w.group, tuple(h for h in w.hosts if h not in drop
+                                           or (h in shedding and w.name in _TAKES_AWAY)))
+           if w.name in _ROLLS else w for w in work]
     out = [w for w in out if not (w.name in _ROLLS and not w.hosts)]
     joining = tuple(h for h in gained if not _members_changing(diff, h, True))
     return out + [StepWork(JOIN_STEP, "", joining)] if joining else out
@@ -350,11 +360,10 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
         refusals.append(Refusal("NotBuilt", f"a node that runs less in place ({', '.join(shed)}) in the same apply as "
                                             f"removing nodes ({', '.join(diff.nodes_removed[:10])}) is not supported "
                                             "by this build yet: apply the removal first"))
-    if fixed:  # a drain before a join, static pods removed from a node that joins again: not built
+    if fixed:  # a drain before a join: not built
         refusals.append(Refusal("NotBuilt", "changing a node's roles (" + ", ".join(fixed)
-                                + ") so that it runs more and less at once, other than moving between etcd "
-                                  "clusters (a worker becoming etcd-only, a master that stops being one while it "
-                                  "gains a part), is not supported by this build yet: apply the spec in two "
+                                + ") so that its kubelet stops registering while it gains a part (a worker "
+                                  "becoming etcd-only) is not supported by this build yet: apply the spec in two "
                                   "steps (first with what it starts running, then without what it stops), or "
                                   "without the node (it is drained, removed and reset) then with its new roles"))
     by_kind: dict[str, list[Action]] = {}
@@ -378,7 +387,7 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
     if refusals:
         return ApplyOrder(refusals=tuple(dict.fromkeys(refusals)))
     if gained:
-        work = _rejoin(desired, diff, work, gained)
+        work = _rejoin(desired, diff, work, gained, frozenset(h for h, k in kinds.items() if k == "moves"))
     if shed:  # its bundle sealed again without what it no longer runs, then those files taken away
         work += [StepWork(CERTS_STEP, ""), StepWork(CLEANUP_STEP, "", shed)]
         unregistered = tuple(h for h in shed if current.node(h).registers and not desired.node(h).registers)
