@@ -106,6 +106,8 @@ async def test_large_spec_travels_by_reference(planner, watch, nats_client, redi
     text = synth_spec_text(8000, name="huge").encode()
     assert len(text) > 1024 * 1024  # over NATS' default max_payload
     ref = await put_blob(nats_client.jetstream(), "bke-blobs", "specs/huge.yaml", text)
+    # a spec by reference is not kept for ever: its bucket drops objects after 7 days
+    assert (await nats_client.jetstream().stream_info("OBJ_bke-blobs")).config.max_age == 7 * 86400
     rid = str(uuid.uuid4())
     await request(nats_client, {"requestId": rid, "specRef": ref})
     ev = await watch.wait_for(by_request(rid), timeout=60)

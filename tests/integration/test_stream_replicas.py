@@ -1,7 +1,8 @@
 """Stream replicas against a real 3-node NATS cluster (bke.lab.nats_cluster, no authentication):
 `ensure_streams(js, replicas=N)` creates with N, converges an existing stream up or down without
-losing its messages, makes the object buckets with N too, and a caller that gives no count
-(the CLI, an agent) leaves every count as it is."""
+losing its messages, makes the object buckets with N too (the blobs' with their time to live,
+which a bucket made before it gets), and a caller that gives no count (the CLI, an agent)
+leaves every count as it is."""
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +10,8 @@ import asyncio
 import pytest
 
 from bke.bus.connect import connect_nats
-from bke.bus.streams import BUCKETS, STREAMS, ensure_streams
+from bke.bus.streams import BUCKET_TTL_S, BUCKETS, OBJECT_BUCKET, STREAMS, ensure_streams
+from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET
 from bke.contracts import subjects as s
 from bke.lab.nats_cluster import NatsCluster, stop_nats_cluster
 
@@ -38,9 +40,15 @@ async def test_streams_converge_to_the_replicas_asked_for(tmp_path):
         assert {before[d.name] for d in STREAMS} == {1} and {before[f"OBJ_{b}"] for b, _ in BUCKETS} == {0}
         subject = next(iter(s.EVENT_SUBJECTS)).replace(">", "x").replace("*", "x")
         await js.publish(subject, b"kept")
+        # the blob bucket as a release before its time to live made it (a first put, no config)
+        await js.create_object_store(OBJECT_BUCKET)
+        assert not (await js.stream_info(f"OBJ_{OBJECT_BUCKET}")).config.max_age
 
         await ensure_streams(js, replicas=3)
         assert set((await _replicas(js)).values()) == {3}
+        # ... brought to its time to live; the snapshots are kept for ever
+        assert (await js.stream_info(f"OBJ_{OBJECT_BUCKET}")).config.max_age == BUCKET_TTL_S[OBJECT_BUCKET] == 7 * 86400
+        assert not (await js.stream_info(f"OBJ_{ETCD_SNAPSHOT_BUCKET}")).config.max_age
         await ensure_streams(js)  # a caller without a count changes nothing
         assert set((await _replicas(js)).values()) == {3}
         await ensure_streams(js, replicas=3)  # converged: idempotent

@@ -12,6 +12,7 @@ from nats.js.object_store import ObjectStore
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
 from ..errors import PermanentError
+from .streams import bucket_config
 
 __all__ = ["BlobTooLarge", "put_blob", "get_blob"]
 
@@ -19,8 +20,8 @@ __all__ = ["BlobTooLarge", "put_blob", "get_blob"]
 async def _bucket(js: JetStreamContext, name: str) -> ObjectStore:
     try:
         return await js.object_store(name)
-    except NotFoundError:  # BucketNotFoundError: the first put creates the bucket
-        return await js.create_object_store(name)  # bucket positional: nats-py gotcha
+    except NotFoundError:  # BucketNotFoundError: the first put creates the bucket, with its time to live
+        return await js.create_object_store(name, config=bucket_config(name))  # bucket positional: nats-py gotcha
 
 
 async def put_blob(js: JetStreamContext, bucket: str, key: str, data: bytes) -> str:

@@ -27,7 +27,8 @@ from nats.js.errors import NotFoundError
 from ..contracts import subjects as s
 from ..contracts.agent import ETCD_SNAPSHOT_BUCKET
 
-__all__ = ["BUCKETS", "STREAMS", "StreamDef", "ensure_buckets", "ensure_streams", "OBJECT_BUCKET"]
+__all__ = ["BUCKETS", "BUCKET_TTL_S", "STREAMS", "StreamDef", "bucket_config", "ensure_buckets", "ensure_streams",
+           "OBJECT_BUCKET"]
 
 log = logging.getLogger(__name__)
 OBJECT_BUCKET = "bke-blobs"  # big payloads travel by reference (specRef)
@@ -37,6 +38,12 @@ BUCKETS: tuple[tuple[str, str], ...] = (
     (OBJECT_BUCKET, "payloads too large for one message (specRef)"),
     (ETCD_SNAPSHOT_BUCKET, "etcd snapshots, sealed to the deployment's snapshot key"),
 )
+# How long an object may stay, per bucket (seconds; absent: kept until deleted). A spec sent by
+# reference is read once, when its request is taken (the planner stores the plan, the upgrader
+# keeps the spec in its run's record), and the request itself leaves the streams after 7 days:
+# its blob goes with it, rather than every install's and apply's spec staying for ever. The
+# snapshots are kept: a restore may need one at any time (`bke etcd snapshots` lists them).
+BUCKET_TTL_S: dict[str, float] = {OBJECT_BUCKET: 7 * 86400.0}
 
 
 @dataclass(frozen=True)
@@ -99,17 +106,25 @@ async def ensure_streams(js: JetStreamContext, streams: tuple[StreamDef, ...] = 
         await ensure_buckets(js, replicas)
 
 
+def bucket_config(bucket: str, replicas: int = 1) -> ObjectStoreConfig:
+    """An object bucket's configuration: its replicas and its objects' time to live (BUCKET_TTL_S)."""
+    summary = dict(BUCKETS).get(bucket, "")
+    return ObjectStoreConfig(bucket=bucket, description=summary, storage=StorageType.FILE, replicas=replicas,
+                             ttl=BUCKET_TTL_S.get(bucket))
+
+
 async def ensure_buckets(js: JetStreamContext, replicas: int) -> None:
-    """Each object bucket of BUCKETS, created with `replicas` or brought to that count."""
-    for bucket, summary in BUCKETS:
+    """Each object bucket of BUCKETS, created with `replicas` and its time to live, or brought to
+    them (a bucket made before its time to live was declared gets it)."""
+    for bucket, _ in BUCKETS:
         try:
             info = await js.stream_info(f"OBJ_{bucket}")
         except NotFoundError:
-            await js.create_object_store(bucket, config=ObjectStoreConfig(
-                bucket=bucket, description=summary, storage=StorageType.FILE, replicas=replicas))
+            await js.create_object_store(bucket, config=bucket_config(bucket, replicas))
             log.info("object bucket created", extra={"bucket": bucket, "replicas": replicas})
             continue
-        if info.config.num_replicas != replicas:
-            info.config.num_replicas = replicas
+        ttl = BUCKET_TTL_S.get(bucket, 0.0)
+        if info.config.num_replicas != replicas or (info.config.max_age or 0.0) != ttl:
+            info.config.num_replicas, info.config.max_age = replicas, ttl
             await js.update_stream(info.config)
-            log.info("object bucket updated", extra={"bucket": bucket, "replicas": replicas})
+            log.info("object bucket updated", extra={"bucket": bucket, "replicas": replicas, "ttl_s": ttl})
