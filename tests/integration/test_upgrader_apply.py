@@ -202,11 +202,13 @@ async def test_refusals_by_name_and_nothing_stored(redis_client: aioredis.Redis,
     plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [])
     more = TEXT.replace("spec: {hostname: node1, ip: 127.0.10.4, role: [node]}",
                         "spec: {hostname: node1, ip: 127.0.10.4, role: [node, etcd-event]}")
-    # master3 stops being an etcd member while node1 becomes an etcd-only one: runs more and less at once
-    from tests.unit.test_apply_run import ETCD_ONLY as both
-    assert more != TEXT and both != TEXT
+    # master3 stops being a master while node1 is removed, in one apply: not built
+    both = TEXT.replace("hostname: master3, ip: 127.0.10.3, role: [master/node, etcd]",
+                        "hostname: master3, ip: 127.0.10.3, role: [node, etcd]")
+    both = both.split("---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {name: seed-node1}")[0]
+    assert more != TEXT and both != TEXT and "node1" not in both
     cases = {
-        "roles": (both, "NotBuilt", "changing a node's roles (node1)"),
+        "roles": (both, "NotBuilt", "in the same apply as removing nodes (node1)"),
         "split": (more, "SplitUnchanged", "etcd-events"),
         "versions": (TEXT.replace("kubernetesVersion: v1.33.2", "kubernetesVersion: v1.33.3"), "Versions", "bke upgrade apply"),  # VersionsAlone: its rolls come with it
         "invalid": (TEXT.replace("role: [node]}", "role: [nope]}"), "spec.", "nope"),

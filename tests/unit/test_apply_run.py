@@ -2,6 +2,8 @@
 order; what is refused by name rather than half done)."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from bke.lifecycle.apply_run import HANDLERS, NOT_BUILT, apply_order
@@ -350,7 +352,7 @@ def test_a_worker_that_becomes_etcd_only_is_drained_rolled_standalone_cleaned_th
     which makes its kubelet standalone), then what a registering node alone needs taken away
     (kubelet.conf, crictl's configuration, the pod network's sysctls), then its Node object
     deleted through the API; its etcd member is left as it runs."""
-    from bke.contracts.agent import RemoveFile
+    from bke.contracts.agent import RemoveFile, SystemdUnit, WaitHealth
     from bke.render.context import RenderInputs
     from bke.render.render import render_cluster
     from bke.upgrade.node_commands import node_upgrade_steps
@@ -358,26 +360,51 @@ def test_a_worker_that_becomes_etcd_only_is_drained_rolled_standalone_cleaned_th
     worker, etcd_only = plan(SWAP_ETCD), plan(ETCD_ONLY)
     d, o = order_of(worker, ETCD_ONLY)
     assert not o.refusals, o.refusals
-    assert steps(o) == [("pre-checks", "", (), False), ("certificates", "", (), False),
+    assert steps(o) == [("pre-checks", "", (), False), ("certificates", "", (), False), ("drain-nodes", "", (("node1",),), False),
                         ("masters-runtime", "", (("node1",),), True), ("cleanup", "", (("node1",),), False),
                         ("delete-node-objects", "", (("node1",),), False), ("labels", "", (), False)]
     inputs = RenderInputs(vrrp_password="x")
     old, new = render_cluster(worker, inputs), render_cluster(etcd_only, inputs)
     files = lambda r: {f.path: f for f in r.node("node1").files}  # noqa: E731
     cleanup = node_upgrade_steps("cleanup", "", worker, etcd_only, "node1", files(old), files(new), {})
-    assert all(isinstance(st, RemoveFile) for st in cleanup)  # no LeaveEtcdMember: it stays a member
-    gone = [st.path for st in cleanup]
+    removed = [st for st in cleanup if isinstance(st, RemoveFile)]
+    assert cleanup[:len(removed)] == removed  # no LeaveEtcdMember: it stays a member
+    gone = [st.path for st in removed]
     assert gone[:2] == ["/etc/crictl.yaml", "/etc/sysctl.d/99-bke.conf"]
     assert "/etc/kubernetes/kubelet.conf" in gone and not any("/pki/etcd/" in p for p in gone)
+    # then its kubelet restarted on the standalone configuration, before the Node is deleted
+    restart, health = cleanup[len(removed):]
+    assert isinstance(restart, SystemdUnit) and (restart.unit, restart.action) == ("kubelet.service", "restart")
+    assert isinstance(health, WaitHealth) and "10248" in health.url
 
 
-def test_a_worker_becoming_etcd_only_in_one_apply_is_refused_with_the_way_round(seed):
-    # it gains an etcd member and loses its Node object at once: drained before its join: not built
+def test_a_worker_becoming_etcd_only_in_one_apply_is_drained_then_joins_etcd_then_stops_registering(seed):
+    """node1 [node] -> [etcd] while master3 leaves etcd-data ("moves" and "sheds"): node1 is
+    cordoned and drained first (its join writes the standalone kubelet configuration), joins
+    etcd-data as a learner, is promoted; master3 is removed; the rolls; node1's runtime rolled
+    (never uncordoned), both cleaned up (node1's kubelet restarted standalone), then node1's Node
+    object deleted."""
     d, o = order_of(seed, ETCD_ONLY)
-    assert o.steps == (), o.refusals
-    r = o.refusals[0]
-    assert "changing a node's roles (node1) so that its kubelet stops registering while it gains a part" in r.message
-    assert "first with what it starts running, then without what it stops" in r.message
+    assert not o.refusals, o.refusals
+    got = [(s.step, s.group, s.batches) for s in o.steps]
+    assert got[2:5] == [("certificates", "", ()), ("drain-nodes", "", (("node1",),)),
+                        ("etcd-member-add", "etcd-data:node1", (("master1",),))]
+    assert got[-5:] == [("kube-apiserver", "", (("master1",), ("master2",), ("master3",))),
+                        ("masters-runtime", "", (("node1",),)), ("cleanup", "", (("master3",), ("node1",))),
+                        ("delete-node-objects", "", (("node1",),)), ("labels", "", ())]
+
+
+def test_a_role_change_that_would_take_the_kubelet_away_is_refused(seed):
+    """No role in today's table takes a node's kubelet or containerd away; should one ever,
+    the run refuses it by name rather than leave the node half changed."""
+    from bke.lifecycle.apply_run import role_change
+
+    bare = seed.node("node1").model_copy(update={"components": ["containerd"]})
+    new = seed.model_copy(update={"nodes": [bare if n.hostname == "node1" else n for n in seed.nodes]})
+    assert role_change(seed, new, "node1") == "other"
+    d = dataclasses.replace(diff_plans(seed, new, []), roles_changed={"node1": (("node",), ("node",))})
+    o = apply_order(seed, new, d)
+    assert o.steps == () and "stops running its kubelet or container runtime" in o.refusals[0].message, o
 
 
 def test_a_master_becoming_an_etcd_member_worker_joins_the_cluster_then_sheds_its_control_plane():
@@ -504,10 +531,13 @@ def test_the_dry_run_shows_what_the_apply_would_refuse_as_not_built(seed):
     change the run cannot carry out is refused by name before anything is sent."""
     from bke_planner.changes import changes_of
 
-    new = plan(ETCD_ONLY)
+    # master3 stops being a master while node1 is removed: one apply cannot do both yet
+    text = SEED.replace("hostname: master3, ip: 127.0.10.3, role: [master/node, etcd]",
+                        "hostname: master3, ip: 127.0.10.3, role: [node, etcd]")
+    new = plan(text.split("---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {name: seed-node1}")[0])
     answer = changes_of("r", new, seed, "d0")
     assert {r.path for r in answer.refusals} == {"NotBuilt"}, answer.refusals
-    assert "changing a node's roles (node1)" in answer.refusals[0].message
+    assert "in the same apply as removing nodes (node1)" in answer.refusals[0].message
     fine = changes_of("r", plan(SEED.replace("      certificates: {keyAlgorithm: ECDSA-P256}\n", KCM)), seed, "d0")
     assert fine.refusals == []
 

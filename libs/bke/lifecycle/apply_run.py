@@ -39,12 +39,12 @@ from ..node_steps import health_steps
 from ..spec.roles import CONTROL_PLANE_ROLES, is_master
 from ..upgrade.node_commands import CLEANUP_STEP, LB_STEP
 from ..upgrade.order import MAX_UNAVAILABLE, MEMBER_BY_MEMBER, ONE_AT_A_TIME, ORDER, ExpandedStep, Step, parse_max_unavailable
-from ..upgrade.run import UNREGISTER_STEP
+from ..upgrade.run import DRAIN_STEP, UNREGISTER_STEP
 from .diff import Action, ClusterDiff, Refusal, component_of
 from .etcd_members import MemberSequence, MemberStep, agent_step, member_sequences
 
 __all__ = ["APPLY_STEPS", "CLEANUP_STEP", "ETCD_ADD", "ETCD_HEALTH", "ETCD_PROMOTE", "ETCD_REMOVE", "HANDLERS", "JOIN_STEP",
-           "LABELS_STEP", "LB_STEP", "MEMBER_NODE_STEPS", "MEMBERSHIP_BATCH", "NOT_BUILT", "REMOVE_STEP", "UNREGISTER_STEP",
+           "LABELS_STEP", "LB_STEP", "MEMBER_NODE_STEPS", "MEMBERSHIP_BATCH", "NOT_BUILT", "REMOVE_STEP", "DRAIN_STEP", "UNREGISTER_STEP",
            "ApplyOrder", "StepWork",
            "apply_order", "member_commands", "member_group", "member_join", "parse_member_group"]
 
@@ -55,10 +55,12 @@ JOIN_STEP = "join-nodes"
 # The run's steps, in order: the upgrade's node steps (ORDER) between the record conversion
 # (pre-checks, local) and the two cluster-wide steps done through the API, then the removals
 # and the joins (each a request to the dispatcher).
-# A node that runs less in place (`role_change` "sheds") is cleaned up once its components are
-# rolled (CLEANUP_STEP: a standalone kubelet no longer reads kubelet.conf), and the Node object
-# of one whose kubelet stopped registering is deleted after that (UNREGISTER_STEP).
-APPLY_STEPS: tuple[str, ...] = ("pre-checks", "etcd-snapshots", CERTS_STEP, "etcd-members", "etcd", "kube-apiserver", "kube-controller-manager",
+# A node whose kubelet stops registering is cordoned and drained before anything touches it
+# (DRAIN_STEP: a join inside the membership steps may write its standalone configuration); a node
+# that runs less in place (`role_change` "sheds") is cleaned up once its components are rolled
+# (CLEANUP_STEP: a standalone kubelet no longer reads kubelet.conf), and the Node object of one
+# whose kubelet stopped registering is deleted after that (UNREGISTER_STEP).
+APPLY_STEPS: tuple[str, ...] = ("pre-checks", "etcd-snapshots", CERTS_STEP, DRAIN_STEP, "etcd-members", "etcd", "kube-apiserver", "kube-controller-manager",
                                 "kube-scheduler", LB_STEP, "masters-runtime", "workers", CLEANUP_STEP, UNREGISTER_STEP,
                                 "addons", LABELS_STEP, REMOVE_STEP, JOIN_STEP)
 MEMBERSHIP_BATCH = 1000  # nodes per JoinNodes / RemoveNodes (the contract's MAX_NODES)
@@ -294,17 +296,16 @@ def role_change(current: Plan, desired: Plan, host: str) -> str:
     - "gains": it keeps everything it runs and runs more (a worker becoming a master, a node
       becoming a member of an etcd cluster, of another one too, an etcd-only node whose kubelet
       starts registering): it joins again with its new roles (`_rejoin`);
-    - "moves": it sheds parts as above, its kubelet still registering if it did, and gains
-      others (an etcd-data member moving to etcd-events, an etcd-only node becoming a worker, a
-      master becoming a worker that is an etcd member, an etcd member becoming a master): both
-      of the above. It joins again (inside the membership steps of a cluster it joins, else at
-      the end); its static pods and load balancer are taken away by their own steps as a
-      shedding master's (`_rejoin` keeps them), the members it leaves are removed from their
-      clusters after those clusters' additions, then the cleanup step;
-    - "other": its kubelet stops registering while it gains a part (a worker becoming etcd-only
-      in one apply: it would have to be drained before its join starts a member, and its join
-      would rewrite the kubelet's configuration): not built; the same in two applies, gaining
-      first, is."""
+    - "moves": it sheds parts as above and gains others (an etcd-data member moving to
+      etcd-events, an etcd-only node becoming a worker, a worker becoming etcd-only, a master
+      becoming a worker that is an etcd member, an etcd member becoming a master): both of the
+      above. It joins again (inside the membership steps of a cluster it joins, else at the
+      end), drained before (DRAIN_STEP) if its kubelet stops registering; its static pods and
+      load balancer are taken away by their own steps as a shedding master's (`_rejoin` keeps
+      them), the members it leaves are removed from their clusters after those clusters'
+      additions, then the cleanup step;
+    - "other": it would lose something no role change takes away (its kubelet, containerd):
+      cannot happen with today's roles, refused if it ever does."""
     a, b = current.node(host), desired.node(host)
     if not ((set(a.components) ^ set(b.components)) - _MOVABLE) and a.registers == b.registers \
             and is_master(a.roles) == is_master(b.roles):
@@ -316,7 +317,7 @@ def role_change(current: Plan, desired: Plan, host: str) -> str:
         return "sheds"
     if not lost and b.registers >= a.registers and is_master(b.roles) >= is_master(a.roles):
         return "gains"
-    if lost <= _SHED and b.registers >= a.registers:
+    if lost <= may_lose:
         return "moves"
     return "other"
 
@@ -360,12 +361,11 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
         refusals.append(Refusal("NotBuilt", f"a node that runs less in place ({', '.join(shed)}) in the same apply as "
                                             f"removing nodes ({', '.join(diff.nodes_removed[:10])}) is not supported "
                                             "by this build yet: apply the removal first"))
-    if fixed:  # a drain before a join: not built
+    if fixed:  # a part no role change takes away: the roles table grew a kind this code does not know
         refusals.append(Refusal("NotBuilt", "changing a node's roles (" + ", ".join(fixed)
-                                + ") so that its kubelet stops registering while it gains a part (a worker "
-                                  "becoming etcd-only) is not supported by this build yet: apply the spec in two "
-                                  "steps (first with what it starts running, then without what it stops), or "
-                                  "without the node (it is drained, removed and reset) then with its new roles"))
+                                + ") so that it stops running its kubelet or container runtime is not supported "
+                                  "by this build: apply the spec without the node (it is drained, removed and "
+                                  "reset), then with its new roles"))
     by_kind: dict[str, list[Action]] = {}
     for a in diff.actions:
         by_kind.setdefault(a.kind, []).append(a)
@@ -391,8 +391,9 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
     if shed:  # its bundle sealed again without what it no longer runs, then those files taken away
         work += [StepWork(CERTS_STEP, ""), StepWork(CLEANUP_STEP, "", shed)]
         unregistered = tuple(h for h in shed if current.node(h).registers and not desired.node(h).registers)
-        if unregistered:  # drained by its runtime's roll (which makes its kubelet standalone) first
-            work += [StepWork("masters-runtime", "", unregistered), StepWork(UNREGISTER_STEP, "", unregistered)]
+        if unregistered:  # drained first; its runtime rolled standalone; its Node deleted last
+            work += [StepWork(DRAIN_STEP, "", unregistered), StepWork("masters-runtime", "", unregistered),
+                     StepWork(UNREGISTER_STEP, "", unregistered)]
     if not work:
         return ApplyOrder()
     return ApplyOrder(steps=tuple(_expand(current, desired, work, max_unavailable, sequences)))
@@ -494,7 +495,7 @@ def _expand(current: Plan, desired: Plan, work: list[StepWork], max_unavailable:
             if not hosts:  # a cluster-wide step: the addons, the labels
                 out.append(ExpandedStep(name, group, ()))
                 continue
-            if name in (REMOVE_STEP, JOIN_STEP, UNREGISTER_STEP):  # one request per batch, every node at once
+            if name in (REMOVE_STEP, JOIN_STEP, DRAIN_STEP, UNREGISTER_STEP):  # one request per batch, every node at once
                 out.append(ExpandedStep(name, group, _chunks(hosts, MEMBERSHIP_BATCH)))
                 continue
             if name in _STATIC_PODS:  # a moved component starts where it goes before it stops where it leaves

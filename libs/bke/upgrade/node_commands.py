@@ -26,7 +26,9 @@ from __future__ import annotations
 import base64
 from typing import Callable, Mapping, Sequence
 
-from ..contracts.agent import CheckHost, HealthProbe, LeaveEtcdMember, NewFile, RemoveFile, ReplaceFiles, Step, UpdateAgent, WaitHealth
+from ..contracts.agent import (
+    CheckHost, HealthProbe, LeaveEtcdMember, NewFile, RemoveFile, ReplaceFiles, Step, SystemdUnit, UpdateAgent, WaitHealth,
+)
 from ..node_steps import artefacts_of, file_phase, health_steps
 from ..pki.instances import node_file_refs
 from ..plan import NodePlan, Plan
@@ -206,7 +208,15 @@ def _cleanup(old_plan: Plan, new_plan: Plan, hostname: str, old_files: Mapping[s
     rendered = sorted(p for p in old_files.keys() - new_files.keys() if not p.startswith(f"{MANIFESTS}/"))
     keep = {r.path for r in node_file_refs(new_plan, (hostname,))[hostname]}
     gone = sorted({r.path for r in node_file_refs(old_plan, (hostname,))[hostname]} - keep - set(rendered))
-    return out + [RemoveFile(id=f"remove:{p}", path=p) for p in (*rendered, *gone)]
+    out += [RemoveFile(id=f"remove:{p}", path=p) for p in (*rendered, *gone)]
+    node = new_plan.node(hostname)
+    if old_plan.node(hostname).registers and not node.registers:
+        # its kubelet stops registering: restarted on its standalone configuration before its
+        # Node object is deleted (a join that wrote that configuration does not restart a
+        # running kubelet, and a kubelet still holding kubelet.conf would register it again)
+        out += [SystemdUnit(id="cleanup:kubelet", unit="kubelet.service", action="restart"),
+                *health_steps(new_plan, node, ("kubelet",), timeout_s)]
+    return out
 
 
 def _replace(step_id: str, files: list[NewFile], units: list[str], probes: list[HealthProbe],

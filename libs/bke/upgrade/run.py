@@ -27,6 +27,7 @@ from .order import ExpandedStep
 
 __all__ = [
     "LOCAL_STEPS",
+    "DRAIN_STEP",
     "UNREGISTER_STEP",
     "Decision",
     "NodeOutcome",
@@ -43,11 +44,13 @@ __all__ = [
 
 # Steps the upgrader runs itself (not through agents): the checks on live facts, the renewal
 # asked of the certs service, the addons applied through the cluster's API, and (the run of a
-# changed spec, bke.lifecycle.apply_run) the nodes' labels and taints set through the API, the
-# Node objects of nodes whose kubelet stopped registering deleted through it, and the workers
+# changed spec, bke.lifecycle.apply_run) the nodes' labels and taints set through the API, nodes
+# whose kubelet stops registering cordoned and drained through it, then their Node objects
+# deleted, and the workers
 # removed and joined by a request to the dispatcher.
-UNREGISTER_STEP = "delete-node-objects"
-LOCAL_STEPS = frozenset({"pre-checks", "certificates", "addons", "labels", UNREGISTER_STEP, "remove-nodes", "join-nodes"})
+DRAIN_STEP, UNREGISTER_STEP = "drain-nodes", "delete-node-objects"
+LOCAL_STEPS = frozenset({"pre-checks", "certificates", DRAIN_STEP, "addons", "labels", UNREGISTER_STEP, "remove-nodes",
+                         "join-nodes"})
 SLUG_PREFIX = "upgrade@"
 STDERR_KEEP = 2000
 FAILED_KEEP = 50

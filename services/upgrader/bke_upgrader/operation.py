@@ -64,6 +64,8 @@ from bke.upgrade.node_commands import CLEANUP_STEP, LB_STEP, BinariesMemo, node_
 from bke.upgrade.node_versions import settled, stopped_batch_ids
 from bke.upgrade.paths import resolve_target
 from bke.upgrade.run import (
+    DRAIN_STEP,
+    UNREGISTER_STEP,
     Decision,
     UpgradeRun,
     awaited_ids,
@@ -76,7 +78,6 @@ from bke.upgrade.run import (
     mark_local_batch,
     mark_sent,
     mark_uncordoned,
-    UNREGISTER_STEP,
     new_run,
     upgrade_command_id,
 )
@@ -114,6 +115,10 @@ BASE_PLAN_FIELD = "apply:base-plan"
 # addons step (the new render's manifests); the others (agents, snapshots, post-checks) need none.
 RENDERED_STEPS = frozenset({"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", LB_STEP,
                             "masters-runtime", "workers", CLEANUP_STEP, "addons"})
+
+
+def _drain_timeout(run: UpgradeRun) -> float:
+    return float(run.request.get("drainTimeoutS", 300.0))
 
 
 class Checksums(Protocol):
@@ -520,6 +525,13 @@ class Upgrades:
                 plan = new.model_copy(update={"nodes": [n for n in new.nodes if n.hostname in kept]})
                 why = await self.labels.apply(plan) if self.labels is not None else "no labels adapter in this upgrader"
                 mark_local(step, not why, why)
+            elif step.name == DRAIN_STEP:
+                # nodes whose kubelet stops registering: drained before a join or roll touches them
+                why = await self.drainer.cordon_and_drain(new, step.current(), _drain_timeout(run))
+                if why:
+                    mark_local(step, False, why)
+                else:
+                    mark_local_batch(step)
             elif step.name == UNREGISTER_STEP:
                 # their kubelets run standalone now (the runtime's roll) and the cleanup took
                 # kubelet.conf away: nothing puts the Node objects back (a node with none is fine)
@@ -539,8 +551,7 @@ class Upgrades:
             return
         hosts = list(d.hosts)
         if d.action == "drain":
-            timeout = float(run.request.get("drainTimeoutS", 300.0))
-            why = await self.drainer.cordon_and_drain(new, hosts, timeout)
+            why = await self.drainer.cordon_and_drain(new, hosts, _drain_timeout(run))
             if why:
                 mark_local(step, False, why)
             else:
