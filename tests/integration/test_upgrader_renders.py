@@ -4,6 +4,7 @@ a cancelled render leaves no process behind."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 
 import pytest
@@ -65,3 +66,20 @@ async def test_a_cancelled_render_kills_its_child(monkeypatch):
     assert started[0].returncode is not None  # reaped
     with pytest.raises(ProcessLookupError):
         os.kill(started[0].pid, 0)
+
+
+async def test_the_service_freezes_the_heap_once_a_render_is_in_and_unfreezes_it_when_the_render_is_replaced():
+    old, new = _plans()
+    renders = Renders(freeze_heap=True)
+    try:
+        await renders.get("r1", old, new)
+        assert gc.get_freeze_count() > 0  # the plans and renders: skipped by full collections
+        second = renders.start("r2", old, new)  # the cluster's next request drops r1's renders
+        assert gc.get_freeze_count() == 0
+        await second
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()  # this test process's own collector as it was
+    assert gc.get_freeze_count() == 0
+    await Renders().get("r3", old, new)  # a test's Renders (no freeze_heap) leaves the collector alone
+    assert gc.get_freeze_count() == 0
