@@ -116,7 +116,7 @@ async def _render_both(old: Plan, new: Plan, vrrp_password: str | None = None) -
     answer = pickle.loads(out)  # our own child's answer (render_child: the only writer)
     if answer[0] == "error":
         raise RenderFailed(answer[1])
-    _, old_files, new_files, addons, peak_kb = answer
-    log.info("both renders done in a child process: %.1f s, its peak RSS %d MB", time.monotonic() - t0,
-             peak_kb // 1024, extra={"cluster": old.cluster})
+    _, old_files, new_files, addons, peak_kb, cpu_s = answer
+    log.info("both renders done in a child process: %.1f s, %.1f CPU-s, its peak RSS %d MB", time.monotonic() - t0,
+             cpu_s, peak_kb // 1024, extra={"cluster": old.cluster})
     return ClusterRenders(old_files, new_files, addons, vrrp=vrrp_password is not None)
