@@ -55,14 +55,14 @@ class Renders:
     begins it in the background (the first steps need no file, so it overlaps with them); `get`
     waits for it. A render that failed is begun again by the next caller.
 
-    `freeze_heap` (the service sets it; a test process keeps its collector as it is): once a
-    render is in, everything the process holds is frozen for the garbage collector
-    (`gc.freeze`). The run's two plans (PlanCache, `Upgrades._plans`) and its renders are
-    ~250,000 objects at 5,000 nodes that live as long as the run, and each of the collector's
-    full passes walked them all: 5 to 7 an upgrade, 0.4-0.9 CPU-s of the upgrader's 6-9
-    (bench/upgrade.py --profile --gc-only). Frozen objects are still freed by reference
-    counting when dropped; a cycle among them is collected once the heap is unfrozen, which
-    happens when a cluster's renders are replaced (its next request)."""
+    `freeze_heap` (the service sets it; a test process keeps its collector as it is): what the
+    process holds is frozen for the garbage collector (`gc.freeze`) when a render begins (the
+    two plans it renders from are loaded then) and again when it is in. The run's plans
+    (PlanCache, `Upgrades._plans`) and its renders are ~250,000 objects at 5,000 nodes that
+    live as long as the run, and each of the collector's full passes walked them all: 5 to 7
+    an upgrade, 0.4-0.9 CPU-s of the upgrader's 6-9 (bench/upgrade.py --profile --gc-only).
+    Frozen objects are still freed by reference counting when dropped; so that a cycle among
+    them is not kept for good, each new render first unfreezes the heap and collects it once."""
 
     def __init__(self, vrrp_password: Callable[[str], Awaitable[str | None]] | None = None, *,
                  freeze_heap: bool = False) -> None:
@@ -75,10 +75,12 @@ class Renders:
         fut = self._cache.get(key)
         if fut is None or (fut.done() and (fut.cancelled() or fut.exception() is not None)):
             fut = asyncio.ensure_future(self._render(old, new))
-            if self._freeze and any(k[0] == old.cluster for k in self._cache):
-                gc.unfreeze()  # the renders dropped here go back to the collector (frozen again below)
             self._cache = {k: v for k, v in self._cache.items() if k[0] != old.cluster}  # one per cluster
             self._cache[key] = fut
+            if self._freeze:  # why: the class docstring
+                gc.unfreeze()
+                gc.collect()  # one full pass a render, over what was frozen too
+                gc.freeze()
         return fut
 
     async def get(self, request_id: str, old: Plan, new: Plan) -> ClusterRenders:
