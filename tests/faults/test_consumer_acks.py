@@ -13,6 +13,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 ACK_WAIT = 1.0
 
 
+async def _until(check, what: str, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    """Poll `check` (the consumer's state on the server) until it holds, under a deadline."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.05)  # polling the consumer's state under a deadline
+
+
 async def test_a_handler_running_three_ack_waits_is_not_redelivered_and_old_durables_get_the_short_wait(nats_client):
     js = nats_client.jetstream()
     await js.add_stream(StreamConfig(name="FAULTS_ACKS", subjects=["faults.acks.>"]))
@@ -40,10 +48,7 @@ async def test_a_handler_running_three_ack_waits_is_not_redelivered_and_old_dura
         async def acked() -> bool:
             info = await js.consumer_info("FAULTS_ACKS", "slow")
             return info.num_ack_pending == 0 and info.num_redelivered == 0
-        deadline = asyncio.get_running_loop().time() + 10
-        while not await acked():
-            assert asyncio.get_running_loop().time() < deadline, "the message was not acked"
-            await asyncio.sleep(0.05)  # polling the consumer's state under a deadline
+        await _until(acked, "the message was not acked")
         assert calls == [1]  # handled once: in-progress acks kept it from being redelivered
     finally:
         for consumer in replicas:
@@ -74,10 +79,7 @@ async def test_skipped_messages_are_acknowledged_unhandled_and_the_others_handle
         async def settled() -> bool:
             info = await js.consumer_info("FAULTS_SKIP", "skipper")
             return info.num_ack_pending == 0 and info.num_pending == 0
-        deadline = asyncio.get_running_loop().time() + 10
-        while not await settled():
-            assert asyncio.get_running_loop().time() < deadline, "a message was left unacknowledged"
-            await asyncio.sleep(0.05)  # polling the consumer's state under a deadline
+        await _until(settled, "a message was left unacknowledged")
         assert sorted(handled) == [b"ours-1", b"ours-2"]
         assert (await js.consumer_info("FAULTS_SKIP", "skipper")).num_redelivered == 0
     finally:
