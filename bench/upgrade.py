@@ -174,21 +174,23 @@ class _GcTimer:
                        f"objects tracked now {len(gc.get_objects())}\n")
 
 
-def _profile_services(out: Path | None, gc_only: bool) -> None:
-    """With --profile: the upgrader is started under bench/profiling/sitecustomize.py."""
+def _profile_services(out: Path | None, gc_only: bool, services: tuple[str, ...]) -> None:
+    """With --profile: these services (the upgrader by default) are started under
+    bench/profiling/sitecustomize.py."""
     if out is None:
         return
     out.mkdir(parents=True, exist_ok=True)
     here = str(Path(__file__).resolve().parent / "profiling")
     os.environ["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
     os.environ["BKE_BENCH_PROFILE_DIR"] = str(out)
-    os.environ["BKE_BENCH_PROFILE"] = "bke-upgrader"
+    os.environ["BKE_BENCH_PROFILE"] = ",".join(f"bke-{s}" for s in services)
     os.environ["BKE_BENCH_PROFILE_MODE"] = "gc" if gc_only else "cprofile"
 
 
 async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavailable: str,
-                      profile: Path | None = None, gc_only: bool = False) -> dict:
-    _profile_services(profile, gc_only)
+                      profile: Path | None = None, gc_only: bool = False,
+                      profiled: tuple[str, ...] = ("upgrader",)) -> dict:
+    _profile_services(profile, gc_only, profiled)
     async with installed_lab(nodes, workdir) as lab:
         if lab.result["status"] != "Succeeded":
             return {"status": f"install {lab.result['status']}", "install": lab.result}
@@ -214,7 +216,8 @@ async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavail
         async with _TimedWatch(lab.nc, subjects) as watch:
             watch_times = watch.times
             if prof is not None:
-                os.kill(upgrader, signal.SIGUSR2)
+                for name in profiled:
+                    os.kill(lab.sup.pids()["services"][name], signal.SIGUSR2)
                 gc_timer = _GcTimer()
                 if not gc_only:
                     prof.enable()
@@ -234,7 +237,8 @@ async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavail
                     prof.dump_stats(profile / f"fleet-{nodes}.pstats")
                 if gc_timer is not None:
                     gc_timer.stop(profile / f"fleet-{nodes}.gc")
-                os.kill(upgrader, signal.SIGUSR1)
+                for name in profiled:
+                    os.kill(lab.sup.pids()["services"][name], signal.SIGUSR1)
         view = end.data["upgrade"]
         arrived = [(at - t0, e) for at, e in zip(watch_times, watch.seen)]
         steps = answer.data["steps"]
@@ -260,12 +264,12 @@ async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavail
 
 
 async def main(sizes: list[int], to: str, etcd: str, max_unavailable: str, profile: Path | None = None,
-               gc_only: bool = False) -> int:
+               gc_only: bool = False, profiled: tuple[str, ...] = ("upgrader",)) -> int:
     ok = True
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"bke-bench-upgrade-{n}-") as d:
             try:
-                up = await run_upgrade(n, Path(d) / "lab", to, etcd, max_unavailable, profile, gc_only)
+                up = await run_upgrade(n, Path(d) / "lab", to, etcd, max_unavailable, profile, gc_only, profiled)
             finally:
                 gc.unfreeze()  # frozen by run_upgrade; the floor starts with an ordinary heap
             if up["status"] != "Succeeded":
@@ -300,8 +304,13 @@ if __name__ == "__main__":
     ap.add_argument("--max-unavailable", default="10%")
     ap.add_argument("--profile", type=Path, default=None,
                     help="write cProfile stats of the upgrade to DIR: this process (the fleet) and the "
-                         "upgrader (bench/profiling/sitecustomize.py); profiling slows both")
+                         "services named by --profile-services (bench/profiling/sitecustomize.py); profiling "
+                         "slows them")
     ap.add_argument("--gc-only", action="store_true",
                     help="with --profile: only the garbage collector's CPU seconds, no cProfile")
+    ap.add_argument("--profile-services", default="upgrader",
+                    help="with --profile: the lab services to profile, comma-separated (upgrader, dispatcher, "
+                         "certs, planner, renderer)")
     a = ap.parse_args()
-    sys.exit(asyncio.run(main(a.nodes, a.to, a.etcd_version, a.max_unavailable, a.profile, a.gc_only)))
+    sys.exit(asyncio.run(main(a.nodes, a.to, a.etcd_version, a.max_unavailable, a.profile, a.gc_only,
+                              tuple(a.profile_services.split(",")))))

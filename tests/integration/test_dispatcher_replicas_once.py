@@ -44,7 +44,7 @@ async def test_two_replicas_send_one_health_round_per_period(redis_url, redis_cl
         sent.append(headers["Nats-Msg-Id"])
 
     async def sign(cmd):  # the signature is not what this test is about
-        return cmd
+        return cmd.to_bytes()
 
     try:
         plan, _ = await _stored_cluster(r, "rounds")

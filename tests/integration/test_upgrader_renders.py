@@ -4,7 +4,9 @@ a cancelled render leaves no process behind."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
+import weakref
 
 import pytest
 
@@ -65,3 +67,30 @@ async def test_a_cancelled_render_kills_its_child(monkeypatch):
     assert started[0].returncode is not None  # reaped
     with pytest.raises(ProcessLookupError):
         os.kill(started[0].pid, 0)
+
+
+async def test_the_service_freezes_the_heap_for_a_render_and_collects_what_was_frozen_at_the_next_one():
+    old, new = _plans()
+    renders = Renders(freeze_heap=True)
+
+    class Cycle:
+        me: object = None
+
+    gc.disable()  # no automatic pass: the cycle below is garbage only the freeze's own pass may collect
+    try:
+        first = renders.start("r1", old, new)
+        assert gc.get_freeze_count() > 0  # the plans it renders from: skipped by full collections
+        cycle = Cycle()
+        cycle.me = cycle
+        ref = weakref.ref(cycle)
+        del cycle
+        await first
+        assert gc.get_freeze_count() > 0 and ref() is not None  # frozen with the render, uncollected
+        second = renders.start("r2", old, new)  # the cluster's next request: unfrozen, collected once
+        assert ref() is None and gc.get_freeze_count() > 0
+        await second
+    finally:
+        gc.enable()
+        gc.unfreeze()  # this test process's own collector as it was
+    await Renders().get("r3", old, new)  # a test's Renders (no freeze_heap) leaves the collector alone
+    assert gc.get_freeze_count() == 0

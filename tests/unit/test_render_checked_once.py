@@ -32,3 +32,22 @@ def test_shared_bytes_are_checked_once_and_a_problem_is_reported_for_each_node(m
         render(plan)
     hosts = {f.node for f in err.value.findings if "broken on purpose" in f.message}
     assert hosts == {n.hostname for n in plan.nodes}
+
+
+def test_equal_parameters_are_rendered_once_and_each_node_keeps_its_own_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = plan_of(synth_spec_text(8, name="once"))
+    real = render_module.TemplateSet.render
+    calls: list[str] = []
+
+    def counting(self, name, params):  # type: ignore[no-untyped-def]
+        calls.append(name)
+        return real(self, name, params)
+
+    monkeypatch.setattr(render_module.TemplateSet, "render", counting)
+    rendered = render(plan)
+    by_template = {name: calls.count(name) for name in set(calls)}
+    # every node's containerd config is the same: rendered once; kubelet.service names its node
+    assert by_template["containerd/config.toml.j2"] == 1
+    assert by_template["k8s/kubelet.service.j2"] == len(plan.nodes)
+    units = {n.hostname: next(f.content for f in n.files if f.path.endswith("kubelet.service")) for n in rendered.nodes}
+    assert all(f"--hostname-override={host}".encode() in unit for host, unit in units.items())

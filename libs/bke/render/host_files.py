@@ -10,6 +10,7 @@ also applies at once, so the file and the running kernel agree):
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -71,8 +72,13 @@ def modules_load(ctx: Ctx, node: NodePlan) -> Emit:
 
 
 def _ipv6_pods(ctx: Ctx) -> bool:
+    return _has_ipv6(ctx.config.networking.pod_subnet)
+
+
+@functools.lru_cache(maxsize=64)  # one pod subnet per cluster, asked once per node
+def _has_ipv6(pod_subnet: str) -> bool:
     try:
-        return any(n.version == 6 for n in parse_pod_subnets(ctx.config.networking.pod_subnet))
+        return any(n.version == 6 for n in parse_pod_subnets(pod_subnet))
     except ValueError:
         return False  # a plan holds a validated spec: not reached
 

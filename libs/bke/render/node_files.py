@@ -4,6 +4,7 @@ when the endpoint is a VIP.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import re
@@ -47,6 +48,7 @@ _REGISTRY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:\d{1,5})?$")
 _SYSTEMD_SPECIAL = re.compile(r'[\s"\'\\$%;]')
 
 
+@functools.lru_cache(maxsize=64)  # one subnet per cluster, asked once per node
 def _dns_ip(service_subnet: str) -> str:
     """kubeadm's choice: the 10th address of the service range."""
     return str(ipaddress.ip_network(service_subnet, strict=False)[10])

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
 
 from ..plan import NodePlan, Plan
 from ..versions import CONTAINERD_MINORS, ETCD_MINORS, KUBERNETES, parse_version
@@ -93,8 +95,31 @@ def _node_reserved(node: NodePlan) -> dict[str, list[tuple[int, str]]]:
     return owners
 
 
+@dataclass
+class _Seen:
+    """What one render_cluster call has already done, by input. Both are pure: a template reads
+    only its typed parameters (StrictUndefined), so equal parameters (the same JSON of every
+    field) give the same text; the checks are pure in (text, expect). Most files of a worker
+    are every worker's (all but kubelet.service, which names the node): rendered and parsed
+    back once per cluster, and their bytes shared by every node that has them."""
+
+    texts: dict[tuple[str, str], tuple[str, bytes]] = field(default_factory=dict)  # (template, params JSON)
+    checked: dict[tuple[str, str], Result] = field(default_factory=dict)  # (kind, text)
+
+    def render(self, ts: TemplateSet, template: str, params: object) -> tuple[str, bytes]:
+        if not isinstance(params, BaseModel):  # every builder's are models; anything else is rendered each time
+            text = ts.render(template, params)
+            return text, text.encode()
+        key = (template, params.model_dump_json())
+        out = self.texts.get(key)
+        if out is None:
+            text = ts.render(template, params)
+            out = self.texts[key] = (text, text.encode())
+        return out
+
+
 def _render_node(ctx: Ctx, ts: TemplateSet, node: NodePlan, expect: Expect, findings: list[Finding],
-                 checked: dict[tuple[str, str], Result]) -> NodeFiles:
+                 seen: _Seen) -> NodeFiles:
     files: list[RenderedFile] = []
     owners = _node_reserved(node)
     cgroups: dict[str, str] = {}
@@ -105,19 +130,18 @@ def _render_node(ctx: Ctx, ts: TemplateSet, node: NodePlan, expect: Expect, find
         if kind == "containerd":
             kind = "containerd-v3" if ctx.versions.containerd.major >= 2 else "containerd-v2"
         for path, params in rule.build(ctx, node):
-            text = ts.render(rule.template, params)
-            # the same bytes checked once per cluster: most files of a worker are every worker's
-            # (parsing back is three quarters of a render); the checks are pure in (text, expect)
-            result = checked.get((kind, text))
+            text, data = seen.render(ts, rule.template, params)
+            # the same bytes checked once per cluster (parsing back is three quarters of a render)
+            result = seen.checked.get((kind, text))
             if result is None:
-                result = checked[(kind, text)] = VALIDATORS[kind](text, expect)
+                result = seen.checked[(kind, text)] = VALIDATORS[kind](text, expect)
             problems, facts = result
             findings.extend(Finding(node.hostname, path, kind, p) for p in problems)
             if "ports" in facts:
                 owners[f"pod {facts['pod']}"] = facts["ports"]
             if "cgroup" in facts:
                 cgroups[path] = facts["cgroup"]
-            files.append(RenderedFile(path, rule.mode, text.encode(), rule.secret))
+            files.append(RenderedFile(path, rule.mode, data, rule.secret))
     findings.extend(Finding(node.hostname, "(node)", "ports-unique", p) for p in port_conflicts(owners))
     if len(set(cgroups.values())) > 1:
         findings.append(Finding(node.hostname, "(node)", "cgroup-driver", f"kubelet and containerd disagree: {cgroups}"))
@@ -149,8 +173,8 @@ def render_cluster(plan: Plan, inputs: RenderInputs) -> RenderedCluster:
     ts = template_set(versions)
     expect = _expect(plan, ctx)
     findings: list[Finding] = []
-    checked: dict[tuple[str, str], Result] = {}
-    nodes = tuple(_render_node(ctx, ts, n, expect, findings, checked) for n in plan.nodes)  # 4, 5
+    seen = _Seen()
+    nodes = tuple(_render_node(ctx, ts, n, expect, findings, seen) for n in plan.nodes)  # 4, 5
     addons = render_addons(ctx, ts, findings)  # 6
     findings += [Finding(host, comp, "flag-table", f"rendered --flag: {msg}") for host, comp, msg in dict.fromkeys(ctx.flag_problems)]
     if findings:  # 7

@@ -124,7 +124,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
             "node-labels": NodeLabelsWork(redis, nodes_api or LabNodes(), _now),
             "health": ApiHealthWork(redis, nodes_api, _now),  # the lab: nothing to ask an API
         }),
-        _now, settings.owner, settings.lease_ms, notify=notify, sign=signing.sign,
+        _now, settings.owner, settings.lease_ms, notify=notify, sign=signing.sign_bytes,
     )
     pause_flags = PauseFlags(redis, "dispatcher")
     runner = Runner(engine, state, paused=pause_flags.is_paused)
@@ -134,7 +134,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
 
         async def pods(plan):
             return {**await applier.pod_status(plan), **await periodic_doc(plan, api)}
-    health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s, pods=pods, sign=signing.sign,
+    health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s, pods=pods, sign=signing.sign_bytes,
                            owner=settings.owner)
     rotation_store = RotationStore(redis)
     rotations = Rotations(rotation_store, state, plans, files, svc.publish, _now, settings.owner, settings.lease_ms,
@@ -274,14 +274,10 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
                         batch_size=b)
     # one per sealed batch or registration: thousands per big install, so the lean consumer
     svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", t(CertsSealed, certs_sealed))
-    typed_result = t(CommandResult, on_result)
-
-    async def on_any_result(body: bytes) -> None:
-        if upgraders_result(body):
-            return  # results.py drops it too, after a parse and three Redis reads (15,000 in a 5,000-node upgrade)
-        await typed_result(body)
-
-    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", on_any_result)
+    # an upgrader's result is acknowledged as it arrives (results.py would drop it too, after a
+    # parse and three Redis reads: 15,000 in a 5,000-node upgrade)
+    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", t(CommandResult, on_result),
+                        skip=upgraders_result)
     # registrations go to the certs service only: the dispatcher learns a node's agent from
     # `certs.sealed` (the provisioned key), never from the agent's claim
     svc.fast_subscriber(AGENTS_ACCEPTED, "BKE_EVENTS", "dispatcher-agents-accepted", t(AgentAccepted, agent_accepted))

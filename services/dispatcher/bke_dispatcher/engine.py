@@ -23,7 +23,7 @@ from bke.state.operation_slot import release_operation
 
 from . import decide, readiness
 from .phases import PHASES, NodeInputs, Phase, agent_sealers
-from .signing import Sign
+from .signing import SignBytes
 from .state import DispatcherState
 
 __all__ = ["Engine", "Outcome", "command_id", "parse_command_id"]
@@ -66,7 +66,7 @@ class Engine:
         lease_ms: int = 15000,
         notify: Publish | None = None,
         *,
-        sign: Sign,
+        sign: SignBytes,
     ):
         self.sign = sign  # every command is signed (signing.py): agents run nothing else
         self.state, self.plans, self.files, self.publish = state, plans, files, publish
@@ -218,16 +218,17 @@ class Engine:
                 h = node.hostname
                 gen = gens.get(h, 0)
                 inp = NodeInputs(render=render.get(h) or [], certs=certs.get(h) or [], checksums=sums, seal=seals.get(h))
-                cmd = await self.sign(AgentCommand(
+                cmd = AgentCommand(
                     command_id=command_id(cluster, phase.slug, h, gen),
                     cluster=cluster,
                     node=h,
                     phase=phase.slug,
                     issued_at=self._ts(),
                     steps=phase.build(plan, node, inp) if phase.build else [],
-                ))
+                )
+                body = await self.sign(cmd)  # the signed body, its canonical bytes written once
                 sent[h] = {"id": cmd.command_id, "gen": gen, "status": "Sent", "step": "", "stderr": "", "at": cmd.issued_at}
-                pubs.append(self.publish(cmd.to_bytes(), agent_subject(cluster, h, "command"), {"Nats-Msg-Id": cmd.command_id}))
+                pubs.append(self.publish(body, agent_subject(cluster, h, "command"), {"Nats-Msg-Id": cmd.command_id}))
             # publish first, then record: a crash in between only re-publishes the same ids
             await asyncio.gather(*pubs)
             cursor = None if start is None else start + i + len(chunk)

@@ -20,7 +20,7 @@ from bke.state.lease import claim_lease
 
 from .phases import HEALTH, phase_by_slug
 from .steps import health_steps
-from .signing import Sign
+from .signing import SignBytes
 from .state import DispatcherState
 
 __all__ = ["HealthMonitor"]
@@ -40,7 +40,7 @@ class HealthMonitor:
         interval_s: float,
         pods: Callable[[Plan], Awaitable[dict]] | None = None,
         *,
-        sign: Sign,
+        sign: SignBytes,
         owner: str = "",
     ):
         self.sign = sign  # health commands are signed like every other (signing.py)
@@ -76,15 +76,16 @@ class HealthMonitor:
             for node in phase_by_slug("health").targets(plan):
                 # short waits: a round reports what answers now, it does not wait for recovery
                 steps = health_steps(plan, node, HEALTH_COMPONENTS, min(10.0, max(2.0, self.interval_s / 2)))
-                cmd = await self.sign(AgentCommand(
+                cmd = AgentCommand(
                     command_id=f"{cluster}/health@{rnd}/{node.hostname}/0",
                     cluster=cluster,
                     node=node.hostname,
                     phase="health",
                     issued_at=self.now().isoformat(),
                     steps=steps,
-                ))
-                await self.publish(cmd.to_bytes(), agent_subject(cluster, node.hostname, "command"), {"Nats-Msg-Id": cmd.command_id})
+                )
+                await self.publish(await self.sign(cmd), agent_subject(cluster, node.hostname, "command"),
+                                   {"Nats-Msg-Id": cmd.command_id})
                 sent += 1
         return sent
 

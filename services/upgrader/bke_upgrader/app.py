@@ -172,7 +172,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
         raw = await redis.get(vrrp_password_key(cluster))
         return raw.decode() if isinstance(raw, bytes) else raw
 
-    upgrades = Upgrades(store, plans, RedisPlanStore(redis), facts, Renders(vrrp_password),
+    upgrades = Upgrades(store, plans, RedisPlanStore(redis), facts, Renders(vrrp_password, freeze_heap=True),
                         LabChecksums() if simulated_repo else HttpRepoChecksums(), drainer, addons, publish,
                         _now, settings.owner, settings.lease_ms, sign=signing.sign_bytes,
                         snapshots=snapshots, answer_deadline_s=settings.answer_deadline_s,
@@ -243,18 +243,15 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
             await upgrades.on_result(res)
 
     svc.work_subscriber(RESTORE_ETCD, "BKE_COMMANDS", "upgrader-restores", on_restore_request, batch_size=4)
-    typed_result = typed(CommandResult, on_result, svc.publish, svc.notify)
-
-    async def on_any_result(body: bytes) -> None:
+    def not_ours(body: bytes) -> bool:
         # Every agent result comes here (installs', rotations', health rounds': a 5,000-node
         # health round every 30 s). One that holds neither an upgrade's nor a restore's command
-        # id mark cannot be ours: acknowledged without being parsed. One that does is parsed and
-        # checked in full, so a mark in some other field only costs the parse.
-        if UPGRADE_MARK not in body and RESTORE_MARK not in body:
-            return
-        await typed_result(body)
+        # id mark cannot be ours: acknowledged as it arrives, never parsed. One that does is
+        # parsed and checked in full, so a mark in some other field only costs the parse.
+        return UPGRADE_MARK not in body and RESTORE_MARK not in body
 
-    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results", on_any_result)
+    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results",
+                        typed(CommandResult, on_result, svc.publish, svc.notify), skip=not_ours)
 
     async def on_piece(msg) -> None:  # type: ignore[no-untyped-def]
         if msg.reply:

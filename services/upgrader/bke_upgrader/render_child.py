@@ -10,11 +10,12 @@ Stdin: `{"old": <plan JSON>, "new": <plan JSON>, "vrrp": <the cluster's VRRP pas
 (a pipe, never argv or the environment: the password is a secret). Stdout: a pickle (the parent is the same
 code from the same installation, and the only writer of this pipe) of either
 
-    ("ok", old, new, addons, peak_rss_kb)    old/new: host -> path -> RenderedFile, only the
-                                             files whose bytes or mode differ between the
-                                             renders (what node commands carry), equal
-                                             contents shared once
-    ("error", "Type: message")               the plan does not render (a permanent failure)
+    ("ok", old, new, addons, peak_rss_kb, cpu_s)    old/new: host -> path -> RenderedFile, only
+                                                    the files whose bytes or mode differ between
+                                                    the renders (what node commands carry), equal
+                                                    contents shared once; cpu_s: its own CPU
+                                                    seconds (the parent logs them)
+    ("error", "Type: message")                      the plan does not render (a permanent failure)
 """
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def main() -> int:
         out: tuple = ("error", " ".join(f"{type(exc).__name__}: {exc}".split()))
     else:
         old_changed, new_changed = changed_only(old_files, new_files)
-        out = ("ok", old_changed, new_changed, addons, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        use = resource.getrusage(resource.RUSAGE_SELF)
+        out = ("ok", old_changed, new_changed, addons, use.ru_maxrss, use.ru_utime + use.ru_stime)
     sys.stdout.buffer.write(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
     sys.stdout.buffer.flush()
     return 0

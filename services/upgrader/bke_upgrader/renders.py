@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import pickle
@@ -52,11 +53,22 @@ class RenderFailed(PermanentError):
 class Renders:
     """One entry per (cluster, request): a 5,000-node render takes seconds, done once. `start`
     begins it in the background (the first steps need no file, so it overlaps with them); `get`
-    waits for it. A render that failed is begun again by the next caller."""
+    waits for it. A render that failed is begun again by the next caller.
 
-    def __init__(self, vrrp_password: Callable[[str], Awaitable[str | None]] | None = None) -> None:
+    `freeze_heap` (the service sets it; a test process keeps its collector as it is): what the
+    process holds is frozen for the garbage collector (`gc.freeze`) when a render begins (the
+    two plans it renders from are loaded then) and again when it is in. The run's plans
+    (PlanCache, `Upgrades._plans`) and its renders are ~250,000 objects at 5,000 nodes that
+    live as long as the run, and each of the collector's full passes walked them all: 5 to 7
+    an upgrade, 0.4-0.9 CPU-s of the upgrader's 6-9 (bench/upgrade.py --profile --gc-only).
+    Frozen objects are still freed by reference counting when dropped; so that a cycle among
+    them is not kept for good, each new render first unfreezes the heap and collects it once."""
+
+    def __init__(self, vrrp_password: Callable[[str], Awaitable[str | None]] | None = None, *,
+                 freeze_heap: bool = False) -> None:
         self._cache: dict[tuple[str, str], asyncio.Future[ClusterRenders]] = {}
         self._vrrp = vrrp_password  # cluster -> its VRRP password, None if it has none
+        self._freeze = freeze_heap
 
     def start(self, request_id: str, old: Plan, new: Plan) -> asyncio.Future[ClusterRenders]:
         key = (old.cluster, request_id)
@@ -65,6 +77,10 @@ class Renders:
             fut = asyncio.ensure_future(self._render(old, new))
             self._cache = {k: v for k, v in self._cache.items() if k[0] != old.cluster}  # one per cluster
             self._cache[key] = fut
+            if self._freeze:  # why: the class docstring
+                gc.unfreeze()
+                gc.collect()  # one full pass a render, over what was frozen too
+                gc.freeze()
         return fut
 
     async def get(self, request_id: str, old: Plan, new: Plan) -> ClusterRenders:
@@ -74,7 +90,10 @@ class Renders:
 
     async def _render(self, old: Plan, new: Plan) -> ClusterRenders:
         password = await self._vrrp(old.cluster) if self._vrrp is not None and old.load_balancer else None
-        return await _render_both(old, new, password)
+        renders = await _render_both(old, new, password)
+        if self._freeze:
+            gc.freeze()  # why: the class docstring
+        return renders
 
 
 async def _render_both(old: Plan, new: Plan, vrrp_password: str | None = None) -> ClusterRenders:
@@ -99,7 +118,7 @@ async def _render_both(old: Plan, new: Plan, vrrp_password: str | None = None) -
     answer = pickle.loads(out)  # our own child's answer (render_child: the only writer)
     if answer[0] == "error":
         raise RenderFailed(answer[1])
-    _, old_files, new_files, addons, peak_kb = answer
-    log.info("both renders done in a child process: %.1f s, its peak RSS %d MB", time.monotonic() - t0,
-             peak_kb // 1024, extra={"cluster": old.cluster})
+    _, old_files, new_files, addons, peak_kb, cpu_s = answer
+    log.info("both renders done in a child process: %.1f s, %.1f CPU-s, its peak RSS %d MB", time.monotonic() - t0,
+             cpu_s, peak_kb // 1024, extra={"cluster": old.cluster})
     return ClusterRenders(old_files, new_files, addons, vrrp=vrrp_password is not None)
