@@ -164,6 +164,12 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         await membership.stop()
 
     async def resume() -> list[str]:
+        # a restored backup may predate results that were counted, acknowledged and lost since
+        for cluster in await state.installs():
+            asked = await engine.reask_in_flight(cluster)
+            if asked:
+                log.warning("state restored: commands in flight sent again to %s", ", ".join(asked[:10]),
+                            extra={"cluster": cluster})
         return (await runner.resume_all() + await rotations.resume_all() + await resets.resume_all()
                 + await membership.resume_all())
 

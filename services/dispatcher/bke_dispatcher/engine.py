@@ -198,9 +198,34 @@ class Engine:
                 reason, node = decide.failed_nodes_reason(await self.state.all_commands(cluster, phase.slug))
                 return Outcome("failed", reason=reason, node=node)
 
-    async def _send(self, rid, cluster, plan, phase, batch, gens: dict[str, int], start: int | None) -> None:
+    async def reask_in_flight(self, cluster: str) -> list[str]:
+        """After the state was restored from a backup (bke.state.epoch): send the running install's
+        commands that the restored record still has in flight again, under a new message id, and
+        name their nodes. Why: a result counted after the backup was taken and before the loss
+        was acknowledged then, and is gone; the same command sent again under its own id falls in
+        JetStream's duplicate window and is dropped, so the phase would wait for ever. An agent
+        that ran the command answers it from its journal: nothing runs twice."""
+        inst = await self.state.install(cluster)
+        if inst.get("status") != "Running":
+            return []
+        plan = await self.plans.load(cluster)
+        for phase in PHASES:
+            if not decide.PhaseRecord.from_hash(await self.state.phase(cluster, phase.slug)).status.finished:
+                break
+        else:
+            return []
+        cmds = await self.state.all_commands(cluster, phase.slug)
+        gens = {h: int(c.get("gen", 0)) for h, c in cmds.items() if c.get("status") == "Sent"}
+        nodes = [n for n in self.targets(plan, phase) if n.hostname in gens]
+        if nodes:
+            await self._send(inst["requestId"], cluster, plan, phase, nodes, gens, None, again=f"@restored:{self._ts()}")
+        return [n.hostname for n in nodes]
+
+    async def _send(self, rid, cluster, plan, phase, batch, gens: dict[str, int], start: int | None,
+                    again: str = "") -> None:
         """Build, publish and record commands for `batch`; `start` is the phase cursor at
-        batch[0] (None for retries, which do not move the cursor)."""
+        batch[0] (None for retries, which do not move the cursor). `again`: a suffix of the
+        message ids, for commands sent before whose answers were lost (`reask_in_flight`)."""
         sums = await self.checksums.for_plan(plan) if "checksums" in phase.needs else {}
         for i in range(0, len(batch), SEND_CHUNK):
             chunk = batch[i : i + SEND_CHUNK]
@@ -228,7 +253,7 @@ class Engine:
                 )
                 body = await self.sign(cmd)  # the signed body, its canonical bytes written once
                 sent[h] = {"id": cmd.command_id, "gen": gen, "status": "Sent", "step": "", "stderr": "", "at": cmd.issued_at}
-                pubs.append(self.publish(body, agent_subject(cluster, h, "command"), {"Nats-Msg-Id": cmd.command_id}))
+                pubs.append(self.publish(body, agent_subject(cluster, h, "command"), {"Nats-Msg-Id": cmd.command_id + again}))
             # publish first, then record: a crash in between only re-publishes the same ids
             await asyncio.gather(*pubs)
             cursor = None if start is None else start + i + len(chunk)
