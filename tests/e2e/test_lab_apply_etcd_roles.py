@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,8 +78,19 @@ def _split(**roles: str) -> str:
 
 
 async def _apply(lab: Lab, tmp_path: Path, name: str, text: str) -> str:
+    """`bke lab apply` of `text`, once the dispatcher's latest health round finds every etcd
+    member healthy: the quorum rule counts the members that round found unhealthy, and a round
+    taken while the previous apply started a member (every 30 s in the lab) saw it starting."""
     (tmp_path / f"{name}.yaml").write_text(text)
-    done = await asyncio.to_thread(_bke, "lab", "apply", str(tmp_path / f"{name}.yaml"), "--workdir", str(lab.workdir))
+    args = ("lab", "apply", str(tmp_path / f"{name}.yaml"), "--workdir", str(lab.workdir))
+    deadline = time.monotonic() + 120
+    while True:
+        dry = await asyncio.to_thread(_bke, *args, "--dry-run")
+        if not re.search(r"unhealthy members (?!none)", dry.stdout + dry.stderr):
+            break
+        assert time.monotonic() < deadline, dry.stdout + dry.stderr
+        await asyncio.sleep(3)  # polling the dry run under a deadline: the next health round
+    done = await asyncio.to_thread(_bke, *args)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "apply Succeeded" in done.stdout and "agent stopped" not in done.stdout, done.stdout  # nobody removed
     return done.stdout
