@@ -37,7 +37,7 @@ from ..plan import Plan
 from ..plan.models import NodePlan
 from ..node_steps import health_steps
 from ..spec.roles import CONTROL_PLANE_ROLES, is_master
-from ..upgrade.node_commands import CLEANUP_STEP, LB_STEP
+from ..upgrade.node_commands import CLEANUP_STEP, LB_STEP, stops_registering
 from ..upgrade.order import MAX_UNAVAILABLE, MEMBER_BY_MEMBER, ONE_AT_A_TIME, ORDER, ExpandedStep, Step, parse_max_unavailable
 from ..upgrade.run import DRAIN_STEP, UNREGISTER_STEP
 from .diff import Action, ClusterDiff, Refusal, component_of
@@ -137,7 +137,7 @@ def _roll(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action
         # a node that runs less: its load balancer's and etcd members' files go in their own
         # steps, the node environment's it no longer needs (crictl's, the pod network's sysctls
         # on a node that stops registering) in the cleanup step
-        sheds = (comp in _LB or comp in etcd_of or comp in _RUNTIME) and a.host in current.node_index[1] \
+        sheds = (comp in _LB or comp in etcd_of or comp in _RUNTIME) and a.host in diff.roles_changed \
             and role_change(current, desired, a.host) in ("sheds", "moves")
         if gone and not (comp in _STATIC_PODS and gone == [f"{MANIFESTS}/{comp}.yaml"]) and not sheds:
             # a control-plane component that leaves a master (its manifest removed: the kubelet
@@ -390,7 +390,7 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
         work = _rejoin(desired, diff, work, gained, frozenset(h for h, k in kinds.items() if k == "moves"))
     if shed:  # its bundle sealed again without what it no longer runs, then those files taken away
         work += [StepWork(CERTS_STEP, ""), StepWork(CLEANUP_STEP, "", shed)]
-        unregistered = tuple(h for h in shed if current.node(h).registers and not desired.node(h).registers)
+        unregistered = tuple(h for h in shed if stops_registering(current, desired, h))
         if unregistered:  # drained first; its runtime rolled standalone; its Node deleted last
             work += [StepWork(DRAIN_STEP, "", unregistered), StepWork("masters-runtime", "", unregistered),
                      StepWork(UNREGISTER_STEP, "", unregistered)]

@@ -40,6 +40,7 @@ __all__ = [
     "BinariesMemo",
     "changed_files",
     "node_upgrade_steps",
+    "stops_registering",
 ]
 
 MANIFESTS = "/etc/kubernetes/manifests"
@@ -192,6 +193,13 @@ def node_upgrade_steps(
     raise ValueError(f"upgrade step {step!r} sends no node command")
 
 
+def stops_registering(old_plan: Plan, new_plan: Plan, hostname: str) -> bool:
+    """The node's kubelet registered a Node in the old plan and runs standalone in the new (a
+    worker becoming etcd-only): drained, never uncordoned, its Node object deleted."""
+    was = old_plan.node_index[1].get(hostname)
+    return was is not None and was.registers and not new_plan.node(hostname).registers
+
+
 def _cleanup(old_plan: Plan, new_plan: Plan, hostname: str, old_files: Mapping[str, RenderedFile],
              new_files: Mapping[str, RenderedFile], timeout_s: float) -> list[Step]:
     """What a node that runs less in place no longer needs: first each etcd member it stopped
@@ -209,13 +217,12 @@ def _cleanup(old_plan: Plan, new_plan: Plan, hostname: str, old_files: Mapping[s
     keep = {r.path for r in node_file_refs(new_plan, (hostname,))[hostname]}
     gone = sorted({r.path for r in node_file_refs(old_plan, (hostname,))[hostname]} - keep - set(rendered))
     out += [RemoveFile(id=f"remove:{p}", path=p) for p in (*rendered, *gone)]
-    node = new_plan.node(hostname)
-    if old_plan.node(hostname).registers and not node.registers:
+    if stops_registering(old_plan, new_plan, hostname):
         # its kubelet stops registering: restarted on its standalone configuration before its
         # Node object is deleted (a join that wrote that configuration does not restart a
         # running kubelet, and a kubelet still holding kubelet.conf would register it again)
         out += [SystemdUnit(id="cleanup:kubelet", unit="kubelet.service", action="restart"),
-                *health_steps(new_plan, node, ("kubelet",), timeout_s)]
+                *health_steps(new_plan, new_plan.node(hostname), ("kubelet",), timeout_s)]
     return out
 
 

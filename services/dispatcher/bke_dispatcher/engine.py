@@ -153,10 +153,8 @@ class Engine:
     async def _fail(self, rid: str, cluster: str, inst: dict[str, str], outcome: Outcome, slug: str | None = None) -> Outcome:
         """Fail the given phase (by default the first unfinished one) and the install, and say so."""
         if slug is None:
-            for phase in PHASES:
-                if not decide.PhaseRecord.from_hash(await self.state.phase(cluster, phase.slug)).status.finished:
-                    slug = phase.slug
-                    break
+            current = await self._unfinished_phase(cluster)
+            slug = current.slug if current is not None else None
         if not await self.state.finish_install(cluster, rid, status="Failed", message=outcome.reason,
                                                finishedAt=self._ts(), kind=outcome.kind):
             return outcome  # another replica ended this install first and said so
@@ -166,6 +164,13 @@ class Engine:
         await self._finished(rid, cluster, "Failed", slug, outcome.node, outcome.reason, outcome.kind, changed,
                              inst.get("planDigest", ""))
         return outcome
+
+    async def _unfinished_phase(self, cluster: str) -> Phase | None:
+        """The install's first phase not finished yet (None: every one is)."""
+        for phase in PHASES:
+            if not decide.PhaseRecord.from_hash(await self.state.phase(cluster, phase.slug)).status.finished:
+                return phase
+        return None
 
     async def _input_records(self, cluster: str) -> dict[str, readiness.InputRecord]:
         return {k: readiness.InputRecord.from_doc(v) for k, v in (await self.state.inputs(cluster)).items()}
@@ -208,12 +213,10 @@ class Engine:
         inst = await self.state.install(cluster)
         if inst.get("status") != "Running":
             return []
-        plan = await self.plans.load(cluster)
-        for phase in PHASES:
-            if not decide.PhaseRecord.from_hash(await self.state.phase(cluster, phase.slug)).status.finished:
-                break
-        else:
+        phase = await self._unfinished_phase(cluster)
+        if phase is None:
             return []
+        plan = await self.plans.load(cluster)
         cmds = await self.state.all_commands(cluster, phase.slug)
         gens = {h: int(c.get("gen", 0)) for h, c in cmds.items() if c.get("status") == "Sent"}
         nodes = [n for n in self.targets(plan, phase) if n.hostname in gens]

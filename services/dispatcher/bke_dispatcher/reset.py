@@ -18,6 +18,7 @@ from typing import Literal
 
 from bke.contracts.agent import ResetNode
 from bke.contracts.reset import ResetCluster, ResetNodeView, ResetSnapshotView, ResetView
+from bke.lifecycle.diff import quorum
 from bke.plan import NodePlan, Plan
 from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
@@ -159,7 +160,7 @@ def _quorum_refusal(req: ResetCluster, plan: Plan, reset_before: list[str]) -> s
         members = [m.hostname for m in ec.members]
         alive = [h for h in members if h not in gone]
         taken = [h for h in alive if h in named]
-        left, need = len(alive) - len(taken), len(members) // 2 + 1
+        left, need = len(alive) - len(taken), quorum(len(members))
         if taken and left and left < need:
             return (f"nodes: resetting {', '.join(taken)} would leave {ec.name} {left} working member(s) of "
                     f"{len(members)}, below its quorum of {need}: reset every member left ({', '.join(alive)}) or "

@@ -60,7 +60,7 @@ from bke.state.migrate import ensure_current
 from bke.state.schema import StoredVersionError
 from bke.upgrade.certificates import rbac_before_renewal
 from bke.upgrade.failure import abort_run, error_text
-from bke.upgrade.node_commands import CLEANUP_STEP, LB_STEP, BinariesMemo, node_upgrade_steps
+from bke.upgrade.node_commands import CLEANUP_STEP, LB_STEP, BinariesMemo, node_upgrade_steps, stops_registering
 from bke.upgrade.node_versions import settled, stopped_batch_ids
 from bke.upgrade.paths import resolve_target
 from bke.upgrade.run import (
@@ -560,7 +560,7 @@ class Upgrades:
         if d.action == "uncordon":
             # a node whose kubelet stopped registering stays cordoned until its Node object is
             # deleted (UNREGISTER_STEP): nothing is scheduled onto a Node no kubelet serves
-            keep = [h for h in hosts if not (h in old.node_index[1] and old.node(h).registers and not new.node(h).registers)]
+            keep = [h for h in hosts if not stops_registering(old, new, h)]
             if keep:
                 await self.drainer.uncordon(new, keep)
             mark_uncordoned(step)
