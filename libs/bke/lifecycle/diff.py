@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from ..plan import Plan
-from ..plan.models import NodePlan
+from ..plan.models import NodePlan, quorum
 from ..pki.instances import Instance, desired_instances
 from ..render.result import NodeDiff
 
@@ -90,10 +90,6 @@ class ClusterDiff:
     def touched_hosts(self) -> list[str]:
         """Every existing or new node that some action sends something to."""
         return sorted({a.host for a in self.actions if a.host})
-
-
-def quorum(members: int) -> int:
-    return members // 2 + 1
 
 
 # A file's component on a node: what gets rolled (and probed) when it changes there.

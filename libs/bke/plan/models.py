@@ -22,6 +22,7 @@ __all__ = [
     "NodePlan",
     "Plan",
     "Taint",
+    "quorum",
 ]
 
 # Canonical component names, in the order they are listed on a node.
@@ -39,6 +40,11 @@ COMPONENTS = (
     "kube-proxy",
 )
 ETCD_CLUSTERS = ("etcd-data", "etcd-events", "etcd-pods")
+
+
+def quorum(members: int) -> int:
+    """Voting members an etcd cluster of `members` needs up (raft: a strict majority)."""
+    return members // 2 + 1
 
 
 class _Model(BaseModel):

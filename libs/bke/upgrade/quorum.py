@@ -29,14 +29,14 @@ from dataclasses import dataclass
 
 import httpx
 
+from ..plan.models import quorum
+
 __all__ = ["Dip", "MemberEndpoints", "MemberSample", "QuorumSample", "QuorumSampler", "dips", "majority", "verdict"]
 
 HEALTHY_BODY = '"health":"true"'
 
 
-def majority(size: int) -> int:
-    """Members needed for quorum (raft: a strict majority)."""
-    return size // 2 + 1
+majority = quorum  # the sampler's word for it
 
 
 @dataclass(frozen=True)

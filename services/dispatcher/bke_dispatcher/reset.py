@@ -18,8 +18,8 @@ from typing import Literal
 
 from bke.contracts.agent import ResetNode
 from bke.contracts.reset import ResetCluster, ResetNodeView, ResetSnapshotView, ResetView
-from bke.lifecycle.diff import quorum
 from bke.plan import NodePlan, Plan
+from bke.plan.models import quorum
 from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from .engine import command_id
