@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -130,6 +132,30 @@ async def _phase_times(nc, cluster: str) -> str:
     return ", ".join(out)
 
 
+def nats_counters(monitor_url: str) -> dict[str, int]:
+    """The NATS server's message and byte counters and its CPU seconds so far (its /varz; the
+    CPU from /proc), for the deliveries' cost on the server: what an upgrade's NATS does beyond
+    the floor's shows here."""
+    with urllib.request.urlopen(f"{monitor_url.rstrip('/')}/varz", timeout=5) as r:  # noqa: S310 - the lab's own
+        v = json.load(r)
+    return {k: int(v.get(k, 0)) for k in ("in_msgs", "out_msgs", "in_bytes", "out_bytes")}
+
+
+def counters_delta(before: dict[str, int], after: dict[str, int]) -> str:
+    d = {k: after[k] - before[k] for k in before}
+    return (f"in {d['in_msgs']:,} msgs / {d['in_bytes'] / 1e6:.1f} MB, "
+            f"out {d['out_msgs']:,} msgs / {d['out_bytes'] / 1e6:.1f} MB")
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process (/proc/<pid>/stat fields 14 and 15)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
     """The same deliveries, minimal: no services, no state, no steps."""
     sup = LabSupervisor(workdir, auth=False)  # the fleet: thousands of agents on one connection (no one identity)
@@ -163,6 +189,7 @@ async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
             config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL),
         )
         t1 = time.perf_counter()
+        nats0, nats_cpu0 = nats_counters(info.nats_monitor_url), proc_cpu_s(info.nats_pid)
 
         async def collect() -> None:
             nonlocal got
@@ -189,7 +216,8 @@ async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
         await finished.wait()
         t2 = time.perf_counter()
         await task
-        return {"setup": t1 - t0, "deliveries": t2 - t1, "total": t2 - t0}
+        return {"setup": t1 - t0, "deliveries": t2 - t1, "total": t2 - t0, "nats_cpu_s": proc_cpu_s(info.nats_pid) - nats_cpu0,
+                "nats": counters_delta(nats0, nats_counters(info.nats_monitor_url))}
     finally:
         await nc.close()
         sup.down()

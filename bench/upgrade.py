@@ -52,7 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from install import InstalledLab, installed_lab, run_floor  # noqa: E402  (bench/install.py)
+from install import InstalledLab, counters_delta, installed_lab, nats_counters, proc_cpu_s, run_floor  # noqa: E402  (bench/install.py)
 
 from bke.bus import EventWatch  # noqa: E402
 from bke.contracts.agent import AgentHeartbeat, agent_subject  # noqa: E402
@@ -82,13 +82,7 @@ def _peak_rss_mb(pid: int) -> float:
     return float(_proc_status(pid).get("VmHWM", "0 kB").split()[0]) / 1024
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a live process (/proc/<pid>/stat fields 14 and 15)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+_cpu_s = proc_cpu_s
 
 
 async def _heartbeats(lab: InstalledLab, timeout: float = 120.0) -> None:
@@ -208,6 +202,7 @@ async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavail
         before = (lab.fleet.executed, lab.fleet.replayed)
         cpu0, fleet0 = _cpu_s(upgrader), time.process_time()
         procs0 = {name: _cpu_s(pid) for name, pid in procs.items()}
+        nats0 = nats_counters(lab.info.nats_monitor_url)
         req = UpgradeCluster(request_id=f"up-{lab.cluster}", cluster=lab.cluster, kubernetes_version=to,
                              etcd_version=etcd, max_unavailable=max_unavailable, origin="bus")
         subjects = [UPGRADE_ACCEPTED, UPGRADE_REJECTED, upgrade_subject(lab.cluster)]
@@ -258,6 +253,7 @@ async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavail
             "rss_mb": _peak_rss_mb(upgrader),
             "cpu_s": _cpu_s(upgrader) - cpu0,
             "fleet_cpu_s": time.process_time() - fleet0,
+            "nats": counters_delta(nats0, nats_counters(lab.info.nats_monitor_url)),
             "cpu_by_process": ", ".join(f"{name} {_cpu_s(pid) - procs0[name]:.1f}" for name, pid in procs.items()),
             "render": _render_line(lab.sup.workdir / "logs" / "upgrader.log"),
         }
@@ -292,6 +288,8 @@ async def main(sizes: list[int], to: str, etcd: str, max_unavailable: str, profi
         print(f"         step times (s, by UpgradeChanged arrival): {up['step_times']}", flush=True)
         print(f"         CPU s by process during the upgrade: {up['cpu_by_process']}, the fleet {up['fleet_cpu_s']:.1f}; "
               f"renders (child process): {up['render']}", flush=True)
+        print(f"         NATS during the upgrade: {up['nats']}; during the floor's deliveries: {floor['nats']}, "
+              f"its CPU {floor['nats_cpu_s']:.1f} s", flush=True)
         ok = ok and up["executed"] == up["commands"]
     return 0 if ok else 1
 
