@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import logging
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Callable
 
 from nats.aio.client import Client as NatsClient
@@ -52,12 +53,14 @@ from pydantic import ValidationError
 from bke.bus.message_version import MessageTooNew, message_version, read_as_sent, read_message
 from bke.errors import MalformedMessage
 from bke.contracts.base import schema_headers
+from bke.auth.creds import creds_claims, may_publish
 from bke.auth.permissions import agent_deliver_subject
 from bke.contracts.agent import (
     AgentCommand,
     AgentHeartbeat,
     AgentRegistered,
     CommandRefused,
+    UPGRADER_RESULT,
     CommandResult,
     agent_subject,
     node_token,
@@ -75,7 +78,7 @@ from .settings import AgentSettings
 from .verify import CommandVerifier
 from .version import RUNNING_VERSION
 
-__all__ = ["AGENT_STREAM", "AgentConflict", "AgentLoop", "consumer_config", "consumer_name"]
+__all__ = ["AGENT_STREAM", "AgentConflict", "AgentLoop", "consumer_config", "consumer_name", "upgrader_result_subject"]
 
 log = logging.getLogger("bke.agent")
 OPEN_DELIVER_PREFIX = "_INBOX.bke-agent"  # a server without authentication
@@ -109,6 +112,22 @@ def consumer_config(cluster: str, node: str, ack_wait_s: float, inbox_prefix: st
     )
 
 
+def upgrader_result_subject(cluster: str, node: str, creds: Path | None) -> str:
+    """Where an agent answers the upgrader's commands: their own subject when its identity may
+    publish there (issued by this BKE version, or a server without authentication: no creds
+    file), else `result`, as before (bke.auth.creds says why it is asked)."""
+    own = agent_subject(cluster, node, UPGRADER_RESULT)
+    if creds is None:
+        return own
+    try:
+        claims = creds_claims(creds.read_text())
+    except (OSError, ValueError) as exc:  # the connection will say what is wrong: answer where it always could
+        log.warning("creds file not read (%s): the upgrader's commands are answered on result", exc,
+                    extra={"cluster": cluster, "node": node})
+        return agent_subject(cluster, node, "result")
+    return own if may_publish(claims, own) else agent_subject(cluster, node, "result")
+
+
 class AgentLoop:
     """Consumes one node's commands. Many loops may share one NATS connection (see Fleet)."""
 
@@ -133,6 +152,7 @@ class AgentLoop:
         self._stopping = False
         self.restart_requested = False
         self.on_restart: Callable[[], None] = lambda: None  # main stops the process with RESTART_EXIT_CODE
+        self._upgrader_subject = upgrader_result_subject(self.cluster, self.node, settings.nats_creds)
 
     async def ensure_consumer(self) -> ConsumerInfo:
         """Create or update the durable consumer (one API call); refuse if another agent is bound."""
@@ -257,12 +277,12 @@ class AgentLoop:
                 await self._refuse(msg, cmd.command_id, why)
                 return
             result = await self._execute(msg, cmd)
-        await self._publish_result(result)
+        await self._publish_result(result, self._upgrader_subject if cmd.issuer == "upgrader" else None)
         await self._ack(msg)
         log.info("command %s%s", result.status, " (replayed)" if result.replayed else "",
                  extra={**ids, "status": result.status, "replayed": result.replayed})
 
-    async def _publish_result(self, result: CommandResult) -> None:
+    async def _publish_result(self, result: CommandResult, subject: str | None = None) -> None:
         """Send the result, trying again for about `result_retry_s` (settings) while NATS is away. Why: when a
         NATS node of a cluster is lost, the agents' stream elects a new leader and a publish gets
         no answer for a few seconds; handing the command back at once would wait for its ack wait
@@ -271,7 +291,7 @@ class AgentLoop:
         delay, waited = 0.25, 0.0
         while True:
             try:
-                await self.js.publish(agent_subject(self.cluster, self.node, "result"), result.to_bytes(),
+                await self.js.publish(subject or agent_subject(self.cluster, self.node, "result"), result.to_bytes(),
                                       headers=schema_headers())
                 return
             except Exception as exc:

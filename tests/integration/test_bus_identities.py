@@ -217,12 +217,14 @@ async def test_inboxes(agent_a: Client) -> None:
     assert "error" not in answer
 
 
-@pytest.mark.parametrize("kind", ["result", "registered", "heartbeat", "refused"])
+@pytest.mark.parametrize("kind", ["result", "upgrader-result", "registered", "heartbeat", "refused"])
 async def test_publish_only_its_own_node(agent_a: Client, dispatcher: Client, secure: EmbeddedRuntime,
                                         tmp_path: Path, kind: str) -> None:
     assert await agent_a.pub_refused(agent_subject(CLUSTER, B, kind))
-    # registrations are the certs service's to read (it alone believes a provisioned key)
-    watcher = await _identity(secure, tmp_path, "certs") if kind == "registered" else dispatcher
+    # registrations are the certs service's to read (it alone believes a provisioned key), the
+    # answers to the upgrader's commands the upgrader's
+    reader = {"registered": "certs", "upgrader-result": "upgrader"}.get(kind)
+    watcher = await _identity(secure, tmp_path, reader) if reader else dispatcher
     watch = await watcher.nc.subscribe(agent_subject(CLUSTER, A, kind))
     await watcher.nc.flush()
     await _until_received(agent_a, agent_subject(CLUSTER, A, kind), b"mine", watch)

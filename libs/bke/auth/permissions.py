@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..bus.streams import OBJECT_BUCKET
-from ..contracts.agent import ETCD_SNAPSHOT_BUCKET, agent_subject, node_token
+from ..contracts.agent import ETCD_SNAPSHOT_BUCKET, UPGRADER_RESULT, agent_subject, node_token
 from ..contracts.health import HEALTH_PREFIX
 from ..contracts.restore import restore_piece_subject
 from ..contracts.subjects import CHANNELS, DEADLETTER
@@ -81,7 +81,8 @@ AGENT_STREAM_CONSUMERS: dict[str, tuple[tuple[str, str], ...]] = {
     "dispatcher": (("dispatcher-results", "bke.v1.agent.*.*.result"),
                    ("dispatcher-refusals", "bke.v1.agent.*.*.refused")),
     "certs": (("certs-agents", "bke.v1.agent.*.*.registered"),),
-    "upgrader": (("upgrader-results", "bke.v1.agent.*.*.result"),),
+    "upgrader": (("upgrader-results", "bke.v1.agent.*.*.result"),
+                 ("upgrader-answers", f"bke.v1.agent.*.*.{UPGRADER_RESULT}")),
 }
 _OPEN_STREAMS = ("BKE_COMMANDS", "BKE_EVENTS", "BKE_DEADLETTER", f"OBJ_{OBJECT_BUCKET}", f"OBJ_{ETCD_SNAPSHOT_BUCKET}")
 _JS_STREAMS = (
@@ -214,7 +215,8 @@ def agent_permissions(cluster: str, node: str) -> Permissions:
     push consumer (`CONSUMER.CREATE.<stream>.<own consumer>.<own command subject>`, the form
     nats-py 2.16's `add_consumer` uses when the config has a name and one filter), read its own
     consumer's info, ack its own deliveries, direct-get / pull its own subjects only, publish its
-    own result, registration, heartbeat and refusals (JetStream publishes get their PubAck on its inbox),
+    own results (the dispatcher's and the upgrader's), registration, heartbeat and refusals
+    (JetStream publishes get their PubAck on its inbox),
     and subscribe its own inbox (where the server pushes its commands) and command subject.
 
     etcd snapshots (the `EtcdSnapshot` step, bke.etcdsnap.upload): publish chunk and meta
@@ -229,7 +231,7 @@ def agent_permissions(cluster: str, node: str) -> Permissions:
     consumer = agent_consumer(cluster, node)
     command = agent_subject(cluster, node, "command")
     prefix = inbox_prefix(identity_name("agent", cluster, node))
-    own = [agent_subject(cluster, node, k) for k in ("result", "registered", "heartbeat", "refused")]
+    own = [agent_subject(cluster, node, k) for k in ("result", UPGRADER_RESULT, "registered", "heartbeat", "refused")]
     pub = [
         *own,
         restore_piece_subject(cluster, node_token(node)),

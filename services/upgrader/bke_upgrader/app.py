@@ -250,8 +250,14 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
         # parsed and checked in full, so a mark in some other field only costs the parse.
         return UPGRADE_MARK not in body and RESTORE_MARK not in body
 
-    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results",
-                        typed(CommandResult, on_result, svc.publish, svc.notify), skip=not_ours)
+    handle_result = typed(CommandResult, on_result, svc.publish, svc.notify)
+    # An agent answers this service's commands on their own subject (bke.contracts.agent
+    # UPGRADER_RESULT); one whose identity predates that subject answers on `result`, read here
+    # too, with every other result of the cluster. (Literal subjects: tests/unit/
+    # test_auth_permissions.py holds them to bke.auth.permissions, which spells UPGRADER_RESULT.)
+    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results", handle_result, skip=not_ours)
+    svc.fast_subscriber("bke.v1.agent.*.*.upgrader-result", "BKE_AGENT", "upgrader-answers", handle_result,
+                        skip=not_ours)
 
     async def on_piece(msg) -> None:  # type: ignore[no-untyped-def]
         if msg.reply:
