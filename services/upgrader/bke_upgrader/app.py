@@ -256,8 +256,9 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     # too, with every other result of the cluster. (Literal subjects: tests/unit/
     # test_auth_permissions.py holds them to bke.auth.permissions, which spells UPGRADER_RESULT.)
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results", handle_result, skip=not_ours)
-    svc.fast_subscriber("bke.v1.agent.*.*.upgrader-result", "BKE_AGENT", "upgrader-answers", handle_result,
-                        skip=not_ours)
+    # nothing skipped on its own subject: every message there is meant for this service, and a
+    # malformed one is dead-lettered with the reason
+    svc.fast_subscriber("bke.v1.agent.*.*.upgrader-result", "BKE_AGENT", "upgrader-answers", handle_result)
 
     async def on_piece(msg) -> None:  # type: ignore[no-untyped-def]
         if msg.reply:
