@@ -15,19 +15,9 @@ from bke.auth.permissions import (
     inbox_prefix,
     role_permissions,
 )
+from bke.auth.creds import subject_matches as _matches  # NATS matching: `*` one token, `>` the rest
 from bke.contracts.agent import agent_subject
 from bke.contracts.subjects import CHANNELS
-
-
-def _matches(pattern: str, subject: str) -> bool:
-    """NATS subject matching: `*` one token, `>` the rest."""
-    p, s = pattern.split("."), subject.split(".")
-    for i, tok in enumerate(p):
-        if tok == ">":
-            return len(s) > i
-        if i >= len(s) or (tok != "*" and tok != s[i]):
-            return False
-    return len(p) == len(s)
 
 
 def _concrete(subject: str, component: str) -> str:
