@@ -205,3 +205,26 @@ async def test_fleet_of_null_agents_on_one_connection(nats_client: NatsClient, j
     assert fleet.executed == len(nodes)
     assert all(execution_counts(tmp_path / n) == {f"{n}-1": 1} for n in nodes)
     await fleet.stop()
+
+
+async def test_the_upgraders_commands_are_answered_on_their_own_subject(nats_client: NatsClient, js: JetStreamContext,
+                                                                         nats_url: str, cluster: str) -> None:
+    """No creds file (a server without authentication): the upgrader's command is answered on
+    `upgrader-result`, its redelivery replayed there too, the dispatcher's on `result`."""
+    loop = AgentLoop(nats_client, js, _settings(nats_url, cluster, "n1"), NullBackend(), MemoryJournal(),
+                     AgentIdentity.ephemeral(), verifier=verifier(cluster, "n1"))
+    up = signed(_cmd(cluster, "n1", "up-1").model_copy(update={"issuer": "upgrader", "signature_b64": ""}))
+    async with EventWatch(nats_client, [f"bke.v1.agent.{cluster}.>"]) as watch:
+        await loop.start()
+        await _send(js, up)
+        await _send(js, _cmd(cluster, "n1", "disp-1"))
+        first = await watch.wait_for(lambda e: e.data.get("commandId") == "up-1" and "status" in e.data, TIMEOUT)
+        disp = await watch.wait_for(lambda e: e.data.get("commandId") == "disp-1" and "status" in e.data, TIMEOUT)
+        await js.publish(agent_subject(cluster, "n1", "command"), up.to_bytes(), headers={"Nats-Msg-Id": "up-1-again"})
+        again = await watch.wait_for(lambda e: e.data.get("commandId") == "up-1" and e.data.get("replayed") is True,
+                                     TIMEOUT)
+    assert first.subject == again.subject == agent_subject(cluster, "n1", "upgrader-result")
+    assert first.data["status"] == "Succeeded" and first.data["replayed"] is False
+    assert disp.subject == agent_subject(cluster, "n1", "result")
+    assert loop.executed == 2 and loop.replayed == 1
+    await loop.stop()
