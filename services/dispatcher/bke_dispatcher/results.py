@@ -48,7 +48,8 @@ _UPGRADER_MARKS = tuple(b"/" + s.encode() for s in UPGRADER_SLUGS)
 
 def upgraders_result(body: bytes) -> bool:
     """Whether a result's command id is an upgrader's command (an upgrade's or an etcd
-    restore's), which the upgrader reads from the same stream and `Inputs.result` drops. Read
+    restore's), which the upgrader reads from the same stream and `Inputs.result` drops. Only
+    agents on identities issued before `upgrader-result` (bke.contracts.agent) send them here. Read
     with the json module only: the full parse, the cluster check and the accepted-agent reads
     cost the dispatcher as much CPU per result as the upgrader spends (15,000 results in a
     5,000-node upgrade). Bytes without the mark, or that do not read as an object with a
