@@ -133,9 +133,8 @@ async def _phase_times(nc, cluster: str) -> str:
 
 
 def nats_counters(monitor_url: str) -> dict[str, int]:
-    """The NATS server's message and byte counters and its CPU seconds so far (its /varz; the
-    CPU from /proc), for the deliveries' cost on the server: what an upgrade's NATS does beyond
-    the floor's shows here."""
+    """The NATS server's message and byte counters so far (its /varz monitoring endpoint): taken
+    before and after the deliveries, they show what an upgrade's NATS does beyond the floor's."""
     with urllib.request.urlopen(f"{monitor_url.rstrip('/')}/varz", timeout=5) as r:  # noqa: S310 - the lab's own
         v = json.load(r)
     return {k: int(v.get(k, 0)) for k in ("in_msgs", "out_msgs", "in_bytes", "out_bytes")}
