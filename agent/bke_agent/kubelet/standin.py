@@ -38,7 +38,10 @@ from bke.runtime.processes import pid_cwd, stop_pid
 from ..fsutil import write_atomic
 from ..lablayout import LabLayout
 from .healthz import KubeletHealthz
-from .pods import ETCD_BINARIES_ENV, PodError, PodPlan, check_files, ensure_volumes, etcd_version_of, lab_etcd_binaries, local_binary, plan_pod
+from .lab_haproxy import haproxy_plan
+from .node_api import NodeAgent
+from .pods import (ETCD_BINARIES_ENV, REAL_COMPONENTS, PodError, PodPlan, built_binary, check_files, ensure_volumes,
+                   etcd_version_of, lab_control_plane, lab_etcd_binaries, local_binary, plan_pod)
 from .running import SHUTDOWN_GRACE_S, STOP_TIMEOUT_S, PodStartError, RealPod, SimulatedPod
 
 __all__ = ["KubeletStandIn"]
@@ -74,14 +77,19 @@ class _Pod:
 
 class KubeletStandIn:
     def __init__(self, root: Path, ip: str, *, poll_s: float = 0.2, log_ids: Mapping[str, str] | None = None,
-                 etcd_binaries: Mapping[str, Path] | None = None) -> None:
+                 etcd_binaries: Mapping[str, Path] | None = None, control_plane: str | None = None) -> None:
         self.layout, self.ip, self.poll_s = LabLayout(root), ip, poll_s
+        # read once, like etcd_binaries: "real" runs every control-plane pod from the built binaries
+        self.control_plane = control_plane or lab_control_plane()
         # read once, as a kubelet reads its configuration when it starts (pods.ETCD_BINARIES_ENV)
         self.etcd_binaries = dict(lab_etcd_binaries() if etcd_binaries is None else etcd_binaries)
         self.ids = dict(log_ids or {"root": str(root)})  # cluster/node on every log line
         self.pods: dict[str, _Pod] = {}
         self.healthz = KubeletHealthz(self.layout, ip, self.ids)  # its own /healthz, as its config says
         self._task: asyncio.Task[None] | None = None
+        self.node_agent: NodeAgent | None = None
+        if self.control_plane == "real":
+            self.node_agent = NodeAgent(self.layout, ip, self.ids)
 
     @property
     def running(self) -> bool:
@@ -163,6 +171,8 @@ class KubeletStandIn:
             pod = self._new_pod(file, data, sha)
             self.pods[file] = pod
             await self._start_pod(pod)
+        if self.node_agent is not None:
+            await self.node_agent.tick()
 
     def _new_pod(self, file: str, data: bytes, sha: str) -> _Pod:
         try:
@@ -170,6 +180,8 @@ class KubeletStandIn:
         except PodError as exc:
             return _Pod(file, sha, Path(file).stem, None, "Failed", f"invalid manifest: {exc}", next_try=float("inf"))
         pod = _Pod(file, sha, plan.name, plan)
+        if self.control_plane == "real":
+            return pod
         if plan.local.binary.rsplit("/", 1)[-1] == "etcd":
             mapped = self.etcd_binaries.get(etcd_version_of(plan.image))
             if mapped is not None:
@@ -187,9 +199,11 @@ class KubeletStandIn:
         if problems:
             self._fail(pod, "; ".join(problems), RETRY_FAILED_S)
             return
-        binary = local_binary(plan.local.binary, plan.image, self.etcd_binaries)
-        runner: SimulatedPod | RealPod = (RealPod(plan, self.layout, binary) if binary
-                                          else SimulatedPod(plan, self.layout, self.ip))
+        chosen = self._runner(plan)
+        if isinstance(chosen, str):
+            self._fail(pod, chosen, RETRY_FAILED_S)
+            return
+        runner: SimulatedPod | RealPod = chosen
         try:
             await runner.start()
         except PodStartError as exc:
@@ -200,6 +214,18 @@ class KubeletStandIn:
         pod.ready, pod.last_probe = False, 0.0
         log.info("pod started", extra={**self.ids, "pod": pod.name, "mode": runner.mode, "pid": runner.pid})
         self._write(pod)
+
+    def _runner(self, plan: PodPlan) -> SimulatedPod | RealPod | str:
+        """What runs this pod (a real process or a simulation), or why it cannot start."""
+        name = plan.local.binary.rsplit("/", 1)[-1]
+        if self.control_plane == "real" and name in REAL_COMPONENTS:
+            found, why = built_binary(plan.local.binary, plan.image)
+            return RealPod(plan, self.layout, found) if found is not None else why
+        if self.control_plane == "real" and name == "haproxy":
+            chosen = haproxy_plan(plan, self.layout.run_dir(plan.name), self.ip)
+            return chosen if isinstance(chosen, str) else RealPod(chosen[1], self.layout, chosen[0])
+        binary = local_binary(plan.local.binary, plan.image, self.etcd_binaries)
+        return RealPod(plan, self.layout, binary) if binary else SimulatedPod(plan, self.layout, self.ip)
 
     async def _tend(self, pod: _Pod) -> None:
         now = time.monotonic()

@@ -1,10 +1,11 @@
 """Addons on a real cluster: server-side apply with the `kubernetes` client, as `bke`.
 
-Credentials, taken from the PKI store (keys encrypted at rest) with the operator's key
-(`BKE_SECRET_KEY_FILE`), in memory only: admin.conf for every addon, and super-admin.conf (on no
-node; group system:masters) for the bootstrap-RBAC step alone, whose bindings are what give
-admin.conf its rights: kubeadm init uses super-admin.conf the same way. Not exercised here: no
-apiserver can run on the development machines (the lab validates and records instead).
+Credentials, as the certs service stores them for this use (bke.pki.api_credentials, encrypted
+at rest) and opened with the operator's key (`BKE_SECRET_KEY_FILE`), in memory only: admin.conf
+for every addon, and super-admin.conf (on no node; group system:masters) for the bootstrap-RBAC
+step alone, whose bindings are what give admin.conf its rights: kubeadm init uses super-admin.conf
+the same way. Exercised against real apiservers by a real-control-plane lab
+(`bke lab install --control-plane real`).
 """
 from __future__ import annotations
 
@@ -15,13 +16,9 @@ import yaml
 from redis.asyncio import Redis
 
 from bke.errors import TemporaryError
-from bke.paths import ADMIN_CONF
-from bke.pki.operations import cluster_kubeconfig, node_bundle
-from bke.pki.store_redis import RedisPkiStore
+from bke.pki.api_credentials import read_api_credential
 from bke.plan import Plan
 from bke.secrets import box_from_env
-
-from ..plan.api_node import init_node
 
 __all__ = ["KubernetesApplier", "FIELD_MANAGER", "kube_system_pods"]
 
@@ -30,17 +27,12 @@ FIELD_MANAGER = "bke"
 
 class KubernetesApplier:
     def __init__(self, redis: Redis):
-        self.store = RedisPkiStore(redis)
+        self.redis = redis
         self.box = box_from_env()
 
     async def _admin_kubeconfig(self, plan: Plan, credential: str = "admin") -> dict[str, Any]:
-        if credential == "super-admin":
-            return yaml.safe_load(await cluster_kubeconfig(plan.cluster, self.store, "super-admin.conf", self.box))
-        files = await node_bundle(plan, self.store, init_node(plan).hostname, self.box)
-        conf = next((f for f in files if f.path == ADMIN_CONF), None)
-        if conf is None:
-            raise TemporaryError(f"no admin.conf for cluster {plan.cluster} yet", delay=5.0)
-        return yaml.safe_load(conf.content)
+        # written by the certs service (bke.pki.api_credentials): this service never reads the PKI
+        return yaml.safe_load(await read_api_credential(self.redis, plan.cluster, credential, self.box))
 
     async def admin_kubeconfig(self, plan: Plan) -> dict[str, Any]:
         """For the other API users of the dispatcher (k8s_nodes: labels, Node Ready, workloads)."""

@@ -10,8 +10,11 @@ Layout of a lab workdir:
     logs/<name>.log     one log per process
     hosts/<hostname>/   each node's root (what would be / on a real node)
     processes.json      {"services": {name: pid}, "agents": {hostname: launcher pid},
-                         "http": {name: port}}: each service's HTTP port (its dashboard,
-                         /metrics, /readyz), chosen free at its start (`http_urls`)
+                         "http": {name: port}, "kwok": {cluster: pid}}: each service's HTTP port
+                         (its dashboard, /metrics, /readyz), chosen free at its start
+                         (`http_urls`); a real-control-plane lab's kwok per cluster
+    control-plane       "real" when installed with `--control-plane real` (bke.lab.kube_binaries)
+    kwok/<c>-admin.conf the admin kubeconfig kwok uses (0600)
 """
 from __future__ import annotations
 
@@ -35,9 +38,12 @@ from .identities import LabIdentities
 from ..runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
 from ..runtime.binaries import MissingBinaryError, etcd_bin
 from ..runtime.processes import ManagedProcess, free_port, pid_alive, port_is_free, stop_pid
+from .kube_binaries import cache_dir
 from .trust import ensure_lab_command_key, provision_lab_agents
 
-__all__ = ["LabSupervisor", "SERVICES", "lab_env"]
+__all__ = ["CONTROL_PLANE_FILE", "LabSupervisor", "SERVICES", "lab_env"]
+
+CONTROL_PLANE_FILE = "control-plane"
 
 SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
 # One durable consumer per service that proves it is up.
@@ -55,11 +61,18 @@ def _bin(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
-def lab_env(info: RuntimeInfo, workdir: Path, fetch: bool = False) -> dict[str, str]:
+def lab_env(info: RuntimeInfo, workdir: Path, fetch: bool = False, control_plane: str = "simulated") -> dict[str, str]:
     """The processes' environment. `fetch`: the agents download from the spec's httpRepo and the
     dispatcher reads its `.sha256` files (a bundle served by `bke bundle serve`), instead of
-    placeholders."""
+    placeholders. `control_plane` "real": the agents' kubelets run the built Kubernetes and etcd
+    binaries (bke.lab.kube_binaries), and the dispatcher and upgrader do their Kubernetes API
+    work against the lab's apiservers instead of recording it."""
     env = dict(os.environ)
+    if control_plane == "real":
+        env.update(BKE_LAB_CONTROL_PLANE="real", BKE_KUBE_CACHE=str(cache_dir()),
+                   BKE_DISPATCHER_CLUSTER_API="real", BKE_UPGRADER_CLUSTER_API="real")
+    else:
+        env.pop("BKE_LAB_CONTROL_PLANE", None)
     env.update(BKE_DISPATCHER_REPO_SOURCE="http-repo" if fetch else "auto",
                BKE_UPGRADER_REPO_SOURCE="http-repo" if fetch else "auto",
                BKE_AGENT_LAB_FETCH="download" if fetch else "placeholder")
@@ -92,12 +105,25 @@ class LabSupervisor:
     # with them keeps them.
     nats_cluster: int = 0
     redis_sentinel: bool = False
+    # "simulated" or "real" (lab_env); None: what the work directory was installed with. A work
+    # directory keeps its mode, as it keeps its NATS cluster: `bke lab down` and a new workdir to change it.
+    control_plane: str | None = None
 
     def __post_init__(self) -> None:
         self.workdir = self.workdir.resolve()
+        mode_file = self.workdir / CONTROL_PLANE_FILE
+        if self.control_plane is None:
+            self.control_plane = mode_file.read_text().strip() if mode_file.is_file() else "simulated"
+        elif self.control_plane != "simulated" or mode_file.is_file():
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            mode_file.write_text(self.control_plane + "\n")
         self.runtime = lab_runtime(self.workdir / "runtime", nats_cluster=self.nats_cluster,
                                    redis_sentinel=self.redis_sentinel, auth=self.auth, tls=self.tls,
                                    secret_key_file=self.workdir / "secret.key")
+
+    @property
+    def mode(self) -> str:
+        return self.control_plane or "simulated"
 
     def identities(self, info: RuntimeInfo) -> LabIdentities | None:
         """The lab's identity keeper (None: NATS runs without authentication)."""
@@ -157,7 +183,7 @@ class LabSupervisor:
     def ensure_services(self, info: RuntimeInfo, only: tuple[str, ...] = SERVICES) -> dict[str, int]:
         """Start each service that is not running; a running one is left alone (idempotent)."""
         pids = self.pids()
-        env = lab_env(info, self.workdir, self.fetch)
+        env = lab_env(info, self.workdir, self.fetch, self.mode)
         for name in only:
             pid = pids["services"].get(name)
             if pid and pid_alive(pid):
@@ -189,7 +215,7 @@ class LabSupervisor:
 
     def ensure_agents(self, info: RuntimeInfo, plan: Plan, only: list[str] | None = None) -> dict[str, int]:
         pids = self.pids()
-        base = lab_env(info, self.workdir, self.fetch)
+        base = lab_env(info, self.workdir, self.fetch, self.mode)
         base.pop("BKE_REDIS_URL")  # agents never talk to Redis: no credentials for them
         # the etcd the lab's etcd pods run (bke_agent.kubelet.pods, BKE_LAB_ETCD_BINARY): this
         # venv's, also for an agent updated into a venv of its own requirements only
@@ -225,6 +251,25 @@ class LabSupervisor:
         self._save(pids)
         return pids["agents"]
 
+    def ensure_kwok(self, info: RuntimeInfo, plan: Plan) -> int | None:
+        """In a real-control-plane lab, the cluster's kwok (bke.lab.kwok); None in a simulated one.
+        Idempotent: a running kwok is left alone."""
+        if self.mode != "real":
+            return None
+        pids = self.pids()
+        group = pids.setdefault("kwok", {})
+        pid = group.get(plan.cluster)
+        if pid and pid_alive(pid):
+            return pid
+        env = dict(os.environ, BKE_REDIS_URL=info.redis_url, BKE_SECRET_KEY_FILE=str(self.ensure_secret_key()),
+                   BKE_KUBE_CACHE=str(cache_dir()), PYTHONUNBUFFERED="1")
+        proc = ManagedProcess.start(f"kwok-{plan.cluster}", [sys.executable, "-m", "bke.lab.kwok", "--cluster", plan.cluster,
+                                                             "--out", str(self.workdir / "kwok")],
+                                    self.workdir / "logs" / f"kwok-{plan.cluster}.log", env=env)
+        group[plan.cluster] = proc.pid
+        self._save(pids)
+        return proc.pid
+
     async def wait_services_ready(self, js: JetStreamContext, timeout: float = 60.0) -> None:
         """Ready = every service's durable consumer exists (created once its broker started)."""
         deadline = time.monotonic() + timeout
@@ -255,7 +300,8 @@ class LabSupervisor:
         """Stop agents first (they stop their pods), then services, then NATS and Redis."""
         stopped = []
         pids = self.pids()
-        everyone = [p for p in list(pids["agents"].values()) + list(pids["services"].values()) if pid_alive(p)]
+        everyone = [p for p in [*pids["agents"].values(), *pids["services"].values(), *pids.get("kwok", {}).values()]
+                    if pid_alive(p)]
         for pid in everyone:  # signal all first, so that they stop in parallel
             if pid_alive(pid):
                 with contextlib.suppress(ProcessLookupError):

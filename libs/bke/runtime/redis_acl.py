@@ -60,7 +60,7 @@ USERS: tuple[AclUser, ...] = (
                             "bke:*:plan-replaceable"),
             why="plans and requests (bke.state.plans)"),
     AclUser("bke-certs", ("bke:epoch", "bke:clusters", "bke:pki-clusters", *_PLAN_READ, "bke:*:pki:*", "bke:*:certs:*",
-                          "bke:*:files:certs", "bke:*:files:certs:*", "bke:*:agents:provisioned",
+                          "bke:*:api-credentials", "bke:*:files:certs", "bke:*:files:certs:*", "bke:*:agents:provisioned",
                           "bke:*:operation"),
             why="the PKI (CA keys encrypted at rest), agents' sealing keys (provisioned and registered), sealed bundles; "
                 "the operation slot (a renewal claims it for its rotation)"),
@@ -77,9 +77,10 @@ USERS: tuple[AclUser, ...] = (
                                "bke:*:rotation", "bke:*:rotation:*", "bke:*:upgrade",
                                "bke:resets", "bke:*:reset", "bke:*:reset:*", "bke:joins", "bke:*:join", "bke:*:join:*",
                                "bke:removals", "bke:*:removal", "bke:*:removal:*", "bke:etcd-snapshot-key", "bke:*:paused", "bke:*:files:render", "bke:*:files:render:*",
-                               "bke:*:files:certs", "bke:*:files:certs:*", "bke:*:operation"),
+                               "bke:*:files:certs", "bke:*:files:certs:*", "bke:*:operation", "bke:*:api-credentials"),
             why="install, rotation, reset, join and removal records; the operation slot; reads the rendered and sealed file sets; the etcd "
-                "snapshot key's public half (a reset's snapshots); the agents' provisioned public keys (keepalived.conf sealed to them)"),
+                "snapshot key's public half (a reset's snapshots); the agents' provisioned public keys (keepalived.conf sealed to them); "
+                "the API credentials certs writes for its Kubernetes API work (never the PKI)"),
     AclUser("bke-upgrader", ("bke:*",),
             why="upgrade records and results, the plan it replaces when an upgrade succeeds; and every record of a "
                 "cluster, which it converts to the current stored form before an upgrade (bke.state.migrate)"),

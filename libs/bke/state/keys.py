@@ -12,6 +12,7 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:<c>:pki:<part>                   manifest, certs, keys, version          (certs)
     bke:pki-clusters                     set     clusters with a stored PKI      (certs)
     bke:<c>:certs:agents                 hash    agents' sealing keys as seen by certs
+    bke:<c>:api-credentials              hash    admin.conf, super-admin.conf, encrypted (certs)
     bke:<c>:files:<source>[:digest]      hash    per-node file sets (render, certs)
     bke:<c>:addon-manifests              hash    addon name -> rendered YAML     (renderer)
     bke:<c>:render:meta / vrrp-password  string                                  (renderer)
@@ -55,6 +56,7 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
 from __future__ import annotations
 
 __all__ = [
+    "api_credentials_key",
     "upgrade_certs_key",
     "etcd_restore_key",
     "etcd_restore_results_key",
@@ -189,6 +191,12 @@ def certs_agents_key(cluster: str) -> str:
 
 
 # per-node file sets (certs and renderer write, the dispatcher reads) ---------------------------
+def api_credentials_key(cluster: str) -> str:
+    """The kubeconfigs BKE's own API work uses (admin.conf, super-admin.conf), each encrypted at
+    rest: written by certs, read by the dispatcher and the upgrader, who never read the PKI."""
+    return cluster_key(cluster, "api-credentials")
+
+
 def node_files_key(cluster: str, source: str) -> str:
     """`source`: "render" or "certs"."""
     return cluster_key(cluster, "files", source)

@@ -51,6 +51,7 @@ from bke.contracts.install import InstallFinished
 from bke.contracts.rotation import RotationChanged
 from bke.bus.handler import Out, first_of
 from bke.errors import RejectedInput, TemporaryError
+from bke.pki.api_credentials import write_api_credentials
 from bke.pki.errors import PkiError, PkiNotReady
 from bke.secrets import SecretBox
 from bke.state import PlanCache
@@ -117,6 +118,8 @@ class CertsHandlers:
             kind = "invalid" if isinstance(exc, RejectedInput) else "operational"
             return [Out(CertsFailed(request_id=request_id, cluster=cluster, reason=str(exc), kind=kind,
                                     plan_digest=digest), CERTS_FAILED)]
+        # the kubeconfigs the dispatcher and upgrader do their API work with (they never read the PKI)
+        await write_api_credentials(self.redis, plan, self.store, self.box_factory())
         if install:  # a plan starts (or resumes) an install; workers joining do not (no install.finished follows)
             await self.ops.set_install(cluster, "Running")
         issued = CertsIssued(
@@ -279,6 +282,8 @@ class CertsHandlers:
             await release_operation(self.redis, c, ROTATION, rid)
         # (a crash from here to the saved answer renews again on redelivery: new serials, same
         # names; the store stays consistent and only the last renewal is delivered)
+        if renewed:  # admin.conf or super-admin.conf may be among them
+            await write_api_credentials(self.redis, await self.plans.load(c), self.store, self.box_factory())
         nodes = sorted({n for r in renewed for n in r.nodes})
         failures = await self.reseal(c, nodes, request_id=rid, operation="renewal") if nodes else []
         ev = CertsRenewed(

@@ -99,7 +99,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     plans = PlanCache(redis)
     files = RedisNodeFiles(redis)
     lab = settings.mode == "lab"
-    if not lab:
+    if not lab or settings.cluster_api == "real":
         from .apply_k8s import KubernetesApplier
         from .k8s_nodes import KubernetesNodes
 

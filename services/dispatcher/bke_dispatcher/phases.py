@@ -100,9 +100,13 @@ PHASES: tuple[Phase, ...] = (
     ),
     Phase(
         "load-balancer",
-        "haproxy + keepalived static pods for a VIP endpoint",
+        "haproxy + keepalived static pods for a VIP endpoint, haproxy waited healthy",
         _running("haproxy", "keepalived"),
-        lambda plan, node, inp: write_steps(inp.render, "load-balancer", seal=inp.seal),
+        # haproxy's monitor answers once it runs its configuration, before any apiserver exists;
+        # without this wait a haproxy that cannot start was first seen as an endpoint refusing
+        # the addons' connections, after every control-plane phase had succeeded
+        lambda plan, node, inp: [*write_steps(inp.render, "load-balancer", seal=inp.seal),
+                                 *health_steps(plan, node, ("haproxy",), HEALTH_TIMEOUT_S)],
         needs=("agent-keys",),  # keepalived.conf (the VRRP password) sealed to each master's agent
         run_if=lambda plan: plan.load_balancer,
     ),

@@ -28,6 +28,10 @@ class DispatcherSettings(ServiceSettings):
     # "http-repo" = the spec's httpRepo in lab mode too (a lab whose agents download from a real
     # httpRepo, e.g. a bundle: `bke lab install --http-repo URL`).
     repo_source: Literal["auto", "http-repo"] = "auto"
+    # Where the Kubernetes API work goes (addons, labels and taints, health, drains): "auto" =
+    # recorded in lab mode, the cluster's apiserver in real mode; "real" = the apiserver in lab
+    # mode too (a lab whose control plane is real: `bke lab install --control-plane real`).
+    cluster_api: Literal["auto", "real"] = "auto"
     batch_size: int = 64
     # How long a join waits for its new nodes' agents to register (their bundles sealed) before
     # it fails naming them (bke_dispatcher.join.next_step).

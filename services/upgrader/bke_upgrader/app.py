@@ -132,7 +132,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     simulated_repo = lab and settings.repo_source == "auto"
     drainer: Drainer
     marker: NodeMarker
-    if lab:
+    if lab and settings.cluster_api == "auto":
         applier = LabApplier()
         drainer = LabDrainer(redis, _now)
         marker = LabNodes()

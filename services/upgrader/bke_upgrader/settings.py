@@ -25,6 +25,10 @@ class UpgraderSettings(ServiceSettings):
     # apiserver); real: checksums from the httpRepo, drains and addons through the cluster's API.
     mode: Literal["lab", "real"] = "real"
     repo_source: Literal["auto", "http-repo"] = "auto"
+    # Where the Kubernetes API work goes (addons, labels and taints, health, drains): "auto" =
+    # recorded in lab mode, the cluster's apiserver in real mode; "real" = the apiserver in lab
+    # mode too (a lab whose control plane is real: `bke lab install --control-plane real`).
+    cluster_api: Literal["auto", "real"] = "auto"
     # An agent that has not sent a heartbeat for this long is not alive (the AgentsAlive check).
     heartbeat_stale_s: float = 90.0
     # A node that has not answered its command this long after the batch was sent fails the

@@ -1,0 +1,178 @@
+"""What a kubelet does through the Kubernetes API first, in a real-control-plane lab: register its
+Node with the node's own credentials.
+
+Why the stand-in registers the Node itself rather than leave it to kwok: the Node must be created
+by `system:node:<name>` through the node's rendered kubelet.conf and unit flags, so that the
+Node authorizer, NodeRestriction and BKE's certificates are what a real kubelet meets. kwok then
+keeps the Node Ready and runs its pods (bke.lab.kwok: one process for the lab, with the
+operator's credential, since kwok lists every Node it manages, which no node identity may).
+
+What is read from the node tree (what a real kubelet reads):
+    /etc/systemd/system/kubelet.service   --hostname-override, --node-ip, --kubeconfig,
+                                          --node-labels, --register-with-taints
+    /var/lib/kubelet/config.yaml          maxPods
+    /usr/bin/kubelet                      its version (a lab placeholder names its URL)
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import shlex
+import ssl
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from bke.paths import KUBELET_CONFIG
+
+from ..fsutil import write_atomic
+from ..lablayout import LabLayout
+
+__all__ = ["KUBELET_UNIT", "KubeletFlags", "NodeAgent", "kubelet_flags", "node_object"]
+
+log = logging.getLogger("bke.agent.kubelet")
+KUBELET_UNIT = "etc/systemd/system/kubelet.service"
+REGISTER_EVERY_S = 2.0
+_VERSION = re.compile(rb"/v?(\d+\.\d+\.\d+)/")
+
+
+@dataclass(frozen=True)
+class KubeletFlags:
+    name: str
+    ip: str
+    kubeconfig: str  # a node path
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[dict[str, str], ...] = ()
+
+
+def _exec_start(unit_text: str) -> list[str]:
+    joined = re.sub(r"\\\n", " ", unit_text)
+    line = next((ln for ln in joined.splitlines() if ln.strip().startswith("ExecStart=")), "")
+    return shlex.split(line.strip()[len("ExecStart="):])
+
+
+def _taint(text: str) -> dict[str, str]:
+    kv, _, effect = text.partition(":")
+    key, _, value = kv.partition("=")
+    return {"key": key, "value": value, "effect": effect} if value else {"key": key, "effect": effect}
+
+
+def kubelet_flags(unit_text: str, default_ip: str) -> KubeletFlags | None:
+    """The registration flags of a kubelet unit; None when it names no kubeconfig."""
+    flags: dict[str, str] = {}
+    for arg in _exec_start(unit_text)[1:]:
+        if arg.startswith("--") and "=" in arg:
+            k, _, v = arg.partition("=")
+            flags[k[2:]] = v
+    if "kubeconfig" not in flags:
+        return None
+    labels = dict(p.split("=", 1) for p in flags.get("node-labels", "").split(",") if "=" in p)
+    taints = tuple(_taint(t) for t in flags.get("register-with-taints", "").split(",") if t)
+    name = flags.get("hostname-override", "")
+    return KubeletFlags(name, flags.get("node-ip", default_ip), flags["kubeconfig"], labels, taints)
+
+
+def node_object(flags: KubeletFlags, max_pods: int, kubelet_version: str) -> dict[str, Any]:
+    """The Node a kubelet of these flags registers (status included, as the kubelet sends it)."""
+    resources = {"cpu": "8", "memory": "32Gi", "pods": str(max_pods), "ephemeral-storage": "100Gi"}
+    spec: dict[str, Any] = {"taints": list(flags.taints)} if flags.taints else {}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": flags.name,
+            "labels": {"kubernetes.io/hostname": flags.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                       "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64", **flags.labels},
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0", "bke.bocloud.com/lab-kubelet": "kwok"},
+        },
+        "spec": spec,
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": flags.ip}, {"type": "Hostname", "address": flags.name}],
+            "capacity": resources, "allocatable": resources,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {"kubeletVersion": kubelet_version, "kubeProxyVersion": "", "operatingSystem": "linux",
+                         "architecture": "amd64", "containerRuntimeVersion": "containerd://lab", "osImage": "bke lab",
+                         "kernelVersion": "", "machineID": "", "systemUUID": "", "bootID": ""},
+        },
+    }
+
+
+def _kubeconfig_tls(doc: Mapping[str, Any], tls_dir: Path) -> tuple[str, ssl.SSLContext]:
+    """(server, TLS context with the cluster CA and the client pair) of a kubeconfig with
+    embedded data, as BKE writes them; the pair is written 0600 under the node's lab dir."""
+    cluster = doc["clusters"][0]["cluster"]
+    user = doc["users"][0]["user"]
+    ctx = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+    pair = tls_dir / "kubelet-client.pem"
+    write_atomic(pair, base64.b64decode(user["client-certificate-data"]) + b"\n" + base64.b64decode(user["client-key-data"]),
+                 0o600, fsync=False)
+    ctx.load_cert_chain(pair)
+    return str(cluster["server"]), ctx
+
+
+class NodeAgent:
+    """Registers this node's Node as its kubelet would; `tick` is called on every kubelet sync.
+    kwok (one per lab, bke.lab.kwok) then keeps the Node Ready and runs the pods bound to it."""
+
+    def __init__(self, layout: LabLayout, ip: str, ids: Mapping[str, str]) -> None:
+        self.layout, self.ip, self.ids = layout, ip, dict(ids)
+        self.registered = ""  # the node name once its Node exists
+        self.next_try = 0.0
+        self.last_error = ""
+
+    def _flags(self) -> KubeletFlags | None:
+        try:
+            return kubelet_flags((self.layout.root / KUBELET_UNIT).read_text(), self.ip)
+        except OSError:
+            return None
+
+    def _max_pods(self) -> int:
+        try:
+            doc = yaml.safe_load((self.layout.root / KUBELET_CONFIG.lstrip("/")).read_text()) or {}
+            return int(doc.get("maxPods", 110))
+        except (OSError, ValueError, TypeError, yaml.YAMLError):
+            return 110
+
+    def _kubelet_version(self) -> str:
+        try:
+            m = _VERSION.search((self.layout.root / "usr/bin/kubelet").read_bytes()[:4096])
+        except OSError:
+            return ""
+        return f"v{m[1].decode()}" if m else ""
+
+    async def tick(self) -> None:
+        if self.registered:
+            return
+        now = time.monotonic()
+        if now < self.next_try:
+            return
+        self.next_try = now + REGISTER_EVERY_S
+        flags = self._flags()
+        if flags is None or not flags.name:
+            return
+        kubeconfig = self.layout.root / flags.kubeconfig.lstrip("/")
+        if not kubeconfig.is_file():
+            return  # its certificates are not delivered yet: a real kubelet would crash-loop here
+        try:
+            await self._register(flags, kubeconfig)
+        except (OSError, ValueError, KeyError, httpx.HTTPError, ssl.SSLError) as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            if why != self.last_error:
+                log.warning("node registration: %s", why, extra=self.ids)
+            self.last_error = why
+
+    async def _register(self, flags: KubeletFlags, kubeconfig: Path) -> None:
+        server, ctx = _kubeconfig_tls(yaml.safe_load(kubeconfig.read_text()), self.layout.tls)
+        body = node_object(flags, self._max_pods(), self._kubelet_version())
+        async with httpx.AsyncClient(verify=ctx, trust_env=False, timeout=10.0) as client:
+            resp = await client.post(f"{server}/api/v1/nodes", json=body)
+        if resp.status_code not in (201, 409):  # 409: registered before (a restarted kubelet)
+            raise ValueError(f"POST /api/v1/nodes as system:node:{flags.name}: {resp.status_code} {resp.text[:300]}")
+        self.registered = flags.name
+        log.info("node registered", extra={**self.ids, "nodeName": flags.name})
+

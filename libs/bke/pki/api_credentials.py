@@ -1,0 +1,53 @@
+"""The kubeconfigs BKE's own Kubernetes API work uses, kept apart from the PKI.
+
+Why: the dispatcher (addons, labels and taints, health, drains of removals) and the upgrader
+(drains, addons) need admin.conf, and super-admin.conf for the bootstrap RBAC step, but must not
+read the PKI store, which holds the CA keys. The certs service, which owns the PKI, renders these
+two from it whenever it ensures or renews the cluster's certificates and writes them, each
+encrypted at rest, to `bke:<c>:api-credentials` (bke.state.keys), the one key those services read.
+"""
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from ..errors import TemporaryError
+from ..paths import ADMIN_CONF
+from ..plan import Plan
+from ..plan.api_node import init_node
+from ..secrets import SecretBox
+from ..state.keys import api_credentials_key
+from .operations import cluster_kubeconfig, node_bundle
+from .store import PkiStore
+
+__all__ = ["CREDENTIALS", "read_api_credential", "write_api_credentials"]
+
+CREDENTIALS = ("admin", "super-admin")
+
+
+def _aad(cluster: str, name: str) -> bytes:
+    # bound to its cluster and name: a blob copied to another field or cluster does not open
+    return f"api-credentials:{cluster}:{name}".encode()
+
+
+async def write_api_credentials(redis: Redis, plan: Plan, store: PkiStore, box: SecretBox) -> None:
+    """Render admin.conf (as the init master holds it) and super-admin.conf from the PKI and store
+    them encrypted; idempotent (the same PKI writes the same kubeconfigs)."""
+    files = await node_bundle(plan, store, init_node(plan).hostname, box)
+    admin = next((f.content for f in files if f.path == ADMIN_CONF), None)
+    if admin is None:
+        raise TemporaryError(f"no admin.conf in cluster {plan.cluster}'s PKI yet", delay=5.0)
+    super_admin = await cluster_kubeconfig(plan.cluster, store, "super-admin.conf", box)
+    await redis.hset(api_credentials_key(plan.cluster), mapping={
+        "admin": box.encrypt(admin, _aad(plan.cluster, "admin")),
+        "super-admin": box.encrypt(super_admin, _aad(plan.cluster, "super-admin")),
+    })
+
+
+async def read_api_credential(redis: Redis, cluster: str, name: str, box: SecretBox) -> bytes:
+    """One stored kubeconfig, decrypted; TemporaryError while certs has not written it."""
+    if name not in CREDENTIALS:
+        raise ValueError(f"unknown API credential {name!r} (one of {', '.join(CREDENTIALS)})")
+    blob = await redis.hget(api_credentials_key(cluster), name)
+    if blob is None:
+        raise TemporaryError(f"no {name} kubeconfig for cluster {cluster} yet (the certs service writes it)", delay=5.0)
+    return box.decrypt(bytes(blob), _aad(cluster, name))
