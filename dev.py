@@ -2,6 +2,8 @@
 """One entry for a fresh machine: create the venv, install the pinned set, then run a job.
 
     python3 dev.py lab     # set up, then a lab install of examples/seed-3m1w.yaml
+    python3 dev.py kube    # set up, then build (once, with Go) and cache the real Kubernetes,
+                           # etcd and kwok binaries a `--control-plane real` lab runs
     python3 dev.py test    # set up, then the lints, then the CI suite (what .ci/run calls)
     python3 dev.py lint    # set up, then the lints only
     python3 dev.py full    # set up, then the lints, then every test: the CI suite plus the `slow`
@@ -69,7 +71,7 @@ def run_lints(env: dict[str, str]) -> int:
 def main(argv: list[str]) -> int:
     job = argv[0] if argv else "help"
     rest = argv[1:]
-    if job not in {"lab", "test", "lint", "setup", "bench", "full"}:
+    if job not in {"lab", "test", "lint", "setup", "bench", "full", "kube"}:
         print(__doc__)
         return 2
     ensure_venv()
@@ -87,6 +89,8 @@ def main(argv: list[str]) -> int:
         else:
             # The CI tier: unit, contract, integration and end-to-end; `-m slow` variants are separate.
             cmd = [str(PY), "-m", "pytest", "-q", "-m", "not slow", "--durations=25", *rest]
+    elif job == "kube":
+        cmd = [str(PY), "-m", "bke.lab.kube_binaries", "build", *rest]
     elif job == "bench":
         cmd = [str(PY), str(ROOT / "bench" / "all.py"), *rest]
     else:

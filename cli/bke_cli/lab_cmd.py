@@ -14,6 +14,7 @@ from bke.lab.preflight import claim_lab
 from bke.lab.replicas import ensure_replicas, replica_count
 from bke.lab.supervisor import LabSupervisor
 from bke.runtime.embedded import RuntimeInfo
+from bke.runtime.processes import port_is_free
 from bke.state.client import redact_url
 from bke.plan import Plan, plan_spec_text
 from bke.versions import parse_version
@@ -53,6 +54,11 @@ def lab_problems(plan: Plan, control_plane: str = "simulated") -> list[str]:
         if not ipaddress.ip_address(n.ip).is_loopback:
             out.append(f"nodes[{i}].spec.ip: {n.ip} is not a loopback address; lab nodes are 127.x.y.z addresses on this machine")
     if control_plane == "real":
+        host, _, port = plan.control_plane_endpoint.rpartition(":")
+        if not port_is_free(host.strip("[]"), int(port)):
+            # another lab's haproxy would share it (SO_REUSEPORT) and answer for this cluster
+            out.append(f"cluster.spec.controlPlaneEndpoint: {plan.control_plane_endpoint} is already served on this "
+                       "machine (another lab?); `bke lab down` it or choose another address")
         return out + real_binaries_problems(plan.kubernetes_version, plan.etcd_version)
     etcd = parse_version(plan.etcd_version)
     if f"{etcd.major}.{etcd.minor}.{etcd.patch}" != LAB_ETCD:

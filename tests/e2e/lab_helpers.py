@@ -29,12 +29,13 @@ __all__ = ["Lab"]
 
 
 class Lab:
-    def __init__(self, workdir: Path, spec_path: Path, fetch: bool = False):
+    def __init__(self, workdir: Path, spec_path: Path, fetch: bool = False, control_plane: str = "simulated"):
         self.workdir = workdir
         self.spec_path = spec_path
         self.spec = spec_path.read_bytes()
         self.plan: Plan = plan_spec_text(self.spec).plan  # type: ignore[assignment]
-        self.sup = LabSupervisor(workdir, fetch=fetch)  # fetch: download from the spec's httpRepo
+        # fetch: download from the spec's httpRepo; control_plane "real": built binaries and kwok
+        self.sup = LabSupervisor(workdir, fetch=fetch, control_plane=control_plane)
         self.info = self.sup.ensure_runtime()
         self.access = self.sup.operator_access(self.info)  # NATS with authentication: the CLI's identity
         self.out = io.StringIO()
@@ -53,6 +54,7 @@ class Lab:
         self.sup.ensure_services(self.info)
         if agents:
             self.sup.ensure_agents(self.info, self.plan)
+            self.sup.ensure_kwok(self.info, self.plan)
         return self
 
     async def install(self, timeout: float = 240.0, submit: bool = True) -> int:

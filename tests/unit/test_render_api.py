@@ -19,7 +19,8 @@ def test_public_surface() -> None:
         "UnsupportedVersionError", "VersionSet", "diff_rendered", "format_flags", "gate_open", "generate_vrrp_password",
         "merge_args", "preset_args", "render_cluster", "resolve_versions", "tier_for", "preload_templates"])
     assert all(hasattr(bke.render, n) for n in bke.render.__all__)
-    assert sorted(bke.nodemap.__all__) == ["LocalPod", "LocalVolume", "NotRunnable", "localize_pod"]
+    assert sorted(bke.nodemap.__all__) == ["LocalPod", "LocalVolume", "NotRunnable", "SHARED_MACHINE_FLAGS", "SharedMachineFlag",
+                                          "localize_pod", "shared_machine_argv"]
 
 
 def test_errors_say_what_the_bus_should_do() -> None:

@@ -1,13 +1,16 @@
 """The real haproxy in a real-control-plane lab, from the rendered haproxy pod and config.
 
 Why a copy of the config: haproxy reads its listeners from its file, not its command line, so the
-loopback rule every lab pod follows (bke.nodemap: a loopback listener moves onto the node's own
-address) is applied to a copy in the pod's run directory: `bind 127.0.0.1:8404` (the monitor
-endpoint the pod's probe asks) becomes `bind <node ip>:8404`. The frontend that serves the
-control-plane endpoint binds every address (`bind *:<port>`) and is left as rendered: haproxy
-sets SO_REUSEPORT on Linux, so the masters' haproxies share that port on one kernel, as the
-kernel balances new connections among them; on real hosts keepalived gives the VIP to one of
-them (keepalived itself stays simulated in the lab: VRRP needs an interface per host).
+rules every lab pod follows are applied to a copy in the pod's run directory:
+
+- a loopback listener moves onto the node's own address (as bke.nodemap does for flags):
+  `bind 127.0.0.1:8404`, the monitor endpoint the pod's probe asks, becomes `bind <node ip>:8404`;
+- a listener on every address (`bind *:36443`, the control-plane endpoint's frontend) binds the
+  VIP instead, the address keepalived.conf's `virtual_ipaddress` names. On a real host `*` covers
+  the VIP once keepalived puts it on the interface; on one shared kernel `*` would also take the
+  endpoint port of every other lab. keepalived itself stays simulated (VRRP needs an interface
+  per host): haproxy sets SO_REUSEPORT on Linux, so the masters' haproxies share the VIP's port
+  and the kernel spreads new connections among them, where on real hosts one master holds it.
 
 The copy also lowers a `maxconn` that the process's file descriptor limit cannot hold: haproxy
 needs about two descriptors per connection and refuses to start when it cannot raise its limit
@@ -24,7 +27,7 @@ from pathlib import Path
 
 from .pods import PodPlan
 
-__all__ = ["haproxy_plan", "localize_haproxy_config"]
+__all__ = ["haproxy_plan", "keepalived_vip", "localize_haproxy_config"]
 
 _LOOPBACK_BIND = re.compile(r"(?m)^(\s*bind\s+)(?:127\.0\.0\.1|localhost)(?=:)")
 _MAXCONN = re.compile(r"(?m)^(\s*maxconn\s+)(\d+)")
@@ -35,13 +38,24 @@ def _fd_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 
 
-def localize_haproxy_config(text: str, ip: str, fd_limit: int | None = None) -> str:
+_ANY_BIND = re.compile(r"(?m)^(\s*bind\s+)(?:\*|0\.0\.0\.0|::|\[::\])(?=:)")
+_VIP = re.compile(r"virtual_ipaddress\s*\{\s*([0-9a-fA-F:.]+)")
+
+
+def keepalived_vip(conf: str) -> str:
+    """The first address of keepalived.conf's `virtual_ipaddress` block ("" if none)."""
+    m = _VIP.search(conf)
+    return m[1] if m else ""
+
+
+def localize_haproxy_config(text: str, ip: str, vip: str = "", fd_limit: int | None = None) -> str:
     text = _LOOPBACK_BIND.sub(lambda m: m[1] + ip, text)
+    text = _ANY_BIND.sub(lambda m: m[1] + (vip or ip), text)
     cap = max(1, ((fd_limit or _fd_limit()) - FD_HEADROOM) // 2)
     return _MAXCONN.sub(lambda m: m[1] + str(min(int(m[2]), cap)), text)
 
 
-def haproxy_plan(plan: PodPlan, run_dir: Path, ip: str) -> tuple[Path, PodPlan] | str:
+def haproxy_plan(plan: PodPlan, root: Path, run_dir: Path, ip: str) -> tuple[Path, PodPlan] | str:
     """(haproxy binary, the pod's plan with its command line) or why it cannot run."""
     binary = shutil.which("haproxy")
     if binary is None:
@@ -49,9 +63,13 @@ def haproxy_plan(plan: PodPlan, run_dir: Path, ip: str) -> tuple[Path, PodPlan] 
     conf = next((v.local_path for v in plan.local.volumes if v.host_path.endswith("haproxy.cfg")), None)
     if conf is None or not conf.is_file():
         return "the haproxy pod mounts no haproxy.cfg that exists on the node"
+    try:
+        vip = keepalived_vip((root / "etc/keepalived/keepalived.conf").read_text())
+    except OSError:
+        vip = ""  # no keepalived on this node: the endpoint is the node itself
     run_dir.mkdir(parents=True, exist_ok=True)
     local = run_dir / "haproxy.cfg"
-    local.write_text(localize_haproxy_config(conf.read_text(), ip))
+    local.write_text(localize_haproxy_config(conf.read_text(), ip, vip))
     # -W: master-worker, -db: stay in the foreground (what the image's entrypoint adds)
     argv = ("-W", "-db", "-f", str(local))
     return Path(binary), replace(plan, local=replace(plan.local, argv=argv))

@@ -222,7 +222,7 @@ class KubeletStandIn:
             found, why = built_binary(plan.local.binary, plan.image)
             return RealPod(plan, self.layout, found) if found is not None else why
         if self.control_plane == "real" and name == "haproxy":
-            chosen = haproxy_plan(plan, self.layout.run_dir(plan.name), self.ip)
+            chosen = haproxy_plan(plan, self.layout.root, self.layout.run_dir(plan.name), self.ip)
             return chosen if isinstance(chosen, str) else RealPod(chosen[1], self.layout, chosen[0])
         binary = local_binary(plan.local.binary, plan.image, self.etcd_binaries)
         return RealPod(plan, self.layout, binary) if binary else SimulatedPod(plan, self.layout, self.ip)
