@@ -216,8 +216,9 @@ async def test_httprepo_source_checks_the_sha256_beside_the_manifest(http_repo):
 
 async def test_real_applier_uses_super_admin_for_rbac_only_from_the_store_in_memory(redis_url, redis_client, operator_box,
                                                                                       tmp_path, monkeypatch, capsys):
-    """KubernetesApplier's credentials come from the certs service's Redis store: admin.conf from
-    the init node's bundle, super-admin.conf (on no node) from the cluster-wide instance."""
+    """KubernetesApplier's credentials are the ones the certs service writes from its PKI
+    (bke.pki.api_credentials): admin.conf from the init node's bundle, super-admin.conf (on no
+    node) from the cluster-wide instance, encrypted at rest; none until certs wrote them."""
     import asyncio
 
     from bke.pki import IssueOptions
@@ -225,6 +226,8 @@ async def test_real_applier_uses_super_admin_for_rbac_only_from_the_store_in_mem
     from bke.pki.store_redis import RedisPkiStore
     from bke_cli.main import main
     from bke.cluster_api.apply_k8s import KubernetesApplier
+    from bke.pki.api_credentials import write_api_credentials
+    from bke.state.keys import api_credentials_key
 
     r = Redis.from_url(redis_url)
     try:
@@ -232,6 +235,12 @@ async def test_real_applier_uses_super_admin_for_rbac_only_from_the_store_in_mem
         await ensure_cluster_pki(plan, RedisPkiStore(r), datetime.now(timezone.utc), operator_box,
                                  IssueOptions(start_method="fork"))
         applier = KubernetesApplier(r)
+        with pytest.raises(TemporaryError, match="no admin kubeconfig for cluster creds yet"):
+            await applier._admin_kubeconfig(plan, "admin")  # the PKI alone is not read
+        await write_api_credentials(r, plan, RedisPkiStore(r), operator_box)
+        stored = await r.hgetall(api_credentials_key("creds"))
+        assert set(stored) == {b"admin", b"super-admin"}
+        assert not any(b"client-key-data" in v or b"PRIVATE KEY" in v for v in stored.values())
         users = {}
         for cred in ("admin", "super-admin"):
             conf = await applier._admin_kubeconfig(plan, cred)

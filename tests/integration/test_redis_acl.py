@@ -24,7 +24,7 @@ NEEDS = {
     "planner": [k.clusters_index(), k.recent_plans_key(), k.request_key("r1"), k.plan_key(C), k.plan_meta_key(C), k.plan_replaceable_key(C)],
     "certs": [k.clusters_index(), k.pki_index(), k.plan_key(C), k.plan_meta_key(C), PKI_KEYS, k.pki_key(C, "certs"),
               k.certs_agents_key(C), k.certs_ops_key(C), k.certs_renewal_key(C, "r1"), k.node_files_key(C, "certs"),
-              k.node_files_digest_key(C, "certs"), k.operation_key(C)],
+              k.node_files_digest_key(C, "certs"), k.operation_key(C), k.api_credentials_key(C)],
     "renderer": [k.recent_renders_key(), k.plan_key(C), k.addon_manifests_key(C), k.render_meta_key(C), VRRP, k.node_files_key(C, "render"),
                  k.node_files_digest_key(C, "render")],
     "dispatcher": [k.plan_key(C), k.installs_index(), k.rotations_index(), k.install_key(C), k.inputs_key(C),
@@ -34,7 +34,8 @@ NEEDS = {
                    k.rotation_key(C), k.rotation_results_key(C), k.node_files_key(C, "render"),
                    k.node_files_key(C, "certs"), k.node_files_digest_key(C, "certs"), k.paused_key(C, "dispatcher"),
                    k.joins_index(), k.join_key(C), k.join_results_key(C), k.removals_index(), k.removal_key(C),
-                   k.removal_results_key(C), k.removal_api_key(C), k.operation_key(C), k.reset_key(C)],
+                   k.removal_results_key(C), k.removal_api_key(C), k.operation_key(C), k.reset_key(C),
+                   k.api_credentials_key(C)],
 }
 SECRETS = {PKI_KEYS: "certs", VRRP: "renderer"}
 

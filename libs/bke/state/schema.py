@@ -102,11 +102,15 @@ RECORDS: tuple[RecordKind, ...] = (
         writer="certs: bke.pki.store_redis.RedisPkiStore.save (one WATCH/MULTI on pki:version)",
         reader="certs, `bke certs --cluster`: RedisPkiStore.load -> bke.pki.manifest.Manifest.from_json"),
     RecordKind(
-        "certs", "the certs service's own records: operations seen, renewal answers, agents, sealed file sets",
-        ("certs:ops", "certs:renewal:*", "certs:lease:*", "certs:agents", "agents:provisioned", "files:certs", "files:certs:digest"),
+        "certs", "the certs service's own records: operations seen, renewal answers, agents, sealed file sets, "
+                 "the API credentials (encrypted kubeconfigs, rewritten at every ensure and renewal)",
+        ("certs:ops", "certs:renewal:*", "certs:lease:*", "certs:agents", "agents:provisioned", "files:certs", "files:certs:digest",
+         "api-credentials"),
         VersionSlot("certs:ops", "hash"), current=1,
-        writer="certs: bke_certs.operations.OpsStore, bke_certs.handlers, bke.state.nodefiles (certs source)",
-        reader="certs: OpsStore.view, handlers; dispatcher: RedisNodeFiles (files:certs)"),
+        writer="certs: bke_certs.operations.OpsStore, bke_certs.handlers, bke.state.nodefiles (certs source), "
+               "bke.pki.api_credentials.write_api_credentials",
+        reader="certs: OpsStore.view, handlers; dispatcher: RedisNodeFiles (files:certs); dispatcher and upgrader: "
+               "bke.pki.api_credentials.read_api_credential"),
     RecordKind(
         "render", "rendered per-node file sets, addon manifests, the render meta, the VRRP password",
         ("render:meta", "files:render", "files:render:digest", "addon-manifests", "render:vrrp-password"),
