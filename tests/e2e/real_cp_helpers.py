@@ -30,11 +30,11 @@ def need_binaries(kubernetes: str) -> None:
         pytest.skip(reason)
 
 
-def real_spec(source: Path, out: Path, kubernetes: str, net: str) -> Path:
-    """`source` (an example at v1.33.2 / etcd 3.5.1 on 127.0.20.x) at a built release, on `net`."""
+def real_spec(source: Path, out: Path, kubernetes: str, net: str, old_net: str = "127.0.20") -> Path:
+    """`source` (an example at v1.33.2 / etcd 3.5.1 on `old_net`.x) at a built release, on `net`.x."""
     text = source.read_text()
     text = text.replace("v1.33.2", f"v{kubernetes}").replace("etcdVersion: v3.5.1", f"etcdVersion: v{ETCD}")
-    text = text.replace("127.0.20.", f"{net}.")
+    text = text.replace(f"{old_net}.", f"{net}.")
     out.write_text(text)
     return out
 

@@ -167,3 +167,45 @@ def test_what_ran_is_the_built_release(lab):
         status = json.loads((lab.host(hostname) / f"var/lib/bke-lab/pods/{pod}.json").read_text())
         assert status["mode"] == "real" and status["phase"] == "Running" and status["ready"], status
     assert ETCD.startswith("3.6")
+
+
+def test_the_controllers_report_the_built_release_in_their_metrics(lab):
+    """kube-controller-manager and kube-scheduler serve no /version: their `kubernetes_build_info`
+    (read with admin.conf's client certificate, which they authorise through the apiserver)."""
+    doc = yaml.safe_load(admin_conf(lab).read_text())
+    user = doc["users"][0]["user"]
+    pair = lab.workdir / "admin-pair.pem"
+    pair.write_bytes(base64.b64decode(user["client-certificate-data"]) + b"\n" + base64.b64decode(user["client-key-data"]))
+    pair.chmod(0o600)
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # their serving certificates are self-signed
+    ctx.load_cert_chain(pair)
+    m4 = next(n for n in lab.plan.nodes if n.hostname == "m4")
+    with httpx.Client(verify=ctx, trust_env=False, timeout=10.0) as http:
+        for port in (10257, 10259):
+            r = http.get(f"https://{m4.ip}:{port}/metrics")
+            assert r.status_code == 200, (port, r.status_code, r.text[:200])
+            info = next(line for line in r.text.splitlines() if line.startswith("kubernetes_build_info{"))
+            assert f'git_version="v{OLDER}"' in info, info
+
+
+@pytest.mark.parametrize("release", MINORS[1:])
+async def test_each_other_built_minor_installs_and_every_component_runs(release, tmp_path):
+    """One spec per built minor: the seed layout (three stacked masters, one worker)."""
+    need_binaries(release)
+    spec = real_spec(Path("examples/seed-3m1w.yaml"), tmp_path / "seed.yaml", release, "127.0.41", old_net="127.0.10")
+    lab = Lab(tmp_path / "lab", spec, control_plane="real").start()
+    try:
+        assert await lab.install(timeout=300.0) == 0, lab.out.getvalue()
+        conf = lab.host("master1") / "etc/kubernetes/admin.conf"
+        version = kubectl_json(release, conf, "version")
+        assert version["serverVersion"]["gitVersion"] == f"v{release}"
+        for node in lab.plan.nodes:
+            for status_file in (lab.host(node.hostname) / "var/lib/bke-lab/pods").glob("*.json"):
+                status = json.loads(status_file.read_text())
+                assert status["mode"] == "real" and status["phase"] == "Running" and status["ready"], status
+        nodes = kubectl_json(release, conf, "get", "nodes")["items"]
+        assert len(nodes) == len(lab.plan.nodes)
+        assert all(next(c for c in n["status"]["conditions"] if c["type"] == "Ready")["status"] == "True" for n in nodes)
+    finally:
+        lab.down()

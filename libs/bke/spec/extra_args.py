@@ -1,4 +1,5 @@
-"""User extraArgs judged against the denylist and the version gates: one implementation.
+"""User extraArgs judged against the denylist, the version gates, the flag table and each value's
+type (bke.flagrules.value_check): one implementation.
 
 `validate_spec` calls it, so the planner service and `bke plan` refuse a spec at plan time with
 the field path of every refused flag; the renderer calls it again before rendering, as a second
@@ -13,6 +14,7 @@ import re
 from collections.abc import Iterable
 
 from ..flagrules import DENYLIST, VersionSet, family_of, flag_verdict, gate_for, gate_open
+from ..flagrules.value_check import value_problem
 from .models import ClusterSpec
 from .roles import ETCD_ROLES, is_master
 
@@ -81,8 +83,11 @@ def check_extra_args(spec: ClusterSpec, versions: VersionSet | None,
                 verdict = flag_verdict(fam, flag, versions.of(fam))
                 if not verdict.ok:
                     problem = verdict.message
-                elif verdict.deprecated:
-                    warnings.append(f"{path}: {verdict.message}")
+                else:
+                    if verdict.deprecated:
+                        warnings.append(f"{path}: {verdict.message}")
+                    # the value, by the type the component parses it as (a refusal at start otherwise)
+                    problem = value_problem(fam, flag, value, versions.of(fam))
             if problem is None:
                 continue
             hit = keys & allowed
