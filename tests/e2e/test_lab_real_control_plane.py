@@ -10,6 +10,7 @@ import base64
 import json
 import ssl
 import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -187,6 +188,55 @@ def test_the_controllers_report_the_built_release_in_their_metrics(lab):
             assert r.status_code == 200, (port, r.status_code, r.text[:200])
             info = next(line for line in r.text.splitlines() if line.startswith("kubernetes_build_info{"))
             assert f'git_version="v{OLDER}"' in info, info
+
+
+WEB = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: registry.k8s.io/pause:3.10.1}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  minAvailable: 3
+  selector: {matchLabels: {app: web}}
+"""
+
+
+async def test_removing_a_worker_drains_it_through_evictions_and_deletes_its_node(lab):
+    """The removal's drain (bke.drain.KubernetesDrainer) against the real API: the worker is
+    cordoned, its pods are evicted (a PodDisruptionBudget allows one at a time) and come back on
+    the other workers, then its Node object is deleted."""
+    conf = admin_conf(lab)
+    made = kubectl(OLDER, conf, "apply", "-f", "-", stdin=WEB)
+    assert made.returncode == 0, made.stderr
+    deadline = asyncio.get_running_loop().time() + 120
+    while True:
+        pods = kubectl_json(OLDER, conf, "-n", "default", "get", "pods", "-l", "app=web")["items"]
+        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        if len(running) == 4:
+            break
+        assert asyncio.get_running_loop().time() < deadline, pods
+        await asyncio.sleep(1.0)  # polling the API under a deadline
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "bke"), "lab", "remove-nodes", lab.plan.cluster, "--nodes", "worker4",
+        "--workdir", str(lab.workdir), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), 600)
+    assert proc.returncode == 0, out.decode()
+    names = {n["metadata"]["name"] for n in kubectl_json(OLDER, conf, "get", "nodes")["items"]}
+    assert "worker4" not in names and "worker3" in names
+    pods = kubectl_json(OLDER, conf, "-n", "default", "get", "pods", "-l", "app=web")["items"]
+    assert all(p["spec"].get("nodeName") != "worker4" for p in pods), pods
+    deploy = kubectl_json(OLDER, conf, "-n", "default", "get", "deployment", "web")["status"]
+    assert deploy.get("availableReplicas", 0) >= 3, deploy
 
 
 @pytest.mark.parametrize("release", MINORS[1:])
