@@ -190,6 +190,55 @@ def test_the_controllers_report_the_built_release_in_their_metrics(lab):
             assert f'git_version="v{OLDER}"' in info, info
 
 
+def _serving_serial(ip: str) -> int:
+    pem = ssl.get_server_certificate((ip, 6443))
+    from cryptography import x509
+
+    return x509.load_pem_x509_certificate(pem.encode()).serial_number
+
+
+async def test_a_renewed_apiserver_certificate_is_served_and_the_endpoint_never_stopped_answering(lab):
+    """`bke certs renew apiserver --cluster`: every apiserver serves its new certificate, and
+    /readyz through the endpoint, verified with the cluster CA, answered all along."""
+    from cryptography import x509
+
+    ca = ssl.create_default_context(cadata=cluster_ca(lab).decode())
+    endpoint = f"https://{lab.plan.control_plane_endpoint}/readyz"
+    apiservers = [n for n in lab.plan.nodes if "kube-apiserver" in n.components]
+    before = {n.hostname: _serving_serial(n.ip) for n in apiservers}
+    stop, answers, failures = asyncio.Event(), [0], []
+
+    async def probe() -> None:
+        async with httpx.AsyncClient(verify=ca, trust_env=False, timeout=5.0) as http:
+            while not stop.is_set():
+                try:
+                    r = await http.get(endpoint, headers={"Connection": "close"})
+                    if r.status_code != 200:
+                        failures.append(f"{r.status_code} {r.text[:100]}")
+                except httpx.HTTPError as exc:
+                    failures.append(f"{type(exc).__name__}: {exc}")
+                answers[0] += 1
+                await asyncio.sleep(0.1)  # a client's pace, not synchronisation
+
+    prober = asyncio.create_task(probe())
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bke_cli.main", "certs", "renew", "apiserver", "--cluster", lab.plan.cluster,
+            "--workdir", str(lab.workdir), "--timeout", "240", stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT)
+        out, _ = await asyncio.wait_for(proc.communicate(), 300)
+    finally:
+        stop.set()
+        await prober
+    assert proc.returncode == 0, out.decode()
+    assert answers[0] >= 10 and not failures, (answers, failures[:5])
+    for node in apiservers:
+        on_disk = x509.load_pem_x509_certificate(
+            (lab.host(node.hostname) / "etc/kubernetes/pki/apiserver.crt").read_bytes()).serial_number
+        served = _serving_serial(node.ip)
+        assert served == on_disk != before[node.hostname], node.hostname
+
+
 WEB = """
 apiVersion: apps/v1
 kind: Deployment
