@@ -2,6 +2,7 @@
 """One entry for a fresh machine: create the venv, install the pinned set, then run a job.
 
     python3 dev.py lab     # set up, then a lab install of examples/seed-3m1w.yaml
+                           # (`python3 dev.py lab SPEC WORKDIR --control-plane real`: the real components)
     python3 dev.py kube    # set up, then build (once, with Go) and cache the real Kubernetes,
                            # etcd and kwok binaries a `--control-plane real` lab runs
     python3 dev.py test    # set up, then the lints, then the CI suite (what .ci/run calls)
@@ -96,7 +97,12 @@ def main(argv: list[str]) -> int:
     else:
         spec = rest[0] if rest else str(ROOT / "examples" / "seed-3m1w.yaml")
         workdir = rest[1] if len(rest) > 1 else str(ROOT / ".lab")
-        cmd = [str(VENV / "bin" / "bke"), "lab", "install", spec, "--workdir", workdir]
+        cmd = [str(VENV / "bin" / "bke"), "lab", "install", spec, "--workdir", workdir, *rest[2:]]
+        code = subprocess.call(cmd, env=env, cwd=ROOT)
+        if "--control-plane" not in rest:
+            print("the Kubernetes components were simulated; for real ones: `python3 dev.py kube` (Go 1.26), then "
+                  "`python3 dev.py lab SPEC WORKDIR --control-plane real` (docs/real-control-plane.md)", flush=True)
+        return code
     return subprocess.call(cmd, env=env, cwd=ROOT)
 
 

@@ -34,7 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 __all__ = ["LocalPod", "LocalVolume", "NotRunnable", "SHARED_MACHINE_FLAGS", "SharedMachineFlag", "localize_pod",
-           "shared_machine_argv"]
+           "shared_machine_argv", "shared_machine_markdown"]
 
 _LOOPBACK = re.compile(r"://(?:127\.0\.0\.1|localhost|\[::1\])(?=[:/]|$)")
 _PROBE_LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]", ""}
@@ -84,6 +84,15 @@ def shared_machine_argv(component: str, argv: list[str], node_ip: str) -> list[s
         elif row.when == "loopback" and at is not None and out[at].partition("=")[2] in _LOOPBACK_VALUES:
             out[at] = f"{row.flag}={value}"
     return out
+
+
+def shared_machine_markdown() -> str:
+    """SHARED_MACHINE_FLAGS as the table docs/real-control-plane.md shows (a test holds the two)."""
+    rows = ["| component | flag | lab value | when | why |", "|---|---|---|---|---|"]
+    for r in SHARED_MACHINE_FLAGS:
+        when = "not set by the spec" if r.when == "absent" else "rendered as a loopback address"
+        rows.append(f"| {r.component} | `{r.flag}` | `{r.value.replace('{ip}', '<node ip>')}` | {when} | {r.why} |")
+    return "\n".join(rows) + "\n"
 
 
 class NotRunnable(ValueError):

@@ -163,3 +163,14 @@ def test_kwok_manages_only_the_nodes_bke_registered_with_our_stages(tmp_path) ->
     stages = list(yaml.safe_load_all(STAGES.read_text()))
     assert {s["metadata"]["name"] for s in stages} == {"bke-node-ready", "bke-node-heartbeat", "bke-pod-running", "bke-pod-gone"}
     assert all(s["kind"] == "Stage" and s["apiVersion"] == "kwok.x-k8s.io/v1alpha1" for s in stages)
+
+
+def test_the_docs_show_the_shared_machine_table_and_every_build() -> None:
+    from bke.nodemap import shared_machine_markdown
+
+    doc = (ROOT / "docs/real-control-plane.md").read_text()
+    begin, end = "<!-- BEGIN GENERATED: shared-machine -->\n", "<!-- END GENERATED: shared-machine -->"
+    section = doc[doc.index(begin) + len(begin):doc.index(end)]
+    assert section == shared_machine_markdown(), "paste bke.nodemap.shared_machine_markdown() into docs/real-control-plane.md"
+    for build in kb.BUILDS:
+        assert f"`{build.key}`" in doc, build.key

@@ -20,7 +20,7 @@ def test_public_surface() -> None:
         "merge_args", "preset_args", "render_cluster", "resolve_versions", "tier_for", "preload_templates"])
     assert all(hasattr(bke.render, n) for n in bke.render.__all__)
     assert sorted(bke.nodemap.__all__) == ["LocalPod", "LocalVolume", "NotRunnable", "SHARED_MACHINE_FLAGS", "SharedMachineFlag",
-                                          "localize_pod", "shared_machine_argv"]
+                                          "localize_pod", "shared_machine_argv", "shared_machine_markdown"]
 
 
 def test_errors_say_what_the_bus_should_do() -> None:
