@@ -15,6 +15,10 @@ cost nothing (NullBackend). The spec: 3 masters + N-3 workers, ECDSA-P256 keys.
   N durable consumers with the agents' own config, JetStream publish of each command, the
   consumer acks and publishes a result, one durable pull consumer collects every result.
 * ratio = install / floor. Targets at 5,000 nodes: install < 60 s, ratio <= 3.
+
+With `--control-plane real` (bench/real_cp.py): one real master and N-1 kwok nodes; it prints
+the install, labels + health, the Node registrations, and the apiserver's, etcd's and kwok's CPU
+seconds and peak RSS.
 """
 from __future__ import annotations
 
@@ -222,6 +226,22 @@ async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
         sup.down()
 
 
+async def main_real(sizes: list[int]) -> int:
+    """`--control-plane real`: the install against one real control plane and kwok nodes
+    (bench/real_cp.py); the figure to watch is labels + health."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from real_cp import real_install, summary
+
+    ok = True
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix=f"bke-bench-real-{n}-") as d:
+            async with real_install(n, Path(d)) as r:
+                print(summary(r), flush=True)
+                ok = ok and r["status"] == "Succeeded"
+        os.sync()
+    return 0 if ok else 1
+
+
 async def main(sizes: list[int]) -> int:
     rows = []
     for n in sizes:
@@ -246,4 +266,7 @@ async def main(sizes: list[int]) -> int:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
-    sys.exit(asyncio.run(main(ap.parse_args().nodes)))
+    ap.add_argument("--control-plane", choices=("simulated", "real"), default="simulated",
+                    help="real: one real control plane and kwok nodes (python3 dev.py kube first)")
+    args = ap.parse_args()
+    sys.exit(asyncio.run(main_real(args.nodes) if args.control_plane == "real" else main(args.nodes)))

@@ -13,7 +13,7 @@ from bke.lab import kube_binaries as kb
 from bke.lab.kwok import KWOK_ANNOTATION, STAGES, kwok_argv
 from bke.nodemap import SHARED_MACHINE_FLAGS, localize_pod
 from bke_agent.kubelet.lab_haproxy import keepalived_vip, localize_haproxy_config
-from bke_agent.kubelet.node_api import kubelet_flags, node_object
+from bke.lab.node_object import kubelet_flags, node_object
 from bke_cli.lab_cmd import lab_problems, real_binaries_problems
 from bke.plan import plan_spec_text
 

@@ -18,88 +18,27 @@ from __future__ import annotations
 import base64
 import logging
 import re
-import shlex
 import ssl
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
 
+from bke.lab.node_object import KubeletFlags, kubelet_flags, node_object
 from bke.paths import KUBELET_CONFIG
 
 from ..fsutil import write_atomic
 from ..lablayout import LabLayout
 
-__all__ = ["KUBELET_UNIT", "KubeletFlags", "NodeAgent", "kubelet_flags", "node_object"]
+__all__ = ["KUBELET_UNIT", "NodeAgent"]
 
 log = logging.getLogger("bke.agent.kubelet")
 KUBELET_UNIT = "etc/systemd/system/kubelet.service"
 REGISTER_EVERY_S = 2.0
 _VERSION = re.compile(rb"/v?(\d+\.\d+\.\d+)/")
-
-
-@dataclass(frozen=True)
-class KubeletFlags:
-    name: str
-    ip: str
-    kubeconfig: str  # a node path
-    labels: dict[str, str] = field(default_factory=dict)
-    taints: tuple[dict[str, str], ...] = ()
-
-
-def _exec_start(unit_text: str) -> list[str]:
-    joined = re.sub(r"\\\n", " ", unit_text)
-    line = next((ln for ln in joined.splitlines() if ln.strip().startswith("ExecStart=")), "")
-    return shlex.split(line.strip()[len("ExecStart="):])
-
-
-def _taint(text: str) -> dict[str, str]:
-    kv, _, effect = text.partition(":")
-    key, _, value = kv.partition("=")
-    return {"key": key, "value": value, "effect": effect} if value else {"key": key, "effect": effect}
-
-
-def kubelet_flags(unit_text: str, default_ip: str) -> KubeletFlags | None:
-    """The registration flags of a kubelet unit; None when it names no kubeconfig."""
-    flags: dict[str, str] = {}
-    for arg in _exec_start(unit_text)[1:]:
-        if arg.startswith("--") and "=" in arg:
-            k, _, v = arg.partition("=")
-            flags[k[2:]] = v
-    if "kubeconfig" not in flags:
-        return None
-    labels = dict(p.split("=", 1) for p in flags.get("node-labels", "").split(",") if "=" in p)
-    taints = tuple(_taint(t) for t in flags.get("register-with-taints", "").split(",") if t)
-    name = flags.get("hostname-override", "")
-    return KubeletFlags(name, flags.get("node-ip", default_ip), flags["kubeconfig"], labels, taints)
-
-
-def node_object(flags: KubeletFlags, max_pods: int, kubelet_version: str) -> dict[str, Any]:
-    """The Node a kubelet of these flags registers (status included, as the kubelet sends it)."""
-    resources = {"cpu": "8", "memory": "32Gi", "pods": str(max_pods), "ephemeral-storage": "100Gi"}
-    spec: dict[str, Any] = {"taints": list(flags.taints)} if flags.taints else {}
-    return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {
-            "name": flags.name,
-            "labels": {"kubernetes.io/hostname": flags.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                       "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64", **flags.labels},
-            "annotations": {"node.alpha.kubernetes.io/ttl": "0", "bke.bocloud.com/lab-kubelet": "kwok"},
-        },
-        "spec": spec,
-        "status": {
-            "addresses": [{"type": "InternalIP", "address": flags.ip}, {"type": "Hostname", "address": flags.name}],
-            "capacity": resources, "allocatable": resources,
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {"kubeletVersion": kubelet_version, "kubeProxyVersion": "", "operatingSystem": "linux",
-                         "architecture": "amd64", "containerRuntimeVersion": "containerd://lab", "osImage": "bke lab",
-                         "kernelVersion": "", "machineID": "", "systemUUID": "", "bootID": ""},
-        },
-    }
 
 
 def _kubeconfig_tls(doc: Mapping[str, Any], tls_dir: Path) -> tuple[str, ssl.SSLContext]:
