@@ -2,9 +2,12 @@
 cache, and a skip (or, under .ci/run, a failure) when the binaries are not built."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,7 @@ import pytest
 
 from bke.lab.kube_binaries import BUILDS, KWOK_VERSION, locate
 
-__all__ = ["ETCD", "MINORS", "etcdctl", "kubectl", "need_binaries", "real_spec"]
+__all__ = ["ETCD", "MINORS", "api_until", "etcdctl", "kubectl", "need_binaries", "real_spec"]
 
 REQUIRED = os.environ.get("BKE_REQUIRE_REAL_CHECKS") == "1"
 ETCD = next(b.version for b in BUILDS if b.name == "etcd" and b.version.startswith("3.6"))
@@ -61,3 +64,15 @@ def etcdctl(endpoint: str, tls: tuple[Path, Path, Path], *args: str) -> list[str
                            *args], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return [line for line in proc.stdout.splitlines() if line]
+
+
+async def api_until(ask: Callable[[], Any], done: Callable[[Any], bool], timeout_s: float = 120.0) -> Any:
+    """Ask the API (`ask`, a kubectl call) until `done` says yes; its last answer. Polls once a
+    second under a deadline, and the assertion shows the last answer."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answer = ask()
+        if done(answer):
+            return answer
+        assert time.monotonic() < deadline, answer
+        await asyncio.sleep(1.0)  # polling the API under a deadline

@@ -22,7 +22,7 @@ from bke.lab.kube_binaries import locate
 from bke.plan import plan_spec_text
 
 from .lab_helpers import Lab
-from .real_cp_helpers import ETCD, MINORS, etcdctl, kubectl, kubectl_json, need_binaries, real_spec
+from .real_cp_helpers import ETCD, MINORS, api_until, etcdctl, kubectl, kubectl_json, need_binaries, real_spec
 
 pytestmark = pytest.mark.e2e
 OLDER = MINORS[0]
@@ -267,14 +267,8 @@ async def test_removing_a_worker_drains_it_through_evictions_and_deletes_its_nod
     conf = admin_conf(lab)
     made = kubectl(OLDER, conf, "apply", "-f", "-", stdin=WEB)
     assert made.returncode == 0, made.stderr
-    deadline = asyncio.get_running_loop().time() + 120
-    while True:
-        pods = kubectl_json(OLDER, conf, "-n", "default", "get", "pods", "-l", "app=web")["items"]
-        running = [p for p in pods if p["status"].get("phase") == "Running"]
-        if len(running) == 4:
-            break
-        assert asyncio.get_running_loop().time() < deadline, pods
-        await asyncio.sleep(1.0)  # polling the API under a deadline
+    await api_until(lambda: kubectl_json(OLDER, conf, "-n", "default", "get", "pods", "-l", "app=web")["items"],
+                    lambda pods: sum(p["status"].get("phase") == "Running" for p in pods) == 4)
     proc = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).parent / "bke"), "lab", "remove-nodes", lab.plan.cluster, "--nodes", "worker4",
         "--workdir", str(lab.workdir), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
@@ -323,13 +317,9 @@ async def test_a_snapshot_holds_real_data_and_a_restore_brings_it_back_under_the
     # restored with --bump-revision 1000000000 --mark-compacted: past every revision a watch has seen
     status = etcdctl(data.members[0].client_url, tls, "endpoint", "status", "-w", "json")
     assert json.loads(status[0])[0]["Status"]["header"]["revision"] > 1_000_000_000
-    deadline = asyncio.get_running_loop().time() + 120
-    while True:  # the apiservers come back on the restored data
-        got = kubectl(OLDER, conf, "-n", "default", "get", "configmap", "before-snapshot", "-o", "json")
-        if got.returncode == 0:
-            break
-        assert asyncio.get_running_loop().time() < deadline, got.stderr
-        await asyncio.sleep(1.0)  # polling the API under a deadline
+    # the apiservers come back on the restored data
+    got = await api_until(lambda: kubectl(OLDER, conf, "-n", "default", "get", "configmap", "before-snapshot", "-o", "json"),
+                          lambda answer: answer.returncode == 0)
     assert json.loads(got.stdout)["data"] == {"k": "kept"}
     gone = kubectl(OLDER, conf, "-n", "default", "get", "configmap", "after-snapshot")
     assert gone.returncode != 0 and "NotFound" in gone.stderr, gone.stdout + gone.stderr

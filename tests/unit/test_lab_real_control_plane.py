@@ -161,7 +161,8 @@ def test_kwok_manages_only_the_nodes_bke_registered_with_our_stages(tmp_path) ->
     assert f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}" in argv and "--manage-all-nodes=false" in argv
     assert f"--config={STAGES}" in argv and "--server-address=127.0.0.1:41000" in argv
     stages = list(yaml.safe_load_all(STAGES.read_text()))
-    assert {s["metadata"]["name"] for s in stages} == {"bke-node-ready", "bke-node-heartbeat", "bke-pod-running", "bke-pod-gone"}
+    assert {s["metadata"]["name"] for s in stages} == {"bke-node-ready", "bke-node-heartbeat", "bke-pod-running", "bke-pod-gone",
+                                                       "bke-pod-ready-again"}
     assert all(s["kind"] == "Stage" and s["apiVersion"] == "kwok.x-k8s.io/v1alpha1" for s in stages)
 
 
