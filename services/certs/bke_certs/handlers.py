@@ -283,7 +283,7 @@ class CertsHandlers:
         # (a crash from here to the saved answer renews again on redelivery: new serials, same
         # names; the store stays consistent and only the last renewal is delivered)
         if renewed:  # admin.conf or super-admin.conf may be among them
-            await write_api_credentials(self.redis, await self.plans.load(c), self.store, self.box_factory())
+            await self._refresh_api_credentials(c, rid)
         nodes = sorted({n for r in renewed for n in r.nodes})
         failures = await self.reseal(c, nodes, request_id=rid, operation="renewal") if nodes else []
         ev = CertsRenewed(
@@ -298,6 +298,17 @@ class CertsHandlers:
         await self.ops.save_renewal(c, rid, ev.to_bytes())
         log.info("renewed %d certificate(s) on %d node(s); handed to the dispatcher", len(renewed), len(nodes), extra=ids)
         return [*failures, Out(ev, CERTS_RENEWED, f"renewed:{c}:{rid}")]
+
+    async def _refresh_api_credentials(self, cluster: str, request_id: str) -> None:
+        """The API credentials again after a renewal. A PKI without a stored plan (issued by
+        `bke certs issue` and renewed on the bus) has none to refresh: the renewal stands."""
+        try:
+            plan = await self.plans.load(cluster)
+        except TemporaryError:
+            log.warning("no plan stored: the API credentials are not rewritten",
+                        extra={"cluster": cluster, "request_id": request_id})
+            return
+        await write_api_credentials(self.redis, plan, self.store, self.box_factory())
 
     async def _released(self, req: RenewCerts, claimed: bool, why: str) -> Out:
         """A renewal that claimed the slot and will not run: the slot goes, the refusal is said."""
