@@ -12,7 +12,7 @@ from rich.console import Console
 from bke.lab.http_repo import with_http_repo
 from bke.lab.preflight import claim_lab
 from bke.lab.replicas import ensure_replicas, replica_count
-from bke.lab.supervisor import LabSupervisor
+from bke.lab.supervisor import CONTROL_PLANE_FILE, LabSupervisor
 from bke.runtime.embedded import RuntimeInfo
 from bke.runtime.processes import port_is_free
 from bke.state.client import redact_url
@@ -87,13 +87,19 @@ def install(
         "reads <file>.sha256; without it the lab writes placeholders"),
     replicas: int | None = typer.Option(
         None, "--replicas", help="processes of every service (they split the work; default BKE_LAB_REPLICAS or 1)"),
-    control_plane: str = typer.Option(
-        "simulated", "--control-plane", help="simulated: etcd runs for real, the Kubernetes components are "
+    control_plane: str | None = typer.Option(
+        None, "--control-plane", help="simulated: etcd runs for real, the Kubernetes components are "
         "simulated; real: kube-apiserver, controller-manager, scheduler and etcd run from the binaries "
         "`python3 dev.py kube` builds, kwok keeps the nodes, and BKE's API work goes to the real apiservers; "
-        "kept by the work directory"),
+        "kept by the work directory (default: what it has, else simulated)"),
 ) -> None:
     """Start NATS, Redis, every service and one agent per node, then install and follow."""
+    kept = (workdir / CONTROL_PLANE_FILE).read_text().strip() if (workdir / CONTROL_PLANE_FILE).is_file() else None
+    if control_plane is not None and kept is not None and control_plane != kept:
+        error_lines([f"--control-plane: {workdir} runs a {kept} control plane; `bke lab down` and use another "
+                     f"--workdir for a {control_plane} one"])
+        raise typer.Exit(EXIT_INVALID)
+    control_plane = control_plane or kept or "simulated"
     if control_plane not in CONTROL_PLANES:
         error_lines([f"--control-plane: {control_plane!r} is not one of {', '.join(CONTROL_PLANES)}"])
         raise typer.Exit(EXIT_INVALID)

