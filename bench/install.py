@@ -54,6 +54,7 @@ from bke.provisioning import provision_agents
 from bke.secrets.signing import parse_public_line
 from bke_agent.loop import consumer_config
 from bke_agent.settings import AgentSettings
+from real_cp import proc_cpu_s  # bench/real_cp.py (this script's folder is on sys.path)
 
 STREAM = "BKE_AGENT"
 
@@ -150,15 +151,6 @@ def counters_delta(before: dict[str, int], after: dict[str, int]) -> str:
             f"out {d['out_msgs']:,} msgs / {d['out_bytes'] / 1e6:.1f} MB")
 
 
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a live process (/proc/<pid>/stat fields 14 and 15)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
     """The same deliveries, minimal: no services, no state, no steps."""
     sup = LabSupervisor(workdir, auth=False)  # the fleet: thousands of agents on one connection (no one identity)
@@ -229,7 +221,6 @@ async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
 async def main_real(sizes: list[int]) -> int:
     """`--control-plane real`: the install against one real control plane and kwok nodes
     (bench/real_cp.py); the figure to watch is labels + health."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from real_cp import real_install, summary
 
     ok = True

@@ -22,27 +22,34 @@ from bke.bus import EventWatch, ensure_streams, put_blob
 from bke.bus.connect import connect_nats
 from bke.bus.streams import OBJECT_BUCKET
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
-from bke.errors import TemporaryError
 from bke.lab.kube_binaries import BUILDS
+from bke.lab.kwok import wait_admin_kubeconfig
 from bke.lab.kwok_nodes import admin_client, register_nodes, wait_allowed, wait_api
 from bke.lab.supervisor import LabSupervisor
 from bke.lab.trust import ensure_lab_command_key
-from bke.pki.api_credentials import read_api_credential
 from bke.plan import plan_spec_text
 from bke.provisioning import provision_agents
 from bke.secrets import load_secret_box
 from bke.secrets.signing import parse_public_line
 from bke.spec.synth import lab_ip, synth_spec_text
-from bke.state.client import redis_client
 from bke_agent.fleet import Fleet
 from bke_agent.settings import AgentSettings
 from bke_cli.status_client import get_status
 
-__all__ = ["KUBERNETES", "ETCD", "real_install"]
+__all__ = ["KUBERNETES", "ETCD", "proc_cpu_s", "real_install", "summary"]
 
 KUBERNETES = next(b.version for b in BUILDS if b.name == "kubernetes")
 ETCD = next(b.version for b in BUILDS if b.name == "etcd" and b.version.startswith("3.6"))
 BASE = 150  # 127.150.x.y: no other lab of the tests or benches uses it
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process (/proc/<pid>/stat fields 14 and 15)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _proc(pid: int | None) -> dict[str, float]:
@@ -50,12 +57,11 @@ def _proc(pid: int | None) -> dict[str, float]:
     if not pid:
         return {"cpu_s": 0.0, "peak_mib": 0.0}
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return {"cpu_s": 0.0, "peak_mib": 0.0}
     hwm = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
-    return {"cpu_s": (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), "peak_mib": hwm / 1024}
+    return {"cpu_s": proc_cpu_s(pid), "peak_mib": hwm / 1024}
 
 
 def _children(pid: int) -> list[int]:
@@ -63,22 +69,6 @@ def _children(pid: int) -> list[int]:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
-
-
-async def _admin_conf(redis_url: str, cluster: str, workdir: Path, timeout_s: float) -> bytes:
-    redis = redis_client(redis_url)
-    box = load_secret_box(workdir / "secret.key")
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            try:
-                return await read_api_credential(redis, cluster, "admin", box)
-            except TemporaryError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.5)  # polling under a deadline: certs writes it during the install
-    finally:
-        await redis.aclose()
 
 
 async def _phases(nc: Any, cluster: str) -> dict[str, float]:
@@ -118,7 +108,7 @@ async def real_install(nodes: int, workdir: Path, timeout_s: float = 3600.0) -> 
         await provision_agents(nc, cluster, fleet.identities())
 
         async def register() -> dict[str, float]:
-            conf = await _admin_conf(info.redis_url, cluster, sup.workdir, timeout_s)
+            conf = await wait_admin_kubeconfig(info.redis_url, cluster, load_secret_box(sup.workdir / "secret.key"), timeout_s)
             server, client = admin_client(conf)
             try:
                 await wait_api(server, client, timeout_s)

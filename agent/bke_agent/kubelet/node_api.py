@@ -15,22 +15,20 @@ What is read from the node tree (what a real kubelet reads):
 """
 from __future__ import annotations
 
-import base64
 import logging
 import re
 import ssl
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import httpx
 import yaml
 
+from bke.lab.kwok_nodes import kubeconfig_tls
 from bke.lab.node_object import KubeletFlags, kubelet_flags, node_object
 from bke.paths import KUBELET_CONFIG
 
-from ..fsutil import write_atomic
 from ..lablayout import LabLayout
 
 __all__ = ["KUBELET_UNIT", "NodeAgent"]
@@ -39,19 +37,6 @@ log = logging.getLogger("bke.agent.kubelet")
 KUBELET_UNIT = "etc/systemd/system/kubelet.service"
 REGISTER_EVERY_S = 2.0
 _VERSION = re.compile(rb"/v?(\d+\.\d+\.\d+)/")
-
-
-def _kubeconfig_tls(doc: Mapping[str, Any], tls_dir: Path) -> tuple[str, ssl.SSLContext]:
-    """(server, TLS context with the cluster CA and the client pair) of a kubeconfig with
-    embedded data, as BKE writes them; the pair is written 0600 under the node's lab dir."""
-    cluster = doc["clusters"][0]["cluster"]
-    user = doc["users"][0]["user"]
-    ctx = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
-    pair = tls_dir / "kubelet-client.pem"
-    write_atomic(pair, base64.b64decode(user["client-certificate-data"]) + b"\n" + base64.b64decode(user["client-key-data"]),
-                 0o600, fsync=False)
-    ctx.load_cert_chain(pair)
-    return str(cluster["server"]), ctx
 
 
 class NodeAgent:
@@ -106,7 +91,7 @@ class NodeAgent:
             self.last_error = why
 
     async def _register(self, flags: KubeletFlags, kubeconfig: Path) -> None:
-        server, ctx = _kubeconfig_tls(yaml.safe_load(kubeconfig.read_text()), self.layout.tls)
+        server, ctx = kubeconfig_tls(kubeconfig.read_bytes())
         body = node_object(flags, self._max_pods(), self._kubelet_version())
         async with httpx.AsyncClient(verify=ctx, trust_env=False, timeout=10.0) as client:
             resp = await client.post(f"{server}/api/v1/nodes", json=body)

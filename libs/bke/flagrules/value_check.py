@@ -94,6 +94,7 @@ VALUE_CLASSES: dict[str, tuple[str, Callable[[str], str | None]]] = {
 }
 
 
+@functools.lru_cache(maxsize=8192)  # asked per flag and spec layer: a 10,000-node spec's node layers
 def value_type(component: str, flag: str, version: Version) -> str | None:
     """The pflag type of `--flag` of `component` (a family name) at `version`: the table of the
     same minor, else of the nearest built minor (types rarely change between minors); None when

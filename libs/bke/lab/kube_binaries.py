@@ -178,7 +178,9 @@ def _go() -> str:
     return go
 
 
-def build_one(build: Build, binary: str, package: str, out: Path, go: str) -> None:
+def build_one(build: Build, binary: str, package: str, out: Path, go: str) -> str:
+    """Build `binary` into `out` (through a .part file, never a half binary); what it says its
+    version is, checked against the release."""
     tmp = out.with_name(out.name + ".part")
     cmd = [go, "build", "-trimpath", "-ldflags", build.ldflags(), "-o", str(tmp), package]
     proc = subprocess.run(cmd, cwd=build.wrapper, capture_output=True, text=True,
@@ -191,6 +193,7 @@ def build_one(build: Build, binary: str, package: str, out: Path, go: str) -> No
         tmp.unlink(missing_ok=True)
         raise BuildError(f"{binary} built from {build.key} reports {said[:200]!r}, not {build.version}")
     tmp.replace(out)
+    return said
 
 
 def build_missing(progress: Callable[[str], None] = print, root: Path | None = None,
@@ -210,13 +213,13 @@ def build_missing(progress: Callable[[str], None] = print, root: Path | None = N
         versions = {}
         for binary, package in build.packages:
             out = d / binary
-            if out.is_file() and _says(reported_version(out), build.version):
-                versions[binary] = reported_version(out).splitlines()[0]
+            said = reported_version(out, binary) if out.is_file() else ""
+            if _says(said, build.version):  # built by an earlier run cut short before verified.json
+                versions[binary] = said.splitlines()[0]
                 continue
             started = time.monotonic()
             progress(f"[{i}/{len(todo)}] {build.key}: go build {binary} ...")
-            build_one(build, binary, package, out, go)
-            versions[binary] = reported_version(out).splitlines()[0]
+            versions[binary] = build_one(build, binary, package, out, go).splitlines()[0]
             progress(f"[{i}/{len(todo)}] {build.key}: {binary} built in {time.monotonic() - started:.0f}s "
                      f"({out.stat().st_size / 2**20:.0f} MiB): {versions[binary]}")
         (d / VERIFIED).write_text(json.dumps({"release": build.version, "versions": versions}, indent=1))

@@ -30,12 +30,12 @@ from pathlib import Path
 from ..errors import TemporaryError
 from ..pki.api_credentials import read_api_credential
 from ..runtime.processes import free_port
-from ..secrets import box_from_env
+from ..secrets import SecretBox, box_from_env
 from ..state.client import redis_client
 from .kube_binaries import KWOK_VERSION, locate
 from .node_object import KWOK_ANNOTATION
 
-__all__ = ["KWOK_ANNOTATION", "STAGES", "kwok_argv", "main"]
+__all__ = ["KWOK_ANNOTATION", "STAGES", "kwok_argv", "main", "wait_admin_kubeconfig"]
 
 STAGES = Path(__file__).resolve().parent / "kwok_stages.yaml"
 NODE_LEASE_S = 40  # the kubelet's default nodeLeaseDurationSeconds
@@ -51,21 +51,26 @@ def kwok_argv(kwok: Path, kubeconfig: Path, port: int) -> list[str]:
             f"--server-address=127.0.0.1:{port}"]
 
 
-async def _admin_kubeconfig(cluster: str, out: Path, timeout_s: float) -> Path:
-    redis = redis_client(os.environ["BKE_REDIS_URL"])
-    box = box_from_env()
+async def wait_admin_kubeconfig(redis_url: str, cluster: str, box: SecretBox, timeout_s: float) -> bytes:
+    """The cluster's admin kubeconfig once the certs service has written it (it does during the
+    install's certs phase); TemporaryError after `timeout_s`. `redis_url`: a user that may read
+    `bke:<c>:api-credentials` (the lab's admin)."""
+    redis = redis_client(redis_url)
     deadline = time.monotonic() + timeout_s
     try:
         while True:
             try:
-                conf = await read_api_credential(redis, cluster, "admin", box)
-                break
+                return await read_api_credential(redis, cluster, "admin", box)
             except TemporaryError:
                 if time.monotonic() > deadline:
                     raise
-                await asyncio.sleep(1.0)  # polling under a deadline: the install issues it
+                await asyncio.sleep(0.5)  # polling under a deadline: the install issues it
     finally:
         await redis.aclose()
+
+
+async def _admin_kubeconfig(cluster: str, out: Path, timeout_s: float) -> Path:
+    conf = await wait_admin_kubeconfig(os.environ["BKE_REDIS_URL"], cluster, box_from_env(), timeout_s)
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = out / f"{cluster}-admin.conf"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

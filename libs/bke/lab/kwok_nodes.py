@@ -20,24 +20,32 @@ import yaml
 
 from .node_object import KubeletFlags, node_object
 
-__all__ = ["admin_client", "register_nodes", "wait_allowed", "wait_api"]
+__all__ = ["admin_client", "kubeconfig_tls", "register_nodes", "wait_allowed", "wait_api"]
 
 
-def admin_client(kubeconfig: bytes, limits: int = 64) -> tuple[str, httpx.AsyncClient]:
-    """(server URL, an HTTP/1.1 client with the kubeconfig's CA and client pair)."""
+def kubeconfig_tls(kubeconfig: bytes) -> tuple[str, ssl.SSLContext]:
+    """(server URL, a TLS context with the kubeconfig's CA and client pair) of a kubeconfig with
+    embedded data, as BKE writes them. The pair passes through a 0600 temporary file (ssl loads
+    a chain from files only) that is removed once loaded."""
     doc: dict[str, Any] = yaml.safe_load(kubeconfig)
     cluster, user = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
     ctx = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
-    fd, path = tempfile.mkstemp(prefix="bke-admin-", suffix=".pem")  # 0600; removed once loaded
+    fd, path = tempfile.mkstemp(prefix="bke-client-", suffix=".pem")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(base64.b64decode(user["client-certificate-data"]) + b"\n" + base64.b64decode(user["client-key-data"]))
         ctx.load_cert_chain(path)
     finally:
         os.unlink(path)
+    return str(cluster["server"]), ctx
+
+
+def admin_client(kubeconfig: bytes, limits: int = 64) -> tuple[str, httpx.AsyncClient]:
+    """(server URL, an HTTP/1.1 client with the kubeconfig's CA and client pair)."""
+    server, ctx = kubeconfig_tls(kubeconfig)
     client = httpx.AsyncClient(verify=ctx, trust_env=False, timeout=30.0,
                                limits=httpx.Limits(max_connections=limits, max_keepalive_connections=limits))
-    return str(cluster["server"]), client
+    return server, client
 
 
 async def wait_api(server: str, client: httpx.AsyncClient, timeout_s: float) -> None:
