@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import shutil
 from pathlib import Path
 
 import typer
@@ -59,6 +60,9 @@ def lab_problems(plan: Plan, control_plane: str = "simulated") -> list[str]:
             # another lab's haproxy would share it (SO_REUSEPORT) and answer for this cluster
             out.append(f"cluster.spec.controlPlaneEndpoint: {plan.control_plane_endpoint} is already served on this "
                        "machine (another lab?); `bke lab down` it or choose another address")
+        if plan.load_balancer and shutil.which("haproxy") is None:
+            out.append("cluster.spec.controlPlaneEndpoint: a VIP endpoint runs haproxy, which a real control plane runs "
+                       "for real; this machine has none (Debian: apt-get install haproxy)")
         return out + real_binaries_problems(plan.kubernetes_version, plan.etcd_version)
     etcd = parse_version(plan.etcd_version)
     if f"{etcd.major}.{etcd.minor}.{etcd.patch}" != LAB_ETCD:
