@@ -17,6 +17,8 @@ import pytest
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
 
+from bke.bus.connect import BusAccess
+from bke.lab.declare import declare_streams
 from bke.runtime import EmbeddedRuntime
 
 
@@ -33,12 +35,14 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRuntim
 
 @pytest.fixture(scope="session")
 def nats_url(request: pytest.FixtureRequest) -> str:
-    """TEST_NATS_URL, else the session runtime's NATS (started only when needed)."""
-    if url := os.environ.get("TEST_NATS_URL"):
-        return url
-    rt: EmbeddedRuntime = request.getfixturevalue("runtime")
-    assert rt.info is not None
-    return rt.info.nats_url
+    """TEST_NATS_URL, else the session runtime's NATS (started only when needed), with the streams declared."""
+    url = os.environ.get("TEST_NATS_URL")
+    if not url:
+        rt: EmbeddedRuntime = request.getfixturevalue("runtime")
+        assert rt.info is not None
+        url = rt.info.nats_url
+    declare_streams(BusAccess(url))  # the deploy step: services only check the streams
+    return url
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,6 @@ from nats.js.errors import NotFoundError
 from pydantic import ValidationError
 
 from bke.bus.connect import BusAccess, connect_nats
-from bke.bus.streams import ensure_streams
 from bke.contracts.agent import RESTART_EXIT_CODE
 from bke.logs import setup_logging
 from bke.pythons import python_problem
@@ -140,11 +139,8 @@ async def run(settings: AgentSettings) -> int:
             return 0
         try:
             js = nc.jetstream()
-            if settings.bus.creds is None:
-                # An open server: the agent may come up first and declare the streams. With an
-                # identity it may not (its permissions name only its own consumer): the services
-                # declare them, and `_start_when_free` waits for the stream.
-                await ensure_streams(js)
+            # The deploy step declares the streams (bke.bus.streams), never an agent (its
+            # permissions name only its own consumer): `_start_when_free` waits for the stream.
             snapshots = SnapshotTaker(js, state / "snapshots", settings.cluster, settings.node, identity)
             restores = RestoreReceiver(nc, state / "restore", settings.cluster, settings.node, identity)
             backend = make_backend(settings, snapshots, restores)

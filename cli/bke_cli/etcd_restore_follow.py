@@ -14,7 +14,7 @@ from typing import Any
 
 from bke.bus import EventWatch
 from bke.bus.connect import BusAccess, connect_nats
-from bke.bus.streams import ensure_streams
+from bke.bus.streams import require_streams
 from bke.contracts.restore import RESTORE_ACCEPTED, RESTORE_ETCD, RESTORE_REJECTED, RestoreEtcd, restore_subject
 
 from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines
@@ -51,7 +51,7 @@ async def restore_and_follow(access: BusAccess, req: RestoreEtcd, timeout: float
     try:
         async with EventWatch(nc, [RESTORE_ACCEPTED, RESTORE_REJECTED, restore_subject(cluster)]) as watch:
             js = nc.jetstream()
-            await ensure_streams(js)
+            await require_streams(js)
             await js.publish(RESTORE_ETCD, req.to_bytes(), headers={"Nats-Msg-Id": f"etcd-restore:{cluster}:{req.request_id}"})
             seen, accepted, last = 0, False, ""
             while time.monotonic() < deadline:

@@ -18,7 +18,7 @@ from rich.live import Live
 from rich.table import Table
 
 from bke.bus import EventWatch
-from bke.bus.streams import ensure_streams
+from bke.bus.streams import require_streams
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, PLAN_CREATED, InstallCluster
 from bke.contracts.install import install_subject
 from bke.contracts.status import ClusterStatus
@@ -63,7 +63,7 @@ def failure_code(doc: ClusterStatus) -> int:
 
 async def _request(nc, spec: bytes, rid: str) -> None:
     js = nc.jetstream()
-    await ensure_streams(js)  # the services may still be starting; declaring is idempotent
+    await require_streams(js)  # declared at deploy time; a clear error if not
     req = InstallCluster(request_id=rid, **await spec_fields(spec, blob_put(js, f"specs/{rid}.yaml")))
     await js.publish(INSTALL_CLUSTER, req.to_bytes(), headers=schema_headers({"Nats-Msg-Id": f"request:{rid}"}))
 

@@ -10,8 +10,10 @@ import sys
 
 import typer
 
+from bke.bus.streams import StreamsNotDeclared
+
 from . import (agent_cmd, bundle_cmd, certs_cmd, etcd_cmd, identities_cmd, lab_cmd, membership_cmd, pause_cmd, plan_cmd,
-               render_cmd, reset_cmd, state_cmd, status_cmd, upgrade_cmd, versions_cmd)
+               render_cmd, reset_cmd, state_cmd, status_cmd, streams_cmd, upgrade_cmd, versions_cmd)
 
 __all__ = ["app", "main"]
 
@@ -25,7 +27,7 @@ def _root() -> None:
 
 app.command("plan")(plan_cmd.plan)
 for _module in (versions_cmd, certs_cmd, render_cmd, status_cmd, lab_cmd, agent_cmd, identities_cmd, state_cmd,
-                bundle_cmd, upgrade_cmd, etcd_cmd, pause_cmd, reset_cmd, membership_cmd):
+                bundle_cmd, upgrade_cmd, etcd_cmd, pause_cmd, reset_cmd, membership_cmd, streams_cmd):
     _module.register(app)
 
 
@@ -33,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         app(args=argv, prog_name="bke", standalone_mode=True)
+    except StreamsNotDeclared as exc:  # any command that publishes, before the deploy step ran
+        print(f"ERROR {exc}", file=sys.stderr)  # noqa: T201 - the CLI's own error line
+        return 1
     except SystemExit as exc:
         code = exc.code
         if isinstance(code, int):

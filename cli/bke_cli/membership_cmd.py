@@ -25,7 +25,7 @@ from rich.console import Console
 
 from bke.bus import EventWatch
 from bke.bus.connect import BusAccess, connect_nats
-from bke.bus.streams import ensure_streams
+from bke.bus.streams import require_streams
 from bke.contracts.membership import (
     JOIN_NODES, JOIN_NODES_FINISHED, REMOVE_NODES, REMOVE_NODES_FINISHED, JoinNodes, RemoveNodes,
     join_changed_subject, remove_changed_subject,
@@ -49,7 +49,7 @@ async def follow_membership(access: BusAccess | str, req: JoinNodes | RemoveNode
     nc = await connect_nats(access, error_cb=quiet_bus_errors)
     try:
         js = nc.jetstream()
-        await ensure_streams(js)
+        await require_streams(js)
         async with EventWatch(nc, [finished, changed]) as watch:
             await js.publish(subject, req.to_bytes(), headers={"Nats-Msg-Id": f"{subject}:{req.request_id}"})
             shown = 0

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from bke.bus import EventWatch
 from bke.bus.connect import BusAccess, connect_nats
-from bke.bus.streams import ensure_streams
+from bke.bus.streams import require_streams
 from bke.contracts.pause import PAUSE_CLUSTER, PAUSE_OWNERS, PauseCluster, pause_subject
 
 from .connect import resolve_nats
@@ -36,7 +36,7 @@ async def _send(nats: BusAccess | str, req: PauseCluster, timeout: float) -> dic
     seen: dict[str, str] = {}
     try:
         js = nc.jetstream()
-        await ensure_streams(js)
+        await require_streams(js)
         async with EventWatch(nc, [pause_subject(req.cluster)]) as watch:
             await js.publish(PAUSE_CLUSTER, req.to_bytes(), headers={"Nats-Msg-Id": f"pause:{req.request_id}"})
             loop = asyncio.get_running_loop()

@@ -25,7 +25,7 @@ from rich.console import Console
 
 from bke.bus import EventWatch
 from bke.bus.connect import BusAccess, connect_nats
-from bke.bus.streams import ensure_streams
+from bke.bus.streams import require_streams
 from bke.contracts.reset import (
     DELETE_OWNERS, RESET_ACCEPTED, RESET_CLUSTER, RESET_REJECTED, ResetCluster, removed_subject, reset_subject,
 )
@@ -48,7 +48,7 @@ async def _follow(nats: BusAccess | str, req: ResetCluster, timeout: float, say:
     out: dict[str, Any] = {"removed": {}}
     try:
         js = nc.jetstream()
-        await ensure_streams(js)
+        await require_streams(js)
         subjects = [RESET_ACCEPTED, RESET_REJECTED, reset_subject(req.cluster), removed_subject(req.cluster)]
         async with EventWatch(nc, subjects) as watch:
             await js.publish(RESET_CLUSTER, req.to_bytes(), headers={"Nats-Msg-Id": f"reset:{req.request_id}"})

@@ -18,7 +18,7 @@ from bke.bus.connect import BusAccess, connect_nats
 from rich.console import Console
 
 from bke.bus import EventWatch
-from bke.bus.streams import ensure_streams
+from bke.bus.streams import require_streams
 from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, RENEW_CERTS, RenewCerts
 from bke.contracts.rotation import rotation_subject
 
@@ -36,7 +36,7 @@ async def renew_and_follow(nats_url: BusAccess | str, cluster: str, names: list[
     try:
         async with EventWatch(nc, [CERTS_RENEWED, CERTS_FAILED, rotation_subject(cluster)]) as watch:
             js = nc.jetstream()
-            await ensure_streams(js)
+            await require_streams(js)
             await js.publish(RENEW_CERTS, req.to_bytes(), headers=schema_headers({"Nats-Msg-Id": f"renew:{cluster}:{rid}"}))
             seen, renewed, last = 0, False, ""
             while time.monotonic() < deadline:

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from nats.js import JetStreamContext
 
 from bke.bus import put_blob
-from bke.bus.streams import OBJECT_BUCKET, ensure_streams
+from bke.bus.streams import OBJECT_BUCKET, require_streams
 
 __all__ = ["INLINE_LIMIT", "blob_put", "spec_fields"]
 
@@ -21,7 +21,7 @@ def blob_put(js: JetStreamContext, key: str) -> Put:
     """Stores the bytes under `key` of the blob bucket and gives its reference."""
 
     async def put(data: bytes) -> str:
-        await ensure_streams(js)  # the services may still be starting; declaring is idempotent
+        await require_streams(js)  # declared at deploy time; a clear error if not
         return await put_blob(js, OBJECT_BUCKET, key, data)
 
     return put

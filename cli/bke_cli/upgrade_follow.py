@@ -20,7 +20,7 @@ from rich.console import Console
 from bke.contracts.base import schema_headers
 from bke.bus import EventWatch
 from bke.bus.connect import BusAccess, connect_nats
-from bke.bus.streams import ensure_streams
+from bke.bus.streams import require_streams
 from bke.contracts.upgrade import (
     RETRY_UPGRADE,
     UPGRADE_ACCEPTED,
@@ -89,7 +89,7 @@ async def send_and_follow(nats_url: BusAccess | str, subject: str, payload: byte
     try:
         async with EventWatch(nc, [accepted, rejected, upgrade_subject(cluster)]) as watch:
             js = nc.jetstream()
-            await ensure_streams(js)
+            await require_streams(js)
             await js.publish(subject, payload, headers=schema_headers({"Nats-Msg-Id": msg_id}))
             seen, was_accepted, last = 0, False, ""
             while time.monotonic() < deadline:

@@ -55,6 +55,9 @@ def test_a_request_with_no_or_two_sources_or_a_bad_one_is_refused_naming_it(fiel
 
 
 def test_the_operator_may_put_and_the_upgrader_read_the_blob_bucket() -> None:
-    # as for an install (the planner): the object store's subjects of the blob bucket
-    for role in ("operator", "upgrader", "planner"):
-        assert f"$O.{OBJECT_BUCKET}.>" in role_permissions(role).pub_allow, role
+    # as for an install (the planner): the operator stores the spec, the readers only read it
+    assert f"$O.{OBJECT_BUCKET}.>" in role_permissions("operator").pub_allow
+    for role in ("upgrader", "planner"):
+        perms = role_permissions(role).pub_allow
+        assert f"$O.{OBJECT_BUCKET}.>" not in perms, role
+        assert f"$JS.API.DIRECT.GET.OBJ_{OBJECT_BUCKET}.>" in perms and f"$JS.API.CONSUMER.CREATE.OBJ_{OBJECT_BUCKET}" in perms, role

@@ -1,13 +1,15 @@
 """The permissions table against the channels it is derived from, so that the two cannot drift."""
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
 import pytest
 
+from bke.auth.jetstream_grants import BUCKET_ACCESS, SERVICE_CONSUMERS
 from bke.auth.permissions import (
-    AGENT_STREAM_CONSUMERS,
+    RESPONSE_TTL_S,
     ROLES,
     SERVICE_ROLES,
     agent_permissions,
@@ -17,7 +19,8 @@ from bke.auth.permissions import (
 )
 from bke.auth.creds import subject_matches as _matches  # NATS matching: `*` one token, `>` the rest
 from bke.contracts.agent import agent_subject
-from bke.contracts.subjects import CHANNELS
+from bke.contracts.subjects import AGENTS_PROVISION, CHANNELS
+from bke.secrets.at_rest import create_key_file
 
 
 def _concrete(subject: str, component: str) -> str:
@@ -80,31 +83,105 @@ def test_no_service_reads_or_acks_agent_commands(role: str) -> None:
         assert not any(_matches(p, subject) for p in perms.pub_allow), (role, subject)
 
 
-def test_agent_stream_consumers_match_the_services_code() -> None:
-    """Every `fast_subscriber/work_subscriber(subject, "BKE_AGENT", durable)` of a service is in
-    AGENT_STREAM_CONSUMERS with the same filter, and nothing else is."""
-    root = Path(__file__).resolve().parents[2] / "services"
-    call = re.compile(r'_subscriber\(\s*"([^"]+)",\s*"BKE_AGENT",\s*"([^"]+)"')
-    found = {svc: tuple((d, f) for f, d in call.findall((root / svc / f"bke_{svc}" / "app.py").read_text()))
-             for svc in SERVICE_ROLES}
-    assert {k: v for k, v in found.items() if v} == AGENT_STREAM_CONSUMERS
+def _service_consumers(service: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
+    """The (stream, durable, filter) of every consumer the service wires (built, never started)."""
+    key = tmp_path / "secret.key"
+    if not key.exists():
+        create_key_file(key)
+    monkeypatch.setenv("BKE_SECRET_KEY_FILE", str(key))
+    app = importlib.import_module(f"bke_{service}.app")
+    settings = getattr(importlib.import_module(f"bke_{service}.settings"), f"{service.capitalize()}Settings")
+    svc = app.create_service(settings(nats_url="nats://127.0.0.1:1", redis_url="redis://127.0.0.1:1/0"))
+    return sorted(svc.consumers)
 
 
-def test_services_may_declare_streams_and_use_their_own_agent_stream_consumers() -> None:
-    perms = role_permissions("dispatcher")
-    for subject in ("$JS.API.STREAM.INFO.BKE_AGENT", "$JS.API.STREAM.CREATE.BKE_EVENTS",
-                    "$JS.API.CONSUMER.CREATE.BKE_AGENT.dispatcher-results.bke.v1.agent.*.*.result",
-                    "$JS.API.CONSUMER.MSG.NEXT.BKE_AGENT.dispatcher-results", "$JS.ACK.BKE_AGENT.dispatcher-results.1.2.3.4.5",
-                    "$JS.API.CONSUMER.DURABLE.CREATE.BKE_EVENTS.dispatcher-plans", "$JS.API.CONSUMER.MSG.NEXT.BKE_EVENTS.x",
-                    "$JS.API.STREAM.MSG.GET.OBJ_bke-blobs", "$O.bke-blobs.C.x"):
-        assert any(_matches(p, subject) for p in perms.pub_allow), subject
+@pytest.mark.parametrize("service", SERVICE_ROLES)
+def test_the_consumers_table_is_exactly_what_each_service_wires(service: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    table = sorted((c.stream, c.durable, c.filter) for c in SERVICE_CONSUMERS[service])
+    assert _service_consumers(service, tmp_path, monkeypatch) == table
 
 
-def test_dashboard_publishes_requests_only() -> None:
+@pytest.mark.parametrize("role", [*SERVICE_ROLES, "operator", "dashboard"])
+def test_no_identity_but_the_deploy_one_may_create_update_or_delete_a_stream(role: str) -> None:
+    perms = role_permissions(role)
+    for stream in ("BKE_AGENT", "BKE_EVENTS", "BKE_COMMANDS", "BKE_DEADLETTER", "OBJ_bke-blobs", "OBJ_bke-etcd-snapshots", "X"):
+        for verb in ("CREATE", "UPDATE", "DELETE", "PURGE", "SNAPSHOT", "RESTORE", "MSG.DELETE"):
+            subject = f"$JS.API.STREAM.{verb}.{stream}"
+            if role == "operator" and verb == "PURGE" and stream == "OBJ_bke-blobs":
+                continue  # the blob bucket's writer replaces an object's old chunks
+            assert not any(_matches(p, subject) for p in perms.pub_allow), (role, subject)
+    for subject in ("$JS.API.ACCOUNT.PURGE.x", "$JS.API.META.LEADER.STEPDOWN", "$JS.API.SERVER.REMOVE",
+                    "$JS.API.STREAM.LEADER.STEPDOWN.BKE_AGENT", "$JS.API.CONSUMER.DELETE.BKE_EVENTS.certs-plans"):
+        assert not any(_matches(p, subject) for p in perms.pub_allow), (role, subject)
+
+
+def test_the_deploy_identity_declares_streams_and_nothing_else() -> None:
+    perms = role_permissions("streams")
+    for verb in ("INFO", "CREATE", "UPDATE"):
+        for stream in ("BKE_AGENT", "BKE_EVENTS", "OBJ_bke-etcd-snapshots"):
+            assert any(_matches(p, f"$JS.API.STREAM.{verb}.{stream}") for p in perms.pub_allow), (verb, stream)
+    for subject in ("$JS.API.STREAM.DELETE.BKE_AGENT", "$JS.API.STREAM.PURGE.BKE_AGENT", "$JS.API.STREAM.CREATE.OTHER",
+                    "$JS.API.CONSUMER.CREATE.BKE_AGENT", "$JS.API.STREAM.MSG.GET.BKE_AGENT", "bke.v1.cluster.install",
+                    agent_subject("c1", "n1", "command"), "$O.bke-etcd-snapshots.M.x"):
+        assert not any(_matches(p, subject) for p in perms.pub_allow), subject
+    assert perms.sub_allow == (f"{inbox_prefix('streams')}.>",) and not perms.responses
+
+
+@pytest.mark.parametrize("service", SERVICE_ROLES)
+def test_a_service_uses_its_own_consumers_and_nobody_elses(service: str) -> None:
+    perms = role_permissions(service)
+    for c in SERVICE_CONSUMERS[service]:
+        for subject in (f"$JS.API.CONSUMER.CREATE.{c.stream}.{c.durable}.{c.filter}", f"$JS.API.CONSUMER.INFO.{c.stream}.{c.durable}",
+                        f"$JS.API.CONSUMER.MSG.NEXT.{c.stream}.{c.durable}", f"$JS.ACK.{c.stream}.{c.durable}.1.2.3.4.5"):
+            assert any(_matches(p, subject) for p in perms.pub_allow), subject
+        # its own durable with another filter: refused (the server checks the subject's filter)
+        assert not any(_matches(p, f"$JS.API.CONSUMER.CREATE.{c.stream}.{c.durable}.bke.v1.agent.c1.n1.command")
+                       for p in perms.pub_allow), c
+    for other, consumers in SERVICE_CONSUMERS.items():
+        if other == service:
+            continue
+        for c in consumers:
+            if any(c.durable == own.durable for own in SERVICE_CONSUMERS[service]):
+                continue
+            for subject in (f"$JS.API.CONSUMER.CREATE.{c.stream}.{c.durable}.{c.filter}",
+                            f"$JS.API.CONSUMER.MSG.NEXT.{c.stream}.{c.durable}", f"$JS.ACK.{c.stream}.{c.durable}.1.2.3.4.5"):
+                assert not any(_matches(p, subject) for p in perms.pub_allow), (service, subject)
+    for subject in ("$JS.API.CONSUMER.CREATE.BKE_EVENTS", "$JS.API.CONSUMER.DURABLE.CREATE.BKE_EVENTS.x",
+                    "$JS.API.STREAM.MSG.GET.BKE_EVENTS", "$JS.API.DIRECT.GET.BKE_AGENT.bke.v1.agent.c1.n1.command"):
+        assert not any(_matches(p, subject) for p in perms.pub_allow), (service, subject)
+
+
+@pytest.mark.parametrize("role", [*SERVICE_ROLES, "dashboard", "streams"])
+def test_only_a_buckets_writers_publish_into_it(role: str) -> None:
+    """A publish into an object bucket can carry `Nats-Rollup: all` and empty it: only its writers."""
+    perms = role_permissions(role)
+    for bucket, access in BUCKET_ACCESS.items():
+        assert any(_matches(p, f"$O.{bucket}.M.eA") for p in perms.pub_allow) == (role in access.writers), (role, bucket)
+
+
+def test_the_operator_writes_the_blob_bucket_and_reads_the_snapshots() -> None:
+    perms = role_permissions("operator")
+    assert any(_matches(p, "$O.bke-blobs.C.x") for p in perms.pub_allow)
+    assert not any(_matches(p, "$O.bke-etcd-snapshots.M.eA") for p in perms.pub_allow)
+    assert any(_matches(p, "$JS.API.DIRECT.GET.OBJ_bke-etcd-snapshots.$O.bke-etcd-snapshots.M.eA") for p in perms.pub_allow)
+
+
+def test_replies_are_bounded_in_number_and_time() -> None:
+    claims = role_permissions("dispatcher").claims()
+    assert claims["resp"] == {"max": 1, "ttl": RESPONSE_TTL_S * 1_000_000_000}
+    assert "resp" not in role_permissions("operator").claims()
+
+
+def test_dashboard_publishes_only_the_requests_that_change_nothing() -> None:
     perms = role_permissions("dashboard")
-    requests = {c.subject for c in CHANNELS if c.kind == "request" and "cli" in c.senders}
+    reads = {c.subject for c in CHANNELS if c.kind == "request" and c.reads and "cli" in c.senders}
     health = {c.subject.replace("{service}", "*") for c in CHANNELS if c.subject.startswith("bke.v1.health.")}
-    assert {p for p in perms.pub_allow if p.startswith("bke.")} == requests | health
+    assert {p for p in perms.pub_allow if p.startswith("bke.")} == reads | health
+    for subject in (AGENTS_PROVISION, "bke.v1.cluster.install", "bke.v1.certs.renew", agent_subject("c1", "n1", "command")):
+        assert not any(_matches(p, subject) for p in perms.pub_allow), subject
+    # its JetStream: reads only
+    assert all(".INFO" in p for p in perms.pub_allow if p.startswith("$JS")), perms.pub_allow
 
 
 def test_inbox_prefixes_are_one_token_and_distinct() -> None:

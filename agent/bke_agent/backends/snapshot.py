@@ -98,8 +98,8 @@ class SnapshotTaker:
         except EtcdSnapshotError as exc:
             raise StepError(str(exc)) from None
         except NoStreamResponseError:
-            # BKE makes the store before it asks (bke.etcdsnap.store.ensure_snapshot_bucket);
-            # the agent may not make it (no JetStream API on it)
+            # the deploy step declares the store (bke.bus.streams.ensure_buckets); the agent may
+            # not make it (no JetStream API on it)
             raise StepError(f"the snapshot store {self.bucket!r} does not exist on the bus; nothing was stored") from None
         finally:
             path.unlink(missing_ok=True)

@@ -3,27 +3,24 @@
 Services, the CLI (the `operator` identity) and the dashboards get their subjects from
 `bke.contracts.subjects.CHANNELS` (a channel's senders may publish it, its receivers may
 subscribe it), so that a new channel is routed the day it is declared;
-tests/unit/test_auth_permissions.py checks the two against each other. An agent's subjects are
-its own node's only (`bke.contracts.agent.agent_subject`).
+tests/unit/test_auth_permissions.py checks the two against each other. A dashboard publishes only
+the requests that change nothing (`Channel.reads`). An agent's subjects are its own node's only
+(`bke.contracts.agent.agent_subject`).
 
-JetStream API, per the NATS facts in /work/shared/reference/day2-facts.md and nats-server's
-`server/jetstream_api.go` (`jsConsumerCreateRequest` refuses a request whose config's filter is
-not the filter named in `$JS.API.CONSUMER.CREATE.<stream>.<consumer>.<filter>`; the direct-get
-form `$JS.API.DIRECT.GET.<stream>.<subject>` answers only for that subject): an agent may use
-only the API subjects that name its own consumer and its own subjects. The forms that carry the
+JetStream API: every identity's verbs and names come from bke.auth.jetstream_grants (streams
+declared only by the deploy-time `streams` identity; each service's own named consumers; each
+object bucket written by its writers only). An agent may use only the API subjects that name its
+own consumer and its own subjects (nats-server's `server/jetstream_api.go`
+`jsConsumerCreateRequest` refuses a request whose config's filter is not the filter named in
+`$JS.API.CONSUMER.CREATE.<stream>.<consumer>.<filter>`; the direct-get form
+`$JS.API.DIRECT.GET.<stream>.<subject>` answers only for that subject). The forms that carry the
 subject or sequence in the payload (bare `CONSUMER.CREATE.<stream>`, `CONSUMER.DURABLE.CREATE`,
-`STREAM.MSG.GET`, bare `DIRECT.GET.<stream>`) are simply never allowed to an agent, and denied
-by name as well so that a future widening of the allow list cannot let them through.
+`STREAM.MSG.GET`, bare `DIRECT.GET.<stream>`) are never allowed to an agent, and denied by name as
+well so that a future widening of the allow list cannot let them through.
 
-Services and the operator CLI get the whole JetStream API of every stream except BKE_AGENT
-(they declare streams, make their durable consumers, use the object store). On BKE_AGENT, where
-the commands are, they may only declare the stream and use the consumers listed in
-`AGENT_STREAM_CONSUMERS` (named, filter in the subject): NATS permissions match whole tokens
-(no `agent__*` prefix patterns) and a deny always beats an allow, so this is an allow list
-rather than a deny of the agents' consumers. tests/unit/test_auth_permissions.py checks the
-list against the services' `fast_subscriber(..., "BKE_AGENT", durable)` calls. What a service
-may *publish* is its channels only, so only the dispatcher and the upgrader can command an
-agent.
+Replies: a service answers core requests (`allow_responses`), bounded in the JWT to one message
+within `RESPONSE_TTL_S`. nats-server lets a response through whatever the publish permissions
+say, so a requester could name any subject as its reply; bke.bus.replies answers only to inboxes.
 
 Every identity has its own inbox prefix (`_INBOX_<name>`): replies, pulled JetStream messages
 and an agent's push deliveries come there, and nobody else may subscribe it (no `_INBOX.>`).
@@ -34,16 +31,24 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..bus.streams import OBJECT_BUCKET
 from ..contracts.agent import ETCD_SNAPSHOT_BUCKET, UPGRADER_RESULT, agent_subject, node_token
 from ..contracts.health import HEALTH_PREFIX
 from ..contracts.restore import restore_piece_subject
 from ..contracts.subjects import CHANNELS, DEADLETTER
+from .jetstream_grants import (
+    AGENT_STREAM,
+    JS_API,
+    SERVICE_CONSUMERS,
+    bucket_subjects,
+    consumer_subjects,
+    declare_subjects,
+    read_subjects,
+)
 
 __all__ = [
     "AGENT_STREAM",
-    "AGENT_STREAM_CONSUMERS",
     "JS_API",
+    "RESPONSE_TTL_S",
     "ROLES",
     "SERVICE_ROLES",
     "Permissions",
@@ -56,10 +61,9 @@ __all__ = [
     "role_permissions",
 ]
 
-AGENT_STREAM = "BKE_AGENT"
-JS_API = "$JS.API"
 SERVICE_ROLES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
-Kind = Literal["service", "cli", "dashboard", "agent"]
+Kind = Literal["service", "cli", "dashboard", "agent", "deploy"]
+RESPONSE_TTL_S = 60  # how long after a request its one answer may be published
 
 
 @dataclass(frozen=True)
@@ -75,51 +79,23 @@ class RoleRow:
     responses: bool = False  # answers core requests (nats `allow_responses`)
 
 
-# The services' own durable consumers on BKE_AGENT: (durable, filter). Kept in step with the
-# services' app.py by tests/unit/test_auth_permissions.py.
-AGENT_STREAM_CONSUMERS: dict[str, tuple[tuple[str, str], ...]] = {
-    "dispatcher": (("dispatcher-results", "bke.v1.agent.*.*.result"),
-                   ("dispatcher-refusals", "bke.v1.agent.*.*.refused")),
-    "certs": (("certs-agents", "bke.v1.agent.*.*.registered"),),
-    "upgrader": (("upgrader-results", "bke.v1.agent.*.*.result"),
-                 ("upgrader-answers", f"bke.v1.agent.*.*.{UPGRADER_RESULT}")),
-}
-_OPEN_STREAMS = ("BKE_COMMANDS", "BKE_EVENTS", "BKE_DEADLETTER", f"OBJ_{OBJECT_BUCKET}", f"OBJ_{ETCD_SNAPSHOT_BUCKET}")
-_JS_STREAMS = (
-    f"{JS_API}.INFO", f"{JS_API}.STREAM.NAMES", f"{JS_API}.STREAM.LIST",
-    # `$JS.API.<verb>.<verb>.<stream>[.…]` and the three-word verbs (STREAM.MSG.GET,
-    # CONSUMER.DURABLE.CREATE, CONSUMER.MSG.NEXT) of every stream but BKE_AGENT
-    *(f"{JS_API}.*.*{'.*' * three}.{stream}{tail}" for stream in _OPEN_STREAMS for three in (0, 1)
-      for tail in ("", ".>")),
-    *(f"$JS.ACK.{stream}.>" for stream in _OPEN_STREAMS),
-    f"$O.{OBJECT_BUCKET}.>", f"$O.{ETCD_SNAPSHOT_BUCKET}.>", "$JS.FC.>",
-    # ensure_streams on BKE_AGENT: declare it, never read it
-    *(f"{JS_API}.STREAM.{verb}.{AGENT_STREAM}" for verb in ("INFO", "CREATE", "UPDATE")),
-)
+def _service_js(role: str) -> tuple[str, ...]:
+    return (*read_subjects(), *(p for c in SERVICE_CONSUMERS.get(role, ()) for p in consumer_subjects(c)),
+            *bucket_subjects(role))
 
-
-def _agent_stream_consumers(role: str) -> tuple[str, ...]:
-    out: list[str] = []
-    for durable, filt in AGENT_STREAM_CONSUMERS.get(role, ()):
-        out += [f"{JS_API}.CONSUMER.CREATE.{AGENT_STREAM}.{durable}.{filt}",
-                f"{JS_API}.CONSUMER.INFO.{AGENT_STREAM}.{durable}",
-                f"{JS_API}.CONSUMER.MSG.NEXT.{AGENT_STREAM}.{durable}",
-                f"$JS.ACK.{AGENT_STREAM}.{durable}.>"]
-    return tuple(out)
-
-_JS_READ = (f"{JS_API}.INFO", f"{JS_API}.STREAM.INFO.*", f"{JS_API}.STREAM.NAMES", f"{JS_API}.STREAM.LIST",
-            f"{JS_API}.CONSUMER.INFO.*.*", f"{JS_API}.CONSUMER.NAMES.*", f"{JS_API}.CONSUMER.LIST.*")
 
 ROLES: dict[str, RoleRow] = {
-    **{name: RoleRow("service", name, f"the {name} service", js_api=_JS_STREAMS + _agent_stream_consumers(name),
+    **{name: RoleRow("service", name, f"the {name} service", js_api=_service_js(name),
                      extra_pub=(f"{DEADLETTER}.{name}",), extra_sub=(f"{HEALTH_PREFIX}.{name}",), responses=True)
        for name in SERVICE_ROLES},
     # Health requests come from operators' tools, not from BKE's code, so the channel names no
     # sender (CHANNELS) and the two human-facing roles get them here.
     "operator": RoleRow("cli", "cli", "the `bke` CLI of an operator (installs, retries, renewals, status)",
-                        js_api=_JS_STREAMS, extra_pub=(f"{HEALTH_PREFIX}.*",)),
+                        js_api=_service_js("operator"), extra_pub=(f"{HEALTH_PREFIX}.*",)),
     "dashboard": RoleRow("dashboard", "cli", "read only: status and expiry requests, live events",
-                         js_api=_JS_READ, extra_pub=(f"{HEALTH_PREFIX}.*",)),
+                         js_api=read_subjects(), extra_pub=(f"{HEALTH_PREFIX}.*",)),
+    "streams": RoleRow("deploy", "deploy", "deploy time only (`bke streams ensure`): declares the streams and buckets",
+                       js_api=declare_subjects()),
     "agent": RoleRow("agent", "agent", "one node's agent: its own commands, results, registration, heartbeats"),
 }
 
@@ -140,7 +116,8 @@ class Permissions:
             "sub": {"allow": list(self.sub_allow), **({"deny": list(self.sub_deny)} if self.sub_deny else {})},
         }
         if self.responses:
-            out["resp"] = {"max": 1, "ttl": 0}
+            # nats-io/jwt v2 `ResponsePermission`: ttl is a Go duration, in nanoseconds
+            out["resp"] = {"max": 1, "ttl": RESPONSE_TTL_S * 1_000_000_000}
         return out
 
 
@@ -196,9 +173,11 @@ def role_permissions(role: str, name: str | None = None) -> Permissions:
     if row is None or row.kind == "agent":
         raise ValueError(f"role: {role!r} is not a service, operator or dashboard role")
     prefix = inbox_prefix(name or role)
-    if row.kind == "dashboard":  # read only: requests, never commands or events
+    if row.kind == "dashboard":  # read only: the requests that change nothing, never commands or events
         pub = [_pattern(c.subject, row.component) for c in CHANNELS
-               if row.component in c.senders and c.kind == "request"]
+               if row.component in c.senders and c.kind == "request" and c.reads]
+    elif row.kind == "deploy":  # no channel: JetStream declarations only
+        pub = []
     else:
         pub = [_pattern(c.subject, row.component) for c in CHANNELS if row.component in c.senders]
     sub = [_pattern(c.subject, row.component, receive=True) for c in CHANNELS

@@ -8,24 +8,17 @@ import io
 from typing import Any
 
 from nats.js import JetStreamContext
-from nats.js.object_store import ObjectStore
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
 from ..errors import PermanentError
-from .streams import bucket_config
 
 __all__ = ["BlobTooLarge", "put_blob", "get_blob"]
 
 
-async def _bucket(js: JetStreamContext, name: str) -> ObjectStore:
-    try:
-        return await js.object_store(name)
-    except NotFoundError:  # BucketNotFoundError: the first put creates the bucket, with its time to live
-        return await js.create_object_store(name, config=bucket_config(name))  # bucket positional: nats-py gotcha
-
-
 async def put_blob(js: JetStreamContext, bucket: str, key: str, data: bytes) -> str:
-    store = await _bucket(js, bucket)
+    # The bucket is declared at deploy time (bke.bus.streams.ensure_buckets), with its time to
+    # live: its writers only add objects (bke.auth.jetstream_grants).
+    store = await js.object_store(bucket)
     await store.put(key, data)
     return f"{bucket}/{key}"
 

@@ -29,7 +29,8 @@ from ..contracts.health import GetHealth, health_subject
 from ..settings import ServiceSettings
 from .connect import connect_nats, connect_options
 from .readiness import Readiness
-from .streams import ensure_streams
+from .replies import answerable
+from .streams import StreamsNotDeclared, check_streams
 
 __all__ = ["REDIS_PROBE_S", "Service", "make_service"]
 
@@ -70,6 +71,9 @@ class Service:
         self.http_port = self.settings.http_port
     # Messages handled to the end by this process, per durable consumer (answered with its health)
     handled: dict[str, int] = field(default_factory=dict)
+    # (stream, durable, filter) of every durable consumer wired: what its identity must be granted
+    # (bke.auth.jetstream_grants.SERVICE_CONSUMERS, held to this by a test)
+    consumers: list[tuple[str, str, str]] = field(default_factory=list)
 
     def work_subscriber(
         self,
@@ -93,6 +97,7 @@ class Service:
         from .fast_consumer import FastConsumer
 
         self.handled.setdefault(durable, 0)
+        self.consumers.append((stream, durable, subject))
 
         async def guarded(body: bytes) -> None:
             for guard in self.guards:
@@ -185,7 +190,7 @@ class Service:
 
     async def _serve_health(self) -> None:
         async def answer(msg: Any) -> None:
-            if not msg.reply:
+            if not answerable(msg):
                 return  # a publish without a reply inbox asks nothing
             if msg.data.strip():  # an empty body is the request too (`nats req ... ''`)
                 try:
@@ -218,9 +223,9 @@ class Service:
             self.http = None
 
     async def start(self) -> None:
-        """Declare the streams, then start consuming (what `app.run()` does, for tests)."""
+        """Check the streams, then start consuming (what `app.run()` does, for tests)."""
         await self.start_http()
-        await _ensure_streams_at(self.settings)
+        await _check_streams_at(self.settings)
         self.readiness.set("streams", True)
         await self.broker.start()
         await self._serve_health()
@@ -286,7 +291,7 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
     async def _streams() -> None:
         # HTTP first: /healthz answers (and /readyz says why not) while the bus is still away
         await svc.start_http()
-        await _ensure_streams_at(settings)
+        await _check_streams_at(settings)
         readiness.set("streams", True)
 
     @app.after_startup
@@ -324,34 +329,40 @@ def _probe_client(settings: ServiceSettings) -> Any:
     return Redis.from_url(settings.redis_url, **probe)
 
 
-async def _ensure_streams_at(settings: ServiceSettings) -> None:
+async def _check_streams_at(settings: ServiceSettings) -> None:
     # A short-lived connection of its own: the broker subscribes only once streams exist.
     nc = await connect_nats(settings.bus)
     try:
-        await _ensure_streams_while_forming(nc, settings)
+        await _check_streams_while_forming(nc, settings)
     finally:
         await nc.close()
 
 
-STREAMS_WAIT_S = 60.0  # a NATS cluster's nodes forming (or electing a leader) take seconds
+STREAMS_WAIT_S = 60.0  # the deploy step still declaring, or a NATS cluster's nodes forming
 
 
-async def _ensure_streams_while_forming(nc: NatsClient, settings: ServiceSettings) -> None:
-    """A NATS cluster that is still forming answers JetStream requests with 503s (e.g. "JetStream
-    not enabled for account" until the node has the account's JWT): an outage for a while, not
-    a reason to exit. Tried again with backoff for STREAMS_WAIT_S, then the error stands."""
+async def _check_streams_while_forming(nc: NatsClient, settings: ServiceSettings) -> None:
+    """Wait, for STREAMS_WAIT_S, until the streams and buckets are as declared: the deploy step
+    (`bke streams ensure`) may still be running, and a NATS cluster that is still forming answers
+    JetStream requests with 503s. Then a missing or drifted stream stands as StreamsNotDeclared,
+    and the service does not start (a service never declares streams: bke.bus.streams)."""
     from ..errors import is_unavailable
 
     deadline, delay = asyncio.get_running_loop().time() + STREAMS_WAIT_S, 0.25
     while True:
         try:
-            await ensure_streams(nc.jetstream(), replicas=settings.stream_replicas)
-            return
+            problems = await check_streams(nc.jetstream(), replicas=settings.stream_replicas)
         except Exception as exc:
             if not is_unavailable(exc) or asyncio.get_running_loop().time() > deadline:
                 raise
-            log.warning("streams not declared yet (NATS: %s: %s); trying again", type(exc).__name__, exc)
-        await asyncio.sleep(delay)  # backoff while JetStream is unavailable
+            log.warning("streams not readable yet (NATS: %s: %s); trying again", type(exc).__name__, exc)
+        else:
+            if not problems:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise StreamsNotDeclared("; ".join(problems) + " — run `bke streams ensure` (the deploy step) first")
+            log.warning("streams not as declared yet: %s", "; ".join(problems))
+        await asyncio.sleep(delay)  # backoff while the deploy step runs
         delay = min(2 * delay, 2.0)
 
 

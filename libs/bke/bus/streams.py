@@ -8,12 +8,17 @@ read by certs, renderer and dispatcher), each through its own durable consumer.
 limit itself (and -1 no longer means "unlimited"). BKE_AGENT holds one durable consumer per node
 agent, so it declares its own limit; the others keep the server default.
 
+Who declares them: one deploy-time identity (`bke streams ensure`, the lab's start, the deploy
+job), through `ensure_streams`. A service never creates or changes a stream: at start it checks
+what it finds (`check_streams`, a report of `stream_problems`) and refuses to start on a missing
+stream or a drifted config, naming it. A service that could update streams could add `BKE_AGENT`
+as a source of another stream, or seal it (bke.auth.jetstream_grants).
+
 Replicas (a NATS cluster): `ensure_streams(js, replicas=N)` creates each stream with N replicas
 and brings an existing stream to N (nats-server moves a stream's replica count up or down by an
 update), and makes the object buckets the same way (`ensure_buckets`): each bucket is a stream of
-its own (`OBJ_<bucket>`), which a first `put` would otherwise create with one replica. A caller
-that passes no count (the CLI, the agents) creates with one and never changes an existing
-stream's count, so that it never undoes what the services converged to (BKE_STREAM_REPLICAS).
+its own (`OBJ_<bucket>`). Without a count it creates with one and never changes an existing
+stream's count. A service started with BKE_STREAM_REPLICAS checks that count too.
 """
 from __future__ import annotations
 
@@ -26,9 +31,10 @@ from nats.js.errors import NotFoundError
 
 from ..contracts import subjects as s
 from ..contracts.agent import ETCD_SNAPSHOT_BUCKET
+from ..errors import PermanentError
 
-__all__ = ["BUCKETS", "BUCKET_TTL_S", "STREAMS", "StreamDef", "bucket_config", "ensure_buckets", "ensure_streams",
-           "OBJECT_BUCKET"]
+__all__ = ["BUCKETS", "BUCKET_TTL_S", "STREAMS", "StreamDef", "StreamsNotDeclared", "bucket_config", "check_streams",
+           "ensure_buckets", "ensure_streams", "require_streams", "stream_problems", "OBJECT_BUCKET"]
 
 log = logging.getLogger(__name__)
 OBJECT_BUCKET = "bke-blobs"  # big payloads travel by reference (specRef)
@@ -82,8 +88,9 @@ STREAMS: tuple[StreamDef, ...] = (
 
 async def ensure_streams(js: JetStreamContext, streams: tuple[StreamDef, ...] = STREAMS,
                          replicas: int | None = None) -> None:
-    """Create missing streams; bring existing ones to the declared subjects and, when `replicas`
-    is given, to that many replicas (and the object buckets too). Idempotent."""
+    """Create missing streams and buckets; bring existing ones back to the declared config (and,
+    when `replicas` is given, to that many replicas). Idempotent. Deploy time only: see the
+    module docstring."""
     for d in streams:
         cfg = d.config(replicas or 1)
         try:
@@ -92,18 +99,65 @@ async def ensure_streams(js: JetStreamContext, streams: tuple[StreamDef, ...] = 
             await js.add_stream(cfg)
             log.info("stream created", extra={"stream": d.name, "replicas": cfg.num_replicas})
             continue
-        drift = sorted(info.config.subjects or []) != sorted(cfg.subjects or [])
-        if d.max_consumers is not None and info.config.max_consumers != d.max_consumers:
-            drift = True
         if replicas is None:
             cfg.num_replicas = info.config.num_replicas  # kept: see the module docstring
-        elif info.config.num_replicas != replicas:
-            drift = True
-        if drift:
+        problems = stream_problems(d, info.config, replicas)
+        if problems:  # the declared config put back, whatever was changed (a sealed stream stays refused)
             await js.update_stream(cfg)
-            log.info("stream updated", extra={"stream": d.name, "replicas": cfg.num_replicas})
-    if replicas is not None:
-        await ensure_buckets(js, replicas)
+            log.info("stream updated", extra={"stream": d.name, "replicas": cfg.num_replicas, "problems": problems})
+    await ensure_buckets(js, replicas)
+
+
+class StreamsNotDeclared(PermanentError):
+    """A stream or bucket is missing or not as declared: the deploy step has not run (or ran
+    with another release). Not retried by the service: the operator runs `bke streams ensure`."""
+
+
+def stream_problems(d: StreamDef, found: StreamConfig | None, replicas: int | None = None) -> list[str]:
+    """What differs between a declared stream and the config the server has (empty: as declared).
+    Only what BKE declares is compared, so a server's own defaults never count as drift."""
+    if found is None:
+        return [f"stream {d.name}: missing"]
+    want = d.config(replicas or 1)
+    out = []
+    if sorted(found.subjects or []) != sorted(want.subjects or []):
+        out.append(f"stream {d.name}: subjects {sorted(found.subjects or [])} (declared {sorted(want.subjects or [])})")
+    if found.retention != want.retention:
+        out.append(f"stream {d.name}: retention {found.retention} (declared {want.retention})")
+    if d.max_consumers is not None and found.max_consumers != d.max_consumers:
+        out.append(f"stream {d.name}: max_consumers {found.max_consumers} (declared {d.max_consumers})")
+    if replicas is not None and found.num_replicas != replicas:
+        out.append(f"stream {d.name}: {found.num_replicas} replicas (this deployment wants {replicas})")
+    # What a stream admin could add to turn the stream into something else: another stream's
+    # messages copied in, its subjects rewritten, or writes refused for ever.
+    if found.sources or found.mirror:
+        out.append(f"stream {d.name}: has sources or a mirror (declared none)")
+    if getattr(found, "subject_transform", None):
+        out.append(f"stream {d.name}: has a subject transform (declared none)")
+    if getattr(found, "sealed", False):
+        out.append(f"stream {d.name}: sealed")
+    return out
+
+
+async def check_streams(js: JetStreamContext, replicas: int | None = None,
+                        streams: tuple[StreamDef, ...] = STREAMS) -> list[str]:
+    """Every problem with the declared streams and buckets as the server has them; reads only."""
+    out: list[str] = []
+    for d in streams:
+        try:
+            found: StreamConfig | None = (await js.stream_info(d.name)).config
+        except NotFoundError:
+            found = None
+        out += stream_problems(d, found, replicas)
+    for bucket, _ in BUCKETS:
+        try:
+            info = await js.stream_info(f"OBJ_{bucket}")
+        except NotFoundError:
+            out.append(f"bucket {bucket}: missing")
+            continue
+        if replicas is not None and info.config.num_replicas != replicas:
+            out.append(f"bucket {bucket}: {info.config.num_replicas} replicas (this deployment wants {replicas})")
+    return out
 
 
 def bucket_config(bucket: str, replicas: int = 1) -> ObjectStoreConfig:
@@ -113,18 +167,28 @@ def bucket_config(bucket: str, replicas: int = 1) -> ObjectStoreConfig:
                              ttl=BUCKET_TTL_S.get(bucket))
 
 
-async def ensure_buckets(js: JetStreamContext, replicas: int) -> None:
-    """Each object bucket of BUCKETS, created with `replicas` and its time to live, or brought to
-    them (a bucket made before its time to live was declared gets it)."""
+async def ensure_buckets(js: JetStreamContext, replicas: int | None = None) -> None:
+    """Each object bucket of BUCKETS, created with `replicas` (one if None) and its time to live,
+    or brought to them (a bucket made before its time to live was declared gets it; None keeps
+    an existing bucket's replicas)."""
     for bucket, _ in BUCKETS:
         try:
             info = await js.stream_info(f"OBJ_{bucket}")
         except NotFoundError:
-            await js.create_object_store(bucket, config=bucket_config(bucket, replicas))
-            log.info("object bucket created", extra={"bucket": bucket, "replicas": replicas})
+            await js.create_object_store(bucket, config=bucket_config(bucket, replicas or 1))
+            log.info("object bucket created", extra={"bucket": bucket, "replicas": replicas or 1})
             continue
         ttl = BUCKET_TTL_S.get(bucket, 0.0)
-        if info.config.num_replicas != replicas or (info.config.max_age or 0.0) != ttl:
-            info.config.num_replicas, info.config.max_age = replicas, ttl
+        want = info.config.num_replicas if replicas is None else replicas
+        if info.config.num_replicas != want or (info.config.max_age or 0.0) != ttl:
+            info.config.num_replicas, info.config.max_age = want, ttl
             await js.update_stream(info.config)
             log.info("object bucket updated", extra={"bucket": bucket, "replicas": replicas, "ttl_s": ttl})
+
+
+async def require_streams(js: JetStreamContext) -> None:
+    """For a client about to publish (the CLI): the streams exist, or StreamsNotDeclared saying
+    what to run. It changes nothing (only the deploy step declares)."""
+    missing = [p for p in await check_streams(js) if p.endswith(": missing")]
+    if missing:
+        raise StreamsNotDeclared("; ".join(missing) + " — run `bke streams ensure` (the deploy step) first")

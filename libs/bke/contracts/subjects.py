@@ -201,6 +201,9 @@ class Channel:
     # Why a route has no sender or no receiver among BKE's components (an operator's tool, say);
     # empty for every internal route. tests/contract/test_channel_routes.py holds the code to it.
     external: str = ""
+    # A request that changes nothing (a status, a view, a dry run): what a read-only identity (a
+    # dashboard) may send (bke.auth.permissions).
+    reads: bool = False
 
 
 CHANNELS: tuple[Channel, ...] = (
@@ -230,12 +233,12 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(APPLY_CLUSTER, ApplyCluster, "command", "Carry out a changed spec on a running cluster (rolls, labels and taints, addons), or with dryRun only answer the actions it would take; its run is followed on the upgrade's changed subject.", ("cli",), ("upgrader",)),
     Channel(APPLY_ACCEPTED, ApplyAccepted, "event", "A changed spec was accepted: the per-node actions in order and the steps of its run.", ("upgrader",), ("cli",)),
     Channel(APPLY_REJECTED, ApplyRejected, "event", "A changed spec was refused: every refusal by rule name (a change this build cannot carry out names its kind; a malformed request: its field).", ("upgrader",), ("cli",)),
-    Channel(UPGRADE_GET, GetUpgrade, "request", "The cluster's current or last upgrade, served by the upgrader (queue group upgrader-get; core NATS, not stored).", ("cli",), ("upgrader",), (UpgradeView, StatusError)),
+    Channel(UPGRADE_GET, GetUpgrade, "request", "The cluster's current or last upgrade, served by the upgrader (queue group upgrader-get; core NATS, not stored).", ("cli",), ("upgrader",), (UpgradeView, StatusError), reads=True),
     Channel(RESTORE_ETCD, RestoreEtcd, "command", "Restore one etcd cluster from a stored snapshot (disaster recovery, asked for by a person; with dryRun, only answer what it would stop and do).", ("cli",), ("upgrader",)),
     Channel(RESTORE_ACCEPTED, EtcdRestoreAccepted, "event", "A restore request was accepted (or, dry run, would be): every pod it stops and every stage.", ("upgrader",), ("cli",)),
     Channel(RESTORE_REJECTED, EtcdRestoreRejected, "event", "A restore request was refused, with the reason (another operation runs, no such snapshot or etcd cluster, a snapshot not from the node's provisioned agent).", ("upgrader",), ("cli",)),
     Channel("bke.v1.etcd-restore.{cluster}.changed", EtcdRestoreChanged, "event", "A restore started, moved a stage or node on, or finished (the whole view each time).", ("upgrader",), ("cli",)),
-    Channel(RESTORE_GET, GetEtcdRestore, "request", "The cluster's current or last etcd restore, served by the upgrader (queue group upgrader-get; core NATS, not stored): `bke etcd restore status`.", ("cli",), ("upgrader",), (EtcdRestoreView, StatusError)),
+    Channel(RESTORE_GET, GetEtcdRestore, "request", "The cluster's current or last etcd restore, served by the upgrader (queue group upgrader-get; core NATS, not stored): `bke etcd restore status`.", ("cli",), ("upgrader",), (EtcdRestoreView, StatusError), reads=True),
     Channel(RESTORE_PIECE, GetRestorePiece, "request", "A member's agent asks for the next piece of the snapshot it restores, re-sealed to its provisioned key (core NATS, not stored).", ("agent",), ("upgrader",), (RestorePiece, StatusError)),
     Channel("bke.v1.agent.{cluster}.{node}.command", AgentCommand, "command", "Steps for one node's agent; secret files sealed to that agent. The upgrader sends the upgrade's steps.", ("dispatcher", "upgrader"), ("agent",)),
     Channel("bke.v1.agent.{cluster}.{node}.result", CommandResult, "event", "The agent ran (or replayed) a command.", ("agent",), ("dispatcher", "upgrader")),
@@ -249,7 +252,7 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(AGENTS_ACCEPTED, AgentAccepted, "event", "A registration's key is the one provisioned for its node: the node's results are believed only from this agent.", ("certs",), ("dispatcher",)),
     Channel(AGENTS_REFUSED, AgentRefused, "event", "A registration's key is not the one provisioned for its node (or none was): nothing was sealed to it.", ("certs",), ("dispatcher",)),
     Channel("bke.v1.heartbeat.{cluster}.{node}", AgentHeartbeat, "event", "Agent liveness (core NATS, not stored).", ("agent",), ("dispatcher",)),
-    Channel(EXPIRATION_GET, GetExpiration, "request", "The expiry of a cluster's certificates, paged, served by the certs service (queue group certs-expiration; core NATS, not stored); the upgrader asks it before an upgrade.", ("cli", "upgrader"), ("certs",), (CertExpiration, StatusError)),
+    Channel(EXPIRATION_GET, GetExpiration, "request", "The expiry of a cluster's certificates, paged, served by the certs service (queue group certs-expiration; core NATS, not stored); the upgrader asks it before an upgrade.", ("cli", "upgrader"), ("certs",), (CertExpiration, StatusError), reads=True),
     Channel(PAUSE_CLUSTER, PauseCluster, "command", "Pause (or resume) a cluster's operations: the install, rotation or upgrade running finishes its step and takes no new one until resumed.", ("cli",), ("dispatcher", "upgrader")),
     Channel("bke.v1.pause.{cluster}.changed", PauseChanged, "event", "A service recorded a pause or a resume (one event per service that runs operations).", ("dispatcher", "upgrader"), ("cli",)),
     Channel(RESET_CLUSTER, ResetCluster, "command", "Reset a cluster's nodes (all, or those named) or delete the cluster: etcd snapshots first, then the nodes, workers first and etcd members last.", ("cli",), ("dispatcher",)),
@@ -264,8 +267,8 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(REMOVE_NODES, RemoveNodes, "command", "Remove workers: cordon and drain, delete the Node, reset the node, forget it (etcd members and masters refused, named).", ("cli", "upgrader"), ("dispatcher",)),
     Channel(REMOVE_NODES_FINISHED, RemoveNodesFinished, "event", "A removal ended (Succeeded or Failed, each node's outcome, the agents' identities to revoke); a refused one is Failed with the reason. The certs service forgets the removed nodes' agent keys, sealed bundles and PKI instances, the renderer their rendered files.", ("dispatcher",), ("cli", "upgrader", "certs", "renderer")),
     Channel("bke.v1.remove-nodes.{cluster}.changed", RemoveNodesChanged, "event", "A removal moved a node to its next stage, or ended (the whole view each time).", ("dispatcher",), ("cli",)),
-    Channel(CLUSTER_DIFF, DiffCluster, "request", "What applying this spec to the running cluster would change, or why it is refused, answered by the planner from the stored plan (queue group planner-diff; core NATS, not stored; changes nothing): bke apply --dry-run.", ("cli",), ("planner",), (ClusterChanges, StatusError)),
-    Channel(STATUS_GET, GetStatus, "request", "The status of a cluster's install, served by the dispatcher (queue group dispatcher-status; core NATS, not stored); the upgrader asks it before an upgrade, the planner for a dry run's etcd health.", ("cli", "upgrader", "planner"), ("dispatcher",), (ClusterStatus, StatusError)),
+    Channel(CLUSTER_DIFF, DiffCluster, "request", "What applying this spec to the running cluster would change, or why it is refused, answered by the planner from the stored plan (queue group planner-diff; core NATS, not stored; changes nothing): bke apply --dry-run.", ("cli",), ("planner",), (ClusterChanges, StatusError), reads=True),
+    Channel(STATUS_GET, GetStatus, "request", "The status of a cluster's install, served by the dispatcher (queue group dispatcher-status; core NATS, not stored); the upgrader asks it before an upgrade, the planner for a dry run's etcd health.", ("cli", "upgrader", "planner"), ("dispatcher",), (ClusterStatus, StatusError), reads=True),
     Channel("bke.v1.health.{service}", GetHealth, "request", "Whether a service is ready (NATS connected, Redis reachable, streams declared) and why not (core NATS, not stored).", (), ("planner", "certs", "renderer", "dispatcher", "upgrader"), (ServiceHealth,),
             external="asked by operators and tools (`nats req bke.v1.health.dispatcher ''`); issue 13 serves /readyz from the same object"),
     Channel(LEGACY_CLUSTER_REQUESTED, InstallCluster, "command", "Deprecated name of bke.v1.cluster.install, accepted until bke.v2.", (), ("planner",),

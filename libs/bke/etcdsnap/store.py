@@ -26,7 +26,6 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 from nats.js import JetStreamContext
-from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
@@ -39,7 +38,7 @@ from .records import SnapshotRecord, record_bytes, record_from_headers
 from .sealed_stream import open_stream
 
 __all__ = ["SnapshotCorrupt", "SnapshotNotAuthentic", "SnapshotNotFound", "check_author", "copy_sealed",
-           "ensure_snapshot_bucket", "fetch_snapshot", "find_snapshot", "list_snapshots"]
+           "fetch_snapshot", "find_snapshot", "list_snapshots"]
 
 
 class SnapshotNotFound(PermanentError):
@@ -52,16 +51,6 @@ class SnapshotCorrupt(PermanentError):
 
 class SnapshotNotAuthentic(PermanentError):
     pass
-
-
-async def ensure_snapshot_bucket(js: JetStreamContext, bucket: str = ETCD_SNAPSHOT_BUCKET) -> ObjectStore:
-    """The snapshot bucket, created if missing (idempotent)."""
-    try:
-        return await js.object_store(bucket)
-    except NotFoundError:
-        return await js.create_object_store(bucket, config=ObjectStoreConfig(
-            bucket=bucket, description="etcd snapshots, sealed to the deployment's snapshot key",
-            storage=StorageType.FILE))
 
 
 async def _store(js: JetStreamContext, bucket: str) -> ObjectStore | None:

@@ -33,11 +33,15 @@ from nats.js import JetStreamContext
 
 from ..bus.connect import BusAccess
 from ..plan import Plan
-from .ha_runtime import ha_env, lab_runtime, stop_ha
+from .ha_runtime import ha_env, lab_runtime, stop_ha, stream_replicas
+from .declare import declare_streams
 from .identities import LabIdentities
 from ..runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
 from ..runtime.binaries import MissingBinaryError, etcd_bin
 from ..runtime.processes import ManagedProcess, free_port, pid_alive, port_is_free, stop_pid
+from ..secrets import load_secret_box
+from ..state.client import sync_redis_client
+from ..state.state_init import ensure_state
 from .kube_binaries import cache_dir
 from .trust import ensure_lab_command_key, provision_lab_agents
 
@@ -144,7 +148,11 @@ class LabSupervisor:
 
     def operator_access(self, info: RuntimeInfo) -> BusAccess:
         """How the CLI reaches this lab's NATS: the operator identity."""
-        env = self._bus_env(info, "operator")
+        return self.bus_access(info, "operator")
+
+    def bus_access(self, info: RuntimeInfo, role: str) -> BusAccess:
+        """How a process of `role` (not an agent) reaches this lab's NATS."""
+        env = self._bus_env(info, role)
         tls = info.nats_tls_ca
         if not env:
             return BusAccess(info.nats_url, tls_ca=Path(tls) if tls else None)
@@ -176,9 +184,13 @@ class LabSupervisor:
         return path
 
     def ensure_runtime(self) -> RuntimeInfo:
+        """NATS and Redis up, and the streams declared (the deploy step, as the `streams`
+        identity) before any service or agent starts."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.ensure_secret_key()
-        return self.runtime.ensure_started()
+        info = self.runtime.ensure_started()
+        declare_streams(self.bus_access(info, "streams"), replicas=stream_replicas(info))
+        return info
 
     def ensure_services(self, info: RuntimeInfo, only: tuple[str, ...] = SERVICES) -> dict[str, int]:
         """Start each service that is not running; a running one is left alone (idempotent)."""

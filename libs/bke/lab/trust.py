@@ -34,7 +34,7 @@ from ..secrets.sealing import agent_key_id, public_key_from_raw
 from ..secrets.signing import ensure_command_key_sync
 from ..state.keys import command_signing_key
 
-__all__ = ["ensure_lab_command_key", "provision_lab_agents"]
+__all__ = ["ensure_lab_command_key", "provision_lab_agents", "run_blocking"]
 
 T = TypeVar("T")
 INIT_TIMEOUT_S = 60.0
@@ -60,7 +60,7 @@ def _agent_key(env: dict[str, str]) -> tuple[str, str]:
     return agent_key_id(public_key_from_raw(base64.b64decode(b64))), b64
 
 
-def _run(coro: Coroutine[Any, Any, T]) -> T:
+def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine to completion from synchronous code, inside a running loop or not."""
     box: dict[str, Any] = {}
 
@@ -96,5 +96,5 @@ def provision_lab_agents(access: BusAccess, cluster: str, envs: dict[str, dict[s
         finally:
             await nc.close()
 
-    _run(record())
+    run_blocking(record())
     return {node: aid for node, (aid, _) in keys.items()}

@@ -10,6 +10,7 @@ from bke.forgetting import serve_deleted
 from bke.state.client import redis_client
 from bke.state.epoch import watch_epoch
 
+from bke.bus.replies import answerable
 from bke.bus.service import Service, make_service
 from bke.bus.handler import typed
 from bke.contracts import PLAN_CREATED, PlanCreated
@@ -75,7 +76,7 @@ def create_service(settings: CertsSettings | None = None) -> Service:
     subs = []
 
     async def on_expiration(msg) -> None:
-        if msg.reply:  # a publish without a reply inbox asks nothing
+        if answerable(msg):  # a publish without a reply inbox asks nothing
             await msg.respond(await expiration.answer(msg.data))
 
     async def on_provision(msg) -> None:
@@ -88,7 +89,7 @@ def create_service(settings: CertsSettings | None = None) -> Service:
             answer = AgentProvisioned(cluster="", node="", ok=False, reason=f"{field}: {err['msg']}")
         else:
             answer = await h.on_provision(req)
-        if msg.reply:
+        if answerable(msg):
             await msg.respond(answer.to_bytes())
 
     async def serve_expiration() -> None:

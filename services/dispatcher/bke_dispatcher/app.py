@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 from bke.state.client import redis_client
 
+from bke.bus.replies import answerable
 from bke.bus.service import REDIS_PROBE_S, Service, make_service
 from bke.bus.handler import deprecated, typed
 from bke.contracts import PLAN_CREATED, PlanCreated
@@ -301,7 +302,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     serve_deleted(svc, redis, _now, after=deleted.add)
 
     async def on_status(msg) -> None:
-        if msg.reply:  # a publish without a reply inbox asks nothing
+        if answerable(msg):  # a publish without a reply inbox asks nothing
             await msg.respond(await status.answer(msg.data))
 
     core_subs = []
@@ -309,7 +310,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     stopping: list[bool] = []  # set once the service stops
 
     async def on_command_key(msg) -> None:
-        if msg.reply:  # the public half only; an agent is provisioned with it
+        if answerable(msg):  # the public half only; an agent is provisioned with it
             signer = await signing.signer()
             await msg.respond(CommandKey(public_line=signer.verify_key.public_line, key_id=signer.key_id).to_bytes())
 

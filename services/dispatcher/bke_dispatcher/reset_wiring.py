@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from bke.etcdsnap.store import ensure_snapshot_bucket
 from bke.secrets.snapshot_key import ensure_snapshot_key
 from bke.secrets import box_from_env
 from bke.state.keys import etcd_snapshot_key
@@ -23,7 +22,6 @@ class DispatcherSnapshotKey:
 
     async def recipient(self) -> str:
         if not self._recipient:
-            await ensure_snapshot_bucket(self.svc.nc.jetstream())
             key = await ensure_snapshot_key(self.redis, etcd_snapshot_key(), box_from_env())
             self._recipient = key.public_b64
         return self._recipient

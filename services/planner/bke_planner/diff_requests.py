@@ -10,6 +10,7 @@ from typing import Any, Awaitable, Callable
 
 from pydantic import ValidationError
 
+from bke.bus.replies import answerable
 from bke.bus.service import Service
 from bke.contracts.base import ErrorItem
 from bke.contracts.changes import CLUSTER_DIFF, DIFF_QUEUE, DiffCluster
@@ -91,7 +92,7 @@ def serve_diff(svc: Service, store: RedisPlanStore, fetch_blob: Callable[[str], 
         return (await svc.nc.request(STATUS_GET, payload, timeout=STATUS_TIMEOUT_S)).data
 
     async def on_request(msg: Any) -> None:
-        if msg.reply:
+        if answerable(msg):
             await msg.respond(await answer_diff(msg.data, store, fetch_blob, ask_status))
 
     async def _start() -> None:

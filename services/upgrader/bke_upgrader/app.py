@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from bke.bus import get_blob
 from bke.bus.handler import typed
+from bke.bus.replies import answerable
 from bke.bus.service import REDIS_PROBE_S, Service, make_service
 from bke.checksums import HttpRepoChecksums, LabChecksums
 from bke.cluster_api.addons import AddonsWork, LabApplier
@@ -27,7 +28,7 @@ from bke.pausing import serve_pause
 from bke.state.pause import PauseFlags
 from bke.errors import TemporaryError
 from bke.etcdsnap.restore_run import is_restore_command
-from bke.etcdsnap.store import ensure_snapshot_bucket, find_snapshot
+from bke.etcdsnap.store import find_snapshot
 from bke.plan import Plan
 from bke.runner import Runner
 from bke.secrets import box_from_env
@@ -73,8 +74,8 @@ def _now() -> datetime:
 
 
 class _Snapshots:
-    """The snapshot store exists and the deployment's snapshot key is made (SET NX) before the
-    first snapshot is asked for: an agent may only add objects, never create the store."""
+    """The deployment's snapshot key is made (SET NX) before the first snapshot is asked for (the
+    store itself is declared at deploy time, bke.bus.streams, and checked when the service starts)."""
 
     def __init__(self, svc: Service, redis: Any):
         self.svc, self.redis = svc, redis
@@ -82,7 +83,6 @@ class _Snapshots:
 
     async def recipient(self) -> str:
         if not self._recipient:
-            await ensure_snapshot_bucket(self.svc.nc.jetstream())
             self._recipient = (await self.key()).public_b64
         return self._recipient
 
@@ -261,11 +261,11 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     svc.fast_subscriber("bke.v1.agent.*.*.upgrader-result", "BKE_AGENT", "upgrader-answers", handle_result)
 
     async def on_piece(msg) -> None:  # type: ignore[no-untyped-def]
-        if msg.reply:
+        if answerable(msg):
             await msg.respond((await pieces.answer(msg.subject, msg.data)).to_bytes())
 
     async def on_get(msg) -> None:  # type: ignore[no-untyped-def]
-        if not msg.reply:
+        if not answerable(msg):
             return
         try:
             req = GetUpgrade.model_validate_json(msg.data)
@@ -284,7 +284,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
             await msg.respond(v.to_bytes())
 
     async def on_restore_get(msg) -> None:  # type: ignore[no-untyped-def]
-        if msg.reply:
+        if answerable(msg):
             await msg.respond(await restores.answer_get(msg.data))
 
     background: list[asyncio.Task] = []
