@@ -17,9 +17,9 @@ import pytest
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
 
-from bke.bus.connect import BusAccess
-from bke.lab.declare import declare_streams
+from bke.runtime.declare import declare_streams
 from bke.runtime import EmbeddedRuntime
+from bke.state.epoch import ensure_epoch, new_epoch
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +41,8 @@ def nats_url(request: pytest.FixtureRequest) -> str:
         rt: EmbeddedRuntime = request.getfixturevalue("runtime")
         assert rt.info is not None
         url = rt.info.nats_url
-    declare_streams(BusAccess(url))  # the deploy step: services only check the streams
+    if os.environ.get("TEST_NATS_URL"):  # the session runtime declared its own at start
+        declare_streams(url, None)  # the deploy step: services only check the streams
     return url
 
 
@@ -57,9 +58,11 @@ def redis_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    """redis.asyncio client (str responses) on an emptied database."""
+    """redis.asyncio client (str responses) on an emptied database that holds a new state epoch
+    (what `bke state init` writes, as the admin: services wait without one, bke.state.epoch)."""
     client = aioredis.from_url(redis_url, decode_responses=True)
     await client.flushdb()
+    await ensure_epoch(client, new_epoch())
     try:
         yield client
     finally:

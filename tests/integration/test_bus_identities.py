@@ -17,26 +17,23 @@ from pathlib import Path
 
 import nats
 import pytest
-from nats.aio.client import Client as NatsClient
 from nats.js.api import StreamConfig
 
 from bke.auth import agent_permissions, identity_name, inbox_prefix, role_permissions, write_creds
-from bke.auth.authority import Authority
 from bke.auth.permissions import agent_consumer
 from bke.auth.push import push_account
 from bke.bus.connect import BusAccess, connect_options
 from bke.bus.service import make_service
 from bke.bus.streams import ensure_streams
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, agent_subject
-from bke.etcdsnap.store import ensure_snapshot_bucket
 from bke.etcdsnap.upload import publish_object
 from bke.runtime import EmbeddedRuntime
 from bke.runtime.processes import pid_alive
 from bke.settings import ServiceSettings
 from bke_agent.loop import AGENT_STREAM, consumer_config
+from tests.bus_identity_helpers import CLUSTER, Client, _authority, _connect, _identity
 
 pytestmark = pytest.mark.timeout(120)
-CLUSTER = "c1"
 A, B = "node-a", "node-b"
 
 
@@ -50,71 +47,17 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRuntime
         rt.stop()
 
 
-def _authority(rt: EmbeddedRuntime) -> Authority:
-    assert rt.nats_auth is not None
-    return rt.nats_auth.authority
-
-
-class Client:
-    """A connection that records the server's permission errors, to wait on them."""
-
-    def __init__(self, nc: NatsClient, errors: list[str]) -> None:
-        self.nc, self.errors = nc, errors
-
-    async def refused(self, subject: str, kind: str = "publish", timeout: float = 5.0) -> bool:
-        deadline = time.monotonic() + timeout
-        needle = f'permissions violation for {kind} to "{subject}"'.lower()
-        while time.monotonic() < deadline:
-            if any(needle in e.lower() for e in self.errors):
-                return True
-            await asyncio.sleep(0.02)  # polling under a deadline
-        return False
-
-    async def pub_refused(self, subject: str, payload: bytes = b"{}") -> bool:
-        await self.nc.publish(subject, payload, reply=self.nc.new_inbox())
-        await self.nc.flush()
-        return await self.refused(subject)
-
-    async def sub_refused(self, subject: str) -> bool:
-        await self.nc.subscribe(subject)
-        await self.nc.flush()
-        return await self.refused(subject, "subscription")
-
-    async def api(self, subject: str, payload: bytes = b"") -> dict:
-        """A JetStream API call that must get an answer (allowed by the permissions)."""
-        msg = await self.nc.request(subject, payload, timeout=5)
-        return json.loads(msg.data)
-
-
-async def _connect(rt: EmbeddedRuntime, creds: Path | None, prefix: str | None) -> Client:
-    assert rt.info is not None
-    errors: list[str] = []
-
-    async def on_error(exc: Exception) -> None:
-        errors.append(str(exc))
-
-    opts = connect_options(BusAccess(rt.info.nats_url, creds, prefix,
-                                     Path(rt.info.nats_tls_ca) if rt.info.nats_tls_ca else None))
-    opts.update(error_cb=on_error, max_reconnect_attempts=0, allow_reconnect=False)
-    return Client(await nats.connect(**opts), errors)
-
-
-async def _identity(rt: EmbeddedRuntime, tmp: Path, role: str, node: str | None = None) -> Client:
-    name = identity_name(role, CLUSTER if role == "agent" else None, node)
-    perms = agent_permissions(CLUSTER, node) if node else role_permissions(role)
-    user = _authority(rt).user(name, perms, iat=int(time.time()))
-    creds = write_creds(tmp / f"{name}.creds", user.creds)
-    return await _connect(rt, creds, inbox_prefix(name))
-
-
 @pytest.fixture
 async def admin(secure: EmbeddedRuntime, tmp_path: Path) -> AsyncIterator[Client]:
-    client = await _identity(secure, tmp_path, "operator")
-    js = client.nc.jetstream()
+    """The operator, once the deploy identity declared the streams and buckets."""
+    deploy = await _identity(secure, tmp_path, "streams")
+    js = deploy.nc.jetstream()
     await ensure_streams(js)
     info = await js.stream_info(AGENT_STREAM)
     if not info.config.allow_direct:  # so that DIRECT.GET has a positive control
         await js.update_stream(StreamConfig.from_response({**info.config.as_dict(), "allow_direct": True}))
+    await deploy.nc.close()
+    client = await _identity(secure, tmp_path, "operator")
     yield client
     await client.nc.close()
 
@@ -340,7 +283,6 @@ async def test_agent_adds_a_snapshot_object_and_cannot_read_the_store(agent_a: C
     """The `EtcdSnapshot` step's upload (publishes only) works under the agent's identity; the
     operator lists and reads the object with nats-py's own object store; the agent can neither
     read, list nor purge the store (positive control: the upload itself)."""
-    await ensure_snapshot_bucket(admin.nc.jetstream())
     data = [b"sealed-bytes-" * 30000, b"tail"]
     name = f"{CLUSTER}/etcd-data/perm-test"
     info = await publish_object(agent_a.nc.jetstream(), ETCD_SNAPSHOT_BUCKET, name, data,

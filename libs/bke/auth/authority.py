@@ -97,13 +97,14 @@ class Authority:
             nats["revocations"] = dict(sorted(self.revocations.items()))
         return encode_jwt(self.operator, self.account.public, ACCOUNT_NAME, nats, iat=iat)
 
-    def user(self, name: str, perms: Permissions, *, iat: int,
+    def user(self, name: str, perms: Permissions, *, iat: int, expires: int | None = None,
              random: Callable[[int], bytes] = os.urandom) -> IssuedUser:
-        """A new user of the BKE account: a fresh key, a JWT signed by the account signing key."""
+        """A new user of the BKE account: a fresh key, a JWT signed by the account signing key
+        (refused by the server after `expires`, a Unix time, when given)."""
         key = new_keypair("user", random)
         nats = {"type": "user", "issuer_account": self.account.public, "subs": -1, "data": -1, "payload": -1,
                 **perms.claims()}
-        token = encode_jwt(self.signing, key.public, name, nats, iat=iat)
+        token = encode_jwt(self.signing, key.public, name, nats, iat=iat, exp=expires)
         return IssuedUser(name, key.public, token, key.seed, str(decode_jwt(token)["jti"]), iat)
 
     def system_user(self, *, iat: int, random: Callable[[int], bytes] = os.urandom) -> IssuedUser:

@@ -161,7 +161,8 @@ def read_subjects() -> tuple[str, ...]:
     """What any BKE identity but an agent may read of JetStream: the account's and the declared
     streams' and consumers' info (a service checks its streams at start; the lab waits on the
     services' consumers)."""
-    return (f"{JS_API}.INFO", *(f"{JS_API}.STREAM.INFO.{s}" for s in _declared()),
+    # STREAM.NAMES: nats-py's object store `get` finds the bucket's stream by subject with it
+    return (f"{JS_API}.INFO", f"{JS_API}.STREAM.NAMES", *(f"{JS_API}.STREAM.INFO.{s}" for s in _declared()),
             *(f"{JS_API}.CONSUMER.INFO.{d.name}.*" for d in STREAMS))
 
 

@@ -45,6 +45,9 @@ class HaRuntime(EmbeddedRuntime):
             return super()._ensure_redis(old)
         return self.sentinel_set().ensure()
 
+    def _stream_replicas(self, info: RuntimeInfo) -> int | None:
+        return stream_replicas(info)
+
     def _sentinel_info(self) -> tuple[str | None, str | None]:
         if not self.redis_sentinel:
             return None, None

@@ -17,11 +17,8 @@ import asyncio
 import base64
 import subprocess
 import sys
-import threading
-from collections.abc import Coroutine
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
 
 from redis import Redis
 
@@ -29,14 +26,14 @@ from ..bus.connect import BusAccess, connect_nats
 from ..contracts.agent import ProvisionAgent
 from ..provisioning import provision_agent
 from ..runtime import RuntimeInfo
+from ..runtime.declare import run_blocking
 from ..secrets import load_secret_box
 from ..secrets.sealing import agent_key_id, public_key_from_raw
 from ..secrets.signing import ensure_command_key_sync
 from ..state.keys import command_signing_key
 
-__all__ = ["ensure_lab_command_key", "provision_lab_agents", "run_blocking"]
+__all__ = ["ensure_lab_command_key", "provision_lab_agents"]
 
-T = TypeVar("T")
 INIT_TIMEOUT_S = 60.0
 
 
@@ -58,24 +55,6 @@ def _agent_key(env: dict[str, str]) -> tuple[str, str]:
         raise RuntimeError(f"bke-agent init failed for {env.get('BKE_AGENT_NODE')}: {out.stderr.strip()[-500:]}")
     b64 = lines[-1][1]
     return agent_key_id(public_key_from_raw(base64.b64decode(b64))), b64
-
-
-def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion from synchronous code, inside a running loop or not."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(coro)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = exc
-
-    t = threading.Thread(target=target, name="lab-provision")
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def provision_lab_agents(access: BusAccess, cluster: str, envs: dict[str, dict[str, str]],
