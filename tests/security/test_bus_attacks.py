@@ -1,0 +1,202 @@
+"""Attacks on the bus with each identity's own creds, against a real nats-server in operator mode.
+
+Every refusal has its positive control: the legitimate holder does the same thing and it works
+(or, for a destructive act, it is shown to have the effect the refusal prevented). A server that
+refused everything, or permissions that allowed everything, would fail this file.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import nats
+import pytest
+from nats.js.api import StreamConfig
+
+import bke.bus.service as service_module
+from bke.auth import inbox_prefix
+from bke.bus.service import make_service
+from bke.bus.streams import OBJECT_BUCKET, StreamsNotDeclared, check_streams, ensure_streams
+from bke.contracts.agent import AGENTS_PROVISION, ETCD_SNAPSHOT_BUCKET, agent_subject
+from bke.contracts.subjects import CERTS_ISSUED
+from bke.runtime import EmbeddedRuntime
+from bke.settings import ServiceSettings
+from tests.bus_identity_helpers import CLUSTER, Client, _connect, _identity
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
+IDENTITIES = (*SERVICES, "operator", "dashboard", "streams", "agent")
+NODE = "node-a"
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRuntime]:
+    rt = EmbeddedRuntime(tmp_path_factory.mktemp("attacks"), auth=True)
+    rt.ensure_started()  # declares the streams, as the deploy step
+    try:
+        yield rt
+    finally:
+        rt.stop()
+
+
+@pytest.fixture
+async def clients(secure: EmbeddedRuntime, tmp_path: Path) -> AsyncIterator[dict[str, Client]]:
+    out = {role: await _identity(secure, tmp_path, role, NODE if role == "agent" else None) for role in IDENTITIES}
+    yield out
+    for c in out.values():
+        await c.nc.close()
+
+
+async def _answered(client: Client, subject: str, payload: bytes = b"", headers: dict[str, str] | None = None) -> bool:
+    """True: the server let the request through and something answered it (JetStream's API, or a
+    stream's PubAck for a stored subject); False: refused for permissions. Both are waited for
+    under a deadline: a slow answer is never taken for a refusal, nor the reverse."""
+    inbox = client.nc.new_inbox()
+    sub = await client.nc.subscribe(inbox, max_msgs=1)
+    needle = f'permissions violation for publish to "{subject}"'.lower()
+    seen = sum(needle in e.lower() for e in client.errors)
+    await client.nc.publish(subject, payload, reply=inbox, headers=headers)
+    await client.nc.flush()
+    deadline = asyncio.get_running_loop().time() + 5
+    while asyncio.get_running_loop().time() < deadline:
+        if sum(needle in e.lower() for e in client.errors) > seen:
+            return False
+        try:
+            await sub.next_msg(timeout=0.05)
+            return True
+        except nats.errors.TimeoutError:
+            continue
+    raise AssertionError(f"{subject}: neither answered nor refused within 5 s")
+
+
+# (subject, who may) for JetStream API calls that answer when allowed. The payloads are harmless:
+# an allowed call answers (even with an error document), a refused one never reaches JetStream.
+API_MATRIX: tuple[tuple[str, frozenset[str]], ...] = (
+    ("$JS.API.STREAM.UPDATE.BKE_AGENT", frozenset({"streams"})),
+    ("$JS.API.STREAM.UPDATE.BKE_EVENTS", frozenset({"streams"})),
+    ("$JS.API.STREAM.CREATE.EVIL", frozenset()),
+    ("$JS.API.STREAM.DELETE.BKE_EVENTS", frozenset()),
+    ("$JS.API.STREAM.PURGE.BKE_AGENT", frozenset()),
+    (f"$JS.API.STREAM.PURGE.OBJ_{ETCD_SNAPSHOT_BUCKET}", frozenset()),
+    ("$JS.API.STREAM.MSG.DELETE.BKE_COMMANDS", frozenset()),
+    ("$JS.API.CONSUMER.DELETE.BKE_EVENTS.certs-plans", frozenset()),
+    ("$JS.API.CONSUMER.CREATE.BKE_EVENTS.certs-plans.bke.v1.plan.created", frozenset({"certs"})),
+    ("$JS.API.CONSUMER.CREATE.BKE_AGENT.x.bke.v1.agent.c1.node-a.command", frozenset()),
+    ("$JS.API.CONSUMER.CREATE.BKE_EVENTS", frozenset()),
+    ("$JS.API.CONSUMER.MSG.NEXT.BKE_AGENT.dispatcher-results", frozenset({"dispatcher"})),
+    ("$JS.API.STREAM.INFO.BKE_EVENTS", frozenset({*SERVICES, "operator", "dashboard", "streams"})),
+)
+
+
+@pytest.mark.parametrize("subject,allowed", API_MATRIX, ids=[s for s, _ in API_MATRIX])
+async def test_jetstream_api_matrix(clients: dict[str, Client], subject: str, allowed: frozenset[str]) -> None:
+    payload = b'{"batch":1,"expires":1000000}' if ".MSG.NEXT." in subject else b""
+    if ".STREAM.UPDATE." in subject:  # the declared config itself: the positive control changes nothing
+        js = clients["streams"].nc.jetstream()
+        payload = json.dumps((await js.stream_info(subject.rsplit(".", 1)[1])).config.as_dict()).encode()
+    got = {role: await _answered(c, subject, payload) for role, c in clients.items()}
+    assert {r for r, ok in got.items() if ok} == set(allowed)
+
+
+# (subject, who may publish) of stored subjects (a stream's PubAck answers an allowed publish),
+# on the bus and into the object buckets (a publish there can carry `Nats-Rollup: all`, which
+# empties the bucket).
+PUBLISH_MATRIX: tuple[tuple[str, frozenset[str]], ...] = (
+    (agent_subject(CLUSTER, NODE, "command"), frozenset({"dispatcher", "upgrader"})),
+    (CERTS_ISSUED, frozenset({"certs"})),
+    (agent_subject(CLUSTER, "node-b", "result"), frozenset()),
+    (agent_subject(CLUSTER, NODE, "result"), frozenset({"agent"})),
+    (f"$O.{OBJECT_BUCKET}.M.eA", frozenset({"operator"})),
+)
+
+
+@pytest.mark.parametrize("subject,allowed", PUBLISH_MATRIX, ids=[s for s, _ in PUBLISH_MATRIX])
+async def test_publish_matrix(clients: dict[str, Client], subject: str, allowed: frozenset[str]) -> None:
+    got = {role: await _answered(c, subject, b"{}") for role, c in clients.items()}
+    assert {r for r, ok in got.items() if ok} == set(allowed)
+
+
+async def test_only_the_operator_may_ask_to_provision_an_agent(clients: dict[str, Client]) -> None:
+    """Provisioning re-keys a node (certs answers it). A dashboard, a service or an agent is refused;
+    the operator's request reaches certs (positive control: certs' own subscription)."""
+    for role in (*SERVICES, "dashboard", "agent", "streams"):
+        assert await clients[role].pub_refused(AGENTS_PROVISION), role
+    sub = await clients["certs"].nc.subscribe(AGENTS_PROVISION)
+    await clients["certs"].nc.flush()
+    await clients["operator"].nc.publish(AGENTS_PROVISION, b"{}")
+    await clients["operator"].nc.flush()
+    assert (await sub.next_msg(timeout=5)).data == b"{}"
+
+
+async def test_nobody_but_the_deploy_identity_can_source_the_agent_stream_into_events(
+        clients: dict[str, Client], secure: EmbeddedRuntime, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The renderer adding BKE_AGENT as a source of BKE_EVENTS would read every node's commands.
+    Refused for every service; the deploy identity could (the positive control), after which a
+    service refuses to start on the drifted stream and `ensure_streams` puts the config back."""
+    deploy_js = clients["streams"].nc.jetstream()
+    cfg = (await deploy_js.stream_info("BKE_EVENTS")).config
+    evil = StreamConfig.from_response({**cfg.as_dict(), "sources": [{"name": "BKE_AGENT"}]})
+    body = json.dumps(evil.as_dict()).encode()
+    for role in (*SERVICES, "operator", "dashboard", "agent"):
+        assert not await _answered(clients[role], "$JS.API.STREAM.UPDATE.BKE_EVENTS", body), role
+    assert not (await deploy_js.stream_info("BKE_EVENTS")).config.sources
+    try:
+        await deploy_js.update_stream(evil)
+        assert [s.name for s in (await deploy_js.stream_info("BKE_EVENTS")).config.sources or []] == ["BKE_AGENT"]
+        assert any("sources" in p for p in await check_streams(deploy_js))
+        assert secure.info is not None
+        monkeypatch.setattr(service_module, "STREAMS_WAIT_S", 0.5)
+        svc = make_service("planner", ServiceSettings(nats_url=secure.info.nats_url, redis_url=secure.info.redis_url,
+                                                      nats_creds=tmp_path / "planner.creds",
+                                                      nats_inbox_prefix=inbox_prefix("planner")))
+        with pytest.raises(StreamsNotDeclared, match="BKE_EVENTS: has sources"):
+            await svc.start()
+        await svc.stop_http()
+    finally:
+        await ensure_streams(deploy_js)
+    assert not (await deploy_js.stream_info("BKE_EVENTS")).config.sources and await check_streams(deploy_js) == []
+
+
+async def test_a_rollup_into_the_blob_bucket_is_refused_to_all_but_its_writer(clients: dict[str, Client]) -> None:
+    """`Nats-Rollup: all` on any subject of an object bucket empties it: shown by its writer."""
+    operator_js = clients["operator"].nc.jetstream()
+    store = await operator_js.object_store(OBJECT_BUCKET)
+    await store.put("specs/keep.yaml", b"kind: BKECluster\n")
+    meta = f"$O.{OBJECT_BUCKET}.M.c3BlY3Mva2VlcC55YW1s"
+    for role in (*SERVICES, "dashboard", "agent", "streams"):
+        assert not await _answered(clients[role], meta, b"{}", headers={"Nats-Rollup": "all"}), role
+    assert (await store.get("specs/keep.yaml")).data == b"kind: BKECluster\n"
+    # positive control: the writer's rollup does what the others were stopped from doing
+    ack = await operator_js.publish(f"$O.{OBJECT_BUCKET}.M.eA", b"{}", headers={"Nats-Rollup": "all"})
+    assert ack.seq > 0
+    info = await operator_js.stream_info(f"OBJ_{OBJECT_BUCKET}")
+    assert info.state.messages == 1  # everything else is gone
+
+
+async def test_a_reply_subject_that_is_not_an_inbox_gets_no_answer(clients: dict[str, Client], secure: EmbeddedRuntime,
+                                                                   tmp_path: Path) -> None:
+    """A requester naming `bke.v1.certs.issued` as its reply would have the planner publish a
+    certs event (nats-server lets responses past publish permissions). The planner answers
+    inboxes only; the legitimate request right after is answered (positive control)."""
+    assert secure.info is not None
+    svc = make_service("planner", ServiceSettings(nats_url=secure.info.nats_url, redis_url=secure.info.redis_url,
+                                                  nats_creds=tmp_path / "planner.creds",
+                                                  nats_inbox_prefix=inbox_prefix("planner")))
+    await svc.start()
+    try:
+        js = clients["operator"].nc.jetstream()
+        before = (await js.stream_info("BKE_EVENTS", subjects_filter=CERTS_ISSUED)).state.subjects or {}
+        await clients["operator"].nc.publish("bke.v1.health.planner", b"", reply=CERTS_ISSUED)
+        answer = await clients["operator"].nc.request("bke.v1.health.planner", b"", timeout=10)
+        assert json.loads(answer.data)["service"] == "planner"
+        after = (await js.stream_info("BKE_EVENTS", subjects_filter=CERTS_ISSUED)).state.subjects or {}
+        assert after.get(CERTS_ISSUED, 0) == before.get(CERTS_ISSUED, 0)
+    finally:
+        await svc.stop()
+
+
+async def test_no_creds_no_bus(secure: EmbeddedRuntime) -> None:
+    with pytest.raises(Exception, match="(?i)authorization"):
+        await _connect(secure, None, None)
