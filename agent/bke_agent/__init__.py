@@ -4,12 +4,14 @@ Public surface (see each module's docstring for the why):
     AgentSettings                    settings (BKE_AGENT_*, BKE_NATS_URL)
     AgentIdentity                    the X25519 key pair; agent_id = its fingerprint
     DiskJournal, MemoryJournal       stored results + executions log; read_executions()
+    DiskServed, MemoryServed         the newest cluster incarnation taken (command binding)
     Executor                         timeouts, retries, truncation, stop at first failure
     AgentLoop, Fleet                 one agent's consumer loop; many on one connection
     HostBackend, LabBackend, NullBackend, make_backend
     KubeletStandIn, LabLayout        the lab's kubelet and its files
 """
 from .backends import Backend, HostBackend, LabBackend, NullBackend, StepOutcome, make_backend
+from .binding import DiskServed, MemoryServed
 from .errors import PathRefused, PermanentStepError, StepError
 from .executor import Executor, clip
 from .fleet import Fleet
@@ -27,6 +29,7 @@ __all__ = [
     "AgentSettings",
     "Backend",
     "DiskJournal",
+    "DiskServed",
     "ExecutionRecord",
     "Executor",
     "Fleet",
@@ -36,6 +39,7 @@ __all__ = [
     "LabBackend",
     "LabLayout",
     "MemoryJournal",
+    "MemoryServed",
     "NullBackend",
     "PathRefused",
     "PermanentStepError",

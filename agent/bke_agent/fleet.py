@@ -18,6 +18,7 @@ from nats.js import JetStreamContext
 from bke.secrets.signing import CommandVerifyKey
 
 from .backends.null import NullBackend
+from .binding import DiskServed, MemoryServed, ServedMemory
 from .identity import AgentIdentity
 from .journal import DiskJournal, Journal, MemoryJournal
 from .loop import AgentLoop
@@ -48,8 +49,9 @@ class Fleet:
             settings = base.model_copy(update={"node": node})
             journal: Journal = MemoryJournal() if state_root is None else DiskJournal(
                 state_root / node, fsync=fsync, keep_days=settings.journal_keep_days)
+            served: ServedMemory = MemoryServed() if state_root is None else DiskServed(state_root / node, fsync=fsync)
             fleet.add(AgentLoop(nc, js, settings, NullBackend(), journal, AgentIdentity.ephemeral(),
-                                verifier=CommandVerifier(command_key, settings.cluster, node)))
+                                verifier=CommandVerifier(command_key, settings.cluster, node), served=served))
         return fleet
 
     def identities(self) -> dict[str, AgentIdentity]:

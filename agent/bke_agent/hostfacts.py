@@ -13,7 +13,9 @@ is what pip's platform tags are made of (pypa/packaging `tags.py`, `_manylinux.p
 `_musllinux.py`): glibc's version as `platform.libc_ver()` reads it from the interpreter
 (packaging asks confstr("CS_GNU_LIBC_VERSION") first, the same library); musl's from the
 dynamic loader, which prints "Version X.Y.Z" when run with no argument (how `_musllinux.py`
-reads it). Computed once: none of it changes while the agent runs.
+reads it). Computed once: none of it changes while the agent runs. It also says which form of
+command binding the agent checks (bke.secrets.binding): the signers send an agent bound commands
+unless its runtime says it reads none.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from bke.contracts.agent import AgentRuntime
+from bke.secrets.binding import COMMAND_BINDING
 
 __all__ = ["agent_runtime", "cgroup_version", "musl_version"]
 
@@ -66,4 +69,4 @@ def agent_runtime(version: str) -> AgentRuntime:
     libc, libc_version = _libc()
     return AgentRuntime(agent_version=version, python=f"{sys.version_info.major}.{sys.version_info.minor}",
                         implementation=sys.implementation.name, machine=platform.machine(), libc=libc,
-                        libc_version=libc_version)
+                        libc_version=libc_version, command_binding=COMMAND_BINDING)

@@ -15,11 +15,10 @@ import base64
 import os
 import secrets
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
 from bke.secrets.sealing import (
     agent_key_id,
@@ -39,6 +38,11 @@ KEY_FILE = "agent.key"
 PUBLIC_KEY_PREFIX = "bke-agent-x25519"  # `bke-agent init` prints "<prefix> <base64 raw key>"
 
 
+def _mtime(path: Path) -> datetime:
+    """When the key file was written: it is written once, never rewritten."""
+    return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
+
+
 @dataclass(frozen=True, repr=False)
 class AgentIdentity:
     """Key pair + id. `repr` shows only the id: the private key must never reach a log."""
@@ -46,14 +50,17 @@ class AgentIdentity:
     _key: X25519PrivateKey
     agent_id: str
     public_key_b64: str
+    # when the key was made (its file's mtime; None for a key kept in memory): an unbound command
+    # issued before it cannot be for this key (bke.secrets.binding)
+    made_at: datetime | None = None
 
     def __repr__(self) -> str:
         return f"AgentIdentity(agent_id={self.agent_id})"
 
     @classmethod
-    def from_key(cls, key: X25519PrivateKey) -> AgentIdentity:
+    def from_key(cls, key: X25519PrivateKey, made_at: datetime | None = None) -> AgentIdentity:
         public = key.public_key()
-        return cls(key, agent_key_id(public), base64.b64encode(public_key_to_raw(public)).decode())
+        return cls(key, agent_key_id(public), base64.b64encode(public_key_to_raw(public)).decode(), made_at)
 
     @classmethod
     def ephemeral(cls) -> AgentIdentity:
@@ -82,7 +89,7 @@ class AgentIdentity:
         finally:
             tmp.unlink(missing_ok=True)
         fsync_dir(state_dir)
-        return cls.from_key(key), True
+        return cls.from_key(key, _mtime(path)), True
 
     @classmethod
     def load(cls, state_dir: Path) -> AgentIdentity:
@@ -90,7 +97,7 @@ class AgentIdentity:
         mode = path.stat().st_mode & 0o777
         if mode & 0o077:
             raise PermissionError(f"{path} is readable by others (mode {mode:o}); it must be 0600")
-        return cls.from_key(private_key_from_pem(path.read_bytes()))
+        return cls.from_key(private_key_from_pem(path.read_bytes()), _mtime(path))
 
     def open_sealed(self, blob: bytes) -> bytes:
         """Decrypt a blob sealed to this agent (errors name key ids only, never content)."""

@@ -19,15 +19,19 @@ The JetStream API subjects this uses, as nats-py 2.16 spells them (nats/js/manag
 subscribes the deliver subject; `Msg.ack` publishes to the `$JS.ACK.<stream>.<consumer>...`
 reply): exactly what the agent's identity allows (bke.auth.permissions.agent_permissions).
 
-Trust (verify.py): a command that is not signed by the provisioned dispatcher key for this
-node is refused: a `refused` event on the agent's own subject, the message terminated, nothing
-runs. A stale command (outside its validity) is refused the same way unless the journal already
-holds its id (then step 1 answers it).
+Trust (verify.py, bke.secrets.binding): a command that is not signed by the provisioned
+dispatcher key for this node, or is bound to another key of this agent's or to an older
+incarnation of its cluster, is refused: a `refused` event on the agent's own subject, the
+message terminated, nothing runs. A stale command (outside its validity), or an unbound one
+this agent no longer takes, is refused the same way unless the journal already holds its id
+(then step 1 answers it).
 
 Exactly-once effects over at-least-once delivery (the order matters):
-    0. authentic and for this node?  -> else refuse (see above)
-    1. a stored result for the id?  -> publish it again with replayed=True, ack. Nothing runs.
-       Not fresh?                   -> refuse
+    0. authentic, for this node, this agent's key and not an older incarnation?  -> else refuse
+    1. a stored result for the id (in its incarnation)?  -> publish it again with replayed=True,
+       ack. Nothing runs.
+       Not fresh, or unbound and no longer taken?        -> refuse
+       (a bound command of a newer incarnation is remembered: binding.py)
     2. run the steps (in-progress acks keep the delivery ours while they run)
     3. store the result (atomic), then log the execution
     4. publish the result (JetStream: stored before we go on)
@@ -66,9 +70,11 @@ from bke.contracts.agent import (
     node_token,
 )
 from bke.errors import is_unavailable
+from bke.secrets.binding import receiver_refusal, served_after, unbound_refusal
 from bke.secrets.fingerprint import held_ca_fingerprint
 
 from .backends.base import Backend
+from .binding import MemoryServed, ServedMemory
 from .executor import Executor, utc_now
 from .hostfacts import agent_runtime, cgroup_version
 from .selfupdate import RestartRequested
@@ -133,8 +139,12 @@ class AgentLoop:
 
     def __init__(self, nc: NatsClient, js: JetStreamContext, settings: AgentSettings, backend: Backend,
                  journal: Journal, identity: AgentIdentity, *, verifier: CommandVerifier,
-                 now: Callable[[], datetime] = utc_now, executor: Executor | None = None) -> None:
+                 now: Callable[[], datetime] = utc_now, executor: Executor | None = None,
+                 served: ServedMemory | None = None) -> None:
         self.nc, self.js, self.settings = nc, js, settings
+        # the newest cluster incarnation this agent took a bound command of (binding.py): on
+        # disk for a real agent, in memory for a fleet's
+        self.served: ServedMemory = served if served is not None else MemoryServed()
         self.backend, self.journal, self.identity, self.now = backend, journal, identity, now
         self.executor = executor or Executor(backend, identity, now=now)
         self.cluster, self.node = settings.cluster, settings.node
@@ -264,18 +274,26 @@ class AgentLoop:
         # the body as sent, when the command was read from it unconverted: its signed bytes
         # are then checked as they are (verify.py)
         why = self.verifier.authentic(cmd, msg.data if read_as_sent(AgentCommand, version) else None)
+        agent_id = self.identity.agent_id
+        if why is None:
+            # for this agent's key and not an older incarnation of its cluster: checked before the
+            # journal, so that such a replay is not even answered from it (bke.secrets.binding)
+            why = receiver_refusal(cmd, agent_id, self.served.load())
         if why is not None:
             await self._refuse(msg, cmd.command_id, why)
             return
-        stored = self.journal.get(cmd.command_id)
+        stored = self.journal.get(cmd.command_id, cmd.incarnation or "")
         if stored is not None:
             result = stored.model_copy(update={"replayed": True})
             self.replayed += 1
         else:
-            why = self.verifier.fresh(cmd, self.now())
+            served = self.served.load()
+            why = self.verifier.fresh(cmd, self.now()) or unbound_refusal(cmd, agent_id, served, self.identity.made_at)
             if why is not None:
                 await self._refuse(msg, cmd.command_id, why)
                 return
+            if (newer := served_after(cmd, agent_id, served)) is not None:
+                self.served.save(newer)  # before the run: a crash in it leaves what the run would
             result = await self._execute(msg, cmd)
         await self._publish_result(result, self._upgrader_subject if cmd.issuer == "upgrader" else None)
         await self._ack(msg)
@@ -339,7 +357,7 @@ class AgentLoop:
             for task in keep:
                 task.cancel()
             await asyncio.gather(*keep, return_exceptions=True)
-        self.journal.put(result)
+        self.journal.put(result, incarnation=cmd.incarnation or "", expires_at=cmd.expires_at)
         self.journal.record_execution(ExecutionRecord.of(result, cmd.phase))
         self.executed += 1
         return result

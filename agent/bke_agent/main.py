@@ -34,6 +34,7 @@ from bke.logs import setup_logging
 from bke.pythons import python_problem
 
 from .backends import RestoreReceiver, SnapshotTaker, make_backend
+from .binding import DiskServed
 from .executor import Executor
 from .identity import AgentIdentity
 from .journal import DiskJournal
@@ -148,7 +149,7 @@ async def run(settings: AgentSettings) -> int:
             agent = AgentLoop(nc, js, settings, backend,
                               DiskJournal(state, keep_days=settings.journal_keep_days), identity,
                               verifier=CommandVerifier(key, settings.cluster, settings.node),
-                              executor=Executor(backend, identity, updater=updater))
+                              executor=Executor(backend, identity, updater=updater), served=DiskServed(state))
             agent.on_restart = stop.set
             if not await _start_when_free(agent, stop):
                 return 1 if lost.is_set() else 0

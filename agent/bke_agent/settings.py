@@ -50,7 +50,9 @@ class AgentSettings(BaseSettings):
     # command is left to its redelivery (bke_agent.loop)
     result_retry_s: float = Field(10.0, ge=0)
     stop_grace_s: float = Field(20.0, ge=0)  # SIGTERM waits this long for the running command
-    journal_keep_days: float = Field(8.0, gt=0)  # > the stream's max age: older ids never come back
+    # results are kept until a day after their command expired (journal.py); this is the age at
+    # which a result stored before results named their expiry goes (at least the validity + a day)
+    journal_keep_days: float = Field(8.0, gt=0)
     kubelet_poll_s: float = Field(0.2, gt=0)  # lab: how often the kubelet stand-in reads manifests
     # lab: write placeholders for fetched binaries, or download them from the httpRepo for real
     # (a bundle served by `bke bundle serve`; the dispatcher then reads real checksums too)

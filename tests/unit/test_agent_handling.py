@@ -51,9 +51,9 @@ class RecordingJournal(MemoryJournal):
         super().__init__()
         self.events = events
 
-    def put(self, result: CommandResult) -> None:
+    def put(self, result: CommandResult, *, incarnation: str = "", expires_at: str = "") -> None:
         self.events.append("store")
-        super().put(result)
+        super().put(result, incarnation=incarnation, expires_at=expires_at)
 
 
 def _loop(events: list[str], js: FakeJS, journal: MemoryJournal | None = None) -> tuple[AgentLoop, NullBackend]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from bke.contracts.agent import AgentRegistered, ProvisionAgent
+from bke.contracts.agent import AgentRegistered, ProvisionAgent, subject_node
 from bke_agent import AgentIdentity
 from bke_certs.sealing import provisioned_refusal
-from bke_dispatcher.results import _RateLimited, subject_node
+from bke_dispatcher.results import _RateLimited
 
 
 def _reg(ident: AgentIdentity, node: str = "n1") -> AgentRegistered:

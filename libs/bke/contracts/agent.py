@@ -1,8 +1,9 @@
 """The command model between the dispatcher and the node agents (`bke-agent`).
 
 A command is for one node: an id, ordered typed steps, and the dispatcher's Ed25519 signature
-over its canonical bytes (`signing_bytes`), valid from `issued_at` to `expires_at`; an agent runs
-nothing else (bke.secrets.signing; agent/bke_agent/verify.py). Commands and
+over its canonical bytes (`signing_bytes`), valid from `issued_at` to `expires_at`, and bound to
+the receiving agent's key and the cluster's incarnation; an agent runs nothing else
+(bke.secrets.signing, bke.secrets.binding; agent/bke_agent/verify.py). Commands and
 steps are idempotent: an agent that already completed a command id answers with the
 stored result (`replayed=True`) and runs nothing. Files that carry private keys travel
 `sealed` to the receiving agent's X25519 key; nothing on the bus holds them in clear.
@@ -464,7 +465,12 @@ Step = Annotated[
 
 class AgentCommand(Message):
     """Signed by the dispatcher (`signature_b64` over `signing_bytes()`, key `key_id`); valid
-    from `issued_at` to `expires_at` (ISO 8601, UTC)."""
+    from `issued_at` to `expires_at` (ISO 8601, UTC).
+
+    Bound to its receiver (bke.secrets.binding): `agent_id` is the fingerprint of the receiving
+    agent's provisioned key, `incarnation` the cluster's, both signed. Left out of the body when
+    unset (an unbound command, for an agent of the previous release, which forbids unknown
+    fields), as `kernel_below` is."""
 
     command_id: str = Field(min_length=1, max_length=256)
     cluster: str
@@ -475,6 +481,9 @@ class AgentCommand(Message):
     issuer: str = "dispatcher"
     expires_at: str = ""
     key_id: str = ""
+    agent_id: str | None = Field(None, min_length=1, max_length=128, exclude_if=lambda v: v is None)
+    incarnation: str | None = Field(None, pattern=r"^(\d{8}T\d{12}Z-[0-9a-f]{16})?$",
+                                    exclude_if=lambda v: v is None)
     signature_b64: str = ""
 
     def signing_bytes(self) -> bytes:
@@ -522,7 +531,8 @@ class AgentRegistered(Message):
 
 class CommandRefused(Message):
     """Event: the agent would not run a command (bad or missing signature, another node or
-    cluster, expired, not yet valid). Nothing ran; the reason is the agent's own check."""
+    cluster, another agent key or an older incarnation of the cluster, expired, not yet valid).
+    Nothing ran; the reason is the agent's own check."""
 
     cluster: str
     node: str
@@ -600,6 +610,9 @@ class AgentRuntime(Message):
     # (then only the wheels tagged for any Linux of that arch, or pure, are compatible)
     libc: Literal["glibc", "musl", ""] = ""
     libc_version: str = Field("", pattern=r"^([0-9]{1,3}\.[0-9]{1,3})?$")
+    # the form of command binding the agent checks (bke.secrets.binding.COMMAND_BINDING); 0: an
+    # agent older than binding, which is sent unbound commands
+    command_binding: int = Field(0, ge=0, le=1000)
 
 
 class AgentHeartbeat(Message):

@@ -10,7 +10,9 @@ writes it into the node's state dir; `bke agent bootstrap` ships it over SSH), n
 the bus.
 
 What is signed is the command's canonical bytes (`AgentCommand.signing_bytes`: deterministic JSON
-of the model without its signature), so any changed field breaks the signature.
+of the model without its signature), so any changed field breaks the signature. Among them, the
+command's binding to its receiver (the agent's provisioned key id, the cluster's incarnation:
+bke.secrets.binding), so that it cannot be replayed onto another key or a re-created cluster.
 
 The wire form `signed_command_bytes` writes is those very bytes with the signature put first
 (`{"signatureB64":"<sig>",` then the canonical bytes after their `{`): any JSON reader reads
@@ -43,6 +45,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from ..contracts.agent import COMMAND_VALIDITY_S, AgentCommand
 from ..errors import PermanentError
 from .at_rest import SecretBox
+from .binding import Binding
 
 __all__ = [
     "COMMAND_KEY_PREFIX",
@@ -168,25 +171,32 @@ def ensure_command_key_sync(store: _SyncStore, name: str, box: SecretBox) -> Com
     return CommandSigner.from_store(blob, box)
 
 
-def _unsigned(cmd: AgentCommand, signer: CommandSigner, validity_s: float) -> AgentCommand:
-    """`cmd` valid from its `issued_at` for `validity_s`, with the key id, not yet signed."""
+def _unsigned(cmd: AgentCommand, signer: CommandSigner, validity_s: float, binding: Binding | None) -> AgentCommand:
+    """`cmd` valid from its `issued_at` for `validity_s`, with the key id and, given one, bound
+    to its receiver (bke.secrets.binding), not yet signed."""
     expires = datetime.fromisoformat(cmd.issued_at) + timedelta(seconds=validity_s)
-    return cmd.model_copy(update={"expires_at": expires.isoformat(), "key_id": signer.key_id, "signature_b64": ""})
+    update: dict[str, Any] = {"expires_at": expires.isoformat(), "key_id": signer.key_id, "signature_b64": ""}
+    if binding is not None:
+        update.update(agent_id=binding.agent_id, incarnation=binding.incarnation)
+    return cmd.model_copy(update=update)
 
 
-def sign_command(cmd: AgentCommand, signer: CommandSigner, validity_s: float = COMMAND_VALIDITY_S) -> AgentCommand:
-    """`cmd` valid from its `issued_at` for `validity_s`, with the key id and signature."""
-    unsigned = _unsigned(cmd, signer, validity_s)
+def sign_command(cmd: AgentCommand, signer: CommandSigner, validity_s: float = COMMAND_VALIDITY_S,
+                 binding: Binding | None = None) -> AgentCommand:
+    """`cmd` valid from its `issued_at` for `validity_s`, with the key id, the binding and signature."""
+    unsigned = _unsigned(cmd, signer, validity_s, binding)
     return unsigned.model_copy(update={"signature_b64": signer.sign(unsigned.signing_bytes())})
 
 
 _SIGNATURE_KEY = b'{"signatureB64":"'
 
 
-def signed_command_bytes(cmd: AgentCommand, signer: CommandSigner, validity_s: float = COMMAND_VALIDITY_S) -> bytes:
-    """The wire body of `sign_command(cmd, signer)` in the form the module docstring describes:
-    the canonical bytes are written once, signed, and sent as they are behind the signature."""
-    canonical = _unsigned(cmd, signer, validity_s).signing_bytes()
+def signed_command_bytes(cmd: AgentCommand, signer: CommandSigner, validity_s: float = COMMAND_VALIDITY_S,
+                         binding: Binding | None = None) -> bytes:
+    """The wire body of `sign_command(cmd, signer, binding=binding)` in the form the module
+    docstring describes: the canonical bytes are written once, signed, and sent as they are
+    behind the signature."""
+    canonical = _unsigned(cmd, signer, validity_s, binding).signing_bytes()
     # canonical is a JSON object with members (command id, steps...): "{" + members + "}"
     return _SIGNATURE_KEY + signer.sign(canonical).encode() + b'",' + canonical[1:]
 

@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import hashlib
+import secrets
+from datetime import datetime, timezone
 
 from redis.asyncio import Redis
 
 from ..errors import TemporaryError
 from ..plan import Plan
+from ..secrets.binding import new_incarnation
 from .keys import clusters_index, plan_key, plan_meta_key, plan_replaceable_key, request_key
 from .schema import SCHEMA_FIELD, check_readable, record_kind
 
-__all__ = ["PlanCache", "PlanRecord", "RedisPlanStore", "plan_digest"]
+__all__ = ["INCARNATION_FIELD", "PlanCache", "PlanRecord", "RedisPlanStore", "plan_digest"]
 
 
 PLAN_VERSION = record_kind("plan").current  # written in plan-meta (bke.state.schema)
@@ -20,11 +23,17 @@ def plan_digest(plan_json: str) -> str:
     return hashlib.sha256(plan_json.encode()).hexdigest()
 
 
+# plan-meta's field holding the cluster's incarnation (bke.secrets.binding): written once, with
+# the first plan; a replacing plan (`_REPLACE`), an upgrade's or an apply's (`_UPGRADE`) keep it,
+# and it goes with plan-meta when the cluster is deleted (bke.forgetting).
+INCARNATION_FIELD = "incarnation"
+
 # One script so that a crash can never leave metadata without its plan.
 _SAVE_ONCE = """
 if redis.call('HEXISTS', KEYS[2], 'digest') == 1 then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
-redis.call('HSET', KEYS[2], 'digest', ARGV[2], 'requestId', ARGV[3], 'createdAt', ARGV[4], 'schemaVersion', ARGV[6])
+redis.call('HSET', KEYS[2], 'digest', ARGV[2], 'requestId', ARGV[3], 'createdAt', ARGV[4], 'schemaVersion', ARGV[6],
+           'incarnation', ARGV[7])
 redis.call('SET', KEYS[3], ARGV[5])
 redis.call('SADD', KEYS[4], ARGV[5])
 return 1
@@ -62,6 +71,15 @@ return 1
 """
 
 
+def _instant(iso: str) -> datetime:
+    """`iso` as a UTC instant (a naive one is UTC; one that does not parse: now)."""
+    try:
+        at = datetime.fromisoformat(iso)
+    except ValueError:
+        return datetime.now(timezone.utc)
+    return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
+
+
 class PlanRecord:
     def __init__(self, digest: str, request_id: str, created_at: str):
         self.digest, self.request_id, self.created_at = digest, request_id, created_at
@@ -81,12 +99,24 @@ class RedisPlanStore:
         d = {k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v for k, v in raw.items()}
         return PlanRecord(d["digest"], d["requestId"], d["createdAt"])
 
-    async def save(self, plan: Plan, plan_json: str, digest: str, request_id: str, now_iso: str) -> bool:
-        """Store once, atomically: True if stored now, False if the cluster already had a plan."""
+    async def save(self, plan: Plan, plan_json: str, digest: str, request_id: str, now_iso: str,
+                   incarnation: str | None = None) -> bool:
+        """Store once, atomically: True if stored now, False if the cluster already had a plan.
+        The first plan of a cluster makes its incarnation (`incarnation`, else a new one made at
+        `now_iso`; bke.secrets.binding)."""
+        inc = incarnation or new_incarnation(_instant(now_iso), secrets.token_hex(8))
         keys = [plan_key(plan.cluster), plan_meta_key(plan.cluster), request_key(request_id), clusters_index()]
         res = await self.redis.eval(_SAVE_ONCE, len(keys), *keys, plan_json, digest, request_id, now_iso, plan.cluster,
-                                    PLAN_VERSION)
+                                    PLAN_VERSION, inc)
         return bool(res)
+
+    async def incarnation(self, cluster: str) -> str | None:
+        """The cluster's incarnation; None without a plan, "" for a plan stored before incarnations."""
+        meta = await self.redis.hmget(plan_meta_key(cluster), ["digest", INCARNATION_FIELD])
+        if meta[0] is None:
+            return None
+        raw = meta[1]
+        return "" if raw is None else raw.decode() if isinstance(raw, bytes) else str(raw)
 
     async def replace(self, plan: Plan, plan_json: str, digest: str, old_digest: str, request_id: str, now_iso: str) -> bool:
         """Replace the stored plan, atomically, if it still has `old_digest` and is marked

@@ -13,6 +13,7 @@ from bke.state.epoch import watch_epoch
 from bke.bus.replies import answerable
 from bke.bus.service import Service, make_service
 from bke.bus.handler import typed
+from bke.bus.misaddressed import Misaddressed
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.agent import AGENTS_PROVISION, AgentProvisioned, AgentRegistered, ProvisionAgent
 from bke.contracts.expiration import EXPIRATION_GET, EXPIRATION_QUEUE
@@ -51,8 +52,10 @@ def create_service(settings: CertsSettings | None = None) -> Service:
                         give_up=h.gave_up)
     svc.work_subscriber(ISSUE_CERTS, "BKE_COMMANDS", "certs-issue", t(IssueCerts, h.on_issue_certs),
                         batch_size=4, give_up=h.gave_up)
-    svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "certs-agents", t(AgentRegistered, h.on_registered),
-                        workers=8)
+    # a registration on another node's subject is dropped and counted (bke.bus.misaddressed)
+    misaddressed = Misaddressed(svc.metrics, svc.name)
+    svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "certs-agents",
+                        t(AgentRegistered, misaddressed.guard("registered", h.on_registered)), workers=8)
     svc.work_subscriber(RENEW_CERTS, "BKE_COMMANDS", "certs-renew", t(RenewCerts, h.on_renew), batch_size=4)
     svc.work_subscriber(install_subject("*", "finished"), "BKE_EVENTS", "certs-installs",
                         t(InstallFinished, h.on_install_finished))

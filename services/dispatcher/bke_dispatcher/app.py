@@ -11,6 +11,7 @@ from bke.state.client import redis_client
 from bke.bus.replies import answerable
 from bke.bus.service import REDIS_PROBE_S, Service, make_service
 from bke.bus.handler import deprecated, typed
+from bke.bus.misaddressed import Misaddressed
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.certs import (
     CERTS_FAILED,
@@ -283,13 +284,15 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", t(CertsSealed, certs_sealed))
     # an upgrader's result is acknowledged as it arrives (results.py would drop it too, after a
     # parse and three Redis reads: 15,000 in a 5,000-node upgrade)
-    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results", t(CommandResult, on_result),
-                        skip=upgraders_result)
+    # a result or refusal on another node's subject is dropped and counted (bke.bus.misaddressed)
+    misaddressed = Misaddressed(svc.metrics, svc.name)
+    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results",
+                        t(CommandResult, misaddressed.guard("result", on_result)), skip=upgraders_result)
     # registrations go to the certs service only: the dispatcher learns a node's agent from
     # `certs.sealed` (the provisioned key), never from the agent's claim
     svc.fast_subscriber(AGENTS_ACCEPTED, "BKE_EVENTS", "dispatcher-agents-accepted", t(AgentAccepted, agent_accepted))
     svc.fast_subscriber("bke.v1.agent.*.*.refused", "BKE_AGENT", "dispatcher-refusals",
-                        t(CommandRefused, inputs.command_refused))
+                        t(CommandRefused, misaddressed.guard("refused", inputs.command_refused)))
     svc.work_subscriber(AGENTS_REFUSED, "BKE_EVENTS", "dispatcher-agents-refused", t(AgentRefused, inputs.agent_refused),
                         batch_size=b)
     retry = t(RetryInstall, inputs.retry)

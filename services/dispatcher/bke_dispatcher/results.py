@@ -4,10 +4,11 @@ renderer or certs service again when the failure was theirs).
 Whose result is believed (issue 10): a result counts only if the node in its subject (which
 NATS permissions bind to that node's identity), in its payload and in its command id are the
 same, and its `agent_id` is the agent the certs service sealed that node's bundle to (learned
-from `certs.sealed`; a node outside the plan has none). Anything else is dropped: acked,
-counted, logged at most once per LOG_EVERY_S per cluster, and nothing of it (status, text) is
-recorded or shown. Refusals (an agent's `refused`, the certs service's `agents.refused`) are
-logged and counted; they never count as a result.
+from `certs.sealed`; a node outside the plan has none). The subject is compared with the
+payload before these handlers, for results and refusals alike (bke.bus.misaddressed, in the
+wiring). Anything else is dropped: acked, counted, logged at most once per LOG_EVERY_S per
+cluster, and nothing of it (status, text) is recorded or shown. Refusals (an agent's `refused`,
+the certs service's `agents.refused`) are logged and counted; they never count as a result.
 
 Each handler takes its typed message (bke.bus.handler), records what happened, wakes the
 cluster's reconcile loop and returns what to publish; the loop decides what to do next. All of
@@ -21,9 +22,8 @@ import time
 from datetime import datetime
 from typing import Awaitable, Callable
 
-from bke.bus.delivery import delivery_subject
 from bke.bus.handler import Out
-from bke.contracts.agent import AgentRefused, CommandRefused, CommandResult, subject_node
+from bke.contracts.agent import AgentRefused, CommandRefused, CommandResult
 from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
 from bke.contracts.certs import ISSUE_CERTS, IssueCerts
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
@@ -117,10 +117,8 @@ class Inputs:
         return rid
 
     async def _untrusted(self, res: CommandResult, node: str) -> str:
-        """Why this result is not believed ("" if it is)."""
-        where = subject_node(delivery_subject())
-        if where is not None and where != (res.cluster, res.node):
-            return f"published on the subject of {where[1]} in {where[0]}"
+        """Why this result is not believed ("" if it is). (Its subject names its payload's
+        node: the wiring's guard, bke.bus.misaddressed, dropped it otherwise.)"""
         if node != res.node:
             return f"its command id names node {node}"
         accepted = await self.state.accepted_agent(res.cluster, res.node)

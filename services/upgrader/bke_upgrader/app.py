@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from bke.bus import get_blob
 from bke.bus.handler import typed
+from bke.bus.misaddressed import Misaddressed
 from bke.bus.replies import answerable
 from bke.bus.service import REDIS_PROBE_S, Service, make_service
 from bke.checksums import HttpRepoChecksums, LabChecksums
@@ -250,15 +251,22 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
         # parsed and checked in full, so a mark in some other field only costs the parse.
         return UPGRADE_MARK not in body and RESTORE_MARK not in body
 
-    handle_result = typed(CommandResult, on_result, svc.publish, svc.notify)
+    # a result on another node's subject is dropped and counted (bke.bus.misaddressed)
+    misaddressed = Misaddressed(svc.metrics, svc.name)
+
+    def handle_result(kind: str) -> Any:
+        return typed(CommandResult, misaddressed.guard(kind, on_result), svc.publish, svc.notify)
+
     # An agent answers this service's commands on their own subject (bke.contracts.agent
     # UPGRADER_RESULT); one whose identity predates that subject answers on `result`, read here
     # too, with every other result of the cluster. (Literal subjects: tests/unit/
     # test_auth_permissions.py holds them to bke.auth.permissions, which spells UPGRADER_RESULT.)
-    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results", handle_result, skip=not_ours)
+    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results", handle_result("result"),
+                        skip=not_ours)
     # nothing skipped on its own subject: every message there is meant for this service, and a
     # malformed one is dead-lettered with the reason
-    svc.fast_subscriber("bke.v1.agent.*.*.upgrader-result", "BKE_AGENT", "upgrader-answers", handle_result)
+    svc.fast_subscriber("bke.v1.agent.*.*.upgrader-result", "BKE_AGENT", "upgrader-answers",
+                        handle_result("upgrader-result"))
 
     async def on_piece(msg) -> None:  # type: ignore[no-untyped-def]
         if answerable(msg):

@@ -27,14 +27,12 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from bke.bus.handler import Out
-from bke.bus.delivery import delivery_subject
 from bke.contracts.agent import (
     AGENT_VERSION,
     AgentCommand,
     CommandResult,
     NewFile,
     agent_subject,
-    subject_node,
 )
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
 from bke.contracts.status import StatusError
@@ -331,13 +329,10 @@ class Upgrades:
 
     def _misrouted(self, res: CommandResult) -> str:
         """Why a result is not believed ("" if it may be), by the dispatcher's rule (its
-        results.py): it came on its node's subject and its command id names that node. The
-        third condition, that it comes from the node's accepted agent (learned from
-        `certs.sealed`, never from the agent's own claim), is checked where it is recorded
-        (`UpgradeStore.record_if_accepted`)."""
-        where = subject_node(delivery_subject())
-        if where is not None and where != (res.cluster, res.node):
-            return f"published on the subject of {where[1]} in {where[0]}"
+        results.py): it came on its node's subject (the wiring's guard, bke.bus.misaddressed,
+        dropped it otherwise) and its command id names that node. The third condition, that it
+        comes from the node's accepted agent (learned from `certs.sealed`, never from the
+        agent's own claim), is checked where it is recorded (`UpgradeStore.record_if_accepted`)."""
         if res.command_id.split("/")[2:3] != [res.node]:
             return "its command id names another node"
         return ""
