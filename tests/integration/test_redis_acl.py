@@ -1,63 +1,138 @@
-"""Redis ACL users (bke.runtime.redis_acl) on the runtime the tests share: nobody gets in without
-a password, no service user may run FLUSHALL/FLUSHDB/KEYS/CONFIG/DEBUG, none reads another
-service's secrets (directly or from a Lua script), and each reaches every key family it needs.
-That every service does its whole job under its user is shown by every lab test (the lab gives
-each service its own user): tests/faults/test_state_loss.py and tests/e2e."""
+"""Redis ACL users (bke.runtime.redis_acl) on the runtime the tests share (valkey-server, Redis 7
+ACL rules): nobody gets in without a password, no service user may run FLUSHALL/FLUSHDB/KEYS/
+CONFIG/DEBUG, each user reads and writes every secret exactly as the table says (directly or
+from a Lua script), each reaches every key family it needs and may only read those it does not
+own, and the two integrity checks hold: no service deletes `bke:epoch`, and only the plan's
+writers rewrite a plan. That every service does its whole job under its user is shown by every
+lab test (the lab gives each service its own user): tests/faults/test_state_loss.py and
+tests/e2e."""
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
+from types import SimpleNamespace
 
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
 
+from bke.contracts.agent import CommandResult
 from bke.runtime import EmbeddedRuntime, redis_acl
 from bke.state import keys as k
 from bke.state.client import redact_url
+from bke.state.epoch import ensure_epoch, read_epoch
+from bke.state.plans import RedisPlanStore
+from bke_upgrader.store import UpgradeStore
 
 pytestmark = pytest.mark.integration
 C = "seed"
+SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
+ADMIN = "admin"
 PKI_KEYS = k.pki_key(C, "keys")  # the CA keys (encrypted at rest, and still nobody else's)
 VRRP = k.vrrp_password_key(C)
-# what each service reads or writes (from the key table's owners and the services' code)
-NEEDS = {
-    "planner": [k.clusters_index(), k.recent_plans_key(), k.request_key("r1"), k.plan_key(C), k.plan_meta_key(C), k.plan_replaceable_key(C)],
-    "certs": [k.clusters_index(), k.pki_index(), k.plan_key(C), k.plan_meta_key(C), PKI_KEYS, k.pki_key(C, "certs"),
-              k.certs_agents_key(C), k.certs_ops_key(C), k.certs_renewal_key(C, "r1"), k.node_files_key(C, "certs"),
-              k.node_files_digest_key(C, "certs"), k.operation_key(C), k.api_credentials_key(C)],
-    "renderer": [k.recent_renders_key(), k.plan_key(C), k.addon_manifests_key(C), k.render_meta_key(C), VRRP, k.node_files_key(C, "render"),
-                 k.node_files_digest_key(C, "render")],
-    "dispatcher": [k.plan_key(C), k.installs_index(), k.rotations_index(), k.install_key(C), k.inputs_key(C),
-                   k.sealed_key(C), k.phase_key(C, "etcd"), k.command_key(C, "etcd"), k.node_status_key(C),
-                   k.lease_key(C, "etcd"), k.agents_key(C), k.heartbeat_key(C), k.heartbeat_runtime_key(C), k.addons_key(C),
-                   k.addon_manifests_key(C), k.health_key(C), k.health_meta_key(C), k.health_pods_key(C),
-                   k.rotation_key(C), k.rotation_results_key(C), k.node_files_key(C, "render"),
-                   k.node_files_key(C, "certs"), k.node_files_digest_key(C, "certs"), k.paused_key(C, "dispatcher"),
-                   k.joins_index(), k.join_key(C), k.join_results_key(C), k.removals_index(), k.removal_key(C),
-                   k.removal_results_key(C), k.removal_api_key(C), k.operation_key(C), k.reset_key(C),
-                   k.api_credentials_key(C)],
+
+# Every secret and every key whose integrity the others rely on: who may read ("r") or also
+# write ("rw") it; a user not named may not even read it. The table's reasons: bke.runtime.redis_acl.
+TABLE: dict[str, dict[str, str]] = {
+    PKI_KEYS: {"certs": "rw"},
+    k.pki_key(C, "manifest"): {"certs": "rw"},
+    k.command_signing_key(): {"dispatcher": "rw", "upgrader": "r"},
+    k.etcd_snapshot_key(): {"dispatcher": "r", "upgrader": "r"},
+    k.auth_authority_key(): {},  # the NATS operator's and account's seeds
+    k.auth_identities_key(): {},
+    VRRP: {"renderer": "rw", "upgrader": "r"},
+    k.api_credentials_key(C): {"certs": "rw", "dispatcher": "r", "upgrader": "r"},
+    k.epoch_key(): {s: "r" for s in SERVICES if s != "upgrader"},
+    k.plan_key(C): {"planner": "rw", "upgrader": "rw", "certs": "r", "renderer": "r", "dispatcher": "r"},
+    k.plan_meta_key(C): {"planner": "rw", "upgrader": "rw", "certs": "r", "renderer": "r", "dispatcher": "r"},
 }
-SECRETS = {PKI_KEYS: "certs", VRRP: "renderer"}
+DANGEROUS = (("FLUSHALL",), ("FLUSHDB",), ("KEYS", "*"), ("CONFIG", "GET", "dir"), ("DEBUG", "SLEEP", "0"),
+             ("SHUTDOWN",), ("ACL", "LIST"), ("MONITOR",))
+SECRETS = (PKI_KEYS, k.command_signing_key(), k.etcd_snapshot_key(), k.auth_authority_key(), VRRP)
+
+# what each service reads or writes (from the key table's owners and the services' code)
+NEEDS: dict[str, dict[str, str]] = {
+    "planner": {**dict.fromkeys([k.clusters_index(), k.recent_plans_key(), k.request_key("r1"), k.plan_key(C),
+                                 k.plan_meta_key(C), k.plan_replaceable_key(C)], "rw"), k.epoch_key(): "r"},
+    "certs": {**dict.fromkeys([k.pki_index(), PKI_KEYS, k.pki_key(C, "certs"), k.certs_agents_key(C), k.certs_ops_key(C),
+                               k.certs_renewal_key(C, "r1"), k.certs_lease_key(C, "renew"), k.node_files_key(C, "certs"),
+                               k.node_files_digest_key(C, "certs"), k.operation_key(C), k.api_credentials_key(C),
+                               k.provisioned_agents_key(C)], "rw"),
+              **dict.fromkeys([k.epoch_key(), k.clusters_index(), k.plan_key(C), k.plan_meta_key(C)], "r")},
+    "renderer": {**dict.fromkeys([k.recent_renders_key(), k.addon_manifests_key(C), k.render_meta_key(C), VRRP,
+                                  k.node_files_key(C, "render"), k.node_files_digest_key(C, "render")], "rw"),
+                 **dict.fromkeys([k.epoch_key(), k.plan_key(C), k.plan_meta_key(C)], "r")},
+    "dispatcher": {**dict.fromkeys([k.installs_index(), k.rotations_index(), k.install_key(C), k.inputs_key(C),
+                                    k.sealed_key(C), k.phase_key(C, "etcd"), k.command_key(C, "etcd"), k.node_status_key(C),
+                                    k.lease_key(C, "etcd"), k.agents_key(C), k.accepted_agents_key(C), k.refusals_key(C),
+                                    k.heartbeat_key(C), k.heartbeat_cgroup_key(C), k.heartbeat_runtime_key(C),
+                                    k.addons_key(C), k.node_labels_key(C), k.health_key(C), k.health_meta_key(C),
+                                    k.health_pods_key(C), k.rotation_key(C), k.rotation_results_key(C),
+                                    k.paused_key(C, "dispatcher"), k.joins_index(), k.join_key(C), k.join_results_key(C),
+                                    k.removals_index(), k.removal_key(C), k.removal_results_key(C), k.removal_api_key(C),
+                                    k.resets_index(), k.reset_key(C), k.reset_results_key(C), k.operation_key(C),
+                                    k.command_signing_key()], "rw"),
+                   **dict.fromkeys([k.epoch_key(), k.plan_key(C), k.plan_meta_key(C), k.node_files_key(C, "render"),
+                                    k.node_files_digest_key(C, "render"), k.node_files_key(C, "certs"),
+                                    k.node_files_digest_key(C, "certs"), k.addon_manifests_key(C),
+                                    k.provisioned_agents_key(C), k.api_credentials_key(C), k.etcd_snapshot_key()], "r")},
+    "upgrader": {**dict.fromkeys([k.upgrades_index(), k.upgrade_key(C), k.upgrade_results_key(C), k.upgrade_nodes_key(C),
+                                  k.upgrade_certs_key(C), k.paused_key(C, "upgrade"), k.cluster_key(C, "upgrade", "drain"),
+                                  k.etcd_restores_index(), k.etcd_restore_key(C), k.etcd_restore_results_key(C),
+                                  k.plan_key(C), k.plan_meta_key(C), k.operation_key(C), k.lease_key(C, "upgrade"),
+                                  k.addons_key(C), k.node_labels_key(C), k.phase_key(C, "apply-labels")], "rw"),
+                 **dict.fromkeys([k.heartbeat_key(C), k.heartbeat_cgroup_key(C), k.heartbeat_runtime_key(C),
+                                  k.accepted_agents_key(C), k.provisioned_agents_key(C), k.addon_manifests_key(C),
+                                  k.api_credentials_key(C), k.node_files_key(C, "certs"), k.node_files_digest_key(C, "certs"),
+                                  VRRP, k.command_signing_key(), k.etcd_snapshot_key()], "r")},
+}
 
 
-def _user(service: str) -> redis_acl.AclUser:
-    return next(u for u in redis_acl.USERS if u.name == redis_acl.SERVICE_USER[service])
+def _user(who: str) -> redis_acl.AclUser:
+    name = redis_acl.ADMIN if who == ADMIN else redis_acl.SERVICE_USER[who]
+    return next(u for u in redis_acl.USERS if u.name == name)
 
 
-def test_table_gives_each_service_what_it_needs_and_no_other_service_a_secret() -> None:
+def _expected(key: str, who: str) -> str:
+    return "rw" if who == ADMIN else TABLE[key].get(who, "")
+
+
+def test_the_table_gives_each_service_what_it_needs_and_every_secret_to_whom_it_names() -> None:
+    assert set(redis_acl.SERVICE_USER) == set(SERVICES)
     for service, needed in NEEDS.items():
-        patterns = _user(service).keys
-        assert k.epoch_key() in patterns
-        missing = [key for key in needed if not any(fnmatchcase(key, p) for p in patterns)]
-        assert not missing, f"{service} lacks {missing}"
-    for secret, owner in SECRETS.items():
-        readers = {s for s in NEEDS if any(fnmatchcase(secret, p) for p in _user(s).keys)}
-        assert readers == {owner}, f"{secret} readable by {readers}"
+        wrong = {key: (want, _user(service).access(key)) for key, want in needed.items() if _user(service).access(key) != want}
+        assert not wrong, f"{service}: {wrong}"
+    for key in TABLE:
+        assert {w: _user(w).access(key) for w in (*SERVICES, ADMIN)} == {w: _expected(key, w) for w in (*SERVICES, ADMIN)}, key
+    # named patterns for the upgrader: no pattern reaches every key of the deployment or of a cluster
+    assert not {"*", "bke:*", "bke:*:*"} & set(_user("upgrader").keys)
 
 
-def _client(runtime: EmbeddedRuntime, service: str) -> aioredis.Redis:
+def _client(runtime: EmbeddedRuntime, who: str) -> aioredis.Redis:
     assert runtime.info is not None
-    return aioredis.from_url(redis_acl.service_url(runtime.workdir, runtime.info.redis_url, service))
+    if who == ADMIN:
+        return aioredis.from_url(runtime.info.redis_url)
+    return aioredis.from_url(redis_acl.service_url(runtime.workdir, runtime.info.redis_url, who))
+
+
+async def _probe(r: aioredis.Redis, admin: aioredis.Redis, key: str) -> str:
+    """What the server lets `r` do with `key`: "rw", "r" or ""; the key holds "v" after."""
+    await admin.set(key, "v")
+    try:
+        await r.get(key)
+    except NoPermissionError:
+        readable = False
+    else:
+        readable = True
+    try:
+        await r.set(key, "w")
+        await r.delete(key)
+    except NoPermissionError:
+        writable = False
+    else:
+        writable = True
+        assert readable, key
+    assert await admin.get(key) == (None if writable else "v")
+    await admin.set(key, "v")
+    return "rw" if writable else "r" if readable else ""
 
 
 async def test_no_password_no_entry_and_no_password_in_a_printed_url(runtime: EmbeddedRuntime) -> None:
@@ -75,37 +150,113 @@ async def test_no_password_no_entry_and_no_password_in_a_printed_url(runtime: Em
     assert password not in (runtime.workdir / "redis-users.acl").read_text()  # hashes only
 
 
-@pytest.mark.parametrize("service", sorted(NEEDS))
+@pytest.mark.parametrize("who", [*SERVICES, ADMIN])
+async def test_each_user_reads_and_writes_every_secret_exactly_as_the_table_says(
+        runtime: EmbeddedRuntime, redis_client: aioredis.Redis, who: str) -> None:
+    r = _client(runtime, who)
+    try:
+        got = {key: await _probe(r, redis_client, key) for key in TABLE}
+        assert got == {key: _expected(key, who) for key in TABLE}
+        for secret in SECRETS:
+            if _expected(secret, who):
+                continue
+            with pytest.raises(NoPermissionError):  # a script gets no more than its caller
+                await r.eval("return redis.call('GET', KEYS[1])", 1, secret)
+            with pytest.raises(NoPermissionError):
+                await r.eval_ro("return redis.call('GET', KEYS[1])", 1, secret)
+            # nor by naming the key only inside the script (Redis answers with a script error)
+            with pytest.raises(ResponseError, match="can't access|No permissions"):
+                await r.eval(f"return redis.call('GET', '{secret}')", 0)
+    finally:
+        await r.aclose()
+
+
+@pytest.mark.parametrize("service", SERVICES)
 async def test_service_user_does_its_job_and_nothing_dangerous(runtime: EmbeddedRuntime, service: str,
                                                              redis_client: aioredis.Redis) -> None:
     r = _client(runtime, service)
     try:
-        for key in NEEDS[service]:  # read and write each family it needs
-            await r.set(key, b"x")
-            assert await r.exists(key) == 1
-            await r.delete(key)
-        async with r.pipeline(transaction=True) as pipe:  # MULTI/EXEC, WATCH
-            await pipe.watch(k.epoch_key())
+        got = {key: await _probe(r, redis_client, key) for key in NEEDS[service]}
+        assert got == NEEDS[service]
+        own = next(key for key, how in NEEDS[service].items() if how == "rw")
+        read_only = next(key for key, how in NEEDS[service].items() if how == "r")
+        async with r.pipeline(transaction=True) as pipe:  # MULTI/EXEC, WATCH (a read-only key may be watched)
+            await pipe.watch(read_only)
             pipe.multi()
-            pipe.set(k.epoch_key(), "e1", nx=True)
+            pipe.set(own, "e1")
             await pipe.execute()
-        assert await r.eval("return redis.call('GET', KEYS[1])", 1, k.epoch_key()) is not None
-        for command in (("FLUSHALL",), ("FLUSHDB",), ("KEYS", "*"), ("CONFIG", "GET", "dir"), ("DEBUG", "SLEEP", "0"),
-                        ("SHUTDOWN",), ("ACL", "LIST"), ("MONITOR",)):
+        assert await r.eval("return redis.call('GET', KEYS[1])", 1, own) == b"e1"
+        # EVAL asks for write access to every key it is given (Redis 7): a read-only key only with EVAL_RO
+        with pytest.raises(NoPermissionError):
+            await r.eval("return redis.call('GET', KEYS[1])", 1, read_only)
+        assert await r.eval_ro("return redis.call('GET', KEYS[1])", 1, read_only) == b"v"
+        for command in DANGEROUS:
+            if command[0] != "DEBUG":  # Valkey refuses DEBUG to everyone first (enable-debug-command)
+                with pytest.raises(NoPermissionError):
+                    await r.execute_command(*command)
+            # what the ACL alone says (ACL DRYRUN, asked as the admin)
+            verdict = await redis_client.execute_command("ACL", "DRYRUN", redis_acl.SERVICE_USER[service], *command)
+            assert "no permissions" in verdict, (command, verdict)
+    finally:
+        await r.aclose()
+
+
+async def test_no_service_deletes_the_epoch_and_only_the_plans_writers_rewrite_a_plan(
+        runtime: EmbeddedRuntime, redis_client: aioredis.Redis) -> None:
+    epoch = await read_epoch(redis_client)
+    assert epoch
+    plan = SimpleNamespace(cluster=C)  # the stores read only the plan's cluster name
+    clients = {who: _client(runtime, who) for who in (*SERVICES, ADMIN)}
+    try:
+        # the planner stores the plan through its script (plan, meta, request, index at once)
+        assert await RedisPlanStore(clients["planner"]).save(plan, '{"v": 1}', "d1", "r1", "t0")  # type: ignore[arg-type]
+        for service in SERVICES:
+            r = clients[service]
             with pytest.raises(NoPermissionError):
-                await r.execute_command(*command)
-        for secret, owner in SECRETS.items():
-            if owner == service:
-                continue
+                await r.delete(k.epoch_key())
             with pytest.raises(NoPermissionError):
-                await r.get(secret)
+                await r.set(k.epoch_key(), "another")
+            if service != "upgrader":  # the one service that does not watch the epoch (nor read it)
+                assert await read_epoch(r) == epoch
+        for service in ("certs", "renderer", "dispatcher"):  # readers of the plan, not its writers
+            r = clients[service]
             with pytest.raises(NoPermissionError):
-                await r.hgetall(secret)
-            with pytest.raises(NoPermissionError):  # a script gets no more than its caller
-                await r.eval("return redis.call('HGETALL', KEYS[1])", 1, secret)
-            # nor by naming the key only inside the script (Redis answers with a script error)
-            with pytest.raises(ResponseError, match="can't access"):
-                await r.eval(f"return redis.call('HGETALL', '{secret}')", 0)
+                await r.set(k.plan_key(C), '{"v": "rewritten"}')
+            with pytest.raises(NoPermissionError):
+                await r.delete(k.plan_key(C), k.plan_meta_key(C))
+            with pytest.raises(NoPermissionError):  # nor through the upgrader's own script
+                await RedisPlanStore(r).upgrade(plan, '{"v": "rewritten"}', "dX", "d1", "r2", "t1")  # type: ignore[arg-type]
+            with pytest.raises(ResponseError, match="can't access|No permissions"):
+                await r.eval(f"return redis.call('SET', '{k.plan_key(C)}', 'x')", 0)
+            assert await r.get(k.plan_key(C)) == b'{"v": 1}'  # still read
+        assert await redis_client.get(k.plan_key(C)) == '{"v": 1}' and await read_epoch(redis_client) == epoch
+
+        # positive controls: the upgrader replaces the plan it started from, the admin deletes the epoch
+        assert await RedisPlanStore(clients["upgrader"]).upgrade(plan, '{"v": 2}', "d2", "d1", "r2", "t1")  # type: ignore[arg-type]
+        assert await redis_client.get(k.plan_key(C)) == '{"v": 2}'
+        assert await clients[ADMIN].delete(k.epoch_key()) == 1
+        assert await ensure_epoch(clients[ADMIN], "e-again") == "e-again"  # `bke state init`
+    finally:
+        for r in clients.values():
+            await r.aclose()
+
+
+async def test_the_upgrader_believes_a_result_from_the_accepted_agent_it_may_only_read(
+        runtime: EmbeddedRuntime, redis_client: aioredis.Redis) -> None:
+    """The accepted agents are the dispatcher's record: the upgrader reads them with a WATCH,
+    never in a script (EVAL would ask for write access to them)."""
+    r = _client(runtime, "upgrader")
+    try:
+        store = UpgradeStore(r)
+        cid = f"{C}/upgrade@r1@workers/n1/0"
+        result = CommandResult.model_validate({"commandId": cid, "cluster": C, "node": "n1", "agentId": "a",
+                                               "status": "Succeeded", "steps": [], "startedAt": "t0", "finishedAt": "t1"})
+        assert await store.record_if_accepted(result, "", "") == "no agent of this node was accepted"
+        await redis_client.hset(k.accepted_agents_key(C), "n1", "a")
+        assert await store.record_if_accepted(result, "", "") == ""
+        assert await redis_client.hexists(k.upgrade_results_key(C), cid)
+        with pytest.raises(NoPermissionError):
+            await r.hset(k.accepted_agents_key(C), "n1", "forged")
     finally:
         await r.aclose()
 
@@ -119,3 +270,4 @@ def test_deployment_files_keep_their_passwords_and_hold_no_password_in_the_acl_f
     assert (tmp_path / "dispatcher.env").read_text() == env  # made once
     password = env.split(":")[2].split("@")[0]
     assert password not in (tmp_path / "users.acl").read_text()
+    assert "%R~bke:epoch" in (tmp_path / "users.acl").read_text()  # read-only patterns: Redis 7.0+

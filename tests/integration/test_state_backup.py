@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 
 from bke.secrets.at_rest import DecryptError, SecretBox
 from bke.state.backup import MAGIC, BackupError, backup_state, decode_backup, encode_backup, restore_state
-from bke.state.epoch import ensure_epoch, read_epoch
+from bke.state.epoch import read_epoch, write_epoch
 from bke.state.keys import epoch_key, install_key, lease_key, pki_key, plan_key
 
 pytestmark = pytest.mark.integration
@@ -17,7 +17,7 @@ KEY = SecretBox(b"k" * 32)
 
 
 async def _fill(r: aioredis.Redis) -> None:
-    await ensure_epoch(r, "epoch-1")
+    await write_epoch(r, "epoch-1")
     await r.set(plan_key("seed"), b"\x00\xffplan bytes")
     await r.hset(install_key("seed"), mapping={"status": "Running", "phase": "etcd"})
     await r.hset(pki_key("seed", "keys"), mapping={"ca": b"\x01encrypted"})

@@ -1,7 +1,8 @@
-"""`bke state backup` / `bke state restore` as an operator runs them against a deployment
-(`--redis URL` with the admin user, BKE_SECRET_KEY_FILE): round trip, a backup never
-overwrites a file, a restore over live keys needs --force, another key is refused with exit 2
-and an ERROR line, and no password is printed."""
+"""`bke state init` / `backup` / `restore` as an operator runs them against a deployment
+(`--redis URL` with the admin user, BKE_SECRET_KEY_FILE): an init makes the epoch and the etcd
+snapshot key once and keeps them after; round trip, a backup never overwrites a file, a restore
+over live keys needs --force, another key is refused with exit 2 and an ERROR line, and no
+password is printed."""
 from __future__ import annotations
 
 import asyncio
@@ -10,7 +11,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from bke.secrets.at_rest import create_key_file
-from bke.state.keys import plan_key
+from bke.secrets import load_secret_box
+from bke.secrets.snapshot_key import read_snapshot_key
+from bke.state.client import sync_redis_client
+from bke.state.keys import epoch_key, etcd_snapshot_key, plan_key
 from bke_cli.main import main as bke
 
 pytestmark = pytest.mark.integration
@@ -54,4 +58,38 @@ async def test_backup_and_restore_from_the_command_line(redis_url: str, redis_cl
     assert capsys.readouterr().err.startswith(f"ERROR {out}: encrypted with key")
     monkeypatch.delenv("BKE_SECRET_KEY_FILE")
     assert await run(["state", "backup", str(tmp_path / "b2"), *args]) == 2
+    assert "BKE_SECRET_KEY_FILE is not set" in capsys.readouterr().err
+
+
+async def test_init_makes_the_epoch_and_the_snapshot_key_once(redis_url: str, redis_client: aioredis.Redis, tmp_path,
+                                                             monkeypatch, capsys) -> None:
+    key = tmp_path / "secret.key"
+    create_key_file(key)
+    monkeypatch.setenv("BKE_SECRET_KEY_FILE", str(key))
+    await redis_client.delete(epoch_key())  # a store no init ran on
+    args = ["--redis", redis_url]
+    assert await run(["state", "init", *args]) == 0
+    first = capsys.readouterr().out
+    epoch = await redis_client.get(epoch_key())
+    admin = sync_redis_client(redis_url)  # bytes: the snapshot key is a sealed blob
+    try:
+        stored = admin.get(etcd_snapshot_key())
+        snapshot_key = read_snapshot_key(admin, etcd_snapshot_key(), load_secret_box(key))
+    finally:
+        admin.close()
+    assert epoch and stored and f"epoch {epoch} (made now)" in first
+    assert snapshot_key is not None and f"etcd snapshot key {snapshot_key.key_id} (made now)" in first
+    password = redis_url.split("@")[0].rsplit(":", 1)[1]
+    assert password not in first
+
+    assert await run(["state", "init", *args]) == 0  # again: everything kept
+    assert f"epoch {epoch} (kept), etcd snapshot key {snapshot_key.key_id} (kept)" in capsys.readouterr().out
+    admin = sync_redis_client(redis_url)
+    try:
+        assert admin.get(epoch_key()) == epoch.encode() and admin.get(etcd_snapshot_key()) == stored
+    finally:
+        admin.close()
+
+    monkeypatch.delenv("BKE_SECRET_KEY_FILE")
+    assert await run(["state", "init", *args]) == 2  # the snapshot key is sealed with the operator key
     assert "BKE_SECRET_KEY_FILE is not set" in capsys.readouterr().err

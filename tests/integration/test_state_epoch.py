@@ -1,8 +1,9 @@
 """bke.state.epoch and the dispatcher's reaction (bke_dispatcher.state_loss) against a real Redis:
-replicas agree on one epoch; a store emptied or replaced is reported once and every message
-waits (StateLost, a TemporaryError) until the epoch is back; a Redis that does not answer is not
-a loss; the dispatcher fails the installs it saw running (all of them, or the one whose record
-vanished) with 'state lost', and resumes on restore."""
+replicas adopt the one epoch the admin side wrote; a service on a store without one waits, not
+ready, naming `bke state init`, and goes on once it exists; a store emptied or replaced is
+reported once and every message waits (StateLost, a TemporaryError) until the epoch is back; a
+Redis that does not answer is not a loss; the dispatcher fails the installs it saw running (all
+of them, or the one whose record vanished) with 'state lost', and resumes on restore."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -12,7 +13,10 @@ import redis.asyncio as aioredis
 
 from bke.contracts.install import InstallFinished
 from bke.errors import TemporaryError
-from bke.state.epoch import STATE_LOST, EpochWatch, StateLost, write_epoch
+from bke.bus.readiness import Readiness
+from bke.state.epoch import (
+    NOT_INITIALISED, STATE_LOST, EpochWatch, StateLost, StateNotInitialised, ensure_epoch, watch_epoch, write_epoch,
+)
 from bke.state.keys import epoch_key
 from bke_dispatcher.state import DispatcherState
 from bke_dispatcher.state_loss import StateLossReaction
@@ -32,11 +36,14 @@ class Calls:
             raise ConnectionError("NATS away")
 
 
-async def test_replicas_agree_and_a_loss_is_reported_once_until_restored(redis_client: aioredis.Redis) -> None:
+async def test_replicas_adopt_the_admins_epoch_and_a_loss_is_reported_once_until_restored(
+        redis_client: aioredis.Redis) -> None:
+    assert await ensure_epoch(redis_client, "e-a") != "e-a"  # the fixture's `bke state init` came first: SET NX
+    await write_epoch(redis_client, "e-a")
     lost, restored = Calls(), Calls()
-    a = EpochWatch(redis_client, interval_s=0, on_lost=lost, on_restored=restored, make_epoch=lambda: "e-a")
-    b = EpochWatch(redis_client, interval_s=0, make_epoch=lambda: "e-b")
-    assert await a.start() == "e-a" and await b.start() == "e-a"  # SET NX: the first one wins
+    a = EpochWatch(redis_client, interval_s=0, on_lost=lost, on_restored=restored)
+    b = EpochWatch(redis_client, interval_s=0)
+    assert await a.start() == "e-a" and await b.start() == "e-a"
     assert await a.check() and not a.lost
     a.ensure_intact()
 
@@ -57,7 +64,8 @@ async def test_replicas_agree_and_a_loss_is_reported_once_until_restored(redis_c
 
 async def test_a_failed_report_is_tried_again_and_an_outage_is_no_loss(redis_client: aioredis.Redis) -> None:
     lost = Calls(fail_first=1)
-    w = EpochWatch(redis_client, interval_s=0, on_lost=lost, make_epoch=lambda: "e1")
+    await write_epoch(redis_client, "e1")
+    w = EpochWatch(redis_client, interval_s=0, on_lost=lost)
     await w.start()
     await redis_client.delete(epoch_key())
     with pytest.raises(ConnectionError):
@@ -71,6 +79,40 @@ async def test_a_failed_report_is_tried_again_and_an_outage_is_no_loss(redis_cli
         assert await w.check() and not w.lost  # Redis away: item 4's business, not a loss
     finally:
         await dead.aclose()
+
+
+class _Svc:
+    """The part of a Service a watch hooks into (bke.state.epoch._ServiceHooks)."""
+
+    def __init__(self) -> None:
+        self.name, self.readiness = "svc", Readiness("svc", ("nats",))
+        self.readiness.set("nats", True)
+        self.guards: list = []
+        self.after_start: list = []
+        self.before_stop: list = []
+
+
+async def test_a_service_on_a_store_without_an_epoch_waits_not_ready_until_bke_state_init(
+        redis_client: aioredis.Redis) -> None:
+    await redis_client.delete(epoch_key())  # no `bke state init` yet
+    svc = _Svc()
+    w = watch_epoch(svc, redis_client, interval_s=0)
+    await svc.after_start[0]()
+    try:
+        assert w.epoch is None and w.waiting and not w.lost
+        assert not svc.readiness.ready and svc.readiness.reasons() == [NOT_INITIALISED]
+        with pytest.raises(StateNotInitialised, match="run `bke state init`") as exc:
+            svc.guards[0]()  # every message waits in its stream
+        assert isinstance(exc.value, TemporaryError)
+        assert not await w.check()
+        assert await redis_client.exists(epoch_key()) == 0  # a service never writes one
+
+        await ensure_epoch(redis_client, "e-new")  # what `bke state init` does
+        assert await w.check() and w.epoch == "e-new" and not w.waiting
+        assert svc.readiness.ready
+        svc.guards[0]()
+    finally:
+        await w.stop()
 
 
 async def test_dispatcher_fails_the_running_installs_it_saw_and_resumes_on_restore(redis_client: aioredis.Redis) -> None:

@@ -60,7 +60,7 @@ async def test_a_result_is_recorded_only_from_the_node_s_accepted_agent(redis_cl
                                                      "agentVersion": _result(cid).agent_version}
 
 
-async def test_concurrent_results_share_one_script_call_and_each_gets_its_own_answer(redis_client):
+async def test_concurrent_results_share_one_recording_and_each_gets_its_own_answer(redis_client):
     import asyncio
 
     from bke.state.keys import accepted_agents_key
@@ -68,19 +68,51 @@ async def test_concurrent_results_share_one_script_call_and_each_gets_its_own_an
     store = UpgradeStore(redis_client)
     await redis_client.hset(accepted_agents_key(C), mapping={f"n{i}": "a" for i in range(5)} | {"n5": "other"})
     calls: list[int] = []
-    real = redis_client.eval
+    real = store._record_accepted
 
-    async def counting(script, numkeys, *args):  # type: ignore[no-untyped-def]
-        calls.append(len(args) - numkeys)
-        return await real(script, numkeys, *args)
+    async def counting(cluster, items):  # type: ignore[no-untyped-def]
+        calls.append(len(items))
+        return await real(cluster, items)
 
-    redis_client.eval = counting
+    store._record_accepted = counting  # type: ignore[method-assign]
     cids = [f"{C}/upgrade@r1@workers/n{i}/0" for i in range(7)]  # n5: another agent; n6: none accepted
     whys = await asyncio.gather(*(store.record_if_accepted(_result(c), "", "") for c in cids))
-    assert calls == [4 * 7]  # one call for the seven
+    assert calls == [7]  # one recording (one WATCH transaction) for the seven
     assert whys[:5] == [""] * 5
     assert whys[5] == "agent a is not the node's accepted agent" and whys[6] == "no agent of this node was accepted"
     assert set(await store.results(C, cids)) == set(cids[:5])
+
+
+async def test_an_agent_accepted_while_results_are_recorded_is_checked_again(redis_client, redis_url):
+    import redis.asyncio as aioredis
+
+    from bke.state.keys import accepted_agents_key
+
+    store = UpgradeStore(redis_client)
+    await redis_client.hset(accepted_agents_key(C), "n1", "a")
+    certs_meanwhile = aioredis.from_url(redis_url)
+    real_pipeline, changed = redis_client.pipeline, []
+
+    def pipeline(*args, **kwargs):  # type: ignore[no-untyped-def]
+        pipe = real_pipeline(*args, **kwargs)
+        real_hmget = pipe.hmget
+
+        async def hmget(key, fields):  # type: ignore[no-untyped-def]
+            got = await real_hmget(key, fields)
+            if not changed:  # between the check and the write, another agent is accepted for n1
+                changed.append(await certs_meanwhile.hset(accepted_agents_key(C), "n1", "b"))
+            return got
+
+        pipe.hmget = hmget
+        return pipe
+
+    redis_client.pipeline = pipeline
+    cid = f"{C}/upgrade@r1@workers/n1/0"
+    try:
+        assert await store.record_if_accepted(_result(cid), "", "") == "agent a is not the node's accepted agent"
+    finally:
+        await certs_meanwhile.aclose()
+    assert changed and not await redis_client.hexists(upgrade_results_key(C), cid)
 
 
 async def test_own_answers_are_known_at_once_and_others_asked_for_at_most_every_interval(redis_client):

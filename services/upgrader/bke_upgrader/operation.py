@@ -54,8 +54,8 @@ from bke.state.lease import claim_lease, release_lease
 from bke.state.operation_slot import operation_holder, release_operation, start_in_slot
 from bke.state.operation_slot import refusal as slot_refusal
 from bke.state.keys import accepted_agents_key, upgrade_results_key
-from bke.state.migrate import ensure_current
-from bke.state.schema import StoredVersionError
+from bke.state.migrate import needs_conversion
+from bke.state.schema import StoredVersionError, record_kind
 from bke.upgrade.certificates import rbac_before_renewal
 from bke.upgrade.failure import abort_run, error_text
 from bke.upgrade.node_commands import CLEANUP_STEP, LB_STEP, BinariesMemo, node_upgrade_steps, stops_registering
@@ -100,6 +100,8 @@ Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 # not the signed model, so that its canonical bytes are written once per command
 Sign = Callable[[AgentCommand], Awaitable[bytes]]
 LEASE = "upgrade"
+# the records an upgrade reads and writes, checked (never converted) by its pre-checks step
+RECORDS_RELIED_ON = tuple(record_kind(k) for k in ("plan", "upgrade", "etcd-restore"))
 WAIT_S = 5.0  # re-check a batch in flight this often even without a result
 # Answers recorded by another replica (or before a restart) are read from Redis this often
 # while a batch waits; this process's own are known at once (UpgradeStore.results).
@@ -481,17 +483,17 @@ class Upgrades:
         if d.action == "local":
             if step.name == "pre-checks":
                 # the checks ran when the request was accepted; what is left is the seed's
-                # "stored-data conversion": every record of the cluster in its current form
-                # before anything moves (bke.state.migrate; idempotent, safe with two processes)
+                # "stored-data conversion", which is the admin's (`bke state migrate`: this
+                # service may write no other service's record): the records it relies on must
+                # be in their current form before anything moves
                 try:
-                    report = await ensure_current(self.store.r, run.cluster)
+                    stale = await needs_conversion(self.store.r, run.cluster, RECORDS_RELIED_ON)
                 except StoredVersionError as exc:
                     mark_local(step, False, str(exc))
                 else:
-                    if report.converted:
-                        log.info("stored data converted: %s", ", ".join(r.kind for r in report.converted),
-                                 extra={"cluster": run.cluster, "request_id": run.request_id})
-                    mark_local(step, True)
+                    mark_local(step, not stale, "" if not stale else (
+                        "stored records of an older BKE: " + ", ".join(f"{r.kind} v{r.found}" for r in stale)
+                        + f"; run `bke state migrate {run.cluster}` (the admin's), then upgrade again"))
             elif step.name == "certificates" and run.request.get("kind") == "apply":
                 try:  # certificates whose names change (bke.lifecycle.apply_run: `_reissue`)
                     await self.certs.reissue(run, step, new, self._store_plan)

@@ -19,8 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import WatchError
 
 from bke.contracts.agent import CommandResult
+from bke.errors import TemporaryError
 from bke.state.exclusive import write_unless
 from bke.state.keys import accepted_agents_key, upgrade_key, upgrade_nodes_key, upgrade_results_key, upgrades_index
 from bke.upgrade.node_versions import NodeVersion
@@ -28,23 +30,10 @@ from bke.upgrade.run import UpgradeRun
 
 __all__ = ["UpgradeStore"]
 
-# KEYS: accepted agents, results; ARGV: (node, agent id, command id, answer) per result.
-# Returns per result: "" when recorded, else the accepted agent ("-" when none was accepted).
-_RECORD_IF_ACCEPTED = """
-local out = {}
-for i = 1, #ARGV, 4 do
-  local accepted = redis.call('HGET', KEYS[1], ARGV[i])
-  if not accepted then
-    out[#out + 1] = '-'
-  elseif accepted ~= ARGV[i + 1] then
-    out[#out + 1] = accepted
-  else
-    redis.call('HSET', KEYS[2], ARGV[i + 2], ARGV[i + 3])
-    out[#out + 1] = ''
-  end
-end
-return out
-"""
+# How often the accepted agents may change under one recording before it gives up (a new agent is
+# accepted when certs seals a node's bundle again: rare, and never in a loop).
+RECORD_TRIES = 10
+
 
 def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else v
@@ -129,8 +118,9 @@ class UpgradeStore:
 
     async def record_if_accepted(self, res: CommandResult, step: str, stderr: str) -> str:
         """Record the answer only if it comes from the node's accepted agent; else why not.
-        Concurrent calls (the results subscriber handles many at once) share one script call
-        per cluster: one round trip for a whole delivery batch instead of one per result."""
+        Concurrent calls (the results subscriber handles many at once) share one recording per
+        cluster (`_record_accepted`): three round trips for a whole delivery batch instead of
+        some per result."""
         doc = json.dumps({"status": res.status, "step": step, "stderr": stderr, "agentVersion": res.agent_version})
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         queue = self._pending.setdefault(res.cluster, [])
@@ -144,9 +134,8 @@ class UpgradeStore:
     async def _flush(self, cluster: str) -> None:
         await asyncio.sleep(0)  # the handlers started with this one queue theirs first
         items = self._pending.pop(cluster, [])
-        args = [a for res, doc, _ in items for a in (res.node, res.agent_id, res.command_id, doc)]
         try:
-            out = await self.r.eval(_RECORD_IF_ACCEPTED, 2, accepted_agents_key(cluster), upgrade_results_key(cluster), *args)
+            out = await self._record_accepted(cluster, [(res, doc) for res, doc, _ in items])
         except BaseException as exc:  # each caller gets the outage (or the cancellation) as its own
             for _, _, fut in items:
                 if fut.done():
@@ -166,6 +155,30 @@ class UpgradeStore:
                                            else f"agent {res.agent_id} is not the node's accepted agent")
             if not fut.done():
                 fut.set_result(why)
+
+    async def _record_accepted(self, cluster: str, items: list[tuple[CommandResult, str]]) -> list[str]:
+        """Per (result, answer): "" when recorded, else the node's accepted agent ("-" when none
+        was accepted). The accepted agents are the dispatcher's record, which this service only
+        reads (bke.runtime.redis_acl): so a WATCH on it, not a script (EVAL asks for write access
+        to every key it is given). The answers are written only if no node's acceptance changed
+        since it was checked; if one did, they are checked again."""
+        accepted_key, results_key = accepted_agents_key(cluster), upgrade_results_key(cluster)
+        async with self.r.pipeline(transaction=True) as pipe:
+            for _ in range(RECORD_TRIES):
+                try:
+                    await pipe.watch(accepted_key)
+                    accepted = await pipe.hmget(accepted_key, [res.node for res, _ in items])
+                    out = ["-" if a is None else "" if _s(a) == res.agent_id else _s(a)
+                           for a, (res, _) in zip(accepted, items)]
+                    answers = {res.command_id: doc for why, (res, doc) in zip(out, items) if not why}
+                    pipe.multi()
+                    if answers:
+                        pipe.hset(results_key, mapping=answers)
+                    await pipe.execute()
+                    return out
+                except WatchError:
+                    continue
+        raise TemporaryError(f"the accepted agents of {cluster} kept changing while results were recorded", delay=1.0)
 
     async def results(self, cluster: str, command_ids: list[str], read_every_s: float = 0.0) -> dict[str, dict[str, str]]:
         """The recorded answers among `command_ids` (a batch's: never the whole hash, which

@@ -1,0 +1,48 @@
+"""`bke state init`: what a deployment's state must hold before its services start.
+
+Why the admin side makes it and not the services: a service that could write `bke:epoch` could
+also delete it and halt every other service as "state lost" (bke.state.epoch), and one that
+could write the etcd snapshot key could replace it with a key of its own and open every later
+snapshot. So the services' Redis users only read both (bke.runtime.redis_acl), and the admin
+user makes them once:
+
+    bke:epoch              a new random id (SET NX: a second init keeps the first one)
+    bke:etcd-snapshot-key  the deployment's etcd snapshot key, encrypted with the operator key
+                           (SET NX, bke.secrets.snapshot_key); only when that key is given
+
+Run by `bke state init` (a deployment, as the admin user) and by the lab: its runtime writes
+the epoch when it starts (bke.runtime.embedded), the supervisor runs the whole of it. Safe to
+re-run: what exists is kept, byte for byte. On a store that lost its state, `bke state restore`
+is the way back; an init there starts a new state (and the certs service's CA guard still keeps
+a second CA off the nodes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..secrets import SecretBox
+from ..secrets.snapshot_key import ensure_snapshot_key_sync
+from .epoch import ensure_epoch_sync, new_epoch
+from .keys import etcd_snapshot_key
+
+__all__ = ["StateInit", "ensure_state"]
+
+
+@dataclass(frozen=True)
+class StateInit:
+    epoch: str
+    epoch_made: bool  # False: the store had one already
+    snapshot_key_id: str | None = None  # None: no operator key was given, the key was not looked at
+    snapshot_key_made: bool = False
+
+
+def ensure_state(redis: Any, box: SecretBox | None, *, make_epoch: Callable[[], str] = new_epoch) -> StateInit:
+    """Make what is missing (see the module docstring) through a blocking admin client."""
+    candidate = make_epoch()
+    epoch = ensure_epoch_sync(redis, candidate)
+    if box is None:
+        return StateInit(epoch, epoch == candidate)
+    had_key = bool(redis.exists(etcd_snapshot_key()))
+    key = ensure_snapshot_key_sync(redis, etcd_snapshot_key(), box)
+    return StateInit(epoch, epoch == candidate, key.key_id, not had_key)
