@@ -14,7 +14,6 @@ from bke.auth.permissions import inbox_prefix
 from bke.bus.connect import BusAccess, connect_nats
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
 from bke.etcdsnap.step import SnapshotTarget, snapshot_step
-from bke.etcdsnap.store import ensure_snapshot_bucket
 from bke.lab.identities import creds_path
 from bke.secrets import load_secret_box
 from bke.secrets.signing import ensure_command_key_sync, sign_command
@@ -44,9 +43,6 @@ async def take_snapshots(lab: Lab, targets: list[SnapshotTarget], request_id: st
         skey = ensure_snapshot_key_sync(r, etcd_snapshot_key(), box)
     finally:
         r.close()
-    operator = await connect_nats(lab.access)
-    await ensure_snapshot_bucket(operator.jetstream())
-    await operator.close()
     dispatcher = await connect_nats(BusAccess(lab.info.nats_url, creds_path(lab.workdir, "dispatcher"),
                                               inbox_prefix("dispatcher"), lab.access.tls_ca))
     try:

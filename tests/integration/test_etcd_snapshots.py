@@ -25,7 +25,8 @@ from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, AgentCommand, EtcdSnapshot
 from bke.etcdsnap.local import restore_into
 from bke.etcdsnap.records import object_name, snapshot_id
 from bke.etcdsnap.sealed_stream import MAGIC
-from bke.etcdsnap.store import SnapshotNotAuthentic, ensure_snapshot_bucket, fetch_snapshot, find_snapshot, list_snapshots
+from bke.bus.streams import ensure_streams
+from bke.etcdsnap.store import SnapshotNotAuthentic, fetch_snapshot, find_snapshot, list_snapshots
 from bke.runtime import ManagedProcess, etcd_put_get, etcdutl_bin, free_port, start_etcd
 from bke.contracts.agent import ProvisionAgent
 from bke.secrets.at_rest import SECRET_KEY_ENV, SecretBox, create_key_file
@@ -131,8 +132,8 @@ async def test_snapshot_is_stored_sealed_and_restores_into_a_fresh_etcd(
         etcd_member: tuple[Path, str, int], js: JetStreamContext, cluster: str, snapshot_key: SnapshotKey,
         tmp_path: Path) -> None:
     root, ip, client = etcd_member
-    await ensure_snapshot_bucket(js)
-    await ensure_snapshot_bucket(js)  # idempotent
+    await ensure_streams(js)  # the deploy step declares the bucket (the session's runtime did already)
+    await ensure_streams(js)  # idempotent
     agent = AgentIdentity.ephemeral()
     taker = SnapshotTaker(js, tmp_path / "agent-state" / "snapshots", cluster, "m1", agent, now=lambda: NOW)
     executor = Executor(LabBackend(root, ip, snapshots=taker), agent, now=lambda: NOW)
@@ -208,7 +209,6 @@ async def test_cli_lists_and_restores_into_a_fresh_dir(
         etcd_member: tuple[Path, str, int], js: JetStreamContext, cluster: str, snapshot_key: SnapshotKey,
         box: tuple[SecretBox, Path], nats_url: str, redis_url: str, tmp_path: Path) -> None:
     root, ip, client = etcd_member
-    await ensure_snapshot_bucket(js)
     agent = AgentIdentity.ephemeral()
     taker = SnapshotTaker(js, tmp_path / "scratch", cluster, "m1", agent, now=lambda: NOW)
     step = _step(client, cluster, snapshot_key)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import datetime, timezone
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from bke.bus.service import make_service
 from bke.bus.streams import OBJECT_BUCKET, StreamsNotDeclared, check_streams, ensure_streams
 from bke.contracts.agent import AGENTS_PROVISION, ETCD_SNAPSHOT_BUCKET, agent_subject
 from bke.contracts.subjects import CERTS_ISSUED
+from bke.etcdsnap.upload import publish_object
 from bke.runtime import EmbeddedRuntime
 from bke.settings import ServiceSettings
 from tests.bus_identity_helpers import CLUSTER, Client, _connect, _identity
@@ -200,3 +202,28 @@ async def test_a_reply_subject_that_is_not_an_inbox_gets_no_answer(clients: dict
 async def test_no_creds_no_bus(secure: EmbeddedRuntime) -> None:
     with pytest.raises(Exception, match="(?i)authorization"):
         await _connect(secure, None, None)
+
+
+async def test_an_agent_adds_snapshots_but_cannot_roll_up_or_delete_them(clients: dict[str, Client]) -> None:
+    """The agent publishes into the snapshot bucket (its upload), so NATS permissions cannot stop
+    a `Nats-Rollup: all` header there: the bucket's stream refuses rollups, deletes and purges
+    (bke.bus.streams.APPEND_ONLY_BUCKETS). Positive control: the agent's own upload is stored and
+    read back; the rollup is answered with an error and every object is still there."""
+    agent_js = clients["agent"].nc.jetstream()
+    info = await publish_object(agent_js, ETCD_SNAPSHOT_BUCKET, f"{CLUSTER}/etcd-data/keep", [b"sealed" * 1000],
+                                headers={"Bke-Test": ["1"]}, description="test", now=datetime.now(timezone.utc))
+    stream = f"OBJ_{ETCD_SNAPSHOT_BUCKET}"
+    before = (await clients["operator"].nc.jetstream().stream_info(stream)).state.messages
+    assert before >= info.chunks + 1
+    with pytest.raises(nats.js.errors.APIError, match="(?i)rollup"):
+        await agent_js.publish(f"$O.{ETCD_SNAPSHOT_BUCKET}.M.eA", b"{}", headers={"Nats-Rollup": "all"})
+    for subject in (f"$JS.API.STREAM.PURGE.{stream}", f"$JS.API.STREAM.MSG.DELETE.{stream}", f"$JS.API.STREAM.DELETE.{stream}"):
+        assert not await _answered(clients["agent"], subject, b"{}"), subject
+    # even the deploy identity, which may update the stream, cannot make it forget: deletes and
+    # purges are refused by the stream itself
+    deploy_js = clients["streams"].nc.jetstream()
+    cfg = (await deploy_js.stream_info(stream)).config
+    assert not cfg.allow_rollup_hdrs and cfg.deny_delete and cfg.deny_purge
+    store = await clients["operator"].nc.jetstream().object_store(ETCD_SNAPSHOT_BUCKET)
+    assert (await store.get(f"{CLUSTER}/etcd-data/keep")).data == b"sealed" * 1000
+    assert (await clients["operator"].nc.jetstream().stream_info(stream)).state.messages == before

@@ -33,7 +33,7 @@ from ..contracts import subjects as s
 from ..contracts.agent import ETCD_SNAPSHOT_BUCKET
 from ..errors import PermanentError
 
-__all__ = ["BUCKETS", "BUCKET_TTL_S", "STREAMS", "StreamDef", "StreamsNotDeclared", "bucket_config", "check_streams",
+__all__ = ["APPEND_ONLY_BUCKETS", "BUCKETS", "BUCKET_TTL_S", "STREAMS", "StreamDef", "StreamsNotDeclared", "bucket_config", "check_streams",
            "ensure_buckets", "ensure_streams", "require_streams", "stream_problems", "OBJECT_BUCKET"]
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,11 @@ BUCKETS: tuple[tuple[str, str], ...] = (
 # its blob goes with it, rather than every install's and apply's spec staying for ever. The
 # snapshots are kept: a restore may need one at any time (`bke etcd snapshots` lists them).
 BUCKET_TTL_S: dict[str, float] = {OBJECT_BUCKET: 7 * 86400.0}
+# Buckets whose objects are only ever added: their stream refuses rollup headers, message deletes
+# and purges. Node agents publish into the snapshot bucket, and a publish with `Nats-Rollup: all`
+# on any of its subjects would otherwise empty it (NATS permissions cannot look at headers); the
+# agents' own upload needs no rollup (bke.etcdsnap.upload: a new meta subject per object).
+APPEND_ONLY_BUCKETS: frozenset[str] = frozenset({ETCD_SNAPSHOT_BUCKET})
 
 
 @dataclass(frozen=True)
@@ -157,7 +162,13 @@ async def check_streams(js: JetStreamContext, replicas: int | None = None,
             continue
         if replicas is not None and info.config.num_replicas != replicas:
             out.append(f"bucket {bucket}: {info.config.num_replicas} replicas (this deployment wants {replicas})")
+        if bucket in APPEND_ONLY_BUCKETS and not _append_only(info.config):
+            out.append(f"bucket {bucket}: allows rollups, deletes or purges (declared append-only)")
     return out
+
+
+def _append_only(cfg: StreamConfig) -> bool:
+    return not cfg.allow_rollup_hdrs and bool(cfg.deny_delete) and bool(cfg.deny_purge)
 
 
 def bucket_config(bucket: str, replicas: int = 1) -> ObjectStoreConfig:
@@ -177,11 +188,16 @@ async def ensure_buckets(js: JetStreamContext, replicas: int | None = None) -> N
         except NotFoundError:
             await js.create_object_store(bucket, config=bucket_config(bucket, replicas or 1))
             log.info("object bucket created", extra={"bucket": bucket, "replicas": replicas or 1})
-            continue
+            info = await js.stream_info(f"OBJ_{bucket}")
+            if bucket not in APPEND_ONLY_BUCKETS:
+                continue
         ttl = BUCKET_TTL_S.get(bucket, 0.0)
         want = info.config.num_replicas if replicas is None else replicas
-        if info.config.num_replicas != want or (info.config.max_age or 0.0) != ttl:
+        as_declared = bucket not in APPEND_ONLY_BUCKETS or _append_only(info.config)
+        if info.config.num_replicas != want or (info.config.max_age or 0.0) != ttl or not as_declared:
             info.config.num_replicas, info.config.max_age = want, ttl
+            if bucket in APPEND_ONLY_BUCKETS:  # nats-server lets these be turned on, never off
+                info.config.allow_rollup_hdrs, info.config.deny_delete, info.config.deny_purge = False, True, True
             await js.update_stream(info.config)
             log.info("object bucket updated", extra={"bucket": bucket, "replicas": replicas, "ttl_s": ttl})
 

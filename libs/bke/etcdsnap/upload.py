@@ -4,8 +4,8 @@ Why not nats-py's `ObjectStore.put`: before writing it reads the object's curren
 `$JS.API.STREAM.MSG.GET.<stream>` (the payload-carrying form, which could read any message of
 the stream and which an agent is denied, bke.auth.permissions) and purges old chunks with
 `STREAM.PURGE`. An agent adds new objects only, so it needs neither: it publishes the chunks on
-`$O.<bucket>.C.<nuid>` and then the meta message on `$O.<bucket>.M.<base64url(name)>` with the
-`Nats-Rollup: sub` header, the object store's layout (nats-io/nats-architecture-and-design
+`$O.<bucket>.C.<nuid>` and then the meta message on `$O.<bucket>.M.<base64url(name)>`, the object
+store's layout (nats-io/nats-architecture-and-design
 adr/ADR-20.md; the same templates as nats-py 2.16 nats/js/object_store.py, imported from it).
 The meta is nats-py's own `ObjectInfo`, so every reader (nats-py, nats.go, the `nats` CLI) sees
 an ordinary object whose digest it verifies on `get`.
@@ -24,8 +24,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from nats.js import JetStreamContext
-from nats.js.api import Header, ObjectInfo, ObjectMetaOptions
-from nats.js.kv import MSG_ROLLUP_SUBJECT
+from nats.js.api import ObjectInfo, ObjectMetaOptions
 from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, OBJ_DIGEST_TEMPLATE, OBJ_META_PRE_TEMPLATE
 
 __all__ = ["CHUNK", "meta_subject", "publish_object"]
@@ -64,6 +63,8 @@ async def publish_object(js: JetStreamContext, bucket: str, name: str, parts: It
         digest=OBJ_DIGEST_TEMPLATE.format(digest=base64.urlsafe_b64encode(digest.digest()).decode()),
         description=description, headers=headers, options=ObjectMetaOptions(max_chunk_size=CHUNK),
     )
-    await js.publish(meta_subject(bucket, name), json.dumps(info.as_dict()).encode(),
-                     headers={Header.ROLLUP: MSG_ROLLUP_SUBJECT})
+    # No `Nats-Rollup: sub` header (nats-py's put sends one to replace an object's meta): the
+    # snapshot bucket refuses rollups (bke.bus.streams.APPEND_ONLY_BUCKETS), and a new object has
+    # no meta to replace.
+    await js.publish(meta_subject(bucket, name), json.dumps(info.as_dict()).encode())
     return info
