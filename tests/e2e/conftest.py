@@ -1,11 +1,28 @@
-"""Every e2e test gets its own lab, always taken down (by PID) afterwards."""
+"""Every e2e test gets its own lab, always taken down (by PID) afterwards; before that, Redis is
+asked whether it refused any service anything (`ACL LOG`): each service runs under its own ACL
+user (bke.runtime.redis_acl), so a refusal is a table that does not cover what the code does."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 
 from .lab_helpers import Lab
+
+
+def service_refusals(lab: Lab) -> list[dict[str, Any]]:
+    """What Redis refused the lab's services (commands, keys, channels), read as the admin."""
+    r = redis.Redis.from_url(lab.info.redis_url, decode_responses=True, socket_timeout=5.0)
+    try:
+        log = r.acl_log()
+    except redis.RedisError:  # the lab's Redis is gone already (a test stopped it): nothing to ask
+        return []
+    finally:
+        r.close()
+    return [e for e in log if str(e.get("username", "")).startswith("bke-") and e.get("reason") != "auth"
+            and e.get("username") != "bke-admin"]
 
 
 @pytest.fixture
@@ -18,7 +35,8 @@ def lab_factory(tmp_path):
         return lab
 
     yield make
+    refused = []
     for lab in labs:
+        refused += service_refusals(lab)
         lab.down()
-
-
+    assert not refused, f"Redis refused a service: {refused}"

@@ -3,10 +3,10 @@
 One function per key family; the module that owns a family (writes it) is named beside it.
 Nothing outside this module spells a key: a rename here is a rename everywhere.
 
-    bke:epoch                            string  this deployment's state id      (bke.state.epoch)
+    bke:epoch                            string  this deployment's state id      (admin: bke.state.state_init)
     bke:clusters                         set     clusters with a plan            (planner)
     bke:request:<id>                     string  request id -> cluster           (planner)
-    bke:<c>:plan / plan-meta             string / hash                           (planner)
+    bke:<c>:plan / plan-meta             string / hash  (planner; the upgrader replaces it at an upgrade's end)
     bke:<c>:plan-replaceable             string  digest of a replaceable plan    (planner)
     bke:recent-plans                     list    the last plans and rejections    (planner)
     bke:<c>:pki:<part>                   manifest, certs, keys, version          (certs)
@@ -45,6 +45,7 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:auth:identities                  hash    identity name -> issued record  (bke.auth)
     bke:command-signing-key              string  the dispatcher's Ed25519 key, encrypted at rest (deployment)
     bke:etcd-snapshot-key                string  the X25519 key etcd snapshots are sealed to, encrypted at rest
+                                                 (admin: bke.state.state_init)
     bke:<c>:agents:provisioned           hash    node -> the agent key BKE provisioned  (certs)
     bke:<c>:agents:accepted              hash    node -> agent id certs sealed to       (dispatcher)
     bke:<c>:etcd-restore                 string  the current or last etcd restore, JSON  (upgrader)
@@ -136,8 +137,9 @@ def cluster_key(cluster: str, *parts: str) -> str:
 
 # the state as a whole -----------------------------------------------------------------------
 def epoch_key() -> str:
-    """A random id written once per deployment's state (bke.state.epoch): if it changes or
-    vanishes under a running service, the state was lost or replaced."""
+    """A random id written once per deployment's state by the admin side (`bke state init`,
+    bke.state.state_init; services only read it, bke.state.epoch): if it changes or vanishes
+    under a running service, the state was lost or replaced."""
     return f"{PREFIX}:epoch"
 
 
