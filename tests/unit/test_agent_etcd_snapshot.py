@@ -80,7 +80,7 @@ async def test_stores_chunks_then_the_meta_sealed_with_its_record(tmp_path: Path
     assert chunks and all(s.startswith(f"$O.{ETCD_SNAPSHOT_BUCKET}.C.") for s, _, _ in chunks)
     assert len({s for s, _, _ in chunks}) == 1  # one object: one chunk subject
     assert meta[0] == meta_subject(ETCD_SNAPSHOT_BUCKET, "c/etcd-data/20261201t093000z-m1")
-    assert meta[2] == {"Nats-Rollup": "sub"}
+    assert not meta[2]  # no rollup header: the bucket refuses rollups (bke.bus.streams.APPEND_ONLY_BUCKETS)
     info = json.loads(meta[1])
     sealed = b"".join(p for _, p, _ in chunks)
     assert info["size"] == len(sealed) and info["chunks"] == len(chunks)
