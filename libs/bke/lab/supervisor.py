@@ -33,15 +33,11 @@ from nats.js import JetStreamContext
 
 from ..bus.connect import BusAccess
 from ..plan import Plan
-from .ha_runtime import ha_env, lab_runtime, stop_ha, stream_replicas
-from .declare import declare_streams
+from .ha_runtime import ha_env, lab_runtime, stop_ha
 from .identities import LabIdentities
 from ..runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
 from ..runtime.binaries import MissingBinaryError, etcd_bin
 from ..runtime.processes import ManagedProcess, free_port, pid_alive, port_is_free, stop_pid
-from ..secrets import load_secret_box
-from ..state.client import sync_redis_client
-from ..state.state_init import ensure_state
 from .kube_binaries import cache_dir
 from .trust import ensure_lab_command_key, provision_lab_agents
 
@@ -184,13 +180,11 @@ class LabSupervisor:
         return path
 
     def ensure_runtime(self) -> RuntimeInfo:
-        """NATS and Redis up, and the streams declared (the deploy step, as the `streams`
-        identity) before any service or agent starts."""
+        """NATS and Redis up, and the streams declared (the runtime's deploy step) before any
+        service or agent starts."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.ensure_secret_key()
-        info = self.runtime.ensure_started()
-        declare_streams(self.bus_access(info, "streams"), replicas=stream_replicas(info))
-        return info
+        return self.runtime.ensure_started()
 
     def ensure_services(self, info: RuntimeInfo, only: tuple[str, ...] = SERVICES) -> dict[str, int]:
         """Start each service that is not running; a running one is left alone (idempotent)."""

@@ -51,6 +51,7 @@ from ..secrets.at_rest import load_secret_box
 from ..state.client import StoreAccess, parse_sentinels, redact_url, sync_redis_client
 from ..state.state_init import ensure_state
 from . import redis_acl
+from .declare import declare_streams
 from .binaries import nats_server_bin, redis_server_bin
 from .nats_security import RuntimeAuth, ensure_runtime_auth, ensure_runtime_tls
 from .processes import (
@@ -199,6 +200,9 @@ class EmbeddedRuntime:
                 tls_ca = old.nats_tls_ca
             info = RuntimeInfo(nats_url, redis_url, nats_pid, redis_pid, monitor_url, tls_ca, *self._sentinel_info())
             self._ensure_state(info)
+            # the deploy step, before any service starts (bke.runtime.declare)
+            declare_streams(nats_url, self.nats_auth.authority if self.nats_auth else None, tls_ca,
+                            self._stream_replicas(info))
             if info != old:
                 tmp = self.state_path.with_suffix(".json.tmp")
                 # 0600: the Redis URL carries the admin user's password (bke.runtime.redis_acl)
@@ -214,6 +218,10 @@ class EmbeddedRuntime:
     def _sentinel_info(self) -> tuple[str | None, str | None]:
         """The sentinels and master name for RuntimeInfo; none here (bke.lab.ha_runtime has them)."""
         return None, None
+
+    def _stream_replicas(self, info: RuntimeInfo) -> int | None:
+        """Replicas per stream; None on one server (bke.lab.ha_runtime: one per NATS node)."""
+        return None
 
     def stop(self, timeout: float = 10.0) -> list[int]:
         """Stop this work directory's servers; see :meth:`stop_workdir`."""
