@@ -165,7 +165,7 @@ def revoke_cmd(name: Optional[str] = typer.Argument(None), cluster: Optional[str
 
 @ids.command("init")
 def init_cmd(out: Path = typer.Option(..., "--out", help="folder for auth.conf (included by nats.conf), sys.creds "
-                                      "and creds/<name>.creds of each service, the operator and the dashboard"),
+                                      "and creds/<name>.creds of each service, the operator, the dashboard and the deploy step (streams)"),
              redis_url: Optional[str] = REDIS) -> None:
     """A deployment's NATS trust chain: the operator and accounts (kept, encrypted, in Redis: made
     once), the operator-mode part of nats.conf, and one identity per service, the operator CLI and
@@ -177,7 +177,7 @@ def init_cmd(out: Path = typer.Option(..., "--out", help="folder for auth.conf (
     # The server runs in its container with its resolver directory at /data/jwt (deploy/nats/nats.conf).
     (out / "auth.conf").write_text(authority.server_conf(now, Path("/data/jwt")))
     write_creds(out / "sys.creds", authority.system_user(iat=now).creds)
-    for role in (*SERVICE_ROLES, "operator", "dashboard"):
+    for role in (*SERVICE_ROLES, "operator", "dashboard", "streams"):
         write_creds(out / "creds" / f"{role}.creds", registry.issue(role).creds)
         print(f"{role}: {out / 'creds' / f'{role}.creds'}")
     print(f"nats-server: {out / 'auth.conf'} (include it), system user {out / 'sys.creds'}")

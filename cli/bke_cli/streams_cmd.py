@@ -19,12 +19,12 @@ from nats.errors import NoServersError
 from rich.console import Console
 
 from bke.auth.permissions import inbox_prefix
-from bke.bus.connect import BusAccess, connect_nats
-from bke.bus.streams import check_streams, ensure_streams
+from bke.bus.connect import BusAccess
+from bke.bus.declare import declare
 from bke.lab.identities import creds_path
 
 from .connect import resolve_nats
-from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines, quiet_bus_errors, where
+from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines, where
 
 __all__ = ["register"]
 
@@ -52,20 +52,9 @@ def _access(workdir: Optional[Path], nats_url: Optional[str], creds: Optional[Pa
     return BusAccess(access.url, creds, inbox_prefix("streams"), access.tls_ca)
 
 
-async def _run(access: BusAccess, replicas: int | None, change: bool) -> list[str]:
-    nc = await connect_nats(access, error_cb=quiet_bus_errors)
-    try:
-        js = nc.jetstream()
-        if change:
-            await ensure_streams(js, replicas=replicas)
-        return await check_streams(js, replicas=replicas)
-    finally:
-        await nc.close()
-
-
 def _report(access: BusAccess, replicas: int | None, change: bool) -> None:
     try:
-        problems = asyncio.run(_run(access, replicas, change))
+        problems = asyncio.run(declare(access, replicas, change))
     except (OSError, NoServersError) as exc:
         die(f"cannot reach NATS at {where(access)}: {exc}", EXIT_FAILURE)
     if problems:

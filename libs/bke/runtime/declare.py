@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 from ..auth.authority import Authority, write_creds
 from ..auth.permissions import identity_name, inbox_prefix, role_permissions
-from ..bus.connect import BusAccess, connect_nats
-from ..bus.streams import check_streams, ensure_streams
+from ..bus.connect import BusAccess
+from ..bus.declare import declare
 
 __all__ = ["DEPLOY_IDENTITY_TTL_S", "declare_streams", "run_blocking"]
 
@@ -50,15 +50,6 @@ def declare_streams(nats_url: str, authority: Authority | None, tls_ca: str | No
     """Create or put back every declared stream and bucket; RuntimeError if they are not as
     declared afterwards (a sealed stream, say)."""
 
-    async def declare(access: BusAccess) -> list[str]:
-        nc = await connect_nats(access)
-        try:
-            js = nc.jetstream()
-            await ensure_streams(js, replicas=replicas)
-            return await check_streams(js, replicas=replicas)
-        finally:
-            await nc.close()
-
     with tempfile.TemporaryDirectory(prefix="bke-deploy-") as tmp:
         access = BusAccess(nats_url, tls_ca=Path(tls_ca) if tls_ca else None)
         if authority is not None:
@@ -67,6 +58,6 @@ def declare_streams(nats_url: str, authority: Authority | None, tls_ca: str | No
             user = authority.user(name, role_permissions("streams"), iat=now, expires=now + DEPLOY_IDENTITY_TTL_S)
             access = BusAccess(nats_url, write_creds(Path(tmp) / "streams.creds", user.creds), inbox_prefix(name),
                                access.tls_ca)
-        problems = run_blocking(declare(access))
+        problems = run_blocking(declare(access, replicas))
     if problems:
         raise RuntimeError("streams not as declared after declaring them: " + "; ".join(problems))

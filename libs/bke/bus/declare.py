@@ -1,0 +1,63 @@
+"""The deploy step: declare BKE's streams and buckets, as the deploy-time `streams` identity.
+
+`bke streams ensure`, the runtime of the lab and the tests (bke.runtime.declare), and the
+one-shot container of a deployment (`python -m bke.bus.declare`: docker-compose's `streams`
+service, the `bke-streams` Job in deploy/kubernetes) all run `declare`. No service declares: each
+checks what it finds at start (bke.bus.streams).
+
+Environment of `python -m bke.bus.declare`: BKE_NATS_URL, and as for a service BKE_NATS_CREDS,
+BKE_NATS_INBOX_PREFIX, BKE_NATS_TLS_CA, BKE_STREAM_REPLICAS. Exit 0 when every stream and bucket
+is as declared afterwards, 1 (naming what is not) otherwise, 2 on a missing URL.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+
+from .connect import BusAccess, connect_nats
+from .streams import check_streams, ensure_streams
+
+__all__ = ["declare", "main"]
+
+log = logging.getLogger(__name__)
+
+
+async def declare(access: BusAccess, replicas: int | None = None, change: bool = True) -> list[str]:
+    """Ensure (unless `change` is false) and then check; the problems left (empty: as declared)."""
+    nc = await connect_nats(access)
+    try:
+        js = nc.jetstream()
+        if change:
+            await ensure_streams(js, replicas=replicas)
+        return await check_streams(js, replicas=replicas)
+    finally:
+        await nc.close()
+
+
+def _path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    url = os.environ.get("BKE_NATS_URL")
+    if not url:
+        log.error("BKE_NATS_URL: required (the NATS of the deployment)")
+        return 2
+    replicas = int(os.environ["BKE_STREAM_REPLICAS"]) if os.environ.get("BKE_STREAM_REPLICAS") else None
+    access = BusAccess(url, _path("BKE_NATS_CREDS"), os.environ.get("BKE_NATS_INBOX_PREFIX") or None,
+                       _path("BKE_NATS_TLS_CA"))
+    problems = asyncio.run(declare(access, replicas))
+    for p in problems:
+        log.error("%s", p)
+    if not problems:
+        log.info("streams and buckets as declared")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
