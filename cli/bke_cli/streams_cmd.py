@@ -33,6 +33,8 @@ streams_app = typer.Typer(no_args_is_help=True, add_completion=False,
 WORKDIR = typer.Option(None, "--workdir", help="a lab's work directory (its NATS and its `streams` identity)")
 NATS = typer.Option(None, "--nats", help="NATS URL of a deployment (or BKE_NATS_URL)")
 CREDS = typer.Option(None, "--creds", help="the `streams` identity's creds file (or BKE_NATS_CREDS)")
+CLUSTERS = typer.Option(None, "--clusters", min=1, envvar="BKE_JETSTREAM_CLUSTERS",
+                        help="how many clusters to size the streams for (bke.bus.quotas; default: 1, or keep the size)")
 REPLICAS = typer.Option(None, "--replicas", min=1, max=5,
                         help="replicas per stream on a NATS cluster (default: create with 1, keep what exists)")
 
@@ -52,9 +54,9 @@ def _access(workdir: Optional[Path], nats_url: Optional[str], creds: Optional[Pa
     return BusAccess(access.url, creds, inbox_prefix("streams"), access.tls_ca)
 
 
-def _report(access: BusAccess, replicas: int | None, change: bool) -> None:
+def _report(access: BusAccess, replicas: int | None, change: bool, clusters: int | None) -> None:
     try:
-        problems = asyncio.run(declare(access, replicas, change))
+        problems = asyncio.run(declare(access, replicas, change, clusters))
     except (OSError, NoServersError) as exc:
         die(f"cannot reach NATS at {where(access)}: {exc}", EXIT_FAILURE)
     if problems:
@@ -65,16 +67,16 @@ def _report(access: BusAccess, replicas: int | None, change: bool) -> None:
 
 @streams_app.command("ensure")
 def ensure(workdir: Optional[Path] = WORKDIR, nats_url: Optional[str] = NATS, creds: Optional[Path] = CREDS,
-           replicas: Optional[int] = REPLICAS) -> None:
+           replicas: Optional[int] = REPLICAS, clusters: Optional[int] = CLUSTERS) -> None:
     """Create the missing streams and buckets and put the declared config back (idempotent)."""
-    _report(_access(workdir, nats_url, creds), replicas, change=True)
+    _report(_access(workdir, nats_url, creds), replicas, True, clusters)
 
 
 @streams_app.command("check")
 def check(workdir: Optional[Path] = WORKDIR, nats_url: Optional[str] = NATS, creds: Optional[Path] = CREDS,
-          replicas: Optional[int] = REPLICAS) -> None:
+          replicas: Optional[int] = REPLICAS, clusters: Optional[int] = CLUSTERS) -> None:
     """Say what differs from the declared streams and buckets (exit 1 if anything does); changes nothing."""
-    _report(_access(workdir, nats_url, creds), replicas, change=False)
+    _report(_access(workdir, nats_url, creds), replicas, False, clusters)
 
 
 def register(app: typer.Typer) -> None:

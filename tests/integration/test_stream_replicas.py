@@ -1,8 +1,8 @@
 """Stream replicas against a real 3-node NATS cluster (bke.lab.nats_cluster, no authentication):
 `ensure_streams(js, replicas=N)` creates with N, converges an existing stream up or down without
-losing its messages, makes the object buckets with N too (the blobs' with their time to live,
-which a bucket made before it gets), and a caller that gives no count (the CLI, an agent)
-leaves every count as it is."""
+losing its messages, brings the object buckets to N too (the blobs' with their time to live,
+which a bucket made before it gets), and a call that gives no count creates with one and leaves
+every existing count as it is."""
 from __future__ import annotations
 
 import asyncio
@@ -35,20 +35,19 @@ async def test_streams_converge_to_the_replicas_asked_for(tmp_path):
     nc = await connect_nats(urls)
     try:
         js = nc.jetstream()
-        await ensure_streams(js)  # no count: one replica, no buckets
-        before = await _replicas(js)
-        assert {before[d.name] for d in STREAMS} == {1} and {before[f"OBJ_{b}"] for b, _ in BUCKETS} == {0}
-        subject = next(iter(s.EVENT_SUBJECTS)).replace(">", "x").replace("*", "x")
-        await js.publish(subject, b"kept")
         # the blob bucket as a release before its time to live made it (a first put, no config)
         await js.create_object_store(OBJECT_BUCKET)
         assert not (await js.stream_info(f"OBJ_{OBJECT_BUCKET}")).config.max_age
+        await ensure_streams(js)  # no count: one replica, the buckets too
+        assert set((await _replicas(js)).values()) == {1}
+        subject = next(iter(s.EVENT_SUBJECTS)).replace(">", "x").replace("*", "x")
+        await js.publish(subject, b"kept")
 
         await ensure_streams(js, replicas=3)
         assert set((await _replicas(js)).values()) == {3}
-        # ... brought to its time to live; the snapshots are kept for ever
+        # ... brought to its time to live; the snapshots are kept a month (an append-only bucket)
         assert (await js.stream_info(f"OBJ_{OBJECT_BUCKET}")).config.max_age == BUCKET_TTL_S[OBJECT_BUCKET] == 7 * 86400
-        assert not (await js.stream_info(f"OBJ_{ETCD_SNAPSHOT_BUCKET}")).config.max_age
+        assert (await js.stream_info(f"OBJ_{ETCD_SNAPSHOT_BUCKET}")).config.max_age == 30 * 86400
         await ensure_streams(js)  # a caller without a count changes nothing
         assert set((await _replicas(js)).values()) == {3}
         await ensure_streams(js, replicas=3)  # converged: idempotent

@@ -7,6 +7,7 @@ refused everything, or permissions that allowed everything, would fail this file
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from datetime import datetime, timezone
 from collections.abc import AsyncIterator, Iterator
@@ -19,7 +20,9 @@ from nats.js.api import StreamConfig
 import bke.bus.service as service_module
 from bke.auth import inbox_prefix
 from bke.bus.service import make_service
-from bke.bus.streams import OBJECT_BUCKET, StreamsNotDeclared, check_streams, ensure_streams
+from bke.bus import quotas
+from bke.bus.quotas import AGENT_MAX_PAYLOAD, AGENT_SUBJECT_MSGS
+from bke.bus.streams import BUCKETS, OBJECT_BUCKET, STREAMS, StreamsNotDeclared, check_streams, ensure_streams
 from bke.contracts.agent import AGENTS_PROVISION, ETCD_SNAPSHOT_BUCKET, agent_subject
 from bke.contracts.subjects import CERTS_ISSUED
 from bke.etcdsnap.upload import publish_object
@@ -227,3 +230,55 @@ async def test_an_agent_adds_snapshots_but_cannot_roll_up_or_delete_them(clients
     store = await clients["operator"].nc.jetstream().object_store(ETCD_SNAPSHOT_BUCKET)
     assert (await store.get(f"{CLUSTER}/etcd-data/keep")).data == b"sealed" * 1000
     assert (await clients["operator"].nc.jetstream().stream_info(stream)).state.messages == before
+
+
+async def test_an_agents_flood_stays_on_its_own_subjects(clients: dict[str, Client]) -> None:
+    """One node publishing as fast as it can on its own result subject keeps at most
+    AGENT_SUBJECT_MSGS there; the command waiting for another node is untouched (positive
+    control: the flood itself is stored, up to the cap)."""
+    other = agent_subject(CLUSTER, "node-b", "command")
+    js = clients["operator"].nc.jetstream()  # stream info only: nobody but a consumer reads BKE_AGENT
+    await clients["dispatcher"].nc.jetstream().publish(other, b"for-b")
+    start = (await js.stream_info("BKE_AGENT")).state.last_seq
+    own = agent_subject(CLUSTER, NODE, "result")
+    nc = clients["agent"].nc
+    flood = AGENT_SUBJECT_MSGS + 100
+    for i in range(flood):
+        await nc.publish(own, b'{"n":%d}' % i)
+    await nc.flush()
+    deadline = asyncio.get_running_loop().time() + 30
+    while (await js.stream_info("BKE_AGENT")).state.last_seq < start + flood:
+        assert asyncio.get_running_loop().time() < deadline, "the flood was never stored"
+        await asyncio.sleep(0.05)  # polling under a deadline
+    assert (await js.stream_info("BKE_AGENT", subjects_filter=own)).state.subjects == {own: AGENT_SUBJECT_MSGS}
+    assert (await js.stream_info("BKE_AGENT", subjects_filter=other)).state.subjects == {other: 1}
+
+
+async def test_an_agent_cannot_send_a_message_over_its_payload_limit(secure: EmbeddedRuntime, tmp_path: Path) -> None:
+    """The agent's JWT carries `payload`: nats-server refuses a larger message (and drops the
+    connection); a message at the limit goes through (positive control)."""
+    agent = await _identity(secure, tmp_path, "agent", "node-p")
+    try:
+        subject = agent_subject(CLUSTER, "node-p", "result")
+        ack = await agent.nc.jetstream().publish(subject, b"x" * (AGENT_MAX_PAYLOAD - 64))
+        assert ack.seq > 0
+        await agent.nc.publish(subject, b"x" * (AGENT_MAX_PAYLOAD + 1))
+        with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+            await agent.nc.flush(timeout=5)
+        deadline = asyncio.get_running_loop().time() + 10
+        while not agent.nc.is_closed:  # nats-server drops a connection that exceeds its payload limit
+            assert asyncio.get_running_loop().time() < deadline, "the connection outlived its payload violation"
+            await asyncio.sleep(0.02)  # polling under a deadline
+        assert "maximum payload" in str(agent.nc.last_error).lower()
+    finally:
+        await agent.nc.close()
+    js = (await _identity(secure, tmp_path, "operator")).nc.jetstream()
+    assert (await js.stream_info("BKE_AGENT", subjects_filter=subject)).state.subjects == {subject: 1}
+
+
+async def test_every_stream_and_bucket_has_a_size(clients: dict[str, Client]) -> None:
+    js = clients["streams"].nc.jetstream()
+    for name in (*(d.name for d in STREAMS), *(f"OBJ_{b}" for b, _ in BUCKETS)):
+        cfg = (await js.stream_info(name)).config
+        assert cfg.max_bytes == quotas.max_bytes(name, 1), name
+    assert (await js.stream_info("BKE_AGENT")).config.max_msgs_per_subject == AGENT_SUBJECT_MSGS

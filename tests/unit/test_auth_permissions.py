@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from bke.auth.authority import new_authority
 from bke.auth.jetstream_grants import BUCKET_ACCESS, SERVICE_CONSUMERS
+from bke.auth.jwt import decode_jwt
+from bke.bus.quotas import AGENT_MAX_PAYLOAD, AGENT_MAX_SUBS, PER_CLUSTER, storage_for
+from bke.bus.streams import BUCKETS, STREAMS
 from bke.auth.permissions import (
     RESPONSE_TTL_S,
     ROLES,
@@ -197,3 +201,21 @@ def test_inbox_prefixes_are_one_token_and_distinct() -> None:
 def test_the_dispatcher_may_subscribe_every_heartbeat_as_its_code_does() -> None:
     assert "bke.v1.heartbeat.>" in role_permissions("dispatcher").sub_allow
     assert "bke.v1.heartbeat.>" not in role_permissions("planner").sub_allow
+
+
+def test_an_agents_jwt_limits_its_payload_and_subscriptions() -> None:
+    perms = agent_permissions("c1", "n1")
+    assert (perms.payload, perms.subs) == (AGENT_MAX_PAYLOAD, AGENT_MAX_SUBS)
+    user = new_authority().user("agent.c1.n1", perms, iat=1)
+    claims = decode_jwt(user.jwt)["nats"]
+    assert (claims["payload"], claims["subs"]) == (AGENT_MAX_PAYLOAD, AGENT_MAX_SUBS)
+    service = decode_jwt(new_authority().user("planner", role_permissions("planner"), iat=1).jwt)["nats"]
+    assert (service["payload"], service["subs"]) == (-1, -1)
+
+
+def test_every_stream_and_bucket_is_sized_per_cluster() -> None:
+    names = [*(d.name for d in STREAMS), *(f"OBJ_{b}" for b, _ in BUCKETS)]
+    assert sorted(PER_CLUSTER) == sorted(names)
+    for d in STREAMS:
+        assert d.config(clusters=3).max_bytes == 3 * PER_CLUSTER[d.name] > 0
+    assert storage_for(2) == 2 * sum(PER_CLUSTER.values())

@@ -102,8 +102,8 @@ class Authority:
         """A new user of the BKE account: a fresh key, a JWT signed by the account signing key
         (refused by the server after `expires`, a Unix time, when given)."""
         key = new_keypair("user", random)
-        nats = {"type": "user", "issuer_account": self.account.public, "subs": -1, "data": -1, "payload": -1,
-                **perms.claims()}
+        nats = {"type": "user", "issuer_account": self.account.public, "subs": perms.subs, "data": -1,
+                "payload": perms.payload, **perms.claims()}
         token = encode_jwt(self.signing, key.public, name, nats, iat=iat, exp=expires)
         return IssuedUser(name, key.public, token, key.seed, str(decode_jwt(token)["jti"]), iat)
 

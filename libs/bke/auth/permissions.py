@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..bus import quotas
 from ..contracts.agent import ETCD_SNAPSHOT_BUCKET, UPGRADER_RESULT, agent_subject, node_token
 from ..contracts.health import HEALTH_PREFIX
 from ..contracts.restore import restore_piece_subject
@@ -107,6 +108,10 @@ class Permissions:
     pub_deny: tuple[str, ...] = ()
     sub_deny: tuple[str, ...] = ()
     responses: bool = False
+    # a user JWT's own limits, which nats-server enforces on the connection: the largest message
+    # and the most subscriptions (-1: none; bke.bus.quotas)
+    payload: int = -1
+    subs: int = -1
 
     def claims(self) -> dict[str, Any]:
         """The permission part of a v2 user JWT's `nats` object (nats-io/jwt `v2/types.go`
@@ -229,4 +234,5 @@ def agent_permissions(cluster: str, node: str) -> Permissions:
         f"{JS_API}.STREAM.MSG.GET.>",
         f"{JS_API}.DIRECT.GET.{AGENT_STREAM}",
     ]
-    return Permissions(pub_allow=tuple(pub), sub_allow=(f"{prefix}.>", command), pub_deny=tuple(deny))
+    return Permissions(pub_allow=tuple(pub), sub_allow=(f"{prefix}.>", command), pub_deny=tuple(deny),
+                       payload=quotas.AGENT_MAX_PAYLOAD, subs=quotas.AGENT_MAX_SUBS)

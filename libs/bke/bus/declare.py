@@ -6,7 +6,8 @@ service, the `bke-streams` Job in deploy/kubernetes) all run `declare`. No servi
 checks what it finds at start (bke.bus.streams).
 
 Environment of `python -m bke.bus.declare`: BKE_NATS_URL, and as for a service BKE_NATS_CREDS,
-BKE_NATS_INBOX_PREFIX, BKE_NATS_TLS_CA, BKE_STREAM_REPLICAS. Exit 0 when every stream and bucket
+BKE_NATS_INBOX_PREFIX, BKE_NATS_TLS_CA, BKE_STREAM_REPLICAS, and BKE_JETSTREAM_CLUSTERS (how many
+clusters the streams are sized for, bke.bus.quotas). Exit 0 when every stream and bucket
 is as declared afterwards, 1 (naming what is not) otherwise, 2 on a missing URL.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 from .connect import BusAccess, connect_nats
+from .quotas import CLUSTERS_ENV
 from .streams import check_streams, ensure_streams
 
 __all__ = ["declare", "main"]
@@ -25,14 +27,16 @@ __all__ = ["declare", "main"]
 log = logging.getLogger(__name__)
 
 
-async def declare(access: BusAccess, replicas: int | None = None, change: bool = True) -> list[str]:
-    """Ensure (unless `change` is false) and then check; the problems left (empty: as declared)."""
+async def declare(access: BusAccess, replicas: int | None = None, change: bool = True,
+                  clusters: int | None = None) -> list[str]:
+    """Ensure (unless `change` is false) and then check, sized for `clusters` clusters
+    (bke.bus.quotas); the problems left (empty: as declared)."""
     nc = await connect_nats(access)
     try:
         js = nc.jetstream()
         if change:
-            await ensure_streams(js, replicas=replicas)
-        return await check_streams(js, replicas=replicas)
+            await ensure_streams(js, replicas=replicas, clusters=clusters)
+        return await check_streams(js, replicas=replicas, clusters=clusters)
     finally:
         await nc.close()
 
@@ -49,9 +53,10 @@ def main() -> int:
         log.error("BKE_NATS_URL: required (the NATS of the deployment)")
         return 2
     replicas = int(os.environ["BKE_STREAM_REPLICAS"]) if os.environ.get("BKE_STREAM_REPLICAS") else None
+    clusters = int(os.environ[CLUSTERS_ENV]) if os.environ.get(CLUSTERS_ENV) else None
     access = BusAccess(url, _path("BKE_NATS_CREDS"), os.environ.get("BKE_NATS_INBOX_PREFIX") or None,
                        _path("BKE_NATS_TLS_CA"))
-    problems = asyncio.run(declare(access, replicas))
+    problems = asyncio.run(declare(access, replicas, clusters=clusters))
     for p in problems:
         log.error("%s", p)
     if not problems:

@@ -32,6 +32,7 @@ from nats.js.errors import NotFoundError
 from ..contracts import subjects as s
 from ..contracts.agent import ETCD_SNAPSHOT_BUCKET
 from ..errors import PermanentError
+from . import quotas
 
 __all__ = ["APPEND_ONLY_BUCKETS", "BUCKETS", "BUCKET_TTL_S", "STREAMS", "StreamDef", "StreamsNotDeclared", "bucket_config", "check_streams",
            "ensure_buckets", "ensure_streams", "require_streams", "stream_problems", "OBJECT_BUCKET"]
@@ -48,8 +49,9 @@ BUCKETS: tuple[tuple[str, str], ...] = (
 # reference is read once, when its request is taken (the planner stores the plan, the upgrader
 # keeps the spec in its run's record), and the request itself leaves the streams after 7 days:
 # its blob goes with it, rather than every install's and apply's spec staying for ever. The
-# snapshots are kept: a restore may need one at any time (`bke etcd snapshots` lists them).
-BUCKET_TTL_S: dict[str, float] = {OBJECT_BUCKET: 7 * 86400.0}
+# snapshots are kept for a month (bke.bus.quotas.SNAPSHOT_TTL_S): the bucket is append-only, so
+# its age is what makes room.
+BUCKET_TTL_S: dict[str, float] = {OBJECT_BUCKET: 7 * 86400.0, ETCD_SNAPSHOT_BUCKET: quotas.SNAPSHOT_TTL_S}
 # Buckets whose objects are only ever added: their stream refuses rollup headers, message deletes
 # and purges. Node agents publish into the snapshot bucket, and a publish with `Nats-Rollup: all`
 # on any of its subjects would otherwise empty it (NATS permissions cannot look at headers); the
@@ -65,8 +67,9 @@ class StreamDef:
     max_age_s: float
     summary: str
     max_consumers: int | None = None  # None: the server's default (1000 on nats-server 2.15)
+    max_msgs_per_subject: int = -1  # -1: no per-subject limit (bke.bus.quotas)
 
-    def config(self, replicas: int = 1) -> StreamConfig:
+    def config(self, replicas: int = 1, clusters: int = 1) -> StreamConfig:
         return StreamConfig(
             name=self.name,
             subjects=list(self.subjects),
@@ -77,6 +80,8 @@ class StreamDef:
             duplicate_window=120.0,
             max_consumers=self.max_consumers,
             num_replicas=replicas,
+            max_bytes=quotas.max_bytes(self.name, clusters),
+            max_msgs_per_subject=self.max_msgs_per_subject,
         )
 
 
@@ -86,18 +91,19 @@ STREAMS: tuple[StreamDef, ...] = (
     StreamDef("BKE_COMMANDS", s.COMMAND_SUBJECTS, RetentionPolicy.WORK_QUEUE, 7 * DAY, "commands to the services"),
     StreamDef("BKE_EVENTS", s.EVENT_SUBJECTS, RetentionPolicy.LIMITS, 7 * DAY, "events, read by several services"),
     StreamDef("BKE_AGENT", s.AGENT_SUBJECTS, RetentionPolicy.LIMITS, 7 * DAY, "node agent commands, results, registrations",
-              max_consumers=AGENT_MAX_CONSUMERS),
+              max_consumers=AGENT_MAX_CONSUMERS, max_msgs_per_subject=quotas.AGENT_SUBJECT_MSGS),
     StreamDef("BKE_DEADLETTER", (s.DEADLETTER + ".>",), RetentionPolicy.LIMITS, 30 * DAY, "messages given up on"),
 )
 
 
 async def ensure_streams(js: JetStreamContext, streams: tuple[StreamDef, ...] = STREAMS,
-                         replicas: int | None = None) -> None:
+                         replicas: int | None = None, clusters: int | None = None) -> None:
     """Create missing streams and buckets; bring existing ones back to the declared config (and,
-    when `replicas` is given, to that many replicas). Idempotent. Deploy time only: see the
-    module docstring."""
+    when `replicas` is given, to that many replicas; sized for `clusters` clusters, bke.bus.quotas,
+    one if None and the stream has no size yet). Idempotent. Deploy time only: see the module
+    docstring."""
     for d in streams:
-        cfg = d.config(replicas or 1)
+        cfg = d.config(replicas or 1, clusters or 1)
         try:
             info = await js.stream_info(d.name)
         except NotFoundError:
@@ -106,11 +112,13 @@ async def ensure_streams(js: JetStreamContext, streams: tuple[StreamDef, ...] = 
             continue
         if replicas is None:
             cfg.num_replicas = info.config.num_replicas  # kept: see the module docstring
-        problems = stream_problems(d, info.config, replicas)
+        if clusters is None and (info.config.max_bytes or -1) > 0:
+            cfg.max_bytes = info.config.max_bytes  # sized by an earlier `--clusters`: kept
+        problems = stream_problems(d, info.config, replicas, clusters)
         if problems:  # the declared config put back, whatever was changed (a sealed stream stays refused)
             await js.update_stream(cfg)
             log.info("stream updated", extra={"stream": d.name, "replicas": cfg.num_replicas, "problems": problems})
-    await ensure_buckets(js, replicas)
+    await ensure_buckets(js, replicas, clusters)
 
 
 class StreamsNotDeclared(PermanentError):
@@ -118,12 +126,14 @@ class StreamsNotDeclared(PermanentError):
     with another release). Not retried by the service: the operator runs `bke streams ensure`."""
 
 
-def stream_problems(d: StreamDef, found: StreamConfig | None, replicas: int | None = None) -> list[str]:
+def stream_problems(d: StreamDef, found: StreamConfig | None, replicas: int | None = None,
+                    clusters: int | None = None) -> list[str]:
     """What differs between a declared stream and the config the server has (empty: as declared).
-    Only what BKE declares is compared, so a server's own defaults never count as drift."""
+    Only what BKE declares is compared, so a server's own defaults never count as drift. Without
+    `clusters` (a service's check) any size will do, but a stream must have one."""
     if found is None:
         return [f"stream {d.name}: missing"]
-    want = d.config(replicas or 1)
+    want = d.config(replicas or 1, clusters or 1)
     out = []
     if sorted(found.subjects or []) != sorted(want.subjects or []):
         out.append(f"stream {d.name}: subjects {sorted(found.subjects or [])} (declared {sorted(want.subjects or [])})")
@@ -133,6 +143,9 @@ def stream_problems(d: StreamDef, found: StreamConfig | None, replicas: int | No
         out.append(f"stream {d.name}: max_consumers {found.max_consumers} (declared {d.max_consumers})")
     if replicas is not None and found.num_replicas != replicas:
         out.append(f"stream {d.name}: {found.num_replicas} replicas (this deployment wants {replicas})")
+    out += _size_problems(f"stream {d.name}", found.max_bytes, want.max_bytes, clusters)
+    if (found.max_msgs_per_subject or -1) != d.max_msgs_per_subject:
+        out.append(f"stream {d.name}: {found.max_msgs_per_subject} messages per subject (declared {d.max_msgs_per_subject})")
     # What a stream admin could add to turn the stream into something else: another stream's
     # messages copied in, its subjects rewritten, or writes refused for ever.
     if found.sources or found.mirror:
@@ -144,8 +157,14 @@ def stream_problems(d: StreamDef, found: StreamConfig | None, replicas: int | No
     return out
 
 
+def _size_problems(what: str, found: int | None, want: int | None, clusters: int | None) -> list[str]:
+    if clusters is None:
+        return [] if (found or -1) > 0 else [f"{what}: no max_bytes (declared one)"]
+    return [] if found == want else [f"{what}: max_bytes {found} (declared {want} for {clusters} clusters)"]
+
+
 async def check_streams(js: JetStreamContext, replicas: int | None = None,
-                        streams: tuple[StreamDef, ...] = STREAMS) -> list[str]:
+                        streams: tuple[StreamDef, ...] = STREAMS, clusters: int | None = None) -> list[str]:
     """Every problem with the declared streams and buckets as the server has them; reads only."""
     out: list[str] = []
     for d in streams:
@@ -153,7 +172,7 @@ async def check_streams(js: JetStreamContext, replicas: int | None = None,
             found: StreamConfig | None = (await js.stream_info(d.name)).config
         except NotFoundError:
             found = None
-        out += stream_problems(d, found, replicas)
+        out += stream_problems(d, found, replicas, clusters)
     for bucket, _ in BUCKETS:
         try:
             info = await js.stream_info(f"OBJ_{bucket}")
@@ -164,6 +183,8 @@ async def check_streams(js: JetStreamContext, replicas: int | None = None,
             out.append(f"bucket {bucket}: {info.config.num_replicas} replicas (this deployment wants {replicas})")
         if bucket in APPEND_ONLY_BUCKETS and not _append_only(info.config):
             out.append(f"bucket {bucket}: allows rollups, deletes or purges (declared append-only)")
+        out += _size_problems(f"bucket {bucket}", info.config.max_bytes, quotas.max_bytes(f"OBJ_{bucket}", clusters or 1),
+                              clusters)
     return out
 
 
@@ -171,14 +192,15 @@ def _append_only(cfg: StreamConfig) -> bool:
     return not cfg.allow_rollup_hdrs and bool(cfg.deny_delete) and bool(cfg.deny_purge)
 
 
-def bucket_config(bucket: str, replicas: int = 1) -> ObjectStoreConfig:
-    """An object bucket's configuration: its replicas and its objects' time to live (BUCKET_TTL_S)."""
+def bucket_config(bucket: str, replicas: int = 1, clusters: int = 1) -> ObjectStoreConfig:
+    """An object bucket's configuration: its replicas, its objects' time to live (BUCKET_TTL_S)
+    and its size (bke.bus.quotas)."""
     summary = dict(BUCKETS).get(bucket, "")
     return ObjectStoreConfig(bucket=bucket, description=summary, storage=StorageType.FILE, replicas=replicas,
-                             ttl=BUCKET_TTL_S.get(bucket))
+                             ttl=BUCKET_TTL_S.get(bucket), max_bytes=quotas.max_bytes(f"OBJ_{bucket}", clusters))
 
 
-async def ensure_buckets(js: JetStreamContext, replicas: int | None = None) -> None:
+async def ensure_buckets(js: JetStreamContext, replicas: int | None = None, clusters: int | None = None) -> None:
     """Each object bucket of BUCKETS, created with `replicas` (one if None) and its time to live,
     or brought to them (a bucket made before its time to live was declared gets it; None keeps
     an existing bucket's replicas)."""
@@ -186,7 +208,7 @@ async def ensure_buckets(js: JetStreamContext, replicas: int | None = None) -> N
         try:
             info = await js.stream_info(f"OBJ_{bucket}")
         except NotFoundError:
-            await js.create_object_store(bucket, config=bucket_config(bucket, replicas or 1))
+            await js.create_object_store(bucket, config=bucket_config(bucket, replicas or 1, clusters or 1))
             log.info("object bucket created", extra={"bucket": bucket, "replicas": replicas or 1})
             info = await js.stream_info(f"OBJ_{bucket}")
             if bucket not in APPEND_ONLY_BUCKETS:
@@ -194,8 +216,12 @@ async def ensure_buckets(js: JetStreamContext, replicas: int | None = None) -> N
         ttl = BUCKET_TTL_S.get(bucket, 0.0)
         want = info.config.num_replicas if replicas is None else replicas
         as_declared = bucket not in APPEND_ONLY_BUCKETS or _append_only(info.config)
-        if info.config.num_replicas != want or (info.config.max_age or 0.0) != ttl or not as_declared:
-            info.config.num_replicas, info.config.max_age = want, ttl
+        size = quotas.max_bytes(f"OBJ_{bucket}", clusters or 1)
+        if clusters is None and (info.config.max_bytes or -1) > 0:
+            size = info.config.max_bytes  # sized by an earlier `--clusters`: kept
+        if (info.config.num_replicas != want or (info.config.max_age or 0.0) != ttl or not as_declared
+                or info.config.max_bytes != size):
+            info.config.num_replicas, info.config.max_age, info.config.max_bytes = want, ttl, size
             if bucket in APPEND_ONLY_BUCKETS:  # nats-server lets these be turned on, never off
                 info.config.allow_rollup_hdrs, info.config.deny_delete, info.config.deny_purge = False, True, True
             await js.update_stream(info.config)

@@ -75,7 +75,7 @@ def node_conf(node: NatsNode, nodes: list[NatsNode], store: Path, route_password
         f"host: {HOST}\nport: {node.port}\n"
         f'http: "{HOST}:{node.http_port}"\n'
         "max_control_line: 16384\n"  # a service's user JWT lists its subjects (bke.runtime.embedded)
-        f'jetstream {{\n  store_dir: "{store}"\n  max_mem: 256MB\n  max_file: 2GB\n}}\n'
+        f'jetstream {{\n  store_dir: "{store}"\n  max_mem: 256MB\n  max_file: 8GB\n}}\n'
         f"cluster {{\n  name: {CLUSTER_NAME}\n  listen: \"{HOST}:{node.route_port}\"\n"
         f'  authorization {{\n    user: {ROUTE_USER}\n    password: "{route_password}"\n  }}\n'
         f"  routes: [{routes}]\n}}\n"

@@ -58,6 +58,6 @@ def declare_streams(nats_url: str, authority: Authority | None, tls_ca: str | No
             user = authority.user(name, role_permissions("streams"), iat=now, expires=now + DEPLOY_IDENTITY_TTL_S)
             access = BusAccess(nats_url, write_creds(Path(tmp) / "streams.creds", user.creds), inbox_prefix(name),
                                access.tls_ca)
-        problems = run_blocking(declare(access, replicas))
+        problems = run_blocking(declare(access, replicas, clusters=1))
     if problems:
         raise RuntimeError("streams not as declared after declaring them: " + "; ".join(problems))

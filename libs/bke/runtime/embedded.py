@@ -84,7 +84,8 @@ max_control_line: 16384
 jetstream {{
   store_dir: "{store}"
   max_mem: 256MB
-  max_file: 2GB
+  # reserved by the streams' max_bytes (bke.bus.quotas.storage_for), not taken from the disk
+  max_file: 8GB
 }}
 """
 
