@@ -12,7 +12,8 @@ and the patterns it may only read (`%R~glob`, Redis 7.0+). A family has one writ
 other user that needs it reads it: every service reads the plan, only the planner (and the
 upgrader, which replaces it when an upgrade succeeds) writes it; `bke:epoch` is written by the
 admin side only (bke.state.state_init), so no service can delete it and halt the others as
-"state lost". A read-only key must not be named in a script's KEYS: EVAL asks for write access
+"state lost". Shared by design: the operation slot (each operation claims it), the leases, and
+the addons and node-labels records the upgrader's steps keep as the install's do. A read-only key must not be named in a script's KEYS: EVAL asks for write access
 to every key it is given (Redis 7), so a script over a key its caller only reads is refused
 whole; such a caller reads that key with a WATCH instead (bke_upgrader.store).
 
@@ -53,7 +54,7 @@ PASSWORDS_FILE = "redis-users.json"  # in the runtime's work directory, mode 060
 # MONITOR, SHUTDOWN, ACL, and the other commands in those categories.
 SERVICE_COMMANDS = "-@all +@read +@write +@transaction +@scripting +@connection -@dangerous -@admin"
 
-_EPOCH = "bke:epoch"  # written by the admin side only (bke.state.state_init); every service reads it
+_EPOCH = "bke:epoch"  # written by the admin side only (bke.state.state_init); read by the services that watch it
 _PLAN = ("bke:*:plan", "bke:*:plan-meta")  # the planner writes, the upgrader replaces, every service reads
 _RENDER_FILES = ("bke:*:files:render", "bke:*:files:render:*")
 _CERTS_FILES = ("bke:*:files:certs", "bke:*:files:certs:*")
