@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -312,3 +313,41 @@ async def test_a_refusal_naming_another_node_is_dropped_and_counted(
     finally:
         await svc.stop()
         await r.aclose()
+
+
+# the signer's reads ----------------------------------------------------------------------------------
+async def test_the_signer_reads_each_binding_when_it_signs_or_once_for_a_chunk(
+        signing: tuple[CommandSigning, Redis], redis_client: Any) -> None:
+    from bke.contracts.agent import ProvisionAgent
+    from bke.secrets.binding import Binding
+    from bke.state.command_signing import PREFETCH_S, CommandSigning as Signing
+    from bke.state.keys import heartbeat_runtime_key, provisioned_agents_key
+
+    _, r = signing
+    clock = [0.0]
+    sign = Signing(r, lambda: SecretBox(b"\0" * 32), clock=lambda: clock[0])
+    cluster = "reads"
+    assert await sign.binding(cluster, "m1") is None  # nothing provisioned: unbound
+    inc = await _store_plan(r, cluster)
+    keys = {n: AgentIdentity.ephemeral() for n in ("m1", "m2", "m3")}
+
+    async def provision(node: str, ident: AgentIdentity) -> None:
+        await r.hset(provisioned_agents_key(cluster), node, ProvisionAgent(
+            cluster=cluster, node=node, agent_id=ident.agent_id, seal_public_key_b64=ident.public_key_b64).to_bytes())
+
+    for n, ident in keys.items():
+        await provision(n, ident)
+    runtime = {"agentVersion": "0.1.0", "python": "3.11", "machine": "x86_64"}
+    await r.hset(heartbeat_runtime_key(cluster), "m3", json.dumps(runtime))  # an agent older than binding
+    assert await sign.binding(cluster, "m1") == Binding(keys["m1"].agent_id, inc)
+    assert await sign.binding(cluster, "m3") is None
+    # a chunk's bindings read at once serve one command each; a node provisioned meanwhile is
+    # read again at its next command (and any prefetched one older than PREFETCH_S is)
+    await sign.prefetch(cluster, ["m1", "m2"])
+    newer = AgentIdentity.ephemeral()
+    await provision("m1", newer)
+    assert await sign.binding(cluster, "m1") == Binding(keys["m1"].agent_id, inc)  # as read for the chunk
+    assert await sign.binding(cluster, "m1") == Binding(newer.agent_id, inc)  # the next command reads again
+    await provision("m2", newer)
+    clock[0] = PREFETCH_S + 1
+    assert await sign.binding(cluster, "m2") == Binding(newer.agent_id, inc)

@@ -126,7 +126,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
             "node-labels": NodeLabelsWork(redis, nodes_api or LabNodes(), _now),
             "health": ApiHealthWork(redis, nodes_api, _now),  # the lab: nothing to ask an API
         }),
-        _now, settings.owner, settings.lease_ms, notify=notify, sign=signing.sign_bytes,
+        _now, settings.owner, settings.lease_ms, notify=notify, sign=signing.sign_bytes, prefetch=signing.prefetch,
     )
     pause_flags = PauseFlags(redis, "dispatcher")
     runner = Runner(engine, state, paused=pause_flags.is_paused)
@@ -137,7 +137,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         async def pods(plan):
             return {**await applier.pod_status(plan), **await periodic_doc(plan, api)}
     health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s, pods=pods, sign=signing.sign_bytes,
-                           owner=settings.owner)
+                           owner=settings.owner, prefetch=signing.prefetch)
     rotation_store = RotationStore(redis)
     rotations = Rotations(rotation_store, state, plans, files, svc.publish, _now, settings.owner, settings.lease_ms,
                           sign=signing.sign)

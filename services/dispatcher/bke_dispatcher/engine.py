@@ -23,7 +23,7 @@ from bke.state.operation_slot import release_operation
 
 from . import decide, readiness
 from .phases import PHASES, NodeInputs, Phase, agent_sealers
-from .signing import SignBytes
+from .signing import Prefetch, SignBytes
 from .state import DispatcherState
 
 __all__ = ["Engine", "Outcome", "command_id", "parse_command_id"]
@@ -67,8 +67,10 @@ class Engine:
         notify: Publish | None = None,
         *,
         sign: SignBytes,
+        prefetch: Prefetch | None = None,
     ):
         self.sign = sign  # every command is signed (signing.py): agents run nothing else
+        self.prefetch = prefetch  # the bindings of a chunk's commands, read in one round trip (signing.py)
         self.state, self.plans, self.files, self.publish = state, plans, files, publish
         self.checksums, self.local, self.now, self.owner, self.lease_ms = checksums, local, now, owner, lease_ms
         self.notify = notify or publish  # per-node progress events: many, and advisory
@@ -241,6 +243,8 @@ class Engine:
                 # `certs.sealed` said so, but the bundle is not there (yet): never send a node an
                 # empty certificates command; the runner comes back after the delay
                 raise TemporaryError(f"no sealed bundle stored for {', '.join(unsealed[:5])}", delay=1.0)
+            if self.prefetch is not None:
+                await self.prefetch(cluster, names)
             sent, pubs = {}, []
             for node in chunk:
                 h = node.hostname

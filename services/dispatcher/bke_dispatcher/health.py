@@ -20,7 +20,7 @@ from bke.state.lease import claim_lease
 
 from .phases import HEALTH, phase_by_slug
 from .steps import health_steps
-from .signing import SignBytes
+from .signing import Prefetch, SignBytes
 from .state import DispatcherState
 
 __all__ = ["HealthMonitor"]
@@ -28,6 +28,7 @@ __all__ = ["HealthMonitor"]
 log = logging.getLogger("bke.dispatcher.health")
 HEALTH_COMPONENTS = HEALTH
 ROUND_LEASE = "health-round"
+PREFETCH_CHUNK = 500  # health commands whose bindings are read in one round trip
 
 
 class HealthMonitor:
@@ -42,8 +43,10 @@ class HealthMonitor:
         *,
         sign: SignBytes,
         owner: str = "",
+        prefetch: Prefetch | None = None,
     ):
         self.sign = sign  # health commands are signed like every other (signing.py)
+        self.prefetch = prefetch  # the bindings of a chunk of the round, read in one round trip
         self.state, self.plans, self.publish, self.now, self.interval_s = state, plans, publish, now, interval_s
         self.pods = pods  # kube-system pod status via the kubernetes client (real clusters only)
         self._rounds = Periodic("health", interval_s, self.round, log)
@@ -73,7 +76,10 @@ class HealthMonitor:
             if self.pods is not None:
                 await self._record_pods(cluster, plan)
             rnd = int(await self.state.r.hincrby(health_meta_key(cluster), "round", 1))
-            for node in phase_by_slug("health").targets(plan):
+            targets = phase_by_slug("health").targets(plan)
+            for i, node in enumerate(targets):
+                if self.prefetch is not None and i % PREFETCH_CHUNK == 0:
+                    await self.prefetch(cluster, [n.hostname for n in targets[i:i + PREFETCH_CHUNK]])
                 # short waits: a round reports what answers now, it does not wait for recovery
                 steps = health_steps(plan, node, HEALTH_COMPONENTS, min(10.0, max(2.0, self.interval_s / 2)))
                 cmd = AgentCommand(

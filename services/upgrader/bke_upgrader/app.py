@@ -180,7 +180,8 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
                         component_timeout_s=settings.component_timeout_s, certs=certs,
                         release=ReleaseSource(settings.agent_release, settings.agent_confirm_timeout_s, redis)
                         if settings.agent_release else None,
-                        labels=_LabelsStep(NodeLabelsWork(redis, marker, _now)), membership=membership)
+                        labels=_LabelsStep(NodeLabelsWork(redis, marker, _now)), membership=membership,
+                        prefetch=signing.prefetch)
     # etcd disaster recovery (restores.py): the same store access, signing and lease as upgrades
     restore_store = RestoreStore(redis)
     pieces = PieceServer(restore_store, lambda: svc.nc.jetstream(), snapshots.key)

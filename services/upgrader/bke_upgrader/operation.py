@@ -50,6 +50,7 @@ from bke.etcdsnap.step import snapshot_step
 from bke.lifecycle.apply_run import JOIN_STEP, MEMBER_NODE_STEPS, REMOVE_STEP, member_commands
 from bke.plan import Plan, plan_spec_text
 from bke.state import PlanCache, RedisPlanStore, plan_digest
+from bke.state.command_signing import Prefetch
 from bke.state.lease import claim_lease, release_lease
 from bke.state.operation_slot import operation_holder, release_operation, start_in_slot
 from bke.state.operation_slot import refusal as slot_refusal
@@ -108,6 +109,7 @@ WAIT_S = 5.0  # re-check a batch in flight this often even without a result
 RESULTS_READ_EVERY_S = 1.0
 COMMAND_TTL_S = 3600.0
 SEND_YIELD_EVERY = 32  # commands built between two turns of the event loop (see _send)
+PREFETCH_CHUNK = 500  # commands whose bindings are read in one round trip (see _send)
 # The field of the run's answers hash that keeps the plan a changed spec's run started from,
 # once the run swapped in its own plan (a join needs the stored plan to name the new nodes).
 BASE_PLAN_FIELD = "apply:base-plan"
@@ -172,8 +174,9 @@ class Upgrades:
                  snapshots: SnapshotSetup, answer_deadline_s: float = 1800.0,
                  component_timeout_s: float = 180.0, certs: UpgradeCerts | None = None,
                  release: ReleaseSource | None = None, labels: Labels | None = None,
-                 membership: ApplyMembership | None = None):
+                 membership: ApplyMembership | None = None, prefetch: Prefetch | None = None):
         self.snapshots = snapshots
+        self.prefetch = prefetch  # a batch's command bindings, read in one round trip (bke.state.command_signing)
         self.certs = certs or UpgradeCerts(store, publish)
         self.membership = membership or ApplyMembership(store, publish)
         self.release = release  # the agent release the agents step installs (None: version check only)
@@ -581,6 +584,8 @@ class Upgrades:
         updates = await self.release.updates(run.cluster, hosts) if step == "agents" and self.release else None
         binaries: BinariesMemo = {}  # one batch: the same plans and sums for every node
         for i, host in enumerate(hosts):
+            if self.prefetch is not None and i % PREFETCH_CHUNK == 0:
+                await self.prefetch(run.cluster, hosts[i:i + PREFETCH_CHUNK])
             try:
                 update = updates.step(host) if updates is not None else None  # a ReleaseError fails this node
                 if step == "etcd-snapshots":  # taken from the running members: the plan the cluster runs now
