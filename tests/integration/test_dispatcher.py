@@ -13,6 +13,7 @@ from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.certs import CERTS_ISSUED, CERTS_SEALED, CertsIssued, CertsSealed
 from bke.contracts.render import MANIFESTS_RENDERED, ManifestsRendered
 from bke.plan import plan_spec_text
+from bke.secrets.binding import Served
 from bke.state import RedisPlanStore, plan_digest
 from bke.state.keys import addon_manifests_key, addons_key, plan_key, plan_meta_key
 from bke.state.nodefiles import RedisNodeFiles, file_from_bytes
@@ -21,7 +22,7 @@ from bke_agent.settings import AgentSettings
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 from bke_dispatcher.state import DispatcherState
-from tests.trust_helpers import deployment_key
+from tests.trust_helpers import deployment_key, provision
 
 pytestmark = pytest.mark.integration
 
@@ -96,6 +97,7 @@ async def test_two_replicas_install_once(nats_url, redis_url, redis_client, nats
             await svc.start()
             replicas.append(svc)
         fleet = await _null_fleet(nats_client, js, nats_url, "twice", plan, r, operator_box)
+        await provision(r, "twice", fleet.identities())  # every command is then bound to its agent's key
         async with EventWatch(nats_client, ["bke.v1.install.twice.finished"]) as watch:
             await fleet.start()
             await _announce(js, "twice", digest, [n.hostname for n in plan.nodes], _ids(fleet))
@@ -103,6 +105,9 @@ async def test_two_replicas_install_once(nats_url, redis_url, redis_client, nats
         assert done.data["status"] == "Succeeded"
         # node-env x4, certs x4, etcd x3, init x1, join x2, workers x1, health x4: each ran once
         assert fleet.executed == 19 and fleet.replayed == 0
+        incarnation = await RedisPlanStore(r).incarnation("twice")
+        assert incarnation and {n: loop.served.load() for n, loop in fleet.loops.items()} == {
+            n: Served(i.agent_id, incarnation) for n, i in fleet.identities().items()}
         recorded = await r.hgetall(addons_key("twice"))
         assert sorted(recorded) == [b"calico", b"coredns", b"kube-proxy", b"rbac"]  # calico: the lab stand-in
     finally:
