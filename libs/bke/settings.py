@@ -56,6 +56,9 @@ class ServiceSettings(BaseSettings):
     # in-process (tests); 0: any free port. Loopback by default: a container sets 0.0.0.0.
     http_host: str = Field("127.0.0.1", validation_alias=AliasChoices("BKE_HTTP_HOST", "http_host"))
     http_port: int | None = Field(None, ge=0, le=65535, validation_alias=AliasChoices("BKE_HTTP_PORT", "http_port"))
+    # A bearer token every request but the probes must carry; required when http_host is not a
+    # loopback address (bke.http.token_gate).
+    http_token_file: Path | None = Field(None, validation_alias=AliasChoices("BKE_HTTP_TOKEN_FILE", "http_token_file"))
     # How often one message may fail unexpectedly before it is dead-lettered.
     max_deliver: int = 5
     # How long the server waits for an ack before it gives the message to another replica (or

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 CHECK_JSONSCHEMA = Path(sys.executable).parent / "check-jsonschema"
 # Set only in containers: the lab's services listen on loopback at their default ports.
-CONTAINER_ONLY = {"BKE_HTTP_HOST", "BKE_HTTP_PORT"}
+CONTAINER_ONLY = {"BKE_HTTP_HOST", "BKE_HTTP_PORT", "BKE_HTTP_TOKEN_FILE"}
 # Set by the lab only when its NATS runs over TLS (`bke lab install --tls`).
 LAB_TLS_ONLY = {"BKE_NATS_TLS_CA"}
 

@@ -86,7 +86,8 @@ def test_each_service_deployment(service: str) -> None:
     # every file the env names is mounted from a volume of the pod
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    for key in ("BKE_NATS_CREDS", "BKE_SECRET_KEY_FILE"):
+    assert "BKE_HTTP_TOKEN_FILE" in env  # BKE_HTTP_HOST 0.0.0.0 below: the dashboard asks for a token
+    for key in ("BKE_NATS_CREDS", "BKE_SECRET_KEY_FILE", "BKE_HTTP_TOKEN_FILE"):
         if key in env:
             path = Path(env[key]["value"])
             volume = volumes[mounts[str(path.parent)]]
@@ -121,3 +122,16 @@ def test_reference_values_for_a_nats_cluster_and_redis_sentinel() -> None:
     readme = (K8S / "README.md").read_text()
     for needle in ("nats-values.yaml", "redis-values.yaml", "bke identities init", "bke.runtime.redis_acl"):
         assert needle in readme
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_service_has_a_network_policy_narrower_than_the_default_deny(service: str) -> None:
+    deny = _find("NetworkPolicy", "default-deny")
+    assert deny["spec"]["podSelector"] == {} and sorted(deny["spec"]["policyTypes"]) == ["Egress", "Ingress"]
+    assert "ingress" not in deny["spec"] and "egress" not in deny["spec"]
+    pol = _find("NetworkPolicy", f"bke-{service}")
+    assert pol["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": f"bke-{service}"}
+    (ingress,) = pol["spec"]["ingress"]
+    assert ingress["ports"] == [{"protocol": "TCP", "port": DEFAULT_HTTP_PORTS[service]}]
+    egress_ports = {p["port"] for rule in pol["spec"]["egress"] for p in rule["ports"]}
+    assert egress_ports == {53, 4222, 6379, 26379} | ({6443} if service in ("dispatcher", "upgrader") else set())

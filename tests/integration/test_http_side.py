@@ -12,6 +12,7 @@ import pytest
 
 from bke.bus import EventWatch
 from bke.contracts import INSTALL_CLUSTER, PLAN_CREATED
+from bke.http.token_gate import ExposedWithoutToken
 from bke_planner.app import create_service
 from bke_planner.settings import PlannerSettings
 
@@ -90,3 +91,29 @@ async def test_no_port_no_http(nats_url, redis_url):
     svc = create_service(PlannerSettings(nats_url=nats_url, redis_url=redis_url))
     await svc.start_http()
     assert svc.http is None
+
+
+async def test_an_exposed_dashboard_asks_for_its_bearer_token(nats_url, redis_url, tmp_path):
+    """Beyond loopback the service refuses to start without a token; with one, every request but
+    the probes needs it (the probes stay open for the kubelet and Docker)."""
+    exposed = create_service(PlannerSettings(nats_url=nats_url, redis_url=redis_url, http_port=0, http_host="0.0.0.0"))
+    with pytest.raises(ExposedWithoutToken, match="BKE_HTTP_TOKEN_FILE"):
+        await exposed.start_http()
+    assert exposed.http is None
+    token = "t0ken-" + uuid.uuid4().hex
+    (tmp_path / "token").write_text(token + "\n")
+    svc = create_service(PlannerSettings(nats_url=nats_url, redis_url=redis_url, http_port=0, http_host="0.0.0.0",
+                                         http_token_file=tmp_path / "token"))
+    await svc.start_http()
+    try:
+        assert svc.http is not None
+        async with httpx.AsyncClient(base_url=svc.http.url, timeout=5) as http:
+            assert (await http.get("/healthz")).status_code == 200
+            assert (await http.get("/readyz")).status_code in (200, 503)  # open; ready or not
+            for path in ("/metrics", "/", "/asyncapi"):
+                refused = await http.get(path)
+                assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer"), path
+                assert (await http.get(path, headers={"Authorization": "Bearer wrong-token-123456"})).status_code == 401
+                assert (await http.get(path, headers={"Authorization": f"Bearer {token}"})).status_code == 200, path
+    finally:
+        await svc.stop_http()

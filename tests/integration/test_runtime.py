@@ -29,6 +29,14 @@ def test_runtime_json_lists_live_servers(runtime: EmbeddedRuntime) -> None:
     assert "max_mem: 256MB" in (runtime.workdir / "nats.conf").read_text()
 
 
+def test_server_logs_are_the_owners_alone(runtime: EmbeddedRuntime) -> None:
+    logs = runtime.workdir / "logs"
+    assert logs.stat().st_mode & 0o777 == 0o700
+    files = sorted(logs.glob("*.log"))
+    assert [f.name for f in files] == ["nats-server.log", "redis-server.log"]
+    assert all(f.stat().st_mode & 0o777 == 0o600 for f in files)
+
+
 def test_second_ensure_started_reuses_the_same_processes(runtime: EmbeddedRuntime) -> None:
     assert EmbeddedRuntime(runtime.workdir, auth=False).ensure_started() == runtime.info
     assert runtime.start() == runtime.info  # `start` is the alias

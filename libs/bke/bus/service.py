@@ -211,8 +211,12 @@ class Service:
             return
         from ..http.app import build_app
         from ..http.server import HttpServer
+        from ..http.token_gate import TokenGate, read_token
 
-        app = build_app(self.name, self.metrics, self.readiness.snapshot, self.http_routes)
+        token = read_token(self.settings.http_token_file, self.settings.http_host)
+        app: Any = build_app(self.name, self.metrics, self.readiness.snapshot, self.http_routes)
+        if token is not None:
+            app = TokenGate(app, token)
         server = HttpServer(app, self.settings.http_host, self.http_port, self.name)
         await server.start()
         self.http = server

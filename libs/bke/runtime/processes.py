@@ -226,7 +226,12 @@ class ManagedProcess:
     def start(cls, name: str, argv: Sequence[str | os.PathLike[str]], log_path: Path,
               env: Mapping[str, str] | None = None, cwd: Path | None = None) -> ManagedProcess:
         """Spawn ``argv`` in its own session with stdout+stderr appended to ``log_path``."""
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        # 0700 / 0600: a process's log names clusters, nodes and addresses, and a crash's
+        # traceback may hold more; only the lab's owner reads it
+        log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        log_path.parent.chmod(0o700)
+        os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        log_path.chmod(0o600)
         args = tuple(os.fspath(a) for a in argv)
         with open(log_path, "ab") as out:  # the child keeps its own copy of the descriptor
             proc = subprocess.Popen(
