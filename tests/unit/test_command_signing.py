@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from bke.contracts.agent import (
-    COMMAND_VALIDITY_S, AgentCommand, CommandRefused, CommandResult, HealthProbe, NewFile, ReplaceFiles, RunProgram,
+    CLOCK_SKEW_S, COMMAND_VALIDITY_S, AgentCommand, CommandRefused, CommandResult, HealthProbe, NewFile, ReplaceFiles, RunProgram,
     WaitHealth,
 )
 from bke.secrets import SecretBox
@@ -103,13 +103,16 @@ async def test_a_replayed_id_is_answered_from_the_journal_without_running_even_w
 
 
 def test_journal_outlives_the_validity_window() -> None:
-    """Why a replay is answered or refused, never run again: ids are kept longer than a command
-    is valid (agent journal 8 days by default; commands 7 days, the agent stream's max age)."""
+    """Why a replay is answered or refused, never run again: a result is kept past its command's
+    expiry (journal.EXPIRED_KEPT_S), and a bare one longer than a command is valid (commands 7
+    days, the agent stream's max age), whatever `journal_keep_days` says."""
     from bke.bus.streams import STREAMS
+    from bke_agent.journal import EXPIRED_KEPT_S
 
     agent_stream = next(s for s in STREAMS if s.name == "BKE_AGENT")
     assert COMMAND_VALIDITY_S <= agent_stream.max_age_s
-    assert AgentSettings(cluster="c", node="n").journal_keep_days * 86400 > COMMAND_VALIDITY_S + 300
+    assert EXPIRED_KEPT_S > CLOCK_SKEW_S
+    assert AgentSettings(cluster="c", node="n").journal_keep_days * 86400 > COMMAND_VALIDITY_S + CLOCK_SKEW_S
 
 
 def test_the_signing_key_is_made_once_and_stored_encrypted(tmp_path) -> None:

@@ -96,9 +96,10 @@ UPGRADER_RESULT = "upgrader-result"
 HEARTBEAT_PREFIX = "bke.v1.heartbeat"  # outside the agent stream: heartbeats are not kept
 OUTPUT_LIMIT = 4096  # bytes of stdout/stderr kept per step
 # A command is valid for as long as the agent stream keeps it (BKE_AGENT max age, 7 days: one
-# that waited there while its agent was down still runs), which is less than the agent journal
-# keeps ids (8 days, agent settings `journal_keep_days`): a captured command replayed while
-# valid is answered from the journal without running; after that it is refused as stale.
+# that waited there while its agent was down still runs). The agent journal keeps each result
+# until a day after its command expired (agent/bke_agent/journal.py): a captured command
+# replayed while valid is answered from the journal without running; after that it is refused
+# as stale.
 COMMAND_VALIDITY_S = 7 * 86400
 CLOCK_SKEW_S = 300  # how far a node's clock may be behind the dispatcher's ("not yet valid")
 AGENTS_PROVISION = "bke.v1.agents.provision"
