@@ -84,6 +84,7 @@ COMMAND_BINDING = 1  # the form of binding this code signs and checks (agentId +
 INCARNATION_PATTERN = r"^(\d{8}T\d{12}Z-[0-9a-f]{16})?$"  # "" for a cluster planned before incarnations
 _INCARNATION = re.compile(INCARNATION_PATTERN)
 _TIME_FORMAT = "%Y%m%dT%H%M%S%fZ"
+_TIME_LEN = 22  # the time part of an incarnation, fixed width: ids of one name sort by it
 
 
 def new_incarnation(now: datetime, token: str) -> str:
@@ -97,7 +98,7 @@ def new_incarnation(now: datetime, token: str) -> str:
 def newer_incarnation(new: str, old: str) -> bool:
     """Whether `new` was made after `old` ("" is older than any). Two different ids made at the
     same microsecond are neither: they cannot both be one name's."""
-    return new != old and new[:22] > old[:22]
+    return new != old and new[:_TIME_LEN] > old[:_TIME_LEN]
 
 
 @dataclass(frozen=True)
