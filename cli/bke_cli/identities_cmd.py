@@ -65,14 +65,15 @@ def _registry(redis_url: Optional[str]) -> IdentityRegistry:
 
 def _row(r: IdentityRecord) -> str:
     state = "active" if r.active else f"revoked@{r.revoked_at}"
-    return f"{r.name:<40} {r.role:<10} {r.public[:12]}…  issued@{r.issued_at}  {state}"
+    expires = f"expires@{r.expires_at}" if r.expires_at else "no expiry"
+    return f"{r.name:<40} {r.role:<10} {r.public[:12]}…  issued@{r.issued_at}  {expires}  {state}"
 
 
 @ids.command("list")
 def list_cmd(workdir: Optional[Path] = WORKDIR, redis_url: Optional[str] = REDIS,
              role: Optional[str] = typer.Option(None, "--role"), cluster: Optional[str] = typer.Option(None, "--cluster"),
              output: str = typer.Option("text", "-o", help="text or json")) -> None:
-    """Every identity issued: name, role, public key, when issued, whether revoked."""
+    """Every identity issued: name, role, public key, when issued, when it expires, whether revoked."""
     registry = _lab(workdir).registry if workdir else _registry(redis_url)
     rows = registry.list(role=role, cluster=cluster)
     if output == "json":
@@ -137,6 +138,27 @@ def rotate_cmd(name: str, workdir: Optional[Path] = WORKDIR, redis_url: Optional
         _push_or_say(registry, nats_url, system_creds)
     except (KeyError, UnknownIdentity):
         die(f"identity {name!r}: never issued", EXIT_INVALID)
+
+
+@ids.command("renew")
+def renew_cmd(out: Path = typer.Option(..., "--out", help="folder for creds/<name>.creds of each renewed identity"),
+              redis_url: Optional[str] = REDIS,
+              role: list[str] = typer.Option([], "--role", help="only these roles (repeatable); agents are renewed "
+                                             "by provisioning them again")) -> None:
+    """Every live identity in the last third of its lifetime gets a new creds file; the old one
+    is not revoked and serves until it expires (so a running process is not cut off). Install
+    the new files (the Secrets, compose's creds) and restart the processes before then."""
+    registry = _registry(redis_url)
+    roles = tuple(role) or tuple(r for r in ROLES if r != "agent")
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown:
+        die(f"--role: {', '.join(unknown)} not one of {', '.join(ROLES)}", EXIT_INVALID)
+    due = registry.due(roles=roles)
+    for record in due:
+        path = write_creds(out / "creds" / f"{record.name}.creds", registry.renew(record.name).creds)
+        print(f"{record.name}: {path}")
+    if not due:
+        print("nothing to renew: every identity has more than a third of its lifetime left")
 
 
 @ids.command("revoke")

@@ -48,6 +48,7 @@ from .jetstream_grants import (
 
 __all__ = [
     "AGENT_STREAM",
+    "IDENTITY_TTL_S",
     "JS_API",
     "RESPONSE_TTL_S",
     "ROLES",
@@ -65,6 +66,17 @@ __all__ = [
 SERVICE_ROLES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
 Kind = Literal["service", "cli", "dashboard", "agent", "deploy"]
 RESPONSE_TTL_S = 60  # how long after a request its one answer may be published
+DAY_S = 86400
+# How long an issued identity's JWT is valid (its `exp`): nats-server refuses it afterwards and
+# closes a connection that outlives it. Renewal (bke.auth.registry.IdentityRegistry.renew, `bke
+# identities renew`, the lab at each start) issues a new one in the last third of this, without
+# revoking the old one, which expires on its own. An agent's lasts longer: it is renewed by
+# provisioning the node again (`bke identities provision agent`, `bke agent bootstrap`).
+IDENTITY_TTL_S: dict[str, int] = {
+    "planner": 90 * DAY_S, "certs": 90 * DAY_S, "renderer": 90 * DAY_S, "dispatcher": 90 * DAY_S,
+    "upgrader": 90 * DAY_S, "operator": 30 * DAY_S, "dashboard": 90 * DAY_S, "streams": 30 * DAY_S,
+    "agent": 365 * DAY_S,
+}
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import redis
 from ..secrets.at_rest import SecretBox
 from ..state.keys import auth_authority_key, auth_identities_key
 from .authority import Authority, IssuedUser, new_authority
-from .permissions import ROLES, agent_permissions, identity_name, inbox_prefix, role_permissions
+from .permissions import IDENTITY_TTL_S, ROLES, agent_permissions, identity_name, inbox_prefix, role_permissions
 
 __all__ = ["IdentityRecord", "IdentityRegistry", "UnknownIdentity"]
 
@@ -45,11 +45,18 @@ class IdentityRecord:
     cluster: str | None = None
     node: str | None = None
     revoked_at: int | None = None
-    previous: str | None = None  # the key this one replaced (a rotation)
+    previous: str | None = None  # the key this one replaced (a rotation or a renewal)
+    expires_at: int | None = None  # its JWT's `exp` (None: issued before identities expired)
 
     @property
     def active(self) -> bool:
         return self.revoked_at is None
+
+    def due(self, now: int) -> bool:
+        """In the last third of its lifetime (or past it, or with no expiry at all): renew it."""
+        if self.expires_at is None:
+            return True
+        return now >= self.expires_at - (self.expires_at - self.issued_at) // 3
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -96,8 +103,11 @@ class IdentityRegistry:
         return sorted((r for r in records if (role is None or r.role == role) and (cluster is None or r.cluster == cluster)),
                       key=lambda r: r.name)
 
-    def issue(self, role: str, cluster: str | None = None, node: str | None = None) -> IssuedUser:
-        """Mint a new identity; a live one of the same name is revoked (that is a rotation)."""
+    def issue(self, role: str, cluster: str | None = None, node: str | None = None, *,
+              revoke_old: bool = True) -> IssuedUser:
+        """Mint a new identity, valid IDENTITY_TTL_S of its role. A live one of the same name is
+        revoked (a rotation), unless `revoke_old` is false (a renewal: the old one serves until
+        it expires, so that a process still holding it is not cut off)."""
         if role not in ROLES:
             raise ValueError(f"role: unknown role {role!r}; known: {', '.join(sorted(ROLES))}")
         name = identity_name(role, cluster, node)
@@ -109,14 +119,27 @@ class IdentityRegistry:
             perms = role_permissions(role, name)
         now = self.clock()
         old = self.get(name)
-        user = authority.user(name, perms, iat=now, random=self.random)
-        if old is not None and old.active:
+        expires = now + IDENTITY_TTL_S[role]
+        user = authority.user(name, perms, iat=now, expires=expires, random=self.random)
+        if old is not None and old.active and revoke_old:
             authority.revoke(old.public, now)
             self.save_authority(authority)
         record = IdentityRecord(name, role, user.public, user.jti, inbox_prefix(name), now, cluster, node,
-                                previous=old.public if old is not None else None)
+                                previous=old.public if old is not None else None, expires_at=expires)
         self.redis.hset(auth_identities_key(), name, record.to_json())
         return user
+
+    def renew(self, name: str) -> IssuedUser:
+        """A new JWT and key for a live identity, the old one left to expire (see `issue`)."""
+        record = self.get(name)
+        if record is None or not record.active:
+            raise UnknownIdentity(f"identity {name!r}: never issued, or revoked")
+        return self.issue(record.role, record.cluster, record.node, revoke_old=False)
+
+    def due(self, *, now: int | None = None, roles: tuple[str, ...] | None = None) -> builtins.list[IdentityRecord]:
+        """Live identities in the last third of their lifetime (of `roles`, if given)."""
+        at = self.clock() if now is None else now
+        return [r for r in self.list() if r.active and r.due(at) and (roles is None or r.role in roles)]
 
     def revoke(self, name: str) -> IdentityRecord:
         record = self.get(name)

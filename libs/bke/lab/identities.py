@@ -80,7 +80,11 @@ class LabIdentities:
         path = creds_path(self.workdir, name)
         record = self.registry.get(name)
         if record is not None and record.active and _creds_public(path) == record.public:
-            return path
+            if not record.due(self.clock()):
+                return path
+            # in the last third of its life: a new one, the old left to expire (a running
+            # process keeps its connection until then)
+            return write_creds(path, self.registry.renew(name).creds)
         user = self.registry.issue(role, cluster, node)
         write_creds(path, user.creds)
         if record is not None and record.active:  # the old key was revoked by issue()
