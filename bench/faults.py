@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from bke.bus import EventWatch, ensure_streams, put_blob
+from bke.bus import EventWatch, put_blob
 from bke.bus.connect import connect_nats
 from bke.bus.streams import OBJECT_BUCKET
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
@@ -98,7 +98,6 @@ async def run(nodes: int, failing: float, slow: float, slow_s: float, workdir: P
     slowed = set(rng.sample(sorted(set(workers) - broken), max(1, round(nodes * slow)) if slow else 0))
     nc = await connect_nats(info.nats_url)
     js = nc.jetstream(timeout=30)
-    await ensure_streams(js)
     await sup.wait_services_ready(js)
     backends: dict[str, FaultyBackend] = {}
     try:

@@ -41,7 +41,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from bke.bus import EventWatch, ensure_streams, put_blob
+from bke.bus import EventWatch, put_blob
 from bke.bus.streams import OBJECT_BUCKET
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
 from bke.contracts.agent import agent_subject
@@ -85,7 +85,6 @@ async def installed_lab(nodes: int, workdir: Path) -> AsyncIterator[InstalledLab
     hostnames = [f"n{i}" for i in range(nodes)]
     nc = await connect_nats(info.nats_url)
     js = nc.jetstream(timeout=30)
-    await ensure_streams(js)
     await sup.wait_services_ready(js)
     fleet: Fleet | None = None
     try:
@@ -160,7 +159,6 @@ async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
     per_node = [commands // nodes + (1 if i < commands % nodes else 0) for i in range(nodes)]
     nc = await connect_nats(info.nats_url)
     js = nc.jetstream(timeout=30)
-    await ensure_streams(js)
     got = 0
     finished = asyncio.Event()
     try:

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bke.bus import EventWatch, ensure_streams, put_blob
+from bke.bus import EventWatch, put_blob
 from bke.bus.connect import connect_nats
 from bke.bus.streams import OBJECT_BUCKET
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
@@ -98,7 +98,6 @@ async def real_install(nodes: int, workdir: Path, timeout_s: float = 3600.0) -> 
     fleet: Fleet | None = None
     registrar: asyncio.Task[dict[str, float]] | None = None
     try:
-        await ensure_streams(js)
         await sup.wait_services_ready(js)
         sup.ensure_agents(info, plan, only=["n0"])  # the master: a real agent, its kubelet runs the control plane
         sup.ensure_kwok(info, plan)

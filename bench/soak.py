@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import redis
 
-from bke.bus import EventWatch, ensure_streams, put_blob
+from bke.bus import EventWatch, put_blob
 from bke.bus.connect import connect_nats
 from bke.bus.streams import OBJECT_BUCKET
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
@@ -64,7 +64,6 @@ async def one_round(sup: LabSupervisor, i: int, timeout: float) -> tuple[str, fl
     nc = await connect_nats(sup.operator_access(info))
     try:
         js = nc.jetstream(timeout=30)
-        await ensure_streams(js)
         async with EventWatch(nc, [f"bke.v1.install.{plan.cluster}.finished"]) as watch:
             t0 = time.perf_counter()
             ref = await put_blob(js, OBJECT_BUCKET, f"specs/{plan.cluster}.yaml", text.encode())

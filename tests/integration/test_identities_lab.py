@@ -20,7 +20,6 @@ from bke.auth.permissions import SERVICE_ROLES, identity_name, inbox_prefix
 from bke.auth.jwt import decode_jwt
 from tests.trust_helpers import SIGNER
 from bke.bus.connect import BusAccess, connect_nats, connect_options
-from bke.bus.streams import ensure_streams
 from bke.lab.identities import creds_path
 from bke.lab.supervisor import LabSupervisor
 from bke.runtime.binaries import nats_server_bin
@@ -184,9 +183,7 @@ async def test_an_agent_whose_identity_is_revoked_exits_to_be_restarted(tmp_path
     try:
         keeper = sup.identities(info)
         assert keeper is not None
-        watcher = await connect_nats(sup.operator_access(info))
-        await ensure_streams(watcher.jetstream())
-        await watcher.close()
+        # the streams: declared by the lab's start (its deploy step)
         dispatcher_env = keeper.env("dispatcher")
         dispatcher = await connect_nats(BusAccess(info.nats_url, Path(dispatcher_env["BKE_NATS_CREDS"]),
                                                   dispatcher_env["BKE_NATS_INBOX_PREFIX"]))
