@@ -216,9 +216,9 @@ async def ensure_buckets(js: JetStreamContext, replicas: int | None = None, clus
         ttl = BUCKET_TTL_S.get(bucket, 0.0)
         want = info.config.num_replicas if replicas is None else replicas
         as_declared = bucket not in APPEND_ONLY_BUCKETS or _append_only(info.config)
-        size = quotas.max_bytes(f"OBJ_{bucket}", clusters or 1)
-        if clusters is None and (info.config.max_bytes or -1) > 0:
-            size = info.config.max_bytes  # sized by an earlier `--clusters`: kept
+        found_size = info.config.max_bytes or -1
+        # without `clusters`, a size set by an earlier `--clusters` is kept
+        size = found_size if clusters is None and found_size > 0 else quotas.max_bytes(f"OBJ_{bucket}", clusters or 1)
         if (info.config.num_replicas != want or (info.config.max_age or 0.0) != ttl or not as_declared
                 or info.config.max_bytes != size):
             info.config.num_replicas, info.config.max_age, info.config.max_bytes = want, ttl, size
