@@ -21,6 +21,7 @@ from bke.auth.authority import write_creds
 from bke.auth.permissions import ROLES, SERVICE_ROLES, identity_name
 from bke.auth.push import push_account
 from bke.auth.registry import IdentityRecord, IdentityRegistry, UnknownIdentity
+from bke.auth.system_user import SystemUser, ensure_system_user
 from bke.lab.identities import LabIdentities
 from bke.lab.supervisor import LabSupervisor
 from bke.runtime import EmbeddedRuntime
@@ -190,19 +191,36 @@ def init_cmd(out: Path = typer.Option(..., "--out", help="folder for auth.conf (
                                       "and creds/<name>.creds of each service, the operator, the dashboard and the deploy step (streams)"),
              redis_url: Optional[str] = REDIS) -> None:
     """A deployment's NATS trust chain: the operator and accounts (kept, encrypted, in Redis: made
-    once), the operator-mode part of nats.conf, and one identity per service, the operator CLI and
-    the dashboard (issued anew each run, so that a run also rotates them)."""
+    once), the operator-mode part of nats.conf, the system user (sys.creds: kept while it is this
+    authority's and good, else replaced and the old one revoked: bke.auth.system_user), and one
+    identity per service, the operator CLI and the dashboard (issued anew each run, so that a run
+    also rotates them)."""
     registry = _registry(redis_url)
     authority = registry.ensure_authority()
     now = int(time.time())
     out.mkdir(parents=True, exist_ok=True)
+    system = ensure_system_user(authority, out / "sys.creds", now)
+    if system.revocations_changed:
+        stored = registry.load_authority()  # the latest (a revocation since is kept: merged)
+        assert stored is not None
+        stored.merge_revocations(authority)
+        registry.save_authority(stored)
+        authority = stored
     # The server runs in its container with its resolver directory at /data/jwt (deploy/nats/nats.conf).
     (out / "auth.conf").write_text(authority.server_conf(now, Path("/data/jwt")))
-    write_creds(out / "sys.creds", authority.system_user(iat=now).creds)
     for role in (*SERVICE_ROLES, "operator", "dashboard", "streams"):
         write_creds(out / "creds" / f"{role}.creds", registry.issue(role).creds)
         print(f"{role}: {out / 'creds' / f'{role}.creds'}")
-    print(f"nats-server: {out / 'auth.conf'} (include it), system user {out / 'sys.creds'}")
+    print(f"nats-server: {out / 'auth.conf'} (include it), system user {out / 'sys.creds'} ({_system_said(system)})")
+
+
+def _system_said(system: SystemUser) -> str:
+    if system.status == "kept":
+        return "kept"
+    if system.status == "made":
+        return "made" if system.found == "missing" else f"made: the one there was {system.found}"
+    return (f"replaced: the one there was {system.found}; its key {system.revoked} is revoked in auth.conf, "
+            "from the next start of nats-server")
 
 
 def register(app: typer.Typer) -> None:

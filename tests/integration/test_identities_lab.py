@@ -108,8 +108,15 @@ def test_deployment_nats_conf_is_accepted_by_nats_server(tmp_path: Path, redis_u
     done = subprocess.run([BKE, "identities", "init", "--redis", redis_url, "--out", str(out)],
                           capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
+    assert f"system user {out / 'sys.creds'} (made)" in done.stdout
     for role in (*SERVICE_ROLES, "operator", "dashboard"):
         assert stat.S_IMODE((out / "creds" / f"{role}.creds").stat().st_mode) == 0o600
+    # a second run keeps the system user: no unrevoked copy is left behind by a re-run
+    sys_creds = (out / "sys.creds").read_bytes()
+    again = subprocess.run([BKE, "identities", "init", "--redis", redis_url, "--out", str(out)],
+                           capture_output=True, text=True, env=env)
+    assert again.returncode == 0 and "(kept)" in again.stdout, again.stderr
+    assert (out / "sys.creds").read_bytes() == sys_creds
     conf = (ROOT / "deploy/nats/nats.conf").read_text().replace('"/data"', f'"{tmp_path}/data"')
     (out / "nats.conf").write_text(conf)
     (out / "auth.conf").write_text((out / "auth.conf").read_text().replace("/data/jwt", f"{tmp_path}/data/jwt"))

@@ -12,7 +12,9 @@ account JWT's `revocations` map (`server/accounts.go` `isRevoked`: a JWT issued 
 revocation time is refused); the re-signed account JWT is pushed to the running server on
 `$SYS.REQ.CLAIMS.UPDATE` (`server/events.go` accClaimsReqSubj) by a system-account user, and the
 server closes the revoked user's live connections at once (`updateAccountClaimsWithRefresh`:
-`closeConnection(Revocation)`). The `full` resolver (`server/opts.go`, type FULL) keeps the
+`closeConnection(Revocation)`). The system account's JWT carries revocations the same way
+(`system_revocations`): a system user that was replaced connects no more. Its `"*"` entry
+(nats-io/jwt `All`) refuses every user of the account issued at or before its time. The `full` resolver (`server/opts.go`, type FULL) keeps the
 pushed JWT in its directory across restarts; `resolver_preload` seeds it at first start.
 
 Times and randomness are injected (`iat`, `random`), so minting is deterministic in tests.
@@ -29,9 +31,11 @@ from typing import Any
 from .jwt import KeyPair, decode_jwt, encode_jwt, keypair_from_seed, new_keypair
 from .permissions import Permissions
 
-__all__ = ["ACCOUNT_NAME", "Authority", "IssuedUser", "creds_text", "new_authority", "write_creds", "write_private"]
+__all__ = ["ACCOUNT_NAME", "ALL_USERS", "Authority", "IssuedUser", "creds_text", "new_authority", "write_creds",
+           "write_private"]
 
 ACCOUNT_NAME = "BKE"
+ALL_USERS = "*"  # a revocations key meaning every user of the account (nats-io/jwt `All`)
 _UNLIMITED = {"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": True,
               "conn": -1, "leaf": -1}
 # JetStream is on for an account when its storage limits are not 0 (nats-io/jwt v2
@@ -58,28 +62,45 @@ class IssuedUser:
 
 @dataclass
 class Authority:
-    """The four keys of the chain (secrets) and the account's revocations (public)."""
+    """The four keys of the chain (secrets) and both accounts' revocations (public)."""
 
     operator: KeyPair
     system: KeyPair
     account: KeyPair
     signing: KeyPair
     revocations: dict[str, int] = field(default_factory=dict)  # user public key -> unix time
+    system_revocations: dict[str, int] = field(default_factory=dict)  # of the system account's users
 
     def __repr__(self) -> str:
         return f"Authority(operator={self.operator.public}, account={self.account.public})"
 
     # -- (de)serialisation: the caller encrypts this (bke.secrets.at_rest) ---------------------
     def to_secret_json(self) -> bytes:
-        return json.dumps({"operator": self.operator.seed, "system": self.system.seed, "account": self.account.seed,
-                           "signing": self.signing.seed, "revocations": self.revocations}, sort_keys=True).encode()
+        doc: dict[str, Any] = {"operator": self.operator.seed, "system": self.system.seed, "account": self.account.seed,
+                               "signing": self.signing.seed, "revocations": self.revocations}
+        if self.system_revocations:  # absent otherwise: the same bytes as before there were any
+            doc["systemRevocations"] = self.system_revocations
+        return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
     def from_secret_json(cls, raw: bytes) -> Authority:
         doc = json.loads(raw)
         return cls(keypair_from_seed(doc["operator"]), keypair_from_seed(doc["system"]),
                    keypair_from_seed(doc["account"]), keypair_from_seed(doc["signing"]),
-                   revocations={str(k): int(v) for k, v in doc.get("revocations", {}).items()})
+                   revocations={str(k): int(v) for k, v in doc.get("revocations", {}).items()},
+                   system_revocations={str(k): int(v) for k, v in doc.get("systemRevocations", {}).items()})
+
+    def merge_revocations(self, other: Authority) -> int:
+        """Take every revocation of `other` too (each key at the later of the two times): a
+        revocation is never undone by merging. Returns how many entries changed."""
+        changed = 0
+        for mine, theirs in ((self.revocations, other.revocations),
+                             (self.system_revocations, other.system_revocations)):
+            for public, at in theirs.items():
+                if at > mine.get(public, -1):
+                    mine[public] = at
+                    changed += 1
+        return changed
 
     # -- JWTs ----------------------------------------------------------------------------------
     def operator_jwt(self, iat: int) -> str:
@@ -87,8 +108,10 @@ class Authority:
                           {"type": "operator", "system_account": self.system.public}, iat=iat)
 
     def system_account_jwt(self, iat: int) -> str:
-        return encode_jwt(self.operator, self.system.public, "SYS",
-                          {"type": "account", "limits": dict(_UNLIMITED)}, iat=iat)
+        nats: dict[str, Any] = {"type": "account", "limits": dict(_UNLIMITED)}
+        if self.system_revocations:
+            nats["revocations"] = dict(sorted(self.system_revocations.items()))
+        return encode_jwt(self.operator, self.system.public, "SYS", nats, iat=iat)
 
     def account_jwt(self, iat: int) -> str:
         nats: dict[str, Any] = {"type": "account", "limits": {**_UNLIMITED, **_JETSTREAM},
@@ -118,6 +141,15 @@ class Authority:
         """Refuse every JWT of `public` issued at or before `at` (the user's key is never reused:
         a rotation mints a new key, so revoking the old one never touches the new JWT)."""
         self.revocations[public] = max(at, self.revocations.get(public, 0))
+
+    def revoke_system_user(self, public: str, at: int) -> None:
+        """The same for a user of the system account (`public` may be ALL_USERS)."""
+        self.system_revocations[public] = max(at, self.system_revocations.get(public, 0))
+
+    def system_user_revoked(self, public: str, iat: int) -> bool:
+        """Whether the server refuses a system user JWT of `public` issued at `iat` (nats-server
+        `isRevoked`: an entry for the key or for ALL_USERS at or after `iat`)."""
+        return any(self.system_revocations.get(k, -1) >= iat for k in (public, ALL_USERS))
 
     def server_conf(self, iat: int, resolver_dir: Path, account_jwt: str | None = None) -> str:
         """The operator-mode part of nats.conf (full resolver, both accounts preloaded)."""

@@ -24,7 +24,7 @@ from ..auth.push import push_account
 from ..auth.authority import write_creds
 from ..auth.registry import IdentityRecord, IdentityRegistry
 from ..runtime import EmbeddedRuntime, RuntimeInfo
-from ..runtime.nats_security import save_runtime_authority
+from ..runtime.nats_security import load_runtime_authority, save_runtime_authority
 from ..state.client import sync_redis_client
 from ..secrets.at_rest import load_secret_box
 
@@ -62,6 +62,10 @@ class LabIdentities:
         if stored is None or stored.account.public != auth.authority.account.public:
             # The runtime's file made this NATS; Redis keeps a copy for `bke state backup`.
             self.registry.save_authority(auth.authority)
+        elif stored.merge_revocations(auth.authority):
+            # what the runtime revoked at its start (a replaced system user) is kept in the copy:
+            # the next push writes the copy back to the file (_publish_revocations)
+            self.registry.save_authority(stored)
 
     def close(self) -> None:
         self.client.close()
@@ -114,6 +118,8 @@ class LabIdentities:
     def _publish_revocations(self) -> None:
         authority = self.registry.load_authority()
         assert authority is not None
+        if authority.merge_revocations(load_runtime_authority(self.auth.authority_file, self.auth.key_file)):
+            self.registry.save_authority(authority)  # the runtime revoked something since (its system users)
         save_runtime_authority(self.auth.authority_file, self.auth.key_file, authority)
         push = push_account(self.info.nats_url, self.auth.system_creds, authority, iat=self.clock(),
                             tls_ca=Path(self.info.nats_tls_ca) if self.info.nats_tls_ca else None)

@@ -53,7 +53,7 @@ from ..state.state_init import ensure_state
 from . import redis_acl
 from .declare import declare_streams
 from .binaries import nats_server_bin, redis_server_bin
-from .nats_security import RuntimeAuth, ensure_runtime_auth, ensure_runtime_tls
+from .nats_security import RuntimeAuth, ensure_runtime_auth, ensure_runtime_tls, publish_system_revocations
 from .processes import (
     ManagedProcess,
     free_port,
@@ -199,6 +199,9 @@ class EmbeddedRuntime:
             tls_ca = str(self.workdir / "tls" / "ca.pem") if self.tls else None
             if old is not None and nats_pid == old.nats_pid:  # a reused server keeps its scheme
                 tls_ca = old.nats_tls_ca
+            if self.nats_auth is not None and old is not None and nats_pid == old.nats_pid:
+                # a reused server learns a replaced system user's revocation (a started one preloaded it)
+                publish_system_revocations(self.nats_auth, nats_url, tls_ca)
             info = RuntimeInfo(nats_url, redis_url, nats_pid, redis_pid, monitor_url, tls_ca, *self._sentinel_info())
             self._ensure_state(info)
             # the deploy step, before any service starts (bke.runtime.declare)

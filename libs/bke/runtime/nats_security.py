@@ -4,7 +4,9 @@ and ``<workdir>/tls``.
     auth/authority.enc   the operator/account seeds and revocations, encrypted with the operator's
                          key file (bke.secrets.at_rest); the lab mirrors it into Redis
                          (bke.auth.registry) so that `bke state backup` has it
-    auth/sys.creds       a system-account user (0600): pushes account updates (revocations)
+    auth/sys.creds       a system-account user (0600): pushes account updates (revocations).
+                         Kept across starts while it is this authority's and good; replaced
+                         otherwise, and a replaced one of ours revoked (bke.auth.system_user)
     auth/jwt/            the `full` resolver's directory (written by nats-server)
     tls/ca.pem, tls/server.pem, tls/server.key (0600)
                          a CA made here and a server certificate for 127.0.0.1 / localhost
@@ -27,10 +29,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from ..auth.authority import Authority, new_authority, write_creds, write_private
+from ..auth.push import push_system_account
+from ..auth.system_user import SystemUser, ensure_system_user
 from ..secrets.at_rest import create_key_file, load_secret_box
+from .declare import run_blocking
 
 __all__ = ["AUTHORITY_AAD", "RuntimeAuth", "RuntimeTls", "ensure_runtime_auth", "ensure_runtime_tls",
-           "save_runtime_authority"]
+           "load_runtime_authority", "publish_system_revocations", "save_runtime_authority"]
 
 AUTHORITY_AAD = b"bke:runtime:authority"
 
@@ -42,24 +47,46 @@ class RuntimeAuth:
     system_creds: Path
     authority_file: Path
     key_file: Path
+    system_user: SystemUser | None = None  # what became of sys.creds at this start
 
 
 def ensure_runtime_auth(workdir: Path, key_file: Path | None, now: int | None = None) -> RuntimeAuth:
-    """Load (or make once) the authority of this runtime; write sys.creds; return the conf part."""
+    """Load (or make once) the authority of this runtime; keep or replace sys.creds; return the
+    conf part (its system account JWT carries the system users' revocations)."""
     auth_dir = workdir / "auth"
     (auth_dir / "jwt").mkdir(parents=True, exist_ok=True)
     key_file = key_file or workdir / "secret.key"
-    box = load_secret_box(key_file) if key_file.exists() else create_key_file(key_file)
+    if not key_file.exists():
+        create_key_file(key_file)
     path = auth_dir / "authority.enc"
     if path.exists():
-        authority = Authority.from_secret_json(box.decrypt(path.read_bytes(), AUTHORITY_AAD))
+        authority = load_runtime_authority(path, key_file)
     else:
         authority = new_authority()
         save_runtime_authority(path, key_file, authority)
     iat = int(time.time()) if now is None else now
     creds = auth_dir / "sys.creds"
-    write_creds(creds, authority.system_user(iat=iat).creds)
-    return RuntimeAuth(authority, authority.server_conf(iat, auth_dir / "jwt"), creds, path, key_file)
+    system = ensure_system_user(authority, creds, iat)
+    if system.revocations_changed:
+        save_runtime_authority(path, key_file, authority)
+    return RuntimeAuth(authority, authority.server_conf(iat, auth_dir / "jwt"), creds, path, key_file, system)
+
+
+def publish_system_revocations(auth: RuntimeAuth, nats_url: str, tls_ca: str | None, now: int | None = None) -> bool:
+    """Send the system account's JWT to the running server when this start changed its
+    revocations (a server started now preloaded it already; a reused one learns it here, and
+    cuts a replaced system user's live connections). Whether it was sent."""
+    if auth.system_user is None or not auth.system_user.revocations_changed:
+        return False
+    iat = int(time.time()) if now is None else now
+    run_blocking(push_system_account(nats_url, auth.system_creds, auth.authority, iat=iat,
+                                     tls_ca=Path(tls_ca) if tls_ca else None))
+    return True
+
+
+def load_runtime_authority(path: Path, key_file: Path) -> Authority:
+    """authority.enc, decrypted (DecryptError for another key file)."""
+    return Authority.from_secret_json(load_secret_box(key_file).decrypt(path.read_bytes(), AUTHORITY_AAD))
 
 
 def save_runtime_authority(path: Path, key_file: Path, authority: Authority) -> None:
