@@ -1,6 +1,7 @@
 """Every e2e test gets its own lab, always taken down (by PID) afterwards; before that, Redis is
-asked whether it refused any service anything (`ACL LOG`): each service runs under its own ACL
-user (bke.runtime.redis_acl), so a refusal is a table that does not cover what the code does."""
+asked whether it refused any service anything (`ACL LOG`), and nats-server's logs whether it
+refused any process a publish or a subscription: each process runs under its own ACL user and
+NATS identity, so a refusal is a table that does not cover what the code does."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,6 +26,17 @@ def service_refusals(lab: Lab) -> list[dict[str, Any]]:
             and e.get("username") != "bke-admin"]
 
 
+def bus_violations(lab: Lab) -> list[str]:
+    """What nats-server refused any of the lab's processes (its logs: `Publish Violation`,
+    `Subscription Violation`): each process runs under its own identity (bke.auth.permissions),
+    so a refusal is a grant table that does not cover what the code does."""
+    out = []
+    for log in sorted((lab.workdir / "runtime").rglob("nats-server*.log")):
+        out += [line.strip()[:300] for line in log.read_text(errors="replace").splitlines()
+                if "Publish Violation" in line or "Subscription Violation" in line]
+    return out
+
+
 @pytest.fixture
 def lab_factory(tmp_path):
     labs = []
@@ -35,8 +47,11 @@ def lab_factory(tmp_path):
         return lab
 
     yield make
-    refused = []
+    refused: list[Any] = []
+    violations: list[str] = []
     for lab in labs:
         refused += service_refusals(lab)
+        violations += bus_violations(lab)
         lab.down()
     assert not refused, f"Redis refused a service: {refused}"
+    assert not violations, "nats-server refused a lab process:\n" + "\n".join(violations[:20])
