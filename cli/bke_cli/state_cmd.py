@@ -9,8 +9,10 @@ the lab's `secret.key`), or `--redis URL` (or BKE_REDIS_URL, with BKE_REDIS_TLS_
 `rediss://`) together with the operator key file in BKE_SECRET_KEY_FILE. The backup is encrypted
 with that key. Keep the key file apart from the backups: a backup opens with it and nothing else.
 
-What a backup holds, its format and the restore rules: bke.state.backup. After a restore the
-services see their epoch again (bke.state.epoch) and go on.
+What a backup holds, its format and the restore rules: bke.state.backup. A restore keeps the
+trust material of the store as it is now (revocations, agent keys provisioned since, signing
+keys: bke.state.restore_trust) unless `--replace-trust` is given, and says which it did. After a
+restore the services see their epoch again (bke.state.epoch) and go on.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from bke.errors import PermanentError
 from bke.runtime import EmbeddedRuntime
 from bke.secrets.at_rest import SECRET_KEY_ENV, SecretBox, box_from_env, load_secret_box
 from bke.state.backup import backup_state, decode_backup, encode_backup, restore_state
+from bke.state.restore_trust import TRUST_ITEMS, TrustDecision
 from bke.state.client import StoreAccess, parse_sentinels, redact_url, redis_client, sync_redis_client
 from bke.state.migrate import MigrationReport, ensure_current, known_clusters
 from bke.state.schema import RECORDS, UNVERSIONED
@@ -33,7 +36,7 @@ from bke.state.state_init import ensure_state
 
 from .output import EXIT_FAILURE, EXIT_INVALID, die
 
-__all__ = ["migrate_lines", "records_lines", "register", "resolve_access", "resolve_store"]
+__all__ = ["migrate_lines", "records_lines", "register", "resolve_access", "resolve_store", "trust_lines"]
 
 state_app = typer.Typer(no_args_is_help=True, help="Initialise, back up, restore and convert BKE's state (Redis).")
 
@@ -133,8 +136,13 @@ def backup(file: Path = typer.Argument(..., help="the file to write (refused if 
 @state_app.command("restore")
 def restore(file: Path = typer.Argument(..., help="a file written by `bke state backup`"),
             workdir: Path | None = WORKDIR, redis_url: str | None = REDIS,
-            force: bool = typer.Option(False, "--force", help="replace the BKE keys that exist now")) -> None:
-    """Put the state saved in FILE back; the services then go on from it."""
+            force: bool = typer.Option(False, "--force", help="replace the BKE keys that exist now"),
+            replace_trust: bool = typer.Option(
+                False, "--replace-trust", help="take the trust material from the backup too, undoing what changed "
+                "since (revocations, agent keys, signing keys); without it: "
+                + "; ".join(f"{i.name}: {i.rule}" for i in TRUST_ITEMS))) -> None:
+    """Put the state saved in FILE back; the services then go on from it. The trust material is
+    kept as it is now unless --replace-trust is given (bke.state.restore_trust)."""
     access, box = resolve_store(workdir, redis_url)
     try:
         doc = decode_backup(file.read_bytes(), box)
@@ -146,13 +154,26 @@ def restore(file: Path = typer.Argument(..., help="a file written by `bke state 
     async def run() -> object:
         client = redis_client(access)
         try:
-            return await restore_state(client, doc, force=force)
+            return await restore_state(client, doc, force=force, box=box, replace_trust=replace_trust)
         finally:
             await client.aclose()
 
     summary = _run(run(), access)
     typer.echo(f"restored {summary.keys} keys (epoch {summary.epoch}, backup of {summary.created_at}) "  # type: ignore[attr-defined]
                f"into {redact_url(access.url)}")
+    for line in trust_lines(summary.trust, replace_trust):  # type: ignore[attr-defined]
+        typer.echo(line)
+
+
+def trust_lines(decisions: list[TrustDecision], replace_trust: bool) -> list[str]:
+    """What a restore did with each trust item, and the flag that does otherwise."""
+    if replace_trust:
+        return [f"trust material replaced with the backup's (--replace-trust): {d.item}; revocations, agent keys "
+                "and signing keys changed since the backup are undone" for d in decisions]
+    if not decisions:
+        return ["no trust material in the backup or the store"]
+    return (["trust material kept as it is now (--replace-trust takes the backup's instead):"]
+            + [f"  {d.item}: {d.source}: {d.detail}" for d in decisions])
 
 
 @state_app.command("records")

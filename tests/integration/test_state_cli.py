@@ -2,7 +2,8 @@
 (`--redis URL` with the admin user, BKE_SECRET_KEY_FILE): an init makes the epoch and the etcd
 snapshot key once and keeps them after; round trip, a backup never overwrites a file, a restore
 over live keys needs --force, another key is refused with exit 2 and an ERROR line, and no
-password is printed."""
+password is printed; a restore names the trust material it kept and --replace-trust takes the
+backup's."""
 from __future__ import annotations
 
 import asyncio
@@ -12,9 +13,10 @@ import redis.asyncio as aioredis
 
 from bke.secrets.at_rest import create_key_file
 from bke.secrets import load_secret_box
+from bke.secrets.signing import ensure_command_key_sync
 from bke.secrets.snapshot_key import read_snapshot_key
 from bke.state.client import sync_redis_client
-from bke.state.keys import epoch_key, etcd_snapshot_key, plan_key
+from bke.state.keys import command_signing_key, epoch_key, etcd_snapshot_key, plan_key
 from bke_cli.main import main as bke
 
 pytestmark = pytest.mark.integration
@@ -93,3 +95,33 @@ async def test_init_makes_the_epoch_and_the_snapshot_key_once(redis_url: str, re
     monkeypatch.delenv("BKE_SECRET_KEY_FILE")
     assert await run(["state", "init", *args]) == 2  # the snapshot key is sealed with the operator key
     assert "BKE_SECRET_KEY_FILE is not set" in capsys.readouterr().err
+
+
+async def test_restore_names_the_trust_it_kept_and_the_flag_that_takes_the_backups(
+        redis_url: str, redis_client: aioredis.Redis, tmp_path, monkeypatch, capsys) -> None:
+    key = tmp_path / "secret.key"
+    box = create_key_file(key)
+    monkeypatch.setenv("BKE_SECRET_KEY_FILE", str(key))
+    admin = sync_redis_client(redis_url)
+    try:
+        ensure_command_key_sync(admin, command_signing_key(), box)
+        out, args = tmp_path / "state.bke", ["--redis", redis_url]
+        assert await run(["state", "backup", str(out), *args]) == 0
+        old_key = admin.get(command_signing_key())
+        admin.delete(command_signing_key())  # the key is replaced after the backup
+        ensure_command_key_sync(admin, command_signing_key(), box)
+        new_key = admin.get(command_signing_key())
+        capsys.readouterr()
+
+        assert await run(["state", "restore", str(out), "--force", *args]) == 0
+        printed = capsys.readouterr().out
+        assert "trust material kept as it is now (--replace-trust takes the backup's instead):" in printed
+        assert "  command-signing key: current: kept; the backup's differs and is not restored" in printed
+        assert admin.get(command_signing_key()) == new_key
+
+        assert await run(["state", "restore", str(out), "--force", "--replace-trust", *args]) == 0
+        printed = capsys.readouterr().out
+        assert "trust material replaced with the backup's (--replace-trust): command-signing key" in printed
+        assert admin.get(command_signing_key()) == old_key
+    finally:
+        admin.close()

@@ -18,14 +18,19 @@ so a file from one Redis would not restore into an older one (Redis `cluster.c`,
 `verifyDumpPayload`). The values are read in one MULTI/EXEC, so the snapshot is consistent
 across keys even while an install runs.
 
-A restore refuses a file of another format or key, and a file that fails its digest. It never
-merges: if `bke:` keys exist it refuses unless `force` is set, and then it deletes them first.
-The epoch is written last, so a service that watches it resumes only once all keys are back.
+A restore refuses a file of another format or key, and a file that fails its digest. If `bke:`
+keys exist it refuses unless `force` is set, and then it deletes them first. It never merges,
+except the trust material, which an older backup must not roll back: revocations, the agent
+keys provisioned since, the signing keys in use are kept from the store as it is now, unless
+`replace_trust` is set (bke.state.restore_trust has the table of what and why). The current
+trust keys are read, and the decision made, before anything is deleted. The epoch is written
+last, so a service that watches it resumes only once all keys are back.
 
 Errors (both permanent)::
 
     PermanentError
      ├─ BackupError      not a backup, another format, a digest mismatch, or keys in the way
+     ├─ TrustError       (bke.state.restore_trust) the current NATS authority does not open
      └─ DecryptError     (bke.secrets.at_rest) another operator key, or a tampered file
 """
 from __future__ import annotations
@@ -34,7 +39,7 @@ import base64
 import gzip
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
@@ -43,9 +48,10 @@ from ..errors import PermanentError
 from ..secrets.at_rest import SecretBox
 from .epoch import write_epoch
 from .keys import all_keys_pattern, epoch_key
+from .restore_trust import TrustDecision, decide_trust, trust_group
 
 __all__ = ["FORMAT", "MAGIC", "BackupError", "BackupSummary", "backup_state", "decode_backup", "encode_backup",
-           "existing_keys", "restore_state"]
+           "existing_keys", "read_entries", "restore_state"]
 
 MAGIC = b"BKESTATE1\n"
 FORMAT = 1
@@ -63,6 +69,7 @@ class BackupSummary:
     epoch: str | None
     digest: str
     created_at: str
+    trust: list[TrustDecision] = field(default_factory=list)  # a restore's: where each trust item came from
 
 
 def _b64(v: bytes | str) -> str:
@@ -105,7 +112,15 @@ def _encode_value(kind: str, value: Any) -> Any:
 
 async def backup_state(redis: Redis, *, now: str) -> tuple[dict[str, Any], BackupSummary]:
     """Read every BKE key (one MULTI/EXEC) into the backup document (not yet encrypted)."""
-    keys = await existing_keys(redis)
+    entries = await read_entries(redis, await existing_keys(redis))
+    epoch = next((_unb64(e["value"]).decode() for e in entries if _unb64(e["key"]) == epoch_key().encode()), None)
+    digest = _digest(entries)
+    doc = {"format": FORMAT, "epoch": epoch, "createdAt": now, "digest": digest, "keys": entries}
+    return doc, BackupSummary(len(entries), epoch, digest, now)
+
+
+async def read_entries(redis: Redis, keys: list[bytes]) -> list[dict[str, Any]]:
+    """These keys in the file's form, read in one MULTI/EXEC (a key gone meanwhile is left out)."""
     async with redis.pipeline(transaction=False) as pipe:
         for k in keys:
             pipe.type(k)
@@ -121,7 +136,6 @@ async def backup_state(redis: Redis, *, now: str) -> tuple[dict[str, Any], Backu
             pipe.pttl(k)
         replies = await pipe.execute()
     entries: list[dict[str, Any]] = []
-    epoch: str | None = None
     for i, (k, t) in enumerate(wanted):
         now_type, value, pttl = replies[3 * i:3 * i + 3]
         now_type = now_type if isinstance(now_type, bytes) else str(now_type).encode()
@@ -129,11 +143,7 @@ async def backup_state(redis: Redis, *, now: str) -> tuple[dict[str, Any], Backu
             continue
         kind = t.decode()
         entries.append({"key": _b64(k), "type": kind, "pttl": int(pttl), "value": _encode_value(kind, value)})
-        if k == epoch_key().encode():
-            epoch = value.decode() if isinstance(value, bytes) else str(value)
-    digest = _digest(entries)
-    doc = {"format": FORMAT, "epoch": epoch, "createdAt": now, "digest": digest, "keys": entries}
-    return doc, BackupSummary(len(entries), epoch, digest, now)
+    return entries
 
 
 def encode_backup(doc: dict[str, Any], box: SecretBox) -> bytes:
@@ -181,16 +191,20 @@ def _write(pipe: Any, key: bytes, kind: str, value: Any) -> None:
         raise BackupError(f"backup holds a key of unknown type {kind!r}")
 
 
-async def restore_state(redis: Redis, doc: dict[str, Any], *, force: bool = False) -> BackupSummary:
-    """Write a decoded backup into Redis; see the module docstring for the rules."""
+async def restore_state(redis: Redis, doc: dict[str, Any], *, force: bool = False, box: SecretBox | None = None,
+                        replace_trust: bool = False) -> BackupSummary:
+    """Write a decoded backup into Redis; see the module docstring for the rules. `box` (the
+    operator key) opens both NATS authorities to merge their revocations."""
     present = await existing_keys(redis)
     if present and not force:
         shown = ", ".join(k.decode(errors="replace") for k in present[:3])
         raise BackupError(f"{len(present)} BKE keys exist ({shown}{', ...' if len(present) > 3 else ''}): "
                           "pass --force to replace them with the backup")
+    trusted = [] if replace_trust else [k for k in present if trust_group(k.decode(errors="replace")) is not None]
+    plan = decide_trust(doc["keys"], await read_entries(redis, trusted), box, replace_trust=replace_trust)
     for i in range(0, len(present), WRITE_CHUNK):
         await redis.unlink(*present[i:i + WRITE_CHUNK])
-    entries = [e for e in doc["keys"] if _unb64(e["key"]) != epoch_key().encode()]
+    entries = [e for e in plan.entries if _unb64(e["key"]) != epoch_key().encode()]
     for i in range(0, len(entries), WRITE_CHUNK):
         async with redis.pipeline(transaction=True) as pipe:
             for e in entries[i:i + WRITE_CHUNK]:
@@ -201,4 +215,4 @@ async def restore_state(redis: Redis, doc: dict[str, Any], *, force: bool = Fals
             await pipe.execute()
     if doc.get("epoch"):
         await write_epoch(redis, doc["epoch"])  # last: services resume once everything is back
-    return BackupSummary(len(doc["keys"]), doc.get("epoch"), doc["digest"], doc.get("createdAt", ""))
+    return BackupSummary(len(doc["keys"]), doc.get("epoch"), doc["digest"], doc.get("createdAt", ""), plan.decisions)
