@@ -42,6 +42,12 @@ epoch, plans and their `incarnation`, the PKI (`bke:<c>:pki:*`), the kubeconfigs
 (`api-credentials`), the sealed file sets (`files:certs`: a bundle sealed to a key replaced since
 opens only with that old key), the VRRP password, the agents' own announcements (`bke:<c>:agents`).
 
+A lab keeps its own copy of the authority (`runtime/auth/authority.enc`, the one its nats-server
+was started with), whose revocations its next identity step merges into Redis
+(bke.lab.identities): there, a revocation made since the backup comes back even after
+`--replace-trust`. A restore sends nothing to nats-server: the server keeps the account JWT it
+was last sent (its resolver directory), and the next push sends the restored authority's.
+
 `decide_trust` is pure (no Redis): it takes the backup's entries and the current ones (the
 backup format of bke.state.backup) and returns what to write and the decisions to report.
 """
