@@ -33,6 +33,18 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRuntim
         rt.stop()
 
 
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRuntime]:
+    """A runtime of the module's own with NATS in operator mode (every client needs an identity),
+    its streams declared; ``secure.nats_auth.authority`` mints the identities. Stopped by PID."""
+    rt = EmbeddedRuntime(tmp_path_factory.mktemp("secure"), auth=True)
+    rt.ensure_started()
+    try:
+        yield rt
+    finally:
+        rt.stop()
+
+
 @pytest.fixture(scope="session")
 def nats_url(request: pytest.FixtureRequest) -> str:
     """TEST_NATS_URL, else the session runtime's NATS (started only when needed), with the streams declared."""

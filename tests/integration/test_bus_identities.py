@@ -11,7 +11,7 @@ import asyncio
 from typing import Any
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -35,16 +35,6 @@ from tests.bus_identity_helpers import CLUSTER, Client, _authority, _connect, _i
 
 pytestmark = pytest.mark.timeout(120)
 A, B = "node-a", "node-b"
-
-
-@pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRuntime]:
-    rt = EmbeddedRuntime(tmp_path_factory.mktemp("secure"), auth=True)
-    rt.ensure_started()
-    try:
-        yield rt
-    finally:
-        rt.stop()
 
 
 @pytest.fixture

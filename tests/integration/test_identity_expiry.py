@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,16 +23,6 @@ from tests.bus_identity_helpers import _connect
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 BKE = str(Path(sys.executable).parent / "bke")
-
-
-@pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRuntime]:
-    rt = EmbeddedRuntime(tmp_path_factory.mktemp("expiry"), auth=True)
-    rt.ensure_started()
-    try:
-        yield rt
-    finally:
-        rt.stop()
 
 
 def _registry(rt: EmbeddedRuntime, clock: list[int]) -> IdentityRegistry:

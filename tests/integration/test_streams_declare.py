@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,16 +18,6 @@ from bke.runtime import EmbeddedRuntime
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 BKE = str(Path(sys.executable).parent / "bke")
-
-
-@pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRuntime]:
-    rt = EmbeddedRuntime(tmp_path_factory.mktemp("declare"), auth=True)
-    rt.ensure_started()
-    try:
-        yield rt
-    finally:
-        rt.stop()
 
 
 def _creds(rt: EmbeddedRuntime, tmp: Path, role: str) -> Path:

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import json
 from datetime import datetime, timezone
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
@@ -34,16 +34,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
 IDENTITIES = (*SERVICES, "operator", "dashboard", "streams", "agent")
 NODE = "node-a"
-
-
-@pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRuntime]:
-    rt = EmbeddedRuntime(tmp_path_factory.mktemp("attacks"), auth=True)
-    rt.ensure_started()  # declares the streams, as the deploy step
-    try:
-        yield rt
-    finally:
-        rt.stop()
 
 
 @pytest.fixture
