@@ -2,6 +2,7 @@
 etcd cluster, published with the dispatcher's identity and the deployment's command key."""
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 
 from bke.auth.permissions import inbox_prefix
 from bke.bus.connect import BusAccess, connect_nats
@@ -18,6 +20,7 @@ from bke.lab.identities import creds_path
 from bke.secrets import load_secret_box
 from bke.secrets.signing import ensure_command_key_sync, sign_command
 from bke.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key_sync
+from bke.state.command_signing import read_bindings
 from bke.state.keys import command_signing_key, etcd_snapshot_key
 
 from .lab_helpers import Lab
@@ -34,7 +37,7 @@ def bke(lab_env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]
 
 async def take_snapshots(lab: Lab, targets: list[SnapshotTarget], request_id: str) -> SnapshotKey:
     """Snapshot each target's etcd cluster on its node; every command must succeed. Returns the
-    deployment's snapshot key (made here on first use, as the upgrader does)."""
+    deployment's snapshot key (made by the lab's start, as `bke state init` makes it)."""
     cluster, plan = lab.plan.cluster, lab.plan
     r = Redis.from_url(lab.info.redis_url)
     try:
@@ -43,19 +46,33 @@ async def take_snapshots(lab: Lab, targets: list[SnapshotTarget], request_id: st
         skey = ensure_snapshot_key_sync(r, etcd_snapshot_key(), box)
     finally:
         r.close()
+    # bound to each receiver as the dispatcher binds its commands (its provisioned key, the
+    # cluster's incarnation: bke.secrets.binding)
+    ar = AsyncRedis.from_url(lab.info.redis_url)
+    try:
+        bindings = await read_bindings(ar, cluster, [t.node for t in targets])
+    finally:
+        await ar.aclose()
     dispatcher = await connect_nats(BusAccess(lab.info.nats_url, creds_path(lab.workdir, "dispatcher"),
                                               inbox_prefix("dispatcher"), lab.access.tls_ca))
     try:
         now = datetime.now(timezone.utc)
         subs = {t.node: await dispatcher.subscribe(agent_subject(cluster, t.node, "result")) for t in targets}
+        ids = {t.node: f"{cluster}/etcd-snapshots/{t.etcd_cluster}/{request_id}" for t in targets}
         for t in targets:
             step = snapshot_step(plan, t.etcd_cluster, t.node, skey.public_b64, now, request_id=request_id)
-            cmd = AgentCommand(command_id=f"{cluster}/etcd-snapshots/{t.etcd_cluster}", cluster=cluster, node=t.node,
+            cmd = AgentCommand(command_id=ids[t.node], cluster=cluster, node=t.node,
                                phase="etcd-snapshots", issued_at=now.isoformat(), steps=[step])
             await dispatcher.jetstream().publish(agent_subject(cluster, t.node, "command"),
-                                                 sign_command(cmd, signer).to_bytes())
+                                                 sign_command(cmd, signer, binding=bindings[t.node]).to_bytes())
         for t in targets:
-            result = CommandResult.model_validate_json((await subs[t.node].next_msg(timeout=120)).data)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 120
+            while True:  # the node's other results (its health rounds) come on the same subject
+                msg = await subs[t.node].next_msg(timeout=max(deadline - loop.time(), 0.1))
+                result = CommandResult.model_validate_json(msg.data)
+                if result.command_id == ids[t.node]:
+                    break
             assert result.status == "Succeeded", result.model_dump_json(indent=1)
             assert "etcd's hash checked" in result.steps[0].stdout
     finally:
