@@ -1,8 +1,11 @@
 """`bke agent bootstrap SPEC --nats URL ...`: put bke-agent on the spec's nodes over SSH.
 
 Thin over :mod:`bke.ssh`: this module reads options, picks nodes from the spec, prints. The step
-table, host-key policy, SSH session and installer all live in the library. Exit codes: 0 every
-node ok, 1 any node failed, 2 bad input (nothing was contacted).
+table, host-key policy, SSH session and installer all live in the library. The command-signing
+key the agents are given is the dispatcher's answer on the bus, refused unless it is the key the
+operator pinned (bke.secrets.command_key_pin). Exit codes: 0 every node ok, 1 any node failed or
+the bus answered another key than the pinned one (then no node was contacted), 2 bad input
+(nothing was contacted).
 """
 from __future__ import annotations
 
@@ -47,8 +50,10 @@ from rich.table import Table
 from bke.bus.connect import connect_nats
 
 from .connect import resolve_nats
-from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, die, error_lines
-from .provision import KeyRecorder, fetch_command_key
+from bke.errors import PermanentError
+
+from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, die, error_lines, warn_lines
+from .provision import KeyRecorder, command_key_pin, fetch_command_key, trusted_command_key
 from .spec_input import plan_or_exit
 
 __all__ = ["agent_app", "bootstrap", "register"]
@@ -102,8 +107,19 @@ def bootstrap(
     creds_dir: Path | None = typer.Option(
         None, "--creds-dir", help="folder of each node's NATS identity, <dir>/agent.<cluster>.<node>.creds (made by "
         "`bke identities provision agent --cluster C --node N --out FILE`); shipped 0600 to /etc/bke-agent/nats.creds"),
+    command_key_fingerprint: str | None = typer.Option(
+        None, "--command-key-fingerprint", help="the dispatcher's command-signing key the agents are to trust: "
+        "SHA256:... as `bke state init` prints it, or its public line 'bke-command-ed25519 <base64>'; the key the "
+        "bus answers must be this one"),
+    command_key_file: Path | None = typer.Option(
+        None, "--command-key-file", help="the same pin from a file holding the public line "
+        "(`bke state init --command-key-out FILE`; a lab's <lab>/command-key.pub)"),
+    command_key_unsafe: bool = typer.Option(
+        False, "--command-key-unsafe-skip-verification", help="give the agents whatever key the bus answers, "
+        "unverified (its fingerprint is printed): whoever can answer on the bus then commands the nodes"),
 ) -> None:
-    """Install and start bke-agent on the spec's nodes (SSH, public key, verified host key)."""
+    """Install and start bke-agent on the spec's nodes (SSH, public key, verified host key, pinned
+    command-signing key)."""
     if dry_run and print_installer:
         die("--dry-run and --print-installer exclude each other", EXIT_INVALID)
     if print_installer and creds_dir is not None:
@@ -147,6 +163,10 @@ def bootstrap(
     if problems := policy_problems(policy, [t.node for t in targets]):
         error_lines(problems)
         raise SystemExit(EXIT_INVALID)
+    try:
+        pin = command_key_pin(command_key_fingerprint, command_key_file, command_key_unsafe)
+    except (ValueError, PermanentError) as exc:
+        die(str(exc), EXIT_INVALID)
     by_node = {t.node: t for t in targets}
 
     async def run_all(params: dict[str, BootstrapParams]) -> list[NodeOutcome]:
@@ -158,10 +178,13 @@ def bootstrap(
             die(f"--nats: cannot reach NATS to provision the agents: {type(exc).__name__}: {exc}", EXIT_FAILURE)
         try:
             try:
-                key = await fetch_command_key(nc)
-            except RuntimeError as exc:
+                key = trusted_command_key(await fetch_command_key(nc), pin)
+            except (RuntimeError, PermanentError) as exc:  # no answer, or not the pinned key
                 die(str(exc), EXIT_FAILURE)
-            keyed = {n: replace(p, command_key=key) for n, p in params.items()}
+            if pin is None:
+                warn_lines([f"the agents are given the command-signing key the bus answered, {key.fingerprint}, "
+                            "unverified (--command-key-unsafe-skip-verification)"])
+            keyed = {n: replace(p, command_key=key.public_line) for n, p in params.items()}
             return await bootstrap_nodes(
                 [(t.node, f"{t.host}:{t.port}") for t in targets],
                 lambda node: bootstrap_steps(keyed[node]),

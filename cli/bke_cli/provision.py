@@ -1,5 +1,6 @@
 """Provisioning agents from the CLI (an operator identity): fetch the dispatcher's public
-command key to give to the agents, and record each agent's key through the provisioning channel
+command key to give to the agents, checked against the key the operator pinned
+(bke.secrets.command_key_pin), and record each agent's key through the provisioning channel
 (`bke.v1.agents.provision`, bke.provisioning) as soon as its node prints it."""
 from __future__ import annotations
 
@@ -10,11 +11,46 @@ from datetime import datetime, timezone
 from nats.aio.client import Client as NatsClient
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
+from pathlib import Path
+
 from bke.contracts.agent import AGENTS_COMMAND_KEY, CommandKey, GetCommandKey, ProvisionAgent
 from bke.provisioning import ProvisionRefused, provision_agent
+from bke.secrets.command_key_pin import CommandKeyPin, check_pinned, parse_pin, read_pin_file
 from bke.secrets.sealing import SealedDataError, agent_key_id, public_key_from_raw
+from bke.secrets.signing import CommandVerifyKey, parse_public_line
 
-__all__ = ["KeyRecorder", "fetch_command_key"]
+__all__ = ["NO_PIN", "KeyRecorder", "command_key_pin", "fetch_command_key", "trusted_command_key"]
+
+NO_PIN = ("refusing to give the agents a command-signing key the bus answered, unverified: pin it with "
+          "--command-key-fingerprint SHA256:... (`bke state init` prints it) or --command-key-file FILE "
+          "(`bke state init --command-key-out FILE`, a lab's <lab>/command-key.pub), or pass "
+          "--command-key-unsafe-skip-verification to trust the answer")
+
+
+def command_key_pin(fingerprint: str | None, path: Path | None, unsafe: bool) -> CommandKeyPin | None:
+    """The operator's pin from the options (None: --command-key-unsafe-skip-verification).
+    ValueError for no option, two, or a file that cannot be read; SigningKeyError for a pin that
+    is no key."""
+    given = [o for o, v in (("--command-key-fingerprint", fingerprint), ("--command-key-file", path),
+                            ("--command-key-unsafe-skip-verification", unsafe)) if v]
+    if len(given) > 1:
+        raise ValueError(f"give one of {', '.join(given)}, not both")
+    if fingerprint:
+        return parse_pin(fingerprint, "--command-key-fingerprint")
+    if path is not None:
+        try:
+            return read_pin_file(path)
+        except OSError as exc:
+            raise ValueError(f"--command-key-file {path}: {exc.strerror}") from None
+    if unsafe:
+        return None
+    raise ValueError(NO_PIN)
+
+
+def trusted_command_key(answer_line: str, pin: CommandKeyPin | None) -> CommandVerifyKey:
+    """The bus's answer if it is the pinned key (CommandKeyMismatch names both otherwise); with
+    no pin, the answer as it is (the caller says it was not verified)."""
+    return parse_public_line(answer_line) if pin is None else check_pinned(answer_line, pin)
 
 PUBLIC_PREFIX = "bke-agent-x25519"
 

@@ -1,4 +1,5 @@
-"""`bke state init`: what a deployment's state must hold before its services start (bke.state.state_init);
+"""`bke state init`: what a deployment's state must hold before its services start (bke.state.state_init),
+and the command-signing key's fingerprint and public line, the pin of `bke agent bootstrap`;
 `bke state backup FILE` / `bke state restore FILE`: save and restore everything BKE needs to go on;
 `bke state migrate [NAME]...`: convert stored records to this BKE's form (bke.state.migrate).
 
@@ -27,6 +28,7 @@ from redis.exceptions import RedisError
 from bke.errors import PermanentError
 from bke.runtime import EmbeddedRuntime
 from bke.secrets.at_rest import SECRET_KEY_ENV, SecretBox, box_from_env, load_secret_box
+from bke.secrets.command_key_pin import write_command_key_file
 from bke.state.backup import backup_state, decode_backup, encode_backup, restore_state
 from bke.state.restore_trust import TRUST_ITEMS, TrustDecision
 from bke.state.client import StoreAccess, parse_sentinels, redact_url, redis_client, sync_redis_client
@@ -91,13 +93,17 @@ def _now() -> str:
 
 
 @state_app.command("init")
-def init(workdir: Path | None = WORKDIR, redis_url: str | None = REDIS) -> None:
-    """Make what the services only read and wait for: the state's epoch and the etcd snapshot key
-    (encrypted with the operator key). Once per deployment, before its services; safe to re-run."""
+def init(workdir: Path | None = WORKDIR, redis_url: str | None = REDIS,
+         command_key_out: Path | None = typer.Option(
+             None, "--command-key-out", help="write the command-signing key's public line here (public, 0644): "
+             "what `bke agent bootstrap --command-key-file` pins and the agents' BKE_AGENT_COMMAND_KEY")) -> None:
+    """Make what the services only read and wait for: the state's epoch, the etcd snapshot key and
+    the command-signing key (both encrypted with the operator key). Once per deployment, before its
+    services; safe to re-run."""
     access, box = resolve_store(workdir, redis_url)
     client = sync_redis_client(access)
     try:
-        done = ensure_state(client, box)
+        done = ensure_state(client, box, signing_box=box)
     except PermanentError as exc:
         die(str(exc), EXIT_INVALID)
     except (RedisError, OSError) as exc:
@@ -106,6 +112,17 @@ def init(workdir: Path | None = WORKDIR, redis_url: str | None = REDIS) -> None:
         client.close()
     typer.echo(f"state of {redact_url(access.url)}: epoch {done.epoch} ({'made now' if done.epoch_made else 'kept'}), "
                f"etcd snapshot key {done.snapshot_key_id} ({'made now' if done.snapshot_key_made else 'kept'})")
+    key = done.command_key
+    assert key is not None  # signing_box was given
+    typer.echo(f"command-signing key {key.fingerprint} ({'made now' if done.command_key_made else 'kept'}): "
+               f"{key.public_line}")
+    if command_key_out is not None:
+        try:
+            write_command_key_file(command_key_out, key)
+        except OSError as exc:
+            die(f"--command-key-out {command_key_out}: {exc.strerror}", EXIT_FAILURE)
+        typer.echo(f"its public line is in {command_key_out}: pin it with `bke agent bootstrap --command-key-file "
+                   f"{command_key_out}`")
 
 
 @state_app.command("backup")

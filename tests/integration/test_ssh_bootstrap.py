@@ -41,7 +41,7 @@ from bke.ssh import (
 from bke.contracts.agent import AGENTS_COMMAND_KEY, AGENTS_PROVISION, AgentProvisioned, CommandKey, ProvisionAgent
 from bke_agent import AgentIdentity
 from bke_cli.main import main
-from tests.trust_helpers import SIGNER
+from tests.trust_helpers import OTHER_SIGNER, SIGNER
 
 pytestmark = pytest.mark.integration
 
@@ -300,7 +300,8 @@ async def test_hostile_arguments_survive_a_real_remote_shell(node):
 
 async def test_the_cli_end_to_end(node, local_files, tmp_path, capsys, nats_url, nats_client):
     """Over SSH, and through the bus: the agents are given the dispatcher's public key (in the env
-    file) and each agent's key is recorded through the provisioning channel before it starts."""
+    file), checked against the operator's pin, and each agent's key is recorded through the
+    provisioning channel before it starts."""
     asked, recorded = [], []
 
     async def command_key(msg) -> None:
@@ -324,19 +325,57 @@ async def test_the_cli_end_to_end(node, local_files, tmp_path, capsys, nats_url,
     wheel, reqs = local_files
     args = ["agent", "bootstrap", str(spec), "--nats", bus, "--identity", str(node.identity),
             "--wheel", str(wheel), "--requirements", str(reqs), "-o", "json"]
+    pinned = [*args, "--command-key-fingerprint", SIGNER.verify_key.fingerprint]
     # The CLI runs its own event loop: give it a thread while this loop keeps serving SSH.
-    code = await asyncio.to_thread(main, [*args, "--host-key-fingerprint", node.fingerprint])
+    code = await asyncio.to_thread(main, [*pinned, "--host-key-fingerprint", node.fingerprint])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert f'"public_key": "{PUBLIC_KEY}"' in out and "s3cret" not in out + err
     assert asked and [r[:2] for r in recorded] == [("n1", PUBLIC_KEY.split()[1])]
     started = next(i for i, c in enumerate(node.sim.commands) if c[:2] == ["systemctl", "restart"])
     assert recorded[0][2] <= started  # recorded before the agent was started
+    env_file = node.sim.root / "etc/bke-agent/env"
+    assert f"BKE_AGENT_COMMAND_KEY={SIGNER.verify_key.public_line.split()[1]}" in env_file.read_text().splitlines()
     wrong = asyncssh.generate_private_key("ssh-ed25519").get_fingerprint("sha256")
-    code = await asyncio.to_thread(main, [*args, "--host-key-fingerprint", f"n1={wrong}"])
+    code = await asyncio.to_thread(main, [*pinned, "--host-key-fingerprint", f"n1={wrong}"])
     out, err = capsys.readouterr()
     assert code == 1
     assert any(line.startswith("ERROR node n1") and node.fingerprint in line for line in err.splitlines())
+    host = ["--host-key-fingerprint", node.fingerprint]
+
+    # the bus answers a key that is not the pinned one: refused, naming both, and no node contacted
+    connections, asked_before = node.sim.connections, len(asked)
+    code = await asyncio.to_thread(main, [*args, *host, "--command-key-fingerprint", OTHER_SIGNER.verify_key.fingerprint])
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    [line] = [ln for ln in err.splitlines() if ln.startswith("ERROR ")]
+    assert SIGNER.verify_key.fingerprint in line and OTHER_SIGNER.verify_key.fingerprint in line, line
+    assert "no node was given either" in line
+    assert len(asked) == asked_before + 1 and node.sim.connections == connections and len(recorded) == 1
+
+    # no pin at all: refused before the bus is asked
+    code = await asyncio.to_thread(main, [*args, *host])
+    out, err = capsys.readouterr()
+    assert code == 2 and "refusing to give the agents a command-signing key the bus answered, unverified" in err
+    assert len(asked) == asked_before + 1 and node.sim.connections == connections
+
+    # the pin from a file (what `bke state init --command-key-out` and a lab write): the right one works
+    pub = tmp_path / "command-key.pub"
+    pub.write_text(SIGNER.verify_key.public_line + "\n")
+    code = await asyncio.to_thread(main, [*args, *host, "--command-key-file", str(pub)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    pub.write_text(OTHER_SIGNER.verify_key.public_line + "\n")
+    code = await asyncio.to_thread(main, [*args, *host, "--command-key-file", str(pub)])
+    out, err = capsys.readouterr()
+    assert code == 1 and f"({pub})" in err and OTHER_SIGNER.verify_key.fingerprint in err
+
+    # the operator says to trust the answer: it works, and says which key it trusted
+    code = await asyncio.to_thread(main, [*args, *host, "--command-key-unsafe-skip-verification"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert f"WARNING the agents are given the command-signing key the bus answered, {SIGNER.verify_key.fingerprint}, " \
+           "unverified" in err
     for sub in subs:
         await sub.unsubscribe()
 

@@ -1,6 +1,7 @@
 """`bke state init` / `backup` / `restore` as an operator runs them against a deployment
-(`--redis URL` with the admin user, BKE_SECRET_KEY_FILE): an init makes the epoch and the etcd
-snapshot key once and keeps them after; round trip, a backup never overwrites a file, a restore
+(`--redis URL` with the admin user, BKE_SECRET_KEY_FILE): an init makes the epoch, the etcd
+snapshot key and the command-signing key once and keeps them after (the last one's public line
+in --command-key-out); round trip, a backup never overwrites a file, a restore
 over live keys needs --force, another key is refused with exit 2 and an ERROR line, and no
 password is printed; a restore names the trust material it kept and --replace-trust takes the
 backup's."""
@@ -70,22 +71,29 @@ async def test_init_makes_the_epoch_and_the_snapshot_key_once(redis_url: str, re
     monkeypatch.setenv("BKE_SECRET_KEY_FILE", str(key))
     await redis_client.delete(epoch_key())  # a store no init ran on
     args = ["--redis", redis_url]
-    assert await run(["state", "init", *args]) == 0
+    pub = tmp_path / "deploy" / "command-key.pub"
+    assert await run(["state", "init", *args, "--command-key-out", str(pub)]) == 0
     first = capsys.readouterr().out
     epoch = await redis_client.get(epoch_key())
     admin = sync_redis_client(redis_url)  # bytes: the snapshot key is a sealed blob
     try:
         stored = admin.get(etcd_snapshot_key())
         snapshot_key = read_snapshot_key(admin, etcd_snapshot_key(), load_secret_box(key))
+        signer = ensure_command_key_sync(admin, command_signing_key(), load_secret_box(key))  # reads the one made
     finally:
         admin.close()
     assert epoch and stored and f"epoch {epoch} (made now)" in first
     assert snapshot_key is not None and f"etcd snapshot key {snapshot_key.key_id} (made now)" in first
+    public = signer.verify_key
+    assert f"command-signing key {public.fingerprint} (made now): {public.public_line}" in first
+    assert pub.read_text() == public.public_line + "\n" and pub.stat().st_mode & 0o777 == 0o644
     password = redis_url.split("@")[0].rsplit(":", 1)[1]
     assert password not in first
 
     assert await run(["state", "init", *args]) == 0  # again: everything kept
-    assert f"epoch {epoch} (kept), etcd snapshot key {snapshot_key.key_id} (kept)" in capsys.readouterr().out
+    again = capsys.readouterr().out
+    assert f"epoch {epoch} (kept), etcd snapshot key {snapshot_key.key_id} (kept)" in again
+    assert f"command-signing key {public.fingerprint} (kept)" in again
     admin = sync_redis_client(redis_url)
     try:
         assert admin.get(epoch_key()) == epoch.encode() and admin.get(etcd_snapshot_key()) == stored

@@ -48,6 +48,14 @@ def test_print_installer_one_comment_and_one_line_per_node(capsys):
     (["--identity", "/nonexistent/id_ed25519", "--host-key-fingerprint", FP], "not a readable private key"),
     (["--dry-run", "--python", "bundled"], "--python bundled needs the bundled CPython: give --python-from"),
     (["--dry-run", "--python-from", "/nonexistent/bundle"], "--python-from: /nonexistent/bundle: no python/"),
+    # the command-signing key: pinned, or the operator says to trust the bus's answer
+    (["--host-key-fingerprint", FP], "refusing to give the agents a command-signing key the bus answered, unverified"),
+    (["--host-key-fingerprint", FP, "--command-key-fingerprint", "SHA256:AAAA"], "is not a SHA-256 fingerprint"),
+    (["--host-key-fingerprint", FP, "--command-key-fingerprint", "bke-command-ed25519 !!"], "not a base64 Ed25519"),
+    (["--host-key-fingerprint", FP, "--command-key-file", "/nonexistent/command-key.pub"],
+     "--command-key-file /nonexistent/command-key.pub: No such file"),
+    (["--host-key-fingerprint", FP, "--command-key-fingerprint", FP, "--command-key-unsafe-skip-verification"],
+     "give one of --command-key-fingerprint, --command-key-unsafe-skip-verification, not both"),
 ])
 def test_bad_input_exits_2_with_an_error_line_and_contacts_nothing(capsys, args, message):
     code, _, err = run(capsys, *args)

@@ -5,6 +5,8 @@ in `<workdir>/processes.json`, so `bke lab down` stops exactly what the lab star
 Layout of a lab workdir:
     runtime/            NATS JetStream store, Redis AOF, runtime.json (bke.runtime.embedded)
     secret.key          the operator key that encrypts CA keys at rest (created 0600)
+    command-key.pub     the command-signing key's public line, as the agents are given it: the pin
+                        of `bke agent bootstrap --command-key-file` (bke.lab.trust)
     creds/<name>.creds  each process's NATS identity (0600; bke.lab.identities); the CLI uses
                         creds/operator.creds (`bke ... --workdir`)
     logs/<name>.log     one log per process

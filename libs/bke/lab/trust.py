@@ -2,7 +2,9 @@
 
     ensure_lab_command_key   the deployment's command-signing key, made once and stored
                              encrypted in Redis (bke.secrets.signing); its public line is given
-                             to every agent (BKE_AGENT_COMMAND_KEY)
+                             to every agent (BKE_AGENT_COMMAND_KEY) and written to
+                             `<lab>/command-key.pub`, the pin of a `bke agent bootstrap` of real
+                             nodes against the lab (`--command-key-file`)
     provision_lab_agents     each agent's key is made before it starts (`bke-agent init` on the
                              node's state, as `bke agent bootstrap` does over SSH) and recorded
                              through the provisioning channel (bke.provisioning); the agent's
@@ -29,6 +31,7 @@ from ..runtime import RuntimeInfo
 from ..runtime.declare import run_blocking
 from ..secrets import load_secret_box
 from ..secrets.sealing import agent_key_id, public_key_from_raw
+from ..secrets.command_key_pin import COMMAND_KEY_FILE, write_command_key_file
 from ..secrets.signing import ensure_command_key_sync
 from ..state.keys import command_signing_key
 
@@ -38,12 +41,15 @@ INIT_TIMEOUT_S = 60.0
 
 
 def ensure_lab_command_key(info: RuntimeInfo, secret_key_file: Path) -> str:
-    """The public line of the deployment's command-signing key (made if missing)."""
+    """The public line of the deployment's command-signing key (made if missing), also written
+    beside the lab's key file (`<lab>/secret.key`) as `<lab>/command-key.pub`."""
     r = Redis.from_url(info.redis_url)
     try:
-        return ensure_command_key_sync(r, command_signing_key(), load_secret_box(secret_key_file)).verify_key.public_line
+        key = ensure_command_key_sync(r, command_signing_key(), load_secret_box(secret_key_file)).verify_key
     finally:
         r.close()
+    write_command_key_file(secret_key_file.parent / COMMAND_KEY_FILE, key)
+    return key.public_line
 
 
 def _agent_key(env: dict[str, str]) -> tuple[str, str]:

@@ -92,6 +92,12 @@ class CommandVerifyKey:
     def public_line(self) -> str:
         return f"{COMMAND_KEY_PREFIX} {base64.b64encode(self.raw).decode()}"
 
+    @property
+    def fingerprint(self) -> str:
+        """`SHA256:<base64>` of the raw public key, as OpenSSH writes a key's fingerprint: what an
+        operator pins (bke.secrets.command_key_pin)."""
+        return "SHA256:" + base64.b64encode(hashlib.sha256(self.raw).digest()).decode().rstrip("=")
+
     def verify(self, data: bytes, signature_b64: str) -> bool:
         try:
             self._public.verify(base64.b64decode(signature_b64, validate=True), data)

@@ -9,6 +9,13 @@ user makes them once:
     bke:epoch              a new random id (SET NX: a second init keeps the first one)
     bke:etcd-snapshot-key  the deployment's etcd snapshot key, encrypted with the operator key
                            (SET NX, bke.secrets.snapshot_key); only when that key is given
+    bke:command-signing-key  the dispatcher's command-signing key (SET NX, bke.secrets.signing;
+                           a dispatcher that finds none makes it too), when the key that
+                           encrypts it is given (`signing_box`): made here so that the operator
+                           holds its public half, from the admin side, before any agent is given
+                           it (`bke state init` prints its fingerprint and `--command-key-out FILE`
+                           writes its public line: what `bke agent bootstrap` pins,
+                           bke.secrets.command_key_pin)
 
 Run by `bke state init` (a deployment, as the admin user) and by the lab: its runtime writes
 the epoch when it starts (bke.runtime.embedded), the supervisor runs the whole of it. Safe to
@@ -18,13 +25,14 @@ a second CA off the nodes).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ..secrets import SecretBox
+from ..secrets.signing import CommandVerifyKey, ensure_command_key_sync
 from ..secrets.snapshot_key import ensure_snapshot_key_sync
 from .epoch import ensure_epoch_sync, new_epoch
-from .keys import etcd_snapshot_key
+from .keys import command_signing_key, etcd_snapshot_key
 
 __all__ = ["StateInit", "ensure_state"]
 
@@ -35,9 +43,12 @@ class StateInit:
     epoch_made: bool  # False: the store had one already
     snapshot_key_id: str | None = None  # None: no operator key was given, the key was not looked at
     snapshot_key_made: bool = False
+    command_key: CommandVerifyKey | None = None  # the public half; None: no signing_box was given
+    command_key_made: bool = False
 
 
-def ensure_state(redis: Any, box: SecretBox | None, *, make_epoch: Callable[[], str] = new_epoch) -> StateInit:
+def ensure_state(redis: Any, box: SecretBox | None, *, make_epoch: Callable[[], str] = new_epoch,
+                 signing_box: SecretBox | None = None) -> StateInit:
     """Make what is missing (see the module docstring) through a blocking admin client."""
     candidate = make_epoch()
     epoch = ensure_epoch_sync(redis, candidate)
@@ -45,4 +56,9 @@ def ensure_state(redis: Any, box: SecretBox | None, *, make_epoch: Callable[[], 
         return StateInit(epoch, epoch == candidate)
     had_key = bool(redis.exists(etcd_snapshot_key()))
     key = ensure_snapshot_key_sync(redis, etcd_snapshot_key(), box)
-    return StateInit(epoch, epoch == candidate, key.key_id, not had_key)
+    done = StateInit(epoch, epoch == candidate, key.key_id, not had_key)
+    if signing_box is None:
+        return done
+    had_signer = bool(redis.exists(command_signing_key()))
+    signer = ensure_command_key_sync(redis, command_signing_key(), signing_box)
+    return replace(done, command_key=signer.verify_key, command_key_made=not had_signer)
