@@ -67,9 +67,9 @@ def _command(i: int, rnd: random.Random) -> AgentCommand:
     files = []
     for j in range(5):
         content = rnd.randbytes(400)
-        files.append(NewFile(path=f"/etc/kubernetes/file{j}", content_b64=base64.b64encode(content).decode(),
+        files.append(NewFile(path=f"/etc/containerd/file{j}", content_b64=base64.b64encode(content).decode(),
                              sha256=hashlib.sha256(content).hexdigest()))
-    files += [NewFile(path=f"/usr/local/bin/bin{j}", mode=0o755, url=f"http://repo/bin{j}-1.34.1", sha256="a" * 64)
+    files += [NewFile(path=f"/opt/cni/bin/bin{j}", mode=0o755, url=f"http://repo/bin{j}-1.34.1", sha256="a" * 64)
               for j in range(3)]
     step = ReplaceFiles(id="replace:runtime", files=files, restart_units=["containerd.service", "kubelet.service"],
                         probes=[HealthProbe(url="http://127.0.0.1:10248/healthz")], timeout_s=300.0)

@@ -12,6 +12,11 @@ Result shape: `steps` lists the steps that were attempted, in order; when a step
 the last entry and the steps after it are not listed (they did not run). A WriteFile whose
 file already has the bytes and mode is `Skipped` (and counts as success).
 
+Kubeconfigs: a kubeconfig-like file is checked once its clear bytes are known, before it is
+written (bke.host_actions.kubeconfigs: no exec plugin, no auth provider); the step fails,
+permanently, saying so. The rest of what a command may do is checked on the whole command
+before it runs (agent loop, bke.host_actions.check).
+
 Secrets: sealed content is opened only inside the step that writes it, and no log line or
 error message ever carries file content (an unexpected error of a WriteFile step is reported
 by type and errno text only).
@@ -33,6 +38,7 @@ from bke.contracts.agent import (
     OUTPUT_LIMIT, AgentCommand, CommandResult, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, ReplaceFiles, Step,
     StepResult, UpdateAgent, WaitHealth, WriteFile,
 )
+from bke.host_actions import kubeconfig_refusal
 
 from .backends.base import COMMAND_ID, Backend, StepOutcome
 from .errors import PermanentStepError, StepError
@@ -91,15 +97,31 @@ def _content_opener(step: WriteFile, identity: AgentIdentity) -> Callable[[], by
             raise PermanentStepError(f"cannot open sealed content: {type(exc).__name__}: {exc}") from None
         if hashlib.sha256(data).hexdigest() != step.sha256.lower():
             raise PermanentStepError(f"content of {step.path} does not match its sha256")
+        _check_kubeconfig(step.path, data)
         return data
 
     return content
 
 
+def _check_kubeconfig(path: str, data: bytes) -> None:
+    """Refuse to write a kubeconfig-like file that names an exec plugin or an auth provider
+    (bke.host_actions.kubeconfigs): checked on the clear bytes, before the write."""
+    why = kubeconfig_refusal(path, data)
+    if why is not None:
+        raise PermanentStepError(f"refused: {why}")
+
+
 def _opened(step: ReplaceFiles, identity: AgentIdentity) -> ReplaceFiles:
     """The step with every sealed file opened into inline content, in memory only (a renewed
     key or kubeconfig of an upgrade: bke.upgrade.certificates). Errors name the path and key
-    ids, never content; the clear bytes are checked against the file's sha256 here."""
+    ids, never content; the clear bytes are checked against the file's sha256 here, and a
+    kubeconfig-like file's against bke.host_actions.kubeconfigs."""
+    for f in step.files:
+        if f.content_b64 is not None and f.sealed_b64 is None:
+            try:
+                _check_kubeconfig(f.path, base64.b64decode(f.content_b64, validate=True))
+            except binascii.Error:
+                raise PermanentStepError(f"{f.path}: content is not valid base64") from None
     if not any(f.sealed_b64 is not None for f in step.files):
         return step
     files = []
@@ -117,6 +139,7 @@ def _opened(step: ReplaceFiles, identity: AgentIdentity) -> ReplaceFiles:
             raise PermanentStepError(f"{f.path}: cannot open sealed content: {type(exc).__name__}: {exc}") from None
         if hashlib.sha256(data).hexdigest() != f.sha256:
             raise PermanentStepError(f"content of {f.path} does not match its sha256")
+        _check_kubeconfig(f.path, data)
         files.append(f.model_copy(update={"sealed_b64": None, "content_b64": base64.b64encode(data).decode()}))
     return step.model_copy(update={"files": files})
 

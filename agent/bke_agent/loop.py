@@ -22,15 +22,17 @@ reply): exactly what the agent's identity allows (bke.auth.permissions.agent_per
 Trust (verify.py, bke.secrets.binding): a command that is not signed by the provisioned
 dispatcher key for this node, or is bound to another key of this agent's or to an older
 incarnation of its cluster, is refused: a `refused` event on the agent's own subject, the
-message terminated, nothing runs. A stale command (outside its validity), or an unbound one
-this agent no longer takes, is refused the same way unless the journal already holds its id
-(then step 1 answers it).
+message terminated, nothing runs. A stale command (outside its validity), an unbound one
+this agent no longer takes, or one with a step its kind may not carry (bke.host_actions: a
+certificates command that writes a unit, a probe of another host...) is refused the same way
+unless the journal already holds its id (then step 1 answers it).
 
 Exactly-once effects over at-least-once delivery (the order matters):
     0. authentic, for this node, this agent's key and not an older incarnation?  -> else refuse
     1. a stored result for the id (in its incarnation)?  -> publish it again with replayed=True,
        ack. Nothing runs.
-       Not fresh, or unbound and no longer taken?        -> refuse
+       Not fresh, or unbound and no longer taken, or a step beyond what its kind may do
+       (bke.host_actions: files by class, programs, units, probes)?  -> refuse
        (a bound command of a newer incarnation is remembered: binding.py)
     2. run the steps (in-progress acks keep the delivery ours while they run)
     3. store the result (atomic), then log the execution
@@ -70,6 +72,7 @@ from bke.contracts.agent import (
     node_token,
 )
 from bke.errors import is_unavailable
+from bke.host_actions import command_refusal
 from bke.secrets.binding import receiver_refusal, served_after, unbound_refusal
 from bke.secrets.fingerprint import held_ca_fingerprint
 
@@ -288,7 +291,9 @@ class AgentLoop:
             self.replayed += 1
         else:
             served = self.served.load()
-            why = self.verifier.fresh(cmd, self.now()) or unbound_refusal(cmd, agent_id, served, self.identity.made_at)
+            why = (self.verifier.fresh(cmd, self.now()) or unbound_refusal(cmd, agent_id, served, self.identity.made_at)
+                   # within what its kind may do to the node (bke.host_actions), checked on every step before any runs
+                   or command_refusal(cmd, self.settings.ip))
             if why is not None:
                 await self._refuse(msg, cmd.command_id, why)
                 return

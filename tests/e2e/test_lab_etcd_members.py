@@ -74,12 +74,12 @@ class Commands:
     async def __aexit__(self, *exc: object) -> None:
         await self.nc.close()
 
-    async def run(self, node: str, steps: list[Step], timeout: float = 180) -> CommandResult:
+    async def run(self, node: str, steps: list[Step], timeout: float = 180, phase: str = "etcd-members") -> CommandResult:
         cluster = self.lab.plan.cluster
         sub = await self.nc.subscribe(agent_subject(cluster, node, "result"))
         try:
             cmd = AgentCommand(command_id=f"{cluster}/etcd-members/{uuid.uuid4().hex[:12]}", cluster=cluster, node=node,
-                               phase="etcd-members", issued_at=datetime.now(timezone.utc).isoformat(), steps=steps)
+                               phase=phase, issued_at=datetime.now(timezone.utc).isoformat(), steps=steps)
             await self.nc.jetstream().publish(agent_subject(cluster, node, "command"),
                                               sign_command(cmd, self.signer).to_bytes())
             while True:
@@ -97,8 +97,8 @@ def _health(plan: Plan, host: str) -> WaitHealth:
                       expect_body='"health":"true"', timeout_s=90)
 
 
-async def _checked(commands: Commands, node: str, steps: list[Step]) -> CommandResult:
-    result = await commands.run(node, steps)
+async def _checked(commands: Commands, node: str, steps: list[Step], phase: str = "etcd-members") -> CommandResult:
+    result = await commands.run(node, steps, phase=phase)
     assert result.status == "Succeeded", result.model_dump_json(indent=1)
     return result
 
@@ -153,7 +153,7 @@ async def test_etcd_events_shrunk_to_one_then_grown_to_three_through_signed_comm
                 assert f is not None and b"--initial-cluster-state=existing" in f.content
                 await _checked(commands, s.member, [WriteFile(
                     id="etcd-events-manifest", path=manifest, mode=f.mode, content_b64=base64.b64encode(f.content).decode(),
-                    sha256=hashlib.sha256(f.content).hexdigest())])
+                    sha256=hashlib.sha256(f.content).hexdigest())], phase="etcd")  # as the member's join writes it
             elif s.kind == "check-health":
                 for h in s.healthy:
                     await _checked(commands, h, [_health(three, h)])

@@ -46,12 +46,13 @@ NOW = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)
 PKI = "/etc/kubernetes/pki/etcd"
 
 
-def free_node_ip(ports: int = 4) -> tuple[str, list[int]]:
-    """A 127.x address and `ports` ports free on it (the lab gives each node its own address)."""
+def free_node_ip(ports: int = 4, fixed: tuple[int, ...] = ()) -> tuple[str, list[int]]:
+    """A 127.x address and `ports` ports free on it (the lab gives each node its own address);
+    `fixed`: these ports instead (etcd's 2379-2381, which a health probe may ask: bke.host_actions)."""
     rng = random.Random()
     for _ in range(100):
         ip = f"127.{rng.randint(100, 250)}.{rng.randint(1, 250)}.{rng.randint(2, 250)}"
-        chosen = rng.sample(range(20000, 60000), ports)
+        chosen = list(fixed) or rng.sample(range(20000, 60000), ports)
         if all(port_is_free(ip, p) for p in chosen):
             return ip, chosen
     raise RuntimeError("no free loopback address")

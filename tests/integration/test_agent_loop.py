@@ -31,8 +31,8 @@ def _settings(nats_url: str, cluster: str, node: str, **kw: Any) -> AgentSetting
 
 
 def _cmd(cluster: str, node: str, cid: str, *steps: Step) -> AgentCommand:
-    steps = steps or (RunProgram(id="noop", argv=["true"]),)
-    return signed(AgentCommand(command_id=cid, cluster=cluster, node=node, phase="test",
+    steps = steps or (RunProgram(id="noop", argv=["swapoff", "-a"]),)
+    return signed(AgentCommand(command_id=cid, cluster=cluster, node=node, phase="node-env",
                                issued_at=datetime.now(timezone.utc).isoformat(), steps=list(steps)))
 
 
@@ -157,7 +157,7 @@ async def test_restart_catches_up_and_runs_nothing_twice(nats_client: NatsClient
         await first.start()
         await _send(js, _cmd(cluster, "n1", "done-before"))
         await watch.wait_for(_result_of("done-before"), TIMEOUT)
-        await _send(js, _cmd(cluster, "n1", "interrupted", RunProgram(id="wait", argv=["true"])))
+        await _send(js, _cmd(cluster, "n1", "interrupted", RunProgram(id="wait", argv=["swapoff", "-a"])))
         await asyncio.wait_for(gate.entered.wait(), TIMEOUT)
         await first.stop(grace=0.1)  # abandoned mid-command: not completed, handed back
 

@@ -37,7 +37,7 @@ KUBELET_URL = "http://repo.example/kubelet/v1.33.2/linux/amd64/kubelet"
 def lab_node(tmp_path: Path) -> Iterator[tuple[Path, str, list[int], list[ManagedProcess]]]:
     root = tmp_path / "hosts" / "m1"
     root.mkdir(parents=True)
-    ip, ports = free_node_ip(3)
+    ip, ports = free_node_ip(fixed=(2379, 2380, 2381))  # etcd's: a probe asks only the known health ports
     procs: list[ManagedProcess] = []
     try:
         yield root, ip, ports, procs
@@ -63,8 +63,8 @@ def _file(path: str, data: bytes, mode: int, sealed_to: str | None = None) -> Wr
     return WriteFile(id=f"write:{path}", path=path, mode=mode, sealed_b64=base64.b64encode(blob).decode(), sha256=digest)
 
 
-def _cmd(cluster: str, cid: str, *steps: Step) -> AgentCommand:
-    return signed(AgentCommand(command_id=cid, cluster=cluster, node="m1", phase="etcd",
+def _cmd(cluster: str, cid: str, *steps: Step, phase: str = "etcd") -> AgentCommand:
+    return signed(AgentCommand(command_id=cid, cluster=cluster, node="m1", phase=phase,
                                issued_at=datetime.now(timezone.utc).isoformat(), steps=list(steps)))
 
 
@@ -90,15 +90,18 @@ async def test_agent_process_survives_sigkill_and_stops_on_sigterm(
         manifest = yaml.safe_dump(etcd_manifest(ip, client, peer, metrics)).encode()
         health = WaitHealth(id="health:etcd", url=f"http://127.0.0.1:{metrics}/health", expect_body='"health":"true"',
                             timeout_s=30)
-        first = _cmd(cluster, f"{cluster}/etcd/m1/0", *pki_steps,
-                     FetchFile(id="fetch:kubelet", url=KUBELET_URL, path="/usr/local/bin/kubelet",
-                               sha256=lab_binary_sha256(KUBELET_URL)),
-                     _file("/etc/systemd/system/kubelet.service", b"[Service]\nExecStart=/usr/local/bin/kubelet\n", 0o644),
-                     SystemdUnit(id="systemd:kubelet", unit="kubelet.service", action="enable-now"),
-                     _file("/etc/kubernetes/manifests/etcd.yaml", manifest, 0o600), health)
-        await js.publish(subject, first.to_bytes())
-        done = await watch.wait_for(_result(first.command_id), TIMEOUT)
-        assert done.data["status"] == "Succeeded", done.data
+        # as the install sends them: each kind of command does only its own work (bke.host_actions)
+        certs = _cmd(cluster, f"{cluster}/certs/m1/0", *pki_steps, phase="certs")
+        env = _cmd(cluster, f"{cluster}/node-env/m1/0",
+                   FetchFile(id="fetch:kubelet", url=KUBELET_URL, path="/usr/bin/kubelet",
+                             sha256=lab_binary_sha256(KUBELET_URL)),
+                   _file("/etc/systemd/system/kubelet.service", b"[Service]\nExecStart=/usr/bin/kubelet\n", 0o644),
+                   SystemdUnit(id="systemd:kubelet", unit="kubelet.service", action="enable-now"), phase="node-env")
+        first = _cmd(cluster, f"{cluster}/etcd/m1/0", _file("/etc/kubernetes/manifests/etcd.yaml", manifest, 0o600), health)
+        for cmd in (certs, env, first):
+            await js.publish(subject, cmd.to_bytes())
+            done = await watch.wait_for(_result(cmd.command_id), TIMEOUT)
+            assert done.data["status"] == "Succeeded", done.data
         key_file = root / PKI.lstrip("/") / "server.key"
         assert key_file.read_bytes() == (material / PKI.lstrip("/") / "server.key").read_bytes()
         assert (key_file.stat().st_mode & 0o777) == 0o600
@@ -124,6 +127,7 @@ async def test_agent_process_survives_sigkill_and_stops_on_sigterm(
         assert not pid_alive(new_etcd)
     heartbeats: list[Seen] = [e for e in watch.seen if "heartbeat" in e.subject]
     assert heartbeats == []  # heartbeats go to bke.v1.heartbeat.*, outside the agent stream
-    assert execution_counts(root / "var/lib/bke-agent") == {first.command_id: 1, while_down.command_id: 1}
+    assert execution_counts(root / "var/lib/bke-agent") == {certs.command_id: 1, env.command_id: 1, first.command_id: 1,
+                                                            while_down.command_id: 1}
     log_text = (tmp_path / "agent1.log").read_text() + (tmp_path / "agent2.log").read_text()
     assert "PRIVATE KEY" not in log_text and '"level": "ERROR"' not in log_text

@@ -144,9 +144,9 @@ def node(nats_url: str, cluster: str, tmp_path: Path) -> Iterator[Node]:
 
 
 def _cmd(cluster: str, cid: str) -> AgentCommand:
-    step = WriteFile(id="write", path="/etc/kubernetes/binding-test", content_b64=base64.b64encode(b"x").decode(),
+    step = WriteFile(id="write", path="/etc/kubernetes/pki/binding-test", content_b64=base64.b64encode(b"x").decode(),
                      sha256="2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881")
-    return AgentCommand(command_id=cid, cluster=cluster, node=NODE, phase="etcd", issued_at=_now(), steps=[step])
+    return AgentCommand(command_id=cid, cluster=cluster, node=NODE, phase="certs", issued_at=_now(), steps=[step])
 
 
 def _answer(cid: str, kind: str, replayed: bool = False) -> Callable[[Seen], bool]:

@@ -53,8 +53,8 @@ def _now() -> str:
 
 
 def _cmd(cluster: str, node: str, cid: str) -> AgentCommand:
-    return AgentCommand(command_id=cid, cluster=cluster, node=node, phase="test", issued_at=_now(),
-                        steps=[RunProgram(id="s", argv=["true"])])
+    return AgentCommand(command_id=cid, cluster=cluster, node=node, phase="node-env", issued_at=_now(),
+                        steps=[RunProgram(id="s", argv=["swapoff", "-a"])])
 
 
 async def _deadline_poll(check, what: str, timeout: float = TIMEOUT) -> None:  # noqa: ANN001

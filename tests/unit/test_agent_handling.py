@@ -65,8 +65,8 @@ def _loop(events: list[str], js: FakeJS, journal: MemoryJournal | None = None) -
 
 
 def _cmd(cid: str = "c1/etcd/n1/0", node: str = "n1") -> bytes:
-    return signed(AgentCommand(command_id=cid, cluster="c1", node=node, phase="etcd", issued_at=NOW.isoformat(),
-                               steps=[RunProgram(id="s", argv=["true"])])).to_bytes()
+    return signed(AgentCommand(command_id=cid, cluster="c1", node=node, phase="node-env", issued_at=NOW.isoformat(),
+                               steps=[RunProgram(id="s", argv=["swapoff", "-a"])])).to_bytes()
 
 
 async def test_store_then_publish_then_ack_and_replay_runs_nothing() -> None:

@@ -1,8 +1,13 @@
 """Poll an HTTP(S) health endpoint until it answers as expected, or say what it last said.
 
 Why the step's own deadline: the dispatcher reads stderr to tell an operator what is wrong,
-so a timeout must report the last answer ("HTTP 500 ...", "connection refused"), not just
+so a timeout must report the last answer ("HTTP 500", "connection refused"), not just
 "timed out". Without TLS files, HTTPS is not verified, as kubelet HTTPS probes are not.
+
+What it reports is the status code, whether the expected text was in the body, and how long
+the answer took; never the body itself. A probe's URL and TLS files are limited to the node's
+own component endpoints and BKE's PKI (bke.host_actions.endpoints, checked on the command
+before it runs), and its answer carries nothing of what the endpoint said beyond its status.
 """
 from __future__ import annotations
 
@@ -43,11 +48,13 @@ async def wait_http(url: str, *, expect_status: int, expect_body: str | None, ti
         while True:
             remaining = deadline - time.monotonic()
             try:
+                t0 = time.monotonic()
                 resp = await client.get(url, timeout=max(0.5, min(5.0, remaining)), extensions=extensions)
-                body = resp.text
-                if resp.status_code == expect_status and (expect_body is None or expect_body in body):
-                    return StepOutcome("Succeeded", stdout=f"{shown}: HTTP {resp.status_code} {body[:200]}\n")
-                last = f"HTTP {resp.status_code} {body[:300]}"
+                ms = round((time.monotonic() - t0) * 1000)
+                found = expect_body is None or expect_body in resp.text
+                if resp.status_code == expect_status and found:
+                    return StepOutcome("Succeeded", stdout=f"{shown}: HTTP {resp.status_code} in {ms} ms\n")
+                last = f"HTTP {resp.status_code} in {ms} ms" + ("" if found else ", without the expected text")
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}"
             if time.monotonic() >= deadline:

@@ -43,7 +43,7 @@ from .health import tls_context, wait_http
 from .paths import HOST_WRITE_DIRS, PathPolicy
 from ..reset import ETCD_DATA_GLOB, MANIFESTS, POLL_S as RESET_POLL_S, RESET_DIRS, ResetStepsMixin, pods_of
 from .proc import judge, run_argv
-from .programs import HOST_PROGRAMS, PROGRAM_DIRS, resolve_program
+from .programs import DROPPED_ENV, HOST_PROGRAMS, PROGRAM_DIRS, resolve_program
 from .replace import ReplaceStepsMixin
 from .restore import RestoreReceiver, RestoreStepsMixin
 from .restart import KUBELET_FILE_CHECK_S, restart_by_manifest
@@ -104,7 +104,7 @@ class HostBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repl
         # A reset removes only what BKE wrote (bke_agent.reset.RESET_TABLE) and etcd data dirs
         self.reset_policy = PathPolicy(self.root, (*RESET_DIRS, ETCD_DATA_GLOB))
         self.systemctl = systemctl
-        self.env = dict(os.environ if env is None else env)
+        self.env = {k: v for k, v in (os.environ if env is None else env).items() if k not in DROPPED_ENV}
         self.http_transport = http_transport
         self.programs, self.program_dirs = programs, program_dirs
         self.snapshots = snapshots

@@ -12,7 +12,9 @@ of it. Both are "a root plus allowed prefixes", so both get the same checks:
    The last component itself is never followed: writes replace it, removals unlink it.
 
 Together with signed commands (verify.py) and the program allow-list (programs.py) this bounds
-what even a compromised dispatcher can do to a node: our files, our units, our binaries.
+what even a compromised dispatcher can do to a node: our files, our units, our binaries. Which
+kind of command may write which of them (a unit, a binary, a static pod manifest, a script) is
+bke.host_actions' table, checked on the whole command before it runs (agent loop).
 """
 from __future__ import annotations
 

@@ -6,7 +6,9 @@ runs only if its name is in `HOST_PROGRAMS` (each entry says which work needs it
 found in one of the fixed `PROGRAM_DIRS` (never via the agent's PATH, never a relative path);
 an absolute argv[0] must be exactly such a file. Shells and interpreters are never in the table
 (`NEVER` names them so that a refusal says why). The step's `env` may not change how a program
-is loaded or found (`FORBIDDEN_ENV`: `LD_*`, `PATH`, shell start-up files...).
+is loaded or found (`FORBIDDEN_ENV`: `LD_*`, `PATH`, shell start-up files, MODPROBE_OPTIONS...).
+Which command kinds may run which of them, and with which arguments (modprobe: module names
+only; sysctl: BKE's own file), is bke.host_actions', checked on the command before it runs.
 
 The install's node-env phase runs modprobe, sysctl and swapoff (files, units, downloads and
 health checks are their own step types); the rest of the table is what day-2 work on a node needs.
@@ -20,7 +22,7 @@ from pathlib import PurePosixPath
 
 from ..errors import PermanentStepError
 
-__all__ = ["FORBIDDEN_ENV", "HOST_PROGRAMS", "NEVER", "PROGRAM_DIRS", "resolve_program"]
+__all__ = ["DROPPED_ENV", "FORBIDDEN_ENV", "HOST_PROGRAMS", "NEVER", "PROGRAM_DIRS", "resolve_program"]
 
 HOST_PROGRAMS: Mapping[str, str] = {
     "modprobe": "load the kernel modules Kubernetes networking needs (br_netfilter, overlay)",
@@ -39,7 +41,11 @@ NEVER = frozenset({
     "sh", "bash", "dash", "zsh", "ksh", "csh", "tcsh", "fish", "busybox", "env", "sudo", "su", "doas", "nohup",
     "setsid", "xargs", "find", "awk", "gawk", "perl", "ruby", "node", "lua", "php", "python", "python3",
 })
-FORBIDDEN_ENV = re.compile(r"^(LD_.*|PATH|IFS|ENV|BASH_ENV|BASH_FUNC_.*|SHELLOPTS|PS4|PYTHON.*|PERL5.*|NODE_OPTIONS|GCONV_PATH)$")
+FORBIDDEN_ENV = re.compile(r"^(LD_.*|PATH|IFS|ENV|BASH_ENV|BASH_FUNC_.*|SHELLOPTS|PS4|PYTHON.*|PERL5.*|NODE_OPTIONS|GCONV_PATH"
+                           r"|MODPROBE_OPTIONS)$")
+# Left out of the environment the agent passes on to every program it runs (a host's own
+# environment could hold it): modprobe would read its options, `-C <file>` among them
+DROPPED_ENV = ("MODPROBE_OPTIONS",)
 
 
 def _never(name: str) -> bool:

@@ -1,7 +1,8 @@
 """Kubeconfig files with the client certificate and key embedded, as kubeadm writes them.
 
 Rendered from a fixed template (keys in kubeadm's order) so the same inputs always give the same
-bytes - the ensure step's idempotence extends to the files on the nodes. The directory store reads
+bytes - the ensure step's idempotence extends to the files on the nodes - and parsed back before
+it is returned: credentials only, never an exec plugin or auth provider. The directory store reads
 the embedded PEMs back with :func:`embedded_material` (two anchored lines, no YAML parser needed).
 """
 from __future__ import annotations
@@ -10,6 +11,7 @@ import base64
 import binascii
 import re
 
+from ..host_actions.kubeconfigs import kubeconfig_problems
 from .material import Material
 
 __all__ = ["embedded_material", "render_kubeconfig"]
@@ -50,8 +52,15 @@ def _quote(text: str) -> str:
 
 def render_kubeconfig(*, cluster: str, server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes,
                       user: str) -> bytes:
-    return _TEMPLATE.format(ca=_b64(ca_pem), server=server, cluster=_quote(cluster), user=_quote(user),
-                            cert=_b64(cert_pem), key=_b64(key_pem)).encode()
+    """The kubeconfig, parsed back before it leaves: one mapping with no exec plugin or auth
+    provider anywhere (bke.host_actions.kubeconfigs; the agent refuses to write one that has),
+    else ValueError."""
+    out = _TEMPLATE.format(ca=_b64(ca_pem), server=server, cluster=_quote(cluster), user=_quote(user),
+                           cert=_b64(cert_pem), key=_b64(key_pem)).encode()
+    problems = kubeconfig_problems(out)
+    if problems:
+        raise ValueError(f"kubeconfig of {user!r} in {cluster!r}: {'; '.join(problems)}")
+    return out
 
 
 def embedded_material(text: bytes) -> Material | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..host_actions.kubeconfigs import is_kubeconfig_path, kubeconfig_problems
 from . import checks, yaml_fast
 from .conf_parsers import parse_haproxy, parse_keepalived, parse_systemd_unit
 from .containerd_keys import v3_key_problems
@@ -165,7 +166,8 @@ VALIDATORS: dict[str, Callable[[str, Expect], Result]] = {
 
 
 def validate_addon(text: str, k8s_minor: str) -> list[str]:
-    """Every object strict-validated; the kube-proxy ConfigMap's config by our typed model."""
+    """Every object strict-validated; the kube-proxy ConfigMap's config by our typed model, its
+    kubeconfig as a kubeconfig BKE writes (no exec plugin, no auth provider)."""
     problems = []
     for i, obj in enumerate(load_yaml_docs(text)):
         where = f"document {i} ({obj.get('kind')}/{obj.get('metadata', {}).get('name')})" if isinstance(obj, dict) else f"document {i}"
@@ -175,6 +177,9 @@ def validate_addon(text: str, k8s_minor: str) -> list[str]:
         err = strict_error(obj, k8s_minor)
         if err:
             problems.append(f"{where}: kubernetes-validate --strict {k8s_minor}: {err}")
+        for key, value in (obj.get("data") or {}).items() if obj.get("kind") == "ConfigMap" else ():
+            if is_kubeconfig_path(str(key)):  # kube-proxy's kubeconfig.conf: credentials only, no program
+                problems += [f"{where}: {key} {p}" for p in kubeconfig_problems(str(value))]
         if obj.get("kind") == "ConfigMap" and "config.conf" in (obj.get("data") or {}):
             conf = load_yaml_docs(obj["data"]["config.conf"])
             problems += [f"{where}: config.conf {p}" for p in _pydantic(KubeProxyConfiguration, conf[0] if conf else None)]
