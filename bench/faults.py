@@ -103,7 +103,7 @@ async def run(nodes: int, failing: float, slow: float, slow_s: float, workdir: P
     try:
         base = AgentSettings(cluster=cluster, node="n0", backend="host", nats_url=info.nats_url, heartbeat_s=0)
         # trust (issue 10): the fleet runs what the deployment key signs; its keys are provisioned
-        command_key = parse_public_line(ensure_lab_command_key(info, sup.ensure_secret_key()))
+        command_key = parse_public_line(ensure_lab_command_key(info, sup.workdir))
         fleet = Fleet(nc, js)
         for h in hostnames:
             backends[h] = FaultyBackend(broken=h in broken, delay=slow_s if h in slowed else 0.0)

@@ -26,6 +26,7 @@ from bke.lab.kube_binaries import BUILDS
 from bke.lab.kwok import wait_admin_kubeconfig
 from bke.lab.kwok_nodes import admin_client, register_nodes, wait_allowed, wait_api
 from bke.lab.supervisor import LabSupervisor
+from bke.lab.key_files import lab_key_file
 from bke.lab.trust import ensure_lab_command_key
 from bke.plan import plan_spec_text
 from bke.provisioning import provision_agents
@@ -102,12 +103,12 @@ async def real_install(nodes: int, workdir: Path, timeout_s: float = 3600.0) -> 
         sup.ensure_agents(info, plan, only=["n0"])  # the master: a real agent, its kubelet runs the control plane
         sup.ensure_kwok(info, plan)
         base = AgentSettings(cluster=cluster, node="n1", backend="host", nats_url=info.nats_url, heartbeat_s=0)
-        command_key = parse_public_line(ensure_lab_command_key(info, sup.ensure_secret_key()))
+        command_key = parse_public_line(ensure_lab_command_key(info, sup.workdir))
         fleet = Fleet.null(nc, js, base, [h for h, _ in workers], command_key=command_key)
         await provision_agents(nc, cluster, fleet.identities())
 
         async def register() -> dict[str, float]:
-            conf = await wait_admin_kubeconfig(info.redis_url, cluster, load_secret_box(sup.workdir / "secret.key"), timeout_s)
+            conf = await wait_admin_kubeconfig(info.redis_url, cluster, load_secret_box(lab_key_file(sup.workdir, "api")), timeout_s)
             server, client = admin_client(conf)
             try:
                 await wait_api(server, client, timeout_s)

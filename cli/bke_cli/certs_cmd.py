@@ -36,7 +36,7 @@ from bke.auth.authority import write_private
 from bke.pki.operations import check_expiration, cluster_kubeconfig, ensure_cluster_pki, renew_certs
 from bke.pki.store_redis import RedisPkiStore
 from bke.state.client import redis_client
-from bke.secrets import SECRET_KEY_ENV, SecretBox, SecretKeyError, box_from_env, create_key_file, load_secret_box
+from bke.secrets import SECRET_KEY_ENV, SecretBox, SecretKeyError, box_for, create_key_file, key_file_env, load_secret_box
 
 
 from .connect import resolve_nats
@@ -72,20 +72,22 @@ def _run(make: Callable[[], Awaitable[T]]) -> T:
 
 
 def _dir_box(out: Path, create: bool) -> SecretBox:
-    """BKE_SECRET_KEY_FILE if set, else DIR/.bke/secret.key (created by `issue` if absent)."""
+    """The `pki` key: BKE_KEY_FILE_PKI or BKE_SECRET_KEY_FILE if set (bke.secrets.key_kinds), else
+    DIR/.bke/secret.key (created by `issue` if absent)."""
+    own = key_file_env("pki")
     try:
-        if os.environ.get(SECRET_KEY_ENV, "").strip():
-            return box_from_env()
+        if os.environ.get(own, "").strip() or os.environ.get(SECRET_KEY_ENV, "").strip():
+            return box_for("pki")
         path = out / ".bke" / "secret.key"
         if path.exists() or not create:
             return load_secret_box(path)
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         box = create_key_file(path)
     except SecretKeyError as exc:
-        die(f"{exc} (set {SECRET_KEY_ENV} to the key file that encrypted {out}/.bke)", EXIT_INVALID)
-    warn_lines([f"{SECRET_KEY_ENV} is not set: created the at-rest key {path} (0600). Anyone who can read "
+        die(f"{exc} (set {own} to the key file that encrypted {out}/.bke)", EXIT_INVALID)
+    warn_lines([f"{own} is not set: created the at-rest key {path} (0600). Anyone who can read "
                 f"{out} can now decrypt the CA keys in {out}/.bke: move the key elsewhere and set "
-                f"{SECRET_KEY_ENV} to it."])
+                f"{own} to it."])
     return box
 
 
@@ -259,13 +261,13 @@ def kubeconfig_cmd(
     """Break-glass: write super-admin.conf (group system:masters, which bypasses RBAC) to --out.
 
     BKE keeps it on no node: it lives encrypted in the PKI store. With --cluster this reads the
-    store like `bke state` does (the state's admin identity and the operator key), because a
+    store like `bke state` does (the state's admin identity and the `pki` key), because a
     private key never travels on the bus. Keep the file offline and delete it after use; the
     only way to revoke it is a new cluster CA."""
     if (directory is None) == (cluster is None):
         die("give exactly one of --dir DIR and --cluster NAME", EXIT_INVALID)
     if cluster is not None:
-        access, box = resolve_store(workdir, redis_url)
+        access, box = resolve_store(workdir, redis_url, "pki")
 
         async def from_redis() -> bytes:
             r = redis_client(access)

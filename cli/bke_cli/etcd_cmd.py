@@ -3,9 +3,9 @@
 The listing reads the snapshot object store over the bus (the operator identity may read it; the
 records are not secret). Opening a snapshot needs the deployment's snapshot key, which only the
 state's admin holds: like `bke state`, `restore` reads it from Redis with `--workdir` (a lab) or
-`--redis URL` plus BKE_SECRET_KEY_FILE (bke.secrets.snapshot_key), together with the agent key
-BKE provisioned for the snapshot's node: a snapshot whose record that agent did not write is
-not opened (bke.etcdsnap.store.check_author).
+`--redis URL` plus the `snapshot` at-rest key (BKE_KEY_FILE_SNAPSHOT, bke.secrets.key_kinds),
+together with the agent key BKE provisioned for the snapshot's node: a snapshot whose record
+that agent did not write is not opened (bke.etcdsnap.store.check_author).
 
 `restore --into DIR` opens the snapshot (its sha256 and etcd's own hash checked) and restores it
 with etcdutl into DIR, a fresh data dir here, as a one-member cluster: start an etcd on it to
@@ -127,7 +127,7 @@ def _size(n: int) -> str:
 def _opening_keys(workdir: Path | None, redis_url: str | None,
                   record: SnapshotRecord) -> tuple[SnapshotKey, X25519PublicKey]:
     """The snapshot key, and the agent key BKE provisioned for the record's node."""
-    access, box = resolve_store(workdir, redis_url)
+    access, box = resolve_store(workdir, redis_url, "snapshot")
     client = sync_redis_client(access)
     try:
         key = read_snapshot_key(client, etcd_snapshot_key(), box)

@@ -2,9 +2,10 @@
 
 With `--workdir` (a lab): the lab's registry, creds under `<lab>/creds/`, and a revocation or
 rotation reaches the running nats-server at once (no reload). For a deployment, `--redis` and
-BKE_SECRET_KEY_FILE give the registry; `provision` writes the creds file to `--out` (0600) for
-you to ship to the process; `rotate`/`revoke` push the account update when `--nats` and
-`--system-creds` (a system-account user) are given, else they say it is still to be pushed.
+the `authority` at-rest key (BKE_KEY_FILE_AUTHORITY, else BKE_SECRET_KEY_FILE) give the
+registry; `provision` writes the creds file to `--out` (0600) for you to ship to the process;
+`rotate`/`revoke` push the account update when `--nats` and `--system-creds` (a system-account
+user) are given, else they say it is still to be pushed.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from bke.auth.system_user import SystemUser, ensure_system_user
 from bke.lab.identities import LabIdentities
 from bke.lab.supervisor import LabSupervisor
 from bke.runtime import EmbeddedRuntime
-from bke.secrets.at_rest import DecryptError, SecretKeyError, box_from_env
+from bke.secrets.at_rest import DecryptError, SecretKeyError
+from bke.secrets.key_kinds import box_for, key_file_env
 
 from .output import EXIT_INVALID, die
 
@@ -51,14 +53,14 @@ def _registry(redis_url: Optional[str]) -> IdentityRegistry:
     if not redis_url:
         die("say where the registry is: --workdir DIR (a lab) or --redis URL (or BKE_REDIS_URL)", EXIT_INVALID)
     try:
-        box = box_from_env()
+        box = box_for("authority")
     except SecretKeyError as exc:
-        die(f"BKE_SECRET_KEY_FILE: {exc}", EXIT_INVALID)
+        die(f"{key_file_env('authority')}: {exc}", EXIT_INVALID)
     registry = IdentityRegistry(redis.Redis.from_url(redis_url), box, lambda: int(time.time()))
     try:
         registry.load_authority()  # the key must open what is stored: say so now, not mid-way
     except DecryptError as exc:
-        die(f"BKE_SECRET_KEY_FILE: cannot open the stored NATS authority: {exc}", EXIT_INVALID)
+        die(f"{key_file_env('authority')}: cannot open the stored NATS authority: {exc}", EXIT_INVALID)
     except redis.RedisError as exc:
         die(f"cannot reach Redis at --redis: {exc}")
     return registry

@@ -6,7 +6,7 @@ Both ask for confirmation unless `--yes`, send `ResetCluster` to the dispatcher 
 every service to say it removed its records (`StateRemoved` from each of DELETE_OWNERS) and
 revokes the cluster's agents' bus identities through `bke identities revoke --cluster`: in a
 lab (`--workdir`) at once (and the lab's agent processes of the cluster are stopped); for a
-deployment (`--nats`) with `--redis`, BKE_SECRET_KEY_FILE and `--system-creds` (a system-account
+deployment (`--nats`) with `--redis`, BKE_KEY_FILE_AUTHORITY and `--system-creds` (a system-account
 user that pushes the account update), else it says what to run.
 
 Exit codes: 0 done; 1 failed (a node, a snapshot, a service that did not answer, NATS away);
@@ -94,7 +94,7 @@ def _revoke(name: str, workdir: Optional[Path], nats_url: Optional[str], redis_u
 
     if workdir is None and not (redis_url and nats_url and system_creds):
         error_lines([f"the bus identities of {name}'s agents are not revoked: run `bke identities revoke --cluster "
-                     f"{name} --redis URL --nats URL --system-creds FILE` (BKE_SECRET_KEY_FILE set)"])
+                     f"{name} --redis URL --nats URL --system-creds FILE` (BKE_KEY_FILE_AUTHORITY set)"])
         return False
     identities_cmd.revoke_cmd(None, name, workdir, redis_url, nats_url, system_creds)
     if workdir is not None:  # the lab's agent processes of the cluster go too (their pods are stopped)

@@ -6,9 +6,11 @@ and the command-signing key's fingerprint and public line, the pin of `bke agent
 This is the one command that reads and writes Redis itself, because it *is* the state tool.
 Every other command asks the services over the bus. It needs the state's admin identity, which
 can scan and write every `bke:` key. That is `--workdir` for a lab (the runtime's admin URL and
-the lab's `secret.key`), or `--redis URL` (or BKE_REDIS_URL, with BKE_REDIS_TLS_CA for
-`rediss://`) together with the operator key file in BKE_SECRET_KEY_FILE. The backup is encrypted
-with that key. Keep the key file apart from the backups: a backup opens with it and nothing else.
+the lab's `keys/<kind>.key`), or `--redis URL` (or BKE_REDIS_URL, with BKE_REDIS_TLS_CA for
+`rediss://`) together with the key files of the kinds each command uses (bke.secrets.key_kinds):
+`init` the `snapshot` and `signing` keys, `backup` the `backup` key, `restore` the `backup` key
+and the `authority` key (to merge the NATS authority's revocations). A backup is encrypted with
+the `backup` key: keep that file apart from the backups, a backup opens with it and nothing else.
 
 What a backup holds, its format and the restore rules: bke.state.backup. A restore keeps the
 trust material of the store as it is now (revocations, agent keys provisioned since, signing
@@ -27,7 +29,9 @@ from redis.exceptions import RedisError
 
 from bke.errors import PermanentError
 from bke.runtime import EmbeddedRuntime
-from bke.secrets.at_rest import SECRET_KEY_ENV, SecretBox, box_from_env, load_secret_box
+from bke.lab.key_files import lab_key_file
+from bke.secrets.at_rest import SecretBox, SecretKeyMissing, load_secret_box
+from bke.secrets.key_kinds import box_for, key_file_env
 from bke.secrets.command_key_pin import write_command_key_file
 from bke.state.backup import backup_state, decode_backup, encode_backup, restore_state
 from bke.state.restore_trust import TRUST_ITEMS, TrustDecision
@@ -38,7 +42,7 @@ from bke.state.state_init import ensure_state
 
 from .output import EXIT_FAILURE, EXIT_INVALID, die
 
-__all__ = ["migrate_lines", "records_lines", "register", "resolve_access", "resolve_store", "trust_lines"]
+__all__ = ["key_box", "migrate_lines", "records_lines", "register", "resolve_access", "resolve_store", "trust_lines"]
 
 state_app = typer.Typer(no_args_is_help=True, help="Initialise, back up, restore and convert BKE's state (Redis).")
 
@@ -46,19 +50,31 @@ WORKDIR = typer.Option(None, "--workdir", help="a lab's work directory")
 REDIS = typer.Option(None, "--redis", help="Redis URL with the admin user (else BKE_REDIS_URL)")
 
 
-def resolve_store(workdir: Path | None, redis_url: str | None) -> tuple[StoreAccess, SecretBox]:
-    """The admin's Redis access and the operator key, for a lab or a deployment."""
+def resolve_store(workdir: Path | None, redis_url: str | None, kind: str) -> tuple[StoreAccess, SecretBox]:
+    """The admin's Redis access and the at-rest key of `kind`, for a lab or a deployment."""
     try:
         if workdir is not None:
             info = EmbeddedRuntime.read_info(workdir.resolve() / "runtime")
             if info is None:
                 die(f"{workdir}: no running lab here (no runtime/runtime.json)", EXIT_INVALID)
-            return info.admin_store(), load_secret_box(workdir.resolve() / "secret.key")
+            return info.admin_store(), load_secret_box(lab_key_file(workdir.resolve(), kind))
         url = redis_url or os.environ.get("BKE_REDIS_URL")
         if not url:
             die("say where the state is: --workdir DIR (a lab), or --redis URL (or BKE_REDIS_URL) "
-                f"with {SECRET_KEY_ENV}", EXIT_INVALID)
-        return _env_access(url), box_from_env()
+                f"with {key_file_env(kind)}", EXIT_INVALID)
+        return _env_access(url), box_for(kind)
+    except PermanentError as exc:
+        die(str(exc), EXIT_INVALID)
+
+
+def key_box(workdir: Path | None, kind: str, required: bool = True) -> SecretBox | None:
+    """Another kind's key for the same command (None: not configured, and not `required`)."""
+    try:
+        return load_secret_box(lab_key_file(workdir.resolve(), kind)) if workdir is not None else box_for(kind)
+    except SecretKeyMissing as exc:
+        if required:
+            die(str(exc), EXIT_INVALID)
+        return None
     except PermanentError as exc:
         die(str(exc), EXIT_INVALID)
 
@@ -98,12 +114,12 @@ def init(workdir: Path | None = WORKDIR, redis_url: str | None = REDIS,
              None, "--command-key-out", help="write the command-signing key's public line here (public, 0644): "
              "what `bke agent bootstrap --command-key-file` pins and the agents' BKE_AGENT_COMMAND_KEY")) -> None:
     """Make what the services only read and wait for: the state's epoch, the etcd snapshot key and
-    the command-signing key (both encrypted with the operator key). Once per deployment, before its
-    services; safe to re-run."""
-    access, box = resolve_store(workdir, redis_url)
+    the command-signing key (encrypted with the `snapshot` and `signing` keys). Once per deployment,
+    before its services; safe to re-run."""
+    access, box = resolve_store(workdir, redis_url, "snapshot")
     client = sync_redis_client(access)
     try:
-        done = ensure_state(client, box, signing_box=box)
+        done = ensure_state(client, box, signing_box=key_box(workdir, "signing"))
     except PermanentError as exc:
         die(str(exc), EXIT_INVALID)
     except (RedisError, OSError) as exc:
@@ -128,8 +144,8 @@ def init(workdir: Path | None = WORKDIR, redis_url: str | None = REDIS,
 @state_app.command("backup")
 def backup(file: Path = typer.Argument(..., help="the file to write (refused if it exists)"),
            workdir: Path | None = WORKDIR, redis_url: str | None = REDIS) -> None:
-    """Write every BKE key, encrypted with the operator key, to FILE."""
-    access, box = resolve_store(workdir, redis_url)
+    """Write every BKE key, encrypted with the `backup` key, to FILE."""
+    access, box = resolve_store(workdir, redis_url, "backup")
 
     async def run() -> tuple[bytes, object]:
         client = redis_client(access)
@@ -160,7 +176,8 @@ def restore(file: Path = typer.Argument(..., help="a file written by `bke state 
                 + "; ".join(f"{i.name}: {i.rule}" for i in TRUST_ITEMS))) -> None:
     """Put the state saved in FILE back; the services then go on from it. The trust material is
     kept as it is now unless --replace-trust is given (bke.state.restore_trust)."""
-    access, box = resolve_store(workdir, redis_url)
+    access, box = resolve_store(workdir, redis_url, "backup")
+    authority = key_box(workdir, "authority", required=False)  # needed to merge two NATS authorities
     try:
         doc = decode_backup(file.read_bytes(), box)
     except OSError as exc:
@@ -171,7 +188,7 @@ def restore(file: Path = typer.Argument(..., help="a file written by `bke state 
     async def run() -> object:
         client = redis_client(access)
         try:
-            return await restore_state(client, doc, force=force, box=box, replace_trust=replace_trust)
+            return await restore_state(client, doc, force=force, box=authority, replace_trust=replace_trust)
         finally:
             await client.aclose()
 

@@ -70,7 +70,7 @@ async def services(tmp_path, runtime, nats_url, redis_url, redis_client, monkeyp
     sup = LabSupervisor(tmp_path / "lab", auth=False)
     sup.runtime = runtime
     sup.workdir.mkdir(parents=True)
-    sup.ensure_secret_key()
+    sup.ensure_key_files()
     info = RuntimeInfo(nats_url=nats_url, redis_url=redis_url, nats_pid=0, redis_pid=0, nats_monitor_url="")
     pids = sup.ensure_services(info)
     try:
@@ -162,8 +162,8 @@ async def test_hostile_messages_are_dead_lettered_and_a_valid_install_still_goes
             spec = synth_spec_text(nodes, name="after-hostile", key_algorithm="ECDSA-P256")
             base = AgentSettings(cluster="after-hostile", node="n0", backend="host", nats_url=nats_url, heartbeat_s=0)
             # signed commands: the agents trust the deployment's key (the one the dispatcher
-            # loads, encrypted with the lab's secret.key) and are provisioned before they register
-            command_key = parse_public_line(ensure_lab_command_key(info, sup.ensure_secret_key()))
+            # loads, encrypted with the lab's `signing` key) and are provisioned before they register
+            command_key = parse_public_line(ensure_lab_command_key(info, sup.workdir))
             fleet = Fleet.null(nc, js, base, [f"n{i}" for i in range(nodes)], command_key=command_key)
             await asyncio.gather(*(provision_agent(nc, ProvisionAgent(
                 cluster="after-hostile", node=node, agent_id=ident.agent_id, seal_public_key_b64=ident.public_key_b64))

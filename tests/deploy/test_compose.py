@@ -20,6 +20,7 @@ from bke.lab import supervisor as supervisor_module
 from bke.lab.supervisor import SERVICES, LabSupervisor
 from bke.plan import plan_spec_text
 from bke.runtime import redis_acl
+from bke.secrets.key_kinds import SERVICE_KEY_KINDS, key_file_env
 
 from .dockerfile import effective, env_of, read_stages
 
@@ -60,6 +61,18 @@ def test_every_service_runs_from_its_own_image_and_scales() -> None:
         # `docker compose up --scale NAME=N` refuses a fixed container name and a fixed host port
         assert "container_name" not in spec and "ports" not in spec, name
         assert spec["environment"]["BKE_HTTP_HOST"] == "0.0.0.0"
+
+
+def test_each_service_is_given_the_key_files_of_its_kinds_only() -> None:
+    compose = _compose()
+    for name in SERVICES:
+        spec, kinds = compose["services"][name], SERVICE_KEY_KINDS.get(name, ())
+        assert "BKE_SECRET_KEY_FILE" not in spec["environment"], name  # no shared key: one per kind
+        assert {k for k in spec["environment"] if k.startswith("BKE_KEY_FILE_")} == {key_file_env(k) for k in kinds}
+        assert {s for s in spec["secrets"] if s.startswith("bke-key-")} == {f"bke-key-{k}" for k in kinds}, name
+        for kind in kinds:
+            assert spec["environment"][key_file_env(kind)] == f"/run/secrets/bke-key-{kind}"
+            assert compose["secrets"][f"bke-key-{kind}"] == {"file": f"./deploy/keys/{kind}.key"}
 
 
 class _Recorder:

@@ -15,12 +15,11 @@ import yaml
 from bke.auth.permissions import inbox_prefix
 from bke.http.ports import DEFAULT_HTTP_PORTS
 from bke.lab.supervisor import SERVICES
+from bke.secrets.key_kinds import SERVICE_KEY_KINDS, key_file_env
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "kubernetes"
 VALIDATE = Path(sys.executable).parent / "kubernetes-validate"
-# The services that read the operator key (README, "Running each service alone").
-NEEDS_SECRET_KEY = {"certs", "dispatcher", "upgrader"}
 
 
 def _yaml_files() -> list[Path]:
@@ -82,16 +81,23 @@ def test_each_service_deployment(service: str) -> None:
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert env["BKE_NATS_INBOX_PREFIX"]["value"] == inbox_prefix(service)
     assert env["BKE_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": f"bke-{service}-redis", "key": "BKE_REDIS_URL"}
-    assert ("BKE_SECRET_KEY_FILE" in env) == (service in NEEDS_SECRET_KEY)
+    # the at-rest keys of the kinds it uses and no other, never the one shared file
+    kinds = SERVICE_KEY_KINDS.get(service, ())
+    assert {k for k in env if k.startswith("BKE_KEY_FILE_")} == {key_file_env(k) for k in kinds}
+    assert "BKE_SECRET_KEY_FILE" not in env
     # every file the env names is mounted from a volume of the pod
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert "BKE_HTTP_TOKEN_FILE" in env  # BKE_HTTP_HOST 0.0.0.0 below: the dashboard asks for a token
-    for key in ("BKE_NATS_CREDS", "BKE_SECRET_KEY_FILE", "BKE_HTTP_TOKEN_FILE"):
-        if key in env:
-            path = Path(env[key]["value"])
-            volume = volumes[mounts[str(path.parent)]]
-            assert "secret" in volume, key
+    for key in ("BKE_NATS_CREDS", "BKE_HTTP_TOKEN_FILE", *(key_file_env(k) for k in kinds)):
+        path = Path(env[key]["value"])
+        volume = volumes[mounts[str(path.parent)]]
+        assert "secret" in volume or all("secret" in s for s in volume["projected"]["sources"]), key
+    for kind in kinds:  # each key file from that kind's own Secret, mounted whole (a rotation reaches the pod)
+        volume = volumes[mounts[str(Path(env[key_file_env(kind)]["value"]).parent)]]
+        assert {"secret": {"name": f"bke-key-{kind}"}} in volume["projected"]["sources"], kind
+        assert Path(env[key_file_env(kind)]["value"]).name == f"{kind}.key"
+    assert not any("subPath" in m for m in container["volumeMounts"])
     # the shared configuration comes from the ConfigMap in config.yaml
     (source,) = container["envFrom"]
     config = _find("ConfigMap", source["configMapRef"]["name"])

@@ -10,7 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MADE_PER_DEPLOYMENT = (
-    "deploy/secret.key", "deploy/http-token", "deploy/agent.env", "deploy/command-key.pub",
+    "deploy/secret.key", "deploy/keys/pki.key", "deploy/keys/authority.key", "deploy/http-token", "deploy/agent.env",
+    "deploy/command-key.pub",
     "deploy/nats/auth.conf", "deploy/nats/sys.creds", "deploy/nats/creds/planner.creds",
     "deploy/redis/planner.env", "deploy/redis/admin.env", "deploy/redis/redis-users.json", "deploy/redis/users.acl",
 )
@@ -30,5 +31,5 @@ def test_ignored(path: str) -> None:
 
 def test_none_is_tracked() -> None:
     tracked = set(_git("ls-files", "deploy").stdout.split())
-    secret = {p for p in tracked if p.startswith(("deploy/nats/creds/", "deploy/redis/"))}
+    secret = {p for p in tracked if p.startswith(("deploy/nats/creds/", "deploy/redis/", "deploy/keys/"))}
     assert not (tracked & set(MADE_PER_DEPLOYMENT)) and not secret, sorted(tracked & set(MADE_PER_DEPLOYMENT) | secret)

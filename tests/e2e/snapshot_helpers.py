@@ -17,6 +17,7 @@ from bke.bus.connect import BusAccess, connect_nats
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
 from bke.etcdsnap.step import SnapshotTarget, snapshot_step
 from bke.lab.identities import creds_path
+from bke.lab.key_files import lab_key_file
 from bke.secrets import load_secret_box
 from bke.secrets.signing import ensure_command_key_sync, sign_command
 from bke.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key_sync
@@ -41,9 +42,8 @@ async def take_snapshots(lab: Lab, targets: list[SnapshotTarget], request_id: st
     cluster, plan = lab.plan.cluster, lab.plan
     r = Redis.from_url(lab.info.redis_url)
     try:
-        box = load_secret_box(lab.workdir / "secret.key")
-        signer = ensure_command_key_sync(r, command_signing_key(), box)
-        skey = ensure_snapshot_key_sync(r, etcd_snapshot_key(), box)
+        signer = ensure_command_key_sync(r, command_signing_key(), load_secret_box(lab_key_file(lab.workdir, "signing")))
+        skey = ensure_snapshot_key_sync(r, etcd_snapshot_key(), load_secret_box(lab_key_file(lab.workdir, "snapshot")))
     finally:
         r.close()
     # bound to each receiver as the dispatcher binds its commands (its provisioned key, the

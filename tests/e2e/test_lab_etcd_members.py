@@ -31,6 +31,7 @@ from bke.auth.permissions import inbox_prefix
 from bke.bus.connect import BusAccess, connect_nats
 from bke.contracts.agent import AgentCommand, CommandResult, RemoveFile, Step, WaitHealth, WriteFile, agent_subject
 from bke.lab.identities import creds_path
+from bke.lab.key_files import lab_key_file
 from bke.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
 from bke.plan import Plan, plan_spec_text
 from bke.render import RenderInputs, render_cluster
@@ -61,7 +62,7 @@ class Commands:
         self.lab = lab
         r = Redis.from_url(lab.info.redis_url)
         try:
-            self.signer = ensure_command_key_sync(r, command_signing_key(), load_secret_box(lab.workdir / "secret.key"))
+            self.signer = ensure_command_key_sync(r, command_signing_key(), load_secret_box(lab_key_file(lab.workdir, "signing")))
         finally:
             r.close()
         self.nc: Any = None

@@ -237,7 +237,7 @@ async def test_real_applier_uses_super_admin_for_rbac_only_from_the_store_in_mem
         applier = KubernetesApplier(r)
         with pytest.raises(TemporaryError, match="no admin kubeconfig for cluster creds yet"):
             await applier._admin_kubeconfig(plan, "admin")  # the PKI alone is not read
-        await write_api_credentials(r, plan, RedisPkiStore(r), operator_box)
+        await write_api_credentials(r, plan, RedisPkiStore(r), operator_box, operator_box)
         stored = await r.hgetall(api_credentials_key("creds"))
         assert set(stored) == {b"admin", b"super-admin"}
         assert not any(b"client-key-data" in v or b"PRIVATE KEY" in v for v in stored.values())

@@ -40,7 +40,8 @@ async def certs(redis_client: aioredis.Redis, redis_url: str):
         sent.append((subject, body))
 
     clock = [NOW + timedelta(days=1)]
-    h = CertsHandlers(redis=raw, box_factory=lambda: box, publish=publish, now=lambda: clock[0])
+    h = CertsHandlers(redis=raw, box_factory=lambda: box, api_box_factory=lambda: box, publish=publish,
+                      now=lambda: clock[0])
     try:
         yield h, sent, clock
     finally:

@@ -77,7 +77,7 @@ async def etcd_member(node: tuple[Path, str, list[int]]) -> AsyncIterator[tuple[
 
 @pytest.fixture
 def box(tmp_path: Path) -> tuple[SecretBox, Path]:
-    """The operator key, in the file BKE_SECRET_KEY_FILE names."""
+    """The `snapshot` at-rest key, in the file BKE_SECRET_KEY_FILE names (the fallback of every kind)."""
     path = tmp_path / "secret.key"
     return create_key_file(path), path
 
@@ -94,7 +94,8 @@ async def snapshot_key(redis_url: str, box: tuple[SecretBox, Path]) -> AsyncIter
                                             ensure_snapshot_key(r, name, box[0]))
         assert first.key_id == again.key_id  # concurrent makers agree on one key (SET NX)
         stored = await r.get(name)
-        assert stored is not None and stored.startswith(b"BKEAR1")  # encrypted at rest
+        # encrypted at rest, the public half in clear before it (what the dispatcher reads)
+        assert stored is not None and stored.startswith(b"BKESNAP1") and stored[40:].startswith(b"BKEAR1")
         assert (await ensure_snapshot_key(r, name, box[0])).public_b64 == first.public_b64
         yield first
         await r.delete(name)

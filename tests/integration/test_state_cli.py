@@ -61,7 +61,7 @@ async def test_backup_and_restore_from_the_command_line(redis_url: str, redis_cl
     assert capsys.readouterr().err.startswith(f"ERROR {out}: encrypted with key")
     monkeypatch.delenv("BKE_SECRET_KEY_FILE")
     assert await run(["state", "backup", str(tmp_path / "b2"), *args]) == 2
-    assert "BKE_SECRET_KEY_FILE is not set" in capsys.readouterr().err
+    assert "neither BKE_KEY_FILE_BACKUP nor BKE_SECRET_KEY_FILE is set" in capsys.readouterr().err
 
 
 async def test_init_makes_the_epoch_and_the_snapshot_key_once(redis_url: str, redis_client: aioredis.Redis, tmp_path,
@@ -101,8 +101,8 @@ async def test_init_makes_the_epoch_and_the_snapshot_key_once(redis_url: str, re
         admin.close()
 
     monkeypatch.delenv("BKE_SECRET_KEY_FILE")
-    assert await run(["state", "init", *args]) == 2  # the snapshot key is sealed with the operator key
-    assert "BKE_SECRET_KEY_FILE is not set" in capsys.readouterr().err
+    assert await run(["state", "init", *args]) == 2  # the snapshot key is sealed with the `snapshot` key
+    assert "neither BKE_KEY_FILE_SNAPSHOT nor BKE_SECRET_KEY_FILE is set" in capsys.readouterr().err
 
 
 async def test_restore_names_the_trust_it_kept_and_the_flag_that_takes_the_backups(

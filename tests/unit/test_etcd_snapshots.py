@@ -26,7 +26,8 @@ from bke.etcdsnap.upload import meta_subject
 from bke.secrets.at_rest import DecryptError, SecretBox
 from bke.secrets.sealing import NotForThisKey, SealedDataError, agent_key_id, generate_agent_key
 from bke.secrets.snapshot_key import (
-    SnapshotKey, SnapshotKeyError, ensure_snapshot_key_sync, recipient_from_b64, record_mac,
+    SnapshotKey, SnapshotKeyError, ensure_snapshot_key_sync, recipient_from_b64, record_mac, split_stored,
+    stored_public_b64, upgrade_stored_form,
 )
 
 from .upgrade_helpers import SEED, SPLIT, plan_of
@@ -164,13 +165,31 @@ def test_snapshot_key_is_made_once_and_kept_encrypted() -> None:
     store, box = _Store(), SecretBox(b"k" * 32)
     key = ensure_snapshot_key_sync(store, "bke:etcd-snapshot-key", box)
     assert ensure_snapshot_key_sync(store, "bke:etcd-snapshot-key", box).key_id == key.key_id
-    assert store["bke:etcd-snapshot-key"].startswith(b"BKEAR1") and key.key_id in repr(key)
+    stored = store["bke:etcd-snapshot-key"]
+    assert stored.startswith(b"BKESNAP1") and b"BKEAR1" in stored and key.key_id in repr(key)
     assert key.open(key.seal(b"clear")) == b"clear"
     with pytest.raises(DecryptError):
         ensure_snapshot_key_sync(store, "bke:etcd-snapshot-key", SecretBox(b"j" * 32))
     with pytest.raises(SnapshotKeyError):
         recipient_from_b64("bm90IGEga2V5")
     assert recipient_from_b64(key.public_b64) is not None
+
+
+def test_the_public_half_is_read_without_the_key_and_checked_by_its_holders() -> None:
+    box = SecretBox(b"k" * 32)
+    key = SnapshotKey.generate()
+    stored = key.seal_for_store(box)
+    assert stored_public_b64(stored) == key.public_b64  # the dispatcher's read: no key
+    # a record whose public half was swapped does not open for a holder of the key
+    swapped = stored[:8] + bytes(32) + stored[40:]
+    with pytest.raises(SnapshotKeyError, match="altered"):
+        SnapshotKey.from_store(swapped, box)
+    # the older form (the at-rest blob alone) still opens, has no public half, and is rewritten
+    older = split_stored(stored)[1]
+    assert stored_public_b64(older) is None and SnapshotKey.from_store(older, box).key_id == key.key_id
+    upgraded = upgrade_stored_form(older, box)
+    assert upgraded is not None and stored_public_b64(upgraded) == key.public_b64
+    assert upgrade_stored_form(upgraded, box) is None
 
 
 # --- the step and the restore plan, from plans ----------------------------------------------------

@@ -17,7 +17,7 @@ from bke.secrets import (
     SecretKeyInvalid,
     SecretKeyMissing,
     agent_key_id,
-    box_from_env,
+    box_for,
     create_key_file,
     generate_agent_key,
     load_secret_box,
@@ -64,7 +64,7 @@ def test_key_file_created_0600_and_loaded(tmp_path: Path) -> None:
     box = create_key_file(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert load_secret_box(path).key_id == box.key_id
-    assert box_from_env({"BKE_SECRET_KEY_FILE": str(path)}).decrypt(box.encrypt(b"x")) == b"x"
+    assert box_for("pki", {"BKE_SECRET_KEY_FILE": str(path)}).decrypt(box.encrypt(b"x")) == b"x"
     with pytest.raises(FileExistsError):
         create_key_file(path)  # never overwrite an operator's key
     raw = tmp_path / "raw.key"
@@ -73,10 +73,10 @@ def test_key_file_created_0600_and_loaded(tmp_path: Path) -> None:
 
 
 def test_missing_or_bad_key_file_is_a_clear_typed_error(tmp_path: Path) -> None:
-    with pytest.raises(SecretKeyMissing, match="BKE_SECRET_KEY_FILE is not set"):
-        box_from_env({})
+    with pytest.raises(SecretKeyMissing, match="neither BKE_KEY_FILE_PKI nor BKE_SECRET_KEY_FILE is set"):
+        box_for("pki", {})
     with pytest.raises(SecretKeyMissing, match="does not exist"):
-        box_from_env({"BKE_SECRET_KEY_FILE": str(tmp_path / "nope")})
+        box_for("pki", {"BKE_SECRET_KEY_FILE": str(tmp_path / "nope")})
     bad = tmp_path / "bad.key"
     bad.write_text("c2hvcnQ=\n")  # base64 of 5 bytes
     with pytest.raises(SecretKeyInvalid, match="32 raw bytes") as err:

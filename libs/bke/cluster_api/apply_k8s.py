@@ -1,7 +1,8 @@
 """Addons on a real cluster: server-side apply with the `kubernetes` client, as `bke`.
 
 Credentials, as the certs service stores them for this use (bke.pki.api_credentials, encrypted
-at rest) and opened with the operator's key (`BKE_SECRET_KEY_FILE`), in memory only: admin.conf
+at rest) and opened with the `api` at-rest key (BKE_KEY_FILE_API, bke.secrets.key_kinds), in
+memory only: admin.conf
 for every addon, and super-admin.conf (on no node; group system:masters) for the bootstrap-RBAC
 step alone, whose bindings are what give admin.conf its rights: kubeadm init uses super-admin.conf
 the same way. Exercised against real apiservers by a real-control-plane lab
@@ -18,7 +19,7 @@ from redis.asyncio import Redis
 from bke.errors import TemporaryError
 from bke.pki.api_credentials import read_api_credential
 from bke.plan import Plan
-from bke.secrets import box_from_env
+from bke.secrets import keyring_for
 
 __all__ = ["KubernetesApplier", "FIELD_MANAGER", "kube_system_pods"]
 
@@ -28,11 +29,11 @@ FIELD_MANAGER = "bke"
 class KubernetesApplier:
     def __init__(self, redis: Redis):
         self.redis = redis
-        self.box = box_from_env()
+        self.keys = keyring_for("api")  # read now, and again when the file changes (a rotation)
 
     async def _admin_kubeconfig(self, plan: Plan, credential: str = "admin") -> dict[str, Any]:
         # written by the certs service (bke.pki.api_credentials): this service never reads the PKI
-        return yaml.safe_load(await read_api_credential(self.redis, plan.cluster, credential, self.box))
+        return yaml.safe_load(await read_api_credential(self.redis, plan.cluster, credential, self.keys.box()))
 
     async def admin_kubeconfig(self, plan: Plan) -> dict[str, Any]:
         """For the other API users of the dispatcher (k8s_nodes: labels, Node Ready, workloads)."""

@@ -8,7 +8,7 @@ own kubelet.conf (bke_agent.kubelet.node_api), annotated `bke.bocloud.com/lab-ku
 and kwok manages only the Nodes with that annotation. What kwok does to them is our stage file,
 kwok_stages.yaml beside this module.
 
-    python -m bke.lab.kwok --cluster C --out DIR   (BKE_REDIS_URL: an admin URL; BKE_SECRET_KEY_FILE)
+    python -m bke.lab.kwok --cluster C --out DIR   (BKE_REDIS_URL: an admin URL; BKE_KEY_FILE_API)
 
 waits until the certs service has written the cluster's admin kubeconfig
 (bke.pki.api_credentials), writes it 0600 under DIR, then runs kwok and starts it again when it
@@ -30,7 +30,7 @@ from pathlib import Path
 from ..errors import TemporaryError
 from ..pki.api_credentials import read_api_credential
 from ..runtime.processes import free_port
-from ..secrets import SecretBox, box_from_env
+from ..secrets import SecretBox, box_for
 from ..state.client import redis_client
 from .kube_binaries import KWOK_VERSION, locate
 from .node_object import KWOK_ANNOTATION
@@ -70,7 +70,7 @@ async def wait_admin_kubeconfig(redis_url: str, cluster: str, box: SecretBox, ti
 
 
 async def _admin_kubeconfig(cluster: str, out: Path, timeout_s: float) -> Path:
-    conf = await wait_admin_kubeconfig(os.environ["BKE_REDIS_URL"], cluster, box_from_env(), timeout_s)
+    conf = await wait_admin_kubeconfig(os.environ["BKE_REDIS_URL"], cluster, box_for("api"), timeout_s)
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = out / f"{cluster}-admin.conf"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -62,7 +62,7 @@ def ensure_replicas(sup: LabSupervisor, info: RuntimeInfo, count: int,
     pids = sup.pids()
     # HTTP on any free port: the first replica has the service's port (bke.http.ports), a second
     # process asking for it would fail its start
-    env = dict(lab_env(info, sup.workdir, sup.fetch, sup.mode), BKE_HTTP_PORT="0")
+    env = dict(lab_env(info, sup.fetch, sup.mode), BKE_HTTP_PORT="0")
     for service in only:
         for index in range(2, count + 1):
             key = replica_key(service, index)

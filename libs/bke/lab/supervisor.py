@@ -4,7 +4,8 @@ in `<workdir>/processes.json`, so `bke lab down` stops exactly what the lab star
 
 Layout of a lab workdir:
     runtime/            NATS JetStream store, Redis AOF, runtime.json (bke.runtime.embedded)
-    secret.key          the operator key that encrypts CA keys at rest (created 0600)
+    keys/<kind>.key     the at-rest keys, one per kind (0600; bke.lab.key_files): each service is
+                        given only the kinds it uses (BKE_KEY_FILE_<KIND>), the agents none
     command-key.pub     the command-signing key's public line, as the agents are given it: the pin
                         of `bke agent bootstrap --command-key-file` (bke.lab.trust)
     creds/<name>.creds  each process's NATS identity (0600; bke.lab.identities); the CLI uses
@@ -26,8 +27,8 @@ import json
 import os
 import signal
 import time
-import secrets
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,8 @@ from .identities import LabIdentities
 from ..runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
 from ..runtime.binaries import MissingBinaryError, etcd_bin
 from ..runtime.processes import ManagedProcess, free_port, pid_alive, port_is_free, stop_pid
+from ..secrets.at_rest import SECRET_KEY_ENV
+from .key_files import ensure_lab_key_files, lab_key_dir, lab_key_file, service_key_env
 from .kube_binaries import cache_dir
 from .trust import ensure_lab_command_key, provision_lab_agents
 
@@ -63,13 +66,19 @@ def _bin(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
-def lab_env(info: RuntimeInfo, workdir: Path, fetch: bool = False, control_plane: str = "simulated") -> dict[str, str]:
-    """The processes' environment. `fetch`: the agents download from the spec's httpRepo and the
+def _without_keys(environ: Mapping[str, str]) -> dict[str, str]:
+    """The caller's environment without its at-rest key files: a lab process gets the lab's own."""
+    return {k: v for k, v in environ.items() if k != SECRET_KEY_ENV and not k.startswith("BKE_KEY_FILE_")}
+
+
+def lab_env(info: RuntimeInfo, fetch: bool = False, control_plane: str = "simulated") -> dict[str, str]:
+    """The processes' environment, without any at-rest key (each service is given its own
+    kinds: `start_service_process`). `fetch`: the agents download from the spec's httpRepo and the
     dispatcher reads its `.sha256` files (a bundle served by `bke bundle serve`), instead of
     placeholders. `control_plane` "real": the agents' kubelets run the built Kubernetes and etcd
     binaries (bke.lab.kube_binaries), and the dispatcher and upgrader do their Kubernetes API
     work against the lab's apiservers instead of recording it."""
-    env = dict(os.environ)
+    env = _without_keys(os.environ)
     if control_plane == "real":
         env.update(BKE_LAB_CONTROL_PLANE="real", BKE_KUBE_CACHE=str(cache_dir()),
                    BKE_DISPATCHER_CLUSTER_API="real", BKE_UPGRADER_CLUSTER_API="real")
@@ -81,7 +90,6 @@ def lab_env(info: RuntimeInfo, workdir: Path, fetch: bool = False, control_plane
     env.update(
         BKE_NATS_URL=info.nats_url,
         BKE_REDIS_URL=info.redis_url,
-        BKE_SECRET_KEY_FILE=str(workdir / "secret.key"),
         BKE_DISPATCHER_MODE="lab",
         BKE_UPGRADER_MODE="lab",
         # the lab's pods answer within a second or two: a broken one is rolled back sooner
@@ -121,7 +129,7 @@ class LabSupervisor:
             mode_file.write_text(self.control_plane + "\n")
         self.runtime = lab_runtime(self.workdir / "runtime", nats_cluster=self.nats_cluster,
                                    redis_sentinel=self.redis_sentinel, auth=self.auth, tls=self.tls,
-                                   secret_key_file=self.workdir / "secret.key")
+                                   key_dir=lab_key_dir(self.workdir))
 
     @property
     def mode(self) -> str:
@@ -173,25 +181,21 @@ class LabSupervisor:
         tmp.replace(self._pids_file)
 
     # start ----------------------------------------------------------------------
-    def ensure_secret_key(self) -> Path:
-        path = self.workdir / "secret.key"
-        if not path.exists():
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(secrets.token_bytes(32))
-        return path
+    def ensure_key_files(self) -> dict[str, Path]:
+        """The at-rest key files, one per kind (bke.lab.key_files)."""
+        return ensure_lab_key_files(self.workdir)
 
     def ensure_runtime(self) -> RuntimeInfo:
         """NATS and Redis up, and the streams declared (the runtime's deploy step) before any
         service or agent starts."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.ensure_secret_key()
+        self.ensure_key_files()
         return self.runtime.ensure_started()
 
     def ensure_services(self, info: RuntimeInfo, only: tuple[str, ...] = SERVICES) -> dict[str, int]:
         """Start each service that is not running; a running one is left alone (idempotent)."""
         pids = self.pids()
-        env = lab_env(info, self.workdir, self.fetch, self.mode)
+        env = lab_env(info, self.fetch, self.mode)
         for name in only:
             pid = pids["services"].get(name)
             if pid and pid_alive(pid):
@@ -215,15 +219,17 @@ class LabSupervisor:
     def start_service_process(self, info: RuntimeInfo, env: dict[str, str], service: str, key: str) -> int:
         """Start one process of `service`, logging to logs/<key>.log (`key`: the name in
         processes.json; another replica of the same service has a key of its own, bke.lab.replicas)."""
-        # each service logs in to Redis as its own ACL user (bke.runtime.redis_acl)
-        own = dict(env, BKE_REDIS_URL=redis_acl.service_url(self.runtime.workdir, info.redis_url, service))
+        # each service logs in to Redis as its own ACL user (bke.runtime.redis_acl) and is given
+        # the at-rest keys of its kinds only (bke.lab.key_files)
+        own = dict(env, BKE_REDIS_URL=redis_acl.service_url(self.runtime.workdir, info.redis_url, service),
+                   **service_key_env(self.workdir, service))
         proc = ManagedProcess.start(key, [_bin(f"bke-{service}")], self.workdir / "logs" / f"{key}.log",
                                     env={**own, **self._bus_env(info, service)})
         return proc.pid
 
     def ensure_agents(self, info: RuntimeInfo, plan: Plan, only: list[str] | None = None) -> dict[str, int]:
         pids = self.pids()
-        base = lab_env(info, self.workdir, self.fetch, self.mode)
+        base = lab_env(info, self.fetch, self.mode)
         base.pop("BKE_REDIS_URL")  # agents never talk to Redis: no credentials for them
         # the etcd the lab's etcd pods run (bke_agent.kubelet.pods, BKE_LAB_ETCD_BINARY): this
         # venv's, also for an agent updated into a venv of its own requirements only
@@ -243,7 +249,8 @@ class LabSupervisor:
                            **self._bus_env(info, "agent", plan.cluster, h))
         # trust (issue 10): the agents' keys are made and recorded before they start, and they
         # are given the dispatcher's public key (lab/trust.py)
-        command_key = ensure_lab_command_key(info, self.ensure_secret_key())
+        self.ensure_key_files()
+        command_key = ensure_lab_command_key(info, self.workdir)
         provision_lab_agents(self.operator_access(info), plan.cluster, envs)
         for node in todo:
             h = node.hostname
@@ -269,8 +276,9 @@ class LabSupervisor:
         pid = group.get(plan.cluster)
         if pid and pid_alive(pid):
             return pid
-        env = dict(os.environ, BKE_REDIS_URL=info.redis_url, BKE_SECRET_KEY_FILE=str(self.ensure_secret_key()),
-                   BKE_KUBE_CACHE=str(cache_dir()), PYTHONUNBUFFERED="1")
+        env = dict(_without_keys(os.environ), BKE_REDIS_URL=info.redis_url,
+                   BKE_KEY_FILE_API=str(lab_key_file(self.workdir, "api")), BKE_KUBE_CACHE=str(cache_dir()),
+                   PYTHONUNBUFFERED="1")
         proc = ManagedProcess.start(f"kwok-{plan.cluster}", [sys.executable, "-m", "bke.lab.kwok", "--cluster", plan.cluster,
                                                              "--out", str(self.workdir / "kwok")],
                                     self.workdir / "logs" / f"kwok-{plan.cluster}.log", env=env)

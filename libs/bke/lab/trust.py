@@ -1,10 +1,11 @@
 """The lab provisions its agents the way a deployment does (issue 10: agents trust only BKE).
 
     ensure_lab_command_key   the deployment's command-signing key, made once and stored
-                             encrypted in Redis (bke.secrets.signing); its public line is given
-                             to every agent (BKE_AGENT_COMMAND_KEY) and written to
-                             `<lab>/command-key.pub`, the pin of a `bke agent bootstrap` of real
-                             nodes against the lab (`--command-key-file`)
+                             encrypted in Redis (bke.secrets.signing, with the lab's `signing`
+                             key); its public line is given to every agent
+                             (BKE_AGENT_COMMAND_KEY) and written to `<lab>/command-key.pub`, the
+                             pin of a `bke agent bootstrap` of real nodes against the lab
+                             (`--command-key-file`)
     provision_lab_agents     each agent's key is made before it starts (`bke-agent init` on the
                              node's state, as `bke agent bootstrap` does over SSH) and recorded
                              through the provisioning channel (bke.provisioning); the agent's
@@ -33,6 +34,7 @@ from ..secrets import load_secret_box
 from ..secrets.sealing import agent_key_id, public_key_from_raw
 from ..secrets.command_key_pin import COMMAND_KEY_FILE, write_command_key_file
 from ..secrets.signing import ensure_command_key_sync
+from .key_files import lab_key_file
 from ..state.keys import command_signing_key
 
 __all__ = ["ensure_lab_command_key", "provision_lab_agents"]
@@ -40,15 +42,16 @@ __all__ = ["ensure_lab_command_key", "provision_lab_agents"]
 INIT_TIMEOUT_S = 60.0
 
 
-def ensure_lab_command_key(info: RuntimeInfo, secret_key_file: Path) -> str:
-    """The public line of the deployment's command-signing key (made if missing), also written
-    beside the lab's key file (`<lab>/secret.key`) as `<lab>/command-key.pub`."""
+def ensure_lab_command_key(info: RuntimeInfo, workdir: Path) -> str:
+    """The public line of the deployment's command-signing key (made if missing, encrypted with
+    the lab's `signing` key, bke.lab.key_files), also written as `<lab>/command-key.pub`."""
     r = Redis.from_url(info.redis_url)
     try:
-        key = ensure_command_key_sync(r, command_signing_key(), load_secret_box(secret_key_file)).verify_key
+        box = load_secret_box(lab_key_file(workdir, "signing"))
+        key = ensure_command_key_sync(r, command_signing_key(), box).verify_key
     finally:
         r.close()
-    write_command_key_file(secret_key_file.parent / COMMAND_KEY_FILE, key)
+    write_command_key_file(workdir / COMMAND_KEY_FILE, key)
     return key.public_line
 
 

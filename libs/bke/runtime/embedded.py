@@ -22,8 +22,13 @@ Why it is built this way:
   (bke.runtime.redis_acl). ``redisUrl`` is the admin user's URL, for the lab itself, the state
   tool and tests; the lab gives each service its own URL (bke.runtime.redis_acl.service_url).
 * Every start makes, as the admin user, what `bke state init` makes (bke.state.state_init): the
-  state's epoch if the store has none (SET NX), and the etcd snapshot key when the operator key
-  file exists. Services only read both, and wait while the epoch is missing (bke.state.epoch).
+  state's epoch if the store has none (SET NX), and the etcd snapshot key when the `snapshot`
+  key file exists in ``key_dir``. Services only read both, and wait while the epoch is missing
+  (bke.state.epoch).
+* The at-rest keys it uses are files in ``key_dir`` (a lab's `keys/`, bke.lab.key_files), one
+  per kind: `authority.key` encrypts the NATS seeds (``auth/authority.enc``), `snapshot.key` the
+  etcd snapshot key. Without ``key_dir`` (tests of single services), the NATS seeds are
+  encrypted with ``<workdir>/secret.key``, made at the first start.
 * Stopping is by PID only; the same machine runs other people's NATS and Redis.
 * A file lock serialises concurrent starts and stops on one work directory.
 * NATS runs in operator mode (``auth=True``, the default): no client connects without a user JWT
@@ -175,9 +180,9 @@ class EmbeddedRuntime:
     """Start-or-reuse a NATS + Redis pair bound to ``workdir``; stop it by PID."""
 
     def __init__(self, workdir: Path, *, start_timeout: float = 30.0, auth: bool = True, tls: bool = False,
-                 secret_key_file: Path | None = None) -> None:
+                 key_dir: Path | None = None) -> None:
         self.workdir = Path(workdir).resolve()
-        self.auth, self.tls, self.secret_key_file = auth, tls, secret_key_file
+        self.auth, self.tls, self.key_dir = auth, tls, key_dir
         self.nats_auth: RuntimeAuth | None = None  # set by ensure_started when auth is on
         self.start_timeout = start_timeout
         self.nats_dir = self.workdir / "nats"
@@ -193,7 +198,7 @@ class EmbeddedRuntime:
         with _locked(self.workdir):
             old = self.read_info(self.workdir)
             if self.auth:
-                self.nats_auth = ensure_runtime_auth(self.workdir, self.secret_key_file)
+                self.nats_auth = ensure_runtime_auth(self.workdir, self._key_file("authority"))
             nats_url, monitor_url, nats_pid = self._ensure_nats(old)
             redis_url, redis_pid = self._ensure_redis(old)
             tls_ca = str(self.workdir / "tls" / "ca.pem") if self.tls else None
@@ -338,10 +343,13 @@ class EmbeddedRuntime:
 
         return retry_start("redis-server", start)
 
+    def _key_file(self, kind: str) -> Path | None:
+        return None if self.key_dir is None else self.key_dir / f"{kind}.key"
+
     def _ensure_state(self, info: RuntimeInfo) -> None:
         """What `bke state init` makes, as the admin user (bke.state.state_init): the epoch, and
-        the etcd snapshot key when the operator key file exists (a lab's `secret.key`)."""
-        key = self.secret_key_file
+        the etcd snapshot key when the `snapshot` key file exists (a lab's `keys/snapshot.key`)."""
+        key = self._key_file("snapshot")
         box = load_secret_box(key) if key is not None and key.exists() else None
         client = sync_redis_client(info.admin_store(), socket_timeout=5.0, socket_connect_timeout=5.0)
         try:

@@ -3,7 +3,7 @@
 Why one key for all dispatcher replicas, stored in Redis: any replica may publish any node's
 command, and an agent is given one public key when it is provisioned. The key is made once at
 deployment (`ensure_command_key`, idempotent: `SET NX`, so concurrent makers agree on one key)
-and stored encrypted with the operator key (`bke.secrets.at_rest`, `BKE_SECRET_KEY_FILE`) under
+and stored encrypted with the `signing` at-rest key (`bke.secrets.key_kinds`) under
 `bke.state.keys.command_signing_key()`, so that a state backup carries it and a reader of Redis
 alone cannot sign. The public half is given to each agent at provisioning (the lab supervisor
 writes it into the node's state dir; `bke agent bootstrap` ships it over SSH), never learned from
@@ -49,6 +49,7 @@ from .binding import Binding
 
 __all__ = [
     "COMMAND_KEY_PREFIX",
+    "STORED_KEY_AAD",
     "CommandSigner",
     "CommandVerifyKey",
     "SigningKeyError",
@@ -61,7 +62,8 @@ __all__ = [
 ]
 
 COMMAND_KEY_PREFIX = "bke-command-ed25519"  # the public key's one-line form: "<prefix> <base64 raw>"
-_AAD = b"bke/command-signing-key"  # binds the blob to this record (bke.secrets.at_rest)
+STORED_KEY_AAD = b"bke/command-signing-key"  # binds the blob to this record (bke.secrets.at_rest)
+_AAD = STORED_KEY_AAD
 
 
 class SigningKeyError(PermanentError):

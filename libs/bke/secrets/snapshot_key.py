@@ -5,8 +5,20 @@ node before it reaches the object store (bke.etcdsnap). Agents are given only th
 inside the signed command that asks for the snapshot (`EtcdSnapshot.recipient_b64`); the private
 half is kept like the command-signing key (bke.secrets.signing): made once per deployment
 (`ensure_snapshot_key`, `SET NX`, so concurrent makers agree), stored encrypted with the
-operator key (bke.secrets.at_rest) under `bke.state.keys.etcd_snapshot_key()`, so that a state
-backup carries it and a reader of Redis or of the object store alone can open nothing.
+`snapshot` at-rest key (bke.secrets.key_kinds) under `bke.state.keys.etcd_snapshot_key()`, so
+that a state backup carries it and a reader of Redis or of the object store alone can open
+nothing.
+
+The stored record carries the public half in clear before the encrypted private half::
+
+    b"BKESNAP1" | public key (32 bytes) | at-rest blob of the private key (aad "bke/etcd-snapshot-key")
+
+so that the dispatcher, which asks agents for snapshots before a reset but never opens one,
+reads the recipient (`stored_public_b64`) without holding the `snapshot` key. Its integrity is
+the Redis ACL's: only the admin user writes the record (bke.runtime.redis_acl), as for the
+agents' provisioned keys. Every holder of the key checks that the two halves agree
+(`SnapshotKey.from_store`). A record of the older form (the blob alone) still opens; `bke state
+init` rewrites it in this form (`upgrade_stored_form`).
 
 Who wrote a snapshot: sealing needs only the public key, so a snapshot's record carries a MAC
 made by the agent that took it (`record_mac`): HMAC-SHA256 with a key both sides derive by X25519
@@ -20,8 +32,9 @@ No Redis import: the store is any object with `get` / `set(..., nx=True)` (as in
 Errors (permanent)::
 
     PermanentError
-     ├─ SnapshotKeyError   a stored key that is no X25519 key; a malformed public key
-     ├─ DecryptError       the operator key is not the one that stored it (bke.secrets.at_rest)
+     ├─ SnapshotKeyError   a stored key that is no X25519 key, or whose halves disagree; a
+     │                     malformed public key
+     ├─ DecryptError       the `snapshot` key is not the one that stored it (bke.secrets.at_rest)
      └─ SealedDataError    a blob not sealed to this key, or altered (bke.secrets.sealing)
 """
 from __future__ import annotations
@@ -36,21 +49,30 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from ..errors import PermanentError
+from ..errors import PermanentError, TemporaryError
 from .at_rest import SecretBox
 from .sealing import agent_key_id, open_sealed, public_key_from_raw, public_key_to_raw, seal
 
 __all__ = [
+    "STORED_KEY_AAD",
     "SnapshotKey",
     "SnapshotKeyError",
     "ensure_snapshot_key",
     "ensure_snapshot_key_sync",
     "read_snapshot_key",
+    "read_snapshot_recipient",
     "record_mac",
     "recipient_from_b64",
+    "join_stored",
+    "split_stored",
+    "stored_public_b64",
+    "upgrade_stored_form",
 ]
 
-_AAD = b"bke/etcd-snapshot-key"  # binds the stored blob to this record (bke.secrets.at_rest)
+STORED_KEY_AAD = b"bke/etcd-snapshot-key"  # binds the stored blob to this record (bke.secrets.at_rest)
+_AAD = STORED_KEY_AAD
+_STORED = b"BKESNAP1"  # the record's form with its public half (module docstring)
+_PUB = 32
 _RECORD_INFO = b"bke etcd snapshot record v1"
 
 
@@ -111,15 +133,48 @@ class SnapshotKey:
     def seal_for_store(self, box: SecretBox) -> bytes:
         raw = self._key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
                                       serialization.NoEncryption())
-        return box.encrypt(raw, _AAD)
+        return _STORED + public_key_to_raw(self.public) + box.encrypt(raw, _AAD)
 
     @classmethod
     def from_store(cls, blob: bytes, box: SecretBox) -> SnapshotKey:
-        raw = box.decrypt(blob, _AAD)  # DecryptError names the wrong key, never content
+        public, sealed = split_stored(blob)
+        raw = box.decrypt(sealed, _AAD)  # DecryptError names the wrong key, never content
         try:
-            return cls(X25519PrivateKey.from_private_bytes(raw))
+            key = cls(X25519PrivateKey.from_private_bytes(raw))
         except ValueError:
             raise SnapshotKeyError("the stored etcd snapshot key is not an X25519 key") from None
+        if public and public != public_key_to_raw(key.public):
+            raise SnapshotKeyError("the stored etcd snapshot key's public half is not its private half's: "
+                                   "the record was altered")
+        return key
+
+
+def split_stored(blob: bytes) -> tuple[bytes, bytes]:
+    """(public half or b"" for the older form, the at-rest blob of the private half)."""
+    if blob.startswith(_STORED):
+        public = blob[len(_STORED):len(_STORED) + _PUB]
+        if len(public) != _PUB:
+            raise SnapshotKeyError("the stored etcd snapshot key is cut short")
+        return public, blob[len(_STORED) + _PUB:]
+    return b"", blob
+
+
+def join_stored(public: bytes, sealed: bytes) -> bytes:
+    """Inverse of `split_stored` (a rotation re-encrypts the private half, keeps the public)."""
+    return _STORED + public + sealed if public else sealed
+
+
+def stored_public_b64(blob: bytes) -> str | None:
+    """The recipient a snapshot is sealed to, read without the key (None: the older form)."""
+    public, _ = split_stored(blob)
+    return base64.b64encode(public).decode() if public else None
+
+
+def upgrade_stored_form(blob: bytes, box: SecretBox) -> bytes | None:
+    """The record in the form with its public half, or None when it has it already."""
+    if split_stored(blob)[0]:
+        return None
+    return SnapshotKey.from_store(blob, box).seal_for_store(box)
 
 
 class _AsyncStore(Protocol):
@@ -156,3 +211,16 @@ def read_snapshot_key(store: _SyncStore, name: str, box: SecretBox) -> SnapshotK
     new key: it would open nothing sealed before)."""
     blob = store.get(name)
     return None if blob is None else SnapshotKey.from_store(blob, box)
+
+
+async def read_snapshot_recipient(store: _AsyncStore, name: str) -> str:
+    """The public half, read without the key (the dispatcher: module docstring). TemporaryError
+    while there is no record, or one of the older form: `bke state init` makes or rewrites it."""
+    blob = await store.get(name)
+    if blob is None:
+        raise TemporaryError("no etcd snapshot key stored yet (`bke state init` makes it)", delay=30.0)
+    public = stored_public_b64(blob)
+    if public is None:
+        raise TemporaryError("the etcd snapshot key is stored in its older form, without its public half: run "
+                             "`bke state init` (it rewrites the record)", delay=30.0)
+    return public

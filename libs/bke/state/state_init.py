@@ -7,11 +7,12 @@ snapshot. So the services' Redis users only read both (bke.runtime.redis_acl), a
 user makes them once:
 
     bke:epoch              a new random id (SET NX: a second init keeps the first one)
-    bke:etcd-snapshot-key  the deployment's etcd snapshot key, encrypted with the operator key
-                           (SET NX, bke.secrets.snapshot_key); only when that key is given
+    bke:etcd-snapshot-key  the deployment's etcd snapshot key, encrypted with the `snapshot` key
+                           (SET NX, bke.secrets.snapshot_key), its public half in clear for the
+                           dispatcher; only when that key is given (`box`)
     bke:command-signing-key  the dispatcher's command-signing key (SET NX, bke.secrets.signing;
-                           a dispatcher that finds none makes it too), when the key that
-                           encrypts it is given (`signing_box`): made here so that the operator
+                           a dispatcher that finds none makes it too), when the `signing` key
+                           that encrypts it is given (`signing_box`): made here so that the operator
                            holds its public half, from the admin side, before any agent is given
                            it (`bke state init` prints its fingerprint and `--command-key-out FILE`
                            writes its public line: what `bke agent bootstrap` pins,
@@ -19,7 +20,9 @@ user makes them once:
 
 Run by `bke state init` (a deployment, as the admin user) and by the lab: its runtime writes
 the epoch when it starts (bke.runtime.embedded), the supervisor runs the whole of it. Safe to
-re-run: what exists is kept, byte for byte. On a store that lost its state, `bke state restore`
+re-run: what exists is kept, byte for byte, but for a snapshot key stored in its older form
+(without its public half), which is rewritten in the current one (the same key: what was sealed
+to it still opens). On a store that lost its state, `bke state restore`
 is the way back; an init there starts a new state (and the certs service's CA guard still keeps
 a second CA off the nodes).
 """
@@ -28,9 +31,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from redis.exceptions import WatchError
+
 from ..secrets import SecretBox
 from ..secrets.signing import CommandVerifyKey, ensure_command_key_sync
-from ..secrets.snapshot_key import ensure_snapshot_key_sync
+from ..secrets.snapshot_key import ensure_snapshot_key_sync, upgrade_stored_form
 from .epoch import ensure_epoch_sync, new_epoch
 from .keys import command_signing_key, etcd_snapshot_key
 
@@ -56,9 +61,26 @@ def ensure_state(redis: Any, box: SecretBox | None, *, make_epoch: Callable[[], 
         return StateInit(epoch, epoch == candidate)
     had_key = bool(redis.exists(etcd_snapshot_key()))
     key = ensure_snapshot_key_sync(redis, etcd_snapshot_key(), box)
+    _with_public_half(redis, box)
     done = StateInit(epoch, epoch == candidate, key.key_id, not had_key)
     if signing_box is None:
         return done
     had_signer = bool(redis.exists(command_signing_key()))
     signer = ensure_command_key_sync(redis, command_signing_key(), signing_box)
     return replace(done, command_key=signer.verify_key, command_key_made=not had_signer)
+
+
+def _with_public_half(redis: Any, box: SecretBox) -> None:
+    """The snapshot key's record in its current form (under WATCH: a concurrent writer wins)."""
+    with redis.pipeline() as pipe:
+        pipe.watch(etcd_snapshot_key())
+        blob = pipe.get(etcd_snapshot_key())
+        new = None if blob is None else upgrade_stored_form(blob, box)
+        if new is None:
+            return
+        pipe.multi()
+        pipe.set(etcd_snapshot_key(), new)
+        try:
+            pipe.execute()
+        except WatchError:
+            pass  # rewritten meanwhile (another init): in the current form already

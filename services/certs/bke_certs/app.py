@@ -1,5 +1,5 @@
-"""Certs wiring: broker, Redis, the operator key, the subscribers, automatic renewal, the fork
-server. No logic here."""
+"""Certs wiring: broker, Redis, the `pki` and `api` at-rest keys, the subscribers, automatic
+renewal, the fork server. No logic here."""
 from __future__ import annotations
 
 import threading
@@ -22,7 +22,7 @@ from bke.contracts.install import InstallFinished, install_subject
 from bke.contracts.membership import REMOVE_NODES_FINISHED, RemoveNodesFinished
 from bke.contracts.rotation import RotationChanged, rotation_subject
 from bke.pki.issuance import start_fork_server
-from bke.secrets import box_from_env
+from bke.secrets import keyring_for
 
 from .autorenew import AutoRenewer
 from .expiration import ExpirationResponder
@@ -43,8 +43,10 @@ def create_service(settings: CertsSettings | None = None) -> Service:
     serve_deleted(svc, redis, lambda: datetime.now(timezone.utc))  # a deleted cluster: this service's records go (bke.forgetting)
     svc.on_stop.append(redis.aclose)
     watch_epoch(svc, redis)  # a lost state (bke.state.epoch): wait for a restore, never start over
-    box = box_from_env()  # read once: a missing key file fails at start, not at the first message
-    h = CertsHandlers(redis=redis, box_factory=lambda: box, publish=svc.publish, now=lambda: datetime.now(timezone.utc))
+    # read now (a missing key file fails at start, not at the first message), and again when changed
+    pki_keys, api_keys = keyring_for("pki"), keyring_for("api")
+    h = CertsHandlers(redis=redis, box_factory=pki_keys.box, api_box_factory=api_keys.box, publish=svc.publish,
+                      now=lambda: datetime.now(timezone.utc))
     def t(model, handler):
         return typed(model, handler, svc.publish)
 

@@ -81,7 +81,8 @@ Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 @dataclass
 class CertsHandlers:
     redis: Redis
-    box_factory: Callable[[], SecretBox]
+    box_factory: Callable[[], SecretBox]  # the `pki` keys (bke.secrets.key_kinds), current at each call
+    api_box_factory: Callable[[], SecretBox]  # the `api` keys: the kubeconfigs the dispatcher and upgrader read
     publish: Publish
     now: Callable[[], datetime]
 
@@ -119,7 +120,7 @@ class CertsHandlers:
             return [Out(CertsFailed(request_id=request_id, cluster=cluster, reason=str(exc), kind=kind,
                                     plan_digest=digest), CERTS_FAILED)]
         # the kubeconfigs the dispatcher and upgrader do their API work with (they never read the PKI)
-        await write_api_credentials(self.redis, plan, self.store, self.box_factory())
+        await write_api_credentials(self.redis, plan, self.store, self.box_factory(), self.api_box_factory())
         if install:  # a plan starts (or resumes) an install; workers joining do not (no install.finished follows)
             await self.ops.set_install(cluster, "Running")
         issued = CertsIssued(
@@ -308,7 +309,7 @@ class CertsHandlers:
             log.warning("no plan stored: the API credentials are not rewritten",
                         extra={"cluster": cluster, "request_id": request_id})
             return
-        await write_api_credentials(self.redis, plan, self.store, self.box_factory())
+        await write_api_credentials(self.redis, plan, self.store, self.box_factory(), self.api_box_factory())
 
     async def _released(self, req: RenewCerts, claimed: bool, why: str) -> Out:
         """A renewal that claimed the slot and will not run: the slot goes, the refusal is said."""

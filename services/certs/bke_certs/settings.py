@@ -1,4 +1,5 @@
-"""Certs settings: the shared connection variables, BKE_SECRET_KEY_FILE, plus `BKE_CERTS_*`."""
+"""Certs settings: the shared connection variables, plus `BKE_CERTS_*`. Its at-rest keys, `pki` and
+`api`, are files named by BKE_KEY_FILE_PKI and BKE_KEY_FILE_API (bke.secrets.key_kinds)."""
 from __future__ import annotations
 
 from pydantic import Field

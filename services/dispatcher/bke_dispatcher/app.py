@@ -43,7 +43,7 @@ from bke.forgetting import serve_deleted
 from bke.contracts.reset import RESET_CLUSTER, ResetCluster
 from bke.state.pause import PauseFlags
 from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
-from bke.secrets import box_from_env
+from bke.secrets import box_for
 from bke.state import PlanCache
 from bke.state.epoch import watch_epoch
 from bke.state.keys import heartbeat_cgroup_key, heartbeat_key, heartbeat_runtime_key, plan_key
@@ -111,7 +111,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         applier = LabApplier()
         nodes_api = None
     # every command is signed with the deployment's key (made at deployment, or here, SET NX)
-    signing = CommandSigning(redis, box_from_env)
+    signing = CommandSigning(redis, lambda: box_for("signing"))
     simulated_repo = lab and settings.repo_source == "auto"
     # the dashboard's latest events: what this dispatcher publishes about installs
     events = RecentEvents()

@@ -1,15 +1,15 @@
-"""What a reset's snapshots need from the deployment: the object store and the snapshot key.
+"""What a reset's snapshots need from the deployment: the recipient they are sealed to.
 
-The same as the upgrader's (its app's `_Snapshots`); services do not import each other, and
-this is wiring, not logic: ensure the store (an agent may only add objects, never create it)
-and the deployment's X25519 snapshot key (SET NX) before the first snapshot is asked for.
+The dispatcher asks for snapshots but never opens one, so it holds no `snapshot` at-rest key
+(bke.secrets.key_kinds): it reads the key's public half, which the stored record carries in clear
+(bke.secrets.snapshot_key). The record is made by the admin side (`bke state init`, the lab's
+start), never here: the dispatcher's Redis user only reads it.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from bke.secrets.snapshot_key import ensure_snapshot_key
-from bke.secrets import box_from_env
+from bke.secrets.snapshot_key import read_snapshot_recipient
 from bke.state.keys import etcd_snapshot_key
 
 __all__ = ["DispatcherSnapshotKey"]
@@ -22,6 +22,5 @@ class DispatcherSnapshotKey:
 
     async def recipient(self) -> str:
         if not self._recipient:
-            key = await ensure_snapshot_key(self.redis, etcd_snapshot_key(), box_from_env())
-            self._recipient = key.public_b64
+            self._recipient = await read_snapshot_recipient(self.redis, etcd_snapshot_key())
         return self._recipient

@@ -32,7 +32,7 @@ from bke.etcdsnap.restore_run import is_restore_command
 from bke.etcdsnap.store import find_snapshot
 from bke.plan import Plan
 from bke.runner import Runner
-from bke.secrets import box_from_env
+from bke.secrets import KeyringFile, box_for, keyring_for
 from bke.spec.limits import MAX_SPEC_BYTES
 from bke.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key
 from bke.state import PlanCache, RedisPlanStore
@@ -81,6 +81,7 @@ class _Snapshots:
     def __init__(self, svc: Service, redis: Any):
         self.svc, self.redis = svc, redis
         self._recipient = ""
+        self._keys: KeyringFile | None = None  # the `snapshot` at-rest keys, read at first use
 
     async def recipient(self) -> str:
         if not self._recipient:
@@ -89,7 +90,9 @@ class _Snapshots:
 
     async def key(self) -> SnapshotKey:
         """The private half: an etcd restore opens the stored snapshot with it (restore_pieces)."""
-        return await ensure_snapshot_key(self.redis, etcd_snapshot_key(), box_from_env())
+        if self._keys is None:
+            self._keys = keyring_for("snapshot")
+        return await ensure_snapshot_key(self.redis, etcd_snapshot_key(), self._keys.box())
 
 
 class _AddonsStep:
@@ -145,7 +148,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
         drainer = KubernetesDrainer(applier.admin_kubeconfig)
         marker = KubernetesNodeMarker(applier)
     addons = _AddonsStep(AddonsWork(redis, applier, _now, LabManifests() if simulated_repo else HttpRepoManifests()))
-    signing = CommandSigning(redis, box_from_env)
+    signing = CommandSigning(redis, lambda: box_for("signing"))
     store = UpgradeStore(redis)
     watch_metrics(svc, store)  # /metrics: nodes by state and progress, from the run records
     svc.http_routes += upgrader_routes(store)  # the dashboard: runs, steps, failures (live)
