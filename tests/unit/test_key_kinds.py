@@ -22,9 +22,10 @@ from bke.secrets.at_rest import (
     parse_keyring,
     write_keyring,
 )
-from bke.secrets.key_kinds import KIND_NAMES, SERVICE_KEY_KINDS, KeyringFile, box_for, key_file_env, key_file_for
+from bke.secrets.key_kinds import KIND_NAMES, KINDS, SERVICE_KEY_KINDS, KeyringFile, box_for, key_file_env, key_file_for
 
 A, B, C = b"a" * 32, b"b" * 32, b"c" * 32
+DOC = Path(__file__).resolve().parents[2] / "docs" / "keys.md"
 
 
 def test_a_box_encrypts_with_its_current_key_and_decrypts_with_all() -> None:
@@ -104,6 +105,15 @@ def test_each_service_is_given_only_the_kinds_it_uses() -> None:
     assert [s for s, kinds in SERVICE_KEY_KINDS.items() if "pki" in kinds] == ["certs"]
     assert "snapshot" not in SERVICE_KEY_KINDS["dispatcher"]
     assert not {"authority", "backup"} & {k for kinds in SERVICE_KEY_KINDS.values() for k in kinds}
+
+
+def test_the_docs_name_every_kind_its_variable_and_its_services() -> None:
+    doc = DOC.read_text()
+    for kind in KINDS:
+        (row,) = [line for line in doc.splitlines() if line.startswith(f"| `{kind.name}` |")]
+        holders = row.split("|")[3]
+        assert all(svc in holders for svc in kind.services), (kind.name, holders)
+        assert key_file_env(kind.name) in doc
 
 
 def test_a_service_reads_a_changed_file_again_and_keeps_its_keys_over_a_bad_one(tmp_path: Path) -> None:
