@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Optional
+from typing import Optional, TypeVar
 
 import typer
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from bke.errors import PermanentError
@@ -35,13 +37,15 @@ from bke.lab.key_files import lab_key_file
 from bke.runtime.nats_security import load_runtime_authority, save_runtime_authority
 from bke.secrets.at_rest import SECRET_KEY_ENV, Keyring, SecretKeyError, create_key_file, load_keyring, new_key, write_keyring
 from bke.secrets.key_kinds import KIND_NAMES, KINDS, SERVICE_KEY_KINDS, key_file_env
-from bke.state.client import redact_url, redis_client
+from bke.state.client import StoreAccess, redact_url, redis_client
 from bke.state.rekey import RekeyReport, census, reencrypt_kind, rekey_backup_file
 
 from .output import EXIT_FAILURE, EXIT_INVALID, die, warn_lines
 from .state_cmd import resolve_access
 
 __all__ = ["register"]
+
+T = TypeVar("T")
 
 keys_app = typer.Typer(no_args_is_help=True, help="At-rest keys, one per kind: list, add, rotate, retire.")
 WORKDIR = typer.Option(None, "--workdir", help="a lab's work directory")
@@ -125,12 +129,14 @@ def list_cmd(workdir: Optional[Path] = WORKDIR, redis_url: Optional[str] = REDIS
                                                                          sorted(rep.by_key.items())) or "none"))
 
 
-async def _all(redis, kinds: list[str], walk):  # type: ignore[no-untyped-def]
+async def _all(redis: Redis, kinds: list[str], walk: Callable[[Redis, str], Awaitable[RekeyReport]]
+               ) -> dict[str, RekeyReport]:
     return {kind: await walk(redis, kind) for kind in kinds}
 
 
-def _store(access, work):  # type: ignore[no-untyped-def]
-    async def run():  # type: ignore[no-untyped-def]
+def _store(access: StoreAccess, work: Callable[[Redis], Awaitable[T]], hint: str = "") -> T:
+    """`work` with an admin client; a failure ends the command (`hint`: what to run next)."""
+    async def run() -> T:
         client = redis_client(access)
         try:
             return await work(client)
@@ -140,9 +146,9 @@ def _store(access, work):  # type: ignore[no-untyped-def]
     try:
         return asyncio.run(run())
     except PermanentError as exc:
-        die(str(exc), EXIT_INVALID)
+        die(f"{exc}{hint}", EXIT_INVALID)
     except (RedisError, OSError) as exc:
-        die(f"Redis at {redact_url(access.url)}: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+        die(f"Redis at {redact_url(access.url)}: {type(exc).__name__}: {exc}{hint}", EXIT_FAILURE)
 
 
 @keys_app.command("add")
@@ -162,7 +168,7 @@ def add_cmd(kind: str = typer.Argument(..., help=f"one of {', '.join(KIND_NAMES)
 
 
 def _reencrypt(kind: str, ring: Keyring, workdir: Path | None, redis_url: str | None,
-               backups: list[Path]) -> RekeyReport:
+               backups: list[Path], hint: str = "") -> RekeyReport:
     """Every record of `kind` under the ring's current key (Redis, a lab's authority file,
     the backup files named)."""
     box = ring.box()
@@ -176,7 +182,7 @@ def _reencrypt(kind: str, ring: Keyring, workdir: Path | None, redis_url: str | 
             report.blobs += 1
             report.by_key[box.key_id] += 1
         return report
-    report = _store(resolve_access(workdir, redis_url), lambda r: reencrypt_kind(r, kind, box))
+    report = _store(resolve_access(workdir, redis_url), lambda r: reencrypt_kind(r, kind, box), hint)
     if kind == "authority" and workdir is not None:  # the lab's runtime keeps its own copy
         enc, key_file = workdir.resolve() / "runtime" / "auth" / "authority.enc", lab_key_file(workdir.resolve(), kind)
         if enc.exists():
@@ -203,7 +209,10 @@ def rotate_cmd(kind: str = typer.Argument(..., help=f"one of {', '.join(KIND_NAM
     ring = old.rotated(new_key())
     write_keyring(path, ring, kind)
     typer.echo(f"{kind}: {path}: {_ids(ring)}")
-    report = _reencrypt(kind, ring, workdir, redis_url, backups or [])
+    # a walk cut short leaves records under a key every holder still has: retire finishes it
+    hint = (f" (the keyring is rotated already; what is left is re-encrypted by `bke keys retire {kind}`, "
+            "run once every holder has the file)")
+    report = _reencrypt(kind, ring, workdir, redis_url, backups or [], hint)
     typer.echo(f"{kind}: {_said(report)}")
     typer.echo(f"once {_holders(kind)} run with this file: bke keys retire {kind}")
 
