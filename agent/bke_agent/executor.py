@@ -184,6 +184,7 @@ class Executor:
             command_id=command.command_id, cluster=command.cluster, node=command.node,
             agent_id=self.identity.agent_id, status="Failed" if failed else "Succeeded",
             steps=results, started_at=started, finished_at=self.now().isoformat(), agent_version=RUNNING_VERSION,
+            incarnation=command.incarnation,  # whose answer it is: a cluster made again reuses command ids
         )
 
     async def run_step(self, step: Step, command: AgentCommand) -> StepResult:

@@ -29,8 +29,9 @@ unless the journal already holds its id (then step 1 answers it).
 
 Exactly-once effects over at-least-once delivery (the order matters):
     0. authentic, for this node, this agent's key and not an older incarnation?  -> else refuse
-    1. a stored result for the id (in its incarnation)?  -> publish it again with replayed=True,
-       ack. Nothing runs.
+    1. a stored result for the id (in its incarnation)?  -> publish it again with replayed=True
+       and that incarnation (bke.secrets.binding: the new install of a cluster made again drops
+       it), ack. Nothing runs.
        Not fresh, or unbound and no longer taken, or a step beyond what its kind may do
        (bke.host_actions: files by class, programs, units, probes)?  -> refuse
        (a bound command of a newer incarnation is remembered: binding.py)
@@ -287,7 +288,8 @@ class AgentLoop:
             return
         stored = self.journal.get(cmd.command_id, cmd.incarnation or "")
         if stored is not None:
-            result = stored.model_copy(update={"replayed": True})
+            # the incarnation it was stored under (a result stored before results carried one has none)
+            result = stored.model_copy(update={"replayed": True, "incarnation": cmd.incarnation})
             self.replayed += 1
         else:
             served = self.served.load()

@@ -8,7 +8,10 @@ provisioning and the signing the dispatcher and upgrader use (bke.state.command_
 - across a cluster deleted and made again under the same name (the planner's and the certs
   service's records removed as `bke delete` removes them, the plan stored again: a new
   incarnation), the old cluster's commands are refused, while the new cluster's command of the
-  very same id runs rather than being answered from the journal;
+  very same id runs rather than being answered from the journal; before the new cluster's first
+  command reaches the agent, a replay of the old one is answered from the journal naming the old
+  incarnation, and the real dispatcher drops that answer (counted on /metrics) rather than
+  count it for the new install's command of the same id;
 - a registration, or a refusal, published on one node's subject naming another node is dropped
   and counted on the service's /metrics (certs, dispatcher); the same message on its own node's
   subject is handled.
@@ -33,6 +36,7 @@ from redis.asyncio import Redis
 
 from bke.bus import EventWatch
 from bke.bus.misaddressed import METRIC
+from bke.bus.other_incarnation import METRIC as OTHER_INCARNATION
 from bke.bus.watch import Seen
 from bke.contracts.agent import AgentCommand, AgentRegistered, CommandRefused, WriteFile, agent_subject
 from bke.forgetting import forget_cluster
@@ -44,6 +48,7 @@ from bke.state.command_signing import CommandSigning
 from bke_agent import AgentIdentity, execution_counts
 from bke_certs.app import create_service as create_certs
 from bke_certs.settings import CertsSettings
+from bke_dispatcher.state import DispatcherState
 from bke_cli.provision import KeyRecorder
 
 from .agent_helpers import free_node_ip
@@ -82,6 +87,25 @@ async def certs(nats_url: str, redis_url: str, redis_client: Any, operator_box: 
         yield svc
     finally:
         await svc.stop()
+
+
+@pytest.fixture
+async def dispatcher(nats_url: str, redis_url: str, redis_client: Any, operator_box: SecretBox) -> AsyncIterator[Any]:
+    from bke_dispatcher.app import create_service as create_dispatcher
+    from bke_dispatcher.settings import DispatcherSettings
+
+    svc = create_dispatcher(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner="x", mode="lab",
+                                               health_interval_s=0))
+    await svc.start()
+    try:
+        yield svc
+    finally:
+        await svc.stop()
+
+
+async def _other(svc: Any, count: float) -> bool:
+    """Whether `svc` dropped `count` results of another incarnation of their cluster."""
+    return (svc.metrics.sample(f"{OTHER_INCARNATION}_total", {"service": svc.name}) or 0.0) == count
 
 
 @pytest.fixture
@@ -197,7 +221,7 @@ async def test_a_command_captured_before_the_agent_was_provisioned_again_is_refu
 
 # a cluster deleted and made again under the same name ---------------------------------------------
 async def test_a_cluster_made_again_under_its_name_refuses_the_deleted_ones_commands(
-        nats_client: NatsClient, js: JetStreamContext, cluster: str, certs: Any,
+        nats_client: NatsClient, js: JetStreamContext, cluster: str, certs: Any, dispatcher: Any,
         signing: tuple[CommandSigning, Redis], node: Node) -> None:
     sign, r = signing
     node.env["BKE_AGENT_COMMAND_KEY"] = (await sign.signer()).verify_key.public_line
@@ -222,14 +246,34 @@ async def test_a_cluster_made_again_under_its_name_refuses_the_deleted_ones_comm
         second = await _store_plan(r, cluster)
         assert second != first
         assert await node.provision(nats_client, cluster) == agent_id
+        # the new install's dispatcher waits for the answer to its own command of the same id
+        state = DispatcherState(r)
+        await state.start_install(cluster, "new-install", _now())
+        await state.set_install(cluster, status="Succeeded")  # its engine sends nothing here
+        await state.accept_agents(cluster, {NODE: agent_id})
+        await state.mark_sent(cluster, "etcd", {NODE: {"id": same, "gen": 0, "status": "Sent"}}, None, _now())
         node.start()  # it reads the incarnation it remembers from its state dir
         await _registered(watch, agent_id)
+        # before the new cluster's first command reaches it, the agent answers a replay of the
+        # deleted cluster's from its journal: the answer names the old incarnation, and the
+        # dispatcher drops it and counts it, rather than count it for the new install
+        await js.publish(subject, old[same])
+        replay = await watch.wait_for(_answer(same, "result", replayed=True), TIMEOUT)
+        assert replay.data["incarnation"] == first
+        await _until(lambda: _other(dispatcher, 1.0), "the old incarnation's answer was never counted as dropped")
+        assert (await state.commands(cluster, "etcd", [NODE]))[NODE]["status"] == "Sent"
         # the positive control: the new cluster's first command, with the old one's id, runs
+        # and its answer counts
         fresh = await sign.sign_bytes(_cmd(cluster, same))
         assert AgentCommand.model_validate_json(fresh).incarnation == second
         await js.publish(subject, fresh)
-        done = await watch.wait_for(_answer(same, "result"), TIMEOUT)
+        done = await watch.wait_for(lambda e: _answer(same, "result")(e) and e.data.get("incarnation") == second, TIMEOUT)
         assert done.data["status"] == "Succeeded" and done.data["replayed"] is False
+
+        async def counted() -> bool:
+            return (await state.commands(cluster, "etcd", [NODE]))[NODE]["status"] == "Succeeded"
+        await _until(counted, "the new cluster's answer was never counted")
+        assert await _other(dispatcher, 1.0)
         for cid, body in old.items():
             await js.publish(subject, body)
             refused = await watch.wait_for(_answer(cid, "refused"), TIMEOUT)

@@ -60,6 +60,38 @@ async def test_a_result_is_recorded_only_from_the_node_s_accepted_agent(redis_cl
                                                      "agentVersion": _result(cid).agent_version}
 
 
+async def test_a_result_of_another_incarnation_of_the_cluster_is_dropped_and_counted(redis_client):
+    """A cluster made again under its name reuses the upgrade's command ids: an answer to the
+    deleted cluster's command (answered from an agent's journal) is not recorded for the new
+    run, whether it arrives alone or in a batch with the current ones; an answer without an
+    incarnation (an unbound command's) is judged as before. The same rule for a restore's."""
+    import asyncio
+    from datetime import datetime, timedelta, timezone
+
+    from bke.secrets.binding import new_incarnation
+    from bke.state.keys import accepted_agents_key, plan_meta_key
+
+    now = datetime.now(timezone.utc)
+    old, current = new_incarnation(now - timedelta(days=1), "1" * 16), new_incarnation(now, "2" * 16)
+    await redis_client.hset(plan_meta_key(C), mapping={"digest": "d", "incarnation": current})
+    await redis_client.hset(accepted_agents_key(C), mapping={f"n{i}": "a" for i in range(4)})
+    store = UpgradeStore(redis_client)
+    cids = [f"{C}/upgrade@r1@workers/n{i}/0" for i in range(4)]
+    answers = [_result(cids[0]).model_copy(update={"incarnation": old, "replayed": True}),
+               _result(cids[1]).model_copy(update={"incarnation": current}),
+               _result(cids[2]),  # an unbound command's answer (or an agent before the field)
+               _result(cids[3]).model_copy(update={"incarnation": old})]
+    whys = await asyncio.gather(*(store.record_if_accepted(res, "", "") for res in answers))
+    assert whys[1:3] == ["", ""] and whys[0] == whys[3] == (
+        f"it answers a command of incarnation {old} of its cluster, not the current {current}")
+    assert set(await store.results(C, cids)) == {cids[1], cids[2]} and store.other_incarnation.count == 2
+    assert await redis_client.hlen(upgrade_results_key(C)) == 2
+    # a cluster without a plan (deleted, not made again yet): no incarnation is current
+    await redis_client.delete(plan_meta_key(C))
+    assert "not the current (no plan)" in await store.record_if_accepted(answers[1], "", "")
+    assert store.other_incarnation.count == 3
+
+
 async def test_concurrent_results_share_one_recording_and_each_gets_its_own_answer(redis_client):
     import asyncio
 

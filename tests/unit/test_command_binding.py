@@ -13,8 +13,8 @@ from bke.contracts.agent import (
     COMMAND_VALIDITY_S, AgentCommand, AgentRuntime, CommandRefused, CommandResult, RunProgram, StepResult,
 )
 from bke.secrets.binding import (
-    COMMAND_BINDING, Binding, Served, binding_for, new_incarnation, newer_incarnation, receiver_refusal, served_after,
-    unbound_refusal,
+    COMMAND_BINDING, Binding, Served, binding_for, new_incarnation, newer_incarnation, receiver_refusal, result_refusal,
+    served_after, unbound_refusal,
 )
 from bke.secrets.signing import sign_command, signed_command_bytes
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, DiskJournal, DiskServed, MemoryJournal, MemoryServed, NullBackend
@@ -32,8 +32,8 @@ I2 = new_incarnation(NOW - timedelta(days=1), "2" * 16)
 
 def _cmd(cid: str = "c1/etcd/n1/0", agent_id: str | None = ME, incarnation: str | None = I2,
          issued: datetime = NOW) -> AgentCommand:
-    return AgentCommand(command_id=cid, cluster="c1", node="n1", phase="etcd", issued_at=issued.isoformat(),
-                        steps=[RunProgram(id="s", argv=["true"])], agent_id=agent_id, incarnation=incarnation)
+    return AgentCommand(command_id=cid, cluster="c1", node="n1", phase="node-env", issued_at=issued.isoformat(),
+                        steps=[RunProgram(id="s", argv=["swapoff", "-a"])], agent_id=agent_id, incarnation=incarnation)
 
 
 # incarnations ------------------------------------------------------------------------------------
@@ -184,6 +184,42 @@ async def test_a_re_created_cluster_runs_its_own_commands_and_refuses_the_delete
     # a redelivery of the current one is still answered from the journal
     await loop._on_msg(FakeMsg(_body(_cmd(), me, I2), events))  # type: ignore[arg-type]
     assert backend.steps_run == 2 and loop.replayed == 1
+    # each answer names the incarnation of the command it answers, the replayed one too
+    answers = [CommandResult.model_validate_json(b) for s, b in js.published if s.endswith(".result")]
+    assert [(r.incarnation, r.replayed) for r in answers] == [(I1, False), (I2, False), (I2, True)]
+
+
+async def test_a_replay_answered_before_the_new_cluster_reached_the_agent_names_the_old_incarnation() -> None:
+    """The gap binding leaves (bke.secrets.binding): the deleted cluster's command, replayed
+    before the new cluster's first command reaches the agent, is answered from the journal;
+    its answer says which incarnation it belongs to, so the new install does not count it."""
+    events: list[str] = []
+    js = FakeJS(events)
+    me = AgentIdentity.ephemeral()
+    loop, backend = _loop(events, js, me)
+    old = _body(_cmd(), me, I1)
+    await loop._on_msg(FakeMsg(old, events))  # type: ignore[arg-type]
+    await loop._on_msg(FakeMsg(old, events))  # type: ignore[arg-type]
+    first, replay = (CommandResult.model_validate_json(b) for s, b in js.published if s.endswith(".result"))
+    assert backend.steps_run == 1 and replay.replayed and replay.incarnation == first.incarnation == I1
+    assert result_refusal(replay.incarnation, I2) == (f"it answers a command of incarnation {I1} of its cluster, "
+                                                      f"not the current {I2}")
+
+
+def test_a_result_is_judged_by_the_incarnation_it_names() -> None:
+    assert result_refusal(I2, I2) is None and result_refusal("", "") is None
+    assert result_refusal(None, I2) is None  # an unbound command's answer, or an agent before the field
+    assert result_refusal(I1, I2) and result_refusal(I2, None) and result_refusal("", I2)
+    assert "not the current (no plan)" in (result_refusal(I1, None) or "")
+
+
+def test_an_unbound_answer_keeps_the_previous_body() -> None:
+    """As the binding's fields are: left out when unset, so a reader of the previous release
+    reads an answer to an unbound command (the only kind it sends)."""
+    res = _result("c1/etcd/n1/0")
+    assert b"incarnation" not in res.to_bytes()
+    bound = res.model_copy(update={"incarnation": I2})
+    assert CommandResult.model_validate_json(bound.to_bytes()).incarnation == I2
 
 
 async def test_an_unbound_command_runs_until_a_bound_one_did_but_is_answered_after() -> None:
@@ -256,3 +292,20 @@ async def test_a_replay_after_pruning_is_refused(tmp_path: Path) -> None:
     loop.now = lambda: later  # type: ignore[method-assign]
     await loop._on_msg(FakeMsg(body, events))  # type: ignore[arg-type]
     assert backend.steps_run == 1 and "expired at" in _refusals(js)[0]
+
+
+def test_a_result_of_another_incarnation_is_counted_on_the_services_metrics(caplog) -> None:
+    import logging
+
+    from bke.bus.other_incarnation import METRIC, OtherIncarnation
+    from bke.http.metrics import ServiceMetrics
+
+    metrics = ServiceMetrics("upgrader")
+    counter = OtherIncarnation(metrics, "upgrader")
+    caplog.set_level(logging.WARNING, logger="bke.bus.other_incarnation")
+    res = _result("c1/etcd/n1/0").model_copy(update={"incarnation": I1})
+    counter.dropped(res, "why")
+    counter.dropped(res, "why", log_it=False)  # its caller logs it
+    assert metrics.sample(f"{METRIC}_total", {"service": "upgrader"}) == 2.0 and counter.count == 2
+    [line] = [r for r in caplog.records if r.name == "bke.bus.other_incarnation"]
+    assert (line.cluster, line.node, line.incarnation) == ("c1", "n1", I1)  # type: ignore[attr-defined]

@@ -171,9 +171,16 @@ def test_a_kubeconfig_bke_writes_passes_and_other_files_are_not_read_as_one() ->
 
 
 def test_bke_never_renders_a_kubeconfig_that_names_a_program() -> None:
-    with pytest.raises(ValueError, match="exec"):
+    with pytest.raises(ValueError, match="not a plain https URL"):  # a value that would add a key
         render_kubeconfig(cluster="c", server="https://10.0.0.1:6443\n    exec: {command: id}", ca_pem=b"CA",
                           cert_pem=b"C", key_pem=b"K", user="u")
+    # a name is one quoted scalar, whatever it holds; text that mentions a forbidden key is
+    # parsed back in full, and a document that does not read is refused too
+    with pytest.raises(ValueError, match="not a kubeconfig"):
+        render_kubeconfig(cluster="c", server="https://[fd00::1]:6443", ca_pem=b"CA", cert_pem=b"C", key_pem=b"K",
+                          user="u\n    exec: {command: id}")
+    assert kubeconfig_problems(render_kubeconfig(cluster="c", server="https://[fd00::1]:6443", ca_pem=b"CA",
+                                                 cert_pem=b"C", key_pem=b"K", user="system:node:m1")) == []
     from bke.render.validate import validate_addon
 
     configmap = ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kube-proxy, namespace: kube-system}\ndata:\n"
@@ -301,3 +308,11 @@ async def test_the_agent_refuses_the_whole_command_before_any_step_runs() -> Non
     events.clear()
     await loop._on_msg(FakeMsg(_signed("certs", _write("/etc/kubernetes/pki/ca.crt")), events))  # type: ignore[arg-type]
     assert events == ["store", "publish:result", "ack"] and backend.steps_run == 1
+
+
+def test_docs_agent_md_holds_the_tables() -> None:
+    from bke.host_actions.docs import generated_docs
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "agent.md").read_text()
+    assert generated_docs() in doc, ("docs/agent.md drifted from bke.host_actions; paste "
+                                     "`python -c 'from bke.host_actions.docs import generated_docs; print(generated_docs())'`")

@@ -505,6 +505,13 @@ class StepResult(Message):
 
 
 class CommandResult(Message):
+    """`incarnation`: the cluster incarnation of the command it answers (its signed
+    `incarnation`; a replay answered from the journal says the stored command's): a cluster made
+    again under its name reuses command ids, and its dispatcher and upgrader drop an answer to
+    the deleted cluster's command (bke.secrets.binding.result_refusal). None for an unbound
+    command, and then left out of the body, as AgentCommand's binding is: only a signer that
+    binds reads it."""
+
     command_id: str
     cluster: str
     node: str
@@ -515,6 +522,7 @@ class CommandResult(Message):
     finished_at: str
     replayed: bool = False  # True: the stored result of an already completed command
     agent_version: str = ""  # the answering agent's version (the upgrade's agents step checks it)
+    incarnation: str | None = Field(None, pattern=r"^(\d{8}T\d{12}Z-[0-9a-f]{16})?$", exclude_if=lambda v: v is None)
 
 
 class AgentRegistered(Message):

@@ -13,7 +13,6 @@ body (agent/bke_agent/backends/health.py). The ports are the plan's fixed layout
 from __future__ import annotations
 
 import ipaddress
-from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
 from ..contracts.agent import TlsFiles
@@ -33,6 +32,7 @@ HEALTH_ENDPOINTS: dict[int, tuple[str, frozenset[str], str]] = {
     10259: ("https", frozenset({"/healthz"}), "kube-scheduler"),
 }
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1"})
+_PKI = PKI_DIR + "/"
 
 
 def _host_ok(host: str, node_ip: str | None) -> bool:
@@ -72,7 +72,6 @@ def tls_refusal(tls: TlsFiles | None) -> str | None:
     if tls is None:
         return None
     for path in (tls.ca, tls.cert, tls.key):
-        p = PurePosixPath(path)
-        if not p.is_absolute() or ".." in p.parts or "\x00" in path or not p.is_relative_to(PKI_DIR) or p == PurePosixPath(PKI_DIR):
+        if not path.startswith(_PKI) or "\x00" in path or ".." in path.split("/") or path.endswith("/"):
             return f"TLS file {path!r}: only BKE's own certificates and keys under {PKI_DIR} are read"
     return None

@@ -17,9 +17,11 @@ from typing import Any
 
 import yaml
 
-__all__ = ["KUBECONFIG_PATHS", "FORBIDDEN_KEYS", "is_kubeconfig_path", "kubeconfig_problems", "kubeconfig_refusal"]
+__all__ = ["KUBECONFIG_PATHS", "FORBIDDEN_KEYS", "is_kubeconfig_path", "kubeconfig_problems", "kubeconfig_refusal",
+           "may_name_a_program"]
 
 KUBECONFIG_PATHS = ("/etc/kubernetes/*.conf", "*kubeconfig*")
+_KUBECONFIG_PATH = re.compile("|".join(fnmatch.translate(p) for p in KUBECONFIG_PATHS))
 FORBIDDEN_KEYS = frozenset({"exec", "auth-provider"})
 _USERS_KEY = re.compile(rb"""(?i)["']?\busers\b["']?\s*:""")
 _BASE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -43,8 +45,15 @@ def _no_duplicates(loader: Any, node: yaml.MappingNode, deep: bool = False) -> d
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 
+def may_name_a_program(data: bytes) -> bool:
+    """A cheap look at the text: False when no key of FORBIDDEN_KEYS can be in it as written
+    (for text whose structure its maker knows; an escaped key is found by the parse only)."""
+    low = data.lower()
+    return any(k.encode() in low for k in FORBIDDEN_KEYS)
+
+
 def is_kubeconfig_path(path: str) -> bool:
-    return any(fnmatch.fnmatchcase(path, p) for p in KUBECONFIG_PATHS)
+    return _KUBECONFIG_PATH.match(path) is not None
 
 
 def _forbidden(doc: Any, where: str) -> list[str]:
@@ -79,7 +88,7 @@ def kubeconfig_refusal(path: str, data: bytes) -> str | None:
     path that is not a kubeconfig BKE writes, or any file with a `users` key in its text that
     names an exec plugin or an auth provider."""
     at_path = is_kubeconfig_path(path)
-    if not (at_path or _USERS_KEY.search(data)):
+    if not (at_path or (b"users" in data.lower() and _USERS_KEY.search(data))):  # the cheap test first
         return None
     problems = kubeconfig_problems(data, strict=at_path)
     return f"{path}: {'; '.join(problems)[:300]}" if problems else None

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import PurePosixPath
 
 from ..node_kernel import SYSCTL_FILE
 
@@ -45,5 +44,5 @@ PROGRAM_ARGS: dict[str, Callable[[Sequence[str], Mapping[str, str]], str | None]
 def program_args_refusal(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
     """Why a program may not run with these arguments (None if it may, or if its arguments are
     not limited here)."""
-    check = PROGRAM_ARGS.get(PurePosixPath(argv[0]).name) if argv else None
+    check = PROGRAM_ARGS.get(argv[0].rpartition("/")[2]) if argv else None
     return check(argv[1:], env) if check is not None else None

@@ -38,9 +38,12 @@ the stream); without the signing key it can only replay them:
     An attacker cannot make the agent keep an old incarnation (any newer command moves it on)
     nor skip one (only BKE signs a newer id). What remains: between a delete and the first
     command of the new install reaching this agent, a command of the old incarnation that
-    this agent never ran (it was never delivered to it) could still run, within its validity.
-    Commands reach an agent in stream order, so a replay published after the new install's
-    first command arrives after it and is refused;
+    this agent never ran (it was never delivered to it) could still run, within its validity,
+    and one it ran is answered from its journal. Commands reach an agent in stream order, so a
+    replay published after the new install's first command arrives after it and is refused.
+    The answer to such a replay names the old incarnation (`CommandResult.incarnation`, the
+    incarnation of the command it answers), so the new install's dispatcher or upgrader, which
+    reuse the old command ids, drop it (`result_refusal`) rather than count it;
   * a replay of a command this agent ran: answered from the journal, which keeps each result
     until a day after its command expired (agent journal), after which `fresh` refuses it;
   * an unbound command (signed by a BKE before binding, or for an agent whose heartbeats say
@@ -76,6 +79,7 @@ __all__ = [
     "new_incarnation",
     "newer_incarnation",
     "receiver_refusal",
+    "result_refusal",
     "served_after",
     "unbound_refusal",
 ]
@@ -181,3 +185,14 @@ def served_after(cmd: AgentCommand, agent_id: str, served: Served | None) -> Ser
     if mine is not None and mine.incarnation == inc:
         return None
     return Served(agent_id, inc)
+
+
+def result_refusal(result_incarnation: str | None, current: str | None) -> str | None:
+    """Why a result is not counted for its cluster as it is now (None if it may be): it answers a
+    command of `result_incarnation`, not of the cluster's `current` one (None: the cluster has no
+    plan, so no incarnation is current). A result without one (an unbound command's, or from an
+    agent older than the field) is judged by its command id and agent alone."""
+    if result_incarnation is None or result_incarnation == current:
+        return None
+    return (f"it answers a command of incarnation {result_incarnation or '(none)'} of its cluster, "
+            f"not the current {'(no plan)' if current is None else current or '(none)'}")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Sequence
 from datetime import datetime, timezone
 
 from redis.asyncio import Redis
@@ -13,7 +14,8 @@ from ..secrets.binding import new_incarnation
 from .keys import clusters_index, plan_key, plan_meta_key, plan_replaceable_key, request_key
 from .schema import SCHEMA_FIELD, check_readable, record_kind
 
-__all__ = ["INCARNATION_FIELD", "PlanCache", "PlanRecord", "RedisPlanStore", "plan_digest"]
+__all__ = ["INCARNATION_FIELD", "INCARNATION_READ", "PlanCache", "PlanRecord", "RedisPlanStore", "incarnation_of",
+           "plan_digest"]
 
 
 PLAN_VERSION = record_kind("plan").current  # written in plan-meta (bke.state.schema)
@@ -27,6 +29,17 @@ def plan_digest(plan_json: str) -> str:
 # the first plan; a replacing plan (`_REPLACE`), an upgrade's or an apply's (`_UPGRADE`) keep it,
 # and it goes with plan-meta when the cluster is deleted (bke.forgetting).
 INCARNATION_FIELD = "incarnation"
+INCARNATION_READ = ["digest", INCARNATION_FIELD]  # the plan-meta fields `incarnation_of` reads (HMGET)
+
+
+def incarnation_of(meta: Sequence[object]) -> str | None:
+    """The cluster's incarnation from plan-meta's INCARNATION_READ values: None without a plan,
+    "" for a plan stored before incarnations."""
+    if meta[0] is None:
+        return None
+    raw = meta[1]
+    return "" if raw is None else raw.decode() if isinstance(raw, bytes) else str(raw)
+
 
 # One script so that a crash can never leave metadata without its plan.
 _SAVE_ONCE = """
@@ -112,11 +125,7 @@ class RedisPlanStore:
 
     async def incarnation(self, cluster: str) -> str | None:
         """The cluster's incarnation; None without a plan, "" for a plan stored before incarnations."""
-        meta = await self.redis.hmget(plan_meta_key(cluster), ["digest", INCARNATION_FIELD])
-        if meta[0] is None:
-            return None
-        raw = meta[1]
-        return "" if raw is None else raw.decode() if isinstance(raw, bytes) else str(raw)
+        return incarnation_of(await self.redis.hmget(plan_meta_key(cluster), INCARNATION_READ))
 
     async def replace(self, plan: Plan, plan_json: str, digest: str, old_digest: str, request_id: str, now_iso: str) -> bool:
         """Replace the stored plan, atomically, if it still has `old_digest` and is marked

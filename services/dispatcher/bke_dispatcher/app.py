@@ -12,6 +12,7 @@ from bke.bus.replies import answerable
 from bke.bus.service import REDIS_PROBE_S, Service, make_service
 from bke.bus.handler import deprecated, typed
 from bke.bus.misaddressed import Misaddressed
+from bke.bus.other_incarnation import OtherIncarnation
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.certs import (
     CERTS_FAILED,
@@ -155,8 +156,10 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
                                  None if nodes_api is None else applier.admin_kubeconfig, rotation_store,
                                  pause_flags.is_paused, publish, notify, _now, settings.owner, settings.lease_ms,
                                  signing.sign, settings.batch_size, agents_deadline_s=settings.join_agents_timeout_s)
+    # results of another incarnation of their cluster are dropped and counted (bke.bus.other_incarnation)
     inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result, on_reset=resets.on_result,
-                    on_join=membership.joins.on_result, on_removal=membership.removals.on_result)
+                    on_join=membership.joins.on_result, on_removal=membership.removals.on_result,
+                    other_incarnation=OtherIncarnation(svc.metrics, svc.name))
 
     # state lost (bke.state.epoch): stop the loops, fail the running installs; restored: resume
     async def stop_loops() -> None:

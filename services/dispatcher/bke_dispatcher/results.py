@@ -1,13 +1,16 @@
 """Inputs from the agents: command results, refusals, retry requests (which ask the
 renderer or certs service again when the failure was theirs).
 
-Whose result is believed (issue 10): a result counts only if the node in its subject (which
+Whose result is believed: a result counts only if the node in its subject (which
 NATS permissions bind to that node's identity), in its payload and in its command id are the
 same, and its `agent_id` is the agent the certs service sealed that node's bundle to (learned
 from `certs.sealed`; a node outside the plan has none). The subject is compared with the
 payload before these handlers, for results and refusals alike (bke.bus.misaddressed, in the
 wiring). Anything else is dropped: acked, counted, logged at most once per LOG_EVERY_S per
-cluster, and nothing of it (status, text) is recorded or shown. Refusals (an agent's `refused`,
+cluster, and nothing of it (status, text) is recorded or shown. So is a result that answers a
+command of another incarnation of its cluster (a deleted cluster's, replayed to an agent that
+answered it from its journal: bke.secrets.binding), counted on /metrics apart
+(bke.bus.other_incarnation). Refusals (an agent's `refused`,
 the certs service's `agents.refused`) are logged and counted; they never count as a result.
 
 Each handler takes its typed message (bke.bus.handler), records what happened, wakes the
@@ -23,11 +26,13 @@ from datetime import datetime
 from typing import Awaitable, Callable
 
 from bke.bus.handler import Out
+from bke.bus.other_incarnation import OtherIncarnation
 from bke.contracts.agent import AgentRefused, CommandRefused, CommandResult
 from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
 from bke.contracts.certs import ISSUE_CERTS, IssueCerts
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
 from bke.errors import MalformedMessage, NotYetKnown
+from bke.secrets.binding import result_refusal
 from bke.state.operation_slot import claim_operation
 
 from .engine import parse_command_id
@@ -99,7 +104,10 @@ class Inputs:
         on_reset: Callable[[CommandResult], Awaitable[None]] | None = None,
         on_join: Callable[[CommandResult], Awaitable[None]] | None = None,
         on_removal: Callable[[CommandResult], Awaitable[None]] | None = None,
+        other_incarnation: OtherIncarnation | None = None,
     ):
+        # answers to a command of another incarnation of their cluster (bke.bus.other_incarnation)
+        self.other_incarnation = other_incarnation or OtherIncarnation(None, "dispatcher")
         self.on_join, self.on_removal = on_join, on_removal  # workers joining and leaving (joins.py, removals.py)
         self.on_rotation = on_rotation  # certificate rotations' results (see rotations.py)
         self.on_reset = on_reset  # resets' and deletes' results (see resets.py)
@@ -116,27 +124,36 @@ class Inputs:
                 self._request_ids[cluster] = rid
         return rid
 
-    async def _untrusted(self, res: CommandResult, node: str) -> str:
-        """Why this result is not believed ("" if it is). (Its subject names its payload's
-        node: the wiring's guard, bke.bus.misaddressed, dropped it otherwise.)"""
+    async def _untrusted(self, res: CommandResult, node: str) -> tuple[str, bool]:
+        """Why this result is not believed ("" if it is), and whether because it answers a
+        command of another incarnation of its cluster. (Its subject names its payload's node:
+        the wiring's guard, bke.bus.misaddressed, dropped it otherwise.)"""
         if node != res.node:
-            return f"its command id names node {node}"
-        accepted = await self.state.accepted_agent(res.cluster, res.node)
+            return f"its command id names node {node}", False
+        if res.incarnation is None:  # an unbound command's answer: nothing to compare it with
+            accepted, current = await self.state.accepted_agent(res.cluster, res.node), None
+        else:
+            accepted, current = await self.state.result_checks(res.cluster, res.node)
         if accepted is None:
-            return "no agent of this node was accepted (not in the plan, or not provisioned)"
+            return "no agent of this node was accepted (not in the plan, or not provisioned)", False
         if accepted != res.agent_id:
-            return f"agent {res.agent_id} is not the node's accepted agent"
-        return ""
+            return f"agent {res.agent_id} is not the node's accepted agent", False
+        why = result_refusal(res.incarnation, current)
+        return (why, True) if why else ("", False)
 
     async def result(self, res: CommandResult) -> list[Out]:
         try:
             cluster, slug, node, gen = parse_command_id(res.command_id)
         except ValueError as exc:
             raise MalformedMessage(f"malformed command result: command id {res.command_id!r}: {exc}") from exc
+        other = False
         if cluster != res.cluster:
             why = f"its command id names cluster {cluster}"
         else:
-            why = await self._untrusted(res, node)
+            why, other = await self._untrusted(res, node)
+        if other:
+            self.other_incarnation.dropped(res, why)
+            return []
         if why:
             self.dropped(res.cluster, f"result dropped: {why}", cluster=res.cluster, node=res.node,
                          command_id=res.command_id)

@@ -10,6 +10,7 @@
     bke:<c>:node                 hash  <node> -> JSON {phase, status, step}
     bke:<c>:lease:<slug>         string owner (PX ttl)   claimed before a phase step runs
     bke:<c>:agents:accepted      hash  <node> -> agent id certs sealed the bundle to
+    (read) bke:<c>:plan-meta     the planner's: the cluster's incarnation, which a result must answer
     bke:installs                 set   clusters with an install record
 
 The install hash's `schemaVersion` is the version of all of these (bke.state.schema).
@@ -33,9 +34,11 @@ from bke.state.keys import (
     node_status_key,
     operation_key,
     phase_key,
+    plan_meta_key,
     refusals_key,
     sealed_key,
 )
+from bke.state.plans import INCARNATION_READ, incarnation_of
 from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 __all__ = ["DispatcherState"]
@@ -242,6 +245,16 @@ class DispatcherState:
     async def accepted_agent(self, cluster: str, node: str) -> str | None:
         v = await self.r.hget(accepted_agents_key(cluster), node)
         return None if v is None else _s(v)
+
+    async def result_checks(self, cluster: str, node: str) -> tuple[str | None, str | None]:
+        """The node's accepted agent and the cluster's current incarnation (the planner's
+        plan-meta: None without a plan, bke.state.plans.incarnation_of), in one round trip:
+        what a result carrying an incarnation is checked against."""
+        async with self.r.pipeline(transaction=False) as pipe:
+            pipe.hget(accepted_agents_key(cluster), node)
+            pipe.hmget(plan_meta_key(cluster), INCARNATION_READ)
+            accepted, meta = await pipe.execute()
+        return (None if accepted is None else _s(accepted)), incarnation_of(meta)
 
     async def agent_count(self, cluster: str, nodes: list[str]) -> int:
         """How many of `nodes` have an accepted agent."""

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from bke.bus import get_blob
 from bke.bus.handler import typed
 from bke.bus.misaddressed import Misaddressed
+from bke.bus.other_incarnation import OtherIncarnation
 from bke.bus.replies import answerable
 from bke.bus.service import REDIS_PROBE_S, Service, make_service
 from bke.checksums import HttpRepoChecksums, LabChecksums
@@ -149,7 +150,8 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
         marker = KubernetesNodeMarker(applier)
     addons = _AddonsStep(AddonsWork(redis, applier, _now, LabManifests() if simulated_repo else HttpRepoManifests()))
     signing = CommandSigning(redis, lambda: box_for("signing"))
-    store = UpgradeStore(redis)
+    # answers to a command of another incarnation of their cluster are dropped and counted (bke.bus.other_incarnation)
+    store = UpgradeStore(redis, OtherIncarnation(svc.metrics, svc.name))
     watch_metrics(svc, store)  # /metrics: nodes by state and progress, from the run records
     svc.http_routes += upgrader_routes(store)  # the dashboard: runs, steps, failures (live)
 

@@ -49,12 +49,14 @@ from bke.errors import MalformedMessage, PermanentError, TemporaryError, is_unav
 from bke.etcdsnap.step import snapshot_step
 from bke.lifecycle.apply_run import JOIN_STEP, MEMBER_NODE_STEPS, REMOVE_STEP, member_commands
 from bke.plan import Plan, plan_spec_text
+from bke.secrets.binding import result_refusal
 from bke.state import PlanCache, RedisPlanStore, plan_digest
 from bke.state.command_signing import Prefetch
 from bke.state.lease import claim_lease, release_lease
 from bke.state.operation_slot import operation_holder, release_operation, start_in_slot
 from bke.state.operation_slot import refusal as slot_refusal
-from bke.state.keys import accepted_agents_key, upgrade_results_key
+from bke.state.keys import accepted_agents_key, plan_meta_key, upgrade_results_key
+from bke.state.plans import INCARNATION_READ, incarnation_of
 from bke.state.migrate import needs_conversion
 from bke.state.schema import StoredVersionError, record_kind
 from bke.upgrade.certificates import rbac_before_renewal
@@ -337,24 +339,35 @@ class Upgrades:
         results.py): it came on its node's subject (the wiring's guard, bke.bus.misaddressed,
         dropped it otherwise) and its command id names that node. The third condition, that it
         comes from the node's accepted agent (learned from `certs.sealed`, never from the
-        agent's own claim), is checked where it is recorded (`UpgradeStore.record_if_accepted`)."""
+        agent's own claim), and the fourth, that it answers a command of the cluster's current
+        incarnation (bke.secrets.binding), are checked where it is recorded
+        (`UpgradeStore.record_if_accepted`)."""
         if res.command_id.split("/")[2:3] != [res.node]:
             return "its command id names another node"
         return ""
 
     async def untrusted(self, res: CommandResult) -> str:
         """The same rule for a result of the upgrader's other operation (an etcd restore), which
-        records its answers itself: why it is not believed ("" if it is)."""
+        records its answers itself: why it is not believed ("" if it is). A result that answers
+        a command of another incarnation of its cluster is not either (counted, as
+        `UpgradeStore.record_if_accepted` counts an upgrade's)."""
         why = self._misrouted(res)
         if why:
             return why
-        accepted = await self.store.r.hget(accepted_agents_key(res.cluster), res.node)
+        async with self.store.r.pipeline(transaction=False) as pipe:
+            pipe.hget(accepted_agents_key(res.cluster), res.node)
+            if res.incarnation is not None:  # an answer to a bound command: of the cluster's current incarnation?
+                pipe.hmget(plan_meta_key(res.cluster), INCARNATION_READ)
+            accepted, *meta = await pipe.execute()
         accepted = accepted.decode() if isinstance(accepted, bytes) else accepted
         if accepted is None:
             return "no agent of this node was accepted"
         if accepted != res.agent_id:
             return f"agent {res.agent_id} is not the node's accepted agent"
-        return ""
+        why = result_refusal(res.incarnation, incarnation_of(meta[0])) if meta else None
+        if why:
+            self.store.other_incarnation.dropped(res, why, log_it=False)  # its caller logs what it drops
+        return why or ""
 
     # the run ----------------------------------------------------------------
     async def reconcile(self, cluster: str) -> Outcome:

@@ -6,6 +6,10 @@
                                        (bke.upgrade.node_versions), written with the run's end
     bke:upgrades               set     clusters with an upgrade record (resumed after a restart)
 
+An answer is recorded only if it comes from its node's accepted agent (the dispatcher's record)
+and, when it names one, answers a command of the cluster's current incarnation (the planner's
+plan-meta): a deleted cluster's answer, replayed from an agent's journal, is dropped and counted.
+
 Only the reconcile pass (under the cluster's "upgrade" lease) and the start (a WATCH transaction
 that refuses while another upgrade runs) write the record; results are recorded beside it and
 folded in by the next pass, so a result that arrives twice counts once.
@@ -21,10 +25,15 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
+from bke.bus.other_incarnation import OtherIncarnation
 from bke.contracts.agent import CommandResult
 from bke.errors import TemporaryError
+from bke.secrets.binding import result_refusal
 from bke.state.exclusive import write_unless
-from bke.state.keys import accepted_agents_key, upgrade_key, upgrade_nodes_key, upgrade_results_key, upgrades_index
+from bke.state.keys import (
+    accepted_agents_key, plan_meta_key, upgrade_key, upgrade_nodes_key, upgrade_results_key, upgrades_index,
+)
+from bke.state.plans import INCARNATION_READ, incarnation_of
 from bke.upgrade.node_versions import NodeVersion
 from bke.upgrade.run import UpgradeRun
 
@@ -40,8 +49,10 @@ def _s(v: Any) -> str:
 
 
 class UpgradeStore:
-    def __init__(self, redis: Redis):
+    def __init__(self, redis: Redis, other_incarnation: OtherIncarnation | None = None):
         self.r = redis
+        # answers to a command of another incarnation of their cluster (bke.bus.other_incarnation)
+        self.other_incarnation = other_incarnation or OtherIncarnation(None, "upgrader")
         # cluster -> answers of the run known here (recorded by this process or read): an answer,
         # once recorded, is that command's for good (fixed ids; a replay repeats it), so a pass
         # asks Redis only for the ones still missing (a 5,000-node batch read whole each time
@@ -152,24 +163,33 @@ class UpgradeStore:
             if not accepted:
                 self._local.setdefault(cluster, {})[res.command_id] = json.loads(doc)
             why = "" if not accepted else ("no agent of this node was accepted" if accepted == "-"
+                                           else accepted[1:] if accepted.startswith("~")
                                            else f"agent {res.agent_id} is not the node's accepted agent")
+            if accepted.startswith("~"):
+                self.other_incarnation.dropped(res, why, log_it=False)  # the operation logs it with the others
             if not fut.done():
                 fut.set_result(why)
 
     async def _record_accepted(self, cluster: str, items: list[tuple[CommandResult, str]]) -> list[str]:
         """Per (result, answer): "" when recorded, else the node's accepted agent ("-" when none
-        was accepted). The accepted agents are the dispatcher's record, which this service only
-        reads (bke.runtime.redis_acl): so a WATCH on it, not a script (EVAL asks for write access
-        to every key it is given). The answers are written only if no node's acceptance changed
-        since it was checked; if one did, they are checked again."""
+        was accepted), or "~" and why it answers a command of another incarnation of the cluster
+        (bke.secrets.binding.result_refusal; the incarnation is read once for the batch, only if
+        one of its results carries one). The accepted agents are the dispatcher's record, which
+        this service only reads (bke.runtime.redis_acl): so a WATCH on it, not a script (EVAL asks
+        for write access to every key it is given). The answers are written only if no node's
+        acceptance changed since it was checked; if one did, they are checked again."""
         accepted_key, results_key = accepted_agents_key(cluster), upgrade_results_key(cluster)
+        other: list[str | None] = [None] * len(items)
+        if any(res.incarnation is not None for res, _ in items):
+            current = incarnation_of(await self.r.hmget(plan_meta_key(cluster), INCARNATION_READ))
+            other = [result_refusal(res.incarnation, current) for res, _ in items]
         async with self.r.pipeline(transaction=True) as pipe:
             for _ in range(RECORD_TRIES):
                 try:
                     await pipe.watch(accepted_key)
                     accepted = await pipe.hmget(accepted_key, [res.node for res, _ in items])
-                    out = ["-" if a is None else "" if _s(a) == res.agent_id else _s(a)
-                           for a, (res, _) in zip(accepted, items)]
+                    out = ["-" if a is None else _s(a) if _s(a) != res.agent_id else f"~{o}" if o else ""
+                           for a, o, (res, _) in zip(accepted, other, items)]
                     answers = {res.command_id: doc for why, (res, doc) in zip(out, items) if not why}
                     pipe.multi()
                     if answers:
