@@ -23,8 +23,8 @@ OTHER = CommandSigner.generate()
 
 
 def _cmd(**kw: object) -> AgentCommand:
-    base: dict[str, object] = dict(command_id="c1/etcd/n1/0", cluster="c1", node="n1", phase="etcd",
-                                   issued_at=NOW.isoformat(), steps=[RunProgram(id="s", argv=["etcd"])])
+    base: dict[str, object] = dict(command_id="c1/etcd/n1/0", cluster="c1", node="n1", phase="node-env",
+                                   issued_at=NOW.isoformat(), steps=[RunProgram(id="s", argv=["swapoff", "-a"])])
     base.update(kw)
     return AgentCommand(**base)  # type: ignore[arg-type]
 
@@ -176,7 +176,7 @@ def _edited(body: bytes, old: bytes, new: bytes) -> bytes:
 
 
 SENT_FORM_CASES = [
-    ("tampered step", lambda b: _edited(b, b'"etcd"', b'"id"'), "bad signature"),
+    ("tampered step", lambda b: _edited(b, b'"swapoff"', b'"id"'), "bad signature"),
     ("signature repeated at the end", lambda b: b[:-1] + b',"signatureB64":"' + b.split(b'"')[3] + b'"}', "bad signature"),
     ("another signature at the end", lambda b: b[:-1] + b',"signatureB64":"' + OTHER.sign(b"x").encode() + b'"}',
      "bad signature"),
