@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -103,9 +104,10 @@ async def test_upgrade_succeeds_then_a_broken_version_is_rolled_back(node: tuple
         broken = version(ip, port, "v1.36.2")
         res = await run(replace("replace:apiserver-2", broken, port, timeout_s=3))
         assert res.status == "Failed"
-        assert res.stderr.startswith(f"rolled back {MANIFEST}: not healthy within 3s "
-                                     f"(https://127.0.0.1:{port}/livez: HTTP 500 unhealthy: bke-lab: "
-                                     "kube-apiserver v1.36.2 is broken on purpose"), res.stderr
+        # the probe's status and latency, never what the endpoint said (bke.host_actions.endpoints)
+        assert re.match(rf"rolled back {MANIFEST}: not healthy within 3s \(https://127.0.0.1:{port}/livez: "
+                        r"HTTP 500 in \d+ ms\)", res.stderr), res.stderr
+        assert "broken on purpose" not in res.stderr
         assert res.stderr.endswith("the previous files are back and healthy"), res.stderr
         assert (root / MANIFEST.lstrip("/")).read_bytes() == new  # v1.36.1 is back
         assert pod(new, True)() and await livez(url) == 200
