@@ -82,7 +82,7 @@ def main(rounds: int) -> None:
         for kind, cmds in _commands(plan).items():
             assert all(command_refusal(c) is None for c in cmds)
             steps = sum(len(c.steps) for c in cmds) / len(cmds)
-            us = _per_item_us(lambda: [command_refusal(c) for c in cmds], len(cmds), rounds)
+            us = _per_item_us(lambda cmds=cmds: [command_refusal(c) for c in cmds], len(cmds), rounds)
             print(f"  {example:16} {kind:20} {steps:5.1f} steps  {us:7.2f} us")
     upgrade = [_command(i, random.Random(i)) for i in range(2000)]
     us = _per_item_us(lambda: [command_refusal(c) for c in upgrade], len(upgrade), rounds)

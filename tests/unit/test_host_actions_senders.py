@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import PurePosixPath
 
