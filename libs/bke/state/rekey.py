@@ -48,7 +48,7 @@ from ..secrets.signing import STORED_KEY_AAD as SIGNING_AAD
 from ..secrets.snapshot_key import STORED_KEY_AAD as SNAPSHOT_AAD
 from ..secrets.snapshot_key import join_stored, split_stored
 from .backup import MAGIC as BACKUP_MAGIC
-from .keys import PREFIX, auth_authority_key, command_signing_key, etcd_snapshot_key
+from .keys import api_credentials_key, auth_authority_key, command_signing_key, etcd_snapshot_key, pki_key
 
 __all__ = ["FAMILIES", "Family", "RekeyReport", "census", "reencrypt_kind", "rekey_backup_file"]
 
@@ -68,8 +68,16 @@ BASE64 = Codec(lambda v: (b"", base64.b64decode(v)), lambda kept, blob: base64.b
 SNAPSHOT = Codec(split_stored, join_stored)
 
 
-def _cluster(key: str, suffix: str) -> str:
-    return key[len(PREFIX) + 1:-len(suffix)]
+def _per_cluster(name: Callable[[str], str]) -> tuple[str, Callable[[str], str]]:
+    """A per-cluster family's SCAN pattern (bke.state.keys spells it, with `*` for the cluster),
+    and how to read the cluster back from one of its keys."""
+    pattern = name("*")
+    head, tail = pattern.split("*")
+    return pattern, lambda key: key[len(head):len(key) - len(tail)]
+
+
+_PKI_KEYS, _pki_cluster = _per_cluster(lambda c: pki_key(c, "keys"))
+_API, _api_cluster = _per_cluster(api_credentials_key)
 
 
 @dataclass(frozen=True)
@@ -82,8 +90,8 @@ class Family:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("pki", f"{PREFIX}:*:pki:keys", "hash", lambda k, f: key_aad(_cluster(k, ":pki:keys"), f), BASE64),
-    Family("api", f"{PREFIX}:*:api-credentials", "hash", lambda k, f: credential_aad(_cluster(k, ":api-credentials"), f)),
+    Family("pki", _PKI_KEYS, "hash", lambda k, f: key_aad(_pki_cluster(k), f), BASE64),
+    Family("api", _API, "hash", lambda k, f: credential_aad(_api_cluster(k), f)),
     Family("signing", command_signing_key(), "string", lambda k, f: SIGNING_AAD),
     Family("snapshot", etcd_snapshot_key(), "string", lambda k, f: SNAPSHOT_AAD, SNAPSHOT),
     Family("authority", auth_authority_key(), "string", lambda k, f: k.encode()),
