@@ -83,8 +83,10 @@ CASES = [
      ("upgrade:workers", ReplaceFiles(id="r", files=[NewFile(path="/etc/containerd/config.toml", content_b64="eA==", sha256=SUM)],
                                       restart_units=["containerd.service"]))),
     (("node-env", UPDATE), ("upgrade:agents", UPDATE)),
-    # never a path with '..'
+    # never a path with '..', nor one that is not in its normal form (its class is read from it)
     (("etcd", _write("/etc/kubernetes/manifests/../manifests/etcd.yaml")), ("etcd", _write("/etc/kubernetes/manifests/etcd.yaml"))),
+    (("certs", _write("/etc/kubernetes//manifests/evil.conf")), ("certs", _write("/etc/kubernetes/admin.conf"))),
+    (("certs", _write("/etc/kubernetes/./manifests/evil.conf")), ("certs", _write("/etc/kubernetes/scheduler.conf"))),
 ]
 
 
@@ -316,3 +318,20 @@ def test_docs_agent_md_holds_the_tables() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "agent.md").read_text()
     assert generated_docs() in doc, ("docs/agent.md drifted from bke.host_actions; paste "
                                      "`python -c 'from bke.host_actions.docs import generated_docs; print(generated_docs())'`")
+
+
+@pytest.mark.parametrize("kind, action, target, ok", [
+    ("node-env", "program", "modprobe", True),
+    ("node-env", "program", "modprobex", False),  # a name is matched whole
+    ("node-env", "unit", "/etc/systemd/system/kubelet.service", True),
+    ("node-env", "unit", "/etc/systemd/system/kubelet.service.d/evil.conf", False),
+    ("certs", "config", "/etc/kubernetes/admin.conf", True),
+    ("certs", "config", "/etc/kubernetes/bke-restore-parked/evil.conf", False),  # `*` within one component
+    ("certs", "config", "/etc/kubernetes/pki/etcd-events/server.key", True),  # a final `/*`: anything below
+    ("upgrade:etcd", "config", "/etc/kubernetes/pki/etcd-pods/peer.key", True),
+    ("upgrade:etcd", "config", "/etc/kubernetes/pki/apiserver.key", False),
+])
+def test_the_tables_patterns(kind: str, action: str, target: str, ok: bool) -> None:
+    from bke.host_actions import allowed
+
+    assert allowed(kind, action, target) is ok

@@ -19,7 +19,7 @@ from bke.contracts.agent import (
 from bke.etcdsnap.restore import STAGES, node_steps as restore_steps, restore_plan
 from bke.etcdsnap.step import snapshot_step
 from bke.host_actions import HOST_ACTIONS, command_kind, command_refusal, file_class
-from bke.host_actions.table import AGENT_TARGET, DAEMON_RELOAD
+from bke.host_actions.table import AGENT_TARGET, DAEMON_RELOAD, target_matches
 from bke.lifecycle.apply_run import MEMBER_NODE_STEPS, apply_order, member_commands
 from bke.lifecycle.diff import diff_plans, render_diff
 from bke.pki import node_file_refs
@@ -189,15 +189,12 @@ def _uses(kind: str, step: Step) -> Iterator[tuple[str, str, str]]:
 
 
 def test_every_row_of_the_table_is_used_by_a_sender(sent: dict[str, list[Sent]]) -> None:
-    import fnmatch
-
     used = {u for commands in sent.values() for phase, steps in commands for s in steps
             for u in _uses(command_kind(phase), s)}
     unused = []
     for row in HOST_ACTIONS:
         for kind in row.kinds:
-            if not any(k == kind and a == row.action and any(fnmatch.fnmatchcase(t, p) for p in row.targets)
-                       for k, a, t in used):
+            if not any(k == kind and a == row.action and target_matches(t, row.targets) for k, a, t in used):
                 unused.append(f"{kind} {row.action} {row.targets}")
     # a worker's runtime step sends its unit or kernel files only when its render changes them
     # (a changed kubelet flag or sysctl), which no scenario here does (a master's does, above)

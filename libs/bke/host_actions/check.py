@@ -9,6 +9,8 @@ opens it, before it is written (kubeconfigs.py; agent/bke_agent/executor.py).
 """
 from __future__ import annotations
 
+import posixpath
+
 from ..contracts.agent import (
     AgentCommand, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, EtcdSnapshot, FetchFile, ReplaceFiles,
     RestartStaticPod, RunProgram, Step, SystemdUnit, TlsFiles, UpdateAgent, WaitHealth, WriteFile,
@@ -28,8 +30,10 @@ def _denied(kind: str, action: str, target: str, what: str) -> str:
 
 
 def _write(kind: str, path: str, mode: int, download: bool = False) -> str | None:
-    if not path.startswith("/") or "\x00" in path or ".." in path.split("/"):
-        return f"{path!r}: not an absolute path without '..'"
+    # in its normal form only: the classes match the path as written, the backends write where
+    # it leads (`/etc/kubernetes//manifests/x.conf` would be a manifest read as a kubeconfig's path)
+    if not path.startswith("/") or "\x00" in path or posixpath.normpath(path) != path or path.startswith("//"):
+        return f"{path!r}: not an absolute path in its normal form (no '..', '.', '//' or trailing '/')"
     if download and is_kubeconfig_path(path):
         return f"{path}: a kubeconfig is never downloaded"
     cls = file_class(path, bool(mode & 0o111))

@@ -18,7 +18,6 @@ and fails if one of them would be refused, or if a row is used by no sender.
 """
 from __future__ import annotations
 
-import fnmatch
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -35,10 +34,12 @@ __all__ = [
     "command_kind",
     "file_class",
     "kinds_allowed",
+    "target_matches",
 ]
 
-# A written file's class: the first row whose pattern its path matches (fnmatch: `*` also
-# crosses `/`). "config" (certificates, kubeconfigs, runtime configuration) is the rest.
+# A written file's class: the first row whose pattern its path matches. In every pattern of this
+# module a `*` stays within one path component, except a final `/*`: anything below that
+# directory. "config" (certificates, kubeconfigs, runtime configuration) is the rest.
 FILE_CLASSES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("unit", ("/etc/systemd/*",), "systemd runs what a unit names, as root"),
     ("binary", ("/usr/local/bin/*", "/usr/local/sbin/*", "/usr/bin/*", "/usr/sbin/*", "/bin/*", "/sbin/*",
@@ -120,11 +121,25 @@ def command_kind(phase: str) -> str:
     return phase.partition("@")[0]
 
 
+def _translate(pattern: str) -> str:
+    """A pattern as a regular expression: `*` within a component, a final `/*` anything below."""
+    below = pattern.endswith("/*")
+    head = pattern[:-2] if below else pattern
+    return "".join("[^/]*" if c == "*" else re.escape(c) for c in head) + ("/.+" if below else "")
+
+
+def _compiled(patterns: tuple[str, ...] | list[str]) -> re.Pattern[str]:
+    return re.compile("(?:" + "|".join(_translate(p) for p in patterns) + r")\Z" if patterns else r"(?!)")
+
+
+_CLASSES = tuple((name, _compiled(patterns)) for name, patterns, _ in FILE_CLASSES)
+
+
 @lru_cache(maxsize=4096)
 def file_class(path: str, executable: bool = False) -> str:
     """The class of a file written at `path` (with an execute bit when `executable`)."""
-    for name, patterns, _ in FILE_CLASSES:
-        if any(fnmatch.fnmatchcase(path, p) for p in patterns):
+    for name, pattern in _CLASSES:
+        if pattern.match(path):
             return name
     return SCRIPT if executable else CONFIG
 
@@ -133,7 +148,7 @@ def file_class(path: str, executable: bool = False) -> str:
 def _targets(kind: str, action: str) -> re.Pattern[str] | None:
     """One compiled pattern for everything `kind` may do as `action` (None: nothing)."""
     found = [t for row in HOST_ACTIONS if row.action == action and kind in row.kinds for t in row.targets]
-    return re.compile("|".join(fnmatch.translate(t) for t in found)) if found else None
+    return _compiled(found) if found else None
 
 
 def allowed(kind: str, action: str, target: str) -> bool:
@@ -141,7 +156,12 @@ def allowed(kind: str, action: str, target: str) -> bool:
     return pattern is not None and pattern.match(target) is not None
 
 
+def target_matches(target: str, patterns: tuple[str, ...]) -> bool:
+    """Whether `target` is one of `patterns` (this module's pattern rules)."""
+    return _compiled(patterns).match(target) is not None
+
+
 def kinds_allowed(action: str, target: str) -> list[str]:
     """The kinds that may do `action` to `target` (for a refusal's message)."""
-    return sorted({k for row in HOST_ACTIONS if row.action == action
-                   and any(fnmatch.fnmatchcase(target, t) for t in row.targets) for k in row.kinds})
+    return sorted({k for row in HOST_ACTIONS if row.action == action and target_matches(target, row.targets)
+                   for k in row.kinds})
