@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 
 from bke.auth.permissions import inbox_prefix
 from bke.bus.connect import BusAccess, connect_nats
@@ -38,6 +39,7 @@ from bke.render import RenderInputs, render_cluster
 from bke.runtime import etcd_put_get, port_is_free
 from bke.secrets import load_secret_box
 from bke.secrets.signing import ensure_command_key_sync, sign_command
+from bke.state.command_signing import read_bindings
 from bke.state.keys import command_signing_key
 
 from .lab_helpers import Lab, assert_reads_back, etcd_members
@@ -81,8 +83,14 @@ class Commands:
         try:
             cmd = AgentCommand(command_id=f"{cluster}/etcd-members/{uuid.uuid4().hex[:12]}", cluster=cluster, node=node,
                                phase=phase, issued_at=datetime.now(timezone.utc).isoformat(), steps=steps)
+            # bound to the receiver as the dispatcher binds its commands (bke.secrets.binding)
+            ar = AsyncRedis.from_url(self.lab.info.redis_url)
+            try:
+                binding = (await read_bindings(ar, cluster, [node]))[node]
+            finally:
+                await ar.aclose()
             await self.nc.jetstream().publish(agent_subject(cluster, node, "command"),
-                                              sign_command(cmd, self.signer).to_bytes())
+                                              sign_command(cmd, self.signer, binding=binding).to_bytes())
             while True:
                 result = CommandResult.model_validate_json((await sub.next_msg(timeout=timeout)).data)
                 if result.command_id == cmd.command_id:
