@@ -7,7 +7,7 @@ Per command, process CPU, the median of the rounds: `command_refusal` (what the 
 runs on every command before its steps: each write's class and path, programs, units, probes)
 on the commands the dispatcher builds for the seed and split examples (install phases, a health
 round), and on bench/command_cpu.py's 4.7 KB upgrade command (the one bench/command_binding.py
-times the verification of). Per file, where the agent opens a file's clear bytes:
+times the verification of), also inside AgentLoop's whole handling of it. Per file, where the agent opens a file's clear bytes:
 `kubeconfig_refusal` on a kubeconfig (parsed) and on a static pod manifest (only looked at).
 Per kubeconfig made by the certs service: `render_kubeconfig`, which now parses its output back.
 """
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from command_cpu import _command
+from command_cpu import NOW, _command
 
 from bke.checksums import artefact_urls
 from bke.contracts.agent import AgentCommand
@@ -74,6 +74,40 @@ def _commands(plan: Plan) -> dict[str, list[AgentCommand]]:
     return out
 
 
+def _in_the_loop(cmds: list[AgentCommand], rounds: int) -> tuple[float, float]:
+    """Per command: the time spent in the agent loop's `command_refusal` call, and the whole
+    handling (bench/command_binding.py's, bound commands), medians of the rounds."""
+    import bke_agent.loop as agent_loop
+    from command_binding import _handling
+
+    from bke.secrets.binding import Binding, new_incarnation
+    from bke.secrets.signing import CommandSigner, signed_command_bytes
+    from bke_agent import AgentIdentity
+
+    signer, inc = CommandSigner.generate(), new_incarnation(NOW, "0" * 16)
+    idents = [AgentIdentity.ephemeral() for _ in cmds]
+    bodies = [signed_command_bytes(c, signer, binding=Binding(i.agent_id, inc)) for c, i in zip(cmds, idents)]
+    real, inside = agent_loop.command_refusal, [0.0]
+
+    def timed(cmd: AgentCommand, node_ip: str | None = None) -> str | None:
+        t0 = time.perf_counter()
+        try:
+            return real(cmd, node_ip)
+        finally:
+            inside[0] += time.perf_counter() - t0
+
+    agent_loop.command_refusal = timed  # type: ignore[assignment]
+    calls, wholes = [], []
+    try:
+        for _ in range(rounds):
+            inside[0] = 0.0
+            wholes.append(_handling(signer, cmds, idents, bodies))
+            calls.append(inside[0])
+    finally:
+        agent_loop.command_refusal = real
+    return statistics.median(calls) / len(cmds) * 1e6, statistics.median(wholes) / len(cmds) * 1e6
+
+
 def main(rounds: int) -> None:
     print("command_refusal per command (process CPU, median of rounds):")
     for example in ("seed-3m1w.yaml", "split-etcd.yaml"):
@@ -87,6 +121,9 @@ def main(rounds: int) -> None:
     upgrade = [_command(i, random.Random(i)) for i in range(2000)]
     us = _per_item_us(lambda: [command_refusal(c) for c in upgrade], len(upgrade), rounds)
     print(f"  {'command_cpu.py':16} {'upgrade:workers':20} {1:5.1f} steps  {us:7.2f} us   ({len(upgrade[0].to_bytes())} B)")
+    inside, whole = _in_the_loop(upgrade[:1000], rounds)
+    print(f"  the same inside AgentLoop's handling of it: {inside:6.1f} us (wall, the call only) of {whole:6.1f} us "
+          "(process CPU, the whole handling: parse, verify, check, NullBackend steps, journal, result, ack)")
 
     kubeconfig = render_kubeconfig(cluster="c", server="https://10.0.0.1:6443", ca_pem=b"C" * 700, cert_pem=b"C" * 800,
                                    key_pem=b"K" * 250, user="system:node:master1")
