@@ -16,10 +16,11 @@ The provisioned key: `BKE_AGENT_COMMAND_KEY` (the public line or bare base64), e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from bke.contracts.agent import CLOCK_SKEW_S, COMMAND_VALIDITY_S, AgentCommand
+from bke.secrets.binding import aware_time
 from bke.secrets.signing import CommandVerifyKey, SigningKeyError, parse_public_line, signed_part
 
 __all__ = ["COMMAND_KEY_FILE", "CommandVerifier", "NoCommandKey", "load_command_key"]
@@ -41,14 +42,6 @@ def load_command_key(env_value: str | None, state_dir: Path) -> CommandVerifyKey
         return parse_public_line(text)
     except SigningKeyError as exc:
         raise NoCommandKey(f"the provisioned command key is unusable: {exc}") from None
-
-
-def _when(text: str) -> datetime | None:
-    try:
-        at = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -75,7 +68,7 @@ class CommandVerifier:
 
     def fresh(self, cmd: AgentCommand, now: datetime) -> str | None:
         """Check 3: None if `now` is within the command's validity, else why not."""
-        issued, expires = _when(cmd.issued_at), _when(cmd.expires_at)
+        issued, expires = aware_time(cmd.issued_at), aware_time(cmd.expires_at)
         if issued is None or expires is None:
             return "no valid issuedAt/expiresAt"
         if expires - issued > timedelta(seconds=COMMAND_VALIDITY_S):

@@ -75,6 +75,7 @@ __all__ = [
     "COMMAND_BINDING",
     "INCARNATION_PATTERN",
     "Served",
+    "aware_time",
     "binding_for",
     "new_incarnation",
     "newer_incarnation",
@@ -153,7 +154,8 @@ def receiver_refusal(cmd: AgentCommand, agent_id: str, served: Served | None) ->
             f"which this agent serves (a deleted cluster of the same name)")
 
 
-def _when(text: str) -> datetime | None:
+def aware_time(text: str) -> datetime | None:
+    """An ISO time as an aware datetime (a naive one is UTC); None if it is not a time."""
     try:
         at = datetime.fromisoformat(text)
     except ValueError:
@@ -170,7 +172,7 @@ def unbound_refusal(cmd: AgentCommand, agent_id: str, served: Served | None, key
     if mine is not None:
         return (f"not bound to this agent (no agentId/incarnation), and this agent takes only bound commands "
                 f"since it took one of incarnation {mine.incarnation or '(none)'}")
-    issued = _when(cmd.issued_at)
+    issued = aware_time(cmd.issued_at)
     if key_made_at is not None and issued is not None and issued < key_made_at - timedelta(seconds=CLOCK_SKEW_S):
         return f"not bound to this agent and issued at {cmd.issued_at}, before this agent's key was made"
     return None
