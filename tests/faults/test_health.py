@@ -33,7 +33,8 @@ async def test_a_service_answers_ready_and_not_ready_with_the_reason(nats_url, r
     await svc.start()
     try:
         h = await answer(True)
-        assert h.service == name and h.conditions == {"nats": True, "streams": True, "redis": True} and h.reasons == []
+        assert h.service == name and h.reasons == []
+        assert h.conditions == {"nats": True, "streams": True, "redis": True, "state": True}
     finally:
         await svc.stop()
     # a Redis nobody listens on: not ready, and why
