@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from bke.bus.connect import connect_nats
+from bke.bus.declare import DECLARE_TIMEOUT_S
 from bke.bus.streams import BUCKET_TTL_S, BUCKETS, OBJECT_BUCKET, STREAMS, ensure_streams
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET
 from bke.contracts import subjects as s
@@ -34,7 +35,7 @@ async def test_streams_converge_to_the_replicas_asked_for(tmp_path):
     urls, _, _ = cluster.ensure()
     nc = await connect_nats(urls)
     try:
-        js = nc.jetstream()
+        js = nc.jetstream(timeout=DECLARE_TIMEOUT_S)  # as the deploy step: a forming cluster is slow under load
         # the blob bucket as a release before its time to live made it (a first put, no config)
         await js.create_object_store(OBJECT_BUCKET)
         assert not (await js.stream_info(f"OBJ_{OBJECT_BUCKET}")).config.max_age

@@ -25,6 +25,7 @@ from .streams import check_streams, ensure_streams
 __all__ = ["declare", "main"]
 
 log = logging.getLogger(__name__)
+DECLARE_TIMEOUT_S = 30.0
 
 
 async def declare(access: BusAccess, replicas: int | None = None, change: bool = True,
@@ -33,7 +34,9 @@ async def declare(access: BusAccess, replicas: int | None = None, change: bool =
     (bke.bus.quotas); the problems left (empty: as declared)."""
     nc = await connect_nats(access)
     try:
-        js = nc.jetstream()
+        # a stream's creation on a NATS cluster is a meta-leader proposal: seconds under load,
+        # past nats-py's 5 s default (seen in CI on a 3-node cluster)
+        js = nc.jetstream(timeout=DECLARE_TIMEOUT_S)
         if change:
             await ensure_streams(js, replicas=replicas, clusters=clusters)
         return await check_streams(js, replicas=replicas, clusters=clusters)
