@@ -30,7 +30,7 @@ from ..settings import ServiceSettings
 from .connect import connect_nats, connect_options
 from .readiness import Readiness
 from .replies import answerable
-from .streams import StreamsNotDeclared, check_streams
+from .streams import wait_declared
 
 __all__ = ["REDIS_PROBE_S", "Service", "make_service"]
 
@@ -333,41 +333,16 @@ def _probe_client(settings: ServiceSettings) -> Any:
     return Redis.from_url(settings.redis_url, **probe)
 
 
+STREAMS_WAIT_S = 60.0  # the deploy step still declaring, or a NATS cluster's nodes forming
+
+
 async def _check_streams_at(settings: ServiceSettings) -> None:
     # A short-lived connection of its own: the broker subscribes only once streams exist.
     nc = await connect_nats(settings.bus)
     try:
-        await _check_streams_while_forming(nc, settings)
+        await wait_declared(nc.jetstream(), settings.stream_replicas, STREAMS_WAIT_S)
     finally:
         await nc.close()
-
-
-STREAMS_WAIT_S = 60.0  # the deploy step still declaring, or a NATS cluster's nodes forming
-
-
-async def _check_streams_while_forming(nc: NatsClient, settings: ServiceSettings) -> None:
-    """Wait, for STREAMS_WAIT_S, until the streams and buckets are as declared: the deploy step
-    (`bke streams ensure`) may still be running, and a NATS cluster that is still forming answers
-    JetStream requests with 503s. Then a missing or drifted stream stands as StreamsNotDeclared,
-    and the service does not start (a service never declares streams: bke.bus.streams)."""
-    from ..errors import is_unavailable
-
-    deadline, delay = asyncio.get_running_loop().time() + STREAMS_WAIT_S, 0.25
-    while True:
-        try:
-            problems = await check_streams(nc.jetstream(), replicas=settings.stream_replicas)
-        except Exception as exc:
-            if not is_unavailable(exc) or asyncio.get_running_loop().time() > deadline:
-                raise
-            log.warning("streams not readable yet (NATS: %s: %s); trying again", type(exc).__name__, exc)
-        else:
-            if not problems:
-                return
-            if asyncio.get_running_loop().time() > deadline:
-                raise StreamsNotDeclared("; ".join(problems) + " — run `bke streams ensure` (the deploy step) first")
-            log.warning("streams not as declared yet: %s", "; ".join(problems))
-        await asyncio.sleep(delay)  # backoff while the deploy step runs
-        delay = min(2 * delay, 2.0)
 
 
 def run_main(name: str, create: Callable[[], Service]) -> int:

@@ -22,6 +22,7 @@ stream's count. A service started with BKE_STREAM_REPLICAS checks that count too
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -35,7 +36,7 @@ from ..errors import PermanentError
 from . import quotas
 
 __all__ = ["APPEND_ONLY_BUCKETS", "BUCKETS", "BUCKET_TTL_S", "STREAMS", "StreamDef", "StreamsNotDeclared", "bucket_config", "check_streams",
-           "ensure_buckets", "ensure_streams", "require_streams", "stream_problems", "OBJECT_BUCKET"]
+           "ensure_buckets", "ensure_streams", "require_streams", "stream_problems", "wait_declared", "OBJECT_BUCKET"]
 
 log = logging.getLogger(__name__)
 OBJECT_BUCKET = "bke-blobs"  # big payloads travel by reference (specRef)
@@ -226,6 +227,32 @@ async def ensure_buckets(js: JetStreamContext, replicas: int | None = None, clus
                 info.config.allow_rollup_hdrs, info.config.deny_delete, info.config.deny_purge = False, True, True
             await js.update_stream(info.config)
             log.info("object bucket updated", extra={"bucket": bucket, "replicas": replicas, "ttl_s": ttl})
+
+
+async def wait_declared(js: JetStreamContext, replicas: int | None, wait_s: float) -> None:
+    """A service's start: wait, for `wait_s`, until the streams and buckets are as declared (the
+    deploy step may still be running, and a NATS cluster that is still forming answers JetStream
+    requests with 503s). Then a missing or drifted stream stands as StreamsNotDeclared, and the
+    service does not start: it never declares streams itself."""
+    from ..errors import is_unavailable
+
+    loop = asyncio.get_running_loop()
+    deadline, delay = loop.time() + wait_s, 0.25
+    while True:
+        try:
+            problems = await check_streams(js, replicas=replicas)
+        except Exception as exc:
+            if not is_unavailable(exc) or loop.time() > deadline:
+                raise
+            log.warning("streams not readable yet (NATS: %s: %s); trying again", type(exc).__name__, exc)
+        else:
+            if not problems:
+                return
+            if loop.time() > deadline:
+                raise StreamsNotDeclared("; ".join(problems) + " — run `bke streams ensure` (the deploy step) first")
+            log.warning("streams not as declared yet: %s", "; ".join(problems))
+        await asyncio.sleep(delay)  # backoff while the deploy step runs
+        delay = min(2 * delay, 2.0)
 
 
 async def require_streams(js: JetStreamContext) -> None:
