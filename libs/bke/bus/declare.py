@@ -49,14 +49,27 @@ def _path(name: str) -> Path | None:
     return Path(value) if value else None
 
 
+def _count(name: str, most: int | None) -> int | None:
+    """A positive count from the environment (unset: None); ValueError naming the variable."""
+    raw = os.environ.get(name)
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1 or (most is not None and int(raw) > most):
+        raise ValueError(f"{name}={raw!r}: a whole number from 1" + (f" to {most}" if most else ""))
+    return int(raw)
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     url = os.environ.get("BKE_NATS_URL")
     if not url:
         log.error("BKE_NATS_URL: required (the NATS of the deployment)")
         return 2
-    replicas = int(os.environ["BKE_STREAM_REPLICAS"]) if os.environ.get("BKE_STREAM_REPLICAS") else None
-    clusters = int(os.environ[CLUSTERS_ENV]) if os.environ.get(CLUSTERS_ENV) else None
+    try:
+        replicas, clusters = _count("BKE_STREAM_REPLICAS", 5), _count(CLUSTERS_ENV, None)
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
     access = BusAccess(url, _path("BKE_NATS_CREDS"), os.environ.get("BKE_NATS_INBOX_PREFIX") or None,
                        _path("BKE_NATS_TLS_CA"))
     problems = asyncio.run(declare(access, replicas, clusters=clusters))
