@@ -31,6 +31,8 @@ LINTS = (
     ("import contracts", ["lint-imports", "--no-logo", "--cache-dir", str(VENV / ".import_linter_cache")]),
     ("ruff", ["ruff", "check", "--quiet", *LINT_PATHS]),
     ("mypy libs/", ["mypy"]),
+    # The docs site: a broken link, a missing anchor or a page outside the nav fails (mkdocs.yml).
+    ("docs site", ["mkdocs", "build", "--strict", "--quiet"]),
 )
 
 
