@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What `bke apply --dry-run` costs the planner at scale (issue 14's diff). A script, not a test.
+"""What `bke apply --dry-run` costs the planner at scale. A script, not a test.
 
     .venv/bin/python bench/diff.py --nodes 1000 5000 10000
 

@@ -15,7 +15,7 @@ What it does and prints:
 2. the nodes are repaired and `bke retry` is sent for the failed ones; the time to Succeeded;
 3. messages per second through NATS over the whole run (the server's own in/out counters),
    peak RSS (VmHWM) of every service, NATS, Redis and this process (which holds the fleet).
-Target from issue 10: every service under 300 MB at 5,000 nodes.
+Target: every service under 300 MB at 5,000 nodes.
 """
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ async def run(nodes: int, failing: float, slow: float, slow_s: float, workdir: P
     backends: dict[str, FaultyBackend] = {}
     try:
         base = AgentSettings(cluster=cluster, node="n0", backend="host", nats_url=info.nats_url, heartbeat_s=0)
-        # trust (issue 10): the fleet runs what the deployment key signs; its keys are provisioned
+        # trust: the fleet runs what the deployment key signs; its keys are provisioned
         command_key = parse_public_line(ensure_lab_command_key(info, sup.workdir))
         fleet = Fleet(nc, js)
         for h in hostnames:

@@ -89,7 +89,7 @@ async def installed_lab(nodes: int, workdir: Path) -> AsyncIterator[InstalledLab
     fleet: Fleet | None = None
     try:
         base = AgentSettings(cluster=cluster, node="n0", backend="host", nats_url=info.nats_url, heartbeat_s=0)
-        # trust (issue 10): the fleet runs what the deployment key signs; its keys are provisioned
+        # trust: the fleet runs what the deployment key signs; its keys are provisioned
         command_key = parse_public_line(ensure_lab_command_key(info, sup.workdir))
         fleet = Fleet.null(nc, js, base, hostnames, command_key=command_key)
         await provision_agents(nc, cluster, fleet.identities())

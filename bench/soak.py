@@ -9,7 +9,7 @@ as cluster `soak<i>` on its own loopback addresses (127.0.<100+i>.x) with real a
 it down (its agents stop, and their etcd and other pods with them). After each round it prints
 every service's resident memory and open files, the Redis keys in all and for this cluster, and
 the JetStream store's size. A leak shows as a column that grows from round to round; the keys of
-each finished cluster stay (nothing deletes a cluster yet: issue 14), so "all keys" grows by the
+each finished cluster stay (the soak never deletes a cluster), so "all keys" grows by the
 same count per round and "cluster keys" stays flat.
 """
 from __future__ import annotations

@@ -23,7 +23,7 @@ workers, ECDSA-P256), the cluster installed, then upgraded 1.33.2 -> 1.34.1 with
   every lab process's (NATS, Redis, each service): on a shared machine the upgrade's wall time
   follows the CPU of all of them, the floor's that of this process and NATS only.
 
-Target (issue 12): at 5,000 nodes, under 120 s and within 3x of the floor.
+Target: at 5,000 nodes, under 120 s and within 3x of the floor.
 
 What the fleet does per command is the agent's own code (parse, signature check, freshness,
 journal, NullBackend steps, result publish, confirmed ack); the floor (bench/install.py) does a

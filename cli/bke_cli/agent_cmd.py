@@ -170,7 +170,7 @@ def bootstrap(
     by_node = {t.node: t for t in targets}
 
     async def run_all(params: dict[str, BootstrapParams]) -> list[NodeOutcome]:
-        # trust (issue 10): each agent is given the dispatcher's public key, and its own key is
+        # trust: each agent is given the dispatcher's public key, and its own key is
         # recorded through the provisioning channel before it starts (bke_cli.provision)
         try:
             nc = await connect_nats(resolve_nats(None, nats), name="bke-agent-bootstrap")

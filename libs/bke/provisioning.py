@@ -5,7 +5,7 @@ recorded, else its registration is refused (trust is provisioned, never announce
 certs service answers once the key is stored; until a certs replica listens ("no responders",
 e.g. the services are still starting), the request is asked again under a deadline.
 
-Only the operator identity may publish this subject (NATS permissions, issue 10 item 1).
+Only the operator identity may publish this subject (NATS permissions, bke.auth.permissions).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every route in the channel table has a sender and a receiver in the code (issue 9: events
+"""Every route in the channel table has a sender and a receiver in the code (events
 carry the flow; a failure event nobody consumes leaves an operation waiting forever).
 
 A sender must build the channel's message model; a receiver must name the channel's subject

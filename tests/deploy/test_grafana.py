@@ -14,7 +14,7 @@ from bke.http.metrics import ServiceMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "deploy" / "grafana"
-# The metric families the services export (issue 13), with their labels.
+# The metric families the services export, with their labels.
 METRICS: dict[str, set[str]] = {
     "bke_messages_handled_total": {"service", "subject"},
     "bke_messages_failed_total": {"service", "subject"},

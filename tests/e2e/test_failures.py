@@ -1,5 +1,5 @@
 """End to end: a service that fails for one cluster after planning fails the install at once,
-with its reason, and `bke retry` after the fix finishes it (issue 9: every failure has a
+with its reason, and `bke retry` after the fix finishes it (every failure has a
 listener)."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ async def _forge_unusable_key(lab, node: str) -> None:
     """Make `node`'s stored sealing key one whose id is not its own: the certs service cannot seal
     that node's bundle (the very check that keeps a bundle from a key its agent does not own).
 
-    A registration can no longer bring such a key (issue 10: only the key recorded at
+    A registration can no longer bring such a key (only the key recorded at
     provisioning is accepted, a forged one is refused and stores nothing), so the accepted record
     itself is corrupted, as a damaged store would be."""
     forged = AgentRegistered(cluster=lab.plan.cluster, node=node, agent_id="not-this-key",

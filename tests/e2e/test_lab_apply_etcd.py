@@ -1,5 +1,5 @@
-"""End to end: etcd-events shrunk and grown through `bke lab apply` (issue 14, the acceptance lines
-"grow etcd-events from 1 to 3 members" and "remove an etcd member"). Real NATS, Redis and etcd
+"""End to end: etcd-events shrunk and grown through `bke lab apply` (grown from 1 to 3
+members, an etcd member removed). Real NATS, Redis and etcd
 3.5.1 members run by the kubelet stand-ins; every service and agent its own process.
 
 A split cluster with three etcd-events members on nodes of their own is installed and data is

@@ -1,6 +1,6 @@
 """End to end: nodes that join, move between and leave etcd clusters in place, and a worker that
-stops registering, by `bke lab apply` (issue 14, "changed roles ... re-render and roll only the
-affected nodes"). Real NATS, Redis and etcd 3.5.1 members run by the kubelet stand-ins; every
+stops registering, by `bke lab apply` (changed roles re-render and roll only the
+affected nodes). Real NATS, Redis and etcd 3.5.1 members run by the kubelet stand-ins; every
 service and agent its own process.
 
 A split cluster (m1 the master, etcd1 the etcd-data member, events1 the one etcd-events member,

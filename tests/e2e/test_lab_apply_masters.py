@@ -1,7 +1,7 @@
-"""End to end: the control plane scaled out with stacked masters through `bke lab apply` (issue 14,
-item 2: "a new master ... joins the right etcd cluster first as a learner, promoted ... once it
-has caught up, the cluster's health checked after; ... the apiserver flags ... that list members
-are re-rendered and rolled one node at a time"). Real NATS, Redis and etcd; every service and
+"""End to end: the control plane scaled out with stacked masters through `bke lab apply`: a new
+master joins the right etcd cluster first as a learner, is promoted once it has caught up, the
+cluster's health is checked after, and the apiserver flags that list members are re-rendered
+and rolled one node at a time. Real NATS, Redis and etcd; every service and
 agent its own process.
 
 The seed example (three masters, each an etcd-data member; one worker) is installed; the spec

@@ -1,6 +1,6 @@
 """End to end: etcd-only nodes join an installed lab cluster through JoinNodes with `etcdJoins`
-(issue 14 item 2: "a new etcd member joins the right etcd cluster first as a learner, promoted to
-a voting member once it has caught up"). Real NATS, Redis and etcd 3.5.1; every service and agent
+(a new etcd member joins the right etcd cluster first as a learner, promoted to
+a voting member once it has caught up). Real NATS, Redis and etcd 3.5.1; every service and agent
 its own process.
 
 A split cluster is installed with one etcd-events member; the plan that names two more is

@@ -1,5 +1,5 @@
 """End to end: two workers join an installed lab cluster through `bke lab apply`, then one leaves
-the same way (issue 14, items 2 and 3 for workers, and their acceptance lines). Real NATS, Redis
+the same way. Real NATS, Redis
 and etcd; every service and agent its own process.
 
 The seed example is installed; `bke lab apply` of the same spec with two more BKENodes starts the
@@ -94,7 +94,7 @@ async def test_two_workers_join_then_one_is_removed(lab_factory):
 async def joins_and_a_removal(lab, spec: bytes, net: str) -> None:
     """On an installed seed lab whose spec is `spec`: two workers and a master (without etcd)
     added by `bke lab apply`, a refused change, then one worker and the master removed by
-    `bke lab apply` (the acceptance lines, and the control plane scaled out and in)."""
+    `bke lab apply` (workers joined and removed, and the control plane scaled out and in)."""
     c, workdir = lab.plan.cluster, str(lab.workdir)
     old_hosts = [n.hostname for n in lab.plan.nodes]
 

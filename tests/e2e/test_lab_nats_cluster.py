@@ -1,5 +1,5 @@
 """A lab install against a 3-node NATS cluster, every stream with 3 replicas, and one node
-SIGKILLed in the middle (issue 13, item 6): the services and agents move to the other nodes, the
+SIGKILLed in the middle: the services and agents move to the other nodes, the
 streams keep a quorum of two, and the install finishes with nothing dead-lettered and no
 completed command run twice (the agents' own execution logs)."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """End to end: a lab install of the seed leaves the complete node environment on every node's
-tree (issue 11, first acceptance bullet, node part): runc, the runc shim, containerd, kubelet;
+tree: runc, the runc shim, containerd, kubelet;
 on registered nodes crictl, /etc/crictl.yaml and every CNI plugin; the modules and sysctl files
 with their lines; and the kernel and swap work recorded (the lab's nodes share one kernel, so
 modprobe, sysctl and swapoff are recorded, not run)."""

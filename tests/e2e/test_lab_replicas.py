@@ -1,4 +1,4 @@
-"""End to end (issue 13, items 5 and 7): two processes of every service against one NATS and
+"""End to end: two processes of every service against one NATS and
 one Redis split the work of an install and never run a step twice, even when one dispatcher
 is killed mid-install; and replacing each service's process one at a time while an install
 runs finishes it with nothing run twice.

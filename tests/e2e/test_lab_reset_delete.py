@@ -1,5 +1,5 @@
-"""End to end: reset one node of an installed lab cluster, then delete the cluster (issue 14 item
-5). Real NATS, Redis and etcd; every service and agent its own process; the CLI as a user runs it.
+"""End to end: reset one node of an installed lab cluster, then delete the cluster. Real
+NATS, Redis and etcd; every service and agent its own process; the CLI as a user runs it.
 
 Reset of node1: that node's files BKE wrote are gone, the other nodes untouched, and no command
 reached another node but the etcd snapshot's (the periodic health checks aside). Delete: no

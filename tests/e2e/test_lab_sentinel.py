@@ -1,5 +1,5 @@
 """A lab install against Redis with a replica and three sentinels, the primary failed over in
-the middle (issue 13, item 6): every service follows the sentinels to the new primary, the
+the middle: every service follows the sentinels to the new primary, the
 failover window is held as an outage, and the install finishes with nothing dead-lettered and
 no completed command run twice (the agents' own execution logs)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fault tests (issue 10, items 4, 5, 6 and 9): real NATS, Redis and services, stopped, killed,
+"""Fault tests (outages, state loss, poison and floods, duplicates): real NATS, Redis and services, stopped, killed,
 emptied and flooded on purpose. Each test that stops a server has a runtime of its own (conftest.py).
 
     .venv/bin/python -m pytest tests/faults              # every scenario, the slow ones too (~3 min)

@@ -1,5 +1,5 @@
 """`bke apply`/`retry` follow an install through an outage of the dispatcher's store: they say
-once that they wait, keep waiting, and end with the install's outcome (issue 10, item 4)."""
+once that they wait, keep waiting, and end with the install's outcome."""
 from __future__ import annotations
 
 import asyncio

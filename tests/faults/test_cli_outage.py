@@ -1,5 +1,5 @@
 """The CLI reports an outage as one clear ERROR line and exit code 1, never a traceback
-(issue 10, item 4: a 5 s Redis outage once ended `bke` in a ConnectionError traceback)."""
+(a 5 s Redis outage used to end `bke` in a ConnectionError traceback)."""
 from __future__ import annotations
 
 import subprocess

@@ -1,4 +1,4 @@
-"""The consumers' short ack wait and the in-progress acks that make it safe (issue 10, item 4)."""
+"""The consumers' short ack wait and the in-progress acks that make it safe."""
 from __future__ import annotations
 
 import asyncio

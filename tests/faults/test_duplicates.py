@@ -1,4 +1,4 @@
-"""Duplicated and reordered messages (issue 10, item 9): every agent result of an install is
+"""Duplicated and reordered messages: every agent result of an install is
 published again, in batches sent in reverse order, and the install request itself twice. The
 install finishes once, every command ran once, and each node's record is the first answer's."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Every service answers `bke.v1.health.<service>` with its readiness and why it is not ready
-(issue 10, item 4: a service cut off from its store says so instead of staying silent)."""
+(a service cut off from its store says so instead of staying silent)."""
 from __future__ import annotations
 
 import pytest

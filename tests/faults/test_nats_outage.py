@@ -1,5 +1,5 @@
 """NATS stopped and started again on the same port and store, for a short outage and for one
-longer than nats-py's default 60 reconnect attempts (issue 10, item 4: the services once gave
+longer than nats-py's default 60 reconnect attempts (with that default the services gave
 up after 60 attempts and stayed alive and silent; the install sat at `etcd 0/9`).
 
 The dispatcher reconnects, reports itself ready again, and the install goes on and finishes.

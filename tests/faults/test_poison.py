@@ -1,4 +1,4 @@
-"""Poison and floods are bounded (issue 10, item 6): a result for a cluster that does not exist
+"""Poison and floods are bounded: a result for a cluster that does not exist
 is dead-lettered at once with its reason (it was retried 402 times in six minutes); forged
 heartbeats write nothing (5,000 made 5,000 Redis entries); 1,000 forged results published
 before a real install's results do not stall it (they once filled the dispatcher's window)."""

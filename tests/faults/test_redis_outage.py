@@ -1,5 +1,5 @@
 """Redis stopped for longer than every retry of the old delivery rule, then started again on the
-same port and AOF (issue 10, item 4).
+same port and AOF.
 
 Before: nine etcd results were dead-lettered after five deliveries (0.5 + 1 + 2 + 4 s of
 backoff) although the commands had run, and the install sat at `etcd 0/9` for good. Now the

@@ -1,5 +1,5 @@
 """A service SIGKILLed while it holds messages: another start of it takes them up within
-seconds, not after a 60 s ack wait (issue 10, item 4).
+seconds, not after a 60 s ack wait.
 
 The dispatcher (its own process) holds the etcd results (Redis is away, so its handler cannot
 finish), is killed, Redis comes back and the dispatcher is started again: the results come back

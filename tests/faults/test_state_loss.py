@@ -1,4 +1,4 @@
-"""Issue 10, item 5: Redis emptied (FLUSHALL) mid-install is detected and reported, no node gets a
+"""State loss: Redis emptied (FLUSHALL) mid-install is detected and reported, no node gets a
 new CA, and a restore of a backup taken before the loss finishes the install with the same CA.
 
 The install is held mid-way by stopping one agent after the certificates are on the nodes: the

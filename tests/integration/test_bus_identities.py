@@ -1,4 +1,4 @@
-"""Identities on the bus (issue 10, item 1), against a real nats-server in operator mode.
+"""Identities on the bus, against a real nats-server in operator mode.
 
 For every route an agent could use to read another node's commands or speak for it, agent A's
 identity is refused for node B and allowed for itself (each denial has its positive control,

@@ -1,4 +1,4 @@
-"""A new dispatcher takes over an install the previous schema left half done (issue 13 item 7).
+"""A new dispatcher takes over an install the previous schema left half done.
 
 The fixture (tests/fixtures/bus/v0/seed-midinstall.json, made by make_v0_midinstall.py next to
 it) is a lab's Redis and event stream in the middle of an install, in the previous schema:

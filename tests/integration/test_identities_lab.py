@@ -200,7 +200,7 @@ async def test_an_agent_whose_identity_is_revoked_exits_to_be_restarted(tmp_path
         env = {**os.environ, "BKE_NATS_URL": info.nats_url, "BKE_AGENT_CLUSTER": "c1", "BKE_AGENT_NODE": "m1",
                "BKE_AGENT_BACKEND": "lab", "BKE_AGENT_ROOT": str(root), "BKE_AGENT_IP": "127.0.0.1",
                "BKE_AGENT_HEARTBEAT_S": "0.2", **keeper.env("agent", "c1", "m1"),
-               # an agent starts only with the dispatcher's public key provisioned (issue 10)
+               # an agent starts only with the dispatcher's public key provisioned
                "BKE_AGENT_COMMAND_KEY": SIGNER.verify_key.public_line}
         log = open(tmp_path / "agent.log", "wb")
         proc = subprocess.Popen([str(Path(sys.executable).parent / "bke-agent"), "run"], env=env, stdout=log,

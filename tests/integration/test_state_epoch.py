@@ -76,7 +76,7 @@ async def test_a_failed_report_is_tried_again_and_an_outage_is_no_loss(redis_cli
     dead = aioredis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
     w.redis = dead
     try:
-        assert await w.check() and not w.lost  # Redis away: item 4's business, not a loss
+        assert await w.check() and not w.lost  # Redis away: an outage, not a loss
     finally:
         await dead.aclose()
 

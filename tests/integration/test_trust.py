@@ -1,4 +1,4 @@
-"""Agents trust only BKE (issue 10, item 2), on real NATS JetStream and Redis:
+"""Agents trust only BKE, on real NATS JetStream and Redis:
 
 - a forged command (unsigned, another key, another node) published on an agent's own subject is
   refused and reported on the agent's `refused` subject, and runs nothing; a signed one still runs

@@ -1,5 +1,5 @@
 """`settle` never counts an outage of the store as a failed delivery, and bounds the tries of a
-message that can never succeed (issue 10, items 4 and 6)."""
+message that can never succeed."""
 from __future__ import annotations
 
 import asyncio

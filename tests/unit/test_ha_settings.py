@@ -1,5 +1,5 @@
 """Beyond one machine, as settings: a list of NATS URLs, Redis through Sentinel, stream replicas,
-and the failover window counted as an outage (issue 13, item 6). No server is reached here."""
+and the failover window counted as an outage. No server is reached here."""
 from __future__ import annotations
 
 import pytest

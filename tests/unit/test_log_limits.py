@@ -1,4 +1,4 @@
-"""The log rate limiter folds a flood of one kind of warning into a count (issue 10, item 6)."""
+"""The log rate limiter folds a flood of one kind of warning into a count."""
 from __future__ import annotations
 
 import logging

@@ -1,6 +1,6 @@
 """Messages carry their form's version (`bke-schema`): a consumer reads the current and older
 forms (converting through the registry) and refuses a newer one with a reason, never misreads
-it (bke.bus.message_version, issue 13 item 7)."""
+it (bke.bus.message_version)."""
 from __future__ import annotations
 
 import base64

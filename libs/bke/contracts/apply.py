@@ -1,4 +1,4 @@
-"""Carrying out a changed spec on a running cluster (issue 14): the request and its answer.
+"""Carrying out a changed spec on a running cluster: the request and its answer.
 
 `ApplyCluster` (a command, `bke.v1.cluster.apply`) asks the upgrader to change a running cluster
 to what a changed spec describes. The upgrader places the spec, compares it with the stored plan

@@ -1,4 +1,4 @@
-"""What applying a changed spec to a running cluster would do (issue 14): asked, never stored.
+"""What applying a changed spec to a running cluster would do: asked, never stored.
 
 `DiffCluster` on `bke.v1.cluster.diff` (core NATS request/reply, queue group planner-diff) asks
 the planner, which owns the stored plans, to place the spec and compare: the reply is

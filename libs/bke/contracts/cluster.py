@@ -1,4 +1,4 @@
-"""Cluster requests and the planner's answers (the external contract of issue 2)."""
+"""Cluster requests and the planner's answers (the external contract of an install)."""
 from __future__ import annotations
 
 from pydantic import Field, model_validator

@@ -1,5 +1,5 @@
 """Is a service ready? Asked of each service over core NATS (`bke.v1.health.<service>`), by
-operators and tools; an HTTP /readyz (issue 13) will serve the same `Readiness` object."""
+operators and tools; each service's HTTP /readyz (bke.http) serves the same `Readiness` object."""
 from __future__ import annotations
 
 from typing import Final, Literal

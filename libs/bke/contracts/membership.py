@@ -1,4 +1,4 @@
-"""Workers joining and leaving a running cluster (issue 14, items 2 and 3 for workers).
+"""Workers joining and leaving a running cluster.
 
 Both are commands to the dispatcher, sent by whoever changes the cluster (`bke apply`'s runner
 in the upgrader; tests send them directly). Each is answered by one `*.finished` event

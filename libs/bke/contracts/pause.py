@@ -1,4 +1,4 @@
-"""Pausing a cluster's operations (issue 14): a person stops an install, rotation or upgrade from
+"""Pausing a cluster's operations: a person stops an install, rotation or upgrade from
 taking its next step, and lets it go on later.
 
 `PauseCluster` (a command on `bke.v1.cluster.pause`, `paused` true or false) goes to every service

@@ -1,4 +1,4 @@
-"""Reset and delete a cluster (issue 14 item 5): BKE's own `kubeadm reset`, node by node.
+"""Reset and delete a cluster: BKE's own `kubeadm reset`, node by node.
 
 `ResetCluster` (a command on `bke.v1.cluster.reset`) goes to the dispatcher. It answers
 `ResetAccepted` or `ResetRejected` (another operation runs, the cluster is paused or unknown, a

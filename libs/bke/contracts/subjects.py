@@ -270,7 +270,7 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(CLUSTER_DIFF, DiffCluster, "request", "What applying this spec to the running cluster would change, or why it is refused, answered by the planner from the stored plan (queue group planner-diff; core NATS, not stored; changes nothing): bke apply --dry-run.", ("cli",), ("planner",), (ClusterChanges, StatusError), reads=True),
     Channel(STATUS_GET, GetStatus, "request", "The status of a cluster's install, served by the dispatcher (queue group dispatcher-status; core NATS, not stored); the upgrader asks it before an upgrade, the planner for a dry run's etcd health.", ("cli", "upgrader", "planner"), ("dispatcher",), (ClusterStatus, StatusError), reads=True),
     Channel("bke.v1.health.{service}", GetHealth, "request", "Whether a service is ready (NATS connected, Redis reachable, streams declared) and why not (core NATS, not stored).", (), ("planner", "certs", "renderer", "dispatcher", "upgrader"), (ServiceHealth,),
-            external="asked by operators and tools (`nats req bke.v1.health.dispatcher ''`); issue 13 serves /readyz from the same object"),
+            external="asked by operators and tools (`nats req bke.v1.health.dispatcher ''`); each service's HTTP /readyz serves the same object"),
     Channel(LEGACY_CLUSTER_REQUESTED, InstallCluster, "command", "Deprecated name of bke.v1.cluster.install, accepted until bke.v2.", (), ("planner",),
             external="sent only by CLIs and tooling of earlier releases"),
     Channel(LEGACY_RETRY_REQUESTED, RetryInstall, "command", "Deprecated name of bke.v1.cluster.retry, accepted until bke.v2.", (), ("dispatcher",),

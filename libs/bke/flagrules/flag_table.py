@@ -172,7 +172,7 @@ _KUBERNETES: list[Flag] = [
     *_gone("kube-controller-manager", "horizontal-pod-autoscaler-upscale-delay horizontal-pod-autoscaler-downscale-delay", "1.31",
            "kubernetes PR 124948 (release-1.31 notes: removed, non-functional since 1.12)",
            instead="--horizontal-pod-autoscaler-downscale-stabilization"),
-    *_gone("kube-controller-manager", "address port", "1.24", "insecure serving removed in 1.24 (kubernetes/kubeadm issue 2207)", instead="--bind-address, --secure-port"),
+    *_gone("kube-controller-manager", "address port", "1.24", "insecure serving removed in 1.24 (kubernetes/kubeadm#2207)", instead="--bind-address, --secure-port"),
     *_gone("kube-scheduler", "address port", "1.24", "cmd/kube-scheduler/app/options/deprecated.go: 'will be removed in v1.24'", instead="--bind-address, --secure-port"),
     *_gone("kube-scheduler", "hard-pod-affinity-symmetric-weight scheduler-name", "1.22", "kubernetes PR 102805 (removed in 1.22)", instead="--config"),
     *_gone("kube-scheduler", "policy-config-file policy-configmap policy-configmap-namespace use-legacy-policy-config", "1.23",

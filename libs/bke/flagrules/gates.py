@@ -87,7 +87,7 @@ GATES: tuple[Gate, ...] = (
     Gate("etcd", "feature-gate", "InitialCorruptCheck", "3.6.0", None, _ETCD36, "--experimental-initial-corrupt-check=true"),
     Gate("etcd", "flag", "experimental-watch-progress-notify-interval", None, "3.6.0", "kubeadm phases/etcd/local.go; renamed in etcd 3.6", "--watch-progress-notify-interval"),
     Gate("etcd", "flag", "watch-progress-notify-interval", "3.6.0", None, _ETCD36, "--experimental-watch-progress-notify-interval"),
-    Gate("etcd", "flag", "experimental-compact-hash-check-enabled", "3.5.5", "3.6.0", f"{_ETCD35} v3.5.5 (etcd issue 14039)", "--feature-gates=CompactHashCheck=true (3.6+)"),
+    Gate("etcd", "flag", "experimental-compact-hash-check-enabled", "3.5.5", "3.6.0", f"{_ETCD35} v3.5.5 (etcd-io/etcd#14039)", "--feature-gates=CompactHashCheck=true (3.6+)"),
     Gate("etcd", "flag", "experimental-compact-hash-check-time", "3.5.5", "3.6.0", f"{_ETCD35} v3.5.5", "--compact-hash-check-time (3.6+)"),
     Gate("etcd", "feature-gate", "CompactHashCheck", "3.6.0", None, _ETCD36, "--experimental-compact-hash-check-enabled=true (3.5.5+)"),
     Gate("etcd", "flag", "compact-hash-check-time", "3.6.0", None, _ETCD36, "--experimental-compact-hash-check-time"),

@@ -247,7 +247,7 @@ class LabSupervisor:
             envs[h] = dict(base, BKE_AGENT_CLUSTER=plan.cluster, BKE_AGENT_NODE=h, BKE_AGENT_BACKEND="lab",
                            BKE_AGENT_ROOT=str(root), BKE_AGENT_IP=node.ip,
                            **self._bus_env(info, "agent", plan.cluster, h))
-        # trust (issue 10): the agents' keys are made and recorded before they start, and they
+        # trust: the agents' keys are made and recorded before they start, and they
         # are given the dispatcher's public key (lab/trust.py)
         self.ensure_key_files()
         command_key = ensure_lab_command_key(info, self.workdir)

@@ -1,4 +1,4 @@
-"""The lab provisions its agents the way a deployment does (issue 10: agents trust only BKE).
+"""The lab provisions its agents the way a deployment does (agents trust only BKE).
 
     ensure_lab_command_key   the deployment's command-signing key, made once and stored
                              encrypted in Redis (bke.secrets.signing, with the lab's `signing`

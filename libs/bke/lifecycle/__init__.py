@@ -1,4 +1,4 @@
-"""A running cluster's life cycle after install (issue 14): what applying a changed spec means.
+"""A running cluster's life cycle after install: what applying a changed spec means.
 
 `diff.diff_plans(current, desired)` is the pure decision: what differs between the stored plan
 and the one the new spec places, which of it is refused and why, and the per-node actions in the

@@ -1,6 +1,6 @@
 """Placement: a validated spec in, a plan out. Pure: no I/O, no clock, no logging.
 
-Rules (seed + product decisions, see shared/seeds/README.md):
+Rules:
 - kube-apiserver / -controller-manager / -scheduler run on the masters that carry the
   matching optional role if any node carries it, else on every master;
 - etcd-data runs on the nodes with role `etcd` if any, else on every master;

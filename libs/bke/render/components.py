@@ -1,5 +1,6 @@
 """Built-in flags and template parameters of the static pods: etcd (one pod per etcd cluster the
-node belongs to) and the control plane. Defaults follow kubeadm's manifests (peers.md section 4);
+node belongs to) and the control plane. Defaults follow kubeadm's manifests (cmd/kubeadm/app/phases/controlplane/manifests.go,
+phases/etcd/local.go);
 presets and extraArgs are merged on top in Ctx.flags.
 """
 from __future__ import annotations

@@ -52,8 +52,8 @@ class Preset:
 
 
 _GOAWAY = "kube-apiserver reference, --goaway-chance: '.001 (1/1000) is a recommended starting point'; only useful behind a load balancer with 2+ API servers"
-_GCE19_CORR = "Kubernetes 1.9 scalability validation on 5,000-node GCE clusters, correctness configuration (summarised in BKE's peers.md section 3)"
-_GCE19_PERF = "Kubernetes 1.9 scalability validation on 5,000-node GCE clusters, performance configuration (summarised in BKE's peers.md section 3)"
+_GCE19_CORR = "Kubernetes 1.9 scalability validation on 5,000-node GCE clusters, correctness configuration"
+_GCE19_PERF = "Kubernetes 1.9 scalability validation on 5,000-node GCE clusters, performance configuration"
 _KOPS5K = "kOps 5,000-node CI: tests/e2e/scenarios/scalability/run-test.sh"
 _KUBEADM_ETCD = "kubeadm cmd/kubeadm/app/phases/etcd/local.go defaults"
 _ETCD_LIMIT = "etcd docs dev-guide/limit: default quota 2 GiB, 8 GiB suggested maximum"

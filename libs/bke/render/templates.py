@@ -1,7 +1,7 @@
 """Template sets per version range, loaded once per version set.
 
-The second seed document names the original's upgrade problem: one template set for every
-version. Here each family (Kubernetes, etcd, containerd) has one folder per version range, and
+One template set for every version cannot follow flags and file layouts that change between
+releases. Here each family (Kubernetes, etcd, containerd) has one folder per version range, and
 TEMPLATE_RANGES (data) says which folder serves which versions; `common/` holds what does not
 depend on a version (the shared pod macros, haproxy, keepalived, registry hosts files).
 

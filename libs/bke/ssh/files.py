@@ -108,7 +108,7 @@ def render_env(cluster: str, node: str, nats_url: str, creds: bool = False, comm
     the agent connects as its node's identity: the creds file shipped to CREDS_PATH and the
     inbox prefix that identity may use (bke.auth.permissions). With `command_key` (the
     dispatcher's public line, bke.secrets.signing), the agent runs only commands signed with that
-    key (issue 10): it is provisioned here, never learned from the bus."""
+    key: it is provisioned here, never learned from the bus."""
     # bare base64 (no space for an EnvironmentFile to mis-read); refuse a key the agent could not read
     key_line = [f"BKE_AGENT_COMMAND_KEY={parse_public_line(command_key).public_line.split()[1]}"] if command_key else []
     lines = [

@@ -177,7 +177,7 @@ def bootstrap_steps(params: BootstrapParams) -> tuple[Step, ...]:
         Step("daemon-reload", "make systemd read the unit", ("systemctl", "daemon-reload")),
         Step("enable", "start the agent at boot", ("systemctl", "enable", UNIT_NAME)),
         # init before the start: the key exists, and is recorded (provisioned) by the caller, before
-        # the agent registers with it (issue 10: a registration with an unrecorded key is refused)
+        # the agent registers with it (a registration with an unrecorded key is refused)
         Step("init", "make (or read back) the agent's key and print its public half", (*env_for_init, AGENT_BIN, "init"),
              reports_public_key=True),
         # restart, not `enable --now`: a second bootstrap must run the new wheel and environment.

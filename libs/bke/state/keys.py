@@ -453,7 +453,7 @@ def auth_identities_key() -> str:
     return f"{PREFIX}:auth:identities"
 
 
-# trust (issue 10): keys recorded by BKE, never learned from the bus -----------------
+# trust: keys recorded by BKE, never learned from the bus -----------------
 def command_signing_key() -> str:
     """The dispatcher replicas' one command-signing key (bke.secrets.signing), per deployment."""
     return f"{PREFIX}:command-signing-key"

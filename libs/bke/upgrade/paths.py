@@ -46,8 +46,8 @@ class EtcdMinPatch:
 
 # etcd's own upgrade guide for 3.6, etcd-io/website content/en/docs/v3.6/upgrades/upgrade_3_6.md,
 # "Update 3.5" checklist item. The minimum has moved with each revision of that page: 3.5.20
-# (commit 9889a83b, 2025-05-09: "too many learner member", etcd issue 19557), 3.5.24 (0d8f7726,
-# 2025-11-13, etcd issue 20793), 3.5.26 (837f7ddd, 2025-12-17: zombie members), 3.5.32 (5a5c2009,
+# (commit 9889a83b, 2025-05-09: "too many learner member", etcd-io/etcd#19557), 3.5.24 (0d8f7726,
+# 2025-11-13, etcd-io/etcd#20793), 3.5.26 (837f7ddd, 2025-12-17: zombie members), 3.5.32 (5a5c2009,
 # 2026-08-03; restated by 9acb6b48, 2026-08-14, the newest revision read here). Move the row
 # with the page.
 ETCD_MIN_PATCH: dict[str, EtcdMinPatch] = {

@@ -1,4 +1,4 @@
-"""Never seal a bundle of one CA to a node that holds another (issue 10: state never silently lost).
+"""Never seal a bundle of one CA to a node that holds another (state is never silently lost).
 
 If BKE's state was lost and the cluster started over, the store's CA is new while the nodes keep
 the old one. An agent reports the CA it holds (`AgentRegistered.ca_fingerprint`, read from its

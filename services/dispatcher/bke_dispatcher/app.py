@@ -151,7 +151,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     reset_runner = Runner(resets, state)  # type: ignore[arg-type]  # same reconcile shape
     resets.kick = reset_runner.kick
     serve_pause(svc, pause_flags, [runner.kick, rotation_runner.kick], _now)
-    # workers joining and leaving a running cluster (issue 14): JoinNodes, RemoveNodes
+    # workers joining and leaving a running cluster: JoinNodes, RemoveNodes
     membership = wire_membership(svc, redis, state, plans, files, engine.checksums, nodes_api or LabNodes(),
                                  None if nodes_api is None else applier.admin_kubeconfig, rotation_store,
                                  pause_flags.is_paused, publish, notify, _now, settings.owner, settings.lease_ms,

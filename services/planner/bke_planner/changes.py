@@ -1,4 +1,4 @@
-"""`bke.v1.cluster.diff`: what applying a spec to a running cluster would change (issue 14).
+"""`bke.v1.cluster.diff`: what applying a spec to a running cluster would change.
 
 Pure: the spec placed (as an install request would be), compared with the stored plan by
 `bke.lifecycle.diff`, both plans rendered to find the files that change. The handler in app.py

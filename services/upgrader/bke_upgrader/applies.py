@@ -1,4 +1,4 @@
-"""A changed spec carried out on a running cluster (`bke.v1.cluster.apply`, issue 14).
+"""A changed spec carried out on a running cluster (`bke.v1.cluster.apply`).
 
 The request, decided here: the spec placed (`bke.plan`, as an install places it), compared with
 the stored plan (`bke.lifecycle.diff`: the refusals of `bke apply --dry-run`), and its actions

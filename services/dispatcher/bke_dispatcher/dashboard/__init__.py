@@ -1,4 +1,4 @@
-"""The dispatcher's dashboard (issue 13): every cluster, one cluster's phases, nodes and latest
+"""The dispatcher's dashboard: every cluster, one cluster's phases, nodes and latest
 events updating live, one node's step output; read only, through the dispatcher's own read
 model (`bke_dispatcher.status`, its own records), never another service's keys.
 
