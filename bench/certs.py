@@ -40,6 +40,7 @@ for sub in ("libs", "services/certs"):
 from cryptography import x509  # noqa: E402
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.x509.oid import NameOID  # noqa: E402
+from record import add_json_option, save  # noqa: E402  (bench/record.py, this script's folder)
 
 from bke.pki import IssueOptions, desired_instances, ensure_pki  # noqa: E402
 from bke.pki.keys import generate_key, private_key_pem, signature_hash  # noqa: E402
@@ -100,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--procs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--repeat", type=int, default=3, help="alternating runs of each (best is reported)")
     ap.add_argument("--no-pem", dest="pem", action="store_false", help="skip the +pem context column")
+    add_json_option(ap)
     args = ap.parse_args(argv)
+    rows = []
     print(f"nodes={args.nodes} procs={args.procs} cpus={os.cpu_count()} repeat={args.repeat}")
     print(f"{'algorithm':<11} {'certs':>6} {'bke best':>10} {'bke med':>10} {'floor best':>10} {'floor med':>10} "
           f"{'ratio':>6} {'+pem best':>10} {'cpu ratio':>9}")
@@ -121,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{algorithm:<11} {ops:>6} {min(wall_o):>9.3f}s {statistics.median(wall_o):>9.3f}s "
               f"{min(wall_f):>9.3f}s {statistics.median(wall_f):>9.3f}s {min(wall_o) / min(wall_f):>6.2f} "
               f"{(f'{min(w for w, _ in pem):.3f}s' if pem else '-'):>10} {cpu_ratio:>9.2f}", flush=True)
+        rows.append({"nodes": str(args.nodes), "procs": str(args.procs), "repeat": str(args.repeat),
+                     "algorithm": algorithm, "certs": str(ops), "bke best": f"{min(wall_o):.3f}s",
+                     "bke med": f"{statistics.median(wall_o):.3f}s", "floor best": f"{min(wall_f):.3f}s",
+                     "floor med": f"{statistics.median(wall_f):.3f}s", "ratio": f"{min(wall_o) / min(wall_f):.2f}",
+                     "+pem best": f"{min(w for w, _ in pem):.3f}s" if pem else "-", "cpu ratio": f"{cpu_ratio:.2f}"})
+    save(args.json, "certs", rows)
     return 0
 
 

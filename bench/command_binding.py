@@ -33,6 +33,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from command_cpu import NOW, _command, _JetStream, _Msg
+from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
 
 from bke.bus.message_version import read_message
 from bke.contracts.agent import AgentCommand, ProvisionAgent
@@ -58,7 +59,7 @@ def _paired_us(works: list[Callable[[], None]], n: int) -> list[float]:
     return [statistics.median(s) / n * 1e6 for s in spent]
 
 
-def _agent_side(signer: CommandSigner, cmds: list[AgentCommand], idents: list[AgentIdentity], inc: str) -> None:
+def _agent_side(signer: CommandSigner, cmds: list[AgentCommand], idents: list[AgentIdentity], inc: str) -> list[dict[str, str]]:
     unbound = [signed_command_bytes(c, signer) for c in cmds]
     bound = [signed_command_bytes(c, signer, binding=Binding(i.agent_id, inc)) for c, i in zip(cmds, idents)]
     verifiers = [CommandVerifier(signer.verify_key, c.cluster, c.node) for c in cmds]
@@ -95,6 +96,12 @@ def _agent_side(signer: CommandSigner, cmds: list[AgentCommand], idents: list[Ag
             spent[name].append(_handling(signer, cmds, idents, bodies))
     u, bd = (statistics.median(spent[k]) / n * 1e6 for k in ("unbound", "bound"))
     print(f"  handling      {u:7.1f} us unbound,   {bd:7.1f} us bound (one AgentLoop per node, whole handling)")
+    size = f"{n} commands of {len(unbound[0])} B unbound / {len(bound[0])} B bound"
+    return [{"side": "agent", "figure": "verify before", "process CPU per command": f"{b:.1f} us", "of": size},
+            {"side": "agent", "figure": "verify after", "process CPU per command": f"{a:.1f} us (+{a - b:.1f} us)", "of": size},
+            {"side": "agent", "figure": "binding checks", "process CPU per command": f"{c:.2f} us", "of": size},
+            {"side": "agent", "figure": "handling, unbound", "process CPU per command": f"{u:.1f} us", "of": size},
+            {"side": "agent", "figure": "handling, bound", "process CPU per command": f"{bd:.1f} us", "of": size}]
 
 
 def _handling(signer: CommandSigner, cmds: list[AgentCommand], idents: list[AgentIdentity], bodies: list[bytes]) -> float:
@@ -116,16 +123,21 @@ def _handling(signer: CommandSigner, cmds: list[AgentCommand], idents: list[Agen
 
 
 def _signer_side(signer: CommandSigner, cmds: list[AgentCommand], idents: list[AgentIdentity], inc: str,
-                 redis_url: str | None) -> None:
+                 redis_url: str | None) -> list[dict[str, str]]:
     n = len(cmds)
     plain, bound = _paired_us([lambda: [signed_command_bytes(c, signer) for c in cmds],  # type: ignore[func-returns-value]
                                lambda: [signed_command_bytes(c, signer, binding=Binding(i.agent_id, inc))
                                         for c, i in zip(cmds, idents)]], n)
     print(f"signer (process CPU per command): signed_command_bytes {plain:6.1f} us unbound, {bound:6.1f} us bound")
+    rows = [{"side": "signer", "figure": "signed_command_bytes, unbound", "process CPU per command": f"{plain:.1f} us"},
+            {"side": "signer", "figure": "signed_command_bytes, bound", "process CPU per command": f"{bound:.1f} us"}]
     if redis_url:
         for name, (cpu, wall) in asyncio.run(_signing(redis_url, signer, cmds, idents)).items():
             how = "one read per command" if name == "each" else f"read for {PREFETCH_CHUNK} commands at once (prefetch)"
             print(f"  CommandSigning.sign_bytes, binding {how}: {cpu:6.1f} us process CPU, {wall:6.1f} us wall")
+            rows.append({"side": "signer", "figure": f"CommandSigning.sign_bytes, binding {how}",
+                         "process CPU per command": f"{cpu:.1f} us", "wall": f"{wall:.1f} us"})
+    return rows
 
 
 async def _signing(redis_url: str, signer: CommandSigner, cmds: list[AgentCommand],
@@ -161,19 +173,19 @@ async def _signing(redis_url: str, signer: CommandSigner, cmds: list[AgentComman
         await r.aclose()
 
 
-def main(n: int, redis_url: str | None) -> None:
+def main(n: int, redis_url: str | None) -> list[dict[str, str]]:
     signer = CommandSigner.generate()
     cluster = f"bench-binding-{uuid.uuid4().hex[:8]}"
     cmds = [_command(i, random.Random(i)).model_copy(update={"cluster": cluster}) for i in range(n)]
     idents = [AgentIdentity.ephemeral() for _ in cmds]
     inc = new_incarnation(NOW, "0" * 16)
-    _agent_side(signer, cmds, idents, inc)
-    _signer_side(signer, cmds, idents, inc, redis_url)
+    return _agent_side(signer, cmds, idents, inc) + _signer_side(signer, cmds, idents, inc, redis_url)
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--commands", type=int, default=2000)
     ap.add_argument("--redis", default=None, help="a Redis URL (a user that may write bke:*): also time the Redis read")
+    add_json_option(ap)
     args = ap.parse_args()
-    main(args.commands, args.redis)
+    save(args.json, "command_binding", main(args.commands, args.redis))

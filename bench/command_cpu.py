@@ -29,6 +29,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
+
 from bke.contracts.agent import AgentCommand, HealthProbe, NewFile, ReplaceFiles
 from bke.secrets import signing
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, MemoryJournal, NullBackend
@@ -89,7 +91,7 @@ async def _agents(signer: signing.CommandSigner, cmds: list[AgentCommand], bodie
     return spent
 
 
-def main(n: int) -> None:
+def main(n: int) -> dict[str, str]:
     signer = signing.CommandSigner.generate()
     cmds = [_command(i, random.Random(i)) for i in range(n)]
     # a revision before signed_command_bytes sent the signed model's own body
@@ -100,9 +102,13 @@ def main(n: int) -> None:
     handle = asyncio.run(_agents(signer, cmds, bodies))
     print(f"{n} commands of {len(bodies[0])} B: upgrader sign+serialise {send / n * 1e6:6.1f} us, "
           f"agent handling {handle / n * 1e6:6.1f} us (process CPU per command)")
+    return {"commands": str(n), "bytes": str(len(bodies[0])), "upgrader sign+serialise": f"{send / n * 1e6:.1f} us",
+            "agent handling": f"{handle / n * 1e6:.1f} us"}
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--commands", type=int, default=1500)
-    main(ap.parse_args().commands)
+    add_json_option(ap)
+    args = ap.parse_args()
+    save(args.json, "command_cpu", [main(args.commands)])

@@ -15,12 +15,14 @@ import time
 
 import yaml
 
+from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
+
 from bke.lifecycle.diff import diff_plans, render_diff
 from bke.plan import plan_spec_text
 from bke.spec.synth import synth_docs
 
 
-def one(n: int) -> None:
+def one(n: int) -> dict[str, str]:
     docs = synth_docs(n, split=True)
     text = yaml.safe_dump_all(docs, sort_keys=False)
     current = plan_spec_text(text).plan
@@ -45,13 +47,17 @@ def one(n: int) -> None:
     assert d.touched_hosts() == ["added-1", "added-2"], d.touched_hosts()[:5]
     print(f"{n:>6} nodes: place {t1 - t0:6.2f} s  render both + compare {t2 - t1:6.2f} s  decide {t3 - t2:6.3f} s  "
           f"total {t3 - t0:6.2f} s  actions {len(d.actions)}")
+    return {"N": f"{n:,}", "place": f"{t1 - t0:.2f} s", "render both + compare": f"{t2 - t1:.2f} s",
+            "decide": f"{t3 - t2:.3f} s", "total": f"{t3 - t0:.2f} s", "actions": str(len(d.actions))}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
-    for n in ap.parse_args().nodes:
-        one(n)
+    add_json_option(ap)
+    args = ap.parse_args()
+    rows = [one(n) for n in args.nodes]
+    save(args.json, "diff", rows)
 
 
 if __name__ == "__main__":

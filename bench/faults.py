@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/faults.py --nodes 5000 --failing 0.01 --slow 0.01 --slow-s 2
 
-A real NATS + Redis (embedded), the four services as their own OS processes (as in the lab), and
+A real NATS + Redis (embedded), the five services as their own OS processes (as in the lab), and
 N in-process agents (real `AgentLoop`s, as in bench/install.py) of three kinds:
 
 * healthy: every step succeeds at once (NullBackend);
@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
 
 from bke.bus import EventWatch, put_blob
 from bke.bus.connect import connect_nats
@@ -84,7 +86,10 @@ def _varz(monitor_url: str) -> tuple[int, int]:
     return int(doc["in_msgs"]), int(doc["out_msgs"])
 
 
-async def run(nodes: int, failing: float, slow: float, slow_s: float, workdir: Path, seed: int) -> int:
+async def run(nodes: int, failing: float, slow: float, slow_s: float, workdir: Path, seed: int,
+              rows: list[dict[str, str]] | None = None) -> int:
+    """The run; each printed figure is also added to `rows` (figure, value)."""
+    rows = [] if rows is None else rows
     os.environ["BKE_DISPATCHER_HEALTH_INTERVAL_S"] = "0"
     sup = LabSupervisor(workdir, auth=False)  # the fleet: thousands of agents on one connection (no one identity)
     info = sup.ensure_runtime()
@@ -121,12 +126,17 @@ async def run(nodes: int, failing: float, slow: float, slow_s: float, workdir: P
             t1 = time.perf_counter()
             print(f"N={nodes}: {len(broken)} failing, {len(slowed)} slow (+{slow_s:.1f} s a command); "
                   f"agent set-up {setup:.1f} s", flush=True)
+            rows.append({"figure": "fleet", "value": f"N={nodes}: {len(broken)} failing, {len(slowed)} slow "
+                         f"(+{slow_s:.1f} s a command); agent set-up {setup:.1f} s"})
             print(f"  install: {first.data['status']} after {t1 - t0:.1f} s; phase {first.data.get('phase')}; "
                   f"reason: {str(first.data.get('message'))[:300]}", flush=True)
+            rows.append({"figure": "install", "value": f"{first.data['status']} after {t1 - t0:.1f} s; "
+                         f"phase {first.data.get('phase')}"})
             reason = str(first.data.get("message"))
             named = {h for h in broken if f"{h}," in reason or f"{h};" in reason or f"{h} " in reason}
             print(f"  failing nodes named in the reason: {len(named)} (the reason lists ten at most; "
                   f"{len(broken)} failing)", flush=True)
+            rows.append({"figure": "failing nodes named in the reason", "value": f"{len(named)} (of {len(broken)} failing)"})
             status = first.data["status"]
             if status == "Failed":
                 for h in broken:
@@ -137,6 +147,7 @@ async def run(nodes: int, failing: float, slow: float, slow_s: float, workdir: P
                 t2 = time.perf_counter()
                 status = second.data["status"]
                 print(f"  after repair + retry: {status} {t2 - t1:.1f} s later; total {t2 - t0:.1f} s", flush=True)
+                rows.append({"figure": "after repair + retry", "value": f"{status} {t2 - t1:.1f} s later; total {t2 - t0:.1f} s"})
             else:
                 t2 = t1
         in1, out1 = _varz(info.nats_monitor_url)
@@ -144,6 +155,9 @@ async def run(nodes: int, failing: float, slow: float, slow_s: float, workdir: P
         print(f"  NATS: {(in1 - in0) / secs:,.0f} msgs/s in, {(out1 - out0) / secs:,.0f} msgs/s out "
               f"({in1 - in0:,} in, {out1 - out0:,} out); commands run {fleet.executed}, replayed {fleet.replayed}",
               flush=True)
+        rows.append({"figure": "NATS", "value": f"{(in1 - in0) / secs:,.0f} msgs/s in, {(out1 - out0) / secs:,.0f} msgs/s out "
+                     f"({in1 - in0:,} in, {out1 - out0:,} out)"})
+        rows.append({"figure": "commands", "value": f"run {fleet.executed}, replayed {fleet.replayed}"})
         pids = {f"bke-{name}": pid for name, pid in sup.pids()["services"].items()}
         rt = sup.runtime.read_info(sup.runtime.workdir)
         if rt is not None:
@@ -153,6 +167,7 @@ async def run(nodes: int, failing: float, slow: float, slow_s: float, workdir: P
             mem = _peak_rss_mb(pid)
             if mem is not None:
                 print(f"  {name:<16} peak RSS {mem[0]:7.1f} MB (now {mem[1]:7.1f} MB)", flush=True)
+                rows.append({"figure": f"{name} peak RSS", "value": f"{mem[0]:.1f} MB (now {mem[1]:.1f} MB)"})
         await fleet.stop(grace=1.0)
         return 0 if status == "Succeeded" else 1
     finally:
@@ -170,9 +185,13 @@ def main() -> int:
     ap.add_argument("--slow", type=float, default=0.01)
     ap.add_argument("--slow-s", type=float, default=2.0)
     ap.add_argument("--seed", type=int, default=7)
+    add_json_option(ap)
     args = ap.parse_args()
+    rows: list[dict[str, str]] = []
     with tempfile.TemporaryDirectory(prefix="bke-bench-faults-") as d:
-        return asyncio.run(run(args.nodes, args.failing, args.slow, args.slow_s, Path(d), args.seed))
+        code = asyncio.run(run(args.nodes, args.failing, args.slow, args.slow_s, Path(d), args.seed, rows))
+    save(args.json, "faults", rows)
+    return code
 
 
 if __name__ == "__main__":

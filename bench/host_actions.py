@@ -9,7 +9,7 @@ on the commands the dispatcher builds for the seed and split examples (install p
 round), and on bench/command_cpu.py's 4.7 KB upgrade command (the one bench/command_binding.py
 times the verification of), also inside AgentLoop's whole handling of it. Per file, where the agent opens a file's clear bytes:
 `kubeconfig_refusal` on a kubeconfig (parsed) and on a static pod manifest (only looked at).
-Per kubeconfig made by the certs service: `render_kubeconfig`, which now parses its output back.
+Per kubeconfig made by the certs service: `render_kubeconfig`, which parses its output back.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from command_cpu import NOW, _command
+from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
 
 from bke.checksums import artefact_urls
 from bke.contracts.agent import AgentCommand
@@ -108,7 +109,8 @@ def _in_the_loop(cmds: list[AgentCommand], rounds: int) -> tuple[float, float]:
     return statistics.median(calls) / len(cmds) * 1e6, statistics.median(wholes) / len(cmds) * 1e6
 
 
-def main(rounds: int) -> None:
+def main(rounds: int) -> list[dict[str, str]]:
+    rows: list[dict[str, str]] = []
     print("command_refusal per command (process CPU, median of rounds):")
     for example in ("seed-3m1w.yaml", "split-etcd.yaml"):
         plan = plan_spec_text((EXAMPLES / example).read_text()).plan
@@ -118,12 +120,18 @@ def main(rounds: int) -> None:
             steps = sum(len(c.steps) for c in cmds) / len(cmds)
             us = _per_item_us(lambda cmds=cmds: [command_refusal(c) for c in cmds], len(cmds), rounds)
             print(f"  {example:16} {kind:20} {steps:5.1f} steps  {us:7.2f} us")
+            rows.append({"check": "command_refusal, per command", "on": f"{example} {kind} ({steps:.1f} steps)",
+                         "cost": f"{us:.2f} us"})
     upgrade = [_command(i, random.Random(i)) for i in range(2000)]
     us = _per_item_us(lambda: [command_refusal(c) for c in upgrade], len(upgrade), rounds)
     print(f"  {'command_cpu.py':16} {'upgrade:workers':20} {1:5.1f} steps  {us:7.2f} us   ({len(upgrade[0].to_bytes())} B)")
+    rows.append({"check": "command_refusal, per command",
+                 "on": f"command_cpu.py upgrade:workers (1.0 steps, {len(upgrade[0].to_bytes())} B)", "cost": f"{us:.2f} us"})
     inside, whole = _in_the_loop(upgrade[:1000], rounds)
     print(f"  the same inside AgentLoop's handling of it: {inside:6.1f} us (wall, the call only) of {whole:6.1f} us "
           "(process CPU, the whole handling: parse, verify, check, NullBackend steps, journal, result, ack)")
+    rows.append({"check": "command_refusal inside AgentLoop's handling", "on": "command_cpu.py upgrade:workers",
+                 "cost": f"{inside:.1f} us (wall, the call only) of {whole:.1f} us (process CPU, the whole handling)"})
 
     kubeconfig = render_kubeconfig(cluster="c", server="https://10.0.0.1:6443", ca_pem=b"C" * 700, cert_pem=b"C" * 800,
                                    key_pem=b"K" * 250, user="system:node:master1")
@@ -135,6 +143,10 @@ def main(rounds: int) -> None:
                                for _ in range(n)], n, rounds)
     print(f"kubeconfig_refusal per file written: {kc:6.1f} us a kubeconfig ({len(kubeconfig)} B, parsed), "
           f"{mf:5.2f} us a manifest ({len(manifest)} B, looked at)")
+    rows.append({"check": "kubeconfig_refusal, per file written", "on": f"a kubeconfig ({len(kubeconfig)} B, parsed)",
+                 "cost": f"{kc:.1f} us"})
+    rows.append({"check": "kubeconfig_refusal, per file written", "on": f"a manifest ({len(manifest)} B, looked at)",
+                 "cost": f"{mf:.2f} us"})
 
     def plain() -> None:
         for _ in range(n):
@@ -147,9 +159,15 @@ def main(rounds: int) -> None:
                                   for _ in range(n)], n, rounds)
     assert kubeconfig_problems(kubeconfig) == []
     print(f"render_kubeconfig per kubeconfig (certs service): {before:6.1f} us without the parse back, {after:6.1f} us with")
+    rows.append({"check": "render_kubeconfig, per kubeconfig (certs service)", "on": "without the parse back",
+                 "cost": f"{before:.1f} us"})
+    rows.append({"check": "render_kubeconfig, per kubeconfig (certs service)", "on": "with it", "cost": f"{after:.1f} us"})
+    return rows
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=9)
-    main(ap.parse_args().rounds)
+    add_json_option(ap)
+    args = ap.parse_args()
+    save(args.json, "host_actions", main(args.rounds))

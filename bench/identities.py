@@ -22,6 +22,8 @@ from pathlib import Path
 import httpx
 import nats
 
+from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
+
 from bke.auth import agent_permissions, identity_name, inbox_prefix, write_creds
 from bke.auth.push import push_account
 from bke.bus.connect import BusAccess, connect_options
@@ -33,7 +35,7 @@ def _varz(monitor: str) -> dict:
         return c.get(f"{monitor}/varz").json()
 
 
-async def run(agents: int, sample: int, workdir: Path) -> None:
+async def run(agents: int, sample: int, workdir: Path) -> list[dict[str, str]]:
     rt = EmbeddedRuntime(workdir / "runtime", auth=True)
     info = rt.ensure_started()
     assert rt.nats_auth is not None
@@ -54,6 +56,7 @@ async def run(agents: int, sample: int, workdir: Path) -> None:
                 lap = t
         total = time.perf_counter() - t0
         print(f"minted {agents} agent identities in {total:.1f} s ({1000 * total / agents:.2f} s per 1,000)")
+        rows = [{"figure": "minted", "value": f"{agents} agent identities in {total:.1f} s ({1000 * total / agents:.2f} s per 1,000)"}]
 
         picked = random.Random(1).sample(users, min(sample, len(users)))
         conns = []
@@ -73,6 +76,9 @@ async def run(agents: int, sample: int, workdir: Path) -> None:
         print(f"config_load_time before {before['config_load_time']} after {after['config_load_time']} "
               f"(unchanged: {before['config_load_time'] == after['config_load_time']}), same server: "
               f"{before['server_id'] == after['server_id']}")
+        rows.append({"figure": "connected", "value": f"{len(conns)} sampled identities (of {agents}) in {connect_s:.2f} s; "
+                     f"config_load_time unchanged: {before['config_load_time'] == after['config_load_time']}, same server: "
+                     f"{before['server_id'] == after['server_id']}"})
 
         victim, rest = conns[0], conns[1:]
         authority.revoke(picked[0][1].public, int(time.time()))
@@ -80,11 +86,17 @@ async def run(agents: int, sample: int, workdir: Path) -> None:
         await push_account(info.nats_url, rt.nats_auth.system_creds, authority, iat=int(time.time()))
         while not victim.is_closed and time.perf_counter() - t0 < 10:
             await asyncio.sleep(0.005)  # measuring how soon the server closes it
-        print(f"revocation: live connection closed={victim.is_closed} after {time.perf_counter() - t0:.3f} s; "
-              f"others still connected: {sum(1 for c in rest if c.is_connected)}/{len(rest)}; "
-              f"config_load_time unchanged: {_varz(info.nats_monitor_url)['config_load_time'] == before['config_load_time']}")
+        closed_after = time.perf_counter() - t0
+        still = sum(1 for c in rest if c.is_connected)
+        unchanged = _varz(info.nats_monitor_url)['config_load_time'] == before['config_load_time']
+        print(f"revocation: live connection closed={victim.is_closed} after {closed_after:.3f} s; "
+              f"others still connected: {still}/{len(rest)}; "
+              f"config_load_time unchanged: {unchanged}")
+        rows.append({"figure": "revocation", "value": f"live connection closed={victim.is_closed} after {closed_after:.3f} s; "
+                     f"others still connected: {still}/{len(rest)}; config_load_time unchanged: {unchanged}"})
         for c in rest:
             await c.close()
+        return rows
     finally:
         rt.stop()
 
@@ -94,12 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agents", type=int, default=10_000)
     ap.add_argument("--sample", type=int, default=200)
     ap.add_argument("--workdir", type=Path, default=None)
+    add_json_option(ap)
     args = ap.parse_args(argv)
     if args.workdir is not None:
-        asyncio.run(run(args.agents, args.sample, args.workdir))
+        rows = asyncio.run(run(args.agents, args.sample, args.workdir))
     else:
         with tempfile.TemporaryDirectory(prefix="bke-ids-bench-") as tmp:
-            asyncio.run(run(args.agents, args.sample, Path(tmp)))
+            rows = asyncio.run(run(args.agents, args.sample, Path(tmp)))
+    save(args.json, "identities", rows)
     return 0
 
 

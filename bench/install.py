@@ -4,10 +4,10 @@ A script, not a test.
 
     .venv/bin/python bench/install.py --nodes 100 1000 5000
 
-For each N: a real NATS + Redis (embedded), the planner, certs, renderer and dispatcher each
-as its own OS process (as in the lab), and a fleet of N lightweight agents in this process:
-real `AgentLoop`s (one durable consumer each, results, acks, journals in memory) whose steps
-cost nothing (NullBackend). The spec: 3 masters + N-3 workers, ECDSA-P256 keys.
+For each N: a real NATS + Redis (embedded), the five services (planner, certs, renderer,
+dispatcher, upgrader) each as its own OS process (as in the lab), and a fleet of N lightweight
+agents in this process: real `AgentLoop`s (one durable consumer each, results, acks, journals
+in memory) whose steps cost nothing (NullBackend). The spec: 3 masters + N-3 workers, ECDSA-P256 keys.
 
 * ``install``: agent consumer set-up + from the cluster request to `install finished`
   (planning, the PKI, rendering, sealing per agent, every phase's commands and results).
@@ -55,6 +55,7 @@ from bke.secrets.signing import parse_public_line
 from bke_agent.loop import consumer_config
 from bke_agent.settings import AgentSettings
 from real_cp import proc_cpu_s  # bench/real_cp.py (this script's folder is on sys.path)
+from record import add_json_option, save  # bench/record.py
 
 STREAM = "BKE_AGENT"
 
@@ -216,22 +217,25 @@ async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
         sup.down()
 
 
-async def main_real(sizes: list[int]) -> int:
+async def main_real(sizes: list[int], json_path: Path | None = None) -> int:
     """`--control-plane real`: the install against one real control plane and kwok nodes
     (bench/real_cp.py); the figure to watch is labels + health."""
-    from real_cp import real_install, summary
+    from real_cp import real_install, row, summary
 
     ok = True
+    rows = []
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"bke-bench-real-{n}-") as d:
             async with real_install(n, Path(d)) as r:
                 print(summary(r), flush=True)
+                rows.append(row(r))
                 ok = ok and r["status"] == "Succeeded"
         os.sync()
+    save(json_path, "install-real", rows)
     return 0 if ok else 1
 
 
-async def main(sizes: list[int]) -> int:
+async def main(sizes: list[int], json_path: Path | None = None) -> int:
     rows = []
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"bke-bench-{n}-") as d:
@@ -249,6 +253,11 @@ async def main(sizes: list[int]) -> int:
             flush=True,
         )
         print(f"         phases (s): {inst['phases']}", flush=True)
+    save(json_path, "install", [{
+        "N": f"{n:,}", "install": f"{inst['total']:.1f} s", "status": inst["status"], "agent set-up": f"{inst['setup']:.1f} s",
+        "request->finished": f"{inst['after_request']:.1f} s", "commands": str(inst["commands"]),
+        "replayed": str(inst["replayed"]), "floor": f"{floor['total']:.1f} s", "floor set-up": f"{floor['setup']:.1f} s",
+        "ratio": f"{inst['total'] / floor['total']:.1f}x", "phases (s)": inst["phases"]} for n, inst, floor in rows])
     return 0 if all(r[1]["status"] == "Succeeded" for r in rows) else 1
 
 
@@ -257,5 +266,6 @@ if __name__ == "__main__":
     ap.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
     ap.add_argument("--control-plane", choices=("simulated", "real"), default="simulated",
                     help="real: one real control plane and kwok nodes (python3 dev.py kube first)")
+    add_json_option(ap)
     args = ap.parse_args()
-    sys.exit(asyncio.run(main_real(args.nodes) if args.control_plane == "real" else main(args.nodes)))
+    sys.exit(asyncio.run(main_real(args.nodes, args.json) if args.control_plane == "real" else main(args.nodes, args.json)))

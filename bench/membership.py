@@ -18,13 +18,15 @@ import time
 
 import yaml
 
+from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
+
 from bke.contracts.membership import JoinNodes
 from bke.plan import plan_spec_text
 from bke.spec.synth import synth_docs
 from bke_dispatcher.join import apply_result, command_of, new_join, next_step
 
 
-def one(n: int) -> None:
+def one(n: int) -> dict[str, str]:
     docs = synth_docs(n)
     extra = [d for d in docs if d.get("kind") == "BKENode" and d["spec"]["role"] == ["node"]][-1]
     for i in (1, 2):
@@ -53,13 +55,17 @@ def one(n: int) -> None:
     to = sorted({cid.split("/")[2] for cid in sent})
     print(f"{n:>6} nodes: new_join {1000 * (t1 - t0):7.1f} ms, decisions {1000 * (t2 - t1):6.2f} ms, "
           f"{len(sent)} commands, to {', '.join(to)}")
+    return {"N": f"{n:,}", "new_join": f"{1000 * (t1 - t0):.1f} ms", "decisions": f"{1000 * (t2 - t1):.2f} ms",
+            "commands": str(len(sent)), "to": ", ".join(to)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
-    for n in ap.parse_args().nodes:
-        one(n)
+    add_json_option(ap)
+    args = ap.parse_args()
+    rows = [one(n) for n in args.nodes]
+    save(args.json, "membership", rows)
 
 
 if __name__ == "__main__":

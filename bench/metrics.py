@@ -26,6 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / p) for p in ("libs", "services/dispatcher")]
 
+from record import add_json_option, save  # noqa: E402  (bench/record.py, this script's folder)
+
 import httpx  # noqa: E402
 from redis.asyncio import Redis  # noqa: E402
 
@@ -69,7 +71,7 @@ async def _store(redis: Redis, nodes: int) -> str:
     return c
 
 
-async def run(nodes: int, scrapes: int) -> None:
+async def run(nodes: int, scrapes: int) -> dict[str, str]:
     with tempfile.TemporaryDirectory() as tmp:
         rt = EmbeddedRuntime(Path(tmp) / "runtime", auth=False)
         info = rt.ensure_started()
@@ -96,6 +98,9 @@ async def run(nodes: int, scrapes: int) -> None:
             print(f"{nodes:>6} nodes: first scrape {cold * 1000:.0f} ms (plan cache cold), then median "
                   f"{statistics.median(times) * 1000:.1f} ms, worst {max(times) * 1000:.1f} ms over {scrapes}; "
                   f"{len(first.content)} bytes", flush=True)
+            return {"N": f"{nodes:,}", "first scrape (plan cache cold)": f"{cold * 1000:.0f} ms",
+                    "median": f"{statistics.median(times) * 1000:.1f} ms", "worst": f"{max(times) * 1000:.1f} ms",
+                    "scrapes": str(scrapes), "bytes": str(len(first.content))}
         finally:
             if server is not None:
                 await server.stop()
@@ -107,9 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, nargs="+", default=[5000, 10000])
     ap.add_argument("--scrapes", type=int, default=20)
+    add_json_option(ap)
     args = ap.parse_args(argv)
-    for n in args.nodes:
-        asyncio.run(run(n, args.scrapes))
+    rows = [asyncio.run(run(n, args.scrapes)) for n in args.nodes]
+    save(args.json, "metrics", rows)
     return 0
 
 

@@ -3,6 +3,8 @@ scheduler and etcd from the built binaries, run by a real lab agent), N-1 worker
 null agents in this process, their Nodes registered with the admin credential and kept Ready by
 kwok. The install's node-labels and health phases then work on N real Node objects.
 
+    .venv/bin/python bench/install.py --control-plane real --nodes 100 1000
+
 Used by `bench/install.py --control-plane real` and tests/e2e/test_lab_real_scale.py. Needs
 `python3 dev.py kube`.
 """
@@ -37,7 +39,7 @@ from bke_agent.fleet import Fleet
 from bke_agent.settings import AgentSettings
 from bke_cli.status_client import get_status
 
-__all__ = ["KUBERNETES", "ETCD", "proc_cpu_s", "real_install", "summary"]
+__all__ = ["KUBERNETES", "ETCD", "proc_cpu_s", "real_install", "row", "summary"]
 
 KUBERNETES = next(b.version for b in BUILDS if b.name == "kubernetes")
 ETCD = next(b.version for b in BUILDS if b.name == "etcd" and b.version.startswith("3.6"))
@@ -159,6 +161,18 @@ async def real_install(nodes: int, workdir: Path, timeout_s: float = 3600.0) -> 
             await fleet.stop(grace=1.0)
         await nc.close()
         sup.down()
+
+
+def row(r: dict[str, Any]) -> dict[str, str]:
+    """The figures `summary` prints, one column each (bench/install.py's `--json` record)."""
+    return {
+        "N": f"{r['nodes']:,}", "install": f"{r['total']:.1f} s",
+        "status": r["status"] + (": " + r["reason"] if r["reason"] else ""),
+        "labels + health": f"{r['labels_health_s']:.1f} s",
+        "Nodes registered": f"{r.get('registered', 0)} in {r.get('register_s', 0):.1f} s",
+        **{name: f"{r[name]['cpu_s']:.0f} CPU-s, peak {r[name]['peak_mib']:.0f} MiB" for name in ("apiserver", "etcd", "kwok")},
+        "phases (s)": ", ".join(f"{k} {v:.1f}" for k, v in r["phases"].items()),
+    }
 
 
 def summary(r: dict[str, Any]) -> str:

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "libs")]
 
 import redis  # noqa: E402
+from record import add_json_option, save  # noqa: E402  (bench/record.py, this script's folder)
 
 from bke.runtime import redis_acl  # noqa: E402
 from bke.runtime.binaries import redis_server_bin  # noqa: E402
@@ -114,10 +115,11 @@ def _ops(port: int, user: str, password: str, n: int) -> tuple[float, float]:
     return n / (t1 - t0), n / (t2 - t1)
 
 
-def bench(server: Path, starts: int, n: int) -> None:
+def bench(server: Path, starts: int, n: int) -> dict[str, str]:
     sha = hashlib.sha256(PASSWORD.encode()).hexdigest()
     plain = f"user default off resetkeys resetchannels -@all\nuser bench on #{sha} ~* &* +@all\n"
     print(f"{server.name} {_version(server)} ({server})", flush=True)
+    row = {"server": f"{server.name} {_version(server)}"}
     with tempfile.TemporaryDirectory(prefix="bke-bench-redis-") as tmp:
         times, rss = [], []
         for i in range(starts):
@@ -128,11 +130,15 @@ def bench(server: Path, starts: int, n: int) -> None:
                 _stop(proc)
         print(f"  start to first PING: median {1000 * statistics.median(times):.1f} ms (min {1000 * min(times):.1f}, "
               f"max {1000 * max(times):.1f}) over {starts} starts; RSS then {statistics.median(rss):.1f} MB", flush=True)
+        row["start to first PING"] = (f"median {1000 * statistics.median(times):.1f} ms (min {1000 * min(times):.1f}, "
+                                      f"max {1000 * max(times):.1f}) over {starts} starts")
+        row["RSS then"] = f"{statistics.median(rss):.1f} MB"
         try:
             sets, gets = _ops(port, "bench", PASSWORD, n)
         finally:
             _stop(proc)
         print(f"  one user allowed everything: {n:,} SET {sets:,.0f}/s, {n:,} GET {gets:,.0f}/s", flush=True)
+        row["one user allowed everything"] = f"{n:,} SET {sets:,.0f}/s, {n:,} GET {gets:,.0f}/s"
 
         passwords = {u.name: PASSWORD for u in redis_acl.USERS}
         user = redis_acl.SERVICE_USER[SERVICE]
@@ -141,12 +147,15 @@ def bench(server: Path, starts: int, n: int) -> None:
                                    PASSWORD)
         except RuntimeError as exc:
             print(f"  {user} under BKE's ACL file: refused ({exc}: no read-only `%R~` patterns before Redis 7)")
-            return
+            row["a service under BKE's ACL file"] = f"{user}: refused (no read-only `%R~` patterns before Redis 7)"
+            return row
         try:
             sets, gets = _ops(port, user, PASSWORD, n)
         finally:
             _stop(proc)
         print(f"  {user} under BKE's ACL file: {n:,} SET {sets:,.0f}/s, {n:,} GET {gets:,.0f}/s", flush=True)
+        row["a service under BKE's ACL file"] = f"{user}: {n:,} SET {sets:,.0f}/s, {n:,} GET {gets:,.0f}/s"
+        return row
 
 
 def main(argv: list[str]) -> int:
@@ -154,10 +163,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--server", action="append", type=Path, default=[], help="another server binary to compare with")
     ap.add_argument("--starts", type=int, default=5)
     ap.add_argument("--ops", type=int, default=10_000)
+    add_json_option(ap)
     args = ap.parse_args(argv)
-    print(f"one machine, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
-    for server in [redis_server_bin(), *args.server]:
-        bench(server, args.starts, args.ops)
+    load = f"{os.getloadavg()[0]:.1f}"
+    print(f"one machine, {os.cpu_count()} CPUs, load {load}", flush=True)
+    rows = [{**bench(server, args.starts, args.ops), "load at start": load} for server in [redis_server_bin(), *args.server]]
+    save(args.json, "redis_server", rows)
     return 0
 
 

@@ -22,6 +22,7 @@ from bke.render import RenderInputs, render_cluster  # noqa: E402
 from bke.spec import load_spec, validate_spec  # noqa: E402
 from bke.spec.synth import lab_ip  # noqa: E402
 import yaml  # noqa: E402
+from record import add_json_option, save  # noqa: E402  (bench/record.py, this script's folder)
 
 
 def spec_docs(nodes: int, masters: int, kubernetes: str, etcd: str, containerd: str, vip: bool) -> list[dict]:
@@ -50,6 +51,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--containerd", default="v2.1.1")
     ap.add_argument("--no-vip", action="store_true", help="endpoint on the first master: no haproxy/keepalived "
                     "(needed beyond 150 masters, where VRRP priorities run out)")
+    add_json_option(ap)
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
@@ -74,6 +76,12 @@ def main(argv: list[str]) -> int:
     print(f"first render (cold)  {t2 - t1:8.3f} s   (includes template and schema compilation)")
     print(f"render+validation    {t3 - t2:8.3f} s   = {(t3 - t2) / len(plan.nodes) * 1e3:.3f} ms per node, "
           f"{(t3 - t2) / rendered.file_count * 1e3:.3f} ms per file")
+    save(args.json, "render", [{
+        "nodes": str(len(plan.nodes)), "masters": str(args.masters), "tier": f"{rendered.tier}",
+        "files": str(rendered.file_count), "static pods": str(pods), "size": f"{size / 1e6:.1f} MB",
+        "spec+plan": f"{t1 - t0:.3f} s", "first render (cold)": f"{t2 - t1:.3f} s",
+        "render+validation": f"{t3 - t2:.3f} s", "per node": f"{(t3 - t2) / len(plan.nodes) * 1e3:.3f} ms",
+        "per file": f"{(t3 - t2) / rendered.file_count * 1e3:.3f} ms"}])
     return 0
 
 

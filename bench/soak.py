@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/soak.py --rounds 20
 
-One lab work directory; NATS, Redis and the four services start once and live through every
+One lab work directory; NATS, Redis and the five services start once and live through every
 round, as in a deployment. Round i installs the seed example (3 masters with real etcd, 1 worker)
 as cluster `soak<i>` on its own loopback addresses (127.0.<100+i>.x) with real agents, then tears
 it down (its agents stop, and their etcd and other pods with them). After each round it prints
@@ -26,6 +26,8 @@ from pathlib import Path
 
 import httpx
 import redis
+
+from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
 
 from bke.bus import EventWatch, put_blob
 from bke.bus.connect import connect_nats
@@ -77,9 +79,10 @@ async def one_round(sup: LabSupervisor, i: int, timeout: float) -> tuple[str, fl
     return str(done.data["status"]), took
 
 
-async def main(rounds: int, timeout: float) -> int:
+async def main(rounds: int, timeout: float, json_path: Path | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     failures = 0
+    rows: list[dict[str, str]] = []
     with tempfile.TemporaryDirectory(prefix="bke-soak-") as d:
         sup = LabSupervisor(Path(d))
         info = sup.ensure_runtime()
@@ -104,9 +107,13 @@ async def main(rounds: int, timeout: float) -> int:
                 jsz = httpx.get(f"{info.nats_monitor_url}/jsz", timeout=5.0).json()
                 print(f"{i:5d} {status:<9}{took:5.1f}  " + "  ".join(cols)
                       + f"  {keys:10d} ({mine:4d})  {jsz.get('storage', 0) / 1e6:12.1f}", flush=True)
+                rows.append({"round": str(i), "status": status, "secs": f"{took:.1f}",
+                             **{f"{name} MB/fd": " ".join(col.split()) for name, col in zip(names, cols)},
+                             "redis keys (cluster)": f"{keys} ({mine})", "JetStream MB": f"{jsz.get('storage', 0) / 1e6:.1f}"})
         finally:
             rds.close()
             sup.down()
+    save(json_path, "soak", rows)
     return 1 if failures else 0
 
 
@@ -114,5 +121,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--timeout", type=float, default=600.0)
+    add_json_option(ap)
     args = ap.parse_args()
-    sys.exit(asyncio.run(main(args.rounds, args.timeout)))
+    sys.exit(asyncio.run(main(args.rounds, args.timeout, args.json)))

@@ -53,6 +53,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from install import InstalledLab, counters_delta, installed_lab, nats_counters, proc_cpu_s, run_floor  # noqa: E402  (bench/install.py)
+from record import add_json_option, save  # noqa: E402  (bench/record.py)
 
 from bke.bus import EventWatch  # noqa: E402
 from bke.contracts.agent import AgentHeartbeat, agent_subject  # noqa: E402
@@ -260,8 +261,9 @@ async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavail
 
 
 async def main(sizes: list[int], to: str, etcd: str, max_unavailable: str, profile: Path | None = None,
-               gc_only: bool = False, profiled: tuple[str, ...] = ("upgrader",)) -> int:
+               gc_only: bool = False, profiled: tuple[str, ...] = ("upgrader",), json_path: Path | None = None) -> int:
     ok = True
+    rows: list[dict[str, str]] = []
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"bke-bench-upgrade-{n}-") as d:
             try:
@@ -270,6 +272,7 @@ async def main(sizes: list[int], to: str, etcd: str, max_unavailable: str, profi
                 gc.unfreeze()  # frozen by run_upgrade; the floor starts with an ordinary heap
             if up["status"] != "Succeeded":
                 print(f"N={n:>5}  upgrade {up['status']}", flush=True)
+                rows.append({"N": f"{n:,}", "upgrade": up["status"]})
                 ok = False
                 continue
             os.sync()  # the lab's JetStream pages written back before the floor (see bench/install.py)
@@ -290,7 +293,18 @@ async def main(sizes: list[int], to: str, etcd: str, max_unavailable: str, profi
               f"renders (child process): {up['render']}", flush=True)
         print(f"         NATS during the upgrade: {up['nats']}; during the floor's deliveries: {floor['nats']}, "
               f"its CPU {floor['nats_cpu_s']:.1f} s", flush=True)
+        rows.append({
+            "N": f"{n:,}", "upgrade": f"{up['total']:.1f} s", "accepted after": f"{up['accepted']:.1f} s",
+            "commands": str(up["commands"]), "executed": str(up["executed"]), "replayed": str(up["replayed"]),
+            "batches": str(up["batches"]), "floor": f"{floor['deliveries']:.1f} s",
+            "ratio": f"{up['total'] / floor['deliveries']:.1f}x", "upgrader peak RSS": f"{up['rss_mb']:.0f} MB",
+            "upgrader CPU": f"{up['cpu_s']:.1f} s", "the fleet's CPU": f"{up['fleet_cpu_s']:.1f} s",
+            "install": f"{inst['total']:.1f} s", "node steps (nodes/batches)": up["steps"],
+            "step times (s)": up["step_times"], "CPU s by process": up["cpu_by_process"], "renders": up["render"],
+            "NATS during the upgrade": up["nats"], "NATS during the floor": floor["nats"],
+            "floor's NATS CPU": f"{floor['nats_cpu_s']:.1f} s"})
         ok = ok and up["executed"] == up["commands"]
+    save(json_path, "upgrade", rows)
     return 0 if ok else 1
 
 
@@ -309,6 +323,7 @@ if __name__ == "__main__":
     ap.add_argument("--profile-services", default="upgrader",
                     help="with --profile: the lab services to profile, comma-separated (upgrader, dispatcher, "
                          "certs, planner, renderer)")
+    add_json_option(ap)
     a = ap.parse_args()
     sys.exit(asyncio.run(main(a.nodes, a.to, a.etcd_version, a.max_unavailable, a.profile, a.gc_only,
-                              tuple(a.profile_services.split(",")))))
+                              tuple(a.profile_services.split(",")), a.json)))
