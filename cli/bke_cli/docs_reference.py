@@ -1,0 +1,192 @@
+"""The generated reference pages of the docs site, all in one place: the CLI page (from the typer
+app itself, through click's command objects, never from `--help` text) and the pages the
+libraries generate (bke.docs_reference.PAGES).
+
+    python -m bke_cli.docs_reference            write every page that changed
+    python -m bke_cli.docs_reference --check    exit 1 naming the stale pages, write nothing
+
+Run from the repository root (or give --root). tests/unit/test_docs_reference.py fails when a
+committed page differs from what this writes.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from bke.docs_reference import PAGES
+from bke.docs_reference.markdown import cell, code, link, prose, table
+
+from .main import app
+
+__all__ = ["CLI_PAGE", "all_pages", "main", "render_cli_page", "stale_pages"]
+
+CLI_PAGE = "docs/reference/cli.md"
+REGENERATE = "python -m bke_cli.docs_reference"
+
+_INTRO = f"""\
+# CLI
+
+Every `bke` command and sub-command, with its arguments and options. Generated from the
+command's own definitions (`{REGENERATE}`); `bke COMMAND --help` prints the same help from
+the `bke` you run.
+
+Exit codes, for every command: 0 success, 2 invalid input or a refused request, 1 an operational
+failure. Every error line on stderr starts with `ERROR `.
+"""
+
+
+def _commands(command: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """(full name, command object) depth first, in the order the app registers them."""
+    yield path, command
+    for name, sub in (getattr(command, "commands", None) or {}).items():
+        if not getattr(sub, "hidden", False):
+            yield from _commands(sub, f"{path} {name}")
+
+
+def _bound(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _type(param: Any) -> str:
+    t = param.type
+    kind = type(t).__name__
+    if getattr(param, "is_flag", False) and kind == "BoolParamType":
+        words = "flag"
+    elif kind in ("IntRange", "FloatRange"):
+        base = "integer" if kind == "IntRange" else "number"
+        lo, hi = t.min, t.max
+        if lo is not None and hi is not None:
+            words = f"{base}, {_bound(lo)} to {_bound(hi)}"
+        elif lo is not None:
+            words = f"{base}, {'more than' if t.min_open else 'at least'} {_bound(lo)}"
+        else:
+            words = f"{base}, {'less than' if t.max_open else 'at most'} {_bound(hi)}"
+    elif hasattr(t, "choices"):
+        words = "one of " + ", ".join(code(c.value if isinstance(c, Enum) else c) for c in t.choices)
+    elif kind.endswith("Path"):
+        words = "file" if not t.dir_okay else "directory" if not t.file_okay else "path"
+    else:
+        words = {"StringParamType": "text", "IntParamType": "integer", "FloatParamType": "number",
+                 "BoolParamType": "boolean"}.get(kind, str(t.name))
+    if getattr(param, "multiple", False):
+        words += ", repeatable"
+    if param.nargs == -1:
+        words += ", one or more" if param.required else ", any number"
+    return words
+
+
+def _default(param: Any) -> str:
+    if isinstance(getattr(param, "show_default", None), str):
+        return cell(param.show_default)
+    value = param.default
+    if param.required or value is None or callable(value) or value in ((), [], ""):
+        return "-"
+    if getattr(param, "is_flag", False) and isinstance(value, bool):
+        if param.secondary_opts:
+            return code(param.opts[-1] if value else param.secondary_opts[-1])
+        return "on" if value else "off"
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, float):
+        value = _bound(value)
+    return code(value)
+
+
+def _name(param: Any) -> str:
+    if param.param_type_name == "argument":
+        return code(param.metavar or param.name.upper())
+    names = ", ".join(code(o) for o in param.opts)
+    return names + ("".join(f" / {code(o)}" for o in param.secondary_opts))
+
+
+def _help(param: Any) -> str:
+    text = getattr(param, "help", None) or ""
+    envvar = param.envvar if isinstance(param.envvar, str) else ", ".join(param.envvar or ())
+    if envvar:
+        text = f"{text} (environment: `{envvar}`)".strip()
+    return cell(text)
+
+
+def _usage(path: str, command: Any) -> str:
+    if hasattr(command, "commands"):
+        return f"{path} COMMAND [ARGS]..."
+    words = [path]
+    if any(p.param_type_name == "option" and not p.hidden for p in command.params):
+        words.append("[OPTIONS]")
+    for p in command.params:
+        if p.param_type_name != "argument":
+            continue
+        name = (p.metavar or p.name.upper()) + ("..." if p.nargs == -1 else "")
+        words.append(name if p.required or name.startswith("[") else f"[{name}]")
+    return " ".join(words)
+
+
+def _help_text(command: Any) -> str:
+    text = (command.help or "").split("\f", 1)[0].replace("\b\n", "")
+    return prose(text)
+
+
+def _section(path: str, command: Any) -> str:
+    lines = [f"## {path}", ""]
+    if _help_text(command):
+        lines += [_help_text(command), ""]
+    lines += [f"Usage: {code(_usage(path, command))}", ""]
+    params = [p for p in command.params if not getattr(p, "hidden", False)]
+    if params:
+        rows = [[_name(p), _type(p), _default(p), "yes" if p.required else "", _help(p)] for p in params]
+        lines += [table(["argument or option", "type", "default", "required", "help"], rows), ""]
+    subs = [(name, sub) for name, sub in (getattr(command, "commands", None) or {}).items() if not getattr(sub, "hidden", False)]
+    if subs:
+        rows = [[link(code(f"{path} {name}"), f"{path} {name}"), cell(sub.get_short_help_str(limit=200))] for name, sub in subs]
+        lines += [table(["command", "what it does"], rows), ""]
+    return "\n".join(lines)
+
+
+def render_cli_page() -> str:
+    root = typer.main.get_command(app)
+    return "\n".join([_INTRO, *(_section(path, command) for path, command in _commands(root, "bke"))])
+
+
+def all_pages() -> dict[str, Callable[[], str]]:
+    """Every generated file, by its path from the repository root."""
+    return {CLI_PAGE: render_cli_page, **PAGES}
+
+
+def stale_pages(root: Path) -> list[str]:
+    """The generated files under `root` that differ from what the code generates now."""
+    stale = []
+    for rel, make in all_pages().items():
+        path = root / rel
+        if not path.is_file() or path.read_text(encoding="utf-8") != make():
+            stale.append(rel)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bke_cli.docs_reference", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 naming the stale files")
+    parser.add_argument("--root", type=Path, default=Path.cwd(), help="the repository root (default: here)")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = stale_pages(args.root)
+        for rel in stale:
+            sys.stderr.write(f"ERROR {rel} is stale; regenerate: {REGENERATE}\n")
+        return 1 if stale else 0
+    for rel, make in all_pages().items():
+        path = args.root / rel
+        text = make()
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            sys.stdout.write(f"wrote {rel}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
