@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import pytest
 
+from pathlib import Path
+
 from bke.plan import plan_spec_text
 from bke.spec import MAX_NODES, MAX_SPEC_BYTES
+from bke.spec.loader import load_spec
 
 from .spec_helpers import docs_with_roles, to_text
 
@@ -163,3 +166,9 @@ def test_cluster_name_is_a_dns_label(name):
     docs = docs_with_roles(M)
     docs[0]["metadata"]["name"] = name
     assert "DNS-1123 label" in errors_of(docs)["cluster.metadata.name"]
+
+
+def test_a_field_by_its_python_name_is_an_unknown_field_as_in_the_schema() -> None:
+    text = (Path(__file__).resolve().parents[2] / "examples" / "seed-3m1w.yaml").read_text().replace("controlPlaneEndpoint", "control_plane_endpoint")
+    paths = {e.path: e.message for e in load_spec(text).errors}
+    assert paths.get("cluster.spec.control_plane_endpoint") == "unknown field"

@@ -6,9 +6,9 @@ schema describes one document, a BKECluster or a BKENode, told apart by `kind`
 an error). `bke spec schema` prints it and docs/reference/bke-spec.schema.json is its committed
 copy, which a test keeps equal.
 
-Where the schema and the loader differ, the schema is the stricter:
-- the loader also takes a field by its Python name (`service_subnet` for `serviceSubnet`: the
-  models' `populate_by_name`); the schema knows only the documented camelCase names;
+Both know a field only by its documented camelCase name (the loader validates by alias only;
+the models' `populate_by_name` serves code that builds them). Where they differ, the schema is
+the stricter:
 - the loader converts in pydantic's lax mode (`port: "22"`, `enabled: "yes"`); the schema wants
   the JSON types;
 - `role` values are refused by `validate_spec`, not by the loader; the schema lists them (the

@@ -100,14 +100,14 @@ def _load_documents(docs: list[Document], errors: list[FieldError]) -> LoadResul
             cluster_name = meta["name"]
         errors += _api_version_error("cluster", doc)
         try:
-            cluster = BKECluster.model_validate(doc)
+            cluster = BKECluster.model_validate(doc, by_alias=True, by_name=False)
         except ValidationError as exc:
             errors += [e for e in _pydantic_errors("cluster", exc) if e.path != "cluster.apiVersion"]
     nodes: list[BKENode] = []
     for i, doc in enumerate(node_docs):
         errors += _api_version_error(f"nodes[{i}]", doc)
         try:
-            nodes.append(BKENode.model_validate(doc))
+            nodes.append(BKENode.model_validate(doc, by_alias=True, by_name=False))
         except ValidationError as exc:
             errors += [e for e in _pydantic_errors(f"nodes[{i}]", exc) if e.path != f"nodes[{i}].apiVersion"]
     spec = None
