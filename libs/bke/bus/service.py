@@ -357,13 +357,18 @@ def run_main(name: str, create: Callable[[], Service]) -> int:
     from ..errors import PermanentError
     from ..logs import setup_logging
 
+    from ..http.token_gate import read_token
+
     setup_logging(name)
     try:
         svc = create()
+        # Checked here too, not only when the HTTP side starts: an exposed dashboard without a
+        # token is a settings error (ERROR line, exit 2), not a traceback from inside the loop.
+        read_token(svc.settings.http_token_file, svc.settings.http_host)
     except ValidationError as exc:
         for err in exc.errors(include_url=False):
             field = ".".join(str(p) for p in err["loc"]) or "settings"
-            sys.stderr.write(f"ERROR bke-{name}: {field}: {err['msg']} (see the README, 'Running each service alone')\n")
+            sys.stderr.write(f"ERROR bke-{name}: {field}: {err['msg']} (docs/guides/deploy.md: running each service alone)\n")
         return 2
     except PermanentError as exc:  # e.g. BKE_SECRET_KEY_FILE missing or unreadable
         sys.stderr.write(f"ERROR bke-{name}: {exc}\n")
