@@ -146,7 +146,7 @@ async def real_install(nodes: int, workdir: Path, timeout_s: float = 3600.0) -> 
 
         kwok_runner = sup.pids().get("kwok", {}).get(cluster)
         yield {
-            "status": done.data["status"], "reason": done.data.get("reason", ""), "nodes": nodes, "total": total,
+            "status": done.data["status"], "reason": " ".join(x for x in (done.data.get("phase") or "", done.data.get("message") or "") if x), "nodes": nodes, "total": total,
             "setup": setup, **reg, "phases": phases,
             "labels_health_s": phases.get("node-labels", 0.0) + phases.get("health", 0.0),
             "apiserver": _proc(pid_of("kube-apiserver")),

@@ -20,7 +20,7 @@ from bke.plan import plan_spec_text
 from bke.render import RenderInputs, render_cluster
 from bke.spec.synth import synth_docs
 from bke.state.keys import addon_manifests_key, addons_key
-from bke.cluster_api.addons import READY_TIMEOUT_S, AddonsWork, LabApplier
+from bke.cluster_api.addons import STALL_TIMEOUT_S, AddonsWork, LabApplier
 from bke.cluster_api.manifests import HttpRepoManifests, LabManifests, cni_artefact
 
 pytestmark = pytest.mark.integration
@@ -141,14 +141,32 @@ async def test_real_mode_waits_for_calico_before_coredns_and_fails_at_the_deadli
         assert recs["calico"]["status"] == "Ready" and recs["calico"]["ready"] == "4/4 pods available"
         assert recs["coredns"]["status"] == "Applied" and [n for n, _, _ in cluster.applied][-1] == "coredns"
 
-        # a second cluster whose CNI never becomes ready fails the phase once the deadline passes
+        # a second cluster whose CNI never becomes ready fails the phase once it has made no
+        # progress for the stall deadline...
         plan2 = _plan("stuckaddons")
         await _store_rendered(r, plan2)
         cluster.ds_status = {"desiredNumberScheduled": 4, "numberAvailable": 0, "updatedNumberScheduled": 4}
         assert (await work.run("addons", plan2)).status == "wait"
-        clock.t += timedelta(seconds=READY_TIMEOUT_S + 1)
+        clock.t += timedelta(seconds=STALL_TIMEOUT_S - 10)
+        assert (await work.run("addons", plan2)).status == "wait"
+        clock.t += timedelta(seconds=11)
         out = await work.run("addons", plan2)
-        assert out.status == "failed" and "calico-node not ready after" in out.reason and "0/4 pods available" in out.reason
+        assert out.status == "failed" and "calico-node not ready, no progress for 601s" in out.reason
+        assert "0/4 pods available" in out.reason
+
+        # ...while a large cluster's rollout that keeps going waits well past it
+        plan3 = _plan("slowaddons")
+        await _store_rendered(r, plan3)
+        cluster.ds_status = {"desiredNumberScheduled": 4, "numberAvailable": 0, "updatedNumberScheduled": 4}
+        assert (await work.run("addons", plan3)).status == "wait"
+        for available in (1, 2, 3):
+            clock.t += timedelta(seconds=STALL_TIMEOUT_S - 1)
+            cluster.ds_status["numberAvailable"] = available
+            out = await work.run("addons", plan3)
+            assert out.status == "wait" and f"{available}/4 pods available" in out.reason
+        clock.t += timedelta(seconds=STALL_TIMEOUT_S - 1)
+        cluster.ds_status["numberAvailable"] = 4
+        assert (await work.run("addons", plan3)).status == "done"
     finally:
         await r.aclose()
 

@@ -33,12 +33,16 @@ from bke.state.keys import addon_manifests_key, addons_key
 
 from ..runner import DONE, Outcome
 from .manifests import cni_artefact
-from .workloads import daemonset_ready
+from .workloads import daemonset_ready, rollout_mark
 
-__all__ = ["AddonsWork", "LabApplier", "load_addon_objects", "validate_objects"]
+__all__ = ["STALL_TIMEOUT_S", "AddonsWork", "LabApplier", "load_addon_objects", "validate_objects"]
 
 log = logging.getLogger("bke.addons")
-READY_TIMEOUT_S = 900.0  # image pulls on every node: calico-node can take minutes to be ready
+# How long a DaemonSet may go without one more pod updated or available before the phase fails,
+# as a Deployment's progressDeadlineSeconds: a fixed deadline on the whole rollout would fail a
+# 10,000-node cluster that is still coming up at its controller-manager's API rate, while a stuck
+# one (an image that cannot be pulled anywhere) still fails within minutes.
+STALL_TIMEOUT_S = 600.0
 POLL_S = 5.0
 
 
@@ -158,14 +162,19 @@ class AddonsWork:
                     if result != "Applied" or not step.wait_for:
                         continue
                 assert step.wait_for is not None  # 2. wait until its workload is ready
-                ready, detail = daemonset_ready(await self.applier.workload(plan, *step.wait_for))
+                workload = await self.applier.workload(plan, *step.wait_for)
+                ready, detail = daemonset_ready(workload)
                 kind, ns, wname = step.wait_for
                 if not ready:
-                    since = datetime.fromisoformat(rec["at"]) if rec.get("at") else self.now()
-                    waited = (self.now() - since).total_seconds()
-                    if waited > READY_TIMEOUT_S:
-                        return Outcome("failed", reason=f"addon {step.name}: {kind} {ns}/{wname} not ready after "
-                                                        f"{waited:.0f}s: {detail}")
+                    mark = rollout_mark(workload)
+                    if rec.get("progress") != mark:  # one more pod updated or available: the deadline moves
+                        rec = {**rec, "progress": mark, "progressAt": self.now().isoformat()}
+                        await self._save(plan, step, rec)
+                    since = datetime.fromisoformat(rec["progressAt"])
+                    stalled = (self.now() - since).total_seconds()
+                    if stalled > STALL_TIMEOUT_S:
+                        return Outcome("failed", reason=f"addon {step.name}: {kind} {ns}/{wname} not ready, no progress "
+                                                        f"for {stalled:.0f}s: {detail}")
                     return Outcome("wait", delay=POLL_S, reason=f"addon {step.name}: {kind} {ns}/{wname}: {detail}")
                 await self._save(plan, step, {**rec, "status": "Ready", "readyAt": self.now().isoformat(), "ready": detail})
             except (OSError, ValueError, yaml.YAMLError) as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Workload", "daemonset_ready", "observed"]
+__all__ = ["Workload", "daemonset_ready", "observed", "rollout_mark"]
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,15 @@ class Workload:
 
 def observed(obj: dict[str, Any]) -> bool:
     return int((obj.get("status") or {}).get("observedGeneration") or 0) >= int((obj.get("metadata") or {}).get("generation") or 0)
+
+
+def rollout_mark(workload: dict[str, Any]) -> str:
+    """What changes while a rollout makes progress: the generation seen and the pods updated,
+    ready and available (a DaemonSet's or a Deployment's counts)."""
+    st = workload.get("status") or {}
+    keys = ("observedGeneration", "updatedNumberScheduled", "numberReady", "numberAvailable",
+            "updatedReplicas", "readyReplicas", "availableReplicas")
+    return "/".join(str(int(st.get(k) or 0)) for k in keys)
 
 
 def daemonset_ready(ds: dict[str, Any]) -> tuple[bool, str]:
