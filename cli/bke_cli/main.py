@@ -12,8 +12,9 @@ import typer
 
 from bke.bus.streams import StreamsNotDeclared
 
-from . import (agent_cmd, bundle_cmd, certs_cmd, etcd_cmd, identities_cmd, keys_cmd, lab_cmd, membership_cmd, pause_cmd,
-               plan_cmd, render_cmd, reset_cmd, spec_cmd, state_cmd, status_cmd, streams_cmd, upgrade_cmd, versions_cmd)
+from . import (agent_cmd, bundle_cmd, certs_cmd, deadletters_cmd, etcd_cmd, identities_cmd, keys_cmd, lab_cmd,
+               membership_cmd, pause_cmd, plan_cmd, render_cmd, reset_cmd, spec_cmd, state_cmd, status_cmd, streams_cmd,
+               upgrade_cmd, versions_cmd)
 
 __all__ = ["app", "main"]
 
@@ -27,7 +28,8 @@ def _root() -> None:
 
 app.command("plan")(plan_cmd.plan)
 for _module in (versions_cmd, certs_cmd, render_cmd, status_cmd, lab_cmd, agent_cmd, identities_cmd, state_cmd,
-                keys_cmd, bundle_cmd, upgrade_cmd, etcd_cmd, pause_cmd, reset_cmd, membership_cmd, streams_cmd, spec_cmd):
+                keys_cmd, bundle_cmd, upgrade_cmd, etcd_cmd, pause_cmd, reset_cmd, membership_cmd, streams_cmd, spec_cmd,
+                deadletters_cmd):
     _module.register(app)
 
 

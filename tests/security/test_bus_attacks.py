@@ -82,6 +82,8 @@ API_MATRIX: tuple[tuple[str, frozenset[str]], ...] = (
     ("$JS.API.CONSUMER.CREATE.BKE_EVENTS", frozenset()),
     ("$JS.API.CONSUMER.MSG.NEXT.BKE_AGENT.dispatcher-results", frozenset({"dispatcher"})),
     ("$JS.API.STREAM.INFO.BKE_EVENTS", frozenset({*SERVICES, "operator", "dashboard", "streams"})),
+    ("$JS.API.STREAM.MSG.GET.BKE_DEADLETTER", frozenset({"operator"})),  # `bke deadletters`
+    ("$JS.API.STREAM.MSG.GET.BKE_EVENTS", frozenset()),
 )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bke.auth.authority import new_authority
-from bke.auth.jetstream_grants import BUCKET_ACCESS, SERVICE_CONSUMERS
+from bke.auth.jetstream_grants import BUCKET_ACCESS, MESSAGE_READERS, SERVICE_CONSUMERS
 from bke.auth.jwt import decode_jwt
 from bke.bus.quotas import AGENT_MAX_PAYLOAD, AGENT_MAX_SUBS, PER_CLUSTER, storage_for
 from bke.bus.streams import BUCKETS, STREAMS
@@ -169,6 +169,23 @@ def test_the_operator_writes_the_blob_bucket_and_reads_the_snapshots() -> None:
     assert any(_matches(p, "$O.bke-blobs.C.x") for p in perms.pub_allow)
     assert not any(_matches(p, "$O.bke-etcd-snapshots.M.eA") for p in perms.pub_allow)
     assert any(_matches(p, "$JS.API.DIRECT.GET.OBJ_bke-etcd-snapshots.$O.bke-etcd-snapshots.M.eA") for p in perms.pub_allow)
+
+
+DEADLETTER_GET = "$JS.API.STREAM.MSG.GET.BKE_DEADLETTER"
+
+
+def test_only_the_operator_reads_the_dead_letters() -> None:
+    """`bke deadletters`: the operator's message get on BKE_DEADLETTER, exactly that subject; no
+    dashboard, service, deploy identity or agent reads what a service gave up on."""
+    assert MESSAGE_READERS == {"BKE_DEADLETTER": ("operator",)}
+    operator = role_permissions("operator").pub_allow
+    assert DEADLETTER_GET in operator
+    assert [p for p in operator if ".MSG.GET." in p and not p.startswith("$JS.API.STREAM.MSG.GET.OBJ_")] == [DEADLETTER_GET]
+    for role in [*SERVICE_ROLES, "dashboard", "streams"]:
+        assert not any(_matches(p, DEADLETTER_GET) for p in role_permissions(role).pub_allow), role
+    agent = agent_permissions("c1", "n1")
+    assert not any(_matches(p, DEADLETTER_GET) for p in agent.pub_allow)
+    assert any(_matches(p, DEADLETTER_GET) for p in agent.pub_deny)
 
 
 def test_replies_are_bounded_in_number_and_time() -> None:

@@ -21,6 +21,9 @@ transform that turned a service's dead letters into a node's results, or seal `B
   whole bucket, is stopped by denying the publish itself to everyone else. Readers bind, read the
   meta (direct get) and read chunks through an ordered (ephemeral) consumer, whose creation
   carries its filter in the payload: a reader may read any object of a bucket it reads.
+* A stream's stored messages are read one at a time (`STREAM.MSG.GET`, by sequence or subject)
+  only where `MESSAGE_READERS` says so: the operator reads the dead letters (`bke deadletters`).
+  The request carries the sequence or subject in its payload, so the grant is the whole stream.
 
 Agents get their JetStream subjects in bke.auth.permissions.agent_permissions (their own consumer
 and command subject only).
@@ -37,8 +40,8 @@ from ..contracts.pause import PAUSE_CLUSTER
 from ..contracts.reset import CLUSTER_DELETED
 from ..contracts.rotation import rotation_subject
 
-__all__ = ["AGENT_STREAM", "BUCKET_ACCESS", "JS_API", "SERVICE_CONSUMERS", "BucketAccess", "Consumer",
-           "bucket_subjects", "consumer_subjects", "declare_subjects", "read_subjects"]
+__all__ = ["AGENT_STREAM", "BUCKET_ACCESS", "JS_API", "MESSAGE_READERS", "SERVICE_CONSUMERS", "BucketAccess", "Consumer",
+           "bucket_subjects", "consumer_subjects", "declare_subjects", "message_read_subjects", "read_subjects"]
 
 JS_API = "$JS.API"
 AGENT_STREAM = "BKE_AGENT"
@@ -128,6 +131,17 @@ BUCKET_ACCESS: dict[str, BucketAccess] = {
 }
 
 
+# Who may read a stream's messages one by one, by sequence or subject, without a consumer
+# (`$JS.API.STREAM.MSG.GET.<stream>`): nothing is acked or removed. Dead letters carry the raw
+# bytes of what a service gave up on (anything a sender put on the bus, up to 256 KiB), so only
+# the operator reads them (`bke deadletters list|show`, what docs/troubleshooting.md sends the
+# operator to); no service reads what another gave up on, and the read-only dashboard sees their
+# count in the stream's info only.
+MESSAGE_READERS: dict[str, tuple[str, ...]] = {
+    "BKE_DEADLETTER": ("operator",),
+}
+
+
 def _obj(bucket: str) -> str:
     return f"OBJ_{bucket}"
 
@@ -151,6 +165,11 @@ def bucket_subjects(role: str) -> tuple[str, ...]:
         if role in access.writers:
             out += [f"$O.{bucket}.>", f"{JS_API}.STREAM.PURGE.{stream}"]
     return tuple(out)
+
+
+def message_read_subjects(role: str) -> tuple[str, ...]:
+    """A role's message gets (`MESSAGE_READERS`): one subject per stream it reads."""
+    return tuple(f"{JS_API}.STREAM.MSG.GET.{stream}" for stream, readers in MESSAGE_READERS.items() if role in readers)
 
 
 def _declared() -> tuple[str, ...]:

@@ -43,6 +43,7 @@ from .jetstream_grants import (
     bucket_subjects,
     consumer_subjects,
     declare_subjects,
+    message_read_subjects,
     read_subjects,
 )
 
@@ -94,7 +95,7 @@ class RoleRow:
 
 def _service_js(role: str) -> tuple[str, ...]:
     return (*read_subjects(), *(p for c in SERVICE_CONSUMERS.get(role, ()) for p in consumer_subjects(c)),
-            *bucket_subjects(role))
+            *bucket_subjects(role), *message_read_subjects(role))
 
 
 ROLES: dict[str, RoleRow] = {
@@ -103,7 +104,8 @@ ROLES: dict[str, RoleRow] = {
        for name in SERVICE_ROLES},
     # Health requests come from operators' tools, not from BKE's code, so the channel names no
     # sender (CHANNELS) and the two human-facing roles get them here.
-    "operator": RoleRow("cli", "cli", "the `bke` CLI of an operator (installs, retries, renewals, status)",
+    # The operator alone reads the dead letters' messages (`bke deadletters`): jetstream_grants.MESSAGE_READERS.
+    "operator": RoleRow("cli", "cli", "the `bke` CLI of an operator (installs, retries, renewals, status, dead letters)",
                         js_api=_service_js("operator"), extra_pub=(f"{HEALTH_PREFIX}.*",)),
     "dashboard": RoleRow("dashboard", "cli", "read only: status and expiry requests, live events",
                          js_api=read_subjects(), extra_pub=(f"{HEALTH_PREFIX}.*",)),

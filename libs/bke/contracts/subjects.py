@@ -276,6 +276,6 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(LEGACY_RETRY_REQUESTED, RetryInstall, "command", "Deprecated name of bke.v1.cluster.retry, accepted until bke.v2.", (), ("dispatcher",),
             external="sent only by CLIs and tooling of earlier releases"),
     Channel(DEADLETTER + ".{service}", DeadLettered, "event", "A message a service gave up on: malformed (at once) or still failing after its maximum deliveries.", ("planner", "certs", "renderer", "dispatcher", "upgrader"), (),
-            external="read by operators (`nats stream view BKE_DEADLETTER`); no service consumes what another gave up on"),
+            external="read by operators (`bke deadletters list|show`); no service consumes what another gave up on"),
 )
 
