@@ -36,8 +36,13 @@ LINTS = (
 )
 
 
+# The installer of the pinned set, itself pinned; pip installs it (and takes over if it cannot).
+UV = "uv==0.13.9"
+
+
 def _digest() -> str:
     h = hashlib.sha256()
+    h.update(UV.encode())
     for name in ("requirements.txt", "pyproject.toml"):
         h.update((ROOT / name).read_bytes())
     return h.hexdigest()
@@ -53,8 +58,15 @@ def ensure_venv() -> None:
     if STAMP.exists() and STAMP.read_text() == digest:
         return
     pip = [str(PY), "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.check_call([*pip, "install", "-r", str(ROOT / "requirements.txt")])
-    subprocess.check_call([*pip, "install", "--no-deps", "-e", str(ROOT)])
+    if subprocess.call([*pip, "install", UV]) == 0:
+        # uv installs the same pins about ten times faster than pip (measured here: 16 s against
+        # 159 s on a fresh venv), which a fresh clone's CI pays every time.
+        installer = [str(VENV / "bin" / "uv"), "pip", "install", "--quiet", "--python", str(PY)]
+    else:
+        print("setup: uv could not be installed; installing with pip", flush=True)
+        installer = [*pip, "install"]
+    subprocess.check_call([*installer, "-r", str(ROOT / "requirements.txt")])
+    subprocess.check_call([*installer, "--no-deps", "-e", str(ROOT)])
     STAMP.write_text(digest)
 
 
