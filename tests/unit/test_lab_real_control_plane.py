@@ -160,7 +160,11 @@ def test_kwok_manages_only_the_nodes_bke_registered_with_our_stages(tmp_path) ->
     argv = kwok_argv(tmp_path / "kwok", tmp_path / "admin.conf", 41000)
     assert f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}" in argv and "--manage-all-nodes=false" in argv
     assert f"--config={STAGES}" in argv and "--server-address=127.0.0.1:41000" in argv
-    stages = list(yaml.safe_load_all(STAGES.read_text()))
+    docs = list(yaml.safe_load_all(STAGES.read_text()))
+    config = [d for d in docs if d["kind"] == "KwokConfiguration"]
+    assert len(config) == 1 and config[0]["apiVersion"] == "config.kwok.x-k8s.io/v1alpha1"
+    assert config[0]["options"]["nodeLeaseParallelism"] >= 32  # kwok's 4 let 10,000 nodes' leases run out
+    stages = [d for d in docs if d["kind"] != "KwokConfiguration"]
     assert {s["metadata"]["name"] for s in stages} == {"bke-node-ready", "bke-node-heartbeat", "bke-pod-running", "bke-pod-gone",
                                                        "bke-pod-ready-again"}
     assert all(s["kind"] == "Stage" and s["apiVersion"] == "kwok.x-k8s.io/v1alpha1" for s in stages)
