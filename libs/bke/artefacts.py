@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .pythons import STANDALONE
-from .spec.models import Cluster
-from .versions import KUBERNETES, RUNC, parse_version
+from bke.pythons import STANDALONE
+from bke.spec.models import Cluster
+from bke.versions import KUBERNETES, RUNC, parse_version
 
 __all__ = [
     "file_sha256",

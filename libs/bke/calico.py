@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .spec.pod_subnets import Network, parse_pod_subnets
+from bke.spec.pod_subnets import Network, parse_pod_subnets
 
 __all__ = ["BLOCK_SIZE", "BLOCK_SIZES", "CalicoWiring", "calico_image", "find_calico_node", "wire_calico"]
 

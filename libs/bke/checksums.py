@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import httpx
 
-from .artefacts import tree_sha256
-from .errors import TemporaryError
-from .binary_placeholder import lab_binary_sha256
-from .plan import Plan
+from bke.artefacts import tree_sha256
+from bke.errors import TemporaryError
+from bke.binary_placeholder import lab_binary_sha256
+from bke.plan import Plan
 
-from .node_steps import plan_artefacts
+from bke.node_steps import plan_artefacts
 
 __all__ = ["HttpRepoChecksums", "LabChecksums", "artefact_urls"]
 

@@ -25,8 +25,8 @@ from typing import Any, Protocol
 
 from redis.asyncio import Redis
 
-from .errors import TemporaryError
-from .plan import Plan
+from bke.errors import TemporaryError
+from bke.plan import Plan
 
 __all__ = ["Drainer", "KubernetesDrainer", "LabDrainer"]
 

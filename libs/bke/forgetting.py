@@ -19,13 +19,13 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from .bus.handler import Out, typed
-from .contracts.membership import RemoveNodesFinished
-from .contracts.reset import CLUSTER_DELETED, ClusterDeleted, StateRemoved, removed_subject
-from .state.keys import (
+from bke.bus.handler import Out, typed
+from bke.contracts.membership import RemoveNodesFinished
+from bke.contracts.reset import CLUSTER_DELETED, ClusterDeleted, StateRemoved, removed_subject
+from bke.state.keys import (
     cluster_key, clusters_index, installs_index, request_key, resets_index, rotations_index, upgrades_index,
 )
-from .state.schema import RECORDS
+from bke.state.schema import RECORDS
 
 __all__ = ["INDEXES", "forget_cluster", "on_nodes_removed", "owned_members", "removed_hosts", "serve_deleted"]
 

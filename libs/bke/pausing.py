@@ -7,9 +7,9 @@ import logging
 from datetime import datetime
 from typing import Any, Callable
 
-from .bus.handler import Out, typed
-from .contracts.pause import PAUSE_CLUSTER, PauseChanged, PauseCluster, pause_subject
-from .state.pause import PauseFlags
+from bke.bus.handler import Out, typed
+from bke.contracts.pause import PAUSE_CLUSTER, PauseChanged, PauseCluster, pause_subject
+from bke.state.pause import PauseFlags
 
 __all__ = ["serve_pause"]
 

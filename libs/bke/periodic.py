@@ -8,7 +8,7 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable
 
-from .tasks import cancel_and_wait
+from bke.tasks import cancel_and_wait
 
 __all__ = ["Periodic"]
 

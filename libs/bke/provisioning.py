@@ -18,7 +18,7 @@ from typing import Protocol
 from nats.aio.client import Client as NatsClient
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
-from .contracts.agent import AGENTS_PROVISION, AgentProvisioned, ProvisionAgent
+from bke.contracts.agent import AGENTS_PROVISION, AgentProvisioned, ProvisionAgent
 
 __all__ = ["ProvisionRefused", "provision_agent", "provision_agents"]
 

@@ -47,8 +47,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .pki.subjects import dropped
-from .versions import KUBERNETES, parse_version
+from bke.pki.subjects import dropped
+from bke.versions import KUBERNETES, parse_version
 
 __all__ = ["BINDINGS", "Binding", "CLUSTER_ADMINS", "bindings_for", "rbac_objects"]
 

@@ -14,8 +14,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
 
-from .errors import TemporaryError, is_unavailable
-from .tasks import cancel_and_wait
+from bke.errors import TemporaryError, is_unavailable
+from bke.tasks import cancel_and_wait
 
 __all__ = ["DONE", "Outcome", "PAUSED_RECHECK_S", "Reconciler", "Runner"]
 

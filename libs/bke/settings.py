@@ -18,8 +18,8 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
-    from .bus.connect import BusAccess
-    from .state.client import StoreAccess
+    from bke.bus.connect import BusAccess
+    from bke.state.client import StoreAccess
 
 __all__ = ["ServiceSettings"]
 
@@ -74,7 +74,7 @@ class ServiceSettings(BaseSettings):
     @field_validator("nats_url")
     @classmethod
     def _nats_list(cls, value: str) -> str:
-        from .bus.connect import nats_servers
+        from bke.bus.connect import nats_servers
 
         nats_servers(value)  # a clear error for an empty or malformed entry of the list
         return value
@@ -82,7 +82,7 @@ class ServiceSettings(BaseSettings):
     @field_validator("redis_sentinels")
     @classmethod
     def _sentinel_list(cls, value: str | None) -> str | None:
-        from .state.client import parse_sentinels
+        from bke.state.client import parse_sentinels
 
         if value is not None:
             parse_sentinels(value)
@@ -97,7 +97,7 @@ class ServiceSettings(BaseSettings):
     @property
     def store(self) -> "StoreAccess":
         """How this service reaches Redis."""
-        from .state.client import StoreAccess, parse_sentinels
+        from bke.state.client import StoreAccess, parse_sentinels
 
         sentinels = parse_sentinels(self.redis_sentinels) if self.redis_sentinels else ()
         return StoreAccess(self.redis_url, self.redis_tls_ca, sentinels, self.redis_sentinel_master)
@@ -105,6 +105,6 @@ class ServiceSettings(BaseSettings):
     @property
     def bus(self) -> "BusAccess":
         """How this service reaches NATS."""
-        from .bus.connect import BusAccess
+        from bke.bus.connect import BusAccess
 
         return BusAccess(self.nats_url, self.nats_creds, self.nats_inbox_prefix, self.nats_tls_ca)

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..bus.streams import OBJECT_BUCKET, STREAMS
-from ..contracts import subjects as s
-from ..contracts.agent import ETCD_SNAPSHOT_BUCKET, UPGRADER_RESULT
-from ..contracts.install import install_subject
-from ..contracts.pause import PAUSE_CLUSTER
-from ..contracts.reset import CLUSTER_DELETED
-from ..contracts.rotation import rotation_subject
+from bke.bus.streams import OBJECT_BUCKET, STREAMS
+from bke.contracts import subjects as s
+from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, UPGRADER_RESULT
+from bke.contracts.install import install_subject
+from bke.contracts.pause import PAUSE_CLUSTER
+from bke.contracts.reset import CLUSTER_DELETED
+from bke.contracts.rotation import rotation_subject
 
 __all__ = ["AGENT_STREAM", "BUCKET_ACCESS", "JS_API", "MESSAGE_READERS", "SERVICE_CONSUMERS", "BucketAccess", "Consumer",
            "bucket_subjects", "consumer_subjects", "declare_subjects", "message_read_subjects", "read_subjects"]

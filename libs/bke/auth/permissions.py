@@ -31,11 +31,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..bus import quotas
-from ..contracts.agent import ETCD_SNAPSHOT_BUCKET, UPGRADER_RESULT, agent_subject, node_token
-from ..contracts.health import HEALTH_PREFIX
-from ..contracts.restore import restore_piece_subject
-from ..contracts.subjects import CHANNELS, DEADLETTER
+from bke.bus import quotas
+from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, UPGRADER_RESULT, agent_subject, node_token
+from bke.contracts.health import HEALTH_PREFIX
+from bke.contracts.restore import restore_piece_subject
+from bke.contracts.subjects import CHANNELS, DEADLETTER
 from .jetstream_grants import (
     AGENT_STREAM,
     JS_API,

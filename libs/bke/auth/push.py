@@ -14,8 +14,8 @@ from pathlib import Path
 
 import nats
 
-from ..bus.connect import BusAccess, connect_options
-from ..errors import PermanentError, TemporaryError
+from bke.bus.connect import BusAccess, connect_options
+from bke.errors import PermanentError, TemporaryError
 from .authority import Authority
 
 __all__ = ["CLAIMS_UPDATE", "push_account", "push_system_account"]

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 
 import redis
 
-from ..secrets.at_rest import SecretBox
-from ..state.keys import auth_authority_key, auth_identities_key
+from bke.secrets.at_rest import SecretBox
+from bke.state.keys import auth_authority_key, auth_identities_key
 from .authority import Authority, IssuedUser, new_authority
 from .permissions import IDENTITY_TTL_S, ROLES, agent_permissions, identity_name, inbox_prefix, role_permissions
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from ..artefacts import ARCHES, file_sha256
-from ..plan import Plan
-from ..pythons import AGENT_PYTHONS, STANDALONE
-from ..render import RenderInputs, render_cluster
-from ..versions import KUBERNETES, RUNC, parse_version
+from bke.artefacts import ARCHES, file_sha256
+from bke.plan import Plan
+from bke.pythons import AGENT_PYTHONS, STANDALONE
+from bke.render import RenderInputs, render_cluster
+from bke.versions import KUBERNETES, RUNC, parse_version
 from .build import BundleFile, bundle_artefacts, downloads, ensure_files, write_atomic
 from .fetch import Fetcher
 from .images import Image, calico_images, rendered_images, resolve_digests

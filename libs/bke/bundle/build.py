@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..artefacts import ARCHES, Artefact, agent_artefacts, cluster_artefacts, file_sha256, node_artefacts
-from ..spec.models import Cluster
+from bke.artefacts import ARCHES, Artefact, agent_artefacts, cluster_artefacts, file_sha256, node_artefacts
+from bke.spec.models import Cluster
 from .sums import ChecksumMismatch, published_sha256
 from .upstreams import UPSTREAMS, Upstream
 from .fetch import Fetcher

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import httpx
 import yaml
 
-from ..calico import calico_image
+from bke.calico import calico_image
 
 __all__ = ["DEFAULT_REGISTRIES", "Image", "ImageError", "calico_images", "rendered_images", "resolve_digests",
            "split_ref"]

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from ..pythons import STANDALONE
+from bke.pythons import STANDALONE
 
 __all__ = ["UPSTREAMS", "Upstream", "UpstreamError", "apply_overrides", "parse_override"]
 

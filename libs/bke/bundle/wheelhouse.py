@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from ..pythons import AGENT_PYTHONS
+from bke.pythons import AGENT_PYTHONS
 
 __all__ = ["PLATFORMS", "SDIST_ONLY", "WheelhouseError", "download_commands", "ensure_wheelhouse", "links_page",
            "local_wheel_commands"]

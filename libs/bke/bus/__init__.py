@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..lazy_exports import load_export
+from bke.lazy_exports import load_export
 
 if TYPE_CHECKING:
     from .blobs import get_blob, put_blob

@@ -10,7 +10,7 @@ from typing import Any
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
-from ..errors import PermanentError
+from bke.errors import PermanentError
 
 __all__ = ["BlobTooLarge", "put_blob", "get_blob"]
 

@@ -34,9 +34,9 @@ from typing import Awaitable, Callable
 
 from faststream.nats import NatsBroker, NatsMessage
 
-from ..contracts import DEADLETTER, DeadLettered
-from ..contracts.base import schema_headers
-from ..errors import MalformedMessage, NotYetKnown, PermanentError, TemporaryError, UnknownTarget, is_unavailable
+from bke.contracts import DEADLETTER, DeadLettered
+from bke.contracts.base import schema_headers
+from bke.errors import MalformedMessage, NotYetKnown, PermanentError, TemporaryError, UnknownTarget, is_unavailable
 from .message_version import set_delivery_headers
 from .readiness import Readiness
 

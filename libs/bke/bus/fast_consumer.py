@@ -24,7 +24,7 @@ from typing import Any, Awaitable, Callable
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from ..errors import is_unavailable
+from bke.errors import is_unavailable
 from .delivery import settle
 from .readiness import Readiness
 

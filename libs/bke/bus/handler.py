@@ -16,8 +16,8 @@ from typing import Awaitable, Callable, Sequence, TypeVar
 
 from pydantic import ValidationError
 
-from ..contracts.base import Message
-from ..errors import MalformedMessage
+from bke.contracts.base import Message
+from bke.errors import MalformedMessage
 from .message_version import MessageTooOld, delivery_headers, message_version, read_message
 
 __all__ = ["Out", "Publish", "deprecated", "first_of", "parse", "typed"]

@@ -40,8 +40,8 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from ..contracts.base import MESSAGE_SCHEMA, SCHEMA_HEADER, Message
-from ..errors import MalformedMessage, NotYetKnown
+from bke.contracts.base import MESSAGE_SCHEMA, SCHEMA_HEADER, Message
+from bke.errors import MalformedMessage, NotYetKnown
 
 __all__ = [
     "CONVERTERS", "Converter", "MessageTooNew", "MessageTooOld", "READABLE_FROM", "UNVERSIONED",

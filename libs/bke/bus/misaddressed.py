@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
-from ..contracts.agent import subject_node
+from bke.contracts.agent import subject_node
 from .delivery import delivery_subject
 
 __all__ = ["METRIC", "Misaddressed", "misaddressed"]

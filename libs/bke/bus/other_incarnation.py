@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..contracts.agent import CommandResult
+from bke.contracts.agent import CommandResult
 
 __all__ = ["METRIC", "OtherIncarnation"]
 

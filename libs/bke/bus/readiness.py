@@ -12,7 +12,7 @@ import asyncio
 import logging
 from typing import Iterable
 
-from ..contracts.health import ServiceHealth
+from bke.contracts.health import ServiceHealth
 
 __all__ = ["CONDITIONS", "Readiness"]
 

@@ -24,9 +24,9 @@ from faststream import FastStream
 from faststream.nats import NatsBroker
 from faststream.nats.security import NatsSecurity
 
-from ..contracts.base import schema_headers
-from ..contracts.health import GetHealth, health_subject
-from ..settings import ServiceSettings
+from bke.contracts.base import schema_headers
+from bke.contracts.health import GetHealth, health_subject
+from bke.settings import ServiceSettings
 from .connect import connect_nats, connect_options
 from .readiness import Readiness
 from .replies import answerable
@@ -64,7 +64,7 @@ class Service:
     http: Any = None
 
     def __post_init__(self) -> None:
-        from ..http.metrics import ServiceMetrics
+        from bke.http.metrics import ServiceMetrics
 
         self.metrics = ServiceMetrics(self.name)
         self.metrics.is_ready = lambda: self.readiness.ready
@@ -174,7 +174,7 @@ class Service:
         """Run `work` once Redis answers: a service started before its store (or during an
         outage) waits, not ready, instead of crashing (the dispatcher's and the upgrader's
         resumption of running operations). Anything but an outage is a bug: raised."""
-        from ..errors import is_unavailable
+        from bke.errors import is_unavailable
 
         while not stopping():
             try:
@@ -209,9 +209,9 @@ class Service:
         """Serve /healthz, /readyz, /metrics and the service's routes, when a port is set."""
         if self.http_port is None or self.http is not None:
             return
-        from ..http.app import build_app
-        from ..http.server import HttpServer
-        from ..http.token_gate import TokenGate, read_token
+        from bke.http.app import build_app
+        from bke.http.server import HttpServer
+        from bke.http.token_gate import TokenGate, read_token
 
         token = read_token(self.settings.http_token_file, self.settings.http_host)
         app: Any = build_app(self.name, self.metrics, self.readiness.snapshot, self.http_routes)
@@ -325,7 +325,7 @@ def _probe_client(settings: ServiceSettings) -> Any:
     (a Redis failover is an outage until the new primary answers)."""
     from redis.asyncio import Redis
 
-    from ..state.client import redis_client
+    from bke.state.client import redis_client
 
     probe: dict[str, Any] = {"socket_timeout": REDIS_PROBE_S, "socket_connect_timeout": REDIS_PROBE_S}
     if settings.store.sentinels:
@@ -354,10 +354,10 @@ def run_main(name: str, create: Callable[[], Service]) -> int:
 
     from pydantic import ValidationError
 
-    from ..errors import PermanentError
-    from ..logs import setup_logging
+    from bke.errors import PermanentError
+    from bke.logs import setup_logging
 
-    from ..http.token_gate import read_token
+    from bke.http.token_gate import read_token
 
     setup_logging(name)
     try:
@@ -374,7 +374,7 @@ def run_main(name: str, create: Callable[[], Service]) -> int:
         sys.stderr.write(f"ERROR bke-{name}: {exc}\n")
         return 2
     if svc.http_port is None:
-        from ..http.ports import default_port
+        from bke.http.ports import default_port
 
         svc.http_port = default_port(name)
     asyncio.run(svc.app.run())

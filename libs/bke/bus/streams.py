@@ -30,9 +30,9 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, ObjectStoreConfig, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
-from ..contracts import subjects as s
-from ..contracts.agent import ETCD_SNAPSHOT_BUCKET
-from ..errors import PermanentError
+from bke.contracts import subjects as s
+from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET
+from bke.errors import PermanentError
 from . import quotas
 
 __all__ = ["APPEND_ONLY_BUCKETS", "BUCKETS", "BUCKET_TTL_S", "STREAMS", "StreamDef", "StreamsNotDeclared", "bucket_config", "check_streams",
@@ -234,7 +234,7 @@ async def wait_declared(js: JetStreamContext, replicas: int | None, wait_s: floa
     deploy step may still be running, and a NATS cluster that is still forming answers JetStream
     requests with 503s). Then a missing or drifted stream stands as StreamsNotDeclared, and the
     service does not start: it never declares streams itself."""
-    from ..errors import is_unavailable
+    from bke.errors import is_unavailable
 
     loop = asyncio.get_running_loop()
     deadline, delay = loop.time() + wait_s, 0.25

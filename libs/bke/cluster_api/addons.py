@@ -31,7 +31,7 @@ from bke.plan import Plan
 from bke.spec.addons import AddonStep, addon_steps
 from bke.state.keys import addon_manifests_key, addons_key
 
-from ..runner import DONE, Outcome
+from bke.runner import DONE, Outcome
 from .manifests import cni_artefact
 from .workloads import daemonset_ready, rollout_mark
 

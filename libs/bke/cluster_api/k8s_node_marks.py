@@ -16,8 +16,8 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..errors import TemporaryError
-from ..plan import NodePlan, Plan
+from bke.errors import TemporaryError
+from bke.plan import NodePlan, Plan
 from .apply_k8s import FIELD_MANAGER, KubernetesApplier
 from .labels import Marks, node_patch
 from .node_labels import NodesApplied

@@ -28,9 +28,9 @@ from typing import Callable, Protocol
 
 from redis.asyncio import Redis
 
-from ..plan import NodePlan, Plan
-from ..runner import DONE, Outcome
-from ..state.keys import node_labels_key, phase_key
+from bke.plan import NodePlan, Plan
+from bke.runner import DONE, Outcome
+from bke.state.keys import node_labels_key, phase_key
 from .labels import Marks, marks_from_record, record, wanted
 
 __all__ = ["BATCH", "LabNodes", "NodeLabelsWork", "NodeMarker", "NodesApplied", "REGISTER_TIMEOUT_S"]

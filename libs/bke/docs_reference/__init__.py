@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..spec.json_schema import SCHEMA_FILE, render_spec_schema
+from bke.spec.json_schema import SCHEMA_FILE, render_spec_schema
 from .events_page import render_events_page
 from .flags_page import render_flags_page
 from .spec_page import render_spec_page

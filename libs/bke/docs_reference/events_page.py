@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..contracts.asyncapi import build_asyncapi
-from ..contracts.subjects import CHANNELS, Channel
+from bke.contracts.asyncapi import build_asyncapi
+from bke.contracts.subjects import CHANNELS, Channel
 from .markdown import anchor, cell, code, prose, schema_type, table
 
 __all__ = ["render_events_page"]

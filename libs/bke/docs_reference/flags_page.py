@@ -6,12 +6,12 @@ from __future__ import annotations
 import functools
 from collections import Counter
 
-from .. import versions
-from ..flagrules import DENYLIST, GATES, Gate, known_flags
-from ..flagrules.catalog import Flag
-from ..flagrules.flag_table import FLAGS
-from ..flagrules.value_check import VALUE_CLASSES
-from ..flagrules.value_types import VALUE_TYPES
+from bke import versions
+from bke.flagrules import DENYLIST, GATES, Gate, known_flags
+from bke.flagrules.catalog import Flag
+from bke.flagrules.flag_table import FLAGS
+from bke.flagrules.value_check import VALUE_CLASSES
+from bke.flagrules.value_types import VALUE_TYPES
 from .markdown import cell, code, table
 
 __all__ = ["render_flags_page"]

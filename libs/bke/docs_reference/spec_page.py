@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..spec.json_schema import SCHEMA_FILE, spec_schema
-from ..spec.models import API_VERSION
+from bke.spec.json_schema import SCHEMA_FILE, spec_schema
+from bke.spec.models import API_VERSION
 from .markdown import cell, code, schema_type, table
 
 __all__ = ["render_spec_page", "spec_rows"]

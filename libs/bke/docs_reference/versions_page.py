@@ -3,11 +3,11 @@ upgrades, from the tables the planner, the renderer and the upgrader read (bke.v
 bke.render.TEMPLATE_RANGES, bke.upgrade.paths, bke.upgrade.order, bke.upgrade.checks)."""
 from __future__ import annotations
 
-from .. import versions
-from ..render.templates import TEMPLATE_RANGES
-from ..upgrade.checks import CHECKS
-from ..upgrade.order import ORDER
-from ..upgrade.paths import ETCD_MIN_PATCH, MAX_KUBERNETES_MINOR_STEP, PATH_RULES
+from bke import versions
+from bke.render.templates import TEMPLATE_RANGES
+from bke.upgrade.checks import CHECKS
+from bke.upgrade.order import ORDER
+from bke.upgrade.paths import ETCD_MIN_PATCH, MAX_KUBERNETES_MINOR_STEP, PATH_RULES
 from .markdown import cell, code, table
 
 __all__ = ["render_versions_page"]

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
-from ..errors import PermanentError
+from bke.errors import PermanentError
 from .etcd_stream import check_etcd_hash
 from .sealed_stream import MAGIC, open_stream, seal_stream
 

@@ -19,7 +19,7 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import PermanentError
+from bke.errors import PermanentError
 
 __all__ = ["ETCD_HASH_SIZE", "EtcdSnapshotError", "check_etcd_hash", "decode_line"]
 

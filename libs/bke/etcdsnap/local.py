@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import PermanentError
+from bke.errors import PermanentError
 
 __all__ = ["LocalRestoreError", "etcdutl_restore_argv", "restore_into"]
 

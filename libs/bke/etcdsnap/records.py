@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ..contracts.base import Message
+from bke.contracts.base import Message
 
 __all__ = ["RECORD_HEADER", "SnapshotRecord", "object_name", "record_bytes", "record_from_headers", "record_headers",
            "snapshot_id"]

@@ -38,10 +38,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..contracts.agent import ParkStaticPod, RestoreEtcdMember, Step, WaitHealth
-from ..node_steps import health_steps
-from ..paths import MANIFESTS_DIR
-from ..plan.models import Plan
+from bke.contracts.agent import ParkStaticPod, RestoreEtcdMember, Step, WaitHealth
+from bke.node_steps import health_steps
+from bke.paths import MANIFESTS_DIR
+from bke.plan.models import Plan
 
 __all__ = ["STAGES", "RestorePlan", "StageDef", "node_steps", "restore_plan"]
 

@@ -23,7 +23,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Mapping
 
-from ..state.schema import check_readable
+from bke.state.schema import check_readable
 from .restore import STAGES, RestorePlan
 
 __all__ = ["RestoreDecision", "RestoreRun", "StageRun", "awaited_ids", "decide", "finish", "fold_results",

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
-from ..errors import PermanentError
-from ..secrets.sealing import seal
+from bke.errors import PermanentError
+from bke.secrets.sealing import seal
 
 __all__ = ["MAGIC", "PIECE", "SealedStreamError", "open_stream", "seal_stream"]
 

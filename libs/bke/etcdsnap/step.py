@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..contracts.agent import EtcdSnapshot, TlsFiles
-from ..plan.models import Plan
+from bke.contracts.agent import EtcdSnapshot, TlsFiles
+from bke.plan.models import Plan
 from .records import object_name, snapshot_id
 
 __all__ = ["SnapshotTarget", "snapshot_step", "snapshot_targets"]

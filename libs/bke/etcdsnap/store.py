@@ -29,10 +29,10 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
-from ..contracts.agent import ETCD_SNAPSHOT_BUCKET
-from ..errors import PermanentError
-from ..secrets.sealing import agent_key_id
-from ..secrets.snapshot_key import SnapshotKey
+from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET
+from bke.errors import PermanentError
+from bke.secrets.sealing import agent_key_id
+from bke.secrets.snapshot_key import SnapshotKey
 from .etcd_stream import check_etcd_hash
 from .records import SnapshotRecord, record_bytes, record_from_headers
 from .sealed_stream import open_stream

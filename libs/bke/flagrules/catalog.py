@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from ..versions import Version, parse_version
+from bke.versions import Version, parse_version
 
 __all__ = ["Flag", "FlagVerdict", "flag_verdict", "known_flags"]
 

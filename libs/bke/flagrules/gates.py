@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..versions import Version, parse_version
+from bke.versions import Version, parse_version
 
 __all__ = [
     "GATES",

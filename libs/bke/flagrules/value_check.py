@@ -16,7 +16,7 @@ import ipaddress
 import re
 from collections.abc import Callable
 
-from ..versions import Version
+from bke.versions import Version
 
 __all__ = ["VALUE_CLASSES", "value_problem", "value_type"]
 

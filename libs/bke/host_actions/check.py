@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import posixpath
 
-from ..contracts.agent import (
+from bke.contracts.agent import (
     AgentCommand, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, EtcdSnapshot, FetchFile, ReplaceFiles,
     RestartStaticPod, RunProgram, Step, SystemdUnit, TlsFiles, UpdateAgent, WaitHealth, WriteFile,
 )

@@ -15,8 +15,8 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit
 
-from ..contracts.agent import TlsFiles
-from ..paths import PKI_DIR
+from bke.contracts.agent import TlsFiles
+from bke.paths import PKI_DIR
 
 __all__ = ["HEALTH_ENDPOINTS", "LOOPBACK_HOSTS", "health_url_refusal", "tls_refusal"]
 

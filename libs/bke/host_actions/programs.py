@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 
-from ..node_kernel import SYSCTL_FILE
+from bke.node_kernel import SYSCTL_FILE
 
 __all__ = ["MODULE_NAME", "PROGRAM_ARGS", "program_args_refusal"]
 

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..node_kernel import MODULES_FILE, OLD_KERNEL_MODULES_FILE, SYSCTL_FILE
+from bke.node_kernel import MODULES_FILE, OLD_KERNEL_MODULES_FILE, SYSCTL_FILE
 
 __all__ = [
     "AGENT_TARGET",

@@ -98,7 +98,7 @@ def catalogue_page(doc: dict[str, Any], service: str) -> str:
 @functools.cache
 def _document() -> tuple[dict[str, Any], str]:
     # built on first use, once per process: the contracts cannot change while it runs
-    from ..contracts.asyncapi import build_asyncapi, render_asyncapi
+    from bke.contracts.asyncapi import build_asyncapi, render_asyncapi
 
     return build_asyncapi(), render_asyncapi()
 

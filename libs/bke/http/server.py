@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import uvicorn
 
-from ..tasks import cancel_and_wait
+from bke.tasks import cancel_and_wait
 
 __all__ = ["HttpServer"]
 

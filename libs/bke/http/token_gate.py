@@ -15,7 +15,7 @@ import ipaddress
 from pathlib import Path
 from typing import Any
 
-from ..errors import PermanentError
+from bke.errors import PermanentError
 
 __all__ = ["OPEN_PATHS", "ExposedWithoutToken", "TokenGate", "is_loopback", "read_token"]
 

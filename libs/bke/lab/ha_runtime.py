@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..runtime import EmbeddedRuntime, RuntimeInfo
+from bke.runtime import EmbeddedRuntime, RuntimeInfo
 from .nats_cluster import CLUSTER_FILE, NatsCluster, stop_nats_cluster
 from .sentinel import MASTER_NAME, SENTINEL_FILE, SentinelSet, stop_sentinel_set
 

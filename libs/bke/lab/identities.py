@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from ..auth.jwt import decode_jwt
-from ..auth.permissions import identity_name, inbox_prefix
-from ..auth.push import push_account
-from ..auth.authority import write_creds
-from ..auth.registry import IdentityRecord, IdentityRegistry
-from ..runtime import EmbeddedRuntime, RuntimeInfo
-from ..runtime.nats_security import load_runtime_authority, save_runtime_authority
-from ..state.client import sync_redis_client
-from ..secrets.at_rest import load_secret_box
+from bke.auth.jwt import decode_jwt
+from bke.auth.permissions import identity_name, inbox_prefix
+from bke.auth.push import push_account
+from bke.auth.authority import write_creds
+from bke.auth.registry import IdentityRecord, IdentityRegistry
+from bke.runtime import EmbeddedRuntime, RuntimeInfo
+from bke.runtime.nats_security import load_runtime_authority, save_runtime_authority
+from bke.state.client import sync_redis_client
+from bke.secrets.at_rest import load_secret_box
 
 __all__ = ["LabIdentities", "creds_path"]
 

@@ -17,8 +17,8 @@ import os
 import shutil
 from pathlib import Path
 
-from ..secrets.at_rest import create_key_file
-from ..secrets.key_kinds import KIND_NAMES, SERVICE_KEY_KINDS, key_file_env
+from bke.secrets.at_rest import create_key_file
+from bke.secrets.key_kinds import KIND_NAMES, SERVICE_KEY_KINDS, key_file_env
 
 __all__ = ["LEGACY_KEY_FILE", "ensure_lab_key_files", "lab_key_dir", "lab_key_file", "service_key_env"]
 

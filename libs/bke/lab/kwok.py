@@ -27,11 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import TemporaryError
-from ..pki.api_credentials import read_api_credential
-from ..runtime.processes import free_port
-from ..secrets import SecretBox, box_for
-from ..state.client import redis_client
+from bke.errors import TemporaryError
+from bke.pki.api_credentials import read_api_credential
+from bke.runtime.processes import free_port
+from bke.secrets import SecretBox, box_for
+from bke.state.client import redis_client
 from .kube_binaries import KWOK_VERSION, locate
 from .node_object import KWOK_ANNOTATION
 

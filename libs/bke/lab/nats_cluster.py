@@ -28,9 +28,9 @@ from typing import Any
 
 import httpx
 
-from ..runtime.binaries import nats_server_bin
-from ..runtime.nats_security import RuntimeAuth, ensure_runtime_tls
-from ..runtime.processes import ManagedProcess, ProcessExitedError, free_port, pid_cwd, poll_until, stop_pid
+from bke.runtime.binaries import nats_server_bin
+from bke.runtime.nats_security import RuntimeAuth, ensure_runtime_tls
+from bke.runtime.processes import ManagedProcess, ProcessExitedError, free_port, pid_cwd, poll_until, stop_pid
 
 __all__ = ["CLUSTER_FILE", "NatsCluster", "NatsNode", "node_conf", "stop_nats_cluster"]
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 
-from ..runtime import RuntimeInfo
-from ..runtime.processes import pid_alive
+from bke.runtime import RuntimeInfo
+from bke.runtime.processes import pid_alive
 from .supervisor import SERVICES, LabSupervisor, lab_env
 
 __all__ = ["MAX_REPLICAS", "REPLICAS_ENV", "ensure_replicas", "replica_count", "replica_key", "replica_keys"]

@@ -32,9 +32,9 @@ from typing import Any
 
 import redis
 
-from ..runtime import redis_acl
-from ..runtime.binaries import redis_server_bin
-from ..runtime.processes import ManagedProcess, ProcessExitedError, free_port, pid_cwd, poll_until, stop_pid
+from bke.runtime import redis_acl
+from bke.runtime.binaries import redis_server_bin
+from bke.runtime.processes import ManagedProcess, ProcessExitedError, free_port, pid_cwd, poll_until, stop_pid
 
 __all__ = ["MASTER_NAME", "SENTINEL_FILE", "SENTINELS", "SentinelSet", "ha_acl_lines", "stop_sentinel_set"]
 

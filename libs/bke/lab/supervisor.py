@@ -34,14 +34,14 @@ from pathlib import Path
 
 from nats.js import JetStreamContext
 
-from ..bus.connect import BusAccess
-from ..plan import Plan
+from bke.bus.connect import BusAccess
+from bke.plan import Plan
 from .ha_runtime import ha_env, lab_runtime, stop_ha
 from .identities import LabIdentities
-from ..runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
-from ..runtime.binaries import MissingBinaryError, etcd_bin
-from ..runtime.processes import ManagedProcess, free_port, pid_alive, port_is_free, stop_pid
-from ..secrets.at_rest import SECRET_KEY_ENV
+from bke.runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
+from bke.runtime.binaries import MissingBinaryError, etcd_bin
+from bke.runtime.processes import ManagedProcess, free_port, pid_alive, port_is_free, stop_pid
+from bke.secrets.at_rest import SECRET_KEY_ENV
 from .key_files import ensure_lab_key_files, lab_key_dir, lab_key_file, service_key_env
 from .kube_binaries import cache_dir
 from .trust import ensure_lab_command_key, provision_lab_agents

@@ -25,17 +25,17 @@ from pathlib import Path
 
 from redis import Redis
 
-from ..bus.connect import BusAccess, connect_nats
-from ..contracts.agent import ProvisionAgent
-from ..provisioning import provision_agent
-from ..runtime import RuntimeInfo
-from ..runtime.declare import run_blocking
-from ..secrets import load_secret_box
-from ..secrets.sealing import agent_key_id, public_key_from_raw
-from ..secrets.command_key_pin import COMMAND_KEY_FILE, write_command_key_file
-from ..secrets.signing import ensure_command_key_sync
+from bke.bus.connect import BusAccess, connect_nats
+from bke.contracts.agent import ProvisionAgent
+from bke.provisioning import provision_agent
+from bke.runtime import RuntimeInfo
+from bke.runtime.declare import run_blocking
+from bke.secrets import load_secret_box
+from bke.secrets.sealing import agent_key_id, public_key_from_raw
+from bke.secrets.command_key_pin import COMMAND_KEY_FILE, write_command_key_file
+from bke.secrets.signing import ensure_command_key_sync
 from .key_files import lab_key_file
-from ..state.keys import command_signing_key
+from bke.state.keys import command_signing_key
 
 __all__ = ["ensure_lab_command_key", "provision_lab_agents"]
 

@@ -31,15 +31,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ..pki.instances import split_instance_id
-from ..pki.pod_certs import pod_of
-from ..plan import Plan
-from ..plan.models import NodePlan
-from ..node_steps import health_steps
-from ..spec.roles import CONTROL_PLANE_ROLES, is_master
-from ..upgrade.node_commands import CLEANUP_STEP, LB_STEP, stops_registering
-from ..upgrade.order import MAX_UNAVAILABLE, MEMBER_BY_MEMBER, ONE_AT_A_TIME, ORDER, ExpandedStep, Step, parse_max_unavailable
-from ..upgrade.run import DRAIN_STEP, UNREGISTER_STEP
+from bke.pki.instances import split_instance_id
+from bke.pki.pod_certs import pod_of
+from bke.plan import Plan
+from bke.plan.models import NodePlan
+from bke.node_steps import health_steps
+from bke.spec.roles import CONTROL_PLANE_ROLES, is_master
+from bke.upgrade.node_commands import CLEANUP_STEP, LB_STEP, stops_registering
+from bke.upgrade.order import MAX_UNAVAILABLE, MEMBER_BY_MEMBER, ONE_AT_A_TIME, ORDER, ExpandedStep, Step, parse_max_unavailable
+from bke.upgrade.run import DRAIN_STEP, UNREGISTER_STEP
 from .diff import Action, ClusterDiff, Refusal, component_of
 from .etcd_members import MemberSequence, MemberStep, agent_step, member_sequences
 

@@ -22,10 +22,10 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from ..plan import Plan
-from ..plan.models import NodePlan, quorum
-from ..pki.instances import Instance, desired_instances
-from ..render.result import NodeDiff
+from bke.plan import Plan
+from bke.plan.models import NodePlan, quorum
+from bke.pki.instances import Instance, desired_instances
+from bke.render.result import NodeDiff
 
 __all__ = ["Action", "ClusterDiff", "EtcdChange", "Refusal", "component_of", "diff_plans", "etcd_changes", "quorum",
            "removal_order", "removal_refusal", "render_diff", "unhealthy_in", "Unhealthy"]
@@ -286,9 +286,9 @@ _DIFF_ONLY_PASSWORD = "diffonly"
 
 def render_diff(current: Plan, desired: Plan) -> list[NodeDiff]:
     """Both plans rendered (`bke.render`, pure and CPU-bound) and compared per node."""
-    from ..render.context import RenderInputs
-    from ..render.render import render_cluster
-    from ..render.result import diff_rendered
+    from bke.render.context import RenderInputs
+    from bke.render.render import render_cluster
+    from bke.render.result import diff_rendered
 
     inputs = RenderInputs(vrrp_password=_DIFF_ONLY_PASSWORD)
     return diff_rendered(render_cluster(current, inputs), render_cluster(desired, inputs))

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..contracts.status import StatusNode
-from ..plan import Plan
+from bke.contracts.status import StatusNode
+from bke.plan import Plan
 
 __all__ = ["unhealthy_etcd_members"]
 

@@ -30,10 +30,10 @@ import hashlib
 from dataclasses import dataclass
 from typing import Literal
 
-from ..contracts.agent import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, TlsFiles
-from ..plan import Plan
-from ..plan.models import EtcdClusterPlan, EtcdMember
-from ..render.context import EtcdJoin
+from bke.contracts.agent import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, TlsFiles
+from bke.plan import Plan
+from bke.plan.models import EtcdClusterPlan, EtcdMember
+from bke.render.context import EtcdJoin
 from .diff import EtcdChange, Refusal, Unhealthy, etcd_changes, removal_order, removal_refusal, unhealthy_in
 
 __all__ = ["MemberSequence", "MemberStep", "agent_step", "etcd_joins", "joint_members", "member_sequences"]

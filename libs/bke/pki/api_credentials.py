@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from ..errors import TemporaryError
-from ..paths import ADMIN_CONF
-from ..plan import Plan
-from ..plan.api_node import init_node
-from ..secrets import SecretBox
-from ..state.keys import api_credentials_key
+from bke.errors import TemporaryError
+from bke.paths import ADMIN_CONF
+from bke.plan import Plan
+from bke.plan.api_node import init_node
+from bke.secrets import SecretBox
+from bke.state.keys import api_credentials_key
 from .operations import cluster_kubeconfig, node_bundle
 from .store import PkiStore
 

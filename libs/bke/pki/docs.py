@@ -7,8 +7,8 @@ to regenerate (``splice_generated``).
 """
 from __future__ import annotations
 
-from ..plan import Plan
-from ..spec.roles import is_master
+from bke.plan import Plan
+from bke.spec.roles import is_master
 from .instances import node_file_refs
 from .subjects import RULES
 from .table import CERTS, CertSpec, Place

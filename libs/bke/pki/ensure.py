@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from ..plan import Plan
+from bke.plan import Plan
 from .errors import CaIntegrityError
 from .instances import FileRef, Instance, desired_instances, node_file_refs
 from .issuance import IssueOptions, Validity, issue, paused_gc, worker_pool

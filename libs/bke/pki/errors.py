@@ -17,7 +17,7 @@ No message ever contains key material: they name certificates and files only.
 """
 from __future__ import annotations
 
-from ..errors import PermanentError, TemporaryError
+from bke.errors import PermanentError, TemporaryError
 
 __all__ = [
     "CaIntegrityError",

@@ -10,9 +10,9 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..plan import NodePlan, Plan
-from ..spec.roles import is_master
-from ..spec.validate import APISERVER_PORT
+from bke.plan import NodePlan, Plan
+from bke.spec.roles import is_master
+from bke.spec.validate import APISERVER_PORT
 from .table import CERTS, CertSpec, Place
 
 __all__ = [

@@ -11,7 +11,7 @@ from typing import Union
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from ..spec.models import KEY_ALGORITHMS
+from bke.spec.models import KEY_ALGORITHMS
 from .errors import KeyAlgorithmError
 
 __all__ = [

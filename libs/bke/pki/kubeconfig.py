@@ -12,7 +12,7 @@ import binascii
 import json
 import re
 
-from ..host_actions.kubeconfigs import kubeconfig_problems, may_name_a_program
+from bke.host_actions.kubeconfigs import kubeconfig_problems, may_name_a_program
 from .material import Material
 
 __all__ = ["embedded_material", "render_kubeconfig"]

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
-from ..plan import Plan
-from ..state.schema import check_readable
+from bke.plan import Plan
+from bke.state.schema import check_readable
 from .errors import StoreError
 from .instances import FileRef, Instance, nodes_by_instance
 

@@ -10,8 +10,8 @@ import asyncio
 from collections.abc import Collection
 from datetime import datetime, timedelta
 
-from ..plan import Plan
-from ..secrets import SecretBox
+from bke.plan import Plan
+from bke.secrets import SecretBox
 from .bundle import NodeFile, render_files
 from .ensure import ensure_pki
 from .errors import PkiNotReady, UnknownCertificate

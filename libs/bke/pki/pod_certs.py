@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ..plan import Plan
+from bke.plan import Plan
 from .instances import desired_instances
 
 __all__ = ["POD_CERTS", "NAMES_ANNOTATION", "names_digest", "names_digests", "pod_of", "pod_rows"]

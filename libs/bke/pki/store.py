@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..secrets import SecretBox
+from bke.secrets import SecretBox
 from .manifest import Manifest
 from .material import Material
 

@@ -19,7 +19,7 @@ import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from ..secrets import DecryptError, SecretBox
+from bke.secrets import DecryptError, SecretBox
 from .bundle import render_file
 from .errors import StoreConflict, StoreError
 from .kubeconfig import embedded_material

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..versions import parse_version
+from bke.versions import parse_version
 
 __all__ = ["RULES", "SubjectRule", "dropped", "subject_o"]
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Literal, TypedDict
 
 from .subjects import subject_o
-from ..paths import (
+from bke.paths import (
     ADMIN_CONF,
     CONTROLLER_MANAGER_CONF,
     ETCD_CERT_DIRS,

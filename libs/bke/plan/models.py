@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from ..spec.models import ClusterSpec
+from bke.spec.models import ClusterSpec
 
 __all__ = [
     "COMPONENTS",

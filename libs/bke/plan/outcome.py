@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from ..spec import FieldError, load_spec, validate_spec
+from bke.spec import FieldError, load_spec, validate_spec
 from .models import Plan
 from .placement import build_plan
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import ipaddress
 
-from ..spec.endpoint import serves_vip
-from ..spec.models import BKENode, ClusterSpec
-from ..spec.roles import CONTROL_PLANE_ROLES, ETCD_ROLES, is_master, is_worker, registers
+from bke.spec.endpoint import serves_vip
+from bke.spec.models import BKENode, ClusterSpec
+from bke.spec.roles import CONTROL_PLANE_ROLES, ETCD_ROLES, is_master, is_worker, registers
 from .models import COMPONENTS, ApiserverEtcd, EtcdClusterPlan, EtcdMember, NodePlan, Plan, Taint
 
 __all__ = ["ETCD_LAYOUT", "EtcdLayout", "build_plan", "format_overrides", "parse_overrides"]

@@ -12,8 +12,8 @@ import ipaddress
 
 import yaml
 
-from ..rbac import rbac_objects
-from ..spec.addons import addon_steps
+from bke.rbac import rbac_objects
+from bke.spec.addons import addon_steps
 from .context import Ctx
 from .errors import Finding
 from .layout import PORTS

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..flagrules import DENYLIST, DenyRule
-from ..spec.extra_args import COMPONENT_FIELDS, check_extra_args, split_gates
+from bke.flagrules import DENYLIST, DenyRule
+from bke.spec.extra_args import COMPONENT_FIELDS, check_extra_args, split_gates
 
 __all__ = [
     "COMPONENT_FIELDS",

@@ -5,8 +5,8 @@ presets and extraArgs are merged on top in Ctx.flags.
 """
 from __future__ import annotations
 
-from ..paths import CONTROLLER_MANAGER_CONF, MANIFESTS_DIR, PKI_DIR, SCHEDULER_CONF
-from ..plan import EtcdClusterPlan, NodePlan
+from bke.paths import CONTROLLER_MANAGER_CONF, MANIFESTS_DIR, PKI_DIR, SCHEDULER_CONF
+from bke.plan import EtcdClusterPlan, NodePlan
 from .args import format_flags
 from .context import Ctx, loopback_of, url_host
 from .errors import MissingInputError

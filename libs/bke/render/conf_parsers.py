@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..netaddr import is_ip
+from bke.netaddr import is_ip
 
 __all__ = [
     "HaproxyConfig",

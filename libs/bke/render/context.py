@@ -12,10 +12,10 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..flagrules import family_of, flag_verdict
-from ..pki.pod_certs import names_digests
-from ..plan import NodePlan, Plan
-from ..spec.models import BKENodeSpec, Cluster
+from bke.flagrules import family_of, flag_verdict
+from bke.pki.pod_certs import names_digests
+from bke.plan import NodePlan, Plan
+from bke.spec.models import BKENodeSpec, Cluster
 from .args import COMPONENT_FIELDS, merge_args
 from .errors import MissingInputError
 from .gates import VersionSet

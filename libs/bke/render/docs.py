@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import re
 
-from ..flagrules.flag_table import FLAGS
+from bke.flagrules.flag_table import FLAGS
 from .args import DENYLIST
 from .gates import GATES
 from .presets import PRESETS, TIERS

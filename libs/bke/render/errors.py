@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import PermanentError, RejectedInput
+from bke.errors import PermanentError, RejectedInput
 
 __all__ = [
     "DeniedFlagError",

@@ -2,9 +2,9 @@
 spec validation (in the planner and `bke plan`) judges user flags by the same rows."""
 from __future__ import annotations
 
-from ..flagrules.gates import GATES, Gate, VersionSet, family_of, gate_for, gate_open
-from ..plan import Plan
-from ..versions import Version, VersionError, check_supported
+from bke.flagrules.gates import GATES, Gate, VersionSet, family_of, gate_for, gate_open
+from bke.plan import Plan
+from bke.versions import Version, VersionError, check_supported
 from .errors import UnsupportedVersionError
 
 __all__ = [

@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..node_kernel import MODULES_FILE, SYSCTL_FILE, kernel_modules, sysctls
-from ..plan import NodePlan
-from ..spec.pod_subnets import parse_pod_subnets
+from bke.node_kernel import MODULES_FILE, SYSCTL_FILE, kernel_modules, sysctls
+from bke.plan import NodePlan
+from bke.spec.pod_subnets import parse_pod_subnets
 from . import yaml_fast
 from .context import Ctx
 from .layout import CONTAINERD_SOCKET, CRICTL_CONFIG

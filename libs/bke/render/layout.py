@@ -5,7 +5,7 @@ stay in one place meanwhile.)
 """
 from __future__ import annotations
 
-from ..paths import PKI_DIR
+from bke.paths import PKI_DIR
 
 __all__ = [
     "CONTAINERD_CERTS_D",

@@ -9,9 +9,9 @@ import hashlib
 import ipaddress
 import re
 
-from ..paths import KUBELET_CONF, KUBELET_CONFIG, MANIFESTS_DIR
-from ..plan import NodePlan
-from ..versions import KUBERNETES
+from bke.paths import KUBELET_CONF, KUBELET_CONFIG, MANIFESTS_DIR
+from bke.plan import NodePlan
+from bke.versions import KUBERNETES
 from .args import format_flags
 from .context import Ctx, url_host
 from .errors import RenderRejected

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from ..plan import NodePlan, Plan
-from ..versions import CONTAINERD_MINORS, ETCD_MINORS, KUBERNETES, parse_version
+from bke.plan import NodePlan, Plan
+from bke.versions import CONTAINERD_MINORS, ETCD_MINORS, KUBERNETES, parse_version
 from .addons import render_addons
 from .args import COMPONENT_FIELDS, check_extra_args
 from .checks import port_conflicts

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..host_actions.kubeconfigs import is_kubeconfig_path, kubeconfig_problems
+from bke.host_actions.kubeconfigs import is_kubeconfig_path, kubeconfig_problems
 from . import checks, yaml_fast
 from .conf_parsers import parse_haproxy, parse_keepalived, parse_systemd_unit
 from .containerd_keys import v3_key_problems

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..lazy_exports import load_export
+from bke.lazy_exports import load_export
 
 if TYPE_CHECKING:
     from .binaries import MissingBinaryError, etcd_bin, etcdctl_bin, etcdutl_bin, nats_server_bin, redis_server_bin

@@ -16,10 +16,10 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..auth.authority import Authority, write_creds
-from ..auth.permissions import identity_name, inbox_prefix, role_permissions
-from ..bus.connect import BusAccess
-from ..bus.declare import declare
+from bke.auth.authority import Authority, write_creds
+from bke.auth.permissions import identity_name, inbox_prefix, role_permissions
+from bke.bus.connect import BusAccess
+from bke.bus.declare import declare
 
 __all__ = ["DEPLOY_IDENTITY_TTL_S", "declare_streams", "run_blocking"]
 

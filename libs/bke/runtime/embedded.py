@@ -52,9 +52,9 @@ from urllib.parse import urlsplit
 import httpx
 import redis
 
-from ..secrets.at_rest import load_secret_box
-from ..state.client import StoreAccess, parse_sentinels, redact_url, sync_redis_client
-from ..state.state_init import ensure_state
+from bke.secrets.at_rest import load_secret_box
+from bke.state.client import StoreAccess, parse_sentinels, redact_url, sync_redis_client
+from bke.state.state_init import ensure_state
 from . import redis_acl
 from .declare import declare_streams
 from .binaries import nats_server_bin, redis_server_bin

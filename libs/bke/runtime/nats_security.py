@@ -28,10 +28,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from ..auth.authority import Authority, new_authority, write_creds, write_private
-from ..auth.push import push_system_account
-from ..auth.system_user import SystemUser, ensure_system_user
-from ..secrets.at_rest import create_key_file, load_secret_box
+from bke.auth.authority import Authority, new_authority, write_creds, write_private
+from bke.auth.push import push_system_account
+from bke.auth.system_user import SystemUser, ensure_system_user
+from bke.secrets.at_rest import create_key_file, load_secret_box
 from .declare import run_blocking
 
 __all__ = ["AUTHORITY_AAD", "RuntimeAuth", "RuntimeTls", "ensure_runtime_auth", "ensure_runtime_tls",

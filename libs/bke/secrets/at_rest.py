@@ -50,7 +50,7 @@ from typing import NoReturn
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ..errors import PermanentError
+from bke.errors import PermanentError
 
 __all__ = [
     "SECRET_KEY_ENV",

@@ -68,7 +68,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from ..contracts.agent import CLOCK_SKEW_S, AgentCommand
+from bke.contracts.agent import CLOCK_SKEW_S, AgentCommand
 
 __all__ = [
     "Binding",

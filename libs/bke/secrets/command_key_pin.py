@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import PermanentError
+from bke.errors import PermanentError
 from .signing import COMMAND_KEY_PREFIX, CommandVerifyKey, SigningKeyError, parse_public_line
 
 __all__ = ["COMMAND_KEY_FILE", "CommandKeyMismatch", "CommandKeyPin", "check_pinned", "parse_pin", "read_pin_file",

@@ -42,8 +42,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ..contracts.agent import COMMAND_VALIDITY_S, AgentCommand
-from ..errors import PermanentError
+from bke.contracts.agent import COMMAND_VALIDITY_S, AgentCommand
+from bke.errors import PermanentError
 from .at_rest import SecretBox
 from .binding import Binding
 

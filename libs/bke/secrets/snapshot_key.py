@@ -49,7 +49,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from ..errors import PermanentError, TemporaryError
+from bke.errors import PermanentError, TemporaryError
 from .at_rest import SecretBox
 from .sealing import agent_key_id, open_sealed, public_key_from_raw, public_key_to_raw, seal
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from ..versions import KUBERNETES, VersionError, parse_version
+from bke.versions import KUBERNETES, VersionError, parse_version
 from .errors import FieldError
 from .models import Cluster, ClusterSpec
 

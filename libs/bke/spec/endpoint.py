@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ..netaddr import is_ip
+from bke.netaddr import is_ip
 from .errors import FieldError
 from .models import ClusterSpec
 from .roles import is_master

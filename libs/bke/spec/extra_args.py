@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ..flagrules import DENYLIST, VersionSet, family_of, flag_verdict, gate_for, gate_open
-from ..flagrules.value_check import value_problem
+from bke.flagrules import DENYLIST, VersionSet, family_of, flag_verdict, gate_for, gate_open
+from bke.flagrules.value_check import value_problem
 from .models import ClusterSpec
 from .roles import ETCD_ROLES, is_master
 

@@ -3,8 +3,8 @@ cgroup v2. Read by the dispatcher (the preflight `cgroup` check of node-env) and
 validation (a warning when a spec opts out)."""
 from __future__ import annotations
 
-from .. import versions
-from ..flagrules import go_bool
+from bke import versions
+from bke.flagrules import go_bool
 from .models import ClusterSpec
 
 __all__ = ["FAIL_CGROUPV1", "cgroup_opt_out_warnings", "kubelet_args", "requires_cgroup_v2"]

@@ -10,10 +10,10 @@ from collections import defaultdict
 
 from pydantic import BaseModel
 
-from .. import versions
+from bke import versions
 from .addons import check_addons
-from ..flagrules import VersionSet
-from ..netaddr import is_ip
+from bke.flagrules import VersionSet
+from bke.netaddr import is_ip
 from .endpoint import APISERVER_PORT, check_endpoint
 from .errors import FieldError
 from .extra_args import FLAG_NAME, check_extra_args, placed_flag_components

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
-from ..errors import BKEError
+from bke.errors import BKEError
 from .errors import (
     HostKeyRefused,
     SshAuthRefused,

@@ -13,7 +13,7 @@ Messages name the node and address and never contain key material or the environ
 """
 from __future__ import annotations
 
-from ..errors import PermanentError, TemporaryError
+from bke.errors import PermanentError, TemporaryError
 
 __all__ = ["HostKeyRefused", "SshAuthRefused", "SshUnreachable", "StepFailed", "UploadFailed"]
 

@@ -17,8 +17,8 @@ from functools import lru_cache
 import jinja2
 from pydantic import BaseModel, ConfigDict
 
-from ..auth.permissions import identity_name, inbox_prefix
-from ..secrets.signing import parse_public_line
+from bke.auth.permissions import identity_name, inbox_prefix
+from bke.secrets.signing import parse_public_line
 from .layout import CREDS_PATH, ENV_PATH, LAUNCHER_BIN
 
 __all__ = [

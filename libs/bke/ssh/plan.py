@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..pythons import check_python_source, supported_text
+from bke.pythons import check_python_source, supported_text
 from .files import AgentFiles
 from .standalone import PYTHON_MODES, StandaloneSource, bundled_python_steps, choose_python_argv, venv_argv
 from .layout import (

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..artefacts import agent_artefacts, file_sha256, tree_sha256
-from ..pythons import STANDALONE
+from bke.artefacts import agent_artefacts, file_sha256, tree_sha256
+from bke.pythons import STANDALONE
 from .layout import AGENT_PREFIX, PYTHON_PREFIX, STAGING_DIR
 
 __all__ = ["ARCHIVE", "CHOICE", "PYTHON_BIN", "PYTHON_MODES", "PythonMode", "StandaloneSource", "bundled_python_steps",

@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 from redis.asyncio import Redis
 
-from ..contracts.agent import ProvisionAgent
-from ..secrets.sealing import public_key_from_raw, seal
+from bke.contracts.agent import ProvisionAgent
+from bke.secrets.sealing import public_key_from_raw, seal
 from .keys import provisioned_agents_key
 
 __all__ = ["Sealer", "provisioned_seal_keys", "sealer"]

@@ -44,8 +44,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from ..errors import PermanentError
-from ..secrets.at_rest import SecretBox
+from bke.errors import PermanentError
+from bke.secrets.at_rest import SecretBox
 from .epoch import write_epoch
 from .keys import all_keys_pattern, epoch_key
 from .restore_trust import TrustDecision, decide_trust, trust_group

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Union
 
-from ..errors import PermanentError
+from bke.errors import PermanentError
 from .schema import RECORDS, RecordKind, parse_version
 
 __all__ = ["CONVERTERS", "ConversionError", "Converter", "Record", "Registry", "Value", "Write", "chain", "convert",

@@ -41,8 +41,8 @@ from typing import Any, Awaitable, Callable, Protocol
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from ..errors import TemporaryError
-from ..periodic import Periodic
+from bke.errors import TemporaryError
+from bke.periodic import Periodic
 from .keys import epoch_key
 
 __all__ = ["NOT_INITIALISED", "STATE_LOST", "EpochWatch", "StateLost", "StateNotInitialised", "ensure_epoch",

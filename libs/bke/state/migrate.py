@@ -33,7 +33,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from ..errors import TemporaryError
+from bke.errors import TemporaryError
 from .conversion import CONVERTERS, Record, Registry, Write, chain, convert, header_version, writes
 from .keys import PREFIX, cluster_key, clusters_index, installs_index, rotations_index
 from .schema import RECORDS, RecordKind, StoredVersionTooNew

@@ -15,7 +15,7 @@ from pydantic import Field
 from redis.asyncio import Redis
 from redis.typing import EncodableT, FieldT
 
-from ..contracts.base import Message
+from bke.contracts.base import Message
 from .keys import node_files_digest_key, node_files_key
 
 __all__ = ["NodeFile", "RedisNodeFiles", "file_from_bytes"]

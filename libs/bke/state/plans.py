@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 
 from redis.asyncio import Redis
 
-from ..errors import TemporaryError
-from ..plan import Plan
-from ..secrets.binding import new_incarnation
+from bke.errors import TemporaryError
+from bke.plan import Plan
+from bke.secrets.binding import new_incarnation
 from .keys import clusters_index, plan_key, plan_meta_key, plan_replaceable_key, request_key
 from .schema import SCHEMA_FIELD, check_readable, record_kind
 

@@ -40,13 +40,13 @@ from typing import Any, Literal
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from ..errors import TemporaryError
-from ..pki.api_credentials import credential_aad
-from ..pki.store import key_aad
-from ..secrets.at_rest import SecretBox, blob_key_id
-from ..secrets.signing import STORED_KEY_AAD as SIGNING_AAD
-from ..secrets.snapshot_key import STORED_KEY_AAD as SNAPSHOT_AAD
-from ..secrets.snapshot_key import join_stored, split_stored
+from bke.errors import TemporaryError
+from bke.pki.api_credentials import credential_aad
+from bke.pki.store import key_aad
+from bke.secrets.at_rest import SecretBox, blob_key_id
+from bke.secrets.signing import STORED_KEY_AAD as SIGNING_AAD
+from bke.secrets.snapshot_key import STORED_KEY_AAD as SNAPSHOT_AAD
+from bke.secrets.snapshot_key import join_stored, split_stored
 from .backup import MAGIC as BACKUP_MAGIC
 from .keys import api_credentials_key, auth_authority_key, command_signing_key, etcd_snapshot_key, pki_key
 

@@ -60,9 +60,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..auth.authority import Authority
-from ..errors import PermanentError
-from ..secrets.at_rest import SecretBox
+from bke.auth.authority import Authority
+from bke.errors import PermanentError
+from bke.secrets.at_rest import SecretBox
 from .keys import auth_authority_key, auth_identities_key, command_signing_key, etcd_snapshot_key
 
 __all__ = ["TRUST_ITEMS", "TrustDecision", "TrustError", "TrustItem", "TrustPlan", "decide_trust", "trust_group"]

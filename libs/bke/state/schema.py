@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..errors import PermanentError
+from bke.errors import PermanentError
 
 __all__ = [
     "RECORDS", "SCHEMA_FIELD", "UNVERSIONED", "RecordKind", "StoredVersionError", "StoredVersionTooNew",

@@ -33,9 +33,9 @@ from typing import Any, Callable
 
 from redis.exceptions import WatchError
 
-from ..secrets import SecretBox
-from ..secrets.signing import CommandVerifyKey, ensure_command_key_sync
-from ..secrets.snapshot_key import ensure_snapshot_key_sync, upgrade_stored_form
+from bke.secrets import SecretBox
+from bke.secrets.signing import CommandVerifyKey, ensure_command_key_sync
+from bke.secrets.snapshot_key import ensure_snapshot_key_sync, upgrade_stored_form
 from .epoch import ensure_epoch_sync, new_epoch
 from .keys import command_signing_key, etcd_snapshot_key
 

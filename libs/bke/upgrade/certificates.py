@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ..contracts.agent import NewFile
-from ..pki import node_file_refs
-from ..pki.instances import FileRef
-from ..pki.pod_certs import POD_CERTS
-from ..pki.table import CERTS
-from ..plan import Plan
-from ..state.nodefiles import NodeFile
+from bke.contracts.agent import NewFile
+from bke.pki import node_file_refs
+from bke.pki.instances import FileRef
+from bke.pki.pod_certs import POD_CERTS
+from bke.pki.table import CERTS
+from bke.plan import Plan
+from bke.state.nodefiles import NodeFile
 from .order import ExpandedStep
 
 __all__ = ["CERT_STEPS", "cert_files", "cert_rows", "node_cert_paths", "rbac_before_renewal", "renewed_by_node",

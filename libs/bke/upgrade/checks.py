@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Iterable, Mapping
 
-from .. import versions
-from ..plan import Plan
-from ..spec.host_rules import FAIL_CGROUPV1, kubelet_args
-from ..flagrules import go_bool
+from bke import versions
+from bke.plan import Plan
+from bke.spec.host_rules import FAIL_CGROUPV1, kubelet_args
+from bke.flagrules import go_bool
 from .certificates import renewed_instances
 from .order import expand_order
 from .paths import PATH_RULES, Target, change_of, path_findings

@@ -26,14 +26,14 @@ from __future__ import annotations
 import base64
 from typing import Callable, Mapping, Sequence
 
-from ..contracts.agent import (
+from bke.contracts.agent import (
     CheckHost, HealthProbe, LeaveEtcdMember, NewFile, RemoveFile, ReplaceFiles, Step, SystemdUnit, UpdateAgent, WaitHealth,
 )
-from ..node_steps import artefacts_of, file_phase, health_steps
-from ..pki.instances import node_file_refs
-from ..plan import NodePlan, Plan
-from ..render.layout import HAPROXY_CFG, KEEPALIVED_CHECK, KEEPALIVED_CONF
-from ..render.result import RenderedFile
+from bke.node_steps import artefacts_of, file_phase, health_steps
+from bke.pki.instances import node_file_refs
+from bke.plan import NodePlan, Plan
+from bke.render.layout import HAPROXY_CFG, KEEPALIVED_CHECK, KEEPALIVED_CONF
+from bke.render.result import RenderedFile
 
 __all__ = [
     "COMPONENT_TIMEOUT_S",

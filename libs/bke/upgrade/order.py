@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ..plan import Plan
-from ..plan.models import NodePlan
-from ..spec.roles import is_master
+from bke.plan import Plan
+from bke.plan.models import NodePlan
+from bke.spec.roles import is_master
 
 __all__ = ["ORDER", "Change", "ExpandedStep", "Step", "default_max_unavailable", "expand_order", "parse_max_unavailable"]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .. import versions
-from ..plan import Plan
-from ..versions import Version, VersionError, parse_version
+from bke import versions
+from bke.plan import Plan
+from bke.versions import Version, VersionError, parse_version
 from .order import Change
 
 __all__ = [

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from ..plan.models import quorum
+from bke.plan.models import quorum
 
 __all__ = ["Dip", "MemberEndpoints", "MemberSample", "QuorumSample", "QuorumSampler", "dips", "majority", "verdict"]
 

@@ -152,7 +152,7 @@ class UpgradeRun:
     @classmethod
     def from_json(cls, raw: str | bytes) -> "UpgradeRun":
         """The record; StoredVersionTooNew for a form this code does not know (bke.state.schema)."""
-        from ..state.schema import check_readable
+        from bke.state.schema import check_readable
 
         doc = json.loads(raw)
         check_readable("upgrade", doc.get("schema_version"), f"the upgrade record of {doc.get('cluster')}")

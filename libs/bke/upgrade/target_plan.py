@@ -3,9 +3,9 @@ and placed again exactly as the planner would (so extraArgs that the target mino
 accepts are refused before anything is touched, by the same flag table)."""
 from __future__ import annotations
 
-from ..plan import Plan
-from ..plan.placement import build_plan
-from ..spec.validate import validate_spec
+from bke.plan import Plan
+from bke.plan.placement import build_plan
+from bke.spec.validate import validate_spec
 from .paths import Target
 
 __all__ = ["TargetPlanError", "target_plan"]
