@@ -5,7 +5,7 @@
 
 For a generated spec of N nodes (3 masters running etcd, the rest workers) and each algorithm:
 
-* ``bke``: ``bke.pki.ensure_pki(plan, {}, now, IssueOptions(procs=P))`` - everything the ensure
+* ``bke``: ``bke.core.pki.ensure_pki(plan, {}, now, IssueOptions(procs=P))`` - everything the ensure
   step does: instances from the table, verdicts, keys, certificates (PEM), kubeconfig identities,
   manifest and per-node file report. Store I/O is not included. P processes sign, as from the
   CLI: this one and P-1 forked workers.
@@ -42,10 +42,10 @@ from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.x509.oid import NameOID  # noqa: E402
 from record import add_json_option, save  # noqa: E402  (bench/record.py, this script's folder)
 
-from bke.pki import IssueOptions, desired_instances, ensure_pki  # noqa: E402
-from bke.pki.keys import generate_key, private_key_pem, signature_hash  # noqa: E402
-from bke.plan import plan_spec_text  # noqa: E402
-from bke.spec.synth import synth_spec_text  # noqa: E402
+from bke.core.pki import IssueOptions, desired_instances, ensure_pki  # noqa: E402
+from bke.core.pki.keys import generate_key, private_key_pem, signature_hash  # noqa: E402
+from bke.core.plan import plan_spec_text  # noqa: E402
+from bke.core.spec.synth import synth_spec_text  # noqa: E402
 
 
 def _floor_chunk(args: tuple[str, int] | tuple[str, int, bool]) -> int:

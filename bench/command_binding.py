@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What binding a command to its receiver costs per command (bke.secrets.binding). A script,
+"""What binding a command to its receiver costs per command (bke.core.secrets.binding). A script,
 not a test.
 
     .venv/bin/python bench/command_binding.py [--commands 2000] [--redis URL]
@@ -35,11 +35,11 @@ from datetime import timedelta
 from command_cpu import NOW, _command, _JetStream, _Msg
 from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
 
-from bke.bus.message_version import read_message
+from bke.adapters.bus.message_version import read_message
 from bke.contracts.agent import AgentCommand, ProvisionAgent
-from bke.secrets import SecretBox
-from bke.secrets.binding import Binding, new_incarnation, receiver_refusal, served_after, unbound_refusal
-from bke.secrets.signing import CommandSigner, signed_command_bytes
+from bke.core.secrets import SecretBox
+from bke.core.secrets.binding import Binding, new_incarnation, receiver_refusal, served_after, unbound_refusal
+from bke.core.secrets.signing import CommandSigner, signed_command_bytes
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, MemoryJournal, NullBackend
 from bke_agent.verify import CommandVerifier
 
@@ -144,8 +144,8 @@ async def _signing(redis_url: str, signer: CommandSigner, cmds: list[AgentComman
                    idents: list[AgentIdentity]) -> dict[str, tuple[float, float]]:
     from redis.asyncio import Redis
 
-    from bke.state.command_signing import CommandSigning
-    from bke.state.keys import cluster_key, plan_meta_key, provisioned_agents_key
+    from bke.adapters.state.command_signing import CommandSigning
+    from bke.adapters.state.keys import cluster_key, plan_meta_key, provisioned_agents_key
 
     cluster = cmds[0].cluster
     r = Redis.from_url(redis_url)

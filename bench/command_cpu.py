@@ -8,7 +8,7 @@ Two figures for a worker-like command of the upgrade's `workers` step (one Repla
 five 400-byte node files inline and three binaries by URL, 4.7 KB on the wire):
 
 * ``sign+serialise``: the upgrader's part of sending it (the command signed and its body
-  written: bke.secrets.signing.signed_command_bytes);
+  written: bke.core.secrets.signing.signed_command_bytes);
 * ``agent handling``: one real `AgentLoop` per node taking that body (form check, parse,
   signature and freshness checks, NullBackend steps, journal, result, ack) with the NATS
   client replaced by a recorder, so the figure holds no socket or server time.
@@ -32,7 +32,7 @@ from typing import Any
 from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
 
 from bke.contracts.agent import AgentCommand, HealthProbe, NewFile, ReplaceFiles
-from bke.secrets import signing
+from bke.core.secrets import signing
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, MemoryJournal, NullBackend
 from bke_agent.verify import CommandVerifier
 

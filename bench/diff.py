@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/diff.py --nodes 1000 5000 10000
 
-For each N: a synthetic split cluster of N nodes (bke.spec.synth), its plan, and a changed spec
+For each N: a synthetic split cluster of N nodes (bke.core.spec.synth), its plan, and a changed spec
 with two more workers. Prints the time to place the changed spec, to render both plans and
 compare them (`render_diff`), and to take the decision (`diff_plans`), and checks that only the
 two new nodes are touched.
@@ -17,9 +17,9 @@ import yaml
 
 from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
 
-from bke.lifecycle.diff import diff_plans, render_diff
-from bke.plan import plan_spec_text
-from bke.spec.synth import synth_docs
+from bke.core.lifecycle.diff import diff_plans, render_diff
+from bke.core.plan import plan_spec_text
+from bke.core.spec.synth import synth_docs
 
 
 def one(n: int) -> dict[str, str]:

@@ -32,14 +32,14 @@ import httpx
 
 from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
 
-from bke.bus import EventWatch, put_blob
-from bke.bus.connect import connect_nats
-from bke.bus.streams import OBJECT_BUCKET
+from bke.adapters.bus import EventWatch, put_blob
+from bke.adapters.bus.connect import connect_nats
+from bke.adapters.bus.streams import OBJECT_BUCKET
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
 from bke.contracts.agent import Step
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.lab.supervisor import LabSupervisor
-from bke.spec.synth import synth_spec_text
+from bke.core.spec.synth import synth_spec_text
 from bke_agent.backends.base import Content, StepOutcome
 from bke_agent.backends.null import NullBackend
 from bke_agent.errors import StepError
@@ -50,8 +50,8 @@ from bke_agent.loop import AgentLoop
 from bke_agent.settings import AgentSettings
 from bke_agent.verify import CommandVerifier
 from bke.lab.trust import ensure_lab_command_key
-from bke.provisioning import provision_agents
-from bke.secrets.signing import parse_public_line
+from bke.adapters.provisioning import provision_agents
+from bke.core.secrets.signing import parse_public_line
 
 
 class FaultyBackend(NullBackend):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the agent's host action checks cost (bke.host_actions). A script, not a test.
+"""What the agent's host action checks cost (bke.core.host_actions). A script, not a test.
 
     .venv/bin/python bench/host_actions.py [--rounds 9]
 
@@ -25,15 +25,15 @@ from pathlib import Path
 from command_cpu import NOW, _command
 from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
 
-from bke.checksums import artefact_urls
+from bke.adapters.checksums import artefact_urls
 from bke.contracts.agent import AgentCommand
-from bke.host_actions import command_refusal, kubeconfig_refusal
-from bke.host_actions.kubeconfigs import kubeconfig_problems
-from bke.pki import node_file_refs
-from bke.pki.kubeconfig import _TEMPLATE, _b64, _quote, render_kubeconfig
-from bke.plan import Plan, plan_spec_text
-from bke.render import RenderInputs, render_cluster
-from bke.state.nodefiles import NodeFile
+from bke.core.host_actions import command_refusal, kubeconfig_refusal
+from bke.core.host_actions.kubeconfigs import kubeconfig_problems
+from bke.core.pki import node_file_refs
+from bke.core.pki.kubeconfig import _TEMPLATE, _b64, _quote, render_kubeconfig
+from bke.core.plan import Plan, plan_spec_text
+from bke.core.render import RenderInputs, render_cluster
+from bke.core.state.nodefiles import NodeFile
 from bke_dispatcher.health import HEALTH_COMPONENTS
 from bke_dispatcher.phases import PHASES, NodeInputs
 from bke_dispatcher.steps import health_steps
@@ -81,8 +81,8 @@ def _in_the_loop(cmds: list[AgentCommand], rounds: int) -> tuple[float, float]:
     import bke_agent.loop as agent_loop
     from command_binding import _handling
 
-    from bke.secrets.binding import Binding, new_incarnation
-    from bke.secrets.signing import CommandSigner, signed_command_bytes
+    from bke.core.secrets.binding import Binding, new_incarnation
+    from bke.core.secrets.signing import CommandSigner, signed_command_bytes
     from bke_agent import AgentIdentity
 
     signer, inc = CommandSigner.generate(), new_incarnation(NOW, "0" * 16)

@@ -24,10 +24,10 @@ import nats
 
 from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
 
-from bke.auth import agent_permissions, identity_name, inbox_prefix, write_creds
-from bke.auth.push import push_account
-from bke.bus.connect import BusAccess, connect_options
-from bke.runtime import EmbeddedRuntime
+from bke.adapters.auth import agent_permissions, identity_name, inbox_prefix, write_creds
+from bke.adapters.auth.push import push_account
+from bke.adapters.bus.connect import BusAccess, connect_options
+from bke.adapters.runtime import EmbeddedRuntime
 
 
 def _varz(monitor: str) -> dict:

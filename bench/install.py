@@ -35,23 +35,23 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bke.bus.connect import connect_nats
+from bke.adapters.bus.connect import connect_nats
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from bke.bus import EventWatch, put_blob
-from bke.bus.streams import OBJECT_BUCKET
+from bke.adapters.bus import EventWatch, put_blob
+from bke.adapters.bus.streams import OBJECT_BUCKET
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
 from bke.contracts.agent import agent_subject
 from bke.lab.supervisor import LabSupervisor
-from bke.runtime import RuntimeInfo
-from bke.spec.synth import synth_spec_text
+from bke.adapters.runtime import RuntimeInfo
+from bke.core.spec.synth import synth_spec_text
 from bke_agent.fleet import Fleet
 from bke.lab.trust import ensure_lab_command_key
-from bke.provisioning import provision_agents
-from bke.secrets.signing import parse_public_line
+from bke.adapters.provisioning import provision_agents
+from bke.core.secrets.signing import parse_public_line
 from bke_agent.loop import consumer_config
 from bke_agent.settings import AgentSettings
 from real_cp import proc_cpu_s  # bench/real_cp.py (this script's folder is on sys.path)

@@ -4,7 +4,7 @@ a test.
 
     .venv/bin/python bench/membership.py --nodes 100 1000 5000
 
-For each N: a synthetic cluster of N nodes (bke.spec.synth) plus two workers. Prints the time to
+For each N: a synthetic cluster of N nodes (bke.core.spec.synth) plus two workers. Prints the time to
 start the join record (`new_join`: which install phases each new node runs, read from the PHASES
 table) and to walk the whole join's decisions (`next_step`, every command answered), and how
 many commands it builds and to whom: always 8, to the two new nodes. (The renderer's render and
@@ -21,8 +21,8 @@ import yaml
 from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
 
 from bke.contracts.membership import JoinNodes
-from bke.plan import plan_spec_text
-from bke.spec.synth import synth_docs
+from bke.core.plan import plan_spec_text
+from bke.core.spec.synth import synth_docs
 from bke_dispatcher.join import apply_result, command_of, new_join, next_step
 
 

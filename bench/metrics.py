@@ -7,7 +7,7 @@ For each size: a Redis of its own (the embedded runtime, in a temp dir), a gener
 plan stored as the planner stores it, and the dispatcher's records written directly as its
 state module writes them mid-install: the install, every phase (the first ones Succeeded, one
 Running), a command per node for each phase done or running, and the node hash (60% Succeeded,
-25% Running, the rest no record yet). Then the dispatcher's HTTP side (bke.http, the same app
+25% Running, the rest no record yet). Then the dispatcher's HTTP side (bke.adapters.http, the same app
 and server a service runs) with its domain figures (bke_dispatcher.metrics) answers
 `GET /metrics` over loopback: the first scrape (the plan's cache is cold) and the median and
 worst of `--scrapes` more. Prints one line per size.
@@ -31,15 +31,15 @@ from record import add_json_option, save  # noqa: E402  (bench/record.py, this s
 import httpx  # noqa: E402
 from redis.asyncio import Redis  # noqa: E402
 
-from bke.bus.readiness import Readiness  # noqa: E402
-from bke.http.app import build_app  # noqa: E402
-from bke.http.metrics import ServiceMetrics  # noqa: E402
-from bke.http.server import HttpServer  # noqa: E402
-from bke.plan import plan_spec_text  # noqa: E402
-from bke.runtime import EmbeddedRuntime  # noqa: E402
-from bke.spec.synth import synth_spec_text  # noqa: E402
-from bke.state import PlanCache, RedisPlanStore, plan_digest  # noqa: E402
-from bke.state.keys import command_key, install_key, installs_index, node_status_key, phase_key  # noqa: E402
+from bke.adapters.bus.readiness import Readiness  # noqa: E402
+from bke.adapters.http.app import build_app  # noqa: E402
+from bke.adapters.http.metrics import ServiceMetrics  # noqa: E402
+from bke.adapters.http.server import HttpServer  # noqa: E402
+from bke.core.plan import plan_spec_text  # noqa: E402
+from bke.adapters.runtime import EmbeddedRuntime  # noqa: E402
+from bke.core.spec.synth import synth_spec_text  # noqa: E402
+from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest  # noqa: E402
+from bke.adapters.state.keys import command_key, install_key, installs_index, node_status_key, phase_key  # noqa: E402
 from bke_dispatcher.metrics import DispatcherFigures  # noqa: E402
 from bke_dispatcher.phases import PHASES  # noqa: E402
 

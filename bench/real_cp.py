@@ -20,9 +20,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bke.bus import EventWatch, put_blob
-from bke.bus.connect import connect_nats
-from bke.bus.streams import OBJECT_BUCKET
+from bke.adapters.bus import EventWatch, put_blob
+from bke.adapters.bus.connect import connect_nats
+from bke.adapters.bus.streams import OBJECT_BUCKET
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
 from bke.lab.kube_binaries import BUILDS
 from bke.lab.kwok import wait_admin_kubeconfig
@@ -30,11 +30,11 @@ from bke.lab.kwok_nodes import admin_client, register_nodes, wait_allowed, wait_
 from bke.lab.supervisor import LabSupervisor
 from bke.lab.key_files import lab_key_file
 from bke.lab.trust import ensure_lab_command_key
-from bke.plan import plan_spec_text
-from bke.provisioning import provision_agents
-from bke.secrets import load_secret_box
-from bke.secrets.signing import parse_public_line
-from bke.spec.synth import lab_ip, synth_spec_text
+from bke.core.plan import plan_spec_text
+from bke.adapters.provisioning import provision_agents
+from bke.core.secrets import load_secret_box
+from bke.core.secrets.signing import parse_public_line
+from bke.core.spec.synth import lab_ip, synth_spec_text
 from bke_agent.fleet import Fleet
 from bke_agent.settings import AgentSettings
 from bke_cli.status_client import get_status

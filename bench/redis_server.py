@@ -3,14 +3,14 @@
 
     .venv/bin/python bench/redis_server.py [--server PATH ...] [--starts 5] [--ops 10000]
 
-Each server (the venv's, bke.runtime.binaries.redis_server_bin, then every `--server` binary,
-another Redis to compare with) is started as bke.runtime.embedded starts it (AOF, fsync every
+Each server (the venv's, bke.adapters.runtime.binaries.redis_server_bin, then every `--server` binary,
+another Redis to compare with) is started as bke.adapters.runtime.embedded starts it (AOF, fsync every
 second, no RDB, an ACL file, the `default` user off) on a free loopback port in a temp dir,
 `--starts` times: the time from the process's start to its first answered PING (what the
 runtime's readiness probe waits for), and its resident memory then. Then, on one redis-py
 connection (no pipeline: one round trip per command), `--ops` SETs and as many GETs of 100-byte
 values: as a user allowed everything (an ACL file of one user, which every Redis since 6.0
-reads), and as a service under BKE's own ACL file (bke.runtime.redis_acl; a server that does not
+reads), and as a service under BKE's own ACL file (bke.adapters.runtime.redis_acl; a server that does not
 understand its read-only `%R~` patterns refuses the file, and the line says so). Prints one
 block per server.
 """
@@ -32,10 +32,10 @@ sys.path[:0] = [str(ROOT / "libs")]
 import redis  # noqa: E402
 from record import add_json_option, save  # noqa: E402  (bench/record.py, this script's folder)
 
-from bke.runtime import redis_acl  # noqa: E402
-from bke.runtime.binaries import redis_server_bin  # noqa: E402
-from bke.runtime.processes import free_port  # noqa: E402
-from bke.state.keys import request_key  # noqa: E402
+from bke.adapters.runtime import redis_acl  # noqa: E402
+from bke.adapters.runtime.binaries import redis_server_bin  # noqa: E402
+from bke.adapters.runtime.processes import free_port  # noqa: E402
+from bke.adapters.state.keys import request_key  # noqa: E402
 
 HOST = "127.0.0.1"
 PASSWORD = "bench-password"

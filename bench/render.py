@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("libs",)]
 
-from bke.plan import build_plan  # noqa: E402
-from bke.render import RenderInputs, render_cluster  # noqa: E402
-from bke.spec import load_spec, validate_spec  # noqa: E402
-from bke.spec.synth import lab_ip  # noqa: E402
+from bke.core.plan import build_plan  # noqa: E402
+from bke.core.render import RenderInputs, render_cluster  # noqa: E402
+from bke.core.spec import load_spec, validate_spec  # noqa: E402
+from bke.core.spec.synth import lab_ip  # noqa: E402
 import yaml  # noqa: E402
 from record import add_json_option, save  # noqa: E402  (bench/record.py, this script's folder)
 

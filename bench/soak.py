@@ -29,12 +29,12 @@ import redis
 
 from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
 
-from bke.bus import EventWatch, put_blob
-from bke.bus.connect import connect_nats
-from bke.bus.streams import OBJECT_BUCKET
+from bke.adapters.bus import EventWatch, put_blob
+from bke.adapters.bus.connect import connect_nats
+from bke.adapters.bus.streams import OBJECT_BUCKET
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
 from bke.lab.supervisor import LabSupervisor
-from bke.plan import plan_spec_text
+from bke.core.plan import plan_spec_text
 
 SEED = Path(__file__).resolve().parent.parent / "examples" / "seed-3m1w.yaml"
 

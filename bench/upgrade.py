@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from install import InstalledLab, counters_delta, installed_lab, nats_counters, proc_cpu_s, run_floor  # noqa: E402  (bench/install.py)
 from record import add_json_option, save  # noqa: E402  (bench/record.py)
 
-from bke.bus import EventWatch  # noqa: E402
+from bke.adapters.bus import EventWatch  # noqa: E402
 from bke.contracts.agent import AgentHeartbeat, agent_subject  # noqa: E402
 from bke.contracts.upgrade import (  # noqa: E402
     UPGRADE_ACCEPTED,
@@ -64,9 +64,9 @@ from bke.contracts.upgrade import (  # noqa: E402
     UpgradeCluster,
     upgrade_subject,
 )
-from bke.state.client import redis_client  # noqa: E402
-from bke.state.keys import heartbeat_key  # noqa: E402
-from bke.upgrade.run import LOCAL_STEPS  # noqa: E402
+from bke.adapters.state.client import redis_client  # noqa: E402
+from bke.adapters.state.keys import heartbeat_key  # noqa: E402
+from bke.core.upgrade.run import LOCAL_STEPS  # noqa: E402
 
 ANSWER_TIMEOUT_S = 600.0  # the request's checks render nothing; a 5,000-node plan loads in seconds
 UPGRADE_TIMEOUT_S = 1800.0

@@ -1,5 +1,5 @@
 """Fake upstreams on loopback for `bke bundle build` tests: the same files, archives and checksum
-files as each upstream publishes them (bke.bundle.upstreams documents the real layouts), at the
+files as each upstream publishes them (bke.adapters.bundle.upstreams documents the real layouts), at the
 same URL paths under http://127.0.0.1:PORT/<upstream host>/..., plus a fake image registry."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from bke.bundle import UPSTREAMS, Upstream, bundle_artefacts, downloads
+from bke.adapters.bundle import UPSTREAMS, Upstream, bundle_artefacts, downloads
 
 __all__ = ["CALICO_YAML", "FakeRegistry", "FakeUpstream", "fake_binary", "fake_standalone_python"]
 

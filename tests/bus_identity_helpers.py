@@ -10,10 +10,10 @@ from pathlib import Path
 import nats
 from nats.aio.client import Client as NatsClient
 
-from bke.auth import agent_permissions, identity_name, inbox_prefix, role_permissions, write_creds
-from bke.auth.authority import Authority
-from bke.bus.connect import BusAccess, connect_options
-from bke.runtime import EmbeddedRuntime
+from bke.adapters.auth import agent_permissions, identity_name, inbox_prefix, role_permissions, write_creds
+from bke.adapters.auth.authority import Authority
+from bke.adapters.bus.connect import BusAccess, connect_options
+from bke.adapters.runtime import EmbeddedRuntime
 
 __all__ = ["CLUSTER", "Client", "_authority", "_connect", "_identity"]
 

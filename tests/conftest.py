@@ -17,9 +17,9 @@ import pytest
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
 
-from bke.runtime.declare import declare_streams
-from bke.runtime import EmbeddedRuntime
-from bke.state.epoch import ensure_epoch, new_epoch
+from bke.adapters.runtime.declare import declare_streams
+from bke.adapters.runtime import EmbeddedRuntime
+from bke.adapters.state.epoch import ensure_epoch, new_epoch
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +71,7 @@ def redis_url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
     """redis.asyncio client (str responses) on an emptied database that holds a new state epoch
-    (what `bke state init` writes, as the admin: services wait without one, bke.state.epoch)."""
+    (what `bke state init` writes, as the admin: services wait without one, bke.adapters.state.epoch)."""
     client = aioredis.from_url(redis_url, decode_responses=True)
     await client.flushdb()
     await ensure_epoch(client, new_epoch())

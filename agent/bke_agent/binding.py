@@ -1,5 +1,5 @@
 """Where an agent remembers the newest cluster incarnation it took a bound command of (the rules
-and why they are safe: bke.secrets.binding).
+and why they are safe: bke.core.secrets.binding).
 
     <state>/served.json   {"agentId": "<key id>", "incarnation": "<id>"}, written atomically
                           (temp file + fsync + rename) only when it changes: once per install
@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Protocol
 
-from bke.secrets.binding import Served
+from bke.core.secrets.binding import Served
 
 from .fsutil import write_atomic
 

@@ -13,9 +13,9 @@ the last entry and the steps after it are not listed (they did not run). A Write
 file already has the bytes and mode is `Skipped` (and counts as success).
 
 Kubeconfigs: a kubeconfig-like file is checked once its clear bytes are known, before it is
-written (bke.host_actions.kubeconfigs: no exec plugin, no auth provider); the step fails,
+written (bke.core.host_actions.kubeconfigs: no exec plugin, no auth provider); the step fails,
 permanently, saying so. The rest of what a command may do is checked on the whole command
-before it runs (agent loop, bke.host_actions.check).
+before it runs (agent loop, bke.core.host_actions.check).
 
 Secrets: sealed content is opened only inside the step that writes it, and no log line or
 error message ever carries file content (an unexpected error of a WriteFile step is reported
@@ -38,7 +38,7 @@ from bke.contracts.agent import (
     OUTPUT_LIMIT, AgentCommand, CommandResult, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, ReplaceFiles, Step,
     StepResult, UpdateAgent, WaitHealth, WriteFile,
 )
-from bke.host_actions import kubeconfig_refusal
+from bke.core.host_actions import kubeconfig_refusal
 
 from .backends.base import COMMAND_ID, Backend, StepOutcome
 from .errors import PermanentStepError, StepError
@@ -105,7 +105,7 @@ def _content_opener(step: WriteFile, identity: AgentIdentity) -> Callable[[], by
 
 def _check_kubeconfig(path: str, data: bytes) -> None:
     """Refuse to write a kubeconfig-like file that names an exec plugin or an auth provider
-    (bke.host_actions.kubeconfigs): checked on the clear bytes, before the write."""
+    (bke.core.host_actions.kubeconfigs): checked on the clear bytes, before the write."""
     why = kubeconfig_refusal(path, data)
     if why is not None:
         raise PermanentStepError(f"refused: {why}")
@@ -113,9 +113,9 @@ def _check_kubeconfig(path: str, data: bytes) -> None:
 
 def _opened(step: ReplaceFiles, identity: AgentIdentity) -> ReplaceFiles:
     """The step with every sealed file opened into inline content, in memory only (a renewed
-    key or kubeconfig of an upgrade: bke.upgrade.certificates). Errors name the path and key
+    key or kubeconfig of an upgrade: bke.core.upgrade.certificates). Errors name the path and key
     ids, never content; the clear bytes are checked against the file's sha256 here, and a
-    kubeconfig-like file's against bke.host_actions.kubeconfigs."""
+    kubeconfig-like file's against bke.core.host_actions.kubeconfigs."""
     for f in step.files:
         if f.content_b64 is not None and f.sealed_b64 is None:
             try:

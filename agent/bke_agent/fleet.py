@@ -15,7 +15,7 @@ from pathlib import Path
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
-from bke.secrets.signing import CommandVerifyKey
+from bke.core.secrets.signing import CommandVerifyKey
 
 from .backends.null import NullBackend
 from .binding import DiskServed, MemoryServed, ServedMemory

@@ -14,7 +14,7 @@ is what pip's platform tags are made of (pypa/packaging `tags.py`, `_manylinux.p
 (packaging asks confstr("CS_GNU_LIBC_VERSION") first, the same library); musl's from the
 dynamic loader, which prints "Version X.Y.Z" when run with no argument (how `_musllinux.py`
 reads it). Computed once: none of it changes while the agent runs. It also says which form of
-command binding the agent checks (bke.secrets.binding): the signers send an agent bound commands
+command binding the agent checks (bke.core.secrets.binding): the signers send an agent bound commands
 unless its runtime says it reads none.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from bke.contracts.agent import AgentRuntime
-from bke.secrets.binding import COMMAND_BINDING
+from bke.core.secrets.binding import COMMAND_BINDING
 
 __all__ = ["agent_runtime", "cgroup_version", "musl_version"]
 

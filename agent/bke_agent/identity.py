@@ -1,7 +1,7 @@
 """The agent's identity: one X25519 key pair, made once when the node is provisioned.
 
 Why X25519: the services seal every private file a node receives to this key
-(`bke.secrets.sealing`), so only this agent can open it; the public half travels in
+(`bke.core.secrets.sealing`), so only this agent can open it; the public half travels in
 `AgentRegistered`, the private half never leaves `<state>/agent.key` (0600). The agent id on
 every result is the key's fingerprint (`agent_key_id`), so a result names the key that made it.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from bke.secrets.sealing import (
+from bke.core.secrets.sealing import (
     agent_key_id,
     generate_agent_key,
     open_sealed,
@@ -28,7 +28,7 @@ from bke.secrets.sealing import (
     private_key_to_pem,
     public_key_to_raw,
 )
-from bke.secrets.snapshot_key import record_mac
+from bke.core.secrets.snapshot_key import record_mac
 
 from .fsutil import fsync_dir
 
@@ -51,7 +51,7 @@ class AgentIdentity:
     agent_id: str
     public_key_b64: str
     # when the key was made (its file's mtime; None for a key kept in memory): an unbound command
-    # issued before it cannot be for this key (bke.secrets.binding)
+    # issued before it cannot be for this key (bke.core.secrets.binding)
     made_at: datetime | None = None
 
     def __repr__(self) -> str:
@@ -104,7 +104,7 @@ class AgentIdentity:
         return open_sealed(self._key, blob)
 
     def snapshot_record_mac(self, snapshot_public: X25519PublicKey, data: bytes) -> str:
-        """This agent's MAC over an etcd snapshot record (bke.secrets.snapshot_key.record_mac)."""
+        """This agent's MAC over an etcd snapshot record (bke.core.secrets.snapshot_key.record_mac)."""
         return record_mac(self._key, snapshot_public, data)
 
     @property

@@ -9,7 +9,7 @@ finds the stored result and answers it again (`replayed=True`) without running a
                                                 CommandResult>}, written atomically (temp file +
                                                 fsync + rename + fsync of the dir); the key is the
                                                 command id, preceded by the cluster's incarnation
-                                                for a bound command (bke.secrets.binding): a
+                                                for a bound command (bke.core.secrets.binding): a
                                                 cluster made again under the same name reuses
                                                 command ids, and must not be answered with the
                                                 results of the one deleted

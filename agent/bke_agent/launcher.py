@@ -32,7 +32,7 @@ from types import FrameType
 
 from pydantic import ValidationError
 
-from bke.logs import setup_logging
+from bke.adapters.logs import setup_logging
 
 from .settings import AgentSettings
 from .venvs import CONFLICT_EXIT_CODE, after_exit, after_start, confirmed_version, launch_target, read_record, write_record

@@ -8,7 +8,7 @@ nothing while 5,000 pull loops keep re-issuing expiring fetches, and a fan-out o
 per agent arrives ~1.5x faster. `max_ack_pending=1` makes the server hand one command at a
 time, in order, so commands of a node never overlap. The consumer's deliver subject is fixed
 and lies under the agent's own inbox prefix (`<BKE_NATS_INBOX_PREFIX>.<durable>`, see
-`bke.auth.permissions.agent_deliver_subject`): only this node's identity may subscribe it, and a
+`bke.adapters.auth.permissions.agent_deliver_subject`): only this node's identity may subscribe it, and a
 restarted agent binds to the same consumer; a second live agent for the same node is refused
 (the consumer is already bound). Without an inbox prefix (a server without authentication) it
 is `_INBOX.bke-agent.<durable>` as before.
@@ -17,23 +17,23 @@ The JetStream API subjects this uses, as nats-py 2.16 spells them (nats/js/manag
 `add_consumer`: a config with a name and one filter goes to
 `$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`; nats/js/client.py `subscribe_bind` only
 subscribes the deliver subject; `Msg.ack` publishes to the `$JS.ACK.<stream>.<consumer>...`
-reply): exactly what the agent's identity allows (bke.auth.permissions.agent_permissions).
+reply): exactly what the agent's identity allows (bke.adapters.auth.permissions.agent_permissions).
 
-Trust (verify.py, bke.secrets.binding): a command that is not signed by the provisioned
+Trust (verify.py, bke.core.secrets.binding): a command that is not signed by the provisioned
 dispatcher key for this node, or is bound to another key of this agent's or to an older
 incarnation of its cluster, is refused: a `refused` event on the agent's own subject, the
 message terminated, nothing runs. A stale command (outside its validity), an unbound one
-this agent no longer takes, or one with a step its kind may not carry (bke.host_actions: a
+this agent no longer takes, or one with a step its kind may not carry (bke.core.host_actions: a
 certificates command that writes a unit, a probe of another host...) is refused the same way
 unless the journal already holds its id (then step 1 answers it).
 
 Exactly-once effects over at-least-once delivery (the order matters):
     0. authentic, for this node, this agent's key and not an older incarnation?  -> else refuse
     1. a stored result for the id (in its incarnation)?  -> publish it again with replayed=True
-       and that incarnation (bke.secrets.binding: the new install of a cluster made again drops
+       and that incarnation (bke.core.secrets.binding: the new install of a cluster made again drops
        it), ack. Nothing runs.
        Not fresh, or unbound and no longer taken, or a step beyond what its kind may do
-       (bke.host_actions: files by class, programs, units, probes)?  -> refuse
+       (bke.core.host_actions: files by class, programs, units, probes)?  -> refuse
        (a bound command of a newer incarnation is remembered: binding.py)
     2. run the steps (in-progress acks keep the delivery ours while they run)
     3. store the result (atomic), then log the execution
@@ -57,11 +57,11 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from pydantic import ValidationError
 
-from bke.bus.message_version import MessageTooNew, message_version, read_as_sent, read_message
-from bke.errors import MalformedMessage
+from bke.adapters.bus.message_version import MessageTooNew, message_version, read_as_sent, read_message
+from bke.core.errors import MalformedMessage
 from bke.contracts.base import schema_headers
-from bke.auth.creds import creds_claims, may_publish
-from bke.auth.permissions import agent_deliver_subject
+from bke.adapters.auth.creds import creds_claims, may_publish
+from bke.adapters.auth.permissions import agent_deliver_subject
 from bke.contracts.agent import (
     AgentCommand,
     AgentHeartbeat,
@@ -72,10 +72,10 @@ from bke.contracts.agent import (
     agent_subject,
     node_token,
 )
-from bke.errors import is_unavailable
-from bke.host_actions import command_refusal
-from bke.secrets.binding import receiver_refusal, served_after, unbound_refusal
-from bke.secrets.fingerprint import held_ca_fingerprint
+from bke.core.errors import is_unavailable
+from bke.core.host_actions import command_refusal
+from bke.core.secrets.binding import receiver_refusal, served_after, unbound_refusal
+from bke.core.secrets.fingerprint import held_ca_fingerprint
 
 from .backends.base import Backend
 from .binding import MemoryServed, ServedMemory
@@ -125,7 +125,7 @@ def consumer_config(cluster: str, node: str, ack_wait_s: float, inbox_prefix: st
 def upgrader_result_subject(cluster: str, node: str, creds: Path | None) -> str:
     """Where an agent answers the upgrader's commands: their own subject when its identity may
     publish there (issued by this BKE version, or a server without authentication: no creds
-    file), else `result`, as before (bke.auth.creds says why it is asked)."""
+    file), else `result`, as before (bke.adapters.auth.creds says why it is asked)."""
     own = agent_subject(cluster, node, UPGRADER_RESULT)
     if creds is None:
         return own
@@ -262,7 +262,7 @@ class AgentLoop:
 
     async def _handle(self, msg: Msg) -> None:
         try:
-            # in the form its bke-schema header names (bke.bus.message_version): a command from a
+            # in the form its bke-schema header names (bke.adapters.bus.message_version): a command from a
             # newer dispatcher is refused with the reason, never misread
             version = message_version(msg.headers)
             cmd = read_message(AgentCommand, msg.data, version)
@@ -281,7 +281,7 @@ class AgentLoop:
         agent_id = self.identity.agent_id
         if why is None:
             # for this agent's key and not an older incarnation of its cluster: checked before the
-            # journal, so that such a replay is not even answered from it (bke.secrets.binding)
+            # journal, so that such a replay is not even answered from it (bke.core.secrets.binding)
             why = receiver_refusal(cmd, agent_id, self.served.load())
         if why is not None:
             await self._refuse(msg, cmd.command_id, why)
@@ -294,7 +294,7 @@ class AgentLoop:
         else:
             served = self.served.load()
             why = (self.verifier.fresh(cmd, self.now()) or unbound_refusal(cmd, agent_id, served, self.identity.made_at)
-                   # within what its kind may do to the node (bke.host_actions), checked on every step before any runs
+                   # within what its kind may do to the node (bke.core.host_actions), checked on every step before any runs
                    or command_refusal(cmd, self.settings.ip))
             if why is not None:
                 await self._refuse(msg, cmd.command_id, why)

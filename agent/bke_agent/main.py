@@ -28,10 +28,10 @@ from nats.aio.client import Client as NatsClient
 from nats.js.errors import NotFoundError
 from pydantic import ValidationError
 
-from bke.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.contracts.agent import RESTART_EXIT_CODE
-from bke.logs import setup_logging
-from bke.pythons import python_problem
+from bke.adapters.logs import setup_logging
+from bke.core.pythons import python_problem
 
 from .backends import RestoreReceiver, SnapshotTaker, make_backend
 from .binding import DiskServed
@@ -140,7 +140,7 @@ async def run(settings: AgentSettings) -> int:
             return 0
         try:
             js = nc.jetstream()
-            # The deploy step declares the streams (bke.bus.streams), never an agent (its
+            # The deploy step declares the streams (bke.adapters.bus.streams), never an agent (its
             # permissions name only its own consumer): `_start_when_free` waits for the stream.
             snapshots = SnapshotTaker(js, state / "snapshots", settings.cluster, settings.node, identity)
             restores = RestoreReceiver(nc, state / "restore", settings.cluster, settings.node, identity)

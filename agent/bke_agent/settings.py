@@ -1,6 +1,6 @@
 """`bke-agent` settings: `BKE_AGENT_*` for the agent's own knobs, `BKE_NATS_URL` shared.
 
-Why its own class rather than `bke.settings.ServiceSettings`: the agent never talks to Redis,
+Why its own class rather than `bke.adapters.settings.ServiceSettings`: the agent never talks to Redis,
 and `bke-agent init` (run by `bke agent bootstrap` to read the public key back) must work
 without any NATS URL, so `nats_url` is optional here and checked only by `run`.
 
@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from bke.bus.connect import BusAccess
+from bke.adapters.bus.connect import BusAccess
 
 __all__ = ["AgentSettings", "HOST_STATE_DIR", "LAB_STATE_SUBDIR"]
 
@@ -37,7 +37,7 @@ class AgentSettings(BaseSettings):
     state_dir: Path | None = None
     ip: str = "127.0.0.1"  # the node's own address; the lab maps loopback listeners onto it
     nats_url: str | None = Field(None, validation_alias=AliasChoices("BKE_NATS_URL", "nats_url"))
-    # the agent's own NATS identity (see bke.bus.connect); unset: a server without authentication
+    # the agent's own NATS identity (see bke.adapters.bus.connect); unset: a server without authentication
     nats_creds: Path | None = Field(None, validation_alias=AliasChoices("BKE_NATS_CREDS", "nats_creds"))
     nats_inbox_prefix: str | None = Field(None, validation_alias=AliasChoices("BKE_NATS_INBOX_PREFIX", "nats_inbox_prefix"))
     nats_tls_ca: Path | None = Field(None, validation_alias=AliasChoices("BKE_NATS_TLS_CA", "nats_tls_ca"))

@@ -4,7 +4,7 @@ Why these checks, in this order (the loop adds "not replayed" between them: a co
 the journal holds is answered from the journal and never runs again):
     1. signed, by the dispatcher key this agent was provisioned with (`key_id`, then the
        Ed25519 signature over `AgentCommand.signing_bytes()`): anyone can publish on the bus,
-       only the dispatcher holds the key (bke.secrets.signing)
+       only the dispatcher holds the key (bke.core.secrets.signing)
     2. for this agent's cluster and node: a command signed for another node is not ours, even
        if it reached our subject
     3. fresh: `issued_at - CLOCK_SKEW_S <= now <= expires_at`, and a validity no longer than
@@ -20,8 +20,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from bke.contracts.agent import CLOCK_SKEW_S, COMMAND_VALIDITY_S, AgentCommand
-from bke.secrets.binding import aware_time
-from bke.secrets.signing import CommandVerifyKey, SigningKeyError, parse_public_line, signed_part
+from bke.core.secrets.binding import aware_time
+from bke.core.secrets.signing import CommandVerifyKey, SigningKeyError, parse_public_line, signed_part
 
 __all__ = ["COMMAND_KEY_FILE", "CommandVerifier", "NoCommandKey", "load_command_key"]
 
@@ -53,7 +53,7 @@ class CommandVerifier:
     def authentic(self, cmd: AgentCommand, body: bytes | None = None) -> str | None:
         """Checks 1 and 2: None if the dispatcher signed this command for this node, else why not.
         `body`: the bytes `cmd` was read from as they are (no form conversion); when the signer
-        sent its canonical bytes as they are (bke.secrets.signing.signed_command_bytes), those
+        sent its canonical bytes as they are (bke.core.secrets.signing.signed_command_bytes), those
         bytes are verified without serialising `cmd` again."""
         if not cmd.signature_b64:
             return "unsigned command"

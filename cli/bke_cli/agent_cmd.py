@@ -1,9 +1,9 @@
 """`bke agent bootstrap SPEC --nats URL ...`: put bke-agent on the spec's nodes over SSH.
 
-Thin over :mod:`bke.ssh`: this module reads options, picks nodes from the spec, prints. The step
+Thin over :mod:`bke.adapters.ssh`: this module reads options, picks nodes from the spec, prints. The step
 table, host-key policy, SSH session and installer all live in the library. The command-signing
 key the agents are given is the dispatcher's answer on the bus, refused unless it is the key the
-operator pinned (bke.secrets.command_key_pin). Exit codes: 0 every node ok, 1 any node failed or
+operator pinned (bke.core.secrets.command_key_pin). Exit codes: 0 every node ok, 1 any node failed or
 the bus answered another key than the pinned one (then no node was contacted), 2 bad input
 (nothing was contacted).
 """
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import httpx
 import typer
-from bke.auth.permissions import identity_name
-from bke.plan import Plan
-from bke.pythons import STANDALONE, supported_text
-from bke.ssh import (
+from bke.adapters.auth.permissions import identity_name
+from bke.core.plan import Plan
+from bke.core.pythons import STANDALONE, supported_text
+from bke.adapters.ssh import (
     PYTHON_PREFIX,
     BootstrapParams,
     NodeOutcome,
@@ -47,10 +47,10 @@ from bke.ssh import (
 from rich.console import Console
 from rich.table import Table
 
-from bke.bus.connect import connect_nats
+from bke.adapters.bus.connect import connect_nats
 
 from .connect import resolve_nats
-from bke.errors import PermanentError
+from bke.core.errors import PermanentError
 
 from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, die, error_lines, warn_lines
 from .provision import KeyRecorder, command_key_pin, fetch_command_key, trusted_command_key
@@ -323,8 +323,8 @@ def provision(
     from datetime import datetime, timezone
 
     from bke.contracts.agent import ProvisionAgent
-    from bke.provisioning import ProvisionRefused, provision_agent
-    from bke.secrets.sealing import agent_key_id, public_key_from_raw
+    from bke.adapters.provisioning import ProvisionRefused, provision_agent
+    from bke.core.secrets.sealing import agent_key_id, public_key_from_raw
 
     parts = key_line.split()
     if len(parts) != 2 or parts[0] != "bke-agent-x25519":

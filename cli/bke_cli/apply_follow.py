@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
-from bke.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.contracts.apply import APPLY_ACCEPTED, APPLY_CLUSTER, APPLY_REJECTED, ApplyCluster
 
 from .output import quiet_bus_errors

@@ -1,6 +1,6 @@
 """`bke bundle build` and `bke bundle serve`: offline packages for air-gapped sites.
 
-Thin over :mod:`bke.bundle`: options are read and checked here (bad input exits 2 naming the
+Thin over :mod:`bke.adapters.bundle`: options are read and checked here (bad input exits 2 naming the
 option or the config file's field), the library does the work. Exit codes: 0 built / served,
 1 a download failed or was refused (checksum), 2 bad input.
 """
@@ -14,8 +14,8 @@ from typing import Any, cast
 
 import typer
 import yaml
-from bke.artefacts import ARCHES
-from bke.bundle import (
+from bke.core.artefacts import ARCHES
+from bke.adapters.bundle import (
     BundleError,
     BundleOptions,
     ChecksumError,
@@ -32,8 +32,8 @@ from bke.bundle import (
     parse_override,
     spec_for_versions,
 )
-from bke.plan import Plan, plan_spec_text
-from bke.ssh.wheel import WheelBuildError, build_wheel, project_root
+from bke.core.plan import Plan, plan_spec_text
+from bke.adapters.ssh.wheel import WheelBuildError, build_wheel, project_root
 
 from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines, warn_lines
 from .spec_input import plan_or_exit

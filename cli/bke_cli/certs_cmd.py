@@ -7,7 +7,7 @@
     bke certs renew [all|NAME[,NAME...]] [--within-days N] --cluster NAME (--workdir DIR | --nats URL)
     bke certs kubeconfig [super-admin.conf] --out FILE (--dir DIR | --cluster NAME (--workdir DIR | --redis URL))
 
-Offline (`--dir`), the work is bke.pki.operations (the same code the certs service runs); this
+Offline (`--dir`), the work is bke.core.pki.operations (the same code the certs service runs); this
 module only reads options, picks the store, injects "now", and prints. With `--cluster`, renew
 goes through the certs service on the bus and follows the rotation onto the nodes
 (`rotate_follow`). Exit codes: 0 ok, 2 invalid input or refused (unknown certificate, CA
@@ -26,17 +26,18 @@ from typing import Optional, TypeVar
 import typer
 from rich.console import Console
 
-from bke.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.contracts.expiration import EXPIRATION_GET, GetExpiration, parse_expiration_reply
 from bke.contracts.status import StatusError
-from bke.errors import TemporaryError
-from bke.pki import DirStore, IssueOptions, PkiError, PkiNotReady, PkiStore, node_file_refs
-from bke.pki.expiry import ExpiryRow
-from bke.auth.authority import write_private
-from bke.pki.operations import check_expiration, cluster_kubeconfig, ensure_cluster_pki, renew_certs
-from bke.pki.store_redis import RedisPkiStore
-from bke.state.client import redis_client
-from bke.secrets import SECRET_KEY_ENV, SecretBox, SecretKeyError, box_for, create_key_file, key_file_env, load_secret_box
+from bke.core.errors import TemporaryError
+from bke.adapters.pki.store_dir import DirStore
+from bke.core.pki import IssueOptions, PkiError, PkiNotReady, PkiStore, node_file_refs
+from bke.core.pki.expiry import ExpiryRow
+from bke.adapters.auth.authority import write_private
+from bke.core.pki.operations import check_expiration, cluster_kubeconfig, ensure_cluster_pki, renew_certs
+from bke.adapters.pki.store_redis import RedisPkiStore
+from bke.adapters.state.client import redis_client
+from bke.core.secrets import SECRET_KEY_ENV, SecretBox, SecretKeyError, box_for, create_key_file, key_file_env, load_secret_box
 
 
 from .connect import resolve_nats
@@ -72,7 +73,7 @@ def _run(make: Callable[[], Awaitable[T]]) -> T:
 
 
 def _dir_box(out: Path, create: bool) -> SecretBox:
-    """The `pki` key: BKE_KEY_FILE_PKI or BKE_SECRET_KEY_FILE if set (bke.secrets.key_kinds), else
+    """The `pki` key: BKE_KEY_FILE_PKI or BKE_SECRET_KEY_FILE if set (bke.core.secrets.key_kinds), else
     DIR/.bke/secret.key (created by `issue` if absent)."""
     own = key_file_env("pki")
     try:

@@ -16,7 +16,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from rich.console import Console
 
-from bke.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.contracts.changes import CLUSTER_DIFF, ClusterChanges, DiffCluster, parse_changes_reply
 from bke.contracts.status import StatusError
 

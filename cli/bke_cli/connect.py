@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bke.auth.permissions import inbox_prefix
-from bke.bus.connect import BusAccess
+from bke.adapters.auth.permissions import inbox_prefix
+from bke.adapters.bus.connect import BusAccess
 from bke.lab.identities import creds_path
-from bke.runtime import EmbeddedRuntime
+from bke.adapters.runtime import EmbeddedRuntime
 
 from .output import EXIT_INVALID, die
 

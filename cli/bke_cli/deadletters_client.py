@@ -1,9 +1,9 @@
 """The reading side of `bke deadletters`: the dead letters stored in BKE_DEADLETTER, by sequence.
 
 A service that gives up on a message stores a `DeadLettered` on `bke.v1.deadletter.<service>`
-(bke.bus.delivery). They are read here with JetStream's message get by sequence or subject
+(bke.adapters.bus.delivery). They are read here with JetStream's message get by sequence or subject
 (`$JS.API.STREAM.MSG.GET.BKE_DEADLETTER`, granted to the operator identity only:
-bke.auth.jetstream_grants.MESSAGE_READERS): no consumer, nothing acked or removed; the stream
+bke.adapters.auth.jetstream_grants.MESSAGE_READERS): no consumer, nothing acked or removed; the stream
 keeps them until they age out.
 
 Which service gave up is taken from the stored subject, which the services' permissions bind
@@ -30,9 +30,9 @@ from nats.aio.client import Client as NatsClient
 from nats.js.api import RawStreamMsg, StreamState
 from nats.js.errors import NotFoundError
 
-from bke.bus.message_version import message_version, read_message
+from bke.adapters.bus.message_version import message_version, read_message
 from bke.contracts import DEADLETTER, DeadLettered
-from bke.errors import MalformedMessage, NotYetKnown
+from bke.core.errors import MalformedMessage, NotYetKnown
 
 __all__ = ["STREAM", "DeadLetter", "DeadLetterReader", "DeadLettersRefused", "Refusals", "dead_letter", "service_subject"]
 
@@ -69,7 +69,7 @@ class DeadLetter:
 def dead_letter(seq: int, time: datetime | None, stored_subject: str, body: bytes,
                 headers: Mapping[str, str] | None, keep_payload: bool = False) -> DeadLetter:
     """The dead letter that a stored message holds, read as any consumer reads a message (its
-    `bke-schema` form, bke.bus.message_version); the payload is kept only when `keep_payload`."""
+    `bke-schema` form, bke.adapters.bus.message_version); the payload is kept only when `keep_payload`."""
     base = DeadLetter(seq, time, stored_subject)
     try:
         letter = read_message(DeadLettered, body, message_version(headers))

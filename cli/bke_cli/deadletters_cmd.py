@@ -27,9 +27,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from bke.auth.authority import write_private
-from bke.auth.permissions import SERVICE_ROLES
-from bke.bus.connect import BusAccess, connect_nats
+from bke.adapters.auth.authority import write_private
+from bke.adapters.auth.permissions import SERVICE_ROLES
+from bke.adapters.bus.connect import BusAccess, connect_nats
 
 from .connect import resolve_nats
 from .deadletters_client import STREAM, DeadLetter, DeadLetterReader, DeadLettersRefused, Refusals

@@ -1,6 +1,6 @@
 """The generated reference pages of the docs site, all in one place: the CLI page (from the typer
 app itself, through click's command objects, never from `--help` text) and the pages the
-libraries generate (bke.docs_reference.PAGES).
+libraries generate (bke.core.docs_reference.PAGES).
 
     python -m bke_cli.docs_reference            write every page that changed
     python -m bke_cli.docs_reference --check    exit 1 naming the stale pages, write nothing
@@ -19,8 +19,8 @@ from typing import Any
 
 import typer
 
-from bke.docs_reference import PAGES
-from bke.docs_reference.markdown import cell, code, link, prose, table
+from bke.core.docs_reference import PAGES
+from bke.core.docs_reference.markdown import cell, code, link, prose, table
 
 from .main import app
 

@@ -3,9 +3,9 @@
 The listing reads the snapshot object store over the bus (the operator identity may read it; the
 records are not secret). Opening a snapshot needs the deployment's snapshot key, which only the
 state's admin holds: like `bke state`, `restore` reads it from Redis with `--workdir` (a lab) or
-`--redis URL` plus the `snapshot` at-rest key (BKE_KEY_FILE_SNAPSHOT, bke.secrets.key_kinds),
+`--redis URL` plus the `snapshot` at-rest key (BKE_KEY_FILE_SNAPSHOT, bke.core.secrets.key_kinds),
 together with the agent key BKE provisioned for the snapshot's node: a snapshot whose record
-that agent did not write is not opened (bke.etcdsnap.store.check_author).
+that agent did not write is not opened (bke.adapters.etcdsnap.store.check_author).
 
 `restore --into DIR` opens the snapshot (its sha256 and etcd's own hash checked) and restores it
 with etcdutl into DIR, a fresh data dir here, as a one-member cluster: start an etcd on it to
@@ -34,20 +34,20 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 from rich.console import Console
 from rich.table import Table
 
-from bke.bus.connect import BusAccess, connect_nats
-from bke.errors import PermanentError
-from bke.etcdsnap.local import restore_into
-from bke.etcdsnap.records import SnapshotRecord
-from bke.etcdsnap.store import fetch_snapshot, find_snapshot, list_snapshots
-from bke.runtime.binaries import MissingBinaryError, etcdutl_bin
+from bke.adapters.bus.connect import BusAccess, connect_nats
+from bke.core.errors import PermanentError
+from bke.adapters.etcdsnap.local import restore_into
+from bke.core.etcdsnap.records import SnapshotRecord
+from bke.adapters.etcdsnap.store import fetch_snapshot, find_snapshot, list_snapshots
+from bke.adapters.runtime.binaries import MissingBinaryError, etcdutl_bin
 from bke.contracts.agent import ProvisionAgent
 from bke.contracts.restore import RESTORE_GET, EtcdRestoreView, GetEtcdRestore, RestoreEtcd
 from bke.contracts.status import StatusError
 from pydantic import ValidationError
-from bke.secrets.sealing import public_key_from_raw
-from bke.secrets.snapshot_key import SnapshotKey, read_snapshot_key
-from bke.state.client import redact_url, sync_redis_client
-from bke.state.keys import etcd_snapshot_key, provisioned_agents_key
+from bke.core.secrets.sealing import public_key_from_raw
+from bke.core.secrets.snapshot_key import SnapshotKey, read_snapshot_key
+from bke.adapters.state.client import redact_url, sync_redis_client
+from bke.adapters.state.keys import etcd_snapshot_key, provisioned_agents_key
 
 from .connect import resolve_nats
 from .etcd_restore_follow import restore_and_follow

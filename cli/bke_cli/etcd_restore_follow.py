@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bke.bus import EventWatch
-from bke.bus.connect import BusAccess, connect_nats
-from bke.bus.streams import require_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.streams import require_streams
 from bke.contracts.restore import RESTORE_ACCEPTED, RESTORE_ETCD, RESTORE_REJECTED, RestoreEtcd, restore_subject
 
 from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines

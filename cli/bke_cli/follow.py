@@ -12,20 +12,20 @@ import uuid
 from nats.errors import NoServersError
 
 from bke.contracts.base import schema_headers
-from bke.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.connect import BusAccess, connect_nats
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from bke.bus import EventWatch
-from bke.bus.streams import require_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.streams import require_streams
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, PLAN_CREATED, InstallCluster
 from bke.contracts.install import install_subject
 from bke.contracts.status import ClusterStatus
-from bke.errors import is_unavailable
+from bke.core.errors import is_unavailable
 
 from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines, quiet_bus_errors, warn_lines, where
-from bke.state.epoch import STATE_LOST
+from bke.adapters.state.epoch import STATE_LOST
 from .spec_source import blob_put, spec_fields
 from .status_client import StatusUnavailable, get_status
 

@@ -18,16 +18,16 @@ from typing import Optional
 import redis
 import typer
 
-from bke.auth.authority import write_creds
-from bke.auth.permissions import ROLES, SERVICE_ROLES, identity_name
-from bke.auth.push import push_account
-from bke.auth.registry import IdentityRecord, IdentityRegistry, UnknownIdentity
-from bke.auth.system_user import SystemUser, ensure_system_user
+from bke.adapters.auth.authority import write_creds
+from bke.adapters.auth.permissions import ROLES, SERVICE_ROLES, identity_name
+from bke.adapters.auth.push import push_account
+from bke.adapters.auth.registry import IdentityRecord, IdentityRegistry, UnknownIdentity
+from bke.adapters.auth.system_user import SystemUser, ensure_system_user
 from bke.lab.identities import LabIdentities
 from bke.lab.supervisor import LabSupervisor
-from bke.runtime import EmbeddedRuntime
-from bke.secrets.at_rest import DecryptError, SecretKeyError
-from bke.secrets.key_kinds import box_for, key_file_env
+from bke.adapters.runtime import EmbeddedRuntime
+from bke.core.secrets.at_rest import DecryptError, SecretKeyError
+from bke.core.secrets.key_kinds import box_for, key_file_env
 
 from .output import EXIT_INVALID, die
 
@@ -194,7 +194,7 @@ def init_cmd(out: Path = typer.Option(..., "--out", help="folder for auth.conf (
              redis_url: Optional[str] = REDIS) -> None:
     """A deployment's NATS trust chain: the operator and accounts (kept, encrypted, in Redis: made
     once), the operator-mode part of nats.conf, the system user (sys.creds: kept while it is this
-    authority's and good, else replaced and the old one revoked: bke.auth.system_user), and one
+    authority's and good, else replaced and the old one revoked: bke.adapters.auth.system_user), and one
     identity per service, the operator CLI and the dashboard (issued anew each run, so that a run
     also rotates them)."""
     registry = _registry(redis_url)

@@ -1,4 +1,4 @@
-"""`bke keys`: the at-rest keys, one per kind (bke.secrets.key_kinds), and their rotation.
+"""`bke keys`: the at-rest keys, one per kind (bke.core.secrets.key_kinds), and their rotation.
 
     bke keys init DIR          a key file per kind in DIR (0600; a file that exists is kept)
     bke keys list              each kind's file and keys; with --workdir or --redis, also how many
@@ -32,13 +32,13 @@ import typer
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from bke.errors import PermanentError
+from bke.core.errors import PermanentError
 from bke.lab.key_files import lab_key_file
-from bke.runtime.nats_security import load_runtime_authority, save_runtime_authority
-from bke.secrets.at_rest import SECRET_KEY_ENV, Keyring, SecretKeyError, create_key_file, load_keyring, new_key, write_keyring
-from bke.secrets.key_kinds import KIND_NAMES, KINDS, SERVICE_KEY_KINDS, key_file_env
-from bke.state.client import StoreAccess, redact_url, redis_client
-from bke.state.rekey import RekeyReport, census, reencrypt_kind, rekey_backup_file
+from bke.adapters.runtime.nats_security import load_runtime_authority, save_runtime_authority
+from bke.core.secrets.at_rest import SECRET_KEY_ENV, Keyring, SecretKeyError, create_key_file, load_keyring, new_key, write_keyring
+from bke.core.secrets.key_kinds import KIND_NAMES, KINDS, SERVICE_KEY_KINDS, key_file_env
+from bke.adapters.state.client import StoreAccess, redact_url, redis_client
+from bke.adapters.state.rekey import RekeyReport, census, reencrypt_kind, rekey_backup_file
 
 from .output import EXIT_FAILURE, EXIT_INVALID, die, warn_lines
 from .state_cmd import resolve_access

@@ -14,11 +14,11 @@ from bke.lab.http_repo import with_http_repo
 from bke.lab.preflight import claim_lab
 from bke.lab.replicas import ensure_replicas, replica_count
 from bke.lab.supervisor import CONTROL_PLANE_FILE, LabSupervisor
-from bke.runtime.embedded import RuntimeInfo
-from bke.runtime.processes import port_is_free
-from bke.state.client import redact_url
-from bke.plan import Plan, plan_spec_text
-from bke.versions import parse_version
+from bke.adapters.runtime.embedded import RuntimeInfo
+from bke.adapters.runtime.processes import port_is_free
+from bke.adapters.state.client import redact_url
+from bke.core.plan import Plan, plan_spec_text
+from bke.core.versions import parse_version
 
 from .follow import submit_and_follow
 from .output import EXIT_INVALID, error_lines, warn_lines
@@ -218,7 +218,7 @@ def apply(
 def _retire_agents(sup: LabSupervisor, info: RuntimeInfo, plan: Plan) -> None:
     """The agents of nodes the applied plan no longer names (removed by the run: drained, reset):
     revoked and stopped, as after `bke lab remove-nodes`."""
-    from bke.auth.permissions import identity_name
+    from bke.adapters.auth.permissions import identity_name
 
     from .membership_cmd import retire_agents
 

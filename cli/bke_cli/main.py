@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from bke.bus.streams import StreamsNotDeclared
+from bke.adapters.bus.streams import StreamsNotDeclared
 
 from . import (agent_cmd, bundle_cmd, certs_cmd, deadletters_cmd, etcd_cmd, identities_cmd, keys_cmd, lab_cmd,
                membership_cmd, pause_cmd, plan_cmd, render_cmd, reset_cmd, spec_cmd, state_cmd, status_cmd, streams_cmd,

@@ -23,9 +23,9 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from bke.bus import EventWatch
-from bke.bus.connect import BusAccess, connect_nats
-from bke.bus.streams import require_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.streams import require_streams
 from bke.contracts.membership import (
     JOIN_NODES, JOIN_NODES_FINISHED, REMOVE_NODES, REMOVE_NODES_FINISHED, JoinNodes, RemoveNodes,
     join_changed_subject, remove_changed_subject,
@@ -93,8 +93,8 @@ def _exit(done: dict[str, Any], console: Console) -> None:
 def join_nodes(name: str, nodes: str = NODES, workdir: Path = WORKDIR, timeout: float = TIMEOUT) -> None:
     """Start the named nodes' agents and join them (the stored plan must already name them)."""
     from bke.lab.supervisor import LabSupervisor
-    from bke.state.client import redis_client
-    from bke.state.plans import RedisPlanStore
+    from bke.adapters.state.client import redis_client
+    from bke.adapters.state.plans import RedisPlanStore
 
     hosts = [h for h in nodes.split(",") if h]
     console = Console()

@@ -15,9 +15,9 @@ import typer
 from nats.errors import NoServersError
 from rich.console import Console
 
-from bke.bus import EventWatch
-from bke.bus.connect import BusAccess, connect_nats
-from bke.bus.streams import require_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.streams import require_streams
 from bke.contracts.pause import PAUSE_CLUSTER, PAUSE_OWNERS, PauseCluster, pause_subject
 
 from .connect import resolve_nats

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from bke.plan import Plan
+from bke.core.plan import Plan
 
 from .spec_input import plan_or_exit
 

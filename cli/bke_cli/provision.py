@@ -1,7 +1,7 @@
 """Provisioning agents from the CLI (an operator identity): fetch the dispatcher's public
 command key to give to the agents, checked against the key the operator pinned
-(bke.secrets.command_key_pin), and record each agent's key through the provisioning channel
-(`bke.v1.agents.provision`, bke.provisioning) as soon as its node prints it."""
+(bke.core.secrets.command_key_pin), and record each agent's key through the provisioning channel
+(`bke.v1.agents.provision`, bke.adapters.provisioning) as soon as its node prints it."""
 from __future__ import annotations
 
 import base64
@@ -14,10 +14,10 @@ from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 from pathlib import Path
 
 from bke.contracts.agent import AGENTS_COMMAND_KEY, CommandKey, GetCommandKey, ProvisionAgent
-from bke.provisioning import ProvisionRefused, provision_agent
-from bke.secrets.command_key_pin import CommandKeyPin, check_pinned, parse_pin, read_pin_file
-from bke.secrets.sealing import SealedDataError, agent_key_id, public_key_from_raw
-from bke.secrets.signing import CommandVerifyKey, parse_public_line
+from bke.adapters.provisioning import ProvisionRefused, provision_agent
+from bke.core.secrets.command_key_pin import CommandKeyPin, check_pinned, parse_pin, read_pin_file
+from bke.core.secrets.sealing import SealedDataError, agent_key_id, public_key_from_raw
+from bke.core.secrets.signing import CommandVerifyKey, parse_public_line
 
 __all__ = ["NO_PIN", "KeyRecorder", "command_key_pin", "fetch_command_key", "trusted_command_key"]
 
@@ -65,7 +65,7 @@ async def fetch_command_key(nc: NatsClient, timeout_s: float = 10.0) -> str:
 
 
 class KeyRecorder:
-    """`on_public_key` for bke.ssh.bootstrap_nodes: records each node's agent key."""
+    """`on_public_key` for bke.adapters.ssh.bootstrap_nodes: records each node's agent key."""
 
     def __init__(self, nc: NatsClient, cluster: str) -> None:
         self.nc, self.cluster = nc, cluster

@@ -19,12 +19,12 @@ from typing import Optional
 
 import typer
 
-from bke.plan import Plan
-from bke.render import (InvalidOutputError, RenderError, RenderInputs, RenderRejected, RenderedCluster, RenderedFile,
+from bke.core.plan import Plan
+from bke.core.render import (InvalidOutputError, RenderError, RenderInputs, RenderRejected, RenderedCluster, RenderedFile,
                         diff_rendered,
                         generate_vrrp_password, render_cluster)
 
-from bke.render.context import VRRP_PASSWORD_RE
+from bke.core.render.context import VRRP_PASSWORD_RE
 
 from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines, warn_lines
 from .spec_input import plan_or_exit

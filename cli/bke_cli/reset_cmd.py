@@ -23,9 +23,9 @@ import typer
 from nats.errors import NoServersError
 from rich.console import Console
 
-from bke.bus import EventWatch
-from bke.bus.connect import BusAccess, connect_nats
-from bke.bus.streams import require_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.streams import require_streams
 from bke.contracts.reset import (
     DELETE_OWNERS, RESET_ACCEPTED, RESET_CLUSTER, RESET_REJECTED, ResetCluster, removed_subject, reset_subject,
 )

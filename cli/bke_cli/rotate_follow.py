@@ -14,11 +14,11 @@ import time
 import uuid
 
 from bke.contracts.base import schema_headers
-from bke.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.connect import BusAccess, connect_nats
 from rich.console import Console
 
-from bke.bus import EventWatch
-from bke.bus.streams import require_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.streams import require_streams
 from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, RENEW_CERTS, RenewCerts
 from bke.contracts.rotation import rotation_subject
 

@@ -1,6 +1,6 @@
 """`bke spec schema`: the JSON Schema of a spec document, for editors and CI linters.
 
-Generated from the spec models (bke.spec.json_schema), so it closes every object the loader
+Generated from the spec models (bke.core.spec.json_schema), so it closes every object the loader
 closes; docs/reference/bke-spec.schema.json is the committed copy and docs/reference/spec.md says
 how to point an editor at it.
 """
@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from bke.spec.json_schema import render_spec_schema
+from bke.core.spec.json_schema import render_spec_schema
 
 __all__ = ["register", "schema", "spec_app"]
 

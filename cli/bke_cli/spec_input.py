@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bke.plan import Plan, PlanOutcome, plan_spec_text
-from bke.spec import SpecTooLarge, read_capped
+from bke.core.plan import Plan, PlanOutcome, plan_spec_text
+from bke.core.spec import SpecTooLarge, read_capped
 
 from .output import EXIT_INVALID, die, error_lines, warn_lines
 

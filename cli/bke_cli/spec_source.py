@@ -1,5 +1,5 @@
 """How a spec travels in a request: inline when it fits in one NATS message, else by reference
-(`specRef` = `<bucket>/<key>` in the JetStream object store, bke.bus.blobs). The install, the
+(`specRef` = `<bucket>/<key>` in the JetStream object store, bke.adapters.bus.blobs). The install, the
 diff (`bke apply --dry-run`) and the apply choose the same way, here."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 
 from nats.js import JetStreamContext
 
-from bke.bus import put_blob
-from bke.bus.streams import OBJECT_BUCKET, require_streams
+from bke.adapters.bus import put_blob
+from bke.adapters.bus.streams import OBJECT_BUCKET, require_streams
 
 __all__ = ["INLINE_LIMIT", "blob_put", "spec_fields"]
 

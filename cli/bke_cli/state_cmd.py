@@ -1,21 +1,21 @@
-"""`bke state init`: what a deployment's state must hold before its services start (bke.state.state_init),
+"""`bke state init`: what a deployment's state must hold before its services start (bke.adapters.state.state_init),
 and the command-signing key's fingerprint and public line, the pin of `bke agent bootstrap`;
 `bke state backup FILE` / `bke state restore FILE`: save and restore everything BKE needs to go on;
-`bke state migrate [NAME]...`: convert stored records to this BKE's form (bke.state.migrate).
+`bke state migrate [NAME]...`: convert stored records to this BKE's form (bke.adapters.state.migrate).
 
 This is the one command that reads and writes Redis itself, because it *is* the state tool.
 Every other command asks the services over the bus. It needs the state's admin identity, which
 can scan and write every `bke:` key. That is `--workdir` for a lab (the runtime's admin URL and
 the lab's `keys/<kind>.key`), or `--redis URL` (or BKE_REDIS_URL, with BKE_REDIS_TLS_CA for
-`rediss://`) together with the key files of the kinds each command uses (bke.secrets.key_kinds):
+`rediss://`) together with the key files of the kinds each command uses (bke.core.secrets.key_kinds):
 `init` the `snapshot` and `signing` keys, `backup` the `backup` key, `restore` the `backup` key
 and the `authority` key (to merge the NATS authority's revocations). A backup is encrypted with
 the `backup` key: keep that file apart from the backups, a backup opens with it and nothing else.
 
-What a backup holds, its format and the restore rules: bke.state.backup. A restore keeps the
+What a backup holds, its format and the restore rules: bke.adapters.state.backup. A restore keeps the
 trust material of the store as it is now (revocations, agent keys provisioned since, signing
-keys: bke.state.restore_trust) unless `--replace-trust` is given, and says which it did. After a
-restore the services see their epoch again (bke.state.epoch) and go on.
+keys: bke.adapters.state.restore_trust) unless `--replace-trust` is given, and says which it did. After a
+restore the services see their epoch again (bke.adapters.state.epoch) and go on.
 """
 from __future__ import annotations
 
@@ -27,18 +27,18 @@ from pathlib import Path
 import typer
 from redis.exceptions import RedisError
 
-from bke.errors import PermanentError
-from bke.runtime import EmbeddedRuntime
+from bke.core.errors import PermanentError
+from bke.adapters.runtime import EmbeddedRuntime
 from bke.lab.key_files import lab_key_file
-from bke.secrets.at_rest import SecretBox, SecretKeyMissing, load_secret_box
-from bke.secrets.key_kinds import box_for, key_file_env
-from bke.secrets.command_key_pin import write_command_key_file
-from bke.state.backup import backup_state, decode_backup, encode_backup, restore_state
-from bke.state.restore_trust import TRUST_ITEMS, TrustDecision
-from bke.state.client import StoreAccess, parse_sentinels, redact_url, redis_client, sync_redis_client
-from bke.state.migrate import MigrationReport, ensure_current, known_clusters
-from bke.state.schema import RECORDS, UNVERSIONED
-from bke.state.state_init import ensure_state
+from bke.core.secrets.at_rest import SecretBox, SecretKeyMissing, load_secret_box
+from bke.core.secrets.key_kinds import box_for, key_file_env
+from bke.core.secrets.command_key_pin import write_command_key_file
+from bke.adapters.state.backup import backup_state, decode_backup, encode_backup, restore_state
+from bke.adapters.state.restore_trust import TRUST_ITEMS, TrustDecision
+from bke.adapters.state.client import StoreAccess, parse_sentinels, redact_url, redis_client, sync_redis_client
+from bke.adapters.state.migrate import MigrationReport, ensure_current, known_clusters
+from bke.core.state.schema import RECORDS, UNVERSIONED
+from bke.adapters.state.state_init import ensure_state
 
 from .output import EXIT_FAILURE, EXIT_INVALID, die
 
@@ -94,7 +94,7 @@ def resolve_access(workdir: Path | None, redis_url: str | None) -> StoreAccess:
 
 def _env_access(url: str) -> StoreAccess:
     """The URL with BKE_REDIS_TLS_CA and, for Redis behind Sentinel, BKE_REDIS_SENTINELS and
-    BKE_REDIS_SENTINEL_MASTER (the services' settings, bke.settings)."""
+    BKE_REDIS_SENTINEL_MASTER (the services' settings, bke.adapters.settings)."""
     ca = os.environ.get("BKE_REDIS_TLS_CA")
     sentinels, master = os.environ.get("BKE_REDIS_SENTINELS"), os.environ.get("BKE_REDIS_SENTINEL_MASTER")
     try:
@@ -175,7 +175,7 @@ def restore(file: Path = typer.Argument(..., help="a file written by `bke state 
                 "since (revocations, agent keys, signing keys); without it: "
                 + "; ".join(f"{i.name}: {i.rule}" for i in TRUST_ITEMS))) -> None:
     """Put the state saved in FILE back; the services then go on from it. The trust material is
-    kept as it is now unless --replace-trust is given (bke.state.restore_trust)."""
+    kept as it is now unless --replace-trust is given (bke.adapters.state.restore_trust)."""
     access, box = resolve_store(workdir, redis_url, "backup")
     authority = key_box(workdir, "authority", required=False)  # needed to merge two NATS authorities
     try:
@@ -213,7 +213,7 @@ def trust_lines(decisions: list[TrustDecision], replace_trust: bool) -> list[str
 @state_app.command("records")
 def records() -> None:
     """What BKE stores per cluster: each record, its keys, where its version is, the version this
-    BKE writes, and who writes and reads it (the table of bke.state.schema)."""
+    BKE writes, and who writes and reads it (the table of bke.core.state.schema)."""
     for line in records_lines():
         typer.echo(line)
 
@@ -236,7 +236,7 @@ def records_lines() -> list[str]:
 def migrate(names: list[str] = typer.Argument(None, metavar="[NAME]...", help="clusters (default: every cluster stored)"),
             workdir: Path | None = WORKDIR, redis_url: str | None = REDIS,
             dry_run: bool = typer.Option(False, "--dry-run", help="say what would be converted, write nothing")) -> None:
-    """Convert every stored record of the clusters to the form this BKE writes (bke.state.migrate).
+    """Convert every stored record of the clusters to the form this BKE writes (bke.adapters.state.migrate).
 
     Safe to re-run: a current record is left alone. A record of a newer BKE is refused (exit 2)."""
     access = resolve_access(workdir, redis_url)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from bke.contracts.base import schema_headers
-from bke.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.connect import BusAccess, connect_nats
 import typer
 from nats.errors import NoServersError
 from rich.console import Console

@@ -1,9 +1,9 @@
 """`bke streams ensure` and `bke streams check`: the deploy step that declares BKE's JetStream
 streams and object buckets, and a read-only check of them.
 
-Only this step declares (bke.bus.streams): it runs as the deploy-time `streams` identity
+Only this step declares (bke.adapters.bus.streams): it runs as the deploy-time `streams` identity
 (`--creds`, or BKE_NATS_CREDS; a lab's `creds/streams.creds` with `--workdir`), which may create
-and update the declared streams and nothing else (bke.auth.jetstream_grants). The services check
+and update the declared streams and nothing else (bke.adapters.auth.jetstream_grants). The services check
 what they find at start and refuse to start on a missing or changed stream. Run it at install,
 after an upgrade of BKE, and whenever a service refuses to start on a stream's config: it puts
 the declared config back (a stream someone sealed stays refused; it must be recreated).
@@ -18,9 +18,9 @@ import typer
 from nats.errors import NoServersError
 from rich.console import Console
 
-from bke.auth.permissions import inbox_prefix
-from bke.bus.connect import BusAccess
-from bke.bus.declare import declare
+from bke.adapters.auth.permissions import inbox_prefix
+from bke.adapters.bus.connect import BusAccess
+from bke.adapters.bus.declare import declare
 from bke.lab.identities import creds_path
 
 from .connect import resolve_nats
@@ -34,7 +34,7 @@ WORKDIR = typer.Option(None, "--workdir", help="a lab's work directory (its NATS
 NATS = typer.Option(None, "--nats", help="NATS URL of a deployment (or BKE_NATS_URL)")
 CREDS = typer.Option(None, "--creds", help="the `streams` identity's creds file (or BKE_NATS_CREDS)")
 CLUSTERS = typer.Option(None, "--clusters", min=1, envvar="BKE_JETSTREAM_CLUSTERS",
-                        help="how many clusters to size the streams for (bke.bus.quotas; default: 1, or keep the size)")
+                        help="how many clusters to size the streams for (bke.adapters.bus.quotas; default: 1, or keep the size)")
 REPLICAS = typer.Option(None, "--replicas", min=1, max=5,
                         help="replicas per stream on a NATS cluster (default: create with 1, keep what exists)")
 

@@ -2,7 +2,7 @@
 
 Like `kubeadm upgrade plan`: every component's current and target version per node group, the
 order of steps expanded for this cluster (batch counts, not one line per node), and the
-findings of the pre-checks. The decisions are bke.upgrade's pure cores; this module only prints.
+findings of the pre-checks. The decisions are bke.core.upgrade's pure cores; this module only prints.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from bke.plan import Plan
-from bke.upgrade import (
+from bke.core.plan import Plan
+from bke.core.upgrade import (
     Facts,
     Report,
     Target,
@@ -29,8 +29,8 @@ from bke.upgrade import (
     resolve_target,
     upgrade_findings,
 )
-from bke.upgrade.order import ExpandedStep
-from bke.versions import KUBERNETES, Version, parse_version
+from bke.core.upgrade.order import ExpandedStep
+from bke.core.versions import KUBERNETES, Version, parse_version
 
 from bke.contracts.upgrade import UPGRADE_GET, GetUpgrade, RetryUpgrade, UpgradeCluster, UpgradeView
 from bke.contracts.status import StatusError
@@ -220,7 +220,7 @@ whose component did not come back healthy was rolled back)."""
 
 
 async def _get(access: Any, name: str) -> UpgradeView | StatusError:
-    from bke.bus.connect import connect_nats
+    from bke.adapters.bus.connect import connect_nats
 
     nc = await connect_nats(access)
     try:

@@ -18,9 +18,9 @@ from typing import Any, Callable
 from rich.console import Console
 
 from bke.contracts.base import schema_headers
-from bke.bus import EventWatch
-from bke.bus.connect import BusAccess, connect_nats
-from bke.bus.streams import require_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.streams import require_streams
 from bke.contracts.upgrade import (
     RETRY_UPGRADE,
     UPGRADE_ACCEPTED,

@@ -1,8 +1,8 @@
 """`bke versions [-o table|json] [--gates]`: the supported versions table, the template set that
 serves each range, and (with --gates) the version gates of flags, feature gates and endpoints.
 
-Everything printed comes from the data tables (bke.versions, bke.render.TEMPLATE_RANGES,
-bke.render.GATES), so this output and the renderer cannot disagree.
+Everything printed comes from the data tables (bke.core.versions, bke.core.render.TEMPLATE_RANGES,
+bke.core.render.GATES), so this output and the renderer cannot disagree.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from bke.render import GATES, TEMPLATE_RANGES
-from bke.versions import CONTAINERD_MINORS, ETCD_MINORS, KUBERNETES
+from bke.core.render import GATES, TEMPLATE_RANGES
+from bke.core.versions import CONTAINERD_MINORS, ETCD_MINORS, KUBERNETES
 
 __all__ = ["register", "versions", "versions_document"]
 

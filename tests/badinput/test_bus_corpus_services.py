@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from bke.bus import EventWatch, ensure_streams
-from bke.bus.connect import BusAccess, connect_nats
-from bke.bus.delivery import MAX_DEADLETTER_PAYLOAD
+from bke.adapters.bus import EventWatch, ensure_streams
+from bke.adapters.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.delivery import MAX_DEADLETTER_PAYLOAD
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, InstallCluster
 from bke.contracts.restore import RESTORE_ETCD, RESTORE_REJECTED
 from bke.contracts.apply import APPLY_CLUSTER, APPLY_REJECTED
@@ -24,11 +24,11 @@ from bke.contracts.status import StatusError
 from bke.contracts.subjects import CHANNELS, COMMAND_SUBJECTS, DEADLETTER, EVENT_SUBJECTS, LEGACY_CLUSTER_REQUESTED, Channel
 from bke.lab.supervisor import SERVICES, LabSupervisor
 from bke.lab.trust import ensure_lab_command_key
-from bke.provisioning import provision_agent
-from bke.runtime import RuntimeInfo
-from bke.runtime.processes import pid_alive
-from bke.secrets.signing import parse_public_line
-from bke.spec.synth import synth_spec_text
+from bke.adapters.provisioning import provision_agent
+from bke.adapters.runtime import RuntimeInfo
+from bke.adapters.runtime.processes import pid_alive
+from bke.core.secrets.signing import parse_public_line
+from bke.core.spec.synth import synth_spec_text
 from bke_agent.fleet import Fleet
 from bke_agent.settings import AgentSettings
 from bke_planner.decide import request_id_of

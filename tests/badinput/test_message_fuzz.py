@@ -1,6 +1,6 @@
 """Every message contract of bke.contracts.subjects.CHANNELS against generated and hostile
 bytes: valid messages round-trip; anything else is refused as MalformedMessage (through
-bke.bus.handler `parse`/`typed`) naming the field, never another exception and never a call of
+bke.adapters.bus.handler `parse`/`typed`) naming the field, never another exception and never a call of
 the handler. Budget: see tests/badinput/fuzz.py (BKE_FUZZ=long for the long run)."""
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bke.bus.handler import parse, typed
+from bke.adapters.bus.handler import parse, typed
 from bke.contracts.base import Message
 from bke.contracts.subjects import CHANNELS
-from bke.errors import MalformedMessage
+from bke.core.errors import MalformedMessage
 
 from .bus_corpus import hostile_bodies, valid_example
 from .fuzz import FUZZ, from_schema, json_values

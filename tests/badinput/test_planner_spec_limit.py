@@ -6,10 +6,10 @@ import uuid
 
 import pytest
 
-from bke.bus import EventWatch, get_blob, put_blob
-from bke.bus.blobs import BlobTooLarge, _Capped
+from bke.adapters.bus import EventWatch, get_blob, put_blob
+from bke.adapters.bus.blobs import BlobTooLarge, _Capped
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, PLAN_CREATED, InstallCluster
-from bke.spec import MAX_SPEC_BYTES
+from bke.core.spec import MAX_SPEC_BYTES
 from bke_planner.app import create_service
 from bke_planner.settings import PlannerSettings
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bke.plan import plan_spec_text
-from bke.spec import MAX_SPEC_BYTES, SpecTooLarge, read_capped
-from bke.spec.limits import MAX_SCALAR_BYTES
+from bke.core.plan import plan_spec_text
+from bke.core.spec import MAX_SPEC_BYTES, SpecTooLarge, read_capped
+from bke.core.spec.limits import MAX_SCALAR_BYTES
 
 CORPUS = Path(__file__).parent / "corpus" / "specs"
 SEED = Path("examples/seed-3m1w.yaml").read_text()
@@ -114,8 +114,8 @@ def test_the_pure_python_yaml_loader_refuses_the_same_corpus():
         "import yaml, sys\n"
         "del yaml.CSafeLoader\n"
         "from pathlib import Path\n"
-        "from bke.plan import plan_spec_text\n"
-        "from bke.spec import yaml_read\n"
+        "from bke.core.plan import plan_spec_text\n"
+        "from bke.core.spec import yaml_read\n"
         "assert yaml_read._Base is yaml.SafeLoader\n"
         "for name in sys.argv[1:]:\n"
         "    errs = plan_spec_text(Path(name).read_bytes(), 'spec.yaml').errors\n"

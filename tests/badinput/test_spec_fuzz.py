@@ -10,7 +10,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bke.plan import PlanOutcome, plan_spec_text
+from bke.core.plan import PlanOutcome, plan_spec_text
 
 from .fuzz import FUZZ, json_values
 

@@ -20,13 +20,13 @@ from bke.contracts import (agent, apply, certs, cluster, deadletter, install, me
 ROOT = Path(__file__).resolve().parents[2]
 # A service's code includes the shared service shape (dead-lettering lives there).
 SOURCES = {
-    # every service mounts the handler of a deleted cluster's records (bke.forgetting)
-    "planner": ["services/planner", "libs/bke/bus", "libs/bke/forgetting.py"],
-    "certs": ["services/certs", "libs/bke/bus", "libs/bke/forgetting.py"],
-    "renderer": ["services/renderer", "libs/bke/bus", "libs/bke/forgetting.py"],
-    # and the pause handler both operation-running services mount (bke.pausing)
-    "dispatcher": ["services/dispatcher", "libs/bke/bus", "libs/bke/pausing.py", "libs/bke/forgetting.py"],
-    "upgrader": ["services/upgrader", "libs/bke/bus", "libs/bke/pausing.py", "libs/bke/forgetting.py"],
+    # every service mounts the handler of a deleted cluster's records (bke.adapters.forgetting)
+    "planner": ["services/planner", "libs/bke/adapters/bus", "libs/bke/adapters/forgetting.py"],
+    "certs": ["services/certs", "libs/bke/adapters/bus", "libs/bke/adapters/forgetting.py"],
+    "renderer": ["services/renderer", "libs/bke/adapters/bus", "libs/bke/adapters/forgetting.py"],
+    # and the pause handler both operation-running services mount (bke.adapters.pausing)
+    "dispatcher": ["services/dispatcher", "libs/bke/adapters/bus", "libs/bke/adapters/pausing.py", "libs/bke/adapters/forgetting.py"],
+    "upgrader": ["services/upgrader", "libs/bke/adapters/bus", "libs/bke/adapters/pausing.py", "libs/bke/adapters/forgetting.py"],
     "cli": ["cli"],
     "agent": ["agent"],
 }

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from bke.contracts import CHANNELS, ClusterRejected, InstallCluster, ErrorItem, PlanCreated
 from bke.contracts.agent import AgentCommand, WriteFile, agent_subject, node_token, token_node
 from bke.contracts.asyncapi import render_asyncapi
-from bke.bus.streams import STREAMS
+from bke.adapters.bus.streams import STREAMS
 
 
 def test_asyncapi_document_is_current():

@@ -1,7 +1,7 @@
 """A subject that several services consume must not be in a work-queue stream: JetStream
 allows one consumer per subject there ("filtered consumer not unique on workqueue stream"), so
 the second service to start would crash."""
-from bke.bus.streams import STREAMS
+from bke.adapters.bus.streams import STREAMS
 from bke.contracts import CHANNELS
 from nats.js.api import RetentionPolicy
 

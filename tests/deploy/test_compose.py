@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from bke.auth.permissions import identity_name, inbox_prefix
+from bke.adapters.auth.permissions import identity_name, inbox_prefix
 from bke.lab import supervisor as supervisor_module
 from bke.lab.supervisor import SERVICES, LabSupervisor
-from bke.plan import plan_spec_text
-from bke.runtime import redis_acl
-from bke.secrets.key_kinds import SERVICE_KEY_KINDS, key_file_env
+from bke.core.plan import plan_spec_text
+from bke.adapters.runtime import redis_acl
+from bke.core.secrets.key_kinds import SERVICE_KEY_KINDS, key_file_env
 
 from .dockerfile import effective, env_of, read_stages
 

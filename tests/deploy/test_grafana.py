@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import pytest
 from prometheus_client.metrics import MetricWrapperBase
 
-from bke.http.metrics import ServiceMetrics
+from bke.adapters.http.metrics import ServiceMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "deploy" / "grafana"
@@ -97,7 +97,7 @@ def test_panels_do_not_overlap() -> None:
 
 
 def test_the_bus_metrics_in_code_are_the_ones_the_dashboard_knows() -> None:
-    """The families every service registers (bke.http.metrics) carry the names and labels above."""
+    """The families every service registers (bke.adapters.http.metrics) carry the names and labels above."""
     metrics = ServiceMetrics("planner")
     seen = []
     for attr in vars(metrics).values():

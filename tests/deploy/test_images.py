@@ -13,7 +13,7 @@ import tomllib
 import pytest
 from packaging.utils import canonicalize_name
 
-from bke.http.ports import DEFAULT_HTTP_PORTS
+from bke.adapters.http.ports import DEFAULT_HTTP_PORTS
 
 from .dockerfile import Stage, effective, env_of, exec_form, read_stages
 from .image_sets import (CONSTRAINTS, EXCLUDED, IMAGES, ROOT, RUNTIME_ONLY, SERVICES, closure, image_requirements,

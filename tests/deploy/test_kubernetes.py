@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from bke.auth.permissions import inbox_prefix
-from bke.http.ports import DEFAULT_HTTP_PORTS
+from bke.adapters.auth.permissions import inbox_prefix
+from bke.adapters.http.ports import DEFAULT_HTTP_PORTS
 from bke.lab.supervisor import SERVICES
-from bke.secrets.key_kinds import SERVICE_KEY_KINDS, key_file_env
+from bke.core.secrets.key_kinds import SERVICE_KEY_KINDS, key_file_env
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "kubernetes"
@@ -126,7 +126,7 @@ def test_reference_values_for_a_nats_cluster_and_redis_sentinel() -> None:
     assert redis["sentinel"]["enabled"] is True and redis["sentinel"]["quorum"] == 2
     assert "aclfile" in redis["commonConfiguration"]
     readme = (K8S / "README.md").read_text()
-    for needle in ("nats-values.yaml", "redis-values.yaml", "bke identities init", "bke.runtime.redis_acl"):
+    for needle in ("nats-values.yaml", "redis-values.yaml", "bke identities init", "bke.adapters.runtime.redis_acl"):
         assert needle in readme
 
 

@@ -7,7 +7,7 @@ import nats
 import pytest
 import redis.asyncio as aioredis
 
-from bke.bus.streams import STREAMS, ensure_streams
+from bke.adapters.bus.streams import STREAMS, ensure_streams
 
 from ..containers import engine_problem
 

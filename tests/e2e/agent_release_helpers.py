@@ -1,10 +1,10 @@
-"""An agent release laid out as `bke bundle build` lays it out (bke.bundle.assemble._place_agent):
+"""An agent release laid out as `bke bundle build` lays it out (bke.adapters.bundle.assemble._place_agent):
 `agent/<version>/` with the BKE wheel, `requirements.txt`, `wheels/` (every dependency for
 each Python and arch, and its index.html), and `bundle.json` listing every file with its sha256,
 written last.
 
 The dependency wheels come from the bundle's own wheelhouse builder
-(bke.bundle.wheelhouse.ensure_wheelhouse: `pip download --only-binary=:all:` per Python and
+(bke.adapters.bundle.wheelhouse.ensure_wheelhouse: `pip download --only-binary=:all:` per Python and
 arch, so the set has wheels this machine cannot install: cp312, aarch64), built once from the
 package index and kept in `~/.cache/bke-agent-wheels/wheelhouse-<digest>` (BKE_AGENT_WHEEL_CACHE),
 the digest over requirements-agent.txt and the Pythons and arches; a second run copies it. The
@@ -23,7 +23,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bke.bundle.wheelhouse import ensure_wheelhouse
+from bke.adapters.bundle.wheelhouse import ensure_wheelhouse
 
 __all__ = ["ARCHES", "PYTHONS", "cached_wheelhouse", "release_bundle"]
 

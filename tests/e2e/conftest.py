@@ -28,7 +28,7 @@ def service_refusals(lab: Lab) -> list[dict[str, Any]]:
 
 def bus_violations(lab: Lab) -> list[str]:
     """What nats-server refused any of the lab's processes (its logs: `Publish Violation`,
-    `Subscription Violation`): each process runs under its own identity (bke.auth.permissions),
+    `Subscription Violation`): each process runs under its own identity (bke.adapters.auth.permissions),
     so a refusal is a grant table that does not cover what the code does."""
     out = []
     for log in sorted((lab.workdir / "runtime").rglob("nats-server*.log")):

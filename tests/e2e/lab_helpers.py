@@ -14,12 +14,12 @@ import httpx
 import yaml
 from rich.console import Console
 
-from bke.auth.permissions import identity_name, inbox_prefix
-from bke.bus.connect import BusAccess, connect_nats
+from bke.adapters.auth.permissions import identity_name, inbox_prefix
+from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.lab.identities import creds_path
 from bke.lab.supervisor import LabSupervisor
-from bke.plan import Plan, plan_spec_text
-from bke.runtime import mtls_context
+from bke.core.plan import Plan, plan_spec_text
+from bke.adapters.runtime import mtls_context
 from bke_agent.journal import read_executions
 from bke_agent.settings import LAB_STATE_SUBDIR
 from bke_cli.follow import submit_and_follow

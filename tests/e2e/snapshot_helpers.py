@@ -12,17 +12,17 @@ from pathlib import Path
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from bke.auth.permissions import inbox_prefix
-from bke.bus.connect import BusAccess, connect_nats
+from bke.adapters.auth.permissions import inbox_prefix
+from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
-from bke.etcdsnap.step import SnapshotTarget, snapshot_step
+from bke.core.etcdsnap.step import SnapshotTarget, snapshot_step
 from bke.lab.identities import creds_path
 from bke.lab.key_files import lab_key_file
-from bke.secrets import load_secret_box
-from bke.secrets.signing import ensure_command_key_sync, sign_command
-from bke.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key_sync
-from bke.state.command_signing import read_bindings
-from bke.state.keys import command_signing_key, etcd_snapshot_key
+from bke.core.secrets import load_secret_box
+from bke.core.secrets.signing import ensure_command_key_sync, sign_command
+from bke.core.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key_sync
+from bke.adapters.state.command_signing import read_bindings
+from bke.adapters.state.keys import command_signing_key, etcd_snapshot_key
 
 from .lab_helpers import Lab
 
@@ -47,7 +47,7 @@ async def take_snapshots(lab: Lab, targets: list[SnapshotTarget], request_id: st
     finally:
         r.close()
     # bound to each receiver as the dispatcher binds its commands (its provisioned key, the
-    # cluster's incarnation: bke.secrets.binding)
+    # cluster's incarnation: bke.core.secrets.binding)
     ar = AsyncRedis.from_url(lab.info.redis_url)
     try:
         bindings = await read_bindings(ar, cluster, [t.node for t in targets])

@@ -16,8 +16,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from bke.pki.material import cert_info
-from bke.runtime.etcd import mtls_context
+from bke.core.pki.material import cert_info
+from bke.adapters.runtime.etcd import mtls_context
 from bke_dispatcher.rotations import RotationStore
 
 from .test_lab_install import SEED, assert_ran_once, flag

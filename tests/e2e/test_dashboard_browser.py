@@ -63,7 +63,7 @@ def browser(tmp_path, monkeypatch):
 
 
 def dispatcher_url(lab, timeout: float = 60.0) -> str:
-    """The dispatcher's HTTP address from its log line `http on <url>` (bke.http.server)."""
+    """The dispatcher's HTTP address from its log line `http on <url>` (bke.adapters.http.server)."""
     log = lab.workdir / "logs" / "dispatcher.log"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

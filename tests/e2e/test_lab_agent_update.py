@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from bke.bundle.wheelhouse import WheelhouseError
+from bke.adapters.bundle.wheelhouse import WheelhouseError
 from bke.contracts.agent import AgentRuntime, CommandResult
-from bke.runtime import poll_until
-from bke.state.keys import heartbeat_runtime_key
-from bke.upgrade.run import is_upgrade_command
+from bke.adapters.runtime import poll_until
+from bke.adapters.state.keys import heartbeat_runtime_key
+from bke.core.upgrade.run import is_upgrade_command
 from bke_agent.settings import LAB_STATE_SUBDIR
 from bke_agent.venvs import read_record
 

@@ -29,10 +29,10 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from bke.bus import EventWatch
-from bke.bus.connect import connect_nats
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.connect import connect_nats
 from bke.contracts.upgrade import upgrade_subject
-from bke.state.keys import node_labels_key, plan_meta_key
+from bke.adapters.state.keys import node_labels_key, plan_meta_key
 from bke_agent.journal import read_executions
 from bke_agent.lablayout import LabLayout
 from bke_agent.settings import LAB_STATE_SUBDIR

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from bke.plan import plan_spec_text
-from bke.runtime import etcd_put_get
+from bke.core.plan import plan_spec_text
+from bke.adapters.runtime import etcd_put_get
 
 from .lab_helpers import Lab, assert_reads_back, etcd_members
 from tests.unit.upgrade_helpers import events_spec

@@ -42,11 +42,11 @@ from pathlib import Path
 
 import pytest
 
-from bke.plan import plan_spec_text
-from bke.plan.models import EtcdClusterPlan
-from bke.render.context import RenderInputs
-from bke.render.render import render_cluster
-from bke.runtime import etcd_put_get
+from bke.core.plan import plan_spec_text
+from bke.core.plan.models import EtcdClusterPlan
+from bke.core.render.context import RenderInputs
+from bke.core.render.render import render_cluster
+from bke.adapters.runtime import etcd_put_get
 
 from .lab_helpers import Lab, assert_reads_back, etcd_members
 from tests.unit.upgrade_helpers import events_spec

@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bke.plan import plan_spec_text
-from bke.runtime import mtls_context
+from bke.core.plan import plan_spec_text
+from bke.adapters.runtime import mtls_context
 from bke_agent.journal import read_executions
 from bke_agent.settings import LAB_STATE_SUBDIR
 

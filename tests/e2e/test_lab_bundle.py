@@ -1,7 +1,7 @@
 """A lab install from a real httpRepo: fake upstream artefacts on loopback -> `bke bundle build`
 -> `bke bundle serve` -> `bke lab install --http-repo`-style lab (agents download and verify,
 the dispatcher reads `<file>.sha256` and the calico manifest) -> every node's tree holds the
-bundle's bytes for every artefact of bke.artefacts.node_artefacts, and no placeholder.
+bundle's bytes for every artefact of bke.core.artefacts.node_artefacts, and no placeholder.
 
 Needs the node-env work (every artefact fetched at `Artefact.url`) and the addons work (calico
 from the httpRepo) merged: tried here on a trial merge of both, where it passes."""
@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bke.artefacts import node_artefacts
-from bke.binary_placeholder import lab_binary_bytes
+from bke.core.artefacts import node_artefacts
+from bke.lab.standins.binary_placeholder import lab_binary_bytes
 from bke.lab.http_repo import with_http_repo
-from bke.plan import plan_spec_text
+from bke.core.plan import plan_spec_text
 from bke_cli.main import main as cli_main
 
 from ..bundle_helpers import FakeUpstream

@@ -24,10 +24,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from bke.contracts.membership import JoinNodes, MembershipEtcdJoin
-from bke.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
-from bke.plan import plan_spec_text
-from bke.runtime import etcd_put_get
-from bke.state.plans import RedisPlanStore, plan_digest
+from bke.core.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
+from bke.core.plan import plan_spec_text
+from bke.adapters.runtime import etcd_put_get
+from bke.adapters.state.plans import RedisPlanStore, plan_digest
 from bke_cli.membership_cmd import follow_membership
 
 from .lab_helpers import Lab, assert_reads_back, etcd_members

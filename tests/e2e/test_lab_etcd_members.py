@@ -28,19 +28,19 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from bke.auth.permissions import inbox_prefix
-from bke.bus.connect import BusAccess, connect_nats
+from bke.adapters.auth.permissions import inbox_prefix
+from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.contracts.agent import AgentCommand, CommandResult, RemoveFile, Step, WaitHealth, WriteFile, agent_subject
 from bke.lab.identities import creds_path
 from bke.lab.key_files import lab_key_file
-from bke.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
-from bke.plan import Plan, plan_spec_text
-from bke.render import RenderInputs, render_cluster
-from bke.runtime import etcd_put_get, port_is_free
-from bke.secrets import load_secret_box
-from bke.secrets.signing import ensure_command_key_sync, sign_command
-from bke.state.command_signing import read_bindings
-from bke.state.keys import command_signing_key
+from bke.core.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
+from bke.core.plan import Plan, plan_spec_text
+from bke.core.render import RenderInputs, render_cluster
+from bke.adapters.runtime import etcd_put_get, port_is_free
+from bke.core.secrets import load_secret_box
+from bke.core.secrets.signing import ensure_command_key_sync, sign_command
+from bke.adapters.state.command_signing import read_bindings
+from bke.adapters.state.keys import command_signing_key
 
 from .lab_helpers import Lab, assert_reads_back, etcd_members
 from tests.unit.upgrade_helpers import events_spec
@@ -83,7 +83,7 @@ class Commands:
         try:
             cmd = AgentCommand(command_id=f"{cluster}/etcd-members/{uuid.uuid4().hex[:12]}", cluster=cluster, node=node,
                                phase=phase, issued_at=datetime.now(timezone.utc).isoformat(), steps=steps)
-            # bound to the receiver as the dispatcher binds its commands (bke.secrets.binding)
+            # bound to the receiver as the dispatcher binds its commands (bke.core.secrets.binding)
             ar = AsyncRedis.from_url(self.lab.info.redis_url)
             try:
                 binding = (await read_bindings(ar, cluster, [node]))[node]

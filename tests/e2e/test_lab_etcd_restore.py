@@ -19,10 +19,10 @@ import httpx
 import pytest
 from redis import Redis
 
-from bke.etcdsnap.step import snapshot_targets
-from bke.runtime import etcd_put_get
-from bke.runtime.etcd import mtls_context, wait_etcd_healthy
-from bke.runtime.processes import pid_alive, stop_pid
+from bke.core.etcdsnap.step import snapshot_targets
+from bke.adapters.runtime import etcd_put_get
+from bke.adapters.runtime.etcd import mtls_context, wait_etcd_healthy
+from bke.adapters.runtime.processes import pid_alive, stop_pid
 from bke_agent.lablayout import LabLayout
 
 from .snapshot_helpers import bke, take_snapshots

@@ -13,8 +13,8 @@ import json
 import httpx
 import pytest
 
-from bke.etcdsnap.step import snapshot_targets
-from bke.runtime import etcd_put_get, free_port, start_etcd
+from bke.core.etcdsnap.step import snapshot_targets
+from bke.adapters.runtime import etcd_put_get, free_port, start_etcd
 
 from .snapshot_helpers import bke, take_snapshots
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from bke.bus.connect import connect_nats
-from bke.runtime.etcd import etcd_put_get, wait_etcd_healthy
-from bke.runtime.processes import pid_alive, poll_until
+from bke.adapters.bus.connect import connect_nats
+from bke.adapters.runtime.etcd import etcd_put_get, wait_etcd_healthy
+from bke.adapters.runtime.processes import pid_alive, poll_until
 from bke_agent.lablayout import LabLayout
-from bke.plan import parse_overrides
+from bke.core.plan import parse_overrides
 
 pytestmark = pytest.mark.e2e
 SEED = "examples/seed-3m1w.yaml"

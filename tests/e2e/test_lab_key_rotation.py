@@ -1,5 +1,5 @@
 """End to end: every at-rest kind rotated and retired under a running lab, no process restarted
-(bke.secrets.key_kinds: a service reads its key file again when it changes).
+(bke.core.secrets.key_kinds: a service reads its key file again when it changes).
 
 Each service is given the files of its kinds only (read from the processes' own environment).
 After `bke keys rotate KIND --workdir` for every kind kept in Redis, a certificate renewal runs
@@ -18,10 +18,10 @@ import pytest
 from redis.asyncio import Redis
 
 from bke.lab.key_files import lab_key_file
-from bke.runtime.processes import pid_alive
-from bke.secrets.at_rest import load_keyring
-from bke.secrets.key_kinds import KIND_NAMES, SERVICE_KEY_KINDS, key_file_env
-from bke.state.rekey import census
+from bke.adapters.runtime.processes import pid_alive
+from bke.core.secrets.at_rest import load_keyring
+from bke.core.secrets.key_kinds import KIND_NAMES, SERVICE_KEY_KINDS, key_file_env
+from bke.adapters.state.rekey import census
 
 from .test_lab_install import SEED
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from bke.auth.permissions import identity_name
-from bke.plan import plan_spec_text
-from bke.state.keys import plan_meta_key
-from bke.state.plans import plan_digest
+from bke.adapters.auth.permissions import identity_name
+from bke.core.plan import plan_spec_text
+from bke.adapters.state.keys import plan_meta_key
+from bke.adapters.state.plans import plan_digest
 from bke_agent.journal import read_executions
 from bke_agent.reset import RESET_TABLE
 from bke_agent.settings import LAB_STATE_SUBDIR

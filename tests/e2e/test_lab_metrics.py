@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from bke.lab.supervisor import SERVICES, LabSupervisor
-from bke.plan import plan_spec_text
+from bke.core.plan import plan_spec_text
 
 from ..integration.test_http_side import _sample
 

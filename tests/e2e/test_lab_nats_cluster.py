@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from bke.bus.connect import connect_nats
-from bke.bus.streams import BUCKETS, STREAMS
+from bke.adapters.bus.connect import connect_nats
+from bke.adapters.bus.streams import BUCKETS, STREAMS
 from bke.lab.ha_runtime import HaRuntime
 from bke.lab.supervisor import LabSupervisor
-from bke.runtime.processes import pid_alive, poll_until
+from bke.adapters.runtime.processes import pid_alive, poll_until
 from tests.e2e.lab_helpers import Lab
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # the CI budget (30 minutes): run by `python3 dev.py full`; the cluster's streams: tests/integration/test_stream_replicas.py

@@ -10,8 +10,8 @@ import json
 import pytest
 import yaml
 
-from bke.artefacts import CNI_PLUGINS
-from bke.binary_placeholder import lab_binary_bytes
+from bke.core.artefacts import CNI_PLUGINS
+from bke.lab.standins.binary_placeholder import lab_binary_bytes
 from bke_agent.lablayout import LabLayout
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # the CI budget (30 minutes): run by `python3 dev.py full`

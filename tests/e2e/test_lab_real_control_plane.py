@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from bke.lab.kube_binaries import locate
-from bke.plan import plan_spec_text
+from bke.core.plan import plan_spec_text
 
 from .lab_helpers import Lab
 from .real_cp_helpers import ETCD, MINORS, api_until, etcdctl, kubectl, kubectl_json, need_binaries, real_spec
@@ -261,7 +261,7 @@ spec:
 
 
 async def test_removing_a_worker_drains_it_through_evictions_and_deletes_its_node(lab):
-    """The removal's drain (bke.drain.KubernetesDrainer) against the real API: the worker is
+    """The removal's drain (bke.adapters.drain.KubernetesDrainer) against the real API: the worker is
     cordoned, its pods are evicted (a PodDisruptionBudget allows one at a time) and come back on
     the other workers, then its Node object is deleted."""
     conf = admin_conf(lab)
@@ -286,7 +286,7 @@ async def test_a_snapshot_holds_real_data_and_a_restore_brings_it_back_under_the
     """`bke etcd restore` of etcd-data: the upgrader parks every apiserver, restores each member
     with etcdutl (revisions bumped and marked compacted), then starts them again; what was written
     before the snapshot is back, what was written after is gone, and the API answers."""
-    from bke.etcdsnap.step import snapshot_targets
+    from bke.core.etcdsnap.step import snapshot_targets
 
     from .snapshot_helpers import bke, take_snapshots
 

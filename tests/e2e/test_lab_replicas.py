@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from bke.auth.permissions import identity_name, inbox_prefix
-from bke.bus.connect import BusAccess, connect_nats
+from bke.adapters.auth.permissions import identity_name, inbox_prefix
+from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.contracts.base import schema_headers
 from bke.contracts.certs import CERTS_ISSUED, ISSUE_CERTS, IssueCerts
 from bke.contracts.cluster import InstallCluster
@@ -34,7 +34,7 @@ from bke.contracts.upgrade import UPGRADE_CLUSTER, UPGRADE_REJECTED, UpgradeClus
 from bke.lab.identities import creds_path
 from bke.lab.replicas import ensure_replicas, replica_keys
 from bke.lab.supervisor import SERVICES
-from bke.runtime.processes import pid_alive, poll_until
+from bke.adapters.runtime.processes import pid_alive, poll_until
 
 from .lab_helpers import Lab
 from .replica_helpers import answer_of, handled_per_replica, stream_events

@@ -19,10 +19,10 @@ import nats
 import pytest
 import redis
 
-from bke.auth.permissions import identity_name
-from bke.bus.connect import BusAccess, connect_nats
+from bke.adapters.auth.permissions import identity_name
+from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.lab.identities import creds_path
-from bke.runtime.processes import pid_alive
+from bke.adapters.runtime.processes import pid_alive
 from bke_agent.lablayout import LabLayout
 from bke_agent.reset import RESET_TABLE
 from bke_dispatcher.engine import parse_command_id

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from bke.bus.connect import connect_nats
+from bke.adapters.bus.connect import connect_nats
 from bke.lab.ha_runtime import HaRuntime
 from bke.lab.supervisor import LabSupervisor
-from bke.runtime.processes import pid_alive, poll_until
-from bke.state.client import sync_redis_client
+from bke.adapters.runtime.processes import pid_alive, poll_until
+from bke.adapters.state.client import sync_redis_client
 from tests.e2e.lab_helpers import Lab
 
 pytestmark = pytest.mark.e2e

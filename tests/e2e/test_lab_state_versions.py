@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from bke.state.migrate import ensure_current
-from bke.state.schema import RECORDS
+from bke.adapters.state.migrate import ensure_current
+from bke.core.state.schema import RECORDS
 
 from .test_cert_rotation import _bke, _seed_copy
 

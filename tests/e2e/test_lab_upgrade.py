@@ -23,12 +23,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bke.render import RenderInputs, render_cluster
-from bke.runtime.etcd import mtls_context
-from bke.runtime.processes import pid_alive, stop_pid
-from bke.upgrade import resolve_target
-from bke.upgrade.quorum import MemberEndpoints, QuorumSampler
-from bke.upgrade.target_plan import target_plan
+from bke.core.render import RenderInputs, render_cluster
+from bke.adapters.runtime.etcd import mtls_context
+from bke.adapters.runtime.processes import pid_alive, stop_pid
+from bke.core.upgrade import resolve_target
+from bke.adapters.upgrade.quorum import MemberEndpoints, QuorumSampler
+from bke.core.upgrade.target_plan import target_plan
 from bke_agent.lablayout import write_fault
 
 from .test_lab_install import SEED, SPLIT, assert_ran_once
@@ -58,7 +58,7 @@ def _spec_copy(tmp_path: Path, spec: str, old: str, new: str, name: str | None =
 
 
 def _samplers(plan, ctx: ssl.SSLContext) -> dict[str, QuorumSampler]:
-    """One quorum sampler per etcd cluster (bke.upgrade.quorum): every member's /health on its
+    """One quorum sampler per etcd cluster (bke.adapters.upgrade.quorum): every member's /health on its
     metrics listener and its /v3/maintenance/status (leader, version) every 100 ms."""
     out = {}
     for c in plan.etcd_clusters:
@@ -162,7 +162,7 @@ def _restored_has(data_dir: Path, key: str, value: str) -> bool:
     import socket
     import time
 
-    from bke.runtime.binaries import etcd_bin
+    from bke.adapters.runtime.binaries import etcd_bin
 
     def free() -> int:
         with socket.socket() as s:

@@ -5,7 +5,7 @@ One lab install of the seed example (three stacked masters, one worker), upgrade
 1. `--no-certificate-renewal`, 1.33.2 -> 1.33.3: every certificate file on every node is
    byte for byte the one the install wrote, and the certs service renewed nothing;
 2. the default, 1.33.3 -> 1.34.1 with etcd 3.5.1 -> 3.5.2: on every node, each certificate of a
-   component the upgrade replaced (kubeadm's list, bke.upgrade.certificates) has a new serial
+   component the upgrade replaced (kubeadm's list, bke.core.upgrade.certificates) has a new serial
    and a later notAfter, its key changed, and the certs service's read model
    (`bke certs check-expiration --cluster`) shows the same notAfter; the files the upgrade
    does not renew (CAs, kubelet.conf) are unchanged; no command ran twice;
@@ -19,11 +19,11 @@ from datetime import datetime
 
 import pytest
 
-from bke.pki import node_file_refs
-from bke.pki.kubeconfig import embedded_material
-from bke.pki.material import cert_info
-from bke.upgrade import Change, expand_order
-from bke.upgrade.certificates import renewed_instances
+from bke.core.pki import node_file_refs
+from bke.core.pki.kubeconfig import embedded_material
+from bke.core.pki.material import cert_info
+from bke.core.upgrade import Change, expand_order
+from bke.core.upgrade.certificates import renewed_instances
 
 from .test_lab_install import SEED, assert_ran_once
 from .test_lab_upgrade import _bke, _spec_copy

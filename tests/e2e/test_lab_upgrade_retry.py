@@ -22,8 +22,8 @@ from datetime import datetime, timezone
 import pytest
 from redis import Redis
 
-from bke.spec.roles import is_master
-from bke.upgrade.run import is_upgrade_command
+from bke.core.spec.roles import is_master
+from bke.core.upgrade.run import is_upgrade_command
 
 from .test_lab_install import SEED, assert_ran_once
 from .test_lab_upgrade import CONTAINERD_TO, ETCD_TO, LB_FILES, TO, _bke, _new_render, _spec_copy

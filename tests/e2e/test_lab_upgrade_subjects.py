@@ -1,5 +1,5 @@
 """End to end: an upgrade into a release whose kubeadm issues the apiserver's kubelet client
-without kubeadm:cluster-admins (1.34 -> 1.35.5, kubernetes#138957 cherry-picked; bke.pki.subjects)
+without kubeadm:cluster-admins (1.34 -> 1.35.5, kubernetes#138957 cherry-picked; bke.core.pki.subjects)
 re-issues that certificate with the new subject on every master, after the target release's RBAC
 (the binding by user name) is applied, and the certs service's own record agrees (an `ensure`
 afterwards reissues nothing). Real NATS, Redis and etcd; every service and agent a process."""
@@ -11,7 +11,7 @@ from datetime import datetime
 
 import pytest
 
-from bke.pki.material import cert_info
+from bke.core.pki.material import cert_info
 
 from .test_lab_install import SEED
 from .test_lab_upgrade import _bke, _spec_copy
@@ -48,7 +48,7 @@ async def crossing_into_a_group_less_release(lab, spec, etcd_version: str) -> No
 
     from redis import Redis
 
-    from bke.state.keys import addons_key, upgrade_key
+    from bke.adapters.state.keys import addons_key, upgrade_key
 
     r = Redis.from_url(lab.info.redis_url, decode_responses=True)
     rbac = json.loads(r.hget(addons_key(lab.plan.cluster), "rbac"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bke.runtime import EmbeddedRuntime
+from bke.adapters.runtime import EmbeddedRuntime
 from tests.trust_helpers import operator_box, operator_key_file
 
 __all__ = ["operator_box", "operator_key_file", "own_runtime"]  # the trust fixtures: signed commands, as in tests/integration

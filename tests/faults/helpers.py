@@ -18,9 +18,9 @@ import nats
 from nats.aio.client import Client as NatsClient
 
 from bke.contracts.health import ServiceHealth, health_subject
-from bke.runtime import EmbeddedRuntime
-from bke.runtime.processes import stop_pid
-from bke.secrets import SECRET_KEY_ENV
+from bke.adapters.runtime import EmbeddedRuntime
+from bke.adapters.runtime.processes import stop_pid
+from bke.core.secrets import SECRET_KEY_ENV
 from tests.integration.test_dispatcher import _announce, _ids, _null_fleet, _stored_cluster
 from tests.trust_helpers import deployment_key
 

@@ -9,8 +9,8 @@ import pytest
 from redis.asyncio import Redis
 from rich.console import Console
 
-from bke.bus import EventWatch
-from bke.bus.streams import ensure_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.streams import ensure_streams
 from bke_cli.follow import submit_and_follow
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings

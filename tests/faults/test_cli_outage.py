@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bke.runtime.processes import stop_pid
+from bke.adapters.runtime.processes import stop_pid
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
-from bke.bus.fast_consumer import FastConsumer
+from bke.adapters.bus.fast_consumer import FastConsumer
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bke.runtime.processes import free_port
+from bke.adapters.runtime.processes import free_port
 from bke_dispatcher.app import create_service as dispatcher
 from bke_dispatcher.settings import DispatcherSettings
 from bke_planner.app import create_service as planner

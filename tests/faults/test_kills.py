@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bke.bus.connect import connect_nats
+from bke.adapters.bus.connect import connect_nats
 
-from bke.runtime.processes import pid_alive, poll_until
+from bke.adapters.runtime.processes import pid_alive, poll_until
 from tests.e2e.lab_helpers import Lab
 
 pytestmark = pytest.mark.e2e

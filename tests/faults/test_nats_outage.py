@@ -12,9 +12,9 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from bke.bus import EventWatch
-from bke.bus.streams import ensure_streams
-from bke.runtime.processes import stop_pid
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.streams import ensure_streams
+from bke.adapters.runtime.processes import stop_pid
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 

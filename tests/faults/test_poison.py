@@ -11,11 +11,11 @@ from datetime import datetime, timezone
 import pytest
 from redis.asyncio import Redis
 
-from bke.bus import EventWatch
-from bke.bus.streams import ensure_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.streams import ensure_streams
 from bke.contracts import DeadLettered
 from bke.contracts.agent import AgentHeartbeat, CommandResult, agent_subject
-from bke.state.keys import heartbeat_key
+from bke.adapters.state.keys import heartbeat_key
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 

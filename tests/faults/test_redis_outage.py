@@ -16,8 +16,8 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from bke.bus import EventWatch
-from bke.bus.streams import ensure_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.streams import ensure_streams
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 

@@ -14,8 +14,8 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from bke.bus import EventWatch
-from bke.bus.streams import ensure_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.streams import ensure_streams
 
 from .helpers import (DispatcherProcess, _announce, _ids, _stored_cluster, ack_pending, connect, eventually, gated_fleet,
                       health_of, restart_redis, stop_redis)

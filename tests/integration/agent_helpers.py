@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from bke.bus.streams import ensure_streams
-from bke.runtime import pid_cwd, port_is_free, stop_pid
+from bke.adapters.bus.streams import ensure_streams
+from bke.adapters.runtime import pid_cwd, port_is_free, stop_pid
 from bke_agent import LabLayout
 
 @pytest.fixture
@@ -48,7 +48,7 @@ PKI = "/etc/kubernetes/pki/etcd"
 
 def free_node_ip(ports: int = 4, fixed: tuple[int, ...] = ()) -> tuple[str, list[int]]:
     """A 127.x address and `ports` ports free on it (the lab gives each node its own address);
-    `fixed`: these ports instead (etcd's 2379-2381, which a health probe may ask: bke.host_actions)."""
+    `fixed`: these ports instead (etcd's 2379-2381, which a health probe may ask: bke.core.host_actions)."""
     rng = random.Random()
     for _ in range(100):
         ip = f"127.{rng.randint(100, 250)}.{rng.randint(1, 250)}.{rng.randint(2, 250)}"

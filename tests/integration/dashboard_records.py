@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from bke.plan import Plan
-from bke.state import RedisPlanStore, plan_digest
-from bke.state.keys import command_key, install_key, installs_index, node_status_key, phase_key
+from bke.core.plan import Plan
+from bke.adapters.state import RedisPlanStore, plan_digest
+from bke.adapters.state.keys import command_key, install_key, installs_index, node_status_key, phase_key
 from bke_dispatcher.phases import PHASES
 from bke_dispatcher.state import DispatcherState
 

@@ -1,4 +1,4 @@
-"""The addons phase's work (bke_dispatcher.addons) on a real Redis: the table's order, one
+"""The addons phase's work (bke.adapters.cluster_api.addons) on a real Redis: the table's order, one
 record per addon, the credential per step, the CNI waited ready with a deadline, nothing applied
 twice across runs; and the httpRepo source against a real loopback HTTP server."""
 from __future__ import annotations
@@ -14,14 +14,16 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
-from bke.calico_placeholder import lab_calico_manifest
-from bke.errors import TemporaryError
-from bke.plan import plan_spec_text
-from bke.render import RenderInputs, render_cluster
-from bke.spec.synth import synth_docs
-from bke.state.keys import addon_manifests_key, addons_key
-from bke.cluster_api.addons import STALL_TIMEOUT_S, AddonsWork, LabApplier
-from bke.cluster_api.manifests import HttpRepoManifests, LabManifests, cni_artefact
+from bke.lab.standins.calico_placeholder import lab_calico_manifest
+from bke.core.errors import TemporaryError
+from bke.core.plan import plan_spec_text
+from bke.core.render import RenderInputs, render_cluster
+from bke.core.spec.synth import synth_docs
+from bke.adapters.state.keys import addon_manifests_key, addons_key
+from bke.adapters.cluster_api.addons import STALL_TIMEOUT_S, AddonsWork
+from bke.lab.standins.addons import LabApplier
+from bke.adapters.cluster_api.manifests import HttpRepoManifests, cni_artefact
+from bke.lab.standins.manifests import LabManifests
 
 pytestmark = pytest.mark.integration
 ORDER = ["rbac", "kube-proxy", "calico", "coredns"]
@@ -235,17 +237,17 @@ async def test_httprepo_source_checks_the_sha256_beside_the_manifest(http_repo):
 async def test_real_applier_uses_super_admin_for_rbac_only_from_the_store_in_memory(redis_url, redis_client, operator_box,
                                                                                       tmp_path, monkeypatch, capsys):
     """KubernetesApplier's credentials are the ones the certs service writes from its PKI
-    (bke.pki.api_credentials): admin.conf from the init node's bundle, super-admin.conf (on no
+    (bke.adapters.pki.api_credentials): admin.conf from the init node's bundle, super-admin.conf (on no
     node) from the cluster-wide instance, encrypted at rest; none until certs wrote them."""
     import asyncio
 
-    from bke.pki import IssueOptions
-    from bke.pki.operations import ensure_cluster_pki
-    from bke.pki.store_redis import RedisPkiStore
+    from bke.core.pki import IssueOptions
+    from bke.core.pki.operations import ensure_cluster_pki
+    from bke.adapters.pki.store_redis import RedisPkiStore
     from bke_cli.main import main
-    from bke.cluster_api.apply_k8s import KubernetesApplier
-    from bke.pki.api_credentials import write_api_credentials
-    from bke.state.keys import api_credentials_key
+    from bke.adapters.cluster_api.apply_k8s import KubernetesApplier
+    from bke.adapters.pki.api_credentials import write_api_credentials
+    from bke.adapters.state.keys import api_credentials_key
 
     r = Redis.from_url(redis_url)
     try:
@@ -299,7 +301,7 @@ async def test_a_malformed_cni_manifest_fails_the_phase_and_never_raises(redis_u
 
 async def test_the_upgraders_early_rbac_applies_that_addon_alone_and_the_full_run_skips_it(redis_url, redis_client):
     """An upgrade that re-issues a certificate with fewer groups applies the target's `rbac`
-    first (bke.upgrade.certificates.rbac_before_renewal); the addons step at the end then finds
+    first (bke.core.upgrade.certificates.rbac_before_renewal); the addons step at the end then finds
     it done at that version and applies the others only."""
     r = Redis.from_url(redis_url, decode_responses=True)
     try:

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from bke.contracts.agent import AgentCommand, FetchFile, RemoveFile, Step, SystemdUnit, WaitHealth, WriteFile
-from bke.binary_placeholder import lab_binary_sha256
-from bke.runtime import etcd_put_get, pid_alive
+from bke.lab.standins.binary_placeholder import lab_binary_sha256
+from bke.adapters.runtime import etcd_put_get, pid_alive
 from bke_agent import AgentIdentity, Executor, KubeletStandIn, LabBackend, LabLayout
 
 from .agent_helpers import PKI, apiserver_manifest, etcd_manifest, free_node_ip, issue_pki, stop_leftover_pods, write_manifest
@@ -243,7 +243,7 @@ async def test_restart_static_pod_step_and_serving_certificate_reload(node: tupl
     import ssl
 
     from bke.contracts.agent import RestartStaticPod
-    from bke.pki.material import cert_info
+    from bke.core.pki.material import cert_info
 
     root, ip, (port, *_) = node
     layout = LabLayout(root)

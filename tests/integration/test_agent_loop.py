@@ -13,7 +13,7 @@ import pytest
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
-from bke.bus.watch import EventWatch, Seen
+from bke.adapters.bus.watch import EventWatch, Seen
 from bke.contracts.agent import AgentCommand, RunProgram, Step, agent_subject
 from bke_agent import (AgentConflict, AgentIdentity, AgentLoop, AgentSettings, DiskJournal, Fleet, MemoryJournal,
                        NullBackend, StepOutcome, execution_counts)

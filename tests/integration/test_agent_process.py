@@ -18,11 +18,11 @@ import yaml
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
-from bke.bus.watch import EventWatch, Seen
+from bke.adapters.bus.watch import EventWatch, Seen
 from bke.contracts.agent import AgentCommand, FetchFile, Step, SystemdUnit, WaitHealth, WriteFile, agent_subject
-from bke.binary_placeholder import lab_binary_sha256
-from bke.runtime import ManagedProcess, pid_alive, poll_until
-from bke.secrets.sealing import public_key_from_raw, seal
+from bke.lab.standins.binary_placeholder import lab_binary_sha256
+from bke.adapters.runtime import ManagedProcess, pid_alive, poll_until
+from bke.core.secrets.sealing import public_key_from_raw, seal
 from bke_agent import LabLayout, execution_counts
 from tests.trust_helpers import SIGNER, signed
 
@@ -90,7 +90,7 @@ async def test_agent_process_survives_sigkill_and_stops_on_sigterm(
         manifest = yaml.safe_dump(etcd_manifest(ip, client, peer, metrics)).encode()
         health = WaitHealth(id="health:etcd", url=f"http://127.0.0.1:{metrics}/health", expect_body='"health":"true"',
                             timeout_s=30)
-        # as the install sends them: each kind of command does only its own work (bke.host_actions)
+        # as the install sends them: each kind of command does only its own work (bke.core.host_actions)
         certs = _cmd(cluster, f"{cluster}/certs/m1/0", *pki_steps, phase="certs")
         env = _cmd(cluster, f"{cluster}/node-env/m1/0",
                    FetchFile(id="fetch:kubelet", url=KUBELET_URL, path="/usr/bin/kubelet",

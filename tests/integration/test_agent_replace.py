@@ -104,7 +104,7 @@ async def test_upgrade_succeeds_then_a_broken_version_is_rolled_back(node: tuple
         broken = version(ip, port, "v1.36.2")
         res = await run(replace("replace:apiserver-2", broken, port, timeout_s=3))
         assert res.status == "Failed"
-        # the probe's status and latency, never what the endpoint said (bke.host_actions.endpoints)
+        # the probe's status and latency, never what the endpoint said (bke.core.host_actions.endpoints)
         assert re.match(rf"rolled back {MANIFEST}: not healthy within 3s \(https://127.0.0.1:{port}/livez: "
                         r"HTTP 500 in \d+ ms\)", res.stderr), res.stderr
         assert "broken on purpose" not in res.stderr

@@ -13,8 +13,8 @@ import httpx
 import pytest
 import yaml
 
-from bke.artefacts import node_artefacts
-from bke.bundle import (
+from bke.core.artefacts import node_artefacts
+from bke.adapters.bundle import (
     BundleOptions,
     ChecksumMismatch,
     HttpFetcher,
@@ -25,9 +25,9 @@ from bke.bundle import (
     parse_override,
     UPSTREAMS,
 )
-from bke.plan import plan_spec_text
-from bke.pythons import STANDALONE
-from bke.versions import KUBERNETES
+from bke.core.plan import plan_spec_text
+from bke.core.pythons import STANDALONE
+from bke.core.versions import KUBERNETES
 from bke_cli.main import main as cli_main
 
 from ..bundle_helpers import FakeRegistry, FakeUpstream

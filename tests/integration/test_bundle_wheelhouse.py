@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from bke.bundle import download_commands, ensure_wheelhouse, make_server
-from bke.bundle.wheelhouse import local_wheel_commands
-from bke.pythons import AGENT_PYTHONS
-from bke.ssh import BootstrapParams, bootstrap_steps
+from bke.adapters.bundle import download_commands, ensure_wheelhouse, make_server
+from bke.adapters.bundle.wheelhouse import local_wheel_commands
+from bke.core.pythons import AGENT_PYTHONS
+from bke.adapters.ssh import BootstrapParams, bootstrap_steps
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +104,7 @@ def test_a_missing_wheel_fails_naming_the_command(tmp_path):
     req.write_text("not-there==9.9\n")
     env = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
     run = lambda cmd, timeout: subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)  # noqa: E731
-    from bke.bundle import WheelhouseError
+    from bke.adapters.bundle import WheelhouseError
     with pytest.raises(WheelhouseError, match="pip download .* exit 1"):
         ensure_wheelhouse(req, tmp_path / "w", ["amd64"], pythons=((3, 11),),
                           pip_args=("--no-index", "--find-links", str(tmp_path)), run=run)
@@ -138,8 +138,8 @@ def test_the_bundle_carries_the_agent(tmp_path, monkeypatch):
     import json
     from datetime import datetime, timezone
 
-    from bke.bundle import BundleOptions, HttpFetcher, build_bundle
-    from bke.plan import plan_spec_text
+    from bke.adapters.bundle import BundleOptions, HttpFetcher, build_bundle
+    from bke.core.plan import plan_spec_text
 
     from ..bundle_helpers import FakeUpstream
 

@@ -19,17 +19,17 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
-from bke.auth import agent_permissions, identity_name, inbox_prefix, role_permissions, write_creds
-from bke.auth.permissions import agent_consumer
-from bke.auth.push import push_account
-from bke.bus.connect import BusAccess, connect_options
-from bke.bus.service import make_service
-from bke.bus.streams import ensure_streams
+from bke.adapters.auth import agent_permissions, identity_name, inbox_prefix, role_permissions, write_creds
+from bke.adapters.auth.permissions import agent_consumer
+from bke.adapters.auth.push import push_account
+from bke.adapters.bus.connect import BusAccess, connect_options
+from bke.adapters.bus.service import make_service
+from bke.adapters.bus.streams import ensure_streams
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, agent_subject
-from bke.etcdsnap.upload import publish_object
-from bke.runtime import EmbeddedRuntime
-from bke.runtime.processes import pid_alive
-from bke.settings import ServiceSettings
+from bke.adapters.etcdsnap.upload import publish_object
+from bke.adapters.runtime import EmbeddedRuntime
+from bke.adapters.runtime.processes import pid_alive
+from bke.adapters.settings import ServiceSettings
 from bke_agent.loop import AGENT_STREAM, consumer_config
 from tests.bus_identity_helpers import CLUSTER, Client, _authority, _connect, _identity
 
@@ -220,7 +220,7 @@ async def test_tls_refuses_a_plain_client_and_accepts_one_with_the_ca(tmp_path: 
         client = await _identity(rt, tmp_path, "operator")
         assert client.nc.is_connected
         await client.nc.close()
-        # a service (FastStream takes TLS as a security object, see bke.bus.service)
+        # a service (FastStream takes TLS as a security object, see bke.adapters.bus.service)
         user = _authority(rt).user("planner", role_permissions("planner"), iat=int(time.time()))
         settings = ServiceSettings(nats_url=info.nats_url, redis_url=info.redis_url,
                                    nats_creds=write_creds(tmp_path / "planner.creds", user.creds),

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from bke.pki.store_redis import pki_keys
-from bke.secrets import SecretBox
+from bke.adapters.pki.store_redis import pki_keys
+from bke.core.secrets import SecretBox
 from bke_certs.cache import CachedPkiStore
 
 pytestmark = pytest.mark.integration

@@ -20,9 +20,10 @@ import httpx
 import pytest
 import yaml
 
-from bke.pki import DirStore, IssueOptions, ensure_cluster_pki
-from bke.plan import Plan, plan_spec_text
-from bke.runtime import (
+from bke.adapters.pki.store_dir import DirStore
+from bke.core.pki import IssueOptions, ensure_cluster_pki
+from bke.core.plan import Plan, plan_spec_text
+from bke.adapters.runtime import (
     EtcdRequestError,
     ManagedProcess,
     etcd_put_get,
@@ -32,7 +33,7 @@ from bke.runtime import (
     start_etcd,
     wait_etcd_healthy,
 )
-from bke.secrets import SecretBox
+from bke.core.secrets import SecretBox
 
 pytestmark = pytest.mark.integration
 

@@ -16,13 +16,13 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 from bke_certs.service_core import ensure_cluster_certs, node_bundle, renew_requested
-from bke.pki.store_redis import RedisPkiStore, pki_keys
-from bke.state.keys import epoch_key, pki_index
+from bke.adapters.pki.store_redis import RedisPkiStore, pki_keys
+from bke.adapters.state.keys import epoch_key, pki_index
 
-from bke.pki import IssueOptions, Snapshot, StoreConflict, cert_info
-from bke.pki.instances import node_file_refs
-from bke.plan import Plan, plan_spec_text
-from bke.secrets import SecretBox, create_key_file
+from bke.core.pki import IssueOptions, Snapshot, StoreConflict, cert_info
+from bke.core.pki.instances import node_file_refs
+from bke.core.plan import Plan, plan_spec_text
+from bke.core.secrets import SecretBox, create_key_file
 from bke_cli.main import main
 
 pytestmark = pytest.mark.integration
@@ -206,7 +206,7 @@ async def test_a_removed_worker_is_forgotten_keys_bundle_and_agent_and_the_pki_i
     node (it then changes nothing). A node whose removal did not finish keeps everything; a
     redelivery changes nothing."""
     from bke.contracts.membership import MembershipNode, RemoveNodesFinished
-    from bke.state.keys import certs_agents_key, node_files_key, provisioned_agents_key
+    from bke.adapters.state.keys import certs_agents_key, node_files_key, provisioned_agents_key
     from bke_certs.removed_nodes import RemovedNodes
 
     box = SecretBox(os.urandom(32))

@@ -13,13 +13,13 @@ import redis.asyncio as aioredis
 
 from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, RENEW_CERTS, CertsRenewed, RenewCerts
 from bke.contracts.rotation import RotationChanged, RotationView
-from bke.pki import IssueOptions, cert_info
-from bke.pki.store_redis import RedisPkiStore
-from bke.secrets import SecretBox
-from bke.state.operation_slot import claim_operation, release_operation
-from bke.state.keys import clusters_index
+from bke.core.pki import IssueOptions, cert_info
+from bke.adapters.pki.store_redis import RedisPkiStore
+from bke.core.secrets import SecretBox
+from bke.adapters.state.operation_slot import claim_operation, release_operation
+from bke.adapters.state.keys import clusters_index
 from bke_certs.autorenew import AutoRenewer
-from bke.bus.handler import typed
+from bke.adapters.bus.handler import typed
 from bke_certs.handlers import CertsHandlers
 from bke_certs.service_core import ensure_cluster_certs
 

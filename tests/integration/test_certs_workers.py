@@ -18,10 +18,10 @@ import pytest
 
 from tests.unit.test_pki_support import NOW, openssl, plan_of
 
-from bke.pki import CaIntegrityError, IssueOptions, WorkerLost, cert_info, desired_instances, ensure_pki, issuance
-from bke.pki.issuance import Validity, _issue_job, _make_keys_ahead, issue, start_fork_server
-from bke.pki.workers import WorkerPool
-from bke.spec.synth import synth_spec_text
+from bke.core.pki import CaIntegrityError, IssueOptions, WorkerLost, cert_info, desired_instances, ensure_pki, issuance
+from bke.core.pki.issuance import Validity, _issue_job, _make_keys_ahead, issue, start_fork_server
+from bke.core.pki.workers import WorkerPool
+from bke.core.spec.synth import synth_spec_text
 
 PLAN = plan_of(synth_spec_text(400))  # ~440 ECDSA instances: enough for a pool
 

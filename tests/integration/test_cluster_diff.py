@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from bke.bus import EventWatch
+from bke.adapters.bus import EventWatch
 from bke.contracts import INSTALL_CLUSTER, PLAN_CREATED
 from bke.contracts.changes import CLUSTER_DIFF, ClusterChanges, DiffCluster, parse_changes_reply
 from bke.contracts.status import StatusError

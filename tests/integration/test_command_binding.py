@@ -1,6 +1,6 @@
 """Commands bound to their receiver, on real NATS JetStream and Redis, with a real `bke-agent`
 process (its key, journal and remembered incarnation on disk), the real certs service for
-provisioning and the signing the dispatcher and upgrader use (bke.state.command_signing):
+provisioning and the signing the dispatcher and upgrader use (bke.adapters.state.command_signing):
 
 - a command captured before the node's agent was provisioned again (a new key, the same state
   directory and journal) is refused after it, whether the old agent ran it or never saw it; a
@@ -34,17 +34,17 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from redis.asyncio import Redis
 
-from bke.bus import EventWatch
-from bke.bus.misaddressed import METRIC
-from bke.bus.other_incarnation import METRIC as OTHER_INCARNATION
-from bke.bus.watch import Seen
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.misaddressed import METRIC
+from bke.adapters.bus.other_incarnation import METRIC as OTHER_INCARNATION
+from bke.adapters.bus.watch import Seen
 from bke.contracts.agent import AgentCommand, AgentRegistered, CommandRefused, WriteFile, agent_subject
-from bke.forgetting import forget_cluster
-from bke.plan import plan_spec_text
-from bke.runtime import ManagedProcess
-from bke.secrets import SecretBox
-from bke.state import RedisPlanStore, plan_digest
-from bke.state.command_signing import CommandSigning
+from bke.adapters.forgetting import forget_cluster
+from bke.core.plan import plan_spec_text
+from bke.adapters.runtime import ManagedProcess
+from bke.core.secrets import SecretBox
+from bke.adapters.state import RedisPlanStore, plan_digest
+from bke.adapters.state.command_signing import CommandSigning
 from bke_agent import AgentIdentity, execution_counts
 from bke_certs.app import create_service as create_certs
 from bke_certs.settings import CertsSettings
@@ -363,9 +363,9 @@ async def test_a_refusal_naming_another_node_is_dropped_and_counted(
 async def test_the_signer_reads_each_binding_when_it_signs_or_once_for_a_chunk(
         signing: tuple[CommandSigning, Redis], redis_client: Any) -> None:
     from bke.contracts.agent import ProvisionAgent
-    from bke.secrets.binding import Binding
-    from bke.state.command_signing import PREFETCH_S, CommandSigning as Signing
-    from bke.state.keys import heartbeat_runtime_key, provisioned_agents_key
+    from bke.core.secrets.binding import Binding
+    from bke.adapters.state.command_signing import PREFETCH_S, CommandSigning as Signing
+    from bke.adapters.state.keys import heartbeat_runtime_key, provisioned_agents_key
 
     _, r = signing
     clock = [0.0]

@@ -14,11 +14,11 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from bke.auth import identity_name, inbox_prefix, role_permissions, write_creds
-from bke.bus.connect import BusAccess, connect_nats
+from bke.adapters.auth import identity_name, inbox_prefix, role_permissions, write_creds
+from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.contracts import DEADLETTER, DeadLettered
 from bke.contracts.base import schema_headers
-from bke.runtime import EmbeddedRuntime
+from bke.adapters.runtime import EmbeddedRuntime
 from bke_cli.main import app
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -44,7 +44,7 @@ def _access(rt: EmbeddedRuntime, tmp: Path, role: str) -> BusAccess:
 
 
 async def _store(access: BusAccess, service: str, bodies: list[bytes]) -> list[int]:
-    """Store as the service does (bke.bus.delivery): its own subject, the schema header."""
+    """Store as the service does (bke.adapters.bus.delivery): its own subject, the schema header."""
     nc = await connect_nats(access)
     try:
         js = nc.jetstream()

@@ -7,16 +7,17 @@ from datetime import datetime, timezone
 import pytest
 from redis.asyncio import Redis
 
-from bke.bus import EventWatch
-from bke.bus.streams import ensure_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.streams import ensure_streams
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.certs import CERTS_ISSUED, CERTS_SEALED, CertsIssued, CertsSealed
 from bke.contracts.render import MANIFESTS_RENDERED, ManifestsRendered
-from bke.plan import plan_spec_text
-from bke.secrets.binding import Served
-from bke.state import RedisPlanStore, plan_digest
-from bke.state.keys import addon_manifests_key, addons_key, plan_key, plan_meta_key
-from bke.state.nodefiles import RedisNodeFiles, file_from_bytes
+from bke.core.plan import plan_spec_text
+from bke.core.secrets.binding import Served
+from bke.adapters.state import RedisPlanStore, plan_digest
+from bke.adapters.state.keys import addon_manifests_key, addons_key, plan_key, plan_meta_key
+from bke.adapters.state.nodefiles import RedisNodeFiles
+from bke.core.state.nodefiles import file_from_bytes
 from bke_agent.fleet import Fleet
 from bke_agent.settings import AgentSettings
 from bke_dispatcher.app import create_service

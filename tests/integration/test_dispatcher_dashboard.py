@@ -15,10 +15,10 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from bke.bus.streams import ensure_streams
-from bke.plan import plan_spec_text
-from bke.spec.synth import synth_spec_text
-from bke.state.keys import health_key, install_key, installs_index, node_status_key, phase_key
+from bke.adapters.bus.streams import ensure_streams
+from bke.core.plan import plan_spec_text
+from bke.core.spec.synth import synth_spec_text
+from bke.adapters.state.keys import health_key, install_key, installs_index, node_status_key, phase_key
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 

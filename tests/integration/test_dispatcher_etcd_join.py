@@ -33,25 +33,26 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
-from bke.bus import EventWatch
-from bke.checksums import LabChecksums
+from bke.adapters.bus import EventWatch
+from bke.lab.standins.checksums import LabChecksums
 from bke.contracts.agent import AgentCommand
 from bke.contracts.certs import CertsIssued
 from bke.contracts.membership import JOIN_NODES_FINISHED, JoinNodes, JoinNodesFinished, MembershipEtcdJoin
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, RENDER_MANIFESTS, ManifestsRendered
-from bke.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
-from bke.plan import Plan
-from bke.render import EtcdJoin, RenderInputs, render_cluster
-from bke.runtime import mtls_context, port_is_free
-from bke.state import PlanCache, RedisPlanStore, plan_digest
-from bke.state.keys import join_key, join_results_key, joins_index
-from bke.state.nodefiles import RedisNodeFiles, file_from_bytes
+from bke.core.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
+from bke.core.plan import Plan
+from bke.core.render import EtcdJoin, RenderInputs, render_cluster
+from bke.adapters.runtime import mtls_context, port_is_free
+from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
+from bke.adapters.state.keys import join_key, join_results_key, joins_index
+from bke.adapters.state.nodefiles import RedisNodeFiles
+from bke.core.state.nodefiles import file_from_bytes
 from bke_agent import AgentIdentity, Executor, LabBackend
 from bke_cli.main import main as bke
 from bke_dispatcher.join import Join
 from bke_dispatcher.joins import Joins
 from bke_dispatcher.membership_store import OperationStore
-from bke_dispatcher.node_labels import LabNodes
+from bke.lab.standins.node_labels import LabNodes
 from bke_dispatcher.state import DispatcherState
 from bke_renderer.app import create_service
 from bke_renderer.settings import RendererSettings
@@ -167,7 +168,7 @@ def two_clusters(tmp_path: Path) -> Iterator[Cluster]:
 async def test_a_node_joins_two_etcd_clusters_in_one_join_started_existing_in_each(
         two_clusters: Cluster, renderer, nats_client, redis_url: str) -> None:
     """e2, then e3, each a member of etcd-data and etcd-events: added as a learner in both (as
-    `bke apply` lays it out: bke.lifecycle.apply_run._member_steps), one JoinNodes naming its
+    `bke apply` lays it out: bke.core.lifecycle.apply_run._member_steps), one JoinNodes naming its
     start in both, each manifest rendered `existing` with that cluster's list, both learners
     answering the etcd phase's /health wait, then promoted in each."""
     await _grow(two_clusters, nats_client, redis_url)

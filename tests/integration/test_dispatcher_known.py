@@ -9,9 +9,9 @@ import pytest
 from redis.asyncio import Redis
 
 from bke.contracts.agent import CommandResult
-from bke.errors import TemporaryError, UnknownTarget
-from bke.plan import plan_spec_text
-from bke.state import PlanCache, RedisPlanStore, plan_digest
+from bke.core.errors import TemporaryError, UnknownTarget
+from bke.core.plan import plan_spec_text
+from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
 from bke_dispatcher.known import KnownTargets
 from bke_dispatcher.state import DispatcherState
 

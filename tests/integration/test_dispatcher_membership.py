@@ -14,25 +14,26 @@ import typer
 from redis.asyncio import Redis
 from rich.console import Console
 
-from bke.checksums import LabChecksums
+from bke.lab.standins.checksums import LabChecksums
 from bke.contracts.agent import AgentCommand, CommandResult, StepResult
 from bke.contracts.certs import CertsIssued
 from bke.contracts.membership import JoinNodes, JoinNodesFinished, RemoveNodes, RemoveNodesFinished
 from bke.contracts.render import ManifestsRendered, RenderFailed
 from bke.contracts.status import ClusterStatus, GetStatus
-from bke.drain import LabDrainer
-from bke.plan import plan_spec_text
-from bke.state import PlanCache, RedisPlanStore, plan_digest
-from bke.state.keys import (
+from bke.lab.standins.drain import LabDrainer
+from bke.core.plan import plan_spec_text
+from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
+from bke.adapters.state.keys import (
     join_key, join_results_key, joins_index, removal_api_key, removal_key, removal_results_key, removals_index,
 )
-from bke.state.nodefiles import RedisNodeFiles, file_from_bytes
+from bke.adapters.state.nodefiles import RedisNodeFiles
+from bke.core.state.nodefiles import file_from_bytes
 from bke_cli.membership_cmd import _exit as membership_exit
 from bke_cli.membership_cmd import refused
 from bke_dispatcher.join import Join
 from bke_dispatcher.joins import Joins
 from bke_dispatcher.membership_store import Busy, OperationStore
-from bke_dispatcher.node_labels import LabNodes
+from bke.lab.standins.node_labels import LabNodes
 from bke_dispatcher.removal import Removal
 from bke_dispatcher.removals import Removals
 from bke_dispatcher.state import DispatcherState
@@ -173,7 +174,7 @@ async def test_a_join_whose_agent_never_registers_fails_at_the_deadline_naming_i
     `bke agent provision`, and frees the cluster's slot."""
     from datetime import timedelta
 
-    from bke.state.operation_slot import operation_holder
+    from bke.adapters.state.operation_slot import operation_holder
 
     joins, _, _, r, sent = wired
     assert await joins().on_request(JoinNodes(request_id="j4", cluster="mbr", plan_digest=DIGEST, nodes=["node2"])) == []
@@ -237,7 +238,7 @@ async def test_status_shows_a_running_join_with_what_it_waits_for_and_the_slot_i
 
 
 async def test_the_upgraders_lab_drainer_still_records_in_the_upgrade_key(redis_url, redis_client):
-    """The drain moved to bke.drain; the upgrader's lab record stays where its tests read it."""
+    """The drain moved to bke.adapters.drain; the upgrader's lab record stays where its tests read it."""
     from bke_upgrader.drain import LabDrainer as UpgraderDrainer
 
     r = Redis.from_url(redis_url)
@@ -252,10 +253,10 @@ async def test_the_upgraders_lab_drainer_still_records_in_the_upgrade_key(redis_
 
 
 async def test_joins_and_removals_hold_the_clusters_one_operation_slot(wired):
-    """A join claims the slot (bke.state.operation_slot) atomically against every other kind: a
+    """A join claims the slot (bke.adapters.state.operation_slot) atomically against every other kind: a
     held slot refuses it naming the holder; while it runs an upgrade's claim is refused naming
     the join; its end frees the slot. A removal does the same."""
-    from bke.state.operation_slot import claim_operation, operation_holder, release_operation
+    from bke.adapters.state.operation_slot import claim_operation, operation_holder, release_operation
 
     joins, removals, state, r, sent = wired
     assert (await claim_operation(r, "mbr", "upgrade", "u1", "t0")).won
@@ -287,7 +288,7 @@ async def test_joins_and_removals_hold_the_clusters_one_operation_slot(wired):
 async def test_the_dispatchers_busy_reader_names_the_slot_holder_and_unclaimed_records(redis_url, redis_client):
     """What the wired dispatcher asks before a join or removal (membership_wiring.busy_reader):
     the operation slot's holder of another kind, else a record running without a claim."""
-    from bke.state.operation_slot import claim_operation, release_operation
+    from bke.adapters.state.operation_slot import claim_operation, release_operation
     from bke_dispatcher.membership_wiring import busy_reader
     from bke_dispatcher.rotations import RotationStore
 
@@ -310,7 +311,7 @@ async def test_a_join_and_a_removal_sent_by_the_apply_run_run_inside_its_slot(wi
     """`partOf`: the apply run that holds the slot sends JoinNodes and RemoveNodes; they start
     without a claim of their own, and the join's end leaves the apply's slot held. Named for an
     apply that does not hold the slot (ended, or another request id), each is refused by name."""
-    from bke.state.operation_slot import claim_operation, operation_holder
+    from bke.adapters.state.operation_slot import claim_operation, operation_holder
     from bke_dispatcher.membership_wiring import busy_reader
     from bke_dispatcher.rotations import RotationStore
 
@@ -352,7 +353,7 @@ async def test_an_etcd_only_node_is_removed_only_by_the_apply_that_took_its_memb
     """An etcd-only node or a master is no worker: refused by name; sent by the apply run that
     removed its etcd member first and ordered the scale-in (`partOf`), it is drained, reset and
     forgotten like a worker."""
-    from bke.state.operation_slot import claim_operation
+    from bke.adapters.state.operation_slot import claim_operation
     from bke_dispatcher.membership_wiring import busy_reader
     from bke_dispatcher.rotations import RotationStore
 
@@ -400,8 +401,8 @@ async def test_a_request_failing_on_every_delivery_is_answered_failed_not_left_t
     maximum deliveries and answered `finished` Failed with the reason (the give-up hook), so the
     caller does not wait for its timeout. A body that is not JSON is dead-lettered at once and
     answered by nobody: there is no request id to answer."""
-    from bke.bus import EventWatch
-    from bke.bus.streams import ensure_streams
+    from bke.adapters.bus import EventWatch
+    from bke.adapters.bus.streams import ensure_streams
     from bke.contracts.membership import JOIN_NODES, JOIN_NODES_FINISHED, REMOVE_NODES, REMOVE_NODES_FINISHED
     from bke_dispatcher.app import create_service
     from bke_dispatcher.settings import DispatcherSettings
@@ -450,7 +451,7 @@ async def test_giving_up_on_a_request_that_started_leaves_it_to_its_runner_and_g
     its runner's to end (kicked, nothing published); one whose start failed after the slot's
     claim has the claim given back before `finished` Failed; a body with no request id is
     answered by nobody."""
-    from bke.state.operation_slot import claim_operation, operation_holder
+    from bke.adapters.state.operation_slot import claim_operation, operation_holder
     from bke_dispatcher.membership_give_up import answer_given_up, request_of
 
     joins, _, _, r, sent = wired
@@ -488,7 +489,7 @@ async def test_a_record_in_a_newer_form_answers_the_request_failed_naming_the_fo
     """A join (removal) record written by a newer dispatcher (form 4 here) is not read and not
     left unanswered: the request is answered Failed, naming the form found and the newest this
     dispatcher reads, and the record is left as it was."""
-    from bke.state.schema import SCHEMA_FIELD, record_kind
+    from bke.core.state.schema import SCHEMA_FIELD, record_kind
 
     make_joins, make_removals, _, r, sent = wired
     newest = record_kind(kind).current

@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from bke.bus import EventWatch
-from bke.bus.streams import ensure_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.streams import ensure_streams
 from bke.contracts.base import SCHEMA_HEADER, schema_headers
 from bke.contracts.certs import CERTS_SEALED, CertsSealed
-from bke.state import RedisPlanStore
-from bke.state.keys import install_key
-from bke.state.nodefiles import RedisNodeFiles, file_from_bytes
-from bke.state.schema import SCHEMA_FIELD
+from bke.adapters.state import RedisPlanStore
+from bke.adapters.state.keys import install_key
+from bke.adapters.state.nodefiles import RedisNodeFiles
+from bke.core.state.nodefiles import file_from_bytes
+from bke.core.state.schema import SCHEMA_FIELD
 from bke_agent.fleet import Fleet
 from bke_agent.settings import AgentSettings
 from bke_dispatcher.app import create_service

@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 import pytest
 from redis.asyncio import Redis
 
-from bke.state import PlanCache
-from bke.state.keys import install_key, installs_index
+from bke.adapters.state import PlanCache
+from bke.adapters.state.keys import install_key, installs_index
 from bke_dispatcher.health import HealthMonitor
 from bke_dispatcher.state import DispatcherState
 

@@ -12,8 +12,8 @@ from redis.asyncio import Redis
 
 from bke.contracts.agent import AgentCommand, CommandResult, StepResult
 from bke.contracts.reset import ClusterDeleted, ResetChanged, ResetCluster
-from bke.plan import plan_spec_text
-from bke.state import PlanCache, RedisPlanStore, plan_digest
+from bke.core.plan import plan_spec_text
+from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
 from bke_dispatcher.resets import Resets, ResetStore
 from bke_dispatcher.rotations import RotationStore
 from bke_dispatcher.state import DispatcherState

@@ -13,10 +13,11 @@ from redis.asyncio import Redis
 from bke.contracts.agent import AgentCommand, CommandResult, StepResult
 from bke.contracts.certs import CertsRenewed, RenewedCertificate
 from bke.contracts.rotation import RotationChanged
-from bke.pki import node_file_refs
-from bke.plan import plan_spec_text
-from bke.state import PlanCache, RedisPlanStore, plan_digest
-from bke.state.nodefiles import RedisNodeFiles, file_from_bytes
+from bke.core.pki import node_file_refs
+from bke.core.plan import plan_spec_text
+from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
+from bke.adapters.state.nodefiles import RedisNodeFiles
+from bke.core.state.nodefiles import file_from_bytes
 from bke_dispatcher.rotations import Rotations, RotationStore
 from bke_dispatcher.state import DispatcherState
 from tests.trust_helpers import signed, verifier

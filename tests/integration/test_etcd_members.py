@@ -32,10 +32,10 @@ import httpx
 import pytest
 
 from bke.contracts.agent import AgentCommand, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, TlsFiles
-from bke.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
-from bke.plan import Plan
-from bke.render import RenderedCluster, RenderInputs, render_cluster
-from bke.runtime import mtls_context, port_is_free
+from bke.core.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
+from bke.core.plan import Plan
+from bke.core.render import RenderedCluster, RenderInputs, render_cluster
+from bke.adapters.runtime import mtls_context, port_is_free
 from bke_agent import AgentIdentity, Executor, LabBackend
 from bke_agent.errors import PermanentStepError, StepError
 from bke_cli.main import main as bke

@@ -48,22 +48,22 @@ from nats.js import JetStreamContext
 from redis import asyncio as aioredis
 
 from bke.contracts.agent import AgentCommand, CommandResult, ReplaceFiles
-from bke.plan import Plan
-from bke.render import RenderInputs, render_cluster
-from bke.render.result import RenderedFile
-from bke.runtime import mtls_context, port_is_free
-from bke.state import PlanCache, RedisPlanStore, plan_digest
-from bke.state.keys import accepted_agents_key
-from bke.upgrade.order import Change, ExpandedStep, expand_order
-from bke.upgrade.quorum import MemberEndpoints, QuorumSampler, verdict
-from bke.upgrade.run import new_run
+from bke.core.plan import Plan
+from bke.core.render import RenderInputs, render_cluster
+from bke.core.render.result import RenderedFile
+from bke.adapters.runtime import mtls_context, port_is_free
+from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
+from bke.adapters.state.keys import accepted_agents_key
+from bke.core.upgrade.order import Change, ExpandedStep, expand_order
+from bke.adapters.upgrade.quorum import MemberEndpoints, QuorumSampler, verdict
+from bke.core.upgrade.run import new_run
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, LabBackend, LabLayout, MemoryJournal
 from bke_agent.kubelet.pods import ETCD_BINARIES_ENV
 from bke_cli.main import main as bke
 from bke_upgrader.operation import Upgrades
 from bke_upgrader.renders import ClusterRenders, Renders
 from bke_upgrader.store import UpgradeStore
-from bke.secrets.signing import signed_command_bytes
+from bke.core.secrets.signing import signed_command_bytes
 from tests.trust_helpers import SIGNER, verifier
 
 from ..unit.test_render_support import plan_of, spec_text
@@ -381,7 +381,7 @@ async def test_etcd_34_rolled_to_35_member_by_member_keeps_quorum(
         below = rolled.sampler.below()
         assert not below, f"{len(below)} of {len(rolled.sampler.samples)} samples below quorum, first: {below[0][1]}"
         # a leader change (the member rolled was the leader) may pause service for a moment
-        # (bke.upgrade.quorum: a dip); it must end within one election timeout (etcd's default
+        # (bke.adapters.upgrade.quorum: a dip); it must end within one election timeout (etcd's default
         # --election-timeout is 1000 ms, which the render keeps)
         for dip in rolled.sampler.dips():
             assert dip.end - dip.start < ELECTION_TIMEOUT_S, dip

@@ -1,4 +1,4 @@
-"""A real single-member etcd with client mTLS: the helpers in bke.runtime.etcd work end to end."""
+"""A real single-member etcd with client mTLS: the helpers in bke.adapters.runtime.etcd work end to end."""
 from __future__ import annotations
 
 import datetime as dt
@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from bke.runtime import (
+from bke.adapters.runtime import (
     EtcdRequestError,
     ManagedProcess,
     etcd_put_get,

@@ -22,17 +22,17 @@ from nats.js import JetStreamContext
 from redis import asyncio as aioredis
 
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, AgentCommand, EtcdSnapshot, TlsFiles
-from bke.etcdsnap.local import restore_into
-from bke.etcdsnap.records import object_name, snapshot_id
-from bke.etcdsnap.sealed_stream import MAGIC
-from bke.bus.streams import ensure_streams
-from bke.etcdsnap.store import SnapshotNotAuthentic, fetch_snapshot, find_snapshot, list_snapshots
-from bke.runtime import ManagedProcess, etcd_put_get, etcdutl_bin, free_port, start_etcd
+from bke.adapters.etcdsnap.local import restore_into
+from bke.core.etcdsnap.records import object_name, snapshot_id
+from bke.core.etcdsnap.sealed_stream import MAGIC
+from bke.adapters.bus.streams import ensure_streams
+from bke.adapters.etcdsnap.store import SnapshotNotAuthentic, fetch_snapshot, find_snapshot, list_snapshots
+from bke.adapters.runtime import ManagedProcess, etcd_put_get, etcdutl_bin, free_port, start_etcd
 from bke.contracts.agent import ProvisionAgent
-from bke.secrets.at_rest import SECRET_KEY_ENV, SecretBox, create_key_file
-from bke.secrets.sealing import public_key_from_raw
-from bke.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key
-from bke.state.keys import etcd_snapshot_key, provisioned_agents_key
+from bke.core.secrets.at_rest import SECRET_KEY_ENV, SecretBox, create_key_file
+from bke.core.secrets.sealing import public_key_from_raw
+from bke.core.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key
+from bke.adapters.state.keys import etcd_snapshot_key, provisioned_agents_key
 from bke_agent import AgentIdentity, Executor, KubeletStandIn, LabBackend, LabLayout
 from bke_agent.backends import SnapshotTaker
 

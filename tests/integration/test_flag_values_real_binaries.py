@@ -11,10 +11,10 @@ import subprocess
 
 import pytest
 
-from bke.flagrules.value_check import value_problem
+from bke.core.flagrules.value_check import value_problem
 from bke.lab import flag_types
 from bke.lab.kube_binaries import BUILDS, locate
-from bke.versions import parse_version
+from bke.core.versions import parse_version
 
 from ..e2e.real_cp_helpers import need_binaries
 

@@ -1,5 +1,5 @@
 """A deleted cluster's records, removed by each service under its own Redis ACL user
-(bke.forgetting): together the five leave no `bke:<c>:*` key and no index entry, each touches
+(bke.adapters.forgetting): together the five leave no `bke:<c>:*` key and no index entry, each touches
 only its own families (no permission error), another cluster and the deployment's keys stay,
 and a redelivery removes nothing more."""
 from __future__ import annotations
@@ -8,10 +8,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from bke.contracts.reset import DELETE_OWNERS
-from bke.forgetting import INDEXES, forget_cluster, owned_members
-from bke.runtime import EmbeddedRuntime, redis_acl
-from bke.state import keys as k
-from bke.state.schema import RECORDS
+from bke.adapters.forgetting import INDEXES, forget_cluster, owned_members
+from bke.adapters.runtime import EmbeddedRuntime, redis_acl
+from bke.adapters.state import keys as k
+from bke.core.state.schema import RECORDS
 
 pytestmark = pytest.mark.integration
 GONE, KEPT = "forget-me", "keep-me"

@@ -13,18 +13,18 @@ import httpx
 import pytest
 import yaml
 
-from bke.bus import EventWatch
+from bke.adapters.bus import EventWatch
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, PLAN_CREATED
 from bke.contracts.asyncapi import build_asyncapi
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_MANIFESTS
-from bke.pki import IssueOptions
-from bke.pki.store_redis import RedisPkiStore
-from bke.plan import Plan, plan_spec_text
-from bke.secrets import create_key_file
-from bke.state import RedisPlanStore, plan_digest
-from bke.state.keys import recent_renders_key
-from bke.state.recent import RecentLog
-from bke.upgrade.run import NodeOutcome, StepRun, UpgradeRun
+from bke.core.pki import IssueOptions
+from bke.adapters.pki.store_redis import RedisPkiStore
+from bke.core.plan import Plan, plan_spec_text
+from bke.core.secrets import create_key_file
+from bke.adapters.state import RedisPlanStore, plan_digest
+from bke.adapters.state.keys import recent_renders_key
+from bke.adapters.state.recent import RecentLog
+from bke.core.upgrade.run import NodeOutcome, StepRun, UpgradeRun
 from bke_certs.app import create_service as certs_service
 from bke_certs.service_core import ensure_cluster_certs
 from bke_certs.settings import CertsSettings

@@ -1,4 +1,4 @@
-"""A service's HTTP side (bke.http) on a real NATS and Redis: the probes, and /metrics counting
+"""A service's HTTP side (bke.adapters.http) on a real NATS and Redis: the probes, and /metrics counting
 the messages its consumers handle."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import uuid
 import httpx
 import pytest
 
-from bke.bus import EventWatch
+from bke.adapters.bus import EventWatch
 from bke.contracts import INSTALL_CLUSTER, PLAN_CREATED
-from bke.http.token_gate import ExposedWithoutToken
+from bke.adapters.http.token_gate import ExposedWithoutToken
 from bke_planner.app import create_service
 from bke_planner.settings import PlannerSettings
 

@@ -16,15 +16,15 @@ import pytest
 import redis
 import yaml
 
-from bke.auth.permissions import SERVICE_ROLES, identity_name, inbox_prefix
-from bke.auth.jwt import decode_jwt
+from bke.adapters.auth.permissions import SERVICE_ROLES, identity_name, inbox_prefix
+from bke.adapters.auth.jwt import decode_jwt
 from tests.trust_helpers import SIGNER
-from bke.bus.connect import BusAccess, connect_nats, connect_options
+from bke.adapters.bus.connect import BusAccess, connect_nats, connect_options
 from bke.lab.identities import creds_path
 from bke.lab.supervisor import LabSupervisor
-from bke.runtime.binaries import nats_server_bin
-from bke.runtime.processes import _CHILDREN
-from bke.secrets.at_rest import create_key_file
+from bke.adapters.runtime.binaries import nats_server_bin
+from bke.adapters.runtime.processes import _CHILDREN
+from bke.core.secrets.at_rest import create_key_file
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parents[2]
@@ -219,7 +219,7 @@ async def test_an_agent_whose_identity_is_revoked_exits_to_be_restarted(tmp_path
 
 
 async def test_a_service_whose_identity_is_revoked_exits_to_be_restarted(tmp_path: Path) -> None:
-    """The same rule for a service: cut off for good, it stops and exits 1 (bke.bus.service)
+    """The same rule for a service: cut off for good, it stops and exits 1 (bke.adapters.bus.service)
     instead of staying alive and silent; before, it went on running, not ready for ever."""
     sup = LabSupervisor(tmp_path / "lab")
     info = sup.ensure_runtime()

@@ -9,8 +9,8 @@ from pathlib import Path
 import nats
 import pytest
 
-from bke.auth.permissions import SERVICE_ROLES, identity_name, inbox_prefix
-from bke.bus.connect import BusAccess, connect_options
+from bke.adapters.auth.permissions import SERVICE_ROLES, identity_name, inbox_prefix
+from bke.adapters.bus.connect import BusAccess, connect_options
 from bke.lab.identities import creds_path
 from bke.lab.supervisor import LabSupervisor
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import redis
 
-from bke.auth import write_creds
-from bke.auth.jwt import decode_jwt
-from bke.auth.permissions import IDENTITY_TTL_S
-from bke.auth.registry import IdentityRegistry
-from bke.runtime import EmbeddedRuntime
-from bke.secrets.at_rest import load_secret_box
+from bke.adapters.auth import write_creds
+from bke.adapters.auth.jwt import decode_jwt
+from bke.adapters.auth.permissions import IDENTITY_TTL_S
+from bke.adapters.auth.registry import IdentityRegistry
+from bke.adapters.runtime import EmbeddedRuntime
+from bke.core.secrets.at_rest import load_secret_box
 from tests.bus_identity_helpers import _connect
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

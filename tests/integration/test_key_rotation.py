@@ -1,5 +1,5 @@
 """`bke keys`: each at-rest kind rotated against the real Redis of the session runtime, with the
-records its owners write (bke.secrets.key_kinds, bke.state.rekey).
+records its owners write (bke.core.secrets.key_kinds, bke.adapters.state.rekey).
 
 For each kind: a record is read before the rotation by a process holding the key file (and by a
 copy of the old keys: the positive control), while it is rotated by the process reading the
@@ -19,25 +19,25 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from bke.auth.registry import IdentityRegistry
-from bke.errors import PermanentError
-from bke.pki import IssueOptions
-from bke.pki.api_credentials import read_api_credential, write_api_credentials
-from bke.pki.operations import ensure_cluster_pki
-from bke.pki.store_redis import RedisPkiStore
-from bke.plan import plan_spec_text
-from bke.secrets.at_rest import Keyring, SecretBox, load_keyring, load_secret_box
-from bke.secrets.key_kinds import KIND_NAMES, KeyringFile, key_file_env
-from bke.errors import TemporaryError
-from bke.secrets.signing import CommandSigner, ensure_command_key
-from bke.secrets.snapshot_key import (
+from bke.adapters.auth.registry import IdentityRegistry
+from bke.core.errors import PermanentError
+from bke.core.pki import IssueOptions
+from bke.adapters.pki.api_credentials import read_api_credential, write_api_credentials
+from bke.core.pki.operations import ensure_cluster_pki
+from bke.adapters.pki.store_redis import RedisPkiStore
+from bke.core.plan import plan_spec_text
+from bke.core.secrets.at_rest import Keyring, SecretBox, load_keyring, load_secret_box
+from bke.core.secrets.key_kinds import KIND_NAMES, KeyringFile, key_file_env
+from bke.core.errors import TemporaryError
+from bke.core.secrets.signing import CommandSigner, ensure_command_key
+from bke.core.secrets.snapshot_key import (
     SnapshotKey, ensure_snapshot_key, read_snapshot_recipient, split_stored, stored_public_b64,
 )
-from bke.spec.synth import synth_spec_text
-from bke.state.backup import decode_backup
-from bke.state.keys import command_signing_key, etcd_snapshot_key
-from bke.state.state_init import ensure_state
-from bke.state.rekey import census, reencrypt_kind
+from bke.core.spec.synth import synth_spec_text
+from bke.adapters.state.backup import decode_backup
+from bke.adapters.state.keys import command_signing_key, etcd_snapshot_key
+from bke.adapters.state.state_init import ensure_state
+from bke.adapters.state.rekey import census, reencrypt_kind
 from bke_cli.main import main as bke
 
 pytestmark = pytest.mark.integration
@@ -236,7 +236,7 @@ async def test_a_kind_leaves_the_shared_key_by_a_rotation_into_its_own_file(
 
 async def test_the_dispatcher_reads_the_snapshot_recipient_without_the_key(
         redis_client: aioredis.Redis, redis_url: str) -> None:
-    """The record carries its public half (bke.secrets.snapshot_key); an older record is
+    """The record carries its public half (bke.core.secrets.snapshot_key); an older record is
     rewritten by `bke state init` (the same key) and read by the dispatcher only then."""
     r = aioredis.from_url(redis_url)
     box = SecretBox(b"s" * 32)

@@ -7,9 +7,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from bke.lab.trust import ensure_lab_command_key
-from bke.runtime import RuntimeInfo
+from bke.adapters.runtime import RuntimeInfo
 from bke.lab.key_files import ensure_lab_key_files
-from bke.secrets.command_key_pin import check_pinned, read_pin_file
+from bke.core.secrets.command_key_pin import check_pinned, read_pin_file
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bke.bundle import make_server
+from bke.adapters.bundle import make_server
 from bke.contracts.agent import AgentCommand, FetchFile, Step, StepResult
 from bke_agent import AgentIdentity, Executor, LabBackend
 

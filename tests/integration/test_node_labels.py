@@ -12,16 +12,17 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from bke.bus import EventWatch
-from bke.bus.streams import ensure_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.streams import ensure_streams
 from bke.contracts.status import ClusterStatus
-from bke.plan import plan_spec_text
-from bke.state.keys import node_labels_key, phase_key
+from bke.core.plan import plan_spec_text
+from bke.adapters.state.keys import node_labels_key, phase_key
 from bke_agent import KubeletStandIn, LabLayout
 from bke_cli.status_client import get_status
 from bke_dispatcher.app import create_service
-from bke_dispatcher.labels import wanted
-from bke_dispatcher.node_labels import LabNodes, NodeLabelsWork, NodesApplied
+from bke.adapters.cluster_api.labels import wanted
+from bke.lab.standins.node_labels import LabNodes
+from bke.adapters.cluster_api.node_labels import NodeLabelsWork, NodesApplied
 from bke_dispatcher.settings import DispatcherSettings
 
 from .agent_helpers import free_node_ip, stop_leftover_pods

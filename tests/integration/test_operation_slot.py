@@ -1,4 +1,4 @@
-"""One operation per cluster (bke.state.operation_slot) on the real Redis of the session fixture.
+"""One operation per cluster (bke.adapters.state.operation_slot) on the real Redis of the session fixture.
 
 - Of N concurrent claims of different kinds for one cluster, from several clients (replicas of
   several services), exactly one wins and every loser is told the winner's kind and request id.
@@ -28,10 +28,10 @@ from bke.contracts.restore import RESTORE_GET
 from bke.contracts.rotation import RotationChanged
 from bke.contracts.status import ClusterStatus, GetStatus, NodeCounts
 from bke.contracts.upgrade import UPGRADE_REJECTED, RetryUpgrade, UpgradeCluster, UpgradeRejected
-from bke.state import PlanCache, RedisPlanStore, plan_digest
-from bke.state.keys import operation_key
-from bke.state.operation_slot import KINDS, claim_operation, operation_holder, release_operation
-from bke.state.schema import StoredVersionTooNew
+from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
+from bke.adapters.state.keys import operation_key
+from bke.adapters.state.operation_slot import KINDS, claim_operation, operation_holder, release_operation
+from bke.core.state.schema import StoredVersionTooNew
 from bke_dispatcher.resets import Resets, ResetStore
 from bke_dispatcher.rotations import Rotations, RotationStore
 from bke_dispatcher.state import DispatcherState
@@ -133,7 +133,7 @@ def _resets(r: Redis, sent: list) -> Resets:
 
 
 async def test_a_running_reset_refuses_an_upgrade_and_status_shows_both(redis_url, redis_client):
-    from bke.plan import plan_spec_text
+    from bke.core.plan import plan_spec_text
 
     plan = plan_spec_text(open("examples/seed-3m1w.yaml").read().replace("name: seed", "name: rst")).plan
     r = Redis.from_url(redis_url)
@@ -190,7 +190,7 @@ async def test_a_running_upgrade_refuses_a_reset(redis_url, redis_client):
 
 
 def _rotations(r: Redis, sent: list) -> Rotations:
-    from bke.state.nodefiles import RedisNodeFiles
+    from bke.adapters.state.nodefiles import RedisNodeFiles
 
     async def publish(body: bytes, subject: str, headers: dict[str, str]) -> None:
         sent.append((subject, body))
@@ -276,7 +276,7 @@ async def test_bke_etcd_restore_status_asks_the_upgrader_over_the_bus(redis_clie
 
 async def test_an_install_holds_the_slot_while_it_runs_and_one_refused_by_another_fails_naming_it(redis_url, redis_client):
     from bke.contracts import PlanCreated
-    from bke.state.nodefiles import RedisNodeFiles
+    from bke.adapters.state.nodefiles import RedisNodeFiles
     from bke_dispatcher.engine import Engine
     from bke_dispatcher.service_events import ServiceEvents
 

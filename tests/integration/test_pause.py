@@ -8,10 +8,10 @@ import logging
 import pytest
 from redis.asyncio import Redis
 
-from bke.bus import EventWatch
-from bke.bus.streams import ensure_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.streams import ensure_streams
 from bke.contracts.pause import PAUSE_CLUSTER, PauseCluster, pause_subject
-from bke.runner import DONE, Runner
+from bke.adapters.runner import DONE, Runner
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 from tests.integration.test_dispatcher import _announce, _ids, _null_fleet, _stored_cluster

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from bke.bus import EventWatch
-from bke.bus.handler import typed
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.handler import typed
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, PLAN_CREATED, InstallCluster
 from bke.contracts.install import InstallFinished, install_subject
-from bke.plan import Plan, plan_spec_text
-from bke.state import RedisPlanStore, plan_digest, plan_meta_key, plan_replaceable_key
+from bke.core.plan import Plan, plan_spec_text
+from bke.adapters.state import RedisPlanStore, plan_digest, plan_meta_key, plan_replaceable_key
 from bke_planner.app import create_service
 from bke_planner.handlers import PlannerDeps, handle_install_cluster
 from bke_planner.settings import PlannerSettings

@@ -6,10 +6,10 @@ import uuid
 
 import pytest
 
-from bke.bus import EventWatch, put_blob
+from bke.adapters.bus import EventWatch, put_blob
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, PLAN_CREATED
-from bke.plan import Plan
-from bke.spec.synth import synth_spec_text
+from bke.core.plan import Plan
+from bke.core.spec.synth import synth_spec_text
 from bke_planner.app import create_service
 from bke_planner.settings import PlannerSettings
 
@@ -124,7 +124,7 @@ async def test_the_old_name_of_the_install_command_is_still_served_with_a_warnin
     a request on the old name, from older tooling or queued across an upgrade, is not lost."""
     from bke.contracts.subjects import LEGACY_CLUSTER_REQUESTED
 
-    caplog.set_level("WARNING", logger="bke.bus.handler")
+    caplog.set_level("WARNING", logger="bke.adapters.bus.handler")
     rid = str(uuid.uuid4())
     await nats_client.jetstream().publish(LEGACY_CLUSTER_REQUESTED, json.dumps({"requestId": rid, "spec": SEED}).encode())
     ev = await watch.wait_for(by_request(rid), timeout=15)

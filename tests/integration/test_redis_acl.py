@@ -1,4 +1,4 @@
-"""Redis ACL users (bke.runtime.redis_acl) on the runtime the tests share (valkey-server, Redis 7
+"""Redis ACL users (bke.adapters.runtime.redis_acl) on the runtime the tests share (valkey-server, Redis 7
 ACL rules): nobody gets in without a password, no service user may run FLUSHALL/FLUSHDB/KEYS/
 CONFIG/DEBUG, each user reads and writes every secret exactly as the table says (directly or
 from a Lua script), each reaches every key family it needs and may only read those it does not
@@ -15,11 +15,11 @@ import redis.asyncio as aioredis
 from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
 
 from bke.contracts.agent import CommandResult
-from bke.runtime import EmbeddedRuntime, redis_acl
-from bke.state import keys as k
-from bke.state.client import redact_url
-from bke.state.epoch import ensure_epoch, read_epoch
-from bke.state.plans import RedisPlanStore
+from bke.adapters.runtime import EmbeddedRuntime, redis_acl
+from bke.adapters.state import keys as k
+from bke.adapters.state.client import redact_url
+from bke.adapters.state.epoch import ensure_epoch, read_epoch
+from bke.adapters.state.plans import RedisPlanStore
 from bke_upgrader.store import UpgradeStore
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ PKI_KEYS = k.pki_key(C, "keys")  # the CA keys (encrypted at rest, and still nob
 VRRP = k.vrrp_password_key(C)
 
 # Every secret and every key whose integrity the others rely on: who may read ("r") or also
-# write ("rw") it; a user not named may not even read it. The table's reasons: bke.runtime.redis_acl.
+# write ("rw") it; a user not named may not even read it. The table's reasons: bke.adapters.runtime.redis_acl.
 TABLE: dict[str, dict[str, str]] = {
     PKI_KEYS: {"certs": "rw"},
     k.pki_key(C, "manifest"): {"certs": "rw"},

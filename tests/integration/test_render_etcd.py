@@ -1,5 +1,5 @@
 """`bke certs issue` + `bke render` for a split-etcd spec, then every etcd member started from its
-rendered manifest's own command line (host paths and loopback listeners mapped by bke.nodemap),
+rendered manifest's own command line (host paths and loopback listeners mapped by bke.core.nodemap),
 and every etcd cluster shown healthy, writable and readable with the API server's etcd client
 certificate at the URLs of the rendered kube-apiserver's --etcd-servers / --etcd-servers-overrides.
 
@@ -16,9 +16,9 @@ import httpx
 import pytest
 import yaml
 
-from bke.nodemap import LocalPod, localize_pod
-from bke.plan import parse_overrides
-from bke.runtime import (ManagedProcess, etcd_put_get, mtls_context, poll_until, port_is_free, start_etcd,
+from bke.core.nodemap import LocalPod, localize_pod
+from bke.core.plan import parse_overrides
+from bke.adapters.runtime import (ManagedProcess, etcd_put_get, mtls_context, poll_until, port_is_free, start_etcd,
                          wait_etcd_healthy)
 from bke_cli.main import main as bke
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from bke.render import RenderedCluster
+from bke.core.render import RenderedCluster
 
 from ..unit.test_render_support import plan_of, render, spec_text
 

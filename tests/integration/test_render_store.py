@@ -7,8 +7,8 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from bke.plan import plan_spec_text
-from bke.state.nodefiles import RedisNodeFiles
+from bke.core.plan import plan_spec_text
+from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke_renderer.service_core import ensure_rendered
 from bke_renderer.store_redis import RedisRenderStore, render_keys
 

@@ -1,5 +1,5 @@
 """Nodes removed from a running cluster leave the renderer's records at once (remove-nodes.finished,
-bke.forgetting.on_nodes_removed): the renderer, on real NATS and under its own Redis ACL user,
+bke.adapters.forgetting.on_nodes_removed): the renderer, on real NATS and under its own Redis ACL user,
 drops the rendered files and the meta entries (`nodes`, `secretPaths`) of the nodes whose removal
 finished, keeps every other node's, and a redelivery changes nothing."""
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
 
-from bke.bus.streams import ensure_streams
+from bke.adapters.bus.streams import ensure_streams
 from bke.contracts.base import schema_headers
 from bke.contracts.membership import REMOVE_NODES_FINISHED, MembershipNode, RemoveNodesFinished
-from bke.plan import plan_spec_text
-from bke.runtime import EmbeddedRuntime, redis_acl
-from bke.state.nodefiles import RedisNodeFiles
+from bke.core.plan import plan_spec_text
+from bke.adapters.runtime import EmbeddedRuntime, redis_acl
+from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke_renderer.app import create_service
 from bke_renderer.service_core import ensure_rendered
 from bke_renderer.settings import RendererSettings
@@ -45,7 +45,7 @@ async def test_the_renderer_drops_the_files_of_nodes_whose_removal_finished(
     assert set(await files.nodes("t", "render")) == {"m1", "m2", "e1", "ev1", "p1", "w1"}
     assert (await store.load("t")).node("m2").file("/etc/keepalived/keepalived.conf").secret  # type: ignore[union-attr]
 
-    # as the renderer runs in a deployment: its own Redis user (bke.runtime.redis_acl)
+    # as the renderer runs in a deployment: its own Redis user (bke.adapters.runtime.redis_acl)
     url = redis_acl.service_url(runtime.workdir, runtime.info.redis_url, "renderer")
     svc = create_service(RendererSettings(nats_url=nats_url, redis_url=url, max_deliver=3))
     await svc.start()

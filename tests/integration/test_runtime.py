@@ -12,8 +12,8 @@ import pytest
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
 
-from bke.runtime import EmbeddedRuntime, MissingBinaryError, RuntimeInfo, pid_alive, poll_until
-from bke.runtime.binaries import _locate
+from bke.adapters.runtime import EmbeddedRuntime, MissingBinaryError, RuntimeInfo, pid_alive, poll_until
+from bke.adapters.runtime.binaries import _locate
 
 pytestmark = pytest.mark.integration
 

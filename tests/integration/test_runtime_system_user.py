@@ -1,4 +1,4 @@
-"""The runtime's system user (`auth/sys.creds`, bke.auth.system_user) against the real nats-server:
+"""The runtime's system user (`auth/sys.creds`, bke.adapters.auth.system_user) against the real nats-server:
 a restart keeps it byte for byte and refuses the system users minted before it; a damaged one is
 replaced and the old key is refused at once by the running server (its live connection cut) and
 after a restart of the server; a foreign one cannot connect at all. Each refusal has its positive
@@ -12,11 +12,11 @@ from pathlib import Path
 import nats
 import pytest
 
-from bke.auth.authority import creds_text, new_authority, write_creds
-from bke.auth.push import push_system_account
-from bke.auth.system_user import creds_parts
-from bke.auth.jwt import decode_jwt, new_keypair
-from bke.runtime import EmbeddedRuntime
+from bke.adapters.auth.authority import creds_text, new_authority, write_creds
+from bke.adapters.auth.push import push_system_account
+from bke.adapters.auth.system_user import creds_parts
+from bke.adapters.auth.jwt import decode_jwt, new_keypair
+from bke.adapters.runtime import EmbeddedRuntime
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import asyncssh
 import pytest
 import yaml
-from bke.spec.synth import synth_docs
-from bke.ssh import (
+from bke.core.spec.synth import synth_docs
+from bke.adapters.ssh import (
     BootstrapParams,
     HostKeyRefused,
     KnownHostsPolicy,

@@ -22,10 +22,10 @@ from pathlib import Path
 import asyncssh
 import httpx
 import pytest
-from bke.artefacts import agent_artefacts
-from bke.bundle import make_server
-from bke.pythons import STANDALONE
-from bke.ssh import (
+from bke.core.artefacts import agent_artefacts
+from bke.adapters.bundle import make_server
+from bke.core.pythons import STANDALONE
+from bke.adapters.ssh import (
     BootstrapParams,
     PinnedPolicy,
     SshOptions,

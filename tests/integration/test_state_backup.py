@@ -1,7 +1,7 @@
-"""bke.state.backup against a real Redis: a round trip restores every key of every type (TTLs
+"""bke.adapters.state.backup against a real Redis: a round trip restores every key of every type (TTLs
 kept, the epoch last); another key, a tampered file, another format are refused; a restore over
 existing keys needs `force` and then leaves no key of the old state behind, except the trust
-material (bke.state.restore_trust): an identity revoked and an agent provisioned again after the
+material (bke.adapters.state.restore_trust): an identity revoked and an agent provisioned again after the
 backup stay so, unless `replace_trust`; a revocation only in the backup is kept too."""
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from bke.auth.registry import IdentityRegistry
+from bke.adapters.auth.registry import IdentityRegistry
 from bke.contracts.agent import ProvisionAgent
-from bke.secrets.at_rest import DecryptError, SecretBox
-from bke.secrets.signing import CommandSigner, ensure_command_key_sync
-from bke.secrets.snapshot_key import ensure_snapshot_key_sync
-from bke.state.backup import MAGIC, BackupError, backup_state, decode_backup, encode_backup, restore_state
-from bke.state.epoch import read_epoch, write_epoch
-from bke.state.keys import (
+from bke.core.secrets.at_rest import DecryptError, SecretBox
+from bke.core.secrets.signing import CommandSigner, ensure_command_key_sync
+from bke.core.secrets.snapshot_key import ensure_snapshot_key_sync
+from bke.adapters.state.backup import MAGIC, BackupError, backup_state, decode_backup, encode_backup, restore_state
+from bke.adapters.state.epoch import read_epoch, write_epoch
+from bke.adapters.state.keys import (
     accepted_agents_key,
     auth_authority_key,
     certs_agents_key,
@@ -31,7 +31,7 @@ from bke.state.keys import (
     plan_key,
     provisioned_agents_key,
 )
-from bke.state.restore_trust import TrustError
+from bke.adapters.state.restore_trust import TrustError
 from bke_agent import AgentIdentity
 
 pytestmark = pytest.mark.integration

@@ -12,12 +12,12 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from bke.secrets.at_rest import create_key_file
-from bke.secrets import load_secret_box
-from bke.secrets.signing import ensure_command_key_sync
-from bke.secrets.snapshot_key import read_snapshot_key
-from bke.state.client import sync_redis_client
-from bke.state.keys import command_signing_key, epoch_key, etcd_snapshot_key, plan_key
+from bke.core.secrets.at_rest import create_key_file
+from bke.core.secrets import load_secret_box
+from bke.core.secrets.signing import ensure_command_key_sync
+from bke.core.secrets.snapshot_key import read_snapshot_key
+from bke.adapters.state.client import sync_redis_client
+from bke.adapters.state.keys import command_signing_key, epoch_key, etcd_snapshot_key, plan_key
 from bke_cli.main import main as bke
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""bke.state.epoch and the dispatcher's reaction (bke_dispatcher.state_loss) against a real Redis:
+"""bke.adapters.state.epoch and the dispatcher's reaction (bke_dispatcher.state_loss) against a real Redis:
 replicas adopt the one epoch the admin side wrote; a service on a store without one waits, not
 ready, naming `bke state init`, and goes on once it exists; a store emptied or replaced is
 reported once and every message waits (StateLost, a TemporaryError) until the epoch is back; a
@@ -12,12 +12,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from bke.contracts.install import InstallFinished
-from bke.errors import TemporaryError
-from bke.bus.readiness import Readiness
-from bke.state.epoch import (
+from bke.core.errors import TemporaryError
+from bke.adapters.bus.readiness import Readiness
+from bke.adapters.state.epoch import (
     NOT_INITIALISED, STATE_LOST, EpochWatch, StateLost, StateNotInitialised, ensure_epoch, watch_epoch, write_epoch,
 )
-from bke.state.keys import epoch_key
+from bke.adapters.state.keys import epoch_key
 from bke_dispatcher.state import DispatcherState
 from bke_dispatcher.state_loss import StateLossReaction
 
@@ -82,7 +82,7 @@ async def test_a_failed_report_is_tried_again_and_an_outage_is_no_loss(redis_cli
 
 
 class _Svc:
-    """The part of a Service a watch hooks into (bke.state.epoch._ServiceHooks)."""
+    """The part of a Service a watch hooks into (bke.adapters.state.epoch._ServiceHooks)."""
 
     def __init__(self) -> None:
         self.name, self.readiness = "svc", Readiness("svc", ("nats",))

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from bke.etcdsnap.restore_run import RestoreRun
-from bke.upgrade.run import UpgradeRun
+from bke.core.etcdsnap.restore_run import RestoreRun
+from bke.core.upgrade.run import UpgradeRun
 from bke_dispatcher.join import Join
 from bke_dispatcher.membership_store import OperationStore
 from bke_dispatcher.removal import Removal
@@ -27,14 +27,14 @@ import redis
 import redis.asyncio as aioredis
 
 from bke.contracts.status import GetStatus
-from bke.pki.store_redis import RedisPkiStore
-from bke.state.conversion import CONVERTERS, Converter, register
-from bke.state.keys import install_key, join_key, join_results_key, joins_index, plan_meta_key, removal_key, removal_results_key, removals_index
-from bke.state.migrate import MigrationBusy, ensure_current, known_clusters
-from bke.state.nodefiles import RedisNodeFiles
-from bke.state.operation_slot import claim_operation, operation_holder
-from bke.state.plans import PlanCache, RedisPlanStore
-from bke.state.schema import RECORDS, RecordKind, StoredVersionTooNew, record_kind
+from bke.adapters.pki.store_redis import RedisPkiStore
+from bke.adapters.state.conversion import CONVERTERS, Converter, register
+from bke.adapters.state.keys import install_key, join_key, join_results_key, joins_index, plan_meta_key, removal_key, removal_results_key, removals_index
+from bke.adapters.state.migrate import MigrationBusy, ensure_current, known_clusters
+from bke.adapters.state.nodefiles import RedisNodeFiles
+from bke.adapters.state.operation_slot import claim_operation, operation_holder
+from bke.adapters.state.plans import PlanCache, RedisPlanStore
+from bke.core.state.schema import RECORDS, RecordKind, StoredVersionTooNew, record_kind
 from bke_certs.operations import OpsStore
 from bke_cli.main import main as bke
 from bke_dispatcher.rotations import RotationStore

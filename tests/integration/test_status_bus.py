@@ -16,10 +16,10 @@ import pytest
 from redis.asyncio import Redis
 from rich.console import Console
 
-from bke.bus.streams import ensure_streams
+from bke.adapters.bus.streams import ensure_streams
 from bke.contracts.status import STATUS_GET, ClusterStatus, StatusError, GetStatus, parse_status_reply
-from bke.plan import plan_spec_text
-from bke.state import RedisPlanStore, plan_digest
+from bke.core.plan import plan_spec_text
+from bke.adapters.state import RedisPlanStore, plan_digest
 from bke_cli.follow import submit_and_follow
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings

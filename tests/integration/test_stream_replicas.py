@@ -9,9 +9,9 @@ import asyncio
 
 import pytest
 
-from bke.bus.connect import connect_nats
-from bke.bus.declare import DECLARE_TIMEOUT_S
-from bke.bus.streams import BUCKET_TTL_S, BUCKETS, OBJECT_BUCKET, STREAMS, ensure_streams
+from bke.adapters.bus.connect import connect_nats
+from bke.adapters.bus.declare import DECLARE_TIMEOUT_S
+from bke.adapters.bus.streams import BUCKET_TTL_S, BUCKETS, OBJECT_BUCKET, STREAMS, ensure_streams
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET
 from bke.contracts import subjects as s
 from bke.lab.nats_cluster import NatsCluster, stop_nats_cluster

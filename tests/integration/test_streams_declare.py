@@ -1,5 +1,5 @@
 """The deploy step against a real nats-server: `bke streams check/ensure` and `python -m
-bke.bus.declare` report and put back a changed stream, only as the `streams` identity; a command
+bke.adapters.bus.declare` report and put back a changed stream, only as the `streams` identity; a command
 that publishes before the streams exist says what to run."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from nats.js.api import StreamConfig
 
-from bke.auth import identity_name, inbox_prefix, role_permissions, write_creds
-from bke.bus.connect import BusAccess, connect_nats
-from bke.runtime import EmbeddedRuntime
+from bke.adapters.auth import identity_name, inbox_prefix, role_permissions, write_creds
+from bke.adapters.bus.connect import BusAccess, connect_nats
+from bke.adapters.runtime import EmbeddedRuntime
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 BKE = str(Path(sys.executable).parent / "bke")
@@ -48,9 +48,9 @@ async def test_check_reports_a_changed_stream_and_ensure_puts_it_back(secure: Em
         assert checked.returncode == 1 and "BKE_EVENTS: has sources" in checked.stderr
         # the operator may not put it back: the deploy step's one-shot under its identity fails
         operator = _creds(secure, tmp_path, "operator")
-        refused = _run([sys.executable, "-m", "bke.bus.declare"], url, operator, "operator")
+        refused = _run([sys.executable, "-m", "bke.adapters.bus.declare"], url, operator, "operator")
         assert refused.returncode != 0 and (await js.stream_info("BKE_EVENTS")).config.sources
-        done = _run([sys.executable, "-m", "bke.bus.declare"], url, deploy, "streams")
+        done = _run([sys.executable, "-m", "bke.adapters.bus.declare"], url, deploy, "streams")
         assert done.returncode == 0, done.stderr
         assert not (await js.stream_info("BKE_EVENTS")).config.sources
         ensured = _run([BKE, "streams", "ensure", "--nats", url], url, deploy, "streams")

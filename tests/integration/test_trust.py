@@ -18,8 +18,8 @@ from datetime import datetime, timezone
 import pytest
 from redis.asyncio import Redis
 
-from bke.bus import EventWatch
-from bke.bus.streams import ensure_streams
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.streams import ensure_streams
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.agent import (
     AGENTS_PROVISION,
@@ -32,10 +32,10 @@ from bke.contracts.agent import (
     agent_subject,
 )
 from bke.contracts.certs import CERTS_SEALED, CertsSealed
-from bke.plan import plan_spec_text
-from bke.state import RedisPlanStore, plan_digest
-from bke.state.keys import certs_agents_key, node_files_key, provisioned_agents_key
-from bke.state.nodefiles import RedisNodeFiles
+from bke.core.plan import plan_spec_text
+from bke.adapters.state import RedisPlanStore, plan_digest
+from bke.adapters.state.keys import certs_agents_key, node_files_key, provisioned_agents_key
+from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, MemoryJournal, NullBackend
 from bke_certs.app import create_service as create_certs
 from bke_certs.settings import CertsSettings
@@ -274,7 +274,7 @@ async def test_refusals_are_shown_by_status_and_an_unknown_cluster_gets_no_state
     """A command an agent refused is reported where the operator looks (`bke status`), with
     its reason; a refusal about a cluster that was never installed creates nothing."""
     from bke.contracts.agent import CommandRefused
-    from bke.state.keys import refusals_key
+    from bke.adapters.state.keys import refusals_key
     from bke_cli.status_client import get_status
 
     js = nats_client.jetstream()

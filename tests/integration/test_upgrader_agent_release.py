@@ -15,12 +15,12 @@ from nats.aio.client import Client as NatsClient
 from redis import asyncio as aioredis
 
 from bke.contracts.agent import AgentCommand, AgentRuntime, CheckHost, UpdateAgent
-from bke.state.keys import heartbeat_runtime_key
+from bke.adapters.state.keys import heartbeat_runtime_key
 from bke_upgrader.agent_release import ReleaseSource
 from bke_upgrader.operation import Upgrades
 from bke_upgrader.renders import Renders
 from bke_upgrader.store import UpgradeStore
-from bke.state import PlanCache, RedisPlanStore
+from bke.adapters.state import PlanCache, RedisPlanStore
 
 from ..unit.upgrade_helpers import SPLIT, plan_of
 from .test_upgrader_permanent_failure import _now, _stored_run

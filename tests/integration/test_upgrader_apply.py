@@ -26,18 +26,19 @@ from nats.aio.client import Client as NatsClient
 from redis import asyncio as aioredis
 from rich.console import Console
 
-from bke.bus import get_blob, put_blob
-from bke.bus.handler import typed
-from bke.bus.streams import OBJECT_BUCKET
-from bke.spec.limits import MAX_SPEC_BYTES
+from bke.adapters.bus import get_blob, put_blob
+from bke.adapters.bus.handler import typed
+from bke.adapters.bus.streams import OBJECT_BUCKET
+from bke.core.spec.limits import MAX_SPEC_BYTES
 from bke_cli.apply_follow import apply_and_follow
-from bke.cluster_api.node_labels import LabNodes, NodeLabelsWork
+from bke.lab.standins.node_labels import LabNodes
+from bke.adapters.cluster_api.node_labels import NodeLabelsWork
 from bke.contracts.agent import AgentCommand, CommandResult, ReplaceFiles, StepResult
 from bke.contracts.apply import APPLY_ACCEPTED, APPLY_CLUSTER, APPLY_REJECTED, ApplyAccepted, ApplyCluster, ApplyRejected
 from bke.contracts.render import RENDER_MANIFESTS
-from bke.plan import plan_spec_text
-from bke.state import PlanCache, RedisPlanStore, plan_digest
-from bke.state.keys import accepted_agents_key, node_labels_key
+from bke.core.plan import plan_spec_text
+from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
+from bke.adapters.state.keys import accepted_agents_key, node_labels_key
 from bke_upgrader.applies import Applies
 from bke_upgrader.certs import UpgradeCerts
 from bke_upgrader.membership import ApplyMembership
@@ -157,7 +158,7 @@ async def test_a_controller_manager_flag_goes_master_by_master_then_replaces_the
     busy = again[0].message
     assert isinstance(busy, ApplyRejected) and [r.path for r in busy.refusals] == ["Busy"] and "apply a1" in busy.message
     # the apply holds the cluster's one operation slot as an apply: an upgrade's claim names it
-    from bke.state.operation_slot import claim_operation, operation_holder
+    from bke.adapters.state.operation_slot import claim_operation, operation_holder
     held = await operation_holder(redis_client, plan.cluster)
     assert held is not None and (held.kind, held.request_id) == ("apply", "a1")
     assert (await claim_operation(redis_client, plan.cluster, "upgrade", "u9", "t")).refusal(plan.cluster) == \
@@ -252,7 +253,7 @@ async def test_a_rolled_back_master_stops_the_apply_and_keeps_the_stored_plan(
 
 async def _pass(upgrades: Upgrades, cluster: str) -> object:
     """One pass; a step waiting for the dispatcher's answer is the runner's TemporaryError."""
-    from bke.errors import TemporaryError
+    from bke.core.errors import TemporaryError
 
     try:
         return await upgrades.reconcile(cluster)
@@ -273,7 +274,7 @@ async def test_a_worker_leaves_and_another_joins_through_the_dispatcher_inside_t
     from bke.contracts.membership import (
         JOIN_NODES, REMOVE_NODES, JoinNodes, JoinNodesFinished, MembershipNode, RemoveNodes, RemoveNodesFinished,
     )
-    from bke.state.operation_slot import operation_holder
+    from bke.adapters.state.operation_slot import operation_holder
 
     sent: list[AgentCommand] = []
     bodies: dict[str, list[bytes]] = {}
@@ -457,7 +458,7 @@ async def test_new_apiserver_names_store_the_plan_reissue_then_ride_with_each_ap
     re-issued apiserver certificate and key from the bundle the certs service sealed to it. A
     failed re-issue fails the run and puts the plan it started from back."""
     from bke.contracts.certs import ISSUE_CERTS, CertsFailed, CertsIssued, IssueCerts
-    from bke.state.nodefiles import RedisNodeFiles
+    from bke.adapters.state.nodefiles import RedisNodeFiles
     from bke_upgrader.certs import renewal_id
 
     from .test_upgrader_certs import _sealed_set
@@ -527,8 +528,8 @@ async def test_a_master_joining_a_vip_cluster_rolls_each_load_balancer_first_vrr
     password from the renderer's store; only then is the new master joined by the dispatcher."""
     from bke.contracts.agent import ProvisionAgent
     from bke.contracts.membership import JOIN_NODES, JoinNodes
-    from bke.secrets.sealing import generate_agent_key, open_sealed, public_key_to_raw
-    from bke.state.keys import provisioned_agents_key, vrrp_password_key
+    from bke.core.secrets.sealing import generate_agent_key, open_sealed, public_key_to_raw
+    from bke.adapters.state.keys import provisioned_agents_key, vrrp_password_key
     from tests.unit.test_apply_run import SPLIT
     from tests.unit.test_load_balancer_roll import M6
 

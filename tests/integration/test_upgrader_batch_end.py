@@ -12,7 +12,7 @@ from nats.aio.client import Client as NatsClient
 from redis import asyncio as aioredis
 
 from bke.contracts.agent import AgentCommand, CommandResult
-from bke.state.keys import accepted_agents_key
+from bke.adapters.state.keys import accepted_agents_key
 
 from ..unit.upgrade_helpers import SPLIT, plan_of
 from .test_upgrader_permanent_failure import _stored_run, _upgrades
@@ -70,8 +70,8 @@ async def test_the_batch_s_last_answer_kicks_at_once_and_the_others_ordinarily(
 
 async def test_a_batch_s_commands_leave_while_the_rest_are_built(
         redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
-    from bke.plan import plan_spec_text
-    from bke.spec.synth import synth_spec_text
+    from bke.core.plan import plan_spec_text
+    from bke.core.spec.synth import synth_spec_text
     from bke_upgrader.operation import SEND_YIELD_EVERY
 
     plan = plan_spec_text(synth_spec_text(SEND_YIELD_EVERY + 8, name="yields")).plan

@@ -10,11 +10,12 @@ import hashlib
 import pytest
 
 from bke.contracts.certs import RENEW_CERTS, CertsFailed, CertsRenewed, RenewCerts, RenewedCertificate
-from bke.errors import TemporaryError
-from bke.pki import node_file_refs
-from bke.state.nodefiles import NodeFile, RedisNodeFiles
-from bke.upgrade import Change, expand_order
-from bke.upgrade.run import new_run
+from bke.core.errors import TemporaryError
+from bke.core.pki import node_file_refs
+from bke.core.state.nodefiles import NodeFile
+from bke.adapters.state.nodefiles import RedisNodeFiles
+from bke.core.upgrade import Change, expand_order
+from bke.core.upgrade.run import new_run
 from bke_upgrader.certs import UpgradeCerts, renewal_id
 from bke_upgrader.store import UpgradeStore
 
@@ -101,7 +102,7 @@ async def test_a_node_not_resealed_fails_the_step_even_though_certs_renewed_foll
 
 async def test_the_renewal_names_the_target_release_so_subjects_follow_it(redis_client):
     """Crossing into a release whose kubeadm issues apiserver-kubelet-client without
-    kubeadm:cluster-admins (bke.pki.subjects): the upgrader's one RenewCerts names that release,
+    kubeadm:cluster-admins (bke.core.pki.subjects): the upgrader's one RenewCerts names that release,
     the certs service re-issues the certificate with its subject (test_certs_renewal), and the
     kube-apiserver step carries it to each master like any renewed file (test above)."""
     plan = plan_of(SEED)

@@ -20,13 +20,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bke.contracts.agent import AgentCommand
 from bke.contracts.upgrade import UpgradeChanged, upgrade_subject
-from bke.errors import PermanentError
-from bke.plan import Plan
-from bke.state import PlanCache, RedisPlanStore, plan_digest
-from bke.state.keys import lease_key
-from bke.upgrade import change_of, expand_order, resolve_target
-from bke.upgrade.failure import UPGRADER_STEP
-from bke.upgrade.run import new_run
+from bke.core.errors import PermanentError
+from bke.core.plan import Plan
+from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
+from bke.adapters.state.keys import lease_key
+from bke.core.upgrade import change_of, expand_order, resolve_target
+from bke.core.upgrade.failure import UPGRADER_STEP
+from bke.core.upgrade.run import new_run
 from bke_upgrader.operation import LEASE, Upgrades
 from bke_upgrader.renders import Renders
 from bke_upgrader.store import UpgradeStore
@@ -95,7 +95,7 @@ async def test_a_permanent_error_in_an_adapter_fails_the_run_naming_step_and_nod
     finally:
         await sub.unsubscribe()
 
-    # the runner stops on "failed" (bke.runner): no "reconcile failed; retrying" loop
+    # the runner stops on "failed" (bke.adapters.runner): no "reconcile failed; retrying" loop
     assert outcome.status == "failed"
     assert outcome.reason.startswith(f"agents: node {bad}: the upgrader could not carry it out: PermanentError: "
                                      "command-signing key stored in a form"), outcome.reason

@@ -3,7 +3,7 @@ object it saved while Redis holds the same bytes, and a new object whenever anyt
 the record, or after `forget` (a pass that failed), or for a reader that asks for `fresh`."""
 from __future__ import annotations
 
-from bke.upgrade.run import StepRun, UpgradeRun
+from bke.core.upgrade.run import StepRun, UpgradeRun
 from bke_upgrader.store import UpgradeStore
 
 C = "c1"

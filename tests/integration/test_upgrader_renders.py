@@ -10,9 +10,9 @@ import weakref
 
 import pytest
 
-from bke.upgrade import resolve_target
-from bke.upgrade.node_commands import changed_files
-from bke.upgrade.target_plan import target_plan
+from bke.core.upgrade import resolve_target
+from bke.core.upgrade.node_commands import changed_files
+from bke.core.upgrade.target_plan import target_plan
 from bke_upgrader.render_child import render_by_node
 from bke_upgrader.renders import RenderFailed, Renders
 

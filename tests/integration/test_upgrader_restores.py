@@ -15,13 +15,13 @@ from bke.contracts.restore import (
     RestoreEtcd, restore_subject,
 )
 from bke.contracts.status import StatusError
-from bke.etcdsnap.records import SnapshotRecord, object_name, record_bytes
-from bke.etcdsnap.store import SnapshotNotFound
-from bke.secrets.sealing import agent_key_id, generate_agent_key, public_key_to_raw
-from bke.secrets.snapshot_key import SnapshotKey, record_mac
-from bke.state import PlanCache, RedisPlanStore
-from bke.state.keys import etcd_restore_key, provisioned_agents_key
-from bke.state.operation_slot import claim_operation, operation_holder
+from bke.core.etcdsnap.records import SnapshotRecord, object_name, record_bytes
+from bke.adapters.etcdsnap.store import SnapshotNotFound
+from bke.core.secrets.sealing import agent_key_id, generate_agent_key, public_key_to_raw
+from bke.core.secrets.snapshot_key import SnapshotKey, record_mac
+from bke.adapters.state import PlanCache, RedisPlanStore
+from bke.adapters.state.keys import etcd_restore_key, provisioned_agents_key
+from bke.adapters.state.operation_slot import claim_operation, operation_holder
 from bke_upgrader.restore_pieces import PieceServer
 from bke_upgrader.restore_store import RestoreStore
 from bke_upgrader.restores import Restores

@@ -16,12 +16,12 @@ from redis import asyncio as aioredis
 
 from bke.contracts.status import ClusterStatus, NodeCounts
 from bke.contracts.upgrade import UPGRADE_ACCEPTED, UPGRADE_REJECTED, RetryUpgrade, UpgradeAccepted, UpgradeRejected
-from bke.spec.roles import is_master
-from bke.state import PlanCache, RedisPlanStore, plan_digest
-from bke.state.keys import heartbeat_key
-from bke.upgrade import change_of, expand_order, resolve_target
-from bke.upgrade.node_versions import settled
-from bke.upgrade.run import finish, new_run
+from bke.core.spec.roles import is_master
+from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
+from bke.adapters.state.keys import heartbeat_key
+from bke.core.upgrade import change_of, expand_order, resolve_target
+from bke.core.upgrade.node_versions import settled
+from bke.core.upgrade.run import finish, new_run
 from bke_upgrader.facts import LiveFacts
 from bke_upgrader.operation import Upgrades
 from bke_upgrader.renders import Renders

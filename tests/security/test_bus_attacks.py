@@ -17,17 +17,17 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
-import bke.bus.service as service_module
-from bke.auth import inbox_prefix
-from bke.bus.service import make_service
-from bke.bus import quotas
-from bke.bus.quotas import AGENT_MAX_PAYLOAD, AGENT_SUBJECT_MSGS
-from bke.bus.streams import BUCKETS, OBJECT_BUCKET, STREAMS, StreamsNotDeclared, check_streams, ensure_streams
+import bke.adapters.bus.service as service_module
+from bke.adapters.auth import inbox_prefix
+from bke.adapters.bus.service import make_service
+from bke.adapters.bus import quotas
+from bke.adapters.bus.quotas import AGENT_MAX_PAYLOAD, AGENT_SUBJECT_MSGS
+from bke.adapters.bus.streams import BUCKETS, OBJECT_BUCKET, STREAMS, StreamsNotDeclared, check_streams, ensure_streams
 from bke.contracts.agent import AGENTS_PROVISION, ETCD_SNAPSHOT_BUCKET, agent_subject
 from bke.contracts.subjects import CERTS_ISSUED
-from bke.etcdsnap.upload import publish_object
-from bke.runtime import EmbeddedRuntime
-from bke.settings import ServiceSettings
+from bke.adapters.etcdsnap.upload import publish_object
+from bke.adapters.runtime import EmbeddedRuntime
+from bke.adapters.settings import ServiceSettings
 from tests.bus_identity_helpers import CLUSTER, Client, _connect, _identity
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -202,7 +202,7 @@ async def test_no_creds_no_bus(secure: EmbeddedRuntime) -> None:
 async def test_an_agent_adds_snapshots_but_cannot_roll_up_or_delete_them(clients: dict[str, Client]) -> None:
     """The agent publishes into the snapshot bucket (its upload), so NATS permissions cannot stop
     a `Nats-Rollup: all` header there: the bucket's stream refuses rollups, deletes and purges
-    (bke.bus.streams.APPEND_ONLY_BUCKETS). Positive control: the agent's own upload is stored and
+    (bke.adapters.bus.streams.APPEND_ONLY_BUCKETS). Positive control: the agent's own upload is stored and
     read back; the rollup is answered with an error and every object is still there."""
     agent_js = clients["agent"].nc.jetstream()
     info = await publish_object(agent_js, ETCD_SNAPSHOT_BUCKET, f"{CLUSTER}/etcd-data/keep", [b"sealed" * 1000],

@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from bke.spec.synth import synth_docs
+from bke.core.spec.synth import synth_docs
 
 __all__ = ["docs_with_roles", "to_text"]
 

@@ -1,13 +1,13 @@
-"""Bootstrap RBAC per minor (bke.rbac), checked against the identities the PKI table issues."""
+"""Bootstrap RBAC per minor (bke.core.rbac), checked against the identities the PKI table issues."""
 from __future__ import annotations
 
 import kubernetes_validate
 import pytest
 import yaml
 
-from bke.pki.table import by_name
-from bke.rbac import BINDINGS, CLUSTER_ADMINS, bindings_for, rbac_objects
-from bke.versions import KUBERNETES
+from bke.core.pki.table import by_name
+from bke.core.rbac import BINDINGS, CLUSTER_ADMINS, bindings_for, rbac_objects
+from bke.core.versions import KUBERNETES
 
 MINORS = sorted(KUBERNETES, key=lambda m: tuple(int(x) for x in m.split(".")))
 
@@ -24,7 +24,7 @@ def test_every_minor_binds_cluster_admins_to_cluster_admin(minor: str) -> None:
     ("1.36.1", True), ("1.37.0", True), ("1.37", True),
 ])
 def test_kubelet_api_admin_binding_exactly_where_kubeadm_creates_it(version: str, has: bool) -> None:
-    """kubernetes#138957 for 1.37 and its cherry-picks (1.36.1, 1.35.5): see bke.pki.subjects."""
+    """kubernetes#138957 for 1.37 and its cherry-picks (1.36.1, 1.35.5): see bke.core.pki.subjects."""
     names = [b.name for b in bindings_for(version)]
     assert ("kubeadm:apiserver-kubelet-client" in names) == has
     if has:

@@ -1,13 +1,13 @@
-"""The addon table (bke.spec.addons): on by default, switches, user copies, order, plan rules;
+"""The addon table (bke.core.spec.addons): on by default, switches, user copies, order, plan rules;
 and what the renderer makes of it (kube-proxy's mode, turned-off built-ins)."""
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from bke.plan import plan_spec_text
-from bke.spec.addons import addon_steps
-from bke.spec.synth import synth_docs
+from bke.core.plan import plan_spec_text
+from bke.core.spec.addons import addon_steps
+from bke.core.spec.synth import synth_docs
 
 from .spec_helpers import to_text
 from .test_render_support import plan_of, render
@@ -77,7 +77,7 @@ def test_plan_refuses_bad_addon_lists_naming_the_field() -> None:
 
 @pytest.mark.parametrize("pods", ["fd00:10::/56", "10.244.0.0/16,fd00:10::/56", "fd00:10::/56,10.244.0.0/16"])
 def test_calico_takes_an_ipv6_or_dual_stack_pod_subnet(pods: str) -> None:
-    # no longer refused: bke.calico wires one pool per family (test_calico_wiring)
+    # no longer refused: bke.core.calico wires one pool per family (test_calico_wiring)
     assert not _outcome(networking={"podSubnet": pods, "serviceSubnet": "10.96.0.0/12"}).errors
     assert not _outcome(cni="none", networking={"podSubnet": pods, "serviceSubnet": "10.96.0.0/12"}).errors
 

@@ -16,12 +16,12 @@ import pytest
 from nats.js.errors import NoStreamResponseError
 
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, AgentCommand, EtcdSnapshot
-from bke.etcdsnap.records import record_from_headers
-from bke.etcdsnap.store import SnapshotNotAuthentic, check_author
-from bke.secrets.sealing import public_key_from_raw
-from bke.etcdsnap.sealed_stream import open_stream
-from bke.etcdsnap.upload import meta_subject
-from bke.secrets.snapshot_key import SnapshotKey
+from bke.core.etcdsnap.records import record_from_headers
+from bke.adapters.etcdsnap.store import SnapshotNotAuthentic, check_author
+from bke.core.secrets.sealing import public_key_from_raw
+from bke.core.etcdsnap.sealed_stream import open_stream
+from bke.adapters.etcdsnap.upload import meta_subject
+from bke.core.secrets.snapshot_key import SnapshotKey
 from bke_agent import AgentIdentity, Executor, LabBackend
 from bke_agent.backends import SnapshotTaker
 
@@ -80,7 +80,7 @@ async def test_stores_chunks_then_the_meta_sealed_with_its_record(tmp_path: Path
     assert chunks and all(s.startswith(f"$O.{ETCD_SNAPSHOT_BUCKET}.C.") for s, _, _ in chunks)
     assert len({s for s, _, _ in chunks}) == 1  # one object: one chunk subject
     assert meta[0] == meta_subject(ETCD_SNAPSHOT_BUCKET, "c/etcd-data/20261201t093000z-m1")
-    assert not meta[2]  # no rollup header: the bucket refuses rollups (bke.bus.streams.APPEND_ONLY_BUCKETS)
+    assert not meta[2]  # no rollup header: the bucket refuses rollups (bke.adapters.bus.streams.APPEND_ONLY_BUCKETS)
     info = json.loads(meta[1])
     sealed = b"".join(p for _, p, _ in chunks)
     assert info["size"] == len(sealed) and info["chunks"] == len(chunks)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bke.contracts.agent import OUTPUT_LIMIT, AgentCommand, RunProgram, Step, WriteFile
-from bke.secrets.sealing import seal
+from bke.core.secrets.sealing import seal
 from bke_agent import AgentIdentity, Executor, LabBackend, PermanentStepError, StepError, StepOutcome, clip
 from bke_agent.backends.base import Content
 
@@ -140,7 +140,7 @@ def _write(path: str, data: bytes, identity: AgentIdentity | None = None, mode: 
     digest = hashlib.sha256(data).hexdigest()
     if identity is None:
         return WriteFile(id=f"w:{path}", path=path, mode=mode, content_b64=base64.b64encode(data).decode(), sha256=digest)
-    from bke.secrets.sealing import public_key_from_raw
+    from bke.core.secrets.sealing import public_key_from_raw
 
     blob = seal(public_key_from_raw(base64.b64decode(identity.public_key_b64)), data)
     return WriteFile(id=f"w:{path}", path=path, mode=mode, sealed_b64=base64.b64encode(blob).decode(), sha256=digest)

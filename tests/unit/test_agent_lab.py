@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bke.contracts.agent import AgentCommand, CheckHost, FetchFile, RunProgram, Step, StepResult, SystemdUnit
-from bke.binary_placeholder import lab_binary_bytes, lab_binary_sha256
+from bke.lab.standins.binary_placeholder import lab_binary_bytes, lab_binary_sha256
 from bke_agent import AgentIdentity, Executor, LabBackend, LabLayout
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bke.artefacts import node_artefacts
+from bke.core.artefacts import node_artefacts
 from bke.contracts.agent import AgentCommand, CheckHost, RunProgram, Step, StepResult, SystemdUnit
-from bke.node_kernel import MODULES_FILE, SYSCTL_FILE
-from bke.plan import plan_spec_text
+from bke.core.node_kernel import MODULES_FILE, SYSCTL_FILE
+from bke.core.plan import plan_spec_text
 from bke_agent import AgentIdentity, Executor, HostBackend, LabBackend, LabLayout
 from bke_agent.backends.checks import NodeFacts, run_checks
 from bke_agent.backends.paths import HOST_WRITE_DIRS, PathPolicy
@@ -127,7 +127,7 @@ async def test_the_old_kernel_conntrack_steps_run_exactly_on_kernels_before_4_19
         tmp_path: Path, kernel: str, runs: bool) -> None:
     """The node-env steps of an ipvs node as the dispatcher builds them, run by an agent on that
     kernel (the lab backend records programs instead of running them)."""
-    from bke.node_steps import kernel_steps
+    from bke.core.node_steps import kernel_steps
 
     docs = open("examples/seed-3m1w.yaml").read().replace("kubernetesVersion:", "kubeProxy: {mode: ipvs}\n      kubernetesVersion:", 1)
     plan = plan_spec_text(docs).plan
@@ -162,7 +162,7 @@ async def test_an_unreadable_kernel_fails_the_old_kernel_step_and_says_why(tmp_p
 
 
 def test_the_host_admits_the_old_kernel_modules_file_and_reset_removes_it(tmp_path: Path) -> None:
-    from bke.node_kernel import OLD_KERNEL_MODULES_FILE
+    from bke.core.node_kernel import OLD_KERNEL_MODULES_FILE
     from bke_agent.reset import RESET_TABLE
 
     assert PathPolicy(tmp_path, HOST_WRITE_DIRS).local(OLD_KERNEL_MODULES_FILE).is_relative_to(tmp_path.resolve())

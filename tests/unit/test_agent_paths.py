@@ -122,8 +122,8 @@ def test_host_policy_allow_list_relative_to_root(tmp_path: Path) -> None:
 
 def test_host_allow_list_covers_every_rendered_location(tmp_path: Path) -> None:
     """Everything the renderer and certs put on a node lands inside the host allow-list."""
-    from bke import paths
-    from bke.render import layout
+    from bke.core import paths
+    from bke.core.render import layout
 
     policy = PathPolicy(tmp_path, HOST_WRITE_DIRS)
     files = [layout.KUBELET_UNIT, layout.CONTAINERD_UNIT, layout.CONTAINERD_BIN, layout.KUBELET_BIN,

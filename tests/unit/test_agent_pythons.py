@@ -1,4 +1,4 @@
-"""The Pythons bke-agent claims (bke.pythons.AGENT_PYTHONS) are honest: its code and everything
+"""The Pythons bke-agent claims (bke.core.pythons.AGENT_PYTHONS) are honest: its code and everything
 it imports from bke need no newer Python (vermin), its pinned dependencies admit each of them
 (their Requires-Python), and both the agent and the bootstrap's check refuse any other Python
 with a message naming the version and the supported set."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from bke.pythons import AGENT_PYTHONS, OS_PYTHONS, check_python_source, python_problem, supported_text
+from bke.core.pythons import AGENT_PYTHONS, OS_PYTHONS, check_python_source, python_problem, supported_text
 from bke_agent import main as agent_main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ for n, m in sorted(sys.modules.items()):
 def test_the_agents_code_needs_no_newer_python_than_the_oldest_claimed():
     files = subprocess.run([sys.executable, "-c", _LIST_AGENT_FILES], capture_output=True, text=True,
                            check=True).stdout.split()
-    assert len(files) > 30 and any(f.endswith("bke/pythons.py") for f in files)
+    assert len(files) > 30 and any(f.endswith("bke/core/pythons.py") for f in files)
     oldest = "%d.%d" % AGENT_PYTHONS[0]
     run = subprocess.run([str(Path(sys.executable).parent / "vermin"), "--no-tips", "--eval-annotations", "--violations",
                           f"-t={oldest}-", *files], capture_output=True, text=True, timeout=120)

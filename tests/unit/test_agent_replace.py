@@ -18,7 +18,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from bke.binary_placeholder import lab_binary_bytes, lab_binary_sha256
+from bke.lab.standins.binary_placeholder import lab_binary_bytes, lab_binary_sha256
 from bke.contracts.agent import AgentCommand, HealthProbe, NewFile, ReplaceFiles, StepResult
 from bke_agent import AgentIdentity, Executor, HostBackend, LabBackend, LabLayout, NullBackend
 from bke_agent.backends.replace import replace_files
@@ -308,7 +308,7 @@ async def _run_as(identity: AgentIdentity, backend: object, step: ReplaceFiles) 
 
 
 def _sealed(identity: AgentIdentity, path: str, data: bytes, mode: int = 0o600) -> NewFile:
-    from bke.secrets.sealing import public_key_from_raw, seal
+    from bke.core.secrets.sealing import public_key_from_raw, seal
 
     public = public_key_from_raw(base64.b64decode(identity.public_key_b64))
     return NewFile(path=path, mode=mode, sealed_b64=base64.b64encode(seal(public, data)).decode(),

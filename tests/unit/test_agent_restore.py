@@ -77,7 +77,7 @@ async def test_park_fails_while_the_pod_still_listens(tmp_path: Path) -> None:
 
 
 class _Receiver:
-    """Stands in for the delivery (bke.etcdsnap.delivery; tested in test_etcd_restore.py)."""
+    """Stands in for the delivery (bke.adapters.etcdsnap.delivery; tested in test_etcd_restore.py)."""
 
     def __init__(self, scratch: Path) -> None:
         self.scratch = scratch

@@ -1,4 +1,4 @@
-"""bke.lifecycle.apply_run: the action table's decisions (which steps, which nodes, in what
+"""bke.core.lifecycle.apply_run: the action table's decisions (which steps, which nodes, in what
 order; what is refused by name rather than half done)."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from bke.lifecycle.apply_run import HANDLERS, NOT_BUILT, apply_order
-from bke.lifecycle.diff import diff_plans, render_diff
-from bke.plan import plan_spec_text
+from bke.core.lifecycle.apply_run import HANDLERS, NOT_BUILT, apply_order
+from bke.core.lifecycle.diff import diff_plans, render_diff
+from bke.core.plan import plan_spec_text
 from .upgrade_helpers import events_spec
 
 SEED = open("examples/seed-3m1w.yaml").read()
@@ -108,7 +108,7 @@ def test_removals_come_before_joins_and_after_every_roll(seed):
 
 
 def test_more_workers_than_one_request_takes_join_in_several(seed, monkeypatch):
-    import bke.lifecycle.apply_run as apply_run
+    import bke.core.lifecycle.apply_run as apply_run
 
     monkeypatch.setattr(apply_run, "MEMBERSHIP_BATCH", 2)  # 1,000 in production (the contract's MAX_NODES)
     extra = "".join(_node(f"w{i}", f"127.0.20.{i + 1}", "[node]") for i in range(5))
@@ -171,7 +171,7 @@ def test_new_apiserver_names_reissue_then_roll_each_apiserver_with_its_certifica
     d, o = order_of(seed, SEED.replace("      certificates: {keyAlgorithm: ECDSA-P256}\n", SANS))
     assert not o.refusals, o.refusals
     # only the apiserver certificates name the endpoint's SANs; each master's manifest carries
-    # their names (bke.pki.pod_certs), so the same change rolls each apiserver
+    # their names (bke.core.pki.pod_certs), so the same change rolls each apiserver
     assert dict(d.certificates) == {f"apiserver@master{i}": ("dns",) for i in (1, 2, 3)}
     assert {(a.kind, a.host, a.detail) for a in d.actions if a.kind == "roll"} == \
         {("roll", f"master{i}", "kube-apiserver") for i in (1, 2, 3)}
@@ -191,7 +191,7 @@ def test_reissue_with_a_removal_in_the_same_apply_is_refused_by_name(seed):
 def test_a_certificate_no_static_pod_reads_is_refused_not_half_delivered(seed):
     d = diff_plans(seed, seed)
     from dataclasses import replace
-    from bke.lifecycle.diff import Action
+    from bke.core.lifecycle.diff import Action
     d = replace(d, actions=(Action("reissue-certificates", "node1", "kubelet.conf@node1"),))
     o = apply_order(seed, seed, d)
     assert o.steps == () and [r.name for r in o.refusals] == ["NotBuilt"]
@@ -326,7 +326,7 @@ def test_a_member_leaving_its_etcd_cluster_in_place_is_removed_then_its_pod_data
     the node (its pod, then its data: LeaveEtcdMember) and the etcd certificates it no longer
     needs, after the certs service sealed its bundle again without them."""
     from bke.contracts.agent import LeaveEtcdMember
-    from bke.upgrade.node_commands import node_upgrade_steps
+    from bke.core.upgrade.node_commands import node_upgrade_steps
 
     d, o = order_of(seed, SWAP_ETCD)
     assert not o.refusals, o.refusals
@@ -353,9 +353,9 @@ def test_a_worker_that_becomes_etcd_only_is_drained_rolled_standalone_cleaned_th
     (kubelet.conf, crictl's configuration, the pod network's sysctls), then its Node object
     deleted through the API; its etcd member is left as it runs."""
     from bke.contracts.agent import RemoveFile, SystemdUnit, WaitHealth
-    from bke.render.context import RenderInputs
-    from bke.render.render import render_cluster
-    from bke.upgrade.node_commands import node_upgrade_steps
+    from bke.core.render.context import RenderInputs
+    from bke.core.render.render import render_cluster
+    from bke.core.upgrade.node_commands import node_upgrade_steps
 
     worker, etcd_only = plan(SWAP_ETCD), plan(ETCD_ONLY)
     d, o = order_of(worker, ETCD_ONLY)
@@ -397,7 +397,7 @@ def test_a_worker_becoming_etcd_only_in_one_apply_is_drained_then_joins_etcd_the
 def test_a_role_change_that_would_take_the_kubelet_away_is_refused(seed):
     """No role in today's table takes a node's kubelet or containerd away; should one ever,
     the run refuses it by name rather than leave the node half changed."""
-    from bke.lifecycle.apply_run import role_change
+    from bke.core.lifecycle.apply_run import role_change
 
     bare = seed.node("node1").model_copy(update={"components": ["containerd"]})
     new = seed.model_copy(update={"nodes": [bare if n.hostname == "node1" else n for n in seed.nodes]})
@@ -412,8 +412,8 @@ def test_a_master_becoming_an_etcd_member_worker_joins_the_cluster_then_sheds_it
     promote) like any new member, then its static pods are taken away one component at a time
     (kept by `_rejoin`: a join never takes anything away), then the master-only files go."""
     from bke.contracts.agent import RemoveFile
-    from bke.render.result import RenderedFile
-    from bke.upgrade.node_commands import node_upgrade_steps
+    from bke.core.render.result import RenderedFile
+    from bke.core.upgrade.node_commands import node_upgrade_steps
 
     cur = plan(_grow_spec(("events1",)) + _member_node("m2", "127.0.23.2", "[master]"))
     text = _grow_spec(("events1", "events2")) + _member_node("m2", "127.0.23.2", "[node, etcd-event]")
@@ -436,7 +436,7 @@ def test_members_moving_between_etcd_clusters_join_the_new_one_then_leave_the_ol
     ("moves"): each joins the cluster it goes to (learner, join again with JoinNodes.rejoin
     naming only what it keeps, promote), is removed from the one it leaves after that cluster's
     additions, then its old member is taken away on the node (the cleanup step)."""
-    from bke.lifecycle.apply_run import role_change
+    from bke.core.lifecycle.apply_run import role_change
 
     base = _grow_spec(("events1", "events2", "events3")) + _member_node("x1", "127.0.23.31", "[etcd]") \
         + _member_node("x2", "127.0.23.32", "[etcd]")
@@ -470,7 +470,7 @@ def test_a_master_becoming_a_worker_sheds_its_control_plane_then_the_files_only_
     component at a time, then its master-only certificates, keys and kubeconfigs; its etcd
     member stays. In the split example a master that stops being one also stops its load
     balancer first, before the other masters' roll without it."""
-    from bke.upgrade.node_commands import node_upgrade_steps
+    from bke.core.upgrade.node_commands import node_upgrade_steps
 
     text = SEED.replace("hostname: master3, ip: 127.0.10.3, role: [master/node, etcd]",
                         "hostname: master3, ip: 127.0.10.3, role: [node, etcd]")
@@ -552,7 +552,7 @@ TWO_JOINT = (_member_node("x1", "127.0.23.31", "[etcd, etcd-event]")
 
 
 def test_a_node_joining_two_etcd_clusters_is_added_to_both_joined_once_then_promoted_in_each():
-    from bke.lifecycle.apply_run import member_join
+    from bke.core.lifecycle.apply_run import member_join
 
     one = plan(_grow_spec(("events1",)))
     grown = plan(_grow_spec(("events1",)) + TWO_JOINT)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from bke.auth.permissions import role_permissions
-from bke.bus.streams import OBJECT_BUCKET
+from bke.adapters.auth.permissions import role_permissions
+from bke.adapters.bus.streams import OBJECT_BUCKET
 from bke.contracts.apply import MAX_APPLY_SPEC_CHARS, ApplyCluster
 from bke_cli.spec_source import INLINE_LIMIT, spec_fields
 

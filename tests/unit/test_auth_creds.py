@@ -1,4 +1,4 @@
-"""What a creds file lets its holder publish (bke.auth.creds), and where an agent answers the
+"""What a creds file lets its holder publish (bke.adapters.auth.creds), and where an agent answers the
 upgrader's commands because of it (bke_agent.loop.upgrader_result_subject)."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from bke_agent.loop import upgrader_result_subject
 
-from bke.auth.authority import new_authority
-from bke.auth.creds import creds_claims, may_publish, subject_matches
-from bke.auth.permissions import Permissions, agent_permissions
+from bke.adapters.auth.authority import new_authority
+from bke.adapters.auth.creds import creds_claims, may_publish, subject_matches
+from bke.adapters.auth.permissions import Permissions, agent_permissions
 from bke.contracts.agent import agent_subject
 
 

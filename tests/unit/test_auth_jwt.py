@@ -1,4 +1,4 @@
-"""bke.auth.jwt / authority: the token format nats-server reads, deterministic with injected
+"""bke.adapters.auth.jwt / authority: the token format nats-server reads, deterministic with injected
 randomness and time, and never a seed where it does not belong."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bke.auth import Authority, agent_permissions, decode_jwt, encode_jwt, new_authority, new_keypair, write_creds
-from bke.auth.jwt import keypair_from_seed
+from bke.adapters.auth import Authority, agent_permissions, decode_jwt, encode_jwt, new_authority, new_keypair, write_creds
+from bke.adapters.auth.jwt import keypair_from_seed
 
 
 def _fixed_random():

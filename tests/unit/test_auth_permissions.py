@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from bke.auth.authority import new_authority
-from bke.auth.jetstream_grants import BUCKET_ACCESS, MESSAGE_READERS, SERVICE_CONSUMERS
-from bke.auth.jwt import decode_jwt
-from bke.bus.quotas import AGENT_MAX_PAYLOAD, AGENT_MAX_SUBS, PER_CLUSTER, storage_for
-from bke.bus.streams import BUCKETS, STREAMS
-from bke.auth.permissions import (
+from bke.adapters.auth.authority import new_authority
+from bke.adapters.auth.jetstream_grants import BUCKET_ACCESS, MESSAGE_READERS, SERVICE_CONSUMERS
+from bke.adapters.auth.jwt import decode_jwt
+from bke.adapters.bus.quotas import AGENT_MAX_PAYLOAD, AGENT_MAX_SUBS, PER_CLUSTER, storage_for
+from bke.adapters.bus.streams import BUCKETS, STREAMS
+from bke.adapters.auth.permissions import (
     RESPONSE_TTL_S,
     ROLES,
     SERVICE_ROLES,
@@ -21,10 +21,10 @@ from bke.auth.permissions import (
     inbox_prefix,
     role_permissions,
 )
-from bke.auth.creds import subject_matches as _matches  # NATS matching: `*` one token, `>` the rest
+from bke.adapters.auth.creds import subject_matches as _matches  # NATS matching: `*` one token, `>` the rest
 from bke.contracts.agent import agent_subject
 from bke.contracts.subjects import AGENTS_PROVISION, CHANNELS
-from bke.secrets.at_rest import create_key_file
+from bke.core.secrets.at_rest import create_key_file
 
 
 def _concrete(subject: str, component: str) -> str:

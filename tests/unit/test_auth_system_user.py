@@ -1,4 +1,4 @@
-"""bke.auth.system_user: a good sys.creds is kept byte for byte; a missing or foreign one is
+"""bke.adapters.auth.system_user: a good sys.creds is kept byte for byte; a missing or foreign one is
 replaced; a damaged, expired or revoked one of ours is replaced and its key revoked on the
 system account; every earlier system user is refused by the `*` entry, which never moves back.
 Against the real nats-server: tests/integration/test_runtime_system_user.py."""
@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bke.auth.authority import ALL_USERS, Authority, creds_text, new_authority, write_creds
-from bke.auth.jwt import decode_jwt, encode_jwt, new_keypair
-from bke.auth.permissions import role_permissions
-from bke.auth.system_user import creds_parts, ensure_system_user, inspect_system_creds
+from bke.adapters.auth.authority import ALL_USERS, Authority, creds_text, new_authority, write_creds
+from bke.adapters.auth.jwt import decode_jwt, encode_jwt, new_keypair
+from bke.adapters.auth.permissions import role_permissions
+from bke.adapters.auth.system_user import creds_parts, ensure_system_user, inspect_system_creds
 
 NOW = 1_800_000_000
 

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from bke.contracts.certs import RenewCerts
-from bke.pki.expiry import ExpiryRow
+from bke.core.pki.expiry import ExpiryRow
 from bke_certs.renewal import OpsView, auto_renew_decision, auto_request_id, renew_refusal
 
 NOW = datetime(2027, 1, 1, tzinfo=timezone.utc)
@@ -38,7 +38,7 @@ def test_due_leaves_within_the_threshold_are_renewed_never_cas():
     (OpsView(install="Succeeded", rotation="Running", rotation_id="r9"), "rotation r9 is running"),
     (OpsView(install="Succeeded", rotation="Succeeded", pending="auto-1"), "renewal auto-1 is waiting for its rotation"),
     (OpsView(install="Succeeded", rotation="Succeeded", busy="upgrade u1 of c is running: one operation per cluster"),
-     "upgrade u1 of c is running: one operation per cluster"),  # the slot's holder (bke.state.operation_slot)
+     "upgrade u1 of c is running: one operation per cluster"),  # the slot's holder (bke.adapters.state.operation_slot)
 ])
 def test_a_busy_cluster_is_skipped_until_the_next_tick(view, reason):
     d = auto_renew_decision(ROWS, NOW, timedelta(days=30), view)

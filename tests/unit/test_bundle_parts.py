@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bke.bundle import UPSTREAMS, ChecksumError, published_sha256
-from bke.bundle.images import calico_images, rendered_images, split_ref
+from bke.adapters.bundle import UPSTREAMS, ChecksumError, published_sha256
+from bke.adapters.bundle.images import calico_images, rendered_images, split_ref
 
 A, B = "a" * 64, "b" * 64
 
@@ -72,7 +72,7 @@ def test_lab_http_repo_replaces_only_the_clusters_http_repo():
     import yaml
 
     from bke.lab.http_repo import with_http_repo
-    from bke.plan import plan_spec_text
+    from bke.core.plan import plan_spec_text
 
     seed = Path("examples/seed-3m1w.yaml").read_bytes()
     text = with_http_repo(seed, "http://127.0.0.1:41234")

@@ -1,4 +1,4 @@
-"""bke_certs.ca_guard and bke.secrets.fingerprint: a node that holds another CA gets no bundle,
+"""bke_certs.ca_guard and bke.core.secrets.fingerprint: a node that holds another CA gets no bundle,
 with a reason naming both fingerprints; a new node (no CA) or the same CA is sealed to."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import NameOID
 
 from bke.contracts.agent import AgentRegistered
-from bke.pki import NodeFile
-from bke.secrets.fingerprint import CA_CERT_PATH, cert_fingerprint, held_ca_fingerprint
+from bke.core.pki import NodeFile
+from bke.core.secrets.fingerprint import CA_CERT_PATH, cert_fingerprint, held_ca_fingerprint
 from bke_certs.ca_guard import ca_conflict
 
 

@@ -1,4 +1,4 @@
-"""Calico wired to the cluster (bke.calico), the lab stand-in's shape, the manifest checks and
+"""Calico wired to the cluster (bke.core.calico), the lab stand-in's shape, the manifest checks and
 the readiness rule the dispatcher waits on."""
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import yaml
 import json
 import re
 
-from bke.calico import BLOCK_SIZE, BLOCK_SIZES, CalicoWiring, calico_image, find_calico_node, wire_calico
-from bke.calico_placeholder import lab_calico_manifest, lab_calico_sha256
-from bke.plan import plan_spec_text
-from bke.spec.synth import synth_docs
-from bke.versions import KUBERNETES
-from bke_dispatcher.manifests import LabManifests, cni_artefact, verify_manifest
+from bke.core.calico import BLOCK_SIZE, BLOCK_SIZES, CalicoWiring, calico_image, find_calico_node, wire_calico
+from bke.lab.standins.calico_placeholder import lab_calico_manifest, lab_calico_sha256
+from bke.core.plan import plan_spec_text
+from bke.core.spec.synth import synth_docs
+from bke.core.versions import KUBERNETES
+from bke.lab.standins.manifests import LabManifests
+from bke.adapters.cluster_api.manifests import cni_artefact, verify_manifest
 
 
 def _objs(version: str = "3.31.3") -> list[dict]:
@@ -39,7 +40,7 @@ def _images(objs: list[dict]) -> list[str]:
 
 
 def test_the_wired_block_size_is_the_one_the_plan_time_size_check_counts() -> None:
-    from bke.spec.sizes import CALICO_BLOCK
+    from bke.core.spec.sizes import CALICO_BLOCK
 
     assert CALICO_BLOCK[4] == BLOCK_SIZE
     assert CALICO_BLOCK == BLOCK_SIZES  # IPv6 too: /122

@@ -10,7 +10,7 @@ import yaml
 
 from bke.contracts.agent import WaitHealth
 from bke.contracts.status import GetStatus
-from bke.plan import plan_spec_text
+from bke.core.plan import plan_spec_text
 from bke_cli.status_cmd import summary_lines
 from bke_dispatcher import decide
 from bke_dispatcher.api_health import daemonset_ready, deployment_ready, health_doc, health_verdict, node_ready, workloads
@@ -120,7 +120,7 @@ def test_the_periodic_record_counts_ready_nodes_and_says_why_a_workload_is_not_r
 
 
 def test_no_cni_and_no_coredns_means_no_workload_to_wait_for():
-    # CoreDNS is built in and on by default (bke.spec.addons): coreDNS.enabled turns it off
+    # CoreDNS is built in and on by default (bke.core.spec.addons): coreDNS.enabled turns it off
     assert [w.ref for w in workloads(seed_plan(cni="none", addons=[]))] == ["deployment/kube-system/coredns"]
     assert workloads(seed_plan(cni="none", coreDNS={"enabled": False}, addons=[])) == []
 

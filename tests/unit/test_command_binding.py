@@ -1,4 +1,4 @@
-"""Commands bound to their receiver (bke.secrets.binding): the rules as a table, the agent
+"""Commands bound to their receiver (bke.core.secrets.binding): the rules as a table, the agent
 loop's answer to each (refused and reported, nothing runs), what the agent remembers, the
 journal kept per incarnation and pruned by each command's validity, and the signer's choice."""
 from __future__ import annotations
@@ -12,11 +12,11 @@ import pytest
 from bke.contracts.agent import (
     COMMAND_VALIDITY_S, AgentCommand, AgentRuntime, CommandRefused, CommandResult, RunProgram, StepResult,
 )
-from bke.secrets.binding import (
+from bke.core.secrets.binding import (
     COMMAND_BINDING, Binding, Served, binding_for, new_incarnation, newer_incarnation, receiver_refusal, result_refusal,
     served_after, unbound_refusal,
 )
-from bke.secrets.signing import sign_command, signed_command_bytes
+from bke.core.secrets.signing import sign_command, signed_command_bytes
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, DiskJournal, DiskServed, MemoryJournal, MemoryServed, NullBackend
 from bke_agent.binding import SERVED_FILE
 from bke_agent.hostfacts import agent_runtime
@@ -190,7 +190,7 @@ async def test_a_re_created_cluster_runs_its_own_commands_and_refuses_the_delete
 
 
 async def test_a_replay_answered_before_the_new_cluster_reached_the_agent_names_the_old_incarnation() -> None:
-    """The gap binding leaves (bke.secrets.binding): the deleted cluster's command, replayed
+    """The gap binding leaves (bke.core.secrets.binding): the deleted cluster's command, replayed
     before the new cluster's first command reaches the agent, is answered from the journal;
     its answer says which incarnation it belongs to, so the new install does not count it."""
     events: list[str] = []
@@ -297,15 +297,15 @@ async def test_a_replay_after_pruning_is_refused(tmp_path: Path) -> None:
 def test_a_result_of_another_incarnation_is_counted_on_the_services_metrics(caplog) -> None:
     import logging
 
-    from bke.bus.other_incarnation import METRIC, OtherIncarnation
-    from bke.http.metrics import ServiceMetrics
+    from bke.adapters.bus.other_incarnation import METRIC, OtherIncarnation
+    from bke.adapters.http.metrics import ServiceMetrics
 
     metrics = ServiceMetrics("upgrader")
     counter = OtherIncarnation(metrics, "upgrader")
-    caplog.set_level(logging.WARNING, logger="bke.bus.other_incarnation")
+    caplog.set_level(logging.WARNING, logger="bke.adapters.bus.other_incarnation")
     res = _result("c1/etcd/n1/0").model_copy(update={"incarnation": I1})
     counter.dropped(res, "why")
     counter.dropped(res, "why", log_it=False)  # its caller logs it
     assert metrics.sample(f"{METRIC}_total", {"service": "upgrader"}) == 2.0 and counter.count == 2
-    [line] = [r for r in caplog.records if r.name == "bke.bus.other_incarnation"]
+    [line] = [r for r in caplog.records if r.name == "bke.adapters.bus.other_incarnation"]
     assert (line.cluster, line.node, line.incarnation) == ("c1", "n1", I1)  # type: ignore[attr-defined]

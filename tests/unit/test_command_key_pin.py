@@ -1,4 +1,4 @@
-"""bke.secrets.command_key_pin: the pin check `bke agent bootstrap` makes on the bus's answer. A
+"""bke.core.secrets.command_key_pin: the pin check `bke agent bootstrap` makes on the bus's answer. A
 pin is a SHA256 fingerprint or the public line (on the command line or in a file); the pinned key
 passes, any other is refused naming both fingerprints; malformed pins are refused."""
 from __future__ import annotations
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from bke.secrets.command_key_pin import (
+from bke.core.secrets.command_key_pin import (
     CommandKeyMismatch,
     check_pinned,
     parse_pin,
     read_pin_file,
     write_command_key_file,
 )
-from bke.secrets.signing import CommandSigner, SigningKeyError
+from bke.core.secrets.signing import CommandSigner, SigningKeyError
 
 KEY = CommandSigner.generate().verify_key
 OTHER = CommandSigner.generate().verify_key

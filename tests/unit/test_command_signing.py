@@ -11,8 +11,8 @@ from bke.contracts.agent import (
     CLOCK_SKEW_S, COMMAND_VALIDITY_S, AgentCommand, CommandRefused, CommandResult, HealthProbe, NewFile, ReplaceFiles, RunProgram,
     WaitHealth,
 )
-from bke.secrets import SecretBox
-from bke.secrets.signing import CommandSigner, ensure_command_key_sync, sign_command, signed_command_bytes, signed_part
+from bke.core.secrets import SecretBox
+from bke.core.secrets.signing import CommandSigner, ensure_command_key_sync, sign_command, signed_command_bytes, signed_part
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, MemoryJournal, NullBackend
 from bke_agent.verify import CommandVerifier, NoCommandKey, load_command_key
 from tests.trust_helpers import SIGNER, signed
@@ -106,7 +106,7 @@ def test_journal_outlives_the_validity_window() -> None:
     """Why a replay is answered or refused, never run again: a result is kept past its command's
     expiry (journal.EXPIRED_KEPT_S), and a bare one longer than a command is valid (commands 7
     days, the agent stream's max age), whatever `journal_keep_days` says."""
-    from bke.bus.streams import STREAMS
+    from bke.adapters.bus.streams import STREAMS
     from bke_agent.journal import EXPIRED_KEPT_S
 
     agent_stream = next(s for s in STREAMS if s.name == "BKE_AGENT")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from bke.bus import declare
+from bke.adapters.bus import declare
 
 
 @pytest.mark.parametrize("name,value", [("BKE_JETSTREAM_CLUSTERS", "abc"), ("BKE_JETSTREAM_CLUSTERS", "0"),

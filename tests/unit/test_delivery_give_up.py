@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from bke.bus.delivery import settle
+from bke.adapters.bus.delivery import settle
 
 
 class _Msg:

@@ -9,9 +9,9 @@ import nats.errors
 import pytest
 import redis.exceptions
 
-from bke.bus.delivery import settle
-from bke.bus.readiness import Readiness
-from bke.errors import NotYetKnown, Unavailable, UnknownTarget, is_unavailable
+from bke.adapters.bus.delivery import settle
+from bke.adapters.bus.readiness import Readiness
+from bke.core.errors import NotYetKnown, Unavailable, UnknownTarget, is_unavailable
 
 
 class _Msg:

@@ -132,7 +132,7 @@ def test_a_lost_state_is_a_503_saying_so_never_an_empty_page():
     from redis.asyncio import Redis
     from starlette.applications import Starlette
 
-    from bke.errors import TemporaryError
+    from bke.core.errors import TemporaryError
     from bke_dispatcher.dashboard import DashboardReader, dashboard_routes
 
     class Unused:  # the guard answers before any read

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from bke.contracts.agent import CheckHost, FetchFile, SystemdUnit, WaitHealth, WriteFile
-from bke.plan import plan_spec_text
-from bke.state.nodefiles import file_from_bytes
-from bke_dispatcher.checksums import artefact_urls
+from bke.core.plan import plan_spec_text
+from bke.core.state.nodefiles import file_from_bytes
+from bke.adapters.checksums import artefact_urls
 from bke_dispatcher.engine import command_id, parse_command_id
 from bke_dispatcher.phases import PHASES, NodeInputs, init_node, phase_by_slug
 from bke_dispatcher.steps import file_phase

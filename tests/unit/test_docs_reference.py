@@ -12,9 +12,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from bke.docs_reference.markdown import anchor, cell
-from bke.spec import load_spec, validate_spec
-from bke.spec.json_schema import SCHEMA_FILE, spec_schema
+from bke.core.docs_reference.markdown import anchor, cell
+from bke.core.spec import load_spec, validate_spec
+from bke.core.spec.json_schema import SCHEMA_FILE, spec_schema
 from bke_cli.docs_reference import REGENERATE, all_pages, main
 from bke_cli.main import app
 

@@ -13,9 +13,9 @@ import pytest
 
 from bke.contracts.membership import JoinNodes, MembershipEtcdJoin, MembershipRejoin
 from bke.contracts.render import RenderManifests
-from bke.state.conversion import CONVERTERS, convert, header_version, writes
-from bke.state.plans import plan_digest
-from bke.state.schema import SCHEMA_FIELD, record_kind
+from bke.adapters.state.conversion import CONVERTERS, convert, header_version, writes
+from bke.adapters.state.plans import plan_digest
+from bke.core.state.schema import SCHEMA_FIELD, record_kind
 from bke_dispatcher.join import Join, join_refusal, new_join, next_step, phases_of
 from bke_dispatcher.join_etcd import EtcdJoinRecord
 
@@ -150,5 +150,5 @@ def test_a_version_1_record_is_read_as_is_and_converts_by_adding_no_etcd_joins()
     assert [w.member for w in writes(record, new)] == ["join"]  # one SET, the results untouched
     assert Join.from_json(new["join"]) == old
     assert convert(kind, new, 4, CONVERTERS) == (new, ())
-    for c in chain:  # idempotent (bke.state.conversion)
+    for c in chain:  # idempotent (bke.adapters.state.conversion)
         assert c.fn(c.fn(record)) == c.fn(record)

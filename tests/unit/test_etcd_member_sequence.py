@@ -1,12 +1,12 @@
-"""The membership sequence (bke.lifecycle.etcd_members): order, quorum refusals, the joins the
+"""The membership sequence (bke.core.lifecycle.etcd_members): order, quorum refusals, the joins the
 renderer gets, the agent steps, and the joining member's rendered flags."""
 from __future__ import annotations
 
 import pytest
 
 from bke.contracts.agent import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove
-from bke.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
-from bke.render import EtcdJoin, MissingInputError, RenderInputs, render_cluster
+from bke.core.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
+from bke.core.render import EtcdJoin, MissingInputError, RenderInputs, render_cluster
 
 from .test_render_support import flags, plan_of, pod, spec_text
 
@@ -88,7 +88,7 @@ def test_health_checks_leave_out_members_known_unhealthy() -> None:
 
 
 def test_step_ids_fit_the_contract() -> None:
-    from bke.lifecycle.etcd_members import MemberStep
+    from bke.core.lifecycle.etcd_members import MemberStep
     long = "n" * 60 + "." + "x" * 60 + ".example"
     step = agent_step(MemberStep("promote", "etcd-events", long, "e1", peer_url="https://10.0.0.9:2382"),
                       _plan("e1").etcd_clusters[0])

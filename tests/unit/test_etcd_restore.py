@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from bke.auth.permissions import agent_permissions
+from bke.adapters.auth.permissions import agent_permissions
 from bke.contracts.agent import PARKED_DIR, AgentCommand, ParkStaticPod, RestoreEtcdMember, WaitHealth
 from bke.contracts.restore import restore_piece_subject
-from bke.etcdsnap.delivery import DeliveryError, Feed, open_received, receive_frames, resealed_frames
-from bke.etcdsnap.restore import STAGES, node_steps, restore_plan
-from bke.etcdsnap.restore_run import (
+from bke.adapters.etcdsnap.delivery import DeliveryError, Feed, open_received, receive_frames, resealed_frames
+from bke.core.etcdsnap.restore import STAGES, node_steps, restore_plan
+from bke.core.etcdsnap.restore_run import (
     RestoreRun, awaited_ids, decide, fold_results, is_restore_command, mark_local, mark_sent, new_run,
     restore_command_id,
 )
-from bke.etcdsnap.sealed_stream import seal_stream
-from bke.secrets.sealing import SealedDataError, generate_agent_key, open_sealed
-from bke.secrets.snapshot_key import SnapshotKey
-from bke.state.schema import StoredVersionTooNew
+from bke.core.etcdsnap.sealed_stream import seal_stream
+from bke.core.secrets.sealing import SealedDataError, generate_agent_key, open_sealed
+from bke.core.secrets.snapshot_key import SnapshotKey
+from bke.core.state.schema import StoredVersionTooNew
 
 from .upgrade_helpers import SEED, SPLIT, plan_of
 

@@ -13,19 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from bke.auth.permissions import agent_permissions
+from bke.adapters.auth.permissions import agent_permissions
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, AgentCommand, EtcdSnapshot
-from bke.etcdsnap.etcd_stream import EtcdSnapshotError, check_etcd_hash, decode_line
-from bke.etcdsnap.records import (
+from bke.adapters.etcdsnap.etcd_stream import EtcdSnapshotError, check_etcd_hash, decode_line
+from bke.core.etcdsnap.records import (
     SnapshotRecord, object_name, record_bytes, record_from_headers, record_headers, snapshot_id,
 )
-from bke.etcdsnap.sealed_stream import MAGIC, SealedStreamError, open_stream, seal_stream
-from bke.etcdsnap.step import snapshot_step, snapshot_targets
-from bke.etcdsnap.store import SnapshotNotAuthentic, check_author
-from bke.etcdsnap.upload import meta_subject
-from bke.secrets.at_rest import DecryptError, SecretBox
-from bke.secrets.sealing import NotForThisKey, SealedDataError, agent_key_id, generate_agent_key
-from bke.secrets.snapshot_key import (
+from bke.core.etcdsnap.sealed_stream import MAGIC, SealedStreamError, open_stream, seal_stream
+from bke.core.etcdsnap.step import snapshot_step, snapshot_targets
+from bke.adapters.etcdsnap.store import SnapshotNotAuthentic, check_author
+from bke.adapters.etcdsnap.upload import meta_subject
+from bke.core.secrets.at_rest import DecryptError, SecretBox
+from bke.core.secrets.sealing import NotForThisKey, SealedDataError, agent_key_id, generate_agent_key
+from bke.core.secrets.snapshot_key import (
     SnapshotKey, SnapshotKeyError, ensure_snapshot_key_sync, recipient_from_b64, record_mac, split_stored,
     stored_public_b64, upgrade_stored_form,
 )

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from bke.flagrules import flag_verdict, known_flags
-from bke.render.gates import VersionSet
-from bke.render.presets import PRESETS, ClusterFacts, preset_args
-from bke.versions import ETCD_MINORS, KUBERNETES, parse_version
+from bke.core.flagrules import flag_verdict, known_flags
+from bke.core.render.gates import VersionSet
+from bke.core.render.presets import PRESETS, ClusterFacts, preset_args
+from bke.core.versions import ETCD_MINORS, KUBERNETES, parse_version
 from bke_cli.main import main as bke
 
 from .test_render_support import golden_spec, plan_of, render, spec_text, versions_for
@@ -107,8 +107,8 @@ def test_an_unknown_flag_is_refused_unless_allowed(tmp_path: Path, capsys) -> No
 
 
 def test_the_renderer_refuses_a_built_in_flag_the_table_does_not_accept(monkeypatch) -> None:
-    from bke.render import components
-    from bke.render.errors import InvalidOutputError
+    from bke.core.render import components
+    from bke.core.render.errors import InvalidOutputError
 
     original = components.scheduler_defaults
     monkeypatch.setattr(components, "scheduler_defaults", lambda ctx: {**original(ctx), "address": "127.0.0.1"})

@@ -13,10 +13,10 @@ def _bke_modules_after(module: str) -> set[str]:
 
 
 def test_flagrules_depend_on_versions_only() -> None:
-    assert {m for m in _bke_modules_after("bke.flagrules") if not m.startswith("bke.flagrules")} == {"bke", "bke.versions"}
+    assert {m for m in _bke_modules_after("bke.core.flagrules") if not m.startswith("bke.core.flagrules")} == {"bke", "bke.core", "bke.core.versions"}
 
 
 def test_spec_validation_and_planning_import_no_renderer() -> None:
-    loaded = _bke_modules_after("bke.plan")
-    assert "bke.spec.extra_args" in loaded
-    assert not [m for m in loaded if m.startswith(("bke.render", "bke.state", "bke.bus"))]
+    loaded = _bke_modules_after("bke.core.plan")
+    assert "bke.core.spec.extra_args" in loaded
+    assert not [m for m in loaded if m.startswith(("bke.core.render", "bke.core.state", "bke.adapters.state", "bke.adapters.bus"))]

@@ -8,15 +8,15 @@ from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, ResponseError
 
-from bke.bus.connect import BusAccess, connect_options, nats_servers
-from bke.bus.streams import STREAMS
-from bke.errors import is_unavailable
+from bke.adapters.bus.connect import BusAccess, connect_options, nats_servers
+from bke.adapters.bus.streams import STREAMS
+from bke.core.errors import is_unavailable
 from bke.lab.ha_runtime import ha_env, stream_replicas
 from bke.lab.nats_cluster import NatsNode, node_conf
 from bke.lab.sentinel import ha_acl_lines
-from bke.runtime import RuntimeInfo
-from bke.settings import ServiceSettings
-from bke.state.client import StoreAccess, parse_sentinels, redis_client
+from bke.adapters.runtime import RuntimeInfo
+from bke.adapters.settings import ServiceSettings
+from bke.adapters.state.client import StoreAccess, parse_sentinels, redis_client
 
 URL = "redis://bke-planner:s3cret@ignored:1/2"
 
@@ -140,7 +140,7 @@ def test_replication_and_sentinel_users_hold_hashes_and_little_else():
 
 
 def test_agents_take_the_list_too():
-    from bke.ssh.files import render_env
+    from bke.adapters.ssh.files import render_env
     from bke_agent.settings import AgentSettings
 
     urls = "nats://n1:4222,nats://n2:4222,nats://n3:4222"

@@ -1,4 +1,4 @@
-"""What a signed command may do by its kind (bke.host_actions), each refusal beside the
+"""What a signed command may do by its kind (bke.core.host_actions), each refusal beside the
 legitimate command it must not stop: files by class and path, programs and their arguments,
 units, the agent's own update, kubeconfigs (no exec, no auth-provider) where they are made and
 where the agent writes them, health probes (endpoints, TLS files, no body in the answer)."""
@@ -15,11 +15,11 @@ from bke.contracts.agent import (
     AgentCommand, AgentWheel, FetchFile, HealthProbe, NewFile, ReplaceFiles, RestartStaticPod, RunProgram, Step,
     SystemdUnit, TlsFiles, UpdateAgent, WaitHealth, WriteFile,
 )
-from bke.host_actions import (
+from bke.core.host_actions import (
     HEALTH_ENDPOINTS, command_refusal, file_class, health_url_refusal, kubeconfig_problems, kubeconfig_refusal,
 )
-from bke.pki.kubeconfig import render_kubeconfig
-from bke.secrets import public_key_from_raw, seal
+from bke.core.pki.kubeconfig import render_kubeconfig
+from bke.core.secrets import public_key_from_raw, seal
 from bke_agent import AgentIdentity, Executor, HostBackend, LabBackend
 from tests.trust_helpers import signed
 
@@ -101,7 +101,7 @@ def test_a_refusal_names_what_may_do_it() -> None:
     why = _refusal("certs", _write("/etc/systemd/system/kubelet.service"))
     assert why == ("step write:/etc/systemd/system/kubelet.service: certs commands may not write "
                    "/etc/systemd/system/kubelet.service (a unit file) (only node-env, upgrade:masters-runtime, "
-                   "upgrade:workers commands may; bke.host_actions.HOST_ACTIONS)")
+                   "upgrade:workers commands may; bke.core.host_actions.HOST_ACTIONS)")
     assert file_class("/etc/kubernetes/manifests/etcd.yaml") == "manifest" and file_class("/opt/cni/bin/bridge") == "binary"
     assert file_class("/etc/kubernetes/admin.conf") == "config" and file_class("/etc/kubernetes/x", executable=True) == "script"
 
@@ -183,7 +183,7 @@ def test_bke_never_renders_a_kubeconfig_that_names_a_program() -> None:
                           user="u\n    exec: {command: id}")
     assert kubeconfig_problems(render_kubeconfig(cluster="c", server="https://[fd00::1]:6443", ca_pem=b"CA",
                                                  cert_pem=b"C", key_pem=b"K", user="system:node:m1")) == []
-    from bke.render.validate import validate_addon
+    from bke.core.render.validate import validate_addon
 
     configmap = ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kube-proxy, namespace: kube-system}\ndata:\n"
                  "  kubeconfig.conf: |\n    apiVersion: v1\n    kind: Config\n    users:\n    - name: default\n"
@@ -243,8 +243,8 @@ def test_a_probe_asks_only_the_nodes_own_endpoints(url: str) -> None:
 
 
 def test_the_endpoints_bke_probes_are_allowed() -> None:
-    from bke.plan import ETCD_LAYOUT
-    from bke.render.layout import PORTS
+    from bke.core.plan import ETCD_LAYOUT
+    from bke.core.render.layout import PORTS
 
     assert {p for p in HEALTH_ENDPOINTS} == {e.metrics for e in ETCD_LAYOUT.values()} | {
         PORTS[c] for c in ("kubelet-healthz", "haproxy-healthz", "kube-apiserver", "kube-controller-manager", "kube-scheduler")}
@@ -313,11 +313,11 @@ async def test_the_agent_refuses_the_whole_command_before_any_step_runs() -> Non
 
 
 def test_docs_agent_md_holds_the_tables() -> None:
-    from bke.host_actions.docs import generated_docs
+    from bke.core.host_actions.docs import generated_docs
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "agent.md").read_text()
-    assert generated_docs() in doc, ("docs/agent.md drifted from bke.host_actions; paste "
-                                     "`python -c 'from bke.host_actions.docs import generated_docs; print(generated_docs())'`")
+    assert generated_docs() in doc, ("docs/agent.md drifted from bke.core.host_actions; paste "
+                                     "`python -c 'from bke.core.host_actions.docs import generated_docs; print(generated_docs())'`")
 
 
 @pytest.mark.parametrize("kind, action, target, ok", [
@@ -332,6 +332,6 @@ def test_docs_agent_md_holds_the_tables() -> None:
     ("upgrade:etcd", "config", "/etc/kubernetes/pki/apiserver.key", False),
 ])
 def test_the_tables_patterns(kind: str, action: str, target: str, ok: bool) -> None:
-    from bke.host_actions import allowed
+    from bke.core.host_actions import allowed
 
     assert allowed(kind, action, target) is ok

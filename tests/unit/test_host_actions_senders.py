@@ -1,4 +1,4 @@
-"""bke.host_actions held against what the senders send: every command the dispatcher (install
+"""bke.core.host_actions held against what the senders send: every command the dispatcher (install
 and join phases, health rounds, rotations, resets, removals) and the upgrader (upgrade and apply
 steps, etcd restores) builds, for the example clusters, passes the agent's check; and every
 row of the table is used by some sender (no row allows what nobody sends)."""
@@ -12,26 +12,26 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from bke.checksums import artefact_urls
+from bke.adapters.checksums import artefact_urls
 from bke.contracts.agent import (
     AgentCommand, AgentWheel, FetchFile, ReplaceFiles, RunProgram, Step, SystemdUnit, UpdateAgent, WriteFile,
 )
-from bke.etcdsnap.restore import STAGES, node_steps as restore_steps, restore_plan
-from bke.etcdsnap.step import snapshot_step
-from bke.host_actions import HOST_ACTIONS, command_kind, command_refusal, file_class
-from bke.host_actions.table import AGENT_TARGET, DAEMON_RELOAD, target_matches
-from bke.lifecycle.apply_run import MEMBER_NODE_STEPS, apply_order, member_commands
-from bke.lifecycle.diff import diff_plans, render_diff
-from bke.pki import node_file_refs
-from bke.pki.table import leaf_rows
-from bke.plan import Plan, plan_spec_text
-from bke.render import RenderInputs, render_cluster
-from bke.state.nodefiles import NodeFile
-from bke.upgrade import Change, expand_order, resolve_target
-from bke.upgrade.certificates import cert_files, renewed_instances
-from bke.upgrade.node_commands import node_upgrade_steps
-from bke.upgrade.run import LOCAL_STEPS
-from bke.upgrade.target_plan import target_plan
+from bke.core.etcdsnap.restore import STAGES, node_steps as restore_steps, restore_plan
+from bke.core.etcdsnap.step import snapshot_step
+from bke.core.host_actions import HOST_ACTIONS, command_kind, command_refusal, file_class
+from bke.core.host_actions.table import AGENT_TARGET, DAEMON_RELOAD, target_matches
+from bke.core.lifecycle.apply_run import MEMBER_NODE_STEPS, apply_order, member_commands
+from bke.core.lifecycle.diff import diff_plans, render_diff
+from bke.core.pki import node_file_refs
+from bke.core.pki.table import leaf_rows
+from bke.core.plan import Plan, plan_spec_text
+from bke.core.render import RenderInputs, render_cluster
+from bke.core.state.nodefiles import NodeFile
+from bke.core.upgrade import Change, expand_order, resolve_target
+from bke.core.upgrade.certificates import cert_files, renewed_instances
+from bke.core.upgrade.node_commands import node_upgrade_steps
+from bke.core.upgrade.run import LOCAL_STEPS
+from bke.core.upgrade.target_plan import target_plan
 from bke_dispatcher.health import HEALTH_COMPONENTS
 from bke_dispatcher.phases import PHASES, NodeInputs
 from bke_dispatcher.reset import NodeRun as ResetRun, reset_step

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import yaml
 
-from bke.artefacts import node_artefacts
+from bke.core.artefacts import node_artefacts
 from bke.contracts.agent import CheckHost
-from bke.plan import plan_spec_text
-from bke.spec.synth import synth_docs
+from bke.core.plan import plan_spec_text
+from bke.core.spec.synth import synth_docs
 from bke_agent.backends.checks import NodeFacts, run_checks
 from bke_agent.errors import StepError
 from bke_dispatcher.phases import NodeInputs, phase_by_slug

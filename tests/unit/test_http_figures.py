@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from bke.contracts.asyncapi import build_asyncapi
-from bke.http.catalogue import catalogue_page, schema_type
-from bke.pki.expiry import ExpiryRow
-from bke.upgrade.run import NodeOutcome, StepRun, UpgradeRun
+from bke.adapters.http.catalogue import catalogue_page, schema_type
+from bke.core.pki.expiry import ExpiryRow
+from bke.core.upgrade.run import NodeOutcome, StepRun, UpgradeRun
 from bke_certs.expiry_view import bucket_of, expiry_buckets
 from bke_certs.pages import cluster_page
 from bke_dispatcher.metrics import cluster_figures

@@ -1,6 +1,6 @@
-"""bke.http.page escapes every value it is given (a dashboard shows node names, errors and
+"""bke.adapters.http.page escapes every value it is given (a dashboard shows node names, errors and
 spec values that a user or an attacker wrote)."""
-from bke.http.page import Markup, layout, link, table, text
+from bke.adapters.http.page import Markup, layout, link, table, text
 
 
 def test_values_are_escaped_and_markup_is_kept():
@@ -14,7 +14,7 @@ def test_values_are_escaped_and_markup_is_kept():
 
 
 def test_poll_script_keeps_query_parameters_and_cannot_close_its_script():
-    from bke.http.page import poll_script
+    from bke.adapters.http.page import poll_script
 
     s = poll_script('/clusters/a/live?state=Failed&offset=200</script><b>', "live")
     assert s.count("</script>") == 1 and s.endswith("</script>")

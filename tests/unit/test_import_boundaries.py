@@ -2,7 +2,7 @@
 
 import-linter (run by `dev.py test`) checks the static import graph; this checks what Python
 really loads, package `__init__`s included, in a fresh interpreter. It also guards the lazy
-re-exports of `bke.bus` and `bke.runtime` that make the first check hold.
+re-exports of `bke.adapters.bus` and `bke.adapters.runtime` that make the first check hold.
 """
 from __future__ import annotations
 
@@ -32,11 +32,11 @@ def test_agent_entry_loads_no_bus_framework_redis_or_kubernetes(entry: str) -> N
 
 def test_probe_sees_what_a_service_side_module_loads() -> None:
     # the same probe notices faststream and redis when a module that needs them is imported
-    loaded = _loaded_after("import bke.bus.delivery, bke.runtime.embedded")
+    loaded = _loaded_after("import bke.adapters.bus.delivery, bke.adapters.runtime.embedded")
     assert {"faststream", "redis"} <= loaded
 
 
-@pytest.mark.parametrize("package", ["bke.bus", "bke.runtime"])
+@pytest.mark.parametrize("package", ["bke.adapters.bus", "bke.adapters.runtime"])
 def test_lazy_exports_match_all_and_resolve_to_their_submodule(package: str) -> None:
     mod = importlib.import_module(package)
     exports: dict[str, str] = mod._EXPORTS
@@ -46,7 +46,7 @@ def test_lazy_exports_match_all_and_resolve_to_their_submodule(package: str) -> 
 
 
 def test_unknown_lazy_export_names_itself() -> None:
-    import bke.bus
+    import bke.adapters.bus
 
-    with pytest.raises(AttributeError, match="'bke.bus' has no attribute 'no_such_name'"):
-        _ = bke.bus.no_such_name
+    with pytest.raises(AttributeError, match="'bke.adapters.bus' has no attribute 'no_such_name'"):
+        _ = bke.adapters.bus.no_such_name

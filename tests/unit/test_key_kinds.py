@@ -1,4 +1,4 @@
-"""At-rest keyrings (bke.secrets.at_rest) and keys with one job each (bke.secrets.key_kinds):
+"""At-rest keyrings (bke.core.secrets.at_rest) and keys with one job each (bke.core.secrets.key_kinds):
 the file format, a box that decrypts with every key and encrypts with one, the roles a rotation
 moves keys through, which file each kind is read from, and a service's reload of a changed file."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bke.secrets.at_rest import (
+from bke.core.secrets.at_rest import (
     DecryptError,
     Keyring,
     SecretBox,
@@ -22,7 +22,7 @@ from bke.secrets.at_rest import (
     parse_keyring,
     write_keyring,
 )
-from bke.secrets.key_kinds import KIND_NAMES, KINDS, SERVICE_KEY_KINDS, KeyringFile, box_for, key_file_env, key_file_for
+from bke.core.secrets.key_kinds import KIND_NAMES, KINDS, SERVICE_KEY_KINDS, KeyringFile, box_for, key_file_env, key_file_for
 
 A, B, C = b"a" * 32, b"b" * 32, b"c" * 32
 DOC = Path(__file__).resolve().parents[2] / "docs" / "keys.md"

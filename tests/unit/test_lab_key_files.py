@@ -6,8 +6,8 @@ import stat
 from pathlib import Path
 
 from bke.lab.key_files import ensure_lab_key_files, lab_key_file, service_key_env
-from bke.secrets.at_rest import create_key_file, load_secret_box
-from bke.secrets.key_kinds import KIND_NAMES
+from bke.core.secrets.at_rest import create_key_file, load_secret_box
+from bke.core.secrets.key_kinds import KIND_NAMES
 
 
 def test_a_new_lab_gets_a_key_of_its_own_per_kind_kept_across_starts(tmp_path: Path) -> None:

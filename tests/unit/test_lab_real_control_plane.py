@@ -11,11 +11,11 @@ import yaml
 
 from bke.lab import kube_binaries as kb
 from bke.lab.kwok import KWOK_ANNOTATION, STAGES, kwok_argv
-from bke.nodemap import SHARED_MACHINE_FLAGS, localize_pod
+from bke.core.nodemap import SHARED_MACHINE_FLAGS, localize_pod
 from bke_agent.kubelet.lab_haproxy import keepalived_vip, localize_haproxy_config
 from bke.lab.node_object import kubelet_flags, node_object
 from bke_cli.lab_cmd import lab_problems, real_binaries_problems
-from bke.plan import plan_spec_text
+from bke.core.plan import plan_spec_text
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -171,12 +171,12 @@ def test_kwok_manages_only_the_nodes_bke_registered_with_our_stages(tmp_path) ->
 
 
 def test_the_docs_show_the_shared_machine_table_and_every_build() -> None:
-    from bke.nodemap import shared_machine_markdown
+    from bke.core.nodemap import shared_machine_markdown
 
     doc = (ROOT / "docs/real-control-plane.md").read_text()
     begin, end = "<!-- BEGIN GENERATED: shared-machine -->\n", "<!-- END GENERATED: shared-machine -->"
     section = doc[doc.index(begin) + len(begin):doc.index(end)]
-    assert section == shared_machine_markdown(), "paste bke.nodemap.shared_machine_markdown() into docs/real-control-plane.md"
+    assert section == shared_machine_markdown(), "paste bke.core.nodemap.shared_machine_markdown() into docs/real-control-plane.md"
     for build in kb.BUILDS:
         assert f"`{build.key}`" in doc, build.key
 

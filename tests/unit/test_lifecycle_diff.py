@@ -1,11 +1,11 @@
-"""bke.lifecycle.diff: what applying a changed spec to a running cluster does, or why not."""
+"""bke.core.lifecycle.diff: what applying a changed spec to a running cluster does, or why not."""
 from __future__ import annotations
 
 
 import pytest
 
-from bke.lifecycle.diff import component_of, diff_plans, quorum, render_diff
-from bke.plan import plan_spec_text
+from bke.core.lifecycle.diff import component_of, diff_plans, quorum, render_diff
+from bke.core.plan import plan_spec_text
 
 SPLIT = open("examples/split-etcd.yaml").read()
 SEED = open("examples/seed-3m1w.yaml").read()

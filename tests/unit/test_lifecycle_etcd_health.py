@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bke.contracts.status import ClusterStatus, GetStatus, HealthCounts, NodeCounts, NodeHealth, StatusError, StatusNode
-from bke.lifecycle.diff import diff_plans
-from bke.lifecycle.etcd_health import unhealthy_etcd_members
+from bke.core.lifecycle.diff import diff_plans
+from bke.core.lifecycle.etcd_health import unhealthy_etcd_members
 from bke_planner.changes import EtcdHealth, changes_of
 from bke_planner.diff_requests import etcd_health
 

@@ -1,4 +1,4 @@
-"""A changed spec's load-balancer step (bke.upgrade.node_commands, LB_STEP): what a master is
+"""A changed spec's load-balancer step (bke.core.upgrade.node_commands, LB_STEP): what a master is
 sent when masters join or leave a cluster whose endpoint is a VIP, and the manifests' config
 digest that makes the kubelet restart haproxy and keepalived for a new configuration."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from bke.contracts.agent import RemoveFile, ReplaceFiles
-from bke.render import RenderInputs, render_cluster
-from bke.render.node_files import CONFIG_ANNOTATION
-from bke.secrets.sealing import generate_agent_key, open_sealed, seal
-from bke.upgrade.node_commands import LB_STEP, node_upgrade_steps
+from bke.core.render import RenderInputs, render_cluster
+from bke.core.render.node_files import CONFIG_ANNOTATION
+from bke.core.secrets.sealing import generate_agent_key, open_sealed, seal
+from bke.core.upgrade.node_commands import LB_STEP, node_upgrade_steps
 
 from .test_apply_run import SPLIT, _node, _without, plan
 
@@ -87,7 +87,7 @@ def test_the_config_digest_follows_the_configuration_and_leaves_the_password_out
 
 
 def test_the_secret_paths_are_the_render_s_secret_files(grown):
-    from bke.render.layout import SECRET_PATHS
+    from bke.core.render.layout import SECRET_PATHS
 
     _, _, _, files = grown
     assert {f.path for node in files.values() for f in node.values() if f.secret} == SECRET_PATHS
@@ -98,7 +98,7 @@ def test_the_install_s_load_balancer_phase_sends_keepalived_conf_sealed_to_the_a
     the VRRP password, is written sealed to the node's provisioned agent key; the rest in clear;
     with no sealer the command is not built (never the password in clear on the bus)."""
     from bke.contracts.agent import WriteFile
-    from bke.state.nodefiles import file_from_bytes
+    from bke.core.state.nodefiles import file_from_bytes
     from bke_dispatcher.phases import NodeInputs, phase_by_slug
 
     old, _, old_files, _ = grown

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import logging
 
-from bke.bus.readiness import Readiness
-from bke.logs import RepeatLimiter
+from bke.adapters.bus.readiness import Readiness
+from bke.adapters.logs import RepeatLimiter
 
 
 def _rec(msg: str, level: int = logging.ERROR, **extra) -> logging.LogRecord:

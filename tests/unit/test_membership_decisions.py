@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from bke.contracts.membership import JoinNodes, RemoveNodes
-from bke.plan import plan_spec_text
-from bke.state.plans import plan_digest
+from bke.core.plan import plan_spec_text
+from bke.adapters.state.plans import plan_digest
 from bke_dispatcher.engine import parse_command_id
 from bke_dispatcher.join import Join, apply_result, join_refusal, new_join, next_step, node_phases
 from bke_dispatcher.removal import Removal, new_removal, next_step as removal_next, removal_refusal
@@ -281,6 +281,6 @@ def test_the_contract_s_components_are_the_plan_s():
     import typing
 
     from bke.contracts.membership import Component
-    from bke.plan.models import COMPONENTS
+    from bke.core.plan.models import COMPONENTS
 
     assert typing.get_args(Component) == COMPONENTS

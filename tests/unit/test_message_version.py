@@ -1,6 +1,6 @@
 """Messages carry their form's version (`bke-schema`): a consumer reads the current and older
 forms (converting through the registry) and refuses a newer one with a reason, never misreads
-it (bke.bus.message_version)."""
+it (bke.adapters.bus.message_version)."""
 from __future__ import annotations
 
 import base64
@@ -9,13 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from bke.bus.delivery import settle
-from bke.bus.handler import Out, typed
-from bke.bus.message_version import (
+from bke.adapters.bus.delivery import settle
+from bke.adapters.bus.handler import Out, typed
+from bke.adapters.bus.message_version import (
     TOO_NEW_TRIES, MessageTooNew, MessageTooOld, message_version, read_as_sent, read_message, set_delivery_headers,
 )
 from bke.contracts.base import MESSAGE_SCHEMA, SCHEMA_HEADER, Message, schema_headers
-from bke.errors import MalformedMessage
+from bke.core.errors import MalformedMessage
 
 
 class Ping(Message):

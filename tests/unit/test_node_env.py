@@ -10,17 +10,18 @@ import httpx
 import pytest
 import yaml
 
-from bke.artefacts import CNI_PLUGINS
-from bke.binary_placeholder import lab_binary_sha256
+from bke.core.artefacts import CNI_PLUGINS
+from bke.lab.standins.binary_placeholder import lab_binary_sha256
 from bke.contracts.agent import CheckHost, FetchFile, RunProgram, Step, SystemdUnit, WriteFile
-from bke.errors import TemporaryError
-from bke.plan import Plan, plan_spec_text
-from bke.render import RenderInputs, render_cluster
-from bke.render.host_files import HOST_VALIDATORS
-from bke.state.nodefiles import file_from_bytes
-from bke_dispatcher.checksums import HttpRepoChecksums, LabChecksums, artefact_urls
+from bke.core.errors import TemporaryError
+from bke.core.plan import Plan, plan_spec_text
+from bke.core.render import RenderInputs, render_cluster
+from bke.core.render.host_files import HOST_VALIDATORS
+from bke.core.state.nodefiles import file_from_bytes
+from bke.adapters.checksums import HttpRepoChecksums, artefact_urls
+from bke.lab.standins.checksums import LabChecksums
 from bke_dispatcher.steps import node_env_steps
-from bke.node_kernel import proxy_modules
+from bke.core.node_kernel import proxy_modules
 
 REPO = "http://repo.example:8080"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bke.plan import plan_spec_text
-from bke_dispatcher.labels import Marks, marks_from_record, node_patch, record, wanted
+from bke.core.plan import plan_spec_text
+from bke.adapters.cluster_api.labels import Marks, marks_from_record, node_patch, record, wanted
 
 CP_TAINT = ("node-role.kubernetes.io/control-plane", "", "NoSchedule")
 

@@ -1,8 +1,8 @@
-"""The operation slot's pure part (bke.state.operation_slot): the refusal names the holder in
+"""The operation slot's pure part (bke.adapters.state.operation_slot): the refusal names the holder in
 the project's words, and every kind the brief names (the upcoming "apply" included) is one."""
 from __future__ import annotations
 
-from bke.state.operation_slot import KINDS, Claim, Holder, holder_of, refusal
+from bke.adapters.state.operation_slot import KINDS, Claim, Holder, holder_of, refusal
 
 
 def test_refusal_names_the_holder_in_the_project_words():

@@ -8,7 +8,7 @@ import pytest
 
 from .test_pki_support import SPLIT, split_plan
 
-from bke.pki.instances import node_file_refs
+from bke.core.pki.instances import node_file_refs
 from bke_cli.main import main
 
 

@@ -1,4 +1,4 @@
-"""bke.pki.der writes leaf certificates by hand: here they must equal cryptography's own.
+"""bke.core.pki.der writes leaf certificates by hand: here they must equal cryptography's own.
 
 For the same serial, key, names, validity and extensions, the TBSCertificate bytes must be the
 ones ``x509.CertificateBuilder`` produces; RSA PKCS#1 v1.5 signatures are deterministic, so for an
@@ -17,10 +17,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from .test_pki_support import NOW, node_doc, openssl, plan_of
 
-from bke.pki import CaIntegrityError, IssueOptions, cert_info, der, ensure_pki
-from bke.pki.issuance import _ca_pem, _key_usage, _name, _signer
-from bke.pki.keys import generate_key, private_key_pem, public_key_pem, signature_hash
-from bke.spec.synth import synth_docs
+from bke.core.pki import CaIntegrityError, IssueOptions, cert_info, der, ensure_pki
+from bke.core.pki.issuance import _ca_pem, _key_usage, _name, _signer
+from bke.core.pki.keys import generate_key, private_key_pem, public_key_pem, signature_hash
+from bke.core.spec.synth import synth_docs
 
 ALGORITHMS = ["ECDSA-P256", "ECDSA-P384", "RSA-2048"]
 SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)

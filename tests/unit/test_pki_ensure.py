@@ -9,10 +9,10 @@ import pytest
 
 from .test_pki_support import NOW, SERIAL, SPLIT, SEED, cluster_config, edited, node_doc, seed_plan, split_issued, split_plan
 
-from bke.pki import CaIntegrityError, IssueOptions, cert_info, decide, desired_instances, ensure_pki, renew_before
-from bke.pki.ensure import validity_of
-from bke.pki.issuance import _issue_job, _make_keys_ahead
-from bke.pki.workers import WorkerPool
+from bke.core.pki import CaIntegrityError, IssueOptions, cert_info, decide, desired_instances, ensure_pki, renew_before
+from bke.core.pki.ensure import validity_of
+from bke.core.pki.issuance import _issue_job, _make_keys_ahead
+from bke.core.pki.workers import WorkerPool
 
 
 def _verdicts(result):  # type: ignore[no-untyped-def]
@@ -158,7 +158,7 @@ def test_worker_pool_path_gives_the_same_result(in_caller: bool) -> None:
 
 
 def test_report_round_trips_and_carries_no_key_bytes() -> None:
-    from bke.pki import CertsReport
+    from bke.core.pki import CertsReport
 
     report = split_issued().report
     text = report.model_dump_json(by_alias=True)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from .test_pki_support import SEED, SPLIT, cluster_config, edited, node_doc, seed_plan, split_plan
 
-from bke.pki import desired_instances, node_file_refs
-from bke.spec.roles import is_master
+from bke.core.pki import desired_instances, node_file_refs
+from bke.core.spec.roles import is_master
 
 PKI = "/etc/kubernetes/pki"
 NO_NODE_KEYS = {"front-proxy-ca", "etcd-ca", "etcd-data-peer-ca", "etcd-events-peer-ca", "etcd-pods-peer-ca"}

@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from .test_pki_support import NOW, openssl, plan_of
 
-from bke.pki import IssueOptions, KeyAlgorithmError, Validity, desired_instances, ensure_pki, generate_key, issue, key_algorithm_of
-from bke.spec.synth import synth_spec_text
+from bke.core.pki import IssueOptions, KeyAlgorithmError, Validity, desired_instances, ensure_pki, generate_key, issue, key_algorithm_of
+from bke.core.spec.synth import synth_spec_text
 
 
 def _check_key(pem: bytes, algorithm: str) -> None:

@@ -18,9 +18,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from .test_pki_support import NOW, openssl, split_issued, split_plan
 
-from bke.pki import Instance, cert_info, desired_instances
-from bke.pki.issuance import BACKDATE
-from bke.pki.kubeconfig import embedded_material
+from bke.core.pki import Instance, cert_info, desired_instances
+from bke.core.pki.issuance import BACKDATE
+from bke.core.pki.kubeconfig import embedded_material
 
 PURPOSES = {"server": ["sslserver"], "client": ["sslclient"], "server+client": ["sslserver", "sslclient"]}
 INSTANCES = desired_instances(split_plan())
@@ -124,8 +124,8 @@ def test_sa_key_pair_matches() -> None:
 # the placed ones; super-admin.conf (on no node) is rendered by cluster_kubeconfig, see test_pki_cli
 @pytest.mark.parametrize("inst", [i for i in LEAVES if i.spec.kind == "kubeconfig" and i.owner], ids=lambda i: i.id)
 def test_kubeconfigs_are_complete(inst: Instance) -> None:
-    from bke.pki import render_files
-    from bke.pki.instances import node_file_refs
+    from bke.core.pki import render_files
+    from bke.core.pki.instances import node_file_refs
 
     r = split_issued()
     refs = [f for f in node_file_refs(split_plan())[inst.owner] if f.instance == inst.id]

@@ -1,10 +1,10 @@
-"""bke.pki.pod_certs: a static pod's manifest carries the names of the certificates it reads, so
+"""bke.core.pki.pod_certs: a static pod's manifest carries the names of the certificates it reads, so
 new names restart it and nothing else does."""
 from __future__ import annotations
 
-from bke.pki.pod_certs import NAMES_ANNOTATION, POD_CERTS, names_digest, pod_of
-from bke.render.context import RenderInputs
-from bke.render.render import render_cluster
+from bke.core.pki.pod_certs import NAMES_ANNOTATION, POD_CERTS, names_digest, pod_of
+from bke.core.render.context import RenderInputs
+from bke.core.render.render import render_cluster
 
 from .upgrade_helpers import SEED, plan_of
 

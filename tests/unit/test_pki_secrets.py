@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bke.secrets import (
+from bke.core.secrets import (
     DecryptError,
     NotForThisKey,
     SealedDataError,

@@ -10,10 +10,11 @@ import pytest
 
 from .test_pki_support import NOW, SERIAL, SPLIT, edited, split_plan
 
-from bke.pki import DirStore, StoreError, ensure_cluster_pki, node_bundle
-from bke.pki.instances import node_file_refs
-from bke.plan import Plan
-from bke.secrets import SecretBox
+from bke.adapters.pki.store_dir import DirStore
+from bke.core.pki import StoreError, ensure_cluster_pki, node_bundle
+from bke.core.pki.instances import node_file_refs
+from bke.core.plan import Plan
+from bke.core.secrets import SecretBox
 
 
 @pytest.fixture

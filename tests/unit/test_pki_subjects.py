@@ -1,20 +1,20 @@
-"""Certificate subjects per Kubernetes release (bke.pki.subjects): what kubeadm of each release
+"""Certificate subjects per Kubernetes release (bke.core.pki.subjects): what kubeadm of each release
 issues, followed by the ensure step, the upgrade's renewal, the bootstrap RBAC and the diff."""
 from __future__ import annotations
 
 import pytest
 
-from bke.lifecycle.diff import diff_plans
-from bke.pki import ensure_pki
-from bke.pki.expiry import renewal_instances
-from bke.pki.instances import desired_instances
-from bke.pki.material import cert_info
-from bke.pki.store import Snapshot
-from bke.pki.subjects import RULES, dropped
-from bke.pki.table import CERTS, by_name
-from bke.rbac import bindings_for
-from bke.upgrade.certificates import rbac_before_renewal
-from bke.versions import KUBERNETES
+from bke.core.lifecycle.diff import diff_plans
+from bke.core.pki import ensure_pki
+from bke.core.pki.expiry import renewal_instances
+from bke.core.pki.instances import desired_instances
+from bke.core.pki.material import cert_info
+from bke.core.pki.store import Snapshot
+from bke.core.pki.subjects import RULES, dropped
+from bke.core.pki.table import CERTS, by_name
+from bke.core.rbac import bindings_for
+from bke.core.upgrade.certificates import rbac_before_renewal
+from bke.core.versions import KUBERNETES
 
 from .test_pki_support import NOW, SEED, SERIAL, plan_of
 
@@ -23,7 +23,7 @@ KUBELET_CLIENT_BINDING = "kubeadm:apiserver-kubelet-client"
 
 # What kubeadm of each release puts in apiserver-kubelet-client's O (certlist.go
 # KubeadmCertKubeletClient): the group from 1.29 (PR 121837), none from PR 138957 on - v1.37.0
-# and the cherry-picked v1.36.1 and v1.35.5. 1.33 and 1.34 keep it here (see bke.pki.subjects).
+# and the cherry-picked v1.36.1 and v1.35.5. 1.33 and 1.34 keep it here (see bke.core.pki.subjects).
 KUBEADM = [
     ("1.31.0", GROUP), ("1.31.9", GROUP), ("1.32.0", GROUP), ("1.32.9", GROUP), ("1.33.0", GROUP),
     ("1.33.9", GROUP), ("1.34.0", GROUP), ("1.34.9", GROUP), ("1.35.0", GROUP), ("1.35.4", GROUP),

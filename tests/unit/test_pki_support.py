@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from bke.pki import EnsureResult, IssueOptions, ensure_pki
-from bke.plan import Plan, plan_spec_text
+from bke.core.pki import EnsureResult, IssueOptions, ensure_pki
+from bke.core.plan import Plan, plan_spec_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SPLIT = ROOT / "examples" / "split-etcd.yaml"

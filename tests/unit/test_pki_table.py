@@ -1,11 +1,11 @@
 """The certificate table itself: CA-first order, links, placements, public surface."""
 from __future__ import annotations
 
-import bke.pki
-import bke.secrets
-from bke.paths import ETCD_CERT_DIRS
-from bke.pki import CERTS, by_name
-from bke.plan import COMPONENTS
+import bke.core.pki
+import bke.core.secrets
+from bke.core.paths import ETCD_CERT_DIRS
+from bke.core.pki import CERTS, by_name
+from bke.core.plan import COMPONENTS
 
 WHERE_WORDS = {"all", "master", "registers", "owner", *COMPONENTS}
 
@@ -78,7 +78,7 @@ def test_kubeconfig_rows_follow_kubeadm_identities_and_server_rules() -> None:
 
 
 def test_public_surface_is_exported() -> None:
-    for module in (bke.pki, bke.secrets):
+    for module in (bke.core.pki, bke.core.secrets):
         assert len(module.__all__) == len(set(module.__all__))
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name} missing"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from bke.plan import parse_overrides, plan_spec_text
+from bke.core.plan import parse_overrides, plan_spec_text
 
 from .spec_helpers import docs_with_roles, to_text
 

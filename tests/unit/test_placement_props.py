@@ -4,8 +4,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bke.plan import COMPONENTS, parse_overrides, plan_spec_text
-from bke.spec.roles import is_master
+from bke.core.plan import COMPONENTS, parse_overrides, plan_spec_text
+from bke.core.spec.roles import is_master
 
 from .spec_helpers import docs_with_roles, to_text
 

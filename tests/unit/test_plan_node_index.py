@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from bke.plan import Plan
+from bke.core.plan import Plan
 
 from .upgrade_helpers import SEED, plan_of
 

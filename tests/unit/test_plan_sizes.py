@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bke.plan import plan_spec_text
-from bke.spec.synth import synth_docs
+from bke.core.plan import plan_spec_text
+from bke.core.spec.synth import synth_docs
 from bke_cli.main import main as bke
 
 POD = "cluster.spec.clusterConfig.cluster.networking.podSubnet"

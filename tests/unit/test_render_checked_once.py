@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bke.render import InvalidOutputError
-from bke.render import render as render_module
-from bke.spec.synth import synth_spec_text
+from bke.core.render import InvalidOutputError
+from bke.core.render import render as render_module
+from bke.core.spec.synth import synth_spec_text
 
 from .test_render_support import plan_of, render
 

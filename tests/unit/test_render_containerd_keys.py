@@ -1,7 +1,7 @@
 """The version-3 key table (containerd 2.x): what we render passes it, a misspelt key does not.
 
 containerd 2.x ignores a key it does not know, and Debian's containerd (1.6) knows no version 3,
-so this table (cited from containerd's source in bke.render.containerd_keys) is the only check of
+so this table (cited from containerd's source in bke.core.render.containerd_keys) is the only check of
 the keys themselves.
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ import tomllib
 
 import pytest
 
-from bke.render.containerd_keys import IMAGES, RUNTIME, v3_key_problems
-from bke.render.validate import VALIDATORS
+from bke.core.render.containerd_keys import IMAGES, RUNTIME, v3_key_problems
+from bke.core.render.validate import VALIDATORS
 
 from .test_render_support import golden_spec, plan_of, render
 from .test_render_validation import EXPECT

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bke.flagrules import DENYLIST, go_bool
-from bke.plan import plan_spec_text
-from bke.render import DeniedFlagError
+from bke.core.flagrules import DENYLIST, go_bool
+from bke.core.plan import plan_spec_text
+from bke.core.render import DeniedFlagError
 
 from .test_render_support import flags, plan_of, plan_unchecked, pod, render, spec_text
 
@@ -101,7 +101,7 @@ def test_escape_hatch_is_per_component_when_qualified() -> None:
 
 
 def test_overrides_allowed_knowingly_are_still_syntax_checked() -> None:
-    from bke.render import InvalidOutputError
+    from bke.core.render import InvalidOutputError
 
     text = spec_text(NODES, endpoint=None, cluster={"apiServer": {"extraArgs": {
         "etcd-servers-overrides": "/registry/events#https://10.4.0.1:2379"}}, "allowUnsafeFlags": ["etcd-servers-overrides"]})

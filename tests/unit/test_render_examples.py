@@ -8,8 +8,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from bke.render import RenderInputs, render_cluster
-from bke.plan import plan_spec_text
+from bke.core.render import RenderInputs, render_cluster
+from bke.core.plan import plan_spec_text
 
 from .test_render_support import PASSWORD, versions_for
 

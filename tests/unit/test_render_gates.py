@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from bke.render import GATES, DeniedFlagError, UnsupportedVersionError, gate_open
-from bke.plan import plan_spec_text
-from bke.render.gates import VersionSet
-from bke.versions import parse_version
+from bke.core.render import GATES, DeniedFlagError, UnsupportedVersionError, gate_open
+from bke.core.plan import plan_spec_text
+from bke.core.render.gates import VersionSet
+from bke.core.versions import parse_version
 
 from .test_render_support import flags, plan_of, plan_unchecked, pod, render, spec_text
 

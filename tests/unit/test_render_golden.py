@@ -12,8 +12,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from bke.render import FILES, RenderedFile
-from bke.versions import KUBERNETES
+from bke.core.render import FILES, RenderedFile
+from bke.core.versions import KUBERNETES
 
 from .test_render_support import golden_spec, plan_of, render
 

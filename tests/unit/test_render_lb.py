@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from bke.pki.instances import desired_instances
-from bke.plan import plan_spec_text
-from bke.render import MissingInputError, RenderedCluster, generate_vrrp_password
-from bke.render.conf_parsers import parse_haproxy, parse_keepalived
+from bke.core.pki.instances import desired_instances
+from bke.core.plan import plan_spec_text
+from bke.core.render import MissingInputError, RenderedCluster, generate_vrrp_password
+from bke.core.render.conf_parsers import parse_haproxy, parse_keepalived
 
 from .test_render_support import plan_of, render, spec_text
 

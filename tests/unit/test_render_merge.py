@@ -4,7 +4,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bke.render import format_flags, merge_args
+from bke.core.render import format_flags, merge_args
 
 from .test_render_support import flags, plan_of, pod, render, spec_text
 

@@ -1,4 +1,4 @@
-"""bke.nodemap: a rendered static pod -> a command line runnable on a shared machine."""
+"""bke.core.nodemap: a rendered static pod -> a command line runnable on a shared machine."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bke.nodemap import NotRunnable, localize_pod
+from bke.core.nodemap import NotRunnable, localize_pod
 
 from .test_render_support import golden_spec, plan_of, pod, render
 

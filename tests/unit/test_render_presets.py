@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from bke.render import PRESETS, TIERS, ClusterFacts, preset_args, tier_for
-from bke.render.gates import VersionSet
-from bke.versions import parse_version
+from bke.core.render import PRESETS, TIERS, ClusterFacts, preset_args, tier_for
+from bke.core.render.gates import VersionSet
+from bke.core.versions import parse_version
 
 from .test_render_support import flags, plan_of, pod, render, spec_text
 

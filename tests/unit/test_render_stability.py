@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bke.render import diff_rendered
+from bke.core.render import diff_rendered
 
 from .test_render_support import golden_spec, plan_of, render, spec_text
 
@@ -43,7 +43,7 @@ def test_a_real_change_changes_the_digest_and_only_the_affected_files() -> None:
 
 def test_digest_is_the_same_under_another_hash_seed() -> None:
     code = ("import sys; sys.path.insert(0, 'tests/unit'); from pathlib import Path;"
-            "from bke.plan import plan_spec_text; from bke.render import render_cluster, RenderInputs;"
+            "from bke.core.plan import plan_spec_text; from bke.core.render import render_cluster, RenderInputs;"
             "p = plan_spec_text(Path(sys.argv[1]).read_text()).plan;"
             "print(render_cluster(p, RenderInputs(vrrp_password='g0ldenPw')).digest)")
     spec = ROOT / "examples" / "split-etcd.yaml"

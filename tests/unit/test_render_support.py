@@ -10,10 +10,10 @@ from typing import Any
 
 import yaml
 
-from bke.plan import Plan, build_plan, plan_spec_text
-from bke.render import RenderedCluster, RenderInputs, render_cluster
-from bke.spec import load_spec
-from bke.versions import KUBERNETES
+from bke.core.plan import Plan, build_plan, plan_spec_text
+from bke.core.render import RenderedCluster, RenderInputs, render_cluster
+from bke.core.spec import load_spec
+from bke.core.versions import KUBERNETES
 
 __all__ = ["GOLDEN_NODES", "PASSWORD", "flags", "golden_spec", "plan_of", "plan_unchecked", "pod", "render", "spec_text",
            "versions_for"]

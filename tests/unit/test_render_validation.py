@@ -11,13 +11,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from bke.render import InvalidOutputError
-from bke.render.gates import resolve_versions
-from bke.render.checks import check_overrides, hostpath_problems, probe_problems
-from bke.render.k8s_schema import strict_error, strict_valid
-from bke.render.params import SchedulerPod
-from bke.render.templates import template_set
-from bke.render.validate import VALIDATORS, Expect
+from bke.core.render import InvalidOutputError
+from bke.core.render.gates import resolve_versions
+from bke.core.render.checks import check_overrides, hostpath_problems, probe_problems
+from bke.core.render.k8s_schema import strict_error, strict_valid
+from bke.core.render.params import SchedulerPod
+from bke.core.render.templates import template_set
+from bke.core.render.validate import VALIDATORS, Expect
 
 from .test_render_support import golden_spec, plan_of, render, spec_text
 

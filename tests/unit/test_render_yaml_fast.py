@@ -1,11 +1,11 @@
-"""bke.render.yaml_fast gives exactly what yaml.load_all(CSafeLoader) gives."""
+"""bke.core.render.yaml_fast gives exactly what yaml.load_all(CSafeLoader) gives."""
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from bke.render.yaml_fast import load_all
-from bke.versions import KUBERNETES
+from bke.core.render.yaml_fast import load_all
+from bke.core.versions import KUBERNETES
 
 from .test_render_support import golden_spec, plan_of, render
 

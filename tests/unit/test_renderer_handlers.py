@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
-from bke.bus.handler import Out, parse, typed
+from bke.adapters.bus.handler import Out, parse, typed
 from bke.contracts import PlanCreated
 from bke.contracts.membership import MembershipEtcdJoin
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed, RenderManifests
-from bke.errors import MalformedMessage
-from bke.plan import Plan, plan_spec_text
-from bke.state import plan_digest
+from bke.core.errors import MalformedMessage
+from bke.core.plan import Plan, plan_spec_text
+from bke.adapters.state import plan_digest
 from bke_renderer.handlers import RendererHandlers
 
 SPEC = open("examples/seed-3m1w.yaml").read()
@@ -86,7 +86,7 @@ async def test_a_render_request_for_an_unknown_cluster_is_refused_not_raised():
 async def test_a_render_request_with_etcd_joins_renders_those_members_as_joins_and_a_bad_list_fails():
     """A join's etcd-only members: rendered with --initial-cluster-state=existing and the given list
     (the seed's master3 stands in for a joining member); a list without the member itself is a
-    failed event with the reason (bke.render.components.etcd_defaults), never a raise."""
+    failed event with the reason (bke.core.render.components.etcd_defaults), never a raise."""
     h, plan = _handlers()
     ec = plan.etcd_cluster("etcd-data")
     assert ec is not None

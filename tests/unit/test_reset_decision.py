@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bke.contracts.reset import ResetCluster
-from bke.plan import plan_spec_text
+from bke.core.plan import plan_spec_text
 from bke_dispatcher.engine import parse_command_id
 from bke_dispatcher.reset import Reset, apply_result, new_reset, next_step, refusal, reset_order, reset_step
 

@@ -1,4 +1,4 @@
-"""bke.state.restore_trust, the pure core: which keys are trust material, the docstring's table
+"""bke.adapters.state.restore_trust, the pure core: which keys are trust material, the docstring's table
 names every item of TRUST_ITEMS (they cannot drift), a backup-only identity is marked revoked
 when the kept authority revokes its key, and `bke state restore` prints where each item came
 from. Against a real Redis: tests/integration/test_state_backup.py."""
@@ -7,11 +7,11 @@ from __future__ import annotations
 import base64
 import json
 
-import bke.state.restore_trust as restore_trust
-from bke.auth.authority import new_authority
-from bke.secrets.at_rest import SecretBox
-from bke.state.keys import auth_authority_key, auth_identities_key
-from bke.state.restore_trust import TRUST_ITEMS, TrustDecision, decide_trust, trust_group
+import bke.adapters.state.restore_trust as restore_trust
+from bke.adapters.auth.authority import new_authority
+from bke.core.secrets.at_rest import SecretBox
+from bke.adapters.state.keys import auth_authority_key, auth_identities_key
+from bke.adapters.state.restore_trust import TRUST_ITEMS, TrustDecision, decide_trust, trust_group
 from bke_cli.state_cmd import trust_lines
 
 KEY = SecretBox(b"k" * 32)

@@ -6,10 +6,10 @@ import pytest
 
 from bke.contracts.agent import RestartStaticPod, SystemdUnit, WaitHealth, WriteFile
 from bke.contracts.certs import CertsRenewed, RenewedCertificate
-from bke.pki import node_file_refs
-from bke.pki.table import leaf_rows
-from bke.plan import plan_spec_text
-from bke.state.nodefiles import file_from_bytes
+from bke.core.pki import node_file_refs
+from bke.core.pki.table import leaf_rows
+from bke.core.plan import plan_spec_text
+from bke.core.state.nodefiles import file_from_bytes
 from bke_dispatcher.engine import parse_command_id
 from bke_dispatcher.reload import RELOADS, reload_for
 from bke_dispatcher.rotation import (

@@ -1,11 +1,11 @@
-"""The reconcile runner's coalescing window (bke.runner): ordinary kicks wait it out, a kick
+"""The reconcile runner's coalescing window (bke.adapters.runner): ordinary kicks wait it out, a kick
 `at_once` (the upgrader's last answer of a batch) does not, even one arriving inside it."""
 from __future__ import annotations
 
 import asyncio
 import time
 
-from bke.runner import Outcome, Runner
+from bke.adapters.runner import Outcome, Runner
 
 WINDOW_S = 3.0  # far longer than a pass here, so waiting it out shows
 

@@ -5,9 +5,9 @@ import pytest
 
 from pathlib import Path
 
-from bke.plan import plan_spec_text
-from bke.spec import MAX_NODES, MAX_SPEC_BYTES
-from bke.spec.loader import load_spec
+from bke.core.plan import plan_spec_text
+from bke.core.spec import MAX_NODES, MAX_SPEC_BYTES
+from bke.core.spec.loader import load_spec
 
 from .spec_helpers import docs_with_roles, to_text
 

@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import pytest
-from bke.ssh import (
+from bke.adapters.ssh import (
     BootstrapParams,
     HostKeyRefused,
     SshAuthRefused,

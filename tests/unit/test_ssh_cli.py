@@ -74,7 +74,7 @@ def test_bad_nats_url_exits_2_without_echoing_it(capsys):
 def test_dry_run_with_the_bundle_uploads_the_archive_of_each_nodes_arch(capsys, tmp_path):
     import hashlib
 
-    from bke.artefacts import agent_artefacts
+    from bke.core.artefacts import agent_artefacts
     art = agent_artefacts("amd64")[0]  # the example's nodes are amd64 (the spec's default arch)
     (tmp_path / art.path).parent.mkdir(parents=True)
     (tmp_path / art.path).write_bytes(b"archive")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bke.auth import agent_permissions, new_authority
-from bke.ssh.bootstrap import describe_steps
-from bke.ssh.layout import CREDS_PATH
-from bke.ssh.plan import BootstrapParams, Inline, bootstrap_steps
+from bke.adapters.auth import agent_permissions, new_authority
+from bke.adapters.ssh.bootstrap import describe_steps
+from bke.adapters.ssh.layout import CREDS_PATH
+from bke.adapters.ssh.plan import BootstrapParams, Inline, bootstrap_steps
 
 WHEEL = Path("bke-0.1.0-py3-none-any.whl")
 

@@ -7,7 +7,7 @@ import hmac
 
 import asyncssh
 import pytest
-from bke.ssh import (
+from bke.adapters.ssh import (
     Expectation,
     KnownHostsPolicy,
     PinnedPolicy,

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from bke.ssh import (
+from bke.adapters.ssh import (
     AgentFiles,
     BootstrapParams,
     LocalFile,

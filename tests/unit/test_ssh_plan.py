@@ -5,8 +5,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from bke import ssh
-from bke.ssh import (
+from bke.adapters import ssh
+from bke.adapters.ssh import (
     SUDO,
     AgentFiles,
     BootstrapParams,
@@ -186,8 +186,8 @@ def test_dry_run_text_shows_every_command_exactly_and_never_the_env_file():
 
 def test_docs_table_is_generated_from_the_steps():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "agent-bootstrap.md").read_text()
-    start, end = "<!-- generated: bke.ssh.steps_markdown -->\n", "<!-- end generated -->"
+    start, end = "<!-- generated: bke.adapters.ssh.steps_markdown -->\n", "<!-- end generated -->"
     table = doc[doc.index(start) + len(start):doc.index(end)]
     steps = bootstrap_steps(BootstrapParams("prod", "n1", "nats://10.0.0.9:4222", Path("bke-0.1.0-py3-none-any.whl"),
                                             Path("requirements.txt")))
-    assert table.strip() == steps_markdown(steps).strip(), "regenerate the table in docs/agent-bootstrap.md with bke.ssh.steps_markdown"
+    assert table.strip() == steps_markdown(steps).strip(), "regenerate the table in docs/agent-bootstrap.md with bke.adapters.ssh.steps_markdown"

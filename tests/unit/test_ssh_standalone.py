@@ -6,11 +6,11 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from bke.artefacts import agent_artefacts
-from bke.bundle import UPSTREAMS, apply_overrides, bundle_artefacts, published_sha256, spec_for_versions
-from bke.pythons import STANDALONE
-from bke.spec.loader import load_spec
-from bke.ssh import (
+from bke.core.artefacts import agent_artefacts
+from bke.adapters.bundle import UPSTREAMS, apply_overrides, bundle_artefacts, published_sha256, spec_for_versions
+from bke.core.pythons import STANDALONE
+from bke.core.spec.loader import load_spec
+from bke.adapters.ssh import (
     PYTHON_BIN,
     BootstrapParams,
     LocalFile,
@@ -140,9 +140,9 @@ def test_standalone_source_refuses_a_damaged_or_missing_archive(tmp_path):
 
 
 def test_docs_bundled_table_is_generated_from_the_steps():
-    from bke.ssh import steps_markdown
+    from bke.adapters.ssh import steps_markdown
     doc = (Path(__file__).resolve().parents[2] / "docs" / "agent-bootstrap.md").read_text()
-    start, end = "<!-- generated: bke.ssh.steps_markdown, bundled python -->\n", "<!-- end generated, bundled python -->"
+    start, end = "<!-- generated: bke.adapters.ssh.steps_markdown, bundled python -->\n", "<!-- end generated, bundled python -->"
     table = doc[doc.index(start) + len(start):doc.index(end)]
     src = StandaloneSource("0" * 64, url=f"http://10.0.0.5:40080/python/{STANDALONE.version}/linux/amd64/python.tar.gz")
     steps = [s for s in bootstrap_steps(params(standalone=src))

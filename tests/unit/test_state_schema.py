@@ -1,4 +1,4 @@
-"""The stored-data table and the pure core of a conversion (bke.state.schema, bke.state.conversion):
+"""The stored-data table and the pure core of a conversion (bke.core.state.schema, bke.adapters.state.conversion):
 every key is in the inventory, the readers' rule, the converter chain, the minimal writes."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bke.pki.manifest import Manifest
-from bke.state import keys
-from bke.state.conversion import CONVERTERS, ConversionError, Converter, Write, convert, header_version, register, writes
-from bke.state.schema import (
+from bke.core.pki.manifest import Manifest
+from bke.adapters.state import keys
+from bke.adapters.state.conversion import CONVERTERS, ConversionError, Converter, Write, convert, header_version, register, writes
+from bke.core.state.schema import (
     RECORDS,
     UNVERSIONED,
     StoredVersionTooNew,
@@ -39,7 +39,7 @@ def _fixture_record(kind_name: str) -> dict:
 
 
 def _key_names() -> list[str]:
-    """Every key bke.state.keys can name, with sample arguments."""
+    """Every key bke.adapters.state.keys can name, with sample arguments."""
     names = []
     for fn_name in keys.__all__:
         fn = getattr(keys, fn_name)
@@ -110,7 +110,7 @@ def test_version_0_of_the_fixture_converts_by_stamping_the_header_alone(kind_nam
     if kind.slot.form == "hash":
         assert todo == [Write(kind.slot.key, "hset", ({"schemaVersion": "1"},))]
     assert convert(kind, new, kind.current, CONVERTERS) == (new, ())  # converting again: nothing
-    for c in chain:  # every registered converter is idempotent (see bke.state.conversion)
+    for c in chain:  # every registered converter is idempotent (see bke.adapters.state.conversion)
         assert c.fn(c.fn(old)) == c.fn(old)
 
 

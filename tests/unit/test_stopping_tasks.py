@@ -1,14 +1,14 @@
-"""A stop that a swallowed cancellation cannot hang (bke.tasks): the reconcile runner and the
+"""A stop that a swallowed cancellation cannot hang (bke.adapters.tasks): the reconcile runner and the
 periodic rounds end within their bound even when their work eats the CancelledError."""
 from __future__ import annotations
 
 import asyncio
 import time
 
-from bke.periodic import Periodic
-from bke.tasks import cancel_and_wait
+from bke.adapters.periodic import Periodic
+from bke.adapters.tasks import cancel_and_wait
 from bke_dispatcher.engine import Outcome
-from bke_dispatcher.runner import Runner
+from bke.adapters.runner import Runner
 
 
 class SwallowingEngine:

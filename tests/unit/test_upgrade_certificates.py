@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 
 from bke.contracts.agent import NewFile, ReplaceFiles
-from bke.state.nodefiles import NodeFile
-from bke.upgrade import Change, change_of, expand_order, resolve_target
-from bke.upgrade.certificates import CERT_STEPS, cert_files, node_cert_paths, renewed_instances
-from bke.upgrade.node_commands import node_upgrade_steps
+from bke.core.state.nodefiles import NodeFile
+from bke.core.upgrade import Change, change_of, expand_order, resolve_target
+from bke.core.upgrade.certificates import CERT_STEPS, cert_files, node_cert_paths, renewed_instances
+from bke.core.upgrade.node_commands import node_upgrade_steps
 
 from .test_upgrader_requests import _renders
 from .upgrade_helpers import SEED, SPLIT, plan_of
@@ -45,7 +45,7 @@ def test_nodes_left_out_keep_their_certificates() -> None:
 
 
 def test_every_row_of_the_table_is_a_certificate_row() -> None:
-    from bke.pki.table import by_name
+    from bke.core.pki.table import by_name
 
     for step, rows in CERT_STEPS.items():
         for row in rows:
@@ -55,7 +55,7 @@ def test_every_row_of_the_table_is_a_certificate_row() -> None:
 def _sealed_set(p, host: str) -> list[NodeFile]:
     """A node's file set as the certs service stores it: public files clear, secret ones sealed
     (a stand-in ciphertext here: only its passing through untouched matters)."""
-    from bke.pki import node_file_refs
+    from bke.core.pki import node_file_refs
 
     out = []
     for ref in node_file_refs(p, [host])[host]:

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from bke.upgrade import CHECKS, Facts, resolve_target, upgrade_findings
+from bke.core.upgrade import CHECKS, Facts, resolve_target, upgrade_findings
 
 from .upgrade_helpers import SEED, SPLIT, plan_of
 

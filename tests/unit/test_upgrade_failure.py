@@ -1,11 +1,11 @@
-"""A pass the upgrader cannot carry out ends the run (bke.upgrade.failure): the reason names the
+"""A pass the upgrader cannot carry out ends the run (bke.core.upgrade.failure): the reason names the
 step and the node, the record says Failed, and nothing more is decided."""
 from __future__ import annotations
 
-from bke.errors import PermanentError
-from bke.upgrade import change_of, expand_order, resolve_target
-from bke.upgrade.failure import UPGRADER_STEP, abort_run, error_text
-from bke.upgrade.run import UpgradeRun, decide, finish, mark_local, mark_sent, new_run
+from bke.core.errors import PermanentError
+from bke.core.upgrade import change_of, expand_order, resolve_target
+from bke.core.upgrade.failure import UPGRADER_STEP, abort_run, error_text
+from bke.core.upgrade.run import UpgradeRun, decide, finish, mark_local, mark_sent, new_run
 
 from .upgrade_helpers import SPLIT, plan_of
 

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from bke.plan import plan_spec_text
-from bke.spec.synth import synth_spec_text
-from bke.upgrade import ORDER, Change, expand_order, parse_max_unavailable
+from bke.core.plan import plan_spec_text
+from bke.core.spec.synth import synth_spec_text
+from bke.core.upgrade import ORDER, Change, expand_order, parse_max_unavailable
 
 from .upgrade_helpers import SEED, SPLIT, plan_of
 
@@ -121,6 +121,6 @@ def test_5000_nodes_expand_fast_and_bounded(big_plan) -> None:
 
 
 def test_public_surface_resolves() -> None:
-    import bke.upgrade
+    import bke.core.upgrade
 
-    assert all(hasattr(bke.upgrade, name) for name in bke.upgrade.__all__)
+    assert all(hasattr(bke.core.upgrade, name) for name in bke.core.upgrade.__all__)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from bke.upgrade import ETCD_MIN_PATCH, PATH_RULES, UpgradeRequestError, path_findings, resolve_target
-from bke.versions import KUBERNETES, parse_version
+from bke.core.upgrade import ETCD_MIN_PATCH, PATH_RULES, UpgradeRequestError, path_findings, resolve_target
+from bke.core.versions import KUBERNETES, parse_version
 
 from .upgrade_helpers import SEED, SPLIT, plan_of
 

@@ -1,4 +1,4 @@
-"""bke.upgrade.quorum: the verdict on one sample (table-driven), and the sampler's reading of
+"""bke.adapters.upgrade.quorum: the verdict on one sample (table-driven), and the sampler's reading of
 etcd's answers (/health, /v3/maintenance/status) through httpx's mock transport (no network)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from bke.upgrade.quorum import Dip, MemberEndpoints, MemberSample, QuorumSample, QuorumSampler, dips, majority, verdict
+from bke.adapters.upgrade.quorum import Dip, MemberEndpoints, MemberSample, QuorumSample, QuorumSampler, dips, majority, verdict
 
 
 def _sample(*healthy: bool, at: float = 0.0, leaders: tuple[int, ...] = ()) -> QuorumSample:

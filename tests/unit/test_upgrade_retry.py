@@ -1,4 +1,4 @@
-"""Nodes an upgrade leaves behind, and their retry: bke.upgrade.node_versions and bke.upgrade.retry.
+"""Nodes an upgrade leaves behind, and their retry: bke.core.upgrade.node_versions and bke.core.upgrade.retry.
 
 Per node, a finished run records what its components run; `decide_retry` completes the upgrade
 for named nodes that are behind, with the same order and batches restricted to them, and
@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from bke.spec.roles import is_master
-from bke.upgrade import change_of, expand_order, resolve_target
-from bke.upgrade.node_versions import NodeVersion, settled, stopped_batch_ids
-from bke.upgrade.retry import RetryPlan, decide_retry, retry_run
-from bke.upgrade.run import UpgradeRun, new_run, upgrade_command_id
+from bke.core.spec.roles import is_master
+from bke.core.upgrade import change_of, expand_order, resolve_target
+from bke.core.upgrade.node_versions import NodeVersion, settled, stopped_batch_ids
+from bke.core.upgrade.retry import RetryPlan, decide_retry, retry_run
+from bke.core.upgrade.run import UpgradeRun, new_run, upgrade_command_id
 
 from .test_upgrade_run import _drive
 from .upgrade_helpers import SPLIT, plan_of

@@ -1,4 +1,4 @@
-"""The running upgrade's pure core (bke.upgrade.run): which decision comes next, how answers are
+"""The running upgrade's pure core (bke.core.upgrade.run): which decision comes next, how answers are
 folded, what a failure or a rollback does, and that a re-run of any pass is harmless."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import asdict
 
 import pytest
 
-from bke.upgrade import change_of, expand_order, resolve_target
-from bke.upgrade.run import (
+from bke.core.upgrade import change_of, expand_order, resolve_target
+from bke.core.upgrade.run import (
     UpgradeRun,
     awaited_ids,
     decide,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bke.contracts.agent import CheckHost, UpdateAgent
-from bke.upgrade.node_commands import node_upgrade_steps
+from bke.core.upgrade.node_commands import node_upgrade_steps
 from bke_upgrader.agent_release import ReleaseError, load_release, release_from
 
 from .upgrade_helpers import SEED, plan_of

@@ -2,9 +2,9 @@
 that differ, read by node_commands exactly as the whole renders are."""
 from __future__ import annotations
 
-from bke.upgrade import resolve_target
-from bke.upgrade.node_commands import changed_files
-from bke.upgrade.target_plan import target_plan
+from bke.core.upgrade import resolve_target
+from bke.core.upgrade.node_commands import changed_files
+from bke.core.upgrade.target_plan import target_plan
 from bke_upgrader.render_child import changed_only, render_by_node
 
 from .upgrade_helpers import SPLIT, plan_of

@@ -1,5 +1,5 @@
 """The upgrader's request decision (bke_upgrader.requests) and each step's node commands
-(bke.upgrade.node_commands): pure functions of the plans, renders and facts."""
+(bke.core.upgrade.node_commands): pure functions of the plans, renders and facts."""
 from __future__ import annotations
 
 import base64
@@ -9,10 +9,10 @@ import pytest
 
 from bke.contracts.agent import CheckHost, ReplaceFiles, WaitHealth
 from bke.contracts.upgrade import UpgradeAccepted, UpgradeCluster, UpgradeRejected
-from bke.render import RenderInputs, render_cluster
-from bke.upgrade import Facts, resolve_target
-from bke.upgrade.node_commands import changed_files, node_upgrade_steps
-from bke.upgrade.target_plan import target_plan
+from bke.core.render import RenderInputs, render_cluster
+from bke.core.upgrade import Facts, resolve_target
+from bke.core.upgrade.node_commands import changed_files, node_upgrade_steps
+from bke.core.upgrade.target_plan import target_plan
 from bke_upgrader.requests import decide_request, parse_request
 
 from .upgrade_helpers import SEED, SPLIT, plan_of
@@ -116,7 +116,7 @@ def test_the_runtime_step_carries_changed_binaries_and_configs_and_restarts_both
     p = plan_of(SEED)
     new, old, newf = _renders(p)
     worker = next(n for n in p.nodes if "kube-apiserver" not in n.components).hostname
-    from bke.checksums import artefact_urls
+    from bke.adapters.checksums import artefact_urls
 
     sums = {u: "0" * 64 for u in artefact_urls(new)}
     (rt,) = node_upgrade_steps("workers", "", p, new, worker, old[worker], newf[worker], sums)
@@ -132,7 +132,7 @@ def test_a_batchs_binaries_memo_gives_each_node_what_it_gets_without_one():
     and the memo holds one entry per kind of node (arch, registers), not one per node."""
     p = plan_of(SEED)
     new, old, newf = _renders(p)
-    from bke.checksums import artefact_urls
+    from bke.adapters.checksums import artefact_urls
 
     sums = {u: "0" * 64 for u in artefact_urls(new)}
     memo: dict = {}

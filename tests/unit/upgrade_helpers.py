@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bke.plan import Plan, plan_spec_text
+from bke.core.plan import Plan, plan_spec_text
 
 __all__ = ["SEED", "SPLIT", "events_spec", "plan_of"]
 

@@ -6,7 +6,7 @@ so a timeout must report the last answer ("HTTP 500", "connection refused"), not
 
 What it reports is the status code, whether the expected text was in the body, and how long
 the answer took; never the body itself. A probe's URL and TLS files are limited to the node's
-own component endpoints and BKE's PKI (bke.host_actions.endpoints, checked on the command
+own component endpoints and BKE's PKI (bke.core.host_actions.endpoints, checked on the command
 before it runs), and its answer carries nothing of what the endpoint said beyond its status.
 """
 from __future__ import annotations

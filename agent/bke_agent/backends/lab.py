@@ -4,7 +4,7 @@ Why each step behaves as it does here:
 * files: written anywhere under the root, never out of it (`..`, symlinks) and never into the
   agent's own state or the lab's control files; owners are not applied (the lab is one user);
 * `FetchFile`: by default the lab has no httpRepo. The agent writes
-  `bke.binary_placeholder.lab_binary_bytes(url)` (a tiny `#!/bin/sh ... exit 0` script naming the
+  `bke.lab.standins.binary_placeholder.lab_binary_bytes(url)` (a tiny `#!/bin/sh ... exit 0` script naming the
   URL) and checks it against the step's sha256; the dispatcher's lab mode computes the same bytes'
   sha256 from the same URL, so a wrong URL or checksum still fails the step. With
   `fetch="download"` (`bke lab install --http-repo URL`, a bundle served by `bke bundle serve`)
@@ -53,8 +53,8 @@ from bke.contracts.agent import (
     CheckHost, EtcdSnapshot, FetchFile, NewFile, RemoveFile, RestartStaticPod, RunProgram,
     Step, SystemdUnit, TlsFiles, WaitHealth, WriteFile,
 )
-from bke.binary_placeholder import lab_binary_bytes
-from bke.runtime.binaries import MissingBinaryError, etcdutl_bin
+from bke.lab.standins.binary_placeholder import lab_binary_bytes
+from bke.adapters.runtime.binaries import MissingBinaryError, etcdutl_bin
 
 from ..errors import PermanentStepError, StepError
 from ..fsutil import write_atomic
@@ -232,7 +232,7 @@ class LabBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repla
         if actual != step.sha256.lower():
             raise PermanentStepError(
                 f"{step.url}: sha256 {step.sha256} does not match the lab placeholder's {actual} "
-                "(the lab writes bke.binary_placeholder.lab_binary_bytes(url) instead of downloading)")
+                "(the lab writes bke.lab.standins.binary_placeholder.lab_binary_bytes(url) instead of downloading)")
         out = ensure_file(local, lambda: data, actual, step.mode, node_path=step.path)
         return StepOutcome(out.status, stdout=f"lab: placeholder for {step.url} at {step.path} ({out.status})\n")
 

@@ -14,7 +14,7 @@ of it. Both are "a root plus allowed prefixes", so both get the same checks:
 Together with signed commands (verify.py) and the program allow-list (programs.py) this bounds
 what even a compromised dispatcher can do to a node: our files, our units, our binaries. Which
 kind of command may write which of them (a unit, a binary, a static pod manifest, a script) is
-bke.host_actions' table, checked on the whole command before it runs (agent loop).
+bke.core.host_actions' table, checked on the whole command before it runs (agent loop).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from ..errors import PathRefused
 __all__ = ["HOST_WRITE_DIRS", "HOST_WRITE_TABLE", "PathPolicy"]
 
 # What the host backend may write, each with the work that needs it (what the renderer's
-# layout, bke.render.layout, and the dispatcher's steps write; nothing else). A pattern that
+# layout, bke.core.render.layout, and the dispatcher's steps write; nothing else). A pattern that
 # names a file (no directory below it) allows that file only.
 HOST_WRITE_TABLE: tuple[tuple[str, str], ...] = (
     ("/etc/kubernetes", "kubeadm's layout: pki/, the kubeconfigs, static pod manifests/"),
@@ -42,9 +42,9 @@ HOST_WRITE_TABLE: tuple[tuple[str, str], ...] = (
     ("/usr/local/bin/crictl", "crictl, where cri-tools' release tarball is unpacked (registered nodes)"),
     ("/opt/cni/bin", "the standard CNI plugins, where kubelet and calico look for them (registered nodes)"),
     ("/etc/crictl.yaml", "crictl's configuration: containerd's socket (only that file)"),
-    ("/etc/modules-load.d/bke.conf", "the kernel modules loaded at boot (bke.node_kernel; only our file)"),
-    ("/etc/modules-load.d/bke-old-kernel.conf", "modules only a kernel before 4.19 names (bke.node_kernel; only our file)"),
-    ("/etc/sysctl.d/99-bke.conf", "the kernel parameters applied at boot (bke.node_kernel; only our file)"),
+    ("/etc/modules-load.d/bke.conf", "the kernel modules loaded at boot (bke.core.node_kernel; only our file)"),
+    ("/etc/modules-load.d/bke-old-kernel.conf", "modules only a kernel before 4.19 names (bke.core.node_kernel; only our file)"),
+    ("/etc/sysctl.d/99-bke.conf", "the kernel parameters applied at boot (bke.core.node_kernel; only our file)"),
     ("/usr/bin/kubelet", "the kubelet binary, where the distribution packages put it"),
     ("/usr/bin/kubectl", "the kubectl binary, where the distribution packages put it"),
     ("/etc/haproxy", "the control-plane load balancer's haproxy.cfg"),

@@ -8,7 +8,7 @@ an absolute argv[0] must be exactly such a file. Shells and interpreters are nev
 (`NEVER` names them so that a refusal says why). The step's `env` may not change how a program
 is loaded or found (`FORBIDDEN_ENV`: `LD_*`, `PATH`, shell start-up files, MODPROBE_OPTIONS...).
 Which command kinds may run which of them, and with which arguments (modprobe: module names
-only; sysctl: BKE's own file), is bke.host_actions', checked on the command before it runs.
+only; sysctl: BKE's own file), is bke.core.host_actions', checked on the command before it runs.
 
 The install's node-env phase runs modprobe, sysctl and swapoff (files, units, downloads and
 health checks are their own step types); the rest of the table is what day-2 work on a node needs.

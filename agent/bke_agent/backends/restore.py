@@ -9,7 +9,7 @@ removed):
     1. the snapshot is asked for piece by piece from the upgrader (`RestoreReceiver`), each piece
        sealed to this agent's key, and kept sealed in the agent's state dir;
     2. opened into a private clear file (0600), checked against the sha256 of the signed command
-       and etcd's own trailing hash (bke.etcdsnap.delivery);
+       and etcd's own trailing hash (bke.adapters.etcdsnap.delivery);
     3. the member's data dir moved aside (kept: the restore can be undone by hand); a dir left by
        a restore cut short is removed when the aside dir already holds the original;
     4. `etcdutl snapshot restore` with the step's values, revisions bumped and marked compacted
@@ -33,8 +33,8 @@ from nats.errors import TimeoutError as NatsTimeout
 from bke.contracts.agent import PARKED_DIR, ParkStaticPod, RestoreEtcdMember, node_token
 from bke.contracts.restore import GetRestorePiece, RestorePiece, restore_piece_subject
 from bke.contracts.status import StatusError
-from bke.errors import PermanentError
-from bke.etcdsnap.delivery import open_received, receive_frames
+from bke.core.errors import PermanentError
+from bke.adapters.etcdsnap.delivery import open_received, receive_frames
 
 from ..errors import PermanentStepError, StepError
 from ..fsutil import fsync_dir

@@ -10,9 +10,9 @@ Order (each step returns early on failure, and the clear file is always removed)
        because it usually shares a disk with etcd's data dir, and an etcd whose disk fills
        stops taking writes (its NOSPACE alarm) in the middle of an upgrade;
     2. Maintenance/Snapshot over the gRPC gateway into a private file (0600, agent state dir);
-    3. etcd's own trailing sha256 checked (bke.etcdsnap.etcd_stream), the file's sha256 taken;
+    3. etcd's own trailing sha256 checked (bke.adapters.etcdsnap.etcd_stream), the file's sha256 taken;
     4. sealed piece by piece to the step's recipient key and published as one object with its
-       record (bke.etcdsnap.upload): publishes only, what the agent's bus identity allows.
+       record (bke.adapters.etcdsnap.upload): publishes only, what the agent's bus identity allows.
 The clear snapshot never leaves the node and never reaches a log or a step's output.
 """
 from __future__ import annotations
@@ -32,12 +32,12 @@ from nats.js import JetStreamContext
 from nats.js.errors import NoStreamResponseError
 
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, EtcdSnapshot
-from bke.etcdsnap.etcd_stream import EtcdSnapshotError, check_etcd_hash, decode_line
-from bke.etcdsnap.records import SnapshotRecord, record_bytes, record_headers
-from bke.etcdsnap.sealed_stream import seal_stream
-from bke.etcdsnap.upload import publish_object
-from bke.secrets.sealing import agent_key_id
-from bke.secrets.snapshot_key import SnapshotKeyError, recipient_from_b64
+from bke.adapters.etcdsnap.etcd_stream import EtcdSnapshotError, check_etcd_hash, decode_line
+from bke.core.etcdsnap.records import SnapshotRecord, record_bytes, record_headers
+from bke.core.etcdsnap.sealed_stream import seal_stream
+from bke.adapters.etcdsnap.upload import publish_object
+from bke.core.secrets.sealing import agent_key_id
+from bke.core.secrets.snapshot_key import SnapshotKeyError, recipient_from_b64
 
 from ..errors import PermanentStepError, StepError
 from ..identity import AgentIdentity
@@ -98,7 +98,7 @@ class SnapshotTaker:
         except EtcdSnapshotError as exc:
             raise StepError(str(exc)) from None
         except NoStreamResponseError:
-            # the deploy step declares the store (bke.bus.streams.ensure_buckets); the agent may
+            # the deploy step declares the store (bke.adapters.bus.streams.ensure_buckets); the agent may
             # not make it (no JetStream API on it)
             raise StepError(f"the snapshot store {self.bucket!r} does not exist on the bus; nothing was stored") from None
         finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from bke.paths import KUBELET_CONFIG
+from bke.core.paths import KUBELET_CONFIG
 
 from ..lablayout import LabLayout
 from .httpd import HealthServer

@@ -3,7 +3,7 @@
 Why a copy of the config: haproxy reads its listeners from its file, not its command line, so the
 rules every lab pod follows are applied to a copy in the pod's run directory:
 
-- a loopback listener moves onto the node's own address (as bke.nodemap does for flags):
+- a loopback listener moves onto the node's own address (as bke.core.nodemap does for flags):
   `bind 127.0.0.1:8404`, the monitor endpoint the pod's probe asks, becomes `bind <node ip>:8404`;
 - a listener on every address (`bind *:36443`, the control-plane endpoint's frontend) binds the
   VIP instead, the address keepalived.conf's `virtual_ipaddress` names. On a real host `*` covers

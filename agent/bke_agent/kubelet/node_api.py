@@ -27,7 +27,7 @@ import yaml
 
 from bke.lab.kwok_nodes import kubeconfig_tls
 from bke.lab.node_object import KubeletFlags, kubelet_flags, node_object
-from bke.paths import KUBELET_CONFIG
+from bke.core.paths import KUBELET_CONFIG
 
 from ..lablayout import LabLayout
 

@@ -1,6 +1,6 @@
 """What the kubelet stand-in needs to know about one static pod, read from its manifest.
 
-Why through `bke.nodemap`: it is the one place that turns a rendered pod into something
+Why through `bke.core.nodemap`: it is the one place that turns a rendered pod into something
 runnable on a shared machine (host paths into the node tree through the pod's hostPath
 volumes, loopback listeners onto the node's own address), so the stand-in sees exactly what
 the renderer's own tests see. On top of it the stand-in checks what a real node would trip
@@ -29,8 +29,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from bke.nodemap import LocalPod, NotRunnable, localize_pod
-from bke.runtime.binaries import MissingBinaryError, etcd_bin
+from bke.core.nodemap import LocalPod, NotRunnable, localize_pod
+from bke.adapters.runtime.binaries import MissingBinaryError, etcd_bin
 
 from ..lablayout import image_version
 

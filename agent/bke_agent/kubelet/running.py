@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from bke.runtime.processes import ManagedProcess, stop_pid
+from bke.adapters.runtime.processes import ManagedProcess, stop_pid
 
 from ..lablayout import LabLayout, image_version
 from .httpd import HealthServer, self_signed_pair, server_context

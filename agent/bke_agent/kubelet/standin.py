@@ -38,7 +38,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
-from bke.runtime.processes import pid_cwd, stop_pid
+from bke.adapters.runtime.processes import pid_cwd, stop_pid
 
 from ..fsutil import write_atomic
 from ..lablayout import LabLayout

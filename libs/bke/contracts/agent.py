@@ -3,7 +3,7 @@
 A command is for one node: an id, ordered typed steps, and the dispatcher's Ed25519 signature
 over its canonical bytes (`signing_bytes`), valid from `issued_at` to `expires_at`, and bound to
 the receiving agent's key and the cluster's incarnation; an agent runs nothing else
-(bke.secrets.signing, bke.secrets.binding; agent/bke_agent/verify.py). Commands and
+(bke.core.secrets.signing, bke.core.secrets.binding; agent/bke_agent/verify.py). Commands and
 steps are idempotent: an agent that already completed a command id answers with the
 stored result (`replayed=True`) and runs nothing. Files that carry private keys travel
 `sealed` to the receiving agent's X25519 key; nothing on the bus holds them in clear.
@@ -91,7 +91,7 @@ AGENT_PREFIX = "bke.v1.agent"
 # The subject kind of an answer to a command the upgrader issued (`issuer="upgrader"`: upgrades,
 # changed specs, etcd restores). Why apart from `result`: the dispatcher's consumer no longer
 # receives (and drops) them, 15,000 deliveries and acks in a 5,000-node upgrade. An agent whose
-# identity predates it answers on `result`, which the upgrader reads too (bke.auth.creds).
+# identity predates it answers on `result`, which the upgrader reads too (bke.adapters.auth.creds).
 UPGRADER_RESULT = "upgrader-result"
 HEARTBEAT_PREFIX = "bke.v1.heartbeat"  # outside the agent stream: heartbeats are not kept
 OUTPUT_LIMIT = 4096  # bytes of stdout/stderr kept per step
@@ -147,7 +147,7 @@ class _Step(Message):
     backoff_s: float = Field(1.0, ge=0, le=300)
     # "MAJOR.MINOR": the step is for kernels older than that only; on a newer kernel (`uname -r`,
     # which the preflight reports) the agent answers Skipped without running it. For what a
-    # kernel names differently (bke.node_kernel: nf_conntrack_ipv4 before 4.19). Left out of
+    # kernel names differently (bke.core.node_kernel: nf_conntrack_ipv4 before 4.19). Left out of
     # the body when unset, as `bke.contracts.base.without_none` does for other messages (an
     # agent of the previous release forbids unknown fields), but by the field itself: a model
     # serializer here called Python for every step of every command and made pydantic build
@@ -290,7 +290,7 @@ class ReplaceFiles(_Step):
 
 
 # The JetStream object store that holds etcd snapshots (stream OBJ_<bucket>); agents may only add
-# objects to it (bke.auth.permissions.agent_permissions), services and the operator read it.
+# objects to it (bke.adapters.auth.permissions.agent_permissions), services and the operator read it.
 ETCD_SNAPSHOT_BUCKET = "bke-etcd-snapshots"
 
 
@@ -300,8 +300,8 @@ class EtcdSnapshot(_Step):
     The agent asks the member at `endpoint` (its client URL, mTLS with `tls`) for a v3
     Maintenance Snapshot over etcd's gRPC gateway, keeps it in a private file, checks etcd's own
     trailing sha256, seals it to `recipient_b64` (the deployment's X25519 snapshot key, raw 32
-    bytes; bke.secrets.snapshot_key) and adds it to the `ETCD_SNAPSHOT_BUCKET` object store as
-    `object_name` with its metadata (bke.etcdsnap.records). The clear snapshot never leaves the
+    bytes; bke.core.secrets.snapshot_key) and adds it to the `ETCD_SNAPSHOT_BUCKET` object store as
+    `object_name` with its metadata (bke.core.etcdsnap.records). The clear snapshot never leaves the
     node. An object exists once its meta message is stored, after every chunk: a run cut short
     stores nothing visible, and its re-run stores the object under the same name."""
 
@@ -468,7 +468,7 @@ class AgentCommand(Message):
     """Signed by the dispatcher (`signature_b64` over `signing_bytes()`, key `key_id`); valid
     from `issued_at` to `expires_at` (ISO 8601, UTC).
 
-    Bound to its receiver (bke.secrets.binding): `agent_id` is the fingerprint of the receiving
+    Bound to its receiver (bke.core.secrets.binding): `agent_id` is the fingerprint of the receiving
     agent's provisioned key, `incarnation` the cluster's, both signed. Left out of the body when
     unset (an unbound command, for an agent of the previous release, which forbids unknown
     fields), as `kernel_below` is."""
@@ -508,7 +508,7 @@ class CommandResult(Message):
     """`incarnation`: the cluster incarnation of the command it answers (its signed
     `incarnation`; a replay answered from the journal says the stored command's): a cluster made
     again under its name reuses command ids, and its dispatcher and upgrader drop an answer to
-    the deleted cluster's command (bke.secrets.binding.result_refusal). None for an unbound
+    the deleted cluster's command (bke.core.secrets.binding.result_refusal). None for an unbound
     command, and then left out of the body, as AgentCommand's binding is: only a signer that
     binds reads it."""
 
@@ -533,7 +533,7 @@ class AgentRegistered(Message):
     backend: Literal["host", "lab"]
     version: str
     at: str
-    # "sha256:<hex>" of the cluster CA the node already holds (bke.secrets.fingerprint), None if
+    # "sha256:<hex>" of the cluster CA the node already holds (bke.core.secrets.fingerprint), None if
     # none: the certs service never seals a bundle of another CA to it (state lost or replaced)
     ca_fingerprint: str | None = None
 
@@ -619,7 +619,7 @@ class AgentRuntime(Message):
     # (then only the wheels tagged for any Linux of that arch, or pure, are compatible)
     libc: Literal["glibc", "musl", ""] = ""
     libc_version: str = Field("", pattern=r"^([0-9]{1,3}\.[0-9]{1,3})?$")
-    # the form of command binding the agent checks (bke.secrets.binding.COMMAND_BINDING); 0: an
+    # the form of command binding the agent checks (bke.core.secrets.binding.COMMAND_BINDING); 0: an
     # agent older than binding, which is sent unbound commands
     command_binding: int = Field(0, ge=0, le=1000)
 

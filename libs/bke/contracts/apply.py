@@ -2,7 +2,7 @@
 
 `ApplyCluster` (a command, `bke.v1.cluster.apply`) asks the upgrader to change a running cluster
 to what a changed spec describes. The upgrader places the spec, compares it with the stored plan
-(`bke.lifecycle.diff`, the same rules as `bke apply --dry-run`) and answers once:
+(`bke.core.lifecycle.diff`, the same rules as `bke apply --dry-run`) and answers once:
 `ApplyAccepted` (the per-node actions in order and the steps of the run; with `dry_run` nothing
 starts) or `ApplyRejected` (every refusal by rule name in `refusals`, or a malformed request's
 fields in `message`). The run itself is a run of the upgrader's record: its transitions are

@@ -11,7 +11,7 @@ __all__ = ["FailureKind", "MESSAGE_SCHEMA", "Message", "ErrorItem", "SCHEMA_HEAD
 # The form of every message body, in a header beside it (the subject's `bke.v1` names the
 # subject space, not the body's form: a new body form need not rename every subject). A message
 # without the header was written before messages carried one: version 0, the same form as 1.
-# Who reads it, converts an older one or refuses a newer one: bke.bus.message_version.
+# Who reads it, converts an older one or refuses a newer one: bke.adapters.bus.message_version.
 SCHEMA_HEADER = "bke-schema"
 MESSAGE_SCHEMA = 1
 

@@ -100,7 +100,7 @@ class RenewCerts(Message):
     within_days: float | None = Field(None, gt=0, le=3650)
     origin: RenewOrigin = "cli"
     # The Kubernetes release the renewed certificates are for (an upgrade's target): subjects
-    # kubeadm changes between releases follow it (bke.pki.subjects). Absent: every stored
+    # kubeadm changes between releases follow it (bke.core.pki.subjects). Absent: every stored
     # subject is kept, as `kubeadm certs renew` keeps them.
     kubernetes_version: str | None = Field(None, pattern=r"^v?\d+\.\d+\.\d+$", max_length=32)
 

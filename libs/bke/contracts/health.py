@@ -1,5 +1,5 @@
 """Is a service ready? Asked of each service over core NATS (`bke.v1.health.<service>`), by
-operators and tools; each service's HTTP /readyz (bke.http) serves the same `Readiness` object."""
+operators and tools; each service's HTTP /readyz (bke.adapters.http) serves the same `Readiness` object."""
 from __future__ import annotations
 
 from typing import Final, Literal

@@ -54,7 +54,7 @@ _CLUSTER = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _REQUEST = r"^[A-Za-z0-9._:@-]+$"
 Hostname = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$")]
 MAX_NODES = 1000  # per request: a change of more nodes is split by the caller
-# A plan component (bke.plan.models.COMPONENTS; tests/unit/test_membership_contract.py holds
+# A plan component (bke.core.plan.models.COMPONENTS; tests/unit/test_membership_contract.py holds
 # the two lists equal: the contracts import nothing of the plan)
 Component = Literal["containerd", "kubelet", "etcd-data", "etcd-events", "etcd-pods", "haproxy", "keepalived",
                     "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"]
@@ -71,7 +71,7 @@ def remove_changed_subject(cluster: str) -> str:
 
 
 class MembershipEtcdJoin(Message):
-    """A new node that joins a running etcd cluster (`bke.render.context.EtcdJoin`): the caller
+    """A new node that joins a running etcd cluster (`bke.core.render.context.EtcdJoin`): the caller
     has added it as a learner already; it starts with `--initial-cluster-state=existing` and
     exactly this `name=peerURL,...` list (etcd's runtime reconfiguration guide)."""
 
@@ -179,6 +179,6 @@ class RemoveNodesFinished(Message):
     @model_serializer(mode="wrap")
     def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return without_none(handler(self), self, ("kind",))
-    # the removed nodes' agents' bus identities (bke.auth.permissions.identity_name): to revoke
+    # the removed nodes' agents' bus identities (bke.adapters.auth.permissions.identity_name): to revoke
     revoke_identities: list[str] = []
     at: str

@@ -44,7 +44,7 @@ class RenderManifests(Message):
     cluster: str
     # Members that join their running etcd cluster (a join's etcd-only nodes, JoinNodes.etcd_joins):
     # their manifests are rendered with `--initial-cluster-state=existing` and exactly this
-    # `initial_cluster` (bke.render.EtcdJoin). Left out of the body when unset, so that a reader
+    # `initial_cluster` (bke.core.render.EtcdJoin). Left out of the body when unset, so that a reader
     # from before the field still reads every other render request.
     etcd_joins: list[MembershipEtcdJoin] | None = Field(None, max_length=MAX_NODES)
 

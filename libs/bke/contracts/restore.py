@@ -1,7 +1,7 @@
 """etcd disaster recovery on the bus: the request, its answer, the progress, the snapshot's delivery.
 
 `RestoreEtcd` (a command, `bke.v1.etcd.restore`) asks the upgrader to restore one etcd cluster
-of a cluster from a stored snapshot (bke.etcdsnap): every kube-apiserver stops, every member
+of a cluster from a stored snapshot (bke.core.etcdsnap): every kube-apiserver stops, every member
 stops, each member is restored from the snapshot as a member of a new cluster, the members start
 and are waited for (health needs a leader, so quorum), the apiservers start. The upgrader
 answers once with `EtcdRestoreAccepted` (what stops, every stage; with `dry_run` nothing starts:
@@ -12,7 +12,7 @@ that is what `bke etcd restore` prints before it asks for confirmation) or
 The snapshot reaches a member's node through `GetRestorePiece` (core NATS request/reply, not
 stored): the member's agent asks the upgrader for each piece in turn, the upgrader answers
 with that piece re-sealed to the agent key BKE provisioned for the node (`RestorePiece`); the
-clear snapshot is never on the bus or in Redis (bke.etcdsnap.delivery).
+clear snapshot is never on the bus or in Redis (bke.adapters.etcdsnap.delivery).
 
 `GetEtcdRestore` (core NATS request/reply on `bke.v1.etcd-restore.get`, not stored) asks the
 upgrader for the cluster's current or last restore: `EtcdRestoreView`, or a `StatusError`
@@ -79,7 +79,7 @@ class RestoreEtcd(Message):
 
 
 class RestoreStageView(Message):
-    name: str  # a row of bke.etcdsnap.restore.STAGES
+    name: str  # a row of bke.core.etcdsnap.restore.STAGES
     summary: str
     status: StageStatus = "Pending"
     nodes: list[str] = []
@@ -141,7 +141,7 @@ class GetRestorePiece(Message):
 
 
 class RestorePiece(Message):
-    """Reply: one frame of bke.etcdsnap.sealed_stream, sealed to the asking node's provisioned
+    """Reply: one frame of bke.core.etcdsnap.sealed_stream, sealed to the asking node's provisioned
     agent key (base64); `last` on the final one. A refusal is a `StatusError`."""
 
     restore_id: str

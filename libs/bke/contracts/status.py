@@ -159,7 +159,7 @@ class RotationStatus(Message):
 
 class OperationHolder(Message):
     """The operation that holds the cluster's slot (one operation per cluster,
-    bke.state.operation_slot): what runs now, and what any other request is refused for."""
+    bke.adapters.state.operation_slot): what runs now, and what any other request is refused for."""
 
     # a string, not an enum: a newer BKE's kind ("apply", ...) still reads in an older client
     kind: str  # install, upgrade, etcd-restore, rotation, reset, delete, apply

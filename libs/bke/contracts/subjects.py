@@ -202,7 +202,7 @@ class Channel:
     # empty for every internal route. tests/contract/test_channel_routes.py holds the code to it.
     external: str = ""
     # A request that changes nothing (a status, a view, a dry run): what a read-only identity (a
-    # dashboard) may send (bke.auth.permissions).
+    # dashboard) may send (bke.adapters.auth.permissions).
     reads: bool = False
 
 

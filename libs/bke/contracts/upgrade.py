@@ -106,7 +106,7 @@ class UpgradeFinding(Message):
 
 
 class UpgradeStepView(Message):
-    name: str  # a row of bke.upgrade.order.ORDER
+    name: str  # a row of bke.core.upgrade.order.ORDER
     group: str = ""  # the etcd cluster of an etcd step
     status: StepStatus = "Pending"
     done: int = 0  # nodes done in this step

@@ -1,3 +1,3 @@
-"""Lab-only code: the supervisor behind `bke lab install`/`down`. No service imports it (an
-import-linter contract checks that); the binary placeholder the lab agent writes is in
-`bke.binary_placeholder`."""
+"""Lab-only code: the supervisor behind `bke lab install`/`down` and what it starts, and
+`standins`, what a service or agent in lab mode uses in place of the outside world. No service
+imports the lab except, in its wiring, those stand-ins (import-linter contracts check both)."""

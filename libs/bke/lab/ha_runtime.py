@@ -1,6 +1,6 @@
 """The lab's runtime beyond one server: a NATS cluster (`--nats-cluster N`) and Redis with a
 replica and Sentinel (`--redis-sentinel`), in place of the single nats-server and redis-server
-of bke.runtime.embedded; everything else (operator mode, runtime.json, the reuse of live
+of bke.adapters.runtime.embedded; everything else (operator mode, runtime.json, the reuse of live
 servers, stopping by PID) is that runtime's.
 
 The choice is remembered by the files the cluster and the sentinels keep in the runtime's
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bke.runtime import EmbeddedRuntime, RuntimeInfo
+from bke.adapters.runtime import EmbeddedRuntime, RuntimeInfo
 from .nats_cluster import CLUSTER_FILE, NatsCluster, stop_nats_cluster
 from .sentinel import MASTER_NAME, SENTINEL_FILE, SentinelSet, stop_sentinel_set
 
@@ -73,7 +73,7 @@ def stream_replicas(info: RuntimeInfo) -> int | None:
 
 
 def ha_env(info: RuntimeInfo) -> dict[str, str]:
-    """The processes' settings for a cluster and for Sentinel (bke.settings): the NATS URLs are
+    """The processes' settings for a cluster and for Sentinel (bke.adapters.settings): the NATS URLs are
     already a list in info.nats_url."""
     env = {}
     replicas = stream_replicas(info)
@@ -86,5 +86,5 @@ def ha_env(info: RuntimeInfo) -> dict[str, str]:
 
 
 def stop_ha(runtime_dir: Path) -> list[int]:
-    """Stop the cluster's nodes and the sentinels' set, whatever bke.runtime.embedded left."""
+    """Stop the cluster's nodes and the sentinels' set, whatever bke.adapters.runtime.embedded left."""
     return stop_sentinel_set(runtime_dir) + stop_nats_cluster(runtime_dir)

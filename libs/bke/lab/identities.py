@@ -1,6 +1,6 @@
 """The lab's bus identities: one creds file per service, per agent and for the operator CLI.
 
-    <lab>/creds/<name>.creds   0600; `name` is bke.auth.permissions.identity_name
+    <lab>/creds/<name>.creds   0600; `name` is bke.adapters.auth.permissions.identity_name
 
 `ensure` is idempotent: a creds file whose key is the registry's live key for that name is kept
 (a restarted process keeps its identity); otherwise a new identity is issued (the old key, if
@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from bke.auth.jwt import decode_jwt
-from bke.auth.permissions import identity_name, inbox_prefix
-from bke.auth.push import push_account
-from bke.auth.authority import write_creds
-from bke.auth.registry import IdentityRecord, IdentityRegistry
-from bke.runtime import EmbeddedRuntime, RuntimeInfo
-from bke.runtime.nats_security import load_runtime_authority, save_runtime_authority
-from bke.state.client import sync_redis_client
-from bke.secrets.at_rest import load_secret_box
+from bke.adapters.auth.jwt import decode_jwt
+from bke.adapters.auth.permissions import identity_name, inbox_prefix
+from bke.adapters.auth.push import push_account
+from bke.adapters.auth.authority import write_creds
+from bke.adapters.auth.registry import IdentityRecord, IdentityRegistry
+from bke.adapters.runtime import EmbeddedRuntime, RuntimeInfo
+from bke.adapters.runtime.nats_security import load_runtime_authority, save_runtime_authority
+from bke.adapters.state.client import sync_redis_client
+from bke.core.secrets.at_rest import load_secret_box
 
 __all__ = ["LabIdentities", "creds_path"]
 

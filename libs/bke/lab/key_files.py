@@ -1,6 +1,6 @@
 """The lab's at-rest keys: one file per kind, each process given only the kinds it uses.
 
-    <lab>/keys/<kind>.key   0600 in a 0700 directory, one per kind of bke.secrets.key_kinds
+    <lab>/keys/<kind>.key   0600 in a 0700 directory, one per kind of bke.core.secrets.key_kinds
 
 A service gets `BKE_KEY_FILE_<KIND>` for the kinds SERVICE_KEY_KINDS gives it and nothing else
 (no BKE_SECRET_KEY_FILE): the planner and the renderer get none, the agents none. The lab's
@@ -17,8 +17,8 @@ import os
 import shutil
 from pathlib import Path
 
-from bke.secrets.at_rest import create_key_file
-from bke.secrets.key_kinds import KIND_NAMES, SERVICE_KEY_KINDS, key_file_env
+from bke.core.secrets.at_rest import create_key_file
+from bke.core.secrets.key_kinds import KIND_NAMES, SERVICE_KEY_KINDS, key_file_env
 
 __all__ = ["LEGACY_KEY_FILE", "ensure_lab_key_files", "lab_key_dir", "lab_key_file", "service_key_env"]
 

@@ -90,7 +90,7 @@ def kubernetes_stamps(version: str, build_date: str) -> tuple[tuple[str, str], .
 
 
 def _kubernetes(version: str, build_date: str) -> Build:
-    # kubelet: never run here (kwok stands in), built for its flags (bke.flagrules.value_types)
+    # kubelet: never run here (kwok stands in), built for its flags (bke.core.flagrules.value_types)
     return Build("kubernetes", version, tuple((c, f"k8s.io/kubernetes/cmd/{c}") for c in
                                               ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
                                                "kubelet")),

@@ -11,7 +11,7 @@ kwok_stages.yaml beside this module.
     python -m bke.lab.kwok --cluster C --out DIR   (BKE_REDIS_URL: an admin URL; BKE_KEY_FILE_API)
 
 waits until the certs service has written the cluster's admin kubeconfig
-(bke.pki.api_credentials), writes it 0600 under DIR, then runs kwok and starts it again when it
+(bke.adapters.pki.api_credentials), writes it 0600 under DIR, then runs kwok and starts it again when it
 exits, as systemd restarts a kubelet (kwok gives up when the apiserver does not answer for a
 while, which is how an install starts: the credentials exist before any apiserver). SIGTERM
 stops kwok, then this process.
@@ -27,11 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-from bke.errors import TemporaryError
-from bke.pki.api_credentials import read_api_credential
-from bke.runtime.processes import free_port
-from bke.secrets import SecretBox, box_for
-from bke.state.client import redis_client
+from bke.core.errors import TemporaryError
+from bke.adapters.pki.api_credentials import read_api_credential
+from bke.adapters.runtime.processes import free_port
+from bke.core.secrets import SecretBox, box_for
+from bke.adapters.state.client import redis_client
 from .kube_binaries import KWOK_VERSION, locate
 from .node_object import KWOK_ANNOTATION
 

@@ -1,10 +1,10 @@
 """A NATS cluster for the lab: N `nats-server` processes joined by routes, JetStream on each, in
-operator mode like the single server (bke.runtime.embedded).
+operator mode like the single server (bke.adapters.runtime.embedded).
 
 Layout, under the runtime's work directory:
 
     nats/, nats-1/, nats-2/  each node's JetStream store and cwd (node 0 keeps the single
-                             server's `nats/`, so bke.runtime.embedded stops it as before)
+                             server's `nats/`, so bke.adapters.runtime.embedded stops it as before)
     nats-<i>.conf            each node's configuration (0600: it holds the routes' password)
     nats-<i>/jwt/            each node's own `full` account resolver directory: a resolver
                              directory is a server's private store, never shared between servers
@@ -28,9 +28,9 @@ from typing import Any
 
 import httpx
 
-from bke.runtime.binaries import nats_server_bin
-from bke.runtime.nats_security import RuntimeAuth, ensure_runtime_tls
-from bke.runtime.processes import ManagedProcess, ProcessExitedError, free_port, pid_cwd, poll_until, stop_pid
+from bke.adapters.runtime.binaries import nats_server_bin
+from bke.adapters.runtime.nats_security import RuntimeAuth, ensure_runtime_tls
+from bke.adapters.runtime.processes import ManagedProcess, ProcessExitedError, free_port, pid_cwd, poll_until, stop_pid
 
 __all__ = ["CLUSTER_FILE", "NatsCluster", "NatsNode", "node_conf", "stop_nats_cluster"]
 
@@ -74,7 +74,7 @@ def node_conf(node: NatsNode, nodes: list[NatsNode], store: Path, route_password
         f"server_name: {node.name}\n"
         f"host: {HOST}\nport: {node.port}\n"
         f'http: "{HOST}:{node.http_port}"\n'
-        "max_control_line: 16384\n"  # a service's user JWT lists its subjects (bke.runtime.embedded)
+        "max_control_line: 16384\n"  # a service's user JWT lists its subjects (bke.adapters.runtime.embedded)
         f'jetstream {{\n  store_dir: "{store}"\n  max_mem: 256MB\n  max_file: 8GB\n}}\n'
         f"cluster {{\n  name: {CLUSTER_NAME}\n  listen: \"{HOST}:{node.route_port}\"\n"
         f'  authorization {{\n    user: {ROUTE_USER}\n    password: "{route_password}"\n  }}\n'

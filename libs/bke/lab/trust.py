@@ -1,14 +1,14 @@
 """The lab provisions its agents the way a deployment does (agents trust only BKE).
 
     ensure_lab_command_key   the deployment's command-signing key, made once and stored
-                             encrypted in Redis (bke.secrets.signing, with the lab's `signing`
+                             encrypted in Redis (bke.core.secrets.signing, with the lab's `signing`
                              key); its public line is given to every agent
                              (BKE_AGENT_COMMAND_KEY) and written to `<lab>/command-key.pub`, the
                              pin of a `bke agent bootstrap` of real nodes against the lab
                              (`--command-key-file`)
     provision_lab_agents     each agent's key is made before it starts (`bke-agent init` on the
                              node's state, as `bke agent bootstrap` does over SSH) and recorded
-                             through the provisioning channel (bke.provisioning); the agent's
+                             through the provisioning channel (bke.adapters.provisioning); the agent's
                              registration is then the only one the certs service seals to
 
 Why `bke-agent init` and not the agent's identity module: libraries import no agent code
@@ -25,17 +25,17 @@ from pathlib import Path
 
 from redis import Redis
 
-from bke.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.contracts.agent import ProvisionAgent
-from bke.provisioning import provision_agent
-from bke.runtime import RuntimeInfo
-from bke.runtime.declare import run_blocking
-from bke.secrets import load_secret_box
-from bke.secrets.sealing import agent_key_id, public_key_from_raw
-from bke.secrets.command_key_pin import COMMAND_KEY_FILE, write_command_key_file
-from bke.secrets.signing import ensure_command_key_sync
+from bke.adapters.provisioning import provision_agent
+from bke.adapters.runtime import RuntimeInfo
+from bke.adapters.runtime.declare import run_blocking
+from bke.core.secrets import load_secret_box
+from bke.core.secrets.sealing import agent_key_id, public_key_from_raw
+from bke.core.secrets.command_key_pin import COMMAND_KEY_FILE, write_command_key_file
+from bke.core.secrets.signing import ensure_command_key_sync
 from .key_files import lab_key_file
-from bke.state.keys import command_signing_key
+from bke.adapters.state.keys import command_signing_key
 
 __all__ = ["ensure_lab_command_key", "provision_lab_agents"]
 

@@ -6,14 +6,14 @@ import threading
 from datetime import datetime, timezone
 
 from pydantic import ValidationError
-from bke.forgetting import serve_deleted
-from bke.state.client import redis_client
-from bke.state.epoch import watch_epoch
+from bke.adapters.forgetting import serve_deleted
+from bke.adapters.state.client import redis_client
+from bke.adapters.state.epoch import watch_epoch
 
-from bke.bus.replies import answerable
-from bke.bus.service import Service, make_service
-from bke.bus.handler import typed
-from bke.bus.misaddressed import Misaddressed
+from bke.adapters.bus.replies import answerable
+from bke.adapters.bus.service import Service, make_service
+from bke.adapters.bus.handler import typed
+from bke.adapters.bus.misaddressed import Misaddressed
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.agent import AGENTS_PROVISION, AgentProvisioned, AgentRegistered, ProvisionAgent
 from bke.contracts.expiration import EXPIRATION_GET, EXPIRATION_QUEUE
@@ -21,8 +21,8 @@ from bke.contracts.certs import ISSUE_CERTS, RENEW_CERTS, IssueCerts, RenewCerts
 from bke.contracts.install import InstallFinished, install_subject
 from bke.contracts.membership import REMOVE_NODES_FINISHED, RemoveNodesFinished
 from bke.contracts.rotation import RotationChanged, rotation_subject
-from bke.pki.issuance import start_fork_server
-from bke.secrets import keyring_for
+from bke.core.pki.issuance import start_fork_server
+from bke.core.secrets import keyring_for
 
 from .autorenew import AutoRenewer
 from .expiration import ExpirationResponder
@@ -40,9 +40,9 @@ def create_service(settings: CertsSettings | None = None) -> Service:
     settings = settings or CertsSettings()
     svc = make_service("certs", settings)
     redis = redis_client(settings.store)
-    serve_deleted(svc, redis, lambda: datetime.now(timezone.utc))  # a deleted cluster: this service's records go (bke.forgetting)
+    serve_deleted(svc, redis, lambda: datetime.now(timezone.utc))  # a deleted cluster: this service's records go (bke.adapters.forgetting)
     svc.on_stop.append(redis.aclose)
-    watch_epoch(svc, redis)  # a lost state (bke.state.epoch): wait for a restore, never start over
+    watch_epoch(svc, redis)  # a lost state (bke.adapters.state.epoch): wait for a restore, never start over
     # read now (a missing key file fails at start, not at the first message), and again when changed
     pki_keys, api_keys = keyring_for("pki"), keyring_for("api")
     h = CertsHandlers(redis=redis, box_factory=pki_keys.box, api_box_factory=api_keys.box, publish=svc.publish,
@@ -54,7 +54,7 @@ def create_service(settings: CertsSettings | None = None) -> Service:
                         give_up=h.gave_up)
     svc.work_subscriber(ISSUE_CERTS, "BKE_COMMANDS", "certs-issue", t(IssueCerts, h.on_issue_certs),
                         batch_size=4, give_up=h.gave_up)
-    # a registration on another node's subject is dropped and counted (bke.bus.misaddressed)
+    # a registration on another node's subject is dropped and counted (bke.adapters.bus.misaddressed)
     misaddressed = Misaddressed(svc.metrics, svc.name)
     svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "certs-agents",
                         t(AgentRegistered, misaddressed.guard("registered", h.on_registered)), workers=8)

@@ -1,7 +1,7 @@
 """Automatic renewal: every `renew_interval_s`, each cluster's certificates expiring within
 `renew_within_days` are renewed through the same path as `bke certs renew` (a
 `RenewCerts`, origin "auto", on the bus), unless the cluster is busy (another operation holds
-its slot, bke.state.operation_slot, or a rotation is pending); then the tick only
+its slot, bke.adapters.state.operation_slot, or a rotation is pending); then the tick only
 logs why and the next tick tries again. The decision is `renewal.auto_renew_decision`.
 """
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bke.periodic import Periodic
+from bke.adapters.periodic import Periodic
 from bke.contracts.certs import RENEW_CERTS, RenewCerts
-from bke.pki import PkiNotReady, PkiStore
-from bke.pki.operations import check_expiration
-from bke.state.keys import certs_lease_key, clusters_index
-from bke.state.lease import claim_key
-from bke.state.operation_slot import operation_holder, refusal
+from bke.core.pki import PkiNotReady, PkiStore
+from bke.core.pki.operations import check_expiration
+from bke.adapters.state.keys import certs_lease_key, clusters_index
+from bke.adapters.state.lease import claim_key
+from bke.adapters.state.operation_slot import operation_holder, refusal
 
 from .operations import OpsStore
 from .renewal import AutoRenew, auto_renew_decision, auto_request_id

@@ -12,8 +12,8 @@ is `ca_conflict`; the certs handler calls it once per agent before sealing.
 from __future__ import annotations
 
 from bke.contracts.agent import AgentRegistered
-from bke.pki import NodeFile as PkiFile
-from bke.secrets.fingerprint import CA_CERT_PATH, cert_fingerprint
+from bke.core.pki import NodeFile as PkiFile
+from bke.core.secrets.fingerprint import CA_CERT_PATH, cert_fingerprint
 
 __all__ = ["ca_conflict"]
 

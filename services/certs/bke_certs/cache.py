@@ -14,10 +14,10 @@ from collections.abc import Collection
 
 from redis.asyncio import Redis
 
-from bke.pki.store import PkiStore, Snapshot
-from bke.secrets import SecretBox
+from bke.core.pki.store import PkiStore, Snapshot
+from bke.core.secrets import SecretBox
 
-from bke.pki.store_redis import pki_keys
+from bke.adapters.pki.store_redis import pki_keys
 
 __all__ = ["CachedPkiStore", "MAX_CLUSTERS"]
 

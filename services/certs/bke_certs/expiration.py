@@ -14,10 +14,10 @@ from pydantic import ValidationError
 from bke.contracts.base import ErrorItem
 from bke.contracts.expiration import CertExpiration, ExpiryItem, GetExpiration
 from bke.contracts.status import StatusError
-from bke.pki import PkiStore
-from bke.pki.errors import PkiNotReady
-from bke.pki.expiry import ExpiryRow
-from bke.pki.operations import check_expiration
+from bke.core.pki import PkiStore
+from bke.core.pki.errors import PkiNotReady
+from bke.core.pki.expiry import ExpiryRow
+from bke.core.pki.operations import check_expiration
 
 __all__ = ["ExpirationResponder", "expiration_page"]
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bke.pki import PkiStore
-from bke.pki.expiry import ExpiryRow, expiration_rows
-from bke.pki.store_redis import pki_keys
-from bke.state.keys import pki_index
+from bke.core.pki import PkiStore
+from bke.core.pki.expiry import ExpiryRow, expiration_rows
+from bke.adapters.pki.store_redis import pki_keys
+from bke.adapters.state.keys import pki_index
 
 __all__ = ["BUCKETS", "ExpiryView", "bucket_of", "expiry_buckets"]
 

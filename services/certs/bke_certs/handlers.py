@@ -1,5 +1,5 @@
-"""The certs service's handlers: typed messages in, messages to publish out (bke.bus.handler),
-thin over `service_core` (bke.pki underneath).
+"""The certs service's handlers: typed messages in, messages to publish out (bke.adapters.bus.handler),
+thin over `service_core` (bke.core.pki underneath).
 
     plan created        -> ensure the cluster PKI, seal the registered agents' bundles
                            (`certs sealed`), then `certs issued` (references only)
@@ -49,25 +49,25 @@ from bke.contracts.certs import (
 )
 from bke.contracts.install import InstallFinished
 from bke.contracts.rotation import RotationChanged
-from bke.bus.handler import Out, first_of
-from bke.errors import RejectedInput, TemporaryError
-from bke.pki.api_credentials import write_api_credentials
-from bke.pki.errors import PkiError, PkiNotReady
-from bke.secrets import SecretBox
-from bke.state import PlanCache
-from bke.state.keys import certs_agents_key, plan_key, provisioned_agents_key
-from bke.state.nodefiles import RedisNodeFiles
-from bke.state.operation_slot import claim_operation, release_operation
+from bke.adapters.bus.handler import Out, first_of
+from bke.core.errors import RejectedInput, TemporaryError
+from bke.adapters.pki.api_credentials import write_api_credentials
+from bke.core.pki.errors import PkiError, PkiNotReady
+from bke.core.secrets import SecretBox
+from bke.adapters.state import PlanCache
+from bke.adapters.state.keys import certs_agents_key, plan_key, provisioned_agents_key
+from bke.adapters.state.nodefiles import RedisNodeFiles
+from bke.adapters.state.operation_slot import claim_operation, release_operation
 
 from .cache import CachedPkiStore
 from .operations import OpsStore
 from .renewal import renew_refusal
 from .ca_guard import ca_conflict
 from .sealing import provisioned_refusal, seal_bundle
-from bke.pki.operations import node_bundles
+from bke.core.pki.operations import node_bundles
 
 from .service_core import ensure_cluster_certs, renew_requested
-from bke.pki.store_redis import RedisPkiStore, pki_keys
+from bke.adapters.pki.store_redis import RedisPkiStore, pki_keys
 
 __all__ = ["CertsHandlers"]
 
@@ -81,7 +81,7 @@ Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 @dataclass
 class CertsHandlers:
     redis: Redis
-    box_factory: Callable[[], SecretBox]  # the `pki` keys (bke.secrets.key_kinds), current at each call
+    box_factory: Callable[[], SecretBox]  # the `pki` keys (bke.core.secrets.key_kinds), current at each call
     api_box_factory: Callable[[], SecretBox]  # the `api` keys: the kubeconfigs the dispatcher and upgrader read
     publish: Publish
     now: Callable[[], datetime]
@@ -263,7 +263,7 @@ class CertsHandlers:
         if done is not None:  # a redelivery: answer what this request already did
             return [Out(CertsRenewed.model_validate_json(done), CERTS_RENEWED, f"renewed:{c}:{rid}")]
         # One operation per cluster: a renewal starts a certificate rotation, which holds the
-        # cluster's operation slot from here until the dispatcher ends it (bke.state.operation_slot).
+        # cluster's operation slot from here until the dispatcher ends it (bke.adapters.state.operation_slot).
         # An upgrade's own renewal is part of the upgrade, which holds the slot already.
         claims = req.origin != "upgrade"
         if claims:

@@ -1,7 +1,7 @@
 """The certs service's view of each cluster's operations, in its own Redis hash, kept from
 the dispatcher's events (never read from the dispatcher's storage).
 
-    bke:<c>:certs:ops          hash  install, rotation, rotationId, pending, schemaVersion (bke.state.schema)
+    bke:<c>:certs:ops          hash  install, rotation, rotationId, pending, schemaVersion (bke.core.state.schema)
     bke:<c>:certs:renewal:<id> string the CertsRenewed a request produced (answers a redelivery)
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bke.state.keys import certs_ops_key, certs_renewal_key
-from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
+from bke.adapters.state.keys import certs_ops_key, certs_renewal_key
+from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from .renewal import OpsView
 
@@ -19,7 +19,7 @@ __all__ = ["OpsStore", "RENEWAL_TTL_S"]
 
 RENEWAL_TTL_S = 7 * 86400  # as long as the streams keep a request
 # Every write of the ops hash names its form (same HSET): the certs service's records'
-# version (bke.state.schema). No extra round trip.
+# version (bke.core.state.schema). No extra round trip.
 _VERSION = {SCHEMA_FIELD: str(record_kind("certs").current)}
 
 

@@ -1,4 +1,4 @@
-"""The certs service's dashboard (read only, escaped, offline: bke.http.page):
+"""The certs service's dashboard (read only, escaped, offline: bke.adapters.http.page):
 
     /                      every cluster with a stored PKI: certificates by time left
     /clusters/{cluster}    its certificates, CAs first: expiry, days left, CA, the nodes holding
@@ -16,9 +16,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from bke.http.page import Markup, layout, link, table, text
-from bke.http.query import BadQuery, bad_query, page_args, pager
-from bke.pki.expiry import ExpiryRow
+from bke.adapters.http.page import Markup, layout, link, table, text
+from bke.adapters.http.query import BadQuery, bad_query, page_args, pager
+from bke.core.pki.expiry import ExpiryRow
 
 from .expiry_view import BUCKETS, LATER, ExpiryView, bucket_of, expiry_buckets
 

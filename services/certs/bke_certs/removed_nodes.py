@@ -6,7 +6,7 @@ node's agent, the registration it accepted, the node's sealed bundle, and the no
 keys and certificates in the PKI. A node that left BKE must leave no key behind, and an agent
 key recorded for a node that no longer exists must not be trusted again if a node of that
 name joins later (it gets a new key, provisioned anew). Each service removes what it owns
-(bke.forgetting), so the certs service listens to the removal's end:
+(bke.adapters.forgetting), so the certs service listens to the removal's end:
 
     remove-nodes.finished  -> for each node that reached the end of its removal (Succeeded):
                               agents:provisioned, certs:agents and files:certs lose the node;
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from bke.forgetting import on_nodes_removed
-from bke.pki.store_redis import RedisPkiStore
-from bke.state.keys import certs_agents_key, node_files_key, provisioned_agents_key
+from bke.adapters.forgetting import on_nodes_removed
+from bke.adapters.pki.store_redis import RedisPkiStore
+from bke.adapters.state.keys import certs_agents_key, node_files_key, provisioned_agents_key
 
 __all__ = ["RemovedNodes"]
 

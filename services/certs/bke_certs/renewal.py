@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from bke.contracts.certs import RenewCerts
-from bke.pki.expiry import ExpiryRow
+from bke.core.pki.expiry import ExpiryRow
 
 __all__ = ["AutoRenew", "OpsView", "auto_renew_decision", "auto_request_id", "renew_refusal"]
 
@@ -32,7 +32,7 @@ class OpsView:
     rotation_id: str | None = None
     pending: str | None = None  # a renewal handed to the dispatcher, its rotation not finished
     # the operation holding the cluster's slot, in words ("upgrade u1 of c is running: ...";
-    # bke.state.operation_slot), "" when none does: an automatic renewal waits for it
+    # bke.adapters.state.operation_slot), "" when none does: an automatic renewal waits for it
     busy: str = ""
 
 

@@ -11,9 +11,9 @@ import binascii
 import hashlib
 
 from bke.contracts.agent import AgentRegistered, ProvisionAgent
-from bke.pki import NodeFile as PkiFile
-from bke.secrets.sealing import SealedDataError, agent_key_id, public_key_from_raw, seal
-from bke.state.nodefiles import NodeFile
+from bke.core.pki import NodeFile as PkiFile
+from bke.core.secrets.sealing import SealedDataError, agent_key_id, public_key_from_raw, seal
+from bke.core.state.nodefiles import NodeFile
 
 __all__ = ["provisioned_refusal", "seal_bundle"]
 

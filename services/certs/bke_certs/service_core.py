@@ -1,10 +1,10 @@
 """What the certs service's handlers call: ensure on `plan created`, renew on the bus, bundles.
 
-Thin on purpose: the operations live in bke.pki.operations (shared with the CLI); this module adds
+Thin on purpose: the operations live in bke.core.pki.operations (shared with the CLI); this module adds
 the service's structured logs (cluster and operation on every line, counts only - never key
 material) and fixes the signatures the handlers and the dispatcher use.
 
-Errors the handlers map (see bke.errors): PkiError / SecretKeyError -> rejected (permanent);
+Errors the handlers map (see bke.core.errors): PkiError / SecretKeyError -> rejected (permanent);
 StoreConflict / PkiNotReady -> retry later (temporary); anything else -> redelivery with backoff.
 """
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from bke.pki import CertsReport, IssueOptions, NodeFile, PkiStore, RenewedCert
-from bke.pki.operations import ensure_cluster_pki, node_bundle as _node_bundle, renew_certs
-from bke.plan import Plan
-from bke.secrets import SecretBox
+from bke.core.pki import CertsReport, IssueOptions, NodeFile, PkiStore, RenewedCert
+from bke.core.pki.operations import ensure_cluster_pki, node_bundle as _node_bundle, renew_certs
+from bke.core.plan import Plan
+from bke.core.secrets import SecretBox
 
 __all__ = ["ensure_cluster_certs", "node_bundle", "renew_requested"]
 

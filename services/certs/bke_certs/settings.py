@@ -1,11 +1,11 @@
 """Certs settings: the shared connection variables, plus `BKE_CERTS_*`. Its at-rest keys, `pki` and
-`api`, are files named by BKE_KEY_FILE_PKI and BKE_KEY_FILE_API (bke.secrets.key_kinds)."""
+`api`, are files named by BKE_KEY_FILE_PKI and BKE_KEY_FILE_API (bke.core.secrets.key_kinds)."""
 from __future__ import annotations
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from bke.settings import ServiceSettings
+from bke.adapters.settings import ServiceSettings
 
 __all__ = ["CertsSettings"]
 

@@ -28,12 +28,12 @@ from typing import Any, Callable, Protocol
 
 from redis.asyncio import Redis
 
-from bke.plan import Plan
-from bke.spec.addons import addon_steps
-from bke.state.keys import phase_key
+from bke.core.plan import Plan
+from bke.core.spec.addons import addon_steps
+from bke.adapters.state.keys import phase_key
 
-from bke.cluster_api.workloads import Workload, daemonset_ready, observed
-from bke.runner import DONE, Outcome
+from bke.adapters.cluster_api.workloads import Workload, daemonset_ready, observed
+from bke.adapters.runner import DONE, Outcome
 
 __all__ = [
     "ApiHealthWork",

@@ -6,13 +6,13 @@ import json
 import logging
 from datetime import datetime, timezone
 
-from bke.state.client import redis_client
+from bke.adapters.state.client import redis_client
 
-from bke.bus.replies import answerable
-from bke.bus.service import REDIS_PROBE_S, Service, make_service
-from bke.bus.handler import deprecated, typed
-from bke.bus.misaddressed import Misaddressed
-from bke.bus.other_incarnation import OtherIncarnation
+from bke.adapters.bus.replies import answerable
+from bke.adapters.bus.service import REDIS_PROBE_S, Service, make_service
+from bke.adapters.bus.handler import deprecated, typed
+from bke.adapters.bus.misaddressed import Misaddressed
+from bke.adapters.bus.other_incarnation import OtherIncarnation
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.certs import (
     CERTS_FAILED,
@@ -39,37 +39,41 @@ from bke.contracts.agent import (
 )
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.status import STATUS_GET, STATUS_QUEUE
-from bke.pausing import serve_pause
-from bke.forgetting import serve_deleted
+from bke.adapters.pausing import serve_pause
+from bke.adapters.forgetting import serve_deleted
 from bke.contracts.reset import RESET_CLUSTER, ResetCluster
-from bke.state.pause import PauseFlags
+from bke.adapters.state.pause import PauseFlags
 from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
-from bke.secrets import box_for
-from bke.state import PlanCache
-from bke.state.epoch import watch_epoch
-from bke.state.keys import heartbeat_cgroup_key, heartbeat_key, heartbeat_runtime_key, plan_key
-from bke.state.nodefiles import RedisNodeFiles
+from bke.core.secrets import box_for
+from bke.adapters.state import PlanCache
+from bke.adapters.state.epoch import watch_epoch
+from bke.adapters.state.keys import heartbeat_cgroup_key, heartbeat_key, heartbeat_runtime_key, plan_key
+from bke.adapters.state.nodefiles import RedisNodeFiles
 
-from .addons import AddonsWork, LabApplier
+from bke.adapters.cluster_api.addons import AddonsWork
+from bke.lab.standins.addons import LabApplier
 from .api_health import ApiHealthWork, periodic_doc
-from .checksums import HttpRepoChecksums, LabChecksums
+from bke.adapters.checksums import HttpRepoChecksums
+from bke.lab.standins.checksums import LabChecksums
 from .dashboard import DashboardReader, RecentEvents, dashboard_routes
-from .manifests import HttpRepoManifests, LabManifests
+from bke.adapters.cluster_api.manifests import HttpRepoManifests
+from bke.lab.standins.manifests import LabManifests
 from .engine import Engine
 from .health import HealthMonitor
 from .known import KnownTargets
 from .local_work import LocalPhases
 from .membership_wiring import wire_membership
 from .metrics import watch_metrics
-from .node_labels import LabNodes, NodeLabelsWork
+from bke.lab.standins.node_labels import LabNodes
+from bke.adapters.cluster_api.node_labels import NodeLabelsWork
 from .results import Inputs, upgraders_result
 from .reset_wiring import DispatcherSnapshotKey
 from .resets import Resets, ResetStore
 from .rotations import Rotations, RotationStore
-from .runner import Runner
+from bke.adapters.runner import Runner
 from .service_events import ServiceEvents
 from .settings import DispatcherSettings
-from .signing import CommandSigning
+from bke.adapters.state.command_signing import CommandSigning
 from .state import DispatcherState
 from .state_loss import StateLossReaction
 from .status import StatusReader, StatusResponder
@@ -103,7 +107,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     files = RedisNodeFiles(redis)
     lab = settings.mode == "lab"
     if not lab or settings.cluster_api == "real":
-        from .apply_k8s import KubernetesApplier
+        from bke.adapters.cluster_api.apply_k8s import KubernetesApplier
         from .k8s_nodes import KubernetesNodes
 
         applier = KubernetesApplier(redis)
@@ -156,12 +160,12 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
                                  None if nodes_api is None else applier.admin_kubeconfig, rotation_store,
                                  pause_flags.is_paused, publish, notify, _now, settings.owner, settings.lease_ms,
                                  signing.sign, settings.batch_size, agents_deadline_s=settings.join_agents_timeout_s)
-    # results of another incarnation of their cluster are dropped and counted (bke.bus.other_incarnation)
+    # results of another incarnation of their cluster are dropped and counted (bke.adapters.bus.other_incarnation)
     inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result, on_reset=resets.on_result,
                     on_join=membership.joins.on_result, on_removal=membership.removals.on_result,
                     other_incarnation=OtherIncarnation(svc.metrics, svc.name))
 
-    # state lost (bke.state.epoch): stop the loops, fail the running installs; restored: resume
+    # state lost (bke.adapters.state.epoch): stop the loops, fail the running installs; restored: resume
     async def stop_loops() -> None:
         await runner.stop()
         await rotation_runner.stop()
@@ -287,7 +291,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", t(CertsSealed, certs_sealed))
     # an upgrader's result is acknowledged as it arrives (results.py would drop it too, after a
     # parse and three Redis reads: 15,000 in a 5,000-node upgrade)
-    # a result or refusal on another node's subject is dropped and counted (bke.bus.misaddressed)
+    # a result or refusal on another node's subject is dropped and counted (bke.adapters.bus.misaddressed)
     misaddressed = Misaddressed(svc.metrics, svc.name)
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results",
                         t(CommandResult, misaddressed.guard("result", on_result)), skip=upgraders_result)

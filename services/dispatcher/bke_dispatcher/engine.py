@@ -14,16 +14,16 @@ from typing import Awaitable, Callable, Protocol
 
 from bke.contracts.agent import AgentCommand, agent_subject
 from bke.contracts.install import InstallFinished, NodeStepChanged, PhaseChanged, install_subject
-from bke.errors import TemporaryError
-from bke.plan import Plan
-from bke.runner import DONE, Outcome
-from bke.state import PlanCache
-from bke.state.nodefiles import RedisNodeFiles
-from bke.state.operation_slot import release_operation
+from bke.core.errors import TemporaryError
+from bke.core.plan import Plan
+from bke.adapters.runner import DONE, Outcome
+from bke.adapters.state import PlanCache
+from bke.adapters.state.nodefiles import RedisNodeFiles
+from bke.adapters.state.operation_slot import release_operation
 
 from . import decide, readiness
 from .phases import PHASES, NodeInputs, Phase, agent_sealers
-from .signing import Prefetch, SignBytes
+from bke.adapters.state.command_signing import Prefetch, SignBytes
 from .state import DispatcherState
 
 __all__ = ["Engine", "Outcome", "command_id", "parse_command_id"]
@@ -206,7 +206,7 @@ class Engine:
                 return Outcome("failed", reason=reason, node=node)
 
     async def reask_in_flight(self, cluster: str) -> list[str]:
-        """After the state was restored from a backup (bke.state.epoch): send the running install's
+        """After the state was restored from a backup (bke.adapters.state.epoch): send the running install's
         commands that the restored record still has in flight again, under a new message id, and
         name their nodes. Why: a result counted after the backup was taken and before the loss
         was acknowledged then, and is gone; the same command sent again under its own id falls in

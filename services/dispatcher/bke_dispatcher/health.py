@@ -11,16 +11,16 @@ import logging
 from datetime import datetime
 from typing import Awaitable, Callable
 
-from bke.periodic import Periodic
+from bke.adapters.periodic import Periodic
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
-from bke.plan import Plan
-from bke.state import PlanCache
-from bke.state.keys import health_key, health_meta_key, health_pods_key
-from bke.state.lease import claim_lease
+from bke.core.plan import Plan
+from bke.adapters.state import PlanCache
+from bke.adapters.state.keys import health_key, health_meta_key, health_pods_key
+from bke.adapters.state.lease import claim_lease
 
 from .phases import HEALTH, phase_by_slug
 from .steps import health_steps
-from .signing import Prefetch, SignBytes
+from bke.adapters.state.command_signing import Prefetch, SignBytes
 from .state import DispatcherState
 
 __all__ = ["HealthMonitor"]

@@ -5,7 +5,7 @@ The caller (bke apply's runner) has swapped in a plan that names the new nodes (
 `join` for a worker: the cluster exists, only the node's own credentials and kubelet are
 new). An etcd-only node (roles etcd, etcd-event, etcd-pod; no master) joins too when the
 request names it in `etcd_joins` for every etcd cluster it is a member of: the caller has added
-it to each as a learner already and promotes it after the join (bke.lifecycle.etcd_members);
+it to each as a learner already and promotes it after the join (bke.core.lifecycle.etcd_members);
 here it is started with `--initial-cluster-state=existing` and the caller's `initial_cluster`.
 Masters are refused: a control-plane scale-out is not a join. A join then:
   1. asks the renderer to render the stored plan (with the etcd joins) and the certs service to
@@ -34,9 +34,9 @@ from datetime import datetime
 from typing import Literal
 
 from bke.contracts.membership import JoinNodes, MembershipNode, MembershipView
-from bke.node_steps import component_ports
-from bke.plan import NodePlan, Plan
-from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
+from bke.core.node_steps import component_ports
+from bke.core.plan import NodePlan, Plan
+from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from .engine import command_id
 from .join_agents import AGENTS_DEADLINE_S, agents_wait
@@ -61,7 +61,7 @@ __all__ = [
     "phases_of",
 ]
 
-JOIN_VERSION = record_kind("join").current  # in the JSON: the join record's form (bke.state.schema)
+JOIN_VERSION = record_kind("join").current  # in the JSON: the join record's form (bke.core.state.schema)
 SLUG_PREFIX = "join@"
 STDERR_KEEP = 2000
 InputState = Literal["Pending", "Ready", "Failed"]

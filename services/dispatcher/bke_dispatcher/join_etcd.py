@@ -4,8 +4,8 @@ plan, and what the join record keeps of them (bke_dispatcher.join uses both).
 An etcd-only node joins a running etcd cluster as kubeadm joins a member: the caller (bke
 apply's run) adds it as a learner on a member that stays, the join starts it with
 `--initial-cluster-state=existing` and exactly the caller's `initial_cluster` (etcd's runtime
-reconfiguration guide; bke.render.EtcdJoin), and the caller promotes it after the join
-(bke.lifecycle.etcd_members). The join only needs to know, per member and etcd cluster, that list.
+reconfiguration guide; bke.core.render.EtcdJoin), and the caller promotes it after the join
+(bke.core.lifecycle.etcd_members). The join only needs to know, per member and etcd cluster, that list.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from bke.contracts.membership import JoinNodes, MembershipEtcdJoin
-from bke.plan import NodePlan
+from bke.core.plan import NodePlan
 
 from .phases import ETCD
 
@@ -38,7 +38,7 @@ def etcd_join_refusal(req: JoinNodes, by_name: dict[str, NodePlan]) -> str:
     etcd member is named once for each etcd cluster it is a member of and does not run yet
     (a node joining again runs the members its `rejoin.running` names), and for no other; each
     entry names a node of the request. (That `initial_cluster` lists the member itself is the
-    renderer's check, bke.render.components.etcd_defaults: one rule, one place.)"""
+    renderer's check, bke.core.render.components.etcd_defaults: one rule, one place.)"""
     joins, joined = req.etcd_joins or [], set(req.nodes)
     outside = sorted({e.member for e in joins if e.member not in joined})
     if outside:

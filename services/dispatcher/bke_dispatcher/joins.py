@@ -11,7 +11,7 @@ publishes around them (the shape of resets.py).
     reconcile                -> fold answers in, decide, carry the decision out, publish the
                                 view on `join-nodes.<c>.changed`; at the end `join-nodes.finished`
 
-Errors (see bke.errors): a malformed request is dead-lettered; a refused one is answered as
+Errors (see bke.core.errors): a malformed request is dead-lettered; a refused one is answered as
 above and acked (also when the cluster's join record is in a form this dispatcher does not read:
 a newer dispatcher wrote it, the reason says to upgrade this one); Redis away holds it; anything else is redelivered, and after the maximum
 deliveries answered `join-nodes.finished` Failed with the error (membership_give_up). An API
@@ -26,30 +26,30 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from bke.bus.handler import Out
+from bke.adapters.bus.handler import Out
 from bke.contracts.agent import AgentCommand, agent_subject
 from bke.contracts.certs import ISSUE_CERTS, CertsFailed, CertsIssued, IssueCerts
 from bke.contracts.membership import (
     JOIN_NODES_FINISHED, JoinNodes, JoinNodesChanged, JoinNodesFinished, join_changed_subject,
 )
-from bke.state.operation_slot import release_operation
+from bke.adapters.state.operation_slot import release_operation
 from bke.contracts.render import RENDER_MANIFESTS, ManifestsRendered, RenderFailed, RenderManifests
-from bke.errors import TemporaryError
-from bke.plan import Plan
-from bke.state import PlanCache
-from bke.state.keys import node_labels_key, plan_meta_key, sealed_key
-from bke.state.nodefiles import RedisNodeFiles
+from bke.core.errors import TemporaryError
+from bke.core.plan import Plan
+from bke.adapters.state import PlanCache
+from bke.adapters.state.keys import node_labels_key, plan_meta_key, sealed_key
+from bke.adapters.state.nodefiles import RedisNodeFiles
 
 from .engine import Checksums, Outcome
 from .join import (
     AGENTS_DEADLINE_S, Join, JoinRun, apply_result, command_of, is_join_request, join_refusal, new_join, next_step,
 )
-from .labels import marks_from_record, record, wanted
+from bke.adapters.cluster_api.labels import marks_from_record, record, wanted
 from .leased import LeasedOperation
 from .membership_store import Busy, INPUT_PREFIX, OperationStore, read_gates, start_operation
-from .node_labels import NodeMarker
+from bke.adapters.cluster_api.node_labels import NodeMarker
 from .phases import NodeInputs, agent_sealers, phase_by_slug
-from .signing import Sign
+from bke.adapters.state.command_signing import Sign
 from .state import DispatcherState
 
 __all__ = ["Joins"]
@@ -98,7 +98,7 @@ class Joins(LeasedOperation):
 
         why = unreadable or outside or check(current)
         if not why and plan is not None:
-            # the cluster's one operation slot (bke.state.operation_slot): atomic against every
+            # the cluster's one operation slot (bke.adapters.state.operation_slot): atomic against every
             # other kind; released again if the record refuses after all (or the slot of the
             # apply run this join is part of)
             j = new_join(req, plan, self._ts())

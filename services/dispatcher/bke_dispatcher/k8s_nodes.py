@@ -1,6 +1,6 @@
 """Nodes and workloads on a real cluster, through the API, as `bke` (admin.conf, as apply_k8s).
 
-- `mark` (`bke.cluster_api.k8s_node_marks`, shared with the upgrader): read each Node of the batch (a GET each: a batch reads only its own nodes, where a
+- `mark` (`bke.adapters.cluster_api.k8s_node_marks`, shared with the upgrader): read each Node of the batch (a GET each: a batch reads only its own nodes, where a
   list would read all 10,000 per batch), patch those lacking BKE's labels or taints (`labels.node_patch`: a JSON merge patch with the
   Node's resourceVersion as precondition, field manager `bke`), `PATCH_WORKERS` at a time.
 - `nodes` / `workload`: what the health phase and the periodic health read.
@@ -16,13 +16,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from bke.cluster_api.k8s_node_marks import PATCH_WORKERS, api_error, client_of, mark_nodes
-from bke.cluster_api.labels import Marks
-from bke.cluster_api.node_labels import NodesApplied
-from bke.plan import NodePlan, Plan
+from bke.adapters.cluster_api.k8s_node_marks import PATCH_WORKERS, api_error, client_of, mark_nodes
+from bke.adapters.cluster_api.labels import Marks
+from bke.adapters.cluster_api.node_labels import NodesApplied
+from bke.core.plan import NodePlan, Plan
 
 from .api_health import Workload
-from .apply_k8s import KubernetesApplier
+from bke.adapters.cluster_api.apply_k8s import KubernetesApplier
 
 __all__ = ["KubernetesNodes", "LIST_PAGE", "PATCH_WORKERS"]
 

@@ -9,8 +9,8 @@ remember only what exists, so a flood of invented names grows nothing.
 from __future__ import annotations
 
 from bke.contracts.agent import CommandResult
-from bke.errors import TemporaryError, UnknownTarget
-from bke.state import PlanCache
+from bke.core.errors import TemporaryError, UnknownTarget
+from bke.adapters.state import PlanCache
 
 from .state import DispatcherState
 

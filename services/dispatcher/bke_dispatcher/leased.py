@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from bke.contracts.agent import CommandResult
-from bke.runner import Outcome
+from bke.adapters.runner import Outcome
 
 __all__ = ["LeasedOperation"]
 

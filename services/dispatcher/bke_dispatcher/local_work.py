@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from bke.plan import Plan
+from bke.core.plan import Plan
 
 from .engine import LocalWork, Outcome
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from bke.bus.service import run_main
+from bke.adapters.bus.service import run_main
 
 from .app import create_service
 

@@ -1,7 +1,7 @@
 """A JoinNodes or RemoveNodes request the dispatcher gave up on, answered.
 
 Why: a request whose every delivery failed with an unexpected error (a bug, a record it cannot
-read) is dead-lettered by bke.bus.delivery after the consumer's maximum deliveries. Without an
+read) is dead-lettered by bke.adapters.bus.delivery after the consumer's maximum deliveries. Without an
 answer its caller (`bke lab join-nodes`, the apply run in the upgrader) waits for
 `join-nodes.finished` / `remove-nodes.finished` until its own timeout. The delivery's `give_up`
 hook answers instead:
@@ -30,7 +30,7 @@ from redis.asyncio import Redis
 from bke.contracts.membership import (
     JOIN_NODES_FINISHED, REMOVE_NODES_FINISHED, JoinNodesFinished, RemoveNodesFinished,
 )
-from bke.state.operation_slot import release_operation
+from bke.adapters.state.operation_slot import release_operation
 
 from .membership_store import OperationStore
 

@@ -20,12 +20,12 @@ from typing import Any, Generic, Protocol, TypeVar
 from redis.asyncio import Redis
 
 from bke.contracts.agent import CommandResult
-from bke.errors import TemporaryError
-from bke.plan import Plan
-from bke.state import PlanCache
-from bke.state.exclusive import write_unless
-from bke.state.operation_slot import start_in_slot
-from bke.state.schema import StoredVersionTooNew, StoredVersionTooOld, record_kind
+from bke.core.errors import TemporaryError
+from bke.core.plan import Plan
+from bke.adapters.state import PlanCache
+from bke.adapters.state.exclusive import write_unless
+from bke.adapters.state.operation_slot import start_in_slot
+from bke.core.state.schema import StoredVersionTooNew, StoredVersionTooOld, record_kind
 
 from .state import DispatcherState
 

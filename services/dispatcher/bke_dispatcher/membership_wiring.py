@@ -9,27 +9,28 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bke.bus.handler import typed
+from bke.adapters.bus.handler import typed
 from bke.contracts.membership import JOIN_NODES, REMOVE_NODES, JoinNodes, RemoveNodes
-from bke.drain import Drainer, KubernetesDrainer, LabDrainer
-from bke.state.operation_slot import operation_holder
-from bke.state import PlanCache
-from bke.state.keys import (
+from bke.adapters.drain import Drainer, KubernetesDrainer
+from bke.lab.standins.drain import LabDrainer
+from bke.adapters.state.operation_slot import operation_holder
+from bke.adapters.state import PlanCache
+from bke.adapters.state.keys import (
     join_key, join_results_key, joins_index, removal_api_key, removal_key, removal_results_key, removals_index,
 )
-from bke.state.nodefiles import RedisNodeFiles
+from bke.adapters.state.nodefiles import RedisNodeFiles
 
 from .engine import Checksums
 from .join import AGENTS_DEADLINE_S, Join
 from .joins import Joins
 from .membership_give_up import answer_given_up
 from .membership_store import Busy, OperationStore
-from .node_labels import NodeMarker
+from bke.adapters.cluster_api.node_labels import NodeMarker
 from .removal import Removal
 from .removals import Removals
 from .rotations import RotationStore
-from .runner import Runner
-from .signing import Sign
+from bke.adapters.runner import Runner
+from bke.adapters.state.command_signing import Sign
 from .state import DispatcherState
 
 __all__ = ["Membership", "wire_membership"]

@@ -25,9 +25,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bke.errors import TemporaryError
-from bke.state import PlanCache
-from bke.state.keys import install_key, installs_index, node_status_key, phase_key
+from bke.core.errors import TemporaryError
+from bke.adapters.state import PlanCache
+from bke.adapters.state.keys import install_key, installs_index, node_status_key, phase_key
 
 from .phases import PHASES
 

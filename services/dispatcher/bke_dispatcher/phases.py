@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from bke.contracts.agent import Step, SystemdUnit
-from bke.plan import NodePlan, Plan
-from bke.plan.api_node import init_node
-from bke.errors import TemporaryError
-from bke.state.agent_keys import provisioned_seal_keys, sealer
-from bke.state.nodefiles import NodeFile, RedisNodeFiles
+from bke.core.plan import NodePlan, Plan
+from bke.core.plan.api_node import init_node
+from bke.core.errors import TemporaryError
+from bke.adapters.state.agent_keys import provisioned_seal_keys, sealer
+from bke.core.state.nodefiles import NodeFile
+from bke.adapters.state.nodefiles import RedisNodeFiles
 
 from .steps import health_steps, node_env_steps, write_steps
 

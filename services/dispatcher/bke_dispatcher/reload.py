@@ -2,7 +2,7 @@
 
 Why a table (STYLE §4): the rotation's step builder, `docs/certs.md` and the tests read these
 rows, so what BKE does after writing a file and why it is enough cannot drift apart. Every
-leaf or kubeconfig row of the certificate table (`bke.pki.table.CERTS`) has exactly one row
+leaf or kubeconfig row of the certificate table (`bke.core.pki.table.CERTS`) has exactly one row
 here (a unit test checks it); CAs and the service-account key pair are never renewed.
 
 Actions:
@@ -35,7 +35,7 @@ _CLIENT_GO_STATIC = ("kubernetes staging/src/k8s.io/client-go/transport/transpor
 
 @dataclass(frozen=True)
 class Reload:
-    cert: str  # a row name of bke.pki.table.CERTS; "*" stands for the etcd cluster
+    cert: str  # a row name of bke.core.pki.table.CERTS; "*" stands for the etcd cluster
     action: Action
     target: str  # the component that uses the file (the static pod or unit to restart)
     how: str
@@ -72,7 +72,7 @@ RELOADS: tuple[Reload, ...] = (
            _ETCD_LISTENER, "source"),
     Reload("*-healthcheck-client", "none", "etcd",
            "used by no running component (BKE's etcd probes use the plain-HTTP metrics /health); for etcdctl",
-           "BKE's etcd manifests (libs/bke/render/templates/etcd/*/etcd.yaml.j2): probes on the metrics port", "source"),
+           "BKE's etcd manifests (libs/bke/core/render/templates/etcd/*/etcd.yaml.j2): probes on the metrics port", "source"),
     Reload("admin.conf", "none", "operator",
            "an operator's kubeconfig: read by kubectl at every run", "kubectl reads its kubeconfig per invocation",
            "paper"),

@@ -5,7 +5,7 @@ What kubeadm's documentation asks to remove a node ("Remove the node": `kubectl 
 --delete-emptydir-data --force --ignore-daemonsets`, then `kubeadm reset` on the node, then
 `kubectl delete node`), for BKE's workers, every node of the request together, stage by stage:
 
-    drain        cordon, then evict its pods (PodDisruptionBudgets honoured; bke.drain)
+    drain        cordon, then evict its pods (PodDisruptionBudgets honoured; bke.adapters.drain)
     delete-node  its Node object deleted, so the scheduler and controllers forget it
     reset        the `ResetNode` step (bke_agent.reset: kubeadm reset's cleanup-node, and the
                  binaries and units BKE placed: the node leaves BKE)
@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from bke.contracts.membership import MembershipNode, MembershipView, RemoveNodes
-from bke.plan import NodePlan, Plan
-from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
+from bke.core.plan import NodePlan, Plan
+from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from .engine import command_id
 from .phases import CONTROL_PLANE, ETCD
@@ -51,7 +51,7 @@ __all__ = [
     "removal_slug",
 ]
 
-REMOVAL_VERSION = record_kind("removal").current  # in the JSON: the removal record's form (bke.state.schema)
+REMOVAL_VERSION = record_kind("removal").current  # in the JSON: the removal record's form (bke.core.state.schema)
 REMOVAL_SLUG_PREFIX = "remove@"
 STAGES = ("drain", "delete-node", "reset", "forget", "done")
 STDERR_KEEP = 2000

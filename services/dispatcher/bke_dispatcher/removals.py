@@ -2,8 +2,8 @@
 reconcile step the removal runner calls. Decisions are `removal`'s; this module carries them
 out (the shape of resets.py):
 
-    drain / delete-node  through the API with admin.conf (bke.drain.KubernetesDrainer); the lab
-                         records both in `bke:<c>:removal:api` (bke.drain.LabDrainer)
+    drain / delete-node  through the API with admin.conf (bke.adapters.drain.KubernetesDrainer); the lab
+                         records both in `bke:<c>:removal:api` (bke.lab.standins.drain.LabDrainer)
     reset                one signed `ResetNode` command per node, fixed id
                          `<cluster>/remove@<rid>/<node>/0`; its answer comes through
                          LeasedOperation.on_result
@@ -13,7 +13,7 @@ At the end `remove-nodes.finished` names the agents' bus identities: revoking on
 NATS authority (an operator key and the system account), which no service holds, so the
 caller revokes them (the lab does at once, as `bke delete` does).
 
-Errors (see bke.errors): a malformed request is dead-lettered; a refused one is answered with
+Errors (see bke.core.errors): a malformed request is dead-lettered; a refused one is answered with
 `remove-nodes.finished` Failed and acked; a request that fails on every delivery is answered
 the same way once dead-lettered (membership_give_up); a drain that times out or an API that
 refuses (4xx) fails the node's stage; an API or Redis that is away is retried by the runner.
@@ -25,16 +25,16 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
-from bke.auth.permissions import identity_name
-from bke.bus.handler import Out
+from bke.adapters.auth.permissions import identity_name
+from bke.adapters.bus.handler import Out
 from bke.contracts.agent import AgentCommand, ResetNode, agent_subject
 from bke.contracts.membership import (
     REMOVE_NODES_FINISHED, RemoveNodes, RemoveNodesChanged, RemoveNodesFinished, remove_changed_subject,
 )
-from bke.drain import Drainer
-from bke.state.operation_slot import release_operation
-from bke.state import PlanCache
-from bke.state.keys import (
+from bke.adapters.drain import Drainer
+from bke.adapters.state.operation_slot import release_operation
+from bke.adapters.state import PlanCache
+from bke.adapters.state.keys import (
     accepted_agents_key, command_key, health_key, heartbeat_cgroup_key, heartbeat_key, node_labels_key,
     node_status_key, sealed_key,
 )
@@ -44,7 +44,7 @@ from .leased import LeasedOperation
 from .membership_store import Busy, OperationStore, read_gates, start_operation
 from .phases import PHASES
 from .removal import Removal, advance, apply_result, fail_stage, new_removal, next_step, removal_refusal
-from .signing import Sign
+from bke.adapters.state.command_signing import Sign
 from .state import DispatcherState
 
 __all__ = ["DRAIN_TIMEOUT_S", "Removals", "forget_nodes"]

@@ -18,9 +18,9 @@ from typing import Literal
 
 from bke.contracts.agent import ResetNode
 from bke.contracts.reset import ResetCluster, ResetNodeView, ResetSnapshotView, ResetView
-from bke.plan import NodePlan, Plan
-from bke.plan.models import quorum
-from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
+from bke.core.plan import NodePlan, Plan
+from bke.core.plan.models import quorum
+from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from .engine import command_id
 
@@ -40,7 +40,7 @@ __all__ = [
     "reset_step",
 ]
 
-RESET_VERSION = record_kind("reset").current  # in the JSON: the reset record's form (bke.state.schema)
+RESET_VERSION = record_kind("reset").current  # in the JSON: the reset record's form (bke.core.state.schema)
 SLUG_PREFIX = "reset@"
 STDERR_KEEP = 2000
 Status = Literal["Pending", "Running", "Succeeded", "Failed"]
@@ -126,7 +126,7 @@ def refusal(req: ResetCluster, plan: Plan | None, install_status: str | None, *,
             current: Reset | None = None) -> str:
     """Why this reset may not start now ("" if it may): known nodes, a cluster not paused. Another
     operation of the cluster (an install, upgrade, restore, rotation) is refused after this, by
-    the cluster's operation slot (bke.state.operation_slot); the install and reset records' own
+    the cluster's operation slot (bke.adapters.state.operation_slot); the install and reset records' own
     checks stay for one left Running without a claim (written before the slot existed)."""
     c = req.cluster
     if plan is None:

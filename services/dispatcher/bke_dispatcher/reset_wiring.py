@@ -1,16 +1,16 @@
 """What a reset's snapshots need from the deployment: the recipient they are sealed to.
 
 The dispatcher asks for snapshots but never opens one, so it holds no `snapshot` at-rest key
-(bke.secrets.key_kinds): it reads the key's public half, which the stored record carries in clear
-(bke.secrets.snapshot_key). The record is made by the admin side (`bke state init`, the lab's
+(bke.core.secrets.key_kinds): it reads the key's public half, which the stored record carries in clear
+(bke.core.secrets.snapshot_key). The record is made by the admin side (`bke state init`, the lab's
 start), never here: the dispatcher's Redis user only reads it.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from bke.secrets.snapshot_key import read_snapshot_recipient
-from bke.state.keys import etcd_snapshot_key
+from bke.core.secrets.snapshot_key import read_snapshot_recipient
+from bke.adapters.state.keys import etcd_snapshot_key
 
 __all__ = ["DispatcherSnapshotKey"]
 

@@ -9,12 +9,12 @@ around them (the shape of rotations.py).
 Only the reconcile step (under the cluster's "reset" lease) and the start (a WATCH transaction
 that refuses if another reset runs) write the record; results are recorded beside it and
 folded in by the next reconcile, so a result that arrives twice counts once. A reset holds the
-cluster's operation slot (bke.state.operation_slot, kind "reset" or "delete") from its start to
+cluster's operation slot (bke.adapters.state.operation_slot, kind "reset" or "delete") from its start to
 its end: any other operation running refuses it, named, and it refuses any other. A delete that
 succeeded publishes `ClusterDeleted` (de-duplicated by its request id); every service then
-removes its own records (bke.forgetting), this one's reset record included.
+removes its own records (bke.adapters.forgetting), this one's reset record included.
 
-Errors (see bke.errors): a malformed request is dead-lettered; a refused one is acked with
+Errors (see bke.core.errors): a malformed request is dead-lettered; a refused one is acked with
 `ResetRejected` and the reason; anything else is redelivered.
 """
 from __future__ import annotations
@@ -27,25 +27,25 @@ from typing import Any, Protocol
 
 from redis.asyncio import Redis
 
-from bke.bus.handler import Out
+from bke.adapters.bus.handler import Out
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
 from bke.contracts.reset import (
     CLUSTER_DELETED, RESET_ACCEPTED, RESET_REJECTED, ClusterDeleted, ResetAccepted, ResetChanged, ResetCluster,
     ResetRejected, reset_subject,
 )
-from bke.errors import TemporaryError
-from bke.etcdsnap.step import snapshot_step
-from bke.plan import Plan
-from bke.state import PlanCache
-from bke.state.exclusive import write_unless
-from bke.state.keys import reset_key, reset_results_key, resets_index
-from bke.state.operation_slot import release_operation, start_in_slot
+from bke.core.errors import TemporaryError
+from bke.core.etcdsnap.step import snapshot_step
+from bke.core.plan import Plan
+from bke.adapters.state import PlanCache
+from bke.adapters.state.exclusive import write_unless
+from bke.adapters.state.keys import reset_key, reset_results_key, resets_index
+from bke.adapters.state.operation_slot import release_operation, start_in_slot
 
 from .leased import LeasedOperation
 from .engine import Outcome
 from .reset import Reset, apply_result, new_reset, next_step, refusal, reset_slug, reset_step
 from .rotations import RotationStore
-from .signing import Sign
+from bke.adapters.state.command_signing import Sign
 from .state import DispatcherState
 
 __all__ = ["ResetStore", "Resets", "SnapshotKey"]
@@ -244,5 +244,5 @@ class Resets(LeasedOperation):
 
 
 def slot_kind(r: Reset) -> str:
-    """The reset's name in the cluster's operation slot (bke.state.operation_slot)."""
+    """The reset's name in the cluster's operation slot (bke.adapters.state.operation_slot)."""
     return "delete" if r.delete else "reset"

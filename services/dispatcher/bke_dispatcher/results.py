@@ -5,15 +5,15 @@ Whose result is believed: a result counts only if the node in its subject (which
 NATS permissions bind to that node's identity), in its payload and in its command id are the
 same, and its `agent_id` is the agent the certs service sealed that node's bundle to (learned
 from `certs.sealed`; a node outside the plan has none). The subject is compared with the
-payload before these handlers, for results and refusals alike (bke.bus.misaddressed, in the
+payload before these handlers, for results and refusals alike (bke.adapters.bus.misaddressed, in the
 wiring). Anything else is dropped: acked, counted, logged at most once per LOG_EVERY_S per
 cluster, and nothing of it (status, text) is recorded or shown. So is a result that answers a
 command of another incarnation of its cluster (a deleted cluster's, replayed to an agent that
-answered it from its journal: bke.secrets.binding), counted on /metrics apart
-(bke.bus.other_incarnation). Refusals (an agent's `refused`,
+answered it from its journal: bke.core.secrets.binding), counted on /metrics apart
+(bke.adapters.bus.other_incarnation). Refusals (an agent's `refused`,
 the certs service's `agents.refused`) are logged and counted; they never count as a result.
 
-Each handler takes its typed message (bke.bus.handler), records what happened, wakes the
+Each handler takes its typed message (bke.adapters.bus.handler), records what happened, wakes the
 cluster's reconcile loop and returns what to publish; the loop decides what to do next. All of
 them are safe under redelivery.
 """
@@ -25,15 +25,15 @@ import time
 from datetime import datetime
 from typing import Awaitable, Callable
 
-from bke.bus.handler import Out
-from bke.bus.other_incarnation import OtherIncarnation
+from bke.adapters.bus.handler import Out
+from bke.adapters.bus.other_incarnation import OtherIncarnation
 from bke.contracts.agent import AgentRefused, CommandRefused, CommandResult
 from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
 from bke.contracts.certs import ISSUE_CERTS, IssueCerts
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
-from bke.errors import MalformedMessage, NotYetKnown
-from bke.secrets.binding import result_refusal
-from bke.state.operation_slot import claim_operation
+from bke.core.errors import MalformedMessage, NotYetKnown
+from bke.core.secrets.binding import result_refusal
+from bke.adapters.state.operation_slot import claim_operation
 
 from .engine import parse_command_id
 from .phases import PHASES
@@ -47,7 +47,7 @@ from .state import DispatcherState
 __all__ = ["Inputs", "upgraders_result"]
 
 log = logging.getLogger("bke.dispatcher")
-UPGRADER_SLUGS = ("upgrade@", "restore@")  # bke.upgrade.run, bke.etcdsnap.restore_run
+UPGRADER_SLUGS = ("upgrade@", "restore@")  # bke.core.upgrade.run, bke.core.etcdsnap.restore_run
 _UPGRADER_MARKS = tuple(b"/" + s.encode() for s in UPGRADER_SLUGS)
 
 
@@ -106,7 +106,7 @@ class Inputs:
         on_removal: Callable[[CommandResult], Awaitable[None]] | None = None,
         other_incarnation: OtherIncarnation | None = None,
     ):
-        # answers to a command of another incarnation of their cluster (bke.bus.other_incarnation)
+        # answers to a command of another incarnation of their cluster (bke.adapters.bus.other_incarnation)
         self.other_incarnation = other_incarnation or OtherIncarnation(None, "dispatcher")
         self.on_join, self.on_removal = on_join, on_removal  # workers joining and leaving (joins.py, removals.py)
         self.on_rotation = on_rotation  # certificate rotations' results (see rotations.py)
@@ -127,7 +127,7 @@ class Inputs:
     async def _untrusted(self, res: CommandResult, node: str) -> tuple[str, bool]:
         """Why this result is not believed ("" if it is), and whether because it answers a
         command of another incarnation of its cluster. (Its subject names its payload's node:
-        the wiring's guard, bke.bus.misaddressed, dropped it otherwise.)"""
+        the wiring's guard, bke.adapters.bus.misaddressed, dropped it otherwise.)"""
         if node != res.node:
             return f"its command id names node {node}", False
         if res.incarnation is None:  # an unbound command's answer: nothing to compare it with

@@ -20,10 +20,10 @@ from typing import Literal
 from bke.contracts.agent import RestartStaticPod, Step, SystemdUnit
 from bke.contracts.certs import CertsRenewed
 from bke.contracts.rotation import RotationNode, RotationView
-from bke.pki import node_file_refs
-from bke.plan import NodePlan, Plan
-from bke.state.nodefiles import NodeFile
-from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
+from bke.core.pki import node_file_refs
+from bke.core.plan import NodePlan, Plan
+from bke.core.state.nodefiles import NodeFile
+from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from .engine import command_id
 from .phases import CONTROL_PLANE, ETCD, HEALTH_TIMEOUT_S
@@ -44,7 +44,7 @@ __all__ = [
     "rotation_slug",
 ]
 
-ROTATION_VERSION = record_kind("rotation").current  # in the JSON: the rotation record's form (bke.state.schema)
+ROTATION_VERSION = record_kind("rotation").current  # in the JSON: the rotation record's form (bke.core.state.schema)
 
 SLUG_PREFIX = "rotate@"
 STDERR_KEEP = 2000
@@ -114,7 +114,7 @@ class Decision:
 def refusal(cluster: str, install_status: str | None, current: Rotation | None) -> str:
     """Why a new rotation may not start now ("" if it may). Another operation of the cluster
     (an upgrade, a reset, a restore) is refused before this, by the cluster's operation slot
-    (bke.state.operation_slot); the rotation record's own check stays for a rotation left
+    (bke.adapters.state.operation_slot); the rotation record's own check stays for a rotation left
     Running without a claim (written before the slot existed)."""
     if install_status != "Succeeded":
         state = install_status or "not started"

@@ -11,10 +11,10 @@ transaction that refuses if another rotation runs) write the record; results are
 beside it and folded in by the next reconcile, so a result that arrives twice counts once.
 
 One operation per cluster: a rotation holds the cluster's operation slot
-(bke.state.operation_slot) from the renewal that starts it (the certs service claims it) to its
+(bke.adapters.state.operation_slot) from the renewal that starts it (the certs service claims it) to its
 end; an install, upgrade, restore or reset holding it refuses the rotation, named.
 
-Errors (see bke.errors): a malformed `certs renewed` event is dead-lettered; a refused start
+Errors (see bke.core.errors): a malformed `certs renewed` event is dead-lettered; a refused start
 publishes `RotationChanged` Failed with the reason and is acked; anything else is redelivered.
 """
 from __future__ import annotations
@@ -30,16 +30,16 @@ from redis.asyncio import Redis
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
 from bke.contracts.certs import CertsRenewed
 from bke.contracts.rotation import RotationChanged, RotationView, rotation_subject
-from bke.state import PlanCache
-from bke.state.exclusive import write_unless
-from bke.state.keys import rotation_key, rotation_results_key, rotations_index
-from bke.state.operation_slot import claim_operation, release_operation
-from bke.state.nodefiles import RedisNodeFiles
+from bke.adapters.state import PlanCache
+from bke.adapters.state.exclusive import write_unless
+from bke.adapters.state.keys import rotation_key, rotation_results_key, rotations_index
+from bke.adapters.state.operation_slot import claim_operation, release_operation
+from bke.adapters.state.nodefiles import RedisNodeFiles
 
 from .leased import LeasedOperation
 from .engine import Outcome
 from .rotation import Rotation, apply_result, new_rotation, next_step, node_steps, refusal, rotation_slug
-from .signing import Sign
+from bke.adapters.state.command_signing import Sign
 from .state import DispatcherState
 
 __all__ = ["RotationStore", "Rotations"]
@@ -47,7 +47,7 @@ __all__ = ["RotationStore", "Rotations"]
 log = logging.getLogger("bke.dispatcher.rotation")
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 LEASE = "rotation"
-KIND = "rotation"  # its name in the cluster's operation slot (bke.state.operation_slot)
+KIND = "rotation"  # its name in the cluster's operation slot (bke.adapters.state.operation_slot)
 WAIT_S = 5.0  # re-check a node in flight this often even without a result (a restart, a lost kick)
 
 

@@ -6,7 +6,7 @@
     certs issued        -> certs input Ready           certs failed     -> certs input Failed
     certs sealed        -> these nodes' bundles exist
 
-Each handler takes its typed event (bke.bus.handler), publishes nothing, records what it says
+Each handler takes its typed event (bke.adapters.bus.handler), publishes nothing, records what it says
 and wakes the cluster's reconcile loop; the engine decides (a failed input fails the install at
 once, with the service's reason). A failure can arrive before this dispatcher has seen the plan:
 the install record is then created from the failure event, and the plan event completes it.
@@ -21,8 +21,8 @@ from bke.contracts import PlanCreated
 from bke.contracts.agent import AgentAccepted
 from bke.contracts.certs import CertsFailed, CertsIssued, CertsSealed
 from bke.contracts.render import ManifestsRendered, RenderFailed
-from bke.state import PlanCache
-from bke.state.operation_slot import claim_operation
+from bke.adapters.state import PlanCache
+from bke.adapters.state.operation_slot import claim_operation
 
 from .engine import Engine
 from .phases import PHASES

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from bke.settings import ServiceSettings
+from bke.adapters.settings import ServiceSettings
 
 __all__ = ["DispatcherSettings"]
 
@@ -36,5 +36,5 @@ class DispatcherSettings(ServiceSettings):
     # How long a join waits for its new nodes' agents to register (their bundles sealed) before
     # it fails naming them (bke_dispatcher.join.next_step).
     join_agents_timeout_s: float = Field(900.0, gt=0)
-    # How often the state's epoch is read (bke.state.epoch): the longest a lost state goes unseen.
+    # How often the state's epoch is read (bke.adapters.state.epoch): the longest a lost state goes unseen.
     epoch_check_s: float = 1.0

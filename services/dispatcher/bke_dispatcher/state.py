@@ -13,7 +13,7 @@
     (read) bke:<c>:plan-meta     the planner's: the cluster's incarnation, which a result must answer
     bke:installs                 set   clusters with an install record
 
-The install hash's `schemaVersion` is the version of all of these (bke.state.schema).
+The install hash's `schemaVersion` is the version of all of these (bke.core.state.schema).
 
 Transitions that must count once (a result that arrives twice) are Lua scripts.
 """
@@ -24,8 +24,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bke.state.lease import claim_lease, release_lease
-from bke.state.keys import (
+from bke.adapters.state.lease import claim_lease, release_lease
+from bke.adapters.state.keys import (
     accepted_agents_key,
     command_key,
     inputs_key,
@@ -38,8 +38,8 @@ from bke.state.keys import (
     refusals_key,
     sealed_key,
 )
-from bke.state.plans import INCARNATION_READ, incarnation_of
-from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
+from bke.adapters.state.plans import INCARNATION_READ, incarnation_of
+from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 __all__ = ["DispatcherState"]
 
@@ -77,7 +77,7 @@ def _s(v: Any) -> str:
 
 
 # Compare-and-set of the install's end (DispatcherState.finish_install); in the same step the
-# install's operation slot goes (KEYS[2], bke.state.operation_slot: only the install's own
+# install's operation slot goes (KEYS[2], bke.adapters.state.operation_slot: only the install's own
 # claim), so that whoever sees the install finished may start the next operation at once.
 _FINISH_INSTALL = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'Running' or redis.call('HGET', KEYS[1], 'requestId') ~= ARGV[1] then
@@ -145,7 +145,7 @@ class DispatcherState:
 
     async def install(self, cluster: str) -> dict[str, str]:
         rec = {_s(k): _s(v) for k, v in (await self.r.hgetall(install_key(cluster))).items()}
-        if rec:  # the phase state's version is the install record's (bke.state.schema)
+        if rec:  # the phase state's version is the install record's (bke.core.state.schema)
             check_readable("install", rec.get(SCHEMA_FIELD), f"the install record of {cluster}")
         return rec
 
@@ -248,7 +248,7 @@ class DispatcherState:
 
     async def result_checks(self, cluster: str, node: str) -> tuple[str | None, str | None]:
         """The node's accepted agent and the cluster's current incarnation (the planner's
-        plan-meta: None without a plan, bke.state.plans.incarnation_of), in one round trip:
+        plan-meta: None without a plan, bke.adapters.state.plans.incarnation_of), in one round trip:
         what a result carrying an incarnation is checked against."""
         async with self.r.pipeline(transaction=False) as pipe:
             pipe.hget(accepted_agents_key(cluster), node)

@@ -1,4 +1,4 @@
-"""What the dispatcher does when its state is lost, and when it comes back (bke.state.epoch).
+"""What the dispatcher does when its state is lost, and when it comes back (bke.adapters.state.epoch).
 
 On every intact check (once a second) the dispatcher notes which installs are running, with their
 request id and plan digest: the state may be gone when they must be failed. Then:
@@ -8,7 +8,7 @@ request id and plan digest: the state may be gone when they must be failed. Then
                                          operational, "state lost: restore with `bke state
                                          restore`". The loss is published, never written to a
                                          store that is not ours any more. Messages wait in their
-                                         streams (bke.state.epoch.StateLost)
+                                         streams (bke.adapters.state.epoch.StateLost)
     one cluster's record vanished        the same, for that cluster only (epoch intact)
     state restored (the epoch is back)   resume every install the restored state says is running
 
@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Awaitable, Callable
 
 from bke.contracts.install import InstallFinished, install_subject
-from bke.state.epoch import STATE_LOST
+from bke.adapters.state.epoch import STATE_LOST
 
 from .state import DispatcherState
 

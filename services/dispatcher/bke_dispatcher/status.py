@@ -33,12 +33,12 @@ from bke.contracts.status import (
 )
 from bke.contracts.membership import MembershipView
 from bke.contracts.reset import ResetView
-from bke.errors import TemporaryError, is_unavailable
-from bke.state import PlanCache
-from bke.state.operation_slot import FIELDS as SLOT_FIELDS
-from bke.state.operation_slot import Holder, holder_of
-from bke.state.schema import SCHEMA_FIELD, check_readable
-from bke.state.keys import (
+from bke.core.errors import TemporaryError, is_unavailable
+from bke.adapters.state import PlanCache
+from bke.adapters.state.operation_slot import FIELDS as SLOT_FIELDS
+from bke.adapters.state.operation_slot import Holder, holder_of
+from bke.core.state.schema import SCHEMA_FIELD, check_readable
+from bke.adapters.state.keys import (
     addons_key,
     health_key,
     health_pods_key,
@@ -246,7 +246,7 @@ class StatusResponder:
 
     def __init__(self, reader: StatusReader, guard: Callable[[], None] = lambda: None):
         self.reader = reader
-        self.guard = guard  # raises while the state is lost (bke.state.epoch): answer Unavailable
+        self.guard = guard  # raises while the state is lost (bke.adapters.state.epoch): answer Unavailable
 
     async def answer(self, data: bytes) -> bytes:
         try:

@@ -1,6 +1,6 @@
-"""The per-node steps of each phase live in `bke.node_steps` (the upgrader builds its node
+"""The per-node steps of each phase live in `bke.core.node_steps` (the upgrader builds its node
 commands from the same functions); re-exported here for the dispatcher's modules."""
-from bke.node_steps import (  # noqa: F401
+from bke.core.node_steps import (  # noqa: F401
     FILE_PHASES,
     artefacts_of,
     binaries,

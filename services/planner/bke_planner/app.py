@@ -5,18 +5,18 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from functools import partial
 
-from bke.forgetting import serve_deleted
-from bke.state.client import redis_client
-from bke.state.epoch import watch_epoch
+from bke.adapters.forgetting import serve_deleted
+from bke.adapters.state.client import redis_client
+from bke.adapters.state.epoch import watch_epoch
 
-from bke.bus import get_blob
-from bke.bus.handler import deprecated, typed
-from bke.bus.service import Service, make_service
+from bke.adapters.bus import get_blob
+from bke.adapters.bus.handler import deprecated, typed
+from bke.adapters.bus.service import Service, make_service
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
 from bke.contracts.subjects import LEGACY_CLUSTER_REQUESTED
 from bke.contracts.install import InstallFinished, install_subject
-from bke.spec import MAX_SPEC_BYTES
-from bke.state import RedisPlanStore
+from bke.core.spec import MAX_SPEC_BYTES
+from bke.adapters.state import RedisPlanStore
 
 from .diff_requests import serve_diff
 from .handlers import PlannerDeps, handle_install_cluster, handle_install_finished, refuse_request
@@ -31,9 +31,9 @@ def create_service(settings: PlannerSettings | None = None) -> Service:
     settings = settings or PlannerSettings()
     svc = make_service("planner", settings)
     redis = redis_client(settings.store)
-    serve_deleted(svc, redis, lambda: datetime.now(timezone.utc))  # a deleted cluster: this service's records go (bke.forgetting)
+    serve_deleted(svc, redis, lambda: datetime.now(timezone.utc))  # a deleted cluster: this service's records go (bke.adapters.forgetting)
     svc.on_stop.append(redis.aclose)
-    watch_epoch(svc, redis)  # a lost state (bke.state.epoch): wait for a restore, never start over
+    watch_epoch(svc, redis)  # a lost state (bke.adapters.state.epoch): wait for a restore, never start over
 
     async def fetch_blob(ref: str) -> bytes:
         # the same limit as `bke plan`: refused from the object's size before it is read whole

@@ -1,7 +1,7 @@
 """`bke.v1.cluster.diff`: what applying a spec to a running cluster would change.
 
 Pure: the spec placed (as an install request would be), compared with the stored plan by
-`bke.lifecycle.diff`, both plans rendered to find the files that change. The handler in app.py
+`bke.core.lifecycle.diff`, both plans rendered to find the files that change. The handler in app.py
 reads the stored plan and answers; nothing is written anywhere.
 """
 from __future__ import annotations
@@ -11,10 +11,10 @@ from dataclasses import dataclass, replace
 from bke.contracts.base import ErrorItem
 from bke.contracts.changes import ChangeAction, ClusterChanges, EtcdMembership, NodeFileChanges
 from bke.contracts.status import StatusError
-from bke.lifecycle.apply_run import apply_order
-from bke.lifecycle.diff import ClusterDiff, diff_plans, render_diff
-from bke.plan import Plan, plan_spec_text
-from bke.state import plan_digest
+from bke.core.lifecycle.apply_run import apply_order
+from bke.core.lifecycle.diff import ClusterDiff, diff_plans, render_diff
+from bke.core.plan import Plan, plan_spec_text
+from bke.adapters.state import plan_digest
 
 __all__ = ["EtcdHealth", "changes_of", "place", "to_contract"]
 
@@ -54,7 +54,7 @@ def changes_of(request_id: str, desired: Plan, stored: Plan | None, stored_diges
     unhealthy = health.unhealthy if health is not None and health.unhealthy is not None else {}
     d = diff_plans(stored, desired, render_diff(stored, desired), unhealthy_etcd_members=unhealthy)
     if not d.refusals and d.actions:
-        # what the apply's run cannot carry out (bke.lifecycle.apply_run: not built), shown by
+        # what the apply's run cannot carry out (bke.core.lifecycle.apply_run: not built), shown by
         # the dry run as the upgrader would refuse it
         d = replace(d, refusals=apply_order(stored, desired, d).refusals)
     out = to_contract(request_id, d, stored_digest, plan_digest(desired.to_json()))

@@ -15,9 +15,9 @@ from pydantic import ValidationError
 
 from bke.contracts import ClusterRejected, InstallCluster, ErrorItem, PlanCreated
 from bke.contracts.install import InstallFinished
-from bke.plan import Plan, plan_spec_text
-from bke.spec.loader import loc_to_path
-from bke.state import plan_digest, plan_key
+from bke.core.plan import Plan, plan_spec_text
+from bke.core.spec.loader import loc_to_path
+from bke.adapters.state import plan_digest, plan_key
 
 __all__ = ["Decision", "parse_request", "decide_plan", "against_stored", "replaceable_after", "request_id_of"]
 

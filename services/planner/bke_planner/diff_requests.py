@@ -10,16 +10,16 @@ from typing import Any, Awaitable, Callable
 
 from pydantic import ValidationError
 
-from bke.bus.replies import answerable
-from bke.bus.service import Service
+from bke.adapters.bus.replies import answerable
+from bke.adapters.bus.service import Service
 from bke.contracts.base import ErrorItem
 from bke.contracts.changes import CLUSTER_DIFF, DIFF_QUEUE, DiffCluster
 from bke.contracts.status import MAX_PAGE, STATUS_GET, GetStatus, StatusError, StatusNode, parse_status_reply
-from bke.lifecycle.diff import etcd_changes
-from bke.lifecycle.etcd_health import unhealthy_etcd_members
-from bke.plan import Plan
-from bke.spec import MAX_SPEC_BYTES
-from bke.state import RedisPlanStore
+from bke.core.lifecycle.diff import etcd_changes
+from bke.core.lifecycle.etcd_health import unhealthy_etcd_members
+from bke.core.plan import Plan
+from bke.core.spec import MAX_SPEC_BYTES
+from bke.adapters.state import RedisPlanStore
 
 from .changes import EtcdHealth, changes_of, place
 

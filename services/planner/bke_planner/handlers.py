@@ -14,9 +14,9 @@ from typing import Awaitable, Callable
 
 from bke.contracts import CLUSTER_REJECTED, PLAN_CREATED, ClusterRejected, InstallCluster, ErrorItem
 from bke.contracts.install import InstallFinished
-from bke.bus.handler import Out
-from bke.errors import PermanentError, TemporaryError
-from bke.state import RedisPlanStore
+from bke.adapters.bus.handler import Out
+from bke.core.errors import PermanentError, TemporaryError
+from bke.adapters.state import RedisPlanStore
 
 from .decide import Decision, against_stored, decide_plan, parse_request, replaceable_after
 

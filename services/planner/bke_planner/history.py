@@ -1,6 +1,6 @@
 """What the planner answered lately, for its dashboard and /metrics: every `plan created` and
 `cluster rejected` it publishes is counted (`bke_plans_total{result}`: created, rejected) and
-kept in its bounded recent list (`bke:recent-plans`, bke.state.recent) with the rejection's
+kept in its bounded recent list (`bke:recent-plans`, bke.adapters.state.recent) with the rejection's
 errors.
 
 It watches the publish function (one wrapper in app.py), so that a rejection answered for
@@ -15,8 +15,8 @@ from typing import Any, Awaitable, Callable
 from redis.asyncio import Redis
 
 from bke.contracts import CLUSTER_REJECTED, PLAN_CREATED, ClusterRejected, PlanCreated
-from bke.state.keys import recent_plans_key
-from bke.state.recent import RecentLog
+from bke.adapters.state.keys import recent_plans_key
+from bke.adapters.state.recent import RecentLog
 
 __all__ = ["PlanHistory"]
 

@@ -1,4 +1,4 @@
-"""The planner's dashboard (read only, escaped, offline: bke.http.page): its recent plans and
+"""The planner's dashboard (read only, escaped, offline: bke.adapters.http.page): its recent plans and
 rejections, newest first, each rejection with its errors (field path and message), from its
 own recent list (history.py). `?result=rejected` or `created` keeps one kind."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from bke.http.page import Markup, layout, table, text
-from bke.http.query import BadQuery, bad_query, page_args
-from bke.state.recent import RECENT_KEEP
+from bke.adapters.http.page import Markup, layout, table, text
+from bke.adapters.http.query import BadQuery, bad_query, page_args
+from bke.adapters.state.recent import RECENT_KEEP
 
 from .history import PlanHistory
 

@@ -3,17 +3,17 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from bke.forgetting import on_nodes_removed, serve_deleted
-from bke.state.client import redis_client
-from bke.state.epoch import watch_epoch
+from bke.adapters.forgetting import on_nodes_removed, serve_deleted
+from bke.adapters.state.client import redis_client
+from bke.adapters.state.epoch import watch_epoch
 
-from bke.bus.service import Service, make_service
-from bke.bus.handler import typed
+from bke.adapters.bus.service import Service, make_service
+from bke.adapters.bus.handler import typed
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.membership import REMOVE_NODES_FINISHED, RemoveNodesFinished
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
-from bke.render import preload_templates
-from bke.state import RedisPlanStore
+from bke.core.render import preload_templates
+from bke.adapters.state import RedisPlanStore
 
 from .handlers import RendererHandlers
 from .history import RenderHistory
@@ -28,9 +28,9 @@ def create_service(settings: RendererSettings | None = None) -> Service:
     settings = settings or RendererSettings()
     svc = make_service("renderer", settings)
     redis = redis_client(settings.store)
-    serve_deleted(svc, redis, lambda: datetime.now(timezone.utc))  # a deleted cluster: this service's records go (bke.forgetting)
+    serve_deleted(svc, redis, lambda: datetime.now(timezone.utc))  # a deleted cluster: this service's records go (bke.adapters.forgetting)
     svc.on_stop.append(redis.aclose)
-    watch_epoch(svc, redis)  # a lost state (bke.state.epoch): wait for a restore, never start over
+    watch_epoch(svc, redis)  # a lost state (bke.adapters.state.epoch): wait for a restore, never start over
     preload_templates()  # every per-version template set, once, at start
     # every outcome counted and listed for the dashboard (history.py)
     history = RenderHistory(svc.metrics, redis, lambda: datetime.now(timezone.utc))

@@ -1,4 +1,4 @@
-"""The renderer's handlers: typed messages in, messages to publish out (bke.bus.handler), thin
+"""The renderer's handlers: typed messages in, messages to publish out (bke.adapters.bus.handler), thin
 over `service_core.ensure_rendered`.
 
     plan created        -> render and store every node's files: `manifests rendered`, or
@@ -15,15 +15,15 @@ import logging
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from bke.plan import Plan
+from bke.core.plan import Plan
 
 from bke.contracts import PlanCreated
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed, RenderManifests
-from bke.bus.handler import Out, first_of
-from bke.errors import RejectedInput
-from bke.render import EtcdJoin
-from bke.render.errors import RenderError
-from bke.state import RedisPlanStore
+from bke.adapters.bus.handler import Out, first_of
+from bke.core.errors import RejectedInput
+from bke.core.render import EtcdJoin
+from bke.core.render.errors import RenderError
+from bke.adapters.state import RedisPlanStore
 
 from .service_core import RenderStore, ensure_rendered
 

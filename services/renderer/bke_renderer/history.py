@@ -1,7 +1,7 @@
 """What the renderer did lately, for its dashboard and /metrics: every outcome of a render is
 counted (`bke_renders_total{kubernetes_version,result}`; result: rendered = a new file set
 stored, unchanged = the stored set was already this one, failed) and kept in its bounded recent
-list (`bke:recent-renders`, bke.state.recent) with the failure's errors or the set's size.
+list (`bke:recent-renders`, bke.adapters.state.recent) with the failure's errors or the set's size.
 
 The handlers call `observe` with the plan (the version is the plan's, which no event carries).
 """
@@ -12,11 +12,11 @@ from typing import Any, Callable
 
 from redis.asyncio import Redis
 
-from bke.bus.handler import Out
+from bke.adapters.bus.handler import Out
 from bke.contracts.render import ManifestsRendered, RenderFailed
-from bke.plan import Plan
-from bke.state.keys import recent_renders_key
-from bke.state.recent import RecentLog
+from bke.core.plan import Plan
+from bke.adapters.state.keys import recent_renders_key
+from bke.adapters.state.recent import RecentLog
 
 __all__ = ["RenderHistory"]
 

@@ -1,5 +1,5 @@
-"""The renderer's dashboard (read only, escaped, offline: bke.http.page): the versions it
-renders (the data tables `bke versions` prints: bke.versions and the template ranges, so the page
+"""The renderer's dashboard (read only, escaped, offline: bke.adapters.http.page): the versions it
+renders (the data tables `bke versions` prints: bke.core.versions and the template ranges, so the page
 and the renderer cannot disagree) and its recent renders, newest first, from its own recent
 list (history.py)."""
 from __future__ import annotations
@@ -10,11 +10,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from bke.http.page import Markup, layout, table, text
-from bke.http.query import BadQuery, bad_query, page_args
-from bke.render import TEMPLATE_RANGES
-from bke.state.recent import RECENT_KEEP
-from bke.versions import CONTAINERD_MINORS, ETCD_MINORS, KUBERNETES
+from bke.adapters.http.page import Markup, layout, table, text
+from bke.adapters.http.query import BadQuery, bad_query, page_args
+from bke.core.render import TEMPLATE_RANGES
+from bke.adapters.state.recent import RECENT_KEEP
+from bke.core.versions import CONTAINERD_MINORS, ETCD_MINORS, KUBERNETES
 
 from .history import RenderHistory
 

@@ -3,7 +3,7 @@
     ensure_rendered(plan, store)   idempotent: the same plan gives the same digest, and a set that
                                    is already stored with that digest is not written again.
 
-Errors (see bke.render.errors and bke.errors), for the handler to map:
+Errors (see bke.core.render.errors and bke.core.errors), for the handler to map:
     RenderRejected (UnsupportedVersionError, DeniedFlagError)  -> *.rejected/*.failed event, ack
     MissingInputError, InvalidOutputError                      -> failed event, ack (permanent)
     redis errors / anything else                               -> redelivery with backoff
@@ -17,8 +17,8 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
-from bke.plan import Plan
-from bke.render import EtcdJoin, NodeFiles, RenderedCluster, RenderInputs, generate_vrrp_password, render_cluster
+from bke.core.plan import Plan
+from bke.core.render import EtcdJoin, NodeFiles, RenderedCluster, RenderInputs, generate_vrrp_password, render_cluster
 
 __all__ = ["RenderReport", "RenderStore", "ensure_rendered"]
 

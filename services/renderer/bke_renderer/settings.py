@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pydantic_settings import SettingsConfigDict
 
-from bke.settings import ServiceSettings
+from bke.adapters.settings import ServiceSettings
 
 __all__ = ["RendererSettings"]
 

@@ -1,12 +1,12 @@
-"""Rendered file sets in Redis, in the format the dispatcher reads (bke.state.nodefiles).
+"""Rendered file sets in Redis, in the format the dispatcher reads (bke.adapters.state.nodefiles).
 
-Keys (names from bke.state.keys)::
+Keys (names from bke.adapters.state.keys)::
 
     bke:<cluster>:files:render          hash  hostname -> JSON list of NodeFile (the dispatcher's contract)
     bke:<cluster>:files:render:digest   the RenderedCluster digest: marks a complete set
     bke:<cluster>:addon-manifests       hash  addon name -> multi-document YAML (the dispatcher's addons phase)
     bke:<cluster>:render:meta           JSON: versions, tier, template sets, warnings, secret paths, and
-                                        `schemaVersion`, the form of all these keys (bke.state.schema)
+                                        `schemaVersion`, the form of all these keys (bke.core.state.schema)
     bke:<cluster>:render:vrrp-password  the cluster's VRRP password, created once (SET NX)
 
 A save replaces the whole set in one MULTI/EXEC (nodes that left the plan disappear with it), and
@@ -30,10 +30,10 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from bke.render import NodeFiles, RenderedCluster, RenderedFile
-from bke.state.keys import addon_manifests_key, node_files_digest_key, node_files_key, render_meta_key, vrrp_password_key
-from bke.state.nodefiles import NodeFile
-from bke.state.schema import SCHEMA_FIELD, check_readable, record_kind
+from bke.core.render import NodeFiles, RenderedCluster, RenderedFile
+from bke.adapters.state.keys import addon_manifests_key, node_files_digest_key, node_files_key, render_meta_key, vrrp_password_key
+from bke.core.state.nodefiles import NodeFile
+from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 __all__ = ["RedisRenderStore", "render_keys"]
 

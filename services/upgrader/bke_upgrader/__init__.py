@@ -1,1 +1,1 @@
-"""The upgrader service: rolling upgrades of installed clusters (bke.upgrade holds the decisions)."""
+"""The upgrader service: rolling upgrades of installed clusters (bke.core.upgrade holds the decisions)."""

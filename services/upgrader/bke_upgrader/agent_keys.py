@@ -1,10 +1,10 @@
-"""A node's agent sealing key for the upgrader (bke.state.agent_keys: the provisioned key)."""
+"""A node's agent sealing key for the upgrader (bke.adapters.state.agent_keys: the provisioned key)."""
 from __future__ import annotations
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 from redis.asyncio import Redis
 
-from bke.state.agent_keys import Sealer, provisioned_seal_keys, sealer
+from bke.adapters.state.agent_keys import Sealer, provisioned_seal_keys, sealer
 
 __all__ = ["agent_seal_key", "sealer_for"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bke.upgrade.run import StepRun, UpgradeRun
+from bke.core.upgrade.run import StepRun, UpgradeRun
 
 from .store import UpgradeStore
 

@@ -1,5 +1,5 @@
 """Upgrader wiring: the request and result subscribers, the reconcile runner, the view
-responder. No logic here (requests.py decides a request, bke.upgrade.run decides each pass)."""
+responder. No logic here (requests.py decides a request, bke.core.upgrade.run decides each pass)."""
 from __future__ import annotations
 
 import asyncio
@@ -9,16 +9,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bke.bus import get_blob
-from bke.bus.handler import typed
-from bke.bus.misaddressed import Misaddressed
-from bke.bus.other_incarnation import OtherIncarnation
-from bke.bus.replies import answerable
-from bke.bus.service import REDIS_PROBE_S, Service, make_service
-from bke.checksums import HttpRepoChecksums, LabChecksums
-from bke.cluster_api.addons import AddonsWork, LabApplier
-from bke.cluster_api.manifests import HttpRepoManifests, LabManifests
-from bke.cluster_api.node_labels import LabNodes, NodeLabelsWork, NodeMarker
+from bke.adapters.bus import get_blob
+from bke.adapters.bus.handler import typed
+from bke.adapters.bus.misaddressed import Misaddressed
+from bke.adapters.bus.other_incarnation import OtherIncarnation
+from bke.adapters.bus.replies import answerable
+from bke.adapters.bus.service import REDIS_PROBE_S, Service, make_service
+from bke.adapters.checksums import HttpRepoChecksums
+from bke.lab.standins.checksums import LabChecksums
+from bke.adapters.cluster_api.addons import AddonsWork
+from bke.lab.standins.addons import LabApplier
+from bke.adapters.cluster_api.manifests import HttpRepoManifests
+from bke.lab.standins.manifests import LabManifests
+from bke.lab.standins.node_labels import LabNodes
+from bke.adapters.cluster_api.node_labels import NodeLabelsWork, NodeMarker
 from bke.contracts.agent import CommandResult
 from bke.contracts.apply import APPLY_CLUSTER, ApplyCluster
 from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CertsFailed, CertsIssued, CertsRenewed
@@ -26,24 +30,24 @@ from bke.contracts.membership import JOIN_NODES_FINISHED, REMOVE_NODES_FINISHED,
 from bke.contracts.restore import RESTORE_ETCD, RESTORE_GET, RESTORE_PIECE
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import RETRY_UPGRADE, UPGRADE_CLUSTER, UPGRADE_GET, GetUpgrade, UpgradeCluster
-from bke.pausing import serve_pause
-from bke.state.pause import PauseFlags
-from bke.errors import TemporaryError
-from bke.etcdsnap.restore_run import is_restore_command
-from bke.etcdsnap.store import find_snapshot
-from bke.plan import Plan
-from bke.runner import Runner
-from bke.secrets import KeyringFile, box_for, keyring_for
-from bke.spec.limits import MAX_SPEC_BYTES
-from bke.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key
-from bke.state import PlanCache, RedisPlanStore
-from bke.forgetting import serve_deleted
-from bke.state.client import redis_client
-from bke.state.command_signing import CommandSigning
-from bke.state.keys import etcd_snapshot_key, vrrp_password_key
-from bke.tasks import cancel_and_wait
-from bke.etcdsnap.restore_run import SLUG_PREFIX as RESTORE_SLUG_PREFIX
-from bke.upgrade.run import SLUG_PREFIX
+from bke.adapters.pausing import serve_pause
+from bke.adapters.state.pause import PauseFlags
+from bke.core.errors import TemporaryError
+from bke.core.etcdsnap.restore_run import is_restore_command
+from bke.adapters.etcdsnap.store import find_snapshot
+from bke.core.plan import Plan
+from bke.adapters.runner import Runner
+from bke.core.secrets import KeyringFile, box_for, keyring_for
+from bke.core.spec.limits import MAX_SPEC_BYTES
+from bke.core.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key
+from bke.adapters.state import PlanCache, RedisPlanStore
+from bke.adapters.forgetting import serve_deleted
+from bke.adapters.state.client import redis_client
+from bke.adapters.state.command_signing import CommandSigning
+from bke.adapters.state.keys import etcd_snapshot_key, vrrp_password_key
+from bke.adapters.tasks import cancel_and_wait
+from bke.core.etcdsnap.restore_run import SLUG_PREFIX as RESTORE_SLUG_PREFIX
+from bke.core.upgrade.run import SLUG_PREFIX
 
 from .agent_release import ReleaseSource
 from .applies import Applies
@@ -67,8 +71,8 @@ __all__ = ["create_service"]
 log = logging.getLogger("bke.upgrader")
 GET_QUEUE = "upgrader-get"
 PIECE_QUEUE = "upgrader-restore-pieces"
-UPGRADE_MARK = ("/" + SLUG_PREFIX).encode()  # in every upgrade command id (bke.upgrade.run.step_slug)
-RESTORE_MARK = ("/" + RESTORE_SLUG_PREFIX).encode()  # in every restore command id (bke.etcdsnap.restore_run)
+UPGRADE_MARK = ("/" + SLUG_PREFIX).encode()  # in every upgrade command id (bke.core.upgrade.run.step_slug)
+RESTORE_MARK = ("/" + RESTORE_SLUG_PREFIX).encode()  # in every restore command id (bke.core.etcdsnap.restore_run)
 
 
 def _now() -> datetime:
@@ -77,7 +81,7 @@ def _now() -> datetime:
 
 class _Snapshots:
     """The deployment's snapshot key is made (SET NX) before the first snapshot is asked for (the
-    store itself is declared at deploy time, bke.bus.streams, and checked when the service starts)."""
+    store itself is declared at deploy time, bke.adapters.bus.streams, and checked when the service starts)."""
 
     def __init__(self, svc: Service, redis: Any):
         self.svc, self.redis = svc, redis
@@ -97,7 +101,7 @@ class _Snapshots:
 
 
 class _AddonsStep:
-    """The upgrade's addons step over the install's addon table and appliers (bke.cluster_api):
+    """The upgrade's addons step over the install's addon table and appliers (bke.adapters.cluster_api):
     every addon whose version changed is applied again from the target version's manifests."""
 
     def __init__(self, work: AddonsWork):
@@ -113,7 +117,7 @@ class _AddonsStep:
 
 
 class _LabelsStep:
-    """A changed spec's labels step over the install's node-labels code (bke.cluster_api):
+    """A changed spec's labels step over the install's node-labels code (bke.adapters.cluster_api):
     the registered nodes get the new plan's labels and taints, recorded as the install does."""
 
     def __init__(self, work: NodeLabelsWork):
@@ -142,15 +146,15 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
         drainer = LabDrainer(redis, _now)
         marker = LabNodes()
     else:
-        from bke.cluster_api.apply_k8s import KubernetesApplier
-        from bke.cluster_api.k8s_node_marks import KubernetesNodeMarker
+        from bke.adapters.cluster_api.apply_k8s import KubernetesApplier
+        from bke.adapters.cluster_api.k8s_node_marks import KubernetesNodeMarker
 
         applier = KubernetesApplier(redis)
         drainer = KubernetesDrainer(applier.admin_kubeconfig)
         marker = KubernetesNodeMarker(applier)
     addons = _AddonsStep(AddonsWork(redis, applier, _now, LabManifests() if simulated_repo else HttpRepoManifests()))
     signing = CommandSigning(redis, lambda: box_for("signing"))
-    # answers to a command of another incarnation of their cluster are dropped and counted (bke.bus.other_incarnation)
+    # answers to a command of another incarnation of their cluster are dropped and counted (bke.adapters.bus.other_incarnation)
     store = UpgradeStore(redis, OtherIncarnation(svc.metrics, svc.name))
     watch_metrics(svc, store)  # /metrics: nodes by state and progress, from the run records
     svc.http_routes += upgrader_routes(store)  # the dashboard: runs, steps, failures (live)
@@ -203,9 +207,9 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     upgrades.kick = certs.kick = membership.kick = runner.kick
     upgrades.kick_at_once = lambda cluster: runner.kick(cluster, at_once=True)
     serve_pause(svc, pause_flags, [runner.kick], _now)
-    serve_deleted(svc, redis, _now)  # a deleted cluster: this service's records go (bke.forgetting)
+    serve_deleted(svc, redis, _now)  # a deleted cluster: this service's records go (bke.adapters.forgetting)
 
-    # through `typed` like every consumer: the message's form is checked (bke.bus.message_version);
+    # through `typed` like every consumer: the message's form is checked (bke.adapters.bus.message_version);
     # a running restore (or any other operation) refuses it through the cluster's operation slot
     on_request = typed(UpgradeCluster, upgrades.on_request, svc.publish, refuse=upgrades.refuse_bytes)
 
@@ -257,7 +261,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
         # parsed and checked in full, so a mark in some other field only costs the parse.
         return UPGRADE_MARK not in body and RESTORE_MARK not in body
 
-    # a result on another node's subject is dropped and counted (bke.bus.misaddressed)
+    # a result on another node's subject is dropped and counted (bke.adapters.bus.misaddressed)
     misaddressed = Misaddressed(svc.metrics, svc.name)
 
     def handle_result(kind: str) -> Any:
@@ -266,7 +270,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     # An agent answers this service's commands on their own subject (bke.contracts.agent
     # UPGRADER_RESULT); one whose identity predates that subject answers on `result`, read here
     # too, with every other result of the cluster. (Literal subjects: tests/unit/
-    # test_auth_permissions.py holds them to bke.auth.permissions, which spells UPGRADER_RESULT.)
+    # test_auth_permissions.py holds them to bke.adapters.auth.permissions, which spells UPGRADER_RESULT.)
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results", handle_result("result"),
                         skip=not_ours)
     # nothing skipped on its own subject: every message there is meant for this service, and a

@@ -1,8 +1,8 @@
 """A changed spec carried out on a running cluster (`bke.v1.cluster.apply`).
 
-The request, decided here: the spec placed (`bke.plan`, as an install places it), compared with
-the stored plan (`bke.lifecycle.diff`: the refusals of `bke apply --dry-run`), and its actions
-turned into run steps by the action table (`bke.lifecycle.apply_run`). The run is a run of the
+The request, decided here: the spec placed (`bke.core.plan`, as an install places it), compared with
+the stored plan (`bke.core.lifecycle.diff`: the refusals of `bke apply --dry-run`), and its actions
+turned into run steps by the action table (`bke.core.lifecycle.apply_run`). The run is a run of the
 upgrade's record (`bke:<c>:upgrade`, request kind "apply"), carried out by `operation.Upgrades`
 pass by pass: the same fixed command ids, pause, ReplaceFiles with automatic rollback, drains
 and compare-and-swap of the stored plan at the end; one operation per cluster follows from the
@@ -15,7 +15,7 @@ the install's size limit (MAX_SPEC_BYTES, refused from the object's size before 
 
 Errors: bytes that are no ApplyCluster are answered `apply.rejected` naming each wrong field
 (`refuse_bytes`); a `specRef` that is missing, too large or no UTF-8 text is answered
-`apply.rejected` naming specRef (a PermanentError of bke.bus.blobs); a dispatcher that does not answer the status request is a TemporaryError (the
+`apply.rejected` naming specRef (a PermanentError of bke.adapters.bus.blobs); a dispatcher that does not answer the status request is a TemporaryError (the
 message is redelivered); everything the request gets wrong is an `apply.rejected`.
 """
 from __future__ import annotations
@@ -27,18 +27,18 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from bke.bus.handler import Out
+from bke.adapters.bus.handler import Out
 from bke.contracts.apply import APPLY_ACCEPTED, APPLY_REJECTED, ApplyAccepted, ApplyCluster, ApplyRejected
 from bke.contracts.base import ErrorItem
 from bke.contracts.changes import ChangeAction
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import UpgradeChanged, upgrade_subject
-from bke.errors import MalformedMessage, PermanentError
-from bke.lifecycle.apply_run import apply_order
-from bke.lifecycle.diff import ClusterDiff, diff_plans, render_diff
-from bke.plan import Plan, plan_spec_text
-from bke.state import PlanCache, plan_digest
-from bke.upgrade.run import UpgradeRun, new_run
+from bke.core.errors import MalformedMessage, PermanentError
+from bke.core.lifecycle.apply_run import apply_order
+from bke.core.lifecycle.diff import ClusterDiff, diff_plans, render_diff
+from bke.core.plan import Plan, plan_spec_text
+from bke.adapters.state import PlanCache, plan_digest
+from bke.core.upgrade.run import UpgradeRun, new_run
 
 from .operation import Upgrades
 from .requests import refusal_of, step_views, versions_of

@@ -1,6 +1,6 @@
 """The upgrade's certificate renewal, the adapters: ask the certs service, record its answer,
 and hand each node step its renewed files (which certificates, and where they go: the pure
-bke.upgrade.certificates).
+bke.core.upgrade.certificates).
 
     certificates step  -> `RenewCerts` (origin upgrade: every instance the upgrade renews) on
                           the certs service's existing renewal path; the step waits
@@ -37,14 +37,14 @@ from typing import Any
 
 from bke.contracts.agent import NewFile
 from bke.contracts.certs import ISSUE_CERTS, RENEW_CERTS, CertsFailed, CertsIssued, CertsRenewed, IssueCerts, RenewCerts
-from bke.errors import TemporaryError
-from bke.pki.instances import split_instance_id
-from bke.plan import Plan
-from bke.state.keys import upgrade_certs_key
-from bke.state.nodefiles import RedisNodeFiles
-from bke.upgrade.certificates import cert_files, cert_rows, renewed_by_node, renewed_instances
-from bke.upgrade.order import ExpandedStep
-from bke.upgrade.run import StepRun, UpgradeRun, mark_local
+from bke.core.errors import TemporaryError
+from bke.core.pki.instances import split_instance_id
+from bke.core.plan import Plan
+from bke.adapters.state.keys import upgrade_certs_key
+from bke.adapters.state.nodefiles import RedisNodeFiles
+from bke.core.upgrade.certificates import cert_files, cert_rows, renewed_by_node, renewed_instances
+from bke.core.upgrade.order import ExpandedStep
+from bke.core.upgrade.run import StepRun, UpgradeRun, mark_local
 
 from .answer_deadline import DEFAULT_TIMEOUT_S, AnswerDeadline, silent_service
 from .store import UpgradeStore
@@ -113,7 +113,7 @@ class UpgradeCerts:
             return
         rid = renewal_id(run.request_id)
         # the target release: a subject kubeadm changed on the way (apiserver-kubelet-client's
-        # group, bke.pki.subjects) is re-issued as that release issues it
+        # group, bke.core.pki.subjects) is re-issued as that release issues it
         ask = RenewCerts(request_id=rid, cluster=run.cluster, names=names, origin="upgrade",
                          kubernetes_version=run.target.get("kubernetes") or None)
         # the same id every pass: JetStream drops a repeat within its window, and the certs

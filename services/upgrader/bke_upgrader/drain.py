@@ -1,4 +1,4 @@
-"""Cordon, drain and uncordon, for the upgrade's drain steps: `bke.drain` (shared with the
+"""Cordon, drain and uncordon, for the upgrade's drain steps: `bke.adapters.drain` (shared with the
 dispatcher's removal of workers), with the lab's record in the upgrade's own key."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from datetime import datetime
 
 from redis.asyncio import Redis
 
-from bke.drain import Drainer, KubernetesDrainer
-from bke.drain import LabDrainer as _LabDrainer
-from bke.state.keys import cluster_key
+from bke.adapters.drain import Drainer, KubernetesDrainer
+from bke.lab.standins.drain import LabDrainer as _LabDrainer
+from bke.adapters.state.keys import cluster_key
 
 __all__ = ["Drainer", "KubernetesDrainer", "LabDrainer", "drain_key"]
 

@@ -19,10 +19,10 @@ from redis.asyncio import Redis
 
 from bke.contracts.expiration import EXPIRATION_GET, MAX_LIMIT, CertExpiration, GetExpiration, parse_expiration_reply
 from bke.contracts.status import STATUS_GET, ClusterStatus, GetStatus, StatusError, parse_status_reply
-from bke.errors import TemporaryError
-from bke.plan import Plan
-from bke.state.keys import heartbeat_cgroup_key, heartbeat_key
-from bke.upgrade import Facts
+from bke.core.errors import TemporaryError
+from bke.core.plan import Plan
+from bke.adapters.state.keys import heartbeat_cgroup_key, heartbeat_key
+from bke.core.upgrade import Facts
 
 __all__ = ["LiveFacts", "StatusRequest"]
 

@@ -1,7 +1,7 @@
 """A changed spec's removals and joins, the adapters: the apply run asks the dispatcher to
 remove or join workers (`RemoveNodes` / `JoinNodes`, `partOf` the run: inside its operation
 slot) and carries on when the dispatcher's `*.finished` answers. Which nodes, in which order,
-is `bke.lifecycle.apply_run`'s; how a node joins or leaves is the dispatcher's.
+is `bke.core.lifecycle.apply_run`'s; how a node joins or leaves is the dispatcher's.
 
     remove-nodes step  -> RemoveNodes of the batch (the stored plan still names its nodes);
                           waits (TemporaryError) until its answer is recorded
@@ -31,11 +31,11 @@ from typing import Any
 from bke.contracts.membership import (
     JOIN_NODES, REMOVE_NODES, JoinNodes, JoinNodesFinished, MembershipEtcdJoin, MembershipRejoin, RemoveNodes, RemoveNodesFinished,
 )
-from bke.errors import TemporaryError
-from bke.lifecycle.apply_run import JOIN_STEP, REMOVE_STEP, member_join
-from bke.plan import Plan
-from bke.state.keys import upgrade_results_key
-from bke.upgrade.run import StepRun, UpgradeRun, mark_local, mark_local_batch
+from bke.core.errors import TemporaryError
+from bke.core.lifecycle.apply_run import JOIN_STEP, REMOVE_STEP, member_join
+from bke.core.plan import Plan
+from bke.adapters.state.keys import upgrade_results_key
+from bke.core.upgrade.run import StepRun, UpgradeRun, mark_local, mark_local_batch
 
 from .answer_deadline import DEFAULT_TIMEOUT_S, AnswerDeadline, silent_service
 from .store import UpgradeStore

@@ -1,21 +1,21 @@
 """The upgrade, the adapters: requests in, node commands out, results folded, one pass at a time.
 
-Decisions are bke.upgrade's (requests: `decide_request`; the run: `bke.upgrade.run.decide`);
+Decisions are bke.core.upgrade's (requests: `decide_request`; the run: `bke.core.upgrade.run.decide`);
 this module reads, writes and publishes around them:
 
 - `on_request`: gathers the live facts, decides, answers `upgrade.accepted` / `.rejected`, and
-  stores the run after claiming the cluster's operation slot (bke.state.operation_slot: one
+  stores the run after claiming the cluster's operation slot (bke.adapters.state.operation_slot: one
   operation per cluster, refused naming the install, restore, rotation, reset... that runs);
 - `on_result`: records an agent's answer to an upgrade command beside the run;
 - `reconcile`: under the cluster's "upgrade" lease, folds the answers in and carries out the
   next decision (a local step, a drain, a batch of commands, an uncordon, the end); a pass
   that finds the run ended releases the slot.
 
-Errors (bke.errors): a malformed request is answered `upgrade.rejected` naming its field; an
+Errors (bke.core.errors): a malformed request is answered `upgrade.rejected` naming its field; an
 outage or a dispatcher that does not answer yet is retried (TemporaryError); the run's record
 moves forward only, so any process may die at any point and the next pass goes on. Any other
 error while a pass carries out a decision (a PermanentError, a bug) would only repeat: the run
-ends Failed naming its step and node (bke.upgrade.failure), the view is published and the
+ends Failed naming its step and node (bke.core.upgrade.failure), the view is published and the
 pass returns, which releases the lease.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Protocol
 
-from bke.bus.handler import Out
+from bke.adapters.bus.handler import Out
 from bke.contracts.agent import (
     AGENT_VERSION,
     AgentCommand,
@@ -45,26 +45,26 @@ from bke.contracts.upgrade import (
     UpgradeView,
     upgrade_subject,
 )
-from bke.errors import MalformedMessage, PermanentError, TemporaryError, is_unavailable
-from bke.etcdsnap.step import snapshot_step
-from bke.lifecycle.apply_run import JOIN_STEP, MEMBER_NODE_STEPS, REMOVE_STEP, member_commands
-from bke.plan import Plan, plan_spec_text
-from bke.secrets.binding import result_refusal
-from bke.state import PlanCache, RedisPlanStore, plan_digest
-from bke.state.command_signing import Prefetch
-from bke.state.lease import claim_lease, release_lease
-from bke.state.operation_slot import operation_holder, release_operation, start_in_slot
-from bke.state.operation_slot import refusal as slot_refusal
-from bke.state.keys import accepted_agents_key, plan_meta_key, upgrade_results_key
-from bke.state.plans import INCARNATION_READ, incarnation_of
-from bke.state.migrate import needs_conversion
-from bke.state.schema import StoredVersionError, record_kind
-from bke.upgrade.certificates import rbac_before_renewal
-from bke.upgrade.failure import abort_run, error_text
-from bke.upgrade.node_commands import CLEANUP_STEP, LB_STEP, BinariesMemo, node_upgrade_steps, stops_registering
-from bke.upgrade.node_versions import settled, stopped_batch_ids
-from bke.upgrade.paths import resolve_target
-from bke.upgrade.run import (
+from bke.core.errors import MalformedMessage, PermanentError, TemporaryError, is_unavailable
+from bke.core.etcdsnap.step import snapshot_step
+from bke.core.lifecycle.apply_run import JOIN_STEP, MEMBER_NODE_STEPS, REMOVE_STEP, member_commands
+from bke.core.plan import Plan, plan_spec_text
+from bke.core.secrets.binding import result_refusal
+from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
+from bke.adapters.state.command_signing import Prefetch
+from bke.adapters.state.lease import claim_lease, release_lease
+from bke.adapters.state.operation_slot import operation_holder, release_operation, start_in_slot
+from bke.adapters.state.operation_slot import refusal as slot_refusal
+from bke.adapters.state.keys import accepted_agents_key, plan_meta_key, upgrade_results_key
+from bke.adapters.state.plans import INCARNATION_READ, incarnation_of
+from bke.adapters.state.migrate import needs_conversion
+from bke.core.state.schema import StoredVersionError, record_kind
+from bke.core.upgrade.certificates import rbac_before_renewal
+from bke.core.upgrade.failure import abort_run, error_text
+from bke.core.upgrade.node_commands import CLEANUP_STEP, LB_STEP, BinariesMemo, node_upgrade_steps, stops_registering
+from bke.core.upgrade.node_versions import settled, stopped_batch_ids
+from bke.core.upgrade.paths import resolve_target
+from bke.core.upgrade.run import (
     DRAIN_STEP,
     UNREGISTER_STEP,
     Decision,
@@ -82,7 +82,7 @@ from bke.upgrade.run import (
     new_run,
     upgrade_command_id,
 )
-from bke.upgrade.target_plan import target_plan
+from bke.core.upgrade.target_plan import target_plan
 
 from .agent_keys import sealer_for
 from .agent_release import ReleaseError, ReleaseSource
@@ -99,7 +99,7 @@ __all__ = ["AtNode", "Outcome", "Upgrades"]
 
 log = logging.getLogger("bke.upgrader")
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
-# a command -> its signed body (bke.state.command_signing.CommandSigning.sign_bytes): the body,
+# a command -> its signed body (bke.adapters.state.command_signing.CommandSigning.sign_bytes): the body,
 # not the signed model, so that its canonical bytes are written once per command
 Sign = Callable[[AgentCommand], Awaitable[bytes]]
 LEASE = "upgrade"
@@ -115,7 +115,7 @@ PREFETCH_CHUNK = 500  # commands whose bindings are read in one round trip (see 
 # The field of the run's answers hash that keeps the plan a changed spec's run started from,
 # once the run swapped in its own plan (a join needs the stored plan to name the new nodes).
 BASE_PLAN_FIELD = "apply:base-plan"
-# Steps whose commands carry files of the old and new render (bke.upgrade.node_commands), and the
+# Steps whose commands carry files of the old and new render (bke.core.upgrade.node_commands), and the
 # addons step (the new render's manifests); the others (agents, snapshots, post-checks) need none.
 RENDERED_STEPS = frozenset({"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", LB_STEP,
                             "masters-runtime", "workers", CLEANUP_STEP, "addons"})
@@ -178,18 +178,18 @@ class Upgrades:
                  release: ReleaseSource | None = None, labels: Labels | None = None,
                  membership: ApplyMembership | None = None, prefetch: Prefetch | None = None):
         self.snapshots = snapshots
-        self.prefetch = prefetch  # a batch's command bindings, read in one round trip (bke.state.command_signing)
+        self.prefetch = prefetch  # a batch's command bindings, read in one round trip (bke.adapters.state.command_signing)
         self.certs = certs or UpgradeCerts(store, publish)
         self.membership = membership or ApplyMembership(store, publish)
         self.release = release  # the agent release the agents step installs (None: version check only)
-        self.labels = labels  # the labels step of a changed spec's run (bke.lifecycle.apply_run)
+        self.labels = labels  # the labels step of a changed spec's run (bke.core.lifecycle.apply_run)
         self.component_timeout_s = component_timeout_s
         self.store, self.plans, self.plan_store, self.facts = store, plans, plan_store, facts
         self.renders, self.checksums, self.drainer, self.addons = renders, checksums, drainer, addons
         self.publish, self.now, self.owner, self.lease_ms, self.sign = publish, now, owner, lease_ms, sign
         self.answer_deadline_s = answer_deadline_s
         self.kick: Callable[[str], None] = lambda cluster: None
-        # a kick that skips the runner's coalescing window (bke.runner): the answer that
+        # a kick that skips the runner's coalescing window (bke.adapters.runner): the answer that
         # completes the batch in flight has nothing left to coalesce with
         self.kick_at_once: Callable[[str], None] = lambda cluster: None
         # cluster -> the commands of the batch in flight without an answer known here, as the
@@ -228,7 +228,7 @@ class Upgrades:
         status = await self.facts.status(req.cluster)
         if isinstance(status, StatusError):
             return rejected(f"cluster {req.cluster!r}: {status.message}" if status.reason == "NotFound" else status.message)
-        # one operation per cluster (bke.state.operation_slot): a quick answer naming the
+        # one operation per cluster (bke.adapters.state.operation_slot): a quick answer naming the
         # operation that runs, for a dry run too; the claim below is the atomic one
         busy = await self.busy(req.cluster, "upgrade", req.request_id)
         if busy:
@@ -336,11 +336,11 @@ class Upgrades:
 
     def _misrouted(self, res: CommandResult) -> str:
         """Why a result is not believed ("" if it may be), by the dispatcher's rule (its
-        results.py): it came on its node's subject (the wiring's guard, bke.bus.misaddressed,
+        results.py): it came on its node's subject (the wiring's guard, bke.adapters.bus.misaddressed,
         dropped it otherwise) and its command id names that node. The third condition, that it
         comes from the node's accepted agent (learned from `certs.sealed`, never from the
         agent's own claim), and the fourth, that it answers a command of the cluster's current
-        incarnation (bke.secrets.binding), are checked where it is recorded
+        incarnation (bke.core.secrets.binding), are checked where it is recorded
         (`UpgradeStore.record_if_accepted`)."""
         if res.command_id.split("/")[2:3] != [res.node]:
             return "its command id names another node"
@@ -389,7 +389,7 @@ class Upgrades:
         or two, so the target is kept while the stored plan is the same object (PlanCache
         re-reads only a changed digest). After a crash between storing the target plan and
         saving the run as Succeeded, the stored plan is the target already: the target plan of
-        it is the same, and the run ends. A retry (bke.upgrade.retry) may start from a stored
+        it is the same, and the run ends. A retry (bke.core.upgrade.retry) may start from a stored
         plan that is the target already (the upgrade it completes succeeded without its nodes):
         its old side is then the stored plan at the versions those nodes run."""
         stored = await self.plans.load(run.cluster)
@@ -459,7 +459,7 @@ class Upgrades:
             if d.action in ("local", "drain"):
                 # a slow fact (an addon apply, a drain through the API) is kept as soon as it is
                 # one; the quick ones (uncordon, send) are saved once, at the end of the pass:
-                # redone after a crash, each is idempotent (bke.upgrade.run)
+                # redone after a crash, each is idempotent (bke.core.upgrade.run)
                 await self.store.save(run)
         if changed:
             await self._save(run)
@@ -475,7 +475,7 @@ class Upgrades:
         return Outcome("done") if run.status == "Succeeded" else Outcome("wait", WAIT_S)
 
     async def _save(self, run: UpgradeRun) -> None:
-        """The record; a finished run with its nodes' versions (bke.upgrade.node_versions)."""
+        """The record; a finished run with its nodes' versions (bke.core.upgrade.node_versions)."""
         if run.status == "Running":
             await self.store.save(run)
             return
@@ -511,7 +511,7 @@ class Upgrades:
                         "stored records of an older BKE: " + ", ".join(f"{r.kind} v{r.found}" for r in stale)
                         + f"; run `bke state migrate {run.cluster}` (the admin's), then upgrade again"))
             elif step.name == "certificates" and run.request.get("kind") == "apply":
-                try:  # certificates whose names change (bke.lifecycle.apply_run: `_reissue`)
+                try:  # certificates whose names change (bke.core.lifecycle.apply_run: `_reissue`)
                     await self.certs.reissue(run, step, new, self._store_plan)
                 except TemporaryError:
                     await self._changed(run)
@@ -519,7 +519,7 @@ class Upgrades:
             elif step.name == "certificates":
                 if rbac_before_renewal(old.kubernetes_version, new.kubernetes_version):
                     # the target release's bootstrap RBAC before any certificate it re-issues
-                    # with fewer groups reaches an apiserver (apiserver-kubelet-client, bke.pki.
+                    # with fewer groups reaches an apiserver (apiserver-kubelet-client, bke.core.pki.
                     # subjects): else `kubectl logs/exec` are Forbidden until the addons step,
                     # as after `kubeadm upgrade apply v1.35.5` (kubernetes/kubeadm#3310)
                     renders = await self.renders.get(run.request_id, old, new)
@@ -603,7 +603,7 @@ class Upgrades:
                 update = updates.step(host) if updates is not None else None  # a ReleaseError fails this node
                 if step == "etcd-snapshots":  # taken from the running members: the plan the cluster runs now
                     steps: list[Any] = [snapshot_step(old, group, host, recipient, now, run.request_id)]
-                elif step in MEMBER_NODE_STEPS:  # a changed spec's etcd membership (bke.lifecycle.apply_run)
+                elif step in MEMBER_NODE_STEPS:  # a changed spec's etcd membership (bke.core.lifecycle.apply_run)
                     steps = member_commands(step, group, old, new, host, self.component_timeout_s)
                 else:
                     # keepalived.conf (the VRRP password) is sealed to the master's agent; without
@@ -747,6 +747,6 @@ def _placed(spec: str) -> Plan:
 
 
 def _plan_at(plan: Plan, versions: dict[str, str]) -> Plan:
-    """The plan's own spec at `versions`, placed again (bke.upgrade.target_plan)."""
+    """The plan's own spec at `versions`, placed again (bke.core.upgrade.target_plan)."""
     return target_plan(plan, resolve_target(plan, versions["kubernetes"], versions["etcd"], versions["containerd"]))
 

@@ -1,8 +1,8 @@
-"""The upgrader's dashboard (read only, escaped, offline: bke.http.page), from its run records:
+"""The upgrader's dashboard (read only, escaped, offline: bke.adapters.http.page), from its run records:
 
     /                              every cluster's current or last upgrade
     /upgrades/{cluster}            one run: its steps with their progress, failures, left-out nodes
-    .../fragment, /runs            the same tables alone: the pages poll them (bke.http.page
+    .../fragment, /runs            the same tables alone: the pages poll them (bke.adapters.http.page
                                    `poll_script`), so they update while the upgrade runs
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from bke.http.page import Markup, layout, link, poll_script, table, text
-from bke.upgrade.run import UpgradeRun
+from bke.adapters.http.page import Markup, layout, link, poll_script, table, text
+from bke.core.upgrade.run import UpgradeRun
 
 from .progress import NODE_STATES, node_states, progress_ratio
 from .store import UpgradeStore

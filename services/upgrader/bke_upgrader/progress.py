@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from bke.upgrade.run import UpgradeRun
+from bke.core.upgrade.run import UpgradeRun
 
 __all__ = ["NODE_STATES", "node_states", "progress_ratio"]
 

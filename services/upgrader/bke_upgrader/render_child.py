@@ -24,9 +24,9 @@ import pickle
 import resource
 import sys
 
-from bke.plan import Plan
-from bke.render import RenderInputs, render_cluster
-from bke.render.result import RenderedFile
+from bke.core.plan import Plan
+from bke.core.render import RenderInputs, render_cluster
+from bke.core.render.result import RenderedFile
 
 __all__ = ["changed_only", "main", "render_by_node"]
 

@@ -1,11 +1,11 @@
 """The current and target render of a cluster, per node, kept while its upgrade runs.
 
-Rendering is pure and deterministic (bke.render), so the upgrader renders the plan it starts
+Rendering is pure and deterministic (bke.core.render), so the upgrader renders the plan it starts
 from and the plan it leads to itself, and sends each node exactly the files that differ: after a
 restart it renders both again and gets the same bytes. The cluster's VRRP password (the
 renderer's, made once per cluster) is read from the store and handed to the child on its stdin:
 keepalived.conf then holds the bytes the nodes run, and a changed spec's load-balancer step
-sends it sealed to each master's agent (bke.upgrade.node_commands). A cluster without a VIP has
+sends it sealed to each master's agent (bke.core.upgrade.node_commands). A cluster without a VIP has
 none (a placeholder is rendered, and no node runs keepalived).
 
 Both renders run in a child process (render_child: why there), which hands back only the files
@@ -24,9 +24,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from bke.errors import PermanentError, TemporaryError
-from bke.plan import Plan
-from bke.render.result import RenderedFile
+from bke.core.errors import PermanentError, TemporaryError
+from bke.core.plan import Plan
+from bke.core.render.result import RenderedFile
 
 __all__ = ["ClusterRenders", "RenderFailed", "Renders"]
 

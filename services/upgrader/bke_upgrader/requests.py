@@ -1,7 +1,7 @@
 """An upgrade request, decided: accepted (with its steps) or rejected (with every reason).
 
 Pure, apart from the facts the caller gathered: the same path rules, checks and order as
-`bke upgrade plan` (bke.upgrade), plus the target plan (the spec validated at the target
+`bke upgrade plan` (bke.core.upgrade), plus the target plan (the spec validated at the target
 versions: an extraArg the new minor no longer has refuses the upgrade before anything moves).
 """
 from __future__ import annotations
@@ -21,11 +21,11 @@ from bke.contracts.upgrade import (
     UpgradeStepView,
     UpgradeVersions,
 )
-from bke.plan import Plan
-from bke.spec.loader import loc_to_path
-from bke.upgrade import Facts, Target, UpgradeRequestError, change_of, expand_order, resolve_target, upgrade_findings
-from bke.upgrade.order import ExpandedStep
-from bke.upgrade.target_plan import TargetPlanError, target_plan
+from bke.core.plan import Plan
+from bke.core.spec.loader import loc_to_path
+from bke.core.upgrade import Facts, Target, UpgradeRequestError, change_of, expand_order, resolve_target, upgrade_findings
+from bke.core.upgrade.order import ExpandedStep
+from bke.core.upgrade.target_plan import TargetPlanError, target_plan
 
 __all__ = ["Decided", "decide_request", "parse_request", "parse_retry", "step_views", "versions_of"]
 

@@ -1,12 +1,12 @@
 """The snapshot of a running etcd restore, served piece by piece to its members' agents.
 
-Trust (bke.etcdsnap.delivery says why the snapshot travels this way): the stored object is
+Trust (bke.adapters.etcdsnap.delivery says why the snapshot travels this way): the stored object is
 sealed to the deployment's snapshot key, which this service holds; it is copied to a private
 file here (still sealed) and opened piece by piece in memory, each piece sealed again to the
 X25519 key BKE provisioned for the asking node (`bke:<c>:agents:provisioned`, recorded when the
 operator registered the node, never taken from a message). A request is answered only for a
 restore that runs, in its `restore-members` stage, for one of its members, and on that node's
-own subject (bke.auth.permissions lets only that node's agent publish there).
+own subject (bke.adapters.auth.permissions lets only that node's agent publish there).
 
 Errors: a refused request is answered with a `StatusError` naming why (the agent's step fails
 with it); an unexpected error too, as "Unavailable", so the agent never waits out its timeout.
@@ -28,12 +28,12 @@ from pydantic import ValidationError
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, node_token
 from bke.contracts.restore import GetRestorePiece, RestorePiece
 from bke.contracts.status import StatusError
-from bke.errors import PermanentError
-from bke.etcdsnap.delivery import Feed, resealed_frames
-from bke.etcdsnap.records import object_name
-from bke.etcdsnap.restore_run import RestoreRun
-from bke.etcdsnap.store import copy_sealed
-from bke.secrets.snapshot_key import SnapshotKey
+from bke.core.errors import PermanentError
+from bke.adapters.etcdsnap.delivery import Feed, resealed_frames
+from bke.core.etcdsnap.records import object_name
+from bke.core.etcdsnap.restore_run import RestoreRun
+from bke.adapters.etcdsnap.store import copy_sealed
+from bke.core.secrets.snapshot_key import SnapshotKey
 
 from .agent_keys import agent_seal_key
 from .restore_store import RestoreStore

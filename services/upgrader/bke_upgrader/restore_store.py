@@ -1,6 +1,6 @@
 """The etcd restore's record in Redis, and the agents' answers beside it.
 
-    bke:<c>:etcd-restore            string  the cluster's current (or last) restore, JSON (bke.etcdsnap.restore_run)
+    bke:<c>:etcd-restore            string  the cluster's current (or last) restore, JSON (bke.core.etcdsnap.restore_run)
     bke:<c>:etcd-restore:results    hash    command id -> {status, step, stderr} as the agent answered
     bke:etcd-restores               set     clusters with a restore record (resumed after a restart)
 
@@ -18,9 +18,9 @@ from typing import Any
 from redis.asyncio import Redis
 
 from bke.contracts.agent import CommandResult
-from bke.etcdsnap.restore_run import RestoreRun
-from bke.state.exclusive import write_unless
-from bke.state.keys import etcd_restore_key, etcd_restore_results_key, etcd_restores_index
+from bke.core.etcdsnap.restore_run import RestoreRun
+from bke.adapters.state.exclusive import write_unless
+from bke.adapters.state.keys import etcd_restore_key, etcd_restore_results_key, etcd_restores_index
 
 __all__ = ["RestoreStore"]
 

@@ -3,12 +3,12 @@
 Why the upgrader runs it: it already holds what a restore needs: access to the snapshot store
 and the deployment's snapshot key (it asks for the snapshots), the command-signing key and the
 agents' result stream, and the cluster's "upgrade" lease that keeps one operation's passes from
-interleaving with another's. Decisions are bke.etcdsnap's (`restore.restore_plan`,
+interleaving with another's. Decisions are bke.core.etcdsnap's (`restore.restore_plan`,
 `restore_run.decide`); this module reads, writes and publishes around them:
 
 - `on_request`: checks the request (the etcd cluster exists, the snapshot exists and its record
   is from the agent BKE provisioned for its node), claims the cluster's operation slot (no
-  other operation of any kind runs: bke.state.operation_slot), answers `etcd-restore.accepted`
+  other operation of any kind runs: bke.adapters.state.operation_slot), answers `etcd-restore.accepted`
   (what it stops, every stage) or `.rejected`, and stores the run; a dry run only answers;
 - `view_of`: the current or last restore, answered on `bke.v1.etcd-restore.get`;
 - `on_result`: records an agent's answer to a restore command beside the run;
@@ -16,7 +16,7 @@ interleaving with another's. Decisions are bke.etcdsnap's (`restore.restore_plan
   next decision (verify the snapshot here, or send a stage's commands), then publishes
   `bke.v1.etcd-restore.<cluster>.changed` with the whole view.
 
-Errors (bke.errors): a malformed or impossible request is answered `.rejected` naming its field
+Errors (bke.core.errors): a malformed or impossible request is answered `.rejected` naming its field
 or the reason; an outage is retried (the runner's delay); the record moves forward only, so any
 process may die at any point and the next pass goes on (fixed command ids).
 """
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from bke.bus.handler import Out
+from bke.adapters.bus.handler import Out
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
 from bke.contracts.restore import (
     RESTORE_ACCEPTED,
@@ -48,10 +48,10 @@ from bke.contracts.restore import (
 )
 from bke.contracts.base import ErrorItem
 from bke.contracts.status import StatusError
-from bke.errors import PermanentError
-from bke.etcdsnap.records import SnapshotRecord
-from bke.etcdsnap.restore import STAGES, RestorePlan, node_steps, restore_plan
-from bke.etcdsnap.restore_run import (
+from bke.core.errors import PermanentError
+from bke.core.etcdsnap.records import SnapshotRecord
+from bke.core.etcdsnap.restore import STAGES, RestorePlan, node_steps, restore_plan
+from bke.core.etcdsnap.restore_run import (
     RestoreDecision,
     RestoreRun,
     awaited_ids,
@@ -64,16 +64,16 @@ from bke.etcdsnap.restore_run import (
     new_run,
     restore_command_id,
 )
-from bke.etcdsnap.sealed_stream import open_stream
-from bke.etcdsnap.store import check_author
-from bke.plan import Plan
-from bke.runner import Outcome
-from bke.secrets.snapshot_key import SnapshotKey
-from bke.state import PlanCache
-from bke.state.keys import plan_key
-from bke.state.lease import claim_lease, release_lease
-from bke.state.operation_slot import claim_operation, operation_holder, release_operation
-from bke.state.operation_slot import refusal as slot_refusal
+from bke.core.etcdsnap.sealed_stream import open_stream
+from bke.adapters.etcdsnap.store import check_author
+from bke.core.plan import Plan
+from bke.adapters.runner import Outcome
+from bke.core.secrets.snapshot_key import SnapshotKey
+from bke.adapters.state import PlanCache
+from bke.adapters.state.keys import plan_key
+from bke.adapters.state.lease import claim_lease, release_lease
+from bke.adapters.state.operation_slot import claim_operation, operation_holder, release_operation
+from bke.adapters.state.operation_slot import refusal as slot_refusal
 
 from .requests import refusal_of
 from .restore_pieces import PieceServer, provisioned_key
@@ -87,7 +87,7 @@ Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 Sign = Callable[[AgentCommand], Awaitable[AgentCommand]]
 FindSnapshot = Callable[[str, str, str], Awaitable[SnapshotRecord]]
 LEASE = "upgrade"  # the upgrade's: one operation's passes at a time per cluster
-KIND = "etcd-restore"  # its name in the cluster's operation slot (bke.state.operation_slot)
+KIND = "etcd-restore"  # its name in the cluster's operation slot (bke.adapters.state.operation_slot)
 WAIT_S = 5.0
 COMMAND_TTL_S = 3600.0
 
@@ -152,7 +152,7 @@ class Restores:
             check_author(record, await self.key(), await provisioned_key(self.store.r, req.cluster, record.node))
         except PermanentError as exc:
             return rejected(f"snapshotId: {exc}")
-        # one operation per cluster (bke.state.operation_slot): a quick answer naming what runs,
+        # one operation per cluster (bke.adapters.state.operation_slot): a quick answer naming what runs,
         # for a dry run too; the claim below is the atomic one
         holder = await operation_holder(self.store.r, req.cluster)
         if holder is not None and (holder.kind, holder.request_id) != (KIND, req.request_id):

@@ -1,8 +1,8 @@
 """`bke retry --nodes` for an upgrade, the adapter: `RetryUpgrade` in, a new run of the named
 nodes stored, `upgrade.accepted` / `.rejected` out.
 
-The decision is bke.upgrade.retry's (pure): which nodes are behind comes from the per-node
-versions the last run left (bke.upgrade.node_versions), the live agents from their heartbeats
+The decision is bke.core.upgrade.retry's (pure): which nodes are behind comes from the per-node
+versions the last run left (bke.core.upgrade.node_versions), the live agents from their heartbeats
 (the same facts as an upgrade request). The new run is then carried out by `Upgrades`'
 reconcile passes like any other: same order, same batches, same rollback.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from bke.bus.handler import Out
+from bke.adapters.bus.handler import Out
 from bke.contracts.agent import AGENT_VERSION
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import (
@@ -23,8 +23,8 @@ from bke.contracts.upgrade import (
     UpgradeVersions,
     upgrade_subject,
 )
-from bke.upgrade.retry import decide_retry, retry_run
-from bke.upgrade.run import UpgradeRun
+from bke.core.upgrade.retry import decide_retry, retry_run
+from bke.core.upgrade.run import UpgradeRun
 
 from .applies import is_apply
 from .operation import Upgrades
@@ -48,7 +48,7 @@ class Retries:
         return await self.on_retry(req)
 
     async def on_retry(self, req: RetryUpgrade) -> list[Out]:
-        """Complete the last upgrade on nodes it left behind (bke.upgrade.retry decides)."""
+        """Complete the last upgrade on nodes it left behind (bke.core.upgrade.retry decides)."""
         ids = {"cluster": req.cluster, "request_id": req.request_id}
 
         def rejected(message: str) -> list[Out]:

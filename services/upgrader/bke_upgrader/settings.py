@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from bke.settings import ServiceSettings
+from bke.adapters.settings import ServiceSettings
 
 from .answer_deadline import DEFAULT_TIMEOUT_S
 

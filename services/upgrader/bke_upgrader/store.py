@@ -1,9 +1,9 @@
 """The upgrade's record in Redis, and the agents' answers beside it.
 
-    bke:<c>:upgrade            string  the cluster's current (or last) upgrade, JSON (bke.upgrade.run)
+    bke:<c>:upgrade            string  the cluster's current (or last) upgrade, JSON (bke.core.upgrade.run)
     bke:<c>:upgrade:results    hash    command id -> {status, step, stderr} as the agent answered
     bke:<c>:upgrade:nodes      hash    node -> the versions it runs, and the target it is behind on
-                                       (bke.upgrade.node_versions), written with the run's end
+                                       (bke.core.upgrade.node_versions), written with the run's end
     bke:upgrades               set     clusters with an upgrade record (resumed after a restart)
 
 An answer is recorded only if it comes from its node's accepted agent (the dispatcher's record)
@@ -25,17 +25,17 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from bke.bus.other_incarnation import OtherIncarnation
+from bke.adapters.bus.other_incarnation import OtherIncarnation
 from bke.contracts.agent import CommandResult
-from bke.errors import TemporaryError
-from bke.secrets.binding import result_refusal
-from bke.state.exclusive import write_unless
-from bke.state.keys import (
+from bke.core.errors import TemporaryError
+from bke.core.secrets.binding import result_refusal
+from bke.adapters.state.exclusive import write_unless
+from bke.adapters.state.keys import (
     accepted_agents_key, plan_meta_key, upgrade_key, upgrade_nodes_key, upgrade_results_key, upgrades_index,
 )
-from bke.state.plans import INCARNATION_READ, incarnation_of
-from bke.upgrade.node_versions import NodeVersion
-from bke.upgrade.run import UpgradeRun
+from bke.adapters.state.plans import INCARNATION_READ, incarnation_of
+from bke.core.upgrade.node_versions import NodeVersion
+from bke.core.upgrade.run import UpgradeRun
 
 __all__ = ["UpgradeStore"]
 
@@ -51,7 +51,7 @@ def _s(v: Any) -> str:
 class UpgradeStore:
     def __init__(self, redis: Redis, other_incarnation: OtherIncarnation | None = None):
         self.r = redis
-        # answers to a command of another incarnation of their cluster (bke.bus.other_incarnation)
+        # answers to a command of another incarnation of their cluster (bke.adapters.bus.other_incarnation)
         self.other_incarnation = other_incarnation or OtherIncarnation(None, "upgrader")
         # cluster -> answers of the run known here (recorded by this process or read): an answer,
         # once recorded, is that command's for good (fixed ids; a replay repeats it), so a pass
@@ -101,7 +101,7 @@ class UpgradeStore:
 
     async def node_versions(self, cluster: str, hosts: list[str] | None = None) -> dict[str, NodeVersion]:
         """The recorded nodes (all, or those of `hosts` that have an entry). The record's
-        version is the upgrade record's header (bke.state.schema), checked by `load`."""
+        version is the upgrade record's header (bke.core.state.schema), checked by `load`."""
         if hosts is None:
             raw = {_s(k): v for k, v in (await self.r.hgetall(upgrade_nodes_key(cluster))).items()}
         else:
@@ -173,9 +173,9 @@ class UpgradeStore:
     async def _record_accepted(self, cluster: str, items: list[tuple[CommandResult, str]]) -> list[str]:
         """Per (result, answer): "" when recorded, else the node's accepted agent ("-" when none
         was accepted), or "~" and why it answers a command of another incarnation of the cluster
-        (bke.secrets.binding.result_refusal; the incarnation is read once for the batch, only if
+        (bke.core.secrets.binding.result_refusal; the incarnation is read once for the batch, only if
         one of its results carries one). The accepted agents are the dispatcher's record, which
-        this service only reads (bke.runtime.redis_acl): so a WATCH on it, not a script (EVAL asks
+        this service only reads (bke.adapters.runtime.redis_acl): so a WATCH on it, not a script (EVAL asks
         for write access to every key it is given). The answers are written only if no node's
         acceptance changed since it was checked; if one did, they are checked again."""
         accepted_key, results_key = accepted_agents_key(cluster), upgrade_results_key(cluster)

@@ -3,8 +3,8 @@ every `UpgradeChanged` and answered on `bke.v1.upgrade.get`."""
 from __future__ import annotations
 
 from bke.contracts.upgrade import UpgradeNode, UpgradeStepView, UpgradeVersions, UpgradeView
-from bke.upgrade.order import ExpandedStep
-from bke.upgrade.run import StepRun, UpgradeRun
+from bke.core.upgrade.order import ExpandedStep
+from bke.core.upgrade.run import StepRun, UpgradeRun
 
 __all__ = ["expanded", "view"]
 

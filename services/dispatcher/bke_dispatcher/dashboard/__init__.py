@@ -5,7 +5,7 @@ model (`bke_dispatcher.status`, its own records), never another service's keys.
     events.py   the latest transitions this dispatcher published (bounded, in memory)
     view.py     the pure core: filter and page nodes, the phase timeline, the views
     read.py     the reads (StatusReader, DispatcherState) behind one class
-    pages.py    the HTML (bke.http.page pieces: everything escaped)
+    pages.py    the HTML (bke.adapters.http.page pieces: everything escaped)
     routes.py   the GET routes and their JSON twins under /api
 """
 from __future__ import annotations

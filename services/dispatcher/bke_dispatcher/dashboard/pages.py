@@ -1,4 +1,4 @@
-"""The dashboard's HTML: built from the views with bke.http.page's pieces, so every value is
+"""The dashboard's HTML: built from the views with bke.adapters.http.page's pieces, so every value is
 escaped there; the few pieces made here (the grid's coloured cells, the timeline bars, links
 with query strings) escape their own values with `page.text` / `html.escape`."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 from urllib.parse import quote, urlencode
 
 from bke.contracts.status import ClusterStatus
-from bke.http.page import Markup, layout, link, table, text
+from bke.adapters.http.page import Markup, layout, link, table, text
 
 from .view import NODE_STATES, PAGE_SIZE, ClusterView, NodeDetail, NodeQuery, PhaseRow
 

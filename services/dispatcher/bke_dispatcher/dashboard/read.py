@@ -19,9 +19,9 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from bke.contracts.status import ClusterStatus, GetStatus
-from bke.errors import TemporaryError
-from bke.state import PlanCache
-from bke.state.keys import command_key, health_key, node_status_key
+from bke.core.errors import TemporaryError
+from bke.adapters.state import PlanCache
+from bke.adapters.state.keys import command_key, health_key, node_status_key
 
 from ..phases import PHASES
 from ..state import DispatcherState
@@ -98,7 +98,7 @@ class DashboardReader:
     def __init__(self, status: StatusReader, state: DispatcherState, plans: PlanCache, events: RecentEvents,
                  now: Callable[[], datetime], guard: Callable[[], None] = lambda: None):
         self.status, self.state, self.plans, self.events, self.now = status, state, plans, events, now
-        self.guard = guard  # raises TemporaryError while the state is lost (bke.state.epoch), as for `bke status`
+        self.guard = guard  # raises TemporaryError while the state is lost (bke.adapters.state.epoch), as for `bke status`
         self._script = state.r.register_script(_NODE_PAGE)  # EVALSHA, loaded again after a Redis restart
         self._order_text: dict[str, tuple[list[str], str]] = {}  # cluster -> (order, newline-joined)
 

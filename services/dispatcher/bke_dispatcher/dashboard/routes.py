@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from bke.errors import is_unavailable
+from bke.core.errors import is_unavailable
 
 from . import pages
 from .read import DashboardReader, Unavailable

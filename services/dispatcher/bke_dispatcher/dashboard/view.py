@@ -146,7 +146,7 @@ COMPONENT_PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-# The components a node's health round checks (bke.node_steps.health_steps: the kubelet, each etcd
+# The components a node's health round checks (bke.core.node_steps.health_steps: the kubelet, each etcd
 # member, the control-plane pods); the others have no check of their own to be Healthy by.
 HEALTH_CHECKED = ("kubelet", "etcd*", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 

@@ -1,0 +1,54 @@
+"""How much each stream and bucket may hold, and how much one agent may send: as data.
+
+Why: with no `max_bytes` on any stream and no limit in the user JWTs, one agent publishing as
+fast as it can filled JetStream's storage for every cluster. Now:
+
+* every stream and bucket has `max_bytes`, sized per cluster (`PER_CLUSTER`, for a cluster of up
+  to 10,000 nodes) times the clusters the deployment is sized for (`bke streams ensure
+  --clusters N`, BKE_JETSTREAM_CLUSTERS; default 1), and reserved by nats-server against its
+  `max_file` (a deployment's volume must hold `storage_for(N)`);
+* the agent stream keeps at most `AGENT_SUBJECT_MSGS` messages per subject, and every agent
+  subject is one node's: a node that floods its own results pushes out only its own old ones,
+  never another node's commands;
+* a message on the agent stream is at most `AGENT_MAX_PAYLOAD` bytes (the stream refuses a larger
+  one), and an agent's JWT carries the same `payload` limit and a `subs` limit (nats-server
+  enforces both from a user JWT; it does not enforce `data`), so the connection itself refuses;
+* the snapshot bucket keeps objects `SNAPSHOT_TTL_S` (it is append-only: bke.adapters.bus.streams), so it
+  cannot fill for ever.
+
+Sizes per cluster: the 5,000-node upgrade bench moved 34 MB each way through NATS, and an
+install's commands carry each node's files; a week of operations of a 10,000-node cluster fits
+in the agent stream's share several times over.
+"""
+from __future__ import annotations
+
+from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET
+
+__all__ = ["AGENT_MAX_PAYLOAD", "AGENT_MAX_SUBS", "AGENT_SUBJECT_MSGS", "CLUSTERS_ENV", "PER_CLUSTER", "SNAPSHOT_TTL_S",
+           "max_bytes", "storage_for"]
+
+MiB = 1 << 20
+GiB = 1 << 30
+CLUSTERS_ENV = "BKE_JETSTREAM_CLUSTERS"
+# bytes one cluster may hold in each stream (`OBJ_<bucket>` for a bucket)
+PER_CLUSTER: dict[str, int] = {
+    "BKE_AGENT": 1 * GiB,
+    "BKE_EVENTS": 128 * MiB,
+    "BKE_COMMANDS": 64 * MiB,
+    "BKE_DEADLETTER": 128 * MiB,
+    "OBJ_bke-blobs": 256 * MiB,
+    f"OBJ_{ETCD_SNAPSHOT_BUCKET}": 4 * GiB,
+}
+AGENT_SUBJECT_MSGS = 4096  # per node subject (command, result, heartbeat, ...)
+AGENT_MAX_PAYLOAD = 512 * 1024  # a snapshot chunk is 256 KiB (bke.adapters.etcdsnap.upload.CHUNK)
+AGENT_MAX_SUBS = 64  # its inbox, its command subject, a restore's replies and a few more
+SNAPSHOT_TTL_S = 30 * 86400.0
+
+
+def max_bytes(stream: str, clusters: int = 1) -> int:
+    return PER_CLUSTER[stream] * max(clusters, 1)
+
+
+def storage_for(clusters: int = 1) -> int:
+    """The JetStream file storage the streams reserve for `clusters` clusters."""
+    return sum(PER_CLUSTER.values()) * max(clusters, 1)

@@ -1,0 +1,199 @@
+"""Built-in flags and template parameters of the static pods: etcd (one pod per etcd cluster the
+node belongs to) and the control plane. Defaults follow kubeadm's manifests (cmd/kubeadm/app/phases/controlplane/manifests.go,
+phases/etcd/local.go);
+presets and extraArgs are merged on top in Ctx.flags.
+"""
+from __future__ import annotations
+
+from bke.core.paths import CONTROLLER_MANAGER_CONF, MANIFESTS_DIR, PKI_DIR, SCHEDULER_CONF
+from bke.core.plan import EtcdClusterPlan, NodePlan
+from .args import format_flags
+from .context import Ctx, loopback_of, url_host
+from .errors import MissingInputError
+from .gates import gate_open
+from .layout import PKI, PORTS
+from .params import ApiserverPod, ControllerManagerPod, EtcdPod, SchedulerPod
+
+__all__ = [
+    "apiserver_defaults",
+    "apiserver_pod",
+    "controller_manager_defaults",
+    "controller_manager_pod",
+    "etcd_defaults",
+    "etcd_pod",
+    "scheduler_defaults",
+    "scheduler_pod",
+]
+
+Emit = list[tuple[str, object]]
+
+
+def etcd_defaults(ctx: Ctx, cluster: EtcdClusterPlan, node: NodePlan) -> dict[str, str]:
+    m = cluster.member(node.hostname)
+    assert m is not None, f"{node.hostname} is not a member of {cluster.name}"
+    lo = url_host(loopback_of(node.ip))
+    d = cluster.cert_dir
+    initial_cluster, state = cluster.initial_cluster, "new"
+    join = ctx.inputs.etcd_join(cluster.name, node.hostname)
+    if join is not None:  # joins the running cluster (see EtcdJoin)
+        if f"{node.hostname}={m.peer_url}" not in join.initial_cluster.split(","):
+            raise MissingInputError(f"etcd cluster {cluster.name}: the join of {node.hostname} lists "
+                                    f"{join.initial_cluster!r}, without itself ({node.hostname}={m.peer_url})")
+        initial_cluster, state = join.initial_cluster, "existing"
+    return {
+        "advertise-client-urls": m.client_url,
+        "cert-file": f"{d}/server.crt",
+        "client-cert-auth": "true",
+        "data-dir": cluster.data_dir,
+        "initial-advertise-peer-urls": m.peer_url,
+        "initial-cluster": initial_cluster,
+        "initial-cluster-state": state,
+        # Distinct per cluster: a member can never join another cluster's raft group by mistake.
+        "initial-cluster-token": f"{ctx.plan.cluster}-{cluster.name}",
+        "key-file": f"{d}/server.key",
+        "listen-client-urls": f"https://{lo}:{cluster.client_port},{m.client_url}",
+        "listen-metrics-urls": f"http://{lo}:{cluster.metrics_port}",
+        "listen-peer-urls": m.peer_url,
+        "name": node.hostname,
+        "peer-cert-file": f"{d}/peer.crt",
+        "peer-client-cert-auth": "true",
+        "peer-key-file": f"{d}/peer.key",
+        # Peers are trusted only within one etcd cluster; clients (the API server) by the shared CA.
+        "peer-trusted-ca-file": f"{d}/peer-ca.crt",
+        "trusted-ca-file": f"{d}/ca.crt",
+    }
+
+
+def etcd_pod(ctx: Ctx, node: NodePlan, cluster_name: str) -> Emit:
+    cluster = ctx.plan.etcd_cluster(cluster_name)
+    assert cluster is not None
+    m = cluster.member(node.hostname)
+    assert m is not None
+    flags = ctx.flags(cluster_name, node, etcd_defaults(ctx, cluster, node))
+    params = EtcdPod(
+        name=cluster.manifest.removesuffix(".yaml"),
+        image=ctx.image("etcd", f"{ctx.versions.etcd.major}.{ctx.versions.etcd.minor}.{ctx.versions.etcd.patch}-0"),
+        flags=format_flags(flags),
+        client_port=cluster.client_port,
+        peer_port=cluster.peer_port,
+        metrics_port=cluster.metrics_port,
+        data_dir=cluster.data_dir,
+        cert_dir=cluster.cert_dir,
+        advertise_client_url=m.client_url,
+        probe_host=loopback_of(node.ip),
+        livez=gate_open("etcd", "endpoint", "/livez", ctx.versions),
+        certificate_names=ctx.certificate_names(node, "etcd", cluster.name),
+    )
+    return [(f"{MANIFESTS_DIR}/{cluster.manifest}", params)]
+
+
+def apiserver_defaults(ctx: Ctx, node: NodePlan) -> dict[str, str]:
+    net = ctx.config.networking
+    out = {
+        "advertise-address": node.ip,
+        "allow-privileged": "true",
+        "authorization-mode": "Node,RBAC",
+        "client-ca-file": PKI["ca.crt"],
+        "enable-admission-plugins": "NodeRestriction",
+        "enable-bootstrap-token-auth": "true",
+        "etcd-cafile": f"{PKI_DIR}/etcd/ca.crt",
+        "etcd-certfile": PKI["apiserver-etcd-client.crt"],
+        "etcd-keyfile": PKI["apiserver-etcd-client.key"],
+        "etcd-servers": ctx.plan.apiserver.etcd_servers,
+        "kubelet-client-certificate": PKI["apiserver-kubelet-client.crt"],
+        "kubelet-client-key": PKI["apiserver-kubelet-client.key"],
+        "kubelet-preferred-address-types": "InternalIP,ExternalIP,Hostname",
+        "profiling": "false",
+        "proxy-client-cert-file": PKI["front-proxy-client.crt"],
+        "proxy-client-key-file": PKI["front-proxy-client.key"],
+        "requestheader-allowed-names": "front-proxy-client",
+        "requestheader-client-ca-file": PKI["front-proxy-ca.crt"],
+        "requestheader-extra-headers-prefix": "X-Remote-Extra-",
+        "requestheader-group-headers": "X-Remote-Group",
+        "requestheader-username-headers": "X-Remote-User",
+        "secure-port": str(PORTS["kube-apiserver"]),
+        "service-account-issuer": f"https://kubernetes.default.svc.{net.dns_domain}",
+        "service-account-key-file": PKI["sa.pub"],
+        "service-account-signing-key-file": PKI["sa.key"],
+        "service-cluster-ip-range": net.service_subnet,
+        "tls-cert-file": PKI["apiserver.crt"],
+        "tls-private-key-file": PKI["apiserver.key"],
+    }
+    if ctx.plan.apiserver.etcd_servers_overrides:
+        out["etcd-servers-overrides"] = ctx.plan.apiserver.etcd_servers_overrides
+    return out
+
+
+def apiserver_pod(ctx: Ctx, node: NodePlan) -> Emit:
+    flags = ctx.flags("kube-apiserver", node, apiserver_defaults(ctx, node))
+    params = ApiserverPod(
+        image=ctx.image("kube-apiserver", f"v{ctx.versions.kubernetes}"),
+        flags=format_flags(flags),
+        advertise_address=node.ip,
+        port=PORTS["kube-apiserver"],
+        pki_dir=PKI_DIR,
+        certificate_names=ctx.certificate_names(node, "kube-apiserver"),
+    )
+    return [(f"{MANIFESTS_DIR}/kube-apiserver.yaml", params)]
+
+
+def controller_manager_defaults(ctx: Ctx) -> dict[str, str]:
+    net = ctx.config.networking
+    return {
+        "allocate-node-cidrs": "true",
+        "authentication-kubeconfig": CONTROLLER_MANAGER_CONF,
+        "authorization-kubeconfig": CONTROLLER_MANAGER_CONF,
+        "bind-address": "127.0.0.1",
+        "client-ca-file": PKI["ca.crt"],
+        "cluster-cidr": net.pod_subnet,
+        "cluster-name": ctx.plan.cluster,
+        "cluster-signing-cert-file": PKI["ca.crt"],
+        "cluster-signing-key-file": PKI["ca.key"],
+        "controllers": "*,bootstrapsigner,tokencleaner",
+        "kubeconfig": CONTROLLER_MANAGER_CONF,
+        "leader-elect": "true",
+        "profiling": "false",
+        "requestheader-client-ca-file": PKI["front-proxy-ca.crt"],
+        "root-ca-file": PKI["ca.crt"],
+        "secure-port": str(PORTS["kube-controller-manager"]),
+        "service-account-private-key-file": PKI["sa.key"],
+        "service-cluster-ip-range": net.service_subnet,
+        "use-service-account-credentials": "true",
+    }
+
+
+def controller_manager_pod(ctx: Ctx, node: NodePlan) -> Emit:
+    flags = ctx.flags("kube-controller-manager", node, controller_manager_defaults(ctx))
+    params = ControllerManagerPod(
+        image=ctx.image("kube-controller-manager", f"v{ctx.versions.kubernetes}"),
+        flags=format_flags(flags),
+        port=PORTS["kube-controller-manager"],
+        pki_dir=PKI_DIR,
+        kubeconfig=CONTROLLER_MANAGER_CONF,
+        certificate_names=ctx.certificate_names(node, "kube-controller-manager"),
+    )
+    return [(f"{MANIFESTS_DIR}/kube-controller-manager.yaml", params)]
+
+
+def scheduler_defaults(ctx: Ctx) -> dict[str, str]:
+    return {
+        "authentication-kubeconfig": SCHEDULER_CONF,
+        "authorization-kubeconfig": SCHEDULER_CONF,
+        "bind-address": "127.0.0.1",
+        "kubeconfig": SCHEDULER_CONF,
+        "leader-elect": "true",
+        "profiling": "false",
+        "secure-port": str(PORTS["kube-scheduler"]),
+    }
+
+
+def scheduler_pod(ctx: Ctx, node: NodePlan) -> Emit:
+    flags = ctx.flags("kube-scheduler", node, scheduler_defaults(ctx))
+    params = SchedulerPod(
+        image=ctx.image("kube-scheduler", f"v{ctx.versions.kubernetes}"),
+        flags=format_flags(flags),
+        port=PORTS["kube-scheduler"],
+        kubeconfig=SCHEDULER_CONF,
+        certificate_names=ctx.certificate_names(node, "kube-scheduler"),
+    )
+    return [(f"{MANIFESTS_DIR}/kube-scheduler.yaml", params)]
