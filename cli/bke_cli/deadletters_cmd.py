@@ -33,7 +33,7 @@ from bke.adapters.bus.connect import BusAccess, connect_nats
 
 from .connect import resolve_nats
 from .deadletters_client import STREAM, DeadLetter, DeadLetterReader, DeadLettersRefused, Refusals
-from .output import EXIT_FAILURE, EXIT_INVALID, die, where
+from .output import EXIT_FAILURE, EXIT_INVALID, Fmt, die, where
 
 __all__ = ["letter_document", "letter_lines", "list_rows", "register"]
 
@@ -47,10 +47,6 @@ deadletters_app = typer.Typer(no_args_is_help=True, add_completion=False,
 WORKDIR = typer.Option(None, "--workdir", help="a lab's work directory (its NATS and its operator identity)")
 NATS = typer.Option(None, "--nats", help="NATS URL (or BKE_NATS_URL; the operator's creds: BKE_NATS_CREDS)")
 
-
-class Fmt(str, Enum):
-    table = "table"
-    json = "json"
 
 
 class ShowFmt(str, Enum):

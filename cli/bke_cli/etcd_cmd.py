@@ -25,7 +25,6 @@ import base64
 import json
 import shutil
 import uuid
-from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
@@ -51,7 +50,7 @@ from bke.adapters.state.keys import etcd_snapshot_key, provisioned_agents_key
 
 from .connect import resolve_nats
 from .etcd_restore_follow import restore_and_follow
-from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, die, where
+from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, Fmt, die, where
 from .state_cmd import resolve_store
 
 __all__ = ["register", "snapshots_document"]
@@ -60,10 +59,6 @@ etcd_app = typer.Typer(no_args_is_help=True, add_completion=False, help="etcd sn
 WORKDIR = typer.Option(None, "--workdir", help="a lab's work directory")
 NATS = typer.Option(None, "--nats", help="NATS URL (else BKE_NATS_URL)")
 
-
-class Fmt(str, Enum):
-    table = "table"
-    json = "json"
 
 
 def register(app: typer.Typer) -> None:

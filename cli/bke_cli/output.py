@@ -2,13 +2,21 @@
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from typing import Iterable, NoReturn
 
-__all__ = ["EXIT_OK", "EXIT_FAILURE", "EXIT_INVALID", "die", "error_lines", "quiet_bus_errors", "where"]
+__all__ = ["EXIT_OK", "EXIT_FAILURE", "EXIT_INVALID", "Fmt", "die", "error_lines", "quiet_bus_errors", "where"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # operational failure (a server down, an install that failed)
 EXIT_INVALID = 2  # invalid input or a refused request
+
+
+class Fmt(str, Enum):
+    """`-o`: what every listing command prints, a table for people or JSON for programs."""
+
+    table = "table"
+    json = "json"
 
 
 def error_lines(lines: Iterable[str]) -> None:

@@ -24,7 +24,7 @@ from bke.contracts.status import ClusterStatus, NodeSelection, StatusError
 
 from .connect import resolve_nats
 from .follow import status_table, submit_and_follow
-from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines, quiet_bus_errors, where
+from .output import EXIT_FAILURE, EXIT_INVALID, Fmt, die, error_lines, quiet_bus_errors, where
 from .spec_input import plan_or_exit, read_spec_text
 from .status_client import StatusUnavailable, get_status
 from .upgrade_cmd import retry_upgrade, upgrade_exists
@@ -35,10 +35,6 @@ WORKDIR = typer.Option(None, "--workdir", help="a lab's work directory")
 NATS = typer.Option(None, "--nats", help="NATS URL (or BKE_NATS_URL)")
 RETRY_PICKUP_S = 60.0
 
-
-class Fmt(str, Enum):
-    table = "table"
-    json = "json"
 
 
 class Nodes(str, Enum):

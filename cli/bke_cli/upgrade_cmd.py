@@ -10,7 +10,6 @@ import asyncio
 import dataclasses
 import json
 import uuid
-from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
@@ -36,7 +35,7 @@ from bke.contracts.upgrade import UPGRADE_GET, GetUpgrade, RetryUpgrade, Upgrade
 from bke.contracts.status import StatusError
 
 from .connect import resolve_nats
-from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines
+from .output import EXIT_FAILURE, EXIT_INVALID, Fmt, die, error_lines
 from .spec_input import plan_or_exit
 from .upgrade_follow import progress_line, upgrade_and_follow
 
@@ -51,10 +50,6 @@ NATS = typer.Option(None, "--nats", help="NATS URL (or BKE_NATS_URL)")
 def register(app: typer.Typer) -> None:
     app.add_typer(upgrade_app, name="upgrade")
 
-
-class Fmt(str, Enum):
-    table = "table"
-    json = "json"
 
 
 def _components(p: Plan, t: Target) -> list[dict[str, Any]]:

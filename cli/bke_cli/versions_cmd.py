@@ -7,7 +7,6 @@ bke.core.render.GATES), so this output and the renderer cannot disagree.
 from __future__ import annotations
 
 import json
-from enum import Enum
 
 import typer
 from rich.console import Console
@@ -16,12 +15,10 @@ from rich.table import Table
 from bke.core.render import GATES, TEMPLATE_RANGES
 from bke.core.versions import CONTAINERD_MINORS, ETCD_MINORS, KUBERNETES
 
+from .output import Fmt
+
 __all__ = ["register", "versions", "versions_document"]
 
-
-class Fmt(str, Enum):
-    table = "table"
-    json = "json"
 
 
 def register(app: typer.Typer) -> None:
