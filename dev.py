@@ -58,16 +58,19 @@ def ensure_venv() -> None:
     if STAMP.exists() and STAMP.read_text() == digest:
         return
     pip = [str(PY), "-m", "pip", "--disable-pip-version-check", "-q"]
-    if subprocess.call([*pip, "install", UV]) == 0:
-        # uv installs the same pins about ten times faster than pip (measured here: 16 s against
-        # 159 s on a fresh venv), which a fresh clone's CI pays every time.
-        installer = [str(VENV / "bin" / "uv"), "pip", "install", "--quiet", "--python", str(PY)]
-    else:
-        print("setup: uv could not be installed; installing with pip", flush=True)
-        installer = [*pip, "install"]
-    subprocess.check_call([*installer, "-r", str(ROOT / "requirements.txt")])
-    subprocess.check_call([*installer, "--no-deps", "-e", str(ROOT)])
-    STAMP.write_text(digest)
+    # uv installs the same pins about ten times faster than pip (measured here: 16 s against
+    # 159 s on a fresh venv), which a fresh clone's CI pays every time. uv reads no pip.conf: where
+    # only pip reaches the index, pip does the whole install.
+    uv = [str(VENV / "bin" / "uv"), "pip", "install", "--quiet", "--python", str(PY)]
+    for installer in (uv, [*pip, "install"]):
+        if installer is uv and subprocess.call([*pip, "install", UV]) != 0:
+            continue
+        if (subprocess.call([*installer, "-r", str(ROOT / "requirements.txt")]) == 0
+                and subprocess.call([*installer, "--no-deps", "-e", str(ROOT)]) == 0):
+            STAMP.write_text(digest)
+            return
+        print(f"setup: installing with {'uv' if installer is uv else 'pip'} failed", file=sys.stderr, flush=True)
+    sys.exit("ERROR the pinned set could not be installed (see the lines above)")
 
 
 def run_lints(env: dict[str, str]) -> int:
