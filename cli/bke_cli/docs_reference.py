@@ -1,16 +1,19 @@
-"""The generated reference pages of the docs site, all in one place: the CLI page (from the typer
-app itself, through click's command objects, never from `--help` text) and the pages the
-libraries generate (bke.core.docs_reference.PAGES).
+"""The generated parts of the docs site, all in one place: the CLI page (from the typer app
+itself, through click's command objects, never from `--help` text), the pages the libraries
+generate (bke.core.docs_reference.PAGES), and the generated blocks of hand-written pages
+(`BLOCKS`: the architecture page's subject table and parts, from the adapters' tables, which
+only this side may import).
 
-    python -m bke_cli.docs_reference            write every page that changed
-    python -m bke_cli.docs_reference --check    exit 1 naming the stale pages, write nothing
+    python -m bke_cli.docs_reference            write every page and block that changed
+    python -m bke_cli.docs_reference --check    exit 1 naming the stale ones, write nothing
 
 Run from the repository root (or give --root). tests/unit/test_docs_reference.py fails when a
-committed page differs from what this writes.
+committed page or block differs from what this writes.
 """
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from collections.abc import Callable, Iterator
 from enum import Enum
@@ -19,14 +22,26 @@ from typing import Any
 
 import typer
 
+import bke.adapters.state.keys as redis_keys
+from bke.adapters.auth.creds import subject_matches
+from bke.adapters.auth.jetstream_grants import AGENT_STREAM, SERVICE_CONSUMERS
+from bke.adapters.auth.permissions import ROLES, SERVICE_ROLES, agent_consumer, identity_name, role_permissions
+from bke.adapters.runtime.redis_acl import ADMIN, SERVICE_USER, USERS
+from bke.adapters.state.operation_slot import KINDS
+from bke.contracts.agent import agent_subject
+from bke.contracts.subjects import CHANNELS
 from bke.core.docs_reference import PAGES
+from bke.core.docs_reference.architecture import Part, render_records_block, render_subjects_block
+from bke.core.docs_reference.blocks import splice
 from bke.core.docs_reference.markdown import cell, code, link, prose, table
 
 from .main import app
 
-__all__ = ["CLI_PAGE", "all_pages", "main", "render_cli_page", "stale_pages"]
+__all__ = ["ARCHITECTURE_PAGE", "BLOCKS", "CLI_PAGE", "all_pages", "architecture_parts", "global_keys", "main",
+           "render_cli_page", "stale_pages"]
 
 CLI_PAGE = "docs/reference/cli.md"
+ARCHITECTURE_PAGE = "docs/concepts/architecture.md"
 REGENERATE = "python -m bke_cli.docs_reference"
 
 _INTRO = f"""\
@@ -153,18 +168,77 @@ def render_cli_page() -> str:
     return "\n".join([_INTRO, *(_section(path, command) for path, command in _commands(root, "bke"))])
 
 
+def architecture_parts() -> tuple[Part, ...]:
+    """The five services, the agent, the CLI and the dashboards, from the permission and ACL
+    tables: bus identity, Redis user and its write patterns, durable consumers; the dashboards'
+    subjects are what their identity is allowed (they are no component of CHANNELS)."""
+    acl = {u.name: u for u in USERS}
+    services = [Part(name, identity_name(name), component=name, redis_user=SERVICE_USER[name],
+                     writes=acl[SERVICE_USER[name]].writes,
+                     consumers=tuple((c.stream, c.durable, c.filter) for c in SERVICE_CONSUMERS[name]))
+                for name in SERVICE_ROLES]
+    agent = Part("agent", identity_name("agent", "{cluster}", "{node}"), ROLES["agent"].summary, component="agent",
+                 consumers=((AGENT_STREAM, agent_consumer("{cluster}", "{node}"),
+                             agent_subject("{cluster}", "{node}", "command")),))
+    cli = Part("CLI", identity_name("operator"), ROLES["operator"].summary, component=ROLES["operator"].component,
+               redis_user=ADMIN, redis_why=acl[ADMIN].why, writes=acl[ADMIN].writes)
+    dashboard = role_permissions("dashboard")
+
+    def allowed(patterns: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(ch.subject for ch in CHANNELS
+                     if any(subject_matches(p, ch.subject.replace("{", "").replace("}", "")) for p in patterns))
+
+    dashboards = Part("dashboards", identity_name("dashboard"), ROLES["dashboard"].summary,
+                      may_send=allowed(dashboard.pub_allow), may_hear=allowed(dashboard.sub_allow))
+    return (*services, agent, cli, dashboards)
+
+
+def global_keys() -> tuple[str, ...]:
+    """Every Redis key bke.adapters.state.keys names outside any cluster: its functions of no argument."""
+    makers = [f for _, f in inspect.getmembers(redis_keys, inspect.isfunction) if f.__module__ == redis_keys.__name__]
+    return tuple(sorted(k for f in makers if not inspect.signature(f).parameters and "*" not in (k := f())))
+
+
+# (page, block name) -> the block's body, between `<!-- NAME:start -->` and `<!-- NAME:end -->`
+BLOCKS: dict[tuple[str, str], Callable[[], str]] = {
+    (ARCHITECTURE_PAGE, "subjects"): lambda: render_subjects_block(architecture_parts()),
+    (ARCHITECTURE_PAGE, "records"): lambda: render_records_block(architecture_parts(), KINDS, global_keys()),
+}
+
+
 def all_pages() -> dict[str, Callable[[], str]]:
     """Every generated file, by its path from the repository root."""
     return {CLI_PAGE: render_cli_page, **PAGES}
 
 
+def _block_name(rel: str, name: str) -> str:
+    return f"{rel} (block {name})"
+
+
+def _spliced(root: Path, rel: str, name: str, make: Callable[[], str]) -> tuple[str, str]:
+    """The page's text and what it becomes with the block regenerated; ValueError for a page
+    that is missing or lacks the block's markers (the generator never adds a block)."""
+    path = root / rel
+    if not path.is_file():
+        raise ValueError(f"{rel}: no such page; its block {name} is generated into it")
+    text = path.read_text(encoding="utf-8")
+    return text, splice(text, name, make())
+
+
 def stale_pages(root: Path) -> list[str]:
-    """The generated files under `root` that differ from what the code generates now."""
+    """The generated files and blocks under `root` that differ from what the code generates now."""
     stale = []
     for rel, make in all_pages().items():
         path = root / rel
         if not path.is_file() or path.read_text(encoding="utf-8") != make():
             stale.append(rel)
+    for (rel, name), make_block in BLOCKS.items():
+        try:
+            text, fresh = _spliced(root, rel, name, make_block)
+        except ValueError:  # no page or no markers: stale until a writer puts them back
+            text, fresh = "", None
+        if fresh != text:
+            stale.append(_block_name(rel, name))
     return stale
 
 
@@ -185,7 +259,18 @@ def main(argv: list[str] | None = None) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
             sys.stdout.write(f"wrote {rel}\n")
-    return 0
+    status = 0
+    for (rel, name), make_block in BLOCKS.items():
+        try:
+            text, fresh = _spliced(args.root, rel, name, make_block)
+        except ValueError as exc:
+            sys.stderr.write(f"ERROR {exc}\n")
+            status = 1
+            continue
+        if fresh != text:
+            (args.root / rel).write_text(fresh, encoding="utf-8")
+            sys.stdout.write(f"wrote {_block_name(rel, name)}\n")
+    return status
 
 
 if __name__ == "__main__":

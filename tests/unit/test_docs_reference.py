@@ -1,6 +1,7 @@
-"""The generated reference pages (docs/reference/) equal what the code generates now; `bke spec
-schema` prints the committed schema; that schema takes every example document and refuses what
-the loader refuses (a misspelled field at any level, an unknown kind or role)."""
+"""The generated reference pages (docs/reference/) and the generated blocks of hand-written pages
+equal what the code generates now; `bke spec schema` prints the committed schema; that schema
+takes every example document and refuses what the loader refuses (a misspelled field at any
+level, an unknown kind or role)."""
 from __future__ import annotations
 
 import copy
@@ -12,10 +13,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from bke.core.docs_reference.blocks import block_text, markers, splice
 from bke.core.docs_reference.markdown import anchor, cell
 from bke.core.spec import load_spec, validate_spec
 from bke.core.spec.json_schema import SCHEMA_FILE, spec_schema
-from bke_cli.docs_reference import REGENERATE, all_pages, main
+from bke_cli.docs_reference import BLOCKS, REGENERATE, all_pages, main
 from bke_cli.main import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,11 +31,34 @@ def test_committed_page_is_generated(rel: str) -> None:
     assert committed == PAGES[rel](), f"{rel} is stale; regenerate: {REGENERATE}"
 
 
+@pytest.mark.parametrize(("rel", "name"), list(BLOCKS), ids=[f"{rel}:{name}" for rel, name in BLOCKS])
+def test_committed_block_is_generated(rel: str, name: str) -> None:
+    committed = (ROOT / rel).read_text(encoding="utf-8")
+    fresh = splice(committed, name, BLOCKS[(rel, name)]())
+    assert block_text(committed, name) == block_text(fresh, name), f"{rel} block {name} is stale; regenerate: {REGENERATE}"
+    assert committed == fresh, f"{rel} block {name}: set it off by a blank line from its markers; regenerate: {REGENERATE}"
+
+
+def _pages_with_empty_blocks(root: Path) -> None:
+    """The hand-written pages that hold blocks, as a writer leaves them: markers, nothing between."""
+    for rel in {rel for rel, _ in BLOCKS}:
+        text = (ROOT / rel).read_text(encoding="utf-8")
+        for name in [n for r, n in BLOCKS if r == rel]:
+            start, end = markers(name)
+            text = text.replace(block_text(text, name), "\n")
+            assert f"{start}\n\n{end}" in text
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+
+
 def test_check_names_stale_pages_and_writing_fixes_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _pages_with_empty_blocks(tmp_path)
     assert main(["--check", "--root", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert all(f"ERROR {rel} is stale" in err for rel in PAGES)
+    assert all(f"ERROR {rel} (block {name}) is stale" in err for rel, name in BLOCKS)
     assert main(["--root", str(tmp_path)]) == 0
+    assert all((tmp_path / rel).read_text(encoding="utf-8") == (ROOT / rel).read_text(encoding="utf-8") for rel, _ in BLOCKS)
     assert main(["--check", "--root", str(tmp_path)]) == 0
     (tmp_path / "docs/reference/flags.md").write_text("# edited by hand\n")
     assert main(["--check", "--root", str(tmp_path)]) == 1
