@@ -1,7 +1,7 @@
 """docs/concepts/architecture.md against the code: the generated blocks' sources agree with each
 other (every component of the channel table has a column, every durable consumer filters a
-subject its service hears, every operation kind has one runner), and the one hand-written
-mapping names real kinds and records.
+subject its service hears, every operation kind has one runner), the one hand-written mapping
+names real kinds and records, and every stream and full subject the prose names exists.
 
 That the committed blocks equal what the code generates is tests/unit/test_docs_reference.py's."""
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bke.adapters.bus.streams import STREAMS
 from bke.adapters.state.operation_slot import KINDS
 from bke.contracts.subjects import CHANNELS
 from bke.core.docs_reference.architecture import HELD_IN, Part, render_records_block
@@ -64,6 +65,15 @@ def test_every_operation_has_one_runner_and_a_second_writer_is_refused() -> None
     dispatcher = Part("dispatcher", "dispatcher", component="dispatcher", writes=("bke:*:install",))
     with pytest.raises(ValueError, match="operation install: its record must have one writer"):
         render_records_block([planner, dispatcher], ["install"], [])
+
+
+def test_every_stream_and_subject_the_page_names_exists() -> None:
+    streams = {s.name for s in STREAMS}
+    named = set(re.findall(r"\bBKE_[A-Z]+\b(?!_)", PAGE))
+    assert named and named <= streams, named - streams
+    subjects = {_pattern(ch.subject) for ch in CHANNELS}
+    for subject in set(re.findall(r"bke\.v1\.[A-Za-z0-9_.<>{}*-]+[A-Za-z0-9>}*]", PAGE)):
+        assert re.sub(r"<[a-z]+>", "*", _pattern(subject)) in subjects, subject
 
 
 def test_a_block_is_refilled_between_its_markers_only() -> None:
