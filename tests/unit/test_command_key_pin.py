@@ -28,7 +28,9 @@ def test_the_fingerprint_is_openssh_style_sha256_of_the_raw_key() -> None:
     assert KEY.fingerprint == f"SHA256:{digest}" and len(digest) == 43
 
 
-@pytest.mark.parametrize("text", [KEY.fingerprint, KEY.public_line, f"  {KEY.public_line}\n", KEY.fingerprint + "="])
+# ids: the key is made at import, and test ids must not change between collections
+@pytest.mark.parametrize("text", [KEY.fingerprint, KEY.public_line, f"  {KEY.public_line}\n", KEY.fingerprint + "="],
+                         ids=["fingerprint", "public-line", "padded-line", "fingerprint-with-padding"])
 def test_a_pin_of_the_key_passes_its_answer(text: str) -> None:
     pin = parse_pin(text, "--command-key-fingerprint")
     assert pin.fingerprint == KEY.fingerprint
@@ -51,7 +53,7 @@ def test_another_key_is_refused_naming_both() -> None:
     (KEY.public_line.split()[1], "expected SHA256:<base64>"),  # the bare base64: say which form
     ("bke-command-ed25519 AAAA", "not a base64 Ed25519"),
     ("", "expected SHA256:<base64>"),
-])
+], ids=["short", "lowercase-prefix", "bare-base64", "short-key", "empty"])
 def test_malformed_pins_are_refused(text: str, message: str) -> None:
     with pytest.raises(SigningKeyError, match=message):
         parse_pin(text, "--command-key-fingerprint")

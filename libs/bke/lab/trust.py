@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -69,7 +70,10 @@ def _agent_key(env: dict[str, str]) -> tuple[str, str]:
 def provision_lab_agents(access: BusAccess, cluster: str, envs: dict[str, dict[str, str]],
                          timeout_s: float = 60.0) -> dict[str, str]:
     """Make each node's agent key (idempotent: an existing key is kept) and record it; node -> agent id."""
-    keys = {node: _agent_key(env) for node, env in envs.items()}
+    # side by side: each init is a process that spends its time importing the agent (a few
+    # seconds under load), and a lab starts every node's agent at once
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        keys = dict(zip(envs, pool.map(_agent_key, envs.values())))
     if not keys:
         return {}
 
