@@ -1,0 +1,32 @@
+"""One frame for the operations on a running cluster (certificate rotation, reset and delete,
+join, removal): a typed record with its node runs, the answers folded into it, and a pure
+`decide` that returns one `Decision`. The loop that carries the decisions out, under a lease and
+the cluster's operation slot, is bke.adapters.operation; each operation adds only its decide, its
+carriers, its start and its view."""
+from .decision import WAIT_S, Act, Decision, Fail, RunLocally, Send, Succeed, Wait
+from .fold import INPUT_PREFIX, STDERR_KEEP, Answer, Answers, ServiceAnswer, fold, in_flight, settle
+from .record import NodeRun, OperationRecord, OperationStatus, RunStatus, StepRun
+
+__all__ = [
+    "Act",
+    "Answer",
+    "Answers",
+    "Decision",
+    "Fail",
+    "INPUT_PREFIX",
+    "NodeRun",
+    "OperationRecord",
+    "OperationStatus",
+    "RunLocally",
+    "RunStatus",
+    "STDERR_KEEP",
+    "Send",
+    "ServiceAnswer",
+    "StepRun",
+    "Succeed",
+    "WAIT_S",
+    "Wait",
+    "fold",
+    "in_flight",
+    "settle",
+]
