@@ -1,0 +1,57 @@
+"""The operations a service runs on the loop, each driven by its own Runner (one reconcile loop
+per cluster, woken by kicks): an agent's answer goes to the operation whose command it answers,
+and they all resume and stop together."""
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from bke.adapters.runner import Outcome, Runner
+from bke.contracts.agent import CommandResult
+
+__all__ = ["Driven", "Operations"]
+
+
+class Driven(Protocol):
+    """What of an operation's loop (OperationLoop) the runners and the results need."""
+
+    kick: Callable[[str], None]
+
+    def owns(self, slug: str) -> bool: ...
+
+    async def reconcile(self, cluster: str) -> Outcome: ...
+
+    async def on_result(self, res: CommandResult) -> None: ...
+
+    async def resume_all(self) -> list[str]: ...
+
+
+class Operations:
+    def __init__(self) -> None:
+        self._driven: list[tuple[Driven, Runner]] = []
+
+    def drive(self, loop: Driven, paused: Callable[[str], Awaitable[bool]] | None = None) -> Runner:
+        """Run `loop` on a Runner of its own; `paused`: asked before every pass (a paused cluster
+        takes no new step), None for an operation a pause does not hold."""
+        runner = Runner(loop, paused=paused)
+        loop.kick = runner.kick
+        self._driven.append((loop, runner))
+        return runner
+
+    async def on_result(self, slug: str, res: CommandResult) -> bool:
+        """Record an answer with the operation whose command (of `slug`) it answers; False if none's."""
+        for loop, _ in self._driven:
+            if loop.owns(slug):
+                await loop.on_result(res)
+                return True
+        return False
+
+    async def resume_all(self) -> list[str]:
+        resumed: list[str] = []
+        for loop, _ in self._driven:
+            resumed += await loop.resume_all()
+        return resumed
+
+    async def stop(self) -> None:
+        for _, runner in self._driven:
+            await runner.stop()

@@ -1,0 +1,204 @@
+"""The one loop of the operations on a running cluster (bke.core.operation): an operation gives
+its pure decide and fold, a table of carriers and its `changed` event; this runs them.
+
+One pass (`reconcile`, called by bke.adapters.runner.Runner), top to bottom, each step returning
+early:
+
+    1. the operation's lease, or wait: of several replicas one moves a cluster's operation on
+    2. no record: done
+    3. a record that ended: its operation slot released (again: idempotent), its end announced
+       if it was not yet (a crash between the two heals here), done
+    4. the answers recorded since the last pass folded in
+    5. decide, carry the decision out through the carriers' table, decide again, until a Wait,
+       Succeed or Fail (a carrier may answer one itself: a Node not there yet, an API that refused)
+    6. on Succeed or Fail the record ends; saved if anything changed
+    7. an ended operation's slot released before anything announces it: whoever sees the end may
+       start the next operation at once
+    8. `changed` published if anything changed; an end announced (the operation's own event)
+    9. the outcome: done, failed (with the reason) or wait (its delay and reason)
+
+`on_result` records an agent's answer beside the record and kicks the loop; `resume_all` after a
+restart kicks every cluster whose operation runs or whose end is not announced yet; `begin`
+starts a record inside the cluster's operation slot. Errors propagate to the Runner, which
+retries: nothing is saved of a pass that raised, and every carrier is safe to repeat (commands
+keep their ids, JetStream drops a duplicate).
+"""
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
+from typing import Generic, TypeVar
+
+from bke.adapters.runner import DONE, Outcome
+from bke.adapters.state.lease import claim_lease, release_lease
+from bke.adapters.state.operation_slot import release_operation, start_in_slot
+from bke.contracts.agent import CommandResult
+from bke.contracts.base import Message
+from bke.core.operation import Act, Answers, Decision, Fail, OperationRecord, OperationStatus, RunLocally, Send, Succeed, Wait
+
+from .store import RecordStore
+
+__all__ = ["Carrier", "OperationLoop", "Publish"]
+
+R = TypeVar("R", bound=OperationRecord)
+Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
+# Carries a Send or RunLocally out on the record (marking what it sent); None to decide again,
+# or what came of it instead (a Wait: not yet; a Fail: refused for good).
+Carrier = Callable[[R, Act], Awaitable[Decision | None]]
+Ending = Wait | Succeed | Fail
+LEASE_BUSY_S = 1.0
+
+
+class OperationLoop(ABC, Generic[R]):
+    """The loop of one kind of operation; the operation subclasses it with its hooks."""
+
+    def __init__(self, store: RecordStore[R], publish: Publish, now: Callable[[], datetime], owner: str,
+                 lease_ms: int, kick: Callable[[str], None] | None, *, kind: str, slug_prefix: str,
+                 carriers: Mapping[str, Carrier[R]], log: logging.Logger | None = None):
+        self.store, self.publish, self.now, self.owner, self.lease_ms = store, publish, now, owner, lease_ms
+        self.kick: Callable[[str], None] = kick or (lambda cluster: None)
+        # kind: the lease's name, the slot's kind unless `slot_kind` says otherwise, and the logs'
+        self.kind, self.slug_prefix, self.carriers = kind, slug_prefix, carriers
+        self.log = log or logging.getLogger(f"bke.operation.{kind}")
+
+    # the operation's hooks -------------------------------------------------------------
+    @abstractmethod
+    def fold(self, rec: R, answers: Answers) -> bool:
+        """The answers into the record (pure); whether it changed."""
+
+    @abstractmethod
+    async def decider(self, rec: R) -> Callable[[R], Decision]:
+        """The pure decide, with what it needs besides the record bound (read once a pass)."""
+
+    @abstractmethod
+    def changed(self, rec: R, at: str) -> tuple[Message, str]:
+        """The `changed` event of the record's view, and its subject."""
+
+    def slot_kind(self, rec: R) -> str:
+        """The record's kind in the cluster's operation slot (bke.adapters.state.operation_slot)."""
+        return self.kind
+
+    def waited(self, rec: R, wait: Wait) -> bool:
+        """Note a wait in the record (what it waits for); whether it changed."""
+        return False
+
+    def end_announced(self, rec: R) -> bool:
+        """Whether an ended record's own end event (beyond `changed`) went out."""
+        return True
+
+    async def announce_end(self, rec: R) -> None:
+        """Publish the end event (de-duplicated by its id) and mark the record."""
+
+    # the loop ---------------------------------------------------------------------------
+    def owns(self, slug: str) -> bool:
+        """Whether a command of this slug (bke_dispatcher.engine.command_id) is this kind's."""
+        return slug.startswith(self.slug_prefix)
+
+    def _ts(self) -> str:
+        return self.now().isoformat()
+
+    async def on_result(self, res: CommandResult) -> None:
+        await self.store.record_result(res)
+        self.kick(res.cluster)
+
+    async def reconcile(self, cluster: str) -> Outcome:
+        redis = self.store.redis
+        if not await claim_lease(redis, cluster, self.kind, self.owner, self.lease_ms):
+            return Outcome("wait", delay=LEASE_BUSY_S, reason=f"another replica holds the {self.kind} lease")
+        try:
+            return await self._pass(cluster)
+        finally:
+            await release_lease(redis, cluster, self.kind, self.owner)
+
+    async def _pass(self, cluster: str) -> Outcome:
+        rec = await self.store.load(cluster)
+        if rec is None:
+            return DONE
+        if not rec.running:
+            await self._ended(rec)
+            return DONE
+        changed = self.fold(rec, await self.store.results(cluster))
+        carried, last = await self._decide(rec)
+        changed |= carried
+        if isinstance(last, Wait):
+            changed |= self.waited(rec, last)
+        else:
+            rec.finish(OperationStatus.SUCCEEDED if isinstance(last, Succeed) else OperationStatus.FAILED,
+                       last.reason, self._ts())
+            changed = True
+            self.log.info("%s %s %s", self.kind, rec.status, last.reason,
+                          extra={"cluster": cluster, "request_id": rec.request_id})
+        if changed:
+            await self.store.save(rec)
+        if not rec.running:
+            await self._release(rec)
+        if changed:
+            await self.announce(rec)
+        if not rec.running and not self.end_announced(rec):
+            await self.announce_end(rec)
+        if isinstance(last, Fail):
+            return Outcome("failed", reason=rec.message, node=last.node or None)
+        return DONE if isinstance(last, Succeed) else Outcome("wait", delay=last.delay, reason=last.reason)
+
+    async def _decide(self, rec: R) -> tuple[bool, Ending]:
+        """Decide and carry out until the operation waits or ends: whether anything was carried
+        out, and the decision that ended the pass."""
+        decide = await self.decider(rec)
+        carried = False
+        d = decide(rec)
+        while isinstance(d, (Send, RunLocally)):
+            instead = await self.carriers[d.action](rec, d)
+            carried = carried or instead is None
+            following = instead if instead is not None else decide(rec)
+            if following == d:  # a carrier that moves nothing would loop for ever
+                raise RuntimeError(f"{self.kind}: {d} carried out, then decided again")
+            d = following
+        return carried, d
+
+    async def _ended(self, rec: R) -> None:
+        await self._release(rec)
+        if not self.end_announced(rec):
+            await self.announce_end(rec)
+
+    async def _release(self, rec: R) -> None:
+        await release_operation(self.store.redis, rec.cluster, self.slot_kind(rec), rec.request_id)
+
+    async def announce(self, rec: R) -> None:
+        """Publish the record's view on its `changed` subject."""
+        ev, subject = self.changed(rec, self._ts())
+        await self.publish(ev.to_bytes(), subject, {})
+
+    async def begin(self, rec: R, check: Callable[[R | None], str], part_of: str = "") -> str:
+        """Start `rec` unless refused: in the cluster's operation slot, claimed for it (released
+        again if the record's own `check` refuses), or, with `part_of`, inside the slot of the
+        apply run that holds it (checked by the caller; nothing is claimed). Started: announced
+        and the loop woken. The refusal ("" when started)."""
+
+        async def start() -> str:
+            return await self.store.start(rec, check)
+
+        if part_of:
+            why = await start()
+        else:
+            why = await start_in_slot(self.store.redis, rec.cluster, self.slot_kind(rec), rec.request_id,
+                                      self._ts(), start)
+        if not why:
+            await self.announce(rec)
+            self.kick(rec.cluster)
+        return why
+
+    async def resume_all(self) -> list[str]:
+        """After a (re)start: every cluster whose operation runs, or whose end is not announced."""
+        resumed = []
+        for cluster in await self.store.clusters():
+            rec = await self.store.load(cluster)
+            if rec is None:
+                continue
+            if rec.running or not self.end_announced(rec):
+                self.kick(cluster)
+                resumed.append(cluster)
+            else:  # a crash between its end and its release heals here
+                await self._release(rec)
+        return resumed
