@@ -23,7 +23,7 @@ from record import add_json_option, save  # bench/record.py (this script's folde
 from bke.contracts.membership import JoinNodes
 from bke.core.plan import plan_spec_text
 from bke.core.spec.synth import synth_docs
-from bke_dispatcher.join import apply_result, command_of, new_join, next_step
+from bke_dispatcher.ops.join.decide import apply_result, command_of, new_join, next_step
 
 
 def one(n: int) -> dict[str, str]:

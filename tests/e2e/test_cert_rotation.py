@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from bke.core.pki.material import cert_info
 from bke.adapters.runtime.etcd import mtls_context
-from bke_dispatcher.rotations import RotationStore
+from bke_dispatcher.ops.rotation.run import RotationStore
 
 from .test_lab_install import SEED, assert_ran_once, flag
 

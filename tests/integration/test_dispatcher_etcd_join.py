@@ -14,7 +14,7 @@ the agent (commands handed to the executor, results back to the adapter).
 Grown 1 -> 3 (etcd wants an odd size), one member per join, as etcd allows one learner at a
 time. For each: the joining member's stored manifest is rendered `--initial-cluster-state=existing`
 with exactly the request's `initialCluster`; it starts from it and its etcd phase's /health wait
-passes while it is still a learner (see bke_dispatcher.join.phases_of); nothing is sent to any
+passes while it is still a learner (see bke_dispatcher.ops.join.decide.phases_of); nothing is sent to any
 other node; the join ends Succeeded with no labels to apply. At the end all three are voters and
 the data written before is read through each new member."""
 from __future__ import annotations
@@ -49,9 +49,9 @@ from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.core.state.nodefiles import file_from_bytes
 from bke_agent import AgentIdentity, Executor, LabBackend
 from bke_cli.main import main as bke
-from bke_dispatcher.join import Join
-from bke_dispatcher.joins import Joins
-from bke_dispatcher.membership_store import OperationStore
+from bke_dispatcher.ops.join.decide import Join
+from bke_dispatcher.ops.join.run import Joins
+from bke_dispatcher.ops.membership.gates import OperationStore
 from bke.lab.standins.node_labels import LabNodes
 from bke_dispatcher.state import DispatcherState
 from bke_renderer.app import create_service

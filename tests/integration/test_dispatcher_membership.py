@@ -30,12 +30,12 @@ from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.core.state.nodefiles import file_from_bytes
 from bke_cli.membership_cmd import _exit as membership_exit
 from bke_cli.membership_cmd import refused
-from bke_dispatcher.join import Join
-from bke_dispatcher.joins import Joins
-from bke_dispatcher.membership_store import Busy, OperationStore
+from bke_dispatcher.ops.join.decide import Join
+from bke_dispatcher.ops.join.run import Joins
+from bke_dispatcher.ops.membership.gates import Busy, OperationStore
 from bke.lab.standins.node_labels import LabNodes
-from bke_dispatcher.removal import Removal
-from bke_dispatcher.removals import Removals
+from bke_dispatcher.ops.removal.decide import Removal
+from bke_dispatcher.ops.removal.run import Removals
 from bke_dispatcher.state import DispatcherState
 from bke_dispatcher.status import StatusReader
 from tests.trust_helpers import signed
@@ -289,8 +289,8 @@ async def test_the_dispatchers_busy_reader_names_the_slot_holder_and_unclaimed_r
     """What the wired dispatcher asks before a join or removal (membership_wiring.busy_reader):
     the operation slot's holder of another kind, else a record running without a claim."""
     from bke.adapters.state.operation_slot import claim_operation, release_operation
-    from bke_dispatcher.membership_wiring import busy_reader
-    from bke_dispatcher.rotations import RotationStore
+    from bke_dispatcher.ops.membership.wiring import busy_reader
+    from bke_dispatcher.ops.rotation.run import RotationStore
 
     r = Redis.from_url(redis_url)
     try:
@@ -312,8 +312,8 @@ async def test_a_join_and_a_removal_sent_by_the_apply_run_run_inside_its_slot(wi
     without a claim of their own, and the join's end leaves the apply's slot held. Named for an
     apply that does not hold the slot (ended, or another request id), each is refused by name."""
     from bke.adapters.state.operation_slot import claim_operation, operation_holder
-    from bke_dispatcher.membership_wiring import busy_reader
-    from bke_dispatcher.rotations import RotationStore
+    from bke_dispatcher.ops.membership.wiring import busy_reader
+    from bke_dispatcher.ops.rotation.run import RotationStore
 
     make_joins, make_removals, state, r, sent = wired
     join_store = OperationStore(r, Join.from_json, join_key, join_results_key, joins_index())
@@ -354,8 +354,8 @@ async def test_an_etcd_only_node_is_removed_only_by_the_apply_that_took_its_memb
     removed its etcd member first and ordered the scale-in (`partOf`), it is drained, reset and
     forgotten like a worker."""
     from bke.adapters.state.operation_slot import claim_operation
-    from bke_dispatcher.membership_wiring import busy_reader
-    from bke_dispatcher.rotations import RotationStore
+    from bke_dispatcher.ops.membership.wiring import busy_reader
+    from bke_dispatcher.ops.rotation.run import RotationStore
 
     from tests.unit.test_apply_run import _grow_spec  # a split layout with dedicated etcd-events nodes
 
@@ -452,7 +452,7 @@ async def test_giving_up_on_a_request_that_started_leaves_it_to_its_runner_and_g
     claim has the claim given back before `finished` Failed; a body with no request id is
     answered by nobody."""
     from bke.adapters.state.operation_slot import claim_operation, operation_holder
-    from bke_dispatcher.membership_give_up import answer_given_up, request_of
+    from bke_dispatcher.ops.membership.give_up import answer_given_up, request_of
 
     joins, _, _, r, sent = wired
     j = joins()

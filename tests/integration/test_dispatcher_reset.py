@@ -14,8 +14,8 @@ from bke.contracts.agent import AgentCommand, CommandResult, StepResult
 from bke.contracts.reset import ClusterDeleted, ResetChanged, ResetCluster
 from bke.core.plan import plan_spec_text
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
-from bke_dispatcher.resets import Resets, ResetStore
-from bke_dispatcher.rotations import RotationStore
+from bke_dispatcher.ops.reset.run import Resets, ResetStore
+from bke_dispatcher.ops.rotation.run import RotationStore
 from bke_dispatcher.state import DispatcherState
 from tests.trust_helpers import signed, verifier
 

@@ -18,7 +18,7 @@ from bke.core.plan import plan_spec_text
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.core.state.nodefiles import file_from_bytes
-from bke_dispatcher.rotations import Rotations, RotationStore
+from bke_dispatcher.ops.rotation.run import Rotations, RotationStore
 from bke_dispatcher.state import DispatcherState
 from tests.trust_helpers import signed, verifier
 

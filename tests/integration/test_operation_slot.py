@@ -32,8 +32,8 @@ from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
 from bke.adapters.state.keys import operation_key
 from bke.adapters.state.operation_slot import KINDS, claim_operation, operation_holder, release_operation
 from bke.core.state.schema import StoredVersionTooNew
-from bke_dispatcher.resets import Resets, ResetStore
-from bke_dispatcher.rotations import Rotations, RotationStore
+from bke_dispatcher.ops.reset.run import Resets, ResetStore
+from bke_dispatcher.ops.rotation.run import Rotations, RotationStore
 from bke_dispatcher.state import DispatcherState
 from bke_dispatcher.status import StatusReader
 from bke_upgrader.facts import LiveFacts

@@ -16,11 +16,11 @@ import pytest
 
 from bke.core.etcdsnap.restore_run import RestoreRun
 from bke.core.upgrade.run import UpgradeRun
-from bke_dispatcher.join import Join
-from bke_dispatcher.membership_store import OperationStore
-from bke_dispatcher.removal import Removal
-from bke_dispatcher.reset import Reset
-from bke_dispatcher.resets import ResetStore
+from bke_dispatcher.ops.join.decide import Join
+from bke_dispatcher.ops.membership.gates import OperationStore
+from bke_dispatcher.ops.removal.decide import Removal
+from bke_dispatcher.ops.reset.decide import Reset
+from bke_dispatcher.ops.reset.run import ResetStore
 from bke_upgrader.restore_store import RestoreStore
 from bke_upgrader.store import UpgradeStore
 import redis
@@ -37,7 +37,7 @@ from bke.adapters.state.plans import PlanCache, RedisPlanStore
 from bke.core.state.schema import RECORDS, RecordKind, StoredVersionTooNew, record_kind
 from bke_certs.operations import OpsStore
 from bke_cli.main import main as bke
-from bke_dispatcher.rotations import RotationStore
+from bke_dispatcher.ops.rotation.run import RotationStore
 from bke_dispatcher.state import DispatcherState
 from bke_dispatcher.status import StatusReader
 from bke_renderer.store_redis import RedisRenderStore

@@ -16,8 +16,8 @@ from bke.contracts.render import RenderManifests
 from bke.adapters.state.conversion import CONVERTERS, convert, header_version, writes
 from bke.adapters.state.plans import plan_digest
 from bke.core.state.schema import SCHEMA_FIELD, record_kind
-from bke_dispatcher.join import Join, join_refusal, new_join, next_step, phases_of
-from bke_dispatcher.join_etcd import EtcdJoinRecord
+from bke_dispatcher.ops.join.decide import Join, join_refusal, new_join, next_step, phases_of
+from bke_dispatcher.ops.join.etcd import EtcdJoinRecord
 
 from .test_render_support import plan_of, spec_text
 

@@ -34,8 +34,8 @@ from bke.core.upgrade.run import LOCAL_STEPS
 from bke.core.upgrade.target_plan import target_plan
 from bke_dispatcher.health import HEALTH_COMPONENTS
 from bke_dispatcher.phases import PHASES, NodeInputs
-from bke_dispatcher.reset import NodeRun as ResetRun, reset_step
-from bke_dispatcher.rotation import new_rotation, node_steps as rotation_steps
+from bke_dispatcher.ops.reset.decide import NodeRun as ResetRun, reset_step
+from bke_dispatcher.ops.rotation.decide import new_rotation, node_steps as rotation_steps
 from bke_dispatcher.steps import health_steps
 
 from .test_apply_run import ETCD_ONLY, SWAP_ETCD, _node, _without

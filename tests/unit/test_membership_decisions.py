@@ -13,9 +13,9 @@ from bke.contracts.membership import JoinNodes, RemoveNodes
 from bke.core.plan import plan_spec_text
 from bke.adapters.state.plans import plan_digest
 from bke_dispatcher.engine import parse_command_id
-from bke_dispatcher.join import Join, apply_result, join_refusal, new_join, next_step, node_phases
-from bke_dispatcher.removal import Removal, new_removal, next_step as removal_next, removal_refusal
-from bke_dispatcher import removal as rm
+from bke_dispatcher.ops.join.decide import Join, apply_result, join_refusal, new_join, next_step, node_phases
+from bke_dispatcher.ops.removal.decide import Removal, new_removal, next_step as removal_next, removal_refusal
+from bke_dispatcher.ops.removal import decide as rm
 
 SEED_TEXT = open("examples/seed-3m1w.yaml").read()
 EXTRA = """
@@ -86,7 +86,7 @@ def _answer(j: Join, status: str = "Succeeded", hosts=None, stderr: str = "") ->
 
 def _send(j: Join, hosts) -> None:
     """What the adapter does on `send`: each node's command for its current phase goes out."""
-    from bke_dispatcher.join import command_of
+    from bke_dispatcher.ops.join.decide import command_of
 
     for n in j.nodes:
         if n.hostname in hosts:
@@ -226,7 +226,7 @@ def test_a_failed_stage_fails_the_removal_naming_node_and_stage():
 def test_a_request_part_of_an_apply_is_judged_on_who_holds_the_slot_not_on_its_description() -> None:
     """`Gates.within` compares the holder as data (kind and request id): only the apply run the
     request names lets it in; the same id under another kind, or another apply, refuses it."""
-    from bke_dispatcher.membership_store import Busy, Gates
+    from bke_dispatcher.ops.membership.gates import Busy, Gates
 
     gates = Gates(plan=None, install="Succeeded", busy=Busy("apply", "a1"), paused=False)
     inside, why = gates.within("seed", "a1")
@@ -245,7 +245,7 @@ def test_a_node_joining_again_keeps_the_ports_its_running_parts_hold_out_of_its_
     its own kubelet's (a running kubelet holds 10250, which a new node's preflight refuses)."""
     from bke.contracts.agent import CheckHost
     from bke.contracts.membership import MembershipRejoin
-    from bke_dispatcher.join import JOIN_VERSION
+    from bke_dispatcher.ops.join.decide import JOIN_VERSION
     from bke_dispatcher.phases import NodeInputs, phase_by_slug
 
     promoted = plan_spec_text(SEED_TEXT.replace("role: [node]}", "role: [master/node]}")).plan

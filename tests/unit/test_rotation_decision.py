@@ -12,7 +12,7 @@ from bke.core.plan import plan_spec_text
 from bke.core.state.nodefiles import file_from_bytes
 from bke_dispatcher.engine import parse_command_id
 from bke_dispatcher.reload import RELOADS, reload_for
-from bke_dispatcher.rotation import (
+from bke_dispatcher.ops.rotation.decide import (
     Rotation, apply_result, new_rotation, next_step, node_steps, refusal, rotation_order,
 )
 

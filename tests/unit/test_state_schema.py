@@ -151,7 +151,7 @@ def test_version_2_of_a_join_converts_by_adding_agents_since_and_both_forms_read
     form wrote it (commit 3f9f567). Version 3 adds `agents_since` (the agents' deadline's
     start); the reader reads version 2 as is (readable_from 1), and the conversion writes the
     one key."""
-    from bke_dispatcher.join import Join
+    from bke_dispatcher.ops.join.decide import Join
 
     kind = record_kind("join")
     doc = json.loads(JOIN_V2.read_text())
@@ -179,7 +179,7 @@ def test_version_3_of_a_join_converts_by_adding_no_held_ports_and_both_forms_rea
     """tests/fixtures/state/join-v3/seed.json: a worker's join in its workers phase, as
     version 3 of the form wrote it. Version 4 adds `held_ports` (the ports of the parts a node
     joining again runs already): a join of version 3 joined new nodes only, so none."""
-    from bke_dispatcher.join import Join
+    from bke_dispatcher.ops.join.decide import Join
 
     kind = record_kind("join")
     old = {"join": json.loads(JOIN_V3.read_text())["keys"][0]["value"]}

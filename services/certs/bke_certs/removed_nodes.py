@@ -1,6 +1,6 @@
 """Workers removed from a cluster, forgotten by the certs service.
 
-Why: a removal (bke_dispatcher.removals) drains, deletes, resets and forgets a node in the
+Why: a removal (bke_dispatcher.ops.removal.run) drains, deletes, resets and forgets a node in the
 dispatcher's own records, but the certs service kept its own: the key BKE provisioned for the
 node's agent, the registration it accepted, the node's sealed bundle, and the node's private
 keys and certificates in the PKI. A node that left BKE must leave no key behind, and an agent

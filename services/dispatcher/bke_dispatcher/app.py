@@ -62,14 +62,14 @@ from .engine import Engine
 from .health import HealthMonitor
 from .known import KnownTargets
 from .local_work import LocalPhases
-from .membership_wiring import wire_membership
+from .ops.membership.wiring import wire_membership
 from .metrics import watch_metrics
 from bke.lab.standins.node_labels import LabNodes
 from bke.adapters.cluster_api.node_labels import NodeLabelsWork
 from .results import Inputs, upgraders_result
-from .reset_wiring import DispatcherSnapshotKey
-from .resets import Resets, ResetStore
-from .rotations import Rotations, RotationStore
+from .ops.reset.snapshot_key import DispatcherSnapshotKey
+from .ops.reset.run import Resets, ResetStore
+from .ops.rotation.run import Rotations, RotationStore
 from bke.adapters.runner import Runner
 from .service_events import ServiceEvents
 from .settings import DispatcherSettings

@@ -38,10 +38,10 @@ from bke.adapters.state.operation_slot import claim_operation
 from .engine import parse_command_id
 from .phases import PHASES
 from .readiness import INPUT_SERVICE, InputStatus
-from .join import is_join_command
-from .removal import is_removal_command
-from .reset import is_reset_command
-from .rotation import is_rotation_command
+from .ops.join.decide import is_join_command
+from .ops.removal.decide import is_removal_command
+from .ops.reset.decide import is_reset_command
+from .ops.rotation.decide import is_rotation_command
 from .state import DispatcherState
 
 __all__ = ["Inputs", "upgraders_result"]
@@ -108,9 +108,9 @@ class Inputs:
     ):
         # answers to a command of another incarnation of their cluster (bke.adapters.bus.other_incarnation)
         self.other_incarnation = other_incarnation or OtherIncarnation(None, "dispatcher")
-        self.on_join, self.on_removal = on_join, on_removal  # workers joining and leaving (joins.py, removals.py)
-        self.on_rotation = on_rotation  # certificate rotations' results (see rotations.py)
-        self.on_reset = on_reset  # resets' and deletes' results (see resets.py)
+        self.on_join, self.on_removal = on_join, on_removal  # workers joining and leaving (ops/join, ops/removal)
+        self.on_rotation = on_rotation  # certificate rotations' results (ops/rotation)
+        self.on_reset = on_reset  # resets' and deletes' results (ops/reset)
         self.state, self.kick, self.now, self.on_health = state, kick, now, on_health
         self._request_ids: dict[str, str] = {}  # cluster -> request id, read once (it never changes)
         self.dropped = _RateLimited()  # results not believed (see the module docstring)

@@ -34,7 +34,7 @@ class DispatcherSettings(ServiceSettings):
     cluster_api: Literal["auto", "real"] = "auto"
     batch_size: int = 64
     # How long a join waits for its new nodes' agents to register (their bundles sealed) before
-    # it fails naming them (bke_dispatcher.join.next_step).
+    # it fails naming them (bke_dispatcher.ops.join.decide.next_step).
     join_agents_timeout_s: float = Field(900.0, gt=0)
     # How often the state's epoch is read (bke.adapters.state.epoch): the longest a lost state goes unseen.
     epoch_check_s: float = 1.0

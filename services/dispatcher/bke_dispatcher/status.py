@@ -53,10 +53,10 @@ from bke.adapters.state.keys import (
     reset_key,
 )
 
-from .join import Join
+from .ops.join.decide import Join
 from .phases import PHASES
-from .removal import Removal
-from .reset import Reset
+from .ops.removal.decide import Removal
+from .ops.reset.decide import Reset
 from .status_summary import health_counts, label_sets, node_health, node_taints
 
 __all__ = ["MAX_REPLY_BYTES", "RotationView", "StatusReader", "StatusResponder", "build_status", "fit_reply", "no_rotation"]
@@ -205,7 +205,7 @@ class StatusReader:
 
     def __init__(self, redis: Redis, plans: PlanCache, rotation: RotationView = no_rotation):
         # rotation: `async (cluster) -> dict | None` with the keys of `RotationStatus`; the
-        # dispatcher's rotation store provides it (bke_dispatcher.rotations; default: none ever ran)
+        # dispatcher's rotation store provides it (bke_dispatcher.ops.rotation.run; default: none ever ran)
         self.redis, self.plans, self.rotation = redis, plans, rotation
 
     async def read(self, req: GetStatus) -> ClusterStatus | StatusError:

@@ -131,13 +131,13 @@ RECORDS: tuple[RecordKind, ...] = (
         "rotation", "the current or last certificate rotation (JSON) and its agents' answers",
         ("rotation", "rotation:results"),
         VersionSlot("rotation", "json"), current=1,
-        writer="dispatcher: bke_dispatcher.rotations.RotationStore (Rotation.to_json)",
+        writer="dispatcher: bke_dispatcher.ops.rotation.run.RotationStore (Rotation.to_json)",
         reader="dispatcher: RotationStore (Rotation.from_json)"),
     RecordKind(
         "reset", "the current or last reset or delete (JSON) and its agents' answers",
         ("reset", "reset:results"),
         VersionSlot("reset", "json"), current=1, first=1, readable_from=1,  # new: never stored without a version
-        writer="dispatcher: bke_dispatcher.resets.ResetStore (Reset.to_json)",
+        writer="dispatcher: bke_dispatcher.ops.reset.run.ResetStore (Reset.to_json)",
         reader="dispatcher: ResetStore (Reset.from_json)"),
     RecordKind(
         "join", "the current or last join of workers and etcd-only nodes (JSON) and its agents' answers",
@@ -150,14 +150,14 @@ RECORDS: tuple[RecordKind, ...] = (
         # from 1; a reader of an older version refuses a newer record instead of failing on the
         # new field.
         VersionSlot("join", "json"), current=4, first=1, readable_from=1,
-        writer="dispatcher: bke_dispatcher.membership_store.OperationStore (Join.to_json)",
+        writer="dispatcher: bke_dispatcher.ops.membership.gates.OperationStore (Join.to_json)",
         reader="dispatcher: OperationStore.load (Join.from_json)"),
     RecordKind(
         "removal", "the current or last removal of workers (JSON), its agents' answers, the lab's drain and "
                    "Node deletion records",
         ("removal", "removal:results", "removal:api"),
         VersionSlot("removal", "json"), current=1, first=1, readable_from=1,  # new: never stored without a version
-        writer="dispatcher: bke_dispatcher.membership_store.OperationStore (Removal.to_json)",
+        writer="dispatcher: bke_dispatcher.ops.membership.gates.OperationStore (Removal.to_json)",
         reader="dispatcher: OperationStore.load (Removal.from_json)"),
     RecordKind(
         "upgrade", "the current or last upgrade (JSON), its agents' answers, the lab's drain records, "

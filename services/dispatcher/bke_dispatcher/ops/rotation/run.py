@@ -36,11 +36,11 @@ from bke.adapters.state.keys import rotation_key, rotation_results_key, rotation
 from bke.adapters.state.operation_slot import claim_operation, release_operation
 from bke.adapters.state.nodefiles import RedisNodeFiles
 
-from .leased import LeasedOperation
-from .engine import Outcome
-from .rotation import Rotation, apply_result, new_rotation, next_step, node_steps, refusal, rotation_slug
+from ...leased import LeasedOperation
+from ...engine import Outcome
+from .decide import Rotation, apply_result, new_rotation, next_step, node_steps, refusal, rotation_slug
 from bke.adapters.state.command_signing import Sign
-from .state import DispatcherState
+from ...state import DispatcherState
 
 __all__ = ["RotationStore", "Rotations"]
 

@@ -25,10 +25,10 @@ from bke.core.plan import NodePlan, Plan
 from bke.core.state.nodefiles import NodeFile
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
-from .engine import command_id
-from .phases import CONTROL_PLANE, ETCD, HEALTH_TIMEOUT_S
-from .reload import reload_for
-from .steps import health_steps, write_steps
+from ...engine import command_id
+from ...phases import CONTROL_PLANE, ETCD, HEALTH_TIMEOUT_S
+from ...reload import reload_for
+from ...steps import health_steps, write_steps
 
 __all__ = [
     "Decision",

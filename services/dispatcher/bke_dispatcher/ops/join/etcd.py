@@ -1,5 +1,5 @@
 """The etcd-only nodes of a join, the pure part: do the request's etcd joins match the stored
-plan, and what the join record keeps of them (bke_dispatcher.join uses both).
+plan, and what the join record keeps of them (bke_dispatcher.ops.join.decide uses both).
 
 An etcd-only node joins a running etcd cluster as kubeadm joins a member: the caller (bke
 apply's run) adds it as a learner on a member that stays, the join starts it with
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from bke.contracts.membership import JoinNodes, MembershipEtcdJoin
 from bke.core.plan import NodePlan
 
-from .phases import ETCD
+from ...phases import ETCD
 
 __all__ = ["EtcdJoinRecord", "etcd_join_refusal"]
 

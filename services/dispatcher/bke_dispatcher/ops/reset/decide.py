@@ -22,7 +22,7 @@ from bke.core.plan import NodePlan, Plan
 from bke.core.plan.models import quorum
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
-from .engine import command_id
+from ...engine import command_id
 
 __all__ = [
     "Decision",

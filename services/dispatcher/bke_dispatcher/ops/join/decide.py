@@ -38,10 +38,10 @@ from bke.core.node_steps import component_ports
 from bke.core.plan import NodePlan, Plan
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
-from .engine import command_id
-from .join_agents import AGENTS_DEADLINE_S, agents_wait
-from .join_etcd import EtcdJoinRecord, etcd_join_refusal
-from .phases import CONTROL_PLANE, PHASES, Phase
+from ...engine import command_id
+from .agents import AGENTS_DEADLINE_S, agents_wait
+from .etcd import EtcdJoinRecord, etcd_join_refusal
+from ...phases import CONTROL_PLANE, PHASES, Phase
 
 __all__ = [
     "AGENTS_DEADLINE_S",

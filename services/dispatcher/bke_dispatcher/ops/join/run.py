@@ -40,17 +40,17 @@ from bke.adapters.state import PlanCache
 from bke.adapters.state.keys import node_labels_key, plan_meta_key, sealed_key
 from bke.adapters.state.nodefiles import RedisNodeFiles
 
-from .engine import Checksums, Outcome
-from .join import (
+from ...engine import Checksums, Outcome
+from .decide import (
     AGENTS_DEADLINE_S, Join, JoinRun, apply_result, command_of, is_join_request, join_refusal, new_join, next_step,
 )
 from bke.adapters.cluster_api.labels import marks_from_record, record, wanted
-from .leased import LeasedOperation
-from .membership_store import Busy, INPUT_PREFIX, OperationStore, read_gates, start_operation
+from ...leased import LeasedOperation
+from ..membership.gates import Busy, INPUT_PREFIX, OperationStore, read_gates, start_operation
 from bke.adapters.cluster_api.node_labels import NodeMarker
-from .phases import NodeInputs, agent_sealers, phase_by_slug
+from ...phases import NodeInputs, agent_sealers, phase_by_slug
 from bke.adapters.state.command_signing import Sign
-from .state import DispatcherState
+from ...state import DispatcherState
 
 __all__ = ["Joins"]
 

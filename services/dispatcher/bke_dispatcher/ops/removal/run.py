@@ -39,13 +39,13 @@ from bke.adapters.state.keys import (
     node_status_key, sealed_key,
 )
 
-from .engine import Outcome
-from .leased import LeasedOperation
-from .membership_store import Busy, OperationStore, read_gates, start_operation
-from .phases import PHASES
-from .removal import Removal, advance, apply_result, fail_stage, new_removal, next_step, removal_refusal
+from ...engine import Outcome
+from ...leased import LeasedOperation
+from ..membership.gates import Busy, OperationStore, read_gates, start_operation
+from ...phases import PHASES
+from .decide import Removal, advance, apply_result, fail_stage, new_removal, next_step, removal_refusal
 from bke.adapters.state.command_signing import Sign
-from .state import DispatcherState
+from ...state import DispatcherState
 
 __all__ = ["DRAIN_TIMEOUT_S", "Removals", "forget_nodes"]
 

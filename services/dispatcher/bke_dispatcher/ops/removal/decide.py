@@ -32,8 +32,8 @@ from bke.contracts.membership import MembershipNode, MembershipView, RemoveNodes
 from bke.core.plan import NodePlan, Plan
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
-from .engine import command_id
-from .phases import CONTROL_PLANE, ETCD
+from ...engine import command_id
+from ...phases import CONTROL_PLANE, ETCD
 
 __all__ = [
     "REMOVAL_SLUG_PREFIX",

@@ -41,12 +41,12 @@ from bke.adapters.state.exclusive import write_unless
 from bke.adapters.state.keys import reset_key, reset_results_key, resets_index
 from bke.adapters.state.operation_slot import release_operation, start_in_slot
 
-from .leased import LeasedOperation
-from .engine import Outcome
-from .reset import Reset, apply_result, new_reset, next_step, refusal, reset_slug, reset_step
-from .rotations import RotationStore
+from ...leased import LeasedOperation
+from ...engine import Outcome
+from .decide import Reset, apply_result, new_reset, next_step, refusal, reset_slug, reset_step
+from ..rotation.run import RotationStore
 from bke.adapters.state.command_signing import Sign
-from .state import DispatcherState
+from ...state import DispatcherState
 
 __all__ = ["ResetStore", "Resets", "SnapshotKey"]
 

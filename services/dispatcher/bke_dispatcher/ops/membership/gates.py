@@ -27,7 +27,7 @@ from bke.adapters.state.exclusive import write_unless
 from bke.adapters.state.operation_slot import start_in_slot
 from bke.core.state.schema import StoredVersionTooNew, StoredVersionTooOld, record_kind
 
-from .state import DispatcherState
+from ...state import DispatcherState
 
 __all__ = ["INPUT_PREFIX", "Busy", "OperationStore", "Record"]
 

@@ -32,7 +32,7 @@ from bke.contracts.membership import (
 )
 from bke.adapters.state.operation_slot import release_operation
 
-from .membership_store import OperationStore
+from .gates import OperationStore
 
 __all__ = ["GiveUp", "answer_given_up", "request_of"]
 

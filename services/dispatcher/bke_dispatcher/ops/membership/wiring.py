@@ -20,18 +20,18 @@ from bke.adapters.state.keys import (
 )
 from bke.adapters.state.nodefiles import RedisNodeFiles
 
-from .engine import Checksums
-from .join import AGENTS_DEADLINE_S, Join
-from .joins import Joins
-from .membership_give_up import answer_given_up
-from .membership_store import Busy, OperationStore
+from ...engine import Checksums
+from ..join.decide import AGENTS_DEADLINE_S, Join
+from ..join.run import Joins
+from .give_up import answer_given_up
+from .gates import Busy, OperationStore
 from bke.adapters.cluster_api.node_labels import NodeMarker
-from .removal import Removal
-from .removals import Removals
-from .rotations import RotationStore
+from ..removal.decide import Removal
+from ..removal.run import Removals
+from ..rotation.run import RotationStore
 from bke.adapters.runner import Runner
 from bke.adapters.state.command_signing import Sign
-from .state import DispatcherState
+from ...state import DispatcherState
 
 __all__ = ["Membership", "wire_membership"]
 
