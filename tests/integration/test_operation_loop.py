@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from bke.adapters.operation import OperationLoop, RecordStore
 from bke.adapters.state.lease import claim_lease
 from bke.adapters.state.operation_slot import claim_operation, operation_holder
-from bke.contracts.agent import CommandResult, StepResult
+from bke.contracts.agent import AgentCommand, CommandResult, StepResult
 from bke.contracts.base import Message
 from bke.core.operation import (
     Act, Answer, Answers, Decision, Fail, OperationRecord, OperationStatus, RunLocally, RunStatus, Send, StepRun, Succeed, Wait, fold,
@@ -73,8 +73,12 @@ class ToyLoop(OperationLoop[Toy]):
             holder = await operation_holder(redis, "c")
             events.append((subject, body + (b" held" if holder is not None else b"")))
 
+        async def sign(cmd: AgentCommand) -> AgentCommand:
+            return cmd
+
         store = RecordStore(redis, Toy.from_json, lambda c: f"bke:{c}:toy", lambda c: f"bke:{c}:toy:results", "bke:toys")
-        super().__init__(store, publish, lambda: NOW, "me", 15000, kicks.append, kind="rotation", slug_prefix="toy@",
+        super().__init__(store, publish, lambda: NOW, "me", 15000, kicks.append, sign=sign, kind="rotation",
+                         slug_prefix="toy@",
                          carriers={"send": self.send, "check": self.check})
         self.ready, self.events = ready, events
 

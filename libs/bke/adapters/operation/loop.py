@@ -32,9 +32,10 @@ from datetime import datetime
 from typing import Generic, TypeVar
 
 from bke.adapters.runner import DONE, Outcome
+from bke.adapters.state.command_signing import Sign
 from bke.adapters.state.lease import claim_lease, release_lease
 from bke.adapters.state.operation_slot import release_operation, start_in_slot
-from bke.contracts.agent import CommandResult
+from bke.contracts.agent import AgentCommand, CommandResult, Step, agent_subject
 from bke.contracts.base import Message
 from bke.core.operation import Act, Answers, Decision, Fail, OperationRecord, OperationStatus, RunLocally, Send, Succeed, Wait
 
@@ -55,9 +56,10 @@ class OperationLoop(ABC, Generic[R]):
     """The loop of one kind of operation; the operation subclasses it with its hooks."""
 
     def __init__(self, store: RecordStore[R], publish: Publish, now: Callable[[], datetime], owner: str,
-                 lease_ms: int, kick: Callable[[str], None] | None, *, kind: str, slug_prefix: str,
+                 lease_ms: int, kick: Callable[[str], None] | None, *, sign: Sign, kind: str, slug_prefix: str,
                  carriers: Mapping[str, Carrier[R]], log: logging.Logger | None = None):
         self.store, self.publish, self.now, self.owner, self.lease_ms = store, publish, now, owner, lease_ms
+        self.sign = sign  # every command is signed (bke.adapters.state.command_signing)
         self.kick: Callable[[str], None] = kick or (lambda cluster: None)
         # kind: the lease's name, the slot's kind unless `slot_kind` says otherwise, and the logs'
         self.kind, self.slug_prefix, self.carriers = kind, slug_prefix, carriers
@@ -169,6 +171,14 @@ class OperationLoop(ABC, Generic[R]):
         """Publish the record's view on its `changed` subject."""
         ev, subject = self.changed(rec, self._ts())
         await self.publish(ev.to_bytes(), subject, {})
+
+    async def send_command(self, cluster: str, node: str, command_id: str, phase: str, steps: list[Step]) -> None:
+        """Sign one command and publish it to the node's agent. The caller marks it sent after:
+        a crash in between publishes the same id again, which JetStream drops and an agent that
+        completed it only replays."""
+        cmd = await self.sign(AgentCommand(command_id=command_id, cluster=cluster, node=node, phase=phase,
+                                           issued_at=self._ts(), steps=steps))
+        await self.publish(cmd.to_bytes(), agent_subject(cluster, node, "command"), {"Nats-Msg-Id": command_id})
 
     async def begin(self, rec: R, check: Callable[[R | None], str], part_of: str = "") -> str:
         """Start `rec` unless refused: in the cluster's operation slot, claimed for it (released

@@ -9,21 +9,22 @@ nodes. Each node's command writes its renewed files, does what the reload table
 only then does the next node get its command. A failed node stops the rotation as Failed with
 its step and stderr as the reason.
 
-    next_step(rotation) -> send(node) | wait | succeed | fail(reason) | done
+    next_step(rotation) -> Send(node) | Wait | Succeed | Fail(reason, node)   (bke.core.operation)
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any
 
 from bke.contracts.agent import RestartStaticPod, Step, SystemdUnit
 from bke.contracts.certs import CertsRenewed
 from bke.contracts.rotation import RotationNode, RotationView
+from bke.core.operation import (
+    Answer, Decision, Fail, OperationRecord, RunStatus, Send, StepRun, Succeed, Wait, in_flight, settle,
+)
 from bke.core.pki import node_file_refs
 from bke.core.plan import NodePlan, Plan
 from bke.core.state.nodefiles import NodeFile
-from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from ...engine import command_id
 from ...phases import CONTROL_PLANE, ETCD, HEALTH_TIMEOUT_S
@@ -31,7 +32,6 @@ from ...reload import reload_for
 from ...steps import health_steps, write_steps
 
 __all__ = [
-    "Decision",
     "NodeRun",
     "Rotation",
     "apply_result",
@@ -44,10 +44,7 @@ __all__ = [
     "rotation_slug",
 ]
 
-ROTATION_VERSION = record_kind("rotation").current  # in the JSON: the rotation record's form (bke.core.state.schema)
-
 SLUG_PREFIX = "rotate@"
-STDERR_KEEP = 2000
 MANIFESTS = "/etc/kubernetes/manifests"
 
 
@@ -59,32 +56,23 @@ def is_rotation_command(slug: str) -> bool:
     return slug.startswith(SLUG_PREFIX)
 
 
-@dataclass
-class NodeRun:
-    hostname: str
+@dataclass(kw_only=True)
+class NodeRun(StepRun):
     certs: list[str]  # certificate row names whose files this node holds
     instances: list[str]  # their renewed instance ids
-    status: Literal["Pending", "Running", "Succeeded", "Failed"] = "Pending"
-    command_id: str = ""
-    step: str = ""
-    stderr: str = ""
 
 
-@dataclass
-class Rotation:
-    request_id: str
-    cluster: str
+@dataclass(kw_only=True)
+class Rotation(OperationRecord):
+    KIND = "rotation"  # its form's version in the JSON (bke.core.state.schema)
+
     certificates: list[str]  # renewed instance ids
     nodes: list[NodeRun]
-    started_at: str
-    status: Literal["Running", "Succeeded", "Failed"] = "Running"
-    finished_at: str = ""
-    message: str = ""
     origin: str = "cli"
 
     @property
     def done(self) -> int:
-        return sum(n.status == "Succeeded" for n in self.nodes)
+        return sum(n.status == RunStatus.SUCCEEDED for n in self.nodes)
 
     def view(self) -> RotationView:
         return RotationView(
@@ -93,22 +81,9 @@ class Rotation:
             nodes=[RotationNode(hostname=n.hostname, status=n.status) for n in self.nodes],
         )
 
-    def to_json(self) -> str:
-        return json.dumps({**asdict(self), SCHEMA_FIELD: ROTATION_VERSION})
-
     @classmethod
-    def from_json(cls, raw: str | bytes) -> "Rotation":
-        doc = json.loads(raw)
-        check_readable("rotation", doc.pop(SCHEMA_FIELD, None), f"the rotation record of {doc.get('cluster')}")
-        doc["nodes"] = [NodeRun(**n) for n in doc["nodes"]]
-        return cls(**doc)
-
-
-@dataclass(frozen=True)
-class Decision:
-    action: Literal["send", "wait", "succeed", "fail", "done"]
-    node: str = ""
-    reason: str = ""
+    def from_doc(cls, doc: dict[str, Any]) -> "Rotation":
+        return cls(**{**doc, "nodes": [NodeRun(**n) for n in doc["nodes"]]})
 
 
 def refusal(cluster: str, install_status: str | None, current: Rotation | None) -> str:
@@ -153,32 +128,28 @@ def new_rotation(ev: CertsRenewed, plan: Plan, now: str) -> Rotation:
 
 
 def next_step(rot: Rotation) -> Decision:
-    # 1. a finished rotation does nothing more
-    if rot.status != "Running":
-        return Decision("done")
-    # 2. a failed node stops the rotation, with its step and output as the reason
-    failed = next((n for n in rot.nodes if n.status == "Failed"), None)
+    # 1. a failed node stops the rotation, with its step and output as the reason
+    failed = next((n for n in rot.nodes if n.status == RunStatus.FAILED), None)
     if failed is not None:
-        return Decision("fail", failed.hostname, f"node {failed.hostname} step {failed.step}: {failed.stderr[:500]}")
-    # 3. one node at a time: wait for the node in flight
-    running = next((n for n in rot.nodes if n.status == "Running"), None)
+        return Fail(f"node {failed.hostname} step {failed.step}: {failed.stderr[:500]}", (failed.hostname,))
+    # 2. one node at a time: wait for the node in flight
+    running = next((n for n in rot.nodes if n.status == RunStatus.RUNNING), None)
     if running is not None:
-        return Decision("wait", running.hostname)
-    # 4. the next node in order, or done
-    pending = next((n for n in rot.nodes if n.status == "Pending"), None)
+        return Wait(f"waiting for {running.hostname}")
+    # 3. the next node in order, or done
+    pending = next((n for n in rot.nodes if n.status == RunStatus.PENDING), None)
     if pending is not None:
-        return Decision("send", pending.hostname)
-    return Decision("succeed")
+        return Send((pending.hostname,))
+    return Succeed()
 
 
 def apply_result(rot: Rotation, cid: str, status: str, step: str, stderr: str) -> bool:
     """Record a node's result; False if it is not this rotation's command in flight (a
     duplicate, or a stale result)."""
-    node = next((n for n in rot.nodes if n.command_id == cid), None)
-    if node is None or node.status != "Running":
+    run = in_flight(rot.nodes, cid)
+    if run is None:
         return False
-    node.status = "Succeeded" if status == "Succeeded" else "Failed"
-    node.step, node.stderr = step, stderr[-STDERR_KEEP:]
+    settle(run, Answer(status, step, stderr))
     return True
 
 

@@ -1,14 +1,11 @@
-"""Certificate rotation, the adapters: the rotation's record in Redis, its handlers, and the
-reconcile step the rotation runner calls. Decisions are `rotation`'s; this module reads,
-writes and publishes around them.
+"""Certificate rotation, the adapters: its record in Redis, its start on `certs renewed`, and its
+carrier on the one loop (bke.adapters.operation). Decisions are `decide`'s.
 
     bke:<c>:rotation           string  the cluster's current (or last) rotation, JSON
     bke:<c>:rotation:results   hash    command id -> {status, step, stderr} as the agent answered
     bke:rotations              set     clusters with a rotation record (resumed after a restart)
 
-Only the reconcile step (under the cluster's "rotation" lease) and the start (a WATCH
-transaction that refuses if another rotation runs) write the record; results are recorded
-beside it and folded in by the next reconcile, so a result that arrives twice counts once.
+    send   the node's command: its renewed files, the reloads they need, its health waited for
 
 One operation per cluster: a rotation holds the cluster's operation slot
 (bke.adapters.state.operation_slot) from the renewal that starts it (the certs service claims it) to its
@@ -19,79 +16,35 @@ publishes `RotationChanged` Failed with the reason and is acked; anything else i
 """
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from redis.asyncio import Redis
 
-from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
-from bke.contracts.certs import CertsRenewed
-from bke.contracts.rotation import RotationChanged, RotationView, rotation_subject
+from bke.adapters.operation import OperationLoop, Publish, RecordStore
 from bke.adapters.state import PlanCache
-from bke.adapters.state.exclusive import write_unless
-from bke.adapters.state.keys import rotation_key, rotation_results_key, rotations_index
-from bke.adapters.state.operation_slot import claim_operation, release_operation
-from bke.adapters.state.nodefiles import RedisNodeFiles
-
-from ...leased import LeasedOperation
-from ...engine import Outcome
-from .decide import Rotation, apply_result, new_rotation, next_step, node_steps, refusal, rotation_slug
 from bke.adapters.state.command_signing import Sign
+from bke.adapters.state.keys import rotation_key, rotation_results_key, rotations_index
+from bke.adapters.state.nodefiles import RedisNodeFiles
+from bke.adapters.state.operation_slot import release_operation
+from bke.contracts.base import Message
+from bke.contracts.certs import CertsRenewed
+from bke.contracts.rotation import RotationChanged, rotation_subject
+from bke.core.operation import Act, Answers, Decision, OperationStatus, RunStatus, fold
+
 from ...state import DispatcherState
+from .decide import SLUG_PREFIX, Rotation, apply_result, new_rotation, next_step, node_steps, refusal, rotation_slug
 
 __all__ = ["RotationStore", "Rotations"]
 
 log = logging.getLogger("bke.dispatcher.rotation")
-Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
-LEASE = "rotation"
-KIND = "rotation"  # its name in the cluster's operation slot (bke.adapters.state.operation_slot)
-WAIT_S = 5.0  # re-check a node in flight this often even without a result (a restart, a lost kick)
+KIND = "rotation"  # its lease, and its name in the cluster's operation slot
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else v
-
-
-class RotationStore:
+class RotationStore(RecordStore[Rotation]):
     def __init__(self, redis: Redis):
-        self.r = redis
-
-    @staticmethod
-    def _key(cluster: str) -> str:
-        return rotation_key(cluster)
-
-    async def load(self, cluster: str) -> Rotation | None:
-        raw = await self.r.get(self._key(cluster))
-        return None if raw is None else Rotation.from_json(raw)
-
-    async def save(self, rot: Rotation) -> None:
-        await self.r.set(self._key(rot.cluster), rot.to_json())
-
-    async def start(self, rot: Rotation, check: Callable[[Rotation | None], str]) -> str:
-        """Store `rot` unless `check(current)` refuses; the refusal ("" when stored). Atomic
-        against another replica starting a rotation of the same cluster at the same time."""
-
-        def write(pipe: Any) -> None:
-            pipe.set(self._key(rot.cluster), rot.to_json())
-            pipe.delete(rotation_results_key(rot.cluster))
-            pipe.sadd(rotations_index(), rot.cluster)
-
-        return await write_unless(self.r, self._key(rot.cluster),
-                                  lambda raw: check(None if raw is None else Rotation.from_json(raw)), write)
-
-    async def record_result(self, res: CommandResult, step: str, stderr: str) -> None:
-        doc = json.dumps({"status": res.status, "step": step, "stderr": stderr})
-        await self.r.hset(rotation_results_key(res.cluster), res.command_id, doc)
-
-    async def results(self, cluster: str) -> dict[str, dict[str, str]]:
-        raw = await self.r.hgetall(rotation_results_key(cluster))
-        return {_s(k): json.loads(v) for k, v in raw.items()}
-
-    async def clusters(self) -> list[str]:
-        return sorted(_s(c) for c in await self.r.smembers(rotations_index()))
+        super().__init__(redis, Rotation.from_json, rotation_key, rotation_results_key, rotations_index())
 
     async def rotation_view(self, cluster: str) -> dict | None:
         """The cluster's current or last rotation, as `RotationView` fields (camelCase), or None."""
@@ -99,26 +52,24 @@ class RotationStore:
         return None if rot is None else rot.view().model_dump(by_alias=True)
 
 
-class Rotations(LeasedOperation):
-    """Starts rotations on `certs renewed`, records results, and is the rotation runner's
-    engine (`reconcile`)."""
-
-    LEASE = LEASE  # the module's lease name (LeasedOperation)
+class Rotations(OperationLoop[Rotation]):
+    """Starts rotations on `certs renewed`; its loop sends one node's command at a time."""
 
     def __init__(self, store: RotationStore, state: DispatcherState, plans: PlanCache, files: RedisNodeFiles,
                  publish: Publish, now: Callable[[], datetime], owner: str, lease_ms: int = 15000,
                  kick: Callable[[str], None] | None = None, *, sign: Sign):
-        self.sign = sign  # rotation commands are signed like every other (signing.py)
-        self.store, self.state, self.plans, self.files, self.publish = store, state, plans, files, publish
-        self.now, self.owner, self.lease_ms = now, owner, lease_ms
-        self.kick: Callable[[str], None] = kick or (lambda cluster: None)
+        super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind=KIND, slug_prefix=SLUG_PREFIX,
+                         carriers={"send": self._send}, log=log)
+        self.state, self.plans, self.files = state, plans, files
 
-    def _ts(self) -> str:
-        return self.now().isoformat()
+    def fold(self, rec: Rotation, answers: Answers) -> bool:
+        return fold(rec, answers.commands, apply_result)
 
-    async def _changed(self, cluster: str, view: RotationView) -> None:
-        ev = RotationChanged(cluster=cluster, at=self._ts(), rotation=view)
-        await self.publish(ev.to_bytes(), rotation_subject(cluster), {})
+    async def decider(self, rec: Rotation) -> Callable[[Rotation], Decision]:
+        return next_step
+
+    def changed(self, rec: Rotation, at: str) -> tuple[Message, str]:
+        return RotationChanged(cluster=rec.cluster, at=at, rotation=rec.view()), rotation_subject(rec.cluster)
 
     async def on_renewed(self, ev: CertsRenewed) -> None:
         ids = {"cluster": ev.cluster, "request_id": ev.request_id}
@@ -136,88 +87,37 @@ class Rotations(LeasedOperation):
             rot = new_rotation(ev, plan, self._ts())
         except ValueError as exc:  # nodes the plan does not have: nothing can be delivered
             log.warning("rotation refused: %s", exc, extra=ids)
-            await release_operation(self.store.r, ev.cluster, KIND, ev.request_id)  # its renewal's claim
-            view = RotationView(request_id=ev.request_id, status="Failed", certificates=[c.instance for c in ev.certificates],
-                                done=0, total=0, started_at=self._ts(), finished_at=self._ts(), message=str(exc), nodes=[])
-            await self._changed(ev.cluster, view)
+            await release_operation(self.store.redis, ev.cluster, KIND, ev.request_id)  # its renewal's claim
+            gone = Rotation(request_id=ev.request_id, cluster=ev.cluster, started_at=self._ts(), nodes=[],
+                            certificates=[c.instance for c in ev.certificates])
+            gone.finish(OperationStatus.FAILED, str(exc), gone.started_at)
+            await self.announce(gone)
             return
         install = (await self.state.install(ev.cluster)).get("status")
         # one operation per cluster: the slot, claimed by the renewal that started this rotation
         # (bke_certs) and found again here; any other operation that holds it refuses it
-        claim = await claim_operation(self.store.r, ev.cluster, KIND, ev.request_id, self._ts())
-        why = claim.refusal(ev.cluster)
-        if not why:
-            why = await self.store.start(rot, lambda cur: refusal(ev.cluster, install, cur))
-            if why:
-                await release_operation(self.store.r, ev.cluster, KIND, ev.request_id)
+        why = await self.begin(rot, lambda cur: refusal(ev.cluster, install, cur))
         if why:
             log.warning("rotation refused: %s", why, extra=ids)
-            rot.status, rot.message, rot.finished_at = "Failed", why, self._ts()
-            if current is None or current.status != "Running":
-                await self.store.save(rot)  # nothing runs: `bke status` shows the refusal
-            await self._changed(ev.cluster, rot.view())
+            rot.finish(OperationStatus.FAILED, why, self._ts())
+            if current is None or not current.running:
+                await self.store.write(rot)  # nothing runs: `bke status` shows the refusal
+            await self.announce(rot)
             return
         log.info("rotation started: %d certificate(s) on %d node(s)", len(rot.certificates), len(rot.nodes), extra=ids)
-        await self._changed(ev.cluster, rot.view())
-        self.kick(ev.cluster)
 
-    async def _reconcile(self, cluster: str) -> Outcome:
-        rot = await self.store.load(cluster)
-        if rot is None or rot.status != "Running":
-            if rot is not None:
-                await release_operation(self.store.r, cluster, KIND, rot.request_id)
-            return Outcome("done")
-        # fold in what the agents answered since the last pass
-        changed = False
-        for cid, r in (await self.store.results(cluster)).items():
-            changed |= apply_result(rot, cid, r["status"], r["step"], r["stderr"])
-        decision = next_step(rot)
-        ids = {"cluster": cluster, "request_id": rot.request_id, "node": decision.node}
-        if decision.action == "send":
-            run = next(n for n in rot.nodes if n.hostname == decision.node)
-            try:
-                await self._send(rot, decision.node)
-                run.status = "Running"
-            except ValueError as exc:  # the node's command cannot be built (e.g. no sealed file)
-                run.status, run.step, run.stderr = "Failed", "prepare", str(exc)
-                decision = next_step(rot)
-            changed = True
-        if decision.action in ("succeed", "fail"):
-            rot.status = "Succeeded" if decision.action == "succeed" else "Failed"
-            rot.message, rot.finished_at = decision.reason, self._ts()
-            changed = True
-            log.info("rotation %s %s", rot.status, decision.reason, extra=ids)
-        if changed:
-            await self.store.save(rot)
-            if rot.status != "Running":  # ended: its slot goes before the end is announced
-                await release_operation(self.store.r, cluster, KIND, rot.request_id)
-            await self._changed(cluster, rot.view())
-        if rot.status == "Failed":
-            return Outcome("failed", reason=rot.message, node=decision.node or None)
-        return Outcome("done") if rot.status == "Succeeded" else Outcome("wait", delay=WAIT_S)
-
-    async def _send(self, rot: Rotation, hostname: str) -> None:
+    async def _send(self, rot: Rotation, d: Act) -> Decision | None:
         plan = await self.plans.load(rot.cluster)
-        node = next(n for n in plan.nodes if n.hostname == hostname)
-        run = next(n for n in rot.nodes if n.hostname == hostname)
-        files = await self.files.get(rot.cluster, "certs", hostname) or []
-        cmd = await self.sign(AgentCommand(
-            command_id=run.command_id, cluster=rot.cluster, node=hostname, phase=rotation_slug(rot.request_id),
-            issued_at=self._ts(), steps=node_steps(plan, node, run, files),
-        ))
-        # publish before recording it as sent: a crash in between re-publishes the same id,
-        # which JetStream drops and an agent that completed it only replays
-        await self.publish(cmd.to_bytes(), agent_subject(rot.cluster, hostname, "command"), {"Nats-Msg-Id": cmd.command_id})
-        log.info("rotation command sent", extra={"cluster": rot.cluster, "node": hostname, "request_id": rot.request_id})
-
-    async def resume_all(self) -> list[str]:
-        resumed = []
-        for cluster in await self.store.clusters():
-            rot = await self.store.load(cluster)
-            if rot is not None and rot.status == "Running":
-                self.kick(cluster)
-                resumed.append(cluster)
-            elif rot is not None:  # a crash between its end and its release heals here
-                await release_operation(self.store.r, cluster, KIND, rot.request_id)
-        return resumed
-
+        for run in (n for n in rot.nodes if n.hostname in d.nodes):
+            node = next(n for n in plan.nodes if n.hostname == run.hostname)
+            files = await self.files.get(rot.cluster, "certs", run.hostname) or []
+            try:
+                steps = node_steps(plan, node, run, files)
+            except ValueError as exc:  # the node's command cannot be built (e.g. no sealed file)
+                run.status, run.step, run.stderr = RunStatus.FAILED, "prepare", str(exc)
+                continue
+            await self.send_command(rot.cluster, run.hostname, run.command_id, rotation_slug(rot.request_id), steps)
+            run.status = RunStatus.RUNNING
+            log.info("rotation command sent", extra={"cluster": rot.cluster, "node": run.hostname,
+                                                     "request_id": rot.request_id})
+        return None
