@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from bke.contracts.agent import CommandResult
 
-from .record import NodeRun, RunStatus, StepRun
+from .record import RunStatus, StepRun
 
 __all__ = ["INPUT_PREFIX", "STDERR_KEEP", "Answer", "Answers", "ServiceAnswer", "fold", "in_flight", "settle"]
 
@@ -24,8 +24,15 @@ INPUT_PREFIX = "input:"  # a results field that holds a service's answer, not an
 STDERR_KEEP = 2000  # of a failed step's output, the end is kept
 REASON_KEEP = 2000
 
+class Sent(Protocol):
+    """A run that sends one command at a time (a node's, a reset's snapshot on a member)."""
+
+    command_id: str
+    status: RunStatus
+
+
 R = TypeVar("R")
-N = TypeVar("N", bound=NodeRun)
+N = TypeVar("N", bound=Sent)
 
 
 @dataclass(frozen=True)

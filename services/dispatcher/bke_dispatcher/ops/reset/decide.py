@@ -8,24 +8,25 @@ each named node (all of them for a delete), a rank at a time: workers, then cont
 then etcd members, so that etcd goes last. Within a rank the nodes go together (their resets are
 independent). A failed snapshot or node stops the reset as Failed with the reason.
 
-    next_step(reset) -> snapshot(nodes) | send(nodes) | wait | succeed | fail(reason) | done
+    next_step(reset) -> Send(etcd clusters, "snapshot") | Send(nodes) | Wait | Succeed | Fail(reason)
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any
 
 from bke.contracts.agent import ResetNode
 from bke.contracts.reset import ResetCluster, ResetNodeView, ResetSnapshotView, ResetView
+from bke.core.operation import (
+    Answer, Decision, Fail, OperationRecord, RunStatus, Send, StepRun, Succeed, Wait, in_flight, settle,
+)
+from bke.core.operation.fold import STDERR_KEEP
 from bke.core.plan import NodePlan, Plan
 from bke.core.plan.models import quorum
-from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from ...engine import command_id
 
 __all__ = [
-    "Decision",
     "NodeRun",
     "Reset",
     "SnapshotRun",
@@ -40,10 +41,7 @@ __all__ = [
     "reset_step",
 ]
 
-RESET_VERSION = record_kind("reset").current  # in the JSON: the reset record's form (bke.core.state.schema)
 SLUG_PREFIX = "reset@"
-STDERR_KEEP = 2000
-Status = Literal["Pending", "Running", "Succeeded", "Failed"]
 
 
 def reset_slug(request_id: str) -> str:
@@ -58,41 +56,35 @@ def is_reset_command(slug: str) -> bool:
 class SnapshotRun:
     etcd_cluster: str
     node: str  # the member asked ("" when none is left)
-    status: Literal["Pending", "Running", "Succeeded", "Failed", "Skipped"] = "Pending"
+    status: RunStatus = RunStatus.PENDING  # Skipped: no member left to ask
     command_id: str = ""
     snapshot_id: str = ""
     reason: str = ""
 
+    def __post_init__(self) -> None:
+        self.status = RunStatus(self.status)
 
-@dataclass
-class NodeRun:
-    hostname: str
+
+@dataclass(kw_only=True)
+class NodeRun(StepRun):
     rank: int  # 0 worker, 1 control plane, 2 etcd member: lower ranks go first
     etcd_data_dirs: list[str] = field(default_factory=list)
-    status: Status = "Pending"
-    command_id: str = ""
-    step: str = ""
-    stderr: str = ""
 
 
-@dataclass
-class Reset:
-    request_id: str
-    cluster: str
+@dataclass(kw_only=True)
+class Reset(OperationRecord):
+    KIND = "reset"  # its form's version in the JSON (bke.core.state.schema)
+
     delete: bool
     snapshots: list[SnapshotRun]
     nodes: list[NodeRun]
-    started_at: str
-    status: Literal["Running", "Succeeded", "Failed"] = "Running"
-    finished_at: str = ""
-    message: str = ""
     # nodes reset by this or an earlier reset of the cluster: no snapshot is asked of them again
     reset_before: list[str] = field(default_factory=list)
     deleted_sent: bool = False  # a delete: ClusterDeleted published
 
     @property
     def done(self) -> int:
-        return sum(n.status == "Succeeded" for n in self.nodes)
+        return sum(n.status == RunStatus.SUCCEEDED for n in self.nodes)
 
     def view(self) -> ResetView:
         return ResetView(
@@ -103,23 +95,10 @@ class Reset:
             nodes=[ResetNodeView(hostname=n.hostname, status=n.status) for n in self.nodes],
         )
 
-    def to_json(self) -> str:
-        return json.dumps({**asdict(self), SCHEMA_FIELD: RESET_VERSION})
-
     @classmethod
-    def from_json(cls, raw: str | bytes) -> "Reset":
-        doc = json.loads(raw)
-        check_readable("reset", doc.pop(SCHEMA_FIELD, None), f"the reset record of {doc.get('cluster')}")
-        doc["snapshots"] = [SnapshotRun(**s) for s in doc["snapshots"]]
-        doc["nodes"] = [NodeRun(**n) for n in doc["nodes"]]
-        return cls(**doc)
-
-
-@dataclass(frozen=True)
-class Decision:
-    action: Literal["snapshot", "send", "wait", "succeed", "fail", "done"]
-    nodes: tuple[str, ...] = ()  # snapshot: etcd cluster names; send: hostnames
-    reason: str = ""
+    def from_doc(cls, doc: dict[str, Any]) -> "Reset":
+        return cls(**{**doc, "snapshots": [SnapshotRun(**x) for x in doc["snapshots"]],
+                      "nodes": [NodeRun(**n) for n in doc["nodes"]]})
 
 
 def refusal(req: ResetCluster, plan: Plan | None, install_status: str | None, *, paused: bool = False,
@@ -197,57 +176,52 @@ def new_reset(req: ResetCluster, plan: Plan, now: str, reset_before: list[str]) 
         if member:
             snaps.append(SnapshotRun(ec.name, member, command_id=command_id(req.cluster, slug, member, 1 + i)))
         else:
-            snaps.append(SnapshotRun(ec.name, "", status="Skipped",
+            snaps.append(SnapshotRun(ec.name, "", status=RunStatus.SKIPPED,
                                      reason="no member left to ask: every member was reset before"))
     return Reset(request_id=req.request_id, cluster=req.cluster, delete=req.delete, snapshots=snaps, nodes=runs,
                  started_at=now, reset_before=sorted(gone))
 
 
 def next_step(r: Reset) -> Decision:
-    # 1. a finished reset does nothing more
-    if r.status != "Running":
-        return Decision("done")
-    # 2. a failed snapshot stops the reset before any node is touched
-    bad = next((s for s in r.snapshots if s.status == "Failed"), None)
+    # 1. a failed snapshot stops the reset before any node is touched
+    bad = next((s for s in r.snapshots if s.status == RunStatus.FAILED), None)
     if bad is not None:
-        return Decision("fail", reason=f"snapshot of {bad.etcd_cluster} on {bad.node} failed: {bad.reason[:500]}")
-    # 3. every snapshot first, all at once (each is one member of its own etcd cluster)
-    pending = tuple(s.etcd_cluster for s in r.snapshots if s.status == "Pending")
+        return Fail(f"snapshot of {bad.etcd_cluster} on {bad.node} failed: {bad.reason[:500]}")
+    # 2. every snapshot first, all at once (each is one member of its own etcd cluster)
+    pending = tuple(s.etcd_cluster for s in r.snapshots if s.status == RunStatus.PENDING)
     if pending:
-        return Decision("snapshot", pending)
-    if any(s.status == "Running" for s in r.snapshots):
-        return Decision("wait")
-    # 4. a failed node stops the reset, with its step and output as the reason
-    failed = next((n for n in r.nodes if n.status == "Failed"), None)
+        return Send(pending, "snapshot")
+    if any(s.status == RunStatus.RUNNING for s in r.snapshots):
+        return Wait("waiting for the etcd snapshots")
+    # 3. a failed node stops the reset, with its step and output as the reason
+    failed = next((n for n in r.nodes if n.status == RunStatus.FAILED), None)
     if failed is not None:
-        return Decision("fail", (failed.hostname,), f"node {failed.hostname} step {failed.step}: {failed.stderr[:500]}")
-    # 5. a rank at a time: wait for the nodes in flight
-    if any(n.status == "Running" for n in r.nodes):
-        return Decision("wait")
-    # 6. the next rank's nodes, or done
-    left = [n for n in r.nodes if n.status == "Pending"]
+        return Fail(f"node {failed.hostname} step {failed.step}: {failed.stderr[:500]}", (failed.hostname,))
+    # 4. a rank at a time: wait for the nodes in flight
+    if any(n.status == RunStatus.RUNNING for n in r.nodes):
+        return Wait("waiting for the nodes in flight")
+    # 5. the next rank's nodes, or done
+    left = [n for n in r.nodes if n.status == RunStatus.PENDING]
     if left:
         rank = min(n.rank for n in left)
-        return Decision("send", tuple(n.hostname for n in left if n.rank == rank))
-    return Decision("succeed")
+        return Send(tuple(n.hostname for n in left if n.rank == rank))
+    return Succeed()
 
 
 def apply_result(r: Reset, cid: str, status: str, step: str, stderr: str) -> bool:
     """Record an answer; False if it is not one of this reset's commands in flight (a duplicate,
     or a stale result)."""
-    snap = next((s for s in r.snapshots if s.command_id == cid), None)
+    answer = Answer(status, step, stderr)
+    snap = in_flight(r.snapshots, cid)
     if snap is not None:
-        if snap.status != "Running":
-            return False
-        snap.status = "Succeeded" if status == "Succeeded" else "Failed"
-        snap.reason = "" if snap.status == "Succeeded" else f"step {step}: {stderr[-STDERR_KEEP:]}"
+        snap.status = RunStatus.SUCCEEDED if answer.succeeded else RunStatus.FAILED
+        snap.reason = "" if answer.succeeded else f"step {step}: {stderr[-STDERR_KEEP:]}"
         return True
-    node = next((n for n in r.nodes if n.command_id == cid), None)
-    if node is None or node.status != "Running":
+    node = in_flight(r.nodes, cid)
+    if node is None:
         return False
-    node.status = "Succeeded" if status == "Succeeded" else "Failed"
-    node.step, node.stderr = step, stderr[-STDERR_KEEP:]
-    if node.status == "Succeeded" and node.hostname not in r.reset_before:
+    settle(node, answer)
+    if answer.succeeded and node.hostname not in r.reset_before:
         r.reset_before = sorted({*r.reset_before, node.hostname})
     return True
 
