@@ -44,14 +44,11 @@ from bke.core.plan import Plan
 from bke.core.render import EtcdJoin, RenderInputs, render_cluster
 from bke.adapters.runtime import mtls_context, port_is_free
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
-from bke.adapters.state.keys import join_key, join_results_key, joins_index
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.core.state.nodefiles import file_from_bytes
 from bke_agent import AgentIdentity, Executor, LabBackend
 from bke_cli.main import main as bke
-from bke_dispatcher.ops.join.decide import Join
-from bke_dispatcher.ops.join.run import Joins
-from bke_dispatcher.ops.membership.gates import OperationStore
+from bke_dispatcher.ops.join.run import Joins, JoinStore
 from bke.lab.standins.node_labels import LabNodes
 from bke_dispatcher.state import DispatcherState
 from bke_renderer.app import create_service
@@ -237,7 +234,7 @@ async def _grow(c: Cluster, nats_client: Any, redis_url: str) -> None:
         async def sign(cmd: AgentCommand) -> AgentCommand:
             return signed(cmd)
 
-        store = OperationStore(r, Join.from_json, join_key, join_results_key, joins_index())
+        store = JoinStore(r)
         joins = Joins(store, state, PlanCache(r), RedisNodeFiles(r), LabChecksums(), LabNodes(), idle, not_paused,
                       publish, lambda: now, "me", sign=sign)
         for i, member in enumerate(("e2", "e3"), 1):

@@ -23,19 +23,15 @@ from bke.contracts.status import ClusterStatus, GetStatus
 from bke.lab.standins.drain import LabDrainer
 from bke.core.plan import plan_spec_text
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
-from bke.adapters.state.keys import (
-    join_key, join_results_key, joins_index, removal_api_key, removal_key, removal_results_key, removals_index,
-)
+from bke.adapters.state.keys import join_key, removal_api_key, removal_key
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.core.state.nodefiles import file_from_bytes
 from bke_cli.membership_cmd import _exit as membership_exit
 from bke_cli.membership_cmd import refused
-from bke_dispatcher.ops.join.decide import Join
-from bke_dispatcher.ops.join.run import Joins
-from bke_dispatcher.ops.membership.gates import Busy, OperationStore
+from bke_dispatcher.ops.join.run import Joins, JoinStore
+from bke_dispatcher.ops.membership.gates import Busy
 from bke.lab.standins.node_labels import LabNodes
-from bke_dispatcher.ops.removal.decide import Removal
-from bke_dispatcher.ops.removal.run import Removals
+from bke_dispatcher.ops.removal.run import Removals, RemovalStore
 from bke_dispatcher.state import DispatcherState
 from bke_dispatcher.status import StatusReader
 from tests.trust_helpers import signed
@@ -88,12 +84,12 @@ async def wired(redis_url, redis_client):
         return signed(cmd)
 
     def joins(now: datetime = NOW) -> Joins:  # a restarted dispatcher is a new object on the same Redis
-        store = OperationStore(r, Join.from_json, join_key, join_results_key, joins_index())
+        store = JoinStore(r)
         return Joins(store, state, PlanCache(r), files, LabChecksums(), LabNodes(), idle, not_paused, publish,
                      lambda: now, "me", kick=kicks.append, sign=sign, agents_deadline_s=900.0)
 
     def removals() -> Removals:
-        store = OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index())
+        store = RemovalStore(r)
         return Removals(store, state, PlanCache(r), LabDrainer(r, lambda: NOW, removal_api_key), idle, not_paused,
                         publish, lambda: NOW, "me", kick=kicks.append, sign=sign)
 
@@ -286,16 +282,16 @@ async def test_joins_and_removals_hold_the_clusters_one_operation_slot(wired):
 
 
 async def test_the_dispatchers_busy_reader_names_the_slot_holder_and_unclaimed_records(redis_url, redis_client):
-    """What the wired dispatcher asks before a join or removal (membership_wiring.busy_reader):
+    """What the wired dispatcher asks before a join or removal (ops.membership.gates.busy_reader):
     the operation slot's holder of another kind, else a record running without a claim."""
     from bke.adapters.state.operation_slot import claim_operation, release_operation
-    from bke_dispatcher.ops.membership.wiring import busy_reader
+    from bke_dispatcher.ops.membership.gates import busy_reader
     from bke_dispatcher.ops.rotation.run import RotationStore
 
     r = Redis.from_url(redis_url)
     try:
-        joins = OperationStore(r, Join.from_json, join_key, join_results_key, joins_index())
-        removals = OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index())
+        joins = JoinStore(r)
+        removals = RemovalStore(r)
         busy = busy_reader(r, RotationStore(r), joins, removals)
         assert await busy("quiet") is None
         assert (await claim_operation(r, "quiet", "reset", "z1", "t0")).won
@@ -312,12 +308,12 @@ async def test_a_join_and_a_removal_sent_by_the_apply_run_run_inside_its_slot(wi
     without a claim of their own, and the join's end leaves the apply's slot held. Named for an
     apply that does not hold the slot (ended, or another request id), each is refused by name."""
     from bke.adapters.state.operation_slot import claim_operation, operation_holder
-    from bke_dispatcher.ops.membership.wiring import busy_reader
+    from bke_dispatcher.ops.membership.gates import busy_reader
     from bke_dispatcher.ops.rotation.run import RotationStore
 
     make_joins, make_removals, state, r, sent = wired
-    join_store = OperationStore(r, Join.from_json, join_key, join_results_key, joins_index())
-    removal_store = OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index())
+    join_store = JoinStore(r)
+    removal_store = RemovalStore(r)
     busy = busy_reader(r, RotationStore(r), join_store, removal_store)
     joins, removals = make_joins(), make_removals()
     joins.busy = removals.busy = busy
@@ -354,7 +350,7 @@ async def test_an_etcd_only_node_is_removed_only_by_the_apply_that_took_its_memb
     removed its etcd member first and ordered the scale-in (`partOf`), it is drained, reset and
     forgotten like a worker."""
     from bke.adapters.state.operation_slot import claim_operation
-    from bke_dispatcher.ops.membership.wiring import busy_reader
+    from bke_dispatcher.ops.membership.gates import busy_reader
     from bke_dispatcher.ops.rotation.run import RotationStore
 
     from tests.unit.test_apply_run import _grow_spec  # a split layout with dedicated etcd-events nodes
@@ -367,8 +363,8 @@ async def test_an_etcd_only_node_is_removed_only_by_the_apply_that_took_its_memb
         state = DispatcherState(r)
         await state.start_install("grow", "req", NOW.isoformat(), plan_digest(pj))
         await state.set_install("grow", status="Succeeded")
-        joins = OperationStore(r, Join.from_json, join_key, join_results_key, joins_index())
-        store = OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index())
+        joins = JoinStore(r)
+        store = RemovalStore(r)
         sent: list = []
 
         async def publish(body: bytes, subject: str, headers: dict[str, str]) -> None:
@@ -447,7 +443,7 @@ async def test_a_request_failing_on_every_delivery_is_answered_failed_not_left_t
 
 
 async def test_giving_up_on_a_request_that_started_leaves_it_to_its_runner_and_gives_back_a_half_claim(wired):
-    """The give-up hook (membership_give_up) on real Redis: a request whose record started is
+    """The give-up hook (ops.membership.give_up) on real Redis: a request whose record started is
     its runner's to end (kicked, nothing published); one whose start failed after the slot's
     claim has the claim given back before `finished` Failed; a body with no request id is
     answered by nobody."""
@@ -467,7 +463,7 @@ async def test_giving_up_on_a_request_that_started_leaves_it_to_its_runner_and_g
     await gave_up(body, "RuntimeError: boom")
     assert kicked == ["mbr"] and not [s for s, _, _ in sent if s.endswith(".finished")]
 
-    removal = OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index())
+    removal = RemovalStore(r)
     assert (await claim_operation(r, "other", "removal", "x9", "t0")).won  # a start that failed after its claim
     gave_up = answer_given_up("removal", removal, r, publish, lambda: NOW, kicked.append)
     await gave_up(RemoveNodes(request_id="x9", cluster="other", nodes=["node2"]).to_bytes(), "KeyError: 'x'")

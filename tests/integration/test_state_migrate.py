@@ -17,8 +17,9 @@ import pytest
 from bke.core.etcdsnap.restore_run import RestoreRun
 from bke.core.upgrade.run import UpgradeRun
 from bke_dispatcher.ops.join.decide import Join
-from bke_dispatcher.ops.membership.gates import OperationStore
+from bke_dispatcher.ops.join.run import JoinStore
 from bke_dispatcher.ops.removal.decide import Removal
+from bke_dispatcher.ops.removal.run import RemovalStore
 from bke_dispatcher.ops.reset.decide import Reset
 from bke_dispatcher.ops.reset.run import ResetStore
 from bke_upgrader.restore_store import RestoreStore
@@ -29,7 +30,7 @@ import redis.asyncio as aioredis
 from bke.contracts.status import GetStatus
 from bke.adapters.pki.store_redis import RedisPkiStore
 from bke.adapters.state.conversion import CONVERTERS, Converter, register
-from bke.adapters.state.keys import install_key, join_key, join_results_key, joins_index, plan_meta_key, removal_key, removal_results_key, removals_index
+from bke.adapters.state.keys import install_key, join_key, join_results_key, plan_meta_key
 from bke.adapters.state.migrate import MigrationBusy, ensure_current, known_clusters
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.adapters.state.operation_slot import claim_operation, operation_holder
@@ -132,7 +133,7 @@ async def test_a_version_1_join_is_read_then_converted_to_the_current_form_with_
             await redis_client.hset(e["key"], mapping=e["value"])
         else:
             await redis_client.sadd(e["key"], *e["value"])
-    store = OperationStore(redis_client, Join.from_json, join_key, join_results_key, joins_index())
+    store = JoinStore(redis_client)
     before = await store.load(C)
     assert before is not None and before.etcd_joins == [] and before.nodes[0].command_id == "seed/join@j1/node1/1"
     results = await redis_client.hgetall(join_results_key(C))
@@ -155,8 +156,8 @@ READERS = {
     "upgrade": [lambda r: UpgradeStore(r).load(C)],
     "etcd-restore": [lambda r: RestoreStore(r).load(C)],
     "reset": [lambda r: ResetStore(r).load(C)],
-    "join": [lambda r: OperationStore(r, Join.from_json, join_key, join_results_key, joins_index()).load(C)],
-    "removal": [lambda r: OperationStore(r, Removal.from_json, removal_key, removal_results_key, removals_index()).load(C)],
+    "join": [lambda r: JoinStore(r).load(C)],
+    "removal": [lambda r: RemovalStore(r).load(C)],
     "operation": [lambda r: operation_holder(r, C),
                   lambda r: claim_operation(r, C, "upgrade", "u9", "t0")],
 }
@@ -236,7 +237,7 @@ async def test_a_version_2_join_is_read_as_is_then_converted_to_version_4(redis_
     doc = json.loads((FIXTURE.parents[1] / "join-v2" / "seed.json").read_text())
     [entry] = doc["keys"]
     await redis_client.set(entry["key"], entry["value"])
-    store = OperationStore(redis_client, Join.from_json, join_key, join_results_key, joins_index())
+    store = JoinStore(redis_client)
     before = await store.load(C)
     assert before is not None and before.agents_since == ""
     report = await ensure_current(redis_client, C, kinds=[record_kind("join")])

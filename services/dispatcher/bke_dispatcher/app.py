@@ -4,7 +4,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
+from typing import TypeVar
 
 from bke.adapters.state.client import redis_client
 
@@ -14,16 +16,7 @@ from bke.adapters.bus.handler import deprecated, typed
 from bke.adapters.bus.misaddressed import Misaddressed
 from bke.adapters.bus.other_incarnation import OtherIncarnation
 from bke.contracts import PLAN_CREATED, PlanCreated
-from bke.contracts.certs import (
-    CERTS_FAILED,
-    CERTS_ISSUED,
-    CERTS_RENEWED,
-    CERTS_SEALED,
-    CertsFailed,
-    CertsIssued,
-    CertsRenewed,
-    CertsSealed,
-)
+from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_SEALED, CertsFailed, CertsIssued, CertsSealed
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
 from bke.contracts.agent import (
     AGENTS_ACCEPTED,
@@ -41,7 +34,6 @@ from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.status import STATUS_GET, STATUS_QUEUE
 from bke.adapters.pausing import serve_pause
 from bke.adapters.forgetting import serve_deleted
-from bke.contracts.reset import RESET_CLUSTER, ResetCluster
 from bke.adapters.state.pause import PauseFlags
 from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
 from bke.core.secrets import box_for
@@ -62,14 +54,12 @@ from .engine import Engine
 from .health import HealthMonitor
 from .known import KnownTargets
 from .local_work import LocalPhases
-from .ops.membership.wiring import wire_membership
 from .metrics import watch_metrics
 from bke.lab.standins.node_labels import LabNodes
 from bke.adapters.cluster_api.node_labels import NodeLabelsWork
 from .results import Inputs, upgraders_result
-from .ops.reset.snapshot_key import DispatcherSnapshotKey
-from .ops.reset.run import Resets, ResetStore
-from .ops.rotation.run import Rotations, RotationStore
+from .ops.rotation.run import RotationStore
+from .ops.wiring import Deps, wire_operations
 from bke.adapters.runner import Runner
 from .service_events import ServiceEvents
 from .settings import DispatcherSettings
@@ -81,6 +71,7 @@ from .status import StatusReader, StatusResponder
 __all__ = ["create_service"]
 
 log = logging.getLogger("bke.dispatcher")
+E = TypeVar("E")
 
 
 def runtime_json(raw: object) -> str | None:
@@ -96,6 +87,16 @@ def runtime_json(raw: object) -> str | None:
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def join_first(join: Callable[[E], Awaitable[bool]], install: Callable[[E], Awaitable[None]]) -> Callable[[E], Awaitable[None]]:
+    """An answer goes to the join it answers (a finished install is never reopened), else to the install."""
+
+    async def handle(ev: E) -> None:
+        if not await join(ev):
+            await install(ev)
+
+    return handle
 
 
 def create_service(settings: DispatcherSettings | None = None) -> Service:
@@ -143,34 +144,23 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
             return {**await applier.pod_status(plan), **await periodic_doc(plan, api)}
     health = HealthMonitor(state, plans, svc.publish, _now, settings.health_interval_s, pods=pods, sign=signing.sign_bytes,
                            owner=settings.owner, prefetch=signing.prefetch)
-    rotation_store = RotationStore(redis)
-    rotations = Rotations(rotation_store, state, plans, files, svc.publish, _now, settings.owner, settings.lease_ms,
-                          sign=signing.sign)
-    rotation_runner = Runner(rotations, state, paused=pause_flags.is_paused)  # type: ignore[arg-type]  # same reconcile shape
-    rotations.kick = rotation_runner.kick
-    resets = Resets(ResetStore(redis), rotation_store, state, plans, pause_flags.is_paused,
-                    DispatcherSnapshotKey(svc, redis), svc.publish, _now, settings.owner, settings.lease_ms,
-                    sign=signing.sign)
-    # not held by a pause: a reset refuses to start on a paused cluster, and a delete's end must not wait
-    reset_runner = Runner(resets, state)  # type: ignore[arg-type]  # same reconcile shape
-    resets.kick = reset_runner.kick
-    serve_pause(svc, pause_flags, [runner.kick, rotation_runner.kick], _now)
-    # workers joining and leaving a running cluster: JoinNodes, RemoveNodes
-    membership = wire_membership(svc, redis, state, plans, files, engine.checksums, nodes_api or LabNodes(),
-                                 None if nodes_api is None else applier.admin_kubeconfig, rotation_store,
-                                 pause_flags.is_paused, publish, notify, _now, settings.owner, settings.lease_ms,
-                                 signing.sign, settings.batch_size, agents_deadline_s=settings.join_agents_timeout_s)
+    # the operations beside the install (rotation, reset, join, removal), each registered by its folder
+    wired = wire_operations(Deps(
+        svc, redis, state, plans, files, engine.checksums, nodes_api or LabNodes(),
+        None if nodes_api is None else applier.admin_kubeconfig, pause_flags.is_paused, publish, notify, _now,
+        settings.owner, settings.lease_ms, signing.sign, settings.batch_size, settings.join_agents_timeout_s))
+    ops, joins = wired.operations, wired.joins
+    serve_pause(svc, pause_flags, [runner.kick, *ops.held_by_pause()], _now)
     # results of another incarnation of their cluster are dropped and counted (bke.adapters.bus.other_incarnation)
-    inputs = Inputs(state, runner.kick, _now, health.record, on_rotation=rotations.on_result, on_reset=resets.on_result,
-                    on_join=membership.joins.on_result, on_removal=membership.removals.on_result,
-                    other_incarnation=OtherIncarnation(svc.metrics, svc.name))
+    inputs = Inputs(state, runner.kick, _now, health.record, ops, other_incarnation=OtherIncarnation(svc.metrics, svc.name))
 
     # state lost (bke.adapters.state.epoch): stop the loops, fail the running installs; restored: resume
     async def stop_loops() -> None:
         await runner.stop()
-        await rotation_runner.stop()
-        await reset_runner.stop()
-        await membership.stop()
+        await ops.stop()
+
+    async def resume_loops() -> list[str]:
+        return await runner.resume_all() + await ops.resume_all()
 
     async def resume() -> list[str]:
         # a restored backup may predate results that were counted, acknowledged and lost since
@@ -179,46 +169,27 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
             if asked:
                 log.warning("state restored: commands in flight sent again to %s", ", ".join(asked[:10]),
                             extra={"cluster": cluster})
-        return (await runner.resume_all() + await rotations.resume_all() + await resets.resume_all()
-                + await membership.resume_all())
+        return await resume_loops()
 
     loss = StateLossReaction(state, publish, _now, stop_loops, resume)
     epoch = watch_epoch(svc, redis, interval_s=settings.epoch_check_s, on_lost=loss.on_lost,
                         on_restored=loss.on_restored, on_intact=loss.on_intact)
     watch_metrics(svc, redis, plans)  # /metrics: installs, phases, nodes, commands in flight
-    status_reader = StatusReader(redis, plans, rotation=rotation_store.rotation_view)
+    status_reader = StatusReader(redis, plans, rotation=RotationStore(redis).rotation_view)
     status = StatusResponder(status_reader, guard=epoch.ensure_intact)
     svc.http_routes.extend(dashboard_routes(DashboardReader(status_reader, state, plans, events, _now,
                                                               guard=epoch.ensure_intact)))
 
     services = ServiceEvents(state, plans, engine, runner.kick, _now)
-    joins = membership.joins
 
-    # the renderer's and certs service's answers to a join are the join's (a finished install is
-    # never reopened); sealed bundles and accepted agents may be what a join waits for
-    async def rendered(ev: ManifestsRendered) -> None:
-        if not await joins.rendered(ev):
-            await services.rendered(ev)
-
-    async def render_failed(ev: RenderFailed) -> None:
-        if not await joins.render_failed(ev):
-            await services.render_failed(ev)
-
-    async def certs_issued(ev: CertsIssued) -> None:
-        if not await joins.certs_issued(ev):
-            await services.certs_issued(ev)
-
-    async def certs_failed(ev: CertsFailed) -> None:
-        if not await joins.certs_failed(ev):
-            await services.certs_failed(ev)
-
+    # sealed bundles and accepted agents may be what a join waits for
     async def certs_sealed(ev: CertsSealed) -> None:
         await services.certs_sealed(ev)
-        membership.kick(ev.cluster)
+        joins.kick(ev.cluster)
 
     async def agent_accepted(ev: AgentAccepted) -> None:
         await services.agent_accepted(ev)
-        membership.kick(ev.cluster)
+        joins.kick(ev.cluster)
 
     known = KnownTargets(state, plans)
     deleted: set[str] = set()  # clusters deleted since this process started (heartbeats dropped)
@@ -279,14 +250,14 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         return typed(model, handler, publish, notify)
 
     svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "dispatcher-plans", t(PlanCreated, services.plan_created), batch_size=b)
-    svc.work_subscriber(MANIFESTS_RENDERED, "BKE_EVENTS", "dispatcher-rendered", t(ManifestsRendered, rendered),
-                        batch_size=b)
-    svc.work_subscriber(RENDER_FAILED, "BKE_EVENTS", "dispatcher-render-failed", t(RenderFailed, render_failed),
-                        batch_size=b)
-    svc.work_subscriber(CERTS_ISSUED, "BKE_EVENTS", "dispatcher-certs-issued", t(CertsIssued, certs_issued),
-                        batch_size=b)
-    svc.work_subscriber(CERTS_FAILED, "BKE_EVENTS", "dispatcher-certs-failed", t(CertsFailed, certs_failed),
-                        batch_size=b)
+    # the renderer's and certs service's answers: a join's when they answer one, else the install's
+    for subject, durable, model, of_join, of_install in (
+            (MANIFESTS_RENDERED, "dispatcher-rendered", ManifestsRendered, joins.rendered, services.rendered),
+            (RENDER_FAILED, "dispatcher-render-failed", RenderFailed, joins.render_failed, services.render_failed),
+            (CERTS_ISSUED, "dispatcher-certs-issued", CertsIssued, joins.certs_issued, services.certs_issued),
+            (CERTS_FAILED, "dispatcher-certs-failed", CertsFailed, joins.certs_failed, services.certs_failed)):
+        svc.work_subscriber(subject, "BKE_EVENTS", durable, t(model, join_first(of_join, of_install)),
+                            batch_size=b)
     # one per sealed batch or registration: thousands per big install, so the lean consumer
     svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", t(CertsSealed, certs_sealed))
     # an upgrader's result is acknowledged as it arrives (results.py would drop it too, after a
@@ -306,8 +277,6 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     svc.work_subscriber(RETRY_INSTALL, "BKE_COMMANDS", "dispatcher-retry", retry, batch_size=b)
     svc.work_subscriber(LEGACY_RETRY_REQUESTED, "BKE_COMMANDS", "dispatcher-retry-legacy",
                         deprecated(LEGACY_RETRY_REQUESTED, RETRY_INSTALL, retry), batch_size=b)
-    svc.work_subscriber(CERTS_RENEWED, "BKE_EVENTS", "dispatcher-rotations", t(CertsRenewed, rotations.on_renewed), batch_size=b)
-    svc.work_subscriber(RESET_CLUSTER, "BKE_COMMANDS", "dispatcher-resets", t(ResetCluster, resets.on_request), batch_size=b)
     # a deleted cluster's agents still beat until their identities are revoked: no key comes back
     serve_deleted(svc, redis, _now, after=deleted.add)
 
@@ -334,14 +303,8 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         health.start()
 
     async def _resume() -> None:
-        async def resume_both() -> None:
-            await runner.resume_all()
-            await rotations.resume_all()
-            await resets.resume_all()
-            await membership.resume_all()
-
-        # the running installs and rotations, once Redis answers
-        await svc.retry_while_store_away(resume_both, lambda: bool(stopping), log)
+        # the running installs and operations, once Redis answers
+        await svc.retry_while_store_away(resume_loops, lambda: bool(stopping), log)
 
     async def _stopping() -> None:
         stopping.append(True)
@@ -350,10 +313,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         if background:
             # bounded: redis-py can swallow a cancellation while it connects; the flag ends the loop
             await asyncio.wait(background, timeout=2 * REDIS_PROBE_S)
-        await runner.stop()
-        await rotation_runner.stop()
-        await reset_runner.stop()
-        await membership.stop()
+        await stop_loops()
         await health.stop()
         await redis.aclose()
 

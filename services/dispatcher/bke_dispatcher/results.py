@@ -27,6 +27,7 @@ from typing import Awaitable, Callable
 
 from bke.adapters.bus.handler import Out
 from bke.adapters.bus.other_incarnation import OtherIncarnation
+from bke.adapters.operation import Operations
 from bke.contracts.agent import AgentRefused, CommandRefused, CommandResult
 from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
 from bke.contracts.certs import ISSUE_CERTS, IssueCerts
@@ -38,10 +39,6 @@ from bke.adapters.state.operation_slot import claim_operation
 from .engine import parse_command_id
 from .phases import PHASES
 from .readiness import INPUT_SERVICE, InputStatus
-from .ops.join.decide import is_join_command
-from .ops.removal.decide import is_removal_command
-from .ops.reset.decide import is_reset_command
-from .ops.rotation.decide import is_rotation_command
 from .state import DispatcherState
 
 __all__ = ["Inputs", "upgraders_result"]
@@ -100,17 +97,13 @@ class Inputs:
         kick: Callable[[str], None],
         now: Callable[[], datetime],
         on_health: Callable[[CommandResult], Awaitable[None]],
-        on_rotation: Callable[[CommandResult], Awaitable[None]] | None = None,
-        on_reset: Callable[[CommandResult], Awaitable[None]] | None = None,
-        on_join: Callable[[CommandResult], Awaitable[None]] | None = None,
-        on_removal: Callable[[CommandResult], Awaitable[None]] | None = None,
+        operations: Operations,
         other_incarnation: OtherIncarnation | None = None,
     ):
         # answers to a command of another incarnation of their cluster (bke.adapters.bus.other_incarnation)
         self.other_incarnation = other_incarnation or OtherIncarnation(None, "dispatcher")
-        self.on_join, self.on_removal = on_join, on_removal  # workers joining and leaving (ops/join, ops/removal)
-        self.on_rotation = on_rotation  # certificate rotations' results (ops/rotation)
-        self.on_reset = on_reset  # resets' and deletes' results (ops/reset)
+        # the operations beside the install (rotation, reset, join, removal: ops/): each takes its own results
+        self.operations = operations
         self.state, self.kick, self.now, self.on_health = state, kick, now, on_health
         self._request_ids: dict[str, str] = {}  # cluster -> request id, read once (it never changes)
         self.dropped = _RateLimited()  # results not believed (see the module docstring)
@@ -163,17 +156,7 @@ class Inputs:
         if slug.startswith("health@"):
             await self.on_health(res)
             return []
-        if is_rotation_command(slug) and self.on_rotation is not None:
-            await self.on_rotation(res)
-            return []
-        if is_reset_command(slug) and self.on_reset is not None:
-            await self.on_reset(res)
-            return []
-        if is_join_command(slug) and self.on_join is not None:
-            await self.on_join(res)
-            return []
-        if is_removal_command(slug) and self.on_removal is not None:
-            await self.on_removal(res)
+        if await self.operations.on_result(slug, res):
             return []
         if slug == "health":  # the install's own health phase is every node's first health answer
             await self.on_health(res)

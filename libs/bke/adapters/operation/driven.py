@@ -29,6 +29,7 @@ class Driven(Protocol):
 class Operations:
     def __init__(self) -> None:
         self._driven: list[tuple[Driven, Runner]] = []
+        self._held: list[Callable[[str], None]] = []  # the kicks of the operations a pause holds
 
     def drive(self, loop: Driven, paused: Callable[[str], Awaitable[bool]] | None = None) -> Runner:
         """Run `loop` on a Runner of its own; `paused`: asked before every pass (a paused cluster
@@ -36,7 +37,13 @@ class Operations:
         runner = Runner(loop, paused=paused)
         loop.kick = runner.kick
         self._driven.append((loop, runner))
+        if paused is not None:
+            self._held.append(runner.kick)
         return runner
+
+    def held_by_pause(self) -> list[Callable[[str], None]]:
+        """The kicks of the operations a pause holds: a resume wakes them (bke.adapters.pausing)."""
+        return list(self._held)
 
     async def on_result(self, slug: str, res: CommandResult) -> bool:
         """Record an answer with the operation whose command (of `slug`) it answers; False if none's."""

@@ -150,15 +150,15 @@ RECORDS: tuple[RecordKind, ...] = (
         # from 1; a reader of an older version refuses a newer record instead of failing on the
         # new field.
         VersionSlot("join", "json"), current=4, first=1, readable_from=1,
-        writer="dispatcher: bke_dispatcher.ops.membership.gates.OperationStore (Join.to_json)",
-        reader="dispatcher: OperationStore.load (Join.from_json)"),
+        writer="dispatcher: bke_dispatcher.ops.join.run.JoinStore (Join.to_json)",
+        reader="dispatcher: JoinStore.load (Join.from_json)"),
     RecordKind(
         "removal", "the current or last removal of workers (JSON), its agents' answers, the lab's drain and "
                    "Node deletion records",
         ("removal", "removal:results", "removal:api"),
         VersionSlot("removal", "json"), current=1, first=1, readable_from=1,  # new: never stored without a version
-        writer="dispatcher: bke_dispatcher.ops.membership.gates.OperationStore (Removal.to_json)",
-        reader="dispatcher: OperationStore.load (Removal.from_json)"),
+        writer="dispatcher: bke_dispatcher.ops.removal.run.RemovalStore (Removal.to_json)",
+        reader="dispatcher: RemovalStore.load (Removal.from_json)"),
     RecordKind(
         "upgrade", "the current or last upgrade (JSON), its agents' answers, the lab's drain records, "
                    "each node's versions after the last upgrade that served it",

@@ -24,34 +24,38 @@ A failed input (render, certs) or node fails the join with the reason. No other 
 anything: the only commands built are to `nodes`, and nothing here reads per-existing-node
 state, so a join's cost does not grow with the cluster's size.
 
-    next_step(join, sealed, now) -> ask | wait(reason) | send(node -> phase) | label | succeed | fail(reason) | done
+    next_step(join, sealed, now) -> RunLocally("ask") | Wait(reason) | Send(nodes: each its next phase)
+                                    | RunLocally("label") | Succeed | Fail(reason)   (bke.core.operation)
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from bke.contracts.membership import JoinNodes, MembershipNode, MembershipView
 from bke.core.node_steps import component_ports
+from bke.core.operation import (
+    Answers, Decision, Fail, OperationRecord, OperationStatus, RunLocally, RunStatus, Send, ServiceAnswer, StepRun,
+    Succeed, Wait, fold, in_flight,
+)
+from bke.core.operation.fold import STDERR_KEEP
 from bke.core.plan import NodePlan, Plan
-from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
+from bke.core.state.schema import record_kind
 
 from ...engine import command_id
+from ...phases import CONTROL_PLANE, PHASES, Phase
 from .agents import AGENTS_DEADLINE_S, agents_wait
 from .etcd import EtcdJoinRecord, etcd_join_refusal
-from ...phases import CONTROL_PLANE, PHASES, Phase
 
 __all__ = [
     "AGENTS_DEADLINE_S",
     "Join",
-    "JoinDecision",
     "JoinRun",
     "SLUG_PREFIX",
     "apply_result",
     "command_of",
-    "is_join_command",
+    "fold_answers",
     "is_join_request",
     "join_refusal",
     "join_slug",
@@ -63,17 +67,13 @@ __all__ = [
 
 JOIN_VERSION = record_kind("join").current  # in the JSON: the join record's form (bke.core.state.schema)
 SLUG_PREFIX = "join@"
-STDERR_KEEP = 2000
 InputState = Literal["Pending", "Ready", "Failed"]
-Status = Literal["Pending", "Running", "Succeeded", "Failed"]
+INPUTS = ("render", "certs")  # the services a join asks, by their answers' names
 
 
 def join_slug(request_id: str) -> str:
     return SLUG_PREFIX + request_id
 
-
-def is_join_command(slug: str) -> bool:
-    return slug.startswith(SLUG_PREFIX)
 
 
 def is_join_request(request_id: str) -> bool:
@@ -110,36 +110,27 @@ def node_phases(plan: Plan, node: NodePlan) -> list[Phase]:
     return phases_of(plan, [node.hostname])[node.hostname]
 
 
-@dataclass
-class JoinRun:
-    hostname: str
+@dataclass(kw_only=True)
+class JoinRun(StepRun):
     phases: list[str]  # slugs, in order
-    index: int = 0  # the phase it is in (== len(phases): every command done)
-    status: Status = "Pending"  # of the command for phases[index]
-    command_id: str = ""
-    step: str = ""
-    stderr: str = ""
+    index: int = 0  # the phase it is in (== len(phases): every command done); `status` is of its command
 
     @property
     def stage(self) -> str:
         return self.phases[self.index] if self.index < len(self.phases) else "labels"
 
 
-@dataclass
-class Join:
-    request_id: str
-    cluster: str
+@dataclass(kw_only=True)
+class Join(OperationRecord):
+    KIND = "join"  # its form's version in the JSON (bke.core.state.schema)
+
     plan_digest: str
     nodes: list[JoinRun]
-    started_at: str
-    status: Literal["Running", "Succeeded", "Failed"] = "Running"
     asked: bool = False  # the renderer and certs service were asked
     render: InputState = "Pending"
     certs: InputState = "Pending"
     input_reason: str = ""
     labelled: bool = False
-    finished_at: str = ""
-    message: str = ""
     waiting: str = ""
     finished_sent: bool = False
     # the etcd-only nodes' starts in their running etcd clusters (join form version 2)
@@ -156,16 +147,20 @@ class Join:
     def slug(self) -> str:
         return join_slug(self.request_id)
 
-    def node_status(self, n: JoinRun) -> Status:
-        if n.status == "Failed":
-            return "Failed"
+    def finish(self, status: OperationStatus, reason: str, at: str) -> None:
+        super().finish(status, reason, at)
+        self.waiting = ""
+
+    def node_status(self, n: JoinRun) -> RunStatus:
+        if n.status == RunStatus.FAILED:
+            return RunStatus.FAILED
         if n.index >= len(n.phases):
-            return "Succeeded" if self.labelled else "Running"
-        return "Pending" if n.index == 0 and n.status == "Pending" else "Running"
+            return RunStatus.SUCCEEDED if self.labelled else RunStatus.RUNNING
+        return RunStatus.PENDING if n.index == 0 and n.status == RunStatus.PENDING else RunStatus.RUNNING
 
     def node_views(self) -> list[MembershipNode]:
         return [MembershipNode(hostname=n.hostname, status=self.node_status(n), stage=n.stage,
-                               reason=f"step {n.step}: {n.stderr[:500]}" if n.status == "Failed" else "")
+                               reason=f"step {n.step}: {n.stderr[:500]}" if n.status == RunStatus.FAILED else "")
                 for n in self.nodes]
 
     def view(self) -> MembershipView:
@@ -173,25 +168,11 @@ class Join:
                               finished_at=self.finished_at, message=self.message, waiting=self.waiting,
                               nodes=self.node_views())
 
-    def to_json(self) -> str:
-        return json.dumps({**asdict(self), SCHEMA_FIELD: JOIN_VERSION})
-
     @classmethod
-    def from_json(cls, raw: str | bytes) -> "Join":
-        doc = json.loads(raw)
-        check_readable("join", doc.pop(SCHEMA_FIELD, None), f"the join record of {doc.get('cluster')}")
-        doc["nodes"] = [JoinRun(**n) for n in doc["nodes"]]
+    def from_doc(cls, doc: dict[str, Any]) -> "Join":
         # version 1 (before etcd-only nodes joined) has no etcd joins: read as none
-        doc["etcd_joins"] = [EtcdJoinRecord(**e) for e in doc.get("etcd_joins", [])]
-        return cls(**doc)
-
-
-@dataclass(frozen=True)
-class JoinDecision:
-    action: Literal["ask", "wait", "send", "label", "succeed", "fail", "done"]
-    nodes: tuple[str, ...] = ()  # send: the hostnames whose next command goes now
-    reason: str = ""
-    agents_since: str = ""  # wait for the agents: when that wait began, for the caller to record once
+        return cls(**{**doc, "nodes": [JoinRun(**n) for n in doc["nodes"]],
+                      "etcd_joins": [EtcdJoinRecord(**e) for e in doc.get("etcd_joins", [])]})
 
 
 def join_refusal(req: JoinNodes, plan: Plan | None, stored_digest: str, install_status: str | None, *,
@@ -260,63 +241,86 @@ def rejoin_refusal(req: JoinNodes, by_name: dict[str, NodePlan]) -> str:
 
 
 def next_step(j: Join, sealed: frozenset[str], now: datetime,
-              agents_deadline_s: float = AGENTS_DEADLINE_S) -> JoinDecision:
+              agents_deadline_s: float = AGENTS_DEADLINE_S) -> Decision:
     """`sealed`: the join's nodes whose bundle the certs service said is sealed to their agent;
     `now`: the caller's clock (the agents' deadline is measured from `j.agents_since`)."""
-    # 1. a finished join does nothing more
-    if j.status != "Running":
-        return JoinDecision("done")
-    # 2. a service that failed for this plan fails the join with its reason
+    # 1. a service that failed for this plan fails the join with its reason
     if j.render == "Failed" or j.certs == "Failed":
-        return JoinDecision("fail", reason=j.input_reason or "an input failed")
-    # 3. the renderer and the certs service are asked once (their answers carry our request id)
+        return Fail(j.input_reason or "an input failed")
+    # 2. the renderer and the certs service are asked once (their answers carry our request id)
     if not j.asked:
-        return JoinDecision("ask")
-    # 4. the files and the PKI for this plan first
+        return RunLocally("ask")
+    # 3. the files and the PKI for this plan first
     if j.render != "Ready" or j.certs != "Ready":
         waiting = [n for n, s in (("rendered files", j.render), ("certificates", j.certs)) if s != "Ready"]
-        return JoinDecision("wait", reason="waiting for the " + " and the ".join(waiting) + " of the new plan")
-    # 5. every new node's bundle sealed to its provisioned agent (its agent registered), within the deadline
+        return Wait("waiting for the " + " and the ".join(waiting) + " of the new plan")
+    # 4. every new node's bundle sealed to its provisioned agent (its agent registered), within the deadline
     unsealed = [n.hostname for n in j.nodes if n.hostname not in sealed]
     if unsealed:
         w = agents_wait(j.cluster, len(j.nodes), unsealed, j.agents_since, now, agents_deadline_s)
-        if w.failed:
-            return JoinDecision("fail", tuple(unsealed), w.reason)
-        return JoinDecision("wait", reason=w.reason, agents_since=w.since)
-    # 6. a failed node stops the join with its phase, step and output
-    failed = next((n for n in j.nodes if n.status == "Failed"), None)
+        return Fail(w.reason, tuple(unsealed)) if w.failed else Wait(w.reason, since=w.since)
+    # 5. a failed node stops the join with its phase, step and output
+    failed = next((n for n in j.nodes if n.status == RunStatus.FAILED), None)
     if failed is not None:
-        return JoinDecision("fail", (failed.hostname,),
-                            f"node {failed.hostname} phase {failed.stage} step {failed.step}: {failed.stderr[:500]}")
-    # 7. each node whose last command is done goes on to its next phase, on its own
-    ready = tuple(n.hostname for n in j.nodes if n.status == "Pending" and n.index < len(n.phases))
+        return Fail(f"node {failed.hostname} phase {failed.stage} step {failed.step}: {failed.stderr[:500]}",
+                    (failed.hostname,))
+    # 6. each node whose last command is done goes on to its next phase, on its own
+    ready = tuple(n.hostname for n in j.nodes if n.status == RunStatus.PENDING and n.index < len(n.phases))
     if ready:
-        return JoinDecision("send", ready)
-    if any(n.status == "Running" for n in j.nodes):
-        return JoinDecision("wait", reason="commands in flight")
-    # 8. every command done: the new nodes' labels and taints, then the end
+        return Send(ready)
+    if any(n.status == RunStatus.RUNNING for n in j.nodes):
+        return Wait("commands in flight")
+    # 7. every command done: the new nodes' labels and taints, then the end
     if not j.labelled:
-        return JoinDecision("label", tuple(n.hostname for n in j.nodes))
-    return JoinDecision("succeed")
+        return RunLocally("label", tuple(n.hostname for n in j.nodes))
+    return Succeed()
 
 
 def apply_result(j: Join, cid: str, status: str, step: str, stderr: str) -> bool:
     """Record an agent's answer; False if it is not this join's command in flight (a duplicate,
     a stale result). A success moves the node to its next phase (Pending) or past the last."""
-    node = next((n for n in j.nodes if n.command_id == cid), None)
-    if node is None or node.status != "Running":
+    node = in_flight(j.nodes, cid)
+    if node is None:
         return False
     if status == "Succeeded":
         node.index += 1
-        node.status = "Pending" if node.index < len(node.phases) else "Succeeded"
+        node.status = RunStatus.PENDING if node.index < len(node.phases) else RunStatus.SUCCEEDED
         node.step, node.stderr = "", ""
     else:
-        node.status = "Failed"
+        node.status = RunStatus.FAILED
         node.step, node.stderr = step, stderr[-STDERR_KEEP:]
     return True
+
+
+def fold_input(j: Join, name: str, answer: ServiceAnswer) -> bool:
+    """Record a service's answer (render, certs) to this join; False if it is not one that
+    changes it (an answer to an earlier join, or the same again). Ready for another plan than
+    the join's (the stored plan changed meanwhile) fails it."""
+    if answer.request_id != j.slug or name not in INPUTS:
+        return False
+    status, reason = answer.status, answer.reason
+    if status == "Ready" and answer.digest and answer.digest != j.plan_digest:
+        status = "Failed"
+        reason = f"{name}: the stored plan changed during the join ({answer.digest[:12]}, not {j.plan_digest[:12]})"
+    if status not in ("Ready", "Failed") or (j.render if name == "render" else j.certs) == status:
+        return False
+    if name == "render":
+        j.render = status
+    else:
+        j.certs = status
+    if status == "Failed":
+        j.input_reason = reason
+    return True
+
+
+def fold_answers(j: Join, answers: Answers) -> bool:
+    """The services' answers, then the agents'; whether the record changed."""
+    changed = False
+    for name, answer in answers.services.items():
+        changed |= fold_input(j, name, answer)
+    return fold(j, answers.commands, apply_result) | changed
 
 
 def command_of(j: Join, run: JoinRun) -> str:
     """The fixed id of `run`'s command for its current phase."""
     return command_id(j.cluster, j.slug, run.hostname, run.index)
-

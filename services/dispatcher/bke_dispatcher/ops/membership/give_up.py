@@ -23,7 +23,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from redis.asyncio import Redis
 
@@ -32,7 +32,7 @@ from bke.contracts.membership import (
 )
 from bke.adapters.state.operation_slot import release_operation
 
-from .gates import OperationStore
+from .gates import Loads
 
 __all__ = ["GiveUp", "answer_given_up", "request_of"]
 
@@ -57,7 +57,7 @@ def request_of(body: bytes) -> tuple[str, str] | None:
     return rid, cluster
 
 
-def answer_given_up(kind: Literal["join", "removal"], store: OperationStore[Any], redis: Redis, publish: Publish,
+def answer_given_up(kind: Literal["join", "removal"], store: Loads, redis: Redis, publish: Publish,
                     now: Callable[[], datetime], kick: Callable[[str], None]) -> GiveUp:
     """The `give_up` hook of the join (`kind` "join") or removal consumer."""
     word = "join" if kind == "join" else "removal"

@@ -20,17 +20,20 @@ fails stops the removal as Failed with the reason; the nodes stay in the stage t
 receive a command. Etcd members and control-plane nodes are refused by name: removing them is
 a control-plane scale-in (etcd membership first), another operation.
 
-    next_step(removal) -> drain | delete-node | reset | forget (nodes) | wait | succeed | fail | done
+    next_step(removal) -> RunLocally(drain | delete-node | forget, nodes) | Send(nodes, "reset") | Wait
+                          | Succeed | Fail(reason, node)   (bke.core.operation)
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from bke.contracts.membership import MembershipNode, MembershipView, RemoveNodes
+from bke.core.operation import (
+    Decision, Fail, NodeRun, OperationRecord, RunLocally, RunStatus, Send, Succeed, Wait, in_flight,
+)
+from bke.core.operation.fold import STDERR_KEEP
 from bke.core.plan import NodePlan, Plan
-from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from ...engine import command_id
 from ...phases import CONTROL_PLANE, ETCD
@@ -38,53 +41,40 @@ from ...phases import CONTROL_PLANE, ETCD
 __all__ = [
     "REMOVAL_SLUG_PREFIX",
     "Removal",
-    "RemovalDecision",
     "RemovalRun",
     "STAGES",
     "advance",
     "apply_result",
     "fail_stage",
-    "is_removal_command",
     "new_removal",
     "next_step",
     "removal_refusal",
     "removal_slug",
 ]
 
-REMOVAL_VERSION = record_kind("removal").current  # in the JSON: the removal record's form (bke.core.state.schema)
 REMOVAL_SLUG_PREFIX = "remove@"
-STAGES = ("drain", "delete-node", "reset", "forget", "done")
-STDERR_KEEP = 2000
 Stage = Literal["drain", "delete-node", "reset", "forget", "done"]
+STAGES: tuple[Stage, ...] = ("drain", "delete-node", "reset", "forget", "done")
+LOCAL_STAGES = ("drain", "delete-node", "forget")  # the dispatcher's own; "reset" is a command to the node
 
 
 def removal_slug(request_id: str) -> str:
     return REMOVAL_SLUG_PREFIX + request_id
 
 
-def is_removal_command(slug: str) -> bool:
-    return slug.startswith(REMOVAL_SLUG_PREFIX)
 
-
-@dataclass
-class RemovalRun:
-    hostname: str
-    stage: Stage = "drain"
-    status: Literal["Pending", "Running", "Failed"] = "Pending"  # within the stage
-    command_id: str = ""  # the reset's
+@dataclass(kw_only=True)
+class RemovalRun(NodeRun):
+    stage: Stage = "drain"  # `status` is within the stage (Pending, Running, Failed); `command_id` the reset's
     reason: str = ""
 
 
-@dataclass
-class Removal:
-    request_id: str
-    cluster: str
+@dataclass(kw_only=True)
+class Removal(OperationRecord):
+    KIND = "removal"  # its form's version in the JSON (bke.core.state.schema)
+
     nodes: list[RemovalRun]
     identities: list[str]  # the agents' bus identities, revoked by the authority's holder
-    started_at: str
-    status: Literal["Running", "Succeeded", "Failed"] = "Running"
-    finished_at: str = ""
-    message: str = ""
     finished_sent: bool = False
     extra: dict[str, str] = field(default_factory=dict)  # room for later fields without a new form
 
@@ -93,12 +83,12 @@ class Removal:
         return removal_slug(self.request_id)
 
     def node_views(self) -> list[MembershipNode]:
-        def status(n: RemovalRun) -> Literal["Pending", "Running", "Succeeded", "Failed"]:
-            if n.status == "Failed":
-                return "Failed"
+        def status(n: RemovalRun) -> RunStatus:
+            if n.status == RunStatus.FAILED:
+                return RunStatus.FAILED
             if n.stage == "done":
-                return "Succeeded"
-            return "Pending" if n.stage == "drain" and n.status == "Pending" else "Running"
+                return RunStatus.SUCCEEDED
+            return RunStatus.PENDING if n.stage == "drain" and n.status == RunStatus.PENDING else RunStatus.RUNNING
 
         return [MembershipNode(hostname=n.hostname, status=status(n), stage=n.stage, reason=n.reason) for n in self.nodes]
 
@@ -106,22 +96,9 @@ class Removal:
         return MembershipView(request_id=self.request_id, status=self.status, started_at=self.started_at,
                               finished_at=self.finished_at, message=self.message, nodes=self.node_views())
 
-    def to_json(self) -> str:
-        return json.dumps({**asdict(self), SCHEMA_FIELD: REMOVAL_VERSION})
-
     @classmethod
-    def from_json(cls, raw: str | bytes) -> "Removal":
-        doc = json.loads(raw)
-        check_readable("removal", doc.pop(SCHEMA_FIELD, None), f"the removal record of {doc.get('cluster')}")
-        doc["nodes"] = [RemovalRun(**n) for n in doc["nodes"]]
-        return cls(**doc)
-
-
-@dataclass(frozen=True)
-class RemovalDecision:
-    action: Literal["drain", "delete-node", "reset", "forget", "wait", "succeed", "fail", "done"]
-    nodes: tuple[str, ...] = ()
-    reason: str = ""
+    def from_doc(cls, doc: dict[str, Any]) -> "Removal":
+        return cls(**{**doc, "nodes": [RemovalRun(**n) for n in doc["nodes"]]})
 
 
 def _not_a_worker(plan: Plan, node: NodePlan, by_apply: bool = False) -> str:
@@ -171,47 +148,44 @@ def new_removal(req: RemoveNodes, now: str, identities: list[str]) -> Removal:
     return Removal(request_id=req.request_id, cluster=req.cluster, nodes=runs, identities=identities, started_at=now)
 
 
-def next_step(r: Removal) -> RemovalDecision:
-    # 1. a finished removal does nothing more
-    if r.status != "Running":
-        return RemovalDecision("done")
-    # 2. a failed stage stops the removal with its node and reason
-    failed = next((n for n in r.nodes if n.status == "Failed"), None)
+def next_step(r: Removal) -> Decision:
+    # 1. a failed stage stops the removal with its node and reason
+    failed = next((n for n in r.nodes if n.status == RunStatus.FAILED), None)
     if failed is not None:
-        return RemovalDecision("fail", (failed.hostname,), f"node {failed.hostname} {failed.stage}: {failed.reason[:500]}")
-    # 3. resets in flight are waited for
-    if any(n.status == "Running" for n in r.nodes):
-        return RemovalDecision("wait", reason="resets in flight")
-    # 4. the earliest stage any node is in, for every node in it
+        return Fail(f"node {failed.hostname} {failed.stage}: {failed.reason[:500]}", (failed.hostname,))
+    # 2. resets in flight are waited for
+    if any(n.status == RunStatus.RUNNING for n in r.nodes):
+        return Wait("resets in flight")
+    # 3. the earliest stage any node is in, for every node in it
     left = [n for n in r.nodes if n.stage != "done"]
     if not left:
-        return RemovalDecision("succeed")
+        return Succeed()
     stage = min((n.stage for n in left), key=STAGES.index)
-    return RemovalDecision(stage, tuple(n.hostname for n in left if n.stage == stage))  # type: ignore[arg-type]
+    nodes = tuple(n.hostname for n in left if n.stage == stage)
+    return RunLocally(stage, nodes) if stage in LOCAL_STAGES else Send(nodes, stage)
 
 
 def advance(r: Removal, hosts: tuple[str, ...] | list[str]) -> None:
     """These nodes finished their stage: on to the next."""
     for n in r.nodes:
         if n.hostname in hosts and n.stage != "done":
-            n.stage = STAGES[STAGES.index(n.stage) + 1]  # type: ignore[assignment]
-            n.status, n.reason = "Pending", ""
+            n.stage = STAGES[STAGES.index(n.stage) + 1]
+            n.status, n.reason = RunStatus.PENDING, ""
 
 
 def fail_stage(r: Removal, hosts: tuple[str, ...] | list[str], reason: str) -> None:
     for n in r.nodes:
         if n.hostname in hosts:
-            n.status, n.reason = "Failed", reason[:STDERR_KEEP]
+            n.status, n.reason = RunStatus.FAILED, reason[:STDERR_KEEP]
 
 
 def apply_result(r: Removal, cid: str, status: str, step: str, stderr: str) -> bool:
     """Record a reset's answer; False if it is not this removal's reset in flight."""
-    node = next((n for n in r.nodes if n.command_id == cid), None)
-    if node is None or node.stage != "reset" or node.status != "Running":
+    node = in_flight(r.nodes, cid)
+    if node is None or node.stage != "reset":
         return False
     if status == "Succeeded":
         advance(r, [node.hostname])
     else:
-        node.status, node.reason = "Failed", f"step {step}: {stderr[-STDERR_KEEP:]}"
+        node.status, node.reason = RunStatus.FAILED, f"step {step}: {stderr[-STDERR_KEEP:]}"
     return True
-

@@ -31,7 +31,6 @@ __all__ = [
     "Reset",
     "SnapshotRun",
     "apply_result",
-    "is_reset_command",
     "new_reset",
     "next_step",
     "node_rank",
@@ -47,9 +46,6 @@ SLUG_PREFIX = "reset@"
 def reset_slug(request_id: str) -> str:
     return SLUG_PREFIX + request_id
 
-
-def is_reset_command(slug: str) -> bool:
-    return slug.startswith(SLUG_PREFIX)
 
 
 @dataclass

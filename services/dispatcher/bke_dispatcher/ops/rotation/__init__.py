@@ -1,0 +1,1 @@
+"""Certificate rotation: `decide` (pure), `run` (its store, start and carrier on the one loop), `wire`."""

@@ -35,7 +35,6 @@ __all__ = [
     "NodeRun",
     "Rotation",
     "apply_result",
-    "is_rotation_command",
     "new_rotation",
     "next_step",
     "node_steps",
@@ -51,9 +50,6 @@ MANIFESTS = "/etc/kubernetes/manifests"
 def rotation_slug(request_id: str) -> str:
     return SLUG_PREFIX + request_id
 
-
-def is_rotation_command(slug: str) -> bool:
-    return slug.startswith(SLUG_PREFIX)
 
 
 @dataclass(kw_only=True)
