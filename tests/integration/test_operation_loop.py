@@ -67,14 +67,13 @@ def decide(t: Toy) -> Decision:
 
 
 class ToyLoop(OperationLoop[Toy]):
-    def __init__(self, redis: Redis, events: list[tuple[str, bytes]], kicks: list[str], ready: Callable[[], bool]):
+    def __init__(self, redis: Redis, events: list[tuple[str, bytes, bool]], kicks: list[str], ready: Callable[[], bool]):
         async def publish(body: bytes, subject: str, headers: dict[str, str]) -> None:
-            # each event marked with whether the slot was still held when it went out
-            holder = await operation_holder(redis, "c")
-            events.append((subject, body + (b" held" if holder is not None else b"")))
+            # each event with whether the cluster's slot was still held when it went out
+            events.append((subject, body, await operation_holder(redis, "c") is not None))
 
         async def sign(cmd: AgentCommand) -> AgentCommand:
-            return cmd
+            return cmd.model_copy(update={"signature_b64": "signed"})
 
         store = RecordStore(redis, Toy.from_json, lambda c: f"bke:{c}:toy", lambda c: f"bke:{c}:toy:results", "bke:toys")
         super().__init__(store, publish, lambda: NOW, "me", 15000, kicks.append, sign=sign, kind="rotation",
@@ -85,6 +84,7 @@ class ToyLoop(OperationLoop[Toy]):
     async def send(self, t: Toy, d: Act) -> Decision | None:
         for run in t.nodes:
             if run.hostname in d.nodes:
+                await self.send_command(t.cluster, run.hostname, run.command_id, f"toy@{t.request_id}", [])
                 run.status = RunStatus.RUNNING
         return None
 
@@ -108,7 +108,7 @@ class ToyLoop(OperationLoop[Toy]):
         return rec.ended_sent
 
     async def announce_end(self, rec: Toy) -> None:
-        self.events.append(("toy.ended", rec.status.encode()))
+        self.events.append(("toy.ended", rec.status.encode(), False))
         rec.ended_sent = True
         await self.store.save(rec)
 
@@ -127,7 +127,7 @@ def answer(cid: str, status: str = "Succeeded") -> CommandResult:
 @pytest.fixture
 async def toys(redis_url, redis_client):
     r = Redis.from_url(redis_url)
-    events: list[tuple[str, bytes]] = []
+    events: list[tuple[str, bytes, bool]] = []
     kicks: list[str] = []
     ready = [False]
     try:
@@ -136,8 +136,8 @@ async def toys(redis_url, redis_client):
         await r.aclose()
 
 
-def subjects(events: list[tuple[str, bytes]]) -> list[str]:
-    return [s for s, _ in events]
+def subjects(events: list[tuple[str, bytes, bool]]) -> list[str]:
+    return [s for s, _, _ in events]
 
 
 async def test_an_operation_runs_through_the_table_and_frees_its_slot_before_it_is_announced(toys):
@@ -153,14 +153,17 @@ async def test_an_operation_runs_through_the_table_and_frees_its_slot_before_it_
     out = await loop.reconcile("c")  # checked, then node a's command: one node at a time
     assert (out.status, out.delay, out.reason) == ("wait", 3.0, "a node in flight")
     assert [n.status for n in (await loop.store.load("c")).nodes] == ["Running", "Pending"]
+    [cmd] = [AgentCommand.model_validate_json(b) for s, b, _ in events if s.endswith(".command")]
+    assert (cmd.command_id, cmd.node, cmd.issued_at, cmd.signature_b64) == ("c/toy@r1/a/0", "a", NOW.isoformat(), "signed")
+    assert subjects(events)[-2:] == ["bke.v1.agent.c.a.command", "toy.changed"]  # the command, then the view
     await loop.on_result(answer("c/toy@r1/a/0"))
     await loop.on_result(answer("c/toy@r1/a/0"))  # a duplicate counts once
     await loop.on_result(answer("c/toy@other/a/0"))  # not this operation's
     assert (await loop.reconcile("c")).status == "wait"
     await loop.on_result(answer("c/toy@r1/b/0"))
     assert (await loop.reconcile("c")).status == "done"
-    ended = [(s, b) for s, b in events if s == "toy.changed"][-1][1]
-    assert ended.startswith(b'{"cluster":"c","status":"Succeeded","done":["a","b"]}') and not ended.endswith(b"held")
+    [(_, ended, held)] = [e for e in events if e[0] == "toy.changed"][-1:]
+    assert ended == b'{"cluster":"c","status":"Succeeded","done":["a","b"]}' and not held
     assert subjects(events)[-1] == "toy.ended" and await operation_holder(r, "c") is None
     assert (await loop.reconcile("c")).status == "done" and subjects(events).count("toy.ended") == 1
     assert await loop.resume_all() == []

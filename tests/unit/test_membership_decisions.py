@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from bke.contracts.membership import JoinNodes, RemoveNodes
-from bke.core.operation import Wait
+from bke.core.operation import Answers, Fail, ServiceAnswer, Wait
 from bke.core.plan import plan_spec_text
 from bke.adapters.state.plans import plan_digest
 from bke_dispatcher.engine import parse_command_id
@@ -182,6 +182,20 @@ def test_a_duplicate_or_stale_answer_counts_once_and_the_record_round_trips():
     again = Join.from_json(j.to_json())
     assert again == j and again.nodes[0].stage == "certs"
 
+
+
+def test_the_services_answers_fold_in_once_and_one_for_another_plan_fails_the_join():
+    from bke_dispatcher.ops.join.decide import fold_answers, fold_input
+
+    j = new_join(join_req(), BIGGER, "t0")
+    answers = Answers({}, {"render": ServiceAnswer("join@j1", "Ready", DIGEST),
+                           "certs": ServiceAnswer("join@old", "Ready", DIGEST)})  # an earlier join's
+    assert fold_answers(j, answers) and (j.render, j.certs) == ("Ready", "Pending")
+    assert not fold_answers(j, answers)  # the same answer again changes nothing
+    assert fold_input(j, "certs", ServiceAnswer("join@j1", "Ready", "f" * 64))
+    assert j.certs == "Failed" and j.input_reason.startswith("certs: the stored plan changed during the join (ffffffffffff")
+    j.asked = True
+    assert next_step(j, frozenset(), NOW) == Fail(j.input_reason)
 
 def test_removal_gate_refuses_etcd_members_and_masters_by_name():
     assert removal_refusal(RemoveNodes(request_id="r1", cluster="seed", nodes=["node1"]), SEED, "Succeeded") == ""

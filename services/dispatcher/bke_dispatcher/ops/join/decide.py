@@ -296,13 +296,14 @@ def fold_input(j: Join, name: str, answer: ServiceAnswer) -> bool:
     """Record a service's answer (render, certs) to this join; False if it is not one that
     changes it (an answer to an earlier join, or the same again). Ready for another plan than
     the join's (the stored plan changed meanwhile) fails it."""
-    if answer.request_id != j.slug or name not in INPUTS:
+    if answer.request_id != j.slug or name not in INPUTS or answer.status not in ("Ready", "Failed"):
         return False
-    status, reason = answer.status, answer.reason
+    status: InputState = "Ready" if answer.status == "Ready" else "Failed"
+    reason = answer.reason
     if status == "Ready" and answer.digest and answer.digest != j.plan_digest:
         status = "Failed"
         reason = f"{name}: the stored plan changed during the join ({answer.digest[:12]}, not {j.plan_digest[:12]})"
-    if status not in ("Ready", "Failed") or (j.render if name == "render" else j.certs) == status:
+    if (j.render if name == "render" else j.certs) == status:
         return False
     if name == "render":
         j.render = status
