@@ -9,20 +9,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
-from bke.adapters.operation import OperationLoop, RecordStore
+from bke.adapters.operation import EndEvent, OperationLoop, RecordStore
 from bke.adapters.state.lease import claim_lease
 from bke.adapters.state.operation_slot import claim_operation, operation_holder
 from bke.contracts.agent import AgentCommand, CommandResult, StepResult
 from bke.contracts.base import Message
 from bke.core.operation import (
-    Act, Answer, Answers, Decision, Fail, OperationRecord, OperationStatus, RunLocally, RunStatus, Send, StepRun, Succeed, Wait, fold,
-    in_flight, settle,
+    Act, Answers, Decision, Fail, OperationStatus, RunLocally, RunStatus, Send, StepRun, Succeed, Wait, fold,
 )
+from tests.unit.test_operation_core import Toy as Base, apply
 
 pytestmark = pytest.mark.integration
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
@@ -34,24 +33,14 @@ class Changed(Message):
     done: list[str]
 
 
+class Ended(Message):
+    status: str
+
+
 @dataclass(kw_only=True)
-class Toy(OperationRecord):
-    KIND = "rotation"  # a record kind the schema knows (its version goes into the JSON)
-    nodes: list[StepRun]
+class Toy(Base):
     checked: bool = False  # the local step ran
     ended_sent: bool = False
-
-    @classmethod
-    def from_doc(cls, doc: dict[str, Any]) -> "Toy":
-        return cls(**{**doc, "nodes": [StepRun(**n) for n in doc["nodes"]]})
-
-
-def apply(t: Toy, cid: str, status: str, step: str, stderr: str) -> bool:
-    run = in_flight(t.nodes, cid)
-    if run is None:
-        return False
-    settle(run, Answer(status, step, stderr))
-    return True
 
 
 def decide(t: Toy) -> Decision:
@@ -104,13 +93,11 @@ class ToyLoop(OperationLoop[Toy]):
         done = [n.hostname for n in rec.nodes if n.status == RunStatus.SUCCEEDED]
         return Changed(cluster=rec.cluster, status=rec.status, done=done), "toy.changed"
 
-    def end_announced(self, rec: Toy) -> bool:
-        return rec.ended_sent
+    def end_event(self, rec: Toy) -> EndEvent | None:
+        return None if rec.ended_sent else EndEvent(Ended(status=rec.status), "toy.ended", f"ended:{rec.request_id}")
 
-    async def announce_end(self, rec: Toy) -> None:
-        self.events.append(("toy.ended", rec.status.encode(), False))
+    def end_sent(self, rec: Toy) -> None:
         rec.ended_sent = True
-        await self.store.save(rec)
 
 
 def new_toy(rid: str = "r1") -> Toy:

@@ -3,7 +3,7 @@
 table of carriers and its `changed` event, keeps its record in a `RecordStore`, and is driven
 with the others by `Operations`."""
 from .driven import Driven, Operations
-from .loop import Carrier, OperationLoop, Publish
+from .loop import Carrier, EndEvent, OperationLoop, Publish
 from .store import RecordStore
 
-__all__ = ["Carrier", "Driven", "OperationLoop", "Operations", "Publish", "RecordStore"]
+__all__ = ["Carrier", "Driven", "EndEvent", "OperationLoop", "Operations", "Publish", "RecordStore"]

@@ -14,7 +14,7 @@ early:
     6. on Succeed or Fail the record ends; saved if anything changed
     7. an ended operation's slot released before anything announces it: whoever sees the end may
        start the next operation at once
-    8. `changed` published if anything changed; an end announced (the operation's own event)
+    8. `changed` published if anything changed; an end announced once (the operation's own event)
     9. the outcome: done, failed (with the reason) or wait (its delay and reason)
 
 `on_result` records an agent's answer beside the record and kicks the loop; `resume_all` after a
@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
@@ -41,7 +42,7 @@ from bke.core.operation import Act, Answers, Decision, Fail, OperationRecord, Op
 
 from .store import RecordStore
 
-__all__ = ["Carrier", "OperationLoop", "Publish"]
+__all__ = ["Carrier", "EndEvent", "OperationLoop", "Publish"]
 
 R = TypeVar("R", bound=OperationRecord)
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
@@ -50,6 +51,16 @@ Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 Carrier = Callable[[R, Act], Awaitable[Decision | None]]
 Ending = Wait | Succeed | Fail
 LEASE_BUSY_S = 1.0
+
+
+@dataclass(frozen=True)
+class EndEvent:
+    """An operation's own end event (a join's `finished`, a delete's `ClusterDeleted`) and the
+    id JetStream de-duplicates it by."""
+
+    message: Message
+    subject: str
+    msg_id: str
 
 
 class OperationLoop(ABC, Generic[R]):
@@ -86,12 +97,13 @@ class OperationLoop(ABC, Generic[R]):
         """Note a wait in the record (what it waits for); whether it changed."""
         return False
 
-    def end_announced(self, rec: R) -> bool:
-        """Whether an ended record's own end event (beyond `changed`) went out."""
-        return True
+    def end_event(self, rec: R) -> EndEvent | None:
+        """An ended record's own end event (beyond `changed`) while it has not gone out; None
+        when it has, or when the operation has none."""
+        return None
 
-    async def announce_end(self, rec: R) -> None:
-        """Publish the end event (de-duplicated by its id) and mark the record."""
+    def end_sent(self, rec: R) -> None:
+        """Mark in the record that its end event went out."""
 
     # the loop ---------------------------------------------------------------------------
     def owns(self, slug: str) -> bool:
@@ -138,8 +150,8 @@ class OperationLoop(ABC, Generic[R]):
             await self._release(rec)
         if changed:
             await self.announce(rec)
-        if not rec.running and not self.end_announced(rec):
-            await self.announce_end(rec)
+        if not rec.running:
+            await self._announce_end(rec)
         if isinstance(last, Fail):
             return Outcome("failed", reason=rec.message, node=last.node or None)
         return DONE if isinstance(last, Succeed) else Outcome("wait", delay=last.delay, reason=last.reason)
@@ -161,8 +173,16 @@ class OperationLoop(ABC, Generic[R]):
 
     async def _ended(self, rec: R) -> None:
         await self._release(rec)
-        if not self.end_announced(rec):
-            await self.announce_end(rec)
+        await self._announce_end(rec)
+
+    async def _announce_end(self, rec: R) -> None:
+        end = self.end_event(rec)
+        if end is None:
+            return
+        # published first (de-duplicated by its id), then marked: a crash between publishes the same again
+        await self.publish(end.message.to_bytes(), end.subject, {"Nats-Msg-Id": end.msg_id})
+        self.end_sent(rec)
+        await self.store.save(rec)  # unless the record is gone (a delete's services removed it)
 
     async def _release(self, rec: R) -> None:
         await release_operation(self.store.redis, rec.cluster, self.slot_kind(rec), rec.request_id)
@@ -206,7 +226,7 @@ class OperationLoop(ABC, Generic[R]):
             rec = await self.store.load(cluster)
             if rec is None:
                 continue
-            if rec.running or not self.end_announced(rec):
+            if rec.running or self.end_event(rec) is not None:
                 self.kick(cluster)
                 resumed.append(cluster)
             else:  # a crash between its end and its release heals here

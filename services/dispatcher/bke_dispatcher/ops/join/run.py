@@ -38,7 +38,7 @@ from redis.asyncio import Redis
 from bke.adapters.bus.handler import Out
 from bke.adapters.cluster_api.labels import marks_from_record, record, wanted
 from bke.adapters.cluster_api.node_labels import NodeMarker
-from bke.adapters.operation import OperationLoop, Publish, RecordStore
+from bke.adapters.operation import EndEvent, OperationLoop, Publish, RecordStore
 from bke.adapters.state import PlanCache
 from bke.adapters.state.command_signing import Sign
 from bke.adapters.state.keys import join_key, join_results_key, joins_index, node_labels_key, plan_meta_key, sealed_key
@@ -104,19 +104,17 @@ class Joins(OperationLoop[Join]):
     def changed(self, rec: Join, at: str) -> tuple[Message, str]:
         return JoinNodesChanged(cluster=rec.cluster, at=at, join=rec.view()), join_changed_subject(rec.cluster)
 
-    def end_announced(self, rec: Join) -> bool:
-        return rec.finished_sent
-
-    async def announce_end(self, rec: Join) -> None:
-        # published first (de-duplicated by its id), then marked: a crash between re-publishes the same
+    def end_event(self, rec: Join) -> EndEvent | None:
+        if rec.finished_sent:
+            return None
         failed = rec.status == OperationStatus.FAILED
         ev = JoinNodesFinished(request_id=rec.request_id, cluster=rec.cluster, status="Failed" if failed else "Succeeded",
                                reason=rec.message, plan_digest=rec.plan_digest, nodes=rec.node_views(),
                                at=rec.finished_at, kind="operational" if failed else None)
-        await self.publish(ev.to_bytes(), JOIN_NODES_FINISHED,
-                           {"Nats-Msg-Id": f"join-finished:{rec.cluster}:{rec.request_id}"})
+        return EndEvent(ev, JOIN_NODES_FINISHED, f"join-finished:{rec.cluster}:{rec.request_id}")
+
+    def end_sent(self, rec: Join) -> None:
         rec.finished_sent = True
-        await self.store.save(rec)
 
     # requests -------------------------------------------------------------------------------
     async def on_request(self, req: JoinNodes) -> list[Out]:

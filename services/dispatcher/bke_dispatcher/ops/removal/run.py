@@ -32,7 +32,7 @@ from redis.asyncio import Redis
 from bke.adapters.auth.permissions import identity_name
 from bke.adapters.bus.handler import Out
 from bke.adapters.drain import Drainer
-from bke.adapters.operation import OperationLoop, Publish, RecordStore
+from bke.adapters.operation import EndEvent, OperationLoop, Publish, RecordStore
 from bke.adapters.state import PlanCache
 from bke.adapters.state.command_signing import Sign
 from bke.adapters.state.keys import (
@@ -99,19 +99,18 @@ class Removals(OperationLoop[Removal]):
     def changed(self, rec: Removal, at: str) -> tuple[Message, str]:
         return RemoveNodesChanged(cluster=rec.cluster, at=at, removal=rec.view()), remove_changed_subject(rec.cluster)
 
-    def end_announced(self, rec: Removal) -> bool:
-        return rec.finished_sent
-
-    async def announce_end(self, rec: Removal) -> None:
+    def end_event(self, rec: Removal) -> EndEvent | None:
+        if rec.finished_sent:
+            return None
         failed = rec.status == OperationStatus.FAILED
         forgotten = [i for i, n in zip(rec.identities, rec.nodes) if n.stage in ("forget", "done")]
         ev = RemoveNodesFinished(request_id=rec.request_id, cluster=rec.cluster, status="Failed" if failed else "Succeeded",
                                  reason=rec.message, nodes=rec.node_views(), revoke_identities=forgotten,
                                  at=rec.finished_at, kind="operational" if failed else None)
-        await self.publish(ev.to_bytes(), REMOVE_NODES_FINISHED,
-                           {"Nats-Msg-Id": f"remove-finished:{rec.cluster}:{rec.request_id}"})
+        return EndEvent(ev, REMOVE_NODES_FINISHED, f"remove-finished:{rec.cluster}:{rec.request_id}")
+
+    def end_sent(self, rec: Removal) -> None:
         rec.finished_sent = True
-        await self.store.save(rec)
 
     # requests -------------------------------------------------------------------------------
     async def on_request(self, req: RemoveNodes) -> list[Out]:

@@ -28,7 +28,7 @@ from typing import Protocol
 from redis.asyncio import Redis
 
 from bke.adapters.bus.handler import Out
-from bke.adapters.operation import OperationLoop, Publish, RecordStore
+from bke.adapters.operation import EndEvent, OperationLoop, Publish, RecordStore
 from bke.adapters.state import PlanCache
 from bke.adapters.state.command_signing import Sign
 from bke.adapters.state.keys import reset_key, reset_results_key, resets_index
@@ -89,16 +89,15 @@ class Resets(OperationLoop[Reset]):
     def slot_kind(self, rec: Reset) -> str:
         return slot_kind(rec)
 
-    def end_announced(self, rec: Reset) -> bool:
-        return rec.deleted_sent or not (rec.delete and rec.status == OperationStatus.SUCCEEDED)
-
-    async def announce_end(self, rec: Reset) -> None:
+    def end_event(self, rec: Reset) -> EndEvent | None:
         """A delete that succeeded: every service removes its records (this one's reset record too)."""
-        # published first (de-duplicated by id), then marked, unless the services removed the record already
+        if rec.deleted_sent or not (rec.delete and rec.status == OperationStatus.SUCCEEDED):
+            return None
         ev = ClusterDeleted(request_id=rec.request_id, cluster=rec.cluster)
-        await self.publish(ev.to_bytes(), CLUSTER_DELETED, {"Nats-Msg-Id": f"deleted:{rec.cluster}:{rec.request_id}"})
+        return EndEvent(ev, CLUSTER_DELETED, f"deleted:{rec.cluster}:{rec.request_id}")
+
+    def end_sent(self, rec: Reset) -> None:
         rec.deleted_sent = True
-        await self.store.save(rec)
         log.info("cluster deleted: every node reset; services remove their records",
                  extra={"cluster": rec.cluster, "request_id": rec.request_id})
 
