@@ -146,9 +146,11 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
                            owner=settings.owner, prefetch=signing.prefetch)
     # the operations beside the install (rotation, reset, join, removal), each registered by its folder
     wired = wire_operations(Deps(
-        svc, redis, state, plans, files, engine.checksums, nodes_api or LabNodes(),
-        None if nodes_api is None else applier.admin_kubeconfig, pause_flags.is_paused, publish, notify, _now,
-        settings.owner, settings.lease_ms, signing.sign, settings.batch_size, settings.join_agents_timeout_s))
+        svc=svc, redis=redis, state=state, plans=plans, files=files, checksums=engine.checksums,
+        marker=nodes_api or LabNodes(), kubeconfig=None if nodes_api is None else applier.admin_kubeconfig,
+        paused=pause_flags.is_paused, publish=publish, notify=notify, now=_now, owner=settings.owner,
+        lease_ms=settings.lease_ms, sign=signing.sign, batch_size=settings.batch_size,
+        agents_deadline_s=settings.join_agents_timeout_s))
     ops, joins = wired.operations, wired.joins
     serve_pause(svc, pause_flags, [runner.kick, *ops.held_by_pause()], _now)
     # results of another incarnation of their cluster are dropped and counted (bke.adapters.bus.other_incarnation)

@@ -107,7 +107,7 @@ class OperationLoop(ABC, Generic[R]):
 
     # the loop ---------------------------------------------------------------------------
     def owns(self, slug: str) -> bool:
-        """Whether a command of this slug (bke_dispatcher.engine.command_id) is this kind's."""
+        """Whether a command whose id (`<cluster>/<slug>/<node>/<n>`) carries this slug is this kind's."""
         return slug.startswith(self.slug_prefix)
 
     def _ts(self) -> str:
@@ -118,6 +118,7 @@ class OperationLoop(ABC, Generic[R]):
         self.kick(res.cluster)
 
     async def reconcile(self, cluster: str) -> Outcome:
+        # 1. the operation's lease: of several replicas, one moves the cluster's operation on
         redis = self.store.redis
         if not await claim_lease(redis, cluster, self.kind, self.owner, self.lease_ms):
             return Outcome("wait", delay=LEASE_BUSY_S, reason=f"another replica holds the {self.kind} lease")
@@ -127,15 +128,19 @@ class OperationLoop(ABC, Generic[R]):
             await release_lease(redis, cluster, self.kind, self.owner)
 
     async def _pass(self, cluster: str) -> Outcome:
+        # 2. no record: nothing to do
         rec = await self.store.load(cluster)
         if rec is None:
             return DONE
+        # 3. ended before: its slot released again, its end announced if it was not
         if not rec.running:
             await self._ended(rec)
             return DONE
+        # 4-5. the answers folded in; decided and carried out until it waits or ends
         changed = self.fold(rec, await self.store.results(cluster))
         carried, last = await self._decide(rec)
         changed |= carried
+        # 6. a wait noted, or the end recorded
         if isinstance(last, Wait):
             changed |= self.waited(rec, last)
         else:
@@ -146,12 +151,14 @@ class OperationLoop(ABC, Generic[R]):
                           extra={"cluster": cluster, "request_id": rec.request_id})
         if changed:
             await self.store.save(rec)
+        # 7-8. the slot freed before anything announces the end
         if not rec.running:
             await self._release(rec)
         if changed:
             await self.announce(rec)
         if not rec.running:
             await self._announce_end(rec)
+        # 9. the outcome
         if isinstance(last, Fail):
             return Outcome("failed", reason=rec.message, node=last.node or None)
         return DONE if isinstance(last, Succeed) else Outcome("wait", delay=last.delay, reason=last.reason)
