@@ -7,7 +7,7 @@ start), never here: the dispatcher's Redis user only reads it.
 """
 from __future__ import annotations
 
-from typing import Any
+from redis.asyncio import Redis
 
 from bke.core.secrets.snapshot_key import read_snapshot_recipient
 from bke.adapters.state.keys import etcd_snapshot_key
@@ -16,8 +16,8 @@ __all__ = ["DispatcherSnapshotKey"]
 
 
 class DispatcherSnapshotKey:
-    def __init__(self, svc: Any, redis: Any):
-        self.svc, self.redis = svc, redis
+    def __init__(self, redis: Redis):
+        self.redis = redis
         self._recipient = ""
 
     async def recipient(self) -> str:

@@ -14,7 +14,7 @@ __all__ = ["wire"]
 
 def wire(d: Deps, ops: Operations) -> Resets:
     resets = Resets(ResetStore(d.redis), RotationStore(d.redis), d.state, d.plans, d.paused,
-                    DispatcherSnapshotKey(d.svc, d.redis), d.svc.publish, d.now, d.owner, d.lease_ms, sign=d.sign)
+                    DispatcherSnapshotKey(d.redis), d.svc.publish, d.now, d.owner, d.lease_ms, sign=d.sign)
     # not held by a pause: a reset refuses to start on a paused cluster, and a delete's end must not wait
     ops.drive(resets)
     d.subscribe(RESET_CLUSTER, "BKE_COMMANDS", "dispatcher-resets", ResetCluster, resets.on_request)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bke.contracts.agent import RestartStaticPod, Step, SystemdUnit
+from bke.contracts.agent import RestartStaticPod, Step, SystemdUnit, WaitHealth
 from bke.contracts.certs import CertsRenewed
 from bke.contracts.rotation import RotationNode, RotationView
 from bke.core.operation import (
@@ -150,8 +150,7 @@ def apply_result(rot: Rotation, cid: str, status: str, step: str, stderr: str) -
 
 
 def _health_url(plan: Plan, node: NodePlan, component: str) -> str | None:
-    steps = health_steps(plan, node, (component,), 1.0)
-    return steps[0].url if steps else None  # type: ignore[union-attr]
+    return next((s.url for s in health_steps(plan, node, (component,), 1.0) if isinstance(s, WaitHealth)), None)
 
 
 def node_steps(plan: Plan, node: NodePlan, run: NodeRun, files: list[NodeFile]) -> list[Step]:
