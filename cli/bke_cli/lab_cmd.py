@@ -20,7 +20,7 @@ from bke.adapters.state.client import redact_url
 from bke.core.plan import Plan, plan_spec_text
 from bke.core.versions import parse_version
 
-from .follow import submit_and_follow
+from .install_follow import submit_and_follow
 from .output import EXIT_INVALID, error_lines, warn_lines
 from .spec_input import read_spec_text
 

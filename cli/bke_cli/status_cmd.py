@@ -23,7 +23,7 @@ from bke.contracts.membership import MembershipView
 from bke.contracts.status import ClusterStatus, NodeSelection, StatusError
 
 from .connect import resolve_nats
-from .follow import status_table, submit_and_follow
+from .install_follow import status_table, submit_and_follow
 from .output import EXIT_FAILURE, EXIT_INVALID, Fmt, die, error_lines, quiet_bus_errors, where
 from .spec_input import plan_or_exit, read_spec_text
 from .status_client import StatusUnavailable, get_status

@@ -22,7 +22,7 @@ from bke.core.plan import Plan, plan_spec_text
 from bke.adapters.runtime import mtls_context
 from bke_agent.journal import read_executions
 from bke_agent.settings import LAB_STATE_SUBDIR
-from bke_cli.follow import submit_and_follow
+from bke_cli.install_follow import submit_and_follow
 from bke_cli.status_client import StatusUnavailable, get_status
 
 __all__ = ["Lab"]

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from bke.adapters.bus import EventWatch
 from bke.adapters.bus.streams import ensure_streams
-from bke_cli.follow import submit_and_follow
+from bke_cli.install_follow import submit_and_follow
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 

@@ -34,7 +34,7 @@ from bke.contracts.upgrade import UPGRADE_ACCEPTED, UPGRADE_CLUSTER, UPGRADE_REJ
 from bke_cli import reset_cmd
 from bke_cli.apply_follow import apply_and_follow
 from bke_cli.etcd_restore_follow import restore_and_follow
-from bke_cli.follow import submit_and_follow
+from bke_cli.install_follow import submit_and_follow
 from bke_cli.membership_cmd import follow_membership
 from bke_cli.rotate_follow import renew_and_follow
 from bke_cli.upgrade_follow import upgrade_and_follow

@@ -20,7 +20,7 @@ from bke.adapters.bus.streams import ensure_streams
 from bke.contracts.status import STATUS_GET, ClusterStatus, StatusError, GetStatus, parse_status_reply
 from bke.core.plan import plan_spec_text
 from bke.adapters.state import RedisPlanStore, plan_digest
-from bke_cli.follow import submit_and_follow
+from bke_cli.install_follow import submit_and_follow
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 from bke_dispatcher.state import DispatcherState

@@ -8,7 +8,7 @@ import pytest
 
 from bke_dispatcher.phases import PHASES as PHASE_TABLE
 from bke.contracts.status import ClusterStatus, StatusError, GetStatus, parse_status_reply
-from bke_cli.follow import failure_code, failure_lines
+from bke_cli.install_follow import failure_code, failure_lines
 from bke_dispatcher.status import MAX_REPLY_BYTES, StatusResponder, build_status, fit_reply
 
 INSTALL = {"requestId": "r1", "status": "Running", "startedAt": "2026-12-01T00:00:00+00:00", "finishedAt": "", "phase": "etcd", "message": ""}
