@@ -8,16 +8,14 @@ Exit codes: 0 restored, 2 refused (the reason is printed), 1 failed or no answer
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
-from bke.adapters.bus import EventWatch
-from bke.adapters.bus.connect import BusAccess, connect_nats
-from bke.adapters.bus.streams import require_streams
+from bke.adapters.bus.connect import BusAccess
 from bke.contracts.restore import RESTORE_ACCEPTED, RESTORE_ETCD, RESTORE_REJECTED, RestoreEtcd, restore_subject
 
-from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines
+from .follow import Follow, Progress, Views, ended, exit_with, follow, publish
+from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK
 
 __all__ = ["accepted_lines", "progress_line", "restore_and_follow"]
 
@@ -45,43 +43,25 @@ def progress_line(view: dict[str, Any]) -> str:
 
 async def restore_and_follow(access: BusAccess, req: RestoreEtcd, timeout: float, echo: Callable[[str], None]) -> int:
     """Send `req` and follow it; with `dry_run`, print what it would stop and do, and return."""
-    deadline = time.monotonic() + timeout
     cluster = req.cluster
-    nc = await connect_nats(access, name="bke-cli")
-    try:
-        async with EventWatch(nc, [RESTORE_ACCEPTED, RESTORE_REJECTED, restore_subject(cluster)]) as watch:
-            js = nc.jetstream()
-            await require_streams(js)
-            await js.publish(RESTORE_ETCD, req.to_bytes(), headers={"Nats-Msg-Id": f"etcd-restore:{cluster}:{req.request_id}"})
-            seen, accepted, last = 0, False, ""
-            while time.monotonic() < deadline:
-                for e in watch.seen[seen:]:
-                    if e.data.get("requestId") == req.request_id and e.subject == RESTORE_REJECTED:
-                        error_lines([f"etcd restore of {cluster} refused: {e.data.get('message')}"])
-                        return EXIT_INVALID
-                    if e.data.get("requestId") == req.request_id and e.subject == RESTORE_ACCEPTED:
-                        if req.dry_run:
-                            for line in accepted_lines(e.data):
-                                echo(line)
-                            return EXIT_OK
-                        accepted = True
-                    view = e.data.get("restore") or {}
-                    if e.subject == restore_subject(cluster) and view.get("requestId") == req.request_id:
-                        line = progress_line(view)
-                        if line != last:
-                            echo(line)
-                            last = line
-                        if view["status"] == "Succeeded":
-                            return EXIT_OK
-                        if view["status"] == "Failed":
-                            error_lines([f"etcd restore of {cluster} failed: {view.get('message')}",
-                                         "what it stopped stays stopped (old data dirs are kept aside); "
-                                         "the same command runs it again after a fix"])
-                            return EXIT_FAILURE
-                seen = len(watch.seen)
-                await watch.wait_more(seen, timeout=max(0.1, min(1.0, deadline - time.monotonic())))
-            what = "the restore did not finish" if accepted else "no answer from the upgrader"
-            error_lines([f"{what} within {timeout:.0f}s (cluster {cluster}, request {req.request_id})"])
-            return EXIT_FAILURE
-    finally:
-        await nc.close()
+
+    def accepted(doc: dict[str, Any]) -> int | None:
+        if not req.dry_run:
+            return None  # the changed views follow
+        for line in accepted_lines(doc):
+            echo(line)
+        return EXIT_OK
+
+    def gave_up(seen: Progress) -> int:
+        what = "the restore did not finish" if seen.answered else "no answer from the upgrader"
+        return exit_with(EXIT_FAILURE, [f"{what} within {timeout:.0f}s (cluster {cluster}, request {req.request_id})"])
+
+    def failed(view: dict[str, Any]) -> list[str]:
+        return [f"etcd restore of {cluster} failed: {view.get('message')}",
+                "what it stopped stays stopped (old data dirs are kept aside); the same command runs it again after a fix"]
+
+    refused = lambda doc: exit_with(EXIT_INVALID, [f"etcd restore of {cluster} refused: {doc.get('message')}"])  # noqa: E731
+    return await follow(access, Follow(
+        request_id=req.request_id, gave_up=gave_up, answers={RESTORE_REJECTED: refused, RESTORE_ACCEPTED: accepted},
+        send=publish(RESTORE_ETCD, req.to_bytes(), f"etcd-restore:{cluster}:{req.request_id}"),
+        views=Views(restore_subject(cluster), "restore", progress_line, echo, end=ended(failed))), timeout, name="bke-cli")

@@ -10,19 +10,17 @@ failed, or no answer before the deadline.
 """
 from __future__ import annotations
 
-import time
 import uuid
+from typing import Any
 
-from bke.contracts.base import schema_headers
-from bke.adapters.bus.connect import BusAccess, connect_nats
 from rich.console import Console
 
-from bke.adapters.bus import EventWatch
-from bke.adapters.bus.streams import require_streams
+from bke.adapters.bus.connect import BusAccess
 from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, RENEW_CERTS, RenewCerts
 from bke.contracts.rotation import rotation_subject
 
-from .output import EXIT_FAILURE, EXIT_OK, error_lines
+from .follow import Follow, Progress, Views, ended, exit_with, follow, publish
+from .output import EXIT_FAILURE, EXIT_OK
 
 __all__ = ["renew_and_follow"]
 
@@ -31,49 +29,30 @@ async def renew_and_follow(nats_url: BusAccess | str, cluster: str, names: list[
                            timeout: float, console: Console) -> int:
     rid = str(uuid.uuid4())
     req = RenewCerts(request_id=rid, cluster=cluster, names=names, within_days=within_days)
-    deadline = time.monotonic() + timeout
-    nc = await connect_nats(nats_url)
-    try:
-        async with EventWatch(nc, [CERTS_RENEWED, CERTS_FAILED, rotation_subject(cluster)]) as watch:
-            js = nc.jetstream()
-            await require_streams(js)
-            await js.publish(RENEW_CERTS, req.to_bytes(), headers=schema_headers({"Nats-Msg-Id": f"renew:{cluster}:{rid}"}))
-            seen, renewed, last = 0, False, ""
-            while time.monotonic() < deadline:
-                for e in watch.seen[seen:]:
-                    if e.subject == CERTS_FAILED and e.data.get("requestId") == rid:
-                        error_lines([f"renewal in {cluster} refused: {e.data.get('reason')}"])
-                        return EXIT_FAILURE
-                    if e.subject == CERTS_RENEWED and e.data.get("requestId") == rid:
-                        certs = e.data.get("certificates") or []
-                        if not certs:
-                            console.print(f"{cluster}: no certificate matched; nothing renewed")
-                            return EXIT_OK
-                        for c in certs:
-                            console.print(f"renewed {c['instance']} (serial {c['serial']}, expires {c['notAfter']}) "
-                                          f"for {', '.join(c['nodes'])}")
-                        renewed = True
-                    rot = e.data.get("rotation") or {}
-                    if e.subject == rotation_subject(cluster) and rot.get("requestId") == rid:
-                        line = _progress(rot)
-                        if line != last:
-                            console.print(line)
-                            last = line
-                        if rot["status"] == "Succeeded":
-                            return EXIT_OK
-                        if rot["status"] == "Failed":
-                            error_lines([f"rotation in {cluster} failed: {rot.get('message')}"])
-                            return EXIT_FAILURE
-                seen = len(watch.seen)
-                await watch.wait_more(seen, timeout=max(0.1, min(1.0, deadline - time.monotonic())))
-            what = "the rotation did not finish" if renewed else "no answer from the certs service"
-            error_lines([f"{what} within {timeout:.0f}s (cluster {cluster}, request {rid}); `bke status` shows where it is"])
-            return EXIT_FAILURE
-    finally:
-        await nc.close()
+
+    def renewed(doc: dict[str, Any]) -> int | None:
+        certs = doc.get("certificates") or []
+        if not certs:
+            console.print(f"{cluster}: no certificate matched; nothing renewed")
+            return EXIT_OK
+        for c in certs:
+            console.print(f"renewed {c['instance']} (serial {c['serial']}, expires {c['notAfter']}) for {', '.join(c['nodes'])}")
+        return None  # the rotation that delivers them follows
+
+    def gave_up(seen: Progress) -> int:
+        what = "the rotation did not finish" if seen.answered else "no answer from the certs service"
+        return exit_with(EXIT_FAILURE, [f"{what} within {timeout:.0f}s (cluster {cluster}, request {rid}); "
+                                        "`bke status` shows where it is"])
+
+    refused = lambda doc: exit_with(EXIT_FAILURE, [f"renewal in {cluster} refused: {doc.get('reason')}"])  # noqa: E731
+    return await follow(nats_url, Follow(
+        request_id=rid, send=publish(RENEW_CERTS, req.to_bytes(), f"renew:{cluster}:{rid}"), gave_up=gave_up,
+        answers={CERTS_FAILED: refused, CERTS_RENEWED: renewed},
+        views=Views(rotation_subject(cluster), "rotation", _progress, console.print,
+                    end=ended(lambda rot: [f"rotation in {cluster} failed: {rot.get('message')}"]))), timeout)
 
 
-def _progress(rot: dict) -> str:
+def _progress(rot: dict[str, Any]) -> str:
     running = [n["hostname"] for n in rot.get("nodes", []) if n["status"] == "Running"]
     where = f", now {', '.join(running)}" if running else ""
     return f"rotation {rot['status']}: {rot['done']}/{rot['total']} nodes{where}"

@@ -1,5 +1,5 @@
 """`bke upgrade apply` / `bke lab upgrade`: send the request, then follow the upgrade (`bke apply`
-follows a changed spec's run with the same loop: `send_and_follow`).
+follows a changed spec's run the same way: `send_and_follow`; the loop is follow.py's).
 
     UpgradeCluster -> upgrader: UpgradeAccepted (or UpgradeRejected: every reason)
                       -> UpgradeChanged ... until Succeeded or Failed
@@ -11,16 +11,13 @@ printed), 1 failed (a node rolled back, say) or no answer before the deadline.
 """
 from __future__ import annotations
 
-import time
 import uuid
+from functools import partial
 from typing import Any, Callable
 
 from rich.console import Console
 
-from bke.contracts.base import schema_headers
-from bke.adapters.bus import EventWatch
-from bke.adapters.bus.connect import BusAccess, connect_nats
-from bke.adapters.bus.streams import require_streams
+from bke.adapters.bus.connect import BusAccess
 from bke.contracts.upgrade import (
     RETRY_UPGRADE,
     UPGRADE_ACCEPTED,
@@ -31,7 +28,8 @@ from bke.contracts.upgrade import (
     upgrade_subject,
 )
 
-from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines
+from .follow import Follow, Progress, Views, ended, exit_with, follow, publish
+from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK
 
 __all__ = ["progress_line", "send_and_follow", "upgrade_and_follow"]
 
@@ -84,41 +82,22 @@ async def send_and_follow(nats_url: BusAccess | str, subject: str, payload: byte
                           ends_at_accept: Callable[[dict[str, Any]], bool]) -> int:
     """Send a request the upgrader answers on `accepted` / `rejected` and follow its run on the
     upgrade's changed subject (an upgrade, a retry, a changed spec: `bke apply`) to its end."""
-    deadline = time.monotonic() + timeout
-    nc = await connect_nats(nats_url)
-    try:
-        async with EventWatch(nc, [accepted, rejected, upgrade_subject(cluster)]) as watch:
-            js = nc.jetstream()
-            await require_streams(js)
-            await js.publish(subject, payload, headers=schema_headers({"Nats-Msg-Id": msg_id}))
-            seen, was_accepted, last = 0, False, ""
-            while time.monotonic() < deadline:
-                for e in watch.seen[seen:]:
-                    if e.data.get("requestId") == rid and e.subject == rejected:
-                        error_lines(rejected_lines(e.data))
-                        return EXIT_INVALID
-                    if e.data.get("requestId") == rid and e.subject == accepted:
-                        for line in accepted_lines(e.data):
-                            console.print(line, markup=False, highlight=False)
-                        if ends_at_accept(e.data):
-                            return EXIT_OK
-                        was_accepted = True
-                    view = e.data.get("upgrade") or {}
-                    if e.subject == upgrade_subject(cluster) and view.get("requestId") == rid:
-                        line = progress_line(view, what)
-                        if line != last:
-                            console.print(line, markup=False, highlight=False)
-                            last = line
-                        if view["status"] == "Succeeded":
-                            return EXIT_OK
-                        if view["status"] == "Failed":
-                            error_lines([f"{what} of {cluster} failed: {view.get('message')}"])
-                            return EXIT_FAILURE
-                seen = len(watch.seen)
-                await watch.wait_more(seen, timeout=max(0.1, min(1.0, deadline - time.monotonic())))
-            gist = f"the {what} did not finish" if was_accepted else "no answer from the upgrader"
-            error_lines([f"{gist} within {timeout:.0f}s (cluster {cluster}, request {rid}); "
-                         f"`bke upgrade status {cluster}` shows where it is"])
-            return EXIT_FAILURE
-    finally:
-        await nc.close()
+
+    def say(line: str) -> None:
+        console.print(line, markup=False, highlight=False)
+
+    def on_accepted(doc: dict[str, Any]) -> int | None:
+        for line in accepted_lines(doc):
+            say(line)
+        return EXIT_OK if ends_at_accept(doc) else None
+
+    def gave_up(seen: Progress) -> int:
+        gist = f"the {what} did not finish" if seen.answered else "no answer from the upgrader"
+        return exit_with(EXIT_FAILURE, [f"{gist} within {timeout:.0f}s (cluster {cluster}, request {rid}); "
+                                        f"`bke upgrade status {cluster}` shows where it is"])
+
+    return await follow(nats_url, Follow(
+        request_id=rid, send=publish(subject, payload, msg_id), gave_up=gave_up,
+        answers={rejected: lambda doc: exit_with(EXIT_INVALID, rejected_lines(doc)), accepted: on_accepted},
+        views=Views(upgrade_subject(cluster), "upgrade", partial(progress_line, what=what), say,
+                    end=ended(lambda view: [f"{what} of {cluster} failed: {view.get('message')}"]))), timeout)
