@@ -17,20 +17,20 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
 
-from bke.adapters.bus import EventWatch
-from bke.adapters.bus.connect import BusAccess, connect_nats
-from bke.adapters.bus.streams import require_streams
+from bke.adapters.bus.connect import BusAccess
 from bke.contracts.membership import (
     JOIN_NODES, JOIN_NODES_FINISHED, REMOVE_NODES, REMOVE_NODES_FINISHED, JoinNodes, RemoveNodes,
     join_changed_subject, remove_changed_subject,
 )
 
+from .follow import Follow, Views, follow, publish
 from .output import EXIT_FAILURE, EXIT_INVALID, error_lines, quiet_bus_errors
 
 __all__ = ["follow_membership", "refused", "register", "retire_agents"]
@@ -40,36 +40,26 @@ NODES = typer.Option(..., "--nodes", help="hostnames, comma-separated")
 TIMEOUT = typer.Option(900.0, "--timeout", help="seconds to follow before giving up watching")
 
 
+# what each request is sent on, answered on, and followed on (its changed events' view field)
+_SUBJECTS: dict[type, tuple[str, str, Callable[[str], str], str]] = {
+    JoinNodes: (JOIN_NODES, JOIN_NODES_FINISHED, join_changed_subject, "join"),
+    RemoveNodes: (REMOVE_NODES, REMOVE_NODES_FINISHED, remove_changed_subject, "removal"),
+}
+
+
+def _nodes_line(view: dict[str, Any]) -> str:
+    nodes = ", ".join(f"{x['hostname']} {x['stage']} {x['status']}" for x in view.get("nodes", []))
+    return f"  {nodes}{'; ' + view['waiting'] if view.get('waiting') else ''}"
+
+
 async def follow_membership(access: BusAccess | str, req: JoinNodes | RemoveNodes, timeout: float,
                             say: Any = lambda line: None) -> dict[str, Any]:
     """Send the request and wait for its `finished` event (the wire document), or {} on timeout."""
-    join = isinstance(req, JoinNodes)
-    subject, finished = (JOIN_NODES, JOIN_NODES_FINISHED) if join else (REMOVE_NODES, REMOVE_NODES_FINISHED)
-    changed = join_changed_subject(req.cluster) if join else remove_changed_subject(req.cluster)
-    nc = await connect_nats(access, error_cb=quiet_bus_errors)
-    try:
-        js = nc.jetstream()
-        await require_streams(js)
-        async with EventWatch(nc, [finished, changed]) as watch:
-            await js.publish(subject, req.to_bytes(), headers={"Nats-Msg-Id": f"{subject}:{req.request_id}"})
-            shown = 0
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
-            while True:
-                n = len(watch.seen)
-                for e in watch.seen[shown:n]:
-                    if e.subject == finished and e.data.get("requestId") == req.request_id:
-                        return dict(e.data)
-                    view = e.data.get("join" if join else "removal") or {}
-                    if e.subject == changed and view.get("requestId") == req.request_id:
-                        nodes = ", ".join(f"{x['hostname']} {x['stage']} {x['status']}" for x in view.get("nodes", []))
-                        say(f"  {nodes}{'; ' + view['waiting'] if view.get('waiting') else ''}")
-                shown = n
-                left = deadline - loop.time()
-                if left <= 0 or not await watch.wait_more(n, left):
-                    return {}
-    finally:
-        await nc.close()
+    subject, finished, changed, key = _SUBJECTS[type(req)]
+    return await follow(access, Follow(
+        request_id=req.request_id, send=publish(subject, req.to_bytes(), f"{subject}:{req.request_id}"),
+        answers={finished: dict}, gave_up=lambda seen: {},
+        views=Views(changed(req.cluster), key, _nodes_line, say, every_line=True)), timeout, error_cb=quiet_bus_errors)
 
 
 def refused(done: dict[str, Any]) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -23,14 +24,13 @@ import typer
 from nats.errors import NoServersError
 from rich.console import Console
 
-from bke.adapters.bus import EventWatch
-from bke.adapters.bus.connect import BusAccess, connect_nats
-from bke.adapters.bus.streams import require_streams
+from bke.adapters.bus.connect import BusAccess
 from bke.contracts.reset import (
     DELETE_OWNERS, RESET_ACCEPTED, RESET_CLUSTER, RESET_REJECTED, ResetCluster, removed_subject, reset_subject,
 )
 
 from .connect import resolve_nats
+from .follow import Follow, Progress, Views, follow, publish
 from .output import EXIT_FAILURE, EXIT_INVALID, die, error_lines, quiet_bus_errors, where
 
 __all__ = ["register"]
@@ -42,49 +42,57 @@ YES = typer.Option(False, "--yes", "-y", help="do not ask for confirmation")
 TIMEOUT = typer.Option(3600.0, "--timeout", help="seconds to follow the reset before giving up watching")
 
 
-async def _follow(nats: BusAccess | str, req: ResetCluster, timeout: float, say: Any) -> dict[str, Any]:
-    """Send the request and follow it; {"rejected": msg} | {"view": last view, "removed": {service: keys}}."""
-    nc = await connect_nats(nats, error_cb=quiet_bus_errors)
-    out: dict[str, Any] = {"removed": {}}
-    try:
-        js = nc.jetstream()
-        await require_streams(js)
-        subjects = [RESET_ACCEPTED, RESET_REJECTED, reset_subject(req.cluster), removed_subject(req.cluster)]
-        async with EventWatch(nc, subjects) as watch:
-            await js.publish(RESET_CLUSTER, req.to_bytes(), headers={"Nats-Msg-Id": f"reset:{req.request_id}"})
-            mine = lambda e: e.data.get("requestId") == req.request_id  # noqa: E731
-            first = await watch.wait_for(lambda e: mine(e) and e.subject in (RESET_ACCEPTED, RESET_REJECTED),
-                                         ANSWER_TIMEOUT_S)
-            if first.subject == RESET_REJECTED:
-                return {"rejected": first.data.get("message", "")}
-            say(f"{'delete' if req.delete else 'reset'} of {req.cluster} started: {', '.join(first.data.get('nodes', []))}")
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
-            shown = 0
-            while True:
-                n = len(watch.seen)
-                for e in watch.seen[shown:n]:
-                    if e.subject == reset_subject(req.cluster) and e.data.get("reset", {}).get("requestId") == req.request_id:
-                        view = e.data["reset"]
-                        out["view"] = view
-                        snaps = ", ".join(f"{s['etcdCluster']} {s['status']}" for s in view.get("snapshots", []))
-                        say(f"  snapshots: {snaps or 'none'}; nodes {view['done']}/{view['total']} {view['status']}")
-                    if e.subject == removed_subject(req.cluster) and mine(e):
-                        out["removed"][e.data.get("service", "?")] = e.data.get("keys", 0)
-                shown = n
-                view = out.get("view") or {}
-                finished = view.get("status") in ("Succeeded", "Failed")
-                if finished and (not req.delete or view["status"] == "Failed" or set(DELETE_OWNERS) <= out["removed"].keys()):
-                    return out
-                left = deadline - loop.time()
-                if finished and req.delete:
-                    left = min(left, ANSWER_TIMEOUT_S)  # the services answer within seconds of the end
-                    deadline = min(deadline, loop.time() + ANSWER_TIMEOUT_S)
-                if left <= 0 or not await watch.wait_more(n, left):
-                    out["timed_out"] = True
-                    return out
-    finally:
-        await nc.close()
+@dataclass
+class _Seen:
+    """What a reset's follow saw: a refusal, or its last view and which services said they
+    removed their records (a delete's `StateRemoved`, by service: keys)."""
+
+    rejected: str | None = None
+    view: dict[str, Any] = field(default_factory=dict)
+    removed: dict[str, int] = field(default_factory=dict)
+
+
+def _view_line(view: dict[str, Any]) -> str:
+    snaps = ", ".join(f"{s['etcdCluster']} {s['status']}" for s in view.get("snapshots", []))
+    return f"  snapshots: {snaps or 'none'}; nodes {view['done']}/{view['total']} {view['status']}"
+
+
+async def _follow(nats: BusAccess | str, req: ResetCluster, timeout: float, say: Any) -> _Seen:
+    """Send the request and follow it to its end (a delete's: every owner's answer too, or a wait
+    of ANSWER_TIMEOUT_S for them); TimeoutError if the dispatcher does not answer."""
+    seen = _Seen()
+
+    def done() -> _Seen | None:
+        status = seen.view.get("status")
+        over = status == "Failed" or (status == "Succeeded" and (not req.delete or set(DELETE_OWNERS) <= seen.removed.keys()))
+        return seen if over else None
+
+    def started(doc: dict[str, Any]) -> None:
+        say(f"{'delete' if req.delete else 'reset'} of {req.cluster} started: {', '.join(doc.get('nodes', []))}")
+
+    def refused(doc: dict[str, Any]) -> _Seen:
+        seen.rejected = doc.get("message", "")
+        return seen
+
+    def removed(doc: dict[str, Any]) -> _Seen | None:
+        seen.removed[doc.get("service", "?")] = doc.get("keys", 0)
+        return done()
+
+    def ended(view: dict[str, Any]) -> _Seen | None:
+        seen.view = view
+        return done()
+
+    def gave_up(progress: Progress) -> _Seen:
+        seen.view = progress.view or {}
+        return seen
+
+    return await follow(nats, Follow(
+        request_id=req.request_id, send=publish(RESET_CLUSTER, req.to_bytes(), f"reset:{req.request_id}"),
+        answers={RESET_ACCEPTED: started, RESET_REJECTED: refused, removed_subject(req.cluster): removed},
+        gave_up=gave_up, answer_within=ANSWER_TIMEOUT_S,
+        views=Views(reset_subject(req.cluster), "reset", _view_line, say, end=ended, every_line=True,
+                    settle=ANSWER_TIMEOUT_S)),  # the services answer within seconds of the end
+        timeout, error_cb=quiet_bus_errors)
 
 
 def _revoke(name: str, workdir: Optional[Path], nats_url: Optional[str], redis_url: Optional[str],
@@ -124,19 +132,19 @@ def _run(name: str, nodes: list[str], delete: bool, yes: bool, timeout: float, w
         die(f"cannot reach NATS at {where(nurl)}: {exc}", EXIT_FAILURE)
     except TimeoutError:
         die(f"the dispatcher did not answer within {ANSWER_TIMEOUT_S:.0f}s (is it running?)", EXIT_FAILURE)
-    if "rejected" in out:
-        die(f"refused: {out['rejected']}", EXIT_INVALID)
-    view = out.get("view") or {}
+    if out.rejected is not None:
+        die(f"refused: {out.rejected}", EXIT_INVALID)
+    view = out.view
     if view.get("status") == "Failed":
         die(f"{what} failed: {view.get('message', '')}", EXIT_FAILURE)
     if view.get("status") != "Succeeded":
         die(f"{what}: still {view.get('status', 'not started')} after {timeout:.0f}s; follow it with `bke status {name}`")
     if delete:
-        missing = [s for s in DELETE_OWNERS if s not in out["removed"]]
+        missing = [s for s in DELETE_OWNERS if s not in out.removed]
         if missing:
             die(f"every node is reset, but {', '.join(missing)} did not say it removed its records of {name} "
                 f"within {ANSWER_TIMEOUT_S:.0f}s (is it running?); it does when it reads bke.v1.cluster.deleted")
-        keys = sum(out["removed"].values())
+        keys = sum(out.removed.values())
         console.print(f"records of {name} removed by {', '.join(DELETE_OWNERS)} ({keys} keys)", highlight=False)
         if not _revoke(name, workdir, nats_url, redis_url, system_creds, console):
             raise typer.Exit(EXIT_FAILURE)
