@@ -2,30 +2,33 @@
 `bke lab install`.
 
 Phase events wake the display; the dispatcher's status reply (`bke.v1.status.get`) is what it
-shows, so a follower that starts late, or reconnects, still shows the truth.
+shows, so a follower that starts late, or reconnects, still shows the truth: the install is the
+one operation whose view is not on its events, so it polls (`Follow.poll`) in follow.py's loop.
 """
 from __future__ import annotations
 
 import time
 import uuid
+from functools import partial
+from typing import Any
 
+from nats.aio.client import Client as NatsClient
 from nats.errors import NoServersError
-
-from bke.contracts.base import schema_headers
-from bke.adapters.bus.connect import BusAccess, connect_nats
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from bke.adapters.bus import EventWatch
+from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.adapters.bus.streams import require_streams
+from bke.adapters.state.epoch import STATE_LOST
+from bke.contracts.base import schema_headers
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, PLAN_CREATED, InstallCluster
 from bke.contracts.install import install_subject
 from bke.contracts.status import ClusterStatus
 from bke.core.errors import is_unavailable
 
+from .follow import Follow, Progress, exit_with, follow_on, goes_on
 from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines, quiet_bus_errors, warn_lines, where
-from bke.adapters.state.epoch import STATE_LOST
 from .spec_source import blob_put, spec_fields
 from .status_client import StatusUnavailable, get_status
 
@@ -61,94 +64,104 @@ def failure_code(doc: ClusterStatus) -> int:
     return EXIT_INVALID if doc.kind == "invalid" else EXIT_FAILURE
 
 
-async def _request(nc, spec: bytes, rid: str) -> None:
+async def _request(nc: NatsClient, spec: bytes, rid: str) -> None:
     js = nc.jetstream()
     await require_streams(js)  # declared at deploy time; a clear error if not
     req = InstallCluster(request_id=rid, **await spec_fields(spec, blob_put(js, f"specs/{rid}.yaml")))
     await js.publish(INSTALL_CLUSTER, req.to_bytes(), headers=schema_headers({"Nats-Msg-Id": f"request:{rid}"}))
 
 
+def _refused(doc: dict[str, Any]) -> int:
+    return exit_with(EXIT_INVALID, (f"{e['path']}: {e['message']}" for e in doc["errors"]))
+
+
 async def submit_and_follow(nats_url: BusAccess | str, spec: bytes, cluster: str, timeout: float, console: Console, submit: bool = True) -> int:
     rid = str(uuid.uuid4())
+    shown = _Display(cluster, timeout, console)
     try:
         nc = await connect_nats(nats_url, error_cb=quiet_bus_errors)
     except (OSError, NoServersError) as exc:
         error_lines([f"cannot reach NATS at {where(nats_url)}: {exc}"])
         return EXIT_FAILURE
-    start = time.monotonic()
     # phase changes and the end wake the display; per-node events are too many to poll on
-    subjects = [CLUSTER_REJECTED, PLAN_CREATED, install_subject(cluster, "phase"), install_subject(cluster, "finished")]
+    wakes = [PLAN_CREATED, install_subject(cluster, "phase"), install_subject(cluster, "finished")]
+    op = Follow(request_id=rid, send=partial(_request, spec=spec, rid=rid) if submit else None,
+                answers={CLUSTER_REJECTED: _refused, **dict.fromkeys(wakes, goes_on)}, answer_within=120.0,
+                gave_up=shown.gave_up, poll=shown.poll)
     try:
-        async with EventWatch(nc, subjects) as watch:
-            if submit:
-                await _request(nc, spec, rid)
-                first = await watch.wait_for(lambda e: e.data.get("requestId") == rid, timeout=120)
-                if first.subject == CLUSTER_REJECTED:
-                    error_lines(f"{e['path']}: {e['message']}" for e in first.data["errors"])
-                    return EXIT_INVALID
-            return await _follow(watch, nc, cluster, start, timeout, console)
+        return await follow_on(nc, op, timeout - (time.monotonic() - shown.start))
     except TimeoutError:
         error_lines([f"no answer from the services within the deadline (cluster {cluster})"])
         return EXIT_FAILURE
     finally:
+        shown.close()
         await nc.close()
 
 
-async def _follow(watch: EventWatch, nc, cluster: str, start: float, timeout: float, console: Console) -> int:
-    deadline = start + timeout
-    seen = 0
-    last_lines: dict[str, str] = {}
-    waiting = False  # said once per outage that we wait, not once a second
-    live = Live(console=console, auto_refresh=False) if console.is_terminal else None
-    if live:
-        live.start()
-    try:
-        while True:
-            try:
-                doc = await get_status(nc, cluster, nodes="none")
-            except StatusUnavailable as exc:
-                if STATE_LOST in str(exc):  # not an outage: nothing goes on until a restore
-                    error_lines([str(exc)])
-                    return EXIT_FAILURE
-                doc = None  # a dispatcher restarting, its store away, or not up yet: keep following to the deadline
-                if not waiting:
-                    warn_lines([f"{exc}; waiting (up to {max(0.0, deadline - time.monotonic()):.0f} s more)"])
-                    waiting = True
-            except Exception as exc:  # noqa: BLE001 - NATS away mid-follow: the connection reconnects by itself
-                if not is_unavailable(exc):
-                    raise
-                doc = None
-                if not waiting:
-                    warn_lines([f"NATS unavailable ({type(exc).__name__}); waiting for it to come back"])
-                    waiting = True
-            if doc:
-                if waiting:
-                    console.print("the services answer again; following")
-                    waiting = False
-                if live:
-                    live.update(status_table(doc, time.monotonic() - start), refresh=True)
-                else:
-                    for p in doc.phases:
-                        line = f"{p.status} {p.done}/{p.total}"
-                        if p.status != "Pending" and last_lines.get(p.name) != line:
-                            last_lines[p.name] = line
-                            console.print(f"[{time.monotonic() - start:6.1f}s] {p.name}: {line} {p.message[:120]}")
-                if doc.status == "Succeeded":
-                    console.print(f"cluster {cluster} installed in {time.monotonic() - start:.1f}s")
-                    return EXIT_OK
-                if doc.status == "Failed":
-                    try:  # the first page of failed nodes, to name them
-                        doc = await get_status(nc, cluster, nodes="failed", every_page=False) or doc
-                    except StatusUnavailable:
-                        pass  # the reason and the phase are in `doc` already
-                    error_lines(failure_lines(doc))
-                    return failure_code(doc)
-            if time.monotonic() > deadline:
-                error_lines([f"install of {cluster} not finished after {timeout:.0f}s; `bke status {cluster}` shows where it is"])
-                return EXIT_FAILURE
-            # wake on the next phase event, or re-read once a second (done counts move between events)
-            await watch.wait_more(seen, timeout=1.0)
-            seen = len(watch.seen)
-    finally:
-        if live:
-            live.stop()
+class _Display:
+    """The install as the dispatcher tells it (`bke.v1.status.get`), read again at every wake:
+    a live table on a terminal, else a line per phase that changed."""
+
+    def __init__(self, cluster: str, timeout: float, console: Console):
+        self.cluster, self.timeout, self.console = cluster, timeout, console
+        self.start = time.monotonic()
+        self.waiting = False  # said once per outage that we wait, not once a second
+        self.last_lines: dict[str, str] = {}
+        self.live: Live | None = None
+
+    async def poll(self, nc: NatsClient) -> int | None:
+        try:
+            doc = await get_status(nc, self.cluster, nodes="none")
+        except StatusUnavailable as exc:
+            if STATE_LOST in str(exc):  # not an outage: nothing goes on until a restore
+                return exit_with(EXIT_FAILURE, [str(exc)])
+            # a dispatcher restarting, its store away, or not up yet: keep following to the deadline
+            left = max(0.0, self.start + self.timeout - time.monotonic())
+            return self._wait(f"{exc}; waiting (up to {left:.0f} s more)")
+        except Exception as exc:  # noqa: BLE001 - NATS away mid-follow: the connection reconnects by itself
+            if not is_unavailable(exc):
+                raise
+            return self._wait(f"NATS unavailable ({type(exc).__name__}); waiting for it to come back")
+        if doc is None:
+            return None
+        if self.waiting:
+            self.console.print("the services answer again; following")
+            self.waiting = False
+        self._show(doc)
+        if doc.status == "Succeeded":
+            self.console.print(f"cluster {self.cluster} installed in {time.monotonic() - self.start:.1f}s")
+            return EXIT_OK
+        if doc.status == "Failed":
+            try:  # the first page of failed nodes, to name them
+                doc = await get_status(nc, self.cluster, nodes="failed", every_page=False) or doc
+            except StatusUnavailable:
+                pass  # the reason and the phase are in `doc` already
+            return exit_with(failure_code(doc), failure_lines(doc))
+        return None
+
+    def _wait(self, why: str) -> None:
+        if not self.waiting:
+            warn_lines([why])
+            self.waiting = True
+
+    def _show(self, doc: ClusterStatus) -> None:
+        elapsed = time.monotonic() - self.start
+        if self.console.is_terminal:
+            if self.live is None:
+                self.live = Live(console=self.console, auto_refresh=False)
+                self.live.start()
+            self.live.update(status_table(doc, elapsed), refresh=True)
+            return
+        for p in doc.phases:
+            line = f"{p.status} {p.done}/{p.total}"
+            if p.status != "Pending" and self.last_lines.get(p.name) != line:
+                self.last_lines[p.name] = line
+                self.console.print(f"[{elapsed:6.1f}s] {p.name}: {line} {p.message[:120]}")
+
+    def gave_up(self, seen: Progress) -> int:
+        return exit_with(EXIT_FAILURE, [f"install of {self.cluster} not finished after {self.timeout:.0f}s; "
+                                        f"`bke status {self.cluster}` shows where it is"])
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
