@@ -23,7 +23,8 @@ every agent). A body in another form (`AgentCommand.to_bytes`, older senders) is
 before, over `signing_bytes()` of the parsed command.
 
 Why this module knows no Redis: the node agent imports it and must not import redis (an
-import-linter contract). The store is any object with `get` / `set(..., nx=True)`.
+import-linter contract). The store is any object with `get` / `set(..., nx=True)`
+(bke.core.secrets.stored_key, which makes this key and the snapshot key the same way).
 
 Errors (permanent: retrying cannot fix a key)::
 
@@ -36,7 +37,7 @@ import base64
 import binascii
 import hashlib
 from datetime import datetime, timedelta
-from typing import Any, Awaitable, Protocol
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -46,6 +47,7 @@ from bke.contracts.agent import COMMAND_VALIDITY_S, AgentCommand
 from bke.core.errors import PermanentError
 from .at_rest import SecretBox
 from .binding import Binding
+from .stored_key import AsyncStore, SyncStore, ensure_stored, ensure_stored_sync
 
 __all__ = [
     "COMMAND_KEY_PREFIX",
@@ -150,33 +152,14 @@ class CommandSigner:
             raise SigningKeyError("the stored command-signing key is not an Ed25519 key") from None
 
 
-class _AsyncStore(Protocol):
-    def get(self, name: str) -> Awaitable[Any]: ...
-    def set(self, name: str, value: bytes, *, nx: bool = ...) -> Awaitable[Any]: ...
+async def ensure_command_key(store: AsyncStore, name: str, box: SecretBox) -> CommandSigner:
+    """The deployment's signing key, made if missing (concurrent callers get the same key)."""
+    return await ensure_stored(store, name, box, CommandSigner)
 
 
-class _SyncStore(Protocol):
-    def get(self, name: str) -> Any: ...
-    def set(self, name: str, value: bytes, *, nx: bool = ...) -> Any: ...
-
-
-async def ensure_command_key(store: _AsyncStore, name: str, box: SecretBox) -> CommandSigner:
-    """The deployment's signing key, made if missing. Concurrent callers get the same key: the
-    first `SET NX` wins and every caller reads back what is stored."""
-    blob = await store.get(name)
-    if blob is None:
-        await store.set(name, CommandSigner.generate().seal_for_store(box), nx=True)
-        blob = await store.get(name)
-    return CommandSigner.from_store(blob, box)
-
-
-def ensure_command_key_sync(store: _SyncStore, name: str, box: SecretBox) -> CommandSigner:
+def ensure_command_key_sync(store: SyncStore, name: str, box: SecretBox) -> CommandSigner:
     """`ensure_command_key` for synchronous callers (the lab supervisor)."""
-    blob = store.get(name)
-    if blob is None:
-        store.set(name, CommandSigner.generate().seal_for_store(box), nx=True)
-        blob = store.get(name)
-    return CommandSigner.from_store(blob, box)
+    return ensure_stored_sync(store, name, box, CommandSigner)
 
 
 def _unsigned(cmd: AgentCommand, signer: CommandSigner, validity_s: float, binding: Binding | None) -> AgentCommand:

@@ -27,7 +27,8 @@ record v1", salt both public keys), the static-static Diffie-Hellman a NaCl `box
 same purpose. BKE recomputes it from its private half and the agent key *it provisioned* for the
 node (`SnapshotKey.record_mac_ok`), so a record is believed only from that node's agent.
 
-No Redis import: the store is any object with `get` / `set(..., nx=True)` (as in signing).
+No Redis import: the store is any object with `get` / `set(..., nx=True)` (bke.core.secrets.stored_key,
+as for the signing key).
 
 Errors (permanent)::
 
@@ -43,7 +44,6 @@ import base64
 import binascii
 import hashlib
 import hmac
-from typing import Any, Awaitable, Protocol
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -52,6 +52,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from bke.core.errors import PermanentError, TemporaryError
 from .at_rest import SecretBox
 from .sealing import agent_key_id, open_sealed, public_key_from_raw, public_key_to_raw, seal
+from .stored_key import AsyncStore, SyncStore, ensure_stored, ensure_stored_sync
 
 __all__ = [
     "STORED_KEY_AAD",
@@ -177,43 +178,24 @@ def upgrade_stored_form(blob: bytes, box: SecretBox) -> bytes | None:
     return SnapshotKey.from_store(blob, box).seal_for_store(box)
 
 
-class _AsyncStore(Protocol):
-    def get(self, name: str) -> Awaitable[Any]: ...
-    def set(self, name: str, value: bytes, *, nx: bool = ...) -> Awaitable[Any]: ...
+async def ensure_snapshot_key(store: AsyncStore, name: str, box: SecretBox) -> SnapshotKey:
+    """The deployment's snapshot key, made if missing (concurrent callers get the same key)."""
+    return await ensure_stored(store, name, box, SnapshotKey)
 
 
-class _SyncStore(Protocol):
-    def get(self, name: str) -> Any: ...
-    def set(self, name: str, value: bytes, *, nx: bool = ...) -> Any: ...
-
-
-async def ensure_snapshot_key(store: _AsyncStore, name: str, box: SecretBox) -> SnapshotKey:
-    """The deployment's snapshot key, made if missing; concurrent callers get the same key (the
-    first `SET NX` wins and every caller reads back what is stored)."""
-    blob = await store.get(name)
-    if blob is None:
-        await store.set(name, SnapshotKey.generate().seal_for_store(box), nx=True)
-        blob = await store.get(name)
-    return SnapshotKey.from_store(blob, box)
-
-
-def ensure_snapshot_key_sync(store: _SyncStore, name: str, box: SecretBox) -> SnapshotKey:
+def ensure_snapshot_key_sync(store: SyncStore, name: str, box: SecretBox) -> SnapshotKey:
     """`ensure_snapshot_key` for synchronous callers (the lab, the CLI)."""
-    blob = store.get(name)
-    if blob is None:
-        store.set(name, SnapshotKey.generate().seal_for_store(box), nx=True)
-        blob = store.get(name)
-    return SnapshotKey.from_store(blob, box)
+    return ensure_stored_sync(store, name, box, SnapshotKey)
 
 
-def read_snapshot_key(store: _SyncStore, name: str, box: SecretBox) -> SnapshotKey | None:
+def read_snapshot_key(store: SyncStore, name: str, box: SecretBox) -> SnapshotKey | None:
     """The stored key, or None if this deployment never made one (a reader must not make a
     new key: it would open nothing sealed before)."""
     blob = store.get(name)
     return None if blob is None else SnapshotKey.from_store(blob, box)
 
 
-async def read_snapshot_recipient(store: _AsyncStore, name: str) -> str:
+async def read_snapshot_recipient(store: AsyncStore, name: str) -> str:
     """The public half, read without the key (the dispatcher: module docstring). TemporaryError
     while there is no record, or one of the older form: `bke state init` makes or rewrites it."""
     blob = await store.get(name)
