@@ -6,11 +6,13 @@ once by the caller (`generate_vrrp_password`) and passed in as an input. See doc
 Public surface (guarded by a test): render_cluster and its inputs/outputs, the data tables (gates,
 presets, denylist, template ranges) and the typed errors.
 """
+from bke.core.flagrules.gates import GATES, Gate, VersionSet, gate_open
+
 from .args import DENYLIST, DenyRule, format_flags, merge_args
 from .context import EtcdJoin, RenderInputs, generate_vrrp_password
 from .errors import (DeniedFlagError, Finding, InvalidOutputError, MissingInputError, RenderError, RenderRejected,
                      UnsupportedVersionError)
-from .gates import GATES, Gate, VersionSet, gate_open, resolve_versions
+from .gates import resolve_versions
 from .presets import PRESETS, TIERS, ClusterFacts, Preset, Tier, preset_args, tier_for
 from .render import FILES, render_cluster, preload_templates
 from .result import NodeDiff, NodeFiles, RenderedCluster, RenderedFile, diff_rendered

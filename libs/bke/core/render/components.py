@@ -5,12 +5,12 @@ presets and extraArgs are merged on top in Ctx.flags.
 """
 from __future__ import annotations
 
+from bke.core.flagrules.gates import gate_open
 from bke.core.paths import CONTROLLER_MANAGER_CONF, MANIFESTS_DIR, PKI_DIR, SCHEDULER_CONF
 from bke.core.plan import EtcdClusterPlan, NodePlan
 from .args import format_flags
 from .context import Ctx, loopback_of, url_host
 from .errors import MissingInputError
-from .gates import gate_open
 from .layout import PKI, PORTS
 from .params import ApiserverPod, ControllerManagerPod, EtcdPod, SchedulerPod
 

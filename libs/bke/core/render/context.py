@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bke.core.flagrules import family_of, flag_verdict
+from bke.core.flagrules.gates import VersionSet
 from bke.core.pki.pod_certs import names_digests
 from bke.core.plan import NodePlan, Plan
 from bke.core.spec.models import BKENodeSpec, Cluster
 from .args import COMPONENT_FIELDS, merge_args
 from .errors import MissingInputError
-from .gates import VersionSet
 from .presets import ClusterFacts, Tier, preset_args, tier_for
 
 __all__ = ["Ctx", "EtcdJoin", "RenderInputs", "VRRP_PASSWORD_RE", "generate_vrrp_password", "loopback_of", "url_host"]

@@ -9,8 +9,8 @@ import functools
 import re
 
 from bke.core.flagrules.flag_table import FLAGS
+from bke.core.flagrules.gates import GATES
 from .args import DENYLIST
-from .gates import GATES
 from .presets import PRESETS, TIERS
 from .templates import TEMPLATE_RANGES
 

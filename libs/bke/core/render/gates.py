@@ -2,20 +2,12 @@
 spec validation (in the planner and `bke plan`) judges user flags by the same rows."""
 from __future__ import annotations
 
-from bke.core.flagrules.gates import GATES, Gate, VersionSet, family_of, gate_for, gate_open
+from bke.core.flagrules.gates import VersionSet
 from bke.core.plan import Plan
 from bke.core.versions import Version, VersionError, check_supported
 from .errors import UnsupportedVersionError
 
-__all__ = [
-    "GATES",
-    "Gate",
-    "VersionSet",
-    "family_of",
-    "gate_for",
-    "gate_open",
-    "resolve_versions",
-]
+__all__ = ["resolve_versions"]
 
 _C = "cluster.spec.clusterConfig.cluster"
 

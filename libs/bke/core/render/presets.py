@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .gates import VersionSet, gate_open
+from bke.core.flagrules.gates import VersionSet, gate_open
 
 __all__ = ["PRESETS", "TIERS", "ClusterFacts", "Preset", "Tier", "preset_args", "tier_for"]
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
+from bke.core.flagrules.gates import VersionSet
 from bke.core.plan import NodePlan, Plan
 from bke.core.versions import CONTAINERD_MINORS, ETCD_MINORS, KUBERNETES, parse_version
 from .addons import render_addons
@@ -30,7 +31,7 @@ from .checks import port_conflicts
 from .components import apiserver_pod, controller_manager_pod, etcd_pod, scheduler_pod
 from .context import Ctx, RenderInputs
 from .errors import DeniedFlagError, Finding, InvalidOutputError, RenderRejected
-from .gates import VersionSet, resolve_versions
+from .gates import resolve_versions
 from .host_files import crictl_config, modules_load, sysctl_conf
 from .k8s_schema import precompile
 from .layout import PORTS

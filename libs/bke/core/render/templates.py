@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jinja2
 
-from .gates import VersionSet
+from bke.core.flagrules.gates import VersionSet
 
 __all__ = ["TEMPLATE_RANGES", "TEMPLATE_DIR", "TemplateRange", "TemplateSet", "template_set"]
 
