@@ -6,12 +6,10 @@ import threading
 from datetime import datetime, timezone
 
 from pydantic import ValidationError
-from bke.adapters.forgetting import serve_deleted
-from bke.adapters.state.client import redis_client
-from bke.adapters.state.epoch import watch_epoch
+from bke.adapters.state_service import make_state_service
 
 from bke.adapters.bus.replies import answerable
-from bke.adapters.bus.service import Service, make_service
+from bke.adapters.bus.service import Service
 from bke.adapters.bus.handler import typed
 from bke.adapters.bus.misaddressed import Misaddressed
 from bke.contracts import PLAN_CREATED, PlanCreated
@@ -38,11 +36,8 @@ __all__ = ["create_service"]
 
 def create_service(settings: CertsSettings | None = None) -> Service:
     settings = settings or CertsSettings()
-    svc = make_service("certs", settings)
-    redis = redis_client(settings.store)
-    serve_deleted(svc, redis, lambda: datetime.now(timezone.utc))  # a deleted cluster: this service's records go (bke.adapters.forgetting)
-    svc.on_stop.append(redis.aclose)
-    watch_epoch(svc, redis)  # a lost state (bke.adapters.state.epoch): wait for a restore, never start over
+    # its Redis; a deleted cluster's records go; a lost state waits for a restore (state_service)
+    svc, redis = make_state_service("certs", settings)
     # read now (a missing key file fails at start, not at the first message), and again when changed
     pki_keys, api_keys = keyring_for("pki"), keyring_for("api")
     h = CertsHandlers(redis=redis, box_factory=pki_keys.box, api_box_factory=api_keys.box, publish=svc.publish,

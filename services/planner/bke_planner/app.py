@@ -5,13 +5,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from functools import partial
 
-from bke.adapters.forgetting import serve_deleted
-from bke.adapters.state.client import redis_client
-from bke.adapters.state.epoch import watch_epoch
+from bke.adapters.state_service import make_state_service
 
 from bke.adapters.bus import get_blob
 from bke.adapters.bus.handler import deprecated, typed
-from bke.adapters.bus.service import Service, make_service
+from bke.adapters.bus.service import Service
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
 from bke.contracts.subjects import LEGACY_CLUSTER_REQUESTED
 from bke.contracts.install import InstallFinished, install_subject
@@ -29,11 +27,8 @@ __all__ = ["create_service"]
 
 def create_service(settings: PlannerSettings | None = None) -> Service:
     settings = settings or PlannerSettings()
-    svc = make_service("planner", settings)
-    redis = redis_client(settings.store)
-    serve_deleted(svc, redis, lambda: datetime.now(timezone.utc))  # a deleted cluster: this service's records go (bke.adapters.forgetting)
-    svc.on_stop.append(redis.aclose)
-    watch_epoch(svc, redis)  # a lost state (bke.adapters.state.epoch): wait for a restore, never start over
+    # its Redis; a deleted cluster's records go; a lost state waits for a restore (state_service)
+    svc, redis = make_state_service("planner", settings)
 
     async def fetch_blob(ref: str) -> bytes:
         # the same limit as `bke plan`: refused from the object's size before it is read whole

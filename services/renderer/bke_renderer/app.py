@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from bke.adapters.forgetting import on_nodes_removed, serve_deleted
-from bke.adapters.state.client import redis_client
-from bke.adapters.state.epoch import watch_epoch
+from bke.adapters.forgetting import on_nodes_removed
+from bke.adapters.state_service import make_state_service
 
-from bke.adapters.bus.service import Service, make_service
+from bke.adapters.bus.service import Service
 from bke.adapters.bus.handler import typed
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.membership import REMOVE_NODES_FINISHED, RemoveNodesFinished
@@ -26,11 +25,8 @@ __all__ = ["create_service"]
 
 def create_service(settings: RendererSettings | None = None) -> Service:
     settings = settings or RendererSettings()
-    svc = make_service("renderer", settings)
-    redis = redis_client(settings.store)
-    serve_deleted(svc, redis, lambda: datetime.now(timezone.utc))  # a deleted cluster: this service's records go (bke.adapters.forgetting)
-    svc.on_stop.append(redis.aclose)
-    watch_epoch(svc, redis)  # a lost state (bke.adapters.state.epoch): wait for a restore, never start over
+    # its Redis; a deleted cluster's records go; a lost state waits for a restore (state_service)
+    svc, redis = make_state_service("renderer", settings)
     preload_templates()  # every per-version template set, once, at start
     # every outcome counted and listed for the dashboard (history.py)
     history = RenderHistory(svc.metrics, redis, lambda: datetime.now(timezone.utc))

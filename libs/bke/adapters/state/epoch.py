@@ -221,10 +221,12 @@ class _ServiceHooks(Protocol):
     """The part of bke.adapters.bus.service.Service that a watch hooks into."""
 
     name: str
-    readiness: _Readiness
     guards: list[Callable[[], None]]
     after_start: list[Callable[[], Awaitable[None]]]
     before_stop: list[Callable[[], Awaitable[None]]]
+
+    @property
+    def readiness(self) -> _Readiness: ...  # read only: a Service's own Readiness fits
 
 
 def watch_epoch(svc: _ServiceHooks, redis: Redis, *, interval_s: float = 1.0, on_lost: Hook = _nothing,
