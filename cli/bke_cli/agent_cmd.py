@@ -52,7 +52,7 @@ from bke.adapters.bus.connect import connect_nats
 from .connect import resolve_nats
 from bke.core.errors import PermanentError
 
-from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, die, error_lines, warn_lines
+from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, Fmt, die, error_lines, warn_lines
 from .provision import KeyRecorder, command_key_pin, fetch_command_key, trusted_command_key
 from .spec_input import plan_or_exit
 
@@ -69,11 +69,6 @@ class PythonChoice(str, Enum):
     auto = "auto"
     system = "system"
     bundled = "bundled"
-
-
-class OutputFormat(str, Enum):
-    table = "table"
-    json = "json"
 
 
 @agent_app.command("bootstrap")
@@ -103,7 +98,7 @@ def bootstrap(
     wheelhouse: str | None = typer.Option(
         None, "--wheelhouse", help="install from this wheelhouse with no package index: the bundle's "
         "<httpRepo>/agent/<version>/wheels/index.html (bke bundle build), or a path on the nodes"),
-    output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="result as table or json"),
+    output: Fmt = typer.Option(Fmt.table, "-o", "--output", help="result as table or json"),
     creds_dir: Path | None = typer.Option(
         None, "--creds-dir", help="folder of each node's NATS identity, <dir>/agent.<cluster>.<node>.creds (made by "
         "`bke identities provision agent --cluster C --node N --out FILE`); shipped 0600 to /etc/bke-agent/nats.creds"),
@@ -294,9 +289,9 @@ def _with_built_wheel(params: dict[str, BootstrapParams], work: Path) -> dict[st
     return {n: replace(p, wheel=built) for n, p in params.items()}
 
 
-def _report(outcomes: list[NodeOutcome], output: OutputFormat) -> None:
+def _report(outcomes: list[NodeOutcome], output: Fmt) -> None:
     error_lines(f"node {o.node} ({o.address}): {o.status}: {o.message}" for o in outcomes if not o.ok)
-    if output is OutputFormat.json:
+    if output is Fmt.json:
         print(json.dumps([asdict(o) for o in outcomes], indent=2))
         return
     table = Table("node", "address", "status", "step", "agent public key / reason")
