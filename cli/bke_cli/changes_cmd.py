@@ -12,14 +12,13 @@ import asyncio
 import uuid
 from collections import Counter
 
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
 from rich.console import Console
 
 from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.contracts.changes import CLUSTER_DIFF, ClusterChanges, DiffCluster, parse_changes_reply
 from bke.contracts.status import StatusError
 
+from .ask import request
 from .output import quiet_bus_errors
 from .spec_source import blob_put, spec_fields
 
@@ -38,13 +37,7 @@ async def ask_changes(nats: BusAccess | str, spec: bytes, timeout: float = DIFF_
     try:
         rid = str(uuid.uuid4())
         req = DiffCluster(request_id=rid, **await spec_fields(spec, blob_put(nc.jetstream(), f"specs/diff-{rid}.yaml")))
-        try:
-            msg = await nc.request(CLUSTER_DIFF, req.to_bytes(), timeout=timeout)
-        except NoRespondersError as exc:
-            raise DiffUnavailable(f"no planner answers on {CLUSTER_DIFF}; is it running?") from exc
-        except NatsTimeout as exc:
-            raise DiffUnavailable(f"no answer on {CLUSTER_DIFF} within {timeout:.0f}s") from exc
-        return parse_changes_reply(msg.data)
+        return parse_changes_reply(await request(nc, CLUSTER_DIFF, req, timeout, "planner", DiffUnavailable))
     finally:
         await nc.close()
 

@@ -48,6 +48,7 @@ from bke.core.secrets.snapshot_key import SnapshotKey, read_snapshot_key
 from bke.adapters.state.client import redact_url, sync_redis_client
 from bke.adapters.state.keys import etcd_snapshot_key, provisioned_agents_key
 
+from .ask import ask_view
 from .connect import resolve_nats
 from .etcd_restore_follow import restore_and_follow
 from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, Fmt, die, where
@@ -216,16 +217,6 @@ snapshot as a new cluster (old data dirs kept), members started and healthy, api
                "--initial-advertise-peer-urls http://127.0.0.1:2380 --listen-peer-urls http://127.0.0.1:2380")
 
 
-async def _get_restore(access: BusAccess, name: str) -> EtcdRestoreView | StatusError:
-    nc = await connect_nats(access, name="bke-cli")
-    try:
-        raw = (await nc.request(RESTORE_GET, GetEtcdRestore(cluster=name).to_bytes(), timeout=10)).data
-    finally:
-        await nc.close()
-    doc = json.loads(raw)
-    return StatusError.model_validate(doc) if "reason" in doc else EtcdRestoreView.model_validate(doc)
-
-
 def restore_status(access: BusAccess, name: str, output: Fmt) -> None:
     """`bke etcd restore status NAME`: the upgrader's view of the cluster's current or last restore."""
     try:
@@ -233,7 +224,7 @@ def restore_status(access: BusAccess, name: str, output: Fmt) -> None:
     except ValidationError as exc:
         die(f"CLUSTER: {exc.errors()[0]['msg']}", EXIT_INVALID)
     try:
-        got = asyncio.run(_get_restore(access, req_ok.cluster))
+        got = asyncio.run(ask_view(access, RESTORE_GET, req_ok, EtcdRestoreView, name="bke-cli"))
     except Exception as exc:  # noqa: BLE001 - no upgrader answered: one line, not a trace
         die(f"no answer on {RESTORE_GET}: {type(exc).__name__}: {exc}", EXIT_FAILURE)
         raise AssertionError("unreachable") from None  # die exits

@@ -5,10 +5,9 @@ reads the services' Redis.
 """
 from __future__ import annotations
 
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
-
 from bke.contracts.status import STATUS_GET, ClusterStatus, NodeSelection, StatusError, GetStatus, parse_status_reply
+
+from .ask import request
 
 __all__ = ["StatusUnavailable", "get_status"]
 
@@ -26,13 +25,7 @@ async def get_status(
     offset, pages = 0, []
     while True:
         req = GetStatus(cluster=cluster, nodes=nodes, offset=offset)
-        try:
-            msg = await nc.request(STATUS_GET, req.to_bytes(), timeout=timeout)
-        except NoRespondersError as exc:
-            raise StatusUnavailable(f"no dispatcher answers on {STATUS_GET}; is it running?") from exc
-        except NatsTimeout as exc:
-            raise StatusUnavailable(f"no answer on {STATUS_GET} within {timeout:.0f}s") from exc
-        reply = parse_status_reply(msg.data)
+        reply = parse_status_reply(await request(nc, STATUS_GET, req, timeout, "dispatcher", StatusUnavailable))
         if isinstance(reply, StatusError):
             if reply.reason == "NotFound":
                 return None

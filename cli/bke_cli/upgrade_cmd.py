@@ -34,6 +34,7 @@ from bke.core.versions import KUBERNETES, Version, parse_version
 from bke.contracts.upgrade import UPGRADE_GET, GetUpgrade, RetryUpgrade, UpgradeCluster, UpgradeView
 from bke.contracts.status import StatusError
 
+from .ask import ask_view
 from .connect import resolve_nats
 from .output import EXIT_FAILURE, EXIT_INVALID, Fmt, die, error_lines
 from .spec_input import plan_or_exit
@@ -215,15 +216,7 @@ whose component did not come back healthy was rolled back)."""
 
 
 async def _get(access: Any, name: str) -> UpgradeView | StatusError:
-    from bke.adapters.bus.connect import connect_nats
-
-    nc = await connect_nats(access)
-    try:
-        raw = (await nc.request(UPGRADE_GET, GetUpgrade(cluster=name).to_bytes(), timeout=10)).data
-    finally:
-        await nc.close()
-    doc = json.loads(raw)
-    return StatusError.model_validate(doc) if "reason" in doc else UpgradeView.model_validate(doc)
+    return await ask_view(access, UPGRADE_GET, GetUpgrade(cluster=name), UpgradeView)
 
 
 def retry_upgrade(access: Any, name: str, nodes: list[str], timeout: float) -> int:
