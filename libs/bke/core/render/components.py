@@ -5,6 +5,8 @@ presets and extraArgs are merged on top in Ctx.flags.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from bke.core.flagrules.gates import gate_open
 from bke.core.paths import CONTROLLER_MANAGER_CONF, MANIFESTS_DIR, PKI_DIR, SCHEDULER_CONF
 from bke.core.plan import EtcdClusterPlan, NodePlan
@@ -12,7 +14,7 @@ from .args import format_flags
 from .context import Ctx, loopback_of, url_host
 from .errors import MissingInputError
 from .layout import PKI, PORTS
-from .params import ApiserverPod, ControllerManagerPod, EtcdPod, SchedulerPod
+from .params import ApiserverPod, ControllerManagerPod, EtcdPod, Params, SchedulerPod
 
 __all__ = [
     "apiserver_defaults",
@@ -124,17 +126,23 @@ def apiserver_defaults(ctx: Ctx, node: NodePlan) -> dict[str, str]:
     return out
 
 
-def apiserver_pod(ctx: Ctx, node: NodePlan) -> Emit:
-    flags = ctx.flags("kube-apiserver", node, apiserver_defaults(ctx, node))
-    params = ApiserverPod(
-        image=ctx.image("kube-apiserver", f"v{ctx.versions.kubernetes}"),
-        flags=format_flags(flags),
-        advertise_address=node.ip,
-        port=PORTS["kube-apiserver"],
-        pki_dir=PKI_DIR,
-        certificate_names=ctx.certificate_names(node, "kube-apiserver"),
+def _control_plane_pod(ctx: Ctx, node: NodePlan, component: str, model: Callable[..., Params], defaults: dict[str, str],
+                       **own: str) -> Emit:
+    """The static pod of a control-plane component: its flags (defaults, presets, extraArgs), the
+    image of the cluster's release, its port and certificate names, and what is `own` to it."""
+    params = model(
+        image=ctx.image(component, f"v{ctx.versions.kubernetes}"),
+        flags=format_flags(ctx.flags(component, node, defaults)),
+        port=PORTS[component],
+        certificate_names=ctx.certificate_names(node, component),
+        **own,
     )
-    return [(f"{MANIFESTS_DIR}/kube-apiserver.yaml", params)]
+    return [(f"{MANIFESTS_DIR}/{component}.yaml", params)]
+
+
+def apiserver_pod(ctx: Ctx, node: NodePlan) -> Emit:
+    return _control_plane_pod(ctx, node, "kube-apiserver", ApiserverPod, apiserver_defaults(ctx, node),
+                              advertise_address=node.ip, pki_dir=PKI_DIR)
 
 
 def controller_manager_defaults(ctx: Ctx) -> dict[str, str]:
@@ -163,16 +171,8 @@ def controller_manager_defaults(ctx: Ctx) -> dict[str, str]:
 
 
 def controller_manager_pod(ctx: Ctx, node: NodePlan) -> Emit:
-    flags = ctx.flags("kube-controller-manager", node, controller_manager_defaults(ctx))
-    params = ControllerManagerPod(
-        image=ctx.image("kube-controller-manager", f"v{ctx.versions.kubernetes}"),
-        flags=format_flags(flags),
-        port=PORTS["kube-controller-manager"],
-        pki_dir=PKI_DIR,
-        kubeconfig=CONTROLLER_MANAGER_CONF,
-        certificate_names=ctx.certificate_names(node, "kube-controller-manager"),
-    )
-    return [(f"{MANIFESTS_DIR}/kube-controller-manager.yaml", params)]
+    return _control_plane_pod(ctx, node, "kube-controller-manager", ControllerManagerPod,
+                              controller_manager_defaults(ctx), pki_dir=PKI_DIR, kubeconfig=CONTROLLER_MANAGER_CONF)
 
 
 def scheduler_defaults(ctx: Ctx) -> dict[str, str]:
@@ -188,12 +188,5 @@ def scheduler_defaults(ctx: Ctx) -> dict[str, str]:
 
 
 def scheduler_pod(ctx: Ctx, node: NodePlan) -> Emit:
-    flags = ctx.flags("kube-scheduler", node, scheduler_defaults(ctx))
-    params = SchedulerPod(
-        image=ctx.image("kube-scheduler", f"v{ctx.versions.kubernetes}"),
-        flags=format_flags(flags),
-        port=PORTS["kube-scheduler"],
-        kubeconfig=SCHEDULER_CONF,
-        certificate_names=ctx.certificate_names(node, "kube-scheduler"),
-    )
-    return [(f"{MANIFESTS_DIR}/kube-scheduler.yaml", params)]
+    return _control_plane_pod(ctx, node, "kube-scheduler", SchedulerPod, scheduler_defaults(ctx),
+                              kubeconfig=SCHEDULER_CONF)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bke.core.flagrules.gates import VersionSet, gate_open
+from bke.core.flagrules.gates import VersionSet, family_of, gate_open
 
 __all__ = ["PRESETS", "TIERS", "ClusterFacts", "Preset", "Tier", "preset_args", "tier_for"]
 
@@ -105,7 +105,7 @@ def preset_args(component: str, facts: ClusterFacts, versions: VersionSet) -> di
     """The preset flags of `component` for this cluster, gated by version; feature gates folded
     into one sorted `feature-gates` value."""
     rank = _RANK[tier_for(facts.nodes).name]
-    family = "etcd" if component.startswith("etcd") else component
+    family = family_of(component)
     chosen: dict[tuple[str, str], Preset] = {}
     for p in PRESETS:
         if p.component != family or _RANK[p.tier] > rank:
