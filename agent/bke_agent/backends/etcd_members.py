@@ -33,7 +33,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,9 +129,20 @@ class _Client:
         return str((status.get("header") or {}).get("member_id", ""))
 
 
-def _client(verify: ssl.SSLContext | bool, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
-    return httpx.AsyncClient(verify=verify, trust_env=False, transport=transport,
-                             timeout=httpx.Timeout(_REQUEST_S, connect=_CONNECT_S))
+@asynccontextmanager
+async def _etcd(url: str, verify: ssl.SSLContext | bool, transport: httpx.AsyncBaseTransport | None) -> AsyncIterator[_Client]:
+    """The member at `url`, for the length of one step."""
+    async with httpx.AsyncClient(verify=verify, trust_env=False, transport=transport,
+                                 timeout=httpx.Timeout(_REQUEST_S, connect=_CONNECT_S)) as http:
+        yield _Client(http, url)
+
+
+def _found(step: EtcdMemberAdd | EtcdMemberPromote | EtcdMemberRemove, acted: bool, what: str,
+           members: list[Member]) -> StepOutcome:
+    """The step's end: Succeeded if it changed the membership, Skipped if it found it done; what
+    it found, then the member list."""
+    return StepOutcome("Succeeded" if acted else "Skipped",
+                       stdout=f"{step.etcd_cluster}: {what}\nmembers:\n{_listing(members)}")
 
 
 Attempt = Callable[[], Awaitable["StepOutcome | None"]]
@@ -165,8 +177,7 @@ async def ensure_learner_added(step: EtcdMemberAdd, url: str, verify: ssl.SSLCon
                                transport: httpx.AsyncBaseTransport | None = None,
                                sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                                clock: Callable[[], float] = time.monotonic) -> StepOutcome:
-    async with _client(verify, transport) as http:
-        etcd = _Client(http, url)
+    async with _etcd(url, verify, transport) as etcd:
         added: list[Member] = []
 
         async def attempt() -> StepOutcome | None:
@@ -184,8 +195,7 @@ async def ensure_learner_added(step: EtcdMemberAdd, url: str, verify: ssl.SSLCon
                 what = (f"added {step.member} as a learner (id {int(same_url.id):x}, peer {step.peer_url}); start it "
                         "with --initial-cluster-state=existing" if added else
                         f"{step.member} ({step.peer_url}) is already a member: {same_url.describe()}")
-                return StepOutcome("Succeeded" if added else "Skipped",
-                                   stdout=f"{step.etcd_cluster}: {what}\nmembers:\n{_listing(members)}")
+                return _found(step, bool(added), what, members)
             try:
                 body = await etcd.post("/v3/cluster/member/add", {"peerURLs": [step.peer_url], "isLearner": True})
             except EtcdAnswer as exc:
@@ -204,8 +214,7 @@ async def ensure_promoted(step: EtcdMemberPromote, url: str, verify: ssl.SSLCont
                           transport: httpx.AsyncBaseTransport | None = None,
                           sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                           clock: Callable[[], float] = time.monotonic) -> StepOutcome:
-    async with _client(verify, transport) as http:
-        etcd = _Client(http, url)
+    async with _etcd(url, verify, transport) as etcd:
         seen: list[Member] = []
 
         async def attempt() -> StepOutcome | None:
@@ -216,8 +225,7 @@ async def ensure_promoted(step: EtcdMemberPromote, url: str, verify: ssl.SSLCont
                                          "add it as a learner first")
             if not m.learner:
                 what = "promoted" if seen else "already is a voting member"
-                return StepOutcome("Succeeded" if seen else "Skipped",
-                                   stdout=f"{step.etcd_cluster}: {step.member} {what}\nmembers:\n{_listing(members)}")
+                return _found(step, bool(seen), f"{step.member} {what}", members)
             seen.append(m)
             try:
                 await etcd.post("/v3/cluster/member/promote", {"ID": m.id})
@@ -240,8 +248,7 @@ async def ensure_removed(step: EtcdMemberRemove, url: str, verify: ssl.SSLContex
                          transport: httpx.AsyncBaseTransport | None = None,
                          sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                          clock: Callable[[], float] = time.monotonic) -> StepOutcome:
-    async with _client(verify, transport) as http:
-        etcd = _Client(http, url)
+    async with _etcd(url, verify, transport) as etcd:
         removed: list[Member] = []
 
         async def attempt() -> StepOutcome | None:
@@ -249,8 +256,7 @@ async def ensure_removed(step: EtcdMemberRemove, url: str, verify: ssl.SSLContex
             m = _find(members, step.member, step.peer_url)
             if m is None:
                 what = f"removed {removed[0].describe()}" if removed else f"{step.member} ({step.peer_url}) is not a member"
-                return StepOutcome("Succeeded" if removed else "Skipped",
-                                   stdout=f"{step.etcd_cluster}: {what}\nmembers:\n{_listing(members)}")
+                return _found(step, bool(removed), what, members)
             if await etcd.asked_member_id() == m.id:
                 # the member would stop serving as it applies its own removal: ask one that stays
                 raise PermanentStepError(f"{step.etcd_cluster}: {url} is {step.member} itself; run the removal on a "
