@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +39,11 @@ NODES = typer.Option(..., "--nodes", help="hostnames, comma-separated")
 TIMEOUT = typer.Option(900.0, "--timeout", help="seconds to follow before giving up watching")
 
 
-# what each request is sent on, answered on, and followed on (its changed events' view field)
-_SUBJECTS: dict[type, tuple[str, str, Callable[[str], str], str]] = {
-    JoinNodes: (JOIN_NODES, JOIN_NODES_FINISHED, join_changed_subject, "join"),
-    RemoveNodes: (REMOVE_NODES, REMOVE_NODES_FINISHED, remove_changed_subject, "removal"),
-}
+def _subjects(req: JoinNodes | RemoveNodes) -> tuple[str, str, str, str]:
+    """What the request is sent on, answered on and followed on, and its view's field there."""
+    if isinstance(req, JoinNodes):
+        return JOIN_NODES, JOIN_NODES_FINISHED, join_changed_subject(req.cluster), "join"
+    return REMOVE_NODES, REMOVE_NODES_FINISHED, remove_changed_subject(req.cluster), "removal"
 
 
 def _nodes_line(view: dict[str, Any]) -> str:
@@ -55,11 +54,11 @@ def _nodes_line(view: dict[str, Any]) -> str:
 async def follow_membership(access: BusAccess | str, req: JoinNodes | RemoveNodes, timeout: float,
                             say: Any = lambda line: None) -> dict[str, Any]:
     """Send the request and wait for its `finished` event (the wire document), or {} on timeout."""
-    subject, finished, changed, key = _SUBJECTS[type(req)]
+    subject, finished, changed, key = _subjects(req)
     return await follow(access, Follow(
         request_id=req.request_id, send=publish(subject, req.to_bytes(), f"{subject}:{req.request_id}"),
         answers={finished: dict}, gave_up=lambda seen: {},
-        views=Views(changed(req.cluster), key, _nodes_line, say, every_line=True)), timeout, error_cb=quiet_bus_errors)
+        views=Views(changed, key, _nodes_line, say, every_line=True)), timeout, error_cb=quiet_bus_errors)
 
 
 def refused(done: dict[str, Any]) -> bool:
