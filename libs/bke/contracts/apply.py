@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from .base import ErrorItem, Message
+from .base import ErrorItem, Message, OneSpecSource
 from .changes import ChangeAction
 from .upgrade import UpgradeStepView
 
@@ -29,7 +29,7 @@ APPLY_REJECTED = "bke.v1.apply.rejected"
 MAX_APPLY_SPEC_CHARS = 900 * 1024
 
 
-class ApplyCluster(Message):
+class ApplyCluster(OneSpecSource):
     """Change `cluster` to what the spec (the BKECluster + BKENode YAML) describes: inline in
     `spec`, or for one larger than a message, `specRef` = `<bucket>/<key>` in the JetStream object
     store (the upgrader reads it with the install's size limit)."""
@@ -41,12 +41,6 @@ class ApplyCluster(Message):
     drain_timeout_s: float = Field(300.0, gt=0, le=24 * 3600)  # a kubelet/containerd roll drains its node
     dry_run: bool = False  # answer with the actions, start nothing
     origin: Literal["cli", "bus"] = "cli"
-
-    @model_validator(mode="after")
-    def _one_source(self) -> "ApplyCluster":
-        if (self.spec is None) == (self.spec_ref is None):
-            raise ValueError("exactly one of 'spec' and 'specRef' must be given")
-        return self
 
 
 class ApplyAccepted(Message):

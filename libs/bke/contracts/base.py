@@ -1,12 +1,13 @@
 """Base of every bus message: frozen, strict about unknown fields, camelCase on the wire."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
 
-__all__ = ["FailureKind", "MESSAGE_SCHEMA", "Message", "ErrorItem", "SCHEMA_HEADER", "schema_headers", "without_none"]
+__all__ = ["FailureKind", "MESSAGE_SCHEMA", "Message", "ErrorItem", "OneSpecSource", "SCHEMA_HEADER", "schema_headers",
+           "without_none"]
 
 # The form of every message body, in a header beside it (the subject's `bke.v1` names the
 # subject space, not the body's form: a new body form need not rename every subject). A message
@@ -42,6 +43,22 @@ class Message(BaseModel):
 
     def to_bytes(self) -> bytes:
         return self.model_dump_json(by_alias=True).encode()
+
+
+class OneSpecSource(Message):
+    """A request that carries a spec inline (`spec`) or, too large for one message, by reference
+    (`specRef` = `<bucket>/<key>` in the JetStream object store): exactly one of the two. The
+    fields are each request's own (their limits differ); no field here, so none moves on the wire."""
+
+    if TYPE_CHECKING:  # declared by each request, not here (pydantic reads no annotation of this block)
+        spec: str | None
+        spec_ref: str | None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        if (self.spec is None) == (self.spec_ref is None):
+            raise ValueError("exactly one of 'spec' and 'specRef' must be given")
+        return self
 
 
 class ErrorItem(Message):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from .base import ErrorItem, Message
+from .base import ErrorItem, Message, OneSpecSource
 
 if TYPE_CHECKING:
     from .status import StatusError
@@ -25,16 +25,10 @@ DIFF_QUEUE = "planner-diff"
 CHANGES_VERSION: Literal["bke.v1/ClusterChanges"] = "bke.v1/ClusterChanges"
 
 
-class DiffCluster(Message):
+class DiffCluster(OneSpecSource):
     request_id: str = Field(min_length=1, max_length=128)
     spec: str | None = None
     spec_ref: str | None = None  # `<bucket>/<key>` in the object store, for a large spec
-
-    @model_validator(mode="after")
-    def _one_source(self) -> "DiffCluster":
-        if (self.spec is None) == (self.spec_ref is None):
-            raise ValueError("exactly one of 'spec' and 'specRef' must be given")
-        return self
 
 
 class ChangeAction(Message):

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from .base import ErrorItem, Message
+from .base import ErrorItem, Message, OneSpecSource
 
 __all__ = ["InstallCluster", "ClusterRejected", "PlanCreated"]
 
 
-class InstallCluster(Message):
+class InstallCluster(OneSpecSource):
     """Command: plan (and install) this cluster. `specRef` = `<bucket>/<key>` in the
     JetStream object store, for specs larger than one message."""
 
@@ -17,9 +17,7 @@ class InstallCluster(Message):
     spec_ref: str | None = None
 
     @model_validator(mode="after")
-    def _one_source(self) -> "InstallCluster":
-        if (self.spec is None) == (self.spec_ref is None):
-            raise ValueError("exactly one of 'spec' and 'specRef' must be given")
+    def _ref_names_a_bucket(self) -> "InstallCluster":
         if self.spec_ref is not None and self.spec_ref.count("/") < 1:
             raise ValueError("specRef must be '<bucket>/<key>'")
         return self
