@@ -10,137 +10,29 @@
 
 Nothing here prints; the CLI (``bke agent bootstrap``) does.
 """
-from .bootstrap import (
-    NodeOutcome,
-    RemoteSession,
-    bootstrap_node,
-    bootstrap_nodes,
-    describe_steps,
-    steps_markdown,
-)
-from .client import (
-    RunResult,
-    SshOptions,
-    SshSession,
-    SshTarget,
-    expectation_for,
-    load_identity,
-    open_session,
-    policy_problems,
-)
-from .errors import (
-    HostKeyRefused,
-    SshAuthRefused,
-    SshUnreachable,
-    StepFailed,
-    UploadFailed,
-)
-from .files import (
-    AGENT_RUN_ARGS,
-    AgentFiles,
-    UnitParams,
-    render_env,
-    render_unit,
-    validate_name,
-    validate_nats_url,
-)
-from .hostkeys import (
-    Expectation,
-    HostKeyDecision,
-    HostKeyPolicy,
-    KnownHostsPolicy,
-    PinnedPolicy,
-    SeenKey,
-    decide_host_key,
-    normalize_fingerprint,
-    policy_from_options,
-)
-from .installer import installer_files, installer_line
-from .layout import (
-    AGENT_BIN,
-    LAUNCHER_BIN,
-    AGENT_PREFIX,
-    CONFIG_DIR,
-    ENV_PATH,
-    PYTHON_PREFIX,
-    STAGING_DIR,
-    UNIT_NAME,
-    UNIT_PATH,
-)
-from .plan import (
-    SUDO,
-    BootstrapParams,
-    Inline,
-    LocalFile,
-    Step,
-    Upload,
-    bootstrap_steps,
-    remote_command,
-)
+# The package's surface is its modules' own: each names what it offers in its `__all__` once,
+# and every module but two is re-exported whole (layout and standalone keep helpers of their own).
+from . import bootstrap, client, errors, files, hostkeys, installer, plan, wheel
+from .bootstrap import *  # noqa: F403
+from .client import *  # noqa: F403
+from .errors import *  # noqa: F403
+from .files import *  # noqa: F403
+from .hostkeys import *  # noqa: F403
+from .installer import *  # noqa: F403
+from .layout import AGENT_BIN, AGENT_PREFIX, CONFIG_DIR, ENV_PATH, LAUNCHER_BIN, PYTHON_PREFIX, STAGING_DIR, UNIT_NAME, UNIT_PATH
+from .plan import *  # noqa: F403
 from .standalone import PYTHON_BIN, PYTHON_MODES, StandaloneSource, standalone_source
-from .wheel import WheelBuildError, build_wheel, expected_wheel_name, project_root
+from .wheel import *  # noqa: F403
 
 __all__ = [
-    "AGENT_BIN",
-    "LAUNCHER_BIN",
-    "AGENT_PREFIX",
-    "AGENT_RUN_ARGS",
-    "CONFIG_DIR",
-    "ENV_PATH",
-    "PYTHON_BIN",
-    "PYTHON_MODES",
-    "PYTHON_PREFIX",
-    "STAGING_DIR",
-    "SUDO",
-    "UNIT_NAME",
-    "UNIT_PATH",
-    "AgentFiles",
-    "BootstrapParams",
-    "Expectation",
-    "HostKeyDecision",
-    "HostKeyPolicy",
-    "HostKeyRefused",
-    "Inline",
-    "KnownHostsPolicy",
-    "LocalFile",
-    "NodeOutcome",
-    "PinnedPolicy",
-    "RemoteSession",
-    "RunResult",
-    "SeenKey",
-    "SshAuthRefused",
-    "SshOptions",
-    "SshSession",
-    "SshTarget",
-    "SshUnreachable",
-    "StandaloneSource",
-    "Step",
-    "StepFailed",
-    "UnitParams",
-    "Upload",
-    "UploadFailed",
-    "WheelBuildError",
-    "bootstrap_node",
-    "bootstrap_nodes",
-    "bootstrap_steps",
-    "build_wheel",
-    "decide_host_key",
-    "describe_steps",
-    "expectation_for",
-    "expected_wheel_name",
-    "installer_files",
-    "installer_line",
-    "load_identity",
-    "normalize_fingerprint",
-    "open_session",
-    "policy_from_options",
-    "policy_problems",
-    "project_root",
-    "remote_command",
-    "render_env",
-    "render_unit",
-    "standalone_source",
-    "steps_markdown",
-    "validate_name",
-    "validate_nats_url",
+    "AGENT_BIN", "AGENT_PREFIX", "CONFIG_DIR", "ENV_PATH", "LAUNCHER_BIN", "PYTHON_PREFIX", "STAGING_DIR", "UNIT_NAME",
+    "UNIT_PATH", "PYTHON_BIN", "PYTHON_MODES", "StandaloneSource", "standalone_source",
 ]
+__all__ += bootstrap.__all__
+__all__ += client.__all__
+__all__ += errors.__all__
+__all__ += files.__all__
+__all__ += hostkeys.__all__
+__all__ += installer.__all__
+__all__ += plan.__all__
+__all__ += wheel.__all__

@@ -9,6 +9,7 @@
 
 No module here logs, and no error message ever contains key material.
 """
+from . import sealing
 from .at_rest import (
     SECRET_KEY_ENV,
     DecryptError,
@@ -22,20 +23,7 @@ from .at_rest import (
     load_secret_box,
 )
 from .key_kinds import KIND_NAMES, KeyringFile, box_for, key_file_env, key_file_for, keyring_for
-from .sealing import (
-    NotForThisKey,
-    SealedDataError,
-    agent_key_id,
-    generate_agent_key,
-    open_sealed,
-    private_key_from_pem,
-    private_key_to_pem,
-    public_key_from_pem,
-    public_key_from_raw,
-    public_key_to_pem,
-    public_key_to_raw,
-    seal,
-)
+from .sealing import *  # noqa: F403 - re-exported whole: its own __all__ names its surface
 
 __all__ = [
     "KIND_NAMES",
@@ -43,27 +31,16 @@ __all__ = [
     "DecryptError",
     "Keyring",
     "KeyringFile",
-    "NotForThisKey",
-    "SealedDataError",
     "SecretBox",
     "SecretKeyError",
     "SecretKeyInvalid",
     "SecretKeyMissing",
-    "agent_key_id",
     "box_for",
     "create_key_file",
-    "generate_agent_key",
     "key_file_env",
     "key_file_for",
     "keyring_for",
     "load_keyring",
     "load_secret_box",
-    "open_sealed",
-    "private_key_from_pem",
-    "private_key_to_pem",
-    "public_key_from_pem",
-    "public_key_from_raw",
-    "public_key_to_pem",
-    "public_key_to_raw",
-    "seal",
 ]
+__all__ += sealing.__all__
