@@ -204,15 +204,21 @@ def apply(
     from .status_cmd import show_changes
 
     plan = _plan_or_exit(read_spec_text(spec), spec)
-    sup = LabSupervisor(workdir)
-    info = sup.ensure_runtime()
-    sup.ensure_services(info)
+    sup, info = running_lab(workdir)
     if not dry_run:
         sup.ensure_agents(info, plan)  # a new node's machine is up with its agent before it joins
     code = show_changes(sup.operator_access(info), read_spec_text(spec), plan.cluster, dry_run, timeout=timeout)
     if code == 0 and not dry_run:
         _retire_agents(sup, info, plan)
     raise typer.Exit(code)
+
+
+def running_lab(workdir: Path) -> tuple[LabSupervisor, RuntimeInfo]:
+    """The lab of `workdir` with its runtime and every service up (started where they are not)."""
+    sup = LabSupervisor(workdir)
+    info = sup.ensure_runtime()
+    sup.ensure_services(info)
+    return sup, info
 
 
 def _retire_agents(sup: LabSupervisor, info: RuntimeInfo, plan: Plan) -> None:

@@ -81,15 +81,14 @@ def _exit(done: dict[str, Any], console: Console) -> None:
 
 def join_nodes(name: str, nodes: str = NODES, workdir: Path = WORKDIR, timeout: float = TIMEOUT) -> None:
     """Start the named nodes' agents and join them (the stored plan must already name them)."""
-    from bke.lab.supervisor import LabSupervisor
     from bke.adapters.state.client import redis_client
     from bke.adapters.state.plans import RedisPlanStore
 
+    from .lab_cmd import running_lab
+
     hosts = [h for h in nodes.split(",") if h]
     console = Console()
-    sup = LabSupervisor(workdir)
-    info = sup.ensure_runtime()
-    sup.ensure_services(info)
+    sup, info = running_lab(workdir)
 
     async def stored() -> tuple[Any, str]:
         r = redis_client(info.redis_url)  # the lab's admin user, as the supervisor's own probes
@@ -116,13 +115,11 @@ def join_nodes(name: str, nodes: str = NODES, workdir: Path = WORKDIR, timeout: 
 
 def remove_nodes(name: str, nodes: str = NODES, workdir: Path = WORKDIR, timeout: float = TIMEOUT) -> None:
     """Remove workers: drain, delete the Node, reset; then revoke their agents and stop them."""
-    from bke.lab.supervisor import LabSupervisor
+    from .lab_cmd import running_lab
 
     hosts = [h for h in nodes.split(",") if h]
     console = Console()
-    sup = LabSupervisor(workdir)
-    info = sup.ensure_runtime()
-    sup.ensure_services(info)
+    sup, info = running_lab(workdir)
     req = RemoveNodes(request_id=str(uuid.uuid4()), cluster=name, nodes=hosts)
     done = asyncio.run(follow_membership(sup.operator_access(info), req, timeout, console.print))
     retire_agents(sup, info, done.get("revokeIdentities", []),
