@@ -36,14 +36,17 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bke.contracts.agent import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, TlsFiles
+from bke.contracts.agent import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, EtcdSnapshot, TlsFiles
 
 from ..errors import PermanentStepError, StepError
 from .base import StepOutcome
+from .health import tls_verify
+from .snapshot import SnapshotTaker
 
 __all__ = ["EtcdMemberStepsMixin", "Member", "ensure_learner_added", "ensure_promoted", "ensure_removed"]
 
@@ -273,12 +276,23 @@ async def ensure_removed(step: EtcdMemberRemove, url: str, verify: ssl.SSLContex
 
 
 class EtcdMemberStepsMixin:
-    """The three steps for a backend that says how it reaches a member (`etcd_endpoint`)."""
+    """The steps that talk to an etcd member (the three membership steps, a snapshot) for a
+    backend that says how it reaches one (`etcd_url`; a host: as given)."""
 
     http_transport: httpx.AsyncBaseTransport | None = None
+    root: Path  # the node's filesystem root, where the step's TLS files are read
+    snapshots: SnapshotTaker | None  # None: an agent started without a bus
+
+    def etcd_url(self, url: str) -> str:
+        return url
 
     def etcd_endpoint(self, url: str, tls: TlsFiles | None) -> tuple[str, ssl.SSLContext | bool]:
-        raise NotImplementedError
+        return self.etcd_url(url), tls_verify(self.root, tls)
+
+    async def etcd_snapshot(self, step: EtcdSnapshot) -> StepOutcome:
+        if self.snapshots is None:
+            raise PermanentStepError("this agent has no snapshot store (it was started without a bus)")
+        return await self.snapshots.take(step, *self.etcd_endpoint(step.endpoint, step.tls))
 
     async def etcd_member_add(self, step: EtcdMemberAdd) -> StepOutcome:
         url, verify = self.etcd_endpoint(step.endpoint, step.tls)

@@ -18,10 +18,13 @@ from pathlib import Path
 
 import httpx
 
+from bke.contracts.agent import TlsFiles
+
 from ..errors import NotHealthy, StepError
 from .base import StepOutcome
+from .paths import read_path
 
-__all__ = ["tls_context", "wait_http"]
+__all__ = ["tls_context", "tls_verify", "wait_http"]
 
 POLL_S = (0.1, 0.25, 0.5, 1.0)
 
@@ -33,6 +36,11 @@ def tls_context(ca: Path, cert: Path, key: Path) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=str(ca))
     ctx.load_cert_chain(str(cert), str(key))
     return ctx
+
+
+def tls_verify(root: Path, tls: TlsFiles | None) -> ssl.SSLContext | bool:
+    """How to check a server with the step's TLS files (under the node's `root`); no files, no check."""
+    return False if tls is None else tls_context(*(read_path(root, p) for p in (tls.ca, tls.cert, tls.key)))
 
 
 async def wait_http(url: str, *, expect_status: int, expect_body: str | None, timeout_s: float,

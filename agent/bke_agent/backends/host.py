@@ -19,7 +19,6 @@ import json
 import os
 import pwd
 import re
-import ssl
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -29,17 +28,17 @@ import httpx
 import yaml
 
 from bke.contracts.agent import (
-    CheckHost, EtcdSnapshot, FetchFile, NewFile, RemoveFile, RestartStaticPod, RunProgram,
-    SystemdUnit, TlsFiles, WaitHealth, WriteFile,
+    CheckHost, FetchFile, NewFile, RemoveFile, RestartStaticPod, RunProgram,
+    SystemdUnit, WaitHealth, WriteFile,
 )
 
-from ..errors import PathRefused, PermanentStepError, StepError
+from ..errors import PermanentStepError, StepError
 from .base import Content, StepDispatch, StepOutcome
 from .checks import NodeFacts, run_checks
 from .download import fetch_verified
 from .etcd_members import EtcdMemberStepsMixin
 from .files import ensure_file, remove_path
-from .health import tls_context, wait_http
+from .health import tls_verify, wait_http
 from .paths import HOST_WRITE_DIRS, PathPolicy
 from ..reset import ETCD_DATA_GLOB, MANIFESTS, POLL_S as RESET_POLL_S, RESET_DIRS, ResetStepsMixin, pods_of
 from .proc import judge, run_argv
@@ -50,7 +49,7 @@ from .restart import KUBELET_FILE_CHECK_S, restart_by_manifest
 from .snapshot import SnapshotTaker
 from ..settings import HOST_STATE_DIR
 
-__all__ = ["HostBackend", "UNIT_NAME", "read_path", "systemctl_args"]
+__all__ = ["HostBackend", "UNIT_NAME", "systemctl_args"]
 
 UNIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9@._:\\-]*$")  # no leading '-': never an option
 
@@ -64,14 +63,6 @@ def systemctl_args(step: SystemdUnit) -> list[str]:
     if step.action == "enable-now":
         return ["enable", "--now", step.unit]
     return [step.action, step.unit]
-
-
-def read_path(root: Path, node_path: str) -> Path:
-    """A node path to read (TLS files of a health check): under `root`, no `..`."""
-    p = PurePosixPath(node_path)
-    if not p.is_absolute() or ".." in p.parts:
-        raise PathRefused(f"{node_path!r}: not an absolute path without '..'")
-    return root / p.relative_to("/")
 
 
 def _owner(user: str, group: str) -> tuple[int | None, int | None]:
@@ -132,11 +123,8 @@ class HostBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repl
         return StepOutcome(exit_code=0, stdout=run.stdout, stderr=run.stderr)
 
     async def wait_health(self, step: WaitHealth) -> StepOutcome:
-        verify = False
-        if step.tls is not None:
-            verify = tls_context(*(read_path(self.root, p) for p in (step.tls.ca, step.tls.cert, step.tls.key)))
         return await wait_http(step.url, expect_status=step.expect_status, expect_body=step.expect_body,
-                               timeout_s=step.timeout_s, verify=verify)
+                               timeout_s=step.timeout_s, verify=tls_verify(self.root, step.tls))
 
     async def fetch_file(self, step: FetchFile) -> StepOutcome:
         return await fetch_verified(self.policy.local(step.path), step, self.http_transport)
@@ -189,18 +177,6 @@ class HostBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repl
     def etcdutl_path(self) -> str:
         """etcdutl from the program allow-list's fixed directories (etcd's release tarball)."""
         return resolve_program(["etcdutl"], {}, self.programs, self.program_dirs)[0]
-
-    def etcd_endpoint(self, url: str, tls: TlsFiles | None) -> tuple[str, ssl.SSLContext | bool]:
-        """A member's client URL as given, with the node's TLS files (the membership steps)."""
-        verify: ssl.SSLContext | bool = False
-        if tls is not None:
-            verify = tls_context(*(read_path(self.root, p) for p in (tls.ca, tls.cert, tls.key)))
-        return url, verify
-
-    async def etcd_snapshot(self, step: EtcdSnapshot) -> StepOutcome:
-        if self.snapshots is None:
-            raise PermanentStepError("this agent has no snapshot store (it was started without a bus)")
-        return await self.snapshots.take(step, *self.etcd_endpoint(step.endpoint, step.tls))
 
     # ResetStepsMixin's own parts: the reset allow-list; pods as containerd has them
 

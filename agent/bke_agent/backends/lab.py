@@ -44,14 +44,13 @@ import hashlib
 import json
 import os
 import shlex
-import ssl
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
 from bke.contracts.agent import (
-    CheckHost, EtcdSnapshot, FetchFile, NewFile, RemoveFile, RestartStaticPod, RunProgram,
-    Step, SystemdUnit, TlsFiles, WaitHealth, WriteFile,
+    CheckHost, FetchFile, NewFile, RemoveFile, RestartStaticPod, RunProgram,
+    Step, SystemdUnit, WaitHealth, WriteFile,
 )
 from bke.lab.standins.binary_placeholder import lab_binary_bytes
 from bke.adapters.runtime.binaries import MissingBinaryError, etcdutl_bin
@@ -68,8 +67,9 @@ from .checks import NodeFacts, run_checks
 from .download import fetch_verified
 from .etcd_members import EtcdMemberStepsMixin
 from .files import ensure_file, remove_path
-from .health import tls_context, wait_http
-from .host import read_path, systemctl_args
+from .health import tls_verify, wait_http
+from .host import systemctl_args
+from .paths import read_path
 from .paths import PathPolicy
 from .proc import judge, run_argv
 from .replace import ReplaceStepsMixin
@@ -216,9 +216,7 @@ class LabBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repla
     async def wait_health(self, step: WaitHealth) -> StepOutcome:
         host = urlsplit(step.url).hostname or ""
         url = self._local_url(step.url)
-        verify = False
-        if step.tls is not None:
-            verify = tls_context(*(read_path(self.root, p) for p in (step.tls.ca, step.tls.cert, step.tls.key)))
+        verify = tls_verify(self.root, step.tls)
         sni = host if (step.tls is not None and host and host != "localhost") else None
         return await wait_http(url, expect_status=step.expect_status, expect_body=step.expect_body,
                                timeout_s=step.timeout_s, verify=verify, sni_hostname=sni, shown_url=step.url)
@@ -290,17 +288,9 @@ class LabBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repla
     def restore_url(self, url: str) -> str:
         return self._local_url(url)
 
-    def etcd_endpoint(self, url: str, tls: TlsFiles | None) -> tuple[str, ssl.SSLContext | bool]:
+    def etcd_url(self, url: str) -> str:
         """A loopback client URL is the node's own address; TLS files are read from the tree."""
-        verify: ssl.SSLContext | bool = False
-        if tls is not None:
-            verify = tls_context(*(read_path(self.root, p) for p in (tls.ca, tls.cert, tls.key)))
-        return self._local_url(url), verify
-
-    async def etcd_snapshot(self, step: EtcdSnapshot) -> StepOutcome:
-        if self.snapshots is None:
-            raise PermanentStepError("this agent has no snapshot store (it was started without a bus)")
-        return await self.snapshots.take(step, *self.etcd_endpoint(step.endpoint, step.tls))
+        return self._local_url(url)
 
     # ResetStepsMixin's own parts: paths as writes; pods as the stand-in has them
 

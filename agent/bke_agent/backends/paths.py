@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import PathRefused
 
-__all__ = ["HOST_WRITE_DIRS", "HOST_WRITE_TABLE", "PathPolicy"]
+__all__ = ["HOST_WRITE_DIRS", "HOST_WRITE_TABLE", "PathPolicy", "read_path"]
 
 # What the host backend may write, each with the work that needs it (what the renderer's
 # layout, bke.core.render.layout, and the dispatcher's steps write; nothing else). A pattern that
@@ -103,3 +103,11 @@ class PathPolicy:
     def node_path(self, local: Path) -> str:
         """The inverse of `local` for a path inside the root (for messages)."""
         return "/" + str(Path(local).relative_to(self.root))
+
+
+def read_path(root: Path, node_path: str) -> Path:
+    """A node path to read (TLS files of a health check): under `root`, no `..`."""
+    p = PurePosixPath(node_path)
+    if not p.is_absolute() or ".." in p.parts:
+        raise PathRefused(f"{node_path!r}: not an absolute path without '..'")
+    return root / p.relative_to("/")
