@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal, Union
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, TypeAdapter, ValidationError
 
 from .base import ErrorItem, Message
 from .install import FailureKind, PhaseStatus
@@ -46,6 +46,7 @@ __all__ = [
     "StatusPhase",
     "StatusReply",
     "GetStatus",
+    "invalid_request",
     "parse_status_reply",
 ]
 
@@ -220,6 +221,14 @@ class StatusError(Message):
     cluster: str | None = None
     message: str
     errors: list[ErrorItem] = []  # for "Invalid": each names its field
+
+
+def invalid_request(exc: ValidationError, message: str, whole: str) -> StatusError:
+    """The answer to a request that does not parse: each error names its field (`whole`: the
+    path given to an error of the request as a whole)."""
+    errors = [ErrorItem(path=".".join(str(p) for p in e["loc"]) or whole, message=e["msg"])
+              for e in exc.errors(include_url=False)]
+    return StatusError(reason="Invalid", message=message, errors=errors)
 
 
 StatusReply = Annotated[Union[ClusterStatus, StatusError], Field(discriminator="api_version")]

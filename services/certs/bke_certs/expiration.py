@@ -11,9 +11,8 @@ from typing import Callable
 
 from pydantic import ValidationError
 
-from bke.contracts.base import ErrorItem
 from bke.contracts.expiration import CertExpiration, ExpiryItem, GetExpiration
-from bke.contracts.status import StatusError
+from bke.contracts.status import StatusError, invalid_request
 from bke.core.pki import PkiStore
 from bke.core.pki.errors import PkiNotReady
 from bke.core.pki.expiry import ExpiryRow
@@ -42,9 +41,7 @@ class ExpirationResponder:
         try:
             req = GetExpiration.model_validate_json(data)
         except ValidationError as exc:
-            errors = [ErrorItem(path=".".join(str(p) for p in e["loc"]) or "request", message=e["msg"])
-                      for e in exc.errors(include_url=False)]
-            return StatusError(reason="Invalid", message="malformed expiration request", errors=errors).to_bytes()
+            return invalid_request(exc, "malformed expiration request", whole="request").to_bytes()
         now = self.now()
         try:
             rows = await check_expiration(req.cluster, self.store, now)

@@ -12,9 +12,8 @@ from pydantic import ValidationError
 
 from bke.adapters.bus.replies import answerable
 from bke.adapters.bus.service import Service
-from bke.contracts.base import ErrorItem
 from bke.contracts.changes import CLUSTER_DIFF, DIFF_QUEUE, DiffCluster
-from bke.contracts.status import MAX_PAGE, STATUS_GET, GetStatus, StatusError, StatusNode, parse_status_reply
+from bke.contracts.status import MAX_PAGE, STATUS_GET, GetStatus, StatusError, StatusNode, invalid_request, parse_status_reply
 from bke.core.lifecycle.diff import etcd_changes
 from bke.core.lifecycle.etcd_health import unhealthy_etcd_members
 from bke.core.plan import Plan
@@ -58,9 +57,7 @@ async def answer_diff(data: bytes, store: RedisPlanStore, fetch_blob: Callable[[
     try:
         req = DiffCluster.model_validate_json(data)
     except ValidationError as exc:
-        errors = [ErrorItem(path=".".join(str(p) for p in e["loc"]) or "message", message=e["msg"])
-                  for e in exc.errors(include_url=False)]
-        return StatusError(reason="Invalid", message="invalid diff request", errors=errors).to_bytes()
+        return invalid_request(exc, "invalid diff request", whole="message").to_bytes()
     try:
         if req.spec is not None:
             if len(req.spec.encode()) > MAX_SPEC_BYTES:
