@@ -14,8 +14,8 @@ from typing import Any
 from bke.adapters.bus.connect import BusAccess
 from bke.contracts.restore import RESTORE_ACCEPTED, RESTORE_ETCD, RESTORE_REJECTED, RestoreEtcd, restore_subject
 
-from .follow import Follow, Progress, Views, ended, exit_with, follow, publish
-from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK
+from .follow import Follow, Progress, Views, ended, exit_with, follow, publish, refused
+from .output import EXIT_FAILURE, EXIT_OK
 
 __all__ = ["accepted_lines", "progress_line", "restore_and_follow"]
 
@@ -60,8 +60,9 @@ async def restore_and_follow(access: BusAccess, req: RestoreEtcd, timeout: float
         return [f"etcd restore of {cluster} failed: {view.get('message')}",
                 "what it stopped stays stopped (old data dirs are kept aside); the same command runs it again after a fix"]
 
-    refused = lambda doc: exit_with(EXIT_INVALID, [f"etcd restore of {cluster} refused: {doc.get('message')}"])  # noqa: E731
     return await follow(access, Follow(
-        request_id=req.request_id, gave_up=gave_up, answers={RESTORE_REJECTED: refused, RESTORE_ACCEPTED: accepted},
+        request_id=req.request_id, gave_up=gave_up, answers={
+            RESTORE_REJECTED: refused(lambda doc: [f"etcd restore of {cluster} refused: {doc.get('message')}"]),
+            RESTORE_ACCEPTED: accepted},
         send=publish(RESTORE_ETCD, req.to_bytes(), f"etcd-restore:{cluster}:{req.request_id}"),
         views=Views(restore_subject(cluster), "restore", progress_line, echo, end=ended(failed))), timeout, name="bke-cli")

@@ -28,9 +28,9 @@ from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.adapters.bus.streams import require_streams
 from bke.contracts.base import schema_headers
 
-from .output import EXIT_FAILURE, EXIT_OK, error_lines
+from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines
 
-__all__ = ["Follow", "Progress", "Views", "ended", "exit_with", "follow", "follow_on", "goes_on", "publish"]
+__all__ = ["Follow", "Progress", "Views", "ended", "exit_with", "follow", "follow_on", "goes_on", "publish", "refused"]
 
 T = TypeVar("T")
 Doc = dict[str, Any]
@@ -94,6 +94,15 @@ def exit_with(code: int, lines: Iterable[str]) -> int:
     """Print `lines` as errors and give `code`: how an answer, an end or a deadline fails."""
     error_lines(lines)
     return code
+
+
+def refused(lines: Callable[[Doc], list[str]], code: int = EXIT_INVALID) -> Callable[[Doc], int]:
+    """An answer that ends the follow: its reasons on stderr and `code` (2, a refusal, unless said)."""
+
+    def answer(doc: Doc) -> int:
+        return exit_with(code, lines(doc))
+
+    return answer
 
 
 def ended(failed: Callable[[Doc], list[str]]) -> Callable[[Doc], int]:

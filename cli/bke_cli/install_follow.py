@@ -19,15 +19,13 @@ from rich.live import Live
 from rich.table import Table
 
 from bke.adapters.bus.connect import BusAccess, connect_nats
-from bke.adapters.bus.streams import require_streams
 from bke.adapters.state.epoch import STATE_LOST
-from bke.contracts.base import schema_headers
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, PLAN_CREATED, InstallCluster
 from bke.contracts.install import install_subject
 from bke.contracts.status import ClusterStatus
 from bke.core.errors import is_unavailable
 
-from .follow import Follow, Progress, exit_with, follow_on, goes_on
+from .follow import Follow, Progress, exit_with, follow_on, goes_on, publish, refused
 from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines, quiet_bus_errors, warn_lines, where
 from .spec_source import blob_put, spec_fields
 from .status_client import StatusUnavailable, get_status
@@ -65,14 +63,13 @@ def failure_code(doc: ClusterStatus) -> int:
 
 
 async def _request(nc: NatsClient, spec: bytes, rid: str) -> None:
-    js = nc.jetstream()
-    await require_streams(js)  # declared at deploy time; a clear error if not
-    req = InstallCluster(request_id=rid, **await spec_fields(spec, blob_put(js, f"specs/{rid}.yaml")))
-    await js.publish(INSTALL_CLUSTER, req.to_bytes(), headers=schema_headers({"Nats-Msg-Id": f"request:{rid}"}))
+    # a spec too large for one message is stored first, on the same connection
+    req = InstallCluster(request_id=rid, **await spec_fields(spec, blob_put(nc.jetstream(), f"specs/{rid}.yaml")))
+    await publish(INSTALL_CLUSTER, req.to_bytes(), f"request:{rid}")(nc)
 
 
-def _refused(doc: dict[str, Any]) -> int:
-    return exit_with(EXIT_INVALID, (f"{e['path']}: {e['message']}" for e in doc["errors"]))
+def _errors(doc: dict[str, Any]) -> list[str]:
+    return [f"{e['path']}: {e['message']}" for e in doc["errors"]]
 
 
 async def submit_and_follow(nats_url: BusAccess | str, spec: bytes, cluster: str, timeout: float, console: Console, submit: bool = True) -> int:
@@ -86,7 +83,7 @@ async def submit_and_follow(nats_url: BusAccess | str, spec: bytes, cluster: str
     # phase changes and the end wake the display; per-node events are too many to poll on
     wakes = [PLAN_CREATED, install_subject(cluster, "phase"), install_subject(cluster, "finished")]
     op = Follow(request_id=rid, send=partial(_request, spec=spec, rid=rid) if submit else None,
-                answers={CLUSTER_REJECTED: _refused, **dict.fromkeys(wakes, goes_on)}, answer_within=120.0,
+                answers={CLUSTER_REJECTED: refused(_errors), **dict.fromkeys(wakes, goes_on)}, answer_within=120.0,
                 gave_up=shown.gave_up, poll=shown.poll)
     try:
         return await follow_on(nc, op, timeout - (time.monotonic() - shown.start))

@@ -19,7 +19,7 @@ from bke.adapters.bus.connect import BusAccess
 from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, RENEW_CERTS, RenewCerts
 from bke.contracts.rotation import rotation_subject
 
-from .follow import Follow, Progress, Views, ended, exit_with, follow, publish
+from .follow import Follow, Progress, Views, ended, exit_with, follow, publish, refused
 from .output import EXIT_FAILURE, EXIT_OK
 
 __all__ = ["renew_and_follow"]
@@ -44,10 +44,10 @@ async def renew_and_follow(nats_url: BusAccess | str, cluster: str, names: list[
         return exit_with(EXIT_FAILURE, [f"{what} within {timeout:.0f}s (cluster {cluster}, request {rid}); "
                                         "`bke status` shows where it is"])
 
-    refused = lambda doc: exit_with(EXIT_FAILURE, [f"renewal in {cluster} refused: {doc.get('reason')}"])  # noqa: E731
     return await follow(nats_url, Follow(
         request_id=rid, send=publish(RENEW_CERTS, req.to_bytes(), f"renew:{cluster}:{rid}"), gave_up=gave_up,
-        answers={CERTS_FAILED: refused, CERTS_RENEWED: renewed},
+        answers={CERTS_FAILED: refused(lambda doc: [f"renewal in {cluster} refused: {doc.get('reason')}"], EXIT_FAILURE),
+                 CERTS_RENEWED: renewed},
         views=Views(rotation_subject(cluster), "rotation", _progress, console.print,
                     end=ended(lambda rot: [f"rotation in {cluster} failed: {rot.get('message')}"]))), timeout)
 

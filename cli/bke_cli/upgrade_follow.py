@@ -28,8 +28,8 @@ from bke.contracts.upgrade import (
     upgrade_subject,
 )
 
-from .follow import Follow, Progress, Views, ended, exit_with, follow, publish
-from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK
+from .follow import Follow, Progress, Views, ended, exit_with, follow, publish, refused
+from .output import EXIT_FAILURE, EXIT_OK
 
 __all__ = ["progress_line", "send_and_follow", "upgrade_and_follow"]
 
@@ -98,6 +98,6 @@ async def send_and_follow(nats_url: BusAccess | str, subject: str, payload: byte
 
     return await follow(nats_url, Follow(
         request_id=rid, send=publish(subject, payload, msg_id), gave_up=gave_up,
-        answers={rejected: lambda doc: exit_with(EXIT_INVALID, rejected_lines(doc)), accepted: on_accepted},
+        answers={rejected: refused(rejected_lines), accepted: on_accepted},
         views=Views(upgrade_subject(cluster), "upgrade", partial(progress_line, what=what), say,
                     end=ended(lambda view: [f"{what} of {cluster} failed: {view.get('message')}"]))), timeout)
