@@ -11,8 +11,9 @@ them: it subscribes before it sends (no answer can slip by), keeps only the even
 request, prints a view's line when it differs from the last one, wakes at each event or once a
 second, and stops at the deadline.
 
-The outcome is the command's exit code (`exit_with`, `ended`), or whatever its caller reads
-next (a join's `finished` event, a reset's last view).
+The outcome is the command's exit code (`refused`, `ended`, `exit_with`), or whatever its
+caller reads next (a join's `finished` event, a reset's last view). The install, whose view is
+not on its events, reads it from the dispatcher at every wake instead (`Follow.poll`).
 """
 from __future__ import annotations
 
