@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
 
-__all__ = ["FailureKind", "MESSAGE_SCHEMA", "Message", "ErrorItem", "OneSpecSource", "SCHEMA_HEADER", "schema_headers",
-           "without_none"]
+__all__ = ["FailureKind", "MESSAGE_SCHEMA", "Message", "ErrorItem", "OneSpecSource", "OperationChanged", "SCHEMA_HEADER",
+           "schema_headers", "without_none"]
 
 # The form of every message body, in a header beside it (the subject's `bke.v1` names the
 # subject space, not the body's form: a new body form need not rename every subject). A message
@@ -59,6 +59,15 @@ class OneSpecSource(Message):
         if (self.spec is None) == (self.spec_ref is None):
             raise ValueError("exactly one of 'spec' and 'specRef' must be given")
         return self
+
+
+class OperationChanged(Message):
+    """An operation's `<kind>.changed` event: the cluster, when, and, in a field of each kind's
+    own, the operation's whole view (so a reader that comes late misses nothing; the CLI follows
+    every operation on these, bke_cli.follow). These two fields come first on the wire."""
+
+    cluster: str
+    at: str
 
 
 class ErrorItem(Message):

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from .base import FailureKind, Message, without_none
+from .base import FailureKind, Message, OperationChanged, without_none
 
 __all__ = [
     "JOIN_NODES",
@@ -137,48 +137,41 @@ class MembershipView(Message):
     nodes: list[MembershipNode]
 
 
-class JoinNodesChanged(Message):
-    cluster: str
-    at: str
+class JoinNodesChanged(OperationChanged):
     join: MembershipView
 
 
-class RemoveNodesChanged(Message):
-    cluster: str
-    at: str
+class RemoveNodesChanged(OperationChanged):
     removal: MembershipView
 
 
-class JoinNodesFinished(Message):
+class _MembershipFinished(Message):
+    """What a join's and a removal's `finished` event share; every node's outcome and the
+    failure's `kind` follow in each (a join names its plan first). `kind`, Failed only:
+    "invalid", the request was refused (nothing started: the CLI's exit 2); "operational", it
+    failed (a node, a service, a record it cannot read, given up: exit 1). Left out of the body
+    when unset (bke.contracts.base.without_none)."""
+
     request_id: str
     cluster: str
     status: Outcome
     reason: str = ""
-    plan_digest: str = ""
-    nodes: list[MembershipNode] = []  # empty when refused
-    # Failed only: "invalid", the request was refused (nothing started: the CLI's exit 2);
-    # "operational", it failed (a node, a service, a record it cannot read, given up: exit 1)
-    kind: FailureKind | None = None
 
     @model_serializer(mode="wrap")
     def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return without_none(handler(self), self, ("kind",))
+
+
+class JoinNodesFinished(_MembershipFinished):
+    plan_digest: str = ""
+    nodes: list[MembershipNode] = []  # empty when refused
+    kind: FailureKind | None = None
     at: str
 
 
-class RemoveNodesFinished(Message):
-    request_id: str
-    cluster: str
-    status: Outcome
-    reason: str = ""
+class RemoveNodesFinished(_MembershipFinished):
     nodes: list[MembershipNode] = []  # empty when refused
-    # Failed only: "invalid", the request was refused (nothing started: the CLI's exit 2);
-    # "operational", it failed (a node, a service, a record it cannot read, given up: exit 1)
     kind: FailureKind | None = None
-
-    @model_serializer(mode="wrap")
-    def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_none(handler(self), self, ("kind",))
     # the removed nodes' agents' bus identities (bke.adapters.auth.permissions.identity_name): to revoke
     revoke_identities: list[str] = []
     at: str

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import Message
+from .base import Message, OperationChanged
 
 __all__ = [
     "CLUSTER_DELETED",
@@ -104,9 +104,7 @@ class ResetView(Message):
     nodes: list[ResetNodeView]
 
 
-class ResetChanged(Message):
-    cluster: str
-    at: str
+class ResetChanged(OperationChanged):
     reset: ResetView
 
 

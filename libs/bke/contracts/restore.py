@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import Message
+from .base import Message, OperationChanged
 
 __all__ = [
     "RESTORE_ACCEPTED",
@@ -125,9 +125,7 @@ class EtcdRestoreView(Message):
     failed: list[RestoreNode] = []
 
 
-class EtcdRestoreChanged(Message):
-    cluster: str
-    at: str
+class EtcdRestoreChanged(OperationChanged):
     restore: EtcdRestoreView
 
 

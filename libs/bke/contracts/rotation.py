@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from .base import Message
+from .base import Message, OperationChanged
 
 __all__ = [
     "ROTATION_STATUSES",
@@ -48,7 +48,5 @@ class RotationView(Message):
     nodes: list[RotationNode]
 
 
-class RotationChanged(Message):
-    cluster: str
-    at: str
+class RotationChanged(OperationChanged):
     rotation: RotationView

@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import Message
+from .base import Message, OperationChanged
 
 __all__ = [
     "UPGRADE_ACCEPTED",
@@ -157,9 +157,7 @@ class UpgradeView(Message):
     retry_of: str = ""  # a retry: the upgrade whose nodes left behind it completes
 
 
-class UpgradeChanged(Message):
-    cluster: str
-    at: str
+class UpgradeChanged(OperationChanged):
     upgrade: UpgradeView
 
 
