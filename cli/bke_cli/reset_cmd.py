@@ -128,10 +128,10 @@ def _run(name: str, nodes: list[str], delete: bool, yes: bool, timeout: float, w
     console = Console(soft_wrap=True)  # lines are not cut at 80 columns when piped
     try:
         out = asyncio.run(_follow(nurl, req, timeout, lambda line: console.print(line, highlight=False)))
+    except TimeoutError:  # before OSError, of which it is a subclass
+        die(f"the dispatcher did not answer within {ANSWER_TIMEOUT_S:.0f}s (is it running?)", EXIT_FAILURE)
     except (OSError, NoServersError) as exc:
         die(f"cannot reach NATS at {where(nurl)}: {exc}", EXIT_FAILURE)
-    except TimeoutError:
-        die(f"the dispatcher did not answer within {ANSWER_TIMEOUT_S:.0f}s (is it running?)", EXIT_FAILURE)
     if out.rejected is not None:
         die(f"refused: {out.rejected}", EXIT_INVALID)
     view = out.view
