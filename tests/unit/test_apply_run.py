@@ -108,9 +108,9 @@ def test_removals_come_before_joins_and_after_every_roll(seed):
 
 
 def test_more_workers_than_one_request_takes_join_in_several(seed, monkeypatch):
-    import bke.core.lifecycle.apply_run as apply_run
+    import bke.core.lifecycle.apply_steps as apply_steps
 
-    monkeypatch.setattr(apply_run, "MEMBERSHIP_BATCH", 2)  # 1,000 in production (the contract's MAX_NODES)
+    monkeypatch.setattr(apply_steps, "MEMBERSHIP_BATCH", 2)  # 1,000 in production (the contract's MAX_NODES)
     extra = "".join(_node(f"w{i}", f"127.0.20.{i + 1}", "[node]") for i in range(5))
     d, o = order_of(seed, SEED + extra)
     [join] = [s for s in o.steps if s.step == "join-nodes"]

@@ -29,88 +29,35 @@ half of a change. Pure: no I/O, no clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from bke.core.pki.instances import split_instance_id
 from bke.core.pki.pod_certs import pod_of
 from bke.core.plan import Plan
 from bke.core.plan.models import NodePlan
-from bke.core.node_steps import health_steps
 from bke.core.spec.roles import CONTROL_PLANE_ROLES, is_master
-from bke.core.upgrade.node_commands import CLEANUP_STEP, LB_STEP, stops_registering
-from bke.core.upgrade.order import MAX_UNAVAILABLE, MEMBER_BY_MEMBER, ONE_AT_A_TIME, ORDER, ExpandedStep, Step, parse_max_unavailable
-from bke.core.upgrade.run import DRAIN_STEP, UNREGISTER_STEP
+from bke.core.upgrade.node_commands import stops_registering
+from bke.core.upgrade.order import ExpandedStep
+from .apply_members import (
+    ETCD_ADD, ETCD_HEALTH, ETCD_PROMOTE, ETCD_REMOVE, MEMBER_NODE_STEPS, member_commands, member_group, member_join,
+    parse_member_group,
+)
+from .apply_steps import (
+    APPLY_STEPS, CERTS_STEP, CLEANUP_STEP, DRAIN_STEP, JOIN_STEP, LABELS_STEP, LB_STEP, MEMBERSHIP_BATCH, REMOVE_STEP,
+    STATIC_PODS, UNREGISTER_STEP, StepWork, expand_work, node_runs,
+)
 from .diff import Action, ClusterDiff, Refusal, component_of
-from .etcd_members import MemberSequence, MemberStep, agent_step, member_sequences
+from .etcd_members import member_sequences
 
+# the run's vocabulary (apply_steps, apply_members) with the handlers: what the upgrader imports
 __all__ = ["APPLY_STEPS", "CLEANUP_STEP", "ETCD_ADD", "ETCD_HEALTH", "ETCD_PROMOTE", "ETCD_REMOVE", "HANDLERS", "JOIN_STEP",
            "LABELS_STEP", "LB_STEP", "MEMBER_NODE_STEPS", "MEMBERSHIP_BATCH", "NOT_BUILT", "REMOVE_STEP", "DRAIN_STEP", "UNREGISTER_STEP",
            "ApplyOrder", "StepWork",
-           "apply_order", "member_commands", "member_group", "member_join", "parse_member_group"]
+           "apply_order", "member_commands", "member_group", "member_join", "parse_member_group", "role_change"]
 
-LABELS_STEP = "labels"
-CERTS_STEP = "certificates"
-REMOVE_STEP = "remove-nodes"
-JOIN_STEP = "join-nodes"
-# The run's steps, in order: the upgrade's node steps (ORDER) between the record conversion
-# (pre-checks, local) and the two cluster-wide steps done through the API, then the removals
-# and the joins (each a request to the dispatcher).
-# A node whose kubelet stops registering is cordoned and drained before anything touches it
-# (DRAIN_STEP: a join inside the membership steps may write its standalone configuration); a node
-# that runs less in place (`role_change` "sheds") is cleaned up once its components are rolled
-# (CLEANUP_STEP: a standalone kubelet no longer reads kubelet.conf), and the Node object of one
-# whose kubelet stopped registering is deleted after that (UNREGISTER_STEP).
-APPLY_STEPS: tuple[str, ...] = ("pre-checks", "etcd-snapshots", CERTS_STEP, DRAIN_STEP, "etcd-members", "etcd", "kube-apiserver", "kube-controller-manager",
-                                "kube-scheduler", LB_STEP, "masters-runtime", "workers", CLEANUP_STEP, UNREGISTER_STEP,
-                                "addons", LABELS_STEP, REMOVE_STEP, JOIN_STEP)
-MEMBERSHIP_BATCH = 1000  # nodes per JoinNodes / RemoveNodes (the contract's MAX_NODES)
-# An etcd cluster's membership changes (bke.core.lifecycle.etcd_members.member_sequences), one run
-# step per membership step, each of group "<etcd cluster>:<member>": the member added as a
-# learner (a command to a member that stays), its node joined (JOIN_STEP, the dispatcher's, with
-# the member's initial cluster), promoted, every member's health waited for; removals the same
-# way. Right after the cluster's snapshot, before any roll (the rolls then see the new members).
-ETCD_ADD, ETCD_PROMOTE, ETCD_REMOVE, ETCD_HEALTH = "etcd-member-add", "etcd-member-promote", "etcd-member-remove", "etcd-health"
-MEMBER_NODE_STEPS = frozenset({ETCD_ADD, ETCD_PROMOTE, ETCD_REMOVE, ETCD_HEALTH})
-_MEMBER_STEP = {"add-learner": ETCD_ADD, "start-member": JOIN_STEP, "promote": ETCD_PROMOTE,
-                "check-health": ETCD_HEALTH, "remove-member": ETCD_REMOVE}
-
-
-def member_group(etcd_cluster: str, member: str) -> str:
-    return f"{etcd_cluster}:{member}"
-
-
-def parse_member_group(group: str) -> tuple[str, str]:
-    """(etcd cluster, member) of a membership step's group; ("", "") for another step's group."""
-    cluster, _, member = group.partition(":")
-    return (cluster, member) if member else ("", "")
-# The control-plane load balancer (haproxy + keepalived on every master, for a VIP endpoint):
-# haproxy.cfg lists every apiserver and keepalived.conf every master (its unicast peers, and
-# priorities that depend on how many there are), so a master joining or leaving changes both on
-# every master. One master at a time, like the static pods: the VIP and the other masters'
-# haproxy keep serving while one restarts. Before the removals (a leaving master's apiserver
-# leaves every load balancer before it stops) and before the joins (a backend that is not there
-# yet is only marked down by haproxy's check until it answers).
-_LB_ROW = Step(LB_STEP, "haproxy and keepalived on every master whose backends or VRRP peers change, one at a time",
-               ONE_AT_A_TIME, lambda p: p.nodes_running("keepalived"), lambda c: False)
-# A master that stops being one (`role_change` "sheds"): once its static pods and load balancer
-# are gone, the certificates and kubeconfigs only a master holds (the apiserver's keys, the
-# service-account key, admin.conf, ...) are taken off it, one node at a time.
-_CLEANUP_ROW = Step(CLEANUP_STEP, "the files a master held and a worker does not, taken away, one node at a time",
-                    ONE_AT_A_TIME, lambda p: [], lambda c: False)
-_ROW = {**{s.name: s for s in ORDER}, LB_STEP: _LB_ROW, CLEANUP_STEP: _CLEANUP_ROW}
 _LB = ("haproxy", "keepalived")
-_STATIC_PODS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 MANIFESTS = "/etc/kubernetes/manifests"
 _RUNTIME = ("kubelet", "containerd", "node-env")
-
-
-@dataclass(frozen=True)
-class StepWork:
-    """Part of a step: these hosts (in the plan's order) take step `name` (of etcd cluster `group`)."""
-
-    name: str
-    group: str = ""
-    hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,16 +86,16 @@ def _roll(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action
         # on a node that stops registering) in the cleanup step
         sheds = (comp in _LB or comp in etcd_of or comp in _RUNTIME) and a.host in diff.roles_changed \
             and role_change(current, desired, a.host) in ("sheds", "moves")
-        if gone and not (comp in _STATIC_PODS and gone == [f"{MANIFESTS}/{comp}.yaml"]) and not sheds:
+        if gone and not (comp in STATIC_PODS and gone == [f"{MANIFESTS}/{comp}.yaml"]) and not sheds:
             # a control-plane component that leaves a master (its manifest removed: the kubelet
             # stops the static pod) is a move; any other file taken away is not built
             refusals.append(Refusal("NotBuilt", f"removing {', '.join(gone)} from {a.host} is not supported by this build yet"))
-        elif comp in etcd_of and sheds and not _runs(desired, a.host, etcd_of[comp]):
+        elif comp in etcd_of and sheds and not node_runs(desired, a.host, etcd_of[comp]):
             continue  # a member that leaves its cluster: taken away by the cleanup step, once removed
         elif comp in etcd_of:
             work.append(StepWork("etcd", etcd_of[comp], (a.host,)))
             work.append(StepWork("etcd-snapshots", etcd_of[comp]))  # the cluster's snapshot first, as an upgrade does
-        elif comp in _STATIC_PODS:
+        elif comp in STATIC_PODS:
             work.append(StepWork(comp, "", (a.host,)))
         elif comp in _RUNTIME:
             side = is_master(node.roles) or not node.registers  # masters and etcd-only nodes first
@@ -188,11 +135,6 @@ def _reissue(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Act
     return refusals or [StepWork(CERTS_STEP, "")]
 
 
-def _runs(plan: Plan, host: str, component: str) -> bool:
-    node = plan.node_index[1].get(host)
-    return node is not None and node.runs(component)
-
-
 def _labels(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Action, ...]) -> list[StepWork] | list[Refusal]:
     return [StepWork(LABELS_STEP)]
 
@@ -202,7 +144,7 @@ def _addons(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Acti
 
 
 _ETCD = ("etcd-data", "etcd-events", "etcd-pods")
-_CONTROL = (*_ETCD, *_STATIC_PODS)
+_CONTROL = (*_ETCD, *STATIC_PODS)
 
 
 def _control_plane(node: NodePlan) -> str:
@@ -239,7 +181,7 @@ def _remove(current: Plan, desired: Plan, diff: ClusterDiff, actions: tuple[Acti
     # that runs the load balancer stops it first, in the load-balancer step before the others'
     # roll: its keepalived gives the VIP up while the other masters still list it as a peer.
     out = _node_change(current, diff, actions, REMOVE_STEP, added=False)
-    leaving = tuple(dict.fromkeys(a.host for a in actions if any(_runs(current, a.host, c) for c in _LB)))
+    leaving = tuple(dict.fromkeys(a.host for a in actions if any(node_runs(current, a.host, c) for c in _LB)))
     return [*out, StepWork(LB_STEP, "", leaving)] if leaving and out else out
 
 
@@ -272,12 +214,12 @@ NOT_BUILT: Mapping[str, str] = {}
 _MOVABLE = frozenset(CONTROL_PLANE_ROLES.values())
 # what a node may lose in place: a master's static pods and load balancer, its etcd members;
 # and what goes with its Node object when its kubelet stops registering (a DaemonSet's pods)
-_SHED = frozenset({*_STATIC_PODS, *_LB, *_ETCD})
+_SHED = frozenset({*STATIC_PODS, *_LB, *_ETCD})
 _NODE_OBJECT = frozenset({"kube-proxy"})
 # the steps that roll a node's own files (a node that joins again gets them from its join)
-_ROLLS = frozenset({"etcd", *_STATIC_PODS, LB_STEP, "masters-runtime", "workers"})
+_ROLLS = frozenset({"etcd", *STATIC_PODS, LB_STEP, "masters-runtime", "workers"})
 # those of them that take a shedding master's parts away (their manifests, its load balancer)
-_TAKES_AWAY = frozenset({*_STATIC_PODS, LB_STEP})
+_TAKES_AWAY = frozenset({*STATIC_PODS, LB_STEP})
 
 
 def role_change(current: Plan, desired: Plan, host: str) -> str:
@@ -342,10 +284,6 @@ def _rejoin(desired: Plan, diff: ClusterDiff, work: list[StepWork], gained: tupl
     return out + [StepWork(JOIN_STEP, "", joining)] if joining else out
 
 
-def _chunks(hosts: list[str], size: int) -> tuple[tuple[str, ...], ...]:
-    return tuple(tuple(hosts[i:i + size]) for i in range(0, len(hosts), size))
-
-
 def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable: str | None = None) -> ApplyOrder:
     """The run's steps for `diff`, or every reason it cannot run: kinds not built, roles
     changed, components that cannot be rolled. A diff with refusals of its own has no order
@@ -396,114 +334,4 @@ def apply_order(current: Plan, desired: Plan, diff: ClusterDiff, max_unavailable
                      StepWork(UNREGISTER_STEP, "", unregistered)]
     if not work:
         return ApplyOrder()
-    return ApplyOrder(steps=tuple(_expand(current, desired, work, max_unavailable, sequences)))
-
-
-def _member_step(old: Plan, new: Plan, group: str, kind: str) -> MemberStep:
-    cluster, member = parse_member_group(group)
-    seq = next((q for q in member_sequences(old, new) if q.etcd_cluster == cluster), None)
-    found = next((m for m in seq.steps if m.kind == kind and m.member == member), None) if seq else None
-    if found is None:
-        raise KeyError(f"no {kind} of {member} in the membership changes of {cluster}")
-    return found
-
-
-def member_commands(step: str, group: str, old: Plan, new: Plan, host: str, health_timeout_s: float) -> list[Any]:
-    """The agent steps of a membership step (MEMBER_NODE_STEPS) for `host`, from the same
-    sequence `apply_order` laid out (both plans in, deterministic): EtcdMemberAdd, -Promote or
-    -Remove on the member asked, or every member's WaitHealth of that etcd cluster."""
-    cluster, _ = parse_member_group(group)
-    if step == ETCD_HEALTH:
-        plan = new if host in new.node_index[1] else old
-        return health_steps(plan, plan.node(host), (cluster,), health_timeout_s)
-    kind = {ETCD_ADD: "add-learner", ETCD_PROMOTE: "promote", ETCD_REMOVE: "remove-member"}[step]
-    ms = _member_step(old, new, group, kind)
-    ec = old.etcd_cluster(cluster)  # the member asked stays: it is in both plans
-    assert ec is not None and ms.run_on == host
-    return [agent_step(ms, ec)]
-
-
-def member_join(old: Plan, new: Plan, group: str) -> list[tuple[str, str, str]]:
-    """(etcd cluster, member, initial cluster) of a new member's join, for each etcd cluster
-    the node starts a member of (one join: `_member_steps`): the member list each starts with
-    (`--initial-cluster-state=existing`)."""
-    first = _member_step(old, new, group, "start-member")
-    starts = [m for seq in member_sequences(old, new) for m in seq.steps
-              if m.kind == "start-member" and m.member == first.member]
-    return [(m.etcd_cluster, m.member, m.initial_cluster) for m in starts]
-
-
-def _expanded(m: MemberStep, group: str = "") -> ExpandedStep:
-    hosts = m.healthy if m.kind == "check-health" else ((m.member,) if m.kind == "start-member" else (m.run_on,))
-    return ExpandedStep(_MEMBER_STEP[m.kind], group or member_group(m.etcd_cluster, m.member), (tuple(hosts),))
-
-
-def _member_steps(sequences: list[MemberSequence]) -> list[ExpandedStep]:
-    """Every etcd cluster's membership steps, cluster after cluster; a node that joins several
-    of them (`etcd_members.joint_members`: last among each cluster's additions) is added as a
-    learner in each, joined once (its join step names the first cluster's group, and the join
-    carries its start in every one: `member_join`), then promoted and checked in each, before
-    any cluster's removals."""
-    starts = [m.member for seq in sequences for m in seq.steps if m.kind == "start-member"]
-    joint = {h for h in starts if starts.count(h) > 1}
-    if not joint:
-        return [_expanded(m) for seq in sequences for m in seq.steps]
-    out: list[ExpandedStep] = []
-    for seq in sequences:  # everything before the first joint member's learner
-        for m in seq.steps:
-            if m.member in joint or m.kind == "remove-member":
-                break
-            out.append(_expanded(m))
-    order = [h for h in dict.fromkeys(m.member for seq in sequences for m in seq.steps if m.member in joint)]
-    for host in order:
-        mine = [(seq, [m for m in seq.steps if m.member == host and m.kind != "remove-member"]) for seq in sequences]
-        mine = [(seq, steps) for seq, steps in mine if steps]
-        out += [_expanded(m) for _, steps in mine for m in steps if m.kind == "add-learner"]
-        first = member_group(mine[0][0].etcd_cluster, host)
-        out += [_expanded(m, first) for m in mine[0][1] if m.kind == "start-member"]
-        out += [_expanded(m) for _, steps in mine for m in steps if m.kind in ("promote", "check-health")]
-    for seq in sequences:  # then each cluster's removals
-        start = next((i for i, m in enumerate(seq.steps) if m.kind == "remove-member"), len(seq.steps))
-        out += [_expanded(m) for m in seq.steps[start:]]
-    return out
-
-
-def _expand(current: Plan, desired: Plan, work: list[StepWork], max_unavailable: str | None,
-            sequences: Mapping[str, MemberSequence]) -> list[ExpandedStep]:
-    # the plan's order; a removed node (only in the current plan) after the others
-    rank = {n.hostname: i for i, n in enumerate(desired.nodes)}
-    rank.update({n.hostname: len(rank) + i for i, n in enumerate(current.nodes) if n.hostname not in rank})
-    wanted: dict[tuple[str, str], set[str]] = {}
-    for w in work:
-        wanted.setdefault((w.name, w.group), set()).update(w.hosts)
-    out = [ExpandedStep("pre-checks", "", ())]  # the stored records in their current form first
-    etcd_order = {c.name: i for i, c in enumerate(desired.etcd_clusters)}
-    for name in APPLY_STEPS[1:]:
-        keys = sorted((k for k in wanted if k[0] == name), key=lambda k: etcd_order.get(k[1], -1))
-        for key in keys:
-            group = key[1]
-            if name == "etcd-snapshots":  # taken from a member of the cluster as it runs now
-                cluster = current.etcd_cluster(group)
-                assert cluster is not None
-                out.append(ExpandedStep(name, group, ((cluster.members[0].hostname,),)))
-                continue
-            if name == "etcd-members":  # every cluster's at once (a node may join several)
-                if keys[0] == key:
-                    out += _member_steps([sequences[k[1]] for k in keys])
-                continue
-            hosts = sorted(wanted[key], key=lambda h: rank[h])
-            if not hosts:  # a cluster-wide step: the addons, the labels
-                out.append(ExpandedStep(name, group, ()))
-                continue
-            if name in (REMOVE_STEP, JOIN_STEP, DRAIN_STEP, UNREGISTER_STEP):  # one request per batch, every node at once
-                out.append(ExpandedStep(name, group, _chunks(hosts, MEMBERSHIP_BATCH)))
-                continue
-            if name in _STATIC_PODS:  # a moved component starts where it goes before it stops where it leaves
-                hosts.sort(key=lambda h: (h in current.node_index[1] and not _runs(desired, h, name), rank[h]))
-            if name == LB_STEP:  # the load balancers that stop go before the others change
-                hosts.sort(key=lambda h: (_runs(desired, h, "keepalived") or _runs(desired, h, "haproxy"), rank[h]))
-            row = _ROW[name]
-            size = parse_max_unavailable(max_unavailable, len(hosts)) if row.batching == MAX_UNAVAILABLE else 1
-            assert row.batching in (MAX_UNAVAILABLE, MEMBER_BY_MEMBER) or size == 1
-            out.append(ExpandedStep(name, group, _chunks(hosts, size), row.drain))
-    return out
+    return ApplyOrder(steps=tuple(expand_work(current, desired, work, max_unavailable, sequences)))

@@ -216,6 +216,22 @@ def _node_meta(n: NodePlan) -> tuple[dict[str, str], list[tuple[str, str, str]]]
     return dict(n.labels), sorted((t.key, t.value, t.effect) for t in n.taints)
 
 
+def _file_actions(changed: Iterable[NodeDiff], added: tuple[str, ...], removed: tuple[str, ...]) -> list[Action]:
+    """The rolls of the components whose files change on a node that stays, and the addons'."""
+    actions: list[Action] = []
+    added_set = set(added)
+    for d in sorted(changed, key=lambda d: d.hostname):
+        if d.hostname in added_set or d.hostname in removed:
+            continue  # a new node gets everything with its join; a removed one is reset
+        comps = sorted({component_of(p) for p in (*d.added, *d.changed, *d.removed)})
+        if d.hostname == "":
+            actions.append(Action("apply-addons", "", ", ".join(d.added + d.changed)))
+            continue
+        for comp in comps:
+            actions.append(Action("roll", d.hostname, comp))
+    return actions
+
+
 def diff_plans(current: Plan, desired: Plan, files: Iterable[NodeDiff] = (),
                unhealthy_etcd_members: Unhealthy = ()) -> ClusterDiff:
     """What applying `desired` over `current` changes. `files`: `diff_rendered` of both plans'
@@ -251,16 +267,7 @@ def diff_plans(current: Plan, desired: Plan, files: Iterable[NodeDiff] = (),
         actions.append(Action("reissue-certificates", owner, ", ".join(sorted(owners[owner]))))
     for h in added:
         actions.append(Action("join", h, ",".join(new[h].roles)))
-    added_set = set(added)
-    for d in sorted(changed_files, key=lambda d: d.hostname):
-        if d.hostname in added_set or d.hostname in removed:
-            continue  # a new node gets everything with its join; a removed one is reset
-        comps = sorted({component_of(p) for p in (*d.added, *d.changed, *d.removed)})
-        if d.hostname == "":
-            actions.append(Action("apply-addons", "", ", ".join(d.added + d.changed)))
-            continue
-        for comp in comps:
-            actions.append(Action("roll", d.hostname, comp))
+    actions += _file_actions(changed_files, added, removed)
     for h in sorted(old.keys() & new.keys()):
         if _node_meta(old[h]) != _node_meta(new[h]):
             actions.append(Action("set-labels-taints", h))

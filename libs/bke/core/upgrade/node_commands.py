@@ -24,6 +24,7 @@ Which file belongs to which step:
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from bke.contracts.agent import (
@@ -35,8 +36,11 @@ from bke.core.plan import NodePlan, Plan
 from bke.core.render.layout import HAPROXY_CFG, KEEPALIVED_CHECK, KEEPALIVED_CONF
 from bke.core.render.result import RenderedFile
 
+from .steps import StepKind, step_kind
+
 __all__ = [
     "COMPONENT_TIMEOUT_S",
+    "NODE_COMMANDS",
     "BinariesMemo",
     "changed_files",
     "node_upgrade_steps",
@@ -47,13 +51,13 @@ MANIFESTS = "/etc/kubernetes/manifests"
 COMPONENT_TIMEOUT_S = 180.0  # a new static pod: image pull, start, first healthy answer
 RUNTIME_EXTRA_S = 120.0  # a runtime replacement also downloads binaries and restarts two units
 POST_CHECK_TIMEOUT_S = 120.0
-LB_STEP = "load-balancer"  # bke.core.lifecycle.apply_run.LB_STEP (which imports this module)
+LB_STEP = StepKind.LOAD_BALANCER
 # keepalived's pod first: stopping, it gives the VIP up (a priority-0 advert) while haproxy
 # still answers on this master
 LB_PODS = ("keepalived", "haproxy")
 # then their configuration (keepalived.conf holds the VRRP password)
 LB_FILES = (KEEPALIVED_CONF, KEEPALIVED_CHECK, HAPROXY_CFG)
-CLEANUP_STEP = "cleanup"  # bke.core.lifecycle.apply_run.CLEANUP_STEP
+CLEANUP_STEP = StepKind.CLEANUP
 ALL_COMPONENTS = ("kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 RUNTIME_UNITS = ("containerd.service", "kubelet.service")
 
@@ -79,8 +83,8 @@ def _new_file(f: RenderedFile, seal: Seal | None = None) -> NewFile:
     return NewFile(path=f.path, mode=f.mode, content_b64=base64.b64encode(f.content).decode(), sha256=f.sha256)
 
 
-def _load_balancer(old_plan: Plan, new_plan: Plan, hostname: str, changed: list[RenderedFile], seal: Seal | None,
-                   timeout_s: float) -> list[Step]:
+def _load_balancer(n: "_NodeStep") -> list[Step]:
+    old_plan, new_plan, hostname = n.old_plan, n.new_plan, n.hostname
     node = new_plan.node_index[1].get(hostname)
     if node is None or not (node.runs("keepalived") or node.runs("haproxy")):
         # a master that leaves or stops being one: its load balancer stops, then its
@@ -88,8 +92,8 @@ def _load_balancer(old_plan: Plan, new_plan: Plan, hostname: str, changed: list[
         old = old_plan.node(hostname)
         out: list[Step] = [RemoveFile(id=f"remove:{c}", path=f"{MANIFESTS}/{c}.yaml") for c in LB_PODS if old.runs(c)]
         return out + [RemoveFile(id=f"remove:{p}", path=p) for p in LB_FILES]
-    files = [_new_file(f, seal) for f in changed if file_phase(f.path) == "load-balancer"]
-    return _replace("replace:load-balancer", files, [], _probes(new_plan, node, ("haproxy",)), timeout_s)
+    files = [_new_file(f, n.seal) for f in n.changed if file_phase(f.path) == "load-balancer"]
+    return _replace("replace:load-balancer", files, [], _probes(new_plan, node, ("haproxy",)), n.timeout_s)
 
 
 def _probes(plan: Plan, node: NodePlan, components: tuple[str, ...]) -> list[HealthProbe]:
@@ -127,6 +131,31 @@ def _binaries(old_plan: Plan, new_plan: Plan, node: NodePlan, sums: Mapping[str,
     return out
 
 
+@dataclass(frozen=True)
+class _NodeStep:
+    """One node's side of one step: what `node_upgrade_steps` was given, and the files that changed."""
+
+    step: str
+    group: str
+    old_plan: Plan
+    new_plan: Plan
+    hostname: str
+    old_files: Mapping[str, RenderedFile]
+    new_files: Mapping[str, RenderedFile]
+    changed: list[RenderedFile]
+    sums: Mapping[str, str]
+    timeout_s: float
+    certs: Sequence[NewFile]
+    update: UpdateAgent | None
+    binaries_memo: BinariesMemo | None
+    seal: Seal | None
+
+    @property
+    def node(self) -> NodePlan:
+        """The node in the new plan (a master that leaves has none: the load-balancer step's)."""
+        return self.new_plan.node(self.hostname)
+
+
 def node_upgrade_steps(
     step: str,
     group: str,
@@ -142,55 +171,64 @@ def node_upgrade_steps(
     binaries_memo: BinariesMemo | None = None,
     seal: Seal | None = None,
 ) -> list[Step]:
-    """The agent steps of upgrade step `step` for one node (empty when nothing changes).
-    `component_timeout_s`: how long a replaced static pod has to answer healthy before it is
-    rolled back (the lab, whose pods start in a second, uses less). `certs`: this step's
-    renewed certificate files for the node (sealed to its agent; bke.core.upgrade.certificates),
-    replaced in the same step as the manifest so that a rollback restores both. `update`: the
-    agents step's new agent release (the old agent installs it and restarts; the new one
-    answers the same command, so its answer carries the new version). `binaries_memo`: a dict
-    the caller keeps for the nodes of one call site with the same plans and `sums` (a batch),
-    so that each kind of node's changed binaries are worked out once. `seal`: seals a secret
-    file to this node's agent (the load-balancer step's keepalived.conf); without it a secret
-    file is refused."""
-    changed = changed_files(old_files, new_files)
-    if step == LB_STEP:
-        return _load_balancer(old_plan, new_plan, hostname, changed, seal, component_timeout_s)
-    if step == CLEANUP_STEP:
-        return _cleanup(old_plan, new_plan, hostname, old_files, new_files, component_timeout_s)
-    node = new_plan.node(hostname)
-    if certs and step not in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-                              "masters-runtime"):
+    """The agent steps of upgrade step `step` for one node (empty when nothing changes), by the
+    step's row of `NODE_COMMANDS`. `component_timeout_s`: how long a replaced static pod has to
+    answer healthy before it is rolled back (the lab, whose pods start in a second, uses less).
+    `certs`: this step's renewed certificate files for the node (sealed to its agent;
+    bke.core.upgrade.certificates), replaced in the same step as the manifest so that a rollback
+    restores both. `update`: the agents step's new agent release (the old agent installs it and
+    restarts; the new one answers the same command, so its answer carries the new version).
+    `binaries_memo`: a dict the caller keeps for the nodes of one call site with the same plans
+    and `sums` (a batch), so that each kind of node's changed binaries are worked out once.
+    `seal`: seals a secret file to this node's agent (the load-balancer step's keepalived.conf);
+    without it a secret file is refused."""
+    kind = step_kind(step)
+    build = NODE_COMMANDS.get(kind) if kind is not None else None
+    if build is None:
+        raise ValueError(f"upgrade step {step!r} sends no node command")
+    if certs and step not in _CARRY_CERTS and step not in (LB_STEP, CLEANUP_STEP):
         raise ValueError(f"upgrade step {step!r} carries no certificate")
-    if step == "agents":
-        # every agent answers (and so proves it runs and takes signed commands) with the
-        # disk check the new binaries need; with a release, after it runs the new agent
-        return [*([update] if update is not None else []), CheckHost(id="agents:disk", checks=["disk"])]
-    if step == "etcd":
-        cluster = new_plan.etcd_cluster(group)
-        if cluster is None:
-            raise ValueError(f"etcd cluster {group!r} is not in the plan")
-        path = f"{MANIFESTS}/{cluster.manifest}"
-        files = [_new_file(f) for f in changed if f.path == path] + list(certs)
-        return _replace(f"replace:{group}", files, [], _probes(new_plan, node, (group,)), component_timeout_s)
-    if step in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
-        path = f"{MANIFESTS}/{step}.yaml"
-        if path in old_files and path not in new_files:
-            # the component moved off this master (a changed spec, bke.core.lifecycle.apply_run): its
-            # manifest taken away, the kubelet stops the static pod (as `kubeadm reset` does)
-            return [RemoveFile(id=f"remove:{step}", path=path)]
-        files = [_new_file(f) for f in changed if f.path == path] + list(certs)
-        return _replace(f"replace:{step}", files, [], _probes(new_plan, node, (step,)), component_timeout_s)
-    if step in ("masters-runtime", "workers"):
-        files = [_new_file(f) for f in changed if file_phase(f.path) == "node-env"]
-        files += _binaries(old_plan, new_plan, node, sums, binaries_memo)
-        files += certs
-        return _replace("replace:runtime", files, list(RUNTIME_UNITS), _probes(new_plan, node, ("kubelet",)),
-                        component_timeout_s + RUNTIME_EXTRA_S)
-    if step == "post-checks":
-        components = tuple(c.name for c in new_plan.etcd_clusters) + ALL_COMPONENTS
-        return list(health_steps(new_plan, node, components, POST_CHECK_TIMEOUT_S))
-    raise ValueError(f"upgrade step {step!r} sends no node command")
+    return build(_NodeStep(step, group, old_plan, new_plan, hostname, old_files, new_files,
+                           changed_files(old_files, new_files), sums, component_timeout_s, certs, update,
+                           binaries_memo, seal))
+
+
+def _agents(n: _NodeStep) -> list[Step]:
+    # every agent answers (and so proves it runs and takes signed commands) with the disk check
+    # the new binaries need; with a release, after it runs the new agent
+    return [*([n.update] if n.update is not None else []), CheckHost(id="agents:disk", checks=["disk"])]
+
+
+def _etcd(n: _NodeStep) -> list[Step]:
+    cluster = n.new_plan.etcd_cluster(n.group)
+    if cluster is None:
+        raise ValueError(f"etcd cluster {n.group!r} is not in the plan")
+    path = f"{MANIFESTS}/{cluster.manifest}"
+    files = [_new_file(f) for f in n.changed if f.path == path] + list(n.certs)
+    return _replace(f"replace:{n.group}", files, [], _probes(n.new_plan, n.node, (n.group,)), n.timeout_s)
+
+
+def _static_pod(n: _NodeStep) -> list[Step]:
+    path = f"{MANIFESTS}/{n.step}.yaml"
+    if path in n.old_files and path not in n.new_files:
+        # the component moved off this master (a changed spec, bke.core.lifecycle.apply_run): its
+        # manifest taken away, the kubelet stops the static pod (as `kubeadm reset` does)
+        return [RemoveFile(id=f"remove:{n.step}", path=path)]
+    files = [_new_file(f) for f in n.changed if f.path == path] + list(n.certs)
+    return _replace(f"replace:{n.step}", files, [], _probes(n.new_plan, n.node, (n.step,)), n.timeout_s)
+
+
+def _runtime(n: _NodeStep) -> list[Step]:
+    files = [_new_file(f) for f in n.changed if file_phase(f.path) == "node-env"]
+    files += _binaries(n.old_plan, n.new_plan, n.node, n.sums, n.binaries_memo)
+    files += n.certs
+    return _replace("replace:runtime", files, list(RUNTIME_UNITS), _probes(n.new_plan, n.node, ("kubelet",)),
+                    n.timeout_s + RUNTIME_EXTRA_S)
+
+
+def _post_checks(n: _NodeStep) -> list[Step]:
+    components = tuple(c.name for c in n.new_plan.etcd_clusters) + ALL_COMPONENTS
+    return list(health_steps(n.new_plan, n.node, components, POST_CHECK_TIMEOUT_S))
 
 
 def stops_registering(old_plan: Plan, new_plan: Plan, hostname: str) -> bool:
@@ -200,8 +238,7 @@ def stops_registering(old_plan: Plan, new_plan: Plan, hostname: str) -> bool:
     return was is not None and was.registers and not new_plan.node(hostname).registers
 
 
-def _cleanup(old_plan: Plan, new_plan: Plan, hostname: str, old_files: Mapping[str, RenderedFile],
-             new_files: Mapping[str, RenderedFile], timeout_s: float) -> list[Step]:
+def _cleanup(n: _NodeStep) -> list[Step]:
     """What a node that runs less in place no longer needs: first each etcd member it stopped
     being (its cluster removed it in the membership steps before: its pod, then its data), then
     the rendered files its new render no longer has (crictl's configuration and the pod
@@ -209,11 +246,12 @@ def _cleanup(old_plan: Plan, new_plan: Plan, hostname: str, old_files: Mapping[s
     their own steps' to take away), then the certificates, keys and kubeconfigs it held in the
     old plan and not in the new (a master that became a worker, a member that left, a kubelet
     that stopped registering: bke.core.pki's placement rules, least privilege)."""
+    old_plan, new_plan, hostname, timeout_s = n.old_plan, n.new_plan, n.hostname, n.timeout_s
     left = [c for c in old_plan.etcd_clusters
-            if c.member(hostname) is not None and (n := new_plan.etcd_cluster(c.name)) is not None and n.member(hostname) is None]
+            if c.member(hostname) is not None and (after := new_plan.etcd_cluster(c.name)) is not None and after.member(hostname) is None]
     out: list[Step] = [LeaveEtcdMember(id=f"leave:{c.name}", manifest=f"{MANIFESTS}/{c.manifest}", data_dir=c.data_dir,
                                        timeout_s=timeout_s) for c in left]
-    rendered = sorted(p for p in old_files.keys() - new_files.keys() if not p.startswith(f"{MANIFESTS}/"))
+    rendered = sorted(p for p in n.old_files.keys() - n.new_files.keys() if not p.startswith(f"{MANIFESTS}/"))
     keep = {r.path for r in node_file_refs(new_plan, (hostname,))[hostname]}
     gone = sorted({r.path for r in node_file_refs(old_plan, (hostname,))[hostname]} - keep - set(rendered))
     out += [RemoveFile(id=f"remove:{p}", path=p) for p in (*rendered, *gone)]
@@ -233,3 +271,21 @@ def _replace(step_id: str, files: list[NewFile], units: list[str], probes: list[
         return [WaitHealth(id=f"health:{i}", url=p.url, tls=p.tls, expect_status=p.expect_status,
                            expect_body=p.expect_body, timeout_s=timeout_s) for i, p in enumerate(probes)]
     return [ReplaceFiles(id=step_id, files=files, restart_units=units, probes=probes, timeout_s=timeout_s)]
+
+
+# step -> how one node's commands of it are built
+NODE_COMMANDS: dict[StepKind, Callable[[_NodeStep], list[Step]]] = {
+    StepKind.AGENTS: _agents,
+    StepKind.ETCD: _etcd,
+    StepKind.KUBE_APISERVER: _static_pod,
+    StepKind.KUBE_CONTROLLER_MANAGER: _static_pod,
+    StepKind.KUBE_SCHEDULER: _static_pod,
+    StepKind.LOAD_BALANCER: _load_balancer,
+    StepKind.MASTERS_RUNTIME: _runtime,
+    StepKind.WORKERS: _runtime,
+    StepKind.CLEANUP: _cleanup,
+    StepKind.POST_CHECKS: _post_checks,
+}
+# the steps whose ReplaceFiles carries the node's renewed certificates with the component's files
+_CARRY_CERTS = frozenset({StepKind.ETCD, StepKind.KUBE_APISERVER, StepKind.KUBE_CONTROLLER_MANAGER,
+                          StepKind.KUBE_SCHEDULER, StepKind.MASTERS_RUNTIME})

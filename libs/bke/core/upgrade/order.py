@@ -19,6 +19,8 @@ from bke.core.plan import Plan
 from bke.core.plan.models import NodePlan
 from bke.core.spec.roles import is_master
 
+from .steps import StepKind
+
 __all__ = ["ORDER", "Change", "ExpandedStep", "Step", "default_max_unavailable", "expand_order", "parse_max_unavailable"]
 
 
@@ -79,29 +81,29 @@ def _always(c: Change) -> bool:
 
 
 ORDER: tuple[Step, ...] = (
-    Step("pre-checks", "upgrade_findings on live facts; refuse or go", ONCE, _all, _always),
-    Step("agents", "new agent on every node, its reported version verified", MAX_UNAVAILABLE, _all, _always),
-    Step("etcd-snapshots", "a snapshot of every etcd cluster, stored and listed", PER_ETCD_CLUSTER, _all,
+    Step(StepKind.PRE_CHECKS, "upgrade_findings on live facts; refuse or go", ONCE, _all, _always),
+    Step(StepKind.AGENTS, "new agent on every node, its reported version verified", MAX_UNAVAILABLE, _all, _always),
+    Step(StepKind.ETCD_SNAPSHOTS, "a snapshot of every etcd cluster, stored and listed", PER_ETCD_CLUSTER, _all,
          lambda c: c.etcd or c.kubernetes),
     # Renewed before the first step that carries them (bke.core.upgrade.certificates): each renewed
     # file then rides in its component's ReplaceFiles, so a rollback restores it too.
-    Step("certificates", "renew the certificates of every component the upgrade replaces", ONCE, _all,
+    Step(StepKind.CERTIFICATES, "renew the certificates of every component the upgrade replaces", ONCE, _all,
          lambda c: c.certificates and (c.etcd or c.kubernetes or c.containerd)),
-    Step("etcd", "each etcd cluster member by member; quorum and health checked between members",
+    Step(StepKind.ETCD, "each etcd cluster member by member; quorum and health checked between members",
          MEMBER_BY_MEMBER, _all, lambda c: c.etcd),
-    Step("kube-apiserver", "every kube-apiserver, one node at a time", ONE_AT_A_TIME,
+    Step(StepKind.KUBE_APISERVER, "every kube-apiserver, one node at a time", ONE_AT_A_TIME,
          _running("kube-apiserver"), lambda c: c.kubernetes),
-    Step("kube-controller-manager", "every kube-controller-manager, one node at a time", ONE_AT_A_TIME,
+    Step(StepKind.KUBE_CONTROLLER_MANAGER, "every kube-controller-manager, one node at a time", ONE_AT_A_TIME,
          _running("kube-controller-manager"), lambda c: c.kubernetes),
-    Step("kube-scheduler", "every kube-scheduler, one node at a time", ONE_AT_A_TIME,
+    Step(StepKind.KUBE_SCHEDULER, "every kube-scheduler, one node at a time", ONE_AT_A_TIME,
          _running("kube-scheduler"), lambda c: c.kubernetes),
-    Step("masters-runtime", "containerd and kubelet on masters and etcd nodes, one at a time", ONE_AT_A_TIME,
+    Step(StepKind.MASTERS_RUNTIME, "containerd and kubelet on masters and etcd nodes, one at a time", ONE_AT_A_TIME,
          _control_plane_side, lambda c: c.kubernetes or c.containerd, drain=True),
-    Step("workers", "containerd and kubelet on workers in batches of --max-unavailable", MAX_UNAVAILABLE,
+    Step(StepKind.WORKERS, "containerd and kubelet on workers in batches of --max-unavailable", MAX_UNAVAILABLE,
          _workers, lambda c: c.kubernetes or c.containerd, drain=True),
-    Step("addons", "kube-proxy, CoreDNS, the CNI and user addons from the new version's manifests", ONCE, _all,
+    Step(StepKind.ADDONS, "kube-proxy, CoreDNS, the CNI and user addons from the new version's manifests", ONCE, _all,
          lambda c: c.kubernetes),
-    Step("post-checks", "cluster health and every component's version", ONCE, _all, _always),
+    Step(StepKind.POST_CHECKS, "cluster health and every component's version", ONCE, _all, _always),
 )
 
 

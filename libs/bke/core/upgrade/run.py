@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import Any, Literal, Mapping
 
 from .order import ExpandedStep
+from .steps import LOCAL_STEPS, StepKind
 
 __all__ = [
     "LOCAL_STEPS",
@@ -42,15 +43,8 @@ __all__ = [
     "upgrade_command_id",
 ]
 
-# Steps the upgrader runs itself (not through agents): the checks on live facts, the renewal
-# asked of the certs service, the addons applied through the cluster's API, and (the run of a
-# changed spec, bke.core.lifecycle.apply_run) the nodes' labels and taints set through the API, nodes
-# whose kubelet stops registering cordoned and drained through it, then their Node objects
-# deleted, and the workers
-# removed and joined by a request to the dispatcher.
-DRAIN_STEP, UNREGISTER_STEP = "drain-nodes", "delete-node-objects"
-LOCAL_STEPS = frozenset({"pre-checks", "certificates", DRAIN_STEP, "addons", "labels", UNREGISTER_STEP, "remove-nodes",
-                         "join-nodes"})
+# the two local steps of a changed spec's run that act through the cluster's API on its nodes
+DRAIN_STEP, UNREGISTER_STEP = StepKind.DRAIN_NODES, StepKind.DELETE_NODE_OBJECTS
 SLUG_PREFIX = "upgrade@"
 STDERR_KEEP = 2000
 FAILED_KEEP = 50
@@ -175,7 +169,8 @@ def new_run(request_id: str, cluster: str, current: dict[str, str], target: dict
             batches = [[h for h in all_hosts if h not in skip]]
         if not batches and e.step not in LOCAL_STEPS:
             continue  # a node step with no node (every member left out, say)
-        steps.append(StepRun(name=e.step, group=e.group, drain=e.drain, batches=batches,
+        # the name as a plain str, as a loaded record has it (a StepKind's repr is not its name)
+        steps.append(StepRun(name=str(e.step), group=e.group, drain=e.drain, batches=batches,
                              stage="drain" if e.drain else "run"))
     return UpgradeRun(request_id=request_id, cluster=cluster, current=dict(current), target=dict(target),
                       steps=steps, started_at=now, request=dict(request or {}), left_out=sorted(skip),
