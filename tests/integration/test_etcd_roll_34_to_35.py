@@ -57,6 +57,7 @@ from bke.adapters.state.keys import accepted_agents_key
 from bke.core.upgrade.order import Change, ExpandedStep, expand_order
 from bke.adapters.upgrade.quorum import MemberEndpoints, QuorumSampler, verdict
 from bke.core.upgrade.run import new_run
+from bke.core.upgrade.run_request import UpgradeRequest
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, LabBackend, LabLayout, MemoryJournal
 from bke_agent.kubelet.pods import ETCD_BINARIES_ENV
 from bke_cli.main import main as bke
@@ -303,7 +304,8 @@ async def roll(lab: Lab, etcd: Etcd, step: ExpandedStep, agents: dict[str, Agent
     versions = {"kubernetes": plan.kubernetes_version.lstrip("v"), "containerd": plan.containerd_version.lstrip("v")}
     run = new_run(request_id, plan.cluster, {**versions, "etcd": OLD}, {**versions, "etcd": NEW}, [step], [],
                   datetime.now(timezone.utc).isoformat())
-    run.request["planDigest"] = plan_digest(pj)
+    run.request = UpgradeRequest(request_id=run.request_id, cluster=plan.cluster,
+                                 kubernetes_version=run.target["kubernetes"], plan_digest=plan_digest(pj))
     store = UpgradeStore(redis)
     assert await store.start(run, lambda current: "") == ""
     # the agents the install accepted (the dispatcher records them from certs.sealed): the

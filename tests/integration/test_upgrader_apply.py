@@ -344,7 +344,7 @@ async def test_a_join_the_dispatcher_refuses_fails_the_apply_with_its_reason(
     assert run is not None and run.status == "Failed"
     # the plan it started from is back: applying the spec again sees node2 to join again
     meta = await RedisPlanStore(redis_client).meta(plan.cluster)
-    assert meta is not None and meta.digest == run.request["planDigest"] != join.plan_digest
+    assert meta is not None and meta.digest == run.plan_digest != join.plan_digest
     assert "node2" not in {n.hostname for n in (await PlanCache(redis_client).load(plan.cluster)).nodes}
     again = await applies.on_request(ApplyCluster(request_id="m3", cluster=plan.cluster, spec=TEXT + WORKER2))
     assert again[0].subject == APPLY_ACCEPTED
@@ -677,7 +677,7 @@ async def test_a_dispatcher_that_never_answers_fails_the_join_after_the_deadline
     assert len(bodies[JOIN_NODES]) == 2  # not asked again once past the deadline
     run = await store.load(plan.cluster, fresh=True)
     assert run is not None and run.status == "Failed"
-    assert (await RedisPlanStore(redis_client).meta(plan.cluster)).digest == run.request["planDigest"]  # type: ignore[union-attr]
+    assert (await RedisPlanStore(redis_client).meta(plan.cluster)).digest == run.plan_digest  # type: ignore[union-attr]
 
 
 async def test_a_certs_service_that_never_answers_fails_the_reissue_after_the_deadline(

@@ -27,6 +27,7 @@ from bke.adapters.state.keys import lease_key
 from bke.core.upgrade import change_of, expand_order, resolve_target
 from bke.core.upgrade.failure import UPGRADER_STEP
 from bke.core.upgrade.run import new_run
+from bke.core.upgrade.run_request import UpgradeRequest
 from bke_upgrader.operation import LEASE, Upgrades
 from bke_upgrader.renders import Renders
 from bke_upgrader.store import UpgradeStore
@@ -48,7 +49,8 @@ async def _stored_run(redis: aioredis.Redis, plan: Plan) -> UpgradeStore:
     run = new_run("r1", plan.cluster, {"kubernetes": "1.33.2", "etcd": "3.5.1", "containerd": "2.1.1"},
                   {"kubernetes": "1.34.1", "etcd": "3.5.2", "containerd": "2.1.1"},
                   expand_order(plan, change_of(plan, t), "100%"), [n.hostname for n in plan.nodes], _now().isoformat())
-    run.request["planDigest"] = plan_digest(pj)
+    run.request = UpgradeRequest(request_id=run.request_id, cluster=plan.cluster,
+                                 kubernetes_version=run.target["kubernetes"], plan_digest=plan_digest(pj))
     store = UpgradeStore(redis)
     assert await store.start(run, lambda current: "") == ""
     return store

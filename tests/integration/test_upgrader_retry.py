@@ -22,6 +22,7 @@ from bke.adapters.state.keys import heartbeat_key
 from bke.core.upgrade import change_of, expand_order, resolve_target
 from bke.core.upgrade.node_versions import settled
 from bke.core.upgrade.run import finish, new_run
+from bke.core.upgrade.run_request import UpgradeRequest
 from bke_upgrader.facts import LiveFacts
 from bke_upgrader.operation import Upgrades
 from bke_upgrader.renders import Renders
@@ -48,7 +49,8 @@ async def _setup(redis: aioredis.Redis):  # type: ignore[no-untyped-def]
     t = resolve_target(plan, "1.34.1", "3.5.2")
     run = new_run("r1", plan.cluster, FROM, TO, expand_order(plan, change_of(plan, t), None, [left]),
                   [n.hostname for n in plan.nodes], "t0", left_out=[left],
-                  request={"requestId": "r1", "maxUnavailable": None, "drainTimeoutS": 300.0})
+                  request=UpgradeRequest(request_id="r1", cluster=plan.cluster, kubernetes_version=TO["kubernetes"],
+                                         max_unavailable=None, drain_timeout_s=300.0))
     for s in run.steps:  # as a run that went through every step leaves them
         s.status = "Succeeded"
     finish(run, True, "t1")

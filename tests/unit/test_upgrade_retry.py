@@ -12,6 +12,7 @@ from bke.core.upgrade import change_of, expand_order, resolve_target
 from bke.core.upgrade.node_versions import NodeVersion, settled, stopped_batch_ids
 from bke.core.upgrade.retry import RetryPlan, decide_retry, retry_run
 from bke.core.upgrade.run import UpgradeRun, new_run, upgrade_command_id
+from bke.core.upgrade.run_request import UpgradeRequest
 
 from .test_upgrade_run import _drive
 from .upgrade_helpers import SPLIT, plan_of
@@ -33,7 +34,8 @@ def _run(left_out: tuple[str, ...] = (), rid: str = "r1") -> UpgradeRun:
     t = resolve_target(p, "1.34.1", "3.5.21")
     return new_run(rid, p.cluster, FROM, TO, expand_order(p, change_of(p, t), None, left_out),
                    [n.hostname for n in p.nodes], "t0", left_out=list(left_out),
-                   request={"requestId": rid, "maxUnavailable": None, "drainTimeoutS": 300.0})
+                   request=UpgradeRequest(request_id=rid, cluster=p.cluster, kubernetes_version=TO["kubernetes"],
+                                          max_unavailable=None, drain_timeout_s=300.0))
 
 
 def test_a_succeeded_run_puts_every_node_on_the_target_but_the_left_out_one():
@@ -110,7 +112,7 @@ def test_a_retry_of_a_left_out_node_serves_only_it_with_the_same_order():
     assert decided.nodes == (left,) and decided.current == FROM and decided.target == TO
     assert not decided.addons  # the upgrade applied them already
     run = retry_run(last, p, decided, "r2", "t5")
-    assert run.request["retryOf"] == "r1" and run.request["nodes"] == [left] and run.current == FROM
+    assert run.retry_of == "r1" and run.request is not None and run.request.nodes == [left] and run.current == FROM
     batches = {h for s in run.steps for b in s.batches for h in b}
     assert batches == {left}
     assert [s.name for s in run.steps] == ["pre-checks", "agents", "workers", "post-checks"]

@@ -39,6 +39,7 @@ from bke.core.lifecycle.diff import ClusterDiff, diff_plans, render_diff
 from bke.core.plan import Plan, plan_spec_text
 from bke.adapters.state import PlanCache, plan_digest
 from bke.core.upgrade.run import UpgradeRun, new_run
+from bke.core.upgrade.run_request import ApplyRequest
 
 from .operation import Upgrades
 from .requests import refusal_of, step_views, versions_of
@@ -48,11 +49,11 @@ from .views import view
 __all__ = ["APPLY_KIND", "Applies", "is_apply", "operation_refusal"]
 
 log = logging.getLogger("bke.upgrader.apply")
-APPLY_KIND = "apply"  # run.request["kind"] of a changed spec's run
+APPLY_KIND = "apply"  # the kind of a changed spec's run's request (bke.core.upgrade.run_request)
 
 
 def is_apply(run: UpgradeRun) -> bool:
-    return run.request.get("kind") == APPLY_KIND
+    return run.is_apply
 
 
 async def operation_refusal(cluster: str, status: object, upgrades: Upgrades, restores: RestoreStore) -> str:
@@ -175,9 +176,9 @@ class Applies:
         versions = versions_of(stored).model_dump()
         run = new_run(req.request_id, req.cluster, versions, versions, list(order.steps),
                       [n.hostname for n in stored.nodes], self.now().isoformat(),
-                      request={"kind": APPLY_KIND, "requestId": req.request_id, "cluster": req.cluster,
-                               "spec": spec, "planDigest": digest, "desiredDigest": answer.desired_digest,
-                               "drainTimeoutS": req.drain_timeout_s})
+                      request=ApplyRequest(kind=APPLY_KIND, request_id=req.request_id, cluster=req.cluster, spec=spec,
+                                           plan_digest=digest, desired_digest=answer.desired_digest,
+                                           drain_timeout_s=req.drain_timeout_s))
         # the cluster's operation slot (kind "apply", operation.slot_kind), then the record
         why = await self.upgrades.start_claimed(run, lambda cur: _running(cur, req.cluster))
         if why:

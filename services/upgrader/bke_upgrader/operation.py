@@ -82,6 +82,7 @@ from bke.core.upgrade.run import (
     new_run,
     upgrade_command_id,
 )
+from bke.core.upgrade.run_request import ApplyRequest, UpgradeRequest
 from bke.core.upgrade.target_plan import target_plan
 
 from .agent_keys import sealer_for
@@ -119,10 +120,6 @@ BASE_PLAN_FIELD = "apply:base-plan"
 # addons step (the new render's manifests); the others (agents, snapshots, post-checks) need none.
 RENDERED_STEPS = frozenset({"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", LB_STEP,
                             "masters-runtime", "workers", CLEANUP_STEP, "addons"})
-
-
-def _drain_timeout(run: UpgradeRun) -> float:
-    return float(run.request.get("drainTimeoutS", 300.0))
 
 
 class Checksums(Protocol):
@@ -166,7 +163,7 @@ class Outcome:
 def slot_kind(run: UpgradeRun) -> str:
     """The operation-slot kind of a run of the upgrade record: a changed spec's run (applies.py,
     `request.kind` "apply") holds the slot as an apply, so that a refusal names what runs."""
-    return "apply" if run.request.get("kind") == "apply" else "upgrade"
+    return "apply" if run.is_apply else "upgrade"
 
 
 class Upgrades:
@@ -255,9 +252,8 @@ class Upgrades:
                 return rejected(f"the agent release: {exc}")
         run = new_run(req.request_id, req.cluster, answer.current.model_dump(), answer.target.model_dump(),
                       list(decided.order), [n.hostname for n in plan.nodes], self.ts(),
-                      request=req.model_dump(mode="json", by_alias=True), left_out=list(answer.left_out),
-                      agent_version=agent_version)
-        run.request["planDigest"] = await self.plan_digest(req.cluster)
+                      request=UpgradeRequest.accepted(req, await self.plan_digest(req.cluster)),
+                      left_out=list(answer.left_out), agent_version=agent_version)
 
         def refuse(cur: UpgradeRun | None) -> str:
             if cur is not None and cur.status == "Running":
@@ -396,14 +392,14 @@ class Upgrades:
         hit = self._targets.get(run.cluster)
         if hit is not None and hit[0] == run.request_id and hit[1] is stored:
             return hit[2], hit[3]
-        if run.request.get("kind") == "apply":
+        if isinstance(run.request, ApplyRequest):
             # a changed spec's run (applies.py): the target is the spec it carries, placed again
             # (placement is deterministic: the same plan, whose digest the request recorded).
             # Once a join swapped it in, the plan the run started from is the one kept aside
-            new = await asyncio.to_thread(_placed, str(run.request.get("spec", "")))
-            old = await self._base_plan(run) if await self.plan_digest(run.cluster) == run.request.get("desiredDigest") \
+            new = await asyncio.to_thread(_placed, run.request.spec)
+            old = await self._base_plan(run) if await self.plan_digest(run.cluster) == run.request.desired_digest \
                 else stored
-        elif run.request.get("retryOf"):
+        elif run.retry_of:
             old = stored if _runs(stored, run.current) else _plan_at(stored, run.current)
             new = stored if _runs(stored, run.target) else _plan_at(stored, run.target)
         else:
@@ -479,7 +475,7 @@ class Upgrades:
         if run.status == "Running":
             await self.store.save(run)
             return
-        if run.request.get("kind") == "apply":
+        if run.is_apply:
             if run.status == "Failed":
                 await self._unswap(run)
             # a changed spec changes no version: the nodes' version records (`bke retry`'s
@@ -510,7 +506,7 @@ class Upgrades:
                     mark_local(step, not stale, "" if not stale else (
                         "stored records of an older BKE: " + ", ".join(f"{r.kind} v{r.found}" for r in stale)
                         + f"; run `bke state migrate {run.cluster}` (the admin's), then upgrade again"))
-            elif step.name == "certificates" and run.request.get("kind") == "apply":
+            elif step.name == "certificates" and run.is_apply:
                 try:  # certificates whose names change (bke.core.lifecycle.apply_run: `_reissue`)
                     await self.certs.reissue(run, step, new, self._store_plan)
                 except TemporaryError:
@@ -540,7 +536,7 @@ class Upgrades:
                 mark_local(step, not why, why)
             elif step.name == DRAIN_STEP:
                 # nodes whose kubelet stops registering: drained before a join or roll touches them
-                why = await self.drainer.cordon_and_drain(new, step.current(), _drain_timeout(run))
+                why = await self.drainer.cordon_and_drain(new, step.current(), run.drain_timeout_s)
                 if why:
                     mark_local(step, False, why)
                 else:
@@ -564,7 +560,7 @@ class Upgrades:
             return
         hosts = list(d.hosts)
         if d.action == "drain":
-            why = await self.drainer.cordon_and_drain(new, hosts, _drain_timeout(run))
+            why = await self.drainer.cordon_and_drain(new, hosts, run.drain_timeout_s)
             if why:
                 mark_local(step, False, why)
             else:
@@ -639,16 +635,15 @@ class Upgrades:
                  extra={"cluster": run.cluster, "request_id": run.request_id})
 
     async def _succeed(self, run: UpgradeRun, old: Plan, new: Plan) -> None:
-        if run.request.get("retryOf") and not await self._retry_completes_plan(run, new):
+        if run.retry_of and not await self._retry_completes_plan(run, new):
             finish(run, True, self.ts())
             log.info("upgrade retry succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
             return
         pj = new.to_json()
-        if run.request.get("kind") == "apply":
+        if run.is_apply:
             await self._swap_plan(run, new, pj)
             return
-        stored = await self.plan_store.upgrade(new, pj, plan_digest(pj), str(run.request.get("planDigest", "")),
-                                               run.request_id, self.ts())
+        stored = await self.plan_store.upgrade(new, pj, plan_digest(pj), run.plan_digest, run.request_id, self.ts())
         if not stored and (await self.plans.load(run.cluster)).kubernetes_version != new.kubernetes_version:
             raise TemporaryError("the stored plan changed during the upgrade; not replaced", delay=5.0)
         # the renderer stores the new plan's files (what a later `bke retry` or node replacement sends)
@@ -671,11 +666,10 @@ class Upgrades:
         nodes run, and a failure puts it back (`_unswap`)."""
         pj = new.to_json()
         digest = plan_digest(pj)
-        if keep_base and await self.plan_digest(run.cluster) == str(run.request.get("planDigest", "")):
+        if keep_base and await self.plan_digest(run.cluster) == run.plan_digest:
             base = await self.plans.load(run.cluster)
             await self.store.r.hsetnx(upgrade_results_key(run.cluster), BASE_PLAN_FIELD, base.to_json())
-        stored = await self.plan_store.upgrade(new, pj, digest, str(run.request.get("planDigest", "")),
-                                               run.request_id, self.ts())
+        stored = await self.plan_store.upgrade(new, pj, digest, run.plan_digest, run.request_id, self.ts())
         if not stored and await self.plan_digest(run.cluster) != digest:
             raise PermanentError("the stored plan changed while the changed spec was carried out; not replaced")
         return digest
@@ -685,13 +679,14 @@ class Upgrades:
         from goes back (compare-and-swap from the run's plan), so that applying the spec again
         sees the difference again and finishes it (every step is idempotent: a member already
         added is skipped, a node's phases ensure what is there). Its files are rendered again."""
+        assert isinstance(run.request, ApplyRequest)
+        desired = run.request.desired_digest
         raw = await self.store.r.hget(upgrade_results_key(run.cluster), BASE_PLAN_FIELD)
-        if raw is None or await self.plan_digest(run.cluster) != run.request.get("desiredDigest"):
+        if raw is None or await self.plan_digest(run.cluster) != desired:
             return  # never swapped (or already back)
         base = await asyncio.to_thread(Plan.model_validate_json, raw)
         text = raw.decode() if isinstance(raw, bytes) else raw
-        if await self.plan_store.upgrade(base, text, plan_digest(text), str(run.request["desiredDigest"]),
-                                         run.request_id, self.ts()):
+        if await self.plan_store.upgrade(base, text, plan_digest(text), desired, run.request_id, self.ts()):
             log.warning("apply failed after its plan was swapped in: the plan it started from is back",
                         extra={"cluster": run.cluster, "request_id": run.request_id})
             ask = RenderManifests(request_id=f"apply-undo-{run.request_id}", cluster=run.cluster)
@@ -711,7 +706,7 @@ class Upgrades:
         already (the upgrade it completes failed) and no node is left behind after it."""
         if _runs(await self.plans.load(run.cluster), run.target):
             return False
-        mine = set(run.request.get("nodes") or ())
+        mine = set(run.request.nodes if isinstance(run.request, UpgradeRequest) else ())
         behind = [h for h, v in (await self.store.node_versions(run.cluster)).items() if v.behind and h not in mine]
         return not behind
 

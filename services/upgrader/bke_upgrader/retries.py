@@ -78,8 +78,8 @@ class Retries:
         if isinstance(decided, str):
             return rejected(decided)
         assert last is not None
-        run = retry_run(last, plan, decided, req.request_id, self.up.ts(), agent_version=AGENT_VERSION)
-        run.request["planDigest"] = await self.up.plan_digest(req.cluster)
+        run = retry_run(last, plan, decided, req.request_id, self.up.ts(), agent_version=AGENT_VERSION,
+                        plan_digest=await self.up.plan_digest(req.cluster))
 
         def refuse(cur: UpgradeRun | None) -> str:
             if cur is not None and cur.status == "Running":

@@ -19,7 +19,7 @@ def view(run: UpgradeRun) -> UpgradeView:
         step=now.name if now else "", started_at=run.started_at, finished_at=run.finished_at, message=run.message,
         failed=[UpgradeNode(hostname=f.hostname, status=f.status, step=f.step, failed_step=f.failed_step,
                             stderr=f.stderr[:500]) for f in run.failed],
-        left_out=run.left_out, retry_of=str(run.request.get("retryOf", "")),
+        left_out=run.left_out, retry_of=run.retry_of,
     )
 
 

@@ -27,6 +27,7 @@ from typing import Any, Collection, Mapping, Sequence
 from .node_versions import NodeVersion
 from .order import Change, expand_order
 from .run import UpgradeRun, new_run
+from .run_request import UpgradeRequest
 
 __all__ = ["RetryPlan", "decide_retry", "retry_run", "versions_line"]
 
@@ -53,7 +54,7 @@ def _names(hosts: Sequence[str]) -> str:
 
 def _addons_done(last: UpgradeRun) -> bool:
     """Whether the upgrade (this run, or an earlier run it retried) applied the addons."""
-    if last.request.get("addonsDone"):
+    if isinstance(last.request, UpgradeRequest) and last.request.addons_done:
         return True
     return any(s.name == "addons" and s.status == "Succeeded" for s in last.steps)
 
@@ -96,19 +97,24 @@ def decide_retry(last: UpgradeRun | None, versions: Mapping[str, NodeVersion], n
 
 
 def retry_run(last: UpgradeRun, plan_of_cluster: Any, retry: RetryPlan, request_id: str, now: str,
-              agent_version: str = "") -> UpgradeRun:
+              agent_version: str = "", plan_digest: str = "") -> UpgradeRun:
     """The new run: the last run's request (its batch size, drain timeout) for the named nodes
     only. `plan_of_cluster` is the stored plan (its nodes and etcd clusters: the same in every
-    version)."""
+    version), `plan_digest` its digest. Only an upgrade's run is retried (a changed spec's run
+    is completed by applying the spec again: the upgrader refuses it first)."""
+    if not isinstance(last.request, UpgradeRequest):
+        raise ValueError(f"run {last.request_id} is no upgrade's: only an upgrade is retried")
     change = Change(kubernetes=retry.current["kubernetes"] != retry.target["kubernetes"],
                     etcd=retry.current["etcd"] != retry.target["etcd"],
                     containerd=retry.current["containerd"] != retry.target["containerd"])
     others = [n.hostname for n in plan_of_cluster.nodes if n.hostname not in retry.nodes]
-    expanded = expand_order(plan_of_cluster, change, last.request.get("maxUnavailable"), others)
+    expanded = expand_order(plan_of_cluster, change, last.request.max_unavailable, others)
     if not retry.addons:
         expanded = [e for e in expanded if e.step != "addons"]
-    request = {**last.request, "requestId": request_id, "retryOf": last.request_id, "nodes": list(retry.nodes),
-               "addonsDone": _addons_done(last), "dryRun": False}
+    # the fields a retry sets after the last run's (the record keeps that order: run_request.wire)
+    request = last.request.model_copy(update={
+        "request_id": request_id, "plan_digest": plan_digest, "retry_of": last.request_id,
+        "nodes": list(retry.nodes), "addons_done": _addons_done(last), "dry_run": False})
     return new_run(request_id, last.cluster, retry.current, retry.target, expanded, list(retry.nodes), now,
                    request=request, agent_version=agent_version)
 

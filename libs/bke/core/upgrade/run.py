@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import Any, Literal, Mapping
 
 from .order import ExpandedStep
+from .run_request import DRAIN_TIMEOUT_S, ApplyRequest, RunRequest, UpgradeRequest, read_request, wire
 from .steps import LOCAL_STEPS, StepKind
 
 __all__ = [
@@ -126,7 +127,7 @@ class UpgradeRun:
     target: dict[str, str]
     steps: list[StepRun]
     started_at: str
-    request: dict[str, Any] = field(default_factory=dict)  # the UpgradeCluster, wire form
+    request: RunRequest | None = None  # what the run was accepted from (bke.core.upgrade.run_request)
     left_out: list[str] = field(default_factory=list)
     status: Literal["Running", "Succeeded", "Failed"] = "Running"
     finished_at: str = ""
@@ -138,10 +139,30 @@ class UpgradeRun:
     def step_now(self) -> StepRun | None:
         return next((s for s in self.steps if s.status in ("Pending", "Running", "Failed")), None)
 
+    # what the request says, whichever kind it is
+    @property
+    def is_apply(self) -> bool:
+        """A changed spec's run (the upgrader's applies), not an upgrade's."""
+        return isinstance(self.request, ApplyRequest)
+
+    @property
+    def plan_digest(self) -> str:
+        """The stored plan's digest when the run started ("" if the record has none)."""
+        return self.request.plan_digest if self.request is not None else ""
+
+    @property
+    def drain_timeout_s(self) -> float:
+        return self.request.drain_timeout_s if self.request is not None else DRAIN_TIMEOUT_S
+
+    @property
+    def retry_of(self) -> str:
+        """A retry's: the upgrade it completes ("" for any other run)."""
+        return self.request.retry_of if isinstance(self.request, UpgradeRequest) else ""
+
     def to_json(self) -> str:
         # the same document as json.dumps(asdict(self)): asdict deep-copies every batch first,
         # 15x slower on a 5,000-node record, which is saved several times per batch
-        return json.dumps(self, default=lambda o: o.__dict__, separators=(",", ":"))
+        return json.dumps(self, default=_plain, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> "UpgradeRun":
@@ -152,12 +173,20 @@ class UpgradeRun:
         check_readable("upgrade", doc.get("schema_version"), f"the upgrade record of {doc.get('cluster')}")
         doc["steps"] = [StepRun(**s) for s in doc["steps"]]
         doc["failed"] = [NodeOutcome(**f) for f in doc.get("failed", [])]
+        doc["request"] = read_request(doc.get("request"))
         return cls(**doc)
+
+
+def _plain(o: Any) -> Any:
+    """A record's object as JSON: a dataclass as its fields, the request in its record form."""
+    if isinstance(o, UpgradeRun) and o.request is not None:
+        return {**o.__dict__, "request": wire(o.request)}
+    return o.__dict__
 
 
 def new_run(request_id: str, cluster: str, current: dict[str, str], target: dict[str, str],
             expanded: list[ExpandedStep], all_hosts: list[str], now: str, *,
-            request: Mapping[str, Any] | None = None, left_out: list[str] | None = None,
+            request: RunRequest | None = None, left_out: list[str] | None = None,
             agent_version: str = "") -> UpgradeRun:
     """The record of a new upgrade. `all_hosts` (minus the left-out ones) are the post-checks'
     one batch: every node's components are checked at the end."""
@@ -173,7 +202,7 @@ def new_run(request_id: str, cluster: str, current: dict[str, str], target: dict
         steps.append(StepRun(name=str(e.step), group=e.group, drain=e.drain, batches=batches,
                              stage="drain" if e.drain else "run"))
     return UpgradeRun(request_id=request_id, cluster=cluster, current=dict(current), target=dict(target),
-                      steps=steps, started_at=now, request=dict(request or {}), left_out=sorted(skip),
+                      steps=steps, started_at=now, request=request, left_out=sorted(skip),
                       agent_version=agent_version)
 
 
