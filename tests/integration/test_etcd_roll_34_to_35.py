@@ -62,6 +62,7 @@ from bke_agent import AgentIdentity, AgentLoop, AgentSettings, LabBackend, LabLa
 from bke_agent.kubelet.pods import ETCD_BINARIES_ENV
 from bke_cli.main import main as bke
 from bke_upgrader.operation import Upgrades
+from bke_upgrader.ports import ClusterApi, Commands, Records, RunSettings
 from bke_upgrader.renders import ClusterRenders, Renders
 from bke_upgrader.store import UpgradeStore
 from bke.core.secrets.signing import signed_command_bytes
@@ -318,9 +319,10 @@ async def roll(lab: Lab, etcd: Etcd, step: ExpandedStep, agents: dict[str, Agent
     async def sign(cmd: AgentCommand) -> bytes:
         return signed_command_bytes(cmd, SIGNER)  # the upgrader's form: the agents verify it as sent
 
-    upgrades = Upgrades(store, PlanCache(redis), RedisPlanStore(redis), None, _RollRenders(lab),  # type: ignore[arg-type]
-                        None, None, None, publish, lambda: datetime.now(timezone.utc), "etcd-roll-test", 30_000,  # type: ignore[arg-type]
-                        sign=sign, snapshots=None)  # type: ignore[arg-type]
+    upgrades = Upgrades(Records(store, PlanCache(redis), RedisPlanStore(redis), None),  # type: ignore[arg-type]
+                        Commands(publish, sign, _RollRenders(lab), None, None),  # type: ignore[arg-type]
+                        ClusterApi(None, None),  # type: ignore[arg-type]
+                        RunSettings("etcd-roll-test", 30_000, lambda: datetime.now(timezone.utc)))
     out = Rolled(QuorumSampler([MemberEndpoints(h, f"http://{lab.ip(h)}:2381/health", etcd.urls[h]) for h in MEMBERS],
                                every_s=SAMPLE_EVERY_S, timeout_s=0.5, client_tls=lab.tls()), {}, {})
     arrived = asyncio.Event()

@@ -38,6 +38,7 @@ from bke_dispatcher.state import DispatcherState
 from bke_dispatcher.status import StatusReader
 from bke_upgrader.facts import LiveFacts
 from bke_upgrader.operation import Upgrades
+from bke_upgrader.ports import ClusterApi, Commands, Records, RunSettings
 from bke_upgrader.renders import Renders
 from bke_upgrader.store import UpgradeStore
 from tests.trust_helpers import signed
@@ -114,8 +115,9 @@ def _upgrades(redis: Redis) -> Upgrades:
         return NOW
 
     facts = LiveFacts(redis, dispatcher, now, heartbeat_stale_s=90.0, timeout_s=1.0)
-    return Upgrades(UpgradeStore(redis), PlanCache(redis), RedisPlanStore(redis), facts, Renders(), None, None,  # type: ignore[arg-type]
-                    None, None, now, "slot-test", 30_000, sign=None, snapshots=None)  # type: ignore[arg-type]
+    return Upgrades(Records(UpgradeStore(redis), PlanCache(redis), RedisPlanStore(redis), facts),
+                    Commands(None, None, Renders(), None, None), ClusterApi(None, None),  # type: ignore[arg-type]
+                    RunSettings("slot-test", 30_000, now))
 
 
 def _resets(r: Redis, sent: list) -> Resets:

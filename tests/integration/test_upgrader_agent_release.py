@@ -18,6 +18,7 @@ from bke.contracts.agent import AgentCommand, AgentRuntime, CheckHost, UpdateAge
 from bke.adapters.state.keys import heartbeat_runtime_key
 from bke_upgrader.agent_release import ReleaseSource
 from bke_upgrader.operation import Upgrades
+from bke_upgrader.ports import ClusterApi, Commands, Records, RunSettings
 from bke_upgrader.renders import Renders
 from bke_upgrader.store import UpgradeStore
 from bke.adapters.state import PlanCache, RedisPlanStore
@@ -59,9 +60,10 @@ async def _agents_step(redis: aioredis.Redis, nc: NatsClient, tmp_path: Path, ru
     async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
         await nc.publish(subject, payload, headers=headers or None)
 
-    upgrades = Upgrades(store, PlanCache(redis), RedisPlanStore(redis), None, Renders(), None, None, None,  # type: ignore[arg-type]
-                        publish, _now, "release-test", 30_000, sign=sign, snapshots=None,  # type: ignore[arg-type]
-                        release=ReleaseSource(_bundle(tmp_path), 60.0, redis))
+    upgrades = Upgrades(Records(store, PlanCache(redis), RedisPlanStore(redis), None),  # type: ignore[arg-type]
+                        Commands(publish, sign, Renders(), None, None,  # type: ignore[arg-type]
+                                 release=ReleaseSource(_bundle(tmp_path), 60.0, redis)),
+                        ClusterApi(None, None), RunSettings("release-test", 30_000, _now))  # type: ignore[arg-type]
     outcome = await upgrades.reconcile(plan.cluster)
     return signed, store, outcome.reason
 

@@ -43,6 +43,7 @@ from bke_upgrader.applies import Applies
 from bke_upgrader.certs import UpgradeCerts
 from bke_upgrader.membership import ApplyMembership
 from bke_upgrader.operation import Upgrades
+from bke_upgrader.ports import ClusterApi, Commands, Records, RunSettings
 from bke_upgrader.renders import Renders
 from bke_upgrader.restore_store import RestoreStore
 from bke_upgrader.store import UpgradeStore
@@ -112,9 +113,10 @@ def _upgrader(redis: aioredis.Redis, nc: NatsClient, sent: list[AgentCommand], p
         return cmd.to_bytes()
 
     plans = PlanCache(redis)
-    upgrades = Upgrades(store, plans, RedisPlanStore(redis), _Facts(), renders or Renders(), None, None, None,  # type: ignore[arg-type]
-                        publish, _now, "apply-test", 30_000, sign=sign, snapshots=_Snapshots(),
-                        labels=_Labels(NodeLabelsWork(redis, LabNodes(), _now)),
+    upgrades = Upgrades(Records(store, plans, RedisPlanStore(redis), _Facts()),  # type: ignore[arg-type]
+                        Commands(publish, sign, renders or Renders(), None, _Snapshots()),  # type: ignore[arg-type]
+                        ClusterApi(None, None, _Labels(NodeLabelsWork(redis, LabNodes(), _now))),  # type: ignore[arg-type]
+                        RunSettings("apply-test", 30_000, _now),
                         certs=UpgradeCerts(store, publish, answer_timeout_s=answer_timeout_s, now=clock),
                         membership=ApplyMembership(store, publish, answer_timeout_s=answer_timeout_s, now=clock))
     return store, upgrades, Applies(upgrades, plans, RestoreStore(redis), _now)

@@ -44,7 +44,7 @@ async def test_the_batch_s_last_answer_kicks_at_once_and_the_others_ordinarily(
         return cmd.to_bytes()
 
     upgrades = _upgrades(store, redis_client, nats_client, sign)
-    upgrades.snapshots = _Snapshots()  # the step after the agents one asks for its key
+    upgrades.commands.snapshots = _Snapshots()  # the step after the agents one asks for its key
     kicks: list[tuple[str, str]] = []
     upgrades.kick = lambda c: kicks.append(("kick", c))
     upgrades.kick_at_once = lambda c: kicks.append(("at once", c))
@@ -72,7 +72,7 @@ async def test_a_batch_s_commands_leave_while_the_rest_are_built(
         redis_client: aioredis.Redis, nats_client: NatsClient) -> None:
     from bke.core.plan import plan_spec_text
     from bke.core.spec.synth import synth_spec_text
-    from bke_upgrader.operation import SEND_YIELD_EVERY
+    from bke_upgrader.batches import SEND_YIELD_EVERY
 
     plan = plan_spec_text(synth_spec_text(SEND_YIELD_EVERY + 8, name="yields")).plan
     store = await _stored_run(redis_client, plan)
@@ -83,7 +83,7 @@ async def test_a_batch_s_commands_leave_while_the_rest_are_built(
         return cmd.to_bytes()
 
     upgrades = _upgrades(store, redis_client, nats_client, sign)
-    real_publish = upgrades.publish
+    real_publish = upgrades.commands.publish
 
     async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
         if subject.endswith(".command"):
@@ -92,7 +92,7 @@ async def test_a_batch_s_commands_leave_while_the_rest_are_built(
             order.append("command")
         await real_publish(payload, subject, headers)
 
-    upgrades.publish = publish
+    upgrades.commands.publish = publish
     assert (await upgrades.reconcile(plan.cluster)).status == "wait"  # the agents batch: every node
     assert order.count("command") == len(plan.nodes)
     # the loop ran (nats-py's flusher would write) after the first SEND_YIELD_EVERY commands,

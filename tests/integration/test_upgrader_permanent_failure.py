@@ -28,7 +28,9 @@ from bke.core.upgrade import change_of, expand_order, resolve_target
 from bke.core.upgrade.failure import UPGRADER_STEP
 from bke.core.upgrade.run import new_run
 from bke.core.upgrade.run_request import UpgradeRequest
-from bke_upgrader.operation import LEASE, Upgrades
+from bke_upgrader.operation import Upgrades
+from bke_upgrader.ports import ClusterApi, Commands, Records, RunSettings
+from bke_upgrader.reconcile import LEASE
 from bke_upgrader.renders import Renders
 from bke_upgrader.store import UpgradeStore
 
@@ -62,8 +64,9 @@ def _upgrades(store: UpgradeStore, redis: aioredis.Redis, nc: NatsClient, sign) 
 
     # only the adapters the pre-checks and agents steps use are given (no drain, addon,
     # checksum or snapshot is reached before the failure)
-    return Upgrades(store, PlanCache(redis), RedisPlanStore(redis), None, Renders(), None, None, None,  # type: ignore[arg-type]
-                    publish, _now, "failure-test", 30_000, sign=sign, snapshots=None)  # type: ignore[arg-type]
+    return Upgrades(Records(store, PlanCache(redis), RedisPlanStore(redis), None),  # type: ignore[arg-type]
+                    Commands(publish, sign, Renders(), None, None), ClusterApi(None, None),  # type: ignore[arg-type]
+                    RunSettings("failure-test", 30_000, _now))
 
 
 async def test_a_permanent_error_in_an_adapter_fails_the_run_naming_step_and_node(

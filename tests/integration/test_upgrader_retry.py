@@ -25,6 +25,7 @@ from bke.core.upgrade.run import finish, new_run
 from bke.core.upgrade.run_request import UpgradeRequest
 from bke_upgrader.facts import LiveFacts
 from bke_upgrader.operation import Upgrades
+from bke_upgrader.ports import ClusterApi, Commands, Records, RunSettings
 from bke_upgrader.renders import Renders
 from bke_upgrader.retries import Retries
 from bke_upgrader.store import UpgradeStore
@@ -67,8 +68,9 @@ async def _setup(redis: aioredis.Redis):  # type: ignore[no-untyped-def]
 
     facts = LiveFacts(redis, dispatcher, _now, heartbeat_stale_s=90.0, timeout_s=1.0)
     kicked: list[str] = []
-    upgrades = Upgrades(store, PlanCache(redis), RedisPlanStore(redis), facts, Renders(), None, None, None,  # type: ignore[arg-type]
-                        None, _now, "retry-test", 30_000, sign=None, snapshots=None)  # type: ignore[arg-type]
+    upgrades = Upgrades(Records(store, PlanCache(redis), RedisPlanStore(redis), facts),
+                        Commands(None, None, Renders(), None, None), ClusterApi(None, None),  # type: ignore[arg-type]
+                        RunSettings("retry-test", 30_000, _now))
     upgrades.kick = kicked.append
     return plan, left, workers, store, Retries(upgrades), kicked
 

@@ -58,6 +58,7 @@ from .facts import LiveFacts
 from .metrics import watch_metrics
 from .operation import Upgrades
 from .pages import upgrader_routes
+from .ports import ClusterApi, Commands, Records, RunSettings
 from .renders import Renders
 from .restore_pieces import PieceServer
 from .restore_store import RestoreStore
@@ -182,15 +183,15 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
         raw = await redis.get(vrrp_password_key(cluster))
         return raw.decode() if isinstance(raw, bytes) else raw
 
-    upgrades = Upgrades(store, plans, RedisPlanStore(redis), facts, Renders(vrrp_password, freeze_heap=True),
-                        LabChecksums() if simulated_repo else HttpRepoChecksums(), drainer, addons, publish,
-                        _now, settings.owner, settings.lease_ms, sign=signing.sign_bytes,
-                        snapshots=snapshots, answer_deadline_s=settings.answer_deadline_s,
-                        component_timeout_s=settings.component_timeout_s, certs=certs,
-                        release=ReleaseSource(settings.agent_release, settings.agent_confirm_timeout_s, redis)
-                        if settings.agent_release else None,
-                        labels=_LabelsStep(NodeLabelsWork(redis, marker, _now)), membership=membership,
-                        prefetch=signing.prefetch)
+    release = ReleaseSource(settings.agent_release, settings.agent_confirm_timeout_s, redis) if settings.agent_release \
+        else None
+    commands = Commands(publish, signing.sign_bytes, Renders(vrrp_password, freeze_heap=True),
+                        LabChecksums() if simulated_repo else HttpRepoChecksums(), snapshots, release, signing.prefetch)
+    api = ClusterApi(drainer, addons, _LabelsStep(NodeLabelsWork(redis, marker, _now)))
+    run_settings = RunSettings(settings.owner, settings.lease_ms, _now, settings.answer_deadline_s,
+                               settings.component_timeout_s)
+    upgrades = Upgrades(Records(store, plans, RedisPlanStore(redis), facts), commands, api, run_settings,
+                        certs=certs, membership=membership)
     # etcd disaster recovery (restores.py): the same store access, signing and lease as upgrades
     restore_store = RestoreStore(redis)
     pieces = PieceServer(restore_store, lambda: svc.nc.jetstream(), snapshots.key)

@@ -136,7 +136,7 @@ class Applies:
         if current is not None and current.request_id == req.request_id:
             self.upgrades.kick(req.cluster)  # a redelivery: that run exists already
             return []
-        status = await self.upgrades.facts.status(req.cluster)
+        status = await self.upgrades.records.facts.status(req.cluster)
         if isinstance(status, StatusError):
             return rejected(f"cluster {req.cluster!r}: {status.message}" if status.reason == "NotFound" else status.message)
         if status.status != "Succeeded":

@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from pydantic import ValidationError
 
+from bke.contracts.status import StatusError
 from bke.contracts.upgrade import (
     RetryUpgrade,
     UpgradeAccepted,
@@ -27,7 +28,7 @@ from bke.core.upgrade import Facts, Target, UpgradeRequestError, change_of, expa
 from bke.core.upgrade.order import ExpandedStep
 from bke.core.upgrade.target_plan import TargetPlanError, target_plan
 
-__all__ = ["Decided", "decide_request", "parse_request", "parse_retry", "step_views", "versions_of"]
+__all__ = ["Decided", "decide_request", "parse_request", "parse_retry", "status_refusal", "step_views", "versions_of"]
 
 M = TypeVar("M", UpgradeCluster, RetryUpgrade)
 
@@ -70,6 +71,11 @@ def _parse(model: type[M], body: bytes) -> M | UpgradeRejected:
     except ValidationError as exc:
         rid, cluster, message = refusal_of(body, exc)
         return UpgradeRejected(request_id=rid, cluster=cluster, message=message)
+
+
+def status_refusal(cluster: str, status: StatusError) -> str:
+    """Why a request about `cluster` is refused when the dispatcher's status answer is an error."""
+    return f"cluster {cluster!r}: {status.message}" if status.reason == "NotFound" else status.message
 
 
 def versions_of(p: Plan) -> UpgradeVersions:

@@ -26,9 +26,9 @@ from bke.contracts.upgrade import (
 from bke.core.upgrade.retry import decide_retry, retry_run
 from bke.core.upgrade.run import UpgradeRun
 
-from .applies import is_apply
+from .accept import upgrade_rejected
 from .operation import Upgrades
-from .requests import parse_retry, step_views
+from .requests import parse_retry, status_refusal, step_views
 from .views import expanded, view
 
 __all__ = ["Retries"]
@@ -49,30 +49,27 @@ class Retries:
 
     async def on_retry(self, req: RetryUpgrade) -> list[Out]:
         """Complete the last upgrade on nodes it left behind (bke.core.upgrade.retry decides)."""
-        ids = {"cluster": req.cluster, "request_id": req.request_id}
-
         def rejected(message: str) -> list[Out]:
-            log.warning("upgrade retry refused: %s", message, extra=ids)
-            return [Out(UpgradeRejected(request_id=req.request_id, cluster=req.cluster, message=message),
-                        UPGRADE_REJECTED, f"upgrade-rejected:{req.request_id}")]
+            return upgrade_rejected(UpgradeRejected(request_id=req.request_id, cluster=req.cluster, message=message),
+                                    "upgrade retry")
 
         last = await self.up.store.load(req.cluster)
         if last is not None and last.request_id == req.request_id:
             self.up.kick(req.cluster)  # a redelivery: that retry exists already
             return []
-        if last is not None and is_apply(last):
+        if last is not None and last.is_apply:
             # a changed spec's run keeps no per-node target to retry towards; the stored plan is
             # replaced only when every node took it, so applying the spec again completes it
             return rejected(f"the last operation of {req.cluster} is a changed spec (apply {last.request_id}, "
                             f"{last.status}): run `bke apply SPEC` again to complete it")
-        status = await self.up.facts.status(req.cluster)
+        status = await self.up.records.facts.status(req.cluster)
         if isinstance(status, StatusError):
-            return rejected(f"cluster {req.cluster!r}: {status.message}" if status.reason == "NotFound" else status.message)
+            return rejected(status_refusal(req.cluster, status))
         busy = await self.up.busy(req.cluster, "upgrade", req.request_id)  # one operation per cluster
         if busy:
             return rejected(busy)
-        plan = await self.up.plans.load(req.cluster)
-        facts = await self.up.facts.gather(plan, status)
+        plan = await self.up.records.plans.load(req.cluster)
+        facts = await self.up.records.facts.gather(plan, status)
         decided = decide_retry(last, await self.up.store.node_versions(req.cluster), req.nodes,
                                {n.hostname for n in plan.nodes}, facts.agents_alive or frozenset(), req.cluster)
         if isinstance(decided, str):
@@ -91,7 +88,8 @@ class Retries:
         why = await self.up.start_claimed(run, refuse)
         if why:
             return rejected(why)
-        log.info("upgrade retry accepted: %d node(s) of %s", len(decided.nodes), last.request_id, extra=ids)
+        log.info("upgrade retry accepted: %d node(s) of %s", len(decided.nodes), last.request_id,
+                 extra={"cluster": req.cluster, "request_id": req.request_id})
         self.up.kick(req.cluster)
         answer = UpgradeAccepted(
             request_id=req.request_id, cluster=req.cluster, current=UpgradeVersions(**run.current),

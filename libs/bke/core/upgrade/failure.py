@@ -11,18 +11,35 @@ The upgrader's adapters raise two kinds of errors while they carry out a decisio
                        hold the cluster's upgrade "Running" forever. The run is finished Failed
                        here instead, and the user sees why and where.
 
-`abort_run` is the second case as a pure fact on the record: no I/O, no clock (`now` is given).
+`is_transient` tells the two apart; `AtNode` carries the node a permanent error happened at (one
+node of a batch the upgrader could not serve); `abort_run` is the second case as a pure fact on
+the record: no I/O, no clock (`now` is given).
 """
 from __future__ import annotations
 
+from bke.core.errors import TemporaryError, is_unavailable
+
 from .run import FAILED_KEEP, STDERR_KEEP, NodeOutcome, UpgradeRun, finish
 
-__all__ = ["UPGRADER_STEP", "abort_run", "error_text"]
+__all__ = ["UPGRADER_STEP", "AtNode", "abort_run", "error_text", "is_transient"]
 
 # The `failed_step` of a node the upgrader itself could not serve (no agent step failed there).
 UPGRADER_STEP = "upgrader"
 ERROR_KEEP = 500
 NODES_NAMED = 5
+
+
+def is_transient(exc: BaseException) -> bool:
+    """An outage or a "later": the pass is tried again; anything else ends the run."""
+    return isinstance(exc, TemporaryError) or is_unavailable(exc)
+
+
+class AtNode(Exception):
+    """A permanent error while serving one node of a batch: carries the node for the reason."""
+
+    def __init__(self, node: str, cause: BaseException):
+        super().__init__(f"{node}: {cause}")
+        self.node, self.cause = node, cause
 
 
 def error_text(exc: BaseException) -> str:
