@@ -34,7 +34,7 @@ from bke.contracts.changes import ChangeAction
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import UpgradeChanged, upgrade_subject
 from bke.core.errors import MalformedMessage, PermanentError
-from bke.core.lifecycle.apply_run import apply_order
+from bke.core.lifecycle.apply_run import ApplyOrder, apply_order
 from bke.core.lifecycle.diff import ClusterDiff, diff_plans, render_diff
 from bke.core.plan import Plan, plan_spec_text
 from bke.adapters.state import PlanCache, plan_digest
@@ -42,18 +42,14 @@ from bke.core.upgrade.run import UpgradeRun, new_run
 from bke.core.upgrade.run_request import ApplyRequest
 
 from .operation import Upgrades
-from .requests import refusal_of, step_views, versions_of
+from .requests import refusal_of, status_refusal, step_views, versions_of
 from .restore_store import RestoreStore
 from .views import view
 
-__all__ = ["APPLY_KIND", "Applies", "is_apply", "operation_refusal"]
+__all__ = ["APPLY_KIND", "Applies", "operation_refusal"]
 
 log = logging.getLogger("bke.upgrader.apply")
 APPLY_KIND = "apply"  # the kind of a changed spec's run's request (bke.core.upgrade.run_request)
-
-
-def is_apply(run: UpgradeRun) -> bool:
-    return run.is_apply
 
 
 async def operation_refusal(cluster: str, status: object, upgrades: Upgrades, restores: RestoreStore) -> str:
@@ -73,7 +69,7 @@ async def operation_refusal(cluster: str, status: object, upgrades: Upgrades, re
 def _running(cur: UpgradeRun | None, cluster: str) -> str:
     if cur is None or cur.status != "Running":
         return ""
-    what = "apply" if is_apply(cur) else "upgrade"
+    what = "apply" if cur.is_apply else "upgrade"
     now = cur.step_now()
     return f"{what} {cur.request_id} of {cluster} is still running (step {now.name if now else '-'}): one operation per cluster"
 
@@ -125,47 +121,30 @@ class Applies:
         return [Out(req, APPLY_REJECTED, f"apply-rejected:{req.request_id}" if req.request_id else None)]
 
     async def on_request(self, req: ApplyCluster) -> list[Out]:
-        ids = {"cluster": req.cluster, "request_id": req.request_id}
-
-        def rejected(message: str, refusals: list[ErrorItem] | None = None) -> list[Out]:
-            log.warning("apply refused: %s", message, extra=ids)
-            return [Out(ApplyRejected(request_id=req.request_id, cluster=req.cluster, message=message,
-                                      refusals=refusals or []), APPLY_REJECTED, f"apply-rejected:{req.request_id}")]
-
         current = await self.upgrades.store.load(req.cluster)
         if current is not None and current.request_id == req.request_id:
             self.upgrades.kick(req.cluster)  # a redelivery: that run exists already
             return []
-        status = await self.upgrades.records.facts.status(req.cluster)
-        if isinstance(status, StatusError):
-            return rejected(f"cluster {req.cluster!r}: {status.message}" if status.reason == "NotFound" else status.message)
-        if status.status != "Succeeded":
-            return rejected(f"the install of {req.cluster} is {status.status}: a changed spec applies to an installed "
-                            "cluster (`bke retry` finishes a failed install)")
-        busy = (await self.upgrades.busy(req.cluster, APPLY_KIND, req.request_id)
-                or await operation_refusal(req.cluster, status, self.upgrades, self.restores))
-        if busy and not req.dry_run:
-            return rejected(busy, [ErrorItem(path="Busy", message=busy)])
+        refused = await self._cluster_refusal(req)
+        if refused is not None:
+            return _rejected(req, *refused)
         try:
             spec = await self.spec_text(req)
         except PermanentError as exc:
-            return rejected(f"specRef: {exc}")
+            return _rejected(req, f"specRef: {exc}")
         desired = await asyncio.to_thread(placed, spec)
         if isinstance(desired, list):
-            return rejected("the spec is invalid: " + "; ".join(f"{e.path}: {e.message}" for e in desired[:20]), desired)
+            return _rejected(req, "the spec is invalid: " + "; ".join(f"{e.path}: {e.message}" for e in desired[:20]),
+                             desired)
         if desired.cluster != req.cluster:
-            return rejected(f"spec: names cluster {desired.cluster!r}, the request {req.cluster!r}")
+            return _rejected(req, f"spec: names cluster {desired.cluster!r}, the request {req.cluster!r}")
         stored = await self.plans.load(req.cluster)
         digest = await self.upgrades.plan_digest(req.cluster)
         diff = await asyncio.to_thread(_diff, stored, desired)
-        refusals = [ErrorItem(path=r.name, message=r.message) for r in diff.refusals]
-        if diff.upgrade_only:
-            versions = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in diff.versions.items())
-            refusals.append(ErrorItem(path="VersionsOnly", message=f"only versions change ({versions}): use `bke upgrade apply`"))
         order = apply_order(stored, desired, diff, None)
-        refusals += [ErrorItem(path=r.name, message=r.message) for r in order.refusals]
+        refusals = _refusals(diff, order)
         if refusals:
-            return rejected("; ".join(f"{r.path}: {r.message}" for r in refusals), refusals)
+            return _rejected(req, "; ".join(f"{r.path}: {r.message}" for r in refusals), refusals)
         answer = ApplyAccepted(
             request_id=req.request_id, cluster=req.cluster, stored_digest=digest,
             desired_digest=plan_digest(desired.to_json()),
@@ -173,18 +152,53 @@ class Applies:
             steps=step_views(order.steps, len(stored.nodes)), dry_run=req.dry_run)
         if req.dry_run or not order.steps:
             return [Out(answer, APPLY_ACCEPTED, f"apply-accepted:{req.request_id}")]
+        return await self._start(req, ApplyRequest(
+            kind=APPLY_KIND, request_id=req.request_id, cluster=req.cluster, spec=spec, plan_digest=digest,
+            desired_digest=answer.desired_digest, drain_timeout_s=req.drain_timeout_s), stored, order, answer)
+
+    async def _cluster_refusal(self, req: ApplyCluster) -> tuple[str, list[ErrorItem]] | None:
+        """Why the cluster takes no changed spec now (its install is not done, another operation
+        runs), with the refusals the answer lists; None if it does."""
+        status = await self.upgrades.records.facts.status(req.cluster)
+        if isinstance(status, StatusError):
+            return status_refusal(req.cluster, status), []
+        if status.status != "Succeeded":
+            return (f"the install of {req.cluster} is {status.status}: a changed spec applies to an installed "
+                    "cluster (`bke retry` finishes a failed install)"), []
+        busy = (await self.upgrades.busy(req.cluster, APPLY_KIND, req.request_id)
+                or await operation_refusal(req.cluster, status, self.upgrades, self.restores))
+        if busy and not req.dry_run:
+            return busy, [ErrorItem(path="Busy", message=busy)]
+        return None
+
+    async def _start(self, req: ApplyCluster, request: ApplyRequest, stored: Plan, order: ApplyOrder,
+                     answer: ApplyAccepted) -> list[Out]:
+        """The run stored, once the cluster's operation slot (kind "apply", operation.slot_kind) is claimed."""
         versions = versions_of(stored).model_dump()
         run = new_run(req.request_id, req.cluster, versions, versions, list(order.steps),
-                      [n.hostname for n in stored.nodes], self.now().isoformat(),
-                      request=ApplyRequest(kind=APPLY_KIND, request_id=req.request_id, cluster=req.cluster, spec=spec,
-                                           plan_digest=digest, desired_digest=answer.desired_digest,
-                                           drain_timeout_s=req.drain_timeout_s))
-        # the cluster's operation slot (kind "apply", operation.slot_kind), then the record
+                      [n.hostname for n in stored.nodes], self.now().isoformat(), request=request)
         why = await self.upgrades.start_claimed(run, lambda cur: _running(cur, req.cluster))
         if why:
-            return rejected(why, [ErrorItem(path="Busy", message=why)])
-        log.info("apply accepted: %d action(s), %d step(s)", len(diff.actions), len(run.steps), extra=ids)
+            return _rejected(req, why, [ErrorItem(path="Busy", message=why)])
+        log.info("apply accepted: %d action(s), %d step(s)", len(answer.actions), len(run.steps),
+                 extra={"cluster": req.cluster, "request_id": req.request_id})
         self.upgrades.kick(req.cluster)
         return [Out(answer, APPLY_ACCEPTED, f"apply-accepted:{req.request_id}"),
                 Out(UpgradeChanged(cluster=req.cluster, at=self.now().isoformat(), upgrade=view(run)),
                     upgrade_subject(req.cluster))]
+
+
+def _rejected(req: ApplyCluster, message: str, refusals: list[ErrorItem] | None = None) -> list[Out]:
+    log.warning("apply refused: %s", message, extra={"cluster": req.cluster, "request_id": req.request_id})
+    return [Out(ApplyRejected(request_id=req.request_id, cluster=req.cluster, message=message,
+                              refusals=refusals or []), APPLY_REJECTED, f"apply-rejected:{req.request_id}")]
+
+
+def _refusals(diff: ClusterDiff, order: ApplyOrder) -> list[ErrorItem]:
+    """Every reason the diff cannot be carried out: its own refusals, versions alone (an
+    upgrade's), and what the run's order cannot do."""
+    refusals = [ErrorItem(path=r.name, message=r.message) for r in diff.refusals]
+    if diff.upgrade_only:
+        versions = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in diff.versions.items())
+        refusals.append(ErrorItem(path="VersionsOnly", message=f"only versions change ({versions}): use `bke upgrade apply`"))
+    return refusals + [ErrorItem(path=r.name, message=r.message) for r in order.refusals]
