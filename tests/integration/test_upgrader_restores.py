@@ -24,7 +24,8 @@ from bke.adapters.state.keys import etcd_restore_key, provisioned_agents_key
 from bke.adapters.state.operation_slot import claim_operation, operation_holder
 from bke_upgrader.restore_pieces import PieceServer
 from bke_upgrader.restore_store import RestoreStore
-from bke_upgrader.restores import Restores
+from bke_upgrader.ports import RunSettings
+from bke_upgrader.restores import Restores, Snapshots
 from bke_upgrader.store import UpgradeStore
 
 from ..unit.upgrade_helpers import SEED, plan_of
@@ -68,8 +69,8 @@ async def _restores(redis_client):  # type: ignore[no-untyped-def]
 
     store = RestoreStore(redis_client)
     restores = Restores(store, UpgradeStore(redis_client), PlanCache(redis_client),
-                        PieceServer(store, lambda: None, key), find, key, publish, sign,  # type: ignore[arg-type, return-value]
-                        lambda: NOW, "test", 5000)
+                        Snapshots(find, key, PieceServer(store, lambda: None, key)),  # type: ignore[arg-type, return-value]
+                        publish, sign, RunSettings("test", 5000, lambda: NOW))  # type: ignore[arg-type]
     return restores, plan, records
 
 

@@ -31,7 +31,7 @@ from bke.adapters.runner import Outcome
 from bke.adapters.state.operation_slot import operation_holder, release_operation, start_in_slot
 from bke.adapters.state.operation_slot import refusal as slot_refusal
 from bke.contracts.agent import CommandResult
-from bke.contracts.upgrade import UpgradeChanged, UpgradeCluster, UpgradeView, upgrade_subject
+from bke.contracts.upgrade import GetUpgrade, UpgradeChanged, UpgradeCluster, UpgradeView, upgrade_subject
 from bke.core.plan import Plan
 from bke.core.state.schema import StoredVersionError
 from bke.core.upgrade.run import UpgradeRun
@@ -42,7 +42,7 @@ from .membership import ApplyMembership
 from .ports import ClusterApi, Commands, Records, RunSettings
 from .reconcile import reconcile_upgrade
 from .results import record_result, untrusted_result
-from .views import view
+from .views import answer_view, view
 
 __all__ = ["Upgrades", "slot_kind"]
 
@@ -144,3 +144,7 @@ class Upgrades:
     async def view_of(self, cluster: str) -> UpgradeView | None:
         run = await self.store.load(cluster, fresh=True)
         return None if run is None else view(run)
+
+    async def answer_get(self, data: bytes) -> bytes:
+        """The answer to `GetUpgrade` (`bke upgrade status`) on `bke.v1.upgrade.get`."""
+        return await answer_view(data, GetUpgrade, self.view_of, "upgrade")

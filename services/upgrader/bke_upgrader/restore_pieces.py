@@ -107,6 +107,10 @@ class PieceServer:
         except Exception as exc:  # noqa: BLE001 - an outage is an answer, not a dead subscription
             return StatusError(reason="Unavailable", cluster=req.cluster, message=f"{type(exc).__name__}: {exc}"[:500])
 
+    async def answer_bytes(self, subject: str, body: bytes) -> bytes:
+        """`answer`, as the reply's bytes (bke.adapters.bus.responder)."""
+        return (await self.answer(subject, body)).to_bytes()
+
     async def _piece(self, subject: str, req: GetRestorePiece) -> RestorePiece:
         if subject.split(".")[-2:] != [req.cluster, node_token(req.node)]:
             raise RestoreRefused(f"a request for {req.node} in {req.cluster} came on {subject}")

@@ -27,6 +27,7 @@ import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -75,12 +76,14 @@ from bke.adapters.state.lease import claim_lease, release_lease
 from bke.adapters.state.operation_slot import claim_operation, operation_holder, release_operation
 from bke.adapters.state.operation_slot import refusal as slot_refusal
 
+from .ports import RunSettings
 from .requests import refusal_of
 from .restore_pieces import PieceServer, provisioned_key
 from .restore_store import RestoreStore
 from .store import UpgradeStore
+from .views import answer_view
 
-__all__ = ["Restores", "restore_view"]
+__all__ = ["Restores", "Snapshots", "restore_view"]
 
 log = logging.getLogger("bke.upgrader.restore")
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
@@ -100,15 +103,25 @@ def _sealed_sha256(path: Path, opener: Callable[[bytes], bytes]) -> str:
     return digest.hexdigest()
 
 
+@dataclass(frozen=True)
+class Snapshots:
+    """The stored snapshots a restore reads: a snapshot's record by its id, the deployment's
+    snapshot key that opens it, and the piece server that delivers it to the members' agents."""
+
+    find: FindSnapshot
+    key: Callable[[], Awaitable[SnapshotKey]]
+    pieces: PieceServer
+
+
 class Restores:
-    def __init__(self, store: RestoreStore, upgrades: UpgradeStore, plans: PlanCache, pieces: PieceServer,
-                 find: FindSnapshot, key: Callable[[], Awaitable[SnapshotKey]], publish: Publish, sign: Sign,
-                 now: Callable[[], datetime], owner: str, lease_ms: int, *, answer_deadline_s: float = 1800.0,
-                 component_timeout_s: float = 180.0) -> None:
-        self.store, self.upgrades, self.plans, self.pieces = store, upgrades, plans, pieces
-        self.find, self.key, self.publish, self.sign, self.now = find, key, publish, sign, now
-        self.owner, self.lease_ms = owner, lease_ms
-        self.answer_deadline_s, self.component_timeout_s = answer_deadline_s, component_timeout_s
+    def __init__(self, store: RestoreStore, upgrades: UpgradeStore, plans: PlanCache, snapshots: Snapshots,
+                 publish: Publish, sign: Sign, settings: RunSettings) -> None:
+        self.store, self.upgrades, self.plans = store, upgrades, plans
+        self.find, self.key, self.pieces = snapshots.find, snapshots.key, snapshots.pieces
+        self.publish, self.sign, self.now = publish, sign, settings.now
+        # the upgrade's lease and deadlines (one operation's passes at a time per cluster)
+        self.owner, self.lease_ms = settings.owner, settings.lease_ms
+        self.answer_deadline_s, self.component_timeout_s = settings.answer_deadline_s, settings.component_timeout_s
         self.kick: Callable[[str], None] = lambda cluster: None
 
     def _ts(self) -> str:
@@ -307,28 +320,20 @@ class Restores:
     async def answer_get(self, data: bytes) -> bytes:
         """The answer to `GetEtcdRestore` (`bke etcd restore status`): the view, or a StatusError
         naming what is wrong (a bad request, no restore, an outage); never an exception."""
-        try:
-            req = GetEtcdRestore.model_validate_json(data)
-        except ValidationError as exc:
-            errors = [ErrorItem(path=".".join(str(p) for p in e["loc"]) or "(body)", message=e["msg"][:200])
-                      for e in exc.errors()[:20]]
-            named = "; ".join(f"{e.path}: {e.message}" for e in errors)
-            return StatusError(reason="Invalid", message=f"invalid etcd restore status request: {named}"[:1000],
-                               errors=errors).to_bytes()
-        try:
-            v = await self.view_of(req.cluster)
-        except Exception as exc:  # noqa: BLE001 - an outage (or an unreadable record) is an answer
-            return StatusError(reason="Unavailable", cluster=req.cluster,
-                               message=f"{type(exc).__name__}: {exc}"[:500]).to_bytes()
-        if v is None:
-            return StatusError(reason="NotFound", cluster=req.cluster,
-                               message=f"cluster '{req.cluster}': no etcd restore").to_bytes()
-        return v.to_bytes()
+        return await answer_view(data, GetEtcdRestore, self.view_of, "etcd restore", _invalid_get)
 
     async def view_of(self, cluster: str) -> EtcdRestoreView | None:
         """The cluster's current or last restore (`bke etcd restore status`), None if none."""
         run = await self.store.load(cluster)
         return None if run is None else restore_view(run)
+
+
+def _invalid_get(exc: ValidationError) -> StatusError:
+    """A GetEtcdRestore that does not read: every wrong field named."""
+    errors = [ErrorItem(path=".".join(str(p) for p in e["loc"]) or "(body)", message=e["msg"][:200])
+              for e in exc.errors()[:20]]
+    named = "; ".join(f"{e.path}: {e.message}" for e in errors)
+    return StatusError(reason="Invalid", message=f"invalid etcd restore status request: {named}"[:1000], errors=errors)
 
 
 def _stage_views(rp: RestorePlan) -> list[RestoreStageView]:
