@@ -44,7 +44,7 @@ from bke_agent import AgentIdentity, AgentLoop, AgentSettings, MemoryJournal, Nu
 from bke_agent.verify import CommandVerifier
 
 ROUNDS = 9
-PREFETCH_CHUNK = 500  # as bke_upgrader.operation and the dispatcher's health rounds read them
+PREFETCH_CHUNK = 500  # as bke_upgrader.batches and the dispatcher's health rounds read them
 
 
 def _paired_us(works: list[Callable[[], None]], n: int) -> list[float]:

@@ -99,7 +99,7 @@ class ApplyMembership:
         if step.name == JOIN_STEP:
             digest = await swap(run, new)
             joins = None
-            if step.group:  # its start in every etcd cluster it joins (apply_run._member_steps)
+            if step.group:  # its start in every etcd cluster it joins (apply_members.member_steps)
                 joins = [MembershipEtcdJoin(etcd_cluster=c, member=member, initial_cluster=initial)
                          for c, member, initial in member_join(old, new, step.group)]
             # nodes in the cluster already, joining again with more parts (apply_run._rejoin):

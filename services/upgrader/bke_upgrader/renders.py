@@ -58,7 +58,7 @@ class Renders:
     `freeze_heap` (the service sets it; a test process keeps its collector as it is): what the
     process holds is frozen for the garbage collector (`gc.freeze`) when a render begins (the
     two plans it renders from are loaded then) and again when it is in. The run's plans
-    (PlanCache, `Upgrades._plans`) and its renders are ~250,000 objects at 5,000 nodes that
+    (PlanCache, targets.plans_of) and its renders are ~250,000 objects at 5,000 nodes that
     live as long as the run, and each of the collector's full passes walked them all: 5 to 7
     an upgrade, 0.4-0.9 CPU-s of the upgrader's 6-9 (bench/upgrade.py --profile --gc-only).
     Frozen objects are still freed by reference counting when dropped; so that a cycle among
