@@ -1,9 +1,14 @@
 """kwok in a real-control-plane lab: one process per cluster keeps the lab's Nodes Ready and runs
 the pods bound to them, in place of their kubelets (none can run on this machine).
 
-Why one per lab and with the operator's admin credential: kwok lists every Node it manages
-before it starts, which no node identity may do (the Node authorizer lets a node read its own
-Node only). The Nodes themselves are registered by each node's kubelet stand-in with the node's
+Why one per lab and with the cluster's break-glass credential (super-admin.conf, system:masters):
+kwok lists every Node it manages before it starts, which no node identity may do (the Node
+authorizer lets a node read its own Node only); and it must be watching before the addons phase
+creates the DaemonSets' pods. admin.conf is authorized only by the RBAC binding that phase
+applies, so kwok started with it after the pods existed, and kwok 0.8 then played the stages of
+some of those pods and left the others Pending for good (seen: one of five, the install waiting
+out its progress deadline). super-admin.conf needs no binding: kwok watches from the moment the
+first apiserver answers. The Nodes themselves are registered by each node's kubelet stand-in with the node's
 own kubelet.conf (bke_agent.kubelet.node_api), annotated `bke.bocloud.com/lab-kubelet: kwok`,
 and kwok manages only the Nodes with that annotation. What kwok does to them is our stage file,
 kwok_stages.yaml beside this module.
@@ -52,7 +57,7 @@ def kwok_argv(kwok: Path, kubeconfig: Path, port: int) -> list[str]:
 
 
 async def wait_admin_kubeconfig(redis_url: str, cluster: str, box: SecretBox, timeout_s: float) -> bytes:
-    """The cluster's admin kubeconfig once the certs service has written it (it does during the
+    """The cluster's super-admin kubeconfig once the certs service has written it (it does during the
     install's certs phase); TemporaryError after `timeout_s`. `redis_url`: a user that may read
     `bke:<c>:api-credentials` (the lab's admin)."""
     redis = redis_client(redis_url)
@@ -60,7 +65,7 @@ async def wait_admin_kubeconfig(redis_url: str, cluster: str, box: SecretBox, ti
     try:
         while True:
             try:
-                return await read_api_credential(redis, cluster, "admin", box)
+                return await read_api_credential(redis, cluster, "super-admin", box)
             except TemporaryError:
                 if time.monotonic() > deadline:
                     raise
@@ -72,7 +77,7 @@ async def wait_admin_kubeconfig(redis_url: str, cluster: str, box: SecretBox, ti
 async def _admin_kubeconfig(cluster: str, out: Path, timeout_s: float) -> Path:
     conf = await wait_admin_kubeconfig(os.environ["BKE_REDIS_URL"], cluster, box_for("api"), timeout_s)
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = out / f"{cluster}-admin.conf"
+    path = out / f"{cluster}-super-admin.conf"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(conf)

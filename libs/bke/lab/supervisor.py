@@ -17,7 +17,7 @@ Layout of a lab workdir:
                          (its dashboard, /metrics, /readyz), chosen free at its start
                          (`http_urls`); a real-control-plane lab's kwok per cluster
     control-plane       "real" when installed with `--control-plane real` (bke.lab.kube_binaries)
-    kwok/<c>-admin.conf the admin kubeconfig kwok uses (0600)
+    kwok/<c>-super-admin.conf the kubeconfig kwok uses (0600)
 """
 from __future__ import annotations
 
