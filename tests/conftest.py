@@ -21,6 +21,20 @@ from bke.adapters.runtime.declare import declare_streams
 from bke.adapters.runtime import EmbeddedRuntime
 from bke.adapters.state.epoch import ensure_epoch, new_epoch
 
+from .workers import isolate_worker, order_and_group
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, every worker but the first takes a loopback of its own (tests/workers.py)."""
+    if worker := getattr(config, "workerinput", {}).get("workerid", ""):
+        isolate_worker(worker)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if getattr(config, "workerinput", None) is not None:
+        order_and_group(items)
+
 
 @pytest.fixture(scope="session")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRuntime]:
