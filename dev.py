@@ -86,7 +86,7 @@ def test_workers() -> list[str]:
     if not isolated:
         print("test: one process (this host gives no network namespace to a second worker)", flush=True)
         return []
-    return ["-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder"]
+    return ["-n", "2", "--dist", "loadscope", "--no-loadscope-reorder"]
 
 
 def run_lints(env: dict[str, str]) -> int:

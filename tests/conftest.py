@@ -21,7 +21,7 @@ from bke.adapters.runtime.declare import declare_streams
 from bke.adapters.runtime import EmbeddedRuntime
 from bke.adapters.state.epoch import ensure_epoch, new_epoch
 
-from .workers import isolate_worker, order_and_group
+from .workers import ModuleScheduling, isolate_worker, order
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -30,10 +30,14 @@ def pytest_configure(config: pytest.Config) -> None:
         isolate_worker(worker)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if getattr(config, "workerinput", None) is not None:
-        order_and_group(items)
+        order(items)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own choice by --dist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> ModuleScheduling:
+    return ModuleScheduling(config, log)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session")
