@@ -31,7 +31,7 @@ def _env(redis_url: str, tmp_path: Path, name: str = "keys") -> dict[str, str]:
             "BKE_KEY_FILE_SIGNING": str(keys / "signing.key")}
 
 
-def _stored(redis_url: str) -> dict[str, bytes | None]:
+def _stored(redis_url: str) -> dict[str, object]:
     admin = sync_redis_client(redis_url)
     try:
         return {k: admin.get(k) for k in (epoch_key(), etcd_snapshot_key(), command_signing_key())}
