@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
+import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -161,3 +164,32 @@ async def test_another_agent_cannot_renew_a_node_not_its_own(setup: Setup) -> No
         assert record is not None and record.expires_at == setup.now + 3600  # not renewed
     finally:
         await client.nc.close()
+
+
+async def test_bke_identities_serve_renewals_answers_an_agent(secure: EmbeddedRuntime, tmp_path: Path) -> None:
+    """The command a deployment runs where the authority key is: it answers an agent that is due,
+    and says how many it renewed when stopped (SIGINT, as Ctrl-C)."""
+    s = Setup(secure, tmp_path)
+    assert secure.info is not None and secure.nats_auth is not None
+    renewer = s.issue("renewer")
+    key = tmp_path / "authority.key"
+    key.write_bytes(secure.nats_auth.key_file.read_bytes())
+    env = {**os.environ, "BKE_KEY_FILE_AUTHORITY": str(key)}
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "bke"), "identities", "serve-renewals", "--redis", secure.info.redis_url,
+        "--nats", secure.info.nats_url, "--creds", str(renewer), env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        ready = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert b"answering agents' renewal requests" in ready
+        creds = s.issue("agent", "node-s", expires_in=3600)
+        nc = await s.agent("node-s", creds)
+        try:
+            assert await IdentityRenewal(nc, creds, CLUSTER, "node-s").renew_once() == "renewed"
+        finally:
+            await nc.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert b"renewed 1, refused 0" in out, err.decode()[-2000:]
