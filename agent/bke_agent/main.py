@@ -39,6 +39,7 @@ from .executor import Executor
 from .identity import AgentIdentity
 from .journal import DiskJournal
 from .loop import AgentConflict, AgentLoop
+from .renewal import IdentityRenewal
 from .selfupdate import SelfUpdater
 from .settings import AgentSettings
 from .venvs import confirm
@@ -114,6 +115,14 @@ async def _start_when_free(agent: AgentLoop, stop: asyncio.Event) -> bool:
     return False
 
 
+async def _renew_identity(nc: NatsClient, settings: AgentSettings, stop: asyncio.Event) -> None:
+    """Its JWT renewed in the last third of its life, for the same key (bke_agent.renewal), until
+    `stop`; nothing without a creds file (a server without authentication) or with the check off."""
+    if settings.nats_creds is None or settings.renew_check_s == 0:
+        return
+    await IdentityRenewal(nc, settings.nats_creds, settings.cluster, settings.node).run(stop, settings.renew_check_s)
+
+
 async def run(settings: AgentSettings) -> int:
     ids = {"cluster": settings.cluster, "node": settings.node}
     if not settings.nats_url:
@@ -154,7 +163,9 @@ async def run(settings: AgentSettings) -> int:
             if not await _start_when_free(agent, stop):
                 return 1 if lost.is_set() else 0
             confirm(state, RUNNING_VERSION)  # it came up: a launcher watching a new version keeps it
+            renewing = asyncio.create_task(_renew_identity(nc, settings, stop), name="identity-renewal")
             await stop.wait()
+            renewing.cancel()  # a request under way is not waited for: asked again at the next start
             if agent.restart_requested:
                 log.info("exiting to be started again in the new agent's venv", extra=ids)
                 await agent.stop(grace=0)

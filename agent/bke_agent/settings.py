@@ -44,6 +44,9 @@ class AgentSettings(BaseSettings):
     # the dispatcher's command-signing public key, given at provisioning (else <state>/command.pub)
     command_key: str | None = None
     heartbeat_s: float = Field(10.0, ge=0)  # 0 disables heartbeats
+    # how often the agent checks whether its JWT is in the last third of its life and asks for a
+    # new one for the same key (bke_agent.renewal); 0 turns the agent's own renewal off
+    renew_check_s: float = Field(3600.0, ge=0)
     ack_wait_s: float = Field(30.0, gt=0)  # a running command is kept alive with in-progress acks
     # How long a result and its ack are sent again while NATS does not answer (a cluster's stream
     # or consumer electing a new leader after a node is lost takes a few seconds), before the

@@ -169,7 +169,7 @@ def render_cli_page() -> str:
 
 
 def architecture_parts() -> tuple[Part, ...]:
-    """The five services, the agent, the CLI and the dashboards, from the permission and ACL
+    """The five services, the agent, the CLI, the agents' renewer and the dashboards, from the permission and ACL
     tables: bus identity, Redis user and its write patterns, durable consumers; the dashboards'
     subjects are what their identity is allowed (they are no component of CHANNELS)."""
     acl = {u.name: u for u in USERS}
@@ -182,6 +182,8 @@ def architecture_parts() -> tuple[Part, ...]:
                              agent_subject("{cluster}", "{node}", "command")),))
     cli = Part("CLI", identity_name("operator"), ROLES["operator"].summary, component=ROLES["operator"].component,
                redis_user=ADMIN, redis_why=acl[ADMIN].why, writes=acl[ADMIN].writes)
+    renewer = Part("renewer", identity_name("renewer"), ROLES["renewer"].summary, component=ROLES["renewer"].component,
+                   redis_user=ADMIN, redis_why=acl[ADMIN].why, writes=acl[ADMIN].writes)
     dashboard = role_permissions("dashboard")
 
     def allowed(patterns: tuple[str, ...]) -> tuple[str, ...]:
@@ -190,7 +192,7 @@ def architecture_parts() -> tuple[Part, ...]:
 
     dashboards = Part("dashboards", identity_name("dashboard"), ROLES["dashboard"].summary,
                       may_send=allowed(dashboard.pub_allow), may_hear=allowed(dashboard.sub_allow))
-    return (*services, agent, cli, dashboards)
+    return (*services, agent, cli, renewer, dashboards)
 
 
 def global_keys() -> tuple[str, ...]:

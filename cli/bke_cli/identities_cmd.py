@@ -18,11 +18,13 @@ from typing import Optional
 import redis
 import typer
 
+from bke.adapters.auth.agent_renewal import RENEW_ALL, AgentRenewalResponder
 from bke.adapters.auth.authority import write_creds
-from bke.adapters.auth.permissions import ROLES, SERVICE_ROLES, identity_name
+from bke.adapters.auth.permissions import ROLES, SERVICE_ROLES, identity_name, inbox_prefix
 from bke.adapters.auth.push import push_account
 from bke.adapters.auth.registry import IdentityRecord, IdentityRegistry, UnknownIdentity
 from bke.adapters.auth.system_user import SystemUser, ensure_system_user
+from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.lab.identities import LabIdentities
 from bke.lab.supervisor import LabSupervisor
 from bke.adapters.runtime import EmbeddedRuntime
@@ -146,8 +148,8 @@ def rotate_cmd(name: str, workdir: Optional[Path] = WORKDIR, redis_url: Optional
 @ids.command("renew")
 def renew_cmd(out: Path = typer.Option(..., "--out", help="folder for creds/<name>.creds of each renewed identity"),
               redis_url: Optional[str] = REDIS,
-              role: list[str] = typer.Option([], "--role", help="only these roles (repeatable); agents are renewed "
-                                             "by provisioning them again")) -> None:
+              role: list[str] = typer.Option([], "--role", help="only these roles (repeatable); agents ask for "
+                                             "their own renewal (`bke identities serve-renewals` answers)")) -> None:
     """Every live identity in the last third of its lifetime gets a new creds file; the old one
     is not revoked and serves until it expires (so a running process is not cut off). Install
     the new files (the Secrets, compose's creds) and restart the processes before then."""
@@ -190,7 +192,8 @@ def revoke_cmd(name: Optional[str] = typer.Argument(None), cluster: Optional[str
 
 @ids.command("init")
 def init_cmd(out: Path = typer.Option(..., "--out", help="folder for auth.conf (included by nats.conf), sys.creds "
-                                      "and creds/<name>.creds of each service, the operator, the dashboard and the deploy step (streams)"),
+                                      "and creds/<name>.creds of each service, the operator, the dashboard, the deploy step "
+                                      "(streams) and the agents' renewer"),
              redis_url: Optional[str] = REDIS) -> None:
     """A deployment's NATS trust chain: the operator and accounts (kept, encrypted, in Redis: made
     once), the operator-mode part of nats.conf, the system user (sys.creds: kept while it is this
@@ -210,10 +213,37 @@ def init_cmd(out: Path = typer.Option(..., "--out", help="folder for auth.conf (
         authority = stored
     # The server runs in its container with its resolver directory at /data/jwt (deploy/nats/nats.conf).
     (out / "auth.conf").write_text(authority.server_conf(now, Path("/data/jwt")))
-    for role in (*SERVICE_ROLES, "operator", "dashboard", "streams"):
+    for role in (*SERVICE_ROLES, "operator", "dashboard", "streams", "renewer"):
         write_creds(out / "creds" / f"{role}.creds", registry.issue(role).creds)
         print(f"{role}: {out / 'creds' / f'{role}.creds'}")
     print(f"nats-server: {out / 'auth.conf'} (include it), system user {out / 'sys.creds'} ({_system_said(system)})")
+
+
+@ids.command("serve-renewals")
+def serve_renewals_cmd(redis_url: Optional[str] = REDIS, nats_url: Optional[str] = NATS,
+                       creds: Path = typer.Option(..., "--creds", help="the `renewer` identity's creds file "
+                                                  "(`bke identities init` writes creds/renewer.creds)")) -> None:
+    """Answer agents' renewal requests until stopped (Ctrl-C): each agent in the last third of
+    its JWT's life asks for a new JWT for the key it holds, and gets one unless it is revoked or
+    asks for another node or key (bke.adapters.auth.agent_renewal). Run it where the authority's
+    key is, for at least an hour in every few months: agents ask again every hour while due."""
+    registry = _registry(redis_url)
+    if not nats_url:
+        die("--nats URL (or BKE_NATS_URL): the NATS the agents reach", EXIT_INVALID)
+    asyncio.run(_serve_renewals(BusAccess(nats_url, creds, inbox_prefix(identity_name("renewer"))), registry))
+
+
+async def _serve_renewals(access: BusAccess, registry: IdentityRegistry) -> None:
+    nc = await connect_nats(access, name="bke-renewer", wait=True)
+    responder = AgentRenewalResponder(nc, registry, lambda: int(time.time()))
+    await responder.start()
+    print(f"answering agents' renewal requests on {RENEW_ALL} (Ctrl-C to stop)", flush=True)
+    try:
+        await asyncio.Event().wait()  # until cancelled (Ctrl-C)
+    finally:
+        await responder.stop()
+        await nc.close()
+        print(f"renewed {responder.answered}, refused {responder.refused}")
 
 
 def _system_said(system: SystemUser) -> str:

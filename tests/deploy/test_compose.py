@@ -5,6 +5,7 @@ uses (read from the real supervisor, which starts the lab's own NATS and Redis h
 agents match the cluster they stand for."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -173,3 +174,27 @@ def test_lab_agents_match_their_cluster_and_identities() -> None:
         secret = f"agent-{host}-creds"
         assert env["BKE_NATS_CREDS"] == f"/run/secrets/{secret}" and spec["secrets"] == [secret]
         assert "deploy/agent.env" in spec["env_file"]  # BKE_AGENT_COMMAND_KEY, known once the dispatcher runs
+
+
+def test_state_init_runs_once_before_the_services_and_alone_holds_the_admin_user() -> None:
+    compose = _compose()
+    services = compose["services"]
+    step = services["state-init"]
+    assert step["entrypoint"] == ["python", "-m", "bke.adapters.state.deploy_init"]
+    assert importlib.util.find_spec("bke.adapters.state.deploy_init") is not None
+    assert step["restart"] == "no" and step["read_only"] is True
+    # the image it runs holds both kinds it needs: the upgrader's (bke.core.secrets.key_kinds)
+    assert step["image"] == services["upgrader"]["image"]
+    assert {"snapshot", "signing"} <= set(SERVICE_KEY_KINDS["upgrader"])
+    assert sorted(step["secrets"]) == ["bke-key-signing", "bke-key-snapshot"]  # no NATS identity, no token
+    assert step["environment"] == {"BKE_KEY_FILE_SNAPSHOT": "/run/secrets/bke-key-snapshot",
+                                   "BKE_KEY_FILE_SIGNING": "/run/secrets/bke-key-signing"}
+    admin = "deploy/redis/admin.env"
+    assert step["env_file"] == [admin]
+    assert [name for name, spec in services.items() if admin in spec.get("env_file", [])] == ["state-init"]
+    for name in SERVICES:  # each service starts after the step has exited 0, as after `streams`
+        needs = services[name]["depends_on"]
+        assert needs["state-init"] == {"condition": "service_completed_successfully"}, name
+        assert needs["streams"] == {"condition": "service_completed_successfully"}, name
+    needs = step["depends_on"]
+    assert (needs if isinstance(needs, list) else list(needs)) == ["redis"]

@@ -141,3 +141,55 @@ def test_each_service_has_a_network_policy_narrower_than_the_default_deny(servic
     assert ingress["ports"] == [{"protocol": "TCP", "port": DEFAULT_HTTP_PORTS[service]}]
     egress_ports = {p["port"] for rule in pol["spec"]["egress"] for p in rule["ports"]}
     assert egress_ports == {53, 4222, 6379, 26379} | ({6443} if service in ("dispatcher", "upgrader") else set())
+
+
+def _secret_names(pod: dict[str, Any]) -> set[str]:
+    """Every Secret a pod template names, in its env and in its volumes."""
+    names = set()
+    for container in pod["containers"]:
+        for env in container.get("env", []):
+            ref = env.get("valueFrom", {}).get("secretKeyRef")
+            if ref:
+                names.add(ref["name"])
+    for volume in pod.get("volumes", []):
+        if "secret" in volume:
+            names.add(volume["secret"]["secretName"])
+        for source in volume.get("projected", {}).get("sources", []):
+            if "secret" in source:
+                names.add(source["secret"]["name"])
+    return names
+
+
+def test_state_init_job_alone_holds_the_redis_admin_user() -> None:
+    job = _find("Job", "bke-state-init")
+    assert job["metadata"]["namespace"] == "bke"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "OnFailure" and pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    assert container["command"] == ["python", "-m", "bke.adapters.state.deploy_init"]
+    assert container["image"].split(":")[0] == "bke-upgrader"  # holds the snapshot and signing kinds
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e for e in container["env"]}
+    assert env["BKE_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": "bke-state-init-redis", "key": "BKE_REDIS_URL"}
+    assert {k for k in env if k.startswith("BKE_KEY_FILE_")} == {key_file_env("snapshot"), key_file_env("signing")}
+    assert not {k for k in env if k.startswith("BKE_NATS_")}  # no NATS identity
+    assert _secret_names(pod) == {"bke-state-init-redis", "bke-key-snapshot", "bke-key-signing"}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    for kind in ("snapshot", "signing"):
+        path = Path(env[key_file_env(kind)]["value"])
+        assert path.name == f"{kind}.key" and mounts[str(path.parent)] == "at-rest-keys"
+    # no other workload is given the admin user's Secret
+    for obj in _objects():
+        if obj["kind"] in ("Deployment", "Job") and obj["metadata"]["name"] != "bke-state-init":
+            assert "bke-state-init-redis" not in _secret_names(obj["spec"]["template"]["spec"]), obj["metadata"]["name"]
+    readme = (K8S / "README.md").read_text()
+    assert "bke-state-init-redis" in readme and "state-init.yaml" in readme
+
+
+def test_state_init_job_reaches_redis_and_dns_only() -> None:
+    pol = _find("NetworkPolicy", "bke-state-init")
+    assert pol["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "bke-state-init"}
+    assert pol["spec"]["policyTypes"] == ["Egress"] and "ingress" not in pol["spec"]
+    ports = {p["port"] for rule in pol["spec"]["egress"] for p in rule["ports"]}
+    assert ports == {53, 6379, 26379}

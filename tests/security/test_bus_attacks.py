@@ -24,7 +24,9 @@ from bke.adapters.bus import quotas
 from bke.adapters.bus.quotas import AGENT_MAX_PAYLOAD, AGENT_SUBJECT_MSGS
 from bke.adapters.bus.streams import BUCKETS, OBJECT_BUCKET, STREAMS, StreamsNotDeclared, check_streams, ensure_streams
 from bke.contracts.agent import AGENTS_PROVISION, ETCD_SNAPSHOT_BUCKET, agent_subject
+from bke.contracts.identity import renew_identity_subject
 from bke.contracts.subjects import CERTS_ISSUED
+from bke.adapters.auth.agent_renewal import RENEW_ALL
 from bke.adapters.etcdsnap.upload import publish_object
 from bke.adapters.runtime import EmbeddedRuntime
 from bke.adapters.settings import ServiceSettings
@@ -32,7 +34,7 @@ from tests.bus_identity_helpers import CLUSTER, Client, _connect, _identity
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
-IDENTITIES = (*SERVICES, "operator", "dashboard", "streams", "agent")
+IDENTITIES = (*SERVICES, "operator", "dashboard", "streams", "agent", "renewer")
 NODE = "node-a"
 
 
@@ -125,6 +127,25 @@ async def test_only_the_operator_may_ask_to_provision_an_agent(clients: dict[str
     await clients["operator"].nc.publish(AGENTS_PROVISION, b"{}")
     await clients["operator"].nc.flush()
     assert (await sub.next_msg(timeout=5)).data == b"{}"
+
+
+async def test_only_a_nodes_agent_asks_to_renew_its_identity_and_only_the_renewer_hears_it(
+        clients: dict[str, Client]) -> None:
+    """A renewal request names the node's subject: nobody but that node's agent may publish it
+    (another node's agent neither), nobody but the renewer may hear it; the agent's own request
+    reaches the renewer's subscription (positive control)."""
+    own, other = renew_identity_subject(CLUSTER, NODE), renew_identity_subject(CLUSTER, "node-b")
+    for role in (role for role in IDENTITIES if role != "agent"):
+        assert await clients[role].pub_refused(own), role
+    assert await clients["agent"].pub_refused(other)
+    for role in (role for role in IDENTITIES if role != "renewer"):
+        assert await clients[role].sub_refused(own), role
+    sub = await clients["renewer"].nc.subscribe(RENEW_ALL, queue="renewer")
+    await clients["renewer"].nc.flush()
+    await clients["agent"].nc.publish(own, b"{}")
+    await clients["agent"].nc.flush()
+    msg = await sub.next_msg(timeout=5)
+    assert (msg.subject, msg.data) == (own, b"{}")
 
 
 async def test_nobody_but_the_deploy_identity_can_source_the_agent_stream_into_events(

@@ -23,6 +23,7 @@ from bke.adapters.auth.permissions import (
 )
 from bke.adapters.auth.creds import subject_matches as _matches  # NATS matching: `*` one token, `>` the rest
 from bke.contracts.agent import agent_subject
+from bke.contracts.identity import renew_identity_subject
 from bke.contracts.subjects import AGENTS_PROVISION, CHANNELS
 from bke.core.secrets.at_rest import create_key_file
 
@@ -31,7 +32,7 @@ def _concrete(subject: str, component: str) -> str:
     return re.sub(r"\{[a-z]+\}", "x", subject.replace("{service}", component))
 
 
-@pytest.mark.parametrize("role", [*SERVICE_ROLES, "operator"])
+@pytest.mark.parametrize("role", [*SERVICE_ROLES, "operator", "renewer"])
 def test_every_channel_a_component_sends_is_allowed_and_no_other(role: str) -> None:
     component = ROLES[role].component
     perms = role_permissions(role)
@@ -44,7 +45,7 @@ def test_every_channel_a_component_sends_is_allowed_and_no_other(role: str) -> N
         assert allowed == (component in ch.senders or extra), (role, ch.subject)
 
 
-@pytest.mark.parametrize("role", [*SERVICE_ROLES, "operator"])
+@pytest.mark.parametrize("role", [*SERVICE_ROLES, "operator", "renewer"])
 def test_every_channel_a_component_receives_is_subscribable(role: str) -> None:
     component = ROLES[role].component
     perms = role_permissions(role)
@@ -68,6 +69,9 @@ def test_the_agent_is_confined_to_its_own_node() -> None:
     assert not any(_matches(p, s) for p in perms.pub_allow for s in other.values())
     assert not any(_matches(p, other["command"]) for p in perms.sub_allow)
     assert not any(_matches(p, "_INBOX.x") for p in perms.sub_allow)
+    # its own identity's renewal, never another node's
+    assert any(_matches(p, renew_identity_subject("c1", "n1")) for p in perms.pub_allow)
+    assert not any(_matches(p, renew_identity_subject("c1", "n2")) for p in perms.pub_allow)
     for bad in ("$JS.API.CONSUMER.CREATE.BKE_AGENT", "$JS.API.CONSUMER.DURABLE.CREATE.BKE_AGENT.agent__c1__n1",
                 "$JS.API.STREAM.MSG.GET.BKE_AGENT", "$JS.API.DIRECT.GET.BKE_AGENT"):
         assert not any(_matches(p, bad) for p in perms.pub_allow), bad
@@ -192,6 +196,21 @@ def test_replies_are_bounded_in_number_and_time() -> None:
     claims = role_permissions("dispatcher").claims()
     assert claims["resp"] == {"max": 1, "ttl": RESPONSE_TTL_S * 1_000_000_000}
     assert "resp" not in role_permissions("operator").claims()
+    assert role_permissions("renewer").claims()["resp"] == claims["resp"]
+
+
+def test_the_renewer_hears_renewal_requests_and_only_answers() -> None:
+    """It publishes nothing (its allow list names only a subject of its own inbox: an empty list
+    would allow everything) and answers through `resp`; nobody else hears the requests."""
+    perms = role_permissions("renewer")
+    assert perms.pub_allow == ("_INBOX_renewer.none",) and perms.responses
+    assert perms.sub_allow == ("bke.v1.agents.*.*.renew-identity", f"{inbox_prefix('renewer')}.>")
+    for subject in (agent_subject("c1", "n1", "command"), AGENTS_PROVISION, "_INBOX_agent__c1__n1.x"):
+        assert not any(_matches(p, subject) for p in perms.pub_allow), subject
+    request = renew_identity_subject("c1", "n1")
+    for role in [*SERVICE_ROLES, "operator", "dashboard", "streams"]:
+        assert not any(_matches(p, request) for p in role_permissions(role).sub_allow), role
+        assert not any(_matches(p, request) for p in role_permissions(role).pub_allow), role
 
 
 def test_dashboard_publishes_only_the_requests_that_change_nothing() -> None:

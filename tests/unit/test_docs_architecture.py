@@ -33,7 +33,7 @@ def test_every_component_of_the_channel_table_has_a_column() -> None:
     components = {c for ch in CHANNELS for c in (*ch.senders, *ch.receivers)}
     assert components == {p.component for p in PARTS if p.component}
     assert [p.title for p in PARTS] == ["planner", "certs", "renderer", "dispatcher", "upgrader", "agent", "CLI",
-                                        "dashboards"]
+                                        "renewer", "dashboards"]
 
 
 def test_the_dashboards_may_send_only_requests_that_change_nothing() -> None:

@@ -100,6 +100,7 @@ from .agent import (
     ProvisionAgent,
 )
 from .deadletter import DeadLettered
+from .identity import AGENT_IDENTITY_RENEW, AgentIdentityRenewed, RenewAgentIdentity
 from .health import GetHealth, ServiceHealth
 from .expiration import EXPIRATION_GET, CertExpiration, GetExpiration
 from .status import STATUS_GET, ClusterStatus, StatusError, GetStatus
@@ -248,6 +249,7 @@ CHANNELS: tuple[Channel, ...] = (
     Channel("bke.v1.agent.{cluster}.{node}.registered", AgentRegistered, "event", "An agent started and announces its public keys (sealed to only if they are the ones provisioned).", ("agent",), ("certs",)),
     Channel("bke.v1.agent.{cluster}.{node}.refused", CommandRefused, "event", "The agent refused a command (unsigned, not the dispatcher's key, another node, expired or not yet valid); nothing ran.", ("agent",), ("dispatcher",)),
     Channel(AGENTS_PROVISION, ProvisionAgent, "request", "Record the key BKE made for a node's agent at provisioning (operator only; queue group certs-provision; core NATS, not stored).", ("cli",), ("certs",), (AgentProvisioned,)),
+    Channel(AGENT_IDENTITY_RENEW, RenewAgentIdentity, "request", "A node's agent asks, in the last third of its JWT's life and signed with its own nkey, for a new JWT for the same key; the owner of the NATS authority answers (queue group renewer; core NATS, not stored). A revoked identity, another node's request or another key is refused.", ("agent",), ("renewer",), (AgentIdentityRenewed,)),
     Channel(AGENTS_COMMAND_KEY, GetCommandKey, "request", "The dispatcher's command-signing public key, given to agents at provisioning (queue group dispatcher-command-key; core NATS, not stored).", ("cli",), ("dispatcher",), (CommandKey,)),
     Channel(AGENTS_ACCEPTED, AgentAccepted, "event", "A registration's key is the one provisioned for its node: the node's results are believed only from this agent.", ("certs",), ("dispatcher",)),
     Channel(AGENTS_REFUSED, AgentRefused, "event", "A registration's key is not the one provisioned for its node (or none was): nothing was sealed to it.", ("certs",), ("dispatcher",)),

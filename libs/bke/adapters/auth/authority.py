@@ -125,10 +125,15 @@ class Authority:
         """A new user of the BKE account: a fresh key, a JWT signed by the account signing key
         (refused by the server after `expires`, a Unix time, when given)."""
         key = new_keypair("user", random)
+        token = self.user_jwt(name, key.public, perms, iat=iat, expires=expires)
+        return IssuedUser(name, key.public, token, key.seed, str(decode_jwt(token)["jti"]), iat)
+
+    def user_jwt(self, name: str, public: str, perms: Permissions, *, iat: int, expires: int | None = None) -> str:
+        """A user JWT for a key someone else holds (a new one at `user`, the same one at an
+        agent's renewal, bke.adapters.auth.agent_renewal): the seed is never needed to sign it."""
         nats = {"type": "user", "issuer_account": self.account.public, "subs": perms.subs, "data": -1,
                 "payload": perms.payload, **perms.claims()}
-        token = encode_jwt(self.signing, key.public, name, nats, iat=iat, exp=expires)
-        return IssuedUser(name, key.public, token, key.seed, str(decode_jwt(token)["jti"]), iat)
+        return encode_jwt(self.signing, public, name, nats, iat=iat, exp=expires)
 
     def system_user(self, *, iat: int, random: Callable[[int], bytes] = os.urandom) -> IssuedUser:
         """A user of the system account (no permission limits): it pushes account updates."""

@@ -17,9 +17,23 @@ import base64
 import json
 from typing import Any
 
-__all__ = ["creds_claims", "may_publish", "subject_matches"]
+__all__ = ["creds_claims", "creds_parts", "may_publish", "subject_matches"]
 
 _BEGIN = "-----BEGIN NATS USER JWT-----"
+_SEED = "-----BEGIN USER NKEY SEED-----"
+
+
+def creds_parts(text: str) -> tuple[str, str]:
+    """The user JWT and the nkey seed of a creds file's text (an agent renewing its JWT keeps
+    its seed: bke.contracts.identity); ValueError, naming no secret, if either is missing."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    try:
+        token, seed = lines[lines.index(_BEGIN) + 1], lines[lines.index(_SEED) + 1]
+    except (ValueError, IndexError):
+        raise ValueError("not a creds file: its JWT or its seed is missing") from None
+    if token.count(".") != 2 or not seed.startswith("SU"):
+        raise ValueError("not a creds file: its JWT or its seed is malformed")
+    return token, seed
 
 
 def creds_claims(text: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import nkeys
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-__all__ = ["KeyPair", "Role", "decode_jwt", "encode_jwt", "new_keypair", "keypair_from_seed"]
+__all__ = ["KeyPair", "Role", "decode_jwt", "encode_jwt", "new_keypair", "keypair_from_seed", "verify_nkey"]
 
 Role = Literal["operator", "account", "user"]
 _PREFIX: dict[str, int] = {
@@ -108,3 +108,13 @@ def _verify(public: str, data: bytes, sig: bytes) -> None:
         VerifyKey(raw[1:-2]).verify(data, sig)
     except (BadSignatureError, ValueError) as exc:
         raise ValueError(f"bad signature for issuer {public}") from exc
+
+
+def verify_nkey(public: str, data: bytes, sig: bytes) -> bool:
+    """Whether `sig` is the ed25519 signature of `data` by the nkey whose public key is `public`
+    (what an agent's renewal request carries, bke.contracts.identity)."""
+    try:
+        _verify(public, data, sig)
+    except (ValueError, TypeError):
+        return False
+    return True

@@ -34,6 +34,7 @@ from typing import Any, Literal
 from bke.adapters.bus import quotas
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, UPGRADER_RESULT, agent_subject, node_token
 from bke.contracts.health import HEALTH_PREFIX
+from bke.contracts.identity import renew_identity_subject
 from bke.contracts.restore import restore_piece_subject
 from bke.contracts.subjects import CHANNELS, DEADLETTER
 from .jetstream_grants import (
@@ -65,18 +66,19 @@ __all__ = [
 ]
 
 SERVICE_ROLES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
-Kind = Literal["service", "cli", "dashboard", "agent", "deploy"]
+Kind = Literal["service", "cli", "dashboard", "agent", "deploy", "authority"]
 RESPONSE_TTL_S = 60  # how long after a request its one answer may be published
 DAY_S = 86400
 # How long an issued identity's JWT is valid (its `exp`): nats-server refuses it afterwards and
 # closes a connection that outlives it. Renewal (bke.adapters.auth.registry.IdentityRegistry.renew, `bke
 # identities renew`, the lab at each start) issues a new one in the last third of this, without
-# revoking the old one, which expires on its own. An agent's lasts longer: it is renewed by
-# provisioning the node again (`bke identities provision agent`, `bke agent bootstrap`).
+# revoking the old one, which expires on its own. An agent's lasts longer; the agent itself asks for
+# a new JWT for the same key in the last third (bke.contracts.identity, answered by the `renewer`
+# identity: bke.adapters.auth.agent_renewal), and provisioning the node again still works.
 IDENTITY_TTL_S: dict[str, int] = {
     "planner": 90 * DAY_S, "certs": 90 * DAY_S, "renderer": 90 * DAY_S, "dispatcher": 90 * DAY_S,
     "upgrader": 90 * DAY_S, "operator": 30 * DAY_S, "dashboard": 90 * DAY_S, "streams": 30 * DAY_S,
-    "agent": 365 * DAY_S,
+    "agent": 365 * DAY_S, "renewer": 30 * DAY_S,
 }
 
 
@@ -112,6 +114,12 @@ ROLES: dict[str, RoleRow] = {
     "streams": RoleRow("deploy", "deploy", "deploy time only (`bke streams ensure`): declares the streams and buckets",
                        js_api=declare_subjects()),
     "agent": RoleRow("agent", "agent", "one node's agent: its own commands, results, registration, heartbeats"),
+    # The owner of the NATS authority, on the bus only to answer agents' renewals: it hears the
+    # renewal requests and answers each once (`resp`). Its allow list names its own inbox alone:
+    # an empty one would allow every subject (nats-server applies no allow list that is empty).
+    "renewer": RoleRow("authority", "renewer", "answers agents' renewal requests with a JWT for the same key "
+                       "(`bke identities serve-renewals`, where the authority's key is)",
+                       extra_pub=("_INBOX_renewer.none",), responses=True),
 }
 
 
@@ -197,6 +205,8 @@ def role_permissions(role: str, name: str | None = None) -> Permissions:
                if row.component in c.senders and c.kind == "request" and c.reads]
     elif row.kind == "deploy":  # no channel: JetStream declarations only
         pub = []
+    elif row.kind == "authority":  # it sends nothing: its answers go through `resp`
+        pub = []
     else:
         pub = [_pattern(c.subject, row.component) for c in CHANNELS if row.component in c.senders]
     sub = [_pattern(c.subject, row.component, receive=True) for c in CHANNELS
@@ -225,13 +235,17 @@ def agent_permissions(cluster: str, node: str) -> Permissions:
     agent it provisioned for the record's node (bke.adapters.etcdsnap.store.check_author).
 
     etcd restores (the `RestoreEtcdMember` step): core requests on its own node's piece subject
-    only; the replies come to its inbox, sealed to its own key."""
+    only; the replies come to its inbox, sealed to its own key.
+
+    Its identity's renewal (bke.contracts.identity): core requests on its own node's renewal
+    subject only; the new JWT comes to its inbox."""
     consumer = agent_consumer(cluster, node)
     command = agent_subject(cluster, node, "command")
     prefix = inbox_prefix(identity_name("agent", cluster, node))
     own = [agent_subject(cluster, node, k) for k in ("result", UPGRADER_RESULT, "registered", "heartbeat", "refused")]
     pub = [
         *own,
+        renew_identity_subject(cluster, node),
         restore_piece_subject(cluster, node_token(node)),
         f"$O.{ETCD_SNAPSHOT_BUCKET}.C.*",
         f"$O.{ETCD_SNAPSHOT_BUCKET}.M.*",

@@ -24,7 +24,8 @@ import redis
 
 from bke.core.secrets.at_rest import SecretBox
 from bke.adapters.state.keys import auth_authority_key, auth_identities_key
-from .authority import Authority, IssuedUser, new_authority
+from .authority import ALL_USERS, Authority, IssuedUser, new_authority
+from .jwt import decode_jwt
 from .permissions import IDENTITY_TTL_S, ROLES, agent_permissions, identity_name, inbox_prefix, role_permissions
 
 __all__ = ["IdentityRecord", "IdentityRegistry", "UnknownIdentity"]
@@ -135,6 +136,34 @@ class IdentityRegistry:
         if record is None or not record.active:
             raise UnknownIdentity(f"identity {name!r}: never issued, or revoked")
         return self.issue(record.role, record.cluster, record.node, revoke_old=False)
+
+    def renew_same_key(self, name: str, public: str) -> tuple[IdentityRecord, str]:
+        """A new JWT for the key `name` holds now (an agent's own renewal, bke.adapters.auth.
+        agent_renewal): the record keeps its key and gets the new jti and expiry. Nothing is
+        revoked (the old JWT expires on its own) and no seed is made. UnknownIdentity when the
+        identity is unknown, revoked (in the registry or the authority), or holds another key."""
+        record = self.get(name)
+        authority = self.load_authority()
+        if record is None or not record.active or authority is None:
+            raise UnknownIdentity(f"identity {name!r}: never issued, or revoked")
+        if record.public != public:
+            raise UnknownIdentity(f"identity {name!r}: holds another key")
+        # nats-server refuses only the JWTs issued at or before a revocation's time: a JWT issued
+        # after it would connect, so a key with any revocation gets none
+        if public in authority.revocations or ALL_USERS in authority.revocations:
+            raise UnknownIdentity(f"identity {name!r}: its key is revoked")
+        now = self.clock()
+        if record.role == "agent":
+            assert record.cluster is not None and record.node is not None
+            perms = agent_permissions(record.cluster, record.node)
+        else:
+            perms = role_permissions(record.role, name)
+        expires = now + IDENTITY_TTL_S[record.role]
+        token = authority.user_jwt(name, public, perms, iat=now, expires=expires)
+        renewed = IdentityRecord(**{**asdict(record), "jti": str(decode_jwt(token)["jti"]), "issued_at": now,
+                                    "expires_at": expires})
+        self.redis.hset(auth_identities_key(), name, renewed.to_json())
+        return renewed, token
 
     def due(self, *, now: int | None = None, roles: tuple[str, ...] | None = None) -> builtins.list[IdentityRecord]:
         """Live identities in the last third of their lifetime (of `roles`, if given)."""

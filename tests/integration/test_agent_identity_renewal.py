@@ -1,0 +1,195 @@
+"""An agent renews its own identity against a real nats-server in operator mode and a real Redis
+(the registry and authority the server trusts): near expiry it gets a JWT for the same key with a
+later expiry, swaps its creds file and goes on working past the old JWT's expiry on the
+subscription it had before; a revoked agent is refused and keeps its file; another node's agent
+can neither ask on that node's subject nor renew it from its own."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import redis
+from nats.aio.client import Client as NatsClient
+
+from bke.adapters.auth import write_creds
+from bke.adapters.auth.agent_renewal import AgentRenewalResponder
+from bke.adapters.auth.creds import creds_parts
+from bke.adapters.auth.jwt import decode_jwt, keypair_from_seed
+from bke.adapters.auth.permissions import IDENTITY_TTL_S, identity_name, inbox_prefix
+from bke.adapters.auth.registry import IdentityRegistry
+from bke.adapters.bus.connect import BusAccess, connect_nats
+from bke.adapters.runtime import EmbeddedRuntime
+from bke.contracts.agent import agent_subject
+from bke.contracts.identity import AgentIdentityRenewed, RenewAgentIdentity, renew_identity_subject
+from bke.core.secrets.at_rest import load_secret_box
+from bke_agent.renewal import IdentityRenewal
+from tests.bus_identity_helpers import CLUSTER, _connect
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+TTL = IDENTITY_TTL_S["agent"]
+
+
+class Setup:
+    def __init__(self, rt: EmbeddedRuntime, tmp: Path) -> None:
+        assert rt.info is not None and rt.nats_auth is not None
+        self.rt, self.tmp, self.now = rt, tmp, int(time.time())
+        self.clock = [self.now]
+        self.registry = IdentityRegistry(redis.Redis.from_url(rt.info.redis_url), load_secret_box(rt.nats_auth.key_file),
+                                         lambda: self.clock[0])
+        self.registry.save_authority(rt.nats_auth.authority)  # the one the server trusts
+
+    def issue(self, role: str, node: str | None = None, *, expires_in: int | None = None) -> Path:
+        """Creds of a new identity; `expires_in`: its JWT expires that many seconds from now."""
+        self.clock[0] = self.now if expires_in is None else self.now + expires_in - IDENTITY_TTL_S[role]
+        user = self.registry.issue(role, CLUSTER if node else None, node)
+        self.clock[0] = self.now
+        return write_creds(self.tmp / f"{user.name}.creds", user.creds)
+
+    async def agent(self, node: str, creds: Path, reconnected: asyncio.Event | None = None) -> NatsClient:
+        async def on_reconnect() -> None:
+            if reconnected is not None:
+                reconnected.set()
+
+        assert self.rt.info is not None
+        prefix = inbox_prefix(identity_name("agent", CLUSTER, node))
+        return await connect_nats(BusAccess(self.rt.info.nats_url, creds, prefix), reconnected_cb=on_reconnect)
+
+
+@pytest.fixture
+async def setup(secure: EmbeddedRuntime, tmp_path: Path) -> AsyncIterator[Setup]:
+    s = Setup(secure, tmp_path)
+    assert secure.info is not None
+    renewer = await connect_nats(BusAccess(secure.info.nats_url, s.issue("renewer"), inbox_prefix("renewer")))
+    responder = AgentRenewalResponder(renewer, s.registry, lambda: int(time.time()))
+    await responder.start()
+    yield s
+    await responder.stop()
+    await renewer.close()
+
+
+async def _until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.1)  # polling under a deadline
+
+
+async def test_an_agent_near_expiry_renews_for_the_same_key_and_keeps_working(setup: Setup) -> None:
+    creds = setup.issue("agent", "node-a", expires_in=8)  # due: a few seconds of its year left
+    old_token, seed = creds_parts(creds.read_text())
+    old = decode_jwt(old_token)
+    kept_old = write_creds(setup.tmp / "old.creds", creds.read_text())
+    reconnected = asyncio.Event()
+    nc = await setup.agent("node-a", creds, reconnected)
+    commands = await nc.subscribe(agent_subject(CLUSTER, "node-a", "command"))  # work it had before
+    await nc.flush()
+    try:
+        assert await IdentityRenewal(nc, creds, CLUSTER, "node-a").renew_once() == "renewed"
+        new_token, new_seed = creds_parts(creds.read_text())
+        new = decode_jwt(new_token)
+        assert new_seed == seed and new["sub"] == old["sub"]  # the same key: no seed was made or sent
+        assert new["exp"] > old["exp"] + TTL // 2 and new["jti"] != old["jti"]
+        assert creds.stat().st_mode & 0o777 == 0o600
+        record = setup.registry.get(identity_name("agent", CLUSTER, "node-a"))
+        assert record is not None and record.public == old["sub"] and record.expires_at == new["exp"]
+        await asyncio.wait_for(reconnected.wait(), 15)
+
+        async def old_jwt_refused() -> bool:  # the old JWT's expiry has passed on the server
+            try:
+                client = await _connect(setup.rt, kept_old, inbox_prefix(identity_name("agent", CLUSTER, "node-a")))
+            except Exception:  # noqa: BLE001 - refused at connect: expired
+                return True
+            await client.nc.close()
+            return False
+
+        await _until(old_jwt_refused, "the old JWT never expired")
+        assert nc.is_connected  # not cut at the old JWT's expiry: it runs on the new one
+        dispatcher = await connect_nats(BusAccess(setup.rt.info.nats_url, setup.issue("dispatcher"),  # type: ignore[union-attr]
+                                                  inbox_prefix("dispatcher")))
+        await dispatcher.jetstream().publish(agent_subject(CLUSTER, "node-a", "command"), b"after-expiry")
+        await dispatcher.close()
+        assert (await commands.next_msg(timeout=10)).data == b"after-expiry"
+    finally:
+        await nc.close()
+
+
+async def test_a_revoked_agent_is_refused_and_keeps_its_file(setup: Setup) -> None:
+    creds = setup.issue("agent", "node-r", expires_in=3600)
+    before = creds.read_bytes()
+    nc = await setup.agent("node-r", creds)
+    try:
+        setup.registry.revoke(identity_name("agent", CLUSTER, "node-r"))  # not pushed yet: still connected
+        outcome = await IdentityRenewal(nc, creds, CLUSTER, "node-r").renew_once()
+        assert outcome.startswith("refused:") and "revoked" in outcome
+        assert creds.read_bytes() == before
+    finally:
+        await nc.close()
+    # positive control: the same request of a live node is answered (the test above shows it in full)
+    live = setup.issue("agent", "node-l", expires_in=3600)
+    nc = await setup.agent("node-l", live)
+    try:
+        assert await IdentityRenewal(nc, live, CLUSTER, "node-l").renew_once() == "renewed"
+    finally:
+        await nc.close()
+
+
+async def test_another_agent_cannot_renew_a_node_not_its_own(setup: Setup) -> None:
+    victim = setup.issue("agent", "node-v", expires_in=3600)
+    before = victim.read_bytes()
+    victim_key = decode_jwt(creds_parts(before.decode())[0])["sub"]
+    intruder = setup.issue("agent", "node-i", expires_in=3600)
+    client = await _connect(setup.rt, intruder, inbox_prefix(identity_name("agent", CLUSTER, "node-i")))
+    try:
+        # on the victim's subject: the server refuses the publish
+        assert await client.pub_refused(renew_identity_subject(CLUSTER, "node-v"))
+        # on its own subject, naming the victim: refused by the renewer (the body is not the subject's node)
+        token, seed = creds_parts(intruder.read_text())
+        key = keypair_from_seed(seed)
+        for node, public in (("node-v", victim_key), ("node-i", victim_key)):
+            unsigned = RenewAgentIdentity(cluster=CLUSTER, node=node, public_key=public,
+                                          jti=str(decode_jwt(token)["jti"]), at=int(time.time()), signature="-")
+            req = unsigned.model_copy(update={"signature": base64.b64encode(key.sign(unsigned.signed_bytes())).decode()})
+            msg = await client.nc.request(renew_identity_subject(CLUSTER, "node-i"), req.to_bytes(), timeout=10)
+            answer = AgentIdentityRenewed.model_validate_json(msg.data)
+            assert not answer.ok and not answer.jwt, node
+        assert victim.read_bytes() == before
+        record = setup.registry.get(identity_name("agent", CLUSTER, "node-v"))
+        assert record is not None and record.expires_at == setup.now + 3600  # not renewed
+    finally:
+        await client.nc.close()
+
+
+async def test_bke_identities_serve_renewals_answers_an_agent(secure: EmbeddedRuntime, tmp_path: Path) -> None:
+    """The command a deployment runs where the authority key is: it answers an agent that is due,
+    and says how many it renewed when stopped (SIGINT, as Ctrl-C)."""
+    s = Setup(secure, tmp_path)
+    assert secure.info is not None and secure.nats_auth is not None
+    renewer = s.issue("renewer")
+    key = tmp_path / "authority.key"
+    key.write_bytes(secure.nats_auth.key_file.read_bytes())
+    env = {**os.environ, "BKE_KEY_FILE_AUTHORITY": str(key)}
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "bke"), "identities", "serve-renewals", "--redis", secure.info.redis_url,
+        "--nats", secure.info.nats_url, "--creds", str(renewer), env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        ready = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert b"answering agents' renewal requests" in ready
+        creds = s.issue("agent", "node-s", expires_in=3600)
+        nc = await s.agent("node-s", creds)
+        try:
+            assert await IdentityRenewal(nc, creds, CLUSTER, "node-s").renew_once() == "renewed"
+        finally:
+            await nc.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert b"renewed 1, refused 0" in out, err.decode()[-2000:]
