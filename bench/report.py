@@ -7,7 +7,7 @@ written by a bench's `--json PATH`, see bench/record.py) and from the benches' o
 
 Per bench: what it measures (its docstring's summary and first description), the command to run
 it (its docstring's usage lines), where, when and on what the figures were recorded, and the
-figures. `tests/unit/test_benchmarks_page.py` fails when the committed page drifts. Only the
+figures. `tests/unit/docs/test_benchmarks_page.py` fails when the committed page drifts. Only the
 standard library is used, and no bench is imported (their docstrings are read with `ast`).
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ only this side may import).
     python -m bke_cli.docs_reference            write every page and block that changed
     python -m bke_cli.docs_reference --check    exit 1 naming the stale ones, write nothing
 
-Run from the repository root (or give --root). tests/unit/test_docs_reference.py fails when a
+Run from the repository root (or give --root). tests/unit/docs/test_docs_reference.py fails when a
 committed page or block differs from what this writes.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 fetches a wheel (a hand-built stand-in agent, version 2.0.0), checks its sha256, makes a real
 virtualenv beside, installs the wheel there with no package index and records the trial; the
 real launcher then starts the new venv's `bke-agent`, which confirms, and keeps it as current
-with the old venv as previous. The rollback paths are tests/unit/test_agent_launcher.py."""
+with the old venv as previous. The rollback paths are tests/unit/agent/test_agent_launcher.py."""
 from __future__ import annotations
 
 import hashlib

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.unit.test_pki_support import NOW, openssl, plan_of
+from tests.unit.core.pki.test_pki_support import NOW, openssl, plan_of
 
 from bke.core.pki import CaIntegrityError, IssueOptions, WorkerLost, cert_info, desired_instances, ensure_pki, issuance
 from bke.core.pki.issuance import Validity, _issue_job, _make_keys_ahead, issue, start_fork_server

@@ -353,7 +353,7 @@ async def test_an_etcd_only_node_is_removed_only_by_the_apply_that_took_its_memb
     from bke_dispatcher.ops.membership.gates import busy_reader
     from bke_dispatcher.ops.rotation.run import RotationStore
 
-    from tests.unit.test_apply_run import _grow_spec  # a split layout with dedicated etcd-events nodes
+    from tests.unit.planner.test_apply_run import _grow_spec  # a split layout with dedicated etcd-events nodes
 
     plan = plan_spec_text(_grow_spec(("events1", "events2", "events3"))).plan
     pj = plan.to_json()

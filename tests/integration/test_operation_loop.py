@@ -21,7 +21,7 @@ from bke.contracts.base import Message
 from bke.core.operation import (
     Act, Answers, Decision, Fail, OperationStatus, RunLocally, RunStatus, Send, StepRun, Succeed, Wait, fold,
 )
-from tests.unit.test_operation_core import Toy as Base, apply
+from tests.unit.core.test_operation_core import Toy as Base, apply
 
 pytestmark = pytest.mark.integration
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)

@@ -6,7 +6,7 @@
 - Debian's containerd (1.6) `config dump` on the version-2 form we render for containerd 1.7: our
   keys must come back (containerd ignores a key it does not know, so reading them back is the
   proof that it read them). The version-3 form (containerd 2.x) is checked by our own key table:
-  tests/unit/test_render_containerd_keys.py.
+  tests/unit/core/render/test_render_containerd_keys.py.
 
 A missing program skips its tests with the reason, unless BKE_REQUIRE_REAL_CHECKS=1 (.ci/run sets
 it, after installing the programs): then it fails. Nothing here starts a daemon: each program only

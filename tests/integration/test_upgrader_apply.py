@@ -400,7 +400,7 @@ async def test_etcd_events_grown_from_one_to_three_member_by_member_then_rolled(
     stays, its node joined by the dispatcher (with the member list it starts with, the new plan
     swapped in first), promoted, every member's health; then the old member's manifest and the
     apiserver (its --etcd-servers-overrides) rolled against the plan the run started from."""
-    from tests.unit.test_apply_run import _grow_spec
+    from tests.unit.planner.test_apply_run import _grow_spec
 
     sent: list[AgentCommand] = []
     bodies: dict[str, list[bytes]] = {}
@@ -427,7 +427,7 @@ async def test_a_scheduler_moved_to_another_master_starts_there_first_then_leave
     (the new manifest, probed) first, then master1's RemoveFile of its manifest (the kubelet
     stops the pod), one at a time; nothing to master2 or the worker."""
     from bke.contracts.agent import RemoveFile
-    from tests.unit.test_apply_run import _roles
+    from tests.unit.planner.test_apply_run import _roles
 
     sent: list[AgentCommand] = []
     plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [],
@@ -480,7 +480,7 @@ async def test_new_apiserver_names_store_the_plan_reissue_then_ride_with_each_ap
     assert meta is not None and meta.digest == accepted.desired_digest  # stored before asking
 
     # the certs service's answer (bke_certs: ensure on the stored plan re-issues the three
-    # apiserver certificates, tests/unit/test_pki_ensure.py) and the bundles it re-sealed
+    # apiserver certificates, tests/unit/core/pki/test_pki_ensure.py) and the bundles it re-sealed
     new = (await PlanCache(redis_client).load(plan.cluster))
     masters = ["master1", "master2", "master3"]
     await RedisNodeFiles(redis_client).put_many(plan.cluster, "certs", {m: _sealed_set(new, m) for m in masters})
@@ -532,8 +532,8 @@ async def test_a_master_joining_a_vip_cluster_rolls_each_load_balancer_first_vrr
     from bke.contracts.membership import JOIN_NODES, JoinNodes
     from bke.core.secrets.sealing import generate_agent_key, open_sealed, public_key_to_raw
     from bke.adapters.state.keys import provisioned_agents_key, vrrp_password_key
-    from tests.unit.test_apply_run import SPLIT
-    from tests.unit.test_load_balancer_roll import M6
+    from tests.unit.planner.test_apply_run import SPLIT
+    from tests.unit.dispatcher.test_load_balancer_roll import M6
 
     sent: list[AgentCommand] = []
     bodies: dict[str, list[bytes]] = {}
@@ -580,7 +580,7 @@ async def test_a_node_joining_two_etcd_clusters_is_joined_once_with_its_start_in
     """Two new nodes, each a member of etcd-data and etcd-events: each added as a learner in
     both, one JoinNodes naming its start in both (each with that cluster's member list), then
     promoted and checked in each; the dispatcher's join renders and starts both members."""
-    from tests.unit.test_apply_run import TWO_JOINT, _grow_spec
+    from tests.unit.planner.test_apply_run import TWO_JOINT, _grow_spec
 
     sent: list[AgentCommand] = []
     bodies: dict[str, list[bytes]] = {}

@@ -10,7 +10,7 @@ what the renderer and certs services said, bundles sealed), `decide_step` says w
     Succeed()               every target succeeded
     Fail()                  every target answered and some failed (the engine reads which)
 
-Table-driven tests: tests/unit/test_dispatcher_decide.py.
+Table-driven tests: tests/unit/dispatcher/test_dispatcher_decide.py.
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ transform that turned a service's dead letters into a node's results, or seal `B
   nats-server checks against the config: `server/jetstream_api.go` `jsConsumerCreateRequest`
   refuses a request whose config's filter differs from the subject's), and nobody else's:
   create, info, fetch (`CONSUMER.MSG.NEXT`) and ack (`$JS.ACK.<stream>.<durable>.>`).
-  tests/unit/test_auth_permissions.py holds `SERVICE_CONSUMERS` against the services' wiring.
+  tests/unit/adapters/test_auth_permissions.py holds `SERVICE_CONSUMERS` against the services' wiring.
 * An object bucket is written (chunks and meta published, old chunks purged) by its writers only.
   NATS permissions cannot look at headers, so a `Nats-Rollup: all` publish, which empties a
   whole bucket, is stopped by denying the publish itself to everyone else. Readers bind, read the
@@ -71,7 +71,7 @@ def _pause(service: str) -> Consumer:  # the two that run operations hold them (
 
 
 # Every durable consumer of every service: (stream, durable, filter). Kept in step with the
-# services' `work_subscriber`/`fast_subscriber` calls by tests/unit/test_auth_permissions.py.
+# services' `work_subscriber`/`fast_subscriber` calls by tests/unit/adapters/test_auth_permissions.py.
 SERVICE_CONSUMERS: dict[str, tuple[Consumer, ...]] = {
     "planner": (
         _deleted("planner"),

@@ -3,7 +3,7 @@
 Services, the CLI (the `operator` identity) and the dashboards get their subjects from
 `bke.contracts.subjects.CHANNELS` (a channel's senders may publish it, its receivers may
 subscribe it), so that a new channel is routed the day it is declared;
-tests/unit/test_auth_permissions.py checks the two against each other. A dashboard publishes only
+tests/unit/adapters/test_auth_permissions.py checks the two against each other. A dashboard publishes only
 the requests that change nothing (`Channel.reads`). An agent's subjects are its own node's only
 (`bke.contracts.agent.agent_subject`).
 

@@ -29,7 +29,7 @@ from .markdown import code, table
 __all__ = ["HELD_IN", "Part", "render_records_block", "render_subjects_block"]
 
 # The two operation kinds without a record of their own name: the record that holds their state.
-# tests/unit/test_docs_architecture.py checks both sides against the slot's kinds and RECORDS.
+# tests/unit/docs/test_docs_architecture.py checks both sides against the slot's kinds and RECORDS.
 HELD_IN: dict[str, str] = {"delete": "reset", "apply": "upgrade"}
 _CLUSTER_GLOB = re.compile(r"^bke:\*:")
 

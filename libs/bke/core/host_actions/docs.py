@@ -1,5 +1,5 @@
 """The tables of docs/agent.md's host actions section, generated from table.py so that the docs
-cannot drift: tests/unit/test_host_actions.py fails when the text between the markers differs
+cannot drift: tests/unit/core/test_host_actions.py fails when the text between the markers differs
 from `generated_docs()`."""
 from __future__ import annotations
 

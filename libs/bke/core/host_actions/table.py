@@ -12,7 +12,7 @@ a root shell for whoever makes it sign. A command's kind is its phase as the sen
 
 A written file's class is the first row of FILE_CLASSES its path matches; a file written with an
 execute bit that no row names is a script. What a kind may write or run is the union of its rows
-in HOST_ACTIONS. tests/unit/test_host_actions_senders.py builds every sender's commands (the
+in HOST_ACTIONS. tests/unit/core/test_host_actions_senders.py builds every sender's commands (the
 dispatcher's phase table, rotations, resets and removals, the upgrader's steps and restores)
 and fails if one of them would be refused, or if a row is used by no sender.
 """

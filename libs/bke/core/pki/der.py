@@ -7,7 +7,7 @@ For one CA and one usage everything in a leaf's TBSCertificate except the serial
 the public key and the SANs is the same bytes, so :class:`LeafSigner` encodes those once and each
 certificate is a few concatenations plus one signature - about the cost of the signature itself.
 
-Correctness is guarded by ``tests/unit/test_pki_der.py``: for the same inputs the TBS bytes are
+Correctness is guarded by ``tests/unit/core/pki/test_pki_der.py``: for the same inputs the TBS bytes are
 identical to CertificateBuilder's (and, RSA signatures being deterministic, the whole RSA
 certificate and its PEM), across every key algorithm; openssl verifies the results elsewhere.
 

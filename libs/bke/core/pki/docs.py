@@ -2,7 +2,7 @@
 
 docs/certs.md keeps hand-written prose outside the markers
 ``<!-- BEGIN GENERATED: certs -->`` / ``<!-- END GENERATED: certs -->``; between them sits
-:func:`generated_docs` output. tests/unit/test_pki_docs.py fails when they differ and says how
+:func:`generated_docs` output. tests/unit/core/pki/test_pki_docs.py fails when they differ and says how
 to regenerate (``splice_generated``).
 """
 from __future__ import annotations
