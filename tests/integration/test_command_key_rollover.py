@@ -1,0 +1,177 @@
+"""A rollover of the command-signing key on real NATS JetStream and Redis, with a real `bke-agent`
+process bootstrapped with the old key (BKE_AGENT_COMMAND_KEY) and the signing the dispatcher and
+upgrader use (bke.adapters.state.command_signing), the rollover stored as `bke keys command-key`
+stores it (bke.adapters.state.command_key_rotation):
+
+- before the announcement, a command under the next key is refused and one under the current
+  key runs; an announcement signed by another key, or by the next key itself, is refused;
+- the announcement signed by the current key is taken (the agent's keyring file written);
+  during the overlap, commands under both keys run;
+- the switch: the signer reads the new key without being made again;
+- after the window, a command under the old key is refused and one under the new key runs,
+  also after the agent is started again (its keyring file wins over its bootstrap key).
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import sys
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+from redis.asyncio import Redis
+
+from bke.adapters.bus import EventWatch
+from bke.adapters.bus.watch import Seen
+from bke.adapters.runtime import ManagedProcess
+from bke.adapters.state.command_key_rotation import read_rollover, start_rollover, switch_rollover
+from bke.adapters.state.command_signing import CommandSigning
+from bke.adapters.state.keys import command_signing_next_key
+from bke.contracts.agent import AgentCommand, WriteFile, agent_subject
+from bke.core.secrets import SecretBox
+from bke.core.secrets.command_key_rollover import Rollover, announcement
+from bke.core.secrets.signing import CommandSigner, signed_command_bytes
+from bke_agent.command_keys import KEYRING_FILE
+
+from .agent_helpers import free_node_ip
+
+pytestmark = pytest.mark.integration
+TIMEOUT = 30.0
+NODE = "master1"
+OVERLAP_S = 20.0  # long enough for the overlap's checks on a loaded machine; the test then waits it out
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Agent:
+    """One lab node's real agent process, bootstrapped with a command key."""
+
+    def __init__(self, nats_url: str, cluster: str, tmp: Path) -> None:
+        self.root, self.tmp, self.runs = tmp / "hosts" / NODE, tmp, 0
+        self.root.mkdir(parents=True)
+        self.state = self.root / "var/lib/bke-agent"
+        ip, _ = free_node_ip(1)
+        self.env = dict(os.environ, BKE_NATS_URL=nats_url, BKE_AGENT_CLUSTER=cluster, BKE_AGENT_NODE=NODE,
+                        BKE_AGENT_BACKEND="lab", BKE_AGENT_ROOT=str(self.root), BKE_AGENT_IP=ip,
+                        BKE_AGENT_HEARTBEAT_S="0", BKE_AGENT_ACK_WAIT_S="5")
+        self.proc: ManagedProcess | None = None
+
+    def start(self) -> None:
+        self.runs += 1
+        self.proc = ManagedProcess.start("bke-agent", [Path(sys.executable).parent / "bke-agent", "run"],
+                                         self.tmp / f"agent{self.runs}.log", env=self.env)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
+
+
+@pytest.fixture
+def agent(nats_url: str, cluster: str, tmp_path: Path) -> Iterator[Agent]:
+    a = Agent(nats_url, cluster, tmp_path)
+    try:
+        yield a
+    finally:
+        a.stop()
+
+
+def _cmd(cluster: str, n: int) -> AgentCommand:
+    step = WriteFile(id="write", path=f"/etc/kubernetes/pki/rollover-{n}", content_b64=base64.b64encode(b"x").decode(),
+                     sha256="2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881")
+    return AgentCommand(command_id=f"{cluster}/certs/{NODE}/{n}", cluster=cluster, node=NODE, phase="certs",
+                        issued_at=_now().isoformat(), steps=[step])
+
+
+def _answer(cid: str) -> Callable[[Seen], bool]:
+    return lambda e: (e.subject.endswith((".result", ".refused")) and e.data.get("commandId") == cid)
+
+
+class Sender:
+    def __init__(self, js: JetStreamContext, watch: EventWatch, cluster: str) -> None:
+        self.js, self.watch, self.subject = js, watch, agent_subject(cluster, NODE, "command")
+
+    async def send(self, body: bytes) -> dict[str, Any]:
+        """Publish a signed body; the agent's answer (a result or a refusal)."""
+        cid = AgentCommand.model_validate_json(body).command_id
+        await self.js.publish(self.subject, body)
+        seen = await self.watch.wait_for(_answer(cid), TIMEOUT)
+        return {"kind": seen.subject.rpartition(".")[2], **seen.data}
+
+    async def runs(self, body: bytes) -> None:
+        answer = await self.send(body)
+        assert answer["kind"] == "result" and answer["status"] == "Succeeded", answer
+
+    async def refused(self, body: bytes, why: str) -> None:
+        answer = await self.send(body)
+        assert answer["kind"] == "refused" and why in answer["reason"], answer
+
+
+async def _past(end: datetime) -> None:
+    """Wait, under a deadline, until the wall clock the agent reads is past `end`."""
+    deadline = asyncio.get_running_loop().time() + OVERLAP_S + TIMEOUT
+    while _now() <= end:
+        assert asyncio.get_running_loop().time() < deadline, f"the clock never passed {end}"
+        await asyncio.sleep(0.1)  # the condition is the clock itself: nothing publishes its passing
+
+
+async def test_an_agent_follows_a_rollover_of_the_command_key_through_its_overlap(
+        nats_client: NatsClient, js: JetStreamContext, cluster: str, redis_client: Any, redis_url: str,
+        operator_box: SecretBox, agent: Agent) -> None:
+    r = Redis.from_url(redis_url)  # bytes, as the services read the sealed keys
+    try:
+        signing = CommandSigning(r, lambda: operator_box, reload_s=0.0)  # reads the stored key at every sign
+        old = await signing.signer()
+        agent.env["BKE_AGENT_COMMAND_KEY"] = old.verify_key.public_line
+        async with EventWatch(nats_client, [f"bke.v1.agent.{cluster}.>"]) as watch:
+            agent.start()
+            await watch.wait_for(lambda e: e.subject.endswith(".registered"), TIMEOUT)
+            s = Sender(js, watch, cluster)
+            rollover = await start_rollover(r, operator_box, OVERLAP_S, _now())
+            nxt = CommandSigner.from_store(await r.get(command_signing_next_key()), operator_box)
+            assert nxt.key_id == rollover.next_key_id != old.key_id
+            assert (await signing.signer()).key_id == old.key_id  # started, not switched: signers keep the old key
+
+            # before the announcement: only the current key
+            await s.refused(signed_command_bytes(_cmd(cluster, 1), nxt), "not a command key this agent trusts")
+            await s.runs(await signing.sign_bytes(_cmd(cluster, 2)))
+            # an announcement signed by any other key than the current one is refused
+            intruder = CommandSigner.generate()
+            forged = Rollover(intruder.verify_key.public_line, intruder.key_id, old.key_id,
+                              rollover.previous_not_after, rollover.started_at)
+            await s.refused(signed_command_bytes(announcement(forged, cluster, NODE, _now()), intruder),
+                            "not a command key this agent trusts")
+            await s.refused(signed_command_bytes(announcement(rollover, cluster, NODE, _now()), nxt),
+                            "not a command key this agent trusts")
+            assert not (agent.state / KEYRING_FILE).exists()
+
+            # the announcement, signed by the current key: both keys run during the overlap
+            await s.runs(await signing.sign_bytes(announcement(rollover, cluster, NODE, _now())))
+            assert nxt.verify_key.public_line in (agent.state / KEYRING_FILE).read_text()
+            await s.runs(await signing.sign_bytes(_cmd(cluster, 3)))
+            await s.runs(signed_command_bytes(_cmd(cluster, 4), nxt))
+            assert _now() < rollover.previous_not_after, "the overlap ended before its checks: raise OVERLAP_S"
+
+            # the switch: the signer follows the stored key, without being made again
+            await switch_rollover(r, operator_box, _now())
+            assert (await signing.signer()).key_id == nxt.key_id
+            assert (await read_rollover(r)) is not None
+
+            # after the window: the old key is refused, the new one runs, also after a restart
+            await _past(rollover.previous_not_after)
+            await s.refused(signed_command_bytes(_cmd(cluster, 5), old), "retired at")
+            await s.runs(await signing.sign_bytes(_cmd(cluster, 6)))
+            agent.stop()
+            agent.start()  # BKE_AGENT_COMMAND_KEY still names the old key: the keyring file wins
+            await s.runs(await signing.sign_bytes(_cmd(cluster, 7)))
+            await s.refused(signed_command_bytes(_cmd(cluster, 8), old), "retired at")
+    finally:
+        await r.aclose()
