@@ -7,8 +7,11 @@
 
 Why the file wins over the environment: the environment is written once, at bootstrap, and
 still names the old key after a rollover; the file only ever changes through a command signed by
-a key the agent trusted. A file that does not parse stops the agent at start (it would refuse
-every command or trust the wrong key), saying which file.
+a key the agent trusted. Unless the agent was bootstrapped again with another key (the file
+names the key its ring began from): the operator's bootstrap, from a channel BKE controls, is
+then the newer word, and the ring starts again from that key (a node that missed a whole
+rollover window is fixed that way). A file that does not parse stops the agent at start (it
+would refuse every command or trust the wrong key), saying which file.
 
 A TrustCommandKey step is taken only in a command of phase COMMAND_KEY_PHASE, so that no
 command of another kind (an install's, an upgrade's) can change whom the agent trusts.
@@ -45,7 +48,11 @@ class AgentKeyring:
         SigningKeyError names the file when it does not parse."""
         path = None if state_dir is None else state_dir / KEYRING_FILE
         if path is not None and path.exists():
-            return cls(CommandKeyring.from_text(path.read_text(), str(path)), path, fsync)
+            ring = CommandKeyring.from_text(path.read_text(), str(path))
+            if ring.origin == bootstrapped.key_id:
+                return cls(ring, path, fsync)
+            log.warning("bootstrapped again with command key %s: %s (begun from %s) no longer applies",
+                        bootstrapped.key_id, path, ring.origin)
         return cls(CommandKeyring.of(bootstrapped), path, fsync)
 
     def verify_key(self, key_id: str, now: datetime) -> tuple[CommandVerifyKey | None, str | None]:

@@ -35,6 +35,8 @@ TABLE: dict[str, dict[str, str]] = {
     PKI_KEYS: {"certs": "rw"},
     k.pki_key(C, "manifest"): {"certs": "rw"},
     k.command_signing_key(): {"dispatcher": "rw", "upgrader": "r"},
+    k.command_signing_next_key(): {},  # a rollover's next key: the admin's until the switch copies it
+    k.command_key_rollover_key(): {},
     k.etcd_snapshot_key(): {"dispatcher": "r", "upgrader": "r"},
     k.auth_authority_key(): {},  # the NATS operator's and account's seeds
     k.auth_identities_key(): {},
@@ -46,7 +48,8 @@ TABLE: dict[str, dict[str, str]] = {
 }
 DANGEROUS = (("FLUSHALL",), ("FLUSHDB",), ("KEYS", "*"), ("CONFIG", "GET", "dir"), ("DEBUG", "SLEEP", "0"),
              ("SHUTDOWN",), ("ACL", "LIST"), ("MONITOR",))
-SECRETS = (PKI_KEYS, k.command_signing_key(), k.etcd_snapshot_key(), k.auth_authority_key(), VRRP)
+SECRETS = (PKI_KEYS, k.command_signing_key(), k.command_signing_next_key(), k.etcd_snapshot_key(),
+           k.auth_authority_key(), VRRP)
 
 # what each service reads or writes (from the key table's owners and the services' code)
 NEEDS: dict[str, dict[str, str]] = {

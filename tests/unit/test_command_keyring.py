@@ -103,6 +103,14 @@ def test_the_agent_keyring_writes_its_file_before_it_trusts_and_reads_it_at_star
     assert again.status == "Skipped"  # a redelivered announcement changes nothing
 
 
+def test_an_agent_bootstrapped_again_with_another_key_starts_from_that_key(tmp_path: Path) -> None:
+    keys = AgentKeyring.load(OLD.verify_key, tmp_path, fsync=False)
+    keys.trust(_trust_cmd(OLD, NEW).steps[0], _trust_cmd(OLD, NEW), T0)  # type: ignore[arg-type]
+    again = AgentKeyring.load(OTHER.verify_key, tmp_path)  # the operator's new pin wins over the old ring
+    assert again.ring.key_ids() == [OTHER.key_id]
+    assert again.verify_key(NEW.key_id, T0)[0] is None
+
+
 def test_the_agent_takes_a_trust_step_only_in_a_command_key_command(tmp_path: Path) -> None:
     keys = AgentKeyring.load(OLD.verify_key, tmp_path, fsync=False)
     cmd = _trust_cmd(OLD, NEW, phase="certs")

@@ -88,12 +88,12 @@ class Rollover:
             doc = json.loads(text)
             if doc.get("form") != _FORM:
                 raise RolloverError(f"command-key rollover record: form {doc.get('form')!r}, expected {_FORM}")
-            times = {k: aware_time(doc[k]) if doc.get(k) is not None else None
-                     for k in ("previousNotAfter", "startedAt", "switchedAt")}
-            if times["previousNotAfter"] is None or times["startedAt"] is None:
-                raise RolloverError("command-key rollover record: previousNotAfter and startedAt must be times")
-            return cls(str(doc["nextPublicLine"]), str(doc["nextKeyId"]), str(doc["previousKeyId"]),
-                       times["previousNotAfter"], times["startedAt"], times["switchedAt"])
+            end, started = aware_time(doc["previousNotAfter"]), aware_time(doc["startedAt"])
+            switched = None if doc.get("switchedAt") is None else aware_time(doc["switchedAt"])
+            if end is None or started is None or (doc.get("switchedAt") is not None and switched is None):
+                raise RolloverError("command-key rollover record: previousNotAfter, startedAt, switchedAt must be times")
+            return cls(str(doc["nextPublicLine"]), str(doc["nextKeyId"]), str(doc["previousKeyId"]), end, started,
+                       switched)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise RolloverError(f"command-key rollover record unreadable ({type(exc).__name__}: {exc})") from None
 

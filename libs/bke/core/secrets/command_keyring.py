@@ -45,18 +45,20 @@ class TrustedKey:
 
 
 class CommandKeyring:
-    """Immutable: `trust` returns a new ring."""
+    """Immutable: `trust` returns a new ring. `origin`: the id of the key the agent was
+    bootstrapped with when this ring began (an agent bootstrapped again with another key starts
+    from that key, not from a ring grown from an older bootstrap: agent/bke_agent/command_keys.py)."""
 
-    def __init__(self, keys: tuple[TrustedKey, ...]) -> None:
+    def __init__(self, keys: tuple[TrustedKey, ...], origin: str | None = None) -> None:
         if not keys:
             raise SigningKeyError("a command keyring needs at least one key")
-        self.keys = keys
+        self.keys, self.origin = keys, origin
         self._by_id = {t.key.key_id: t for t in keys}
 
     @classmethod
     def of(cls, key: CommandVerifyKey) -> CommandKeyring:
         """The ring of a freshly bootstrapped agent: its pinned key, no end."""
-        return cls((TrustedKey(key, None),))
+        return cls((TrustedKey(key, None),), key.key_id)
 
     def key_ids(self) -> list[str]:
         return [t.key.key_id for t in self.keys]
@@ -85,7 +87,7 @@ class CommandKeyring:
         if signer.key_id != new.key_id:
             held = self._by_id[signer_id].not_after
             keys.append(TrustedKey(signer, end if held is None else min(held, end)))
-        return CommandKeyring(tuple(keys))
+        return CommandKeyring(tuple(keys), self.origin)
 
     def describe(self) -> str:
         """One line for logs and step output: key ids and ends (public values only)."""
@@ -93,7 +95,7 @@ class CommandKeyring:
                          for t in self.keys)
 
     def to_text(self) -> str:
-        doc = {"form": _FORM, "keys": [{"publicLine": t.key.public_line,
+        doc = {"form": _FORM, "origin": self.origin, "keys": [{"publicLine": t.key.public_line,
                                         "notAfter": t.not_after.isoformat() if t.not_after else None}
                                        for t in self.keys]}
         return json.dumps(doc, indent=1, sort_keys=True) + "\n"
@@ -117,6 +119,7 @@ class CommandKeyring:
                     raise SigningKeyError(f"{source}: keys[{i}].publicLine: {exc}") from None
             if not keys:
                 raise SigningKeyError(f"{source}: no keys")
-            return cls(tuple(keys))
+            origin = doc.get("origin")
+            return cls(tuple(keys), None if origin is None else str(origin))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SigningKeyError(f"{source}: not a command keyring ({type(exc).__name__}: {exc})") from None
