@@ -32,6 +32,7 @@ signer more CPU than the signature (redis-py, about 200-300 us against about 120
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from typing import Awaitable, Callable
@@ -40,6 +41,7 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from bke.contracts.agent import AgentCommand, AgentRuntime, ProvisionAgent
+from bke.core.errors import PermanentError
 from bke.core.secrets import SecretBox
 from bke.core.secrets.binding import Binding, binding_for
 from bke.core.secrets.signing import CommandSigner, ensure_command_key, sign_command, signed_command_bytes
@@ -53,6 +55,7 @@ Sign = Callable[[AgentCommand], Awaitable[AgentCommand]]  # what publishers of c
 SignBytes = Callable[[AgentCommand], Awaitable[bytes]]
 # (cluster, nodes): read the bindings of the commands about to be signed for these nodes
 Prefetch = Callable[[str, Sequence[str]], Awaitable[None]]
+log = logging.getLogger("bke.command_signing")
 PREFETCH_S = 10.0  # a prefetched binding serves a command signed within this; later ones read again
 RELOAD_S = 5.0  # how stale the signing key may be after a switch (see the module docstring)
 
@@ -110,10 +113,24 @@ class CommandSigning:
                     await ensure_command_key(self.redis, command_signing_key(), self.box_factory())
                     blob = await self.redis.get(command_signing_key())
                 if blob is not None and blob != self._blob:  # decrypted only when it changed
-                    self._signer, self._blob = CommandSigner.from_store(blob, self.box_factory()), blob
+                    opened = self._opened(blob)
+                    if opened is not self._signer:  # else kept: the record is tried again at the next check
+                        self._signer, self._blob = opened, blob
                 self._checked = self.clock()
         assert self._signer is not None
         return self._signer
+
+    def _opened(self, blob: bytes) -> CommandSigner:
+        """The stored key; while a changed record does not open with this process's `signing`
+        keys (its key file not given yet), the key in use is kept and the record tried again."""
+        try:
+            return CommandSigner.from_store(blob, self.box_factory())
+        except PermanentError as exc:
+            if self._signer is None:
+                raise
+            log.warning("the stored command-signing key changed but does not open here (%s); signing with key %s "
+                        "until it does", type(exc).__name__, self._signer.key_id)
+            return self._signer
 
     async def prefetch(self, cluster: str, nodes: Sequence[str]) -> None:
         """Read the bindings of the commands about to be signed for `nodes` (one round trip);
