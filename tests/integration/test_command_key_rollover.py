@@ -144,16 +144,16 @@ async def test_an_agent_follows_a_rollover_of_the_command_key_through_its_overla
             assert (await signing.signer()).key_id == old.key_id  # started, not switched: signers keep the old key
 
             # before the announcement: only the current key
-            await s.refused(signed_command_bytes(_cmd(cluster, 1), nxt), "not a command key this agent trusts")
+            await s.refused(signed_command_bytes(_cmd(cluster, 1), nxt), "not the dispatcher key this agent trusts")
             await s.runs(await signing.sign_bytes(_cmd(cluster, 2)))
             # an announcement signed by any other key than the current one is refused
             intruder = CommandSigner.generate()
             forged = Rollover(intruder.verify_key.public_line, intruder.key_id, old.key_id,
                               rollover.previous_not_after, rollover.started_at)
             await s.refused(signed_command_bytes(announcement(forged, cluster, NODE, _now()), intruder),
-                            "not a command key this agent trusts")
+                            "not the dispatcher key this agent trusts")
             await s.refused(signed_command_bytes(announcement(rollover, cluster, NODE, _now()), nxt),
-                            "not a command key this agent trusts")
+                            "not the dispatcher key this agent trusts")
             assert not (agent.state / KEYRING_FILE).exists()
 
             # the announcement, signed by the current key: both keys run during the overlap

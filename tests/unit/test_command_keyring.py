@@ -39,7 +39,7 @@ def test_a_bootstrapped_agent_trusts_its_pinned_key_alone_without_end() -> None:
     ring = CommandKeyring.of(OLD.verify_key)
     assert _ok(ring, OLD, T0 + timedelta(days=3650))
     key, why = ring.verify_key(NEW.key_id, T0)
-    assert key is None and why is not None and "not a command key this agent trusts" in why
+    assert key is None and why is not None and "not the dispatcher key this agent trusts" in why
 
 
 def test_during_the_overlap_both_keys_are_trusted_and_after_it_only_the_new_one() -> None:
@@ -69,7 +69,7 @@ def test_an_overlap_only_ever_ends_earlier() -> None:
 
 
 def test_a_key_the_ring_does_not_trust_now_cannot_change_it() -> None:
-    with pytest.raises(SigningKeyError, match="not a command key this agent trusts"):
+    with pytest.raises(SigningKeyError, match="not the dispatcher key this agent trusts"):
         CommandKeyring.of(OLD.verify_key).trust(OTHER.verify_key.public_line, OTHER.key_id, END.isoformat(), T0)
     with pytest.raises(SigningKeyError, match="retired at"):
         _announced().trust(OTHER.verify_key.public_line, OLD.key_id, END.isoformat(), END + timedelta(seconds=1))

@@ -67,7 +67,7 @@ class CommandKeyring:
         """The key a command names, if trusted at `now`; else (None, why not)."""
         held = self._by_id.get(key_id)
         if held is None:
-            return None, f"signed by key {key_id!r}, not a command key this agent trusts"
+            return None, f"signed by key {key_id!r}, not the dispatcher key this agent trusts"
         if held.not_after is not None and now > held.not_after:
             return None, f"signed by key {key_id!r}, retired at {held.not_after.isoformat()} (its overlap ended)"
         return held.key, None
