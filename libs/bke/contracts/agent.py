@@ -469,7 +469,7 @@ class TrustCommandKey(_Step):
     refused; every other key is dropped. Signed by the current key, it announces the next one
     (the overlap); signed by `publicLine` itself, it retires every other key at once. A key's
     end can only move earlier: a later `signerNotAfter` than the one the agent holds is not
-    taken. Only in a command of phase COMMAND_KEY_PHASE; the agent writes its keyring file
+    taken. Only in a command of phase `command-key` (COMMAND_KEY_PHASE); the agent writes its keyring file
     before it answers."""
 
     type: Literal["trust_command_key"] = "trust_command_key"

@@ -35,15 +35,20 @@ __all__ = ["finish_rollover", "read_rollover", "start_rollover", "switch_rollove
 ATTEMPTS = 5
 
 
+def _raw(value: bytes | str | None) -> bytes | None:
+    """A stored value as bytes (a client that decodes responses gives str)."""
+    return value.encode() if isinstance(value, str) else value
+
+
 async def read_rollover(redis: Redis) -> Rollover | None:
-    raw = await redis.get(command_key_rollover_key())
+    raw = _raw(await redis.get(command_key_rollover_key()))
     return None if raw is None else Rollover.from_json(raw)
 
 
 async def start_rollover(redis: Redis, box: SecretBox, overlap_s: float, now: datetime) -> Rollover:
     """A next key, sealed beside the current one, and the record; RolloverError while another is
     in progress or when there is no current key (`bke state init` makes it)."""
-    blob = await redis.get(command_signing_key())
+    blob = _raw(await redis.get(command_signing_key()))
     if blob is None:
         raise RolloverError("no command-signing key is stored yet: there is nothing to roll over")
     current = CommandSigner.from_store(blob, box)  # the key file must open it: a wrong one fails here
@@ -53,10 +58,10 @@ async def start_rollover(redis: Redis, box: SecretBox, overlap_s: float, now: da
     async with redis.pipeline(transaction=True) as pipe:
         await pipe.watch(command_key_rollover_key(), command_signing_key())
         if await pipe.exists(command_key_rollover_key()):
-            held = Rollover.from_json(await pipe.get(command_key_rollover_key()))
+            held = Rollover.from_json(_raw(await pipe.get(command_key_rollover_key())) or b"")
             raise RolloverError(f"a rollover to key {held.next_key_id} is in progress ({held.stage}) since "
                                 f"{held.started_at.isoformat()}: finish it first")
-        if await pipe.get(command_signing_key()) != blob:
+        if _raw(await pipe.get(command_signing_key())) != blob:
             raise TemporaryError("the command-signing key changed while the rollover started: start it again",
                                  delay=1.0)
         pipe.multi()
@@ -76,13 +81,13 @@ async def switch_rollover(redis: Redis, box: SecretBox, now: datetime) -> Rollov
     for _ in range(ATTEMPTS):
         async with redis.pipeline(transaction=True) as pipe:
             await pipe.watch(command_key_rollover_key(), command_signing_next_key())
-            raw = await pipe.get(command_key_rollover_key())
+            raw = _raw(await pipe.get(command_key_rollover_key()))
             if raw is None:
                 raise RolloverError("no command-key rollover in progress: `bke keys command-key start` first")
             rollover = Rollover.from_json(raw)
             if rollover.switched_at is not None:
                 return rollover  # switched already: the same answer again
-            blob = await pipe.get(command_signing_next_key())
+            blob = _raw(await pipe.get(command_signing_next_key()))
             if blob is None:
                 raise RolloverError(f"the next key of the rollover ({command_signing_next_key()}) is missing")
             if CommandSigner.from_store(blob, box).key_id != rollover.next_key_id:

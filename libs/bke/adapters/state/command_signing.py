@@ -64,6 +64,10 @@ def _text(raw: object) -> str | None:
     return None if raw is None else raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
+def _blob(raw: bytes | str | None) -> bytes | None:
+    return raw.encode() if isinstance(raw, str) else raw
+
+
 def _agent_id(raw: object) -> str | None:
     try:
         return None if raw is None else ProvisionAgent.model_validate_json(raw).agent_id  # type: ignore[arg-type]
@@ -108,10 +112,10 @@ class CommandSigning:
             return self._signer
         async with self._lock:
             if self._signer is None or self.clock() - self._checked >= self.reload_s:
-                blob = await self.redis.get(command_signing_key())
+                blob = _blob(await self.redis.get(command_signing_key()))
                 if blob is None and self._signer is None:  # made once for the deployment (SET NX)
                     await ensure_command_key(self.redis, command_signing_key(), self.box_factory())
-                    blob = await self.redis.get(command_signing_key())
+                    blob = _blob(await self.redis.get(command_signing_key()))
                 if blob is not None and blob != self._blob:  # decrypted only when it changed
                     opened = self._opened(blob)
                     if opened is not self._signer:  # else kept: the record is tried again at the next check
