@@ -16,6 +16,7 @@ from bke.core.secrets.signing import CommandSigner, SigningKeyError, sign_comman
 from bke_agent.command_keys import KEYRING_FILE, AgentKeyring
 from bke_agent.errors import PermanentStepError
 from bke_agent.verify import CommandVerifier
+from bke_dispatcher.engine import parse_command_id
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 OLD, NEW, OTHER = CommandSigner.generate(), CommandSigner.generate(), CommandSigner.generate()
@@ -143,6 +144,8 @@ def test_the_rollover_commands_and_record() -> None:
     assert command_refusal(cmd) is None  # within what a command may carry to a node
     ret = retirement(NEW.verify_key.public_line, NEW.key_id, "c1", "n1", T0)
     assert ret.command_id != cmd.command_id
+    # ids of the form the dispatcher parses every result's (it leaves these to no phase)
+    assert parse_command_id(cmd.command_id)[:3] == parse_command_id(ret.command_id)[:3] == ("c1", "command-key", "n1")
     assert Rollover.from_json(r.to_json()) == r and Rollover.from_json(r.switched(T0).to_json()).stage == "switched"
     assert r.seconds_left(T0) == 86400
 

@@ -28,7 +28,7 @@ from typing import Awaitable, Callable
 from bke.adapters.bus.handler import Out
 from bke.adapters.bus.other_incarnation import OtherIncarnation
 from bke.adapters.operation import Operations
-from bke.contracts.agent import AgentRefused, CommandRefused, CommandResult
+from bke.contracts.agent import COMMAND_KEY_PHASE, AgentRefused, CommandRefused, CommandResult
 from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
 from bke.contracts.certs import ISSUE_CERTS, IssueCerts
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
@@ -153,6 +153,8 @@ class Inputs:
             return []
         if slug.startswith(UPGRADER_SLUGS):
             return []  # the upgrader's command (an upgrade's or an etcd restore's): it reads the same result stream
+        if slug == COMMAND_KEY_PHASE:
+            return []  # a command-key rollover's announcement (bke.core.secrets.command_key_rollover): no phase counts it
         if slug.startswith("health@"):
             await self.on_health(res)
             return []

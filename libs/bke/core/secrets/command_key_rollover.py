@@ -106,12 +106,18 @@ def _trust(public_line: str, signer_not_after: datetime, cluster: str, node: str
                         issued_at=issued_at.isoformat(), steps=[step])
 
 
+def _command_id(cluster: str, node: str, key_id: str, retire: bool) -> str:
+    """`<cluster>/command-key/<node>/<n>`, the form of every command id (the dispatcher parses the
+    last part as a number): `n` from the key's id, even for its announcement, odd for its retire."""
+    return f"{cluster}/{COMMAND_KEY_PHASE}/{node}/{int(key_id, 16) * 2 + int(retire)}"
+
+
 def announcement(rollover: Rollover, cluster: str, node: str, issued_at: datetime) -> AgentCommand:
     """The command (to be signed by the current key) that gives `node` the next key. Its id is
     the same for every send of this rollover to this node: a redelivery is answered from the
     agent's journal."""
     return _trust(rollover.next_public_line, rollover.previous_not_after, cluster, node, issued_at,
-                  f"{cluster}/command-key/{node}/trust-{rollover.next_key_id}")
+                  _command_id(cluster, node, rollover.next_key_id, retire=False))
 
 
 def retirement(current_public_line: str, current_key_id: str, cluster: str, node: str,
@@ -119,4 +125,4 @@ def retirement(current_public_line: str, current_key_id: str, cluster: str, node
     """The command (to be signed by the current key, the rollover's new one) that drops every
     other key on `node` now: its signer trusted without end, no other."""
     return _trust(current_public_line, issued_at - timedelta(seconds=1), cluster, node, issued_at,
-                  f"{cluster}/command-key/{node}/retire-others-{current_key_id}")
+                  _command_id(cluster, node, current_key_id, retire=True))
