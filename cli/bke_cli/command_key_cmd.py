@@ -4,9 +4,12 @@ encryption, which `bke keys rotate signing` re-encrypts), with an overlap window
     bke keys command-key start --overlap 24h   a next key, sealed beside the current one; agents
                                                trust the current one until start + overlap once
                                                told of the next (a signed TrustCommandKey)
-    bke keys command-key status                the rollover in progress, and time left
+    bke keys command-key status                the rollover in progress, time left, and how many
+                                               accepted agents took the next key
     bke keys command-key switch                the next key signs from now on (every dispatcher
-                                               and upgrader replica follows without a restart)
+                                               and upgrader replica follows without a restart);
+                                               refused until every accepted agent took it
+                                               (--force: anyway)
     bke keys command-key finish                the rollover record goes
 
 Reached as the state's admin (`--workdir LAB`, or `--redis URL` / BKE_REDIS_URL) with the
@@ -24,7 +27,9 @@ from typing import Optional, TypeVar
 import typer
 from redis.asyncio import Redis
 
-from bke.adapters.state.command_key_rotation import finish_rollover, read_rollover, start_rollover, switch_rollover
+from bke.adapters.state.command_key_rotation import (
+    acknowledgements, finish_rollover, read_rollover, start_rollover, switch_rollover,
+)
 from bke.core.errors import TemporaryError
 from bke.core.secrets.command_key_rollover import Rollover, RolloverError, parse_overlap
 
@@ -74,8 +79,8 @@ def start_cmd(overlap: str = typer.Option(..., "--overlap", help="how long agent
     now = _now()
     r = _admin(workdir, redis_url, lambda c: start_rollover(c, box, overlap_s, now))
     _show(r, now)
-    typer.echo("send every node the announcement (a TrustCommandKey signed by the current key), then, "
-               "before the window ends: bke keys command-key switch")
+    typer.echo("the dispatcher now sends every accepted agent the announcement (signed by the current key); "
+               "once `bke keys command-key status` counts them all, before the window ends: bke keys command-key switch")
 
 
 @command_key_app.command("status")
@@ -86,14 +91,27 @@ def status_cmd(workdir: Optional[Path] = WORKDIR, redis_url: Optional[str] = RED
         typer.echo("no command-key rollover in progress")
         return
     _show(r, _now())
+    if r.stage == "announcing":
+        took, missing = _admin(workdir, redis_url, lambda c: acknowledgements(c, r))
+        typer.echo(f"agents that took {r.next_key_id}: {len(took)} of {len(took) + len(missing)} accepted"
+                   + (f"; not yet: {', '.join(missing[:20])}{' ...' if len(missing) > 20 else ''}" if missing else ""))
 
 
 @command_key_app.command("switch")
-def switch_cmd(workdir: Optional[Path] = WORKDIR, redis_url: Optional[str] = REDIS) -> None:
-    """The next key becomes the one every signer uses."""
+def switch_cmd(workdir: Optional[Path] = WORKDIR, redis_url: Optional[str] = REDIS,
+               force: bool = typer.Option(False, "--force", help="switch although some accepted agents have not "
+                                                                "taken the next key (they refuse it until bootstrapped again)")
+               ) -> None:
+    """The next key becomes the one every signer uses, once every accepted agent took it."""
     box = key_box(workdir, "signing")
     assert box is not None
     now = _now()
+    r0 = _admin(workdir, redis_url, read_rollover)
+    if r0 is not None and r0.stage == "announcing":
+        _, missing = _admin(workdir, redis_url, lambda c: acknowledgements(c, r0))
+        if missing and not force:
+            die(f"{len(missing)} accepted agent(s) have not taken {r0.next_key_id} yet ({', '.join(missing[:10])}"
+                f"{' ...' if len(missing) > 10 else ''}): wait for the dispatcher's announcements, or --force", EXIT_INVALID)
     r = _admin(workdir, redis_url, lambda c: switch_rollover(c, box, now))
     _show(r, now)
     if r.seconds_left(now) <= 0:

@@ -10,7 +10,10 @@ stores it (bke.adapters.state.command_key_rotation):
 - the switch: the signer reads the new key without being made again;
 - after the window, a command under the old key is refused and one under the new key runs,
   also after the agent is started again (its keyring file wins over its bootstrap key);
-- `bke keys command-key` refuses steps out of order and moves the stored keys as it says.
+- the real dispatcher sends the announcement to an accepted agent by itself, records its
+  acknowledgement, and answers the new key to `bke agent bootstrap` once switched;
+- `bke keys command-key` refuses steps out of order (a switch before every accepted agent took
+  the next key) and moves the stored keys as it says.
 """
 from __future__ import annotations
 
@@ -31,13 +34,19 @@ from redis.asyncio import Redis
 from bke.adapters.bus import EventWatch
 from bke.adapters.bus.watch import Seen
 from bke.adapters.runtime import ManagedProcess
-from bke.adapters.state.command_key_rotation import read_rollover, start_rollover, switch_rollover
+from bke.adapters.state.command_key_rotation import acknowledgements, read_rollover, start_rollover, switch_rollover
 from bke.adapters.state.command_signing import CommandSigning
-from bke.adapters.state.keys import command_signing_key, command_signing_next_key
-from bke.contracts.agent import AgentCommand, WriteFile, agent_subject
+from bke.adapters.state import RedisPlanStore, plan_digest
+from bke.adapters.state.keys import (
+    accepted_agents_key, command_key_acks_key, command_signing_key, command_signing_next_key, install_key,
+    installs_index,
+)
+from bke.contracts.agent import AGENTS_COMMAND_KEY, AgentCommand, CommandKey, GetCommandKey, WriteFile, agent_subject
 from bke.core.secrets import SecretBox, load_secret_box
 from bke.core.secrets.command_key_rollover import Rollover, announcement
+from bke.core.plan import plan_spec_text
 from bke.core.secrets.signing import CommandSigner, ensure_command_key, signed_command_bytes
+from bke.core.state.schema import SCHEMA_FIELD, record_kind
 from bke_agent.command_keys import KEYRING_FILE
 from bke_cli.main import main as bke
 
@@ -200,7 +209,12 @@ async def test_the_cli_starts_switches_and_finishes_a_rollover_in_order(
         assert rollover is not None and rollover.previous_key_id == old.key_id and rollover.stage == "announcing"
         assert await _cli(*ck, "start", "--overlap", "24h", "--redis", redis_url) == 2  # one at a time
         assert await _cli(*ck, "finish", "--redis", redis_url) == 2  # not switched yet
+        await r.sadd(installs_index(), "c1")
+        await r.hset(accepted_agents_key("c1"), "n1", "agent-1")  # an accepted agent that has not taken it
+        assert await _cli(*ck, "switch", "--redis", redis_url) == 2
         assert CommandSigner.from_store(await r.get(command_signing_key()), box).key_id == old.key_id
+        await r.hset(command_key_acks_key(), "c1/n1", rollover.next_key_id)  # what the dispatcher records
+        assert await _cli(*ck, "status", "--redis", redis_url) == 0
         assert await _cli(*ck, "switch", "--redis", redis_url) == 0
         assert CommandSigner.from_store(await r.get(command_signing_key()), box).key_id == rollover.next_key_id
         assert not await r.exists(command_signing_next_key())
@@ -208,6 +222,73 @@ async def test_the_cli_starts_switches_and_finishes_a_rollover_in_order(
         assert await _cli(*ck, "finish", "--redis", redis_url) == 0
         assert await read_rollover(r) is None
         out = capsys.readouterr().out
-        assert rollover.next_public_line in out and "switched" in out
+        assert rollover.next_public_line in out and "switched" in out and "1 of 1 accepted" in out
     finally:
         await r.aclose()
+
+
+async def _until(check: Callable[[], Any], what: str) -> Any:
+    deadline = asyncio.get_running_loop().time() + TIMEOUT
+    while not (got := await check()):
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.1)  # polling under a deadline: a Redis record has no event of its own
+    return got
+
+
+async def test_the_dispatcher_announces_the_next_key_to_accepted_agents_and_counts_their_answers(
+        nats_url: str, nats_client: NatsClient, cluster: str, redis_client: Any, redis_url: str,
+        operator_box: SecretBox, agent: Agent) -> None:
+    r = Redis.from_url(redis_url)
+    try:
+        old = await ensure_command_key(r, command_signing_key(), operator_box)
+        agent.env["BKE_AGENT_COMMAND_KEY"] = old.verify_key.public_line
+        async with EventWatch(nats_client, [f"bke.v1.agent.{cluster}.>"]) as watch:
+            agent.start()
+            reg = await watch.wait_for(lambda e: e.subject.endswith(".registered"), TIMEOUT)
+            # an installed cluster (its plan, its install record) and its accepted agent, as their owners
+            # store them: the dispatcher believes only a result about a node of a cluster it installed
+            await _installed(r, cluster)
+            await r.hset(accepted_agents_key(cluster), NODE, reg.data["agentId"])
+            rollover = await start_rollover(r, operator_box, OVERLAP_S * 30, _now())
+            assert (await acknowledgements(r, rollover)) == ([], [f"{cluster}/{NODE}"])
+            svc = await _start_dispatcher(nats_url, redis_url)
+            try:
+                done = await watch.wait_for(lambda e: e.subject.endswith(".result") and "/command-key/" in
+                                            e.data.get("commandId", ""), TIMEOUT)
+                assert done.data["status"] == "Succeeded", done.data
+                await _until(lambda: r.hget(command_key_acks_key(), f"{cluster}/{NODE}"), "no acknowledgement recorded")
+                assert (await acknowledgements(r, rollover)) == ([f"{cluster}/{NODE}"], [])
+                assert rollover.next_public_line in (agent.state / KEYRING_FILE).read_text()
+
+                await switch_rollover(r, operator_box, _now())
+
+                async def answered_key() -> bool:  # the dispatcher's signer follows the switch (RELOAD_S)
+                    msg = await nats_client.request(AGENTS_COMMAND_KEY, GetCommandKey().to_bytes(), timeout=5)
+                    return CommandKey.model_validate_json(msg.data).key_id == rollover.next_key_id
+                await _until(answered_key, "the dispatcher still answers the old key")
+            finally:
+                await svc.stop()
+    finally:
+        await r.aclose()
+
+
+async def _installed(r: Redis, cluster: str) -> None:
+    plan = plan_spec_text(open("examples/seed-3m1w.yaml").read().replace("name: seed", f"name: {cluster}")).plan
+    assert plan is not None and NODE in {n.hostname for n in plan.nodes}
+    pj = plan.to_json()
+    assert await RedisPlanStore(r).save(plan, pj, plan_digest(pj), f"req-{cluster}", _now().isoformat())
+    await r.hset(install_key(cluster), mapping={SCHEMA_FIELD: str(record_kind("install").current),
+                                                "status": "Succeeded", "requestId": f"req-{cluster}"})
+    await r.sadd(installs_index(), cluster)
+
+
+async def _start_dispatcher(nats_url: str, redis_url: str) -> Any:
+    """The real dispatcher (its `signing` key: BKE_SECRET_KEY_FILE, set by operator_box), its
+    announcement rounds every half second."""
+    from bke_dispatcher.app import create_service as create_dispatcher
+    from bke_dispatcher.settings import DispatcherSettings
+
+    svc = create_dispatcher(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, owner="x", mode="lab",
+                                               health_interval_s=0, command_key_announce_s=0.5))
+    await svc.start()
+    return svc

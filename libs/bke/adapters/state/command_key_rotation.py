@@ -5,6 +5,8 @@ the state's admin runs it (`bke keys command-key ...`):
     bke:command-signing-key:next   the next key, sealed the same way (same AAD: the switch moves
                                    its bytes, never decrypts them twice)
     bke:command-key-rollover       the rollover record, public values only
+    bke:command-key-rollover:acks  "<cluster>/<node>" -> the key id its agent took (the dispatcher
+                                   writes it from the announcement's result: bke_dispatcher.command_key)
 
 Each step is idempotent and atomic (WATCH/MULTI): `start` twice is refused while one is in
 progress; `switch` of a rollover that switched already reports it; a concurrent second switch
@@ -28,9 +30,12 @@ from bke.core.secrets import SecretBox
 from bke.core.secrets.command_key_rollover import Rollover, RolloverError
 from bke.core.secrets.signing import CommandSigner
 
-from .keys import command_key_rollover_key, command_signing_key, command_signing_next_key
+from .keys import (
+    accepted_agents_key, command_key_acks_key, command_key_rollover_key, command_signing_key, command_signing_next_key,
+    installs_index,
+)
 
-__all__ = ["finish_rollover", "read_rollover", "start_rollover", "switch_rollover"]
+__all__ = ["acknowledgements", "finish_rollover", "read_rollover", "start_rollover", "switch_rollover"]
 
 ATTEMPTS = 5
 
@@ -67,6 +72,7 @@ async def start_rollover(redis: Redis, box: SecretBox, overlap_s: float, now: da
         pipe.multi()
         pipe.set(command_signing_next_key(), nxt.seal_for_store(box))
         pipe.set(command_key_rollover_key(), rollover.to_json())
+        pipe.delete(command_key_acks_key())  # a former rollover's
         try:
             await pipe.execute()
         except WatchError:
@@ -114,5 +120,21 @@ async def finish_rollover(redis: Redis) -> Rollover:
     if rollover.switched_at is None:
         raise RolloverError(f"the rollover to {rollover.next_key_id} has not switched yet: "
                             "`bke keys command-key switch` first")
-    await redis.delete(command_key_rollover_key())
+    await redis.delete(command_key_rollover_key(), command_key_acks_key())
     return rollover
+
+
+def _text(v: object) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+async def acknowledgements(redis: Redis, rollover: Rollover) -> tuple[list[str], list[str]]:
+    """("<cluster>/<node>" of the accepted agents that took the next key, of those that did not)."""
+    acks = {_text(k): _text(v) for k, v in (await redis.hgetall(command_key_acks_key())).items()}
+    took: list[str] = []
+    missing: list[str] = []
+    for cluster in sorted(_text(c) for c in await redis.smembers(installs_index())):
+        for node in sorted(_text(n) for n in await redis.hkeys(accepted_agents_key(cluster))):
+            name = f"{cluster}/{node}"
+            (took if acks.get(name) == rollover.next_key_id else missing).append(name)
+    return took, missing

@@ -33,7 +33,7 @@ from bke.core.errors import PermanentError
 
 from .binding import aware_time
 
-__all__ = ["MIN_OVERLAP_S", "Rollover", "RolloverError", "announcement", "parse_overlap", "retirement"]
+__all__ = ["MIN_OVERLAP_S", "Rollover", "RolloverError", "acked_key_id", "announcement", "parse_overlap", "retirement"]
 
 MIN_OVERLAP_S = 600.0  # below this, the announcement cannot reach a fleet before the old key ends
 _FORM = 1
@@ -110,6 +110,11 @@ def _command_id(cluster: str, node: str, key_id: str, retire: bool) -> str:
     """`<cluster>/command-key/<node>/<n>`, the form of every command id (the dispatcher parses the
     last part as a number): `n` from the key's id, even for its announcement, odd for its retire."""
     return f"{cluster}/{COMMAND_KEY_PHASE}/{node}/{int(key_id, 16) * 2 + int(retire)}"
+
+
+def acked_key_id(gen: int) -> str | None:
+    """The key an announcement of command number `gen` (`_command_id`) named; None for a retire."""
+    return None if gen % 2 else format(gen // 2, "016x")
 
 
 def announcement(rollover: Rollover, cluster: str, node: str, issued_at: datetime) -> AgentCommand:
