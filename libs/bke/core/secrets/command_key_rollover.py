@@ -5,17 +5,19 @@ The steps (bke.core.secrets.command_keyring says what an agent does with each):
     start     a next key is made and stored sealed beside the current one; the record names its
               public half and the end of the current key's overlap (`previous_not_after` =
               start + overlap)
-    announce  each node is sent `announcement(...)`, signed by the CURRENT key: a TrustCommandKey
-              naming the next key, the current one trusted until `previous_not_after`
+    announce  each accepted agent is sent `announcement(...)` by the dispatcher
+              (bke_dispatcher.command_key), signed by the CURRENT key: a TrustCommandKey naming
+              the next key, the current one trusted until `previous_not_after`; its answer is
+              recorded as the node's acknowledgement
     switch    the next key becomes the current one; every signer reads it again (RELOAD_S,
               bke.adapters.state.command_signing) and signs with it from then on
     finish    the record goes; each node may be sent `retirement(...)`, signed by the NEW key,
               which drops the old key at once instead of at `previous_not_after`
 
-Why the switch is the operator's command and not automatic: only the operator knows when every
-node that matters has taken the announcement (a node down for the whole window must be
-bootstrapped again: it trusts the old key alone, which it refuses nothing signed by, and the
-new key signs from the switch). The switch must come before `previous_not_after`: after it, an
+Why the switch is the operator's command and not automatic: `bke keys command-key switch`
+waits until every accepted agent acknowledged, but only the operator can decide to leave a node
+behind (`--force`: a node down for the whole window trusts the old key alone and must be
+bootstrapped again). The switch must come before `previous_not_after`: after it, an
 agent that took the announcement refuses what the old key still signs.
 
 Pure: times are passed in; the record's JSON is what Redis holds (bke.adapters.state.command_key_rotation).
