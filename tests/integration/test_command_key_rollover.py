@@ -43,6 +43,7 @@ from bke.adapters.state.keys import (
 )
 from bke.contracts.agent import AGENTS_COMMAND_KEY, AgentCommand, CommandKey, GetCommandKey, WriteFile, agent_subject
 from bke.core.secrets import SecretBox, load_secret_box
+from bke.core.secrets.at_rest import new_key
 from bke.core.secrets.command_key_rollover import Rollover, announcement
 from bke.core.plan import plan_spec_text
 from bke.core.secrets.signing import CommandSigner, ensure_command_key, signed_command_bytes
@@ -292,3 +293,23 @@ async def _start_dispatcher(nats_url: str, redis_url: str) -> Any:
                                                health_interval_s=0, command_key_announce_s=0.5))
     await svc.start()
     return svc
+
+
+async def test_a_signer_follows_a_changed_record_it_can_open_and_keeps_its_key_while_it_cannot(
+        redis_client: Any, redis_url: str, operator_box: SecretBox) -> None:
+    r = Redis.from_url(redis_url)
+    try:
+        signing = CommandSigning(r, lambda: operator_box, reload_s=0.0)
+        old = await signing.signer()
+        elsewhere = CommandSigner.generate()  # sealed under an at-rest key this process does not hold
+        await r.set(command_signing_key(), elsewhere.seal_for_store(SecretBox(new_key())))
+        assert (await signing.signer()).key_id == old.key_id  # no failure: the key in use is kept
+        nxt = CommandSigner.generate()
+        await r.set(command_signing_key(), nxt.seal_for_store(operator_box))
+        assert (await signing.signer()).key_id == nxt.key_id
+        slow = CommandSigning(r, lambda: operator_box, clock=lambda: 0.0)  # its clock never reaches RELOAD_S
+        assert (await slow.signer()).key_id == nxt.key_id
+        await r.set(command_signing_key(), old.seal_for_store(operator_box))
+        assert (await slow.signer()).key_id == nxt.key_id  # read again only every RELOAD_S: no GET per command
+    finally:
+        await r.aclose()
