@@ -36,11 +36,12 @@ from datetime import datetime, timezone
 
 from bke.contracts.agent import (
     OUTPUT_LIMIT, AgentCommand, CommandResult, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, ReplaceFiles, Step,
-    StepResult, UpdateAgent, WaitHealth, WriteFile,
+    StepResult, TrustCommandKey, UpdateAgent, WaitHealth, WriteFile,
 )
 from bke.core.host_actions import kubeconfig_refusal
 
 from .backends.base import COMMAND_ID, Backend, StepOutcome
+from .command_keys import AgentKeyring
 from .errors import PermanentStepError, StepError
 from .identity import AgentIdentity
 from .selfupdate import RestartRequested, SelfUpdater
@@ -154,21 +155,26 @@ def _unexpected(step: Step, exc: BaseException) -> str:
 
 
 class Executor:
-    """Runs commands for one agent. `now`, `sleep` and `clock` are injected for tests."""
+    """Runs commands for one agent. `now`, `sleep` and `clock` are injected for tests. `keys`:
+    the keyring the agent verifies with, which a TrustCommandKey step changes (command_keys.py)."""
 
     def __init__(self, backend: Backend, identity: AgentIdentity, *,
                  now: Callable[[], datetime] = utc_now,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  clock: Callable[[], float] = time.monotonic, updater: SelfUpdater | None = None,
-                 kernel: Callable[[], str] = lambda: os.uname().release) -> None:
-        self.backend, self.identity, self.updater = backend, identity, updater
+                 kernel: Callable[[], str] = lambda: os.uname().release, keys: AgentKeyring | None = None) -> None:
+        self.backend, self.identity, self.updater, self.keys = backend, identity, updater, keys
         self.now, self.sleep, self.clock, self.kernel = now, sleep, clock, kernel
 
-    async def _execute(self, step: Step, content: Callable[[], bytes]) -> StepOutcome:
+    async def _execute(self, step: Step, content: Callable[[], bytes], command: AgentCommand) -> StepOutcome:
         if isinstance(step, UpdateAgent):  # the agent itself, not the node: no backend does it
             if self.updater is None:
                 raise PermanentStepError("this agent cannot update itself here (no launcher, or a test backend)")
             return await self.updater.update(step)
+        if isinstance(step, TrustCommandKey):  # the agent's own trust, not the node's: no backend does it
+            if self.keys is None:
+                raise PermanentStepError("this agent holds no command keyring to change")
+            return self.keys.trust(step, command, self.now())
         return await self.backend.execute(step, content)
 
     async def run(self, command: AgentCommand) -> CommandResult:
@@ -214,7 +220,7 @@ class Executor:
                 if isinstance(step, ReplaceFiles):
                     step = _opened(step, self.identity)
                 async with asyncio.timeout(limit):  # no extra task per step (unlike wait_for)
-                    out: StepOutcome = await self._execute(step, content)
+                    out: StepOutcome = await self._execute(step, content, command)
             except StepError as exc:
                 error = exc
             except RestartRequested:  # not a result: the command goes back unanswered

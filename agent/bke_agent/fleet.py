@@ -23,6 +23,7 @@ from .identity import AgentIdentity
 from .journal import DiskJournal, Journal, MemoryJournal
 from .loop import AgentLoop
 from .settings import AgentSettings
+from .command_keys import AgentKeyring
 from .verify import CommandVerifier
 
 __all__ = ["Fleet", "SETUP_CONCURRENCY"]
@@ -51,7 +52,9 @@ class Fleet:
                 state_root / node, fsync=fsync, keep_days=settings.journal_keep_days)
             served: ServedMemory = MemoryServed() if state_root is None else DiskServed(state_root / node, fsync=fsync)
             fleet.add(AgentLoop(nc, js, settings, NullBackend(), journal, AgentIdentity.ephemeral(),
-                                verifier=CommandVerifier(command_key, settings.cluster, node), served=served))
+                                verifier=CommandVerifier(command_key, settings.cluster, node, AgentKeyring.load(
+                                    command_key, None if state_root is None else state_root / node, fsync)),
+                                served=served))
         return fleet
 
     def identities(self) -> dict[str, AgentIdentity]:

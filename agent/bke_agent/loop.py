@@ -150,7 +150,7 @@ class AgentLoop:
         # disk for a real agent, in memory for a fleet's
         self.served: ServedMemory = served if served is not None else MemoryServed()
         self.backend, self.journal, self.identity, self.now = backend, journal, identity, now
-        self.executor = executor or Executor(backend, identity, now=now)
+        self.executor = executor or Executor(backend, identity, now=now, keys=verifier.keys)
         self.cluster, self.node = settings.cluster, settings.node
         self.durable = consumer_name(self.cluster, self.node)
         self.executed = 0  # commands really run by this loop
@@ -277,7 +277,7 @@ class AgentLoop:
         ids = {**self._ids, "command_id": cmd.command_id, "phase": cmd.phase}
         # the body as sent, when the command was read from it unconverted: its signed bytes
         # are then checked as they are (verify.py)
-        why = self.verifier.authentic(cmd, msg.data if read_as_sent(AgentCommand, version) else None)
+        why = self.verifier.authentic(cmd, msg.data if read_as_sent(AgentCommand, version) else None, self.now())
         agent_id = self.identity.agent_id
         if why is None:
             # for this agent's key and not an older incarnation of its cluster: checked before the

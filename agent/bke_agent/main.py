@@ -32,9 +32,11 @@ from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.contracts.agent import RESTART_EXIT_CODE
 from bke.adapters.logs import setup_logging
 from bke.core.pythons import python_problem
+from bke.core.secrets.signing import SigningKeyError
 
 from .backends import RestoreReceiver, SnapshotTaker, make_backend
 from .binding import DiskServed
+from .command_keys import AgentKeyring
 from .executor import Executor
 from .identity import AgentIdentity
 from .journal import DiskJournal
@@ -133,7 +135,8 @@ async def run(settings: AgentSettings) -> int:
     try:
         try:
             key = load_command_key(settings.command_key, state)
-        except NoCommandKey as exc:
+            keys = AgentKeyring.load(key, state)  # a rollover's keyring, when one reached this agent
+        except (NoCommandKey, SigningKeyError) as exc:
             log.error("%s", exc, extra=ids)  # it would refuse every command: say so at start
             return 2
         identity, created = AgentIdentity.load_or_create(state)
@@ -157,8 +160,8 @@ async def run(settings: AgentSettings) -> int:
             updater = SelfUpdater(state, sys.prefix, RUNNING_VERSION, launched=os.environ.get(LAUNCHED_ENV) == "1")
             agent = AgentLoop(nc, js, settings, backend,
                               DiskJournal(state, keep_days=settings.journal_keep_days), identity,
-                              verifier=CommandVerifier(key, settings.cluster, settings.node),
-                              executor=Executor(backend, identity, updater=updater), served=DiskServed(state))
+                              verifier=CommandVerifier(key, settings.cluster, settings.node, keys),
+                              executor=Executor(backend, identity, updater=updater, keys=keys), served=DiskServed(state))
             agent.on_restart = stop.set
             if not await _start_when_free(agent, stop):
                 return 1 if lost.is_set() else 0

@@ -2,9 +2,11 @@
 
 Why these checks, in this order (the loop adds "not replayed" between them: a command whose id
 the journal holds is answered from the journal and never runs again):
-    1. signed, by the dispatcher key this agent was provisioned with (`key_id`, then the
-       Ed25519 signature over `AgentCommand.signing_bytes()`): anyone can publish on the bus,
-       only the dispatcher holds the key (bke.core.secrets.signing)
+    1. signed, by a command key this agent trusts now (`key_id` looked up in its keyring,
+       command_keys.py: the key it was provisioned with, or the keys a rollover gave it, each
+       until its end), then the Ed25519 signature over `AgentCommand.signing_bytes()`: anyone
+       can publish on the bus, only the dispatcher and the upgrader hold the key
+       (bke.core.secrets.signing)
     2. for this agent's cluster and node: a command signed for another node is not ours, even
        if it reached our subject
     3. fresh: `issued_at - CLOCK_SKEW_S <= now <= expires_at`, and a validity no longer than
@@ -15,13 +17,15 @@ The provisioned key: `BKE_AGENT_COMMAND_KEY` (the public line or bare base64), e
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from bke.contracts.agent import CLOCK_SKEW_S, COMMAND_VALIDITY_S, AgentCommand
 from bke.core.secrets.binding import aware_time
 from bke.core.secrets.signing import CommandVerifyKey, SigningKeyError, parse_public_line, signed_part
+
+from .command_keys import AgentKeyring
 
 __all__ = ["COMMAND_KEY_FILE", "CommandVerifier", "NoCommandKey", "load_command_key"]
 
@@ -46,21 +50,31 @@ def load_command_key(env_value: str | None, state_dir: Path) -> CommandVerifyKey
 
 @dataclass(frozen=True)
 class CommandVerifier:
+    """`key`: the key the agent was provisioned with; `keys`: the keyring in use (the loop's
+    TrustCommandKey steps change it), by default that key alone."""
+
     key: CommandVerifyKey
     cluster: str
     node: str
+    keys: AgentKeyring = field(default=None)  # type: ignore[assignment]  # set in __post_init__
 
-    def authentic(self, cmd: AgentCommand, body: bytes | None = None) -> str | None:
-        """Checks 1 and 2: None if the dispatcher signed this command for this node, else why not.
-        `body`: the bytes `cmd` was read from as they are (no form conversion); when the signer
-        sent its canonical bytes as they are (bke.core.secrets.signing.signed_command_bytes), those
-        bytes are verified without serialising `cmd` again."""
+    def __post_init__(self) -> None:
+        if self.keys is None:
+            object.__setattr__(self, "keys", AgentKeyring.load(self.key, None))
+
+    def authentic(self, cmd: AgentCommand, body: bytes | None = None, now: datetime | None = None) -> str | None:
+        """Checks 1 and 2: None if a key this agent trusts at `now` signed this command for this
+        node, else why not. `body`: the bytes `cmd` was read from as they are (no form
+        conversion); when the signer sent its canonical bytes as they are
+        (bke.core.secrets.signing.signed_command_bytes), those bytes are verified without
+        serialising `cmd` again."""
         if not cmd.signature_b64:
             return "unsigned command"
-        if cmd.key_id != self.key.key_id:
-            return f"signed by key {cmd.key_id!r}, not the dispatcher key this agent was provisioned with"
+        key, why = self.keys.verify_key(cmd.key_id, now or datetime.now(timezone.utc))
+        if key is None:
+            return why
         signed = signed_part(body, cmd.signature_b64) if body is not None else None
-        if not self.key.verify(cmd.signing_bytes() if signed is None else signed, cmd.signature_b64):
+        if not key.verify(cmd.signing_bytes() if signed is None else signed, cmd.signature_b64):
             return "bad signature"
         if (cmd.cluster, cmd.node) != (self.cluster, self.node):
             return f"for node {cmd.node!r} of cluster {cmd.cluster!r}, not this agent's"

@@ -8,6 +8,7 @@
                                `previous`; every record of KIND is re-encrypted under the new key
     bke keys retire KIND       every record under the current key (stragglers re-encrypted), then
                                the previous keys leave the file
+    bke keys command-key ...   a rollover of the command-signing key itself (command_key_cmd.py)
 
 Which file: with `--workdir`, the lab's `<lab>/keys/<kind>.key` (its processes read it again
 when it changes, so the lab rotates without a restart). Otherwise BKE_KEY_FILE_<KIND>; a kind
@@ -47,7 +48,7 @@ __all__ = ["register"]
 
 T = TypeVar("T")
 
-keys_app = typer.Typer(no_args_is_help=True, help="At-rest keys, one per kind: list, add, rotate, retire.")
+keys_app = typer.Typer(no_args_is_help=True, help="At-rest keys, one per kind: list, add, rotate, retire; the command-key rollover.")
 WORKDIR = typer.Option(None, "--workdir", help="a lab's work directory")
 REDIS = typer.Option(None, "--redis", help="Redis URL with the admin user (else BKE_REDIS_URL)")
 BACKUPS = typer.Option(None, "--backup", help="a `bke state backup` file to re-encrypt (kind backup; repeatable)")
@@ -244,4 +245,7 @@ def retire_cmd(kind: str = typer.Argument(..., help=f"one of {', '.join(KIND_NAM
 
 
 def register(app: typer.Typer) -> None:
+    from .command_key_cmd import command_key_app  # it builds on this module's options and store access
+
+    keys_app.add_typer(command_key_app, name="command-key")
     app.add_typer(keys_app, name="keys")

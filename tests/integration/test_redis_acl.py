@@ -35,6 +35,9 @@ TABLE: dict[str, dict[str, str]] = {
     PKI_KEYS: {"certs": "rw"},
     k.pki_key(C, "manifest"): {"certs": "rw"},
     k.command_signing_key(): {"dispatcher": "rw", "upgrader": "r"},
+    k.command_signing_next_key(): {},  # a rollover's next key: the admin's until the switch copies it
+    k.command_key_rollover_key(): {"dispatcher": "r"},  # public: the dispatcher announces its next key
+    k.command_key_acks_key(): {"dispatcher": "rw"},
     k.etcd_snapshot_key(): {"dispatcher": "r", "upgrader": "r"},
     k.auth_authority_key(): {},  # the NATS operator's and account's seeds
     k.auth_identities_key(): {},
@@ -46,7 +49,8 @@ TABLE: dict[str, dict[str, str]] = {
 }
 DANGEROUS = (("FLUSHALL",), ("FLUSHDB",), ("KEYS", "*"), ("CONFIG", "GET", "dir"), ("DEBUG", "SLEEP", "0"),
              ("SHUTDOWN",), ("ACL", "LIST"), ("MONITOR",))
-SECRETS = (PKI_KEYS, k.command_signing_key(), k.etcd_snapshot_key(), k.auth_authority_key(), VRRP)
+SECRETS = (PKI_KEYS, k.command_signing_key(), k.command_signing_next_key(), k.etcd_snapshot_key(),
+           k.auth_authority_key(), VRRP)
 
 # what each service reads or writes (from the key table's owners and the services' code)
 NEEDS: dict[str, dict[str, str]] = {
@@ -69,11 +73,12 @@ NEEDS: dict[str, dict[str, str]] = {
                                     k.paused_key(C, "dispatcher"), k.joins_index(), k.join_key(C), k.join_results_key(C),
                                     k.removals_index(), k.removal_key(C), k.removal_results_key(C), k.removal_api_key(C),
                                     k.resets_index(), k.reset_key(C), k.reset_results_key(C), k.operation_key(C),
-                                    k.command_signing_key()], "rw"),
+                                    k.command_signing_key(), k.command_key_acks_key()], "rw"),
                    **dict.fromkeys([k.epoch_key(), k.plan_key(C), k.plan_meta_key(C), k.node_files_key(C, "render"),
                                     k.node_files_digest_key(C, "render"), k.node_files_key(C, "certs"),
                                     k.node_files_digest_key(C, "certs"), k.addon_manifests_key(C),
-                                    k.provisioned_agents_key(C), k.api_credentials_key(C), k.etcd_snapshot_key()], "r")},
+                                    k.provisioned_agents_key(C), k.api_credentials_key(C), k.etcd_snapshot_key(),
+                                    k.command_key_rollover_key()], "r")},
     "upgrader": {**dict.fromkeys([k.upgrades_index(), k.upgrade_key(C), k.upgrade_results_key(C), k.upgrade_nodes_key(C),
                                   k.upgrade_certs_key(C), k.paused_key(C, "upgrade"), k.cluster_key(C, "upgrade", "drain"),
                                   k.etcd_restores_index(), k.etcd_restore_key(C), k.etcd_restore_results_key(C),

@@ -56,6 +56,8 @@ __all__ = [
     "AgentWheel",
     "RESTART_EXIT_CODE",
     "UpdateAgent",
+    "COMMAND_KEY_PHASE",
+    "TrustCommandKey",
     "CheckHost",
     "CommandResult",
     "ETCD_SNAPSHOT_BUCKET",
@@ -456,10 +458,30 @@ class ResetNode(_Step):
     binaries: bool = False
 
 
+# the phase of a command that carries a TrustCommandKey step, and the only one that may
+COMMAND_KEY_PHASE = "command-key"
+
+
+class TrustCommandKey(_Step):
+    """Change the command keys this agent trusts (a rollover of the command-signing key,
+    bke.core.secrets.command_keyring): from now on `publicLine` is trusted, and the key that
+    signed this very command stays trusted until `signerNotAfter` (ISO 8601, UTC), then is
+    refused; every other key is dropped. Signed by the current key, it announces the next one
+    (the overlap); signed by `publicLine` itself, it retires every other key at once. A key's
+    end can only move earlier: a later `signerNotAfter` than the one the agent holds is not
+    taken. Only in a command of phase `command-key` (COMMAND_KEY_PHASE); the agent writes its keyring file
+    before it answers."""
+
+    type: Literal["trust_command_key"] = "trust_command_key"
+    timeout_s: float = Field(10.0, gt=0, le=3600)
+    public_line: str = Field(pattern=r"^bke-command-ed25519 [A-Za-z0-9+/]{43}=$")
+    signer_not_after: str = Field(min_length=1, max_length=64)
+
+
 Step = Annotated[
     Union[WriteFile, RemoveFile, RunProgram, SystemdUnit, WaitHealth, FetchFile, CheckHost, RestartStaticPod,
           ReplaceFiles, EtcdSnapshot, ParkStaticPod, RestoreEtcdMember, UpdateAgent, ResetNode, EtcdMemberAdd,
-          EtcdMemberPromote, EtcdMemberRemove, LeaveEtcdMember],
+          EtcdMemberPromote, EtcdMemberRemove, LeaveEtcdMember, TrustCommandKey],
     Field(discriminator="type"),
 ]
 

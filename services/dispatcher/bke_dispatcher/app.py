@@ -45,6 +45,7 @@ from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.adapters.cluster_api.addons import AddonsWork
 from bke.lab.standins.addons import LabApplier
 from .api_health import ApiHealthWork, periodic_doc
+from .command_key import CommandKeyCarrier
 from bke.adapters.checksums import HttpRepoChecksums
 from bke.lab.standins.checksums import LabChecksums
 from .dashboard import DashboardReader, RecentEvents, dashboard_routes
@@ -153,8 +154,11 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         agents_deadline_s=settings.join_agents_timeout_s))
     ops, joins = wired.operations, wired.joins
     serve_pause(svc, pause_flags, [runner.kick, *ops.held_by_pause()], _now)
+    # a command-key rollover's announcements to every accepted agent, and their acknowledgements
+    command_keys = CommandKeyCarrier(redis, signing.sign_bytes, svc.publish, _now, settings.command_key_announce_s)
     # results of another incarnation of their cluster are dropped and counted (bke.adapters.bus.other_incarnation)
-    inputs = Inputs(state, runner.kick, _now, health.record, ops, other_incarnation=OtherIncarnation(svc.metrics, svc.name))
+    inputs = Inputs(state, runner.kick, _now, health.record, ops, other_incarnation=OtherIncarnation(svc.metrics, svc.name),
+                    on_command_key=command_keys.on_result)
 
     # state lost (bke.adapters.state.epoch): stop the loops, fail the running installs; restored: resume
     async def stop_loops() -> None:
@@ -302,6 +306,7 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
         core_subs.append(await nc.subscribe(STATUS_GET, queue=STATUS_QUEUE, cb=on_status))
         core_subs.append(await nc.subscribe(AGENTS_COMMAND_KEY, queue="dispatcher-command-key", cb=on_command_key))
         background.append(asyncio.create_task(_resume(), name="dispatcher:resume"))
+        background.append(asyncio.create_task(command_keys.run(lambda: bool(stopping)), name="dispatcher:command-key"))
         health.start()
 
     async def _resume() -> None:

@@ -28,7 +28,7 @@ from typing import Awaitable, Callable
 from bke.adapters.bus.handler import Out
 from bke.adapters.bus.other_incarnation import OtherIncarnation
 from bke.adapters.operation import Operations
-from bke.contracts.agent import AgentRefused, CommandRefused, CommandResult
+from bke.contracts.agent import COMMAND_KEY_PHASE, AgentRefused, CommandRefused, CommandResult
 from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
 from bke.contracts.certs import ISSUE_CERTS, IssueCerts
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
@@ -99,7 +99,10 @@ class Inputs:
         on_health: Callable[[CommandResult], Awaitable[None]],
         operations: Operations,
         other_incarnation: OtherIncarnation | None = None,
+        on_command_key: Callable[[CommandResult, int], Awaitable[None]] | None = None,
     ):
+        # a command-key rollover's announcements (command_key.py): their answers are acknowledgements
+        self.on_command_key = on_command_key
         # answers to a command of another incarnation of their cluster (bke.adapters.bus.other_incarnation)
         self.other_incarnation = other_incarnation or OtherIncarnation(None, "dispatcher")
         # the operations beside the install (rotation, reset, join, removal: ops/): each takes its own results
@@ -153,6 +156,10 @@ class Inputs:
             return []
         if slug.startswith(UPGRADER_SLUGS):
             return []  # the upgrader's command (an upgrade's or an etcd restore's): it reads the same result stream
+        if slug == COMMAND_KEY_PHASE:  # a command-key rollover's announcement: no phase counts it
+            if self.on_command_key is not None:
+                await self.on_command_key(res, gen)
+            return []
         if slug.startswith("health@"):
             await self.on_health(res)
             return []

@@ -20,6 +20,7 @@ class DispatcherSettings(ServiceSettings):
     owner: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     lease_ms: int = 15000
     health_interval_s: float = 60.0
+    command_key_announce_s: float = 30.0  # a command-key rollover's rounds (command_key.py)
     # lab: binaries are simulated and addons validated + recorded (no apiserver);
     # real: checksums from the httpRepo's `.sha256` files, addons applied with server-side apply.
     mode: Literal["lab", "real"] = "real"

@@ -102,16 +102,16 @@ USERS: tuple[AclUser, ...] = (
     AclUser("bke-dispatcher",
             writes=("bke:installs", "bke:rotations", "bke:*:install", "bke:*:inputs", "bke:*:sealed", "bke:*:phase:*",
                     "bke:*:cmd:*", "bke:*:node", "bke:*:lease:*", "bke:*:agents", "bke:*:agents:accepted",
-                    "bke:*:refusals", "bke:command-signing-key",
+                    "bke:*:refusals", "bke:command-signing-key", "bke:command-key-rollover:acks",
                     "bke:*:heartbeat", "bke:*:heartbeat:cgroup", "bke:*:heartbeat:runtime",
                     "bke:*:addons", "bke:*:node-labels", "bke:*:health", "bke:*:health-meta", "bke:*:health-pods",
                     "bke:*:rotation", "bke:*:rotation:*",
                     "bke:resets", "bke:*:reset", "bke:*:reset:*", "bke:joins", "bke:*:join", "bke:*:join:*",
                     "bke:removals", "bke:*:removal", "bke:*:removal:*", "bke:*:paused", "bke:*:operation"),
             reads=(_EPOCH, *_PLAN, *_RENDER_FILES, *_CERTS_FILES, "bke:*:addon-manifests", "bke:*:agents:provisioned",
-                   "bke:*:api-credentials", "bke:etcd-snapshot-key"),
+                   "bke:*:api-credentials", "bke:etcd-snapshot-key", "bke:command-key-rollover"),
             why="install, rotation, reset, join and removal records; the operation slot; the command-signing key (made "
-                "on first use); reads the rendered and sealed file sets; the etcd snapshot key (a reset's snapshots "
+                "on first use), a rollover's record (public: it announces the next key) and its acknowledgements; reads the rendered and sealed file sets; the etcd snapshot key (a reset's snapshots "
                 "are sealed to its public half); the agents' provisioned public keys (keepalived.conf sealed to "
                 "them); the API credentials certs writes for its Kubernetes API work (never the PKI)"),
     AclUser("bke-upgrader",

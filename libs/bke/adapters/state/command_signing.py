@@ -6,6 +6,13 @@ first use and kept in memory: every replica signs with the same key, and a repli
 before the key existed makes it (`SET NX`: concurrent makers agree on one key). Loaded lazily so
 that the service starts (and reports readiness) before the operator key is needed.
 
+Read again when it changes, without a restart: at most every RELOAD_S a sign reads the stored
+blob (one GET) and decrypts it only if its bytes changed. Why: a rollover's switch
+(`bke keys command-key switch`, bke.adapters.state.command_key_rotation) replaces the stored
+key, and every dispatcher and upgrader replica must follow; agents trust both keys during the
+overlap, so a replica that signs with the old key for a few more seconds is still obeyed. A
+re-encryption of the record (`bke keys rotate signing`) changes its bytes but not the key.
+
 Every command is bound to its receiver (bke.core.secrets.binding) from three records, each written
 by its owner and only read here:
 
@@ -25,6 +32,7 @@ signer more CPU than the signature (redis-py, about 200-300 us against about 120
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from typing import Awaitable, Callable
@@ -33,24 +41,31 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from bke.contracts.agent import AgentCommand, AgentRuntime, ProvisionAgent
+from bke.core.errors import PermanentError
 from bke.core.secrets import SecretBox
 from bke.core.secrets.binding import Binding, binding_for
 from bke.core.secrets.signing import CommandSigner, ensure_command_key, sign_command, signed_command_bytes
 from bke.adapters.state.keys import command_signing_key, heartbeat_runtime_key, plan_meta_key, provisioned_agents_key
 from bke.adapters.state.plans import INCARNATION_FIELD
 
-__all__ = ["CommandSigning", "PREFETCH_S", "Prefetch", "Sign", "SignBytes", "read_bindings"]
+__all__ = ["CommandSigning", "PREFETCH_S", "Prefetch", "RELOAD_S", "Sign", "SignBytes", "read_bindings"]
 
 Sign = Callable[[AgentCommand], Awaitable[AgentCommand]]  # what publishers of commands are given
 # ... or, where the signed model is not needed, the body to publish (signing.signed_command_bytes)
 SignBytes = Callable[[AgentCommand], Awaitable[bytes]]
 # (cluster, nodes): read the bindings of the commands about to be signed for these nodes
 Prefetch = Callable[[str, Sequence[str]], Awaitable[None]]
+log = logging.getLogger("bke.command_signing")
 PREFETCH_S = 10.0  # a prefetched binding serves a command signed within this; later ones read again
+RELOAD_S = 5.0  # how stale the signing key may be after a switch (see the module docstring)
 
 
 def _text(raw: object) -> str | None:
     return None if raw is None else raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _blob(raw: bytes | str | None) -> bytes | None:
+    return raw.encode() if isinstance(raw, str) else raw
 
 
 def _agent_id(raw: object) -> str | None:
@@ -83,18 +98,43 @@ async def read_bindings(redis: Redis, cluster: str, nodes: Sequence[str]) -> dic
 
 class CommandSigning:
     def __init__(self, redis: Redis, box_factory: Callable[[], SecretBox],
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.redis, self.box_factory, self.clock = redis, box_factory, clock
+                 clock: Callable[[], float] = time.monotonic, reload_s: float = RELOAD_S) -> None:
+        self.redis, self.box_factory, self.clock, self.reload_s = redis, box_factory, clock, reload_s
         self._signer: CommandSigner | None = None
+        self._blob: bytes | None = None  # the stored form `_signer` was read from
+        self._checked = 0.0  # clock() when the stored blob was last compared
         self._lock = asyncio.Lock()
         self._ahead: dict[tuple[str, str], tuple[float, Binding | None]] = {}  # (cluster, node) -> (read at, binding)
 
     async def signer(self) -> CommandSigner:
-        if self._signer is None:
-            async with self._lock:
-                if self._signer is None:
-                    self._signer = await ensure_command_key(self.redis, command_signing_key(), self.box_factory())
+        """The stored key: made on first use, read again when its record changed (RELOAD_S)."""
+        if self._signer is not None and self.clock() - self._checked < self.reload_s:
+            return self._signer
+        async with self._lock:
+            if self._signer is None or self.clock() - self._checked >= self.reload_s:
+                blob = _blob(await self.redis.get(command_signing_key()))
+                if blob is None and self._signer is None:  # made once for the deployment (SET NX)
+                    await ensure_command_key(self.redis, command_signing_key(), self.box_factory())
+                    blob = _blob(await self.redis.get(command_signing_key()))
+                if blob is not None and blob != self._blob:  # decrypted only when it changed
+                    opened = self._opened(blob)
+                    if opened is not self._signer:  # else kept: the record is tried again at the next check
+                        self._signer, self._blob = opened, blob
+                self._checked = self.clock()
+        assert self._signer is not None
         return self._signer
+
+    def _opened(self, blob: bytes) -> CommandSigner:
+        """The stored key; while a changed record does not open with this process's `signing`
+        keys (its key file not given yet), the key in use is kept and the record tried again."""
+        try:
+            return CommandSigner.from_store(blob, self.box_factory())
+        except PermanentError as exc:
+            if self._signer is None:
+                raise
+            log.warning("the stored command-signing key changed but does not open here (%s); signing with key %s "
+                        "until it does", type(exc).__name__, self._signer.key_id)
+            return self._signer
 
     async def prefetch(self, cluster: str, nodes: Sequence[str]) -> None:
         """Read the bindings of the commands about to be signed for `nodes` (one round trip);

@@ -44,6 +44,10 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:auth:authority                   string  NATS operator/account seeds, encrypted (bke.adapters.auth)
     bke:auth:identities                  hash    identity name -> issued record  (bke.adapters.auth)
     bke:command-signing-key              string  the dispatcher's Ed25519 key, encrypted at rest (deployment)
+    bke:command-signing-key:next         string  the next one during a rollover, encrypted at rest (admin:
+                                                 bke.adapters.state.command_key_rotation)
+    bke:command-key-rollover             string  the rollover in progress, public values only (admin)
+    bke:command-key-rollover:acks        hash    "<c>/<node>" -> the next key id its agent took (dispatcher)
     bke:etcd-snapshot-key                string  the X25519 key etcd snapshots are sealed to, encrypted at rest
                                                  (admin: bke.adapters.state.state_init)
     bke:<c>:agents:provisioned           hash    node -> the agent key BKE provisioned  (certs)
@@ -95,6 +99,9 @@ __all__ = [
     "certs_agents_key",
     "accepted_agents_key",
     "command_signing_key",
+    "command_signing_next_key",
+    "command_key_rollover_key",
+    "command_key_acks_key",
     "etcd_snapshot_key",
     "provisioned_agents_key",
     "cluster_key",
@@ -457,6 +464,23 @@ def auth_identities_key() -> str:
 def command_signing_key() -> str:
     """The dispatcher replicas' one command-signing key (bke.core.secrets.signing), per deployment."""
     return f"{PREFIX}:command-signing-key"
+
+
+def command_signing_next_key() -> str:
+    """The key a rollover switches the signers to (bke.adapters.state.command_key_rotation): sealed
+    as the current one is, so that the switch copies its bytes."""
+    return f"{PREFIX}:command-signing-key:next"
+
+
+def command_key_rollover_key() -> str:
+    """The command-key rollover in progress (bke.core.secrets.command_key_rollover): public values."""
+    return f"{PREFIX}:command-key-rollover"
+
+
+def command_key_acks_key() -> str:
+    """Hash "<cluster>/<node>" -> the next command key id the node's agent took (the dispatcher,
+    from the announcement's result: bke_dispatcher.command_key)."""
+    return f"{PREFIX}:command-key-rollover:acks"
 
 
 def etcd_snapshot_key() -> str:

@@ -8,6 +8,7 @@ kind). One row per family of Redis keys; a family is found by its name or a SCAN
     pki        bke:<c>:pki:keys              hash    instance id -> base64(blob), aad "<c>/<id>"
     api        bke:<c>:api-credentials       hash    admin, super-admin -> blob
     signing    bke:command-signing-key       string  blob
+               bke:command-signing-key:next  string  blob (during a rollover)
     snapshot   bke:etcd-snapshot-key         string  [b"BKESNAP1" | public half] blob
     authority  bke:auth:authority            string  blob, aad the key's name
 
@@ -48,7 +49,9 @@ from bke.core.secrets.signing import STORED_KEY_AAD as SIGNING_AAD
 from bke.core.secrets.snapshot_key import STORED_KEY_AAD as SNAPSHOT_AAD
 from bke.core.secrets.snapshot_key import join_stored, split_stored
 from .backup import MAGIC as BACKUP_MAGIC
-from .keys import api_credentials_key, auth_authority_key, command_signing_key, etcd_snapshot_key, pki_key
+from .keys import (
+    api_credentials_key, auth_authority_key, command_signing_key, command_signing_next_key, etcd_snapshot_key, pki_key,
+)
 
 __all__ = ["FAMILIES", "Family", "RekeyReport", "census", "reencrypt_kind", "rekey_backup_file"]
 
@@ -93,6 +96,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("pki", _PKI_KEYS, "hash", lambda k, f: key_aad(_pki_cluster(k), f), BASE64),
     Family("api", _API, "hash", lambda k, f: credential_aad(_api_cluster(k), f)),
     Family("signing", command_signing_key(), "string", lambda k, f: SIGNING_AAD),
+    Family("signing", command_signing_next_key(), "string", lambda k, f: SIGNING_AAD),  # a rollover's next key
     Family("snapshot", etcd_snapshot_key(), "string", lambda k, f: SNAPSHOT_AAD, SNAPSHOT),
     Family("authority", auth_authority_key(), "string", lambda k, f: k.encode()),
 )

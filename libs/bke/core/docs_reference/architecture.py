@@ -101,14 +101,15 @@ def _runners(parts: Sequence[Part], kinds: Sequence[str]) -> dict[str, list[str]
 
 
 def _only_writer_of(part: Part, parts: Sequence[Part], global_keys: Sequence[str]) -> list[str]:
-    others = [w for p in parts if p is not part for w in p.writes]
+    others = [w for p in parts if p is not part and "*" not in p.writes for w in p.writes]
     return [k for k in global_keys if not any(fnmatchcase(k, w) for w in others)]
 
 
 def _redis_lines(part: Part, parts: Sequence[Part], global_keys: Sequence[str]) -> list[str]:
     if "*" in part.writes:
         only = _only_writer_of(part, parts, global_keys)
-        return ["- May write every key; the only writer of " + ", ".join(code(k) for k in only) + "."]
+        return ["- May write every key (the admin user); only the admin user writes "
+                + ", ".join(code(k) for k in only) + "."]
     records = []
     for record in RECORDS:
         owners = _owners(record, parts)

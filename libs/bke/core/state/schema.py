@@ -204,6 +204,9 @@ UNVERSIONED: tuple[tuple[str, str], ...] = (
     ("bke:auth:authority", "encrypted blob of the NATS trust chain, its format is bke.adapters.auth.registry's"),
     ("bke:auth:identities", "identity -> issued record, deployment-wide (bke.adapters.auth.registry)"),
     ("bke:command-signing-key", "encrypted key, its format is bke.core.secrets.signing's"),
+    ("bke:command-signing-key:next", "encrypted key, its format is bke.core.secrets.signing's (a rollover's next)"),
+    ("bke:command-key-rollover", "JSON with a form of its own (bke.core.secrets.command_key_rollover)"),
+    ("bke:command-key-rollover:acks", "hash of cluster/node -> key id (dispatcher)"),
     ("bke:etcd-snapshot-key", "encrypted key, its format is bke.core.secrets.snapshot_key's"),
 )
 
