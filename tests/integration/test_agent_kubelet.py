@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from bke.contracts.agent import AgentCommand, FetchFile, RemoveFile, Step, SystemdUnit, WaitHealth, WriteFile
+from bke.contracts.agent import AgentCommand, FetchFile, RemoveFile, Step, SystemdUnit, TlsFiles, WaitHealth, WriteFile
 from bke.lab.standins.binary_placeholder import lab_binary_sha256
 from bke.adapters.runtime import etcd_put_get, pid_alive
 from bke_agent import AgentIdentity, Executor, KubeletStandIn, LabBackend, LabLayout
@@ -98,11 +98,14 @@ async def test_simulated_pod(node: tuple[Path, str, list[int]], kubelet: Kubelet
     resp = await get(f"https://{ip}:{port}/livez")
     assert resp is not None and resp.status_code == 200
 
-    # WaitHealth through the lab backend: a loopback URL is the node's own address
+    # WaitHealth through the lab backend: a loopback URL is the node's own address, the server
+    # verified with the step's TLS files (this test's port is no component's: no CA of its own)
     backend = LabBackend(root, ip)
     executor = Executor(backend, AgentIdentity.ephemeral(), now=lambda: NOW)
+    tls = TlsFiles(ca=f"{PKI}/ca.crt", cert=f"{PKI}/healthcheck-client.crt", key=f"{PKI}/healthcheck-client.key")
     cmd = AgentCommand(command_id="h/1", cluster="c", node="m1", phase="health", issued_at="t",
-                       steps=[WaitHealth(id="health:kube-apiserver", url=f"https://127.0.0.1:{port}/livez", timeout_s=10)])
+                       steps=[WaitHealth(id="health:kube-apiserver", url=f"https://127.0.0.1:{port}/livez", tls=tls,
+                                         timeout_s=10)])
     assert (await executor.run(cmd)).status == "Succeeded"
 
     layout.unhealthy_file("kube-apiserver").touch()

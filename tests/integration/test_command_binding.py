@@ -190,7 +190,7 @@ async def test_a_command_captured_before_the_agent_was_provisioned_again_is_refu
     node.env["BKE_AGENT_COMMAND_KEY"] = (await sign.signer()).verify_key.public_line
     await _store_plan(r, cluster)
     subject = agent_subject(cluster, NODE, "command")
-    ran, unsent, fresh = (f"{cluster}/etcd/{NODE}/{i}" for i in range(3))
+    ran, unsent, fresh = (f"{cluster}/certs/{NODE}/{i}" for i in range(3))
     async with EventWatch(nats_client, [f"bke.v1.agent.{cluster}.>"]) as watch:
         old_id = await node.provision(nats_client, cluster)
         node.start()
@@ -227,7 +227,7 @@ async def test_a_cluster_made_again_under_its_name_refuses_the_deleted_ones_comm
     node.env["BKE_AGENT_COMMAND_KEY"] = (await sign.signer()).verify_key.public_line
     first = await _store_plan(r, cluster)
     subject = agent_subject(cluster, NODE, "command")
-    same, unsent = f"{cluster}/etcd/{NODE}/0", f"{cluster}/etcd/{NODE}/1"
+    same, unsent = f"{cluster}/certs/{NODE}/0", f"{cluster}/certs/{NODE}/1"
     async with EventWatch(nats_client, [f"bke.v1.agent.{cluster}.>"]) as watch:
         agent_id = await node.provision(nats_client, cluster)
         node.start()
