@@ -127,7 +127,7 @@ async def test_redelivered_completed_command_is_replayed(nats_client: NatsClient
         await _send(js, _cmd(cluster, "n1", "x1"))  # the same command sent again by a restarted dispatcher
         await watch.wait_for(lambda e: e is not replay and _result_of("x1", True)(e), TIMEOUT)
     assert backend.steps_run == 1 and (loop.executed, loop.replayed) == (1, 2)
-    assert execution_counts(tmp_path / "state") == {"x1": 1}
+    assert execution_counts(tmp_path / "state") == {f"{cluster}/node-env/n1/x1": 1}
     await loop.stop()
 
 
@@ -209,7 +209,7 @@ async def test_fleet_of_null_agents_on_one_connection(nats_client: NatsClient, j
         for n in nodes:
             await watch.wait_for(_result_of(f"{n}-1"), TIMEOUT)
     assert fleet.executed == len(nodes)
-    assert all(execution_counts(tmp_path / n) == {f"{n}-1": 1} for n in nodes)
+    assert all(execution_counts(tmp_path / n) == {f"{cluster}/node-env/{n}/{n}-1": 1} for n in nodes)
     await fleet.stop()
 
 

@@ -164,6 +164,11 @@ class RealPod:
         except httpx.HTTPError:
             return False
 
+    async def stop(self, grace_s: float = STOP_TIMEOUT_S) -> None:
+        if self.proc is not None:
+            await asyncio.to_thread(stop_pid, self.proc.pid, grace_s)
+            self.proc = None
+
 
 def serving_verify(root: Path, url: str) -> ssl.SSLContext | bool | None:
     """How the stand-in checks a pod's HTTPS server: against the CA of its port's serving
@@ -191,8 +196,3 @@ async def _accepts(url: str) -> bool:
         return False
     writer.close()
     return True
-
-    async def stop(self, grace_s: float = STOP_TIMEOUT_S) -> None:
-        if self.proc is not None:
-            await asyncio.to_thread(stop_pid, self.proc.pid, grace_s)
-            self.proc = None
