@@ -43,12 +43,12 @@ ORIGINS: tuple[Origin, ...] = (
     Origin("install", "<phase>", "the same phase", rf"(?P<k>{_INSTALL}) (?P=k)", "an install phase's command"),
     Origin("join", "join@<id>", "an install phase", rf"join@{_ID} (?:{_INSTALL})",
            "a join sends the install's phases to its nodes"),
-    Origin("health round", "health@<round>", "health", rf"health@{_ID} health", "the periodic health rounds"),
-    Origin("rotation, reset, removal", "rotate@<id>, reset@<id>, remove@<id>", "rotate, reset, remove",
-           rf"(?P<s>(?:rotate|reset|remove)@{_ID}) (?P=s)", "the phase is the slug itself (the kind drops the @<id>)"),
-    Origin("upgrade, apply", "upgrade@<id>@<step>[.<group>]", "upgrade:<step>",
+    Origin("health round", "health@<round>", "`health`", rf"health@{_ID} health", "the periodic health rounds"),
+    Origin("rotation, reset, removal", "<op>@<id>", "`rotate`, `reset`, `remove`",
+           rf"(?P<s>(?:rotate|reset|remove)@{_ID}) (?P=s)", "the phase is the slug itself (the kind drops the `@<id>`)"),
+    Origin("upgrade, apply", "upgrade@<id>@<step>[.<group>]", "`upgrade:<step>`",
            rf"upgrade@{_ID}@(?P<u>{_STEP})(?:\.[^\s/@]+)? upgrade:(?P=u)", "one step of an upgrade or a changed spec"),
-    Origin("etcd restore", "restore@<id>@<stage>", "etcd-restore:<stage>",
+    Origin("etcd restore", "restore@<id>@<stage>", "`etcd-restore:<stage>`",
            rf"restore@{_ID}@(?P<r>{_STEP}) etcd-restore:(?P=r)", "one stage of a restore"),
 )
 _PATTERNS = tuple(re.compile(o.pattern + r"\Z") for o in ORIGINS)
