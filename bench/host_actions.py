@@ -67,10 +67,10 @@ def _commands(plan: Plan) -> dict[str, list[AgentCommand]]:
     for phase in PHASES:
         for node in phase.targets(plan) if phase.build else ():
             inp = NodeInputs(render=files(node.hostname), certs=certs(node.hostname), checksums=sums, seal=lambda b: b)
-            out.setdefault(phase.slug, []).append(AgentCommand(command_id="c/p/n/0", cluster="c", node=node.hostname,
+            out.setdefault(phase.slug, []).append(AgentCommand(command_id=f"c/{phase.slug}/{node.hostname}/0", cluster="c", node=node.hostname,
                                                                phase=phase.slug, issued_at="t",
                                                                steps=phase.build(plan, node, inp)))
-    out["health round"] = [AgentCommand(command_id="c/h/n/0", cluster="c", node=n.hostname, phase="health", issued_at="t",
+    out["health round"] = [AgentCommand(command_id=f"c/health@1/{n.hostname}/0", cluster="c", node=n.hostname, phase="health", issued_at="t",
                                         steps=health_steps(plan, n, HEALTH_COMPONENTS, 10.0)) for n in plan.nodes]
     return out
 

@@ -12,21 +12,20 @@ Result shape: `steps` lists the steps that were attempted, in order; when a step
 the last entry and the steps after it are not listed (they did not run). A WriteFile whose
 file already has the bytes and mode is `Skipped` (and counts as success).
 
-Kubeconfigs: a kubeconfig-like file is checked once its clear bytes are known, before it is
-written (bke.core.host_actions.kubeconfigs: no exec plugin, no auth provider); the step fails,
-permanently, saying so. The rest of what a command may do is checked on the whole command
-before it runs (agent loop, bke.core.host_actions.check).
+Kubeconfigs: every file of a command is opened and checked before any step runs (agent loop,
+contents.py: no exec plugin, no auth provider; bke.core.host_actions.kubeconfigs), and each
+again once its step opens it to write it (a step that fails so fails permanently). The rest of
+what a command may do is checked on the whole command before it runs (agent loop,
+bke.core.host_actions.check).
 
-Secrets: sealed content is opened only inside the step that writes it, and no log line or
-error message ever carries file content (an unexpected error of a WriteFile step is reported
-by type and errno text only).
+Secrets: sealed content is kept open only inside the step that writes it (the check before the
+run drops it at once), and no log line or error message ever carries file content (an
+unexpected error of a WriteFile step is reported by type and errno text only).
 """
 from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
-import hashlib
 import logging
 import os
 import re
@@ -42,6 +41,7 @@ from bke.core.host_actions import kubeconfig_refusal
 
 from .backends.base import COMMAND_ID, Backend, StepOutcome
 from .command_keys import AgentKeyring
+from .contents import open_new_file, open_write
 from .errors import PermanentStepError, StepError
 from .identity import AgentIdentity
 from .selfupdate import RestartRequested, SelfUpdater
@@ -83,21 +83,7 @@ def clip(data: bytes | str, limit: int = OUTPUT_LIMIT) -> str:
 
 def _content_opener(step: WriteFile, identity: AgentIdentity) -> Callable[[], bytes]:
     def content() -> bytes:
-        if (step.content_b64 is None) == (step.sealed_b64 is None):
-            raise PermanentStepError("a WriteFile needs exactly one of contentB64 and sealedB64")
-        try:
-            if step.sealed_b64 is not None:
-                data = identity.open_sealed(base64.b64decode(step.sealed_b64, validate=True))
-            else:
-                data = base64.b64decode(step.content_b64 or "", validate=True)
-        except binascii.Error:
-            raise PermanentStepError("file content is not valid base64") from None
-        except PermanentStepError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - sealing errors name key ids only
-            raise PermanentStepError(f"cannot open sealed content: {type(exc).__name__}: {exc}") from None
-        if hashlib.sha256(data).hexdigest() != step.sha256.lower():
-            raise PermanentStepError(f"content of {step.path} does not match its sha256")
+        data = open_write(step, identity)
         _check_kubeconfig(step.path, data)
         return data
 
@@ -106,7 +92,8 @@ def _content_opener(step: WriteFile, identity: AgentIdentity) -> Callable[[], by
 
 def _check_kubeconfig(path: str, data: bytes) -> None:
     """Refuse to write a kubeconfig-like file that names an exec plugin or an auth provider
-    (bke.core.host_actions.kubeconfigs): checked on the clear bytes, before the write."""
+    (bke.core.host_actions.kubeconfigs): checked on the clear bytes, before the write (again:
+    the agent loop checked every file of the command before it ran, contents.py)."""
     why = kubeconfig_refusal(path, data)
     if why is not None:
         raise PermanentStepError(f"refused: {why}")
@@ -117,31 +104,15 @@ def _opened(step: ReplaceFiles, identity: AgentIdentity) -> ReplaceFiles:
     key or kubeconfig of an upgrade: bke.core.upgrade.certificates). Errors name the path and key
     ids, never content; the clear bytes are checked against the file's sha256 here, and a
     kubeconfig-like file's against bke.core.host_actions.kubeconfigs."""
-    for f in step.files:
-        if f.content_b64 is not None and f.sealed_b64 is None:
-            try:
-                _check_kubeconfig(f.path, base64.b64decode(f.content_b64, validate=True))
-            except binascii.Error:
-                raise PermanentStepError(f"{f.path}: content is not valid base64") from None
-    if not any(f.sealed_b64 is not None for f in step.files):
-        return step
     files = []
     for f in step.files:
-        if f.sealed_b64 is None:
+        if f.url is not None and f.sealed_b64 is None:
             files.append(f)
             continue
-        if f.content_b64 is not None or f.url is not None:
-            raise PermanentStepError(f"{f.path}: a NewFile needs exactly one of contentB64, sealedB64 and url")
-        try:
-            data = identity.open_sealed(base64.b64decode(f.sealed_b64, validate=True))
-        except binascii.Error:
-            raise PermanentStepError(f"{f.path}: sealed content is not valid base64") from None
-        except Exception as exc:  # noqa: BLE001 - sealing errors name key ids only
-            raise PermanentStepError(f"{f.path}: cannot open sealed content: {type(exc).__name__}: {exc}") from None
-        if hashlib.sha256(data).hexdigest() != f.sha256:
-            raise PermanentStepError(f"content of {f.path} does not match its sha256")
+        data = open_new_file(f, identity)
         _check_kubeconfig(f.path, data)
-        files.append(f.model_copy(update={"sealed_b64": None, "content_b64": base64.b64encode(data).decode()}))
+        files.append(f if f.sealed_b64 is None else
+                     f.model_copy(update={"sealed_b64": None, "content_b64": base64.b64encode(data).decode()}))
     return step.model_copy(update={"files": files})
 
 

@@ -32,8 +32,9 @@ Exactly-once effects over at-least-once delivery (the order matters):
     1. a stored result for the id (in its incarnation)?  -> publish it again with replayed=True
        and that incarnation (bke.core.secrets.binding: the new install of a cluster made again drops
        it), ack. Nothing runs.
-       Not fresh, or unbound and no longer taken, or a step beyond what its kind may do
-       (bke.core.host_actions: files by class, programs, units, probes)?  -> refuse
+       Not fresh, or unbound and no longer taken, or a kind its id's operation does not send,
+       or a step beyond what its kind may do (bke.core.host_actions: step types, files by
+       class, programs, units, probes), or a kubeconfig naming a program (contents.py)?  -> refuse
        (a bound command of a newer incarnation is remembered: binding.py)
     2. run the steps (in-progress acks keep the delivery ours while they run)
     3. store the result (atomic), then log the execution
@@ -78,6 +79,7 @@ from bke.core.secrets.binding import receiver_refusal, served_after, unbound_ref
 from bke.core.secrets.fingerprint import held_ca_fingerprint
 
 from .backends.base import Backend
+from .contents import command_kubeconfig_refusal
 from .binding import MemoryServed, ServedMemory
 from .executor import Executor, utc_now
 from .hostfacts import agent_runtime, cgroup_version
@@ -295,7 +297,9 @@ class AgentLoop:
             served = self.served.load()
             why = (self.verifier.fresh(cmd, self.now()) or unbound_refusal(cmd, agent_id, served, self.identity.made_at)
                    # within what its kind may do to the node (bke.core.host_actions), checked on every step before any runs
-                   or command_refusal(cmd, self.settings.ip))
+                   or command_refusal(cmd, self.settings.ip)
+                   # no kubeconfig of it names a program, checked on every file's clear bytes before any step runs
+                   or command_kubeconfig_refusal(cmd, self.identity))
             if why is not None:
                 await self._refuse(msg, cmd.command_id, why)
                 return

@@ -21,6 +21,7 @@ from bke.lab.key_files import lab_key_file
 from bke.core.secrets import load_secret_box
 from bke.core.secrets.signing import ensure_command_key_sync, sign_command
 from bke.core.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key_sync
+from bke.core.upgrade.run import upgrade_command_id
 from bke.adapters.state.command_signing import read_bindings
 from bke.adapters.state.keys import command_signing_key, etcd_snapshot_key
 
@@ -58,11 +59,12 @@ async def take_snapshots(lab: Lab, targets: list[SnapshotTarget], request_id: st
     try:
         now = datetime.now(timezone.utc)
         subs = {t.node: await dispatcher.subscribe(agent_subject(cluster, t.node, "result")) for t in targets}
-        ids = {t.node: f"{cluster}/etcd-snapshots/{t.etcd_cluster}/{request_id}" for t in targets}
+        # as the upgrader's etcd-snapshots step names them (bke.core.host_actions.origins)
+        ids = {t.node: upgrade_command_id(cluster, request_id, "etcd-snapshots", t.etcd_cluster, t.node) for t in targets}
         for t in targets:
             step = snapshot_step(plan, t.etcd_cluster, t.node, skey.public_b64, now, request_id=request_id)
             cmd = AgentCommand(command_id=ids[t.node], cluster=cluster, node=t.node,
-                               phase="etcd-snapshots", issued_at=now.isoformat(), steps=[step])
+                               phase="upgrade:etcd-snapshots", issued_at=now.isoformat(), steps=[step])
             await dispatcher.jetstream().publish(agent_subject(cluster, t.node, "command"),
                                                  sign_command(cmd, signer, binding=bindings[t.node]).to_bytes())
         for t in targets:

@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import shutil
-import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,7 +28,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from bke.adapters.auth.permissions import inbox_prefix
 from bke.adapters.bus.connect import BusAccess, connect_nats
-from bke.contracts.agent import AgentCommand, CommandResult, RemoveFile, Step, WaitHealth, WriteFile, agent_subject
+from bke.contracts.agent import AgentCommand, CommandResult, LeaveEtcdMember, Step, WaitHealth, WriteFile, agent_subject
 from bke.lab.identities import creds_path
 from bke.lab.key_files import lab_key_file
 from bke.core.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
@@ -43,6 +41,7 @@ from bke.adapters.state.command_signing import read_bindings
 from bke.adapters.state.keys import command_signing_key
 
 from .lab_helpers import Lab, assert_reads_back, etcd_members
+from tests.command_ids import command_id_for
 from tests.unit.upgrade_helpers import events_spec
 
 # slow: a lab of its own (38 s here: the install, then both changes); the integration test
@@ -50,6 +49,9 @@ from tests.unit.upgrade_helpers import events_spec
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 NET = "127.0.23"
 EVENTS = ("events1", "events2", "events3")
+# the upgrade step each step type is sent in (bke.core.host_actions limits each type by kind)
+STEP_OF = {"etcd_member_add": "etcd-member-add", "etcd_member_promote": "etcd-member-promote",
+           "etcd_member_remove": "etcd-member-remove", "wait_health": "etcd-health", "leave_etcd_member": "cleanup"}
 KEYS = {f"/registry/events/default/e2e-{i}": f"before-the-changes-{i}" for i in range(5)}
 
 
@@ -77,12 +79,14 @@ class Commands:
     async def __aexit__(self, *exc: object) -> None:
         await self.nc.close()
 
-    async def run(self, node: str, steps: list[Step], timeout: float = 180, phase: str = "etcd-members") -> CommandResult:
+    async def run(self, node: str, steps: list[Step], timeout: float = 180, phase: str = "") -> CommandResult:
         cluster = self.lab.plan.cluster
+        # the kind the upgrader sends each step under (bke.core.host_actions), unless given
+        phase = phase or f"upgrade:{STEP_OF[steps[0].type]}"
         sub = await self.nc.subscribe(agent_subject(cluster, node, "result"))
         try:
-            cmd = AgentCommand(command_id=f"{cluster}/etcd-members/{uuid.uuid4().hex[:12]}", cluster=cluster, node=node,
-                               phase=phase, issued_at=datetime.now(timezone.utc).isoformat(), steps=steps)
+            cmd = AgentCommand(command_id=command_id_for(phase, cluster, node, uuid.uuid4().int % 10**12), cluster=cluster,
+                               node=node, phase=phase, issued_at=datetime.now(timezone.utc).isoformat(), steps=steps)
             # bound to the receiver as the dispatcher binds its commands (bke.core.secrets.binding)
             ar = AsyncRedis.from_url(self.lab.info.redis_url)
             try:
@@ -106,7 +110,7 @@ def _health(plan: Plan, host: str) -> WaitHealth:
                       expect_body='"health":"true"', timeout_s=90)
 
 
-async def _checked(commands: Commands, node: str, steps: list[Step], phase: str = "etcd-members") -> CommandResult:
+async def _checked(commands: Commands, node: str, steps: list[Step], phase: str = "") -> CommandResult:
     result = await commands.run(node, steps, phase=phase)
     assert result.status == "Succeeded", result.model_dump_json(indent=1)
     return result
@@ -139,14 +143,10 @@ async def test_etcd_events_shrunk_to_one_then_grown_to_three_through_signed_comm
                 assert step is not None
                 out = await _checked(commands, s.run_on, [step])
                 assert f"removed {s.member}" in out.steps[0].stdout
-                # the node's reset: the manifest taken away, then (once the pod stopped) the data dir
-                await _checked(commands, s.member, [RemoveFile(id="manifest", path=manifest)])
-                ip = three.node(s.member).ip
-                deadline = time.monotonic() + 60
-                while not port_is_free(ip, ec.client_port):
-                    assert time.monotonic() < deadline, f"{s.member}'s etcd still listens"
-                    await asyncio.sleep(0.2)  # the stand-in's sync period stops the pod
-                shutil.rmtree(lab.host(s.member) / ec.data_dir.lstrip("/"))
+                # the node leaves: the manifest taken away, then (once the pod stopped) the data dir
+                await _checked(commands, s.member, [LeaveEtcdMember(id="leave", manifest=manifest, data_dir=ec.data_dir)])
+                assert port_is_free(three.node(s.member).ip, ec.client_port), f"{s.member}'s etcd still listens"
+                assert not (lab.host(s.member) / ec.data_dir.lstrip("/")).exists()
             else:
                 for h in s.healthy:
                     await _checked(commands, h, [_health(three, h)])

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from bke.adapters.bus.streams import ensure_streams
+from bke.contracts.agent import TlsFiles
 from bke.adapters.runtime import pid_cwd, port_is_free, stop_pid
 from bke_agent import LabLayout
 
@@ -44,6 +45,9 @@ async def cluster(js: JetStreamContext) -> AsyncIterator[str]:
 
 NOW = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)
 PKI = "/etc/kubernetes/pki/etcd"
+# how a probe of a test's apiserver on a port of its own verifies it: the agent knows no CA for
+# such a port (bke.core.host_actions.endpoints), so the step names this PKI's
+PROBE_TLS = TlsFiles(ca=f"{PKI}/ca.crt", cert=f"{PKI}/healthcheck-client.crt", key=f"{PKI}/healthcheck-client.key")
 
 
 def free_node_ip(ports: int = 4, fixed: tuple[int, ...] = ()) -> tuple[str, list[int]]:

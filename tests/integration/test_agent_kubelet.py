@@ -23,7 +23,7 @@ from bke.lab.standins.binary_placeholder import lab_binary_sha256
 from bke.adapters.runtime import etcd_put_get, pid_alive
 from bke_agent import AgentIdentity, Executor, KubeletStandIn, LabBackend, LabLayout
 
-from .agent_helpers import PKI, apiserver_manifest, etcd_manifest, free_node_ip, issue_pki, stop_leftover_pods, write_manifest
+from .agent_helpers import PKI, PROBE_TLS, apiserver_manifest, etcd_manifest, free_node_ip, issue_pki, stop_leftover_pods, write_manifest
 
 pytestmark = pytest.mark.integration
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -98,18 +98,21 @@ async def test_simulated_pod(node: tuple[Path, str, list[int]], kubelet: Kubelet
     resp = await get(f"https://{ip}:{port}/livez")
     assert resp is not None and resp.status_code == 200
 
-    # WaitHealth through the lab backend: a loopback URL is the node's own address
+    # WaitHealth through the lab backend: a loopback URL is the node's own address, the server
+    # verified with the step's TLS files (this test's port is no component's: no CA of its own)
     backend = LabBackend(root, ip)
     executor = Executor(backend, AgentIdentity.ephemeral(), now=lambda: NOW)
     cmd = AgentCommand(command_id="h/1", cluster="c", node="m1", phase="health", issued_at="t",
-                       steps=[WaitHealth(id="health:kube-apiserver", url=f"https://127.0.0.1:{port}/livez", timeout_s=10)])
+                       steps=[WaitHealth(id="health:kube-apiserver", url=f"https://127.0.0.1:{port}/livez", tls=PROBE_TLS,
+                                         timeout_s=10)])
     assert (await executor.run(cmd)).status == "Succeeded"
 
     layout.unhealthy_file("kube-apiserver").touch()
     resp = await get(f"https://{ip}:{port}/readyz")
     assert resp is not None and resp.status_code == 500 and "unhealthy" in resp.text
     await poll(status_is(layout, "kube-apiserver", ready=False), 10, "ready=false")
-    short = cmd.model_copy(update={"steps": [WaitHealth(id="h", url=f"https://127.0.0.1:{port}/livez", timeout_s=0.5)]})
+    short = cmd.model_copy(update={"steps": [WaitHealth(id="h", url=f"https://127.0.0.1:{port}/livez", tls=PROBE_TLS,
+                                                                 timeout_s=0.5)]})
     res = await executor.run(short)
     assert res.status == "Failed" and "HTTP 500" in res.steps[0].stderr
     layout.unhealthy_file("kube-apiserver").unlink()

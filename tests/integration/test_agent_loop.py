@@ -31,8 +31,9 @@ def _settings(nats_url: str, cluster: str, node: str, **kw: Any) -> AgentSetting
 
 
 def _cmd(cluster: str, node: str, cid: str, *steps: Step) -> AgentCommand:
+    """A node-env command whose id ends in `cid` (the id names its operation: bke.core.host_actions.origins)."""
     steps = steps or (RunProgram(id="noop", argv=["swapoff", "-a"]),)
-    return signed(AgentCommand(command_id=cid, cluster=cluster, node=node, phase="node-env",
+    return signed(AgentCommand(command_id=f"{cluster}/node-env/{node}/{cid}", cluster=cluster, node=node, phase="node-env",
                                issued_at=datetime.now(timezone.utc).isoformat(), steps=list(steps)))
 
 
@@ -41,9 +42,13 @@ async def _send(js: JetStreamContext, cmd: AgentCommand, *, body_node: str | Non
     await js.publish(agent_subject(cmd.cluster, cmd.node, "command"), body.to_bytes())
 
 
+def _ends(e: Seen, cid: str) -> bool:
+    return str(e.data.get("commandId")).endswith(f"/{cid}")
+
+
 def _result_of(cid: str, replayed: bool | None = None) -> Any:
     def match(e: Seen) -> bool:
-        return e.subject.endswith(".result") and e.data.get("commandId") == cid and (
+        return e.subject.endswith(".result") and _ends(e, cid) and (
             replayed is None or e.data.get("replayed") is replayed)
     return match
 
@@ -69,7 +74,7 @@ async def test_agents_get_only_their_own_commands(nats_client: NatsClient, js: J
         # the stray command is dropped, not run, and nothing after it is blocked
         await _send(js, _cmd(cluster, "n1", "after-stray"))
         await watch.wait_for(_result_of("after-stray"), TIMEOUT)
-        assert not [e for e in watch.seen if e.subject.endswith(".result") and e.data.get("commandId") == "stray"]
+        assert not [e for e in watch.seen if e.subject.endswith(".result") and _ends(e, "stray")]
     assert (loops["n1"].executed, loops["n2.example"].executed) == (3, 1)
     for loop in loops.values():
         await loop.stop()
@@ -122,7 +127,7 @@ async def test_redelivered_completed_command_is_replayed(nats_client: NatsClient
         await _send(js, _cmd(cluster, "n1", "x1"))  # the same command sent again by a restarted dispatcher
         await watch.wait_for(lambda e: e is not replay and _result_of("x1", True)(e), TIMEOUT)
     assert backend.steps_run == 1 and (loop.executed, loop.replayed) == (1, 2)
-    assert execution_counts(tmp_path / "state") == {"x1": 1}
+    assert execution_counts(tmp_path / "state") == {f"{cluster}/node-env/n1/x1": 1}
     await loop.stop()
 
 
@@ -172,9 +177,10 @@ async def test_restart_catches_up_and_runs_nothing_twice(nats_client: NatsClient
             res = await watch.wait_for(_result_of(cid), TIMEOUT)
             assert res.data["replayed"] is False and res.data["agentId"] == second.identity.agent_id
         await watch.wait_for(_result_of("done-before", True), TIMEOUT)
-        order = [e.data["commandId"] for e in watch.seen]
+        order = [str(e.data.get("commandId")).rpartition("/")[2] for e in watch.seen]
         assert order.index("interrupted") < order.index("while-down-1") < order.index("while-down-2")
-    assert execution_counts(state) == {"done-before": 1, "interrupted": 1, "while-down-1": 1, "while-down-2": 1}
+    assert execution_counts(state) == {f"{cluster}/node-env/n1/{c}": 1 for c in ("done-before", "interrupted", "while-down-1",
+                                                                                 "while-down-2")}
     assert second.replayed == 1 and second.executed == 3
     await second.stop()
 
@@ -203,7 +209,7 @@ async def test_fleet_of_null_agents_on_one_connection(nats_client: NatsClient, j
         for n in nodes:
             await watch.wait_for(_result_of(f"{n}-1"), TIMEOUT)
     assert fleet.executed == len(nodes)
-    assert all(execution_counts(tmp_path / n) == {f"{n}-1": 1} for n in nodes)
+    assert all(execution_counts(tmp_path / n) == {f"{cluster}/node-env/{n}/{n}-1": 1} for n in nodes)
     await fleet.stop()
 
 
@@ -218,10 +224,10 @@ async def test_the_upgraders_commands_are_answered_on_their_own_subject(nats_cli
         await loop.start()
         await _send(js, up)
         await _send(js, _cmd(cluster, "n1", "disp-1"))
-        first = await watch.wait_for(lambda e: e.data.get("commandId") == "up-1" and "status" in e.data, TIMEOUT)
-        disp = await watch.wait_for(lambda e: e.data.get("commandId") == "disp-1" and "status" in e.data, TIMEOUT)
+        first = await watch.wait_for(lambda e: _ends(e, "up-1") and "status" in e.data, TIMEOUT)
+        disp = await watch.wait_for(lambda e: _ends(e, "disp-1") and "status" in e.data, TIMEOUT)
         await js.publish(agent_subject(cluster, "n1", "command"), up.to_bytes(), headers={"Nats-Msg-Id": "up-1-again"})
-        again = await watch.wait_for(lambda e: e.data.get("commandId") == "up-1" and e.data.get("replayed") is True,
+        again = await watch.wait_for(lambda e: _ends(e, "up-1") and e.data.get("replayed") is True,
                                      TIMEOUT)
     assert first.subject == again.subject == agent_subject(cluster, "n1", "upgrader-result")
     assert first.data["status"] == "Succeeded" and first.data["replayed"] is False

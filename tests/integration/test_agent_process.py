@@ -110,7 +110,7 @@ async def test_agent_process_survives_sigkill_and_stops_on_sigterm(
         os.kill(agent.pid, signal.SIGKILL)  # the agent dies; its etcd does not
         poll_until(lambda: True if not agent.alive() else None, timeout=10, what="the agent to die")
         assert pid_alive(old_etcd)
-        while_down = _cmd(cluster, f"{cluster}/health@1/m1/0", health)
+        while_down = _cmd(cluster, f"{cluster}/health@1/m1/0", health, phase="health")
         await js.publish(subject, while_down.to_bytes())
 
         procs.append(agent := _start_agent(nats_url, cluster, root, ip, tmp_path / "agent2.log"))

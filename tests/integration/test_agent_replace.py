@@ -21,7 +21,7 @@ from bke.contracts.agent import AgentCommand, HealthProbe, NewFile, ReplaceFiles
 from bke_agent import AgentIdentity, Executor, LabBackend, LabLayout
 from bke_agent.lablayout import write_fault
 
-from .agent_helpers import apiserver_manifest, free_node_ip, issue_pki, stop_leftover_pods, write_manifest
+from .agent_helpers import PROBE_TLS, apiserver_manifest, free_node_ip, issue_pki, stop_leftover_pods, write_manifest
 
 pytestmark = pytest.mark.integration
 MANIFEST = "/etc/kubernetes/manifests/kube-apiserver.yaml"
@@ -54,7 +54,7 @@ def replace(step_id: str, data: bytes, port: int, timeout_s: float) -> ReplaceFi
     return ReplaceFiles(id=step_id, timeout_s=timeout_s, rollback_timeout_s=30,
                         files=[NewFile(path=MANIFEST, mode=0o600, content_b64=base64.b64encode(data).decode(),
                                        sha256=hashlib.sha256(data).hexdigest())],
-                        probes=[HealthProbe(url=f"https://127.0.0.1:{port}/livez")])
+                        probes=[HealthProbe(url=f"https://127.0.0.1:{port}/livez", tls=PROBE_TLS)])
 
 
 @pytest.fixture

@@ -190,7 +190,7 @@ async def test_a_command_captured_before_the_agent_was_provisioned_again_is_refu
     node.env["BKE_AGENT_COMMAND_KEY"] = (await sign.signer()).verify_key.public_line
     await _store_plan(r, cluster)
     subject = agent_subject(cluster, NODE, "command")
-    ran, unsent, fresh = (f"{cluster}/etcd/{NODE}/{i}" for i in range(3))
+    ran, unsent, fresh = (f"{cluster}/certs/{NODE}/{i}" for i in range(3))
     async with EventWatch(nats_client, [f"bke.v1.agent.{cluster}.>"]) as watch:
         old_id = await node.provision(nats_client, cluster)
         node.start()
@@ -227,7 +227,7 @@ async def test_a_cluster_made_again_under_its_name_refuses_the_deleted_ones_comm
     node.env["BKE_AGENT_COMMAND_KEY"] = (await sign.signer()).verify_key.public_line
     first = await _store_plan(r, cluster)
     subject = agent_subject(cluster, NODE, "command")
-    same, unsent = f"{cluster}/etcd/{NODE}/0", f"{cluster}/etcd/{NODE}/1"
+    same, unsent = f"{cluster}/certs/{NODE}/0", f"{cluster}/certs/{NODE}/1"
     async with EventWatch(nats_client, [f"bke.v1.agent.{cluster}.>"]) as watch:
         agent_id = await node.provision(nats_client, cluster)
         node.start()
@@ -251,7 +251,7 @@ async def test_a_cluster_made_again_under_its_name_refuses_the_deleted_ones_comm
         await state.start_install(cluster, "new-install", _now())
         await state.set_install(cluster, status="Succeeded")  # its engine sends nothing here
         await state.accept_agents(cluster, {NODE: agent_id})
-        await state.mark_sent(cluster, "etcd", {NODE: {"id": same, "gen": 0, "status": "Sent"}}, None, _now())
+        await state.mark_sent(cluster, "certs", {NODE: {"id": same, "gen": 0, "status": "Sent"}}, None, _now())
         node.start()  # it reads the incarnation it remembers from its state dir
         await _registered(watch, agent_id)
         # before the new cluster's first command reaches it, the agent answers a replay of the
@@ -261,7 +261,7 @@ async def test_a_cluster_made_again_under_its_name_refuses_the_deleted_ones_comm
         replay = await watch.wait_for(_answer(same, "result", replayed=True), TIMEOUT)
         assert replay.data["incarnation"] == first
         await _until(lambda: _other(dispatcher, 1.0), "the old incarnation's answer was never counted as dropped")
-        assert (await state.commands(cluster, "etcd", [NODE]))[NODE]["status"] == "Sent"
+        assert (await state.commands(cluster, "certs", [NODE]))[NODE]["status"] == "Sent"
         # the positive control: the new cluster's first command, with the old one's id, runs
         # and its answer counts
         fresh = await sign.sign_bytes(_cmd(cluster, same))
@@ -271,7 +271,7 @@ async def test_a_cluster_made_again_under_its_name_refuses_the_deleted_ones_comm
         assert done.data["status"] == "Succeeded" and done.data["replayed"] is False
 
         async def counted() -> bool:
-            return (await state.commands(cluster, "etcd", [NODE]))[NODE]["status"] == "Succeeded"
+            return (await state.commands(cluster, "certs", [NODE]))[NODE]["status"] == "Succeeded"
         await _until(counted, "the new cluster's answer was never counted")
         assert await _other(dispatcher, 1.0)
         for cid, body in old.items():

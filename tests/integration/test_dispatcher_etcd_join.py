@@ -55,7 +55,7 @@ from bke_renderer.app import create_service
 from bke_renderer.settings import RendererSettings
 from tests.trust_helpers import signed
 
-from ..unit.test_render_support import flags, plan_of, spec_text
+from tests.unit.core.render.test_render_support import flags, plan_of, spec_text
 from .agent_helpers import stop_leftover_pods
 from .test_etcd_members import until
 

@@ -40,7 +40,7 @@ from bke_agent import AgentIdentity, Executor, LabBackend
 from bke_agent.errors import PermanentStepError, StepError
 from bke_cli.main import main as bke
 
-from ..unit.test_render_support import flags, plan_of, pod, spec_text
+from tests.unit.core.render.test_render_support import flags, plan_of, pod, spec_text
 from .agent_helpers import stop_leftover_pods
 
 pytestmark = pytest.mark.integration

@@ -68,7 +68,7 @@ from bke_upgrader.store import UpgradeStore
 from bke.core.secrets.signing import signed_command_bytes
 from tests.trust_helpers import SIGNER, verifier
 
-from ..unit.test_render_support import plan_of, spec_text
+from tests.unit.core.render.test_render_support import plan_of, spec_text
 from .agent_helpers import cluster, js, stop_leftover_pods  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.integration

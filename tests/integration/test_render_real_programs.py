@@ -25,7 +25,7 @@ import pytest
 
 from bke.core.render import RenderedCluster
 
-from ..unit.test_render_support import plan_of, render, spec_text
+from tests.unit.core.render.test_render_support import plan_of, render, spec_text
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke_renderer.service_core import ensure_rendered
 from bke_renderer.store_redis import RedisRenderStore, render_keys
 
-from ..unit.test_render_support import golden_spec, spec_text
+from tests.unit.core.render.test_render_support import golden_spec, spec_text
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ from bke_renderer.service_core import ensure_rendered
 from bke_renderer.settings import RendererSettings
 from bke_renderer.store_redis import RedisRenderStore, render_keys
 
-from ..unit.test_render_support import golden_spec
+from tests.unit.core.render.test_render_support import golden_spec
 
 pytestmark = pytest.mark.integration
 

@@ -81,8 +81,9 @@ async def test_forged_commands_are_refused_reported_and_run_nothing(nats_client,
         await loop.start()
         for cmd in forged.values():
             await js.publish(agent_subject(cluster, "n1", "command"), cmd.to_bytes())
-        await js.publish(agent_subject(cluster, "n1", "command"), signed(_cmd(cluster, "n1", "genuine")).to_bytes())
-        await watch.wait_for(lambda e: e.subject.endswith(".result") and e.data["commandId"] == "genuine", TIMEOUT)
+        genuine = f"{cluster}/node-env/n1/0"  # as the install names it (bke.core.host_actions.origins)
+        await js.publish(agent_subject(cluster, "n1", "command"), signed(_cmd(cluster, "n1", genuine)).to_bytes())
+        await watch.wait_for(lambda e: e.subject.endswith(".result") and e.data["commandId"] == genuine, TIMEOUT)
         for cid in forged:
             ev = await watch.wait_for(lambda e, cid=cid: e.subject.endswith(".refused") and e.data["commandId"] == cid,
                                       TIMEOUT)

@@ -2,7 +2,14 @@
 
 Why the step's own deadline: the dispatcher reads stderr to tell an operator what is wrong,
 so a timeout must report the last answer ("HTTP 500", "connection refused"), not just
-"timed out". Without TLS files, HTTPS is not verified, as kubelet HTTPS probes are not.
+"timed out".
+
+HTTPS is verified (`probe_verify`): with the step's TLS files when it names them, else against
+the CA that signs the port's serving certificate, read from the node (bke.core.host_actions.
+endpoints.SERVING_CAS: the cluster CA for the apiserver). A missing CA file fails the probe, it
+is never asked unverified instead: an unverified answer could come from whatever holds the port
+on the node. The exception is the two components that sign their own serving certificate
+(kube-controller-manager, kube-scheduler: no CA on any node; endpoints.NO_SERVING_CA).
 
 What it reports is the status code, whether the expected text was in the body, and how long
 the answer took; never the body itself. A probe's URL and TLS files are limited to the node's
@@ -19,12 +26,13 @@ from pathlib import Path
 import httpx
 
 from bke.contracts.agent import TlsFiles
+from bke.core.host_actions.endpoints import serving_ca
 
 from ..errors import NotHealthy, StepError
 from .base import StepOutcome
 from .paths import read_path
 
-__all__ = ["tls_context", "tls_verify", "wait_http"]
+__all__ = ["probe_verify", "tls_context", "tls_verify", "wait_http"]
 
 POLL_S = (0.1, 0.25, 0.5, 1.0)
 
@@ -41,6 +49,24 @@ def tls_context(ca: Path, cert: Path, key: Path) -> ssl.SSLContext:
 def tls_verify(root: Path, tls: TlsFiles | None) -> ssl.SSLContext | bool:
     """How to check a server with the step's TLS files (under the node's `root`); no files, no check."""
     return False if tls is None else tls_context(*(read_path(root, p) for p in (tls.ca, tls.cert, tls.key)))
+
+
+def probe_verify(root: Path, url: str, tls: TlsFiles | None) -> ssl.SSLContext | bool:
+    """How a health probe of `url` checks its server: the step's TLS files, else the CA of the
+    port's serving certificate (under the node's `root`); False only for HTTP and the ports
+    whose component signs its own (bke.core.host_actions.endpoints)."""
+    if tls is not None:
+        return tls_verify(root, tls)
+    try:
+        ca = serving_ca(url)
+    except ValueError as exc:
+        raise StepError(str(exc)) from None
+    if ca is None:
+        return False
+    local = read_path(root, ca)
+    if not local.is_file():
+        raise StepError(f"{ca}: the CA that verifies {url} is not on this node (it is not asked unverified)")
+    return ssl.create_default_context(cafile=str(local))
 
 
 async def wait_http(url: str, *, expect_status: int, expect_body: str | None, timeout_s: float,

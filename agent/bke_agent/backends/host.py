@@ -38,7 +38,7 @@ from .checks import NodeFacts, run_checks
 from .download import fetch_verified
 from .etcd_members import EtcdMemberStepsMixin
 from .files import ensure_file, remove_path
-from .health import tls_verify, wait_http
+from .health import probe_verify, wait_http
 from .paths import HOST_WRITE_DIRS, PathPolicy
 from ..reset import ETCD_DATA_GLOB, MANIFESTS, POLL_S as RESET_POLL_S, RESET_DIRS, ResetStepsMixin, pods_of
 from .proc import judge, run_argv
@@ -124,7 +124,7 @@ class HostBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repl
 
     async def wait_health(self, step: WaitHealth) -> StepOutcome:
         return await wait_http(step.url, expect_status=step.expect_status, expect_body=step.expect_body,
-                               timeout_s=step.timeout_s, verify=tls_verify(self.root, step.tls))
+                               timeout_s=step.timeout_s, verify=probe_verify(self.root, step.url, step.tls))
 
     async def fetch_file(self, step: FetchFile) -> StepOutcome:
         return await fetch_verified(self.policy.local(step.path), step, self.http_transport)

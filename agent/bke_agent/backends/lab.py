@@ -67,7 +67,7 @@ from .checks import NodeFacts, run_checks
 from .download import fetch_verified
 from .etcd_members import EtcdMemberStepsMixin
 from .files import ensure_file, remove_path
-from .health import tls_verify, wait_http
+from .health import probe_verify, wait_http
 from .host import systemctl_args
 from .paths import read_path
 from .paths import PathPolicy
@@ -216,8 +216,9 @@ class LabBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repla
     async def wait_health(self, step: WaitHealth) -> StepOutcome:
         host = urlsplit(step.url).hostname or ""
         url = self._local_url(step.url)
-        verify = tls_verify(self.root, step.tls)
-        sni = host if (step.tls is not None and host and host != "localhost") else None
+        verify = probe_verify(self.root, step.url, step.tls)
+        # the name verified is the one the step asked (a loopback URL moves onto the node's address)
+        sni = host if (verify is not False and host and host != "localhost") else None
         return await wait_http(url, expect_status=step.expect_status, expect_body=step.expect_body,
                                timeout_s=step.timeout_s, verify=verify, sni_hostname=sni, shown_url=step.url)
 

@@ -8,45 +8,30 @@ container runtime client on the node. The manifest waits in `STASH_DIR` (on the 
 system, so the moves are atomic renames); a step interrupted after the first move finds it
 there and finishes the job instead of failing, so a retried step is safe.
 
-How the agent knows the old pod is gone: its health endpoint stops answering. Without a
-health URL it waits `KUBELET_FILE_CHECK_S`, the kubelet's default fileCheckFrequency.
+How the agent knows the old pod is gone: its health port stops accepting connections (a TCP
+connect, as an etcd restore's park: backends/restore.py). Not an HTTPS request: nothing is
+sent or read, so there is no answer to trust, and a server that fails verification would
+otherwise look gone while it still runs. Without a health URL it waits `KUBELET_FILE_CHECK_S`,
+the kubelet's default fileCheckFrequency.
 """
 from __future__ import annotations
 
 import asyncio
 import os
-import time
 from pathlib import Path
-
-import httpx
 
 from bke.contracts.agent import RestartStaticPod
 
-from ..errors import PermanentStepError, StepError
+from ..errors import PermanentStepError
 from ..fsutil import fsync_dir
 from .base import StepOutcome
 from .paths import PathPolicy
+from .restore import wait_port_closed
 
-__all__ = ["STASH_DIR", "restart_by_manifest", "wait_gone"]
+__all__ = ["STASH_DIR", "restart_by_manifest"]
 
 STASH_DIR = "/etc/kubernetes/.bke-restart"
 KUBELET_FILE_CHECK_S = 20.0
-POLL_S = 0.25
-
-
-async def wait_gone(url: str, timeout_s: float) -> None:
-    """Until `url` stops answering (connection refused, reset, timeout), or StepError."""
-    deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(verify=False, trust_env=False) as client:
-        while True:
-            try:
-                await client.get(url, timeout=2.0)
-            except httpx.HTTPError:
-                return
-            if time.monotonic() >= deadline:
-                raise StepError(f"{url} still answers {timeout_s:g}s after its manifest was taken away; "
-                                "is the kubelet running?")
-            await asyncio.sleep(POLL_S)  # polling under the step's deadline
 
 
 async def restart_by_manifest(policy: PathPolicy, step: RestartStaticPod) -> StepOutcome:
@@ -62,7 +47,7 @@ async def restart_by_manifest(policy: PathPolicy, step: RestartStaticPod) -> Ste
     budget = max(1.0, step.timeout_s - 5.0)
     try:
         if step.health_url:
-            await wait_gone(step.health_url, budget)
+            await wait_port_closed(step.health_url, budget)
         else:
             await asyncio.sleep(min(KUBELET_FILE_CHECK_S, budget))  # the kubelet's own period
     finally:

@@ -12,15 +12,18 @@ import asyncio
 import ssl
 from pathlib import Path
 
+from urllib.parse import urlsplit
+
 import httpx
 
 from bke.adapters.runtime.processes import ManagedProcess, stop_pid
+from bke.core.host_actions.endpoints import serving_ca
 
 from ..lablayout import LabLayout, image_version
 from .httpd import HealthServer, self_signed_pair, server_context
 from .pods import PodPlan
 
-__all__ = ["PodStartError", "RealPod", "SimulatedPod"]
+__all__ = ["PodStartError", "RealPod", "SimulatedPod", "serving_verify"]
 
 STOP_TIMEOUT_S = 10.0
 # When the lab's kubelet itself stops (the agent stops: the lab's machine goes down), its pods get
@@ -152,8 +155,11 @@ class RealPod:
         url = self.plan.local.ready_url or self.plan.local.health_url
         if url is None:
             return self.alive()
+        verify = serving_verify(self.layout.root, url)
+        if verify is None:
+            return await _accepts(url)
         try:
-            async with httpx.AsyncClient(verify=False, trust_env=False, timeout=2.0) as client:
+            async with httpx.AsyncClient(verify=verify, trust_env=False, timeout=2.0) as client:
                 return (await client.get(url)).status_code == 200
         except httpx.HTTPError:
             return False
@@ -162,3 +168,31 @@ class RealPod:
         if self.proc is not None:
             await asyncio.to_thread(stop_pid, self.proc.pid, grace_s)
             self.proc = None
+
+
+def serving_verify(root: Path, url: str) -> ssl.SSLContext | bool | None:
+    """How the stand-in checks a pod's HTTPS server: against the CA of its port's serving
+    certificate in the node's tree (the apiserver's: the cluster CA), by its URL's host. A CA
+    file missing (not yet written) leaves the pod not ready: it is not asked unverified. None:
+    a component that signs its own certificate (kube-controller-manager, kube-scheduler, a port
+    of no table): no CA on the node can verify it, so only whether it accepts connections is
+    looked at and nothing it answers is read. False: plain HTTP."""
+    try:
+        ca = serving_ca(url)
+    except ValueError:
+        return None
+    if ca is None:
+        return None if urlsplit(url).scheme == "https" else False
+    local = root / ca.lstrip("/")
+    # no CA file: a context that trusts nothing (certificate and name still required)
+    return ssl.create_default_context(cafile=str(local)) if local.is_file() else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
+async def _accepts(url: str) -> bool:
+    u = urlsplit(url)
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(u.hostname, u.port), 2.0)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    return True

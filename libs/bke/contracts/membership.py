@@ -54,7 +54,7 @@ _CLUSTER = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _REQUEST = r"^[A-Za-z0-9._:@-]+$"
 Hostname = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$")]
 MAX_NODES = 1000  # per request: a change of more nodes is split by the caller
-# A plan component (bke.core.plan.models.COMPONENTS; tests/unit/test_membership_contract.py holds
+# A plan component (bke.core.plan.models.COMPONENTS; tests/unit/dispatcher/test_membership_decisions.py holds
 # the two lists equal: the contracts import nothing of the plan)
 Component = Literal["containerd", "kubelet", "etcd-data", "etcd-events", "etcd-pods", "haproxy", "keepalived",
                     "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"]

@@ -64,7 +64,7 @@ def _loop(events: list[str], js: FakeJS, journal: MemoryJournal | None = None) -
     return loop, backend
 
 
-def _cmd(cid: str = "c1/etcd/n1/0", node: str = "n1") -> bytes:
+def _cmd(cid: str = "c1/node-env/n1/0", node: str = "n1") -> bytes:
     return signed(AgentCommand(command_id=cid, cluster="c1", node=node, phase="node-env", issued_at=NOW.isoformat(),
                                steps=[RunProgram(id="s", argv=["swapoff", "-a"])])).to_bytes()
 

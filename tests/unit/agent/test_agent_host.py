@@ -213,11 +213,9 @@ async def test_restart_static_pod_moves_the_manifest_out_until_the_pod_is_gone(h
     [resumed] = await _run(backend, step)
     assert resumed.status == "Succeeded" and manifest.read_text() == "pod\n"
 
-    # a pod that keeps answering (no kubelet): the step fails and the manifest is put back
+    # a pod that keeps accepting connections (no kubelet): the step fails and the manifest is put
+    # back (the agent only connects: it sends no request and reads no answer)
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-        await writer.drain()
         writer.close()
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
@@ -226,7 +224,7 @@ async def test_restart_static_pod_moves_the_manifest_out_until_the_pod_is_gone(h
         [stuck] = await _run(backend, step.model_copy(update={"health_url": alive, "timeout_s": 6.0}))
     finally:
         server.close()
-    assert stuck.status == "Failed" and "still answers" in stuck.stderr and manifest.read_text() == "pod\n"
+    assert stuck.status == "Failed" and "still accepts connections" in stuck.stderr and manifest.read_text() == "pod\n"
     manifest.unlink()
     [none] = await _run(backend, step)
     assert none.status == "Failed" and "no such static pod manifest" in none.stderr

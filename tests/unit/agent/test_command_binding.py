@@ -30,7 +30,7 @@ I1 = new_incarnation(NOW - timedelta(days=30), "1" * 16)
 I2 = new_incarnation(NOW - timedelta(days=1), "2" * 16)
 
 
-def _cmd(cid: str = "c1/etcd/n1/0", agent_id: str | None = ME, incarnation: str | None = I2,
+def _cmd(cid: str = "c1/node-env/n1/0", agent_id: str | None = ME, incarnation: str | None = I2,
          issued: datetime = NOW) -> AgentCommand:
     return AgentCommand(command_id=cid, cluster="c1", node="n1", phase="node-env", issued_at=issued.isoformat(),
                         steps=[RunProgram(id="s", argv=["swapoff", "-a"])], agent_id=agent_id, incarnation=incarnation)
@@ -161,7 +161,7 @@ async def test_a_command_for_the_previous_key_is_refused_even_when_the_journal_h
     await again._on_msg(FakeMsg(captured, events))  # type: ignore[arg-type]
     assert backend.steps_run == 0 and again.replayed == 0 and again.refused == 1
     assert f"bound to agent key {old.agent_id}, not this agent's {new.agent_id}" in _refusals(js)[0]
-    await again._on_msg(FakeMsg(_body(_cmd("c1/etcd/n1/1"), new), events))  # type: ignore[arg-type]
+    await again._on_msg(FakeMsg(_body(_cmd("c1/node-env/n1/1"), new), events))  # type: ignore[arg-type]
     assert backend.steps_run == 1  # the positive control: a fresh command for the new key runs
 
 
@@ -216,7 +216,7 @@ def test_a_result_is_judged_by_the_incarnation_it_names() -> None:
 def test_an_unbound_answer_keeps_the_previous_body() -> None:
     """As the binding's fields are: left out when unset, so a reader of the previous release
     reads an answer to an unbound command (the only kind it sends)."""
-    res = _result("c1/etcd/n1/0")
+    res = _result("c1/node-env/n1/0")
     assert b"incarnation" not in res.to_bytes()
     bound = res.model_copy(update={"incarnation": I2})
     assert CommandResult.model_validate_json(bound.to_bytes()).incarnation == I2
@@ -229,11 +229,11 @@ async def test_an_unbound_command_runs_until_a_bound_one_did_but_is_answered_aft
     loop, backend = _loop(events, js, me)
     legacy = _body(_cmd())  # a signer that does not bind yet (this agent was just updated)
     await loop._on_msg(FakeMsg(legacy, events))  # type: ignore[arg-type]
-    await loop._on_msg(FakeMsg(_body(_cmd("c1/etcd/n1/1"), me), events))  # type: ignore[arg-type]
+    await loop._on_msg(FakeMsg(_body(_cmd("c1/node-env/n1/1"), me), events))  # type: ignore[arg-type]
     assert backend.steps_run == 2
     await loop._on_msg(FakeMsg(legacy, events))  # type: ignore[arg-type]
     assert loop.replayed == 1  # the redelivery of one it ran: answered
-    await loop._on_msg(FakeMsg(_body(_cmd("c1/etcd/n1/2")), events))  # type: ignore[arg-type]
+    await loop._on_msg(FakeMsg(_body(_cmd("c1/node-env/n1/2")), events))  # type: ignore[arg-type]
     assert backend.steps_run == 2 and "takes only bound commands" in _refusals(js)[0]
 
 
@@ -257,9 +257,9 @@ def _result(cid: str) -> CommandResult:
 
 def test_the_journal_keeps_each_incarnation_apart(tmp_path: Path) -> None:
     for j in (DiskJournal(tmp_path), MemoryJournal()):
-        j.put(_result("c1/etcd/n1/0"), incarnation=I1, expires_at=NOW.isoformat())
-        assert j.get("c1/etcd/n1/0", I1) is not None
-        assert j.get("c1/etcd/n1/0", I2) is None and j.get("c1/etcd/n1/0") is None
+        j.put(_result("c1/node-env/n1/0"), incarnation=I1, expires_at=NOW.isoformat())
+        assert j.get("c1/node-env/n1/0", I1) is not None
+        assert j.get("c1/node-env/n1/0", I2) is None and j.get("c1/node-env/n1/0") is None
 
 
 def test_the_journal_prunes_by_each_commands_validity(tmp_path: Path) -> None:
@@ -288,7 +288,7 @@ async def test_a_replay_after_pruning_is_refused(tmp_path: Path) -> None:
     await loop._on_msg(FakeMsg(body, events))  # type: ignore[arg-type]
     expires = datetime.fromisoformat(AgentCommand.model_validate_json(body).expires_at)
     later = expires + timedelta(seconds=EXPIRED_KEPT_S + 1)
-    assert journal.prune(now=later.timestamp()) == 1 and journal.get("c1/etcd/n1/0", I2) is None
+    assert journal.prune(now=later.timestamp()) == 1 and journal.get("c1/node-env/n1/0", I2) is None
     loop.now = lambda: later  # type: ignore[method-assign]
     await loop._on_msg(FakeMsg(body, events))  # type: ignore[arg-type]
     assert backend.steps_run == 1 and "expired at" in _refusals(js)[0]
@@ -303,7 +303,7 @@ def test_a_result_of_another_incarnation_is_counted_on_the_services_metrics(capl
     metrics = ServiceMetrics("upgrader")
     counter = OtherIncarnation(metrics, "upgrader")
     caplog.set_level(logging.WARNING, logger="bke.adapters.bus.other_incarnation")
-    res = _result("c1/etcd/n1/0").model_copy(update={"incarnation": I1})
+    res = _result("c1/node-env/n1/0").model_copy(update={"incarnation": I1})
     counter.dropped(res, "why")
     counter.dropped(res, "why", log_it=False)  # its caller logs it
     assert metrics.sample(f"{METRIC}_total", {"service": "upgrader"}) == 2.0 and counter.count == 2

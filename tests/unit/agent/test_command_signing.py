@@ -23,7 +23,7 @@ OTHER = CommandSigner.generate()
 
 
 def _cmd(**kw: object) -> AgentCommand:
-    base: dict[str, object] = dict(command_id="c1/etcd/n1/0", cluster="c1", node="n1", phase="node-env",
+    base: dict[str, object] = dict(command_id="c1/node-env/n1/0", cluster="c1", node="n1", phase="node-env",
                                    issued_at=NOW.isoformat(), steps=[RunProgram(id="s", argv=["swapoff", "-a"])])
     base.update(kw)
     return AgentCommand(**base)  # type: ignore[arg-type]

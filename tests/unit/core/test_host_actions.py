@@ -21,6 +21,7 @@ from bke.core.host_actions import (
 from bke.core.pki.kubeconfig import render_kubeconfig
 from bke.core.secrets import public_key_from_raw, seal
 from bke_agent import AgentIdentity, Executor, HostBackend, LabBackend
+from tests.command_ids import command_id_for
 from tests.trust_helpers import signed
 
 from tests.unit.agent.test_agent_handling import NOW, FakeJS, FakeMsg, _loop
@@ -34,8 +35,8 @@ def _write(path: str, data: bytes = b"x", mode: int = 0o644) -> WriteFile:
 
 
 def _refusal(phase: str, *steps: Step) -> str | None:
-    return command_refusal(AgentCommand(command_id="c/p/n/0", cluster="c", node="n", phase=phase, issued_at="t",
-                                        steps=list(steps)))
+    return command_refusal(AgentCommand(command_id=command_id_for(phase), cluster="c", node="n", phase=phase,
+                                        issued_at="t", steps=list(steps)))
 
 
 # ---- files by class, programs, units, the agent: (refused, its legitimate counterpart) ----
@@ -294,7 +295,7 @@ async def test_a_probes_answer_carries_its_status_never_the_body(tmp_path: Path)
 # ---- the agent refuses such a command as a whole, before any step runs ----
 
 def _signed(phase: str, *steps: Step) -> bytes:
-    return signed(AgentCommand(command_id="c1/x/n1/0", cluster="c1", node="n1", phase=phase,
+    return signed(AgentCommand(command_id=command_id_for(phase, "c1", "n1"), cluster="c1", node="n1", phase=phase,
                                issued_at=NOW.isoformat(), steps=list(steps))).to_bytes()
 
 

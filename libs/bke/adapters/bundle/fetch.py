@@ -1,6 +1,6 @@
 """Downloads for `bke bundle build`: streamed to a file while hashed, never held in memory whole.
 
-Why a protocol: the build core is tested against a loopback server (tests/unit/test_bundle_build.py
+Why a protocol: the build core is tested against a loopback server (tests/integration/test_bundle_build.py
 serves fake upstream artefacts); the same `HttpFetcher` runs there and against real upstreams.
 """
 from __future__ import annotations

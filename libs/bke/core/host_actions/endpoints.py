@@ -9,6 +9,16 @@ port, with that port's scheme and paths; no user, query or fragment. Its TLS fil
 own PKI (`/etc/kubernetes/pki/...`). And the agent answers with the status it saw, never the
 body (agent/bke_agent/backends/health.py). The ports are the plan's fixed layout
 (bke.core.plan.ETCD_LAYOUT's metrics ports, bke.core.render.layout.PORTS): a unit test holds them equal.
+
+An HTTPS probe verifies the server: with the step's TLS files when it names them, else against
+the CA that signs that port's serving certificate (SERVING_CAS), a file every node running the
+component already has, and the URL's host as the name checked (the apiserver's certificate
+names 127.0.0.1 and the node's address). A CA file that is missing fails the probe; it is never
+asked unverified instead. kube-controller-manager and kube-scheduler have no such CA: BKE's
+manifests give them no serving certificate, so each signs one itself when it starts (in memory,
+as kubeadm's do) and nothing on the node can verify it. Their probes are the one HTTPS ask left
+unverified (NO_SERVING_CA); their answer is a status only, and closing this takes serving
+certificates issued for them (a row of bke.core.pki.table and the manifests' --tls-cert-file).
 """
 from __future__ import annotations
 
@@ -18,7 +28,8 @@ from urllib.parse import urlsplit
 from bke.contracts.agent import TlsFiles
 from bke.core.paths import PKI_DIR
 
-__all__ = ["HEALTH_ENDPOINTS", "LOOPBACK_HOSTS", "health_url_refusal", "tls_refusal"]
+__all__ = ["HEALTH_ENDPOINTS", "LOOPBACK_HOSTS", "NO_SERVING_CA", "SERVING_CAS", "health_url_refusal", "serving_ca",
+           "tls_refusal"]
 
 # port -> (scheme, the paths asked there, what answers)
 HEALTH_ENDPOINTS: dict[int, tuple[str, frozenset[str], str]] = {
@@ -31,6 +42,10 @@ HEALTH_ENDPOINTS: dict[int, tuple[str, frozenset[str], str]] = {
     10257: ("https", frozenset({"/healthz"}), "kube-controller-manager"),
     10259: ("https", frozenset({"/healthz"}), "kube-scheduler"),
 }
+# HTTPS port -> the CA file (on the node) that signs what it serves
+SERVING_CAS: dict[int, str] = {6443: f"{PKI_DIR}/ca.crt"}  # kube-apiserver: apiserver.crt, from the cluster CA
+# HTTPS ports whose component serves a certificate it signed itself (see the module docstring)
+NO_SERVING_CA = frozenset({10257, 10259})
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1"})
 _PKI = PKI_DIR + "/"
 
@@ -75,3 +90,17 @@ def tls_refusal(tls: TlsFiles | None) -> str | None:
         if not path.startswith(_PKI) or "\x00" in path or ".." in path.split("/") or path.endswith("/"):
             return f"TLS file {path!r}: only BKE's own certificates and keys under {PKI_DIR} are read"
     return None
+
+
+def serving_ca(url: str) -> str | None:
+    """The CA file an HTTPS probe of `url` verifies its server with (None: an HTTP URL, or a port
+    of NO_SERVING_CA). A port of neither table is refused before (health_url_refusal): ValueError."""
+    u = urlsplit(url)
+    if u.scheme != "https":
+        return None
+    port = u.port
+    if port in SERVING_CAS:
+        return SERVING_CAS[port]
+    if port in NO_SERVING_CA:
+        return None
+    raise ValueError(f"{url}: no CA is known for this HTTPS port")

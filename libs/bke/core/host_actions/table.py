@@ -5,7 +5,11 @@ it may run, the units it may drive, and whether it may replace the agent itself.
 Why by kind: a path allow-list (the agent's HOST_WRITE_TABLE) says where BKE ever writes, not
 which work writes there. Every one of a unit, a binary, a static pod manifest or the keepalived
 script runs as root, so a certificate rotation or a health round that could write one would be
-a root shell for whoever makes it sign. A command's kind is its phase as the senders name it
+a root shell for whoever makes it sign. The same holds for what a step does without writing: a
+reset wipes the node, a restore replaces etcd's data, a removal takes a manifest or a key away.
+So every step type is limited too: the ones that write, run or drive something by their targets
+(the file, program, unit and agent rows), every other one by a "step" row naming its type, and
+a removed file by its class and path ("remove:<class>" rows). A command's kind is its phase as the senders name it
 (`command_kind`): the install phases (`node-env`, `certs`, ... also a join's), `rotate@<id>`,
 `reset@<id>`, `remove@<id>` (the `@<id>` dropped), the upgrader's `upgrade:<step>` and
 `etcd-restore:<stage>`. A kind without a row may write, run and drive nothing.
@@ -26,6 +30,8 @@ from bke.core.node_kernel import MODULES_FILE, OLD_KERNEL_MODULES_FILE, SYSCTL_F
 
 __all__ = [
     "AGENT_TARGET",
+    "INSTALL_KINDS",
+    "LIMITED_BY_TARGETS",
     "DAEMON_RELOAD",
     "FILE_CLASSES",
     "HOST_ACTIONS",
@@ -54,6 +60,13 @@ CONFIG = "config"
 SCRIPT = "script"
 DAEMON_RELOAD = "daemon-reload"  # the target of `systemctl daemon-reload` (no unit)
 AGENT_TARGET = "bke-agent"  # the target of an UpdateAgent step: the agent's own release
+# The step types limited by what they write, remove, run or drive (the rows of those actions);
+# every other type by a "step" row naming it (a type with no such row: no command carries it).
+LIMITED_BY_TARGETS = frozenset({"write_file", "fetch", "replace_files", "remove_file", "run", "systemd", "update_agent"})
+# The install's phases that send commands (bke_dispatcher.phases.PHASES; a join sends the same):
+# tests/unit/core/test_host_actions_senders.py holds the two equal.
+INSTALL_KINDS = ("node-env", "certs", "load-balancer", "etcd", "control-plane-init", "control-plane-join", "workers",
+                 "health")
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,16 @@ _RUNTIME = ("node-env", "upgrade:masters-runtime", "upgrade:workers")  # install
 _LB = ("load-balancer", "upgrade:load-balancer")
 _K8S = "/etc/kubernetes"
 _MANIFESTS = f"{_K8S}/manifests"
+_LB_FILES = ("/etc/keepalived/keepalived.conf", "/etc/keepalived/check_apiserver.sh", "/etc/haproxy/haproxy.cfg")
+_LB_PODS = (f"{_MANIFESTS}/haproxy.yaml", f"{_MANIFESTS}/keepalived.yaml")
+_CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+_UPGRADE_PODS = tuple(f"upgrade:{c}" for c in _CONTROL_PLANE)
+# the components' health probes: the install phases that start something, the health rounds, and
+# the upgrade's and restore's steps that replace or start a component (bke.core.node_steps.health_steps)
+_PROBING = ("load-balancer", "etcd", "control-plane-init", "control-plane-join", "health", "rotate",
+            "upgrade:etcd", *_UPGRADE_PODS, "upgrade:load-balancer", "upgrade:masters-runtime", "upgrade:workers",
+            "upgrade:post-checks", "upgrade:etcd-health", "upgrade:cleanup", "etcd-restore:start-members",
+            "etcd-restore:start-apiservers")
 
 HOST_ACTIONS: tuple[HostAction, ...] = (
     HostAction(_RUNTIME, "unit", ("/etc/systemd/system/kubelet.service", "/etc/systemd/system/containerd.service"),
@@ -93,16 +116,12 @@ HOST_ACTIONS: tuple[HostAction, ...] = (
                "restart the kubelet: on its credentials, renewed certificates, a standalone configuration"),
     HostAction(("certs", "rotate"), CONFIG, (f"{_K8S}/pki/*", f"{_K8S}/*.conf"),
                "the node's certificates, keys and kubeconfigs (sealed to the agent)"),
-    HostAction(_LB, "manifest", (f"{_MANIFESTS}/haproxy.yaml", f"{_MANIFESTS}/keepalived.yaml"),
-               "the load balancer's static pods"),
-    HostAction(_LB, SCRIPT, ("/etc/keepalived/keepalived.conf", "/etc/keepalived/check_apiserver.sh",
-                             "/etc/haproxy/haproxy.cfg"),
-               "keepalived's configuration and check script, haproxy's configuration"),
+    HostAction(_LB, "manifest", _LB_PODS, "the load balancer's static pods"),
+    HostAction(_LB, SCRIPT, _LB_FILES, "keepalived's configuration and check script, haproxy's configuration"),
     HostAction(("etcd", "upgrade:etcd"), "manifest", (f"{_MANIFESTS}/etcd*.yaml",), "the etcd members' static pods"),
     HostAction(("upgrade:etcd",), CONFIG, (f"{_K8S}/pki/etcd*/*",), "a member's renewed certificates"),
     HostAction(("control-plane-init", "control-plane-join"), "manifest",
-               tuple(f"{_MANIFESTS}/{c}.yaml" for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")),
-               "the control plane's static pods"),
+               tuple(f"{_MANIFESTS}/{c}.yaml" for c in _CONTROL_PLANE), "the control plane's static pods"),
     HostAction(("upgrade:kube-apiserver",), "manifest", (f"{_MANIFESTS}/kube-apiserver.yaml",), "its static pod"),
     HostAction(("upgrade:kube-apiserver",), CONFIG, (f"{_K8S}/pki/apiserver*", f"{_K8S}/pki/front-proxy-client.*"),
                "its renewed certificates"),
@@ -113,6 +132,38 @@ HOST_ACTIONS: tuple[HostAction, ...] = (
     HostAction(("upgrade:kube-scheduler",), CONFIG, (f"{_K8S}/scheduler.conf",), "its renewed kubeconfig"),
     HostAction(("upgrade:masters-runtime",), CONFIG, (f"{_K8S}/admin.conf",), "the renewed admin.conf"),
     HostAction(("upgrade:agents",), "agent", (AGENT_TARGET,), "the agent's new release (wheels checked by sha256)"),
+    # removals, by class and path
+    HostAction(("upgrade:load-balancer",), "remove:manifest", _LB_PODS,
+               "a master that stops being one: its load balancer's pods stop"),
+    HostAction(("upgrade:load-balancer",), "remove:script", _LB_FILES,
+               "then their configuration goes (keepalived.conf holds the VRRP password)"),
+    *(HostAction((f"upgrade:{c}",), "remove:manifest", (f"{_MANIFESTS}/{c}.yaml",),
+                 "the component moved off this master: its static pod stops") for c in _CONTROL_PLANE),
+    HostAction(("upgrade:cleanup",), "remove:config", (f"{_K8S}/pki/*", f"{_K8S}/*.conf", "/etc/crictl.yaml"),
+               "the certificates, keys, kubeconfigs and rendered files a node no longer needs (least privilege)"),
+    HostAction(("upgrade:cleanup",), "remove:kernel", (SYSCTL_FILE,),
+               "the pod network's sysctls of a kubelet that stopped registering"),
+    # what the other step types do, by type (each is a "step" row's target)
+    HostAction(("node-env", "upgrade:agents"), "step", ("check_host",),
+               "look at the node (preflight, swap off, disk): reads only"),
+    HostAction(_PROBING, "step", ("wait_health",),
+               "wait until a component answers healthy (its endpoint and TLS files: bke.core.host_actions.endpoints)"),
+    HostAction(("rotate",), "step", ("restart_static_pod",), "a static pod takes its renewed certificates"),
+    HostAction(("reset", "upgrade:etcd-snapshots"), "step", ("etcd_snapshot",),
+               "a member's snapshot, before a reset or an upgrade (sealed to the snapshot key)"),
+    HostAction(("upgrade:etcd-member-add",), "step", ("etcd_member_add",), "a new member joins as a learner"),
+    HostAction(("upgrade:etcd-member-promote",), "step", ("etcd_member_promote",), "the learner becomes a voter"),
+    HostAction(("upgrade:etcd-member-remove",), "step", ("etcd_member_remove",), "a member leaves its cluster"),
+    HostAction(("upgrade:cleanup",), "step", ("leave_etcd_member",),
+               "a node that stopped being a member: its pod stops, its data goes"),
+    HostAction(("etcd-restore:stop-apiservers", "etcd-restore:stop-members", "etcd-restore:start-members",
+                "etcd-restore:start-apiservers"), "step", ("park_static_pod",),
+               "an etcd restore stops and starts the apiservers and members by their manifests"),
+    HostAction(("etcd-restore:restore-members",), "step", ("restore_etcd_member",),
+               "an etcd restore's new data directory, from the snapshot sealed to the node"),
+    HostAction(("reset", "remove"), "step", ("reset_node",), "a reset or a removal wipes what BKE put on the node"),
+    HostAction(("command-key",), "step", ("trust_command_key",),
+               "the agent's command keyring: the next key, or the end of the old one"),
 )
 
 

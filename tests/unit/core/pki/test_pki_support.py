@@ -1,4 +1,4 @@
-"""Shared helpers for the tests/unit/test_pki_* modules (no tests here).
+"""Shared helpers for the tests/unit/core/pki/test_pki_* modules (no tests here).
 
 Plans come from the committed examples (optionally edited as YAML), "now" is a fixed instant,
 and the issued split-etcd PKI is computed once per session (ECDSA-P256, as the example says).
