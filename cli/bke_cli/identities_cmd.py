@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 from pathlib import Path
 from typing import Optional
@@ -221,16 +222,22 @@ def init_cmd(out: Path = typer.Option(..., "--out", help="folder for auth.conf (
 
 @ids.command("serve-renewals")
 def serve_renewals_cmd(redis_url: Optional[str] = REDIS, nats_url: Optional[str] = NATS,
-                       creds: Path = typer.Option(..., "--creds", help="the `renewer` identity's creds file "
-                                                  "(`bke identities init` writes creds/renewer.creds)")) -> None:
+                       creds: Path = typer.Option(..., "--creds", envvar="BKE_NATS_CREDS",
+                                                  help="the `renewer` identity's creds file "
+                                                  "(`bke identities init` writes creds/renewer.creds)"),
+                       tls_ca: Optional[Path] = typer.Option(None, "--tls-ca", envvar="BKE_NATS_TLS_CA",
+                                                             help="CA bundle of a `tls://` NATS")) -> None:
     """Answer agents' renewal requests until stopped (Ctrl-C): each agent in the last third of
     its JWT's life asks for a new JWT for the key it holds, and gets one unless it is revoked or
     asks for another node or key (bke.adapters.auth.agent_renewal). Run it where the authority's
-    key is, for at least an hour in every few months: agents ask again every hour while due."""
+    key is, for at least an hour in every few months: agents ask again every hour while due.
+    Its Redis user needs only the identity registry and the stored authority (`bke-renewer`,
+    deploy/redis/renewer.env); the lab runs it beside the services."""
     registry = _registry(redis_url)
     if not nats_url:
         die("--nats URL (or BKE_NATS_URL): the NATS the agents reach", EXIT_INVALID)
-    asyncio.run(_serve_renewals(BusAccess(nats_url, creds, inbox_prefix(identity_name("renewer"))), registry))
+    access = BusAccess(nats_url, creds, inbox_prefix(identity_name("renewer")), tls_ca)
+    asyncio.run(_serve_renewals(access, registry))
 
 
 async def _serve_renewals(access: BusAccess, registry: IdentityRegistry) -> None:
@@ -238,8 +245,11 @@ async def _serve_renewals(access: BusAccess, registry: IdentityRegistry) -> None
     responder = AgentRenewalResponder(nc, registry, lambda: int(time.time()))
     await responder.start()
     print(f"answering agents' renewal requests on {RENEW_ALL} (Ctrl-C to stop)", flush=True)
+    stop = asyncio.Event()
+    # a container's or the lab's stop is SIGTERM (PID 1 in a container has no default for it)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     try:
-        await asyncio.Event().wait()  # until cancelled (Ctrl-C)
+        await stop.wait()  # until SIGTERM, or cancelled (Ctrl-C)
     finally:
         await responder.stop()
         await nc.close()

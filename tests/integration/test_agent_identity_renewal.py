@@ -26,9 +26,13 @@ from bke.adapters.auth.permissions import IDENTITY_TTL_S, identity_name, inbox_p
 from bke.adapters.auth.registry import IdentityRegistry
 from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.adapters.runtime import EmbeddedRuntime
+from bke.adapters.runtime.processes import pid_alive
 from bke.contracts.agent import agent_subject
 from bke.contracts.identity import AgentIdentityRenewed, RenewAgentIdentity, renew_identity_subject
 from bke.core.secrets.at_rest import load_secret_box
+from bke.lab.identities import LabIdentities
+from bke.lab.key_files import lab_key_file
+from bke.lab.supervisor import LabSupervisor
 from bke_agent.renewal import IdentityRenewal
 from tests.bus_identity_helpers import CLUSTER, _connect
 
@@ -193,3 +197,41 @@ async def test_bke_identities_serve_renewals_answers_an_agent(secure: EmbeddedRu
         proc.send_signal(signal.SIGINT)
         out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert b"renewed 1, refused 0" in out, err.decode()[-2000:]
+
+
+async def test_the_lab_runs_the_renewer_beside_the_services_and_stops_it_at_down(tmp_path: Path) -> None:
+    """The lab's supervisor starts `bke identities serve-renewals` as the renewer (its creds, its
+    own Redis user, the authority key alone), once; an agent of the lab near expiry renews
+    through it; `bke lab down` stops it."""
+    sup = LabSupervisor(tmp_path / "lab")
+    info = sup.ensure_runtime()
+    try:
+        pid = sup.ensure_renewer(info)
+        assert pid is not None and sup.ensure_renewer(info) == pid  # idempotent: the running one kept
+        log = tmp_path / "lab" / "logs" / "renewer.log"
+
+        async def listening() -> bool:
+            return log.is_file() and b"answering agents' renewal requests" in log.read_bytes()
+
+        await _until(listening, f"the renewer never listened: {log}")
+        clock = [int(time.time()) + 3600 - TTL]  # issued so that an hour of its year is left
+        keeper = LabIdentities(sup.workdir, sup.runtime, info, clock=lambda: clock[0])
+        try:
+            creds = keeper.ensure("agent", CLUSTER, "node-l")
+        finally:
+            keeper.close()
+        old = decode_jwt(creds_parts(creds.read_text())[0])
+        nc = await connect_nats(BusAccess(info.nats_url, creds, inbox_prefix(identity_name("agent", CLUSTER, "node-l"))))
+        try:
+            assert await IdentityRenewal(nc, creds, CLUSTER, "node-l").renew_once() == "renewed"
+        finally:
+            await nc.close()
+        new = decode_jwt(creds_parts(creds.read_text())[0])
+        assert new["sub"] == old["sub"] and new["exp"] > old["exp"] + TTL // 2
+        env = (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0")
+        assert [e for e in env if e.startswith(b"BKE_KEY_FILE_")] == [b"BKE_KEY_FILE_AUTHORITY=" + str(
+            lab_key_file(sup.workdir, "authority")).encode()]
+        assert any(e.startswith(b"BKE_REDIS_URL=redis://bke-renewer:") for e in env)
+    finally:
+        sup.down()
+    assert not pid_alive(pid) and sup.pids().get("renewer", {}) == {}
