@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import time
 from pathlib import Path
 from typing import Optional
@@ -19,13 +18,13 @@ from typing import Optional
 import redis
 import typer
 
-from bke.adapters.auth.agent_renewal import RENEW_ALL, AgentRenewalResponder
 from bke.adapters.auth.authority import write_creds
 from bke.adapters.auth.permissions import ROLES, SERVICE_ROLES, identity_name, inbox_prefix
 from bke.adapters.auth.push import push_account
 from bke.adapters.auth.registry import IdentityRecord, IdentityRegistry, UnknownIdentity
+from bke.adapters.auth.serve_renewals import serve
 from bke.adapters.auth.system_user import SystemUser, ensure_system_user
-from bke.adapters.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.connect import BusAccess
 from bke.lab.identities import LabIdentities
 from bke.lab.supervisor import LabSupervisor
 from bke.adapters.runtime import EmbeddedRuntime
@@ -232,28 +231,16 @@ def serve_renewals_cmd(redis_url: Optional[str] = REDIS, nats_url: Optional[str]
     asks for another node or key (bke.adapters.auth.agent_renewal). Run it where the authority's
     key is, for at least an hour in every few months: agents ask again every hour while due.
     Its Redis user needs only the identity registry and the stored authority (`bke-renewer`,
-    deploy/redis/renewer.env); the lab runs it beside the services."""
+    deploy/redis/renewer.env). The same loop runs in a container as
+    `python -m bke.adapters.auth.serve_renewals` (compose, Kubernetes, the lab)."""
     registry = _registry(redis_url)
     if not nats_url:
         die("--nats URL (or BKE_NATS_URL): the NATS the agents reach", EXIT_INVALID)
     access = BusAccess(nats_url, creds, inbox_prefix(identity_name("renewer")), tls_ca)
-    asyncio.run(_serve_renewals(access, registry))
-
-
-async def _serve_renewals(access: BusAccess, registry: IdentityRegistry) -> None:
-    nc = await connect_nats(access, name="bke-renewer", wait=True)
-    responder = AgentRenewalResponder(nc, registry, lambda: int(time.time()))
-    await responder.start()
-    print(f"answering agents' renewal requests on {RENEW_ALL} (Ctrl-C to stop)", flush=True)
-    stop = asyncio.Event()
-    # a container's or the lab's stop is SIGTERM (PID 1 in a container has no default for it)
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     try:
-        await stop.wait()  # until SIGTERM, or cancelled (Ctrl-C)
-    finally:
-        await responder.stop()
-        await nc.close()
-        print(f"renewed {responder.answered}, refused {responder.refused}")
+        asyncio.run(serve(access, registry, lambda line: print(line, flush=True)))
+    except KeyboardInterrupt:
+        pass
 
 
 def _system_said(system: SystemUser) -> str:

@@ -14,7 +14,7 @@ Layout of a lab workdir:
     hosts/<hostname>/   each node's root (what would be / on a real node)
     processes.json      {"services": {name: pid}, "agents": {hostname: launcher pid},
                          "http": {name: port}, "kwok": {cluster: pid}, "renewer": {"renewer": pid}}:
-                         the agents' renewer (`bke identities serve-renewals`, with NATS
+                         the agents' renewer (bke.adapters.auth.serve_renewals, with NATS
                          authentication only); each service's HTTP port
                          (its dashboard, /metrics, /readyz), chosen free at its start
                          (`http_urls`); a real-control-plane lab's kwok per cluster
@@ -213,7 +213,7 @@ class LabSupervisor:
         return pids["services"]
 
     def ensure_renewer(self, info: RuntimeInfo) -> int | None:
-        """The agents' renewer (bke.adapters.auth.agent_renewal) beside the services, as a
+        """The agents' renewer (bke.adapters.auth.serve_renewals) beside the services, as a
         deployment runs it: the `renewer` bus identity, its own Redis user and the `authority`
         at-rest key alone. None when NATS runs without authentication (no JWT to renew).
         Idempotent: a running renewer is left alone."""
@@ -228,7 +228,7 @@ class LabSupervisor:
                    BKE_REDIS_URL=redis_acl.service_url(self.runtime.workdir, info.redis_url, "renewer"),
                    BKE_KEY_FILE_AUTHORITY=str(lab_key_file(self.workdir, "authority")),
                    **self._bus_env(info, "renewer"))
-        proc = ManagedProcess.start("renewer", [_bin("bke"), "identities", "serve-renewals"],
+        proc = ManagedProcess.start("renewer", [sys.executable, "-m", "bke.adapters.auth.serve_renewals"],
                                     self.workdir / "logs" / "renewer.log", env=env)
         group["renewer"] = proc.pid
         self._save(pids)
