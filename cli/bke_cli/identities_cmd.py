@@ -228,11 +228,11 @@ def serve_renewals_cmd(redis_url: Optional[str] = REDIS, nats_url: Optional[str]
                                                              help="CA bundle of a `tls://` NATS")) -> None:
     """Answer agents' renewal requests until stopped (Ctrl-C): each agent in the last third of
     its JWT's life asks for a new JWT for the key it holds, and gets one unless it is revoked or
-    asks for another node or key (bke.adapters.auth.agent_renewal). Run it where the authority's
-    key is, for at least an hour in every few months: agents ask again every hour while due.
-    Its Redis user needs only the identity registry and the stored authority (`bke-renewer`,
-    deploy/redis/renewer.env). The same loop runs in a container as
-    `python -m bke.adapters.auth.serve_renewals` (compose, Kubernetes, the lab)."""
+    asks for another node or key (bke.adapters.auth.agent_renewal). docker-compose's `renewer`,
+    the `bke-renewer` Deployment and the lab run the same loop all the time
+    (`python -m bke.adapters.auth.serve_renewals`); by hand, run it where the authority's key is
+    for at least an hour in every few months (agents ask again every hour while due). Its Redis
+    user needs only the stored authority and the identity registry (`bke-renewer`, renewer.env)."""
     registry = _registry(redis_url)
     if not nats_url:
         die("--nats URL (or BKE_NATS_URL): the NATS the agents reach", EXIT_INVALID)
