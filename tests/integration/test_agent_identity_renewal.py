@@ -19,6 +19,7 @@ import redis
 from nats.aio.client import Client as NatsClient
 
 from bke.adapters.auth import write_creds
+from bke.adapters.auth import serve_renewals
 from bke.adapters.auth.agent_renewal import AgentRenewalResponder
 from bke.adapters.auth.creds import creds_parts
 from bke.adapters.auth.jwt import decode_jwt, keypair_from_seed
@@ -26,10 +27,10 @@ from bke.adapters.auth.permissions import IDENTITY_TTL_S, identity_name, inbox_p
 from bke.adapters.auth.registry import IdentityRegistry
 from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.adapters.runtime import EmbeddedRuntime
-from bke.adapters.runtime.processes import pid_alive
+from bke.adapters.runtime.processes import free_port, pid_alive
 from bke.contracts.agent import agent_subject
 from bke.contracts.identity import AgentIdentityRenewed, RenewAgentIdentity, renew_identity_subject
-from bke.core.secrets.at_rest import load_secret_box
+from bke.core.secrets.at_rest import create_key_file, load_secret_box
 from bke.lab.identities import LabIdentities
 from bke.lab.key_files import lab_key_file
 from bke.lab.supervisor import LabSupervisor
@@ -235,3 +236,20 @@ async def test_the_lab_runs_the_renewer_beside_the_services_and_stops_it_at_down
     finally:
         sup.down()
     assert not pid_alive(pid) and sup.pids().get("renewer", {}) == {}
+
+
+def test_the_renewer_process_refuses_a_wrong_setting_or_key_before_it_serves(secure: EmbeddedRuntime,
+                                                                              tmp_path: Path) -> None:
+    """Exit 2 (a container is not restarted into the same mistake) for a missing setting and for
+    an at-rest key that does not open the stored authority; 1 for a Redis it cannot reach."""
+    s = Setup(secure, tmp_path)
+    assert secure.info is not None
+    env = {"BKE_NATS_URL": secure.info.nats_url, "BKE_NATS_CREDS": str(s.issue("renewer")),
+           "BKE_REDIS_URL": secure.info.redis_url, "BKE_KEY_FILE_AUTHORITY": str(tmp_path / "other.key")}
+    create_key_file(tmp_path / "other.key")
+    assert serve_renewals.run({k: v for k, v in env.items() if k != "BKE_NATS_CREDS"}) == serve_renewals.EXIT_INVALID
+    assert serve_renewals.run(env) == serve_renewals.EXIT_INVALID  # the stored authority does not open
+    assert secure.nats_auth is not None
+    unreachable = {**env, "BKE_KEY_FILE_AUTHORITY": str(secure.nats_auth.key_file),
+                   "BKE_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    assert serve_renewals.run(unreachable) == serve_renewals.EXIT_RETRY
