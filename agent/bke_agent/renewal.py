@@ -14,8 +14,8 @@ asked again at the next check, the old JWT still serves); refused (revoked, anot
 the log, nothing changes); unwritable (the creds file is on a read-only mount, such as a compose
 secret: the node must be provisioned again); renewed.
 
-A creds file that cannot be replaced in place (`creds_unwritable`: a read-only mount, a file not
-the agent's) is found before anything is asked: the agent says so in one line at its start and
+A creds file that cannot be replaced in place (`creds_unwritable`: on a read-only mount, or
+mounted on its own as a secret) is found before anything is asked: the agent says so in one line at its start and
 never asks, since a JWT it cannot keep would only be issued again every hour. The operator
 provisions such a node again before its expiry (docs/bus-identities.md).
 """
@@ -53,15 +53,18 @@ def due(claims: dict[str, Any], now: int) -> bool:
 
 
 def creds_unwritable(path: Path) -> str | None:
-    """Why `path` cannot be replaced in place (None: it can), found without changing it: opened
-    for writing and closed (a read-only mount refuses even root), and its folder writable (the
-    new file is made beside it)."""
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
-    except OSError as exc:
-        return exc.strerror or type(exc).__name__
+    """Why `path` cannot be replaced the way `write_private` replaces it (None: it can), found
+    without changing anything: the new file is made in its folder, which must be writable (a
+    read-only mount is not, even for root), and renamed over it, which fails for a mount point
+    (a compose secret is a file bind-mounted on its own)."""
     if not os.access(path.parent, os.W_OK):
         return f"its folder {path.parent} is not writable"
+    try:
+        own_device = path.stat().st_dev != path.parent.stat().st_dev
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    if own_device:
+        return "it is mounted on its own, as a secret is, and cannot be replaced"
     return None
 
 

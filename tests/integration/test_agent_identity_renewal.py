@@ -8,8 +8,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -253,3 +256,26 @@ def test_the_renewer_process_refuses_a_wrong_setting_or_key_before_it_serves(sec
     unreachable = {**env, "BKE_KEY_FILE_AUTHORITY": str(secure.nats_auth.key_file),
                    "BKE_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
     assert serve_renewals.run(unreachable) == serve_renewals.EXIT_RETRY
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None or not Path("/dev/shm").is_dir(),
+                    reason="a mount namespace of its own needs root and unshare; the mount point is on /dev/shm, "
+                           "another filesystem than the test's folder")
+def test_a_creds_file_bind_mounted_on_its_own_is_found_before_a_renewal_would_fail(tmp_path: Path) -> None:
+    """What compose does with a secret (a file bind-mounted read-only in /run/secrets), in a mount
+    namespace of the test's own: the agent's check finds it, and replacing it does fail."""
+    source, folder = tmp_path / "secret.creds", Path(tempfile.mkdtemp(dir="/dev/shm"))
+    source.write_text("jwt and seed")
+    (folder / "agent.creds").write_text("")
+    probe = ("import sys; from pathlib import Path; from bke_agent.renewal import creds_unwritable;"
+             "from bke.adapters.auth.authority import write_private; p = Path(sys.argv[1]); print(creds_unwritable(p));"
+             "write_private(p, b'new')")
+    try:
+        done = subprocess.run(["unshare", "-m", "sh", "-c", 'mount --bind -o ro "$1" "$2" && exec "$3" -c "$4" "$2"',
+                               "-", str(source), str(folder / "agent.creds"), sys.executable, probe],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        shutil.rmtree(folder)
+    assert "mounted on its own" in done.stdout, done.stdout + done.stderr
+    assert done.returncode != 0 and "Device or resource busy" in done.stderr  # what the check spares
+    assert source.read_text() == "jwt and seed"

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -104,11 +105,21 @@ def test_a_writable_creds_file_is_found_so_and_left_as_it_was(tmp_path: Path) ->
     assert creds.read_text() == "jwt and seed" and creds.stat().st_mtime_ns == before.st_mtime_ns
 
 
-def test_a_creds_file_that_cannot_be_opened_for_writing_is_found_so(tmp_path: Path) -> None:
-    assert creds_unwritable(tmp_path / "missing.creds") is not None  # no file to replace in place
-    folder = tmp_path / "a-folder.creds"
-    folder.mkdir()
-    assert creds_unwritable(folder) is not None
+def test_a_file_mounted_on_its_own_is_found_unwritable() -> None:
+    # a mount point cannot be renamed over (EBUSY), as a compose secret's bind-mounted file
+    assert Path("/proc").is_mount() and creds_unwritable(Path("/proc")) is not None
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in any folder of a writable filesystem")
+def test_a_creds_file_in_a_folder_it_cannot_write_is_found_unwritable(tmp_path: Path) -> None:
+    creds = tmp_path / "ro" / "agent.creds"
+    creds.parent.mkdir()
+    creds.write_text("jwt and seed")
+    creds.parent.chmod(0o555)
+    try:
+        assert creds_unwritable(creds) is not None
+    finally:
+        creds.parent.chmod(0o755)
 
 
 class _NoBus:
