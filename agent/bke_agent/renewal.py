@@ -13,12 +13,18 @@ Outcomes of one check, in order: not due; unanswered (no renewer listens now, or
 asked again at the next check, the old JWT still serves); refused (revoked, another key: said in
 the log, nothing changes); unwritable (the creds file is on a read-only mount, such as a compose
 secret: the node must be provisioned again); renewed.
+
+A creds file that cannot be replaced in place (`creds_unwritable`: on a read-only mount, or
+mounted on its own as a secret) is found before anything is asked: the agent says so in one line at its start and
+never asks, since a JWT it cannot keep would only be issued again every hour. The operator
+provisions such a node again before its expiry (docs/bus-identities.md).
 """
 from __future__ import annotations
 
 import asyncio
 import base64
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +38,7 @@ from bke.adapters.auth.creds import creds_parts
 from bke.adapters.auth.jwt import decode_jwt, keypair_from_seed
 from bke.contracts.identity import AgentIdentityRenewed, RenewAgentIdentity, renew_identity_subject
 
-__all__ = ["IdentityRenewal", "due"]
+__all__ = ["IdentityRenewal", "creds_unwritable", "due"]
 
 log = logging.getLogger("bke.agent.renewal")
 REQUEST_TIMEOUT_S = 10.0
@@ -46,13 +52,35 @@ def due(claims: dict[str, Any], now: int) -> bool:
     return now >= exp - (exp - iat) // 3
 
 
-class IdentityRenewal:
-    """One node's renewals; `clock` gives unix seconds (injected)."""
+def creds_unwritable(path: Path) -> str | None:
+    """Why `path` cannot be replaced the way `write_private` replaces it (None: it can), found
+    without changing anything: the new file is made in its folder, which must be writable (a
+    read-only mount is not, even for root), and renamed over it, which fails for a mount point
+    (a compose secret is a file bind-mounted on its own)."""
+    if not os.access(path.parent, os.W_OK):
+        return f"its folder {path.parent} is not writable"
+    try:
+        own_device = path.stat().st_dev != path.parent.stat().st_dev
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    if own_device:
+        return "it is mounted on its own, as a secret is, and cannot be replaced"
+    return None
 
-    def __init__(self, nc: Any, creds: Path, cluster: str, node: str,
-                 clock: Callable[[], float] = time.time) -> None:
+
+class IdentityRenewal:
+    """One node's renewals; `clock` gives unix seconds, `unwritable` the creds file check (injected)."""
+
+    def __init__(self, nc: Any, creds: Path, cluster: str, node: str, clock: Callable[[], float] = time.time,
+                 unwritable: Callable[[Path], str | None] = creds_unwritable) -> None:
         self.nc, self.creds, self.cluster, self.node, self.clock = nc, creds, cluster, node, clock
+        self.unwritable = unwritable
         self.ids = {"cluster": cluster, "node": node}
+
+    def _cannot_keep(self, why: str, expires: object) -> None:
+        log.warning("the creds file %s cannot be replaced (%s): this agent does not renew its own identity; "
+                    "provision this node again (bke identities provision agent) before its JWT expires at %s",
+                    self.creds, why, expires, extra=self.ids)
 
     def _request(self, claims: dict[str, Any], seed: str, now: int) -> RenewAgentIdentity:
         key = keypair_from_seed(seed)
@@ -83,6 +111,9 @@ class IdentityRenewal:
         now = int(self.clock())
         if not due(claims, now):
             return "not due"
+        if (why := self.unwritable(self.creds)) is not None:  # a JWT it cannot keep is not asked for
+            self._cannot_keep(why, claims.get("exp"))
+            return "unwritable"
         req = self._request(claims, seed, now)
         try:
             msg = await self.nc.request(renew_identity_subject(self.cluster, self.node), req.to_bytes(),
@@ -112,10 +143,19 @@ class IdentityRenewal:
         return "renewed"
 
     async def run(self, stop: asyncio.Event, every_s: float) -> None:
-        """Check at start and then every `every_s` seconds until `stop`."""
+        """Check at start and then every `every_s` seconds until `stop`; never, said once at the
+        start, when the creds file cannot be replaced (nor after a renewal it could not keep)."""
+        if (why := self.unwritable(self.creds)) is not None:
+            try:
+                expires: object = decode_jwt(creds_parts(self.creds.read_text())[0], verify=False).get("exp")
+            except (OSError, ValueError):
+                expires = "an unknown time (the file does not read)"
+            self._cannot_keep(why, expires)
+            return
         while not stop.is_set():
             try:
-                await self.renew_once()
+                if await self.renew_once() == "unwritable":
+                    return  # said in its log line; asking again would only issue another JWT
             except (OSError, ValueError) as exc:  # the creds file unreadable or not ours: said, tried again
                 log.warning("renewal check failed: %s", exc, extra=self.ids)
             try:

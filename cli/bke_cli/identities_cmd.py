@@ -18,13 +18,13 @@ from typing import Optional
 import redis
 import typer
 
-from bke.adapters.auth.agent_renewal import RENEW_ALL, AgentRenewalResponder
 from bke.adapters.auth.authority import write_creds
 from bke.adapters.auth.permissions import ROLES, SERVICE_ROLES, identity_name, inbox_prefix
 from bke.adapters.auth.push import push_account
 from bke.adapters.auth.registry import IdentityRecord, IdentityRegistry, UnknownIdentity
+from bke.adapters.auth.serve_renewals import serve
 from bke.adapters.auth.system_user import SystemUser, ensure_system_user
-from bke.adapters.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.connect import BusAccess
 from bke.lab.identities import LabIdentities
 from bke.lab.supervisor import LabSupervisor
 from bke.adapters.runtime import EmbeddedRuntime
@@ -221,29 +221,26 @@ def init_cmd(out: Path = typer.Option(..., "--out", help="folder for auth.conf (
 
 @ids.command("serve-renewals")
 def serve_renewals_cmd(redis_url: Optional[str] = REDIS, nats_url: Optional[str] = NATS,
-                       creds: Path = typer.Option(..., "--creds", help="the `renewer` identity's creds file "
-                                                  "(`bke identities init` writes creds/renewer.creds)")) -> None:
+                       creds: Path = typer.Option(..., "--creds", envvar="BKE_NATS_CREDS",
+                                                  help="the `renewer` identity's creds file "
+                                                  "(`bke identities init` writes creds/renewer.creds)"),
+                       tls_ca: Optional[Path] = typer.Option(None, "--tls-ca", envvar="BKE_NATS_TLS_CA",
+                                                             help="CA bundle of a `tls://` NATS")) -> None:
     """Answer agents' renewal requests until stopped (Ctrl-C): each agent in the last third of
     its JWT's life asks for a new JWT for the key it holds, and gets one unless it is revoked or
-    asks for another node or key (bke.adapters.auth.agent_renewal). Run it where the authority's
-    key is, for at least an hour in every few months: agents ask again every hour while due."""
+    asks for another node or key (bke.adapters.auth.agent_renewal). docker-compose's `renewer`,
+    the `bke-renewer` Deployment and the lab run the same loop all the time
+    (`python -m bke.adapters.auth.serve_renewals`); by hand, run it where the authority's key is
+    for at least an hour in every few months (agents ask again every hour while due). Its Redis
+    user needs only the stored authority and the identity registry (`bke-renewer`, renewer.env)."""
     registry = _registry(redis_url)
     if not nats_url:
         die("--nats URL (or BKE_NATS_URL): the NATS the agents reach", EXIT_INVALID)
-    asyncio.run(_serve_renewals(BusAccess(nats_url, creds, inbox_prefix(identity_name("renewer"))), registry))
-
-
-async def _serve_renewals(access: BusAccess, registry: IdentityRegistry) -> None:
-    nc = await connect_nats(access, name="bke-renewer", wait=True)
-    responder = AgentRenewalResponder(nc, registry, lambda: int(time.time()))
-    await responder.start()
-    print(f"answering agents' renewal requests on {RENEW_ALL} (Ctrl-C to stop)", flush=True)
+    access = BusAccess(nats_url, creds, inbox_prefix(identity_name("renewer")), tls_ca)
     try:
-        await asyncio.Event().wait()  # until cancelled (Ctrl-C)
-    finally:
-        await responder.stop()
-        await nc.close()
-        print(f"renewed {responder.answered}, refused {responder.refused}")
+        asyncio.run(serve(access, registry, lambda line: print(line, flush=True)))
+    except KeyboardInterrupt:
+        pass
 
 
 def _system_said(system: SystemUser) -> str:

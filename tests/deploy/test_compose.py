@@ -123,7 +123,7 @@ def _bke_names(env: dict[str, Any]) -> set[str]:
 def test_compose_starts_each_service_and_agent_as_the_lab_does(
         lab_starts: dict[str, tuple[list[str], dict[str, str]]], tmp_path: Path) -> None:
     compose = _compose()["services"]
-    assert sorted(lab_starts) == sorted([*SERVICES, *(s for s in compose if s.startswith("agent-"))])
+    assert sorted(lab_starts) == sorted([*SERVICES, "renewer", *(s for s in compose if s.startswith("agent-"))])
     redis_acl.write_deployment_files(tmp_path / "redis")
     for name in SERVICES:
         argv, lab_env = lab_starts[name]
@@ -141,6 +141,13 @@ def test_compose_starts_each_service_and_agent_as_the_lab_does(
         assert compose_names - lab_names <= CONTAINER_ONLY, f"{name}: compose sets these, the lab does not"
         for key in ("BKE_NATS_INBOX_PREFIX", "BKE_DISPATCHER_MODE", "BKE_UPGRADER_MODE"):
             assert spec["environment"][key] == lab_env[key], (name, key)
+    # the renewer: the same module, and the same names but the lab's own (unbuffered output aside)
+    argv, lab_env = lab_starts["renewer"]
+    spec = compose["renewer"]
+    assert argv[1:] == spec["entrypoint"][1:] and "command" not in spec
+    text = (tmp_path / "redis" / "renewer.env").read_text()
+    assert spec["env_file"] == ["deploy/redis/renewer.env"] and text.startswith("BKE_REDIS_URL=redis://bke-renewer:")
+    assert _bke_names(lab_env) - LAB_TLS_ONLY == _bke_names(spec["environment"]) | {"BKE_REDIS_URL"}
     image_env = env_of(effective(read_stages(ROOT / "deploy/images/agent/Dockerfile"), "lab-agent"))
     for name in [s for s in compose if s.startswith("agent-")]:
         argv, lab_env = lab_starts[name]
@@ -198,3 +205,30 @@ def test_state_init_runs_once_before_the_services_and_alone_holds_the_admin_user
         assert needs["streams"] == {"condition": "service_completed_successfully"}, name
     needs = step["depends_on"]
     assert (needs if isinstance(needs, list) else list(needs)) == ["redis"]
+
+
+def test_the_renewer_alone_holds_the_authority_key_its_identity_and_its_redis_user() -> None:
+    compose = _compose()
+    services = compose["services"]
+    spec = services["renewer"]
+    assert spec["entrypoint"] == ["python", "-m", "bke.adapters.auth.serve_renewals"]
+    assert importlib.util.find_spec("bke.adapters.auth.serve_renewals") is not None
+    assert spec["read_only"] is True and "ports" not in spec  # no HTTP side
+    assert sorted(spec["secrets"]) == ["bke-key-authority", "renewer-creds"]  # no token, no other key
+    env = spec["environment"]
+    assert {k for k in env if k.startswith("BKE_KEY_FILE_")} == {key_file_env("authority")}
+    assert env[key_file_env("authority")] == "/run/secrets/bke-key-authority"
+    assert compose["secrets"]["bke-key-authority"] == {"file": "./deploy/keys/authority.key"}
+    assert env["BKE_NATS_CREDS"] == "/run/secrets/renewer-creds"
+    assert compose["secrets"]["renewer-creds"] == {"file": "./deploy/nats/creds/renewer.creds"}
+    assert env["BKE_NATS_INBOX_PREFIX"] == inbox_prefix("renewer")
+    assert spec["env_file"] == ["deploy/redis/renewer.env"]
+    # its Redis user reads the stored authority and writes the identity registry, nothing else
+    user = next(u for u in redis_acl.USERS if u.name == redis_acl.PROCESS_USER["renewer"])
+    assert (user.writes, user.reads) == (("bke:auth:identities",), ("bke:auth:authority",))
+    for name, other in services.items():
+        if name == "renewer":
+            continue
+        assert not {"bke-key-authority", "renewer-creds"} & set(other.get("secrets", [])), name
+        assert "deploy/redis/renewer.env" not in other.get("env_file", []), name
+        assert key_file_env("authority") not in (other.get("environment") or {}), name

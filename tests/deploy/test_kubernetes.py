@@ -193,3 +193,43 @@ def test_state_init_job_reaches_redis_and_dns_only() -> None:
     assert pol["spec"]["policyTypes"] == ["Egress"] and "ingress" not in pol["spec"]
     ports = {p["port"] for rule in pol["spec"]["egress"] for p in rule["ports"]}
     assert ports == {53, 6379, 26379}
+
+
+def test_the_renewer_alone_holds_the_authority_key_with_its_own_identity_and_redis_user() -> None:
+    dep = _find("Deployment", "bke-renewer")
+    assert dep["metadata"]["namespace"] == "bke" and dep["spec"]["replicas"] == 1  # its answer is idempotent
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    assert container["command"] == ["python", "-m", "bke.adapters.auth.serve_renewals"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "ports" not in container  # no HTTP side
+    env = {e["name"]: e for e in container["env"]}
+    assert {k for k in env if k.startswith("BKE_KEY_FILE_")} == {key_file_env("authority")}
+    assert env["BKE_NATS_INBOX_PREFIX"]["value"] == inbox_prefix("renewer")
+    assert env["BKE_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": "bke-renewer-redis", "key": "BKE_REDIS_URL"}
+    assert _secret_names(pod) == {"bke-renewer-nats", "bke-renewer-redis", "bke-key-authority"}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    key = Path(env[key_file_env("authority")]["value"])
+    assert key.name == "authority.key"
+    assert volumes[mounts[str(key.parent)]]["projected"]["sources"] == [{"secret": {"name": "bke-key-authority"}}]
+    creds = Path(env["BKE_NATS_CREDS"]["value"])
+    assert volumes[mounts[str(creds.parent)]]["secret"]["secretName"] == "bke-renewer-nats"
+    # no other workload is given the authority key, the renewer's Redis user or its identity
+    for obj in _objects():
+        if obj["kind"] in ("Deployment", "Job") and obj["metadata"]["name"] != "bke-renewer":
+            other = obj["spec"]["template"]["spec"]
+            assert not _secret_names(other) & _secret_names(pod), obj["metadata"]["name"]
+            names = {e["name"] for c in other["containers"] for e in c.get("env", [])}
+            assert key_file_env("authority") not in names, obj["metadata"]["name"]
+    readme = (K8S / "README.md").read_text()
+    for needle in ("renewer.yaml", "bke-renewer-redis", "renewer.env", "authority"):
+        assert needle in readme, needle
+
+
+def test_the_renewer_reaches_dns_nats_and_redis_and_is_reached_by_nothing() -> None:
+    pol = _find("NetworkPolicy", "bke-renewer")
+    assert pol["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "bke-renewer"}
+    assert sorted(pol["spec"]["policyTypes"]) == ["Egress", "Ingress"] and "ingress" not in pol["spec"]
+    assert {p["port"] for rule in pol["spec"]["egress"] for p in rule["ports"]} == {53, 4222, 6379, 26379}

@@ -8,8 +8,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -19,6 +22,7 @@ import redis
 from nats.aio.client import Client as NatsClient
 
 from bke.adapters.auth import write_creds
+from bke.adapters.auth import serve_renewals
 from bke.adapters.auth.agent_renewal import AgentRenewalResponder
 from bke.adapters.auth.creds import creds_parts
 from bke.adapters.auth.jwt import decode_jwt, keypair_from_seed
@@ -26,9 +30,13 @@ from bke.adapters.auth.permissions import IDENTITY_TTL_S, identity_name, inbox_p
 from bke.adapters.auth.registry import IdentityRegistry
 from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.adapters.runtime import EmbeddedRuntime
+from bke.adapters.runtime.processes import free_port, pid_alive
 from bke.contracts.agent import agent_subject
 from bke.contracts.identity import AgentIdentityRenewed, RenewAgentIdentity, renew_identity_subject
-from bke.core.secrets.at_rest import load_secret_box
+from bke.core.secrets.at_rest import create_key_file, load_secret_box
+from bke.lab.identities import LabIdentities
+from bke.lab.key_files import lab_key_file
+from bke.lab.supervisor import LabSupervisor
 from bke_agent.renewal import IdentityRenewal
 from tests.bus_identity_helpers import CLUSTER, _connect
 
@@ -193,3 +201,81 @@ async def test_bke_identities_serve_renewals_answers_an_agent(secure: EmbeddedRu
         proc.send_signal(signal.SIGINT)
         out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert b"renewed 1, refused 0" in out, err.decode()[-2000:]
+
+
+async def test_the_lab_runs_the_renewer_beside_the_services_and_stops_it_at_down(tmp_path: Path) -> None:
+    """The lab's supervisor starts `bke identities serve-renewals` as the renewer (its creds, its
+    own Redis user, the authority key alone), once; an agent of the lab near expiry renews
+    through it; `bke lab down` stops it."""
+    sup = LabSupervisor(tmp_path / "lab")
+    info = sup.ensure_runtime()
+    try:
+        pid = sup.ensure_renewer(info)
+        assert pid is not None and sup.ensure_renewer(info) == pid  # idempotent: the running one kept
+        log = tmp_path / "lab" / "logs" / "renewer.log"
+
+        async def listening() -> bool:
+            return log.is_file() and b"answering agents' renewal requests" in log.read_bytes()
+
+        await _until(listening, f"the renewer never listened: {log}")
+        clock = [int(time.time()) + 3600 - TTL]  # issued so that an hour of its year is left
+        keeper = LabIdentities(sup.workdir, sup.runtime, info, clock=lambda: clock[0])
+        try:
+            creds = keeper.ensure("agent", CLUSTER, "node-l")
+        finally:
+            keeper.close()
+        old = decode_jwt(creds_parts(creds.read_text())[0])
+        nc = await connect_nats(BusAccess(info.nats_url, creds, inbox_prefix(identity_name("agent", CLUSTER, "node-l"))))
+        try:
+            assert await IdentityRenewal(nc, creds, CLUSTER, "node-l").renew_once() == "renewed"
+        finally:
+            await nc.close()
+        new = decode_jwt(creds_parts(creds.read_text())[0])
+        assert new["sub"] == old["sub"] and new["exp"] > old["exp"] + TTL // 2
+        env = (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0")
+        assert [e for e in env if e.startswith(b"BKE_KEY_FILE_")] == [b"BKE_KEY_FILE_AUTHORITY=" + str(
+            lab_key_file(sup.workdir, "authority")).encode()]
+        assert any(e.startswith(b"BKE_REDIS_URL=redis://bke-renewer:") for e in env)
+    finally:
+        sup.down()
+    assert not pid_alive(pid) and sup.pids().get("renewer", {}) == {}
+
+
+def test_the_renewer_process_refuses_a_wrong_setting_or_key_before_it_serves(secure: EmbeddedRuntime,
+                                                                              tmp_path: Path) -> None:
+    """Exit 2 (a container is not restarted into the same mistake) for a missing setting and for
+    an at-rest key that does not open the stored authority; 1 for a Redis it cannot reach."""
+    s = Setup(secure, tmp_path)
+    assert secure.info is not None
+    env = {"BKE_NATS_URL": secure.info.nats_url, "BKE_NATS_CREDS": str(s.issue("renewer")),
+           "BKE_REDIS_URL": secure.info.redis_url, "BKE_KEY_FILE_AUTHORITY": str(tmp_path / "other.key")}
+    create_key_file(tmp_path / "other.key")
+    assert serve_renewals.run({k: v for k, v in env.items() if k != "BKE_NATS_CREDS"}) == serve_renewals.EXIT_INVALID
+    assert serve_renewals.run(env) == serve_renewals.EXIT_INVALID  # the stored authority does not open
+    assert secure.nats_auth is not None
+    unreachable = {**env, "BKE_KEY_FILE_AUTHORITY": str(secure.nats_auth.key_file),
+                   "BKE_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    assert serve_renewals.run(unreachable) == serve_renewals.EXIT_RETRY
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None or not Path("/dev/shm").is_dir(),
+                    reason="a mount namespace of its own needs root and unshare; the mount point is on /dev/shm, "
+                           "another filesystem than the test's folder")
+def test_a_creds_file_bind_mounted_on_its_own_is_found_before_a_renewal_would_fail(tmp_path: Path) -> None:
+    """What compose does with a secret (a file bind-mounted read-only in /run/secrets), in a mount
+    namespace of the test's own: the agent's check finds it, and replacing it does fail."""
+    source, folder = tmp_path / "secret.creds", Path(tempfile.mkdtemp(dir="/dev/shm"))
+    source.write_text("jwt and seed")
+    (folder / "agent.creds").write_text("")
+    probe = ("import sys; from pathlib import Path; from bke_agent.renewal import creds_unwritable;"
+             "from bke.adapters.auth.authority import write_private; p = Path(sys.argv[1]); print(creds_unwritable(p));"
+             "write_private(p, b'new')")
+    try:
+        done = subprocess.run(["unshare", "-m", "sh", "-c", 'mount --bind -o ro "$1" "$2" && exec "$3" -c "$4" "$2"',
+                               "-", str(source), str(folder / "agent.creds"), sys.executable, probe],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        shutil.rmtree(folder)
+    assert "mounted on its own" in done.stdout, done.stdout + done.stderr
+    assert done.returncode != 0 and "Device or resource busy" in done.stderr  # what the check spares
+    assert source.read_text() == "jwt and seed"

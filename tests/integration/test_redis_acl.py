@@ -26,6 +26,8 @@ pytestmark = pytest.mark.integration
 C = "seed"
 SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
 ADMIN = "admin"
+RENEWER = "renewer"  # `bke identities serve-renewals`: a user of its own, no service
+USERS = (*SERVICES, RENEWER, ADMIN)
 PKI_KEYS = k.pki_key(C, "keys")  # the CA keys (encrypted at rest, and still nobody else's)
 VRRP = k.vrrp_password_key(C)
 
@@ -39,8 +41,8 @@ TABLE: dict[str, dict[str, str]] = {
     k.command_key_rollover_key(): {"dispatcher": "r"},  # public: the dispatcher announces its next key
     k.command_key_acks_key(): {"dispatcher": "rw"},
     k.etcd_snapshot_key(): {"dispatcher": "r", "upgrader": "r"},
-    k.auth_authority_key(): {},  # the NATS operator's and account's seeds
-    k.auth_identities_key(): {},
+    k.auth_authority_key(): {RENEWER: "r"},  # the NATS operator's and account's seeds (sealed: the authority key)
+    k.auth_identities_key(): {RENEWER: "rw"},
     VRRP: {"renderer": "rw", "upgrader": "r"},
     k.api_credentials_key(C): {"certs": "rw", "dispatcher": "r", "upgrader": "r"},
     k.epoch_key(): {s: "r" for s in SERVICES if s != "upgrader"},
@@ -88,11 +90,12 @@ NEEDS: dict[str, dict[str, str]] = {
                                   k.accepted_agents_key(C), k.provisioned_agents_key(C), k.addon_manifests_key(C),
                                   k.api_credentials_key(C), k.node_files_key(C, "certs"), k.node_files_digest_key(C, "certs"),
                                   VRRP, k.command_signing_key(), k.etcd_snapshot_key()], "r")},
+    RENEWER: {k.auth_identities_key(): "rw", k.auth_authority_key(): "r"},
 }
 
 
 def _user(who: str) -> redis_acl.AclUser:
-    name = redis_acl.ADMIN if who == ADMIN else redis_acl.SERVICE_USER[who]
+    name = redis_acl.ADMIN if who == ADMIN else redis_acl.PROCESS_USER[who]
     return next(u for u in redis_acl.USERS if u.name == name)
 
 
@@ -102,11 +105,12 @@ def _expected(key: str, who: str) -> str:
 
 def test_the_table_gives_each_service_what_it_needs_and_every_secret_to_whom_it_names() -> None:
     assert set(redis_acl.SERVICE_USER) == set(SERVICES)
+    assert set(redis_acl.PROCESS_USER) == {*SERVICES, RENEWER}
     for service, needed in NEEDS.items():
         wrong = {key: (want, _user(service).access(key)) for key, want in needed.items() if _user(service).access(key) != want}
         assert not wrong, f"{service}: {wrong}"
     for key in TABLE:
-        assert {w: _user(w).access(key) for w in (*SERVICES, ADMIN)} == {w: _expected(key, w) for w in (*SERVICES, ADMIN)}, key
+        assert {w: _user(w).access(key) for w in USERS} == {w: _expected(key, w) for w in USERS}, key
     # named patterns for the upgrader: no pattern reaches every key of the deployment or of a cluster
     assert not {"*", "bke:*", "bke:*:*"} & set(_user("upgrader").keys)
 
@@ -155,7 +159,7 @@ async def test_no_password_no_entry_and_no_password_in_a_printed_url(runtime: Em
     assert password not in (runtime.workdir / "redis-users.acl").read_text()  # hashes only
 
 
-@pytest.mark.parametrize("who", [*SERVICES, ADMIN])
+@pytest.mark.parametrize("who", USERS)
 async def test_each_user_reads_and_writes_every_secret_exactly_as_the_table_says(
         runtime: EmbeddedRuntime, redis_client: aioredis.Redis, who: str) -> None:
     r = _client(runtime, who)
@@ -176,7 +180,7 @@ async def test_each_user_reads_and_writes_every_secret_exactly_as_the_table_says
         await r.aclose()
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", [*SERVICES, RENEWER])
 async def test_service_user_does_its_job_and_nothing_dangerous(runtime: EmbeddedRuntime, service: str,
                                                              redis_client: aioredis.Redis) -> None:
     r = _client(runtime, service)
@@ -200,7 +204,7 @@ async def test_service_user_does_its_job_and_nothing_dangerous(runtime: Embedded
                 with pytest.raises(NoPermissionError):
                     await r.execute_command(*command)
             # what the ACL alone says (ACL DRYRUN, asked as the admin)
-            verdict = await redis_client.execute_command("ACL", "DRYRUN", redis_acl.SERVICE_USER[service], *command)
+            verdict = await redis_client.execute_command("ACL", "DRYRUN", redis_acl.PROCESS_USER[service], *command)
             assert "no permissions" in verdict, (command, verdict)
     finally:
         await r.aclose()

@@ -13,7 +13,9 @@ Layout of a lab workdir:
     logs/<name>.log     one log per process
     hosts/<hostname>/   each node's root (what would be / on a real node)
     processes.json      {"services": {name: pid}, "agents": {hostname: launcher pid},
-                         "http": {name: port}, "kwok": {cluster: pid}}: each service's HTTP port
+                         "http": {name: port}, "kwok": {cluster: pid}, "renewer": {"renewer": pid}}:
+                         the agents' renewer (bke.adapters.auth.serve_renewals, with NATS
+                         authentication only); each service's HTTP port
                          (its dashboard, /metrics, /readyz), chosen free at its start
                          (`http_urls`); a real-control-plane lab's kwok per cluster
     control-plane       "real" when installed with `--control-plane real` (bke.lab.kube_binaries)
@@ -207,7 +209,30 @@ class LabSupervisor:
             ports[name] = port = kept if kept and port_is_free("127.0.0.1", kept) else free_port()
             pids["services"][name] = self.start_service_process(info, dict(env, BKE_HTTP_PORT=str(port)), name, name)
         self._save(pids)
+        self.ensure_renewer(info)
         return pids["services"]
+
+    def ensure_renewer(self, info: RuntimeInfo) -> int | None:
+        """The agents' renewer (bke.adapters.auth.serve_renewals) beside the services, as a
+        deployment runs it: the `renewer` bus identity, its own Redis user and the `authority`
+        at-rest key alone. None when NATS runs without authentication (no JWT to renew).
+        Idempotent: a running renewer is left alone."""
+        if not self.auth:
+            return None
+        pids = self.pids()
+        group = pids.setdefault("renewer", {})
+        pid = group.get("renewer")
+        if pid and pid_alive(pid):
+            return pid
+        env = dict(_without_keys(os.environ), PYTHONUNBUFFERED="1", BKE_NATS_URL=info.nats_url,
+                   BKE_REDIS_URL=redis_acl.service_url(self.runtime.workdir, info.redis_url, "renewer"),
+                   BKE_KEY_FILE_AUTHORITY=str(lab_key_file(self.workdir, "authority")),
+                   **self._bus_env(info, "renewer"))
+        proc = ManagedProcess.start("renewer", [sys.executable, "-m", "bke.adapters.auth.serve_renewals"],
+                                    self.workdir / "logs" / "renewer.log", env=env)
+        group["renewer"] = proc.pid
+        self._save(pids)
+        return proc.pid
 
     def http_urls(self) -> dict[str, str]:
         """Each running service's HTTP base URL (its dashboard at `/`), by service name."""
@@ -316,8 +341,8 @@ class LabSupervisor:
         """Stop agents first (they stop their pods), then services, then NATS and Redis."""
         stopped = []
         pids = self.pids()
-        everyone = [p for p in [*pids["agents"].values(), *pids["services"].values(), *pids.get("kwok", {}).values()]
-                    if pid_alive(p)]
+        everyone = [p for p in [*pids["agents"].values(), *pids["services"].values(), *pids.get("kwok", {}).values(),
+                                *pids.get("renewer", {}).values()] if pid_alive(p)]
         for pid in everyone:  # signal all first, so that they stop in parallel
             if pid_alive(pid):
                 with contextlib.suppress(ProcessLookupError):

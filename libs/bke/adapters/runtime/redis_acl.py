@@ -27,7 +27,8 @@ dispatcher's scripts get no more rights than the dispatcher has (tested, not ass
 
 A `*` in a glob matches `:` as well. The patterns are chosen so that no service's patterns
 match another service's secrets: `bke:*:pki:*` (CA keys, certs only), `bke:*:render:vrrp-password`
-(the renderer writes it, the upgrader reads it), the NATS authority (`bke:auth:*`, admin only),
+(the renderer writes it, the upgrader reads it), the NATS authority (`bke:auth:*`: the admin; the
+renewer reads the authority and writes the identity registry, nothing else),
 the command-signing key (the dispatcher writes it, the upgrader reads it) and the etcd snapshot
 key (the admin side writes it, the dispatcher and the upgrader read it). tests/integration/
 test_redis_acl.py checks every user against every secret on a real server.
@@ -43,10 +44,11 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-__all__ = ["ADMIN", "PASSWORDS_FILE", "SERVICE_USER", "USERS", "AclUser", "acl_file_text", "ensure_passwords",
+__all__ = ["ADMIN", "PASSWORDS_FILE", "PROCESS_USER", "RENEWER", "SERVICE_USER", "USERS", "AclUser", "acl_file_text", "ensure_passwords",
            "service_url", "user_url", "write_deployment_files"]
 
 ADMIN = "bke-admin"
+RENEWER = "bke-renewer"  # `bke identities serve-renewals`: the agents' own renewals, no service
 PASSWORDS_FILE = "redis-users.json"  # in the runtime's work directory, mode 0600
 
 # The commands a service needs: reads, writes, MULTI/EXEC/WATCH, EVAL, AUTH/PING/SELECT. The
@@ -129,9 +131,14 @@ USERS: tuple[AclUser, ...] = (
                 "commands are signed like the dispatcher's: agents trust one key) and the etcd snapshot key (a "
                 "restore opens the snapshot). Never the PKI, the NATS authority or another record; it converts no "
                 "record (`bke state migrate`, the admin's)"),
+    AclUser(RENEWER, writes=("bke:auth:identities",), reads=("bke:auth:authority",),
+            why="the agents' own renewals (bke.adapters.auth.agent_renewal): reads the NATS authority (sealed with "
+                "the `authority` at-rest key it alone is given) to sign a JWT, records it in the identity registry"),
     AclUser(ADMIN, writes=("*",), commands="+@all", why="bke state init/backup/restore/migrate, the lab, tests"),
 )
-SERVICE_USER = {u.name.removeprefix("bke-"): u.name for u in USERS if u.name != ADMIN}
+SERVICE_USER = {u.name.removeprefix("bke-"): u.name for u in USERS if u.name not in (ADMIN, RENEWER)}
+# every process with a user of its own: the services and the renewer (`<name>.env`, `service_url`)
+PROCESS_USER = {**SERVICE_USER, "renewer": RENEWER}
 
 
 def _sha256(password: str) -> str:
@@ -162,9 +169,9 @@ def ensure_passwords(path: Path) -> dict[str, str]:
 
 
 def service_url(runtime_dir: Path, admin_url: str, service: str) -> str:
-    """The URL a service of the lab uses: the admin URL's server, the service's own user."""
+    """The URL a service (or the renewer) of the lab uses: the admin URL's server, its own user."""
     parts = urlsplit(admin_url)
-    user = SERVICE_USER[service]
+    user = PROCESS_USER[service]
     password = ensure_passwords(runtime_dir / PASSWORDS_FILE)[user]
     scheme = "rediss" if parts.scheme == "rediss" else "redis"
     return user_url(parts.hostname or "127.0.0.1", parts.port or 6379, user, password, scheme=scheme)
@@ -176,14 +183,14 @@ def user_url(host: str, port: int, user: str, password: str, db: int = 0, scheme
 
 def write_deployment_files(out: Path, host: str = "redis", port: int = 6379) -> list[Path]:
     """For docker-compose and deploy/: `users.acl` (hashes only, for `--aclfile`), one
-    `<service>.env` per service (its BKE_REDIS_URL, mode 0600), `admin.env` for `bke state`.
+    `<service>.env` per service and `renewer.env` (its BKE_REDIS_URL, mode 0600), `admin.env` for `bke state`.
     Passwords are made once and kept in `redis-users.json` (0600): running this again keeps them.
     Usage: `python -m bke.adapters.runtime.redis_acl deploy/redis`."""
     out.mkdir(parents=True, exist_ok=True)
     passwords = ensure_passwords(out / PASSWORDS_FILE)
     written = [out / "users.acl"]
     written[0].write_text(acl_file_text(passwords))
-    for service, user in [*SERVICE_USER.items(), ("admin", ADMIN)]:
+    for service, user in [*PROCESS_USER.items(), ("admin", ADMIN)]:
         path = out / f"{service}.env"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as env:

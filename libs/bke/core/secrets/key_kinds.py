@@ -14,8 +14,9 @@ alone, and each is rotated on its own (`bke keys`, bke.adapters.state.rekey).
     signing    the command-signing key (bke:command-signing-key)      dispatcher, upgrader
     snapshot   the etcd snapshot key (bke:etcd-snapshot-key)          upgrader (restores);
                                                                        `bke state init`, `bke etcd`
-    authority  the NATS operator's and account's seeds                 `bke identities`, the lab
-               (bke:auth:authority; a lab's runtime/auth/authority.enc)  (and `bke state restore`)
+    authority  the NATS operator's and account's seeds                 `bke identities`, the lab,
+               (bke:auth:authority; a lab's runtime/auth/authority.enc)  the agents' renewer
+                                                                       (and `bke state restore`)
     backup     `bke state backup` files                                `bke state backup/restore`
 
 `api` is a kind of its own, and not `pki`, so that the dispatcher and the upgrader, who need
