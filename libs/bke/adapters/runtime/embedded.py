@@ -55,6 +55,7 @@ import redis
 from bke.core.secrets.at_rest import load_secret_box
 from bke.adapters.state.client import StoreAccess, parse_sentinels, redact_url, sync_redis_client
 from bke.adapters.state.state_init import ensure_state
+from bke.core.secrets.record_signing import WRITERS
 from . import redis_acl
 from .declare import declare_streams
 from .binaries import nats_server_bin, redis_server_bin
@@ -348,12 +349,15 @@ class EmbeddedRuntime:
 
     def _ensure_state(self, info: RuntimeInfo) -> None:
         """What `bke state init` makes, as the admin user (bke.adapters.state.state_init): the epoch, and
-        the etcd snapshot key when the `snapshot` key file exists (a lab's `keys/snapshot.key`)."""
+        the etcd snapshot key and the record writers' signing keys when their key files exist (a
+        lab's `keys/snapshot.key`, `keys/plan.key`, `keys/render.key`)."""
         key = self._key_file("snapshot")
         box = load_secret_box(key) if key is not None and key.exists() else None
+        writers = {w: self._key_file(w) for w in WRITERS}
+        record_boxes = {w: load_secret_box(f) for w, f in writers.items() if f is not None and f.exists()}
         client = sync_redis_client(info.admin_store(), socket_timeout=5.0, socket_connect_timeout=5.0)
         try:
-            ensure_state(client, box)
+            ensure_state(client, box, record_boxes=record_boxes)
         finally:
             client.close()
 

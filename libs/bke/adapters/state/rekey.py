@@ -10,6 +10,8 @@ kind). One row per family of Redis keys; a family is found by its name or a SCAN
     signing    bke:command-signing-key       string  blob
     snapshot   bke:etcd-snapshot-key         string  [b"BKESNAP1" | public half] blob
     authority  bke:auth:authority            string  blob, aad the key's name
+    plan       bke:record-signing-key:plan   string  "BKEREC1:<public half>:<base64 blob>"
+    render     bke:record-signing-key:render string  "BKEREC1:<public half>:<base64 blob>"
 
 Outside Redis: the `backup` kind's files (`rekey_backup_file`) and a lab's
 `runtime/auth/authority.enc` (the CLI, through bke.adapters.runtime.nats_security).
@@ -47,8 +49,9 @@ from bke.core.secrets.at_rest import SecretBox, blob_key_id
 from bke.core.secrets.signing import STORED_KEY_AAD as SIGNING_AAD
 from bke.core.secrets.snapshot_key import STORED_KEY_AAD as SNAPSHOT_AAD
 from bke.core.secrets.snapshot_key import join_stored, split_stored
+from bke.core.secrets import record_signing
 from .backup import MAGIC as BACKUP_MAGIC
-from .keys import api_credentials_key, auth_authority_key, command_signing_key, etcd_snapshot_key, pki_key
+from .keys import api_credentials_key, auth_authority_key, command_signing_key, etcd_snapshot_key, pki_key, record_signing_key
 
 __all__ = ["FAMILIES", "Family", "RekeyReport", "census", "reencrypt_kind", "rekey_backup_file"]
 
@@ -66,6 +69,7 @@ class Codec:
 RAW = Codec(lambda v: (b"", v), lambda kept, blob: blob)
 BASE64 = Codec(lambda v: (b"", base64.b64decode(v)), lambda kept, blob: base64.b64encode(blob))
 SNAPSHOT = Codec(split_stored, join_stored)
+RECORD_KEY = Codec(record_signing.split_stored, record_signing.join_stored)
 
 
 def _per_cluster(name: Callable[[str], str]) -> tuple[str, Callable[[str], str]]:
@@ -95,6 +99,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("signing", command_signing_key(), "string", lambda k, f: SIGNING_AAD),
     Family("snapshot", etcd_snapshot_key(), "string", lambda k, f: SNAPSHOT_AAD, SNAPSHOT),
     Family("authority", auth_authority_key(), "string", lambda k, f: k.encode()),
+    Family("plan", record_signing_key("plan"), "string", lambda k, f: record_signing.record_key_aad("plan"), RECORD_KEY),
+    Family("render", record_signing_key("render"), "string", lambda k, f: record_signing.record_key_aad("render"),
+           RECORD_KEY),
 )
 
 
