@@ -22,9 +22,9 @@ Why it is built this way:
   (bke.adapters.runtime.redis_acl). ``redisUrl`` is the admin user's URL, for the lab itself, the state
   tool and tests; the lab gives each service its own URL (bke.adapters.runtime.redis_acl.service_url).
 * Every start makes, as the admin user, what `bke state init` makes (bke.adapters.state.state_init): the
-  state's epoch if the store has none (SET NX), and the etcd snapshot key when the `snapshot`
-  key file exists in ``key_dir``. Services only read both, and wait while the epoch is missing
-  (bke.adapters.state.epoch).
+  state's epoch if the store has none (SET NX), the etcd snapshot key when the `snapshot`
+  key file exists in ``key_dir``, and the plan and render writers' signing keys when theirs do.
+  Services only read these, and wait while the epoch is missing (bke.adapters.state.epoch).
 * The at-rest keys it uses are files in ``key_dir`` (a lab's `keys/`, bke.lab.key_files), one
   per kind: `authority.key` encrypts the NATS seeds (``auth/authority.enc``), `snapshot.key` the
   etcd snapshot key. Without ``key_dir`` (tests of single services), the NATS seeds are

@@ -113,7 +113,8 @@ def _parts(writer: str, blob: bytes | str) -> tuple[bytes, bytes]:
     """(raw public half, at-rest blob) of a stored key."""
     record_key_aad(writer)
     text = blob.decode("ascii", "replace") if isinstance(blob, bytes) else blob
-    head, public, sealed = (text.split(":") + ["", ""])[:3]
+    parts = text.split(":")
+    head, public, sealed = parts if len(parts) == 3 else ("", "", "")
     try:
         raw, box = base64.b64decode(public, validate=True), base64.b64decode(sealed, validate=True)
     except (binascii.Error, ValueError):
