@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
     for n in args.nodes:
         plan = _plan(n)
         raw = plan.to_json().encode()
-        _row(f"plan, {len(plan.nodes)} nodes", raw, lambda: Plan.model_validate_json(raw), args.rounds,
+        _row(f"plan, {len(plan.nodes)} nodes", raw, lambda raw=raw: Plan.model_validate_json(raw), args.rounds,
              max(1, 2000 // n))
     small = _plan(10)
     master = render_cluster(small, RenderInputs(vrrp_password="benchpw1")).nodes[0]

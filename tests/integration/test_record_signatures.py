@@ -1,10 +1,12 @@
 """Plans and rendered file sets are believed only with their writer's signature, on real Redis
 and NATS. The attacker here writes Redis as the admin user does (every key): the plan rewritten,
 a plan of another cluster or an older plan copied in, a node's rendered files changed. Each
-refusal has its positive control beside it: the record as its writer stored it is used.
+refusal has its positive control beside it: the record as its writer stored it is used (for the
+dispatcher, tests/integration/test_dispatcher.py installs from signed file sets).
 """
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 
 import pytest
@@ -21,7 +23,7 @@ from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED
 from bke.core.plan import plan_spec_text
 from bke.core.secrets.record_signing import RecordKeyError, RecordSignatureError
-from bke.core.state.nodefiles import file_from_bytes
+from bke.core.state.nodefiles import NodeFile, file_from_bytes
 from bke_certs.app import create_service as create_certs
 from bke_certs.settings import CertsSettings
 from bke_dispatcher.app import create_service as create_dispatcher
@@ -31,6 +33,10 @@ from tests.trust_helpers import provision
 
 pytestmark = pytest.mark.integration
 TIMEOUT = 30.0
+
+
+def _node_json(files: list[NodeFile]) -> str:
+    return json.dumps([f.model_dump(by_alias=True, mode="json") for f in files])
 
 
 def _now() -> str:
@@ -96,7 +102,7 @@ async def test_without_the_writer_s_key_nothing_is_read_and_nothing_signed(redis
     r = redis_client
     await _saved(r, "sig-e")
     await r.delete(record_signing_key("plan"))  # the public half readers check with, gone
-    with pytest.raises(RecordKeyError, match="the plan of sig-e: no plan-signing key is stored"):
+    with pytest.raises(RecordKeyError, match=r"the plan of sig-e \(bke:sig-e:plan\): no plan-signing key is stored"):
         await RedisPlanStore(r).load("sig-e")
     monkeypatch.delenv("BKE_KEY_FILE_PLAN")  # a process not given the plan writer's key file
     monkeypatch.delenv("BKE_SECRET_KEY_FILE", raising=False)
@@ -143,14 +149,13 @@ async def test_certs_issues_nothing_from_a_plan_rewritten_by_an_admin_writer(cer
 
 async def test_the_dispatcher_sends_nothing_built_from_a_tampered_file_set(nats_url, redis_url, redis_client,
                                                                            nats_client, operator_box) -> None:
-    r, js = redis_client, nats_client.jetstream()
+    r, js = Redis.from_url(redis_url), nats_client.jetstream()  # bytes: the command key is read as stored
     await ensure_streams(js)
     plan, digest = await _stored_cluster(r, "sig-files")
     hosts = [n.hostname for n in plan.nodes]
     assert await RedisNodeFiles(r).get("sig-files", "render", hosts[0])  # as the renderer signed them: read
     evil = [file_from_bytes("/etc/kubernetes/manifests/etcd.yaml", b"kind: Pod\nspec: {hostPID: true}\n", 0o600)]
-    await r.hset(node_files_key("sig-files", "render"), hosts[0],
-                 (await _one_node_json(evil)))
+    await r.hset(node_files_key("sig-files", "render"), hosts[0], _node_json(evil))
     with pytest.raises(RecordSignatureError, match=f"the rendered files of {hosts[0]} in sig-files"):
         await RedisNodeFiles(r).get("sig-files", "render", hosts[0])
     svc = create_dispatcher(DispatcherSettings(nats_url=nats_url, redis_url=redis_url, mode="lab", health_interval_s=0))
@@ -165,13 +170,10 @@ async def test_the_dispatcher_sends_nothing_built_from_a_tampered_file_set(nats_
     finally:
         await fleet.stop(grace=1.0)
         await svc.stop()
+    try:
+        assert await r.hlen(node_files_signatures_key("sig-files", "render")) == len(hosts)
+    finally:
+        await r.aclose()
     assert done.data["status"] == "Failed" and done.data["phase"] == "node-env"
     assert f"the rendered files of {hosts[0]} in sig-files" in done.data["message"]
     assert fleet.executed == 0  # no command carrying the renderer's files reached any node
-    assert await r.hlen(node_files_signatures_key("sig-files", "render")) == len(hosts)
-
-
-async def _one_node_json(files) -> str:  # noqa: ANN001
-    import json
-
-    return json.dumps([f.model_dump(by_alias=True, mode="json") for f in files])

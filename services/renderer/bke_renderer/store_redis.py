@@ -97,8 +97,8 @@ class RedisRenderStore:
         signatures = {h: sign_node_files(signer, rendered.cluster, h, rendered.digest, raw) for h, raw in files.items()}
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(k["files"], k["addons"], k["signatures"])
-            pipe.hset(k["files"], mapping=files)  # type: ignore[arg-type]
-            pipe.hset(k["signatures"], mapping=signatures)  # type: ignore[arg-type]
+            pipe.hset(k["files"], mapping=files)
+            pipe.hset(k["signatures"], mapping=signatures)
             if rendered.addons:
                 pipe.hset(k["addons"], mapping={f.path.removesuffix(".yaml"): f.content.decode() for f in rendered.addons})
             pipe.set(k["meta"], json.dumps(meta, sort_keys=True))

@@ -72,6 +72,8 @@ class RecordKeys:
                 raise RecordKeyError(f"no {writer}-signing key is stored and this service may not make one: "
                                      "run `bke state init` with its key file") from None
             blob = await self.redis.get(name)
+        if blob is None:  # deleted between the two reads: by the admin, who may make it again
+            raise RecordKeyError(f"the {writer}-signing key went while it was being made: try again")
         return RecordSigner.from_store(writer, blob, box)
 
     async def verifier(self, writer: str) -> RecordVerifier:
