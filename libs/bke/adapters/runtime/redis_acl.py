@@ -61,7 +61,7 @@ _PLAN = ("bke:*:plan", "bke:*:plan-meta")  # the planner writes, the upgrader re
 _RENDER_FILES = ("bke:*:files:render", "bke:*:files:render:*")
 # the record writers' signing keys: made by the admin side only (bke.adapters.state.record_keys); every
 # service reads the public halves, and a writer its own private half (encrypted with its key file)
-_RECORD_KEYS = "bke:record-signing-key:*"
+_RECORD_KEYS = ("bke:plan-signing-key", "bke:render-signing-key")
 _CERTS_FILES = ("bke:*:files:certs", "bke:*:files:certs:*")
 
 
@@ -92,17 +92,17 @@ class AclUser:
 USERS: tuple[AclUser, ...] = (
     AclUser("bke-planner",
             writes=("bke:clusters", "bke:recent-plans", "bke:request:*", *_PLAN, "bke:*:plan-replaceable"),
-            reads=(_EPOCH, _RECORD_KEYS),
+            reads=(_EPOCH, *_RECORD_KEYS),
             why="plans and requests (bke.adapters.state.plans)"),
     AclUser("bke-certs",
             writes=("bke:pki-clusters", "bke:*:pki:*", "bke:*:certs:*", "bke:*:api-credentials", *_CERTS_FILES,
                     "bke:*:agents:provisioned", "bke:*:operation"),
-            reads=(_EPOCH, "bke:clusters", *_PLAN, _RECORD_KEYS),
+            reads=(_EPOCH, "bke:clusters", *_PLAN, *_RECORD_KEYS),
             why="the PKI (CA keys encrypted at rest), agents' sealing keys (provisioned and registered), sealed bundles; "
                 "the operation slot (a renewal claims it for its rotation)"),
     AclUser("bke-renderer",
             writes=("bke:recent-renders", "bke:*:addon-manifests", "bke:*:render:*", *_RENDER_FILES),
-            reads=(_EPOCH, *_PLAN, _RECORD_KEYS),
+            reads=(_EPOCH, *_PLAN, *_RECORD_KEYS),
             why="rendered files, addon manifests, the VRRP password"),
     AclUser("bke-dispatcher",
             writes=("bke:installs", "bke:rotations", "bke:*:install", "bke:*:inputs", "bke:*:sealed", "bke:*:phase:*",
@@ -114,7 +114,7 @@ USERS: tuple[AclUser, ...] = (
                     "bke:resets", "bke:*:reset", "bke:*:reset:*", "bke:joins", "bke:*:join", "bke:*:join:*",
                     "bke:removals", "bke:*:removal", "bke:*:removal:*", "bke:*:paused", "bke:*:operation"),
             reads=(_EPOCH, *_PLAN, *_RENDER_FILES, *_CERTS_FILES, "bke:*:addon-manifests", "bke:*:agents:provisioned",
-                   "bke:*:api-credentials", "bke:etcd-snapshot-key", _RECORD_KEYS),
+                   "bke:*:api-credentials", "bke:etcd-snapshot-key", *_RECORD_KEYS),
             why="install, rotation, reset, join and removal records; the operation slot; the command-signing key (made "
                 "on first use); reads the rendered and sealed file sets; the etcd snapshot key (a reset's snapshots "
                 "are sealed to its public half); the agents' provisioned public keys (keepalived.conf sealed to "
@@ -125,7 +125,7 @@ USERS: tuple[AclUser, ...] = (
                     "bke:*:addons", "bke:*:node-labels", "bke:*:phase:apply-labels"),
             reads=("bke:*:heartbeat", "bke:*:heartbeat:cgroup", "bke:*:heartbeat:runtime", "bke:*:agents:accepted",
                    "bke:*:agents:provisioned", "bke:*:addon-manifests", "bke:*:api-credentials", *_CERTS_FILES,
-                   "bke:*:render:vrrp-password", "bke:command-signing-key", "bke:etcd-snapshot-key", _RECORD_KEYS),
+                   "bke:*:render:vrrp-password", "bke:command-signing-key", "bke:etcd-snapshot-key", *_RECORD_KEYS),
             why="upgrade and etcd-restore records and results, its lease and the operation slot; the plan, which it "
                 "replaces when an upgrade or a changed spec succeeds; the addons and node-labels records its steps "
                 "share with the install's. Reads: live facts (heartbeats), the agents certs accepted and BKE "

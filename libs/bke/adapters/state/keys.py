@@ -46,7 +46,7 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:command-signing-key              string  the dispatcher's Ed25519 key, encrypted at rest (deployment)
     bke:etcd-snapshot-key                string  the X25519 key etcd snapshots are sealed to, encrypted at rest
                                                  (admin: bke.adapters.state.state_init)
-    bke:record-signing-key:<writer>      string  the plan or render writer's Ed25519 key: public half in clear,
+    bke:<writer>-signing-key      string  the plan or render writer's Ed25519 key: public half in clear,
                                                  private half encrypted at rest (admin: bke.adapters.state.state_init)
     bke:<c>:files:render:signatures      hash    node -> the renderer's signature of its files (renderer)
     bke:<c>:agents:provisioned           hash    node -> the agent key BKE provisioned  (certs)
@@ -476,8 +476,9 @@ def etcd_snapshot_key() -> str:
 
 
 def record_signing_key(writer: str) -> str:
-    """A record writer's signing key (bke.core.secrets.record_signing): `plan` or `render`."""
-    return f"{PREFIX}:record-signing-key:{writer}"
+    """A record writer's signing key (bke.core.secrets.record_signing): `plan` or `render`. Two
+    parts, like every global key: no cluster's key pattern (`bke:*:plan`) can match it."""
+    return f"{PREFIX}:{writer}-signing-key"
 
 
 def provisioned_agents_key(cluster: str) -> str:

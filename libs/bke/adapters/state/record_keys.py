@@ -1,14 +1,14 @@
 """The record writers' signing keys in Redis (bke.core.secrets.record_signing).
 
-    bke:record-signing-key:plan    the planner's and the upgrader's key (at-rest kind `plan`)
-    bke:record-signing-key:render  the renderer's key (at-rest kind `render`)
+    bke:plan-signing-key    the planner's and the upgrader's key (at-rest kind `plan`)
+    bke:render-signing-key  the renderer's key (at-rest kind `render`)
 
 Made by the admin side (`bke state init`, the lab's runtime: `ensure_record_keys_sync`), read
 by everyone: a reader takes the public half in clear from the same GET that brings the record
 (`public_read`), a writer decrypts the private half with its kind's key file once and keeps it.
 Why the admin makes them: a writer that made its own would also write the public half every
 reader trusts, and so could every holder of its Redis password. A service's Redis user only
-reads `bke:record-signing-key:*` (bke.adapters.runtime.redis_acl).
+reads them (bke.adapters.runtime.redis_acl).
 
 A writer given an admin client (tests, the lab's tools) makes the key it finds missing, with
 `SET NX` as the command-signing key is made: a service's user is refused that write, and the

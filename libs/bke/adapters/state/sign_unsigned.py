@@ -41,7 +41,7 @@ def _sign_plan(redis: Any, signer: RecordSigner, cluster: str) -> bool:
             raw = pipe.get(plan_key(cluster))
             inc, gen, signature = pipe.hmget(plan_meta_key(cluster), [INCARNATION_FIELD, GENERATION_FIELD,
                                                                       SIGNATURE_FIELD])
-            if raw is None or signature is not None:
+            if raw is None or signature is not None or not pipe.exists(plan_meta_key(cluster)):
                 return False
             generation = int(_text(gen) or 1)
             data = raw if isinstance(raw, bytes) else str(raw).encode()
@@ -86,7 +86,7 @@ def sign_unsigned_sync(redis: Any, signers: Mapping[str, RecordSigner]) -> dict[
     "render" -> nodes' file sets signed now."""
     done: dict[str, int] = {}
     if "plan" in signers:
-        done["plan"] = sum(_sign_plan(redis, signers["plan"], c) for c in _clusters(redis, plan_key))
+        done["plan"] = sum(_sign_plan(redis, signers["plan"], c) for c in _clusters(redis, plan_meta_key))
     if "render" in signers:
         done["render"] = sum(_sign_render(redis, signers["render"], c)
                              for c in _clusters(redis, lambda c: node_files_key(c, "render")))

@@ -17,7 +17,7 @@ user makes them once:
                            it (`bke state init` prints its fingerprint and `--command-key-out FILE`
                            writes its public line: what `bke agent bootstrap` pins,
                            bke.core.secrets.command_key_pin)
-    bke:record-signing-key:<writer>  the plan and render writers' signing keys (SET NX,
+    bke:<writer>-signing-key  the plan and render writers' signing keys (SET NX,
                            bke.adapters.state.record_keys), each when its at-rest key (`plan`,
                            `render`) is given (`record_boxes`); then the plans and rendered file
                            sets stored before signatures are signed with them
