@@ -35,6 +35,7 @@ from bke.core.render import RenderInputs, render_cluster  # noqa: E402
 from bke.core.secrets.record_signing import RecordSigner  # noqa: E402
 from bke.core.spec import load_spec, validate_spec  # noqa: E402
 from bke.core.state.nodefiles import NodeFile, file_from_bytes  # noqa: E402
+from record import add_json_option, save  # noqa: E402  (bench/record.py, this script's folder)
 from render import spec_docs  # noqa: E402  (bench/render.py, this script's folder)
 
 
@@ -58,7 +59,7 @@ def _plan(nodes: int) -> Plan:
     return build_plan(loaded.spec, report.warnings)
 
 
-def _row(what: str, data: bytes, parse: Callable[[], object], rounds: int, inner: int) -> None:
+def _row(what: str, data: bytes, parse: Callable[[], object], rounds: int, inner: int) -> dict[str, str]:
     signer = RecordSigner.generate("plan")
     binding = ("inc", "1")
     sig = signer.sign("plan", "bench", binding, data)
@@ -66,26 +67,31 @@ def _row(what: str, data: bytes, parse: Callable[[], object], rounds: int, inner
     t_sign = _cpu(lambda: signer.sign("plan", "bench", binding, data), rounds, inner)
     t_verify = _cpu(lambda: verify.verify("r", "plan", "bench", binding, data, sig), rounds, inner)
     t_parse = _cpu(parse, rounds, max(1, inner // 10))
-    print(f"{what:<28} {len(data) / 1e3:>10.1f} KB  sign {t_sign * 1e6:>9.0f} us  verify {t_verify * 1e6:>9.0f} us"
-          f"  parse {t_parse * 1e6:>11.0f} us")
+    row = {"record": what, "size": f"{len(data) / 1e3:.1f} KB", "sign (per write)": f"{t_sign * 1e6:.0f} us",
+           "verify (per read)": f"{t_verify * 1e6:.0f} us", "parse (per read, for scale)": f"{t_parse * 1e6:.0f} us"}
+    print("  ".join(f"{k} {v}" for k, v in row.items()))
+    return row
 
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
     ap.add_argument("--rounds", type=int, default=9)
+    add_json_option(ap)
     args = ap.parse_args(argv)
+    rows = []
     for n in args.nodes:
         plan = _plan(n)
         raw = plan.to_json().encode()
-        _row(f"plan, {len(plan.nodes)} nodes", raw, lambda raw=raw: Plan.model_validate_json(raw), args.rounds,
-             max(1, 2000 // n))
+        rows.append(_row(f"plan, {len(plan.nodes)} nodes", raw, lambda raw=raw: Plan.model_validate_json(raw), args.rounds,
+                         max(1, 2000 // n)))
     small = _plan(10)
     master = render_cluster(small, RenderInputs(vrrp_password="benchpw1")).nodes[0]
     files = [file_from_bytes(f.path, f.content, f.mode) for f in master.files]
     node_json = json.dumps([f.model_dump(by_alias=True, mode="json") for f in files]).encode()
-    _row(f"file set, {master.hostname}", node_json,
-         lambda: [NodeFile.model_validate(d) for d in json.loads(node_json)], args.rounds, 200)
+    rows.append(_row(f"file set, {master.hostname}", node_json,
+                     lambda: [NodeFile.model_validate(d) for d in json.loads(node_json)], args.rounds, 200))
+    save(args.json, "record_signatures", rows)
     return 0
 
 

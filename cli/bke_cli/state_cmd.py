@@ -114,9 +114,11 @@ def init(workdir: Path | None = WORKDIR, redis_url: str | None = REDIS,
          command_key_out: Path | None = typer.Option(
              None, "--command-key-out", help="write the command-signing key's public line here (public, 0644): "
              "what `bke agent bootstrap --command-key-file` pins and the agents' BKE_AGENT_COMMAND_KEY")) -> None:
-    """Make what the services only read and wait for: the state's epoch, the etcd snapshot key and
-    the command-signing key (encrypted with the `snapshot` and `signing` keys). Once per deployment,
-    before its services; safe to re-run."""
+    """Make what the services only read and wait for: the state's epoch, the etcd snapshot key,
+    the command-signing key and, given their key files, the plan and render writers' signing keys
+    (encrypted with the `snapshot`, `signing`, `plan` and `render` keys); plans and rendered files
+    stored before signatures are then signed. Once per deployment, before its services, and after
+    an upgrade of BKE; safe to re-run."""
     access, box = resolve_store(workdir, redis_url, "snapshot")
     client = sync_redis_client(access)
     try:
