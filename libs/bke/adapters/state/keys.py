@@ -46,7 +46,7 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:command-signing-key              string  the dispatcher's Ed25519 key, encrypted at rest (deployment)
     bke:etcd-snapshot-key                string  the X25519 key etcd snapshots are sealed to, encrypted at rest
                                                  (admin: bke.adapters.state.state_init)
-    bke:<writer>-signing-key      string  the plan or render writer's Ed25519 key: public half in clear,
+    bke:<writer>-signing-key             string  the plan or render writer's Ed25519 key: public half in clear,
                                                  private half encrypted at rest (admin: bke.adapters.state.state_init)
     bke:<c>:files:render:signatures      hash    node -> the renderer's signature of its files (renderer)
     bke:<c>:agents:provisioned           hash    node -> the agent key BKE provisioned  (certs)

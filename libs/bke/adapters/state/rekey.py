@@ -10,8 +10,8 @@ kind). One row per family of Redis keys; a family is found by its name or a SCAN
     signing    bke:command-signing-key       string  blob
     snapshot   bke:etcd-snapshot-key         string  [b"BKESNAP1" | public half] blob
     authority  bke:auth:authority            string  blob, aad the key's name
-    plan       bke:plan-signing-key   string  "BKEREC1:<public half>:<base64 blob>"
-    render     bke:render-signing-key string  "BKEREC1:<public half>:<base64 blob>"
+    plan       bke:plan-signing-key          string  "BKEREC1:<public half>:<base64 blob>"
+    render     bke:render-signing-key        string  "BKEREC1:<public half>:<base64 blob>"
 
 Outside Redis: the `backup` kind's files (`rekey_backup_file`) and a lab's
 `runtime/auth/authority.enc` (the CLI, through bke.adapters.runtime.nats_security).

@@ -17,8 +17,8 @@ alone, and each is rotated on its own (`bke keys`, bke.adapters.state.rekey).
     authority  the NATS operator's and account's seeds                 `bke identities`, the lab
                (bke:auth:authority; a lab's runtime/auth/authority.enc)  (and `bke state restore`)
     backup     `bke state backup` files                                `bke state backup/restore`
-    plan       the plan-signing key (bke:plan-signing-key)      planner, upgrader; `bke state init`
-    render     the render-signing key (bke:render-signing-key)  renderer; `bke state init`
+    plan       the plan-signing key (bke:plan-signing-key)             planner, upgrader; `bke state init`
+    render     the render-signing key (bke:render-signing-key)         renderer; `bke state init`
 
 `api` is a kind of its own, and not `pki`, so that the dispatcher and the upgrader, who need
 admin.conf, hold nothing that opens a CA key. The dispatcher holds no `snapshot` key: it asks
