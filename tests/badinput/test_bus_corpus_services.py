@@ -10,7 +10,6 @@ import json
 import uuid
 
 import pytest
-import redis
 
 from bke.adapters.bus import EventWatch, ensure_streams
 from bke.adapters.bus.connect import BusAccess, connect_nats
@@ -25,10 +24,6 @@ from bke.contracts.status import StatusError
 from bke.contracts.subjects import CHANNELS, COMMAND_SUBJECTS, DEADLETTER, EVENT_SUBJECTS, LEGACY_CLUSTER_REQUESTED, Channel
 from bke.lab.supervisor import SERVICES, LabSupervisor
 from bke.lab.trust import ensure_lab_command_key
-from bke.lab.key_files import lab_key_file
-from bke.adapters.state.record_keys import ensure_record_keys_sync
-from bke.core.secrets import load_secret_box
-from bke.core.secrets.record_signing import WRITERS
 from bke.adapters.provisioning import provision_agent
 from bke.adapters.runtime import RuntimeInfo
 from bke.adapters.runtime.processes import pid_alive
@@ -76,13 +71,6 @@ async def services(tmp_path, runtime, nats_url, redis_url, redis_client, monkeyp
     sup.runtime = runtime
     sup.workdir.mkdir(parents=True)
     sup.ensure_key_files()
-    # the plan and render writers' keys, as a lab's runtime makes them at its start (the session's
-    # runtime has no key directory): the services' users only read them
-    admin = redis.Redis.from_url(redis_url)
-    try:
-        ensure_record_keys_sync(admin, {w: load_secret_box(lab_key_file(sup.workdir, w)) for w in WRITERS})
-    finally:
-        admin.close()
     info = RuntimeInfo(nats_url=nats_url, redis_url=redis_url, nats_pid=0, redis_pid=0, nats_monitor_url="")
     pids = sup.ensure_services(info)
     try:
