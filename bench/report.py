@@ -59,6 +59,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("command_binding", "Commands bound to their agent", "command_binding.py", "bench/command_binding.py"),
     Bench("host_actions", "Host action checks", "host_actions.py", "bench/host_actions.py"),
     Bench("redis_server", "The embedded Redis server", "redis_server.py", "bench/redis_server.py"),
+    Bench("record_signatures", "Signed plans and rendered files", "record_signatures.py", "bench/record_signatures.py"),
 )
 
 _SCRIPT_NOTE = re.compile(r"\s*A script(, not\s+a\s+test)?\.\s*$")

@@ -20,6 +20,8 @@ from nats.aio.client import Client as NatsClient
 from bke.adapters.runtime.declare import declare_streams
 from bke.adapters.runtime import EmbeddedRuntime
 from bke.adapters.state.epoch import ensure_epoch, new_epoch
+from bke.core.secrets import create_key_file, key_file_env
+from bke.core.secrets.record_signing import WRITERS
 
 from .workers import ModuleScheduling, isolate_worker, order
 
@@ -38,6 +40,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(tryfirst=True)  # before xdist's own choice by --dist
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> ModuleScheduling:
     return ModuleScheduling(config, log)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def record_key_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The plan and render writers' at-rest key files (bke.core.secrets.record_signing), one each
+    for the session: the keys they open are stored in the shared Redis, made by the first writer."""
+    folder = tmp_path_factory.mktemp("record-keys")
+    files = {w: folder / f"{w}.key" for w in WRITERS}
+    for path in files.values():
+        create_key_file(path)
+    return {w: str(p) for w, p in files.items()}
+
+
+@pytest.fixture(autouse=True)
+def record_writer_keys(record_key_files: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's processes are given the writers' key files, as the lab gives the planner, the
+    upgrader and the renderer theirs: every plan or file set a test stores is signed."""
+    for writer, path in record_key_files.items():
+        monkeypatch.setenv(key_file_env(writer), path)
 
 
 @pytest.fixture(scope="session")

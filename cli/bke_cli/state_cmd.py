@@ -39,6 +39,7 @@ from bke.adapters.state.client import StoreAccess, parse_sentinels, redact_url, 
 from bke.adapters.state.migrate import MigrationReport, ensure_current, known_clusters
 from bke.core.state.schema import RECORDS, UNVERSIONED
 from bke.adapters.state.state_init import ensure_state
+from bke.core.secrets.record_signing import WRITERS
 
 from .output import EXIT_FAILURE, EXIT_INVALID, die
 
@@ -113,13 +114,17 @@ def init(workdir: Path | None = WORKDIR, redis_url: str | None = REDIS,
          command_key_out: Path | None = typer.Option(
              None, "--command-key-out", help="write the command-signing key's public line here (public, 0644): "
              "what `bke agent bootstrap --command-key-file` pins and the agents' BKE_AGENT_COMMAND_KEY")) -> None:
-    """Make what the services only read and wait for: the state's epoch, the etcd snapshot key and
-    the command-signing key (encrypted with the `snapshot` and `signing` keys). Once per deployment,
-    before its services; safe to re-run."""
+    """Make what the services only read and wait for: the state's epoch, the etcd snapshot key,
+    the command-signing key and, given their key files, the plan and render writers' signing keys
+    (encrypted with the `snapshot`, `signing`, `plan` and `render` keys); plans and rendered files
+    stored before signatures are then signed. Once per deployment, before its services, and after
+    an upgrade of BKE; safe to re-run."""
     access, box = resolve_store(workdir, redis_url, "snapshot")
     client = sync_redis_client(access)
     try:
-        done = ensure_state(client, box, signing_box=key_box(workdir, "signing"))
+        writers = {w: key_box(workdir, w, required=False) for w in WRITERS}
+        done = ensure_state(client, box, signing_box=key_box(workdir, "signing"),
+                            record_boxes={w: b for w, b in writers.items() if b is not None})
     except PermanentError as exc:
         die(str(exc), EXIT_INVALID)
     except (RedisError, OSError) as exc:
@@ -128,6 +133,15 @@ def init(workdir: Path | None = WORKDIR, redis_url: str | None = REDIS,
         client.close()
     typer.echo(f"state of {redact_url(access.url)}: epoch {done.epoch} ({'made now' if done.epoch_made else 'kept'}), "
                f"etcd snapshot key {done.snapshot_key_id} ({'made now' if done.snapshot_key_made else 'kept'})")
+    for writer, key_id, made in done.record_keys:
+        typer.echo(f"{writer}-signing key {key_id} ({'made now' if made else 'kept'})")
+    for writer, count in done.signed_now:
+        if count:
+            typer.echo(f"signed {count} {writer} record(s) stored before signatures")
+    missing = [w for w in WRITERS if w not in {r[0] for r in done.record_keys}]
+    if missing:
+        typer.echo(f"no key file for {', '.join(missing)} (BKE_KEY_FILE_<KIND>): those writers' signing keys were "
+                   "not looked at")
     key = done.command_key
     assert key is not None  # signing_box was given
     typer.echo(f"command-signing key {key.fingerprint} ({'made now' if done.command_key_made else 'kept'}): "

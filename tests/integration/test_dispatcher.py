@@ -15,7 +15,7 @@ from bke.contracts.render import MANIFESTS_RENDERED, ManifestsRendered
 from bke.core.plan import plan_spec_text
 from bke.core.secrets.binding import Served
 from bke.adapters.state import RedisPlanStore, plan_digest
-from bke.adapters.state.keys import addon_manifests_key, addons_key, plan_key, plan_meta_key
+from bke.adapters.state.keys import addon_manifests_key, addons_key
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.core.state.nodefiles import file_from_bytes
 from bke_agent.fleet import Fleet
@@ -244,8 +244,9 @@ async def test_a_replaced_plan_restarts_an_install_that_failed_before_any_node_c
                                                          errors=["x: refused"]).to_bytes())
             await watch.wait_for(lambda e: e.subject.endswith(".finished"), timeout=15)
             # the planner replaced the plan (it may: nothing reached a node); its event restarts the install
-            await r.set(plan_key("again"), second.to_json())
-            await r.hset(plan_meta_key("again"), "digest", d2)
+            store = RedisPlanStore(r)
+            assert await store.mark_replaceable("again", d1)
+            assert await store.replace(second, second.to_json(), d2, d1, "req-2", datetime.now(timezone.utc).isoformat())
             await js.publish(PLAN_CREATED, PlanCreated(request_id="req-2", cluster="again", plan_key="k", plan_digest=d2,
                                                        nodes=4, etcd_clusters=["etcd-data"]).to_bytes())
             await watch.wait_for(lambda e: e.subject.endswith(".phase") and e.data["requestId"] == "req-2", timeout=15)

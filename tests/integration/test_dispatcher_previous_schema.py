@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+import redis
 from redis.asyncio import Redis
 
 from bke.adapters.bus import EventWatch
@@ -19,7 +20,10 @@ from bke.adapters.bus.streams import ensure_streams
 from bke.contracts.base import SCHEMA_HEADER, schema_headers
 from bke.contracts.certs import CERTS_SEALED, CertsSealed
 from bke.adapters.state import RedisPlanStore
-from bke.adapters.state.keys import install_key
+from bke.adapters.state.keys import install_key, node_files_key
+from bke.adapters.state.state_init import ensure_state
+from bke.core.secrets import box_for
+from bke.core.secrets.record_signing import WRITERS
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.core.state.nodefiles import file_from_bytes
 from bke.core.state.schema import SCHEMA_FIELD
@@ -65,6 +69,14 @@ async def test_a_new_dispatcher_finishes_an_install_the_previous_schema_left_hal
     svc, fleet = None, None
     try:
         await _load_keys(r, doc["keys"])
+        # `bke state init` after the upgrade, as the admin: the writers' keys made, and the plan and
+        # file sets the previous version stored unsigned signed with them (bke.adapters.state.sign_unsigned)
+        init = redis.Redis.from_url(redis_url)
+        try:
+            signed = dict(ensure_state(init, None, record_boxes={w: box_for(w) for w in WRITERS}).signed_now)
+        finally:
+            init.close()
+        assert signed["plan"] == 1 and signed["render"] == await r.hlen(node_files_key(cluster, "render")) > 0
         dead_before = await _dead_letters(js)
         for e in events:  # as the previous services published them: subject and body, no header
             await js.publish(e["subject"], e["data"].encode())

@@ -35,7 +35,9 @@ from bke.core.secrets.snapshot_key import (
 )
 from bke.core.spec.synth import synth_spec_text
 from bke.adapters.state.backup import decode_backup
-from bke.adapters.state.keys import command_signing_key, etcd_snapshot_key
+from bke.adapters.state.keys import command_signing_key, etcd_snapshot_key, record_signing_key
+from bke.adapters.state.record_keys import RecordKeys
+from bke.core.secrets.record_signing import RecordSigner
 from bke.adapters.state.state_init import ensure_state
 from bke.adapters.state.rekey import census, reencrypt_kind
 from bke_cli.main import main as bke
@@ -111,6 +113,19 @@ async def _read_authority(r: aioredis.Redis, url: str, box: SecretBox) -> Any:
     return authority.account.public
 
 
+def _record_key_steps(writer: str) -> tuple[Step, Step]:
+    """A record writer's signing key (bke.adapters.state.record_keys): made, then signed with."""
+    async def write(r: aioredis.Redis, url: str, box: SecretBox) -> None:
+        await RecordKeys(r, {writer: lambda: box}).signer(writer)
+
+    async def read(r: aioredis.Redis, url: str, box: SecretBox) -> Any:
+        signer = RecordSigner.from_store(writer, await r.get(record_signing_key(writer)), box)
+        signer.verifier.verify("r", writer, "rekey", ("1",), b"x", signer.sign(writer, "rekey", ("1",), b"x"))
+        return signer.key_id
+
+    return write, read
+
+
 Step = Callable[[aioredis.Redis, str, SecretBox], Awaitable[Any]]
 OWNERS: dict[str, tuple[Step, Step]] = {
     "pki": (_write_pki, _read_pki),
@@ -118,6 +133,8 @@ OWNERS: dict[str, tuple[Step, Step]] = {
     "signing": (_write_signing, _read_signing),
     "snapshot": (_write_snapshot, _read_snapshot),
     "authority": (_write_authority, _read_authority),
+    "plan": _record_key_steps("plan"),
+    "render": _record_key_steps("render"),
 }
 
 

@@ -20,6 +20,7 @@ from bke.adapters.state import keys as k
 from bke.adapters.state.client import redact_url
 from bke.adapters.state.epoch import ensure_epoch, read_epoch
 from bke.adapters.state.plans import RedisPlanStore
+from bke.core.secrets.record_signing import RecordKeyError
 from bke_upgrader.store import UpgradeStore
 
 pytestmark = pytest.mark.integration
@@ -48,6 +49,10 @@ TABLE: dict[str, dict[str, str]] = {
     k.epoch_key(): {s: "r" for s in SERVICES if s != "upgrader"},
     k.plan_key(C): {"planner": "rw", "upgrader": "rw", "certs": "r", "renderer": "r", "dispatcher": "r"},
     k.plan_meta_key(C): {"planner": "rw", "upgrader": "rw", "certs": "r", "renderer": "r", "dispatcher": "r"},
+    # the writers' signing keys every reader checks with: only the admin side writes them
+    k.record_signing_key("plan"): {s: "r" for s in SERVICES},
+    k.record_signing_key("render"): {s: "r" for s in SERVICES},
+    k.node_files_signatures_key(C, "render"): {"renderer": "rw", "dispatcher": "r"},
 }
 DANGEROUS = (("FLUSHALL",), ("FLUSHDB",), ("KEYS", "*"), ("CONFIG", "GET", "dir"), ("DEBUG", "SLEEP", "0"),
              ("SHUTDOWN",), ("ACL", "LIST"), ("MONITOR",))
@@ -57,15 +62,18 @@ SECRETS = (PKI_KEYS, k.command_signing_key(), k.command_signing_next_key(), k.et
 # what each service reads or writes (from the key table's owners and the services' code)
 NEEDS: dict[str, dict[str, str]] = {
     "planner": {**dict.fromkeys([k.clusters_index(), k.recent_plans_key(), k.request_key("r1"), k.plan_key(C),
-                                 k.plan_meta_key(C), k.plan_replaceable_key(C)], "rw"), k.epoch_key(): "r"},
+                                 k.plan_meta_key(C), k.plan_replaceable_key(C)], "rw"),
+                **dict.fromkeys([k.epoch_key(), k.record_signing_key("plan")], "r")},
     "certs": {**dict.fromkeys([k.pki_index(), PKI_KEYS, k.pki_key(C, "certs"), k.certs_agents_key(C), k.certs_ops_key(C),
                                k.certs_renewal_key(C, "r1"), k.certs_lease_key(C, "renew"), k.node_files_key(C, "certs"),
                                k.node_files_digest_key(C, "certs"), k.operation_key(C), k.api_credentials_key(C),
                                k.provisioned_agents_key(C)], "rw"),
-              **dict.fromkeys([k.epoch_key(), k.clusters_index(), k.plan_key(C), k.plan_meta_key(C)], "r")},
+              **dict.fromkeys([k.epoch_key(), k.clusters_index(), k.plan_key(C), k.plan_meta_key(C),
+                               k.record_signing_key("plan")], "r")},
     "renderer": {**dict.fromkeys([k.recent_renders_key(), k.addon_manifests_key(C), k.render_meta_key(C), VRRP,
-                                  k.node_files_key(C, "render"), k.node_files_digest_key(C, "render")], "rw"),
-                 **dict.fromkeys([k.epoch_key(), k.plan_key(C), k.plan_meta_key(C)], "r")},
+                                  k.node_files_key(C, "render"), k.node_files_digest_key(C, "render"),
+                                  k.node_files_signatures_key(C, "render")], "rw"),
+                 **dict.fromkeys([k.epoch_key(), k.plan_key(C), k.plan_meta_key(C), k.record_signing_key("render")], "r")},
     "dispatcher": {**dict.fromkeys([k.installs_index(), k.rotations_index(), k.install_key(C), k.inputs_key(C),
                                     k.sealed_key(C), k.phase_key(C, "etcd"), k.command_key(C, "etcd"), k.node_status_key(C),
                                     k.lease_key(C, "etcd"), k.agents_key(C), k.accepted_agents_key(C), k.refusals_key(C),
@@ -77,7 +85,8 @@ NEEDS: dict[str, dict[str, str]] = {
                                     k.resets_index(), k.reset_key(C), k.reset_results_key(C), k.operation_key(C),
                                     k.command_signing_key(), k.command_key_acks_key()], "rw"),
                    **dict.fromkeys([k.epoch_key(), k.plan_key(C), k.plan_meta_key(C), k.node_files_key(C, "render"),
-                                    k.node_files_digest_key(C, "render"), k.node_files_key(C, "certs"),
+                                    k.node_files_digest_key(C, "render"), k.node_files_signatures_key(C, "render"),
+                                    k.record_signing_key("plan"), k.record_signing_key("render"), k.node_files_key(C, "certs"),
                                     k.node_files_digest_key(C, "certs"), k.addon_manifests_key(C),
                                     k.provisioned_agents_key(C), k.api_credentials_key(C), k.etcd_snapshot_key(),
                                     k.command_key_rollover_key()], "r")},
@@ -89,7 +98,7 @@ NEEDS: dict[str, dict[str, str]] = {
                  **dict.fromkeys([k.heartbeat_key(C), k.heartbeat_cgroup_key(C), k.heartbeat_runtime_key(C),
                                   k.accepted_agents_key(C), k.provisioned_agents_key(C), k.addon_manifests_key(C),
                                   k.api_credentials_key(C), k.node_files_key(C, "certs"), k.node_files_digest_key(C, "certs"),
-                                  VRRP, k.command_signing_key(), k.etcd_snapshot_key()], "r")},
+                                  VRRP, k.command_signing_key(), k.etcd_snapshot_key(), k.record_signing_key("plan")], "r")},
     RENEWER: {k.auth_identities_key(): "rw", k.auth_authority_key(): "r"},
 }
 
@@ -217,6 +226,11 @@ async def test_no_service_deletes_the_epoch_and_only_the_plans_writers_rewrite_a
     plan = SimpleNamespace(cluster=C)  # the stores read only the plan's cluster name
     clients = {who: _client(runtime, who) for who in (*SERVICES, ADMIN)}
     try:
+        # the planner's key is made by the admin side; a service user may not make one
+        await redis_client.delete(k.record_signing_key("plan"))
+        with pytest.raises(RecordKeyError, match="run `bke state init`"):
+            await RedisPlanStore(clients["planner"]).save(plan, '{"v": 1}', "d1", "r1", "t0")  # type: ignore[arg-type]
+        await RedisPlanStore(clients[ADMIN]).keys.signer("plan")  # `bke state init`
         # the planner stores the plan through its script (plan, meta, request, index at once)
         assert await RedisPlanStore(clients["planner"]).save(plan, '{"v": 1}', "d1", "r1", "t0")  # type: ignore[arg-type]
         for service in SERVICES:

@@ -24,11 +24,12 @@ pytestmark = pytest.mark.integration
 def _env(redis_url: str, tmp_path: Path, name: str = "keys") -> dict[str, str]:
     keys = tmp_path / name
     keys.mkdir(exist_ok=True)
-    for kind in ("snapshot", "signing"):
+    for kind in ("snapshot", "signing", "plan", "render"):
         if not (keys / f"{kind}.key").exists():
             create_key_file(keys / f"{kind}.key")
     return {"BKE_REDIS_URL": redis_url, "BKE_KEY_FILE_SNAPSHOT": str(keys / "snapshot.key"),
-            "BKE_KEY_FILE_SIGNING": str(keys / "signing.key")}
+            "BKE_KEY_FILE_SIGNING": str(keys / "signing.key"), "BKE_KEY_FILE_PLAN": str(keys / "plan.key"),
+            "BKE_KEY_FILE_RENDER": str(keys / "render.key")}
 
 
 def _stored(redis_url: str) -> dict[str, object]:

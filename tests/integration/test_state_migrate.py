@@ -35,6 +35,9 @@ from bke.adapters.state.migrate import MigrationBusy, ensure_current, known_clus
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.adapters.state.operation_slot import claim_operation, operation_holder
 from bke.adapters.state.plans import PlanCache, RedisPlanStore
+from bke.adapters.state.state_init import StateInit, ensure_state
+from bke.core.secrets import box_for
+from bke.core.secrets.record_signing import WRITERS
 from bke.core.state.schema import RECORDS, RecordKind, StoredVersionTooNew, record_kind
 from bke_certs.operations import OpsStore
 from bke_cli.main import main as bke
@@ -56,7 +59,20 @@ async def load_fixture(r: aioredis.Redis) -> dict:
             {"string": lambda k, v: pipe.set(k, v), "hash": lambda k, v: pipe.hset(k, mapping=v),
              "set": lambda k, v: pipe.sadd(k, *v)}[e["type"]](e["key"], e["value"])
         await pipe.execute()
+    assert state_init(r).signed_now == (("plan", 1), ("render", 4))  # the fixture's BKE signed nothing
     return doc
+
+
+def state_init(r: aioredis.Redis) -> StateInit:
+    """`bke state init` after BKE's upgrade, as the admin: the plan and render writers' keys made,
+    and what the older BKE stored unsigned signed with them (bke.adapters.state.sign_unsigned)."""
+    kw = r.connection_pool.connection_kwargs
+    sync = redis.Redis(host=kw["host"], port=kw["port"], db=kw.get("db", 0), username=kw.get("username"),
+                       password=kw.get("password"))
+    try:
+        return ensure_state(sync, None, record_boxes={w: box_for(w) for w in WRITERS})
+    finally:
+        sync.close()
 
 
 async def dump(r: aioredis.Redis) -> dict:

@@ -3,7 +3,7 @@
     <lab>/keys/<kind>.key   0600 in a 0700 directory, one per kind of bke.core.secrets.key_kinds
 
 A service gets `BKE_KEY_FILE_<KIND>` for the kinds SERVICE_KEY_KINDS gives it and nothing else
-(no BKE_SECRET_KEY_FILE): the planner and the renderer get none, the agents none. The lab's
+(no BKE_SECRET_KEY_FILE): the planner `plan`, the renderer `render`, the agents none. The lab's
 runtime takes `authority.key` (the NATS seeds) and `snapshot.key` (`bke state init`'s part),
 the CLI's `--workdir` commands the kind they need (`lab_key_file`).
 

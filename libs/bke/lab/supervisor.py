@@ -46,7 +46,7 @@ from bke.adapters.runtime.processes import ManagedProcess, free_port, pid_alive,
 from bke.core.secrets.at_rest import SECRET_KEY_ENV
 from .key_files import ensure_lab_key_files, lab_key_dir, lab_key_file, service_key_env
 from .kube_binaries import cache_dir
-from .trust import ensure_lab_command_key, provision_lab_agents
+from .trust import ensure_lab_command_key, ensure_lab_record_keys, provision_lab_agents
 
 __all__ = ["CONTROL_PLANE_FILE", "LabSupervisor", "SERVICES", "lab_env"]
 
@@ -196,6 +196,7 @@ class LabSupervisor:
 
     def ensure_services(self, info: RuntimeInfo, only: tuple[str, ...] = SERVICES) -> dict[str, int]:
         """Start each service that is not running; a running one is left alone (idempotent)."""
+        ensure_lab_record_keys(info, self.workdir)  # the services' users only read them
         pids = self.pids()
         env = lab_env(info, self.fetch, self.mode)
         for name in only:

@@ -6,6 +6,10 @@
                              (BKE_AGENT_COMMAND_KEY) and written to `<lab>/command-key.pub`, the
                              pin of a `bke agent bootstrap` of real nodes against the lab
                              (`--command-key-file`)
+    ensure_lab_record_keys   the plan and render writers' signing keys (bke.adapters.state.record_keys,
+                             with the lab's `plan` and `render` keys), made as the admin before its
+                             services start: the runtime makes them when it starts, and a store
+                             emptied under a running lab has none
     provision_lab_agents     each agent's key is made before it starts (`bke-agent init` on the
                              node's state, as `bke agent bootstrap` does over SSH) and recorded
                              through the provisioning channel (bke.adapters.provisioning); the agent's
@@ -37,8 +41,10 @@ from bke.core.secrets.command_key_pin import COMMAND_KEY_FILE, write_command_key
 from bke.core.secrets.signing import ensure_command_key_sync
 from .key_files import lab_key_file
 from bke.adapters.state.keys import command_signing_key
+from bke.adapters.state.record_keys import ensure_record_keys_sync
+from bke.core.secrets.record_signing import WRITERS
 
-__all__ = ["ensure_lab_command_key", "provision_lab_agents"]
+__all__ = ["ensure_lab_command_key", "ensure_lab_record_keys", "provision_lab_agents"]
 
 INIT_TIMEOUT_S = 60.0
 
@@ -54,6 +60,15 @@ def ensure_lab_command_key(info: RuntimeInfo, workdir: Path) -> str:
         r.close()
     write_command_key_file(workdir / COMMAND_KEY_FILE, key)
     return key.public_line
+
+
+def ensure_lab_record_keys(info: RuntimeInfo, workdir: Path) -> None:
+    """The writers' signing keys, made if missing (module docstring); kept if there."""
+    r = Redis.from_url(info.redis_url)
+    try:
+        ensure_record_keys_sync(r, {w: load_secret_box(lab_key_file(workdir, w)) for w in WRITERS})
+    finally:
+        r.close()
 
 
 def _agent_key(env: dict[str, str]) -> tuple[str, str]:

@@ -54,6 +54,7 @@ from bke.core.errors import RejectedInput, TemporaryError
 from bke.adapters.pki.api_credentials import write_api_credentials
 from bke.core.pki.errors import PkiError, PkiNotReady
 from bke.core.secrets import SecretBox
+from bke.core.secrets.record_signing import RecordKeyError, RecordSignatureError
 from bke.adapters.state import PlanCache
 from bke.adapters.state.keys import certs_agents_key, plan_key, provisioned_agents_key
 from bke.adapters.state.nodefiles import RedisNodeFiles
@@ -109,7 +110,13 @@ class CertsHandlers:
         return await self.ensure(req.cluster, req.request_id, meta.digest, install=req.purpose == "install")
 
     async def ensure(self, cluster: str, request_id: str, digest: str, install: bool = True) -> list[Out]:
-        plan = await self.plans.load(cluster)
+        try:
+            plan = await self.plans.load(cluster)
+        except (RecordSignatureError, RecordKeyError) as exc:
+            # a plan its writer did not sign decides no node's keys; the operation fails naming it
+            log.warning("plan refused: %s", exc, extra={"cluster": cluster, "request_id": request_id})
+            return [Out(CertsFailed(request_id=request_id, cluster=cluster, reason=str(exc), kind="invalid",
+                                    plan_digest=digest), CERTS_FAILED)]
         try:
             report = await ensure_cluster_certs(plan, self.store, self.now(), self.box_factory())
         except TemporaryError:

@@ -16,6 +16,7 @@ from bke.contracts.agent import AgentCommand, agent_subject
 from bke.contracts.install import InstallFinished, NodeStepChanged, PhaseChanged, install_subject
 from bke.core.errors import TemporaryError
 from bke.core.plan import Plan
+from bke.core.secrets.record_signing import RecordKeyError, RecordSignatureError
 from bke.adapters.runner import DONE, Outcome
 from bke.adapters.state import PlanCache
 from bke.adapters.state.nodefiles import RedisNodeFiles
@@ -90,6 +91,18 @@ class Engine:
         return self.now().isoformat()
 
     async def reconcile(self, cluster: str) -> Outcome:
+        try:
+            return await self._reconcile(cluster)
+        except (RecordSignatureError, RecordKeyError) as exc:
+            # a plan or file set its writer did not sign: no command is built from it, and the
+            # install fails naming the record (retrying cannot make the signature good)
+            log.warning("install refused: %s", exc, extra={"cluster": cluster})
+            inst = await self.state.install(cluster)
+            if inst.get("status") != "Running":
+                return Outcome("failed", reason=str(exc))
+            return await self._fail(inst["requestId"], cluster, inst, Outcome("failed", reason=str(exc), kind="invalid"))
+
+    async def _reconcile(self, cluster: str) -> Outcome:
         inst = await self.state.install(cluster)
         if not inst or inst.get("status") in ("Succeeded", "Failed"):
             if inst.get("requestId"):  # a finished install holds no slot (again after a crash: idempotent)

@@ -15,6 +15,8 @@ from bke.contracts.subjects import LEGACY_CLUSTER_REQUESTED
 from bke.contracts.install import InstallFinished, install_subject
 from bke.core.spec import MAX_SPEC_BYTES
 from bke.adapters.state import RedisPlanStore
+from bke.adapters.state.record_keys import RecordKeys
+from bke.core.secrets import keyring_for
 
 from .diff_requests import serve_diff
 from .handlers import PlannerDeps, handle_install_cluster, handle_install_finished, refuse_request
@@ -34,7 +36,9 @@ def create_service(settings: PlannerSettings | None = None) -> Service:
         # the same limit as `bke plan`: refused from the object's size before it is read whole
         return await get_blob(svc.nc.jetstream(), ref, limit=MAX_SPEC_BYTES)
 
-    deps = PlannerDeps(store=RedisPlanStore(redis), fetch_blob=fetch_blob, now=lambda: datetime.now(timezone.utc))
+    # its plans signed with the `plan` key, read now (a missing file fails at start) and when changed
+    plan_keys = RecordKeys(redis, {"plan": keyring_for("plan").box})
+    deps = PlannerDeps(store=RedisPlanStore(redis, plan_keys), fetch_blob=fetch_blob, now=lambda: datetime.now(timezone.utc))
     # what it answers is counted and listed for its dashboard (history.py)
     history = PlanHistory(svc.metrics, redis, deps.now)
     svc.http_routes += planner_routes(history, svc.metrics.sample)

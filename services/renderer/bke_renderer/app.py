@@ -13,6 +13,8 @@ from bke.contracts.membership import REMOVE_NODES_FINISHED, RemoveNodesFinished
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
 from bke.core.render import preload_templates
 from bke.adapters.state import RedisPlanStore
+from bke.adapters.state.record_keys import RecordKeys
+from bke.core.secrets import keyring_for
 
 from .handlers import RendererHandlers
 from .history import RenderHistory
@@ -31,7 +33,8 @@ def create_service(settings: RendererSettings | None = None) -> Service:
     # every outcome counted and listed for the dashboard (history.py)
     history = RenderHistory(svc.metrics, redis, lambda: datetime.now(timezone.utc))
     svc.http_routes += renderer_routes(history)
-    store = RedisRenderStore(redis)
+    # its file sets signed with the `render` key, read now (a missing file fails at start) and when changed
+    store = RedisRenderStore(redis, RecordKeys(redis, {"render": keyring_for("render").box}))
     h = RendererHandlers(plans=RedisPlanStore(redis), store=store, publish=svc.publish, observe=history.observe)
     svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "renderer-plans", typed(PlanCreated, h.on_plan, svc.publish),
                         batch_size=4, give_up=h.gave_up)

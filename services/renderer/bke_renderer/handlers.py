@@ -23,6 +23,7 @@ from bke.adapters.bus.handler import Out, first_of
 from bke.core.errors import RejectedInput
 from bke.core.render import EtcdJoin
 from bke.core.render.errors import RenderError
+from bke.core.secrets.record_signing import RecordKeyError, RecordSignatureError
 from bke.adapters.state import RedisPlanStore
 
 from .service_core import RenderStore, ensure_rendered
@@ -55,7 +56,13 @@ class RendererHandlers:
         return await self.ensure(req.cluster, req.request_id, meta.digest, joins)
 
     async def ensure(self, cluster: str, request_id: str, digest: str, etcd_joins: tuple[EtcdJoin, ...] = ()) -> list[Out]:
-        plan = await self.plans.load(cluster)
+        try:
+            plan = await self.plans.load(cluster)
+        except (RecordSignatureError, RecordKeyError) as exc:
+            # a plan its writer did not sign is never rendered; the operation fails naming it
+            log.warning("plan refused: %s", exc, extra={"cluster": cluster, "request_id": request_id})
+            return [Out(RenderFailed(request_id=request_id, cluster=cluster, errors=[str(exc)], kind="invalid",
+                                     plan_digest=digest), RENDER_FAILED)]
         report = None
         try:
             report = await ensure_rendered(plan, self.store, etcd_joins=etcd_joins)

@@ -4,10 +4,16 @@ Keys (names from bke.adapters.state.keys)::
 
     bke:<cluster>:files:render          hash  hostname -> JSON list of NodeFile (the dispatcher's contract)
     bke:<cluster>:files:render:digest   the RenderedCluster digest: marks a complete set
+    bke:<cluster>:files:render:signatures  hash  hostname -> "<digest> <signature>": the renderer's
+                                        signature of the node's files (bke.adapters.state.nodefiles)
     bke:<cluster>:addon-manifests       hash  addon name -> multi-document YAML (the dispatcher's addons phase)
     bke:<cluster>:render:meta           JSON: versions, tier, template sets, warnings, secret paths, and
                                         `schemaVersion`, the form of all these keys (bke.core.state.schema)
     bke:<cluster>:render:vrrp-password  the cluster's VRRP password, created once (SET NX)
+
+Each node's files are signed with the `render` record-signing key, which only the renderer's
+processes are given (bke.core.secrets.record_signing): the dispatcher checks the signature
+before it builds a command from them.
 
 A save replaces the whole set in one MULTI/EXEC (nodes that left the plan disappear with it), and
 writes the digest in the same transaction, so a reader never sees a half-written set. A node whose
@@ -31,7 +37,10 @@ from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from bke.core.render import NodeFiles, RenderedCluster, RenderedFile
-from bke.adapters.state.keys import addon_manifests_key, node_files_digest_key, node_files_key, render_meta_key, vrrp_password_key
+from bke.adapters.state.keys import (addon_manifests_key, node_files_digest_key, node_files_key, node_files_signatures_key,
+                                    render_meta_key, vrrp_password_key)
+from bke.adapters.state.nodefiles import sign_node_files
+from bke.adapters.state.record_keys import RecordKeys
 from bke.core.state.nodefiles import NodeFile
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
@@ -44,6 +53,7 @@ def render_keys(cluster: str) -> dict[str, str]:
     return {
         "files": node_files_key(cluster, "render"),
         "digest": node_files_digest_key(cluster, "render"),
+        "signatures": node_files_signatures_key(cluster, "render"),
         "addons": addon_manifests_key(cluster),
         "meta": render_meta_key(cluster),
         "vrrp": vrrp_password_key(cluster),
@@ -69,8 +79,9 @@ def _meta(cluster: str, raw: Any) -> dict[str, Any]:
 class RedisRenderStore:
     """The client is injected (created and closed by the caller); works with or without decode_responses."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, keys: RecordKeys | None = None) -> None:
         self.redis = redis
+        self.keys = keys or RecordKeys(redis)  # holds the `render` key (the renderer's wiring gives it)
 
     async def digest(self, cluster: str) -> str | None:
         return _text(await self.redis.get(render_keys(cluster)["digest"]))
@@ -81,9 +92,13 @@ class RedisRenderStore:
         meta["secretPaths"] = {n.hostname: [f.path for f in n.files if f.secret] for n in rendered.nodes
                                if any(f.secret for f in n.files)}
         meta[SCHEMA_FIELD] = RENDER_VERSION
+        files = {n.hostname: _node_json(n) for n in rendered.nodes}
+        signer = await self.keys.signer("render")
+        signatures = {h: sign_node_files(signer, rendered.cluster, h, rendered.digest, raw) for h, raw in files.items()}
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(k["files"], k["addons"])
-            pipe.hset(k["files"], mapping={n.hostname: _node_json(n) for n in rendered.nodes})
+            pipe.delete(k["files"], k["addons"], k["signatures"])
+            pipe.hset(k["files"], mapping=files)
+            pipe.hset(k["signatures"], mapping=signatures)
             if rendered.addons:
                 pipe.hset(k["addons"], mapping={f.path.removesuffix(".yaml"): f.content.decode() for f in rendered.addons})
             pipe.set(k["meta"], json.dumps(meta, sort_keys=True))
@@ -108,6 +123,7 @@ class RedisRenderStore:
                     pipe.multi()
                     if present:
                         pipe.hdel(k["files"], *present)
+                        pipe.hdel(k["signatures"], *present)
                     if meta is not None:
                         meta["nodes"] = [h for h in meta.get("nodes", []) if h not in hosts]
                         meta["secretPaths"] = {h: p for h, p in meta.get("secretPaths", {}).items() if h not in hosts}

@@ -40,6 +40,7 @@ from bke.core.secrets import KeyringFile, box_for, keyring_for
 from bke.core.spec.limits import MAX_SPEC_BYTES
 from bke.core.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key
 from bke.adapters.state import PlanCache, RedisPlanStore
+from bke.adapters.state.record_keys import RecordKeys
 from bke.adapters.forgetting import serve_deleted
 from bke.adapters.state.client import redis_client
 from bke.adapters.state.command_signing import CommandSigning
@@ -198,7 +199,9 @@ def _upgrades(svc: Service, settings: UpgraderSettings, redis: Any, store: Upgra
     run = RunSettings(settings.owner, settings.lease_ms, _now, settings.answer_deadline_s, settings.component_timeout_s)
     # a service that never answers fails the step after service_answer_timeout_s (answer_deadline.py)
     timeout_s, clock = settings.service_answer_timeout_s, lambda: _now().timestamp()
-    return Upgrades(Records(store, plans, RedisPlanStore(redis), facts), commands, api, run,
+    # the plan it replaces is signed with the `plan` key, like the planner's (bke.adapters.state.plans)
+    plan_store = RedisPlanStore(redis, RecordKeys(redis, {"plan": lambda: box_for("plan")}))
+    return Upgrades(Records(store, plans, plan_store, facts), commands, api, run,
                     certs=UpgradeCerts(store, svc.publish, answer_timeout_s=timeout_s, now=clock),
                     membership=ApplyMembership(store, svc.publish, answer_timeout_s=timeout_s, now=clock))
 

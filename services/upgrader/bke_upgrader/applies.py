@@ -34,6 +34,7 @@ from bke.contracts.changes import ChangeAction
 from bke.contracts.status import StatusError
 from bke.contracts.upgrade import UpgradeChanged, upgrade_subject
 from bke.core.errors import MalformedMessage, PermanentError
+from bke.core.secrets.record_signing import RecordKeyError, RecordSignatureError
 from bke.core.lifecycle.apply_run import ApplyOrder, apply_order
 from bke.core.lifecycle.diff import ClusterDiff, diff_plans, render_diff
 from bke.core.plan import Plan, plan_spec_text
@@ -138,7 +139,10 @@ class Applies:
                              desired)
         if desired.cluster != req.cluster:
             return _rejected(req, f"spec: names cluster {desired.cluster!r}, the request {req.cluster!r}")
-        stored = await self.plans.load(req.cluster)
+        try:
+            stored = await self.plans.load(req.cluster)
+        except (RecordSignatureError, RecordKeyError) as exc:
+            return _rejected(req, str(exc))  # a plan its writer did not sign is no base for a change
         digest = await self.upgrades.plan_digest(req.cluster)
         diff = await asyncio.to_thread(_diff, stored, desired)
         order = apply_order(stored, desired, diff, None)

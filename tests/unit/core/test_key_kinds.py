@@ -95,12 +95,15 @@ def test_each_kind_reads_its_own_file_else_the_shared_one(tmp_path: Path) -> Non
         key_file_env("everything")
     assert [key_file_env(k) for k in KIND_NAMES] == [
         "BKE_KEY_FILE_PKI", "BKE_KEY_FILE_API", "BKE_KEY_FILE_SIGNING", "BKE_KEY_FILE_SNAPSHOT",
-        "BKE_KEY_FILE_AUTHORITY", "BKE_KEY_FILE_BACKUP"]
+        "BKE_KEY_FILE_AUTHORITY", "BKE_KEY_FILE_BACKUP", "BKE_KEY_FILE_PLAN", "BKE_KEY_FILE_RENDER"]
 
 
 def test_each_service_is_given_only_the_kinds_it_uses() -> None:
-    assert SERVICE_KEY_KINDS == {"certs": ("pki", "api"), "dispatcher": ("api", "signing"),
-                                 "upgrader": ("api", "signing", "snapshot")}
+    assert SERVICE_KEY_KINDS == {"certs": ("pki", "api"), "dispatcher": ("api", "signing"), "planner": ("plan",),
+                                 "renderer": ("render",), "upgrader": ("api", "signing", "snapshot", "plan")}
+    # a record writer's key in its writers' hands only (bke.core.secrets.record_signing)
+    assert [s for s, kinds in SERVICE_KEY_KINDS.items() if "plan" in kinds] == ["planner", "upgrader"]
+    assert [s for s, kinds in SERVICE_KEY_KINDS.items() if "render" in kinds] == ["renderer"]
     # nothing that opens a CA key outside certs; no snapshot key in the dispatcher (public half only)
     assert [s for s, kinds in SERVICE_KEY_KINDS.items() if "pki" in kinds] == ["certs"]
     assert "snapshot" not in SERVICE_KEY_KINDS["dispatcher"]

@@ -29,9 +29,10 @@ def test_a_lab_made_with_one_key_keeps_opening_what_it_encrypted(tmp_path: Path)
 
 
 def test_each_service_is_given_its_kinds_only(tmp_path: Path) -> None:
-    assert service_key_env(tmp_path, "planner") == {} and service_key_env(tmp_path, "renderer") == {}
+    assert service_key_env(tmp_path, "planner") == {"BKE_KEY_FILE_PLAN": str(lab_key_file(tmp_path, "plan"))}
+    assert service_key_env(tmp_path, "renderer") == {"BKE_KEY_FILE_RENDER": str(lab_key_file(tmp_path, "render"))}
     assert service_key_env(tmp_path, "certs") == {"BKE_KEY_FILE_PKI": str(lab_key_file(tmp_path, "pki")),
                                                   "BKE_KEY_FILE_API": str(lab_key_file(tmp_path, "api"))}
     assert set(service_key_env(tmp_path, "upgrader")) == {"BKE_KEY_FILE_SIGNING", "BKE_KEY_FILE_SNAPSHOT",
-                                                          "BKE_KEY_FILE_API"}
+                                                          "BKE_KEY_FILE_API", "BKE_KEY_FILE_PLAN"}
     assert set(service_key_env(tmp_path, "dispatcher")) == {"BKE_KEY_FILE_SIGNING", "BKE_KEY_FILE_API"}

@@ -22,9 +22,8 @@ Why it is built this way:
   (bke.adapters.runtime.redis_acl). ``redisUrl`` is the admin user's URL, for the lab itself, the state
   tool and tests; the lab gives each service its own URL (bke.adapters.runtime.redis_acl.service_url).
 * Every start makes, as the admin user, what `bke state init` makes (bke.adapters.state.state_init): the
-  state's epoch if the store has none (SET NX), and the etcd snapshot key when the `snapshot`
-  key file exists in ``key_dir``. Services only read both, and wait while the epoch is missing
-  (bke.adapters.state.epoch).
+  state's epoch if the store has none (SET NX), the etcd snapshot key and the plan and render writers'
+  keys when their files are in ``key_dir``. Services only read these, and wait for the epoch.
 * The at-rest keys it uses are files in ``key_dir`` (a lab's `keys/`, bke.lab.key_files), one
   per kind: `authority.key` encrypts the NATS seeds (``auth/authority.enc``), `snapshot.key` the
   etcd snapshot key. Without ``key_dir`` (tests of single services), the NATS seeds are
@@ -55,6 +54,7 @@ import redis
 from bke.core.secrets.at_rest import load_secret_box
 from bke.adapters.state.client import StoreAccess, parse_sentinels, redact_url, sync_redis_client
 from bke.adapters.state.state_init import ensure_state
+from bke.core.secrets.record_signing import WRITERS
 from . import redis_acl
 from .declare import declare_streams
 from .binaries import nats_server_bin, redis_server_bin
@@ -347,13 +347,15 @@ class EmbeddedRuntime:
         return None if self.key_dir is None else self.key_dir / f"{kind}.key"
 
     def _ensure_state(self, info: RuntimeInfo) -> None:
-        """What `bke state init` makes, as the admin user (bke.adapters.state.state_init): the epoch, and
-        the etcd snapshot key when the `snapshot` key file exists (a lab's `keys/snapshot.key`)."""
+        """What `bke state init` makes, as the admin user (bke.adapters.state.state_init): the epoch, the
+        etcd snapshot key and the plan and render writers' keys, each when its key file exists."""
         key = self._key_file("snapshot")
         box = load_secret_box(key) if key is not None and key.exists() else None
+        files = {w: self._key_file(w) for w in WRITERS}
+        record_boxes = {w: load_secret_box(f) for w, f in files.items() if f is not None and f.exists()}
         client = sync_redis_client(info.admin_store(), socket_timeout=5.0, socket_connect_timeout=5.0)
         try:
-            ensure_state(client, box)
+            ensure_state(client, box, record_boxes=record_boxes)
         finally:
             client.close()
 

@@ -29,8 +29,10 @@ A `*` in a glob matches `:` as well. The patterns are chosen so that no service'
 match another service's secrets: `bke:*:pki:*` (CA keys, certs only), `bke:*:render:vrrp-password`
 (the renderer writes it, the upgrader reads it), the NATS authority (`bke:auth:*`: the admin; the
 renewer reads the authority and writes the identity registry, nothing else),
-the command-signing key (the dispatcher writes it, the upgrader reads it) and the etcd snapshot
-key (the admin side writes it, the dispatcher and the upgrader read it). tests/integration/
+the command-signing key (the dispatcher writes it, the upgrader reads it), the etcd snapshot
+key (the admin side writes it, the dispatcher and the upgrader read it) and the record writers'
+signing keys (the admin side writes them, every service reads them: a public half in clear, a
+private half only its writer's key file opens). tests/integration/
 test_redis_acl.py checks every user against every secret on a real server.
 """
 from __future__ import annotations
@@ -59,6 +61,9 @@ SERVICE_COMMANDS = "-@all +@read +@write +@transaction +@scripting +@connection 
 _EPOCH = "bke:epoch"  # written by the admin side only (bke.adapters.state.state_init); read by the services that watch it
 _PLAN = ("bke:*:plan", "bke:*:plan-meta")  # the planner writes, the upgrader replaces, every service reads
 _RENDER_FILES = ("bke:*:files:render", "bke:*:files:render:*")
+# the record writers' signing keys: made by the admin side only (bke.adapters.state.record_keys); every
+# service reads the public halves, and a writer its own private half (encrypted with its key file)
+_RECORD_KEYS = ("bke:plan-signing-key", "bke:render-signing-key")
 _CERTS_FILES = ("bke:*:files:certs", "bke:*:files:certs:*")
 
 
@@ -89,17 +94,17 @@ class AclUser:
 USERS: tuple[AclUser, ...] = (
     AclUser("bke-planner",
             writes=("bke:clusters", "bke:recent-plans", "bke:request:*", *_PLAN, "bke:*:plan-replaceable"),
-            reads=(_EPOCH,),
+            reads=(_EPOCH, *_RECORD_KEYS),
             why="plans and requests (bke.adapters.state.plans)"),
     AclUser("bke-certs",
             writes=("bke:pki-clusters", "bke:*:pki:*", "bke:*:certs:*", "bke:*:api-credentials", *_CERTS_FILES,
                     "bke:*:agents:provisioned", "bke:*:operation"),
-            reads=(_EPOCH, "bke:clusters", *_PLAN),
+            reads=(_EPOCH, "bke:clusters", *_PLAN, *_RECORD_KEYS),
             why="the PKI (CA keys encrypted at rest), agents' sealing keys (provisioned and registered), sealed bundles; "
                 "the operation slot (a renewal claims it for its rotation)"),
     AclUser("bke-renderer",
             writes=("bke:recent-renders", "bke:*:addon-manifests", "bke:*:render:*", *_RENDER_FILES),
-            reads=(_EPOCH, *_PLAN),
+            reads=(_EPOCH, *_PLAN, *_RECORD_KEYS),
             why="rendered files, addon manifests, the VRRP password"),
     AclUser("bke-dispatcher",
             writes=("bke:installs", "bke:rotations", "bke:*:install", "bke:*:inputs", "bke:*:sealed", "bke:*:phase:*",
@@ -111,7 +116,7 @@ USERS: tuple[AclUser, ...] = (
                     "bke:resets", "bke:*:reset", "bke:*:reset:*", "bke:joins", "bke:*:join", "bke:*:join:*",
                     "bke:removals", "bke:*:removal", "bke:*:removal:*", "bke:*:paused", "bke:*:operation"),
             reads=(_EPOCH, *_PLAN, *_RENDER_FILES, *_CERTS_FILES, "bke:*:addon-manifests", "bke:*:agents:provisioned",
-                   "bke:*:api-credentials", "bke:etcd-snapshot-key", "bke:command-key-rollover"),
+                   "bke:*:api-credentials", "bke:etcd-snapshot-key", "bke:command-key-rollover", *_RECORD_KEYS),
             why="install, rotation, reset, join and removal records; the operation slot; the command-signing key (made "
                 "on first use), a rollover's record (public: it announces the next key) and its acknowledgements; reads the rendered and sealed file sets; the etcd snapshot key (a reset's snapshots "
                 "are sealed to its public half); the agents' provisioned public keys (keepalived.conf sealed to "
@@ -122,7 +127,7 @@ USERS: tuple[AclUser, ...] = (
                     "bke:*:addons", "bke:*:node-labels", "bke:*:phase:apply-labels"),
             reads=("bke:*:heartbeat", "bke:*:heartbeat:cgroup", "bke:*:heartbeat:runtime", "bke:*:agents:accepted",
                    "bke:*:agents:provisioned", "bke:*:addon-manifests", "bke:*:api-credentials", *_CERTS_FILES,
-                   "bke:*:render:vrrp-password", "bke:command-signing-key", "bke:etcd-snapshot-key"),
+                   "bke:*:render:vrrp-password", "bke:command-signing-key", "bke:etcd-snapshot-key", *_RECORD_KEYS),
             why="upgrade and etcd-restore records and results, its lease and the operation slot; the plan, which it "
                 "replaces when an upgrade or a changed spec succeeds; the addons and node-labels records its steps "
                 "share with the install's. Reads: live facts (heartbeats), the agents certs accepted and BKE "

@@ -11,7 +11,7 @@ nothing, and a store that already holds a state (another epoch, made by an earli
 cannot open is refused (exit 2), never replaced.
 
 Environment: BKE_REDIS_URL (the admin user's), and as for a service BKE_REDIS_TLS_CA,
-BKE_REDIS_SENTINELS and BKE_REDIS_SENTINEL_MASTER; BKE_KEY_FILE_SNAPSHOT and BKE_KEY_FILE_SIGNING
+BKE_REDIS_SENTINELS and BKE_REDIS_SENTINEL_MASTER; BKE_KEY_FILE_SNAPSHOT, BKE_KEY_FILE_SIGNING, BKE_KEY_FILE_PLAN and BKE_KEY_FILE_RENDER
 (bke.core.secrets.key_kinds). It writes the command-signing key's public line on stdout, alone on
 its line, for the agents' BKE_AGENT_COMMAND_KEY. Exit 0 when the state is complete, 1 when Redis
 could not be reached or written (a Job retries), 2 when a setting or a key is wrong.
@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 
 from bke.core.errors import PermanentError
 from bke.core.secrets.key_kinds import box_for
+from bke.core.secrets.record_signing import WRITERS
 
 from .client import StoreAccess, parse_sentinels, redact_url, sync_redis_client
 from .state_init import StateInit, ensure_state
@@ -56,12 +57,14 @@ def run(environ: Mapping[str, str]) -> tuple[int, StateInit | None]:
     try:
         access = access_from_env(environ)
         snapshot, signing = box_for("snapshot", environ), box_for("signing", environ)
+        # the plan and render writers' signing keys (every reader checks those records with them)
+        records = {w: box_for(w, environ) for w in WRITERS}
     except (ValueError, PermanentError) as exc:
         log.error("%s", exc)
         return EXIT_INVALID, None
     client = sync_redis_client(access)
     try:
-        done = ensure_state(client, snapshot, signing_box=signing)
+        done = ensure_state(client, snapshot, signing_box=signing, record_boxes=records)
     except PermanentError as exc:  # a stored key these keys do not open: never replaced
         log.error("state of %s: %s", redact_url(access.url), exc)
         return EXIT_INVALID, None

@@ -50,6 +50,9 @@ Nothing outside this module spells a key: a rename here is a rename everywhere.
     bke:command-key-rollover:acks        hash    "<c>/<node>" -> the next key id its agent took (dispatcher)
     bke:etcd-snapshot-key                string  the X25519 key etcd snapshots are sealed to, encrypted at rest
                                                  (admin: bke.adapters.state.state_init)
+    bke:<writer>-signing-key             string  the plan or render writer's Ed25519 key: public half in clear,
+                                                 private half encrypted at rest (admin: bke.adapters.state.state_init)
+    bke:<c>:files:render:signatures      hash    node -> the renderer's signature of its files (renderer)
     bke:<c>:agents:provisioned           hash    node -> the agent key BKE provisioned  (certs)
     bke:<c>:agents:accepted              hash    node -> agent id certs sealed to       (dispatcher)
     bke:<c>:etcd-restore                 string  the current or last etcd restore, JSON  (upgrader)
@@ -121,6 +124,8 @@ __all__ = [
     "lease_key",
     "node_files_digest_key",
     "node_files_key",
+    "node_files_signatures_key",
+    "record_signing_key",
     "node_labels_key",
     "node_status_key",
     "phase_key",
@@ -214,6 +219,11 @@ def node_files_key(cluster: str, source: str) -> str:
 def node_files_digest_key(cluster: str, source: str) -> str:
     """Set once a source's file set is complete."""
     return node_files_key(cluster, source) + ":digest"
+
+
+def node_files_signatures_key(cluster: str, source: str) -> str:
+    """Node -> its writer's signature of its files (bke.core.secrets.record_signing)."""
+    return node_files_key(cluster, source) + ":signatures"
 
 
 # renderer ------------------------------------------------------------------------------------
@@ -487,6 +497,12 @@ def etcd_snapshot_key() -> str:
     """The deployment's one etcd snapshot key (bke.core.secrets.snapshot_key): agents seal to its
     public half, only BKE opens a snapshot."""
     return f"{PREFIX}:etcd-snapshot-key"
+
+
+def record_signing_key(writer: str) -> str:
+    """A record writer's signing key (bke.core.secrets.record_signing): `plan` or `render`. Two
+    parts, like every global key: no cluster's key pattern (`bke:*:plan`) can match it."""
+    return f"{PREFIX}:{writer}-signing-key"
 
 
 def provisioned_agents_key(cluster: str) -> str:

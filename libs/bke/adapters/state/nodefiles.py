@@ -4,6 +4,14 @@
 A set is stored per (cluster, source, node) so that the dispatcher reads one node's files
 without loading a 5,000-node cluster. Secret files are never stored in clear: certs stores
 them sealed to the node's agent (`sealed_b64`), so Redis only ever holds ciphertext.
+
+The renderer's sets are signed per node with the `render` record-signing key
+(bke.core.secrets.record_signing): `files:render:signatures` holds, per node, the render's digest
+and the signature over the node's stored bytes bound to the cluster, the node and that digest.
+A set read from the `render` source is checked before it is returned, and one whose signature is
+missing or wrong raises RecordSignatureError (permanent) naming the cluster and the node: the
+dispatcher then sends no command built from it. The certs source's secret files are sealed to
+their agent, which opens only what was sealed to its key; its sets are not signed here.
 """
 from __future__ import annotations
 
@@ -13,17 +21,37 @@ from typing import Literal
 from redis.asyncio import Redis
 from redis.typing import EncodableT, FieldT
 
+from bke.core.secrets.record_signing import RecordSigner, RecordVerifier
 from bke.core.state.nodefiles import NodeFile
-from .keys import node_files_digest_key, node_files_key
+from .keys import node_files_digest_key, node_files_key, node_files_signatures_key, record_signing_key
+from .record_keys import RecordKeys, verifier_of
 
-__all__ = ["RedisNodeFiles"]
+__all__ = ["RENDER_SIGNED_KIND", "RedisNodeFiles", "check_node_files", "sign_node_files"]
 
 Source = Literal["render", "certs"]
+RENDER_SIGNED_KIND = "rendered-files"  # the record kind a node's rendered files are signed as
+
+
+def _text(raw: object) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def sign_node_files(signer: RecordSigner, cluster: str, node: str, digest: str, raw: str) -> str:
+    """The stored signature of a node's rendered files (`raw`, as stored): "<digest> <signature>"."""
+    return f"{digest} {signer.sign(RENDER_SIGNED_KIND, cluster, (node, digest), raw.encode())}"
+
+
+def check_node_files(verifier: RecordVerifier, cluster: str, node: str, raw: object, stored: object) -> None:
+    """Raise RecordSignatureError unless `stored` is the renderer's signature of `raw`."""
+    digest, _, signature = ("" if stored is None else _text(stored)).partition(" ")
+    record = f"the rendered files of {node} in {cluster} ({node_files_key(cluster, 'render')})"
+    verifier.verify(record, RENDER_SIGNED_KIND, cluster, (node, digest), _text(raw).encode(), signature or None)
 
 
 class RedisNodeFiles:
-    def __init__(self, redis: Redis):
+    def __init__(self, redis: Redis, keys: RecordKeys | None = None):
         self.redis = redis
+        self.keys = keys or RecordKeys(redis)  # signs a `render` set only where the `render` key is given
 
     @staticmethod
     def _key(cluster: str, source: Source) -> str:
@@ -32,23 +60,39 @@ class RedisNodeFiles:
     async def put_many(self, cluster: str, source: Source, files: dict[str, list[NodeFile]], digest: str | None = None) -> None:
         """One hash field per node, written in one round trip; `digest` marks a complete set."""
         mapping: dict[FieldT, EncodableT] = {node: json.dumps([f.model_dump(by_alias=True, mode="json") for f in fs]) for node, fs in files.items()}
+        signatures: dict[FieldT, EncodableT] = {}
+        if source == "render" and mapping:
+            signer = await self.keys.signer("render")
+            signatures = {n: sign_node_files(signer, cluster, _text(n), digest or "", str(raw)) for n, raw in mapping.items()}
         async with self.redis.pipeline(transaction=True) as pipe:
             if mapping:
                 pipe.hset(self._key(cluster, source), mapping=mapping)
+            if signatures:
+                pipe.hset(node_files_signatures_key(cluster, source), mapping=signatures)
             if digest is not None:
                 pipe.set(node_files_digest_key(cluster, source), digest)
             await pipe.execute()
 
     async def get(self, cluster: str, source: Source, node: str) -> list[NodeFile] | None:
-        raw = await self.redis.hget(self._key(cluster, source), node)
-        if raw is None:
-            return None
-        return [NodeFile.model_validate(d) for d in json.loads(raw)]
+        return (await self.get_many(cluster, source, [node]))[node]
 
     async def get_many(self, cluster: str, source: Source, nodes: list[str]) -> dict[str, list[NodeFile] | None]:
+        """The nodes' sets (None: none stored); a `render` set only once its signature is checked."""
         if not nodes:
             return {}
-        raws = await self.redis.hmget(self._key(cluster, source), nodes)
+        if source != "render":
+            raws = await self.redis.hmget(self._key(cluster, source), nodes)
+        else:
+            async with self.redis.pipeline(transaction=True) as pipe:  # the files, their signatures and key, consistent
+                pipe.hmget(self._key(cluster, source), nodes)
+                pipe.hmget(node_files_signatures_key(cluster, source), nodes)
+                pipe.get(record_signing_key("render"))
+                raws, signatures, key = await pipe.execute()
+            if any(r is not None for r in raws):
+                verifier = verifier_of("render", key, f"the rendered files of {cluster}")
+                for node, raw, stored in zip(nodes, raws, signatures):
+                    if raw is not None:
+                        check_node_files(verifier, cluster, node, raw, stored)
         return {n: None if r is None else [NodeFile.model_validate(d) for d in json.loads(r)] for n, r in zip(nodes, raws)}
 
     async def nodes(self, cluster: str, source: Source) -> list[str]:

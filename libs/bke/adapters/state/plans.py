@@ -1,4 +1,20 @@
-"""The stored plan: written once by the planner, read by every other service."""
+"""The stored plan: written once by the planner, read by every other service.
+
+Signed by its writer (the planner; the upgrader when it replaces the plan) with the `plan`
+record-signing key (bke.core.secrets.record_signing), and checked by every reader before use:
+plan-meta holds `generation` (1 for a cluster's first plan, one more at each replacement) and
+`signature`, over the plan's bytes bound to the cluster, its incarnation and that generation. A
+`PlanCache` also refuses a plan of an older generation than one it has read (the same
+incarnation): an older signed plan written back over a newer one.
+
+Errors::
+
+    PermanentError
+     ├─ RecordSignatureError   the plan's signature is missing, another key's, does not match,
+     │                         or it is older than one read before (bke.core.secrets.record_signing)
+     └─ RecordKeyError         no plan-signing key stored, or a writer not given its key file
+    TemporaryError             the plan is not stored yet
+"""
 from __future__ import annotations
 
 import hashlib
@@ -11,11 +27,13 @@ from redis.asyncio import Redis
 from bke.core.errors import TemporaryError
 from bke.core.plan import Plan
 from bke.core.secrets.binding import new_incarnation
-from .keys import clusters_index, plan_key, plan_meta_key, plan_replaceable_key, request_key
+from bke.core.secrets.record_signing import RecordSignatureError
+from .keys import clusters_index, plan_key, plan_meta_key, plan_replaceable_key, record_signing_key, request_key
+from .record_keys import RecordKeys, verifier_of
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
-__all__ = ["INCARNATION_FIELD", "INCARNATION_READ", "PlanCache", "PlanRecord", "RedisPlanStore", "incarnation_of",
-           "plan_digest"]
+__all__ = ["GENERATION_FIELD", "INCARNATION_FIELD", "INCARNATION_READ", "PLAN_SIGNED_KIND", "SIGNATURE_FIELD", "PlanCache",
+           "PlanRecord", "RedisPlanStore", "incarnation_of", "plan_binding", "plan_digest"]
 
 
 PLAN_VERSION = record_kind("plan").current  # written in plan-meta (bke.core.state.schema)
@@ -30,6 +48,21 @@ def plan_digest(plan_json: str) -> str:
 # and it goes with plan-meta when the cluster is deleted (bke.adapters.forgetting).
 INCARNATION_FIELD = "incarnation"
 INCARNATION_READ = ["digest", INCARNATION_FIELD]  # the plan-meta fields `incarnation_of` reads (HMGET)
+GENERATION_FIELD, SIGNATURE_FIELD = "generation", "signature"  # plan-meta: what the signature binds, and it
+PLAN_SIGNED_KIND = "plan"  # the record kind its signature names (bke.core.secrets.record_signing)
+
+
+def plan_binding(incarnation: str, generation: int) -> tuple[str, str]:
+    """What a plan's signature binds besides its cluster and bytes."""
+    return incarnation, str(generation)
+
+
+def _text(raw: object) -> str:
+    return "" if raw is None else raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _bytes(raw: object) -> bytes:
+    return raw if isinstance(raw, bytes) else str(raw).encode()
 
 
 def incarnation_of(meta: Sequence[object]) -> str | None:
@@ -46,20 +79,22 @@ _SAVE_ONCE = """
 if redis.call('HEXISTS', KEYS[2], 'digest') == 1 then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[2], 'digest', ARGV[2], 'requestId', ARGV[3], 'createdAt', ARGV[4], 'schemaVersion', ARGV[6],
-           'incarnation', ARGV[7])
+           'incarnation', ARGV[7], 'generation', '1', 'signature', ARGV[8])
 redis.call('SET', KEYS[3], ARGV[5])
 redis.call('SADD', KEYS[4], ARGV[5])
 return 1
 """
 
 # Compare-and-swap on the stored digest, and only while the planner's mark names that same
-# digest: two replicas replacing at once cannot both win, and the mark is spent by the swap.
+# digest: two replicas replacing at once cannot both win, and the mark is spent by the swap. The
+# generation signed (ARGV[9]) follows the one read before signing (ARGV[8], '' for none).
 _REPLACE = """
 if redis.call('HGET', KEYS[2], 'digest') ~= ARGV[6] then return 0 end
 if redis.call('GET', KEYS[4]) ~= ARGV[6] then return 0 end
+if (redis.call('HGET', KEYS[2], 'generation') or '') ~= ARGV[8] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[2], 'digest', ARGV[2], 'requestId', ARGV[3], 'createdAt', ARGV[4], 'replaced', ARGV[6],
-           'schemaVersion', ARGV[7])
+           'schemaVersion', ARGV[7], 'generation', ARGV[9], 'signature', ARGV[10])
 redis.call('SET', KEYS[3], ARGV[5])
 redis.call('DEL', KEYS[4])
 return 1
@@ -69,8 +104,10 @@ return 1
 # digest the upgrade started from (a second finisher, or a plan changed meanwhile, loses).
 _UPGRADE = """
 if redis.call('HGET', KEYS[2], 'digest') ~= ARGV[5] then return 0 end
+if (redis.call('HGET', KEYS[2], 'generation') or '') ~= ARGV[6] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
-redis.call('HSET', KEYS[2], 'digest', ARGV[2], 'requestId', ARGV[3], 'createdAt', ARGV[4], 'upgradedFrom', ARGV[5])
+redis.call('HSET', KEYS[2], 'digest', ARGV[2], 'requestId', ARGV[3], 'createdAt', ARGV[4], 'upgradedFrom', ARGV[5],
+           'generation', ARGV[7], 'signature', ARGV[8])
 return 1
 """
 
@@ -102,8 +139,20 @@ class RedisPlanStore:
     """Plans in Redis: `bke:<cluster>:plan` (JSON), `bke:<cluster>:plan-meta` (hash) and the
     planner's `bke:<cluster>:plan-replaceable` mark (a digest)."""
 
-    def __init__(self, redis: Redis):
+    def __init__(self, redis: Redis, keys: RecordKeys | None = None):
         self.redis = redis
+        self.keys = keys or RecordKeys(redis)  # a writer's holds its `plan` key (RecordKeys.boxes)
+
+    async def _sign(self, cluster: str, plan_json: str, incarnation: str, generation: int) -> str:
+        signer = await self.keys.signer("plan")
+        return signer.sign(PLAN_SIGNED_KIND, cluster, plan_binding(incarnation, generation), plan_json.encode())
+
+    async def _next(self, cluster: str) -> tuple[str, str, int]:
+        """(incarnation, stored generation or "", the next generation) of a plan about to be
+        replaced; the scripts check the generation again, so a race loses instead of misbinding."""
+        inc, gen = await self.redis.hmget(plan_meta_key(cluster), [INCARNATION_FIELD, GENERATION_FIELD])
+        stored = _text(gen)
+        return _text(inc), stored, int(stored or 0) + 1
 
     async def meta(self, cluster: str) -> PlanRecord | None:
         raw = await self.redis.hgetall(plan_meta_key(cluster))
@@ -118,9 +167,10 @@ class RedisPlanStore:
         The first plan of a cluster makes its incarnation (`incarnation`, else a new one made at
         `now_iso`; bke.core.secrets.binding)."""
         inc = incarnation or new_incarnation(_instant(now_iso), secrets.token_hex(8))
+        signature = await self._sign(plan.cluster, plan_json, inc, 1)
         keys = [plan_key(plan.cluster), plan_meta_key(plan.cluster), request_key(request_id), clusters_index()]
         res = await self.redis.eval(_SAVE_ONCE, len(keys), *keys, plan_json, digest, request_id, now_iso, plan.cluster,
-                                    PLAN_VERSION, inc)
+                                    PLAN_VERSION, inc, signature)
         return bool(res)
 
     async def incarnation(self, cluster: str) -> str | None:
@@ -131,16 +181,21 @@ class RedisPlanStore:
         """Replace the stored plan, atomically, if it still has `old_digest` and is marked
         replaceable for that digest: True if replaced now (the mark is then cleared)."""
         c = plan.cluster
+        inc, stored, generation = await self._next(c)
+        signature = await self._sign(c, plan_json, inc, generation)
         keys = [plan_key(c), plan_meta_key(c), request_key(request_id), plan_replaceable_key(c)]
         res = await self.redis.eval(_REPLACE, len(keys), *keys, plan_json, digest, request_id, now_iso, c, old_digest,
-                                    PLAN_VERSION)
+                                    PLAN_VERSION, stored, generation, signature)
         return bool(res)
 
     async def upgrade(self, plan: Plan, plan_json: str, digest: str, old_digest: str, request_id: str, now_iso: str) -> bool:
         """Store an upgrade's plan in place of the one it started from (`old_digest`): True if
         stored now, False if the stored plan is another one (already replaced, say)."""
+        inc, stored, generation = await self._next(plan.cluster)
+        signature = await self._sign(plan.cluster, plan_json, inc, generation)
         keys = [plan_key(plan.cluster), plan_meta_key(plan.cluster)]
-        return bool(await self.redis.eval(_UPGRADE, len(keys), *keys, plan_json, digest, request_id, now_iso, old_digest))
+        return bool(await self.redis.eval(_UPGRADE, len(keys), *keys, plan_json, digest, request_id, now_iso, old_digest,
+                                          stored, generation, signature))
 
     async def replaceable(self, cluster: str) -> str | None:
         """The digest marked replaceable for `cluster`, if any."""
@@ -160,24 +215,37 @@ class RedisPlanStore:
         await self.redis.set(request_key(request_id), cluster)
 
     async def load(self, cluster: str) -> Plan:
-        async with self.redis.pipeline(transaction=True) as pipe:  # the plan and its version, consistent
+        return (await self.load_signed(cluster))[0]
+
+    async def load_signed(self, cluster: str) -> tuple[Plan, str, int]:
+        """The plan, checked against its signature (module docstring), with its incarnation and
+        generation."""
+        async with self.redis.pipeline(transaction=True) as pipe:  # the plan, its meta and key, consistent
             pipe.get(plan_key(cluster))
-            pipe.hget(plan_meta_key(cluster), SCHEMA_FIELD)
-            raw, version = await pipe.execute()
+            pipe.hmget(plan_meta_key(cluster), [SCHEMA_FIELD, INCARNATION_FIELD, GENERATION_FIELD, SIGNATURE_FIELD])
+            pipe.get(record_signing_key("plan"))
+            raw, (version, inc, gen, signature), key = await pipe.execute()
         if raw is None:
             # The event can arrive before a replica's write is visible: retry, do not fail.
             raise TemporaryError(f"plan of cluster {cluster!r} not stored yet", delay=1.0)
         check_readable("plan", version, f"the plan of {cluster}")
-        return Plan.model_validate_json(raw)
+        record = f"the plan of {cluster} ({plan_key(cluster)})"
+        generation = int(_text(gen) or 0)
+        verifier_of("plan", key, record).verify(record, PLAN_SIGNED_KIND, cluster,
+                                                plan_binding(_text(inc), generation), _bytes(raw), _text(signature) or None)
+        return Plan.model_validate_json(raw), _text(inc), generation
 
 
 class PlanCache:
     """A parsed plan per cluster, re-read only when its stored digest changes: a 5,000-node
-    plan is megabytes of JSON, and the dispatcher and certs read it on every event."""
+    plan is megabytes of JSON, and the dispatcher and certs read it on every event. Each plan
+    read is checked (`RedisPlanStore.load_signed`), and one of an older generation than the last
+    read of the same incarnation is refused: a replay of an older signed plan."""
 
     def __init__(self, redis: Redis):
         self.redis, self.store = redis, RedisPlanStore(redis)
         self._plans: dict[str, tuple[object, Plan]] = {}
+        self._newest: dict[str, tuple[str, int]] = {}  # cluster -> (incarnation, generation) last read
 
     async def load(self, cluster: str) -> Plan:
         digest, version = await self.redis.hmget(plan_meta_key(cluster), ["digest", SCHEMA_FIELD])
@@ -186,7 +254,13 @@ class PlanCache:
         cached = self._plans.get(cluster)
         if cached is not None and digest is not None and cached[0] == digest:
             return cached[1]
-        plan = await self.store.load(cluster)
+        plan, inc, generation = await self.store.load_signed(cluster)
+        newest = self._newest.get(cluster)
+        if newest is not None and newest[0] == inc and generation < newest[1]:
+            raise RecordSignatureError(f"the plan of {cluster} ({plan_key(cluster)})",
+                                       f"it is generation {generation}, older than generation {newest[1]} read "
+                                       "before: an older plan written back")
+        self._newest[cluster] = (inc, generation)
         if digest is not None:
             self._plans[cluster] = (digest, plan)
         return plan

@@ -11,6 +11,8 @@ kind). One row per family of Redis keys; a family is found by its name or a SCAN
                bke:command-signing-key:next  string  blob (during a rollover)
     snapshot   bke:etcd-snapshot-key         string  [b"BKESNAP1" | public half] blob
     authority  bke:auth:authority            string  blob, aad the key's name
+    plan       bke:plan-signing-key          string  "BKEREC1:<public half>:<base64 blob>"
+    render     bke:render-signing-key        string  "BKEREC1:<public half>:<base64 blob>"
 
 Outside Redis: the `backup` kind's files (`rekey_backup_file`) and a lab's
 `runtime/auth/authority.enc` (the CLI, through bke.adapters.runtime.nats_security).
@@ -48,9 +50,11 @@ from bke.core.secrets.at_rest import SecretBox, blob_key_id
 from bke.core.secrets.signing import STORED_KEY_AAD as SIGNING_AAD
 from bke.core.secrets.snapshot_key import STORED_KEY_AAD as SNAPSHOT_AAD
 from bke.core.secrets.snapshot_key import join_stored, split_stored
+from bke.core.secrets import record_signing
 from .backup import MAGIC as BACKUP_MAGIC
 from .keys import (
     api_credentials_key, auth_authority_key, command_signing_key, command_signing_next_key, etcd_snapshot_key, pki_key,
+    record_signing_key,
 )
 
 __all__ = ["FAMILIES", "Family", "RekeyReport", "census", "reencrypt_kind", "rekey_backup_file"]
@@ -69,6 +73,7 @@ class Codec:
 RAW = Codec(lambda v: (b"", v), lambda kept, blob: blob)
 BASE64 = Codec(lambda v: (b"", base64.b64decode(v)), lambda kept, blob: base64.b64encode(blob))
 SNAPSHOT = Codec(split_stored, join_stored)
+RECORD_KEY = Codec(record_signing.split_stored, record_signing.join_stored)
 
 
 def _per_cluster(name: Callable[[str], str]) -> tuple[str, Callable[[str], str]]:
@@ -99,6 +104,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("signing", command_signing_next_key(), "string", lambda k, f: SIGNING_AAD),  # a rollover's next key
     Family("snapshot", etcd_snapshot_key(), "string", lambda k, f: SNAPSHOT_AAD, SNAPSHOT),
     Family("authority", auth_authority_key(), "string", lambda k, f: k.encode()),
+    Family("plan", record_signing_key("plan"), "string", lambda k, f: record_signing.record_key_aad("plan"), RECORD_KEY),
+    Family("render", record_signing_key("render"), "string", lambda k, f: record_signing.record_key_aad("render"),
+           RECORD_KEY),
 )
 
 

@@ -17,6 +17,11 @@ user makes them once:
                            it (`bke state init` prints its fingerprint and `--command-key-out FILE`
                            writes its public line: what `bke agent bootstrap` pins,
                            bke.core.secrets.command_key_pin)
+    bke:<writer>-signing-key  the plan and render writers' signing keys (SET NX,
+                           bke.adapters.state.record_keys), each when its at-rest key (`plan`,
+                           `render`) is given (`record_boxes`); then the plans and rendered file
+                           sets stored before signatures are signed with them
+                           (bke.adapters.state.sign_unsigned)
 
 Run by `bke state init` (a deployment, as the admin user) and by the lab: its runtime writes
 the epoch when it starts (bke.adapters.runtime.embedded), the supervisor runs the whole of it. Safe to
@@ -29,6 +34,7 @@ a second CA off the nodes).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from redis.exceptions import WatchError
@@ -38,6 +44,8 @@ from bke.core.secrets.signing import CommandVerifyKey, ensure_command_key_sync
 from bke.core.secrets.snapshot_key import ensure_snapshot_key_sync, upgrade_stored_form
 from .epoch import ensure_epoch_sync, new_epoch
 from .keys import command_signing_key, etcd_snapshot_key
+from .record_keys import ensure_record_keys_sync
+from .sign_unsigned import sign_unsigned_sync
 
 __all__ = ["StateInit", "ensure_state"]
 
@@ -50,11 +58,24 @@ class StateInit:
     snapshot_key_made: bool = False
     command_key: CommandVerifyKey | None = None  # the public half; None: no signing_box was given
     command_key_made: bool = False
+    record_keys: tuple[tuple[str, str, bool], ...] = ()  # (writer, key id, made now) for each writer given
+    signed_now: tuple[tuple[str, int], ...] = ()  # (writer, records signed now that had no signature)
 
 
 def ensure_state(redis: Any, box: SecretBox | None, *, make_epoch: Callable[[], str] = new_epoch,
-                 signing_box: SecretBox | None = None) -> StateInit:
+                 signing_box: SecretBox | None = None, record_boxes: Mapping[str, SecretBox] | None = None) -> StateInit:
     """Make what is missing (see the module docstring) through a blocking admin client."""
+    done = _ensure_keys(redis, box, make_epoch, signing_box)
+    if not record_boxes:
+        return done
+    signers = ensure_record_keys_sync(redis, record_boxes)
+    signed = sign_unsigned_sync(redis, {w: s for w, (s, _) in signers.items()})
+    return replace(done, record_keys=tuple((w, s.key_id, made) for w, (s, made) in signers.items()),
+                   signed_now=tuple(signed.items()))
+
+
+def _ensure_keys(redis: Any, box: SecretBox | None, make_epoch: Callable[[], str],
+                 signing_box: SecretBox | None) -> StateInit:
     candidate = make_epoch()
     epoch = ensure_epoch_sync(redis, candidate)
     if box is None:

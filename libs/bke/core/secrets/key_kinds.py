@@ -18,11 +18,15 @@ alone, and each is rotated on its own (`bke keys`, bke.adapters.state.rekey).
                (bke:auth:authority; a lab's runtime/auth/authority.enc)  the agents' renewer
                                                                        (and `bke state restore`)
     backup     `bke state backup` files                                `bke state backup/restore`
+    plan       the plan-signing key (bke:plan-signing-key)             planner, upgrader; `bke state init`
+    render     the render-signing key (bke:render-signing-key)         renderer; `bke state init`
 
 `api` is a kind of its own, and not `pki`, so that the dispatcher and the upgrader, who need
 admin.conf, hold nothing that opens a CA key. The dispatcher holds no `snapshot` key: it asks
 agents for snapshots sealed to the key's public half, which the stored record carries in clear
-(bke.core.secrets.snapshot_key).
+(bke.core.secrets.snapshot_key). `plan` and `render` are kinds of their own so that the key that
+signs plans or rendered files (bke.core.secrets.record_signing) opens in their writers' hands
+only: the readers check with the public halves, in clear in the same records.
 
 Where a process finds a kind's key file: `BKE_KEY_FILE_<KIND>` (e.g. BKE_KEY_FILE_PKI), else
 `BKE_SECRET_KEY_FILE`, the one file of a single-key deployment. That fallback keeps such a
@@ -70,6 +74,8 @@ KINDS: tuple[KeyKind, ...] = (
     KeyKind("snapshot", "the etcd snapshot key", ("upgrader",)),
     KeyKind("authority", "the NATS operator's and account's seeds", ()),
     KeyKind("backup", "state backups", ()),
+    KeyKind("plan", "the plan-signing key", ("planner", "upgrader")),
+    KeyKind("render", "the render-signing key", ("renderer",)),
 )
 KIND_NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
 # service -> the kinds whose files it is given (the lab, docker-compose.yml, deploy/kubernetes)

@@ -113,7 +113,8 @@ RECORDS: tuple[RecordKind, ...] = (
                "bke.adapters.pki.api_credentials.read_api_credential"),
     RecordKind(
         "render", "rendered per-node file sets, addon manifests, the render meta, the VRRP password",
-        ("render:meta", "files:render", "files:render:digest", "addon-manifests", "render:vrrp-password"),
+        ("render:meta", "files:render", "files:render:digest", "files:render:signatures", "addon-manifests",
+         "render:vrrp-password"),
         VersionSlot("render:meta", "json"), current=1,
         writer="renderer: bke_renderer.store_redis.RedisRenderStore.save (one MULTI/EXEC)",
         reader="renderer: RedisRenderStore.load/load_node; dispatcher: RedisNodeFiles, addons phase"),

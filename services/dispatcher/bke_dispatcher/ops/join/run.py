@@ -39,6 +39,7 @@ from bke.adapters.bus.handler import Out
 from bke.adapters.cluster_api.labels import marks_from_record, record, wanted
 from bke.adapters.cluster_api.node_labels import NodeMarker
 from bke.adapters.operation import EndEvent, OperationLoop, Publish, RecordStore
+from bke.core.secrets.record_signing import RecordKeyError, RecordSignatureError
 from bke.adapters.state import PlanCache
 from bke.adapters.state.command_signing import Sign
 from bke.adapters.state.keys import join_key, join_results_key, joins_index, node_labels_key, plan_meta_key, sealed_key
@@ -185,10 +186,13 @@ class Joins(OperationLoop[Join]):
 
     async def _send(self, j: Join, d: Act) -> Decision | None:
         """Each node's command for its current phase, built as the install builds it."""
-        plan = await self.plans.load(j.cluster)
         runs = [r for r in j.nodes if r.hostname in d.nodes]
         names = [r.hostname for r in runs]
-        render = await self.files.get_many(j.cluster, "render", names)
+        try:
+            plan = await self.plans.load(j.cluster)
+            render = await self.files.get_many(j.cluster, "render", names)
+        except (RecordSignatureError, RecordKeyError) as exc:
+            return Fail(str(exc))  # not signed by its writer: no command is built from it
         certs = await self.files.get_many(j.cluster, "certs", names)
         sums: dict[str, str] | None = None
         seals: dict[str, Callable[[bytes], bytes] | None] | None = None
