@@ -55,7 +55,9 @@ def test_another_writer_s_key_is_refused_as_such() -> None:
         _verify(forged)
 
 
-@pytest.mark.parametrize("signature", [None, "", f"{SIGNER.key_id}.", f"{SIGNER.key_id}.not base64!"])
+# ids of their own: the key id is made at import, and xdist's workers must collect the same ids
+@pytest.mark.parametrize("signature", [None, "", f"{SIGNER.key_id}.", f"{SIGNER.key_id}.not base64!"],
+                         ids=["none", "empty", "key-id-only", "not-base64"])
 def test_a_missing_or_malformed_signature_is_refused(signature: str | None) -> None:
     with pytest.raises(RecordSignatureError):
         _verify(signature)
