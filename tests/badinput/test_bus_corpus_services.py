@@ -145,7 +145,9 @@ async def test_hostile_messages_are_dead_lettered_and_a_valid_install_still_goes
 
             # requests (core NATS) are answered with the fields that are wrong; heartbeats are advisory
             for ch in CHANNELS:
-                if ch.kind == "request":
+                # the five services' requests: the renewer (an agent's own JWT renewal) runs only on an
+                # authenticated bus, not in this open-bus lab
+                if ch.kind == "request" and set(ch.receivers) & set(SERVICES):
                     subjects = [ch.subject.format(service=s) for s in SERVICES] if "{service}" in ch.subject else [ch.subject]
                     for case in hostile_bodies(ch.model, valid_example(ch.model)):
                         if case.name in KINDS or case.name.startswith("wrong-type-"):

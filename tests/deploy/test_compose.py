@@ -193,9 +193,13 @@ def test_state_init_runs_once_before_the_services_and_alone_holds_the_admin_user
     # the image it runs holds both kinds it needs: the upgrader's (bke.core.secrets.key_kinds)
     assert step["image"] == services["upgrader"]["image"]
     assert {"snapshot", "signing"} <= set(SERVICE_KEY_KINDS["upgrader"])
-    assert sorted(step["secrets"]) == ["bke-key-signing", "bke-key-snapshot"]  # no NATS identity, no token
+    # no NATS identity, no token; the keys of what it makes: the snapshot, command-signing and the
+    # plan and render writers' signing keys
+    assert sorted(step["secrets"]) == ["bke-key-plan", "bke-key-render", "bke-key-signing", "bke-key-snapshot"]
     assert step["environment"] == {"BKE_KEY_FILE_SNAPSHOT": "/run/secrets/bke-key-snapshot",
-                                   "BKE_KEY_FILE_SIGNING": "/run/secrets/bke-key-signing"}
+                                   "BKE_KEY_FILE_SIGNING": "/run/secrets/bke-key-signing",
+                                   "BKE_KEY_FILE_PLAN": "/run/secrets/bke-key-plan",
+                                   "BKE_KEY_FILE_RENDER": "/run/secrets/bke-key-render"}
     admin = "deploy/redis/admin.env"
     assert step["env_file"] == [admin]
     assert [name for name, spec in services.items() if admin in spec.get("env_file", [])] == ["state-init"]

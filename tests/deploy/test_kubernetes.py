@@ -172,9 +172,10 @@ def test_state_init_job_alone_holds_the_redis_admin_user() -> None:
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     env = {e["name"]: e for e in container["env"]}
     assert env["BKE_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": "bke-state-init-redis", "key": "BKE_REDIS_URL"}
-    assert {k for k in env if k.startswith("BKE_KEY_FILE_")} == {key_file_env("snapshot"), key_file_env("signing")}
+    assert {k for k in env if k.startswith("BKE_KEY_FILE_")} == {key_file_env(k) for k in ("snapshot", "signing", "plan", "render")}
     assert not {k for k in env if k.startswith("BKE_NATS_")}  # no NATS identity
-    assert _secret_names(pod) == {"bke-state-init-redis", "bke-key-snapshot", "bke-key-signing"}
+    assert _secret_names(pod) == {"bke-state-init-redis", "bke-key-snapshot", "bke-key-signing", "bke-key-plan",
+                                  "bke-key-render"}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     for kind in ("snapshot", "signing"):
         path = Path(env[key_file_env(kind)]["value"])

@@ -47,12 +47,14 @@ def _key_names() -> list[str]:
         if fn_name in ("cluster_key", "all_keys_pattern"):
             continue
         args = {"cluster": "c1", "source": "render", "slug": "etcd", "part": "manifest", "request_id": "r1",
-                "owner": "dispatcher"}
+                "owner": "dispatcher", "writer": "plan"}
         names.append(fn(*(args[p.name] for p in params)))
         if fn_name in ("node_files_key", "node_files_digest_key"):
             names.append(fn("c1", "certs"))
         if fn_name == "paused_key":
             names.append(fn("c1", "upgrade"))
+        if fn_name == "record_signing_key":
+            names.append(fn("render"))
     names.append(keys.refusals_key("c1"))  # defined, not yet in __all__
     return names
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from redis.exceptions import RedisError
 
+from bke.adapters.logs import setup_logging
 from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.adapters.state.client import StoreAccess, parse_sentinels, redact_url, sync_redis_client
 from bke.core.errors import PermanentError
@@ -106,7 +107,7 @@ def run(environ: Mapping[str, str]) -> int:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging("renewer")  # one JSON object a line, as every other long-running process of BKE
     return run(os.environ)
 
 

@@ -209,6 +209,8 @@ UNVERSIONED: tuple[tuple[str, str], ...] = (
     ("bke:command-key-rollover", "JSON with a form of its own (bke.core.secrets.command_key_rollover)"),
     ("bke:command-key-rollover:acks", "hash of cluster/node -> key id (dispatcher)"),
     ("bke:etcd-snapshot-key", "encrypted key, its format is bke.core.secrets.snapshot_key's"),
+    ("bke:plan-signing-key", "public half in clear, private half encrypted (bke.core.secrets.record_signing)"),
+    ("bke:render-signing-key", "public half in clear, private half encrypted (bke.core.secrets.record_signing)"),
 )
 
 
