@@ -30,7 +30,7 @@ from redis.exceptions import RedisError
 
 from bke.adapters.logs import setup_logging
 from bke.adapters.bus.connect import BusAccess, connect_nats
-from bke.adapters.state.client import StoreAccess, parse_sentinels, redact_url, sync_redis_client
+from bke.adapters.state.client import redact_url, store_access_from_env, sync_redis_client
 from bke.core.errors import PermanentError
 from bke.core.secrets.at_rest import DecryptError
 from bke.core.secrets.key_kinds import box_for
@@ -51,15 +51,6 @@ def bus_access_from_env(environ: Mapping[str, str]) -> BusAccess:
     if not url or not creds:
         raise ValueError("BKE_NATS_URL and BKE_NATS_CREDS (the renewer identity's creds file): required")
     return BusAccess(url, Path(creds), inbox_prefix(identity_name("renewer")), Path(ca) if ca else None)
-
-
-def _store_access(environ: Mapping[str, str]) -> StoreAccess:
-    url = environ.get("BKE_REDIS_URL")
-    if not url:
-        raise ValueError("BKE_REDIS_URL: required (the bke-renewer Redis user's URL)")
-    ca, sentinels = environ.get("BKE_REDIS_TLS_CA"), environ.get("BKE_REDIS_SENTINELS")
-    return StoreAccess(url, Path(ca) if ca else None, parse_sentinels(sentinels) if sentinels else (),
-                       environ.get("BKE_REDIS_SENTINEL_MASTER") or None)
 
 
 async def serve(access: BusAccess, registry: IdentityRegistry, say: Callable[[str], None]) -> None:
@@ -83,7 +74,7 @@ async def serve(access: BusAccess, registry: IdentityRegistry, say: Callable[[st
 def run(environ: Mapping[str, str]) -> int:
     """Check the settings and the key against the stored authority, then serve; the exit code."""
     try:
-        access, store = bus_access_from_env(environ), _store_access(environ)
+        access, store = bus_access_from_env(environ), store_access_from_env(environ, "bke-renewer")
         box = box_for("authority", environ)
     except (ValueError, PermanentError) as exc:
         log.error("%s", exc)

@@ -22,6 +22,7 @@ are reached without TLS or a password (they hold no data; see the README for wha
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import redis
 from redis.asyncio import Redis
 
-__all__ = ["StoreAccess", "parse_sentinels", "redact_url", "redis_client", "sync_redis_client"]
+__all__ = ["StoreAccess", "parse_sentinels", "store_access_from_env", "redact_url", "redis_client", "sync_redis_client"]
 
 
 def redact_url(url: str) -> str:
@@ -92,6 +93,18 @@ class StoreAccess:
         elif self.tls_ca is not None:
             raise ValueError(f"a TLS CA is set but {redact_url(self.url)} is not a rediss:// URL")
         return opts
+
+
+def store_access_from_env(environ: Mapping[str, str], user: str) -> StoreAccess:
+    """Redis access from the services' variables (BKE_REDIS_URL, BKE_REDIS_TLS_CA,
+    BKE_REDIS_SENTINELS, BKE_REDIS_SENTINEL_MASTER); ValueError naming what is wrong. `user`
+    says whose URL BKE_REDIS_URL must be, for that message."""
+    url = environ.get("BKE_REDIS_URL")
+    if not url:
+        raise ValueError(f"BKE_REDIS_URL: required (the {user} Redis user's URL)")
+    ca, sentinels = environ.get("BKE_REDIS_TLS_CA"), environ.get("BKE_REDIS_SENTINELS")
+    return StoreAccess(url, Path(ca) if ca else None, parse_sentinels(sentinels) if sentinels else (),
+                       environ.get("BKE_REDIS_SENTINEL_MASTER") or None)
 
 
 # A pooled connection that sat idle through a Redis restart is dead. redis-py retries a plain

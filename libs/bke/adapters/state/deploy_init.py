@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from redis.exceptions import RedisError
 
@@ -29,7 +28,7 @@ from bke.core.errors import PermanentError
 from bke.core.secrets.key_kinds import box_for
 from bke.core.secrets.record_signing import WRITERS
 
-from .client import StoreAccess, parse_sentinels, redact_url, sync_redis_client
+from .client import StoreAccess, redact_url, store_access_from_env, sync_redis_client
 from .state_init import StateInit, ensure_state
 
 __all__ = ["access_from_env", "main", "run"]
@@ -40,12 +39,7 @@ EXIT_OK, EXIT_RETRY, EXIT_INVALID = 0, 1, 2
 
 def access_from_env(environ: Mapping[str, str]) -> StoreAccess:
     """The admin's Redis access from the services' variables; ValueError naming what is wrong."""
-    url = environ.get("BKE_REDIS_URL")
-    if not url:
-        raise ValueError("BKE_REDIS_URL: required (the Redis admin user's URL)")
-    ca, sentinels = environ.get("BKE_REDIS_TLS_CA"), environ.get("BKE_REDIS_SENTINELS")
-    return StoreAccess(url, Path(ca) if ca else None, parse_sentinels(sentinels) if sentinels else (),
-                       environ.get("BKE_REDIS_SENTINEL_MASTER") or None)
+    return store_access_from_env(environ, "admin")
 
 
 def _made(flag: bool) -> str:
