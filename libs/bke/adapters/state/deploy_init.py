@@ -28,18 +28,13 @@ from bke.core.errors import PermanentError
 from bke.core.secrets.key_kinds import box_for
 from bke.core.secrets.record_signing import WRITERS
 
-from .client import StoreAccess, redact_url, store_access_from_env, sync_redis_client
+from .client import redact_url, store_access_from_env, sync_redis_client
 from .state_init import StateInit, ensure_state
 
-__all__ = ["access_from_env", "main", "run"]
+__all__ = ["main", "run"]
 
 log = logging.getLogger(__name__)
 EXIT_OK, EXIT_RETRY, EXIT_INVALID = 0, 1, 2
-
-
-def access_from_env(environ: Mapping[str, str]) -> StoreAccess:
-    """The admin's Redis access from the services' variables; ValueError naming what is wrong."""
-    return store_access_from_env(environ, "admin")
 
 
 def _made(flag: bool) -> str:
@@ -49,7 +44,7 @@ def _made(flag: bool) -> str:
 def run(environ: Mapping[str, str]) -> tuple[int, StateInit | None]:
     """Ensure the state; the exit code and what was found or made (None: nothing was done)."""
     try:
-        access = access_from_env(environ)
+        access = store_access_from_env(environ, "admin")
         snapshot, signing = box_for("snapshot", environ), box_for("signing", environ)
         # the plan and render writers' signing keys (every reader checks those records with them)
         records = {w: box_for(w, environ) for w in WRITERS}
