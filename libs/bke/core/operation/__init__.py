@@ -3,9 +3,11 @@ join, removal): a typed record with its node runs, the answers folded into it, a
 `decide` that returns one `Decision`. The loop that carries the decisions out, under a lease and
 the cluster's operation slot, is bke.adapters.operation; each operation adds only its decide, its
 carriers, its start and its view."""
+from bke.contracts.statuses import OperationStatus, RunStatus
+
 from .decision import WAIT_S, Act, Decision, Fail, RunLocally, Send, Succeed, Wait
 from .fold import INPUT_PREFIX, STDERR_KEEP, Answer, Answers, ServiceAnswer, fold, in_flight, settle
-from .record import NodeRun, OperationRecord, OperationStatus, RunStatus, StepRun
+from .record import NodeRun, OperationRecord, StepRun
 
 __all__ = [
     "Act",

@@ -16,7 +16,9 @@ from typing import Protocol, TypeVar
 
 from bke.contracts.agent import CommandResult
 
-from .record import RunStatus, StepRun
+from bke.contracts.statuses import RunStatus
+
+from .record import StepRun
 
 __all__ = ["INPUT_PREFIX", "STDERR_KEEP", "Answer", "Answers", "ServiceAnswer", "fold", "in_flight", "settle"]
 

@@ -11,28 +11,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from enum import StrEnum
 from typing import Any, ClassVar, Self
 
+from bke.contracts.statuses import OperationStatus, RunStatus
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
-__all__ = ["NodeRun", "OperationRecord", "OperationStatus", "RunStatus", "StepRun"]
-
-
-class OperationStatus(StrEnum):
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-
-
-class RunStatus(StrEnum):
-    """A run's status: of the command in flight, or of the node's part when it has several."""
-
-    PENDING = "Pending"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    SKIPPED = "Skipped"  # nothing to run (a reset's snapshot of an etcd cluster with no member left)
+__all__ = ["NodeRun", "OperationRecord", "StepRun"]
 
 
 @dataclass(kw_only=True)
