@@ -239,6 +239,135 @@ async def test_a_renewed_apiserver_certificate_is_served_and_the_endpoint_never_
         assert served == on_disk != before[node.hostname], node.hostname
 
 
+PINNED = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: pinned, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: pinned}}
+  template:
+    metadata: {labels: {app: pinned}}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: worker1}
+      containers: [{name: pinned, image: registry.k8s.io/pause:3.10.1}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: pinned, namespace: default}
+spec:
+  minAvailable: 2
+  selector: {matchLabels: {app: pinned}}
+"""
+
+UNSAFE = """
+apiVersion: v1
+kind: Pod
+metadata: {name: bare, namespace: default}
+spec:
+  nodeName: worker2
+  containers: [{name: bare, image: registry.k8s.io/pause:3.10.1}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: mirror-like
+  namespace: default
+  annotations: {kubernetes.io/config.mirror: "0123456789abcdef"}
+spec:
+  nodeName: worker2
+  containers: [{name: m, image: registry.k8s.io/pause:3.10.1}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: cache, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: cache}}
+  template:
+    metadata: {labels: {app: cache}}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: worker2}
+      volumes: [{name: scratch, emptyDir: {}}]
+      containers: [{name: cache, image: registry.k8s.io/pause:3.10.1, volumeMounts: [{name: scratch, mountPath: /scratch}]}]
+"""
+
+
+def _drainer(lab: Lab):
+    from bke.adapters.drain import KubernetesDrainer
+
+    doc = yaml.safe_load(admin_conf(lab).read_text())
+
+    async def kubeconfig(_plan):
+        return doc
+
+    return KubernetesDrainer(kubeconfig)
+
+
+def _pods_on(lab: Lab, node: str) -> dict[str, dict]:
+    pods = kubectl_json(OLDER, admin_conf(lab), "get", "pods", "-A", "--field-selector", f"spec.nodeName={node}")["items"]
+    return {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in pods}
+
+
+def _running(lab: Lab, node: str, prefix: str, count: int):
+    return api_until(lambda: _pods_on(lab, node), lambda pods: sum(
+        ref.startswith(prefix) and p["status"].get("phase") == "Running" for ref, p in pods.items()) >= count)
+
+
+async def test_a_drain_a_budget_blocks_fails_naming_the_budget_and_goes_through_once_it_allows(lab):
+    """kubectl's rule for a PodDisruptionBudget: every eviction it refuses (429) is tried again with
+    backoff until the drain's timeout; the failure names the budget in the API's own words and
+    evicts nothing. The same drain goes through once the budget allows it (the positive control)."""
+    conf = admin_conf(lab)
+    made = kubectl(OLDER, conf, "apply", "-f", "-", stdin=PINNED)
+    assert made.returncode == 0, made.stderr
+    try:
+        await _running(lab, "worker1", "default/pinned-", 2)
+        before = {ref for ref in _pods_on(lab, "worker1") if ref.startswith("default/pinned-")}
+        why = await _drainer(lab).cordon_and_drain(lab.plan, ["worker1"], 8.0)
+        assert "drain not done within 8s" in why and "The disruption budget pinned " in why, why
+        assert before <= set(_pods_on(lab, "worker1")), "a pod the budget protects was evicted"
+        assert kubectl_json(OLDER, conf, "get", "node", "worker1")["spec"].get("unschedulable") is True
+        relaxed = kubectl(OLDER, conf, "patch", "pdb", "pinned", "--type=merge", "-p", '{"spec":{"minAvailable":0}}')
+        assert relaxed.returncode == 0, relaxed.stderr
+        assert await _drainer(lab).cordon_and_drain(lab.plan, ["worker1"], 60.0) == ""
+        assert not before & set(_pods_on(lab, "worker1"))
+    finally:
+        kubectl(OLDER, conf, "delete", "deployment,pdb", "pinned", "--ignore-not-found")
+        await _drainer(lab).uncordon(lab.plan, ["worker1"])
+
+
+async def test_a_drain_refuses_bare_and_emptydir_pods_unless_forced_and_never_touches_daemonset_or_mirror_pods(lab):
+    """kubectl drain --ignore-daemonsets's rules: a pod no controller owns and a pod with emptyDir
+    refuse the node's whole drain (nothing evicted, both named); with force and delete-emptydir-data
+    the drain evicts them. DaemonSet pods and a mirror pod stay either way."""
+    from bke.core.drain import DrainOptions
+
+    conf = admin_conf(lab)
+    made = kubectl(OLDER, conf, "apply", "-f", "-", stdin=UNSAFE)
+    assert made.returncode == 0, made.stderr
+    try:
+        await _running(lab, "worker2", "default/cache-", 1)
+        await _running(lab, "worker2", "default/bare", 1)
+        pods = _pods_on(lab, "worker2")
+        daemons = {ref for ref, p in pods.items()
+                   if any(o.get("kind") == "DaemonSet" for o in p["metadata"].get("ownerReferences", []))}
+        assert daemons, "the addons' DaemonSets run a pod on every worker"
+        why = await _drainer(lab).cordon_and_drain(lab.plan, ["worker2"], 30.0)
+        assert "drain refused, nothing evicted: 2 pod(s)" in why, why
+        assert "default/bare has no controller (force)" in why and "uses emptyDir (delete-emptydir-data)" in why, why
+        assert set(pods) <= set(_pods_on(lab, "worker2")), "a refused drain evicted a pod"
+        forced = DrainOptions(force=True, delete_emptydir_data=True)
+        assert await _drainer(lab).cordon_and_drain(lab.plan, ["worker2"], 60.0, forced) == ""
+        left = set(_pods_on(lab, "worker2"))
+        assert "default/bare" not in left and not any(ref.startswith("default/cache-") for ref in left), left
+        assert daemons | {"default/mirror-like"} <= left, left
+    finally:
+        kubectl(OLDER, conf, "delete", "deployment", "cache", "--ignore-not-found")
+        kubectl(OLDER, conf, "delete", "pod", "bare", "mirror-like", "--ignore-not-found", "--grace-period=0", "--force")
+        await _drainer(lab).uncordon(lab.plan, ["worker2"])
+
+
 WEB = """
 apiVersion: apps/v1
 kind: Deployment

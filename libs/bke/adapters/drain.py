@@ -1,34 +1,42 @@
 """Cordon, drain and uncordon nodes: before and after the upgrader upgrades their runtime, and
 before the dispatcher removes a worker (then its Node object is deleted too: `delete_nodes`).
 
-Real clusters: what `kubectl drain` does (k8s.io/kubectl/pkg/drain/drain.go, `GetPodsForDeletion`
-and `evictPods`): mark the Node unschedulable, then evict (policy/v1 Eviction, so that
-PodDisruptionBudgets are honoured) every pod on it except mirror pods (static pods: the kubelet
-owns them) and DaemonSet pods (their controller would put them back at once), retrying an
-eviction the API refuses with 429 (a budget that blocks for now) until the drain timeout; a
-drain that times out fails the step with the pods still there, and the node stays cordoned.
-Uncordon clears `spec.unschedulable`. Not exercised here: no apiserver runs on these machines.
+Real clusters: what `kubectl drain --ignore-daemonsets` does (k8s.io/kubectl/pkg/drain): mark the
+Node unschedulable, judge every pod on it by kubectl's rules (bke.core.drain: DaemonSet and mirror
+pods left, a pod with emptyDir or without a controller refused unless the request allows it, the
+whole node refused before anything is evicted), evict the rest through the Eviction API (so
+PodDisruptionBudgets are honoured), try again an eviction a budget refuses (429) and wait until
+every evicted pod is gone, both with backoff (bke.core.drain.backoff_delays), up to the drain
+timeout. A drain that fails names the pods left and the budgets that blocked them, in the API's
+own words; the node stays cordoned. Uncordon clears `spec.unschedulable`.
 
-The lab has no API: bke.lab.standins.drain records each action instead.
+The nodes of one call drain side by side, each in a worker thread of a pool as wide as the call
+(up to `MAX_PARALLEL_DRAINS`): the upgrader passes a whole batch, and the default pool (a few
+threads on a small machine) would drain a batch of hundreds a few nodes at a time.
+
+The lab's kubelet stand-ins have no API: bke.lab.standins.drain records each action instead;
+tests/e2e/test_lab_real_control_plane.py drains through a real apiserver and kwok's pods.
 """
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-
+from bke.core.drain import MIRROR_ANNOTATION, DrainOptions, PodFacts, backoff_delays, blocking_budget, refusal_message, select_pods, timeout_message
 from bke.core.errors import TemporaryError
 from bke.core.plan import Plan
 
-__all__ = ["Drainer", "KubernetesDrainer"]
+__all__ = ["Drainer", "KubernetesDrainer", "MAX_PARALLEL_DRAINS"]
 
-EVICT_RETRY_S = 5.0
+MAX_PARALLEL_DRAINS = 64  # threads, each one HTTP conversation at a time with the apiserver
 
 
 class Drainer(Protocol):
-    async def cordon_and_drain(self, plan: Plan, hosts: list[str], timeout_s: float) -> str:
+    async def cordon_and_drain(self, plan: Plan, hosts: list[str], timeout_s: float,
+                               options: DrainOptions = DrainOptions()) -> str:
         """"" when every host is cordoned and drained, else why not (the step fails)."""
 
     async def uncordon(self, plan: Plan, hosts: list[str]) -> None: ...
@@ -43,9 +51,15 @@ class KubernetesDrainer:
     def __init__(self, kubeconfig: Callable[[Plan], Any]):
         self.kubeconfig = kubeconfig
 
-    async def cordon_and_drain(self, plan: Plan, hosts: list[str], timeout_s: float) -> str:
+    async def cordon_and_drain(self, plan: Plan, hosts: list[str], timeout_s: float,
+                               options: DrainOptions = DrainOptions()) -> str:
+        if not hosts:
+            return ""
         conf = await self.kubeconfig(plan)
-        results = await asyncio.gather(*(asyncio.to_thread(_drain_node, conf, h, timeout_s) for h in hosts))
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(max_workers=min(len(hosts), MAX_PARALLEL_DRAINS), thread_name_prefix="drain") as pool:
+            results = await asyncio.gather(*(loop.run_in_executor(pool, _drain_node, conf, h, timeout_s, options)
+                                             for h in hosts))
         problems = [r for r in results if r]
         return "; ".join(problems[:5])
 
@@ -89,40 +103,65 @@ def _delete_node(conf: dict[str, Any], host: str) -> None:
         raise ValueError(f"node {host}: delete: {exc.status} {exc.reason}") from exc
 
 
-def _evictable(pod: Any) -> bool:
-    annotations = pod.metadata.annotations or {}
-    if "kubernetes.io/config.mirror" in annotations:
-        return False  # a static pod's mirror: the kubelet owns it
-    owners = pod.metadata.owner_references or []
-    if any(o.kind == "DaemonSet" for o in owners):
-        return False
-    return pod.status.phase not in ("Succeeded", "Failed")
+def pod_facts(pod: Any) -> PodFacts:
+    """What the drain rules read of a Pod (kubernetes client model)."""
+    meta, spec = pod.metadata, pod.spec
+    controller = next((o.kind for o in meta.owner_references or [] if o.controller), None)
+    return PodFacts(namespace=meta.namespace, name=meta.name, uid=meta.uid or "",
+                    phase=(pod.status.phase if pod.status else None) or "",
+                    mirror=MIRROR_ANNOTATION in (meta.annotations or {}), controller_kind=controller,
+                    emptydir=any(v.empty_dir is not None for v in (spec.volumes if spec else None) or []))
 
 
-def _drain_node(conf: dict[str, Any], host: str, timeout_s: float) -> str:
+def _pods_on(api: Any, host: str) -> dict[str, PodFacts]:
+    pods = api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={host}").items
+    return {f.ref: f for f in map(pod_facts, pods)}
+
+
+def _evict(api: Any, pod: PodFacts) -> tuple[bool, str]:
+    """(evicted or gone, ""), (False, the budget's words) on a 429, else raises with the API's answer."""
     from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod.name, namespace=pod.namespace))
+    try:
+        api.create_namespaced_pod_eviction(pod.name, pod.namespace, body)
+    except ApiException as exc:
+        if exc.status == 404:
+            return True, ""  # gone already
+        if exc.status == 429:
+            return False, blocking_budget(exc.body) or "a PodDisruptionBudget refuses for now"
+        raise
+    return True, ""
+
+
+def _drain_node(conf: dict[str, Any], host: str, timeout_s: float, options: DrainOptions) -> str:
     from kubernetes.client.exceptions import ApiException
 
     _set_unschedulable(conf, host, True)
     api = _core(conf)
     deadline = time.monotonic() + timeout_s
-    blocked: dict[str, str] = {}
-    while True:
-        pods = [p for p in api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={host}").items if _evictable(p)]
-        if not pods:
-            return ""
-        for p in pods:
-            body = client.V1Eviction(metadata=client.V1ObjectMeta(name=p.metadata.name, namespace=p.metadata.namespace))
+    chosen = select_pods(list(_pods_on(api, host).values()), options)
+    if chosen.refused:
+        return refusal_message(host, chosen.refused)
+    waiting = {p.ref: p for p in chosen.evict}  # until each is gone (or replaced: another uid)
+    to_evict, budgets = dict(waiting), dict[str, str]()
+    for delay in backoff_delays():
+        for ref, pod in list(to_evict.items()):
             try:
-                api.create_namespaced_pod_eviction(p.metadata.name, p.metadata.namespace, body)
-                blocked.pop(p.metadata.name, None)
+                done, why = _evict(api, pod)
             except ApiException as exc:
-                if exc.status == 404:
-                    continue  # gone already
-                if exc.status != 429:
-                    return f"node {host}: evicting {p.metadata.namespace}/{p.metadata.name}: {exc.status} {exc.reason}"
-                blocked[p.metadata.name] = f"{p.metadata.namespace}/{p.metadata.name}"  # a budget says not now
-        if time.monotonic() > deadline:
-            left = ", ".join(sorted(blocked.values())[:5]) or ", ".join(f"{p.metadata.namespace}/{p.metadata.name}" for p in pods[:5])
-            return f"node {host}: drain not done within {timeout_s:.0f}s (a PodDisruptionBudget may block): {left}"
-        time.sleep(EVICT_RETRY_S)  # the API's pace, in a worker thread
+                return f"node {host}: evicting {ref}: {exc.status} {exc.reason}"
+            if done:
+                del to_evict[ref]
+                budgets.pop(ref, None)
+            else:
+                budgets[ref] = why
+        now = _pods_on(api, host)
+        waiting = {ref: p for ref, p in waiting.items() if ref in now and now[ref].uid == p.uid}
+        if not waiting:
+            return ""
+        if time.monotonic() >= deadline:
+            return timeout_message(host, timeout_s, list(waiting), budgets)
+        time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))  # backoff, in this worker thread
+    return ""  # not reached: the delays never end
