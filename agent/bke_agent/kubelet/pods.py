@@ -57,6 +57,7 @@ def _lab_etcd() -> Path:
 # a pod whose version is not built fails to start, saying so, rather than run something else.
 CONTROL_PLANE_ENV = "BKE_LAB_CONTROL_PLANE"
 REAL_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+DEFAULT_GRACE_S = 30.0  # a Pod's terminationGracePeriodSeconds when it names none (Kubernetes' default)
 
 
 def lab_control_plane(env: Mapping[str, str] | None = None) -> str:
@@ -119,6 +120,9 @@ class PodPlan:
     probes: tuple[Probe, ...]  # one per endpoint to serve (scheme, host, port)
     health_urls: tuple[str, ...]  # every probe URL (startup-or-liveness, readiness)
     tls_pair: tuple[Path, Path] | None  # the pod's own serving cert/key (for simulated HTTPS)
+    # how long a stop waits after SIGTERM before SIGKILL, as the kubelet reads it from the pod
+    # (an apiserver keeps serving for its --shutdown-delay-duration after SIGTERM)
+    grace_s: float = DEFAULT_GRACE_S
 
 
 def lab_etcd_binaries(env: Mapping[str, str] | None = None) -> dict[str, Path]:
@@ -220,7 +224,14 @@ def plan_pod(data: bytes, manifest_file: str, root: Path, ip: str) -> PodPlan:
         image=str(container.get("image", "")), local=local, files=files, probes=_probes(local),
         health_urls=tuple(u for u in (local.health_url, local.ready_url) if u),
         tls_pair=(Path(cert), Path(key)) if cert and key else None,
+        grace_s=_grace_s(doc),
     )
+
+
+def _grace_s(doc: dict[str, Any]) -> float:
+    """The pod's terminationGracePeriodSeconds, Kubernetes' 30 s when it names none (or nonsense)."""
+    value = doc["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else DEFAULT_GRACE_S
 
 
 def _holds_private_key(path: Path) -> bool:

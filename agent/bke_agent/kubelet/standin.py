@@ -264,9 +264,11 @@ class KubeletStandIn:
         pod.phase, pod.reason, pod.next_try, pod.ready = "Failed", reason, time.monotonic() + retry_in, False
         self._write(pod)
 
-    async def _stop_pod(self, pod: _Pod, why: str, grace_s: float = STOP_TIMEOUT_S) -> None:
+    async def _stop_pod(self, pod: _Pod, why: str, grace_s: float | None = None) -> None:
+        """Stop the pod's process: SIGTERM, then SIGKILL after `grace_s`, by default the pod's own
+        terminationGracePeriodSeconds as the kubelet does (STOP_TIMEOUT_S for a pod never planned)."""
         if pod.running is not None:
-            await pod.running.stop(grace_s)
+            await pod.running.stop(grace_s if grace_s is not None else pod.plan.grace_s if pod.plan else STOP_TIMEOUT_S)
             pod.running = None
         pod.phase, pod.reason, pod.ready = "Stopped", why, False
         log.info("pod stopped: %s", why, extra={**self.ids, "pod": pod.name})

@@ -89,6 +89,12 @@ def etcd_pod(ctx: Ctx, node: NodePlan, cluster_name: str) -> Emit:
     return [(f"{MANIFESTS_DIR}/{cluster.manifest}", params)]
 
 
+# Longer than the rendered haproxy's way to find an apiserver not ready (a check every 2 s, out
+# after 2 failed: within about 6 s with a check's own timeout), with margin; a load balancer of the
+# user's own with slower checks needs a longer delay (extraArgs).
+SHUTDOWN_DELAY_S = 10
+
+
 def apiserver_defaults(ctx: Ctx, node: NodePlan) -> dict[str, str]:
     net = ctx.config.networking
     out = {
@@ -123,6 +129,11 @@ def apiserver_defaults(ctx: Ctx, node: NodePlan) -> dict[str, str]:
     }
     if ctx.plan.apiserver.etcd_servers_overrides:
         out["etcd-servers-overrides"] = ctx.plan.apiserver.etcd_servers_overrides
+    if len(ctx.plan.nodes_running("kube-apiserver")) > 1:
+        # Behind a load balancer, an apiserver told to stop (an upgrade, a restart) keeps serving
+        # this long while its /readyz fails, so the balancer takes it out before it stops
+        # listening: no client is sent to a closed port (upstream's graceful termination).
+        out["shutdown-delay-duration"] = f"{SHUTDOWN_DELAY_S}s"
     return out
 
 
