@@ -15,17 +15,19 @@ import pytest
 
 from bke.lab.kube_binaries import BUILDS, KWOK_VERSION, locate
 
-__all__ = ["ETCD", "MINORS", "api_until", "etcdctl", "kubectl", "need_binaries", "real_spec"]
+__all__ = ["ETCD", "ETCD_35", "MINORS", "api_until", "etcdctl", "kubectl", "need_binaries", "real_spec"]
 
 REQUIRED = os.environ.get("BKE_REQUIRE_REAL_CHECKS") == "1"
 ETCD = next(b.version for b in BUILDS if b.name == "etcd" and b.version.startswith("3.6"))
+ETCD_35 = next(b.version for b in BUILDS if b.name == "etcd" and b.version.startswith("3.5"))  # to upgrade from
 MINORS = tuple(b.version for b in BUILDS if b.name == "kubernetes")  # every built Kubernetes release
 
 
 def need_binaries(kubernetes: str) -> None:
     """Skip unless the lab's binaries of this release are built (fail under .ci/run, which builds them)."""
     missing = [f"{b} {v}" for b, v in [("kube-apiserver", kubernetes), ("kubectl", kubernetes), ("etcd", ETCD),
-                                         ("etcdctl", ETCD), ("kwok", KWOK_VERSION)] if locate(b, v) is None]
+                                         ("etcdctl", ETCD), ("etcd", ETCD_35), ("kwok", KWOK_VERSION)]
+               if locate(b, v) is None]
     if missing:
         reason = f"not built: {', '.join(missing)} (python3 dev.py kube)"
         if REQUIRED:
@@ -33,10 +35,10 @@ def need_binaries(kubernetes: str) -> None:
         pytest.skip(reason)
 
 
-def real_spec(source: Path, out: Path, kubernetes: str, net: str, old_net: str = "127.0.20") -> Path:
+def real_spec(source: Path, out: Path, kubernetes: str, net: str, old_net: str = "127.0.20", etcd: str = ETCD) -> Path:
     """`source` (an example at v1.33.2 / etcd 3.5.1 on `old_net`.x) at a built release, on `net`.x."""
     text = source.read_text()
-    text = text.replace("v1.33.2", f"v{kubernetes}").replace("etcdVersion: v3.5.1", f"etcdVersion: v{ETCD}")
+    text = text.replace("v1.33.2", f"v{kubernetes}").replace("etcdVersion: v3.5.1", f"etcdVersion: v{etcd}")
     text = text.replace(f"{old_net}.", f"{net}.")
     out.write_text(text)
     return out

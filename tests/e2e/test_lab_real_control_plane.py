@@ -6,6 +6,7 @@ etcd with etcdctl), not BKE's records."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import base64
 import json
 import ssl
@@ -22,10 +23,11 @@ from bke.lab.kube_binaries import locate
 from bke.core.plan import plan_spec_text
 
 from .lab_helpers import Lab
-from .real_cp_helpers import ETCD, MINORS, api_until, etcdctl, kubectl, kubectl_json, need_binaries, real_spec
+from .real_cp_helpers import ETCD, ETCD_35, MINORS, api_until, etcdctl, kubectl, kubectl_json, need_binaries, real_spec
+from .real_cp_watch import EndpointProbe, VersionWatch, admin_tls, version_tuple
 
 pytestmark = pytest.mark.e2e
-OLDER = MINORS[0]
+OLDER, NEWER = MINORS[0], MINORS[-1]
 NET = "127.0.40"  # this module's lab addresses (no other test uses them)
 
 
@@ -33,7 +35,8 @@ NET = "127.0.40"  # this module's lab addresses (no other test uses them)
 def lab(tmp_path_factory):
     need_binaries(OLDER)
     tmp = tmp_path_factory.mktemp("real-cp")
-    spec = real_spec(Path("examples/split-etcd.yaml"), tmp / "split.yaml", OLDER, NET)
+    # etcd 3.5 at first: the module ends with the upgrade to the newer minor and etcd 3.6
+    spec = real_spec(Path("examples/split-etcd.yaml"), tmp / "split.yaml", OLDER, NET, etcd=ETCD_35)
     lab = Lab(tmp / "lab", spec, control_plane="real").start()
     try:
         code = asyncio.run(lab.install(timeout=300.0))
@@ -167,7 +170,7 @@ def test_what_ran_is_the_built_release(lab):
     for hostname, pod in (("m1", "kube-apiserver"), ("m4", "kube-controller-manager"), ("etcd1", "etcd")):
         status = json.loads((lab.host(hostname) / f"var/lib/bke-lab/pods/{pod}.json").read_text())
         assert status["mode"] == "real" and status["phase"] == "Running" and status["ready"], status
-    assert ETCD.startswith("3.6")
+    assert ETCD_35.startswith("3.5") and ETCD.startswith("3.6")
 
 
 def test_the_controllers_report_the_built_release_in_their_metrics(lab):
@@ -368,6 +371,60 @@ async def test_a_drain_refuses_bare_and_emptydir_pods_unless_forced_and_never_to
         await _drainer(lab).uncordon(lab.plan, ["worker2"])
 
 
+async def test_a_minor_upgrade_rolls_every_component_keeping_the_skew_rules_quorum_data_and_the_endpoint(lab):
+    """`bke lab upgrade` to the newer built minor and etcd 3.6, on the real control plane. Asked of
+    the components themselves while it runs: no controller-manager or scheduler is ever newer than
+    the oldest apiserver; every etcd cluster keeps quorum; a client asking through the endpoint
+    every 100 ms, each time on a new connection, sees no failure (apiservers stop with
+    --shutdown-delay-duration behind haproxy's /readyz check). After it, every component reports
+    the new release and what was written before is still there. The removal and the restore
+    after it run on the upgraded cluster."""
+    from bke.adapters.runtime.etcd import mtls_context
+    from bke.adapters.upgrade.quorum import MemberEndpoints, QuorumSampler
+
+    need_binaries(NEWER)
+    conf = admin_conf(lab)
+    kept = kubectl(OLDER, conf, "create", "configmap", "before-upgrade", "--from-literal=kept=yes")
+    assert kept.returncode == 0, kept.stderr
+    pki = lab.host("m1") / "etc/kubernetes/pki"
+    etcd_tls = mtls_context(pki / "etcd/ca.crt", pki / "apiserver-etcd-client.crt", pki / "apiserver-etcd-client.key")
+    quorum = {c.name: QuorumSampler([MemberEndpoints(m.hostname, f"http://{m.client_url.split('//')[1].rsplit(':', 1)[0]}"
+                                                     f":{c.metrics_port}/health", m.client_url) for m in c.members],
+                                    every_s=0.2, timeout_s=1.0, client_tls=etcd_tls) for c in lab.plan.etcd_clusters}
+    verified, blind = admin_tls(conf, lab.workdir)
+    async with contextlib.AsyncExitStack() as stack:
+        for sampler in quorum.values():
+            await stack.enter_async_context(sampler)
+        with EndpointProbe(lab.plan.control_plane_endpoint, verified) as probe, \
+                VersionWatch(lab.plan, verified, blind) as watch:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bke_cli.main", "lab", "upgrade", str(lab.spec_path), "--to", NEWER,
+                "--etcd-version", ETCD, "--workdir", str(lab.workdir), stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT)
+            out, _ = await asyncio.wait_for(proc.communicate(), 900)
+    assert proc.returncode == 0 and "upgrade Succeeded" in out.decode(), out.decode()
+
+    assert watch.samples >= 20 and not watch.skew, (watch.samples, watch.skew[:5])
+    assert set(watch.seen.values()) == {NEWER}, watch.seen
+    apiserver_ups = [t for t, who, v in watch.changes if who.endswith("/kube-apiserver") and v == NEWER]
+    controller_ups = [t for t, who, v in watch.changes if not who.endswith("/kube-apiserver") and v == NEWER]
+    assert len(apiserver_ups) == 3 and max(apiserver_ups) < min(controller_ups), watch.changes
+    assert probe.answers >= 300 and not probe.failures, (probe.answers, len(probe.failures), probe.failures[:5])
+    for name, sampler in quorum.items():
+        assert len(sampler.samples) >= 10 and not sampler.below(), (name, sampler.below()[:1])
+        for dip in sampler.dips():
+            assert dip.end - dip.start < 3.0, (name, dip)
+    for c in lab.plan.etcd_clusters:
+        node = next(n for n in lab.plan.nodes if n.hostname == c.members[0].hostname)
+        dirs = {"etcd-data": "etcd", "etcd-events": "etcd-events", "etcd-pods": "etcd-pods"}
+        status = json.loads(etcdctl(f"https://{node.ip}:{c.client_port}", _etcd_tls(lab, node.hostname, dirs[c.name]),
+                                    "endpoint", "status", "--cluster", "-w", "json")[0])
+        assert {s["Status"]["version"] for s in status} == {ETCD}, (c.name, status)
+    after = kubectl_json(NEWER, conf, "get", "configmap", "before-upgrade")
+    assert after["data"] == {"kept": "yes"}
+    assert version_tuple(kubectl_json(NEWER, conf, "version")["serverVersion"]["gitVersion"]) == version_tuple(NEWER)
+
+
 WEB = """
 apiVersion: apps/v1
 kind: Deployment
@@ -455,6 +512,7 @@ async def test_a_snapshot_holds_real_data_and_a_restore_brings_it_back_under_the
     nodes = kubectl_json(OLDER, conf, "get", "nodes")["items"]
     assert nodes and all(next(c for c in n["status"]["conditions"] if c["type"] == "Ready")["status"] == "True"
                          for n in nodes)
+
 
 
 @pytest.mark.parametrize("release", MINORS[1:])
