@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["OperationStatus", "RunStatus"]
+__all__ = ["OperationStatus", "PhaseStatus", "RunStatus"]
 
 
 class OperationStatus(StrEnum):
@@ -27,3 +27,13 @@ class RunStatus(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     SKIPPED = "Skipped"  # nothing to run (a reset's snapshot of an etcd cluster with no member left)
+
+
+class PhaseStatus(StrEnum):
+    """An install phase's status (bke.contracts.install's PhaseStatus: the same values)."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SKIPPED = "Skipped"

@@ -1,20 +1,19 @@
-"""Certs wiring: broker, Redis, the `pki` and `api` at-rest keys, the subscribers, automatic
-renewal, the fork server. No logic here."""
+"""Certs wiring: broker, Redis, the `pki` and `api` at-rest keys, the subscribers, the requests
+(requests.py), automatic renewal, the dashboard and /metrics, the fork server. No logic here
+(handlers.py, autorenew.py and expiration.py decide)."""
 from __future__ import annotations
 
 import threading
 from datetime import datetime, timezone
+from typing import Any
 
-from pydantic import ValidationError
 from bke.adapters.state_service import make_state_service
 
-from bke.adapters.bus.replies import answerable
 from bke.adapters.bus.service import Service
 from bke.adapters.bus.handler import typed
 from bke.adapters.bus.misaddressed import Misaddressed
 from bke.contracts import PLAN_CREATED, PlanCreated
-from bke.contracts.agent import AGENTS_PROVISION, AgentProvisioned, AgentRegistered, ProvisionAgent
-from bke.contracts.expiration import EXPIRATION_GET, EXPIRATION_QUEUE
+from bke.contracts.agent import AgentRegistered
 from bke.contracts.certs import ISSUE_CERTS, RENEW_CERTS, IssueCerts, RenewCerts
 from bke.contracts.install import InstallFinished, install_subject
 from bke.contracts.membership import REMOVE_NODES_FINISHED, RemoveNodesFinished
@@ -23,12 +22,12 @@ from bke.core.pki.issuance import start_fork_server
 from bke.core.secrets import keyring_for
 
 from .autorenew import AutoRenewer
-from .expiration import ExpirationResponder
 from .expiry_view import ExpiryView
 from .handlers import CertsHandlers
 from .metrics import watch_metrics
 from .pages import certs_routes
 from .removed_nodes import RemovedNodes
+from .requests import serve_certs_requests
 from .settings import CertsSettings
 
 __all__ = ["create_service"]
@@ -42,7 +41,25 @@ def create_service(settings: CertsSettings | None = None) -> Service:
     pki_keys, api_keys = keyring_for("pki"), keyring_for("api")
     h = CertsHandlers(redis=redis, box_factory=pki_keys.box, api_box_factory=api_keys.box, publish=svc.publish,
                       now=lambda: datetime.now(timezone.utc))
-    def t(model, handler):
+    _subscribe(svc, redis, h)
+    auto = AutoRenewer(redis, h.store, h.ops, svc.publish, h.now, settings.renew_interval_s, settings.renew_within_days)
+    view = ExpiryView(redis, h.store)  # the dashboard and /metrics: certificates by expiry
+    watch_metrics(svc, view, h.now)
+    svc.http_routes += certs_routes(view, h.now)
+
+    async def started() -> None:
+        # In the background: the first big cluster then finds its worker processes' parent ready.
+        threading.Thread(target=start_fork_server, name="certs-fork-server", daemon=True).start()
+        auto.start()
+
+    svc.after_start.append(started)
+    svc.before_stop.append(auto.stop)
+    serve_certs_requests(svc, h)  # expiry, an agent key's provisioning
+    return svc
+
+
+def _subscribe(svc: Service, redis: Any, h: CertsHandlers) -> None:
+    def t(model: Any, handler: Any) -> Any:
         return typed(model, handler, svc.publish)
 
     svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "certs-plans", t(PlanCreated, h.on_plan), batch_size=4,
@@ -60,50 +77,3 @@ def create_service(settings: CertsSettings | None = None) -> Service:
     # workers removed: their agent keys, sealed bundles and PKI instances go (removed_nodes)
     svc.work_subscriber(REMOVE_NODES_FINISHED, "BKE_EVENTS", "certs-removals",
                         t(RemoveNodesFinished, RemovedNodes(redis, h.store).on_removed))
-    auto = AutoRenewer(redis, h.store, h.ops, svc.publish, h.now, settings.renew_interval_s, settings.renew_within_days)
-
-    async def fork_server() -> None:
-        # In the background: the first big cluster then finds its worker processes' parent ready.
-        threading.Thread(target=start_fork_server, name="certs-fork-server", daemon=True).start()
-
-    async def auto_start() -> None:
-        auto.start()
-
-    expiration = ExpirationResponder(h.store, h.now)
-    view = ExpiryView(redis, h.store)  # the dashboard and /metrics: certificates by expiry
-    watch_metrics(svc, view, h.now)
-    svc.http_routes += certs_routes(view, h.now)
-    subs = []
-
-    async def on_expiration(msg) -> None:
-        if answerable(msg):  # a publish without a reply inbox asks nothing
-            await msg.respond(await expiration.answer(msg.data))
-
-    async def on_provision(msg) -> None:
-        # operator-only by NATS permissions; a malformed request is answered naming the field
-        try:
-            req = ProvisionAgent.model_validate_json(msg.data)
-        except ValidationError as exc:
-            err = exc.errors(include_url=False)[0]
-            field = ".".join(str(p) for p in err["loc"]) or "request"
-            answer = AgentProvisioned(cluster="", node="", ok=False, reason=f"{field}: {err['msg']}")
-        else:
-            answer = await h.on_provision(req)
-        if answerable(msg):
-            await msg.respond(answer.to_bytes())
-
-    async def serve_expiration() -> None:
-        # core request/reply; the queue group shares requests between replicas
-        subs.append(await svc.nc.subscribe(EXPIRATION_GET, queue=EXPIRATION_QUEUE, cb=on_expiration))
-        subs.append(await svc.nc.subscribe(AGENTS_PROVISION, queue="certs-provision", cb=on_provision))
-
-    async def stop_serving() -> None:
-        for s in subs:
-            await s.unsubscribe()
-
-    svc.after_start.append(fork_server)
-    svc.after_start.append(auto_start)
-    svc.after_start.append(serve_expiration)
-    svc.before_stop.append(auto.stop)
-    svc.before_stop.append(stop_serving)
-    return svc

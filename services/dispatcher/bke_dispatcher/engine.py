@@ -14,6 +14,7 @@ from typing import Awaitable, Callable, Protocol
 
 from bke.contracts.agent import AgentCommand, agent_subject
 from bke.contracts.install import InstallFinished, NodeStepChanged, PhaseChanged, install_subject
+from bke.contracts.statuses import OperationStatus, PhaseStatus, RunStatus
 from bke.core.errors import TemporaryError
 from bke.core.plan import Plan
 from bke.core.secrets.record_signing import RecordKeyError, RecordSignatureError
@@ -98,16 +99,14 @@ class Engine:
             # install fails naming the record (retrying cannot make the signature good)
             log.warning("install refused: %s", exc, extra={"cluster": cluster})
             inst = await self.state.install(cluster)
-            if inst.get("status") != "Running":
+            if inst.get("status") != OperationStatus.RUNNING:
                 return Outcome("failed", reason=str(exc))
             return await self._fail(inst["requestId"], cluster, inst, Outcome("failed", reason=str(exc), kind="invalid"))
 
     async def _reconcile(self, cluster: str) -> Outcome:
         inst = await self.state.install(cluster)
-        if not inst or inst.get("status") in ("Succeeded", "Failed"):
-            if inst.get("requestId"):  # a finished install holds no slot (again after a crash: idempotent)
-                await release_operation(self.state.r, cluster, "install", inst["requestId"])
-            return Outcome("done") if inst.get("status") != "Failed" else Outcome("failed", reason=inst.get("message", ""))
+        if not inst or inst.get("status") in (OperationStatus.SUCCEEDED, OperationStatus.FAILED):
+            return await self._ended(cluster, inst)
         plan = await self.plans.load(cluster)
         rid = inst["requestId"]
         inputs = await self._input_records(cluster)
@@ -117,66 +116,81 @@ class Engine:
             name, rec = failed_input
             return await self._fail(rid, cluster, inst, Outcome("failed", reason=readiness.failure_reason(name, rec),
                                                                 node=rec.node, kind=rec.kind))
+        # 1-6. each phase in order, until one is not finished by this pass
         for phase in PHASES:
-            rec = decide.PhaseRecord.from_hash(await self.state.phase(cluster, phase.slug))
-            # 1. finished phases are skipped over: nothing runs twice
-            if rec.status.finished:
-                continue
-            # 2. a failed phase stops the install until `bke retry`
-            if rec.status is decide.PhaseStatus.FAILED:
-                return Outcome("failed", reason=rec.message)
-            # 3. claim the phase: a second replica (or a restarted one) never runs it twice
-            if not await self.state.claim(cluster, phase.slug, self.owner, self.lease_ms):
-                return Outcome("wait", delay=1.0, reason="another dispatcher holds the phase lease")
+            outcome = await self._phase_pass(rid, cluster, plan, phase, inst, inputs)
+            if outcome is not None:
+                return outcome
+        # 7. the install succeeds once: of two replicas reaching here, one flips Running and
+        # announces it; the other finds it done (compare-and-set, not a read then a write)
+        if await self.state.finish_install(cluster, rid, status=OperationStatus.SUCCEEDED, finishedAt=self._ts(),
+                                           phase="", message="", kind=""):
+            await self._finished(rid, cluster, OperationStatus.SUCCEEDED, None, None, "", None, True,
+                                 inst.get("planDigest", ""))
+        return DONE
+
+    async def _ended(self, cluster: str, inst: dict[str, str]) -> Outcome:
+        """No install, or one that has ended: what it came to."""
+        if inst.get("requestId"):  # a finished install holds no slot (again after a crash: idempotent)
+            await release_operation(self.state.r, cluster, "install", inst["requestId"])
+        if inst.get("status") == OperationStatus.FAILED:
+            return Outcome("failed", reason=inst.get("message", ""))
+        return DONE
+
+    async def _phase_pass(self, rid: str, cluster: str, plan: Plan, phase: Phase, inst: dict[str, str],
+                          inputs: dict[str, readiness.InputRecord]) -> Outcome | None:
+        """One phase's part of a pass: None when the phase is finished (on to the next), else
+        what the pass comes to (wait, or failed)."""
+        rec = decide.PhaseRecord.from_hash(await self.state.phase(cluster, phase.slug))
+        # 1. finished phases are skipped over: nothing runs twice
+        if rec.status.finished:
+            return None
+        # 2. a failed phase stops the install until `bke retry`
+        if rec.status is decide.PhaseStatus.FAILED:
+            return Outcome("failed", reason=rec.message)
+        # 3. claim the phase: a second replica (or a restarted one) never runs it twice
+        if not await self.state.claim(cluster, phase.slug, self.owner, self.lease_ms):
+            return Outcome("wait", delay=1.0, reason="another dispatcher holds the phase lease")
+        try:
             # 4. read the phase again under the lease: another replica may have finished it
             # between the read above and the claim (it would be decided and announced twice)
             rec = decide.PhaseRecord.from_hash(await self.state.phase(cluster, phase.slug))
-            if rec.status.finished or rec.status is decide.PhaseStatus.FAILED:
-                await self.state.release(cluster, phase.slug, self.owner)
-                if rec.status.finished:
-                    continue
+            if rec.status.finished:
+                return None
+            if rec.status is decide.PhaseStatus.FAILED:
                 return Outcome("failed", reason=rec.message)
             # 5. a phase that does not apply to this plan is recorded as Skipped (once: leased)
             if not phase.run_if(plan):
-                try:
-                    await self._phase(rid, cluster, phase.slug, "Skipped", finishedAt=self._ts())
-                finally:
-                    await self.state.release(cluster, phase.slug, self.owner)
-                continue
-            try:
-                if rec.status is decide.PhaseStatus.PENDING:
-                    await self.state.set_install(cluster, phase=phase.slug)
-                    await self._phase(rid, cluster, phase.slug, "Running", startedAt=self._ts())
-                outcome = await self._step(rid, cluster, plan, phase, inst, inputs)
-            finally:
-                await self.state.release(cluster, phase.slug, self.owner)
-            # 6. the step's answer decides: next phase, come back later, or stop
-            if outcome.status == "wait":
-                # `bke status` shows why a phase is not moving (e.g. "3/4 agents registered")
-                await self.state.set_phase(cluster, phase.slug, message=outcome.reason)
-                return outcome
-            if outcome.status == "failed":
-                return await self._fail(rid, cluster, inst, outcome, phase.slug)
-            await self._phase(rid, cluster, phase.slug, "Succeeded", finishedAt=self._ts(), message="")
-        # 7. the install succeeds once: of two replicas reaching here, one flips Running and
-        # announces it; the other finds it done (compare-and-set, not a read then a write)
-        if await self.state.finish_install(cluster, rid, status="Succeeded", finishedAt=self._ts(), phase="", message="",
-                                           kind=""):
-            await self._finished(rid, cluster, "Succeeded", None, None, "", None, True, inst.get("planDigest", ""))
-        return DONE
+                await self._phase(rid, cluster, phase.slug, PhaseStatus.SKIPPED, finishedAt=self._ts())
+                return None
+            if rec.status is decide.PhaseStatus.PENDING:
+                await self.state.set_install(cluster, phase=phase.slug)
+                await self._phase(rid, cluster, phase.slug, PhaseStatus.RUNNING, startedAt=self._ts())
+            outcome = await self._step(rid, cluster, plan, phase, inst, inputs)
+        finally:
+            await self.state.release(cluster, phase.slug, self.owner)
+        # 6. the step's answer decides: next phase, come back later, or stop
+        if outcome.status == "wait":
+            # `bke status` shows why a phase is not moving (e.g. "3/4 agents registered")
+            await self.state.set_phase(cluster, phase.slug, message=outcome.reason)
+            return outcome
+        if outcome.status == "failed":
+            return await self._fail(rid, cluster, inst, outcome, phase.slug)
+        await self._phase(rid, cluster, phase.slug, PhaseStatus.SUCCEEDED, finishedAt=self._ts(), message="")
+        return None
 
     async def _fail(self, rid: str, cluster: str, inst: dict[str, str], outcome: Outcome, slug: str | None = None) -> Outcome:
         """Fail the given phase (by default the first unfinished one) and the install, and say so."""
         if slug is None:
             current = await self._unfinished_phase(cluster)
             slug = current.slug if current is not None else None
-        if not await self.state.finish_install(cluster, rid, status="Failed", message=outcome.reason,
+        if not await self.state.finish_install(cluster, rid, status=OperationStatus.FAILED, message=outcome.reason,
                                                finishedAt=self._ts(), kind=outcome.kind):
             return outcome  # another replica ended this install first and said so
         if slug is not None:
-            await self._phase(rid, cluster, slug, "Failed", finishedAt=self._ts(), message=outcome.reason)
+            await self._phase(rid, cluster, slug, PhaseStatus.FAILED, finishedAt=self._ts(), message=outcome.reason)
         changed = (await self.state.install(cluster)).get("nodesChanged") == "1"
-        await self._finished(rid, cluster, "Failed", slug, outcome.node, outcome.reason, outcome.kind, changed,
+        await self._finished(rid, cluster, OperationStatus.FAILED, slug, outcome.node, outcome.reason, outcome.kind, changed,
                              inst.get("planDigest", ""))
         return outcome
 
@@ -226,7 +240,7 @@ class Engine:
         JetStream's duplicate window and is dropped, so the phase would wait for ever. An agent
         that ran the command answers it from its journal: nothing runs twice."""
         inst = await self.state.install(cluster)
-        if inst.get("status") != "Running":
+        if inst.get("status") != OperationStatus.RUNNING:
             return []
         phase = await self._unfinished_phase(cluster)
         if phase is None:
@@ -278,7 +292,7 @@ class Engine:
             await asyncio.gather(*pubs)
             cursor = None if start is None else start + i + len(chunk)
             await self.state.mark_sent(cluster, phase.slug, sent, cursor, self._ts())
-            await asyncio.gather(*(self._node_event(rid, cluster, h, phase.slug, "Running", None, "") for h in sent))
+            await asyncio.gather(*(self._node_event(rid, cluster, h, phase.slug, RunStatus.RUNNING, None, "") for h in sent))
 
     async def _resend_retries(self, rid: str, cluster: str, plan: Plan, phase: Phase) -> None:
         cmds = await self.state.all_commands(cluster, phase.slug)
@@ -288,7 +302,7 @@ class Engine:
         await self.state.set_phase(cluster, phase.slug, retry="")
 
     # events -------------------------------------------------------------------
-    async def _phase(self, rid: str, cluster: str, slug: str, status: str, **fields: str) -> None:
+    async def _phase(self, rid: str, cluster: str, slug: str, status: PhaseStatus, **fields: str) -> None:
         await self.state.set_phase(cluster, slug, status=status, **fields)
         ps = await self.state.phase(cluster, slug)
         ev = PhaseChanged(

@@ -1,5 +1,7 @@
-"""Planner wiring: the broker, Redis, and two subscribers (cluster requests; install outcomes,
-which decide whether a refused spec may be replaced). No logic here."""
+"""Planner wiring: the broker, Redis, the subscribers (cluster requests, and their older subject;
+install outcomes, which decide whether a refused spec may be replaced), the dry run's diff
+request (diff_requests.py, served by bke.adapters.bus.responder) and the dashboard. No logic here
+(handlers.py and changes.py decide)."""
 from __future__ import annotations
 
 from datetime import datetime, timezone

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 from pydantic import ValidationError
 
-from bke.adapters.bus.replies import answerable
+from bke.adapters.bus.responder import serve_requests
 from bke.adapters.bus.service import Service
 from bke.contracts.changes import CLUSTER_DIFF, DIFF_QUEUE, DiffCluster
 from bke.contracts.status import MAX_PAGE, STATUS_GET, GetStatus, StatusError, StatusNode, invalid_request, parse_status_reply
@@ -83,22 +83,13 @@ async def answer_diff(data: bytes, store: RedisPlanStore, fetch_blob: Callable[[
 
 
 def serve_diff(svc: Service, store: RedisPlanStore, fetch_blob: Callable[[str], Awaitable[bytes]]) -> None:
-    subs: list[Any] = []
+    """Answer `bke.v1.cluster.diff` (bke.adapters.bus.responder), asking the dispatcher for the
+    health of etcd when a dry run changes its members."""
 
     async def ask_status(payload: bytes) -> bytes:
         return (await svc.nc.request(STATUS_GET, payload, timeout=STATUS_TIMEOUT_S)).data
 
-    async def on_request(msg: Any) -> None:
-        if answerable(msg):
-            await msg.respond(await answer_diff(msg.data, store, fetch_blob, ask_status))
+    async def answer(subject: str, body: bytes) -> bytes:
+        return await answer_diff(body, store, fetch_blob, ask_status)
 
-    async def _start() -> None:
-        subs.append(await svc.nc.subscribe(CLUSTER_DIFF, queue=DIFF_QUEUE, cb=on_request))
-
-    async def _stop() -> None:
-        for s in subs:
-            await s.unsubscribe()
-        subs.clear()
-
-    svc.after_start.append(_start)
-    svc.before_stop.append(_stop)
+    serve_requests(svc, CLUSTER_DIFF, DIFF_QUEUE, answer)

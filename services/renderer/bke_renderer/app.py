@@ -1,4 +1,6 @@
-"""Renderer wiring: broker, Redis, template sets loaded once, two subscribers. No logic here."""
+"""Renderer wiring: broker, Redis, template sets loaded once, three subscribers (plans, render
+commands, removed nodes) and the dashboard; it answers no request. No logic here (handlers.py
+decides)."""
 from __future__ import annotations
 
 from datetime import datetime, timezone

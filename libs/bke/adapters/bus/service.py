@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 from dataclasses import dataclass, field
 import asyncio
@@ -22,12 +21,12 @@ from typing import Any, Awaitable, Callable
 from nats.aio.client import Client as NatsClient
 from faststream import FastStream
 from faststream.nats import NatsBroker
-from faststream.nats.security import NatsSecurity
 
 from bke.contracts.base import schema_headers
 from bke.contracts.health import GetHealth, health_subject
 from bke.adapters.settings import ServiceSettings
-from .connect import connect_nats, connect_options
+from .broker import ConnectionWatch, nats_broker
+from .connect import connect_nats
 from .readiness import Readiness
 from .replies import answerable
 from .streams import wait_declared
@@ -74,6 +73,8 @@ class Service:
     # (stream, durable, filter) of every durable consumer wired: what its identity must be granted
     # (bke.adapters.auth.jetstream_grants.SERVICE_CONSUMERS, held to this by a test)
     consumers: list[tuple[str, str, str]] = field(default_factory=list)
+    # (subject, queue group) of every core request it answers (bke.adapters.bus.responder)
+    requests: list[tuple[str, str]] = field(default_factory=list)
 
     def work_subscriber(
         self,
@@ -257,46 +258,26 @@ class Service:
 
 def make_service(name: str, settings: ServiceSettings) -> Service:
     logging.getLogger().setLevel(settings.log_level)
-    # FastStream's own lines go through loggers of ours, so that they reach the root handler and
-    # come out as JSON like every other line (its default loggers write coloured text to stdout).
-    # Its per-message lines go to DEBUG: our handlers log what matters.
     readiness = Readiness(name, ("nats", "streams"))
-
-    async def disconnected() -> None:
-        readiness.set("nats", False, "nats disconnected (reconnecting)")
-
-    async def reconnected() -> None:
-        readiness.set("nats", True)
-
-    async def closed() -> None:
-        # nats-py reconnects after an outage but closes for good on a server `-ERR` other than a
-        # permissions one (nats/aio/client.py `_process_err`): what a revoked or rotated identity
-        # gets ("User Authentication Revoked"). Alive but cut off, a service would be silent for
-        # ever; it stops instead and exits 1 (run_main), as the agent does.
-        if svc.stopping:
-            return
-        svc.closed_for_good = True
-        readiness.set("nats", False, "NATS closed the connection for good (identity revoked or rotated?)")
-        log.error("NATS closed this service's connection for good (its identity revoked or rotated?); stopping")
-        os.kill(os.getpid(), signal.SIGTERM)  # FastStream's graceful stop, as `kill` would
-
-    opts = connect_options(settings.bus, name=f"bke-{name}")
-    # FastStream takes TLS as a security object, not nats-py's `tls` keyword.
-    tls = opts.pop("tls", None)
-    broker = NatsBroker(opts.pop("servers"), **opts, security=NatsSecurity(ssl_context=tls) if tls else None,
-                        logger=logging.getLogger(f"bke.{name}.faststream.broker"),
-                        log_level=logging.DEBUG, graceful_timeout=10.0,
-                        disconnected_cb=disconnected, reconnected_cb=reconnected, closed_cb=closed)
+    connection = ConnectionWatch(readiness)
+    broker = nats_broker(name, settings, connection)
     app = FastStream(broker, logger=logging.getLogger(f"bke.{name}.faststream"))
-    svc = Service(name=name, settings=settings, broker=broker, app=app, readiness=readiness)
+    svc = connection.svc = Service(name=name, settings=settings, broker=broker, app=app, readiness=readiness)
     svc.watch_redis(_probe_client(settings))
+    _lifespan(svc)
+    return svc
+
+
+def _lifespan(svc: Service) -> None:
+    """What FastStream runs around the broker (what `Service.start` and `stop` do in tests)."""
+    app = svc.app
 
     @app.on_startup
     async def _streams() -> None:
         # HTTP first: /healthz answers (and /readyz says why not) while the bus is still away
         await svc.start_http()
-        await _check_streams_at(settings)
-        readiness.set("streams", True)
+        await _check_streams_at(svc.settings)
+        svc.readiness.set("streams", True)
 
     @app.after_startup
     async def _after_start() -> None:
@@ -315,8 +296,6 @@ def make_service(name: str, settings: ServiceSettings) -> Service:
         for fn in svc.on_stop:
             await fn()
         await svc.stop_http()
-
-    return svc
 
 
 def _probe_client(settings: ServiceSettings) -> Any:

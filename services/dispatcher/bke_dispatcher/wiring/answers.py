@@ -1,0 +1,104 @@
+"""What the dispatcher hears on JetStream: the planner's plans; the renderer's and certs
+service's answers (a join's when they answer one, else the install's); sealed bundles and
+accepted agents; the agents' results and refusals; `bke retry`. Each subscriber hands a typed
+message to service_events.py or results.py, which decide."""
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from bke.adapters.bus.handler import Out, deprecated, typed
+from bke.adapters.bus.misaddressed import Misaddressed
+from bke.adapters.bus.other_incarnation import OtherIncarnation
+from bke.contracts import PLAN_CREATED, PlanCreated
+from bke.contracts.agent import AGENTS_ACCEPTED, AGENTS_REFUSED, AgentAccepted, AgentRefused, CommandRefused, CommandResult
+from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_SEALED, CertsFailed, CertsIssued, CertsSealed
+from bke.contracts.install import RETRY_INSTALL, RetryInstall
+from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
+from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
+
+from ..command_key import CommandKeyCarrier
+from ..known import KnownTargets
+from ..results import Inputs, upgraders_result
+from ..service_events import ServiceEvents
+from .basics import Basics
+from .forgotten import Forgotten
+from .loops import Loops
+
+__all__ = ["join_first", "wire_answers"]
+
+E = TypeVar("E")
+
+
+def join_first(join: Callable[[E], Awaitable[bool]], install: Callable[[E], Awaitable[None]]) -> Callable[[E], Awaitable[None]]:
+    """An answer goes to the join it answers (a finished install is never reopened), else to the install."""
+
+    async def handle(ev: E) -> None:
+        if not await join(ev):
+            await install(ev)
+
+    return handle
+
+
+class _Answers:
+    """The handlers that take more than one reader's part."""
+
+    def __init__(self, services: ServiceEvents, loops: Loops, inputs: Inputs, known: KnownTargets,
+                 forgotten: Forgotten):
+        self.services, self.joins, self.inputs, self.known, self.forgotten = services, loops.joins, inputs, known, forgotten
+
+    # sealed bundles and accepted agents may be what a join waits for
+    async def certs_sealed(self, ev: CertsSealed) -> None:
+        await self.services.certs_sealed(ev)
+        self.joins.kick(ev.cluster)
+
+    async def agent_accepted(self, ev: AgentAccepted) -> None:
+        await self.services.agent_accepted(ev)
+        self.joins.kick(ev.cluster)
+
+    async def on_result(self, res: CommandResult) -> list[Out]:
+        if await self.forgotten(res.cluster):
+            return []
+        await self.known.check_result(res)  # a forged or stray result costs a read, never a write
+        return await self.inputs.result(res)
+
+
+def wire_answers(b: Basics, loops: Loops, command_keys: CommandKeyCarrier, known: KnownTargets,
+                 forgotten: Forgotten) -> None:
+    svc, joins, bs = b.svc, loops.joins, b.settings.batch_size
+    # results of another incarnation of their cluster are dropped and counted (bke.adapters.bus.other_incarnation)
+    inputs = Inputs(b.state, loops.runner.kick, b.now, loops.health.record, loops.ops,
+                    other_incarnation=OtherIncarnation(svc.metrics, svc.name), on_command_key=command_keys.on_result)
+    services = ServiceEvents(b.state, b.plans, loops.engine, loops.runner.kick, b.now)
+    answers = _Answers(services, loops, inputs, known, forgotten)
+
+    def t(model: Any, handler: Any) -> Callable[[bytes], Awaitable[None]]:
+        return typed(model, handler, b.publish, b.notify)
+
+    svc.work_subscriber(PLAN_CREATED, "BKE_EVENTS", "dispatcher-plans", t(PlanCreated, services.plan_created), batch_size=bs)
+    # the renderer's and certs service's answers: a join's when they answer one, else the install's
+    for subject, durable, model, of_join, of_install in (
+            (MANIFESTS_RENDERED, "dispatcher-rendered", ManifestsRendered, joins.rendered, services.rendered),
+            (RENDER_FAILED, "dispatcher-render-failed", RenderFailed, joins.render_failed, services.render_failed),
+            (CERTS_ISSUED, "dispatcher-certs-issued", CertsIssued, joins.certs_issued, services.certs_issued),
+            (CERTS_FAILED, "dispatcher-certs-failed", CertsFailed, joins.certs_failed, services.certs_failed)):
+        svc.work_subscriber(subject, "BKE_EVENTS", durable, t(model, join_first(of_join, of_install)), batch_size=bs)
+    # one per sealed batch or registration: thousands per big install, so the lean consumer
+    svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", t(CertsSealed, answers.certs_sealed))
+    # an upgrader's result is acknowledged as it arrives (results.py would drop it too, after a
+    # parse and three Redis reads: 15,000 in a 5,000-node upgrade)
+    # a result or refusal on another node's subject is dropped and counted (bke.adapters.bus.misaddressed)
+    misaddressed = Misaddressed(svc.metrics, svc.name)
+    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results",
+                        t(CommandResult, misaddressed.guard("result", answers.on_result)), skip=upgraders_result)
+    # registrations go to the certs service only: the dispatcher learns a node's agent from
+    # `certs.sealed` (the provisioned key), never from the agent's claim
+    svc.fast_subscriber(AGENTS_ACCEPTED, "BKE_EVENTS", "dispatcher-agents-accepted", t(AgentAccepted, answers.agent_accepted))
+    svc.fast_subscriber("bke.v1.agent.*.*.refused", "BKE_AGENT", "dispatcher-refusals",
+                        t(CommandRefused, misaddressed.guard("refused", inputs.command_refused)))
+    svc.work_subscriber(AGENTS_REFUSED, "BKE_EVENTS", "dispatcher-agents-refused", t(AgentRefused, inputs.agent_refused),
+                        batch_size=bs)
+    retry = t(RetryInstall, inputs.retry)
+    svc.work_subscriber(RETRY_INSTALL, "BKE_COMMANDS", "dispatcher-retry", retry, batch_size=bs)
+    svc.work_subscriber(LEGACY_RETRY_REQUESTED, "BKE_COMMANDS", "dispatcher-retry-legacy",
+                        deprecated(LEGACY_RETRY_REQUESTED, RETRY_INSTALL, retry), batch_size=bs)
