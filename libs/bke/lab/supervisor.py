@@ -94,8 +94,10 @@ def lab_env(info: RuntimeInfo, fetch: bool = False, control_plane: str = "simula
         BKE_REDIS_URL=info.redis_url,
         BKE_DISPATCHER_MODE="lab",
         BKE_UPGRADER_MODE="lab",
-        # the lab's pods answer within a second or two: a broken one is rolled back sooner
-        BKE_UPGRADER_COMPONENT_TIMEOUT_S=env.get("BKE_UPGRADER_COMPONENT_TIMEOUT_S", "45"),
+        # the lab's simulated pods answer within a second or two: a broken one is rolled back
+        # sooner; real ones (an apiserver's shutdown delay, then its start) get a host's time
+        BKE_UPGRADER_COMPONENT_TIMEOUT_S=env.get("BKE_UPGRADER_COMPONENT_TIMEOUT_S",
+                                                 "180" if control_plane == "real" else "45"),
         BKE_DISPATCHER_HEALTH_INTERVAL_S=env.get("BKE_DISPATCHER_HEALTH_INTERVAL_S", "30"),
         **({"BKE_NATS_TLS_CA": info.nats_tls_ca} if info.nats_tls_ca else {}),
         PYTHONUNBUFFERED="1",
