@@ -22,7 +22,7 @@ from typing import Any
 
 import typer
 
-import bke.adapters.state.keys as redis_keys
+from bke.adapters.state.keys.inventory import builders as key_builders
 from bke.adapters.auth.creds import subject_matches
 from bke.adapters.auth.jetstream_grants import AGENT_STREAM, SERVICE_CONSUMERS
 from bke.adapters.auth.permissions import ROLES, SERVICE_ROLES, agent_consumer, identity_name, role_permissions
@@ -196,8 +196,9 @@ def architecture_parts() -> tuple[Part, ...]:
 
 
 def global_keys() -> tuple[str, ...]:
-    """Every Redis key bke.adapters.state.keys names outside any cluster: its functions of no argument."""
-    makers = [f for _, f in inspect.getmembers(redis_keys, inspect.isfunction) if f.__module__ == redis_keys.__name__]
+    """Every Redis key the families of bke.adapters.state.keys name outside any cluster: their
+    builders of no argument."""
+    makers = key_builders().values()
     return tuple(sorted(k for f in makers if not inspect.signature(f).parameters and "*" not in (k := f())))
 
 

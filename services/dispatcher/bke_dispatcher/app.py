@@ -39,7 +39,8 @@ from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
 from bke.core.secrets import box_for
 from bke.adapters.state import PlanCache
 from bke.adapters.state.epoch import watch_epoch
-from bke.adapters.state.keys import heartbeat_cgroup_key, heartbeat_key, heartbeat_runtime_key, plan_key
+from bke.adapters.state.keys.plan import plan_key
+from bke.adapters.state.keys.dispatcher import heartbeat_cgroup_key, heartbeat_key, heartbeat_runtime_key
 from bke.adapters.state.nodefiles import RedisNodeFiles
 
 from bke.adapters.cluster_api.addons import AddonsWork

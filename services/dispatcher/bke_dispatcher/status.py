@@ -38,20 +38,11 @@ from bke.adapters.state import PlanCache
 from bke.adapters.state.operation_slot import FIELDS as SLOT_FIELDS
 from bke.adapters.state.operation_slot import Holder, holder_of
 from bke.core.state.schema import SCHEMA_FIELD, check_readable
-from bke.adapters.state.keys import (
-    addons_key,
-    health_key,
-    health_pods_key,
-    install_key,
-    join_key,
-    node_labels_key,
-    node_status_key,
-    operation_key,
-    phase_key,
-    refusals_key,
-    removal_key,
-    reset_key,
+from bke.adapters.state.keys.dispatcher import (
+    addons_key, health_key, health_pods_key, install_key, join_key, node_labels_key, node_status_key, phase_key,
+    refusals_key, removal_key, reset_key,
 )
+from bke.adapters.state.keys.shared import operation_key
 
 from .ops.join.decide import Join
 from .phases import PHASES
