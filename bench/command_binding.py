@@ -145,7 +145,9 @@ async def _signing(redis_url: str, signer: CommandSigner, cmds: list[AgentComman
     from redis.asyncio import Redis
 
     from bke.adapters.state.command_signing import CommandSigning
-    from bke.adapters.state.keys import cluster_key, plan_meta_key, provisioned_agents_key
+    from bke.adapters.state.keys.common import cluster_key
+    from bke.adapters.state.keys.plan import plan_meta_key
+    from bke.adapters.state.keys.certs import provisioned_agents_key
 
     cluster = cmds[0].cluster
     r = Redis.from_url(redis_url)

@@ -39,7 +39,9 @@ from bke.core.plan import plan_spec_text  # noqa: E402
 from bke.adapters.runtime import EmbeddedRuntime  # noqa: E402
 from bke.core.spec.synth import synth_spec_text  # noqa: E402
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest  # noqa: E402
-from bke.adapters.state.keys import command_key, install_key, installs_index, node_status_key, phase_key  # noqa: E402
+from bke.adapters.state.keys.dispatcher import (  # noqa: E402
+    command_key, install_key, installs_index, node_status_key, phase_key,
+)
 from bke_dispatcher.metrics import DispatcherFigures  # noqa: E402
 from bke_dispatcher.phases import PHASES  # noqa: E402
 

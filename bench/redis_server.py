@@ -35,7 +35,7 @@ from record import add_json_option, save  # noqa: E402  (bench/record.py, this s
 from bke.adapters.runtime import redis_acl  # noqa: E402
 from bke.adapters.runtime.binaries import redis_server_bin  # noqa: E402
 from bke.adapters.runtime.processes import free_port  # noqa: E402
-from bke.adapters.state.keys import request_key  # noqa: E402
+from bke.adapters.state.keys.planner import request_key  # noqa: E402
 
 HOST = "127.0.0.1"
 PASSWORD = "bench-password"

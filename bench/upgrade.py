@@ -65,7 +65,7 @@ from bke.contracts.upgrade import (  # noqa: E402
     upgrade_subject,
 )
 from bke.adapters.state.client import redis_client  # noqa: E402
-from bke.adapters.state.keys import heartbeat_key  # noqa: E402
+from bke.adapters.state.keys.dispatcher import heartbeat_key  # noqa: E402
 from bke.core.upgrade.run import LOCAL_STEPS  # noqa: E402
 
 ANSWER_TIMEOUT_S = 600.0  # the request's checks render nothing; a 5,000-node plan loads in seconds

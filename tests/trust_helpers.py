@@ -9,7 +9,8 @@ import pytest
 from bke.contracts.agent import AgentCommand, ProvisionAgent
 from bke.core.secrets import SECRET_KEY_ENV, SecretBox, create_key_file, load_secret_box
 from bke.core.secrets.signing import CommandSigner, ensure_command_key, sign_command
-from bke.adapters.state.keys import command_signing_key, provisioned_agents_key
+from bke.adapters.state.keys.certs import provisioned_agents_key
+from bke.adapters.state.keys.trust import command_signing_key
 from bke_agent import AgentIdentity
 from bke_agent.verify import CommandVerifier
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import itertools
 import sys
 from collections.abc import Callable, Iterator
 from enum import Enum
@@ -22,7 +23,8 @@ from typing import Any
 
 import typer
 
-import bke.adapters.state.keys as redis_keys
+from bke.adapters.state.keys.inventory import builders as key_builders
+from bke.adapters.state.keys.inventory import family_modules
 from bke.adapters.auth.creds import subject_matches
 from bke.adapters.auth.jetstream_grants import AGENT_STREAM, SERVICE_CONSUMERS
 from bke.adapters.auth.permissions import ROLES, SERVICE_ROLES, agent_consumer, identity_name, role_permissions
@@ -31,13 +33,15 @@ from bke.adapters.state.operation_slot import KINDS
 from bke.contracts.agent import agent_subject
 from bke.contracts.subjects import CHANNELS
 from bke.core.docs_reference import PAGES
-from bke.core.docs_reference.architecture import Part, render_records_block, render_subjects_block
+from bke.core.docs_reference.architecture import (KeyFamily, Part, render_key_families_block, render_records_block,
+                                                  render_subjects_block)
 from bke.core.docs_reference.blocks import splice
 from bke.core.docs_reference.markdown import cell, code, link, prose, table
 
 from .main import app
 
-__all__ = ["ARCHITECTURE_PAGE", "BLOCKS", "CLI_PAGE", "all_pages", "architecture_parts", "global_keys", "main",
+__all__ = ["ARCHITECTURE_PAGE", "BLOCKS", "CLI_PAGE", "all_pages", "architecture_parts", "global_keys", "key_families",
+           "main",
            "render_cli_page", "stale_pages"]
 
 CLI_PAGE = "docs/reference/cli.md"
@@ -196,15 +200,42 @@ def architecture_parts() -> tuple[Part, ...]:
 
 
 def global_keys() -> tuple[str, ...]:
-    """Every Redis key bke.adapters.state.keys names outside any cluster: its functions of no argument."""
-    makers = [f for _, f in inspect.getmembers(redis_keys, inspect.isfunction) if f.__module__ == redis_keys.__name__]
+    """Every Redis key the families of bke.adapters.state.keys name outside any cluster: their
+    builders of no argument."""
+    makers = key_builders().values()
     return tuple(sorted(k for f in makers if not inspect.signature(f).parameters and "*" not in (k := f())))
+
+
+# a key builder's argument -> what the page shows for it: a placeholder, or every value it takes
+_KEY_ARGS: dict[str, tuple[str, ...]] = {
+    "cluster": ("<c>",), "slug": ("<slug>",), "part": ("<part>",), "request_id": ("<id>",),
+    "owner": ("dispatcher", "upgrade"), "source": ("certs", "render"), "writer": ("plan", "render"),
+}
+
+
+def key_families() -> tuple[KeyFamily, ...]:
+    """Every module of bke.adapters.state.keys, with its docstring's first paragraph and its keys."""
+    return tuple(KeyFamily(name, module.__name__, (module.__doc__ or "").strip().split("\n\n")[0], _family_keys(module))
+                 for name, module in family_modules().items())
+
+
+def _family_keys(module: Any) -> tuple[str, ...]:
+    """The keys a family's builders name (not the building block, nor the all-keys pattern)."""
+    keys = set()
+    for name in module.__all__:
+        fn = getattr(module, name)
+        params = list(inspect.signature(fn).parameters.values()) if inspect.isfunction(fn) else None
+        if params is None or any(p.kind is p.VAR_POSITIONAL for p in params):
+            continue
+        keys |= {fn(*args) for args in itertools.product(*(_KEY_ARGS[p.name] for p in params))}
+    return tuple(sorted(k for k in keys if "*" not in k))
 
 
 # (page, block name) -> the block's body, between `<!-- NAME:start -->` and `<!-- NAME:end -->`
 BLOCKS: dict[tuple[str, str], Callable[[], str]] = {
     (ARCHITECTURE_PAGE, "subjects"): lambda: render_subjects_block(architecture_parts()),
     (ARCHITECTURE_PAGE, "records"): lambda: render_records_block(architecture_parts(), KINDS, global_keys()),
+    (ARCHITECTURE_PAGE, "key-families"): lambda: render_key_families_block(key_families()),
 }
 
 

@@ -46,7 +46,8 @@ from pydantic import ValidationError
 from bke.core.secrets.sealing import public_key_from_raw
 from bke.core.secrets.snapshot_key import SnapshotKey, read_snapshot_key
 from bke.adapters.state.client import redact_url, sync_redis_client
-from bke.adapters.state.keys import etcd_snapshot_key, provisioned_agents_key
+from bke.adapters.state.keys.certs import provisioned_agents_key
+from bke.adapters.state.keys.trust import etcd_snapshot_key
 
 from .ask import ask_view
 from .connect import resolve_nats

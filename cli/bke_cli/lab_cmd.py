@@ -98,20 +98,48 @@ def install(
         "kept by the work directory (default: what it has, else simulated)"),
 ) -> None:
     """Start NATS, Redis, every service and one agent per node, then install and follow."""
+    control_plane = _control_plane_or_exit(workdir, control_plane)
+    count = _replicas_or_exit(replicas)
+    text, plan = _lab_plan_or_exit(spec, workdir, http_repo, control_plane)
+    console = Console()
+    # services already running keep the fetch mode they started with: `bke lab down` first to switch
+    sup = LabSupervisor(workdir, tls=tls, fetch=http_repo is not None, nats_cluster=nats_cluster,
+                        redis_sentinel=redis_sentinel, control_plane=control_plane)
+    info = sup.ensure_runtime()
+    ensure_replicas(sup, info, count)
+    sup.ensure_agents(info, plan)
+    sup.ensure_kwok(info, plan)  # a real control plane's kubelets' stand-in (none when simulated)
+    _print_lab(console, workdir, sup, info, plan)
+    access = sup.operator_access(info)  # the lab's operator identity (creds/operator.creds)
+    code = asyncio.run(submit_and_follow(access, text, plan.cluster, timeout, console))
+    raise typer.Exit(code)
+
+
+def _control_plane_or_exit(workdir: Path, wanted: str | None) -> str:
+    """The lab's control plane: the one asked for, else the one the work directory keeps, else
+    simulated; a work directory never switches."""
     kept = (workdir / CONTROL_PLANE_FILE).read_text().strip() if (workdir / CONTROL_PLANE_FILE).is_file() else None
-    if control_plane is not None and kept is not None and control_plane != kept:
+    if wanted is not None and kept is not None and wanted != kept:
         error_lines([f"--control-plane: {workdir} runs a {kept} control plane; `bke lab down` and use another "
-                     f"--workdir for a {control_plane} one"])
+                     f"--workdir for a {wanted} one"])
         raise typer.Exit(EXIT_INVALID)
-    control_plane = control_plane or kept or "simulated"
-    if control_plane not in CONTROL_PLANES:
-        error_lines([f"--control-plane: {control_plane!r} is not one of {', '.join(CONTROL_PLANES)}"])
+    chosen = wanted or kept or "simulated"
+    if chosen not in CONTROL_PLANES:
+        error_lines([f"--control-plane: {chosen!r} is not one of {', '.join(CONTROL_PLANES)}"])
         raise typer.Exit(EXIT_INVALID)
+    return chosen
+
+
+def _replicas_or_exit(replicas: int | None) -> int:
     try:
-        count = replica_count(replicas)
+        return replica_count(replicas)
     except ValueError as exc:
         error_lines([str(exc)])
         raise typer.Exit(EXIT_INVALID) from None
+
+
+def _lab_plan_or_exit(spec: Path, workdir: Path, http_repo: str | None, control_plane: str) -> tuple[bytes, Plan]:
+    """The spec's text (its httpRepo replaced by --http-repo) and its plan, if this lab can run it."""
     text = read_spec_text(spec)
     if http_repo is not None:
         text = with_http_repo(text, http_repo)
@@ -122,21 +150,14 @@ def install(
     if problems:
         error_lines(problems)
         raise typer.Exit(EXIT_INVALID)
-    console = Console()
-    # services already running keep the fetch mode they started with: `bke lab down` first to switch
-    sup = LabSupervisor(workdir, tls=tls, fetch=http_repo is not None, nats_cluster=nats_cluster,
-                        redis_sentinel=redis_sentinel, control_plane=control_plane)
-    info = sup.ensure_runtime()
-    ensure_replicas(sup, info, count)
-    sup.ensure_agents(info, plan)
-    sup.ensure_kwok(info, plan)  # a real control plane's kubelets' stand-in (none when simulated)
+    return text, plan
+
+
+def _print_lab(console: Console, workdir: Path, sup: LabSupervisor, info: RuntimeInfo, plan: Plan) -> None:
     redis_at = redact_url(info.redis_url) + (f" (Sentinel {info.redis_sentinels})" if info.redis_sentinels else "")
     console.print(f"lab {workdir}: NATS {info.nats_url}, Redis {redis_at}, {len(plan.nodes)} agents; logs in {workdir}/logs")
     for name, url in sup.http_urls().items():  # each service's dashboard; /metrics and /readyz beside it
         console.print(f"dashboard {name}: {url}/", highlight=False, soft_wrap=True)
-    access = sup.operator_access(info)  # the lab's operator identity (creds/operator.creds)
-    code = asyncio.run(submit_and_follow(access, text, plan.cluster, timeout, console))
-    raise typer.Exit(code)
 
 
 def _plan_or_exit(text: bytes, spec: Path) -> Plan:

@@ -23,7 +23,7 @@ from bke.core.secrets.signing import ensure_command_key_sync, sign_command
 from bke.core.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key_sync
 from bke.core.upgrade.run import upgrade_command_id
 from bke.adapters.state.command_signing import read_bindings
-from bke.adapters.state.keys import command_signing_key, etcd_snapshot_key
+from bke.adapters.state.keys.trust import command_signing_key, etcd_snapshot_key
 
 from .lab_helpers import Lab
 

@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from bke.contracts.agent import AgentRegistered
-from bke.adapters.state.keys import certs_agents_key
+from bke.adapters.state.keys.certs import certs_agents_key
 
 from .test_lab_install import SEED, assert_ran_once
 

@@ -28,7 +28,7 @@ from redis import Redis
 from bke.adapters.bundle.wheelhouse import WheelhouseError
 from bke.contracts.agent import AgentRuntime, CommandResult
 from bke.adapters.runtime import poll_until
-from bke.adapters.state.keys import heartbeat_runtime_key
+from bke.adapters.state.keys.dispatcher import heartbeat_runtime_key
 from bke.core.upgrade.run import is_upgrade_command
 from bke_agent.settings import LAB_STATE_SUBDIR
 from bke_agent.venvs import read_record

@@ -32,7 +32,8 @@ from redis import Redis
 from bke.adapters.bus import EventWatch
 from bke.adapters.bus.connect import connect_nats
 from bke.contracts.upgrade import upgrade_subject
-from bke.adapters.state.keys import node_labels_key, plan_meta_key
+from bke.adapters.state.keys.plan import plan_meta_key
+from bke.adapters.state.keys.dispatcher import node_labels_key
 from bke_agent.journal import read_executions
 from bke_agent.lablayout import LabLayout
 from bke_agent.settings import LAB_STATE_SUBDIR

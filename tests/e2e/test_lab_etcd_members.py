@@ -38,7 +38,7 @@ from bke.adapters.runtime import etcd_put_get, port_is_free
 from bke.core.secrets import load_secret_box
 from bke.core.secrets.signing import ensure_command_key_sync, sign_command
 from bke.adapters.state.command_signing import read_bindings
-from bke.adapters.state.keys import command_signing_key
+from bke.adapters.state.keys.trust import command_signing_key
 
 from .lab_helpers import Lab, assert_reads_back, etcd_members
 from tests.command_ids import command_id_for

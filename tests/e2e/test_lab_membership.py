@@ -24,7 +24,7 @@ import redis
 
 from bke.adapters.auth.permissions import identity_name
 from bke.core.plan import plan_spec_text
-from bke.adapters.state.keys import plan_meta_key
+from bke.adapters.state.keys.plan import plan_meta_key
 from bke.adapters.state.plans import plan_digest
 from bke_agent.journal import read_executions
 from bke_agent.reset import RESET_TABLE

@@ -48,7 +48,8 @@ async def crossing_into_a_group_less_release(lab, spec, etcd_version: str) -> No
 
     from redis import Redis
 
-    from bke.adapters.state.keys import addons_key, upgrade_key
+    from bke.adapters.state.keys.dispatcher import addons_key
+    from bke.adapters.state.keys.upgrader import upgrade_key
 
     r = Redis.from_url(lab.info.redis_url, decode_responses=True)
     rbac = json.loads(r.hget(addons_key(lab.plan.cluster), "rbac"))

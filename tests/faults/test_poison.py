@@ -15,7 +15,7 @@ from bke.adapters.bus import EventWatch
 from bke.adapters.bus.streams import ensure_streams
 from bke.contracts import DeadLettered
 from bke.contracts.agent import AgentHeartbeat, CommandResult, agent_subject
-from bke.adapters.state.keys import heartbeat_key
+from bke.adapters.state.keys.dispatcher import heartbeat_key
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 

@@ -16,7 +16,8 @@ from bke.adapters.bus.connect import connect_nats
 from bke.contracts.install import InstallFinished, install_subject
 from bke.core.secrets.fingerprint import cert_fingerprint, held_ca_fingerprint
 from bke.adapters.state.epoch import STATE_LOST
-from bke.adapters.state.keys import epoch_key, pki_key
+from bke.adapters.state.keys.common import epoch_key
+from bke.adapters.state.keys.certs import pki_key
 from bke_cli.main import main as bke
 from bke_cli.status_client import StatusUnavailable, get_status
 

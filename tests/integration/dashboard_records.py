@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from bke.core.plan import Plan
 from bke.adapters.state import RedisPlanStore, plan_digest
-from bke.adapters.state.keys import command_key, install_key, installs_index, node_status_key, phase_key
+from bke.adapters.state.keys.dispatcher import command_key, install_key, installs_index, node_status_key, phase_key
 from bke_dispatcher.phases import PHASES
 from bke_dispatcher.state import DispatcherState
 

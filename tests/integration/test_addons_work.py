@@ -19,7 +19,8 @@ from bke.core.errors import TemporaryError
 from bke.core.plan import plan_spec_text
 from bke.core.render import RenderInputs, render_cluster
 from bke.core.spec.synth import synth_docs
-from bke.adapters.state.keys import addon_manifests_key, addons_key
+from bke.adapters.state.keys.renderer import addon_manifests_key
+from bke.adapters.state.keys.dispatcher import addons_key
 from bke.adapters.cluster_api.addons import STALL_TIMEOUT_S, AddonsWork
 from bke.lab.standins.addons import LabApplier
 from bke.adapters.cluster_api.manifests import HttpRepoManifests, cni_artefact
@@ -247,7 +248,7 @@ async def test_real_applier_uses_super_admin_for_rbac_only_from_the_store_in_mem
     from bke_cli.main import main
     from bke.adapters.cluster_api.apply_k8s import KubernetesApplier
     from bke.adapters.pki.api_credentials import write_api_credentials
-    from bke.adapters.state.keys import api_credentials_key
+    from bke.adapters.state.keys.certs import api_credentials_key
 
     r = Redis.from_url(redis_url)
     try:

@@ -12,7 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from bke.adapters.bus.streams import ensure_streams
-from bke.adapters.state.keys import provisioned_agents_key
+from bke.adapters.state.keys.certs import provisioned_agents_key
 from bke_certs.app import create_service as create_certs
 from bke_certs.settings import CertsSettings
 from bke_cli.main import main

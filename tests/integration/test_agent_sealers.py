@@ -11,7 +11,7 @@ from redis import asyncio as aioredis
 from bke.contracts.agent import ProvisionAgent
 from bke.core.errors import TemporaryError
 from bke.core.secrets.sealing import generate_agent_key, open_sealed, public_key_to_raw
-from bke.adapters.state.keys import provisioned_agents_key
+from bke.adapters.state.keys.certs import provisioned_agents_key
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke_dispatcher.phases import agent_sealers
 

@@ -17,7 +17,8 @@ import redis.asyncio as aioredis
 import yaml
 from bke_certs.service_core import ensure_cluster_certs, node_bundle, renew_requested
 from bke.adapters.pki.store_redis import RedisPkiStore, pki_keys
-from bke.adapters.state.keys import epoch_key, pki_index
+from bke.adapters.state.keys.common import epoch_key
+from bke.adapters.state.keys.certs import pki_index
 
 from bke.core.pki import IssueOptions, Snapshot, StoreConflict, cert_info
 from bke.core.pki.instances import node_file_refs
@@ -206,7 +207,8 @@ async def test_a_removed_worker_is_forgotten_keys_bundle_and_agent_and_the_pki_i
     node (it then changes nothing). A node whose removal did not finish keeps everything; a
     redelivery changes nothing."""
     from bke.contracts.membership import MembershipNode, RemoveNodesFinished
-    from bke.adapters.state.keys import certs_agents_key, node_files_key, provisioned_agents_key
+    from bke.adapters.state.keys.certs import certs_agents_key, provisioned_agents_key
+    from bke.adapters.state.keys.node_files import node_files_key
     from bke_certs.removed_nodes import RemovedNodes
 
     box = SecretBox(os.urandom(32))

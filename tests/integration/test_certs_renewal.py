@@ -17,7 +17,7 @@ from bke.core.pki import IssueOptions, cert_info
 from bke.adapters.pki.store_redis import RedisPkiStore
 from bke.core.secrets import SecretBox
 from bke.adapters.state.operation_slot import claim_operation, release_operation
-from bke.adapters.state.keys import clusters_index
+from bke.adapters.state.keys.planner import clusters_index
 from bke_certs.autorenew import AutoRenewer
 from bke.adapters.bus.handler import typed
 from bke_certs.handlers import CertsHandlers

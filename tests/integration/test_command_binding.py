@@ -365,7 +365,8 @@ async def test_the_signer_reads_each_binding_when_it_signs_or_once_for_a_chunk(
     from bke.contracts.agent import ProvisionAgent
     from bke.core.secrets.binding import Binding
     from bke.adapters.state.command_signing import PREFETCH_S, CommandSigning as Signing
-    from bke.adapters.state.keys import heartbeat_runtime_key, provisioned_agents_key
+    from bke.adapters.state.keys.certs import provisioned_agents_key
+    from bke.adapters.state.keys.dispatcher import heartbeat_runtime_key
 
     _, r = signing
     clock = [0.0]

@@ -37,10 +37,8 @@ from bke.adapters.runtime import ManagedProcess
 from bke.adapters.state.command_key_rotation import acknowledgements, read_rollover, start_rollover, switch_rollover
 from bke.adapters.state.command_signing import CommandSigning
 from bke.adapters.state import RedisPlanStore, plan_digest
-from bke.adapters.state.keys import (
-    accepted_agents_key, command_key_acks_key, command_signing_key, command_signing_next_key, install_key,
-    installs_index,
-)
+from bke.adapters.state.keys.dispatcher import accepted_agents_key, command_key_acks_key, install_key, installs_index
+from bke.adapters.state.keys.trust import command_signing_key, command_signing_next_key
 from bke.contracts.agent import AGENTS_COMMAND_KEY, AgentCommand, CommandKey, GetCommandKey, WriteFile, agent_subject
 from bke.core.secrets import SecretBox, load_secret_box
 from bke.core.secrets.at_rest import new_key

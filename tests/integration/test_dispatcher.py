@@ -15,7 +15,8 @@ from bke.contracts.render import MANIFESTS_RENDERED, ManifestsRendered
 from bke.core.plan import plan_spec_text
 from bke.core.secrets.binding import Served
 from bke.adapters.state import RedisPlanStore, plan_digest
-from bke.adapters.state.keys import addon_manifests_key, addons_key
+from bke.adapters.state.keys.renderer import addon_manifests_key
+from bke.adapters.state.keys.dispatcher import addons_key
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.core.state.nodefiles import file_from_bytes
 from bke_agent.fleet import Fleet

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from bke.adapters.bus.streams import ensure_streams
 from bke.core.plan import plan_spec_text
 from bke.core.spec.synth import synth_spec_text
-from bke.adapters.state.keys import health_key, install_key, installs_index, node_status_key, phase_key
+from bke.adapters.state.keys.dispatcher import health_key, install_key, installs_index, node_status_key, phase_key
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
 

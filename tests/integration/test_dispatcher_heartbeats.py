@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import pytest
 import redis.asyncio as aioredis
 
-from bke.adapters.state.keys import heartbeat_cgroup_key, heartbeat_key, heartbeat_runtime_key, plan_key
+from bke.adapters.state.keys.dispatcher import heartbeat_cgroup_key, heartbeat_key, heartbeat_runtime_key
+from bke.adapters.state.keys.plan import plan_key
 from bke.contracts.agent import AgentHeartbeat, AgentRuntime, agent_subject
 from bke_dispatcher.wiring.forgotten import Forgotten
 from bke_dispatcher.wiring.heartbeats import Heartbeats

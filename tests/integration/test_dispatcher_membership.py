@@ -23,7 +23,7 @@ from bke.contracts.status import ClusterStatus, GetStatus
 from bke.lab.standins.drain import LabDrainer
 from bke.core.plan import plan_spec_text
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
-from bke.adapters.state.keys import join_key, removal_api_key, removal_key
+from bke.adapters.state.keys.dispatcher import join_key, removal_api_key, removal_key
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.core.state.nodefiles import file_from_bytes
 from bke_cli.membership_cmd import _exit as membership_exit

@@ -7,7 +7,7 @@ import pytest
 from bke.adapters.http.metrics import ServiceMetrics
 from bke.core.plan import plan_spec_text
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
-from bke.adapters.state.keys import install_key
+from bke.adapters.state.keys.dispatcher import install_key
 from bke_dispatcher.metrics import DispatcherFigures
 from bke_dispatcher.phases import PHASES
 from bke_dispatcher.state import DispatcherState

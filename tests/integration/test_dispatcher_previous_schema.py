@@ -20,7 +20,8 @@ from bke.adapters.bus.streams import ensure_streams
 from bke.contracts.base import SCHEMA_HEADER, schema_headers
 from bke.contracts.certs import CERTS_SEALED, CertsSealed
 from bke.adapters.state import RedisPlanStore
-from bke.adapters.state.keys import install_key, node_files_key
+from bke.adapters.state.keys.node_files import node_files_key
+from bke.adapters.state.keys.dispatcher import install_key
 from bke.adapters.state.state_init import ensure_state
 from bke.core.secrets import box_for
 from bke.core.secrets.record_signing import WRITERS

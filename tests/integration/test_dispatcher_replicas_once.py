@@ -9,7 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from bke.adapters.state import PlanCache
-from bke.adapters.state.keys import install_key, installs_index
+from bke.adapters.state.keys.dispatcher import install_key, installs_index
 from bke_dispatcher.health import HealthMonitor
 from bke_dispatcher.state import DispatcherState
 

@@ -53,7 +53,7 @@ from bke.core.render import RenderInputs, render_cluster
 from bke.core.render.result import RenderedFile
 from bke.adapters.runtime import mtls_context, port_is_free
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
-from bke.adapters.state.keys import accepted_agents_key
+from bke.adapters.state.keys.dispatcher import accepted_agents_key
 from bke.core.upgrade.order import Change, ExpandedStep, expand_order
 from bke.adapters.upgrade.quorum import MemberEndpoints, QuorumSampler, verdict
 from bke.core.upgrade.run import new_run

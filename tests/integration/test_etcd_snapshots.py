@@ -32,7 +32,8 @@ from bke.contracts.agent import ProvisionAgent
 from bke.core.secrets.at_rest import SECRET_KEY_ENV, SecretBox, create_key_file
 from bke.core.secrets.sealing import public_key_from_raw
 from bke.core.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key
-from bke.adapters.state.keys import etcd_snapshot_key, provisioned_agents_key
+from bke.adapters.state.keys.certs import provisioned_agents_key
+from bke.adapters.state.keys.trust import etcd_snapshot_key
 from bke_agent import AgentIdentity, Executor, KubeletStandIn, LabBackend, LabLayout
 from bke_agent.backends import SnapshotTaker
 

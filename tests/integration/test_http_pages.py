@@ -22,7 +22,7 @@ from bke.adapters.pki.store_redis import RedisPkiStore
 from bke.core.plan import Plan, plan_spec_text
 from bke.core.secrets import create_key_file
 from bke.adapters.state import RedisPlanStore, plan_digest
-from bke.adapters.state.keys import recent_renders_key
+from bke.adapters.state.keys.renderer import recent_renders_key
 from bke.adapters.state.recent import RecentLog
 from bke.core.upgrade.run import NodeOutcome, StepRun, UpgradeRun
 from bke_certs.app import create_service as certs_service

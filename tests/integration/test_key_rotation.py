@@ -35,7 +35,7 @@ from bke.core.secrets.snapshot_key import (
 )
 from bke.core.spec.synth import synth_spec_text
 from bke.adapters.state.backup import decode_backup
-from bke.adapters.state.keys import command_signing_key, etcd_snapshot_key, record_signing_key
+from bke.adapters.state.keys.trust import command_signing_key, etcd_snapshot_key, record_signing_key
 from bke.adapters.state.record_keys import RecordKeys
 from bke.core.secrets.record_signing import RecordSigner
 from bke.adapters.state.state_init import ensure_state

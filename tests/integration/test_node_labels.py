@@ -16,7 +16,7 @@ from bke.adapters.bus import EventWatch
 from bke.adapters.bus.streams import ensure_streams
 from bke.contracts.status import ClusterStatus
 from bke.core.plan import plan_spec_text
-from bke.adapters.state.keys import node_labels_key, phase_key
+from bke.adapters.state.keys.dispatcher import node_labels_key, phase_key
 from bke_agent import KubeletStandIn, LabLayout
 from bke_cli.status_client import get_status
 from bke_dispatcher.app import create_service

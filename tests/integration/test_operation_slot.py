@@ -29,7 +29,7 @@ from bke.contracts.rotation import RotationChanged
 from bke.contracts.status import ClusterStatus, GetStatus, NodeCounts
 from bke.contracts.upgrade import UPGRADE_REJECTED, RetryUpgrade, UpgradeCluster, UpgradeRejected
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
-from bke.adapters.state.keys import operation_key
+from bke.adapters.state.keys.shared import operation_key
 from bke.adapters.state.operation_slot import KINDS, claim_operation, operation_holder, release_operation
 from bke.core.state.schema import StoredVersionTooNew
 from bke_dispatcher.ops.reset.run import Resets, ResetStore

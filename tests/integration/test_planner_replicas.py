@@ -19,7 +19,9 @@ from bke.adapters.bus.handler import typed
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, PLAN_CREATED, InstallCluster
 from bke.contracts.install import InstallFinished, install_subject
 from bke.core.plan import Plan, plan_spec_text
-from bke.adapters.state import RedisPlanStore, plan_digest, plan_meta_key, plan_replaceable_key
+from bke.adapters.state import RedisPlanStore, plan_digest
+from bke.adapters.state.keys.plan import plan_meta_key
+from bke.adapters.state.keys.planner import plan_replaceable_key
 from bke_planner.app import create_service
 from bke_planner.handlers import PlannerDeps, handle_install_cluster
 from bke_planner.settings import PlannerSettings

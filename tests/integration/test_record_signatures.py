@@ -15,8 +15,10 @@ from redis.asyncio import Redis
 from bke.adapters.bus import EventWatch
 from bke.adapters.bus.streams import ensure_streams
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
-from bke.adapters.state.keys import (node_files_key, node_files_signatures_key, pki_key, plan_key, plan_meta_key,
-                                    record_signing_key)
+from bke.adapters.state.keys.plan import plan_key, plan_meta_key
+from bke.adapters.state.keys.certs import pki_key
+from bke.adapters.state.keys.node_files import node_files_key, node_files_signatures_key
+from bke.adapters.state.keys.trust import record_signing_key
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.adapters.state.plans import SIGNATURE_FIELD
 from bke.contracts import PLAN_CREATED, PlanCreated

@@ -16,7 +16,34 @@ from redis.exceptions import AuthenticationError, NoPermissionError, ResponseErr
 
 from bke.contracts.agent import CommandResult
 from bke.adapters.runtime import EmbeddedRuntime, redis_acl
-from bke.adapters.state import keys as k
+from bke.adapters.state.keys.common import cluster_key, epoch_key
+from bke.adapters.state.keys.planner import clusters_index, plan_replaceable_key, recent_plans_key, request_key
+from bke.adapters.state.keys.plan import plan_key, plan_meta_key
+from bke.adapters.state.keys.certs import (
+    api_credentials_key, certs_agents_key, certs_lease_key, certs_ops_key, certs_renewal_key, pki_index,
+    pki_key, provisioned_agents_key,
+)
+from bke.adapters.state.keys.node_files import node_files_digest_key, node_files_key, node_files_signatures_key
+from bke.adapters.state.keys.renderer import (
+    addon_manifests_key, recent_renders_key, render_meta_key, vrrp_password_key,
+)
+from bke.adapters.state.keys.dispatcher import (
+    accepted_agents_key, addons_key, agents_key, command_key, command_key_acks_key, health_key, health_meta_key,
+    health_pods_key, heartbeat_cgroup_key, heartbeat_key, heartbeat_runtime_key, inputs_key, install_key,
+    installs_index, join_key, join_results_key, joins_index, node_labels_key, node_status_key, phase_key,
+    refusals_key, removal_api_key, removal_key, removal_results_key, removals_index, reset_key,
+    reset_results_key, resets_index, rotation_key, rotation_results_key, rotations_index, sealed_key,
+)
+from bke.adapters.state.keys.shared import lease_key, operation_key, paused_key
+from bke.adapters.state.keys.upgrader import (
+    etcd_restore_key, etcd_restore_results_key, etcd_restores_index, upgrade_certs_key, upgrade_key,
+    upgrade_nodes_key, upgrade_results_key, upgrades_index,
+)
+from bke.adapters.state.keys.auth import auth_authority_key, auth_identities_key
+from bke.adapters.state.keys.trust import (
+    command_key_rollover_key, command_signing_key, command_signing_next_key, etcd_snapshot_key,
+    record_signing_key,
+)
 from bke.adapters.state.client import redact_url
 from bke.adapters.state.epoch import ensure_epoch, read_epoch
 from bke.adapters.state.plans import RedisPlanStore
@@ -29,77 +56,77 @@ SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
 ADMIN = "admin"
 RENEWER = "renewer"  # `bke identities serve-renewals`: a user of its own, no service
 USERS = (*SERVICES, RENEWER, ADMIN)
-PKI_KEYS = k.pki_key(C, "keys")  # the CA keys (encrypted at rest, and still nobody else's)
-VRRP = k.vrrp_password_key(C)
+PKI_KEYS = pki_key(C, "keys")  # the CA keys (encrypted at rest, and still nobody else's)
+VRRP = vrrp_password_key(C)
 
 # Every secret and every key whose integrity the others rely on: who may read ("r") or also
 # write ("rw") it; a user not named may not even read it. The table's reasons: bke.adapters.runtime.redis_acl.
 TABLE: dict[str, dict[str, str]] = {
     PKI_KEYS: {"certs": "rw"},
-    k.pki_key(C, "manifest"): {"certs": "rw"},
-    k.command_signing_key(): {"dispatcher": "rw", "upgrader": "r"},
-    k.command_signing_next_key(): {},  # a rollover's next key: the admin's until the switch copies it
-    k.command_key_rollover_key(): {"dispatcher": "r"},  # public: the dispatcher announces its next key
-    k.command_key_acks_key(): {"dispatcher": "rw"},
-    k.etcd_snapshot_key(): {"dispatcher": "r", "upgrader": "r"},
-    k.auth_authority_key(): {RENEWER: "r"},  # the NATS operator's and account's seeds (sealed: the authority key)
-    k.auth_identities_key(): {RENEWER: "rw"},
+    pki_key(C, "manifest"): {"certs": "rw"},
+    command_signing_key(): {"dispatcher": "rw", "upgrader": "r"},
+    command_signing_next_key(): {},  # a rollover's next key: the admin's until the switch copies it
+    command_key_rollover_key(): {"dispatcher": "r"},  # public: the dispatcher announces its next key
+    command_key_acks_key(): {"dispatcher": "rw"},
+    etcd_snapshot_key(): {"dispatcher": "r", "upgrader": "r"},
+    auth_authority_key(): {RENEWER: "r"},  # the NATS operator's and account's seeds (sealed: the authority key)
+    auth_identities_key(): {RENEWER: "rw"},
     VRRP: {"renderer": "rw", "upgrader": "r"},
-    k.api_credentials_key(C): {"certs": "rw", "dispatcher": "r", "upgrader": "r"},
-    k.epoch_key(): {s: "r" for s in SERVICES if s != "upgrader"},
-    k.plan_key(C): {"planner": "rw", "upgrader": "rw", "certs": "r", "renderer": "r", "dispatcher": "r"},
-    k.plan_meta_key(C): {"planner": "rw", "upgrader": "rw", "certs": "r", "renderer": "r", "dispatcher": "r"},
+    api_credentials_key(C): {"certs": "rw", "dispatcher": "r", "upgrader": "r"},
+    epoch_key(): {s: "r" for s in SERVICES if s != "upgrader"},
+    plan_key(C): {"planner": "rw", "upgrader": "rw", "certs": "r", "renderer": "r", "dispatcher": "r"},
+    plan_meta_key(C): {"planner": "rw", "upgrader": "rw", "certs": "r", "renderer": "r", "dispatcher": "r"},
     # the writers' signing keys every reader checks with: only the admin side writes them
-    k.record_signing_key("plan"): {s: "r" for s in SERVICES},
-    k.record_signing_key("render"): {s: "r" for s in SERVICES},
-    k.node_files_signatures_key(C, "render"): {"renderer": "rw", "dispatcher": "r"},
+    record_signing_key("plan"): {s: "r" for s in SERVICES},
+    record_signing_key("render"): {s: "r" for s in SERVICES},
+    node_files_signatures_key(C, "render"): {"renderer": "rw", "dispatcher": "r"},
 }
 DANGEROUS = (("FLUSHALL",), ("FLUSHDB",), ("KEYS", "*"), ("CONFIG", "GET", "dir"), ("DEBUG", "SLEEP", "0"),
              ("SHUTDOWN",), ("ACL", "LIST"), ("MONITOR",))
-SECRETS = (PKI_KEYS, k.command_signing_key(), k.command_signing_next_key(), k.etcd_snapshot_key(),
-           k.auth_authority_key(), VRRP)
+SECRETS = (PKI_KEYS, command_signing_key(), command_signing_next_key(), etcd_snapshot_key(),
+           auth_authority_key(), VRRP)
 
 # what each service reads or writes (from the key table's owners and the services' code)
 NEEDS: dict[str, dict[str, str]] = {
-    "planner": {**dict.fromkeys([k.clusters_index(), k.recent_plans_key(), k.request_key("r1"), k.plan_key(C),
-                                 k.plan_meta_key(C), k.plan_replaceable_key(C)], "rw"),
-                **dict.fromkeys([k.epoch_key(), k.record_signing_key("plan")], "r")},
-    "certs": {**dict.fromkeys([k.pki_index(), PKI_KEYS, k.pki_key(C, "certs"), k.certs_agents_key(C), k.certs_ops_key(C),
-                               k.certs_renewal_key(C, "r1"), k.certs_lease_key(C, "renew"), k.node_files_key(C, "certs"),
-                               k.node_files_digest_key(C, "certs"), k.operation_key(C), k.api_credentials_key(C),
-                               k.provisioned_agents_key(C)], "rw"),
-              **dict.fromkeys([k.epoch_key(), k.clusters_index(), k.plan_key(C), k.plan_meta_key(C),
-                               k.record_signing_key("plan")], "r")},
-    "renderer": {**dict.fromkeys([k.recent_renders_key(), k.addon_manifests_key(C), k.render_meta_key(C), VRRP,
-                                  k.node_files_key(C, "render"), k.node_files_digest_key(C, "render"),
-                                  k.node_files_signatures_key(C, "render")], "rw"),
-                 **dict.fromkeys([k.epoch_key(), k.plan_key(C), k.plan_meta_key(C), k.record_signing_key("render")], "r")},
-    "dispatcher": {**dict.fromkeys([k.installs_index(), k.rotations_index(), k.install_key(C), k.inputs_key(C),
-                                    k.sealed_key(C), k.phase_key(C, "etcd"), k.command_key(C, "etcd"), k.node_status_key(C),
-                                    k.lease_key(C, "etcd"), k.agents_key(C), k.accepted_agents_key(C), k.refusals_key(C),
-                                    k.heartbeat_key(C), k.heartbeat_cgroup_key(C), k.heartbeat_runtime_key(C),
-                                    k.addons_key(C), k.node_labels_key(C), k.health_key(C), k.health_meta_key(C),
-                                    k.health_pods_key(C), k.rotation_key(C), k.rotation_results_key(C),
-                                    k.paused_key(C, "dispatcher"), k.joins_index(), k.join_key(C), k.join_results_key(C),
-                                    k.removals_index(), k.removal_key(C), k.removal_results_key(C), k.removal_api_key(C),
-                                    k.resets_index(), k.reset_key(C), k.reset_results_key(C), k.operation_key(C),
-                                    k.command_signing_key(), k.command_key_acks_key()], "rw"),
-                   **dict.fromkeys([k.epoch_key(), k.plan_key(C), k.plan_meta_key(C), k.node_files_key(C, "render"),
-                                    k.node_files_digest_key(C, "render"), k.node_files_signatures_key(C, "render"),
-                                    k.record_signing_key("plan"), k.record_signing_key("render"), k.node_files_key(C, "certs"),
-                                    k.node_files_digest_key(C, "certs"), k.addon_manifests_key(C),
-                                    k.provisioned_agents_key(C), k.api_credentials_key(C), k.etcd_snapshot_key(),
-                                    k.command_key_rollover_key()], "r")},
-    "upgrader": {**dict.fromkeys([k.upgrades_index(), k.upgrade_key(C), k.upgrade_results_key(C), k.upgrade_nodes_key(C),
-                                  k.upgrade_certs_key(C), k.paused_key(C, "upgrade"), k.cluster_key(C, "upgrade", "drain"),
-                                  k.etcd_restores_index(), k.etcd_restore_key(C), k.etcd_restore_results_key(C),
-                                  k.plan_key(C), k.plan_meta_key(C), k.operation_key(C), k.lease_key(C, "upgrade"),
-                                  k.addons_key(C), k.node_labels_key(C), k.phase_key(C, "apply-labels")], "rw"),
-                 **dict.fromkeys([k.heartbeat_key(C), k.heartbeat_cgroup_key(C), k.heartbeat_runtime_key(C),
-                                  k.accepted_agents_key(C), k.provisioned_agents_key(C), k.addon_manifests_key(C),
-                                  k.api_credentials_key(C), k.node_files_key(C, "certs"), k.node_files_digest_key(C, "certs"),
-                                  VRRP, k.command_signing_key(), k.etcd_snapshot_key(), k.record_signing_key("plan")], "r")},
-    RENEWER: {k.auth_identities_key(): "rw", k.auth_authority_key(): "r"},
+    "planner": {**dict.fromkeys([clusters_index(), recent_plans_key(), request_key("r1"), plan_key(C),
+                                 plan_meta_key(C), plan_replaceable_key(C)], "rw"),
+                **dict.fromkeys([epoch_key(), record_signing_key("plan")], "r")},
+    "certs": {**dict.fromkeys([pki_index(), PKI_KEYS, pki_key(C, "certs"), certs_agents_key(C), certs_ops_key(C),
+                               certs_renewal_key(C, "r1"), certs_lease_key(C, "renew"), node_files_key(C, "certs"),
+                               node_files_digest_key(C, "certs"), operation_key(C), api_credentials_key(C),
+                               provisioned_agents_key(C)], "rw"),
+              **dict.fromkeys([epoch_key(), clusters_index(), plan_key(C), plan_meta_key(C),
+                               record_signing_key("plan")], "r")},
+    "renderer": {**dict.fromkeys([recent_renders_key(), addon_manifests_key(C), render_meta_key(C), VRRP,
+                                  node_files_key(C, "render"), node_files_digest_key(C, "render"),
+                                  node_files_signatures_key(C, "render")], "rw"),
+                 **dict.fromkeys([epoch_key(), plan_key(C), plan_meta_key(C), record_signing_key("render")], "r")},
+    "dispatcher": {**dict.fromkeys([installs_index(), rotations_index(), install_key(C), inputs_key(C),
+                                    sealed_key(C), phase_key(C, "etcd"), command_key(C, "etcd"), node_status_key(C),
+                                    lease_key(C, "etcd"), agents_key(C), accepted_agents_key(C), refusals_key(C),
+                                    heartbeat_key(C), heartbeat_cgroup_key(C), heartbeat_runtime_key(C),
+                                    addons_key(C), node_labels_key(C), health_key(C), health_meta_key(C),
+                                    health_pods_key(C), rotation_key(C), rotation_results_key(C),
+                                    paused_key(C, "dispatcher"), joins_index(), join_key(C), join_results_key(C),
+                                    removals_index(), removal_key(C), removal_results_key(C), removal_api_key(C),
+                                    resets_index(), reset_key(C), reset_results_key(C), operation_key(C),
+                                    command_signing_key(), command_key_acks_key()], "rw"),
+                   **dict.fromkeys([epoch_key(), plan_key(C), plan_meta_key(C), node_files_key(C, "render"),
+                                    node_files_digest_key(C, "render"), node_files_signatures_key(C, "render"),
+                                    record_signing_key("plan"), record_signing_key("render"), node_files_key(C, "certs"),
+                                    node_files_digest_key(C, "certs"), addon_manifests_key(C),
+                                    provisioned_agents_key(C), api_credentials_key(C), etcd_snapshot_key(),
+                                    command_key_rollover_key()], "r")},
+    "upgrader": {**dict.fromkeys([upgrades_index(), upgrade_key(C), upgrade_results_key(C), upgrade_nodes_key(C),
+                                  upgrade_certs_key(C), paused_key(C, "upgrade"), cluster_key(C, "upgrade", "drain"),
+                                  etcd_restores_index(), etcd_restore_key(C), etcd_restore_results_key(C),
+                                  plan_key(C), plan_meta_key(C), operation_key(C), lease_key(C, "upgrade"),
+                                  addons_key(C), node_labels_key(C), phase_key(C, "apply-labels")], "rw"),
+                 **dict.fromkeys([heartbeat_key(C), heartbeat_cgroup_key(C), heartbeat_runtime_key(C),
+                                  accepted_agents_key(C), provisioned_agents_key(C), addon_manifests_key(C),
+                                  api_credentials_key(C), node_files_key(C, "certs"), node_files_digest_key(C, "certs"),
+                                  VRRP, command_signing_key(), etcd_snapshot_key(), record_signing_key("plan")], "r")},
+    RENEWER: {auth_identities_key(): "rw", auth_authority_key(): "r"},
 }
 
 
@@ -159,7 +186,7 @@ async def test_no_password_no_entry_and_no_password_in_a_printed_url(runtime: Em
     anon = aioredis.from_url(f"redis://127.0.0.1:{port}/0")
     try:
         with pytest.raises((AuthenticationError, ResponseError), match="(?i)auth"):
-            await anon.get(k.plan_key(C))
+            await anon.get(plan_key(C))
     finally:
         await anon.aclose()
     url = redis_acl.service_url(runtime.workdir, runtime.info.redis_url, "certs")
@@ -227,7 +254,7 @@ async def test_no_service_deletes_the_epoch_and_only_the_plans_writers_rewrite_a
     clients = {who: _client(runtime, who) for who in (*SERVICES, ADMIN)}
     try:
         # the planner's key is made by the admin side; a service user may not make one
-        await redis_client.delete(k.record_signing_key("plan"))
+        await redis_client.delete(record_signing_key("plan"))
         with pytest.raises(RecordKeyError, match="run `bke state init`"):
             await RedisPlanStore(clients["planner"]).save(plan, '{"v": 1}', "d1", "r1", "t0")  # type: ignore[arg-type]
         await RedisPlanStore(clients[ADMIN]).keys.signer("plan")  # `bke state init`
@@ -236,28 +263,28 @@ async def test_no_service_deletes_the_epoch_and_only_the_plans_writers_rewrite_a
         for service in SERVICES:
             r = clients[service]
             with pytest.raises(NoPermissionError):
-                await r.delete(k.epoch_key())
+                await r.delete(epoch_key())
             with pytest.raises(NoPermissionError):
-                await r.set(k.epoch_key(), "another")
+                await r.set(epoch_key(), "another")
             if service != "upgrader":  # the one service that does not watch the epoch (nor read it)
                 assert await read_epoch(r) == epoch
         for service in ("certs", "renderer", "dispatcher"):  # readers of the plan, not its writers
             r = clients[service]
             with pytest.raises(NoPermissionError):
-                await r.set(k.plan_key(C), '{"v": "rewritten"}')
+                await r.set(plan_key(C), '{"v": "rewritten"}')
             with pytest.raises(NoPermissionError):
-                await r.delete(k.plan_key(C), k.plan_meta_key(C))
+                await r.delete(plan_key(C), plan_meta_key(C))
             with pytest.raises(NoPermissionError):  # nor through the upgrader's own script
                 await RedisPlanStore(r).upgrade(plan, '{"v": "rewritten"}', "dX", "d1", "r2", "t1")  # type: ignore[arg-type]
             with pytest.raises(ResponseError, match="can't access|No permissions"):
-                await r.eval(f"return redis.call('SET', '{k.plan_key(C)}', 'x')", 0)
-            assert await r.get(k.plan_key(C)) == b'{"v": 1}'  # still read
-        assert await redis_client.get(k.plan_key(C)) == '{"v": 1}' and await read_epoch(redis_client) == epoch
+                await r.eval(f"return redis.call('SET', '{plan_key(C)}', 'x')", 0)
+            assert await r.get(plan_key(C)) == b'{"v": 1}'  # still read
+        assert await redis_client.get(plan_key(C)) == '{"v": 1}' and await read_epoch(redis_client) == epoch
 
         # positive controls: the upgrader replaces the plan it started from, the admin deletes the epoch
         assert await RedisPlanStore(clients["upgrader"]).upgrade(plan, '{"v": 2}', "d2", "d1", "r2", "t1")  # type: ignore[arg-type]
-        assert await redis_client.get(k.plan_key(C)) == '{"v": 2}'
-        assert await clients[ADMIN].delete(k.epoch_key()) == 1
+        assert await redis_client.get(plan_key(C)) == '{"v": 2}'
+        assert await clients[ADMIN].delete(epoch_key()) == 1
         assert await ensure_epoch(clients[ADMIN], "e-again") == "e-again"  # `bke state init`
     finally:
         for r in clients.values():
@@ -275,11 +302,11 @@ async def test_the_upgrader_believes_a_result_from_the_accepted_agent_it_may_onl
         result = CommandResult.model_validate({"commandId": cid, "cluster": C, "node": "n1", "agentId": "a",
                                                "status": "Succeeded", "steps": [], "startedAt": "t0", "finishedAt": "t1"})
         assert await store.record_if_accepted(result, "", "") == "no agent of this node was accepted"
-        await redis_client.hset(k.accepted_agents_key(C), "n1", "a")
+        await redis_client.hset(accepted_agents_key(C), "n1", "a")
         assert await store.record_if_accepted(result, "", "") == ""
-        assert await redis_client.hexists(k.upgrade_results_key(C), cid)
+        assert await redis_client.hexists(upgrade_results_key(C), cid)
         with pytest.raises(NoPermissionError):
-            await r.hset(k.accepted_agents_key(C), "n1", "forged")
+            await r.hset(accepted_agents_key(C), "n1", "forged")
     finally:
         await r.aclose()
 

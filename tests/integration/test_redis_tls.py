@@ -22,7 +22,7 @@ from bke.adapters.settings import ServiceSettings
 from bke.adapters.state.backup import backup_state, restore_state
 from bke.adapters.state.client import StoreAccess, redis_client, sync_redis_client
 from bke.adapters.state.epoch import ensure_epoch, read_epoch
-from bke.adapters.state.keys import plan_key
+from bke.adapters.state.keys.plan import plan_key
 
 pytestmark = pytest.mark.integration
 DEBIAN_REDIS = Path("/usr/bin/redis-server")

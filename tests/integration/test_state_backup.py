@@ -18,19 +18,13 @@ from bke.core.secrets.signing import CommandSigner, ensure_command_key_sync
 from bke.core.secrets.snapshot_key import ensure_snapshot_key_sync
 from bke.adapters.state.backup import MAGIC, BackupError, backup_state, decode_backup, encode_backup, restore_state
 from bke.adapters.state.epoch import read_epoch, write_epoch
-from bke.adapters.state.keys import (
-    accepted_agents_key,
-    auth_authority_key,
-    certs_agents_key,
-    command_signing_key,
-    epoch_key,
-    etcd_snapshot_key,
-    install_key,
-    lease_key,
-    pki_key,
-    plan_key,
-    provisioned_agents_key,
-)
+from bke.adapters.state.keys.common import epoch_key
+from bke.adapters.state.keys.plan import plan_key
+from bke.adapters.state.keys.certs import certs_agents_key, pki_key, provisioned_agents_key
+from bke.adapters.state.keys.dispatcher import accepted_agents_key, install_key
+from bke.adapters.state.keys.shared import lease_key
+from bke.adapters.state.keys.auth import auth_authority_key
+from bke.adapters.state.keys.trust import command_signing_key, etcd_snapshot_key
 from bke.adapters.state.restore_trust import TrustError
 from bke_agent import AgentIdentity
 

@@ -17,7 +17,9 @@ from bke.core.secrets import load_secret_box
 from bke.core.secrets.signing import ensure_command_key_sync
 from bke.core.secrets.snapshot_key import read_snapshot_key
 from bke.adapters.state.client import sync_redis_client
-from bke.adapters.state.keys import command_signing_key, epoch_key, etcd_snapshot_key, plan_key
+from bke.adapters.state.keys.common import epoch_key
+from bke.adapters.state.keys.plan import plan_key
+from bke.adapters.state.keys.trust import command_signing_key, etcd_snapshot_key
 from bke_cli.main import main as bke
 
 pytestmark = pytest.mark.integration

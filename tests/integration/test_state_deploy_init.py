@@ -16,7 +16,8 @@ import redis.asyncio as aioredis
 from bke.core.secrets.at_rest import create_key_file
 from bke.adapters.state.client import sync_redis_client
 from bke.adapters.state.deploy_init import run
-from bke.adapters.state.keys import command_signing_key, epoch_key, etcd_snapshot_key
+from bke.adapters.state.keys.common import epoch_key
+from bke.adapters.state.keys.trust import command_signing_key, etcd_snapshot_key
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from bke.adapters.bus.readiness import Readiness
 from bke.adapters.state.epoch import (
     NOT_INITIALISED, STATE_LOST, EpochWatch, StateLost, StateNotInitialised, ensure_epoch, watch_epoch, write_epoch,
 )
-from bke.adapters.state.keys import epoch_key
+from bke.adapters.state.keys.common import epoch_key
 from bke_dispatcher.state import DispatcherState
 from bke_dispatcher.state_loss import StateLossReaction
 

@@ -30,7 +30,8 @@ import redis.asyncio as aioredis
 from bke.contracts.status import GetStatus
 from bke.adapters.pki.store_redis import RedisPkiStore
 from bke.adapters.state.conversion import CONVERTERS, Converter, register
-from bke.adapters.state.keys import install_key, join_key, join_results_key, plan_meta_key
+from bke.adapters.state.keys.plan import plan_meta_key
+from bke.adapters.state.keys.dispatcher import install_key, join_key, join_results_key
 from bke.adapters.state.migrate import MigrationBusy, ensure_current, known_clusters
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.adapters.state.operation_slot import claim_operation, operation_holder

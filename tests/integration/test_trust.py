@@ -34,7 +34,8 @@ from bke.contracts.agent import (
 from bke.contracts.certs import CERTS_SEALED, CertsSealed
 from bke.core.plan import plan_spec_text
 from bke.adapters.state import RedisPlanStore, plan_digest
-from bke.adapters.state.keys import certs_agents_key, node_files_key, provisioned_agents_key
+from bke.adapters.state.keys.certs import certs_agents_key, provisioned_agents_key
+from bke.adapters.state.keys.node_files import node_files_key
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, MemoryJournal, NullBackend
 from bke_certs.app import create_service as create_certs
@@ -275,7 +276,7 @@ async def test_refusals_are_shown_by_status_and_an_unknown_cluster_gets_no_state
     """A command an agent refused is reported where the operator looks (`bke status`), with
     its reason; a refusal about a cluster that was never installed creates nothing."""
     from bke.contracts.agent import CommandRefused
-    from bke.adapters.state.keys import refusals_key
+    from bke.adapters.state.keys.dispatcher import refusals_key
     from bke_cli.status_client import get_status
 
     js = nats_client.jetstream()

@@ -15,7 +15,7 @@ from nats.aio.client import Client as NatsClient
 from redis import asyncio as aioredis
 
 from bke.contracts.agent import AgentCommand, AgentRuntime, CheckHost, UpdateAgent
-from bke.adapters.state.keys import heartbeat_runtime_key
+from bke.adapters.state.keys.dispatcher import heartbeat_runtime_key
 from bke_upgrader.agent_release import ReleaseSource
 from bke_upgrader.operation import Upgrades
 from bke_upgrader.ports import ClusterApi, Commands, Records, RunSettings

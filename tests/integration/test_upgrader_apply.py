@@ -38,7 +38,7 @@ from bke.contracts.apply import APPLY_ACCEPTED, APPLY_CLUSTER, APPLY_REJECTED, A
 from bke.contracts.render import RENDER_MANIFESTS
 from bke.core.plan import plan_spec_text
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
-from bke.adapters.state.keys import accepted_agents_key, node_labels_key
+from bke.adapters.state.keys.dispatcher import accepted_agents_key, node_labels_key
 from bke_upgrader.applies import Applies
 from bke_upgrader.certs import UpgradeCerts
 from bke_upgrader.membership import ApplyMembership
@@ -531,7 +531,8 @@ async def test_a_master_joining_a_vip_cluster_rolls_each_load_balancer_first_vrr
     from bke.contracts.agent import ProvisionAgent
     from bke.contracts.membership import JOIN_NODES, JoinNodes
     from bke.core.secrets.sealing import generate_agent_key, open_sealed, public_key_to_raw
-    from bke.adapters.state.keys import provisioned_agents_key, vrrp_password_key
+    from bke.adapters.state.keys.certs import provisioned_agents_key
+    from bke.adapters.state.keys.renderer import vrrp_password_key
     from tests.unit.planner.test_apply_run import SPLIT
     from tests.unit.dispatcher.test_load_balancer_roll import M6
 

@@ -12,7 +12,7 @@ from nats.aio.client import Client as NatsClient
 from redis import asyncio as aioredis
 
 from bke.contracts.agent import AgentCommand, CommandResult
-from bke.adapters.state.keys import accepted_agents_key
+from bke.adapters.state.keys.dispatcher import accepted_agents_key
 
 from ..unit.upgrade_helpers import SPLIT, plan_of
 from .test_upgrader_permanent_failure import _stored_run, _upgrades

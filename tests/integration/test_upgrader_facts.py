@@ -9,7 +9,7 @@ import pytest
 
 from bke.contracts.expiration import EXPIRATION_GET, CertExpiration, ExpiryItem, GetExpiration
 from bke.contracts.status import StatusError
-from bke.adapters.state.keys import heartbeat_cgroup_key
+from bke.adapters.state.keys.dispatcher import heartbeat_cgroup_key
 from bke_upgrader.facts import LiveFacts
 
 from ..unit.upgrade_helpers import SEED, plan_of

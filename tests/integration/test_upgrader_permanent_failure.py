@@ -23,7 +23,7 @@ from bke.contracts.upgrade import UpgradeChanged, upgrade_subject
 from bke.core.errors import PermanentError
 from bke.core.plan import Plan
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
-from bke.adapters.state.keys import lease_key
+from bke.adapters.state.keys.shared import lease_key
 from bke.core.upgrade import change_of, expand_order, resolve_target
 from bke.core.upgrade.failure import UPGRADER_STEP
 from bke.core.upgrade.run import new_run

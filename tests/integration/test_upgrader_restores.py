@@ -20,7 +20,8 @@ from bke.adapters.etcdsnap.store import SnapshotNotFound
 from bke.core.secrets.sealing import agent_key_id, generate_agent_key, public_key_to_raw
 from bke.core.secrets.snapshot_key import SnapshotKey, record_mac
 from bke.adapters.state import PlanCache, RedisPlanStore
-from bke.adapters.state.keys import etcd_restore_key, provisioned_agents_key
+from bke.adapters.state.keys.certs import provisioned_agents_key
+from bke.adapters.state.keys.upgrader import etcd_restore_key
 from bke.adapters.state.operation_slot import claim_operation, operation_holder
 from bke_upgrader.restore_pieces import PieceServer
 from bke_upgrader.restore_store import RestoreStore

@@ -3,7 +3,7 @@ the batch's answers, and after the first read asks Redis only for the ones still
 from __future__ import annotations
 
 from bke.contracts.agent import CommandResult
-from bke.adapters.state.keys import upgrade_results_key
+from bke.adapters.state.keys.upgrader import upgrade_results_key
 from bke_upgrader.store import UpgradeStore
 
 C = "c1"
@@ -46,7 +46,7 @@ async def test_a_batch_s_answers_are_read_and_only_the_missing_ones_asked_for_ag
 
 
 async def test_a_result_is_recorded_only_from_the_node_s_accepted_agent(redis_client):
-    from bke.adapters.state.keys import accepted_agents_key
+    from bke.adapters.state.keys.dispatcher import accepted_agents_key
 
     store = UpgradeStore(redis_client)
     cid = f"{C}/upgrade@r1@workers/n1/0"
@@ -69,7 +69,8 @@ async def test_a_result_of_another_incarnation_of_the_cluster_is_dropped_and_cou
     from datetime import datetime, timedelta, timezone
 
     from bke.core.secrets.binding import new_incarnation
-    from bke.adapters.state.keys import accepted_agents_key, plan_meta_key
+    from bke.adapters.state.keys.plan import plan_meta_key
+    from bke.adapters.state.keys.dispatcher import accepted_agents_key
 
     now = datetime.now(timezone.utc)
     old, current = new_incarnation(now - timedelta(days=1), "1" * 16), new_incarnation(now, "2" * 16)
@@ -95,7 +96,7 @@ async def test_a_result_of_another_incarnation_of_the_cluster_is_dropped_and_cou
 async def test_concurrent_results_share_one_recording_and_each_gets_its_own_answer(redis_client):
     import asyncio
 
-    from bke.adapters.state.keys import accepted_agents_key
+    from bke.adapters.state.keys.dispatcher import accepted_agents_key
 
     store = UpgradeStore(redis_client)
     await redis_client.hset(accepted_agents_key(C), mapping={f"n{i}": "a" for i in range(5)} | {"n5": "other"})
@@ -118,7 +119,7 @@ async def test_concurrent_results_share_one_recording_and_each_gets_its_own_answ
 async def test_an_agent_accepted_while_results_are_recorded_is_checked_again(redis_client, redis_url):
     import redis.asyncio as aioredis
 
-    from bke.adapters.state.keys import accepted_agents_key
+    from bke.adapters.state.keys.dispatcher import accepted_agents_key
 
     store = UpgradeStore(redis_client)
     await redis_client.hset(accepted_agents_key(C), "n1", "a")
@@ -148,7 +149,7 @@ async def test_an_agent_accepted_while_results_are_recorded_is_checked_again(red
 
 
 async def test_own_answers_are_known_at_once_and_others_asked_for_at_most_every_interval(redis_client):
-    from bke.adapters.state.keys import accepted_agents_key
+    from bke.adapters.state.keys.dispatcher import accepted_agents_key
 
     store, other = UpgradeStore(redis_client), UpgradeStore(redis_client)  # two replicas
     await redis_client.hset(accepted_agents_key(C), mapping={f"n{i}": "a" for i in range(3)})

@@ -18,7 +18,7 @@ from bke.contracts.status import ClusterStatus, NodeCounts
 from bke.contracts.upgrade import UPGRADE_ACCEPTED, UPGRADE_REJECTED, RetryUpgrade, UpgradeAccepted, UpgradeRejected
 from bke.core.spec.roles import is_master
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
-from bke.adapters.state.keys import heartbeat_key
+from bke.adapters.state.keys.dispatcher import heartbeat_key
 from bke.core.upgrade import change_of, expand_order, resolve_target
 from bke.core.upgrade.node_versions import settled
 from bke.core.upgrade.run import finish, new_run

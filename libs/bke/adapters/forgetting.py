@@ -22,9 +22,10 @@ from typing import Any
 from bke.adapters.bus.handler import Out, typed
 from bke.contracts.membership import RemoveNodesFinished
 from bke.contracts.reset import CLUSTER_DELETED, ClusterDeleted, StateRemoved, removed_subject
-from bke.adapters.state.keys import (
-    cluster_key, clusters_index, installs_index, request_key, resets_index, rotations_index, upgrades_index,
-)
+from bke.adapters.state.keys.common import cluster_key
+from bke.adapters.state.keys.planner import clusters_index, request_key
+from bke.adapters.state.keys.dispatcher import installs_index, resets_index, rotations_index
+from bke.adapters.state.keys.upgrader import upgrades_index
 from bke.core.state.schema import RECORDS
 
 __all__ = ["INDEXES", "forget_cluster", "on_nodes_removed", "owned_members", "removed_hosts", "serve_deleted"]

@@ -40,7 +40,7 @@ from bke.core.secrets.sealing import agent_key_id, public_key_from_raw
 from bke.core.secrets.command_key_pin import COMMAND_KEY_FILE, write_command_key_file
 from bke.core.secrets.signing import ensure_command_key_sync
 from .key_files import lab_key_file
-from bke.adapters.state.keys import command_signing_key
+from bke.adapters.state.keys.trust import command_signing_key
 from bke.adapters.state.record_keys import ensure_record_keys_sync
 from bke.core.secrets.record_signing import WRITERS
 

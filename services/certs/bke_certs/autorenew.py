@@ -20,7 +20,8 @@ from bke.adapters.periodic import Periodic
 from bke.contracts.certs import RENEW_CERTS, RenewCerts
 from bke.core.pki import PkiNotReady, PkiStore
 from bke.core.pki.operations import check_expiration
-from bke.adapters.state.keys import certs_lease_key, clusters_index
+from bke.adapters.state.keys.planner import clusters_index
+from bke.adapters.state.keys.certs import certs_lease_key
 from bke.adapters.state.lease import claim_key
 from bke.adapters.state.operation_slot import operation_holder, refusal
 

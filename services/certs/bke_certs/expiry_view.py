@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from bke.core.pki import PkiStore
 from bke.core.pki.expiry import ExpiryRow, expiration_rows
 from bke.adapters.pki.store_redis import pki_keys
-from bke.adapters.state.keys import pki_index
+from bke.adapters.state.keys.certs import pki_index
 
 __all__ = ["BUCKETS", "ExpiryView", "bucket_of", "expiry_buckets"]
 

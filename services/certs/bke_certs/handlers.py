@@ -56,7 +56,8 @@ from bke.core.pki.errors import PkiError, PkiNotReady
 from bke.core.secrets import SecretBox
 from bke.core.secrets.record_signing import RecordKeyError, RecordSignatureError
 from bke.adapters.state import PlanCache
-from bke.adapters.state.keys import certs_agents_key, plan_key, provisioned_agents_key
+from bke.adapters.state.keys.plan import plan_key
+from bke.adapters.state.keys.certs import certs_agents_key, provisioned_agents_key
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.adapters.state.operation_slot import claim_operation, release_operation
 

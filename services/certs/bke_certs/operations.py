@@ -10,7 +10,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bke.adapters.state.keys import certs_ops_key, certs_renewal_key
+from bke.adapters.state.keys.certs import certs_ops_key, certs_renewal_key
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from .renewal import OpsView

@@ -25,7 +25,8 @@ from redis.asyncio import Redis
 
 from bke.adapters.forgetting import on_nodes_removed
 from bke.adapters.pki.store_redis import RedisPkiStore
-from bke.adapters.state.keys import certs_agents_key, node_files_key, provisioned_agents_key
+from bke.adapters.state.keys.certs import certs_agents_key, provisioned_agents_key
+from bke.adapters.state.keys.node_files import node_files_key
 
 __all__ = ["RemovedNodes"]
 

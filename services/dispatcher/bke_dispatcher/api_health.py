@@ -30,7 +30,7 @@ from redis.asyncio import Redis
 
 from bke.core.plan import Plan
 from bke.core.spec.addons import addon_steps
-from bke.adapters.state.keys import phase_key
+from bke.adapters.state.keys.dispatcher import phase_key
 
 from bke.adapters.cluster_api.workloads import Workload, daemonset_ready, observed
 from bke.adapters.runner import DONE, Outcome

@@ -23,7 +23,8 @@ from datetime import datetime
 from redis.asyncio import Redis
 
 from bke.adapters.state.command_signing import SignBytes
-from bke.adapters.state.keys import accepted_agents_key, command_key_acks_key, command_key_rollover_key, installs_index
+from bke.adapters.state.keys.dispatcher import accepted_agents_key, command_key_acks_key, installs_index
+from bke.adapters.state.keys.trust import command_key_rollover_key
 from bke.contracts.agent import CommandResult, agent_subject
 from bke.core.secrets.command_key_rollover import Rollover, acked_key_id, announcement
 

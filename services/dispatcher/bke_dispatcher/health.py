@@ -15,7 +15,7 @@ from bke.adapters.periodic import Periodic
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
 from bke.core.plan import Plan
 from bke.adapters.state import PlanCache
-from bke.adapters.state.keys import health_key, health_meta_key, health_pods_key
+from bke.adapters.state.keys.dispatcher import health_key, health_meta_key, health_pods_key
 from bke.adapters.state.lease import claim_lease
 
 from .phases import HEALTH, phase_by_slug

@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 
 from bke.core.errors import TemporaryError
 from bke.adapters.state import PlanCache
-from bke.adapters.state.keys import install_key, installs_index, node_status_key, phase_key
+from bke.adapters.state.keys.dispatcher import install_key, installs_index, node_status_key, phase_key
 
 from .phases import PHASES
 

@@ -25,19 +25,12 @@ from typing import Any
 from redis.asyncio import Redis
 
 from bke.adapters.state.lease import claim_lease, release_lease
-from bke.adapters.state.keys import (
-    accepted_agents_key,
-    command_key,
-    inputs_key,
-    install_key,
-    installs_index,
-    node_status_key,
-    operation_key,
-    phase_key,
-    plan_meta_key,
-    refusals_key,
-    sealed_key,
+from bke.adapters.state.keys.plan import plan_meta_key
+from bke.adapters.state.keys.dispatcher import (
+    accepted_agents_key, command_key, inputs_key, install_key, installs_index, node_status_key, phase_key,
+    refusals_key, sealed_key,
 )
+from bke.adapters.state.keys.shared import operation_key
 from bke.adapters.state.plans import INCARNATION_READ, incarnation_of
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 

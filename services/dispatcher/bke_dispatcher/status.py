@@ -33,25 +33,17 @@ from bke.contracts.status import (
 )
 from bke.contracts.membership import MembershipView
 from bke.contracts.reset import ResetView
+from bke.contracts.statuses import RunStatus
 from bke.core.errors import TemporaryError, is_unavailable
 from bke.adapters.state import PlanCache
 from bke.adapters.state.operation_slot import FIELDS as SLOT_FIELDS
 from bke.adapters.state.operation_slot import Holder, holder_of
 from bke.core.state.schema import SCHEMA_FIELD, check_readable
-from bke.adapters.state.keys import (
-    addons_key,
-    health_key,
-    health_pods_key,
-    install_key,
-    join_key,
-    node_labels_key,
-    node_status_key,
-    operation_key,
-    phase_key,
-    refusals_key,
-    removal_key,
-    reset_key,
+from bke.adapters.state.keys.dispatcher import (
+    addons_key, health_key, health_pods_key, install_key, join_key, node_labels_key, node_status_key, phase_key,
+    refusals_key, removal_key, reset_key,
 )
+from bke.adapters.state.keys.shared import operation_key
 
 from .ops.join.decide import Join
 from .phases import PHASES
@@ -67,7 +59,10 @@ MAX_REPLY_BYTES = 900 * 1024
 RotationView = Callable[[str], Awaitable[dict | None]]
 # the phase table is the one source of each phase's name and summary
 PHASE_SUMMARIES: tuple[tuple[str, str], ...] = tuple((p.slug, p.summary) for p in PHASES)
-_SELECTED = {"none": (), "failed": ("Failed", "Running"), "all": ("Pending", "Running", "Succeeded", "Failed")}
+_COUNTED = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUCCEEDED, RunStatus.FAILED)
+# the nodes a request's selection lists, by status ("unhealthy" lists by health: _select_nodes)
+_SELECTED: dict[str, tuple[RunStatus, ...]] = {"none": (), "failed": (RunStatus.FAILED, RunStatus.RUNNING),
+                                               "all": _COUNTED}
 
 
 async def no_rotation(cluster: str) -> dict | None:
@@ -108,52 +103,17 @@ def build_status(
     `cluster_health`: the cluster-wide records ("kube-system")."""
     node_labels = node_labels or {}
     sets, labelled, sets_more = label_sets(order, node_labels)
-    status = install.get("status") or "Pending"
-    kind = install.get("kind") or None
-    rows = []
-    counts = {"Pending": 0, "Running": 0, "Succeeded": 0, "Failed": 0}
-    wanted = _SELECTED.get(req.nodes, ())
-    for hostname in order:
-        st = node_states.get(hostname, {})
-        node_status = st.get("status") or "Pending"
-        counts[node_status] = counts.get(node_status, 0) + 1
-        if node_status in wanted or (req.nodes == "unhealthy" and _unhealthy(health.get(hostname))):
-            rows.append((hostname, node_status, st))
+    counts, rows = _select_nodes(req, order, node_states, health)
     page = rows[req.offset : req.offset + req.limit]
     end = req.offset + len(page)
     return ClusterStatus(
         cluster=req.cluster,
-        status=status,
-        request_id=install.get("requestId", ""),
-        started_at=_opt(install.get("startedAt")),
-        finished_at=_opt(install.get("finishedAt")),
-        message=install.get("message", ""),
-        kind=kind if status == "Failed" else None,
-        nodes_changed=install.get("nodesChanged") == "1",
-        phases=[
-            StatusPhase(
-                name=slug,
-                summary=summary,
-                status=phases.get(slug, {}).get("status") or "Pending",
-                started_at=_opt(phases.get(slug, {}).get("startedAt")),
-                finished_at=_opt(phases.get(slug, {}).get("finishedAt")),
-                message=phases.get(slug, {}).get("message", ""),
-                done=int(phases.get(slug, {}).get("ok") or 0),
-                total=int(phases.get(slug, {}).get("total") or 0),
-            )
-            for slug, summary in PHASE_SUMMARIES
-        ],
-        node_counts=NodeCounts(
-            total=len(order), pending=counts["Pending"], running=counts["Running"],
-            succeeded=counts["Succeeded"], failed=counts["Failed"],
-        ),
+        **_install_fields(install),
+        phases=[_phase(slug, summary, phases.get(slug, {})) for slug, summary in PHASE_SUMMARIES],
+        node_counts=NodeCounts(total=len(order), pending=counts[RunStatus.PENDING], running=counts[RunStatus.RUNNING],
+                               succeeded=counts[RunStatus.SUCCEEDED], failed=counts[RunStatus.FAILED]),
         node_selection=req.nodes,
-        nodes=[
-            StatusNode(hostname=h, status=s, phase=st.get("phase"), step=st.get("step") or None,
-                       labels=(node_labels[h].get("labels") or {}) if h in node_labels else None,
-                       taints=node_taints(node_labels.get(h)), health=node_health(health.get(h)))
-            for h, s, st in page
-        ],
+        nodes=[_node(h, s, st, node_labels, health.get(h)) for h, s, st in page],
         nodes_matched=len(rows),
         next_offset=end if end < len(rows) else None,
         # in the order they were applied (the addon table's `order`), not Redis' hash order
@@ -164,16 +124,71 @@ def build_status(
         labelled=labelled,
         label_sets_more=sets_more,
         rotation=RotationStatus.model_validate(rotation) if rotation else None,
-        refusals=Refusals(count=int(refusals.get("count") or 0), last_node=refusals.get("lastNode", ""),
-                          last_reason=refusals.get("lastReason", ""), last_at=_opt(refusals.get("lastAt")))
-        if refusals else None,
+        refusals=_refusals(refusals) if refusals else None,
         reset=reset,
-        operation=OperationHolder(kind=operation.kind, request_id=operation.request_id, since=operation.since,
-                                  detail=operation.detail)
-        if operation else None,
+        operation=_operation(operation) if operation else None,
         join=join,
         removal=removal,
     )
+
+
+def _select_nodes(req: GetStatus, order: list[str], node_states: dict[str, dict],
+                  health: dict[str, dict]) -> tuple[dict[str, int], list[tuple[str, str, dict]]]:
+    """Every node counted by status, and the (hostname, status, record) of those the request
+    selects, in plan order."""
+    counts: dict[str, int] = dict.fromkeys(_COUNTED, 0)
+    rows = []
+    wanted = _SELECTED.get(req.nodes, ())
+    for hostname in order:
+        st = node_states.get(hostname, {})
+        node_status = st.get("status") or RunStatus.PENDING
+        counts[node_status] = counts.get(node_status, 0) + 1
+        if node_status in wanted or (req.nodes == "unhealthy" and _unhealthy(health.get(hostname))):
+            rows.append((hostname, node_status, st))
+    return counts, rows
+
+
+def _install_fields(install: dict[str, str]) -> dict[str, Any]:
+    """The install record's part of the reply: a failure's kind only when it failed."""
+    status = install.get("status") or RunStatus.PENDING
+    return {
+        "status": status,
+        "request_id": install.get("requestId", ""),
+        "started_at": _opt(install.get("startedAt")),
+        "finished_at": _opt(install.get("finishedAt")),
+        "message": install.get("message", ""),
+        "kind": (install.get("kind") or None) if status == RunStatus.FAILED else None,
+        "nodes_changed": install.get("nodesChanged") == "1",
+    }
+
+
+def _phase(slug: str, summary: str, record: dict[str, str]) -> StatusPhase:
+    return StatusPhase(
+        name=slug,
+        summary=summary,
+        status=record.get("status") or RunStatus.PENDING,
+        started_at=_opt(record.get("startedAt")),
+        finished_at=_opt(record.get("finishedAt")),
+        message=record.get("message", ""),
+        done=int(record.get("ok") or 0),
+        total=int(record.get("total") or 0),
+    )
+
+
+def _node(hostname: str, status: str, st: dict, node_labels: dict[str, dict], health: dict | None) -> StatusNode:
+    return StatusNode(hostname=hostname, status=status, phase=st.get("phase"), step=st.get("step") or None,
+                      labels=(node_labels[hostname].get("labels") or {}) if hostname in node_labels else None,
+                      taints=node_taints(node_labels.get(hostname)), health=node_health(health))
+
+
+def _refusals(refusals: dict[str, str]) -> Refusals:
+    return Refusals(count=int(refusals.get("count") or 0), last_node=refusals.get("lastNode", ""),
+                    last_reason=refusals.get("lastReason", ""), last_at=_opt(refusals.get("lastAt")))
+
+
+def _operation(operation: Holder) -> OperationHolder:
+    return OperationHolder(kind=operation.kind, request_id=operation.request_id, since=operation.since,
+                           detail=operation.detail)
 
 
 def fit_reply(reply: ClusterStatus, max_bytes: int = MAX_REPLY_BYTES) -> bytes:

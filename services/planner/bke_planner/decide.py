@@ -17,7 +17,8 @@ from bke.contracts import ClusterRejected, InstallCluster, ErrorItem, PlanCreate
 from bke.contracts.install import InstallFinished
 from bke.core.plan import Plan, plan_spec_text
 from bke.core.spec.loader import loc_to_path
-from bke.adapters.state import plan_digest, plan_key
+from bke.adapters.state import plan_digest
+from bke.adapters.state.keys.plan import plan_key
 
 __all__ = ["Decision", "parse_request", "decide_plan", "against_stored", "replaceable_after", "request_id_of"]
 

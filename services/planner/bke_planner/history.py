@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Callable
 from redis.asyncio import Redis
 
 from bke.contracts import CLUSTER_REJECTED, PLAN_CREATED, ClusterRejected, PlanCreated
-from bke.adapters.state.keys import recent_plans_key
+from bke.adapters.state.keys.planner import recent_plans_key
 from bke.adapters.state.recent import RecentLog
 
 __all__ = ["PlanHistory"]

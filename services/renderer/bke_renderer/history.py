@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from bke.adapters.bus.handler import Out
 from bke.contracts.render import ManifestsRendered, RenderFailed
 from bke.core.plan import Plan
-from bke.adapters.state.keys import recent_renders_key
+from bke.adapters.state.keys.renderer import recent_renders_key
 from bke.adapters.state.recent import RecentLog
 
 __all__ = ["RenderHistory"]

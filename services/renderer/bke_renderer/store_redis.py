@@ -37,8 +37,8 @@ from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from bke.core.render import NodeFiles, RenderedCluster, RenderedFile
-from bke.adapters.state.keys import (addon_manifests_key, node_files_digest_key, node_files_key, node_files_signatures_key,
-                                    render_meta_key, vrrp_password_key)
+from bke.adapters.state.keys.node_files import node_files_digest_key, node_files_key, node_files_signatures_key
+from bke.adapters.state.keys.renderer import addon_manifests_key, render_meta_key, vrrp_password_key
 from bke.adapters.state.nodefiles import sign_node_files
 from bke.adapters.state.record_keys import RecordKeys
 from bke.core.state.nodefiles import NodeFile

@@ -25,7 +25,7 @@ import httpx
 from redis.asyncio import Redis
 
 from bke.contracts.agent import AgentRuntime, AgentWheel, UpdateAgent
-from bke.adapters.state.keys import heartbeat_runtime_key
+from bke.adapters.state.keys.dispatcher import heartbeat_runtime_key
 
 from .wheel_tags import WheelSetError, select_wheels
 

@@ -44,7 +44,8 @@ from bke.adapters.state.record_keys import RecordKeys
 from bke.adapters.forgetting import serve_deleted
 from bke.adapters.state.client import redis_client
 from bke.adapters.state.command_signing import CommandSigning
-from bke.adapters.state.keys import etcd_snapshot_key, vrrp_password_key
+from bke.adapters.state.keys.renderer import vrrp_password_key
+from bke.adapters.state.keys.trust import etcd_snapshot_key
 from bke.adapters.tasks import cancel_and_wait
 from bke.core.etcdsnap.restore_run import SLUG_PREFIX as RESTORE_SLUG_PREFIX
 from bke.core.upgrade.run import SLUG_PREFIX

@@ -40,7 +40,7 @@ from bke.contracts.certs import ISSUE_CERTS, RENEW_CERTS, CertsFailed, CertsIssu
 from bke.core.errors import TemporaryError
 from bke.core.pki.instances import split_instance_id
 from bke.core.plan import Plan
-from bke.adapters.state.keys import upgrade_certs_key
+from bke.adapters.state.keys.upgrader import upgrade_certs_key
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.core.upgrade.certificates import cert_files, cert_rows, renewed_by_node, renewed_instances
 from bke.core.upgrade.order import ExpandedStep

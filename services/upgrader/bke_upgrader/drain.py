@@ -9,7 +9,7 @@ from redis.asyncio import Redis
 
 from bke.adapters.drain import Drainer, KubernetesDrainer
 from bke.lab.standins.drain import LabDrainer as _LabDrainer
-from bke.adapters.state.keys import cluster_key
+from bke.adapters.state.keys.common import cluster_key
 
 __all__ = ["Drainer", "KubernetesDrainer", "LabDrainer", "drain_key"]
 

@@ -21,7 +21,7 @@ from bke.contracts.expiration import EXPIRATION_GET, MAX_LIMIT, CertExpiration, 
 from bke.contracts.status import STATUS_GET, ClusterStatus, GetStatus, StatusError, parse_status_reply
 from bke.core.errors import TemporaryError
 from bke.core.plan import Plan
-from bke.adapters.state.keys import heartbeat_cgroup_key, heartbeat_key
+from bke.adapters.state.keys.dispatcher import heartbeat_cgroup_key, heartbeat_key
 from bke.core.upgrade import Facts
 
 __all__ = ["LiveFacts", "StatusRequest"]

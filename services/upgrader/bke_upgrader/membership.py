@@ -34,7 +34,7 @@ from bke.contracts.membership import (
 from bke.core.errors import TemporaryError
 from bke.core.lifecycle.apply_run import JOIN_STEP, REMOVE_STEP, member_join
 from bke.core.plan import Plan
-from bke.adapters.state.keys import upgrade_results_key
+from bke.adapters.state.keys.upgrader import upgrade_results_key
 from bke.core.upgrade.run import StepRun, UpgradeRun, mark_local, mark_local_batch
 
 from .answer_deadline import DEFAULT_TIMEOUT_S, AnswerDeadline, silent_service

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from bke.contracts.agent import CommandResult
 from bke.core.etcdsnap.restore_run import RestoreRun
 from bke.adapters.state.exclusive import write_unless
-from bke.adapters.state.keys import etcd_restore_key, etcd_restore_results_key, etcd_restores_index
+from bke.adapters.state.keys.upgrader import etcd_restore_key, etcd_restore_results_key, etcd_restores_index
 
 __all__ = ["RestoreStore"]
 

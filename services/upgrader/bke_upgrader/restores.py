@@ -71,7 +71,7 @@ from bke.core.plan import Plan
 from bke.adapters.runner import Outcome
 from bke.core.secrets.snapshot_key import SnapshotKey
 from bke.adapters.state import PlanCache
-from bke.adapters.state.keys import plan_key
+from bke.adapters.state.keys.plan import plan_key
 from bke.adapters.state.lease import claim_lease, release_lease
 from bke.adapters.state.operation_slot import claim_operation, operation_holder, release_operation
 from bke.adapters.state.operation_slot import refusal as slot_refusal

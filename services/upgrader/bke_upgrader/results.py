@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from bke.adapters.state.keys import accepted_agents_key, plan_meta_key
+from bke.adapters.state.keys.plan import plan_meta_key
+from bke.adapters.state.keys.dispatcher import accepted_agents_key
 from bke.adapters.state.plans import INCARNATION_READ, incarnation_of
 from bke.contracts.agent import CommandResult
 from bke.core.secrets.binding import result_refusal

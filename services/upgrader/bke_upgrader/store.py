@@ -30,9 +30,9 @@ from bke.contracts.agent import CommandResult
 from bke.core.errors import TemporaryError
 from bke.core.secrets.binding import result_refusal
 from bke.adapters.state.exclusive import write_unless
-from bke.adapters.state.keys import (
-    accepted_agents_key, plan_meta_key, upgrade_key, upgrade_nodes_key, upgrade_results_key, upgrades_index,
-)
+from bke.adapters.state.keys.plan import plan_meta_key
+from bke.adapters.state.keys.dispatcher import accepted_agents_key
+from bke.adapters.state.keys.upgrader import upgrade_key, upgrade_nodes_key, upgrade_results_key, upgrades_index
 from bke.adapters.state.plans import INCARNATION_READ, incarnation_of
 from bke.core.upgrade.node_versions import NodeVersion
 from bke.core.upgrade.run import UpgradeRun

@@ -15,7 +15,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from bke.adapters.state import plan_digest
-from bke.adapters.state.keys import upgrade_results_key
+from bke.adapters.state.keys.upgrader import upgrade_results_key
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
 from bke.core.errors import PermanentError, TemporaryError
 from bke.core.plan import Plan

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from bke.adapters.state.keys import upgrade_results_key
+from bke.adapters.state.keys.upgrader import upgrade_results_key
 from bke.core.errors import PermanentError
 from bke.core.plan import Plan, plan_spec_text
 from bke.core.upgrade.paths import resolve_target

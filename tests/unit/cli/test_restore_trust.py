@@ -10,7 +10,7 @@ import json
 import bke.adapters.state.restore_trust as restore_trust
 from bke.adapters.auth.authority import new_authority
 from bke.core.secrets.at_rest import SecretBox
-from bke.adapters.state.keys import auth_authority_key, auth_identities_key
+from bke.adapters.state.keys.auth import auth_authority_key, auth_identities_key
 from bke.adapters.state.restore_trust import TRUST_ITEMS, TrustDecision, decide_trust, trust_group
 from bke_cli.state_cmd import trust_lines
 

@@ -17,7 +17,8 @@ from bke.contracts.subjects import CHANNELS
 from bke.core.docs_reference.architecture import HELD_IN, Part, render_records_block
 from bke.core.docs_reference.blocks import block_text, markers, splice
 from bke.core.state.schema import RECORDS
-from bke_cli.docs_reference import ARCHITECTURE_PAGE, BLOCKS, architecture_parts, main
+from bke.adapters.state.keys.inventory import family_modules
+from bke_cli.docs_reference import ARCHITECTURE_PAGE, BLOCKS, architecture_parts, key_families, main
 
 ROOT = Path(__file__).resolve().parents[3]
 PAGE = (ROOT / ARCHITECTURE_PAGE).read_text(encoding="utf-8")
@@ -94,3 +95,13 @@ def test_writing_a_page_that_lost_its_markers_fails_naming_it(tmp_path: Path, ca
     err = capsys.readouterr().err
     assert all(f"ERROR block {name}: the page needs one" in err for _, name in BLOCKS)
     assert page.read_text(encoding="utf-8") == "# Architecture\n"
+
+
+def test_the_key_families_block_lists_every_family_and_each_key_under_one() -> None:
+    families = key_families()
+    assert [f.name for f in families] == sorted(family_modules())
+    every = [k for f in families for k in f.keys]
+    assert len(every) == len(set(every)), "a key under two families"
+    assert "bke:<c>:plan" in every and "bke:<c>:paused" in every and "bke:<c>:upgrade:paused" in every
+    block = block_text(PAGE, "key-families")
+    assert all(f"`{f.module}`" in block for f in families)

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import redis
 
 from bke.core.secrets.at_rest import SecretBox
-from bke.adapters.state.keys import auth_authority_key, auth_identities_key
+from bke.adapters.state.keys.auth import auth_authority_key, auth_identities_key
 from .authority import ALL_USERS, Authority, IssuedUser, new_authority
 from .jwt import decode_jwt
 from .permissions import IDENTITY_TTL_S, ROLES, agent_permissions, identity_name, inbox_prefix, role_permissions

@@ -30,7 +30,8 @@ from redis.asyncio import Redis
 from bke.core.calico import CalicoWiring, wire_calico
 from bke.core.plan import Plan
 from bke.core.spec.addons import AddonStep, addon_steps
-from bke.adapters.state.keys import addon_manifests_key, addons_key
+from bke.adapters.state.keys.renderer import addon_manifests_key
+from bke.adapters.state.keys.dispatcher import addons_key
 
 from bke.adapters.runner import DONE, Outcome
 from .manifests import cni_artefact

@@ -31,7 +31,7 @@ from redis.asyncio import Redis
 
 from bke.core.plan import NodePlan, Plan
 from bke.adapters.runner import DONE, Outcome
-from bke.adapters.state.keys import node_labels_key, phase_key
+from bke.adapters.state.keys.dispatcher import node_labels_key, phase_key
 from .labels import Marks, marks_from_record, record, wanted
 
 __all__ = ["BATCH", "NodeLabelsWork", "NodeMarker", "NodesApplied", "REGISTER_TIMEOUT_S"]

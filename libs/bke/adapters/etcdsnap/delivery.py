@@ -4,7 +4,7 @@ Why this way. The stored snapshot is sealed to the deployment's snapshot key, wh
 services and the state's admin hold: a node agent must never get it (an agent holding it could
 open every snapshot of every cluster). So the upgrader, which holds that key, opens the stored
 stream piece by piece in memory and seals each piece again to the X25519 key BKE *provisioned*
-for the receiving node's agent (bke.adapters.state.keys.provisioned_agents_key, recorded by the operator
+for the receiving node's agent (bke.adapters.state.keys.certs.provisioned_agents_key, recorded by the operator
 when the node was registered; never a key a message announced). Only that agent can open what
 it receives; whoever else asks gets bytes they cannot open. What the bytes must be is in the
 agent's signed command (`RestoreEtcdMember.sha256`), so the agent also knows the snapshot is the

@@ -19,7 +19,7 @@ from bke.core.paths import ADMIN_CONF
 from bke.core.plan import Plan
 from bke.core.plan.api_node import init_node
 from bke.core.secrets import SecretBox
-from bke.adapters.state.keys import api_credentials_key
+from bke.adapters.state.keys.certs import api_credentials_key
 from bke.core.pki.operations import cluster_kubeconfig, node_bundle
 from bke.core.pki.store import PkiStore
 

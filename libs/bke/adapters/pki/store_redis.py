@@ -27,7 +27,7 @@ from redis.typing import EncodableT, FieldT
 from bke.core.pki import Manifest, Material, Snapshot, StoreConflict, StoreError
 from bke.core.pki.store import key_aad
 from bke.core.secrets import DecryptError, SecretBox
-from bke.adapters.state.keys import pki_index, pki_key
+from bke.adapters.state.keys.certs import pki_index, pki_key
 
 __all__ = ["RedisPkiStore", "pki_keys"]
 

@@ -1,6 +1,4 @@
-"""Redis adapters shared by the services."""
-from .keys import cluster_key, clusters_index, plan_key, plan_meta_key, plan_replaceable_key, request_key
+"""Redis adapters shared by the services. Key names: the family modules of bke.adapters.state.keys."""
 from .plans import PlanCache, PlanRecord, RedisPlanStore, plan_digest
 
-__all__ = ["PlanCache", "PlanRecord", "RedisPlanStore", "cluster_key", "clusters_index", "plan_digest", "plan_key", "plan_meta_key",
-           "plan_replaceable_key", "request_key"]
+__all__ = ["PlanCache", "PlanRecord", "RedisPlanStore", "plan_digest"]

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 from bke.contracts.agent import ProvisionAgent
 from bke.core.secrets.sealing import public_key_from_raw, seal
-from .keys import provisioned_agents_key
+from .keys.certs import provisioned_agents_key
 
 __all__ = ["Sealer", "provisioned_seal_keys", "sealer"]
 

@@ -47,7 +47,7 @@ from redis.asyncio import Redis
 from bke.core.errors import PermanentError
 from bke.core.secrets.at_rest import SecretBox
 from .epoch import write_epoch
-from .keys import all_keys_pattern, epoch_key
+from .keys.common import all_keys_pattern, epoch_key
 from .restore_trust import TrustDecision, decide_trust, trust_group
 
 __all__ = ["FORMAT", "MAGIC", "BackupError", "BackupSummary", "backup_state", "decode_backup", "encode_backup",

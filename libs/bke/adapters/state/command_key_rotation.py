@@ -30,10 +30,8 @@ from bke.core.secrets import SecretBox
 from bke.core.secrets.command_key_rollover import Rollover, RolloverError
 from bke.core.secrets.signing import CommandSigner
 
-from .keys import (
-    accepted_agents_key, command_key_acks_key, command_key_rollover_key, command_signing_key, command_signing_next_key,
-    installs_index,
-)
+from .keys.dispatcher import accepted_agents_key, command_key_acks_key, installs_index
+from .keys.trust import command_key_rollover_key, command_signing_key, command_signing_next_key
 
 __all__ = ["acknowledgements", "finish_rollover", "read_rollover", "start_rollover", "switch_rollover"]
 

@@ -45,7 +45,10 @@ from bke.core.errors import PermanentError
 from bke.core.secrets import SecretBox
 from bke.core.secrets.binding import Binding, binding_for
 from bke.core.secrets.signing import CommandSigner, ensure_command_key, sign_command, signed_command_bytes
-from bke.adapters.state.keys import command_signing_key, heartbeat_runtime_key, plan_meta_key, provisioned_agents_key
+from bke.adapters.state.keys.plan import plan_meta_key
+from bke.adapters.state.keys.certs import provisioned_agents_key
+from bke.adapters.state.keys.dispatcher import heartbeat_runtime_key
+from bke.adapters.state.keys.trust import command_signing_key
 from bke.adapters.state.plans import INCARNATION_FIELD
 
 __all__ = ["CommandSigning", "PREFETCH_S", "Prefetch", "RELOAD_S", "Sign", "SignBytes", "read_bindings"]

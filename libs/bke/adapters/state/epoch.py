@@ -43,7 +43,7 @@ from redis.exceptions import RedisError
 
 from bke.core.errors import TemporaryError
 from bke.adapters.periodic import Periodic
-from .keys import epoch_key
+from .keys.common import epoch_key
 
 __all__ = ["NOT_INITIALISED", "STATE_LOST", "EpochWatch", "StateLost", "StateNotInitialised", "ensure_epoch",
            "ensure_epoch_sync", "new_epoch", "read_epoch", "watch_epoch", "write_epoch"]

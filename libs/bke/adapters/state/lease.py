@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from .keys import lease_key
+from .keys.shared import lease_key
 
 __all__ = ["claim_key", "claim_lease", "release_lease"]
 

@@ -35,7 +35,9 @@ from redis.exceptions import WatchError
 
 from bke.core.errors import TemporaryError
 from .conversion import CONVERTERS, Record, Registry, Write, chain, convert, header_version, writes
-from .keys import PREFIX, cluster_key, clusters_index, installs_index, rotations_index
+from .keys.common import PREFIX, cluster_key
+from .keys.planner import clusters_index
+from .keys.dispatcher import installs_index, rotations_index
 from bke.core.state.schema import RECORDS, RecordKind, StoredVersionTooNew
 
 __all__ = ["KindResult", "MigrationBusy", "MigrationReport", "ensure_current", "known_clusters", "needs_conversion"]

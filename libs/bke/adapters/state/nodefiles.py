@@ -23,7 +23,8 @@ from redis.typing import EncodableT, FieldT
 
 from bke.core.secrets.record_signing import RecordSigner, RecordVerifier
 from bke.core.state.nodefiles import NodeFile
-from .keys import node_files_digest_key, node_files_key, node_files_signatures_key, record_signing_key
+from .keys.node_files import node_files_digest_key, node_files_key, node_files_signatures_key
+from .keys.trust import record_signing_key
 from .record_keys import RecordKeys, verifier_of
 
 __all__ = ["RENDER_SIGNED_KIND", "RedisNodeFiles", "check_node_files", "sign_node_files"]

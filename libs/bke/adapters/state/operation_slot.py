@@ -31,7 +31,7 @@ from typing import Any, Awaitable, Callable, Literal, get_args
 
 from redis.asyncio import Redis
 
-from .keys import operation_key
+from .keys.shared import operation_key
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 __all__ = ["FIELDS", "KINDS", "Claim", "Holder", "OperationKind", "claim_operation", "holder_of", "operation_holder",

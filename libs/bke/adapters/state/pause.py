@@ -1,13 +1,13 @@
 """A service's record that a person paused a cluster's operations (bke.contracts.pause).
 
-One small hash per service (`bke.adapters.state.keys.paused_key`), in that service's own record: the
+One small hash per service (`bke.adapters.state.keys.shared.paused_key`), in that service's own record: the
 reconcile loop (bke.adapters.runner) asks `is_paused` before each pass, one GET, and a resume kicks it.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from .keys import paused_key
+from .keys.shared import paused_key
 
 __all__ = ["PauseFlags"]
 

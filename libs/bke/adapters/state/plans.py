@@ -28,7 +28,9 @@ from bke.core.errors import TemporaryError
 from bke.core.plan import Plan
 from bke.core.secrets.binding import new_incarnation
 from bke.core.secrets.record_signing import RecordSignatureError
-from .keys import clusters_index, plan_key, plan_meta_key, plan_replaceable_key, record_signing_key, request_key
+from .keys.planner import clusters_index, plan_replaceable_key, request_key
+from .keys.plan import plan_key, plan_meta_key
+from .keys.trust import record_signing_key
 from .record_keys import RecordKeys, verifier_of
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 

@@ -25,7 +25,7 @@ from redis.exceptions import NoPermissionError
 
 from bke.core.secrets import SecretBox, SecretKeyMissing, keyring_for
 from bke.core.secrets.record_signing import WRITERS, RecordKeyError, RecordSigner, RecordVerifier
-from .keys import record_signing_key
+from .keys.trust import record_signing_key
 
 __all__ = ["RecordKeys", "ensure_record_keys_sync", "verifier_of"]
 

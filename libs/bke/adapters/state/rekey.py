@@ -52,10 +52,9 @@ from bke.core.secrets.snapshot_key import STORED_KEY_AAD as SNAPSHOT_AAD
 from bke.core.secrets.snapshot_key import join_stored, split_stored
 from bke.core.secrets import record_signing
 from .backup import MAGIC as BACKUP_MAGIC
-from .keys import (
-    api_credentials_key, auth_authority_key, command_signing_key, command_signing_next_key, etcd_snapshot_key, pki_key,
-    record_signing_key,
-)
+from .keys.certs import api_credentials_key, pki_key
+from .keys.auth import auth_authority_key
+from .keys.trust import command_signing_key, command_signing_next_key, etcd_snapshot_key, record_signing_key
 
 __all__ = ["FAMILIES", "Family", "RekeyReport", "census", "reencrypt_kind", "rekey_backup_file"]
 

@@ -63,7 +63,8 @@ from typing import Any, Literal
 from bke.adapters.auth.authority import Authority
 from bke.core.errors import PermanentError
 from bke.core.secrets.at_rest import SecretBox
-from .keys import auth_authority_key, auth_identities_key, command_signing_key, etcd_snapshot_key
+from .keys.auth import auth_authority_key, auth_identities_key
+from .keys.trust import command_signing_key, etcd_snapshot_key
 
 __all__ = ["TRUST_ITEMS", "TrustDecision", "TrustError", "TrustItem", "TrustPlan", "decide_trust", "trust_group"]
 

@@ -21,7 +21,8 @@ from typing import Any
 from redis.exceptions import WatchError
 
 from bke.core.secrets.record_signing import RecordSigner
-from .keys import node_files_digest_key, node_files_key, node_files_signatures_key, plan_key, plan_meta_key
+from .keys.plan import plan_key, plan_meta_key
+from .keys.node_files import node_files_digest_key, node_files_key, node_files_signatures_key
 from .nodefiles import sign_node_files
 from .plans import GENERATION_FIELD, INCARNATION_FIELD, PLAN_SIGNED_KIND, SIGNATURE_FIELD, plan_binding
 

@@ -43,7 +43,7 @@ from bke.core.secrets import SecretBox
 from bke.core.secrets.signing import CommandVerifyKey, ensure_command_key_sync
 from bke.core.secrets.snapshot_key import ensure_snapshot_key_sync, upgrade_stored_form
 from .epoch import ensure_epoch_sync, new_epoch
-from .keys import command_signing_key, etcd_snapshot_key
+from .keys.trust import command_signing_key, etcd_snapshot_key
 from .record_keys import ensure_record_keys_sync
 from .sign_unsigned import sign_unsigned_sync
 

@@ -1,5 +1,5 @@
-"""The two generated blocks of docs/concepts/architecture.md: who sends and hears each subject,
-and what each part writes in Redis, runs and consumes.
+"""The generated blocks of docs/concepts/architecture.md: who sends and hears each subject, what
+each part writes in Redis, runs and consumes, and the Redis key families.
 
 Sources, all code that is enforced or tested elsewhere:
 
@@ -11,6 +11,7 @@ Sources, all code that is enforced or tested elsewhere:
     operations   the operation slot's kinds (bke.adapters.state.operation_slot.KINDS): a part
                  runs an operation when it owns the record that holds the operation's state
     consumers    each service's durable consumers (bke.adapters.auth.jetstream_grants)
+    key families the modules of bke.adapters.state.keys, their docstrings and their key builders
 
 The adapters' tables come in as `Part` values (bke_cli.docs_reference gathers them): the core may
 not import the adapters, and a renderer of plain values is tested without them.
@@ -24,9 +25,10 @@ from fnmatch import fnmatchcase
 
 from bke.contracts.subjects import CHANNELS, Channel
 from bke.core.state.schema import RECORDS, RecordKind
-from .markdown import code, table
+from .markdown import code, prose, table
 
-__all__ = ["HELD_IN", "Part", "render_records_block", "render_subjects_block"]
+__all__ = ["HELD_IN", "KeyFamily", "Part", "render_key_families_block", "render_records_block",
+           "render_subjects_block"]
 
 # The two operation kinds without a record of their own name: the record that holds their state.
 # tests/unit/docs/test_docs_architecture.py checks both sides against the slot's kinds and RECORDS.
@@ -145,3 +147,19 @@ def render_records_block(parts: Sequence[Part], kinds: Sequence[str], global_key
                  *_redis_lines(part, parts, global_keys), _consumer_line(part), ""]
         out.append("\n".join(lines))
     return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class KeyFamily:
+    """One module of bke.adapters.state.keys: its writer and readers in a sentence (its
+    docstring's first paragraph) and every key its builders name."""
+    name: str
+    module: str
+    summary: str
+    keys: tuple[str, ...]
+
+
+def render_key_families_block(families: Sequence[KeyFamily]) -> str:
+    """One item per family: its name and module, who writes it, its keys."""
+    return "\n".join(f"- {code(f.name)} ({code(f.module)}): {prose(f.summary)} Keys: "
+                     + ", ".join(code(k) for k in f.keys) + "." for f in families) + "\n"

@@ -98,66 +98,13 @@ def parse_overrides(value: str) -> dict[str, list[str]]:
 def build_plan(spec: ClusterSpec, warnings: list[str] | None = None) -> Plan:
     """Place every component. The spec must already have passed `validate_spec`."""
     c = spec.config
-    nodes = spec.nodes
     ep = spec.cluster.spec.control_plane_endpoint
     vip = serves_vip(spec)
-    members = _members_by_cluster(nodes)
-    cp_hosts = _control_plane_hosts(nodes)
-
-    etcd_clusters = []
-    for name, layout in ETCD_LAYOUT.items():
-        if not members[name]:
-            continue
-        data_dir = c.etcd.data_dir.rstrip("/") + layout.suffix
-        etcd_clusters.append(
-            EtcdClusterPlan(
-                name=name,
-                client_port=layout.client,
-                peer_port=layout.peer,
-                metrics_port=layout.metrics,
-                data_dir=data_dir,
-                cert_dir=layout.cert_dir,
-                manifest=layout.manifest,
-                resources=list(layout.resources),
-                members=[
-                    EtcdMember(
-                        hostname=n.spec.hostname,
-                        ip=n.spec.ip,
-                        client_url=_url(n.spec.ip, layout.client),
-                        peer_url=_url(n.spec.ip, layout.peer),
-                        metrics_url=_url(n.spec.ip, layout.metrics, "http"),
-                    )
-                    for n in members[name]
-                ],
-            )
-        )
+    members = _members_by_cluster(spec.nodes)
+    etcd_clusters = [_etcd_cluster(name, layout, members[name], c.etcd.data_dir)
+                     for name, layout in ETCD_LAYOUT.items() if members[name]]
     etcd_of = {name: {n.spec.hostname for n in ms} for name, ms in members.items()}
-
-    node_plans = []
-    for n in nodes:
-        roles = n.spec.role
-        h = n.spec.hostname
-        placed = {"containerd", "kubelet"}
-        placed |= {name for name, hosts in etcd_of.items() if h in hosts}
-        if is_master(roles):
-            placed |= {comp for comp, hosts in cp_hosts.items() if h in hosts}
-            if vip:
-                placed |= {"haproxy", "keepalived"}
-        if registers(roles):
-            placed.add("kube-proxy")
-        node_plans.append(
-            NodePlan(
-                hostname=h,
-                ip=n.spec.ip,
-                roles=list(roles),
-                components=[comp for comp in COMPONENTS if comp in placed],
-                labels=_labels(n),
-                taints=_taints(roles),
-                registers=registers(roles),
-                arch=n.spec.arch,
-            )
-        )
-
+    cp_hosts = _control_plane_hosts(spec.nodes)
     data = next(cl for cl in etcd_clusters if cl.name == "etcd-data")
     return Plan(
         cluster=spec.name,
@@ -166,7 +113,7 @@ def build_plan(spec: ClusterSpec, warnings: list[str] | None = None) -> Plan:
         containerd_version=c.containerd_version,
         control_plane_endpoint=f"{ep.host}:{ep.port}",
         load_balancer=vip,
-        nodes=node_plans,
+        nodes=[_node_plan(n, etcd_of, cp_hosts, vip) for n in spec.nodes],
         etcd_clusters=etcd_clusters,
         apiserver=ApiserverEtcd(
             etcd_servers=",".join(m.client_url for m in data.members),
@@ -174,6 +121,54 @@ def build_plan(spec: ClusterSpec, warnings: list[str] | None = None) -> Plan:
         ),
         warnings=list(warnings or []),
         spec=spec,
+    )
+
+
+def _etcd_cluster(name: str, layout: EtcdLayout, members: list[BKENode], data_dir: str) -> EtcdClusterPlan:
+    """One etcd cluster of ETCD_LAYOUT on its members: its ports, folders and member URLs."""
+    return EtcdClusterPlan(
+        name=name,
+        client_port=layout.client,
+        peer_port=layout.peer,
+        metrics_port=layout.metrics,
+        data_dir=data_dir.rstrip("/") + layout.suffix,
+        cert_dir=layout.cert_dir,
+        manifest=layout.manifest,
+        resources=list(layout.resources),
+        members=[
+            EtcdMember(
+                hostname=n.spec.hostname,
+                ip=n.spec.ip,
+                client_url=_url(n.spec.ip, layout.client),
+                peer_url=_url(n.spec.ip, layout.peer),
+                metrics_url=_url(n.spec.ip, layout.metrics, "http"),
+            )
+            for n in members
+        ],
+    )
+
+
+def _node_plan(n: BKENode, etcd_of: dict[str, set[str]], cp_hosts: dict[str, set[str]], vip: bool) -> NodePlan:
+    """One node's components (in COMPONENTS order), labels and taints."""
+    roles = n.spec.role
+    h = n.spec.hostname
+    placed = {"containerd", "kubelet"}
+    placed |= {name for name, hosts in etcd_of.items() if h in hosts}
+    if is_master(roles):
+        placed |= {comp for comp, hosts in cp_hosts.items() if h in hosts}
+        if vip:
+            placed |= {"haproxy", "keepalived"}
+    if registers(roles):
+        placed.add("kube-proxy")
+    return NodePlan(
+        hostname=h,
+        ip=n.spec.ip,
+        roles=list(roles),
+        components=[comp for comp in COMPONENTS if comp in placed],
+        labels=_labels(n),
+        taints=_taints(roles),
+        registers=registers(roles),
+        arch=n.spec.arch,
     )
 
 

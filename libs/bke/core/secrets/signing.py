@@ -4,7 +4,7 @@ Why one key for all dispatcher replicas, stored in Redis: any replica may publis
 command, and an agent is given one public key when it is provisioned. The key is made once at
 deployment (`ensure_command_key`, idempotent: `SET NX`, so concurrent makers agree on one key)
 and stored encrypted with the `signing` at-rest key (`bke.core.secrets.key_kinds`) under
-`bke.adapters.state.keys.command_signing_key()`, so that a state backup carries it and a reader of Redis
+`bke.adapters.state.keys.trust.command_signing_key()`, so that a state backup carries it and a reader of Redis
 alone cannot sign. The public half is given to each agent at provisioning (the lab supervisor
 writes it into the node's state dir; `bke agent bootstrap` ships it over SSH), never learned from
 the bus.

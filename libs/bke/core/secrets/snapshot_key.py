@@ -5,7 +5,7 @@ node before it reaches the object store (bke.core.etcdsnap). Agents are given on
 inside the signed command that asks for the snapshot (`EtcdSnapshot.recipient_b64`); the private
 half is kept like the command-signing key (bke.core.secrets.signing): made once per deployment
 (`ensure_snapshot_key`, `SET NX`, so concurrent makers agree), stored encrypted with the
-`snapshot` at-rest key (bke.core.secrets.key_kinds) under `bke.adapters.state.keys.etcd_snapshot_key()`, so
+`snapshot` at-rest key (bke.core.secrets.key_kinds) under `bke.adapters.state.keys.trust.etcd_snapshot_key()`, so
 that a state backup carries it and a reader of Redis or of the object store alone can open
 nothing.
 

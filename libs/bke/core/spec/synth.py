@@ -41,48 +41,48 @@ def synth_docs(
     `pod_subnet`: FIT (default) leaves the spec's default when it holds the cluster and picks a
     /10 otherwise, so that a synthetic spec passes the size checks; None always leaves the
     default (for tests of those checks); any other value is written as is."""
-    docs: list[dict[str, Any]] = []
-    roles: list[list[str]] = []
-    for i in range(nodes):
-        if i < masters:
-            r = ["master", "etcd"] if not split else ["master", "etcd"] + (["apiserver"] if i == 0 else [])
-        elif split and i < masters + 3:
-            r = ["etcd-event"]
-        elif split and i < masters + 6:
-            r = ["etcd-pod"]
-        else:
-            r = ["node"]
-        roles.append(r)
-    first_ip = lab_ip(0, base)
-    docs.append(
-        {
-            "apiVersion": API_VERSION,
-            "kind": "BKECluster",
-            "metadata": {"name": name},
-            "spec": {
-                "controlPlaneEndpoint": {"host": first_ip, "port": 6443},
-                "clusterConfig": {
-                    "cluster": {
-                        "kubernetesVersion": kubernetes,
-                        "etcdVersion": etcd,
-                        "containerdVersion": containerd,
-                        "certificates": {"keyAlgorithm": key_algorithm},
-                        **_networking(pod_subnet, nodes),
-                    }
-                },
-            },
-        }
-    )
-    for i, r in enumerate(roles):
-        docs.append(
-            {
-                "apiVersion": API_VERSION,
-                "kind": "BKENode",
-                "metadata": {"name": f"{name}-n{i}"},
-                "spec": {"hostname": f"n{i}", "ip": lab_ip(i, base), "role": r},
-            }
-        )
-    return docs
+    cluster = {
+        "kubernetesVersion": kubernetes,
+        "etcdVersion": etcd,
+        "containerdVersion": containerd,
+        "certificates": {"keyAlgorithm": key_algorithm},
+        **_networking(pod_subnet, nodes),
+    }
+    return [_cluster_doc(name, lab_ip(0, base), cluster),
+            *(_node_doc(name, i, lab_ip(i, base), _roles(i, masters, split)) for i in range(nodes))]
+
+
+def _roles(i: int, masters: int, split: bool) -> list[str]:
+    """The i-th node's roles: masters first, then (split) three etcd-events and three etcd-pods
+    nodes, then workers."""
+    if i < masters:
+        return ["master", "etcd"] + (["apiserver"] if split and i == 0 else [])
+    if split and i < masters + 3:
+        return ["etcd-event"]
+    if split and i < masters + 6:
+        return ["etcd-pod"]
+    return ["node"]
+
+
+def _cluster_doc(name: str, endpoint_ip: str, cluster: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "BKECluster",
+        "metadata": {"name": name},
+        "spec": {
+            "controlPlaneEndpoint": {"host": endpoint_ip, "port": 6443},
+            "clusterConfig": {"cluster": cluster},
+        },
+    }
+
+
+def _node_doc(name: str, i: int, ip: str, roles: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "BKENode",
+        "metadata": {"name": f"{name}-n{i}"},
+        "spec": {"hostname": f"n{i}", "ip": ip, "role": roles},
+    }
 
 
 def _networking(pod_subnet: str | None, nodes: int) -> dict[str, Any]:

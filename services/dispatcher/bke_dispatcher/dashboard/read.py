@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from bke.contracts.status import ClusterStatus, GetStatus
 from bke.core.errors import TemporaryError
 from bke.adapters.state import PlanCache
-from bke.adapters.state.keys import command_key, health_key, node_status_key
+from bke.adapters.state.keys.dispatcher import command_key, health_key, node_status_key
 
 from ..phases import PHASES
 from ..state import DispatcherState

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from bke.adapters.state.keys import plan_key
+from bke.adapters.state.keys.plan import plan_key
 
 __all__ = ["Forgotten"]
 

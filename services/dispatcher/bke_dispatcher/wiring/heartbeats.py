@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from bke.adapters.state.epoch import EpochWatch
-from bke.adapters.state.keys import heartbeat_cgroup_key, heartbeat_key, heartbeat_runtime_key
+from bke.adapters.state.keys.dispatcher import heartbeat_cgroup_key, heartbeat_key, heartbeat_runtime_key
 from bke.contracts.agent import AgentRuntime, agent_subject
 
 from ..known import KnownTargets

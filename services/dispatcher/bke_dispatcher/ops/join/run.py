@@ -42,7 +42,8 @@ from bke.adapters.operation import EndEvent, OperationLoop, Publish, RecordStore
 from bke.core.secrets.record_signing import RecordKeyError, RecordSignatureError
 from bke.adapters.state import PlanCache
 from bke.adapters.state.command_signing import Sign
-from bke.adapters.state.keys import join_key, join_results_key, joins_index, node_labels_key, plan_meta_key, sealed_key
+from bke.adapters.state.keys.plan import plan_meta_key
+from bke.adapters.state.keys.dispatcher import join_key, join_results_key, joins_index, node_labels_key, sealed_key
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.contracts.base import Message
 from bke.contracts.certs import ISSUE_CERTS, CertsFailed, CertsIssued, IssueCerts

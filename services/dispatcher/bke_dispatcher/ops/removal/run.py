@@ -35,7 +35,7 @@ from bke.adapters.drain import Drainer
 from bke.adapters.operation import EndEvent, OperationLoop, Publish, RecordStore
 from bke.adapters.state import PlanCache
 from bke.adapters.state.command_signing import Sign
-from bke.adapters.state.keys import (
+from bke.adapters.state.keys.dispatcher import (
     accepted_agents_key, command_key, health_key, heartbeat_cgroup_key, heartbeat_key, node_labels_key,
     node_status_key, removal_key, removal_results_key, removals_index, sealed_key,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bke.adapters.drain import Drainer, KubernetesDrainer
 from bke.adapters.operation import Operations
-from bke.adapters.state.keys import removal_api_key
+from bke.adapters.state.keys.dispatcher import removal_api_key
 from bke.contracts.membership import REMOVE_NODES, RemoveNodes
 from bke.lab.standins.drain import LabDrainer
 

@@ -31,7 +31,7 @@ from bke.adapters.bus.handler import Out
 from bke.adapters.operation import EndEvent, OperationLoop, Publish, RecordStore
 from bke.adapters.state import PlanCache
 from bke.adapters.state.command_signing import Sign
-from bke.adapters.state.keys import reset_key, reset_results_key, resets_index
+from bke.adapters.state.keys.dispatcher import reset_key, reset_results_key, resets_index
 from bke.contracts.base import Message
 from bke.contracts.reset import (
     CLUSTER_DELETED, RESET_ACCEPTED, RESET_REJECTED, ClusterDeleted, ResetAccepted, ResetChanged, ResetCluster,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from bke.core.secrets.snapshot_key import read_snapshot_recipient
-from bke.adapters.state.keys import etcd_snapshot_key
+from bke.adapters.state.keys.trust import etcd_snapshot_key
 
 __all__ = ["DispatcherSnapshotKey"]
 

@@ -25,7 +25,7 @@ from redis.asyncio import Redis
 from bke.adapters.operation import OperationLoop, Publish, RecordStore
 from bke.adapters.state import PlanCache
 from bke.adapters.state.command_signing import Sign
-from bke.adapters.state.keys import rotation_key, rotation_results_key, rotations_index
+from bke.adapters.state.keys.dispatcher import rotation_key, rotation_results_key, rotations_index
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.adapters.state.operation_slot import release_operation
 from bke.contracts.base import Message

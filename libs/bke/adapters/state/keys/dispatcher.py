@@ -1,0 +1,198 @@
+"""The dispatcher's keys: installs and their phases, rotations, resets, joins, removals, the
+agents it hears (registrations, heartbeats), health, and the addons and node-labels records
+(bke.adapters.cluster_api.addons and .node_labels keep them; the upgrader's steps write them
+through the same adapters).
+
+    bke:installs                         set     clusters with an install record (dispatcher)
+    bke:<c>:install                      hash    the install record              (dispatcher)
+    bke:<c>:rotation[:results]           string / hash  a certificate rotation      (dispatcher)
+    bke:rotations                        set     clusters with a rotation record (dispatcher)
+    bke:<c>:reset[:results]              string / hash  a reset or delete         (dispatcher)
+    bke:resets                           set     clusters with a reset record    (dispatcher)
+    bke:<c>:join[:results]               string / hash  workers joining           (dispatcher)
+    bke:<c>:removal[:results|:api]       string / hash  workers leaving; the lab's drain and Node deletion records (dispatcher)
+    bke:joins / bke:removals             set     clusters with such a record     (dispatcher)
+    bke:<c>:inputs                       hash    render/certs/seal -> what the services said (dispatcher)
+    bke:<c>:sealed                       set     nodes whose bundles are sealed  (dispatcher)
+    bke:<c>:phase:<slug> / cmd:<slug>    hash    a phase, its per-node commands  (dispatcher)
+    bke:<c>:node                         hash    node -> {phase, status, step}   (dispatcher)
+    bke:<c>:agents / heartbeat           hash    registrations, last heartbeat   (dispatcher)
+    bke:<c>:heartbeat:cgroup             hash    node -> cgroup version reported (dispatcher)
+    bke:<c>:heartbeat:runtime            hash    node -> agent version, Python, platform (dispatcher)
+    bke:<c>:agents:accepted              hash    node -> agent id certs sealed to       (dispatcher)
+    bke:<c>:addons                       hash    addon name -> apply record      (dispatcher)
+    bke:<c>:node-labels                  hash    node -> labels, taints applied  (dispatcher)
+    bke:<c>:health / health-meta / health-pods                                   (dispatcher)
+    bke:<c>:refusals                     hash    refused commands and registrations (dispatcher)
+    bke:command-key-rollover:acks        hash    "<c>/<node>" -> the next key id its agent took (dispatcher)
+"""
+from __future__ import annotations
+
+from .common import PREFIX, cluster_key
+
+__all__ = [
+    "accepted_agents_key", "addons_key", "agents_key", "command_key", "command_key_acks_key", "health_key",
+    "health_meta_key", "health_pods_key", "heartbeat_cgroup_key", "heartbeat_key", "heartbeat_runtime_key",
+    "inputs_key", "install_key", "installs_index", "join_key", "join_results_key", "joins_index", "node_labels_key",
+    "node_status_key", "phase_key", "refusals_key", "removal_api_key", "removal_key", "removal_results_key",
+    "removals_index", "reset_key", "reset_results_key", "resets_index", "rotation_key", "rotation_results_key",
+    "rotations_index", "sealed_key",
+]
+
+
+# installs and their phases --------------------------------------------------------------------
+def installs_index() -> str:
+    return f"{PREFIX}:installs"
+
+
+def install_key(cluster: str) -> str:
+    return cluster_key(cluster, "install")
+
+
+def phase_key(cluster: str, slug: str) -> str:
+    return cluster_key(cluster, "phase", slug)
+
+
+def command_key(cluster: str, slug: str) -> str:
+    return cluster_key(cluster, "cmd", slug)
+
+
+def inputs_key(cluster: str) -> str:
+    """What the renderer and certs services said (their events), per input."""
+    return cluster_key(cluster, "inputs")
+
+
+def sealed_key(cluster: str) -> str:
+    """Nodes whose bundles the certs service said are sealed (`certs.sealed`)."""
+    return cluster_key(cluster, "sealed")
+
+
+def node_status_key(cluster: str) -> str:
+    return cluster_key(cluster, "node")
+
+
+def addons_key(cluster: str) -> str:
+    """Hash addon name -> the record of its apply (the dispatcher's addons phase)."""
+    return cluster_key(cluster, "addons")
+
+
+def node_labels_key(cluster: str) -> str:
+    """Hash node -> the labels and taints the `node-labels` phase applied (or, in the lab,
+    recorded), with how and when (the dispatcher)."""
+    return cluster_key(cluster, "node-labels")
+
+
+# the other operations it runs ----------------------------------------------------------------
+def rotation_key(cluster: str) -> str:
+    """The cluster's current or last certificate rotation (JSON)."""
+    return cluster_key(cluster, "rotation")
+
+
+def rotation_results_key(cluster: str) -> str:
+    """Command id -> the agent's answer, for the rotation's commands."""
+    return cluster_key(cluster, "rotation", "results")
+
+
+def rotations_index() -> str:
+    """Clusters with a rotation record (resumed after a dispatcher restart)."""
+    return f"{PREFIX}:rotations"
+
+
+def reset_key(cluster: str) -> str:
+    """The cluster's current or last reset or delete (JSON)."""
+    return cluster_key(cluster, "reset")
+
+
+def reset_results_key(cluster: str) -> str:
+    """Command id -> the agent's answer, for the reset's commands (snapshots and ResetNode)."""
+    return cluster_key(cluster, "reset", "results")
+
+
+def resets_index() -> str:
+    """Clusters with a reset record (resumed after a dispatcher restart)."""
+    return f"{PREFIX}:resets"
+
+
+def join_key(cluster: str) -> str:
+    """The cluster's current or last join of workers (JSON)."""
+    return cluster_key(cluster, "join")
+
+
+def join_results_key(cluster: str) -> str:
+    """Command id -> the agent's answer, for a join's commands."""
+    return cluster_key(cluster, "join", "results")
+
+
+def joins_index() -> str:
+    """Clusters with a join record (resumed after a dispatcher restart)."""
+    return f"{PREFIX}:joins"
+
+
+def removal_key(cluster: str) -> str:
+    """The cluster's current or last removal of workers (JSON)."""
+    return cluster_key(cluster, "removal")
+
+
+def removal_results_key(cluster: str) -> str:
+    """Command id -> the agent's answer, for a removal's ResetNode commands."""
+    return cluster_key(cluster, "removal", "results")
+
+
+def removal_api_key(cluster: str) -> str:
+    """The lab's record of a removal's API actions: node -> {cordoned, drained, deleted} times."""
+    return cluster_key(cluster, "removal", "api")
+
+
+def removals_index() -> str:
+    """Clusters with a removal record (resumed after a dispatcher restart)."""
+    return f"{PREFIX}:removals"
+
+
+# the agents it hears -------------------------------------------------------------------------
+def agents_key(cluster: str) -> str:
+    return cluster_key(cluster, "agents")
+
+
+def accepted_agents_key(cluster: str) -> str:
+    """Hash node -> agent id that certs sealed the node's bundle to (dispatcher, from certs.sealed)."""
+    return cluster_key(cluster, "agents", "accepted")
+
+
+def heartbeat_key(cluster: str) -> str:
+    return cluster_key(cluster, "heartbeat")
+
+
+def heartbeat_cgroup_key(cluster: str) -> str:
+    """node -> the cgroup version its agent's heartbeats report (written when it changes)."""
+    return cluster_key(cluster, "heartbeat", "cgroup")
+
+
+def heartbeat_runtime_key(cluster: str) -> str:
+    """node -> the AgentRuntime its agent's heartbeats report, as JSON (written when it changes):
+    the upgrade's agents step picks each node's wheels from it (bke_upgrader.agent_release)."""
+    return cluster_key(cluster, "heartbeat", "runtime")
+
+
+def refusals_key(cluster: str) -> str:
+    """Hash: how many commands agents refused and registrations certs refused, and the last one
+    (count, lastNode, lastReason, lastAt), for `bke status` (dispatcher)."""
+    return cluster_key(cluster, "refusals")
+
+
+def command_key_acks_key() -> str:
+    """Hash "<cluster>/<node>" -> the next command key id the node's agent took (the dispatcher,
+    from the announcement's result: bke_dispatcher.command_key)."""
+    return f"{PREFIX}:command-key-rollover:acks"
+
+
+# health --------------------------------------------------------------------------------------
+def health_key(cluster: str) -> str:
+    return cluster_key(cluster, "health")
+
+
+def health_meta_key(cluster: str) -> str:
+    return cluster_key(cluster, "health-meta")
+
+
+def health_pods_key(cluster: str) -> str:
+    return cluster_key(cluster, "health-pods")
