@@ -22,6 +22,7 @@ from typing import Any
 from bke.adapters.bus.handler import Out, typed
 from bke.contracts.membership import RemoveNodesFinished
 from bke.contracts.reset import CLUSTER_DELETED, ClusterDeleted, StateRemoved, removed_subject
+from bke.contracts.statuses import NodeStatus
 from bke.adapters.state.keys import (
     cluster_key, clusters_index, installs_index, request_key, resets_index, rotations_index, upgrades_index,
 )
@@ -85,7 +86,7 @@ def serve_deleted(svc: Any, redis: Any, now: Callable[[], datetime], after: Call
 def removed_hosts(ev: RemoveNodesFinished) -> list[str]:
     """The nodes whose removal reached its end: a removal that failed names only those it
     finished (a node stopped half-way still has its agent, and may be removed again)."""
-    return [n.hostname for n in ev.nodes if n.status == "Succeeded"]
+    return [n.hostname for n in ev.nodes if n.status == NodeStatus.SUCCEEDED]
 
 
 def on_nodes_removed(service: str, forget: Callable[[str, list[str]], Awaitable[str]],

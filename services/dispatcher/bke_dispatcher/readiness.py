@@ -8,15 +8,10 @@ replaced spec) is stale and ignored.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from enum import Enum
+
+from bke.contracts.statuses import InputStatus
 
 __all__ = ["INPUT_SERVICE", "InputRecord", "InputStatus", "failed_input", "failure_reason", "is_current", "missing_input"]
-
-
-class InputStatus(str, Enum):
-    READY = "Ready"  # rendered / issued for the install's plan
-    FAILED = "Failed"  # the service said why it could not
-    REQUESTED = "Requested"  # asked again by a retry; its answer is awaited
 
 
 # Which service answers for each input, as the user reads it in a failure reason. "seal" is one

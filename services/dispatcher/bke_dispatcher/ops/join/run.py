@@ -50,6 +50,7 @@ from bke.contracts.membership import (
     JOIN_NODES_FINISHED, JoinNodes, JoinNodesChanged, JoinNodesFinished, join_changed_subject,
 )
 from bke.contracts.render import RENDER_MANIFESTS, ManifestsRendered, RenderFailed, RenderManifests
+from bke.contracts.statuses import FinishedStatus, InputStatus
 from bke.core.errors import TemporaryError
 from bke.core.operation import Act, Answers, Decision, Fail, OperationStatus, RunStatus, Wait
 from bke.core.plan import NodePlan, Plan
@@ -109,8 +110,9 @@ class Joins(OperationLoop[Join]):
         if rec.finished_sent:
             return None
         failed = rec.status == OperationStatus.FAILED
-        ev = JoinNodesFinished(request_id=rec.request_id, cluster=rec.cluster, status="Failed" if failed else "Succeeded",
-                               reason=rec.message, plan_digest=rec.plan_digest, nodes=rec.node_views(),
+        ev = JoinNodesFinished(request_id=rec.request_id, cluster=rec.cluster,
+                               status=FinishedStatus.FAILED if failed else FinishedStatus.SUCCEEDED, reason=rec.message,
+                               plan_digest=rec.plan_digest, nodes=rec.node_views(),
                                at=rec.finished_at, kind="operational" if failed else None)
         return EndEvent(ev, JOIN_NODES_FINISHED, f"join-finished:{rec.cluster}:{rec.request_id}")
 
@@ -142,7 +144,7 @@ class Joins(OperationLoop[Join]):
             why = await self.begin(j, check, part_of=req.part_of or "")
         if why or plan is None:
             log.warning("join refused: %s", why, extra=ids)
-            ev = JoinNodesFinished(request_id=req.request_id, cluster=req.cluster, status="Failed", reason=why,
+            ev = JoinNodesFinished(request_id=req.request_id, cluster=req.cluster, status=FinishedStatus.FAILED, reason=why,
                                    plan_digest=req.plan_digest, at=self._ts(),
                                    kind="operational" if unreadable else "invalid")
             return [Out(ev, JOIN_NODES_FINISHED, msg_id=f"join-finished:{req.request_id}")]
@@ -159,17 +161,17 @@ class Joins(OperationLoop[Join]):
         return True
 
     async def rendered(self, ev: ManifestsRendered) -> bool:
-        return await self._input(ev.cluster, ev.request_id, "render", "Ready", ev.plan_digest, "")
+        return await self._input(ev.cluster, ev.request_id, "render", InputStatus.READY, ev.plan_digest, "")
 
     async def render_failed(self, ev: RenderFailed) -> bool:
-        return await self._input(ev.cluster, ev.request_id, "render", "Failed", ev.plan_digest,
+        return await self._input(ev.cluster, ev.request_id, "render", InputStatus.FAILED, ev.plan_digest,
                                  "renderer: " + "; ".join(ev.errors))
 
     async def certs_issued(self, ev: CertsIssued) -> bool:
-        return await self._input(ev.cluster, ev.request_id, "certs", "Ready", ev.plan_digest, "")
+        return await self._input(ev.cluster, ev.request_id, "certs", InputStatus.READY, ev.plan_digest, "")
 
     async def certs_failed(self, ev: CertsFailed) -> bool:
-        return await self._input(ev.cluster, ev.request_id, "certs", "Failed", ev.plan_digest, "certs: " + ev.reason)
+        return await self._input(ev.cluster, ev.request_id, "certs", InputStatus.FAILED, ev.plan_digest, "certs: " + ev.reason)
 
     # the carriers -----------------------------------------------------------------------------
     async def _ask(self, j: Join, d: Act) -> Decision | None:
