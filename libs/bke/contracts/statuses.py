@@ -6,12 +6,15 @@ nobody handles). A message field takes exactly the set its enum has: a field tha
 They are `StrEnum`s: a member is the string it stands for, so JSON on the bus and in Redis is the
 same as it was with string literals, and `status == "Running"` still holds for old readers.
 tests/unit/layers/test_status_literals.py fails on a status word written as a string elsewhere.
+
+The inputs an install phase needs (`PhaseNeed`) are here too: a closed set the phase table
+declares and the dispatcher's decisions test, as they test statuses.
 """
 from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["CommandStatus", "FinishedStatus", "HealthStatus", "InputStatus", "InstallStatus", "JoinInputStatus", "NodeStatus", "OperationStatus", "PhaseStatus", "RunStatus",
+__all__ = ["CommandStatus", "FinishedStatus", "HealthStatus", "InputStatus", "InstallStatus", "JoinInputStatus", "NodeStatus", "OperationStatus", "PhaseNeed", "PhaseStatus", "RunStatus",
            "StepResultStatus", "UpgradeNodeStatus"]
 
 
@@ -121,3 +124,13 @@ class HealthStatus(StrEnum):
 
     HEALTHY = "Healthy"
     UNHEALTHY = "Unhealthy"
+
+
+class PhaseNeed(StrEnum):
+    """What an install phase needs before it sends a command (its `needs` in the phase table)."""
+
+    AGENTS = "agents"  # every target's agent registered (the phase only waits for them)
+    RENDER = "render"  # the renderer's files for the install's plan
+    CERTS = "certs"  # the cluster's certificates, and every node's bundle sealed to its agent
+    CHECKSUMS = "checksums"  # the binaries' checksums of the httpRepo
+    AGENT_KEYS = "agent-keys"  # each target's agent sealing key (files sealed to it, not the PKI)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from bke.contracts.statuses import NodeStatus, PhaseStatus
+from bke.contracts.statuses import NodeStatus, PhaseNeed, PhaseStatus
 
 from . import readiness
 from .readiness import InputRecord
@@ -99,13 +99,13 @@ Decision = Union[RunLocal, Send, Resend, Wait, Succeed, Fail]
 IN_FLIGHT_RECHECK_S = 5.0  # results wake the loop; this is only the fallback
 
 
-def decide_step(needs: tuple[str, ...], local: str | None, concurrency: int | None, targets: int,
+def decide_step(needs: tuple[PhaseNeed, ...], local: str | None, concurrency: int | None, targets: int,
                 rec: PhaseRecord, seen: Observed) -> Decision:
     # 1. the dispatcher's own work, when the phase has no commands to send (else after them, 7.)
     if local and targets == 0:
         return RunLocal(local)
     # 2. the agents phase only waits for every target's agent to announce itself
-    if "agents" in needs:
+    if PhaseNeed.AGENTS in needs:
         have = min(seen.agents, targets)
         if seen.agents < targets:
             return Wait(f"{seen.agents}/{targets} agents registered", 1.0, progress=have)

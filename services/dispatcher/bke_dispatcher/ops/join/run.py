@@ -50,7 +50,7 @@ from bke.contracts.membership import (
     JOIN_NODES_FINISHED, JoinNodes, JoinNodesChanged, JoinNodesFinished, join_changed_subject,
 )
 from bke.contracts.render import RENDER_MANIFESTS, ManifestsRendered, RenderFailed, RenderManifests
-from bke.contracts.statuses import FinishedStatus, InputStatus
+from bke.contracts.statuses import FinishedStatus, InputStatus, PhaseNeed
 from bke.core.errors import TemporaryError
 from bke.core.operation import Act, Answers, Decision, Fail, OperationStatus, RunStatus, Wait
 from bke.core.plan import NodePlan, Plan
@@ -200,11 +200,11 @@ class Joins(OperationLoop[Join]):
         seals: dict[str, Callable[[bytes], bytes] | None] | None = None
         for run in runs:
             phase = phase_by_slug(run.phases[run.index])
-            if "checksums" in phase.needs and sums is None:
+            if PhaseNeed.CHECKSUMS in phase.needs and sums is None:
                 sums = await self.checksums.for_plan(plan)
-            if "agent-keys" in phase.needs and seals is None:
+            if PhaseNeed.AGENT_KEYS in phase.needs and seals is None:
                 seals = await agent_sealers(self.files, j.cluster, names)
-            if "certs" in phase.needs and not certs.get(run.hostname):
+            if PhaseNeed.CERTS in phase.needs and not certs.get(run.hostname):
                 # said sealed, but the bundle is not there (yet): never send an empty certificates command
                 raise TemporaryError(f"no sealed bundle stored for {run.hostname}", delay=1.0)
             inp = NodeInputs(render=render.get(run.hostname) or [], certs=certs.get(run.hostname) or [],
