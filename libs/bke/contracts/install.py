@@ -10,7 +10,6 @@ from .statuses import FinishedStatus, OperationStatus, PhaseStatus
 
 __all__ = [
     "PHASE_STATUSES",
-    "PhaseStatus",
     "InstallFinished",
     "NodeStepChanged",
     "PhaseChanged",

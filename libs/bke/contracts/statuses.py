@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["CommandStatus", "FinishedStatus", "HealthStatus", "InputStatus", "InstallStatus", "JoinInputStatus", "NodeStatus", "OperationStatus", "PhaseNeed", "PhaseStatus", "RunStatus",
-           "StepResultStatus", "UpgradeNodeStatus"]
+__all__ = ["AddonStatus", "CommandStatus", "FinishedStatus", "HealthStatus", "InputStatus", "InstallStatus", "JoinInputStatus",
+           "MarkStatus", "NodeStatus", "OperationStatus", "PhaseNeed", "PhaseStatus", "RunStatus", "StepResultStatus",
+           "UpgradeNodeStatus"]
 
 
 class OperationStatus(StrEnum):
@@ -124,6 +125,23 @@ class HealthStatus(StrEnum):
 
     HEALTHY = "Healthy"
     UNHEALTHY = "Unhealthy"
+
+
+class AddonStatus(StrEnum):
+    """An addon as the addons phase records it (`bke status` lists them): validated and not
+    applied (the lab, which has no apiserver), applied, or applied and its workload ready."""
+
+    VALIDATED = "Validated"
+    APPLIED = "Applied"
+    READY = "Ready"
+
+
+class MarkStatus(StrEnum):
+    """A node's labels and taints as the node-labels phase records them: applied to its Node
+    object, or recorded only (the lab, which has no apiserver)."""
+
+    APPLIED = "Applied"
+    RECORDED = "Recorded"
 
 
 class PhaseNeed(StrEnum):
