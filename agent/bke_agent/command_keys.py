@@ -25,6 +25,7 @@ from pathlib import Path
 from bke.contracts.agent import COMMAND_KEY_PHASE, AgentCommand, TrustCommandKey
 from bke.core.secrets.command_keyring import CommandKeyring
 from bke.core.secrets.signing import CommandVerifyKey, SigningKeyError
+from bke.contracts.statuses import StepResultStatus
 
 from .backends.base import StepOutcome
 from .errors import PermanentStepError
@@ -68,10 +69,10 @@ class AgentKeyring:
         except SigningKeyError as exc:
             raise PermanentStepError(f"refused: {exc}") from None
         if ring.to_text() == self.ring.to_text():
-            return StepOutcome("Skipped", stdout=f"command keys unchanged: {ring.describe()}")
+            return StepOutcome(StepResultStatus.SKIPPED, stdout=f"command keys unchanged: {ring.describe()}")
         if self.path is not None:
             write_atomic(self.path, ring.to_text().encode(), 0o644, fsync=self.fsync)  # public keys only
         self.ring = ring  # after the file: a crash before it leaves the old trust, and the step runs again
         log.info("command keys changed: %s", ring.describe(),
                  extra={"cluster": cmd.cluster, "node": cmd.node, "command_id": cmd.command_id})
-        return StepOutcome("Succeeded", stdout=f"command keys: {ring.describe()}")
+        return StepOutcome(StepResultStatus.SUCCEEDED, stdout=f"command keys: {ring.describe()}")

@@ -37,6 +37,7 @@ from bke.contracts.agent import (
     OUTPUT_LIMIT, AgentCommand, CommandResult, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, ReplaceFiles, Step,
     StepResult, TrustCommandKey, UpdateAgent, WaitHealth, WriteFile,
 )
+from bke.contracts.statuses import FinishedStatus, StepResultStatus
 from bke.core.host_actions import kubeconfig_refusal
 
 from .backends.base import COMMAND_ID, Backend, StepOutcome
@@ -154,12 +155,12 @@ class Executor:
         for step in command.steps:
             res = await self.run_step(step, command)
             results.append(res)
-            if res.status == "Failed":
+            if res.status == StepResultStatus.FAILED:
                 break
-        failed = any(r.status == "Failed" for r in results)
+        failed = any(r.status == StepResultStatus.FAILED for r in results)
         return CommandResult(
             command_id=command.command_id, cluster=command.cluster, node=command.node,
-            agent_id=self.identity.agent_id, status="Failed" if failed else "Succeeded",
+            agent_id=self.identity.agent_id, status=FinishedStatus.FAILED if failed else FinishedStatus.SUCCEEDED,
             steps=results, started_at=started, finished_at=self.now().isoformat(), agent_version=RUNNING_VERSION,
             incarnation=command.incarnation,  # whose answer it is: a cluster made again reuses command ids
         )
@@ -178,9 +179,9 @@ class Executor:
             # shares the machine's kernel, so it decides by that one)
             newer, why = kernel_at_least(self.kernel(), step.kernel_below)
             if newer is None:
-                return StepResult(id=step.id, status="Failed", stderr=why)
+                return StepResult(id=step.id, status=StepResultStatus.FAILED, stderr=why)
             if newer:
-                return StepResult(id=step.id, status="Skipped", stdout=why)
+                return StepResult(id=step.id, status=StepResultStatus.SKIPPED, stdout=why)
         content = _content_opener(step, self.identity) if isinstance(step, WriteFile) else _no_content
         limit = _hard_limit(step)
         attempts = step.retries + 1
@@ -213,7 +214,7 @@ class Executor:
                 break
             await self.sleep(min(BACKOFF_CAP_S, step.backoff_s * 2 ** (attempt - 1)))
         assert error is not None
-        return StepResult(id=step.id, status="Failed", exit_code=error.exit_code, stdout=clip(error.stdout),
+        return StepResult(id=step.id, status=StepResultStatus.FAILED, exit_code=error.exit_code, stdout=clip(error.stdout),
                           stderr=clip(error.stderr), attempts=attempt, duration_s=round(self.clock() - t0, 3))
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from bke.contracts.agent import LeaveEtcdMember, ResetNode, SystemdUnit
+from bke.contracts.statuses import StepResultStatus
 
 from .backends.base import StepOutcome
 from .errors import StepError
@@ -156,5 +157,5 @@ class ResetStepsMixin:
         if await asyncio.to_thread(remove_tree, data):
             lines.append(f"removed the member's data: {step.data_dir}")
         if not lines:
-            return StepOutcome(status="Skipped", stdout=f"already gone: {step.manifest}, {step.data_dir}\n")
+            return StepOutcome(status=StepResultStatus.SKIPPED, stdout=f"already gone: {step.manifest}, {step.data_dir}\n")
         return StepOutcome(stdout="\n".join(lines) + "\n")

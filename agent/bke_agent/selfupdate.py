@@ -31,6 +31,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from bke.contracts.agent import UpdateAgent
+from bke.contracts.statuses import StepResultStatus
 
 from .backends.base import StepOutcome
 from .errors import PermanentStepError, StepError
@@ -100,7 +101,7 @@ class SelfUpdater:
 
     async def update(self, step: UpdateAgent) -> StepOutcome:
         if step.version == self.version:  # 1.
-            return StepOutcome("Skipped", stdout=f"the agent runs {self.version}\n")
+            return StepOutcome(StepResultStatus.SKIPPED, stdout=f"the agent runs {self.version}\n")
         rec = read_record(self.state, self.venv, self.version)
         if step.version in rec.failed:  # 2.
             raise PermanentStepError(f"{rec.failed[step.version]}; the launcher put {rec.current_version} back")

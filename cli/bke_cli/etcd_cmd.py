@@ -42,6 +42,7 @@ from bke.adapters.runtime.binaries import MissingBinaryError, etcdutl_bin
 from bke.contracts.agent import ProvisionAgent
 from bke.contracts.restore import RESTORE_GET, EtcdRestoreView, GetEtcdRestore, RestoreEtcd
 from bke.contracts.status import StatusError
+from bke.contracts.statuses import OperationStatus
 from pydantic import ValidationError
 from bke.core.secrets.sealing import public_key_from_raw
 from bke.core.secrets.snapshot_key import SnapshotKey, read_snapshot_key
@@ -236,7 +237,7 @@ def restore_status(access: BusAccess, name: str, output: Fmt) -> None:
         print(json.dumps(got.model_dump(mode="json", by_alias=True), indent=2))
         return
     typer.echo(f"etcd restore {got.request_id} of {got.etcd_cluster} in {name} from {got.snapshot_id}: {got.status}"
-               + (f" (stage {got.stage})" if got.stage and got.status == "Running" else "")
+               + (f" (stage {got.stage})" if got.stage and got.status == OperationStatus.RUNNING else "")
                + (f": {got.message}" if got.message else ""))
     typer.echo(f"  started {got.started_at}" + (f", finished {got.finished_at}" if got.finished_at else ""))
     for st in got.stages:

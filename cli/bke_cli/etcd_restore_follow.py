@@ -13,6 +13,7 @@ from typing import Any
 
 from bke.adapters.bus.connect import BusAccess
 from bke.contracts.restore import RESTORE_ACCEPTED, RESTORE_ETCD, RESTORE_REJECTED, RestoreEtcd, restore_subject
+from bke.contracts.statuses import NodeStatus
 
 from .follow import Follow, Progress, Views, ended, exit_with, follow, publish, refused
 from .output import EXIT_FAILURE, EXIT_OK
@@ -34,7 +35,7 @@ def accepted_lines(doc: dict[str, Any]) -> list[str]:
 
 def progress_line(view: dict[str, Any]) -> str:
     stages = view.get("stages") or []
-    done = sum(1 for s in stages if s["status"] == "Succeeded")
+    done = sum(1 for s in stages if s["status"] == NodeStatus.SUCCEEDED)
     now = next((s for s in stages if s["name"] == view.get("stage")), None)
     where = f", {now['name']} {now['done']}/{len(now['nodes'])} nodes" if now is not None and now["nodes"] else (
         f", {now['name']}" if now is not None else "")

@@ -28,6 +28,7 @@ from bke.adapters.bus import EventWatch, Seen
 from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.adapters.bus.streams import require_streams
 from bke.contracts.base import schema_headers
+from bke.contracts.statuses import OperationStatus
 
 from .output import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, error_lines
 
@@ -36,7 +37,7 @@ __all__ = ["Follow", "Progress", "Views", "ended", "exit_with", "follow", "follo
 T = TypeVar("T")
 Doc = dict[str, Any]
 Send = Callable[[NatsClient], Awaitable[None]]
-TERMINAL = ("Succeeded", "Failed")  # a view with one of these statuses is over
+TERMINAL = (OperationStatus.SUCCEEDED, OperationStatus.FAILED)  # a view with one of these statuses is over
 
 
 def goes_on(doc: Doc) -> None:
@@ -110,7 +111,7 @@ def ended(failed: Callable[[Doc], list[str]]) -> Callable[[Doc], int]:
     """The end of a view: exit 0 when it Succeeded, else its reasons on stderr and exit 1."""
 
     def end(view: Doc) -> int:
-        return EXIT_OK if view["status"] == "Succeeded" else exit_with(EXIT_FAILURE, failed(view))
+        return EXIT_OK if view["status"] == OperationStatus.SUCCEEDED else exit_with(EXIT_FAILURE, failed(view))
 
     return end
 

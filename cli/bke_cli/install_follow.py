@@ -23,6 +23,7 @@ from bke.adapters.state.epoch import STATE_LOST
 from bke.contracts import CLUSTER_REJECTED, INSTALL_CLUSTER, PLAN_CREATED, InstallCluster
 from bke.contracts.install import install_subject
 from bke.contracts.status import ClusterStatus
+from bke.contracts.statuses import InstallStatus, NodeStatus, PhaseStatus
 from bke.core.errors import is_unavailable
 
 from .follow import Follow, Progress, exit_with, follow_on, goes_on, publish, refused
@@ -43,10 +44,10 @@ def status_table(doc: ClusterStatus, elapsed: float | None = None) -> Table:
 
 def failure_lines(doc: ClusterStatus) -> list[str]:
     """Why an install failed: the phase, the failed nodes, the reason."""
-    phase = next((p for p in doc.phases if p.status == "Failed"), None)
+    phase = next((p for p in doc.phases if p.status == PhaseStatus.FAILED), None)
     where = f" in phase {phase.name}" if phase else ""
     lines = [f"install of {doc.cluster} failed{where}: {doc.message or (phase.message if phase else '')}"]
-    shown = [n.hostname for n in doc.nodes if n.status == "Failed"][:10]
+    shown = [n.hostname for n in doc.nodes if n.status == NodeStatus.FAILED][:10]
     if shown:
         rest = doc.node_counts.failed - len(shown)
         lines.append(f"failed node(s): {', '.join(shown)}" + (f" and {rest} more" if rest > 0 else ""))
@@ -125,10 +126,10 @@ class _Display:
             self.console.print("the services answer again; following")
             self.waiting = False
         self._show(doc)
-        if doc.status == "Succeeded":
+        if doc.status == InstallStatus.SUCCEEDED:
             self.console.print(f"cluster {self.cluster} installed in {time.monotonic() - self.start:.1f}s")
             return EXIT_OK
-        if doc.status == "Failed":
+        if doc.status == InstallStatus.FAILED:
             try:  # the first page of failed nodes, to name them
                 doc = await get_status(nc, self.cluster, nodes="failed", every_page=False) or doc
             except StatusUnavailable:
@@ -151,7 +152,7 @@ class _Display:
             return
         for p in doc.phases:
             line = f"{p.status} {p.done}/{p.total}"
-            if p.status != "Pending" and self.last_lines.get(p.name) != line:
+            if p.status != PhaseStatus.PENDING and self.last_lines.get(p.name) != line:
                 self.last_lines[p.name] = line
                 self.console.print(f"[{elapsed:6.1f}s] {p.name}: {line} {p.message[:120]}")
 

@@ -24,6 +24,7 @@ import typer
 from rich.console import Console
 
 from bke.adapters.bus.connect import BusAccess
+from bke.contracts.statuses import FinishedStatus, NodeStatus
 from bke.contracts.membership import (
     JOIN_NODES, JOIN_NODES_FINISHED, REMOVE_NODES, REMOVE_NODES_FINISHED, JoinNodes, RemoveNodes,
     join_changed_subject, remove_changed_subject,
@@ -73,7 +74,7 @@ def _exit(done: dict[str, Any], console: Console) -> None:
     if not done:
         error_lines(["not finished in time (the dispatcher goes on: see its log)"])
         raise typer.Exit(EXIT_FAILURE)
-    if done["status"] != "Succeeded":
+    if done["status"] != FinishedStatus.SUCCEEDED:
         error_lines([done.get("reason", "")])
         raise typer.Exit(EXIT_INVALID if refused(done) else EXIT_FAILURE)
     console.print(f"{', '.join(n['hostname'] for n in done['nodes'])}: {done['status']}", highlight=False)
@@ -123,7 +124,7 @@ def remove_nodes(name: str, nodes: str = NODES, workdir: Path = WORKDIR, timeout
     req = RemoveNodes(request_id=str(uuid.uuid4()), cluster=name, nodes=hosts)
     done = asyncio.run(follow_membership(sup.operator_access(info), req, timeout, console.print))
     retire_agents(sup, info, done.get("revokeIdentities", []),
-                  [n["hostname"] for n in done.get("nodes", []) if n["status"] == "Succeeded"], console)
+                  [n["hostname"] for n in done.get("nodes", []) if n["status"] == NodeStatus.SUCCEEDED], console)
     _exit(done, console)
 
 

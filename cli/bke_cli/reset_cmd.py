@@ -25,6 +25,7 @@ from nats.errors import NoServersError
 from rich.console import Console
 
 from bke.adapters.bus.connect import BusAccess
+from bke.contracts.statuses import OperationStatus
 from bke.contracts.reset import (
     DELETE_OWNERS, RESET_ACCEPTED, RESET_CLUSTER, RESET_REJECTED, ResetCluster, removed_subject, reset_subject,
 )
@@ -64,7 +65,7 @@ async def _follow(nats: BusAccess | str, req: ResetCluster, timeout: float, say:
 
     def done() -> _Seen | None:
         status = seen.view.get("status")
-        over = status == "Failed" or (status == "Succeeded" and (not req.delete or set(DELETE_OWNERS) <= seen.removed.keys()))
+        over = status == OperationStatus.FAILED or (status == OperationStatus.SUCCEEDED and (not req.delete or set(DELETE_OWNERS) <= seen.removed.keys()))
         return seen if over else None
 
     def started(doc: dict[str, Any]) -> None:
@@ -135,9 +136,9 @@ def _run(name: str, nodes: list[str], delete: bool, yes: bool, timeout: float, w
     if out.rejected is not None:
         die(f"refused: {out.rejected}", EXIT_INVALID)
     view = out.view
-    if view.get("status") == "Failed":
+    if view.get("status") == OperationStatus.FAILED:
         die(f"{what} failed: {view.get('message', '')}", EXIT_FAILURE)
-    if view.get("status") != "Succeeded":
+    if view.get("status") != OperationStatus.SUCCEEDED:
         die(f"{what}: still {view.get('status', 'not started')} after {timeout:.0f}s; follow it with `bke status {name}`")
     if delete:
         missing = [s for s in DELETE_OWNERS if s not in out.removed]

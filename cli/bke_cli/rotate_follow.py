@@ -18,6 +18,7 @@ from rich.console import Console
 from bke.adapters.bus.connect import BusAccess
 from bke.contracts.certs import CERTS_FAILED, CERTS_RENEWED, RENEW_CERTS, RenewCerts
 from bke.contracts.rotation import rotation_subject
+from bke.contracts.statuses import NodeStatus
 
 from .follow import Follow, Progress, Views, ended, exit_with, follow, publish, refused
 from .output import EXIT_FAILURE, EXIT_OK
@@ -53,6 +54,6 @@ async def renew_and_follow(nats_url: BusAccess | str, cluster: str, names: list[
 
 
 def _progress(rot: dict[str, Any]) -> str:
-    running = [n["hostname"] for n in rot.get("nodes", []) if n["status"] == "Running"]
+    running = [n["hostname"] for n in rot.get("nodes", []) if n["status"] == NodeStatus.RUNNING]
     where = f", now {', '.join(running)}" if running else ""
     return f"rotation {rot['status']}: {rot['done']}/{rot['total']} nodes{where}"

@@ -21,6 +21,7 @@ from rich.table import Table
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.membership import MembershipView
 from bke.contracts.status import ClusterStatus, NodeSelection, StatusError
+from bke.contracts.statuses import InstallStatus, NodeStatus, OperationStatus
 
 from .connect import resolve_nats
 from .install_follow import status_table, submit_and_follow
@@ -116,10 +117,10 @@ def status(
 def membership_line(word: str, m: MembershipView) -> str:
     """One line for the running or last join or removal: its outcome, its nodes' stages, and
     why it waits (running) or failed."""
-    done = sum(n.status == "Succeeded" for n in m.nodes)
+    done = sum(n.status == NodeStatus.SUCCEEDED for n in m.nodes)
     nodes = ", ".join(f"{n.hostname} {n.stage} {n.status}" for n in m.nodes[:5])
     more = f" and {len(m.nodes) - 5} more" if len(m.nodes) > 5 else ""
-    why = m.waiting if m.status == "Running" else m.message
+    why = m.waiting if m.status == OperationStatus.RUNNING else m.message
     return f"{word} {m.request_id}: {m.status} {done}/{len(m.nodes)} ({nodes}{more}){': ' + why if why else ''}"
 
 
@@ -152,7 +153,7 @@ def _picked_up(before: ClusterStatus, now: ClusterStatus | None) -> bool:
     """The dispatcher took the retry: the install left Failed, or failed again (a new finish)."""
     if now is None:
         return False
-    return now.status != "Failed" or [p.finished_at for p in now.phases] != [p.finished_at for p in before.phases]
+    return now.status != InstallStatus.FAILED or [p.finished_at for p in now.phases] != [p.finished_at for p in before.phases]
 
 
 def retry(
@@ -174,16 +175,16 @@ def retry(
     if unknown:
         die(f"--nodes: unknown node(s) {', '.join(unknown)} in cluster {name}", EXIT_INVALID)
     upgraded: bool | None = False
-    if doc.status == "Succeeded":
+    if doc.status == InstallStatus.SUCCEEDED:
         # an installed cluster's latest operation is its upgrade, if it has one: retry that (the
         # install has nothing to retry once it succeeded; an upgrade only starts after it did)
         upgraded = upgrade_exists(nurl, name)
         if upgraded:
             raise typer.Exit(retry_upgrade(nurl, name, wanted, timeout))
-    if doc.status != "Failed":
+    if doc.status != InstallStatus.FAILED:
         unknown_upgrade = " (and no upgrader answered on bke.v1.upgrade.get about an upgrade)" if upgraded is None else ""
         die(f"cluster {name!r} is {doc.status}: nothing to retry{unknown_upgrade}", EXIT_INVALID)
-    failed = [n.hostname for n in doc.nodes if n.status == "Failed"]
+    failed = [n.hostname for n in doc.nodes if n.status == NodeStatus.FAILED]
 
     async def send() -> int:
         nc = await connect_nats(nurl, error_cb=quiet_bus_errors)
@@ -224,7 +225,7 @@ def apply(
     if dry_run:  # the planner alone answers: it holds the stored plans
         raise typer.Exit(show_changes(nurl, read_spec_text(spec), plan.cluster, dry_run))
     doc = _status_or_exit(nurl, plan.cluster, "none")
-    if doc is not None and doc.status == "Succeeded":
+    if doc is not None and doc.status == InstallStatus.SUCCEEDED:
         raise typer.Exit(show_changes(nurl, read_spec_text(spec), plan.cluster, dry_run, timeout=timeout))
     code = asyncio.run(submit_and_follow(nurl, read_spec_text(spec), plan.cluster, timeout, Console()))
     raise typer.Exit(code)

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from rich.console import Console
 
 from bke.adapters.bus.connect import BusAccess
+from bke.contracts.statuses import RunStatus
 from bke.contracts.upgrade import (
     RETRY_UPGRADE,
     UPGRADE_ACCEPTED,
@@ -36,8 +37,8 @@ __all__ = ["progress_line", "send_and_follow", "upgrade_and_follow"]
 
 def progress_line(view: dict[str, Any], what: str = "upgrade") -> str:
     steps = view.get("steps") or []
-    now = next((s for s in steps if s["name"] == view.get("step") and s["status"] in ("Running", "Pending", "Failed")), None)
-    done = sum(1 for s in steps if s["status"] in ("Succeeded", "Skipped"))
+    now = next((s for s in steps if s["name"] == view.get("step") and s["status"] in (RunStatus.RUNNING, RunStatus.PENDING, RunStatus.FAILED)), None)
+    done = sum(1 for s in steps if s["status"] in (RunStatus.SUCCEEDED, RunStatus.SKIPPED))
     where = ""
     if now is not None:
         group = f"/{now['group']}" if now.get("group") else ""

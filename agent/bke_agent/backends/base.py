@@ -22,6 +22,7 @@ from bke.contracts.agent import (
     CheckHost, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, EtcdSnapshot, FetchFile, LeaveEtcdMember, ParkStaticPod, RemoveFile, ReplaceFiles, ResetNode, RestartStaticPod,
     RestoreEtcdMember, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile,
 )
+from bke.contracts.statuses import StepResultStatus
 
 __all__ = ["COMMAND_ID", "Backend", "Content", "StepDispatch", "StepOutcome"]
 
@@ -33,7 +34,8 @@ COMMAND_ID: ContextVar[str] = ContextVar("bke_agent_command_id", default="")
 
 @dataclass(frozen=True)
 class StepOutcome:
-    status: Literal["Succeeded", "Skipped"] = "Succeeded"
+    # a backend raises on failure (bke_agent.errors): what it returns is done, or had nothing to do
+    status: Literal[StepResultStatus.SUCCEEDED, StepResultStatus.SKIPPED] = StepResultStatus.SUCCEEDED
     exit_code: int | None = None
     stdout: bytes | str = b""
     stderr: bytes | str = b""

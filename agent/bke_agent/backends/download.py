@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from bke.contracts.agent import FetchFile
+from bke.contracts.statuses import StepResultStatus
 
 from ..errors import StepError
 from ..fsutil import fsync_dir
@@ -26,7 +27,7 @@ async def fetch_verified(local: Path, step: FetchFile, transport: httpx.AsyncBas
     """Skipped when `local` already holds the bytes; else a temp file beside it, hashed while
     written, fsynced and renamed into place only when the digest matches."""
     if file_matches(local, step.sha256, step.mode):
-        return StepOutcome("Skipped", stdout=f"{step.path} already has sha256 {step.sha256}\n")
+        return StepOutcome(StepResultStatus.SKIPPED, stdout=f"{step.path} already has sha256 {step.sha256}\n")
     local.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
     tmp = local.with_name(f".{local.name}.bke-fetch.tmp")
     h = hashlib.sha256()

@@ -42,6 +42,7 @@ from typing import Any
 import httpx
 
 from bke.contracts.agent import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, EtcdSnapshot, TlsFiles
+from bke.contracts.statuses import StepResultStatus
 
 from ..errors import PermanentStepError, StepError
 from .base import StepOutcome
@@ -144,7 +145,7 @@ def _found(step: EtcdMemberAdd | EtcdMemberPromote | EtcdMemberRemove, acted: bo
            members: list[Member]) -> StepOutcome:
     """The step's end: Succeeded if it changed the membership, Skipped if it found it done; what
     it found, then the member list."""
-    return StepOutcome("Succeeded" if acted else "Skipped",
+    return StepOutcome(StepResultStatus.SUCCEEDED if acted else StepResultStatus.SKIPPED,
                        stdout=f"{step.etcd_cluster}: {what}\nmembers:\n{_listing(members)}")
 
 

@@ -13,6 +13,8 @@ import os
 import stat
 from pathlib import Path
 
+from bke.contracts.statuses import StepResultStatus
+
 from ..fsutil import write_atomic
 from .base import Content, StepOutcome
 
@@ -49,11 +51,11 @@ def ensure_file(path: Path, content: Content, sha256: str, mode: int, *, uid: in
                 gid: int | None = None, node_path: str = "") -> StepOutcome:
     """Skip if `path` already matches, else write it (parents created 0755)."""
     if file_matches(path, sha256, mode, uid, gid):
-        return StepOutcome("Skipped", stdout=f"{node_path or path} already up to date\n")
+        return StepOutcome(StepResultStatus.SKIPPED, stdout=f"{node_path or path} already up to date\n")
     data = content()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
     write_atomic(path, data, mode, uid=uid, gid=gid)
-    return StepOutcome("Succeeded", stdout=f"wrote {node_path or path} ({len(data)} bytes, mode {mode:o})\n")
+    return StepOutcome(StepResultStatus.SUCCEEDED, stdout=f"wrote {node_path or path} ({len(data)} bytes, mode {mode:o})\n")
 
 
 def remove_path(path: Path, node_path: str = "") -> StepOutcome:
@@ -61,5 +63,5 @@ def remove_path(path: Path, node_path: str = "") -> StepOutcome:
     try:
         os.unlink(path)
     except FileNotFoundError:
-        return StepOutcome("Skipped", stdout=f"{node_path or path} already absent\n")
-    return StepOutcome("Succeeded", stdout=f"removed {node_path or path}\n")
+        return StepOutcome(StepResultStatus.SKIPPED, stdout=f"{node_path or path} already absent\n")
+    return StepOutcome(StepResultStatus.SUCCEEDED, stdout=f"removed {node_path or path}\n")

@@ -27,6 +27,7 @@ import httpx
 
 from bke.contracts.agent import TlsFiles
 from bke.core.host_actions.endpoints import serving_ca
+from bke.contracts.statuses import StepResultStatus
 
 from ..errors import NotHealthy, StepError
 from .base import StepOutcome
@@ -87,7 +88,7 @@ async def wait_http(url: str, *, expect_status: int, expect_body: str | None, ti
                 ms = round((time.monotonic() - t0) * 1000)
                 found = expect_body is None or expect_body in resp.text
                 if resp.status_code == expect_status and found:
-                    return StepOutcome("Succeeded", stdout=f"{shown}: HTTP {resp.status_code} in {ms} ms\n")
+                    return StepOutcome(StepResultStatus.SUCCEEDED, stdout=f"{shown}: HTTP {resp.status_code} in {ms} ms\n")
                 last = f"HTTP {resp.status_code} in {ms} ms" + ("" if found else ", without the expected text")
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}"

@@ -45,6 +45,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 from bke.contracts.agent import HealthProbe, NewFile, ReplaceFiles, SystemdUnit, WaitHealth
+from bke.contracts.statuses import StepResultStatus
 
 from ..errors import NotHealthy, PermanentStepError, StepError
 from ..fsutil import fsync_dir, write_atomic
@@ -153,7 +154,7 @@ async def replace_files(step: ReplaceFiles, ops: ReplaceOps, state_dir: Path, co
             why = await _healthy(ops, step, [], now(), step.timeout_s, clock)
             if why:
                 raise StepError(f"files unchanged, but not healthy within {step.timeout_s:g}s ({why})")
-            return StepOutcome("Skipped", stdout=f"unchanged: {', '.join(f.new.path for f in files)}; healthy\n")
+            return StepOutcome(StepResultStatus.SKIPPED, stdout=f"unchanged: {', '.join(f.new.path for f in files)}; healthy\n")
         try:  # 6.-8. from here on, a failure or a cancellation brings the backup back
             for f in changed:
                 _place(f)

@@ -35,6 +35,7 @@ from bke.contracts.restore import GetRestorePiece, RestorePiece, restore_piece_s
 from bke.contracts.status import StatusError
 from bke.core.errors import PermanentError
 from bke.adapters.etcdsnap.delivery import open_received, receive_frames
+from bke.contracts.statuses import StepResultStatus
 
 from ..errors import PermanentStepError, StepError
 from ..fsutil import fsync_dir
@@ -167,7 +168,8 @@ class RestoreStepsMixin:
         if step.parked and step.port_url:
             await wait_port_closed(self.restore_url(step.port_url), max(1.0, step.timeout_s - 5.0))
         where = "parked in " + PARKED_DIR if step.parked else "back in the kubelet's manifest dir"
-        return StepOutcome("Succeeded" if moved else "Skipped", stdout=f"{step.manifest}: {where}\n")
+        return StepOutcome(StepResultStatus.SUCCEEDED if moved else StepResultStatus.SKIPPED,
+                           stdout=f"{step.manifest}: {where}\n")
 
     async def restore_etcd_member(self, step: RestoreEtcdMember) -> StepOutcome:
         if self.restores is None:

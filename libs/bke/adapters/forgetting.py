@@ -26,6 +26,7 @@ from bke.adapters.state.keys.common import cluster_key
 from bke.adapters.state.keys.planner import clusters_index, request_key
 from bke.adapters.state.keys.dispatcher import installs_index, resets_index, rotations_index
 from bke.adapters.state.keys.upgrader import upgrades_index
+from bke.contracts.statuses import NodeStatus
 from bke.core.state.schema import RECORDS
 
 __all__ = ["INDEXES", "forget_cluster", "on_nodes_removed", "owned_members", "removed_hosts", "serve_deleted"]
@@ -86,7 +87,7 @@ def serve_deleted(svc: Any, redis: Any, now: Callable[[], datetime], after: Call
 def removed_hosts(ev: RemoveNodesFinished) -> list[str]:
     """The nodes whose removal reached its end: a removal that failed names only those it
     finished (a node stopped half-way still has its agent, and may be removed again)."""
-    return [n.hostname for n in ev.nodes if n.status == "Succeeded"]
+    return [n.hostname for n in ev.nodes if n.status == NodeStatus.SUCCEEDED]
 
 
 def on_nodes_removed(service: str, forget: Callable[[str, list[str]], Awaitable[str]],

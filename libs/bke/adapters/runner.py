@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable, Protocol
 
 from bke.core.errors import TemporaryError, is_unavailable
 from bke.adapters.tasks import cancel_and_wait
+from bke.contracts.statuses import InstallStatus
 
 __all__ = ["DONE", "Outcome", "PAUSED_RECHECK_S", "Reconciler", "Runner"]
 
@@ -78,7 +79,7 @@ class Runner:
         """After a (re)start: pick up every install that was running."""
         resumed = []
         for cluster in await self.state.installs():
-            if (await self.state.install(cluster)).get("status") == "Running":
+            if (await self.state.install(cluster)).get("status") == InstallStatus.RUNNING:
                 self.kick(cluster)
                 resumed.append(cluster)
         return resumed

@@ -30,6 +30,7 @@ from typing import Annotated, Literal, Union
 from pydantic import Field
 
 from .base import Message
+from .statuses import FinishedStatus, StepResultStatus
 
 __all__ = [
     "AGENT_VERSION",
@@ -518,7 +519,7 @@ class AgentCommand(Message):
 
 class StepResult(Message):
     id: str
-    status: Literal["Succeeded", "Failed", "Skipped"]
+    status: StepResultStatus
     exit_code: int | None = None
     stdout: str = ""
     stderr: str = ""
@@ -538,7 +539,7 @@ class CommandResult(Message):
     cluster: str
     node: str
     agent_id: str  # identity: fingerprint of the agent's public key
-    status: Literal["Succeeded", "Failed"]
+    status: FinishedStatus
     steps: list[StepResult]
     started_at: str
     finished_at: str

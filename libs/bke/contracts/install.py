@@ -5,9 +5,8 @@ install` follow them for the live progress display.
 """
 from __future__ import annotations
 
-from typing import Literal
-
 from .base import FailureKind, Message
+from .statuses import FinishedStatus, OperationStatus, PhaseStatus
 
 __all__ = [
     "PHASE_STATUSES",
@@ -20,8 +19,7 @@ __all__ = [
     "RETRY_INSTALL",
 ]
 
-PHASE_STATUSES = ("Pending", "Running", "Succeeded", "Failed", "Skipped")
-PhaseStatus = Literal["Pending", "Running", "Succeeded", "Failed", "Skipped"]
+PHASE_STATUSES = tuple(PhaseStatus)
 RETRY_INSTALL = "bke.v1.cluster.retry"
 
 
@@ -45,7 +43,7 @@ class NodeStepChanged(Message):
     cluster: str
     node: str
     phase: str
-    status: Literal["Running", "Succeeded", "Failed"]
+    status: OperationStatus
     at: str
     step: str | None = None  # the failing step's id
     stderr: str = ""
@@ -54,7 +52,7 @@ class NodeStepChanged(Message):
 class InstallFinished(Message):
     request_id: str
     cluster: str
-    status: Literal["Succeeded", "Failed"]
+    status: FinishedStatus
     at: str
     phase: str | None = None  # the failing phase
     node: str | None = None  # one failing node (all are in the phase message)

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from .base import FailureKind, Message, OperationChanged, without_none
+from .statuses import FinishedStatus, NodeStatus, OperationStatus
 
 __all__ = [
     "JOIN_NODES",
@@ -58,8 +59,7 @@ MAX_NODES = 1000  # per request: a change of more nodes is split by the caller
 # the two lists equal: the contracts import nothing of the plan)
 Component = Literal["containerd", "kubelet", "etcd-data", "etcd-events", "etcd-pods", "haproxy", "keepalived",
                     "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"]
-Outcome = Literal["Succeeded", "Failed"]
-NodeStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
+Outcome = FinishedStatus
 
 
 def join_changed_subject(cluster: str) -> str:
@@ -129,7 +129,7 @@ class MembershipNode(Message):
 
 class MembershipView(Message):
     request_id: str
-    status: Literal["Running", "Succeeded", "Failed"]
+    status: OperationStatus
     started_at: str
     finished_at: str = ""
     message: str = ""

@@ -14,11 +14,10 @@ itself; the CLI waits for all of them. Snapshots stay in the object store.
 """
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
 from .base import Message, OperationChanged
+from .statuses import NodeStatus, OperationStatus, RunStatus
 
 __all__ = [
     "CLUSTER_DELETED",
@@ -46,8 +45,7 @@ CLUSTER_DELETED = "bke.v1.cluster.deleted"
 DELETE_OWNERS = ("planner", "certs", "renderer", "dispatcher", "upgrader")  # each removes its own records
 
 _CLUSTER = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-ResetStatus = Literal["Running", "Succeeded", "Failed"]
-NodeStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
+ResetStatus = OperationStatus
 
 
 def reset_subject(cluster: str) -> str:
@@ -80,7 +78,7 @@ class ResetRejected(Message):
 
 class ResetSnapshotView(Message):
     etcd_cluster: str
-    status: Literal["Pending", "Running", "Succeeded", "Failed", "Skipped"]
+    status: RunStatus
     node: str = ""  # the member asked
     snapshot_id: str = ""
     reason: str = ""  # why it was skipped or failed

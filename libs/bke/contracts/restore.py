@@ -21,11 +21,10 @@ upgrader for the cluster's current or last restore: `EtcdRestoreView`, or a `Sta
 """
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
 from .base import Message, OperationChanged
+from .statuses import NodeStatus, OperationStatus
 
 __all__ = [
     "RESTORE_ACCEPTED",
@@ -53,8 +52,8 @@ RESTORE_REJECTED = "bke.v1.etcd-restore.rejected"
 RESTORE_PIECE = "bke.v1.etcd-restore.piece.{cluster}.{node}"
 RESTORE_GET = "bke.v1.etcd-restore.get"
 
-RestoreStatus = Literal["Running", "Succeeded", "Failed"]
-StageStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
+RestoreStatus = OperationStatus
+StageStatus = NodeStatus  # a stage waits, runs and ends, as a node does
 _ID = r"^[A-Za-z0-9._:@-]+$"
 
 
@@ -81,7 +80,7 @@ class RestoreEtcd(Message):
 class RestoreStageView(Message):
     name: str  # a row of bke.core.etcdsnap.restore.STAGES
     summary: str
-    status: StageStatus = "Pending"
+    status: StageStatus = StageStatus.PENDING
     nodes: list[str] = []
     done: int = 0
 

@@ -7,9 +7,8 @@ cluster's operation, and automatic renewal may run again.
 """
 from __future__ import annotations
 
-from typing import Literal
-
 from .base import Message, OperationChanged
+from .statuses import NodeStatus, OperationStatus
 
 __all__ = [
     "ROTATION_STATUSES",
@@ -20,9 +19,8 @@ __all__ = [
     "rotation_subject",
 ]
 
-ROTATION_STATUSES = ("Running", "Succeeded", "Failed")
-RotationStatus = Literal["Running", "Succeeded", "Failed"]
-NodeStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
+ROTATION_STATUSES = tuple(OperationStatus)
+RotationStatus = OperationStatus
 
 
 def rotation_subject(cluster: str) -> str:

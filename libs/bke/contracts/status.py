@@ -20,9 +20,10 @@ from typing import Annotated, Any, Final, Literal, Union
 from pydantic import Field, TypeAdapter, ValidationError
 
 from .base import ErrorItem, Message
-from .install import FailureKind, PhaseStatus
+from .install import FailureKind
 from .membership import MembershipView
 from .reset import ResetView
+from .statuses import HealthStatus, InstallStatus, NodeStatus, OperationStatus, PhaseStatus
 
 __all__ = [
     "CLUSTER_STATUS_VERSION",
@@ -57,8 +58,6 @@ STATUS_ERROR_VERSION: Final = "bke.v1/StatusError"
 MAX_PAGE = 5000
 MAX_LABEL_SETS = 50  # distinct label sets listed; users' per-node labels could make one per node
 
-InstallStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
-NodeStatus = Literal["Pending", "Running", "Succeeded", "Failed"]
 # "failed" (the default) lists the nodes worth looking at: failed and running ones; "unhealthy":
 # the nodes whose latest health answer is Unhealthy (the planner's dry run reads the etcd members
 # among them for the quorum rule)
@@ -95,7 +94,7 @@ class NodeHealth(Message):
     """A node's latest health answer: its agent's health command (the kubelet's /healthz, and
     the etcd and control-plane endpoints it runs)."""
 
-    status: Literal["Healthy", "Unhealthy"]
+    status: HealthStatus
     failing: list[str] = []  # the failing checks' step ids, e.g. "health:kubelet"
     at: str | None = None
 
@@ -148,7 +147,7 @@ class RotationStatus(Message):
     """The latest certificate rotation of the cluster."""
 
     request_id: str
-    status: Literal["Running", "Succeeded", "Failed"]
+    status: OperationStatus
     certificates: list[str]
     done: int
     total: int

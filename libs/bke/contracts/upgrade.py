@@ -21,6 +21,7 @@ from typing import Literal
 from pydantic import Field
 
 from .base import Message, OperationChanged
+from .statuses import OperationStatus, RunStatus, UpgradeNodeStatus
 
 __all__ = [
     "UPGRADE_ACCEPTED",
@@ -48,9 +49,9 @@ UPGRADE_REJECTED = "bke.v1.upgrade.rejected"
 UPGRADE_GET = "bke.v1.upgrade.get"
 RETRY_UPGRADE = "bke.v1.cluster.retry-upgrade"
 
-UpgradeStatus = Literal["Running", "Succeeded", "Failed"]
-StepStatus = Literal["Pending", "Running", "Succeeded", "Failed", "Skipped"]
-NodeStatus = Literal["Pending", "Running", "Succeeded", "Failed", "RolledBack"]
+UpgradeStatus = OperationStatus
+StepStatus = RunStatus
+NodeStatus = UpgradeNodeStatus
 FindingKind = Literal["mandatory", "skippable", "notice"]
 
 _VERSION = r"^v?[0-9]+\.[0-9]+\.[0-9]+$"
@@ -108,7 +109,7 @@ class UpgradeFinding(Message):
 class UpgradeStepView(Message):
     name: str  # a row of bke.core.upgrade.order.ORDER
     group: str = ""  # the etcd cluster of an etcd step
-    status: StepStatus = "Pending"
+    status: StepStatus = StepStatus.PENDING
     done: int = 0  # nodes done in this step
     total: int = 0
     batches: int = 0

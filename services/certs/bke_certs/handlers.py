@@ -49,6 +49,7 @@ from bke.contracts.certs import (
 )
 from bke.contracts.install import InstallFinished
 from bke.contracts.rotation import RotationChanged
+from bke.contracts.statuses import InstallStatus, OperationStatus
 from bke.adapters.bus.handler import Out, first_of
 from bke.core.errors import RejectedInput, TemporaryError
 from bke.adapters.pki.api_credentials import write_api_credentials
@@ -130,7 +131,7 @@ class CertsHandlers:
         # the kubeconfigs the dispatcher and upgrader do their API work with (they never read the PKI)
         await write_api_credentials(self.redis, plan, self.store, self.box_factory(), self.api_box_factory())
         if install:  # a plan starts (or resumes) an install; workers joining do not (no install.finished follows)
-            await self.ops.set_install(cluster, "Running")
+            await self.ops.set_install(cluster, InstallStatus.RUNNING)
         issued = CertsIssued(
             request_id=request_id,
             cluster=cluster,
@@ -335,7 +336,7 @@ class CertsHandlers:
 
     async def on_rotation_changed(self, ev: RotationChanged) -> None:
         await self.ops.set_rotation(ev.cluster, ev.rotation.request_id, ev.rotation.status)
-        if ev.rotation.status != "Running":
+        if ev.rotation.status != OperationStatus.RUNNING:
             # the dispatcher released the slot it ended with; this again is idempotent (only
             # the rotation's own claim goes), for a dispatcher that died in between
             await release_operation(self.redis, ev.cluster, ROTATION, ev.rotation.request_id)

@@ -11,6 +11,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from bke.adapters.state.keys.certs import certs_ops_key, certs_renewal_key
+from bke.contracts.statuses import OperationStatus
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 from .renewal import OpsView
@@ -53,9 +54,9 @@ class OpsStore:
         rotation the dispatcher refused while another ran does not hide the running one."""
         key = self._key(cluster)
         cur = await self.view(cluster)
-        if status == "Running" or cur.rotation != "Running" or cur.rotation_id == request_id:
+        if status == OperationStatus.RUNNING or cur.rotation != OperationStatus.RUNNING or cur.rotation_id == request_id:
             await self.r.hset(key, mapping={"rotation": status, "rotationId": request_id, **_VERSION})
-        if status != "Running" and cur.pending == request_id:
+        if status != OperationStatus.RUNNING and cur.pending == request_id:
             await self.r.hdel(key, "pending")
 
     async def renewal(self, cluster: str, request_id: str) -> bytes | None:

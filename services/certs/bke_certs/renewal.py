@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from bke.contracts.certs import RenewCerts
+from bke.contracts.statuses import InstallStatus, OperationStatus
 from bke.core.pki.expiry import ExpiryRow
 
 __all__ = ["AutoRenew", "OpsView", "auto_renew_decision", "auto_request_id", "renew_refusal"]
@@ -44,7 +45,7 @@ class AutoRenew:
 
 
 def renew_refusal(cluster: str, req: RenewCerts, view: OpsView) -> str:
-    if view.rotation == "Running" and view.rotation_id != req.request_id:
+    if view.rotation == OperationStatus.RUNNING and view.rotation_id != req.request_id:
         return f"rotation {view.rotation_id} of {cluster} is still running; renew again when it has finished"
     if view.pending and view.pending != req.request_id:
         return f"renewal {view.pending} of {cluster} is still waiting for its rotation; renew again when it has finished"
@@ -56,11 +57,11 @@ def auto_renew_decision(rows: list[ExpiryRow], now: datetime, within: timedelta,
     due = tuple(r.instance for r in rows if not r.is_ca and r.not_after <= now + within)
     if not due:
         return AutoRenew("none")
-    if view.install != "Succeeded":
+    if view.install != InstallStatus.SUCCEEDED:
         return AutoRenew("skip", f"the install is {view.install or 'not known to have finished'}", due)
     if view.busy:
         return AutoRenew("skip", view.busy, due)
-    if view.rotation == "Running":
+    if view.rotation == OperationStatus.RUNNING:
         return AutoRenew("skip", f"rotation {view.rotation_id} is running", due)
     if view.pending:
         return AutoRenew("skip", f"renewal {view.pending} is waiting for its rotation", due)

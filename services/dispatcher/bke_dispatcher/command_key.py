@@ -26,6 +26,7 @@ from bke.adapters.state.command_signing import SignBytes
 from bke.adapters.state.keys.dispatcher import accepted_agents_key, command_key_acks_key, installs_index
 from bke.adapters.state.keys.trust import command_key_rollover_key
 from bke.contracts.agent import CommandResult, agent_subject
+from bke.contracts.statuses import FinishedStatus, StepResultStatus
 from bke.core.secrets.command_key_rollover import Rollover, acked_key_id, announcement
 
 __all__ = ["ANNOUNCE_EVERY_S", "CommandKeyCarrier"]
@@ -68,10 +69,10 @@ class CommandKeyCarrier:
     async def on_result(self, res: CommandResult, gen: int) -> None:
         """An announcement's answer (already believed: from the node's accepted agent)."""
         key_id = acked_key_id(gen)
-        if res.status == "Succeeded" and key_id is not None:
+        if res.status == FinishedStatus.SUCCEEDED and key_id is not None:
             await self.redis.hset(command_key_acks_key(), f"{res.cluster}/{res.node}", key_id)
-        elif res.status != "Succeeded":
-            step = next((s for s in res.steps if s.status == "Failed"), None)
+        elif res.status != FinishedStatus.SUCCEEDED:
+            step = next((s for s in res.steps if s.status == StepResultStatus.FAILED), None)
             log.warning("command-key announcement failed: %s", step.stderr[-300:] if step else "",
                         extra={"cluster": res.cluster, "node": res.node, "command_id": res.command_id})
 

@@ -15,8 +15,9 @@ Table-driven tests: tests/unit/dispatcher/test_dispatcher_decide.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Union
+
+from bke.contracts.statuses import NodeStatus, PhaseNeed, PhaseStatus
 
 from . import readiness
 from .readiness import InputRecord
@@ -25,18 +26,6 @@ __all__ = [
     "Decision", "Fail", "Observed", "PhaseRecord", "PhaseStatus", "Resend", "RunLocal", "Send", "Succeed", "Wait",
     "decide_step", "failed_nodes_reason",
 ]
-
-
-class PhaseStatus(str, Enum):
-    PENDING = "Pending"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    SKIPPED = "Skipped"
-
-    @property
-    def finished(self) -> bool:
-        return self in (PhaseStatus.SUCCEEDED, PhaseStatus.SKIPPED)
 
 
 @dataclass(frozen=True)
@@ -53,7 +42,7 @@ class PhaseRecord:
     @classmethod
     def from_hash(cls, h: dict[str, str]) -> "PhaseRecord":
         return cls(
-            status=PhaseStatus(h.get("status") or "Pending"),
+            status=PhaseStatus(h.get("status") or PhaseStatus.PENDING),
             ok=int(h.get("ok") or 0),
             failed=int(h.get("failed") or 0),
             cursor=int(h.get("cursor") or 0),
@@ -110,13 +99,13 @@ Decision = Union[RunLocal, Send, Resend, Wait, Succeed, Fail]
 IN_FLIGHT_RECHECK_S = 5.0  # results wake the loop; this is only the fallback
 
 
-def decide_step(needs: tuple[str, ...], local: str | None, concurrency: int | None, targets: int,
+def decide_step(needs: tuple[PhaseNeed, ...], local: str | None, concurrency: int | None, targets: int,
                 rec: PhaseRecord, seen: Observed) -> Decision:
     # 1. the dispatcher's own work, when the phase has no commands to send (else after them, 7.)
     if local and targets == 0:
         return RunLocal(local)
     # 2. the agents phase only waits for every target's agent to announce itself
-    if "agents" in needs:
+    if PhaseNeed.AGENTS in needs:
         have = min(seen.agents, targets)
         if seen.agents < targets:
             return Wait(f"{seen.agents}/{targets} agents registered", 1.0, progress=have)
@@ -148,7 +137,7 @@ def decide_step(needs: tuple[str, ...], local: str | None, concurrency: int | No
 def failed_nodes_reason(commands: dict[str, dict]) -> tuple[str, str]:
     """The reason a phase failed, naming its failed nodes (ten at most) and the first one's
     failing step and output; with that first node."""
-    failed = sorted((h, c) for h, c in commands.items() if c["status"] == "Failed")
+    failed = sorted((h, c) for h, c in commands.items() if c["status"] == NodeStatus.FAILED)
     first_node, first = failed[0]
     names = ", ".join(h for h, _ in failed[:10]) + (f" and {len(failed) - 10} more" if len(failed) > 10 else "")
     return f"{len(failed)} node(s) failed: {names}; {first_node} step {first['step']}: {first['stderr'][:500]}", first_node

@@ -13,6 +13,7 @@ from typing import Awaitable, Callable
 
 from bke.adapters.periodic import Periodic
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
+from bke.contracts.statuses import FinishedStatus, HealthStatus, InstallStatus, StepResultStatus
 from bke.core.plan import Plan
 from bke.adapters.state import PlanCache
 from bke.adapters.state.keys.dispatcher import health_key, health_meta_key, health_pods_key
@@ -68,7 +69,7 @@ class HealthMonitor:
     async def round(self) -> int:
         sent = 0
         for cluster in await self.state.installs():
-            if (await self.state.install(cluster)).get("status") != "Succeeded":
+            if (await self.state.install(cluster)).get("status") != InstallStatus.SUCCEEDED:
                 continue
             if not await self._my_round(cluster):
                 continue  # another replica's round for this period
@@ -104,6 +105,7 @@ class HealthMonitor:
         await self.state.r.set(health_pods_key(cluster), json.dumps(doc))
 
     async def record(self, res: CommandResult) -> None:
-        failing = [s.id for s in res.steps if s.status == "Failed"]
-        doc = {"status": "Healthy" if res.status == "Succeeded" else "Unhealthy", "failing": failing, "at": res.finished_at}
+        failing = [s.id for s in res.steps if s.status == StepResultStatus.FAILED]
+        healthy = res.status == FinishedStatus.SUCCEEDED
+        doc = {"status": HealthStatus.HEALTHY if healthy else HealthStatus.UNHEALTHY, "failing": failing, "at": res.finished_at}
         await self.state.r.hset(health_key(res.cluster), res.node, json.dumps(doc))

@@ -28,13 +28,14 @@ from redis.asyncio import Redis
 from bke.core.errors import TemporaryError
 from bke.adapters.state import PlanCache
 from bke.adapters.state.keys.dispatcher import install_key, installs_index, node_status_key, phase_key
+from bke.contracts.statuses import InstallStatus, NodeStatus, PhaseStatus
 
 from .phases import PHASES
 
 __all__ = ["CLUSTER_STATES", "ClusterFigures", "DispatcherFigures", "cluster_figures", "watch_metrics"]
 
-CLUSTER_STATES = ("Pending", "Running", "Succeeded", "Failed")
-NODE_STATES = ("Pending", "Running", "Succeeded", "Failed")
+CLUSTER_STATES = tuple(InstallStatus)
+NODE_STATES = tuple(NodeStatus)
 _SLUGS = tuple(p.slug for p in PHASES)
 # The node hash's records counted by status inside Redis: a scrape then moves a few numbers,
 # not the 10,000 records (600 KB, most of a scrape's time when read and parsed here); Redis
@@ -70,14 +71,15 @@ def cluster_figures(cluster: str, install: dict[str, str], phase_statuses: list[
     """Figures of one install. `phase_statuses`: each phase's stored status (None: no record);
     `node_counts`: the node hash's records by status (`_COUNT_NODES`); `total_nodes`: the plan's
     node count (None: the plan is not readable yet, so only the recorded nodes count)."""
-    phases = Counter(s or "Pending" for s in phase_statuses)
+    phases = Counter(s or PhaseStatus.PENDING for s in phase_statuses)
     nodes = Counter(node_counts)
     recorded = sum(nodes.values())
     if total_nodes is not None and total_nodes > recorded:
-        nodes["Pending"] += total_nodes - recorded  # planned nodes no command reached yet
+        nodes[NodeStatus.PENDING] += total_nodes - recorded  # planned nodes no command reached yet
     for state in NODE_STATES:
         nodes.setdefault(state, 0)
-    return ClusterFigures(cluster, install.get("status") or "Pending", dict(phases), dict(nodes), nodes["Running"])
+    return ClusterFigures(cluster, install.get("status") or InstallStatus.PENDING, dict(phases), dict(nodes),
+                          nodes[NodeStatus.RUNNING])
 
 
 class DispatcherFigures:

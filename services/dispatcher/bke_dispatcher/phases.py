@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from bke.contracts.agent import Step, SystemdUnit
+from bke.contracts.statuses import PhaseNeed
 from bke.core.plan import NodePlan, Plan
 from bke.core.plan.api_node import init_node
 from bke.core.errors import TemporaryError
@@ -56,7 +57,7 @@ class Phase:
     summary: str  # shown by `bke status` and the docs
     targets: Callable[[Plan], list[NodePlan]]
     build: Callable[[Plan, NodePlan, NodeInputs], list[Step]] | None = None
-    needs: tuple[str, ...] = ()  # "agents", "render", "certs", "checksums", "agent-keys"
+    needs: tuple[PhaseNeed, ...] = ()
     run_if: Callable[[Plan], bool] = field(default=lambda plan: True)
     concurrency: int | None = None  # commands in flight at once; None = every target
     local: str | None = None  # work the dispatcher does itself ("addons"), after the targets' commands if any
@@ -84,20 +85,20 @@ def _control_plane(plan: Plan, node: NodePlan, inp: NodeInputs) -> list[Step]:
 
 
 PHASES: tuple[Phase, ...] = (
-    Phase("agents", "every node's agent is up and has announced its keys", _all, needs=("agents",)),
+    Phase("agents", "every node's agent is up and has announced its keys", _all, needs=(PhaseNeed.AGENTS,)),
     Phase(
         "node-env",
         "preflight checks; containerd, runc, kubelet (and on registered nodes crictl, kubectl, CNI plugins) fetched and verified; kernel modules, sysctls, swap off; kubelet running",
         _all,
         lambda plan, node, inp: node_env_steps(plan, node, inp.render, inp.checksums, inp.held_ports),
-        needs=("render", "checksums"),
+        needs=(PhaseNeed.RENDER, PhaseNeed.CHECKSUMS),
     ),
     Phase(
         "certs",
         "each node receives exactly its own certificates and keys, sealed to its agent",
         _all,
         lambda plan, node, inp: write_steps(inp.certs, "certs", "cert"),
-        needs=("certs",),
+        needs=(PhaseNeed.CERTS,),
     ),
     Phase(
         "load-balancer",
@@ -108,7 +109,7 @@ PHASES: tuple[Phase, ...] = (
         # the addons' connections, after every control-plane phase had succeeded
         lambda plan, node, inp: [*write_steps(inp.render, "load-balancer", seal=inp.seal),
                                  *health_steps(plan, node, ("haproxy",), HEALTH_TIMEOUT_S)],
-        needs=("agent-keys",),  # keepalived.conf (the VRRP password) sealed to each master's agent
+        needs=(PhaseNeed.AGENT_KEYS,),  # keepalived.conf (the VRRP password) sealed to each master's agent
         run_if=lambda plan: plan.load_balancer,
     ),
     Phase(

@@ -8,15 +8,10 @@ replaced spec) is stale and ignored.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from enum import Enum
+
+from bke.contracts.statuses import InputStatus, PhaseNeed
 
 __all__ = ["INPUT_SERVICE", "InputRecord", "InputStatus", "failed_input", "failure_reason", "is_current", "missing_input"]
-
-
-class InputStatus(str, Enum):
-    READY = "Ready"  # rendered / issued for the install's plan
-    FAILED = "Failed"  # the service said why it could not
-    REQUESTED = "Requested"  # asked again by a retry; its answer is awaited
 
 
 # Which service answers for each input, as the user reads it in a failure reason. "seal" is one
@@ -55,13 +50,13 @@ def failed_input(inputs: dict[str, InputRecord], plan_digest: str) -> tuple[str,
     return None
 
 
-def missing_input(needs: tuple[str, ...], inputs: dict[str, InputRecord], plan_digest: str, sealed: int,
+def missing_input(needs: tuple[PhaseNeed, ...], inputs: dict[str, InputRecord], plan_digest: str, sealed: int,
                   nodes: int) -> str:
     """Why a phase that needs these inputs must wait ("" when it need not)."""
     render = inputs.get("render")
-    if "render" in needs and not _ready(render, plan_digest):
+    if PhaseNeed.RENDER in needs and not _ready(render, plan_digest):
         return "waiting for rendered files"
-    if "certs" in needs:
+    if PhaseNeed.CERTS in needs:
         if not _ready(inputs.get("certs"), plan_digest):
             return "waiting for the cluster's certificates"
         if sealed < nodes:

@@ -32,6 +32,7 @@ from bke.contracts.agent import COMMAND_KEY_PHASE, AgentRefused, CommandRefused,
 from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
 from bke.contracts.certs import ISSUE_CERTS, IssueCerts
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
+from bke.contracts.statuses import CommandStatus, FinishedStatus, PhaseStatus, StepResultStatus
 from bke.core.errors import MalformedMessage, NotYetKnown
 from bke.core.secrets.binding import result_refusal
 from bke.adapters.state.operation_slot import claim_operation
@@ -167,7 +168,7 @@ class Inputs:
             return []
         if slug == "health":  # the install's own health phase is every node's first health answer
             await self.on_health(res)
-        failed_step = next((s for s in res.steps if s.status == "Failed"), None)
+        failed_step = next((s for s in res.steps if s.status == StepResultStatus.FAILED), None)
         step = failed_step.id if failed_step else ""
         stderr = (failed_step.stderr or failed_step.stdout)[-STDERR_KEEP:] if failed_step else ""
         now = self.now().isoformat()
@@ -179,7 +180,7 @@ class Inputs:
         self.kick(cluster)
         if not counted:
             return []
-        if res.status == "Failed":
+        if res.status == FinishedStatus.FAILED:
             log.warning("node step failed", extra={"cluster": cluster, "node": node, "phase": slug, "step": step})
         ev = NodeStepChanged(
             request_id=await self._request_id(cluster), cluster=cluster, node=node, phase=slug,
@@ -205,7 +206,7 @@ class Inputs:
         c = req.cluster
         failed_phase = None
         for phase in PHASES:
-            if (await self.state.phase(c, phase.slug)).get("status") == "Failed":
+            if (await self.state.phase(c, phase.slug)).get("status") == PhaseStatus.FAILED:
                 failed_phase = phase.slug
                 break
         if failed_phase is None:
@@ -220,9 +221,9 @@ class Inputs:
                 log.warning("retry refused: %s", claim.refusal(c), extra={"cluster": c, "request_id": req.request_id})
                 return []
         cmds = await self.state.all_commands(c, failed_phase)
-        chosen = {h: cmd for h, cmd in cmds.items() if cmd["status"] == "Failed" and (not req.nodes or h in req.nodes)}
+        chosen = {h: cmd for h, cmd in cmds.items() if cmd["status"] == CommandStatus.FAILED and (not req.nodes or h in req.nodes)}
         for cmd in chosen.values():
-            cmd.update(status="Retry", gen=cmd["gen"] + 1)
+            cmd.update(status=CommandStatus.RETRY, gen=cmd["gen"] + 1)
         # A service's failure is asked of that service again: its record first (so that its new
         # answer is never overwritten), then the install back to Running, then the command.
         asked = []

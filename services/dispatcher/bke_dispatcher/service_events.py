@@ -21,6 +21,7 @@ from bke.contracts import PlanCreated
 from bke.contracts.agent import AgentAccepted
 from bke.contracts.certs import CertsFailed, CertsIssued, CertsSealed
 from bke.contracts.render import ManifestsRendered, RenderFailed
+from bke.contracts.statuses import InstallStatus
 from bke.adapters.state import PlanCache
 from bke.adapters.state.operation_slot import claim_operation
 
@@ -42,7 +43,7 @@ class ServiceEvents:
     async def plan_created(self, ev: PlanCreated) -> None:
         inst = await self.state.install(ev.cluster)
         if inst and inst.get("planDigest") and inst["planDigest"] != ev.plan_digest:
-            if inst.get("status") == "Failed" and inst.get("nodesChanged") != "1":
+            if inst.get("status") == InstallStatus.FAILED and inst.get("nodesChanged") != "1":
                 # the planner replaced a spec that was refused before any node changed
                 log.info("plan replaced: install starts again", extra={"cluster": ev.cluster, "request_id": ev.request_id})
                 await self.state.reset_install(ev.cluster, [p.slug for p in PHASES], ev.plan_digest)
@@ -84,7 +85,7 @@ class ServiceEvents:
 
     async def _record(self, cluster: str, name: str, rec: InputRecord, request_id: str) -> None:
         inst = await self.state.install(cluster)
-        if inst.get("status") == "Succeeded":  # a late event never reopens a finished install
+        if inst.get("status") == InstallStatus.SUCCEEDED:  # a late event never reopens a finished install
             log.info("%s event after the install succeeded ignored", name, extra={"cluster": cluster, "request_id": request_id})
             return
         if rec.status is InputStatus.FAILED and not inst:
@@ -103,7 +104,7 @@ class ServiceEvents:
         if await self.state.start_install(cluster, request_id, self.now().isoformat(), digest):
             await self.engine.set_total(cluster, await self.plans.load(cluster))
         inst = await self.state.install(cluster)
-        if inst.get("status") != "Running":
+        if inst.get("status") != InstallStatus.RUNNING:
             return
         # one operation per cluster: a running install holds the slot (claimed again on a
         # redelivery or a resume: idempotent); another operation holding it fails the install

@@ -32,6 +32,7 @@ from bke.adapters.state.keys.dispatcher import (
 )
 from bke.adapters.state.keys.shared import operation_key
 from bke.adapters.state.plans import INCARNATION_READ, incarnation_of
+from bke.contracts.statuses import InstallStatus, NodeStatus, PhaseStatus
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
 __all__ = ["DispatcherState"]
@@ -93,7 +94,7 @@ class DispatcherState:
         key = install_key(cluster)
         created = await self.r.hsetnx(key, "requestId", request_id)
         if created:
-            await self.r.hset(key, mapping={"status": "Running", "startedAt": now, "phase": "", "message": "",
+            await self.r.hset(key, mapping={"status": InstallStatus.RUNNING, "startedAt": now, "phase": "", "message": "",
                                             "planDigest": plan_digest, "kind": "", "nodesChanged": "0",
                                             SCHEMA_FIELD: INSTALL_VERSION})
             await self.r.sadd(installs_index(), cluster)
@@ -168,8 +169,8 @@ class DispatcherState:
             if cmds:
                 pipe.hset(command_key(cluster, slug), mapping={n: json.dumps(c) for n, c in cmds.items()})
                 pipe.hincrby(phase_key(cluster, slug), "failed", -len(cmds))
-            pipe.hset(phase_key(cluster, slug), mapping={"status": "Running", "retry": "1", "message": "", "finishedAt": ""})
-            pipe.hset(install_key(cluster), mapping={"status": "Running", "message": "", "finishedAt": ""})
+            pipe.hset(phase_key(cluster, slug), mapping={"status": PhaseStatus.RUNNING, "retry": "1", "message": "", "finishedAt": ""})
+            pipe.hset(install_key(cluster), mapping={"status": InstallStatus.RUNNING, "message": "", "finishedAt": ""})
             await pipe.execute()
 
     # commands ----------------------------------------------------------------
@@ -189,7 +190,7 @@ class DispatcherState:
             pipe.hset(command_key(cluster, slug), mapping={n: json.dumps(c) for n, c in sent.items()})
             pipe.hset(
                 node_status_key(cluster),
-                mapping={n: json.dumps({"phase": slug, "status": "Running", "step": None}) for n in sent},
+                mapping={n: json.dumps({"phase": slug, "status": NodeStatus.RUNNING, "step": None}) for n in sent},
             )
             if cursor is not None:
                 pipe.hset(phase_key(cluster, slug), "cursor", cursor)

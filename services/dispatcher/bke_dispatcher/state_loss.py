@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Awaitable, Callable
 
 from bke.contracts.install import InstallFinished, install_subject
+from bke.contracts.statuses import FinishedStatus, InstallStatus
 from bke.adapters.state.epoch import STATE_LOST
 
 from .state import DispatcherState
@@ -52,7 +53,7 @@ class StateLossReaction:
         seen: dict[str, _Running] = {}
         for cluster in await self.state.installs():
             inst = await self.state.install(cluster)
-            if inst.get("status") == "Running":
+            if inst.get("status") == InstallStatus.RUNNING:
                 seen[cluster] = _Running(inst.get("requestId", ""), inst.get("planDigest", ""), inst.get("phase", ""))
         for cluster in set(self.running) - set(seen):
             if not await self.state.install(cluster):  # gone, not finished
@@ -70,7 +71,7 @@ class StateLossReaction:
 
     async def _fail(self, cluster: str, run: _Running, detail: str) -> None:
         at = self.now().isoformat()
-        ev = InstallFinished(request_id=run.request_id, cluster=cluster, status="Failed", at=at,
+        ev = InstallFinished(request_id=run.request_id, cluster=cluster, status=FinishedStatus.FAILED, at=at,
                              phase=run.phase or None, message=f"{STATE_LOST}: {detail}", kind="operational",
                              nodes_changed=True, plan_digest=run.plan_digest)
         log.error("install failed: %s", ev.message, extra={"cluster": cluster, "request_id": run.request_id})

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bke.contracts.status import MAX_LABEL_SETS, HealthCounts, LabelSet, NodeHealth, NodeTaint
+from bke.contracts.statuses import HealthStatus
 
 __all__ = ["UNHEALTHY_SHOWN", "health_counts", "label_sets", "node_health", "node_taints"]
 
@@ -13,7 +14,7 @@ UNHEALTHY_SHOWN = 20
 
 
 def node_health(doc: dict[str, Any] | None) -> NodeHealth | None:
-    if not doc or doc.get("status") not in ("Healthy", "Unhealthy"):
+    if not doc or doc.get("status") not in tuple(HealthStatus):
         return None
     return NodeHealth(status=doc["status"], failing=list(doc.get("failing") or []), at=doc.get("at"))
 
@@ -29,9 +30,9 @@ def health_counts(order: list[str], health: dict[str, dict[str, Any]]) -> Health
     bad: list[str] = []
     for h in order:
         status = (health.get(h) or {}).get("status")
-        if status == "Healthy":
+        if status == HealthStatus.HEALTHY:
             healthy += 1
-        elif status == "Unhealthy":
+        elif status == HealthStatus.UNHEALTHY:
             unhealthy += 1
             if len(bad) < UNHEALTHY_SHOWN:
                 bad.append(h)

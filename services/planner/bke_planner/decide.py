@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from bke.contracts import ClusterRejected, InstallCluster, ErrorItem, PlanCreated
 from bke.contracts.install import InstallFinished
+from bke.contracts.statuses import FinishedStatus
 from bke.core.plan import Plan, plan_spec_text
 from bke.core.spec.loader import loc_to_path
 from bke.adapters.state import plan_digest
@@ -102,4 +103,4 @@ def against_stored(decision: Decision, stored_digest: str | None, replaceable: b
 def replaceable_after(event: InstallFinished) -> bool:
     """A plan may be replaced only while its install failed before any command reached a node;
     a success, or any change on a node, makes the stored plan the cluster's truth."""
-    return event.status == "Failed" and not event.nodes_changed
+    return event.status == FinishedStatus.FAILED and not event.nodes_changed

@@ -27,6 +27,7 @@ from typing import Any, Callable, Protocol
 import yaml
 from redis.asyncio import Redis
 
+from bke.contracts.statuses import AddonStatus
 from bke.core.calico import CalicoWiring, wire_calico
 from bke.core.plan import Plan
 from bke.core.spec.addons import AddonStep, addon_steps
@@ -74,7 +75,7 @@ def validate_objects(plan: Plan, objects: list[dict[str, Any]]) -> None:
 
 
 class Applier(Protocol):
-    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> str: ...
+    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> AddonStatus: ...
 
     async def workload(self, plan: Plan, kind: str, namespace: str, name: str) -> dict[str, Any]: ...
 
@@ -136,10 +137,10 @@ class AddonsWork:
             if rec.get("version") != step.version:
                 rec = {}  # another version (an upgrade): applied again, from its own manifests
             status = rec.get("status")
-            if status in ("Validated", "Ready") or (status == "Applied" and not step.wait_for):
+            if status in (AddonStatus.VALIDATED, AddonStatus.READY) or (status == AddonStatus.APPLIED and not step.wait_for):
                 continue  # done before a restart: never again
             try:
-                if status != "Applied":  # 1. fetch or read, wire, validate, apply
+                if status != AddonStatus.APPLIED:  # 1. fetch or read, wire, validate, apply
                     objects = await self._objects(plan, step, rendered)
                     if objects is None:
                         return Outcome("wait", delay=1.0, reason=f"waiting for the rendered {step.name} manifests")
@@ -148,7 +149,7 @@ class AddonsWork:
                            "at": self.now().isoformat()}
                     await self._save(plan, step, rec)
                     log.info("addon %s %s", step.name, result, extra={"cluster": plan.cluster, "addon": step.name})
-                    if result != "Applied" or not step.wait_for:
+                    if result != AddonStatus.APPLIED or not step.wait_for:
                         continue
                 assert step.wait_for is not None  # 2. wait until its workload is ready
                 workload = await self.applier.workload(plan, *step.wait_for)
@@ -165,7 +166,7 @@ class AddonsWork:
                         return Outcome("failed", reason=f"addon {step.name}: {kind} {ns}/{wname} not ready, no progress "
                                                         f"for {stalled:.0f}s: {detail}")
                     return Outcome("wait", delay=POLL_S, reason=f"addon {step.name}: {kind} {ns}/{wname}: {detail}")
-                await self._save(plan, step, {**rec, "status": "Ready", "readyAt": self.now().isoformat(), "ready": detail})
+                await self._save(plan, step, {**rec, "status": AddonStatus.READY, "readyAt": self.now().isoformat(), "ready": detail})
             except (OSError, ValueError, yaml.YAMLError) as exc:
                 return Outcome("failed", reason=f"addon {step.name} {step.version}: {exc}")
             except (KeyError, TypeError, AttributeError) as exc:  # a manifest of the wrong shape: never a crash

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from redis.asyncio import Redis
 
+from bke.contracts.statuses import AddonStatus
 from bke.core.errors import TemporaryError
 from bke.adapters.pki.api_credentials import read_api_credential
 from bke.core.plan import Plan
@@ -43,10 +44,10 @@ class KubernetesApplier:
         """kube-system pods by phase, for the periodic health (where an apiserver answers)."""
         return await asyncio.to_thread(kube_system_pods, await self._admin_kubeconfig(plan))
 
-    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> str:
+    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> AddonStatus:
         kubeconfig = await self._admin_kubeconfig(plan, credential)
         await asyncio.to_thread(_apply_all, kubeconfig, objects)
-        return "Applied"
+        return AddonStatus.APPLIED
 
     async def workload(self, plan: Plan, kind: str, namespace: str, name: str) -> dict[str, Any]:
         """The object as the apiserver has it now (its status), read with admin.conf."""

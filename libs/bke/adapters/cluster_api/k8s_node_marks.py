@@ -16,6 +16,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from bke.contracts.statuses import MarkStatus
 from bke.core.errors import TemporaryError
 from bke.core.plan import NodePlan, Plan
 from .apply_k8s import FIELD_MANAGER, KubernetesApplier
@@ -77,7 +78,7 @@ def mark_nodes(kubeconfig: dict[str, Any], batch: list[tuple[NodePlan, Marks, Ma
                 if exc.status in (404, 409):
                     return node.hostname, "conflict"
                 raise api_error(f"Node {node.hostname}", exc) from exc
-            return node.hostname, "Applied"
+            return node.hostname, MarkStatus.APPLIED
 
         with ThreadPoolExecutor(PATCH_WORKERS, thread_name_prefix="bke-node-labels") as pool:
             for name, how in pool.map(one, batch):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from bke.contracts.status import StatusNode
+from bke.contracts.statuses import HealthStatus
 from bke.core.plan import Plan
 
 __all__ = ["unhealthy_etcd_members"]
@@ -23,7 +24,7 @@ def unhealthy_etcd_members(plan: Plan, nodes: Iterable[StatusNode]) -> dict[str,
     members = {c.name: {m.hostname for m in c.members} for c in plan.etcd_clusters}
     out: dict[str, set[str]] = {}
     for n in nodes:
-        if n.health is None or n.health.status != "Unhealthy":
+        if n.health is None or n.health.status != HealthStatus.UNHEALTHY:
             continue
         for name, hosts in members.items():
             if n.hostname in hosts and f"health:{name}" in n.health.failing:

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from bke.contracts.agent import CommandResult
-
-from bke.contracts.statuses import RunStatus
+from bke.contracts.statuses import FinishedStatus, RunStatus, StepResultStatus
 
 from .record import StepRun
 
@@ -47,11 +46,11 @@ class Answer:
 
     @property
     def succeeded(self) -> bool:
-        return self.status == "Succeeded"
+        return self.status == FinishedStatus.SUCCEEDED
 
     @classmethod
     def of(cls, res: CommandResult) -> "Answer":
-        failed = next((s for s in res.steps if s.status == "Failed"), None)
+        failed = next((s for s in res.steps if s.status == StepResultStatus.FAILED), None)
         if failed is None:
             return cls(res.status)
         return cls(res.status, failed.id, failed.stderr or failed.stdout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bke.adapters.cluster_api.addons import validate_objects
+from bke.contracts.statuses import AddonStatus
 from bke.core.plan import Plan
 
 __all__ = ["LabApplier"]
@@ -15,9 +16,9 @@ class LabApplier:
 
     validates = True
 
-    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> str:
+    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> AddonStatus:
         validate_objects(plan, objects)
-        return "Validated"
+        return AddonStatus.VALIDATED
 
     async def workload(self, plan: Plan, kind: str, namespace: str, name: str) -> dict[str, Any]:
         raise NotImplementedError("the lab records addons as validated; nothing runs to wait for")

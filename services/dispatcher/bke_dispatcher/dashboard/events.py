@@ -14,6 +14,8 @@ from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass
 from typing import Any, Awaitable, Callable
 
+from bke.contracts.statuses import OperationStatus
+
 __all__ = ["EVENTS_PER_CLUSTER", "CLUSTERS_KEPT", "Event", "RecentEvents"]
 
 EVENTS_PER_CLUSTER = 100
@@ -45,8 +47,8 @@ def _event(kind: str, doc: dict[str, Any]) -> Event | None:
         return Event(at=str(doc.get("at", "")), kind="finished", phase=str(doc.get("phase") or ""),
                      status=str(doc.get("status", "")), node=str(doc.get("node") or ""),
                      message=str(doc.get("message") or "")[:500])
-    if kind == "node" and doc.get("status") == "Failed":  # thousands of Running/Succeeded would bury the rest
-        return Event(at=str(doc.get("at", "")), kind="node", phase=str(doc.get("phase", "")), status="Failed",
+    if kind == "node" and doc.get("status") == OperationStatus.FAILED:  # thousands of Running/Succeeded would bury the rest
+        return Event(at=str(doc.get("at", "")), kind="node", phase=str(doc.get("phase", "")), status=OperationStatus.FAILED,
                      node=str(doc.get("node", "")), step=str(doc.get("step") or ""),
                      message=str(doc.get("stderr") or "")[:500])
     return None

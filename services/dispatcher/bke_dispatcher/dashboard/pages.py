@@ -8,6 +8,7 @@ import json
 from urllib.parse import quote, urlencode
 
 from bke.contracts.status import ClusterStatus
+from bke.contracts.statuses import CommandStatus, HealthStatus, PhaseStatus
 from bke.adapters.http.page import Markup, layout, link, table, text
 
 from .view import NODE_STATES, PAGE_SIZE, ClusterView, NodeDetail, NodeQuery, PhaseRow
@@ -18,10 +19,10 @@ __all__ = ["SERVICE", "LIVE_ID", "POLL_S", "cluster_fragment", "cluster_page", "
 SERVICE = "dispatcher"
 LIVE_ID = "live"
 POLL_S = 2.0
-_CLASS = {"Succeeded": "ok", "Failed": "bad", "Running": "run", "Retry": "run", "Pending": "dim", "Skipped": "dim",
-          "Healthy": "ok", "Unhealthy": "bad"}
+_CLASS = {PhaseStatus.SUCCEEDED: "ok", PhaseStatus.FAILED: "bad", PhaseStatus.RUNNING: "run", CommandStatus.RETRY: "run",
+          PhaseStatus.PENDING: "dim", PhaseStatus.SKIPPED: "dim", HealthStatus.HEALTHY: "ok", HealthStatus.UNHEALTHY: "bad"}
 _BAR_PX = 360  # the whole timeline's width
-_BAR_COLOUR = {"Succeeded": "#5a5", "Failed": "#c55", "Running": "#cb4"}
+_BAR_COLOUR = {PhaseStatus.SUCCEEDED: "#5a5", PhaseStatus.FAILED: "#c55", PhaseStatus.RUNNING: "#cb4"}
 
 
 def cluster_url(cluster: str, query: NodeQuery | None = None, *, live: bool = False) -> str:

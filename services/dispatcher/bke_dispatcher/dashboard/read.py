@@ -19,6 +19,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from bke.contracts.status import ClusterStatus, GetStatus
+from bke.contracts.statuses import NodeStatus
 from bke.core.errors import TemporaryError
 from bke.adapters.state import PlanCache
 from bke.adapters.state.keys.dispatcher import command_key, health_key, node_status_key
@@ -150,7 +151,7 @@ class DashboardReader:
         for raw in raw_rows:
             host, doc_text, cells = _s(raw[0]), _s(raw[1]), [_s(c) for c in raw[2:]]
             doc = json.loads(doc_text) if doc_text else {}
-            rows.append(NodeRow(hostname=host, status=str(doc.get("status") or "Pending"), phase=str(doc.get("phase") or ""),
+            rows.append(NodeRow(hostname=host, status=str(doc.get("status") or NodeStatus.PENDING), phase=str(doc.get("phase") or ""),
                                 step=str(doc.get("step") or ""),
                                 cells={slug: cell_state({"status": c}) for slug, c in zip(columns, cells)}))
         counts = dict(zip(NODE_STATES, (int(n) for n in figures[:4])))
@@ -198,7 +199,7 @@ class DashboardReader:
         ]
         raw = await self.state.r.hget(node_status_key(cluster), hostname)
         st = json.loads(raw) if raw else {}
-        return NodeDetail(cluster=cluster, hostname=hostname, status=str(st.get("status") or "Pending"),
+        return NodeDetail(cluster=cluster, hostname=hostname, status=str(st.get("status") or NodeStatus.PENDING),
                           phase=str(st.get("phase") or ""), step=str(st.get("step") or ""),
                           components=components.get(hostname, []), commands=commands)
 

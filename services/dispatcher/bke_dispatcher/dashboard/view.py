@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from bke.contracts.status import ClusterStatus, StatusPhase
+from bke.contracts.statuses import CommandStatus, HealthStatus, NodeStatus, PhaseStatus
 
 from .events import Event
 
@@ -38,7 +39,7 @@ __all__ = [
     "timeline",
 ]
 
-NODE_STATES = ("Pending", "Running", "Succeeded", "Failed")
+NODE_STATES = tuple(NodeStatus)
 PAGE_SIZE = 200
 MAX_PAGE_SIZE = 1000
 FAILING_SHOWN = 20  # failing nodes listed by name above the grid (all of them: the Failed filter)
@@ -119,7 +120,7 @@ def timeline(phases: list[StatusPhase], now: datetime) -> list[PhaseRow]:
     starts = [t for p in phases if (t := _ts(p.started_at)) is not None]
     first = min(starts, default=None)
     return [PhaseRow(p.name, p.summary, p.status, p.started_at, p.finished_at,
-                     duration_s(p.started_at, p.finished_at if p.status != "Running" else None, now),
+                     duration_s(p.started_at, p.finished_at if p.status != PhaseStatus.RUNNING else None, now),
                      p.done, p.total, p.message,
                      None if first is None else duration_s(first.isoformat(), p.started_at, now) if p.started_at else None)
             for p in phases]
@@ -130,7 +131,7 @@ def cell_state(cmd: Mapping[str, Any] | None) -> str:
     if not cmd:
         return ""
     status = str(cmd.get("status") or "")
-    return "Running" if status == "Sent" else status
+    return NodeStatus.RUNNING if status == CommandStatus.SENT else status
 
 
 # Which install phase puts a component on a node (its command's state is the component's until
@@ -158,11 +159,11 @@ def component_cell(component: str, phase_cells: Mapping[str, str], health: Mappi
     none was sent, or for a DaemonSet of the addons phase)."""
     phases = next((ph for pattern, ph in COMPONENT_PHASES if fnmatchcase(component, pattern)), ())
     installed = next((phase_cells[p] for p in phases if phase_cells.get(p)), "")
-    answered = bool(health) and health.get("status") in ("Healthy", "Unhealthy")  # type: ignore[union-attr]
+    answered = bool(health) and health.get("status") in tuple(HealthStatus)  # type: ignore[union-attr]
     if answered and f"health:{component}" in (health.get("failing") or []):  # type: ignore[union-attr]
-        return "Unhealthy"
-    if answered and installed == "Succeeded" and any(fnmatchcase(component, c) for c in HEALTH_CHECKED):
-        return "Healthy"
+        return HealthStatus.UNHEALTHY
+    if answered and installed == CommandStatus.SUCCEEDED and any(fnmatchcase(component, c) for c in HEALTH_CHECKED):
+        return HealthStatus.HEALTHY
     return installed
 
 

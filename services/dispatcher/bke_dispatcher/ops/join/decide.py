@@ -31,9 +31,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from bke.contracts.membership import JoinNodes, MembershipNode, MembershipView
+from bke.contracts.statuses import FinishedStatus, InputStatus, InstallStatus, JoinInputStatus
 from bke.core.node_steps import component_ports
 from bke.core.operation import (
     Answers, Decision, Fail, OperationRecord, OperationStatus, RunLocally, RunStatus, Send, ServiceAnswer, StepRun,
@@ -67,7 +68,7 @@ __all__ = [
 
 JOIN_VERSION = record_kind("join").current  # in the JSON: the join record's form (bke.core.state.schema)
 SLUG_PREFIX = "join@"
-InputState = Literal["Pending", "Ready", "Failed"]
+InputState = JoinInputStatus
 INPUTS = ("render", "certs")  # the services a join asks, by their answers' names
 
 
@@ -127,8 +128,8 @@ class Join(OperationRecord):
     plan_digest: str
     nodes: list[JoinRun]
     asked: bool = False  # the renderer and certs service were asked
-    render: InputState = "Pending"
-    certs: InputState = "Pending"
+    render: InputState = InputState.PENDING
+    certs: InputState = InputState.PENDING
     input_reason: str = ""
     labelled: bool = False
     waiting: str = ""
@@ -200,11 +201,11 @@ def join_refusal(req: JoinNodes, plan: Plan | None, stored_digest: str, install_
         return why
     if paused:
         return f"{c} is paused: resume it first (bke resume {c})"
-    if install_status != "Succeeded":
+    if install_status != InstallStatus.SUCCEEDED:
         return f"the install of {c} has not succeeded ({install_status or 'none'}): workers join an installed cluster"
     if busy:
         return f"{busy} of {c} is running: join after it ends"
-    if current is not None and current.status == "Running" and current.request_id != req.request_id:
+    if current is not None and current.status == OperationStatus.RUNNING and current.request_id != req.request_id:
         return f"join {current.request_id} of {c} is still running"
     return ""
 
@@ -245,14 +246,14 @@ def next_step(j: Join, sealed: frozenset[str], now: datetime,
     """`sealed`: the join's nodes whose bundle the certs service said is sealed to their agent;
     `now`: the caller's clock (the agents' deadline is measured from `j.agents_since`)."""
     # 1. a service that failed for this plan fails the join with its reason
-    if j.render == "Failed" or j.certs == "Failed":
+    if j.render == InputState.FAILED or j.certs == InputState.FAILED:
         return Fail(j.input_reason or "an input failed")
     # 2. the renderer and the certs service are asked once (their answers carry our request id)
     if not j.asked:
         return RunLocally("ask")
     # 3. the files and the PKI for this plan first
-    if j.render != "Ready" or j.certs != "Ready":
-        waiting = [n for n, s in (("rendered files", j.render), ("certificates", j.certs)) if s != "Ready"]
+    if j.render != InputState.READY or j.certs != InputState.READY:
+        waiting = [n for n, s in (("rendered files", j.render), ("certificates", j.certs)) if s != InputState.READY]
         return Wait("waiting for the " + " and the ".join(waiting) + " of the new plan")
     # 4. every new node's bundle sealed to its provisioned agent (its agent registered), within the deadline
     unsealed = [n.hostname for n in j.nodes if n.hostname not in sealed]
@@ -282,7 +283,7 @@ def apply_result(j: Join, cid: str, status: str, step: str, stderr: str) -> bool
     node = in_flight(j.nodes, cid)
     if node is None:
         return False
-    if status == "Succeeded":
+    if status == FinishedStatus.SUCCEEDED:
         node.index += 1
         node.status = RunStatus.PENDING if node.index < len(node.phases) else RunStatus.SUCCEEDED
         node.step, node.stderr = "", ""
@@ -296,12 +297,12 @@ def fold_input(j: Join, name: str, answer: ServiceAnswer) -> bool:
     """Record a service's answer (render, certs) to this join; False if it is not one that
     changes it (an answer to an earlier join, or the same again). Ready for another plan than
     the join's (the stored plan changed meanwhile) fails it."""
-    if answer.request_id != j.slug or name not in INPUTS or answer.status not in ("Ready", "Failed"):
+    if answer.request_id != j.slug or name not in INPUTS or answer.status not in (InputStatus.READY, InputStatus.FAILED):
         return False
-    status: InputState = "Ready" if answer.status == "Ready" else "Failed"
+    status = InputState.READY if answer.status == InputStatus.READY else InputState.FAILED
     reason = answer.reason
-    if status == "Ready" and answer.digest and answer.digest != j.plan_digest:
-        status = "Failed"
+    if status == InputState.READY and answer.digest and answer.digest != j.plan_digest:
+        status = InputState.FAILED
         reason = f"{name}: the stored plan changed during the join ({answer.digest[:12]}, not {j.plan_digest[:12]})"
     if (j.render if name == "render" else j.certs) == status:
         return False
@@ -309,7 +310,7 @@ def fold_input(j: Join, name: str, answer: ServiceAnswer) -> bool:
         j.render = status
     else:
         j.certs = status
-    if status == "Failed":
+    if status == InputState.FAILED:
         j.input_reason = reason
     return True
 

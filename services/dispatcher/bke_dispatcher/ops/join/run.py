@@ -51,6 +51,7 @@ from bke.contracts.membership import (
     JOIN_NODES_FINISHED, JoinNodes, JoinNodesChanged, JoinNodesFinished, join_changed_subject,
 )
 from bke.contracts.render import RENDER_MANIFESTS, ManifestsRendered, RenderFailed, RenderManifests
+from bke.contracts.statuses import FinishedStatus, InputStatus, PhaseNeed
 from bke.core.errors import TemporaryError
 from bke.core.operation import Act, Answers, Decision, Fail, OperationStatus, RunStatus, Wait
 from bke.core.plan import NodePlan, Plan
@@ -110,8 +111,9 @@ class Joins(OperationLoop[Join]):
         if rec.finished_sent:
             return None
         failed = rec.status == OperationStatus.FAILED
-        ev = JoinNodesFinished(request_id=rec.request_id, cluster=rec.cluster, status="Failed" if failed else "Succeeded",
-                               reason=rec.message, plan_digest=rec.plan_digest, nodes=rec.node_views(),
+        ev = JoinNodesFinished(request_id=rec.request_id, cluster=rec.cluster,
+                               status=FinishedStatus.FAILED if failed else FinishedStatus.SUCCEEDED, reason=rec.message,
+                               plan_digest=rec.plan_digest, nodes=rec.node_views(),
                                at=rec.finished_at, kind="operational" if failed else None)
         return EndEvent(ev, JOIN_NODES_FINISHED, f"join-finished:{rec.cluster}:{rec.request_id}")
 
@@ -143,7 +145,7 @@ class Joins(OperationLoop[Join]):
             why = await self.begin(j, check, part_of=req.part_of or "")
         if why or plan is None:
             log.warning("join refused: %s", why, extra=ids)
-            ev = JoinNodesFinished(request_id=req.request_id, cluster=req.cluster, status="Failed", reason=why,
+            ev = JoinNodesFinished(request_id=req.request_id, cluster=req.cluster, status=FinishedStatus.FAILED, reason=why,
                                    plan_digest=req.plan_digest, at=self._ts(),
                                    kind="operational" if unreadable else "invalid")
             return [Out(ev, JOIN_NODES_FINISHED, msg_id=f"join-finished:{req.request_id}")]
@@ -160,17 +162,17 @@ class Joins(OperationLoop[Join]):
         return True
 
     async def rendered(self, ev: ManifestsRendered) -> bool:
-        return await self._input(ev.cluster, ev.request_id, "render", "Ready", ev.plan_digest, "")
+        return await self._input(ev.cluster, ev.request_id, "render", InputStatus.READY, ev.plan_digest, "")
 
     async def render_failed(self, ev: RenderFailed) -> bool:
-        return await self._input(ev.cluster, ev.request_id, "render", "Failed", ev.plan_digest,
+        return await self._input(ev.cluster, ev.request_id, "render", InputStatus.FAILED, ev.plan_digest,
                                  "renderer: " + "; ".join(ev.errors))
 
     async def certs_issued(self, ev: CertsIssued) -> bool:
-        return await self._input(ev.cluster, ev.request_id, "certs", "Ready", ev.plan_digest, "")
+        return await self._input(ev.cluster, ev.request_id, "certs", InputStatus.READY, ev.plan_digest, "")
 
     async def certs_failed(self, ev: CertsFailed) -> bool:
-        return await self._input(ev.cluster, ev.request_id, "certs", "Failed", ev.plan_digest, "certs: " + ev.reason)
+        return await self._input(ev.cluster, ev.request_id, "certs", InputStatus.FAILED, ev.plan_digest, "certs: " + ev.reason)
 
     # the carriers -----------------------------------------------------------------------------
     async def _ask(self, j: Join, d: Act) -> Decision | None:
@@ -199,11 +201,11 @@ class Joins(OperationLoop[Join]):
         seals: dict[str, Callable[[bytes], bytes] | None] | None = None
         for run in runs:
             phase = phase_by_slug(run.phases[run.index])
-            if "checksums" in phase.needs and sums is None:
+            if PhaseNeed.CHECKSUMS in phase.needs and sums is None:
                 sums = await self.checksums.for_plan(plan)
-            if "agent-keys" in phase.needs and seals is None:
+            if PhaseNeed.AGENT_KEYS in phase.needs and seals is None:
                 seals = await agent_sealers(self.files, j.cluster, names)
-            if "certs" in phase.needs and not certs.get(run.hostname):
+            if PhaseNeed.CERTS in phase.needs and not certs.get(run.hostname):
                 # said sealed, but the bundle is not there (yet): never send an empty certificates command
                 raise TemporaryError(f"no sealed bundle stored for {run.hostname}", delay=1.0)
             inp = NodeInputs(render=render.get(run.hostname) or [], certs=certs.get(run.hostname) or [],

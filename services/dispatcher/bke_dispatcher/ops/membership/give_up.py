@@ -31,6 +31,7 @@ from bke.contracts.membership import (
     JOIN_NODES_FINISHED, REMOVE_NODES_FINISHED, JoinNodesFinished, RemoveNodesFinished,
 )
 from bke.adapters.state.operation_slot import release_operation
+from bke.contracts.statuses import FinishedStatus
 
 from .gates import Loads
 
@@ -82,10 +83,10 @@ def answer_given_up(kind: Literal["join", "removal"], store: Loads, redis: Redis
         why = f"the dispatcher gave up on this {word} request after every delivery failed: {reason}"
         if kind == "join":
             ev: JoinNodesFinished | RemoveNodesFinished = JoinNodesFinished(
-                request_id=rid, cluster=cluster, status="Failed", reason=why, at=at, kind="operational")
+                request_id=rid, cluster=cluster, status=FinishedStatus.FAILED, reason=why, at=at, kind="operational")
             subject, msg_id = JOIN_NODES_FINISHED, f"join-finished:{cluster}:{rid}"
         else:
-            ev = RemoveNodesFinished(request_id=rid, cluster=cluster, status="Failed", reason=why, at=at,
+            ev = RemoveNodesFinished(request_id=rid, cluster=cluster, status=FinishedStatus.FAILED, reason=why, at=at,
                                      kind="operational")
             subject, msg_id = REMOVE_NODES_FINISHED, f"remove-finished:{cluster}:{rid}"
         log.error("%s request given up on: %s", word, reason, extra=extra)

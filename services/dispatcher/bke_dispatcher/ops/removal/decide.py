@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bke.contracts.membership import MembershipNode, MembershipView, RemoveNodes
+from bke.contracts.statuses import FinishedStatus, InstallStatus, OperationStatus
 from bke.core.operation import (
     Decision, Fail, NodeRun, OperationRecord, RunLocally, RunStatus, Send, Succeed, Wait, in_flight,
 )
@@ -134,11 +135,11 @@ def removal_refusal(req: RemoveNodes, plan: Plan | None, install_status: str | N
                 f"control-plane scale-in: {', '.join(refused[:5])}")
     if paused:
         return f"{c} is paused: resume it first (bke resume {c})"
-    if install_status == "Running":
+    if install_status == InstallStatus.RUNNING:
         return f"the install of {c} is running: remove nodes after it ends"
     if busy:
         return f"{busy} of {c} is running: remove nodes after it ends"
-    if current is not None and current.status == "Running" and current.request_id != req.request_id:
+    if current is not None and current.status == OperationStatus.RUNNING and current.request_id != req.request_id:
         return f"removal {current.request_id} of {c} is still running"
     return ""
 
@@ -184,7 +185,7 @@ def apply_result(r: Removal, cid: str, status: str, step: str, stderr: str) -> b
     node = in_flight(r.nodes, cid)
     if node is None or node.stage != "reset":
         return False
-    if status == "Succeeded":
+    if status == FinishedStatus.SUCCEEDED:
         advance(r, [node.hostname])
     else:
         node.status, node.reason = RunStatus.FAILED, f"step {step}: {stderr[-STDERR_KEEP:]}"

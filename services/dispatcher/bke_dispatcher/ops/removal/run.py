@@ -41,6 +41,7 @@ from bke.adapters.state.keys.dispatcher import (
 )
 from bke.contracts.agent import ResetNode
 from bke.contracts.base import Message
+from bke.contracts.statuses import FinishedStatus
 from bke.contracts.membership import (
     REMOVE_NODES_FINISHED, RemoveNodes, RemoveNodesChanged, RemoveNodesFinished, remove_changed_subject,
 )
@@ -104,8 +105,8 @@ class Removals(OperationLoop[Removal]):
             return None
         failed = rec.status == OperationStatus.FAILED
         forgotten = [i for i, n in zip(rec.identities, rec.nodes) if n.stage in ("forget", "done")]
-        ev = RemoveNodesFinished(request_id=rec.request_id, cluster=rec.cluster, status="Failed" if failed else "Succeeded",
-                                 reason=rec.message, nodes=rec.node_views(), revoke_identities=forgotten,
+        ev = RemoveNodesFinished(request_id=rec.request_id, cluster=rec.cluster,
+                                 status=FinishedStatus.FAILED if failed else FinishedStatus.SUCCEEDED, reason=rec.message, nodes=rec.node_views(), revoke_identities=forgotten,
                                  at=rec.finished_at, kind="operational" if failed else None)
         return EndEvent(ev, REMOVE_NODES_FINISHED, f"remove-finished:{rec.cluster}:{rec.request_id}")
 
@@ -132,7 +133,7 @@ class Removals(OperationLoop[Removal]):
             why = await self.begin(rec, check, part_of=req.part_of or "")
         if why:
             log.warning("removal refused: %s", why, extra=ids)
-            ev = RemoveNodesFinished(request_id=req.request_id, cluster=req.cluster, status="Failed", reason=why,
+            ev = RemoveNodesFinished(request_id=req.request_id, cluster=req.cluster, status=FinishedStatus.FAILED, reason=why,
                                      at=self._ts(), kind="operational" if unreadable else "invalid")
             return [Out(ev, REMOVE_NODES_FINISHED, msg_id=f"remove-finished:{req.request_id}")]
         log.info("removal started: %d node(s)", len(rec.nodes), extra=ids)

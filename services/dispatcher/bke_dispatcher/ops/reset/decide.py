@@ -17,6 +17,7 @@ from typing import Any
 
 from bke.contracts.agent import ResetNode
 from bke.contracts.reset import ResetCluster, ResetNodeView, ResetSnapshotView, ResetView
+from bke.contracts.statuses import InstallStatus, OperationStatus
 from bke.core.operation import (
     Answer, Decision, Fail, OperationRecord, RunStatus, Send, StepRun, Succeed, Wait, in_flight, settle,
 )
@@ -116,9 +117,9 @@ def refusal(req: ResetCluster, plan: Plan | None, install_status: str | None, *,
         return why
     if paused:
         return f"{c} is paused: resume it first (bke resume {c})"
-    if install_status == "Running":
+    if install_status == InstallStatus.RUNNING:
         return f"the install of {c} is running: reset it after it ends (or fails)"
-    if current is not None and current.status == "Running" and current.request_id != req.request_id:
+    if current is not None and current.status == OperationStatus.RUNNING and current.request_id != req.request_id:
         return f"reset {current.request_id} of {c} is still running ({current.done}/{len(current.nodes)} nodes)"
     return ""
 

@@ -19,6 +19,7 @@ from typing import Any
 from bke.contracts.agent import RestartStaticPod, Step, SystemdUnit, WaitHealth
 from bke.contracts.certs import CertsRenewed
 from bke.contracts.rotation import RotationNode, RotationView
+from bke.contracts.statuses import InstallStatus, OperationStatus
 from bke.core.operation import (
     Answer, Decision, Fail, OperationRecord, RunStatus, Send, StepRun, Succeed, Wait, in_flight, settle,
 )
@@ -87,10 +88,10 @@ def refusal(cluster: str, install_status: str | None, current: Rotation | None) 
     (an upgrade, a reset, a restore) is refused before this, by the cluster's operation slot
     (bke.adapters.state.operation_slot); the rotation record's own check stays for a rotation left
     Running without a claim (written before the slot existed)."""
-    if install_status != "Succeeded":
+    if install_status != InstallStatus.SUCCEEDED:
         state = install_status or "not started"
         return f"the install of {cluster} is {state}: certificates are rotated only on an installed cluster"
-    if current is not None and current.status == "Running":
+    if current is not None and current.status == OperationStatus.RUNNING:
         return f"rotation {current.request_id} of {cluster} is still running ({current.done}/{len(current.nodes)} nodes)"
     return ""
 
