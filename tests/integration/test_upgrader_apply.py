@@ -45,7 +45,7 @@ from bke_upgrader.membership import ApplyMembership
 from bke_upgrader.operation import Upgrades
 from bke_upgrader.ports import ClusterApi, Commands, Records, RunSettings
 from bke_upgrader.renders import Renders
-from bke_upgrader.restore_store import RestoreStore
+from bke_upgrader.ops.restore.store import RestoreStore
 from bke_upgrader.store import UpgradeStore
 
 from ..unit.upgrade_helpers import SEED

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
 from bke.adapters.bus import get_blob
-from bke.adapters.bus.handler import Out, typed
+from bke.adapters.bus.handler import typed
 from bke.adapters.bus.misaddressed import Misaddressed
 from bke.adapters.bus.other_incarnation import OtherIncarnation
 from bke.adapters.bus.responder import serve_requests
@@ -27,14 +26,12 @@ from bke.contracts.agent import CommandResult
 from bke.contracts.apply import APPLY_CLUSTER, ApplyCluster
 from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CertsFailed, CertsIssued, CertsRenewed
 from bke.contracts.membership import JOIN_NODES_FINISHED, REMOVE_NODES_FINISHED, JoinNodesFinished, RemoveNodesFinished
-from bke.contracts.restore import RESTORE_ETCD, RESTORE_GET, RESTORE_PIECE
 from bke.contracts.upgrade import RETRY_UPGRADE, UPGRADE_CLUSTER, UPGRADE_GET, UpgradeCluster
 from bke.adapters.pausing import serve_pause
 from bke.adapters.state.pause import PauseFlags
 from bke.core.errors import TemporaryError
-from bke.core.etcdsnap.restore_run import is_restore_command
-from bke.adapters.etcdsnap.store import find_snapshot
 from bke.core.plan import Plan
+from bke.adapters.operation import Operations
 from bke.adapters.runner import Outcome, Runner
 from bke.core.secrets import KeyringFile, box_for, keyring_for
 from bke.core.spec.limits import MAX_SPEC_BYTES
@@ -57,12 +54,12 @@ from .drain import Drainer, KubernetesDrainer, LabDrainer
 from .facts import LiveFacts
 from .metrics import watch_metrics
 from .operation import Upgrades
+from .ops.deps import GET_QUEUE, Deps
+from .ops.restore.store import RestoreStore
+from .ops.restore.wire import wire as wire_restore
 from .pages import upgrader_routes
 from .ports import ClusterApi, Commands, Records, RunSettings
 from .renders import Renders
-from .restore_pieces import PieceServer
-from .restore_store import RestoreStore
-from .restores import Restores, Snapshots
 from .retries import Retries
 from .settings import UpgraderSettings
 from .store import UpgradeStore
@@ -70,8 +67,6 @@ from .store import UpgradeStore
 __all__ = ["create_service"]
 
 log = logging.getLogger("bke.upgrader")
-GET_QUEUE = "upgrader-get"
-PIECE_QUEUE = "upgrader-restore-pieces"
 UPGRADE_MARK = ("/" + SLUG_PREFIX).encode()  # in every upgrade command id (bke.core.upgrade.run.step_slug)
 RESTORE_MARK = ("/" + RESTORE_SLUG_PREFIX).encode()  # in every restore command id (bke.core.etcdsnap.restore_run)
 
@@ -95,7 +90,7 @@ class _Snapshots:
         return self._recipient
 
     async def key(self) -> SnapshotKey:
-        """The private half: an etcd restore opens the stored snapshot with it (restore_pieces)."""
+        """The private half: an etcd restore opens the stored snapshot with it (ops/restore/pieces.py)."""
         if self._keys is None:
             self._keys = keyring_for("snapshot")
         return await ensure_snapshot_key(self.redis, etcd_snapshot_key(), self._keys.box())
@@ -145,26 +140,20 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     svc.http_routes += upgrader_routes(store)  # the dashboard: runs, steps, failures (live)
     snapshots = _Snapshots(svc, redis)
     upgrades = _upgrades(svc, settings, redis, store, plans, signing, snapshots)
-    # etcd disaster recovery (restores.py): the same store access, signing and lease as upgrades
-    restore_store = RestoreStore(redis)
-    pieces = PieceServer(restore_store, lambda: svc.nc.jetstream(), snapshots.key)
-    restores = Restores(restore_store, store, plans,
-                        Snapshots(lambda c, e, sid: find_snapshot(svc.nc.jetstream(), c, e, sid), snapshots.key, pieces),
-                        svc.publish, signing.sign, upgrades.settings)
-    runners = _runners(svc, redis, upgrades, restores)
+    deps = Deps(svc, redis, store, plans, signing.sign, upgrades.settings, snapshots.key)
+    # the operations on the one loop (ops/): etcd disaster recovery, under the upgrade's lease
+    ops = Operations()
+    restores = wire_restore(deps, ops)
+    runner = _runner(svc, redis, upgrades)
     serve_deleted(svc, redis, _now)  # a deleted cluster: this service's records go (bke.adapters.forgetting)
 
     # the upgrade record's operations (a changed spec, an upgrade, a retry; one at a time per
     # cluster, and refused while a restore runs), then the other services' answers to them
-    _serve_operations(svc, upgrades, plans, restore_store)
+    _serve_operations(deps, upgrades, restores.store)
     _serve_answers(svc, upgrades)
-    svc.work_subscriber(RESTORE_ETCD, "BKE_COMMANDS", "upgrader-restores", _answering(svc, restores.on_request_bytes),
-                        batch_size=4)
-    _serve_results(svc, upgrades, restores)
+    _serve_results(svc, upgrades, ops)
     serve_requests(svc, UPGRADE_GET, GET_QUEUE, lambda subject, body: upgrades.answer_get(body))
-    serve_requests(svc, RESTORE_GET, GET_QUEUE, lambda subject, body: restores.answer_get(body))
-    serve_requests(svc, RESTORE_PIECE.format(cluster="*", node="*"), PIECE_QUEUE, pieces.answer_bytes)
-    _lifecycle(svc, redis, upgrades, restores, runners)
+    _lifecycle(svc, redis, upgrades, ops, runner)
     return svc
 
 
@@ -217,10 +206,8 @@ def _cluster_api(settings: UpgraderSettings, redis: Any) -> tuple[Drainer, Any, 
     return KubernetesDrainer(applier.admin_kubeconfig), applier, KubernetesNodeMarker(applier)
 
 
-def _runners(svc: Service, redis: Any, upgrades: Upgrades, restores: Restores) -> tuple[Runner, Runner]:
-    """The reconcile loops (bke.adapters.runner) of the upgrade record and of the restore record."""
-    restore_runner = Runner(restores, debounce_s=0.05)
-    restores.kick = restore_runner.kick
+def _runner(svc: Service, redis: Any, upgrades: Upgrades) -> Runner:
+    """The reconcile loop (bke.adapters.runner) of the upgrade record."""
     # A short coalescing window: a pass reads one batch's answers (O(batch)), and an upgrade is
     # ~40 batches in a row, each waiting out the window once after its last answer.
     pause_flags = PauseFlags(redis, "upgrade")
@@ -228,31 +215,20 @@ def _runners(svc: Service, redis: Any, upgrades: Upgrades, restores: Restores) -
     upgrades.kick = upgrades.certs.kick = upgrades.membership.kick = runner.kick
     upgrades.kick_at_once = lambda cluster: runner.kick(cluster, at_once=True)
     serve_pause(svc, pause_flags, [runner.kick], _now)
-    return runner, restore_runner
+    return runner
 
 
-def _answering(svc: Service, handle: Callable[[bytes], Awaitable[list[Out]]]) -> Callable[[bytes], Awaitable[None]]:
-    """A consumer whose handler reads the request's bytes itself (a rejection names each wrong
-    field): what it answers, published."""
-
-    async def work(body: bytes) -> None:
-        for out in await handle(body):
-            await svc.publish(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
-
-    return work
-
-
-def _serve_operations(svc: Service, upgrades: Upgrades, plans: PlanCache, restore_store: RestoreStore) -> None:
+def _serve_operations(d: Deps, upgrades: Upgrades, restore_store: RestoreStore) -> None:
     # through `typed` like every consumer: the message's form is checked (bke.adapters.bus.message_version)
-    applies = Applies(upgrades, plans, restore_store, _now,
+    svc = d.svc
+    applies = Applies(upgrades, d.plans, restore_store, _now,
                       lambda ref: get_blob(svc.nc.jetstream(), ref, limit=MAX_SPEC_BYTES))
     svc.work_subscriber(APPLY_CLUSTER, "BKE_COMMANDS", "upgrader-applies",
                         typed(ApplyCluster, applies.on_request, svc.publish, refuse=applies.refuse_bytes), batch_size=4)
     svc.work_subscriber(UPGRADE_CLUSTER, "BKE_COMMANDS", "upgrader-requests",
                         typed(UpgradeCluster, upgrades.on_request, svc.publish, refuse=upgrades.refuse_bytes),
                         batch_size=16)
-    svc.work_subscriber(RETRY_UPGRADE, "BKE_COMMANDS", "upgrader-retries",
-                        _answering(svc, Retries(upgrades).on_retry_bytes), batch_size=16)
+    d.serve_bytes(RETRY_UPGRADE, "BKE_COMMANDS", "upgrader-retries", Retries(upgrades).on_retry_bytes, batch_size=16)
 
 
 def _serve_answers(svc: Service, upgrades: Upgrades) -> None:
@@ -270,12 +246,11 @@ def _serve_answers(svc: Service, upgrades: Upgrades) -> None:
         svc.work_subscriber(subject, "BKE_EVENTS", durable, typed(model, handler, svc.publish, svc.notify))
 
 
-def _serve_results(svc: Service, upgrades: Upgrades, restores: Restores) -> None:
+def _serve_results(svc: Service, upgrades: Upgrades, ops: Operations) -> None:
     async def on_result(res: CommandResult) -> None:
-        if is_restore_command(res.command_id):
-            # believed by the upgrade's own rule (its node's subject, its accepted agent)
-            await restores.on_result(res, await upgrades.untrusted(res))
-        else:
+        # an operation on the loop takes its own answers (an etcd restore's); the others are the upgrade's
+        slug = res.command_id.split("/")[1:2]
+        if not (slug and await ops.on_result(slug[0], res)):
             await upgrades.on_result(res)
 
     def not_ours(body: bytes) -> bool:
@@ -303,7 +278,7 @@ def _serve_results(svc: Service, upgrades: Upgrades, restores: Restores) -> None
                         handle_result("upgrader-result"))
 
 
-def _lifecycle(svc: Service, redis: Any, upgrades: Upgrades, restores: Restores, runners: tuple[Runner, Runner]) -> None:
+def _lifecycle(svc: Service, redis: Any, upgrades: Upgrades, ops: Operations, runner: Runner) -> None:
     """Once started, the running operations resume (waiting for Redis if it is away); at stop,
     the loops end before the store's client closes."""
     background: list[asyncio.Task] = []
@@ -311,7 +286,7 @@ def _lifecycle(svc: Service, redis: Any, upgrades: Upgrades, restores: Restores,
 
     async def _resume() -> None:
         await svc.retry_while_store_away(upgrades.resume_all, lambda: bool(stopping), log)
-        await svc.retry_while_store_away(restores.resume_all, lambda: bool(stopping), log)
+        await svc.retry_while_store_away(ops.resume_all, lambda: bool(stopping), log)
 
     async def _started() -> None:
         background.append(asyncio.create_task(_resume(), name="upgrader:resume"))
@@ -319,8 +294,8 @@ def _lifecycle(svc: Service, redis: Any, upgrades: Upgrades, restores: Restores,
     async def _stopping() -> None:
         stopping.append(True)
         await cancel_and_wait(background, timeout=2 * REDIS_PROBE_S)
-        for runner in runners:
-            await runner.stop()
+        await runner.stop()
+        await ops.stop()
         await redis.aclose()
 
     svc.after_start.append(_started)

@@ -44,7 +44,7 @@ from bke.core.upgrade.run_request import ApplyRequest
 
 from .operation import Upgrades
 from .requests import refusal_of, status_refusal, step_views, versions_of
-from .restore_store import RestoreStore
+from .ops.restore.store import RestoreStore
 from .views import view
 
 __all__ = ["APPLY_KIND", "Applies", "operation_refusal"]
@@ -62,7 +62,7 @@ async def operation_refusal(cluster: str, status: object, upgrades: Upgrades, re
     if rotation is not None and rotation.status == "Running":
         return f"a certificate rotation of {cluster} is running ({rotation.done}/{rotation.total} nodes): one operation per cluster"
     restore = await restores.load(cluster)
-    if restore is not None and restore.status == "Running":
+    if restore is not None and restore.running:
         return f"etcd restore {restore.restore_id} of {restore.etcd_cluster} in {cluster} is running: one operation per cluster"
     return _running(await upgrades.store.load(cluster), cluster)
 

@@ -41,7 +41,7 @@ from .certs import UpgradeCerts
 from .membership import ApplyMembership
 from .ports import ClusterApi, Commands, Records, RunSettings
 from .reconcile import reconcile_upgrade
-from .results import record_result, untrusted_result
+from .results import record_result
 from .views import answer_view, view
 
 __all__ = ["Upgrades", "slot_kind"]
@@ -87,9 +87,6 @@ class Upgrades:
 
     async def on_result(self, res: CommandResult) -> None:
         await record_result(self, res)
-
-    async def untrusted(self, res: CommandResult) -> str:
-        return await untrusted_result(self, res)
 
     async def reconcile(self, cluster: str) -> Outcome:
         return await reconcile_upgrade(self, cluster)

@@ -22,6 +22,7 @@ from bke.core.upgrade.run import is_upgrade_command
 
 if TYPE_CHECKING:
     from .operation import Upgrades
+    from .store import UpgradeStore
 
 __all__ = ["misrouted", "record_result", "untrusted_result"]
 
@@ -60,15 +61,15 @@ def misrouted(res: CommandResult) -> str:
     return ""
 
 
-async def untrusted_result(up: Upgrades, res: CommandResult) -> str:
-    """The same rule for a result of the upgrader's other operation (an etcd restore), which
-    records its answers itself: why it is not believed ("" if it is). A result that answers
+async def untrusted_result(store: UpgradeStore, res: CommandResult) -> str:
+    """The same rule for a result of the upgrader's other operation (an etcd restore: its loop's
+    `on_result`, bke_upgrader.ops.restore), with the upgrade's `store`: why it is not believed ("" if it is). A result that answers
     a command of another incarnation of its cluster is not either (counted, as
     `UpgradeStore.record_if_accepted` counts an upgrade's)."""
     why = misrouted(res)
     if why:
         return why
-    async with up.store.r.pipeline(transaction=False) as pipe:
+    async with store.r.pipeline(transaction=False) as pipe:
         pipe.hget(accepted_agents_key(res.cluster), res.node)
         if res.incarnation is not None:  # an answer to a bound command: of the cluster's current incarnation?
             pipe.hmget(plan_meta_key(res.cluster), INCARNATION_READ)
@@ -80,5 +81,5 @@ async def untrusted_result(up: Upgrades, res: CommandResult) -> str:
         return f"agent {res.agent_id} is not the node's accepted agent"
     why = result_refusal(res.incarnation, incarnation_of(meta[0])) if meta else None
     if why:
-        up.store.other_incarnation.dropped(res, why, log_it=False)  # its caller logs what it drops
+        store.other_incarnation.dropped(res, why, log_it=False)  # its caller logs what it drops
     return why or ""

@@ -11,7 +11,7 @@ early:
     4. the answers recorded since the last pass folded in
     5. decide, carry the decision out through the carriers' table, decide again, until a Wait,
        Succeed or Fail (a carrier may answer one itself: a Node not there yet, an API that refused)
-    6. on Succeed or Fail the record ends; saved if anything changed
+    6. on Succeed or Fail the operation's `ending` work, then the record ends; saved if anything changed
     7. an ended operation's slot released before anything announces it: whoever sees the end may
        start the next operation at once
     8. `changed` published if anything changed; an end announced once (the operation's own event)
@@ -38,13 +38,13 @@ from bke.adapters.state.lease import claim_lease, release_lease
 from bke.adapters.state.operation_slot import release_operation, start_in_slot
 from bke.contracts.agent import AgentCommand, CommandResult, Step, agent_subject
 from bke.contracts.base import Message
-from bke.core.operation import Act, Answers, Decision, Fail, OperationRecord, OperationStatus, RunLocally, Send, Succeed, Wait
+from bke.core.operation import Act, Answers, Decision, Fail, OperationStatus, Record, RunLocally, Send, Succeed, Wait
 
 from .store import RecordStore
 
 __all__ = ["Carrier", "EndEvent", "OperationLoop", "Publish"]
 
-R = TypeVar("R", bound=OperationRecord)
+R = TypeVar("R", bound=Record)
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 # Carries a Send or RunLocally out on the record (marking what it sent); None to decide again,
 # or what came of it instead (a Wait: not yet; a Fail: refused for good).
@@ -68,12 +68,16 @@ class OperationLoop(ABC, Generic[R]):
 
     def __init__(self, store: RecordStore[R], publish: Publish, now: Callable[[], datetime], owner: str,
                  lease_ms: int, kick: Callable[[str], None] | None, *, sign: Sign, kind: str, slug_prefix: str,
-                 carriers: Mapping[str, Carrier[R]], log: logging.Logger | None = None):
+                 carriers: Mapping[str, Carrier[R]], log: logging.Logger | None = None, issuer: str = "dispatcher",
+                 lease: str = ""):
         self.store, self.publish, self.now, self.owner, self.lease_ms = store, publish, now, owner, lease_ms
-        self.sign = sign  # every command is signed (bke.adapters.state.command_signing)
+        # every command is signed (bke.adapters.state.command_signing), naming the service that sends it
+        self.sign, self.issuer = sign, issuer
         self.kick: Callable[[str], None] = kick or (lambda cluster: None)
-        # kind: the lease's name, the slot's kind unless `slot_kind` says otherwise, and the logs'
+        # kind: the slot's kind unless `slot_kind` says otherwise, the logs', and the lease's name
+        # unless `lease` names another (the upgrader's operations share the "upgrade" lease)
         self.kind, self.slug_prefix, self.carriers = kind, slug_prefix, carriers
+        self.lease = lease or kind
         self.log = log or logging.getLogger(f"bke.operation.{kind}")
 
     # the operation's hooks -------------------------------------------------------------
@@ -96,6 +100,10 @@ class OperationLoop(ABC, Generic[R]):
     def waited(self, rec: R, wait: Wait) -> bool:
         """Note a wait in the record (what it waits for); whether it changed."""
         return False
+
+    async def ending(self, rec: R, end: Succeed | Fail) -> None:
+        """What the operation does as its record ends, before the end is recorded (a restore's
+        sealed copy of its snapshot goes)."""
 
     def end_event(self, rec: R) -> EndEvent | None:
         """An ended record's own end event (beyond `changed`) while it has not gone out; None
@@ -120,12 +128,12 @@ class OperationLoop(ABC, Generic[R]):
     async def reconcile(self, cluster: str) -> Outcome:
         # 1. the operation's lease: of several replicas, one moves the cluster's operation on
         redis = self.store.redis
-        if not await claim_lease(redis, cluster, self.kind, self.owner, self.lease_ms):
-            return Outcome("wait", delay=LEASE_BUSY_S, reason=f"another replica holds the {self.kind} lease")
+        if not await claim_lease(redis, cluster, self.lease, self.owner, self.lease_ms):
+            return Outcome("wait", delay=LEASE_BUSY_S, reason=f"another replica holds the {self.lease} lease")
         try:
             return await self._pass(cluster)
         finally:
-            await release_lease(redis, cluster, self.kind, self.owner)
+            await release_lease(redis, cluster, self.lease, self.owner)
 
     async def _pass(self, cluster: str) -> Outcome:
         # 2. no record: nothing to do
@@ -144,6 +152,7 @@ class OperationLoop(ABC, Generic[R]):
         if isinstance(last, Wait):
             changed |= self.waited(rec, last)
         else:
+            await self.ending(rec, last)
             rec.finish(OperationStatus.SUCCEEDED if isinstance(last, Succeed) else OperationStatus.FAILED,
                        last.reason, self._ts())
             changed = True
@@ -199,12 +208,14 @@ class OperationLoop(ABC, Generic[R]):
         ev, subject = self.changed(rec, self._ts())
         await self.publish(ev.to_bytes(), subject, {})
 
-    async def send_command(self, cluster: str, node: str, command_id: str, phase: str, steps: list[Step]) -> None:
+    async def send_command(self, cluster: str, node: str, command_id: str, phase: str, steps: list[Step],
+                           expires_at: str = "") -> None:
         """Sign one command and publish it to the node's agent. The caller marks it sent after:
         a crash in between publishes the same id again, which JetStream drops and an agent that
-        completed it only replays."""
+        completed it only replays. `expires_at`: when an agent no longer runs it ("" never)."""
         cmd = await self.sign(AgentCommand(command_id=command_id, cluster=cluster, node=node, phase=phase,
-                                           issued_at=self._ts(), steps=steps))
+                                           issued_at=self._ts(), steps=steps, issuer=self.issuer,
+                                           expires_at=expires_at))
         await self.publish(cmd.to_bytes(), agent_subject(cluster, node, "command"), {"Nats-Msg-Id": command_id})
 
     async def begin(self, rec: R, check: Callable[[R | None], str], part_of: str = "") -> str:

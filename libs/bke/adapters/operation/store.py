@@ -18,13 +18,13 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from bke.contracts.agent import CommandResult
-from bke.core.operation import INPUT_PREFIX, Answer, Answers, OperationRecord, ServiceAnswer
+from bke.core.operation import INPUT_PREFIX, Answer, Answers, Record, ServiceAnswer
 from bke.core.state.schema import StoredVersionTooNew, StoredVersionTooOld, record_kind
 from bke.adapters.state.exclusive import write_unless
 
 __all__ = ["RecordStore"]
 
-R = TypeVar("R", bound=OperationRecord)
+R = TypeVar("R", bound=Record)
 
 
 def _s(v: str | bytes) -> str:
