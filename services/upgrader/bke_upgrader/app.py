@@ -1,6 +1,6 @@
-"""Upgrader wiring: the adapters each operation is given, and each operation's subscribers, the
-reconcile runners and the request/reply responders. No logic here (requests.py decides a request,
-bke.core.upgrade.run decides each pass, carriers.py carries each step)."""
+"""Upgrader wiring: the adapters each operation is given, and each operation's subscribers, its
+loop on a runner (ops/: each registers itself) and the request/reply responders. No logic here
+(requests.py decides a request, bke.core.upgrade.run decides each pass, carriers.py carries each step)."""
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +12,6 @@ from bke.adapters.bus import get_blob
 from bke.adapters.bus.handler import typed
 from bke.adapters.bus.misaddressed import Misaddressed
 from bke.adapters.bus.other_incarnation import OtherIncarnation
-from bke.adapters.bus.responder import serve_requests
 from bke.adapters.bus.service import REDIS_PROBE_S, Service, make_service
 from bke.adapters.checksums import HttpRepoChecksums
 from bke.lab.standins.checksums import LabChecksums
@@ -26,13 +25,10 @@ from bke.contracts.agent import CommandResult
 from bke.contracts.apply import APPLY_CLUSTER, ApplyCluster
 from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CertsFailed, CertsIssued, CertsRenewed
 from bke.contracts.membership import JOIN_NODES_FINISHED, REMOVE_NODES_FINISHED, JoinNodesFinished, RemoveNodesFinished
-from bke.contracts.upgrade import RETRY_UPGRADE, UPGRADE_CLUSTER, UPGRADE_GET, UpgradeCluster
-from bke.adapters.pausing import serve_pause
-from bke.adapters.state.pause import PauseFlags
 from bke.core.errors import TemporaryError
 from bke.core.plan import Plan
 from bke.adapters.operation import Operations
-from bke.adapters.runner import Outcome, Runner
+from bke.adapters.runner import Outcome
 from bke.core.secrets import KeyringFile, box_for, keyring_for
 from bke.core.spec.limits import MAX_SPEC_BYTES
 from bke.core.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key
@@ -54,13 +50,13 @@ from .drain import Drainer, KubernetesDrainer, LabDrainer
 from .facts import LiveFacts
 from .metrics import watch_metrics
 from .operation import Upgrades
-from .ops.deps import GET_QUEUE, Deps
+from .ops.deps import Deps
 from .ops.restore.store import RestoreStore
 from .ops.restore.wire import wire as wire_restore
+from .ops.upgrade.wire import wire as wire_upgrade
 from .pages import upgrader_routes
 from .ports import ClusterApi, Commands, Records, RunSettings
 from .renders import Renders
-from .retries import Retries
 from .settings import UpgraderSettings
 from .store import UpgradeStore
 
@@ -141,19 +137,16 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     snapshots = _Snapshots(svc, redis)
     upgrades = _upgrades(svc, settings, redis, store, plans, signing, snapshots)
     deps = Deps(svc, redis, store, plans, signing.sign, upgrades.settings, snapshots.key)
-    # the operations on the one loop (ops/): etcd disaster recovery, under the upgrade's lease
+    # the operations on the one loop (ops/): the upgrade record's (an upgrade, a retry, a changed
+    # spec: one at a time per cluster, and refused while a restore runs), etcd disaster recovery
     ops = Operations()
+    wire_upgrade(deps, ops, upgrades)
     restores = wire_restore(deps, ops)
-    runner = _runner(svc, redis, upgrades)
     serve_deleted(svc, redis, _now)  # a deleted cluster: this service's records go (bke.adapters.forgetting)
-
-    # the upgrade record's operations (a changed spec, an upgrade, a retry; one at a time per
-    # cluster, and refused while a restore runs), then the other services' answers to them
-    _serve_operations(deps, upgrades, restores.store)
-    _serve_answers(svc, upgrades)
-    _serve_results(svc, upgrades, ops)
-    serve_requests(svc, UPGRADE_GET, GET_QUEUE, lambda subject, body: upgrades.answer_get(body))
-    _lifecycle(svc, redis, upgrades, ops, runner)
+    _serve_applies(deps, upgrades, restores.store)
+    _serve_answers(svc, upgrades)  # the other services' answers to them
+    _serve_results(svc, ops)
+    _lifecycle(svc, redis, ops)
     return svc
 
 
@@ -206,29 +199,13 @@ def _cluster_api(settings: UpgraderSettings, redis: Any) -> tuple[Drainer, Any, 
     return KubernetesDrainer(applier.admin_kubeconfig), applier, KubernetesNodeMarker(applier)
 
 
-def _runner(svc: Service, redis: Any, upgrades: Upgrades) -> Runner:
-    """The reconcile loop (bke.adapters.runner) of the upgrade record."""
-    # A short coalescing window: a pass reads one batch's answers (O(batch)), and an upgrade is
-    # ~40 batches in a row, each waiting out the window once after its last answer.
-    pause_flags = PauseFlags(redis, "upgrade")
-    runner = Runner(upgrades, debounce_s=0.05, paused=pause_flags.is_paused)
-    upgrades.kick = upgrades.certs.kick = upgrades.membership.kick = runner.kick
-    upgrades.kick_at_once = lambda cluster: runner.kick(cluster, at_once=True)
-    serve_pause(svc, pause_flags, [runner.kick], _now)
-    return runner
-
-
-def _serve_operations(d: Deps, upgrades: Upgrades, restore_store: RestoreStore) -> None:
+def _serve_applies(d: Deps, upgrades: Upgrades, restore_store: RestoreStore) -> None:
     # through `typed` like every consumer: the message's form is checked (bke.adapters.bus.message_version)
     svc = d.svc
     applies = Applies(upgrades, d.plans, restore_store, _now,
                       lambda ref: get_blob(svc.nc.jetstream(), ref, limit=MAX_SPEC_BYTES))
     svc.work_subscriber(APPLY_CLUSTER, "BKE_COMMANDS", "upgrader-applies",
                         typed(ApplyCluster, applies.on_request, svc.publish, refuse=applies.refuse_bytes), batch_size=4)
-    svc.work_subscriber(UPGRADE_CLUSTER, "BKE_COMMANDS", "upgrader-requests",
-                        typed(UpgradeCluster, upgrades.on_request, svc.publish, refuse=upgrades.refuse_bytes),
-                        batch_size=16)
-    d.serve_bytes(RETRY_UPGRADE, "BKE_COMMANDS", "upgrader-retries", Retries(upgrades).on_retry_bytes, batch_size=16)
 
 
 def _serve_answers(svc: Service, upgrades: Upgrades) -> None:
@@ -246,12 +223,13 @@ def _serve_answers(svc: Service, upgrades: Upgrades) -> None:
         svc.work_subscriber(subject, "BKE_EVENTS", durable, typed(model, handler, svc.publish, svc.notify))
 
 
-def _serve_results(svc: Service, upgrades: Upgrades, ops: Operations) -> None:
+def _serve_results(svc: Service, ops: Operations) -> None:
     async def on_result(res: CommandResult) -> None:
-        # an operation on the loop takes its own answers (an etcd restore's); the others are the upgrade's
+        # the operation whose command it answers records it (by the slug of its command id);
+        # an answer to no command of this service's (an install's, a rotation's) is not ours
         slug = res.command_id.split("/")[1:2]
-        if not (slug and await ops.on_result(slug[0], res)):
-            await upgrades.on_result(res)
+        if slug:
+            await ops.on_result(slug[0], res)
 
     def not_ours(body: bytes) -> bool:
         # Every agent result comes here (installs', rotations', health rounds': a 5,000-node
@@ -278,14 +256,13 @@ def _serve_results(svc: Service, upgrades: Upgrades, ops: Operations) -> None:
                         handle_result("upgrader-result"))
 
 
-def _lifecycle(svc: Service, redis: Any, upgrades: Upgrades, ops: Operations, runner: Runner) -> None:
+def _lifecycle(svc: Service, redis: Any, ops: Operations) -> None:
     """Once started, the running operations resume (waiting for Redis if it is away); at stop,
     the loops end before the store's client closes."""
     background: list[asyncio.Task] = []
     stopping: list[bool] = []
 
     async def _resume() -> None:
-        await svc.retry_while_store_away(upgrades.resume_all, lambda: bool(stopping), log)
         await svc.retry_while_store_away(ops.resume_all, lambda: bool(stopping), log)
 
     async def _started() -> None:
@@ -294,7 +271,6 @@ def _lifecycle(svc: Service, redis: Any, upgrades: Upgrades, ops: Operations, ru
     async def _stopping() -> None:
         stopping.append(True)
         await cancel_and_wait(background, timeout=2 * REDIS_PROBE_S)
-        await runner.stop()
         await ops.stop()
         await redis.aclose()
 

@@ -40,6 +40,10 @@ class RecordStore(Generic[R]):
         raw = await self.redis.get(self.key(cluster))
         return None if raw is None else self.parse(raw)
 
+    def forget(self, cluster: str) -> None:
+        """Drop what is kept here of the cluster's record (nothing: a store that keeps the object
+        it saved last, the upgrade's, drops it after a pass that raised)."""
+
     async def load_judged(self, cluster: str) -> tuple[R | None, str]:
         """The record a request is judged against, or why it cannot be read (then None): a form
         newer than this service reads (a newer one wrote it) or older than it converts. Waiting

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, Mapping
 
+from bke.contracts.statuses import OperationStatus, RunStatus
+
 from .order import ExpandedStep
 from .run_request import DRAIN_TIMEOUT_S, ApplyRequest, RunRequest, UpgradeRequest, read_request, wire
 from .steps import LOCAL_STEPS, StepKind
@@ -51,7 +53,6 @@ STDERR_KEEP = 2000
 FAILED_KEEP = 50
 ROLLED_BACK = "rolled back"  # how the agent's ReplaceFiles step starts a rollback's stderr
 
-StepStatus = Literal["Pending", "Running", "Succeeded", "Failed", "Skipped"]
 Stage = Literal["drain", "run", "uncordon"]
 
 
@@ -90,13 +91,16 @@ class StepRun:
     group: str = ""
     drain: bool = False
     batches: list[list[str]] = field(default_factory=list)
-    status: StepStatus = "Pending"
+    status: RunStatus = RunStatus.PENDING
     batch: int = 0  # index of the batch in progress
     stage: Stage = "run"
     sent: bool = False  # the current batch's commands are published
     sent_at: float = 0.0  # when (epoch seconds): a node silent long after that fails
     done: int = 0  # nodes done in this step
     message: str = ""  # why a local step failed
+
+    def __post_init__(self) -> None:
+        self.status = RunStatus(self.status)  # read back from JSON as a plain string
 
     @property
     def local(self) -> bool:
@@ -129,12 +133,23 @@ class UpgradeRun:
     started_at: str
     request: RunRequest | None = None  # what the run was accepted from (bke.core.upgrade.run_request)
     left_out: list[str] = field(default_factory=list)
-    status: Literal["Running", "Succeeded", "Failed"] = "Running"
+    status: OperationStatus = OperationStatus.RUNNING
     finished_at: str = ""
     message: str = ""
     failed: list[NodeOutcome] = field(default_factory=list)
     agent_version: str = ""  # what every agent must report in the agents step ("": not checked)
     schema_version: int = 1
+
+    def __post_init__(self) -> None:
+        self.status = OperationStatus(self.status)  # read back from JSON as a plain string
+
+    @property
+    def running(self) -> bool:
+        return self.status == OperationStatus.RUNNING
+
+    def finish(self, status: OperationStatus, reason: str, at: str) -> None:
+        """Ended (the operation loop's end, bke.adapters.operation; `finish` below for a pure caller)."""
+        self.status, self.finished_at, self.message = status, at, reason
 
     def step_now(self) -> StepRun | None:
         return next((s for s in self.steps if s.status in ("Pending", "Running", "Failed")), None)
@@ -354,5 +369,4 @@ def mark_uncordoned(step: StepRun) -> None:
 
 
 def finish(run: UpgradeRun, ok: bool, now: str, message: str = "") -> None:
-    run.status = "Succeeded" if ok else "Failed"
-    run.finished_at, run.message = now, message
+    run.finish(OperationStatus.SUCCEEDED if ok else OperationStatus.FAILED, message, now)
