@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["OperationStatus", "RunStatus"]
+__all__ = ["NodeUpgradeStatus", "OperationStatus", "RunStatus"]
 
 
 class OperationStatus(StrEnum):
@@ -27,3 +27,11 @@ class RunStatus(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     SKIPPED = "Skipped"  # nothing to run (a reset's snapshot of an etcd cluster with no member left)
+
+
+class NodeUpgradeStatus(StrEnum):
+    """How a node of a run of the upgrade record failed: its own step failed, or its agent put
+    its old files back (a rollback: the node runs what it ran before)."""
+
+    FAILED = "Failed"
+    ROLLED_BACK = "RolledBack"

@@ -27,6 +27,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
+from bke.contracts.statuses import OperationStatus
 from bke.adapters.bus.handler import Out
 from bke.contracts.apply import APPLY_ACCEPTED, APPLY_REJECTED, ApplyAccepted, ApplyCluster, ApplyRejected
 from bke.contracts.base import ErrorItem
@@ -59,7 +60,7 @@ async def operation_refusal(cluster: str, status: object, upgrades: Upgrades, re
     the shared record), for records written without a slot claim; the slot itself is claimed
     atomically at the start (`Upgrades.start_claimed`)."""
     rotation = getattr(status, "rotation", None)
-    if rotation is not None and rotation.status == "Running":
+    if rotation is not None and rotation.status == OperationStatus.RUNNING:
         return f"a certificate rotation of {cluster} is running ({rotation.done}/{rotation.total} nodes): one operation per cluster"
     restore = await restores.load(cluster)
     if restore is not None and restore.running:
@@ -68,7 +69,7 @@ async def operation_refusal(cluster: str, status: object, upgrades: Upgrades, re
 
 
 def _running(cur: UpgradeRun | None, cluster: str) -> str:
-    if cur is None or cur.status != "Running":
+    if cur is None or not cur.running:
         return ""
     what = "apply" if cur.is_apply else "upgrade"
     now = cur.step_now()
@@ -166,7 +167,7 @@ class Applies:
         status = await self.upgrades.records.facts.status(req.cluster)
         if isinstance(status, StatusError):
             return status_refusal(req.cluster, status), []
-        if status.status != "Succeeded":
+        if status.status != OperationStatus.SUCCEEDED:
             return (f"the install of {req.cluster} is {status.status}: a changed spec applies to an installed "
                     "cluster (`bke retry` finishes a failed install)"), []
         busy = (await self.upgrades.busy(req.cluster, APPLY_KIND, req.request_id)

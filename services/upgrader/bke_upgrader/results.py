@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from bke.contracts.statuses import RunStatus
 from bke.adapters.state.keys import accepted_agents_key, plan_meta_key
 from bke.adapters.state.plans import INCARNATION_READ, incarnation_of
 from bke.contracts.agent import CommandResult
@@ -34,7 +35,7 @@ async def record_result(up: Upgrades, res: CommandResult) -> None:
         return  # an install's, a rotation's or a health round's: the dispatcher's
     why = misrouted(res)
     if not why:
-        failed = next((s for s in res.steps if s.status == "Failed"), None)
+        failed = next((s for s in res.steps if s.status == RunStatus.FAILED), None)
         step = failed.id if failed else ""
         stderr = (failed.stderr or failed.stdout) if failed else ""
         # the accepted-agent check and the write in one round trip (15,000 results at 5,000 nodes)
