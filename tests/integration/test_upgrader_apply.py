@@ -39,7 +39,7 @@ from bke.contracts.render import RENDER_MANIFESTS
 from bke.core.plan import plan_spec_text
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
 from bke.adapters.state.keys import accepted_agents_key, node_labels_key
-from bke_upgrader.applies import Applies
+from bke_upgrader.ops.apply.run import Applies
 from bke_upgrader.certs import UpgradeCerts
 from bke_upgrader.membership import ApplyMembership
 from bke_upgrader.operation import Upgrades

@@ -8,7 +8,6 @@ import logging
 from datetime import datetime, timezone
 from typing import Any
 
-from bke.adapters.bus import get_blob
 from bke.adapters.bus.handler import typed
 from bke.adapters.bus.misaddressed import Misaddressed
 from bke.adapters.bus.other_incarnation import OtherIncarnation
@@ -22,7 +21,6 @@ from bke.lab.standins.manifests import LabManifests
 from bke.lab.standins.node_labels import LabNodes
 from bke.adapters.cluster_api.node_labels import NodeLabelsWork, NodeMarker
 from bke.contracts.agent import CommandResult
-from bke.contracts.apply import APPLY_CLUSTER, ApplyCluster
 from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CertsFailed, CertsIssued, CertsRenewed
 from bke.contracts.membership import JOIN_NODES_FINISHED, REMOVE_NODES_FINISHED, JoinNodesFinished, RemoveNodesFinished
 from bke.core.errors import TemporaryError
@@ -30,7 +28,6 @@ from bke.core.plan import Plan
 from bke.adapters.operation import Operations
 from bke.adapters.runner import Outcome
 from bke.core.secrets import KeyringFile, box_for, keyring_for
-from bke.core.spec.limits import MAX_SPEC_BYTES
 from bke.core.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key
 from bke.adapters.state import PlanCache, RedisPlanStore
 from bke.adapters.state.record_keys import RecordKeys
@@ -43,7 +40,6 @@ from bke.core.etcdsnap.restore_run import SLUG_PREFIX as RESTORE_SLUG_PREFIX
 from bke.core.upgrade.run import SLUG_PREFIX
 
 from .agent_release import ReleaseSource
-from .applies import Applies
 from .certs import UpgradeCerts
 from .membership import ApplyMembership
 from .drain import Drainer, KubernetesDrainer, LabDrainer
@@ -51,7 +47,7 @@ from .facts import LiveFacts
 from .metrics import watch_metrics
 from .operation import Upgrades
 from .ops.deps import Deps
-from .ops.restore.store import RestoreStore
+from .ops.apply.wire import wire as wire_apply
 from .ops.restore.wire import wire as wire_restore
 from .ops.upgrade.wire import wire as wire_upgrade
 from .pages import upgrader_routes
@@ -143,7 +139,7 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     wire_upgrade(deps, ops, upgrades)
     restores = wire_restore(deps, ops)
     serve_deleted(svc, redis, _now)  # a deleted cluster: this service's records go (bke.adapters.forgetting)
-    _serve_applies(deps, upgrades, restores.store)
+    wire_apply(deps, upgrades, restores.store)
     _serve_answers(svc, upgrades)  # the other services' answers to them
     _serve_results(svc, ops)
     _lifecycle(svc, redis, ops)
@@ -197,15 +193,6 @@ def _cluster_api(settings: UpgraderSettings, redis: Any) -> tuple[Drainer, Any, 
 
     applier = KubernetesApplier(redis)
     return KubernetesDrainer(applier.admin_kubeconfig), applier, KubernetesNodeMarker(applier)
-
-
-def _serve_applies(d: Deps, upgrades: Upgrades, restore_store: RestoreStore) -> None:
-    # through `typed` like every consumer: the message's form is checked (bke.adapters.bus.message_version)
-    svc = d.svc
-    applies = Applies(upgrades, d.plans, restore_store, _now,
-                      lambda ref: get_blob(svc.nc.jetstream(), ref, limit=MAX_SPEC_BYTES))
-    svc.work_subscriber(APPLY_CLUSTER, "BKE_COMMANDS", "upgrader-applies",
-                        typed(ApplyCluster, applies.on_request, svc.publish, refuse=applies.refuse_bytes), batch_size=4)
 
 
 def _serve_answers(svc: Service, upgrades: Upgrades) -> None:

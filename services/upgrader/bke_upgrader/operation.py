@@ -55,7 +55,7 @@ LEASE = "upgrade"  # one operation's passes at a time per cluster (an etcd resto
 
 
 def slot_kind(run: UpgradeRun) -> str:
-    """The operation-slot kind of a run of the upgrade record: a changed spec's run (applies.py)
+    """The operation-slot kind of a run of the upgrade record: a changed spec's run (ops/apply)
     holds the slot as an apply, so that a refusal names what runs."""
     return "apply" if run.is_apply else "upgrade"
 

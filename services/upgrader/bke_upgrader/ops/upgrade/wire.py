@@ -1,5 +1,5 @@
 """The upgrade record's operations, registered: their loop on a runner a pause holds, and the
-upgrade's and its retry's requests (a changed spec's are applies.py's, wired by app.py)."""
+upgrade's and its retry's requests (a changed spec's: ops/apply)."""
 from __future__ import annotations
 
 from bke.adapters.bus.handler import typed

@@ -4,7 +4,7 @@ The request, decided here: the spec placed (`bke.core.plan`, as an install place
 the stored plan (`bke.core.lifecycle.diff`: the refusals of `bke apply --dry-run`), and its actions
 turned into run steps by the action table (`bke.core.lifecycle.apply_run`). The run is a run of the
 upgrade's record (`bke:<c>:upgrade`, request kind "apply"), carried out by `operation.Upgrades`
-pass by pass: the same fixed command ids, pause, ReplaceFiles with automatic rollback, drains
+(the one operation loop: its decide and carriers are the upgrade record's, ops/upgrade) pass by pass: the same fixed command ids, pause, ReplaceFiles with automatic rollback, drains
 and compare-and-swap of the stored plan at the end; one operation per cluster follows from the
 shared record (an upgrade and an apply cannot both run) and `operation_refusal`.
 
@@ -43,10 +43,10 @@ from bke.adapters.state import PlanCache, plan_digest
 from bke.core.upgrade.run import UpgradeRun, new_run
 from bke.core.upgrade.run_request import ApplyRequest
 
-from .operation import Upgrades
-from .requests import refusal_of, status_refusal, step_views, versions_of
-from .ops.restore.store import RestoreStore
-from .views import view
+from ...operation import Upgrades
+from ...requests import refusal_of, status_refusal, step_views, versions_of
+from ...views import view
+from ..restore.store import RestoreStore
 
 __all__ = ["APPLY_KIND", "Applies", "operation_refusal"]
 
