@@ -46,12 +46,12 @@ RESULTS_READ_EVERY_S = 1.0
 
 
 async def folded(up: Upgrades, run: UpgradeRun) -> bool:
+    up.serving[run.cluster] = ()  # a new pass: no batch served yet
     answers = await up.store.results(run.cluster, awaited_ids(run), RESULTS_READ_EVERY_S)
     return fold_results(run, answers, up.settings.now().timestamp(), up.settings.answer_deadline_s)
 
 
 async def decider(up: Upgrades, run: UpgradeRun) -> Callable[[UpgradeRun], Decision]:
-    up.serving[run.cluster] = ()
     old, new = await plans_of(up, run)
     if any(st.name in RENDERED_STEPS and st.status != RunStatus.SUCCEEDED for st in run.steps):
         up.commands.renders.start(run.request_id, old, new)  # in the background, while the first steps run
