@@ -184,7 +184,7 @@ async def test_a_running_upgrade_refuses_a_reset(redis_url, redis_client):
         run = await store.load(plan.cluster)
         run.status, run.finished_at = "Succeeded", "t9"
         await store.save(run)
-        await retries.up.release_if_over(plan.cluster)
+        await retries.up.reconcile(plan.cluster)
         [ok] = await _resets(r, []).on_request(ResetCluster(request_id="z2", cluster=plan.cluster))
         assert ok.subject == "bke.v1.reset.accepted"
     finally:

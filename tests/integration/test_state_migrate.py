@@ -22,7 +22,7 @@ from bke_dispatcher.ops.removal.decide import Removal
 from bke_dispatcher.ops.removal.run import RemovalStore
 from bke_dispatcher.ops.reset.decide import Reset
 from bke_dispatcher.ops.reset.run import ResetStore
-from bke_upgrader.restore_store import RestoreStore
+from bke_upgrader.ops.restore.store import RestoreStore
 from bke_upgrader.store import UpgradeStore
 import redis
 import redis.asyncio as aioredis

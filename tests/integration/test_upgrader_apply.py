@@ -39,13 +39,13 @@ from bke.contracts.render import RENDER_MANIFESTS
 from bke.core.plan import plan_spec_text
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
 from bke.adapters.state.keys.dispatcher import accepted_agents_key, node_labels_key
-from bke_upgrader.applies import Applies
+from bke_upgrader.ops.apply.run import Applies
 from bke_upgrader.certs import UpgradeCerts
 from bke_upgrader.membership import ApplyMembership
 from bke_upgrader.operation import Upgrades
 from bke_upgrader.ports import ClusterApi, Commands, Records, RunSettings
 from bke_upgrader.renders import Renders
-from bke_upgrader.restore_store import RestoreStore
+from bke_upgrader.ops.restore.store import RestoreStore
 from bke_upgrader.store import UpgradeStore
 
 from ..unit.upgrade_helpers import SEED

@@ -30,7 +30,7 @@ from bke.core.upgrade.run import new_run
 from bke.core.upgrade.run_request import UpgradeRequest
 from bke_upgrader.operation import Upgrades
 from bke_upgrader.ports import ClusterApi, Commands, Records, RunSettings
-from bke_upgrader.reconcile import LEASE
+from bke_upgrader.operation import LEASE
 from bke_upgrader.renders import Renders
 from bke_upgrader.store import UpgradeStore
 

@@ -23,10 +23,10 @@ from bke.adapters.state import PlanCache, RedisPlanStore
 from bke.adapters.state.keys.certs import provisioned_agents_key
 from bke.adapters.state.keys.upgrader import etcd_restore_key
 from bke.adapters.state.operation_slot import claim_operation, operation_holder
-from bke_upgrader.restore_pieces import PieceServer
-from bke_upgrader.restore_store import RestoreStore
+from bke_upgrader.ops.restore.pieces import PieceServer
+from bke_upgrader.ops.restore.store import RestoreStore
 from bke_upgrader.ports import RunSettings
-from bke_upgrader.restores import Restores, Snapshots
+from bke_upgrader.ops.restore.run import Restores, Snapshots
 from bke_upgrader.store import UpgradeStore
 
 from ..unit.upgrade_helpers import SEED, plan_of

@@ -15,7 +15,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = ["AddonStatus", "CommandStatus", "FinishedStatus", "HealthStatus", "InputStatus", "InstallStatus", "JoinInputStatus",
-           "MarkStatus", "NodeStatus", "OperationStatus", "PhaseNeed", "PhaseStatus", "RunStatus", "StepResultStatus",
+           "MarkStatus", "NodeOutcomeStatus", "NodeStatus", "OperationStatus", "PhaseNeed", "PhaseStatus", "RunStatus", "StepResultStatus",
            "UpgradeNodeStatus"]
 
 
@@ -152,3 +152,11 @@ class PhaseNeed(StrEnum):
     CERTS = "certs"  # the cluster's certificates, and every node's bundle sealed to its agent
     CHECKSUMS = "checksums"  # the binaries' checksums of the httpRepo
     AGENT_KEYS = "agent-keys"  # each target's agent sealing key (files sealed to it, not the PKI)
+
+
+class NodeOutcomeStatus(StrEnum):
+    """How a node of a run of the upgrade record failed: its own step failed, or its agent put
+    its old files back (a rollback: the node runs what it ran before)."""
+
+    FAILED = "Failed"
+    ROLLED_BACK = "RolledBack"

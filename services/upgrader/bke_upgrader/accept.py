@@ -118,7 +118,7 @@ async def _start(up: Upgrades, run: UpgradeRun, plan: Plan, decided: Decided) ->
     """Claim the slot and store the run (the refusal, "" when started); its renders begun."""
 
     def refuse(cur: UpgradeRun | None) -> str:
-        if cur is not None and cur.status == "Running":
+        if cur is not None and cur.running:
             return f"upgrade {cur.request_id} of {run.cluster} is still running (step {cur.step_now().name if cur.step_now() else '-'})"
         return ""
 

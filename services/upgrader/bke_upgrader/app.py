@@ -1,19 +1,16 @@
-"""Upgrader wiring: the adapters each operation is given, and each operation's subscribers, the
-reconcile runners and the request/reply responders. No logic here (requests.py decides a request,
-bke.core.upgrade.run decides each pass, carriers.py carries each step)."""
+"""Upgrader wiring: the adapters each operation is given, and each operation's subscribers, its
+loop on a runner (ops/: each registers itself) and the request/reply responders. No logic here
+(requests.py decides a request, bke.core.upgrade.run decides each pass, carriers.py carries each step)."""
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from bke.adapters.bus import get_blob
-from bke.adapters.bus.handler import Out, typed
+from bke.adapters.bus.handler import typed
 from bke.adapters.bus.misaddressed import Misaddressed
 from bke.adapters.bus.other_incarnation import OtherIncarnation
-from bke.adapters.bus.responder import serve_requests
 from bke.adapters.bus.service import REDIS_PROBE_S, Service, make_service
 from bke.adapters.checksums import HttpRepoChecksums
 from bke.lab.standins.checksums import LabChecksums
@@ -24,20 +21,13 @@ from bke.lab.standins.manifests import LabManifests
 from bke.lab.standins.node_labels import LabNodes
 from bke.adapters.cluster_api.node_labels import NodeLabelsWork, NodeMarker
 from bke.contracts.agent import CommandResult
-from bke.contracts.apply import APPLY_CLUSTER, ApplyCluster
 from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CertsFailed, CertsIssued, CertsRenewed
 from bke.contracts.membership import JOIN_NODES_FINISHED, REMOVE_NODES_FINISHED, JoinNodesFinished, RemoveNodesFinished
-from bke.contracts.restore import RESTORE_ETCD, RESTORE_GET, RESTORE_PIECE
-from bke.contracts.upgrade import RETRY_UPGRADE, UPGRADE_CLUSTER, UPGRADE_GET, UpgradeCluster
-from bke.adapters.pausing import serve_pause
-from bke.adapters.state.pause import PauseFlags
 from bke.core.errors import TemporaryError
-from bke.core.etcdsnap.restore_run import is_restore_command
-from bke.adapters.etcdsnap.store import find_snapshot
 from bke.core.plan import Plan
-from bke.adapters.runner import Outcome, Runner
+from bke.adapters.operation import Operations
+from bke.adapters.runner import Outcome
 from bke.core.secrets import KeyringFile, box_for, keyring_for
-from bke.core.spec.limits import MAX_SPEC_BYTES
 from bke.core.secrets.snapshot_key import SnapshotKey, ensure_snapshot_key
 from bke.adapters.state import PlanCache, RedisPlanStore
 from bke.adapters.state.record_keys import RecordKeys
@@ -51,28 +41,25 @@ from bke.core.etcdsnap.restore_run import SLUG_PREFIX as RESTORE_SLUG_PREFIX
 from bke.core.upgrade.run import SLUG_PREFIX
 
 from .agent_release import ReleaseSource
-from .applies import Applies
 from .certs import UpgradeCerts
 from .membership import ApplyMembership
 from .drain import Drainer, KubernetesDrainer, LabDrainer
 from .facts import LiveFacts
 from .metrics import watch_metrics
 from .operation import Upgrades
+from .ops.deps import Deps
+from .ops.apply.wire import wire as wire_apply
+from .ops.restore.wire import wire as wire_restore
+from .ops.upgrade.wire import wire as wire_upgrade
 from .pages import upgrader_routes
 from .ports import ClusterApi, Commands, Records, RunSettings
 from .renders import Renders
-from .restore_pieces import PieceServer
-from .restore_store import RestoreStore
-from .restores import Restores, Snapshots
-from .retries import Retries
 from .settings import UpgraderSettings
 from .store import UpgradeStore
 
 __all__ = ["create_service"]
 
 log = logging.getLogger("bke.upgrader")
-GET_QUEUE = "upgrader-get"
-PIECE_QUEUE = "upgrader-restore-pieces"
 UPGRADE_MARK = ("/" + SLUG_PREFIX).encode()  # in every upgrade command id (bke.core.upgrade.run.step_slug)
 RESTORE_MARK = ("/" + RESTORE_SLUG_PREFIX).encode()  # in every restore command id (bke.core.etcdsnap.restore_run)
 
@@ -96,7 +83,7 @@ class _Snapshots:
         return self._recipient
 
     async def key(self) -> SnapshotKey:
-        """The private half: an etcd restore opens the stored snapshot with it (restore_pieces)."""
+        """The private half: an etcd restore opens the stored snapshot with it (ops/restore/pieces.py)."""
         if self._keys is None:
             self._keys = keyring_for("snapshot")
         return await ensure_snapshot_key(self.redis, etcd_snapshot_key(), self._keys.box())
@@ -146,26 +133,17 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     svc.http_routes += upgrader_routes(store)  # the dashboard: runs, steps, failures (live)
     snapshots = _Snapshots(svc, redis)
     upgrades = _upgrades(svc, settings, redis, store, plans, signing, snapshots)
-    # etcd disaster recovery (restores.py): the same store access, signing and lease as upgrades
-    restore_store = RestoreStore(redis)
-    pieces = PieceServer(restore_store, lambda: svc.nc.jetstream(), snapshots.key)
-    restores = Restores(restore_store, store, plans,
-                        Snapshots(lambda c, e, sid: find_snapshot(svc.nc.jetstream(), c, e, sid), snapshots.key, pieces),
-                        svc.publish, signing.sign, upgrades.settings)
-    runners = _runners(svc, redis, upgrades, restores)
+    deps = Deps(svc, redis, store, plans, signing.sign, upgrades.settings, snapshots.key)
+    # the operations on the one loop (ops/): the upgrade record's (an upgrade, a retry, a changed
+    # spec: one at a time per cluster, and refused while a restore runs), etcd disaster recovery
+    ops = Operations()
+    wire_upgrade(deps, ops, upgrades)
+    restores = wire_restore(deps, ops)
     serve_deleted(svc, redis, _now)  # a deleted cluster: this service's records go (bke.adapters.forgetting)
-
-    # the upgrade record's operations (a changed spec, an upgrade, a retry; one at a time per
-    # cluster, and refused while a restore runs), then the other services' answers to them
-    _serve_operations(svc, upgrades, plans, restore_store)
-    _serve_answers(svc, upgrades)
-    svc.work_subscriber(RESTORE_ETCD, "BKE_COMMANDS", "upgrader-restores", _answering(svc, restores.on_request_bytes),
-                        batch_size=4)
-    _serve_results(svc, upgrades, restores)
-    serve_requests(svc, UPGRADE_GET, GET_QUEUE, lambda subject, body: upgrades.answer_get(body))
-    serve_requests(svc, RESTORE_GET, GET_QUEUE, lambda subject, body: restores.answer_get(body))
-    serve_requests(svc, RESTORE_PIECE.format(cluster="*", node="*"), PIECE_QUEUE, pieces.answer_bytes)
-    _lifecycle(svc, redis, upgrades, restores, runners)
+    wire_apply(deps, upgrades, restores.store)
+    _serve_answers(svc, upgrades)  # the other services' answers to them
+    _serve_results(svc, ops)
+    _lifecycle(svc, redis, ops)
     return svc
 
 
@@ -218,44 +196,6 @@ def _cluster_api(settings: UpgraderSettings, redis: Any) -> tuple[Drainer, Any, 
     return KubernetesDrainer(applier.admin_kubeconfig), applier, KubernetesNodeMarker(applier)
 
 
-def _runners(svc: Service, redis: Any, upgrades: Upgrades, restores: Restores) -> tuple[Runner, Runner]:
-    """The reconcile loops (bke.adapters.runner) of the upgrade record and of the restore record."""
-    restore_runner = Runner(restores, debounce_s=0.05)
-    restores.kick = restore_runner.kick
-    # A short coalescing window: a pass reads one batch's answers (O(batch)), and an upgrade is
-    # ~40 batches in a row, each waiting out the window once after its last answer.
-    pause_flags = PauseFlags(redis, "upgrade")
-    runner = Runner(upgrades, debounce_s=0.05, paused=pause_flags.is_paused)
-    upgrades.kick = upgrades.certs.kick = upgrades.membership.kick = runner.kick
-    upgrades.kick_at_once = lambda cluster: runner.kick(cluster, at_once=True)
-    serve_pause(svc, pause_flags, [runner.kick], _now)
-    return runner, restore_runner
-
-
-def _answering(svc: Service, handle: Callable[[bytes], Awaitable[list[Out]]]) -> Callable[[bytes], Awaitable[None]]:
-    """A consumer whose handler reads the request's bytes itself (a rejection names each wrong
-    field): what it answers, published."""
-
-    async def work(body: bytes) -> None:
-        for out in await handle(body):
-            await svc.publish(out.message.to_bytes(), out.subject, {"Nats-Msg-Id": out.msg_id} if out.msg_id else {})
-
-    return work
-
-
-def _serve_operations(svc: Service, upgrades: Upgrades, plans: PlanCache, restore_store: RestoreStore) -> None:
-    # through `typed` like every consumer: the message's form is checked (bke.adapters.bus.message_version)
-    applies = Applies(upgrades, plans, restore_store, _now,
-                      lambda ref: get_blob(svc.nc.jetstream(), ref, limit=MAX_SPEC_BYTES))
-    svc.work_subscriber(APPLY_CLUSTER, "BKE_COMMANDS", "upgrader-applies",
-                        typed(ApplyCluster, applies.on_request, svc.publish, refuse=applies.refuse_bytes), batch_size=4)
-    svc.work_subscriber(UPGRADE_CLUSTER, "BKE_COMMANDS", "upgrader-requests",
-                        typed(UpgradeCluster, upgrades.on_request, svc.publish, refuse=upgrades.refuse_bytes),
-                        batch_size=16)
-    svc.work_subscriber(RETRY_UPGRADE, "BKE_COMMANDS", "upgrader-retries",
-                        _answering(svc, Retries(upgrades).on_retry_bytes), batch_size=16)
-
-
 def _serve_answers(svc: Service, upgrades: Upgrades) -> None:
     """The dispatcher's answers to a changed spec's removals and joins, and the certs service's
     to an upgrade's renewal or a changed spec's re-issue (others' are ignored)."""
@@ -271,13 +211,13 @@ def _serve_answers(svc: Service, upgrades: Upgrades) -> None:
         svc.work_subscriber(subject, "BKE_EVENTS", durable, typed(model, handler, svc.publish, svc.notify))
 
 
-def _serve_results(svc: Service, upgrades: Upgrades, restores: Restores) -> None:
+def _serve_results(svc: Service, ops: Operations) -> None:
     async def on_result(res: CommandResult) -> None:
-        if is_restore_command(res.command_id):
-            # believed by the upgrade's own rule (its node's subject, its accepted agent)
-            await restores.on_result(res, await upgrades.untrusted(res))
-        else:
-            await upgrades.on_result(res)
+        # the operation whose command it answers records it (by the slug of its command id);
+        # an answer to no command of this service's (an install's, a rotation's) is not ours
+        slug = res.command_id.split("/")[1:2]
+        if slug:
+            await ops.on_result(slug[0], res)
 
     def not_ours(body: bytes) -> bool:
         # Every agent result comes here (installs', rotations', health rounds': a 5,000-node
@@ -304,15 +244,14 @@ def _serve_results(svc: Service, upgrades: Upgrades, restores: Restores) -> None
                         handle_result("upgrader-result"))
 
 
-def _lifecycle(svc: Service, redis: Any, upgrades: Upgrades, restores: Restores, runners: tuple[Runner, Runner]) -> None:
+def _lifecycle(svc: Service, redis: Any, ops: Operations) -> None:
     """Once started, the running operations resume (waiting for Redis if it is away); at stop,
     the loops end before the store's client closes."""
     background: list[asyncio.Task] = []
     stopping: list[bool] = []
 
     async def _resume() -> None:
-        await svc.retry_while_store_away(upgrades.resume_all, lambda: bool(stopping), log)
-        await svc.retry_while_store_away(restores.resume_all, lambda: bool(stopping), log)
+        await svc.retry_while_store_away(ops.resume_all, lambda: bool(stopping), log)
 
     async def _started() -> None:
         background.append(asyncio.create_task(_resume(), name="upgrader:resume"))
@@ -320,8 +259,7 @@ def _lifecycle(svc: Service, redis: Any, upgrades: Upgrades, restores: Restores,
     async def _stopping() -> None:
         stopping.append(True)
         await cancel_and_wait(background, timeout=2 * REDIS_PROBE_S)
-        for runner in runners:
-            await runner.stop()
+        await ops.stop()
         await redis.aclose()
 
     svc.after_start.append(_started)

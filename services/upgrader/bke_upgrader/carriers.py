@@ -98,7 +98,7 @@ async def _waiting(c: Carry, asking: Awaitable[None], keep: bool = False) -> Non
     except TemporaryError:
         if keep:
             await c.up.store.save(c.run)
-        await c.up.changed(c.run)
+        await c.up.announce(c.run)
         raise
 
 

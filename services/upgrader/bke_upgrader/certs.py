@@ -35,6 +35,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from bke.contracts.statuses import RunStatus
 from bke.contracts.agent import NewFile
 from bke.contracts.certs import ISSUE_CERTS, RENEW_CERTS, CertsFailed, CertsIssued, CertsRenewed, IssueCerts, RenewCerts
 from bke.core.errors import TemporaryError
@@ -141,10 +142,10 @@ class UpgradeCerts:
     # the answers --------------------------------------------------------------
     async def _record(self, cluster: str, doc: dict[str, Any]) -> None:
         run = await self.store.load(cluster)
-        if run is None or run.status != "Running" or renewal_id(run.request_id) != doc["requestId"]:
+        if run is None or not run.running or renewal_id(run.request_id) != doc["requestId"]:
             return  # another upgrade's, or one that ended
         current = await self._answer(cluster)
-        if current is not None and current.get("requestId") == doc["requestId"] and current["status"] == "Failed":
+        if current is not None and current.get("requestId") == doc["requestId"] and current["status"] == RunStatus.FAILED:
             # the first failure of this renewal is its reason: a node that was not re-sealed is
             # reported before the `certs renewed` that follows, which must not hide it
             return
@@ -171,7 +172,7 @@ class UpgradeCerts:
         if ev.operation not in ("renewal", "install") or not ev.request_id.startswith("upgrade-"):
             return
         node = f"node {ev.node}: " if ev.node and ev.node not in ev.reason else ""
-        await self._record(ev.cluster, {"requestId": ev.request_id, "status": "Failed", "reason": node + ev.reason})
+        await self._record(ev.cluster, {"requestId": ev.request_id, "status": RunStatus.FAILED, "reason": node + ev.reason})
 
     # the node steps -------------------------------------------------------------
     async def files_for(self, run: UpgradeRun, step: str, group: str, hosts: list[str],

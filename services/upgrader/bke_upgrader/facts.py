@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from redis.asyncio import Redis
 
+from bke.contracts.statuses import OperationStatus
 from bke.contracts.expiration import EXPIRATION_GET, MAX_LIMIT, CertExpiration, GetExpiration, parse_expiration_reply
 from bke.contracts.status import STATUS_GET, ClusterStatus, GetStatus, StatusError, parse_status_reply
 from bke.core.errors import TemporaryError
@@ -50,7 +51,7 @@ class LiveFacts:
     async def gather(self, plan: Plan, status: ClusterStatus) -> Facts:
         now = self.now()
         healthy, why = True, ""
-        if status.status != "Succeeded":
+        if status.status != OperationStatus.SUCCEEDED:
             healthy, why = False, f"the install of {plan.cluster} is {status.status}"
         elif status.node_health.unhealthy:
             healthy = False

@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from bke.contracts.statuses import RunStatus
 from bke.contracts.membership import (
     JOIN_NODES, REMOVE_NODES, JoinNodes, JoinNodesFinished, MembershipEtcdJoin, MembershipRejoin, RemoveNodes, RemoveNodesFinished,
 )
@@ -80,7 +81,7 @@ class ApplyMembership:
         hosts = step.current()
         answer = await self._answer(run.cluster, rid)
         if answer is not None:
-            if answer["status"] == "Succeeded":
+            if answer["status"] == RunStatus.SUCCEEDED:
                 mark_local_batch(step)
                 self.deadline.next_batch(step)
                 log.info("%s: %s done", step.name, ", ".join(hosts[:10]), extra={"cluster": run.cluster,
@@ -122,7 +123,7 @@ class ApplyMembership:
     # the dispatcher's answers ------------------------------------------------------
     async def on_finished(self, ev: JoinNodesFinished | RemoveNodesFinished) -> None:
         run = await self.store.load(ev.cluster, fresh=True)
-        if run is None or run.status != "Running":
+        if run is None or not run.running:
             return  # another run's, or one that ended
         mine = {membership_request_id(run.request_id, s.name, s.group, b)
                 for s in run.steps if s.name in (JOIN_STEP, REMOVE_STEP) for b in range(len(s.batches))}

@@ -1,6 +1,7 @@
 """The upgrade, the adapters: requests in, node commands out, results folded, one pass at a time.
 
-Decisions are bke.core.upgrade's (requests: `decide_request`; the run: `bke.core.upgrade.run.decide`);
+Decisions are bke.core.upgrade's (requests: `decide_request`; the run: `bke.core.upgrade.run.decide`,
+read by the loop through ops/upgrade/decide.py);
 `Upgrades` holds what a run talks to (ports.py) and the state its parts share, and each part
 reads, writes and publishes around those decisions in the module named after it:
 
@@ -9,10 +10,11 @@ reads, writes and publishes around those decisions in the module named after it:
   (bke.adapters.state.operation_slot: one operation per cluster, refused naming the install,
   restore, rotation, reset... that runs);
 - results.py: `on_result` records an agent's answer to an upgrade command beside the run;
-- reconcile.py: `reconcile`, under the cluster's "upgrade" lease, folds the answers in and
-  carries out the next decision by its step's row of the carriers table (carriers.py: a local
-  step; batches.py: a drain, a batch of commands, an uncordon), then the end (stored_plan.py);
-  a pass that finds the run ended releases the slot.
+- the pass is the one loop's (bke.adapters.operation.OperationLoop, which `Upgrades` is):
+  under the cluster's "upgrade" lease it folds the answers in and carries out the next decision
+  by its step's row of the carriers table (carriers.py: a local step; batches.py: a drain, a
+  batch of commands, an uncordon), then the end (stored_plan.py); its hooks are ops/upgrade/run.py;
+  a pass that finds the run ended releases the slot, and `resume_all` wakes every run after a restart.
 
 Errors (bke.core.errors): a malformed request is answered `upgrade.rejected` naming its field; an
 outage or a dispatcher that does not answer yet is retried (TemporaryError); the run's record
@@ -27,43 +29,50 @@ import logging
 from collections.abc import Callable
 
 from bke.adapters.bus.handler import Out
-from bke.adapters.runner import Outcome
-from bke.adapters.state.operation_slot import operation_holder, release_operation, start_in_slot
+from bke.adapters.operation import OperationLoop
+from bke.adapters.state.operation_slot import operation_holder, start_in_slot
 from bke.adapters.state.operation_slot import refusal as slot_refusal
 from bke.contracts.agent import CommandResult
+from bke.contracts.base import Message
 from bke.contracts.upgrade import GetUpgrade, UpgradeChanged, UpgradeCluster, UpgradeView, upgrade_subject
+from bke.core.operation import Decision, Fail, Succeed, Wait
 from bke.core.plan import Plan
-from bke.core.state.schema import StoredVersionError
-from bke.core.upgrade.run import UpgradeRun
+from bke.core.upgrade.run import SLUG_PREFIX, UpgradeRun
 
 from .accept import accept_upgrade, refuse_upgrade_bytes
 from .certs import UpgradeCerts
 from .membership import ApplyMembership
+from .ops.upgrade import run as upgrade_pass
 from .ports import ClusterApi, Commands, Records, RunSettings
-from .reconcile import reconcile_upgrade
-from .results import record_result, untrusted_result
+from .results import record_result
+from .store import UpgradeStore
 from .views import answer_view, view
 
-__all__ = ["Upgrades", "slot_kind"]
+__all__ = ["LEASE", "Upgrades", "slot_kind"]
 
 log = logging.getLogger("bke.upgrader")
+LEASE = "upgrade"  # one operation's passes at a time per cluster (an etcd restore's too)
 
 
 def slot_kind(run: UpgradeRun) -> str:
-    """The operation-slot kind of a run of the upgrade record: a changed spec's run (applies.py)
+    """The operation-slot kind of a run of the upgrade record: a changed spec's run (ops/apply)
     holds the slot as an apply, so that a refusal names what runs."""
     return "apply" if run.is_apply else "upgrade"
 
 
-class Upgrades:
+class Upgrades(OperationLoop[UpgradeRun]):
+    store: UpgradeStore  # the record every part reads and writes
+
     def __init__(self, records: Records, commands: Commands, api: ClusterApi, settings: RunSettings, *,
                  certs: UpgradeCerts | None = None, membership: ApplyMembership | None = None):
+        # its commands are signed to bytes and sent by batches.py, with their bindings prefetched
+        super().__init__(records.store, commands.publish, settings.now, settings.owner, settings.lease_ms, None,
+                         sign=None, kind="upgrade", slug_prefix=SLUG_PREFIX, carriers=upgrade_pass.carriers(self),
+                         log=log, issuer="upgrader", lease=LEASE)
         self.records, self.commands, self.api, self.settings = records, commands, api, settings
-        self.store = records.store  # the record every part reads and writes
         # the conversations with the certs service and the dispatcher (their answers come to them)
         self.certs = certs or UpgradeCerts(records.store, commands.publish)
         self.membership = membership or ApplyMembership(records.store, commands.publish)
-        self.kick: Callable[[str], None] = lambda cluster: None
         # a kick that skips the runner's coalescing window (bke.adapters.runner): the answer that
         # completes the batch in flight has nothing left to coalesce with
         self.kick_at_once: Callable[[str], None] = lambda cluster: None
@@ -74,6 +83,7 @@ class Upgrades:
         # cluster -> (request, stored plan, old plan, target plan): the plans of the last pass
         # (targets.py), or those the request's checks placed (accept.py)
         self.targets: dict[str, tuple[str, Plan, Plan, Plan]] = {}
+        self.serving: dict[str, tuple[str, ...]] = {}  # cluster -> the batch the pass carries out now
 
     def ts(self) -> str:
         return self.settings.now().isoformat()
@@ -88,11 +98,31 @@ class Upgrades:
     async def on_result(self, res: CommandResult) -> None:
         await record_result(self, res)
 
-    async def untrusted(self, res: CommandResult) -> str:
-        return await untrusted_result(self, res)
+    # the loop's hooks (ops/upgrade/run.py) ------------------------------------------
+    async def folded(self, rec: UpgradeRun) -> bool:
+        return await upgrade_pass.folded(self, rec)
 
-    async def reconcile(self, cluster: str) -> Outcome:
-        return await reconcile_upgrade(self, cluster)
+    async def decider(self, rec: UpgradeRun) -> Callable[[UpgradeRun], Decision]:
+        return await upgrade_pass.decider(self, rec)
+
+    def changed(self, rec: UpgradeRun, at: str) -> tuple[Message, str]:
+        """The whole view, to whoever follows the run."""
+        return UpgradeChanged(cluster=rec.cluster, at=at, upgrade=view(rec)), upgrade_subject(rec.cluster)
+
+    def slot_kind(self, rec: UpgradeRun) -> str:
+        return slot_kind(rec)
+
+    def waited(self, rec: UpgradeRun, wait: Wait) -> bool:
+        return upgrade_pass.waited(self, rec, wait)
+
+    async def ending(self, rec: UpgradeRun, end: Succeed | Fail) -> None:
+        await upgrade_pass.ending(self, rec, end)
+
+    def failure(self, rec: UpgradeRun, exc: Exception) -> Fail:
+        return upgrade_pass.failure(self, rec, exc)
+
+    async def save(self, rec: UpgradeRun) -> None:
+        await upgrade_pass.save(self, rec)
 
     # shared by the operations of the upgrade record (upgrade, retry, apply) ---------
     async def busy(self, cluster: str, kind: str, request_id: str) -> str:
@@ -107,39 +137,14 @@ class Upgrades:
         """Claim the cluster's operation slot for `run`, then store it: the refusal ("" when
         started). The claim is the one atomic step between kinds (an upgrade, a restore, a
         rotation, a reset...); the record's own WATCH check stays, for an upgrade record left
-        Running without a claim (written before the slot existed)."""
+        Running without a claim (written before the slot existed). The caller answers and
+        announces it (its accepted answer first)."""
         return await start_in_slot(self.store.r, run.cluster, slot_kind(run), run.request_id, self.ts(),
                                    lambda: self.store.start(run, refuse))
-
-    async def release_if_over(self, cluster: str) -> None:
-        """Free the slot of the cluster's last upgrade if it has ended (idempotent: every end,
-        and every resume, so that a crash between the end and the release heals)."""
-        try:
-            run = await self.store.load(cluster)
-        except StoredVersionError:
-            return
-        if run is not None and run.status != "Running":
-            await release_operation(self.store.r, cluster, slot_kind(run), run.request_id)
 
     async def plan_digest(self, cluster: str) -> str:
         meta = await self.records.plan_store.meta(cluster)
         return meta.digest if meta else ""
-
-    async def changed(self, run: UpgradeRun) -> None:
-        """The whole view, to whoever follows the run."""
-        ev = UpgradeChanged(cluster=run.cluster, at=self.ts(), upgrade=view(run))
-        await self.commands.publish(ev.to_bytes(), upgrade_subject(run.cluster), {})
-
-    async def resume_all(self) -> list[str]:
-        resumed = []
-        for cluster in await self.store.clusters():
-            run = await self.store.load(cluster)
-            if run is not None and run.status == "Running":
-                self.kick(cluster)
-                resumed.append(cluster)
-            else:
-                await self.release_if_over(cluster)
-        return resumed
 
     async def view_of(self, cluster: str) -> UpgradeView | None:
         run = await self.store.load(cluster, fresh=True)

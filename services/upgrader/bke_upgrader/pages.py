@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from bke.contracts.statuses import RunStatus
 from bke.adapters.http.page import Markup, layout, link, poll_script, table, text
 from bke.core.upgrade.run import UpgradeRun
 
@@ -22,7 +23,7 @@ from .store import UpgradeStore
 
 __all__ = ["run_fragment", "runs_fragment", "upgrader_routes"]
 
-_CLASS = {"Succeeded": "ok", "Failed": "bad", "Running": "run", "Skipped": "dim"}
+_CLASS = {RunStatus.SUCCEEDED: "ok", RunStatus.FAILED: "bad", RunStatus.RUNNING: "run", RunStatus.SKIPPED: "dim"}
 
 
 def _versions(v: dict[str, str]) -> str:
@@ -38,7 +39,7 @@ def runs_fragment(runs: list[UpgradeRun]) -> Markup:
     for run in runs:
         now = run.step_now()
         rows.append([link(_href(run.cluster), run.cluster), run.request_id, run.status, _versions(run.current),
-                     _versions(run.target), now.name if now and run.status == "Running" else "",
+                     _versions(run.target), now.name if now and run.running else "",
                      f"{progress_ratio(run) * 100:.0f}%", run.started_at, run.finished_at, run.message])
     if not rows:
         return Markup("<p>No upgrade was ever requested.</p>")

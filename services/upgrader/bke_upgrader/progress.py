@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+from bke.contracts.statuses import OperationStatus, RunStatus
 from bke.core.upgrade.run import UpgradeRun
 
 __all__ = ["NODE_STATES", "node_states", "progress_ratio"]
 
 NODE_STATES = ("Pending", "Upgrading", "Upgraded", "Failed", "RolledBack", "LeftOut")
-_PAST = ("Succeeded", "Skipped")
+_PAST = (RunStatus.SUCCEEDED, RunStatus.SKIPPED)
 
 
 def node_states(run: UpgradeRun) -> dict[str, int]:
@@ -38,14 +39,14 @@ def node_states(run: UpgradeRun) -> dict[str, int]:
                 held[host] += 1
                 if step.status in _PAST or i < step.batch:
                     past[host] += 1
-                elif i == step.batch and step.status == "Running":
+                elif i == step.batch and step.status == RunStatus.RUNNING:
                     busy.add(host)
     states: Counter[str] = Counter({s: 0 for s in NODE_STATES})
     failed = {f.hostname: f.status for f in run.failed}
     for host in held:
         if host in failed:
             states[failed[host]] += 1
-        elif run.status == "Succeeded" or past[host] == held[host]:
+        elif run.status == OperationStatus.SUCCEEDED or past[host] == held[host]:
             states["Upgraded"] += 1
         elif host in busy or past[host]:
             states["Upgrading"] += 1
@@ -56,7 +57,7 @@ def node_states(run: UpgradeRun) -> dict[str, int]:
 
 
 def progress_ratio(run: UpgradeRun) -> float:
-    if run.status == "Succeeded":
+    if run.status == OperationStatus.SUCCEEDED:
         return 1.0
     units = done = 0
     for step in run.steps:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from bke.adapters.state.keys.plan import plan_meta_key
 from bke.adapters.state.keys.dispatcher import accepted_agents_key
+from bke.contracts.statuses import RunStatus
 from bke.adapters.state.plans import INCARNATION_READ, incarnation_of
 from bke.contracts.agent import CommandResult
 from bke.core.secrets.binding import result_refusal
@@ -23,6 +24,7 @@ from bke.core.upgrade.run import is_upgrade_command
 
 if TYPE_CHECKING:
     from .operation import Upgrades
+    from .store import UpgradeStore
 
 __all__ = ["misrouted", "record_result", "untrusted_result"]
 
@@ -34,7 +36,7 @@ async def record_result(up: Upgrades, res: CommandResult) -> None:
         return  # an install's, a rotation's or a health round's: the dispatcher's
     why = misrouted(res)
     if not why:
-        failed = next((s for s in res.steps if s.status == "Failed"), None)
+        failed = next((s for s in res.steps if s.status == RunStatus.FAILED), None)
         step = failed.id if failed else ""
         stderr = (failed.stderr or failed.stdout) if failed else ""
         # the accepted-agent check and the write in one round trip (15,000 results at 5,000 nodes)
@@ -61,15 +63,15 @@ def misrouted(res: CommandResult) -> str:
     return ""
 
 
-async def untrusted_result(up: Upgrades, res: CommandResult) -> str:
-    """The same rule for a result of the upgrader's other operation (an etcd restore), which
-    records its answers itself: why it is not believed ("" if it is). A result that answers
+async def untrusted_result(store: UpgradeStore, res: CommandResult) -> str:
+    """The same rule for a result of the upgrader's other operation (an etcd restore: its loop's
+    `on_result`, bke_upgrader.ops.restore), with the upgrade's `store`: why it is not believed ("" if it is). A result that answers
     a command of another incarnation of its cluster is not either (counted, as
     `UpgradeStore.record_if_accepted` counts an upgrade's)."""
     why = misrouted(res)
     if why:
         return why
-    async with up.store.r.pipeline(transaction=False) as pipe:
+    async with store.r.pipeline(transaction=False) as pipe:
         pipe.hget(accepted_agents_key(res.cluster), res.node)
         if res.incarnation is not None:  # an answer to a bound command: of the cluster's current incarnation?
             pipe.hmget(plan_meta_key(res.cluster), INCARNATION_READ)
@@ -81,5 +83,5 @@ async def untrusted_result(up: Upgrades, res: CommandResult) -> str:
         return f"agent {res.agent_id} is not the node's accepted agent"
     why = result_refusal(res.incarnation, incarnation_of(meta[0])) if meta else None
     if why:
-        up.store.other_incarnation.dropped(res, why, log_it=False)  # its caller logs what it drops
+        store.other_incarnation.dropped(res, why, log_it=False)  # its caller logs what it drops
     return why or ""

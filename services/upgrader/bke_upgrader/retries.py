@@ -79,7 +79,7 @@ class Retries:
                         plan_digest=await self.up.plan_digest(req.cluster))
 
         def refuse(cur: UpgradeRun | None) -> str:
-            if cur is not None and cur.status == "Running":
+            if cur is not None and cur.running:
                 return f"upgrade {cur.request_id} of {req.cluster} is still running"
             if cur is not None and cur.request_id != last.request_id:
                 return f"upgrade {cur.request_id} of {req.cluster} started meanwhile: retry again"

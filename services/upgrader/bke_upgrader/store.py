@@ -26,6 +26,7 @@ from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from bke.adapters.bus.other_incarnation import OtherIncarnation
+from bke.adapters.operation import RecordStore
 from bke.contracts.agent import CommandResult
 from bke.core.errors import TemporaryError
 from bke.core.secrets.binding import result_refusal
@@ -48,8 +49,12 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else v
 
 
-class UpgradeStore:
+class UpgradeStore(RecordStore[UpgradeRun]):
+    """The one loop's store of the upgrade record (bke.adapters.operation.RecordStore), which reads
+    its answers by batch and keeps the record object it saved last."""
+
     def __init__(self, redis: Redis, other_incarnation: OtherIncarnation | None = None):
+        super().__init__(redis, UpgradeRun.from_json, upgrade_key, upgrade_results_key, upgrades_index())
         self.r = redis
         # answers to a command of another incarnation of their cluster (bke.adapters.bus.other_incarnation)
         self.other_incarnation = other_incarnation or OtherIncarnation(None, "upgrader")
@@ -84,10 +89,11 @@ class UpgradeStore:
     def forget(self, cluster: str) -> None:
         self._runs.pop(cluster, None)
 
-    async def save(self, run: UpgradeRun) -> None:
+    async def save(self, run: UpgradeRun) -> bool:
         text = run.to_json()
         await self.r.set(upgrade_key(run.cluster), text)
         self._runs[run.cluster] = (text, run)
+        return True
 
     async def save_end(self, run: UpgradeRun, nodes: dict[str, NodeVersion]) -> None:
         """The finished run and its nodes' versions, in one transaction: a crash never leaves
@@ -110,20 +116,14 @@ class UpgradeStore:
 
     async def start(self, run: UpgradeRun, check: Callable[[UpgradeRun | None], str]) -> str:
         """Store `run` unless `check(current)` refuses; the refusal ("" when stored). Atomic
-        against another replica starting an upgrade of the same cluster at the same time."""
-
-        def write(pipe: Any) -> None:
-            pipe.set(upgrade_key(run.cluster), run.to_json())
-            pipe.delete(upgrade_results_key(run.cluster))
-            pipe.sadd(upgrades_index(), run.cluster)
-
+        against another replica starting an upgrade of the same cluster at the same time; what
+        is known here of the last run goes."""
         self.forget(run.cluster)
         self._local.pop(run.cluster, None)
         self._read_at.pop(run.cluster, None)
-        return await write_unless(self.r, upgrade_key(run.cluster),
-                                  lambda raw: check(None if raw is None else UpgradeRun.from_json(raw)), write)
+        return await super().start(run, check)
 
-    async def record_result(self, res: CommandResult, step: str, stderr: str) -> None:
+    async def record_result(self, res: CommandResult, step: str = "", stderr: str = "") -> None:
         doc = json.dumps({"status": res.status, "step": step, "stderr": stderr, "agentVersion": res.agent_version})
         await self.r.hset(upgrade_results_key(res.cluster), res.command_id, doc)
 
@@ -200,7 +200,8 @@ class UpgradeStore:
                     continue
         raise TemporaryError(f"the accepted agents of {cluster} kept changing while results were recorded", delay=1.0)
 
-    async def results(self, cluster: str, command_ids: list[str], read_every_s: float = 0.0) -> dict[str, dict[str, str]]:
+    async def results(  # type: ignore[override]  # by batch (the loop's `folded`), never the whole hash
+            self, cluster: str, command_ids: list[str], read_every_s: float = 0.0) -> dict[str, dict[str, str]]:
         """The recorded answers among `command_ids` (a batch's: never the whole hash, which
         holds every answer of the run, 15,000 at 5,000 nodes, and is read on every pass).
         Answers this process recorded are known without asking; Redis is asked for the others
@@ -226,5 +227,3 @@ class UpgradeStore:
         local = self._local.get(cluster, {})
         return {k for k in command_ids if k not in local}
 
-    async def clusters(self) -> list[str]:
-        return sorted(_s(c) for c in await self.r.smembers(upgrades_index()))

@@ -3,7 +3,8 @@ from), and the renderer is asked to store that plan's files (what a later `bke r
 replacement sends).
 
     succeed(run, new)        an upgrade's plan stored; a retry's only when it completes the plan;
-                             a changed spec's (swapped in already by a join, or now)
+                             a changed spec's (swapped in already by a join, or now); then the
+                             loop ends the run Succeeded (ops/upgrade/run.py `ending`)
     store_plan(run, new)     a changed spec's plan in place of the one its run started from (a
                              join and the certificates' re-issue need it stored before the end)
     unswap(run)              a changed spec's run that failed: the plan it started from back
@@ -19,7 +20,7 @@ from bke.adapters.state.keys.upgrader import upgrade_results_key
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
 from bke.core.errors import PermanentError, TemporaryError
 from bke.core.plan import Plan
-from bke.core.upgrade.run import UpgradeRun, finish
+from bke.core.upgrade.run import UpgradeRun
 from bke.core.upgrade.run_request import ApplyRequest, UpgradeRequest
 
 from .targets import BASE_PLAN_FIELD, runs_at
@@ -34,13 +35,11 @@ log = logging.getLogger("bke.upgrader")
 
 async def succeed(up: Upgrades, run: UpgradeRun, new: Plan) -> None:
     if run.retry_of and not await _retry_completes_plan(up, run, new):
-        finish(run, True, up.ts())
         log.info("upgrade retry succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
         return
     if run.is_apply:  # its plan replaces the one the run started from
         await store_plan(up, run, new, keep_base=False)
         await _render_files(up, run, "apply")
-        finish(run, True, up.ts())
         log.info("apply succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
         return
     pj = new.to_json()
@@ -48,7 +47,6 @@ async def succeed(up: Upgrades, run: UpgradeRun, new: Plan) -> None:
     if not stored and (await up.records.plans.load(run.cluster)).kubernetes_version != new.kubernetes_version:
         raise TemporaryError("the stored plan changed during the upgrade; not replaced", delay=5.0)
     await _render_files(up, run, "upgrade")
-    finish(run, True, up.ts())
     log.info("upgrade succeeded", extra={"cluster": run.cluster, "request_id": run.request_id})
 
 

@@ -9,7 +9,9 @@ from typing import Protocol
 from bke.adapters.runner import Outcome, Runner
 from bke.contracts.agent import CommandResult
 
-__all__ = ["Driven", "Operations"]
+__all__ = ["DEBOUNCE_S", "Driven", "Operations"]
+
+DEBOUNCE_S = 0.2  # the Runner's own default
 
 
 class Driven(Protocol):
@@ -31,10 +33,12 @@ class Operations:
         self._driven: list[tuple[Driven, Runner]] = []
         self._held: list[Callable[[str], None]] = []  # the kicks of the operations a pause holds
 
-    def drive(self, loop: Driven, paused: Callable[[str], Awaitable[bool]] | None = None) -> Runner:
+    def drive(self, loop: Driven, paused: Callable[[str], Awaitable[bool]] | None = None,
+              debounce_s: float = DEBOUNCE_S) -> Runner:
         """Run `loop` on a Runner of its own; `paused`: asked before every pass (a paused cluster
-        takes no new step), None for an operation a pause does not hold."""
-        runner = Runner(loop, paused=paused)
+        takes no new step), None for an operation a pause does not hold; `debounce_s`: the
+        runner's coalescing window (bke.adapters.runner)."""
+        runner = Runner(loop, paused=paused, debounce_s=debounce_s)
         loop.kick = runner.kick
         self._driven.append((loop, runner))
         if paused is not None:

@@ -5,13 +5,14 @@ One pass (`reconcile`, called by bke.adapters.runner.Runner), top to bottom, eac
 early:
 
     1. the operation's lease, or wait: of several replicas one moves a cluster's operation on
-    2. no record: done
+    2. no record: done; a record in a form this code must not read: failed (no pass can succeed)
     3. a record that ended: its operation slot released (again: idempotent), its end announced
        if it was not yet (a crash between the two heals here), done
     4. the answers recorded since the last pass folded in
     5. decide, carry the decision out through the carriers' table, decide again, until a Wait,
        Succeed or Fail (a carrier may answer one itself: a Node not there yet, an API that refused)
-    6. on Succeed or Fail the record ends; saved if anything changed
+    6. on Succeed or Fail the operation's `ending` work, then the record ends (also on an error of
+       4 to 6 the operation's `failure` ends it with); saved if anything changed
     7. an ended operation's slot released before anything announces it: whoever sees the end may
        start the next operation at once
     8. `changed` published if anything changed; an end announced once (the operation's own event)
@@ -20,8 +21,9 @@ early:
 `on_result` records an agent's answer beside the record and kicks the loop; `resume_all` after a
 restart kicks every cluster whose operation runs or whose end is not announced yet; `begin`
 starts a record inside the cluster's operation slot. Errors propagate to the Runner, which
-retries: nothing is saved of a pass that raised, and every carrier is safe to repeat (commands
-keep their ids, JetStream drops a duplicate).
+retries (unless the operation's `failure` ends it on them): nothing is saved of a pass that
+raised (the store forgets the record object it keeps), and every carrier is safe to repeat
+(commands keep their ids, JetStream drops a duplicate).
 """
 from __future__ import annotations
 
@@ -38,13 +40,14 @@ from bke.adapters.state.lease import claim_lease, release_lease
 from bke.adapters.state.operation_slot import release_operation, start_in_slot
 from bke.contracts.agent import AgentCommand, CommandResult, Step, agent_subject
 from bke.contracts.base import Message
-from bke.core.operation import Act, Answers, Decision, Fail, OperationRecord, OperationStatus, RunLocally, Send, Succeed, Wait
+from bke.core.state.schema import StoredVersionError
+from bke.core.operation import Act, Answers, Decision, Fail, OperationStatus, Record, RunLocally, Send, Succeed, Wait
 
 from .store import RecordStore
 
 __all__ = ["Carrier", "EndEvent", "OperationLoop", "Publish"]
 
-R = TypeVar("R", bound=OperationRecord)
+R = TypeVar("R", bound=Record)
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 # Carries a Send or RunLocally out on the record (marking what it sent); None to decide again,
 # or what came of it instead (a Wait: not yet; a Fail: refused for good).
@@ -67,19 +70,25 @@ class OperationLoop(ABC, Generic[R]):
     """The loop of one kind of operation; the operation subclasses it with its hooks."""
 
     def __init__(self, store: RecordStore[R], publish: Publish, now: Callable[[], datetime], owner: str,
-                 lease_ms: int, kick: Callable[[str], None] | None, *, sign: Sign, kind: str, slug_prefix: str,
-                 carriers: Mapping[str, Carrier[R]], log: logging.Logger | None = None):
+                 lease_ms: int, kick: Callable[[str], None] | None, *, sign: Sign | None, kind: str, slug_prefix: str,
+                 carriers: Mapping[str, Carrier[R]], log: logging.Logger | None = None, issuer: str = "dispatcher",
+                 lease: str = "") -> None:
         self.store, self.publish, self.now, self.owner, self.lease_ms = store, publish, now, owner, lease_ms
-        self.sign = sign  # every command is signed (bke.adapters.state.command_signing)
+        # every command is signed (bke.adapters.state.command_signing), naming the service that sends it;
+        # None: the operation sends its commands its own way (the upgrade's batches, signed to bytes)
+        self.sign, self.issuer = sign, issuer
         self.kick: Callable[[str], None] = kick or (lambda cluster: None)
-        # kind: the lease's name, the slot's kind unless `slot_kind` says otherwise, and the logs'
+        # kind: the slot's kind unless `slot_kind` says otherwise, the logs', and the lease's name
+        # unless `lease` names another (the upgrader's operations share the "upgrade" lease)
         self.kind, self.slug_prefix, self.carriers = kind, slug_prefix, carriers
+        self.lease = lease or kind
         self.log = log or logging.getLogger(f"bke.operation.{kind}")
 
     # the operation's hooks -------------------------------------------------------------
-    @abstractmethod
     def fold(self, rec: R, answers: Answers) -> bool:
-        """The answers into the record (pure); whether it changed."""
+        """The answers into the record (pure); whether it changed. An operation that reads its
+        answers its own way gives `folded` instead."""
+        raise NotImplementedError(f"{self.kind}: neither fold nor folded given")
 
     @abstractmethod
     async def decider(self, rec: R) -> Callable[[R], Decision]:
@@ -93,9 +102,29 @@ class OperationLoop(ABC, Generic[R]):
         """The record's kind in the cluster's operation slot (bke.adapters.state.operation_slot)."""
         return self.kind
 
+    async def folded(self, rec: R) -> bool:
+        """The answers recorded since the last pass folded into the record; whether it changed.
+        An operation that reads its answers its own way (the upgrade: only its batch's, most of
+        them known without asking Redis) says so here."""
+        return self.fold(rec, await self.store.results(rec.cluster))
+
+    async def save(self, rec: R) -> None:
+        """Keep the record as the pass left it (an operation may keep more with its end)."""
+        await self.store.save(rec)
+
+    def failure(self, rec: R, exc: Exception) -> Fail:
+        """What an error of a pass ends the operation with. By default it ends nothing: it
+        propagates, and the Runner tries the pass again. An operation whose error would only
+        repeat (the upgrade's PermanentError, a bug) ends Failed naming it instead."""
+        raise exc
+
     def waited(self, rec: R, wait: Wait) -> bool:
         """Note a wait in the record (what it waits for); whether it changed."""
         return False
+
+    async def ending(self, rec: R, end: Succeed | Fail) -> None:
+        """What the operation does as its record ends, before the end is recorded (a restore's
+        sealed copy of its snapshot goes)."""
 
     def end_event(self, rec: R) -> EndEvent | None:
         """An ended record's own end event (beyond `changed`) while it has not gone out; None
@@ -120,37 +149,33 @@ class OperationLoop(ABC, Generic[R]):
     async def reconcile(self, cluster: str) -> Outcome:
         # 1. the operation's lease: of several replicas, one moves the cluster's operation on
         redis = self.store.redis
-        if not await claim_lease(redis, cluster, self.kind, self.owner, self.lease_ms):
-            return Outcome("wait", delay=LEASE_BUSY_S, reason=f"another replica holds the {self.kind} lease")
+        if not await claim_lease(redis, cluster, self.lease, self.owner, self.lease_ms):
+            return Outcome("wait", delay=LEASE_BUSY_S, reason=f"another replica holds the {self.lease} lease")
         try:
             return await self._pass(cluster)
+        except BaseException:
+            self.store.forget(cluster)  # the record object it keeps may hold facts that were not saved
+            raise
         finally:
-            await release_lease(redis, cluster, self.kind, self.owner)
+            await release_lease(redis, cluster, self.lease, self.owner)
 
     async def _pass(self, cluster: str) -> Outcome:
-        # 2. no record: nothing to do
-        rec = await self.store.load(cluster)
+        # 2. no record: nothing to do; a record this code must not read: no pass can succeed
+        try:
+            rec = await self.store.load(cluster)
+        except StoredVersionError as exc:
+            self.log.error("%s record unreadable: %s", self.kind, exc, extra={"cluster": cluster})
+            return Outcome("failed", reason=str(exc))
         if rec is None:
             return DONE
         # 3. ended before: its slot released again, its end announced if it was not
         if not rec.running:
             await self._ended(rec)
             return DONE
-        # 4-5. the answers folded in; decided and carried out until it waits or ends
-        changed = self.fold(rec, await self.store.results(cluster))
-        carried, last = await self._decide(rec)
-        changed |= carried
-        # 6. a wait noted, or the end recorded
-        if isinstance(last, Wait):
-            changed |= self.waited(rec, last)
-        else:
-            rec.finish(OperationStatus.SUCCEEDED if isinstance(last, Succeed) else OperationStatus.FAILED,
-                       last.reason, self._ts())
-            changed = True
-            self.log.info("%s %s %s", self.kind, rec.status, last.reason,
-                          extra={"cluster": cluster, "request_id": rec.request_id})
+        # 4-6. the answers folded in, decided and carried out until it waits or ends, the end recorded
+        changed, last = await self._move(rec)
         if changed:
-            await self.store.save(rec)
+            await self.save(rec)
         # 7-8. the slot freed before anything announces the end
         if not rec.running:
             await self._release(rec)
@@ -162,6 +187,23 @@ class OperationLoop(ABC, Generic[R]):
         if isinstance(last, Fail):
             return Outcome("failed", reason=rec.message, node=last.node or None)
         return DONE if isinstance(last, Succeed) else Outcome("wait", delay=last.delay, reason=last.reason)
+
+    async def _move(self, rec: R) -> tuple[bool, Ending]:
+        """Steps 4 to 6 of a pass: whether the record changed, and the decision that ended the pass."""
+        try:
+            changed = await self.folded(rec)
+            carried, last = await self._decide(rec)
+            changed |= carried
+            if isinstance(last, Wait):
+                return changed | self.waited(rec, last), last
+            await self.ending(rec, last)
+        except Exception as exc:  # noqa: BLE001 - `failure` says whether it ends the operation
+            last = self.failure(rec, exc)
+        rec.finish(OperationStatus.SUCCEEDED if isinstance(last, Succeed) else OperationStatus.FAILED,
+                   last.reason, self._ts())
+        self.log.info("%s %s %s", self.kind, rec.status, last.reason,
+                      extra={"cluster": rec.cluster, "request_id": rec.request_id})
+        return True, last
 
     async def _decide(self, rec: R) -> tuple[bool, Ending]:
         """Decide and carry out until the operation waits or ends: whether anything was carried
@@ -199,12 +241,15 @@ class OperationLoop(ABC, Generic[R]):
         ev, subject = self.changed(rec, self._ts())
         await self.publish(ev.to_bytes(), subject, {})
 
-    async def send_command(self, cluster: str, node: str, command_id: str, phase: str, steps: list[Step]) -> None:
+    async def send_command(self, cluster: str, node: str, command_id: str, phase: str, steps: list[Step],
+                           expires_at: str = "") -> None:
         """Sign one command and publish it to the node's agent. The caller marks it sent after:
         a crash in between publishes the same id again, which JetStream drops and an agent that
-        completed it only replays."""
+        completed it only replays. `expires_at`: when an agent no longer runs it ("" never)."""
+        assert self.sign is not None, f"{self.kind} sends its commands its own way"
         cmd = await self.sign(AgentCommand(command_id=command_id, cluster=cluster, node=node, phase=phase,
-                                           issued_at=self._ts(), steps=steps))
+                                           issued_at=self._ts(), steps=steps, issuer=self.issuer,
+                                           expires_at=expires_at))
         await self.publish(cmd.to_bytes(), agent_subject(cluster, node, "command"), {"Nats-Msg-Id": command_id})
 
     async def begin(self, rec: R, check: Callable[[R | None], str], part_of: str = "") -> str:

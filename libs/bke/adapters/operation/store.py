@@ -18,13 +18,13 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from bke.contracts.agent import CommandResult
-from bke.core.operation import INPUT_PREFIX, Answer, Answers, OperationRecord, ServiceAnswer
+from bke.core.operation import INPUT_PREFIX, Answer, Answers, Record, ServiceAnswer
 from bke.core.state.schema import StoredVersionTooNew, StoredVersionTooOld, record_kind
 from bke.adapters.state.exclusive import write_unless
 
 __all__ = ["RecordStore"]
 
-R = TypeVar("R", bound=OperationRecord)
+R = TypeVar("R", bound=Record)
 
 
 def _s(v: str | bytes) -> str:
@@ -39,6 +39,10 @@ class RecordStore(Generic[R]):
     async def load(self, cluster: str) -> R | None:
         raw = await self.redis.get(self.key(cluster))
         return None if raw is None else self.parse(raw)
+
+    def forget(self, cluster: str) -> None:
+        """Drop what is kept here of the cluster's record (nothing: a store that keeps the object
+        it saved last, the upgrade's, drops it after a pass that raised)."""
 
     async def load_judged(self, cluster: str) -> tuple[R | None, str]:
         """The record a request is judged against, or why it cannot be read (then None): a form

@@ -7,6 +7,9 @@ no member is started and waited for alone). No Redis, no bus, no clock here.
 
     decide(run) -> local(stage) | send(stage, hosts) | wait | succeed | fail(reason)
 
+The upgrader's loop of it (bke_upgrader.ops.restore, on bke.adapters.operation) reads these
+decisions through a thin mapping to the shared ones (bke.core.operation).
+
 Why it is safe to re-run after a crash at any point: a stage's commands have fixed ids (the
 restore, the stage and the host: `restore_command_id`), so a stage sent twice is one command per
 node (JetStream drops the duplicate publish; an agent that completed it replays its result);
@@ -23,15 +26,17 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Mapping
 
+from bke.contracts.statuses import OperationStatus, RunStatus
 from bke.core.state.schema import check_readable
 from .restore import STAGES, RestorePlan
 
-__all__ = ["RestoreDecision", "RestoreRun", "StageRun", "awaited_ids", "decide", "finish", "fold_results",
+__all__ = ["RestoreDecision", "RestoreRun", "StageRun", "awaited_ids", "decide", "fold_results",
            "is_restore_command", "mark_local", "mark_sent", "new_run", "restore_command_id"]
 
 SLUG_PREFIX = "restore@"
 STDERR_KEEP = 2000
-Status = Literal["Pending", "Running", "Succeeded", "Failed"]
+# a stage not done yet: the one the restore is at (bke.contracts.statuses: the JSON keeps the strings)
+_OPEN = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.FAILED)
 
 
 def restore_command_id(cluster: str, restore_id: str, stage: str, host: str) -> str:
@@ -48,9 +53,12 @@ def is_restore_command(command_id: str) -> bool:
 class StageRun:
     name: str
     nodes: list[str]
-    status: Status = "Pending"
+    status: RunStatus = RunStatus.PENDING
     sent_at: float = 0.0
     done: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.status = RunStatus(self.status)  # read back from JSON as a plain string
 
 
 @dataclass
@@ -63,14 +71,29 @@ class RestoreRun:
     size: int
     started_at: str
     stages: list[StageRun]
-    status: Status = "Running"
+    status: OperationStatus = OperationStatus.RUNNING
     finished_at: str = ""
     message: str = ""
     failed: list[dict[str, str]] = field(default_factory=list)  # hostname, stage, failedStep, stderr
     schema_version: int = 1  # bke.core.state.schema RECORDS "etcd-restore"
 
+    def __post_init__(self) -> None:
+        self.status = OperationStatus(self.status)
+
+    @property
+    def request_id(self) -> str:
+        """The restore's request id, by the operations' common name (bke.core.operation.Record)."""
+        return self.restore_id
+
+    @property
+    def running(self) -> bool:
+        return self.status == OperationStatus.RUNNING
+
+    def finish(self, status: OperationStatus, reason: str, at: str) -> None:
+        self.status, self.message, self.finished_at = status, reason, at
+
     def stage_now(self) -> StageRun | None:
-        return next((s for s in self.stages if s.status in ("Pending", "Running", "Failed")), None)
+        return next((s for s in self.stages if s.status in _OPEN), None)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -103,7 +126,7 @@ def _local(stage: StageRun) -> bool:
 def awaited_ids(run: RestoreRun) -> list[str]:
     """The command ids whose answers the running stage waits for."""
     st = run.stage_now()
-    if st is None or st.status != "Running":
+    if st is None or st.status != RunStatus.RUNNING:
         return []
     return [restore_command_id(run.cluster, run.restore_id, st.name, h) for h in st.nodes if h not in st.done]
 
@@ -113,7 +136,7 @@ def fold_results(run: RestoreRun, answers: Mapping[str, Mapping[str, str]], now:
     has not answered `deadline_s` after the stage was sent fails it (a dead agent must not hold
     a cluster without its apiservers forever without saying so)."""
     st = run.stage_now()
-    if st is None or st.status != "Running" or run.status != "Running":
+    if st is None or st.status != RunStatus.RUNNING or not run.running:
         return False
     changed = False
     for host in st.nodes:
@@ -124,7 +147,7 @@ def fold_results(run: RestoreRun, answers: Mapping[str, Mapping[str, str]], now:
             continue
         st.done.append(host)
         changed = True
-        if ans.get("status") != "Succeeded":
+        if ans.get("status") != RunStatus.SUCCEEDED:
             run.failed.append({"hostname": host, "stage": st.name, "failedStep": ans.get("step", ""),
                                "stderr": str(ans.get("stderr", ""))[-STDERR_KEEP:]})
     if len(st.done) < len(st.nodes) and st.sent_at and now - st.sent_at > deadline_s:
@@ -135,21 +158,21 @@ def fold_results(run: RestoreRun, answers: Mapping[str, Mapping[str, str]], now:
                                    "stderr": f"no answer {deadline_s:g}s after the command was sent"})
         changed = True
     if len(st.done) == len(st.nodes):
-        st.status = "Failed" if any(f["stage"] == st.name for f in run.failed) else "Succeeded"
+        st.status = RunStatus.FAILED if any(f["stage"] == st.name for f in run.failed) else RunStatus.SUCCEEDED
         changed = True
     return changed
 
 
 def decide(run: RestoreRun) -> RestoreDecision:
     """The next thing to do (one stage at a time, in the table's order)."""
-    if run.status != "Running":
+    if not run.running:
         return RestoreDecision("done")
     st = run.stage_now()
     if st is None:
         return RestoreDecision("succeed")
-    if st.status == "Failed":
+    if st.status == RunStatus.FAILED:
         return RestoreDecision("fail", st, reason=_reason(run, st))
-    if st.status == "Running":
+    if st.status == RunStatus.RUNNING:
         return RestoreDecision("wait", st)
     if _local(st):
         return RestoreDecision("local", st)
@@ -169,20 +192,14 @@ def _reason(run: RestoreRun, st: StageRun) -> str:
 
 
 def mark_local(st: StageRun, ok: bool, run: RestoreRun, why: str = "") -> None:
-    st.status = "Succeeded" if ok else "Failed"
+    st.status = RunStatus.SUCCEEDED if ok else RunStatus.FAILED
     if not ok:
         run.failed.append({"hostname": "", "stage": st.name, "failedStep": "", "stderr": why})
 
 
 def mark_sent(st: StageRun, now: float) -> None:
-    st.status = "Running"
+    st.status = RunStatus.RUNNING
     st.sent_at = now
     if not st.nodes:
-        st.status = "Succeeded"
-
-
-def finish(run: RestoreRun, ok: bool, at: str, message: str = "") -> None:
-    run.status = "Succeeded" if ok else "Failed"
-    run.finished_at = at
-    run.message = message
+        st.status = RunStatus.SUCCEEDED
 

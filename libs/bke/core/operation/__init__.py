@@ -7,7 +7,7 @@ from bke.contracts.statuses import OperationStatus, RunStatus
 
 from .decision import WAIT_S, Act, Decision, Fail, RunLocally, Send, Succeed, Wait
 from .fold import INPUT_PREFIX, STDERR_KEEP, Answer, Answers, ServiceAnswer, fold, in_flight, settle
-from .record import NodeRun, OperationRecord, StepRun
+from .record import NodeRun, OperationRecord, Record, StepRun
 
 __all__ = [
     "Act",
@@ -19,6 +19,7 @@ __all__ = [
     "NodeRun",
     "OperationRecord",
     "OperationStatus",
+    "Record",
     "RunLocally",
     "RunStatus",
     "STDERR_KEEP",

@@ -2,6 +2,8 @@
 a join, a removal): who asked for it, how it stands, and one run per node it sends commands to.
 Pure: no Redis, no bus, no clock (times are the caller's ISO strings).
 
+    Record            what the loop needs of any operation's record (a protocol): the upgrader's
+                      records keep a JSON form of their own, byte for byte, and meet it too
     OperationRecord   request id, cluster, started/finished, status, message; its JSON form
                       carries the version of its kind (bke.core.state.schema)
     NodeRun           one node's command: its id and status
@@ -11,12 +13,35 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Protocol, Self
 
 from bke.contracts.statuses import OperationStatus, RunStatus
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
-__all__ = ["NodeRun", "OperationRecord", "StepRun"]
+__all__ = ["NodeRun", "OperationRecord", "Record", "StepRun"]
+
+
+class Record(Protocol):
+    """An operation's record as the loop (bke.adapters.operation) and its store see it."""
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def cluster(self) -> str: ...
+
+    @property
+    def status(self) -> OperationStatus: ...
+
+    @property
+    def message(self) -> str: ...
+
+    @property
+    def running(self) -> bool: ...
+
+    def finish(self, status: OperationStatus, reason: str, at: str) -> None: ...
+
+    def to_json(self) -> str: ...
 
 
 @dataclass(kw_only=True)

@@ -171,7 +171,7 @@ RECORDS: tuple[RecordKind, ...] = (
         "etcd-restore", "the current or last etcd restore (JSON) and its agents' answers",
         ("etcd-restore", "etcd-restore:results"),
         VersionSlot("etcd-restore", "json", "schema_version"), current=1, first=1, readable_from=1,
-        writer="upgrader: bke_upgrader.restore_store.RestoreStore (bke.core.etcdsnap.restore_run.RestoreRun.to_json)",
+        writer="upgrader: bke_upgrader.ops.restore.store.RestoreStore (bke.core.etcdsnap.restore_run.RestoreRun.to_json)",
         reader="upgrader: RestoreStore.load (RestoreRun.from_json)"),
     RecordKind(
         "operation", "the cluster's operation slot: the one operation running (kind, request id, since)",

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from bke.core.errors import TemporaryError, is_unavailable
 
+from bke.contracts.statuses import NodeOutcomeStatus, RunStatus
+
 from .run import FAILED_KEEP, STDERR_KEEP, NodeOutcome, UpgradeRun, finish
 
 __all__ = ["UPGRADER_STEP", "AtNode", "abort_run", "error_text", "is_transient"]
@@ -52,7 +54,7 @@ def abort_run(run: UpgradeRun, error: str, now: str, *, node: str = "", hosts: t
     """End a Running `run` Failed because the upgrader could not carry out its current step.
     `node` is the node being served when it failed (if one was); `hosts` the batch the decision
     was about. Returns the reason (also `run.message`). A finished run is left as it is."""
-    if run.status != "Running":
+    if not run.running:
         return run.message
     step = run.step_now()
     if step is None:  # every step done: it failed while finishing (storing the new plan, say)
@@ -67,10 +69,10 @@ def abort_run(run: UpgradeRun, error: str, now: str, *, node: str = "", hosts: t
         else:
             who = ""
         reason = f"{where}{who}: the upgrader could not carry it out: {error}"
-        step.status = "Failed"
+        step.status = RunStatus.FAILED
         step.message = reason
         if node and len(run.failed) < FAILED_KEEP:
-            run.failed.append(NodeOutcome(hostname=node, status="Failed", step=step.name, failed_step=UPGRADER_STEP,
+            run.failed.append(NodeOutcome(hostname=node, status=NodeOutcomeStatus.FAILED, step=step.name, failed_step=UPGRADER_STEP,
                                           stderr=error[-STDERR_KEEP:]))
     finish(run, False, now, reason)
     return reason

@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from bke.contracts.statuses import NodeOutcomeStatus, OperationStatus, RunStatus
+
 from .run import UpgradeRun, upgrade_command_id
 
 __all__ = ["CHANGING_STEPS", "NodeVersion", "settled", "stopped_batch_ids"]
@@ -57,7 +59,7 @@ def stopped_batch_ids(run: UpgradeRun) -> list[str]:
     """The command ids of the batch a failed node step stopped in: whose answers say which of
     its nodes were done after all (the others of a failed batch succeeded)."""
     step = run.step_now()
-    if step is None or step.local or step.status != "Failed" or not step.sent:
+    if step is None or step.local or step.status != RunStatus.FAILED or not step.sent:
         return []
     return [upgrade_command_id(run.cluster, run.request_id, step.name, step.group, h) for h in step.current()]
 
@@ -74,25 +76,25 @@ def _done_on(run: UpgradeRun, answers: Mapping[str, Mapping[str, str]]) -> tuple
             hosts.update(batch)
             if step.name not in CHANGING_STEPS:
                 continue
-            if step.status == "Succeeded":
+            if step.status == RunStatus.SUCCEEDED:
                 finished = True
-            elif step.status == "Pending":
+            elif step.status == RunStatus.PENDING:
                 finished = False
             elif i < step.batch:
                 finished = True
             elif i == step.batch:
                 # its commands all answered, only the uncordon left; or, in a failed batch,
                 # per node: the nodes whose own command succeeded
-                finished = step.stage == "uncordon" and step.status != "Failed"
+                finished = step.stage == "uncordon" and step.status != RunStatus.FAILED
             else:
                 finished = False
             for h in batch:
                 name = step.name + (f"/{step.group}" if step.group else "")
                 wanted.setdefault(h, []).append(name)
                 ok = finished
-                if i == step.batch and step.status == "Failed" and step.sent and not ok:
+                if i == step.batch and step.status == RunStatus.FAILED and step.sent and not ok:
                     a = answers.get(upgrade_command_id(run.cluster, run.request_id, step.name, step.group, h))
-                    ok = a is not None and a.get("status") == "Succeeded"
+                    ok = a is not None and a.get("status") == RunStatus.SUCCEEDED
                 if ok:
                     done.setdefault(h, []).append(name)
     return hosts, wanted, done
@@ -109,7 +111,7 @@ def settled(run: UpgradeRun, answers: Mapping[str, Mapping[str, str]],
     out: dict[str, NodeVersion] = {}
     for h in sorted(hosts):
         missing = [s for s in wanted.get(h, []) if s not in done.get(h, [])]
-        if h not in run.left_out and (run.status == "Succeeded" or not missing):
+        if h not in run.left_out and (run.status == OperationStatus.SUCCEEDED or not missing):
             out[h] = NodeVersion(version=dict(run.target), request_id=run.request_id)
             continue
         before = previous.get(h)
@@ -118,7 +120,7 @@ def settled(run: UpgradeRun, answers: Mapping[str, Mapping[str, str]],
             why = "left out: its agent was not alive when the upgrade started"
         elif h in failed:
             f = failed[h]
-            how = "rolled back" if f.status == "RolledBack" else "failed"
+            how = "rolled back" if f.status == NodeOutcomeStatus.ROLLED_BACK else "failed"
             why = f"{how} at {f.step}" + (f" ({f.failed_step})" if f.failed_step else "")
         else:
             why = f"not reached: the upgrade stopped at {stopped.name}" if stopped is not None else "not reached"

@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Collection, Mapping, Sequence
 
+from bke.contracts.statuses import RunStatus
+
 from .node_versions import NodeVersion
 from .order import Change, expand_order
 from .run import UpgradeRun, new_run
@@ -56,7 +58,7 @@ def _addons_done(last: UpgradeRun) -> bool:
     """Whether the upgrade (this run, or an earlier run it retried) applied the addons."""
     if isinstance(last.request, UpgradeRequest) and last.request.addons_done:
         return True
-    return any(s.name == "addons" and s.status == "Succeeded" for s in last.steps)
+    return any(s.name == "addons" and s.status == RunStatus.SUCCEEDED for s in last.steps)
 
 
 def decide_retry(last: UpgradeRun | None, versions: Mapping[str, NodeVersion], nodes: Sequence[str],
@@ -64,7 +66,7 @@ def decide_retry(last: UpgradeRun | None, versions: Mapping[str, NodeVersion], n
     """The retry of `nodes` (all behind when empty), or why not (module docstring)."""
     if last is None:
         return f"cluster {cluster!r}: no upgrade to retry"
-    if last.status == "Running":
+    if last.running:
         step = last.step_now()
         return f"upgrade {last.request_id} of {cluster} is still running (step {step.name if step else '-'})"
     unknown = [h for h in nodes if h not in known]

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, Mapping
 
+from bke.contracts.statuses import NodeOutcomeStatus, OperationStatus, RunStatus
+
 from .order import ExpandedStep
 from .run_request import DRAIN_TIMEOUT_S, ApplyRequest, RunRequest, UpgradeRequest, read_request, wire
 from .steps import LOCAL_STEPS, StepKind
@@ -49,9 +51,9 @@ DRAIN_STEP, UNREGISTER_STEP = StepKind.DRAIN_NODES, StepKind.DELETE_NODE_OBJECTS
 SLUG_PREFIX = "upgrade@"
 STDERR_KEEP = 2000
 FAILED_KEEP = 50
+_OPEN = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.FAILED)  # a step not done yet
 ROLLED_BACK = "rolled back"  # how the agent's ReplaceFiles step starts a rollback's stderr
 
-StepStatus = Literal["Pending", "Running", "Succeeded", "Failed", "Skipped"]
 Stage = Literal["drain", "run", "uncordon"]
 
 
@@ -90,13 +92,16 @@ class StepRun:
     group: str = ""
     drain: bool = False
     batches: list[list[str]] = field(default_factory=list)
-    status: StepStatus = "Pending"
+    status: RunStatus = RunStatus.PENDING
     batch: int = 0  # index of the batch in progress
     stage: Stage = "run"
     sent: bool = False  # the current batch's commands are published
     sent_at: float = 0.0  # when (epoch seconds): a node silent long after that fails
     done: int = 0  # nodes done in this step
     message: str = ""  # why a local step failed
+
+    def __post_init__(self) -> None:
+        self.status = RunStatus(self.status)  # read back from JSON as a plain string
 
     @property
     def local(self) -> bool:
@@ -113,10 +118,13 @@ class StepRun:
 @dataclass
 class NodeOutcome:
     hostname: str
-    status: Literal["Failed", "RolledBack"]
+    status: NodeOutcomeStatus
     step: str
     failed_step: str = ""
     stderr: str = ""
+
+    def __post_init__(self) -> None:
+        self.status = NodeOutcomeStatus(self.status)
 
 
 @dataclass
@@ -129,15 +137,26 @@ class UpgradeRun:
     started_at: str
     request: RunRequest | None = None  # what the run was accepted from (bke.core.upgrade.run_request)
     left_out: list[str] = field(default_factory=list)
-    status: Literal["Running", "Succeeded", "Failed"] = "Running"
+    status: OperationStatus = OperationStatus.RUNNING
     finished_at: str = ""
     message: str = ""
     failed: list[NodeOutcome] = field(default_factory=list)
     agent_version: str = ""  # what every agent must report in the agents step ("": not checked)
     schema_version: int = 1
 
+    def __post_init__(self) -> None:
+        self.status = OperationStatus(self.status)  # read back from JSON as a plain string
+
+    @property
+    def running(self) -> bool:
+        return self.status == OperationStatus.RUNNING
+
+    def finish(self, status: OperationStatus, reason: str, at: str) -> None:
+        """Ended (the operation loop's end, bke.adapters.operation; `finish` below for a pure caller)."""
+        self.status, self.finished_at, self.message = status, at, reason
+
     def step_now(self) -> StepRun | None:
-        return next((s for s in self.steps if s.status in ("Pending", "Running", "Failed")), None)
+        return next((s for s in self.steps if s.status in _OPEN), None)
 
     # what the request says, whichever kind it is
     @property
@@ -217,7 +236,7 @@ class Decision:
 def _outcome(step: StepRun, host: str, r: Mapping[str, str]) -> NodeOutcome:
     stderr = str(r.get("stderr", ""))[-STDERR_KEEP:]
     rolled = ROLLED_BACK in stderr
-    return NodeOutcome(hostname=host, status="RolledBack" if rolled else "Failed", step=step.name,
+    return NodeOutcome(hostname=host, status=NodeOutcomeStatus.ROLLED_BACK if rolled else NodeOutcomeStatus.FAILED, step=step.name,
                        failed_step=str(r.get("step", "")), stderr=stderr)
 
 
@@ -225,7 +244,7 @@ def awaited_ids(run: UpgradeRun) -> list[str]:
     """The command ids whose answers `fold_results` reads now: the current batch's, once sent
     (none otherwise). The adapter reads just these, not every answer of the run."""
     step = run.step_now()
-    if step is None or step.local or step.status == "Failed" or step.stage != "run" or not step.sent:
+    if step is None or step.local or step.status == RunStatus.FAILED or step.stage != "run" or not step.sent:
         return []
     return list(batch_command_ids(run, step))
 
@@ -238,7 +257,7 @@ def fold_results(run: UpgradeRun, results: Mapping[str, Mapping[str, str]], now_
     command's own steps time out well before) counts as failed, so the upgrade stops instead
     of waiting forever."""
     step = run.step_now()
-    if step is None or step.local or step.status == "Failed" or step.stage != "run" or not step.sent:
+    if step is None or step.local or step.status == RunStatus.FAILED or step.stage != "run" or not step.sent:
         return False
     hosts = step.current()
     answers: dict[str, Mapping[str, str] | None] = {
@@ -247,16 +266,16 @@ def fold_results(run: UpgradeRun, results: Mapping[str, Mapping[str, str]], now_
         if now_s is None or answer_deadline_s <= 0 or now_s - step.sent_at < answer_deadline_s:
             return False  # still waiting for some node of the batch
         silent = f"no answer within {answer_deadline_s:.0f}s of the command (is its agent running?)"
-        answers = {h: a if a is not None else {"status": "Failed", "step": "answer", "stderr": silent}
+        answers = {h: a if a is not None else {"status": RunStatus.FAILED, "step": "answer", "stderr": silent}
                    for h, a in answers.items()}
     if step.name == "agents" and run.agent_version:
         answers = {h: _version_checked(a, run.agent_version) for h, a in answers.items()}
-    bad = [(h, a) for h, a in answers.items() if a is not None and a.get("status") != "Succeeded"]
+    bad = [(h, a) for h, a in answers.items() if a is not None and a.get("status") != RunStatus.SUCCEEDED]
     if bad:
         for h, a in bad:
             if len(run.failed) < FAILED_KEEP:
                 run.failed.append(_outcome(step, h, a))
-        step.status = "Failed"
+        step.status = RunStatus.FAILED
         step.done += len(hosts) - len(bad)
         return True
     step.done += len(hosts)
@@ -267,10 +286,10 @@ def fold_results(run: UpgradeRun, results: Mapping[str, Mapping[str, str]], now_
 def _version_checked(answer: Mapping[str, str] | None, expected: str) -> Mapping[str, str] | None:
     """An agents-step answer from an agent of another version is a failure: every later step
     relies on what this BKE's agent can do (ReplaceFiles, EtcdSnapshot)."""
-    if answer is None or answer.get("status") != "Succeeded" or answer.get("agentVersion", "") == expected:
+    if answer is None or answer.get("status") != RunStatus.SUCCEEDED or answer.get("agentVersion", "") == expected:
         return answer
     got = answer.get("agentVersion") or "an unknown version"
-    return {"status": "Failed", "step": "agent-version",
+    return {"status": RunStatus.FAILED, "step": "agent-version",
             "stderr": f"the agent runs {got}, this BKE ships {expected}: install the new agent "
                       "(`bke agent bootstrap`) and upgrade again"}
 
@@ -287,17 +306,17 @@ def _next_batch(step: StepRun) -> None:
     step.sent = False
     step.stage = "drain" if step.drain else "run"
     if step.batch >= len(step.batches):
-        step.status = "Succeeded"
+        step.status = RunStatus.SUCCEEDED
 
 
 def decide(run: UpgradeRun) -> Decision:
     """The next thing to do. The adapters report back through the `mark_*` functions."""
-    if run.status != "Running":
+    if not run.running:
         return Decision("done")
     step = run.step_now()
     if step is None:
         return Decision("succeed")
-    if step.status == "Failed":
+    if step.status == RunStatus.FAILED:
         return Decision("fail", step, reason=failure_reason(run, step))
     if step.local:
         return Decision("local", step)
@@ -316,7 +335,7 @@ def failure_reason(run: UpgradeRun, step: StepRun) -> str:
     if step.message or not mine:
         return f"{step.name}: {step.message or 'failed'}"
     f = mine[0]
-    what = "rolled back" if f.status == "RolledBack" else "failed"
+    what = "rolled back" if f.status == NodeOutcomeStatus.ROLLED_BACK else "failed"
     more = f" (and {len(mine) - 1} more node(s))" if len(mine) > 1 else ""
     return f"{step.name}{'/' + step.group if step.group else ''}: node {f.hostname} {what} at step {f.failed_step}: {f.stderr[:500]}{more}"
 
@@ -324,7 +343,7 @@ def failure_reason(run: UpgradeRun, step: StepRun) -> str:
 # The adapters' reports: each moves the record forward by one fact.
 
 def mark_local(step: StepRun, ok: bool, message: str = "") -> None:
-    step.status = "Succeeded" if ok else "Failed"
+    step.status = RunStatus.SUCCEEDED if ok else RunStatus.FAILED
     step.done = step.total
     step.message = message
 
@@ -332,19 +351,19 @@ def mark_local(step: StepRun, ok: bool, message: str = "") -> None:
 def mark_local_batch(step: StepRun) -> None:
     """A local step's batch is done (a dispatcher request of the apply's membership steps): on
     to the next batch, or the step has succeeded."""
-    step.status = "Running"
+    step.status = RunStatus.RUNNING
     step.done += len(step.current())
     _next_batch(step)
 
 
 def mark_drained(step: StepRun) -> None:
-    step.status = "Running"
+    step.status = RunStatus.RUNNING
     step.stage = "run"
     step.sent = False
 
 
 def mark_sent(step: StepRun, at_s: float) -> None:
-    step.status = "Running"
+    step.status = RunStatus.RUNNING
     step.sent = True
     step.sent_at = at_s
 
@@ -354,5 +373,4 @@ def mark_uncordoned(step: StepRun) -> None:
 
 
 def finish(run: UpgradeRun, ok: bool, now: str, message: str = "") -> None:
-    run.status = "Succeeded" if ok else "Failed"
-    run.finished_at, run.message = now, message
+    run.finish(OperationStatus.SUCCEEDED if ok else OperationStatus.FAILED, message, now)

@@ -35,8 +35,8 @@ from bke.core.etcdsnap.restore_run import RestoreRun
 from bke.adapters.etcdsnap.store import copy_sealed
 from bke.core.secrets.snapshot_key import SnapshotKey
 
-from .agent_keys import agent_seal_key
-from .restore_store import RestoreStore
+from ...agent_keys import agent_seal_key
+from .store import RestoreStore
 
 __all__ = ["PieceServer", "RestoreRefused", "provisioned_key", "restore_dir"]
 
@@ -115,7 +115,7 @@ class PieceServer:
         if subject.split(".")[-2:] != [req.cluster, node_token(req.node)]:
             raise RestoreRefused(f"a request for {req.node} in {req.cluster} came on {subject}")
         run = await self.store.load(req.cluster)
-        if run is None or run.restore_id != req.restore_id or run.status != "Running":
+        if run is None or run.restore_id != req.restore_id or not run.running:
             raise RestoreRefused(f"no running etcd restore {req.restore_id} of {req.cluster}")
         stage = run.stage_now()
         if stage is None or stage.name != "restore-members" or req.node not in stage.nodes:
@@ -123,7 +123,7 @@ class PieceServer:
         feed = self._feeds.get((run.restore_id, req.node))
         if feed is None:
             sealed = await self.ensure_copy(run, object_name(run.cluster, run.etcd_cluster, run.snapshot_id))
-            recipient = await provisioned_key(self.store.r, run.cluster, req.node)
+            recipient = await provisioned_key(self.store.redis, run.cluster, req.node)
             key = await self.key()
             feed = Feed(lambda: resealed_frames(sealed, key.open, recipient))
             self._feeds[(run.restore_id, req.node)] = feed

@@ -4,7 +4,7 @@ The request, decided here: the spec placed (`bke.core.plan`, as an install place
 the stored plan (`bke.core.lifecycle.diff`: the refusals of `bke apply --dry-run`), and its actions
 turned into run steps by the action table (`bke.core.lifecycle.apply_run`). The run is a run of the
 upgrade's record (`bke:<c>:upgrade`, request kind "apply"), carried out by `operation.Upgrades`
-pass by pass: the same fixed command ids, pause, ReplaceFiles with automatic rollback, drains
+(the one operation loop: its decide and carriers are the upgrade record's, ops/upgrade) pass by pass: the same fixed command ids, pause, ReplaceFiles with automatic rollback, drains
 and compare-and-swap of the stored plan at the end; one operation per cluster follows from the
 shared record (an upgrade and an apply cannot both run) and `operation_refusal`.
 
@@ -27,6 +27,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
+from bke.contracts.statuses import OperationStatus
 from bke.adapters.bus.handler import Out
 from bke.contracts.apply import APPLY_ACCEPTED, APPLY_REJECTED, ApplyAccepted, ApplyCluster, ApplyRejected
 from bke.contracts.base import ErrorItem
@@ -42,10 +43,10 @@ from bke.adapters.state import PlanCache, plan_digest
 from bke.core.upgrade.run import UpgradeRun, new_run
 from bke.core.upgrade.run_request import ApplyRequest
 
-from .operation import Upgrades
-from .requests import refusal_of, status_refusal, step_views, versions_of
-from .restore_store import RestoreStore
-from .views import view
+from ...operation import Upgrades
+from ...requests import refusal_of, status_refusal, step_views, versions_of
+from ...views import view
+from ..restore.store import RestoreStore
 
 __all__ = ["APPLY_KIND", "Applies", "operation_refusal"]
 
@@ -59,16 +60,16 @@ async def operation_refusal(cluster: str, status: object, upgrades: Upgrades, re
     the shared record), for records written without a slot claim; the slot itself is claimed
     atomically at the start (`Upgrades.start_claimed`)."""
     rotation = getattr(status, "rotation", None)
-    if rotation is not None and rotation.status == "Running":
+    if rotation is not None and rotation.status == OperationStatus.RUNNING:
         return f"a certificate rotation of {cluster} is running ({rotation.done}/{rotation.total} nodes): one operation per cluster"
     restore = await restores.load(cluster)
-    if restore is not None and restore.status == "Running":
+    if restore is not None and restore.running:
         return f"etcd restore {restore.restore_id} of {restore.etcd_cluster} in {cluster} is running: one operation per cluster"
     return _running(await upgrades.store.load(cluster), cluster)
 
 
 def _running(cur: UpgradeRun | None, cluster: str) -> str:
-    if cur is None or cur.status != "Running":
+    if cur is None or not cur.running:
         return ""
     what = "apply" if cur.is_apply else "upgrade"
     now = cur.step_now()
@@ -166,7 +167,7 @@ class Applies:
         status = await self.upgrades.records.facts.status(req.cluster)
         if isinstance(status, StatusError):
             return status_refusal(req.cluster, status), []
-        if status.status != "Succeeded":
+        if status.status != OperationStatus.SUCCEEDED:
             return (f"the install of {req.cluster} is {status.status}: a changed spec applies to an installed "
                     "cluster (`bke retry` finishes a failed install)"), []
         busy = (await self.upgrades.busy(req.cluster, APPLY_KIND, req.request_id)
