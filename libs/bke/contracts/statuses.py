@@ -15,7 +15,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = ["AddonStatus", "CommandStatus", "FinishedStatus", "HealthStatus", "InputStatus", "InstallStatus", "JoinInputStatus",
-           "MarkStatus", "NodeOutcomeStatus", "NodeStatus", "OperationStatus", "PhaseNeed", "PhaseStatus", "RunStatus", "StepResultStatus",
+           "MarkStatus", "NodeOutcomeStatus", "NodeProgress", "NodeStatus", "OperationStatus", "PhaseNeed", "PhaseStatus", "RunStatus", "StepResultStatus",
            "UpgradeNodeStatus"]
 
 
@@ -160,3 +160,15 @@ class NodeOutcomeStatus(StrEnum):
 
     FAILED = "Failed"
     ROLLED_BACK = "RolledBack"
+
+
+class NodeProgress(StrEnum):
+    """Where a node stands in an upgrade, as the upgrader's metrics and pages count nodes (the
+    `state` label of bke_upgrade_nodes): its steps ahead, under way or done, or how it failed."""
+
+    PENDING = "Pending"
+    UPGRADING = "Upgrading"
+    UPGRADED = "Upgraded"
+    FAILED = "Failed"
+    ROLLED_BACK = "RolledBack"
+    LEFT_OUT = "LeftOut"

@@ -33,7 +33,7 @@ from bke.contracts.status import (
 )
 from bke.contracts.membership import MembershipView
 from bke.contracts.reset import ResetView
-from bke.contracts.statuses import RunStatus
+from bke.contracts.statuses import HealthStatus, RunStatus
 from bke.core.errors import TemporaryError, is_unavailable
 from bke.adapters.state import PlanCache
 from bke.adapters.state.operation_slot import FIELDS as SLOT_FIELDS
@@ -72,7 +72,7 @@ async def no_rotation(cluster: str) -> dict | None:
 
 def _unhealthy(answer: dict | None) -> bool:
     h = node_health(answer)
-    return h is not None and h.status == "Unhealthy"
+    return h is not None and h.status == HealthStatus.UNHEALTHY
 
 
 def _opt(value: str | None) -> str | None:

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from bke.contracts.statuses import OperationStatus, RunStatus
+from bke.contracts.statuses import NodeProgress, OperationStatus, RunStatus
 from bke.core.upgrade.run import UpgradeRun
 
 __all__ = ["NODE_STATES", "node_states", "progress_ratio"]
 
-NODE_STATES = ("Pending", "Upgrading", "Upgraded", "Failed", "RolledBack", "LeftOut")
+NODE_STATES = tuple(NodeProgress)
 _PAST = (RunStatus.SUCCEEDED, RunStatus.SKIPPED)
 
 
@@ -47,12 +47,12 @@ def node_states(run: UpgradeRun) -> dict[str, int]:
         if host in failed:
             states[failed[host]] += 1
         elif run.status == OperationStatus.SUCCEEDED or past[host] == held[host]:
-            states["Upgraded"] += 1
+            states[NodeProgress.UPGRADED] += 1
         elif host in busy or past[host]:
-            states["Upgrading"] += 1
+            states[NodeProgress.UPGRADING] += 1
         else:
-            states["Pending"] += 1
-    states["LeftOut"] += len([h for h in run.left_out if h not in held])
+            states[NodeProgress.PENDING] += 1
+    states[NodeProgress.LEFT_OUT] += len([h for h in run.left_out if h not in held])
     return dict(states)
 
 

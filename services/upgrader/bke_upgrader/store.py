@@ -30,7 +30,6 @@ from bke.adapters.operation import RecordStore
 from bke.contracts.agent import CommandResult
 from bke.core.errors import TemporaryError
 from bke.core.secrets.binding import result_refusal
-from bke.adapters.state.exclusive import write_unless
 from bke.adapters.state.keys.plan import plan_meta_key
 from bke.adapters.state.keys.dispatcher import accepted_agents_key
 from bke.adapters.state.keys.upgrader import upgrade_key, upgrade_nodes_key, upgrade_results_key, upgrades_index
