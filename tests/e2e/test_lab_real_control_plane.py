@@ -496,7 +496,8 @@ async def test_a_snapshot_holds_real_data_and_a_restore_brings_it_back_under_the
     listed = await asyncio.to_thread(bke, lab.operator_env(), "etcd", "snapshots", lab.plan.cluster, "--nats",
                                      lab.info.nats_url, "--etcd-cluster", "etcd-data")
     assert listed.returncode == 0, listed.stderr
-    sid = next(w for w in listed.stdout.split() if w.endswith(f"-{targets[0].node}"))
+    # the newest (ids sort by time): the upgrade before this test took snapshots of its own
+    sid = max(w for w in listed.stdout.split() if w.endswith(f"-{targets[0].node}"))
     restored = await asyncio.to_thread(bke, {}, "etcd", "restore", lab.plan.cluster, "--etcd-cluster", "etcd-data",
                                        "--snapshot", sid, "--workdir", str(lab.workdir), "--yes")
     assert restored.returncode == 0, restored.stdout + restored.stderr
