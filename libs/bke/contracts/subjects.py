@@ -87,6 +87,7 @@ from .agent import (
     AGENTS_COMMAND_KEY,
     AGENTS_PROVISION,
     AGENTS_REFUSED,
+    UPGRADER_RESULT,
     AgentAccepted,
     AgentCommand,
     AgentHeartbeat,
@@ -106,7 +107,8 @@ from .expiration import EXPIRATION_GET, CertExpiration, GetExpiration
 from .status import STATUS_GET, ClusterStatus, StatusError, GetStatus
 
 __all__ = [
-    "AGENT_SUBJECTS",
+    "AGENT_COMMAND_SUBJECTS",
+    "AGENT_OUTPUT_SUBJECTS",
     "CHANNELS",
     "CLUSTER_REJECTED",
     "INSTALL_CLUSTER",
@@ -187,7 +189,12 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     REMOVE_NODES_FINISHED,
     "bke.v1.remove-nodes.*.changed",
 )
-AGENT_SUBJECTS: tuple[str, ...] = ("bke.v1.agent.>",)
+# The agents' subjects, in two streams: what the dispatcher and the upgrader send to a node, and
+# what a node's agent sends back (bke.adapters.bus.streams says why they are apart). A node's
+# agent may publish only its own output subjects (bke.adapters.auth.permissions).
+AGENT_COMMAND_SUBJECTS: tuple[str, ...] = ("bke.v1.agent.*.*.command",)
+AGENT_OUTPUT_SUBJECTS: tuple[str, ...] = tuple(f"bke.v1.agent.*.*.{kind}"
+                                               for kind in ("result", UPGRADER_RESULT, "registered", "refused"))
 
 
 @dataclass(frozen=True)

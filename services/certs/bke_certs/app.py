@@ -51,7 +51,7 @@ def create_service(settings: CertsSettings | None = None) -> Service:
                         batch_size=4, give_up=h.gave_up)
     # a registration on another node's subject is dropped and counted (bke.adapters.bus.misaddressed)
     misaddressed = Misaddressed(svc.metrics, svc.name)
-    svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "certs-agents",
+    svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT_OUT", "certs-agents",
                         t(AgentRegistered, misaddressed.guard("registered", h.on_registered)), workers=8)
     svc.work_subscriber(RENEW_CERTS, "BKE_COMMANDS", "certs-renew", t(RenewCerts, h.on_renew), batch_size=4)
     svc.work_subscriber(install_subject("*", "finished"), "BKE_EVENTS", "certs-installs",

@@ -270,12 +270,12 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     # parse and three Redis reads: 15,000 in a 5,000-node upgrade)
     # a result or refusal on another node's subject is dropped and counted (bke.adapters.bus.misaddressed)
     misaddressed = Misaddressed(svc.metrics, svc.name)
-    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results",
+    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT_OUT", "dispatcher-results",
                         t(CommandResult, misaddressed.guard("result", on_result)), skip=upgraders_result)
     # registrations go to the certs service only: the dispatcher learns a node's agent from
     # `certs.sealed` (the provisioned key), never from the agent's claim
     svc.fast_subscriber(AGENTS_ACCEPTED, "BKE_EVENTS", "dispatcher-agents-accepted", t(AgentAccepted, agent_accepted))
-    svc.fast_subscriber("bke.v1.agent.*.*.refused", "BKE_AGENT", "dispatcher-refusals",
+    svc.fast_subscriber("bke.v1.agent.*.*.refused", "BKE_AGENT_OUT", "dispatcher-refusals",
                         t(CommandRefused, misaddressed.guard("refused", inputs.command_refused)))
     svc.work_subscriber(AGENTS_REFUSED, "BKE_EVENTS", "dispatcher-agents-refused", t(AgentRefused, inputs.agent_refused),
                         batch_size=b)

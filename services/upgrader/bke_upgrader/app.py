@@ -295,11 +295,11 @@ def _serve_results(svc: Service, upgrades: Upgrades, restores: Restores) -> None
     # UPGRADER_RESULT); one whose identity predates that subject answers on `result`, read here
     # too, with every other result of the cluster. (Literal subjects: tests/unit/
     # test_auth_permissions.py holds them to bke.adapters.auth.permissions, which spells UPGRADER_RESULT.)
-    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results", handle_result("result"),
+    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT_OUT", "upgrader-results", handle_result("result"),
                         skip=not_ours)
     # nothing skipped on its own subject: every message there is meant for this service, and a
     # malformed one is dead-lettered with the reason
-    svc.fast_subscriber("bke.v1.agent.*.*.upgrader-result", "BKE_AGENT", "upgrader-answers",
+    svc.fast_subscriber("bke.v1.agent.*.*.upgrader-result", "BKE_AGENT_OUT", "upgrader-answers",
                         handle_result("upgrader-result"))
 
 
