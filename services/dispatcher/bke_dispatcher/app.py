@@ -12,6 +12,7 @@ from bke.adapters.state.client import redis_client
 
 from bke.adapters.bus.replies import answerable
 from bke.adapters.bus.service import REDIS_PROBE_S, Service, make_service
+from bke.adapters.bus.flood import FloodWatch
 from bke.adapters.bus.handler import deprecated, typed
 from bke.adapters.bus.misaddressed import Misaddressed
 from bke.adapters.bus.other_incarnation import OtherIncarnation
@@ -270,13 +271,18 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     # parse and three Redis reads: 15,000 in a 5,000-node upgrade)
     # a result or refusal on another node's subject is dropped and counted (bke.adapters.bus.misaddressed)
     misaddressed = Misaddressed(svc.metrics, svc.name)
+    # a node's outputs that answer no command in flight, counted; past the bound, one summary
+    # and one event per node and window instead of a dead letter each (bke.adapters.bus.flood)
+    floods = FloodWatch(svc.metrics, svc.name, publish, _now)
     svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT_OUT", "dispatcher-results",
-                        t(CommandResult, misaddressed.guard("result", on_result)), skip=upgraders_result)
+                        floods.guard("result", t(CommandResult, misaddressed.guard("result", on_result))),
+                        skip=upgraders_result)
     # registrations go to the certs service only: the dispatcher learns a node's agent from
     # `certs.sealed` (the provisioned key), never from the agent's claim
     svc.fast_subscriber(AGENTS_ACCEPTED, "BKE_EVENTS", "dispatcher-agents-accepted", t(AgentAccepted, agent_accepted))
     svc.fast_subscriber("bke.v1.agent.*.*.refused", "BKE_AGENT_OUT", "dispatcher-refusals",
-                        t(CommandRefused, misaddressed.guard("refused", inputs.command_refused)))
+                        floods.guard("refused", t(CommandRefused, misaddressed.guard("refused", inputs.command_refused)),
+                                     every=True))  # a refusal never settles a command
     svc.work_subscriber(AGENTS_REFUSED, "BKE_EVENTS", "dispatcher-agents-refused", t(AgentRefused, inputs.agent_refused),
                         batch_size=b)
     retry = t(RetryInstall, inputs.retry)
