@@ -85,7 +85,7 @@ from .executor import Executor, utc_now
 from .hostfacts import agent_runtime, cgroup_version
 from .selfupdate import RestartRequested
 from .identity import AgentIdentity
-from .outputs import publish_output
+from .outputs import fit_result, publish_output
 from .journal import ExecutionRecord, Journal
 from .settings import AgentSettings
 from .verify import CommandVerifier
@@ -321,7 +321,7 @@ class AgentLoop:
         the command back at once would wait for its ack wait (30 s) before the journal answers
         it. The result is in the journal already, and the dispatcher takes a result twice as
         once, so sending it again is safe."""
-        await publish_output(self.js, subject or agent_subject(self.cluster, self.node, "result"), result.to_bytes(),
+        await publish_output(self.js, subject or agent_subject(self.cluster, self.node, "result"), fit_result(result).to_bytes(),
                              retry_s=self.settings.result_retry_s, what="result",
                              ids={**self._ids, "command_id": result.command_id})
 

@@ -13,6 +13,7 @@ from bke.adapters.bus import EventWatch
 from bke.adapters.bus.streams import ensure_streams
 from bke.contracts.agent import agent_subject
 from bke.contracts.deadletter import AGENTS_FLOODING, AgentFlooding, DeadLettered
+from bke.contracts.statuses import OperationStatus
 from bke.core.flood import FLOOD_LIMIT
 from bke_dispatcher.app import create_service
 from bke_dispatcher.settings import DispatcherSettings
@@ -58,7 +59,7 @@ async def test_a_flooding_node_is_summarised_once_and_another_clusters_install_g
             await _announce(js, "calm-neighbour", digest, [n.hostname for n in plan.nodes], _ids(fleet))
             await _flood(js, flooder, nats_client)  # while the neighbour installs
             done = await watch.wait_for(lambda e: e.subject.endswith(".finished"), timeout=120)
-            assert done.data["status"] == "Succeeded", done.data
+            assert done.data["status"] == OperationStatus.SUCCEEDED, done.data
             await watch.wait_for(lambda e: e.subject == AGENTS_FLOODING, timeout=15)
         letters = [DeadLettered.model_validate(e.data) for e in watch.seen if e.subject.startswith("bke.v1.deadletter.")]
         mine = [d for d in letters if d.subject == flooder]

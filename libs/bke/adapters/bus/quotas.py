@@ -39,9 +39,10 @@ CLUSTERS_ENV = "BKE_JETSTREAM_CLUSTERS"
 # bytes one cluster may hold in each stream (`OBJ_<bucket>` for a bucket)
 PER_CLUSTER: dict[str, int] = {
     "BKE_AGENT": 1 * GiB,
-    # outputs waiting for their consumers: one in flight per node and consumer when they keep up
-    # (36 MB for 10,000 nodes at the largest measured result); a consumer that is down leaves at
-    # most AGENT_OUTPUT_SUBJECT_MSGS of each node's outputs of its subject (a few hundred MB)
+    # outputs waiting for their consumers: about one in flight per node and consumer when they
+    # keep up (65 MB for 10,000 nodes at the largest measured result, 6.5 KB); a consumer that is
+    # down leaves AGENT_OUTPUT_SUBJECT_MSGS of each node's outputs of its subjects (520 MB at
+    # that size: such an outage of a 10,000-node cluster fills it, see docs/threat-model.md)
     "BKE_AGENT_OUT": 512 * MiB,
     "BKE_EVENTS": 128 * MiB,
     "BKE_COMMANDS": 64 * MiB,
@@ -55,10 +56,11 @@ AGENT_SUBJECT_MSGS = 4096  # commands per node subject
 # room for a consumer that is behind by several of the dispatcher's health rounds (one a minute).
 # Beyond it the subject's own oldest output goes: a flood costs only the flooding node.
 AGENT_OUTPUT_SUBJECT_MSGS = 8
-# The largest output the stream takes. Measured: the largest result of a lab install is a few
-# KiB (a step's output is cut to OUTPUT_LIMIT, 4 KiB, per stream); this leaves room for a
-# command of many steps that all print that much. An agent's own JWT allows AGENT_MAX_PAYLOAD
-# (snapshot chunks), so this is the stream's own bound.
+# The largest output the stream takes. Measured: the largest result of an install of the seed
+# cluster in the lab is 6.5 KB (a step's output is cut to OUTPUT_LIMIT, 4 KiB, per stream); this
+# is 40 times that, room for a command of many steps that all print that much, and an agent
+# cuts a larger result's outputs to fit (bke_agent.outputs.fit_result). An agent's own JWT
+# allows AGENT_MAX_PAYLOAD (snapshot chunks), so this is the stream's own bound.
 AGENT_OUTPUT_MAX_MSG = 256 * 1024
 AGENT_MAX_PAYLOAD = 512 * 1024  # a snapshot chunk is 256 KiB (bke.adapters.etcdsnap.upload.CHUNK)
 AGENT_MAX_SUBS = 64  # its inbox, its command subject, a restore's replies and a few more
