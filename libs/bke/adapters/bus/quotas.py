@@ -42,8 +42,8 @@ PER_CLUSTER: dict[str, int] = {
     # outputs waiting for their consumers: about one in flight per node and consumer when they
     # keep up (65 MB for 10,000 nodes at the largest measured result, 6.5 KB); a consumer that is
     # down leaves AGENT_OUTPUT_SUBJECT_MSGS of each node's outputs of its subjects (520 MB at
-    # that size: such an outage of a 10,000-node cluster fills it, see docs/threat-model.md)
-    "BKE_AGENT_OUT": 512 * MiB,
+    # that size, for 10,000 nodes): twice that
+    "BKE_AGENT_OUT": 1 * GiB,
     "BKE_EVENTS": 128 * MiB,
     "BKE_COMMANDS": 64 * MiB,
     "BKE_DEADLETTER": 128 * MiB,
