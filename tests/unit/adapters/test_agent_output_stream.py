@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from nats.js.api import DiscardPolicy, RetentionPolicy, StreamConfig
 
+from bke.adapters.auth import agent_permissions, role_permissions
 from bke.adapters.auth.jetstream_grants import SERVICE_CONSUMERS
 from bke.adapters.bus import quotas
 from bke.adapters.bus.streams import AGENT_OUTPUT_INTEREST, AGENT_OUTPUT_STREAM, AGENT_STREAM, STREAMS, stream_problems
@@ -108,3 +109,32 @@ def test_the_other_streams_declare_what_they_did() -> None:
         assert cfg.discard == DiscardPolicy.OLD and cfg.max_msg_size == -1 and d.interest == (), d.name
         assert stream_problems(d, StreamConfig.from_response(cfg.as_dict())) == [], d.name
     assert stream_problems(replace(OUT, interest=()), _found()) == []  # interest is checked against the server
+
+
+def _allowed(pattern: str, subject: str) -> bool:
+    p, s = pattern.split("."), subject.split(".")
+    if p[-1] == ">":
+        return len(s) >= len(p) and all(a in ("*", b) for a, b in zip(p[:-1], s))
+    return _matches(pattern, subject)
+
+
+def test_the_deploy_identity_creates_the_outputs_consumers_and_uses_none() -> None:
+    allow = role_permissions("streams").pub_allow
+    for durable, filt in AGENT_OUTPUT_INTEREST:
+        assert any(_allowed(p, f"$JS.API.CONSUMER.CREATE.{AGENT_OUTPUT_STREAM}.{durable}.{filt}") for p in allow), durable
+        for subject in (f"$JS.API.CONSUMER.MSG.NEXT.{AGENT_OUTPUT_STREAM}.{durable}",
+                        f"$JS.ACK.{AGENT_OUTPUT_STREAM}.{durable}.1.2.3.4.5",
+                        f"$JS.API.CONSUMER.DELETE.{AGENT_OUTPUT_STREAM}.{durable}"):
+            assert not any(_allowed(p, subject) for p in allow), subject
+    for subject in (f"$JS.API.CONSUMER.CREATE.{AGENT_OUTPUT_STREAM}.x.bke.v1.agent.c1.n1.result",
+                    f"$JS.API.CONSUMER.CREATE.{AGENT_STREAM}.dispatcher-results.bke.v1.agent.c1.n1.result",
+                    f"$JS.API.CONSUMER.CREATE.{AGENT_OUTPUT_STREAM}"):
+        assert not any(_allowed(p, subject) for p in allow), subject
+
+
+def test_an_agent_publishes_its_own_outputs_only_and_touches_no_consumer_of_them() -> None:
+    perms = agent_permissions("c1", "n1")
+    for kind in ("result", "upgrader-result", "registered", "refused"):
+        assert agent_subject("c1", "n1", kind) in perms.pub_allow
+        assert not any(_allowed(p, agent_subject("c1", "n2", kind)) for p in perms.pub_allow)
+    assert not [p for p in perms.pub_allow if AGENT_OUTPUT_STREAM in p]
