@@ -11,6 +11,7 @@ from typing import Any
 
 from bke.adapters.bus import get_blob
 from bke.adapters.bus.handler import Out, typed
+from bke.adapters.bus.flood import FloodWatch
 from bke.adapters.bus.misaddressed import Misaddressed
 from bke.adapters.bus.other_incarnation import OtherIncarnation
 from bke.adapters.bus.responder import serve_requests
@@ -288,8 +289,12 @@ def _serve_results(svc: Service, upgrades: Upgrades, restores: Restores) -> None
     # a result on another node's subject is dropped and counted (bke.adapters.bus.misaddressed)
     misaddressed = Misaddressed(svc.metrics, svc.name)
 
+    # a node's malformed outputs: counted, and past the bound summarised once per node and window
+    # instead of dead-lettered one by one (bke.adapters.bus.flood)
+    floods = FloodWatch(svc.metrics, svc.name, svc.publish, _now)
+
     def handle_result(kind: str) -> Any:
-        return typed(CommandResult, misaddressed.guard(kind, on_result), svc.publish, svc.notify)
+        return floods.guard(kind, typed(CommandResult, misaddressed.guard(kind, on_result), svc.publish, svc.notify))
 
     # An agent answers this service's commands on their own subject (bke.contracts.agent
     # UPGRADER_RESULT); one whose identity predates that subject answers on `result`, read here

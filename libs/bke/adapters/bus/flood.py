@@ -4,6 +4,10 @@ node and window (the counting and the bound: bke.core.flood).
     watch = FloodWatch(svc.metrics, svc.name, svc.publish, now)
     svc.fast_subscriber(..., watch.guard("result", typed(CommandResult, handler, ...)))
 
+The dispatcher watches its results and refusals, the certs service the registrations (every
+one counts: an agent registers once per start), the upgrader its results (their malformed
+ones: its handlers mark nothing).
+
 `guard` wraps the bytes-in work of a subscriber. An output is stray when the work raises
 MalformedMessage (bytes that are no message of the contract), when the handler called
 `mark_stray()` while handling it (a result it drops: bke_dispatcher.results,
