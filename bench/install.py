@@ -58,6 +58,7 @@ from real_cp import proc_cpu_s  # bench/real_cp.py (this script's folder is on s
 from record import add_json_option, save  # bench/record.py
 
 STREAM = "BKE_AGENT"
+OUTPUT_STREAM = "BKE_AGENT_OUT"  # the agents' results (bke.adapters.bus.streams)
 
 
 @dataclass
@@ -179,7 +180,7 @@ async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
 
         await asyncio.gather(*(agent(h) for h in hostnames))
         collector = await js.pull_subscribe(
-            f"bke.v1.agent.{cluster}.*.result", durable="floor-results", stream=STREAM,
+            f"bke.v1.agent.{cluster}.*.result", durable="floor-results", stream=OUTPUT_STREAM,
             config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL),
         )
         t1 = time.perf_counter()

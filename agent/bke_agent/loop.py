@@ -85,6 +85,7 @@ from .executor import Executor, utc_now
 from .hostfacts import agent_runtime, cgroup_version
 from .selfupdate import RestartRequested
 from .identity import AgentIdentity
+from .outputs import fit_result, publish_output
 from .journal import ExecutionRecord, Journal
 from .settings import AgentSettings
 from .verify import CommandVerifier
@@ -194,7 +195,8 @@ class AgentLoop:
                               seal_public_key_b64=self.identity.public_key_b64, backend=self.backend.kind,
                               version=VERSION, at=self.now().isoformat(),
                               ca_fingerprint=held_ca_fingerprint(self.settings.root))
-        await self.js.publish(agent_subject(self.cluster, self.node, "registered"), reg.to_bytes(), headers=schema_headers())
+        await publish_output(self.js, agent_subject(self.cluster, self.node, "registered"), reg.to_bytes(),
+                             retry_s=self.settings.result_retry_s, what="registration", ids=self._ids)
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop taking commands; let the running one finish within `grace` (else it is
@@ -259,7 +261,8 @@ class AgentLoop:
         log.warning("command refused: %s", reason, extra={**self._ids, "command_id": command_id})
         ev = CommandRefused(cluster=self.cluster, node=self.node, agent_id=self.identity.agent_id,
                             command_id=command_id[:256], reason=reason[:500], at=self.now().isoformat())
-        await self.js.publish(agent_subject(self.cluster, self.node, "refused"), ev.to_bytes(), headers=schema_headers())
+        await publish_output(self.js, agent_subject(self.cluster, self.node, "refused"), ev.to_bytes(),
+                             retry_s=self.settings.result_retry_s, what="refusal", ids=self._ids)
         await msg.term()
 
     async def _handle(self, msg: Msg) -> None:
@@ -312,25 +315,15 @@ class AgentLoop:
                  extra={**ids, "status": result.status, "replayed": result.replayed})
 
     async def _publish_result(self, result: CommandResult, subject: str | None = None) -> None:
-        """Send the result, trying again for about `result_retry_s` (settings) while NATS is away. Why: when a
-        NATS node of a cluster is lost, the agents' stream elects a new leader and a publish gets
-        no answer for a few seconds; handing the command back at once would wait for its ack wait
-        (30 s) before the journal answers it. The result is in the journal already, and the
-        dispatcher takes a result twice as once, so sending it again is safe."""
-        delay, waited = 0.25, 0.0
-        while True:
-            try:
-                await self.js.publish(subject or agent_subject(self.cluster, self.node, "result"), result.to_bytes(),
-                                      headers=schema_headers())
-                return
-            except Exception as exc:
-                if not is_unavailable(exc) or waited >= self.settings.result_retry_s:
-                    raise
-                log.warning("result not stored (NATS: %s); sending it again", type(exc).__name__,
-                            extra={**self._ids, "command_id": result.command_id})
-            await asyncio.sleep(delay)  # backoff between attempts while the stream elects a leader
-            waited += delay
-            delay = min(2 * delay, 2.0)
+        """Send the result, trying again for about `result_retry_s` (settings) while NATS is away
+        or the outputs' stream is full (outputs.py). Why: when a NATS node of a cluster is lost,
+        the stream elects a new leader and a publish gets no answer for a few seconds; handing
+        the command back at once would wait for its ack wait (30 s) before the journal answers
+        it. The result is in the journal already, and the dispatcher takes a result twice as
+        once, so sending it again is safe."""
+        await publish_output(self.js, subject or agent_subject(self.cluster, self.node, "result"), fit_result(result).to_bytes(),
+                             retry_s=self.settings.result_retry_s, what="result",
+                             ids={**self._ids, "command_id": result.command_id})
 
     async def _ack(self, msg: Msg) -> None:
         """Ack, and wait for the server to confirm it, for about `result_retry_s` (settings). Why: a plain ack

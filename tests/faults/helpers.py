@@ -50,7 +50,7 @@ async def health_of(nc: NatsClient, service: str) -> ServiceHealth | None:
     return ServiceHealth.model_validate_json(msg.data)
 
 
-async def ack_pending(nc: NatsClient, durable: str, stream: str = "BKE_AGENT") -> tuple[int, int]:
+async def ack_pending(nc: NatsClient, durable: str, stream: str = "BKE_AGENT_OUT") -> tuple[int, int]:
     """(delivered but not acknowledged, not yet delivered) of a consumer."""
     info = await nc.jetstream().consumer_info(stream, durable)
     return info.num_ack_pending or 0, info.num_pending or 0

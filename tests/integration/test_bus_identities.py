@@ -24,7 +24,7 @@ from bke.adapters.auth.permissions import agent_consumer
 from bke.adapters.auth.push import push_account
 from bke.adapters.bus.connect import BusAccess, connect_options
 from bke.adapters.bus.service import make_service
-from bke.adapters.bus.streams import ensure_streams
+from bke.adapters.bus.streams import AGENT_OUTPUT_STREAM, ensure_streams
 from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, agent_subject
 from bke.adapters.etcdsnap.upload import publish_object
 from bke.adapters.runtime import EmbeddedRuntime
@@ -87,7 +87,7 @@ async def test_agent_consumes_its_own_commands_through_its_own_inbox(agent_a: Cl
     await dispatcher.nc.jetstream().publish(agent_subject(CLUSTER, A, "command"), b"for-a")
     assert await asyncio.wait_for(got.get(), 10) == b"for-a"
     ack = await js.publish(agent_subject(CLUSTER, A, "result"), b"{}")
-    assert ack.stream == AGENT_STREAM
+    assert ack.stream == AGENT_OUTPUT_STREAM  # its outputs have a stream of their own
     assert not agent_a.errors
 
 

@@ -10,11 +10,16 @@ import time
 from pathlib import Path
 
 import pytest
-from nats.js.api import StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DiscardPolicy, RetentionPolicy, StreamConfig
 
+import bke.adapters.bus.service as service_module
 from bke.adapters.auth import identity_name, inbox_prefix, role_permissions, write_creds
 from bke.adapters.bus.connect import BusAccess, connect_nats
+from bke.adapters.bus.service import make_service
+from bke.adapters.bus.streams import AGENT_OUTPUT_INTEREST, AGENT_OUTPUT_STREAM, AGENT_STREAM, StreamsNotDeclared
 from bke.adapters.runtime import EmbeddedRuntime
+from bke.adapters.settings import ServiceSettings
+from bke.contracts.agent import agent_subject
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 BKE = str(Path(sys.executable).parent / "bke")
@@ -72,4 +77,73 @@ async def test_a_command_before_the_deploy_step_says_what_to_run(tmp_path: Path)
         assert _run([BKE, "streams", "ensure", "--nats", info.nats_url], info.nats_url, None, None).returncode == 0
         assert _run([BKE, "streams", "check", "--nats", info.nats_url], info.nats_url, None, None).returncode == 0
     finally:
+        rt.stop()
+
+
+async def test_an_interest_stream_keeps_nothing_that_no_consumer_is_for(tmp_path: Path) -> None:
+    """What the outputs' stream relies on and what the deploy step's consumers are for: nats-server
+    acknowledges a message that no consumer's filter matches and does not store it; once a
+    consumer matches, it is stored, and gone when that consumer acknowledges it."""
+    rt = EmbeddedRuntime(tmp_path / "open", auth=False)
+    info = rt.ensure_started()
+    nc = await connect_nats(BusAccess(info.nats_url))
+    try:
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name="SCRATCH", subjects=["scratch.>"], retention=RetentionPolicy.INTEREST))
+        await js.add_consumer("SCRATCH", ConsumerConfig(durable_name="other", filter_subject="scratch.other",
+                                                        ack_policy=AckPolicy.EXPLICIT))
+        assert (await js.publish("scratch.lost", b"x")).seq == 1  # acknowledged ...
+        assert (await js.stream_info("SCRATCH")).state.messages == 0  # ... and not kept
+        await js.publish("scratch.other", b"y")
+        assert (await js.stream_info("SCRATCH")).state.messages == 1
+        sub = await js.pull_subscribe("scratch.other", durable="other", stream="SCRATCH")
+        (msg,) = await sub.fetch(1, timeout=5)
+        await msg.ack_sync()
+        assert (await js.stream_info("SCRATCH")).state.messages == 0
+    finally:
+        await nc.close()
+        rt.stop()
+
+
+async def test_a_deployment_of_one_agent_stream_is_refused_then_split_by_the_deploy_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deployment of the previous release: every agent subject in BKE_AGENT, its services'
+    output consumers on it, no BKE_AGENT_OUT. A service refuses to start, naming both and the
+    command to run; `bke streams ensure` narrows BKE_AGENT to the commands (the command waiting
+    there stays), makes BKE_AGENT_OUT with its consumers, and a registration published right
+    after is kept for the certs service."""
+    rt = EmbeddedRuntime(tmp_path / "open", auth=False)
+    info = rt.ensure_started()
+    nc = await connect_nats(BusAccess(info.nats_url))
+    try:
+        js = nc.jetstream()
+        await js.delete_stream(AGENT_OUTPUT_STREAM)  # an open server: anyone may (the lab's is not open)
+        old = (await js.stream_info(AGENT_STREAM)).config
+        await js.update_stream(StreamConfig.from_response({**old.as_dict(), "subjects": ["bke.v1.agent.>"]}))
+        await js.add_consumer(AGENT_STREAM, ConsumerConfig(durable_name="dispatcher-results", filter_subject="bke.v1.agent.*.*.result",
+                                                           ack_policy=AckPolicy.EXPLICIT))
+        await js.publish(agent_subject("c1", "node-b", "command"), b"for-b")
+        checked = _run([BKE, "streams", "check", "--nats", info.nats_url], info.nats_url, None, None)
+        assert checked.returncode == 1 and f"stream {AGENT_OUTPUT_STREAM}: missing" in checked.stderr
+        assert "stream BKE_AGENT: subjects ['bke.v1.agent.>']" in checked.stderr
+        monkeypatch.setattr(service_module, "STREAMS_WAIT_S", 0.5)
+        svc = make_service("certs", ServiceSettings(nats_url=info.nats_url, redis_url=info.redis_url))
+        with pytest.raises(StreamsNotDeclared, match=f"{AGENT_OUTPUT_STREAM}: missing.*bke streams ensure"):
+            await svc.start()
+        await svc.stop_http()
+
+        ensured = _run([BKE, "streams", "ensure", "--nats", info.nats_url], info.nats_url, None, None)
+        assert ensured.returncode == 0, ensured.stderr
+        assert (await js.stream_info(AGENT_STREAM)).config.subjects == ["bke.v1.agent.*.*.command"]
+        command = agent_subject("c1", "node-b", "command")
+        assert (await js.stream_info(AGENT_STREAM, subjects_filter=command)).state.subjects == {command: 1}
+        out = await js.stream_info(AGENT_OUTPUT_STREAM)
+        assert out.config.retention == RetentionPolicy.INTEREST and out.config.discard == DiscardPolicy.NEW
+        assert sorted(c.name for c in await js.consumers_info(AGENT_OUTPUT_STREAM)) == sorted(d for d, _ in AGENT_OUTPUT_INTEREST)
+        registered = agent_subject("c1", "node-b", "registered")
+        await js.publish(registered, b"{}")
+        assert (await js.stream_info(AGENT_OUTPUT_STREAM, subjects_filter=registered)).state.subjects == {registered: 1}
+        assert _run([BKE, "streams", "check", "--nats", info.nats_url], info.nats_url, None, None).returncode == 0
+    finally:
+        await nc.close()
         rt.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from datetime import datetime, timezone
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,11 +19,12 @@ import pytest
 from nats.js.api import StreamConfig
 
 import bke.adapters.bus.service as service_module
-from bke.adapters.auth import inbox_prefix
+from bke.adapters.auth import agent_permissions, identity_name, inbox_prefix, write_creds
 from bke.adapters.bus.service import make_service
 from bke.adapters.bus import quotas
-from bke.adapters.bus.quotas import AGENT_MAX_PAYLOAD, AGENT_SUBJECT_MSGS
-from bke.adapters.bus.streams import BUCKETS, OBJECT_BUCKET, STREAMS, StreamsNotDeclared, check_streams, ensure_streams
+from bke.adapters.bus.quotas import AGENT_MAX_PAYLOAD, AGENT_OUTPUT_MAX_MSG, AGENT_OUTPUT_SUBJECT_MSGS, AGENT_SUBJECT_MSGS
+from bke.adapters.bus.streams import (AGENT_OUTPUT_STREAM, AGENT_STREAM, BUCKETS, OBJECT_BUCKET, STREAMS, StreamsNotDeclared,
+                                      check_streams, ensure_streams)
 from bke.contracts.agent import AGENTS_PROVISION, ETCD_SNAPSHOT_BUCKET, agent_subject
 from bke.contracts.identity import renew_identity_subject
 from bke.contracts.subjects import CERTS_ISSUED
@@ -30,7 +32,7 @@ from bke.adapters.auth.agent_renewal import RENEW_ALL
 from bke.adapters.etcdsnap.upload import publish_object
 from bke.adapters.runtime import EmbeddedRuntime
 from bke.adapters.settings import ServiceSettings
-from tests.bus_identity_helpers import CLUSTER, Client, _connect, _identity
+from tests.bus_identity_helpers import CLUSTER, Client, _authority, _connect, _identity
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
@@ -82,7 +84,10 @@ API_MATRIX: tuple[tuple[str, frozenset[str]], ...] = (
     ("$JS.API.CONSUMER.CREATE.BKE_EVENTS.certs-plans.bke.v1.plan.created", frozenset({"certs"})),
     ("$JS.API.CONSUMER.CREATE.BKE_AGENT.x.bke.v1.agent.c1.node-a.command", frozenset()),
     ("$JS.API.CONSUMER.CREATE.BKE_EVENTS", frozenset()),
-    ("$JS.API.CONSUMER.MSG.NEXT.BKE_AGENT.dispatcher-results", frozenset({"dispatcher"})),
+    ("$JS.API.CONSUMER.MSG.NEXT.BKE_AGENT_OUT.dispatcher-results", frozenset({"dispatcher"})),
+    ("$JS.API.CONSUMER.CREATE.BKE_AGENT_OUT.x.bke.v1.agent.c1.node-a.result", frozenset()),
+    ("$JS.API.STREAM.UPDATE.BKE_AGENT_OUT", frozenset({"streams"})),
+    ("$JS.API.STREAM.PURGE.BKE_AGENT_OUT", frozenset()),
     ("$JS.API.STREAM.INFO.BKE_EVENTS", frozenset({*SERVICES, "operator", "dashboard", "streams"})),
     ("$JS.API.STREAM.MSG.GET.BKE_DEADLETTER", frozenset({"operator"})),  # `bke deadletters`
     ("$JS.API.STREAM.MSG.GET.BKE_EVENTS", frozenset()),
@@ -245,36 +250,79 @@ async def test_an_agent_adds_snapshots_but_cannot_roll_up_or_delete_them(clients
     assert (await clients["operator"].nc.jetstream().stream_info(stream)).state.messages == before
 
 
-async def test_an_agents_flood_stays_on_its_own_subjects(clients: dict[str, Client]) -> None:
-    """One node publishing as fast as it can on its own result subject keeps at most
-    AGENT_SUBJECT_MSGS there; the command waiting for another node is untouched (positive
-    control: the flood itself is stored, up to the cap)."""
-    other = agent_subject(CLUSTER, "node-b", "command")
-    js = clients["operator"].nc.jetstream()  # stream info only: nobody but a consumer reads BKE_AGENT
-    await clients["dispatcher"].nc.jetstream().publish(other, b"for-b")
-    start = (await js.stream_info("BKE_AGENT")).state.last_seq
+async def _agent_of(rt: EmbeddedRuntime, tmp: Path, cluster: str, node: str) -> Client:
+    """A node's agent identity in any cluster (`_identity` makes them in CLUSTER)."""
+    name = identity_name("agent", cluster, node)
+    user = _authority(rt).user(name, agent_permissions(cluster, node), iat=int(time.time()))
+    return await _connect(rt, write_creds(tmp / f"{name}.creds", user.creds), inbox_prefix(name))
+
+
+async def _taken(js: nats.js.JetStreamContext, durable: str, subject: str, deadline_s: float = 30.0) -> bytes:
+    """Fetch and acknowledge from a service's consumer on the outputs' stream until a message on
+    `subject` comes (the flood before it is taken and acknowledged on the way); its body."""
+    sub = await js.pull_subscribe("bke.v1.agent.*.*.result", durable=durable, stream=AGENT_OUTPUT_STREAM)
+    deadline = asyncio.get_running_loop().time() + deadline_s
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            msgs = await sub.fetch(64, timeout=1)
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            continue
+        for m in msgs:
+            await m.ack()
+            if m.subject == subject:
+                return m.data
+    raise AssertionError(f"{subject}: never delivered to {durable}")
+
+
+async def test_an_agents_flood_stays_on_its_own_subjects(clients: dict[str, Client], secure: EmbeddedRuntime,
+                                                         tmp_path: Path) -> None:
+    """One node publishing messages of the largest size the outputs' stream takes, as fast as it
+    can, on its own result subject: the stream keeps at most AGENT_OUTPUT_SUBJECT_MSGS of them
+    (its own oldest go), a larger one is refused, and meanwhile another cluster's agent's result
+    is stored and taken by the dispatcher's consumer (positive control), and the command waiting
+    for another node in the commands' stream is untouched."""
+    other_command = agent_subject(CLUSTER, "node-b", "command")
+    await clients["dispatcher"].nc.jetstream().publish(other_command, b"for-b")
+    js = clients["operator"].nc.jetstream()  # stream info only: nobody but a consumer reads the agent streams
     own = agent_subject(CLUSTER, NODE, "result")
-    nc = clients["agent"].nc
-    flood = AGENT_SUBJECT_MSGS + 100
-    for i in range(flood):
-        await nc.publish(own, b'{"n":%d}' % i)
-    await nc.flush()
-    deadline = asyncio.get_running_loop().time() + 30
-    while (await js.stream_info("BKE_AGENT")).state.last_seq < start + flood:
-        assert asyncio.get_running_loop().time() < deadline, "the flood was never stored"
-        await asyncio.sleep(0.05)  # polling under a deadline
-    assert (await js.stream_info("BKE_AGENT", subjects_filter=own)).state.subjects == {own: AGENT_SUBJECT_MSGS}
-    assert (await js.stream_info("BKE_AGENT", subjects_filter=other)).state.subjects == {other: 1}
+    agent = clients["agent"].nc
+    bystander = await _agent_of(secure, tmp_path, "c2", "node-x")
+    theirs = agent_subject("c2", "node-x", "result")
+    before = (await js.stream_info(AGENT_OUTPUT_STREAM)).state.bytes
+    try:
+        biggest = b"x" * (AGENT_OUTPUT_MAX_MSG - 512)  # headers and subject count against the limit too
+        flood = 4 * AGENT_OUTPUT_SUBJECT_MSGS + 8
+        for i in range(flood):
+            await agent.publish(own, biggest)
+            if i == flood // 2:  # another cluster's node answers in the middle of the flood
+                assert (await bystander.nc.jetstream().publish(theirs, b'{"mine":true}')).seq > 0
+        # the flood's last message, with its PubAck: stored after every one before it
+        await agent.jetstream().publish(own, biggest)
+        with pytest.raises(nats.js.errors.BadRequestError, match="(?i)message size exceeds"):
+            await agent.jetstream().publish(own, biggest + b"x" * 1024)
+        state = (await js.stream_info(AGENT_OUTPUT_STREAM, subjects_filter=own)).state
+        assert state.subjects == {own: AGENT_OUTPUT_SUBJECT_MSGS}
+        assert state.bytes - before <= AGENT_OUTPUT_SUBJECT_MSGS * AGENT_OUTPUT_MAX_MSG  # the whole stream grew by that
+        kept = await js.stream_info(AGENT_OUTPUT_STREAM, subjects_filter=theirs)
+        assert kept.state.subjects == {theirs: 1}
+        assert await _taken(clients["dispatcher"].nc.jetstream(), "dispatcher-results", theirs) == b'{"mine":true}'
+        assert (await js.stream_info(AGENT_STREAM, subjects_filter=other_command)).state.subjects == {other_command: 1}
+    finally:
+        await bystander.nc.close()
 
 
-async def test_an_agent_cannot_send_a_message_over_its_payload_limit(secure: EmbeddedRuntime, tmp_path: Path) -> None:
+async def test_an_agent_cannot_send_a_message_over_its_payload_limit(clients: dict[str, Client], secure: EmbeddedRuntime,
+                                                                    tmp_path: Path) -> None:
     """The agent's JWT carries `payload`: nats-server refuses a larger message (and drops the
     connection); a message at the limit goes through (positive control)."""
     agent = await _identity(secure, tmp_path, "agent", "node-p")
     try:
-        subject = agent_subject(CLUSTER, "node-p", "result")
-        ack = await agent.nc.jetstream().publish(subject, b"x" * (AGENT_MAX_PAYLOAD - 64))
-        assert ack.seq > 0
+        # its heartbeat (core NATS): the outputs' stream takes less than the JWT allows
+        subject = agent_subject(CLUSTER, "node-p", "heartbeat")
+        heard = await clients["dispatcher"].nc.subscribe(subject)
+        await clients["dispatcher"].nc.flush()
+        await agent.nc.publish(subject, b"x" * (AGENT_MAX_PAYLOAD - 64))
+        assert len((await heard.next_msg(timeout=5)).data) == AGENT_MAX_PAYLOAD - 64
         await agent.nc.publish(subject, b"x" * (AGENT_MAX_PAYLOAD + 1))
         with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
             await agent.nc.flush(timeout=5)
@@ -283,10 +331,10 @@ async def test_an_agent_cannot_send_a_message_over_its_payload_limit(secure: Emb
             assert asyncio.get_running_loop().time() < deadline, "the connection outlived its payload violation"
             await asyncio.sleep(0.02)  # polling under a deadline
         assert "maximum payload" in str(agent.nc.last_error).lower()
+        with pytest.raises(nats.errors.TimeoutError):  # the larger one never reached anyone
+            await heard.next_msg(timeout=1)
     finally:
         await agent.nc.close()
-    js = (await _identity(secure, tmp_path, "operator")).nc.jetstream()
-    assert (await js.stream_info("BKE_AGENT", subjects_filter=subject)).state.subjects == {subject: 1}
 
 
 async def test_every_stream_and_bucket_has_a_size(clients: dict[str, Client]) -> None:
@@ -294,4 +342,5 @@ async def test_every_stream_and_bucket_has_a_size(clients: dict[str, Client]) ->
     for name in (*(d.name for d in STREAMS), *(f"OBJ_{b}" for b, _ in BUCKETS)):
         cfg = (await js.stream_info(name)).config
         assert cfg.max_bytes == quotas.max_bytes(name, 1), name
-    assert (await js.stream_info("BKE_AGENT")).config.max_msgs_per_subject == AGENT_SUBJECT_MSGS
+    assert (await js.stream_info(AGENT_STREAM)).config.max_msgs_per_subject == AGENT_SUBJECT_MSGS
+    assert (await js.stream_info(AGENT_OUTPUT_STREAM)).config.max_msgs_per_subject == AGENT_OUTPUT_SUBJECT_MSGS

@@ -87,6 +87,7 @@ from .agent import (
     AGENTS_COMMAND_KEY,
     AGENTS_PROVISION,
     AGENTS_REFUSED,
+    UPGRADER_RESULT,
     AgentAccepted,
     AgentCommand,
     AgentHeartbeat,
@@ -99,14 +100,15 @@ from .agent import (
     CommandResult,
     ProvisionAgent,
 )
-from .deadletter import DeadLettered
+from .deadletter import AGENTS_FLOODING, AgentFlooding, DeadLettered
 from .identity import AGENT_IDENTITY_RENEW, AgentIdentityRenewed, RenewAgentIdentity
 from .health import GetHealth, ServiceHealth
 from .expiration import EXPIRATION_GET, CertExpiration, GetExpiration
 from .status import STATUS_GET, ClusterStatus, StatusError, GetStatus
 
 __all__ = [
-    "AGENT_SUBJECTS",
+    "AGENT_COMMAND_SUBJECTS",
+    "AGENT_OUTPUT_SUBJECTS",
     "CHANNELS",
     "CLUSTER_REJECTED",
     "INSTALL_CLUSTER",
@@ -150,6 +152,7 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     RENDER_FAILED,
     AGENTS_REFUSED,
     AGENTS_ACCEPTED,
+    AGENTS_FLOODING,
     # Phase changes and the end of an install are kept. Per-node step changes (~30,000 at 5,000
     # nodes) are not: they are live progress for whoever listens (the CLI, a dashboard), the
     # dispatcher's Redis state holds every node's status, and storing them doubled the writes
@@ -187,7 +190,12 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     REMOVE_NODES_FINISHED,
     "bke.v1.remove-nodes.*.changed",
 )
-AGENT_SUBJECTS: tuple[str, ...] = ("bke.v1.agent.>",)
+# The agents' subjects, in two streams: what the dispatcher and the upgrader send to a node, and
+# what a node's agent sends back (bke.adapters.bus.streams says why they are apart). A node's
+# agent may publish only its own output subjects (bke.adapters.auth.permissions).
+AGENT_COMMAND_SUBJECTS: tuple[str, ...] = ("bke.v1.agent.*.*.command",)
+AGENT_OUTPUT_SUBJECTS: tuple[str, ...] = tuple(f"bke.v1.agent.*.*.{kind}"
+                                               for kind in ("result", UPGRADER_RESULT, "registered", "refused"))
 
 
 @dataclass(frozen=True)
@@ -253,6 +261,8 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(AGENTS_COMMAND_KEY, GetCommandKey, "request", "The dispatcher's command-signing public key, given to agents at provisioning (queue group dispatcher-command-key; core NATS, not stored).", ("cli",), ("dispatcher",), (CommandKey,)),
     Channel(AGENTS_ACCEPTED, AgentAccepted, "event", "A registration's key is the one provisioned for its node: the node's results are believed only from this agent.", ("certs",), ("dispatcher",)),
     Channel(AGENTS_REFUSED, AgentRefused, "event", "A registration's key is not the one provisioned for its node (or none was): nothing was sealed to it.", ("certs",), ("dispatcher",)),
+    Channel(AGENTS_FLOODING, AgentFlooding, "event", "A node's agent sent more outputs that answer no command in flight (or are no message) within a window than a working agent does: counts only, one per node and window; the dead-letter stream holds one summary of it, never the payloads.", ("dispatcher", "certs", "upgrader"), (),
+            external="heard by dashboards (they may hear every event) and operators' tools (`nats sub bke.v1.agents.flooding`); `bke deadletters list` shows its summary"),
     Channel("bke.v1.heartbeat.{cluster}.{node}", AgentHeartbeat, "event", "Agent liveness (core NATS, not stored).", ("agent",), ("dispatcher",)),
     Channel(EXPIRATION_GET, GetExpiration, "request", "The expiry of a cluster's certificates, paged, served by the certs service (queue group certs-expiration; core NATS, not stored); the upgrader asks it before an upgrade.", ("cli", "upgrader"), ("certs",), (CertExpiration, StatusError), reads=True),
     Channel(PAUSE_CLUSTER, PauseCluster, "command", "Pause (or resume) a cluster's operations: the install, rotation or upgrade running finishes its step and takes no new one until resumed.", ("cli",), ("dispatcher", "upgrader")),

@@ -29,20 +29,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from bke.contracts.drain import DrainOptions
+
 __all__ = ["MIRROR_ANNOTATION", "DrainOptions", "DrainSelection", "PodFacts", "Verdict", "backoff_delays", "blocking_budget", "judge",
            "refusal_message", "select_pods", "timeout_message"]
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})  # Kubernetes' own pod phases, read from the API
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 NAMED_IN_MESSAGES = 10  # a drain of a node with hundreds of pods names the first ten, then counts
-
-
-@dataclass(frozen=True)
-class DrainOptions:
-    """What `kubectl drain --force` and `--delete-emptydir-data` allow; both off by default."""
-
-    force: bool = False
-    delete_emptydir_data: bool = False
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,8 @@ __all__ = ["CONTROL_PLANE_FILE", "LabSupervisor", "SERVICES", "lab_env"]
 CONTROL_PLANE_FILE = "control-plane"
 
 SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
-# One durable consumer per service that proves it is up.
+# One durable consumer per service that proves it is up. Not one on BKE_AGENT_OUT: the deploy
+# step makes those before any service starts (bke.adapters.bus.streams, `interest`).
 SERVICE_CONSUMERS = (
     ("BKE_COMMANDS", "planner"),
     ("BKE_EVENTS", "certs-plans"),

@@ -11,6 +11,7 @@ from bke.adapters.state_service import make_state_service
 
 from bke.adapters.bus.service import Service
 from bke.adapters.bus.handler import typed
+from bke.adapters.bus.flood import FloodWatch
 from bke.adapters.bus.misaddressed import Misaddressed
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.agent import AgentRegistered
@@ -68,8 +69,12 @@ def _subscribe(svc: Service, redis: Any, h: CertsHandlers) -> None:
                         batch_size=4, give_up=h.gave_up)
     # a registration on another node's subject is dropped and counted (bke.adapters.bus.misaddressed)
     misaddressed = Misaddressed(svc.metrics, svc.name)
-    svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT", "certs-agents",
-                        t(AgentRegistered, misaddressed.guard("registered", h.on_registered)), workers=8)
+    # every registration counts towards a node's flood (an agent registers once per start): past
+    # the bound, one summary per node and window, and the rest dropped unread (bke.adapters.bus.flood)
+    floods = FloodWatch(svc.metrics, svc.name, svc.publish, lambda: datetime.now(timezone.utc))
+    svc.fast_subscriber("bke.v1.agent.*.*.registered", "BKE_AGENT_OUT", "certs-agents",
+                        floods.guard("registered", t(AgentRegistered, misaddressed.guard("registered", h.on_registered)),
+                                     every=True), workers=8)
     svc.work_subscriber(RENEW_CERTS, "BKE_COMMANDS", "certs-renew", t(RenewCerts, h.on_renew), batch_size=4)
     svc.work_subscriber(install_subject("*", "finished"), "BKE_EVENTS", "certs-installs",
                         t(InstallFinished, h.on_install_finished))

@@ -25,6 +25,7 @@ import time
 from datetime import datetime
 from typing import Awaitable, Callable
 
+from bke.adapters.bus.flood import mark_stray
 from bke.adapters.bus.handler import Out
 from bke.adapters.bus.other_incarnation import OtherIncarnation
 from bke.adapters.operation import Operations
@@ -148,6 +149,8 @@ class Inputs:
             why = f"its command id names cluster {cluster}"
         else:
             why, other = await self._untrusted(res, node)
+        if other or why:
+            mark_stray()  # no command in flight of this node's: counted towards a flood (bke.adapters.bus.flood)
         if other:
             self.other_incarnation.dropped(res, why)
             return []
@@ -179,6 +182,7 @@ class Inputs:
             raise NotYetKnown(f"result of {res.command_id} before its command was recorded", delay=1.0)
         self.kick(cluster)
         if not counted:
+            mark_stray()  # its command was settled already: a replay, or the same result sent again
             return []
         if res.status == FinishedStatus.FAILED:
             log.warning("node step failed", extra={"cluster": cluster, "node": node, "phase": slug, "step": step})

@@ -8,6 +8,7 @@ import logging
 from datetime import datetime, timezone
 from typing import Any
 
+from bke.adapters.bus.flood import FloodWatch
 from bke.adapters.bus.handler import typed
 from bke.adapters.bus.misaddressed import Misaddressed
 from bke.adapters.bus.other_incarnation import OtherIncarnation
@@ -229,18 +230,22 @@ def _serve_results(svc: Service, ops: Operations) -> None:
     # a result on another node's subject is dropped and counted (bke.adapters.bus.misaddressed)
     misaddressed = Misaddressed(svc.metrics, svc.name)
 
+    # a node's malformed outputs: counted, and past the bound summarised once per node and window
+    # instead of dead-lettered one by one (bke.adapters.bus.flood)
+    floods = FloodWatch(svc.metrics, svc.name, svc.publish, _now)
+
     def handle_result(kind: str) -> Any:
-        return typed(CommandResult, misaddressed.guard(kind, on_result), svc.publish, svc.notify)
+        return floods.guard(kind, typed(CommandResult, misaddressed.guard(kind, on_result), svc.publish, svc.notify))
 
     # An agent answers this service's commands on their own subject (bke.contracts.agent
     # UPGRADER_RESULT); one whose identity predates that subject answers on `result`, read here
     # too, with every other result of the cluster. (Literal subjects: tests/unit/
     # test_auth_permissions.py holds them to bke.adapters.auth.permissions, which spells UPGRADER_RESULT.)
-    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "upgrader-results", handle_result("result"),
+    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT_OUT", "upgrader-results", handle_result("result"),
                         skip=not_ours)
     # nothing skipped on its own subject: every message there is meant for this service, and a
     # malformed one is dead-lettered with the reason
-    svc.fast_subscriber("bke.v1.agent.*.*.upgrader-result", "BKE_AGENT", "upgrader-answers",
+    svc.fast_subscriber("bke.v1.agent.*.*.upgrader-result", "BKE_AGENT_OUT", "upgrader-answers",
                         handle_result("upgrader-result"))
 
 

@@ -32,19 +32,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bke.adapters.bus.streams import OBJECT_BUCKET, STREAMS
+from bke.adapters.bus.streams import AGENT_OUTPUT_INTEREST, AGENT_OUTPUT_STREAM, AGENT_STREAM, OBJECT_BUCKET, STREAMS
 from bke.contracts import subjects as s
-from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, UPGRADER_RESULT
+from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET
 from bke.contracts.install import install_subject
 from bke.contracts.pause import PAUSE_CLUSTER
 from bke.contracts.reset import CLUSTER_DELETED
 from bke.contracts.rotation import rotation_subject
 
-__all__ = ["AGENT_STREAM", "BUCKET_ACCESS", "JS_API", "MESSAGE_READERS", "SERVICE_CONSUMERS", "BucketAccess", "Consumer",
+__all__ = ["AGENT_OUTPUT_STREAM", "AGENT_STREAM", "BUCKET_ACCESS", "JS_API", "MESSAGE_READERS", "SERVICE_CONSUMERS", "BucketAccess", "Consumer",
            "bucket_subjects", "consumer_subjects", "declare_subjects", "message_read_subjects", "read_subjects"]
 
 JS_API = "$JS.API"
-AGENT_STREAM = "BKE_AGENT"
 
 
 @dataclass(frozen=True)
@@ -58,8 +57,13 @@ def _c(stream: str, *pairs: tuple[str, str]) -> tuple[Consumer, ...]:
     return tuple(Consumer(stream, durable, filt) for durable, filt in pairs)
 
 
-_AGENT = "bke.v1.agent.*.*"
 _INSTALL_FINISHED = install_subject("*", "finished")
+
+
+def _outputs(*durables: str) -> tuple[Consumer, ...]:
+    """Consumers of the agents' outputs, with the filters the deploy step creates them with."""
+    filters = dict(AGENT_OUTPUT_INTEREST)
+    return tuple(Consumer(AGENT_OUTPUT_STREAM, d, filters[d]) for d in durables)
 
 
 def _deleted(service: str) -> Consumer:  # every service forgets a deleted cluster (bke.adapters.forgetting)
@@ -83,7 +87,7 @@ SERVICE_CONSUMERS: dict[str, tuple[Consumer, ...]] = {
         *_c("BKE_EVENTS", ("certs-plans", s.PLAN_CREATED), ("certs-installs", _INSTALL_FINISHED),
             ("certs-rotations", rotation_subject("*")), ("certs-removals", s.REMOVE_NODES_FINISHED)),
         *_c("BKE_COMMANDS", ("certs-issue", s.ISSUE_CERTS), ("certs-renew", s.RENEW_CERTS)),
-        *_c(AGENT_STREAM, ("certs-agents", f"{_AGENT}.registered")),
+        *_outputs("certs-agents"),
     ),
     "renderer": (
         _deleted("renderer"),
@@ -100,7 +104,7 @@ SERVICE_CONSUMERS: dict[str, tuple[Consumer, ...]] = {
         *_c("BKE_COMMANDS", ("dispatcher-retry", s.RETRY_INSTALL), ("dispatcher-retry-legacy", s.LEGACY_RETRY_REQUESTED),
             ("dispatcher-resets", s.RESET_CLUSTER), ("dispatcher-joins", s.JOIN_NODES),
             ("dispatcher-removals", s.REMOVE_NODES)),
-        *_c(AGENT_STREAM, ("dispatcher-results", f"{_AGENT}.result"), ("dispatcher-refusals", f"{_AGENT}.refused")),
+        *_outputs("dispatcher-results", "dispatcher-refusals"),
     ),
     "upgrader": (
         _deleted("upgrader"), _pause("upgrader"),
@@ -109,7 +113,7 @@ SERVICE_CONSUMERS: dict[str, tuple[Consumer, ...]] = {
         *_c("BKE_EVENTS", ("upgrader-joins-finished", s.JOIN_NODES_FINISHED),
             ("upgrader-removals-finished", s.REMOVE_NODES_FINISHED), ("upgrader-certs-issued", s.CERTS_ISSUED),
             ("upgrader-certs-renewed", s.CERTS_RENEWED), ("upgrader-certs-failed", s.CERTS_FAILED)),
-        *_c(AGENT_STREAM, ("upgrader-results", f"{_AGENT}.result"), ("upgrader-answers", f"{_AGENT}.{UPGRADER_RESULT}")),
+        *_outputs("upgrader-results", "upgrader-answers"),
     ),
 }
 
@@ -187,6 +191,10 @@ def read_subjects() -> tuple[str, ...]:
 
 def declare_subjects() -> tuple[str, ...]:
     """The deploy-time identity's: create and update the declared streams and buckets (object
-    stores are created through `STREAM.CREATE.OBJ_<bucket>`), nothing else."""
+    stores are created through `STREAM.CREATE.OBJ_<bucket>`), and create the consumers an
+    interest stream is declared with (bke.adapters.bus.streams: named, filter in the subject;
+    it never fetches or acks), nothing else."""
     return (f"{JS_API}.INFO",
-            *(f"{JS_API}.STREAM.{verb}.{s}" for s in _declared() for verb in ("INFO", "CREATE", "UPDATE")))
+            *(f"{JS_API}.STREAM.{verb}.{s}" for s in _declared() for verb in ("INFO", "CREATE", "UPDATE")),
+            *(f"{JS_API}.CONSUMER.{verb}" for d in STREAMS for durable, filt in d.interest
+              for verb in (f"CREATE.{d.name}.{durable}.{filt}", f"INFO.{d.name}.{durable}")))

@@ -24,6 +24,7 @@ from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 from bke.contracts.agent import subject_node
 from .delivery import delivery_subject
+from .flood import mark_stray
 
 __all__ = ["METRIC", "Misaddressed", "misaddressed"]
 
@@ -66,6 +67,7 @@ class Misaddressed:
             if where is None:
                 return await handler(msg)
             counter.inc()
+            mark_stray()  # counted towards the node's flood, where its consumer watches (bke.adapters.bus.flood)
             log.warning("%s dropped: published on the subject of %s in %s, its payload names %s in %s",
                         kind, where[1], where[0], msg.node, msg.cluster,
                         extra={"cluster": where[0], "node": where[1], "payload_cluster": msg.cluster,

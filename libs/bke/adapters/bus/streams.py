@@ -4,6 +4,19 @@ Commands sit on a work-queue stream (a message is gone once one consumer acks it
 Events sit on a limits stream, because several services read the same event (a plan is
 read by certs, renderer and dispatcher), each through its own durable consumer.
 
+The agents' outputs (results, upgrader results, registrations, refusals) are not in the
+commands' stream: BKE_AGENT_OUT keeps each until every consumer it is for has acknowledged it
+(interest retention), a few per node subject (the node's own oldest go past that), none larger
+than the largest real output, and refuses new messages when full instead of dropping old ones
+(bke.adapters.bus.quotas). So one agent publishing as fast as it can holds at most its own
+subjects' few messages, and never pushes out another node's (or another cluster's) commands,
+which sat in the same stream and went first when it was full. Interest retention does not
+store a message that no consumer's filter matches (nats-server acknowledges it and drops it:
+an agent's registration published before the certs service ever started would be lost), so the
+deploy step creates the stream's consumers with it (`StreamDef.interest`); each service then
+brings its own to its settings (bke.adapters.bus.fast_consumer), and a service refuses to start
+while one is missing.
+
 `max_consumers`: nats-server 2.15 caps every stream at 1000 consumers unless the stream sets a
 limit itself (and -1 no longer means "unlimited"). BKE_AGENT holds one durable consumer per node
 agent, so it declares its own limit; the others keep the server default.
@@ -27,15 +40,16 @@ import logging
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, ObjectStoreConfig, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import (AckPolicy, ConsumerConfig, DeliverPolicy, DiscardPolicy, ObjectStoreConfig, RetentionPolicy,
+                         StorageType, StreamConfig)
 from nats.js.errors import NotFoundError
 
 from bke.contracts import subjects as s
-from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET
+from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, UPGRADER_RESULT
 from bke.core.errors import PermanentError
 from . import quotas
 
-__all__ = ["APPEND_ONLY_BUCKETS", "BUCKETS", "BUCKET_TTL_S", "STREAMS", "StreamDef", "StreamsNotDeclared", "bucket_config", "check_streams",
+__all__ = ["AGENT_OUTPUT_STREAM", "AGENT_STREAM", "APPEND_ONLY_BUCKETS", "BUCKETS", "interest_config", "BUCKET_TTL_S", "STREAMS", "StreamDef", "StreamsNotDeclared", "bucket_config", "check_streams",
            "ensure_buckets", "ensure_streams", "require_streams", "stream_problems", "wait_declared", "OBJECT_BUCKET"]
 
 log = logging.getLogger(__name__)
@@ -69,6 +83,11 @@ class StreamDef:
     summary: str
     max_consumers: int | None = None  # None: the server's default (1000 on nats-server 2.15)
     max_msgs_per_subject: int = -1  # -1: no per-subject limit (bke.adapters.bus.quotas)
+    discard: DiscardPolicy = DiscardPolicy.OLD  # when full: drop the oldest, or refuse the new
+    max_msg_size: int = -1  # -1: the server's max_payload
+    # (durable, filter) of the consumers the deploy step creates with the stream: an interest
+    # stream keeps only what some consumer's filter matches (see the module docstring)
+    interest: tuple[tuple[str, str], ...] = ()
 
     def config(self, replicas: int = 1, clusters: int = 1) -> StreamConfig:
         return StreamConfig(
@@ -77,22 +96,50 @@ class StreamDef:
             retention=self.retention,
             storage=StorageType.FILE,
             max_age=self.max_age_s,
-            discard=DiscardPolicy.OLD,
+            discard=self.discard,
             duplicate_window=120.0,
             max_consumers=self.max_consumers,
             num_replicas=replicas,
             max_bytes=quotas.max_bytes(self.name, clusters),
             max_msgs_per_subject=self.max_msgs_per_subject,
+            max_msg_size=self.max_msg_size,
         )
 
 
+def interest_config(durable: str, filter_subject: str) -> ConsumerConfig:
+    """A consumer the deploy step creates, in the shape a service's own takes
+    (bke.adapters.bus.fast_consumer, with ServiceSettings' defaults): the service's start then
+    only updates it to its settings."""
+    return ConsumerConfig(name=durable, durable_name=durable, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
+                          max_deliver=-1, ack_wait=10.0, filter_subject=filter_subject, max_ack_pending=20_000)
+
+
 DAY = 86400.0
-AGENT_MAX_CONSUMERS = 100_000  # one durable per node agent, plus the dispatcher's
+AGENT_MAX_CONSUMERS = 100_000  # one durable per node agent
+AGENT_STREAM = "BKE_AGENT"
+AGENT_OUTPUT_STREAM = "BKE_AGENT_OUT"
+_OUT = "bke.v1.agent.*.*"
+# Every consumer of the agents' outputs, by durable name (the services' own:
+# bke.adapters.auth.jetstream_grants.SERVICE_CONSUMERS names them from here).
+AGENT_OUTPUT_INTEREST: tuple[tuple[str, str], ...] = (
+    ("certs-agents", f"{_OUT}.registered"),
+    ("dispatcher-results", f"{_OUT}.result"),
+    ("dispatcher-refusals", f"{_OUT}.refused"),
+    ("upgrader-results", f"{_OUT}.result"),
+    ("upgrader-answers", f"{_OUT}.{UPGRADER_RESULT}"),
+)
+# BKE_AGENT comes before BKE_AGENT_OUT: a deployment made with one agent stream has its
+# subjects narrowed to the commands first, and only then can the outputs' stream take theirs
+# (two streams' subjects may not overlap).
 STREAMS: tuple[StreamDef, ...] = (
     StreamDef("BKE_COMMANDS", s.COMMAND_SUBJECTS, RetentionPolicy.WORK_QUEUE, 7 * DAY, "commands to the services"),
     StreamDef("BKE_EVENTS", s.EVENT_SUBJECTS, RetentionPolicy.LIMITS, 7 * DAY, "events, read by several services"),
-    StreamDef("BKE_AGENT", s.AGENT_SUBJECTS, RetentionPolicy.LIMITS, 7 * DAY, "node agent commands, results, registrations",
+    StreamDef(AGENT_STREAM, s.AGENT_COMMAND_SUBJECTS, RetentionPolicy.LIMITS, 7 * DAY, "node agent commands",
               max_consumers=AGENT_MAX_CONSUMERS, max_msgs_per_subject=quotas.AGENT_SUBJECT_MSGS),
+    StreamDef(AGENT_OUTPUT_STREAM, s.AGENT_OUTPUT_SUBJECTS, RetentionPolicy.INTEREST, 7 * DAY,
+              "node agent results, registrations and refusals, until their consumers took them",
+              max_msgs_per_subject=quotas.AGENT_OUTPUT_SUBJECT_MSGS, discard=DiscardPolicy.NEW,
+              max_msg_size=quotas.AGENT_OUTPUT_MAX_MSG, interest=AGENT_OUTPUT_INTEREST),
     StreamDef("BKE_DEADLETTER", (s.DEADLETTER + ".>",), RetentionPolicy.LIMITS, 30 * DAY, "messages given up on"),
 )
 
@@ -119,7 +166,20 @@ async def ensure_streams(js: JetStreamContext, streams: tuple[StreamDef, ...] = 
         if problems:  # the declared config put back, whatever was changed (a sealed stream stays refused)
             await js.update_stream(cfg)
             log.info("stream updated", extra={"stream": d.name, "replicas": cfg.num_replicas, "problems": problems})
+    for d in streams:
+        await ensure_interest(js, d)
     await ensure_buckets(js, replicas, clusters)
+
+
+async def ensure_interest(js: JetStreamContext, d: StreamDef) -> None:
+    """Each consumer of `d.interest` that is missing, created (one that exists is left as its
+    service set it)."""
+    for durable, filter_subject in d.interest:
+        try:
+            await js.consumer_info(d.name, durable)
+        except NotFoundError:
+            await js.add_consumer(d.name, interest_config(durable, filter_subject))
+            log.info("consumer created", extra={"stream": d.name, "consumer": durable})
 
 
 class StreamsNotDeclared(PermanentError):
@@ -147,6 +207,10 @@ def stream_problems(d: StreamDef, found: StreamConfig | None, replicas: int | No
     out += _size_problems(f"stream {d.name}", found.max_bytes, want.max_bytes, clusters)
     if (found.max_msgs_per_subject or -1) != d.max_msgs_per_subject:
         out.append(f"stream {d.name}: {found.max_msgs_per_subject} messages per subject (declared {d.max_msgs_per_subject})")
+    if (found.discard or DiscardPolicy.OLD) != d.discard or bool(found.discard_new_per_subject):
+        out.append(f"stream {d.name}: discard {found.discard} (declared {d.discard}, not per subject)")
+    if (found.max_msg_size or -1) != d.max_msg_size:
+        out.append(f"stream {d.name}: max_msg_size {found.max_msg_size} (declared {d.max_msg_size})")
     # What a stream admin could add to turn the stream into something else: another stream's
     # messages copied in, its subjects rewritten, or writes refused for ever.
     if found.sources or found.mirror:
@@ -174,6 +238,8 @@ async def check_streams(js: JetStreamContext, replicas: int | None = None,
         except NotFoundError:
             found = None
         out += stream_problems(d, found, replicas, clusters)
+        if found is not None:
+            out += await _interest_problems(js, d)
     for bucket, _ in BUCKETS:
         try:
             info = await js.stream_info(f"OBJ_{bucket}")
@@ -186,6 +252,16 @@ async def check_streams(js: JetStreamContext, replicas: int | None = None,
             out.append(f"bucket {bucket}: allows rollups, deletes or purges (declared append-only)")
         out += _size_problems(f"bucket {bucket}", info.config.max_bytes, quotas.max_bytes(f"OBJ_{bucket}", clusters or 1),
                               clusters)
+    return out
+
+
+async def _interest_problems(js: JetStreamContext, d: StreamDef) -> list[str]:
+    out = []
+    for durable, _ in d.interest:
+        try:
+            await js.consumer_info(d.name, durable)
+        except NotFoundError:
+            out.append(f"stream {d.name}: consumer {durable}: missing")
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from bke.adapters.bus.flood import FloodWatch
 from bke.adapters.bus.handler import Out, deprecated, typed
 from bke.adapters.bus.misaddressed import Misaddressed
 from bke.adapters.bus.other_incarnation import OtherIncarnation
@@ -89,13 +90,18 @@ def wire_answers(b: Basics, loops: Loops, command_keys: CommandKeyCarrier, known
     # parse and three Redis reads: 15,000 in a 5,000-node upgrade)
     # a result or refusal on another node's subject is dropped and counted (bke.adapters.bus.misaddressed)
     misaddressed = Misaddressed(svc.metrics, svc.name)
-    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT", "dispatcher-results",
-                        t(CommandResult, misaddressed.guard("result", answers.on_result)), skip=upgraders_result)
+    # a node's outputs that answer no command in flight, counted; past the bound, one summary
+    # and one event per node and window instead of a dead letter each (bke.adapters.bus.flood)
+    floods = FloodWatch(svc.metrics, svc.name, b.publish, b.now)
+    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT_OUT", "dispatcher-results",
+                        floods.guard("result", t(CommandResult, misaddressed.guard("result", answers.on_result))),
+                        skip=upgraders_result)
     # registrations go to the certs service only: the dispatcher learns a node's agent from
     # `certs.sealed` (the provisioned key), never from the agent's claim
     svc.fast_subscriber(AGENTS_ACCEPTED, "BKE_EVENTS", "dispatcher-agents-accepted", t(AgentAccepted, answers.agent_accepted))
-    svc.fast_subscriber("bke.v1.agent.*.*.refused", "BKE_AGENT", "dispatcher-refusals",
-                        t(CommandRefused, misaddressed.guard("refused", inputs.command_refused)))
+    svc.fast_subscriber("bke.v1.agent.*.*.refused", "BKE_AGENT_OUT", "dispatcher-refusals",
+                        floods.guard("refused", t(CommandRefused, misaddressed.guard("refused", inputs.command_refused)),
+                                     every=True))  # a refusal never settles a command
     svc.work_subscriber(AGENTS_REFUSED, "BKE_EVENTS", "dispatcher-agents-refused", t(AgentRefused, inputs.agent_refused),
                         batch_size=bs)
     retry = t(RetryInstall, inputs.retry)
