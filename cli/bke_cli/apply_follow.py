@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from bke.adapters.bus.connect import BusAccess, connect_nats
+from bke.contracts.drain import DrainOptions
 from bke.contracts.apply import APPLY_ACCEPTED, APPLY_CLUSTER, APPLY_REJECTED, ApplyCluster
 
 from .output import quiet_bus_errors
@@ -52,9 +53,9 @@ async def _put_blob(nats_url: BusAccess | str, key: str, data: bytes) -> str:
 
 
 async def apply_and_follow(nats_url: BusAccess | str, spec: bytes, cluster: str, timeout: float, console: Console,
-                           *, dry_run: bool = False, drain_timeout: float = 300.0) -> int:
+                           *, dry_run: bool = False, drain_timeout: float = 300.0, drain: DrainOptions | None = None) -> int:
     rid = str(uuid.uuid4())
-    req = ApplyCluster(request_id=rid, cluster=cluster, dry_run=dry_run, drain_timeout_s=drain_timeout,
+    req = ApplyCluster(request_id=rid, cluster=cluster, dry_run=dry_run, drain_timeout_s=drain_timeout, drain=drain,
                        **await spec_fields(spec, partial(_put_blob, nats_url, f"specs/apply-{rid}.yaml")))
     return await send_and_follow(
         nats_url, APPLY_CLUSTER, req.to_bytes(), f"apply:{cluster}:{rid}", cluster, rid, timeout, console,

@@ -20,6 +20,7 @@ from bke.adapters.state.client import redact_url
 from bke.core.plan import Plan, plan_spec_text
 from bke.core.versions import parse_version
 
+from .drain_flags import DRAIN_EMPTYDIR, DRAIN_FORCE, drain_options
 from .install_follow import submit_and_follow
 from .output import EXIT_INVALID, error_lines, warn_lines
 from .spec_input import read_spec_text
@@ -182,6 +183,8 @@ def upgrade(
     certificate_renewal: bool = typer.Option(True, "--certificate-renewal/--no-certificate-renewal",
                                              help="renew the certificates of the components upgraded (default on)"),
     timeout: float = typer.Option(1800.0, help="seconds before giving up on the upgrade"),
+    drain_force: bool = DRAIN_FORCE,
+    drain_delete_emptydir_data: bool = DRAIN_EMPTYDIR,
 ) -> None:
     """Upgrade a lab cluster: the upgrader runs it on the lab's agents, with the install's display."""
     import uuid
@@ -205,7 +208,8 @@ def upgrade(
         req = UpgradeCluster(request_id=str(uuid.uuid4()), cluster=plan.cluster, kubernetes_version=to,
                              etcd_version=etcd_version, containerd_version=containerd_version,
                              ignore_checks=ignore_check, max_unavailable=max_unavailable,
-                             etcd_clusters=[c.name for c in plan.etcd_clusters], renew_certificates=certificate_renewal)
+                             etcd_clusters=[c.name for c in plan.etcd_clusters], renew_certificates=certificate_renewal,
+                             drain=drain_options(drain_force, drain_delete_emptydir_data))
     except ValueError as exc:
         error_lines([" ".join(str(exc).split())])
         raise typer.Exit(EXIT_INVALID) from None

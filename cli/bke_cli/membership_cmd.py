@@ -30,6 +30,7 @@ from bke.contracts.membership import (
     join_changed_subject, remove_changed_subject,
 )
 
+from .drain_flags import DRAIN_EMPTYDIR, DRAIN_FORCE, drain_options
 from .follow import Follow, Views, follow, publish
 from .output import EXIT_FAILURE, EXIT_INVALID, error_lines, quiet_bus_errors
 
@@ -114,14 +115,16 @@ def join_nodes(name: str, nodes: str = NODES, workdir: Path = WORKDIR, timeout: 
     _exit(done, console)
 
 
-def remove_nodes(name: str, nodes: str = NODES, workdir: Path = WORKDIR, timeout: float = TIMEOUT) -> None:
+def remove_nodes(name: str, nodes: str = NODES, workdir: Path = WORKDIR, timeout: float = TIMEOUT,
+                 drain_force: bool = DRAIN_FORCE, drain_delete_emptydir_data: bool = DRAIN_EMPTYDIR) -> None:
     """Remove workers: drain, delete the Node, reset; then revoke their agents and stop them."""
     from .lab_cmd import running_lab
 
     hosts = [h for h in nodes.split(",") if h]
     console = Console()
     sup, info = running_lab(workdir)
-    req = RemoveNodes(request_id=str(uuid.uuid4()), cluster=name, nodes=hosts)
+    req = RemoveNodes(request_id=str(uuid.uuid4()), cluster=name, nodes=hosts,
+                      drain=drain_options(drain_force, drain_delete_emptydir_data))
     done = asyncio.run(follow_membership(sup.operator_access(info), req, timeout, console.print))
     retire_agents(sup, info, done.get("revokeIdentities", []),
                   [n["hostname"] for n in done.get("nodes", []) if n["status"] == NodeStatus.SUCCEEDED], console)

@@ -18,12 +18,14 @@ from nats.errors import NoServersError
 from rich.console import Console
 from rich.table import Table
 
+from bke.contracts.drain import DrainOptions
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.membership import MembershipView
 from bke.contracts.status import ClusterStatus, NodeSelection, StatusError
 from bke.contracts.statuses import InstallStatus, NodeStatus, OperationStatus
 
 from .connect import resolve_nats
+from .drain_flags import DRAIN_EMPTYDIR, DRAIN_FORCE, drain_options
 from .install_follow import status_table, submit_and_follow
 from .output import EXIT_FAILURE, EXIT_INVALID, Fmt, die, error_lines, quiet_bus_errors, where
 from .spec_input import plan_or_exit, read_spec_text
@@ -217,6 +219,8 @@ def apply(
     nats_url: Optional[str] = NATS,
     timeout: float = typer.Option(3600.0, help="seconds to follow the install (or the changed spec's run)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="on an installed cluster: print what would change, change nothing"),
+    drain_force: bool = DRAIN_FORCE,
+    drain_delete_emptydir_data: bool = DRAIN_EMPTYDIR,
 ) -> None:
     """Install a new cluster on a running deployment and follow it; on an installed cluster,
     show what the spec changes (`--dry-run` stops there), then carry it out and follow it."""
@@ -226,12 +230,14 @@ def apply(
         raise typer.Exit(show_changes(nurl, read_spec_text(spec), plan.cluster, dry_run))
     doc = _status_or_exit(nurl, plan.cluster, "none")
     if doc is not None and doc.status == InstallStatus.SUCCEEDED:
-        raise typer.Exit(show_changes(nurl, read_spec_text(spec), plan.cluster, dry_run, timeout=timeout))
+        raise typer.Exit(show_changes(nurl, read_spec_text(spec), plan.cluster, dry_run, timeout=timeout,
+                                      drain=drain_options(drain_force, drain_delete_emptydir_data)))
     code = asyncio.run(submit_and_follow(nurl, read_spec_text(spec), plan.cluster, timeout, Console()))
     raise typer.Exit(code)
 
 
-def show_changes(nurl: BusAccess | str, spec: bytes, cluster: str, dry_run: bool, timeout: float = 3600.0) -> int:
+def show_changes(nurl: BusAccess | str, spec: bytes, cluster: str, dry_run: bool, timeout: float = 3600.0,
+                 drain: DrainOptions | None = None) -> int:
     """The planner's diff, printed; without --dry-run the upgrader then carries the changes out
     (`bke.v1.cluster.apply`, apply_follow.py) and the run is followed to its end. What this
     build cannot carry out yet (joins, removals, etcd membership) it refuses by name."""
@@ -261,7 +267,7 @@ def show_changes(nurl: BusAccess | str, spec: bytes, cluster: str, dry_run: bool
     from .apply_follow import apply_and_follow
 
     try:
-        return asyncio.run(apply_and_follow(nurl, spec, cluster, timeout, Console()))
+        return asyncio.run(apply_and_follow(nurl, spec, cluster, timeout, Console(), drain=drain))
     except (OSError, NoServersError) as exc:
         die(f"cannot reach NATS at {where(nurl)}: {exc}", EXIT_FAILURE)
         raise  # unreachable: die exits

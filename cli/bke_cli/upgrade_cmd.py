@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+
+from bke.contracts.drain import DrainOptions
 from rich.console import Console
 from rich.table import Table
 
@@ -35,6 +37,7 @@ from bke.contracts.upgrade import UPGRADE_GET, GetUpgrade, RetryUpgrade, Upgrade
 from bke.contracts.status import StatusError
 
 from .ask import ask_view
+from .drain_flags import DRAIN_EMPTYDIR, DRAIN_FORCE, drain_options
 from .connect import resolve_nats
 from .output import EXIT_FAILURE, EXIT_INVALID, Fmt, die, error_lines
 from .spec_input import plan_or_exit
@@ -180,11 +183,11 @@ stored plan, every check on live facts, nothing started. Exit 2, with the reason
 
 def _request(name: str, to: str, etcd: Optional[str], containerd: Optional[str], ignore: list[str],
              max_unavailable: Optional[str], *, dry_run: bool = False, drain_timeout: float = 300.0,
-             renew: bool = True) -> UpgradeCluster:
+             renew: bool = True, drain: DrainOptions | None = None) -> UpgradeCluster:
     try:
         return UpgradeCluster(request_id=str(uuid.uuid4()), cluster=name, kubernetes_version=to, etcd_version=etcd,
                               containerd_version=containerd, ignore_checks=ignore, max_unavailable=max_unavailable,
-                              drain_timeout_s=drain_timeout, dry_run=dry_run, renew_certificates=renew)
+                              drain_timeout_s=drain_timeout, dry_run=dry_run, renew_certificates=renew, drain=drain)
     except ValueError as exc:  # pydantic: a malformed version names its field
         die(" ".join(str(exc).split()), EXIT_INVALID)
         raise  # unreachable: die exits
@@ -199,6 +202,8 @@ def apply(
     ignore_check: list[str] = typer.Option([], "--ignore-check", help="a skippable check to override (repeatable)"),
     max_unavailable: Optional[str] = typer.Option(None, "--max-unavailable", help="workers per batch: N or N%"),
     drain_timeout: float = typer.Option(300.0, "--drain-timeout", help="seconds a node's drain may take"),
+    drain_force: bool = DRAIN_FORCE,
+    drain_delete_emptydir_data: bool = DRAIN_EMPTYDIR,
     certificate_renewal: bool = typer.Option(True, "--certificate-renewal/--no-certificate-renewal",
                                              help="renew the certificates of the components upgraded, as kubeadm does "
                                                   "(default on)"),
@@ -211,7 +216,7 @@ def apply(
     Exit 0 upgraded, 2 refused (with every reason), 1 failed (the reason names the node and step; a node \
 whose component did not come back healthy was rolled back)."""
     req = _request(name, to, etcd_version, containerd_version, ignore_check, max_unavailable, drain_timeout=drain_timeout,
-                   renew=certificate_renewal)
+                   renew=certificate_renewal, drain=drain_options(drain_force, drain_delete_emptydir_data))
     raise SystemExit(asyncio.run(upgrade_and_follow(resolve_nats(workdir, nats_url), req, timeout, Console())))
 
 

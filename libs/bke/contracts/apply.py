@@ -10,11 +10,12 @@ fields in `message`). The run itself is a run of the upgrader's record: its tran
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from .base import ErrorItem, Message, OneSpecSource
+from .base import ErrorItem, Message, OneSpecSource, without_none
+from .drain import DrainOptions
 from .changes import ChangeAction
 from .upgrade import UpgradeStepView
 
@@ -41,6 +42,11 @@ class ApplyCluster(OneSpecSource):
     drain_timeout_s: float = Field(300.0, gt=0, le=24 * 3600)  # a kubelet/containerd roll drains its node
     dry_run: bool = False  # answer with the actions, start nothing
     origin: Literal["cli", "bus"] = "cli"
+    drain: DrainOptions | None = None  # what a drain may evict beyond kubectl's defaults
+
+    @model_serializer(mode="wrap")
+    def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_none(handler(self), self, ("drain",))
 
 
 class ApplyAccepted(Message):

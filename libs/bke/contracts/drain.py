@@ -7,6 +7,8 @@ still reads it.
 """
 from __future__ import annotations
 
+from pydantic import Field
+
 from .base import Message
 
 __all__ = ["DrainOptions"]
@@ -14,4 +16,5 @@ __all__ = ["DrainOptions"]
 
 class DrainOptions(Message):
     force: bool = False  # evict pods no controller owns (nothing brings them back)
-    delete_emptydir_data: bool = False  # evict pods with emptyDir volumes (their data is lost)
+    # evict pods with emptyDir volumes (their data is lost); kubectl's spelling on the wire
+    delete_emptydir_data: bool = Field(False, alias="deleteEmptyDirData")

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from .base import FailureKind, Message, OperationChanged, without_none
+from .drain import DrainOptions
 from .statuses import FinishedStatus, NodeStatus, OperationStatus
 
 __all__ = [
@@ -114,10 +115,11 @@ class RemoveNodes(Message):
     nodes: list[Hostname] = Field(min_length=1, max_length=MAX_NODES)
     # as JoinNodes.part_of: the apply run that holds the slot
     part_of: str | None = Field(None, min_length=1, max_length=128, pattern=_REQUEST)
+    drain: DrainOptions | None = None  # what a drain may evict beyond kubectl's defaults
 
     @model_serializer(mode="wrap")
     def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_none(handler(self), self, ("part_of",))
+        return without_none(handler(self), self, ("part_of", "drain"))
 
 
 class MembershipNode(Message):

@@ -16,11 +16,12 @@ behind, with what it runs), then `UpgradeChanged` until it ends.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from .base import Message, OperationChanged
+from .base import Message, OperationChanged, without_none
+from .drain import DrainOptions
 from .statuses import OperationStatus, RunStatus, UpgradeNodeStatus
 
 __all__ = [
@@ -81,6 +82,12 @@ class UpgradeCluster(Message):
     # None: the installed spec's.
     etcd_clusters: list[str] | None = Field(None, max_length=3)
     origin: Literal["cli", "bus"] = "cli"
+    # what a drain may evict beyond kubectl's defaults (--force, --delete-emptydir-data)
+    drain: DrainOptions | None = None
+
+    @model_serializer(mode="wrap")
+    def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_none(handler(self), self, ("drain",))
 
 
 class RetryUpgrade(Message):

@@ -55,10 +55,14 @@ async def node_batch(c: Carry, step: StepRun) -> None:
 
 
 async def drained(c: Carry, step: StepRun) -> bool:
-    """The batch's nodes cordoned and drained through the cluster's API; if not, the step failed
-    with the reason."""
-    why = await c.up.api.drainer.cordon_and_drain(c.new, step.current(), c.run.drain_timeout_s)
+    """The batch's nodes cordoned and drained through the cluster's API (with the run's drain
+    options); if not, they are uncordoned and the step failed with the reason."""
+    hosts = step.current()
+    why = await c.up.api.drainer.cordon_and_drain(c.new, hosts, c.run.drain_timeout_s, c.run.drain_options)
     if why:
+        # nothing of these nodes changed yet: they take pods again (a failed kubectl drain would
+        # leave them cordoned for the operator to uncordon), and the step fails naming why
+        await c.up.api.drainer.uncordon(c.new, hosts)
         mark_local(step, False, why)
     return not why
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, Mapping
 
+from bke.contracts.drain import DrainOptions
 from bke.contracts.statuses import NodeOutcomeStatus, OperationStatus, RunStatus
 
 from .order import ExpandedStep
@@ -172,6 +173,11 @@ class UpgradeRun:
     @property
     def drain_timeout_s(self) -> float:
         return self.request.drain_timeout_s if self.request is not None else DRAIN_TIMEOUT_S
+
+    @property
+    def drain_options(self) -> DrainOptions:
+        """What the run's drains may evict beyond kubectl's defaults (none unless the request said)."""
+        return (self.request.drain if self.request is not None else None) or DrainOptions()
 
     @property
     def retry_of(self) -> str:

@@ -22,6 +22,7 @@ from typing import Any, Literal, Mapping
 from pydantic import Field
 
 from bke.contracts.base import Message
+from bke.contracts.drain import DrainOptions
 from bke.contracts.upgrade import UpgradeCluster
 
 __all__ = ["DRAIN_TIMEOUT_S", "ApplyRequest", "RunRequest", "UpgradeRequest", "read_request", "wire"]
@@ -53,6 +54,7 @@ class ApplyRequest(Message):
     plan_digest: str  # the stored plan's when the run started
     desired_digest: str  # the spec's plan's: the stored plan's once the run swapped it in
     drain_timeout_s: float
+    drain: DrainOptions | None = None  # set only when the request named it (older records have none)
 
 
 RunRequest = UpgradeRequest | ApplyRequest

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from bke.contracts.drain import DrainOptions
 from bke.contracts.membership import MembershipNode, MembershipView, RemoveNodes
 from bke.contracts.statuses import FinishedStatus, InstallStatus, OperationStatus
 from bke.core.operation import (
@@ -57,6 +58,9 @@ REMOVAL_SLUG_PREFIX = "remove@"
 Stage = Literal["drain", "delete-node", "reset", "forget", "done"]
 STAGES: tuple[Stage, ...] = ("drain", "delete-node", "reset", "forget", "done")
 LOCAL_STAGES = ("drain", "delete-node", "forget")  # the dispatcher's own; "reset" is a command to the node
+
+
+DRAIN_EXTRA = "drain"  # Removal.extra: the request's DrainOptions as JSON
 
 
 def removal_slug(request_id: str) -> str:
@@ -146,7 +150,16 @@ def removal_refusal(req: RemoveNodes, plan: Plan | None, install_status: str | N
 
 def new_removal(req: RemoveNodes, now: str, identities: list[str]) -> Removal:
     runs = [RemovalRun(hostname=h, command_id=command_id(req.cluster, removal_slug(req.request_id), h, 0)) for h in req.nodes]
-    return Removal(request_id=req.request_id, cluster=req.cluster, nodes=runs, identities=identities, started_at=now)
+    # the drain's options, kept only when the request named them (a record without keeps its form)
+    extra = {DRAIN_EXTRA: req.drain.model_dump_json(by_alias=True)} if req.drain is not None else {}
+    return Removal(request_id=req.request_id, cluster=req.cluster, nodes=runs, identities=identities, started_at=now,
+                   extra=extra)
+
+
+def drain_options(r: Removal) -> DrainOptions:
+    """What the removal's drain may evict beyond kubectl's defaults (as its request said)."""
+    raw = r.extra.get(DRAIN_EXTRA)
+    return DrainOptions.model_validate_json(raw) if raw else DrainOptions()
 
 
 def next_step(r: Removal) -> Decision:

@@ -51,7 +51,7 @@ from ...phases import PHASES
 from ...state import DispatcherState
 from ..membership.gates import Busy, read_gates
 from .decide import (
-    REMOVAL_SLUG_PREFIX, Removal, advance, apply_result, fail_stage, new_removal, next_step, removal_refusal,
+    REMOVAL_SLUG_PREFIX, Removal, advance, apply_result, drain_options, fail_stage, new_removal, next_step, removal_refusal,
 )
 
 __all__ = ["DRAIN_TIMEOUT_S", "RemovalStore", "Removals", "forget_nodes"]
@@ -143,7 +143,7 @@ class Removals(OperationLoop[Removal]):
     async def _drain(self, r: Removal, d: Act) -> Decision | None:
         try:
             why = await self.drainer.cordon_and_drain(await self.plans.load(r.cluster), list(d.nodes),
-                                                      self.drain_timeout_s)
+                                                      self.drain_timeout_s, drain_options(r))
         except ValueError as exc:  # the API refused: retrying will not help
             why = str(exc)
         if why:

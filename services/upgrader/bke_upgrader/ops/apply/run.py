@@ -157,9 +157,11 @@ class Applies:
             steps=step_views(order.steps, len(stored.nodes)), dry_run=req.dry_run)
         if req.dry_run or not order.steps:
             return [Out(answer, APPLY_ACCEPTED, f"apply-accepted:{req.request_id}")]
+        # the drain's options are set only when the request named them: a record without keeps its bytes
+        named = {"drain": req.drain} if req.drain is not None else {}
         return await self._start(req, ApplyRequest(
             kind=APPLY_KIND, request_id=req.request_id, cluster=req.cluster, spec=spec, plan_digest=digest,
-            desired_digest=answer.desired_digest, drain_timeout_s=req.drain_timeout_s), stored, order, answer)
+            desired_digest=answer.desired_digest, drain_timeout_s=req.drain_timeout_s, **named), stored, order, answer)
 
     async def _cluster_refusal(self, req: ApplyCluster) -> tuple[str, list[ErrorItem]] | None:
         """Why the cluster takes no changed spec now (its install is not done, another operation
