@@ -223,6 +223,8 @@ def apply(
     workdir: Path = typer.Option(..., "--workdir", help="the lab's work directory"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print what would change, change nothing"),
     timeout: float = typer.Option(1800.0, help="seconds before giving up on the changed spec's run"),
+    drain_force: bool = DRAIN_FORCE,
+    drain_delete_emptydir_data: bool = DRAIN_EMPTYDIR,
 ) -> None:
     """What a changed spec does to a lab cluster (the planner's diff against the stored plan);
     without --dry-run the upgrader then carries it out on the lab's agents."""
@@ -232,7 +234,8 @@ def apply(
     sup, info = running_lab(workdir)
     if not dry_run:
         sup.ensure_agents(info, plan)  # a new node's machine is up with its agent before it joins
-    code = show_changes(sup.operator_access(info), read_spec_text(spec), plan.cluster, dry_run, timeout=timeout)
+    code = show_changes(sup.operator_access(info), read_spec_text(spec), plan.cluster, dry_run, timeout=timeout,
+                        drain=drain_options(drain_force, drain_delete_emptydir_data))
     if code == 0 and not dry_run:
         _retire_agents(sup, info, plan)
     raise typer.Exit(code)

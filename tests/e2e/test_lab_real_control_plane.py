@@ -423,6 +423,35 @@ async def test_a_minor_upgrade_rolls_every_component_keeping_the_skew_rules_quor
     after = kubectl_json(NEWER, conf, "get", "configmap", "before-upgrade")
     assert after["data"] == {"kept": "yes"}
     assert version_tuple(kubectl_json(NEWER, conf, "version")["serverVersion"]["gitVersion"]) == version_tuple(NEWER)
+    # kube-proxy follows the Kubernetes version: its DaemonSet rolled out the new image on every node
+    proxy = await api_until(lambda: kubectl_json(NEWER, conf, "-n", "kube-system", "get", "ds", "kube-proxy"),
+                            lambda ds: ds["status"].get("observedGeneration") == ds["metadata"]["generation"]
+                            and ds["status"].get("updatedNumberScheduled") == ds["status"]["desiredNumberScheduled"]
+                            == ds["status"].get("numberReady"))
+    assert proxy["spec"]["template"]["spec"]["containers"][0]["image"].endswith(f":v{NEWER}"), proxy["spec"]
+
+
+async def test_an_applied_controller_manager_flag_reaches_the_running_processes(lab):
+    """`bke lab apply` of the (upgraded) spec with a kube-controller-manager flag added: each
+    controller-manager runs again with it, as its process's command line in /proc shows."""
+    need_binaries(NEWER)
+    text = lab.spec_path.read_text().replace(f"v{OLDER}", f"v{NEWER}").replace(f"etcdVersion: v{ETCD_35}", f"etcdVersion: v{ETCD}")
+    text = text.replace("      etcd: {dataDir: /var/lib/etcd}\n",
+                        '      controllerManager: {extraArgs: {terminated-pod-gc-threshold: "1000"}}\n'
+                        "      etcd: {dataDir: /var/lib/etcd}\n")
+    assert "terminated-pod-gc-threshold" in text
+    spec = lab.workdir.parent / "split-applied.yaml"
+    spec.write_text(text)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bke_cli.main", "lab", "apply", str(spec), "--workdir", str(lab.workdir),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), 600)
+    assert proc.returncode == 0, out.decode()
+    for host in ("m4", "m5"):
+        status = json.loads((lab.host(host) / "var/lib/bke-lab/pods/kube-controller-manager.json").read_text())
+        assert status["mode"] == "real" and status["ready"], status
+        argv = Path(f"/proc/{status['pid']}/cmdline").read_bytes().split(b"\0")
+        assert b"--terminated-pod-gc-threshold=1000" in argv, (host, argv)
 
 
 WEB = """
