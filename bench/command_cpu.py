@@ -31,7 +31,8 @@ from typing import Any
 
 from record import add_json_option, save  # bench/record.py (this script's folder is on sys.path)
 
-from bke.contracts.agent import AgentCommand, HealthProbe, NewFile, ReplaceFiles
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import HealthProbe, NewFile, ReplaceFiles
 from bke.core.secrets import signing
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, MemoryJournal, NullBackend
 from bke_agent.verify import CommandVerifier

@@ -36,7 +36,7 @@ from bke.adapters.bus import EventWatch, put_blob
 from bke.adapters.bus.connect import connect_nats
 from bke.adapters.bus.streams import OBJECT_BUCKET
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
-from bke.contracts.agent import Step
+from bke.contracts.agent_steps import Step
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.lab.supervisor import LabSupervisor
 from bke.core.spec.synth import synth_spec_text

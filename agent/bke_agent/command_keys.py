@@ -22,7 +22,8 @@ import logging
 from datetime import datetime
 from pathlib import Path
 
-from bke.contracts.agent import COMMAND_KEY_PHASE, AgentCommand, TrustCommandKey
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import COMMAND_KEY_PHASE, TrustCommandKey
 from bke.core.secrets.command_keyring import CommandKeyring
 from bke.core.secrets.signing import CommandVerifyKey, SigningKeyError
 from bke.contracts.statuses import StepResultStatus

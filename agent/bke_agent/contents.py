@@ -23,7 +23,8 @@ import hashlib
 from collections.abc import Callable, Iterator
 from functools import partial
 
-from bke.contracts.agent import AgentCommand, NewFile, ReplaceFiles, WriteFile
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import NewFile, ReplaceFiles, WriteFile
 from bke.core.host_actions import kubeconfig_refusal
 
 from .errors import PermanentStepError

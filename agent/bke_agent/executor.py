@@ -33,9 +33,17 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
-from bke.contracts.agent import (
-    OUTPUT_LIMIT, AgentCommand, CommandResult, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, ReplaceFiles, Step,
-    StepResult, TrustCommandKey, UpdateAgent, WaitHealth, WriteFile,
+from bke.contracts.agent import AgentCommand, CommandResult, OUTPUT_LIMIT, StepResult
+from bke.contracts.agent_steps import (
+    EtcdMemberAdd,
+    EtcdMemberPromote,
+    EtcdMemberRemove,
+    ReplaceFiles,
+    Step,
+    TrustCommandKey,
+    UpdateAgent,
+    WaitHealth,
+    WriteFile,
 )
 from bke.contracts.statuses import FinishedStatus, StepResultStatus
 from bke.core.host_actions import kubeconfig_refusal

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from bke.contracts.agent import LeaveEtcdMember, ResetNode, SystemdUnit
+from bke.contracts.agent_steps import LeaveEtcdMember, ResetNode, SystemdUnit
 from bke.contracts.statuses import StepResultStatus
 
 from .backends.base import StepOutcome

@@ -30,7 +30,7 @@ from urllib.parse import unquote, urlsplit
 
 import httpx
 
-from bke.contracts.agent import UpdateAgent
+from bke.contracts.agent_steps import UpdateAgent
 from bke.contracts.statuses import StepResultStatus
 
 from .backends.base import StepOutcome

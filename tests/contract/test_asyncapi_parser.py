@@ -20,7 +20,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from bke.contracts.agent import AgentCommand, RunProgram, WriteFile
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import RunProgram, WriteFile
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "tools" / "asyncapi-check"

@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from bke.contracts import CHANNELS, ClusterRejected, InstallCluster, ErrorItem, PlanCreated
-from bke.contracts.agent import AgentCommand, WriteFile, agent_subject, node_token, token_node
+from bke.contracts.agent import AgentCommand, agent_subject, node_token, token_node
+from bke.contracts.agent_steps import WriteFile
 from bke.contracts.asyncapi import render_asyncapi
 from bke.adapters.bus.streams import STREAMS
 

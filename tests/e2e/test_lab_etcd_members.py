@@ -28,7 +28,8 @@ from redis.asyncio import Redis as AsyncRedis
 
 from bke.adapters.auth.permissions import inbox_prefix
 from bke.adapters.bus.connect import BusAccess, connect_nats
-from bke.contracts.agent import AgentCommand, CommandResult, LeaveEtcdMember, Step, WaitHealth, WriteFile, agent_subject
+from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
+from bke.contracts.agent_steps import LeaveEtcdMember, Step, WaitHealth, WriteFile
 from bke.lab.identities import creds_path
 from bke.lab.key_files import lab_key_file
 from bke.core.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences

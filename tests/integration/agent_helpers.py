@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from bke.adapters.bus.streams import ensure_streams
-from bke.contracts.agent import TlsFiles
+from bke.contracts.agent_steps import TlsFiles
 from bke.adapters.runtime import pid_cwd, port_is_free, stop_pid
 from bke_agent import LabLayout
 

@@ -18,7 +18,8 @@ import httpx
 import pytest
 import yaml
 
-from bke.contracts.agent import AgentCommand, FetchFile, RemoveFile, Step, SystemdUnit, WaitHealth, WriteFile
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import FetchFile, RemoveFile, Step, SystemdUnit, WaitHealth, WriteFile
 from bke.lab.standins.binary_placeholder import lab_binary_sha256
 from bke.adapters.runtime import etcd_put_get, pid_alive
 from bke_agent import AgentIdentity, Executor, KubeletStandIn, LabBackend, LabLayout
@@ -245,7 +246,7 @@ async def test_restart_static_pod_step_and_serving_certificate_reload(node: tupl
     serving certificate)."""
     import ssl
 
-    from bke.contracts.agent import RestartStaticPod
+    from bke.contracts.agent_steps import RestartStaticPod
     from bke.core.pki.material import cert_info
 
     root, ip, (port, *_) = node

@@ -14,7 +14,8 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from bke.adapters.bus.watch import EventWatch, Seen
-from bke.contracts.agent import AgentCommand, RunProgram, Step, agent_subject
+from bke.contracts.agent import AgentCommand, agent_subject
+from bke.contracts.agent_steps import RunProgram, Step
 from bke_agent import (AgentConflict, AgentIdentity, AgentLoop, AgentSettings, DiskJournal, Fleet, MemoryJournal,
                        NullBackend, StepOutcome, execution_counts)
 from bke_agent.backends.base import Content

@@ -19,7 +19,8 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from bke.adapters.bus.watch import EventWatch, Seen
-from bke.contracts.agent import AgentCommand, FetchFile, Step, SystemdUnit, WaitHealth, WriteFile, agent_subject
+from bke.contracts.agent import AgentCommand, agent_subject
+from bke.contracts.agent_steps import FetchFile, Step, SystemdUnit, WaitHealth, WriteFile
 from bke.lab.standins.binary_placeholder import lab_binary_sha256
 from bke.adapters.runtime import ManagedProcess, pid_alive, poll_until
 from bke.core.secrets.sealing import public_key_from_raw, seal

@@ -17,7 +17,8 @@ import httpx
 import pytest
 import yaml
 
-from bke.contracts.agent import AgentCommand, HealthProbe, NewFile, ReplaceFiles, StepResult
+from bke.contracts.agent import AgentCommand, StepResult
+from bke.contracts.agent_steps import HealthProbe, NewFile, ReplaceFiles
 from bke_agent import AgentIdentity, Executor, LabBackend, LabLayout
 from bke_agent.lablayout import write_fault
 

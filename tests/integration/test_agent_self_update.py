@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bke.contracts.agent import AgentWheel, UpdateAgent
+from bke.contracts.agent_steps import AgentWheel, UpdateAgent
 from bke_agent.launcher import launch
 from bke_agent.selfupdate import RestartRequested, SelfUpdater
 from bke_agent.venvs import read_record

@@ -26,7 +26,8 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from bke.adapters.bus.watch import EventWatch
-from bke.contracts.agent import AgentCommand, AgentWheel, CheckHost, UpdateAgent, agent_subject
+from bke.contracts.agent import AgentCommand, agent_subject
+from bke.contracts.agent_steps import AgentWheel, CheckHost, UpdateAgent
 from bke.adapters.runtime import ManagedProcess, poll_until
 from bke_agent.venvs import read_record
 from tests.trust_helpers import SIGNER, signed

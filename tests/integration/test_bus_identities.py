@@ -25,7 +25,8 @@ from bke.adapters.auth.push import push_account
 from bke.adapters.bus.connect import BusAccess, connect_options
 from bke.adapters.bus.service import make_service
 from bke.adapters.bus.streams import AGENT_OUTPUT_STREAM, ensure_streams
-from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, agent_subject
+from bke.contracts.agent import agent_subject
+from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET
 from bke.adapters.etcdsnap.upload import publish_object
 from bke.adapters.runtime import EmbeddedRuntime
 from bke.adapters.runtime.processes import pid_alive

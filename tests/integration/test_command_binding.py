@@ -38,7 +38,8 @@ from bke.adapters.bus import EventWatch
 from bke.adapters.bus.misaddressed import METRIC
 from bke.adapters.bus.other_incarnation import METRIC as OTHER_INCARNATION
 from bke.adapters.bus.watch import Seen
-from bke.contracts.agent import AgentCommand, AgentRegistered, CommandRefused, WriteFile, agent_subject
+from bke.contracts.agent import AgentCommand, AgentRegistered, CommandRefused, agent_subject
+from bke.contracts.agent_steps import WriteFile
 from bke.adapters.forgetting import forget_cluster
 from bke.core.plan import plan_spec_text
 from bke.adapters.runtime import ManagedProcess

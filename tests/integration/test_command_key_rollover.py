@@ -39,7 +39,8 @@ from bke.adapters.state.command_signing import CommandSigning
 from bke.adapters.state import RedisPlanStore, plan_digest
 from bke.adapters.state.keys.dispatcher import accepted_agents_key, command_key_acks_key, install_key, installs_index
 from bke.adapters.state.keys.trust import command_signing_key, command_signing_next_key
-from bke.contracts.agent import AGENTS_COMMAND_KEY, AgentCommand, CommandKey, GetCommandKey, WriteFile, agent_subject
+from bke.contracts.agent import AGENTS_COMMAND_KEY, AgentCommand, CommandKey, GetCommandKey, agent_subject
+from bke.contracts.agent_steps import WriteFile
 from bke.core.secrets import SecretBox, load_secret_box
 from bke.core.secrets.at_rest import new_key
 from bke.core.secrets.command_key_rollover import Rollover, announcement

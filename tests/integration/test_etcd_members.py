@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from bke.contracts.agent import AgentCommand, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, TlsFiles
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, TlsFiles
 from bke.core.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
 from bke.core.plan import Plan
 from bke.core.render import RenderedCluster, RenderInputs, render_cluster

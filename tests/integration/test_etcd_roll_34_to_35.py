@@ -47,7 +47,8 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from redis import asyncio as aioredis
 
-from bke.contracts.agent import AgentCommand, CommandResult, ReplaceFiles
+from bke.contracts.agent import AgentCommand, CommandResult
+from bke.contracts.agent_steps import ReplaceFiles
 from bke.core.plan import Plan
 from bke.core.render import RenderInputs, render_cluster
 from bke.core.render.result import RenderedFile

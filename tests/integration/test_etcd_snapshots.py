@@ -21,7 +21,8 @@ import pytest
 from nats.js import JetStreamContext
 from redis import asyncio as aioredis
 
-from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, AgentCommand, EtcdSnapshot, TlsFiles
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET, EtcdSnapshot, TlsFiles
 from bke.adapters.etcdsnap.local import restore_into
 from bke.core.etcdsnap.records import object_name, snapshot_id
 from bke.core.etcdsnap.sealed_stream import MAGIC

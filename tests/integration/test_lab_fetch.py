@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from bke.adapters.bundle import make_server
-from bke.contracts.agent import AgentCommand, FetchFile, Step, StepResult
+from bke.contracts.agent import AgentCommand, StepResult
+from bke.contracts.agent_steps import FetchFile, Step
 from bke_agent import AgentIdentity, Executor, LabBackend
 
 pytestmark = pytest.mark.integration

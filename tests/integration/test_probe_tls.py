@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from bke.contracts.agent import WaitHealth
+from bke.contracts.agent_steps import WaitHealth
 from bke_agent import HostBackend, LabBackend
 from bke_agent.errors import StepError
 from bke_agent.kubelet.running import serving_verify

@@ -12,7 +12,7 @@ import pytest
 from bke.adapters.bus.connect import connect_nats
 from bke.adapters.bus.declare import DECLARE_TIMEOUT_S
 from bke.adapters.bus.streams import BUCKET_TTL_S, BUCKETS, OBJECT_BUCKET, STREAMS, ensure_streams
-from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET
+from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET
 from bke.contracts import subjects as s
 from bke.lab.nats_cluster import NatsCluster, stop_nats_cluster
 

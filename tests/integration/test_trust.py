@@ -23,14 +23,14 @@ from bke.adapters.bus.streams import ensure_streams
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.agent import (
     AGENTS_PROVISION,
+    AgentCommand,
     AgentRegistered,
     CommandResult,
     ProvisionAgent,
-    RunProgram,
     StepResult,
-    AgentCommand,
     agent_subject,
 )
+from bke.contracts.agent_steps import RunProgram
 from bke.contracts.certs import CERTS_SEALED, CertsSealed
 from bke.core.plan import plan_spec_text
 from bke.adapters.state import RedisPlanStore, plan_digest

@@ -14,7 +14,8 @@ import pytest
 from nats.aio.client import Client as NatsClient
 from redis import asyncio as aioredis
 
-from bke.contracts.agent import AgentCommand, AgentRuntime, CheckHost, UpdateAgent
+from bke.contracts.agent import AgentCommand, AgentRuntime
+from bke.contracts.agent_steps import CheckHost, UpdateAgent
 from bke.adapters.state.keys.dispatcher import heartbeat_runtime_key
 from bke_upgrader.agent_release import ReleaseSource
 from bke_upgrader.operation import Upgrades

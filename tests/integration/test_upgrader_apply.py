@@ -33,7 +33,8 @@ from bke.core.spec.limits import MAX_SPEC_BYTES
 from bke_cli.apply_follow import apply_and_follow
 from bke.lab.standins.node_labels import LabNodes
 from bke.adapters.cluster_api.node_labels import NodeLabelsWork
-from bke.contracts.agent import AgentCommand, CommandResult, ReplaceFiles, StepResult
+from bke.contracts.agent import AgentCommand, CommandResult, StepResult
+from bke.contracts.agent_steps import ReplaceFiles
 from bke.contracts.apply import APPLY_ACCEPTED, APPLY_CLUSTER, APPLY_REJECTED, ApplyAccepted, ApplyCluster, ApplyRejected
 from bke.contracts.render import RENDER_MANIFESTS
 from bke.core.plan import plan_spec_text
@@ -357,7 +358,7 @@ async def _drive(redis: aioredis.Redis, cluster: str, upgrades: Upgrades, store:
                  sent: list[AgentCommand], bodies: dict[str, list[bytes]], accepted: ApplyAccepted):
     """Pass after pass until the run ends, answering every agent command and every JoinNodes
     (Succeeded) as it comes: (outcome, what was seen in order, the JoinNodes requests)."""
-    from bke.contracts.agent import EtcdMemberAdd, EtcdMemberPromote, EtcdSnapshot, WaitHealth
+    from bke.contracts.agent_steps import EtcdMemberAdd, EtcdMemberPromote, EtcdSnapshot, WaitHealth
     from bke.contracts.membership import JOIN_NODES, JoinNodes, JoinNodesFinished, MembershipNode
 
     seen: list[tuple[str, str]] = []
@@ -426,7 +427,7 @@ async def test_a_scheduler_moved_to_another_master_starts_there_first_then_leave
     """A role change that moves kube-scheduler from master1 to master3: master3's ReplaceFiles
     (the new manifest, probed) first, then master1's RemoveFile of its manifest (the kubelet
     stops the pod), one at a time; nothing to master2 or the worker."""
-    from bke.contracts.agent import RemoveFile
+    from bke.contracts.agent_steps import RemoveFile
     from tests.unit.planner.test_apply_run import _roles
 
     sent: list[AgentCommand] = []

@@ -25,7 +25,8 @@ from bke.adapters.bus import quotas
 from bke.adapters.bus.quotas import AGENT_MAX_PAYLOAD, AGENT_OUTPUT_MAX_MSG, AGENT_OUTPUT_SUBJECT_MSGS, AGENT_SUBJECT_MSGS
 from bke.adapters.bus.streams import (AGENT_OUTPUT_STREAM, AGENT_STREAM, BUCKETS, OBJECT_BUCKET, STREAMS, StreamsNotDeclared,
                                       check_streams, ensure_streams)
-from bke.contracts.agent import AGENTS_PROVISION, ETCD_SNAPSHOT_BUCKET, agent_subject
+from bke.contracts.agent import AGENTS_PROVISION, agent_subject
+from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET
 from bke.contracts.identity import renew_identity_subject
 from bke.contracts.subjects import CERTS_ISSUED
 from bke.adapters.auth.agent_renewal import RENEW_ALL

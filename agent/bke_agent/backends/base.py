@@ -18,9 +18,25 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from bke.contracts.agent import (
-    CheckHost, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, EtcdSnapshot, FetchFile, LeaveEtcdMember, ParkStaticPod, RemoveFile, ReplaceFiles, ResetNode, RestartStaticPod,
-    RestoreEtcdMember, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile,
+from bke.contracts.agent_steps import (
+    CheckHost,
+    EtcdMemberAdd,
+    EtcdMemberPromote,
+    EtcdMemberRemove,
+    EtcdSnapshot,
+    FetchFile,
+    LeaveEtcdMember,
+    ParkStaticPod,
+    RemoveFile,
+    ReplaceFiles,
+    ResetNode,
+    RestartStaticPod,
+    RestoreEtcdMember,
+    RunProgram,
+    Step,
+    SystemdUnit,
+    WaitHealth,
+    WriteFile,
 )
 from bke.contracts.statuses import StepResultStatus
 

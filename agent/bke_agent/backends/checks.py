@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bke.contracts.agent import CheckHost
+from bke.contracts.agent_steps import CheckHost
 
 from ..errors import StepError
 from .base import StepOutcome

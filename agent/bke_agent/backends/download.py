@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from bke.contracts.agent import FetchFile
+from bke.contracts.agent_steps import FetchFile
 from bke.contracts.statuses import StepResultStatus
 
 from ..errors import StepError

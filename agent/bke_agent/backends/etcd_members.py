@@ -41,7 +41,7 @@ from typing import Any
 
 import httpx
 
-from bke.contracts.agent import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, EtcdSnapshot, TlsFiles
+from bke.contracts.agent_steps import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, EtcdSnapshot, TlsFiles
 from bke.contracts.statuses import StepResultStatus
 
 from ..errors import PermanentStepError, StepError

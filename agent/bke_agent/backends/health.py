@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from bke.contracts.agent import TlsFiles
+from bke.contracts.agent_steps import TlsFiles
 from bke.core.host_actions.endpoints import serving_ca
 from bke.contracts.statuses import StepResultStatus
 

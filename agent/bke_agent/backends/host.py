@@ -27,9 +27,16 @@ import httpx
 
 import yaml
 
-from bke.contracts.agent import (
-    CheckHost, FetchFile, NewFile, RemoveFile, RestartStaticPod, RunProgram,
-    SystemdUnit, WaitHealth, WriteFile,
+from bke.contracts.agent_steps import (
+    CheckHost,
+    FetchFile,
+    NewFile,
+    RemoveFile,
+    RestartStaticPod,
+    RunProgram,
+    SystemdUnit,
+    WaitHealth,
+    WriteFile,
 )
 
 from ..errors import PermanentStepError, StepError

@@ -48,9 +48,17 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
-from bke.contracts.agent import (
-    CheckHost, FetchFile, NewFile, RemoveFile, RestartStaticPod, RunProgram,
-    Step, SystemdUnit, WaitHealth, WriteFile,
+from bke.contracts.agent_steps import (
+    CheckHost,
+    FetchFile,
+    NewFile,
+    RemoveFile,
+    RestartStaticPod,
+    RunProgram,
+    Step,
+    SystemdUnit,
+    WaitHealth,
+    WriteFile,
 )
 from bke.lab.standins.binary_placeholder import lab_binary_bytes
 from bke.adapters.runtime.binaries import MissingBinaryError, etcdutl_bin

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from bke.contracts.agent import Step
+from bke.contracts.agent_steps import Step
 
 from .base import Content, StepOutcome
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bke.contracts.agent import RunProgram
+from bke.contracts.agent_steps import RunProgram
 
 from ..errors import PermanentStepError, StepError
 from .base import StepOutcome

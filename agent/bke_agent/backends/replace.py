@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from bke.contracts.agent import HealthProbe, NewFile, ReplaceFiles, SystemdUnit, WaitHealth
+from bke.contracts.agent_steps import HealthProbe, NewFile, ReplaceFiles, SystemdUnit, WaitHealth
 from bke.contracts.statuses import StepResultStatus
 
 from ..errors import NotHealthy, PermanentStepError, StepError

@@ -20,7 +20,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from bke.contracts.agent import RestartStaticPod
+from bke.contracts.agent_steps import RestartStaticPod
 
 from ..errors import PermanentStepError
 from ..fsutil import fsync_dir

@@ -1,4 +1,4 @@
-"""The etcd restore's node steps: `ParkStaticPod` and `RestoreEtcdMember` (bke.contracts.agent).
+"""The etcd restore's node steps: `ParkStaticPod` and `RestoreEtcdMember` (bke.contracts.agent_steps).
 
 Why here and not in one backend: only where etcdutl is found and how a loopback URL reaches the
 node differ between a host and the lab (`etcdutl_path`, `restore_url`); moving manifests,
@@ -30,7 +30,8 @@ from nats.aio.client import Client as NatsClient
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from bke.contracts.agent import PARKED_DIR, ParkStaticPod, RestoreEtcdMember, node_token
+from bke.contracts.agent import node_token
+from bke.contracts.agent_steps import PARKED_DIR, ParkStaticPod, RestoreEtcdMember
 from bke.contracts.restore import GetRestorePiece, RestorePiece, restore_piece_subject
 from bke.contracts.status import StatusError
 from bke.core.errors import PermanentError

@@ -31,7 +31,7 @@ import httpx
 from nats.js import JetStreamContext
 from nats.js.errors import NoStreamResponseError
 
-from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, EtcdSnapshot
+from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET, EtcdSnapshot
 from bke.adapters.etcdsnap.etcd_stream import EtcdSnapshotError, check_etcd_hash, decode_line
 from bke.core.etcdsnap.records import SnapshotRecord, record_bytes, record_headers
 from bke.core.etcdsnap.sealed_stream import seal_stream

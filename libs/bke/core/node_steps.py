@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Callable
 
 from bke.core.artefacts import Artefact, node_artefacts
-from bke.contracts.agent import CheckHost, FetchFile, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile
+from bke.contracts.agent_steps import CheckHost, FetchFile, RunProgram, Step, SystemdUnit, WaitHealth, WriteFile
 from bke.core.node_kernel import (
     OLD_KERNEL_MODULES,
     OLD_KERNEL_MODULES_FILE,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from bke.contracts.agent import Step, SystemdUnit
+from bke.contracts.agent_steps import Step, SystemdUnit
 from bke.contracts.statuses import PhaseNeed
 from bke.core.plan import NodePlan, Plan
 from bke.core.plan.api_node import init_node

@@ -29,7 +29,8 @@ from bke.adapters.bus.flood import mark_stray
 from bke.adapters.bus.handler import Out
 from bke.adapters.bus.other_incarnation import OtherIncarnation
 from bke.adapters.operation import Operations
-from bke.contracts.agent import COMMAND_KEY_PHASE, AgentRefused, CommandRefused, CommandResult
+from bke.contracts.agent import AgentRefused, CommandRefused, CommandResult
+from bke.contracts.agent_steps import COMMAND_KEY_PHASE
 from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
 from bke.contracts.certs import ISSUE_CERTS, IssueCerts
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests

@@ -24,7 +24,8 @@ from typing import Any
 import httpx
 from redis.asyncio import Redis
 
-from bke.contracts.agent import AgentRuntime, AgentWheel, UpdateAgent
+from bke.contracts.agent import AgentRuntime
+from bke.contracts.agent_steps import AgentWheel, UpdateAgent
 from bke.adapters.state.keys.dispatcher import heartbeat_runtime_key
 
 from .wheel_tags import WheelSetError, select_wheels

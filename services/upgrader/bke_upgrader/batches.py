@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from bke.contracts.agent import AgentCommand, NewFile, UpdateAgent, agent_subject
+from bke.contracts.agent import AgentCommand, agent_subject
+from bke.contracts.agent_steps import NewFile, UpdateAgent
 from bke.core.etcdsnap.step import snapshot_step
 from bke.core.lifecycle.apply_run import MEMBER_NODE_STEPS, member_commands
 from bke.core.upgrade.failure import AtNode, is_transient

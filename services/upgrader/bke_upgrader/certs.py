@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bke.contracts.statuses import RunStatus
-from bke.contracts.agent import NewFile
+from bke.contracts.agent_steps import NewFile
 from bke.contracts.certs import ISSUE_CERTS, RENEW_CERTS, CertsFailed, CertsIssued, CertsRenewed, IssueCerts, RenewCerts
 from bke.core.errors import TemporaryError
 from bke.core.pki.instances import split_instance_id

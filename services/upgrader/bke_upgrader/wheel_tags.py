@@ -31,7 +31,8 @@ from packaging.tags import Tag, compatible_tags, cpython_tags, generic_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from bke.contracts.agent import AgentRuntime, AgentWheel
+from bke.contracts.agent import AgentRuntime
+from bke.contracts.agent_steps import AgentWheel
 
 __all__ = ["WheelSetError", "node_platforms", "node_tags", "select_wheels"]
 

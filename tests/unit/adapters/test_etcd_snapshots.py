@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from bke.adapters.auth.permissions import agent_permissions
-from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, AgentCommand, EtcdSnapshot
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET, EtcdSnapshot
 from bke.adapters.etcdsnap.etcd_stream import EtcdSnapshotError, check_etcd_hash, decode_line
 from bke.core.etcdsnap.records import (
     SnapshotRecord, object_name, record_bytes, record_from_headers, record_headers, snapshot_id,

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bke.contracts.agent import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove
+from bke.contracts.agent_steps import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove
 from bke_agent.backends.etcd_members import ensure_learner_added, ensure_promoted, ensure_removed
 from bke_agent.errors import PermanentStepError, StepError
 

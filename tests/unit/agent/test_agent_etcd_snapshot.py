@@ -15,7 +15,8 @@ import httpx
 import pytest
 from nats.js.errors import NoStreamResponseError
 
-from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, AgentCommand, EtcdSnapshot
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET, EtcdSnapshot
 from bke.core.etcdsnap.records import record_from_headers
 from bke.adapters.etcdsnap.store import SnapshotNotAuthentic, check_author
 from bke.core.secrets.sealing import public_key_from_raw

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bke.contracts.agent import OUTPUT_LIMIT, AgentCommand, RunProgram, Step, WriteFile
+from bke.contracts.agent import AgentCommand, OUTPUT_LIMIT
+from bke.contracts.agent_steps import RunProgram, Step, WriteFile
 from bke.core.secrets.sealing import seal
 from bke_agent import AgentIdentity, Executor, LabBackend, PermanentStepError, StepError, StepOutcome, clip
 from bke_agent.backends.base import Content

@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from bke.contracts.agent import AgentCommand, CommandResult, RunProgram
+from bke.contracts.agent import AgentCommand, CommandResult
+from bke.contracts.agent_steps import RunProgram
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, MemoryJournal, NullBackend
 from tests.trust_helpers import signed, verifier
 

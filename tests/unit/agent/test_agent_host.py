@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bke.contracts.agent import AgentCommand, CheckHost, FetchFile, RemoveFile, RunProgram, Step, SystemdUnit, WriteFile
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import CheckHost, FetchFile, RemoveFile, RunProgram, Step, SystemdUnit, WriteFile
 from bke_agent import AgentIdentity, Executor, HostBackend
 from bke.contracts.agent import StepResult
 
@@ -193,7 +194,7 @@ async def test_check_host(host: tuple[HostBackend, Path, Path]) -> None:
 async def test_restart_static_pod_moves_the_manifest_out_until_the_pod_is_gone(host, tmp_path: Path) -> None:
     import asyncio
 
-    from bke.contracts.agent import RestartStaticPod
+    from bke.contracts.agent_steps import RestartStaticPod
 
     backend, root, _ = host
     manifests = root / "etc/kubernetes/manifests"

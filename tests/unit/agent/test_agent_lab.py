@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bke.contracts.agent import AgentCommand, CheckHost, FetchFile, RunProgram, Step, StepResult, SystemdUnit
+from bke.contracts.agent import AgentCommand, StepResult
+from bke.contracts.agent_steps import CheckHost, FetchFile, RunProgram, Step, SystemdUnit
 from bke.lab.standins.binary_placeholder import lab_binary_bytes, lab_binary_sha256
 from bke_agent import AgentIdentity, Executor, LabBackend, LabLayout
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from bke.core.artefacts import node_artefacts
-from bke.contracts.agent import AgentCommand, CheckHost, RunProgram, Step, StepResult, SystemdUnit
+from bke.contracts.agent import AgentCommand, StepResult
+from bke.contracts.agent_steps import CheckHost, RunProgram, Step, SystemdUnit
 from bke.core.node_kernel import MODULES_FILE, SYSCTL_FILE
 from bke.core.plan import plan_spec_text
 from bke_agent import AgentIdentity, Executor, HostBackend, LabBackend, LabLayout

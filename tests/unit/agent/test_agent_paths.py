@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bke.contracts.agent import AgentCommand, FetchFile, RemoveFile, Step, WriteFile
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import FetchFile, RemoveFile, Step, WriteFile
 from bke_agent import AgentIdentity, Executor, LabBackend, PathRefused
 from bke_agent.backends import HOST_WRITE_DIRS, PathPolicy
 

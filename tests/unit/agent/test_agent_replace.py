@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from bke.lab.standins.binary_placeholder import lab_binary_bytes, lab_binary_sha256
-from bke.contracts.agent import AgentCommand, HealthProbe, NewFile, ReplaceFiles, StepResult
+from bke.contracts.agent import AgentCommand, StepResult
+from bke.contracts.agent_steps import HealthProbe, NewFile, ReplaceFiles
 from bke_agent import AgentIdentity, Executor, HostBackend, LabBackend, LabLayout, NullBackend
 from bke_agent.backends.replace import replace_files
 from bke_agent.errors import NotHealthy, StepError

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bke.contracts.agent import AgentCommand, LeaveEtcdMember, ResetNode, Step, StepResult, SystemdUnit
+from bke.contracts.agent import AgentCommand, StepResult
+from bke.contracts.agent_steps import LeaveEtcdMember, ResetNode, Step, SystemdUnit
 from bke_agent import AgentIdentity, Executor, LabBackend, LabLayout
 from bke_agent.backends.host import HostBackend
 from bke_agent.backends.paths import HOST_WRITE_DIRS

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bke.contracts.agent import PARKED_DIR, AgentCommand, ParkStaticPod, RestoreEtcdMember
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import PARKED_DIR, ParkStaticPod, RestoreEtcdMember
 from bke_agent import AgentIdentity, Executor, HostBackend, LabBackend
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)

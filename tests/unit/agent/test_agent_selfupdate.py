@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bke.contracts.agent import AgentCommand, AgentWheel, UpdateAgent
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import AgentWheel, UpdateAgent
 from bke_agent import AgentIdentity, Executor, NullBackend
 from bke_agent.errors import PermanentStepError
 from bke_agent.selfupdate import RestartRequested, SelfUpdater

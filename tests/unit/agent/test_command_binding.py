@@ -10,8 +10,14 @@ from pathlib import Path
 import pytest
 
 from bke.contracts.agent import (
-    COMMAND_VALIDITY_S, AgentCommand, AgentRuntime, CommandRefused, CommandResult, RunProgram, StepResult,
+    AgentCommand,
+    AgentRuntime,
+    COMMAND_VALIDITY_S,
+    CommandRefused,
+    CommandResult,
+    StepResult,
 )
+from bke.contracts.agent_steps import RunProgram
 from bke.core.secrets.binding import (
     COMMAND_BINDING, Binding, Served, binding_for, new_incarnation, newer_incarnation, receiver_refusal, result_refusal,
     served_after, unbound_refusal,

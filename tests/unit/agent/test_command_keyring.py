@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bke.contracts.agent import AgentCommand, TrustCommandKey, WriteFile
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import TrustCommandKey, WriteFile
 from bke.core.host_actions import command_refusal
 from bke.core.secrets.command_key_rollover import Rollover, RolloverError, announcement, parse_overlap, retirement
 from bke.core.secrets.command_keyring import CommandKeyring

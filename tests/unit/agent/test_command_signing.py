@@ -7,10 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from bke.contracts.agent import (
-    CLOCK_SKEW_S, COMMAND_VALIDITY_S, AgentCommand, CommandRefused, CommandResult, HealthProbe, NewFile, ReplaceFiles, RunProgram,
-    WaitHealth,
-)
+from bke.contracts.agent import AgentCommand, CLOCK_SKEW_S, COMMAND_VALIDITY_S, CommandRefused, CommandResult
+from bke.contracts.agent_steps import HealthProbe, NewFile, ReplaceFiles, RunProgram, WaitHealth
 from bke.core.secrets import SecretBox
 from bke.core.secrets.signing import CommandSigner, ensure_command_key_sync, sign_command, signed_command_bytes, signed_part
 from bke_agent import AgentIdentity, AgentLoop, AgentSettings, MemoryJournal, NullBackend

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from bke.adapters.auth.permissions import agent_permissions
-from bke.contracts.agent import PARKED_DIR, AgentCommand, ParkStaticPod, RestoreEtcdMember, WaitHealth
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import PARKED_DIR, ParkStaticPod, RestoreEtcdMember, WaitHealth
 from bke.contracts.restore import restore_piece_subject
 from bke.adapters.etcdsnap.delivery import DeliveryError, Feed, open_received, receive_frames, resealed_frames
 from bke.core.etcdsnap.restore import STAGES, node_steps, restore_plan

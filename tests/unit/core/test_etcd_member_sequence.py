@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bke.contracts.agent import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove
+from bke.contracts.agent_steps import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove
 from bke.core.lifecycle.etcd_members import agent_step, etcd_joins, member_sequences
 from bke.core.render import EtcdJoin, MissingInputError, RenderInputs, render_cluster
 

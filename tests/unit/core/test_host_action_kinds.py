@@ -10,9 +10,23 @@ import typing
 
 import pytest
 
-from bke.contracts.agent import (
-    AgentCommand, CheckHost, EtcdMemberAdd, EtcdSnapshot, LeaveEtcdMember, NewFile, ParkStaticPod, RemoveFile,
-    ReplaceFiles, ResetNode, RestartStaticPod, RestoreEtcdMember, RunProgram, Step, WaitHealth, WriteFile,
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import (
+    CheckHost,
+    EtcdMemberAdd,
+    EtcdSnapshot,
+    LeaveEtcdMember,
+    NewFile,
+    ParkStaticPod,
+    RemoveFile,
+    ReplaceFiles,
+    ResetNode,
+    RestartStaticPod,
+    RestoreEtcdMember,
+    RunProgram,
+    Step,
+    WaitHealth,
+    WriteFile,
 )
 from bke.core.host_actions import HOST_ACTIONS, command_refusal
 from bke.core.host_actions.endpoints import HEALTH_ENDPOINTS, NO_SERVING_CA, SERVING_CAS, serving_ca

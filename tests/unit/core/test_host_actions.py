@@ -11,9 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from bke.contracts.agent import (
-    AgentCommand, AgentWheel, FetchFile, HealthProbe, NewFile, ReplaceFiles, RestartStaticPod, RunProgram, Step,
-    SystemdUnit, TlsFiles, UpdateAgent, WaitHealth, WriteFile,
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import (
+    AgentWheel,
+    FetchFile,
+    HealthProbe,
+    NewFile,
+    ReplaceFiles,
+    RestartStaticPod,
+    RunProgram,
+    Step,
+    SystemdUnit,
+    TlsFiles,
+    UpdateAgent,
+    WaitHealth,
+    WriteFile,
 )
 from bke.core.host_actions import (
     HEALTH_ENDPOINTS, command_refusal, file_class, health_url_refusal, kubeconfig_problems, kubeconfig_refusal,

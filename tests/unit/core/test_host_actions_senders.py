@@ -14,8 +14,16 @@ from pathlib import PurePosixPath
 import pytest
 
 from bke.adapters.checksums import artefact_urls
-from bke.contracts.agent import (
-    AgentCommand, AgentWheel, FetchFile, RemoveFile, ReplaceFiles, RunProgram, Step, SystemdUnit, UpdateAgent,
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import (
+    AgentWheel,
+    FetchFile,
+    RemoveFile,
+    ReplaceFiles,
+    RunProgram,
+    Step,
+    SystemdUnit,
+    UpdateAgent,
     WriteFile,
 )
 from bke.core.etcdsnap.restore import STAGES, node_steps as restore_steps, restore_plan

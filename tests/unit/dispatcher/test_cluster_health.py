@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from bke.contracts.agent import WaitHealth
+from bke.contracts.agent_steps import WaitHealth
 from bke.contracts.status import GetStatus
 from bke.core.plan import plan_spec_text
 from bke_cli.status_cmd import summary_lines

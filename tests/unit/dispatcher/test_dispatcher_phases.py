@@ -1,7 +1,7 @@
 """The install phase table: order, targets, file routing, step building (pure)."""
 from __future__ import annotations
 
-from bke.contracts.agent import CheckHost, FetchFile, SystemdUnit, WaitHealth, WriteFile
+from bke.contracts.agent_steps import CheckHost, FetchFile, SystemdUnit, WaitHealth, WriteFile
 from bke.core.plan import plan_spec_text
 from bke.core.state.nodefiles import file_from_bytes
 from bke.adapters.checksums import artefact_urls

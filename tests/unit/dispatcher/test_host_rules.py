@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from bke.core.artefacts import node_artefacts
-from bke.contracts.agent import CheckHost
+from bke.contracts.agent_steps import CheckHost
 from bke.core.plan import plan_spec_text
 from bke.core.spec.synth import synth_docs
 from bke_agent.backends.checks import NodeFacts, run_checks

@@ -8,7 +8,7 @@ import base64
 import pytest
 import yaml
 
-from bke.contracts.agent import RemoveFile, ReplaceFiles
+from bke.contracts.agent_steps import RemoveFile, ReplaceFiles
 from bke.core.render import RenderInputs, render_cluster
 from bke.core.render.node_files import CONFIG_ANNOTATION
 from bke.core.secrets.sealing import generate_agent_key, open_sealed, seal
@@ -97,7 +97,7 @@ def test_the_install_s_load_balancer_phase_sends_keepalived_conf_sealed_to_the_a
     """The dispatcher's `load-balancer` phase (install and join): keepalived.conf, which holds
     the VRRP password, is written sealed to the node's provisioned agent key; the rest in clear;
     with no sealer the command is not built (never the password in clear on the bus)."""
-    from bke.contracts.agent import WriteFile
+    from bke.contracts.agent_steps import WriteFile
     from bke.core.state.nodefiles import file_from_bytes
     from bke_dispatcher.phases import NodeInputs, phase_by_slug
 

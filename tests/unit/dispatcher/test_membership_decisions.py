@@ -258,7 +258,7 @@ def test_a_node_joining_again_keeps_the_ports_its_running_parts_hold_out_of_its_
     """node1, a worker, becomes a master (bke apply: apply_run._rejoin): JoinNodes names it in
     `rejoin` with what it runs now; its preflight checks the control plane's ports free, not
     its own kubelet's (a running kubelet holds 10250, which a new node's preflight refuses)."""
-    from bke.contracts.agent import CheckHost
+    from bke.contracts.agent_steps import CheckHost
     from bke.contracts.membership import MembershipRejoin
     from bke_dispatcher.ops.join.decide import JOIN_VERSION
     from bke_dispatcher.phases import NodeInputs, phase_by_slug

@@ -12,7 +12,7 @@ import yaml
 
 from bke.core.artefacts import CNI_PLUGINS
 from bke.lab.standins.binary_placeholder import lab_binary_sha256
-from bke.contracts.agent import CheckHost, FetchFile, RunProgram, Step, SystemdUnit, WriteFile
+from bke.contracts.agent_steps import CheckHost, FetchFile, RunProgram, Step, SystemdUnit, WriteFile
 from bke.core.errors import TemporaryError
 from bke.core.plan import Plan, plan_spec_text
 from bke.core.render import RenderInputs, render_cluster

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bke.contracts.agent import RestartStaticPod, SystemdUnit, WaitHealth, WriteFile
+from bke.contracts.agent_steps import RestartStaticPod, SystemdUnit, WaitHealth, WriteFile
 from bke.contracts.certs import CertsRenewed, RenewedCertificate
 from bke.core.pki import node_file_refs
 from bke.core.pki.table import leaf_rows

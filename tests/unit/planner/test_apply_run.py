@@ -325,7 +325,7 @@ def test_a_member_leaving_its_etcd_cluster_in_place_is_removed_then_its_pod_data
     and every apiserver rolled with the new member list, then master3's member taken away on
     the node (its pod, then its data: LeaveEtcdMember) and the etcd certificates it no longer
     needs, after the certs service sealed its bundle again without them."""
-    from bke.contracts.agent import LeaveEtcdMember
+    from bke.contracts.agent_steps import LeaveEtcdMember
     from bke.core.upgrade.node_commands import node_upgrade_steps
 
     d, o = order_of(seed, SWAP_ETCD)
@@ -352,7 +352,7 @@ def test_a_worker_that_becomes_etcd_only_is_drained_rolled_standalone_cleaned_th
     which makes its kubelet standalone), then what a registering node alone needs taken away
     (kubelet.conf, crictl's configuration, the pod network's sysctls), then its Node object
     deleted through the API; its etcd member is left as it runs."""
-    from bke.contracts.agent import RemoveFile, SystemdUnit, WaitHealth
+    from bke.contracts.agent_steps import RemoveFile, SystemdUnit, WaitHealth
     from bke.core.render.context import RenderInputs
     from bke.core.render.render import render_cluster
     from bke.core.upgrade.node_commands import node_upgrade_steps
@@ -411,7 +411,7 @@ def test_a_master_becoming_an_etcd_member_worker_joins_the_cluster_then_sheds_it
     """m2 [master] -> [node, etcd-event] ("moves"): it joins etcd-events (learner, join again,
     promote) like any new member, then its static pods are taken away one component at a time
     (kept by `_rejoin`: a join never takes anything away), then the master-only files go."""
-    from bke.contracts.agent import RemoveFile
+    from bke.contracts.agent_steps import RemoveFile
     from bke.core.render.result import RenderedFile
     from bke.core.upgrade.node_commands import node_upgrade_steps
 

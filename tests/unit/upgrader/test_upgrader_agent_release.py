@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bke.contracts.agent import CheckHost, UpdateAgent
+from bke.contracts.agent_steps import CheckHost, UpdateAgent
 from bke.core.upgrade.node_commands import node_upgrade_steps
 from bke_upgrader.agent_release import ReleaseError, load_release, release_from
 

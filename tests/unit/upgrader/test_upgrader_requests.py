@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from bke.contracts.agent import CheckHost, ReplaceFiles, WaitHealth
+from bke.contracts.agent_steps import CheckHost, ReplaceFiles, WaitHealth
 from bke.contracts.upgrade import UpgradeAccepted, UpgradeCluster, UpgradeRejected
 from bke.core.render import RenderInputs, render_cluster
 from bke.core.upgrade import Facts, resolve_target

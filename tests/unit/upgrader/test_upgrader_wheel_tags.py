@@ -8,7 +8,8 @@ import sys
 import pytest
 from packaging import tags
 
-from bke.contracts.agent import AgentRuntime, AgentWheel
+from bke.contracts.agent import AgentRuntime
+from bke.contracts.agent_steps import AgentWheel
 from bke_upgrader.agent_release import ReleaseError, node_updates, release_from
 from bke_upgrader.wheel_tags import WheelSetError, node_platforms, node_tags, select_wheels
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from bke.adapters.bus.streams import AGENT_OUTPUT_INTEREST, AGENT_OUTPUT_STREAM, AGENT_STREAM, OBJECT_BUCKET, STREAMS
 from bke.contracts import subjects as s
-from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET
+from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET
 from bke.contracts.install import install_subject
 from bke.contracts.pause import PAUSE_CLUSTER
 from bke.contracts.reset import CLUSTER_DELETED

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from bke.adapters.bus import quotas
-from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, UPGRADER_RESULT, agent_subject, node_token
+from bke.contracts.agent import UPGRADER_RESULT, agent_subject, node_token
+from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET
 from bke.contracts.health import HEALTH_PREFIX
 from bke.contracts.identity import renew_identity_subject
 from bke.contracts.restore import restore_piece_subject

@@ -28,7 +28,7 @@ in the agent stream's share several times over.
 """
 from __future__ import annotations
 
-from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET
+from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET
 
 __all__ = ["AGENT_MAX_PAYLOAD", "AGENT_MAX_SUBS", "AGENT_OUTPUT_MAX_MSG", "AGENT_OUTPUT_SUBJECT_MSGS", "AGENT_SUBJECT_MSGS", "CLUSTERS_ENV", "PER_CLUSTER", "SNAPSHOT_TTL_S",
            "max_bytes", "storage_for"]

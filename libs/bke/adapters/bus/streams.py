@@ -45,7 +45,8 @@ from nats.js.api import (AckPolicy, ConsumerConfig, DeliverPolicy, DiscardPolicy
 from nats.js.errors import NotFoundError
 
 from bke.contracts import subjects as s
-from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, UPGRADER_RESULT
+from bke.contracts.agent import UPGRADER_RESULT
+from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET
 from bke.core.errors import PermanentError
 from . import quotas
 

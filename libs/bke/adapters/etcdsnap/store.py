@@ -29,7 +29,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
-from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET
+from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET
 from bke.core.errors import PermanentError
 from bke.core.secrets.sealing import agent_key_id
 from bke.core.secrets.snapshot_key import SnapshotKey

@@ -38,7 +38,8 @@ from bke.adapters.runner import DONE, Outcome
 from bke.adapters.state.command_signing import Sign
 from bke.adapters.state.lease import claim_lease, release_lease
 from bke.adapters.state.operation_slot import release_operation, start_in_slot
-from bke.contracts.agent import AgentCommand, CommandResult, Step, agent_subject
+from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
+from bke.contracts.agent_steps import Step
 from bke.contracts.base import Message
 from bke.core.state.schema import StoredVersionError
 from bke.core.operation import Act, Answers, Decision, Fail, OperationStatus, Record, RunLocally, Send, Succeed, Wait

@@ -31,14 +31,14 @@ hand. The restore's stages, in order (`STAGES`, a table the CLI prints and the u
                       once the new cluster has a leader (so: quorum), all members at once
     start-apiservers  every kube-apiserver node: manifest back, then its /livez
 
-`node_steps` gives the agent steps of one node in one stage (bke.contracts.agent).
+`node_steps` gives the agent steps of one node in one stage (bke.contracts.agent_steps).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
-from bke.contracts.agent import ParkStaticPod, RestoreEtcdMember, Step, WaitHealth
+from bke.contracts.agent_steps import ParkStaticPod, RestoreEtcdMember, Step, WaitHealth
 from bke.core.node_steps import health_steps
 from bke.core.paths import MANIFESTS_DIR
 from bke.core.plan.models import Plan

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from bke.contracts.agent import EtcdSnapshot, TlsFiles
+from bke.contracts.agent_steps import EtcdSnapshot, TlsFiles
 from bke.core.plan.models import Plan
 from .records import object_name, snapshot_id
 

@@ -13,9 +13,23 @@ from __future__ import annotations
 
 import posixpath
 
-from bke.contracts.agent import (
-    AgentCommand, EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, EtcdSnapshot, FetchFile, ParkStaticPod,
-    RemoveFile, ReplaceFiles, RestartStaticPod, RunProgram, Step, SystemdUnit, TlsFiles, UpdateAgent, WaitHealth,
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import (
+    EtcdMemberAdd,
+    EtcdMemberPromote,
+    EtcdMemberRemove,
+    EtcdSnapshot,
+    FetchFile,
+    ParkStaticPod,
+    RemoveFile,
+    ReplaceFiles,
+    RestartStaticPod,
+    RunProgram,
+    Step,
+    SystemdUnit,
+    TlsFiles,
+    UpdateAgent,
+    WaitHealth,
     WriteFile,
 )
 from .endpoints import health_url_refusal, tls_refusal

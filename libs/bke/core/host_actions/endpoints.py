@@ -25,7 +25,7 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit
 
-from bke.contracts.agent import TlsFiles
+from bke.contracts.agent_steps import TlsFiles
 from bke.core.paths import PKI_DIR
 
 __all__ = ["HEALTH_ENDPOINTS", "LOOPBACK_HOSTS", "NO_SERVING_CA", "SERVING_CAS", "health_url_refusal", "serving_ca",

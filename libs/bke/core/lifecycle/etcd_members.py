@@ -30,7 +30,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Literal
 
-from bke.contracts.agent import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, TlsFiles
+from bke.contracts.agent_steps import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove, TlsFiles
 from bke.core.plan import Plan
 from bke.core.plan.models import EtcdClusterPlan, EtcdMember
 from bke.core.render.context import EtcdJoin

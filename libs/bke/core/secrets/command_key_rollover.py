@@ -30,7 +30,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
-from bke.contracts.agent import COMMAND_KEY_PHASE, AgentCommand, TrustCommandKey
+from bke.contracts.agent import AgentCommand
+from bke.contracts.agent_steps import COMMAND_KEY_PHASE, TrustCommandKey
 from bke.core.errors import PermanentError
 
 from .binding import aware_time

@@ -6,7 +6,7 @@ key cannot replace the old one everywhere at the same instant. As TUF's root rot
 kubeadm's CA rollover do, trust moves in an overlap:
 
     1. the agent is bootstrapped with one key (pinned by the operator: command_key_pin), no end
-    2. a TrustCommandKey step (bke.contracts.agent), in a command signed by that key, names the
+    2. a TrustCommandKey step (bke.contracts.agent_steps), in a command signed by that key, names the
        next key and the end of the signer's overlap: both are trusted, the old one until its end
     3. the signers switch to the next key; commands under either key run during the overlap
     4. after the end (the agent's clock), or at once on a TrustCommandKey signed by the new key

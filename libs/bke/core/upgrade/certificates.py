@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from bke.contracts.agent import NewFile
+from bke.contracts.agent_steps import NewFile
 from bke.core.pki import node_file_refs
 from bke.core.pki.instances import FileRef
 from bke.core.pki.pod_certs import POD_CERTS

@@ -27,8 +27,17 @@ import base64
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from bke.contracts.agent import (
-    CheckHost, HealthProbe, LeaveEtcdMember, NewFile, RemoveFile, ReplaceFiles, Step, SystemdUnit, UpdateAgent, WaitHealth,
+from bke.contracts.agent_steps import (
+    CheckHost,
+    HealthProbe,
+    LeaveEtcdMember,
+    NewFile,
+    RemoveFile,
+    ReplaceFiles,
+    Step,
+    SystemdUnit,
+    UpdateAgent,
+    WaitHealth,
 )
 from bke.core.node_steps import artefacts_of, file_phase, health_steps
 from bke.core.pki.instances import node_file_refs

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from bke.contracts.agent import NewFile, ReplaceFiles
+from bke.contracts.agent_steps import NewFile, ReplaceFiles
 from bke.core.state.nodefiles import NodeFile
 from bke.core.upgrade import Change, change_of, expand_order, resolve_target
 from bke.core.upgrade.certificates import CERT_STEPS, cert_files, node_cert_paths, renewed_instances

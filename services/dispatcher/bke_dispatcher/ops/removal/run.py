@@ -39,7 +39,7 @@ from bke.adapters.state.keys.dispatcher import (
     accepted_agents_key, command_key, health_key, heartbeat_cgroup_key, heartbeat_key, node_labels_key,
     node_status_key, removal_key, removal_results_key, removals_index, sealed_key,
 )
-from bke.contracts.agent import ResetNode
+from bke.contracts.agent_steps import ResetNode
 from bke.contracts.base import Message
 from bke.contracts.statuses import FinishedStatus
 from bke.contracts.membership import (

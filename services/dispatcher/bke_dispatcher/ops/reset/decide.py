@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from bke.contracts.agent import ResetNode
+from bke.contracts.agent_steps import ResetNode
 from bke.contracts.reset import ResetCluster, ResetNodeView, ResetSnapshotView, ResetView
 from bke.contracts.statuses import InstallStatus, OperationStatus
 from bke.core.operation import (

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bke.contracts.agent import RestartStaticPod, Step, SystemdUnit, WaitHealth
+from bke.contracts.agent_steps import RestartStaticPod, Step, SystemdUnit, WaitHealth
 from bke.contracts.certs import CertsRenewed
 from bke.contracts.rotation import RotationNode, RotationView
 from bke.contracts.statuses import InstallStatus, OperationStatus

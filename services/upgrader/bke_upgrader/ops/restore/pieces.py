@@ -25,7 +25,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 from nats.js import JetStreamContext
 from pydantic import ValidationError
 
-from bke.contracts.agent import ETCD_SNAPSHOT_BUCKET, node_token
+from bke.contracts.agent import node_token
+from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET
 from bke.contracts.restore import GetRestorePiece, RestorePiece
 from bke.contracts.status import StatusError
 from bke.core.errors import PermanentError
