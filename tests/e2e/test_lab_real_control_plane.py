@@ -344,7 +344,7 @@ async def test_a_drain_refuses_bare_and_emptydir_pods_unless_forced_and_never_to
     """kubectl drain --ignore-daemonsets's rules: a pod no controller owns and a pod with emptyDir
     refuse the node's whole drain (nothing evicted, both named); with force and delete-emptydir-data
     the drain evicts them. DaemonSet pods and a mirror pod stay either way."""
-    from bke.core.drain import DrainOptions
+    from bke.contracts.drain import DrainOptions
 
     conf = admin_conf(lab)
     made = kubectl(OLDER, conf, "apply", "-f", "-", stdin=UNSAFE)

@@ -25,7 +25,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from bke.core.drain import MIRROR_ANNOTATION, DrainOptions, PodFacts, backoff_delays, blocking_budget, refusal_message, select_pods, timeout_message
+from bke.contracts.drain import DrainOptions
+from bke.core.drain import (MIRROR_ANNOTATION, PodFacts, backoff_delays, blocking_budget, refusal_message, select_pods,
+                            timeout_message)
 from bke.core.errors import TemporaryError
 from bke.core.plan import Plan
 

@@ -31,7 +31,7 @@ from enum import StrEnum
 
 from bke.contracts.drain import DrainOptions
 
-__all__ = ["MIRROR_ANNOTATION", "DrainOptions", "DrainSelection", "PodFacts", "Verdict", "backoff_delays", "blocking_budget", "judge",
+__all__ = ["MIRROR_ANNOTATION", "DrainSelection", "PodFacts", "Verdict", "backoff_delays", "blocking_budget", "judge",
            "refusal_message", "select_pods", "timeout_message"]
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})  # Kubernetes' own pod phases, read from the API

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from bke.core.drain import (DrainOptions, PodFacts, Verdict, backoff_delays, blocking_budget, judge, refusal_message,
+from bke.contracts.drain import DrainOptions
+from bke.core.drain import (PodFacts, Verdict, backoff_delays, blocking_budget, judge, refusal_message,
                             select_pods, timeout_message)
 
 RS, DS = "ReplicaSet", "DaemonSet"

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from redis.asyncio import Redis
 
-from bke.core.drain import DrainOptions
+from bke.contracts.drain import DrainOptions
 from bke.core.plan import Plan
 
 __all__ = ["LabDrainer"]
