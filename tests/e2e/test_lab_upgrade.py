@@ -83,6 +83,7 @@ def _new_render(plan):
     return new, render_cluster(new, RenderInputs(vrrp_password="unused12"))
 
 
+@pytest.mark.timeout(600)  # an install, then the upgrade of 18 nodes, beside the other tests
 async def test_split_etcd_upgrade_one_minor_with_quorum_snapshots_and_drains(lab_factory, tmp_path):
     spec = _spec_copy(tmp_path, SPLIT, "127.0.20.", "127.0.94.")
     lab = lab_factory(str(spec))
