@@ -21,6 +21,7 @@ import yaml
 
 from bke.lab.kube_binaries import locate
 from bke.core.plan import plan_spec_text
+from bke.core.versions import KUBERNETES, parse_version
 
 from .lab_helpers import Lab
 from .real_cp_helpers import ETCD, ETCD_35, MINORS, api_until, etcdctl, kubectl, kubectl_json, need_binaries, real_spec
@@ -426,22 +427,20 @@ async def test_a_minor_upgrade_rolls_every_component_keeping_the_skew_rules_quor
     assert version_tuple(kubectl_json(NEWER, conf, "version")["serverVersion"]["gitVersion"]) == version_tuple(NEWER)
 
 
-@pytest.mark.xfail(strict=True, reason="kube-proxy stays at the version the spec's addons list names: the upgrade "
-                                       "does not move it with the Kubernetes version (found by this test)")
-async def test_kube_proxy_follows_the_upgrade_on_every_node(lab):
-    """kube-proxy follows the Kubernetes version: after the upgrade its DaemonSet has rolled the
-    new release's image out on every node."""
+async def test_kube_proxy_and_calico_follow_the_upgrade_on_every_node(lab):
+    """The addons move with the release: kube-proxy (listed in the spec at the old Kubernetes
+    version) to the new one, calico (unlisted) to the new row of the versions table; each
+    DaemonSet has rolled its new image out on every kwok node."""
     conf = admin_conf(lab)
-    proxy = await api_until(lambda: kubectl_json(NEWER, conf, "-n", "kube-system", "get", "ds", "kube-proxy"),
-                            lambda ds: ds["status"].get("observedGeneration") == ds["metadata"]["generation"]
-                            and ds["status"].get("updatedNumberScheduled") == ds["status"]["desiredNumberScheduled"]
-                            == ds["status"].get("numberReady"))
-    assert proxy["spec"]["template"]["spec"]["containers"][0]["image"].endswith(f":v{NEWER}"), proxy["spec"]
+    for name, tag in (("kube-proxy", f"v{NEWER}"), ("calico-node", f"v{KUBERNETES[parse_version(NEWER).minor_key].calico}")):
+        ds = await api_until(lambda: kubectl_json(NEWER, conf, "-n", "kube-system", "get", "ds", name),
+                             lambda ds: ds["status"].get("observedGeneration") == ds["metadata"]["generation"]
+                             and ds["status"].get("updatedNumberScheduled") == ds["status"]["desiredNumberScheduled"]
+                             == ds["status"].get("numberReady") > 0)
+        images = [c["image"] for c in ds["spec"]["template"]["spec"]["containers"]]
+        assert images and all(i.endswith(f":{tag}") for i in images), (name, images)
 
 
-@pytest.mark.xfail(strict=True, reason="after an upgrade the stored plan holds versions without their 'v' "
-                                       "(etcd 3.6.6) and the diff reads the user's spec's v3.6.6 as a version change, "
-                                       "refusing the apply (found by this test)")
 async def test_an_applied_controller_manager_flag_reaches_the_running_processes(lab):
     """`bke lab apply` of the (upgraded) spec with a kube-controller-manager flag added: each
     controller-manager runs again with it, as its process's command line in /proc shows."""

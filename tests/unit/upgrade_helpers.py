@@ -16,6 +16,8 @@ def plan_of(example: Path, kubernetes: str = "v1.33.2", etcd: str = "v3.5.1", co
             extra: tuple[str, str] | None = None) -> Plan:
     text = (example.read_text()
             .replace("kubernetesVersion: v1.33.2", f"kubernetesVersion: {kubernetes}")
+            # kube-proxy is listed at the Kubernetes version, and must stay within its skew
+            .replace("{name: kube-proxy, version: v1.33.2}", f"{{name: kube-proxy, version: {kubernetes}}}")
             .replace("etcdVersion: v3.5.1", f"etcdVersion: {etcd}")
             .replace("containerdVersion: v2.1.1", f"containerdVersion: {containerd}"))
     if extra:

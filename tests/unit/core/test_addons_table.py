@@ -130,3 +130,31 @@ def test_renderer_renders_rbac_first_and_skips_what_is_off_or_the_users() -> Non
     assert [f.path for f in rendered.addons] == ["rbac.yaml"]
     rendered = render(plan_of(to_text(_docs(addons=[{"name": "kube-proxy", "version": "v1", "path": "/mine"}]))))
     assert [f.path for f in rendered.addons] == ["rbac.yaml", "coredns.yaml"]
+
+
+def test_an_upgrade_moves_the_built_ins_that_follow_the_release_and_keeps_pins() -> None:
+    """kube-proxy at the Kubernetes version and CoreDNS/calico at the table's row move with an
+    upgrade; a pinned other version and the user's own folder stay as written."""
+    from bke.core.spec.addons import addons_at
+    from bke.core.spec.models import Addon, Cluster
+
+    cur = _outcome(k8s="v1.34.3").plan.spec.config
+    target = cur.model_copy(update={"kubernetes_version": "v1.35.4"})
+    listed = [Addon(name="kube-proxy", version="v1.34.3"), Addon(name="coredns", version="1.12.1"),
+              Addon(name="calico", version="3.30.0"), Addon(name="metrics", version="1.34.3", path="/srv/m"),
+              Addon(name="calico", version="3.31.3", path="/srv/c")]
+    got = [(a.name, a.version) for a in addons_at(cur, target, listed)]
+    assert got == [("kube-proxy", "v1.35.4"), ("coredns", "1.13.1"), ("calico", "3.30.0"), ("metrics", "1.34.3"),
+                   ("calico", "3.31.3")]
+
+
+@pytest.mark.parametrize(("version", "words"), [("v1.33.3", "newer than the apiserver's 1.33.2"),
+                                                ("v1.29.0", "4 minor versions behind")])
+def test_kube_proxy_outside_the_skew_policy_is_refused_naming_the_field(version: str, words: str) -> None:
+    out = _outcome(addons=[{"name": "kube-proxy", "version": version}])
+    got = {e.path: e.message for e in out.errors}
+    assert words in got["cluster.spec.clusterConfig.addons[0].version"], got
+
+
+def test_kube_proxy_up_to_three_minors_behind_is_accepted() -> None:
+    assert not _outcome(addons=[{"name": "kube-proxy", "version": "v1.30.14"}]).errors

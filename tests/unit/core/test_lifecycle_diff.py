@@ -155,3 +155,12 @@ def test_component_of(path, component):
 
 def test_quorum():
     assert [quorum(n) for n in (1, 2, 3, 4, 5)] == [1, 2, 2, 3, 3]
+
+
+def test_a_version_spelled_with_or_without_v_is_the_same_release(split):
+    """The spec accepts `v3.5.21` and `3.5.21`: an applied spec that only spells a version the
+    other way changes nothing, and is not refused as an upgrade."""
+    respelled = SPLIT.replace(f"etcdVersion: {split.etcd_version}", f"etcdVersion: {split.etcd_version.lstrip('v')}")
+    assert respelled != SPLIT
+    d = full(split, respelled)
+    assert not d.versions and not d.refused and d.empty

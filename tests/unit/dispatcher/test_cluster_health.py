@@ -97,7 +97,7 @@ def test_daemonset_and_deployment_readiness_as_kubectl_rollout_status_decides():
 
 
 def test_the_verdict_names_what_is_not_ready():
-    plan = seed_plan(addons=[{"name": "kube-proxy", "version": "v1"}, {"name": "coredns", "version": "v1"}])
+    plan = seed_plan(addons=[{"name": "kube-proxy", "version": "v1.33.2"}, {"name": "coredns", "version": "v1"}])
     assert [w.ref for w in workloads(plan)] == ["daemonset/kube-system/calico-node", "deployment/kube-system/coredns"]
     nodes = {h: node(h, "True") for h in ("master1", "master2", "master3", "node1")}
     objects = {"daemonset/kube-system/calico-node": DS_READY, "deployment/kube-system/coredns": DEP_READY}

@@ -142,3 +142,16 @@ def test_a_batchs_binaries_memo_gives_each_node_what_it_gets_without_one():
         shared = node_upgrade_steps("masters-runtime", "", p, new, h, old[h], newf[h], sums, binaries_memo=memo)
         assert shared == alone, h
     assert len(memo) == len({(n.arch, n.registers) for n in p.nodes})
+
+
+def test_the_target_plan_spells_each_version_as_the_user_did():
+    """After an upgrade the stored plan is compared with the user's spec (`bke apply`): each target
+    version keeps the current one's "v", so the next apply of the same spec sees no version change."""
+    p = plan_of(SPLIT)
+    assert p.etcd_version.startswith("v") and p.containerd_version.startswith("v")
+    new = target_plan(p, resolve_target(p, "1.34.1", "3.5.21"))
+    assert (new.kubernetes_version, new.etcd_version) == ("v1.34.1", "v3.5.21")
+    assert new.containerd_version == p.containerd_version
+    # kube-proxy and CoreDNS were listed at the release's own versions: they move with it
+    addons = {a.name: a.version for a in new.spec.cluster.spec.cluster_config.addons}
+    assert addons == {"kube-proxy": "v1.34.1", "coredns": "v1.12.1"}, addons

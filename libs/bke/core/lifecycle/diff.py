@@ -145,7 +145,8 @@ def _structural_refusals(cur: Plan, new: Plan) -> list[Refusal]:
 def _versions(cur: Plan, new: Plan) -> dict[str, tuple[str, str]]:
     pairs = {"kubernetes": (cur.kubernetes_version, new.kubernetes_version), "etcd": (cur.etcd_version, new.etcd_version),
              "containerd": (cur.containerd_version, new.containerd_version)}
-    return {k: v for k, v in pairs.items() if v[0] != v[1]}
+    # "v3.6.6" and "3.6.6" name one release: the spec accepts both spellings.
+    return {k: v for k, v in pairs.items() if v[0].lstrip("v") != v[1].lstrip("v")}
 
 
 def removal_order(change: EtcdChange, unhealthy: frozenset[str] = frozenset()) -> list[str]:

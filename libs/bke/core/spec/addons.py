@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from bke.core.versions import KUBERNETES, VersionError, parse_version
+from bke.core.versions import KUBERNETES, Version, VersionError, parse_version
 from .errors import FieldError
-from .models import Cluster, ClusterSpec
+from .models import Addon, Cluster, ClusterSpec
 
-__all__ = ["AddonStep", "BUILT_INS", "BuiltIn", "addon_steps", "check_addons"]
+__all__ = ["AddonStep", "BUILT_INS", "BuiltIn", "addon_steps", "addons_at", "check_addons"]
 
 Source = Literal["rendered", "fetched", "path"]
 _A = "cluster.spec.clusterConfig.addons"
@@ -70,6 +70,33 @@ def _default_version(name: str, c: Cluster) -> str:
     return {"rbac": str(k8s), "kube-proxy": str(k8s), "calico": row.calico, "coredns": row.coredns}[name]
 
 
+def _same_release(a: str, b: str) -> bool:
+    try:
+        return parse_version(a) == parse_version(b)
+    except VersionError:
+        return False
+
+
+def addons_at(current: Cluster, target: Cluster, addons: list[Addon]) -> list[Addon]:
+    """The spec's addons list for `target`'s versions, as an upgrade writes it: a built-in entry
+    that names the version the current Kubernetes release would install anyway (kube-proxy at
+    the Kubernetes version, CoreDNS and calico at the versions table's row) moves to the target's
+    own, as kubeadm moves kube-proxy and CoreDNS with `kubeadm upgrade apply`. An entry that pins
+    another version, or a folder of the user's own, stays as the user wrote it."""
+    out = []
+    for a in addons:
+        if a.name in _BY_NAME and a.name != "rbac" and not a.path:
+            try:
+                follows = _same_release(a.version, _default_version(a.name, current))
+            except (KeyError, VersionError):
+                follows = False
+            if follows:
+                version = _default_version(a.name, target)
+                a = a.model_copy(update={"version": f"v{version}" if a.version.startswith("v") else version})
+        out.append(a)
+    return out
+
+
 def addon_steps(spec: ClusterSpec) -> list[AddonStep]:
     """The addons to apply, in order. Assumes a validated spec (a supported Kubernetes version)."""
     c = spec.config
@@ -90,6 +117,27 @@ def addon_steps(spec: ClusterSpec) -> list[AddonStep]:
             continue  # placed in its built-in's slot above
         out.append(AddonStep(a.name, a.version, "path", "admin", a.path))
     return out
+
+
+def _kube_proxy_skew(spec: ClusterSpec, k8s: Version) -> list[FieldError]:
+    """kube-proxy's version against the apiserver's, by Kubernetes' version skew policy
+    (kubernetes.io/releases/version-skew-policy, kube-proxy): never newer than the apiserver,
+    and at most three minor versions older."""
+    for i, a in enumerate(spec.cluster.spec.cluster_config.addons):
+        if a.name != "kube-proxy" or a.path:
+            continue
+        try:
+            v = parse_version(a.version)
+        except VersionError as e:
+            return [FieldError(path=f"{_A}[{i}].version", message=str(e))]
+        behind = (k8s.major - v.major) * 100 + k8s.minor - v.minor
+        if (v.major, v.minor, v.patch) > (k8s.major, k8s.minor, k8s.patch):
+            return [FieldError(path=f"{_A}[{i}].version", message=f"kube-proxy {v} is newer than the apiserver's "
+                               f"{k8s}: the version skew policy allows kube-proxy the apiserver's version or older")]
+        if behind > 3:
+            return [FieldError(path=f"{_A}[{i}].version", message=f"kube-proxy {v} is {behind} minor versions behind "
+                               f"the apiserver's {k8s}: the version skew policy allows at most 3")]
+    return []
 
 
 def check_addons(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
@@ -115,6 +163,7 @@ def check_addons(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
         k8s = parse_version(c.kubernetes_version)
     except VersionError:
         return errs  # reported by the version check
+    errs += _kube_proxy_skew(spec, k8s)
     mode = c.kube_proxy.mode
     if c.kube_proxy.enabled and mode == "ipvs" and k8s.at_least("1.35.0"):
         # KEP-5495 (kubernetes/enhancements): ipvs deprecated in 1.35 (kubernetes#134539), a
