@@ -38,7 +38,7 @@ from redis.asyncio import Redis
 from bke.adapters.bus.handler import Out
 from bke.adapters.cluster_api.labels import marks_from_record, record, wanted
 from bke.adapters.cluster_api.node_labels import NodeMarker
-from bke.adapters.operation import EndEvent, OperationLoop, Publish, RecordStore
+from bke.adapters.operation import EndEvent, Publish, RecordStore
 from bke.core.secrets.record_signing import RecordKeyError, RecordSignatureError
 from bke.adapters.state import PlanCache
 from bke.adapters.state.command_signing import Sign
@@ -59,7 +59,7 @@ from bke.core.plan import NodePlan, Plan
 from ...engine import Checksums
 from ...phases import NodeInputs, agent_sealers, phase_by_slug
 from ...state import DispatcherState
-from ..membership.gates import Busy, admission, end_fields
+from ..membership.gates import Busy, MembershipLoop, end_fields
 from .decide import (
     AGENTS_DEADLINE_S, SLUG_PREFIX, Join, command_of, fold_answers, is_join_request, join_refusal, new_join, next_step,
 )
@@ -74,7 +74,7 @@ class JoinStore(RecordStore[Join]):
         super().__init__(redis, Join.from_json, join_key, join_results_key, joins_index())
 
 
-class Joins(OperationLoop[Join]):
+class Joins(MembershipLoop[Join]):
     def __init__(self, store: JoinStore, state: DispatcherState, plans: PlanCache, files: RedisNodeFiles,
                  checksums: Checksums, marker: NodeMarker, busy: Callable[[str], Awaitable[Busy | None]],
                  paused: Callable[[str], Awaitable[bool]], publish: Publish, now: Callable[[], datetime], owner: str,
@@ -107,20 +107,14 @@ class Joins(OperationLoop[Join]):
     def changed(self, rec: Join, at: str) -> tuple[Message, str]:
         return JoinNodesChanged(cluster=rec.cluster, at=at, join=rec.view()), join_changed_subject(rec.cluster)
 
-    def end_event(self, rec: Join) -> EndEvent | None:
-        if rec.finished_sent:
-            return None
+    def finished_event(self, rec: Join) -> EndEvent:
         ev = JoinNodesFinished(**end_fields(rec), plan_digest=rec.plan_digest, nodes=rec.node_views())
         return EndEvent(ev, JOIN_NODES_FINISHED, f"join-finished:{rec.cluster}:{rec.request_id}")
-
-    def end_sent(self, rec: Join) -> None:
-        rec.finished_sent = True
 
     # requests -------------------------------------------------------------------------------
     async def on_request(self, req: JoinNodes) -> list[Out]:
         ids = {"cluster": req.cluster, "request_id": req.request_id}
-        a = await admission(self, req.cluster, req.request_id, req.part_of, self.plans, self.state, self.busy,
-                            self.paused)
+        a = await self.admit(req.cluster, req.request_id, req.part_of)
         if a is None:  # a redelivery
             return []
         g, unreadable = a.gates, a.unreadable

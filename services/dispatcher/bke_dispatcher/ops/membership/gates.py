@@ -11,7 +11,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from redis.asyncio import Redis
 
 from bke.adapters.state import PlanCache
-from bke.adapters.operation import OperationLoop
+from bke.adapters.operation import EndEvent, OperationLoop
 from bke.adapters.state.operation_slot import operation_holder
 from bke.contracts.statuses import FinishedStatus, OperationStatus
 from bke.core.errors import TemporaryError
@@ -20,7 +20,7 @@ from bke.core.plan import Plan
 
 from ...state import DispatcherState
 
-__all__ = ["Admission", "Busy", "Gates", "Loads", "admission", "busy_reader", "end_fields", "read_gates"]
+__all__ = ["Admission", "Busy", "Gates", "Loads", "MembershipLoop", "busy_reader", "end_fields", "read_gates"]
 
 
 class Loads(Protocol):
@@ -115,17 +115,38 @@ class Admission(Generic[R]):
     outside: str
 
 
-async def admission(loop: OperationLoop[R], cluster: str, request_id: str, part_of: str | None, plans: PlanCache,
-                    state: DispatcherState, busy: Callable[[str], Awaitable[Busy | None]],
-                    paused: Callable[[str], Awaitable[bool]]) -> Admission[R] | None:
-    """Everything a request is judged on, or None for a redelivery of the request whose record
-    exists already (its loop is kicked instead: it answers when it moves)."""
-    current, unreadable = await loop.store.load_judged(cluster)
-    if current is not None and current.request_id == request_id:
-        loop.kick(cluster)
-        return None
-    gates, outside = (await read_gates(cluster, plans, state, busy, paused)).within(cluster, part_of)
-    return Admission(current, unreadable, gates, outside)
+F = TypeVar("F", bound=OperationRecord)
+
+
+class MembershipLoop(OperationLoop[F]):
+    """What a join's and a removal's loops share: a request judged on one read of its gates
+    (`admit`), and a `finished` event marked sent in the record. Subclasses set `plans`,
+    `state`, `busy` and `paused`, and build their event in `finished_event`."""
+
+    plans: PlanCache
+    state: DispatcherState
+    busy: Callable[[str], Awaitable[Busy | None]]
+    paused: Callable[[str], Awaitable[bool]]
+
+    def finished_event(self, rec: F) -> EndEvent:
+        raise NotImplementedError
+
+    def end_event(self, rec: F) -> EndEvent | None:
+        return None if rec.finished_sent else self.finished_event(rec)
+
+    def end_sent(self, rec: F) -> None:
+        rec.finished_sent = True
+
+    async def admit(self, cluster: str, request_id: str, part_of: str | None) -> Admission[F] | None:
+        """Everything a request is judged on, or None for a redelivery of the request whose
+        record exists already (its loop is kicked instead: it answers when it moves)."""
+        current, unreadable = await self.store.load_judged(cluster)
+        if current is not None and current.request_id == request_id:
+            self.kick(cluster)
+            return None
+        gates, outside = (await read_gates(cluster, self.plans, self.state, self.busy, self.paused)).within(
+            cluster, part_of)
+        return Admission(current, unreadable, gates, outside)
 
 
 def end_fields(rec: OperationRecord) -> dict[str, Any]:

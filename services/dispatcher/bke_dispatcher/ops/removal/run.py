@@ -32,7 +32,7 @@ from redis.asyncio import Redis
 from bke.adapters.auth.permissions import identity_name
 from bke.adapters.bus.handler import Out
 from bke.adapters.drain import Drainer
-from bke.adapters.operation import EndEvent, OperationLoop, Publish, RecordStore
+from bke.adapters.operation import EndEvent, Publish, RecordStore
 from bke.adapters.state import PlanCache
 from bke.adapters.state.command_signing import Sign
 from bke.adapters.state.keys.dispatcher import (
@@ -49,7 +49,7 @@ from bke.core.operation import Act, Answers, Decision, RunStatus, fold
 
 from ...phases import PHASES
 from ...state import DispatcherState
-from ..membership.gates import Busy, admission, end_fields
+from ..membership.gates import Busy, MembershipLoop, end_fields
 from .decide import (
     REMOVAL_SLUG_PREFIX, Removal, advance, apply_result, drain_options, fail_stage, new_removal, next_step, removal_refusal,
 )
@@ -78,7 +78,7 @@ class RemovalStore(RecordStore[Removal]):
         super().__init__(redis, Removal.from_json, removal_key, removal_results_key, removals_index())
 
 
-class Removals(OperationLoop[Removal]):
+class Removals(MembershipLoop[Removal]):
     def __init__(self, store: RemovalStore, state: DispatcherState, plans: PlanCache, drainer: Drainer,
                  busy: Callable[[str], Awaitable[Busy | None]], paused: Callable[[str], Awaitable[bool]], publish: Publish,
                  now: Callable[[], datetime], owner: str, lease_ms: int = 15000,
@@ -100,21 +100,15 @@ class Removals(OperationLoop[Removal]):
     def changed(self, rec: Removal, at: str) -> tuple[Message, str]:
         return RemoveNodesChanged(cluster=rec.cluster, at=at, removal=rec.view()), remove_changed_subject(rec.cluster)
 
-    def end_event(self, rec: Removal) -> EndEvent | None:
-        if rec.finished_sent:
-            return None
+    def finished_event(self, rec: Removal) -> EndEvent:
         forgotten = [i for i, n in zip(rec.identities, rec.nodes) if n.stage in ("forget", "done")]
         ev = RemoveNodesFinished(**end_fields(rec), nodes=rec.node_views(), revoke_identities=forgotten)
         return EndEvent(ev, REMOVE_NODES_FINISHED, f"remove-finished:{rec.cluster}:{rec.request_id}")
 
-    def end_sent(self, rec: Removal) -> None:
-        rec.finished_sent = True
-
     # requests -------------------------------------------------------------------------------
     async def on_request(self, req: RemoveNodes) -> list[Out]:
         ids = {"cluster": req.cluster, "request_id": req.request_id}
-        a = await admission(self, req.cluster, req.request_id, req.part_of, self.plans, self.state, self.busy,
-                            self.paused)
+        a = await self.admit(req.cluster, req.request_id, req.part_of)
         if a is None:  # a redelivery
             return []
         g, unreadable = a.gates, a.unreadable
