@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import importlib.metadata
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bke.core.applyset import (
     ADDITIONAL_NAMESPACES, CONTAINS_GROUP_KINDS, ID_LABEL, PART_OF_LABEL, TOOL_NAME, TOOLING, AddonSet, GroupKind,
@@ -31,6 +31,9 @@ from bke.core.applyset import (
     to_prune,
 )
 from bke.core.errors import TemporaryError
+
+if TYPE_CHECKING:  # the client is imported when used, as everywhere in this package (its import is slow)
+    from kubernetes.client.exceptions import ApiException
 
 __all__ = ["APPLYSET_FIELD_MANAGER", "FIELD_MANAGER", "apply_set"]
 
@@ -47,7 +50,13 @@ def _tooling() -> str:
         return f"{TOOL_NAME}/v0"
 
 
-def _refused(what: str, exc: Any) -> Exception:
+def _api_exception() -> type[ApiException]:
+    from kubernetes.client.exceptions import ApiException
+
+    return ApiException
+
+
+def _refused(what: str, exc: ApiException) -> Exception:
     if exc.status and exc.status >= 500:
         return TemporaryError(f"{what}: {exc.reason}", delay=5.0)
     return ValueError(f"{what}: {exc.status} {exc.reason}")
@@ -77,12 +86,6 @@ def _write_parent(client: Any, aset: AddonSet, gks: Iterable[GroupKind], namespa
         client.server_side_apply(secrets, body=body, field_manager=APPLYSET_FIELD_MANAGER, force_conflicts=True)
     except _api_exception() as exc:
         raise _refused(f"ApplySet parent Secret {aset.namespace}/{aset.name}", exc) from exc
-
-
-def _api_exception() -> type[Exception]:
-    from kubernetes.client import exceptions
-
-    return exceptions.ApiException
 
 
 def _read_parent(client: Any, aset: AddonSet) -> ParentState | None:
