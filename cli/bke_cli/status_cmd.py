@@ -96,8 +96,7 @@ def status(
     if doc.addons:  # in the order the addons phase applied them
         table = Table("addon", "version", "status", "pruned")  # pruned: what its new version no longer has
         for name, a in doc.addons.items():
-            pruned = ", ".join(a.get("pruned", [])) or ("adopted" if a.get("adopted") else "")
-            table.add_row(name, str(a.get("version", "")), str(a.get("status", "")), pruned)
+            table.add_row(name, str(a.get("version", "")), str(a.get("status", "")), ", ".join(a.get("pruned", [])))
         console.print(table)
     if doc.rotation is not None:
         r = doc.rotation

@@ -107,9 +107,9 @@ class ParentState:
 
 @dataclass(frozen=True)
 class PruneReport:
-    """What one apply of an addon did to its set: `adopted` when it found no parent (an addon
-    applied before BKE kept ApplySets: its objects labelled, nothing pruned this round);
-    `pruned`, the members deleted, as `Kind.group/namespace/name`."""
+    """What one apply of an addon did to its set: `adopted` when it found no parent, so wrote
+    it (a first install, or an addon applied before BKE kept ApplySets: its objects labelled,
+    nothing pruned this round); `pruned`, the members deleted, as `Kind.group/namespace/name`."""
 
     adopted: bool = False
     pruned: tuple[str, ...] = ()

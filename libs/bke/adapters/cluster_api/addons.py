@@ -15,8 +15,9 @@ Records, one per addon in `bke:<cluster>:addons` (`order` is the table's positio
 status` lists them in the order applied): status Validated | Applied | Ready. An addon recorded
 done is never applied again after a restart; one recorded Applied that has something to wait
 for is only waited for. On a real cluster each addon is an ApplySet of its own
-(bke.core.applyset): the record names what the apply pruned (`pruned`), or says that it adopted
-objects applied before BKE kept ApplySets (`adopted`).
+(bke.core.applyset): the record names what the apply pruned (`pruned`), or says that it found
+no ApplySet and wrote it (`adopted`: a first install, or objects applied before BKE kept
+ApplySets; nothing pruned).
 """
 from __future__ import annotations
 
