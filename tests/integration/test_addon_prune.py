@@ -161,7 +161,7 @@ class _Applier(KubernetesApplier):
 def _plan(folder: Path, version: str) -> Any:
     docs = synth_docs(4, name="prunephase")
     cfg = docs[0]["spec"]["clusterConfig"]
-    cfg["cluster"].update({"cni": "none", "kubeProxy": {"enabled": False}, "coreDNS": {"enabled": False}})
+    cfg["cluster"]["cni"] = "none"  # calico's DaemonSet would wait for nodes this apiserver has not
     cfg["addons"] = [{"name": "metrics", "version": version, "path": str(folder)}]
     out = plan_spec_text(yaml.safe_dump_all(docs))
     assert not out.errors, out.errors
@@ -180,10 +180,16 @@ async def test_the_addons_phase_records_what_it_pruned(kube_api, api, redis_url,
         rendered = {f.path.removesuffix(".yaml"): f.content.decode() for f in render_cluster(plan, RenderInputs()).addons}
         work = AddonsWork(r, _Applier(r, kube_api.kubeconfig), lambda: datetime(2026, 12, 1, tzinfo=timezone.utc),
                           LabManifests())
-        assert (await work.run("addons", plan, rendered)).status == "done"
+        first = await work.run("addons", plan, rendered)
+        assert first.status == "done", first.reason
         recs = {k: json.loads(v) for k, v in (await r.hgetall(addons_key(plan.cluster))).items()}
-        assert recs["metrics"]["adopted"] is True and "pruned" not in recs["metrics"]
-        assert recs["rbac"]["status"] == "Applied"
+        assert sorted(recs) == ["coredns", "kube-proxy", "metrics", "rbac"]
+        assert all(rec["adopted"] is True and "pruned" not in rec for rec in recs.values())  # a first install
+        # the rendered built-ins again: their sets listed kind by kind (DaemonSet.apps,
+        # ClusterRoleBinding.rbac.authorization.k8s.io, ...) and nothing of theirs pruned
+        for name in ("rbac", "kube-proxy", "coredns"):
+            again = apply_addon(kube_api.kubeconfig, name, [d for d in yaml.safe_load_all(rendered[name]) if d])
+            assert again.pruned == () and not again.adopted, name
 
         (folder / "a.yaml").write_text(yaml.safe_dump(_cm("metrics-config")))  # version 2 drops one
         out = await work.run("addons", _plan(folder, "2"), rendered)
@@ -193,3 +199,8 @@ async def test_the_addons_phase_records_what_it_pruned(kube_api, api, redis_url,
         assert not api.exists(_cm("metrics-v1-only")) and api.exists(_cm("metrics-config"))
     finally:
         await r.aclose()
+
+
+def test_an_object_the_apiserver_refuses_fails_naming_the_field(kube_api, api):
+    with pytest.raises(ValueError, match=r"ConfigMap/Not_A_Name: 422 Unprocessable Entity: .*metadata.name: Invalid"):
+        apply_addon(kube_api.kubeconfig, "refused", [_cm("Not_A_Name")])

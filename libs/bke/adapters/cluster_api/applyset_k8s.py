@@ -22,6 +22,7 @@ ValueError naming the object.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +60,11 @@ def _api_exception() -> type[ApiException]:
 def _refused(what: str, exc: ApiException) -> Exception:
     if exc.status and exc.status >= 500:
         return TemporaryError(f"{what}: {exc.reason}", delay=5.0)
-    return ValueError(f"{what}: {exc.status} {exc.reason}")
+    try:  # the apiserver's own words name the field it refused (a Status object)
+        said = str(json.loads(exc.body or "{}").get("message") or "")
+    except (ValueError, AttributeError):
+        said = ""
+    return ValueError(f"{what}: {exc.status} {exc.reason}" + (f": {said}" if said else ""))
 
 
 def _served(client: Any, gk: GroupKind) -> Any | None:
