@@ -28,9 +28,7 @@ from bke.core.secrets import create_key_file, key_file_env
 from bke.core.spec.synth import synth_docs
 from bke.lab.standins.manifests import LabManifests
 
-from .kube_api import KubeApi, kube_api
-
-__all__ = ["kube_api"]  # the fixture, taken by parameter
+from .kube_api import KubeApi
 
 pytestmark = pytest.mark.integration
 NS = "addon-ns"  # not the parent's namespace (kube-system): recorded as an additional namespace
