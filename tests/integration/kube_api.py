@@ -103,6 +103,8 @@ def _start_apiserver(work: Path, etcd: str, release: str) -> tuple[ManagedProces
             f"--service-account-key-file={work / 'sa.pub'}", f"--service-account-signing-key-file={work / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc", "--service-cluster-ip-range=10.96.0.0/16",
             "--allow-privileged=true",  # as BKE renders it: kube-proxy and calico-node run privileged
+            # no kubernetes Service endpoints: 1.37 refuses to reconcile a loopback address into them
+            "--endpoint-reconciler-type=none",
             "--enable-priority-and-fairness=false"], work / "kube-apiserver.log")
         poll_until(lambda: proc.ensure_running() or _answers(f"{url}/readyz", TOKEN, work / "certs" / "apiserver.crt"), timeout=90,
                    what="kube-apiserver", interval=0.5)
