@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ssl
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,9 +65,18 @@ def _start_etcd(work: Path) -> tuple[ManagedProcess, str]:
             f"--advertise-client-urls={url}", f"--listen-peer-urls=http://127.0.0.1:{peer}",
             f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
             f"--initial-cluster=default=http://127.0.0.1:{peer}", "--log-level=warn"], work / "etcd.log")
-        poll_until(lambda: proc.ensure_running() or _answers(f"{url}/health"), timeout=30, what="etcd")
+        _ready(proc, lambda: _answers(f"{url}/health"), 30.0)
         return proc, url
     return retry_start("etcd", start)
+
+
+def _ready(proc: ManagedProcess, probe: Callable[[], bool | None], timeout: float) -> None:
+    """Poll `probe` under a deadline; a process that never answered is stopped, not left behind."""
+    try:
+        poll_until(lambda: proc.ensure_running() or probe(), timeout=timeout, what=proc.name, interval=0.2)
+    except BaseException:
+        proc.stop()
+        raise
 
 
 def _answers(url: str, token: str | None = None, ca: Path | None = None) -> bool | None:
@@ -106,8 +115,7 @@ def _start_apiserver(work: Path, etcd: str, release: str) -> tuple[ManagedProces
             # no kubernetes Service endpoints: 1.37 refuses to reconcile a loopback address into them
             "--endpoint-reconciler-type=none",
             "--enable-priority-and-fairness=false"], work / "kube-apiserver.log")
-        poll_until(lambda: proc.ensure_running() or _answers(f"{url}/readyz", TOKEN, work / "certs" / "apiserver.crt"), timeout=90,
-                   what="kube-apiserver", interval=0.5)
+        _ready(proc, lambda: _answers(f"{url}/readyz", TOKEN, work / "certs" / "apiserver.crt"), 90.0)
         return proc, url
     return retry_start("kube-apiserver", start)
 
