@@ -1,0 +1,168 @@
+"""A whole deployment in one process: the five services from their composition roots on the
+in-memory bus and one FakeServer, and a fleet of real agent loops (bke_agent.loop.AgentLoop: the
+signature, binding and freshness checks, the journal, results and refusals are the agent's own
+code) whose steps are the bench's NullBackend, or one that fails a chosen step.
+
+An operation is started as an operator starts it (its request on the bus) and waited on by
+what the services say (its finished event), never by time.
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pytest
+
+from bke.adapters.bus.service import Service
+from bke.adapters.state.epoch import ensure_epoch, new_epoch
+from bke.contracts.agent_steps import Step
+from bke.contracts.base import Message, schema_headers
+from bke.core.secrets import SecretBox
+from bke_agent.backends.base import Content, StepOutcome
+from bke_agent.backends.null import NullBackend
+from bke_agent.command_keys import AgentKeyring
+from bke_agent.errors import StepError
+from bke_agent.identity import AgentIdentity
+from bke_agent.journal import MemoryJournal
+from bke_agent.loop import AgentLoop
+from bke_agent.settings import AgentSettings
+from bke_agent.verify import CommandVerifier
+from tests.trust_helpers import deployment_key, provision
+
+from .bus import Recorded, Router
+from .services import NATS_URL, REDIS_URL, patch_outside
+
+__all__ = ["Fault", "FaultyBackend", "MemoryLab", "SERVICES"]
+
+SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
+
+
+@dataclass
+class Fault:
+    """Fail the steps of `step_type` on `node` (whose `path`, when given, contains it) `times` times."""
+
+    node: str
+    step_type: str
+    times: int = 1
+    path: str = ""
+    message: str = "injected failure"
+
+
+@dataclass
+class FaultyBackend(NullBackend):
+    """The NullBackend, but a step that a Fault names fails (as a backend fails: StepError)."""
+
+    node: str = ""
+    faults: list[Fault] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        NullBackend.__init__(self)
+
+    async def execute(self, step: Step, content: Content) -> StepOutcome:
+        for f in self.faults:
+            if f.node == self.node and f.times > 0 and step.type == f.step_type and f.path in str(getattr(step, "path", "")):
+                f.times -= 1
+                raise StepError(f.message, exit_code=1, stderr=f.message)
+        return await super().execute(step, content)
+
+
+def _settings(name: str) -> Any:
+    common: dict[str, Any] = {"nats_url": NATS_URL, "redis_url": REDIS_URL}
+    if name == "planner":
+        from bke_planner.settings import PlannerSettings
+        return PlannerSettings(**common)
+    if name == "certs":
+        from bke_certs.settings import CertsSettings
+        return CertsSettings(**common, renew_interval_s=0)
+    if name == "renderer":
+        from bke_renderer.settings import RendererSettings
+        return RendererSettings(**common)
+    if name == "dispatcher":
+        from bke_dispatcher.settings import DispatcherSettings
+        return DispatcherSettings(**common, owner="memory-dispatcher", mode="lab", health_interval_s=0)
+    from bke_upgrader.settings import UpgraderSettings
+    return UpgraderSettings(**common, owner="memory-upgrader", mode="lab")
+
+
+def _create(name: str) -> Callable[[Any], Service]:
+    if name == "planner":
+        from bke_planner.app import create_service
+    elif name == "certs":
+        from bke_certs.app import create_service  # type: ignore[no-redef]
+    elif name == "renderer":
+        from bke_renderer.app import create_service  # type: ignore[no-redef]
+    elif name == "dispatcher":
+        from bke_dispatcher.app import create_service  # type: ignore[no-redef]
+    else:
+        from bke_upgrader.app import create_service  # type: ignore[no-redef]
+    return create_service
+
+
+class MemoryLab:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, box: SecretBox):
+        self.router, self.server, self.box = Router(), fakeredis.FakeServer(), box
+        patch_outside(monkeypatch, self.router, self.server)
+        self.redis = fakeredis.FakeAsyncRedis(server=self.server)  # the test's own client
+        self.nc = self.router.connect()  # the operator's connection
+        self.services: dict[str, Service] = {}
+        self.agents: dict[str, AgentLoop] = {}
+
+    async def start(self, names: Iterable[str] = SERVICES) -> None:
+        """The state initialised (`bke state init`), then each service made and started."""
+        await ensure_epoch(self.redis, new_epoch())
+        for name in names:
+            svc = _create(name)(_settings(name))
+            await svc.start()
+            self.services[name] = svc
+
+    async def add_agents(self, cluster: str, nodes: Iterable[str], faults: list[Fault] | None = None,
+                         verify_key: Any = None) -> dict[str, AgentLoop]:
+        """One agent per node, provisioned (its key recorded, as `bke agent provision` does) and
+        running the commands the deployment's key signed (or `verify_key`'s: a node whose agent
+        trusts another key refuses every command)."""
+        key = (await deployment_key(self.redis, self.box)).verify_key
+        loops = {}
+        for node in nodes:
+            settings = AgentSettings(cluster=cluster, node=node, backend="host", nats_url=NATS_URL, heartbeat_s=0)
+            trusted = verify_key if verify_key is not None else key
+            verifier = CommandVerifier(trusted, cluster, node, AgentKeyring.load(trusted, None, False))
+            backend = FaultyBackend(node=node, faults=faults or [])
+            loops[node] = AgentLoop(self.nc, self.nc.jetstream(), settings, backend, MemoryJournal(),
+                                    AgentIdentity.ephemeral(), verifier=verifier)
+        await provision(self.redis, cluster, {n: loop.identity for n, loop in loops.items()})
+        for loop in loops.values():
+            await loop.start()
+        self.agents.update(loops)
+        return loops
+
+    async def send(self, subject: str, message: Message) -> int:
+        """Publish as the operator's CLI does; the index in the log from which to wait for answers."""
+        mark = len(self.router.log)
+        await self.nc.jetstream().publish(subject, message.to_bytes(), headers=schema_headers({"Nats-Msg-Id": uuid.uuid4().hex}))
+        return mark
+
+    async def wait(self, subject: str, check: Callable[[dict[str, Any]], bool] = lambda d: True,
+                   timeout: float = 10.0, start: int = 0) -> dict[str, Any]:
+        import json
+
+        got: Recorded = await self.router.wait_for(subject, lambda m: check(json.loads(m.data)), timeout, start)
+        doc: dict[str, Any] = json.loads(got.data)
+        return doc
+
+    def executed(self) -> int:
+        return sum(loop.executed for loop in self.agents.values())
+
+    async def stop(self) -> None:
+        for loop in self.agents.values():
+            await loop.stop(grace=1.0)
+        for svc in reversed(list(self.services.values())):
+            await svc.stop()
+        await self.redis.aclose()
+
+
+def spec(path: str, name: str) -> str:
+    return Path(path).read_text().replace("name: seed", f"name: {name}")
