@@ -43,12 +43,12 @@ SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
 
 @dataclass
 class Fault:
-    """Fail the steps of `step_type` on `node` (whose `path`, when given, contains it) `times` times."""
+    """Fail the steps of `step_type` on `node` (whose fields, when `match` is given, contain it) `times` times."""
 
     node: str
     step_type: str
+    match: str = ""
     times: int = 1
-    path: str = ""
     message: str = "injected failure"
 
 
@@ -64,7 +64,7 @@ class FaultyBackend(NullBackend):
 
     async def execute(self, step: Step, content: Content) -> StepOutcome:
         for f in self.faults:
-            if f.node == self.node and f.times > 0 and step.type == f.step_type and f.path in str(getattr(step, "path", "")):
+            if f.node == self.node and f.times > 0 and step.type == f.step_type and f.match in step.model_dump_json():
                 f.times -= 1
                 raise StepError(f.message, exit_code=1, stderr=f.message)
         return await super().execute(step, content)
@@ -151,6 +151,16 @@ class MemoryLab:
 
         got: Recorded = await self.router.wait_for(subject, lambda m: check(json.loads(m.data)), timeout, start)
         doc: dict[str, Any] = json.loads(got.data)
+        return doc
+
+    async def status(self, cluster: str) -> dict[str, Any]:
+        """`bke status NAME -o json`: the dispatcher's answer to a core request."""
+        import json
+
+        from bke.contracts.status import STATUS_GET, GetStatus
+
+        reply = await self.nc.request(STATUS_GET, GetStatus(cluster=cluster, nodes="all").to_bytes(), timeout=5.0)
+        doc: dict[str, Any] = json.loads(reply.data)
         return doc
 
     def executed(self) -> int:
