@@ -163,6 +163,16 @@ class MemoryLab:
         doc: dict[str, Any] = json.loads(reply.data)
         return doc
 
+    async def install(self, cluster: str, text: str, faults: list[Fault] | None = None, **agents: Any) -> dict[str, Any]:
+        """Agents for every node of `text`, then the install (`bke apply` of a new cluster): its finished event."""
+        from bke.contracts import INSTALL_CLUSTER, InstallCluster
+        from bke.contracts.install import install_subject
+        from bke.core.plan import plan_spec_text
+
+        await self.add_agents(cluster, [n.hostname for n in plan_spec_text(text).plan.nodes], faults, **agents)
+        mark = await self.send(INSTALL_CLUSTER, InstallCluster(request_id=uuid.uuid4().hex, spec=text))
+        return await self.wait(install_subject(cluster, "finished"), start=mark)
+
     def executed(self) -> int:
         return sum(loop.executed for loop in self.agents.values())
 
@@ -174,5 +184,14 @@ class MemoryLab:
         await self.redis.aclose()
 
 
-def spec(path: str, name: str) -> str:
+SEED = "examples/seed-3m1w.yaml"
+
+
+def spec(name: str, path: str = SEED) -> str:
     return Path(path).read_text().replace("name: seed", f"name: {name}")
+
+
+def worker(hostname: str, ip: str) -> str:
+    """One more BKENode document for a spec: a worker."""
+    return (f"\n---\napiVersion: bke.bocloud.com/v1beta1\nkind: BKENode\nmetadata: {{name: seed-{hostname}}}\n"
+            f"spec: {{hostname: {hostname}, ip: {ip}, role: [node]}}\n")

@@ -16,18 +16,10 @@ from bke.core.secrets.signing import CommandSigner
 from .lab import Fault, MemoryLab, spec
 
 pytestmark = pytest.mark.memory
-SEED = "examples/seed-3m1w.yaml"
-
-
-async def install(lab: MemoryLab, cluster: str, faults: list[Fault] | None = None, **agents: object) -> dict:
-    text = spec(SEED, cluster)
-    await lab.add_agents(cluster, [n.hostname for n in plan_spec_text(text).plan.nodes], faults, **agents)
-    mark = await lab.send(INSTALL_CLUSTER, InstallCluster(request_id=uuid.uuid4().hex, spec=text))
-    return await lab.wait(install_subject(cluster, "finished"), start=mark)
 
 
 async def test_install_succeeds_every_command_once(lab: MemoryLab) -> None:
-    done = await install(lab, "mem1")
+    done = await lab.install("mem1", spec("mem1"))
     assert done["status"] == FinishedStatus.SUCCEEDED, done
     # node-env x4, certs x4, etcd x3, init x1, join x2, workers x1, health x4: each ran once
     assert lab.executed() == 19 and sum(a.replayed for a in lab.agents.values()) == 0
@@ -35,7 +27,7 @@ async def test_install_succeeds_every_command_once(lab: MemoryLab) -> None:
 
 async def test_a_failed_step_fails_the_install_and_a_retry_finishes_it(lab: MemoryLab) -> None:
     fault = Fault("node1", "systemd", match="kubelet", message="kubelet did not start")
-    failed = await install(lab, "mem2", [fault])
+    failed = await lab.install("mem2", spec("mem2"), [fault])
     assert failed["status"] == FinishedStatus.FAILED and failed["node"] == "node1", failed
     assert failed["phase"] == "node-env" and "kubelet did not start" in failed["message"], failed
     assert fault.times == 0
@@ -46,7 +38,7 @@ async def test_a_failed_step_fails_the_install_and_a_retry_finishes_it(lab: Memo
 
 
 async def test_agents_that_trust_another_key_refuse_and_the_status_says_why(lab: MemoryLab) -> None:
-    text = spec(SEED, "mem3")
+    text = spec("mem3")
     nodes = [n.hostname for n in plan_spec_text(text).plan.nodes]
     await lab.add_agents("mem3", nodes, verify_key=CommandSigner.generate().verify_key)
     mark = await lab.send(INSTALL_CLUSTER, InstallCluster(request_id=uuid.uuid4().hex, spec=text))
