@@ -18,10 +18,11 @@ import fakeredis
 import pytest
 
 from bke.adapters.bus.service import Service
-from bke.adapters.state.epoch import ensure_epoch, new_epoch
+from bke.adapters.state.state_init import ensure_state
 from bke.contracts.agent_steps import Step
 from bke.contracts.base import Message, schema_headers
-from bke.core.secrets import SecretBox
+from bke.core.secrets import SecretBox, box_for
+from bke.core.secrets.record_signing import WRITERS
 from bke_agent.backends.base import Content, StepOutcome
 from bke_agent.backends.null import NullBackend
 from bke_agent.command_keys import AgentKeyring
@@ -112,8 +113,12 @@ class MemoryLab:
         self.agents: dict[str, AgentLoop] = {}
 
     async def start(self, names: Iterable[str] = SERVICES) -> None:
-        """The state initialised (`bke state init`), then each service made and started."""
-        await ensure_epoch(self.redis, new_epoch())
+        """The state initialised (`bke state init`: epoch, snapshot, signing and record keys), then
+        each service made and started."""
+        admin = fakeredis.FakeRedis(server=self.server)
+        ensure_state(admin, box_for("snapshot"), signing_box=box_for("signing"),
+                     record_boxes={w: box_for(w) for w in WRITERS})
+        admin.close()
         for name in names:
             svc = _create(name)(_settings(name))
             await svc.start()
