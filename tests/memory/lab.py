@@ -144,6 +144,18 @@ class MemoryLab:
         self.agents.update(loops)
         return loops
 
+    async def heartbeats(self) -> None:
+        """One heartbeat of every agent, as its loop beats (the upgrade's checks want live agents):
+        the loop's own period is not run, so that no timer outlives a test."""
+        from bke.contracts.agent import AgentHeartbeat, agent_subject
+
+        for loop in self.agents.values():
+            beat = AgentHeartbeat(cluster=loop.cluster, node=loop.node, agent_id=loop.identity.agent_id,
+                                  at=loop.now().isoformat())
+            await self.nc.publish(agent_subject(loop.cluster, loop.node, "heartbeat"), beat.to_bytes(),
+                                  headers=schema_headers())
+        await self.router.quiet()
+
     async def send(self, subject: str, message: Message) -> int:
         """Publish as the operator's CLI does; the index in the log from which to wait for answers."""
         mark = len(self.router.log)
