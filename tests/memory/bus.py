@@ -26,18 +26,14 @@ from typing import Any
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-__all__ = ["CoreMsg", "MemoryNats", "Recorded", "Router", "subject_matches"]
+# NATS wildcards as nats-server matches them: `*` one token, `>` the rest
+from bke.adapters.auth.creds import subject_matches
 
+__all__ = ["CoreMsg", "MemoryNats", "Recorded", "Router", "WAIT_S", "subject_matches"]
 
-def subject_matches(filter_subject: str, subject: str) -> bool:
-    """Whether `subject` falls under `filter_subject` (NATS wildcards: `*` one token, `>` the rest)."""
-    want, got = filter_subject.split("."), subject.split(".")
-    for i, token in enumerate(want):
-        if token == ">":
-            return len(got) > i
-        if i >= len(got) or (token != "*" and token != got[i]):
-            return False
-    return len(got) == len(want)
+# A deadline, not a pause: a wait returns as soon as its message is published. Generous because
+# a shared 2-core machine under load runs the same flow several times slower.
+WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -137,7 +133,7 @@ class Router:
         return [m for m in self.log if subject_matches(filter_subject, m.subject)]
 
     async def wait_for(self, filter_subject: str, check: Callable[[Recorded], bool] = lambda m: True,
-                       timeout: float = 10.0, start: int = 0) -> Recorded:
+                       timeout: float = WAIT_S, start: int = 0) -> Recorded:
         """The first message from `start` on (an index of `log`) on `filter_subject` that passes
         `check`, waiting for publishes up to `timeout` seconds."""
         loop = asyncio.get_running_loop()
@@ -158,7 +154,7 @@ class Router:
             except TimeoutError:
                 continue
 
-    async def quiet(self, timeout: float = 10.0, rounds: int = 20) -> None:
+    async def quiet(self, timeout: float = WAIT_S, rounds: int = 20) -> None:
         """Until nothing is queued or being handled for `rounds` turns of the event loop in a
         row (what is left then is the services' own timers, not the bus)."""
         loop = asyncio.get_running_loop()
@@ -167,6 +163,13 @@ class Router:
             assert loop.time() < deadline, f"the bus is still busy after {timeout} s ({self.busy} in flight)"
             calm = calm + 1 if self.busy == 0 else 0
             await asyncio.sleep(0)  # one turn of the loop: not a wait for time
+
+
+    async def close(self) -> None:
+        """End every subscription still open (a service's health subscription is never ended)."""
+        for sub in list(self.core_subs):
+            await sub.unsubscribe()
+        await self.streams.close()
 
 
 class MemoryNats:

@@ -112,6 +112,11 @@ class Streams:
         self.msg_ids: dict[str, set[str]] = {d.name: set() for d in STREAMS}
         self.consumers: dict[tuple[str, str], _Consumer] = {}
         self.objects: dict[str, dict[str, bytes]] = collections.defaultdict(dict)
+        self.push: list[_PushSub] = []
+
+    async def close(self) -> None:
+        for sub in list(self.push):
+            await sub.unsubscribe()
 
     def stream_of(self, subject: str) -> str | None:
         return next((name for name, subjects in self.subjects.items()
@@ -233,7 +238,9 @@ class MemoryJetStream:
         return _PullSub(self.streams.consumer(stream or self.streams.stream_of(subject) or "", durable, subject))
 
     async def subscribe_bind(self, stream: str, config: Any, consumer: str, cb: Any = None, **_: Any) -> _PushSub:
-        return _PushSub(self.streams.consumer(stream, consumer, config.filter_subject), cb)
+        sub = _PushSub(self.streams.consumer(stream, consumer, config.filter_subject), cb)
+        self.streams.push.append(sub)
+        return sub
 
     async def object_store(self, bucket: str) -> _ObjectStore:
         return _ObjectStore(self.streams.objects[bucket])

@@ -34,7 +34,7 @@ from bke_agent.settings import AgentSettings
 from bke_agent.verify import CommandVerifier
 from tests.trust_helpers import deployment_key, provision
 
-from .bus import Recorded, Router
+from .bus import WAIT_S, Recorded, Router
 from .services import NATS_URL, REDIS_URL, patch_outside
 
 __all__ = ["Fault", "FaultyBackend", "MemoryLab", "SERVICES"]
@@ -163,7 +163,7 @@ class MemoryLab:
         return mark
 
     async def wait(self, subject: str, check: Callable[[dict[str, Any]], bool] = lambda d: True,
-                   timeout: float = 10.0, start: int = 0) -> dict[str, Any]:
+                   timeout: float = WAIT_S, start: int = 0) -> dict[str, Any]:
         import json
 
         got: Recorded = await self.router.wait_for(subject, lambda m: check(json.loads(m.data)), timeout, start)
@@ -198,6 +198,7 @@ class MemoryLab:
             await loop.stop(grace=1.0)
         for svc in reversed(list(self.services.values())):
             await svc.stop()
+        await self.router.close()
         await self.redis.aclose()
 
 
