@@ -3,6 +3,7 @@ fakeredis behind the stores (lab.py, services.py); stopped after each test."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -15,8 +16,8 @@ __all__ = ["lab", "operator_box", "operator_key_file"]
 
 
 @pytest.fixture
-async def lab(monkeypatch: pytest.MonkeyPatch, operator_box: SecretBox) -> AsyncIterator[MemoryLab]:
-    memory = MemoryLab(monkeypatch, operator_box)
+async def lab(monkeypatch: pytest.MonkeyPatch, operator_box: SecretBox, tmp_path: Path) -> AsyncIterator[MemoryLab]:
+    memory = MemoryLab(monkeypatch, operator_box, tmp_path)
     await memory.start()
     try:
         yield memory

@@ -1,7 +1,7 @@
 """The in-memory JetStream behind bus.py: the streams of bke.adapters.bus.streams (each keeps the
 messages published on its subjects, de-duplicated by `Nats-Msg-Id`), durable consumers (pull, as
 every service's FastConsumer fetches; push one at a time, as each agent's AgentLoop binds) and the
-object store's get and put (a spec sent by reference).
+object store (a spec sent by reference; an etcd snapshot published in chunks by an agent).
 
 A consumer made after messages were stored gets them all (DeliverPolicy.ALL, what every BKE
 consumer asks for); an acknowledged message of a work-queue stream is gone for every consumer.
@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.api import PubAck, RetentionPolicy
+from nats.js.api import ObjectInfo, PubAck, RetentionPolicy
 from nats.js.errors import NoStreamResponseError, ObjectNotFoundError
 
 from bke.adapters.bus.streams import STREAMS
@@ -111,7 +112,8 @@ class Streams:
         self.stored: dict[str, list[_Stored]] = {d.name: [] for d in STREAMS}
         self.msg_ids: dict[str, set[str]] = {d.name: set() for d in STREAMS}
         self.consumers: dict[tuple[str, str], _Consumer] = {}
-        self.objects: dict[str, dict[str, bytes]] = collections.defaultdict(dict)
+        self.objects: dict[str, dict[str, tuple[Any, bytes]]] = collections.defaultdict(dict)
+        self.chunks: dict[str, bytearray] = collections.defaultdict(bytearray)  # object store chunks by nuid
         self.push: list[_PushSub] = []
 
     async def close(self) -> None:
@@ -121,6 +123,17 @@ class Streams:
     def stream_of(self, subject: str) -> str | None:
         return next((name for name, subjects in self.subjects.items()
                      if any(subject_matches(f, subject) for f in subjects)), None)
+
+    def object_part(self, subject: str, data: bytes) -> None:
+        """An object published as an agent publishes it (bke.adapters.etcdsnap.upload): its chunks on
+        `$O.<bucket>.C.<nuid>`, then its meta (nats-py's ObjectInfo) on `$O.<bucket>.M.<name>`,
+        which makes it visible."""
+        _, bucket, kind, token = subject.split(".", 3)
+        if kind == "C":
+            self.chunks[token] += data
+            return
+        info = ObjectInfo.from_response(json.loads(data))
+        self.objects[bucket][info.name] = (info, bytes(self.chunks.pop(info.nuid, b"")))
 
     def store(self, subject: str, data: bytes, headers: dict[str, str]) -> bool:
         stream = self.stream_of(subject)
@@ -194,21 +207,25 @@ class _PushSub:
 
 
 class _ObjectStore:
-    def __init__(self, objects: dict[str, bytes]):
+    def __init__(self, objects: dict[str, tuple[Any, bytes]]):
         self.objects = objects
 
     async def put(self, name: str, data: bytes, **_: Any) -> Any:
-        self.objects[name] = bytes(data)
-        return SimpleNamespace(name=name, size=len(data))
+        info = SimpleNamespace(name=name, size=len(data), headers=None, deleted=False)
+        self.objects[name] = (info, bytes(data))
+        return info
 
     async def get_info(self, name: str, **_: Any) -> Any:
         if name not in self.objects:
             raise ObjectNotFoundError
-        return SimpleNamespace(name=name, size=len(self.objects[name]))
+        return self.objects[name][0]
+
+    async def list(self, **_: Any) -> list[Any]:
+        return [info for info, _ in self.objects.values()]
 
     async def get(self, name: str, writeinto: Any = None, **_: Any) -> Any:
         info = await self.get_info(name)
-        data = self.objects[name]
+        data = self.objects[name][1]
         if writeinto is not None:
             writeinto.write(data)
             return SimpleNamespace(info=info, data=None)
@@ -223,6 +240,9 @@ class MemoryJetStream:
 
     async def publish(self, subject: str, payload: bytes = b"", timeout: float | None = None,
                       stream: str | None = None, headers: dict[str, str] | None = None) -> PubAck:
+        if subject.startswith("$O."):
+            self.streams.object_part(subject, payload)
+            return PubAck(stream=f"OBJ_{subject.split('.')[1]}", seq=0)
         name = self.streams.stream_of(subject)
         if name is None:
             raise NoStreamResponseError

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +18,10 @@ import pytest
 
 from bke.adapters.bus.service import Service
 from bke.adapters.state.state_init import ensure_state
-from bke.contracts.agent_steps import Step
 from bke.contracts.base import Message, schema_headers
 from bke.core.secrets import SecretBox, box_for
 from bke.core.secrets.record_signing import WRITERS
-from bke_agent.backends.base import Content, StepOutcome
-from bke_agent.backends.null import NullBackend
 from bke_agent.command_keys import AgentKeyring
-from bke_agent.errors import StepError
 from bke_agent.identity import AgentIdentity
 from bke_agent.journal import MemoryJournal
 from bke_agent.loop import AgentLoop
@@ -35,40 +30,12 @@ from bke_agent.verify import CommandVerifier
 from tests.trust_helpers import deployment_key, provision
 
 from .bus import WAIT_S, Recorded, Router
+from .fleet import Fault, FaultyBackend
 from .services import NATS_URL, REDIS_URL, patch_outside
 
-__all__ = ["Fault", "FaultyBackend", "MemoryLab", "SERVICES"]
+__all__ = ["Fault", "MemoryLab", "SEED", "SERVICES", "spec", "worker"]
 
 SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
-
-
-@dataclass
-class Fault:
-    """Fail the steps of `step_type` on `node` (whose fields, when `match` is given, contain it) `times` times."""
-
-    node: str
-    step_type: str
-    match: str = ""
-    times: int = 1
-    message: str = "injected failure"
-
-
-@dataclass
-class FaultyBackend(NullBackend):
-    """The NullBackend, but a step that a Fault names fails (as a backend fails: StepError)."""
-
-    node: str = ""
-    faults: list[Fault] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        NullBackend.__init__(self)
-
-    async def execute(self, step: Step, content: Content) -> StepOutcome:
-        for f in self.faults:
-            if f.node == self.node and f.times > 0 and step.type == f.step_type and f.match in step.model_dump_json():
-                f.times -= 1
-                raise StepError(f.message, exit_code=1, stderr=f.message)
-        return await super().execute(step, content)
 
 
 def _settings(name: str) -> Any:
@@ -104,8 +71,8 @@ def _create(name: str) -> Callable[[Any], Service]:
 
 
 class MemoryLab:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, box: SecretBox):
-        self.router, self.server, self.box = Router(), fakeredis.FakeServer(), box
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, box: SecretBox, scratch: Path):
+        self.router, self.server, self.box, self.scratch = Router(), fakeredis.FakeServer(), box, scratch
         patch_outside(monkeypatch, self.router, self.server)
         self.redis = fakeredis.FakeAsyncRedis(server=self.server)  # the test's own client
         self.nc = self.router.connect()  # the operator's connection
@@ -135,14 +102,21 @@ class MemoryLab:
             settings = AgentSettings(cluster=cluster, node=node, backend="host", nats_url=NATS_URL, heartbeat_s=0)
             trusted = verify_key if verify_key is not None else key
             verifier = CommandVerifier(trusted, cluster, node, AgentKeyring.load(trusted, None, False))
-            backend = FaultyBackend(node=node, faults=faults or [])
-            loops[node] = AgentLoop(self.nc, self.nc.jetstream(), settings, backend, MemoryJournal(),
-                                    AgentIdentity.ephemeral(), verifier=verifier)
+            backend, identity = FaultyBackend(node=node, faults=faults or []), AgentIdentity.ephemeral()
+            backend.take_snapshots(self.nc.jetstream(), self.scratch / node, cluster, identity)
+            loops[node] = AgentLoop(self.nc, self.nc.jetstream(), settings, backend, MemoryJournal(), identity,
+                                    verifier=verifier)
         await provision(self.redis, cluster, {n: loop.identity for n, loop in loops.items()})
         for loop in loops.values():
             await loop.start()
         self.agents.update(loops)
         return loops
+
+    def fail(self, fault: Fault) -> None:
+        """From now on, `fault.node`'s agent fails the steps `fault` names."""
+        backend = self.agents[fault.node].backend
+        assert isinstance(backend, FaultyBackend)
+        backend.faults.append(fault)
 
     async def heartbeats(self) -> None:
         """One heartbeat of every agent, as its loop beats (the upgrade's checks want live agents):

@@ -31,7 +31,7 @@ async def test_a_rotation_renews_the_apiservers_master_by_master(lab: MemoryLab)
 
 async def test_a_rotation_whose_master_fails_stops_there_and_names_it(lab: MemoryLab) -> None:
     assert (await lab.install("memd", spec("memd")))["status"] == FinishedStatus.SUCCEEDED
-    lab.agents["master2"].backend.faults.append(Fault("master2", "wait_health", times=9))  # type: ignore[attr-defined]
+    lab.fail(Fault("master2", "wait_health", times=9))
     rotation = await _rotate(lab, "memd", "rot-2")
     assert rotation["status"] == OperationStatus.FAILED and "master2" in rotation["message"], rotation
 

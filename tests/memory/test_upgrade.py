@@ -42,7 +42,7 @@ async def test_an_upgrade_moves_every_node(lab: MemoryLab) -> None:
 async def test_a_failed_worker_fails_the_upgrade_and_a_retry_of_it_finishes(lab: MemoryLab) -> None:
     assert (await lab.install("memv", spec("memv")))["status"] == FinishedStatus.SUCCEEDED
     fault = Fault("node1", "replace_files", message="disk full", times=1)
-    lab.agents["node1"].backend.faults.append(fault)  # type: ignore[attr-defined]
+    lab.fail(fault)
     upgrade = await _upgrade(lab, "memv")
     assert upgrade["status"] == "Failed" and "node1" in upgrade["message"], upgrade
     assert fault.times == 0
