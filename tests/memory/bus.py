@@ -33,7 +33,7 @@ __all__ = ["CoreMsg", "MemoryNats", "Recorded", "Router", "WAIT_S", "subject_mat
 
 # A deadline, not a pause: a wait returns as soon as its message is published. Generous because
 # a shared 2-core machine under load runs the same flow several times slower.
-WAIT_S = 60.0
+WAIT_S = 180.0
 
 
 @dataclass(frozen=True)

@@ -173,7 +173,7 @@ class _PullSub:
                 await asyncio.wait_for(c.ready.wait(), timeout)
             except TimeoutError as exc:
                 raise NatsTimeout from exc
-        out = []
+        out: list[JsMsg] = []
         while c.pending and len(out) < batch:
             out.append(c.pending.popleft())
         return out

@@ -1,13 +1,14 @@
 """A whole deployment in one process: the five services from their composition roots on the
 in-memory bus and one FakeServer, and a fleet of real agent loops (bke_agent.loop.AgentLoop: the
 signature, binding and freshness checks, the journal, results and refusals are the agent's own
-code) whose steps are the bench's NullBackend, or one that fails a chosen step.
+code) whose steps are the bench's NullBackend, or fail as a test chooses (fleet.py).
 
 An operation is started as an operator starts it (its request on the bus) and waited on by
 what the services say (its finished event), never by time.
 """
 from __future__ import annotations
 
+import importlib
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 from bke.adapters.bus.service import Service
 from bke.adapters.state.state_init import ensure_state
 from bke.contracts.base import Message, schema_headers
+from bke.core.plan import Plan, plan_spec_text
 from bke.core.secrets import SecretBox, box_for
 from bke.core.secrets.record_signing import WRITERS
 from bke_agent.command_keys import AgentKeyring
@@ -33,41 +35,26 @@ from .bus import WAIT_S, Recorded, Router
 from .fleet import Fault, FaultyBackend
 from .services import NATS_URL, REDIS_URL, patch_outside
 
-__all__ = ["Fault", "MemoryLab", "SEED", "SERVICES", "spec", "worker"]
+__all__ = ["Fault", "MemoryLab", "SEED", "SERVICES", "hostnames", "plan_of", "spec", "worker"]
 
-SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
-
-
-def _settings(name: str) -> Any:
-    common: dict[str, Any] = {"nats_url": NATS_URL, "redis_url": REDIS_URL}
-    if name == "planner":
-        from bke_planner.settings import PlannerSettings
-        return PlannerSettings(**common)
-    if name == "certs":
-        from bke_certs.settings import CertsSettings
-        return CertsSettings(**common, renew_interval_s=0)
-    if name == "renderer":
-        from bke_renderer.settings import RendererSettings
-        return RendererSettings(**common)
-    if name == "dispatcher":
-        from bke_dispatcher.settings import DispatcherSettings
-        return DispatcherSettings(**common, owner="memory-dispatcher", mode="lab", health_interval_s=0)
-    from bke_upgrader.settings import UpgraderSettings
-    return UpgraderSettings(**common, owner="memory-upgrader", mode="lab")
+# each service: its package, its settings class, and what the tier sets (a lab's stand-ins for
+# the cluster's API; no periodic rounds, whose timers would outlive a test)
+SERVICES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "planner": ("bke_planner", "PlannerSettings", {}),
+    "certs": ("bke_certs", "CertsSettings", {"renew_interval_s": 0}),
+    "renderer": ("bke_renderer", "RendererSettings", {}),
+    "dispatcher": ("bke_dispatcher", "DispatcherSettings", {"owner": "memory-dispatcher", "mode": "lab",
+                                                            "health_interval_s": 0}),
+    "upgrader": ("bke_upgrader", "UpgraderSettings", {"owner": "memory-upgrader", "mode": "lab"}),
+}
 
 
-def _create(name: str) -> Callable[[Any], Service]:
-    if name == "planner":
-        from bke_planner.app import create_service
-    elif name == "certs":
-        from bke_certs.app import create_service  # type: ignore[no-redef]
-    elif name == "renderer":
-        from bke_renderer.app import create_service  # type: ignore[no-redef]
-    elif name == "dispatcher":
-        from bke_dispatcher.app import create_service  # type: ignore[no-redef]
-    else:
-        from bke_upgrader.app import create_service  # type: ignore[no-redef]
-    return create_service
+def _made(name: str) -> Service:
+    """The service `name` as its composition root makes it (`<package>.app.create_service`)."""
+    package, settings_class, extra = SERVICES[name]
+    settings = getattr(importlib.import_module(f"{package}.settings"), settings_class)
+    create: Callable[[Any], Service] = importlib.import_module(f"{package}.app").create_service
+    return create(settings(nats_url=NATS_URL, redis_url=REDIS_URL, **extra))
 
 
 class MemoryLab:
@@ -87,7 +74,7 @@ class MemoryLab:
                      record_boxes={w: box_for(w) for w in WRITERS})
         admin.close()
         for name in names:
-            svc = _create(name)(_settings(name))
+            svc = _made(name)
             await svc.start()
             self.services[name] = svc
 
@@ -158,9 +145,7 @@ class MemoryLab:
         """Agents for every node of `text`, then the install (`bke apply` of a new cluster): its finished event."""
         from bke.contracts import INSTALL_CLUSTER, InstallCluster
         from bke.contracts.install import install_subject
-        from bke.core.plan import plan_spec_text
-
-        await self.add_agents(cluster, [n.hostname for n in plan_spec_text(text).plan.nodes], faults, **agents)
+        await self.add_agents(cluster, hostnames(text), faults, **agents)
         mark = await self.send(INSTALL_CLUSTER, InstallCluster(request_id=uuid.uuid4().hex, spec=text))
         return await self.wait(install_subject(cluster, "finished"), start=mark)
 
@@ -177,6 +162,16 @@ class MemoryLab:
 
 
 SEED = "examples/seed-3m1w.yaml"
+
+
+def plan_of(text: str) -> Plan:
+    plan = plan_spec_text(text).plan
+    assert plan is not None, "the spec does not place"
+    return plan
+
+
+def hostnames(text: str) -> list[str]:
+    return [n.hostname for n in plan_of(text).nodes]
 
 
 def spec(name: str, path: str = SEED) -> str:

@@ -54,7 +54,7 @@ class MemoryBroker(NatsBroker):
     async def start(self) -> None:
         return None
 
-    async def stop(self, *_: Any) -> None:  # type: ignore[override]
+    async def stop(self, *_: Any) -> None:
         await self.memory.close()
 
 

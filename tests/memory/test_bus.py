@@ -1,6 +1,8 @@
 """The in-memory bus keeps what the services rely on of NATS (bus.py, jetstream.py say what)."""
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
@@ -16,7 +18,7 @@ async def test_a_queue_group_hands_each_message_to_one_member_and_a_plain_subscr
     nc = router.connect()
     got: dict[str, list[str]] = {"a": [], "b": [], "all": []}
 
-    def keep(name: str):
+    def keep(name: str) -> Callable[[CoreMsg], Awaitable[None]]:
         async def cb(msg: CoreMsg) -> None:
             got[name].append(msg.subject)
         return cb

@@ -10,10 +10,9 @@ import pytest
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
 from bke.contracts.install import RETRY_INSTALL, RetryInstall, install_subject
 from bke.contracts.statuses import FinishedStatus
-from bke.core.plan import plan_spec_text
 from bke.core.secrets.signing import CommandSigner
 
-from .lab import Fault, MemoryLab, spec
+from .lab import Fault, MemoryLab, hostnames, spec
 
 pytestmark = pytest.mark.memory
 
@@ -39,8 +38,7 @@ async def test_a_failed_step_fails_the_install_and_a_retry_finishes_it(lab: Memo
 
 async def test_agents_that_trust_another_key_refuse_and_the_status_says_why(lab: MemoryLab) -> None:
     text = spec("mem3")
-    nodes = [n.hostname for n in plan_spec_text(text).plan.nodes]
-    await lab.add_agents("mem3", nodes, verify_key=CommandSigner.generate().verify_key)
+    await lab.add_agents("mem3", hostnames(text), verify_key=CommandSigner.generate().verify_key)
     mark = await lab.send(INSTALL_CLUSTER, InstallCluster(request_id=uuid.uuid4().hex, spec=text))
     refused = await lab.wait("bke.v1.agent.mem3.*.refused", start=mark)
     assert "signature" in refused["reason"] or "key" in refused["reason"], refused

@@ -16,14 +16,13 @@ from bke.contracts.agent import AgentCommand, agent_subject
 from bke.contracts.restore import RESTORE_ETCD, RestoreEtcd, restore_subject
 from bke.contracts.statuses import FinishedStatus
 from bke.core.etcdsnap.step import snapshot_step
-from bke.core.plan import plan_spec_text
 from bke.core.secrets import keyring_for
 from bke.core.secrets.signing import sign_command
 from bke.core.secrets.snapshot_key import ensure_snapshot_key
 from bke.core.upgrade.run import upgrade_command_id
 from tests.trust_helpers import deployment_key
 
-from .lab import Fault, MemoryLab, spec
+from .lab import Fault, MemoryLab, plan_of, spec
 
 pytestmark = pytest.mark.memory
 ENDED = ("Succeeded", "Failed")
@@ -31,7 +30,7 @@ ENDED = ("Succeeded", "Failed")
 
 async def _snapshot(lab: MemoryLab, cluster: str, node: str = "master1") -> str:
     """master1's etcd-data snapshot, asked as the upgrader's etcd-snapshots step asks it; its id."""
-    plan = plan_spec_text(spec(cluster)).plan
+    plan = plan_of(spec(cluster))
     key = await ensure_snapshot_key(lab.redis, etcd_snapshot_key(), keyring_for("snapshot").box())
     signer, bindings = await deployment_key(lab.redis, lab.box), await read_bindings(lab.redis, cluster, [node])
     now, rid = datetime.now(timezone.utc), uuid.uuid4().hex
