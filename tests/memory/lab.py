@@ -149,6 +149,17 @@ class MemoryLab:
         mark = await self.send(INSTALL_CLUSTER, InstallCluster(request_id=uuid.uuid4().hex, spec=text))
         return await self.wait(install_subject(cluster, "finished"), start=mark)
 
+    async def apply(self, cluster: str, text: str) -> dict[str, Any]:
+        """`bke apply` of an installed cluster: the run's view once it ended, as its changed events say."""
+        from bke.contracts.apply import APPLY_CLUSTER, ApplyCluster
+        from bke.contracts.upgrade import upgrade_subject
+
+        mark = await self.send(APPLY_CLUSTER, ApplyCluster(request_id=uuid.uuid4().hex, cluster=cluster, spec=text))
+        done = await self.wait(upgrade_subject(cluster), lambda d: d["upgrade"]["status"] in ("Succeeded", "Failed"),
+                               start=mark)
+        view: dict[str, Any] = done["upgrade"]
+        return view
+
     def executed(self) -> int:
         return sum(loop.executed for loop in self.agents.values())
 

@@ -3,25 +3,14 @@ apply run swaps the plan and asks the dispatcher to join it, inside the apply's 
 whose node fails, a direct removal of a worker, and a master's removal refused by name."""
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
-from bke.contracts.apply import APPLY_CLUSTER, ApplyCluster
 from bke.contracts.membership import JOIN_NODES_FINISHED, REMOVE_NODES, REMOVE_NODES_FINISHED, RemoveNodes
 from bke.contracts.statuses import FinishedStatus
-from bke.contracts.upgrade import upgrade_subject
 
 from .lab import Fault, MemoryLab, spec, worker
 
 pytestmark = pytest.mark.memory
-
-
-async def _apply(lab: MemoryLab, cluster: str, text: str) -> dict:
-    """`bke apply`: the run's end, as its changed events say."""
-    mark = await lab.send(APPLY_CLUSTER, ApplyCluster(request_id=uuid.uuid4().hex, cluster=cluster, spec=text))
-    return await lab.wait(upgrade_subject(cluster), lambda d: d["upgrade"]["status"] in ("Succeeded", "Failed"),
-                          start=mark)
 
 
 async def test_apply_joins_a_new_worker(lab: MemoryLab) -> None:
@@ -29,8 +18,8 @@ async def test_apply_joins_a_new_worker(lab: MemoryLab) -> None:
     before = {n: a.executed for n, a in lab.agents.items()}
     await lab.add_agents("memj", ["node2"])
     mark = len(lab.router.log)
-    done = await _apply(lab, "memj", spec("memj") + worker("node2", "127.0.10.5"))
-    assert done["upgrade"]["status"] == "Succeeded", done
+    done = await lab.apply("memj", spec("memj") + worker("node2", "127.0.10.5"))
+    assert done["status"] == "Succeeded", done
     joined = await lab.wait(JOIN_NODES_FINISHED, start=mark)
     assert joined["status"] == FinishedStatus.SUCCEEDED and [n["hostname"] for n in joined["nodes"]] == ["node2"]
     assert lab.agents["node2"].executed == 4  # node-env, certs, workers, health
@@ -41,8 +30,8 @@ async def test_a_join_whose_node_fails_fails_the_apply(lab: MemoryLab) -> None:
     assert (await lab.install("memf", spec("memf")))["status"] == FinishedStatus.SUCCEEDED
     await lab.add_agents("memf", ["node2"], [Fault("node2", "systemd", match="kubelet", times=9)])
     mark = len(lab.router.log)
-    done = await _apply(lab, "memf", spec("memf") + worker("node2", "127.0.10.5"))
-    assert done["upgrade"]["status"] == "Failed", done
+    done = await lab.apply("memf", spec("memf") + worker("node2", "127.0.10.5"))
+    assert done["status"] == "Failed", done
     joined = await lab.wait(JOIN_NODES_FINISHED, start=mark)
     assert joined["status"] == FinishedStatus.FAILED and joined["nodes"][0]["hostname"] == "node2", joined
 
