@@ -19,7 +19,11 @@ from bke_agent.backends.crashloop import CRASH_EXITS, Exits, crash_reason
 from bke_agent.backends.cri import CriExits, exit_code_of, exits_of, pod_names
 from bke_agent.backends.errorlines import MAX_CHARS, error_lines
 from bke_agent.backends.proc import ProgramRun
-from bke_agent.errors import NotHealthy
+from bke_agent.errors import NotHealthy, PathRefused
+from bke_agent.kubelet import KubeletStandIn
+from bke_agent.kubelet.pods import plan_pod
+from bke_agent.kubelet.running import RealPod, SimulatedPod
+from bke_agent.lablayout import REFUSED_ARG, LabLayout, write_fault, write_refusal
 
 MANIFEST = "/etc/kubernetes/manifests/kube-apiserver.yaml"
 KLOG_ERROR = ('E1205 07:31:49.864488   25305 run.go:72] "command failed" err="--storage-backend invalid, '
@@ -209,7 +213,7 @@ class CrashingNode(LabBackend):
             raise NotHealthy(probe.url, timeout_s, "ConnectError: connection refused")
 
     async def pod_started(self, node_path: str, sha256: str, since: float) -> str:
-        return f"CrashLoopBackOff: process exited" if self._is_new(sha256) else ""
+        return "CrashLoopBackOff: process exited" if self._is_new(sha256) else ""
 
     async def pod_exits(self, node_path: str, sha256: str, since: float, detail: bool) -> Exits:
         self.asked += 1
@@ -259,3 +263,52 @@ async def test_fewer_exits_than_the_threshold_wait_the_whole_timeout(root: Path,
     assert res.stderr.startswith(f"rolled back {MANIFEST}: not healthy within 1s (the kubelet runs no pod of the new "
                                  "kube-apiserver.yaml (CrashLoopBackOff: process exited))"), res.stderr
     assert "exited" not in res.stderr.split("(CrashLoopBackOff")[0]
+
+
+# --- the lab's injection: a real component version that refuses to start --------------------
+
+APISERVER_POD = {
+    "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kube-apiserver", "namespace": "kube-system"},
+    "spec": {"hostNetwork": True, "containers": [{
+        "name": "kube-apiserver", "image": "registry.k8s.io/kube-apiserver:v1.37.2",
+        "command": ["kube-apiserver", "--secure-port=6443", "--storage-backend=etcd3"]}]},
+}
+
+
+def test_faults_name_the_argument_a_real_component_version_refuses(tmp_path: Path) -> None:
+    layout = LabLayout(tmp_path)
+    assert layout.refused_arg("kube-apiserver", "v1.37.2") is None  # no faults.json
+    write_refusal(tmp_path, "kube-apiserver", "v1.37.2", "--storage-backend=etcd2")
+    write_refusal(tmp_path, "etcd", "3.6.6-0")
+    write_refusal(tmp_path, "etcd", "3.6.6-0")  # idempotent
+    write_fault(tmp_path, "kube-apiserver", "v1.37.2")  # the simulated kind beside it
+    assert layout.refused_arg("kube-apiserver", "v1.37.2") == "--storage-backend=etcd2"
+    assert layout.refused_arg("etcd", "3.6.6-0") == REFUSED_ARG
+    assert layout.refused_arg("kube-apiserver", "v1.36.3") is None and layout.refused_arg("kube-scheduler", "v1.37.2") is None
+    doc = json.loads(layout.faults_file.read_text())
+    assert len(doc["refuses"]) == 2 and doc["unhealthy"] == [{"component": "kube-apiserver", "version": "v1.37.2"}]
+
+
+def test_the_stand_in_starts_only_a_refused_versions_real_process_with_the_argument(tmp_path: Path) -> None:
+    kubelet = KubeletStandIn(tmp_path, "127.0.0.1", control_plane="simulated")
+    plan = plan_pod(json.dumps(APISERVER_POD).encode(), "kube-apiserver.yaml", tmp_path, "127.0.0.1")
+    real = RealPod(plan, kubelet.layout, Path("/usr/local/bin/kube-apiserver"))
+    assert kubelet._refusing(real) is real and kubelet._refusing("not built") == "not built"
+    write_refusal(tmp_path, "kube-apiserver", "v1.37.2", "--storage-backend=etcd2")
+    refused = kubelet._refusing(real)
+    assert isinstance(refused, RealPod) and refused.binary == real.binary
+    assert refused.plan.local.argv == (*plan.local.argv, "--storage-backend=etcd2")
+    # appended: the last value of a flag is the one a Kubernetes binary (pflag) takes; the
+    # manifest's own plan is not changed
+    assert "--storage-backend=etcd3" in plan.local.argv and "--storage-backend=etcd2" not in plan.local.argv
+    simulated = SimulatedPod(plan, kubelet.layout, "127.0.0.1")
+    assert kubelet._refusing(simulated) is simulated  # the simulated lab breaks a version with `unhealthy`
+    other = plan_pod(json.dumps(APISERVER_POD).replace("v1.37.2", "v1.36.3").encode(), "kube-apiserver.yaml",
+                     tmp_path, "127.0.0.1")
+    assert kubelet._refusing(RealPod(other, kubelet.layout, real.binary)).plan is other
+
+
+def test_no_step_can_write_the_lab_faults(tmp_path: Path) -> None:
+    """The injection is the lab's own: the lab backend refuses every path under its control files."""
+    with pytest.raises(PathRefused):
+        LabBackend(tmp_path, "127.0.0.1").policy.local("/var/lib/bke-lab/faults.json")
