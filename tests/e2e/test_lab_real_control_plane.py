@@ -397,17 +397,18 @@ async def test_an_apiserver_that_refuses_to_start_is_rolled_back_fast_with_its_o
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bke_cli.main", "lab", "upgrade", str(lab.spec_path), "--to", NEWER,
             "--etcd-version", ETCD_35, "--workdir", str(lab.workdir), stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT)
-        out = (await asyncio.wait_for(proc.communicate(), 240))[0].decode()
+            stderr=asyncio.subprocess.PIPE)
+        out, err = (b.decode() for b in await asyncio.wait_for(proc.communicate(), 240))
         took = time.monotonic() - t0
     finally:
         for n in apiservers:
             LabLayout(lab.host(n.hostname)).faults_file.unlink(missing_ok=True)
-    assert proc.returncode == 1, out
-    bad = next(n for n in apiservers if f"node {n.hostname} rolled back" in out)
-    assert "kube-apiserver exited 3 times since its new manifest was written" in out, out
-    assert '"command failed" err="--storage-backend invalid, allowed values: etcd3' in out, out
-    assert "the previous files are back and healthy" in out, out
+    assert proc.returncode == 1, out + err
+    bad = next(n for n in apiservers if f"node {n.hostname} rolled back" in err)
+    assert "kube-apiserver exited 3 times since its new manifest was written" in err, err
+    assert '"command failed" err="--storage-backend invalid, allowed values: etcd3' in err, err
+    assert "the previous files are back and healthy" in err, err
+    print(err)
     step = next(r for r in read_executions(lab.host(bad.hostname) / LAB_STATE_SUBDIR) if "@kube-apiserver/" in r.commandId)
     spent = (datetime.fromisoformat(step.finishedAt) - datetime.fromisoformat(step.startedAt)).total_seconds()
     assert spent < 60, (spent, took)  # write, old one stopped, three exits, rollback, old one ready
