@@ -376,7 +376,7 @@ async def test_a_drain_refuses_bare_and_emptydir_pods_unless_forced_and_never_to
         await _drainer(lab).uncordon(lab.plan, ["worker2"])
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # its own work is under a minute; the module's install may be counted in
 async def test_an_apiserver_that_refuses_to_start_is_rolled_back_fast_with_its_own_error_line(lab):
     """Kubernetes alone to the newer minor (etcd stays), with every apiserver's new version made to
     refuse to start below the plan-time checks (a lab fault: `--storage-backend=etcd2` appended,
@@ -411,7 +411,10 @@ async def test_an_apiserver_that_refuses_to_start_is_rolled_back_fast_with_its_o
     print(err)
     step = next(r for r in read_executions(lab.host(bad.hostname) / LAB_STATE_SUBDIR) if "@kube-apiserver/" in r.commandId)
     spent = (datetime.fromisoformat(step.finishedAt) - datetime.fromisoformat(step.startedAt)).total_seconds()
-    assert spent < 60, (spent, took)  # write, old one stopped, three exits, rollback, old one ready
+    # the old one's graceful stop, three exits (seconds), the rollback and the old one ready again:
+    # about half a minute on a quiet machine. Without the exits counted, the rollback could not
+    # even begin before the step's 180 s were over
+    assert spent < 150, (spent, took)
     print(f"\nrefused apiserver: step {spent:.1f} s (timeout 180 s), whole upgrade command {took:.1f} s")
     assert {h: p.read_bytes() for h, p in manifests.items()} == before  # rolled back; the others untouched
     ca = ssl.create_default_context(cadata=cluster_ca(lab).decode())
