@@ -189,11 +189,12 @@ class HostBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repl
             node_path, sha256, since, detail)
 
     async def _crictl(self, args: list[str]) -> ProgramRun | None:
+        """crictl's answer, None when it cannot be asked: counting exits only ever shortens a
+        wait, so a crictl that fails must not fail the step."""
         try:
-            argv = resolve_program(["crictl", *args], {}, self.programs, self.program_dirs)
-        except PermanentStepError:
+            return await run_argv(resolve_program(["crictl", *args], {}, self.programs, self.program_dirs), env=self.env)
+        except StepError:
             return None
-        return await run_argv(argv, env=self.env)
 
     def etcdutl_path(self) -> str:
         """etcdutl from the program allow-list's fixed directories (etcd's release tarball)."""

@@ -13,7 +13,7 @@ import pytest
 
 from bke.contracts.agent import AgentCommand
 from bke.contracts.agent_steps import HealthProbe, NewFile, ReplaceFiles
-from bke_agent import AgentIdentity, Executor, LabBackend
+from bke_agent import AgentIdentity, Executor, HostBackend, LabBackend
 from bke_agent.backends import crashloop
 from bke_agent.backends.crashloop import CRASH_EXITS, Exits, crash_reason
 from bke_agent.backends.cri import CriExits, exit_code_of, exits_of, pod_names
@@ -312,3 +312,26 @@ def test_no_step_can_write_the_lab_faults(tmp_path: Path) -> None:
     """The injection is the lab's own: the lab backend refuses every path under its control files."""
     with pytest.raises(PathRefused):
         LabBackend(tmp_path, "127.0.0.1").policy.local("/var/lib/bke-lab/faults.json")
+
+
+async def test_the_host_backend_asks_its_crictl_and_without_one_knows_no_exits(tmp_path: Path) -> None:
+    """HostBackend.pod_exits through a crictl stand-in script answering with the recorded outputs
+    (by subcommand; the container's log on stderr, as crictl passes it through)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    crictl = bindir / "crictl"
+    crictl.write_text("#!/bin/sh\ncase \"$1\" in\n"
+                      f"ps) cat <<'EOF'\n{json.dumps(PS_CRASHING)}\nEOF\n;;\n"
+                      f"inspect) cat <<'EOF'\n{json.dumps(INSPECT)}\nEOF\n;;\n"
+                      f"logs) cat >&2 <<'EOF'\n{KLOG_ERROR}\nEOF\n;;\nesac\n")
+    crictl.chmod(0o755)
+    manifest = tmp_path / MANIFEST.lstrip("/")
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text("metadata: {name: kube-apiserver, namespace: kube-system}\nspec: {containers: [{name: kube-apiserver}]}\n")
+    host = HostBackend(tmp_path, program_dirs=(str(bindir),), state_dir=tmp_path / "state")
+    assert await host.pod_exits(MANIFEST, "sha", SINCE, False) == Exits(3)
+    detail = await host.pod_exits(MANIFEST, "sha", SINCE, True)
+    assert (detail.count, detail.code) == (3, 1)
+    assert crash_reason(MANIFEST, detail).endswith(f"last with exit code 1; its last error: {KLOG_ERROR}")
+    crictl.chmod(0o644)  # there, but not a program it may run: no count, the step waits its timeout
+    assert await host.pod_exits(MANIFEST, "sha", SINCE, True) == Exits()
