@@ -515,9 +515,12 @@ async def test_an_applied_controller_manager_flag_reaches_the_running_processes(
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), 600)
     assert proc.returncode == 0, out.decode()
+    # The step ended when the new process answered its probe; the stand-in's own status file
+    # follows on its next look, so it is read until it says ready (under a deadline).
     for host in ("m4", "m5"):
-        status = json.loads((lab.host(host) / "var/lib/bke-lab/pods/kube-controller-manager.json").read_text())
-        assert status["mode"] == "real" and status["ready"], status
+        status_file = lab.host(host) / "var/lib/bke-lab/pods/kube-controller-manager.json"
+        status = await api_until(lambda f=status_file: json.loads(f.read_text()),
+                                 lambda st: st["mode"] == "real" and st["ready"], timeout_s=60.0)
         argv = Path(f"/proc/{status['pid']}/cmdline").read_bytes().split(b"\0")
         assert b"--terminated-pod-gc-threshold=1000" in argv, (host, argv)
 
