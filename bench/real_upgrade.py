@@ -1,5 +1,5 @@
 """A minor upgrade against one real control plane at scale, next to the null fleet's figure for
-the same node count. A script, not a test: run through bench/upgrade.py.
+the same node count; bench/upgrade.py runs it.
 
     .venv/bin/python bench/upgrade.py --control-plane real --nodes 100 1000
 
