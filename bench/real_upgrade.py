@@ -41,6 +41,7 @@ __all__ = ["CpuSampler", "drain_figures", "real_row", "run_real_upgrade"]
 
 ANSWER_TIMEOUT_S = 600.0
 UPGRADE_TIMEOUT_S = 3600.0  # calico's rollout, one pod at a time, is most of it at 1,000 nodes
+PROGRESS_EVERY_S = 60.0
 SHOWN = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok", "upgrader", "dispatcher", "nats")
 
 
@@ -96,6 +97,19 @@ def _processes(lab: RealLab) -> Callable[[], dict[str, int | None]]:
     return pids
 
 
+def _progress(watch: TimedWatch, cpu: CpuSampler, before: dict[str, tuple[float, int]], elapsed: float,
+              load: float) -> tuple[dict[str, tuple[float, int]], float]:
+    """A line while the upgrade runs: its step, the load, and each process's CPU since the last
+    line (which one saturates, when a size does not finish)."""
+    view = next((e.data["upgrade"] for e in reversed(watch.seen) if "upgrade" in e.data), None)
+    step = next((s for s in view["steps"] if s["name"] == view["step"]), None) if view else None
+    now = cpu.totals()
+    spent = ", ".join(f"{k} {now[k][0] - before.get(k, (0.0, 0))[0]:.0f}" for k in SHOWN if k in now)
+    print(f"         [{elapsed:5.0f} s] {step['name'] + ' ' + str(step['done']) + '/' + str(step['total']) if step else '-'}; "
+          f"load {load:.1f}; CPU s since the last line: {spent}", flush=True)
+    return now, time.monotonic()
+
+
 def drain_figures(log: Path, since: float) -> str:
     """The drain log's calls after `since` (epoch seconds), summed by kind."""
     try:
@@ -129,9 +143,12 @@ async def run_real_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_un
         since, fleet0 = time.time(), time.process_time()
         async with CpuSampler(_processes(lab)) as cpu, TimedWatch(lab.nc, upgrade_subjects(lab.cluster)) as watch:
             upgrade = asyncio.create_task(follow_upgrade(watch, lab.js, req, ANSWER_TIMEOUT_S, UPGRADE_TIMEOUT_S))
+            shown = ({}, time.monotonic())
             while not upgrade.done():
                 await asyncio.wait([upgrade], timeout=5.0)
                 load.append(os.getloadavg()[0])
+                if time.monotonic() - shown[1] >= PROGRESS_EVERY_S:
+                    shown = _progress(watch, cpu, shown[0], time.time() - since, load[-1])
             followed = upgrade.result()
         totals = {**cpu.totals(), "the fleet": (time.process_time() - fleet0, 1)}
         return {
