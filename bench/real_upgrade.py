@@ -133,7 +133,7 @@ async def run_real_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_un
     instrument_services({"BKE_BENCH_DRAIN_LOG": str(drains)})
     async with real_install(nodes, workdir, kubernetes=KUBERNETES, etcd=ETCD_35) as r:
         if r["status"] != "Succeeded":
-            return {"status": f"install {r['status']}: {r['reason']}", "install": r}
+            return {"status": f"install {r['status']}: {r['reason']}", "install": r, "nodes": nodes}
         lab: RealLab = r["lab"]
         await heartbeats(lab)
         req = UpgradeCluster(request_id=f"up-{lab.cluster}", cluster=lab.cluster, kubernetes_version=to,
@@ -167,7 +167,7 @@ def _cpu(totals: dict[str, tuple[float, int]], name: str) -> str:
 def real_row(up: dict[str, Any], null: dict[str, Any] | None) -> dict[str, str]:
     """The figures of one size, as printed and recorded (bench/upgrade.py's `--json` record)."""
     if "total" not in up:
-        return {"N": f"{up.get('nodes', '?')}", "upgrade": up["status"]}
+        return {"N": f"{up['nodes']:,}", "upgrade": "not run", "status": up["status"]}
     inst, totals = up["install"], up["cpu"]
     return {
         "N": f"{up['nodes']:,}", "upgrade": f"{up['total']:.1f} s", "status": up["status"],
