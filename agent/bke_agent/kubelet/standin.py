@@ -43,7 +43,9 @@ from bke.adapters.runtime.processes import pid_cwd, stop_pid
 from ..fsutil import write_atomic
 from ..lablayout import LabLayout
 from .healthz import KubeletHealthz
+from ..lab_netns import lab_netns
 from .lab_haproxy import haproxy_plan
+from .lab_keepalived import keepalived_plan
 from .node_api import NodeAgent
 from .pods import (ETCD_BINARIES_ENV, REAL_COMPONENTS, PodError, PodPlan, built_binary, check_files, ensure_volumes,
                    etcd_version_of, lab_control_plane, lab_etcd_binaries, local_binary, plan_pod)
@@ -82,15 +84,18 @@ class _Pod:
 
 class KubeletStandIn:
     def __init__(self, root: Path, ip: str, *, poll_s: float = 0.2, log_ids: Mapping[str, str] | None = None,
-                 etcd_binaries: Mapping[str, Path] | None = None, control_plane: str | None = None) -> None:
+                 etcd_binaries: Mapping[str, Path] | None = None, control_plane: str | None = None,
+                 netns: str | None = None) -> None:
         self.layout, self.ip, self.poll_s = LabLayout(root), ip, poll_s
+        # read once too: the network namespace this node's pods run in ("": the root one)
+        self.netns = lab_netns() if netns is None else netns
         # read once, like etcd_binaries: "real" runs every control-plane pod from the built binaries
         self.control_plane = control_plane or lab_control_plane()
         # read once, as a kubelet reads its configuration when it starts (pods.ETCD_BINARIES_ENV)
         self.etcd_binaries = dict(lab_etcd_binaries() if etcd_binaries is None else etcd_binaries)
         self.ids = dict(log_ids or {"root": str(root)})  # cluster/node on every log line
         self.pods: dict[str, _Pod] = {}
-        self.healthz = KubeletHealthz(self.layout, ip, self.ids)  # its own /healthz, as its config says
+        self.healthz = KubeletHealthz(self.layout, ip, self.ids, self.netns)  # its own /healthz, as its config says
         self._task: asyncio.Task[None] | None = None
         self.node_agent: NodeAgent | None = None
         if self.control_plane == "real":
@@ -225,12 +230,15 @@ class KubeletStandIn:
         name = plan.local.binary.rsplit("/", 1)[-1]
         if self.control_plane == "real" and name in REAL_COMPONENTS:
             found, why = built_binary(plan.local.binary, plan.image)
-            return RealPod(plan, self.layout, found) if found is not None else why
+            return RealPod(plan, self.layout, found, self.netns) if found is not None else why
         if self.control_plane == "real" and name == "haproxy":
-            chosen = haproxy_plan(plan, self.layout.root, self.layout.run_dir(plan.name), self.ip)
-            return chosen if isinstance(chosen, str) else RealPod(chosen[1], self.layout, chosen[0])
+            chosen = haproxy_plan(plan, self.layout.root, self.layout.run_dir(plan.name), self.ip, self.netns)
+            return chosen if isinstance(chosen, str) else RealPod(chosen[1], self.layout, chosen[0], self.netns)
+        if self.control_plane == "real" and name == "keepalived" and self.netns:  # VRRP needs the namespace
+            chosen = keepalived_plan(plan, self.layout.root, self.layout.run_dir(plan.name))
+            return chosen if isinstance(chosen, str) else RealPod(chosen[1], self.layout, chosen[0], self.netns)
         binary = local_binary(plan.local.binary, plan.image, self.etcd_binaries)
-        return RealPod(plan, self.layout, binary) if binary else SimulatedPod(plan, self.layout, self.ip)
+        return RealPod(plan, self.layout, binary, self.netns) if binary else SimulatedPod(plan, self.layout, self.ip)
 
     async def _tend(self, pod: _Pod) -> None:
         now = time.monotonic()
