@@ -22,6 +22,7 @@ import hashlib
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bke.core.plan import Plan
 
@@ -61,19 +62,18 @@ class LabNetwork:
     def netns_of(self, hostname: str) -> str:
         return next((h.netns for h in self.hosts if h.hostname == hostname), "")
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, Any]:
         return {"tag": self.tag, "bridge": self.bridge, "gateway": self.gateway, "prefix": self.prefix, "vip": self.vip,
                 "rootAddresses": list(self.root_addresses),
                 "hosts": [{"hostname": h.hostname, "netns": h.netns, "ip": h.ip, "rootVeth": h.root_veth,
                            "peerVeth": h.peer_veth, "ifname": h.ifname} for h in self.hosts]}
 
     @classmethod
-    def from_json(cls, doc: dict[str, object]) -> "LabNetwork":
+    def from_json(cls, doc: dict[str, Any]) -> "LabNetwork":
         hosts = tuple(NetnsHost(str(h["hostname"]), str(h["netns"]), str(h["ip"]), str(h["rootVeth"]),
-                                str(h["peerVeth"]), str(h.get("ifname", IFNAME)))
-                      for h in doc["hosts"])  # type: ignore[union-attr, index]
-        return cls(str(doc["tag"]), str(doc["bridge"]), str(doc["gateway"]), int(doc["prefix"]),  # type: ignore[call-overload]
-                   hosts, tuple(str(a) for a in doc["rootAddresses"]), str(doc.get("vip", "")))  # type: ignore[union-attr]
+                                str(h["peerVeth"]), str(h.get("ifname", IFNAME))) for h in doc["hosts"])
+        return cls(str(doc["tag"]), str(doc["bridge"]), str(doc["gateway"]), int(doc["prefix"]), hosts,
+                   tuple(str(a) for a in doc["rootAddresses"]), str(doc.get("vip", "")))
 
 
 def in_lab_range(address: str) -> bool:

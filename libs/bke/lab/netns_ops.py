@@ -18,7 +18,7 @@ from bke.core.plan import Plan
 
 from .netns import LabNetwork, NetnsHost, in_lab_range, plan_lab_network
 
-__all__ = ["NETWORK_FILE", "NetworkSetupError", "ensure_lab_network", "ensure_workdir_network", "netns_unavailable",
+__all__ = ["NETNS_DIR", "NETWORK_FILE", "NetworkSetupError", "ensure_lab_network", "ensure_workdir_network", "netns_unavailable",
            "port_free_or_namespaced", "recorded_network", "remove_lab_network", "remove_workdir_network"]
 
 NETNS_DIR = Path("/run/netns")
