@@ -44,8 +44,9 @@ def lab(tmp_path_factory):
     # etcd 3.5 at first: the module ends with the upgrade to the newer minor and etcd 3.6
     net = NET if netns_unavailable() else NETNS_NET
     spec = real_spec(Path("examples/split-etcd.yaml"), tmp / "split.yaml", OLDER, net, etcd=ETCD_35)
-    lab = Lab(tmp / "lab", spec, control_plane="real").start()
-    try:
+    lab = Lab(tmp / "lab", spec, control_plane="real")
+    try:  # a lab that fails to start is taken down too (its namespaces are the kernel's, not the temp dir's)
+        lab.start()
         code = asyncio.run(lab.install(timeout=300.0))
         assert code == 0, lab.out.getvalue()
         yield lab
