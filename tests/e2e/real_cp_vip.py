@@ -4,8 +4,8 @@ holds it, asked of the kernel (`ip -n <namespace> addr`), and a crash of its hol
 `VipHolders` samples every master's namespace every 100 ms and records each change of the set
 of namespaces holding the VIP. `VipCrash` waits for the upgrade's kube-apiserver step (the
 first master whose kube-apiserver manifest names the new release), then SIGKILLs the VIP holder's
-keepalived (every process of it, as an OOM kill of its container would: a SIGKILLed parent alone
-makes keepalived's VRRP child stop gracefully, which is not a crash), waits for another master to
+keepalived (every process of it, as an OOM kill of its container would: with its parent alone
+SIGKILLed, keepalived's VRRP child stops cleanly, sending priority 0, which is not a crash), waits for another master to
 hold the VIP, then SIGKILLs the first holder's kube-apiserver. The kubelet stand-in restarts both.
 """
 from __future__ import annotations
