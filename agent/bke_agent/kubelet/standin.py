@@ -15,7 +15,9 @@ once, when the stand-in is made): that is how a real 3.4 -> 3.5 binary swap is r
 In a real-control-plane lab (BKE_LAB_CONTROL_PLANE=real, read once too) every etcd,
 kube-apiserver, kube-controller-manager and kube-scheduler pod runs the built binary of its
 image's version (pods.built_binary), haproxy runs for real (lab_haproxy), and the stand-in
-registers the node's Node through the API with the node's own kubelet.conf (node_api).
+registers the node's Node through the API with the node's own kubelet.conf (node_api). A node
+given a network namespace (BKE_LAB_NETNS, bke.lab.netns) starts its pods inside it, and there
+keepalived runs for real too (lab_keepalived).
 
 Pod status (`<root>/var/lib/bke-lab/pods/<pod>.json`, see `LabLayout`):
     Running            started; `ready` says whether its health endpoint answers 200
@@ -41,9 +43,9 @@ from typing import Any
 from bke.adapters.runtime.processes import pid_cwd, stop_pid
 
 from ..fsutil import write_atomic
+from ..lab_netns import lab_netns
 from ..lablayout import LabLayout
 from .healthz import KubeletHealthz
-from ..lab_netns import lab_netns
 from .lab_haproxy import haproxy_plan
 from .lab_keepalived import keepalived_plan
 from .node_api import NodeAgent
