@@ -5,8 +5,9 @@ holds it, asked of the kernel (`ip -n <namespace> addr`), and a crash of its hol
 of namespaces holding the VIP. `VipCrash` waits for the upgrade's kube-apiserver step (the
 first master whose kube-apiserver manifest names the new release), then SIGKILLs the VIP holder's
 keepalived (every process of it, as an OOM kill of its container would: with its parent alone
-SIGKILLed, keepalived's VRRP child stops cleanly, sending priority 0, which is not a crash), waits for another master to
-hold the VIP, then SIGKILLs the first holder's kube-apiserver. The kubelet stand-in restarts both.
+SIGKILLed, keepalived's VRRP child stops cleanly, sending priority 0, which is not a crash),
+waits for another master to hold the VIP, then SIGKILLs the first holder's kube-apiserver. The
+kubelet stand-in restarts both.
 """
 from __future__ import annotations
 
@@ -138,8 +139,9 @@ class VipCrash:
         root = self.workdir / "hosts" / holder
         kill_tree(_pod_pid(root, "keepalived"))
         self.events.append((time.time(), f"SIGKILL keepalived on {holder}"))
-        if not self._until("another master to hold the VIP",
-                           lambda: bool(self.holders.current) and holder not in self.holders.current, 30.0):
+        # the crashed holder keeps the address until its keepalived restarts and removes it (as on
+        # a real host); the VIP has moved once another master holds it and sent its gratuitous ARP
+        if not self._until("another master to hold the VIP", lambda: bool(set(self.holders.current) - {holder}), 30.0):
             return
         self.events.append((time.time(), f"VIP on {','.join(self.holders.current)}"))
         kill_tree(_pod_pid(root, "kube-apiserver"))
