@@ -39,11 +39,12 @@ def image_requirements(component: str) -> Path:
 
 
 def read_pins(path: Path) -> dict[str, Requirement]:
-    """name -> requirement, for every `name[extras]==version` line."""
+    """name -> requirement, for every `name[extras]==version` line (pip's options, such as
+    requirements.txt's `-c requirements-lock.txt`, are not requirements)."""
     out = {}
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
-        if line:
+        if line and not line.startswith("-"):
             req = Requirement(line)
             out[canonicalize_name(req.name)] = req
     return out

