@@ -256,7 +256,7 @@ class LabBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repla
         return StepOutcome(out.status, stdout=f"lab: placeholder for {step.url} at {step.path} ({out.status})\n")
 
     async def check_host(self, step: CheckHost) -> StepOutcome:
-        return run_checks(NodeFacts(self.root, self.ip, lab=True), step)
+        return run_checks(NodeFacts(self.root, self.ip, lab=True, netns=self.kubelet.netns), step)
 
     async def restart_static_pod(self, step: RestartStaticPod) -> StepOutcome:
         name = PurePosixPath(step.manifest).name
