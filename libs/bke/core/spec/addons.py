@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from bke.core.versions import KUBERNETES, Version, VersionError, parse_version
+from bke.core.versions import KUBERNETES, Version, VersionError, parse_version, spelled_like
 from .errors import FieldError
 from .models import Addon, Cluster, ClusterSpec
 
@@ -95,7 +95,7 @@ def addons_at(current: Cluster, target: Cluster, addons: list[Addon]) -> list[Ad
                 follows = False
             if follows:
                 version = _default_version(a.name, target)
-                a = a.model_copy(update={"version": f"v{version}" if a.version.startswith("v") else version})
+                a = a.model_copy(update={"version": spelled_like(a.version, version)})
         out.append(a)
     return out
 
