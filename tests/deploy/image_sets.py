@@ -18,10 +18,14 @@ import grimp
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from bke.adapters.http.ports import DEFAULT_HTTP_PORTS
+
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "deploy" / "images"
 CONSTRAINTS = IMAGES / "constraints.txt"
 SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
+# The five service images are one Dockerfile built with each service's arguments.
+SERVICE_DOCKERFILE = IMAGES / "service" / "Dockerfile"
 # Top-level packages of BKE itself (pyproject's [tool.importlinter] root_packages).
 BKE_PACKAGES = ("bke", *(f"bke_{s}" for s in SERVICES), "bke_agent", "bke_cli")
 # Never in an image: test tools, lints, and servers shipped as Python packages.
@@ -32,6 +36,11 @@ EXCLUDED = frozenset(canonicalize_name(n) for n in (
 # Loaded by a dependency at run time, so no import of ours names them: nats-py signs the server's
 # nonce with nkeys (ed25519 from pynacl) when a creds file is given.
 RUNTIME_ONLY = frozenset({"nkeys", "pynacl"})
+
+
+def service_build_args(service: str) -> dict[str, str]:
+    """What `docker build` (and docker-compose.yml's `build.args`) gives the shared Dockerfile."""
+    return {"SERVICE": service, "PORT": str(DEFAULT_HTTP_PORTS[service])}
 
 
 def image_requirements(component: str) -> Path:
