@@ -281,7 +281,8 @@ class LabSupervisor:
             root.mkdir(parents=True, exist_ok=True)
             envs[h] = dict(base, BKE_AGENT_CLUSTER=plan.cluster, BKE_AGENT_NODE=h, BKE_AGENT_BACKEND="lab",
                            BKE_AGENT_ROOT=str(root), BKE_AGENT_IP=node.ip,
-                           **({NETNS_ENV: net.netns_of(h)} if net and net.netns_of(h) else {}),
+                           # always set: an inherited value must never put a node in another's namespace
+                           **{NETNS_ENV: net.netns_of(h) if net else ""},
                            **self._bus_env(info, "agent", plan.cluster, h))
         # trust: the agents' keys are made and recorded before they start, and they
         # are given the dispatcher's public key (lab/trust.py)
