@@ -12,7 +12,7 @@ The seed example is installed; then
 4. a new apiserver name (certSANs): each master's apiserver certificate re-issued and delivered
    with its kube-apiserver roll, one master at a time, nothing else changed;
 5. on the same lab, two workers added and one removed by `bke lab apply`
-   (test_lab_membership.joins_and_a_removal: no other node commanded, a master refused).
+   (membership_helpers.joins_and_a_removal: no other node commanded, a master refused).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from bke_agent.lablayout import LabLayout
 from bke_agent.settings import LAB_STATE_SUBDIR
 
 from .test_lab_install import SEED, assert_ran_once
-from .test_lab_membership import joins_and_a_removal
+from .membership_helpers import joins_and_a_removal
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]  # an install, three applies, joins, a removal
 KCM = "kube-controller-manager"

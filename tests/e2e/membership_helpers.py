@@ -1,8 +1,8 @@
-"""End to end: two workers join an installed lab cluster through `bke lab apply`, then one leaves
-the same way. Real NATS, Redis
-and etcd; every service and agent its own process.
+"""Joins and a removal by `bke lab apply`, on an installed lab (test_lab_apply.py runs them on its
+lab, after its applies): two workers join, then one leaves the same way. Real NATS, Redis and
+etcd; every service and agent its own process.
 
-The seed example is installed; `bke lab apply` of the same spec with two more BKENodes starts the
+On the installed seed example, `bke lab apply` of the same spec with two more BKENodes starts the
 two agents (the lab plays the machines coming up), and the upgrader's apply run swaps in the new
 plan and asks the dispatcher to join them (JoinNodes, inside the apply's operation slot). Both new
 nodes end with every file a worker has, each of the install's worker phases run on them once,
@@ -31,10 +31,6 @@ from bke_agent.reset import RESET_TABLE
 from bke_agent.settings import LAB_STATE_SUBDIR
 from bke_dispatcher.engine import parse_command_id
 
-# slow as a test of its own: CI runs the same steps on test_lab_apply's installed lab
-# (`joins_and_a_removal`), which saves an install
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
-SEED = "examples/seed-3m1w.yaml"
 BKE = str(Path(sys.executable).parent / "bke")
 
 
@@ -83,12 +79,6 @@ def _stray(before: dict[str, list[str]], after: dict[str, list[str]]) -> dict[st
         if other:
             out[h] = other
     return out
-
-
-async def test_two_workers_join_then_one_is_removed(lab_factory):
-    lab = lab_factory(SEED)
-    assert await lab.install(timeout=480.0) == 0, lab.out.getvalue()
-    await joins_and_a_removal(lab, lab.spec, "127.0.10")
 
 
 async def joins_and_a_removal(lab, spec: bytes, net: str) -> None:
