@@ -19,7 +19,6 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
 import redis
 
 from bke.adapters.auth.permissions import identity_name
