@@ -13,10 +13,11 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import redis
 
-from bke.adapters.bus.connect import connect_nats
 from bke.adapters.runtime.etcd import etcd_put_get, wait_etcd_healthy
 from bke.adapters.runtime.processes import pid_alive, poll_until
+from bke.adapters.state.keys.dispatcher import accepted_agents_key
 from bke_agent.lablayout import LabLayout
 from bke.core.plan import parse_overrides
 
@@ -139,17 +140,17 @@ async def test_seed_install_with_dispatcher_killed_in_the_etcd_phase(lab_factory
 
 
 async def _accepted(lab, node: str, timeout: float = 60.0) -> None:
-    """Wait for the certs service to accept `node`'s agent (its `agents.accepted` event, read
-    from the stream: it may have been published before this call)."""
-    nc = await connect_nats(lab.access)  # the operator's identity
+    """Wait until the dispatcher holds `node`'s agent as accepted (what the certs service's
+    `agents.accepted` event leads to; read from Redis, since it may have come before this call,
+    and the operator's identity may not read the events' stream)."""
+    r = redis.Redis.from_url(lab.info.redis_url, decode_responses=True, socket_timeout=5.0)
     try:
-        sub = await nc.jetstream().subscribe("bke.v1.agents.accepted", ordered_consumer=True)
-        while True:
-            msg = await sub.next_msg(timeout=timeout)
-            if json.loads(msg.data)["node"] == node:
-                return
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not r.hget(accepted_agents_key(lab.plan.cluster), node):
+            assert asyncio.get_running_loop().time() < deadline, f"{node}'s agent not accepted within {timeout:.0f} s"
+            await asyncio.sleep(0.2)  # polling Redis under a deadline
     finally:
-        await nc.close()
+        r.close()
 
 
 @pytest.mark.slow  # the faults tier kills the dispatcher and an agent mid-install in CI (the CI budget is 30 minutes)
