@@ -64,7 +64,7 @@ VRRP = vrrp_password_key(C)
 TABLE: dict[str, dict[str, str]] = {
     PKI_KEYS: {"certs": "rw"},
     pki_key(C, "manifest"): {"certs": "rw"},
-    command_signing_key(): {"dispatcher": "rw", "upgrader": "r"},
+    command_signing_key(): {"dispatcher": "rw"},  # the upgrader sends its node commands through the dispatcher
     command_signing_next_key(): {},  # a rollover's next key: the admin's until the switch copies it
     command_key_rollover_key(): {"dispatcher": "r"},  # public: the dispatcher announces its next key
     command_key_acks_key(): {"dispatcher": "rw"},

@@ -31,6 +31,7 @@ from pydantic import Field
 
 from .agent_steps import Step
 from .base import Message
+from .operation_ref import OperationRef
 from .statuses import FinishedStatus, StepResultStatus
 
 __all__ = [
@@ -138,6 +139,9 @@ class AgentCommand(Message):
     agent_id: str | None = Field(None, min_length=1, max_length=128, exclude_if=lambda v: v is None)
     incarnation: str | None = Field(None, pattern=r"^(\d{8}T\d{12}Z-[0-9a-f]{16})?$",
                                     exclude_if=lambda v: v is None)
+    # the operation it is part of (bke.contracts.operation_ref), signed with the rest; left out
+    # for an agent that reads none (bke.core.secrets.binding, OPERATION_REFS)
+    operation: OperationRef | None = Field(None, exclude_if=lambda v: v is None)
     signature_b64: str = ""
 
     def signing_bytes(self) -> bytes:
@@ -176,6 +180,9 @@ class CommandResult(Message):
     replayed: bool = False  # True: the stored result of an already completed command
     agent_version: str = ""  # the answering agent's version (the upgrade's agents step checks it)
     incarnation: str | None = Field(None, pattern=r"^(\d{8}T\d{12}Z-[0-9a-f]{16})?$", exclude_if=lambda v: v is None)
+    # the command's operation, echoed: the dispatcher routes the result by it (None: an agent of
+    # an earlier release, or a command sent without one; left out of the body then)
+    operation: OperationRef | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class AgentRegistered(Message):

@@ -13,13 +13,17 @@ answered it from its journal: bke.core.secrets.binding), counted on /metrics apa
 (bke.adapters.bus.other_incarnation). Refusals (an agent's `refused`,
 the certs service's `agents.refused`) are logged and counted; they never count as a result.
 
+A believed result goes to the operation it answers (bke.contracts.operation_ref: the one its
+agent echoed, else the one its command id names): the install's phases, a health round, a
+command-key rollover, the operations of ops/, or, for an operation the upgrader runs, on to the
+upgrader (`bke.v1.node-commands.answered`): this is the one service that hears agents.
+
 Each handler takes its typed message (bke.adapters.bus.handler), records what happened, wakes the
 cluster's reconcile loop and returns what to publish; the loop decides what to do next. All of
 them are safe under redelivery.
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from datetime import datetime
@@ -30,12 +34,14 @@ from bke.adapters.bus.handler import Out
 from bke.adapters.bus.other_incarnation import OtherIncarnation
 from bke.adapters.operation import Operations
 from bke.contracts.agent import AgentRefused, CommandRefused, CommandResult
-from bke.contracts.agent_steps import COMMAND_KEY_PHASE
 from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
+from bke.contracts.node_commands import NODE_COMMANDS_ANSWERED, NodeCommandAnswered
+from bke.contracts.operation_ref import UPGRADER_KINDS, OperationKind
 from bke.contracts.certs import ISSUE_CERTS, IssueCerts
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
 from bke.contracts.statuses import CommandStatus, FinishedStatus, PhaseStatus, StepResultStatus
 from bke.core.errors import MalformedMessage, NotYetKnown
+from bke.core.operation.refs import ref_of
 from bke.core.secrets.binding import result_refusal
 from bke.adapters.state.operation_slot import claim_operation
 
@@ -44,31 +50,9 @@ from .phases import PHASES
 from .readiness import INPUT_SERVICE, InputStatus
 from .state import DispatcherState
 
-__all__ = ["Inputs", "upgraders_result"]
+__all__ = ["Inputs"]
 
 log = logging.getLogger("bke.dispatcher")
-UPGRADER_SLUGS = ("upgrade@", "restore@")  # bke.core.upgrade.run, bke.core.etcdsnap.restore_run
-_UPGRADER_MARKS = tuple(b"/" + s.encode() for s in UPGRADER_SLUGS)
-
-
-def upgraders_result(body: bytes) -> bool:
-    """Whether a result's command id is an upgrader's command (an upgrade's or an etcd
-    restore's), which the upgrader reads from the same stream and `Inputs.result` drops. Only
-    agents on identities issued before `upgrader-result` (bke.contracts.agent) send them here. Read
-    with the json module only: the full parse, the cluster check and the accepted-agent reads
-    cost the dispatcher as much CPU per result as the upgrader spends (15,000 results in a
-    5,000-node upgrade). Bytes without the mark, or that do not read as an object with a
-    string command id of four parts, go the full way (and are refused there if malformed)."""
-    if not any(m in body for m in _UPGRADER_MARKS):
-        return False
-    try:
-        cid = json.loads(body).get("commandId")
-    except (ValueError, AttributeError, RecursionError):
-        return False
-    if not isinstance(cid, str):
-        return False
-    parts = cid.split("/")
-    return len(parts) == 4 and parts[1].startswith(UPGRADER_SLUGS)
 STDERR_KEEP = 2000
 LOG_EVERY_S = 10.0  # dropped results and refusals: one log line per cluster per period
 
@@ -159,16 +143,21 @@ class Inputs:
             self.dropped(res.cluster, f"result dropped: {why}", cluster=res.cluster, node=res.node,
                          command_id=res.command_id)
             return []
-        if slug.startswith(UPGRADER_SLUGS):
-            return []  # the upgrader's command (an upgrade's or an etcd restore's): it reads the same result stream
-        if slug == COMMAND_KEY_PHASE:  # a command-key rollover's announcement: no phase counts it
+        ref = ref_of(res)  # the operation it answers: echoed by the agent, else named by its command id
+        if ref is None:
+            raise MalformedMessage(f"malformed command result: command id {res.command_id!r} names no operation")
+        if ref.kind in UPGRADER_KINDS:  # an upgrade's, a changed spec's or a restore's: sent on to the upgrader
+            return [Out(NodeCommandAnswered(operation=ref, result=res), NODE_COMMANDS_ANSWERED)]
+        if ref.kind == OperationKind.COMMAND_KEY:  # a command-key rollover's announcement: no phase counts it
             if self.on_command_key is not None:
                 await self.on_command_key(res, gen)
             return []
-        if slug.startswith("health@"):
+        if ref.kind == OperationKind.HEALTH:
             await self.on_health(res)
             return []
-        if await self.operations.on_result(slug, res):
+        if ref.kind != OperationKind.INSTALL:  # a rotation's, a reset's, a join's or a removal's (ops/)
+            if not await self.operations.on_result(ref, res):
+                mark_stray()  # of no operation this service runs
             return []
         if slug == "health":  # the install's own health phase is every node's first health answer
             await self.on_health(res)

@@ -12,7 +12,9 @@ from bke.adapters.bus.handler import Out, deprecated, typed
 from bke.adapters.bus.misaddressed import Misaddressed
 from bke.adapters.bus.other_incarnation import OtherIncarnation
 from bke.contracts import PLAN_CREATED, PlanCreated
-from bke.contracts.agent import AGENTS_ACCEPTED, AGENTS_REFUSED, AgentAccepted, AgentRefused, CommandRefused, CommandResult
+from bke.contracts.agent import (
+    AGENTS_ACCEPTED, AGENTS_REFUSED, UPGRADER_RESULT, AgentAccepted, AgentRefused, CommandRefused, CommandResult,
+)
 from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_SEALED, CertsFailed, CertsIssued, CertsSealed
 from bke.contracts.install import RETRY_INSTALL, RetryInstall
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed
@@ -20,7 +22,7 @@ from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
 
 from ..command_key import CommandKeyCarrier
 from ..known import KnownTargets
-from ..results import Inputs, upgraders_result
+from ..results import Inputs
 from ..service_events import ServiceEvents
 from .basics import Basics
 from .forgotten import Forgotten
@@ -86,16 +88,17 @@ def wire_answers(b: Basics, loops: Loops, command_keys: CommandKeyCarrier, known
         svc.work_subscriber(subject, "BKE_EVENTS", durable, t(model, join_first(of_join, of_install)), batch_size=bs)
     # one per sealed batch or registration: thousands per big install, so the lean consumer
     svc.fast_subscriber(CERTS_SEALED, "BKE_EVENTS", "dispatcher-certs-sealed", t(CertsSealed, answers.certs_sealed))
-    # an upgrader's result is acknowledged as it arrives (results.py would drop it too, after a
-    # parse and three Redis reads: 15,000 in a 5,000-node upgrade)
     # a result or refusal on another node's subject is dropped and counted (bke.adapters.bus.misaddressed)
     misaddressed = Misaddressed(svc.metrics, svc.name)
     # a node's outputs that answer no command in flight, counted; past the bound, one summary
     # and one event per node and window instead of a dead letter each (bke.adapters.bus.flood)
     floods = FloodWatch(svc.metrics, svc.name, b.publish, b.now)
-    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT_OUT", "dispatcher-results",
-                        floods.guard("result", t(CommandResult, misaddressed.guard("result", answers.on_result))),
-                        skip=upgraders_result)
+    # every agent result comes here, whoever's operation it answers: results.py routes it by
+    # that operation (the upgrader's go on to it). `upgrader-result` is where agents of the
+    # previous release answer the upgrader's commands (deprecated, read until bke.v2).
+    for kind, durable in (("result", "dispatcher-results"), (UPGRADER_RESULT, "dispatcher-upgrader-results")):
+        svc.fast_subscriber(f"bke.v1.agent.*.*.{kind}", "BKE_AGENT_OUT", durable,
+                            floods.guard(kind, t(CommandResult, misaddressed.guard(kind, answers.on_result))))
     # registrations go to the certs service only: the dispatcher learns a node's agent from
     # `certs.sealed` (the provisioned key), never from the agent's claim
     svc.fast_subscriber(AGENTS_ACCEPTED, "BKE_EVENTS", "dispatcher-agents-accepted", t(AgentAccepted, answers.agent_accepted))
