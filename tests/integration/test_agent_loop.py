@@ -226,21 +226,26 @@ async def test_every_command_is_answered_on_result_with_its_operation_echoed(nat
     loop = AgentLoop(nats_client, js, _settings(nats_url, cluster, "n1"), NullBackend(), MemoryJournal(),
                      identity, verifier=verifier(cluster, "n1"))
     ref = OperationRef(kind=OperationKind.UPGRADE, id="r1", step="workers")
-    unsigned = _cmd(cluster, "n1", "up-1").model_copy(update={"issuer": "upgrader", "signature_b64": "", "operation": ref})
-    up = sign_command(unsigned, SIGNER, binding=Binding(identity.agent_id, ""))  # bound: an agent that reads refs
+    install = OperationRef(kind=OperationKind.INSTALL, step="node-env")
+
+    def bound(cid: str, op: OperationRef, **update: str) -> AgentCommand:  # as the dispatcher signs for an agent that reads refs
+        cmd = _cmd(cluster, "n1", cid).model_copy(update={"signature_b64": "", "operation": op, **update})
+        return sign_command(cmd, SIGNER, binding=Binding(identity.agent_id, ""))
+
+    up, disp = bound("up-1", ref, issuer="upgrader"), bound("disp-1", install)
     assert up.operation == ref
     async with EventWatch(nats_client, [f"bke.v1.agent.{cluster}.>"]) as watch:
         await loop.start()
         await _send(js, up)
-        await _send(js, _cmd(cluster, "n1", "disp-1"))
+        await _send(js, disp)
         first = await watch.wait_for(lambda e: _ends(e, "up-1") and "status" in e.data, TIMEOUT)
-        disp = await watch.wait_for(lambda e: _ends(e, "disp-1") and "status" in e.data, TIMEOUT)
+        answer = await watch.wait_for(lambda e: _ends(e, "disp-1") and "status" in e.data, TIMEOUT)
         await js.publish(agent_subject(cluster, "n1", "command"), up.to_bytes(), headers={"Nats-Msg-Id": "up-1-again"})
         again = await watch.wait_for(lambda e: _ends(e, "up-1") and e.data.get("replayed") is True,
                                      TIMEOUT)
-    assert first.subject == again.subject == disp.subject == agent_subject(cluster, "n1", "result")
+    assert first.subject == again.subject == answer.subject == agent_subject(cluster, "n1", "result")
     assert first.data["status"] == "Succeeded" and first.data["replayed"] is False
     assert first.data["operation"] == again.data["operation"] == ref.model_dump(mode="json", by_alias=True)
-    assert "operation" not in disp.data  # an unbound command (an older agent's form): none to echo
+    assert answer.data["operation"] == install.model_dump(mode="json", by_alias=True)
     assert loop.executed == 2 and loop.replayed == 1
     await loop.stop()

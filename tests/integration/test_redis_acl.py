@@ -125,7 +125,7 @@ NEEDS: dict[str, dict[str, str]] = {
                  **dict.fromkeys([heartbeat_key(C), heartbeat_cgroup_key(C), heartbeat_runtime_key(C),
                                   accepted_agents_key(C), provisioned_agents_key(C), addon_manifests_key(C),
                                   api_credentials_key(C), node_files_key(C, "certs"), node_files_digest_key(C, "certs"),
-                                  VRRP, command_signing_key(), etcd_snapshot_key(), record_signing_key("plan")], "r")},
+                                  VRRP, etcd_snapshot_key(), record_signing_key("plan")], "r")},
     RENEWER: {auth_identities_key(): "rw", auth_authority_key(): "r"},
 }
 
