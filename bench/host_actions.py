@@ -36,7 +36,7 @@ from bke.core.render import RenderInputs, render_cluster
 from bke.core.state.nodefiles import NodeFile
 from bke_dispatcher.health import HEALTH_COMPONENTS
 from bke_dispatcher.phases import PHASES, NodeInputs
-from bke_dispatcher.steps import health_steps
+from bke.core.node_steps import health_steps
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

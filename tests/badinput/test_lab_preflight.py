@@ -15,7 +15,7 @@ import pytest
 from bke.lab.preflight import CLAIM_GRACE_S, NODES_FILE, claim_lab
 from bke.core.plan import Plan, plan_spec_text
 from bke.core.plan.ports import node_ports
-from bke_dispatcher.steps import component_ports
+from bke.core.node_steps import component_ports
 
 SEED = Path("examples/seed-3m1w.yaml").read_text()
 BASE = "127.77.0."  # loopback addresses no other test uses

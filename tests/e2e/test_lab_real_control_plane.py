@@ -433,7 +433,7 @@ async def test_kube_proxy_and_calico_follow_the_upgrade_on_every_node(lab):
     DaemonSet has rolled its new image out on every kwok node."""
     conf = admin_conf(lab)
     for name, tag in (("kube-proxy", f"v{NEWER}"), ("calico-node", f"v{KUBERNETES[parse_version(NEWER).minor_key].calico}")):
-        ds = await api_until(lambda: kubectl_json(NEWER, conf, "-n", "kube-system", "get", "ds", name),
+        ds = await api_until(lambda name=name: kubectl_json(NEWER, conf, "-n", "kube-system", "get", "ds", name),
                              lambda ds: ds["status"].get("observedGeneration") == ds["metadata"]["generation"]
                              and ds["status"].get("updatedNumberScheduled") == ds["status"]["desiredNumberScheduled"]
                              == ds["status"].get("numberReady") > 0)

@@ -21,7 +21,7 @@ from bke.adapters.state.keys.dispatcher import health_key, health_meta_key, heal
 from bke.adapters.state.lease import claim_lease
 
 from .phases import HEALTH, phase_by_slug
-from .steps import health_steps
+from bke.core.node_steps import health_steps
 from bke.adapters.state.command_signing import Prefetch, SignBytes
 from .state import DispatcherState
 

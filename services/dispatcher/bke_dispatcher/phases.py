@@ -17,7 +17,7 @@ from bke.adapters.state.agent_keys import provisioned_seal_keys, sealer
 from bke.core.state.nodefiles import NodeFile
 from bke.adapters.state.nodefiles import RedisNodeFiles
 
-from .steps import health_steps, node_env_steps, write_steps
+from bke.core.node_steps import health_steps, node_env_steps, write_steps
 
 __all__ = ["HEALTH", "PHASES", "Phase", "NodeInputs", "agent_sealers", "init_node", "phase_by_slug"]
 

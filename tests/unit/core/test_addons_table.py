@@ -136,7 +136,7 @@ def test_an_upgrade_moves_the_built_ins_that_follow_the_release_and_keeps_pins()
     """kube-proxy at the Kubernetes version and CoreDNS/calico at the table's row move with an
     upgrade; a pinned other version and the user's own folder stay as written."""
     from bke.core.spec.addons import addons_at
-    from bke.core.spec.models import Addon, Cluster
+    from bke.core.spec.models import Addon
 
     cur = _outcome(k8s="v1.34.3").plan.spec.config
     target = cur.model_copy(update={"kubernetes_version": "v1.35.4"})

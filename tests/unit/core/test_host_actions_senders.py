@@ -51,7 +51,7 @@ from bke_dispatcher.ops.join.decide import join_slug
 from bke_dispatcher.ops.removal.decide import removal_slug
 from bke_dispatcher.ops.reset.decide import NodeRun as ResetRun, reset_slug, reset_step
 from bke_dispatcher.ops.rotation.decide import new_rotation, node_steps as rotation_steps, rotation_slug
-from bke_dispatcher.steps import health_steps
+from bke.core.node_steps import health_steps
 
 from tests.unit.planner.test_apply_run import ETCD_ONLY, SWAP_ETCD, _node, _without
 from tests.unit.dispatcher.test_rotation_decision import renewed

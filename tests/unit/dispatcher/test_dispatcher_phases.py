@@ -7,7 +7,7 @@ from bke.core.state.nodefiles import file_from_bytes
 from bke.adapters.checksums import artefact_urls
 from bke_dispatcher.engine import command_id, parse_command_id
 from bke_dispatcher.phases import PHASES, NodeInputs, init_node, phase_by_slug
-from bke_dispatcher.steps import file_phase
+from bke.core.node_steps import file_phase
 
 SEED = plan_spec_text(open("examples/seed-3m1w.yaml").read()).plan
 BIG = plan_spec_text(open("examples/split-etcd.yaml").read()).plan

@@ -20,7 +20,7 @@ from bke.core.render.host_files import HOST_VALIDATORS
 from bke.core.state.nodefiles import file_from_bytes
 from bke.adapters.checksums import HttpRepoChecksums, artefact_urls
 from bke.lab.standins.checksums import LabChecksums
-from bke_dispatcher.steps import node_env_steps
+from bke.core.node_steps import node_env_steps
 from bke.core.node_kernel import proxy_modules
 
 REPO = "http://repo.example:8080"

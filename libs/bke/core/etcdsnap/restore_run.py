@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal, Mapping
 
 from bke.contracts.statuses import OperationStatus, RunStatus
+from bke.core.operation.record import Ends
 from bke.core.state.schema import check_readable
 from .restore import STAGES, RestorePlan
 
@@ -62,7 +63,7 @@ class StageRun:
 
 
 @dataclass
-class RestoreRun:
+class RestoreRun(Ends):
     restore_id: str
     cluster: str
     etcd_cluster: str
@@ -77,20 +78,10 @@ class RestoreRun:
     failed: list[dict[str, str]] = field(default_factory=list)  # hostname, stage, failedStep, stderr
     schema_version: int = 1  # bke.core.state.schema RECORDS "etcd-restore"
 
-    def __post_init__(self) -> None:
-        self.status = OperationStatus(self.status)
-
     @property
     def request_id(self) -> str:
         """The restore's request id, by the operations' common name (bke.core.operation.Record)."""
         return self.restore_id
-
-    @property
-    def running(self) -> bool:
-        return self.status == OperationStatus.RUNNING
-
-    def finish(self, status: OperationStatus, reason: str, at: str) -> None:
-        self.status, self.message, self.finished_at = status, reason, at
 
     def stage_now(self) -> StageRun | None:
         return next((s for s in self.stages if s.status in _OPEN), None)

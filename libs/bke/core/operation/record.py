@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Protocol, Self
 from bke.contracts.statuses import OperationStatus, RunStatus
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
-__all__ = ["NodeRun", "OperationRecord", "Record", "StepRun"]
+__all__ = ["Ends", "NodeRun", "OperationRecord", "Record", "StepRun"]
 
 
 class Record(Protocol):
@@ -44,8 +44,27 @@ class Record(Protocol):
     def to_json(self) -> str: ...
 
 
+class Ends:
+    """How every record runs and ends, over its own `status`, `message` and `finished_at` fields
+    (a mixin: the dataclass that uses it declares them, in the order its stored JSON keeps)."""
+
+    status: OperationStatus
+    message: str
+    finished_at: str
+
+    def __post_init__(self) -> None:
+        self.status = OperationStatus(self.status)  # read back from JSON as a plain string
+
+    @property
+    def running(self) -> bool:
+        return self.status == OperationStatus.RUNNING
+
+    def finish(self, status: OperationStatus, reason: str, at: str) -> None:
+        self.status, self.message, self.finished_at = status, reason, at
+
+
 @dataclass(kw_only=True)
-class OperationRecord:
+class OperationRecord(Ends):
     """The base of an operation's record. Subclasses name their `KIND` (bke.core.state.schema)
     and read their nested runs back in `from_doc`; JSON field names are the stored form."""
 
@@ -57,16 +76,6 @@ class OperationRecord:
     status: OperationStatus = OperationStatus.RUNNING
     finished_at: str = ""
     message: str = ""
-
-    def __post_init__(self) -> None:
-        self.status = OperationStatus(self.status)  # read back from JSON as a plain string
-
-    @property
-    def running(self) -> bool:
-        return self.status == OperationStatus.RUNNING
-
-    def finish(self, status: OperationStatus, reason: str, at: str) -> None:
-        self.status, self.message, self.finished_at = status, reason, at
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), SCHEMA_FIELD: record_kind(self.KIND).current})

@@ -25,6 +25,7 @@ from typing import Any, Literal, Mapping
 
 from bke.contracts.drain import DrainOptions
 from bke.contracts.statuses import NodeOutcomeStatus, OperationStatus, RunStatus
+from bke.core.operation.record import Ends
 
 from .order import ExpandedStep
 from .run_request import DRAIN_TIMEOUT_S, ApplyRequest, RunRequest, UpgradeRequest, read_request, wire
@@ -129,7 +130,7 @@ class NodeOutcome:
 
 
 @dataclass
-class UpgradeRun:
+class UpgradeRun(Ends):
     request_id: str
     cluster: str
     current: dict[str, str]  # kubernetes, etcd, containerd
@@ -144,17 +145,6 @@ class UpgradeRun:
     failed: list[NodeOutcome] = field(default_factory=list)
     agent_version: str = ""  # what every agent must report in the agents step ("": not checked)
     schema_version: int = 1
-
-    def __post_init__(self) -> None:
-        self.status = OperationStatus(self.status)  # read back from JSON as a plain string
-
-    @property
-    def running(self) -> bool:
-        return self.status == OperationStatus.RUNNING
-
-    def finish(self, status: OperationStatus, reason: str, at: str) -> None:
-        """Ended (the operation loop's end, bke.adapters.operation; `finish` below for a pure caller)."""
-        self.status, self.finished_at, self.message = status, at, reason
 
     def step_now(self) -> StepRun | None:
         return next((s for s in self.steps if s.status in _OPEN), None)

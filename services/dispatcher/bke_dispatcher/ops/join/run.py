@@ -38,7 +38,7 @@ from redis.asyncio import Redis
 from bke.adapters.bus.handler import Out
 from bke.adapters.cluster_api.labels import marks_from_record, record, wanted
 from bke.adapters.cluster_api.node_labels import NodeMarker
-from bke.adapters.operation import EndEvent, OperationLoop, Publish, RecordStore
+from bke.adapters.operation import EndEvent, Publish, RecordStore
 from bke.core.secrets.record_signing import RecordKeyError, RecordSignatureError
 from bke.adapters.state import PlanCache
 from bke.adapters.state.command_signing import Sign
@@ -53,13 +53,13 @@ from bke.contracts.membership import (
 from bke.contracts.render import RENDER_MANIFESTS, ManifestsRendered, RenderFailed, RenderManifests
 from bke.contracts.statuses import FinishedStatus, InputStatus, PhaseNeed
 from bke.core.errors import TemporaryError
-from bke.core.operation import Act, Answers, Decision, Fail, OperationStatus, RunStatus, Wait
+from bke.core.operation import Act, Answers, Decision, Fail, RunStatus, Wait
 from bke.core.plan import NodePlan, Plan
 
 from ...engine import Checksums
 from ...phases import NodeInputs, agent_sealers, phase_by_slug
 from ...state import DispatcherState
-from ..membership.gates import Busy, read_gates
+from ..membership.gates import Busy, MembershipLoop, end_fields
 from .decide import (
     AGENTS_DEADLINE_S, Join, command_of, fold_answers, is_join_request, join_refusal, new_join, next_step,
 )
@@ -74,7 +74,7 @@ class JoinStore(RecordStore[Join]):
         super().__init__(redis, Join.from_json, join_key, join_results_key, joins_index())
 
 
-class Joins(OperationLoop[Join]):
+class Joins(MembershipLoop[Join]):
     def __init__(self, store: JoinStore, state: DispatcherState, plans: PlanCache, files: RedisNodeFiles,
                  checksums: Checksums, marker: NodeMarker, busy: Callable[[str], Awaitable[Busy | None]],
                  paused: Callable[[str], Awaitable[bool]], publish: Publish, now: Callable[[], datetime], owner: str,
@@ -106,28 +106,17 @@ class Joins(OperationLoop[Join]):
     def changed(self, rec: Join, at: str) -> tuple[Message, str]:
         return JoinNodesChanged(cluster=rec.cluster, at=at, join=rec.view()), join_changed_subject(rec.cluster)
 
-    def end_event(self, rec: Join) -> EndEvent | None:
-        if rec.finished_sent:
-            return None
-        failed = rec.status == OperationStatus.FAILED
-        ev = JoinNodesFinished(request_id=rec.request_id, cluster=rec.cluster,
-                               status=FinishedStatus.FAILED if failed else FinishedStatus.SUCCEEDED, reason=rec.message,
-                               plan_digest=rec.plan_digest, nodes=rec.node_views(),
-                               at=rec.finished_at, kind="operational" if failed else None)
+    def finished_event(self, rec: Join) -> EndEvent:
+        ev = JoinNodesFinished(**end_fields(rec), plan_digest=rec.plan_digest, nodes=rec.node_views())
         return EndEvent(ev, JOIN_NODES_FINISHED, f"join-finished:{rec.cluster}:{rec.request_id}")
-
-    def end_sent(self, rec: Join) -> None:
-        rec.finished_sent = True
 
     # requests -------------------------------------------------------------------------------
     async def on_request(self, req: JoinNodes) -> list[Out]:
         ids = {"cluster": req.cluster, "request_id": req.request_id}
-        current, unreadable = await self.store.load_judged(req.cluster)
-        if current is not None and current.request_id == req.request_id:  # a redelivery
-            self.kick(req.cluster)
+        a = await self.admit(req.cluster, req.request_id, req.part_of)
+        if a is None:  # a redelivery
             return []
-        g, outside = (await read_gates(req.cluster, self.plans, self.state, self.busy, self.paused)).within(
-            req.cluster, req.part_of)
+        g, unreadable = a.gates, a.unreadable
         plan = g.plan
         raw_digest = await self.store.redis.hget(plan_meta_key(req.cluster), "digest") or ""
         digest = raw_digest.decode() if isinstance(raw_digest, bytes) else raw_digest
@@ -135,7 +124,7 @@ class Joins(OperationLoop[Join]):
         def check(cur: Join | None) -> str:
             return join_refusal(req, plan, digest, g.install, busy=g.busy_text, paused=g.paused, current=cur)
 
-        why = unreadable or outside or check(current)
+        why = unreadable or a.outside or check(a.current)
         if not why and plan is not None:
             # the cluster's one operation slot (bke.adapters.state.operation_slot): atomic against every
             # other kind; released again if the record refuses after all (or the slot of the

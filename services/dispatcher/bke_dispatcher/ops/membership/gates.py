@@ -6,19 +6,21 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from redis.asyncio import Redis
 
 from bke.adapters.state import PlanCache
+from bke.adapters.operation import EndEvent, OperationLoop
 from bke.adapters.state.operation_slot import operation_holder
+from bke.contracts.statuses import FinishedStatus, OperationStatus
 from bke.core.errors import TemporaryError
 from bke.core.operation import OperationRecord
 from bke.core.plan import Plan
 
 from ...state import DispatcherState
 
-__all__ = ["Busy", "Gates", "Loads", "busy_reader", "read_gates"]
+__all__ = ["Admission", "Busy", "Gates", "Loads", "MembershipLoop", "busy_reader", "end_fields", "read_gates"]
 
 
 class Loads(Protocol):
@@ -96,3 +98,60 @@ def busy_reader(redis: Redis, rotations: Loads, joins: Loads, removals: Loads,
         return None
 
     return busy
+
+
+R = TypeVar("R", bound=OperationRecord)
+
+
+@dataclass(frozen=True)
+class Admission(Generic[R]):
+    """What a join or removal request is judged on, read once: the cluster's current record of
+    that kind (None: none, or unreadable, and why), the gates, and why the request's `partOf`
+    refuses it ("" if it does not)."""
+
+    current: R | None
+    unreadable: str
+    gates: Gates
+    outside: str
+
+
+F = TypeVar("F", bound=OperationRecord)
+
+
+class MembershipLoop(OperationLoop[F]):
+    """What a join's and a removal's loops share: a request judged on one read of its gates
+    (`admit`), and a `finished` event marked sent in the record. Subclasses set `plans`,
+    `state`, `busy` and `paused`, and build their event in `finished_event`."""
+
+    plans: PlanCache
+    state: DispatcherState
+    busy: Callable[[str], Awaitable[Busy | None]]
+    paused: Callable[[str], Awaitable[bool]]
+
+    def finished_event(self, rec: F) -> EndEvent:
+        raise NotImplementedError
+
+    def end_event(self, rec: F) -> EndEvent | None:
+        return None if rec.finished_sent else self.finished_event(rec)
+
+    def end_sent(self, rec: F) -> None:
+        rec.finished_sent = True
+
+    async def admit(self, cluster: str, request_id: str, part_of: str | None) -> Admission[F] | None:
+        """Everything a request is judged on, or None for a redelivery of the request whose
+        record exists already (its loop is kicked instead: it answers when it moves)."""
+        current, unreadable = await self.store.load_judged(cluster)
+        if current is not None and current.request_id == request_id:
+            self.kick(cluster)
+            return None
+        gates, outside = (await read_gates(cluster, self.plans, self.state, self.busy, self.paused)).within(
+            cluster, part_of)
+        return Admission(current, unreadable, gates, outside)
+
+
+def end_fields(rec: OperationRecord) -> dict[str, Any]:
+    """The fields every `finished` event of an ended record carries (a join's, a removal's)."""
+    failed = rec.status == OperationStatus.FAILED
+    return {"request_id": rec.request_id, "cluster": rec.cluster, "reason": rec.message, "at": rec.finished_at,
+            "status": FinishedStatus.FAILED if failed else FinishedStatus.SUCCEEDED,
+            "kind": "operational" if failed else None}

@@ -32,7 +32,7 @@ from redis.asyncio import Redis
 from bke.adapters.auth.permissions import identity_name
 from bke.adapters.bus.handler import Out
 from bke.adapters.drain import Drainer
-from bke.adapters.operation import EndEvent, OperationLoop, Publish, RecordStore
+from bke.adapters.operation import EndEvent, Publish, RecordStore
 from bke.adapters.state import PlanCache
 from bke.adapters.state.command_signing import Sign
 from bke.adapters.state.keys.dispatcher import (
@@ -45,11 +45,11 @@ from bke.contracts.statuses import FinishedStatus
 from bke.contracts.membership import (
     REMOVE_NODES_FINISHED, RemoveNodes, RemoveNodesChanged, RemoveNodesFinished, remove_changed_subject,
 )
-from bke.core.operation import Act, Answers, Decision, OperationStatus, RunStatus, fold
+from bke.core.operation import Act, Answers, Decision, RunStatus, fold
 
 from ...phases import PHASES
 from ...state import DispatcherState
-from ..membership.gates import Busy, read_gates
+from ..membership.gates import Busy, MembershipLoop, end_fields
 from .decide import (
     Removal, advance, apply_result, drain_options, fail_stage, new_removal, next_step, removal_refusal,
 )
@@ -78,7 +78,7 @@ class RemovalStore(RecordStore[Removal]):
         super().__init__(redis, Removal.from_json, removal_key, removal_results_key, removals_index())
 
 
-class Removals(OperationLoop[Removal]):
+class Removals(MembershipLoop[Removal]):
     def __init__(self, store: RemovalStore, state: DispatcherState, plans: PlanCache, drainer: Drainer,
                  busy: Callable[[str], Awaitable[Busy | None]], paused: Callable[[str], Awaitable[bool]], publish: Publish,
                  now: Callable[[], datetime], owner: str, lease_ms: int = 15000,
@@ -100,33 +100,23 @@ class Removals(OperationLoop[Removal]):
     def changed(self, rec: Removal, at: str) -> tuple[Message, str]:
         return RemoveNodesChanged(cluster=rec.cluster, at=at, removal=rec.view()), remove_changed_subject(rec.cluster)
 
-    def end_event(self, rec: Removal) -> EndEvent | None:
-        if rec.finished_sent:
-            return None
-        failed = rec.status == OperationStatus.FAILED
+    def finished_event(self, rec: Removal) -> EndEvent:
         forgotten = [i for i, n in zip(rec.identities, rec.nodes) if n.stage in ("forget", "done")]
-        ev = RemoveNodesFinished(request_id=rec.request_id, cluster=rec.cluster,
-                                 status=FinishedStatus.FAILED if failed else FinishedStatus.SUCCEEDED, reason=rec.message, nodes=rec.node_views(), revoke_identities=forgotten,
-                                 at=rec.finished_at, kind="operational" if failed else None)
+        ev = RemoveNodesFinished(**end_fields(rec), nodes=rec.node_views(), revoke_identities=forgotten)
         return EndEvent(ev, REMOVE_NODES_FINISHED, f"remove-finished:{rec.cluster}:{rec.request_id}")
-
-    def end_sent(self, rec: Removal) -> None:
-        rec.finished_sent = True
 
     # requests -------------------------------------------------------------------------------
     async def on_request(self, req: RemoveNodes) -> list[Out]:
         ids = {"cluster": req.cluster, "request_id": req.request_id}
-        current, unreadable = await self.store.load_judged(req.cluster)
-        if current is not None and current.request_id == req.request_id:  # a redelivery
-            self.kick(req.cluster)
+        a = await self.admit(req.cluster, req.request_id, req.part_of)
+        if a is None:  # a redelivery
             return []
-        g, outside = (await read_gates(req.cluster, self.plans, self.state, self.busy, self.paused)).within(
-            req.cluster, req.part_of)
+        g, unreadable = a.gates, a.unreadable
 
         def check(cur: Removal | None) -> str:
             return removal_refusal(req, g.plan, g.install, busy=g.busy_text, paused=g.paused, current=cur)
 
-        why = unreadable or outside or check(current)
+        why = unreadable or a.outside or check(a.current)
         rec = new_removal(req, self._ts(), [identity_name("agent", req.cluster, h) for h in req.nodes])
         if not why:
             # the cluster's one operation slot, as a join takes it (or the apply run's)

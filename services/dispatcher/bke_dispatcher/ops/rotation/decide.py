@@ -30,7 +30,7 @@ from bke.core.state.nodefiles import NodeFile
 from ...engine import command_id
 from ...phases import CONTROL_PLANE, ETCD, HEALTH_TIMEOUT_S
 from ...reload import reload_for
-from ...steps import health_steps, write_steps
+from bke.core.node_steps import health_steps, write_steps
 
 __all__ = [
     "NodeRun",
