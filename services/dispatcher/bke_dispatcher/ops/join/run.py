@@ -80,7 +80,8 @@ class Joins(MembershipLoop[Join]):
                  paused: Callable[[str], Awaitable[bool]], publish: Publish, now: Callable[[], datetime], owner: str,
                  lease_ms: int = 15000, kick: Callable[[str], None] | None = None, *, sign: Sign,
                  agents_deadline_s: float = AGENTS_DEADLINE_S):
-        super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind="join", carriers={"ask": self._ask, "send": self._send, "label": self._label}, log=log)
+        super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind="join",
+                         carriers={"ask": self._ask, "send": self._send, "label": self._label}, log=log)
         self.state, self.plans, self.files, self.checksums, self.marker = state, plans, files, checksums, marker
         self.busy, self.paused, self.agents_deadline_s = busy, paused, agents_deadline_s
 

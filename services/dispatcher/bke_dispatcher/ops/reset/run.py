@@ -73,7 +73,8 @@ class Resets(OperationLoop[Reset]):
                  paused: Callable[[str], Awaitable[bool]], snapshots: SnapshotKey, publish: Publish,
                  now: Callable[[], datetime], owner: str, lease_ms: int = 15000,
                  kick: Callable[[str], None] | None = None, *, sign: Sign):
-        super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind="reset", carriers={"snapshot": self._snapshots, "send": self._resets}, log=log)
+        super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind="reset",
+                         carriers={"snapshot": self._snapshots, "send": self._resets}, log=log)
         self.rotations, self.state, self.plans, self.paused, self.snapshots = rotations, state, plans, paused, snapshots
 
     def fold(self, rec: Reset, answers: Answers) -> bool:

@@ -58,7 +58,8 @@ class Rotations(OperationLoop[Rotation]):
     def __init__(self, store: RotationStore, state: DispatcherState, plans: PlanCache, files: RedisNodeFiles,
                  publish: Publish, now: Callable[[], datetime], owner: str, lease_ms: int = 15000,
                  kick: Callable[[str], None] | None = None, *, sign: Sign):
-        super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind=KIND, carriers={"send": self._send}, log=log)
+        super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind=KIND,
+                         carriers={"send": self._send}, log=log)
         self.state, self.plans, self.files = state, plans, files
 
     def fold(self, rec: Rotation, answers: Answers) -> bool:
