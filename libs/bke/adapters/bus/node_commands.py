@@ -1,18 +1,17 @@
-"""A service's node commands, sent through the dispatcher (bke.contracts.node_commands): packed
-into as few `SendNodeCommands` messages as fit under the payload limit.
+"""A service's node commands, sent through the dispatcher (bke.contracts.node_commands): as few
+`SendNodeCommands` messages as fit under the payload limit, each checked by its model before it
+goes (a batch that is not one operation's unsigned commands of one cluster fails here, in the
+sender, naming the field).
 
-Why packed by hand: the commands are serialized once, as they are built, and their bodies are
-joined into the message's JSON (the form `SendNodeCommands.to_bytes` writes: camelCase, the
-commands as they are); at 5,000 nodes a batch is thousands of commands of a few KB each, and a
-model of the whole message would write each of them again.
+Why halved rather than measured: a batch (bke_upgrader.batches.SEND_CHUNK) fits in one message
+as a rule, so each command is written once; one that does not is cut in two until each part fits.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from bke.contracts.agent import AgentCommand
-from bke.contracts.node_commands import NODE_COMMANDS_SEND
+from bke.contracts.node_commands import NODE_COMMANDS_SEND, SendNodeCommands
 from bke.contracts.operation_ref import OperationRef
 
 __all__ = ["MESSAGE_BYTES", "NodeCommandsSender", "SendCommands", "packed"]
@@ -25,19 +24,15 @@ SendCommands = Callable[[OperationRef, Sequence[AgentCommand]], Awaitable[None]]
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 
 
-def packed(cluster: str, ref: OperationRef, bodies: Sequence[bytes], limit: int = MESSAGE_BYTES) -> Iterator[bytes]:
-    """The bodies of the SendNodeCommands messages that carry these command bodies, in order."""
-    head = b'{"cluster":' + json.dumps(cluster).encode() + b',"operation":' + ref.to_bytes() + b',"commands":['
-    part: list[bytes] = []
-    size = len(head) + 2
-    for body in bodies:
-        if part and size + len(body) + 1 > limit:
-            yield head + b",".join(part) + b"]}"
-            part, size = [], len(head) + 2
-        part.append(body)
-        size += len(body) + 1
-    if part:
-        yield head + b",".join(part) + b"]}"
+def packed(cluster: str, ref: OperationRef, commands: Sequence[AgentCommand], limit: int = MESSAGE_BYTES) -> Iterator[bytes]:
+    """The bodies of the SendNodeCommands messages that carry these commands, in order."""
+    body = SendNodeCommands(cluster=cluster, operation=ref, commands=list(commands)).to_bytes()
+    if len(body) <= limit or len(commands) == 1:
+        yield body
+        return
+    half = len(commands) // 2
+    yield from packed(cluster, ref, commands[:half], limit)
+    yield from packed(cluster, ref, commands[half:], limit)
 
 
 class NodeCommandsSender:
@@ -50,5 +45,5 @@ class NodeCommandsSender:
         if not commands:
             return
         cluster = commands[0].cluster
-        for body in packed(cluster, ref, [c.to_bytes() for c in commands], self.limit):
+        for body in packed(cluster, ref, commands, self.limit):
             await self.publish(body, NODE_COMMANDS_SEND, {})
