@@ -118,7 +118,7 @@ async def test_the_dispatcher_sends_an_upgrade_s_answer_on_to_the_upgrader() -> 
                                                                                step="restore@x1@etcd-data"))):
         (out,) = await inputs.result(res)
         assert out.subject == NODE_COMMANDS_ANSWERED
-        assert out.message == NodeCommandAnswered(operation=want, result=res)
+        assert out.message == NodeCommandAnswered(operation=want, result=res) and out.live
     assert rotation.results == []
 
 

@@ -17,7 +17,6 @@ import asyncio
 
 from bke.adapters.bus.handler import typed
 from bke.contracts.agent import agent_subject
-from bke.contracts.base import schema_headers
 from bke.contracts.node_commands import NODE_COMMANDS_SEND, SendNodeCommands
 
 from .basics import Basics
@@ -30,13 +29,10 @@ SEND_YIELD_EVERY = 32  # commands signed between two turns of the event loop (a 
 
 
 def serve_node_commands(b: Basics, forgotten: Forgotten) -> None:
-    signing, svc = b.signing, b.svc
-
-    async def publish(body: bytes, subject: str, headers: dict[str, str]) -> None:
-        # straight on the service's connection: the same message as Service.publish (a core
-        # publish that the subject's stream keeps, de-duplicated by its Nats-Msg-Id), without the
-        # broker's per-message layers: about 0.3 ms a command in a profile of a 1,000-node upgrade
-        await svc.nc.publish(subject, body, headers=schema_headers(headers))
+    # straight on the service's connection (Service.notify): the same message as Service.publish
+    # (a core publish that the subject's stream keeps, de-duplicated by its Nats-Msg-Id), without
+    # the broker's per-message layers: about 0.3 ms a command in a profile of a 1,000-node upgrade
+    signing, publish = b.signing, b.svc.notify
 
     async def send(req: SendNodeCommands) -> None:
         if await forgotten(req.cluster):
