@@ -10,10 +10,14 @@ stored result (`replayed=True`) and runs nothing. Files that carry private keys 
 
 Subjects (hostnames may hold dots, which NATS reads as token separators, so a node's
 token is `node_token(hostname)`):
-    bke.v1.agent.<cluster>.<node>.command     dispatcher -> agent   (durable per agent)
-    bke.v1.agent.<cluster>.<node>.result      agent -> dispatcher
+    bke.v1.agent.<cluster>.<node>.command     dispatcher -> agent   (durable per agent; the
+                                                                   upgrader's go through it)
+    bke.v1.agent.<cluster>.<node>.result      agent -> dispatcher   (every answer, with the
+                                                                   command's operation echoed)
     bke.v1.agent.<cluster>.<node>.upgrader-result
-                                              agent -> upgrader     (the answers to its commands)
+                                              agent -> dispatcher   (deprecated: where agents of
+                                                                   the previous release answer
+                                                                   the upgrader's commands)
     bke.v1.agent.<cluster>.<node>.registered  agent -> dispatcher   (public keys, at start)
     bke.v1.agent.<cluster>.<node>.refused     agent -> dispatcher   (a command it would not run)
     bke.v1.heartbeat.<cluster>.<node>         agent -> dispatcher   (core NATS, not stored)
@@ -66,10 +70,9 @@ __all__ = [
 ]
 
 AGENT_PREFIX = "bke.v1.agent"
-# The subject kind of an answer to a command the upgrader issued (`issuer="upgrader"`: upgrades,
-# changed specs, etcd restores). Why apart from `result`: the dispatcher's consumer no longer
-# receives (and drops) them, 15,000 deliveries and acks in a 5,000-node upgrade. An agent whose
-# identity predates it answers on `result`, which the upgrader reads too (bke.adapters.auth.creds).
+# Deprecated, read until bke.v2: the subject kind where an agent of the previous release answers
+# a command the upgrader issued. Every answer now goes to `result`, and the dispatcher, which
+# hears both, routes it by the operation it echoes (bke.contracts.operation_ref).
 UPGRADER_RESULT = "upgrader-result"
 HEARTBEAT_PREFIX = "bke.v1.heartbeat"  # outside the agent stream: heartbeats are not kept
 OUTPUT_LIMIT = 4096  # bytes of stdout/stderr kept per step
