@@ -102,10 +102,12 @@ def wire_answers(b: Basics, loops: Loops, command_keys: CommandKeyCarrier, known
     floods = FloodWatch(svc.metrics, svc.name, b.publish, b.now)
     # every agent result comes here, whoever's operation it answers: results.py routes it by
     # that operation (the upgrader's go on to it). `upgrader-result` is where agents of the
-    # previous release answer the upgrader's commands (deprecated, read until bke.v2).
-    for kind, durable in (("result", "dispatcher-results"), (UPGRADER_RESULT, "dispatcher-upgrader-results")):
+    # previous release answer the upgrader's commands (deprecated, read until bke.v2); a node's
+    # outputs there are counted apart, as the upgrader counted them when it read them.
+    for kind, durable, watch in (("result", "dispatcher-results", floods),
+                                 (UPGRADER_RESULT, "dispatcher-upgrader-results", floods.apart())):
         svc.fast_subscriber(f"bke.v1.agent.*.*.{kind}", "BKE_AGENT_OUT", durable,
-                            floods.guard(kind, t(CommandResult, misaddressed.guard(kind, answers.on_result))))
+                            watch.guard(kind, t(CommandResult, misaddressed.guard(kind, answers.on_result))))
     # registrations go to the certs service only: the dispatcher learns a node's agent from
     # `certs.sealed` (the provisioned key), never from the agent's claim
     svc.fast_subscriber(AGENTS_ACCEPTED, "BKE_EVENTS", "dispatcher-agents-accepted", t(AgentAccepted, answers.agent_accepted))
