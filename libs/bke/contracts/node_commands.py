@@ -37,21 +37,24 @@ NODE_COMMANDS_ANSWERED = "bke.v1.node-commands.answered"
 
 class SendNodeCommands(Message):
     """Command: sign these commands and send each to its node's agent. Unsigned (no key id,
-    binding or signature: the dispatcher adds them); each is of `cluster` and of `operation`
-    (its own `operation` left out or the same). As many commands as fit in one message: a batch
-    of thousands comes as several."""
+    binding or signature: the dispatcher adds them), all of one cluster and of `operation` (its
+    own `operation` left out or the same). As many commands as fit in one message: a batch of
+    thousands comes as several."""
 
-    cluster: str = Field(min_length=1, max_length=63)
     operation: OperationRef
     commands: list[AgentCommand] = Field(min_length=1)
+
+    @property
+    def cluster(self) -> str:
+        return self.commands[0].cluster
 
     @model_validator(mode="after")
     def _one_operation(self) -> Self:
         if self.operation.kind not in UPGRADER_KINDS:
             raise ValueError(f"operation.kind: {self.operation.kind} is not an operation the upgrader runs")
         for i, cmd in enumerate(self.commands):
-            if cmd.cluster != self.cluster:
-                raise ValueError(f"commands[{i}].cluster: {cmd.cluster!r} is not {self.cluster!r}")
+            if cmd.cluster != self.commands[0].cluster:
+                raise ValueError(f"commands[{i}].cluster: {cmd.cluster!r} is not commands[0]'s {self.commands[0].cluster!r}")
             if cmd.operation not in (None, self.operation):
                 raise ValueError(f"commands[{i}].operation: not the batch's operation")
             if cmd.signature_b64 or cmd.key_id or cmd.agent_id is not None:

@@ -23,7 +23,7 @@ def _cmd(node: str, cluster: str = "c1", **extra: object) -> AgentCommand:
 def test_a_batch_is_packed_under_the_limit_in_order_and_reads_back_whole() -> None:
     cmds = [_cmd(f"n{i}") for i in range(50)]
     limit = 4 * len(cmds[0].to_bytes()) + 300
-    messages = list(packed("c1", REF, cmds, limit))
+    messages = list(packed(REF, cmds, limit))
     assert len(messages) > 1 and all(len(m) <= limit for m in messages)
     read = [SendNodeCommands.model_validate_json(m) for m in messages]
     assert all(r.cluster == "c1" and r.operation == REF for r in read)
@@ -32,7 +32,7 @@ def test_a_batch_is_packed_under_the_limit_in_order_and_reads_back_whole() -> No
 
 def test_a_command_larger_than_the_limit_goes_alone() -> None:
     cmds = [_cmd("n1"), _cmd("n2")]
-    assert [len(SendNodeCommands.model_validate_json(m).commands) for m in packed("c1", REF, cmds, 10)] == [1, 1]
+    assert [len(SendNodeCommands.model_validate_json(m).commands) for m in packed(REF, cmds, 10)] == [1, 1]
 
 
 async def test_the_sender_publishes_on_the_dispatchers_subject() -> None:
@@ -48,7 +48,7 @@ async def test_the_sender_publishes_on_the_dispatchers_subject() -> None:
 
 
 @pytest.mark.parametrize(("commands", "operation", "field"), [
-    ([_cmd("n1", cluster="c2")], REF, "commands[0].cluster"),
+    ([_cmd("n1"), _cmd("n2", cluster="c2")], REF, "commands[1].cluster"),
     ([_cmd("n1").model_copy(update={"signature_b64": "x"})], REF, "commands[0]: signed"),
     ([_cmd("n1").model_copy(update={"operation": OperationRef(kind=OperationKind.UPGRADE, id="r2")})], REF,
      "commands[0].operation"),
@@ -59,8 +59,8 @@ def test_a_batch_of_another_form_is_refused_naming_the_field(commands: list[Agen
                                                              field: str) -> None:
     # by the sender, before it goes, and by the dispatcher reading one that came all the same
     with pytest.raises(ValidationError, match=field.replace("[", r"\[").replace("]", r"\]")):
-        list(packed("c1", operation, commands))
-    body = (b'{"cluster":"c1","operation":' + operation.to_bytes() + b',"commands":['
+        list(packed(operation, commands))
+    body = (b'{"operation":' + operation.to_bytes() + b',"commands":['
             + b",".join(c.to_bytes() for c in commands) + b"]}")
     with pytest.raises(ValidationError, match=field.replace("[", r"\[").replace("]", r"\]")):
         SendNodeCommands.model_validate_json(body)

@@ -24,15 +24,15 @@ SendCommands = Callable[[OperationRef, Sequence[AgentCommand]], Awaitable[None]]
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 
 
-def packed(cluster: str, ref: OperationRef, commands: Sequence[AgentCommand], limit: int = MESSAGE_BYTES) -> Iterator[bytes]:
+def packed(ref: OperationRef, commands: Sequence[AgentCommand], limit: int = MESSAGE_BYTES) -> Iterator[bytes]:
     """The bodies of the SendNodeCommands messages that carry these commands, in order."""
-    body = SendNodeCommands(cluster=cluster, operation=ref, commands=list(commands)).to_bytes()
+    body = SendNodeCommands(operation=ref, commands=list(commands)).to_bytes()
     if len(body) <= limit or len(commands) == 1:
         yield body
         return
     half = len(commands) // 2
-    yield from packed(cluster, ref, commands[:half], limit)
-    yield from packed(cluster, ref, commands[half:], limit)
+    yield from packed(ref, commands[:half], limit)
+    yield from packed(ref, commands[half:], limit)
 
 
 class NodeCommandsSender:
@@ -44,6 +44,5 @@ class NodeCommandsSender:
     async def __call__(self, ref: OperationRef, commands: Sequence[AgentCommand]) -> None:
         if not commands:
             return
-        cluster = commands[0].cluster
-        for body in packed(cluster, ref, commands, self.limit):
+        for body in packed(ref, commands, self.limit):
             await self.publish(body, NODE_COMMANDS_SEND, {})
