@@ -43,7 +43,7 @@ UV = "uv==0.13.9"
 def _digest() -> str:
     h = hashlib.sha256()
     h.update(UV.encode())
-    for name in ("requirements.txt", "pyproject.toml"):
+    for name in ("requirements.txt", "requirements-lock.txt", "pyproject.toml"):
         h.update((ROOT / name).read_bytes())
     return h.hexdigest()
 

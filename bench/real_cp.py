@@ -17,10 +17,12 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bke.adapters.bus import EventWatch, put_blob
+from bke.adapters.runtime import RuntimeInfo
 from bke.adapters.bus.connect import connect_nats
 from bke.adapters.bus.streams import OBJECT_BUCKET
 from bke.contracts import INSTALL_CLUSTER, InstallCluster
@@ -30,7 +32,7 @@ from bke.lab.kwok_nodes import admin_client, register_nodes, wait_allowed, wait_
 from bke.lab.supervisor import LabSupervisor
 from bke.lab.key_files import lab_key_file
 from bke.lab.trust import ensure_lab_command_key
-from bke.core.plan import plan_spec_text
+from bke.core.plan import Plan, plan_spec_text
 from bke.adapters.provisioning import provision_agents
 from bke.core.secrets import load_secret_box
 from bke.core.secrets.signing import parse_public_line
@@ -39,10 +41,12 @@ from bke_agent.fleet import Fleet
 from bke_agent.settings import AgentSettings
 from bke_cli.status_client import get_status
 
-__all__ = ["KUBERNETES", "ETCD", "proc_cpu_s", "real_install", "row", "summary"]
+__all__ = ["KUBERNETES", "ETCD", "ETCD_35", "NEWER", "RealLab", "kwok_pid", "pod_pids", "proc_cpu_s", "real_install", "row", "summary"]
 
 KUBERNETES = next(b.version for b in BUILDS if b.name == "kubernetes")
 ETCD = next(b.version for b in BUILDS if b.name == "etcd" and b.version.startswith("3.6"))
+ETCD_35 = next(b.version for b in BUILDS if b.name == "etcd" and b.version.startswith("3.5"))  # to upgrade from
+NEWER = [b.version for b in BUILDS if b.name == "kubernetes"][-1]  # the newer built minor, to upgrade to
 BASE = 150  # 127.150.x.y: no other lab of the tests or benches uses it
 
 
@@ -67,11 +71,27 @@ def _proc(pid: int | None) -> dict[str, float]:
     return {"cpu_s": proc_cpu_s(pid), "peak_mib": hwm / 1024}
 
 
-def _children(pid: int) -> list[int]:
+def pod_pids(pods: Path) -> dict[str, int]:
+    """The pid of each real pod the lab's kubelet stand-in runs (its pods/<pod>.json)."""
+    out = {}
+    for f in pods.glob("*.json"):
+        try:
+            pid = json.loads(f.read_text()).get("pid")
+        except (OSError, ValueError):
+            continue
+        if isinstance(pid, int):
+            out[f.stem] = pid
+    return out
+
+
+def kwok_pid(sup: LabSupervisor, cluster: str) -> int | None:
+    """The kwok binary's pid: the child of the cluster's kwok runner (bke.lab.kwok), which starts
+    it again when it exits."""
+    runner = sup.pids().get("kwok", {}).get(cluster)
     try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
+        return int(Path(f"/proc/{runner}/task/{runner}/children").read_text().split()[0]) if runner else None
+    except (OSError, IndexError):
+        return None
 
 
 async def _phases(nc: Any, cluster: str) -> dict[str, float]:
@@ -83,16 +103,33 @@ async def _phases(nc: Any, cluster: str) -> dict[str, float]:
     return out
 
 
+@dataclass
+class RealLab:
+    """The installed lab, still running inside real_install's block (bench/real_upgrade.py goes on
+    from here)."""
+
+    sup: LabSupervisor
+    info: RuntimeInfo
+    nc: Any
+    js: Any
+    fleet: Fleet
+    cluster: str
+    plan: Plan
+    pods: Path  # the master's pods/<pod>.json (pod_pids)
+
+
 @asynccontextmanager
-async def real_install(nodes: int, workdir: Path, timeout_s: float = 3600.0) -> AsyncIterator[dict[str, Any]]:
-    """Install a cluster of `nodes` (one real master) and yield what was measured; the lab is up
-    inside the block (its admin.conf at result["admin_conf"]) and torn down after it."""
+async def real_install(nodes: int, workdir: Path, timeout_s: float = 3600.0, *, kubernetes: str = KUBERNETES,
+                       etcd: str = ETCD) -> AsyncIterator[dict[str, Any]]:
+    """Install a cluster of `nodes` (one real master) at built releases of Kubernetes and etcd and
+    yield what was measured; the lab is up inside the block (its admin.conf at
+    result["admin_conf"], its handles at result["lab"]) and torn down after it."""
     os.environ["BKE_DISPATCHER_HEALTH_INTERVAL_S"] = "0"
     sup = LabSupervisor(workdir, auth=False, control_plane="real")  # the fleet shares one connection
     info = sup.ensure_runtime()
     sup.ensure_services(info)
     cluster = f"real{nodes}"
-    text = synth_spec_text(nodes, name=cluster, masters=1, kubernetes=f"v{KUBERNETES}", etcd=f"v{ETCD}", base=BASE)
+    text = synth_spec_text(nodes, name=cluster, masters=1, kubernetes=f"v{kubernetes}", etcd=f"v{etcd}", base=BASE)
     plan = plan_spec_text(text.encode()).plan
     assert plan is not None
     workers = [(f"n{i}", lab_ip(i, BASE)) for i in range(1, nodes)]
@@ -116,7 +153,7 @@ async def real_install(nodes: int, workdir: Path, timeout_s: float = 3600.0) -> 
                 await wait_api(server, client, timeout_s)
                 await wait_allowed(server, client, "create", "nodes", timeout_s)
                 t = time.perf_counter()
-                created = await register_nodes(server, client, workers, f"v{KUBERNETES}")
+                created = await register_nodes(server, client, workers, f"v{kubernetes}")
                 return {"registered": created, "register_s": time.perf_counter() - t}
             finally:
                 await client.aclose()
@@ -137,22 +174,16 @@ async def real_install(nodes: int, workdir: Path, timeout_s: float = 3600.0) -> 
         reg = await asyncio.wait_for(registrar, 60)
         phases = await _phases(nc, cluster)
         pods = sup.workdir / "hosts" / "n0" / "var/lib/bke-lab/pods"
-
-        def pid_of(pod: str) -> int | None:
-            try:
-                return json.loads((pods / f"{pod}.json").read_text()).get("pid")
-            except (OSError, ValueError):
-                return None
-
-        kwok_runner = sup.pids().get("kwok", {}).get(cluster)
+        pids = pod_pids(pods)
         yield {
             "status": done.data["status"], "reason": " ".join(x for x in (done.data.get("phase") or "", done.data.get("message") or "") if x), "nodes": nodes, "total": total,
             "setup": setup, **reg, "phases": phases,
             "labels_health_s": phases.get("node-labels", 0.0) + phases.get("health", 0.0),
-            "apiserver": _proc(pid_of("kube-apiserver")),
-            "etcd": _proc(pid_of(next((p.stem for p in pods.glob("etcd*.json")), "etcd"))),
-            "kwok": _proc(next(iter(_children(kwok_runner)), None) if kwok_runner else None),
+            "apiserver": _proc(pids.get("kube-apiserver")),
+            "etcd": _proc(next((pid for name, pid in sorted(pids.items()) if name.startswith("etcd")), None)),
+            "kwok": _proc(kwok_pid(sup, cluster)),
             "admin_conf": sup.workdir / "hosts" / "n0" / "etc/kubernetes/admin.conf",
+            "lab": RealLab(sup, info, nc, js, fleet, cluster, plan, pods),
         }
     finally:
         if registrar is not None and not registrar.done():

@@ -47,6 +47,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("install", "Install", "install.py", "bench/install.py"),
     Bench("install-real", "Install against a real control plane", "real_cp.py", "bench/install.py --control-plane real"),
     Bench("upgrade", "Upgrade", "upgrade.py", "bench/upgrade.py"),
+    Bench("upgrade-real", "Upgrade against a real control plane", "real_upgrade.py", "bench/upgrade.py --control-plane real"),
     Bench("faults", "Install under faults", "faults.py", "bench/faults.py"),
     Bench("soak", "Soak", "soak.py", "bench/soak.py"),
     Bench("certs", "Certificates", "certs.py", "bench/certs.py"),
@@ -172,7 +173,8 @@ def _all_runs() -> tuple[list[list[str]], list[list[str]]]:
 def _every_bench() -> str:
     full, quick = _all_runs()
     in_all = {Path(r[0]).stem for r in full}
-    others = [b for b in BENCHES if Path(b.script).stem not in in_all and b.script != "real_cp.py"]
+    others = [b for b in BENCHES if Path(b.script).stem not in in_all and "--control-plane" not in b.command]
+    real = [b.command for b in BENCHES if "--control-plane" in b.command]
     lines = ["## The main benchmarks in one command", "",
              _paragraph(f"`python3 dev.py bench` runs `bench/all.py`, which runs {len(full)} of the benches one "
                         "after another and exits with the worst exit code:"), "",
@@ -181,7 +183,7 @@ def _every_bench() -> str:
                         + "; ".join(f"`{' '.join(r)}`" for r in quick) + "). `python3 dev.py bench --json "
                         "bench/results` has each write its record to `bench/results/<name>.json`. "
                         "The others run on their own: " + ", ".join(f"`{b.command}`" for b in others)
-                        + " and `bench/install.py --control-plane real`."), ""]
+                        + ", " + " and ".join(f"`{c}`" for c in real) + "."), ""]
     return "\n".join(lines)
 
 

@@ -33,8 +33,11 @@ run_upgrade): the collector's full passes over 5,000 agents' objects are the cos
 fleet into one process, not of a delivery.
 
 The AgentsAlive check reads the dispatcher's heartbeat record: the fleet runs without periodic
-heartbeats (5,000 timers), so each agent sends one after the install, as a live agent would
-have, and the upgrade is asked for once the dispatcher has recorded them all.
+heartbeats, so each agent sends one before the request (bench/upgrade_events.py).
+
+With `--control-plane real` (bench/real_upgrade.py): one real master at the older built minor and
+N-1 kwok nodes, upgraded to the newer one; it prints the upgrade, its steps and drains, the
+apiserver's and etcd's CPU seconds, and this script's null-fleet figure for the same N.
 """
 from __future__ import annotations
 
@@ -52,24 +55,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from install import InstalledLab, counters_delta, installed_lab, nats_counters, proc_cpu_s, run_floor  # noqa: E402  (bench/install.py)
+from install import counters_delta, installed_lab, nats_counters, proc_cpu_s, run_floor  # noqa: E402  (bench/install.py)
+from real_cp import ETCD, NEWER  # noqa: E402  (bench/real_cp.py)
+from real_upgrade import real_row, run_real_upgrade  # noqa: E402  (bench/real_upgrade.py)
 from record import add_json_option, save  # noqa: E402  (bench/record.py)
+from upgrade_events import (TimedWatch, follow_upgrade, heartbeats, instrument_services, upgrade_figures,  # noqa: E402
+                            upgrade_subjects)
 
-from bke.adapters.bus import EventWatch  # noqa: E402
-from bke.contracts.agent import AgentHeartbeat, agent_subject  # noqa: E402
-from bke.contracts.upgrade import (  # noqa: E402
-    UPGRADE_ACCEPTED,
-    UPGRADE_CLUSTER,
-    UPGRADE_REJECTED,
-    UpgradeCluster,
-    upgrade_subject,
-)
-from bke.adapters.state.client import redis_client  # noqa: E402
-from bke.adapters.state.keys.dispatcher import heartbeat_key  # noqa: E402
-from bke.core.upgrade.run import LOCAL_STEPS  # noqa: E402
+from bke.contracts.upgrade import UpgradeCluster  # noqa: E402
 
 ANSWER_TIMEOUT_S = 600.0  # the request's checks render nothing; a 5,000-node plan loads in seconds
 UPGRADE_TIMEOUT_S = 1800.0
+NULL_TO, NULL_ETCD = "1.34.1", "3.5.2"  # from the install's 1.33.2 and 3.5.1 (bench/install.py)
 
 
 def _proc_status(pid: int) -> dict[str, str]:
@@ -86,36 +83,6 @@ def _peak_rss_mb(pid: int) -> float:
 _cpu_s = proc_cpu_s
 
 
-async def _heartbeats(lab: InstalledLab, timeout: float = 120.0) -> None:
-    """One heartbeat per agent, then poll (with a deadline) until the dispatcher recorded all."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
-    for node, loop in lab.fleet.loops.items():
-        hb = AgentHeartbeat(cluster=lab.cluster, node=node, agent_id=loop.identity.agent_id, at=now)
-        await lab.nc.publish(agent_subject(lab.cluster, node, "heartbeat"), hb.to_bytes())
-    await lab.nc.flush()
-    redis = redis_client(lab.info.redis_url)  # the lab's admin user
-    try:
-        deadline = time.monotonic() + timeout
-        while await redis.hlen(heartbeat_key(lab.cluster)) < len(lab.fleet.loops):
-            if time.monotonic() > deadline:
-                raise TimeoutError("the dispatcher did not record every heartbeat")
-            await asyncio.sleep(0.05)  # polling under a deadline
-    finally:
-        await redis.aclose()
-
-
-class _TimedWatch(EventWatch):
-    """An EventWatch that also notes when each event arrived (perf_counter)."""
-
-    def __init__(self, nc, subjects: list[str]):  # type: ignore[no-untyped-def]
-        super().__init__(nc, subjects)
-        self.times: list[float] = []
-
-    async def _on_msg(self, msg) -> None:  # type: ignore[no-untyped-def]
-        self.times.append(time.perf_counter())
-        await super()._on_msg(msg)
-
-
 def _render_line(log: Path) -> str:
     """The upgrader's own account of its render process (bke_upgrader.renders), if it logged one."""
     try:
@@ -125,24 +92,6 @@ def _render_line(log: Path) -> str:
     if not lines:
         return "-"
     return str(json.loads(lines[-1]).get("msg", "-")).removeprefix("both renders done in a child process: ")
-
-
-def _step_times(arrived: list, subject: str) -> str:  # type: ignore[type-arg]
-    """Seconds each step took, from the first event that shows it started (or the previous
-    step's end) to the first that shows it Succeeded, per UpgradeChanged arrival times."""
-    ends: dict[str, float] = {}
-    for at, e in arrived:
-        if e.subject != subject:
-            continue
-        for st in e.data["upgrade"]["steps"]:
-            key = st["name"] + ("/" + st["group"] if st["group"] else "")
-            if st["status"] == "Succeeded" and key not in ends:
-                ends[key] = at
-    out, last = [], 0.0
-    for key, at in sorted(ends.items(), key=lambda kv: kv[1]):
-        out.append(f"{key} {at - last:.1f}")
-        last = at
-    return ", ".join(out)
 
 
 class _GcTimer:
@@ -175,11 +124,8 @@ def _profile_services(out: Path | None, gc_only: bool, services: tuple[str, ...]
     if out is None:
         return
     out.mkdir(parents=True, exist_ok=True)
-    here = str(Path(__file__).resolve().parent / "profiling")
-    os.environ["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
-    os.environ["BKE_BENCH_PROFILE_DIR"] = str(out)
-    os.environ["BKE_BENCH_PROFILE"] = ",".join(f"bke-{s}" for s in services)
-    os.environ["BKE_BENCH_PROFILE_MODE"] = "gc" if gc_only else "cprofile"
+    instrument_services({"BKE_BENCH_PROFILE_DIR": str(out), "BKE_BENCH_PROFILE": ",".join(f"bke-{s}" for s in services),
+                         "BKE_BENCH_PROFILE_MODE": "gc" if gc_only else "cprofile"})
 
 
 async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavailable: str,
@@ -189,7 +135,7 @@ async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavail
     async with installed_lab(nodes, workdir) as lab:
         if lab.result["status"] != "Succeeded":
             return {"status": f"install {lab.result['status']}", "install": lab.result}
-        await _heartbeats(lab)
+        await heartbeats(lab)
         # The fleet is 5,000 agents in one process: ~900,000 objects (loops, subscriptions,
         # journals) that a real agent, a process of its own, never has. Python's full collections
         # walk them all: 5 of them took 5.6 of the fleet's 26 CPU seconds (--profile --gc-only).
@@ -206,27 +152,16 @@ async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavail
         nats0 = nats_counters(lab.info.nats_monitor_url)
         req = UpgradeCluster(request_id=f"up-{lab.cluster}", cluster=lab.cluster, kubernetes_version=to,
                              etcd_version=etcd, max_unavailable=max_unavailable, origin="bus")
-        subjects = [UPGRADE_ACCEPTED, UPGRADE_REJECTED, upgrade_subject(lab.cluster)]
         prof = cProfile.Profile() if profile is not None else None
         gc_timer: _GcTimer | None = None
-        async with _TimedWatch(lab.nc, subjects) as watch:
-            watch_times = watch.times
+        async with TimedWatch(lab.nc, upgrade_subjects(lab.cluster)) as watch:
             if prof is not None:
                 for name in profiled:
                     os.kill(lab.sup.pids()["services"][name], signal.SIGUSR2)
                 gc_timer = _GcTimer()
                 if not gc_only:
                     prof.enable()
-            t0 = time.perf_counter()
-            await lab.js.publish(UPGRADE_CLUSTER, req.to_bytes())
-            answer = await watch.wait_for(lambda e: e.subject != subjects[2] and e.data.get("requestId") == req.request_id,
-                                          timeout=ANSWER_TIMEOUT_S)
-            t1 = time.perf_counter()
-            if answer.subject == UPGRADE_REJECTED:
-                return {"status": f"rejected: {answer.data.get('message')}", "install": lab.result}
-            end = await watch.wait_for(
-                lambda e: e.subject == subjects[2] and e.data["upgrade"]["status"] != "Running", timeout=UPGRADE_TIMEOUT_S)
-            t2 = time.perf_counter()
+            followed = await follow_upgrade(watch, lab.js, req, ANSWER_TIMEOUT_S, UPGRADE_TIMEOUT_S)
             if prof is not None and profile is not None:
                 prof.disable()
                 if not gc_only:
@@ -235,22 +170,14 @@ async def run_upgrade(nodes: int, workdir: Path, to: str, etcd: str, max_unavail
                     gc_timer.stop(profile / f"fleet-{nodes}.gc")
                 for name in profiled:
                     os.kill(lab.sup.pids()["services"][name], signal.SIGUSR1)
-        view = end.data["upgrade"]
-        arrived = [(at - t0, e) for at, e in zip(watch_times, watch.seen)]
-        steps = answer.data["steps"]
-        commands = sum(s["total"] for s in steps if s["name"] not in LOCAL_STEPS)
+        up = upgrade_figures(followed)
+        if followed.end is None:
+            return {**up, "install": lab.result}
         return {
-            "status": view["status"] if view["status"] == "Succeeded" else f"{view['status']}: {view['message']}",
+            **up,
             "install": lab.result,
-            "accepted": t1 - t0,
-            "total": t2 - t0,
-            "commands": commands,
             "executed": lab.fleet.executed - before[0],
             "replayed": lab.fleet.replayed - before[1],
-            "batches": sum(s["batches"] for s in steps),
-            "steps": ", ".join(f"{s['name']}{'/' + s['group'] if s['group'] else ''} {s['total']}/{s['batches']}"
-                               for s in steps if s["name"] not in LOCAL_STEPS),
-            "step_times": _step_times(arrived, subjects[2]),
             "rss_mb": _peak_rss_mb(upgrader),
             "cpu_s": _cpu_s(upgrader) - cpu0,
             "fleet_cpu_s": time.process_time() - fleet0,
@@ -308,11 +235,42 @@ async def main(sizes: list[int], to: str, etcd: str, max_unavailable: str, profi
     return 0 if ok else 1
 
 
+async def main_real(sizes: list[int], to: str | None, etcd: str | None, max_unavailable: str,
+                    json_path: Path | None = None) -> int:
+    """`--control-plane real` (bench/real_upgrade.py): the upgrade on one real control plane and
+    kwok nodes, then this script's own null-fleet upgrade at the same size."""
+    ok = True
+    rows: list[dict[str, str]] = []
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix=f"bke-bench-upgrade-real-{n}-") as d:
+            up = await run_real_upgrade(n, Path(d) / "lab", to or NEWER, etcd or ETCD, max_unavailable)
+        os.sync()
+        null = None
+        if up["status"] == "Succeeded":
+            with tempfile.TemporaryDirectory(prefix=f"bke-bench-upgrade-{n}-") as d:
+                try:
+                    null = await run_upgrade(n, Path(d) / "lab", NULL_TO, NULL_ETCD, max_unavailable)
+                finally:
+                    gc.unfreeze()  # frozen by run_upgrade
+            os.sync()
+        row = real_row(up, null)
+        print(f"N={row.pop('N'):>6}  real control plane: " + "; ".join(f"{k} {row.pop(k)}" for k in
+              ("upgrade", "status", "null fleet (same N)", "apiserver", "etcd") if k in row), flush=True)
+        for k, v in row.items():
+            print(f"         {k}: {v}", flush=True)
+        rows.append(real_row(up, null))
+        ok = ok and up["status"] == "Succeeded"
+    save(json_path, "upgrade-real", rows)
+    return 0 if ok else 1
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
-    ap.add_argument("--to", default="1.34.1", help="the target Kubernetes version")
-    ap.add_argument("--etcd-version", default="3.5.2")
+    ap.add_argument("--control-plane", choices=("simulated", "real"), default="simulated",
+                    help="real: one real control plane and kwok nodes (bench/real_upgrade.py; python3 dev.py kube first)")
+    ap.add_argument("--to", default=None, help=f"the target Kubernetes version ({NULL_TO}; real: {NEWER})")
+    ap.add_argument("--etcd-version", default=None, help=f"the target etcd ({NULL_ETCD}; real: {ETCD})")
     ap.add_argument("--max-unavailable", default="10%")
     ap.add_argument("--profile", type=Path, default=None,
                     help="write cProfile stats of the upgrade to DIR: this process (the fleet) and the "
@@ -325,5 +283,7 @@ if __name__ == "__main__":
                          "certs, planner, renderer)")
     add_json_option(ap)
     a = ap.parse_args()
-    sys.exit(asyncio.run(main(a.nodes, a.to, a.etcd_version, a.max_unavailable, a.profile, a.gc_only,
-                              tuple(a.profile_services.split(",")), a.json)))
+    if a.control_plane == "real":
+        sys.exit(asyncio.run(main_real(a.nodes, a.to, a.etcd_version, a.max_unavailable, a.json)))
+    sys.exit(asyncio.run(main(a.nodes, a.to or NULL_TO, a.etcd_version or NULL_ETCD, a.max_unavailable, a.profile,
+                              a.gc_only, tuple(a.profile_services.split(",")), a.json)))

@@ -35,7 +35,7 @@ SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 # modules that run real Kubernetes control planes: one after another, on one worker
 REAL_CONTROL_PLANE = ("tests/e2e/test_lab_real_control_plane.py", "tests/e2e/test_lab_real_scale.py")
 # heaviest first, so that the long scenarios start early and short unit modules fill the tail
-TIER_ORDER = ("e2e", "faults", "integration", "badinput", "deploy", "security", "contract", "unit")
+TIER_ORDER = ("e2e", "faults", "integration", "memory", "badinput", "deploy", "security", "contract", "unit")
 
 
 def _loopback_up() -> None:

@@ -14,7 +14,13 @@ files tests use to break things on purpose. Everything is under the node's root:
                                               500 on its health endpoints (read when the pod
                                               starts; `write_fault` adds an entry). An upgrade
                                               test breaks ONE version so the rollback to the
-                                              previous one comes back healthy
+                                              previous one comes back healthy.
+                                              {"refuses": [{"component": ..., "version": ...,
+                                              "arg": "--storage-backend=etcd2"}]}: a REAL pod
+                                              of that component and version is started with
+                                              `arg` appended (default: an unknown flag), so the
+                                              binary refuses to start and exits, as one given a
+                                              bad flag value does (`write_refusal`)
     <root>/var/lib/bke-lab/fail-step/<id>     control: while it exists, the step with this id
                                               fails with the file's text as stderr (use
                                               `fail_step_file`: ids hold ':' and '/')
@@ -34,9 +40,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["LAB_DIR", "LabLayout", "image_version", "write_fault"]
+__all__ = ["LAB_DIR", "REFUSED_ARG", "LabLayout", "image_version", "write_fault", "write_refusal"]
 
 LAB_DIR = "var/lib/bke-lab"
+# what a real component is started with when faults.json says it refuses to start: no binary of
+# Kubernetes or etcd has this flag, so each exits saying so (cobra: "Error: unknown flag: ...")
+REFUSED_ARG = "--bke-lab-refused-on-purpose"
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,19 @@ class LabLayout:
         entries = doc.get("unhealthy", []) if isinstance(doc, dict) else []
         return {str(e.get("version")) for e in entries if isinstance(e, dict) and e.get("component") == component}
 
+    def refused_arg(self, component: str, version: str) -> str | None:
+        """The argument faults.json has a real `component` at `version` started with so that it
+        refuses to start (None: no such fault)."""
+        try:
+            doc = json.loads(self.faults_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        entries = doc.get("refuses", []) if isinstance(doc, dict) else []
+        for e in entries:
+            if isinstance(e, dict) and e.get("component") == component and str(e.get("version")) == version:
+                return str(e.get("arg") or REFUSED_ARG)
+        return None
+
     def fail_step_file(self, step_id: str) -> Path:
         return self.lab / "fail-step" / quote(step_id, safe="-_.@")
 
@@ -127,14 +149,24 @@ def image_version(image: str) -> str:
 def write_fault(root: Path, component: str, version: str) -> Path:
     """Make `component` at `version` (its image tag) unhealthy on the lab node under `root`;
     idempotent. Pods read the file when they start: add the fault before the upgrade."""
+    return _add_fault(root, "unhealthy", {"component": component, "version": version})
+
+
+def write_refusal(root: Path, component: str, version: str, arg: str = "") -> Path:
+    """Make a real `component` at `version` refuse to start on the lab node under `root`: it
+    is started with `arg` appended (default `REFUSED_ARG`); idempotent. Read when a pod starts.
+    Lab only: nothing outside the lab's node trees reads faults.json, and no spec reaches it."""
+    return _add_fault(root, "refuses", {"component": component, "version": version, **({"arg": arg} if arg else {})})
+
+
+def _add_fault(root: Path, kind: str, entry: dict[str, str]) -> Path:
     layout = LabLayout(root)
     layout.lab.mkdir(parents=True, exist_ok=True)
     try:
         doc = json.loads(layout.faults_file.read_text())
     except (FileNotFoundError, ValueError):
         doc = {}
-    entries = doc.setdefault("unhealthy", [])
-    entry = {"component": component, "version": version}
+    entries = doc.setdefault(kind, [])
     if entry not in entries:
         entries.append(entry)
     tmp = layout.faults_file.with_suffix(".tmp")

@@ -1,4 +1,5 @@
-"""Bench-only: profile a lab service process (bench/upgrade.py --profile DIR [--gc-only]).
+"""Bench-only: profile a lab service process (bench/upgrade.py --profile DIR [--gc-only]), or
+time the upgrader's drains (bench/real_upgrade.py; the end of this file).
 
 Why a sitecustomize: the services are started by the lab supervisor as their own console
 scripts; putting this directory on PYTHONPATH with BKE_BENCH_PROFILE_DIR set profiles the
@@ -54,3 +55,31 @@ if _dir and _me and _me in _names:
 
     signal.signal(signal.SIGUSR2, _restart)
     signal.signal(signal.SIGUSR1, _dump)
+
+# Bench-only: bench/real_upgrade.py's drain times. With BKE_BENCH_DRAIN_LOG=PATH, the upgrader
+# (bke-upgrader) appends a line to PATH per call of its drainer through the cluster's API
+# (bke.adapters.drain.KubernetesDrainer: a batch cordoned and drained, or uncordoned): what it
+# did, how many nodes, the first of them, and the seconds the call took. No code in the service.
+_drain_log = os.environ.get("BKE_BENCH_DRAIN_LOG")
+if _drain_log and _me == "bke-upgrader":
+    import functools
+    import json
+    import time as _time
+
+    from bke.adapters.drain import KubernetesDrainer
+
+    def _timed(what, fn):
+        @functools.wraps(fn)
+        async def wrapper(self, plan, hosts, *args, **kw):
+            t0 = _time.monotonic()
+            try:
+                return await fn(self, plan, hosts, *args, **kw)
+            finally:
+                line = {"what": what, "nodes": len(hosts), "first": hosts[0] if hosts else "",
+                        "s": round(_time.monotonic() - t0, 3), "at": _time.time()}
+                with open(_drain_log, "a") as f:
+                    f.write(json.dumps(line) + "\n")
+        return wrapper
+
+    KubernetesDrainer.cordon_and_drain = _timed("drain", KubernetesDrainer.cordon_and_drain)
+    KubernetesDrainer.uncordon = _timed("uncordon", KubernetesDrainer.uncordon)

@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 
 from bke.lab.http_repo import with_http_repo
+from bke.lab.netns import LabNetworkError, in_lab_range, plan_lab_network
+from bke.lab.netns_ops import netns_unavailable, port_free_or_namespaced
 from bke.lab.preflight import claim_lab
 from bke.lab.replicas import ensure_replicas, replica_count
 from bke.lab.supervisor import CONTROL_PLANE_FILE, LabSupervisor
@@ -52,12 +54,16 @@ def real_binaries_problems(kubernetes: str, etcd: str, kubernetes_field: str = _
 def lab_problems(plan: Plan, control_plane: str = "simulated") -> list[str]:
     """What a lab cannot do for this spec, said plainly (field path first)."""
     out = []
+    netns = control_plane == "real" and any(in_lab_range(n.ip) for n in plan.nodes)
     for i, n in enumerate(plan.nodes):
-        if not ipaddress.ip_address(n.ip).is_loopback:
-            out.append(f"nodes[{i}].spec.ip: {n.ip} is not a loopback address; lab nodes are 127.x.y.z addresses on this machine")
+        if not ipaddress.ip_address(n.ip).is_loopback and not netns:
+            out.append(f"nodes[{i}].spec.ip: {n.ip} is not a loopback address; lab nodes are 127.x.y.z addresses on this "
+                       "machine (or 198.18.0.0/15 ones with --control-plane real: network namespaces)")
+    if netns:
+        out += _netns_problems(plan)
     if control_plane == "real":
         host, _, port = plan.control_plane_endpoint.rpartition(":")
-        if not port_is_free(host.strip("[]"), int(port)):
+        if not netns and not port_is_free(host.strip("[]"), int(port)):
             # another lab's haproxy would share it (SO_REUSEPORT) and answer for this cluster
             out.append(f"cluster.spec.controlPlaneEndpoint: {plan.control_plane_endpoint} is already served on this "
                        "machine (another lab?); `bke lab down` it or choose another address")
@@ -72,6 +78,17 @@ def lab_problems(plan: Plan, control_plane: str = "simulated") -> list[str]:
             f"etcd on PyPI) but the spec asks for {plan.etcd_version}; use etcdVersion: v{LAB_ETCD} for a lab install"
         )
     return out
+
+
+def _netns_problems(plan: Plan) -> list[str]:
+    """A lab on 198.18.0.0/15 puts its control plane in network namespaces (bke.lab.netns)."""
+    try:
+        plan_lab_network(plan, Path("."))
+    except LabNetworkError as exc:
+        return [str(exc)]
+    why = netns_unavailable()
+    return [f"nodes: 198.18.0.0/15 addresses put the control plane in network namespaces, which this host does not "
+            f"allow ({why}); use 127.x addresses"] if why else []
 
 
 @lab.command("install")
@@ -147,7 +164,7 @@ def _lab_plan_or_exit(spec: Path, workdir: Path, http_repo: str | None, control_
     plan = _plan_or_exit(text, spec)
     problems = lab_problems(plan, control_plane)
     # addresses, ports and hostnames must be this lab's own, checked (and claimed) before anything starts
-    problems = problems or claim_lab(workdir, plan)
+    problems = problems or claim_lab(workdir, plan, port_free=port_free_or_namespaced)
     if problems:
         error_lines(problems)
         raise typer.Exit(EXIT_INVALID)

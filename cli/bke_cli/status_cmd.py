@@ -94,9 +94,9 @@ def status(
             table.add_row(n.hostname, n.status, n.phase or "", n.step or "", health)
         console.print(table)
     if doc.addons:  # in the order the addons phase applied them
-        table = Table("addon", "version", "status")
+        table = Table("addon", "version", "status", "pruned")  # pruned: what its new version no longer has
         for name, a in doc.addons.items():
-            table.add_row(name, str(a.get("version", "")), str(a.get("status", "")))
+            table.add_row(name, str(a.get("version", "")), str(a.get("status", "")), ", ".join(a.get("pruned", [])))
         console.print(table)
     if doc.rotation is not None:
         r = doc.rotation

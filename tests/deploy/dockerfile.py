@@ -3,6 +3,7 @@ Docker engine runs on the development machines."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,3 +78,27 @@ def env_of(stage: Stage) -> dict[str, str]:
             key, _, value = pair.partition("=")
             env[key] = value
     return env
+
+
+# Instructions Docker runs later, in the container: a build argument is not expanded in them.
+_RUN_TIME = frozenset({"ENTRYPOINT", "CMD", "HEALTHCHECK"})
+
+
+def with_build_args(stage: Stage, args: dict[str, str]) -> Stage:
+    """The stage as `docker build --build-arg NAME=value ...` makes it: each declared ARG's
+    `$NAME`/`${NAME}` replaced by its value (or its default) wherever Docker expands it. Every
+    argument given must be declared, and every one declared must end with a value."""
+    declared = dict(arg.partition("=")[::2] for arg in stage.all("ARG"))
+    assert set(args) <= set(declared), f"not declared by ARG: {set(args) - set(declared)}"
+    values = {**declared, **args}
+    assert all(values.values()), f"build arguments without a value: {[n for n, v in values.items() if not v]}"
+
+    def expand(match: re.Match[str]) -> str:
+        return values.get(match.group(1) or match.group(2), match.group(0))
+
+    built = Stage(stage.base, stage.name)
+    for ins, text in stage.instructions:
+        if ins not in _RUN_TIME:
+            text = re.sub(r"\$\{(\w+)\}|\$(\w+)", expand, text)
+        built.instructions.append((ins, text))
+    return built

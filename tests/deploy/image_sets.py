@@ -18,10 +18,14 @@ import grimp
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from bke.adapters.http.ports import DEFAULT_HTTP_PORTS
+
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "deploy" / "images"
 CONSTRAINTS = IMAGES / "constraints.txt"
 SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
+# The five service images are one Dockerfile built with each service's arguments.
+SERVICE_DOCKERFILE = IMAGES / "service" / "Dockerfile"
 # Top-level packages of BKE itself (pyproject's [tool.importlinter] root_packages).
 BKE_PACKAGES = ("bke", *(f"bke_{s}" for s in SERVICES), "bke_agent", "bke_cli")
 # Never in an image: test tools, lints, and servers shipped as Python packages.
@@ -34,16 +38,22 @@ EXCLUDED = frozenset(canonicalize_name(n) for n in (
 RUNTIME_ONLY = frozenset({"nkeys", "pynacl"})
 
 
+def service_build_args(service: str) -> dict[str, str]:
+    """What `docker build` (and docker-compose.yml's `build.args`) gives the shared Dockerfile."""
+    return {"SERVICE": service, "PORT": str(DEFAULT_HTTP_PORTS[service])}
+
+
 def image_requirements(component: str) -> Path:
     return ROOT / "requirements-agent.txt" if component == "agent" else IMAGES / component / "requirements.txt"
 
 
 def read_pins(path: Path) -> dict[str, Requirement]:
-    """name -> requirement, for every `name[extras]==version` line."""
+    """name -> requirement, for every `name[extras]==version` line (pip's options, such as
+    requirements.txt's `-c requirements-lock.txt`, are not requirements)."""
     out = {}
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
-        if line:
+        if line and not line.startswith("-"):
             req = Requirement(line)
             out[canonicalize_name(req.name)] = req
     return out

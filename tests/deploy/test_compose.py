@@ -24,6 +24,7 @@ from bke.adapters.runtime import redis_acl
 from bke.core.secrets.key_kinds import SERVICE_KEY_KINDS, key_file_env
 
 from .dockerfile import effective, env_of, read_stages
+from .image_sets import SERVICE_DOCKERFILE, service_build_args
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -58,7 +59,8 @@ def test_every_service_runs_from_its_own_image_and_scales() -> None:
     services = _compose()["services"]
     for name in SERVICES:
         spec = services[name]
-        assert spec["build"]["dockerfile"] == f"deploy/images/{name}/Dockerfile"
+        assert spec["build"]["dockerfile"] == str(SERVICE_DOCKERFILE.relative_to(ROOT))
+        assert spec["build"]["args"] == service_build_args(name), name
         # `docker compose up --scale NAME=N` refuses a fixed container name and a fixed host port
         assert "container_name" not in spec and "ports" not in spec, name
         assert spec["environment"]["BKE_HTTP_HOST"] == "0.0.0.0"
@@ -128,7 +130,7 @@ def test_compose_starts_each_service_and_agent_as_the_lab_does(
     for name in SERVICES:
         argv, lab_env = lab_starts[name]
         spec = compose[name]
-        # compose gives no command: the image's ENTRYPOINT, bke-<name> (tests/deploy/test_images.py)
+        # compose gives no command: the image's ENTRYPOINT starts bke-<name> (tests/deploy/test_images.py)
         assert "command" not in spec and argv == [f"bke-{name}"], (name, argv)
         from_files = set()
         for env_file in spec.get("env_file", []):

@@ -1,23 +1,27 @@
 """Each image under deploy/images/, checked without a Docker engine (none runs on the development
 machines): a pinned base, a non-root user, only its component's dependencies (no test tools, no
-server binaries) at the tested versions, a health check, and an entry point that is one of
-pyproject's console scripts whose module imports here. Building and running the images was not
-done; README says so."""
+server binaries) at the tested versions, a health check, and an entry point that starts one of
+pyproject's console scripts whose module imports here. The five service images are the shared
+Dockerfile read with each service's build arguments, so each is checked as its own image.
+Building and running the images was not done; README says so."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 from packaging.utils import canonicalize_name
 
 from bke.adapters.http.ports import DEFAULT_HTTP_PORTS
 
-from .dockerfile import Stage, effective, env_of, exec_form, read_stages
-from .image_sets import (CONSTRAINTS, EXCLUDED, IMAGES, ROOT, RUNTIME_ONLY, SERVICES, closure, image_requirements,
-                         image_sets, imported_distributions, pinned_version, read_pins, render_constraints)
+from .dockerfile import Stage, effective, env_of, exec_form, read_stages, with_build_args
+from .image_sets import (CONSTRAINTS, EXCLUDED, IMAGES, ROOT, RUNTIME_ONLY, SERVICE_DOCKERFILE, SERVICES, closure,
+                         image_requirements, image_sets, imported_distributions, pinned_version, read_pins,
+                         render_constraints, service_build_args)
 
 COMPONENTS = (*SERVICES, "agent")
 # The HTTP port each service listens on by default; the image sets the same BKE_HTTP_PORT.
@@ -30,16 +34,37 @@ SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scrip
 
 
 def _image(component: str, target: str | None = None) -> tuple[list[Stage], Stage]:
-    stages = read_stages(IMAGES / component / "Dockerfile")
-    return stages, effective(stages, target)
+    if component == "agent":
+        stages = read_stages(IMAGES / "agent" / "Dockerfile")
+        return stages, effective(stages, target)
+    stages = read_stages(SERVICE_DOCKERFILE)
+    return stages, with_build_args(effective(stages, target), service_build_args(component))
 
 
 TARGETS = [(c, None) for c in COMPONENTS] + [("agent", "lab-agent")]
 
 
-def test_one_dockerfile_per_component_and_no_shared_one() -> None:
-    assert sorted(p.parent.name for p in IMAGES.glob("*/Dockerfile")) == sorted(COMPONENTS)
+def test_the_services_share_one_dockerfile_and_the_agent_has_its_own() -> None:
+    assert sorted(p.parent.name for p in IMAGES.glob("*/Dockerfile")) == ["agent", SERVICE_DOCKERFILE.parent.name]
+    assert sorted(p.parent.name for p in IMAGES.glob("*/requirements.txt")) == sorted(SERVICES)
     assert not (ROOT / "deploy" / "Dockerfile").exists()
+
+
+def _started_by(entry: list[str], env: dict[str, str], bin_dir: Path) -> list[str]:
+    """What the entry point starts, run here with a stub of every console script on PATH: the
+    stub's argv, its own name first. It must replace the process it was started as (exec), so
+    that in a container the service is PID 1 and gets the signals."""
+    for script in SCRIPTS:
+        stub = bin_dir / script
+        stub.write_text('#!/bin/sh\necho "$$"\nbasename "$0"\nprintf \'%s\\n\' "$@"\n')
+        stub.chmod(0o755)
+    path = f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    proc = subprocess.Popen([*entry, "--given"], env={**env, "PATH": path}, stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    pid, *argv = out.splitlines()
+    assert int(pid) == proc.pid, "the entry point runs the script as a child, not in its place"
+    return argv
 
 
 @pytest.mark.parametrize(("component", "target"), TARGETS)
@@ -100,16 +125,16 @@ def test_constraints_are_the_tested_versions() -> None:
 
 
 @pytest.mark.parametrize(("component", "target"), TARGETS)
-def test_health_check_and_entry_point(component: str, target: str | None) -> None:
+def test_health_check_and_entry_point(component: str, target: str | None, tmp_path: Path) -> None:
     _, image = _image(component, target)
     health = image.last("HEALTHCHECK")
     assert health is not None
     probe = exec_form(health.split(" CMD ", 1)[1])
     assert probe[:2] == ["python", "/usr/local/bin/bke-healthcheck"]
     assert "deploy/images/healthcheck.py /usr/local/bin/bke-healthcheck" in image.all("COPY")
-    entry = exec_form(image.last("ENTRYPOINT") or "null")
-    assert entry == [f"bke-{component}"] and entry[0] in SCRIPTS
     env = env_of(image)
+    started = _started_by(exec_form(image.last("ENTRYPOINT") or "null"), env, tmp_path)
+    assert started == [f"bke-{component}", "--given"] and started[0] in SCRIPTS
     if component == "agent":
         assert probe[2:] == ["lock", f"{env['BKE_AGENT_STATE_DIR']}/agent.lock"]
         assert exec_form(image.last("CMD") or "null") == ["run"]

@@ -69,7 +69,7 @@ def test_each_service_deployment(service: str) -> None:
     assert dep["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
     (container,) = pod["containers"]
-    assert container["image"].split(":")[0] == f"bke-{service}"  # deploy/images/<service>/Dockerfile
+    assert container["image"].split(":")[0] == f"bke-{service}"  # deploy/images/service/Dockerfile, SERVICE=<service>
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]

@@ -5,6 +5,7 @@ install's node-labels and health phases work on the real Node objects; the time 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ def _bench():
     spec = importlib.util.spec_from_file_location("bench_real_cp", Path("bench/real_cp.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # registered before it runs: its dataclasses resolve their string annotations through it
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 

@@ -21,7 +21,8 @@ from bke.core.render import RenderInputs, render_cluster
 from bke.core.spec.synth import synth_docs
 from bke.adapters.state.keys.renderer import addon_manifests_key
 from bke.adapters.state.keys.dispatcher import addons_key
-from bke.adapters.cluster_api.addons import STALL_TIMEOUT_S, AddonsWork
+from bke.adapters.cluster_api.addons import STALL_TIMEOUT_S, AddonApplied, AddonsWork
+from bke.contracts.statuses import AddonStatus
 from bke.lab.standins.addons import LabApplier
 from bke.adapters.cluster_api.manifests import HttpRepoManifests, cni_artefact
 from bke.lab.standins.manifests import LabManifests
@@ -76,7 +77,7 @@ class FakeCluster:
 
     async def apply(self, plan, name, objects, credential="admin"):
         self.applied.append((name, credential, objects))
-        return "Applied"
+        return AddonApplied(AddonStatus.APPLIED)
 
     async def workload(self, plan, kind, namespace, name):
         assert (kind, namespace, name) == ("DaemonSet", "kube-system", "calico-node")

@@ -1,12 +1,15 @@
 """ReplaceFiles against the lab's kubelet stand-in: an apiserver manifest replaced by a new
 version comes up healthy (Succeeded); with the new version broken on purpose
 (`write_fault`, faults.json) the step fails, says it rolled back, the old manifest is back
-and its pod answers healthy again."""
+and its pod answers healthy again. A REAL etcd whose new version refuses to start
+(`write_refusal`) is rolled back as soon as it has exited three times, long before the step's
+timeout, with etcd's own error line in the reason."""
 from __future__ import annotations
 
 import asyncio
 import base64
 import hashlib
+import json
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -20,9 +23,11 @@ import yaml
 from bke.contracts.agent import AgentCommand, StepResult
 from bke.contracts.agent_steps import HealthProbe, NewFile, ReplaceFiles
 from bke_agent import AgentIdentity, Executor, LabBackend, LabLayout
-from bke_agent.lablayout import write_fault
+from bke_agent.lablayout import REFUSED_ARG, write_fault, write_refusal
+from bke_agent.kubelet.pods import ETCD_BINARIES_ENV, local_binary
 
-from .agent_helpers import PROBE_TLS, apiserver_manifest, free_node_ip, issue_pki, stop_leftover_pods, write_manifest
+from .agent_helpers import (PROBE_TLS, apiserver_manifest, etcd_manifest, free_node_ip, issue_pki, stop_leftover_pods,
+                            write_manifest)
 
 pytestmark = pytest.mark.integration
 MANIFEST = "/etc/kubernetes/manifests/kube-apiserver.yaml"
@@ -114,5 +119,52 @@ async def test_upgrade_succeeds_then_a_broken_version_is_rolled_back(node: tuple
         assert pod(new, True)() and await livez(url) == 200
         backup = root / "var/lib/bke-agent/replace-backups/c1%2Fupgrade%2Fm1%2Freplace%3Aapiserver-2"
         assert (backup / "replace%3Aapiserver-2/files/0").read_bytes() == new
+    finally:
+        await backend.stop()
+
+
+async def test_a_real_etcd_that_refuses_to_start_is_rolled_back_early_with_its_own_error_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """etcd 3.5.1-0 runs; its "3.5.99-0" (the same binary, BKE_LAB_ETCD_BINARIES) is given an
+    argument etcd refuses (faults.json `refuses`): three exits in a few seconds, then the old
+    manifest is back and the member healthy again, where the step had 60 s."""
+    root = tmp_path / "hosts" / "m1"
+    root.mkdir(parents=True)
+    ip, (client, peer, metrics) = free_node_ip(3)
+    etcd = local_binary("etcd", "registry.k8s.io/etcd:3.5.1-0")
+    assert etcd is not None
+    monkeypatch.setenv(ETCD_BINARIES_ENV, json.dumps({"3.5.99": str(etcd)}))
+    issue_pki(root, ip)
+    layout = LabLayout(root)
+    backend = LabBackend(root, ip, kubelet_poll_s=0.05)
+    await backend.kubelet.start()
+    try:
+        old = etcd_manifest(ip, client, peer, metrics)
+        old["spec"]["containers"][0]["image"] = "registry.k8s.io/etcd:3.5.1-0"
+        write_manifest(root, "etcd.yaml", old)
+        await poll(lambda: (st := layout.pod_status("etcd")) and st["ready"], 30, "etcd 3.5.1 ready")
+        write_refusal(root, "etcd", "3.5.99-0")
+        new = json.loads(json.dumps(old))
+        new["spec"]["containers"][0]["image"] = "registry.k8s.io/etcd:3.5.99-0"
+        data = yaml.safe_dump(new).encode()
+        step = ReplaceFiles(id="replace:etcd", timeout_s=60, rollback_timeout_s=30,
+                            files=[NewFile(path="/etc/kubernetes/manifests/etcd.yaml", mode=0o600,
+                                           content_b64=base64.b64encode(data).decode(),
+                                           sha256=hashlib.sha256(data).hexdigest())],
+                            probes=[HealthProbe(url=f"http://127.0.0.1:{metrics}/health")])
+        cmd = AgentCommand(command_id="c1/upgrade/m1/etcd", cluster="c1", node="m1", phase="upgrade",
+                           issued_at="t", steps=[step])
+        t0 = time.monotonic()
+        [res] = (await Executor(backend, AgentIdentity.ephemeral()).run(cmd)).steps
+        took = time.monotonic() - t0
+        assert res.status == "Failed" and took < 30, (took, res.stderr)
+        assert res.stderr.startswith("rolled back /etc/kubernetes/manifests/etcd.yaml: etcd exited 3 times since "
+                                     "its new manifest was written; its last error: flag provided but not defined: "
+                                     f"-{REFUSED_ARG.lstrip('-')}"), res.stderr
+        assert res.stderr.endswith("the previous files are back and healthy"), res.stderr
+        assert "3.5.1-0" in (root / "etc/kubernetes/manifests/etcd.yaml").read_text()
+        st = await poll(lambda: (s := layout.pod_status("etcd")) and s["ready"] and s, 10, "etcd 3.5.1 ready again")
+        argv = Path(f"/proc/{st['pid']}/cmdline").read_bytes().split(b"\0")
+        assert REFUSED_ARG.encode() not in argv  # the old version runs as rendered
     finally:
         await backend.stop()

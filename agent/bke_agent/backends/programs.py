@@ -28,7 +28,7 @@ HOST_PROGRAMS: Mapping[str, str] = {
     "modprobe": "load the kernel modules Kubernetes networking needs (br_netfilter, overlay)",
     "sysctl": "apply the kernel parameters of /etc/sysctl.d (ip_forward, bridge-nf-call-iptables)",
     "swapoff": "turn swap off (node-env; swap.target is masked so that it stays off)",
-    "crictl": "ask containerd about images and pod sandboxes (pre-pulls, clean-up; ReplaceFiles: is the new static pod running)",
+    "crictl": "ask containerd about images, pod sandboxes and containers (pre-pulls, clean-up; ReplaceFiles: is the new static pod running, does it keep exiting and what did it say last)",
     "etcdctl": "etcd member operations (promote a learner, remove a member) during day-2 work",
     "etcdutl": "`bke etcd restore`: restore a member's data dir from a snapshot (etcd's disaster recovery)",
     "kubectl": "node-local kubectl, placed by the node-env phase (/usr/bin/kubectl)",

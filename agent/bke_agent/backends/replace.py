@@ -20,7 +20,9 @@ and containerd configuration, binaries), top to bottom, each phase returning ear
 6. the new files are moved in (rename of a staged file, or an atomic write; mode from the
    step, owner kept), then `restart_units` are restarted in order;
 7. within `timeout_s`: the kubelet runs a pod of every changed static pod manifest (else a
-   probe could be answered by the OLD pod, still running), then every probe passes;
+   probe could be answered by the OLD pod, still running), then every probe passes; a new pod
+   whose container keeps exiting ends the wait early (`crashloop`), its reason the
+   component's own last error line;
 8. if not, and `rollback` is on: every changed file comes back from the backup (a file that
    did not exist is removed), units restart, the old pods and the probes are waited for
    (`rollback_timeout_s`), and the step fails saying what was rolled back and whether the old
@@ -51,6 +53,7 @@ from ..errors import NotHealthy, PermanentStepError, StepError
 from ..fsutil import fsync_dir, write_atomic
 from .backups import backup_dir, ensure_backup, prune_backups, restore
 from .base import COMMAND_ID, StepOutcome
+from .crashloop import Exits, watch_crash_loops
 from .files import file_matches
 
 __all__ = ["ReplaceOps", "ReplaceStepsMixin", "replace_files"]
@@ -73,6 +76,9 @@ class ReplaceOps(Protocol):
     # "" once the kubelet runs a pod of the manifest `node_path` holding bytes `sha256`,
     # started at or after `since` (epoch seconds); else what it runs instead
     async def pod_started(self, node_path: str, sha256: str, since: float) -> str: ...
+
+    # how often that pod's container exited since `since` (crashloop.ExitSource)
+    async def pod_exits(self, node_path: str, sha256: str, since: float, detail: bool) -> Exits: ...
 
 
 @dataclass
@@ -110,9 +116,21 @@ def _owner(local: Path) -> tuple[int | None, int | None]:
 
 
 async def _healthy(ops: ReplaceOps, step: ReplaceFiles, pods: list[tuple[str, str]], since: float,
-                   timeout_s: float, clock: Callable[[], float]) -> str:
-    """"" when every pod of `pods` (node path, sha256) runs and every probe passes within
-    `timeout_s`, else why not (one line)."""
+                   timeout_s: float, clock: Callable[[], float]) -> tuple[str, bool]:
+    """("", False) when every pod of `pods` (node path, sha256) runs and every probe passes
+    within `timeout_s`, else (why not, one line; whether it ended early because one of those
+    pods kept exiting: `crashloop`, the component's own last error line is then the reason)."""
+    if not pods:
+        return await _started_and_probed(ops, step, pods, timeout_s, since, clock), False
+    waiting = asyncio.ensure_future(_started_and_probed(ops, step, pods, timeout_s, since, clock))
+    try:
+        return await watch_crash_loops(ops, pods, since, waiting)
+    finally:
+        waiting.cancel()  # a cancelled step: the wait goes with it
+
+
+async def _started_and_probed(ops: ReplaceOps, step: ReplaceFiles, pods: list[tuple[str, str]], timeout_s: float,
+                              since: float, clock: Callable[[], float]) -> str:
     deadline = clock() + timeout_s
     for path, sha in pods:
         while (why := await ops.pod_started(path, sha, since)):
@@ -151,7 +169,7 @@ async def replace_files(step: ReplaceFiles, ops: ReplaceOps, state_dir: Path, co
             f.changed = not was_new or not file_matches(f.local, f.new.sha256, f.new.mode)
         changed = [f for f in files if f.changed]
         if not changed:
-            why = await _healthy(ops, step, [], now(), step.timeout_s, clock)
+            why, _ = await _healthy(ops, step, [], now(), step.timeout_s, clock)
             if why:
                 raise StepError(f"files unchanged, but not healthy within {step.timeout_s:g}s ({why})")
             return StepOutcome(StepResultStatus.SKIPPED, stdout=f"unchanged: {', '.join(f.new.path for f in files)}; healthy\n")
@@ -161,8 +179,8 @@ async def replace_files(step: ReplaceFiles, ops: ReplaceOps, state_dir: Path, co
             for unit in step.restart_units:
                 await ops.restart_unit(unit)
             pods = [(f.new.path, f.new.sha256) for f in changed if f.is_manifest]
-            why = await _healthy(ops, step, pods, float(backup["at"]), step.timeout_s, clock)
-            failure = f"not healthy within {step.timeout_s:g}s ({why})" if why else ""
+            why, crashed = await _healthy(ops, step, pods, float(backup["at"]), step.timeout_s, clock)
+            failure = why if crashed or not why else f"not healthy within {step.timeout_s:g}s ({why})"
         except StepError as exc:  # a unit that would not restart
             failure = str(exc)
         except OSError as exc:  # a write that failed half-way (disk full)
@@ -211,7 +229,7 @@ async def _roll_back(step: ReplaceFiles, ops: ReplaceOps, files: list[_File], ba
         old = {e["path"]: e for e in backup["files"]}
         pods = [(f.new.path, old[f.new.path]["sha256"]) for f in files
                 if f.changed and f.is_manifest and old[f.new.path]["existed"]]
-        again = await _healthy(ops, step, pods, restored_at, step.rollback_timeout_s, clock)
+        again, _ = await _healthy(ops, step, pods, restored_at, step.rollback_timeout_s, clock)
     except StepError as exc:
         again = str(exc)
     if again:

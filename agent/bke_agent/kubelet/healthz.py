@@ -46,8 +46,8 @@ def healthz_address(config_file: Path, ip: str) -> tuple[str, int] | None:
 
 
 class KubeletHealthz:
-    def __init__(self, layout: LabLayout, ip: str, log_ids: Mapping[str, str]):
-        self.layout, self.ip, self.ids = layout, ip, dict(log_ids)
+    def __init__(self, layout: LabLayout, ip: str, log_ids: Mapping[str, str], netns: str = ""):
+        self.layout, self.ip, self.ids, self.netns = layout, ip, dict(log_ids), netns
         self._server: HealthServer | None = None
 
     def answer(self, path: str) -> tuple[int, str]:
@@ -62,7 +62,7 @@ class KubeletHealthz:
         where = healthz_address(self.layout.root / KUBELET_CONFIG.lstrip("/"), self.ip)
         if where is None or self._server is not None:
             return
-        server = HealthServer(where[0], where[1], self.answer)
+        server = HealthServer(where[0], where[1], self.answer, netns=self.netns)
         try:
             await server.start()
         except OSError as exc:  # a real kubelet logs this and runs on; /healthz then does not answer

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import ipaddress
+import socket
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from ..fsutil import write_atomic
+from ..lab_netns import socket_in_netns
 
 __all__ = ["HealthServer", "self_signed_pair", "server_context"]
 
@@ -59,13 +61,26 @@ def server_context(cert: Path, key: Path) -> ssl.SSLContext:
 class HealthServer:
     """Answers every GET on (host, port) through `answer(path)`."""
 
-    def __init__(self, host: str, port: int, answer: Answer, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, host: str, port: int, answer: Answer, tls: ssl.SSLContext | None = None, netns: str = "") -> None:
         self.host, self.port, self.answer, self.tls = host, port, answer, tls
+        self.netns = netns  # the node's network namespace, where its address is (bke_agent.lab_netns)
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self.tls,
-                                                  reuse_address=True)
+        if not self.netns:
+            self._server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self.tls,
+                                                      reuse_address=True)
+            return
+        sock = socket_in_netns(self.netns)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(100)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._server = await asyncio.start_server(self._serve, sock=sock, ssl=self.tls)
 
     async def close(self) -> None:
         if self._server is not None:

@@ -11,6 +11,8 @@ rules every lab pod follows are applied to a copy in the pod's run directory:
   endpoint port of every other lab. keepalived itself stays simulated (VRRP needs an interface
   per host): haproxy sets SO_REUSEPORT on Linux, so the masters' haproxies share the VIP's port
   and the kernel spreads new connections among them, where on real hosts one master holds it.
+  A lab whose masters have network namespaces (bke.lab.netns) keeps `*` as rendered: there
+  keepalived runs for real (lab_keepalived) and one master holds the VIP.
 
 The copy also lowers a `maxconn` that the process's file descriptor limit cannot hold: haproxy
 needs about two descriptors per connection and refuses to start when it cannot raise its limit
@@ -48,14 +50,17 @@ def keepalived_vip(conf: str) -> str:
     return m[1] if m else ""
 
 
-def localize_haproxy_config(text: str, ip: str, vip: str = "", fd_limit: int | None = None) -> str:
+def localize_haproxy_config(text: str, ip: str, vip: str = "", fd_limit: int | None = None, netns: bool = False) -> str:
+    """`netns`: the node has a network namespace of its own, where `*` is the node's addresses
+    (the VIP among them while keepalived holds it), as on a real host: left as rendered."""
     text = _LOOPBACK_BIND.sub(lambda m: m[1] + ip, text)
-    text = _ANY_BIND.sub(lambda m: m[1] + (vip or ip), text)
+    if not netns:
+        text = _ANY_BIND.sub(lambda m: m[1] + (vip or ip), text)
     cap = max(1, ((fd_limit or _fd_limit()) - FD_HEADROOM) // 2)
     return _MAXCONN.sub(lambda m: m[1] + str(min(int(m[2]), cap)), text)
 
 
-def haproxy_plan(plan: PodPlan, root: Path, run_dir: Path, ip: str) -> tuple[Path, PodPlan] | str:
+def haproxy_plan(plan: PodPlan, root: Path, run_dir: Path, ip: str, netns: str = "") -> tuple[Path, PodPlan] | str:
     """(haproxy binary, the pod's plan with its command line) or why it cannot run."""
     binary = shutil.which("haproxy")
     if binary is None:
@@ -69,7 +74,7 @@ def haproxy_plan(plan: PodPlan, root: Path, run_dir: Path, ip: str) -> tuple[Pat
         vip = ""  # no keepalived on this node: the endpoint is the node itself
     run_dir.mkdir(parents=True, exist_ok=True)
     local = run_dir / "haproxy.cfg"
-    local.write_text(localize_haproxy_config(conf.read_text(), ip, vip))
+    local.write_text(localize_haproxy_config(conf.read_text(), ip, vip, netns=bool(netns)))
     # -W: master-worker, -db: stay in the foreground (what the image's entrypoint adds)
     argv = ("-W", "-db", "-f", str(local))
     return Path(binary), replace(plan, local=replace(plan.local, argv=argv))

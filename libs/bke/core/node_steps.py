@@ -8,7 +8,6 @@ metrics listener answers /health in plain HTTP on every supported version.
 from __future__ import annotations
 
 import base64
-import fnmatch
 import hashlib
 from collections.abc import Callable
 
@@ -22,6 +21,7 @@ from bke.core.node_kernel import (
     kernel_modules,
     sysctls,
 )
+from bke.core.paths import first_match
 from bke.core.plan import NodePlan, Plan
 from bke.core.render.layout import PORTS, SECRET_PATHS
 from bke.core.spec.host_rules import requires_cgroup_v2
@@ -52,10 +52,7 @@ FILE_PHASES: tuple[tuple[str, str], ...] = (
 )
 
 def file_phase(path: str) -> str:
-    for pattern, phase in FILE_PHASES:
-        if fnmatch.fnmatchcase(path, pattern):
-            return phase
-    return "node-env"
+    return first_match(path, FILE_PHASES, "node-env")
 
 
 def write_steps(files: list[NodeFile], phase: str, prefix: str = "write",

@@ -4,6 +4,9 @@ kubeadm's layout where kubeadm has one; the split etcd clusters get sibling fold
 """
 from __future__ import annotations
 
+import fnmatch
+from collections.abc import Iterable
+
 __all__ = [
     "ADMIN_CONF",
     "CONTROLLER_MANAGER_CONF",
@@ -15,6 +18,7 @@ __all__ = [
     "PKI_DIR",
     "SCHEDULER_CONF",
     "SUPER_ADMIN_CONF",
+    "first_match",
 ]
 
 KUBERNETES_DIR = "/etc/kubernetes"
@@ -32,3 +36,9 @@ ETCD_CERT_DIRS = {
     "etcd-events": "/etc/kubernetes/pki/etcd-events",
     "etcd-pods": "/etc/kubernetes/pki/etcd-pods",
 }
+
+
+def first_match(path: str, table: Iterable[tuple[str, str]], default: str) -> str:
+    """The value of the first (glob, value) row whose glob matches the node path (`*` crosses
+    `/`, case counts), else `default`: tables of path patterns are read first match wins."""
+    return next((value for glob, value in table if fnmatch.fnmatchcase(path, glob)), default)

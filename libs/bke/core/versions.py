@@ -18,6 +18,7 @@ __all__ = [
     "Version",
     "VersionError",
     "parse_version",
+    "spelled_like",
     "supported_summary",
     "check_pairing",
 ]
@@ -46,6 +47,12 @@ class Version:
     def at_least(self, other: str) -> bool:
         o = parse_version(other)
         return (self.major, self.minor, self.patch) >= (o.major, o.minor, o.patch)
+
+
+def spelled_like(written: str, version: object) -> str:
+    """`version` written the way `written` is ("v1.36.3" or "1.36.3"): a spec accepts both, and a
+    version BKE writes back into a user's spec keeps the user's spelling."""
+    return f"v{version}" if written.startswith("v") else str(version)
 
 
 def parse_version(text: str) -> Version:

@@ -30,7 +30,8 @@ import httpx
 
 from bke.adapters.runtime.binaries import nats_server_bin
 from bke.adapters.runtime.nats_security import RuntimeAuth, ensure_runtime_tls
-from bke.adapters.runtime.processes import ManagedProcess, ProcessExitedError, free_port, pid_cwd, poll_until, stop_pid
+from bke.adapters.runtime.processes import (ManagedProcess, ProcessExitedError, free_port, is_ours, pid_cwd, poll_until,
+                                           stop_ours)
 
 __all__ = ["CLUSTER_FILE", "NatsCluster", "NatsNode", "node_conf", "stop_nats_cluster"]
 
@@ -153,7 +154,7 @@ class NatsCluster:
         pids: dict[str, int] = {k: int(v) for k, v in doc.get("pids", {}).items()}
         for node in nodes:
             pid = pids.get(node.name)
-            if pid and pid_cwd(pid) == node.data_dir(self.dir).resolve():
+            if pid and is_ours(pid, node.data_dir(self.dir)):
                 continue  # ours and running; its health is checked below with the others
             pids[node.name] = self._start_node(node, nodes, doc["routePassword"])
         doc["pids"] = pids
@@ -220,9 +221,5 @@ def stop_nats_cluster(runtime_dir: Path, timeout: float = 10.0) -> list[int]:
         return []
     doc = json.loads(path.read_text())
     nodes = [NatsNode(**n) for n in doc.get("nodes", [])]
-    stopped = []
-    for node in nodes:
-        pid = int(doc.get("pids", {}).get(node.name, 0))
-        if pid and pid_cwd(pid) == node.data_dir(runtime_dir).resolve() and stop_pid(pid, timeout):
-            stopped.append(pid)
-    return stopped
+    pids = doc.get("pids", {})
+    return stop_ours(((int(pids.get(n.name, 0)), n.data_dir(runtime_dir)) for n in nodes), timeout)

@@ -34,7 +34,8 @@ import redis
 
 from bke.adapters.runtime import redis_acl
 from bke.adapters.runtime.binaries import redis_server_bin
-from bke.adapters.runtime.processes import ManagedProcess, ProcessExitedError, free_port, pid_cwd, poll_until, stop_pid
+from bke.adapters.runtime.processes import (ManagedProcess, ProcessExitedError, free_port, is_ours, pid_cwd, poll_until,
+                                           stop_ours)
 
 __all__ = ["MASTER_NAME", "SENTINEL_FILE", "SENTINELS", "SentinelSet", "ha_acl_lines", "stop_sentinel_set"]
 
@@ -127,7 +128,7 @@ class SentinelSet:
         ports = {m.role: m.port for m in members}
         for m in members:
             pid = int(doc["pids"].get(m.role, 0))
-            if pid and pid_cwd(pid) == m.data_dir(self.dir).resolve():
+            if is_ours(pid, m.data_dir(self.dir)):
                 continue
             conf = m.conf(self.dir)
             if not conf.exists():  # kept once written: Sentinel rewrites it with the current roles
@@ -224,9 +225,5 @@ def stop_sentinel_set(runtime_dir: Path, timeout: float = 10.0) -> list[int]:
         return []
     doc = json.loads(path.read_text())
     members = sorted((Member(r, int(p)) for r, p in doc["ports"].items()), key=lambda m: not m.role.startswith("sentinel"))
-    stopped = []
-    for m in members:
-        pid = int(doc.get("pids", {}).get(m.role, 0))
-        if pid and pid_cwd(pid) == m.data_dir(runtime_dir).resolve() and stop_pid(pid, timeout):
-            stopped.append(pid)
-    return stopped
+    pids = doc.get("pids", {})
+    return stop_ours(((int(pids.get(m.role, 0)), m.data_dir(runtime_dir)) for m in members), timeout)

@@ -19,6 +19,8 @@ Layout of a lab workdir:
                          (its dashboard, /metrics, /readyz), chosen free at its start
                          (`http_urls`); a real-control-plane lab's kwok per cluster
     control-plane       "real" when installed with `--control-plane real` (bke.lab.kube_binaries)
+    network.json        a real-control-plane lab on 198.18.0.0/15: its namespaces, veths and bridge
+                        (bke.lab.netns), taken down by `bke lab down`
     kwok/<c>-super-admin.conf the kubeconfig kwok uses (0600)
 """
 from __future__ import annotations
@@ -46,11 +48,13 @@ from bke.adapters.runtime.processes import ManagedProcess, free_port, pid_alive,
 from bke.core.secrets.at_rest import SECRET_KEY_ENV
 from .key_files import ensure_lab_key_files, lab_key_dir, lab_key_file, service_key_env
 from .kube_binaries import cache_dir
+from .netns_ops import ensure_workdir_network, remove_workdir_network
 from .trust import ensure_lab_command_key, ensure_lab_record_keys, provision_lab_agents
 
 __all__ = ["CONTROL_PLANE_FILE", "LabSupervisor", "SERVICES", "lab_env"]
 
 CONTROL_PLANE_FILE = "control-plane"
+NETNS_ENV = "BKE_LAB_NETNS"  # the agent's node runs its pods in this network namespace (bke.lab.netns)
 
 SERVICES = ("planner", "certs", "renderer", "dispatcher", "upgrader")
 # One durable consumer per service that proves it is up. Not one on BKE_AGENT_OUT: the deploy
@@ -268,6 +272,8 @@ class LabSupervisor:
             pass  # no etcd here: the agents' own, or simulated pods, as before
         todo = [n for n in plan.nodes if (only is None or n.hostname in only)
                 and not (pids["agents"].get(n.hostname) and pid_alive(pids["agents"][n.hostname]))]
+        # a lab on 198.18.0.0/15: its control-plane nodes' namespaces first (bke.lab.netns)
+        net = ensure_workdir_network(self.workdir, plan) if todo and self.mode == "real" else None
         envs = {}
         for node in todo:
             h = node.hostname
@@ -275,6 +281,7 @@ class LabSupervisor:
             root.mkdir(parents=True, exist_ok=True)
             envs[h] = dict(base, BKE_AGENT_CLUSTER=plan.cluster, BKE_AGENT_NODE=h, BKE_AGENT_BACKEND="lab",
                            BKE_AGENT_ROOT=str(root), BKE_AGENT_IP=node.ip,
+                           **({NETNS_ENV: net.netns_of(h)} if net and net.netns_of(h) else {}),
                            **self._bus_env(info, "agent", plan.cluster, h))
         # trust: the agents' keys are made and recorded before they start, and they
         # are given the dispatcher's public key (lab/trust.py)
@@ -357,4 +364,5 @@ class LabSupervisor:
         self._save({"services": {}, "agents": {}})
         stopped += stop_ha(self.workdir / "runtime")  # the cluster's nodes and the sentinels, if any
         stopped += EmbeddedRuntime.stop_workdir(self.workdir / "runtime")
+        remove_workdir_network(self.workdir)  # after the agents: their pods ran in it
         return stopped

@@ -46,7 +46,9 @@ from bke.core.secrets.record_signing import WRITERS
 
 __all__ = ["ensure_lab_command_key", "ensure_lab_record_keys", "provision_lab_agents"]
 
-INIT_TIMEOUT_S = 60.0
+# A deadline, not a wait: `bke-agent init` takes about 2 s, but on a loaded 2-core machine
+# (several labs at once, load average 25) its interpreter start alone passed 60 s.
+INIT_TIMEOUT_S = 180.0
 
 
 def ensure_lab_command_key(info: RuntimeInfo, workdir: Path) -> str:

@@ -16,26 +16,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from bke.adapters.cluster_api.k8s_node_marks import PATCH_WORKERS, api_error, client_of, mark_nodes
-from bke.adapters.cluster_api.labels import Marks
-from bke.adapters.cluster_api.node_labels import NodesApplied
-from bke.core.plan import NodePlan, Plan
+from bke.adapters.cluster_api.k8s_node_marks import PATCH_WORKERS, KubernetesNodeMarker, api_error, client_of
+from bke.core.plan import Plan
 
 from .api_health import Workload
-from bke.adapters.cluster_api.apply_k8s import KubernetesApplier
 
 __all__ = ["KubernetesNodes", "LIST_PAGE", "PATCH_WORKERS"]
 
 LIST_PAGE = 500  # Nodes per list page: a 10,000-node list in 20 requests of ~2 MB at most
 
 
-class KubernetesNodes:
-    def __init__(self, applier: KubernetesApplier):
-        self.applier = applier  # its admin.conf (from the encrypted PKI store, in memory only)
-
-    async def mark(self, plan: Plan, batch: list[tuple[NodePlan, Marks, Marks | None]]) -> NodesApplied:
-        kubeconfig = await self.applier.admin_kubeconfig(plan)
-        return await asyncio.to_thread(mark_nodes, kubeconfig, batch)
+class KubernetesNodes(KubernetesNodeMarker):
+    """The upgrader's marker (`mark`), and what the dispatcher's health reads besides."""
 
     async def nodes(self, plan: Plan) -> dict[str, dict[str, Any]]:
         return await asyncio.to_thread(_list_nodes_with, await self.applier.admin_kubeconfig(plan))

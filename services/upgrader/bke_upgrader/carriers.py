@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from bke.adapters.state.migrate import needs_conversion
 from bke.core.errors import TemporaryError
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from .operation import Upgrades
 
 __all__ = ["CARRIERS", "Carrier", "Carry", "carry_out"]
+
+T = TypeVar("T")
 
 # the records an upgrade reads and writes, checked (never converted) by its pre-checks step
 RECORDS_RELIED_ON = tuple(record_kind(k) for k in ("plan", "upgrade", "etcd-restore"))
@@ -90,11 +92,12 @@ async def _certificates(c: Carry, step: StepRun) -> None:
     await _waiting(c, c.up.certs.renew(run, step, old))
 
 
-async def _waiting(c: Carry, asking: Awaitable[None], keep: bool = False) -> None:
-    """A step that asks another service: while it waits for the answer (TemporaryError), the
-    steps done so far are published to followers (and the record kept first, `keep`)."""
+async def _waiting(c: Carry, asking: Awaitable[T], keep: bool = False) -> T:
+    """A step that asks another service (or waits for the cluster): while it waits for the answer
+    (TemporaryError), the steps done so far are published to followers (and the record kept
+    first, `keep`)."""
     try:
-        await asking
+        return await asking
     except TemporaryError:
         if keep:
             await c.up.store.save(c.run)
@@ -131,7 +134,10 @@ async def _membership(c: Carry, step: StepRun) -> None:
 
 async def _addons(c: Carry, step: StepRun) -> None:
     renders = await c.up.commands.renders.get(c.run.request_id, c.old, c.new)
-    why = await c.up.api.addons.apply(c.old, c.new, renders.new_addons)
+    # kept while the addons roll out (calico's DaemonSet, a pod at a time on every node): else
+    # the pass that finished the workers is lost on each wait, its last batch uncordoned again
+    # every few seconds and the workers shown running until the rollout ends
+    why = await _waiting(c, c.up.api.addons.apply(c.old, c.new, renders.new_addons), keep=True)
     mark_local(step, not why, why)
 
 

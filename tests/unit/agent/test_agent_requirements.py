@@ -22,7 +22,7 @@ def _pins(path: Path) -> dict[str, str]:
     out = {}
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
-        if line:
+        if line and not line.startswith("-c "):  # the lock every dependency is held to
             m = _PIN.match(line)
             assert m, f"{path.name}: {line!r} is not an exact pin"
             out[_norm(m.group(1))] = m.group(3)

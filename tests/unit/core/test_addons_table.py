@@ -75,6 +75,14 @@ def test_plan_refuses_bad_addon_lists_naming_the_field() -> None:
     assert "listed twice" in got[f"{a}[4].name"]
 
 
+@pytest.mark.parametrize("name", ["Metrics", "metrics_server", "-metrics", "a" * 64, "metrics.io"])
+def test_an_addon_name_that_cannot_name_its_applyset_parent_is_refused(name: str) -> None:
+    out = _outcome(addons=[{"name": "ok-name-2", "version": "1", "path": "/x"}, {"name": name, "version": "1", "path": "/y"}])
+    got = {e.path: e.message for e in out.errors}
+    assert list(got) == ["cluster.spec.clusterConfig.addons[1].name"], got
+    assert "not a DNS-1123 label" in got["cluster.spec.clusterConfig.addons[1].name"]
+
+
 @pytest.mark.parametrize("pods", ["fd00:10::/56", "10.244.0.0/16,fd00:10::/56", "fd00:10::/56,10.244.0.0/16"])
 def test_calico_takes_an_ipv6_or_dual_stack_pod_subnet(pods: str) -> None:
     # no longer refused: bke.core.calico wires one pool per family (test_calico_wiring)

@@ -231,6 +231,12 @@ class Service:
         await self._serve_health()
         for fn in self.after_start:
             await fn()
+        await self.subscribed()
+
+    async def subscribed(self) -> None:
+        """Wait until the server has every subscription made so far: a request sent from another
+        connection right after start must find its responder (a started service is listening)."""
+        await self.nc.flush()
 
     async def stop(self) -> None:
         self.stopping = True
@@ -279,6 +285,7 @@ def _lifespan(svc: Service) -> None:
         await svc._serve_health()
         for fn in svc.after_start:
             await fn()
+        await svc.subscribed()
 
     @app.on_shutdown
     async def _before_stop() -> None:

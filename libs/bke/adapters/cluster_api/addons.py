@@ -14,7 +14,10 @@ validated (kubernetes-validate, strict, for the cluster's version) and recorded 
 Records, one per addon in `bke:<cluster>:addons` (`order` is the table's position, so `bke
 status` lists them in the order applied): status Validated | Applied | Ready. An addon recorded
 done is never applied again after a restart; one recorded Applied that has something to wait
-for is only waited for.
+for is only waited for. On a real cluster each addon is an ApplySet of its own
+(bke.core.applyset): the record names what the apply pruned (`pruned`), or says that it found
+no ApplySet and wrote it (`adopted`: a first install, or objects applied before BKE kept
+ApplySets; nothing pruned).
 """
 from __future__ import annotations
 
@@ -24,10 +27,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from dataclasses import dataclass, field
+
 import yaml
 from redis.asyncio import Redis
 
 from bke.contracts.statuses import AddonStatus
+from bke.core.applyset import PruneReport
 from bke.core.calico import CalicoWiring, wire_calico
 from bke.core.plan import Plan
 from bke.core.spec.addons import AddonStep, addon_steps
@@ -38,7 +44,7 @@ from bke.adapters.runner import DONE, Outcome
 from .manifests import cni_artefact
 from .workloads import daemonset_ready, rollout_mark
 
-__all__ = ["STALL_TIMEOUT_S", "AddonsWork", "load_addon_objects", "validate_objects"]
+__all__ = ["STALL_TIMEOUT_S", "AddonApplied", "AddonsWork", "load_addon_objects", "validate_objects"]
 
 log = logging.getLogger("bke.addons")
 # How long a DaemonSet may go without one more pod updated or available before the phase fails,
@@ -74,8 +80,21 @@ def validate_objects(plan: Plan, objects: list[dict[str, Any]]) -> None:
             raise ValueError(f"object {i} ({kind}): {exc.message}") from exc
 
 
+@dataclass(frozen=True)
+class AddonApplied:
+    """What an Applier did with one addon: its status, and what its ApplySet pruned."""
+
+    status: AddonStatus
+    prune: PruneReport = field(default_factory=PruneReport)
+
+    def record(self) -> dict[str, Any]:
+        """The record's fields for the prune, present only when there is something to say."""
+        return {**({"pruned": list(self.prune.pruned)} if self.prune.pruned else {}),
+                **({"adopted": True} if self.prune.adopted else {})}
+
+
 class Applier(Protocol):
-    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> AddonStatus: ...
+    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> AddonApplied: ...
 
     async def workload(self, plan: Plan, kind: str, namespace: str, name: str) -> dict[str, Any]: ...
 
@@ -144,11 +163,14 @@ class AddonsWork:
                     objects = await self._objects(plan, step, rendered)
                     if objects is None:
                         return Outcome("wait", delay=1.0, reason=f"waiting for the rendered {step.name} manifests")
-                    result = await self.applier.apply(plan, step.name, objects, step.credential)
+                    applied = await self.applier.apply(plan, step.name, objects, step.credential)
+                    result = applied.status
                     rec = {"version": step.version, "status": result, "objects": len(objects), "order": i,
-                           "at": self.now().isoformat()}
+                           "at": self.now().isoformat(), **applied.record()}
                     await self._save(plan, step, rec)
-                    log.info("addon %s %s", step.name, result, extra={"cluster": plan.cluster, "addon": step.name})
+                    log.info("addon %s %s%s", step.name, result,
+                             f", pruned {', '.join(applied.prune.pruned)}" if applied.prune.pruned else "",
+                             extra={"cluster": plan.cluster, "addon": step.name})
                     if result != AddonStatus.APPLIED or not step.wait_for:
                         continue
                 assert step.wait_for is not None  # 2. wait until its workload is ready

@@ -5,8 +5,10 @@ at rest) and opened with the `api` at-rest key (BKE_KEY_FILE_API, bke.core.secre
 memory only: admin.conf
 for every addon, and super-admin.conf (on no node; group system:masters) for the bootstrap-RBAC
 step alone, whose bindings are what give admin.conf its rights: kubeadm init uses super-admin.conf
-the same way. Exercised against real apiservers by a real-control-plane lab
-(`bke lab install --control-plane real`).
+the same way. Each addon is applied as an ApplySet of its own, and what its new version no
+longer has is pruned (bke.adapters.cluster_api.applyset_k8s). Exercised against real apiservers
+by a real-control-plane lab (`bke lab install --control-plane real`) and, for the ApplySet, by
+tests/integration/test_addon_prune.py.
 """
 from __future__ import annotations
 
@@ -17,14 +19,15 @@ import yaml
 from redis.asyncio import Redis
 
 from bke.contracts.statuses import AddonStatus
-from bke.core.errors import TemporaryError
+from bke.core.applyset import PruneReport
 from bke.adapters.pki.api_credentials import read_api_credential
 from bke.core.plan import Plan
 from bke.core.secrets import keyring_for
 
-__all__ = ["KubernetesApplier", "FIELD_MANAGER", "kube_system_pods"]
+from .addons import AddonApplied
+from .applyset_k8s import FIELD_MANAGER, apply_set
 
-FIELD_MANAGER = "bke"
+__all__ = ["KubernetesApplier", "FIELD_MANAGER", "apply_addon", "kube_system_pods"]
 
 
 class KubernetesApplier:
@@ -44,31 +47,23 @@ class KubernetesApplier:
         """kube-system pods by phase, for the periodic health (where an apiserver answers)."""
         return await asyncio.to_thread(kube_system_pods, await self._admin_kubeconfig(plan))
 
-    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> AddonStatus:
+    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> AddonApplied:
         kubeconfig = await self._admin_kubeconfig(plan, credential)
-        await asyncio.to_thread(_apply_all, kubeconfig, objects)
-        return AddonStatus.APPLIED
+        report = await asyncio.to_thread(apply_addon, kubeconfig, name, objects)
+        return AddonApplied(AddonStatus.APPLIED, report)
 
     async def workload(self, plan: Plan, kind: str, namespace: str, name: str) -> dict[str, Any]:
         """The object as the apiserver has it now (its status), read with admin.conf."""
         return await asyncio.to_thread(_read_object, await self._admin_kubeconfig(plan), kind, namespace, name)
 
 
-def _apply_all(kubeconfig: dict[str, Any], objects: list[dict[str, Any]]) -> None:
+def apply_addon(kubeconfig: dict[str, Any], name: str, objects: list[dict[str, Any]]) -> PruneReport:
+    """The addon's objects applied as its ApplySet with this kubeconfig; what was pruned."""
     from kubernetes import config, dynamic
-    from kubernetes.client import exceptions
 
     api = config.new_client_from_config_dict(kubeconfig)
     try:
-        client = dynamic.DynamicClient(api)
-        for obj in objects:
-            resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-            try:
-                client.server_side_apply(resource, body=obj, field_manager=FIELD_MANAGER, force_conflicts=True)
-            except exceptions.ApiException as exc:
-                if exc.status and exc.status >= 500:
-                    raise TemporaryError(f"{obj['kind']}/{obj['metadata'].get('name')}: {exc.reason}", delay=5.0) from exc
-                raise ValueError(f"{obj['kind']}/{obj['metadata'].get('name')}: {exc.status} {exc.reason}") from exc
+        return apply_set(dynamic.DynamicClient(api), name, objects)
     finally:
         api.close()
 

@@ -62,12 +62,11 @@ from .nats_security import RuntimeAuth, ensure_runtime_auth, ensure_runtime_tls,
 from .processes import (
     ManagedProcess,
     free_port,
-    pid_cwd,
     poll_until,
     port_is_free,
     retry_start,
     reuse_if_answering,
-    stop_pid,
+    stop_ours,
 )
 
 __all__ = ["EmbeddedRuntime", "RuntimeInfo"]
@@ -148,10 +147,6 @@ class RuntimeInfo:
 
 def _port_of(url: str) -> int | None:
     return urlsplit(url).port
-
-
-def _is_ours(pid: int, data_dir: Path) -> bool:
-    return pid_cwd(pid) == data_dir.resolve()
 
 
 def _nats_healthy(monitor_url: str) -> bool | None:
@@ -245,12 +240,7 @@ class EmbeddedRuntime:
             info = cls.read_info(workdir)
             if info is None:
                 return []
-            stopped = [
-                pid
-                for pid, data_dir in ((info.nats_pid, workdir / "nats"),
-                                      (info.redis_pid, workdir / "redis"))
-                if _is_ours(pid, data_dir) and stop_pid(pid, timeout)
-            ]
+            stopped = stop_ours(((info.nats_pid, workdir / "nats"), (info.redis_pid, workdir / "redis")), timeout)
             (workdir / STATE_FILE).unlink(missing_ok=True)
             return stopped
 

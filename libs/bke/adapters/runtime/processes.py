@@ -24,7 +24,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -34,12 +34,14 @@ __all__ = [
     "ProcessExitedError",
     "ReadinessTimeout",
     "free_port",
+    "is_ours",
     "pid_alive",
     "pid_cwd",
     "port_is_free",
     "poll_until",
     "retry_start",
     "reuse_if_answering",
+    "stop_ours",
     "stop_pid",
     "wait_tcp",
 ]
@@ -179,6 +181,17 @@ def stop_pid(pid: int, timeout: float = 10.0) -> bool:
     _CHILDREN.pop(pid, None)
     log.info("stopped pid %d", pid)
     return True
+
+
+def is_ours(pid: int, data_dir: Path) -> bool:
+    """Whether ``pid`` (read from a state file; 0 for none) still runs in ``data_dir``: the server we
+    started there, not a process that was given the same number since."""
+    return bool(pid) and pid_cwd(pid) == data_dir.resolve()
+
+
+def stop_ours(servers: Iterable[tuple[int, Path]], timeout: float = 10.0) -> list[int]:
+    """Stop each (pid, data directory) that is still ours, in the order given; the PIDs stopped."""
+    return [pid for pid, data_dir in servers if is_ours(pid, data_dir) and stop_pid(pid, timeout)]
 
 
 def reuse_if_answering(pid: int, cwd: Path, probe: Callable[[], object | None],

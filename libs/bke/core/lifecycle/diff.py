@@ -18,10 +18,10 @@ one of its files differs there.
 """
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from bke.core.paths import first_match
 from bke.core.plan import Plan
 from bke.core.plan.models import NodePlan, quorum
 from bke.core.pki.instances import Instance, desired_instances
@@ -106,10 +106,8 @@ _COMPONENT_OF: tuple[tuple[str, str], ...] = (
 
 
 def component_of(path: str) -> str:
-    for pattern, component in _COMPONENT_OF:
-        if fnmatch.fnmatchcase(path, pattern):
-            return path.rsplit("/", 1)[1].removesuffix(".yaml") if component == "<stem>" else component
-    return "node-env"
+    component = first_match(path, _COMPONENT_OF, "node-env")
+    return path.rsplit("/", 1)[1].removesuffix(".yaml") if component == "<stem>" else component
 
 
 def _etcd_members(plan: Plan) -> dict[str, tuple[str, ...]]:

@@ -88,12 +88,15 @@ def _kubelet_config(text: str, expect: Expect) -> Result:
     return problems, {"cgroup": cfg.cgroupDriver}
 
 
-def _systemd(text: str, expect: Expect) -> Result:
-    try:
-        parse_systemd_unit(text)
-    except ValueError as exc:
-        return [str(exc)], {}
-    return [], {}
+def _parses(parse: Callable[[str], object]) -> Callable[[str, Expect], Result]:
+    """A check that the file parses and nothing more: the parser's ValueError is the problem."""
+    def check(text: str, expect: Expect) -> Result:
+        try:
+            parse(text)
+        except ValueError as exc:
+            return [str(exc)], {}
+        return [], {}
+    return check
 
 
 def _toml(model: Any, fact: Callable[[Any], dict[str, Any]]) -> Callable[[str, Expect], Result]:
@@ -138,14 +141,6 @@ def _haproxy(text: str, expect: Expect) -> Result:
     return problems, {}
 
 
-def _keepalived(text: str, expect: Expect) -> Result:
-    try:
-        parse_keepalived(text)
-    except ValueError as exc:
-        return [str(exc)], {}
-    return [], {}
-
-
 def _shell(text: str, expect: Expect) -> Result:
     return ([] if text.startswith("#!/bin/sh\n") else ["a shell script must start with #!/bin/sh"]), {}
 
@@ -153,13 +148,13 @@ def _shell(text: str, expect: Expect) -> Result:
 VALIDATORS: dict[str, Callable[[str, Expect], Result]] = {
     "pod": _pod,
     "kubelet-config": _kubelet_config,
-    "systemd-unit": _systemd,
+    "systemd-unit": _parses(parse_systemd_unit),
     # Chosen by containerd version in render.py, so a file of the wrong schema version fails.
     "containerd-v2": _containerd_v2,
     "containerd-v3": _containerd_v3,
     "hosts-toml": _toml(HostsToml, lambda m: {}),
     "haproxy-cfg": _haproxy,
-    "keepalived-conf": _keepalived,
+    "keepalived-conf": _parses(parse_keepalived),
     "shell": _shell,
     **HOST_VALIDATORS,  # modules-load, sysctl, crictl-config
 }

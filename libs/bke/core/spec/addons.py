@@ -14,11 +14,12 @@ user's own copy, applied in the built-in's place. `rbac` cannot be replaced or t
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from bke.core.versions import KUBERNETES, Version, VersionError, parse_version
+from bke.core.versions import KUBERNETES, Version, VersionError, parse_version, spelled_like
 from .errors import FieldError
 from .models import Addon, Cluster, ClusterSpec
 
@@ -26,6 +27,8 @@ __all__ = ["AddonStep", "BUILT_INS", "BuiltIn", "addon_steps", "addons_at", "che
 
 Source = Literal["rendered", "fetched", "path"]
 _A = "cluster.spec.clusterConfig.addons"
+# an addon's name names its ApplySet's parent Secret, `bke-addon-<name>` (bke.core.applyset)
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _C = "cluster.spec.clusterConfig.cluster"
 
 
@@ -92,7 +95,7 @@ def addons_at(current: Cluster, target: Cluster, addons: list[Addon]) -> list[Ad
                 follows = False
             if follows:
                 version = _default_version(a.name, target)
-                a = a.model_copy(update={"version": f"v{version}" if a.version.startswith("v") else version})
+                a = a.model_copy(update={"version": spelled_like(a.version, version)})
         out.append(a)
     return out
 
@@ -146,6 +149,10 @@ def check_addons(spec: ClusterSpec, warnings: list[str]) -> list[FieldError]:
     errs: list[FieldError] = []
     seen: dict[str, int] = {}
     for i, a in enumerate(spec.cluster.spec.cluster_config.addons):
+        if not _NAME.match(a.name):
+            errs.append(FieldError(path=f"{_A}[{i}].name", message=f"{a.name!r} is not a DNS-1123 label (lowercase "
+                                   "letters, digits and '-', at most 63): it names the Secret bke-addon-<name> that "
+                                   "records the addon's objects"))
         if a.name in seen:
             errs.append(FieldError(path=f"{_A}[{i}].name", message=f"{a.name!r} is listed twice (also addons[{seen[a.name]}])"))
         seen.setdefault(a.name, i)

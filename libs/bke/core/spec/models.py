@@ -203,7 +203,8 @@ class Cluster(_Model):
 
 
 class Addon(_Model):
-    name: str = Field(description="A built-in addon (kube-proxy, calico, coredns) or your own.")
+    name: str = Field(description="A built-in addon (kube-proxy, calico, coredns) or your own (a DNS-1123 label: "
+                                  "it names the Secret `bke-addon-<name>` that records the addon's objects).")
     version: str = Field(description="A built-in's version to install instead of the default, or your addon's "
                                      "version.")
     path: str | None = Field(None, description="A folder of manifests: your addon, or your own copy of a built-in "

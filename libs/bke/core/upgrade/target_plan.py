@@ -7,6 +7,7 @@ from bke.core.plan import Plan
 from bke.core.plan.placement import build_plan
 from bke.core.spec.addons import addons_at
 from bke.core.spec.validate import validate_spec
+from bke.core.versions import spelled_like
 from .paths import Target
 
 __all__ = ["TargetPlanError", "target_plan"]
@@ -20,18 +21,12 @@ class TargetPlanError(ValueError):
         self.errors = errors
 
 
-def _spelled_as(current: str, version: object) -> str:
-    """The target written the way the user wrote the current version (with or without its "v"),
-    so that the stored plan and the user's spec keep comparing equal after the upgrade."""
-    return f"v{version}" if current.startswith("v") else str(version)
-
-
 def target_plan(current: Plan, target: Target) -> Plan:
     spec = current.spec
     config = spec.config.model_copy(update={
-        "kubernetes_version": _spelled_as(current.kubernetes_version, target.kubernetes),
-        "etcd_version": _spelled_as(current.etcd_version, target.etcd),
-        "containerd_version": _spelled_as(current.containerd_version, target.containerd),
+        "kubernetes_version": spelled_like(current.kubernetes_version, target.kubernetes),
+        "etcd_version": spelled_like(current.etcd_version, target.etcd),
+        "containerd_version": spelled_like(current.containerd_version, target.containerd),
     })
     cc = spec.cluster.spec.cluster_config
     cc = cc.model_copy(update={"cluster": config, "addons": addons_at(spec.config, config, cc.addons)})

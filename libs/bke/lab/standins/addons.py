@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bke.adapters.cluster_api.addons import validate_objects
+from bke.adapters.cluster_api.addons import AddonApplied, validate_objects
 from bke.contracts.statuses import AddonStatus
 from bke.core.plan import Plan
 
@@ -16,9 +16,9 @@ class LabApplier:
 
     validates = True
 
-    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> AddonStatus:
+    async def apply(self, plan: Plan, name: str, objects: list[dict[str, Any]], credential: str = "admin") -> AddonApplied:
         validate_objects(plan, objects)
-        return AddonStatus.VALIDATED
+        return AddonApplied(AddonStatus.VALIDATED)  # nothing applied, so nothing to prune
 
     async def workload(self, plan: Plan, kind: str, namespace: str, name: str) -> dict[str, Any]:
         raise NotImplementedError("the lab records addons as validated; nothing runs to wait for")

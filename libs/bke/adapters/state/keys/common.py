@@ -4,7 +4,10 @@
 """
 from __future__ import annotations
 
-__all__ = ["PREFIX", "all_keys_pattern", "cluster_key", "epoch_key"]
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["PREFIX", "OperationKeys", "all_keys_pattern", "cluster_key", "epoch_key"]
 
 PREFIX = "bke"
 
@@ -24,3 +27,27 @@ def epoch_key() -> str:
 def all_keys_pattern() -> str:
     """A SCAN pattern that matches every key of every family (bke.adapters.state.backup exports exactly these)."""
     return f"{PREFIX}:*"
+
+
+@dataclass(frozen=True)
+class OperationKeys:
+    """The keys of an operation its service resumes after a restart, as the three builders a family
+    module names: `bke:<c>:<record>`, the cluster's current or last one (JSON);
+    `bke:<c>:<record>:results`, command id -> the agent's answer to one of its commands; and
+    `bke:<index>`, the clusters with such a record. A class rather than a function, so that the
+    inventories, which take every public function of a family for a key builder, skip it."""
+
+    record: str
+    index: str
+
+    def builders(self) -> tuple[Callable[[str], str], Callable[[str], str], Callable[[], str]]:
+        def record_key(cluster: str) -> str:
+            return cluster_key(cluster, self.record)
+
+        def results_key(cluster: str) -> str:
+            return cluster_key(cluster, self.record, "results")
+
+        def index_key() -> str:
+            return f"{PREFIX}:{self.index}"
+
+        return record_key, results_key, index_key

@@ -28,7 +28,7 @@ through the same adapters).
 """
 from __future__ import annotations
 
-from .common import PREFIX, cluster_key
+from .common import PREFIX, OperationKeys, cluster_key
 
 __all__ = [
     "accepted_agents_key", "addons_key", "agents_key", "command_key", "command_key_acks_key", "health_key",
@@ -82,70 +82,18 @@ def node_labels_key(cluster: str) -> str:
     return cluster_key(cluster, "node-labels")
 
 
-# the other operations it runs ----------------------------------------------------------------
-def rotation_key(cluster: str) -> str:
-    """The cluster's current or last certificate rotation (JSON)."""
-    return cluster_key(cluster, "rotation")
-
-
-def rotation_results_key(cluster: str) -> str:
-    """Command id -> the agent's answer, for the rotation's commands."""
-    return cluster_key(cluster, "rotation", "results")
-
-
-def rotations_index() -> str:
-    """Clusters with a rotation record (resumed after a dispatcher restart)."""
-    return f"{PREFIX}:rotations"
-
-
-def reset_key(cluster: str) -> str:
-    """The cluster's current or last reset or delete (JSON)."""
-    return cluster_key(cluster, "reset")
-
-
-def reset_results_key(cluster: str) -> str:
-    """Command id -> the agent's answer, for the reset's commands (snapshots and ResetNode)."""
-    return cluster_key(cluster, "reset", "results")
-
-
-def resets_index() -> str:
-    """Clusters with a reset record (resumed after a dispatcher restart)."""
-    return f"{PREFIX}:resets"
-
-
-def join_key(cluster: str) -> str:
-    """The cluster's current or last join of workers (JSON)."""
-    return cluster_key(cluster, "join")
-
-
-def join_results_key(cluster: str) -> str:
-    """Command id -> the agent's answer, for a join's commands."""
-    return cluster_key(cluster, "join", "results")
-
-
-def joins_index() -> str:
-    """Clusters with a join record (resumed after a dispatcher restart)."""
-    return f"{PREFIX}:joins"
-
-
-def removal_key(cluster: str) -> str:
-    """The cluster's current or last removal of workers (JSON)."""
-    return cluster_key(cluster, "removal")
-
-
-def removal_results_key(cluster: str) -> str:
-    """Command id -> the agent's answer, for a removal's ResetNode commands."""
-    return cluster_key(cluster, "removal", "results")
+# the other operations it runs (each resumed after a dispatcher restart): a certificate rotation;
+# a reset or delete (its results: the snapshots and the ResetNode commands); a join of workers;
+# a removal of workers (its results: the ResetNode commands)
+rotation_key, rotation_results_key, rotations_index = OperationKeys("rotation", "rotations").builders()
+reset_key, reset_results_key, resets_index = OperationKeys("reset", "resets").builders()
+join_key, join_results_key, joins_index = OperationKeys("join", "joins").builders()
+removal_key, removal_results_key, removals_index = OperationKeys("removal", "removals").builders()
 
 
 def removal_api_key(cluster: str) -> str:
     """The lab's record of a removal's API actions: node -> {cordoned, drained, deleted} times."""
     return cluster_key(cluster, "removal", "api")
-
-
-def removals_index() -> str:
-    """Clusters with a removal record (resumed after a dispatcher restart)."""
-    return f"{PREFIX}:removals"
 
 
 # the agents it hears -------------------------------------------------------------------------

@@ -9,15 +9,16 @@
 """
 from __future__ import annotations
 
-from .common import PREFIX, cluster_key
+from .common import OperationKeys, cluster_key
 
 __all__ = ["etcd_restore_key", "etcd_restore_results_key", "etcd_restores_index", "upgrade_certs_key", "upgrade_key",
            "upgrade_nodes_key", "upgrade_results_key", "upgrades_index"]
 
 
-def upgrade_key(cluster: str) -> str:
-    """The cluster's current or last upgrade (JSON, bke.core.upgrade.run.UpgradeRun)."""
-    return cluster_key(cluster, "upgrade")
+# each resumed after an upgrader restart: an upgrade (bke.core.upgrade.run.UpgradeRun), an etcd
+# restore (bke.core.etcdsnap.restore_run.RestoreRun)
+upgrade_key, upgrade_results_key, upgrades_index = OperationKeys("upgrade", "upgrades").builders()
+etcd_restore_key, etcd_restore_results_key, etcd_restores_index = OperationKeys("etcd-restore", "etcd-restores").builders()
 
 
 def upgrade_certs_key(cluster: str) -> str:
@@ -25,32 +26,7 @@ def upgrade_certs_key(cluster: str) -> str:
     return cluster_key(cluster, "upgrade", "certs")
 
 
-def upgrade_results_key(cluster: str) -> str:
-    """Command id -> the agent's answer, for the upgrade's commands."""
-    return cluster_key(cluster, "upgrade", "results")
-
-
 def upgrade_nodes_key(cluster: str) -> str:
     """Node -> the versions its components run, and the target it is behind on (if it is),
     written when an upgrade ends (bke.core.upgrade.node_versions): what `bke retry --nodes` reads."""
     return cluster_key(cluster, "upgrade", "nodes")
-
-
-def upgrades_index() -> str:
-    """Clusters with an upgrade record (resumed after an upgrader restart)."""
-    return f"{PREFIX}:upgrades"
-
-
-def etcd_restore_key(cluster: str) -> str:
-    """The cluster's current or last etcd restore (JSON, bke.core.etcdsnap.restore_run.RestoreRun)."""
-    return cluster_key(cluster, "etcd-restore")
-
-
-def etcd_restore_results_key(cluster: str) -> str:
-    """Command id -> the agent's answer, for the etcd restore's commands."""
-    return cluster_key(cluster, "etcd-restore", "results")
-
-
-def etcd_restores_index() -> str:
-    """Clusters with an etcd restore record (resumed after an upgrader restart)."""
-    return f"{PREFIX}:etcd-restores"

@@ -46,6 +46,7 @@ from bke.core.state.schema import record_kind
 
 from ...engine import command_id
 from ...phases import CONTROL_PLANE, PHASES, Phase
+from ..membership.refusals import gates_refusal, nodes_refusal
 from .agents import AGENTS_DEADLINE_S, agents_wait
 from .etcd import EtcdJoinRecord, etcd_join_refusal
 
@@ -187,11 +188,9 @@ def join_refusal(req: JoinNodes, plan: Plan | None, stored_digest: str, install_
         return (f"planDigest: the stored plan of {c} is {stored_digest[:12]}, not {req.plan_digest[:12]}: "
                 "swap in the plan that names the new nodes first (or it was replaced since)")
     by_name = {n.hostname: n for n in plan.nodes}
-    unknown = sorted(h for h in req.nodes if h not in by_name)
-    if unknown:
-        return f"nodes: not in the stored plan of {c}: {', '.join(unknown[:5])}"
-    if len(set(req.nodes)) != len(req.nodes):
-        return "nodes: a node is named twice"
+    why = nodes_refusal(req.nodes, by_name, c)
+    if why:
+        return why
     control_plane = sorted(h for h in req.nodes if _runs_control_plane(by_name[h]))
     if control_plane and not req.part_of:  # bke apply's run orders a control-plane scale-out around its join
         return (f"nodes: control-plane nodes (they join with a control-plane scale-out, not a join of workers "
@@ -199,15 +198,9 @@ def join_refusal(req: JoinNodes, plan: Plan | None, stored_digest: str, install_
     why = etcd_join_refusal(req, by_name) or rejoin_refusal(req, by_name)
     if why:
         return why
-    if paused:
-        return f"{c} is paused: resume it first (bke resume {c})"
-    if install_status != InstallStatus.SUCCEEDED:
-        return f"the install of {c} has not succeeded ({install_status or 'none'}): workers join an installed cluster"
-    if busy:
-        return f"{busy} of {c} is running: join after it ends"
-    if current is not None and current.status == OperationStatus.RUNNING and current.request_id != req.request_id:
-        return f"join {current.request_id} of {c} is still running"
-    return ""
+    install = ("" if install_status == InstallStatus.SUCCEEDED else
+               f"the install of {c} has not succeeded ({install_status or 'none'}): workers join an installed cluster")
+    return gates_refusal(c, req.request_id, paused=paused, install=install, busy=busy, verb="join", current=current)
 
 
 def _runs_control_plane(node: NodePlan) -> bool:

@@ -115,10 +115,7 @@ class Admission(Generic[R]):
     outside: str
 
 
-F = TypeVar("F", bound=OperationRecord)
-
-
-class MembershipLoop(OperationLoop[F]):
+class MembershipLoop(OperationLoop[R]):
     """What a join's and a removal's loops share: a request judged on one read of its gates
     (`admit`), and a `finished` event marked sent in the record. Subclasses set `plans`,
     `state`, `busy` and `paused`, and build their event in `finished_event`."""
@@ -128,16 +125,16 @@ class MembershipLoop(OperationLoop[F]):
     busy: Callable[[str], Awaitable[Busy | None]]
     paused: Callable[[str], Awaitable[bool]]
 
-    def finished_event(self, rec: F) -> EndEvent:
+    def finished_event(self, rec: R) -> EndEvent:
         raise NotImplementedError
 
-    def end_event(self, rec: F) -> EndEvent | None:
+    def end_event(self, rec: R) -> EndEvent | None:
         return None if rec.finished_sent else self.finished_event(rec)
 
-    def end_sent(self, rec: F) -> None:
+    def end_sent(self, rec: R) -> None:
         rec.finished_sent = True
 
-    async def admit(self, cluster: str, request_id: str, part_of: str | None) -> Admission[F] | None:
+    async def admit(self, cluster: str, request_id: str, part_of: str | None) -> Admission[R] | None:
         """Everything a request is judged on, or None for a redelivery of the request whose
         record exists already (its loop is kicked instead: it answers when it moves)."""
         current, unreadable = await self.store.load_judged(cluster)

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from bke.contracts.drain import DrainOptions
 from bke.contracts.membership import MembershipNode, MembershipView, RemoveNodes
-from bke.contracts.statuses import FinishedStatus, InstallStatus, OperationStatus
+from bke.contracts.statuses import FinishedStatus, InstallStatus
 from bke.core.operation import (
     Decision, Fail, NodeRun, OperationRecord, RunLocally, RunStatus, Send, Succeed, Wait, in_flight,
 )
@@ -38,6 +38,7 @@ from bke.core.operation.fold import STDERR_KEEP
 from bke.core.plan import NodePlan, Plan
 
 from ...engine import command_id
+from ..membership.refusals import gates_refusal, nodes_refusal
 from ...phases import CONTROL_PLANE, ETCD
 
 __all__ = [
@@ -127,25 +128,16 @@ def removal_refusal(req: RemoveNodes, plan: Plan | None, install_status: str | N
     if plan is None:
         return f"cluster {c} has no plan: nothing to remove"
     by_name = {n.hostname: n for n in plan.nodes}
-    unknown = sorted(h for h in req.nodes if h not in by_name)
-    if unknown:
-        return (f"nodes: not in the stored plan of {c}: {', '.join(unknown[:5])} (remove nodes before swapping in "
-                "the plan without them)")
-    if len(set(req.nodes)) != len(req.nodes):
-        return "nodes: a node is named twice"
+    why = nodes_refusal(req.nodes, by_name, c, " (remove nodes before swapping in the plan without them)")
+    if why:
+        return why
     refused = [why for h in req.nodes if (why := _not_a_worker(plan, by_name[h], by_apply=bool(req.part_of)))]
     if refused:
         return ("nodes: only workers are removed this way; etcd members and control-plane nodes leave by a "
                 f"control-plane scale-in: {', '.join(refused[:5])}")
-    if paused:
-        return f"{c} is paused: resume it first (bke resume {c})"
-    if install_status == InstallStatus.RUNNING:
-        return f"the install of {c} is running: remove nodes after it ends"
-    if busy:
-        return f"{busy} of {c} is running: remove nodes after it ends"
-    if current is not None and current.status == OperationStatus.RUNNING and current.request_id != req.request_id:
-        return f"removal {current.request_id} of {c} is still running"
-    return ""
+    install = f"the install of {c} is running: remove nodes after it ends" if install_status == InstallStatus.RUNNING else ""
+    return gates_refusal(c, req.request_id, paused=paused, install=install, busy=busy, verb="remove nodes",
+                         current=current)
 
 
 def new_removal(req: RemoveNodes, now: str, identities: list[str]) -> Removal:
