@@ -101,7 +101,7 @@ from .agent import (
     ProvisionAgent,
 )
 from .deadletter import AGENTS_FLOODING, AgentFlooding, DeadLettered
-from .node_commands import NODE_COMMANDS_ANSWERED, NODE_COMMANDS_SEND, NodeCommandAnswered, SendNodeCommands
+from .node_commands import NODE_COMMANDS_ANSWERED, NODE_COMMANDS_SEND, NodeCommandsAnswered, SendNodeCommands
 from .identity import AGENT_IDENTITY_RENEW, AgentIdentityRenewed, RenewAgentIdentity
 from .health import GetHealth, ServiceHealth
 from .expiration import EXPIRATION_GET, CertExpiration, GetExpiration
@@ -260,7 +260,7 @@ CHANNELS: tuple[Channel, ...] = (
     Channel("bke.v1.agent.{cluster}.{node}.upgrader-result", CommandResult, "event",
             "Deprecated: where agents of the previous release answer the upgrader's commands; read by the dispatcher like result, until bke.v2.",
             ("agent",), ("dispatcher",)),
-    Channel(NODE_COMMANDS_ANSWERED, NodeCommandAnswered, "event", "An agent's believed answer to a command of an operation the upgrader runs (an upgrade, a changed spec, an etcd restore), routed by the operation it answers (commands' stream: taken by one upgrader replica).", ("dispatcher",), ("upgrader",)),
+    Channel(NODE_COMMANDS_ANSWERED, NodeCommandsAnswered, "event", "Agents' believed answers to commands of the operations the upgrader runs (an upgrade, a changed spec, an etcd restore), each with the operation it answers; those the dispatcher believed together in one message (commands' stream: taken by one upgrader replica).", ("dispatcher",), ("upgrader",)),
     Channel("bke.v1.agent.{cluster}.{node}.registered", AgentRegistered, "event", "An agent started and announces its public keys (sealed to only if they are the ones provisioned).", ("agent",), ("certs",)),
     Channel("bke.v1.agent.{cluster}.{node}.refused", CommandRefused, "event", "The agent refused a command (unsigned, not the dispatcher's key, another node, expired or not yet valid); nothing ran.", ("agent",), ("dispatcher",)),
     Channel(AGENTS_PROVISION, ProvisionAgent, "request", "Record the key BKE made for a node's agent at provisioning (operator only; queue group certs-provision; core NATS, not stored).", ("cli",), ("certs",), (AgentProvisioned,)),

@@ -19,7 +19,7 @@ from bke.adapters.cluster_api.manifests import HttpRepoManifests
 from bke.lab.standins.manifests import LabManifests
 from bke.lab.standins.node_labels import LabNodes
 from bke.adapters.cluster_api.node_labels import NodeLabelsWork, NodeMarker
-from bke.contracts.node_commands import NODE_COMMANDS_ANSWERED, NodeCommandAnswered
+from bke.contracts.node_commands import NODE_COMMANDS_ANSWERED, NodeCommandAnswered, NodeCommandsAnswered
 from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CertsFailed, CertsIssued, CertsRenewed
 from bke.contracts.membership import JOIN_NODES_FINISHED, REMOVE_NODES_FINISHED, JoinNodesFinished, RemoveNodesFinished
 from bke.core.errors import TemporaryError
@@ -205,15 +205,23 @@ def _serve_answers(svc: Service, upgrades: Upgrades) -> None:
 def _serve_results(svc: Service, ops: Operations) -> None:
     """The agents' answers to this service's commands, as the dispatcher, the one service that
     hears agents, sends them on: believed by its rule, and routed by the operation they answer
-    (bke.contracts.operation_ref) to the operation here that runs it."""
+    (bke.contracts.operation_ref) to the operation here that runs it. A message's answers are
+    handled at once, so an upgrade records them in one round trip (its store's)."""
 
     async def on_answer(ev: NodeCommandAnswered) -> None:
         if not await ops.on_result(ev.operation, ev.result):
             log.warning("an answer to no operation of this service's dropped (%s)", ev.operation.kind,
                         extra={"cluster": ev.result.cluster, "node": ev.result.node, "command_id": ev.result.command_id})
 
+    async def on_answers(ev: NodeCommandsAnswered) -> None:
+        # every answer is tried before the message is settled: one that fails (the store away)
+        # has the message delivered again, and those recorded already are recorded once
+        for got in await asyncio.gather(*(on_answer(a) for a in ev.answers), return_exceptions=True):
+            if isinstance(got, BaseException):
+                raise got
+
     svc.fast_subscriber(NODE_COMMANDS_ANSWERED, "BKE_COMMANDS", "upgrader-node-results",
-                        typed(NodeCommandAnswered, on_answer, svc.publish, svc.notify))
+                        typed(NodeCommandsAnswered, on_answers, svc.publish, svc.notify))
 
 
 def _lifecycle(svc: Service, redis: Any, ops: Operations) -> None:

@@ -8,7 +8,9 @@ that node, it comes from the node's accepted agent (learned from `certs.sealed`,
 agent's own claim), and it answers a command of the cluster's current incarnation
 (bke.core.secrets.binding). The last three are checked here again where it is recorded
 (`UpgradeStore.record_if_accepted`; an etcd restore's, which the restore records itself:
-`untrusted_result`): the run's record does not rest on another service's check alone.
+`untrusted_result`): the run's record does not rest on another service's check alone. Answers
+come several to a message and are handled at once, so that check costs the whole message's
+answers of a cluster one recording (three round trips), not some per answer.
 """
 from __future__ import annotations
 

@@ -86,6 +86,9 @@ class _State:
     async def result_checks(self, cluster: str, node: str) -> tuple[str, None]:
         return AGENT, None
 
+    async def results_checks(self, cluster: str, nodes: list[str], incarnation: bool) -> tuple[list[str], None]:
+        return [AGENT] * len(nodes), None
+
 
 class _Loop:
     def __init__(self, kind: OperationKind) -> None:

@@ -22,6 +22,7 @@ from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRen
 from bke.contracts.subjects import LEGACY_RETRY_REQUESTED
 from bke.core.operation.refs import ref_of
 
+from ..answered import SentOn
 from ..command_key import CommandKeyCarrier
 from ..known import KnownTargets
 from ..results import Inputs
@@ -49,8 +50,9 @@ class _Answers:
     """The handlers that take more than one reader's part."""
 
     def __init__(self, services: ServiceEvents, loops: Loops, inputs: Inputs, known: KnownTargets,
-                 forgotten: Forgotten):
+                 forgotten: Forgotten, sent_on: SentOn):
         self.services, self.joins, self.inputs, self.known, self.forgotten = services, loops.joins, inputs, known, forgotten
+        self.sent_on = sent_on
 
     # sealed bundles and accepted agents may be what a join waits for
     async def certs_sealed(self, ev: CertsSealed) -> None:
@@ -70,7 +72,8 @@ class _Answers:
             # one of a node that is not in the plan has no accepted agent, and results.py drops
             # it on that (15,000 plan reads spared in a 5,000-node upgrade)
             await self.known.check_result(res)
-        return await self.inputs.result(res)
+        # the upgrader's answers go with the others of their turn, one message (answered.py)
+        return await self.sent_on(await self.inputs.result(res))
 
 
 def wire_answers(b: Basics, loops: Loops, command_keys: CommandKeyCarrier, known: KnownTargets,
@@ -80,7 +83,7 @@ def wire_answers(b: Basics, loops: Loops, command_keys: CommandKeyCarrier, known
     inputs = Inputs(b.state, loops.runner.kick, b.now, loops.health.record, loops.ops,
                     other_incarnation=OtherIncarnation(svc.metrics, svc.name), on_command_key=command_keys.on_result)
     services = ServiceEvents(b.state, b.plans, loops.engine, loops.runner.kick, b.now)
-    answers = _Answers(services, loops, inputs, known, forgotten)
+    answers = _Answers(services, loops, inputs, known, forgotten, SentOn(b.notify))
 
     def t(model: Any, handler: Any) -> Callable[[bytes], Awaitable[None]]:
         return typed(model, handler, b.publish, b.notify)
