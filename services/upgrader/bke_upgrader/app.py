@@ -206,7 +206,7 @@ def _serve_results(svc: Service, ops: Operations) -> None:
     """The agents' answers to this service's commands, as the dispatcher, the one service that
     hears agents, sends them on: believed by its rule, and routed by the operation they answer
     (bke.contracts.operation_ref) to the operation here that runs it. A message's answers are
-    handled at once, so an upgrade records them in one round trip (its store's)."""
+    handled at once, so an upgrade checks and records them together (its store's one recording)."""
 
     async def on_answer(ev: NodeCommandAnswered) -> None:
         if not await ops.on_result(ev.operation, ev.result):
