@@ -171,6 +171,7 @@ class Executor:
             agent_id=self.identity.agent_id, status=FinishedStatus.FAILED if failed else FinishedStatus.SUCCEEDED,
             steps=results, started_at=started, finished_at=self.now().isoformat(), agent_version=RUNNING_VERSION,
             incarnation=command.incarnation,  # whose answer it is: a cluster made again reuses command ids
+            operation=command.operation,  # whose operation: the dispatcher routes the answer by it
         )
 
     async def run_step(self, step: Step, command: AgentCommand) -> StepResult:

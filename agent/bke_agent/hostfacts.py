@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from bke.contracts.agent import AgentRuntime
-from bke.core.secrets.binding import COMMAND_BINDING
+from bke.core.secrets.binding import AGENT_COMMAND_FORM
 
 __all__ = ["agent_runtime", "cgroup_version", "musl_version"]
 
@@ -69,4 +69,4 @@ def agent_runtime(version: str) -> AgentRuntime:
     libc, libc_version = _libc()
     return AgentRuntime(agent_version=version, python=f"{sys.version_info.major}.{sys.version_info.minor}",
                         implementation=sys.implementation.name, machine=platform.machine(), libc=libc,
-                        libc_version=libc_version, command_binding=COMMAND_BINDING)
+                        libc_version=libc_version, command_binding=AGENT_COMMAND_FORM)

@@ -48,7 +48,6 @@ import asyncio
 import contextlib
 import logging
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Callable
 
 from nats.aio.client import Client as NatsClient
@@ -61,14 +60,12 @@ from pydantic import ValidationError
 from bke.adapters.bus.message_version import MessageTooNew, message_version, read_as_sent, read_message
 from bke.core.errors import MalformedMessage
 from bke.contracts.base import schema_headers
-from bke.adapters.auth.creds import creds_claims, may_publish
 from bke.adapters.auth.permissions import agent_deliver_subject
 from bke.contracts.agent import (
     AgentCommand,
     AgentHeartbeat,
     AgentRegistered,
     CommandRefused,
-    UPGRADER_RESULT,
     CommandResult,
     agent_subject,
     node_token,
@@ -91,7 +88,7 @@ from .settings import AgentSettings
 from .verify import CommandVerifier
 from .version import RUNNING_VERSION
 
-__all__ = ["AGENT_STREAM", "AgentConflict", "AgentLoop", "consumer_config", "consumer_name", "upgrader_result_subject"]
+__all__ = ["AGENT_STREAM", "AgentConflict", "AgentLoop", "consumer_config", "consumer_name"]
 
 log = logging.getLogger("bke.agent")
 OPEN_DELIVER_PREFIX = "_INBOX.bke-agent"  # a server without authentication
@@ -125,22 +122,6 @@ def consumer_config(cluster: str, node: str, ack_wait_s: float, inbox_prefix: st
     )
 
 
-def upgrader_result_subject(cluster: str, node: str, creds: Path | None) -> str:
-    """Where an agent answers the upgrader's commands: their own subject when its identity may
-    publish there (issued by this BKE version, or a server without authentication: no creds
-    file), else `result`, as before (bke.adapters.auth.creds says why it is asked)."""
-    own = agent_subject(cluster, node, UPGRADER_RESULT)
-    if creds is None:
-        return own
-    try:
-        claims = creds_claims(creds.read_text())
-    except (OSError, ValueError) as exc:  # the connection will say what is wrong: answer where it always could
-        log.warning("creds file not read (%s): the upgrader's commands are answered on result", exc,
-                    extra={"cluster": cluster, "node": node})
-        return agent_subject(cluster, node, "result")
-    return own if may_publish(claims, own) else agent_subject(cluster, node, "result")
-
-
 class AgentLoop:
     """Consumes one node's commands. Many loops may share one NATS connection (see Fleet)."""
 
@@ -169,7 +150,6 @@ class AgentLoop:
         self._stopping = False
         self.restart_requested = False
         self.on_restart: Callable[[], None] = lambda: None  # main stops the process with RESTART_EXIT_CODE
-        self._upgrader_subject = upgrader_result_subject(self.cluster, self.node, settings.nats_creds)
 
     async def ensure_consumer(self) -> ConsumerInfo:
         """Create or update the durable consumer (one API call); refuse if another agent is bound."""
@@ -294,7 +274,8 @@ class AgentLoop:
         stored = self.journal.get(cmd.command_id, cmd.incarnation or "")
         if stored is not None:
             # the incarnation it was stored under (a result stored before results carried one has none)
-            result = stored.model_copy(update={"replayed": True, "incarnation": cmd.incarnation})
+            result = stored.model_copy(update={"replayed": True, "incarnation": cmd.incarnation,
+                                                 "operation": cmd.operation})
             self.replayed += 1
         else:
             served = self.served.load()
@@ -309,19 +290,20 @@ class AgentLoop:
             if (newer := served_after(cmd, agent_id, served)) is not None:
                 self.served.save(newer)  # before the run: a crash in it leaves what the run would
             result = await self._execute(msg, cmd)
-        await self._publish_result(result, self._upgrader_subject if cmd.issuer == "upgrader" else None)
+        await self._publish_result(result)
         await self._ack(msg)
         log.info("command %s%s", result.status, " (replayed)" if result.replayed else "",
                  extra={**ids, "status": result.status, "replayed": result.replayed})
 
-    async def _publish_result(self, result: CommandResult, subject: str | None = None) -> None:
+    async def _publish_result(self, result: CommandResult) -> None:
         """Send the result, trying again for about `result_retry_s` (settings) while NATS is away
         or the outputs' stream is full (outputs.py). Why: when a NATS node of a cluster is lost,
         the stream elects a new leader and a publish gets no answer for a few seconds; handing
         the command back at once would wait for its ack wait (30 s) before the journal answers
         it. The result is in the journal already, and the dispatcher takes a result twice as
-        once, so sending it again is safe."""
-        await publish_output(self.js, subject or agent_subject(self.cluster, self.node, "result"), fit_result(result).to_bytes(),
+        once, so sending it again is safe. Every result goes to the dispatcher, which sends the
+        upgrader's on (by the operation the result echoes: bke.contracts.operation_ref)."""
+        await publish_output(self.js, agent_subject(self.cluster, self.node, "result"), fit_result(result).to_bytes(),
                              retry_s=self.settings.result_retry_s, what="result",
                              ids={**self._ids, "command_id": result.command_id})
 

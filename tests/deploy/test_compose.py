@@ -24,7 +24,7 @@ from bke.adapters.runtime import redis_acl
 from bke.core.secrets.key_kinds import SERVICE_KEY_KINDS, key_file_env
 
 from .dockerfile import effective, env_of, read_stages
-from .image_sets import SERVICE_DOCKERFILE, service_build_args
+from .image_sets import SERVICE_DOCKERFILE, image_requirements, imported_distributions, read_pins, service_build_args
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -192,9 +192,10 @@ def test_state_init_runs_once_before_the_services_and_alone_holds_the_admin_user
     assert step["entrypoint"] == ["python", "-m", "bke.adapters.state.deploy_init"]
     assert importlib.util.find_spec("bke.adapters.state.deploy_init") is not None
     assert step["restart"] == "no" and step["read_only"] is True
-    # the image it runs holds both kinds it needs: the upgrader's (bke.core.secrets.key_kinds)
+    # the image it runs holds what it imports to make both kinds (bke.core.secrets.key_kinds): the
+    # upgrader's, though the upgrader itself is given no signing key (the dispatcher signs)
     assert step["image"] == services["upgrader"]["image"]
-    assert {"snapshot", "signing"} <= set(SERVICE_KEY_KINDS["upgrader"])
+    assert imported_distributions("bke.adapters.state.deploy_init") <= set(read_pins(image_requirements("upgrader")))
     # no NATS identity, no token; the keys of what it makes: the snapshot, command-signing and the
     # plan and render writers' signing keys
     assert sorted(step["secrets"]) == ["bke-key-plan", "bke-key-render", "bke-key-signing", "bke-key-snapshot"]

@@ -168,7 +168,7 @@ def test_state_init_job_alone_holds_the_redis_admin_user() -> None:
     assert pod["automountServiceAccountToken"] is False
     (container,) = pod["containers"]
     assert container["command"] == ["python", "-m", "bke.adapters.state.deploy_init"]
-    assert container["image"].split(":")[0] == "bke-upgrader"  # holds the snapshot and signing kinds
+    assert container["image"].split(":")[0] == "bke-upgrader"  # holds what it imports (test_compose.py)
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     env = {e["name"]: e for e in container["env"]}
     assert env["BKE_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": "bke-state-init-redis", "key": "BKE_REDIS_URL"}

@@ -54,34 +54,3 @@ async def test_a_handler_running_three_ack_waits_is_not_redelivered_and_old_dura
         for consumer in replicas:
             await consumer.stop()
         await js.delete_stream("FAULTS_ACKS")
-
-
-async def test_skipped_messages_are_acknowledged_unhandled_and_the_others_handled(nats_client):
-    js = nats_client.jetstream()
-    await js.add_stream(StreamConfig(name="FAULTS_SKIP", subjects=["faults.skip.>"]))
-    handled: list[bytes] = []
-    done = asyncio.Event()
-
-    async def work(body: bytes) -> None:
-        handled.append(body)
-        if len(handled) == 2:
-            done.set()
-
-    consumer = FastConsumer("faults.skip.>", "FAULTS_SKIP", "skipper", work, service="test", broker=None,
-                            max_deliver=5, ack_wait=ACK_WAIT, batch=8, workers=4,
-                            skip=lambda body: body.startswith(b"theirs"))
-    await consumer.start(nats_client)
-    try:
-        for body in (b"theirs-1", b"ours-1", b"theirs-2", b"ours-2"):
-            await js.publish("faults.skip.x", body)
-        await asyncio.wait_for(done.wait(), timeout=30)
-
-        async def settled() -> bool:
-            info = await js.consumer_info("FAULTS_SKIP", "skipper")
-            return info.num_ack_pending == 0 and info.num_pending == 0
-        await _until(settled, "a message was left unacknowledged")
-        assert sorted(handled) == [b"ours-1", b"ours-2"]
-        assert (await js.consumer_info("FAULTS_SKIP", "skipper")).num_redelivered == 0
-    finally:
-        await consumer.stop()
-        await js.delete_stream("FAULTS_SKIP")

@@ -16,6 +16,9 @@ from nats.js import JetStreamContext
 from bke.adapters.bus.watch import EventWatch, Seen
 from bke.contracts.agent import AgentCommand, agent_subject
 from bke.contracts.agent_steps import RunProgram, Step
+from bke.contracts.operation_ref import OperationKind, OperationRef
+from bke.core.secrets.binding import Binding
+from bke.core.secrets.signing import sign_command
 from bke_agent import (AgentConflict, AgentIdentity, AgentLoop, AgentSettings, DiskJournal, Fleet, MemoryJournal,
                        NullBackend, StepOutcome, execution_counts)
 from bke_agent.backends.base import Content
@@ -214,24 +217,35 @@ async def test_fleet_of_null_agents_on_one_connection(nats_client: NatsClient, j
     await fleet.stop()
 
 
-async def test_the_upgraders_commands_are_answered_on_their_own_subject(nats_client: NatsClient, js: JetStreamContext,
-                                                                         nats_url: str, cluster: str) -> None:
-    """No creds file (a server without authentication): the upgrader's command is answered on
-    `upgrader-result`, its redelivery replayed there too, the dispatcher's on `result`."""
+async def test_every_command_is_answered_on_result_with_its_operation_echoed(nats_client: NatsClient, js: JetStreamContext,
+                                                                             nats_url: str, cluster: str) -> None:
+    """The upgrader's command is answered on `result`, as the dispatcher's: the dispatcher hears
+    both and routes each by the operation the answer echoes (bke.contracts.operation_ref), its
+    redelivery's replay too."""
+    identity = AgentIdentity.ephemeral()
     loop = AgentLoop(nats_client, js, _settings(nats_url, cluster, "n1"), NullBackend(), MemoryJournal(),
-                     AgentIdentity.ephemeral(), verifier=verifier(cluster, "n1"))
-    up = signed(_cmd(cluster, "n1", "up-1").model_copy(update={"issuer": "upgrader", "signature_b64": ""}))
+                     identity, verifier=verifier(cluster, "n1"))
+    ref = OperationRef(kind=OperationKind.UPGRADE, id="r1", step="workers")
+    install = OperationRef(kind=OperationKind.INSTALL, step="node-env")
+
+    def bound(cid: str, op: OperationRef, **update: str) -> AgentCommand:  # as the dispatcher signs for an agent that reads refs
+        cmd = _cmd(cluster, "n1", cid).model_copy(update={"signature_b64": "", "operation": op, **update})
+        return sign_command(cmd, SIGNER, binding=Binding(identity.agent_id, ""))
+
+    up, disp = bound("up-1", ref, issuer="upgrader"), bound("disp-1", install)
+    assert up.operation == ref
     async with EventWatch(nats_client, [f"bke.v1.agent.{cluster}.>"]) as watch:
         await loop.start()
         await _send(js, up)
-        await _send(js, _cmd(cluster, "n1", "disp-1"))
+        await _send(js, disp)
         first = await watch.wait_for(lambda e: _ends(e, "up-1") and "status" in e.data, TIMEOUT)
-        disp = await watch.wait_for(lambda e: _ends(e, "disp-1") and "status" in e.data, TIMEOUT)
+        answer = await watch.wait_for(lambda e: _ends(e, "disp-1") and "status" in e.data, TIMEOUT)
         await js.publish(agent_subject(cluster, "n1", "command"), up.to_bytes(), headers={"Nats-Msg-Id": "up-1-again"})
         again = await watch.wait_for(lambda e: _ends(e, "up-1") and e.data.get("replayed") is True,
                                      TIMEOUT)
-    assert first.subject == again.subject == agent_subject(cluster, "n1", "upgrader-result")
+    assert first.subject == again.subject == answer.subject == agent_subject(cluster, "n1", "result")
     assert first.data["status"] == "Succeeded" and first.data["replayed"] is False
-    assert disp.subject == agent_subject(cluster, "n1", "result")
+    assert first.data["operation"] == again.data["operation"] == ref.model_dump(mode="json", by_alias=True)
+    assert answer.data["operation"] == install.model_dump(mode="json", by_alias=True)
     assert loop.executed == 2 and loop.replayed == 1
     await loop.stop()

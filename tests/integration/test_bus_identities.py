@@ -155,9 +155,9 @@ async def test_inboxes(agent_a: Client) -> None:
 async def test_publish_only_its_own_node(agent_a: Client, dispatcher: Client, secure: EmbeddedRuntime,
                                         tmp_path: Path, kind: str) -> None:
     assert await agent_a.pub_refused(agent_subject(CLUSTER, B, kind))
-    # registrations are the certs service's to read (it alone believes a provisioned key), the
-    # answers to the upgrader's commands the upgrader's
-    reader = {"registered": "certs", "upgrader-result": "upgrader"}.get(kind)
+    # registrations are the certs service's to read (it alone believes a provisioned key), every
+    # other output the dispatcher's (the one service that hears agents)
+    reader = {"registered": "certs"}.get(kind)
     watcher = await _identity(secure, tmp_path, reader) if reader else dispatcher
     watch = await watcher.nc.subscribe(agent_subject(CLUSTER, A, kind))
     await watcher.nc.flush()
@@ -170,7 +170,7 @@ async def test_only_the_dispatcher_commands_agents(secure: EmbeddedRuntime, tmp_
     command = agent_subject(CLUSTER, A, "command")
     watch = await agent_a.nc.subscribe(command)
     await agent_a.nc.flush()
-    for role in ("planner", "certs", "renderer", "operator", "dashboard"):
+    for role in ("planner", "certs", "renderer", "upgrader", "operator", "dashboard"):
         client = await _identity(secure, tmp_path, role)
         assert await client.pub_refused(command), role
         await client.nc.close()

@@ -341,8 +341,8 @@ async def roll(lab: Lab, etcd: Etcd, step: ExpandedStep, agents: dict[str, Agent
         arrived.set()
 
     subs = [await nats_client.subscribe(f"bke.v1.agent.{plan.cluster}.*.command", cb=on_command),
-            # the agents answer the upgrader's commands on their own subject (no creds here)
-            await nats_client.subscribe(f"bke.v1.agent.{plan.cluster}.*.upgrader-result", cb=on_result)]
+            # the agents answer on `result`; the dispatcher would send the upgrade's answers on
+            await nats_client.subscribe(f"bke.v1.agent.{plan.cluster}.*.result", cb=on_result)]
     try:
         async with out.sampler:
             async def sampled(after: float) -> bool:

@@ -66,7 +66,6 @@ class ToyLoop(OperationLoop[Toy]):
 
         store = RecordStore(redis, Toy.from_json, lambda c: f"bke:{c}:toy", lambda c: f"bke:{c}:toy:results", "bke:toys")
         super().__init__(store, publish, lambda: NOW, "me", 15000, kicks.append, sign=sign, kind="rotation",
-                         slug_prefix="toy@",
                          carriers={"send": self.send, "check": self.check})
         self.ready, self.events = ready, events
 

@@ -64,7 +64,7 @@ VRRP = vrrp_password_key(C)
 TABLE: dict[str, dict[str, str]] = {
     PKI_KEYS: {"certs": "rw"},
     pki_key(C, "manifest"): {"certs": "rw"},
-    command_signing_key(): {"dispatcher": "rw", "upgrader": "r"},
+    command_signing_key(): {"dispatcher": "rw"},  # the upgrader sends its node commands through the dispatcher
     command_signing_next_key(): {},  # a rollover's next key: the admin's until the switch copies it
     command_key_rollover_key(): {"dispatcher": "r"},  # public: the dispatcher announces its next key
     command_key_acks_key(): {"dispatcher": "rw"},
@@ -125,7 +125,7 @@ NEEDS: dict[str, dict[str, str]] = {
                  **dict.fromkeys([heartbeat_key(C), heartbeat_cgroup_key(C), heartbeat_runtime_key(C),
                                   accepted_agents_key(C), provisioned_agents_key(C), addon_manifests_key(C),
                                   api_credentials_key(C), node_files_key(C, "certs"), node_files_digest_key(C, "certs"),
-                                  VRRP, command_signing_key(), etcd_snapshot_key(), record_signing_key("plan")], "r")},
+                                  VRRP, etcd_snapshot_key(), record_signing_key("plan")], "r")},
     RENEWER: {auth_identities_key(): "rw", auth_authority_key(): "r"},
 }
 

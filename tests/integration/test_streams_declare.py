@@ -11,12 +11,15 @@ from pathlib import Path
 
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DiscardPolicy, RetentionPolicy, StreamConfig
+from nats.js.errors import NotFoundError
 
 import bke.adapters.bus.service as service_module
 from bke.adapters.auth import identity_name, inbox_prefix, role_permissions, write_creds
+from bke.adapters.auth.permissions import Permissions
 from bke.adapters.bus.connect import BusAccess, connect_nats
 from bke.adapters.bus.service import make_service
-from bke.adapters.bus.streams import AGENT_OUTPUT_INTEREST, AGENT_OUTPUT_STREAM, AGENT_STREAM, StreamsNotDeclared
+from bke.adapters.bus.streams import (AGENT_OUTPUT_INTEREST, AGENT_OUTPUT_STREAM, AGENT_STREAM, StreamsNotDeclared,
+                                     interest_config)
 from bke.adapters.runtime import EmbeddedRuntime
 from bke.adapters.settings import ServiceSettings
 from bke.contracts.agent import agent_subject
@@ -60,6 +63,31 @@ async def test_check_reports_a_changed_stream_and_ensure_puts_it_back(secure: Em
         assert not (await js.stream_info("BKE_EVENTS")).config.sources
         ensured = _run([BKE, "streams", "ensure", "--nats", url], url, deploy, "streams")
         assert ensured.returncode == 0 and "as declared" in ensured.stdout
+    finally:
+        await nc.close()
+
+
+async def test_ensure_deletes_the_consumers_an_earlier_release_left_on_the_outputs_stream(
+        secure: EmbeddedRuntime, tmp_path: Path) -> None:
+    """The upgrader's result consumers of an earlier release (it reads no agent subject now): an
+    interest stream would keep every output they match, unread, until it refused new ones."""
+    assert secure.info is not None and secure.nats_auth is not None
+    url = secure.info.nats_url
+    everything = Permissions(pub_allow=(">",), sub_allow=(">",))  # as that release's upgrader made them
+    old = write_creds(tmp_path / "old.creds", secure.nats_auth.authority.user("old", everything, iat=int(time.time())).creds)
+    nc = await connect_nats(BusAccess(url, old))
+    try:
+        js = nc.jetstream()
+        for durable, kind in (("upgrader-results", "result"), ("upgrader-answers", "upgrader-result")):
+            await js.add_consumer(AGENT_OUTPUT_STREAM, interest_config(durable, f"bke.v1.agent.*.*.{kind}"))
+        deploy = _creds(secure, tmp_path, "streams")
+        done = _run([BKE, "streams", "ensure", "--nats", url], url, deploy, "streams")
+        assert done.returncode == 0, done.stderr
+        for durable in ("upgrader-results", "upgrader-answers"):
+            with pytest.raises(NotFoundError):
+                await js.consumer_info(AGENT_OUTPUT_STREAM, durable)
+        for durable, _ in AGENT_OUTPUT_INTEREST:  # the declared ones stay
+            assert (await js.consumer_info(AGENT_OUTPUT_STREAM, durable)).name == durable
     finally:
         await nc.close()
 

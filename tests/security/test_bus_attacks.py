@@ -25,6 +25,7 @@ from bke.adapters.bus import quotas
 from bke.adapters.bus.quotas import AGENT_MAX_PAYLOAD, AGENT_OUTPUT_MAX_MSG, AGENT_OUTPUT_SUBJECT_MSGS, AGENT_SUBJECT_MSGS
 from bke.adapters.bus.streams import (AGENT_OUTPUT_STREAM, AGENT_STREAM, BUCKETS, OBJECT_BUCKET, STREAMS, StreamsNotDeclared,
                                       check_streams, ensure_streams)
+from bke.contracts.node_commands import NODE_COMMANDS_ANSWERED, NODE_COMMANDS_SEND
 from bke.contracts.agent import AGENTS_PROVISION, agent_subject
 from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET
 from bke.contracts.identity import renew_identity_subject
@@ -109,7 +110,10 @@ async def test_jetstream_api_matrix(clients: dict[str, Client], subject: str, al
 # on the bus and into the object buckets (a publish there can carry `Nats-Rollup: all`, which
 # empties the bucket).
 PUBLISH_MATRIX: tuple[tuple[str, frozenset[str]], ...] = (
-    (agent_subject(CLUSTER, NODE, "command"), frozenset({"dispatcher", "upgrader"})),
+    # the dispatcher alone commands agents; the upgrader asks it to (bke.contracts.node_commands)
+    (agent_subject(CLUSTER, NODE, "command"), frozenset({"dispatcher"})),
+    (NODE_COMMANDS_SEND, frozenset({"upgrader"})),
+    (NODE_COMMANDS_ANSWERED, frozenset({"dispatcher"})),
     (CERTS_ISSUED, frozenset({"certs"})),
     (agent_subject(CLUSTER, "node-b", "result"), frozenset()),
     (agent_subject(CLUSTER, NODE, "result"), frozenset({"agent"})),

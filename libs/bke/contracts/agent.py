@@ -10,10 +10,14 @@ stored result (`replayed=True`) and runs nothing. Files that carry private keys 
 
 Subjects (hostnames may hold dots, which NATS reads as token separators, so a node's
 token is `node_token(hostname)`):
-    bke.v1.agent.<cluster>.<node>.command     dispatcher -> agent   (durable per agent)
-    bke.v1.agent.<cluster>.<node>.result      agent -> dispatcher
+    bke.v1.agent.<cluster>.<node>.command     dispatcher -> agent   (durable per agent; the
+                                                                   upgrader's go through it)
+    bke.v1.agent.<cluster>.<node>.result      agent -> dispatcher   (every answer, with the
+                                                                   command's operation echoed)
     bke.v1.agent.<cluster>.<node>.upgrader-result
-                                              agent -> upgrader     (the answers to its commands)
+                                              agent -> dispatcher   (deprecated: where agents of
+                                                                   the previous release answer
+                                                                   the upgrader's commands)
     bke.v1.agent.<cluster>.<node>.registered  agent -> dispatcher   (public keys, at start)
     bke.v1.agent.<cluster>.<node>.refused     agent -> dispatcher   (a command it would not run)
     bke.v1.heartbeat.<cluster>.<node>         agent -> dispatcher   (core NATS, not stored)
@@ -31,6 +35,7 @@ from pydantic import Field
 
 from .agent_steps import Step
 from .base import Message
+from .operation_ref import OperationRef
 from .statuses import FinishedStatus, StepResultStatus
 
 __all__ = [
@@ -65,10 +70,9 @@ __all__ = [
 ]
 
 AGENT_PREFIX = "bke.v1.agent"
-# The subject kind of an answer to a command the upgrader issued (`issuer="upgrader"`: upgrades,
-# changed specs, etcd restores). Why apart from `result`: the dispatcher's consumer no longer
-# receives (and drops) them, 15,000 deliveries and acks in a 5,000-node upgrade. An agent whose
-# identity predates it answers on `result`, which the upgrader reads too (bke.adapters.auth.creds).
+# Deprecated, read until bke.v2: the subject kind where an agent of the previous release answers
+# a command the upgrader issued. Every answer now goes to `result`, and the dispatcher, which
+# hears both, routes it by the operation it echoes (bke.contracts.operation_ref).
 UPGRADER_RESULT = "upgrader-result"
 HEARTBEAT_PREFIX = "bke.v1.heartbeat"  # outside the agent stream: heartbeats are not kept
 OUTPUT_LIMIT = 4096  # bytes of stdout/stderr kept per step
@@ -138,6 +142,9 @@ class AgentCommand(Message):
     agent_id: str | None = Field(None, min_length=1, max_length=128, exclude_if=lambda v: v is None)
     incarnation: str | None = Field(None, pattern=r"^(\d{8}T\d{12}Z-[0-9a-f]{16})?$",
                                     exclude_if=lambda v: v is None)
+    # the operation it is part of (bke.contracts.operation_ref), signed with the rest; left out
+    # for an agent that reads none (bke.core.secrets.binding, OPERATION_REFS)
+    operation: OperationRef | None = Field(None, exclude_if=lambda v: v is None)
     signature_b64: str = ""
 
     def signing_bytes(self) -> bytes:
@@ -176,6 +183,9 @@ class CommandResult(Message):
     replayed: bool = False  # True: the stored result of an already completed command
     agent_version: str = ""  # the answering agent's version (the upgrade's agents step checks it)
     incarnation: str | None = Field(None, pattern=r"^(\d{8}T\d{12}Z-[0-9a-f]{16})?$", exclude_if=lambda v: v is None)
+    # the command's operation, echoed: the dispatcher routes the result by it (None: an agent of
+    # an earlier release, or a command sent without one; left out of the body then)
+    operation: OperationRef | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class AgentRegistered(Message):

@@ -101,6 +101,7 @@ from .agent import (
     ProvisionAgent,
 )
 from .deadletter import AGENTS_FLOODING, AgentFlooding, DeadLettered
+from .node_commands import NODE_COMMANDS_ANSWERED, NODE_COMMANDS_SEND, NodeCommandsAnswered, SendNodeCommands
 from .identity import AGENT_IDENTITY_RENEW, AgentIdentityRenewed, RenewAgentIdentity
 from .health import GetHealth, ServiceHealth
 from .expiration import EXPIRATION_GET, CertExpiration, GetExpiration
@@ -140,6 +141,10 @@ LEGACY_COMMANDS: dict[str, str] = {LEGACY_CLUSTER_REQUESTED: INSTALL_CLUSTER, LE
 COMMAND_SUBJECTS: tuple[str, ...] = (INSTALL_CLUSTER, RENEW_CERTS, RETRY_INSTALL, RENDER_MANIFESTS, ISSUE_CERTS,
                                      UPGRADE_CLUSTER, RESTORE_ETCD, RETRY_UPGRADE, RESET_CLUSTER, JOIN_NODES, REMOVE_NODES,
                                      APPLY_CLUSTER,
+                                     # the upgrader's node commands to the dispatcher, and the
+                                     # agents' answers the dispatcher sends on to it: for one
+                                     # service each, taken once (a work queue)
+                                     NODE_COMMANDS_SEND, NODE_COMMANDS_ANSWERED,
                                      *LEGACY_COMMANDS)
 EVENT_SUBJECTS: tuple[str, ...] = (
     CLUSTER_REJECTED,
@@ -191,7 +196,7 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     "bke.v1.remove-nodes.*.changed",
 )
 # The agents' subjects, in two streams: what the dispatcher and the upgrader send to a node, and
-# what a node's agent sends back (bke.adapters.bus.streams says why they are apart). A node's
+# what a node's agent sends back (read by the dispatcher alone, but for registrations) (bke.adapters.bus.streams says why they are apart). A node's
 # agent may publish only its own output subjects (bke.adapters.auth.permissions).
 AGENT_COMMAND_SUBJECTS: tuple[str, ...] = ("bke.v1.agent.*.*.command",)
 AGENT_OUTPUT_SUBJECTS: tuple[str, ...] = tuple(f"bke.v1.agent.*.*.{kind}"
@@ -249,11 +254,13 @@ CHANNELS: tuple[Channel, ...] = (
     Channel("bke.v1.etcd-restore.{cluster}.changed", EtcdRestoreChanged, "event", "A restore started, moved a stage or node on, or finished (the whole view each time).", ("upgrader",), ("cli",)),
     Channel(RESTORE_GET, GetEtcdRestore, "request", "The cluster's current or last etcd restore, served by the upgrader (queue group upgrader-get; core NATS, not stored): `bke etcd restore status`.", ("cli",), ("upgrader",), (EtcdRestoreView, StatusError), reads=True),
     Channel(RESTORE_PIECE, GetRestorePiece, "request", "A member's agent asks for the next piece of the snapshot it restores, re-sealed to its provisioned key (core NATS, not stored).", ("agent",), ("upgrader",), (RestorePiece, StatusError)),
-    Channel("bke.v1.agent.{cluster}.{node}.command", AgentCommand, "command", "Steps for one node's agent; secret files sealed to that agent. The upgrader sends the upgrade's steps.", ("dispatcher", "upgrader"), ("agent",)),
-    Channel("bke.v1.agent.{cluster}.{node}.result", CommandResult, "event", "The agent ran (or replayed) a command.", ("agent",), ("dispatcher", "upgrader")),
+    Channel("bke.v1.agent.{cluster}.{node}.command", AgentCommand, "command", "Steps for one node's agent, signed by the dispatcher (the upgrader's too, sent through it); secret files sealed to that agent.", ("dispatcher",), ("agent",)),
+    Channel(NODE_COMMANDS_SEND, SendNodeCommands, "command", "A batch of node commands of an operation the upgrader runs (an upgrade, a changed spec, an etcd restore), unsigned: the dispatcher binds, signs and sends each to its node's agent.", ("upgrader",), ("dispatcher",)),
+    Channel("bke.v1.agent.{cluster}.{node}.result", CommandResult, "event", "The agent ran (or replayed) a command; it echoes the command's operation, by which the dispatcher routes the answer.", ("agent",), ("dispatcher",)),
     Channel("bke.v1.agent.{cluster}.{node}.upgrader-result", CommandResult, "event",
-            "The agent ran (or replayed) a command the upgrader issued (an agent whose identity predates this subject answers on result).",
-            ("agent",), ("upgrader",)),
+            "Deprecated: where agents of the previous release answer the upgrader's commands; read by the dispatcher like result, until bke.v2.",
+            ("agent",), ("dispatcher",)),
+    Channel(NODE_COMMANDS_ANSWERED, NodeCommandsAnswered, "event", "Agents' believed answers to commands of the operations the upgrader runs (an upgrade, a changed spec, an etcd restore), each with the operation it answers; those the dispatcher believed together in one message (commands' stream: taken by one upgrader replica).", ("dispatcher",), ("upgrader",)),
     Channel("bke.v1.agent.{cluster}.{node}.registered", AgentRegistered, "event", "An agent started and announces its public keys (sealed to only if they are the ones provisioned).", ("agent",), ("certs",)),
     Channel("bke.v1.agent.{cluster}.{node}.refused", CommandRefused, "event", "The agent refused a command (unsigned, not the dispatcher's key, another node, expired or not yet valid); nothing ran.", ("agent",), ("dispatcher",)),
     Channel(AGENTS_PROVISION, ProvisionAgent, "request", "Record the key BKE made for a node's agent at provisioning (operator only; queue group certs-provision; core NATS, not stored).", ("cli",), ("certs",), (AgentProvisioned,)),

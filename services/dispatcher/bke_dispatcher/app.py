@@ -20,6 +20,7 @@ from .wiring.forgotten import Forgotten
 from .wiring.heartbeats import serve_heartbeats
 from .wiring.lifecycle import run_loops, watch_state
 from .wiring.loops import wire_loops
+from .wiring.node_commands import serve_node_commands
 from .wiring.reads import COMMAND_KEY_QUEUE, command_key_answer, wire_reads
 
 __all__ = ["create_service"]
@@ -41,6 +42,8 @@ def create_service(settings: DispatcherSettings | None = None) -> Service:
     known, forgotten = KnownTargets(b.state, b.plans), Forgotten(b.redis)
     # the planner's, renderer's and certs service's events, the agents' results and refusals, retries
     wire_answers(b, loops, command_keys, known, forgotten)
+    # the upgrader's node commands: signed and sent here, their answers sent back on (results.py)
+    serve_node_commands(b, forgotten)
     # a deleted cluster's agents still beat until their identities are revoked: no key comes back
     serve_deleted(b.svc, b.redis, b.now, after=forgotten.add)
     serve_heartbeats(b, known, forgotten, epoch)

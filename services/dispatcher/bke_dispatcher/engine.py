@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Awaitable, Callable, Protocol
 
 from bke.contracts.agent import AgentCommand, agent_subject
+from bke.contracts.operation_ref import OperationKind, OperationRef
 from bke.contracts.install import InstallFinished, NodeStepChanged, PhaseChanged, install_subject
 from bke.contracts.statuses import OperationStatus, PhaseStatus, RunStatus
 from bke.core.errors import TemporaryError
@@ -284,6 +285,7 @@ class Engine:
                     phase=phase.slug,
                     issued_at=self._ts(),
                     steps=phase.build(plan, node, inp) if phase.build else [],
+                    operation=OperationRef(kind=OperationKind.INSTALL, id=rid or "", step=phase.slug),
                 )
                 body = await self.sign(cmd)  # the signed body, its canonical bytes written once
                 sent[h] = {"id": cmd.command_id, "gen": gen, "status": "Sent", "step": "", "stderr": "", "at": cmd.issued_at}

@@ -13,6 +13,7 @@ from typing import Awaitable, Callable
 
 from bke.adapters.periodic import Periodic
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
+from bke.contracts.operation_ref import OperationKind, OperationRef
 from bke.contracts.statuses import FinishedStatus, HealthStatus, InstallStatus, StepResultStatus
 from bke.core.plan import Plan
 from bke.adapters.state import PlanCache
@@ -90,6 +91,7 @@ class HealthMonitor:
                     phase="health",
                     issued_at=self.now().isoformat(),
                     steps=steps,
+                    operation=OperationRef(kind=OperationKind.HEALTH, id=str(rnd)),
                 )
                 await self.publish(await self.sign(cmd), agent_subject(cluster, node.hostname, "command"),
                                    {"Nats-Msg-Id": cmd.command_id})

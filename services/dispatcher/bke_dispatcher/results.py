@@ -13,13 +13,19 @@ answered it from its journal: bke.core.secrets.binding), counted on /metrics apa
 (bke.adapters.bus.other_incarnation). Refusals (an agent's `refused`,
 the certs service's `agents.refused`) are logged and counted; they never count as a result.
 
+A believed result goes to the operation it answers (bke.contracts.operation_ref: the one its
+agent echoed, else the one its command id names): the install's phases, a health round, a
+command-key rollover, the operations of ops/, or, for an operation the upgrader runs, on to the
+upgrader (`bke.v1.node-commands.answered`, several to a message: answered.py): this is the one
+service that hears agents. The upgrader's are checked together, a turn's results of a cluster
+in one round trip (bke.adapters.coalesce): 15,000 of them in a 5,000-node upgrade.
+
 Each handler takes its typed message (bke.adapters.bus.handler), records what happened, wakes the
 cluster's reconcile loop and returns what to publish; the loop decides what to do next. All of
 them are safe under redelivery.
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from datetime import datetime
@@ -28,14 +34,17 @@ from typing import Awaitable, Callable
 from bke.adapters.bus.flood import mark_stray
 from bke.adapters.bus.handler import Out
 from bke.adapters.bus.other_incarnation import OtherIncarnation
+from bke.adapters.coalesce import Coalesced
 from bke.adapters.operation import Operations
 from bke.contracts.agent import AgentRefused, CommandRefused, CommandResult
-from bke.contracts.agent_steps import COMMAND_KEY_PHASE
 from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
+from bke.contracts.node_commands import NODE_COMMANDS_ANSWERED, NodeCommandAnswered
+from bke.contracts.operation_ref import UPGRADER_KINDS, OperationKind
 from bke.contracts.certs import ISSUE_CERTS, IssueCerts
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
 from bke.contracts.statuses import CommandStatus, FinishedStatus, PhaseStatus, StepResultStatus
 from bke.core.errors import MalformedMessage, NotYetKnown
+from bke.core.operation.refs import ref_of
 from bke.core.secrets.binding import result_refusal
 from bke.adapters.state.operation_slot import claim_operation
 
@@ -44,31 +53,9 @@ from .phases import PHASES
 from .readiness import INPUT_SERVICE, InputStatus
 from .state import DispatcherState
 
-__all__ = ["Inputs", "upgraders_result"]
+__all__ = ["Inputs"]
 
 log = logging.getLogger("bke.dispatcher")
-UPGRADER_SLUGS = ("upgrade@", "restore@")  # bke.core.upgrade.run, bke.core.etcdsnap.restore_run
-_UPGRADER_MARKS = tuple(b"/" + s.encode() for s in UPGRADER_SLUGS)
-
-
-def upgraders_result(body: bytes) -> bool:
-    """Whether a result's command id is an upgrader's command (an upgrade's or an etcd
-    restore's), which the upgrader reads from the same stream and `Inputs.result` drops. Only
-    agents on identities issued before `upgrader-result` (bke.contracts.agent) send them here. Read
-    with the json module only: the full parse, the cluster check and the accepted-agent reads
-    cost the dispatcher as much CPU per result as the upgrader spends (15,000 results in a
-    5,000-node upgrade). Bytes without the mark, or that do not read as an object with a
-    string command id of four parts, go the full way (and are refused there if malformed)."""
-    if not any(m in body for m in _UPGRADER_MARKS):
-        return False
-    try:
-        cid = json.loads(body).get("commandId")
-    except (ValueError, AttributeError, RecursionError):
-        return False
-    if not isinstance(cid, str):
-        return False
-    parts = cid.split("/")
-    return len(parts) == 4 and parts[1].startswith(UPGRADER_SLUGS)
 STDERR_KEEP = 2000
 LOG_EVERY_S = 10.0  # dropped results and refusals: one log line per cluster per period
 
@@ -114,6 +101,8 @@ class Inputs:
         self._request_ids: dict[str, str] = {}  # cluster -> request id, read once (it never changes)
         self.dropped = _RateLimited()  # results not believed (see the module docstring)
         self.refusals = _RateLimited()  # commands refused by agents, registrations by certs
+        # cluster -> the checks of the upgrader's results handled in one turn, read together
+        self._checks: Coalesced[str, tuple[str, bool], tuple[str | None, str | None]] = Coalesced(self._read_checks)
 
     async def _request_id(self, cluster: str) -> str:
         rid = self._request_ids.get(cluster)
@@ -123,13 +112,16 @@ class Inputs:
                 self._request_ids[cluster] = rid
         return rid
 
-    async def _untrusted(self, res: CommandResult, node: str) -> tuple[str, bool]:
+    async def _untrusted(self, res: CommandResult, node: str, together: bool = False) -> tuple[str, bool]:
         """Why this result is not believed ("" if it is), and whether because it answers a
         command of another incarnation of its cluster. (Its subject names its payload's node:
-        the wiring's guard, bke.adapters.bus.misaddressed, dropped it otherwise.)"""
+        the wiring's guard, bke.adapters.bus.misaddressed, dropped it otherwise.) `together`:
+        read with the other results of its cluster handled in the same turn (`_checks`)."""
         if node != res.node:
             return f"its command id names node {node}", False
-        if res.incarnation is None:  # an unbound command's answer: nothing to compare it with
+        if together:
+            accepted, current = await self._checks(res.cluster, (res.node, res.incarnation is not None))
+        elif res.incarnation is None:  # an unbound command's answer: nothing to compare it with
             accepted, current = await self.state.accepted_agent(res.cluster, res.node), None
         else:
             accepted, current = await self.state.result_checks(res.cluster, res.node)
@@ -140,16 +132,24 @@ class Inputs:
         why = result_refusal(res.incarnation, current)
         return (why, True) if why else ("", False)
 
+    async def _read_checks(self, cluster: str, items: list[tuple[str, bool]]) -> list[tuple[str | None, str | None]]:
+        """Per (node, whether its result carries an incarnation): the node's accepted agent and the
+        cluster's current incarnation, for a whole turn's results in one round trip."""
+        accepted, current = await self.state.results_checks(cluster, [n for n, _ in items], any(b for _, b in items))
+        return [(a, current if bound else None) for a, (_, bound) in zip(accepted, items)]
+
     async def result(self, res: CommandResult) -> list[Out]:
         try:
             cluster, slug, node, gen = parse_command_id(res.command_id)
         except ValueError as exc:
             raise MalformedMessage(f"malformed command result: command id {res.command_id!r}: {exc}") from exc
+        ref = ref_of(res)  # the operation it answers: echoed by the agent, else named by its command id
         other = False
         if cluster != res.cluster:
             why = f"its command id names cluster {cluster}"
         else:
-            why, other = await self._untrusted(res, node)
+            # the upgrader's, thousands at a time in a big upgrade, are checked a turn's at once
+            why, other = await self._untrusted(res, node, together=ref is not None and ref.kind in UPGRADER_KINDS)
         if other or why:
             mark_stray()  # no command in flight of this node's: counted towards a flood (bke.adapters.bus.flood)
         if other:
@@ -159,16 +159,22 @@ class Inputs:
             self.dropped(res.cluster, f"result dropped: {why}", cluster=res.cluster, node=res.node,
                          command_id=res.command_id)
             return []
-        if slug.startswith(UPGRADER_SLUGS):
-            return []  # the upgrader's command (an upgrade's or an etcd restore's): it reads the same result stream
-        if slug == COMMAND_KEY_PHASE:  # a command-key rollover's announcement: no phase counts it
+        if ref is None:
+            raise MalformedMessage(f"malformed command result: command id {res.command_id!r} names no operation")
+        if ref.kind in UPGRADER_KINDS:  # an upgrade's, a changed spec's or a restore's: sent on to the upgrader
+            # straight on the connection (`live`: the stream keeps it all the same), with the
+            # others of its turn in one message (the wiring's, answered.py)
+            return [Out(NodeCommandAnswered(operation=ref, result=res), NODE_COMMANDS_ANSWERED, live=True)]
+        if ref.kind == OperationKind.COMMAND_KEY:  # a command-key rollover's announcement: no phase counts it
             if self.on_command_key is not None:
                 await self.on_command_key(res, gen)
             return []
-        if slug.startswith("health@"):
+        if ref.kind == OperationKind.HEALTH:
             await self.on_health(res)
             return []
-        if await self.operations.on_result(slug, res):
+        if ref.kind != OperationKind.INSTALL:  # a rotation's, a reset's, a join's or a removal's (ops/)
+            if not await self.operations.on_result(ref, res):
+                mark_stray()  # of no operation this service runs
             return []
         if slug == "health":  # the install's own health phase is every node's first health answer
             await self.on_health(res)

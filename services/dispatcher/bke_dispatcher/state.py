@@ -250,6 +250,17 @@ class DispatcherState:
             accepted, meta = await pipe.execute()
         return (None if accepted is None else _s(accepted)), incarnation_of(meta)
 
+    async def results_checks(self, cluster: str, nodes: list[str],
+                             incarnation: bool) -> tuple[list[str | None], str | None]:
+        """`result_checks` for several results of one cluster in one round trip: each node's
+        accepted agent, and the cluster's current incarnation if `incarnation` (else None)."""
+        async with self.r.pipeline(transaction=False) as pipe:
+            pipe.hmget(accepted_agents_key(cluster), nodes)
+            if incarnation:
+                pipe.hmget(plan_meta_key(cluster), INCARNATION_READ)
+            accepted, *meta = await pipe.execute()
+        return [None if a is None else _s(a) for a in accepted], (incarnation_of(meta[0]) if meta else None)
+
     async def agent_count(self, cluster: str, nodes: list[str]) -> int:
         """How many of `nodes` have an accepted agent."""
         if not nodes:

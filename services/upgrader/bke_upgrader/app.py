@@ -8,9 +8,7 @@ import logging
 from datetime import datetime, timezone
 from typing import Any
 
-from bke.adapters.bus.flood import FloodWatch
 from bke.adapters.bus.handler import typed
-from bke.adapters.bus.misaddressed import Misaddressed
 from bke.adapters.bus.other_incarnation import OtherIncarnation
 from bke.adapters.bus.service import REDIS_PROBE_S, Service, make_service
 from bke.adapters.checksums import HttpRepoChecksums
@@ -21,7 +19,7 @@ from bke.adapters.cluster_api.manifests import HttpRepoManifests
 from bke.lab.standins.manifests import LabManifests
 from bke.lab.standins.node_labels import LabNodes
 from bke.adapters.cluster_api.node_labels import NodeLabelsWork, NodeMarker
-from bke.contracts.agent import CommandResult
+from bke.contracts.node_commands import NODE_COMMANDS_ANSWERED, NodeCommandAnswered, NodeCommandsAnswered
 from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CertsFailed, CertsIssued, CertsRenewed
 from bke.contracts.membership import JOIN_NODES_FINISHED, REMOVE_NODES_FINISHED, JoinNodesFinished, RemoveNodesFinished
 from bke.core.errors import TemporaryError
@@ -34,12 +32,10 @@ from bke.adapters.state import PlanCache, RedisPlanStore
 from bke.adapters.state.record_keys import RecordKeys
 from bke.adapters.forgetting import serve_deleted
 from bke.adapters.state.client import redis_client
-from bke.adapters.state.command_signing import CommandSigning
+from bke.adapters.bus.node_commands import NodeCommandsSender
 from bke.adapters.state.keys.renderer import vrrp_password_key
 from bke.adapters.state.keys.trust import etcd_snapshot_key
 from bke.adapters.tasks import cancel_and_wait
-from bke.core.etcdsnap.restore_run import SLUG_PREFIX as RESTORE_SLUG_PREFIX
-from bke.core.upgrade.run import SLUG_PREFIX
 
 from .agent_release import ReleaseSource
 from .certs import UpgradeCerts
@@ -61,8 +57,6 @@ from .store import UpgradeStore
 __all__ = ["create_service"]
 
 log = logging.getLogger("bke.upgrader")
-UPGRADE_MARK = ("/" + SLUG_PREFIX).encode()  # in every upgrade command id (bke.core.upgrade.run.step_slug)
-RESTORE_MARK = ("/" + RESTORE_SLUG_PREFIX).encode()  # in every restore command id (bke.core.etcdsnap.restore_run)
 
 
 def _now() -> datetime:
@@ -127,14 +121,16 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
     svc = make_service("upgrader", settings)
     redis = redis_client(settings.store)
     plans = PlanCache(redis)
-    signing = CommandSigning(redis, lambda: box_for("signing"))
+    # node commands go to the dispatcher, which signs and sends them and hears the answers
+    # (bke.contracts.node_commands): this service holds no key that commands a node
+    send = NodeCommandsSender(svc.publish)
     # answers to a command of another incarnation of their cluster are dropped and counted (bke.adapters.bus.other_incarnation)
     store = UpgradeStore(redis, OtherIncarnation(svc.metrics, svc.name))
     watch_metrics(svc, store)  # /metrics: nodes by state and progress, from the run records
     svc.http_routes += upgrader_routes(store)  # the dashboard: runs, steps, failures (live)
     snapshots = _Snapshots(svc, redis)
-    upgrades = _upgrades(svc, settings, redis, store, plans, signing, snapshots)
-    deps = Deps(svc, redis, store, plans, signing.sign, upgrades.settings, snapshots.key)
+    upgrades = _upgrades(svc, settings, redis, store, plans, send, snapshots)
+    deps = Deps(svc, redis, store, plans, send, upgrades.settings, snapshots.key)
     # the operations on the one loop (ops/): the upgrade record's (an upgrade, a retry, a changed
     # spec: one at a time per cluster, and refused while a restore runs), etcd disaster recovery
     ops = Operations()
@@ -149,19 +145,13 @@ def create_service(settings: UpgraderSettings | None = None) -> Service:
 
 
 def _upgrades(svc: Service, settings: UpgraderSettings, redis: Any, store: UpgradeStore, plans: PlanCache,
-              signing: CommandSigning, snapshots: _Snapshots) -> Upgrades:
+              send: NodeCommandsSender, snapshots: _Snapshots) -> Upgrades:
     """The upgrade record's operations, over the lab's stand-ins or the cluster's API and httpRepo."""
     simulated_repo = settings.mode == "lab" and settings.repo_source == "auto"
     drainer, applier, marker = _cluster_api(settings, redis)
 
     async def request(subject: str, payload: bytes, timeout: float) -> bytes:
         return (await svc.nc.request(subject, payload, timeout=timeout)).data
-
-    async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
-        # straight on the service's connection: the same message as Service.publish (a core
-        # publish that the subject's stream keeps, de-duplicated by its Nats-Msg-Id), without the
-        # broker's per-message layers: about 0.3 ms a command in a profile of a 1,000-node upgrade
-        await svc.nc.publish(subject, payload, headers=headers or None)
 
     async def vrrp_password(cluster: str) -> str | None:
         # the renderer's (made once per cluster, bke_renderer.store_redis); read, never written here
@@ -172,8 +162,8 @@ def _upgrades(svc: Service, settings: UpgraderSettings, redis: Any, store: Upgra
                       timeout_s=settings.status_timeout_s)
     release = ReleaseSource(settings.agent_release, settings.agent_confirm_timeout_s, redis) if settings.agent_release \
         else None
-    commands = Commands(publish, signing.sign_bytes, Renders(vrrp_password, freeze_heap=True),
-                        LabChecksums() if simulated_repo else HttpRepoChecksums(), snapshots, release, signing.prefetch)
+    commands = Commands(svc.publish, None, Renders(vrrp_password, freeze_heap=True),
+                        LabChecksums() if simulated_repo else HttpRepoChecksums(), snapshots, release, send=send)
     addons = AddonsWork(redis, applier, _now, LabManifests() if simulated_repo else HttpRepoManifests())
     api = ClusterApi(drainer, _AddonsStep(addons), _LabelsStep(NodeLabelsWork(redis, marker, _now)))
     run = RunSettings(settings.owner, settings.lease_ms, _now, settings.answer_deadline_s, settings.component_timeout_s)
@@ -213,40 +203,25 @@ def _serve_answers(svc: Service, upgrades: Upgrades) -> None:
 
 
 def _serve_results(svc: Service, ops: Operations) -> None:
-    async def on_result(res: CommandResult) -> None:
-        # the operation whose command it answers records it (by the slug of its command id);
-        # an answer to no command of this service's (an install's, a rotation's) is not ours
-        slug = res.command_id.split("/")[1:2]
-        if slug:
-            await ops.on_result(slug[0], res)
+    """The agents' answers to this service's commands, as the dispatcher, the one service that
+    hears agents, sends them on: believed by its rule, and routed by the operation they answer
+    (bke.contracts.operation_ref) to the operation here that runs it. A message's answers are
+    handled at once, so an upgrade checks and records them together (its store's one recording)."""
 
-    def not_ours(body: bytes) -> bool:
-        # Every agent result comes here (installs', rotations', health rounds': a 5,000-node
-        # health round every 30 s). One that holds neither an upgrade's nor a restore's command
-        # id mark cannot be ours: acknowledged as it arrives, never parsed. One that does is
-        # parsed and checked in full, so a mark in some other field only costs the parse.
-        return UPGRADE_MARK not in body and RESTORE_MARK not in body
+    async def on_answer(ev: NodeCommandAnswered) -> None:
+        if not await ops.on_result(ev.operation, ev.result):
+            log.warning("an answer to no operation of this service's dropped (%s)", ev.operation.kind,
+                        extra={"cluster": ev.result.cluster, "node": ev.result.node, "command_id": ev.result.command_id})
 
-    # a result on another node's subject is dropped and counted (bke.adapters.bus.misaddressed)
-    misaddressed = Misaddressed(svc.metrics, svc.name)
+    async def on_answers(ev: NodeCommandsAnswered) -> None:
+        # every answer is tried before the message is settled: one that fails (the store away)
+        # has the message delivered again, and those recorded already are recorded once
+        for got in await asyncio.gather(*(on_answer(a) for a in ev.answers), return_exceptions=True):
+            if isinstance(got, BaseException):
+                raise got
 
-    # a node's malformed outputs: counted, and past the bound summarised once per node and window
-    # instead of dead-lettered one by one (bke.adapters.bus.flood)
-    floods = FloodWatch(svc.metrics, svc.name, svc.publish, _now)
-
-    def handle_result(kind: str) -> Any:
-        return floods.guard(kind, typed(CommandResult, misaddressed.guard(kind, on_result), svc.publish, svc.notify))
-
-    # An agent answers this service's commands on their own subject (bke.contracts.agent
-    # UPGRADER_RESULT); one whose identity predates that subject answers on `result`, read here
-    # too, with every other result of the cluster. (Literal subjects: tests/unit/
-    # test_auth_permissions.py holds them to bke.adapters.auth.permissions, which spells UPGRADER_RESULT.)
-    svc.fast_subscriber("bke.v1.agent.*.*.result", "BKE_AGENT_OUT", "upgrader-results", handle_result("result"),
-                        skip=not_ours)
-    # nothing skipped on its own subject: every message there is meant for this service, and a
-    # malformed one is dead-lettered with the reason
-    svc.fast_subscriber("bke.v1.agent.*.*.upgrader-result", "BKE_AGENT_OUT", "upgrader-answers",
-                        handle_result("upgrader-result"))
+    svc.fast_subscriber(NODE_COMMANDS_ANSWERED, "BKE_COMMANDS", "upgrader-node-results",
+                        typed(NodeCommandsAnswered, on_answers, svc.publish, svc.notify))
 
 
 def _lifecycle(svc: Service, redis: Any, ops: Operations) -> None:

@@ -3,7 +3,8 @@ its nodes cordoned and drained, its commands built and sent, or its nodes uncord
 
     drain     -> cordon_and_drain through the cluster's API           -> mark_drained | the step fails
     send      -> each node's agent steps (by the step's row of `COMMANDS`, else the upgrade's
-                 node commands: bke.core.upgrade.node_commands), signed, published  -> mark_sent
+                 node commands: bke.core.upgrade.node_commands), handed to the dispatcher,
+                 which signs and sends them (bke.contracts.node_commands)   -> mark_sent
     uncordon  -> the nodes that still register uncordoned               -> mark_uncordoned
 
 A batch's commands have fixed ids (bke.core.upgrade.run.upgrade_command_id): one published twice
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from bke.contracts.agent import AgentCommand, agent_subject
 from bke.contracts.agent_steps import NewFile, UpdateAgent
+from bke.contracts.operation_ref import OperationKind, OperationRef
 from bke.core.etcdsnap.step import snapshot_step
 from bke.core.lifecycle.apply_run import MEMBER_NODE_STEPS, member_commands
 from bke.core.upgrade.failure import AtNode, is_transient
@@ -36,13 +38,16 @@ from .renders import ClusterRenders
 if TYPE_CHECKING:
     from .carriers import Carry
 
-__all__ = ["COMMANDS", "COMMAND_TTL_S", "PREFETCH_CHUNK", "RENDERED_STEPS", "SEND_YIELD_EVERY", "drained", "node_batch",
-           "send_commands"]
+__all__ = ["COMMANDS", "COMMAND_TTL_S", "PREFETCH_CHUNK", "RENDERED_STEPS", "SEND_CHUNK", "SEND_YIELD_EVERY", "drained",
+           "node_batch", "send_commands"]
 
 log = logging.getLogger("bke.upgrader")
 COMMAND_TTL_S = 3600.0
 SEND_YIELD_EVERY = 32  # commands built between two turns of the event loop (see send_commands)
-PREFETCH_CHUNK = 500  # commands whose bindings are read in one round trip (see send_commands)
+PREFETCH_CHUNK = 500  # commands whose bindings are read in one round trip (signed here: see send_commands)
+# commands handed to the dispatcher at once: about one message of upgrade commands (a few KB
+# each), so that the first agents start while the rest of a big batch is built
+SEND_CHUNK = 128
 # Steps whose commands carry files of the old and new render (bke.core.upgrade.node_commands), and the
 # addons step (the new render's manifests); the others (agents, snapshots, post-checks) need none.
 RENDERED_STEPS = frozenset({StepKind.ETCD, StepKind.KUBE_APISERVER, StepKind.KUBE_CONTROLLER_MANAGER,
@@ -103,6 +108,7 @@ class _Batch:
     now: datetime
     expires: str
     certs: dict[str, list[NewFile]]
+    ref: OperationRef  # the operation every command of the batch is part of
     renders: ClusterRenders | None = None
     sums: dict[str, str] = field(default_factory=dict)
     recipient: str = ""  # the snapshot key's public half (etcd-snapshots)
@@ -114,7 +120,8 @@ async def _batch(c: Carry, step: StepRun, hosts: list[str], certs: dict[str, lis
     cmds, kind = c.up.commands, step_kind(step.name)
     now = c.up.settings.now()
     expires = datetime.fromtimestamp(now.timestamp() + COMMAND_TTL_S, tz=now.tzinfo).isoformat()
-    b = _Batch(now, expires, certs)
+    b = _Batch(now, expires, certs, OperationRef(kind=OperationKind.UPGRADE, id=c.run.request_id,
+                                                 step=f"{step.name}.{step.group}" if step.group else step.name))
     if kind in RENDERED_STEPS:
         b.renders = await cmds.renders.get(c.run.request_id, c.old, c.new)
     if kind in (StepKind.MASTERS_RUNTIME, StepKind.WORKERS):
@@ -128,40 +135,57 @@ async def _batch(c: Carry, step: StepRun, hosts: list[str], certs: dict[str, lis
 
 
 async def send_commands(c: Carry, step: StepRun, hosts: list[str], certs: dict[str, list[NewFile]]) -> None:
-    """Each node's command of the batch, built, signed and published."""
+    """Each node's command of the batch, built and handed to the dispatcher, which signs and
+    sends them (bke.contracts.node_commands), SEND_CHUNK at a time."""
     b = await _batch(c, step, hosts, certs)
-    prefetch = c.up.commands.prefetch
+    send, pending = c.up.commands.send, []
     for i, host in enumerate(hosts):
-        if prefetch is not None and i % PREFETCH_CHUNK == 0:
-            await prefetch(c.run.cluster, hosts[i:i + PREFETCH_CHUNK])
         try:
-            await _send_one(c, step, b, host)
+            cmd = await _command(c, step, b, host)
+            if send is None:  # no dispatcher between (tests that play the agents): signed and sent here
+                await _sign_and_publish(c, cmd, hosts, i)
+            else:
+                pending.append(cmd)
         except Exception as exc:
             if is_transient(exc):
                 raise
             raise AtNode(host, exc) from exc
+        if send is not None and len(pending) >= SEND_CHUNK:
+            await send(b.ref, pending)
+            pending = []
         if i % SEND_YIELD_EVERY == SEND_YIELD_EVERY - 1:
             # a publish only queues (nats-py writes from its flusher task): without a turn of
             # the loop a 5,000-node batch was built whole before its first command left, and
-            # the agents and this process's result handlers waited for it
+            # this process's answer handlers waited for it
             await asyncio.sleep(0)
+    if send is not None and pending:
+        await send(b.ref, pending)
     log.info("upgrade step %s%s: %d node(s) sent", step.name, f"/{step.group}" if step.group else "", len(hosts),
              extra={"cluster": c.run.cluster, "request_id": c.run.request_id})
 
 
-async def _send_one(c: Carry, step: StepRun, b: _Batch, host: str) -> None:
+async def _command(c: Carry, step: StepRun, b: _Batch, host: str) -> AgentCommand:
+    """The node's command of the batch, unsigned. Handed over before the record says sent: a
+    crash in between hands the same ids again, which JetStream drops and an agent that completed
+    one only replays."""
     run = c.run
     update = b.updates.step(host) if b.updates is not None else None  # a ReleaseError fails this node
     kind = step_kind(step.name)
     build = COMMANDS.get(kind, _upgrade_steps) if kind is not None else _upgrade_steps
     steps = await build(c, step, b, host, update)
     cid = upgrade_command_id(run.cluster, run.request_id, step.name, step.group, host)
-    body = await c.up.commands.sign(AgentCommand(command_id=cid, cluster=run.cluster, node=host,
-                                                 phase=f"upgrade:{step.name}", issued_at=b.now.isoformat(),
-                                                 expires_at=b.expires, steps=steps, issuer="upgrader"))
-    # published before the record says sent: a crash in between publishes the same id
-    # again, which JetStream drops and an agent that completed it only replays
-    await c.up.commands.publish(body, agent_subject(run.cluster, host, "command"), {"Nats-Msg-Id": cid})
+    return AgentCommand(command_id=cid, cluster=run.cluster, node=host, phase=f"upgrade:{step.name}",
+                        issued_at=b.now.isoformat(), expires_at=b.expires, steps=steps, issuer="upgrader",
+                        operation=b.ref)
+
+
+async def _sign_and_publish(c: Carry, cmd: AgentCommand, hosts: list[str], i: int) -> None:
+    cmds = c.up.commands
+    assert cmds.sign is not None, "commands are sent through the dispatcher or signed here"
+    if cmds.prefetch is not None and i % PREFETCH_CHUNK == 0:
+        await cmds.prefetch(cmd.cluster, hosts[i:i + PREFETCH_CHUNK])
+    body = await cmds.sign(cmd)
+    await cmds.publish(body, agent_subject(cmd.cluster, cmd.node, "command"), {"Nats-Msg-Id": cmd.command_id})
 
 
 Build = Callable[["Carry", StepRun, _Batch, str, "UpdateAgent | None"], Awaitable[list[Any]]]

@@ -37,7 +37,7 @@ from bke.contracts.base import Message
 from bke.contracts.upgrade import GetUpgrade, UpgradeChanged, UpgradeCluster, UpgradeView, upgrade_subject
 from bke.core.operation import Decision, Fail, Succeed, Wait
 from bke.core.plan import Plan
-from bke.core.upgrade.run import SLUG_PREFIX, UpgradeRun
+from bke.core.upgrade.run import UpgradeRun
 
 from .accept import accept_upgrade, refuse_upgrade_bytes
 from .certs import UpgradeCerts
@@ -67,7 +67,7 @@ class Upgrades(OperationLoop[UpgradeRun]):
                  certs: UpgradeCerts | None = None, membership: ApplyMembership | None = None):
         # its commands are signed to bytes and sent by batches.py, with their bindings prefetched
         super().__init__(records.store, commands.publish, settings.now, settings.owner, settings.lease_ms, None,
-                         sign=None, kind="upgrade", slug_prefix=SLUG_PREFIX, carriers=upgrade_pass.carriers(self),
+                         sign=None, kind="upgrade", carriers=upgrade_pass.carriers(self),
                          log=log, issuer="upgrader", lease=LEASE)
         self.records, self.commands, self.api, self.settings = records, commands, api, settings
         # the conversations with the certs service and the dispatcher (their answers come to them)

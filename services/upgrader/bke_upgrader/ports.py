@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from bke.adapters.bus.node_commands import SendCommands
 from bke.adapters.state import PlanCache, RedisPlanStore
 from bke.adapters.state.command_signing import Prefetch
 from bke.contracts.agent import AgentCommand
@@ -65,13 +66,18 @@ class Records:
 
 @dataclass
 class Commands:
+    """`send`: the node commands of a batch, to the dispatcher, which signs and sends them (the
+    service's way, bke.contracts.node_commands). Without it (tests that play the agents), each
+    command is signed with `sign` and published to its node here, as the dispatcher would."""
+
     publish: Publish
-    sign: Sign
+    sign: Sign | None
     renders: Renders
     checksums: Checksums
     snapshots: SnapshotSetup
     release: ReleaseSource | None = None  # the agent release the agents step installs (None: version check only)
     prefetch: Prefetch | None = None  # a batch's command bindings, read in one round trip
+    send: SendCommands | None = None
 
 
 @dataclass

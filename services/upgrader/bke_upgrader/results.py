@@ -2,12 +2,15 @@
 that folds it woken: at once when it completes the batch in flight, else the ordinary way (the
 runner's coalescing window).
 
-Believed by the dispatcher's rule (its results.py): it came on its node's subject (the wiring's
-guard, bke.adapters.bus.misaddressed, dropped it otherwise), its command id names that node, it comes
-from the node's accepted agent (learned from `certs.sealed`, never from the agent's own claim), and
-it answers a command of the cluster's current incarnation (bke.core.secrets.binding). The last two
-are checked where it is recorded (`UpgradeStore.record_if_accepted`); an etcd restore's answers,
-which the restore records itself, are checked here (`untrusted_result`).
+It comes from the dispatcher (`bke.v1.node-commands.answered`), which heard it from the agent and
+believed it by its rule (its results.py): it came on its node's subject, its command id names
+that node, it comes from the node's accepted agent (learned from `certs.sealed`, never from the
+agent's own claim), and it answers a command of the cluster's current incarnation
+(bke.core.secrets.binding). The last three are checked here again where it is recorded
+(`UpgradeStore.record_if_accepted`; an etcd restore's, which the restore records itself:
+`untrusted_result`): the run's record does not rest on another service's check alone. Answers
+come several to a message and are handled at once, so that check costs the whole message's
+answers of a cluster one recording (three round trips), not some per answer.
 """
 from __future__ import annotations
 

@@ -16,7 +16,6 @@ folded in by the next pass, so a result that arrives twice counts once.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from bke.adapters.bus.other_incarnation import OtherIncarnation
+from bke.adapters.coalesce import Coalesced
 from bke.adapters.operation import RecordStore
 from bke.contracts.agent import CommandResult
 from bke.core.errors import TemporaryError
@@ -64,8 +64,8 @@ class UpgradeStore(RecordStore[UpgradeRun]):
         self._local: dict[str, dict[str, dict[str, str]]] = {}
         self._read_at: dict[str, tuple[tuple[str, str, int] | None, float]] = {}  # cluster -> (batch, when)
         self._runs: dict[str, tuple[str, UpgradeRun]] = {}  # cluster -> (bytes saved or read, the record)
-        self._pending: dict[str, list[tuple[CommandResult, str, asyncio.Future[str]]]] = {}
-        self._flushing: set[asyncio.Future[None]] = set()
+        # cluster -> the answers recorded in one turn, checked and written together
+        self._recording: Coalesced[str, tuple[CommandResult, str], str] = Coalesced(self._record_batch)
 
     async def load(self, cluster: str, *, fresh: bool = False) -> UpgradeRun | None:
         """The record. The reconcile pass (the record's only writer) gets the object it saved
@@ -128,37 +128,18 @@ class UpgradeStore(RecordStore[UpgradeRun]):
 
     async def record_if_accepted(self, res: CommandResult, step: str, stderr: str) -> str:
         """Record the answer only if it comes from the node's accepted agent; else why not.
-        Concurrent calls (the results subscriber handles many at once) share one recording per
-        cluster (`_record_accepted`): three round trips for a whole delivery batch instead of
-        some per result."""
+        Concurrent calls (the answers of one message, and of the messages handled at once)
+        share one recording per cluster (`_record_accepted`, bke.adapters.coalesce): three round
+        trips for a whole batch instead of some per result."""
         doc = json.dumps({"status": res.status, "step": step, "stderr": stderr, "agentVersion": res.agent_version})
-        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        queue = self._pending.setdefault(res.cluster, [])
-        queue.append((res, doc, fut))
-        if len(queue) == 1:  # the first of a batch flushes it once the others had their turn
-            task = asyncio.ensure_future(self._flush(res.cluster))
-            self._flushing.add(task)
-            task.add_done_callback(self._flushing.discard)
-        return await fut
+        return await self._recording(res.cluster, (res, doc))
 
-    async def _flush(self, cluster: str) -> None:
-        await asyncio.sleep(0)  # the handlers started with this one queue theirs first
-        items = self._pending.pop(cluster, [])
-        try:
-            out = await self._record_accepted(cluster, [(res, doc) for res, doc, _ in items])
-        except BaseException as exc:  # each caller gets the outage (or the cancellation) as its own
-            for _, _, fut in items:
-                if fut.done():
-                    continue
-                if isinstance(exc, Exception):
-                    fut.set_exception(exc)
-                else:
-                    fut.cancel()
-            if not isinstance(exc, Exception):
-                raise
-            return
-        for (res, doc, fut), got in zip(items, out):
-            accepted = _s(got)
+    async def _record_batch(self, cluster: str, items: list[tuple[CommandResult, str]]) -> list[str]:
+        """`_record_accepted`, and what each answer's outcome means here: why it is not believed
+        ("" when recorded, and then known to this process)."""
+        whys = []
+        for (res, doc), accepted in zip(items, await self._record_accepted(cluster, items)):
+            accepted = _s(accepted)
             if not accepted:
                 self._local.setdefault(cluster, {})[res.command_id] = json.loads(doc)
             why = "" if not accepted else ("no agent of this node was accepted" if accepted == "-"
@@ -166,8 +147,8 @@ class UpgradeStore(RecordStore[UpgradeRun]):
                                            else f"agent {res.agent_id} is not the node's accepted agent")
             if accepted.startswith("~"):
                 self.other_incarnation.dropped(res, why, log_it=False)  # the operation logs it with the others
-            if not fut.done():
-                fut.set_result(why)
+            whys.append(why)
+        return whys
 
     async def _record_accepted(self, cluster: str, items: list[tuple[CommandResult, str]]) -> list[str]:
         """Per (result, answer): "" when recorded, else the node's accepted agent ("-" when none

@@ -1,11 +1,9 @@
-"""What a creds file lets its holder publish (bke.adapters.auth.creds), and where an agent answers the
-upgrader's commands because of it (bke_agent.loop.upgrader_result_subject)."""
+"""What a creds file lets its holder publish (bke.adapters.auth.creds)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from bke_agent.loop import upgrader_result_subject
 
 from bke.adapters.auth.authority import new_authority
 from bke.adapters.auth.creds import creds_claims, may_publish, subject_matches
@@ -44,28 +42,14 @@ def _creds(tmp_path: Path, perms: Permissions) -> Path:
     return path
 
 
-def test_an_agent_identity_of_this_version_answers_the_upgrader_on_its_own_subject(tmp_path: Path) -> None:
+def test_an_agent_identity_may_publish_its_own_deprecated_upgrader_result_subject(tmp_path: Path) -> None:
     creds = _creds(tmp_path, agent_permissions("c1", "n1.example"))
     claims = creds_claims(creds.read_text())
     own = agent_subject("c1", "n1.example", "upgrader-result")
     assert may_publish(claims, own)
     assert not may_publish(claims, agent_subject("c1", "n2.example", "upgrader-result"))  # another node's
-    assert upgrader_result_subject("c1", "n1.example", creds) == own
 
 
-def test_an_identity_issued_before_the_subject_existed_answers_on_result(tmp_path: Path) -> None:
-    perms = agent_permissions("c1", "n1")
-    older = Permissions(pub_allow=tuple(p for p in perms.pub_allow if not p.endswith(".upgrader-result")),
-                        sub_allow=perms.sub_allow, pub_deny=perms.pub_deny)
-    creds = _creds(tmp_path, older)
-    assert upgrader_result_subject("c1", "n1", creds) == agent_subject("c1", "n1", "result")
-
-
-def test_no_creds_is_a_server_without_authentication_and_an_unreadable_file_falls_back(tmp_path: Path) -> None:
-    assert upgrader_result_subject("c1", "n1", None) == agent_subject("c1", "n1", "upgrader-result")
-    bad = tmp_path / "bad.creds"
-    bad.write_text("not a creds file\n")
-    assert upgrader_result_subject("c1", "n1", bad) == agent_subject("c1", "n1", "result")
-    assert upgrader_result_subject("c1", "n1", tmp_path / "missing.creds") == agent_subject("c1", "n1", "result")
+def test_a_creds_file_without_a_user_jwt_is_refused() -> None:
     with pytest.raises(ValueError, match="no user JWT"):
         creds_claims("-----BEGIN NATS USER JWT-----\nnot.a-jwt!\n")

@@ -54,11 +54,17 @@ def test_every_channel_a_component_receives_is_subscribable(role: str) -> None:
             assert any(_matches(p, _concrete(ch.subject, component)) for p in perms.sub_allow), (role, ch.subject)
 
 
-def test_only_the_dispatcher_and_the_upgrader_may_publish_agent_commands() -> None:
+def test_only_the_dispatcher_may_publish_agent_commands_or_hear_agent_results() -> None:
+    # the upgrader's node commands go through the dispatcher (bke.contracts.node_commands)
     command = agent_subject("c1", "n1", "command")
+    results = [agent_subject("c1", "n1", k) for k in ("result", "upgrader-result")]
     for role in [*SERVICE_ROLES, "operator", "dashboard"]:
         perms = role_permissions(role)
-        assert any(_matches(p, command) for p in perms.pub_allow) == (role in ("dispatcher", "upgrader")), role
+        assert any(_matches(p, command) for p in perms.pub_allow) == (role == "dispatcher"), role
+    for role in SERVICE_ROLES:
+        perms = role_permissions(role)
+        heard = [c for c in SERVICE_CONSUMERS[role] if any(_matches(c.filter, r) for r in results)]
+        assert bool(heard) == (role == "dispatcher"), (role, heard)
 
 
 def test_the_agent_is_confined_to_its_own_node() -> None:

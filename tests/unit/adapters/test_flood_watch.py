@@ -119,3 +119,24 @@ async def test_outside_a_delivery_nothing_is_counted() -> None:
         with pytest.raises(MalformedMessage):
             await work(b"x")
     assert bus.sent == []
+
+
+async def test_a_watch_apart_counts_a_node_s_outputs_on_its_own_and_shares_the_counters() -> None:
+    """The dispatcher's over the deprecated `upgrader-result` subject: counted as its former
+    reader counted them, apart from the node's results and refusals."""
+    clock = [T0]
+    watch, bus, metrics = _watch(clock)
+    apart = watch.apart()
+    _SUBJECT.set(agent_subject("c1", "n1", "result"))
+    for _ in range(3):  # the bound of one watch, reached on it
+        with pytest.raises(MalformedMessage):
+            await watch.guard("result", _malformed)(b"x")
+    _SUBJECT.set(agent_subject("c1", "n1", "upgrader-result"))
+    for _ in range(3):  # as many again on the other: still dead-lettered one by one, no flood
+        with pytest.raises(MalformedMessage):
+            await apart.guard("upgrader-result", _malformed)(b"x")
+    assert bus.sent == []
+    await apart.guard("upgrader-result", _malformed)(b"x")  # past its own bound: reported, dropped
+    assert [s for s, _ in bus.sent] == ["bke.v1.deadletter.dispatcher", AGENTS_FLOODING]
+    assert metrics.sample(f"{STRAY_METRIC}_total", {"service": "dispatcher", "kind": "upgrader-result"}) == 4.0
+    assert metrics.sample(f"{FLOODS_METRIC}_total", {"service": "dispatcher"}) == 1.0

@@ -19,7 +19,7 @@ from bke.contracts.agent import (
 )
 from bke.contracts.agent_steps import RunProgram
 from bke.core.secrets.binding import (
-    COMMAND_BINDING, Binding, Served, binding_for, new_incarnation, newer_incarnation, receiver_refusal, result_refusal,
+    AGENT_COMMAND_FORM, COMMAND_BINDING, OPERATION_REFS, Binding, Served, binding_for, new_incarnation, newer_incarnation, receiver_refusal, result_refusal,
     served_after, unbound_refusal,
 )
 from bke.core.secrets.signing import sign_command, signed_command_bytes
@@ -60,7 +60,8 @@ def test_the_signer_binds_unless_no_key_was_provisioned_or_the_agent_reads_no_bi
     assert binding_for(ME, None, None) == Binding(ME, "")  # a cluster planned before incarnations
     assert binding_for(ME, I1, 0) is None  # an agent of the previous release: a bound body is malformed to it
     assert binding_for(None, I1, None) is None  # nothing provisioned for the node: nothing to bind to
-    assert agent_runtime("0.1.0").command_binding == COMMAND_BINDING  # what this agent's heartbeats say
+    # what this agent's heartbeats say: binding, and the operation refs (OPERATION_REFS) besides
+    assert agent_runtime("0.1.0").command_binding == AGENT_COMMAND_FORM == OPERATION_REFS > COMMAND_BINDING
     assert AgentRuntime.model_validate({"agentVersion": "0.1.0", "python": "3.11", "machine": "x"}).command_binding == 0
 
 

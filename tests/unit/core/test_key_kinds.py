@@ -100,7 +100,7 @@ def test_each_kind_reads_its_own_file_else_the_shared_one(tmp_path: Path) -> Non
 
 def test_each_service_is_given_only_the_kinds_it_uses() -> None:
     assert SERVICE_KEY_KINDS == {"certs": ("pki", "api"), "dispatcher": ("api", "signing"), "planner": ("plan",),
-                                 "renderer": ("render",), "upgrader": ("api", "signing", "snapshot", "plan")}
+                                 "renderer": ("render",), "upgrader": ("api", "snapshot", "plan")}
     # a record writer's key in its writers' hands only (bke.core.secrets.record_signing)
     assert [s for s, kinds in SERVICE_KEY_KINDS.items() if "plan" in kinds] == ["planner", "upgrader"]
     assert [s for s, kinds in SERVICE_KEY_KINDS.items() if "render" in kinds] == ["renderer"]

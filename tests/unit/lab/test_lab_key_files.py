@@ -33,6 +33,6 @@ def test_each_service_is_given_its_kinds_only(tmp_path: Path) -> None:
     assert service_key_env(tmp_path, "renderer") == {"BKE_KEY_FILE_RENDER": str(lab_key_file(tmp_path, "render"))}
     assert service_key_env(tmp_path, "certs") == {"BKE_KEY_FILE_PKI": str(lab_key_file(tmp_path, "pki")),
                                                   "BKE_KEY_FILE_API": str(lab_key_file(tmp_path, "api"))}
-    assert set(service_key_env(tmp_path, "upgrader")) == {"BKE_KEY_FILE_SIGNING", "BKE_KEY_FILE_SNAPSHOT",
+    assert set(service_key_env(tmp_path, "upgrader")) == {"BKE_KEY_FILE_SNAPSHOT",
                                                           "BKE_KEY_FILE_API", "BKE_KEY_FILE_PLAN"}
     assert set(service_key_env(tmp_path, "dispatcher")) == {"BKE_KEY_FILE_SIGNING", "BKE_KEY_FILE_API"}

@@ -1,10 +1,8 @@
 """What a `.creds` file lets its holder publish, read from the user JWT inside it.
 
-Why a holder asks: an agent answers the upgrader's commands on a subject of their own (see
-bke.contracts.agent, `upgrader-result`), which only identities issued by this BKE version may
-publish on. An agent whose node still holds an identity issued before keeps answering on
-`result`, which the upgrader reads too; a publish the server refuses would be lost silently
-(NATS reports a publish permission violation asynchronously) and the upgrade would wait for it.
+Why a holder asks: a publish the server refuses is lost silently (NATS reports a publish
+permission violation asynchronously), so a holder that may or may not be allowed a subject (an
+identity issued by an earlier release) asks its own JWT before it relies on one.
 
 The claims are read, not verified: the server enforces them, and the holder only wants to know
 what the server will accept from it. The rules are the server's (nats-server `server/client.go`,

@@ -103,8 +103,8 @@ SERVICE_CONSUMERS: dict[str, tuple[Consumer, ...]] = {
             ("dispatcher-rotations", s.CERTS_RENEWED)),
         *_c("BKE_COMMANDS", ("dispatcher-retry", s.RETRY_INSTALL), ("dispatcher-retry-legacy", s.LEGACY_RETRY_REQUESTED),
             ("dispatcher-resets", s.RESET_CLUSTER), ("dispatcher-joins", s.JOIN_NODES),
-            ("dispatcher-removals", s.REMOVE_NODES)),
-        *_outputs("dispatcher-results", "dispatcher-refusals"),
+            ("dispatcher-removals", s.REMOVE_NODES), ("dispatcher-node-commands", s.NODE_COMMANDS_SEND)),
+        *_outputs("dispatcher-results", "dispatcher-refusals", "dispatcher-upgrader-results"),
     ),
     "upgrader": (
         _deleted("upgrader"), _pause("upgrader"),
@@ -113,7 +113,7 @@ SERVICE_CONSUMERS: dict[str, tuple[Consumer, ...]] = {
         *_c("BKE_EVENTS", ("upgrader-joins-finished", s.JOIN_NODES_FINISHED),
             ("upgrader-removals-finished", s.REMOVE_NODES_FINISHED), ("upgrader-certs-issued", s.CERTS_ISSUED),
             ("upgrader-certs-renewed", s.CERTS_RENEWED), ("upgrader-certs-failed", s.CERTS_FAILED)),
-        *_outputs("upgrader-results", "upgrader-answers"),
+        *_c("BKE_COMMANDS", ("upgrader-node-results", s.NODE_COMMANDS_ANSWERED)),
     ),
 }
 
@@ -197,4 +197,5 @@ def declare_subjects() -> tuple[str, ...]:
     return (f"{JS_API}.INFO",
             *(f"{JS_API}.STREAM.{verb}.{s}" for s in _declared() for verb in ("INFO", "CREATE", "UPDATE")),
             *(f"{JS_API}.CONSUMER.{verb}" for d in STREAMS for durable, filt in d.interest
-              for verb in (f"CREATE.{d.name}.{durable}.{filt}", f"INFO.{d.name}.{durable}")))
+              for verb in (f"CREATE.{d.name}.{durable}.{filt}", f"INFO.{d.name}.{durable}")),
+            *(f"{JS_API}.CONSUMER.DELETE.{d.name}.{durable}" for d in STREAMS for durable in d.retired))

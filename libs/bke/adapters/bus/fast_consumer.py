@@ -80,12 +80,11 @@ class FastConsumer:
     def __init__(self, subject: str, stream: str, durable: str, work: Callable[[bytes], Awaitable[None]], *,
                  service: str, broker: Any, max_deliver: int, ack_wait: float, batch: int = 256, workers: int = 32,
                  give_up: Callable[[bytes, str], Awaitable[None]] | None = None,
-                 readiness: Readiness | None = None, max_ack_pending: int = 20_000,
-                 skip: Callable[[bytes], bool] | None = None):
+                 readiness: Readiness | None = None, max_ack_pending: int = 20_000):
         self.subject, self.stream, self.durable, self.work = subject, stream, durable, work
         self.service, self.broker, self.max_deliver, self.ack_wait = service, broker, max_deliver, ack_wait
         self.batch, self.workers, self.give_up, self.readiness = batch, workers, give_up, readiness
-        self.max_ack_pending, self.skip = max_ack_pending, skip
+        self.max_ack_pending = max_ack_pending
         self._task: asyncio.Task | None = None
         self._sub: Any = None
         self._stopping = False
@@ -143,30 +142,11 @@ class FastConsumer:
                     log.exception("fetch failed", extra={"consumer": self.durable, "rate_key": f"{self.service}:fetch"})
                 await asyncio.sleep(1.0)  # back-off before fetching again
                 continue
-            if self.skip is not None:
-                msgs = await self._acked_if_skipped(msgs)
             # one delivery that cannot even be settled (its dead letter refused, say) stays unacked
             # and comes back after ack_wait; it must never end this loop, and so the consumer
             for m, res in zip(msgs, await asyncio.gather(*(one(m) for m in msgs), return_exceptions=True)):
                 if isinstance(res, Exception):
                     log.error("could not settle a message: %r", res, extra={"consumer": self.durable, "subject": m.subject})
-
-    async def _acked_if_skipped(self, msgs: list[Any]) -> list[Any]:
-        """The messages to handle; the others (another service's, by `skip`) acknowledged here,
-        with no task, keep-alive or settling each: the dispatcher's result consumer gets every
-        upgrade result (15,000 in a 5,000-node upgrade) only to drop it. An ack that fails
-        leaves the message to come back after the ack wait, to be skipped again."""
-        keep = []
-        for m in msgs:
-            if not self.skip(m.data):  # type: ignore[misc]
-                keep.append(m)
-                continue
-            try:
-                await m.ack()  # queued on the connection: no round trip
-            except Exception as exc:  # noqa: BLE001 - NATS away: redelivered, skipped again
-                log.warning("could not acknowledge a skipped message: %s: %s", type(exc).__name__, exc,
-                            extra={"consumer": self.durable, "rate_key": f"{self.service}:skip"})
-        return keep
 
     async def stop(self) -> None:
         self._stopping = True

@@ -4,9 +4,9 @@ node and window (the counting and the bound: bke.core.flood).
     watch = FloodWatch(svc.metrics, svc.name, svc.publish, now)
     svc.fast_subscriber(..., watch.guard("result", typed(CommandResult, handler, ...)))
 
-The dispatcher watches its results and refusals, the certs service the registrations (every
-one counts: an agent registers once per start), the upgrader its results (their malformed
-ones: its handlers mark nothing).
+The dispatcher watches the results and refusals (the deprecated `upgrader-result` subject's
+apart: `apart`), the certs service the registrations (every one counts: an agent registers once
+per start).
 
 `guard` wraps the bytes-in work of a subscriber. An output is stray when the work raises
 MalformedMessage (bytes that are no message of the contract), when the handler called
@@ -30,6 +30,7 @@ Counted on /metrics, with no node label (bounded):
 """
 from __future__ import annotations
 
+import copy
 import logging
 from contextvars import ContextVar
 from datetime import datetime
@@ -72,12 +73,20 @@ class FloodWatch:
 
     def __init__(self, metrics: Any, service: str, publish: Publish, now: Callable[[], datetime],
                  limit: FloodLimit = FLOOD_LIMIT) -> None:
-        self.service, self.publish, self.now = service, publish, now
+        self.service, self.publish, self.now, self.limit = service, publish, now, limit
         self.counter = FloodCounter(limit)
         self.stray = metrics.counter(STRAY_METRIC, "Agents' outputs that answer no command in flight or are no "
                                                    "message, per kind", ["service", "kind"])
         self.floods = metrics.counter(FLOODS_METRIC, "Floods of one node's outputs reported (one per node and "
                                                      "window)", ["service"])
+
+    def apart(self) -> FloodWatch:
+        """A watch of the same service (its counters, its reports) that counts each node's outputs
+        apart from this one's: the dispatcher's over the deprecated `upgrader-result` subject,
+        which counts a node's outputs there as the upgrader, their reader before, counted them."""
+        other = copy.copy(self)
+        other.counter = FloodCounter(self.limit)
+        return other
 
     def guard(self, kind: str, work: Callable[[bytes], Awaitable[None]], *,
               every: bool = False) -> Callable[[bytes], Awaitable[None]]:

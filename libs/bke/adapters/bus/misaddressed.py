@@ -13,8 +13,7 @@ not flood the log). Nothing of it is recorded.
                                                            upgrader-result)
 
 Every consumer of `bke.v1.agent.*.*.*` wraps its typed handler with `Misaddressed.guard`: the
-certs service's registrations, the dispatcher's results and refusals, the upgrader's results
-and answers. A handler called outside a delivery (a unit test) has no subject and is not
+certs service's registrations, the dispatcher's results and refusals. A handler called outside a delivery (a unit test) has no subject and is not
 guarded.
 """
 from __future__ import annotations

@@ -86,15 +86,12 @@ class Service:
         batch_size: int = 16,
         max_workers: int = 1,
         give_up: Callable[[bytes, str], Awaitable[None]] | None = None,
-        skip: Callable[[bytes], bool] | None = None,
     ) -> None:
         """A durable pull consumer with explicit acks; `work` gets the raw body (see
         `bke.adapters.bus.handler.typed`). With `max_workers` > 1 messages are handled concurrently
         (handlers must be idempotent and order-independent, as every handler here is).
         `give_up(body, reason)` answers for a message that failed on every delivery (see
-        delivery.settle). `skip(body)` true: another service's message on the same subject,
-        acknowledged as it arrives and never handed to `work` (nor counted as handled). The
-        consumer is the lean fetch loop of fast_consumer (why: there)."""
+        delivery.settle). The consumer is the lean fetch loop of fast_consumer (why: there)."""
         from .fast_consumer import FastConsumer
 
         self.handled.setdefault(durable, 0)
@@ -112,7 +109,7 @@ class Service:
         consumer = FastConsumer(subject, stream, durable, guarded, service=self.name, broker=self.broker,
                                 max_deliver=self.settings.max_deliver, ack_wait=self.settings.ack_wait_seconds,
                                 batch=batch_size, workers=max_workers, give_up=give_up, readiness=self.readiness,
-                                max_ack_pending=self.settings.max_ack_pending, skip=skip)
+                                max_ack_pending=self.settings.max_ack_pending)
 
         async def _start() -> None:
             await consumer.start(self.nc)
@@ -127,11 +124,9 @@ class Service:
 
     def fast_subscriber(self, subject: str, stream: str, durable: str, work: Callable[[bytes], Awaitable[None]],
                         *, batch_size: int = 256, workers: int = 32,
-                        give_up: Callable[[bytes, str], Awaitable[None]] | None = None,
-                        skip: Callable[[bytes], bool] | None = None) -> None:
+                        give_up: Callable[[bytes, str], Awaitable[None]] | None = None) -> None:
         """`work_subscriber` sized for hot paths: big batches, many concurrent handlers."""
-        self.work_subscriber(subject, stream, durable, work, batch_size=batch_size, max_workers=workers, give_up=give_up,
-                             skip=skip)
+        self.work_subscriber(subject, stream, durable, work, batch_size=batch_size, max_workers=workers, give_up=give_up)
 
     def watch_redis(self, redis: Any, close: bool = True) -> None:
         """Ping `redis` every REDIS_PROBE_S and keep the readiness condition "redis" up to date

@@ -4,7 +4,7 @@ Commands sit on a work-queue stream (a message is gone once one consumer acks it
 Events sit on a limits stream, because several services read the same event (a plan is
 read by certs, renderer and dispatcher), each through its own durable consumer.
 
-The agents' outputs (results, upgrader results, registrations, refusals) are not in the
+The agents' outputs (results, registrations, refusals) are not in the
 commands' stream: BKE_AGENT_OUT keeps each until every consumer it is for has acknowledged it
 (interest retention), a few per node subject (the node's own oldest go past that), none larger
 than the largest real output, and refuses new messages when full instead of dropping old ones
@@ -89,6 +89,10 @@ class StreamDef:
     # (durable, filter) of the consumers the deploy step creates with the stream: an interest
     # stream keeps only what some consumer's filter matches (see the module docstring)
     interest: tuple[tuple[str, str], ...] = ()
+    # consumers of an earlier release that the deploy step deletes: on an interest stream a
+    # consumer nobody reads any more would keep every message its filter matches until the
+    # stream, full, refused new ones
+    retired: tuple[str, ...] = ()
 
     def config(self, replicas: int = 1, clusters: int = 1) -> StreamConfig:
         return StreamConfig(
@@ -126,9 +130,11 @@ AGENT_OUTPUT_INTEREST: tuple[tuple[str, str], ...] = (
     ("certs-agents", f"{_OUT}.registered"),
     ("dispatcher-results", f"{_OUT}.result"),
     ("dispatcher-refusals", f"{_OUT}.refused"),
-    ("upgrader-results", f"{_OUT}.result"),
-    ("upgrader-answers", f"{_OUT}.{UPGRADER_RESULT}"),
+    # where agents of the previous release answer the upgrader's commands (deprecated)
+    ("dispatcher-upgrader-results", f"{_OUT}.{UPGRADER_RESULT}"),
 )
+# The upgrader's, from when it read agents' results itself (the dispatcher sends them on now).
+AGENT_OUTPUT_RETIRED: tuple[str, ...] = ("upgrader-results", "upgrader-answers")
 # BKE_AGENT comes before BKE_AGENT_OUT: a deployment made with one agent stream has its
 # subjects narrowed to the commands first, and only then can the outputs' stream take theirs
 # (two streams' subjects may not overlap).
@@ -140,7 +146,8 @@ STREAMS: tuple[StreamDef, ...] = (
     StreamDef(AGENT_OUTPUT_STREAM, s.AGENT_OUTPUT_SUBJECTS, RetentionPolicy.INTEREST, 7 * DAY,
               "node agent results, registrations and refusals, until their consumers took them",
               max_msgs_per_subject=quotas.AGENT_OUTPUT_SUBJECT_MSGS, discard=DiscardPolicy.NEW,
-              max_msg_size=quotas.AGENT_OUTPUT_MAX_MSG, interest=AGENT_OUTPUT_INTEREST),
+              max_msg_size=quotas.AGENT_OUTPUT_MAX_MSG, interest=AGENT_OUTPUT_INTEREST,
+              retired=AGENT_OUTPUT_RETIRED),
     StreamDef("BKE_DEADLETTER", (s.DEADLETTER + ".>",), RetentionPolicy.LIMITS, 30 * DAY, "messages given up on"),
 )
 
@@ -174,7 +181,13 @@ async def ensure_streams(js: JetStreamContext, streams: tuple[StreamDef, ...] = 
 
 async def ensure_interest(js: JetStreamContext, d: StreamDef) -> None:
     """Each consumer of `d.interest` that is missing, created (one that exists is left as its
-    service set it)."""
+    service set it); each of `d.retired` that exists, deleted."""
+    for durable in d.retired:
+        try:
+            await js.delete_consumer(d.name, durable)
+            log.info("retired consumer deleted", extra={"stream": d.name, "consumer": durable})
+        except NotFoundError:
+            pass
     for durable, filter_subject in d.interest:
         try:
             await js.consumer_info(d.name, durable)

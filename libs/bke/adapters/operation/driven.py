@@ -8,6 +8,7 @@ from typing import Protocol
 
 from bke.adapters.runner import Outcome, Runner
 from bke.contracts.agent import CommandResult
+from bke.contracts.operation_ref import OperationRef
 
 __all__ = ["DEBOUNCE_S", "Driven", "Operations"]
 
@@ -19,7 +20,7 @@ class Driven(Protocol):
 
     kick: Callable[[str], None]
 
-    def owns(self, slug: str) -> bool: ...
+    def owns(self, ref: OperationRef) -> bool: ...
 
     async def reconcile(self, cluster: str) -> Outcome: ...
 
@@ -49,10 +50,10 @@ class Operations:
         """The kicks of the operations a pause holds: a resume wakes them (bke.adapters.pausing)."""
         return list(self._held)
 
-    async def on_result(self, slug: str, res: CommandResult) -> bool:
-        """Record an answer with the operation whose command (of `slug`) it answers; False if none's."""
+    async def on_result(self, ref: OperationRef, res: CommandResult) -> bool:
+        """Record an answer with the operation `ref` (whose command it answers); False if none's."""
         for loop, _ in self._driven:
-            if loop.owns(slug):
+            if loop.owns(ref):
                 await loop.on_result(res)
                 return True
         return False

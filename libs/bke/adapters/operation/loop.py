@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
+from bke.adapters.bus.node_commands import SendCommands
 from bke.adapters.runner import DONE, Outcome
 from bke.adapters.state.command_signing import Sign
 from bke.adapters.state.lease import claim_lease, release_lease
@@ -41,6 +42,7 @@ from bke.adapters.state.operation_slot import release_operation, start_in_slot
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
 from bke.contracts.agent_steps import Step
 from bke.contracts.base import Message
+from bke.contracts.operation_ref import OperationKind, OperationRef
 from bke.core.state.schema import StoredVersionError
 from bke.core.operation import Act, Answers, Decision, Fail, OperationStatus, Record, RunLocally, Send, Succeed, Wait
 
@@ -71,17 +73,20 @@ class OperationLoop(ABC, Generic[R]):
     """The loop of one kind of operation; the operation subclasses it with its hooks."""
 
     def __init__(self, store: RecordStore[R], publish: Publish, now: Callable[[], datetime], owner: str,
-                 lease_ms: int, kick: Callable[[str], None] | None, *, sign: Sign | None, kind: str, slug_prefix: str,
+                 lease_ms: int, kick: Callable[[str], None] | None, *, sign: Sign | None, kind: str,
                  carriers: Mapping[str, Carrier[R]], log: logging.Logger | None = None, issuer: str = "dispatcher",
-                 lease: str = "") -> None:
+                 lease: str = "", send: SendCommands | None = None) -> None:
         self.store, self.publish, self.now, self.owner, self.lease_ms = store, publish, now, owner, lease_ms
         # every command is signed (bke.adapters.state.command_signing), naming the service that sends it;
-        # None: the operation sends its commands its own way (the upgrade's batches, signed to bytes)
-        self.sign, self.issuer = sign, issuer
+        # None: the operation sends its commands its own way (the upgrade's batches), or `send`
+        # hands them to the dispatcher, which signs and sends them (bke.contracts.node_commands)
+        self.sign, self.issuer, self.send = sign, issuer, send
         self.kick: Callable[[str], None] = kick or (lambda cluster: None)
         # kind: the slot's kind unless `slot_kind` says otherwise, the logs', and the lease's name
         # unless `lease` names another (the upgrader's operations share the "upgrade" lease)
-        self.kind, self.slug_prefix, self.carriers = kind, slug_prefix, carriers
+        self.kind, self.carriers = kind, carriers
+        # what its commands carry and its results are routed by (bke.contracts.operation_ref)
+        self.ref_kind = OperationKind(kind)
         self.lease = lease or kind
         self.log = log or logging.getLogger(f"bke.operation.{kind}")
 
@@ -136,9 +141,9 @@ class OperationLoop(ABC, Generic[R]):
         """Mark in the record that its end event went out."""
 
     # the loop ---------------------------------------------------------------------------
-    def owns(self, slug: str) -> bool:
-        """Whether a command whose id (`<cluster>/<slug>/<node>/<n>`) carries this slug is this kind's."""
-        return slug.startswith(self.slug_prefix)
+    def owns(self, ref: OperationRef) -> bool:
+        """Whether a result of the operation `ref` is this kind's."""
+        return ref.kind == self.ref_kind
 
     def _ts(self) -> str:
         return self.now().isoformat()
@@ -243,15 +248,20 @@ class OperationLoop(ABC, Generic[R]):
         await self.publish(ev.to_bytes(), subject, {})
 
     async def send_command(self, cluster: str, node: str, command_id: str, phase: str, steps: list[Step],
-                           expires_at: str = "") -> None:
+                           expires_at: str = "", ref: OperationRef | None = None) -> None:
         """Sign one command and publish it to the node's agent. The caller marks it sent after:
         a crash in between publishes the same id again, which JetStream drops and an agent that
-        completed it only replays. `expires_at`: when an agent no longer runs it ("" never)."""
+        completed it only replays. `expires_at`: when an agent no longer runs it ("" never); `ref`: the
+        operation it is part of (by default this kind's, with no id or step)."""
+        ref = ref or OperationRef(kind=self.ref_kind)
+        cmd = AgentCommand(command_id=command_id, cluster=cluster, node=node, phase=phase, issued_at=self._ts(),
+                           steps=steps, issuer=self.issuer, expires_at=expires_at, operation=ref)
+        if self.send is not None:
+            await self.send(ref, [cmd])  # signed and sent by the dispatcher
+            return
         assert self.sign is not None, f"{self.kind} sends its commands its own way"
-        cmd = await self.sign(AgentCommand(command_id=command_id, cluster=cluster, node=node, phase=phase,
-                                           issued_at=self._ts(), steps=steps, issuer=self.issuer,
-                                           expires_at=expires_at))
-        await self.publish(cmd.to_bytes(), agent_subject(cluster, node, "command"), {"Nats-Msg-Id": command_id})
+        signed = await self.sign(cmd)
+        await self.publish(signed.to_bytes(), agent_subject(cluster, node, "command"), {"Nats-Msg-Id": command_id})
 
     async def begin(self, rec: R, check: Callable[[R | None], str], part_of: str = "") -> str:
         """Start `rec` unless refused: in the cluster's operation slot, claimed for it (released

@@ -29,7 +29,7 @@ A `*` in a glob matches `:` as well. The patterns are chosen so that no service'
 match another service's secrets: `bke:*:pki:*` (CA keys, certs only), `bke:*:render:vrrp-password`
 (the renderer writes it, the upgrader reads it), the NATS authority (`bke:auth:*`: the admin; the
 renewer reads the authority and writes the identity registry, nothing else),
-the command-signing key (the dispatcher writes it, the upgrader reads it), the etcd snapshot
+the command-signing key (the dispatcher's alone), the etcd snapshot
 key (the admin side writes it, the dispatcher and the upgrader read it) and the record writers'
 signing keys (the admin side writes them, every service reads them: a public half in clear, a
 private half only its writer's key file opens). tests/integration/
@@ -127,14 +127,14 @@ USERS: tuple[AclUser, ...] = (
                     "bke:*:addons", "bke:*:node-labels", "bke:*:phase:apply-labels"),
             reads=("bke:*:heartbeat", "bke:*:heartbeat:cgroup", "bke:*:heartbeat:runtime", "bke:*:agents:accepted",
                    "bke:*:agents:provisioned", "bke:*:addon-manifests", "bke:*:api-credentials", *_CERTS_FILES,
-                   "bke:*:render:vrrp-password", "bke:command-signing-key", "bke:etcd-snapshot-key", *_RECORD_KEYS),
+                   "bke:*:render:vrrp-password", "bke:etcd-snapshot-key", *_RECORD_KEYS),
             why="upgrade and etcd-restore records and results, its lease and the operation slot; the plan, which it "
                 "replaces when an upgrade or a changed spec succeeds; the addons and node-labels records its steps "
                 "share with the install's. Reads: live facts (heartbeats), the agents certs accepted and BKE "
                 "provisioned, addon manifests, the API credentials, the certs' file sets of a renewal; the VRRP "
-                "password (keepalived.conf of a changed spec's load-balancer step), the command-signing key (its "
-                "commands are signed like the dispatcher's: agents trust one key) and the etcd snapshot key (a "
-                "restore opens the snapshot). Never the PKI, the NATS authority or another record; it converts no "
+                "password (keepalived.conf of a changed spec's load-balancer step) and the etcd snapshot key (a "
+                "restore opens the snapshot). Not the command-signing key: its node commands are signed and sent by "
+                "the dispatcher (bke.contracts.node_commands). Never the PKI, the NATS authority or another record; it converts no "
                 "record (`bke state migrate`, the admin's)"),
     AclUser(RENEWER, writes=("bke:auth:identities",), reads=("bke:auth:authority",),
             why="the agents' own renewals (bke.adapters.auth.agent_renewal): reads the NATS authority (sealed with "

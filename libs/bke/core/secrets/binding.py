@@ -65,14 +65,16 @@ gets unbound commands sent to an agent that refuses them: a denial of service, n
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from bke.contracts.agent import CLOCK_SKEW_S, AgentCommand
 
 __all__ = [
     "Binding",
+    "AGENT_COMMAND_FORM",
     "COMMAND_BINDING",
+    "OPERATION_REFS",
     "INCARNATION_PATTERN",
     "Served",
     "aware_time",
@@ -86,6 +88,12 @@ __all__ = [
 ]
 
 COMMAND_BINDING = 1  # the form of binding this code signs and checks (agentId + incarnation)
+# The command form that also carries the operation it is part of (AgentCommand.operation,
+# bke.contracts.operation_ref), echoed in the result. An agent reports the newest form it reads
+# (`AGENT_COMMAND_FORM`, in AgentRuntime.command_binding); one older than this is sent commands
+# without it (it forbids unknown fields).
+OPERATION_REFS = 2
+AGENT_COMMAND_FORM = OPERATION_REFS  # what this code's agent reads
 INCARNATION_PATTERN = r"^(\d{8}T\d{12}Z-[0-9a-f]{16})?$"  # "" for a cluster planned before incarnations
 _INCARNATION = re.compile(INCARNATION_PATTERN)
 _TIME_FORMAT = "%Y%m%dT%H%M%S%fZ"
@@ -112,6 +120,9 @@ class Binding:
 
     agent_id: str
     incarnation: str
+    # whether the agent reads AgentCommand.operation (OPERATION_REFS): the form of the body, not
+    # what it is bound to, so two bindings to the same agent and incarnation are equal
+    operation_refs: bool = field(default=True, compare=False)
 
 
 def binding_for(provisioned_agent_id: str | None, incarnation: str | None, runtime_binding: int | None) -> Binding | None:
@@ -123,7 +134,7 @@ def binding_for(provisioned_agent_id: str | None, incarnation: str | None, runti
         return None
     if runtime_binding is not None and runtime_binding < COMMAND_BINDING:
         return None  # an agent older than binding refuses a body with fields it does not know
-    return Binding(provisioned_agent_id, incarnation or "")
+    return Binding(provisioned_agent_id, incarnation or "", runtime_binding is None or runtime_binding >= OPERATION_REFS)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from typing import Literal
 
 from bke.contracts.agent import AgentCommand
 from bke.contracts.agent_steps import COMMAND_KEY_PHASE, TrustCommandKey
+from bke.contracts.operation_ref import OperationKind, OperationRef
 from bke.core.errors import PermanentError
 
 from .binding import aware_time
@@ -106,7 +107,8 @@ def _trust(public_line: str, signer_not_after: datetime, cluster: str, node: str
     step = TrustCommandKey(id="trust-command-key", public_line=public_line,
                            signer_not_after=signer_not_after.isoformat())
     return AgentCommand(command_id=command_id, cluster=cluster, node=node, phase=COMMAND_KEY_PHASE,
-                        issued_at=issued_at.isoformat(), steps=[step])
+                        issued_at=issued_at.isoformat(), steps=[step],
+                        operation=OperationRef(kind=OperationKind.COMMAND_KEY))
 
 
 def _command_id(cluster: str, node: str, key_id: str, retire: bool) -> str:

@@ -70,7 +70,7 @@ class KeyKind:
 KINDS: tuple[KeyKind, ...] = (
     KeyKind("pki", "CA and leaf private keys", ("certs",)),
     KeyKind("api", "the kubeconfigs of BKE's Kubernetes API work", ("certs", "dispatcher", "upgrader")),
-    KeyKind("signing", "the command-signing key", ("dispatcher", "upgrader")),
+    KeyKind("signing", "the command-signing key", ("dispatcher",)),
     KeyKind("snapshot", "the etcd snapshot key", ("upgrader",)),
     KeyKind("authority", "the NATS operator's and account's seeds", ()),
     KeyKind("backup", "state backups", ()),

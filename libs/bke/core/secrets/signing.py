@@ -169,6 +169,8 @@ def _unsigned(cmd: AgentCommand, signer: CommandSigner, validity_s: float, bindi
     update: dict[str, Any] = {"expires_at": expires.isoformat(), "key_id": signer.key_id, "signature_b64": ""}
     if binding is not None:
         update.update(agent_id=binding.agent_id, incarnation=binding.incarnation)
+    if binding is None or not binding.operation_refs:
+        update["operation"] = None  # an agent of an earlier release refuses a field it does not know
     return cmd.model_copy(update=update)
 
 

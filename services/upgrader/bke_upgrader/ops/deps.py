@@ -1,5 +1,5 @@
 """What the wiring of the upgrader's operations is given by the service's (app.py): the service,
-its Redis, the upgrade's store, the plans, the command signing, the run settings and the
+its Redis, the upgrade's store, the plans, the node commands' way to the dispatcher, the run settings and the
 deployment's snapshot key. Each operation's `wire` takes what it needs from here and registers
 itself: its store, its loop on a runner, its subscribers and responders."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from bke.adapters.bus.handler import Out
 from bke.adapters.bus.service import Service
 from bke.adapters.state import PlanCache
-from bke.adapters.state.command_signing import Sign
+from bke.adapters.bus.node_commands import SendCommands
 from bke.core.secrets.snapshot_key import SnapshotKey
 
 from ..ports import RunSettings
@@ -29,7 +29,7 @@ class Deps:
     redis: Redis
     store: UpgradeStore  # the upgrade's: its results' trust rule and its count of other incarnations' answers
     plans: PlanCache
-    sign: Sign
+    send: SendCommands  # node commands, through the dispatcher (bke.contracts.node_commands)
     settings: RunSettings
     snapshot_key: Callable[[], Awaitable[SnapshotKey]]  # the private half, made at first use
 

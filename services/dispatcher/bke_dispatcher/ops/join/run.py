@@ -61,7 +61,7 @@ from ...phases import NodeInputs, agent_sealers, phase_by_slug
 from ...state import DispatcherState
 from ..membership.gates import Busy, MembershipLoop, end_fields
 from .decide import (
-    AGENTS_DEADLINE_S, SLUG_PREFIX, Join, command_of, fold_answers, is_join_request, join_refusal, new_join, next_step,
+    AGENTS_DEADLINE_S, Join, command_of, fold_answers, is_join_request, join_refusal, new_join, next_step,
 )
 
 __all__ = ["JoinStore", "Joins"]
@@ -80,7 +80,7 @@ class Joins(MembershipLoop[Join]):
                  paused: Callable[[str], Awaitable[bool]], publish: Publish, now: Callable[[], datetime], owner: str,
                  lease_ms: int = 15000, kick: Callable[[str], None] | None = None, *, sign: Sign,
                  agents_deadline_s: float = AGENTS_DEADLINE_S):
-        super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind="join", slug_prefix=SLUG_PREFIX,
+        super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind="join",
                          carriers={"ask": self._ask, "send": self._send, "label": self._label}, log=log)
         self.state, self.plans, self.files, self.checksums, self.marker = state, plans, files, checksums, marker
         self.busy, self.paused, self.agents_deadline_s = busy, paused, agents_deadline_s

@@ -51,7 +51,7 @@ from ...phases import PHASES
 from ...state import DispatcherState
 from ..membership.gates import Busy, MembershipLoop, end_fields
 from .decide import (
-    REMOVAL_SLUG_PREFIX, Removal, advance, apply_result, drain_options, fail_stage, new_removal, next_step, removal_refusal,
+    Removal, advance, apply_result, drain_options, fail_stage, new_removal, next_step, removal_refusal,
 )
 
 __all__ = ["DRAIN_TIMEOUT_S", "RemovalStore", "Removals", "forget_nodes"]
@@ -86,7 +86,7 @@ class Removals(MembershipLoop[Removal]):
         carriers = {"drain": self._drain, "delete-node": self._delete_nodes, "reset": self._resets,
                     "forget": self._forget}
         super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind="removal",
-                         slug_prefix=REMOVAL_SLUG_PREFIX, carriers=carriers, log=log)
+                         carriers=carriers, log=log)
         self.state, self.plans, self.drainer = state, plans, drainer
         self.busy, self.paused, self.drain_timeout_s = busy, paused, drain_timeout_s
 

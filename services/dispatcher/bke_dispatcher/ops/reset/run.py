@@ -44,7 +44,7 @@ from bke.core.plan import Plan
 
 from ...state import DispatcherState
 from ..rotation.run import RotationStore
-from .decide import SLUG_PREFIX, Reset, apply_result, new_reset, next_step, refusal, reset_slug, reset_step
+from .decide import Reset, apply_result, new_reset, next_step, refusal, reset_slug, reset_step
 
 __all__ = ["ResetStore", "Resets", "SnapshotKey", "slot_kind"]
 
@@ -73,7 +73,7 @@ class Resets(OperationLoop[Reset]):
                  paused: Callable[[str], Awaitable[bool]], snapshots: SnapshotKey, publish: Publish,
                  now: Callable[[], datetime], owner: str, lease_ms: int = 15000,
                  kick: Callable[[str], None] | None = None, *, sign: Sign):
-        super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind="reset", slug_prefix=SLUG_PREFIX,
+        super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind="reset",
                          carriers={"snapshot": self._snapshots, "send": self._resets}, log=log)
         self.rotations, self.state, self.plans, self.paused, self.snapshots = rotations, state, plans, paused, snapshots
 

@@ -34,7 +34,7 @@ from bke.contracts.rotation import RotationChanged, rotation_subject
 from bke.core.operation import Act, Answers, Decision, OperationStatus, RunStatus, fold
 
 from ...state import DispatcherState
-from .decide import SLUG_PREFIX, Rotation, apply_result, new_rotation, next_step, node_steps, refusal, rotation_slug
+from .decide import Rotation, apply_result, new_rotation, next_step, node_steps, refusal, rotation_slug
 
 __all__ = ["RotationStore", "Rotations"]
 
@@ -58,7 +58,7 @@ class Rotations(OperationLoop[Rotation]):
     def __init__(self, store: RotationStore, state: DispatcherState, plans: PlanCache, files: RedisNodeFiles,
                  publish: Publish, now: Callable[[], datetime], owner: str, lease_ms: int = 15000,
                  kick: Callable[[str], None] | None = None, *, sign: Sign):
-        super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind=KIND, slug_prefix=SLUG_PREFIX,
+        super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind=KIND,
                          carriers={"send": self._send}, log=log)
         self.state, self.plans, self.files = state, plans, files
 

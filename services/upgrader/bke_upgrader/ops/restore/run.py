@@ -3,8 +3,8 @@
 (`restore.restore_plan`, `restore_run.decide`, read through `decide.next_step`).
 
 Why the upgrader runs it: it already holds what a restore needs: access to the snapshot store
-and the deployment's snapshot key (it asks for the snapshots), the command-signing key and the
-agents' result stream, and the cluster's "upgrade" lease that keeps one operation's passes from
+and the deployment's snapshot key (it asks for the snapshots), node commands through the
+dispatcher (bke.contracts.node_commands), and the cluster's "upgrade" lease that keeps one operation's passes from
 interleaving with another's.
 
     on_request     checks the request (the etcd cluster exists, the snapshot exists and its
@@ -34,6 +34,7 @@ from pydantic import ValidationError
 
 from bke.adapters.bus.handler import Out
 from bke.adapters.etcdsnap.store import check_author
+from bke.adapters.bus.node_commands import SendCommands
 from bke.adapters.operation import OperationLoop, Publish
 from bke.adapters.state import PlanCache
 from bke.adapters.state.command_signing import Sign
@@ -42,6 +43,7 @@ from bke.adapters.state.operation_slot import claim_operation, operation_holder,
 from bke.adapters.state.operation_slot import refusal as slot_refusal
 from bke.contracts.agent import CommandResult
 from bke.contracts.base import Message
+from bke.contracts.operation_ref import OperationRef
 from bke.contracts.restore import (
     RESTORE_ACCEPTED, RESTORE_REJECTED, EtcdRestoreAccepted, EtcdRestoreChanged, EtcdRestoreRejected,
     EtcdRestoreView, GetEtcdRestore, RestoreEtcd, restore_subject,
@@ -50,7 +52,7 @@ from bke.core.errors import PermanentError
 from bke.core.etcdsnap.records import SnapshotRecord
 from bke.core.etcdsnap.restore import STAGES, node_steps, restore_plan
 from bke.core.etcdsnap.restore_run import (
-    SLUG_PREFIX, RestoreRun, StageRun, fold_results, mark_local, mark_sent, new_run, restore_command_id,
+    RestoreRun, StageRun, fold_results, mark_local, mark_sent, new_run, restore_command_id,
 )
 from bke.core.etcdsnap.sealed_stream import open_stream
 from bke.core.operation import Act, Answers, Decision, Fail, Succeed
@@ -98,10 +100,11 @@ class Restores(OperationLoop[RestoreRun]):
     store: RestoreStore
 
     def __init__(self, store: RestoreStore, upgrades: UpgradeStore, plans: PlanCache, snapshots: Snapshots,
-                 publish: Publish, sign: Sign, settings: RunSettings) -> None:
+                 publish: Publish, sign: Sign | None, settings: RunSettings, send: SendCommands | None = None) -> None:
         carriers = {s.name: self._verify if s.where == "upgrader" else self._send for s in STAGES}
         super().__init__(store, publish, settings.now, settings.owner, settings.lease_ms, None, sign=sign, kind=KIND,
-                         slug_prefix=SLUG_PREFIX, carriers=carriers, log=log, issuer="upgrader", lease=LEASE)
+                         carriers=carriers, log=log, issuer="upgrader", lease=LEASE,
+                         send=send)
         # the upgrade's store: its Redis and its count of answers from another incarnation (results.py)
         self.upgrades, self.plans = upgrades, plans
         self.find, self.key, self.pieces = snapshots.find, snapshots.key, snapshots.pieces
@@ -154,7 +157,8 @@ class Restores(OperationLoop[RestoreRun]):
             steps = node_steps(plan, rp, st.name, host, restore_id=rec.restore_id, sha256=rec.sha256,
                                size=rec.size, timeout_s=self.component_timeout_s)
             await self.send_command(rec.cluster, host, restore_command_id(rec.cluster, rec.restore_id, st.name, host),
-                                    f"etcd-restore:{st.name}", steps, expires_at=expires)
+                                    f"etcd-restore:{st.name}", steps, expires_at=expires,
+                                    ref=OperationRef(kind=self.ref_kind, id=rec.restore_id, step=st.name))
         mark_sent(st, now.timestamp())
         log.info("etcd restore stage %s: %d node(s) sent", st.name, len(d.nodes),
                  extra={"cluster": rec.cluster, "request_id": rec.restore_id})

@@ -28,8 +28,8 @@ def wire(d: Deps, ops: Operations) -> Restores:
     async def find(cluster: str, etcd_cluster: str, snapshot_id: str) -> SnapshotRecord:
         return await find_snapshot(svc.nc.jetstream(), cluster, etcd_cluster, snapshot_id)
 
-    restores = Restores(store, d.store, d.plans, Snapshots(find, d.snapshot_key, pieces), svc.publish, d.sign,
-                        d.settings)
+    restores = Restores(store, d.store, d.plans, Snapshots(find, d.snapshot_key, pieces), svc.publish, None,
+                        d.settings, send=d.send)
     ops.drive(restores, debounce_s=DEBOUNCE_S)
     d.serve_bytes(RESTORE_ETCD, "BKE_COMMANDS", "upgrader-restores", restores.on_request_bytes, batch_size=4)
     serve_requests(svc, RESTORE_GET, GET_QUEUE, lambda subject, body: restores.answer_get(body))
