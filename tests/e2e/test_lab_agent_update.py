@@ -18,6 +18,7 @@ heartbeats report the new version; no command ran twice.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from pathlib import Path
@@ -50,7 +51,8 @@ def _runtimes(r: Redis, cluster: str) -> dict[str, AgentRuntime]:
 
 
 def _upgrade_answers(state: Path) -> list[CommandResult]:
-    out = [CommandResult.model_validate_json(p.read_bytes()) for p in (state / "results").glob("*.json")]
+    # each journal entry is {"expiresAt": ..., "result": <the CommandResult>} (bke_agent.journal)
+    out = [CommandResult.model_validate(json.loads(p.read_bytes())["result"]) for p in (state / "results").glob("*.json")]
     return [r for r in out if is_upgrade_command(r.command_id)]
 
 
