@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import asyncio
 from typing import Any, Awaitable, Callable
 
+import nats.errors
 from nats.aio.client import Client as NatsClient
 from faststream import FastStream
 from faststream.nats import NatsBroker
@@ -34,6 +35,7 @@ from .streams import wait_declared
 __all__ = ["REDIS_PROBE_S", "Service", "make_service"]
 
 log = logging.getLogger("bke.adapters.bus.service")
+SUBSCRIBED_FLUSH_S = 10  # seconds: nats-py's own default for a flush
 REDIS_PROBE_S = 2.0  # how often a service pings its Redis (a not-ready flips back within this)
 
 
@@ -235,8 +237,14 @@ class Service:
 
     async def subscribed(self) -> None:
         """Wait until the server has every subscription made so far: a request sent from another
-        connection right after start must find its responder (a started service is listening)."""
-        await self.nc.flush()
+        connection right after start must find its responder (a started service is listening).
+        A bus that drops right then is not a reason to stop: the client subscribes again when it
+        reconnects, and readiness says the bus is away meanwhile."""
+        try:
+            await self.nc.flush(timeout=SUBSCRIBED_FLUSH_S)
+        except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
+                asyncio.TimeoutError) as exc:
+            log.warning("subscriptions not confirmed by the server at start: %s", type(exc).__name__)
 
     async def stop(self) -> None:
         self.stopping = True
