@@ -81,7 +81,14 @@ ETCD_PORTS = (2379, 2380, 2381)
 MANIFEST = "/etc/kubernetes/manifests/etcd.yaml"
 PKI = "etc/kubernetes/pki/etcd"
 SAMPLE_EVERY_S = 0.1
-MIN_SAMPLES_PER_SWAP = 2  # a member restarted from its data dir answers again in 0.2 to 1.5 s here
+# A member restarted from its data dir answers again in 0.2 to 1.5 s here, so each swap is seen by
+# at least one sample, and no two samples around it are further apart than one sampling round can
+# take: the period, then the health and status calls of a member that does not answer, each
+# within the sampler's timeout, plus the event loop's lag under a loaded CI host. A moment below
+# quorum longer than that gap cannot go unseen.
+MIN_SAMPLES_PER_SWAP = 1
+SAMPLE_TIMEOUT_S = 0.5
+MAX_SAMPLE_GAP_S = SAMPLE_EVERY_S + 2 * SAMPLE_TIMEOUT_S + 0.5
 STEP_TIMEOUT_S = 120.0
 KEYS = 20
 ELECTION_TIMEOUT_S = 1.0
@@ -325,7 +332,7 @@ async def roll(lab: Lab, etcd: Etcd, step: ExpandedStep, agents: dict[str, Agent
                         ClusterApi(None, None),  # type: ignore[arg-type]
                         RunSettings("etcd-roll-test", 30_000, lambda: datetime.now(timezone.utc)))
     out = Rolled(QuorumSampler([MemberEndpoints(h, f"http://{lab.ip(h)}:2381/health", etcd.urls[h]) for h in MEMBERS],
-                               every_s=SAMPLE_EVERY_S, timeout_s=0.5, client_tls=lab.tls()), {}, {})
+                               every_s=SAMPLE_EVERY_S, timeout_s=SAMPLE_TIMEOUT_S, client_tls=lab.tls()), {}, {})
     arrived = asyncio.Event()
     commands: list[AgentCommand] = []
 
@@ -396,6 +403,11 @@ async def test_etcd_34_rolled_to_35_member_by_member_keeps_quorum(
             during = rolled.sampler.between(start, end)
             assert len(during) >= MIN_SAMPLES_PER_SWAP, (
                 f"{host}: {len(during)} samples during its {end - start:.2f}s swap ({len(samples)} in all)")
+            around = [s.at for s in samples if s.at < start][-1:] + [s.at for s in during] + [
+                s.at for s in samples if s.at > end][:1]
+            widest = max(b - a for a, b in zip(around, around[1:]))
+            assert len(around) == len(during) + 2 and widest <= MAX_SAMPLE_GAP_S, (
+                f"{host}: samples {widest:.2f}s apart around its swap (at most {MAX_SAMPLE_GAP_S:.2f}s)")
             # the samples saw the member's binary change with its swap, not before: 3.4.23 in
             # every answer before its command, 3.5.1 in every answer after its result
             before = {m.version for s in samples if s.at < start for m in s.members if m.name == host} - {""}
@@ -419,7 +431,7 @@ async def test_two_members_stopped_is_seen_below_quorum(
     try:
         written = await started_on_34(lab, etcd)
         members = [MemberEndpoints(h, f"http://{lab.ip(h)}:2381/health", etcd.urls[h]) for h in MEMBERS]
-        async with QuorumSampler(members, every_s=SAMPLE_EVERY_S, timeout_s=0.5, client_tls=lab.tls()) as sampler:
+        async with QuorumSampler(members, every_s=SAMPLE_EVERY_S, timeout_s=SAMPLE_TIMEOUT_S, client_tls=lab.tls()) as sampler:
             async def has(after: float, below: bool) -> bool:
                 return any(bool(verdict(s, len(MEMBERS))) is below for s in sampler.samples if s.at > after)
 
