@@ -7,8 +7,10 @@
                            # etcd and kwok binaries a `--control-plane real` lab runs
     python3 dev.py test    # set up, then the lints, then the CI suite (what .ci/run calls)
     python3 dev.py lint    # set up, then the lints only
-    python3 dev.py full    # set up, then the lints, then every test: the CI suite plus the `slow`
-                           # fault scenarios and the long fuzzing budget (BKE_FUZZ=long)
+    python3 dev.py soak    # set up, then the soaks only (`-m soak`: every service killed at every
+                           # point of an install, outages past the reconnect limits; about 20 minutes)
+    python3 dev.py full    # set up, then the lints, then every test: the CI suite plus the soaks
+                           # and the long fuzzing budget (BKE_FUZZ=long)
 
 Only the standard library is used here, since nothing else exists before the venv does.
 """
@@ -117,7 +119,7 @@ def run_lints(env: dict[str, str]) -> int:
 def main(argv: list[str]) -> int:
     job = argv[0] if argv else "help"
     rest = argv[1:]
-    if job not in {"lab", "test", "lint", "setup", "bench", "full", "kube"}:
+    if job not in {"lab", "test", "lint", "setup", "bench", "full", "kube", "soak"}:
         print(__doc__)
         return 2
     ensure_venv()
@@ -133,8 +135,10 @@ def main(argv: list[str]) -> int:
             env["BKE_FUZZ"] = "long"
             cmd = [str(PY), "-m", "pytest", "-q", *rest]
         else:
-            # The CI tier: unit, contract, integration and end-to-end; `-m slow` variants are separate.
-            cmd = [str(PY), "-m", "pytest", "-q", "-m", "not slow", "--durations=25", *test_workers(), *rest]
+            # The CI tier: unit, contract, integration, end-to-end and faults; the soaks are separate.
+            cmd = [str(PY), "-m", "pytest", "-q", "-m", "not soak and not slow", "--durations=40", *test_workers(), *rest]
+    elif job == "soak":
+        cmd = [str(PY), "-m", "pytest", "-q", "-m", "soak", "--durations=0", *rest]
     elif job == "kube":
         cmd = [str(PY), "-m", "bke.lab.kube_binaries", "build", *rest]
     elif job == "bench":

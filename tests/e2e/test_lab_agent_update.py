@@ -38,11 +38,9 @@ from .agent_release_helpers import release_bundle
 from .test_lab_install import SEED, assert_ran_once
 from .test_lab_upgrade import _bke, _spec_copy
 
-# slow: about 150 s of lab upgrade plus a wheelhouse built from PyPI on first use (about 40 s);
-# `python3 dev.py full` runs it. In the CI tier, tests/integration/test_upgrader_agent_release.py
-# holds the upgrader's per-node wheel choice and tests/integration/test_agent_self_update.py the
-# agent's install beside and the launcher's keep/rollback (the CI budget is 30 minutes).
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# The upgrader's per-node wheel choice: tests/integration/test_upgrader_agent_release.py; the
+# agent's install beside and the launcher's keep/rollback: tests/integration/test_agent_self_update.py.
+pytestmark = pytest.mark.e2e
 NEW = "0.1.1"  # the agent version of the release (this code, built with that version)
 
 

@@ -32,10 +32,7 @@ from bke.adapters.runtime import etcd_put_get
 from .lab_helpers import Lab, assert_reads_back, etcd_members
 from tests.unit.upgrade_helpers import events_spec
 
-# slow: a lab of its own (an install and two membership changes, ~3 minutes here); the
-# integration tests (test_upgrader_apply, test_dispatcher_membership, test_etcd_members) cover
-# the parts in CI
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 NET = "127.0.25"
 KEYS = {f"/registry/events/default/apply-{i}": f"before-the-changes-{i}" for i in range(5)}
 

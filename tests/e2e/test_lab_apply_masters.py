@@ -28,9 +28,7 @@ from bke_agent.settings import LAB_STATE_SUBDIR
 from .lab_helpers import Lab
 from .test_lab_install import SEED
 
-# slow: a lab of its own (an install and a five-member etcd-data); test_upgrader_apply and
-# test_apply_run cover the order in CI
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 NET = "127.0.26"
 
 

@@ -25,7 +25,7 @@ from bke_cli.main import main as cli_main
 
 from ..bundle_helpers import FakeUpstream
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # the CI budget (30 minutes): run by `python3 dev.py full`
+pytestmark = pytest.mark.e2e
 SEED = Path("examples/seed-3m1w.yaml")
 
 

@@ -21,6 +21,8 @@ from bke.adapters.state.keys.dispatcher import accepted_agents_key
 from bke_agent.lablayout import LabLayout
 from bke.core.plan import parse_overrides
 
+from .node_env_checks import assert_complete_node_environment
+
 pytestmark = pytest.mark.e2e
 SEED = "examples/seed-3m1w.yaml"
 SPLIT = "examples/split-etcd.yaml"
@@ -114,7 +116,6 @@ async def test_split_etcd_install_files_and_real_etcd(lab_factory):
     assert any("FastStream app started" in line for line in (lab.workdir / "logs" / "certs.log").read_text().splitlines())
 
 
-@pytest.mark.slow  # the faults tier kills the dispatcher and an agent mid-install in CI (the CI budget is 30 minutes)
 async def test_seed_install_with_dispatcher_killed_in_the_etcd_phase(lab_factory):
     lab = lab_factory(SEED)
     install = asyncio.create_task(lab.install())
@@ -137,6 +138,7 @@ async def test_seed_install_with_dispatcher_killed_in_the_etcd_phase(lab_factory
         "rbac": ("Validated", "1.33.2"), "kube-proxy": ("Validated", "v1.33.2"),
         "calico": ("Validated", "3.31.3"), "coredns": ("Validated", "v1.12.0")}
     assert addons["calico"]["objects"] == 7  # the lab stand-in, wired and validated
+    assert_complete_node_environment(lab)
 
 
 async def _accepted(lab, node: str, timeout: float = 60.0) -> None:
@@ -153,7 +155,6 @@ async def _accepted(lab, node: str, timeout: float = 60.0) -> None:
         r.close()
 
 
-@pytest.mark.slow  # the faults tier kills the dispatcher and an agent mid-install in CI (the CI budget is 30 minutes)
 async def test_agent_stopped_for_a_while_then_restarted(lab_factory):
     lab = lab_factory(SEED)
     # node1's agent registered with its provisioned key, then stops before the install: its
@@ -200,7 +201,6 @@ async def test_failed_step_reported_then_fixed_and_retried(lab_factory):
     assert "seed/node-env/node1/1" in after and "seed/node-env/master1/1" not in after
 
 
-@pytest.mark.slow  # the CI budget (30 minutes): run by `python3 dev.py full`
 async def test_health_is_kept_current_after_the_install(lab_factory, monkeypatch):
     monkeypatch.setenv("BKE_DISPATCHER_HEALTH_INTERVAL_S", "1")
     lab = lab_factory(SEED)
@@ -229,7 +229,6 @@ async def test_health_is_kept_current_after_the_install(lab_factory, monkeypatch
     await lab.wait_status(lambda d: healthy(d, {}), 60, "every node healthy again")
 
 
-@pytest.mark.slow  # about 60 s; the faults tier kills each process alone in CI (the CI budget is 30 minutes)
 async def test_whole_lab_killed_mid_install_then_started_again(lab_factory):
     lab = lab_factory(SEED)
     install = asyncio.create_task(lab.install())

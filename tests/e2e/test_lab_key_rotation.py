@@ -25,7 +25,7 @@ from bke.adapters.state.rekey import census
 
 from .test_lab_install import SEED
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # the CI budget (30 minutes): run by `python3 dev.py full`; each kind rotated and retired against the real Redis in CI: tests/integration/test_key_rotation.py
+pytestmark = pytest.mark.e2e  # each kind rotated and retired against the real Redis alone: tests/integration/test_key_rotation.py
 IN_REDIS = ("pki", "api", "signing", "snapshot", "authority", "plan", "render")
 
 

@@ -17,7 +17,7 @@ from bke.core.plan import plan_spec_text
 
 from ..integration.test_http_side import _sample
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]  # the CI budget (30 minutes): run by `python3 dev.py full`
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 SEED = "examples/seed-3m1w.yaml"
 DASHBOARD = re.compile(r"^dashboard (\w+): (http://127\.0\.0\.1:\d+)/$")
 

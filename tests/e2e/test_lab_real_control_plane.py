@@ -626,9 +626,29 @@ async def test_a_snapshot_holds_real_data_and_a_restore_brings_it_back_under_the
     assert listed.returncode == 0, listed.stderr
     # the newest (ids sort by time): the upgrade before this test took snapshots of its own
     sid = max(w for w in listed.stdout.split() if w.endswith(f"-{targets[0].node}"))
-    restored = await asyncio.to_thread(bke, {}, "etcd", "restore", lab.plan.cluster, "--etcd-cluster", "etcd-data",
-                                       "--snapshot", sid, "--workdir", str(lab.workdir), "--yes")
-    assert restored.returncode == 0, restored.stdout + restored.stderr
+    argv = ("etcd", "restore", lab.plan.cluster, "--etcd-cluster", "etcd-data", "--snapshot", sid, "--workdir",
+            str(lab.workdir))
+    apiservers = [n.hostname for n in lab.plan.nodes_running("kube-apiserver")]
+    api_manifests = [lab.host(n) / "etc/kubernetes/manifests/kube-apiserver.yaml" for n in apiservers]
+    # without --yes: what the restore stops and does, then a refusal that stopped nothing
+    refused = await asyncio.to_thread(bke, {}, *argv)
+    assert refused.returncode != 0 and "Aborted" in refused.stderr, refused.stdout + refused.stderr
+    assert f"kube-apiserver on {apiservers[0]}" in refused.stdout and "restore-members" in refused.stdout
+    assert all(p.exists() for p in api_manifests)
+    # with it, and the upgrader killed once the members are being restored: the run goes on
+    # after its restart, and no restore command runs twice
+    proc = subprocess.Popen([sys.executable, "-m", "bke_cli.main", *argv, "--yes"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    await _kill_upgrader_once_members_restore(lab)
+    out, err = await asyncio.to_thread(proc.communicate, timeout=600)
+    assert proc.returncode == 0, out + err
+    assert "etcd restore Succeeded: stage 6/6" in out, out
+    restores = {cid: n for cid, n in lab.executions().items() if "/restore@" in cid}
+    assert len(restores) == 5 * len(data.members) and set(restores.values()) == {1}, restores
+    for m in data.members:
+        host = lab.host(m.hostname)
+        assert (host / f"{data.data_dir.lstrip('/')}.before-restore-{sid}/member").is_dir(), m.hostname  # old data kept
+        assert not any((host / "var/lib/bke-agent/restore").iterdir()), m.hostname  # nothing received is left
     # restored with --bump-revision 1000000000 --mark-compacted: past every revision a watch has seen
     status = etcdctl(data.members[0].client_url, tls, "endpoint", "status", "-w", "json")
     assert json.loads(status[0])[0]["Status"]["header"]["revision"] > 1_000_000_000
@@ -642,6 +662,29 @@ async def test_a_snapshot_holds_real_data_and_a_restore_brings_it_back_under_the
     assert nodes and all(next(c for c in n["status"]["conditions"] if c["type"] == "Ready")["status"] == "True"
                          for n in nodes)
 
+
+
+async def _kill_upgrader_once_members_restore(lab: Lab) -> None:
+    from redis.asyncio import Redis
+
+    from bke.adapters.runtime.processes import pid_alive, stop_pid
+
+    r = Redis.from_url(lab.info.redis_url, decode_responses=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            raw = await r.get(f"bke:{lab.plan.cluster}:etcd-restore")
+            if raw and any(s["name"] == "restore-members" and s["status"] != "Pending" for s in json.loads(raw)["stages"]):
+                break
+            await asyncio.sleep(0.05)  # polling the record under a deadline
+        else:
+            raise AssertionError("the restore-members stage never started")
+    finally:
+        await r.aclose()
+    pid = lab.sup.pids()["services"]["upgrader"]
+    stop_pid(pid, timeout=0.0)  # SIGTERM then SIGKILL: killed mid-way
+    assert not pid_alive(pid)
+    lab.sup.ensure_services(lab.info, only=("upgrader",))
 
 
 @pytest.mark.parametrize("release", MINORS[1:])

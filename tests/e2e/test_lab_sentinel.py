@@ -53,7 +53,6 @@ def _new_primary(sentinels, before: tuple[str, int]) -> tuple[str, int] | None:
 
 # CI runs the failover the sentinels carry out; the primary killed outright is the same path with
 # a longer window (`python3 dev.py full`), kept out of the 30-minute CI budget
-@pytest.mark.slow  # the CI budget (30 minutes): run by `python3 dev.py full`
 @pytest.mark.parametrize("how", ["sentinel-failover", "primary-killed"])
 async def test_install_finishes_when_redis_fails_over_mid_install(lab, how):
     runtime = lab.sup.runtime

@@ -192,7 +192,7 @@ def _restored_has(data_dir: Path, key: str, value: str) -> bool:
         proc.wait(10)
 
 
-@pytest.mark.slow  # the CI budget (30 minutes): run by `python3 dev.py full`; the refusals: tests/unit/core/upgrade/test_upgrade_paths.py,
+# The refusals alone: tests/unit/core/upgrade/test_upgrade_paths.py,
 # the agent's rollback: tests/integration/test_agent_replace.py, the run stopping at a rolled-back
 # node: tests/unit/core/upgrade/test_upgrade_failure.py and tests/integration/test_upgrader_apply.py
 async def test_skip_minor_and_split_change_are_refused_then_a_rolled_back_node_stops_the_upgrade(lab_factory, tmp_path,

@@ -27,11 +27,11 @@ from bke.core.upgrade.certificates import renewed_instances
 
 from .test_lab_install import SEED, assert_ran_once
 from .test_lab_upgrade import _bke, _spec_copy
-from .test_lab_upgrade_subjects import crossing_into_a_group_less_release
+from .group_less_checks import crossing_into_a_group_less_release
 
 # an install and three upgrades; the CI budget (30 minutes): run by `python3 dev.py full`; the
 # renewal's adapter on real Redis: tests/integration/test_upgrader_certs.py
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 
 def _cert_files(lab) -> dict[tuple[str, str], tuple[str, bytes]]:

@@ -28,7 +28,7 @@ from bke.core.upgrade.run import is_upgrade_command
 from .test_lab_install import SEED, assert_ran_once
 from .test_lab_upgrade import CONTAINERD_TO, ETCD_TO, LB_FILES, TO, _bke, _new_render, _spec_copy
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # the CI budget (30 minutes): run by `python3 dev.py full`
+pytestmark = pytest.mark.e2e
 STALE_S = 4.0
 
 

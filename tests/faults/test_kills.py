@@ -3,7 +3,7 @@ etcd; every service and agent its own process). Each case: the install finishes,
 command runs twice (the agents' own execution logs), and every service is running at the end.
 
 The fast table runs in CI as one install in which each of them is killed in turn, at its point;
-`-m slow` runs each of those kills in an install of its own, and every service at every point
+`-m soak` runs each of those kills in an install of its own, and every service at every point
 of the table.
 """
 from __future__ import annotations
@@ -93,7 +93,7 @@ async def test_each_process_killed_in_turn_during_one_install(lab):
     _check_end(lab)
 
 
-@pytest.mark.slow  # one install per kill; CI kills them all in one install (above)
+@pytest.mark.soak  # one install per kill; CI kills them all in one install (above)
 @pytest.mark.parametrize(("process", "point"), FAST, ids=[f"{p}@{pt}" for p, pt in FAST])
 async def test_killed_and_restarted_mid_install(lab, process, point):
     await _kill_at(lab, process, point)
@@ -102,7 +102,7 @@ async def test_killed_and_restarted_mid_install(lab, process, point):
     _check_end(lab)
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 @pytest.mark.parametrize(("process", "point"), SLOW, ids=[f"{p}@{pt}" for p, pt in SLOW])
 async def test_killed_and_restarted_mid_install_everywhere(lab, process, point):
     await _kill_at(lab, process, point)

@@ -3,7 +3,7 @@ longer than nats-py's default 60 reconnect attempts (with that default the servi
 up after 60 attempts and stayed alive and silent; the install sat at `etcd 0/9`).
 
 The dispatcher reconnects, reports itself ready again, and the install goes on and finishes.
-The long variant takes over a minute: it is marked slow (run it with `pytest tests/faults`).
+The long variant is a soak: its outage is the point, over a minute (`python3 dev.py soak`).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 
 @pytest.mark.parametrize("outage_s", [pytest.param(5.0, id="short"),
-                                      pytest.param(70.0, id="longer-than-60-reconnects", marks=pytest.mark.slow)])
+                                      pytest.param(70.0, id="longer-than-60-reconnects", marks=pytest.mark.soak)])
 async def test_after_a_nats_outage_the_dispatcher_goes_on_and_the_install_finishes(own_runtime, outage_s, operator_box):
     info = own_runtime.info
     nc = await connect(info.nats_url)

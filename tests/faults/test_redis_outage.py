@@ -26,8 +26,8 @@ from .helpers import _announce, _ids, _stored_cluster, ack_pending, connect, eve
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 # short: longer than max_deliver (5) deliveries with the old backoff (0.5 + 1 + 2 + 4 = 7.5 s);
-# long (slow): longer than a minute, many times the consumers' 10 s ack wait
-OUTAGES = [pytest.param(12.0, id="short"), pytest.param(75.0, id="long", marks=pytest.mark.slow)]
+# long (a soak): longer than a minute, many times the consumers' 10 s ack wait
+OUTAGES = [pytest.param(12.0, id="short"), pytest.param(75.0, id="long", marks=pytest.mark.soak)]
 
 
 @pytest.mark.parametrize("outage_s", OUTAGES)

@@ -1,8 +1,8 @@
 """The agent's wheelhouse: the pip commands `bke bundle build` runs (one per Python and arch,
 binary wheels for that platform only), and a real install with no package index from a tiny
 wheelhouse served by `bke bundle serve`, with the exact pip arguments the bootstrap sends.
-No test here reaches a package index (a real `pip download` of requirements-agent.txt is the
-slow test at the end)."""
+Only the test at the end reaches a package index: a real `pip download` of
+requirements-agent.txt."""
 from __future__ import annotations
 
 import base64
@@ -110,7 +110,6 @@ def test_a_missing_wheel_fails_naming_the_command(tmp_path):
                           pip_args=("--no-index", "--find-links", str(tmp_path)), run=run)
 
 
-@pytest.mark.slow
 def test_real_wheelhouse_of_the_agents_requirements(tmp_path):
     """Needs the package index: every pinned requirement has a wheel for every claimed Python and arch."""
     wheels = ensure_wheelhouse(ROOT / "requirements-agent.txt", tmp_path / "w", ["amd64", "arm64"])

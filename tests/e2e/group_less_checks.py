@@ -1,33 +1,20 @@
-"""End to end: an upgrade into a release whose kubeadm issues the apiserver's kubelet client
+"""What an upgrade into a release whose kubeadm issues the apiserver's kubelet client
 without kubeadm:cluster-admins (1.34 -> 1.35.5, kubernetes#138957 cherry-picked; bke.core.pki.subjects)
 re-issues that certificate with the new subject on every master, after the target release's RBAC
 (the binding by user name) is applied, and the certs service's own record agrees (an `ensure`
-afterwards reissues nothing). Real NATS, Redis and etcd; every service and agent a process."""
+afterwards reissues nothing). Run as the third upgrade of test_lab_upgrade_certs's lab, which
+saves an install."""
 from __future__ import annotations
 
 import asyncio
 import json
 from datetime import datetime
 
-import pytest
-
 from bke.core.pki.material import cert_info
 
-from .test_lab_install import SEED
-from .test_lab_upgrade import _bke, _spec_copy
+from .test_lab_upgrade import _bke
 
-# slow as a test of its own: CI runs the same upgrade as the third one of test_lab_upgrade_certs's
-# lab (`crossing_into_a_group_less_release`), which saves an install
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 KUBELET_CLIENT = "etc/kubernetes/pki/apiserver-kubelet-client.crt"
-
-
-async def test_crossing_into_a_group_less_release_reissues_the_kubelet_client_on_every_master(lab_factory, tmp_path):
-    spec = _spec_copy(tmp_path, SEED, "127.0.10.", "127.0.96.")
-    spec.write_text(spec.read_text().replace("v1.33.2", "v1.34.1"))
-    lab = lab_factory(str(spec))
-    assert await lab.install() == 0, lab.out.getvalue()
-    await crossing_into_a_group_less_release(lab, spec, "3.5.1")
 
 
 async def crossing_into_a_group_less_release(lab, spec, etcd_version: str) -> None:
