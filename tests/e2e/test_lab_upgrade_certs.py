@@ -10,7 +10,7 @@ One lab install of the seed example (three stacked masters, one worker), upgrade
    (`bke certs check-expiration --cluster`) shows the same notAfter; the files the upgrade
    does not renew (CAs, kubelet.conf) are unchanged; no command ran twice;
 3. 1.34.1 -> 1.35.5 on the same lab: the apiserver's kubelet client re-issued without
-   kubeadm:cluster-admins after the target's RBAC (test_lab_upgrade_subjects).
+   kubeadm:cluster-admins after the target's RBAC (group_less_checks.py).
 """
 from __future__ import annotations
 

@@ -226,7 +226,7 @@ async def test_cli_lists_and_restores_into_a_fresh_dir(
     assert table.returncode == 0 and step.snapshot_id in table.stdout and "etcd-data" in table.stdout
 
     # a cluster restore (without --into) is the upgrader's, through the agents: its refusals are in
-    # tests/integration/test_upgrader_restores.py, the whole restore in tests/e2e/test_lab_etcd_restore.py
+    # tests/integration/test_upgrader_restores.py, the whole restore in tests/e2e/test_lab_real_control_plane.py
 
     into = tmp_path / "fresh"
     env = {SECRET_KEY_ENV: str(box[1])}
