@@ -1,4 +1,5 @@
-"""A certificate rotation, a reset and a delete in memory, each after an install of its own."""
+"""A certificate rotation, a reset and a delete in memory, each after an install of its own, with
+their failure paths."""
 from __future__ import annotations
 
 import pytest
@@ -49,3 +50,18 @@ async def test_a_node_is_reset_then_the_cluster_deleted_by_every_service(lab: Me
         owners.add((await lab.wait(removed_subject("meme"), lambda d: d["service"] not in owners, start=mark))["service"])
     assert owners == set(DELETE_OWNERS)
     assert not [k async for k in lab.redis.scan_iter(match="bke:meme:*")]  # every record of it gone
+
+
+async def test_a_reset_whose_node_fails_stops_as_failed_naming_it_and_a_delete_still_ends_it(lab: MemoryLab) -> None:
+    assert (await lab.install("memf", spec("memf")))["status"] == FinishedStatus.SUCCEEDED
+    lab.fail(Fault("node1", "reset_node", message="umount /var/lib/kubelet: device busy"))
+    mark = await lab.send(RESET_CLUSTER, ResetCluster(request_id="reset-2", cluster="memf", nodes=["node1"]))
+    reset = (await lab.wait(reset_subject("memf"), lambda d: d["reset"]["status"] in ENDED, start=mark))["reset"]
+    assert reset["status"] == OperationStatus.FAILED, reset
+    assert "node node1" in reset["message"] and "device busy" in reset["message"], reset
+    assert [n["status"] for n in reset["nodes"]] == ["Failed"], reset
+    # the failed reset freed the cluster's operation slot: a delete of the cluster (the node's
+    # step no longer failing) runs to its end
+    mark = await lab.send(RESET_CLUSTER, ResetCluster(request_id="delete-2", cluster="memf", delete=True))
+    deleted = (await lab.wait(reset_subject("memf"), lambda d: d["reset"]["status"] in ENDED, start=mark))["reset"]
+    assert deleted["status"] == OperationStatus.SUCCEEDED and deleted["delete"], deleted
