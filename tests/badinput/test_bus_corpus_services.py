@@ -49,18 +49,19 @@ UPGRADER_ANSWERED = (UPGRADE_CLUSTER, RETRY_UPGRADE, RESTORE_ETCD, APPLY_CLUSTER
 KINDS = ("garbage", "empty-object", "deep-nesting", "extra-field", "oversized", "non-utf8-in-string")
 
 
-def stored_channels(node: str = "n0") -> list[tuple[Channel, str]]:
-    """Channels kept in a stream that a BKE service consumes, with a concrete subject."""
+def stored_channels() -> list[Channel]:
+    """Channels kept in a stream that a BKE service consumes (their subjects concrete for node n0
+    when deciding)."""
     stored = set(COMMAND_SUBJECTS) | set(EVENT_SUBJECTS)
     out = []
     for ch in CHANNELS:
-        subject = ch.subject.format(cluster=CLUSTER, node=node, service="x")
+        subject = ch.subject.format(cluster=CLUSTER, node="n0", service="x")
         matches = subject in stored or any(s.endswith("*.phase") and subject.endswith(".phase") or
                                            s.endswith("*.finished") and subject.endswith(".finished") or
                                            s.endswith("*.changed") and subject.endswith(".changed") for s in stored)
         is_agent_result = subject.startswith("bke.v1.agent.") and not subject.endswith(".command")
         if (matches or is_agent_result) and set(ch.receivers) & set(SERVICES) and not ch.subject.startswith(DEADLETTER):
-            out.append((ch, subject))
+            out.append(ch)
     return out
 
 
@@ -109,7 +110,7 @@ async def test_hostile_messages_are_dead_lettered_and_a_valid_install_still_goes
         refused: list[tuple[str, str]] = []
         async with EventWatch(nc, [f"{DEADLETTER}.>", CLUSTER_REJECTED, UPGRADE_REJECTED, RESTORE_REJECTED,
                                    APPLY_REJECTED]) as watch:
-            for ch, _ in stored_channels():
+            for ch in stored_channels():
                 for n, case in enumerate(hostile_bodies(ch.model, valid_example(ch.model))):
                     if case.name in KINDS or case.name.startswith("wrong-type-"):
                         # each case from its own node: an agent subject is one node's and keeps only

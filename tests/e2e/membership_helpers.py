@@ -48,7 +48,9 @@ spec: {{hostname: {h}, ip: {net}.{i}, role: [{role}]}}""" for h, i, role in (
 EVERYTHING = [p for p, _, _ in RESET_TABLE] + ["/usr/bin/kubelet"]
 
 
-async def _bke(*args: str, timeout: float = 600.0) -> tuple[int, str]:
+async def bke_cli(*args: str, timeout: float = 600.0) -> tuple[int, str]:
+    """The `bke` command as a user runs it (none of the test's BKE_* settings), its exit code and
+    output."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BKE_")}
     proc = await asyncio.create_subprocess_exec(BKE, *args, env=env, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.STDOUT)
@@ -92,7 +94,7 @@ async def joins_and_a_removal(lab, spec: bytes, net: str) -> None:
     bigger_spec = lab.workdir / "bigger.yaml"
     bigger_spec.write_bytes(spec + extra_nodes(net))
     before = _executions(lab, old_hosts)
-    rc, out = await _bke("lab", "apply", str(bigger_spec), "--workdir", workdir)
+    rc, out = await bke_cli("lab", "apply", str(bigger_spec), "--workdir", workdir)
     assert rc == 0, out
     assert "join-nodes: 3 node(s)" in out and "apply Succeeded" in out, out
     bigger = plan_spec_text(bigger_spec.read_text()).plan
@@ -123,7 +125,7 @@ async def joins_and_a_removal(lab, spec: bytes, net: str) -> None:
         rs.close()
 
     # 3. refused by name, nothing done: a master removed by the workers' own command
-    rc, out = await _bke("lab", "remove-nodes", c, "--nodes", "master1", "--workdir", workdir)
+    rc, out = await bke_cli("lab", "remove-nodes", c, "--nodes", "master1", "--workdir", workdir)
     assert rc == 2 and "master1 (etcd member of etcd-data)" in out, out
     # node1, the worker installed with the cluster, made a master: it joins again with its new
     # roles (node-env, certs, control-plane-join, health: ensures; its running kubelet's port
@@ -134,7 +136,7 @@ async def joins_and_a_removal(lab, spec: bytes, net: str) -> None:
     assert roles.read_text() != bigger_spec.read_text()
     everyone = old_hosts + ["node2", "node3", "master4"]
     before = _executions(lab, everyone)
-    rc, out = await _bke("lab", "apply", str(roles), "--workdir", workdir)
+    rc, out = await bke_cli("lab", "apply", str(roles), "--workdir", workdir)
     assert rc == 0 and "apply Succeeded" in out, out
     after = _executions(lab, everyone)
     rejoined = [parse_command_id(cid) for cid in after["node1"] if cid not in set(before["node1"]) and "/join@" in cid]
@@ -146,7 +148,7 @@ async def joins_and_a_removal(lab, spec: bytes, net: str) -> None:
     # and back to a worker: its bundle sealed again without a master's files, its static pods'
     # manifests taken away, then the certificates, keys and kubeconfigs only a master holds
     before = after
-    rc, out = await _bke("lab", "apply", str(bigger_spec), "--workdir", workdir)
+    rc, out = await bke_cli("lab", "apply", str(bigger_spec), "--workdir", workdir)
     assert rc == 0 and "apply Succeeded" in out, out
     node1 = lab.host("node1")
     for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
@@ -166,7 +168,7 @@ async def joins_and_a_removal(lab, spec: bytes, net: str) -> None:
     smaller_spec = lab.workdir / "smaller.yaml"
     smaller_spec.write_text("\n---\n".join(d for d in bigger_spec.read_text().split("\n---\n")
                                            if "hostname: node3" not in d and "hostname: master4" not in d))
-    rc, out = await _bke("lab", "apply", str(smaller_spec), "--workdir", workdir)
+    rc, out = await bke_cli("lab", "apply", str(smaller_spec), "--workdir", workdir)
     assert rc == 0, out
     assert "remove-nodes: 2 node(s)" in out and "node3: agent stopped" in out, out
     assert "master4: agent stopped" in out, out
@@ -210,7 +212,7 @@ async def joins_and_a_removal(lab, spec: bytes, net: str) -> None:
         assert asyncio.get_running_loop().time() < deadline, "the certs service still holds a removed node's keys"
         await asyncio.sleep(0.2)  # polling another process's records under a deadline
     # `bke status` lists the last join and removal
-    rc, out = await _bke("status", c, "-o", "json", "--nodes", "none", "--workdir", workdir)
+    rc, out = await bke_cli("status", c, "-o", "json", "--nodes", "none", "--workdir", workdir)
     assert rc == 0, out
     doc = json.loads(out[out.index("{"):])  # what the CLI printed (stderr shares the stream)
     assert doc["join"]["status"] == "Succeeded" and doc["join"]["nodes"]

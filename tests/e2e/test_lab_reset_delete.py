@@ -8,11 +8,8 @@ file BKE wrote under any node root, no etcd or kubelet stand-in process of the c
 the snapshots still listed by `bke etcd snapshots`."""
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import os
-import sys
 from pathlib import Path
 
 import nats
@@ -27,19 +24,12 @@ from bke_agent.lablayout import LabLayout
 from bke_agent.reset import RESET_TABLE
 from bke_dispatcher.engine import parse_command_id
 
+from .membership_helpers import bke_cli
+
 pytestmark = pytest.mark.e2e
 SEED = "examples/seed-3m1w.yaml"
-BKE = str(Path(sys.executable).parent / "bke")
 CONFIG = [p for p, kind, _ in RESET_TABLE if kind == "config"]
 EVERYTHING = [p for p, _, _ in RESET_TABLE] + ["/var/lib/etcd"]
-
-
-async def _bke(*args: str, timeout: float = 300.0) -> tuple[int, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BKE_")}
-    proc = await asyncio.create_subprocess_exec(BKE, *args, env=env, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.STDOUT)
-    out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    return proc.returncode or 0, out.decode()
 
 
 def _present(root: Path, paths: list[str]) -> list[str]:
@@ -60,7 +50,7 @@ async def test_reset_one_node_then_delete_the_cluster(lab_factory, tmp_path):
     before = lab.executions()
 
     # 1. reset node1 only
-    rc, out = await _bke("reset", c, "--nodes", "node1", "--yes", "--workdir", workdir)
+    rc, out = await bke_cli("reset", c, "--nodes", "node1", "--yes", "--workdir", workdir)
     assert rc == 0, out
     assert _present(lab.host("node1"), CONFIG) == []
     assert _present(lab.host("node1"), ["/usr/bin/kubelet"]) == ["/usr/bin/kubelet"]  # a reset keeps binaries
@@ -80,7 +70,7 @@ async def test_reset_one_node_then_delete_the_cluster(lab_factory, tmp_path):
     agent_pids = dict(lab.sup.pids()["agents"])
     pod_pids = [pid for n in lab.plan.nodes for pid in _pod_pids(lab.host(n.hostname))]
     assert pod_pids, "the lab ran no real pod process (etcd)"
-    rc, out = await _bke("delete", c, "--yes", "--workdir", workdir)
+    rc, out = await bke_cli("delete", c, "--yes", "--workdir", workdir)
     assert rc == 0, out
     assert "removed by planner, certs, renderer, dispatcher, upgrader" in out
     for n in lab.plan.nodes:  # no file BKE wrote under any node root
@@ -107,6 +97,6 @@ async def test_reset_one_node_then_delete_the_cluster(lab_factory, tmp_path):
         await nc.close()
     assert any(re.search("(?i)authoriz|revoked", m) for m in said), said
     # the snapshots BKE keeps aside: one taken by the reset, one by the delete
-    rc, out = await _bke("etcd", "snapshots", c, "-o", "json", "--workdir", workdir)
+    rc, out = await bke_cli("etcd", "snapshots", c, "-o", "json", "--workdir", workdir)
     assert rc == 0, out
     assert len(json.loads(out)["snapshots"]) == 2
