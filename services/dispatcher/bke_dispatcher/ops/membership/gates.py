@@ -14,6 +14,7 @@ from bke.adapters.bus.handler import Out
 from bke.adapters.state import PlanCache
 from bke.adapters.operation import EndEvent, OperationLoop
 from bke.adapters.state.operation_slot import operation_holder
+from bke.contracts.membership import JoinNodes, RemoveNodes
 from bke.contracts.statuses import FinishedStatus, OperationStatus
 from bke.core.errors import TemporaryError
 from bke.core.operation import OperationRecord
@@ -21,10 +22,7 @@ from bke.core.plan import Plan
 
 from ...state import DispatcherState
 
-__all__ = [
-    "Admission", "Busy", "Gates", "Judged", "Loads", "MembershipLoop", "MembershipRequest", "busy_reader", "end_fields",
-    "read_gates",
-]
+__all__ = ["Admission", "Busy", "Gates", "Judged", "Loads", "MembershipLoop", "busy_reader", "end_fields", "read_gates"]
 
 
 class Loads(Protocol):
@@ -105,22 +103,7 @@ def busy_reader(redis: Redis, rotations: Loads, joins: Loads, removals: Loads,
 
 
 R = TypeVar("R", bound=OperationRecord)
-
-
-class MembershipRequest(Protocol):
-    """What a join's and a removal's requests share (`JoinNodes`, `RemoveNodes`)."""
-
-    @property
-    def cluster(self) -> str: ...
-
-    @property
-    def request_id(self) -> str: ...
-
-    @property
-    def part_of(self) -> str | None: ...
-
-
-Q = TypeVar("Q", bound=MembershipRequest)
+Q = TypeVar("Q", JoinNodes, RemoveNodes)  # the request that starts the record
 
 
 @dataclass(frozen=True)
