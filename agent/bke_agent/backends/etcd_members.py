@@ -150,9 +150,10 @@ def _found(step: EtcdMemberAdd | EtcdMemberPromote | EtcdMemberRemove, acted: bo
 
 
 MemberStep = EtcdMemberAdd | EtcdMemberPromote | EtcdMemberRemove
-# What a step does on the member list just read: its end (a StepOutcome), or None once it acted
-# (the list is read again: it shows what the act did)
-Act = Callable[[list[Member]], Awaitable["StepOutcome | None"]]
+# What a step does on the member list just read and the member it names there (`_find`; None: not
+# listed): its end (a StepOutcome), or None once it acted (the list is read again: it shows what
+# the act did)
+Act = Callable[[list[Member], Member | None], Awaitable["StepOutcome | None"]]
 Hint = Callable[[], str]  # what the final failure adds (why it may never have been accepted)
 
 
@@ -170,8 +171,8 @@ async def ensure_member(step: MemberStep, url: str, verify: ssl.SSLContext | boo
 
 async def _until_done(step: MemberStep, etcd: _Client, act: Act, retry_on: tuple[str, ...],
                       sleep: Callable[[float], Awaitable[None]], clock: Callable[[], float], hint: Hint) -> StepOutcome:
-    """Read the member list and `act` on it until it answers; None means "look again now" (it
-    acted). An etcd refusal that names one of `retry_on`, a transient one, or no answer is asked
+    """Read the member list and `act` on it and the member the step names until it answers; None
+    means "look again now" (it acted). An etcd refusal that names one of `retry_on`, a transient one, or no answer is asked
     again every `poll_s` until the step's deadline, then fails with etcd's last answer and the
     number of requests."""
     deadline = clock() + step.timeout_s
@@ -179,7 +180,8 @@ async def _until_done(step: MemberStep, etcd: _Client, act: Act, retry_on: tuple
     while True:
         requests += 1
         try:
-            out = await act(await etcd.members())
+            members = await etcd.members()
+            out = await act(members, _find(members, step.member, step.peer_url))
         except EtcdAnswer as exc:
             if not any(r in exc.etcd_message for r in (*retry_on, *TRANSIENT, UNREACHABLE)):
                 raise
@@ -200,20 +202,18 @@ def _no_hint() -> str:
 def _add_learner(step: EtcdMemberAdd, etcd: _Client, url: str) -> tuple[Act, Hint]:
     added: list[Member] = []
 
-    async def act(members: list[Member]) -> StepOutcome | None:
-        same_url = next((m for m in members if step.peer_url in m.peer_urls), None)
-        same_name = next((m for m in members if m.name == step.member), None)
-        if same_url is not None and same_url.name not in ("", step.member):
-            raise PermanentStepError(f"{step.etcd_cluster}: peer URL {step.peer_url} belongs to member "
-                                     f"{same_url.name}, not {step.member}; nothing was added")
-        if same_url is None and same_name is not None:
+    async def act(members: list[Member], named: Member | None) -> StepOutcome | None:
+        if named is not None and step.peer_url not in named.peer_urls:  # found by its name only
             raise PermanentStepError(f"{step.etcd_cluster}: member {step.member} is listed with peer URLs "
-                                     f"{','.join(same_name.peer_urls)}, not {step.peer_url}: remove it first; "
+                                     f"{','.join(named.peer_urls)}, not {step.peer_url}: remove it first; "
                                      "nothing was added")
-        if same_url is not None:
-            what = (f"added {step.member} as a learner (id {int(same_url.id):x}, peer {step.peer_url}); start it "
+        if named is not None and named.name not in ("", step.member):
+            raise PermanentStepError(f"{step.etcd_cluster}: peer URL {step.peer_url} belongs to member "
+                                     f"{named.name}, not {step.member}; nothing was added")
+        if named is not None:
+            what = (f"added {step.member} as a learner (id {int(named.id):x}, peer {step.peer_url}); start it "
                     "with --initial-cluster-state=existing" if added else
-                    f"{step.member} ({step.peer_url}) is already a member: {same_url.describe()}")
+                    f"{step.member} ({step.peer_url}) is already a member: {named.describe()}")
             return _found(step, bool(added), what, members)
         try:
             body = await etcd.post("/v3/cluster/member/add", {"peerURLs": [step.peer_url], "isLearner": True})
@@ -232,8 +232,7 @@ def _add_learner(step: EtcdMemberAdd, etcd: _Client, url: str) -> tuple[Act, Hin
 def _promote(step: EtcdMemberPromote, etcd: _Client, url: str) -> tuple[Act, Hint]:
     seen: list[Member] = []
 
-    async def act(members: list[Member]) -> StepOutcome | None:
-        m = _find(members, step.member, step.peer_url)
+    async def act(members: list[Member], m: Member | None) -> StepOutcome | None:
         if m is None:
             raise PermanentStepError(f"{step.etcd_cluster}: {step.member} ({step.peer_url}) is not a member; "
                                      "add it as a learner first")
@@ -261,8 +260,7 @@ def _promote(step: EtcdMemberPromote, etcd: _Client, url: str) -> tuple[Act, Hin
 def _remove(step: EtcdMemberRemove, etcd: _Client, url: str) -> tuple[Act, Hint]:
     removed: list[Member] = []
 
-    async def act(members: list[Member]) -> StepOutcome | None:
-        m = _find(members, step.member, step.peer_url)
+    async def act(members: list[Member], m: Member | None) -> StepOutcome | None:
         if m is None:
             what = f"removed {removed[0].describe()}" if removed else f"{step.member} ({step.peer_url}) is not a member"
             return _found(step, bool(removed), what, members)
