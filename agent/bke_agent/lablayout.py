@@ -48,9 +48,35 @@ LAB_DIR = "var/lib/bke-lab"
 REFUSED_ARG = "--bke-lab-refused-on-purpose"
 
 
+class _UnderLab:
+    """A fixed path of the layout: `name` under its lab directory (`<root>/var/lib/bke-lab`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, layout: LabLayout, owner: type | None = None) -> Path:
+        return layout.lab / self.name
+
+
+def _read_json(path: Path, missing: Any) -> Any:
+    """The JSON document in `path`; `missing` when there is none or it does not parse (a control
+    file written by hand, a status file cut short by a crash)."""
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return missing
+
+
 @dataclass(frozen=True)
 class LabLayout:
     root: Path
+
+    # the fixed paths under the lab directory (see the module docstring)
+    pods = _UnderLab("pods")
+    systemd = _UnderLab("systemd")
+    tls = _UnderLab("tls")
+    programs_log = _UnderLab("programs.jsonl")
+    faults_file = _UnderLab("faults.json")
 
     @property
     def lab(self) -> Path:
@@ -60,50 +86,26 @@ class LabLayout:
     def manifests(self) -> Path:
         return self.root / "etc/kubernetes/manifests"
 
-    @property
-    def pods(self) -> Path:
-        return self.lab / "pods"
-
-    @property
-    def systemd(self) -> Path:
-        return self.lab / "systemd"
-
-    @property
-    def tls(self) -> Path:
-        return self.lab / "tls"
-
-    @property
-    def programs_log(self) -> Path:
-        return self.lab / "programs.jsonl"
-
     def pod_status_file(self, pod: str) -> Path:
         return self.pods / f"{pod}.json"
 
     def unhealthy_file(self, pod: str) -> Path:
         return self.lab / "unhealthy" / pod
 
-    @property
-    def faults_file(self) -> Path:
-        return self.lab / "faults.json"
+    def _fault_entries(self, kind: str) -> list[Any]:
+        """The entries of one kind of faults.json (none if no file)."""
+        doc = _read_json(self.faults_file, {})
+        return doc.get(kind, []) if isinstance(doc, dict) else []
 
     def unhealthy_versions(self, component: str) -> set[str]:
         """The versions of `component` that faults.json makes unhealthy (none if no file)."""
-        try:
-            doc = json.loads(self.faults_file.read_text())
-        except (FileNotFoundError, ValueError):
-            return set()
-        entries = doc.get("unhealthy", []) if isinstance(doc, dict) else []
+        entries = self._fault_entries("unhealthy")
         return {str(e.get("version")) for e in entries if isinstance(e, dict) and e.get("component") == component}
 
     def refused_arg(self, component: str, version: str) -> str | None:
         """The argument faults.json has a real `component` at `version` started with so that it
         refuses to start (None: no such fault)."""
-        try:
-            doc = json.loads(self.faults_file.read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        entries = doc.get("refuses", []) if isinstance(doc, dict) else []
-        for e in entries:
+        for e in self._fault_entries("refuses"):
             if isinstance(e, dict) and e.get("component") == component and str(e.get("version")) == version:
                 return str(e.get("arg") or REFUSED_ARG)
         return None
@@ -126,16 +128,10 @@ class LabLayout:
 
     def pod_status(self, pod: str) -> dict[str, Any] | None:
         """The pod's status, or None if the stand-in never wrote one."""
-        try:
-            return json.loads(self.pod_status_file(pod).read_text())
-        except (FileNotFoundError, ValueError):
-            return None
+        return _read_json(self.pod_status_file(pod), None)
 
     def unit_state(self, unit: str) -> dict[str, Any]:
-        try:
-            return json.loads(self.unit_file(unit).read_text())
-        except (FileNotFoundError, ValueError):
-            return {"unit": unit, "enabled": False, "active": False}
+        return _read_json(self.unit_file(unit), {"unit": unit, "enabled": False, "active": False})
 
 
 def image_version(image: str) -> str:
@@ -162,10 +158,7 @@ def write_refusal(root: Path, component: str, version: str, arg: str = "") -> Pa
 def _add_fault(root: Path, kind: str, entry: dict[str, str]) -> Path:
     layout = LabLayout(root)
     layout.lab.mkdir(parents=True, exist_ok=True)
-    try:
-        doc = json.loads(layout.faults_file.read_text())
-    except (FileNotFoundError, ValueError):
-        doc = {}
+    doc = _read_json(layout.faults_file, {})
     entries = doc.setdefault(kind, [])
     if entry not in entries:
         entries.append(entry)

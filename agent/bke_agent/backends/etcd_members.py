@@ -49,7 +49,7 @@ from .base import StepOutcome
 from .health import tls_verify
 from .snapshot import SnapshotTaker
 
-__all__ = ["EtcdMemberStepsMixin", "Member", "ensure_learner_added", "ensure_promoted", "ensure_removed"]
+__all__ = ["EtcdMemberStepsMixin", "Member", "MemberStep", "ensure_member"]
 
 _CONNECT_S = 10.0
 _REQUEST_S = 15.0
@@ -149,21 +149,39 @@ def _found(step: EtcdMemberAdd | EtcdMemberPromote | EtcdMemberRemove, acted: bo
                        stdout=f"{step.etcd_cluster}: {what}\nmembers:\n{_listing(members)}")
 
 
-Attempt = Callable[[], Awaitable["StepOutcome | None"]]
+MemberStep = EtcdMemberAdd | EtcdMemberPromote | EtcdMemberRemove
+# What a step does on the member list just read and the member it names there (`_find`; None: not
+# listed): its end (a StepOutcome), or None once it acted (the list is read again: it shows what
+# the act did)
+Act = Callable[[list[Member], Member | None], Awaitable["StepOutcome | None"]]
+Hint = Callable[[], str]  # what the final failure adds (why it may never have been accepted)
 
 
-async def _until_done(step: EtcdMemberAdd | EtcdMemberPromote | EtcdMemberRemove, attempt: Attempt,
-                      retry_on: tuple[str, ...], sleep: Callable[[float], Awaitable[None]],
-                      clock: Callable[[], float], hint: Callable[[], str] = lambda: "") -> StepOutcome:
-    """Run `attempt` (look, then act) until it answers; None means "look again now" (it acted).
-    An etcd refusal that names one of `retry_on`, a transient one, or no answer is asked again
-    every `poll_s` until the step's deadline, then fails with etcd's last answer and the number of requests."""
+async def ensure_member(step: MemberStep, url: str, verify: ssl.SSLContext | bool, *,
+                        transport: httpx.AsyncBaseTransport | None = None,
+                        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                        clock: Callable[[], float] = time.monotonic) -> StepOutcome:
+    """Carry one membership step out on the member at `url`, as its row of `_MEMBER_STEPS` acts:
+    read the member list, act on it, until it answers."""
+    acting, retry_on = _MEMBER_STEPS[type(step)]
+    async with _etcd(url, verify, transport) as etcd:
+        act, hint = acting(step, etcd, url)
+        return await _until_done(step, etcd, act, retry_on, sleep, clock, hint)
+
+
+async def _until_done(step: MemberStep, etcd: _Client, act: Act, retry_on: tuple[str, ...],
+                      sleep: Callable[[float], Awaitable[None]], clock: Callable[[], float], hint: Hint) -> StepOutcome:
+    """Read the member list and `act` on it and the member the step names until it answers; None
+    means "look again now" (it acted). An etcd refusal that names one of `retry_on`, a transient one, or no answer is asked
+    again every `poll_s` until the step's deadline, then fails with etcd's last answer and the
+    number of requests."""
     deadline = clock() + step.timeout_s
     requests = 0
     while True:
         requests += 1
         try:
-            out = await attempt()
+            members = await etcd.members()
+            out = await act(members, _find(members, step.member, step.peer_url))
         except EtcdAnswer as exc:
             if not any(r in exc.etcd_message for r in (*retry_on, *TRANSIENT, UNREACHABLE)):
                 raise
@@ -177,103 +195,97 @@ async def _until_done(step: EtcdMemberAdd | EtcdMemberPromote | EtcdMemberRemove
             return out
 
 
-async def ensure_learner_added(step: EtcdMemberAdd, url: str, verify: ssl.SSLContext | bool, *,
-                               transport: httpx.AsyncBaseTransport | None = None,
-                               sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                               clock: Callable[[], float] = time.monotonic) -> StepOutcome:
-    async with _etcd(url, verify, transport) as etcd:
-        added: list[Member] = []
+def _no_hint() -> str:
+    return ""
 
-        async def attempt() -> StepOutcome | None:
-            members = await etcd.members()
-            same_url = next((m for m in members if step.peer_url in m.peer_urls), None)
-            same_name = next((m for m in members if m.name == step.member), None)
-            if same_url is not None and same_url.name not in ("", step.member):
-                raise PermanentStepError(f"{step.etcd_cluster}: peer URL {step.peer_url} belongs to member "
-                                         f"{same_url.name}, not {step.member}; nothing was added")
-            if same_url is None and same_name is not None:
-                raise PermanentStepError(f"{step.etcd_cluster}: member {step.member} is listed with peer URLs "
-                                         f"{','.join(same_name.peer_urls)}, not {step.peer_url}: remove it first; "
-                                         "nothing was added")
-            if same_url is not None:
-                what = (f"added {step.member} as a learner (id {int(same_url.id):x}, peer {step.peer_url}); start it "
-                        "with --initial-cluster-state=existing" if added else
-                        f"{step.member} ({step.peer_url}) is already a member: {same_url.describe()}")
-                return _found(step, bool(added), what, members)
-            try:
-                body = await etcd.post("/v3/cluster/member/add", {"peerURLs": [step.peer_url], "isLearner": True})
-            except EtcdAnswer as exc:
-                if TOO_MANY_LEARNERS in exc.etcd_message:
-                    learners = ", ".join(m.describe() for m in members if m.learner)
-                    raise StepError(f"{step.etcd_cluster}: etcd takes one learner at a time and {learners} still is "
-                                    f"one (promote or remove it first); {step.member} was not added") from None
+
+def _add_learner(step: EtcdMemberAdd, etcd: _Client, url: str) -> tuple[Act, Hint]:
+    added: list[Member] = []
+
+    async def act(members: list[Member], named: Member | None) -> StepOutcome | None:
+        if named is not None and step.peer_url not in named.peer_urls:  # found by its name only
+            raise PermanentStepError(f"{step.etcd_cluster}: member {step.member} is listed with peer URLs "
+                                     f"{','.join(named.peer_urls)}, not {step.peer_url}: remove it first; "
+                                     "nothing was added")
+        if named is not None and named.name not in ("", step.member):
+            raise PermanentStepError(f"{step.etcd_cluster}: peer URL {step.peer_url} belongs to member "
+                                     f"{named.name}, not {step.member}; nothing was added")
+        if named is not None:
+            what = (f"added {step.member} as a learner (id {int(named.id):x}, peer {step.peer_url}); start it "
+                    "with --initial-cluster-state=existing" if added else
+                    f"{step.member} ({step.peer_url}) is already a member: {named.describe()}")
+            return _found(step, bool(added), what, members)
+        try:
+            body = await etcd.post("/v3/cluster/member/add", {"peerURLs": [step.peer_url], "isLearner": True})
+        except EtcdAnswer as exc:
+            if TOO_MANY_LEARNERS in exc.etcd_message:
+                learners = ", ".join(m.describe() for m in members if m.learner)
+                raise StepError(f"{step.etcd_cluster}: etcd takes one learner at a time and {learners} still is "
+                                f"one (promote or remove it first); {step.member} was not added") from None
+            raise
+        added.append(_members({"members": [body.get("member") or {}]})[0])
+        return None  # listed again: the list shows it
+
+    return act, _no_hint
+
+
+def _promote(step: EtcdMemberPromote, etcd: _Client, url: str) -> tuple[Act, Hint]:
+    seen: list[Member] = []
+
+    async def act(members: list[Member], m: Member | None) -> StepOutcome | None:
+        if m is None:
+            raise PermanentStepError(f"{step.etcd_cluster}: {step.member} ({step.peer_url}) is not a member; "
+                                     "add it as a learner first")
+        if not m.learner:
+            what = "promoted" if seen else "already is a voting member"
+            return _found(step, bool(seen), f"{step.member} {what}", members)
+        seen.append(m)
+        try:
+            await etcd.post("/v3/cluster/member/promote", {"ID": m.id})
+        except EtcdAnswer as exc:
+            if NOT_A_LEARNER in exc.etcd_message and NOT_IN_SYNC not in exc.etcd_message:
+                return None  # promoted meanwhile: the list says so
+            raise
+        return None  # listed again: the list shows it voting
+
+    def hint() -> str:
+        if seen and not seen[-1].name:
+            return (f"; {step.member} has never started (no name in the member list): check that its etcd runs "
+                    "and reaches the peers")
+        return ""
+
+    return act, hint
+
+
+def _remove(step: EtcdMemberRemove, etcd: _Client, url: str) -> tuple[Act, Hint]:
+    removed: list[Member] = []
+
+    async def act(members: list[Member], m: Member | None) -> StepOutcome | None:
+        if m is None:
+            what = f"removed {removed[0].describe()}" if removed else f"{step.member} ({step.peer_url}) is not a member"
+            return _found(step, bool(removed), what, members)
+        if await etcd.asked_member_id() == m.id:
+            # the member would stop serving as it applies its own removal: ask one that stays
+            raise PermanentStepError(f"{step.etcd_cluster}: {url} is {step.member} itself; run the removal on a "
+                                     "member that stays")
+        try:
+            await etcd.post("/v3/cluster/member/remove", {"ID": m.id})
+        except EtcdAnswer as exc:
+            if not any(s in exc.etcd_message for s in NOT_FOUND):
                 raise
-            added.append(_members({"members": [body.get("member") or {}]})[0])
-            return None  # listed again: the list shows it
+        removed.append(m)
+        return None  # listed again: the list shows it gone
 
-        return await _until_done(step, attempt, (UNHEALTHY,), sleep, clock)
-
-
-async def ensure_promoted(step: EtcdMemberPromote, url: str, verify: ssl.SSLContext | bool, *,
-                          transport: httpx.AsyncBaseTransport | None = None,
-                          sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                          clock: Callable[[], float] = time.monotonic) -> StepOutcome:
-    async with _etcd(url, verify, transport) as etcd:
-        seen: list[Member] = []
-
-        async def attempt() -> StepOutcome | None:
-            members = await etcd.members()
-            m = _find(members, step.member, step.peer_url)
-            if m is None:
-                raise PermanentStepError(f"{step.etcd_cluster}: {step.member} ({step.peer_url}) is not a member; "
-                                         "add it as a learner first")
-            if not m.learner:
-                what = "promoted" if seen else "already is a voting member"
-                return _found(step, bool(seen), f"{step.member} {what}", members)
-            seen.append(m)
-            try:
-                await etcd.post("/v3/cluster/member/promote", {"ID": m.id})
-            except EtcdAnswer as exc:
-                if NOT_A_LEARNER in exc.etcd_message and NOT_IN_SYNC not in exc.etcd_message:
-                    return None  # promoted meanwhile: the list says so
-                raise
-            return None  # listed again: the list shows it voting
-
-        def hint() -> str:
-            if seen and not seen[-1].name:
-                return (f"; {step.member} has never started (no name in the member list): check that its etcd runs "
-                        "and reaches the peers")
-            return ""
-
-        return await _until_done(step, attempt, (NOT_IN_SYNC, UNHEALTHY), sleep, clock, hint)
+    return act, _no_hint
 
 
-async def ensure_removed(step: EtcdMemberRemove, url: str, verify: ssl.SSLContext | bool, *,
-                         transport: httpx.AsyncBaseTransport | None = None,
-                         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                         clock: Callable[[], float] = time.monotonic) -> StepOutcome:
-    async with _etcd(url, verify, transport) as etcd:
-        removed: list[Member] = []
-
-        async def attempt() -> StepOutcome | None:
-            members = await etcd.members()
-            m = _find(members, step.member, step.peer_url)
-            if m is None:
-                what = f"removed {removed[0].describe()}" if removed else f"{step.member} ({step.peer_url}) is not a member"
-                return _found(step, bool(removed), what, members)
-            if await etcd.asked_member_id() == m.id:
-                # the member would stop serving as it applies its own removal: ask one that stays
-                raise PermanentStepError(f"{step.etcd_cluster}: {url} is {step.member} itself; run the removal on a "
-                                         "member that stays")
-            try:
-                await etcd.post("/v3/cluster/member/remove", {"ID": m.id})
-            except EtcdAnswer as exc:
-                if not any(s in exc.etcd_message for s in NOT_FOUND):
-                    raise
-            removed.append(m)
-            return None  # listed again: the list shows it gone
-
-        return await _until_done(step, attempt, (UNHEALTHY,), sleep, clock)
+# step -> how it acts on the member list, and the etcd refusals it asks again on besides the
+# transient ones (see the module docstring)
+_MEMBER_STEPS: dict[type, tuple[Callable[[Any, _Client, str], tuple[Act, Hint]], tuple[str, ...]]] = {
+    EtcdMemberAdd: (_add_learner, (UNHEALTHY,)),
+    EtcdMemberPromote: (_promote, (NOT_IN_SYNC, UNHEALTHY)),
+    EtcdMemberRemove: (_remove, (UNHEALTHY,)),
+}
 
 
 class EtcdMemberStepsMixin:
@@ -295,14 +307,10 @@ class EtcdMemberStepsMixin:
             raise PermanentStepError("this agent has no snapshot store (it was started without a bus)")
         return await self.snapshots.take(step, *self.etcd_endpoint(step.endpoint, step.tls))
 
-    async def etcd_member_add(self, step: EtcdMemberAdd) -> StepOutcome:
+    async def etcd_member(self, step: MemberStep) -> StepOutcome:
+        """A membership step (add, promote, remove), on the member the step names."""
         url, verify = self.etcd_endpoint(step.endpoint, step.tls)
-        return await ensure_learner_added(step, url, verify, transport=self.http_transport)
+        return await ensure_member(step, url, verify, transport=self.http_transport)
 
-    async def etcd_member_promote(self, step: EtcdMemberPromote) -> StepOutcome:
-        url, verify = self.etcd_endpoint(step.endpoint, step.tls)
-        return await ensure_promoted(step, url, verify, transport=self.http_transport)
-
-    async def etcd_member_remove(self, step: EtcdMemberRemove) -> StepOutcome:
-        url, verify = self.etcd_endpoint(step.endpoint, step.tls)
-        return await ensure_removed(step, url, verify, transport=self.http_transport)
+    # the three steps' handlers (StepDispatch) are the one
+    etcd_member_add = etcd_member_promote = etcd_member_remove = etcd_member

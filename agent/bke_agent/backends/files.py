@@ -13,12 +13,14 @@ import os
 import stat
 from pathlib import Path
 
+from bke.contracts.agent_steps import RemoveFile
 from bke.contracts.statuses import StepResultStatus
 
 from ..fsutil import write_atomic
 from .base import Content, StepOutcome
+from .paths import PathPolicy
 
-__all__ = ["ensure_file", "file_matches", "remove_path", "sha256_of"]
+__all__ = ["FileStepsMixin", "ensure_file", "file_matches", "remove_path", "sha256_of"]
 
 CHUNK = 1 << 20
 
@@ -65,3 +67,13 @@ def remove_path(path: Path, node_path: str = "") -> StepOutcome:
     except FileNotFoundError:
         return StepOutcome(StepResultStatus.SKIPPED, stdout=f"{node_path or path} already absent\n")
     return StepOutcome(StepResultStatus.SUCCEEDED, stdout=f"removed {node_path or path}\n")
+
+
+class FileStepsMixin:
+    """The file steps a backend carries out the same way wherever its files live: under its own
+    path policy (`policy`: the host's allowed directories, the lab node's tree)."""
+
+    policy: PathPolicy
+
+    async def remove_file(self, step: RemoveFile) -> StepOutcome:
+        return remove_path(self.policy.local(step.path), step.path)

@@ -31,7 +31,6 @@ from bke.contracts.agent_steps import (
     CheckHost,
     FetchFile,
     NewFile,
-    RemoveFile,
     RestartStaticPod,
     RunProgram,
     SystemdUnit,
@@ -46,7 +45,7 @@ from .crashloop import Exits
 from .cri import CriExits
 from .download import fetch_verified
 from .etcd_members import EtcdMemberStepsMixin
-from .files import ensure_file, remove_path
+from .files import FileStepsMixin, ensure_file
 from .health import probe_verify, wait_http
 from .paths import HOST_WRITE_DIRS, PathPolicy
 from ..reset import ETCD_DATA_GLOB, MANIFESTS, POLL_S as RESET_POLL_S, RESET_DIRS, ResetStepsMixin, pods_of
@@ -89,7 +88,8 @@ def _owner(user: str, group: str) -> tuple[int | None, int | None]:
     return uid, gid
 
 
-class HostBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, ReplaceStepsMixin, StepDispatch):
+class HostBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, ReplaceStepsMixin, FileStepsMixin,
+                  StepDispatch):
     kind = "host"
 
     def __init__(self, root: Path = Path("/"), allowed: Sequence[str] = HOST_WRITE_DIRS, *,
@@ -114,9 +114,6 @@ class HostBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repl
         local = self.policy.local(step.path)
         uid, gid = _owner(step.owner, step.group)
         return ensure_file(local, content, step.sha256, step.mode, uid=uid, gid=gid, node_path=step.path)
-
-    async def remove_file(self, step: RemoveFile) -> StepOutcome:
-        return remove_path(self.policy.local(step.path), step.path)
 
     async def run_program(self, step: RunProgram) -> StepOutcome:
         argv = resolve_program(step.argv, step.env, self.programs, self.program_dirs)

@@ -52,7 +52,6 @@ from bke.contracts.agent_steps import (
     CheckHost,
     FetchFile,
     NewFile,
-    RemoveFile,
     RestartStaticPod,
     RunProgram,
     Step,
@@ -75,7 +74,7 @@ from .checks import NodeFacts, run_checks
 from .crashloop import Exits
 from .download import fetch_verified
 from .etcd_members import EtcdMemberStepsMixin
-from .files import ensure_file, remove_path
+from .files import FileStepsMixin, ensure_file
 from .health import probe_verify, wait_http
 from .host import systemctl_args
 from .paths import read_path
@@ -104,11 +103,24 @@ def _tail(log: Path, start: int, size: int = LOG_TAIL_BYTES) -> str:
         return ""
 
 
+def _placeholder(url: str, sha256: str) -> bytes:
+    """What the lab writes instead of downloading `url` (its placeholder's bytes), checked
+    against the step's sha256 as a download is: a mismatch fails for good."""
+    data = lab_binary_bytes(url)
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != sha256.lower():
+        raise PermanentStepError(
+            f"{url}: sha256 {sha256} does not match the lab placeholder's {actual} "
+            "(the lab writes bke.lab.standins.binary_placeholder.lab_binary_bytes(url) instead of downloading)")
+    return data
+
+
 def _unit(name: str) -> str:
     return name if "." in name else f"{name}.service"
 
 
-class LabBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, ReplaceStepsMixin, StepDispatch):
+class LabBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, ReplaceStepsMixin, FileStepsMixin,
+                 StepDispatch):
     kind = "lab"
 
     def __init__(self, root: Path, ip: str, *, state_dir: Path | None = None, kubelet_poll_s: float = 0.2,
@@ -146,9 +158,6 @@ class LabBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repla
 
     async def write_file(self, step: WriteFile, content: Content) -> StepOutcome:
         return ensure_file(self.policy.local(step.path), content, step.sha256, step.mode, node_path=step.path)
-
-    async def remove_file(self, step: RemoveFile) -> StepOutcome:
-        return remove_path(self.policy.local(step.path), step.path)
 
     def _in_tree(self, program: str) -> Path | None:
         """The program's executable inside the node tree (never a symlink out of it), or None."""
@@ -246,13 +255,8 @@ class LabBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repla
         local = self.policy.local(step.path)
         if self.fetch == "download":
             return await fetch_verified(local, step)
-        data = lab_binary_bytes(step.url)
-        actual = hashlib.sha256(data).hexdigest()
-        if actual != step.sha256.lower():
-            raise PermanentStepError(
-                f"{step.url}: sha256 {step.sha256} does not match the lab placeholder's {actual} "
-                "(the lab writes bke.lab.standins.binary_placeholder.lab_binary_bytes(url) instead of downloading)")
-        out = ensure_file(local, lambda: data, actual, step.mode, node_path=step.path)
+        data = _placeholder(step.url, step.sha256)
+        out = ensure_file(local, lambda: data, step.sha256.lower(), step.mode, node_path=step.path)
         return StepOutcome(out.status, stdout=f"lab: placeholder for {step.url} at {step.path} ({out.status})\n")
 
     async def check_host(self, step: CheckHost) -> StepOutcome:
@@ -273,11 +277,7 @@ class LabBackend(EtcdMemberStepsMixin, ResetStepsMixin, RestoreStepsMixin, Repla
         if self.fetch == "download":
             await fetch_verified(staged, fetch)
             return
-        data = lab_binary_bytes(fetch.url)
-        if hashlib.sha256(data).hexdigest() != f.sha256:
-            raise PermanentStepError(f"{f.url}: sha256 {f.sha256} does not match the lab placeholder's "
-                                     f"{hashlib.sha256(data).hexdigest()}")
-        write_atomic(staged, data, f.mode)
+        write_atomic(staged, _placeholder(fetch.url, f.sha256), f.mode)
 
     async def pod_started(self, node_path: str, sha256: str, since: float) -> str:
         if not self.kubelet.running:

@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = ["FailureKind", "MESSAGE_SCHEMA", "Message", "ErrorItem", "OneSpecSource", "OperationChanged", "SCHEMA_HEADER",
-           "schema_headers", "without_none"]
+           "changed_subject", "schema_headers", "without_none"]
 
 # The form of every message body, in a header beside it (the subject's `bke.v1` names the
 # subject space, not the body's form: a new body form need not rename every subject). A message
@@ -68,6 +68,12 @@ class OperationChanged(Message):
 
     cluster: str
     at: str
+
+
+def changed_subject(kind: str, cluster: str) -> str:
+    """Where an operation of `kind` on `cluster` publishes its `OperationChanged` events
+    (`bke.v1.<kind>.<cluster>.changed`)."""
+    return f"bke.v1.{kind}.{cluster}.changed"
 
 
 class ErrorItem(Message):

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from .base import FailureKind, Message, OperationChanged, without_none
+from .base import FailureKind, Message, OperationChanged, changed_subject, without_none
 from .drain import DrainOptions
 from .statuses import FinishedStatus, NodeStatus, OperationStatus
 
@@ -64,11 +64,11 @@ Outcome = FinishedStatus
 
 
 def join_changed_subject(cluster: str) -> str:
-    return f"bke.v1.join-nodes.{cluster}.changed"
+    return changed_subject("join-nodes", cluster)
 
 
 def remove_changed_subject(cluster: str) -> str:
-    return f"bke.v1.remove-nodes.{cluster}.changed"
+    return changed_subject("remove-nodes", cluster)
 
 
 class MembershipEtcdJoin(Message):

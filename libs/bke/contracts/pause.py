@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .base import Message
+from .base import Message, changed_subject
 
 __all__ = ["PAUSE_CLUSTER", "PAUSE_OWNERS", "PauseChanged", "PauseCluster", "pause_subject"]
 
@@ -20,7 +20,7 @@ PAUSE_OWNERS = ("dispatcher", "upgrader")  # the services whose operations a pau
 
 
 def pause_subject(cluster: str) -> str:
-    return f"bke.v1.pause.{cluster}.changed"
+    return changed_subject("pause", cluster)
 
 
 class PauseCluster(Message):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .base import Message, OperationChanged
+from .base import Message, OperationChanged, changed_subject
 from .statuses import NodeStatus, OperationStatus, RunStatus
 
 __all__ = [
@@ -49,7 +49,7 @@ ResetStatus = OperationStatus
 
 
 def reset_subject(cluster: str) -> str:
-    return f"bke.v1.reset.{cluster}.changed"
+    return changed_subject("reset", cluster)
 
 
 def removed_subject(cluster: str) -> str:

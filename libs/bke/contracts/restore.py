@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .base import Message, OperationChanged
+from .base import Message, OperationChanged, changed_subject
 from .statuses import NodeStatus, OperationStatus
 
 __all__ = [
@@ -58,7 +58,7 @@ _ID = r"^[A-Za-z0-9._:@-]+$"
 
 
 def restore_subject(cluster: str) -> str:
-    return f"bke.v1.etcd-restore.{cluster}.changed"
+    return changed_subject("etcd-restore", cluster)
 
 
 def restore_piece_subject(cluster: str, node_token: str) -> str:

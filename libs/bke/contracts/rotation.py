@@ -7,7 +7,7 @@ cluster's operation, and automatic renewal may run again.
 """
 from __future__ import annotations
 
-from .base import Message, OperationChanged
+from .base import Message, OperationChanged, changed_subject
 from .statuses import NodeStatus, OperationStatus
 
 __all__ = [
@@ -24,7 +24,7 @@ RotationStatus = OperationStatus
 
 
 def rotation_subject(cluster: str) -> str:
-    return f"bke.v1.rotation.{cluster}.changed"
+    return changed_subject("rotation", cluster)
 
 
 class RotationNode(Message):

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from .base import Message, OperationChanged, without_none
+from .base import Message, OperationChanged, changed_subject, without_none
 from .drain import DrainOptions
 from .statuses import OperationStatus, RunStatus, UpgradeNodeStatus
 
@@ -59,7 +59,7 @@ _VERSION = r"^v?[0-9]+\.[0-9]+\.[0-9]+$"
 
 
 def upgrade_subject(cluster: str) -> str:
-    return f"bke.v1.upgrade.{cluster}.changed"
+    return changed_subject("upgrade", cluster)
 
 
 class UpgradeCluster(Message):

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from bke.contracts.agent_steps import EtcdMemberAdd, EtcdMemberPromote, EtcdMemberRemove
-from bke_agent.backends.etcd_members import ensure_learner_added, ensure_promoted, ensure_removed
+from bke_agent.backends.etcd_members import ensure_member
 from bke_agent.errors import PermanentStepError, StepError
 
 URL = "https://10.0.0.21:2379"
@@ -81,7 +81,7 @@ async def test_add_refuses_a_peer_url_of_another_member() -> None:
     etcd = FakeEtcd([e1()])
     step = EtcdMemberAdd(id="a", member="e2", peer_url="https://10.0.0.21:2380", **COMMON)
     with pytest.raises(PermanentStepError, match="belongs to member e1"):
-        await ensure_learner_added(step, URL, False, transport=etcd.transport)
+        await ensure_member(step, URL, False, transport=etcd.transport)
     assert "/v3/cluster/member/add" not in etcd.calls
 
 
@@ -89,7 +89,7 @@ async def test_add_refuses_a_member_listed_under_another_url() -> None:
     etcd = FakeEtcd([e1(), {"ID": "2", "name": "e2", "peerURLs": ["https://10.0.0.99:2380"]}])
     step = EtcdMemberAdd(id="a", member="e2", peer_url="https://10.0.0.22:2380", **COMMON)
     with pytest.raises(PermanentStepError, match="remove it first"):
-        await ensure_learner_added(step, URL, False, transport=etcd.transport)
+        await ensure_member(step, URL, False, transport=etcd.transport)
 
 
 async def test_add_asks_again_while_the_cluster_is_unhealthy_then_adds_a_learner() -> None:
@@ -97,7 +97,7 @@ async def test_add_asks_again_while_the_cluster_is_unhealthy_then_adds_a_learner
     etcd.refuse["/v3/cluster/member/add"] = [(503, "etcdserver: unhealthy cluster")] * 3
     clock = Clock()
     step = EtcdMemberAdd(id="a", member="e2", peer_url="https://10.0.0.22:2380", poll_s=1, **COMMON)
-    out = await ensure_learner_added(step, URL, False, transport=etcd.transport, sleep=clock.sleep, clock=clock)
+    out = await ensure_member(step, URL, False, transport=etcd.transport, sleep=clock.sleep, clock=clock)
     assert out.status == "Succeeded" and "added e2 as a learner" in str(out.stdout) and clock.t == 3
     [new] = [m for m in etcd.members.values() if m["ID"] != "1"]
     assert new["isLearner"] is True and new["peerURLs"] == ["https://10.0.0.22:2380"]
@@ -108,7 +108,7 @@ async def test_a_second_learner_is_refused_naming_the_first() -> None:
     etcd.refuse["/v3/cluster/member/add"] = [(400, "etcdserver: too many learner members in cluster")]
     step = EtcdMemberAdd(id="a", member="e2", peer_url="https://10.0.0.22:2380", **COMMON)
     with pytest.raises(StepError, match=r"one learner at a time and \(not started\) id=7 learner https://10.0.0.23"):
-        await ensure_learner_added(step, URL, False, transport=etcd.transport)
+        await ensure_member(step, URL, False, transport=etcd.transport)
 
 
 async def test_promote_gives_up_at_its_deadline_with_etcds_answer() -> None:
@@ -118,7 +118,7 @@ async def test_promote_gives_up_at_its_deadline_with_etcds_answer() -> None:
     clock = Clock()
     step = EtcdMemberPromote(id="p", member="e2", peer_url="https://10.0.0.22:2380", timeout_s=10, poll_s=2, **COMMON)
     with pytest.raises(StepError) as err:
-        await ensure_promoted(step, URL, False, transport=etcd.transport, sleep=clock.sleep, clock=clock)
+        await ensure_member(step, URL, False, transport=etcd.transport, sleep=clock.sleep, clock=clock)
     text = str(err.value)
     assert "not accepted within 10s (6 requests)" in text and msg in text and "has never started" in text
     assert etcd.members["7"]["isLearner"] is True and clock.t == 10
@@ -130,16 +130,16 @@ async def test_promote_of_a_caught_up_learner_then_again() -> None:
                                                        "sync with leader")]
     clock = Clock()
     step = EtcdMemberPromote(id="p", member="e2", peer_url="https://10.0.0.22:2380", **COMMON)
-    out = await ensure_promoted(step, URL, False, transport=etcd.transport, sleep=clock.sleep, clock=clock)
+    out = await ensure_member(step, URL, False, transport=etcd.transport, sleep=clock.sleep, clock=clock)
     assert out.status == "Succeeded" and etcd.members["7"]["isLearner"] is False
-    again = await ensure_promoted(step, URL, False, transport=etcd.transport, sleep=clock.sleep, clock=clock)
+    again = await ensure_member(step, URL, False, transport=etcd.transport, sleep=clock.sleep, clock=clock)
     assert again.status == "Skipped" and "already is a voting member" in str(again.stdout)
 
 
 async def test_promote_of_a_stranger_is_permanent() -> None:
     step = EtcdMemberPromote(id="p", member="e9", peer_url="https://10.0.0.29:2380", **COMMON)
     with pytest.raises(PermanentStepError, match="add it as a learner first"):
-        await ensure_promoted(step, URL, False, transport=FakeEtcd([e1()]).transport)
+        await ensure_member(step, URL, False, transport=FakeEtcd([e1()]).transport)
 
 
 async def test_remove_by_name_a_racing_removal_and_an_absent_member() -> None:
@@ -148,11 +148,11 @@ async def test_remove_by_name_a_racing_removal_and_an_absent_member() -> None:
     step = EtcdMemberRemove(id="r", member="e3", peer_url="https://10.0.0.99:2380", **COMMON)  # found by its name
     etcd.refuse["/v3/cluster/member/remove"] = [(404, "etcdserver: member not found")]  # removed by another meanwhile
     del_before = dict(etcd.members)
-    out = await ensure_removed(step, URL, False, transport=etcd.transport)
+    out = await ensure_member(step, URL, False, transport=etcd.transport)
     # the racing answer is taken as done only once the list no longer shows it: here it still does,
     # so the step asked again and removed it
     assert "3" in del_before and "3" not in etcd.members and out.status == "Succeeded"
-    assert (await ensure_removed(step, URL, False, transport=etcd.transport)).status == "Skipped"
+    assert (await ensure_member(step, URL, False, transport=etcd.transport)).status == "Skipped"
 
 
 async def test_host_backend_runs_the_steps_on_the_given_url(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -183,7 +183,7 @@ async def test_a_leader_change_is_asked_again() -> None:
     etcd.refuse["/v3/cluster/member/list"] = [(503, "etcdserver: leader changed")]
     clock = Clock()
     step = EtcdMemberRemove(id="r", member="e3", peer_url="https://10.0.0.23:2380", **COMMON)
-    out = await ensure_removed(step, URL, False, transport=etcd.transport, sleep=clock.sleep, clock=clock)
+    out = await ensure_member(step, URL, False, transport=etcd.transport, sleep=clock.sleep, clock=clock)
     assert out.status == "Succeeded" and "3" not in etcd.members and clock.t == 1
 
 
@@ -194,4 +194,4 @@ async def test_a_member_that_never_answers_fails_at_the_deadline() -> None:
     clock = Clock()
     step = EtcdMemberAdd(id="a", member="e2", peer_url="https://10.0.0.22:2380", timeout_s=5, **COMMON)
     with pytest.raises(StepError, match=r"not accepted within 5s \(6 requests\).*no answer: ConnectError"):
-        await ensure_learner_added(step, URL, False, transport=httpx.MockTransport(down), sleep=clock.sleep, clock=clock)
+        await ensure_member(step, URL, False, transport=httpx.MockTransport(down), sleep=clock.sleep, clock=clock)

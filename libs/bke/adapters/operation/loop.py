@@ -44,17 +44,22 @@ from bke.contracts.agent_steps import Step
 from bke.contracts.base import Message
 from bke.contracts.operation_ref import OperationKind, OperationRef
 from bke.core.state.schema import StoredVersionError
-from bke.core.operation import Act, Answers, Decision, Fail, OperationStatus, Record, RunLocally, Send, Succeed, Wait
+from bke.core.operation import (
+    Act, Answers, Decision, Fail, OperationStatus, Record, RunLocally, Send, Succeed, Wait, fold,
+)
 
 from .store import RecordStore
 
-__all__ = ["Carrier", "EndEvent", "OperationLoop", "Publish"]
+__all__ = ["ApplyResult", "Carrier", "EndEvent", "OperationLoop", "Publish"]
 
 R = TypeVar("R", bound=Record)
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 # Carries a Send or RunLocally out on the record (marking what it sent); None to decide again,
 # or what came of it instead (a Wait: not yet; a Fail: refused for good).
 Carrier = Callable[[R, Act], Awaitable[Decision | None]]
+# One agent's answer into the record: (record, command id, status, step, stderr) -> whether it
+# was a command in flight (bke.core.operation.fold)
+ApplyResult = Callable[[R, str, str, str, str], bool]
 Ending = Wait | Succeed | Fail
 LEASE_BUSY_S = 1.0
 
@@ -75,7 +80,8 @@ class OperationLoop(ABC, Generic[R]):
     def __init__(self, store: RecordStore[R], publish: Publish, now: Callable[[], datetime], owner: str,
                  lease_ms: int, kick: Callable[[str], None] | None, *, sign: Sign | None, kind: str,
                  carriers: Mapping[str, Carrier[R]], log: logging.Logger | None = None, issuer: str = "dispatcher",
-                 lease: str = "", send: SendCommands | None = None) -> None:
+                 lease: str = "", send: SendCommands | None = None, decide: Callable[[R], Decision] | None = None,
+                 apply: ApplyResult[R] | None = None) -> None:
         self.store, self.publish, self.now, self.owner, self.lease_ms = store, publish, now, owner, lease_ms
         # every command is signed (bke.adapters.state.command_signing), naming the service that sends it;
         # None: the operation sends its commands its own way (the upgrade's batches), or `send`
@@ -89,16 +95,25 @@ class OperationLoop(ABC, Generic[R]):
         self.ref_kind = OperationKind(kind)
         self.lease = lease or kind
         self.log = log or logging.getLogger(f"bke.operation.{kind}")
+        # the pure decide when it needs nothing besides the record, and how one agent's answer goes
+        # into the record when the answers are only agents': the hooks `decider` and `fold` use them
+        self.decide, self.apply = decide, apply
 
     # the operation's hooks -------------------------------------------------------------
     def fold(self, rec: R, answers: Answers) -> bool:
-        """The answers into the record (pure); whether it changed. An operation that reads its
-        answers its own way gives `folded` instead."""
-        raise NotImplementedError(f"{self.kind}: neither fold nor folded given")
+        """The answers into the record (pure); whether it changed. By default the agents' answers,
+        each through the `apply` given. An operation that reads its answers its own way gives
+        `folded` instead."""
+        if self.apply is None:
+            raise NotImplementedError(f"{self.kind}: neither apply, fold nor folded given")
+        return fold(rec, answers.commands, self.apply)
 
-    @abstractmethod
     async def decider(self, rec: R) -> Callable[[R], Decision]:
-        """The pure decide, with what it needs besides the record bound (read once a pass)."""
+        """The pure decide, with what it needs besides the record bound (read once a pass). By
+        default the `decide` given, which needs only the record."""
+        if self.decide is None:
+            raise NotImplementedError(f"{self.kind}: neither decide nor decider given")
+        return self.decide
 
     @abstractmethod
     def changed(self, rec: R, at: str) -> tuple[Message, str]:

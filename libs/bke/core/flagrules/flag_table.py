@@ -216,76 +216,53 @@ peer-key-file peer-trusted-ca-file pre-vote quota-backend-bytes raft-read-timeou
 raft-write-timeout self-signed-cert-validity socket-reuse-address socket-reuse-port
 strict-reconfig-check trusted-ca-file unsafe-no-fsync version wal-dir
 """
-_ETCD_CHANGES = (
-    _e('bootstrap-defrag-threshold-megabytes', since='3.6.0'),
-    _e('compact-hash-check-time', since='3.6.0'),
-    _e('compaction-batch-limit', since='3.6.0'),
-    _e('compaction-sleep-interval', since='3.6.0'),
-    _e('corrupt-check-time', since='3.6.0'),
-    _e('discovery-cacert', since='3.6.0'),
-    _e('discovery-cert', since='3.6.0'),
-    _e('discovery-dial-timeout', since='3.6.0'),
-    _e('discovery-endpoints', since='3.6.0'),
-    _e('discovery-insecure-skip-tls-verify', since='3.6.0'),
-    _e('discovery-insecure-transport', since='3.6.0'),
-    _e('discovery-keepalive-time', since='3.6.0'),
-    _e('discovery-keepalive-timeout', since='3.6.0'),
-    _e('discovery-key', since='3.6.0'),
-    _e('discovery-password', since='3.6.0'),
-    _e('discovery-request-timeout', since='3.6.0'),
-    _e('discovery-token', since='3.6.0'),
-    _e('discovery-user', since='3.6.0'),
-    _e('distributed-tracing-address', since='3.6.0'),
-    _e('distributed-tracing-instance-id', since='3.6.0'),
-    _e('distributed-tracing-sampling-rate', since='3.6.0'),
-    _e('distributed-tracing-service-name', since='3.6.0'),
-    _e('downgrade-check-time', since='3.6.0'),
-    _e('enable-distributed-tracing', since='3.6.0'),
-    _e('enable-v2', removed='3.6.0'),
-    _e('experimental-bootstrap-defrag-threshold-megabytes', deprecated='3.6.0'),
+# What changed between 3.5.0 and the newest 3.6 release, by what changed: most of 3.6's changes
+# came in 3.6.0 itself (new names for the experimental-* flags, the v2 API and the proxy gone).
+_ETCD_SINCE_36 = """
+bootstrap-defrag-threshold-megabytes compact-hash-check-time compaction-batch-limit
+compaction-sleep-interval corrupt-check-time discovery-cacert discovery-cert discovery-dial-timeout
+discovery-endpoints discovery-insecure-skip-tls-verify discovery-insecure-transport
+discovery-keepalive-time discovery-keepalive-timeout discovery-key discovery-password
+discovery-request-timeout discovery-token discovery-user distributed-tracing-address
+distributed-tracing-instance-id distributed-tracing-sampling-rate distributed-tracing-service-name
+downgrade-check-time enable-distributed-tracing experimental-warning-unary-request-duration
+feature-gates log-format max-learners memory-mlock peer-skip-client-san-verification
+snapshot-catchup-entries warning-apply-duration warning-unary-request-duration
+watch-progress-notify-interval
+"""
+_ETCD_DEPRECATED_36 = """
+experimental-bootstrap-defrag-threshold-megabytes experimental-compaction-batch-limit
+experimental-corrupt-check-time experimental-distributed-tracing-address
+experimental-distributed-tracing-instance-id experimental-distributed-tracing-service-name
+experimental-downgrade-check-time experimental-enable-distributed-tracing experimental-memory-mlock
+experimental-txn-mode-write-with-shared-buffer experimental-warning-apply-duration
+experimental-watch-progress-notify-interval max-snapshots v2-deprecation
+"""
+_ETCD_REMOVED_36 = """
+enable-v2 experimental-enable-v2v3 proxy proxy-dial-timeout proxy-failure-wait proxy-read-timeout
+proxy-refresh-interval proxy-write-timeout
+"""
+# the flags added during 3.5 (and some deprecated in 3.6.0 again), one by one
+_ETCD_OTHER_CHANGES = (
     _e('experimental-compact-hash-check-enabled', since='3.5.5', deprecated='3.6.0'),
     _e('experimental-compact-hash-check-time', since='3.5.5', deprecated='3.6.0'),
-    _e('experimental-compaction-batch-limit', deprecated='3.6.0'),
     _e('experimental-compaction-sleep-interval', since='3.5.16', deprecated='3.6.0'),
-    _e('experimental-corrupt-check-time', deprecated='3.6.0'),
-    _e('experimental-distributed-tracing-address', deprecated='3.6.0'),
-    _e('experimental-distributed-tracing-instance-id', deprecated='3.6.0'),
     _e('experimental-distributed-tracing-sampling-rate', since='3.5.11', deprecated='3.6.0'),
-    _e('experimental-distributed-tracing-service-name', deprecated='3.6.0'),
-    _e('experimental-downgrade-check-time', deprecated='3.6.0'),
-    _e('experimental-enable-distributed-tracing', deprecated='3.6.0'),
     _e('experimental-enable-lease-checkpoint-persist', since='3.5.2'),
-    _e('experimental-enable-v2v3', removed='3.6.0'),
-    _e('experimental-memory-mlock', deprecated='3.6.0'),
     _e('experimental-snapshot-catchup-entries', since='3.5.14', deprecated='3.6.0'),
     _e('experimental-stop-grpc-service-on-defrag', since='3.5.14'),
-    _e('experimental-txn-mode-write-with-shared-buffer', deprecated='3.6.0'),
-    _e('experimental-warning-apply-duration', deprecated='3.6.0'),
-    _e('experimental-warning-unary-request-duration', since='3.6.0'),
-    _e('experimental-watch-progress-notify-interval', deprecated='3.6.0'),
-    _e('feature-gates', since='3.6.0'),
     _e('listen-client-http-urls', since='3.5.8'),
-    _e('log-format', since='3.6.0'),
     _e('max-concurrent-streams', since='3.5.5'),
-    _e('max-learners', since='3.6.0'),
-    _e('max-snapshots', deprecated='3.6.0'),
-    _e('memory-mlock', since='3.6.0'),
-    _e('peer-skip-client-san-verification', since='3.6.0'),
-    _e('proxy', removed='3.6.0'),
-    _e('proxy-dial-timeout', removed='3.6.0'),
-    _e('proxy-failure-wait', removed='3.6.0'),
-    _e('proxy-read-timeout', removed='3.6.0'),
-    _e('proxy-refresh-interval', removed='3.6.0'),
-    _e('proxy-write-timeout', removed='3.6.0'),
-    _e('snapshot-catchup-entries', since='3.6.0'),
     _e('snapshot-count'),
     _e('tls-max-version', since='3.5.8'),
     _e('tls-min-version', since='3.5.8'),
-    _e('v2-deprecation', deprecated='3.6.0'),
-    _e('warning-apply-duration', since='3.6.0'),
-    _e('warning-unary-request-duration', since='3.6.0'),
-    _e('watch-progress-notify-interval', since='3.6.0'),
 )
+_ETCD_CHANGES = tuple(sorted((
+    *(_e(n, since='3.6.0') for n in _names(_ETCD_SINCE_36)),
+    *(_e(n, deprecated='3.6.0') for n in _names(_ETCD_DEPRECATED_36)),
+    *(_e(n, removed='3.6.0') for n in _names(_ETCD_REMOVED_36)),
+    *_ETCD_OTHER_CHANGES,
+), key=lambda f: f.name))
 
 FLAGS: tuple[Flag, ...] = (*_KUBERNETES, *(_e(n) for n in _names(_ETCD_ALL)), *_ETCD_CHANGES)
 

@@ -5,9 +5,9 @@ the cluster's operation slot, is bke.adapters.operation; each operation adds onl
 carriers, its start and its view."""
 from bke.contracts.statuses import OperationStatus, RunStatus
 
-from .decision import WAIT_S, Act, Decision, Fail, RunLocally, Send, Succeed, Wait
-from .fold import INPUT_PREFIX, STDERR_KEEP, Answer, Answers, ServiceAnswer, fold, in_flight, settle
-from .record import NodeRun, OperationRecord, Record, StepRun
+from .decision import WAIT_S, Act, Decision, Fail, RunLocally, Send, Succeed, Wait, failed_node
+from .fold import INPUT_PREFIX, STDERR_KEEP, Answer, Answers, ServiceAnswer, fold, in_flight, settle, settle_in_flight
+from .record import NodeProgress, NodeRun, OperationRecord, Record, StepRun
 
 __all__ = [
     "Act",
@@ -16,6 +16,7 @@ __all__ = [
     "Decision",
     "Fail",
     "INPUT_PREFIX",
+    "NodeProgress",
     "NodeRun",
     "OperationRecord",
     "OperationStatus",
@@ -29,7 +30,9 @@ __all__ = [
     "Succeed",
     "WAIT_S",
     "Wait",
+    "failed_node",
     "fold",
     "in_flight",
     "settle",
+    "settle_in_flight",
 ]

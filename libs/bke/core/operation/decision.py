@@ -11,10 +11,15 @@ carriers, keyed by `action`, then decides again, until a `Wait`, `Succeed` or `F
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
-__all__ = ["WAIT_S", "Act", "Decision", "Fail", "RunLocally", "Send", "Succeed", "Wait"]
+from bke.contracts.statuses import RunStatus
+
+from .record import StepRun
+
+__all__ = ["WAIT_S", "Act", "Decision", "Fail", "RunLocally", "Send", "Succeed", "Wait", "failed_node"]
 
 # Look again this often even without an answer (a restart, a lost kick).
 WAIT_S = 5.0
@@ -61,3 +66,12 @@ class Fail:
 
 Act = Send | RunLocally  # what a carrier carries out
 Decision = Send | RunLocally | Wait | Succeed | Fail
+
+
+def failed_node(runs: Iterable[StepRun]) -> Fail | None:
+    """The first node whose command failed, as the end of the operation (its step and the start
+    of its output as the reason); None while none has."""
+    failed = next((n for n in runs if n.status == RunStatus.FAILED), None)
+    if failed is None:
+        return None
+    return Fail(f"node {failed.hostname} step {failed.step}: {failed.stderr[:500]}", (failed.hostname,))

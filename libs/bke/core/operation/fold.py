@@ -19,7 +19,9 @@ from bke.contracts.statuses import FinishedStatus, RunStatus, StepResultStatus
 
 from .record import StepRun
 
-__all__ = ["INPUT_PREFIX", "STDERR_KEEP", "Answer", "Answers", "ServiceAnswer", "fold", "in_flight", "settle"]
+__all__ = [
+    "INPUT_PREFIX", "STDERR_KEEP", "Answer", "Answers", "ServiceAnswer", "fold", "in_flight", "settle", "settle_in_flight",
+]
 
 INPUT_PREFIX = "input:"  # a results field that holds a service's answer, not an agent's
 STDERR_KEEP = 2000  # of a failed step's output, the end is kept
@@ -34,6 +36,7 @@ class Sent(Protocol):
 
 R = TypeVar("R")
 N = TypeVar("N", bound=Sent)
+S = TypeVar("S", bound=StepRun)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,15 @@ def settle(run: StepRun, answer: Answer) -> None:
     """The run's command answered: Succeeded, or Failed with its step and the end of its output."""
     run.status = RunStatus.SUCCEEDED if answer.succeeded else RunStatus.FAILED
     run.step, run.stderr = answer.step, answer.stderr[-STDERR_KEEP:]
+
+
+def settle_in_flight(runs: Iterable[S], command_id: str, answer: Answer) -> S | None:
+    """The run whose command in flight `command_id` is, settled with `answer`; None (nothing
+    settled) for a duplicate or a stale answer."""
+    run = in_flight(runs, command_id)
+    if run is not None:
+        settle(run, answer)
+    return run
 
 
 def fold(rec: R, answers: Mapping[str, Answer], apply: Callable[[R, str, str, str, str], bool]) -> bool:

@@ -8,17 +8,19 @@ Pure: no Redis, no bus, no clock (times are the caller's ISO strings).
                       carries the version of its kind (bke.core.state.schema)
     NodeRun           one node's command: its id and status
     StepRun           ... that keeps the step that failed and its output (the reason shown)
+    NodeProgress      how many of a record's node runs succeeded (a reset's, a rotation's)
 """
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol, Self
 
 from bke.contracts.statuses import OperationStatus, RunStatus
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
-__all__ = ["Ends", "NodeRun", "OperationRecord", "Record", "StepRun"]
+__all__ = ["Ends", "NodeProgress", "NodeRun", "OperationRecord", "Record", "StepRun"]
 
 
 class Record(Protocol):
@@ -106,3 +108,14 @@ class NodeRun:
 class StepRun(NodeRun):
     step: str = ""  # the step that failed
     stderr: str = ""  # its output (the end of it)
+
+
+class NodeProgress:
+    """A record's progress over its own `nodes` field, one run per node (a mixin, as `Ends`)."""
+
+    nodes: Sequence[NodeRun]
+
+    @property
+    def done(self) -> int:
+        """The nodes whose command succeeded."""
+        return sum(n.status == RunStatus.SUCCEEDED for n in self.nodes)

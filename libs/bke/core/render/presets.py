@@ -59,24 +59,30 @@ _KUBEADM_ETCD = "kubeadm cmd/kubeadm/app/phases/etcd/local.go defaults"
 _ETCD_LIMIT = "etcd docs dev-guide/limit: default quota 2 GiB, 8 GiB suggested maximum"
 _KUBESPRAY_ETCD = "Kubespray roles/etcd defaults (etcd_heartbeat_interval 250, etcd_election_timeout 5000)"
 
+# flags that a source sets together, one value each
+_INFLIGHT = ("max-requests-inflight", "max-mutating-requests-inflight")  # the API server's two limits
+_CLIENT_RATE = ("kube-api-qps", "kube-api-burst")  # a component's client to the API server
+_ENDPOINT_BATCH = ("endpoint-updates-batch-period", "endpointslice-updates-batch-period")
+
+
+def _together(component: str, flags: tuple[str, str], values: tuple[str, str], tier: str, source: str) -> tuple[Preset, ...]:
+    return tuple(Preset(component, flag, value, tier, source) for flag, value in zip(flags, values))
+
+
 PRESETS: tuple[Preset, ...] = (
     # kube-apiserver
     Preset("kube-apiserver", "goaway-chance", "0.001", "small", _GOAWAY, needs="multi-apiserver"),
     Preset("kube-apiserver", "feature-gates", "true", "small", "KEP-2340 consistent reads from cache; beta on from 1.31", gate="ConsistentListFromCache"),
     Preset("kube-apiserver", "feature-gates", "true", "small", "kube_features.go: ListFromCacheSnapshot beta on from 1.34", gate="ListFromCacheSnapshot"),
-    Preset("kube-apiserver", "max-requests-inflight", "1500", "large", _GCE19_CORR),
-    Preset("kube-apiserver", "max-mutating-requests-inflight", "500", "large", _GCE19_CORR),
-    Preset("kube-apiserver", "max-requests-inflight", "3000", "xlarge", _GCE19_PERF),
-    Preset("kube-apiserver", "max-mutating-requests-inflight", "1000", "xlarge", _GCE19_PERF),
+    *_together("kube-apiserver", _INFLIGHT, ("1500", "500"), "large", _GCE19_CORR),
+    *_together("kube-apiserver", _INFLIGHT, ("3000", "1000"), "xlarge", _GCE19_PERF),
     Preset("kube-apiserver", "delete-collection-workers", "16", "large", f"{_KOPS5K} (deleteCollectionWorkers=16); also the 1.9 GCE 5k run"),
     Preset("kube-apiserver", "etcd-compaction-interval", "150s", "xlarge", f"{_KOPS5K} (compactionInterval=150s)"),
     # kube-controller-manager
-    Preset("kube-controller-manager", "kube-api-qps", "100", "large", _GCE19_CORR + " (qps/burst 100/100)"),
-    Preset("kube-controller-manager", "kube-api-burst", "100", "large", _GCE19_CORR + " (qps/burst 100/100)"),
+    *_together("kube-controller-manager", _CLIENT_RATE, ("100", "100"), "large", _GCE19_CORR + " (qps/burst 100/100)"),
     Preset("kube-controller-manager", "kube-api-qps", "500", "xlarge", f"{_KOPS5K} (kubeAPIQPS=500)"),
     Preset("kube-controller-manager", "kube-api-burst", "500", "xlarge", f"{_KOPS5K} (kubeAPIBurst=500)"),
-    Preset("kube-controller-manager", "endpoint-updates-batch-period", "500ms", "xlarge", _KOPS5K),
-    Preset("kube-controller-manager", "endpointslice-updates-batch-period", "500ms", "xlarge", _KOPS5K),
+    *_together("kube-controller-manager", _ENDPOINT_BATCH, ("500ms", "500ms"), "xlarge", _KOPS5K),
     # kube-scheduler
     Preset("kube-scheduler", "kube-api-qps", "100", "large", f"{_KOPS5K} (scheduler qps=100)"),
     Preset("kube-scheduler", "kube-api-burst", "100", "large", f"{_KOPS5K} (scheduler burst=100)"),

@@ -86,6 +86,14 @@ class RecordKind:
     reader: str = ""
 
 
+def _operation(name: str, summary: str, *more: str, field: str = SCHEMA_FIELD, current: int, first: int = 0,
+               readable_from: int = 0, writer: str, reader: str) -> RecordKind:
+    """An operation's record (bke.adapters.operation.RecordStore): its JSON under its own name,
+    versioned in the JSON, with its agents' answers beside it (and `more` keys of its own)."""
+    return RecordKind(name, summary, (name, f"{name}:results", *more), VersionSlot(name, "json", field),
+                      current=current, first=first, readable_from=readable_from, writer=writer, reader=reader)
+
+
 # The table. A new form of a record: bump `current`, register a converter for (name, old) in
 # bke.adapters.state.migrate, and raise `readable_from` unless the readers still read the old form as is.
 RECORDS: tuple[RecordKind, ...] = (
@@ -128,21 +136,17 @@ RECORDS: tuple[RecordKind, ...] = (
         VersionSlot("install", "hash"), current=1,
         writer="dispatcher: bke_dispatcher.state.DispatcherState.start_install (header), its phases",
         reader="dispatcher: DispatcherState.install, status"),
-    RecordKind(
-        "rotation", "the current or last certificate rotation (JSON) and its agents' answers",
-        ("rotation", "rotation:results"),
-        VersionSlot("rotation", "json"), current=1,
+    _operation(
+        "rotation", "the current or last certificate rotation (JSON) and its agents' answers", current=1,
         writer="dispatcher: bke_dispatcher.ops.rotation.run.RotationStore (Rotation.to_json)",
         reader="dispatcher: RotationStore (Rotation.from_json)"),
-    RecordKind(
+    _operation(
         "reset", "the current or last reset or delete (JSON) and its agents' answers",
-        ("reset", "reset:results"),
-        VersionSlot("reset", "json"), current=1, first=1, readable_from=1,  # new: never stored without a version
+        current=1, first=1, readable_from=1,  # new: never stored without a version
         writer="dispatcher: bke_dispatcher.ops.reset.run.ResetStore (Reset.to_json)",
         reader="dispatcher: ResetStore (Reset.from_json)"),
-    RecordKind(
+    _operation(
         "join", "the current or last join of workers and etcd-only nodes (JSON) and its agents' answers",
-        ("join", "join:results"),
         # 1: new, never stored without a version; 2: the record keeps the etcd-only nodes' etcd
         # joins (`etcd_joins`); 3: it keeps when the join began to wait for its agents
         # (`agents_since`, the agents' deadline's start); 4: the ports held by the running parts
@@ -150,27 +154,25 @@ RECORDS: tuple[RecordKind, ...] = (
         # (no etcd joins; the clock starts at the next pass; no node joins again), so readable
         # from 1; a reader of an older version refuses a newer record instead of failing on the
         # new field.
-        VersionSlot("join", "json"), current=4, first=1, readable_from=1,
+        current=4, first=1, readable_from=1,
         writer="dispatcher: bke_dispatcher.ops.join.run.JoinStore (Join.to_json)",
         reader="dispatcher: JoinStore.load (Join.from_json)"),
-    RecordKind(
+    _operation(
         "removal", "the current or last removal of workers (JSON), its agents' answers, the lab's drain and "
-                   "Node deletion records",
-        ("removal", "removal:results", "removal:api"),
-        VersionSlot("removal", "json"), current=1, first=1, readable_from=1,  # new: never stored without a version
+                   "Node deletion records", "removal:api",
+        current=1, first=1, readable_from=1,  # new: never stored without a version
         writer="dispatcher: bke_dispatcher.ops.removal.run.RemovalStore (Removal.to_json)",
         reader="dispatcher: RemovalStore.load (Removal.from_json)"),
-    RecordKind(
+    _operation(
         "upgrade", "the current or last upgrade (JSON), its agents' answers, the lab's drain records, "
                    "each node's versions after the last upgrade that served it",
-        ("upgrade", "upgrade:results", "upgrade:drain", "upgrade:certs", "upgrade:paused", "upgrade:nodes"),
-        VersionSlot("upgrade", "json", "schema_version"), current=1, first=1, readable_from=1,
+        "upgrade:drain", "upgrade:certs", "upgrade:paused", "upgrade:nodes",
+        field="schema_version", current=1, first=1, readable_from=1,
         writer="upgrader: bke_upgrader.store.UpgradeStore (bke.core.upgrade.run.UpgradeRun.to_json)",
         reader="upgrader: UpgradeStore.load (UpgradeRun.from_json)"),
-    RecordKind(
+    _operation(
         "etcd-restore", "the current or last etcd restore (JSON) and its agents' answers",
-        ("etcd-restore", "etcd-restore:results"),
-        VersionSlot("etcd-restore", "json", "schema_version"), current=1, first=1, readable_from=1,
+        field="schema_version", current=1, first=1, readable_from=1,
         writer="upgrader: bke_upgrader.ops.restore.store.RestoreStore (bke.core.etcdsnap.restore_run.RestoreRun.to_json)",
         reader="upgrader: RestoreStore.load (RestoreRun.from_json)"),
     RecordKind(

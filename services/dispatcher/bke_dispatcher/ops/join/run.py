@@ -59,7 +59,7 @@ from bke.core.plan import NodePlan, Plan
 from ...engine import Checksums
 from ...phases import NodeInputs, agent_sealers, phase_by_slug
 from ...state import DispatcherState
-from ..membership.gates import Busy, MembershipLoop, end_fields
+from ..membership.gates import Busy, Gates, Judged, MembershipLoop, end_fields
 from .decide import (
     AGENTS_DEADLINE_S, Join, command_of, fold_answers, is_join_request, join_refusal, new_join, next_step,
 )
@@ -74,7 +74,7 @@ class JoinStore(RecordStore[Join]):
         super().__init__(redis, Join.from_json, join_key, join_results_key, joins_index())
 
 
-class Joins(MembershipLoop[Join]):
+class Joins(MembershipLoop[Join, JoinNodes]):
     def __init__(self, store: JoinStore, state: DispatcherState, plans: PlanCache, files: RedisNodeFiles,
                  checksums: Checksums, marker: NodeMarker, busy: Callable[[str], Awaitable[Busy | None]],
                  paused: Callable[[str], Awaitable[bool]], publish: Publish, now: Callable[[], datetime], owner: str,
@@ -112,34 +112,22 @@ class Joins(MembershipLoop[Join]):
         return EndEvent(ev, JOIN_NODES_FINISHED, f"join-finished:{rec.cluster}:{rec.request_id}")
 
     # requests -------------------------------------------------------------------------------
-    async def on_request(self, req: JoinNodes) -> list[Out]:
-        ids = {"cluster": req.cluster, "request_id": req.request_id}
-        a = await self.admit(req.cluster, req.request_id, req.part_of)
-        if a is None:  # a redelivery
-            return []
-        g, unreadable = a.gates, a.unreadable
-        plan = g.plan
+    async def judged(self, req: JoinNodes, gates: Gates) -> Judged[Join]:
+        """Judged against the stored plan and its digest; the join built on that plan."""
+        plan = gates.plan
         raw_digest = await self.store.redis.hget(plan_meta_key(req.cluster), "digest") or ""
         digest = raw_digest.decode() if isinstance(raw_digest, bytes) else raw_digest
 
         def check(cur: Join | None) -> str:
-            return join_refusal(req, plan, digest, g.install, busy=g.busy_text, paused=g.paused, current=cur)
+            return join_refusal(req, plan, digest, gates.install, busy=gates.busy_text, paused=gates.paused,
+                                current=cur)
 
-        why = unreadable or a.outside or check(a.current)
-        if not why and plan is not None:
-            # the cluster's one operation slot (bke.adapters.state.operation_slot): atomic against every
-            # other kind; released again if the record refuses after all (or the slot of the
-            # apply run this join is part of)
-            j = new_join(req, plan, self._ts())
-            why = await self.begin(j, check, part_of=req.part_of or "")
-        if why or plan is None:
-            log.warning("join refused: %s", why, extra=ids)
-            ev = JoinNodesFinished(request_id=req.request_id, cluster=req.cluster, status=FinishedStatus.FAILED, reason=why,
-                                   plan_digest=req.plan_digest, at=self._ts(),
-                                   kind="operational" if unreadable else "invalid")
-            return [Out(ev, JOIN_NODES_FINISHED, msg_id=f"join-finished:{req.request_id}")]
-        log.info("join started: %d node(s)", len(j.nodes), extra=ids)
-        return []
+        return Judged(check, lambda: None if plan is None else new_join(req, plan, self._ts()))
+
+    def refused(self, req: JoinNodes, why: str, kind: str) -> Out:
+        ev = JoinNodesFinished(request_id=req.request_id, cluster=req.cluster, status=FinishedStatus.FAILED, reason=why,
+                               plan_digest=req.plan_digest, at=self._ts(), kind=kind)
+        return Out(ev, JOIN_NODES_FINISHED, msg_id=f"join-finished:{req.request_id}")
 
     # the renderer's and the certs service's answers -------------------------------------------
     async def _input(self, cluster: str, request_id: str, name: str, status: str, digest: str, reason: str) -> bool:

@@ -10,9 +10,11 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from redis.asyncio import Redis
 
+from bke.adapters.bus.handler import Out
 from bke.adapters.state import PlanCache
 from bke.adapters.operation import EndEvent, OperationLoop
 from bke.adapters.state.operation_slot import operation_holder
+from bke.contracts.membership import JoinNodes, RemoveNodes
 from bke.contracts.statuses import FinishedStatus, OperationStatus
 from bke.core.errors import TemporaryError
 from bke.core.operation import OperationRecord
@@ -20,7 +22,7 @@ from bke.core.plan import Plan
 
 from ...state import DispatcherState
 
-__all__ = ["Admission", "Busy", "Gates", "Loads", "MembershipLoop", "busy_reader", "end_fields", "read_gates"]
+__all__ = ["Admission", "Busy", "Gates", "Judged", "Loads", "MembershipLoop", "busy_reader", "end_fields", "read_gates"]
 
 
 class Loads(Protocol):
@@ -101,6 +103,7 @@ def busy_reader(redis: Redis, rotations: Loads, joins: Loads, removals: Loads,
 
 
 R = TypeVar("R", bound=OperationRecord)
+Q = TypeVar("Q", JoinNodes, RemoveNodes)  # the request that starts the record
 
 
 @dataclass(frozen=True)
@@ -115,10 +118,22 @@ class Admission(Generic[R]):
     outside: str
 
 
-class MembershipLoop(OperationLoop[R]):
+@dataclass(frozen=True)
+class Judged(Generic[R]):
+    """A request as its operation judges it on its gates: `check` says why a record may not start
+    beside the cluster's current one ("" if it may: it runs again inside the start's
+    transaction), and `new` builds the record to start once nothing refuses it (None: none can
+    be built, and `check` said why)."""
+
+    check: Callable[[R | None], str]
+    new: Callable[[], R | None]
+
+
+class MembershipLoop(OperationLoop[R], Generic[R, Q]):
     """What a join's and a removal's loops share: a request judged on one read of its gates
-    (`admit`), and a `finished` event marked sent in the record. Subclasses set `plans`,
-    `state`, `busy` and `paused`, and build their event in `finished_event`."""
+    (`admit`) and started (`on_request`), and a `finished` event marked sent in the record.
+    Subclasses set `plans`, `state`, `busy` and `paused`, judge their request in `judged`, and
+    build their events in `refused` and `finished_event`."""
 
     plans: PlanCache
     state: DispatcherState
@@ -127,6 +142,36 @@ class MembershipLoop(OperationLoop[R]):
 
     def finished_event(self, rec: R) -> EndEvent:
         raise NotImplementedError
+
+    async def judged(self, req: Q, gates: Gates) -> Judged[R]:
+        """The request's own check and record (see `Judged`), on the gates read for it."""
+        raise NotImplementedError
+
+    def refused(self, req: Q, why: str, kind: str) -> Out:
+        """The `finished` event (Failed) that answers a refused request; `kind`: "operational"
+        when the cluster's record could not be read, else "invalid"."""
+        raise NotImplementedError
+
+    async def on_request(self, req: Q) -> list[Out]:
+        """Start the request's record in the cluster's operation slot (or the slot of the apply
+        run it is part of), or answer why not; nothing for a redelivery."""
+        ids = {"cluster": req.cluster, "request_id": req.request_id}
+        a = await self.admit(req.cluster, req.request_id, req.part_of)
+        if a is None:  # a redelivery
+            return []
+        judged = await self.judged(req, a.gates)
+        why = a.unreadable or a.outside or judged.check(a.current)
+        rec = None if why else judged.new()
+        if rec is not None:
+            # the cluster's one operation slot (bke.adapters.state.operation_slot): atomic against every
+            # other kind; released again if the record refuses after all (or the slot of the
+            # apply run this request is part of)
+            why = await self.begin(rec, judged.check, part_of=req.part_of or "")
+        if why or rec is None:
+            self.log.warning("%s refused: %s", self.kind, why, extra=ids)
+            return [self.refused(req, why, "operational" if a.unreadable else "invalid")]
+        self.log.info("%s started: %d node(s)", self.kind, len(rec.nodes), extra=ids)
+        return []
 
     def end_event(self, rec: R) -> EndEvent | None:
         return None if rec.finished_sent else self.finished_event(rec)

@@ -45,11 +45,11 @@ from bke.contracts.statuses import FinishedStatus
 from bke.contracts.membership import (
     REMOVE_NODES_FINISHED, RemoveNodes, RemoveNodesChanged, RemoveNodesFinished, remove_changed_subject,
 )
-from bke.core.operation import Act, Answers, Decision, RunStatus, fold
+from bke.core.operation import Act, Decision, RunStatus
 
 from ...phases import PHASES
 from ...state import DispatcherState
-from ..membership.gates import Busy, MembershipLoop, end_fields
+from ..membership.gates import Busy, Gates, Judged, MembershipLoop, end_fields
 from .decide import (
     Removal, advance, apply_result, drain_options, fail_stage, new_removal, next_step, removal_refusal,
 )
@@ -78,7 +78,7 @@ class RemovalStore(RecordStore[Removal]):
         super().__init__(redis, Removal.from_json, removal_key, removal_results_key, removals_index())
 
 
-class Removals(MembershipLoop[Removal]):
+class Removals(MembershipLoop[Removal, RemoveNodes]):
     def __init__(self, store: RemovalStore, state: DispatcherState, plans: PlanCache, drainer: Drainer,
                  busy: Callable[[str], Awaitable[Busy | None]], paused: Callable[[str], Awaitable[bool]], publish: Publish,
                  now: Callable[[], datetime], owner: str, lease_ms: int = 15000,
@@ -86,17 +86,11 @@ class Removals(MembershipLoop[Removal]):
         carriers = {"drain": self._drain, "delete-node": self._delete_nodes, "reset": self._resets,
                     "forget": self._forget}
         super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind="removal",
-                         carriers=carriers, log=log)
+                         carriers=carriers, log=log, decide=next_step, apply=apply_result)
         self.state, self.plans, self.drainer = state, plans, drainer
         self.busy, self.paused, self.drain_timeout_s = busy, paused, drain_timeout_s
 
     # the loop's hooks ---------------------------------------------------------------------
-    def fold(self, rec: Removal, answers: Answers) -> bool:
-        return fold(rec, answers.commands, apply_result)
-
-    async def decider(self, rec: Removal) -> Callable[[Removal], Decision]:
-        return next_step
-
     def changed(self, rec: Removal, at: str) -> tuple[Message, str]:
         return RemoveNodesChanged(cluster=rec.cluster, at=at, removal=rec.view()), remove_changed_subject(rec.cluster)
 
@@ -106,28 +100,18 @@ class Removals(MembershipLoop[Removal]):
         return EndEvent(ev, REMOVE_NODES_FINISHED, f"remove-finished:{rec.cluster}:{rec.request_id}")
 
     # requests -------------------------------------------------------------------------------
-    async def on_request(self, req: RemoveNodes) -> list[Out]:
-        ids = {"cluster": req.cluster, "request_id": req.request_id}
-        a = await self.admit(req.cluster, req.request_id, req.part_of)
-        if a is None:  # a redelivery
-            return []
-        g, unreadable = a.gates, a.unreadable
-
+    async def judged(self, req: RemoveNodes, gates: Gates) -> Judged[Removal]:
         def check(cur: Removal | None) -> str:
-            return removal_refusal(req, g.plan, g.install, busy=g.busy_text, paused=g.paused, current=cur)
+            return removal_refusal(req, gates.plan, gates.install, busy=gates.busy_text, paused=gates.paused,
+                                   current=cur)
 
-        why = unreadable or a.outside or check(a.current)
-        rec = new_removal(req, self._ts(), [identity_name("agent", req.cluster, h) for h in req.nodes])
-        if not why:
-            # the cluster's one operation slot, as a join takes it (or the apply run's)
-            why = await self.begin(rec, check, part_of=req.part_of or "")
-        if why:
-            log.warning("removal refused: %s", why, extra=ids)
-            ev = RemoveNodesFinished(request_id=req.request_id, cluster=req.cluster, status=FinishedStatus.FAILED, reason=why,
-                                     at=self._ts(), kind="operational" if unreadable else "invalid")
-            return [Out(ev, REMOVE_NODES_FINISHED, msg_id=f"remove-finished:{req.request_id}")]
-        log.info("removal started: %d node(s)", len(rec.nodes), extra=ids)
-        return []
+        return Judged(check, lambda: new_removal(req, self._ts(),
+                                                 [identity_name("agent", req.cluster, h) for h in req.nodes]))
+
+    def refused(self, req: RemoveNodes, why: str, kind: str) -> Out:
+        ev = RemoveNodesFinished(request_id=req.request_id, cluster=req.cluster, status=FinishedStatus.FAILED, reason=why,
+                                 at=self._ts(), kind=kind)
+        return Out(ev, REMOVE_NODES_FINISHED, msg_id=f"remove-finished:{req.request_id}")
 
     # the carriers: each stage for every node in it; a refusal (4xx) fails them ----------------
     async def _drain(self, r: Removal, d: Act) -> Decision | None:

@@ -19,7 +19,8 @@ from bke.contracts.agent_steps import ResetNode
 from bke.contracts.reset import ResetCluster, ResetNodeView, ResetSnapshotView, ResetView
 from bke.contracts.statuses import InstallStatus, OperationStatus
 from bke.core.operation import (
-    Answer, Decision, Fail, OperationRecord, RunStatus, Send, StepRun, Succeed, Wait, in_flight, settle,
+    Answer, Decision, Fail, NodeProgress, OperationRecord, RunStatus, Send, StepRun, Succeed, Wait, failed_node,
+    in_flight, settle_in_flight,
 )
 from bke.core.operation.fold import STDERR_KEEP
 from bke.core.plan import NodePlan, Plan
@@ -69,7 +70,7 @@ class NodeRun(StepRun):
 
 
 @dataclass(kw_only=True)
-class Reset(OperationRecord):
+class Reset(OperationRecord, NodeProgress):
     KIND = "reset"  # its form's version in the JSON (bke.core.state.schema)
 
     delete: bool
@@ -78,10 +79,6 @@ class Reset(OperationRecord):
     # nodes reset by this or an earlier reset of the cluster: no snapshot is asked of them again
     reset_before: list[str] = field(default_factory=list)
     deleted_sent: bool = False  # a delete: ClusterDeleted published
-
-    @property
-    def done(self) -> int:
-        return sum(n.status == RunStatus.SUCCEEDED for n in self.nodes)
 
     def view(self) -> ResetView:
         return ResetView(
@@ -191,9 +188,9 @@ def next_step(r: Reset) -> Decision:
     if any(s.status == RunStatus.RUNNING for s in r.snapshots):
         return Wait("waiting for the etcd snapshots")
     # 3. a failed node stops the reset, with its step and output as the reason
-    failed = next((n for n in r.nodes if n.status == RunStatus.FAILED), None)
+    failed = failed_node(r.nodes)
     if failed is not None:
-        return Fail(f"node {failed.hostname} step {failed.step}: {failed.stderr[:500]}", (failed.hostname,))
+        return failed
     # 4. a rank at a time: wait for the nodes in flight
     if any(n.status == RunStatus.RUNNING for n in r.nodes):
         return Wait("waiting for the nodes in flight")
@@ -214,10 +211,9 @@ def apply_result(r: Reset, cid: str, status: str, step: str, stderr: str) -> boo
         snap.status = RunStatus.SUCCEEDED if answer.succeeded else RunStatus.FAILED
         snap.reason = "" if answer.succeeded else f"step {step}: {stderr[-STDERR_KEEP:]}"
         return True
-    node = in_flight(r.nodes, cid)
+    node = settle_in_flight(r.nodes, cid, answer)
     if node is None:
         return False
-    settle(node, answer)
     if answer.succeeded and node.hostname not in r.reset_before:
         r.reset_before = sorted({*r.reset_before, node.hostname})
     return True

@@ -39,7 +39,7 @@ from bke.contracts.reset import (
 )
 from bke.core.errors import TemporaryError
 from bke.core.etcdsnap.step import snapshot_step
-from bke.core.operation import Act, Answers, Decision, OperationStatus, RunStatus, fold
+from bke.core.operation import Act, Decision, OperationStatus, RunStatus
 from bke.core.plan import Plan
 
 from ...state import DispatcherState
@@ -74,14 +74,9 @@ class Resets(OperationLoop[Reset]):
                  now: Callable[[], datetime], owner: str, lease_ms: int = 15000,
                  kick: Callable[[str], None] | None = None, *, sign: Sign):
         super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind="reset",
-                         carriers={"snapshot": self._snapshots, "send": self._resets}, log=log)
+                         carriers={"snapshot": self._snapshots, "send": self._resets}, log=log,
+                         decide=next_step, apply=apply_result)
         self.rotations, self.state, self.plans, self.paused, self.snapshots = rotations, state, plans, paused, snapshots
-
-    def fold(self, rec: Reset, answers: Answers) -> bool:
-        return fold(rec, answers.commands, apply_result)
-
-    async def decider(self, rec: Reset) -> Callable[[Reset], Decision]:
-        return next_step
 
     def changed(self, rec: Reset, at: str) -> tuple[Message, str]:
         return ResetChanged(cluster=rec.cluster, at=at, reset=rec.view()), reset_subject(rec.cluster)

@@ -21,7 +21,8 @@ from bke.contracts.certs import CertsRenewed
 from bke.contracts.rotation import RotationNode, RotationView
 from bke.contracts.statuses import InstallStatus, OperationStatus
 from bke.core.operation import (
-    Answer, Decision, Fail, OperationRecord, RunStatus, Send, StepRun, Succeed, Wait, in_flight, settle,
+    Answer, Decision, NodeProgress, OperationRecord, RunStatus, Send, StepRun, Succeed, Wait, failed_node,
+    settle_in_flight,
 )
 from bke.core.pki import node_file_refs
 from bke.core.plan import NodePlan, Plan
@@ -60,16 +61,12 @@ class NodeRun(StepRun):
 
 
 @dataclass(kw_only=True)
-class Rotation(OperationRecord):
+class Rotation(OperationRecord, NodeProgress):
     KIND = "rotation"  # its form's version in the JSON (bke.core.state.schema)
 
     certificates: list[str]  # renewed instance ids
     nodes: list[NodeRun]
     origin: str = "cli"
-
-    @property
-    def done(self) -> int:
-        return sum(n.status == RunStatus.SUCCEEDED for n in self.nodes)
 
     def view(self) -> RotationView:
         return RotationView(
@@ -126,9 +123,9 @@ def new_rotation(ev: CertsRenewed, plan: Plan, now: str) -> Rotation:
 
 def next_step(rot: Rotation) -> Decision:
     # 1. a failed node stops the rotation, with its step and output as the reason
-    failed = next((n for n in rot.nodes if n.status == RunStatus.FAILED), None)
+    failed = failed_node(rot.nodes)
     if failed is not None:
-        return Fail(f"node {failed.hostname} step {failed.step}: {failed.stderr[:500]}", (failed.hostname,))
+        return failed
     # 2. one node at a time: wait for the node in flight
     running = next((n for n in rot.nodes if n.status == RunStatus.RUNNING), None)
     if running is not None:
@@ -143,11 +140,7 @@ def next_step(rot: Rotation) -> Decision:
 def apply_result(rot: Rotation, cid: str, status: str, step: str, stderr: str) -> bool:
     """Record a node's result; False if it is not this rotation's command in flight (a
     duplicate, or a stale result)."""
-    run = in_flight(rot.nodes, cid)
-    if run is None:
-        return False
-    settle(run, Answer(status, step, stderr))
-    return True
+    return settle_in_flight(rot.nodes, cid, Answer(status, step, stderr)) is not None
 
 
 def _health_url(plan: Plan, node: NodePlan, component: str) -> str | None:

@@ -31,7 +31,7 @@ from bke.adapters.state.operation_slot import release_operation
 from bke.contracts.base import Message
 from bke.contracts.certs import CertsRenewed
 from bke.contracts.rotation import RotationChanged, rotation_subject
-from bke.core.operation import Act, Answers, Decision, OperationStatus, RunStatus, fold
+from bke.core.operation import Act, Decision, OperationStatus, RunStatus
 
 from ...state import DispatcherState
 from .decide import Rotation, apply_result, new_rotation, next_step, node_steps, refusal, rotation_slug
@@ -59,14 +59,8 @@ class Rotations(OperationLoop[Rotation]):
                  publish: Publish, now: Callable[[], datetime], owner: str, lease_ms: int = 15000,
                  kick: Callable[[str], None] | None = None, *, sign: Sign):
         super().__init__(store, publish, now, owner, lease_ms, kick, sign=sign, kind=KIND,
-                         carriers={"send": self._send}, log=log)
+                         carriers={"send": self._send}, log=log, decide=next_step, apply=apply_result)
         self.state, self.plans, self.files = state, plans, files
-
-    def fold(self, rec: Rotation, answers: Answers) -> bool:
-        return fold(rec, answers.commands, apply_result)
-
-    async def decider(self, rec: Rotation) -> Callable[[Rotation], Decision]:
-        return next_step
 
     def changed(self, rec: Rotation, at: str) -> tuple[Message, str]:
         return RotationChanged(cluster=rec.cluster, at=at, rotation=rec.view()), rotation_subject(rec.cluster)

@@ -104,7 +104,7 @@ class Restores(OperationLoop[RestoreRun]):
         carriers = {s.name: self._verify if s.where == "upgrader" else self._send for s in STAGES}
         super().__init__(store, publish, settings.now, settings.owner, settings.lease_ms, None, sign=sign, kind=KIND,
                          carriers=carriers, log=log, issuer="upgrader", lease=LEASE,
-                         send=send)
+                         send=send, decide=next_step)
         # the upgrade's store: its Redis and its count of answers from another incarnation (results.py)
         self.upgrades, self.plans = upgrades, plans
         self.find, self.key, self.pieces = snapshots.find, snapshots.key, snapshots.pieces
@@ -114,9 +114,6 @@ class Restores(OperationLoop[RestoreRun]):
     def fold(self, rec: RestoreRun, answers: Answers) -> bool:
         docs = {cid: {"status": a.status, "step": a.step, "stderr": a.stderr} for cid, a in answers.commands.items()}
         return fold_results(rec, docs, self.now().timestamp(), self.answer_deadline_s)
-
-    async def decider(self, rec: RestoreRun) -> Callable[[RestoreRun], Decision]:
-        return next_step
 
     def changed(self, rec: RestoreRun, at: str) -> tuple[Message, str]:
         return EtcdRestoreChanged(cluster=rec.cluster, at=at, restore=restore_view(rec)), restore_subject(rec.cluster)
