@@ -1,7 +1,8 @@
 """End to end: `bke lab apply` carries out a changed spec on a lab install (real NATS, Redis,
 etcd; every service and agent a process; the CLI as a user runs it).
 
-The seed example is installed; then
+The seed example is installed once for the module; then, each a test of its own and in this
+order (each stage starts from where the one before left the lab):
 1. a dry run of a changed controller-manager flag changes nothing (no command, no file, the
    stored plan the same);
 2. the apply, paused once the first master's command is sent: no further command is taken while
@@ -24,6 +25,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -38,10 +40,12 @@ from bke_agent.journal import read_executions
 from bke_agent.lablayout import LabLayout
 from bke_agent.settings import LAB_STATE_SUBDIR
 
+from .conftest import bus_violations, service_refusals
+from .lab_helpers import Lab
 from .test_lab_install import SEED, assert_ran_once
 from .membership_helpers import joins_and_a_removal
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]  # an install, three applies, joins, a removal
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 KCM = "kube-controller-manager"
 FLAG = '      certificates: {keyAlgorithm: ECDSA-P256}\n      controllerManager:\n        extraArgs: {kube-api-qps: "80"}\n'
 QUIET_S = 7.0  # longer than the upgrader's idle re-check (operation.WAIT_S, 5 s): a pass would have run
@@ -79,19 +83,53 @@ def _new_commands(lab, before: dict[str, int]):
     return {h: [r for r in recs[before[h]:] if "/health@" not in r.commandId] for h, recs in _records(lab).items()}
 
 
-async def test_apply_a_controller_manager_flag_master_by_master_with_pause_then_labels(lab_factory, tmp_path):
-    text = Path(SEED).read_text().replace("127.0.10.", "127.0.98.")
-    spec = tmp_path / "seed.yaml"
-    spec.write_text(text)
-    lab = lab_factory(str(spec))
-    assert await lab.install() == 0, lab.out.getvalue()
-    cluster = lab.plan.cluster
-    masters = [n.hostname for n in lab.plan.nodes if "master/node" in n.roles]
-    workers = [n.hostname for n in lab.plan.nodes if n.hostname not in masters]
-    r = Redis.from_url(lab.info.redis_url, decode_responses=True)
+@dataclass
+class Applied:
+    """The module's lab, and what each stage leaves for the next."""
+
+    lab: Lab
+    tmp: Path
+    redis: Redis
+    masters: list[str]
+    workers: list[str]
+    spec: Path  # the spec last applied
+    files: dict[str, str] = field(default_factory=dict)  # every file BKE wrote, after the last stage
+    stage: int = 0  # the last stage that finished
+
+    def next_stage(self, n: int) -> None:
+        assert self.stage == n - 1, f"stage {n} starts where stage {n - 1} ends, and that one did not finish"
+
+    def counts(self) -> dict[str, int]:
+        return {h: len(recs) for h, recs in _records(self.lab).items()}
+
+
+@pytest.fixture(scope="module")
+def applied(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("apply")
+    spec = tmp / "seed.yaml"
+    spec.write_text(Path(SEED).read_text().replace("127.0.10.", "127.0.98."))
+    lab = Lab(tmp / "lab", spec)
+    try:
+        lab.start()
+        assert asyncio.run(lab.install()) == 0, lab.out.getvalue()
+        masters = [n.hostname for n in lab.plan.nodes if "master/node" in n.roles]
+        r = Redis.from_url(lab.info.redis_url, decode_responses=True)
+        yield Applied(lab, tmp, r, masters, [n.hostname for n in lab.plan.nodes if n.hostname not in masters], spec)
+        r.close()
+        refused, violations = service_refusals(lab), bus_violations(lab)
+        assert not refused, f"Redis refused a service: {refused}"
+        assert not violations, "nats-server refused a lab process:\n" + "\n".join(violations[:20])
+    finally:
+        lab.down()
+
+
+async def test_a_dry_run_changes_nothing_then_a_flag_rolls_master_by_master_through_a_pause(applied: Applied):
+    applied.next_stage(1)
+    lab, r, masters, workers, tmp_path = applied.lab, applied.redis, applied.masters, applied.workers, applied.tmp
+    cluster, text = lab.plan.cluster, applied.spec.read_text()
     digest0 = r.hget(plan_meta_key(cluster), "digest")
     files0 = _files(lab)
-    counts0 = {h: len(recs) for h, recs in _records(lab).items()}
+    counts0 = applied.counts()
 
     changed = tmp_path / "changed.yaml"
     assert "      certificates: {keyAlgorithm: ECDSA-P256}\n" in text
@@ -171,11 +209,16 @@ async def test_apply_a_controller_manager_flag_master_by_master_with_pause_then_
     assert [s[2] for s in spans] == masters  # in the plan's order
     assert r.hget(plan_meta_key(cluster), "digest") != digest0
     assert_ran_once(lab)
+    applied.spec, applied.files, applied.stage = changed, files1, 1
 
-    # 3. a label change: the labels only, no command to any node
+
+async def test_a_label_change_sets_the_labels_and_commands_no_node(applied: Applied):
+    applied.next_stage(2)
+    lab, r, workers, files1 = applied.lab, applied.redis, applied.workers, applied.files
+    cluster, changed = lab.plan.cluster, applied.spec
     labels0 = r.hgetall(node_labels_key(cluster))
-    counts1 = {h: len(recs) for h, recs in _records(lab).items()}
-    relabel = tmp_path / "relabel.yaml"
+    counts1 = applied.counts()
+    relabel = applied.tmp / "relabel.yaml"
     relabel.write_text(changed.read_text().replace("role: [node]}", "role: [node], labels: {tier: gold}}"))
     assert relabel.read_text() != changed.read_text()
     done = await asyncio.to_thread(_bke, "lab", "apply", str(relabel), "--workdir", str(lab.workdir))
@@ -186,12 +229,17 @@ async def test_apply_a_controller_manager_flag_master_by_master_with_pause_then_
     assert json.loads(labels1[workers[0]])["labels"]["tier"] == "gold"
     assert all(not recs for recs in _new_commands(lab, counts1).values())
     assert _files(lab) == files1
+    applied.spec, applied.stage = relabel, 2
 
-    # 4. a new name for the apiservers (`apiServer.certSANs`): the certs service re-issues each
-    # master's apiserver certificate, which rides with that master's kube-apiserver roll (its
-    # manifest carries its certificates' names, so the pod restarts): one master at a time
-    counts2 = {h: len(recs) for h, recs in _records(lab).items()}
-    renamed = tmp_path / "renamed.yaml"
+
+async def test_a_new_apiserver_name_reissues_each_masters_certificate_with_its_roll(applied: Applied):
+    """`apiServer.certSANs`: the certs service re-issues each master's apiserver certificate, which
+    rides with that master's kube-apiserver roll (its manifest carries its certificates' names, so
+    the pod restarts): one master at a time."""
+    applied.next_stage(3)
+    lab, masters, workers, files1, relabel = applied.lab, applied.masters, applied.workers, applied.files, applied.spec
+    counts2 = applied.counts()
+    renamed = applied.tmp / "renamed.yaml"
     renamed.write_text(relabel.read_text().replace(
         "      certificates: {keyAlgorithm: ECDSA-P256}\n",
         "      certificates: {keyAlgorithm: ECDSA-P256}\n      apiServer: {certSANs: [api.seed.example.com]}\n"))
@@ -210,6 +258,10 @@ async def test_apply_a_controller_manager_flag_master_by_master_with_pause_then_
     spans = sorted((new[m][0].startedAt, new[m][0].finishedAt, m) for m in masters)
     assert all(end <= start for (_, end, _a), (start, _, _b) in zip(spans, spans[1:])), spans
     assert_ran_once(lab)
+    applied.spec, applied.files, applied.stage = renamed, files2, 3
 
-    # 5. workers join and leave through bke lab apply, on this installed lab
-    await joins_and_a_removal(lab, renamed.read_bytes(), "127.0.98")
+
+async def test_workers_and_a_master_join_then_leave_by_apply(applied: Applied):
+    applied.next_stage(4)
+    await joins_and_a_removal(applied.lab, applied.spec.read_bytes(), "127.0.98")
+    applied.stage = 4
