@@ -65,8 +65,15 @@ def _bke_wheel(dest: Path, version: str, work: Path) -> Path:
     text, n = re.subn(r'(?m)^version = "[^"]+"', f'version = "{version}"', project.read_text(), count=1)
     assert n == 1, "pyproject.toml has no version line"
     project.write_text(text)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
-                    "--wheel-dir", str(dest), str(src)], check=True, capture_output=True)
+    # pip builds in an isolated environment whose build backend (setuptools, pyproject.toml) it
+    # fetches from the package index each time: a fetch cut short fails the build, so it is tried
+    # twice, and a failure says pip's own words
+    for attempt in (1, 2):
+        built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
+                                "--wheel-dir", str(dest), str(src)], capture_output=True, text=True, timeout=600)
+        if built.returncode == 0:
+            break
+        assert attempt == 1, f"pip wheel of this tree failed twice:\n{built.stdout}\n{built.stderr}"
     return next(dest.glob(f"bke-{version}-*.whl"))
 
 
