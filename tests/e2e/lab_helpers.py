@@ -118,3 +118,32 @@ async def assert_reads_back(url: str, tls: tuple[Path, Path, Path], keys: dict[s
             resp = await http.post(f"{url}/v3/kv/range", json={"key": base64.b64encode(k.encode()).decode()})
             kvs = resp.json().get("kvs") or []
             assert kvs and base64.b64decode(kvs[0]["value"]).decode() == v, (url, k)
+
+
+async def kill_upgrader_once(lab: Any, record: str, parts: str, started: Callable[[dict[str, Any]], bool],
+                             what: str) -> None:
+    """SIGKILL the upgrader once a part of its running operation has started (`started` true of
+    one of the record's `parts`: an upgrade's steps, a restore's stages), then start it again: the
+    run must go on from its record."""
+    import json
+
+    from redis.asyncio import Redis
+
+    from bke.adapters.runtime.processes import pid_alive, stop_pid
+
+    r = Redis.from_url(lab.info.redis_url, decode_responses=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            raw = await r.get(f"bke:{lab.plan.cluster}:{record}")
+            if raw and any(started(p) for p in json.loads(raw)[parts]):
+                break
+            await asyncio.sleep(0.05)  # polling the record under a deadline
+        else:
+            raise AssertionError(f"{what} never started")
+    finally:
+        await r.aclose()
+    pid = lab.sup.pids()["services"]["upgrader"]
+    stop_pid(pid, timeout=0.0)  # SIGTERM then SIGKILL: killed mid-way
+    assert not pid_alive(pid)
+    lab.sup.ensure_services(lab.info, only=("upgrader",))

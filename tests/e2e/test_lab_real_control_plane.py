@@ -30,7 +30,7 @@ from bke_agent.journal import read_executions
 from bke_agent.lablayout import LabLayout, write_refusal
 from bke_agent.settings import LAB_STATE_SUBDIR
 
-from .lab_helpers import Lab
+from .lab_helpers import Lab, kill_upgrader_once
 from .real_cp_helpers import ETCD, ETCD_35, MINORS, api_until, etcdctl, kubectl, kubectl_json, need_binaries, real_spec
 from .real_cp_vip import VipCrash, VipHolders, lab_network, vip_failures_explained
 from .real_cp_watch import EndpointProbe, VersionWatch, admin_tls, version_tuple
@@ -639,7 +639,8 @@ async def test_a_snapshot_holds_real_data_and_a_restore_brings_it_back_under_the
     # after its restart, and no restore command runs twice
     proc = subprocess.Popen([sys.executable, "-m", "bke_cli.main", *argv, "--yes"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    await _kill_upgrader_once_members_restore(lab)
+    await kill_upgrader_once(lab, "etcd-restore", "stages",
+                             lambda s: s["name"] == "restore-members" and s["status"] != "Pending", "restore-members")
     out, err = await asyncio.to_thread(proc.communicate, timeout=600)
     assert proc.returncode == 0, out + err
     assert "etcd restore Succeeded: stage 6/6" in out, out
@@ -661,30 +662,6 @@ async def test_a_snapshot_holds_real_data_and_a_restore_brings_it_back_under_the
     nodes = kubectl_json(OLDER, conf, "get", "nodes")["items"]
     assert nodes and all(next(c for c in n["status"]["conditions"] if c["type"] == "Ready")["status"] == "True"
                          for n in nodes)
-
-
-
-async def _kill_upgrader_once_members_restore(lab: Lab) -> None:
-    from redis.asyncio import Redis
-
-    from bke.adapters.runtime.processes import pid_alive, stop_pid
-
-    r = Redis.from_url(lab.info.redis_url, decode_responses=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            raw = await r.get(f"bke:{lab.plan.cluster}:etcd-restore")
-            if raw and any(s["name"] == "restore-members" and s["status"] != "Pending" for s in json.loads(raw)["stages"]):
-                break
-            await asyncio.sleep(0.05)  # polling the record under a deadline
-        else:
-            raise AssertionError("the restore-members stage never started")
-    finally:
-        await r.aclose()
-    pid = lab.sup.pids()["services"]["upgrader"]
-    stop_pid(pid, timeout=0.0)  # SIGTERM then SIGKILL: killed mid-way
-    assert not pid_alive(pid)
-    lab.sup.ensure_services(lab.info, only=("upgrader",))
 
 
 @pytest.mark.parametrize("release", MINORS[1:])

@@ -25,11 +25,11 @@ import pytest
 
 from bke.core.render import RenderInputs, render_cluster
 from bke.adapters.runtime.etcd import mtls_context
-from bke.adapters.runtime.processes import pid_alive, stop_pid
 from bke.core.upgrade import resolve_target
 from bke.adapters.upgrade.quorum import MemberEndpoints, QuorumSampler
 from bke.core.upgrade.target_plan import target_plan
 
+from .lab_helpers import kill_upgrader_once
 from .test_lab_install import SEED, SPLIT, assert_ran_once
 
 pytestmark = pytest.mark.e2e
@@ -105,7 +105,9 @@ async def test_split_etcd_upgrade_one_minor_with_quorum_snapshots_and_drains(lab
                                  "--etcd-version", ETCD_TO, "--containerd-version", CONTAINERD_TO,
                                  "--workdir", str(lab.workdir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            await _kill_the_upgrader_once_etcd_starts(lab)
+            # (a node rolled back stopping an upgrade: the real control plane's tests)
+            await kill_upgrader_once(lab, "upgrade", "steps",
+                                     lambda s: s["name"] == "etcd" and s["status"] in ("Running", "Succeeded"), "the etcd step")
             out, err = await asyncio.to_thread(proc.communicate, timeout=600)
         finally:
             if proc.poll() is None:
@@ -216,27 +218,3 @@ async def _refused_before_anything_is_sent(lab, spec: Path, tmp_path: Path) -> N
                                       "--workdir", workdir)
     assert refused.returncode == 2 and "SplitUnchanged" in refused.stderr, refused.stdout + refused.stderr
     assert not any("upgrade@" in cid for cid in lab.executions())  # a refusal sends nothing
-
-
-async def _kill_the_upgrader_once_etcd_starts(lab) -> None:
-    """SIGKILL the upgrader once the upgrade's etcd step runs, then start it again. (A node that
-    is rolled back stopping the upgrade: tests/e2e/test_lab_real_control_plane.py, on real
-    apiservers.)"""
-    from redis.asyncio import Redis
-
-    r = Redis.from_url(lab.info.redis_url, decode_responses=True)
-    try:
-        deadline = asyncio.get_running_loop().time() + 120
-        while asyncio.get_running_loop().time() < deadline:
-            raw = await r.get(f"bke:{lab.plan.cluster}:upgrade")
-            if raw and any(s["name"] == "etcd" and s["status"] in ("Running", "Succeeded") for s in json.loads(raw)["steps"]):
-                break
-            await asyncio.sleep(0.05)  # polling the record under a deadline
-        else:
-            raise AssertionError("the etcd step never started")
-    finally:
-        await r.aclose()
-    pid = lab.sup.pids()["services"]["upgrader"]
-    stop_pid(pid, timeout=0.0)  # SIGTERM then SIGKILL: killed mid-way
-    assert not pid_alive(pid)
-    lab.sup.ensure_services(lab.info, only=("upgrader",))
