@@ -49,7 +49,8 @@ async def handled_per_replica(nc: NatsClient, service: str, pids: dict[str, int]
 
 
 async def stream_events(nc: NatsClient, subject: str) -> list[dict[str, Any]]:
-    """Every message stored on `subject` (a filter), oldest first, as JSON documents."""
+    """Every message stored on `subject` (a filter), oldest first, as JSON documents. `nc` must
+    be allowed to replay the stream (tests.e2e.event_reader: no BKE identity is)."""
     js = nc.jetstream()
     sub = await js.subscribe(subject, ordered_consumer=True)
     out: list[dict[str, Any]] = []
@@ -67,7 +68,8 @@ async def stream_events(nc: NatsClient, subject: str) -> list[dict[str, Any]]:
 
 
 async def answer_of(nc: NatsClient, subject: str, request_id: str, timeout: float = 60.0) -> dict[str, Any]:
-    """The event on `subject` answering `request_id` (read from the stream: it may already be there)."""
+    """The event on `subject` answering `request_id` (read from the stream: it may already be
+    there; `nc` as for `stream_events`)."""
     js = nc.jetstream()
     sub = await js.subscribe(subject, ordered_consumer=True)
     try:

@@ -36,6 +36,7 @@ from bke.lab.replicas import ensure_replicas, replica_keys
 from bke.lab.supervisor import SERVICES
 from bke.adapters.runtime.processes import pid_alive, poll_until
 
+from .event_reader import events_reader_access
 from .lab_helpers import Lab
 from .replica_helpers import answer_of, handled_per_replica, stream_events
 from .test_lab_install import SEED, assert_ran_once
@@ -86,37 +87,39 @@ async def _more_work_for_every_service(lab: Lab) -> None:
     refused, a render, a PKI ensure, an upgrade refused) whose answer can be counted."""
     c = lab.plan.cluster
     op, disp = await connect_nats(lab.access), await connect_nats(_access(lab, "dispatcher"))
+    events = await connect_nats(events_reader_access(lab))
     try:
         for _ in range(ROUNDS):
             rid = str(uuid.uuid4())
             await op.jetstream().publish(INSTALL_CLUSTER, InstallCluster(request_id=rid, spec="kind: nothing\n").to_bytes(),
                                          headers=schema_headers())
-            await answer_of(op, CLUSTER_REJECTED, rid)
+            await answer_of(events, CLUSTER_REJECTED, rid)
             rid = f"render-{uuid.uuid4()}"
             await disp.jetstream().publish(RENDER_MANIFESTS, RenderManifests(request_id=rid, cluster=c).to_bytes(),
                                            headers=schema_headers())
-            await answer_of(op, MANIFESTS_RENDERED, rid)
+            await answer_of(events, MANIFESTS_RENDERED, rid)
             rid = f"issue-{uuid.uuid4()}"
             await disp.jetstream().publish(ISSUE_CERTS, IssueCerts(request_id=rid, cluster=c).to_bytes(),
                                            headers=schema_headers())
-            await answer_of(op, CERTS_ISSUED, rid)
+            await answer_of(events, CERTS_ISSUED, rid)
             rid = f"up-{uuid.uuid4()}"
             # two minors ahead: the skew policy refuses it (kubeadm's rule), nothing starts
             req = UpgradeCluster(request_id=rid, cluster=c, kubernetes_version="1.35.0")
             await op.jetstream().publish(UPGRADE_CLUSTER, req.to_bytes(), headers=schema_headers())
-            await answer_of(op, UPGRADE_REJECTED, rid)
+            await answer_of(events, UPGRADE_REJECTED, rid)
     finally:
         await op.close()
         await disp.close()
+        await events.close()
 
 
-async def _assert_decided_once(lab: Lab, nc) -> str:
+async def _assert_decided_once(lab: Lab, events) -> str:
     """The dispatcher announced each phase change and the install's end once; the request id."""
     c = lab.plan.cluster
-    phases = await stream_events(nc, install_subject(c, "phase"))
+    phases = await stream_events(events, install_subject(c, "phase"))
     twice = {k: n for k, n in Counter((e["phase"], e["status"]) for e in phases).items() if n > 1}
     assert phases and not twice, f"phase changes announced more than once: {twice}"
-    finished = await stream_events(nc, install_subject(c, "finished"))
+    finished = await stream_events(events, install_subject(c, "finished"))
     assert [(e["status"], e["requestId"]) for e in finished] == [("Succeeded", phases[0]["requestId"])]
     return phases[0]["requestId"]
 
@@ -127,7 +130,8 @@ async def test_two_replicas_of_every_service_split_the_work_and_run_nothing_twic
     c = lab.plan.cluster
     assert all(len(_pids(lab, s)) == 2 for s in SERVICES), lab.sup.pids()
     install = asyncio.create_task(lab.install())
-    nc = await connect_nats(lab.access)
+    nc = await connect_nats(lab.access)  # the operator's: health requests
+    events = await connect_nats(events_reader_access(lab))  # the stream's events, replayed
     try:
         # both dispatchers take agents' results from the first phases on; once each has, and
         # while the install still runs, the one driving a phase (holding its lease) is killed
@@ -163,10 +167,10 @@ async def test_two_replicas_of_every_service_split_the_work_and_run_nothing_twic
 
         # nothing ran twice
         assert_ran_once(lab)  # no command executed twice on any node (the agents' journals)
-        rid = await _assert_decided_once(lab, nc)
-        plans = [e for e in await stream_events(nc, PLAN_CREATED) if e["cluster"] == c]
+        rid = await _assert_decided_once(lab, events)
+        plans = [e for e in await stream_events(events, PLAN_CREATED) if e["cluster"] == c]
         assert [e["requestId"] for e in plans] == [rid]  # the plan decided once
-        issued = await stream_events(nc, CERTS_ISSUED)
+        issued = await stream_events(events, CERTS_ISSUED)
         assert len(issued) == 1 + ROUNDS and len({e["requestId"] for e in issued}) == 1 + ROUNDS
         certs = Counter(name for e in issued for name in e["issued"])
         assert certs and max(certs.values()) == 1, f"certificates issued more than once: {certs}"
@@ -176,16 +180,17 @@ async def test_two_replicas_of_every_service_split_the_work_and_run_nothing_twic
             assert await redis.get(f"bke:{c}:pki:version") == b"1"
         finally:
             await redis.aclose()
-        rendered = await stream_events(nc, MANIFESTS_RENDERED)
+        rendered = await stream_events(events, MANIFESTS_RENDERED)
         assert len(rendered) == 1 + ROUNDS and len({e["digest"] for e in rendered}) == 1
         stored = [line for k in _pids(lab, "renderer")
                   for line in (lab.workdir / "logs" / f"{k}.log").read_text().splitlines() if '"stored ' in line]
         assert len(stored) == 1, stored  # one render stored; the others found it unchanged
         for subject in (CLUSTER_REJECTED, UPGRADE_REJECTED):
-            answers = Counter(e["requestId"] for e in await stream_events(nc, subject))
+            answers = Counter(e["requestId"] for e in await stream_events(events, subject))
             assert len(answers) == ROUNDS and set(answers.values()) == {1}, (subject, answers)
     finally:
         await nc.close()
+        await events.close()
         if not install.done():
             install.cancel()
 
@@ -209,11 +214,11 @@ async def test_each_service_replaced_one_at_a_time_during_an_install(lab_factory
             assert new != old and not pid_alive(old)
         assert await install == 0, lab.out.getvalue()
         assert_ran_once(lab)
-        nc = await connect_nats(lab.access)
+        events = await connect_nats(events_reader_access(lab))
         try:
-            await _assert_decided_once(lab, nc)
+            await _assert_decided_once(lab, events)
         finally:
-            await nc.close()
+            await events.close()
     finally:
         if not install.done():
             install.cancel()
