@@ -30,6 +30,7 @@ from .broker import ConnectionWatch, nats_broker
 from .connect import connect_nats
 from .readiness import Readiness
 from .replies import answerable
+from .stored_publish import publish_stored
 from .streams import wait_declared
 
 __all__ = ["REDIS_PROBE_S", "Service", "make_service"]
@@ -261,8 +262,10 @@ class Service:
         await self.nc.publish(subject, payload, headers=schema_headers(headers))
 
     async def publish(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> None:
-        # every message says its body's form (bke.adapters.bus.message_version)
-        await self.broker.publish(payload, subject, headers=schema_headers(headers), stream=None)
+        """Returns once the stream stored it (bke.adapters.bus.stored_publish: a core publish is
+        dropped while the stream elects a leader). Every message says its body's form
+        (bke.adapters.bus.message_version)."""
+        await publish_stored(self.nc.jetstream(), subject, payload, schema_headers(headers))
 
 
 def make_service(name: str, settings: ServiceSettings) -> Service:
