@@ -110,8 +110,7 @@ def _revoke(name: str, workdir: Optional[Path], nats_url: Optional[str], redis_u
         from bke.lab.supervisor import LabSupervisor
 
         sup = LabSupervisor(workdir)
-        for host in sorted(sup.pids().get("agents", {})):
-            sup.stop_agent(host)
+        sup.stop_agents(sorted(sup.pids().get("agents", {})))
         console.print(f"lab agents of {name} stopped", highlight=False)
     return True
 

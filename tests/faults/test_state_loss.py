@@ -111,8 +111,7 @@ async def test_starting_over_after_a_loss_never_gives_the_nodes_a_new_ca(lab: La
         assert await asyncio.to_thread(bke, ["state", "init", "--workdir", str(lab.workdir)]) == 0
         for name in list(lab.sup.pids()["services"]):
             assert lab.sup.stop_service(name)
-        for h in hosts:
-            lab.sup.stop_agent(h)
+        lab.sup.stop_agents(hosts)
         lab.start()
         capsys.readouterr()
         code = await lab.install(timeout=120)

@@ -32,7 +32,7 @@ import os
 import signal
 import time
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -344,10 +344,21 @@ class LabSupervisor:
         return stop_pid(pid, timeout) if pid else False
 
     def stop_agent(self, hostname: str, timeout: float = 15.0) -> bool:
+        return bool(self.stop_agents([hostname], timeout))
+
+    def stop_agents(self, hostnames: Iterable[str], timeout: float = 15.0) -> list[str]:
+        """Stop these nodes' agents side by side: each is signalled before any is waited for (an
+        agent takes seconds to stop its pods and exit). The hostnames whose agent was running."""
         pids = self.pids()
-        pid = pids["agents"].pop(hostname, None)
+        gone = {h: pids["agents"].pop(h) for h in hostnames if h in pids["agents"]}
         self._save(pids)
-        return stop_pid(pid, timeout) if pid else False
+        running = {h: pid for h, pid in gone.items() if pid_alive(pid)}
+        for pid in running.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in running.values():
+            stop_pid(pid, timeout)
+        return list(running)
 
     def down(self) -> list[int]:
         """Stop agents first (they stop their pods), then services, then NATS and Redis."""
