@@ -16,16 +16,23 @@ import asyncio
 import logging
 import os
 import sys
+import time
 from pathlib import Path
+
+from nats.js.client import JetStreamContext
+from nats.js.errors import APIError
 
 from .connect import BusAccess, connect_nats
 from .quotas import CLUSTERS_ENV
 from .streams import check_streams, ensure_streams
 
-__all__ = ["declare", "main"]
+__all__ = ["cluster_forming", "declare", "main"]
 
 log = logging.getLogger(__name__)
 DECLARE_TIMEOUT_S = 30.0
+# nats-server's JSNotEnabledForAccountErr and JSClusterNoPeersErrF (server/errors.json)
+FORMING_ERR_CODES = (10039, 10005)
+FORMING_WAIT_S, FORMING_RETRY_S = 60.0, 0.5  # as long as a service waits for the streams at start
 
 
 async def declare(access: BusAccess, replicas: int | None = None, change: bool = True,
@@ -38,10 +45,32 @@ async def declare(access: BusAccess, replicas: int | None = None, change: bool =
         # past nats-py's 5 s default (seen in CI on a 3-node cluster)
         js = nc.jetstream(timeout=DECLARE_TIMEOUT_S)
         if change:
-            await ensure_streams(js, replicas=replicas, clusters=clusters)
+            await _ensure_once_formed(js, replicas, clusters)
         return await check_streams(js, replicas=replicas, clusters=clusters)
     finally:
         await nc.close()
+
+
+def cluster_forming(exc: BaseException) -> bool:
+    """An answer a NATS cluster gives for a few seconds after its nodes say healthy: a node that
+    has not enabled JetStream for the account yet, or a meta leader that has not heard from every
+    peer yet (it cannot place a replicated stream)."""
+    return isinstance(exc, APIError) and exc.err_code in FORMING_ERR_CODES
+
+
+async def _ensure_once_formed(js: JetStreamContext, replicas: int | None, clusters: int | None) -> None:
+    """`ensure_streams`, from the start again while the cluster forms (it is idempotent), for up
+    to FORMING_WAIT_S."""
+    deadline = time.monotonic() + FORMING_WAIT_S
+    while True:
+        try:
+            await ensure_streams(js, replicas=replicas, clusters=clusters)
+            return
+        except APIError as exc:
+            if not cluster_forming(exc) or time.monotonic() > deadline:
+                raise
+            log.info("the NATS cluster is still forming (%s); declaring again", exc.description)
+        await asyncio.sleep(FORMING_RETRY_S)  # the pace of the tries, not a wait for an event
 
 
 def _path(name: str) -> Path | None:
