@@ -136,7 +136,7 @@ def main(argv: list[str]) -> int:
             cmd = [str(PY), "-m", "pytest", "-q", *rest]
         else:
             # The CI tier: unit, contract, integration, end-to-end and faults; the soaks are separate.
-            cmd = [str(PY), "-m", "pytest", "-q", "-m", "not soak and not slow", "--durations=40", *test_workers(), *rest]
+            cmd = [str(PY), "-m", "pytest", "-q", "-m", "not soak", "--durations=40", *test_workers(), *rest]
     elif job == "soak":
         cmd = [str(PY), "-m", "pytest", "-q", "-m", "soak", "--durations=0", *rest]
     elif job == "kube":

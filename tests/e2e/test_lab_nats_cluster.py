@@ -17,7 +17,7 @@ from bke.lab.supervisor import LabSupervisor
 from bke.adapters.runtime.processes import pid_alive, poll_until
 from tests.e2e.lab_helpers import Lab
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # the CI budget (30 minutes): run by `python3 dev.py full`; the cluster's streams: tests/integration/test_stream_replicas.py
+pytestmark = pytest.mark.e2e  # the cluster's streams alone: tests/integration/test_stream_replicas.py
 SEED = "examples/seed-3m1w.yaml"
 
 

@@ -140,7 +140,7 @@ async def _assert_decided_once(lab: Lab, events) -> str:
     return phases[0]["requestId"]
 
 
-@pytest.mark.slow  # the CI budget (30 minutes): run by `python3 dev.py full`; replicas taking work once: tests/integration/test_dispatcher_replicas_once.py
+# replicas taking work once, without a lab: tests/integration/test_dispatcher_replicas_once.py
 async def test_two_replicas_of_every_service_split_the_work_and_run_nothing_twice(replica_lab):
     lab = replica_lab(SEED, 2)
     c = lab.plan.cluster
@@ -211,7 +211,6 @@ async def test_two_replicas_of_every_service_split_the_work_and_run_nothing_twic
             install.cancel()
 
 
-@pytest.mark.slow  # a lab of its own; run by `python3 dev.py full` (the CI budget is 30 minutes)
 async def test_each_service_replaced_one_at_a_time_during_an_install(lab_factory):
     """A rolling replacement, one process per service: each old process is stopped (SIGTERM, as
     a deployment does) and a new one started, each at a later phase of the same install. Both

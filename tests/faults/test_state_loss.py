@@ -92,7 +92,6 @@ async def test_flushall_mid_install_is_reported_and_a_restore_finishes_with_the_
         await nc.close()
 
 
-@pytest.mark.slow  # the CI budget (30 minutes): run by `python3 dev.py full`
 async def test_starting_over_after_a_loss_never_gives_the_nodes_a_new_ca(lab: Lab, capsys) -> None:
     """No backup: the operator restarts everything on the empty store and installs again. The new
     PKI's CA differs from the one the nodes hold, so the install fails on it, naming both."""
