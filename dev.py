@@ -8,7 +8,8 @@
     python3 dev.py test    # set up, then the lints, then the CI suite (what .ci/run calls)
     python3 dev.py lint    # set up, then the lints only
     python3 dev.py soak    # set up, then the soaks only (`-m soak`: every service killed at every
-                           # point of an install, outages past the reconnect limits; about 20 minutes)
+                           # point of an install, each in an install of its own; outages past the
+                           # reconnect limits)
     python3 dev.py full    # set up, then the lints, then every test: the CI suite plus the soaks
                            # and the long fuzzing budget (BKE_FUZZ=long)
 
