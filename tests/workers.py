@@ -23,14 +23,21 @@ import os
 import socket
 import struct
 import subprocess
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-__all__ = ["ModuleScheduling", "isolate_worker", "order"]
+__all__ = ["ModuleScheduling", "in_host_network", "isolate_worker", "order"]
 
 CLONE_NEWNET = 0x40000000
+T = TypeVar("T")
+# the network namespace this worker started in (the host's), kept open once it has left it: the
+# few tests that reach the package index go back to it for that (in_host_network)
+_host_net: int | None = None
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 # modules that run real Kubernetes control planes: one after another, on one worker
 REAL_CONTROL_PLANE = ("tests/e2e/test_lab_real_control_plane.py", "tests/e2e/test_lab_real_scale.py")
@@ -51,8 +58,10 @@ def isolate_worker(worker: str) -> None:
     server and thread after it, so they all inherit it."""
     if worker in ("", "gw0"):
         return
+    global _host_net
     host_links = sorted(p.name for p in Path("/sys/class/net").iterdir() if p.name != "lo")
     libc = ctypes.CDLL(None, use_errno=True)
+    _host_net = os.open("/proc/self/ns/net", os.O_RDONLY)
     if libc.unshare(CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise pytest.UsageError(f"worker {worker}: unshare(CLONE_NEWNET) failed: {os.strerror(err)}; "
@@ -60,6 +69,35 @@ def isolate_worker(worker: str) -> None:
     _loopback_up()
     for i, name in enumerate(host_links):
         _mirror_link(name, f"bke-mirror{i}")
+
+
+def in_host_network(fn: Callable[[], T]) -> T:
+    """`fn()` with the host's network: the worker's own loopback has no route out, and a test
+    that reaches the package index (pip fetching a build backend or downloading wheels) needs one.
+    It runs on a thread of its own that joins the host's namespace (a network namespace is a
+    thread's, and the processes it starts inherit it); the worker's other threads stay where
+    they are. In the first worker, or without workers, `fn()` as it is."""
+    if _host_net is None:
+        return fn()
+    out: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(_host_net, CLONE_NEWNET) != 0:
+            failed.append(OSError(ctypes.get_errno(), "setns to the host's network namespace failed"))
+            return
+        try:
+            out.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="host-network")
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return out[0]
 
 
 def _mirror_link(name: str, peer: str) -> None:

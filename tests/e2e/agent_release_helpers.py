@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bke.adapters.bundle.wheelhouse import ensure_wheelhouse
+from tests.workers import in_host_network
 
 __all__ = ["ARCHES", "PYTHONS", "cached_wheelhouse", "release_bundle"]
 
@@ -46,7 +47,7 @@ def cached_wheelhouse() -> Path:
         return done
     tmp = _cache() / f".wheelhouse-{key}.{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    ensure_wheelhouse(REQUIREMENTS, tmp, ARCHES, pythons=PYTHONS)
+    in_host_network(lambda: ensure_wheelhouse(REQUIREMENTS, tmp, ARCHES, pythons=PYTHONS))  # needs the index
     shutil.rmtree(done, ignore_errors=True)
     os.replace(tmp, done)
     return done
@@ -66,14 +67,11 @@ def _bke_wheel(dest: Path, version: str, work: Path) -> Path:
     assert n == 1, "pyproject.toml has no version line"
     project.write_text(text)
     # pip builds in an isolated environment whose build backend (setuptools, pyproject.toml) it
-    # fetches from the package index each time: a fetch cut short fails the build, so it is tried
-    # twice, and a failure says pip's own words
-    for attempt in (1, 2):
-        built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
-                                "--wheel-dir", str(dest), str(src)], capture_output=True, text=True, timeout=600)
-        if built.returncode == 0:
-            break
-        assert attempt == 1, f"pip wheel of this tree failed twice:\n{built.stdout}\n{built.stderr}"
+    # fetches from the package index: from a worker's own loopback, through the host's network
+    built = in_host_network(lambda: subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
+                                                    "--wheel-dir", str(dest), str(src)],
+                                                   capture_output=True, text=True, timeout=600))
+    assert built.returncode == 0, f"pip wheel of this tree failed:\n{built.stdout}\n{built.stderr}"
     return next(dest.glob(f"bke-{version}-*.whl"))
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from bke.adapters.bundle import download_commands, ensure_wheelhouse, make_server
+from tests.workers import in_host_network
 from bke.adapters.bundle.wheelhouse import local_wheel_commands
 from bke.core.pythons import AGENT_PYTHONS
 from bke.adapters.ssh import BootstrapParams, bootstrap_steps
@@ -112,7 +113,7 @@ def test_a_missing_wheel_fails_naming_the_command(tmp_path):
 
 def test_real_wheelhouse_of_the_agents_requirements(tmp_path):
     """Needs the package index: every pinned requirement has a wheel for every claimed Python and arch."""
-    wheels = ensure_wheelhouse(ROOT / "requirements-agent.txt", tmp_path / "w", ["amd64", "arm64"])
+    wheels = in_host_network(lambda: ensure_wheelhouse(ROOT / "requirements-agent.txt", tmp_path / "w", ["amd64", "arm64"]))
     names = {w.name for w in wheels}
     for major, minor in AGENT_PYTHONS:
         for arch in ("x86_64", "aarch64"):
