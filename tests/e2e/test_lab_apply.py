@@ -1,8 +1,8 @@
 """End to end: `bke lab apply` carries out a changed spec on a lab install (real NATS, Redis,
 etcd; every service and agent a process; the CLI as a user runs it).
 
-The seed example is installed once for the module; then, each a test of its own and in this
-order (each stage starts from where the one before left the lab):
+The seed example is installed once for the module; then four tests, run in this order, each
+starting where the one before left the lab (1 and 2 are one test):
 1. a dry run of a changed controller-manager flag changes nothing (no command, no file, the
    stored plan the same);
 2. the apply, paused once the first master's command is sent: no further command is taken while
