@@ -13,7 +13,8 @@ Scheduling (`ModuleScheduling`): each test module is one unit, so a module-scope
 starts once, and the modules that run real apiservers share one unit (two of them side by side
 on two cores leave an apiserver too slow to come back after a restore); the heavy tiers are queued first and the many small unit modules fill the tail.
 `python3 dev.py test` runs two workers when this host lets it take a network namespace (root),
-else one process as before.
+else one process as before. A worker's own namespace has no route out: the few tests that reach
+the package index run that call through the host's network (`in_host_network`).
 """
 from __future__ import annotations
 
