@@ -39,6 +39,8 @@ async def handled_per_replica(nc: NatsClient, service: str, pids: dict[str, int]
                     msg = await sub.next_msg(timeout=1.0)
                 except (nats.errors.TimeoutError, asyncio.TimeoutError):
                     break
+                if not msg.data:  # a "no responders" status: a replica not subscribed yet
+                    continue
                 doc = ServiceHealth.model_validate_json(msg.data)
                 key = by_pid.get(int(doc.instance.rsplit(":", 1)[1]))
                 if key is not None:

@@ -15,10 +15,11 @@ written into etcd-events. Then:
    `--etcd-servers-overrides` names the three;
 3. with events5's member stopped (its manifest taken off the node), the spec keeping events5
    alone is refused by the quorum rule on the dispatcher's live health (`EtcdQuorum`: removing
-   events1 would leave 1 healthy of 2), by the dry run and by the apply; nothing changes."""
+   a member would leave 1 healthy of 2), by the dry run and by the apply; nothing changes."""
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 import time
@@ -110,7 +111,9 @@ async def test_etcd_events_shrunk_to_one_then_grown_to_three_by_bke_apply(lab_fa
             break
         assert time.monotonic() < deadline, dry.stdout + dry.stderr
         await asyncio.sleep(5)  # polling the dry run under a deadline: the next health round
-    assert "removing events1 leaves 1 healthy of 2 members" in dry.stdout + dry.stderr, dry.stdout
+    # which removal the refusal names depends on the round: under load it may also have found
+    # events4 slow to answer, and the planner removes the unhealthy first
+    assert re.search(r"removing events[14] leaves 1 healthy of 2 members,\s+below a quorum of 2", dry.stdout), dry.stdout
     refused = await asyncio.to_thread(_bke, "lab", "apply", str(tmp_path / "only5.yaml"), "--workdir", str(lab.workdir))
     assert refused.returncode == 2 and "EtcdQuorum" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
     assert sorted(m["name"] for m in await etcd_members(gec.members[0].client_url, tls)) == ["events1", "events4", "events5"]
