@@ -34,6 +34,7 @@ from pydantic import ValidationError
 
 from bke.adapters.logs import setup_logging
 
+from .forked import ForkedAgent, holds_agent_code
 from .settings import AgentSettings
 from .venvs import CONFLICT_EXIT_CODE, after_exit, after_start, confirmed_version, launch_target, read_record, write_record
 from .version import RUNNING_VERSION
@@ -58,7 +59,16 @@ def _die_with_parent() -> None:
         pass
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _start_agent(target: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes] | ForkedAgent:
+    """The agent of venv `target`: forked when this launcher holds its code already (the lab's
+    fork server, bke_agent.forked), else `<target>/bin/bke-agent` as a program of its own."""
+    if holds_agent_code(target):
+        return ForkedAgent(args, env, before=_die_with_parent)
+    return subprocess.Popen([f"{target}/bin/bke-agent", *args], env=env,
+                            preexec_fn=_die_with_parent)  # noqa: PLW1509 - async-signal-safe: one prctl
+
+
+def _stop(proc: subprocess.Popen[bytes] | ForkedAgent) -> None:
     proc.terminate()
     try:
         proc.wait(STOP_GRACE_S)
@@ -72,7 +82,7 @@ def launch(state: Path, venv: str, version: str, args: list[str] | None = None,
     """The loop above; returns the exit code of the agent that ended it. `args`: what the agent
     is started with (default `run`)."""
     stopping: list[int] = []
-    child: list[subprocess.Popen[bytes]] = []
+    child: list[subprocess.Popen[bytes] | ForkedAgent] = []
 
     def forward(signum: int, frame: FrameType | None) -> None:
         stopping.append(signum)
@@ -87,8 +97,7 @@ def launch(state: Path, venv: str, version: str, args: list[str] | None = None,
         trial = rec.trial
         env = {**os.environ, "BKE_AGENT_LAUNCHED": "1"}
         log.info("starting the agent from %s%s", target, f" (trial of {trial.version})" if trial else "")
-        proc = subprocess.Popen([f"{target}/bin/bke-agent", *(args or ["run"])], env=env,
-                                preexec_fn=_die_with_parent)  # noqa: PLW1509 - async-signal-safe: one prctl
+        proc = _start_agent(target, args or ["run"], env)
         child.append(proc)
         deadline = clock() + trial.confirm_timeout_s if trial else 0.0
         timed_out = False

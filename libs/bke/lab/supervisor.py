@@ -40,6 +40,7 @@ from nats.js import JetStreamContext
 
 from bke.adapters.bus.connect import BusAccess
 from bke.core.plan import Plan
+from . import forkserver
 from .ha_runtime import ha_env, lab_runtime, stop_ha
 from .identities import LabIdentities
 from bke.adapters.runtime import EmbeddedRuntime, RuntimeInfo, redis_acl
@@ -236,11 +237,11 @@ class LabSupervisor:
                    BKE_REDIS_URL=redis_acl.service_url(self.runtime.workdir, info.redis_url, "renewer"),
                    BKE_KEY_FILE_AUTHORITY=str(lab_key_file(self.workdir, "authority")),
                    **self._bus_env(info, "renewer"))
-        proc = ManagedProcess.start("renewer", [sys.executable, "-m", "bke.adapters.auth.serve_renewals"],
-                                    self.workdir / "logs" / "renewer.log", env=env)
-        group["renewer"] = proc.pid
+        pid = forkserver.spawn(self.workdir, "renewer", [sys.executable, "-m", "bke.adapters.auth.serve_renewals"],
+                               self.workdir / "logs" / "renewer.log", env)
+        group["renewer"] = pid
         self._save(pids)
-        return proc.pid
+        return pid
 
     def http_urls(self) -> dict[str, str]:
         """Each running service's HTTP base URL (its dashboard at `/`), by service name."""
@@ -256,9 +257,8 @@ class LabSupervisor:
         # the at-rest keys of its kinds only (bke.lab.key_files)
         own = dict(env, BKE_REDIS_URL=redis_acl.service_url(self.runtime.workdir, info.redis_url, service),
                    **service_key_env(self.workdir, service))
-        proc = ManagedProcess.start(key, [_bin(f"bke-{service}")], self.workdir / "logs" / f"{key}.log",
-                                    env={**own, **self._bus_env(info, service)})
-        return proc.pid
+        return forkserver.spawn(self.workdir, key, [_bin(f"bke-{service}")], self.workdir / "logs" / f"{key}.log",
+                                {**own, **self._bus_env(info, service)})
 
     def ensure_agents(self, info: RuntimeInfo, plan: Plan, only: list[str] | None = None) -> dict[str, int]:
         pids = self.pids()
@@ -297,9 +297,8 @@ class LabSupervisor:
             # takes an UpdateAgent step (bke_agent.launcher). The PID kept is the launcher's:
             # stopping or killing it stops its agent too (PR_SET_PDEATHSIG), and a new launcher
             # whose agent finds the state lock still held starts it again.
-            proc = ManagedProcess.start(f"agent-{h}", [_bin("bke-agent-launch")], self.workdir / "logs" / f"agent-{h}.log",
-                                        env=env)
-            pids["agents"][h] = proc.pid
+            pids["agents"][h] = forkserver.spawn(self.workdir, f"agent-{h}", [_bin("bke-agent-launch")],
+                                                 self.workdir / "logs" / f"agent-{h}.log", env)
         self._save(pids)
         return pids["agents"]
 
@@ -374,6 +373,7 @@ class LabSupervisor:
             stop_pid(pid, 15.0)
             stopped.append(pid)
         self._save({"services": {}, "agents": {}})
+        stopped += forkserver.stop_server(self.workdir)
         stopped += stop_ha(self.workdir / "runtime")  # the cluster's nodes and the sentinels, if any
         stopped += EmbeddedRuntime.stop_workdir(self.workdir / "runtime")
         remove_workdir_network(self.workdir)  # after the agents: their pods ran in it

@@ -18,22 +18,26 @@ Errors::
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
+import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 __all__ = [
     "ManagedProcess",
     "ProcessExitedError",
     "ReadinessTimeout",
     "free_port",
+    "exit_as_program",
     "is_ours",
     "pid_alive",
     "pid_cwd",
@@ -224,6 +228,27 @@ def retry_start(name: str, start: Callable[[bool], T], attempts: int = 3) -> T:
                 raise
             log.warning("%s failed to start (attempt %d), retrying on new ports", name, attempt)
     raise AssertionError("unreachable")
+
+
+def exit_as_program(run: Callable[[], object]) -> NoReturn:
+    """In a forked child: call `run` as a program's main and end the process with the status
+    `sys.exit(run())` would give (a crash's traceback on stderr, status 1), without returning
+    into the parent's code, whose cleanup is not the child's to run (os._exit)."""
+    code = 1
+    try:
+        result = run()
+        code = result if isinstance(result, int) else 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - a crash is printed, as the interpreter would
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
 
 
 @dataclass(frozen=True)
