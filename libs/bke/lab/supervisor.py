@@ -18,6 +18,9 @@ Layout of a lab workdir:
                          authentication only); each service's HTTP port
                          (its dashboard, /metrics, /readyz), chosen free at its start
                          (`http_urls`); a real-control-plane lab's kwok per cluster
+    forkserver.sock     the lab's fork server (bke.lab.forkserver): every service, the renewer and
+    forkserver.pid      each agent launcher is forked from it; its pid, and the lock two starts
+    forkserver.lock     take turns on; `bke lab down` stops it after the processes it forked
     control-plane       "real" when installed with `--control-plane real` (bke.lab.kube_binaries)
     network.json        a real-control-plane lab on 198.18.0.0/15: its namespaces, veths and bridge
                         (bke.lab.netns), taken down by `bke lab down`

@@ -162,9 +162,8 @@ class Inputs:
         if ref is None:
             raise MalformedMessage(f"malformed command result: command id {res.command_id!r} names no operation")
         if ref.kind in UPGRADER_KINDS:  # an upgrade's, a changed spec's or a restore's: sent on to the upgrader
-            # straight on the connection (`live`: the stream keeps it all the same), with the
-            # others of its turn in one message (the wiring's, answered.py)
-            return [Out(NodeCommandAnswered(operation=ref, result=res), NODE_COMMANDS_ANSWERED, live=True)]
+            # with the others of its turn in one message, stored (the wiring's, answered.py)
+            return [Out(NodeCommandAnswered(operation=ref, result=res), NODE_COMMANDS_ANSWERED)]
         if ref.kind == OperationKind.COMMAND_KEY:  # a command-key rollover's announcement: no phase counts it
             if self.on_command_key is not None:
                 await self.on_command_key(res, gen)

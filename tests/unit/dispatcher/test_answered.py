@@ -43,10 +43,10 @@ async def test_the_answers_of_one_turn_go_in_one_message_in_order() -> None:
     notify = _Notify()
     sent_on = SentOn(notify)
     answers = [_answer(f"n{i}") for i in range(20)]
-    outs = await asyncio.gather(*(sent_on([Out(a, NODE_COMMANDS_ANSWERED, live=True)]) for a in answers))
+    outs = await asyncio.gather(*(sent_on([Out(a, NODE_COMMANDS_ANSWERED)]) for a in answers))
     assert outs == [[]] * 20  # nothing left to publish
     assert notify.answers() == [answers]
-    await sent_on([Out(_answer("n99"), NODE_COMMANDS_ANSWERED, live=True)])  # a later turn: a message of its own
+    await sent_on([Out(_answer("n99"), NODE_COMMANDS_ANSWERED)])  # a later turn: a message of its own
     assert notify.answers()[1:] == [[_answer("n99")]]
 
 
@@ -55,7 +55,7 @@ async def test_a_turn_larger_than_one_message_comes_as_several_under_the_limit()
     answers = [_answer(f"n{i}", stderr="x" * 400) for i in range(16)]
     limit = 4 * len(answers[0].to_bytes()) + 200
     sent_on = SentOn(notify, limit)
-    await asyncio.gather(*(sent_on([Out(a, NODE_COMMANDS_ANSWERED, live=True)]) for a in answers))
+    await asyncio.gather(*(sent_on([Out(a, NODE_COMMANDS_ANSWERED)]) for a in answers))
     assert len(notify.sent) > 1 and all(len(body) <= limit for body, _, _ in notify.sent)
     assert [a for part in notify.answers() for a in part] == answers
 
@@ -93,6 +93,6 @@ async def test_the_upgrader_s_results_of_one_turn_are_checked_in_one_read_each_j
     answers[4] = answers[4].model_copy(update={"result": answers[4].result.model_copy(update={"incarnation": "i1"})})
     outs = await asyncio.gather(*(inputs.result(a.result) for a in answers))
     assert agents.reads == [("c1", [f"n{i}" for i in range(7)], True)]  # one read for the seven
-    assert outs[:4] == [[Out(a, NODE_COMMANDS_ANSWERED, live=True)] for a in answers[:4]]
+    assert outs[:4] == [[Out(a, NODE_COMMANDS_ANSWERED)] for a in answers[:4]]
     assert outs[4:] == [[], [], []]  # another incarnation's, another agent's, no agent's: dropped
     assert inputs.other_incarnation.count == 1 and inputs.dropped.count == 2

@@ -83,7 +83,7 @@ def wire_answers(b: Basics, loops: Loops, command_keys: CommandKeyCarrier, known
     inputs = Inputs(b.state, loops.runner.kick, b.now, loops.health.record, loops.ops,
                     other_incarnation=OtherIncarnation(svc.metrics, svc.name), on_command_key=command_keys.on_result)
     services = ServiceEvents(b.state, b.plans, loops.engine, loops.runner.kick, b.now)
-    answers = _Answers(services, loops, inputs, known, forgotten, SentOn(b.notify))
+    answers = _Answers(services, loops, inputs, known, forgotten, SentOn(b.publish))
 
     def t(model: Any, handler: Any) -> Callable[[bytes], Awaitable[None]]:
         return typed(model, handler, b.publish, b.notify)
