@@ -55,6 +55,8 @@ class ForkedAgent:
             os.environ.clear()
             os.environ.update(env)
             sys.argv = [str(Path(sys.prefix) / "bin" / "bke-agent"), *args]
+            with contextlib.suppress(OSError):  # its name in top and ps -o comm, as exec would give
+                Path("/proc/self/comm").write_text("bke-agent")
             from .main import main  # loaded already (holds_agent_code)
 
             return main(args)

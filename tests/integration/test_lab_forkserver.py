@@ -32,7 +32,7 @@ PROBE = textwrap.dedent('''
         "stdout": os.readlink("/proc/self/fd/1"),
         "sigterm_default": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
         "sigchld_default": signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL,
-        "main": __name__,
+        "main": __name__, "comm": open("/proc/self/comm").read().strip(),
     }
     print("probe started", flush=True)
     with open(os.environ["PROBE_OUT"] + ".tmp", "w") as f:
@@ -72,6 +72,7 @@ def test_a_forked_program_starts_as_a_fresh_one_would(server: Path, tmp_path: Pa
     assert got["sid"] == pid  # a session of its own, as start_new_session gives
     assert got["env"] == env  # exactly what it was given: nothing of the server's or the caller's
     assert got["argv"] == ["a", "b"] and got["main"] == "__main__"
+    assert got["comm"] == "bke_fs_probe"  # named after what it runs, not the fork server
     assert got["cwd"] == str(cwd)
     assert got["fds"] == [0, 1, 2, 3]  # 3: the listing's own; the server's socket not inherited
     assert got["stdin"] == os.devnull and got["stdout"] == str(log)

@@ -221,6 +221,14 @@ def _become(request: dict[str, object], keep: Sequence[int]) -> None:
     os.environ.update({str(k): str(v) for k, v in dict(request["env"]).items()})  # type: ignore[call-overload]
     argv = [str(a) for a in request["argv"]]  # type: ignore[attr-defined]
     sys.argv = argv[2:] if argv[1:2] == ["-m"] else argv
+    _name_process(Path(argv[2] if argv[1:2] == ["-m"] else argv[0]).name)
+
+
+def _name_process(name: str) -> None:
+    """The child's name in `top`, `ps -o comm` and /proc/<pid>/comm (15 bytes: `bke-dispatcher`,
+    `bke-agent-launc`); its command line stays the fork server's, which `ps aux` shows."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/comm").write_text(name[:15])
 
 
 def _run_child(request: dict[str, object], keep: Sequence[int]) -> NoReturn:
