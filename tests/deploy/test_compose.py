@@ -79,18 +79,16 @@ def test_each_service_is_given_the_key_files_of_its_kinds_only() -> None:
 
 
 class _Recorder:
-    """Stands for ManagedProcess in the supervisor's module only (NATS and Redis start for real):
-    what the supervisor would start, by name, as (argv with the program's base name, env)."""
+    """Stands for the lab's process starts (bke.lab.forkserver.spawn, as the supervisor calls it;
+    NATS and Redis start for real): what the supervisor would start, by name, as (argv with the
+    program's base name, env)."""
 
     started: dict[str, tuple[list[str], dict[str, str]]] = {}
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-
     @classmethod
-    def start(cls, name: str, argv: list[str], log_path: Path, env: dict[str, str]) -> _Recorder:
+    def spawn(cls, workdir: Path, name: str, argv: list[str], log: Path, env: dict[str, str]) -> int:
         cls.started[name] = ([Path(argv[0]).name, *map(str, argv[1:])], env)
-        return cls(0)
+        return 0
 
 
 @pytest.fixture
@@ -104,7 +102,7 @@ def lab_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict
     sup = LabSupervisor(tmp_path / "lab")
     try:
         info = sup.ensure_runtime()
-        monkeypatch.setattr(supervisor_module, "ManagedProcess", _Recorder)
+        monkeypatch.setattr(supervisor_module.forkserver, "spawn", _Recorder.spawn)
         monkeypatch.setattr(supervisor_module, "provision_lab_agents", lambda access, cluster, envs: None)
         monkeypatch.setattr(supervisor_module, "ensure_lab_command_key", lambda info, key_file: "bke-command-ed25519 x")
         sup.ensure_services(info)

@@ -1,7 +1,10 @@
 """End to end: every at-rest kind rotated and retired under a running lab, no process restarted
 (bke.core.secrets.key_kinds: a service reads its key file again when it changes).
 
-Each service is given the files of its kinds only (read from the processes' own environment).
+Each service is given the files of its kinds only, read from the processes' own environment: this
+lab starts every process as a fresh interpreter (`BKE_LAB_FORKSERVER=0`, as hosts start them),
+since a forked process's /proc/<pid>/environ shows the fork server's start, not what it was given
+(tests/integration/test_lab_forkserver.py proves a forked one gets exactly its environment).
 After `bke keys rotate KIND --workdir` for every kind kept in Redis, a certificate renewal runs
 through the certs service (the CA keys re-encrypted under the new `pki` key, the kubeconfigs
 written under the new `api` key) and the dispatcher (commands signed with the key it holds);
@@ -17,6 +20,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from bke.lab.forkserver import ENABLE_ENV
 from bke.lab.key_files import lab_key_file
 from bke.adapters.runtime.processes import pid_alive
 from bke.core.secrets.at_rest import load_keyring
@@ -40,7 +44,8 @@ def _key_env(pid: int) -> dict[str, str]:
     return {k: v for k, v in pairs.items() if k.startswith("BKE_KEY_FILE_") or k == "BKE_SECRET_KEY_FILE"}
 
 
-async def test_every_kind_rotates_and_retires_under_a_running_lab(lab_factory, tmp_path):
+async def test_every_kind_rotates_and_retires_under_a_running_lab(lab_factory, tmp_path, monkeypatch):
+    monkeypatch.setenv(ENABLE_ENV, "0")  # the lab and every `bke` call here start fresh interpreters
     spec = tmp_path / "seed-keys.yaml"
     spec.write_text(Path(SEED).read_text().replace("127.0.10.", "127.0.89."))
     lab = lab_factory(str(spec))

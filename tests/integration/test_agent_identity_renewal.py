@@ -34,6 +34,7 @@ from bke.adapters.runtime.processes import free_port, pid_alive
 from bke.contracts.agent import agent_subject
 from bke.contracts.identity import AgentIdentityRenewed, RenewAgentIdentity, renew_identity_subject
 from bke.core.secrets.at_rest import create_key_file, load_secret_box
+from bke.lab.forkserver import ENABLE_ENV
 from bke.lab.identities import LabIdentities
 from bke.lab.key_files import lab_key_file
 from bke.lab.supervisor import LabSupervisor
@@ -203,10 +204,13 @@ async def test_bke_identities_serve_renewals_answers_an_agent(secure: EmbeddedRu
     assert b"renewed 1, refused 0" in out, err.decode()[-2000:]
 
 
-async def test_the_lab_runs_the_renewer_beside_the_services_and_stops_it_at_down(tmp_path: Path) -> None:
+async def test_the_lab_runs_the_renewer_beside_the_services_and_stops_it_at_down(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The lab's supervisor starts `bke identities serve-renewals` as the renewer (its creds, its
     own Redis user, the authority key alone), once; an agent of the lab near expiry renews
-    through it; `bke lab down` stops it."""
+    through it; `bke lab down` stops it. A fresh interpreter (`BKE_LAB_FORKSERVER=0`): its
+    /proc/<pid>/environ then shows what it was given (a forked one's shows the fork server's)."""
+    monkeypatch.setenv(ENABLE_ENV, "0")
     sup = LabSupervisor(tmp_path / "lab")
     info = sup.ensure_runtime()
     try:

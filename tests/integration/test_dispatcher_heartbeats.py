@@ -81,3 +81,27 @@ async def test_a_beat_that_is_not_believed_writes_nothing(redis_client: aioredis
     await redis_client.set(plan_key(C), "{}")
     await beats.on_message(beat("n1", "t2"))
     assert await redis_client.hgetall(heartbeat_key(C)) == {"n1": "t2"}
+
+
+async def test_a_health_answer_counts_as_a_beat(redis_client: aioredis.Redis) -> None:
+    """An agent's answer to a health command (the install's last phase, then every round) records
+    the node alive as a beat does: an upgrade asked for right after an install finds every agent
+    alive though their first beats, sent before the plan was stored, were dropped."""
+    from datetime import datetime, timezone
+
+    from bke.adapters.state.keys.dispatcher import health_key
+    from bke.contracts.agent import CommandResult
+    from bke_dispatcher.health import HealthMonitor
+    from bke_dispatcher.state import DispatcherState
+
+    async def never(*_: object) -> None:
+        raise AssertionError("a recorded answer publishes nothing")
+
+    monitor = HealthMonitor(DispatcherState(redis_client), None, never, lambda: datetime.now(timezone.utc),  # type: ignore[arg-type]
+                            30.0, sign=never)  # type: ignore[arg-type]
+    res = CommandResult(command_id=f"{C}/health/n1/0", cluster=C, node="n1", status="Succeeded", steps=[], agent_id="a",
+                        started_at="2026-12-05T09:59:59+00:00",
+                        finished_at="2026-12-05T10:00:00+00:00")
+    await monitor.record(res)
+    assert await redis_client.hgetall(heartbeat_key(C)) == {"n1": "2026-12-05T10:00:00+00:00"}
+    assert json.loads(await redis_client.hget(health_key(C), "n1"))["status"] == "Healthy"

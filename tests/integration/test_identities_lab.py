@@ -20,6 +20,7 @@ from bke.adapters.auth.permissions import SERVICE_ROLES, identity_name, inbox_pr
 from bke.adapters.auth.jwt import decode_jwt
 from tests.trust_helpers import SIGNER
 from bke.adapters.bus.connect import BusAccess, connect_nats, connect_options
+from bke.lab.forkserver import ENABLE_ENV
 from bke.lab.identities import creds_path
 from bke.lab.supervisor import LabSupervisor
 from bke.adapters.runtime.binaries import nats_server_bin
@@ -218,9 +219,11 @@ async def test_an_agent_whose_identity_is_revoked_exits_to_be_restarted(tmp_path
         sup.down()
 
 
-async def test_a_service_whose_identity_is_revoked_exits_to_be_restarted(tmp_path: Path) -> None:
+async def test_a_service_whose_identity_is_revoked_exits_to_be_restarted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same rule for a service: cut off for good, it stops and exits 1 (bke.adapters.bus.service)
-    instead of staying alive and silent; before, it went on running, not ready for ever."""
+    instead of staying alive and silent; before, it went on running, not ready for ever. A fresh
+    interpreter (`BKE_LAB_FORKSERVER=0`): a child of this process, whose exit status it reaps."""
+    monkeypatch.setenv(ENABLE_ENV, "0")
     sup = LabSupervisor(tmp_path / "lab")
     info = sup.ensure_runtime()
     try:

@@ -16,6 +16,9 @@ imports reads the environment at import time (checked: no module-level `os.envir
 importing before the environment is set changes nothing. The server itself starts no thread and
 no event loop, so a fork from it is safe.
 
+The programs are imported by name at run time (`PRELOAD`, the console scripts' entry points), as a
+console script loads its service: `bke` still imports no service statically (the import contracts).
+
 `BKE_LAB_FORKSERVER=0` turns it off: every process is then a fresh interpreter, as a deployment
 starts them (systemd units, `deploy/`).
 

@@ -17,7 +17,7 @@ from bke.contracts.operation_ref import OperationKind, OperationRef
 from bke.contracts.statuses import FinishedStatus, HealthStatus, InstallStatus, StepResultStatus
 from bke.core.plan import Plan
 from bke.adapters.state import PlanCache
-from bke.adapters.state.keys.dispatcher import health_key, health_meta_key, health_pods_key
+from bke.adapters.state.keys.dispatcher import health_key, health_meta_key, health_pods_key, heartbeat_key
 from bke.adapters.state.lease import claim_lease
 
 from .phases import HEALTH, phase_by_slug
@@ -110,4 +110,10 @@ class HealthMonitor:
         failing = [s.id for s in res.steps if s.status == StepResultStatus.FAILED]
         healthy = res.status == FinishedStatus.SUCCEEDED
         doc = {"status": HealthStatus.HEALTHY if healthy else HealthStatus.UNHEALTHY, "failing": failing, "at": res.finished_at}
-        await self.state.r.hset(health_key(res.cluster), res.node, json.dumps(doc))
+        pipe = self.state.r.pipeline(transaction=False)
+        pipe.hset(health_key(res.cluster), res.node, json.dumps(doc))
+        # an answer is a sign of life as good as a heartbeat: the install's own health phase
+        # thereby leaves every node alive for the upgrader's checks, though an agent's first
+        # beats, sent before the plan was stored, were dropped (beats come every 10 s)
+        pipe.hset(heartbeat_key(res.cluster), res.node, res.finished_at)
+        await pipe.execute()

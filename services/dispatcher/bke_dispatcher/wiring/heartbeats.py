@@ -1,5 +1,6 @@
 """The agents' heartbeats (core NATS, `bke.v1.heartbeat.>`): advisory and kept in no stream.
-Each known node's last beat is written, and its cgroup version and runtime when they change
+Each known node's last beat is written (an answer to a health command counts as one,
+bke_dispatcher.health), and its cgroup version and runtime when they change
 (the upgrader's checks read them). A malformed beat, one of a node of no stored plan, one on
 another node's subject, one of a deleted cluster, or one while the state is lost writes nothing;
 a Redis outage loses the beat (the next says the same)."""
