@@ -122,6 +122,13 @@ def consumer_config(cluster: str, node: str, ack_wait_s: float, inbox_prefix: st
     )
 
 
+# A command handed back at a stop is redelivered after this, not at once: at once, it came back
+# to the stopping agent's subscription, which handed it back again until it unsubscribed, and the
+# delivery in flight then was lost until the ack wait (30 s) ran out; a second later, the
+# stopping agent has unsubscribed and the next start (a restart, an update's new agent) gets it.
+HANDBACK_DELAY_S = 1.0
+
+
 class AgentLoop:
     """Consumes one node's commands. Many loops may share one NATS connection (see Fleet)."""
 
@@ -211,21 +218,21 @@ class AgentLoop:
     async def _on_msg(self, msg: Msg) -> None:
         if self._stopping:
             with contextlib.suppress(Exception):
-                await msg.nak()
+                await msg.nak(delay=HANDBACK_DELAY_S)
             return
         self._idle.clear()
         try:
             await self._handle(msg)
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):  # abandoned at stop: hand it back now
-                await msg.nak()
+            with contextlib.suppress(Exception):  # abandoned at stop: handed back to the next start
+                await msg.nak(delay=HANDBACK_DELAY_S)
             raise
         except RestartRequested as exc:  # an UpdateAgent step: the new agent answers this command
             log.info("restarting into the new agent: %s", exc, extra=self._ids)
             self._stopping = True  # a redelivery before the exit is handed back, not run again
             self.restart_requested = True
             with contextlib.suppress(Exception):
-                await msg.nak()
+                await msg.nak(delay=HANDBACK_DELAY_S)
             self.on_restart()
         except Exception:  # noqa: BLE001 - the callback must never die; redelivery retries
             log.exception("command handling failed; it will be redelivered", extra=self._ids)
