@@ -1,10 +1,10 @@
 """End to end: every at-rest kind rotated and retired under a running lab, no process restarted
 (bke.core.secrets.key_kinds: a service reads its key file again when it changes).
 
-Each service is given the files of its kinds only, read from the processes' own environment: this
-lab starts every process as a fresh interpreter (`BKE_LAB_FORKSERVER=0`, as hosts start them),
-since a forked process's /proc/<pid>/environ shows the fork server's start, not what it was given
-(tests/integration/test_lab_forkserver.py proves a forked one gets exactly its environment).
+Each service is given the files of its kinds only, and each agent none, read from the processes'
+own environment in a lab whose processes are fresh interpreters (`BKE_LAB_FORKSERVER=0`, as hosts
+start them): a forked process's /proc/<pid>/environ shows the fork server's start, not what it
+was given (tests/integration/test_lab_forkserver.py proves a forked one gets exactly that).
 After `bke keys rotate KIND --workdir` for every kind kept in Redis, a certificate renewal runs
 through the certs service (the CA keys re-encrypted under the new `pki` key, the kubeconfigs
 written under the new `api` key) and the dispatcher (commands signed with the key it holds);
@@ -44,19 +44,26 @@ def _key_env(pid: int) -> dict[str, str]:
     return {k: v for k, v in pairs.items() if k.startswith("BKE_KEY_FILE_") or k == "BKE_SECRET_KEY_FILE"}
 
 
-async def test_every_kind_rotates_and_retires_under_a_running_lab(lab_factory, tmp_path, monkeypatch):
-    monkeypatch.setenv(ENABLE_ENV, "0")  # the lab and every `bke` call here start fresh interpreters
+async def test_each_process_is_started_with_the_key_files_of_its_kinds_alone(lab_factory, tmp_path, monkeypatch):
+    monkeypatch.setenv(ENABLE_ENV, "0")  # fresh interpreters: their /proc environ is what they were given
+    spec = tmp_path / "seed-keys.yaml"
+    spec.write_text(Path(SEED).read_text().replace("127.0.10.", "127.0.88."))
+    lab = lab_factory(str(spec))  # services and agents up, nothing installed
+    for name, pid in lab.sup.pids()["services"].items():  # each service holds the files of its kinds, and no other
+        assert _key_env(pid) == {key_file_env(k): str(lab_key_file(lab.workdir, k))
+                                 for k in SERVICE_KEY_KINDS.get(name, ())}, name
+    assert lab.sup.pids()["agents"]
+    for host, pid in lab.sup.pids()["agents"].items():
+        assert _key_env(pid) == {}, host  # an agent holds none
+
+
+async def test_every_kind_rotates_and_retires_under_a_running_lab(lab_factory, tmp_path):
     spec = tmp_path / "seed-keys.yaml"
     spec.write_text(Path(SEED).read_text().replace("127.0.10.", "127.0.89."))
     lab = lab_factory(str(spec))
     assert await lab.install() == 0, lab.out.getvalue()
     work, cluster = str(lab.workdir), lab.plan.cluster
     services = dict(lab.sup.pids()["services"])
-    for name, pid in services.items():  # each service holds the files of its kinds, and no other
-        assert _key_env(pid) == {key_file_env(k): str(lab_key_file(lab.workdir, k))
-                                 for k in SERVICE_KEY_KINDS.get(name, ())}, name
-    for host, pid in lab.sup.pids()["agents"].items():
-        assert _key_env(pid) == {}, host  # an agent holds none
 
     async def renew() -> None:
         done = await asyncio.to_thread(_bke, "certs", "renew", "apiserver", "--cluster", cluster, "--workdir", work,

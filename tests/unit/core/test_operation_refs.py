@@ -121,7 +121,7 @@ async def test_the_dispatcher_sends_an_upgrade_s_answer_on_to_the_upgrader() -> 
                                                                                step="restore@x1@etcd-data"))):
         (out,) = await inputs.result(res)
         assert out.subject == NODE_COMMANDS_ANSWERED
-        assert out.message == NodeCommandAnswered(operation=want, result=res) and out.live
+        assert out.message == NodeCommandAnswered(operation=want, result=res) and not out.live  # stored, not live (answered.py)
     assert rotation.results == []
 
 
