@@ -86,6 +86,10 @@ def test_a_forked_program_starts_as_a_fresh_one_would(server: Path, tmp_path: Pa
 def test_what_it_cannot_run_is_refused_and_it_keeps_serving(server: Path, tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="not a BKE program: /bin/true"):
         forkserver.request_spawn(server, ["/bin/true"], {}, tmp_path / "true.log")
+    pip = str(Path(sys.executable).parent / "pip")  # a console script of the venv, not ours
+    with pytest.raises(RuntimeError, match="not a BKE program"):
+        forkserver.request_spawn(server, [pip, "--version"], {}, tmp_path / "pip.log")
+    assert forkserver.entry_point([str(Path(sys.executable).parent / "bke-dispatcher")]) == ("bke_dispatcher.main", "main")
     with pytest.raises(RuntimeError, match="ModuleNotFoundError"):
         forkserver.request_spawn(server, [sys.executable, "-m", "no_such_module_here"], {}, tmp_path / "x.log")
     # still serving; and a child that waits is stopped by its PID like any other

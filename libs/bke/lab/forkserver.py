@@ -77,7 +77,8 @@ def entry_point(argv: Sequence[str]) -> tuple[str, str] | None:
         return None
     for ep in entry_points(group="console_scripts", name=Path(argv[0]).name):
         module, _, func = ep.value.partition(":")
-        return module, func
+        # ours only: the venv's other scripts (pip, say) are started as they are
+        return (module, func) if module.split(".")[0].startswith("bke") else None
     return None
 
 
