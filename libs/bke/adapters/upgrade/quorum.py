@@ -1,7 +1,8 @@
 """Quorum of an etcd cluster, sampled: a pure verdict on one sample, and an async sampler.
 
 Why sampled from outside: a member-by-member roll is only safe if, at every moment, a majority
-of the members is up and follows a leader. Two answers of each member say so:
+of the members runs, and any pause without a leader ends within an election. Two answers of each
+member say so:
 
 - its /health (etcd-io/etcd server/etcdserver/api/etcdhttp/metrics.go, v3.5.x `checkV3Health`;
   etcdserver/api/etcdhttp/metrics.go on the release-3.4 branch): true when it has no alarm, sees
@@ -9,14 +10,16 @@ of the members is up and follows a leader. Two answers of each member say so:
 - its status (`POST /v3/maintenance/status`, the gRPC gateway's JSON form on 3.4 and 3.5): the
   leader its raft follows, answered from the member's own state, and its server version.
 
-A member counts toward quorum when its /health is true, or when it answers its status naming a
-leader. The second half matters while a leader moves (the rolled member was the leader): for a
-few milliseconds the linearizable read of /health fails with "leader changed" on members that
-already follow the new leader. That is a pause in service, not a loss of quorum; the sampler
-keeps it visible as a "dip" (`dips`: runs of samples where fewer than a majority answered
-/health true), so a caller can bound how long service paused.
+A member counts toward quorum when it runs: its /health is true, its status names a leader, or
+its /health answers at all. The last two matter while a leader moves (the rolled member was the
+leader, and its stop hands leadership over): for a few milliseconds the members answer "no
+leader" (503 RAFT NO LEADER, caught once in a real roll), then the linearizable read of /health
+fails with "leader changed" on members that already follow the new leader. That is a pause in
+service, not a loss of quorum: every member still runs. The sampler keeps it visible as a "dip"
+(`dips`: runs of samples where fewer than a majority answered /health true), so a caller can
+bound how long service paused. A loss of quorum is a majority that does not answer at all.
 
-    verdict(sample, size) -> ""              quorum: a majority up and following a leader
+    verdict(sample, size) -> ""              quorum: a majority of the members running
                           -> "why not"       below quorum (names the members that are not)
 """
 from __future__ import annotations
@@ -46,11 +49,13 @@ class MemberSample:
     leader: int = 0  # the leader's member id in this member's status (0: none or not answered)
     version: str = ""  # the server version in its status ("" when not answered)
     error: str = ""  # why not healthy, as short as the answer allows
+    answered: bool = False  # its /health answered at all (the member runs), whatever it said
 
     @property
     def in_quorum(self) -> bool:
-        """Up and following a leader: /health true, or a status that names a leader."""
-        return self.healthy or self.leader != 0
+        """A voting member that runs: /health true, a status that names a leader, or a /health
+        answer at all ("no leader" for the instant a leader moves)."""
+        return self.healthy or self.leader != 0 or self.answered
 
 
 @dataclass(frozen=True)
@@ -73,8 +78,8 @@ def verdict(sample: QuorumSample, size: int) -> str:
     ok = sample.in_quorum
     if len(ok) >= need:
         return ""
-    down = ", ".join(f"{m.name} ({m.error or 'no leader'})" for m in sample.members if not m.in_quorum)
-    return f"{len(ok)} of {size} members up with a leader, {need} needed: {down}"
+    down = ", ".join(f"{m.name} ({m.error or 'not answering'})" for m in sample.members if not m.in_quorum)
+    return f"{len(ok)} of {size} members up, {need} needed: {down}"
 
 
 @dataclass(frozen=True)
@@ -165,9 +170,10 @@ class QuorumSampler:
 
     async def _member(self, m: MemberEndpoints) -> MemberSample:
         assert self._http is not None, "sample inside `async with`"
-        healthy, error = False, ""
+        healthy, answered, error = False, False, ""
         try:
             r = await self._http.get(m.health_url)
+            answered = True
             healthy = r.status_code == 200 and HEALTHY_BODY in r.text.replace(" ", "")
             error = "" if healthy else f"HTTP {r.status_code} {r.text.strip()[:120]}"
         except httpx.HTTPError as exc:
@@ -181,4 +187,4 @@ class QuorumSampler:
                     leader, version = int(doc.get("leader") or 0), str(doc.get("version") or "")
             except (httpx.HTTPError, ValueError):
                 pass  # leader and version are for the report; health decides the verdict
-        return MemberSample(name=m.name, healthy=healthy, leader=leader, version=version, error=error)
+        return MemberSample(name=m.name, healthy=healthy, leader=leader, version=version, error=error, answered=answered)

@@ -33,12 +33,12 @@ def test_verdict_three_members(healthy: tuple[bool, ...], ok: bool) -> None:
     why = verdict(_sample(*healthy), 3)
     assert (why == "") is ok
     if not ok:
-        assert why.startswith(f"{sum(healthy)} of 3 members up with a leader, 2 needed: ")
+        assert why.startswith(f"{sum(healthy)} of 3 members up, 2 needed: ")
         assert "m2 (down)" in why
 
 
 def test_a_member_missing_from_the_sample_counts_as_down() -> None:
-    assert verdict(_sample(True), 3) == "1 of 3 members up with a leader, 2 needed: "
+    assert verdict(_sample(True), 3) == "1 of 3 members up, 2 needed: "
 
 
 def test_a_leader_change_is_a_dip_not_a_loss_of_quorum() -> None:
@@ -47,7 +47,7 @@ def test_a_leader_change_is_a_dip_not_a_loss_of_quorum() -> None:
     moving = _sample(False, False, True, leaders=(0, 7, 7), at=2)
     assert verdict(moving, 3) == ""
     lost = _sample(False, False, True, leaders=(0, 0, 7))
-    assert verdict(lost, 3).startswith("1 of 3 members up with a leader")
+    assert verdict(lost, 3).startswith("1 of 3 members up, 2 needed")
     samples = [_sample(True, True, True, at=1), moving, _sample(False, False, True, leaders=(0, 7, 7), at=3),
                _sample(False, True, True, at=4), _sample(True, False, False, leaders=(7, 7, 7), at=5)]
     assert dips(samples, 3) == [Dip(2, 3, 2, "m1 (down), m2 (down)"), Dip(5, 5, 1, "m2 (down), m3 (down)")]
@@ -82,17 +82,20 @@ async def test_sampler_reads_health_leader_and_version() -> None:
     async with sampler:
         s = await sampler.sample_once()
     m1, m2, m3 = s.members
-    assert m1 == MemberSample("m1", True, leader=99, version="3.5.1")
-    assert (m2.healthy, m2.leader, m2.version) == (False, 0, "3.4.23")
+    assert m1 == MemberSample("m1", True, leader=99, version="3.5.1", answered=True)
+    assert (m2.healthy, m2.leader, m2.version, m2.answered) == (False, 0, "3.4.23", True)
     assert m2.error == 'HTTP 503 {"health":"false","reason":"no leader"}'
-    assert not m3.healthy and m3.error.startswith("ConnectError") and m3.version == ""
-    assert verdict(s, 3).startswith("1 of 3 members up with a leader")
+    assert not m3.healthy and not m3.answered and m3.error.startswith("ConnectError") and m3.version == ""
+    # m2 runs without a leader this instant (a leader moving): quorum holds, service dips
+    assert verdict(s, 3) == "" and dips([s], 3)[0].reason.startswith("m2 (HTTP 503")
+    lost = QuorumSample(at=1, members=(m1, MemberSample("m2", False, error="ConnectError: refused"), m3))
+    assert verdict(lost, 3) == "1 of 3 members up, 2 needed: m2 (ConnectError: refused), m3 (" + m3.error + ")"
 
 
 async def test_below_and_between_select_samples() -> None:
     sampler = QuorumSampler(MEMBERS)
     sampler.samples = [_sample(True, True, True, at=1), _sample(True, False, False, at=2), _sample(True, True, False, at=3)]
-    assert [(s.at, why.split(":")[0]) for s, why in sampler.below()] == [(2, "1 of 3 members up with a leader, 2 needed")]
+    assert [(s.at, why.split(":")[0]) for s, why in sampler.below()] == [(2, "1 of 3 members up, 2 needed")]
     assert [s.at for s in sampler.between(2, 3)] == [2, 3]
 
 
