@@ -24,6 +24,7 @@ from bke.contracts.agent import AgentHeartbeat, AgentProvisioned, GetCommandKey,
 from bke.contracts.health import GetHealth
 from bke.contracts.status import StatusError
 from bke.contracts.subjects import CHANNELS, COMMAND_SUBJECTS, DEADLETTER, EVENT_SUBJECTS, LEGACY_CLUSTER_REQUESTED, Channel
+from bke.lab import forkserver
 from bke.lab.supervisor import SERVICES, LabSupervisor
 from bke.lab.trust import ensure_lab_command_key
 from bke.adapters.provisioning import provision_agent
@@ -81,6 +82,7 @@ async def services(tmp_path, runtime, nats_url, redis_url, redis_client, monkeyp
     finally:
         for name in SERVICES:
             sup.stop_service(name)
+        forkserver.stop_server(sup.workdir)  # what forked them (the shared runtime stays up)
 
 
 async def _check_answer(ch: Channel, subject: str, case: Hostile, data: bytes) -> None:
