@@ -1,5 +1,5 @@
 """The lab's fork server: one Python process per lab work directory that has imported the BKE
-programs once and forks each service, the renewer, kwok and every agent launcher from there.
+programs once and forks each service, the renewer and every agent launcher from there.
 
 Why: a lab runs a dozen Python processes or more (five services, a renewer, an agent launcher and
 an agent per node) and starts them again on every kill, restart and upgrade. Each fresh
@@ -40,7 +40,7 @@ import signal
 import socket
 import sys
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import NoReturn
@@ -52,7 +52,7 @@ from bke.adapters.runtime.processes import ManagedProcess, exit_as_program, pid_
 __all__ = ["ENABLE_ENV", "PRELOAD", "SOCKET_NAME", "enabled", "ensure_server", "entry_point", "request_spawn", "serve",
            "spawn", "start_server", "stop_server"]
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("bke.lab.forkserver")  # the same name when it runs as __main__
 
 ENABLE_ENV = "BKE_LAB_FORKSERVER"
 SOCKET_NAME = "forkserver.sock"
@@ -86,21 +86,28 @@ def _socket_path(dir_fd: int) -> str:
     return f"/proc/self/fd/{dir_fd}/{SOCKET_NAME}"
 
 
-def request_spawn(workdir: Path, argv: Sequence[str], env: Mapping[str, str], log: Path,
-                  cwd: Path | None = None, timeout: float = 30.0) -> int:
-    """Ask the fork server of `workdir` to start `argv`; its pid. Raises OSError when none
-    answers (the caller starts the process itself) and RuntimeError when it could not fork."""
+@contextlib.contextmanager
+def _connected(workdir: Path, timeout: float) -> Iterator[socket.socket]:
+    """A connection to the fork server of `workdir`; OSError when none listens there."""
     dir_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
             sock.connect(_socket_path(dir_fd))
-            sock.sendall(json.dumps({"argv": list(argv), "env": dict(env), "log": str(log),
-                                     "cwd": str(cwd) if cwd else None}).encode())
-            sock.shutdown(socket.SHUT_WR)
-            answer = json.loads(_read_all(sock) or b"{}")
+            yield sock
     finally:
         os.close(dir_fd)
+
+
+def request_spawn(workdir: Path, argv: Sequence[str], env: Mapping[str, str], log: Path,
+                  cwd: Path | None = None, timeout: float = 30.0) -> int:
+    """Ask the fork server of `workdir` to start `argv`; its pid. Raises OSError when none
+    answers (the caller starts the process itself) and RuntimeError when it could not fork."""
+    with _connected(workdir, timeout) as sock:
+        sock.sendall(json.dumps({"argv": list(argv), "env": dict(env), "log": str(log),
+                                 "cwd": str(cwd) if cwd else None}).encode())
+        sock.shutdown(socket.SHUT_WR)
+        answer = json.loads(_read_all(sock) or b"{}")
     if "pid" not in answer:
         raise RuntimeError(f"the lab's fork server could not start {argv[0]}: {answer.get('error', 'no answer')}")
     return int(answer["pid"])
@@ -112,8 +119,11 @@ def spawn(workdir: Path, name: str, argv: Sequence[str], log: Path, env: Mapping
     ours; a fresh interpreter then, as also when the server cannot be reached."""
     if enabled(os.environ) and entry_point(argv) is not None:
         try:
-            ensure_server(workdir)
-            pid = request_spawn(workdir, argv, env, log)
+            try:
+                pid = request_spawn(workdir, argv, env, log)
+            except OSError:  # none listening yet (or any more): start it, then ask again
+                ensure_server(workdir)
+                pid = request_spawn(workdir, argv, env, log)
             _log.info("forked %s pid=%d log=%s", name, pid, log)
             return pid
         except (OSError, RuntimeError, TimeoutError) as exc:
@@ -163,16 +173,11 @@ def start_server(workdir: Path, env: Mapping[str, str], timeout: float = 120.0) 
 
 
 def _answers(workdir: Path) -> bool:
-    dir_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(5.0)
-            sock.connect(_socket_path(dir_fd))
+        with _connected(workdir, 5.0):  # connects and sends nothing: the server skips it
             return True
     except OSError:
         return False
-    finally:
-        os.close(dir_fd)
 
 
 def _read_all(sock: socket.socket) -> bytes:
@@ -218,7 +223,7 @@ def _become(request: dict[str, object], keep: Sequence[int]) -> None:
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(out, 1)
     os.dup2(out, 2)
-    os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 4096)
+    os.closerange(3, max(os.sysconf("SC_OPEN_MAX"), 4096))
     if request.get("cwd"):
         os.chdir(str(request["cwd"]))
     os.environ.clear()
@@ -235,12 +240,12 @@ def _name_process(name: str) -> None:
         Path("/proc/self/comm").write_text(name[:15])
 
 
-def _run_child(request: dict[str, object], keep: Sequence[int]) -> NoReturn:
-    """Never returns: the child's exit status is its entry point's, as `sys.exit(main())` gives."""
+def _run_child(main: Callable[[], object], request: dict[str, object], keep: Sequence[int]) -> NoReturn:
+    """Never returns: the child's exit status is `main`'s, as `sys.exit(main())` gives."""
 
     def run() -> object:
         _become(request, keep)
-        return _target(list(request["argv"]))()  # type: ignore[call-overload]
+        return main()
 
     exit_as_program(run)
 
@@ -271,11 +276,14 @@ def serve(workdir: Path) -> None:
         with conn:
             try:
                 conn.settimeout(30)
-                request = json.loads(_read_all(conn))
-                _target(request["argv"])  # refuse what it cannot run before forking
+                raw = _read_all(conn)
+                if not raw:
+                    continue  # a readiness probe (_answers): connected, asked nothing
+                request = json.loads(raw)
+                main = _target(request["argv"])  # refuse what it cannot run before forking
                 pid = os.fork()
                 if pid == 0:
-                    _run_child(request, (listener.fileno(), conn.fileno(), dir_fd))
+                    _run_child(main, request, (listener.fileno(), conn.fileno(), dir_fd))
                 conn.sendall(json.dumps({"pid": pid}).encode())
                 _log.info("forked pid %d: %s", pid, " ".join(request["argv"]))
             except Exception as exc:  # noqa: BLE001 - a bad request is answered, never fatal
