@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import pytest
 import redis.asyncio as aioredis
 
-from bke.adapters.state.keys.dispatcher import heartbeat_cgroup_key, heartbeat_key, heartbeat_runtime_key
+from bke.adapters.state.keys.dispatcher import health_key, heartbeat_cgroup_key, heartbeat_key, heartbeat_runtime_key
 from bke.adapters.state.keys.plan import plan_key
-from bke.contracts.agent import AgentHeartbeat, AgentRuntime, agent_subject
+from bke.contracts.agent import AgentHeartbeat, AgentRuntime, CommandResult, agent_subject
+from bke_dispatcher.health import HealthMonitor
+from bke_dispatcher.state import DispatcherState
 from bke_dispatcher.wiring.forgotten import Forgotten
 from bke_dispatcher.wiring.heartbeats import Heartbeats
 
@@ -87,13 +90,6 @@ async def test_a_health_answer_counts_as_a_beat(redis_client: aioredis.Redis) ->
     """An agent's answer to a health command (the install's last phase, then every round) records
     the node alive as a beat does: an upgrade asked for right after an install finds every agent
     alive though their first beats, sent before the plan was stored, were dropped."""
-    from datetime import datetime, timezone
-
-    from bke.adapters.state.keys.dispatcher import health_key
-    from bke.contracts.agent import CommandResult
-    from bke_dispatcher.health import HealthMonitor
-    from bke_dispatcher.state import DispatcherState
-
     async def never(*_: object) -> None:
         raise AssertionError("a recorded answer publishes nothing")
 

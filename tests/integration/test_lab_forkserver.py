@@ -131,7 +131,7 @@ def test_a_stopped_server_is_started_again_on_the_next_spawn(server: Path, tmp_p
 
 # A launcher's process that holds the agent's code: the agent is forked, not executed
 FORKED_AGENT = textwrap.dedent('''
-    import json, os, signal, sys, time
+    import json, os, signal, sys
     import bke_agent.main
     from bke_agent.forked import ForkedAgent, holds_agent_code
     assert holds_agent_code(sys.prefix) and not holds_agent_code("/some/other/venv")
@@ -139,7 +139,6 @@ FORKED_AGENT = textwrap.dedent('''
     init = ForkedAgent(["init"], env, before=lambda: None)
     init_code = init.wait(60)
     run = ForkedAgent(["run"], env, before=lambda: None)
-    time.sleep(0)
     alive = run.poll() is None
     run.terminate()
     run_code = run.wait(60)
