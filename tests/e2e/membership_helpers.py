@@ -28,7 +28,7 @@ from bke.adapters.state.plans import plan_digest
 from bke_agent.journal import read_executions
 from bke_agent.reset import RESET_TABLE
 from bke_agent.settings import LAB_STATE_SUBDIR
-from bke_dispatcher.engine import parse_command_id
+from bke_dispatcher.command_ids import parse_command_id
 
 BKE = str(Path(sys.executable).parent / "bke")
 

@@ -22,7 +22,7 @@ from bke.lab.identities import creds_path
 from bke.adapters.runtime.processes import pid_alive
 from bke_agent.lablayout import LabLayout
 from bke_agent.reset import RESET_TABLE
-from bke_dispatcher.engine import parse_command_id
+from bke_dispatcher.command_ids import parse_command_id
 
 from .membership_helpers import bke_cli
 

@@ -22,6 +22,7 @@ from bke.core.state.nodefiles import file_from_bytes
 from bke_agent.fleet import Fleet
 from bke_agent.settings import AgentSettings
 from bke_dispatcher.app import create_service
+from bke.adapters.state.lease import claim_lease, release_lease
 from bke_dispatcher.settings import DispatcherSettings
 from bke_dispatcher.state import DispatcherState
 from tests.trust_helpers import deployment_key, provision
@@ -29,17 +30,16 @@ from tests.trust_helpers import deployment_key, provision
 pytestmark = pytest.mark.integration
 
 
-async def test_phase_lease_is_exclusive_until_released(redis_url, redis_client):
+async def test_the_install_lease_is_exclusive_until_released(redis_url, redis_client):
     r = Redis.from_url(redis_url)
     try:
-        a, b = DispatcherState(r), DispatcherState(r)
-        assert await a.claim("c", "etcd", "replica-a", 10_000)
-        assert not await b.claim("c", "etcd", "replica-b", 10_000)
-        assert await a.claim("c", "etcd", "replica-a", 10_000)  # the holder renews
-        await b.release("c", "etcd", "replica-b")  # not the holder: no effect
-        assert not await b.claim("c", "etcd", "replica-b", 10_000)
-        await a.release("c", "etcd", "replica-a")
-        assert await b.claim("c", "etcd", "replica-b", 10_000)
+        assert await claim_lease(r, "c", "install", "replica-a", 10_000)
+        assert not await claim_lease(r, "c", "install", "replica-b", 10_000)
+        assert await claim_lease(r, "c", "install", "replica-a", 10_000)  # the holder renews
+        await release_lease(r, "c", "install", "replica-b")  # not the holder: no effect
+        assert not await claim_lease(r, "c", "install", "replica-b", 10_000)
+        await release_lease(r, "c", "install", "replica-a")
+        assert await claim_lease(r, "c", "install", "replica-b", 10_000)
     finally:
         await r.aclose()
 

@@ -279,7 +279,9 @@ async def test_bke_etcd_restore_status_asks_the_upgrader_over_the_bus(redis_clie
 async def test_an_install_holds_the_slot_while_it_runs_and_one_refused_by_another_fails_naming_it(redis_url, redis_client):
     from bke.contracts import PlanCreated
     from bke.adapters.state.nodefiles import RedisNodeFiles
-    from bke_dispatcher.engine import Engine
+    from bke_dispatcher.ops.install.commands import InstallCommands
+    from bke_dispatcher.ops.install.run import Installs
+    from bke_dispatcher.ops.install.store import InstallStore
     from bke_dispatcher.service_events import ServiceEvents
 
     from .test_dispatcher import _stored_cluster
@@ -292,8 +294,9 @@ async def test_an_install_holds_the_slot_while_it_runs_and_one_refused_by_anothe
 
     try:
         state, plans = DispatcherState(r), PlanCache(r)
-        engine = Engine(state, plans, RedisNodeFiles(r), publish, None, None, lambda: NOW, "me", sign=signed)  # type: ignore[arg-type]
-        events = ServiceEvents(state, plans, engine, lambda c: None, lambda: NOW)
+        commands = InstallCommands(state, RedisNodeFiles(r), None, publish, publish, lambda: NOW, signed)  # type: ignore[arg-type]
+        installs = Installs(InstallStore(state), plans, commands, None, lambda: NOW, "me")  # type: ignore[arg-type]
+        events = ServiceEvents(state, plans, installs, lambda c: None, lambda: NOW)
         for name in ("ins", "busy"):
             _, digest = await _stored_cluster(r, name)
             ev = PlanCreated(request_id=f"req-{name}", cluster=name, plan_key=f"bke:{name}:plan", plan_digest=digest,

@@ -12,11 +12,10 @@ import asyncio
 import logging
 
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Awaitable, Callable, Protocol
 
 from bke.core.errors import TemporaryError, is_unavailable
 from bke.adapters.tasks import cancel_and_wait
-from bke.contracts.statuses import InstallStatus
 
 __all__ = ["DONE", "Outcome", "PAUSED_RECHECK_S", "Reconciler", "Runner"]
 
@@ -45,9 +44,9 @@ class Reconciler(Protocol):
 
 
 class Runner:
-    def __init__(self, engine: Reconciler, state: Any = None, debounce_s: float = 0.2,
+    def __init__(self, engine: Reconciler, debounce_s: float = 0.2,
                  paused: Callable[[str], Awaitable[bool]] | None = None):
-        self.engine, self.state = engine, state
+        self.engine = engine
         # Asked before every pass: a paused cluster takes no new step (whatever was sent runs to
         # its end and its answers are kept; they are folded in once resumed).
         self.paused = paused
@@ -74,15 +73,6 @@ class Runner:
             if at_once:
                 self._at_once[cluster].set()
             self._events[cluster].set()
-
-    async def resume_all(self) -> list[str]:
-        """After a (re)start: pick up every install that was running."""
-        resumed = []
-        for cluster in await self.state.installs():
-            if (await self.state.install(cluster)).get("status") == InstallStatus.RUNNING:
-                self.kick(cluster)
-                resumed.append(cluster)
-        return resumed
 
     async def _loop(self, cluster: str, generation: int) -> None:
         event, at_once = self._events[cluster], self._at_once[cluster]

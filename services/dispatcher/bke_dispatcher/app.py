@@ -1,6 +1,6 @@
 """Dispatcher wiring: the composition root, a list of registrations, each in the module of
 `wiring/` named after what it wires (the operations beside the install register themselves,
-ops/wiring.py). No logic here (engine.py and decide.py run the install, ops/ the operations,
+ops/wiring.py). No logic here (ops/install and decide.py run the install, ops/ the operations,
 results.py and service_events.py decide what an answer changes, status.py what a client reads)."""
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The phase decision: pure, over typed records. Redis and the bus are the engine's business.
+"""The phase decision: pure, over typed records. Redis and the bus are the install loop's business
+(ops/install).
 
 Given one phase's record, its number of targets and what has been observed (agents registered,
 what the renderer and certs services said, bundles sealed), `decide_step` says what to do next:
@@ -8,7 +9,7 @@ what the renderer and certs services said, bundles sealed), `decide_step` says w
     Resend()                send the commands a retry put back in flight
     Wait(reason, delay)     come back later; the reason is shown by `bke status`
     Succeed()               every target succeeded
-    Fail()                  every target answered and some failed (the engine reads which)
+    Fail()                  every target answered and some failed (the loop reads which)
 
 Table-driven tests: tests/unit/dispatcher/test_dispatcher_decide.py.
 """
@@ -38,6 +39,7 @@ class PhaseRecord:
     cursor: int = 0  # targets[:cursor] have been sent a command
     retry: bool = False  # a retry put failed nodes back in flight; they are sent again first
     message: str = ""
+    total: int = 0  # its targets (set when the plan arrives)
 
     @classmethod
     def from_hash(cls, h: dict[str, str]) -> "PhaseRecord":
@@ -48,6 +50,7 @@ class PhaseRecord:
             cursor=int(h.get("cursor") or 0),
             retry=bool(h.get("retry")),
             message=h.get("message", ""),
+            total=int(h.get("total") or 0),
         )
 
 

@@ -1,12 +1,13 @@
 """The dispatcher's own work per phase (`Phase.local`): one object per name, chosen here, so
-that the engine knows none of them."""
+that the install knows none of them."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from bke.adapters.runner import Outcome
 from bke.core.plan import Plan
 
-from .engine import LocalWork, Outcome
+from .ports import LocalWork
 
 __all__ = ["LocalPhases"]
 

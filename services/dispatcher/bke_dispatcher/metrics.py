@@ -12,7 +12,7 @@ counted by status in Redis: never the per-node command hashes, one per phase) an
 dispatcher's plan cache (re-read only when its digest changes), then replaces the gauges' series
 so that a removed cluster disappears.
 
-A node is "in flight" while its node record says Running: the engine writes Running when it
+A node is "in flight" while its node record says Running: the install writes Running when it
 records a sent command and the result's status when one is counted (state.py), so this is the
 number of commands awaiting an answer; a node waiting for a retry reads Failed until it is sent
 again.

@@ -48,7 +48,7 @@ from bke.core.operation.refs import ref_of
 from bke.core.secrets.binding import result_refusal
 from bke.adapters.state.operation_slot import claim_operation
 
-from .engine import parse_command_id
+from .command_ids import parse_command_id
 from .phases import PHASES
 from .readiness import INPUT_SERVICE, InputStatus
 from .state import DispatcherState

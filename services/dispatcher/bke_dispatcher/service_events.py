@@ -1,4 +1,4 @@
-"""What the planner, renderer and certs services say about a cluster, recorded for the engine.
+"""What the planner, renderer and certs services say about a cluster, recorded for the install.
 
     plan created        -> start the install (or, for a replaced plan of an install that failed
                            before any node changed, start it again from the beginning)
@@ -7,7 +7,7 @@
     certs sealed        -> these nodes' bundles exist
 
 Each handler takes its typed event (bke.adapters.bus.handler), publishes nothing, records what it says
-and wakes the cluster's reconcile loop; the engine decides (a failed input fails the install at
+and wakes the cluster's reconcile loop; the install's loop decides (a failed input fails the install at
 once, with the service's reason). A failure can arrive before this dispatcher has seen the plan:
 the install record is then created from the failure event, and the plan event completes it.
 """
@@ -25,7 +25,7 @@ from bke.contracts.statuses import InstallStatus
 from bke.adapters.state import PlanCache
 from bke.adapters.state.operation_slot import claim_operation
 
-from .engine import Engine
+from .ops.install.run import Installs
 from .phases import PHASES
 from .readiness import InputRecord, InputStatus
 from .state import DispatcherState
@@ -36,9 +36,9 @@ log = logging.getLogger("bke.dispatcher")
 
 
 class ServiceEvents:
-    def __init__(self, state: DispatcherState, plans: PlanCache, engine: Engine, kick: Callable[[str], None],
+    def __init__(self, state: DispatcherState, plans: PlanCache, installs: Installs, kick: Callable[[str], None],
                  now: Callable[[], datetime]):
-        self.state, self.plans, self.engine, self.kick, self.now = state, plans, engine, kick, now
+        self.state, self.plans, self.installs, self.kick, self.now = state, plans, installs, kick, now
 
     async def plan_created(self, ev: PlanCreated) -> None:
         inst = await self.state.install(ev.cluster)
@@ -102,7 +102,7 @@ class ServiceEvents:
 
     async def _ensure_install(self, cluster: str, request_id: str, digest: str) -> None:
         if await self.state.start_install(cluster, request_id, self.now().isoformat(), digest):
-            await self.engine.set_total(cluster, await self.plans.load(cluster))
+            await self.installs.set_total(cluster, await self.plans.load(cluster))
         inst = await self.state.install(cluster)
         if inst.get("status") != InstallStatus.RUNNING:
             return
@@ -114,4 +114,4 @@ class ServiceEvents:
         if not claim.won:
             why = claim.refusal(cluster)
             log.warning("install refused: %s", why, extra={"cluster": cluster, "request_id": rid})
-            await self.engine.refuse(cluster, rid, why)
+            await self.installs.refuse(cluster, rid, why)

@@ -16,7 +16,7 @@ __all__ = ["DispatcherSettings"]
 class DispatcherSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="BKE_DISPATCHER_", extra="ignore", frozen=True)
 
-    # Identifies this replica in phase leases; unique per process.
+    # Identifies this replica in its operations' leases; unique per process.
     owner: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     lease_ms: int = 15000
     health_interval_s: float = 60.0

@@ -1,14 +1,14 @@
-"""The dispatcher's state in Redis: install, phases, per-node commands, leases, agents.
+"""The dispatcher's state in Redis: install, phases, per-node commands, agents.
 
     bke:<c>:install              hash  requestId planDigest status startedAt finishedAt phase message
-                                       kind nodesChanged
+                                       kind nodesChanged node endSent (ops/install/store.py)
     bke:<c>:inputs               hash  render|certs -> JSON {status, digest, reason, kind, node}: what
                                        the renderer and certs services said (their events)
     bke:<c>:sealed               set   nodes whose bundles certs said are sealed (`certs.sealed`)
     bke:<c>:phase:<slug>         hash  status startedAt finishedAt message total cursor ok failed gen
     bke:<c>:cmd:<slug>           hash  <node> -> JSON {id, gen, status, step, stderr, at}
     bke:<c>:node                 hash  <node> -> JSON {phase, status, step}
-    bke:<c>:lease:<slug>         string owner (PX ttl)   claimed before a phase step runs
+    bke:<c>:lease:install        string owner (PX ttl)   claimed before a pass of the install's loop
     bke:<c>:agents:accepted      hash  <node> -> agent id certs sealed the bundle to
     (read) bke:<c>:plan-meta     the planner's: the cluster's incarnation, which a result must answer
     bke:installs                 set   clusters with an install record
@@ -24,7 +24,6 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bke.adapters.state.lease import claim_lease, release_lease
 from bke.adapters.state.keys.plan import plan_meta_key
 from bke.adapters.state.keys.dispatcher import (
     accepted_agents_key, command_key, inputs_key, install_key, installs_index, node_status_key, phase_key,
@@ -210,13 +209,6 @@ class DispatcherState:
     async def nodes(self, cluster: str) -> dict[str, dict]:
         raw = await self.r.hgetall(node_status_key(cluster))
         return {_s(k): json.loads(v) for k, v in raw.items()}
-
-    # leases ------------------------------------------------------------------
-    async def claim(self, cluster: str, slug: str, owner: str, ttl_ms: int) -> bool:
-        return await claim_lease(self.r, cluster, slug, owner, ttl_ms)
-
-    async def release(self, cluster: str, slug: str, owner: str) -> None:
-        await release_lease(self.r, cluster, slug, owner)
 
     # agents ------------------------------------------------------------------
     # Learned from `certs.sealed` only (the certs service sealed to the key BKE provisioned),

@@ -17,7 +17,7 @@ from bke.core.secrets.signing import CommandSigner, SigningKeyError, sign_comman
 from bke_agent.command_keys import KEYRING_FILE, AgentKeyring
 from bke_agent.errors import PermanentStepError
 from bke_agent.verify import CommandVerifier
-from bke_dispatcher.engine import parse_command_id
+from bke_dispatcher.command_ids import parse_command_id
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 OLD, NEW, OTHER = CommandSigner.generate(), CommandSigner.generate(), CommandSigner.generate()

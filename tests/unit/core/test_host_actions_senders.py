@@ -45,7 +45,7 @@ from bke.core.upgrade.node_commands import node_upgrade_steps
 from bke.core.upgrade.run import LOCAL_STEPS, upgrade_command_id
 from bke.core.upgrade.target_plan import target_plan
 from bke_dispatcher.health import HEALTH_COMPONENTS
-from bke_dispatcher.engine import command_id
+from bke_dispatcher.command_ids import command_id
 from bke_dispatcher.phases import PHASES, NodeInputs
 from bke_dispatcher.ops.join.decide import join_slug
 from bke_dispatcher.ops.removal.decide import removal_slug

@@ -5,7 +5,7 @@ from bke.contracts.agent_steps import CheckHost, FetchFile, SystemdUnit, WaitHea
 from bke.core.plan import plan_spec_text
 from bke.core.state.nodefiles import file_from_bytes
 from bke.adapters.checksums import artefact_urls
-from bke_dispatcher.engine import command_id, parse_command_id
+from bke_dispatcher.command_ids import command_id, parse_command_id
 from bke_dispatcher.phases import PHASES, NodeInputs, init_node, phase_by_slug
 from bke.core.node_steps import file_phase
 

@@ -13,7 +13,7 @@ from bke.contracts.membership import JoinNodes, RemoveNodes
 from bke.core.operation import Answers, Fail, ServiceAnswer, Wait
 from bke.core.plan import plan_spec_text
 from bke.adapters.state.plans import plan_digest
-from bke_dispatcher.engine import parse_command_id
+from bke_dispatcher.command_ids import parse_command_id
 from bke_dispatcher.ops.join.decide import Join, apply_result, join_refusal, new_join, next_step, node_phases
 from bke_dispatcher.ops.removal.decide import Removal, new_removal, next_step as removal_next, removal_refusal
 from bke_dispatcher.ops.removal import decide as rm

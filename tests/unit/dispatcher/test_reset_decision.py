@@ -7,7 +7,7 @@ import pytest
 
 from bke.contracts.reset import ResetCluster
 from bke.core.plan import plan_spec_text
-from bke_dispatcher.engine import parse_command_id
+from bke_dispatcher.command_ids import parse_command_id
 from bke_dispatcher.ops.reset.decide import Reset, apply_result, new_reset, next_step, refusal, reset_order, reset_step
 
 SEED = plan_spec_text(open("examples/seed-3m1w.yaml").read()).plan

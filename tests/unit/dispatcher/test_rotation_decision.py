@@ -10,7 +10,7 @@ from bke.core.pki import node_file_refs
 from bke.core.pki.table import leaf_rows
 from bke.core.plan import plan_spec_text
 from bke.core.state.nodefiles import file_from_bytes
-from bke_dispatcher.engine import parse_command_id
+from bke_dispatcher.command_ids import parse_command_id
 from bke_dispatcher.reload import RELOADS, reload_for
 from bke_dispatcher.ops.rotation.decide import (
     Rotation, apply_result, new_rotation, next_step, node_steps, refusal, rotation_order,

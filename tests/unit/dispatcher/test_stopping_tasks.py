@@ -7,8 +7,7 @@ import time
 
 from bke.adapters.periodic import Periodic
 from bke.adapters.tasks import cancel_and_wait
-from bke_dispatcher.engine import Outcome
-from bke.adapters.runner import Runner
+from bke.adapters.runner import Outcome, Runner
 
 
 class SwallowingEngine:
@@ -30,7 +29,7 @@ class SwallowingEngine:
 
 async def test_the_runner_stops_although_its_reconcile_swallows_the_cancellation():
     engine = SwallowingEngine()
-    runner = Runner(engine, state=None, debounce_s=0.0)  # type: ignore[arg-type]
+    runner = Runner(engine, debounce_s=0.0)
     runner.kick("c1")
     await asyncio.wait_for(engine.entered.wait(), 5)
     t0 = time.monotonic()

@@ -20,7 +20,7 @@ from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.contracts.base import Message
 from bke.core.plan import Plan
 
-from ..engine import Checksums
+from ..ports import Checksums
 from ..state import DispatcherState
 
 __all__ = ["Deps"]

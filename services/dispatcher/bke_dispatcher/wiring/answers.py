@@ -80,9 +80,9 @@ def wire_answers(b: Basics, loops: Loops, command_keys: CommandKeyCarrier, known
                  forgotten: Forgotten) -> None:
     svc, joins, bs = b.svc, loops.joins, b.settings.batch_size
     # results of another incarnation of their cluster are dropped and counted (bke.adapters.bus.other_incarnation)
-    inputs = Inputs(b.state, loops.runner.kick, b.now, loops.health.record, loops.ops,
+    inputs = Inputs(b.state, loops.installs.kick, b.now, loops.health.record, loops.ops,
                     other_incarnation=OtherIncarnation(svc.metrics, svc.name), on_command_key=command_keys.on_result)
-    services = ServiceEvents(b.state, b.plans, loops.engine, loops.runner.kick, b.now)
+    services = ServiceEvents(b.state, b.plans, loops.installs, loops.installs.kick, b.now)
     answers = _Answers(services, loops, inputs, known, forgotten, SentOn(b.publish))
 
     def t(model: Any, handler: Any) -> Callable[[bytes], Awaitable[None]]:

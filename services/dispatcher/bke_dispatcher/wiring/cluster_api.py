@@ -19,7 +19,7 @@ from bke.lab.standins.manifests import LabManifests
 from bke.lab.standins.node_labels import LabNodes
 
 from ..api_health import ApiHealthWork, periodic_doc
-from ..engine import Checksums
+from ..ports import Checksums
 from ..local_work import LocalPhases
 from .basics import Basics
 

@@ -25,7 +25,7 @@ def watch_state(b: Basics, loops: Loops) -> EpochWatch:
     async def resume() -> list[str]:
         # a restored backup may predate results that were counted, acknowledged and lost since
         for cluster in await b.state.installs():
-            asked = await loops.engine.reask_in_flight(cluster)
+            asked = await loops.installs.reask_in_flight(cluster)
             if asked:
                 log.warning("state restored: commands in flight sent again to %s", ", ".join(asked[:10]),
                             extra={"cluster": cluster})

@@ -31,7 +31,7 @@ SEND_YIELD_EVERY = 32  # commands signed between two turns of the event loop
 def serve_node_commands(b: Basics, forgotten: Forgotten) -> None:
     # each command stored before the batch counts as sent (Service.publish, bke.adapters.bus.
     # stored_publish: a core publish is dropped while BKE_AGENT elects a leader); a chunk's
-    # publishes wait for their PubAcks side by side, as the install's engine sends a chunk
+    # publishes wait for their PubAcks side by side, as the install sends a chunk
     signing, publish = b.signing, b.svc.publish
 
     async def send(req: SendNodeCommands) -> None:

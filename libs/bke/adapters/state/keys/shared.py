@@ -3,7 +3,7 @@ operations claims the operation slot, holds its leases and keeps its own pause f
 
     bke:<c>:operation                    hash    the one operation running: kind, requestId, since
                                                  (claimed by dispatcher, upgrader, certs: bke.adapters.state.operation_slot)
-    bke:<c>:lease:<slug>                 string  a phase's or an upgrade's lease (dispatcher, upgrader: bke.adapters.state.lease)
+    bke:<c>:lease:<slug>                 string  an operation's lease (dispatcher, upgrader: bke.adapters.state.lease)
     bke:<c>:paused / <c>:upgrade:paused  hash    a person paused the operations  (bke.adapters.state.pause)
 """
 from __future__ import annotations

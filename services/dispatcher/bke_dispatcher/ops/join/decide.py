@@ -44,7 +44,7 @@ from bke.core.operation.fold import STDERR_KEEP
 from bke.core.plan import NodePlan, Plan
 from bke.core.state.schema import record_kind
 
-from ...engine import command_id
+from ...command_ids import command_id
 from ...phases import CONTROL_PLANE, PHASES, Phase
 from ..membership.refusals import gates_refusal, nodes_refusal
 from .agents import AGENTS_DEADLINE_S, agents_wait

@@ -56,7 +56,7 @@ from bke.core.errors import TemporaryError
 from bke.core.operation import Act, Answers, Decision, Fail, RunStatus, Wait
 from bke.core.plan import NodePlan, Plan
 
-from ...engine import Checksums
+from ...ports import Checksums
 from ...phases import NodeInputs, agent_sealers, phase_by_slug
 from ...state import DispatcherState
 from ..membership.gates import Busy, Gates, Judged, MembershipLoop, end_fields

@@ -37,7 +37,7 @@ from bke.core.operation import (
 from bke.core.operation.fold import STDERR_KEEP
 from bke.core.plan import NodePlan, Plan
 
-from ...engine import command_id
+from ...command_ids import command_id
 from ..membership.refusals import gates_refusal, nodes_refusal
 from ...phases import CONTROL_PLANE, ETCD
 

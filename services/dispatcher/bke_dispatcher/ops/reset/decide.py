@@ -26,7 +26,7 @@ from bke.core.operation.fold import STDERR_KEEP
 from bke.core.plan import NodePlan, Plan
 from bke.core.plan.models import quorum
 
-from ...engine import command_id
+from ...command_ids import command_id
 
 __all__ = [
     "NodeRun",

@@ -28,7 +28,7 @@ from bke.core.pki import node_file_refs
 from bke.core.plan import NodePlan, Plan
 from bke.core.state.nodefiles import NodeFile
 
-from ...engine import command_id
+from ...command_ids import command_id
 from ...phases import CONTROL_PLANE, ETCD, HEALTH_TIMEOUT_S
 from ...reload import reload_for
 from bke.core.node_steps import health_steps, write_steps
