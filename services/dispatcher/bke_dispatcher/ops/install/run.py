@@ -92,13 +92,19 @@ class Installs(OperationLoop[InstallRecord]):
             # naming it (retrying cannot make the signature good)
             log.warning("install refused: %s", exc, extra={"cluster": rec.cluster})
             rec.kind = "invalid"
-            return Fail(str(exc))
+            end = Fail(str(exc))
+            self._failed_at(rec, end)  # the loop calls no `ending` on an error's Fail
+            return end
         raise exc
 
     async def ending(self, rec: InstallRecord, end: Succeed | Fail) -> None:
         if isinstance(end, Succeed):
             rec.failed_phase, rec.failed_node, rec.kind = "", "", ""
-            return
+        else:
+            self._failed_at(rec, end)
+
+    def _failed_at(self, rec: InstallRecord, end: Fail) -> None:
+        """Where and how the install failed: its first unfinished phase, the node named, the kind."""
         current = rec.current(PHASES)
         rec.failed_phase, rec.failed_node = (current.slug if current is not None else ""), end.node
         if not rec.kind:  # not said by a carrier: a service's failure decides first (the inputs do not
