@@ -29,7 +29,7 @@ from bke.contracts.node_commands import NODE_COMMANDS_ANSWERED, NODE_COMMANDS_SE
 from bke.contracts.agent import AGENTS_PROVISION, agent_subject
 from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET
 from bke.contracts.identity import renew_identity_subject
-from bke.contracts.subjects import CERTS_ISSUED
+from bke.contracts.certs import CERTS_ISSUED
 from bke.adapters.auth.agent_renewal import RENEW_ALL
 from bke.adapters.etcdsnap.upload import publish_object
 from bke.adapters.runtime import EmbeddedRuntime
