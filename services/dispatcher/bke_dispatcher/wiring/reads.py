@@ -13,7 +13,7 @@ from typing import Literal
 
 from redis.asyncio import Redis
 
-from bke.adapters.bus.responder import serve_requests, typed_answer
+from bke.adapters.bus.responder import Answer, serve_requests, typed_answer
 from bke.adapters.state.command_signing import CommandSigning
 from bke.adapters.state.epoch import EpochWatch
 from bke.adapters.state.keys.dispatcher import heartbeat_cgroup_key, heartbeat_key, heartbeat_runtime_key
@@ -27,7 +27,7 @@ from ..ops.rotation.run import RotationStore
 from ..status import StatusReader, StatusResponder
 from .basics import Basics
 
-__all__ = ["COMMAND_KEY_QUEUE", "AgentFactsReader", "command_key_answer", "host_facts", "wire_reads"]
+__all__ = ["COMMAND_KEY_QUEUE", "AgentFactsReader", "agent_facts_answer", "command_key_answer", "host_facts", "wire_reads"]
 
 log = logging.getLogger("bke.dispatcher")
 COMMAND_KEY_QUEUE = "dispatcher-command-key"
@@ -41,10 +41,15 @@ def wire_reads(b: Basics, epoch: EpochWatch) -> StatusResponder:
     reader = StatusReader(b.redis, b.plans, rotation=RotationStore(b.redis).rotation_view)
     b.svc.http_routes.extend(dashboard_routes(DashboardReader(reader, b.state, b.plans, b.events, b.now,
                                                               guard=epoch.ensure_intact)))
-    facts = AgentFactsReader(b.redis, guard=epoch.ensure_intact)
-    serve_requests(b.svc, AGENT_FACTS_GET, AGENT_FACTS_QUEUE,
-                   typed_answer(GetAgentFacts, facts.answer, lambda why: StatusError(reason="Invalid", message=why)))
+    serve_requests(b.svc, AGENT_FACTS_GET, AGENT_FACTS_QUEUE, agent_facts_answer(b.redis, guard=epoch.ensure_intact))
     return StatusResponder(reader, guard=epoch.ensure_intact)
+
+
+def agent_facts_answer(redis: Redis, guard: Callable[[], None] = lambda: None) -> Answer:
+    """The answer to `bke.v1.agent-facts.get`, bytes to bytes: a request that is no GetAgentFacts
+    is answered Invalid naming its field, any other the AgentFactsReader's way."""
+    return typed_answer(GetAgentFacts, AgentFactsReader(redis, guard).answer,
+                        lambda why: StatusError(reason="Invalid", message=why))
 
 
 def command_key_answer(signing: CommandSigning) -> Callable[[str, bytes], Awaitable[bytes]]:
