@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from bke.contracts import CHANNELS, Channel
-from bke.contracts import (agent, apply, certs, cluster, deadletter, identity, install, membership, pause, render, reset, restore,
-                           rotation, subjects, upgrade)
+from bke.contracts.subjects import contract_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 # A service's code includes the shared service shape (dead-lettering lives there).
@@ -43,8 +42,7 @@ def _source(component: str) -> str:
 def _constants(subject: str) -> list[str]:
     """Names of the module-level constants whose value is this subject."""
     names = []
-    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation, upgrade, pause, restore, reset, membership, apply,
-                identity):
+    for mod in contract_modules().values():
         names += [k for k, v in vars(mod).items() if k.isupper() and v == subject]
     return sorted(set(names))
 
@@ -65,8 +63,7 @@ def _subject_patterns(subject: str) -> list[str]:
 def _helpers(subject: str) -> list[str]:
     """Contract helpers that build this subject from its placeholders, e.g. rotation_subject."""
     names = []
-    for mod in (subjects, certs, render, install, cluster, agent, deadletter, rotation, upgrade, pause, restore, reset, membership, apply,
-                identity):
+    for mod in contract_modules().values():
         for name, fn in vars(mod).items():
             if name.endswith("_subject") and callable(fn):
                 try:

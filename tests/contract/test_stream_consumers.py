@@ -24,3 +24,13 @@ def test_a_subject_of_several_consuming_services_is_not_in_a_work_queue():
             continue
         subject = ch.subject.replace("{cluster}", "c").replace("{node}", "n")
         assert _stream_of(subject) not in work_queues, f"{ch.subject}: consumed by {services} in a work queue"
+
+
+def test_each_channel_is_kept_in_the_stream_its_row_names():
+    """The streams' subjects come from the channel rows (`Channel.stream`): a subject lands in
+    the stream its row says, and a channel kept nowhere matches no stream."""
+    streams = {"commands": "BKE_COMMANDS", "events": "BKE_EVENTS", "agent-commands": "BKE_AGENT",
+               "agent-outputs": "BKE_AGENT_OUT", "dead-letters": "BKE_DEADLETTER", "": None}
+    for ch in CHANNELS:
+        subject = ch.subject.replace("{cluster}", "c").replace("{node}", "n").replace("{service}", "planner")
+        assert _stream_of(subject) == streams[ch.stream], ch.subject

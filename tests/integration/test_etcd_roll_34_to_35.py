@@ -54,7 +54,6 @@ from bke.core.render import RenderInputs, render_cluster
 from bke.core.render.result import RenderedFile
 from bke.adapters.runtime import mtls_context, port_is_free
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
-from bke.adapters.state.keys.dispatcher import accepted_agents_key
 from bke.core.upgrade.order import Change, ExpandedStep, expand_order
 from bke.adapters.upgrade.quorum import MemberEndpoints, QuorumSampler, verdict
 from bke.core.upgrade.run import new_run
@@ -317,9 +316,6 @@ async def roll(lab: Lab, etcd: Etcd, step: ExpandedStep, agents: dict[str, Agent
                                  kubernetes_version=run.target["kubernetes"], plan_digest=plan_digest(pj))
     store = UpgradeStore(redis)
     assert await store.start(run, lambda current: "") == ""
-    # the agents the install accepted (the dispatcher records them from certs.sealed): the
-    # upgrader believes a result only from the node's accepted agent
-    await redis.hset(accepted_agents_key(plan.cluster), mapping={h: a.identity.agent_id for h, a in agents.items()})
 
     async def publish(payload: bytes, subject: str, headers: dict[str, str]) -> None:
         await nats_client.publish(subject, payload, headers=headers or None)  # as Service.publish

@@ -41,6 +41,7 @@ from bke_upgrader.operation import Upgrades
 from bke_upgrader.ports import ClusterApi, Commands, Records, RunSettings
 from bke_upgrader.renders import Renders
 from bke_upgrader.store import UpgradeStore
+from tests.agent_facts_helpers import with_agent_facts
 from tests.trust_helpers import signed
 
 from .test_upgrader_restores import _req as restore_req
@@ -114,7 +115,7 @@ def _upgrades(redis: Redis) -> Upgrades:
     def now() -> datetime:
         return NOW
 
-    facts = LiveFacts(redis, dispatcher, now, heartbeat_stale_s=90.0, timeout_s=1.0)
+    facts = LiveFacts(with_agent_facts(redis, dispatcher), now, heartbeat_stale_s=90.0, timeout_s=1.0)
     return Upgrades(Records(UpgradeStore(redis), PlanCache(redis), RedisPlanStore(redis), facts),
                     Commands(None, None, Renders(), None, None), ClusterApi(None, None),  # type: ignore[arg-type]
                     RunSettings("slot-test", 30_000, now))

@@ -80,6 +80,12 @@ TABLE: dict[str, dict[str, str]] = {
     record_signing_key("plan"): {s: "r" for s in SERVICES},
     record_signing_key("render"): {s: "r" for s in SERVICES},
     node_files_signatures_key(C, "render"): {"renderer": "rw", "dispatcher": "r"},
+    # the dispatcher's record of the agents it hears: the upgrader asks for their facts
+    # (bke.contracts.agent_facts) and takes the answers it sends on as believed (bke_upgrader.results)
+    accepted_agents_key(C): {"dispatcher": "rw"},
+    heartbeat_key(C): {"dispatcher": "rw"},
+    heartbeat_cgroup_key(C): {"dispatcher": "rw"},
+    heartbeat_runtime_key(C): {"dispatcher": "rw"},
 }
 DANGEROUS = (("FLUSHALL",), ("FLUSHDB",), ("KEYS", "*"), ("CONFIG", "GET", "dir"), ("DEBUG", "SLEEP", "0"),
              ("SHUTDOWN",), ("ACL", "LIST"), ("MONITOR",))
@@ -122,8 +128,7 @@ NEEDS: dict[str, dict[str, str]] = {
                                   etcd_restores_index(), etcd_restore_key(C), etcd_restore_results_key(C),
                                   plan_key(C), plan_meta_key(C), operation_key(C), lease_key(C, "upgrade"),
                                   addons_key(C), node_labels_key(C), phase_key(C, "apply-labels")], "rw"),
-                 **dict.fromkeys([heartbeat_key(C), heartbeat_cgroup_key(C), heartbeat_runtime_key(C),
-                                  accepted_agents_key(C), provisioned_agents_key(C), addon_manifests_key(C),
+                 **dict.fromkeys([provisioned_agents_key(C), addon_manifests_key(C),
                                   api_credentials_key(C), node_files_key(C, "certs"), node_files_digest_key(C, "certs"),
                                   VRRP, etcd_snapshot_key(), record_signing_key("plan")], "r")},
     RENEWER: {auth_identities_key(): "rw", auth_authority_key(): "r"},
@@ -291,22 +296,24 @@ async def test_no_service_deletes_the_epoch_and_only_the_plans_writers_rewrite_a
             await r.aclose()
 
 
-async def test_the_upgrader_believes_a_result_from_the_accepted_agent_it_may_only_read(
+async def test_the_upgrader_records_an_answer_under_its_own_user_and_reads_no_agent_record(
         runtime: EmbeddedRuntime, redis_client: aioredis.Redis) -> None:
-    """The accepted agents are the dispatcher's record: the upgrader reads them with a WATCH,
-    never in a script (EVAL would ask for write access to them)."""
+    """The accepted agents and the heartbeats are the dispatcher's record: the upgrader records
+    the answers the dispatcher believed without them (bke_upgrader.results), and may neither read
+    nor forge them."""
     r = _client(runtime, "upgrader")
     try:
         store = UpgradeStore(r)
         cid = f"{C}/upgrade@r1@workers/n1/0"
         result = CommandResult.model_validate({"commandId": cid, "cluster": C, "node": "n1", "agentId": "a",
                                                "status": "Succeeded", "steps": [], "startedAt": "t0", "finishedAt": "t1"})
-        assert await store.record_if_accepted(result, "", "") == "no agent of this node was accepted"
-        await redis_client.hset(accepted_agents_key(C), "n1", "a")
-        assert await store.record_if_accepted(result, "", "") == ""
+        assert await store.record_if_current(result, "", "") == ""
         assert await redis_client.hexists(upgrade_results_key(C), cid)
-        with pytest.raises(NoPermissionError):
-            await r.hset(accepted_agents_key(C), "n1", "forged")
+        for key in (accepted_agents_key(C), heartbeat_key(C), heartbeat_runtime_key(C)):
+            with pytest.raises(NoPermissionError):
+                await r.hget(key, "n1")
+            with pytest.raises(NoPermissionError):
+                await r.hset(key, "n1", "forged")
     finally:
         await r.aclose()
 

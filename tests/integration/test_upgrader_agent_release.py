@@ -1,7 +1,8 @@
 """The agents step with an agent release, on real Redis and NATS: the upgrader's own `Upgrades`
 (bke_upgrader.operation) runs a stored upgrade of the split-etcd example with a bundle-shaped
 release (every Python and arch), each node's runtime where the dispatcher records it from the
-heartbeats (`bke:<c>:heartbeat:runtime`). Each node's signed command must list only the wheels
+heartbeats (`bke:<c>:heartbeat:runtime`), answered by the dispatcher's own handler (the agents'
+facts). Each node's signed command must list only the wheels
 its Python and arch install (an aarch64 3.12 node other ones than the x86_64 3.11 nodes); a node
 whose agent reported no runtime fails the step naming it and gets no command."""
 from __future__ import annotations
@@ -17,12 +18,14 @@ from redis import asyncio as aioredis
 from bke.contracts.agent import AgentCommand, AgentRuntime
 from bke.contracts.agent_steps import CheckHost, UpdateAgent
 from bke.adapters.state.keys.dispatcher import heartbeat_runtime_key
+from bke_upgrader.agent_facts import AgentFactsClient
 from bke_upgrader.agent_release import ReleaseSource
 from bke_upgrader.operation import Upgrades
 from bke_upgrader.ports import ClusterApi, Commands, Records, RunSettings
 from bke_upgrader.renders import Renders
 from bke_upgrader.store import UpgradeStore
 from bke.adapters.state import PlanCache, RedisPlanStore
+from tests.agent_facts_helpers import with_agent_facts
 
 from ..unit.upgrade_helpers import SPLIT, plan_of
 from .test_upgrader_permanent_failure import _now, _stored_run
@@ -63,7 +66,8 @@ async def _agents_step(redis: aioredis.Redis, nc: NatsClient, tmp_path: Path, ru
 
     upgrades = Upgrades(Records(store, PlanCache(redis), RedisPlanStore(redis), None),  # type: ignore[arg-type]
                         Commands(publish, sign, Renders(), None, None,  # type: ignore[arg-type]
-                                 release=ReleaseSource(_bundle(tmp_path), 60.0, redis)),
+                                 release=ReleaseSource(_bundle(tmp_path), 60.0,
+                                                       AgentFactsClient(with_agent_facts(redis), 1.0))),
                         ClusterApi(None, None), RunSettings("release-test", 30_000, _now))  # type: ignore[arg-type]
     outcome = await upgrades.reconcile(plan.cluster)
     return signed, store, outcome.reason

@@ -39,7 +39,7 @@ from bke.contracts.apply import APPLY_ACCEPTED, APPLY_CLUSTER, APPLY_REJECTED, A
 from bke.contracts.render import RENDER_MANIFESTS
 from bke.core.plan import plan_spec_text
 from bke.adapters.state import PlanCache, RedisPlanStore, plan_digest
-from bke.adapters.state.keys.dispatcher import accepted_agents_key, node_labels_key
+from bke.adapters.state.keys.dispatcher import node_labels_key
 from bke_upgrader.ops.apply.run import Applies
 from bke_upgrader.certs import UpgradeCerts
 from bke_upgrader.membership import ApplyMembership
@@ -136,9 +136,8 @@ async def _answer(store: UpgradeStore, cmd: AgentCommand, failed: str = "") -> N
     res = CommandResult(command_id=cmd.command_id, cluster=cmd.cluster, node=cmd.node, agent_id="a",
                         status="Failed" if failed else "Succeeded", steps=steps, started_at=_now().isoformat(),
                         finished_at=_now().isoformat())
-    # as the results subscriber records it (from the node's accepted agent): this process knows at once
-    await store.r.hset(accepted_agents_key(cmd.cluster), cmd.node, "a")
-    assert await store.record_if_accepted(res, steps[0].id if steps else "", failed) == ""
+    # as the results subscriber records the dispatcher's believed answer: this process knows at once
+    assert await store.record_if_current(res, steps[0].id if steps else "", failed) == ""
 
 
 async def test_a_controller_manager_flag_goes_master_by_master_then_replaces_the_plan(

@@ -12,7 +12,6 @@ from nats.aio.client import Client as NatsClient
 from redis import asyncio as aioredis
 
 from bke.contracts.agent import AgentCommand, CommandResult
-from bke.adapters.state.keys.dispatcher import accepted_agents_key
 
 from ..unit.upgrade_helpers import SPLIT, plan_of
 from .test_upgrader_permanent_failure import _stored_run, _upgrades
@@ -36,7 +35,6 @@ async def test_the_batch_s_last_answer_kicks_at_once_and_the_others_ordinarily(
     plan = plan_of(SPLIT)
     store = await _stored_run(redis_client, plan)
     hosts = [n.hostname for n in plan.nodes]
-    await redis_client.hset(accepted_agents_key(plan.cluster), mapping={h: f"agent-{h}" for h in hosts})
     sent: list[AgentCommand] = []
 
     async def sign(cmd: AgentCommand) -> bytes:

@@ -1,6 +1,7 @@
 """The upgrader's live facts (bke_upgrader.facts) on a real Redis: certificate expiry from the
-certs service's read model, every page; the cgroup version from what agents reported through
-the dispatcher; unknown when not every node reported, never guessed."""
+certs service's read model, every page; the cgroup version from what agents reported, as the
+dispatcher answers it (its own handler over the keys its heartbeats write); unknown when not
+every node reported, never guessed."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -10,7 +11,8 @@ import pytest
 from bke.contracts.expiration import EXPIRATION_GET, CertExpiration, ExpiryItem, GetExpiration
 from bke.contracts.status import StatusError
 from bke.adapters.state.keys.dispatcher import heartbeat_cgroup_key
-from bke_upgrader.facts import LiveFacts
+from bke_upgrader.facts import LiveFacts, cgroup_v1_hosts
+from tests.agent_facts_helpers import with_agent_facts
 
 from ..unit.upgrade_helpers import SEED, plan_of
 
@@ -35,16 +37,16 @@ async def test_expiry_is_read_page_by_page_and_cgroup_v1_hosts_from_the_agents_r
         nxt = ask.offset + 3 if ask.offset + 3 < 7 else None
         return CertExpiration(cluster=plan.cluster, now=NOW.isoformat(), total=7, rows=rows, next_offset=nxt).to_bytes()
 
-    facts = LiveFacts(redis_client, request, lambda: NOW, heartbeat_stale_s=90, timeout_s=1)
+    facts = LiveFacts(with_agent_facts(redis_client, request), lambda: NOW, heartbeat_stale_s=90, timeout_s=1)
     got = await facts.cert_expiry(plan.cluster)
     assert got == {f"apiserver@n{i}": NOW + timedelta(days=i) for i in range(7)}
     assert [a.offset for a in asked] == [0, 3, 6]
 
-    key = heartbeat_cgroup_key(plan.cluster)
+    key, hosts = heartbeat_cgroup_key(plan.cluster), [n.hostname for n in plan.nodes]
     await redis_client.hset(key, mapping={"master1": "2", "master2": "1", "master3": "2"})
-    assert await facts.cgroup_v1_hosts(plan) is None  # node1 reported nothing yet: not known
+    assert cgroup_v1_hosts(await facts.agents.get(plan.cluster, hosts)) is None  # node1 reported nothing yet: not known
     await redis_client.hset(key, "node1", "1")
-    assert await facts.cgroup_v1_hosts(plan) == frozenset({"master2", "node1"})
+    assert cgroup_v1_hosts(await facts.agents.get(plan.cluster, hosts)) == frozenset({"master2", "node1"})
 
 
 async def test_no_pki_or_no_answer_leaves_expiry_unknown(redis_client):
@@ -55,5 +57,5 @@ async def test_no_pki_or_no_answer_leaves_expiry_unknown(redis_client):
         raise TimeoutError
 
     for request in (not_found, silent):
-        facts = LiveFacts(redis_client, request, lambda: NOW, heartbeat_stale_s=90, timeout_s=1)
+        facts = LiveFacts(request, lambda: NOW, heartbeat_stale_s=90, timeout_s=1)
         assert await facts.cert_expiry("c") is None

@@ -25,7 +25,6 @@ from bke.core.secrets.sealing import agent_key_id, generate_agent_key, public_ke
 from bke.core.secrets.snapshot_key import SnapshotKey, record_mac
 from bke.adapters.state import PlanCache, RedisPlanStore
 from bke.adapters.state.keys.certs import provisioned_agents_key
-from bke.adapters.state.keys.dispatcher import accepted_agents_key
 from bke.adapters.state.operation_slot import operation_holder
 from bke_upgrader.ops.restore.pieces import PieceServer
 from bke_upgrader.ops.restore.run import Restores, Snapshots
@@ -66,7 +65,6 @@ async def _lab(redis_client, tmp_path: Path, recorded_sha: str = "") -> Lab:  # 
     prov = ProvisionAgent(cluster=c, node="master1", agent_id=agent_key_id(agent.public_key()),
                           seal_public_key_b64=base64.b64encode(public_key_to_raw(agent.public_key())).decode())
     await redis_client.hset(provisioned_agents_key(c), "master1", prov.model_dump_json(by_alias=True))
-    await redis_client.hset(accepted_agents_key(c), mapping={h: f"agent-{h}" for h in MASTERS})
     rec = SnapshotRecord(snapshot_id=SID, cluster=c, etcd_cluster="etcd-data", member="master1", node="master1",
                          revision=42, size=len(DATA), sha256=recorded_sha or hashlib.sha256(DATA).hexdigest(),
                          sealed_to=KEY.key_id, taken_at=NOW.isoformat(), object_name=object_name(c, "etcd-data", SID),

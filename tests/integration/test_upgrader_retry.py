@@ -30,6 +30,7 @@ from bke_upgrader.renders import Renders
 from bke_upgrader.retries import Retries
 from bke_upgrader.store import UpgradeStore
 
+from tests.agent_facts_helpers import with_agent_facts
 from ..unit.upgrade_helpers import SPLIT, plan_of
 
 pytestmark = pytest.mark.integration
@@ -66,7 +67,7 @@ async def _setup(redis: aioredis.Redis):  # type: ignore[no-untyped-def]
     async def dispatcher(subject: str, payload: bytes, timeout: float) -> bytes:
         return status.to_bytes()
 
-    facts = LiveFacts(redis, dispatcher, _now, heartbeat_stale_s=90.0, timeout_s=1.0)
+    facts = LiveFacts(with_agent_facts(redis, dispatcher), _now, heartbeat_stale_s=90.0, timeout_s=1.0)
     kicked: list[str] = []
     upgrades = Upgrades(Records(store, PlanCache(redis), RedisPlanStore(redis), facts),
                         Commands(None, None, Renders(), None, None), ClusterApi(None, None),  # type: ignore[arg-type]

@@ -27,9 +27,10 @@ from bke.adapters.bus.streams import (AGENT_OUTPUT_STREAM, AGENT_STREAM, BUCKETS
                                       check_streams, ensure_streams)
 from bke.contracts.node_commands import NODE_COMMANDS_ANSWERED, NODE_COMMANDS_SEND
 from bke.contracts.agent import AGENTS_PROVISION, agent_subject
+from bke.contracts.agent_facts import AGENT_FACTS_GET, AGENT_FACTS_QUEUE
 from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET
 from bke.contracts.identity import renew_identity_subject
-from bke.contracts.subjects import CERTS_ISSUED
+from bke.contracts.certs import CERTS_ISSUED
 from bke.adapters.auth.agent_renewal import RENEW_ALL
 from bke.adapters.etcdsnap.upload import publish_object
 from bke.adapters.runtime import EmbeddedRuntime
@@ -156,6 +157,24 @@ async def test_only_a_nodes_agent_asks_to_renew_its_identity_and_only_the_renewe
     await clients["agent"].nc.flush()
     msg = await sub.next_msg(timeout=5)
     assert (msg.subject, msg.data) == (own, b"{}")
+
+
+async def test_only_the_upgrader_asks_the_agents_facts_and_only_the_dispatcher_hears_it(
+        clients: dict[str, Client]) -> None:
+    """The agents' facts are the dispatcher's answer to the upgrader (bke.contracts.agent_facts):
+    nobody else may ask (a dashboard, the operator, an agent neither), nobody else may hear the
+    question; the upgrader's request reaches the dispatcher's queue group and its answer comes
+    back (positive control: the responder's `allow_responses`)."""
+    for role in (role for role in IDENTITIES if role != "upgrader"):
+        assert await clients[role].pub_refused(AGENT_FACTS_GET), role
+    for role in (role for role in IDENTITIES if role != "dispatcher"):
+        assert await clients[role].sub_refused(AGENT_FACTS_GET), role
+    sub = await clients["dispatcher"].nc.subscribe(AGENT_FACTS_GET, queue=AGENT_FACTS_QUEUE)
+    await clients["dispatcher"].nc.flush()
+    asked = asyncio.create_task(clients["upgrader"].nc.request(AGENT_FACTS_GET, b"{}", timeout=5))
+    msg = await sub.next_msg(timeout=5)
+    await msg.respond(b"answered")
+    assert (await asked).data == b"answered"
 
 
 async def test_nobody_but_the_deploy_identity_can_source_the_agent_stream_into_events(

@@ -35,10 +35,12 @@ from pydantic import Field
 
 from .agent_steps import Step
 from .base import Message
+from .channel import Channel
 from .operation_ref import OperationRef
 from .statuses import FinishedStatus, StepResultStatus
 
 __all__ = [
+    "CHANNELS",
     "AGENT_VERSION",
     "subject_node",
     "AGENT_PREFIX",
@@ -302,3 +304,27 @@ class AgentHeartbeat(Message):
     # the agent's version, Python and platform (the upgrade's agents step picks the wheels of an
     # update for it); None: an agent older than this field (the agents step cannot update it)
     runtime: AgentRuntime | None = None
+
+
+# A node's commands, and what its agent sends back, are kept in two streams of their own
+# (bke.adapters.bus.streams says why they are apart); a node's agent may publish only its own
+# output subjects (bke.adapters.auth.permissions). Heartbeats are kept in none.
+CHANNELS: tuple[Channel, ...] = (
+    Channel("bke.v1.agent.{cluster}.{node}.command", AgentCommand, "command", "Steps for one node's agent, signed by the dispatcher (the upgrader's too, sent through it); secret files sealed to that agent.", ("dispatcher",), ("agent",),
+            stored="agent-commands"),
+    Channel("bke.v1.agent.{cluster}.{node}.result", CommandResult, "event", "The agent ran (or replayed) a command; it echoes the command's operation, by which the dispatcher routes the answer.", ("agent",), ("dispatcher",),
+            stored="agent-outputs"),
+    Channel("bke.v1.agent.{cluster}.{node}.upgrader-result", CommandResult, "event",
+            "Deprecated: where agents of the previous release answer the upgrader's commands; read by the dispatcher like result, until bke.v2.",
+            ("agent",), ("dispatcher",), stored="agent-outputs"),
+    Channel("bke.v1.agent.{cluster}.{node}.registered", AgentRegistered, "event", "An agent started and announces its public keys (sealed to only if they are the ones provisioned).", ("agent",), ("certs",),
+            stored="agent-outputs"),
+    Channel("bke.v1.agent.{cluster}.{node}.refused", CommandRefused, "event", "The agent refused a command (unsigned, not the dispatcher's key, another node, expired or not yet valid); nothing ran.", ("agent",), ("dispatcher",),
+            stored="agent-outputs"),
+    Channel(AGENTS_PROVISION, ProvisionAgent, "request", "Record the key BKE made for a node's agent at provisioning (operator only; queue group certs-provision; core NATS, not stored).", ("cli",), ("certs",), (AgentProvisioned,)),
+    Channel(AGENTS_COMMAND_KEY, GetCommandKey, "request", "The dispatcher's command-signing public key, given to agents at provisioning (queue group dispatcher-command-key; core NATS, not stored).", ("cli",), ("dispatcher",), (CommandKey,)),
+    Channel(AGENTS_ACCEPTED, AgentAccepted, "event", "A registration's key is the one provisioned for its node: the node's results are believed only from this agent.", ("certs",), ("dispatcher",)),
+    Channel(AGENTS_REFUSED, AgentRefused, "event", "A registration's key is not the one provisioned for its node (or none was): nothing was sealed to it.", ("certs",), ("dispatcher",)),
+    Channel("bke.v1.heartbeat.{cluster}.{node}", AgentHeartbeat, "event", "Agent liveness (core NATS, not stored).", ("agent",), ("dispatcher",),
+            stored=""),
+)

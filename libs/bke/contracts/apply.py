@@ -15,11 +15,12 @@ from typing import Any, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from .base import ErrorItem, Message, OneSpecSource, without_none
+from .channel import Channel
 from .drain import DrainOptions
 from .changes import ChangeAction
 from .upgrade import UpgradeStepView
 
-__all__ = ["APPLY_ACCEPTED", "APPLY_CLUSTER", "APPLY_REJECTED", "MAX_APPLY_SPEC_CHARS", "ApplyAccepted",
+__all__ = ["CHANNELS", "APPLY_ACCEPTED", "APPLY_CLUSTER", "APPLY_REJECTED", "MAX_APPLY_SPEC_CHARS", "ApplyAccepted",
            "ApplyCluster", "ApplyRejected"]
 
 APPLY_CLUSTER = "bke.v1.cluster.apply"
@@ -64,3 +65,10 @@ class ApplyRejected(Message):
     cluster: str
     message: str
     refusals: list[ErrorItem] = []  # path = the rule's name (SplitUnchanged, NotBuilt, Busy, ...)
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel(APPLY_CLUSTER, ApplyCluster, "command", "Carry out a changed spec on a running cluster (rolls, labels and taints, addons), or with dryRun only answer the actions it would take; its run is followed on the upgrade's changed subject.", ("cli",), ("upgrader",)),
+    Channel(APPLY_ACCEPTED, ApplyAccepted, "event", "A changed spec was accepted: the per-node actions in order and the steps of its run.", ("upgrader",), ("cli",)),
+    Channel(APPLY_REJECTED, ApplyRejected, "event", "A changed spec was refused: every refusal by rule name (a change this build cannot carry out names its kind; a malformed request: its field).", ("upgrader",), ("cli",)),
+)

@@ -6,8 +6,10 @@ from typing import Any, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from .base import FailureKind, Message, without_none
+from .channel import Channel
 
 __all__ = [
+    "CHANNELS",
     "CERTS_FAILED",
     "CERTS_ISSUED",
     "CERTS_RENEWED",
@@ -133,3 +135,13 @@ class CertsRenewed(Message):
     origin: RenewOrigin = "cli"
     certificates: list[RenewedCertificate]
     at: str
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel(CERTS_ISSUED, CertsIssued, "event", "The cluster PKI is ensured for a plan (references, never keys); the upgrader reads the answer to a changed spec's re-issue.", ("certs",), ("dispatcher", "upgrader")),
+    Channel(CERTS_FAILED, CertsFailed, "event", "The PKI could not be ensured, or one node's bundle could not be sealed (the install fails with this reason), or a renewal was refused or failed.", ("certs",), ("dispatcher", "cli", "upgrader")),
+    Channel(CERTS_SEALED, CertsSealed, "event", "These nodes' bundles are sealed to their agents and stored.", ("certs",), ("dispatcher",)),
+    Channel(ISSUE_CERTS, IssueCerts, "command", "Ensure the PKI and seal every agent's bundle again (a retry after a certificates failure, a join, a changed spec whose certificate names change).", ("dispatcher", "upgrader"), ("certs",)),
+    Channel(RENEW_CERTS, RenewCerts, "command", "Renew leaf certificates: by name, all, or those expiring within N days (the certs service's automatic renewal sends it too; the upgrader, for the components it upgrades).", ("cli", "certs", "upgrader"), ("certs",)),
+    Channel(CERTS_RENEWED, CertsRenewed, "event", "A renewal request's certificates were renewed and re-sealed: one event listing each with its nodes; the dispatcher rotates them onto the nodes (the upgrader delivers those of its own renewal, origin upgrade).", ("certs",), ("dispatcher", "cli", "upgrader")),
+)

@@ -8,16 +8,15 @@ store away). Nothing changes anywhere: that is `bke apply --dry-run`.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field
 
 from .base import ErrorItem, Message, OneSpecSource
+from .channel import Channel
+from .status import StatusError
 
-if TYPE_CHECKING:
-    from .status import StatusError
-
-__all__ = ["CHANGES_VERSION", "CLUSTER_DIFF", "DIFF_QUEUE", "ChangeAction", "ClusterChanges", "DiffCluster",
+__all__ = ["CHANNELS", "CHANGES_VERSION", "CLUSTER_DIFF", "DIFF_QUEUE", "ChangeAction", "ClusterChanges", "DiffCluster",
            "EtcdMembership", "NodeFileChanges", "parse_changes_reply"]
 
 CLUSTER_DIFF = "bke.v1.cluster.diff"
@@ -73,9 +72,12 @@ class ClusterChanges(Message):
     etcd_health_message: str = ""
 
 
-def parse_changes_reply(data: bytes) -> "ClusterChanges | StatusError":
+def parse_changes_reply(data: bytes) -> ClusterChanges | StatusError:
     """The planner's reply: the changes, or why there are none to show."""
-    from .status import StatusError
-
     kind = ClusterChanges if b'"bke.v1/ClusterChanges"' in data else StatusError
     return kind.model_validate_json(data)
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel(CLUSTER_DIFF, DiffCluster, "request", "What applying this spec to the running cluster would change, or why it is refused, answered by the planner from the stored plan (queue group planner-diff; core NATS, not stored; changes nothing): bke apply --dry-run.", ("cli",), ("planner",), (ClusterChanges, StatusError), reads=True),
+)

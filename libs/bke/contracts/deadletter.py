@@ -7,9 +7,11 @@ not become the flood's new target), and one `AgentFlooding` event (bke.adapters.
 from __future__ import annotations
 
 from .base import Message
+from .channel import Channel
 
-__all__ = ["AGENTS_FLOODING", "AgentFlooding", "DeadLettered"]
+__all__ = ["CHANNELS", "DEADLETTER", "AGENTS_FLOODING", "AgentFlooding", "DeadLettered"]
 
+DEADLETTER = "bke.v1.deadletter"
 AGENTS_FLOODING = "bke.v1.agents.flooding"
 
 
@@ -35,3 +37,12 @@ class AgentFlooding(Message):
     window_s: float
     since: str  # the window's start
     at: str
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel(AGENTS_FLOODING, AgentFlooding, "event", "A node's agent sent more outputs that answer no command in flight (or are no message) within a window than a working agent does: counts only, one per node and window; the dead-letter stream holds one summary of it, never the payloads.", ("dispatcher", "certs", "upgrader"), (),
+            external="heard by dashboards (they may hear every event) and operators' tools (`nats sub bke.v1.agents.flooding`); `bke deadletters list` shows its summary"),
+    Channel(DEADLETTER + ".{service}", DeadLettered, "event", "A message a service gave up on: malformed (at once) or still failing after its maximum deliveries.", ("planner", "certs", "renderer", "dispatcher", "upgrader"), (),
+            external="read by operators (`bke deadletters list|show`); no service consumes what another gave up on",
+            stored="dead-letters"),
+)

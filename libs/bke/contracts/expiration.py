@@ -7,9 +7,11 @@ from typing import Annotated, Final, Literal, Union
 from pydantic import Field, TypeAdapter
 
 from .base import Message
+from .channel import Channel
 from .status import StatusError
 
 __all__ = [
+    "CHANNELS",
     "EXPIRATION_GET",
     "EXPIRATION_QUEUE",
     "CertExpiration",
@@ -57,3 +59,8 @@ _REPLY: TypeAdapter[CertExpiration | StatusError] = TypeAdapter(ExpirationReply)
 
 def parse_expiration_reply(data: bytes) -> CertExpiration | StatusError:
     return _REPLY.validate_json(data)
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel(EXPIRATION_GET, GetExpiration, "request", "The expiry of a cluster's certificates, paged, served by the certs service (queue group certs-expiration; core NATS, not stored); the upgrader asks it before an upgrade.", ("cli", "upgrader"), ("certs",), (CertExpiration, StatusError), reads=True),
+)

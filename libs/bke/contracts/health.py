@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Final, Literal
 
 from .base import Message
+from .channel import Channel
 
-__all__ = ["HEALTH_PREFIX", "SERVICE_HEALTH_VERSION", "GetHealth", "ServiceHealth", "health_subject"]
+__all__ = ["CHANNELS", "HEALTH_PREFIX", "SERVICE_HEALTH_VERSION", "GetHealth", "ServiceHealth", "health_subject"]
 
 HEALTH_PREFIX = "bke.v1.health"
 SERVICE_HEALTH_VERSION: Final = "bke.v1/ServiceHealth"
@@ -31,3 +32,9 @@ class ServiceHealth(Message):
     # Messages this process handled to the end, per durable consumer, since it started: with
     # replicas sharing a consumer, each one's share of the work.
     handled: dict[str, int] = {}
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel(HEALTH_PREFIX + ".{service}", GetHealth, "request", "Whether a service is ready (NATS connected, Redis reachable, streams declared) and why not (core NATS, not stored).", (), ("planner", "certs", "renderer", "dispatcher", "upgrader"), (ServiceHealth,),
+            external="asked by operators and tools (`nats req bke.v1.health.dispatcher ''`); each service's HTTP /readyz serves the same object"),
+)

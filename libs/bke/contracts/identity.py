@@ -14,8 +14,9 @@ from pydantic import Field
 
 from .agent import node_token
 from .base import Message
+from .channel import Channel
 
-__all__ = ["AGENT_IDENTITY_RENEW", "AgentIdentityRenewed", "RenewAgentIdentity", "renew_identity_subject"]
+__all__ = ["CHANNELS", "AGENT_IDENTITY_RENEW", "AgentIdentityRenewed", "RenewAgentIdentity", "renew_identity_subject"]
 
 AGENT_IDENTITY_RENEW = "bke.v1.agents.{cluster}.{node}.renew-identity"
 _PURPOSE = b"bke-renew-agent-identity\n"  # the signed bytes can be read as nothing else
@@ -52,3 +53,8 @@ class AgentIdentityRenewed(Message):
     jwt: str = ""
     expires_at: int | None = None
     reason: str = ""
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel(AGENT_IDENTITY_RENEW, RenewAgentIdentity, "request", "A node's agent asks, in the last third of its JWT's life and signed with its own nkey, for a new JWT for the same key; the owner of the NATS authority answers (queue group renewer; core NATS, not stored). A revoked identity, another node's request or another key is refused.", ("agent",), ("renewer",), (AgentIdentityRenewed,)),
+)

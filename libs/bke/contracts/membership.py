@@ -25,10 +25,12 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from .base import FailureKind, Message, OperationChanged, changed_subject, without_none
+from .channel import Channel
 from .drain import DrainOptions
 from .statuses import FinishedStatus, NodeStatus, OperationStatus
 
 __all__ = [
+    "CHANNELS",
     "JOIN_NODES",
     "JOIN_NODES_FINISHED",
     "REMOVE_NODES",
@@ -177,3 +179,13 @@ class RemoveNodesFinished(_MembershipFinished):
     # the removed nodes' agents' bus identities (bke.adapters.auth.permissions.identity_name): to revoke
     revoke_identities: list[str] = []
     at: str
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel(JOIN_NODES, JoinNodes, "command", "Join workers that the stored plan (digest planDigest) already names: their certificates issued and sealed, their files rendered, then the install's per-node phases on those nodes only.", ("cli", "upgrader"), ("dispatcher",)),
+    Channel(JOIN_NODES_FINISHED, JoinNodesFinished, "event", "A join ended (Succeeded or Failed, each node's outcome); a refused join is Failed with the reason.", ("dispatcher",), ("cli", "upgrader")),
+    Channel("bke.v1.join-nodes.{cluster}.changed", JoinNodesChanged, "event", "A join moved a node to its next phase, or waits, or ended (the whole view each time).", ("dispatcher",), ("cli",)),
+    Channel(REMOVE_NODES, RemoveNodes, "command", "Remove workers: cordon and drain, delete the Node, reset the node, forget it (etcd members and masters refused, named).", ("cli", "upgrader"), ("dispatcher",)),
+    Channel(REMOVE_NODES_FINISHED, RemoveNodesFinished, "event", "A removal ended (Succeeded or Failed, each node's outcome, the agents' identities to revoke); a refused one is Failed with the reason. The certs service forgets the removed nodes' agent keys, sealed bundles and PKI instances, the renderer their rendered files.", ("dispatcher",), ("cli", "upgrader", "certs", "renderer")),
+    Channel("bke.v1.remove-nodes.{cluster}.changed", RemoveNodesChanged, "event", "A removal moved a node to its next stage, or ended (the whole view each time).", ("dispatcher",), ("cli",)),
+)

@@ -32,9 +32,10 @@ from pydantic import Field, model_validator
 
 from .agent import AgentCommand, CommandResult
 from .base import Message
+from .channel import Channel
 from .operation_ref import UPGRADER_KINDS, OperationRef
 
-__all__ = ["NODE_COMMANDS_ANSWERED", "NODE_COMMANDS_SEND", "NodeCommandAnswered", "NodeCommandsAnswered",
+__all__ = ["CHANNELS", "NODE_COMMANDS_ANSWERED", "NODE_COMMANDS_SEND", "NodeCommandAnswered", "NodeCommandsAnswered",
            "SendNodeCommands"]
 
 NODE_COMMANDS_SEND = "bke.v1.node-commands.send"
@@ -82,3 +83,11 @@ class NodeCommandsAnswered(Message):
     message (a larger batch comes as several); of any clusters."""
 
     answers: list[NodeCommandAnswered] = Field(min_length=1)
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel(NODE_COMMANDS_SEND, SendNodeCommands, "command", "A batch of node commands of an operation the upgrader runs (an upgrade, a changed spec, an etcd restore), unsigned: the dispatcher binds, signs and sends each to its node's agent.", ("upgrader",), ("dispatcher",)),
+    # an event kept with the commands: for one service, taken once (a work queue)
+    Channel(NODE_COMMANDS_ANSWERED, NodeCommandsAnswered, "event", "Agents' believed answers to commands of the operations the upgrader runs (an upgrade, a changed spec, an etcd restore), each with the operation it answers; those the dispatcher believed together in one message (commands' stream: taken by one upgrader replica).", ("dispatcher",), ("upgrader",),
+            stored="commands"),
+)

@@ -12,8 +12,9 @@ from __future__ import annotations
 from pydantic import Field
 
 from .base import Message, changed_subject
+from .channel import Channel
 
-__all__ = ["PAUSE_CLUSTER", "PAUSE_OWNERS", "PauseChanged", "PauseCluster", "pause_subject"]
+__all__ = ["CHANNELS", "PAUSE_CLUSTER", "PAUSE_OWNERS", "PauseChanged", "PauseCluster", "pause_subject"]
 
 PAUSE_CLUSTER = "bke.v1.cluster.pause"
 PAUSE_OWNERS = ("dispatcher", "upgrader")  # the services whose operations a pause holds
@@ -37,3 +38,12 @@ class PauseChanged(Message):
     paused: bool
     reason: str = ""
     at: str  # when the service recorded it (ISO 8601, UTC)
+
+
+CHANNELS: tuple[Channel, ...] = (
+    # The command goes to two services (dispatcher, upgrader), each with its own durable: a
+    # work-queue stream allows one consumer per subject, so it is kept with the events.
+    Channel(PAUSE_CLUSTER, PauseCluster, "command", "Pause (or resume) a cluster's operations: the install, rotation or upgrade running finishes its step and takes no new one until resumed.", ("cli",), ("dispatcher", "upgrader"),
+            stored="events"),
+    Channel("bke.v1.pause.{cluster}.changed", PauseChanged, "event", "A service recorded a pause or a resume (one event per service that runs operations).", ("dispatcher", "upgrader"), ("cli",)),
+)

@@ -6,9 +6,10 @@ from typing import Any
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from .base import FailureKind, Message, without_none
+from .channel import Channel
 from .membership import MAX_NODES, MembershipEtcdJoin
 
-__all__ = ["ManifestsRendered", "RenderFailed", "RenderManifests", "MANIFESTS_RENDERED", "RENDER_FAILED", "RENDER_MANIFESTS"]
+__all__ = ["CHANNELS", "ManifestsRendered", "RenderFailed", "RenderManifests", "MANIFESTS_RENDERED", "RENDER_FAILED", "RENDER_MANIFESTS"]
 
 MANIFESTS_RENDERED = "bke.v1.manifests.rendered"
 RENDER_FAILED = "bke.v1.manifests.failed"
@@ -51,3 +52,10 @@ class RenderManifests(Message):
     @model_serializer(mode="wrap")
     def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return without_none(handler(self), self, ("etcd_joins",))
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel(MANIFESTS_RENDERED, ManifestsRendered, "event", "Every node's files are rendered, validated and stored.", ("renderer",), ("dispatcher",)),
+    Channel(RENDER_FAILED, RenderFailed, "event", "Rendering a plan failed (unsupported version, refused flag, invalid output); the install fails with this reason.", ("renderer",), ("dispatcher",)),
+    Channel(RENDER_MANIFESTS, RenderManifests, "command", "Render the stored plan again (a retry after a rendering failure; after an upgrade, its new plan).", ("dispatcher", "upgrader"), ("renderer",)),
+)

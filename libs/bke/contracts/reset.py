@@ -17,9 +17,11 @@ from __future__ import annotations
 from pydantic import Field
 
 from .base import Message, OperationChanged, changed_subject
+from .channel import Channel
 from .statuses import NodeStatus, OperationStatus, RunStatus
 
 __all__ = [
+    "CHANNELS",
     "CLUSTER_DELETED",
     "DELETE_OWNERS",
     "RESET_ACCEPTED",
@@ -119,3 +121,13 @@ class StateRemoved(Message):
     service: str
     keys: int  # how many keys it removed (0 on a redelivery)
     at: str
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel(RESET_CLUSTER, ResetCluster, "command", "Reset a cluster's nodes (all, or those named) or delete the cluster: etcd snapshots first, then the nodes, workers first and etcd members last.", ("cli",), ("dispatcher",)),
+    Channel(RESET_ACCEPTED, ResetAccepted, "event", "A reset or delete started (the nodes in the order they are reset).", ("dispatcher",), ("cli",)),
+    Channel(RESET_REJECTED, ResetRejected, "event", "A reset or delete was refused: another operation runs, the cluster is paused or unknown, a node is not in the plan.", ("dispatcher",), ("cli",)),
+    Channel("bke.v1.reset.{cluster}.changed", ResetChanged, "event", "A reset's snapshots or nodes moved on, or it finished (the whole view each time).", ("dispatcher",), ("cli",)),
+    Channel(CLUSTER_DELETED, ClusterDeleted, "event", "Every node of a deleted cluster is reset: each service removes its own records of it.", ("dispatcher",), ("planner", "certs", "renderer", "dispatcher", "upgrader")),
+    Channel("bke.v1.delete.{cluster}.removed", StateRemoved, "event", "A service removed its records of a deleted cluster (one event per service).", ("planner", "certs", "renderer", "dispatcher", "upgrader"), ("cli",)),
+)

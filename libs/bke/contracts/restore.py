@@ -24,9 +24,12 @@ from __future__ import annotations
 from pydantic import Field
 
 from .base import Message, OperationChanged, changed_subject
+from .channel import Channel
+from .status import StatusError
 from .statuses import NodeStatus, OperationStatus
 
 __all__ = [
+    "CHANNELS",
     "RESTORE_ACCEPTED",
     "RESTORE_ETCD",
     "RESTORE_GET",
@@ -151,3 +154,13 @@ class GetEtcdRestore(Message):
     """Which cluster's current or last etcd restore to answer with."""
 
     cluster: str = Field(min_length=1, max_length=63)
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel(RESTORE_ETCD, RestoreEtcd, "command", "Restore one etcd cluster from a stored snapshot (disaster recovery, asked for by a person; with dryRun, only answer what it would stop and do).", ("cli",), ("upgrader",)),
+    Channel(RESTORE_ACCEPTED, EtcdRestoreAccepted, "event", "A restore request was accepted (or, dry run, would be): every pod it stops and every stage.", ("upgrader",), ("cli",)),
+    Channel(RESTORE_REJECTED, EtcdRestoreRejected, "event", "A restore request was refused, with the reason (another operation runs, no such snapshot or etcd cluster, a snapshot not from the node's provisioned agent).", ("upgrader",), ("cli",)),
+    Channel("bke.v1.etcd-restore.{cluster}.changed", EtcdRestoreChanged, "event", "A restore started, moved a stage or node on, or finished (the whole view each time).", ("upgrader",), ("cli",)),
+    Channel(RESTORE_GET, GetEtcdRestore, "request", "The cluster's current or last etcd restore, served by the upgrader (queue group upgrader-get; core NATS, not stored): `bke etcd restore status`.", ("cli",), ("upgrader",), (EtcdRestoreView, StatusError), reads=True),
+    Channel(RESTORE_PIECE, GetRestorePiece, "request", "A member's agent asks for the next piece of the snapshot it restores, re-sealed to its provisioned key (core NATS, not stored).", ("agent",), ("upgrader",), (RestorePiece, StatusError)),
+)

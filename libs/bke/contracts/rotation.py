@@ -8,9 +8,11 @@ cluster's operation, and automatic renewal may run again.
 from __future__ import annotations
 
 from .base import Message, OperationChanged, changed_subject
+from .channel import Channel
 from .statuses import NodeStatus, OperationStatus
 
 __all__ = [
+    "CHANNELS",
     "ROTATION_STATUSES",
     "RotationChanged",
     "RotationNode",
@@ -48,3 +50,8 @@ class RotationView(Message):
 
 class RotationChanged(OperationChanged):
     rotation: RotationView
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel("bke.v1.rotation.{cluster}.changed", RotationChanged, "event", "A certificate rotation started, moved one node on, or finished (the whole view each time).", ("dispatcher",), ("cli", "certs")),
+)

@@ -20,12 +20,14 @@ from typing import Annotated, Any, Final, Literal, Union
 from pydantic import Field, TypeAdapter, ValidationError
 
 from .base import ErrorItem, Message
+from .channel import Channel
 from .install import FailureKind
 from .membership import MembershipView
 from .reset import ResetView
 from .statuses import HealthStatus, InstallStatus, NodeStatus, OperationStatus, PhaseStatus
 
 __all__ = [
+    "CHANNELS",
     "CLUSTER_STATUS_VERSION",
     "ClusterStatus",
     "HealthCounts",
@@ -236,3 +238,8 @@ _REPLY = TypeAdapter(StatusReply)
 
 def parse_status_reply(data: bytes) -> ClusterStatus | StatusError:
     return _REPLY.validate_json(data)
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel(STATUS_GET, GetStatus, "request", "The status of a cluster's install, served by the dispatcher (queue group dispatcher-status; core NATS, not stored); the upgrader asks it before an upgrade, the planner for a dry run's etcd health.", ("cli", "upgrader", "planner"), ("dispatcher",), (ClusterStatus, StatusError), reads=True),
+)

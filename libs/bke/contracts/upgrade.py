@@ -21,10 +21,13 @@ from typing import Any, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from .base import Message, OperationChanged, changed_subject, without_none
+from .channel import Channel
 from .drain import DrainOptions
+from .status import StatusError
 from .statuses import OperationStatus, RunStatus, UpgradeNodeStatus
 
 __all__ = [
+    "CHANNELS",
     "UPGRADE_ACCEPTED",
     "UPGRADE_CLUSTER",
     "UPGRADE_GET",
@@ -171,3 +174,13 @@ class UpgradeChanged(OperationChanged):
 
 class GetUpgrade(Message):
     cluster: str = Field(min_length=1, max_length=63)
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel(UPGRADE_CLUSTER, UpgradeCluster, "command", "Upgrade a cluster to new versions (or, with dryRun, only answer with the plan and the checks' findings).", ("cli",), ("upgrader",)),
+    Channel(RETRY_UPGRADE, RetryUpgrade, "command", "Complete the cluster's last upgrade on nodes it left behind (left out, failed, rolled back, not reached); answered like an upgrade request.", ("cli",), ("upgrader",)),
+    Channel(UPGRADE_ACCEPTED, UpgradeAccepted, "event", "An upgrade request passed its checks: the steps it runs, every finding, the nodes left out.", ("upgrader",), ("cli",)),
+    Channel(UPGRADE_REJECTED, UpgradeRejected, "event", "An upgrade request was refused: every refusing finding by check name (a malformed request: its field).", ("upgrader",), ("cli",)),
+    Channel("bke.v1.upgrade.{cluster}.changed", UpgradeChanged, "event", "An upgrade (or the run of a changed spec, bke.v1.cluster.apply) started, moved a step or batch on, rolled a node back, or finished (the whole view each time).", ("upgrader",), ("cli",)),
+    Channel(UPGRADE_GET, GetUpgrade, "request", "The cluster's current or last upgrade, served by the upgrader (queue group upgrader-get; core NATS, not stored).", ("cli",), ("upgrader",), (UpgradeView, StatusError), reads=True),
+)

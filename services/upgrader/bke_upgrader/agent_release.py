@@ -7,8 +7,8 @@ refused): its `agent.dir` (`agent/<version>`, which names the version) and every
 with the sha256 the index records (`files`), so the agent checks each wheel it downloads.
 
 Each node is sent only the wheels its Python and platform install (bke_upgrader.wheel_tags),
-from the runtime its agent's heartbeats report (`bke:<c>:heartbeat:runtime`, written by the
-dispatcher). A node whose agent reported none (an agent older than that report, or none of its
+from the runtime its agent's heartbeats report, as the dispatcher tells it (the agents' facts,
+bke_upgrader.agent_facts; no answer is a retryable error). A node whose agent reported none (an agent older than that report, or none of its
 heartbeats recorded yet), or for which some distribution has no wheel, fails its step saying
 so, and nothing is sent to it: every wheel of every Python and arch would not do, since the
 agent installs the files it is given and pip refuses one of another platform.
@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from redis.asyncio import Redis
 
 from bke.contracts.agent import AgentRuntime
 from bke.contracts.agent_steps import AgentWheel, UpdateAgent
-from bke.adapters.state.keys.dispatcher import heartbeat_runtime_key
 
+from .agent_facts import AgentFactsClient
 from .wheel_tags import WheelSetError, select_wheels
 
 __all__ = ["AgentRelease", "NodeUpdates", "ReleaseError", "ReleaseSource", "load_release", "release_from",
@@ -120,19 +119,12 @@ def node_updates(release: AgentRelease, runtimes: dict[str, AgentRuntime | None]
     return NodeUpdates(steps, errors)
 
 
-def _runtime(raw: object) -> AgentRuntime | None:
-    try:
-        return AgentRuntime.model_validate_json(raw.decode() if isinstance(raw, bytes) else str(raw))
-    except ValueError:  # written by the dispatcher from a parsed one; anything else: not known
-        return None
-
-
 class ReleaseSource:
     """The configured release, read once (a bundle's index does not change once written), and
-    each node's runtime as its agent last reported it (`redis`: None, not known: every wheel)."""
+    each node's runtime as its agent last reported it (`agents`: None, no runtime is known)."""
 
-    def __init__(self, source: str, confirm_timeout_s: float = 120.0, redis: Redis | None = None):
-        self.source, self.confirm_timeout_s, self.redis = source, confirm_timeout_s, redis
+    def __init__(self, source: str, confirm_timeout_s: float = 120.0, agents: AgentFactsClient | None = None):
+        self.source, self.confirm_timeout_s, self.agents = source, confirm_timeout_s, agents
         self._release: AgentRelease | None = None
 
     async def get(self) -> AgentRelease:
@@ -141,10 +133,9 @@ class ReleaseSource:
         return self._release
 
     async def runtimes(self, cluster: str, hosts: list[str]) -> dict[str, AgentRuntime | None]:
-        if self.redis is None or not hosts:
+        if self.agents is None:
             return dict.fromkeys(hosts)
-        raw = await self.redis.hmget(heartbeat_runtime_key(cluster), hosts)
-        return {h: None if v is None else _runtime(v) for h, v in zip(hosts, raw)}
+        return {h: f.runtime for h, f in (await self.agents.get(cluster, hosts)).items()}
 
     async def updates(self, cluster: str, hosts: list[str]) -> NodeUpdates:
         return node_updates(await self.get(), await self.runtimes(cluster, hosts), self.confirm_timeout_s)

@@ -158,10 +158,10 @@ def _upgrades(svc: Service, settings: UpgraderSettings, redis: Any, store: Upgra
         raw = await redis.get(vrrp_password_key(cluster))
         return raw.decode() if isinstance(raw, bytes) else raw
 
-    facts = LiveFacts(redis, request, _now, heartbeat_stale_s=settings.heartbeat_stale_s,
-                      timeout_s=settings.status_timeout_s)
-    release = ReleaseSource(settings.agent_release, settings.agent_confirm_timeout_s, redis) if settings.agent_release \
-        else None
+    # the dispatcher's and the certs service's answers (status, the agents' facts, expiry): asked, never read
+    facts = LiveFacts(request, _now, heartbeat_stale_s=settings.heartbeat_stale_s, timeout_s=settings.status_timeout_s)
+    release = ReleaseSource(settings.agent_release, settings.agent_confirm_timeout_s, facts.agents) \
+        if settings.agent_release else None
     commands = Commands(svc.publish, None, Renders(vrrp_password, freeze_heap=True),
                         LabChecksums() if simulated_repo else HttpRepoChecksums(), snapshots, release, send=send)
     addons = AddonsWork(redis, applier, _now, LabManifests() if simulated_repo else HttpRepoManifests())

@@ -3,10 +3,12 @@
 - Health and the running operation come from the dispatcher's status contract
   (`bke.v1.status.get`): the install must have Succeeded, no node may be unhealthy in the latest
   health round, and no certificate rotation may be running (one operation per cluster).
-- Live agents come from their heartbeats (`bke:<c>:heartbeat`, node -> last time seen), the
-  dispatcher's record, read only; so does each host's cgroup version as its agent reports it
-  (`bke:<c>:heartbeat:cgroup`): a node that reported none is "not known", and the CgroupV2
-  check (from 1.35) is then not checked for the cluster rather than guessed.
+- Live agents and each host's cgroup version come from the agents' facts the dispatcher keeps
+  from their heartbeats, asked on the bus (`bke.v1.agent-facts.get`, bke_upgrader.agent_facts;
+  never its keys): an agent whose last heartbeat is older than `heartbeat_stale_s` is not alive;
+  a node that reported no cgroup version is "not known", and the CgroupV2 check (from 1.35) is
+  then not checked for the cluster rather than guessed. No answer is AgentFactsUnavailable, a
+  TemporaryError: the request is taken again later.
 - Certificate expiry comes from the certs service's read model (`bke.v1.certs.expiration.get`,
   paged, what `bke certs check-expiration --cluster` shows), never from its store.
 """
@@ -15,30 +17,27 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from redis.asyncio import Redis
-
+from bke.contracts.agent_facts import HostFacts
 from bke.contracts.statuses import OperationStatus
 from bke.contracts.expiration import EXPIRATION_GET, MAX_LIMIT, CertExpiration, GetExpiration, parse_expiration_reply
 from bke.contracts.status import STATUS_GET, ClusterStatus, GetStatus, StatusError, parse_status_reply
 from bke.core.errors import TemporaryError
 from bke.core.plan import Plan
-from bke.adapters.state.keys.dispatcher import heartbeat_cgroup_key, heartbeat_key
 from bke.core.upgrade import Facts
 
-__all__ = ["LiveFacts", "StatusRequest"]
+from .agent_facts import AgentFactsClient
+
+__all__ = ["LiveFacts", "StatusRequest", "cgroup_v1_hosts"]
 
 StatusRequest = Callable[[str, bytes, float], Awaitable[bytes]]  # subject, payload, timeout -> reply
 
 
-def _s(v: object) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 class LiveFacts:
-    def __init__(self, redis: Redis, request: StatusRequest, now: Callable[[], datetime], *,
-                 heartbeat_stale_s: float, timeout_s: float):
-        self.r, self.request, self.now = redis, request, now
+    def __init__(self, request: StatusRequest, now: Callable[[], datetime], *, heartbeat_stale_s: float,
+                 timeout_s: float):
+        self.request, self.now = request, now
         self.stale, self.timeout_s = heartbeat_stale_s, timeout_s
+        self.agents = AgentFactsClient(request, timeout_s)  # the agents step's runtimes ask it too
 
     async def status(self, cluster: str) -> ClusterStatus | StatusError:
         ask = GetStatus(cluster=cluster, nodes="none").to_bytes()
@@ -57,17 +56,14 @@ class LiveFacts:
             healthy = False
             why = f"{status.node_health.unhealthy} node(s) unhealthy in the latest health round: " + \
                   ", ".join(status.node_health.unhealthy_nodes[:5])
-        beats = {_s(k): _s(v) for k, v in (await self.r.hgetall(heartbeat_key(plan.cluster))).items()}
-        alive = set()
-        for host, at in beats.items():
-            try:
-                if now - datetime.fromisoformat(at) <= timedelta(seconds=self.stale):
-                    alive.add(host)
-            except ValueError:
-                continue
-        return Facts(now=now, healthy=healthy, health_reason=why, agents_alive=frozenset(alive),
-                     cert_expiry=await self.cert_expiry(plan.cluster),
-                     cgroup_v1_hosts=await self.cgroup_v1_hosts(plan))
+        agents = await self.agents.get(plan.cluster, [n.hostname for n in plan.nodes])
+        return Facts(now=now, healthy=healthy, health_reason=why, agents_alive=self.alive(agents, now),
+                     cert_expiry=await self.cert_expiry(plan.cluster), cgroup_v1_hosts=cgroup_v1_hosts(agents))
+
+    def alive(self, agents: dict[str, HostFacts], now: datetime) -> frozenset[str]:
+        """The hosts whose agent was heard within `heartbeat_stale_s` of `now`."""
+        stale = timedelta(seconds=self.stale)
+        return frozenset(h for h, f in agents.items() if f.last_heartbeat is not None and now - f.last_heartbeat <= stale)
 
     async def cert_expiry(self, cluster: str) -> dict[str, datetime] | None:
         """instance id -> notAfter, every page; None when the certs service does not answer or
@@ -86,9 +82,9 @@ class LiveFacts:
             offset = page.next_offset
         return out
 
-    async def cgroup_v1_hosts(self, plan: Plan) -> frozenset[str] | None:
-        """Hosts whose agent reports cgroup v1; None while any node has reported nothing."""
-        raw = {_s(k): _s(v) for k, v in (await self.r.hgetall(heartbeat_cgroup_key(plan.cluster))).items()}
-        if any(n.hostname not in raw for n in plan.nodes):
-            return None
-        return frozenset(h for h, v in raw.items() if v == "1")
+
+def cgroup_v1_hosts(agents: dict[str, HostFacts]) -> frozenset[str] | None:
+    """Pure: the hosts whose agent reports cgroup v1; None while any has reported nothing."""
+    if any(f.cgroup_version is None for f in agents.values()):
+        return None
+    return frozenset(h for h, f in agents.items() if f.cgroup_version == 1)

@@ -6,9 +6,11 @@
                                        (bke.core.upgrade.node_versions), written with the run's end
     bke:upgrades               set     clusters with an upgrade record (resumed after a restart)
 
-An answer is recorded only if it comes from its node's accepted agent (the dispatcher's record)
-and, when it names one, answers a command of the cluster's current incarnation (the planner's
-plan-meta): a deleted cluster's answer, replayed from an agent's journal, is dropped and counted.
+An answer comes believed from the dispatcher (bke_upgrader.results says why this service does
+not check its agent again). It is recorded only if, when it names one, it answers a command of
+the cluster's current incarnation (plan-meta, as it is when the answer is recorded): a deleted
+cluster's answer, replayed from an agent's journal or left in the commands' stream while this
+service was down, is dropped and counted.
 
 Only the reconcile pass (under the cluster's "upgrade" lease) and the start (a WATCH transaction
 that refuses while another upgrade runs) write the record; results are recorded beside it and
@@ -22,26 +24,19 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import WatchError
 
 from bke.adapters.bus.other_incarnation import OtherIncarnation
 from bke.adapters.coalesce import Coalesced
 from bke.adapters.operation import RecordStore
 from bke.contracts.agent import CommandResult
-from bke.core.errors import TemporaryError
 from bke.core.secrets.binding import result_refusal
 from bke.adapters.state.keys.plan import plan_meta_key
-from bke.adapters.state.keys.dispatcher import accepted_agents_key
 from bke.adapters.state.keys.upgrader import upgrade_key, upgrade_nodes_key, upgrade_results_key, upgrades_index
 from bke.adapters.state.plans import INCARNATION_READ, incarnation_of
 from bke.core.upgrade.node_versions import NodeVersion
 from bke.core.upgrade.run import UpgradeRun
 
 __all__ = ["UpgradeStore"]
-
-# How often the accepted agents may change under one recording before it gives up (a new agent is
-# accepted when certs seals a node's bundle again: rare, and never in a loop).
-RECORD_TRIES = 10
 
 
 def _s(v: Any) -> str:
@@ -126,59 +121,37 @@ class UpgradeStore(RecordStore[UpgradeRun]):
         doc = json.dumps({"status": res.status, "step": step, "stderr": stderr, "agentVersion": res.agent_version})
         await self.r.hset(upgrade_results_key(res.cluster), res.command_id, doc)
 
-    async def record_if_accepted(self, res: CommandResult, step: str, stderr: str) -> str:
-        """Record the answer only if it comes from the node's accepted agent; else why not.
-        Concurrent calls (the answers of one message, and of the messages handled at once)
-        share one recording per cluster (`_record_accepted`, bke.adapters.coalesce): three round
-        trips for a whole batch instead of some per result."""
+    async def record_if_current(self, res: CommandResult, step: str, stderr: str) -> str:
+        """Record the answer unless it answers a command of another incarnation of its cluster;
+        else why not. Concurrent calls (the answers of one message, and of the messages handled
+        at once) share one recording per cluster (`_record_batch`, bke.adapters.coalesce): at most
+        two round trips for a whole batch instead of some per result."""
         doc = json.dumps({"status": res.status, "step": step, "stderr": stderr, "agentVersion": res.agent_version})
         return await self._recording(res.cluster, (res, doc))
 
     async def _record_batch(self, cluster: str, items: list[tuple[CommandResult, str]]) -> list[str]:
-        """`_record_accepted`, and what each answer's outcome means here: why it is not believed
-        ("" when recorded, and then known to this process)."""
-        whys = []
-        for (res, doc), accepted in zip(items, await self._record_accepted(cluster, items)):
-            accepted = _s(accepted)
-            if not accepted:
-                self._local.setdefault(cluster, {})[res.command_id] = json.loads(doc)
-            why = "" if not accepted else ("no agent of this node was accepted" if accepted == "-"
-                                           else accepted[1:] if accepted.startswith("~")
-                                           else f"agent {res.agent_id} is not the node's accepted agent")
-            if accepted.startswith("~"):
-                self.other_incarnation.dropped(res, why, log_it=False)  # the operation logs it with the others
-            whys.append(why)
+        """Per (result, answer): "" when recorded (and then known to this process), else why not."""
+        whys = await self.other_incarnations(cluster, [res for res, _ in items])
+        answers = {res.command_id: doc for why, (res, doc) in zip(whys, items) if not why}
+        if answers:
+            await self.r.hset(upgrade_results_key(cluster), mapping=answers)
+        local = self._local.setdefault(cluster, {})
+        local.update((cid, json.loads(doc)) for cid, doc in answers.items())
         return whys
 
-    async def _record_accepted(self, cluster: str, items: list[tuple[CommandResult, str]]) -> list[str]:
-        """Per (result, answer): "" when recorded, else the node's accepted agent ("-" when none
-        was accepted), or "~" and why it answers a command of another incarnation of the cluster
-        (bke.core.secrets.binding.result_refusal; the incarnation is read once for the batch, only if
-        one of its results carries one). The accepted agents are the dispatcher's record, which
-        this service only reads (bke.adapters.runtime.redis_acl): so a WATCH on it, not a script (EVAL asks
-        for write access to every key it is given). The answers are written only if no node's
-        acceptance changed since it was checked; if one did, they are checked again."""
-        accepted_key, results_key = accepted_agents_key(cluster), upgrade_results_key(cluster)
-        other: list[str | None] = [None] * len(items)
-        if any(res.incarnation is not None for res, _ in items):
-            current = incarnation_of(await self.r.hmget(plan_meta_key(cluster), INCARNATION_READ))
-            other = [result_refusal(res.incarnation, current) for res, _ in items]
-        async with self.r.pipeline(transaction=True) as pipe:
-            for _ in range(RECORD_TRIES):
-                try:
-                    await pipe.watch(accepted_key)
-                    accepted = await pipe.hmget(accepted_key, [res.node for res, _ in items])
-                    out = ["-" if a is None else _s(a) if _s(a) != res.agent_id else f"~{o}" if o else ""
-                           for a, o, (res, _) in zip(accepted, other, items)]
-                    answers = {res.command_id: doc for why, (res, doc) in zip(out, items) if not why}
-                    pipe.multi()
-                    if answers:
-                        pipe.hset(results_key, mapping=answers)
-                    await pipe.execute()
-                    return out
-                except WatchError:
-                    continue
-        raise TemporaryError(f"the accepted agents of {cluster} kept changing while results were recorded", delay=1.0)
+    async def other_incarnations(self, cluster: str, results: list[CommandResult]) -> list[str]:
+        """Per result, why it answers a command of another incarnation of `cluster` ("" when it
+        does not, or names none: an unbound command's), each such one counted
+        (bke.core.secrets.binding.result_refusal). The incarnation is read once, only if one of the
+        results carries one."""
+        if all(res.incarnation is None for res in results):
+            return [""] * len(results)
+        current = incarnation_of(await self.r.hmget(plan_meta_key(cluster), INCARNATION_READ))
+        whys = [result_refusal(res.incarnation, current) or "" for res in results]
+        for why, res in zip(whys, results):
+            if why:
+                self.other_incarnation.dropped(res, why, log_it=False)  # its caller logs what it drops
+        return whys
 
     async def results(  # type: ignore[override]  # by batch (the loop's `folded`), never the whole hash
             self, cluster: str, command_ids: list[str], read_every_s: float = 0.0) -> dict[str, dict[str, str]]:

@@ -22,9 +22,9 @@ from bke.adapters.auth.permissions import (
     role_permissions,
 )
 from bke.adapters.auth.creds import subject_matches as _matches  # NATS matching: `*` one token, `>` the rest
-from bke.contracts.agent import agent_subject
+from bke.contracts.agent import AGENTS_PROVISION, agent_subject
 from bke.contracts.identity import renew_identity_subject
-from bke.contracts.subjects import AGENTS_PROVISION, CHANNELS
+from bke.contracts.subjects import CHANNELS
 from bke.core.secrets.at_rest import create_key_file
 
 

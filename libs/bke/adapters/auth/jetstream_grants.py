@@ -33,12 +33,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bke.adapters.bus.streams import AGENT_OUTPUT_INTEREST, AGENT_OUTPUT_STREAM, AGENT_STREAM, OBJECT_BUCKET, STREAMS
-from bke.contracts import subjects as s
+from bke.contracts.agent import AGENTS_ACCEPTED, AGENTS_REFUSED
 from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET
-from bke.contracts.install import install_subject
+from bke.contracts.apply import APPLY_CLUSTER
+from bke.contracts.certs import CERTS_FAILED, CERTS_ISSUED, CERTS_RENEWED, CERTS_SEALED, ISSUE_CERTS, RENEW_CERTS
+from bke.contracts.cluster import INSTALL_CLUSTER, LEGACY_CLUSTER_REQUESTED, PLAN_CREATED
+from bke.contracts.install import LEGACY_RETRY_REQUESTED, RETRY_INSTALL, install_subject
+from bke.contracts.membership import JOIN_NODES, JOIN_NODES_FINISHED, REMOVE_NODES, REMOVE_NODES_FINISHED
+from bke.contracts.node_commands import NODE_COMMANDS_ANSWERED, NODE_COMMANDS_SEND
 from bke.contracts.pause import PAUSE_CLUSTER
-from bke.contracts.reset import CLUSTER_DELETED
+from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, RENDER_MANIFESTS
+from bke.contracts.reset import CLUSTER_DELETED, RESET_CLUSTER
+from bke.contracts.restore import RESTORE_ETCD
 from bke.contracts.rotation import rotation_subject
+from bke.contracts.upgrade import RETRY_UPGRADE, UPGRADE_CLUSTER
 
 __all__ = ["AGENT_OUTPUT_STREAM", "AGENT_STREAM", "BUCKET_ACCESS", "JS_API", "MESSAGE_READERS", "SERVICE_CONSUMERS", "BucketAccess", "Consumer",
            "bucket_subjects", "consumer_subjects", "declare_subjects", "message_read_subjects", "read_subjects"]
@@ -79,41 +87,41 @@ def _pause(service: str) -> Consumer:  # the two that run operations hold them (
 SERVICE_CONSUMERS: dict[str, tuple[Consumer, ...]] = {
     "planner": (
         _deleted("planner"),
-        *_c("BKE_COMMANDS", ("planner", s.INSTALL_CLUSTER), ("planner-legacy", s.LEGACY_CLUSTER_REQUESTED)),
+        *_c("BKE_COMMANDS", ("planner", INSTALL_CLUSTER), ("planner-legacy", LEGACY_CLUSTER_REQUESTED)),
         *_c("BKE_EVENTS", ("planner-installs", _INSTALL_FINISHED)),
     ),
     "certs": (
         _deleted("certs"),
-        *_c("BKE_EVENTS", ("certs-plans", s.PLAN_CREATED), ("certs-installs", _INSTALL_FINISHED),
-            ("certs-rotations", rotation_subject("*")), ("certs-removals", s.REMOVE_NODES_FINISHED)),
-        *_c("BKE_COMMANDS", ("certs-issue", s.ISSUE_CERTS), ("certs-renew", s.RENEW_CERTS)),
+        *_c("BKE_EVENTS", ("certs-plans", PLAN_CREATED), ("certs-installs", _INSTALL_FINISHED),
+            ("certs-rotations", rotation_subject("*")), ("certs-removals", REMOVE_NODES_FINISHED)),
+        *_c("BKE_COMMANDS", ("certs-issue", ISSUE_CERTS), ("certs-renew", RENEW_CERTS)),
         *_outputs("certs-agents"),
     ),
     "renderer": (
         _deleted("renderer"),
-        *_c("BKE_EVENTS", ("renderer-plans", s.PLAN_CREATED), ("renderer-removals", s.REMOVE_NODES_FINISHED)),
-        *_c("BKE_COMMANDS", ("renderer-render", s.RENDER_MANIFESTS)),
+        *_c("BKE_EVENTS", ("renderer-plans", PLAN_CREATED), ("renderer-removals", REMOVE_NODES_FINISHED)),
+        *_c("BKE_COMMANDS", ("renderer-render", RENDER_MANIFESTS)),
     ),
     "dispatcher": (
         _deleted("dispatcher"), _pause("dispatcher"),
-        *_c("BKE_EVENTS", ("dispatcher-plans", s.PLAN_CREATED), ("dispatcher-rendered", s.MANIFESTS_RENDERED),
-            ("dispatcher-render-failed", s.RENDER_FAILED), ("dispatcher-certs-issued", s.CERTS_ISSUED),
-            ("dispatcher-certs-failed", s.CERTS_FAILED), ("dispatcher-certs-sealed", s.CERTS_SEALED),
-            ("dispatcher-agents-accepted", s.AGENTS_ACCEPTED), ("dispatcher-agents-refused", s.AGENTS_REFUSED),
-            ("dispatcher-rotations", s.CERTS_RENEWED)),
-        *_c("BKE_COMMANDS", ("dispatcher-retry", s.RETRY_INSTALL), ("dispatcher-retry-legacy", s.LEGACY_RETRY_REQUESTED),
-            ("dispatcher-resets", s.RESET_CLUSTER), ("dispatcher-joins", s.JOIN_NODES),
-            ("dispatcher-removals", s.REMOVE_NODES), ("dispatcher-node-commands", s.NODE_COMMANDS_SEND)),
+        *_c("BKE_EVENTS", ("dispatcher-plans", PLAN_CREATED), ("dispatcher-rendered", MANIFESTS_RENDERED),
+            ("dispatcher-render-failed", RENDER_FAILED), ("dispatcher-certs-issued", CERTS_ISSUED),
+            ("dispatcher-certs-failed", CERTS_FAILED), ("dispatcher-certs-sealed", CERTS_SEALED),
+            ("dispatcher-agents-accepted", AGENTS_ACCEPTED), ("dispatcher-agents-refused", AGENTS_REFUSED),
+            ("dispatcher-rotations", CERTS_RENEWED)),
+        *_c("BKE_COMMANDS", ("dispatcher-retry", RETRY_INSTALL), ("dispatcher-retry-legacy", LEGACY_RETRY_REQUESTED),
+            ("dispatcher-resets", RESET_CLUSTER), ("dispatcher-joins", JOIN_NODES),
+            ("dispatcher-removals", REMOVE_NODES), ("dispatcher-node-commands", NODE_COMMANDS_SEND)),
         *_outputs("dispatcher-results", "dispatcher-refusals", "dispatcher-upgrader-results"),
     ),
     "upgrader": (
         _deleted("upgrader"), _pause("upgrader"),
-        *_c("BKE_COMMANDS", ("upgrader-applies", s.APPLY_CLUSTER), ("upgrader-requests", s.UPGRADE_CLUSTER),
-            ("upgrader-retries", s.RETRY_UPGRADE), ("upgrader-restores", s.RESTORE_ETCD)),
-        *_c("BKE_EVENTS", ("upgrader-joins-finished", s.JOIN_NODES_FINISHED),
-            ("upgrader-removals-finished", s.REMOVE_NODES_FINISHED), ("upgrader-certs-issued", s.CERTS_ISSUED),
-            ("upgrader-certs-renewed", s.CERTS_RENEWED), ("upgrader-certs-failed", s.CERTS_FAILED)),
-        *_c("BKE_COMMANDS", ("upgrader-node-results", s.NODE_COMMANDS_ANSWERED)),
+        *_c("BKE_COMMANDS", ("upgrader-applies", APPLY_CLUSTER), ("upgrader-requests", UPGRADE_CLUSTER),
+            ("upgrader-retries", RETRY_UPGRADE), ("upgrader-restores", RESTORE_ETCD)),
+        *_c("BKE_EVENTS", ("upgrader-joins-finished", JOIN_NODES_FINISHED),
+            ("upgrader-removals-finished", REMOVE_NODES_FINISHED), ("upgrader-certs-issued", CERTS_ISSUED),
+            ("upgrader-certs-renewed", CERTS_RENEWED), ("upgrader-certs-failed", CERTS_FAILED)),
+        *_c("BKE_COMMANDS", ("upgrader-node-results", NODE_COMMANDS_ANSWERED)),
     ),
 }
 

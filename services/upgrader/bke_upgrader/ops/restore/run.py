@@ -122,7 +122,7 @@ class Restores(OperationLoop[RestoreRun]):
         self.pieces.forget(rec.restore_id)  # its sealed copy and feeds
 
     async def on_result(self, res: CommandResult) -> None:
-        why = await untrusted_result(self.upgrades, res)  # the upgrade's rule: its node's accepted agent
+        why = await untrusted_result(self.upgrades, res)  # the upgrade's rule (bke_upgrader.results)
         if why:
             log.warning("etcd restore result dropped: %s", why,
                         extra={"cluster": res.cluster, "node": res.node, "command_id": res.command_id})
