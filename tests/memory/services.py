@@ -82,8 +82,8 @@ def patch_outside(monkeypatch: pytest.MonkeyPatch, router: Router, server: faker
     monkeypatch.setattr(client_module, "Redis", redis)
     made = Runner.__init__
 
-    def no_window(self: Runner, engine: Any, state: Any = None, debounce_s: float = 0.0, paused: Any = None) -> None:
-        made(self, engine, state, 0.0, paused)
+    def no_window(self: Runner, engine: Any, debounce_s: float = 0.0, paused: Any = None) -> None:
+        made(self, engine, 0.0, paused)
 
     monkeypatch.setattr(Runner, "__init__", no_window)
 
