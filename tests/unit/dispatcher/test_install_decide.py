@@ -30,7 +30,7 @@ def _at(slug: str, current: PhaseRecord, *, agents: int = 4, applies: bool = Tru
     rec = InstallRecord(request_id="r", cluster=PLAN.cluster, plan_digest="d", phases=phases, inputs=inputs)
     phase = phase_by_slug(slug)
     targets = phase.targets(PLAN)
-    rec.view = PhaseView(phase, applies, targets, Observed(agents, inputs, len(PLAN.nodes), len(PLAN.nodes), "d"))
+    rec.view = PhaseView(phase, PLAN, applies, targets, Observed(agents, inputs, len(PLAN.nodes), len(PLAN.nodes), "d"))
     return rec
 
 
@@ -72,7 +72,7 @@ def test_every_phase_finished_succeeds():
 
 def test_a_phase_is_never_decided_without_its_view():
     rec = _at("etcd", PhaseRecord(RUN))
-    rec.view = PhaseView(phase_by_slug("certs"), True, [], rec.view.seen)  # a view read for another phase
+    rec.view = PhaseView(phase_by_slug("certs"), PLAN, True, [], rec.view.seen)  # a view read for another phase
     with pytest.raises(RuntimeError, match="phase etcd decided without its view"):
         decide(rec)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from bke.contracts.statuses import OperationStatus
 from bke.core.operation.record import Ends
+from bke.core.plan import Plan
 
 from ...decide import Observed, PhaseRecord
 from ...phases import Phase
@@ -33,6 +34,7 @@ class PhaseView:
     phase (does it apply, which nodes) and what the phase may depend on (agents, inputs)."""
 
     phase: Phase
+    plan: Plan  # the plan the pass read (the plan cache's object): the carriers build from it
     applies: bool
     targets: list  # the phase's NodePlans, in the plan's order (the cursor counts into it)
     seen: Observed

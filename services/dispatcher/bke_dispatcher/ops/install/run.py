@@ -164,7 +164,7 @@ class Installs(OperationLoop[InstallRecord]):
             sealed = await self.state.sealed_count(rec.cluster, [n.hostname for n in plan.nodes])
         seen = phase_decision.Observed(agents=agents, inputs=rec.inputs, sealed=sealed, nodes=len(plan.nodes),
                                        plan_digest=rec.plan_digest)
-        rec.view = PhaseView(phase, phase.run_if(plan), targets, seen)
+        rec.view = PhaseView(phase, plan, phase.run_if(plan), targets, seen)
 
     # the carriers ------------------------------------------------------------------------
     def _phase_of(self, rec: InstallRecord) -> tuple[Phase, PhaseView]:
@@ -188,8 +188,7 @@ class Installs(OperationLoop[InstallRecord]):
         phase, view = self._phase_of(rec)
         pr = rec.phase(phase.slug)
         batch = view.targets[pr.cursor : pr.cursor + len(d.nodes)]
-        plan = await self.plans.load(rec.cluster)
-        await self.commands.send(rec.request_id, rec.cluster, plan, phase, batch, {}, pr.cursor)
+        await self.commands.send(rec.request_id, rec.cluster, view.plan, phase, batch, {}, pr.cursor)
         rec.phases[phase.slug] = replace(pr, cursor=pr.cursor + len(batch))
         rec.nodes_changed = True
         return None
@@ -199,17 +198,16 @@ class Installs(OperationLoop[InstallRecord]):
         cmds = await self.state.all_commands(rec.cluster, phase.slug)
         retry = {h: c["gen"] for h, c in cmds.items() if c["status"] == CommandStatus.RETRY}
         nodes = [n for n in view.targets if n.hostname in retry]
-        plan = await self.plans.load(rec.cluster)
-        await self.commands.send(rec.request_id, rec.cluster, plan, phase, nodes, retry, None)
+        await self.commands.send(rec.request_id, rec.cluster, view.plan, phase, nodes, retry, None)
         await self.state.set_phase(rec.cluster, phase.slug, retry="")
         rec.phases[phase.slug] = replace(rec.phase(phase.slug), retry=False)
         rec.nodes_changed = rec.nodes_changed or bool(nodes)
         return None
 
     async def _local(self, rec: InstallRecord, d: Act) -> Decision | None:
-        phase, _ = self._phase_of(rec)
+        phase, view = self._phase_of(rec)
         assert phase.local is not None
-        outcome = await self.local.run(phase.local, await self.plans.load(rec.cluster))
+        outcome = await self.local.run(phase.local, view.plan)
         if outcome.status == "wait":
             return Wait(outcome.reason, outcome.delay)
         if outcome.status == "failed":

@@ -8,10 +8,11 @@ writer ended first (a refusal, `Installs.refuse`) is not ended twice: its end is
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from bke.adapters.operation import RecordStore
-from bke.adapters.state.keys.dispatcher import install_key, installs_index, phase_key
+from bke.adapters.state.keys.dispatcher import inputs_key, install_key, installs_index, phase_key
 from bke.contracts.statuses import OperationStatus, PhaseStatus
 from bke.core.state.schema import SCHEMA_FIELD, check_readable
 
@@ -44,14 +45,15 @@ class InstallStore(RecordStore[InstallRecord]):
     async def load(self, cluster: str) -> InstallRecord | None:
         async with self.state.r.pipeline(transaction=False) as pipe:
             pipe.hgetall(install_key(cluster))
+            pipe.hgetall(inputs_key(cluster))
             for phase in PHASES:
                 pipe.hgetall(phase_key(cluster, phase.slug))
-            raw, *phases = await pipe.execute()
+            raw, said, *phases = await pipe.execute()
         inst = {_s(k): _s(v) for k, v in raw.items()}
         if not inst:
             return None
         check_readable("install", inst.get(SCHEMA_FIELD), f"the install record of {cluster}")
-        inputs = {k: InputRecord.from_doc(v) for k, v in (await self.state.inputs(cluster)).items()}
+        inputs = {_s(k): InputRecord.from_doc(json.loads(v)) for k, v in said.items()}
         return InstallRecord(
             request_id=inst.get("requestId", ""), cluster=cluster, started_at=inst.get("startedAt", ""),
             status=OperationStatus(inst.get("status") or OperationStatus.RUNNING), finished_at=inst.get("finishedAt", ""),
