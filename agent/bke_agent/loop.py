@@ -82,7 +82,7 @@ from .executor import Executor, utc_now
 from .hostfacts import agent_runtime, cgroup_version
 from .selfupdate import RestartRequested
 from .identity import AgentIdentity
-from .outputs import fit_result, publish_output
+from .outputs import publish_output, result_body
 from .journal import ExecutionRecord, Journal
 from .settings import AgentSettings
 from .verify import CommandVerifier
@@ -310,7 +310,7 @@ class AgentLoop:
         it. The result is in the journal already, and the dispatcher takes a result twice as
         once, so sending it again is safe. Every result goes to the dispatcher, which sends the
         upgrader's on (by the operation the result echoes: bke.contracts.operation_ref)."""
-        await publish_output(self.js, agent_subject(self.cluster, self.node, "result"), fit_result(result).to_bytes(),
+        await publish_output(self.js, agent_subject(self.cluster, self.node, "result"), result_body(result),
                              retry_s=self.settings.result_retry_s, what="result",
                              ids={**self._ids, "command_id": result.command_id})
 
