@@ -135,8 +135,10 @@ class AgentLoop:
     def __init__(self, nc: NatsClient, js: JetStreamContext, settings: AgentSettings, backend: Backend,
                  journal: Journal, identity: AgentIdentity, *, verifier: CommandVerifier,
                  now: Callable[[], datetime] = utc_now, executor: Executor | None = None,
-                 served: ServedMemory | None = None) -> None:
+                 served: ServedMemory | None = None, gate: asyncio.Semaphore | None = None) -> None:
         self.nc, self.js, self.settings = nc, js, settings
+        # shared by the agents of a fleet (fleet.py): how many of them handle a command at once
+        self.gate = gate
         # the newest cluster incarnation this agent took a bound command of (binding.py): on
         # disk for a real agent, in memory for a fleet's
         self.served: ServedMemory = served if served is not None else MemoryServed()
@@ -222,7 +224,11 @@ class AgentLoop:
             return
         self._idle.clear()
         try:
-            await self._handle(msg)
+            if self.gate is None:
+                await self._handle(msg)
+            else:
+                async with self.gate:
+                    await self._handle(msg)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):  # abandoned at stop: handed back to the next start
                 await msg.nak(delay=HANDBACK_DELAY_S)
