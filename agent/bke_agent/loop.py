@@ -82,7 +82,7 @@ from .executor import Executor, utc_now
 from .hostfacts import agent_runtime, cgroup_version
 from .selfupdate import RestartRequested
 from .identity import AgentIdentity
-from .outputs import fit_result, publish_output
+from .outputs import publish_output, result_body
 from .journal import ExecutionRecord, Journal
 from .settings import AgentSettings
 from .verify import CommandVerifier
@@ -135,8 +135,10 @@ class AgentLoop:
     def __init__(self, nc: NatsClient, js: JetStreamContext, settings: AgentSettings, backend: Backend,
                  journal: Journal, identity: AgentIdentity, *, verifier: CommandVerifier,
                  now: Callable[[], datetime] = utc_now, executor: Executor | None = None,
-                 served: ServedMemory | None = None) -> None:
+                 served: ServedMemory | None = None, gate: asyncio.Semaphore | None = None) -> None:
         self.nc, self.js, self.settings = nc, js, settings
+        # shared by the agents of a fleet (fleet.py): how many of them handle a command at once
+        self.gate = gate
         # the newest cluster incarnation this agent took a bound command of (binding.py): on
         # disk for a real agent, in memory for a fleet's
         self.served: ServedMemory = served if served is not None else MemoryServed()
@@ -222,7 +224,11 @@ class AgentLoop:
             return
         self._idle.clear()
         try:
-            await self._handle(msg)
+            if self.gate is None:
+                await self._handle(msg)
+            else:
+                async with self.gate:
+                    await self._handle(msg)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):  # abandoned at stop: handed back to the next start
                 await msg.nak(delay=HANDBACK_DELAY_S)
@@ -310,7 +316,7 @@ class AgentLoop:
         it. The result is in the journal already, and the dispatcher takes a result twice as
         once, so sending it again is safe. Every result goes to the dispatcher, which sends the
         upgrader's on (by the operation the result echoes: bke.contracts.operation_ref)."""
-        await publish_output(self.js, agent_subject(self.cluster, self.node, "result"), fit_result(result).to_bytes(),
+        await publish_output(self.js, agent_subject(self.cluster, self.node, "result"), result_body(result),
                              retry_s=self.settings.result_retry_s, what="result",
                              ids={**self._ids, "command_id": result.command_id})
 

@@ -31,7 +31,7 @@ from bke.contracts.agent import CommandResult
 from bke.contracts.base import schema_headers
 from bke.core.errors import is_unavailable
 
-__all__ = ["FIRST_DELAY_S", "MAX_DELAY_S", "RESULT_MOST", "fit_result", "publish_output"]
+__all__ = ["FIRST_DELAY_S", "MAX_DELAY_S", "RESULT_MOST", "fit_result", "publish_output", "result_body"]
 
 log = logging.getLogger("bke.agent")
 FIRST_DELAY_S = 0.25
@@ -51,6 +51,13 @@ def fit_result(result: CommandResult, most: int = RESULT_MOST) -> CommandResult:
         if len(cut.to_bytes()) <= most or keep == 0:
             return cut
     return result  # not reached: the last try keeps no output
+
+
+def result_body(result: CommandResult, most: int = RESULT_MOST) -> bytes:
+    """The body to publish for `result`: its own bytes, written once, or those of its copy cut to
+    fit (`fit_result`) when they are over `most`."""
+    body = result.to_bytes()
+    return body if len(body) <= most else fit_result(result, most).to_bytes()
 
 
 def _tail(text: str, keep: int) -> str:

@@ -11,6 +11,7 @@ import logging
 from datetime import datetime
 from typing import Awaitable, Callable
 
+from bke.adapters.coalesce import Coalesced
 from bke.adapters.periodic import Periodic
 from bke.contracts.agent import AgentCommand, CommandResult, agent_subject
 from bke.contracts.operation_ref import OperationKind, OperationRef
@@ -53,6 +54,7 @@ class HealthMonitor:
         self.pods = pods  # kube-system pod status via the kubernetes client (real clusters only)
         self._rounds = Periodic("health", interval_s, self.round, log)
         self.owner = owner
+        self._recorded: Coalesced[str, tuple[str, str, str], None] = Coalesced(self._record_many)
 
     async def _my_round(self, cluster: str) -> bool:
         """Whether this replica runs this period's round of `cluster`: a lease held for most of a
@@ -107,13 +109,20 @@ class HealthMonitor:
         await self.state.r.set(health_pods_key(cluster), json.dumps(doc))
 
     async def record(self, res: CommandResult) -> None:
+        """Keep the node's latest answer; the answers of a cluster handled in the same turn are
+        written together (one round trip, `_recorded`)."""
         failing = [s.id for s in res.steps if s.status == StepResultStatus.FAILED]
         healthy = res.status == FinishedStatus.SUCCEEDED
         doc = {"status": HealthStatus.HEALTHY if healthy else HealthStatus.UNHEALTHY, "failing": failing, "at": res.finished_at}
-        pipe = self.state.r.pipeline(transaction=False)
-        pipe.hset(health_key(res.cluster), res.node, json.dumps(doc))
-        # an answer is a sign of life as good as a heartbeat: the install's own health phase
-        # thereby leaves every node alive for the upgrader's checks, though an agent's first
-        # beats, sent before the plan was stored, were dropped (beats come every 10 s)
-        pipe.hset(heartbeat_key(res.cluster), res.node, res.finished_at)
-        await pipe.execute()
+        await self._recorded(res.cluster, (res.node, json.dumps(doc), res.finished_at))
+
+    async def _record_many(self, cluster: str, answers: list[tuple[str, str, str]]) -> list[None]:
+        """(node, health doc, answered at) of several answers, in order: the last of a node wins."""
+        async with self.state.r.pipeline(transaction=False) as pipe:
+            pipe.hset(health_key(cluster), mapping={node: doc for node, doc, _ in answers})
+            # an answer is a sign of life as good as a heartbeat: the install's own health phase
+            # thereby leaves every node alive for the upgrader's checks, though an agent's first
+            # beats, sent before the plan was stored, were dropped (beats come every 10 s)
+            pipe.hset(heartbeat_key(cluster), mapping={node: at for node, _, at in answers})
+            await pipe.execute()
+        return [None] * len(answers)

@@ -8,7 +8,9 @@ remember only what exists, so a flood of invented names grows nothing.
 """
 from __future__ import annotations
 
+from bke.adapters.coalesce import Coalesced
 from bke.contracts.agent import CommandResult
+from bke.core.plan import Plan
 from bke.core.errors import TemporaryError, UnknownTarget
 from bke.adapters.state import PlanCache
 
@@ -20,6 +22,9 @@ __all__ = ["KnownTargets"]
 class KnownTargets:
     def __init__(self, state: DispatcherState, plans: PlanCache):
         self.state, self.plans = state, plans
+        # cluster -> its plan, read once for the messages handled in the same turn (the cache
+        # still asks Redis whether the stored plan changed: one round trip a turn, not a result)
+        self._plan: Coalesced[str, None, Plan] = Coalesced(self._load)
         self._clusters: set[str] = set()  # clusters with an install record (they are not forgotten mid-run)
         self._nodes: dict[str, tuple[object, frozenset[str]]] = {}  # cluster -> (plan object, hostnames)
 
@@ -34,7 +39,7 @@ class KnownTargets:
     async def nodes(self, cluster: str) -> frozenset[str]:
         """The hostnames of the cluster's stored plan; empty if it has none."""
         try:
-            plan = await self.plans.load(cluster)
+            plan = await self._plan(cluster, None)
         except TemporaryError:  # no plan stored for that name
             if cluster in self._clusters:
                 # A cluster seen installed whose plan is gone: the store was emptied (the epoch
@@ -49,6 +54,9 @@ class KnownTargets:
         names = frozenset(n.hostname for n in plan.nodes)
         self._nodes[cluster] = (plan, names)
         return names
+
+    async def _load(self, cluster: str, asked: list[None]) -> list[Plan]:
+        return [await self.plans.load(cluster)] * len(asked)
 
     async def has_node(self, cluster: str, node: str) -> bool:
         return node in await self.nodes(cluster)

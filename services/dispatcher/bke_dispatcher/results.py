@@ -17,8 +17,9 @@ A believed result goes to the operation it answers (bke.contracts.operation_ref:
 agent echoed, else the one its command id names): the install's phases, a health round, a
 command-key rollover, the operations of ops/, or, for an operation the upgrader runs, on to the
 upgrader (`bke.v1.node-commands.answered`, several to a message: answered.py): this is the one
-service that hears agents. The upgrader's are checked together, a turn's results of a cluster
-in one round trip (bke.adapters.coalesce): 15,000 of them in a 5,000-node upgrade.
+service that hears agents. A turn's results of a cluster are checked together, and the install's
+counted together, each in one round trip (bke.adapters.coalesce): 40,000 results in a
+10,000-node install, 15,000 in a 5,000-node upgrade.
 
 Each handler takes its typed message (bke.adapters.bus.handler), records what happened, wakes the
 cluster's reconcile loop and returns what to publish; the loop decides what to do next. All of
@@ -51,7 +52,7 @@ from bke.adapters.state.operation_slot import claim_operation
 from .command_ids import parse_command_id
 from .phases import PHASES
 from .readiness import INPUT_SERVICE, InputStatus
-from .state import DispatcherState
+from .state import DispatcherState, FinishedCommand
 
 __all__ = ["Inputs"]
 
@@ -101,8 +102,10 @@ class Inputs:
         self._request_ids: dict[str, str] = {}  # cluster -> request id, read once (it never changes)
         self.dropped = _RateLimited()  # results not believed (see the module docstring)
         self.refusals = _RateLimited()  # commands refused by agents, registrations by certs
-        # cluster -> the checks of the upgrader's results handled in one turn, read together
+        # cluster -> the checks of the results handled in one turn, read together
         self._checks: Coalesced[str, tuple[str, bool], tuple[str | None, str | None]] = Coalesced(self._read_checks)
+        # (cluster, phase) -> the install's results of one turn, counted together (one round trip)
+        self._finished: Coalesced[tuple[str, str], FinishedCommand, int] = Coalesced(self._finish_commands)
 
     async def _request_id(self, cluster: str) -> str:
         rid = self._request_ids.get(cluster)
@@ -112,19 +115,15 @@ class Inputs:
                 self._request_ids[cluster] = rid
         return rid
 
-    async def _untrusted(self, res: CommandResult, node: str, together: bool = False) -> tuple[str, bool]:
+    async def _untrusted(self, res: CommandResult, node: str) -> tuple[str, bool]:
         """Why this result is not believed ("" if it is), and whether because it answers a
         command of another incarnation of its cluster. (Its subject names its payload's node:
-        the wiring's guard, bke.adapters.bus.misaddressed, dropped it otherwise.) `together`:
-        read with the other results of its cluster handled in the same turn (`_checks`)."""
+        the wiring's guard, bke.adapters.bus.misaddressed, dropped it otherwise.) Read with the
+        other results of its cluster handled in the same turn (`_checks`): an unbound command's
+        answer is compared with no incarnation."""
         if node != res.node:
             return f"its command id names node {node}", False
-        if together:
-            accepted, current = await self._checks(res.cluster, (res.node, res.incarnation is not None))
-        elif res.incarnation is None:  # an unbound command's answer: nothing to compare it with
-            accepted, current = await self.state.accepted_agent(res.cluster, res.node), None
-        else:
-            accepted, current = await self.state.result_checks(res.cluster, res.node)
+        accepted, current = await self._checks(res.cluster, (res.node, res.incarnation is not None))
         if accepted is None:
             return "no agent of this node was accepted (not in the plan, or not provisioned)", False
         if accepted != res.agent_id:
@@ -138,6 +137,9 @@ class Inputs:
         accepted, current = await self.state.results_checks(cluster, [n for n, _ in items], any(b for _, b in items))
         return [(a, current if bound else None) for a, (_, bound) in zip(accepted, items)]
 
+    async def _finish_commands(self, key: tuple[str, str], items: list[FinishedCommand]) -> list[int]:
+        return await self.state.finish_commands(*key, items)
+
     async def result(self, res: CommandResult) -> list[Out]:
         try:
             cluster, slug, node, gen = parse_command_id(res.command_id)
@@ -148,8 +150,8 @@ class Inputs:
         if cluster != res.cluster:
             why = f"its command id names cluster {cluster}"
         else:
-            # the upgrader's, thousands at a time in a big upgrade, are checked a turn's at once
-            why, other = await self._untrusted(res, node, together=ref is not None and ref.kind in UPGRADER_KINDS)
+            # thousands at a time in a big install or upgrade: checked a turn's at once
+            why, other = await self._untrusted(res, node)
         if other or why:
             mark_stray()  # no command in flight of this node's: counted towards a flood (bke.adapters.bus.flood)
         if other:
@@ -181,7 +183,7 @@ class Inputs:
         step = failed_step.id if failed_step else ""
         stderr = (failed_step.stderr or failed_step.stdout)[-STDERR_KEEP:] if failed_step else ""
         now = self.now().isoformat()
-        counted = await self.state.finish_command(cluster, slug, node, res.command_id, gen, res.status, step, stderr, now)
+        counted = await self._finished((cluster, slug), FinishedCommand(node, res.command_id, gen, res.status, step, stderr, now))
         if counted < 0:
             # the dispatcher that resumes records the command, then this counts; a command or
             # generation never recorded is dead-lettered after NotYetKnown's bound

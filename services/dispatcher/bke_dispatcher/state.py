@@ -20,7 +20,8 @@ Transitions that must count once (a result that arrives twice) are Lua scripts.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
 
@@ -34,7 +35,19 @@ from bke.adapters.state.plans import INCARNATION_READ, incarnation_of
 from bke.contracts.statuses import InstallStatus, NodeStatus, PhaseStatus
 from bke.core.state.schema import SCHEMA_FIELD, check_readable, record_kind
 
-__all__ = ["DispatcherState"]
+__all__ = ["DispatcherState", "FinishedCommand"]
+
+
+class FinishedCommand(NamedTuple):
+    """One result to count (`DispatcherState.finish_commands`)."""
+
+    node: str
+    command_id: str
+    gen: int
+    status: str
+    step: str
+    stderr: str
+    at: str
 
 INSTALL_VERSION = str(record_kind("install").current)
 
@@ -202,9 +215,19 @@ class DispatcherState:
     ) -> int:
         """Count a result once: 1 counted, 0 a stale or duplicate result, -1 the command is not
         recorded as sent yet (a dispatcher died between publishing and recording it)."""
+        [counted] = await self.finish_commands(cluster, slug, [FinishedCommand(node, command_id, gen, status, step,
+                                                                               stderr, now)])
+        return counted
+
+    async def finish_commands(self, cluster: str, slug: str, results: Sequence[FinishedCommand]) -> list[int]:
+        """`finish_command` for several results of one phase in one round trip (each counted by
+        its own script run, as alone)."""
         keys = [command_key(cluster, slug), phase_key(cluster, slug), node_status_key(cluster)]
-        node_doc = json.dumps({"phase": slug, "status": status, "step": step or None})
-        return int(await self.r.eval(_FINISH_CMD, 3, *keys, node, command_id, status, step, stderr, now, node_doc, gen))
+        async with self.r.pipeline(transaction=False) as pipe:
+            for f in results:
+                node_doc = json.dumps({"phase": slug, "status": f.status, "step": f.step or None})
+                pipe.eval(_FINISH_CMD, 3, *keys, f.node, f.command_id, f.status, f.step, f.stderr, f.at, node_doc, f.gen)
+            return [int(n) for n in await pipe.execute()]
 
     async def nodes(self, cluster: str) -> dict[str, dict]:
         raw = await self.r.hgetall(node_status_key(cluster))
@@ -232,20 +255,11 @@ class DispatcherState:
         v = await self.r.hget(accepted_agents_key(cluster), node)
         return None if v is None else _s(v)
 
-    async def result_checks(self, cluster: str, node: str) -> tuple[str | None, str | None]:
-        """The node's accepted agent and the cluster's current incarnation (the planner's
-        plan-meta: None without a plan, bke.adapters.state.plans.incarnation_of), in one round trip:
-        what a result carrying an incarnation is checked against."""
-        async with self.r.pipeline(transaction=False) as pipe:
-            pipe.hget(accepted_agents_key(cluster), node)
-            pipe.hmget(plan_meta_key(cluster), INCARNATION_READ)
-            accepted, meta = await pipe.execute()
-        return (None if accepted is None else _s(accepted)), incarnation_of(meta)
-
     async def results_checks(self, cluster: str, nodes: list[str],
                              incarnation: bool) -> tuple[list[str | None], str | None]:
-        """`result_checks` for several results of one cluster in one round trip: each node's
-        accepted agent, and the cluster's current incarnation if `incarnation` (else None)."""
+        """What results of one cluster are checked against, in one round trip: each node's
+        accepted agent, and if `incarnation` the cluster's current incarnation (the planner's
+        plan-meta: None without a plan, bke.adapters.state.plans.incarnation_of), else None."""
         async with self.r.pipeline(transaction=False) as pipe:
             pipe.hmget(accepted_agents_key(cluster), nodes)
             if incarnation:

@@ -2,10 +2,13 @@
 elected), and gives up only on what is no outage or after its deadline."""
 from __future__ import annotations
 
+import asyncio
+
 import nats.errors
 import nats.js.errors
 import pytest
 
+from bke.adapters.bus import stored_publish
 from bke.adapters.bus.stored_publish import MSG_ID, publish_stored
 
 
@@ -16,8 +19,10 @@ class _Js:
         self.errors = list(errors)
         self.tries: list[dict[str, str]] = []
         self.stored: list[bytes] = []
+        self.publish_tries = 0
 
     async def publish(self, subject, payload=b"", timeout=None, stream=None, headers=None):
+        self.publish_tries += 1
         self.tries.append(dict(headers or {}))
         if self.errors:
             raise self.errors.pop(0)
@@ -68,6 +73,44 @@ async def test_an_outage_past_the_deadline_is_raised():
 
 async def test_what_is_no_outage_is_raised_at_once():
     js, clock = _Js(nats.errors.Error("nats: permissions violation")), _Clock()
+    with pytest.raises(nats.errors.Error):
+        await publish_stored(js, "s", b"m", {}, clock=clock, sleep=clock.sleep)
+    assert len(js.tries) == 1 and not clock.slept
+
+
+class _AsyncJs(_Js):
+    """A JetStream with publish_async: each try's PubAck is a future, answered as `acks` says in turn
+    (None: never answered; an exception: that error; anything else: stored)."""
+
+    def __init__(self, *acks: object):
+        super().__init__()
+        self.acks = list(acks)
+        self.pending: list[asyncio.Future[None]] = []
+
+    async def publish_async(self, subject, payload=b"", wait_stall=None, stream=None, headers=None):
+        self.tries.append(dict(headers or {}))
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.pending.append(fut)
+        ack = self.acks.pop(0) if self.acks else "stored"
+        if isinstance(ack, Exception):
+            fut.set_exception(ack)
+        elif ack is not None:
+            self.stored.append(payload)
+            fut.set_result(None)
+        return fut
+
+
+async def test_a_puback_awaited_through_publish_async_is_tried_again_when_late_or_unanswered(monkeypatch):
+    monkeypatch.setattr(stored_publish, "ACK_TIMEOUT_S", 0.01)  # a PubAck that never comes: the try's timeout
+    js, clock = _AsyncJs(None, nats.js.errors.NoStreamResponseError()), _Clock()
+    await publish_stored(js, "s", b"m", {MSG_ID: "c/node-env/n1/0"}, clock=clock, sleep=clock.sleep)
+    assert js.stored == [b"m"] and [t[MSG_ID] for t in js.tries] == ["c/node-env/n1/0"] * 3
+    assert js.pending[0].cancelled()  # the unanswered PubAck was given up, not left pending
+    assert not js.publish_tries
+
+
+async def test_what_publish_async_refuses_is_raised_at_once():
+    js, clock = _AsyncJs(nats.errors.Error("nats: permissions violation")), _Clock()
     with pytest.raises(nats.errors.Error):
         await publish_stored(js, "s", b"m", {}, clock=clock, sleep=clock.sleep)
     assert len(js.tries) == 1 and not clock.slept

@@ -11,7 +11,7 @@ from bke.adapters.bus.quotas import AGENT_OUTPUT_MAX_MSG
 from bke.contracts.agent import CommandResult, StepResult
 from bke.contracts.statuses import OperationStatus, RunStatus
 from bke_agent import outputs
-from bke_agent.outputs import RESULT_MOST, fit_result, publish_output
+from bke_agent.outputs import RESULT_MOST, fit_result, publish_output, result_body
 
 
 class _Js:
@@ -69,6 +69,7 @@ def _result(steps: int, out: int) -> CommandResult:
 def test_a_result_that_fits_is_sent_as_it_is() -> None:
     small = _result(3, 4096)
     assert fit_result(small) is small
+    assert result_body(small) == small.to_bytes()
 
 
 def test_a_result_too_large_for_the_stream_keeps_the_tails_of_its_outputs() -> None:
@@ -78,5 +79,6 @@ def test_a_result_too_large_for_the_stream_keeps_the_tails_of_its_outputs() -> N
     assert len(cut.to_bytes()) <= RESULT_MOST
     assert [s.id for s in cut.steps] == [s.id for s in big.steps] and cut.status == OperationStatus.FAILED
     assert cut.steps[0].stderr.endswith("e" * 1024) and cut.steps[0].stderr.startswith("[cut to fit")
+    assert result_body(big) == cut.to_bytes()
     huge = _result(2000, 4096)
     assert len(fit_result(huge).to_bytes()) <= len(_result(2000, 0).to_bytes())

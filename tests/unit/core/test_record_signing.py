@@ -40,6 +40,19 @@ def test_anything_else_than_what_was_signed_is_refused_naming_the_record(change:
     assert refused.value.record == RECORD and str(refused.value).startswith(RECORD)
 
 
+def test_a_record_verified_before_is_taken_again_and_nothing_else_is() -> None:
+    verifier = RecordVerifier("plan", stored_public("plan", SIGNER.seal_for_store(SecretBox(new_key()))))
+    good = _signed()
+    _verify(good, verifier)
+    _verify(good, verifier)  # remembered: the same key, bytes, binding and signature
+    key_id, _, sig = good.partition(".")
+    other = f"{key_id}.{sig[:10]}{'A' if sig[10] != 'A' else 'B'}{sig[11:]}"  # the same record, another signature
+    with pytest.raises(RecordSignatureError, match="does not match"):
+        _verify(other, verifier)
+    with pytest.raises(RecordSignatureError, match="does not match"):
+        _verify(good, verifier, data=PLAN + b" ")
+
+
 def test_a_header_cannot_be_shifted_between_fields() -> None:
     """The header is JSON: ("a:b", "c") and ("a", "b:c") are different messages."""
     assert record_message("plan", "a", ("b", "c"), PLAN) != record_message("plan", "a b", ("c",), PLAN)

@@ -9,6 +9,7 @@ import yaml
 from bke.core.artefacts import node_artefacts
 from bke.contracts.agent_steps import CheckHost
 from bke.core.plan import plan_spec_text
+from bke.core.spec.host_rules import kubelet_args, requires_cgroup_v2
 from bke.core.spec.synth import synth_docs
 from bke_agent.backends.checks import NodeFacts, run_checks
 from bke_agent.errors import StepError
@@ -68,3 +69,20 @@ def test_an_opt_out_on_1_35_is_a_warning() -> None:
     assert out.ok
     assert any(w.startswith("cluster.spec.clusterConfig.cluster.kubelet.extraArgs.fail-cgroupv1: the kubelet of 1.35 will start on cgroup v1") for w in out.warnings)
     assert not [w for w in plan_spec_text(_text("v1.34.0", "v2.1.1", kubelet={"fail-cgroupv1": "false"})).warnings if "cgroup v1" in w]
+
+
+def test_a_nodes_own_kubelet_args_win_on_that_node_only() -> None:
+    docs = synth_docs(4, kubernetes="v1.35.0", containerd="v2.1.1", etcd="v3.6.6")
+    docs[0]["spec"]["clusterConfig"]["cluster"]["kubelet"] = {"extraArgs": {"fail-cgroupv1": "true", "v": "2"}}
+    docs[2]["spec"]["kubelet"] = {"extraArgs": {"fail-cgroupv1": "false"}}
+    plan = plan_spec_text(yaml.safe_dump_all(docs, sort_keys=False)).plan
+    assert plan is not None
+    assert kubelet_args(plan.spec, "n1") == {"fail-cgroupv1": "false", "v": "2"}
+    assert kubelet_args(plan.spec, "n0") == {"fail-cgroupv1": "true", "v": "2"}
+    assert [requires_cgroup_v2(plan.spec, n) for n in ("n0", "n1", "n2")] == [True, False, True]
+    # another spec (its nodes' args indexed apart from this one's) answers for itself
+    docs[2]["spec"]["kubelet"] = {"extraArgs": {"v": "4"}}
+    other = plan_spec_text(yaml.safe_dump_all(docs, sort_keys=False)).plan
+    assert other is not None
+    assert kubelet_args(other.spec, "n1") == {"fail-cgroupv1": "true", "v": "4"}
+    assert kubelet_args(plan.spec, "n1") == {"fail-cgroupv1": "false", "v": "2"}

@@ -78,6 +78,7 @@ class Service:
     consumers: list[tuple[str, str, str]] = field(default_factory=list)
     # (subject, queue group) of every core request it answers (bke.adapters.bus.responder)
     requests: list[tuple[str, str]] = field(default_factory=list)
+    _js: tuple[Any, Any] | None = None  # (connection, its JetStream context): `publish`'s
 
     def work_subscriber(
         self,
@@ -265,7 +266,15 @@ class Service:
         """Returns once the stream stored it (bke.adapters.bus.stored_publish: a core publish is
         dropped while the stream elects a leader). Every message says its body's form
         (bke.adapters.bus.message_version)."""
-        await publish_stored(self.nc.jetstream(), subject, payload, schema_headers(headers))
+        await publish_stored(self._jetstream(), subject, payload, schema_headers(headers))
+
+    def _jetstream(self) -> Any:
+        """One JetStream context per connection: its PubAcks share one reply subscription
+        (nats-py's publish_async), made on its first publish."""
+        nc = self.nc
+        if self._js is None or self._js[0] is not nc:
+            self._js = (nc, nc.jetstream())
+        return self._js[1]
 
 
 def make_service(name: str, settings: ServiceSettings) -> Service:

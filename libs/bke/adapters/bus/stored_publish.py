@@ -14,6 +14,11 @@ before its PubAck was lost takes the retry as a duplicate (within the streams' d
 bke.adapters.bus.streams), never as a second copy. A caller's own `Nats-Msg-Id` is kept (its
 retries of the same decision are dropped the same way); otherwise one is made per call.
 
+One try is nats-py's `publish_async` where the JetStream has it (one shared reply subscription
+for every PubAck, a future per message) and `publish` otherwise: the same PubAck, awaited for at
+most ACK_TIMEOUT_S, without a request's own inbox token and timeout task per message. A caller
+with many messages (a phase's chunk of commands) awaits its publishes side by side.
+
 Errors::
 
     anything is_unavailable, past RETRY_WITHIN_S   raised as is (an outage: redelivered, not counted)
@@ -27,6 +32,8 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
+
+import nats.errors
 
 from bke.core.errors import is_unavailable
 
@@ -47,6 +54,19 @@ class JetStream(Protocol):
                       stream: str | None = None, headers: dict[str, Any] | None = None) -> Any: ...
 
 
+async def _stored_once(js: JetStream, subject: str, payload: bytes, headers: dict[str, str]) -> None:
+    """One try: returns once the PubAck came (module docstring)."""
+    publish_async = getattr(js, "publish_async", None)
+    if publish_async is None:
+        await js.publish(subject, payload, timeout=ACK_TIMEOUT_S, headers=headers)
+        return
+    ack = await publish_async(subject, payload, headers=headers)
+    try:
+        await asyncio.wait_for(ack, ACK_TIMEOUT_S)  # on a timeout the pending PubAck is given up
+    except asyncio.TimeoutError:
+        raise nats.errors.TimeoutError from None  # as `publish` says it: an outage, tried again
+
+
 async def publish_stored(js: JetStream, subject: str, payload: bytes, headers: dict[str, str], *,
                          within: float = RETRY_WITHIN_S, clock: Callable[[], float] = time.monotonic,
                          sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
@@ -55,7 +75,7 @@ async def publish_stored(js: JetStream, subject: str, payload: bytes, headers: d
     deadline, backoff = clock() + within, FIRST_BACKOFF_S
     while True:
         try:
-            await js.publish(subject, payload, timeout=ACK_TIMEOUT_S, headers=headers)
+            await _stored_once(js, subject, payload, headers)
             return
         except Exception as exc:  # noqa: BLE001 - only an outage is retried; the rest is raised at once
             if not is_unavailable(exc) or clock() + backoff > deadline:

@@ -31,6 +31,7 @@ __all__ = ["RENDER_SIGNED_KIND", "RedisNodeFiles", "check_node_files", "sign_nod
 
 Source = Literal["render", "certs"]
 RENDER_SIGNED_KIND = "rendered-files"  # the record kind a node's rendered files are signed as
+_VERIFIERS_KEPT = 4  # the render key's stored forms kept (one, but for a key replaced meanwhile)
 
 
 def _text(raw: object) -> str:
@@ -53,6 +54,19 @@ class RedisNodeFiles:
     def __init__(self, redis: Redis, keys: RecordKeys | None = None):
         self.redis = redis
         self.keys = keys or RecordKeys(redis)  # signs a `render` set only where the `render` key is given
+        # the `render` key's stored form -> its verifier, which remembers the signatures it found
+        # good (RecordVerifier): a node's files are read again in every phase, and checked again
+        # only when their bytes, signature or key changed
+        self._verifiers: dict[bytes | str, RecordVerifier] = {}
+
+    def _verifier(self, key: bytes | str | None, cluster: str) -> RecordVerifier:
+        found = self._verifiers.get(key) if key is not None else None
+        if found is None:
+            found = verifier_of("render", key, f"the rendered files of {cluster}")
+            if len(self._verifiers) >= _VERIFIERS_KEPT:
+                self._verifiers.clear()
+            self._verifiers[key] = found  # type: ignore[index]  # not None: verifier_of raised
+        return found
 
     @staticmethod
     def _key(cluster: str, source: Source) -> str:
@@ -90,7 +104,7 @@ class RedisNodeFiles:
                 pipe.get(record_signing_key("render"))
                 raws, signatures, key = await pipe.execute()
             if any(r is not None for r in raws):
-                verifier = verifier_of("render", key, f"the rendered files of {cluster}")
+                verifier = self._verifier(key, cluster)
                 for node, raw, stored in zip(nodes, raws, signatures):
                     if raw is not None:
                         check_node_files(verifier, cluster, node, raw, stored)

@@ -61,6 +61,7 @@ __all__ = [
     "RecordSignatureError",
     "RecordSigner",
     "RecordVerifier",
+    "VERIFIED_KEPT",
     "join_stored",
     "record_key_aad",
     "record_message",
@@ -129,6 +130,13 @@ def stored_public(writer: str, blob: bytes | str) -> bytes:
     return _parts(writer, blob)[0]
 
 
+# Signatures a verifier found good, remembered (as a digest of the message and the signature)
+# so that the same record read again is not verified again: the dispatcher reads each node's
+# rendered files in every phase, 40,000 Ed25519 checks of 10,000 unchanged records in one
+# 10,000-node install. Bounded: past this many, it starts afresh.
+VERIFIED_KEPT = 50_000
+
+
 class RecordVerifier:
     """A writer's public half, as a reader holds it."""
 
@@ -138,6 +146,7 @@ class RecordVerifier:
         except ValueError:
             raise RecordKeyError(f"the {writer}-signing key's public half is no Ed25519 key") from None
         self.writer, self.key_id = writer, _key_id(raw_public)
+        self._verified: set[bytes] = set()  # see VERIFIED_KEPT
 
     @classmethod
     def from_stored(cls, writer: str, blob: bytes | str) -> RecordVerifier:
@@ -153,11 +162,20 @@ class RecordVerifier:
         if key_id != self.key_id:
             raise RecordSignatureError(record, f"it is signed by key {key_id}, not by the {self.writer} writer's "
                                                f"key {self.key_id}")
+        message = record_message(kind, cluster, binding, data)
+        # Ed25519 verification is a function of the key, the message and the signature alone:
+        # one this key found good before is good again
+        seen = hashlib.sha256(message + b"\n" + sig.encode()).digest()
+        if seen in self._verified:
+            return
         try:
-            self._public.verify(base64.b64decode(sig, validate=True), record_message(kind, cluster, binding, data))
+            self._public.verify(base64.b64decode(sig, validate=True), message)
         except (InvalidSignature, binascii.Error, ValueError):
             raise RecordSignatureError(record, f"its signature does not match its bytes, cluster and binding "
                                                f"({', '.join(binding)})") from None
+        if len(self._verified) >= VERIFIED_KEPT:
+            self._verified.clear()
+        self._verified.add(seen)
 
 
 class RecordSigner:
