@@ -71,7 +71,7 @@ TABLE: dict[str, dict[str, str]] = {
     etcd_snapshot_key(): {"dispatcher": "r", "upgrader": "r"},
     auth_authority_key(): {RENEWER: "r"},  # the NATS operator's and account's seeds (sealed: the authority key)
     auth_identities_key(): {RENEWER: "rw"},
-    VRRP: {"renderer": "rw", "upgrader": "r"},
+    VRRP: {"renderer": "rw"},
     api_credentials_key(C): {"certs": "rw", "dispatcher": "r", "upgrader": "r"},
     epoch_key(): {s: "r" for s in SERVICES if s != "upgrader"},
     plan_key(C): {"planner": "rw", "upgrader": "rw", "certs": "r", "renderer": "r", "dispatcher": "r"},
@@ -130,7 +130,7 @@ NEEDS: dict[str, dict[str, str]] = {
                                   addons_key(C), node_labels_key(C), phase_key(C, "apply-labels")], "rw"),
                  **dict.fromkeys([provisioned_agents_key(C), addon_manifests_key(C),
                                   api_credentials_key(C), node_files_key(C, "certs"), node_files_digest_key(C, "certs"),
-                                  VRRP, etcd_snapshot_key(), record_signing_key("plan")], "r")},
+                                  etcd_snapshot_key(), record_signing_key("plan")], "r")},
     RENEWER: {auth_identities_key(): "rw", auth_authority_key(): "r"},
 }
 

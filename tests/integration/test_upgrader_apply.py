@@ -539,9 +539,23 @@ async def test_a_master_joining_a_vip_cluster_rolls_each_load_balancer_first_vrr
     sent: list[AgentCommand] = []
     bodies: dict[str, list[bytes]] = {}
 
-    async def password(cluster: str) -> str | None:  # as bke_upgrader.app reads it
-        return await redis_client.get(vrrp_password_key(cluster))
+    # as bke_upgrader.app asks for it: over the bus, answered as the renderer answers, sealed
+    from bke.adapters.state.record_keys import RecordKeys
+    from bke.contracts.vrrp_password import VRRP_PASSWORD_GET
+    from bke_renderer.store_redis import RedisRenderStore
+    from bke_renderer.vrrp_answer import vrrp_password_answer
+    from bke_upgrader.vrrp_password import VrrpPasswordClient
+    answer = vrrp_password_answer(RedisRenderStore(redis_client, RecordKeys(redis_client, {})).stored_vrrp_password)
 
+    async def renderer(msg: Any) -> None:
+        await msg.respond(await answer(msg.subject, msg.data))
+
+    await nats_client.subscribe(VRRP_PASSWORD_GET, cb=renderer)
+
+    async def request(subject: str, payload: bytes, timeout: float) -> bytes:
+        return (await nats_client.request(subject, payload, timeout=timeout)).data
+
+    password = VrrpPasswordClient(request, 10.0)
     plan, store, upgrades, applies = await _setup(redis_client, nats_client, sent, [], bodies, text=SPLIT,
                                                   renders=Renders(password))
     await redis_client.set(vrrp_password_key(plan.cluster), "Vr7pQ2xZ")

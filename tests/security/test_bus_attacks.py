@@ -28,6 +28,7 @@ from bke.adapters.bus.streams import (AGENT_OUTPUT_STREAM, AGENT_STREAM, BUCKETS
 from bke.contracts.node_commands import NODE_COMMANDS_ANSWERED, NODE_COMMANDS_SEND
 from bke.contracts.agent import AGENTS_PROVISION, agent_subject
 from bke.contracts.agent_facts import AGENT_FACTS_GET, AGENT_FACTS_QUEUE
+from bke.contracts.vrrp_password import VRRP_PASSWORD_GET, VRRP_PASSWORD_QUEUE
 from bke.contracts.agent_steps import ETCD_SNAPSHOT_BUCKET
 from bke.contracts.identity import renew_identity_subject
 from bke.contracts.certs import CERTS_ISSUED
@@ -159,19 +160,24 @@ async def test_only_a_nodes_agent_asks_to_renew_its_identity_and_only_the_renewe
     assert (msg.subject, msg.data) == (own, b"{}")
 
 
-async def test_only_the_upgrader_asks_the_agents_facts_and_only_the_dispatcher_hears_it(
-        clients: dict[str, Client]) -> None:
-    """The agents' facts are the dispatcher's answer to the upgrader (bke.contracts.agent_facts):
-    nobody else may ask (a dashboard, the operator, an agent neither), nobody else may hear the
-    question; the upgrader's request reaches the dispatcher's queue group and its answer comes
-    back (positive control: the responder's `allow_responses`)."""
-    for role in (role for role in IDENTITIES if role != "upgrader"):
-        assert await clients[role].pub_refused(AGENT_FACTS_GET), role
-    for role in (role for role in IDENTITIES if role != "dispatcher"):
-        assert await clients[role].sub_refused(AGENT_FACTS_GET), role
-    sub = await clients["dispatcher"].nc.subscribe(AGENT_FACTS_GET, queue=AGENT_FACTS_QUEUE)
-    await clients["dispatcher"].nc.flush()
-    asked = asyncio.create_task(clients["upgrader"].nc.request(AGENT_FACTS_GET, b"{}", timeout=5))
+@pytest.mark.parametrize("subject, queue, asker, answerer", [
+    (AGENT_FACTS_GET, AGENT_FACTS_QUEUE, "upgrader", "dispatcher"),
+    (VRRP_PASSWORD_GET, VRRP_PASSWORD_QUEUE, "upgrader", "renderer"),
+])
+async def test_only_the_asker_asks_another_services_answer_and_only_its_owner_hears_it(
+        clients: dict[str, Client], subject: str, queue: str, asker: str, answerer: str) -> None:
+    """The agents' facts are the dispatcher's answer to the upgrader (bke.contracts.agent_facts),
+    the VRRP password the renderer's (bke.contracts.vrrp_password): nobody else may ask (a
+    dashboard, the operator, an agent neither), nobody else may hear the question; the asker's
+    request reaches the owner's queue group and its answer comes back (positive control: the
+    responder's `allow_responses`)."""
+    for role in (role for role in IDENTITIES if role != asker):
+        assert await clients[role].pub_refused(subject), role
+    for role in (role for role in IDENTITIES if role != answerer):
+        assert await clients[role].sub_refused(subject), role
+    sub = await clients[answerer].nc.subscribe(subject, queue=queue)
+    await clients[answerer].nc.flush()
+    asked = asyncio.create_task(clients[asker].nc.request(subject, b"{}", timeout=5))
     msg = await sub.next_msg(timeout=5)
     await msg.respond(b"answered")
     assert (await asked).data == b"answered"

@@ -12,7 +12,6 @@ import socket
 from dataclasses import replace
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 from redis.asyncio import Redis
 
@@ -20,10 +19,10 @@ from bke.adapters.periodic import Periodic
 from bke.contracts.certs import RENEW_CERTS, RenewCerts
 from bke.core.pki import PkiNotReady, PkiStore
 from bke.core.pki.operations import check_expiration
-from bke.adapters.state.keys.planner import clusters_index
 from bke.adapters.state.keys.certs import certs_lease_key
 from bke.adapters.state.lease import claim_key
 from bke.adapters.state.operation_slot import operation_holder, refusal
+from bke.adapters.state.plans import planned_clusters
 
 from .operations import OpsStore
 from .renewal import AutoRenew, auto_renew_decision, auto_request_id
@@ -33,10 +32,6 @@ __all__ = ["AutoRenewer"]
 log = logging.getLogger("bke.certs.autorenew")
 TICK_LEASE = "autorenew"
 Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
-
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else v
 
 
 class AutoRenewer:
@@ -57,7 +52,7 @@ class AutoRenewer:
         """One pass over every cluster; what was decided for each (for logs and tests)."""
         now = self.now()
         out: dict[str, AutoRenew] = {}
-        for cluster in sorted(_s(c) for c in await self.redis.smembers(clusters_index())):
+        for cluster in await planned_clusters(self.redis):
             # one replica's tick per period decides for a cluster: two deciding at once would
             # both find nothing pending and both ask for a renewal
             ttl_ms = max(1000, int(self.interval_s * 900))  # 90% of the period, never released

@@ -57,10 +57,10 @@ from bke.core.pki.errors import PkiError, PkiNotReady
 from bke.core.secrets import SecretBox
 from bke.core.secrets.record_signing import RecordKeyError, RecordSignatureError
 from bke.adapters.state import PlanCache
-from bke.adapters.state.keys.plan import plan_key
 from bke.adapters.state.keys.certs import certs_agents_key, provisioned_agents_key
 from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.adapters.state.operation_slot import claim_operation, release_operation
+from bke.adapters.state.plans import plan_exists
 
 from .cache import CachedPkiStore
 from .operations import OpsStore
@@ -202,7 +202,7 @@ class CertsHandlers:
         await self.redis.hset(self._agents_key(reg.cluster), reg.node, reg.model_dump_json(by_alias=True))
         accepted = Out(AgentAccepted(cluster=reg.cluster, node=reg.node, agent_id=reg.agent_id, at=self.now().isoformat()),
                        AGENTS_ACCEPTED, f"accepted:{reg.cluster}:{reg.node}:{reg.agent_id}")
-        if not (await self.redis.exists(pki_keys(reg.cluster)["manifest"]) and await self.redis.exists(plan_key(reg.cluster))):
+        if not (await self.redis.exists(pki_keys(reg.cluster)["manifest"]) and await plan_exists(self.redis, reg.cluster)):
             return [accepted]
         sealed, failures = await self._seal_nodes(reg.cluster, [reg], request_id=f"registered:{reg.agent_id}")
         out = [Out(CertsSealed(cluster=reg.cluster, nodes=sealed, agents={n: reg.agent_id for n in sealed}), CERTS_SEALED)]

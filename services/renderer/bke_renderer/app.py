@@ -1,6 +1,6 @@
 """Renderer wiring: broker, Redis, template sets loaded once, three subscribers (plans, render
-commands, removed nodes) and the dashboard; it answers no request. No logic here (handlers.py
-decides)."""
+commands, removed nodes), the VRRP password's request and the dashboard. No logic here
+(handlers.py and vrrp_answer.py decide)."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -10,9 +10,11 @@ from bke.adapters.state_service import make_state_service
 
 from bke.adapters.bus.service import Service
 from bke.adapters.bus.handler import typed
+from bke.adapters.bus.responder import serve_requests
 from bke.contracts import PLAN_CREATED, PlanCreated
 from bke.contracts.membership import REMOVE_NODES_FINISHED, RemoveNodesFinished
 from bke.contracts.render import RENDER_MANIFESTS, RenderManifests
+from bke.contracts.vrrp_password import VRRP_PASSWORD_GET, VRRP_PASSWORD_QUEUE
 from bke.core.render import preload_templates
 from bke.adapters.state import RedisPlanStore
 from bke.adapters.state.record_keys import RecordKeys
@@ -23,6 +25,7 @@ from .history import RenderHistory
 from .pages import renderer_routes
 from .settings import RendererSettings
 from .store_redis import RedisRenderStore
+from .vrrp_answer import vrrp_password_answer
 
 __all__ = ["create_service"]
 
@@ -45,4 +48,6 @@ def create_service(settings: RendererSettings | None = None) -> Service:
     # nodes removed from a running cluster: their rendered files go at once, not at the next render
     svc.work_subscriber(REMOVE_NODES_FINISHED, "BKE_EVENTS", "renderer-removals",
                         typed(RemoveNodesFinished, on_nodes_removed("renderer", store.forget_nodes), svc.publish))
+    # the password it made for a cluster's keepalived.conf, sealed to whoever asks (the upgrader)
+    serve_requests(svc, VRRP_PASSWORD_GET, VRRP_PASSWORD_QUEUE, vrrp_password_answer(store.stored_vrrp_password))
     return svc

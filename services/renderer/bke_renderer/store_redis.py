@@ -167,6 +167,10 @@ class RedisRenderStore:
         return NodeFiles(hostname, tuple(RenderedFile(f.path, f.mode, base64.b64decode(f.content_b64 or ""), f.path in secret)
                                          for f in files))
 
+    async def stored_vrrp_password(self, cluster: str) -> str | None:
+        """The cluster's VRRP password if one was made, never making one (bke_renderer.vrrp_answer)."""
+        return _text(await self.redis.get(render_keys(cluster)["vrrp"]))
+
     async def vrrp_password(self, cluster: str, new: Callable[[], str]) -> str:
         """The cluster's VRRP password: created once (SET NX), the same for every later call,
         also when two renderers race."""

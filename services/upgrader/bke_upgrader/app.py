@@ -33,7 +33,6 @@ from bke.adapters.state.record_keys import RecordKeys
 from bke.adapters.forgetting import serve_deleted
 from bke.adapters.state.client import redis_client
 from bke.adapters.bus.node_commands import NodeCommandsSender
-from bke.adapters.state.keys.renderer import vrrp_password_key
 from bke.adapters.state.keys.trust import etcd_snapshot_key
 from bke.adapters.tasks import cancel_and_wait
 
@@ -53,6 +52,7 @@ from .ports import ClusterApi, Commands, Records, RunSettings
 from .renders import Renders
 from .settings import UpgraderSettings
 from .store import UpgradeStore
+from .vrrp_password import VrrpPasswordClient
 
 __all__ = ["create_service"]
 
@@ -153,11 +153,8 @@ def _upgrades(svc: Service, settings: UpgraderSettings, redis: Any, store: Upgra
     async def request(subject: str, payload: bytes, timeout: float) -> bytes:
         return (await svc.nc.request(subject, payload, timeout=timeout)).data
 
-    async def vrrp_password(cluster: str) -> str | None:
-        # the renderer's (made once per cluster, bke_renderer.store_redis); read, never written here
-        raw = await redis.get(vrrp_password_key(cluster))
-        return raw.decode() if isinstance(raw, bytes) else raw
-
+    # the renderer's (made once per cluster), asked sealed to a key of the request's own
+    vrrp_password = VrrpPasswordClient(request, settings.status_timeout_s)
     # the dispatcher's and the certs service's answers (status, the agents' facts, expiry): asked, never read
     facts = LiveFacts(request, _now, heartbeat_stale_s=settings.heartbeat_stale_s, timeout_s=settings.status_timeout_s)
     release = ReleaseSource(settings.agent_release, settings.agent_confirm_timeout_s, facts.agents) \

@@ -27,7 +27,7 @@ dispatcher's scripts get no more rights than the dispatcher has (tested, not ass
 
 A `*` in a glob matches `:` as well. The patterns are chosen so that no service's patterns
 match another service's secrets: `bke:*:pki:*` (CA keys, certs only), `bke:*:render:vrrp-password`
-(the renderer writes it, the upgrader reads it), the NATS authority (`bke:auth:*`: the admin; the
+(the renderer's alone: the upgrader asks for it sealed, bke.contracts.vrrp_password), the NATS authority (`bke:auth:*`: the admin; the
 renewer reads the authority and writes the identity registry, nothing else),
 the command-signing key (the dispatcher's alone), the etcd snapshot
 key (the admin side writes it, the dispatcher and the upgrader read it) and the record writers'
@@ -126,12 +126,12 @@ USERS: tuple[AclUser, ...] = (
                     "bke:*:etcd-restore:*", *_PLAN, "bke:*:operation", "bke:*:lease:upgrade",
                     "bke:*:addons", "bke:*:node-labels", "bke:*:phase:apply-labels"),
             reads=("bke:*:agents:provisioned", "bke:*:addon-manifests", "bke:*:api-credentials", *_CERTS_FILES,
-                   "bke:*:render:vrrp-password", "bke:etcd-snapshot-key", *_RECORD_KEYS),
+                   "bke:etcd-snapshot-key", *_RECORD_KEYS),
             why="upgrade and etcd-restore records and results, its lease and the operation slot; the plan, which it "
                 "replaces when an upgrade or a changed spec succeeds; the addons and node-labels records its steps "
                 "share with the install's. Reads: the agents BKE provisioned, addon manifests, the API credentials, "
-                "the certs' file sets of a renewal; the VRRP password (keepalived.conf of a changed spec's "
-                "load-balancer step) and the etcd snapshot key (a restore opens the snapshot). Not the agents' "
+                "the certs' file sets of a renewal; the etcd snapshot key (a restore opens the snapshot). Not the "
+                "VRRP password: it asks the renderer, sealed (bke.contracts.vrrp_password). Not the agents' "
                 "heartbeats nor the agents the dispatcher accepted: it asks the dispatcher (bke.contracts.agent_facts) "
                 "and takes its answers as believed (bke_upgrader.results). Not the command-signing key: its node "
                 "commands are signed and sent by the dispatcher (bke.contracts.node_commands). Never the PKI, the "

@@ -132,6 +132,17 @@ def _instant(iso: str) -> datetime:
     return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
 
 
+async def plan_exists(redis: Redis, cluster: str) -> bool:
+    """Whether `cluster` has a stored plan: the read another service makes of the planner's
+    record (a registration accepted, a deleted cluster planned again) goes through here."""
+    return bool(await redis.exists(plan_key(cluster)))
+
+
+async def planned_clusters(redis: Redis) -> list[str]:
+    """The clusters the planner has planned (its index), sorted."""
+    return sorted(_text(c) for c in await redis.smembers(clusters_index()))
+
+
 class PlanRecord:
     def __init__(self, digest: str, request_id: str, created_at: str):
         self.digest, self.request_id, self.created_at = digest, request_id, created_at

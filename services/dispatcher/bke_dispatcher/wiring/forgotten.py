@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from bke.adapters.state.keys.plan import plan_key
+from bke.adapters.state.plans import plan_exists
 
 __all__ = ["Forgotten"]
 
@@ -21,7 +21,7 @@ class Forgotten:
         """Whether a message of `cluster` is one of a deleted cluster's, to drop without a write."""
         if cluster not in self.deleted:
             return False
-        if await self.redis.exists(plan_key(cluster)):
+        if await plan_exists(self.redis, cluster):
             self.deleted.discard(cluster)  # planned again under the same name
             return False
         return True

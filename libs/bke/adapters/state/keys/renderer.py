@@ -1,4 +1,5 @@
-"""The renderer's keys (its per-node files are the `node_files` family).
+"""The renderer's keys (its per-node files are the `node_files` family); the upgrader asks it for the
+VRRP password, sealed, on `bke.v1.vrrp-password.get` (bke.contracts.vrrp_password).
 
     bke:<c>:addon-manifests              hash    addon name -> rendered YAML     (renderer)
     bke:<c>:render:meta / vrrp-password  string                                  (renderer)
