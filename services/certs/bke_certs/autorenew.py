@@ -10,7 +10,7 @@ import logging
 import os
 import socket
 from dataclasses import replace
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from redis.asyncio import Redis
@@ -23,6 +23,7 @@ from bke.adapters.state.keys.certs import certs_lease_key
 from bke.adapters.state.lease import claim_key
 from bke.adapters.state.operation_slot import operation_holder, refusal
 from bke.adapters.state.plans import planned_clusters
+from bke.adapters.bus.handler import Publish
 
 from .operations import OpsStore
 from .renewal import AutoRenew, auto_renew_decision, auto_request_id
@@ -31,7 +32,6 @@ __all__ = ["AutoRenewer"]
 
 log = logging.getLogger("bke.certs.autorenew")
 TICK_LEASE = "autorenew"
-Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 
 
 class AutoRenewer:

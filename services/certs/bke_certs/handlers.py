@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Awaitable, Callable, Literal
+from typing import Callable, Literal
 
 from redis.asyncio import Redis
 
@@ -50,7 +50,7 @@ from bke.contracts.certs import (
 from bke.contracts.install import InstallFinished
 from bke.contracts.rotation import RotationChanged
 from bke.contracts.statuses import InstallStatus, OperationStatus
-from bke.adapters.bus.handler import Out, first_of
+from bke.adapters.bus.handler import Out, Publish, first_of
 from bke.core.errors import RejectedInput, TemporaryError
 from bke.adapters.pki.api_credentials import write_api_credentials
 from bke.core.pki.errors import PkiError, PkiNotReady
@@ -78,7 +78,6 @@ log = logging.getLogger("bke.certs")
 RESEAL_CHUNK = 500
 ROTATION = "rotation"  # a renewal's name in the cluster's operation slot: the rotation it starts
 ANNOUNCE_CHUNK = 5000  # node names per `certs sealed` (10,000 hostnames stay far below 1 MiB)
-Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 
 
 @dataclass

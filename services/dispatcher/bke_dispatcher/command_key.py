@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime
 
 from redis.asyncio import Redis
@@ -28,12 +28,12 @@ from bke.adapters.state.keys.trust import command_key_rollover_key
 from bke.contracts.agent import CommandResult, agent_subject
 from bke.contracts.statuses import FinishedStatus, StepResultStatus
 from bke.core.secrets.command_key_rollover import Rollover, acked_key_id, announcement
+from bke.adapters.bus.handler import Publish
 
 __all__ = ["ANNOUNCE_EVERY_S", "CommandKeyCarrier"]
 
 log = logging.getLogger("bke.dispatcher.command_key")
 ANNOUNCE_EVERY_S = 30.0  # how soon an agent that was away is sent the announcement again
-Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 
 
 def _text(v: object) -> str:

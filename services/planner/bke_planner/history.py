@@ -10,17 +10,17 @@ the publish succeeded, so that what it lists is what was said on the bus.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from redis.asyncio import Redis
 
 from bke.contracts import CLUSTER_REJECTED, PLAN_CREATED, ClusterRejected, PlanCreated
 from bke.adapters.state.keys.planner import recent_plans_key
 from bke.adapters.state.recent import RecentLog
+from bke.adapters.bus.handler import Publish
 
 __all__ = ["PlanHistory"]
 
-Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 
 
 class PlanHistory:

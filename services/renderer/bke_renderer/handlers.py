@@ -19,7 +19,7 @@ from bke.core.plan import Plan
 
 from bke.contracts import PlanCreated
 from bke.contracts.render import MANIFESTS_RENDERED, RENDER_FAILED, ManifestsRendered, RenderFailed, RenderManifests
-from bke.adapters.bus.handler import Out, first_of
+from bke.adapters.bus.handler import Out, Publish, first_of
 from bke.core.errors import RejectedInput
 from bke.core.render import EtcdJoin
 from bke.core.render.errors import RenderError
@@ -31,7 +31,6 @@ from .service_core import RenderStore, ensure_rendered
 __all__ = ["RendererHandlers"]
 
 log = logging.getLogger("bke.renderer")
-Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 
 
 @dataclass

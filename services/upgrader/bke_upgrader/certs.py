@@ -46,6 +46,7 @@ from bke.adapters.state.nodefiles import RedisNodeFiles
 from bke.core.upgrade.certificates import cert_files, cert_rows, renewed_by_node, renewed_instances
 from bke.core.upgrade.order import ExpandedStep
 from bke.core.upgrade.run import StepRun, UpgradeRun, mark_local
+from bke.adapters.bus.handler import Publish
 
 from .answer_deadline import DEFAULT_TIMEOUT_S, AnswerDeadline, silent_service
 from .store import UpgradeStore
@@ -53,7 +54,6 @@ from .store import UpgradeStore
 __all__ = ["UpgradeCerts", "renewal_id"]
 
 log = logging.getLogger("bke.upgrader.certs")
-Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 StorePlan = Callable[[UpgradeRun, Plan], Awaitable[str]]
 STEP = "certificates"
 WAIT_S = 5.0  # ask again this often while the certs service has not answered (a kick comes first)

@@ -14,7 +14,7 @@
 """
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from bke.contracts.agent_facts import HostFacts
@@ -24,16 +24,16 @@ from bke.contracts.status import STATUS_GET, ClusterStatus, GetStatus, StatusErr
 from bke.core.errors import TemporaryError
 from bke.core.plan import Plan
 from bke.core.upgrade import Facts
+from bke.adapters.bus.asking import Request
 
 from .agent_facts import AgentFactsClient
 
-__all__ = ["LiveFacts", "StatusRequest", "cgroup_v1_hosts"]
+__all__ = ["LiveFacts", "cgroup_v1_hosts"]
 
-StatusRequest = Callable[[str, bytes, float], Awaitable[bytes]]  # subject, payload, timeout -> reply
 
 
 class LiveFacts:
-    def __init__(self, request: StatusRequest, now: Callable[[], datetime], *, heartbeat_stale_s: float,
+    def __init__(self, request: Request, now: Callable[[], datetime], *, heartbeat_stale_s: float,
                  timeout_s: float):
         self.request, self.now = request, now
         self.stale, self.timeout_s = heartbeat_stale_s, timeout_s

@@ -37,6 +37,7 @@ from bke.core.lifecycle.apply_run import JOIN_STEP, REMOVE_STEP, member_join
 from bke.core.plan import Plan
 from bke.adapters.state.keys.upgrader import upgrade_results_key
 from bke.core.upgrade.run import StepRun, UpgradeRun, mark_local, mark_local_batch
+from bke.adapters.bus.handler import Publish
 
 from .answer_deadline import DEFAULT_TIMEOUT_S, AnswerDeadline, silent_service
 from .store import UpgradeStore
@@ -44,7 +45,6 @@ from .store import UpgradeStore
 __all__ = ["ApplyMembership", "membership_request_id"]
 
 log = logging.getLogger("bke.upgrader.membership")
-Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 FIELD = "membership:"  # the results hash's field prefix for a dispatcher's answer
 WAIT_S = 10.0  # look again this often without an answer (the answer's kick comes first)
 

@@ -20,6 +20,7 @@ from bke.adapters.state import PlanCache, RedisPlanStore
 from bke.adapters.state.command_signing import Prefetch
 from bke.contracts.agent import AgentCommand
 from bke.core.plan import Plan
+from bke.adapters.bus.handler import Publish
 
 from .agent_release import ReleaseSource
 from .drain import Drainer
@@ -30,7 +31,6 @@ from .store import UpgradeStore
 __all__ = ["Addons", "Checksums", "ClusterApi", "Commands", "Labels", "Publish", "Records", "RunSettings", "Sign",
            "SnapshotSetup"]
 
-Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 # a command -> its signed body (bke.adapters.state.command_signing.CommandSigning.sign_bytes): the body,
 # not the signed model, so that its canonical bytes are written once per command
 Sign = Callable[[AgentCommand], Awaitable[bytes]]

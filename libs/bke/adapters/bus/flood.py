@@ -41,6 +41,7 @@ from bke.contracts.deadletter import AGENTS_FLOODING, AgentFlooding, DeadLettere
 from bke.contracts.subjects import DEADLETTER
 from bke.core.errors import MalformedMessage
 from bke.core.flood import FLOOD_LIMIT, FloodCounter, FloodLimit, FloodReport, FloodVerdict
+from bke.adapters.bus.handler import Publish
 from .delivery import delivery_subject
 
 __all__ = ["FloodWatch", "STRAY_METRIC", "FLOODS_METRIC", "flood_reason", "mark_stray"]
@@ -48,7 +49,6 @@ __all__ = ["FloodWatch", "STRAY_METRIC", "FLOODS_METRIC", "flood_reason", "mark_
 log = logging.getLogger("bke.adapters.bus.flood")
 STRAY_METRIC = "bke_agent_outputs_stray"  # exposed as <name>_total
 FLOODS_METRIC = "bke_agent_floods"
-Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 # Set by `guard` for the delivery being handled; `mark_stray` flips it.
 _STRAY: ContextVar[list[bool] | None] = ContextVar("bke_stray_output", default=None)
 

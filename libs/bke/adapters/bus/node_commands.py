@@ -15,6 +15,7 @@ from typing import TypeVar
 from bke.contracts.agent import AgentCommand
 from bke.contracts.node_commands import NODE_COMMANDS_SEND, SendNodeCommands
 from bke.contracts.operation_ref import OperationRef
+from bke.adapters.bus.handler import Publish
 
 __all__ = ["MESSAGE_BYTES", "NodeCommandsSender", "SendCommands", "fitted", "packed"]
 
@@ -23,7 +24,6 @@ __all__ = ["MESSAGE_BYTES", "NodeCommandsSender", "SendCommands", "fitted", "pac
 MESSAGE_BYTES = 768 * 1024
 # (operation, its commands) -> sent: what an operation that sends through the dispatcher is given
 SendCommands = Callable[[OperationRef, Sequence[AgentCommand]], Awaitable[None]]
-Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 T = TypeVar("T")
 
 

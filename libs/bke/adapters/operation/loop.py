@@ -47,13 +47,13 @@ from bke.core.state.schema import StoredVersionError
 from bke.core.operation import (
     Act, Answers, Decision, Fail, OperationStatus, Record, RunLocally, Send, Succeed, Wait, fold,
 )
+from bke.adapters.bus.handler import Publish
 
 from .store import RecordStore
 
 __all__ = ["ApplyResult", "Carrier", "EndEvent", "OperationLoop", "Publish"]
 
 R = TypeVar("R", bound=Record)
-Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 # Carries a Send or RunLocally out on the record (marking what it sent); None to decide again,
 # or what came of it instead (a Wait: not yet; a Fail: refused for good).
 Carrier = Callable[[R, Act], Awaitable[Decision | None]]

@@ -32,6 +32,7 @@ from bke.contracts.membership import (
 )
 from bke.adapters.state.operation_slot import release_operation
 from bke.contracts.statuses import FinishedStatus
+from bke.adapters.bus.handler import Publish
 
 from .gates import Loads
 
@@ -39,7 +40,6 @@ __all__ = ["GiveUp", "answer_given_up", "request_of"]
 
 log = logging.getLogger("bke.dispatcher.membership")
 GiveUp = Callable[[bytes, str], Awaitable[None]]
-Publish = Callable[[bytes, str, dict[str, str]], Awaitable[None]]
 MAX_ID = 128  # the contracts' longest request id and cluster name (63): longer is no request of ours
 
 
