@@ -539,7 +539,7 @@ async def test_a_master_joining_a_vip_cluster_rolls_each_load_balancer_first_vrr
     sent: list[AgentCommand] = []
     bodies: dict[str, list[bytes]] = {}
 
-    # as bke_upgrader.app asks for it: over the bus, answered as the renderer answers, sealed
+    # as bke_upgrader.wiring.adapters asks for it: over the bus, answered as the renderer answers, sealed
     from bke.adapters.state.record_keys import RecordKeys
     from bke.contracts.vrrp_password import VRRP_PASSWORD_GET
     from bke_renderer.store_redis import RedisRenderStore

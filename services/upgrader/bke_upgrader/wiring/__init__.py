@@ -1,0 +1,1 @@
+"""The upgrader's composition, in parts app.py puts together."""
