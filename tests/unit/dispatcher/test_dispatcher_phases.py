@@ -70,3 +70,30 @@ def test_steps_for_a_master():
 def test_command_ids_are_deterministic_and_parse_back():
     cid = command_id("seed", "etcd", "node.example", 2)
     assert parse_command_id(cid) == ("seed", "etcd", "node.example", 2)
+
+
+class _Watched(list):  # type: ignore[type-arg]
+    """A node's rendered files that remember being looked at."""
+
+    looked = False
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        self.looked = True
+        return super().__iter__()
+
+
+def test_a_phase_reads_rendered_files_only_when_the_table_says_it_does():
+    """The install reads (and checks the signatures of) a chunk's rendered files only for a phase
+    with `render_files`: a phase whose steps use them without saying so would send nodes no file."""
+    sums = {url: "0" * 64 for url in artefact_urls(BIG)}
+    said = {p.slug for p in PHASES if p.render_files}
+    assert said == {"node-env", "load-balancer", "etcd", "control-plane-init", "control-plane-join"}
+    for phase in PHASES:
+        if phase.build is None:
+            continue
+        looked = False
+        for node in phase.targets(BIG)[:3]:
+            files = _Watched([file_from_bytes("/etc/kubernetes/manifests/etcd.yaml", b"kind: Pod\n")])
+            phase.build(BIG, node, NodeInputs(render=files, certs=[], checksums=sums, seal=lambda b: b))
+            looked = looked or files.looked
+        assert looked == phase.render_files, phase.slug
