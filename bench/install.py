@@ -12,9 +12,22 @@ in memory) whose steps cost nothing (NullBackend). The spec: 3 masters + N-3 wor
 * ``install``: agent consumer set-up + from the cluster request to `install finished`
   (planning, the PKI, rendering, sealing per agent, every phase's commands and results).
 * ``floor``: the same number of command deliveries done the minimal way in the same run:
-  N durable consumers with the agents' own config, JetStream publish of each command, the
-  consumer acks and publishes a result, one durable pull consumer collects every result.
-* ratio = install / floor. Targets at 5,000 nodes: install < 60 s, ratio <= 3.
+  N durable consumers with the agents' own config, JetStream publish of each command (about
+  600 bytes, all at once), the consumer acks and publishes a result, one durable pull consumer
+  collects every result.
+* ``same-bytes floor``: the same, replaying what the install's agents saw (bke_agent.trace): each
+  phase's commands in turn, each of the size its real command had, answered with a result of the
+  size its real result had; a phase's wave starts when the last one's results are in.
+* ratio = install / floor, and install / same-bytes floor.
+* per phase (install_trace.py): its wall time; when its first and last command reached an agent;
+  how long after its last result the next phase began; its commands' and results' bytes; each
+  process's CPU seconds in it (the services, NATS, and this process: the fleet); NATS' message
+  and byte counters over it.
+
+`--profile DIR`: cProfile stats of the install (from the fleet's start to `install finished`) of
+the dispatcher and certs (dispatcher-N.pstats, certs-N.pstats) and of the fleet
+(fleet-N.pstats); read them with `python -m pstats`. cProfile slows what it profiles (about 2x):
+the times of a profiled run are not the bench's figures.
 
 With `--control-plane real` (bench/real_cp.py): one real master and N-1 kwok nodes; it prints
 the install, labels + health, the Node registrations, and the apiserver's, etcd's and kwok's CPU
@@ -24,8 +37,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -55,8 +70,14 @@ from bke.core.secrets.signing import parse_public_line
 from bke_agent.loop import consumer_config
 from bke_agent.settings import AgentSettings
 from real_cp import proc_cpu_s  # bench/real_cp.py (this script's folder is on sys.path)
+from upgrade_events import instrument_services  # bench/upgrade_events.py
+from install_trace import PhaseClock, floor_waves, phase_rows, print_phase_rows  # bench/install_trace.py
+from bke_agent.trace import PhaseTrace
 from record import add_json_option, save  # bench/record.py
 
+PROFILED = ("dispatcher", "certs")  # the services --profile profiles (with the fleet)
+SMALL_COMMAND = b'{"steps": []}' + b" " * 600  # the 600-byte floor's command: about the size of a small one
+RESULT_SIZE = "Bench-Result-Size"  # a same-bytes floor's command: the size of the result to answer with
 STREAM = "BKE_AGENT"
 OUTPUT_STREAM = "BKE_AGENT_OUT"  # the agents' results (bke.adapters.bus.streams)
 
@@ -73,12 +94,20 @@ class InstalledLab:
     fleet: Fleet
     cluster: str
     result: dict
+    trace: PhaseTrace  # what the fleet's agents received and answered, phase by phase
+    clock: PhaseClock  # the install's phase events, with CPU and NATS counters at each
 
 
 @asynccontextmanager
-async def installed_lab(nodes: int, workdir: Path) -> AsyncIterator[InstalledLab]:
-    """Services as processes, N null agents in this process, the cluster installed; torn down on exit."""
+async def installed_lab(nodes: int, workdir: Path, profile: Path | None = None) -> AsyncIterator[InstalledLab]:
+    """Services as processes, N null agents in this process, the cluster installed; torn down on
+    exit. With `profile`, the install (from the fleet's start to `install finished`) is profiled:
+    PROFILED's services and this process (the fleet) write their cProfile stats there."""
     os.environ["BKE_DISPATCHER_HEALTH_INTERVAL_S"] = "0"
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
+        instrument_services({"BKE_BENCH_PROFILE_DIR": str(profile), "BKE_BENCH_PROFILE_MODE": "cprofile",
+                             "BKE_BENCH_PROFILE": ",".join(f"bke-{s}" for s in PROFILED)})
     sup = LabSupervisor(workdir, auth=False)  # the fleet: thousands of agents on one connection (no one identity)
     info = sup.ensure_runtime()
     sup.ensure_services(info)
@@ -93,9 +122,19 @@ async def installed_lab(nodes: int, workdir: Path) -> AsyncIterator[InstalledLab
         base = AgentSettings(cluster=cluster, node="n0", backend="host", nats_url=info.nats_url, heartbeat_s=0)
         # trust: the fleet runs what the deployment key signs; its keys are provisioned
         command_key = parse_public_line(ensure_lab_command_key(info, sup.workdir))
-        fleet = Fleet.null(nc, js, base, hostnames, command_key=command_key)
+        trace = PhaseTrace(time.perf_counter)
+        fleet = Fleet.null(nc, js, base, hostnames, command_key=command_key, trace=trace)
         await provision_agents(nc, cluster, fleet.identities())
+        procs = {"nats": info.nats_pid, **sup.pids()["services"]}
+        clock = PhaseClock(cluster, lambda: {**{k: proc_cpu_s(p) for k, p in procs.items()}, "fleet": time.process_time()},
+                           lambda: nats_counters(info.nats_monitor_url))
+        await clock.start(nc)
+        prof = cProfile.Profile() if profile is not None else None
         async with EventWatch(nc, [f"bke.v1.install.{cluster}.finished"]) as watch:
+            if prof is not None:
+                for name in PROFILED:
+                    os.kill(sup.pids()["services"][name], signal.SIGUSR2)  # a fresh profile from here
+                prof.enable()
             t0 = time.perf_counter()
             setup = await fleet.start()
             t1 = time.perf_counter()
@@ -103,6 +142,13 @@ async def installed_lab(nodes: int, workdir: Path) -> AsyncIterator[InstalledLab
             await js.publish(INSTALL_CLUSTER, InstallCluster(request_id=cluster, spec_ref=ref).to_bytes())
             done = await watch.wait_for(lambda e: True, timeout=1800)
             t2 = time.perf_counter()
+        await clock.stop()
+        if prof is not None and profile is not None:
+            prof.disable()
+            prof.dump_stats(profile / f"fleet-{nodes}.pstats")
+            await _dump_profiles(sup, profile)
+            for name in PROFILED:  # one file a size, as the fleet's
+                (profile / f"bke-{name}.pstats").replace(profile / f"{name}-{nodes}.pstats")
         result = {
             "status": done.data["status"],
             "setup": setup,
@@ -111,7 +157,7 @@ async def installed_lab(nodes: int, workdir: Path) -> AsyncIterator[InstalledLab
             "commands": fleet.executed,
             "replayed": fleet.replayed,
         }
-        yield InstalledLab(sup, info, nc, js, fleet, cluster, result)
+        yield InstalledLab(sup, info, nc, js, fleet, cluster, result, trace, clock)
     finally:
         if fleet is not None:
             await fleet.stop(grace=1.0)
@@ -119,9 +165,23 @@ async def installed_lab(nodes: int, workdir: Path) -> AsyncIterator[InstalledLab
         sup.down()
 
 
-async def run_install(nodes: int, workdir: Path) -> dict:
-    async with installed_lab(nodes, workdir) as lab:
-        return {**lab.result, "phases": await _phase_times(lab.nc, lab.cluster)}
+async def _dump_profiles(sup: LabSupervisor, profile: Path, timeout: float = 60.0) -> None:
+    """Have each profiled service write its stats (SIGUSR1) and wait until every file is there."""
+    for name in PROFILED:
+        (profile / f"bke-{name}.pstats").unlink(missing_ok=True)
+        os.kill(sup.pids()["services"][name], signal.SIGUSR1)
+    deadline = time.monotonic() + timeout
+    while not all((profile / f"bke-{name}.pstats").exists() for name in PROFILED):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no profile written by {', '.join(PROFILED)} within {timeout:.0f} s")
+        await asyncio.sleep(0.1)  # polling under a deadline
+
+
+async def run_install(nodes: int, workdir: Path, profile: Path | None = None) -> dict:
+    async with installed_lab(nodes, workdir, profile) as lab:
+        order = list(dict.fromkeys(m.phase for m in lab.clock.marks))
+        return {**lab.result, "phases": await _phase_times(lab.nc, lab.cluster),
+                "by_phase": phase_rows(lab.clock.marks, lab.trace), "waves": floor_waves(lab.trace, order)}
 
 
 async def _phase_times(nc, cluster: str) -> str:
@@ -152,17 +212,24 @@ def counters_delta(before: dict[str, int], after: dict[str, int]) -> str:
             f"out {d['out_msgs']:,} msgs / {d['out_bytes'] / 1e6:.1f} MB")
 
 
-async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
-    """The same deliveries, minimal: no services, no state, no steps."""
+async def run_floor(nodes: int, commands: int, workdir: Path,
+                    waves: list[list[tuple[str, int, int]]] | None = None) -> dict:
+    """The same deliveries, minimal: no services, no state, no steps. Without `waves`, `commands`
+    commands of about 600 bytes, spread over the nodes and sent at once, each answered with its
+    own bytes. With `waves` (install_trace.floor_waves: the same-bytes floor), each wave in turn,
+    the next one after every result of the last: each (node, command size, result size) sent as a
+    command of that size and answered with a result of that size."""
     sup = LabSupervisor(workdir, auth=False)  # the fleet: thousands of agents on one connection (no one identity)
     info = sup.ensure_runtime()
     cluster = f"floor{nodes}"
     hostnames = [f"n{i}" for i in range(nodes)]
-    per_node = [commands // nodes + (1 if i < commands % nodes else 0) for i in range(nodes)]
+    if waves is None:
+        per_node = [commands // nodes + (1 if i < commands % nodes else 0) for i in range(nodes)]
+        small = len(SMALL_COMMAND)
+        waves = [[(h, small, 0) for h, k in zip(hostnames, per_node) for _ in range(k)]]
     nc = await connect_nats(info.nats_url)
     js = nc.jetstream(timeout=30)
     got = 0
-    finished = asyncio.Event()
     try:
         t0 = time.perf_counter()
         sem = asyncio.Semaphore(64)
@@ -173,7 +240,8 @@ async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
                 await js.add_consumer(STREAM, cfg)
 
                 async def cb(msg) -> None:
-                    await js.publish(agent_subject(cluster, h, "result"), msg.data)
+                    size = int((msg.headers or {}).get(RESULT_SIZE, "0"))
+                    await js.publish(agent_subject(cluster, h, "result"), b" " * size if size else msg.data)
                     await msg.ack()
 
                 await js.subscribe_bind(STREAM, cfg, cfg.durable_name, cb=cb, manual_ack=True)
@@ -186,9 +254,9 @@ async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
         t1 = time.perf_counter()
         nats0, nats_cpu0 = nats_counters(info.nats_monitor_url), proc_cpu_s(info.nats_pid)
 
-        async def collect() -> None:
+        async def collect(until: int) -> None:
             nonlocal got
-            while got < commands:
+            while got < until:
                 try:
                     msgs = await collector.fetch(256, timeout=1.0)
                 except nats.errors.TimeoutError:
@@ -196,21 +264,22 @@ async def run_floor(nodes: int, commands: int, workdir: Path) -> dict:
                 for m in msgs:
                     await m.ack()
                 got += len(msgs)
-            finished.set()
 
-        task = asyncio.create_task(collect())
-        payload = b'{"steps": []}' + b" " * 600  # about the size of a small command
-        pubs = []
-        for h, k in zip(hostnames, per_node):
-            for j in range(k):
-                pubs.append(js.publish(agent_subject(cluster, h, "command"), payload, headers={"Nats-Msg-Id": f"{h}/{j}"}))
+        sent = 0
+        for wave in waves:
+            sent += len(wave)
+            task = asyncio.create_task(collect(sent))
+            pubs = []
+            for j, (h, size, result_size) in enumerate(wave):
+                body = SMALL_COMMAND if size == len(SMALL_COMMAND) and not result_size else b" " * size
+                headers = {"Nats-Msg-Id": f"{sent}/{j}", **({RESULT_SIZE: str(result_size)} if result_size else {})}
+                pubs.append(js.publish(agent_subject(cluster, h, "command"), body, headers=headers))
                 if len(pubs) >= 256:
                     await asyncio.gather(*pubs)
                     pubs = []
-        await asyncio.gather(*pubs)
-        await finished.wait()
+            await asyncio.gather(*pubs)
+            await task
         t2 = time.perf_counter()
-        await task
         return {"setup": t1 - t0, "deliveries": t2 - t1, "total": t2 - t0, "nats_cpu_s": proc_cpu_s(info.nats_pid) - nats_cpu0,
                 "nats": counters_delta(nats0, nats_counters(info.nats_monitor_url))}
     finally:
@@ -236,29 +305,37 @@ async def main_real(sizes: list[int], json_path: Path | None = None) -> int:
     return 0 if ok else 1
 
 
-async def main(sizes: list[int], json_path: Path | None = None) -> int:
+async def main(sizes: list[int], json_path: Path | None = None, profile: Path | None = None) -> int:
     rows = []
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"bke-bench-{n}-") as d:
-            inst = await run_install(n, Path(d) / "install")
+            inst = await run_install(n, Path(d) / "install", profile)
             # The install leaves many dirty pages (JetStream's file store, thousands of consumers):
             # written back while the floor runs, they slowed it 2-5x and flattered the ratio.
             os.sync()
             floor = await run_floor(n, inst["commands"], Path(d) / "floor")
+            os.sync()
+            same = await run_floor(n, inst["commands"], Path(d) / "floor-same", waves=inst["waves"])
         os.sync()  # likewise for the next size: each starts on a settled disk
-        rows.append((n, inst, floor))
+        rows.append((n, inst, floor, same))
         print(
             f"N={n:>5}  install {inst['total']:7.1f} s ({inst['status']}; agent set-up {inst['setup']:5.1f} s, "
             f"request->finished {inst['after_request']:6.1f} s; {inst['commands']} commands, {inst['replayed']} replayed)  "
-            f"floor {floor['total']:6.1f} s (set-up {floor['setup']:5.1f} s)  ratio {inst['total'] / floor['total']:4.1f}x",
+            f"floor {floor['total']:6.1f} s (set-up {floor['setup']:5.1f} s)  ratio {inst['total'] / floor['total']:4.1f}x  "
+            f"same-bytes floor {same['total']:6.1f} s  ratio {inst['total'] / same['total']:4.1f}x",
             flush=True,
         )
         print(f"         phases (s): {inst['phases']}", flush=True)
+        print(f"         NATS: floor {floor['nats']}; same-bytes floor {same['nats']}", flush=True)
+        print_phase_rows(inst["by_phase"])
     save(json_path, "install", [{
         "N": f"{n:,}", "install": f"{inst['total']:.1f} s", "status": inst["status"], "agent set-up": f"{inst['setup']:.1f} s",
         "request->finished": f"{inst['after_request']:.1f} s", "commands": str(inst["commands"]),
         "replayed": str(inst["replayed"]), "floor": f"{floor['total']:.1f} s", "floor set-up": f"{floor['setup']:.1f} s",
-        "ratio": f"{inst['total'] / floor['total']:.1f}x", "phases (s)": inst["phases"]} for n, inst, floor in rows])
+        "ratio": f"{inst['total'] / floor['total']:.1f}x", "same-bytes floor": f"{same['total']:.1f} s",
+        "same-bytes ratio": f"{inst['total'] / same['total']:.1f}x", "phases (s)": inst["phases"],
+        "by phase": "; ".join(f"{r['phase']}: " + ", ".join(f"{k} {v}" for k, v in r.items() if k != "phase")
+                              for r in inst["by_phase"])} for n, inst, floor, same in rows])
     return 0 if all(r[1]["status"] == "Succeeded" for r in rows) else 1
 
 
@@ -267,6 +344,10 @@ if __name__ == "__main__":
     ap.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
     ap.add_argument("--control-plane", choices=("simulated", "real"), default="simulated",
                     help="real: one real control plane and kwok nodes (python3 dev.py kube first)")
+    ap.add_argument("--profile", type=Path, default=None,
+                    help="write cProfile stats of the install to DIR: dispatcher-N.pstats, certs-N.pstats (the services, "
+                         "started as fresh interpreters under bench/profiling/sitecustomize.py) and fleet-N.pstats")
     add_json_option(ap)
     args = ap.parse_args()
-    sys.exit(asyncio.run(main_real(args.nodes, args.json) if args.control_plane == "real" else main(args.nodes, args.json)))
+    sys.exit(asyncio.run(main_real(args.nodes, args.json) if args.control_plane == "real"
+                         else main(args.nodes, args.json, args.profile)))

@@ -30,11 +30,14 @@ PROFILING = Path(__file__).resolve().parent / "profiling"
 
 def instrument_services(env: dict[str, str]) -> None:
     """The lab processes started after this run under bench/profiling/sitecustomize.py, which
-    `env` (set in this process's environment, which they inherit) tells what to do."""
+    `env` (set in this process's environment, which they inherit) tells what to do. They start
+    as fresh interpreters (BKE_LAB_FORKSERVER=0): a sitecustomize runs when an interpreter starts,
+    and a child of the lab's fork server (bke.lab.forkserver) starts none, so it was never hooked."""
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(PROFILING) not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(PROFILING), *paths])
     os.environ.update(env)
+    os.environ["BKE_LAB_FORKSERVER"] = "0"
 
 
 async def heartbeats(lab: Any, timeout: float = 120.0) -> None:

@@ -24,6 +24,7 @@ from .identity import AgentIdentity
 from .journal import DiskJournal, Journal, MemoryJournal
 from .loop import AgentLoop
 from .settings import AgentSettings
+from .trace import CommandTrace
 from .command_keys import AgentKeyring
 from .verify import CommandVerifier
 
@@ -46,11 +47,11 @@ class Fleet:
     @classmethod
     def null(cls, nc: NatsClient, js: JetStreamContext, base: AgentSettings, nodes: Iterable[str], *,
              command_key: CommandVerifyKey, state_root: Path | None = None, fsync: bool = True,
-             concurrency: int = SETUP_CONCURRENCY) -> Fleet:
+             concurrency: int = SETUP_CONCURRENCY, trace: CommandTrace | None = None) -> Fleet:
         """A fleet of NullBackend agents for `nodes` of `base.cluster`: journals on disk under
         `state_root/<node>` (as the real agent keeps them), or in memory when it is None. They
         run only commands signed with `command_key`; their keys are in `identities()` for
-        provisioning."""
+        provisioning. `trace`: told every command and result (bke_agent.trace)."""
         fleet = cls(nc, js, concurrency=concurrency)
         gate = asyncio.Semaphore(HANDLING)
         for node in nodes:
@@ -61,7 +62,7 @@ class Fleet:
             fleet.add(AgentLoop(nc, js, settings, NullBackend(), journal, AgentIdentity.ephemeral(),
                                 verifier=CommandVerifier(command_key, settings.cluster, node, AgentKeyring.load(
                                     command_key, None if state_root is None else state_root / node, fsync)),
-                                served=served, gate=gate))
+                                served=served, gate=gate, trace=trace))
         return fleet
 
     def identities(self) -> dict[str, AgentIdentity]:

@@ -85,6 +85,7 @@ from .identity import AgentIdentity
 from .outputs import publish_output, result_body
 from .journal import ExecutionRecord, Journal
 from .settings import AgentSettings
+from .trace import CommandTrace
 from .verify import CommandVerifier
 from .version import RUNNING_VERSION
 
@@ -135,8 +136,12 @@ class AgentLoop:
     def __init__(self, nc: NatsClient, js: JetStreamContext, settings: AgentSettings, backend: Backend,
                  journal: Journal, identity: AgentIdentity, *, verifier: CommandVerifier,
                  now: Callable[[], datetime] = utc_now, executor: Executor | None = None,
-                 served: ServedMemory | None = None, gate: asyncio.Semaphore | None = None) -> None:
+                 served: ServedMemory | None = None, gate: asyncio.Semaphore | None = None,
+                 trace: CommandTrace | None = None) -> None:
         self.nc, self.js, self.settings = nc, js, settings
+        # told each command's size when it comes and its result's when it is sent (a fleet's, for
+        # bench/install.py's per-phase figures and its same-bytes floor); None: nobody asks
+        self.trace = trace
         # shared by the agents of a fleet (fleet.py): how many of them handle a command at once
         self.gate = gate
         # the newest cluster incarnation this agent took a bound command of (binding.py): on
@@ -273,6 +278,8 @@ class AgentLoop:
             await self._refuse(msg, "", f"malformed command: {errors} error(s)")
             return
         ids = {**self._ids, "command_id": cmd.command_id, "phase": cmd.phase}
+        if self.trace is not None:
+            self.trace.received(cmd.phase, self.node, len(msg.data))
         # the body as sent, when the command was read from it unconverted: its signed bytes
         # are then checked as they are (verify.py)
         why = self.verifier.authentic(cmd, msg.data if read_as_sent(AgentCommand, version) else None, self.now())
@@ -303,22 +310,27 @@ class AgentLoop:
             if (newer := served_after(cmd, agent_id, served)) is not None:
                 self.served.save(newer)  # before the run: a crash in it leaves what the run would
             result = await self._execute(msg, cmd)
-        await self._publish_result(result)
+        size = await self._publish_result(result)
+        if self.trace is not None:
+            self.trace.answered(cmd.phase, self.node, size)
         await self._ack(msg)
         log.info("command %s%s", result.status, " (replayed)" if result.replayed else "",
                  extra={**ids, "status": result.status, "replayed": result.replayed})
 
-    async def _publish_result(self, result: CommandResult) -> None:
+    async def _publish_result(self, result: CommandResult) -> int:
         """Send the result, trying again for about `result_retry_s` (settings) while NATS is away
         or the outputs' stream is full (outputs.py). Why: when a NATS node of a cluster is lost,
         the stream elects a new leader and a publish gets no answer for a few seconds; handing
         the command back at once would wait for its ack wait (30 s) before the journal answers
         it. The result is in the journal already, and the dispatcher takes a result twice as
         once, so sending it again is safe. Every result goes to the dispatcher, which sends the
-        upgrader's on (by the operation the result echoes: bke.contracts.operation_ref)."""
-        await publish_output(self.js, agent_subject(self.cluster, self.node, "result"), result_body(result),
+        upgrader's on (by the operation the result echoes: bke.contracts.operation_ref). Returns
+        the body's size."""
+        body = result_body(result)
+        await publish_output(self.js, agent_subject(self.cluster, self.node, "result"), body,
                              retry_s=self.settings.result_retry_s, what="result",
                              ids={**self._ids, "command_id": result.command_id})
+        return len(body)
 
     async def _ack(self, msg: Msg) -> None:
         """Ack, and wait for the server to confirm it, for about `result_retry_s` (settings). Why: a plain ack

@@ -137,6 +137,30 @@ async def test_a_result_before_its_send_record_is_kept_for_later(redis_url, redi
         await r.aclose()
 
 
+async def test_the_last_answer_of_a_phase_says_every_answer_is_in(redis_url, redis_client):
+    """count_results tells, with the counts, whether the phase's answers now add up to its total
+    (a failure counts as an answer): the install's loop then goes on at once (results.py)."""
+    from bke_dispatcher.state import FinishedCommand
+
+    r = Redis.from_url(redis_url)
+    try:
+        st = DispatcherState(r)
+        await st.set_phase("c", "etcd", total=3)
+        sent = {n: {"id": f"c/etcd/{n}/0", "gen": 0, "status": "Sent", "step": "", "stderr": "", "at": "t"}
+                for n in ("n1", "n2", "n3")}
+        await st.mark_sent("c", "etcd", sent, 3, "t")
+
+        def done(n: str, status: str = "Succeeded") -> FinishedCommand:
+            return FinishedCommand(n, f"c/etcd/{n}/0", 0, status, "", "", "t")
+
+        assert await st.count_results("c", "etcd", [done("n1")]) == ([1], False)
+        assert await st.count_results("c", "etcd", [done("n1")]) == ([0], False)  # a duplicate adds nothing
+        assert await st.count_results("c", "etcd", [done("n2", "Failed"), done("n3")]) == ([1, 1], True)
+        assert await st.count_results("c", "other", [done("n1")]) == ([-1], False)  # no total: never all in
+    finally:
+        await r.aclose()
+
+
 async def test_malformed_agent_messages_are_dead_lettered_at_once_and_the_queue_goes_on(
         nats_url, redis_url, redis_client, nats_client, caplog):
     """Bytes that are no message of the contract: kept raw in the dead-letter stream with the

@@ -17,7 +17,7 @@ from typing import Awaitable, Callable, Protocol
 from bke.core.errors import TemporaryError, is_unavailable
 from bke.adapters.tasks import cancel_and_wait
 
-__all__ = ["DONE", "Outcome", "PAUSED_RECHECK_S", "Reconciler", "Runner"]
+__all__ = ["DONE", "Kick", "Outcome", "PAUSED_RECHECK_S", "Reconciler", "Runner"]
 
 log = logging.getLogger("bke.reconcile")
 # A paused cluster's loop looks again this often; a resume kicks it at once (bke.contracts.pause).
@@ -41,6 +41,13 @@ DONE = Outcome("done")
 class Reconciler(Protocol):
     async def reconcile(self, cluster: str) -> Outcome:
         """One pass."""
+
+
+class Kick(Protocol):
+    """Wake a cluster's loop (Runner.kick): `at_once` skips the coalescing window, for an answer
+    after which nothing more is awaited."""
+
+    def __call__(self, cluster: str, at_once: bool = False) -> None: ...
 
 
 class Runner:

@@ -37,6 +37,7 @@ from bke.adapters.bus.handler import Out
 from bke.adapters.bus.other_incarnation import OtherIncarnation
 from bke.adapters.coalesce import Coalesced
 from bke.adapters.operation import Operations
+from bke.adapters.runner import Kick
 from bke.contracts.agent import AgentRefused, CommandRefused, CommandResult
 from bke.contracts.install import NodeStepChanged, RetryInstall, install_subject
 from bke.contracts.node_commands import NODE_COMMANDS_ANSWERED, NodeCommandAnswered
@@ -85,7 +86,7 @@ class Inputs:
     def __init__(
         self,
         state: DispatcherState,
-        kick: Callable[[str], None],
+        kick: Kick,
         now: Callable[[], datetime],
         on_health: Callable[[CommandResult], Awaitable[None]],
         operations: Operations,
@@ -138,7 +139,10 @@ class Inputs:
         return [(a, current if bound else None) for a, (_, bound) in zip(accepted, items)]
 
     async def _finish_commands(self, key: tuple[str, str], items: list[FinishedCommand]) -> list[int]:
-        return await self.state.finish_commands(*key, items)
+        counted, all_in = await self.state.count_results(*key, items)
+        if all_in:  # the phase's last answer: its next pass goes now, not after the coalescing window
+            self.kick(key[0], True)
+        return counted
 
     async def result(self, res: CommandResult) -> list[Out]:
         try:

@@ -222,12 +222,22 @@ class DispatcherState:
     async def finish_commands(self, cluster: str, slug: str, results: Sequence[FinishedCommand]) -> list[int]:
         """`finish_command` for several results of one phase in one round trip (each counted by
         its own script run, as alone)."""
+        return (await self.count_results(cluster, slug, results))[0]
+
+    async def count_results(self, cluster: str, slug: str,
+                            results: Sequence[FinishedCommand]) -> tuple[list[int], bool]:
+        """`finish_commands`, and whether every command of the phase has its answer now (its
+        `ok` and `failed` add up to its `total`), read in the same round trip: the install's
+        next pass then need not wait for more answers to come together."""
         keys = [command_key(cluster, slug), phase_key(cluster, slug), node_status_key(cluster)]
         async with self.r.pipeline(transaction=False) as pipe:
             for f in results:
                 node_doc = json.dumps({"phase": slug, "status": f.status, "step": f.step or None})
                 pipe.eval(_FINISH_CMD, 3, *keys, f.node, f.command_id, f.status, f.step, f.stderr, f.at, node_doc, f.gen)
-            return [int(n) for n in await pipe.execute()]
+            pipe.hmget(keys[1], ["ok", "failed", "total"])
+            *counted, (ok, failed, total) = await pipe.execute()
+        answered = int(ok or 0) + int(failed or 0)
+        return [int(n) for n in counted], total is not None and answered >= int(total)
 
     async def nodes(self, cluster: str) -> dict[str, dict]:
         raw = await self.r.hgetall(node_status_key(cluster))

@@ -112,3 +112,20 @@ async def test_stopping_agent_hands_deliveries_back() -> None:
     loop._stopping = True
     await loop._on_msg(FakeMsg(_cmd(), events))  # type: ignore[arg-type]
     assert events == ["nak"] and backend.steps_run == 0
+
+
+async def test_a_trace_is_told_each_command_and_result_with_their_sizes() -> None:
+    """A fleet's trace (bke_agent.trace; bench/install.py's figures) hears a command's size as it
+    comes and its result's as published; a refused command is received and never answered."""
+    from bke_agent.trace import PhaseTrace
+
+    events: list[str] = []
+    js = FakeJS(events)
+    loop, _ = _loop(events, js)
+    loop.trace = trace = PhaseTrace(lambda: 0.0)
+    body = _cmd()
+    await loop._on_msg(FakeMsg(body, events))  # type: ignore[arg-type]
+    [(_, result)] = js.published
+    assert trace.phases["node-env"].by_node == {"n1": [(len(body), len(result))]}
+    await loop._on_msg(FakeMsg(_cmd(node="n2"), events))  # type: ignore[arg-type]  # not this node's: refused
+    assert trace.phases["node-env"].commands == 2 and trace.phases["node-env"].by_node == {"n1": [(len(body), len(result))]}

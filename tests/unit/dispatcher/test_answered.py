@@ -87,7 +87,7 @@ async def test_the_upgrader_s_results_of_one_turn_are_checked_in_one_read_each_j
         raise AssertionError("not a health round's")
 
     agents = _Agents({f"n{i}": "a" for i in range(5)} | {"n5": "other"}, incarnation="i2")
-    inputs = Inputs(agents, lambda cluster: None, lambda: datetime.now(timezone.utc), on_health,  # type: ignore[arg-type]
+    inputs = Inputs(agents, lambda cluster, at_once=False: None, lambda: datetime.now(timezone.utc), on_health,  # type: ignore[arg-type]
                     Operations())
     answers = [_answer(f"n{i}") for i in range(7)]  # n5: another agent's node; n6: none accepted
     answers[4] = answers[4].model_copy(update={"result": answers[4].result.model_copy(update={"incarnation": "i1"})})

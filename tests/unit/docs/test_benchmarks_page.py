@@ -31,7 +31,7 @@ def test_docs_benchmarks_md_matches_the_results() -> None:
 
 def test_every_bench_script_has_a_section() -> None:
     report = _load("report")
-    helpers = {"all.py", "record.py", "report.py", "real_cp.py", "upgrade_events.py"}
+    helpers = {"all.py", "record.py", "report.py", "real_cp.py", "upgrade_events.py", "install_trace.py"}
     scripts = {p.name for p in BENCH.glob("*.py")} - helpers
     assert scripts <= {b.script for b in report.BENCHES}, "a bench script bench/report.py does not list"
     for bench in report.BENCHES:
