@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
+from bke.adapters.bus.handler import Publish
 from bke.contracts.statuses import OperationStatus
 
 __all__ = ["EVENTS_PER_CLUSTER", "CLUSTERS_KEPT", "Event", "RecentEvents"]
@@ -21,7 +22,6 @@ __all__ = ["EVENTS_PER_CLUSTER", "CLUSTERS_KEPT", "Event", "RecentEvents"]
 EVENTS_PER_CLUSTER = 100
 CLUSTERS_KEPT = 200  # the least recently active cluster's list goes first beyond this
 _PREFIX = "bke.v1.install."
-Publish = Callable[..., Awaitable[Any]]
 
 
 @dataclass(frozen=True)
@@ -87,9 +87,8 @@ class RecentEvents:
     def watch(self, publish: Publish) -> Publish:
         """`publish` that also records what it published (after it was published: a failed
         publish is not an event anyone saw)."""
-        async def publishing(data: bytes, subject: str, *args: Any, **kwargs: Any) -> Any:
-            out = await publish(data, subject, *args, **kwargs)
+        async def publishing(data: bytes, subject: str, headers: dict[str, str]) -> None:
+            await publish(data, subject, headers)
             self.record(subject, data)
-            return out
 
         return publishing
