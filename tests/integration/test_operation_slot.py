@@ -297,7 +297,7 @@ async def test_an_install_holds_the_slot_while_it_runs_and_one_refused_by_anothe
         state, plans = DispatcherState(r), PlanCache(r)
         commands = InstallCommands(state, RedisNodeFiles(r), None, publish, publish, lambda: NOW, signed)  # type: ignore[arg-type]
         installs = Installs(InstallStore(state), plans, commands, None, lambda: NOW, "me")  # type: ignore[arg-type]
-        events = ServiceEvents(state, plans, installs, lambda c: None, lambda: NOW)
+        events = ServiceEvents(state, plans, installs, lambda c, at_once=False: None, lambda: NOW)
         for name in ("ins", "busy"):
             _, digest = await _stored_cluster(r, name)
             ev = PlanCreated(request_id=f"req-{name}", cluster=name, plan_key=f"bke:{name}:plan", plan_digest=digest,

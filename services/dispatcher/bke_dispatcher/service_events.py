@@ -22,6 +22,7 @@ from bke.contracts.agent import AgentAccepted
 from bke.contracts.certs import CertsFailed, CertsIssued, CertsSealed
 from bke.contracts.render import ManifestsRendered, RenderFailed
 from bke.contracts.statuses import InstallStatus
+from bke.adapters.runner import Kick
 from bke.adapters.state import PlanCache
 from bke.adapters.state.operation_slot import claim_operation
 
@@ -36,7 +37,7 @@ log = logging.getLogger("bke.dispatcher")
 
 
 class ServiceEvents:
-    def __init__(self, state: DispatcherState, plans: PlanCache, installs: Installs, kick: Callable[[str], None],
+    def __init__(self, state: DispatcherState, plans: PlanCache, installs: Installs, kick: Kick,
                  now: Callable[[], datetime]):
         self.state, self.plans, self.installs, self.kick, self.now = state, plans, installs, kick, now
 
@@ -54,7 +55,7 @@ class ServiceEvents:
             # created from a failure that named no plan: the plan event says which one it is
             await self.state.set_install(ev.cluster, planDigest=ev.plan_digest, requestId=ev.request_id)
         await self._ensure_install(ev.cluster, ev.request_id, ev.plan_digest)
-        self.kick(ev.cluster)
+        self.kick(ev.cluster, True)  # one event, nothing to wait for with it: the install goes now
 
     async def rendered(self, ev: ManifestsRendered) -> None:
         await self._record(ev.cluster, "render", InputRecord(InputStatus.READY, digest=ev.plan_digest), ev.request_id)
@@ -98,7 +99,7 @@ class ServiceEvents:
             return
         if rec.status is InputStatus.FAILED:
             log.warning("%s failed: %s", name, rec.reason[:300], extra={"cluster": cluster, "request_id": request_id})
-        self.kick(cluster)
+        self.kick(cluster, True)  # a service's one answer for the install: its phase goes on now
 
     async def _ensure_install(self, cluster: str, request_id: str, digest: str) -> None:
         if await self.state.start_install(cluster, request_id, self.now().isoformat(), digest):
