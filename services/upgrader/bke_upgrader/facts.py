@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from bke.contracts.agent_facts import HostFacts
-from bke.contracts.statuses import OperationStatus
+from bke.contracts.statuses import InstallStatus
 from bke.contracts.expiration import EXPIRATION_GET, MAX_LIMIT, CertExpiration, GetExpiration, parse_expiration_reply
 from bke.contracts.status import STATUS_GET, ClusterStatus, GetStatus, StatusError, parse_status_reply
 from bke.core.errors import TemporaryError
@@ -50,7 +50,7 @@ class LiveFacts:
     async def gather(self, plan: Plan, status: ClusterStatus) -> Facts:
         now = self.now()
         healthy, why = True, ""
-        if status.status != OperationStatus.SUCCEEDED:
+        if status.status != InstallStatus.SUCCEEDED:
             healthy, why = False, f"the install of {plan.cluster} is {status.status}"
         elif status.node_health.unhealthy:
             healthy = False

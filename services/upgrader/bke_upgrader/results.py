@@ -30,7 +30,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from bke.contracts.agent import CommandResult
-from bke.contracts.statuses import RunStatus
+from bke.contracts.statuses import StepResultStatus
 from bke.core.upgrade.run import is_upgrade_command
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ async def record_result(up: Upgrades, res: CommandResult) -> None:
         return  # an install's, a rotation's or a health round's: the dispatcher's
     why = misrouted(res)
     if not why:
-        failed = next((s for s in res.steps if s.status == RunStatus.FAILED), None)
+        failed = next((s for s in res.steps if s.status == StepResultStatus.FAILED), None)
         step = failed.id if failed else ""
         stderr = (failed.stderr or failed.stdout) if failed else ""
         # the incarnation's check and the write shared by the batch (15,000 results at 5,000 nodes)

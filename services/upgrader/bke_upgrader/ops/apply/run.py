@@ -27,7 +27,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from bke.contracts.statuses import OperationStatus
+from bke.contracts.statuses import InstallStatus, OperationStatus
 from bke.adapters.bus.handler import Out
 from bke.contracts.apply import APPLY_ACCEPTED, APPLY_REJECTED, ApplyAccepted, ApplyCluster, ApplyRejected
 from bke.contracts.base import ErrorItem
@@ -169,7 +169,7 @@ class Applies:
         status = await self.upgrades.records.facts.status(req.cluster)
         if isinstance(status, StatusError):
             return status_refusal(req.cluster, status), []
-        if status.status != OperationStatus.SUCCEEDED:
+        if status.status != InstallStatus.SUCCEEDED:
             return (f"the install of {req.cluster} is {status.status}: a changed spec applies to an installed "
                     "cluster (`bke retry` finishes a failed install)"), []
         busy = (await self.upgrades.busy(req.cluster, APPLY_KIND, req.request_id)
