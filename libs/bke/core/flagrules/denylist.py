@@ -87,6 +87,10 @@ DENYLIST: tuple[DenyRule, ...] = (
     *_rules("kube-apiserver", "placement: haproxy backends, probes and certificates use the node address and port 6443",
             "advertise-address", "secure-port"),
     DenyRule("kube-apiserver", "authorization-mode", "AlwaysAllow disables authorization", bad_values=("AlwaysAllow",)),
+    # the Node authorizer's partner: without it a kubelet's credentials may change any Node and any
+    # pod's status, not only its own (BKE's enable-admission-plugins is merged, never replaced: args.py)
+    DenyRule("kube-apiserver", "disable-admission-plugins", "NodeRestriction keeps each kubelet to its own Node and pods",
+             bad_values=("NodeRestriction",)),
     *_rules("kube-controller-manager", _KCONF, "kubeconfig", "authentication-kubeconfig", "authorization-kubeconfig"),
     *_rules("kube-controller-manager", _CERTS, "cluster-signing-cert-file", "cluster-signing-key-file", "root-ca-file",
             "service-account-private-key-file", "client-ca-file", "requestheader-client-ca-file"),

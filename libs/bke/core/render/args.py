@@ -29,14 +29,25 @@ __all__ = [
 ]
 
 
+# List flags a later layer adds to and never replaces: BKE's required admission plugins
+# (NodeRestriction) stay whatever the user's extraArgs list; removing one is the denylist's
+# `disable-admission-plugins`, refused for NodeRestriction.
+UNION_FLAGS = frozenset({"enable-admission-plugins"})
+
+
 def merge_args(*layers: Mapping[str, str]) -> dict[str, str]:
-    """Merge flag layers, later wins per flag; `feature-gates` merges per gate (sorted)."""
+    """Merge flag layers, later wins per flag; `feature-gates` merges per gate (sorted), and a
+    UNION_FLAGS list keeps every layer's items, earlier layers' first, each once."""
     out: dict[str, str] = {}
     gates: dict[str, str] = {}
+    unions: dict[str, dict[str, None]] = {}
     for layer in layers:
         for name, value in layer.items():
             if name == "feature-gates":
                 gates.update(split_gates(value))
+            elif name in UNION_FLAGS:
+                unions.setdefault(name, {}).update(dict.fromkeys(i.strip() for i in value.split(",") if i.strip()))
+                out[name] = ",".join(unions[name])
             else:
                 out[name] = value
     if gates:

@@ -103,7 +103,8 @@ def apiserver_defaults(ctx: Ctx, node: NodePlan) -> dict[str, str]:
         "authorization-mode": "Node,RBAC",
         "client-ca-file": PKI["ca.crt"],
         "enable-admission-plugins": "NodeRestriction",
-        "enable-bootstrap-token-auth": "true",
+        # no bootstrap-token authenticator: BKE issues every kubelet its certificate and creates
+        # no token (bke.core.rbac); a spec that wants one sets it in extraArgs
         "etcd-cafile": f"{PKI_DIR}/etcd/ca.crt",
         "etcd-certfile": PKI["apiserver-etcd-client.crt"],
         "etcd-keyfile": PKI["apiserver-etcd-client.key"],

@@ -30,6 +30,8 @@ def _denied(**kw) -> list[tuple[str, str]]:
     ("apiServer", "etcd-servers-overrides", "/events#https://1.2.3.4:2379"),
     ("apiServer", "tls-cert-file", "/tmp/x.crt"),
     ("apiServer", "authorization-mode", "Node,AlwaysAllow"),
+    ("apiServer", "disable-admission-plugins", "NodeRestriction"),
+    ("apiServer", "disable-admission-plugins", "DefaultStorageClass, NodeRestriction"),
     ("controllerManager", "cluster-signing-key-file", "/tmp/ca.key"),
     ("scheduler", "kubeconfig", "/tmp/k.conf"),
     ("etcd", "listen-client-urls", "http://0.0.0.0:2379"),

@@ -35,6 +35,24 @@ def test_feature_gates_merge_per_gate() -> None:
     assert merged == {"feature-gates": "A=true,B=false,C=true", "x": "1"}
 
 
+def test_admission_plugins_are_added_to_bkes_never_replacing_them() -> None:
+    merged = merge_args({"enable-admission-plugins": "NodeRestriction"}, {"enable-admission-plugins": "PodSecurity"},
+                        {"enable-admission-plugins": " NodeRestriction,EventRateLimit "})
+    assert merged == {"enable-admission-plugins": "NodeRestriction,PodSecurity,EventRateLimit"}
+
+
+def test_a_users_admission_plugins_keep_node_restriction_and_no_bootstrap_tokens_unless_asked() -> None:
+    text = spec_text(NODES, endpoint=None, cluster={"apiServer": {"extraArgs": {"enable-admission-plugins": "PodSecurity",
+                                                                                "disable-admission-plugins": "DefaultStorageClass"}}},
+                     node_extra={"m2": {"apiServer": {"extraArgs": {"enable-bootstrap-token-auth": "true"}}}})
+    rendered = render(plan_of(text))
+    m1, m2 = flags(pod(rendered, "m1", "kube-apiserver.yaml")), flags(pod(rendered, "m2", "kube-apiserver.yaml"))
+    assert m1["enable-admission-plugins"] == m2["enable-admission-plugins"] == "NodeRestriction,PodSecurity"
+    assert m1["disable-admission-plugins"] == "DefaultStorageClass"  # any plugin but NodeRestriction may go
+    assert "enable-bootstrap-token-auth" not in m1  # BKE uses no bootstrap token
+    assert m2["enable-bootstrap-token-auth"] == "true"  # the spec asked for it on m2
+
+
 def test_node_overrides_one_flag_and_keeps_cluster_and_defaults() -> None:
     text = spec_text(NODES, endpoint=None,
                      cluster={"apiServer": {"extraArgs": {"event-ttl": "2h", "max-requests-inflight": "800",
