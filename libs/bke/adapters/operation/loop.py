@@ -35,7 +35,7 @@ from datetime import datetime
 from typing import Generic, TypeVar
 
 from bke.adapters.bus.node_commands import SendCommands
-from bke.adapters.runner import DONE, Outcome
+from bke.adapters.runner import DONE, Kick, Outcome
 from bke.adapters.state.command_signing import Sign
 from bke.adapters.state.lease import claim_lease, release_lease
 from bke.adapters.state.operation_slot import release_operation, start_in_slot
@@ -54,6 +54,12 @@ from .store import RecordStore
 __all__ = ["ApplyResult", "Carrier", "EndEvent", "OperationLoop", "Publish"]
 
 R = TypeVar("R", bound=Record)
+
+
+def _no_kick(cluster: str, at_once: bool = False) -> None:
+    """Before a runner drives the loop (Operations.drive), a wake-up has nobody to wake."""
+
+
 # Carries a Send or RunLocally out on the record (marking what it sent); None to decide again,
 # or what came of it instead (a Wait: not yet; a Fail: refused for good).
 Carrier = Callable[[R, Act], Awaitable[Decision | None]]
@@ -78,7 +84,7 @@ class OperationLoop(ABC, Generic[R]):
     """The loop of one kind of operation; the operation subclasses it with its hooks."""
 
     def __init__(self, store: RecordStore[R], publish: Publish, now: Callable[[], datetime], owner: str,
-                 lease_ms: int, kick: Callable[[str], None] | None, *, sign: Sign | None, kind: str,
+                 lease_ms: int, kick: Kick | None, *, sign: Sign | None, kind: str,
                  carriers: Mapping[str, Carrier[R]], log: logging.Logger | None = None, issuer: str = "dispatcher",
                  lease: str = "", send: SendCommands | None = None, decide: Callable[[R], Decision] | None = None,
                  apply: ApplyResult[R] | None = None) -> None:
@@ -87,7 +93,7 @@ class OperationLoop(ABC, Generic[R]):
         # None: the operation sends its commands its own way (the upgrade's batches), or `send`
         # hands them to the dispatcher, which signs and sends them (bke.contracts.node_commands)
         self.sign, self.issuer, self.send = sign, issuer, send
-        self.kick: Callable[[str], None] = kick or (lambda cluster: None)
+        self.kick: Kick = kick or _no_kick  # the runner's (Operations.drive), at once or not
         # kind: the slot's kind unless `slot_kind` says otherwise, the logs', and the lease's name
         # unless `lease` names another (the upgrader's operations share the "upgrade" lease)
         self.kind, self.carriers = kind, carriers
