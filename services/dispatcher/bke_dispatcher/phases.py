@@ -61,10 +61,6 @@ class Phase:
     run_if: Callable[[Plan], bool] = field(default=lambda plan: True)
     concurrency: int | None = None  # commands in flight at once; None = every target
     local: str | None = None  # work the dispatcher does itself ("addons"), after the targets' commands if any
-    # its steps are built from the nodes' rendered files: only then are they read (and their
-    # signatures checked) for each chunk; parsing them was a tenth of the dispatcher's CPU in the
-    # phases that never look at them (certs, workers, health at 10,000 nodes)
-    render_files: bool = False
 
 
 def _all(plan: Plan) -> list[NodePlan]:
@@ -96,7 +92,6 @@ PHASES: tuple[Phase, ...] = (
         _all,
         lambda plan, node, inp: node_env_steps(plan, node, inp.render, inp.checksums, inp.held_ports),
         needs=(PhaseNeed.RENDER, PhaseNeed.CHECKSUMS),
-        render_files=True,
     ),
     Phase(
         "certs",
@@ -114,25 +109,25 @@ PHASES: tuple[Phase, ...] = (
         # the addons' connections, after every control-plane phase had succeeded
         lambda plan, node, inp: [*write_steps(inp.render, "load-balancer", seal=inp.seal),
                                  *health_steps(plan, node, ("haproxy",), HEALTH_TIMEOUT_S)],
-        needs=(PhaseNeed.AGENT_KEYS,),  # keepalived.conf (the VRRP password) sealed to each master's agent
+        # keepalived.conf (the VRRP password) sealed to each master's agent
+        needs=(PhaseNeed.RENDER, PhaseNeed.AGENT_KEYS),
         run_if=lambda plan: plan.load_balancer,
-        render_files=True,
     ),
     Phase(
         "etcd",
         "every etcd cluster's members started and waited healthy, before any apiserver",
         _running(*ETCD),
         lambda plan, node, inp: [*write_steps(inp.render, "etcd"), *health_steps(plan, node, ETCD, HEALTH_TIMEOUT_S)],
-        render_files=True,
+        needs=(PhaseNeed.RENDER,),
     ),
     Phase(
         "control-plane-init",
         "the first control-plane node's components, waited healthy",
         lambda plan: [init_node(plan)],
         _control_plane,
-        render_files=True,
+        needs=(PhaseNeed.RENDER,),
     ),
-    Phase("control-plane-join", "the other control-plane nodes", _joiners, _control_plane, render_files=True),
+    Phase("control-plane-join", "the other control-plane nodes", _joiners, _control_plane, needs=(PhaseNeed.RENDER,)),
     Phase(
         "workers",
         "worker kubelets restarted with their credentials, in bounded batches",

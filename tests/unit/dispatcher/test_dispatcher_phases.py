@@ -6,6 +6,7 @@ from bke.core.plan import plan_spec_text
 from bke.core.state.nodefiles import file_from_bytes
 from bke.adapters.checksums import artefact_urls
 from bke_dispatcher.command_ids import command_id, parse_command_id
+from bke.contracts.statuses import PhaseNeed
 from bke_dispatcher.phases import PHASES, NodeInputs, init_node, phase_by_slug
 from bke.core.node_steps import file_phase
 
@@ -82,11 +83,11 @@ class _Watched(list):  # type: ignore[type-arg]
         return super().__iter__()
 
 
-def test_a_phase_reads_rendered_files_only_when_the_table_says_it_does():
+def test_a_phase_reads_rendered_files_only_when_the_table_says_it_needs_them():
     """The install reads (and checks the signatures of) a chunk's rendered files only for a phase
-    with `render_files`: a phase whose steps use them without saying so would send nodes no file."""
+    that needs "render": a phase whose steps use them without saying so would send nodes no file."""
     sums = {url: "0" * 64 for url in artefact_urls(BIG)}
-    said = {p.slug for p in PHASES if p.render_files}
+    said = {p.slug for p in PHASES if PhaseNeed.RENDER in p.needs}
     assert said == {"node-env", "load-balancer", "etcd", "control-plane-init", "control-plane-join"}
     for phase in PHASES:
         if phase.build is None:
@@ -96,4 +97,4 @@ def test_a_phase_reads_rendered_files_only_when_the_table_says_it_does():
             files = _Watched([file_from_bytes("/etc/kubernetes/manifests/etcd.yaml", b"kind: Pod\n")])
             phase.build(BIG, node, NodeInputs(render=files, certs=[], checksums=sums, seal=lambda b: b))
             looked = looked or files.looked
-        assert looked == phase.render_files, phase.slug
+        assert looked == (PhaseNeed.RENDER in phase.needs), phase.slug
