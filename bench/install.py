@@ -76,7 +76,7 @@ from bke_agent.trace import PhaseTrace
 from record import add_json_option, save  # bench/record.py
 
 PROFILED = ("dispatcher", "certs")  # the services --profile profiles (with the fleet)
-SMALL_COMMAND = b'{"steps": []}' + b" " * 600  # the 600-byte floor's command: about the size of a small one
+SMALL_COMMAND = 613  # bytes of the 600-byte floor's command: about the size of a small one
 RESULT_SIZE = "Bench-Result-Size"  # a same-bytes floor's command: the size of the result to answer with
 STREAM = "BKE_AGENT"
 OUTPUT_STREAM = "BKE_AGENT_OUT"  # the agents' results (bke.adapters.bus.streams)
@@ -227,8 +227,7 @@ async def run_floor(nodes: int, commands: int, workdir: Path,
     hostnames = [f"n{i}" for i in range(nodes)]
     if waves is None:
         per_node = [commands // nodes + (1 if i < commands % nodes else 0) for i in range(nodes)]
-        small = len(SMALL_COMMAND)
-        waves = [[(h, small, 0) for h, k in zip(hostnames, per_node) for _ in range(k)]]
+        waves = [[(h, SMALL_COMMAND, 0) for h, k in zip(hostnames, per_node) for _ in range(k)]]
     nc = await connect_nats(info.nats_url)
     js = nc.jetstream(timeout=30)
     got = 0
@@ -273,7 +272,7 @@ async def run_floor(nodes: int, commands: int, workdir: Path,
             task = asyncio.create_task(collect(sent))
             pubs = []
             for j, (h, size, result_size) in enumerate(wave):
-                body = SMALL_COMMAND if size == len(SMALL_COMMAND) and not result_size else b" " * size
+                body = b" " * size  # the floor's consumers never read it: only its size counts
                 headers = {"Nats-Msg-Id": f"{sent}/{j}", **({RESULT_SIZE: str(result_size)} if result_size else {})}
                 pubs.append(js.publish(agent_subject(cluster, h, "command"), body, headers=headers))
                 if len(pubs) >= 256:
